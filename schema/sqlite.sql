@@ -1,0 +1,107 @@
+-- prose-state schema for a run's state.db (SQLite).
+--
+-- This is the OpenProse spec's core schema (sqlite.md), kept column for column so that the
+-- spec's own SQL reads and writes it, with what the spec gets wrong fixed:
+--   * bindings: `PRIMARY KEY (name, IFNULL(execution_id, -1))` does not load in SQLite; the
+--     same key is a UNIQUE index on the expression, which `INSERT OR REPLACE` and
+--     `ON CONFLICT (name, IFNULL(execution_id, -1))` both honour.
+--   * an index on execution(parent_id) for walking scopes downward and listing children.
+--
+-- Every statement is idempotent (IF NOT EXISTS): the same text creates a new database and
+-- completes an older one during the forward upgrade (see src/store/sqlite.rs). Columns are
+-- never dropped or retyped; user tables (x_*) and user-added columns are never touched.
+-- The version stamped in PRAGMA user_version is SCHEMA_VERSION in src/store/sqlite.rs.
+
+CREATE TABLE IF NOT EXISTS run (
+    id TEXT PRIMARY KEY,
+    program_path TEXT,
+    program_source TEXT,
+    started_at TEXT DEFAULT (datetime('now')),
+    updated_at TEXT DEFAULT (datetime('now')),
+    status TEXT DEFAULT 'running',  -- running, completed, failed, interrupted
+    state_mode TEXT DEFAULT 'sqlite'
+);
+
+CREATE TABLE IF NOT EXISTS execution (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    statement_index INTEGER,
+    statement_text TEXT,
+    status TEXT,  -- pending, executing, started, completed, failed, skipped, iteration, joined, exited, retry
+    started_at TEXT,
+    completed_at TEXT,
+    error_message TEXT,
+    parent_id INTEGER REFERENCES execution(id),
+    metadata TEXT  -- JSON object
+);
+CREATE INDEX IF NOT EXISTS idx_execution_parent ON execution(parent_id);
+
+CREATE TABLE IF NOT EXISTS bindings (
+    name TEXT,
+    execution_id INTEGER,  -- NULL for root scope
+    kind TEXT,             -- input, output, let, const
+    value TEXT,
+    source_statement TEXT,
+    created_at TEXT DEFAULT (datetime('now')),
+    updated_at TEXT DEFAULT (datetime('now')),
+    attachment_path TEXT   -- relative to the run directory
+);
+CREATE UNIQUE INDEX IF NOT EXISTS idx_bindings_scope ON bindings(name, IFNULL(execution_id, -1));
+
+CREATE TABLE IF NOT EXISTS agents (
+    name TEXT PRIMARY KEY,
+    scope TEXT,  -- execution, project, user, custom
+    memory TEXT,
+    created_at TEXT DEFAULT (datetime('now')),
+    updated_at TEXT DEFAULT (datetime('now'))
+);
+
+CREATE TABLE IF NOT EXISTS agent_segments (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    agent_name TEXT REFERENCES agents(name),
+    segment_number INTEGER,
+    timestamp TEXT DEFAULT (datetime('now')),
+    prompt TEXT,
+    summary TEXT,
+    UNIQUE(agent_name, segment_number)
+);
+
+CREATE TABLE IF NOT EXISTS imports (
+    alias TEXT PRIMARY KEY,
+    source_url TEXT,
+    fetched_at TEXT,
+    inputs_schema TEXT,   -- JSON
+    outputs_schema TEXT   -- JSON
+);
+
+CREATE TABLE IF NOT EXISTS gates (
+    id TEXT PRIMARY KEY,
+    run_id TEXT REFERENCES run(id),
+    execution_id INTEGER REFERENCES execution(id),
+    prompt TEXT,
+    allow TEXT DEFAULT '["user"]',
+    timeout TEXT,
+    timeout_at TEXT,
+    on_reject TEXT,
+    status TEXT DEFAULT 'pending',  -- pending, approved, rejected, timeout
+    created_at TEXT DEFAULT (datetime('now')),
+    resolved_at TEXT,
+    resolved_by TEXT,
+    resolution_comment TEXT,
+    metadata TEXT
+);
+CREATE INDEX IF NOT EXISTS idx_gates_status ON gates(status);
+CREATE INDEX IF NOT EXISTS idx_gates_run ON gates(run_id);
+CREATE INDEX IF NOT EXISTS idx_gates_timeout ON gates(timeout_at) WHERE timeout_at IS NOT NULL;
+
+CREATE TABLE IF NOT EXISTS gate_audit_log (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    gate_id TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    event_type TEXT NOT NULL,  -- created, viewed, approved, rejected, timeout, resumed
+    principal TEXT,
+    comment TEXT,
+    timestamp TEXT DEFAULT (datetime('now')),
+    metadata TEXT
+);
+CREATE INDEX IF NOT EXISTS idx_gate_audit_gate ON gate_audit_log(gate_id);
+CREATE INDEX IF NOT EXISTS idx_gate_audit_run ON gate_audit_log(run_id);

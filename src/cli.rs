@@ -1,0 +1,180 @@
+//! Every clap type of prose-state, and nothing else: no logic, so that it can be read on its
+//! own (and later included by a build script for completions and the man page).
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// Durable state for OpenProse runs: bindings, the execution log, agent memory and approval
+/// gates, kept in each run's SQLite state.db.
+///
+/// The VM calls `init` and `exec-append`; subagents call `bind` and `get`; anyone may `query`.
+/// Every command is safe to run from many processes at once.
+///
+/// Exit codes: 0 ok, 1 error, 2 usage or invalid input, 3 not found, 4 refused or conflict,
+/// 75 the database stayed busy past the timeout (retry).
+#[derive(Debug, Parser)]
+#[command(name = "prose-state", version, max_term_width = 100)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command takes.
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Project root that holds .prose/ [default: the current directory]
+    #[arg(long, global = true, env = "PROSE_ROOT", value_name = "DIR")]
+    pub root: Option<PathBuf>,
+
+    /// The run: a run id, a run directory, or the path of its state.db
+    #[arg(long, global = true, env = "PROSE_RUN", value_name = "RUN")]
+    pub run: Option<String>,
+
+    /// Print exactly one JSON document on stdout (diagnostics go to stderr)
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// Milliseconds to wait for another process's write lock before giving up with exit 75
+    #[arg(
+        long,
+        global = true,
+        env = "PROSE_STATE_BUSY_TIMEOUT",
+        value_name = "MS",
+        default_value_t = 10_000
+    )]
+    pub busy_timeout: u64,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create a run: its directory, state.db, attachments/ and a copy of the program
+    Init(InitArgs),
+    /// Write a binding (a named value) in the root scope or an execution's scope
+    Bind(BindArgs),
+    /// Read a binding, resolving it through the scope chain
+    Get(GetArgs),
+    /// Append one record to the execution log (append-only)
+    ExecAppend(ExecAppendArgs),
+    /// Run one read-only SQL statement and print the rows (JSON like `sqlite3 -json`)
+    Query(QueryArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// The .prose program to copy into the run as program.prose
+    pub program: Option<PathBuf>,
+
+    /// Use this run id instead of a new {YYYYMMDD}-{HHMMSS}-{random6}
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct BindArgs {
+    /// Binding name, e.g. research, anon_001, research.findings
+    pub name: String,
+
+    /// The value; `-`, or nothing with piped input, reads it from stdin
+    #[arg(conflicts_with = "file")]
+    pub value: Option<String>,
+
+    /// Read the value from this file
+    #[arg(long, value_name = "PATH")]
+    pub file: Option<PathBuf>,
+
+    /// Bind in this execution's scope (omitted: the root scope)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(1..))]
+    pub execution_id: Option<i64>,
+
+    /// What kind of binding this is; a const cannot be rebound in its scope
+    #[arg(long, value_enum, default_value_t = Kind::Let)]
+    pub kind: Kind,
+
+    /// The statement that produced the value, e.g. 'let research = session: researcher'
+    #[arg(long, value_name = "STMT")]
+    pub source: Option<String>,
+
+    /// One-line summary; for an attachment it is stored as the value
+    #[arg(long, value_name = "TEXT")]
+    pub summary: Option<String>,
+
+    /// Values longer than this many bytes go to attachments/ instead of the database
+    #[arg(long, value_name = "BYTES", default_value_t = 102_400,
+          value_parser = clap::value_parser!(u64).range(0..=268_435_456))]
+    pub attach_over: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    /// Binding name
+    pub name: String,
+
+    /// Start the lookup in this execution's scope and walk up to the root
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(1..))]
+    pub execution_id: Option<i64>,
+
+    /// Print the scope chain walked and where the binding was found, not the value
+    #[arg(long)]
+    pub explain: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecAppendArgs {
+    /// Statement index in the program
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(0..))]
+    pub index: i64,
+
+    /// Statement text, e.g. 'session "Research AI safety"' or 'parallel:a'
+    #[arg(long, value_name = "STMT")]
+    pub text: String,
+
+    /// Record status
+    #[arg(long, value_enum)]
+    pub status: Status,
+
+    /// Id of the enclosing execution record (for nested blocks)
+    #[arg(long, value_name = "ID", value_parser = clap::value_parser!(i64).range(1..))]
+    pub parent: Option<i64>,
+
+    /// A JSON object, e.g. '{"parallel_id": "p1", "branch": "a"}'
+    #[arg(long, value_name = "JSON")]
+    pub metadata: Option<String>,
+
+    /// Error message (for failed records)
+    #[arg(long, value_name = "MSG")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct QueryArgs {
+    /// One read-only SQL statement, e.g. "SELECT name, kind FROM bindings"
+    pub sql: String,
+}
+
+/// The kinds a binding may have (the spec's `bindings.kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Kind {
+    Input,
+    Output,
+    Let,
+    Const,
+}
+
+/// Execution record statuses: the spec's schema comment plus the ones its append-only
+/// examples write (started, iteration, joined, exited, retry).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Status {
+    Pending,
+    Executing,
+    Started,
+    Completed,
+    Failed,
+    Skipped,
+    Iteration,
+    Joined,
+    Exited,
+    Retry,
+}

@@ -1,0 +1,122 @@
+use crate::attach::{self, Staged};
+use crate::cli::BindArgs;
+use crate::error::{not_found, usage};
+use crate::model::{check_name, now};
+use crate::output::{one_line, Render};
+use crate::run::RunPaths;
+use crate::store::{NewBinding, Store};
+use anyhow::Result;
+use serde::Serialize;
+use std::fs::File;
+use std::io::{self, IsTerminal, Read, Write};
+
+#[derive(Debug, Serialize)]
+pub struct Bound {
+    pub name: String,
+    pub execution_id: Option<i64>,
+    pub kind: &'static str,
+    pub db: String,
+    pub attachment_path: Option<String>,
+    pub bytes: u64,
+    pub summary: String,
+}
+
+impl Render for Bound {
+    /// The confirmation the spec has subagents return to the VM.
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        writeln!(w, "Binding written: {}", self.name)?;
+        let scope = self
+            .execution_id
+            .map_or_else(|| "NULL".to_string(), |id| id.to_string());
+        writeln!(
+            w,
+            "Location: {} (bindings table, name='{}', execution_id={scope})",
+            self.db, self.name
+        )?;
+        if let Some(id) = self.execution_id {
+            writeln!(w, "Execution ID: {id}")?;
+        }
+        if let Some(path) = &self.attachment_path {
+            writeln!(w, "Attachment: {path} ({} bytes)", self.bytes)?;
+        }
+        writeln!(w, "Summary: {}", self.summary)
+    }
+}
+
+pub fn run(args: &BindArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Bound> {
+    check_name(&args.name)?;
+    if let Some(summary) = &args.summary {
+        if summary.contains('\0') {
+            return Err(usage("--summary contains a NUL byte"));
+        }
+    }
+    if let Some(id) = args.execution_id {
+        if !store.execution_exists(id)? {
+            return Err(not_found(format!(
+                "execution not found: {id} (a scoped binding needs its execution record; omit --execution-id for the root scope)"
+            )));
+        }
+    }
+
+    let mut input: Box<dyn Read> = match (&args.file, args.value.as_deref()) {
+        (Some(path), _) => Box::new(File::open(path).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => not_found(format!("--file not found: {}", path.display())),
+            _ => anyhow::Error::new(e).context(format!("could not read --file {}", path.display())),
+        })?),
+        (None, Some("-")) => Box::new(io::stdin().lock()),
+        (None, Some(value)) => Box::new(io::Cursor::new(value.as_bytes().to_vec())),
+        (None, None) if !io::stdin().is_terminal() => Box::new(io::stdin().lock()),
+        (None, None) => {
+            return Err(usage(
+                "no value: give VALUE, --file PATH, or pipe the value on stdin",
+            ))
+        }
+    };
+
+    let file_name = attach::file_name(&args.name, args.execution_id);
+    let staged = attach::stage(&mut input, args.attach_over, &run.dir, &file_name)?;
+    let (value, summary, bytes, mut file) = match staged {
+        Staged::Inline(text) => {
+            let summary = args.summary.clone().unwrap_or_else(|| one_line(&text, 100));
+            let bytes = text.len() as u64;
+            (text, summary, bytes, None)
+        }
+        Staged::File(f) => {
+            let summary = args
+                .summary
+                .clone()
+                .unwrap_or_else(|| format!("Attachment of {} bytes - see {}", f.bytes, f.rel));
+            (summary.clone(), summary, f.bytes, Some(f))
+        }
+    };
+    let attachment_path = file.as_ref().map(|f| f.rel.clone());
+    let outcome = store.bind(
+        &NewBinding {
+            name: &args.name,
+            execution_id: args.execution_id,
+            kind: args.kind.as_str(),
+            value: &value,
+            source_statement: args.source.as_deref(),
+            attachment_path: attachment_path.as_deref(),
+            now: &now(),
+        },
+        &mut || match file.as_mut() {
+            Some(f) => f.publish(),
+            None => Ok(()),
+        },
+    )?;
+    if let Some(old) = outcome.replaced_attachment {
+        // The bind has committed; an old file that cannot be removed now is only clutter
+        // (no row references it, so it is safe to delete), never a wrong value, so this is best effort.
+        let _ = store.release_attachment(&old, &mut || attach::remove(&run.dir, &old));
+    }
+    Ok(Bound {
+        name: args.name.clone(),
+        execution_id: args.execution_id,
+        kind: args.kind.as_str(),
+        db: run.db.display().to_string(),
+        attachment_path,
+        bytes,
+        summary,
+    })
+}

@@ -1,0 +1,171 @@
+use crate::cli::GetArgs;
+use crate::error::{not_found, shown};
+use crate::output::Render;
+use crate::run::RunPaths;
+use crate::store::{BindingRow, Store};
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+/// A binding found through the scope chain.
+#[derive(Debug, Serialize)]
+pub struct Got {
+    #[serde(flatten)]
+    pub row: BindingRow,
+    /// `root` or `execution`: the kind of scope the binding was found in.
+    pub scope: &'static str,
+    /// Parent links above the starting execution (0: its own scope); null in the root scope.
+    pub depth: Option<u64>,
+    /// The value's length in bytes (the attachment's, for an attachment).
+    pub bytes: u64,
+    /// The attachment file's path, for reading it directly.
+    pub attachment: Option<String>,
+    #[serde(skip)]
+    content: Option<File>,
+}
+
+impl Render for Got {
+    /// The value exactly as stored, with nothing added; an attachment is streamed.
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        match self.content {
+            Some(mut file) => io::copy(&mut file, w).map(|_| ()),
+            None => w.write_all(self.row.value.as_deref().unwrap_or_default()),
+        }
+    }
+}
+
+/// The scope chain a lookup walked, for `--explain`.
+#[derive(Debug, Serialize)]
+pub struct Explained {
+    pub name: String,
+    /// The execution the lookup started from; null for a root-scope lookup.
+    pub start: Option<i64>,
+    /// Execution ids walked, nearest first; the root scope is searched after them.
+    pub chain: Vec<i64>,
+    /// Where the binding was found.
+    pub found_execution_id: Option<i64>,
+    pub scope: &'static str,
+    pub depth: Option<u64>,
+    pub kind: Option<String>,
+}
+
+impl Render for Explained {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        match self.start {
+            Some(id) => writeln!(w, "lookup of {} from execution {id}:", self.name)?,
+            None => writeln!(w, "lookup of {} in the root scope:", self.name)?,
+        }
+        let kind = self.kind.as_deref().unwrap_or("?");
+        for (depth, id) in self.chain.iter().enumerate() {
+            let mark = if self.depth == Some(depth as u64) {
+                format!("found ({kind})")
+            } else if self.depth.is_some_and(|d| (depth as u64) > d) {
+                "not reached".to_string()
+            } else {
+                "-".to_string()
+            };
+            writeln!(w, "  execution {id:<8} {mark}")?;
+        }
+        let root = match (self.scope, self.depth) {
+            ("root", _) => format!("found ({kind})"),
+            (_, Some(_)) => "not reached".to_string(),
+            _ => "-".to_string(),
+        };
+        writeln!(w, "  root               {root}")
+    }
+}
+
+fn describe_chain(chain: &[i64]) -> String {
+    let mut parts: Vec<String> = if chain.len() > 8 {
+        let mut p: Vec<String> = chain[..4]
+            .iter()
+            .map(|id| format!("execution {id}"))
+            .collect();
+        p.push(format!("… ({} executions)", chain.len()));
+        p.push(format!("execution {}", chain[chain.len() - 1]));
+        p
+    } else {
+        chain.iter().map(|id| format!("execution {id}")).collect()
+    };
+    parts.push("root".to_string());
+    parts.join(" → ")
+}
+
+fn lookup(
+    args: &GetArgs,
+    store: &mut dyn Store,
+) -> Result<(Option<crate::store::Found>, Vec<i64>)> {
+    if let Some(id) = args.execution_id {
+        if !store.execution_exists(id)? {
+            return Err(not_found(format!("execution not found: {id}")));
+        }
+    }
+    let found = store.resolve(&args.name, args.execution_id)?;
+    // The chain itself is walked again only when it is shown: to explain, or to say where a
+    // missing binding was looked for.
+    let chain = match (args.execution_id, args.explain || found.is_none()) {
+        (Some(id), true) => store.scope_chain(id)?,
+        _ => Vec::new(),
+    };
+    if found.is_none() {
+        return Err(not_found(format!(
+            "binding not found (searched {}): {}",
+            describe_chain(&chain),
+            shown(&args.name)
+        )));
+    }
+    Ok((found, chain))
+}
+
+pub fn explain(args: &GetArgs, store: &mut dyn Store) -> Result<Explained> {
+    let (found, chain) = lookup(args, store)?;
+    let found = found.context("binding vanished during lookup")?;
+    Ok(Explained {
+        name: args.name.clone(),
+        start: args.execution_id,
+        chain,
+        found_execution_id: found.row.execution_id,
+        scope: if found.depth.is_some() {
+            "execution"
+        } else {
+            "root"
+        },
+        depth: found.depth,
+        kind: found.row.kind,
+    })
+}
+
+pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got> {
+    let (found, _) = lookup(args, store)?;
+    let found = found.context("binding vanished during lookup")?;
+    let row = found.row;
+    let (content, bytes, attachment) = match row.attachment_path.as_deref() {
+        Some(rel) if !rel.is_empty() => {
+            let path: PathBuf = run.dir.join(rel);
+            let file = File::open(&path).map_err(|e| {
+                anyhow::Error::new(e).context(format!(
+                    "attachment of binding {} cannot be read: {}",
+                    shown(&row.name),
+                    path.display()
+                ))
+            })?;
+            let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
+            (Some(file), bytes, Some(path.display().to_string()))
+        }
+        _ => (None, row.value.as_ref().map_or(0, |v| v.len() as u64), None),
+    };
+    Ok(Got {
+        scope: if found.depth.is_some() {
+            "execution"
+        } else {
+            "root"
+        },
+        depth: found.depth,
+        bytes,
+        attachment,
+        content,
+        row,
+    })
+}

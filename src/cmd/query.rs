@@ -1,0 +1,46 @@
+use crate::cli::QueryArgs;
+use crate::output::{one_line, table, Render};
+use crate::store::{QueryResult, Store};
+use anyhow::Result;
+use serde::Serialize;
+use std::io::{self, Write};
+
+#[derive(Debug, Serialize)]
+#[serde(transparent)]
+pub struct Queried(pub QueryResult);
+
+impl Render for Queried {
+    /// A table on a terminal; elsewhere the same JSON as `--json`, since the callers this
+    /// replaces read `sqlite3 -json`.
+    fn text(self, w: &mut dyn Write, tty: bool) -> io::Result<()> {
+        if !tty {
+            serde_json::to_writer(&mut *w, &self).map_err(io::Error::from)?;
+            return writeln!(w);
+        }
+        let rows: Vec<Vec<String>> = self
+            .0
+            .rows
+            .iter()
+            .map(|r| {
+                r.iter()
+                    .map(|v| match v {
+                        serde_json::Value::Null => String::new(),
+                        serde_json::Value::String(s) => one_line(s, 60),
+                        other => other.to_string(),
+                    })
+                    .collect()
+            })
+            .collect();
+        table(w, &self.0.columns, &rows)?;
+        writeln!(
+            w,
+            "({} row{})",
+            rows.len(),
+            if rows.len() == 1 { "" } else { "s" }
+        )
+    }
+}
+
+pub fn run(args: &QueryArgs, store: &mut dyn Store) -> Result<Queried> {
+    Ok(Queried(store.query_readonly(&args.sql)?))
+}

@@ -1,0 +1,67 @@
+//! The few typed errors that carry a deliberate exit code. Everything else is an
+//! `anyhow::Error` and exits 1.
+
+use std::fmt;
+
+/// Exit codes, documented in README.md. Callers branch on these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    /// The command line or the input it carried is malformed.
+    Usage = 2,
+    /// A run, binding, execution, file or other named thing does not exist.
+    NotFound = 3,
+    /// The state forbids the operation: a conflict, a const rebind, a write in `query`.
+    Refused = 4,
+    /// The database stayed locked by another writer past the busy timeout.
+    Busy = 75,
+}
+
+/// An error with a deliberate exit code. Its message is one line, lowercase, value last.
+#[derive(Debug)]
+pub struct Coded {
+    pub code: Code,
+    pub message: String,
+}
+
+impl fmt::Display for Coded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Coded {}
+
+fn coded(code: Code, message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Coded {
+        code,
+        message: message.into(),
+    })
+}
+
+pub fn usage(message: impl Into<String>) -> anyhow::Error {
+    coded(Code::Usage, message)
+}
+
+pub fn not_found(message: impl Into<String>) -> anyhow::Error {
+    coded(Code::NotFound, message)
+}
+
+pub fn refused(message: impl Into<String>) -> anyhow::Error {
+    coded(Code::Refused, message)
+}
+
+pub fn busy(message: impl Into<String>) -> anyhow::Error {
+    coded(Code::Busy, message)
+}
+
+/// Quotes a user-supplied value for an error message: escaped (so it stays on one line) and
+/// shortened (so a 1 MB name does not become a 1 MB message).
+pub fn shown(value: &str) -> String {
+    const MAX: usize = 80;
+    if value.chars().count() <= MAX {
+        format!("{value:?}")
+    } else {
+        let head: String = value.chars().take(MAX).collect();
+        format!("{head:?}… ({} bytes)", value.len())
+    }
+}

@@ -1,0 +1,68 @@
+//! Rendering of command outputs: human text, or with `--json` exactly one JSON document.
+
+use serde::Serialize;
+use std::io::{self, BufWriter, IsTerminal, Write};
+
+/// A command's output: serialisable for `--json`, and with a human rendering.
+pub trait Render: Serialize + Sized {
+    /// Writes the human rendering. `tty` says whether stdout is a terminal.
+    fn text(self, w: &mut dyn Write, tty: bool) -> io::Result<()>;
+}
+
+/// Writes a command's output to stdout.
+pub fn emit<T: Render>(value: T, json: bool) -> io::Result<()> {
+    let stdout = io::stdout();
+    let tty = stdout.is_terminal();
+    let mut w = BufWriter::with_capacity(256 * 1024, stdout.lock());
+    if json {
+        serde_json::to_writer(&mut w, &value).map_err(io::Error::from)?;
+        w.write_all(b"\n")?;
+    } else {
+        value.text(&mut w, tty)?;
+    }
+    w.flush()
+}
+
+/// Shortens text for one cell or line of human output: first line only, at most `max` chars.
+pub fn one_line(text: &str, max: usize) -> String {
+    let first = text.lines().next().unwrap_or("");
+    let more = first.len() < text.trim_end().len();
+    if first.chars().count() > max {
+        let cut: String = first.chars().take(max.saturating_sub(1)).collect();
+        format!("{cut}…")
+    } else if more {
+        format!("{first} …")
+    } else {
+        first.to_string()
+    }
+}
+
+/// Writes rows as an aligned table with a header, for humans.
+pub fn table(w: &mut dyn Write, header: &[String], rows: &[Vec<String>]) -> io::Result<()> {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let line = |w: &mut dyn Write, cells: &[String]| -> io::Result<()> {
+        let mut out = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i > 0 {
+                out.push_str("  ");
+            }
+            out.push_str(cell);
+            if i + 1 < cells.len() {
+                out.extend(std::iter::repeat_n(' ', widths[i] - cell.chars().count()));
+            }
+        }
+        writeln!(w, "{out}")
+    };
+    line(w, header)?;
+    let rule: Vec<String> = widths.iter().map(|&n| "-".repeat(n)).collect();
+    line(w, &rule)?;
+    for row in rows {
+        line(w, row)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,90 @@
+//! Where runs live on disk: `<root>/.prose/runs/{id}/` with `state.db`, `program.prose` and
+//! `attachments/`. Backend-neutral: a run directory exists whatever store holds its state.
+
+use crate::error::{not_found, shown, usage};
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+
+pub const DB_FILE: &str = "state.db";
+pub const PROGRAM_FILE: &str = "program.prose";
+pub const ATTACHMENTS_DIR: &str = "attachments";
+
+/// The paths of one run.
+#[derive(Debug, Clone)]
+pub struct RunPaths {
+    pub id: String,
+    pub dir: PathBuf,
+    pub db: PathBuf,
+}
+
+impl RunPaths {
+    pub fn in_dir(dir: PathBuf) -> Self {
+        let id = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let db = dir.join(DB_FILE);
+        RunPaths { id, dir, db }
+    }
+}
+
+/// `<root>/.prose/runs`, written relative when the root is the current directory so that the
+/// paths prose-state prints are the ones the spec shows (`.prose/runs/{id}/state.db`).
+pub fn runs_dir(root: Option<&Path>) -> PathBuf {
+    match root {
+        Some(r) if r != Path::new(".") && r != Path::new("") => r.join(".prose").join("runs"),
+        _ => PathBuf::from(".prose").join("runs"),
+    }
+}
+
+/// Finds a run from what `--run` was given: a run id under the root, a run directory, or the
+/// path of a state.db (so a subagent handed `.prose/runs/ID/state.db` can pass it as it is).
+pub fn locate(root: Option<&Path>, run: Option<&str>) -> Result<RunPaths> {
+    let Some(run) = run else {
+        return Err(usage(
+            "no run given: pass --run RUN (a run id, a run directory or a state.db path) or set PROSE_RUN",
+        ));
+    };
+    if run.is_empty() {
+        return Err(usage("empty --run"));
+    }
+    let looks_like_path = run.contains('/') || run.contains('\\') || run.starts_with('.');
+    if !looks_like_path {
+        let dir = runs_dir(root).join(run);
+        if dir.join(DB_FILE).is_file() {
+            return Ok(RunPaths::in_dir(dir));
+        }
+    }
+    let path = Path::new(run);
+    if path.is_dir() {
+        let paths = RunPaths::in_dir(path.to_path_buf());
+        if paths.db.is_file() {
+            return Ok(paths);
+        }
+        return Err(not_found(format!(
+            "run directory has no {DB_FILE}: {}",
+            path.display()
+        )));
+    }
+    if path.is_file() {
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let id = if path.file_name().is_some_and(|n| n == DB_FILE) {
+            RunPaths::in_dir(dir.clone()).id
+        } else {
+            String::new()
+        };
+        return Ok(RunPaths {
+            id,
+            dir,
+            db: path.to_path_buf(),
+        });
+    }
+    Err(not_found(format!(
+        "run not found (no run with that id under {}, and no such directory or state.db): {}",
+        runs_dir(root).display(),
+        shown(run)
+    )))
+}

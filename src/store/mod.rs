@@ -1,0 +1,163 @@
+//! The only code that speaks SQL. Commands call a [`Store`] with typed values; each backend
+//! owns its connection settings, SQL text and row mapping.
+
+pub mod sqlite;
+
+use anyhow::Result;
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
+use std::path::Path;
+use std::time::Duration;
+
+/// How to open a store: settings that come from the command line or its environment.
+#[derive(Debug, Clone, Copy)]
+pub struct OpenOptions {
+    /// How long a writer waits for another writer's lock before giving up (exit 75).
+    pub busy_timeout: Duration,
+}
+
+/// The `run` row written by `init`.
+#[derive(Debug)]
+pub struct NewRun<'a> {
+    pub id: &'a str,
+    pub program_path: Option<&'a str>,
+    pub program_source: Option<&'a str>,
+    pub created_at: &'a str,
+}
+
+/// One binding to upsert by (name, scope).
+#[derive(Debug)]
+pub struct NewBinding<'a> {
+    pub name: &'a str,
+    pub execution_id: Option<i64>,
+    pub kind: &'a str,
+    /// The value itself, or for an attachment the summary that stands in for it.
+    pub value: &'a str,
+    pub source_statement: Option<&'a str>,
+    /// Relative to the run directory.
+    pub attachment_path: Option<&'a str>,
+    pub now: &'a str,
+}
+
+/// What a successful bind replaced.
+#[derive(Debug, Default)]
+pub struct BindOutcome {
+    /// The attachment the previous row of this (name, scope) pointed at, if it differs from
+    /// the new one: the caller may release it.
+    pub replaced_attachment: Option<String>,
+}
+
+/// One execution record to append.
+#[derive(Debug)]
+pub struct NewExecution<'a> {
+    pub statement_index: i64,
+    pub statement_text: &'a str,
+    pub status: &'a str,
+    pub started_at: Option<&'a str>,
+    pub completed_at: Option<&'a str>,
+    pub error_message: Option<&'a str>,
+    pub parent_id: Option<i64>,
+    pub metadata: Option<&'a str>,
+}
+
+/// A bindings row as stored. Rows written by raw SQL may hold NULLs anywhere and a value
+/// that is not valid UTF-8, so the value is kept as bytes.
+#[derive(Debug, Clone, Serialize)]
+pub struct BindingRow {
+    pub name: String,
+    pub execution_id: Option<i64>,
+    pub kind: Option<String>,
+    #[serde(serialize_with = "lossy_text")]
+    pub value: Option<Vec<u8>>,
+    pub source_statement: Option<String>,
+    pub created_at: Option<String>,
+    pub updated_at: Option<String>,
+    pub attachment_path: Option<String>,
+}
+
+fn lossy_text<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(bytes) => s.serialize_str(&String::from_utf8_lossy(bytes)),
+        None => s.serialize_none(),
+    }
+}
+
+/// Where a scope lookup found its binding.
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub row: BindingRow,
+    /// How many parent links above the starting execution the binding was found; `None`
+    /// when it was found in the root scope.
+    pub depth: Option<u64>,
+}
+
+/// The result of a read-only query: columns in order, and each row's values.
+#[derive(Debug)]
+pub struct QueryResult {
+    pub columns: Vec<String>,
+    pub rows: Vec<Vec<serde_json::Value>>,
+}
+
+impl Serialize for QueryResult {
+    /// A JSON array of objects whose keys keep the column order, as `sqlite3 -json` prints.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        struct Row<'a>(&'a [String], &'a [serde_json::Value]);
+        impl Serialize for Row<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut map = s.serialize_map(Some(self.0.len()))?;
+                for (k, v) in self.0.iter().zip(self.1) {
+                    map.serialize_entry(k, v)?;
+                }
+                map.end()
+            }
+        }
+        s.collect_seq(self.rows.iter().map(|r| Row(&self.columns, r)))
+    }
+}
+
+/// The operations every backend provides for one run.
+pub trait Store {
+    /// Upserts a binding by (name, scope) in one write transaction. Refuses to rebind a
+    /// `const` in the same scope. `publish` runs inside the transaction, after the checks and
+    /// before the row is written: it puts the attachment file in place, so that no committed
+    /// row ever points at a file that is missing or partial.
+    fn bind(
+        &mut self,
+        binding: &NewBinding,
+        publish: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<BindOutcome>;
+
+    /// Runs `remove` inside a write transaction if no binding references `attachment_path`
+    /// any more, so a concurrent bind cannot re-use the file while it is being removed.
+    fn release_attachment(
+        &mut self,
+        attachment_path: &str,
+        remove: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<bool>;
+
+    /// Whether an execution row with this id exists.
+    fn execution_exists(&mut self, id: i64) -> Result<bool>;
+
+    /// Resolves `name` through the scope chain starting at `execution_id` (nearest scope
+    /// first, root scope last), or in the root scope alone when it is `None`.
+    fn resolve(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<Found>>;
+
+    /// The scope chain from `execution_id` up to the topmost execution, nearest first.
+    fn scope_chain(&mut self, execution_id: i64) -> Result<Vec<i64>>;
+
+    /// Appends one execution record and returns its id.
+    fn append_execution(&mut self, record: &NewExecution) -> Result<i64>;
+
+    /// Runs one read-only SQL statement; a statement that would write is refused.
+    fn query_readonly(&mut self, sql: &str) -> Result<QueryResult>;
+}
+
+/// Creates the state database of a new run and writes its `run` row.
+pub fn create(db: &Path, run: &NewRun, opts: OpenOptions) -> Result<Box<dyn Store>> {
+    Ok(Box::new(sqlite::SqliteStore::create(db, run, opts)?))
+}
+
+/// Opens the state database of an existing run, upgrading an older schema forward.
+pub fn open(db: &Path, opts: OpenOptions) -> Result<Box<dyn Store>> {
+    Ok(Box::new(sqlite::SqliteStore::open(db, opts)?))
+}

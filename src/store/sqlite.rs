@@ -1,0 +1,562 @@
+//! The SQLite backend: one `state.db` per run, in WAL mode, shared by many processes.
+//!
+//! Every connection sets its busy timeout first, then `foreign_keys` and `synchronous = FULL`;
+//! the database is put in WAL mode when it is created or upgraded (the mode is persistent).
+//! Every write transaction begins IMMEDIATE, so a writer takes the lock before it reads and
+//! never fails half-way with a lock upgrade error.
+
+use super::{
+    BindOutcome, BindingRow, Found, NewBinding, NewExecution, NewRun, OpenOptions, QueryResult,
+    Store,
+};
+use crate::error::{busy, not_found, refused, shown, usage};
+use anyhow::{anyhow, Context, Result};
+use rusqlite::types::ValueRef;
+use rusqlite::{
+    params, Connection, ErrorCode, OpenFlags, OptionalExtension, Row, TransactionBehavior,
+};
+use std::path::{Path, PathBuf};
+
+/// The version stamped in `PRAGMA user_version` by this build. Older databases are upgraded
+/// forward on open; newer ones are refused untouched.
+pub const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = include_str!("../../schema/sqlite.sql");
+
+/// How far up a scope chain a lookup walks before it stops: a guard against a parent_id
+/// cycle written by raw SQL, far beyond any real nesting.
+const MAX_SCOPE_DEPTH: i64 = 1_000_000;
+
+pub struct SqliteStore {
+    conn: Connection,
+    path: PathBuf,
+    busy_ms: u128,
+}
+
+/// Maps a rusqlite error to the error the user sees: a lock held past the timeout becomes
+/// exit 75 with advice to retry; a file that is not SQLite says so.
+fn db_error(e: rusqlite::Error, path: &Path, busy_ms: u128) -> anyhow::Error {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => busy(format!(
+            "database is busy: another process held its write lock for more than {busy_ms} ms; retry the command: {}",
+            path.display()
+        )),
+        Some(ErrorCode::NotADatabase) => {
+            anyhow!("not a SQLite database: {}", path.display())
+        }
+        Some(ErrorCode::ReadOnly | ErrorCode::CannotOpen) => anyhow!(
+            "cannot write the state db ({e}); check that the run directory is writable: {}",
+            path.display()
+        ),
+        Some(ErrorCode::DiskFull) => anyhow!("disk full writing the state db: {}", path.display()),
+        _ => anyhow::Error::new(e).context(format!("state db: {}", path.display())),
+    }
+}
+
+impl SqliteStore {
+    fn err(&self) -> impl Fn(rusqlite::Error) -> anyhow::Error + '_ {
+        |e| db_error(e, &self.path, self.busy_ms)
+    }
+
+    fn connect(path: &Path, opts: OpenOptions, create: bool) -> Result<Self> {
+        let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        if create {
+            flags |= OpenFlags::SQLITE_OPEN_CREATE;
+        }
+        let busy_ms = opts.busy_timeout.as_millis();
+        let conn = Connection::open_with_flags(path, flags)
+            .map_err(|e| db_error(e, path, busy_ms))
+            .with_context(|| format!("could not open state db: {}", path.display()))?;
+        let store = SqliteStore {
+            conn,
+            path: path.to_path_buf(),
+            busy_ms,
+        };
+        // The busy timeout goes first: everything after it may meet a lock.
+        store
+            .conn
+            .busy_timeout(opts.busy_timeout)
+            .map_err(store.err())?;
+        store
+            .conn
+            .execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;")
+            .map_err(store.err())?;
+        Ok(store)
+    }
+
+    /// Creates a new state.db (the file must not exist) with the schema and the run row.
+    pub fn create(path: &Path, run: &NewRun, opts: OpenOptions) -> Result<Self> {
+        let mut store = Self::connect(path, opts, true)?;
+        store.set_wal()?;
+        let err = |e| db_error(e, path, store.busy_ms);
+        let tx = store
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        tx.execute_batch(SCHEMA).map_err(err)?;
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+            .map_err(err)?;
+        tx.execute(
+            "INSERT INTO run (id, program_path, program_source, started_at, updated_at, status, state_mode)
+             VALUES (?1, ?2, ?3, ?4, ?4, 'running', 'sqlite')",
+            params![run.id, run.program_path, run.program_source, run.created_at],
+        )
+        .map_err(err)?;
+        tx.commit().map_err(err)?;
+        Ok(store)
+    }
+
+    /// Opens an existing state.db. When its schema is current this costs one pragma read.
+    pub fn open(path: &Path, opts: OpenOptions) -> Result<Self> {
+        if !path.is_file() {
+            return Err(not_found(format!("state db not found: {}", path.display())));
+        }
+        let mut store = Self::connect(path, opts, false)?;
+        let version = store.user_version()?;
+        if version != SCHEMA_VERSION {
+            store.upgrade(version)?;
+        }
+        Ok(store)
+    }
+
+    fn user_version(&self) -> Result<i64> {
+        self.conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(self.err())
+    }
+
+    fn set_wal(&self) -> Result<()> {
+        let mode: String = self
+            .conn
+            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+            .map_err(self.err())?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(anyhow!(
+                "could not put the state db in WAL mode (it stayed {mode}): {}",
+                self.path.display()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Brings an older database up to SCHEMA_VERSION: missing tables, columns, indexes added;
+    /// nothing dropped or retyped, so user data, `x_*` tables and user-added columns stay.
+    fn upgrade(&mut self, seen: i64) -> Result<()> {
+        if seen > SCHEMA_VERSION {
+            return Err(refuse_newer(&self.path, seen));
+        }
+        // Checked before anything is written: an empty or foreign SQLite file is not a run.
+        let has_core: bool = self
+            .conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table'
+                                AND name IN ('run', 'execution', 'bindings'))",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(self.err())?;
+        if !has_core {
+            return Err(anyhow!(
+                "not a prose state db (it has no run, execution or bindings table): {}",
+                self.path.display()
+            ));
+        }
+        self.set_wal()?;
+
+        // The schema as it should be, to compare columns against.
+        let expected = Connection::open_in_memory()?;
+        expected.execute_batch(SCHEMA)?;
+        let mut wanted: Vec<(String, Vec<ColumnDef>)> = Vec::new();
+        {
+            let mut tables = expected.prepare(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+            )?;
+            let names: Vec<String> = tables
+                .query_map([], |r| r.get(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            for table in names {
+                let cols = columns(&expected, &table)?;
+                wanted.push((table, cols));
+            }
+        }
+
+        let path = self.path.clone();
+        let busy_ms = self.busy_ms;
+        let err = |e| db_error(e, &path, busy_ms);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        // Another process may have upgraded it while this one waited for the lock.
+        let version: i64 = tx
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(err)?;
+        if version == SCHEMA_VERSION {
+            return Ok(());
+        }
+        if version > SCHEMA_VERSION {
+            return Err(refuse_newer(&path, version));
+        }
+        for (table, cols) in &wanted {
+            let present = columns(&tx, table).map_err(err)?;
+            if present.is_empty() {
+                continue; // a missing table is created whole by the schema below
+            }
+            for col in cols {
+                if present
+                    .iter()
+                    .any(|p| p.name.eq_ignore_ascii_case(&col.name))
+                {
+                    continue;
+                }
+                // Identifiers come from the embedded schema, never from input. SQLite's
+                // ALTER TABLE cannot add a column with a non-constant default, NOT NULL
+                // without a default, or a key; such columns are added plain.
+                let mut ddl = format!("ALTER TABLE \"{table}\" ADD COLUMN \"{}\"", col.name);
+                if !col.decl_type.is_empty() {
+                    ddl.push(' ');
+                    ddl.push_str(&col.decl_type);
+                }
+                if let Some(default) = col.default.as_deref().filter(|d| is_constant(d)) {
+                    ddl.push_str(" DEFAULT ");
+                    ddl.push_str(default);
+                }
+                tx.execute_batch(&ddl)
+                    .map_err(err)
+                    .with_context(|| format!("could not add column {table}.{}", col.name))?;
+            }
+        }
+        tx.execute_batch(SCHEMA)
+            .map_err(err)
+            .context("could not upgrade the state db schema (was it changed by hand?)")?;
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+            .map_err(err)?;
+        tx.commit().map_err(err)?;
+        Ok(())
+    }
+}
+
+fn refuse_newer(path: &Path, version: i64) -> anyhow::Error {
+    refused(format!(
+        "state db has schema version {version}, newer than this prose-state supports ({SCHEMA_VERSION}); upgrade prose-state, the db was left unchanged: {}",
+        path.display()
+    ))
+}
+
+struct ColumnDef {
+    name: String,
+    decl_type: String,
+    default: Option<String>,
+}
+
+fn columns(conn: &Connection, table: &str) -> rusqlite::Result<Vec<ColumnDef>> {
+    let mut stmt = conn.prepare("SELECT name, type, dflt_value FROM pragma_table_info(?1)")?;
+    let rows = stmt.query_map([table], |r| {
+        Ok(ColumnDef {
+            name: r.get(0)?,
+            decl_type: r.get(1)?,
+            default: r.get(2)?,
+        })
+    })?;
+    rows.collect()
+}
+
+/// Whether a default may be given to ALTER TABLE ADD COLUMN: not a parenthesised expression
+/// and not CURRENT_TIME/DATE/TIMESTAMP.
+fn is_constant(default: &str) -> bool {
+    let d = default.trim();
+    !(d.starts_with('(') || d.to_ascii_uppercase().starts_with("CURRENT_"))
+}
+
+const BINDING_COLUMNS: &str = "b.name, b.execution_id, b.kind, b.value, b.source_statement, \
+                               b.created_at, b.updated_at, b.attachment_path";
+
+fn binding_row(r: &Row) -> rusqlite::Result<BindingRow> {
+    let value = match r.get_ref(3)? {
+        ValueRef::Null => None,
+        ValueRef::Integer(i) => Some(i.to_string().into_bytes()),
+        ValueRef::Real(f) => Some(f.to_string().into_bytes()),
+        ValueRef::Text(t) | ValueRef::Blob(t) => Some(t.to_vec()),
+    };
+    Ok(BindingRow {
+        name: r.get(0)?,
+        execution_id: r.get(1)?,
+        kind: r.get(2)?,
+        value,
+        source_statement: r.get(4)?,
+        created_at: r.get(5)?,
+        updated_at: r.get(6)?,
+        attachment_path: r.get(7)?,
+    })
+}
+
+fn json_value(v: ValueRef) -> serde_json::Value {
+    match v {
+        ValueRef::Null => serde_json::Value::Null,
+        ValueRef::Integer(i) => i.into(),
+        // JSON has no Inf or NaN.
+        ValueRef::Real(f) => serde_json::Number::from_f64(f)
+            .map(serde_json::Value::Number)
+            .unwrap_or(serde_json::Value::Null),
+        ValueRef::Text(t) | ValueRef::Blob(t) => String::from_utf8_lossy(t).into_owned().into(),
+    }
+}
+
+impl Store for SqliteStore {
+    fn bind(
+        &mut self,
+        b: &NewBinding,
+        publish: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<BindOutcome> {
+        let path = self.path.clone();
+        let busy_ms = self.busy_ms;
+        let err = |e| db_error(e, &path, busy_ms);
+        let scope_key = b.execution_id.unwrap_or(-1);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        let existing: Option<(Option<String>, Option<String>)> = tx
+            .query_row(
+                "SELECT kind, attachment_path FROM bindings
+                 WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2",
+                params![b.name, scope_key],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(err)?;
+        if let Some((Some(kind), _)) = &existing {
+            if kind == "const" {
+                let scope = match b.execution_id {
+                    Some(id) => format!("execution {id}"),
+                    None => "the root scope".to_string(),
+                };
+                return Err(refused(format!(
+                    "binding is const in {scope} and cannot be rebound: {}",
+                    shown(b.name)
+                )));
+            }
+        }
+        publish()?;
+        tx.execute(
+            "INSERT INTO bindings (name, execution_id, kind, value, source_statement,
+                                   attachment_path, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)
+             ON CONFLICT (name, IFNULL(execution_id, -1)) DO UPDATE SET
+                 kind = excluded.kind,
+                 value = excluded.value,
+                 source_statement = excluded.source_statement,
+                 attachment_path = excluded.attachment_path,
+                 updated_at = excluded.updated_at",
+            params![
+                b.name,
+                b.execution_id,
+                b.kind,
+                b.value,
+                b.source_statement,
+                b.attachment_path,
+                b.now
+            ],
+        )
+        .map_err(err)?;
+        tx.commit().map_err(err)?;
+        let replaced_attachment = existing
+            .and_then(|(_, old)| old)
+            .filter(|old| Some(old.as_str()) != b.attachment_path);
+        Ok(BindOutcome {
+            replaced_attachment,
+        })
+    }
+
+    fn release_attachment(
+        &mut self,
+        attachment_path: &str,
+        remove: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<bool> {
+        let path = self.path.clone();
+        let busy_ms = self.busy_ms;
+        let err = |e| db_error(e, &path, busy_ms);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        let referenced: bool = tx
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM bindings WHERE attachment_path = ?1)",
+                [attachment_path],
+                |r| r.get(0),
+            )
+            .map_err(err)?;
+        if !referenced {
+            remove()?;
+        }
+        tx.commit().map_err(err)?;
+        Ok(!referenced)
+    }
+
+    fn execution_exists(&mut self, id: i64) -> Result<bool> {
+        self.conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM execution WHERE id = ?1)",
+                [id],
+                |r| r.get(0),
+            )
+            .map_err(self.err())
+    }
+
+    // Scope resolution, part of the contract: the nearest scope wins. The chain starts at
+    // the given execution and follows parent_id upward; a binding whose execution_id is in
+    // the chain is taken from the smallest depth; the root scope (execution_id IS NULL) is
+    // searched last. The join uses the expression of the unique index, so each step of the
+    // chain is one index probe.
+    fn resolve(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<Found>> {
+        if let Some(start) = execution_id {
+            let sql = format!(
+                "WITH RECURSIVE chain(id, parent_id, depth) AS (
+                     SELECT id, parent_id, 0 FROM execution WHERE id = ?2
+                     UNION ALL
+                     SELECT e.id, e.parent_id, c.depth + 1
+                     FROM chain c JOIN execution e ON e.id = c.parent_id
+                     WHERE c.depth < ?3
+                 )
+                 SELECT {BINDING_COLUMNS}, c.depth
+                 FROM chain c JOIN bindings b
+                   ON b.name = ?1 AND IFNULL(b.execution_id, -1) = c.id
+                 ORDER BY c.depth
+                 LIMIT 1"
+            );
+            let found = self
+                .conn
+                .prepare_cached(&sql)
+                .and_then(|mut s| {
+                    s.query_row(params![name, start, MAX_SCOPE_DEPTH], |r| {
+                        Ok(Found {
+                            row: binding_row(r)?,
+                            depth: Some(r.get::<_, i64>(8)? as u64),
+                        })
+                    })
+                    .optional()
+                })
+                .map_err(self.err())?;
+            if found.is_some() {
+                return Ok(found);
+            }
+        }
+        let sql = format!(
+            "SELECT {BINDING_COLUMNS} FROM bindings b
+             WHERE b.name = ?1 AND IFNULL(b.execution_id, -1) = -1"
+        );
+        self.conn
+            .query_row(&sql, [name], |r| {
+                Ok(Found {
+                    row: binding_row(r)?,
+                    depth: None,
+                })
+            })
+            .optional()
+            .map_err(self.err())
+    }
+
+    fn scope_chain(&mut self, execution_id: i64) -> Result<Vec<i64>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "WITH RECURSIVE chain(id, parent_id, depth) AS (
+                     SELECT id, parent_id, 0 FROM execution WHERE id = ?1
+                     UNION ALL
+                     SELECT e.id, e.parent_id, c.depth + 1
+                     FROM chain c JOIN execution e ON e.id = c.parent_id
+                     WHERE c.depth < ?2
+                 )
+                 SELECT id FROM chain ORDER BY depth",
+            )
+            .map_err(self.err())?;
+        let ids = stmt
+            .query_map(params![execution_id, MAX_SCOPE_DEPTH], |r| r.get(0))
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<i64>>>())
+            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
+        Ok(ids)
+    }
+
+    fn append_execution(&mut self, rec: &NewExecution) -> Result<i64> {
+        let path = self.path.clone();
+        let busy_ms = self.busy_ms;
+        let err = |e| db_error(e, &path, busy_ms);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        if let Some(parent) = rec.parent_id {
+            let exists: bool = tx
+                .query_row(
+                    "SELECT EXISTS (SELECT 1 FROM execution WHERE id = ?1)",
+                    [parent],
+                    |r| r.get(0),
+                )
+                .map_err(err)?;
+            if !exists {
+                return Err(not_found(format!("parent execution not found: {parent}")));
+            }
+        }
+        tx.execute(
+            "INSERT INTO execution (statement_index, statement_text, status, started_at,
+                                    completed_at, error_message, parent_id, metadata)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                rec.statement_index,
+                rec.statement_text,
+                rec.status,
+                rec.started_at,
+                rec.completed_at,
+                rec.error_message,
+                rec.parent_id,
+                rec.metadata
+            ],
+        )
+        .map_err(err)?;
+        let id = tx.last_insert_rowid();
+        tx.commit().map_err(err)?;
+        Ok(id)
+    }
+
+    fn query_readonly(&mut self, sql: &str) -> Result<QueryResult> {
+        if sql.trim().is_empty() {
+            return Err(usage("empty query"));
+        }
+        // Two guards: the statement must be read-only, and the connection cannot write
+        // even if one slipped past (query_only makes SQLite refuse any change).
+        self.conn
+            .execute_batch("PRAGMA query_only = ON")
+            .map_err(self.err())?;
+        let mut stmt = self.conn.prepare(sql).map_err(|e| match e {
+            rusqlite::Error::MultipleStatement => usage("query takes exactly one SQL statement"),
+            rusqlite::Error::SqlInputError { msg, .. } => {
+                usage(format!("invalid SQL ({msg}): {}", shown(sql)))
+            }
+            other => db_error(other, &self.path, self.busy_ms),
+        })?;
+        if !stmt.readonly() {
+            return Err(refused(format!(
+                "query is read-only and this statement would write: {}",
+                shown(sql)
+            )));
+        }
+        let columns: Vec<String> = stmt.column_names().map(|c| c.to_string()).collect();
+        let n = columns.len();
+        let mut out = Vec::new();
+        let mut rows = stmt
+            .query([])
+            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
+        while let Some(row) = rows
+            .next()
+            .map_err(|e| db_error(e, &self.path, self.busy_ms))?
+        {
+            let mut values = Vec::with_capacity(n);
+            for i in 0..n {
+                values.push(json_value(row.get_ref(i)?));
+            }
+            out.push(values);
+        }
+        Ok(QueryResult { columns, rows: out })
+    }
+}
