@@ -86,7 +86,8 @@ pub struct BindArgs {
     pub file: Option<PathBuf>,
 
     /// Bind in this execution's scope (omitted: the root scope)
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, value_name = "N", allow_hyphen_values = true,
+          value_parser = clap::value_parser!(i64).range(1..))]
     pub execution_id: Option<i64>,
 
     /// What kind of binding this is; a const cannot be rebound in its scope
@@ -102,7 +103,7 @@ pub struct BindArgs {
     pub summary: Option<String>,
 
     /// Values longer than this many bytes go to attachments/ instead of the database
-    #[arg(long, value_name = "BYTES", default_value_t = 102_400,
+    #[arg(long, value_name = "BYTES", default_value_t = 102_400, allow_hyphen_values = true,
           value_parser = clap::value_parser!(u64).range(0..=268_435_456))]
     pub attach_over: u64,
 }
@@ -113,7 +114,8 @@ pub struct GetArgs {
     pub name: String,
 
     /// Start the lookup in this execution's scope and walk up to the root
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, value_name = "N", allow_hyphen_values = true,
+          value_parser = clap::value_parser!(i64).range(1..))]
     pub execution_id: Option<i64>,
 
     /// Print the scope chain walked and where the binding was found, not the value
@@ -124,7 +126,8 @@ pub struct GetArgs {
 #[derive(Debug, Args)]
 pub struct ExecAppendArgs {
     /// Statement index in the program
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(0..))]
+    #[arg(long, value_name = "N", allow_hyphen_values = true,
+          value_parser = clap::value_parser!(i64).range(0..))]
     pub index: i64,
 
     /// Statement text, e.g. 'session "Research AI safety"' or 'parallel:a'
@@ -136,7 +139,8 @@ pub struct ExecAppendArgs {
     pub status: Status,
 
     /// Id of the enclosing execution record (for nested blocks)
-    #[arg(long, value_name = "ID", value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, value_name = "ID", allow_hyphen_values = true,
+          value_parser = clap::value_parser!(i64).range(1..))]
     pub parent: Option<i64>,
 
     /// A JSON object, e.g. '{"parallel_id": "p1", "branch": "a"}'

@@ -59,6 +59,9 @@ pub fn run(args: &BindArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Bou
     }
 
     let mut input: Box<dyn Read> = match (&args.file, args.value.as_deref()) {
+        (Some(path), _) if path.is_dir() => {
+            return Err(usage(format!("--file is a directory: {}", path.display())))
+        }
         (Some(path), _) => Box::new(File::open(path).map_err(|e| match e.kind() {
             io::ErrorKind::NotFound => not_found(format!("--file not found: {}", path.display())),
             _ => anyhow::Error::new(e).context(format!("could not read --file {}", path.display())),

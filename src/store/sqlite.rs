@@ -11,6 +11,7 @@ use super::{
 };
 use crate::error::{busy, not_found, refused, shown, usage};
 use anyhow::{anyhow, Context, Result};
+use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use rusqlite::types::ValueRef;
 use rusqlite::{
     params, Connection, ErrorCode, OpenFlags, OptionalExtension, Row, TransactionBehavior,
@@ -523,14 +524,35 @@ impl Store for SqliteStore {
         if sql.trim().is_empty() {
             return Err(usage("empty query"));
         }
-        // Two guards: the statement must be read-only, and the connection cannot write
-        // even if one slipped past (query_only makes SQLite refuse any change).
+        // Three guards: an authorizer that lets a statement read and nothing else (it also
+        // stops ATTACH, which SQLite counts as read-only but which creates files); the
+        // statement must be read-only; and the connection cannot write even if one slipped
+        // past (query_only makes SQLite refuse any change).
         self.conn
             .execute_batch("PRAGMA query_only = ON")
             .map_err(self.err())?;
+        self.conn
+            .authorizer(Some(|ctx: AuthContext<'_>| match ctx.action {
+                AuthAction::Select
+                | AuthAction::Read { .. }
+                | AuthAction::Function { .. }
+                | AuthAction::Recursive
+                | AuthAction::Pragma { .. } => Authorization::Allow,
+                _ => Authorization::Deny,
+            }))
+            .map_err(self.err())?;
         let mut stmt = self.conn.prepare(sql).map_err(|e| match e {
+            e if e.sqlite_error_code() == Some(ErrorCode::AuthorizationForStatementDenied) => {
+                refused(format!(
+                    "query is read-only and this statement would write or attach: {}",
+                    shown(sql)
+                ))
+            }
             rusqlite::Error::MultipleStatement => usage("query takes exactly one SQL statement"),
             rusqlite::Error::SqlInputError { msg, .. } => {
+                usage(format!("invalid SQL ({msg}): {}", shown(sql)))
+            }
+            rusqlite::Error::SqliteFailure(f, Some(msg)) if f.code == ErrorCode::Unknown => {
                 usage(format!("invalid SQL ({msg}): {}", shown(sql)))
             }
             other => db_error(other, &self.path, self.busy_ms),

@@ -1,0 +1,226 @@
+use crate::common::*;
+
+struct Record {
+    index: i64,
+    text: String,
+    status: String,
+    started_at: Option<String>,
+    completed_at: Option<String>,
+    parent_id: Option<i64>,
+    metadata: Option<String>,
+    error: Option<String>,
+}
+
+#[test]
+fn appends_rows_and_never_updates() {
+    let p = Project::new();
+    let run = p.init();
+    let a = run
+        .cmd()
+        .args([
+            "exec-append",
+            "--index",
+            "5",
+            "--text",
+            "parallel:",
+            "--status",
+            "started",
+            "--metadata",
+            r#"{"parallel_id": "p1", "branches": ["a", "b", "c"]}"#,
+        ])
+        .assert()
+        .success();
+    let first: i64 = String::from_utf8(a.get_output().stdout.clone())
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let a = run
+        .cmd()
+        .args([
+            "--json",
+            "exec-append",
+            "--index",
+            "5",
+            "--text",
+            "parallel:a",
+            "--status",
+            "completed",
+            "--parent",
+            &first.to_string(),
+            "--metadata",
+            r#"{"parallel_id": "p1", "branch": "a"}"#,
+        ])
+        .assert()
+        .success();
+    let v = stdout_json(&a);
+    let second = v["id"].as_i64().unwrap();
+    assert_eq!(second, first + 1);
+    assert_eq!(v["status"], "completed");
+    assert_eq!(v["parent_id"], first);
+
+    run.cmd()
+        .args([
+            "exec-append",
+            "--index",
+            "15",
+            "--text",
+            "session \"Risky\"",
+            "--status",
+            "failed",
+        ])
+        .args(["--error", "Connection timeout after 30s"])
+        .assert()
+        .success();
+
+    let c = run.conn();
+    let rows: Vec<Record> = c
+        .prepare(
+            "SELECT id, statement_index, statement_text, status, started_at, completed_at,
+                    parent_id, metadata, error_message FROM execution ORDER BY id",
+        )
+        .unwrap()
+        .query_map([], |r| {
+            Ok(Record {
+                index: r.get(1)?,
+                text: r.get(2)?,
+                status: r.get(3)?,
+                started_at: r.get(4)?,
+                completed_at: r.get(5)?,
+                parent_id: r.get(6)?,
+                metadata: r.get(7)?,
+                error: r.get(8)?,
+            })
+        })
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(rows.len(), 3);
+    assert_eq!(
+        (
+            rows[0].index,
+            rows[0].text.as_str(),
+            rows[0].status.as_str()
+        ),
+        (5, "parallel:", "started")
+    );
+    // a beginning carries started_at, an ending completed_at
+    assert!(rows[0].started_at.is_some() && rows[0].completed_at.is_none());
+    assert!(rows[1].started_at.is_none() && rows[1].completed_at.is_some());
+    assert_eq!(rows[1].parent_id, Some(first));
+    assert_eq!(
+        rows[1].metadata.as_deref(),
+        Some(r#"{"parallel_id": "p1", "branch": "a"}"#)
+    );
+    assert_eq!(
+        rows[2].error.as_deref(),
+        Some("Connection timeout after 30s")
+    );
+    // timestamps have the exact form of datetime('now')
+    let ts = rows[0].started_at.as_deref().unwrap();
+    let same: bool = c
+        .query_row("SELECT datetime(?1) = ?1", [ts], |r| r.get(0))
+        .unwrap();
+    assert!(same, "{ts}");
+}
+
+#[test]
+fn every_status_of_the_append_only_vocabulary_is_accepted() {
+    let p = Project::new();
+    let run = p.init();
+    let statuses = [
+        "pending",
+        "executing",
+        "started",
+        "completed",
+        "failed",
+        "skipped",
+        "iteration",
+        "joined",
+        "exited",
+        "retry",
+    ];
+    for s in statuses {
+        run.exec(1, "x", s, None);
+    }
+    let n: i64 = run
+        .conn()
+        .query_row("SELECT COUNT(DISTINCT status) FROM execution", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(n, statuses.len() as i64);
+}
+
+#[test]
+fn bad_records_are_refused_and_nothing_is_written() {
+    let p = Project::new();
+    let run = p.init();
+    run.exec(1, "x", "executing", None);
+    let before = run.snapshot();
+    let cases: &[(&[&str], i32, &str)] = &[
+        (&["--status", "running"], 2, "--status"),
+        (
+            &["--status", "completed", "--metadata", "[1, 2]"],
+            2,
+            "JSON object",
+        ),
+        (
+            &["--status", "completed", "--metadata", "{broken"],
+            2,
+            "not JSON",
+        ),
+        (
+            &["--status", "completed", "--metadata", "\"str\""],
+            2,
+            "JSON object",
+        ),
+        (
+            &["--status", "completed", "--parent", "42"],
+            3,
+            "parent execution not found: 42",
+        ),
+        (&["--status", "completed", "--parent", "0"], 2, "--parent"),
+        (&["--status", "completed", "--parent", "-1"], 2, "--parent"),
+        (
+            &["--status", "completed", "--parent", "99999999999999999999"],
+            2,
+            "--parent",
+        ),
+    ];
+    for (extra, want, msg) in cases {
+        let a = run
+            .cmd()
+            .args(["exec-append", "--index", "2", "--text", "y"])
+            .args(*extra)
+            .assert()
+            .failure();
+        assert_eq!(code(&a), *want, "{extra:?}");
+        assert!(stderr(&a).contains(msg), "{extra:?}: {}", stderr(&a));
+        assert_eq!(stderr(&a).lines().count(), 1, "{}", stderr(&a));
+        assert_eq!(run.snapshot(), before);
+    }
+    for idx in ["-1", "x", "1e3", "99999999999999999999"] {
+        let a = run
+            .cmd()
+            .args([
+                "exec-append",
+                "--index",
+                idx,
+                "--text",
+                "y",
+                "--status",
+                "completed",
+            ])
+            .assert()
+            .failure();
+        assert_eq!(code(&a), 2, "{idx}");
+    }
+    let a = run
+        .cmd()
+        .args(["exec-append", "--text", "y", "--status", "completed"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 2);
+    assert_eq!(run.snapshot(), before);
+}

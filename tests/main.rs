@@ -1,0 +1,12 @@
+//! Integration tests: each drives the real binary, then checks the database itself.
+
+mod common;
+
+mod bad_input;
+mod bind_get;
+mod concurrency;
+mod exec_append;
+mod init;
+mod interop;
+mod query;
+mod schema;
