@@ -64,14 +64,14 @@ impl Render for Explained {
             } else if self.depth.is_some_and(|d| (depth as u64) > d) {
                 "not reached".to_string()
             } else {
-                "-".to_string()
+                "searched, absent".to_string()
             };
             writeln!(w, "  execution {id:<8} {mark}")?;
         }
         let root = match (self.scope, self.depth) {
             ("root", _) => format!("found ({kind})"),
             (_, Some(_)) => "not reached".to_string(),
-            _ => "-".to_string(),
+            _ => "searched, absent".to_string(),
         };
         writeln!(w, "  root               {root}")
     }
