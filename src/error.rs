@@ -65,3 +65,16 @@ pub fn shown(value: &str) -> String {
         format!("{head:?}… ({} bytes)", value.len())
     }
 }
+
+/// Shortens a message that echoes a huge argument (clap quotes values whole).
+pub fn clip(message: &str, max: usize) -> String {
+    if message.chars().count() <= max {
+        return message.to_string();
+    }
+    let head: String = message.chars().take(max / 2).collect();
+    let tail: String = {
+        let rev: Vec<char> = message.chars().rev().take(max / 4).collect();
+        rev.into_iter().rev().collect()
+    };
+    format!("{head}…{tail} ({} bytes)", message.len())
+}

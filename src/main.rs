@@ -72,6 +72,15 @@ fn broken_pipe(e: &anyhow::Error) -> bool {
     })
 }
 
+/// Writes the one-line error to stderr. Never panics: `eprintln!` would, if stderr cannot be
+/// written (a full disk under a redirect), and the exit code must still reach the caller.
+fn report(message: &str) {
+    use std::io::Write;
+    // Clipped, because a message may quote an argument of up to 128 KiB (a path, a name).
+    let message = error::clip(message, 500);
+    let _ = writeln!(io::stderr().lock(), "prose-state: error: {message}");
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -93,7 +102,7 @@ fn main() -> ExitCode {
                 .find(|l| !l.trim().is_empty())
                 .unwrap_or("invalid usage")
                 .trim_start_matches("error: ");
-            eprintln!("prose-state: error: {first} (see --help)");
+            report(&format!("{first} (see --help)"));
             return ExitCode::from(2);
         }
     };
@@ -101,8 +110,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            let message = format!("{e:#}").replace(['\n', '\r'], " ");
-            eprintln!("prose-state: error: {message}");
+            report(&format!("{e:#}").replace(['\n', '\r'], " "));
             ExitCode::from(exit_code(&e))
         }
     }

@@ -6,6 +6,7 @@ mod bad_input;
 mod bind_get;
 mod concurrency;
 mod exec_append;
+mod faults;
 mod init;
 mod interop;
 mod query;

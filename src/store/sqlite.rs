@@ -50,6 +50,11 @@ fn db_error(e: rusqlite::Error, path: &Path, busy_ms: u128) -> anyhow::Error {
             path.display()
         ),
         Some(ErrorCode::DiskFull) => anyhow!("disk full writing the state db: {}", path.display()),
+        // SQLite reports a full disk under its WAL index as a plain I/O error.
+        Some(ErrorCode::SystemIoFailure) => anyhow!(
+            "disk I/O error on the state db ({e}); is the disk full or failing?: {}",
+            path.display()
+        ),
         _ => anyhow::Error::new(e).context(format!("state db: {}", path.display())),
     }
 }
