@@ -1,0 +1,519 @@
+//! `cargo bench`: prose-state side by side with the raw `sqlite3` CLI doing the same work on a
+//! database of the same schema, in one run, on one machine. Prints a table of medians and
+//! ratios against the targets of issue 3. Needs the `sqlite3` CLI (`apt-get install sqlite3`).
+//!
+//! Environment:
+//! - `PROSE_BENCH_RESULTS=FILE` also writes the report (Markdown) to FILE;
+//! - `PROSE_BENCH_BIG_MB=N` sizes the large-value row (default 1024, i.e. 1 GiB).
+
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_prose-state");
+const SCHEMA: &str = include_str!("../schema/sqlite.sql");
+
+struct Row {
+    what: String,
+    ours: String,
+    raw: String,
+    ratio: String,
+    target: String,
+    met: String,
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// Runs a command to completion with output discarded; returns (wall time, success).
+fn timed(cmd: &mut Command) -> (Duration, bool) {
+    let start = Instant::now();
+    let status = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("spawn");
+    (start.elapsed(), status.success())
+}
+
+fn prose(root: &Path, run: &str) -> Command {
+    let mut c = Command::new(BIN);
+    c.current_dir(root)
+        .env_remove("PROSE_RUN")
+        .args(["--run", run]);
+    c
+}
+
+fn sqlite3(db: &Path, sql: &str, extra: &[&str]) -> Command {
+    let mut c = Command::new("sqlite3");
+    c.args(extra).arg(db).arg(sql);
+    c
+}
+
+fn init(root: &Path, id: &str) -> PathBuf {
+    let ok = Command::new(BIN)
+        .current_dir(root)
+        .args(["init", "--run-id", id])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "prose-state init failed");
+    root.join(".prose/runs").join(id).join("state.db")
+}
+
+/// A database made the raw way: the schema through the sqlite3 CLI, in the given journal mode.
+fn raw_db(path: &Path, wal: bool) {
+    let mut sql = String::new();
+    if wal {
+        sql.push_str("PRAGMA journal_mode=WAL;\n");
+    }
+    sql.push_str(SCHEMA);
+    let mut child = Command::new("sqlite3")
+        .arg(path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(sql.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+}
+
+fn ratio_row(what: &str, ours: Duration, raw: Duration, target: f64) -> Row {
+    let r = ours.as_secs_f64() / raw.as_secs_f64();
+    Row {
+        what: what.into(),
+        ours: ms(ours),
+        raw: ms(raw),
+        ratio: format!("{r:.2}"),
+        target: format!("ratio ≤ {target:.1}"),
+        met: if r <= target { "yes" } else { "no" }.into(),
+    }
+}
+
+/// Single-call latency: `calls` calls each, alternating the two tools so drift hits both.
+fn latency(root: &Path, calls: usize, rows: &mut Vec<Row>) {
+    let db = init(root, "lat");
+    let raw = init(root, "lat-raw"); // same schema, made by prose-state, written by sqlite3
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for i in 0..calls {
+        let value = format!("value {i}: it's a \"quoted\" result");
+        let (d, ok) = timed(prose(root, "lat").args(["bind", &format!("b{i}"), &value]));
+        assert!(ok);
+        ours.push(d);
+        let sql = format!(
+            "INSERT OR REPLACE INTO bindings (name, execution_id, kind, value, source_statement, updated_at) \
+             VALUES ('b{i}', NULL, 'let', '{}', NULL, datetime('now'))",
+            value.replace('\'', "''")
+        );
+        let (d, ok) = timed(&mut sqlite3(&raw, &sql, &[]));
+        assert!(ok);
+        theirs.push(d);
+    }
+    rows.push(ratio_row(
+        &format!("`bind` latency, median of {calls}"),
+        median(ours),
+        median(theirs),
+        1.0,
+    ));
+
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for i in 0..calls {
+        let (d, ok) = timed(prose(root, "lat").args(["get", &format!("b{i}")]));
+        assert!(ok);
+        ours.push(d);
+        let sql = format!("SELECT value FROM bindings WHERE name = 'b{i}'");
+        let (d, ok) = timed(&mut sqlite3(&raw, &sql, &["-json"]));
+        assert!(ok);
+        theirs.push(d);
+    }
+    rows.push(ratio_row(
+        &format!("`get` latency, median of {calls}"),
+        median(ours),
+        median(theirs),
+        1.0,
+    ));
+
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for i in 0..calls {
+        let (d, ok) = timed(prose(root, "lat").args([
+            "exec-append",
+            "--index",
+            &i.to_string(),
+            "--text",
+            "session \"Research\"",
+            "--status",
+            "completed",
+        ]));
+        assert!(ok);
+        ours.push(d);
+        let sql = format!(
+            "INSERT INTO execution (statement_index, statement_text, status, completed_at) \
+             VALUES ({i}, 'session \"Research\"', 'completed', datetime('now'))"
+        );
+        let (d, ok) = timed(&mut sqlite3(&raw, &sql, &[]));
+        assert!(ok);
+        theirs.push(d);
+    }
+    rows.push(ratio_row(
+        &format!("`exec-append` latency, median of {calls}"),
+        median(ours),
+        median(theirs),
+        1.0,
+    ));
+    let _ = db;
+}
+
+/// 16 processes × 50 binds at once; returns (failed writes, wall time).
+fn parallel(make: &(dyn Fn(usize, usize) -> Command + Sync)) -> (usize, Duration) {
+    let start = Instant::now();
+    let failed: usize = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..16)
+            .map(|w| s.spawn(move || (0..50).filter(|&i| !timed(&mut make(w, i)).1).count()))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    (failed, start.elapsed())
+}
+
+fn parallel_rows(root: &Path, rows: &mut Vec<Row>) {
+    let insert = |w: usize, i: usize| {
+        format!(
+            "INSERT OR REPLACE INTO bindings (name, execution_id, kind, value, source_statement, updated_at) \
+             VALUES ('w{w}_{i}', NULL, 'let', 'value of writer {w} bind {i}', NULL, datetime('now'))"
+        )
+    };
+    init(root, "par");
+    let (ours_failed, ours_wall) = parallel(&|w, i| {
+        let mut c = prose(root, "par");
+        c.args([
+            "bind",
+            &format!("w{w}_{i}"),
+            &format!("value of writer {w} bind {i}"),
+        ]);
+        c
+    });
+    let spec_db = root.join("spec.db");
+    raw_db(&spec_db, false);
+    let (spec_failed, spec_wall) = parallel(&|w, i| sqlite3(&spec_db, &insert(w, i), &[]));
+    let tuned_db = root.join("tuned.db");
+    raw_db(&tuned_db, true);
+    let (tuned_failed, tuned_wall) =
+        parallel(&|w, i| sqlite3(&tuned_db, &insert(w, i), &["-cmd", ".timeout 10000"]));
+
+    let r = ours_wall.as_secs_f64() / tuned_wall.as_secs_f64();
+    rows.push(Row {
+        what: "16 writers × 50 binds: failed writes".into(),
+        ours: format!("{ours_failed} / 800"),
+        raw: format!(
+            "as the spec uses it: {spec_failed} / 800; WAL + `.timeout 10000`: {tuned_failed} / 800"
+        ),
+        ratio: "".into(),
+        target: "0 failures".into(),
+        met: if ours_failed == 0 { "yes" } else { "no" }.into(),
+    });
+    rows.push(Row {
+        what: "16 writers × 50 binds: wall time".into(),
+        ours: ms(ours_wall),
+        raw: format!(
+            "as the spec uses it: {}; WAL + `.timeout 10000`: {}",
+            ms(spec_wall),
+            ms(tuned_wall)
+        ),
+        ratio: format!("{r:.2} (vs tuned)"),
+        target: "≤ tuned raw".into(),
+        met: if r <= 1.0 { "yes" } else { "no" }.into(),
+    });
+}
+
+fn deep_chain(root: &Path, depth: i64, calls: usize, rows: &mut Vec<Row>) {
+    let db = init(root, "deep");
+    // Build the chain directly (10,000 process spawns would measure nothing of interest).
+    let mut sql = String::from("BEGIN;\n");
+    for i in 1..=depth {
+        let parent = if i == 1 {
+            "NULL".to_string()
+        } else {
+            (i - 1).to_string()
+        };
+        writeln!(
+            sql,
+            "INSERT INTO execution (id, statement_index, statement_text, status, started_at, parent_id) \
+             VALUES ({i}, {i}, 'do recurse', 'executing', datetime('now'), {parent});"
+        )
+        .unwrap();
+    }
+    sql.push_str("INSERT INTO bindings (name, execution_id, kind, value) VALUES ('x', NULL, 'let', 'at the root');\nCOMMIT;\n");
+    let mut child = Command::new("sqlite3")
+        .arg(&db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(sql.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+
+    let spec_query = format!(
+        "WITH RECURSIVE scope_chain AS (SELECT id, parent_id FROM execution WHERE id = {depth} \
+         UNION ALL SELECT e.id, e.parent_id FROM execution e JOIN scope_chain s ON e.id = s.parent_id) \
+         SELECT b.value FROM bindings b LEFT JOIN scope_chain s ON b.execution_id = s.id \
+         WHERE b.name = 'x' AND (b.execution_id IN (SELECT id FROM scope_chain) OR b.execution_id IS NULL) \
+         ORDER BY CASE WHEN b.execution_id IS NULL THEN 1 ELSE 0 END, s.id DESC NULLS LAST LIMIT 1"
+    );
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for _ in 0..calls {
+        let (d, ok) =
+            timed(prose(root, "deep").args(["get", "x", "--execution-id", &depth.to_string()]));
+        assert!(ok);
+        ours.push(d);
+        let (d, ok) = timed(&mut sqlite3(&db, &spec_query, &["-json"]));
+        assert!(ok);
+        theirs.push(d);
+    }
+    let (ours, theirs) = (median(ours), median(theirs));
+    rows.push(Row {
+        what: format!("`get` through a scope chain {depth} deep, median of {calls}"),
+        ours: ms(ours),
+        raw: format!("{} (the spec's recursive query)", ms(theirs)),
+        ratio: format!("{:.2}", ours.as_secs_f64() / theirs.as_secs_f64()),
+        target: "≤ 20 ms".into(),
+        met: if ours <= Duration::from_millis(20) {
+            "yes"
+        } else {
+            "no"
+        }
+        .into(),
+    });
+}
+
+/// Spawns `cmd`, feeds it `feed_bytes` on stdin (if any) and drains its stdout; returns
+/// (wall time, peak resident KiB, exit success, stdout bytes).
+// The child is reaped by wait4, not Child::wait, to get its rusage.
+#[allow(clippy::zombie_processes)]
+fn measured(cmd: &mut Command, feed_bytes: u64) -> (Duration, u64, bool, u64) {
+    let start = Instant::now();
+    let mut child = cmd
+        .stdin(if feed_bytes > 0 {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let feeder = child.stdin.take().map(|mut stdin| {
+        std::thread::spawn(move || {
+            let chunk: Vec<u8> = (0..(1 << 20)).map(|i| b'a' + (i % 26) as u8).collect();
+            let mut left = feed_bytes;
+            while left > 0 {
+                let n = left.min(chunk.len() as u64) as usize;
+                if stdin.write_all(&chunk[..n]).is_err() {
+                    break;
+                }
+                left -= n as u64;
+            }
+        })
+    });
+    let mut out = child.stdout.take().unwrap();
+    let drain = std::thread::spawn(move || {
+        let mut buf = vec![0u8; 1 << 20];
+        let mut total = 0u64;
+        loop {
+            match out.read(&mut buf) {
+                Ok(0) | Err(_) => break total,
+                Ok(n) => total += n as u64,
+            }
+        }
+    });
+    let mut status = 0;
+    // SAFETY: rusage is plain old data; wait4 fills it for the child we spawned.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(rc, pid, "wait4");
+    if let Some(f) = feeder {
+        let _ = f.join();
+    }
+    let bytes = drain.join().unwrap();
+    let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    (start.elapsed(), usage.ru_maxrss as u64, ok, bytes)
+}
+
+fn big_value(root: &Path, mb: u64, rows: &mut Vec<Row>) {
+    let bytes = mb << 20;
+    init(root, "big");
+    let (d_bind, rss_bind, ok, _) = measured(prose(root, "big").args(["bind", "big"]), bytes);
+    assert!(ok, "bind of the large value failed");
+    let (d_get, rss_get, ok, got) = measured(prose(root, "big").args(["get", "big"]), 0);
+    assert!(ok && got == bytes, "get returned {got} of {bytes} bytes");
+
+    // The raw CLI cannot take a value this size in the SQL text (one argument is capped at
+    // 128 KiB); its nearest way is readfile() of a file holding it.
+    let file = root.join("big.bin");
+    {
+        let mut f = std::fs::File::create(&file).unwrap();
+        let chunk: Vec<u8> = (0..(1 << 20)).map(|i| b'a' + (i % 26) as u8).collect();
+        for _ in 0..mb {
+            f.write_all(&chunk).unwrap();
+        }
+    }
+    let raw = init(root, "big-raw");
+    let sql = format!(
+        "INSERT INTO bindings (name, kind, value) VALUES ('big', 'let', CAST(readfile('{}') AS TEXT))",
+        file.display()
+    );
+    let (d_raw, rss_raw, ok_raw, _) = measured(&mut sqlite3(&raw, &sql, &[]), 0);
+    let raw_bind = if ok_raw {
+        format!(
+            "{:.0} MB/s, peak {} MiB",
+            bytes as f64 / 1e6 / d_raw.as_secs_f64(),
+            rss_raw / 1024
+        )
+    } else {
+        format!(
+            "fails (string or blob too big), peak {} MiB",
+            rss_raw / 1024
+        )
+    };
+    let (d_raw_get, rss_raw_get, ok_raw_get, _) = if ok_raw {
+        measured(
+            &mut sqlite3(&raw, "SELECT value FROM bindings WHERE name = 'big'", &[]),
+            0,
+        )
+    } else {
+        (Duration::ZERO, 0, false, 0)
+    };
+    let raw_get = if ok_raw_get {
+        format!(
+            "{:.0} MB/s, peak {} MiB",
+            bytes as f64 / 1e6 / d_raw_get.as_secs_f64(),
+            rss_raw_get / 1024
+        )
+    } else {
+        "n/a (nothing stored)".to_string()
+    };
+    let _ = std::fs::remove_file(&file);
+    for (what, d, rss, raw) in [
+        ("`bind` of the value from stdin", d_bind, rss_bind, raw_bind),
+        ("`get` of it to stdout", d_get, rss_get, raw_get),
+    ] {
+        rows.push(Row {
+            what: format!("{what} ({mb} MiB)"),
+            ours: format!(
+                "{:.0} MB/s, peak {:.1} MiB",
+                bytes as f64 / 1e6 / d.as_secs_f64(),
+                rss as f64 / 1024.0
+            ),
+            raw,
+            ratio: "".into(),
+            target: "peak ≤ 32 MiB".into(),
+            met: if rss <= 32 * 1024 { "yes" } else { "no" }.into(),
+        });
+    }
+}
+
+fn first_line(cmd: &str, args: &[&str]) -> String {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .ok()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string()
+        })
+        .unwrap_or_default()
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return; // `cargo bench -- --list` and test discovery: nothing to list
+    }
+    if Command::new("sqlite3").arg("-version").output().is_err() {
+        eprintln!(
+            "the benchmark compares against the sqlite3 CLI: install it (apt-get install sqlite3)"
+        );
+        std::process::exit(1);
+    }
+    let big_mb: u64 = std::env::var("PROSE_BENCH_BIG_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1024);
+    let dir = tempfile::Builder::new()
+        .prefix("prose-bench")
+        .tempdir()
+        .unwrap();
+    let root = dir.path();
+    let mut rows = Vec::new();
+    eprintln!("latency…");
+    latency(root, 200, &mut rows);
+    eprintln!("parallel writers…");
+    parallel_rows(root, &mut rows);
+    eprintln!("deep scope chain…");
+    deep_chain(root, 10_000, 100, &mut rows);
+    eprintln!("large value ({big_mb} MiB)…");
+    big_value(root, big_mb, &mut rows);
+
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let mut report = String::new();
+    writeln!(report, "# prose-state vs raw sqlite3\n").unwrap();
+    writeln!(
+        report,
+        "- date: {}\n- machine: {cpu}, {cores} cores, {}\n- sqlite3 CLI: {}\n- prose-state: {} (release build)\n- command: `cargo bench`\n",
+        chrono::Utc::now().format("%Y-%m-%d %H:%M UTC"),
+        first_line("uname", &["-srm"]),
+        first_line("sqlite3", &["-version"]).split_whitespace().next().unwrap_or(""),
+        env!("CARGO_PKG_VERSION"),
+    )
+    .unwrap();
+    writeln!(
+        report,
+        "| benchmark | prose-state | raw sqlite3 | ratio | target | met |"
+    )
+    .unwrap();
+    writeln!(report, "|---|---|---|---|---|---|").unwrap();
+    for r in &rows {
+        writeln!(
+            report,
+            "| {} | {} | {} | {} | {} | {} |",
+            r.what, r.ours, r.raw, r.ratio, r.target, r.met
+        )
+        .unwrap();
+    }
+    print!("{report}");
+    if let Ok(path) = std::env::var("PROSE_BENCH_RESULTS") {
+        std::fs::write(&path, &report).unwrap();
+        eprintln!("written to {path}");
+    }
+}
