@@ -6,6 +6,7 @@
 --     same key is a UNIQUE index on the expression, which `INSERT OR REPLACE` and
 --     `ON CONFLICT (name, IFNULL(execution_id, -1))` both honour.
 --   * an index on execution(parent_id) for walking scopes downward and listing children.
+--   * (schema 2) the gate audit log is hash-chained and append-only by trigger.
 --
 -- Every statement is idempotent (IF NOT EXISTS): the same text creates a new database and
 -- completes an older one during the forward upgrade (see src/store/sqlite.rs). Columns are
@@ -101,7 +102,19 @@ CREATE TABLE IF NOT EXISTS gate_audit_log (
     principal TEXT,
     comment TEXT,
     timestamp TEXT DEFAULT (datetime('now')),
-    metadata TEXT
+    metadata TEXT,
+    prev_hash TEXT,  -- the previous row's hash (schema 2)
+    hash TEXT        -- sha256 over this row's content and prev_hash (schema 2)
 );
 CREATE INDEX IF NOT EXISTS idx_gate_audit_gate ON gate_audit_log(gate_id);
 CREATE INDEX IF NOT EXISTS idx_gate_audit_run ON gate_audit_log(run_id);
+
+-- The audit log is append-only in fact, not only by convention (schema 2).
+CREATE TRIGGER IF NOT EXISTS gate_audit_log_no_update BEFORE UPDATE ON gate_audit_log
+BEGIN
+    SELECT RAISE(ABORT, 'gate_audit_log is append-only: UPDATE refused');
+END;
+CREATE TRIGGER IF NOT EXISTS gate_audit_log_no_delete BEFORE DELETE ON gate_audit_log
+BEGIN
+    SELECT RAISE(ABORT, 'gate_audit_log is append-only: DELETE refused');
+END;

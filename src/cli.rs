@@ -60,6 +60,13 @@ pub enum Command {
     ExecAppend(ExecAppendArgs),
     /// Run one read-only SQL statement and print the rows (JSON like `sqlite3 -json`)
     Query(QueryArgs),
+    /// Approval gates: list the pending ones (of every run by default), or create, show,
+    /// wait for, audit and verify them
+    Gates(GatesArgs),
+    /// Approve a pending gate (`--reject --reason` rejects it instead)
+    Approve(ApproveArgs),
+    /// Reject a pending gate, with a reason
+    Reject(RejectArgs),
 }
 
 #[derive(Debug, Args)]
@@ -181,4 +188,175 @@ pub enum Status {
     Joined,
     Exited,
     Retry,
+}
+
+/// Who is acting: `--as NAME`, else PROSE_PRINCIPAL, else the login name.
+#[derive(Debug, Args)]
+pub struct PrincipalArg {
+    /// Act as this principal (default: PROSE_PRINCIPAL, else the login name)
+    #[arg(long = "as", env = "PROSE_PRINCIPAL", value_name = "PRINCIPAL")]
+    pub principal: Option<String>,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct GatesArgs {
+    #[command(subcommand)]
+    pub command: Option<GatesCommand>,
+
+    #[command(flatten)]
+    pub list: GatesListArgs,
+}
+
+/// Listing options (`prose-state gates` with no subcommand).
+#[derive(Debug, Args)]
+pub struct GatesListArgs {
+    /// Which gates to list
+    #[arg(long, value_enum, default_value_t = GateStatus::Pending)]
+    pub status: GateStatus,
+
+    /// Only pending gates whose deadline falls within this long from now (e.g. 1h)
+    #[arg(long, value_name = "DUR")]
+    pub expiring: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GateStatus {
+    Pending,
+    Approved,
+    Rejected,
+    Timeout,
+    All,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GatesCommand {
+    /// Create a pending gate in the run (--run), with its audit event and execution record
+    Create(GateCreateArgs),
+    /// Show a gate in full with its audit history (logs a `viewed` event)
+    Show(GateShowArgs),
+    /// Block until a gate is decided or times out; exit 0 approved, 5 rejected, 6 timed out,
+    /// 7 still pending when the wait ran out
+    Wait(GateWaitArgs),
+    /// Print the audit trail (of every run unless --run is given)
+    Audit(GateAuditArgs),
+    /// Recompute the audit log's hash chain; exit 0 intact, 1 broken
+    Verify,
+}
+
+#[derive(Debug, Args)]
+pub struct GateCreateArgs {
+    /// Gate id, unique within the run (the language's `approve GATE_ID:`)
+    pub gate_id: String,
+
+    /// The prompt shown to whoever decides
+    #[arg(long, value_name = "TEXT")]
+    pub prompt: String,
+
+    /// Principals who may decide, comma-separated; `user` admits anyone not `agent:...`
+    #[arg(
+        long,
+        value_name = "P,P",
+        value_delimiter = ',',
+        default_value = "user"
+    )]
+    pub allow: Vec<String>,
+
+    /// Deadline from now: 30s, 30m, 4h, 7d, 2h30m, 1d12h; past it the gate times out
+    #[arg(long, value_name = "DUR")]
+    pub timeout: Option<String>,
+
+    /// What the program does on rejection or timeout, stored as given: throw ["msg"],
+    /// retry [label], continue, session "prompt", or a bare string (throw)
+    #[arg(long, value_name = "ACTION")]
+    pub on_reject: Option<String>,
+
+    /// The enclosing execution: parent of the `approve GATE_ID:` record appended
+    #[arg(long, value_name = "N", allow_hyphen_values = true,
+          value_parser = clap::value_parser!(i64).range(1..))]
+    pub execution_id: Option<i64>,
+
+    /// Statement index of the `approve` statement, for the appended record
+    #[arg(long, value_name = "N", allow_hyphen_values = true,
+          value_parser = clap::value_parser!(i64).range(0..))]
+    pub index: Option<i64>,
+
+    /// A JSON object of additional data
+    #[arg(long, value_name = "JSON")]
+    pub metadata: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct GateShowArgs {
+    /// The run: id, directory or state.db path
+    pub run: String,
+    /// Gate id
+    pub gate: String,
+    #[command(flatten)]
+    pub principal: PrincipalArg,
+}
+
+#[derive(Debug, Args)]
+pub struct GateWaitArgs {
+    /// The run: id, directory or state.db path
+    pub run: String,
+    /// Gate id
+    pub gate: String,
+    /// Stop waiting after this long (default: until the gate is decided or times out)
+    #[arg(long, value_name = "DUR")]
+    pub timeout: Option<String>,
+    /// How often to look
+    #[arg(long, value_name = "DUR", default_value = "1s")]
+    pub poll: String,
+}
+
+#[derive(Debug, Args)]
+pub struct GateAuditArgs {
+    /// Only this gate's events
+    #[arg(long, value_name = "GATE")]
+    pub gate: Option<String>,
+    /// Only this principal's events
+    #[arg(long, value_name = "PRINCIPAL")]
+    pub principal: Option<String>,
+    /// Only events within this long before now (e.g. 24h)
+    #[arg(long, value_name = "DUR")]
+    pub since: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ApproveArgs {
+    /// The run: id, directory or state.db path
+    pub run: String,
+    /// Gate id
+    pub gate: String,
+    /// A comment recorded with the approval
+    #[arg(long, value_name = "TEXT")]
+    pub comment: Option<String>,
+    /// Reject instead (the spec's `prose approve RUN GATE --reject --reason ...`)
+    #[arg(long, requires = "reason")]
+    pub reject: bool,
+    /// Why the gate is rejected (with --reject)
+    #[arg(long, value_name = "TEXT", requires = "reject")]
+    pub reason: Option<String>,
+    /// Decide without asking (required when stdin is not a terminal)
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    #[command(flatten)]
+    pub principal: PrincipalArg,
+}
+
+#[derive(Debug, Args)]
+pub struct RejectArgs {
+    /// The run: id, directory or state.db path
+    pub run: String,
+    /// Gate id
+    pub gate: String,
+    /// Why the gate is rejected (required)
+    #[arg(long, value_name = "TEXT")]
+    pub reason: String,
+    /// Decide without asking (required when stdin is not a terminal)
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    #[command(flatten)]
+    pub principal: PrincipalArg,
 }

@@ -11,9 +11,9 @@ mod store;
 
 use anyhow::Result;
 use clap::Parser;
-use cli::{Cli, Command, Global};
+use cli::{Cli, Command, GatesCommand, Global};
 use output::emit;
-use std::io;
+use std::io::{self, IsTerminal};
 use std::process::ExitCode;
 use std::time::Duration;
 use store::{OpenOptions, Store};
@@ -30,11 +30,56 @@ fn options(g: &Global) -> OpenOptions {
     }
 }
 
-fn dispatch(cli: Cli) -> Result<()> {
+/// The principal acting: `--as`/PROSE_PRINCIPAL, else the login name.
+fn principal(arg: &cli::PrincipalArg) -> String {
+    arg.principal
+        .clone()
+        .or_else(|| std::env::var("USER").ok())
+        .or_else(|| std::env::var("LOGNAME").ok())
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// Shows a gate's prompt on the terminal and asks for a yes.
+fn confirm_on_terminal(gate: &store::GateRow, action: &str) -> Result<bool> {
+    use std::io::{BufRead, Write};
+    let mut err = io::stderr().lock();
+    writeln!(
+        err,
+        "Gate {} (run {}):",
+        gate.id,
+        gate.run_id.as_deref().unwrap_or("-")
+    )?;
+    for line in gate.prompt.lines() {
+        writeln!(err, "  {line}")?;
+    }
+    if let Some(at) = &gate.timeout_at {
+        writeln!(err, "Deadline: {at} UTC")?;
+    }
+    write!(err, "{action} this gate? [y/N] ")?;
+    err.flush()?;
+    let mut answer = String::new();
+    io::stdin().lock().read_line(&mut answer)?;
+    Ok(matches!(
+        answer.trim().to_ascii_lowercase().as_str(),
+        "y" | "yes"
+    ))
+}
+
+fn dispatch(cli: Cli) -> Result<u8> {
     let g = &cli.global;
     let json = g.json;
+    let opts = options(g);
+    let open = |paths: &run::RunPaths| store::open(&paths.db, opts);
+    // The runs a cross-run command visits: the one given, or every run under the root.
+    let runs = || -> Result<Vec<run::RunPaths>> {
+        match &g.run {
+            Some(r) => Ok(vec![run::locate(g.root.as_deref(), Some(r))?]),
+            None => run::all_runs(g.root.as_deref()),
+        }
+    };
     match &cli.command {
-        Command::Init(args) => emit(cmd::init::run(args, g.root.as_deref(), options(g))?, json)?,
+        Command::Init(args) => emit(cmd::init::run(args, g.root.as_deref(), opts)?, json)?,
         Command::Bind(args) => {
             let (paths, mut store) = open_run(g)?;
             emit(cmd::bind::run(args, &paths, store.as_mut())?, json)?
@@ -55,7 +100,77 @@ fn dispatch(cli: Cli) -> Result<()> {
             let (_, mut store) = open_run(g)?;
             emit(cmd::query::run(args, store.as_mut())?, json)?
         }
+        Command::Gates(args) => match &args.command {
+            None => emit(cmd::gates::list(&args.list, &runs()?, &open)?, json)?,
+            Some(GatesCommand::Create(a)) => {
+                let (_, mut store) = open_run(g)?;
+                emit(cmd::gates::create(a, store.as_mut())?, json)?
+            }
+            Some(GatesCommand::Show(a)) => {
+                let paths = run::locate(g.root.as_deref(), Some(&a.run))?;
+                let mut store = open(&paths)?;
+                let viewer = principal(&a.principal);
+                cmd::decide::check_principal(&viewer)?;
+                emit(cmd::gates::show(&a.gate, &viewer, store.as_mut())?, json)?
+            }
+            Some(GatesCommand::Wait(a)) => {
+                let paths = run::locate(g.root.as_deref(), Some(&a.run))?;
+                let mut store = open(&paths)?;
+                let waited = cmd::gates::wait(a, store.as_mut())?;
+                let code = waited.exit_code();
+                emit(waited, json)?;
+                return Ok(code);
+            }
+            Some(GatesCommand::Audit(a)) => emit(cmd::gates::audit(a, &runs()?, &open)?, json)?,
+            Some(GatesCommand::Verify) => {
+                let verified = cmd::gates::verify(&runs()?, &open)?;
+                let code = verified.exit_code();
+                emit(verified, json)?;
+                return Ok(code);
+            }
+        },
+        Command::Approve(a) => {
+            let who = principal(&a.principal);
+            let request = cmd::decide::DecideRequest {
+                gate: &a.gate,
+                approve: !a.reject,
+                principal: &who,
+                comment: if a.reject {
+                    a.reason.as_deref()
+                } else {
+                    a.comment.as_deref()
+                },
+                yes: a.yes,
+                interactive: io::stdin().is_terminal(),
+            };
+            decide(g, &a.run, &request, json)?
+        }
+        Command::Reject(a) => {
+            let who = principal(&a.principal);
+            let request = cmd::decide::DecideRequest {
+                gate: &a.gate,
+                approve: false,
+                principal: &who,
+                comment: Some(&a.reason),
+                yes: a.yes,
+                interactive: io::stdin().is_terminal(),
+            };
+            decide(g, &a.run, &request, json)?
+        }
     }
+    Ok(0)
+}
+
+fn decide(
+    g: &Global,
+    run_arg: &str,
+    request: &cmd::decide::DecideRequest,
+    json: bool,
+) -> Result<()> {
+    let paths = run::locate(g.root.as_deref(), Some(run_arg))?;
+    let mut store = store::open(&paths.db, options(g))?;
+    let made = cmd::decide::run(request, store.as_mut(), &mut confirm_on_terminal)?;
+    emit(made, json)?;
     Ok(())
 }
 
@@ -107,7 +222,7 @@ fn main() -> ExitCode {
         }
     };
     match dispatch(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             report(&format!("{e:#}").replace(['\n', '\r'], " "));

@@ -190,3 +190,150 @@ mod tests {
         }
     }
 }
+
+/// Parses a gate duration: a positive number of `d`, `h`, `m`, `s` units in descending order,
+/// each at most once (`30s`, `4h`, `7d`, `2h30m`, `1d12h`). Returns seconds. Zero, negative,
+/// unitless, repeated or out-of-order units, and anything beyond 100 years are refused.
+pub fn parse_duration(text: &str) -> Result<i64> {
+    const MAX_SECONDS: i64 = 100 * 365 * 86_400;
+    let bad = |why: &str| {
+        Err(usage(format!(
+            "invalid duration ({why}; use e.g. 30s, 30m, 4h, 7d, 2h30m): {}",
+            shown(text)
+        )))
+    };
+    if text.is_empty() {
+        return bad("empty");
+    }
+    let units = [('d', 86_400i64), ('h', 3_600), ('m', 60), ('s', 1)];
+    let mut total: i64 = 0;
+    let mut next_unit = 0; // index into units: each unit must come after the previous one
+    let mut digits = String::new();
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        let Some(pos) = units.iter().position(|(u, _)| *u == c) else {
+            return bad(&format!("unknown unit {c:?}"));
+        };
+        if digits.is_empty() {
+            return bad("a unit without a number");
+        }
+        if pos < next_unit {
+            return bad("units must be in the order d, h, m, s, each at most once");
+        }
+        let n: i64 = match digits.parse() {
+            Ok(n) => n,
+            Err(_) => return bad("too large"),
+        };
+        total = match n
+            .checked_mul(units[pos].1)
+            .and_then(|v| total.checked_add(v))
+        {
+            Some(t) if t <= MAX_SECONDS => t,
+            _ => return bad("longer than 100 years"),
+        };
+        next_unit = pos + 1;
+        digits.clear();
+    }
+    if !digits.is_empty() {
+        return bad("a number without a unit");
+    }
+    if total == 0 {
+        return bad("zero");
+    }
+    Ok(total)
+}
+
+/// Checks a gate id: the same rules as a binding name (it names a gate in the language).
+pub fn check_gate_id(id: &str) -> Result<()> {
+    check_name(id).map_err(|_| {
+        usage(format!(
+            "invalid gate id (a letter or _ first, then letters, digits, _ . -): {}",
+            shown(id)
+        ))
+    })
+}
+
+/// Whether `principal` may decide a gate whose allow list is `allow`. `user` admits any
+/// principal that is not an agent (`agent:...`): agents inside a run must not approve their
+/// own gates. Other entries match exactly.
+pub fn principal_allowed(allow: &[String], principal: &str) -> bool {
+    allow
+        .iter()
+        .any(|a| a == principal || (a == "user" && !principal.starts_with("agent:")))
+}
+
+/// `sha256:` and the hex digest of `text`.
+pub fn sha256_tag(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    format!("sha256:{}", hex(&Sha256::digest(text.as_bytes())))
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+/// A timestamp `seconds` from now, in the same text form as [`now`].
+pub fn now_plus(seconds: i64) -> String {
+    (chrono::Utc::now() + chrono::Duration::seconds(seconds))
+        .format("%Y-%m-%d %H:%M:%S")
+        .to_string()
+}
+
+#[cfg(test)]
+mod duration_tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        for (t, s) in [
+            ("30s", 30),
+            ("30m", 1800),
+            ("4h", 14400),
+            ("7d", 604800),
+            ("2h30m", 9000),
+            ("1d12h", 129600),
+            ("1d2h3m4s", 93784),
+        ] {
+            assert_eq!(parse_duration(t).unwrap(), s, "{t}");
+        }
+        for bad in [
+            "",
+            "0",
+            "0s",
+            "-1h",
+            "4x",
+            "h",
+            "30",
+            "1h2d",
+            "1h1h",
+            "99999999999999999999d",
+            "36501d",
+            " 1h",
+            "1h ",
+            "1.5h",
+            "+1h",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn allow() {
+        let user = vec!["user".to_string()];
+        assert!(principal_allowed(&user, "raymond"));
+        assert!(!principal_allowed(&user, "agent:captain"));
+        let ops = vec!["ops-team".to_string(), "agent:deployer".to_string()];
+        assert!(principal_allowed(&ops, "ops-team"));
+        assert!(principal_allowed(&ops, "agent:deployer"));
+        assert!(!principal_allowed(&ops, "raymond"));
+    }
+}

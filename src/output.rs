@@ -7,10 +7,18 @@ use std::io::{self, BufWriter, IsTerminal, Write};
 pub trait Render: Serialize + Sized {
     /// Writes the human rendering. `tty` says whether stdout is a terminal.
     fn text(self, w: &mut dyn Write, tty: bool) -> io::Result<()>;
+
+    /// Diagnostics to print on stderr (say, runs that could not be read while listing).
+    fn warnings(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// Writes a command's output to stdout.
 pub fn emit<T: Render>(value: T, json: bool) -> io::Result<()> {
+    for w in value.warnings() {
+        let _ = writeln!(io::stderr().lock(), "prose-state: warning: {w}");
+    }
     let stdout = io::stdout();
     let tty = stdout.is_terminal();
     let mut w = BufWriter::with_capacity(256 * 1024, stdout.lock());
@@ -65,4 +73,18 @@ pub fn table(w: &mut dyn Write, header: &[String], rows: &[Vec<String>]) -> io::
         line(w, row)?;
     }
     Ok(())
+}
+
+/// Seconds as a short human duration: `45s`, `12m`, `3h12m`, `2d4h`.
+pub fn human_duration(secs: i64) -> String {
+    let s = secs.max(0);
+    let (d, h, m) = (s / 86_400, s % 86_400 / 3_600, s % 3_600 / 60);
+    match (d, h, m) {
+        (0, 0, 0) => format!("{s}s"),
+        (0, 0, m) => format!("{m}m"),
+        (0, h, 0) => format!("{h}h"),
+        (0, h, m) => format!("{h}h{m}m"),
+        (d, 0, _) => format!("{d}d"),
+        (d, h, _) => format!("{d}d{h}h"),
+    }
 }

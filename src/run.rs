@@ -88,3 +88,25 @@ pub fn locate(root: Option<&Path>, run: Option<&str>) -> Result<RunPaths> {
         shown(run)
     )))
 }
+
+/// Every run under the root that has a state.db, oldest id first (ids sort by time).
+pub fn all_runs(root: Option<&Path>) -> Result<Vec<RunPaths>> {
+    let dir = runs_dir(root);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(
+                anyhow::Error::new(e).context(format!("could not list runs: {}", dir.display()))
+            )
+        }
+    };
+    let mut runs: Vec<RunPaths> = entries
+        .flatten()
+        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        .map(|e| RunPaths::in_dir(e.path()))
+        .filter(|r| r.db.is_file())
+        .collect();
+    runs.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(runs)
+}

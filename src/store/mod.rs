@@ -115,6 +115,148 @@ impl Serialize for QueryResult {
     }
 }
 
+/// The run's own row.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunInfo {
+    pub id: String,
+    pub program_path: Option<String>,
+    pub status: Option<String>,
+    pub started_at: Option<String>,
+    pub updated_at: Option<String>,
+}
+
+/// A gates row. `allow` is parsed from its JSON; an allow list that is not a JSON array of
+/// strings (written by raw SQL) admits nobody: gates fail closed.
+#[derive(Debug, Clone, Serialize)]
+pub struct GateRow {
+    pub id: String,
+    pub run_id: Option<String>,
+    pub execution_id: Option<i64>,
+    pub prompt: String,
+    pub allow: Vec<String>,
+    pub timeout: Option<String>,
+    pub timeout_at: Option<String>,
+    pub on_reject: Option<String>,
+    pub status: String,
+    pub created_at: Option<String>,
+    pub resolved_at: Option<String>,
+    pub resolved_by: Option<String>,
+    pub resolution_comment: Option<String>,
+    pub metadata: Option<String>,
+}
+
+/// One gate_audit_log row.
+#[derive(Debug, Clone, Serialize)]
+pub struct AuditRow {
+    pub id: i64,
+    pub gate_id: String,
+    pub run_id: String,
+    pub event_type: String,
+    pub principal: Option<String>,
+    pub comment: Option<String>,
+    pub timestamp: Option<String>,
+    pub metadata: Option<String>,
+    pub prev_hash: Option<String>,
+    pub hash: Option<String>,
+}
+
+impl AuditRow {
+    /// The row's chain hash: sha256 over a canonical JSON array of the previous hash and every
+    /// content column. Backend-neutral, so both stores chain identically.
+    pub fn chain_hash(&self, prev: &str) -> String {
+        let canonical = serde_json::json!([
+            prev,
+            self.id,
+            self.gate_id,
+            self.run_id,
+            self.event_type,
+            self.principal,
+            self.comment,
+            self.timestamp,
+            self.metadata
+        ]);
+        crate::model::sha256_tag(&canonical.to_string())
+    }
+}
+
+/// A gate to create (`gates create`), with the execution record the spec appends beside it.
+#[derive(Debug)]
+pub struct NewGate<'a> {
+    pub id: &'a str,
+    pub prompt: &'a str,
+    /// JSON array of principals.
+    pub allow: &'a str,
+    pub timeout: Option<&'a str>,
+    pub timeout_at: Option<&'a str>,
+    pub on_reject: Option<&'a str>,
+    pub metadata: Option<&'a str>,
+    /// statement_index of the appended `approve GATE_ID:` record.
+    pub statement_index: Option<i64>,
+    /// The enclosing execution: parent of the appended record.
+    pub parent_execution: Option<i64>,
+    pub prompt_hash: &'a str,
+    pub now: &'a str,
+}
+
+#[derive(Debug)]
+pub enum Created {
+    New(GateRow),
+    /// The same call again on a gate still pending: a safe retry, nothing written.
+    Retried(GateRow),
+    /// The id is taken by a different gate, or one no longer pending.
+    Conflict(GateRow),
+}
+
+/// An approve or reject.
+#[derive(Debug)]
+pub struct Decision<'a> {
+    pub gate_id: &'a str,
+    pub approve: bool,
+    pub principal: &'a str,
+    pub comment: Option<&'a str>,
+    /// The hash of the prompt the decider was shown; a mismatch is refused.
+    pub prompt_hash: &'a str,
+    pub now: &'a str,
+}
+
+#[derive(Debug)]
+pub enum Decided {
+    Done(GateRow),
+    NotFound,
+    /// Someone decided first (or the deadline passed); the attempt was audit-logged.
+    AlreadyResolved(GateRow),
+    /// The principal is not in the allow list; the attempt was audit-logged.
+    NotAllowed(GateRow),
+    /// The prompt changed after it was shown; the attempt was audit-logged.
+    PromptChanged(GateRow),
+}
+
+/// Which audit rows to read.
+#[derive(Debug, Default)]
+pub struct AuditFilter<'a> {
+    pub gate_id: Option<&'a str>,
+    pub principal: Option<&'a str>,
+    /// Rows at or after this timestamp.
+    pub since: Option<&'a str>,
+}
+
+/// The result of recomputing the audit hash chain.
+#[derive(Debug, Serialize)]
+pub struct ChainReport {
+    pub rows: usize,
+    /// Rows written before the chain existed (schema 1 or raw SQL), before the first chained
+    /// row: counted, not verifiable.
+    pub unchained_legacy: usize,
+    /// The first row that does not match, and why.
+    pub first_broken: Option<BrokenLink>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BrokenLink {
+    pub id: i64,
+    pub reason: String,
+}
+
 /// The operations every backend provides for one run.
 pub trait Store {
     /// Upserts a binding by (name, scope) in one write transaction. Refuses to rebind a
@@ -150,6 +292,41 @@ pub trait Store {
 
     /// Runs one read-only SQL statement; a statement that would write is refused.
     fn query_readonly(&mut self, sql: &str) -> Result<QueryResult>;
+
+    /// The run's own row.
+    fn run_info(&mut self) -> Result<RunInfo>;
+
+    /// Marks every pending gate past its deadline `timeout` (resolved_by `system`) with its
+    /// audit event, in one transaction. Returns how many were marked. Every gate operation
+    /// below does this first, inside its own transaction: a gate past its deadline can never
+    /// be approved, whether or not anything swept it.
+    fn sweep_timeouts(&mut self, now: &str) -> Result<usize>;
+
+    /// Creates a gate with its `created` audit event and its `approve GATE:` execution record.
+    fn create_gate(&mut self, gate: &NewGate) -> Result<Created>;
+
+    /// Gates of this run (after the sweep), oldest first; `status` None means all.
+    fn gates(&mut self, status: Option<&str>, now: &str) -> Result<Vec<GateRow>>;
+
+    /// One gate (after the sweep).
+    fn gate(&mut self, id: &str, now: &str) -> Result<Option<GateRow>>;
+
+    /// One gate with its audit history, logging a `viewed` event by `viewer`.
+    fn view_gate(
+        &mut self,
+        id: &str,
+        viewer: &str,
+        now: &str,
+    ) -> Result<Option<(GateRow, Vec<AuditRow>)>>;
+
+    /// Approves or rejects a pending gate; of concurrent decisions exactly one wins.
+    fn decide_gate(&mut self, decision: &Decision) -> Result<Decided>;
+
+    /// The audit trail, oldest first.
+    fn audit(&mut self, filter: &AuditFilter) -> Result<Vec<AuditRow>>;
+
+    /// Recomputes the audit hash chain.
+    fn verify_audit(&mut self) -> Result<ChainReport>;
 }
 
 /// Creates the state database of a new run and writes its `run` row.

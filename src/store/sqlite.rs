@@ -6,8 +6,9 @@
 //! never fails half-way with a lock upgrade error.
 
 use super::{
-    BindOutcome, BindingRow, Found, NewBinding, NewExecution, NewRun, OpenOptions, QueryResult,
-    Store,
+    AuditFilter, AuditRow, BindOutcome, BindingRow, BrokenLink, ChainReport, Created, Decided,
+    Decision, Found, GateRow, NewBinding, NewExecution, NewGate, NewRun, OpenOptions, QueryResult,
+    RunInfo, Store,
 };
 use crate::error::{busy, not_found, refused, shown, usage};
 use anyhow::{anyhow, Context, Result};
@@ -20,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 /// The version stamped in `PRAGMA user_version` by this build. Older databases are upgraded
 /// forward on open; newer ones are refused untouched.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = include_str!("../../schema/sqlite.sql");
 
@@ -308,6 +309,164 @@ fn json_value(v: ValueRef) -> serde_json::Value {
     }
 }
 
+const GATE_COLUMNS: &str = "id, run_id, execution_id, prompt, allow, timeout, timeout_at, \
+                            on_reject, status, created_at, resolved_at, resolved_by, \
+                            resolution_comment, metadata";
+
+const AUDIT_COLUMNS: &str =
+    "id, gate_id, run_id, event_type, principal, comment, timestamp, metadata, prev_hash, hash";
+
+/// Pending gates whose deadline has passed. A deadline that does not parse counts as passed:
+/// gates fail closed.
+const OVERDUE: &str = "status = 'pending' AND timeout_at IS NOT NULL
+                       AND (datetime(timeout_at) IS NULL OR datetime(timeout_at) <= datetime(?1))";
+
+fn parse_allow(text: Option<String>) -> Vec<String> {
+    text.and_then(|t| serde_json::from_str::<Vec<String>>(&t).ok())
+        .unwrap_or_default()
+}
+
+fn gate_row(r: &Row) -> rusqlite::Result<GateRow> {
+    Ok(GateRow {
+        id: r.get(0)?,
+        run_id: r.get(1)?,
+        execution_id: r.get(2)?,
+        prompt: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
+        allow: parse_allow(r.get(4)?),
+        timeout: r.get(5)?,
+        timeout_at: r.get(6)?,
+        on_reject: r.get(7)?,
+        status: r.get::<_, Option<String>>(8)?.unwrap_or_default(),
+        created_at: r.get(9)?,
+        resolved_at: r.get(10)?,
+        resolved_by: r.get(11)?,
+        resolution_comment: r.get(12)?,
+        metadata: r.get(13)?,
+    })
+}
+
+fn audit_row(r: &Row) -> rusqlite::Result<AuditRow> {
+    Ok(AuditRow {
+        id: r.get(0)?,
+        gate_id: r.get(1)?,
+        run_id: r.get(2)?,
+        event_type: r.get(3)?,
+        principal: r.get(4)?,
+        comment: r.get(5)?,
+        timestamp: r.get(6)?,
+        metadata: r.get(7)?,
+        prev_hash: r.get(8)?,
+        hash: r.get(9)?,
+    })
+}
+
+fn load_gate(c: &Connection, id: &str) -> rusqlite::Result<Option<GateRow>> {
+    c.query_row(
+        &format!("SELECT {GATE_COLUMNS} FROM gates WHERE id = ?1"),
+        [id],
+        gate_row,
+    )
+    .optional()
+}
+
+/// One audit event to append.
+struct Event<'a> {
+    gate_id: &'a str,
+    run_id: &'a str,
+    event_type: &'a str,
+    principal: Option<&'a str>,
+    comment: Option<&'a str>,
+    metadata: serde_json::Value,
+    now: &'a str,
+}
+
+/// Appends an audit row chained to the last one. Must run inside a write transaction: the id
+/// and the previous hash are read and the row written under the same lock.
+fn append_audit(c: &Connection, e: &Event) -> rusqlite::Result<AuditRow> {
+    let last: Option<(i64, Option<String>)> = c
+        .query_row(
+            "SELECT id, hash FROM gate_audit_log ORDER BY id DESC LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    let seq: Option<i64> = c
+        .query_row(
+            "SELECT seq FROM sqlite_sequence WHERE name = 'gate_audit_log'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let id = last.as_ref().map_or(0, |l| l.0).max(seq.unwrap_or(0)) + 1;
+    let prev = last.and_then(|l| l.1).unwrap_or_default();
+    let mut row = AuditRow {
+        id,
+        gate_id: e.gate_id.to_string(),
+        run_id: e.run_id.to_string(),
+        event_type: e.event_type.to_string(),
+        principal: e.principal.map(str::to_string),
+        comment: e.comment.map(str::to_string),
+        timestamp: Some(e.now.to_string()),
+        metadata: Some(e.metadata.to_string()),
+        prev_hash: Some(prev.clone()),
+        hash: None,
+    };
+    row.hash = Some(row.chain_hash(&prev));
+    c.execute(
+        &format!("INSERT INTO gate_audit_log ({AUDIT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
+        params![
+            row.id,
+            row.gate_id,
+            row.run_id,
+            row.event_type,
+            row.principal,
+            row.comment,
+            row.timestamp,
+            row.metadata,
+            row.prev_hash,
+            row.hash
+        ],
+    )?;
+    Ok(row)
+}
+
+/// Marks overdue pending gates `timeout`, audit event first. Inside a write transaction.
+fn sweep(c: &Connection, now: &str) -> rusqlite::Result<usize> {
+    let overdue: Vec<(String, Option<String>, Option<String>, Option<String>)> = c
+        .prepare(&format!(
+            "SELECT id, run_id, timeout_at, on_reject FROM gates WHERE {OVERDUE} ORDER BY created_at"
+        ))?
+        .query_map([now], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    for (id, run_id, timeout_at, on_reject) in &overdue {
+        append_audit(
+            c,
+            &Event {
+                gate_id: id,
+                run_id: run_id.as_deref().unwrap_or_default(),
+                event_type: "timeout",
+                principal: Some("system"),
+                comment: None,
+                metadata: serde_json::json!({"timeout_at": timeout_at, "on_reject": on_reject}),
+                now,
+            },
+        )?;
+        c.execute(
+            "UPDATE gates SET status = 'timeout', resolved_by = 'system',
+                 resolved_at = IFNULL(datetime(timeout_at), ?2)
+             WHERE id = ?1 AND status = 'pending'",
+            params![id, now],
+        )?;
+    }
+    Ok(overdue.len())
+}
+
+/// Seconds between two timestamps in the `datetime('now')` form, if both parse.
+fn seconds_between(from: Option<&str>, to: &str) -> Option<i64> {
+    let parse = |t: &str| chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S").ok();
+    Some((parse(to)? - parse(from?)?).num_seconds())
+}
+
 impl Store for SqliteStore {
     fn bind(
         &mut self,
@@ -585,5 +744,339 @@ impl Store for SqliteStore {
             out.push(values);
         }
         Ok(QueryResult { columns, rows: out })
+    }
+
+    fn run_info(&mut self) -> Result<RunInfo> {
+        self.conn
+            .query_row(
+                "SELECT id, program_path, status, started_at, updated_at FROM run LIMIT 1",
+                [],
+                |r| {
+                    Ok(RunInfo {
+                        id: r.get(0)?,
+                        program_path: r.get(1)?,
+                        status: r.get(2)?,
+                        started_at: r.get(3)?,
+                        updated_at: r.get(4)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(self.err())?
+            .ok_or_else(|| anyhow!("state db has no run row: {}", self.path.display()))
+    }
+
+    fn sweep_timeouts(&mut self, now: &str) -> Result<usize> {
+        // A read first: the write lock is taken only when there is something to mark.
+        let due: bool = self
+            .conn
+            .query_row(
+                &format!("SELECT EXISTS (SELECT 1 FROM gates WHERE {OVERDUE})"),
+                [now],
+                |r| r.get(0),
+            )
+            .map_err(self.err())?;
+        if !due {
+            return Ok(0);
+        }
+        let err = |e| db_error(e, &self.path, self.busy_ms);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        let n = sweep(&tx, now).map_err(err)?;
+        tx.commit().map_err(err)?;
+        Ok(n)
+    }
+
+    fn create_gate(&mut self, g: &NewGate) -> Result<Created> {
+        let err = |e| db_error(e, &self.path, self.busy_ms);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        sweep(&tx, g.now).map_err(err)?;
+        if let Some(existing) = load_gate(&tx, g.id).map_err(err)? {
+            let same = existing.prompt == g.prompt
+                && existing.allow == parse_allow(Some(g.allow.to_string()))
+                && existing.timeout.as_deref() == g.timeout
+                && existing.on_reject.as_deref() == g.on_reject
+                && existing.metadata.as_deref() == g.metadata;
+            tx.commit().map_err(err)?;
+            return Ok(if same && existing.status == "pending" {
+                Created::Retried(existing)
+            } else {
+                Created::Conflict(existing)
+            });
+        }
+        let run_id: String = tx
+            .query_row("SELECT id FROM run LIMIT 1", [], |r| r.get(0))
+            .optional()
+            .map_err(err)?
+            .ok_or_else(|| anyhow!("state db has no run row: {}", self.path.display()))?;
+        if let Some(parent) = g.parent_execution {
+            let exists: bool = tx
+                .query_row(
+                    "SELECT EXISTS (SELECT 1 FROM execution WHERE id = ?1)",
+                    [parent],
+                    |r| r.get(0),
+                )
+                .map_err(err)?;
+            if !exists {
+                return Err(not_found(format!("execution not found: {parent}")));
+            }
+        }
+        tx.execute(
+            "INSERT INTO execution (statement_index, statement_text, status, started_at, parent_id, metadata)
+             VALUES (?1, ?2, 'pending', ?3, ?4, ?5)",
+            params![
+                g.statement_index,
+                format!("approve {}:", g.id),
+                g.now,
+                g.parent_execution,
+                serde_json::json!({"gate_id": g.id}).to_string()
+            ],
+        )
+        .map_err(err)?;
+        let execution_id = tx.last_insert_rowid();
+        let allow: serde_json::Value = serde_json::from_str(g.allow)?;
+        append_audit(
+            &tx,
+            &Event {
+                gate_id: g.id,
+                run_id: &run_id,
+                event_type: "created",
+                principal: Some("system"),
+                comment: None,
+                metadata: serde_json::json!({"prompt_hash": g.prompt_hash, "allow": allow}),
+                now: g.now,
+            },
+        )
+        .map_err(err)?;
+        tx.execute(
+            &format!("INSERT INTO gates ({GATE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9, NULL, NULL, NULL, ?10)"),
+            params![
+                g.id,
+                run_id,
+                execution_id,
+                g.prompt,
+                g.allow,
+                g.timeout,
+                g.timeout_at,
+                g.on_reject,
+                g.now,
+                g.metadata
+            ],
+        )
+        .map_err(err)?;
+        let row = load_gate(&tx, g.id)
+            .map_err(err)?
+            .ok_or_else(|| anyhow!("gate vanished after insert"))?;
+        tx.commit().map_err(err)?;
+        Ok(Created::New(row))
+    }
+
+    fn gates(&mut self, status: Option<&str>, now: &str) -> Result<Vec<GateRow>> {
+        self.sweep_timeouts(now)?;
+        let mut stmt = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT {GATE_COLUMNS} FROM gates WHERE ?1 IS NULL OR status = ?1
+                 ORDER BY created_at, rowid"
+            ))
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([status], gate_row)
+            .and_then(|r| r.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
+        Ok(rows)
+    }
+
+    fn gate(&mut self, id: &str, now: &str) -> Result<Option<GateRow>> {
+        self.sweep_timeouts(now)?;
+        load_gate(&self.conn, id).map_err(self.err())
+    }
+
+    fn view_gate(
+        &mut self,
+        id: &str,
+        viewer: &str,
+        now: &str,
+    ) -> Result<Option<(GateRow, Vec<AuditRow>)>> {
+        let err = |e| db_error(e, &self.path, self.busy_ms);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        sweep(&tx, now).map_err(err)?;
+        let Some(gate) = load_gate(&tx, id).map_err(err)? else {
+            tx.commit().map_err(err)?;
+            return Ok(None);
+        };
+        append_audit(
+            &tx,
+            &Event {
+                gate_id: id,
+                run_id: gate.run_id.as_deref().unwrap_or_default(),
+                event_type: "viewed",
+                principal: Some(viewer),
+                comment: None,
+                metadata: serde_json::json!({"client": "cli"}),
+                now,
+            },
+        )
+        .map_err(err)?;
+        let history = tx
+            .prepare(&format!(
+                "SELECT {AUDIT_COLUMNS} FROM gate_audit_log WHERE gate_id = ?1 ORDER BY id"
+            ))
+            .and_then(|mut s| s.query_map([id], audit_row)?.collect())
+            .map_err(err)?;
+        tx.commit().map_err(err)?;
+        Ok(Some((gate, history)))
+    }
+
+    fn decide_gate(&mut self, d: &Decision) -> Result<Decided> {
+        let err = |e| db_error(e, &self.path, self.busy_ms);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        sweep(&tx, d.now).map_err(err)?;
+        let Some(gate) = load_gate(&tx, d.gate_id).map_err(err)? else {
+            tx.commit().map_err(err)?;
+            return Ok(Decided::NotFound);
+        };
+        let attempted = if d.approve { "approve" } else { "reject" };
+        let refusal = if gate.status != "pending" {
+            Some(format!("already {}", gate.status))
+        } else if !crate::model::principal_allowed(&gate.allow, d.principal) {
+            Some("principal not allowed".to_string())
+        } else if crate::model::sha256_tag(&gate.prompt) != d.prompt_hash {
+            Some("prompt changed after it was shown".to_string())
+        } else {
+            None
+        };
+        let run_id = gate.run_id.clone().unwrap_or_default();
+        if let Some(reason) = refusal {
+            append_audit(
+                &tx,
+                &Event {
+                    gate_id: d.gate_id,
+                    run_id: &run_id,
+                    event_type: "refused",
+                    principal: Some(d.principal),
+                    comment: d.comment,
+                    metadata: serde_json::json!({
+                        "client": "cli", "attempted": attempted, "reason": reason,
+                        "prompt_hash": d.prompt_hash
+                    }),
+                    now: d.now,
+                },
+            )
+            .map_err(err)?;
+            tx.commit().map_err(err)?;
+            return Ok(if gate.status != "pending" {
+                Decided::AlreadyResolved(gate)
+            } else if reason == "principal not allowed" {
+                Decided::NotAllowed(gate)
+            } else {
+                Decided::PromptChanged(gate)
+            });
+        }
+        let (event, status) = if d.approve {
+            ("approved", "approved")
+        } else {
+            ("rejected", "rejected")
+        };
+        let mut metadata = serde_json::json!({"client": "cli", "prompt_hash": d.prompt_hash});
+        if d.approve {
+            if let Some(s) = seconds_between(gate.created_at.as_deref(), d.now) {
+                metadata["approval_time_seconds"] = s.into();
+            }
+        } else {
+            metadata["on_reject"] = gate.on_reject.clone().into();
+        }
+        // The audit event is written before the gates row changes, in the same transaction.
+        append_audit(
+            &tx,
+            &Event {
+                gate_id: d.gate_id,
+                run_id: &run_id,
+                event_type: event,
+                principal: Some(d.principal),
+                comment: d.comment,
+                metadata,
+                now: d.now,
+            },
+        )
+        .map_err(err)?;
+        tx.execute(
+            "UPDATE gates SET status = ?2, resolved_at = ?3, resolved_by = ?4, resolution_comment = ?5
+             WHERE id = ?1 AND status = 'pending'",
+            params![d.gate_id, status, d.now, d.principal, d.comment],
+        )
+        .map_err(err)?;
+        let row = load_gate(&tx, d.gate_id)
+            .map_err(err)?
+            .ok_or_else(|| anyhow!("gate vanished during decision"))?;
+        tx.commit().map_err(err)?;
+        Ok(Decided::Done(row))
+    }
+
+    fn audit(&mut self, f: &AuditFilter) -> Result<Vec<AuditRow>> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!(
+                "SELECT {AUDIT_COLUMNS} FROM gate_audit_log
+                 WHERE (?1 IS NULL OR gate_id = ?1) AND (?2 IS NULL OR principal = ?2)
+                   AND (?3 IS NULL OR datetime(timestamp) >= datetime(?3))
+                 ORDER BY id"
+            ))
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map(params![f.gate_id, f.principal, f.since], audit_row)
+            .and_then(|r| r.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
+        Ok(rows)
+    }
+
+    fn verify_audit(&mut self) -> Result<ChainReport> {
+        let rows = self.audit(&AuditFilter::default())?;
+        let mut report = ChainReport {
+            rows: rows.len(),
+            unchained_legacy: 0,
+            first_broken: None,
+        };
+        let mut prev: Option<String> = None; // None until the first chained row
+        for row in &rows {
+            let broken = |reason: &str| {
+                Some(BrokenLink {
+                    id: row.id,
+                    reason: reason.to_string(),
+                })
+            };
+            let Some(hash) = &row.hash else {
+                if prev.is_none() {
+                    report.unchained_legacy += 1;
+                    continue;
+                }
+                report.first_broken = broken("row has no hash although the chain had begun");
+                break;
+            };
+            let expected_prev = prev.clone().unwrap_or_default();
+            if row.prev_hash.as_deref().unwrap_or_default() != expected_prev {
+                report.first_broken =
+                    broken("prev_hash does not match the previous row's hash (a row was removed or inserted)");
+                break;
+            }
+            if row.chain_hash(&expected_prev) != *hash {
+                report.first_broken =
+                    broken("content does not match its hash (the row was edited)");
+                break;
+            }
+            prev = Some(hash.clone());
+        }
+        Ok(report)
     }
 }

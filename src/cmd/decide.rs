@@ -1,0 +1,132 @@
+//! `approve` and `reject`: one decision on a pending gate. The first decision wins; every
+//! refused attempt is audit-logged by the store.
+
+use crate::error::{not_found, refused, shown, usage};
+use crate::model::{check_gate_id, now, principal_allowed, sha256_tag};
+use crate::output::Render;
+use crate::store::{Decided, Decision, GateRow, Store};
+use anyhow::Result;
+use serde::Serialize;
+use std::io::{self, Write};
+
+/// What a decision needs, whichever command asked for it.
+pub struct DecideRequest<'a> {
+    pub gate: &'a str,
+    pub approve: bool,
+    pub principal: &'a str,
+    /// The approval comment or the rejection reason.
+    pub comment: Option<&'a str>,
+    pub yes: bool,
+    /// Whether a person can be asked (stdin is a terminal).
+    pub interactive: bool,
+}
+
+/// Asks the person at the terminal to confirm: given the gate and the action, returns
+/// whether they said yes. Provided by main, which owns the terminal.
+pub type Confirm<'a> = &'a mut dyn FnMut(&GateRow, &str) -> Result<bool>;
+
+#[derive(Debug, Serialize)]
+pub struct DecisionMade {
+    #[serde(flatten)]
+    pub gate: GateRow,
+}
+
+impl Render for DecisionMade {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        let g = &self.gate;
+        writeln!(
+            w,
+            "Gate {} {} by {} at {}",
+            g.id,
+            g.status,
+            g.resolved_by.as_deref().unwrap_or("-"),
+            g.resolved_at.as_deref().unwrap_or("-")
+        )?;
+        if let Some(c) = &g.resolution_comment {
+            writeln!(w, "Comment: {c}")?;
+        }
+        Ok(())
+    }
+}
+
+pub fn check_principal(p: &str) -> Result<()> {
+    if p.trim().is_empty() || p.len() > 200 || p.chars().any(char::is_control) {
+        return Err(usage(format!("invalid principal (--as): {}", shown(p))));
+    }
+    Ok(())
+}
+
+fn resolved_by(g: &GateRow) -> String {
+    format!(
+        "gate {} was already {} by {} at {}",
+        g.id,
+        if g.status == "timeout" {
+            "timed out"
+        } else {
+            g.status.as_str()
+        },
+        g.resolved_by.as_deref().unwrap_or("-"),
+        g.resolved_at.as_deref().unwrap_or("-")
+    )
+}
+
+pub fn run(req: &DecideRequest, store: &mut dyn Store, confirm: Confirm) -> Result<DecisionMade> {
+    check_gate_id(req.gate)?;
+    check_principal(req.principal)?;
+    if !req.approve && req.comment.is_none_or(|r| r.trim().is_empty()) {
+        return Err(usage("a rejection needs a reason: --reason TEXT"));
+    }
+    let now = now();
+    let run_id = store.run_info()?.id;
+    let gate = store.gate(req.gate, &now)?.ok_or_else(|| {
+        not_found(format!(
+            "gate not found in run {run_id}: {}",
+            shown(req.gate)
+        ))
+    })?;
+    let action = if req.approve { "approve" } else { "reject" };
+    // Ask only when the decision could be taken; otherwise let the store refuse (and log) it.
+    if gate.status == "pending" && principal_allowed(&gate.allow, req.principal) && !req.yes {
+        if !req.interactive {
+            return Err(usage(format!(
+                "{action} needs confirmation and stdin is not a terminal: pass --yes"
+            )));
+        }
+        if !confirm(&gate, action)? {
+            return Err(refused(format!(
+                "not confirmed; gate {} left {}",
+                gate.id, gate.status
+            )));
+        }
+    }
+    let decision = Decision {
+        gate_id: req.gate,
+        approve: req.approve,
+        principal: req.principal,
+        comment: req.comment,
+        // The prompt as it was shown (or, with --yes, as it was read) just now.
+        prompt_hash: &sha256_tag(&gate.prompt),
+        now: &crate::model::now(),
+    };
+    match store.decide_gate(&decision)? {
+        Decided::Done(gate) => Ok(DecisionMade { gate }),
+        Decided::NotFound => Err(not_found(format!(
+            "gate not found in run {run_id}: {}",
+            shown(req.gate)
+        ))),
+        Decided::AlreadyResolved(g) => Err(refused(format!(
+            "{}; this attempt was logged",
+            resolved_by(&g)
+        ))),
+        Decided::NotAllowed(g) => Err(refused(format!(
+            "principal {} may not decide gate {} (allow: {}); this attempt was logged",
+            shown(req.principal),
+            g.id,
+            g.allow.join(", ")
+        ))),
+        Decided::PromptChanged(g) => Err(refused(format!(
+            "the prompt of gate {} changed after it was read; look again and retry (attempt logged)",
+            g.id
+        ))),
+    }
+}

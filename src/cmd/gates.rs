@@ -1,0 +1,537 @@
+//! `gates`: list, create, show, wait, audit, verify.
+
+use crate::cli::{GateAuditArgs, GateCreateArgs, GateStatus, GateWaitArgs, GatesListArgs};
+use crate::error::{not_found, refused, shown, usage};
+use crate::model::{check_gate_id, check_metadata, now, now_plus, parse_duration, sha256_tag};
+use crate::output::{human_duration, one_line, table, Render};
+use crate::run::RunPaths;
+use crate::store::{AuditFilter, AuditRow, BrokenLink, Created, GateRow, Store};
+use anyhow::Result;
+use serde::Serialize;
+use std::io::{self, Write};
+
+/// Opens the store of a run; given by main, so commands never open paths themselves.
+pub type Opener<'a> = &'a dyn Fn(&RunPaths) -> Result<Box<dyn Store>>;
+
+/// Seconds from `now` until `timeout_at`, for a pending gate with a readable deadline.
+fn time_left(gate: &GateRow, now: &str) -> Option<i64> {
+    if gate.status != "pending" {
+        return None;
+    }
+    let parse = |t: &str| chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S").ok();
+    Some(
+        (parse(gate.timeout_at.as_deref()?)? - parse(now)?)
+            .num_seconds()
+            .max(0),
+    )
+}
+
+/// A gate as listed or shown: the row, its run's program, and the time left.
+#[derive(Debug, Serialize)]
+pub struct GateView {
+    #[serde(flatten)]
+    pub gate: GateRow,
+    pub program_path: Option<String>,
+    /// Seconds until the deadline, for a pending gate that has one.
+    pub time_left_seconds: Option<i64>,
+}
+
+impl GateView {
+    fn new(gate: GateRow, program_path: Option<String>, now: &str) -> Self {
+        let time_left_seconds = time_left(&gate, now);
+        GateView {
+            gate,
+            program_path,
+            time_left_seconds,
+        }
+    }
+
+    fn left(&self) -> String {
+        match (self.time_left_seconds, self.gate.timeout_at.is_some()) {
+            (Some(s), _) => human_duration(s),
+            (None, false) if self.gate.status == "pending" => "no deadline".into(),
+            _ => "-".into(),
+        }
+    }
+}
+
+/// Runs visited, and the ones that could not be read (reported on stderr, not fatal when
+/// listing across runs).
+fn each_run(
+    runs: &[RunPaths],
+    open: Opener,
+    warnings: &mut Vec<String>,
+    mut f: impl FnMut(&RunPaths, &mut dyn Store) -> Result<()>,
+) -> Result<()> {
+    let single = runs.len() == 1;
+    for run in runs {
+        let result = open(run).and_then(|mut store| f(run, store.as_mut()));
+        match result {
+            Ok(()) => {}
+            Err(e) if !single => warnings.push(format!("skipped run {}: {e:#}", run.id)),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[derive(Debug, Serialize)]
+#[serde(transparent)]
+pub struct GateList {
+    pub gates: Vec<GateView>,
+    #[serde(skip)]
+    pub warnings: Vec<String>,
+}
+
+impl Render for GateList {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        if self.gates.is_empty() {
+            return writeln!(w, "no gates");
+        }
+        let header: Vec<String> = [
+            "RUN",
+            "GATE",
+            "STATUS",
+            "CREATED",
+            "TIME LEFT",
+            "PROGRAM",
+            "PROMPT",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let rows: Vec<Vec<String>> = self
+            .gates
+            .iter()
+            .map(|g| {
+                vec![
+                    g.gate.run_id.clone().unwrap_or_default(),
+                    g.gate.id.clone(),
+                    g.gate.status.clone(),
+                    g.gate.created_at.clone().unwrap_or_default(),
+                    g.left(),
+                    g.program_path.clone().unwrap_or_else(|| "-".into()),
+                    one_line(&g.gate.prompt, 50),
+                ]
+            })
+            .collect();
+        table(w, &header, &rows)
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.warnings.clone()
+    }
+}
+
+pub fn list(args: &GatesListArgs, runs: &[RunPaths], open: Opener) -> Result<GateList> {
+    let now = now();
+    let horizon = match &args.expiring {
+        Some(d) => Some(now_plus(parse_duration(d)?)),
+        None => None,
+    };
+    let status = match (args.status, &horizon) {
+        (_, Some(_)) | (GateStatus::Pending, None) => Some("pending"),
+        (GateStatus::Approved, None) => Some("approved"),
+        (GateStatus::Rejected, None) => Some("rejected"),
+        (GateStatus::Timeout, None) => Some("timeout"),
+        (GateStatus::All, None) => None,
+    };
+    let mut gates = Vec::new();
+    let mut warnings = Vec::new();
+    each_run(runs, open, &mut warnings, |_, store| {
+        let program = store.run_info()?.program_path;
+        for gate in store.gates(status, &now)? {
+            let view = GateView::new(gate, program.clone(), &now);
+            let within = match (&horizon, &view.gate.timeout_at) {
+                (None, _) => true,
+                (Some(h), Some(at)) => at.as_str() <= h.as_str(),
+                (Some(_), None) => false,
+            };
+            if within {
+                gates.push(view);
+            }
+        }
+        Ok(())
+    })?;
+    // Oldest first across runs.
+    gates.sort_by(|a, b| a.gate.created_at.cmp(&b.gate.created_at));
+    Ok(GateList { gates, warnings })
+}
+
+#[derive(Debug, Serialize)]
+pub struct GateCreated {
+    /// False when this was an identical retry of a gate still pending: nothing was written.
+    pub created: bool,
+    #[serde(flatten)]
+    pub gate: GateView,
+}
+
+impl Render for GateCreated {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        let g = &self.gate.gate;
+        if self.created {
+            writeln!(w, "Gate created: {}", g.id)?;
+        } else {
+            writeln!(
+                w,
+                "Gate already pending (identical retry, nothing written): {}",
+                g.id
+            )?;
+        }
+        writeln!(w, "Run: {}", g.run_id.as_deref().unwrap_or("-"))?;
+        writeln!(w, "Allow: {}", g.allow.join(", "))?;
+        match &g.timeout_at {
+            Some(at) => writeln!(w, "Deadline: {at} UTC (in {})", self.gate.left())?,
+            None => writeln!(w, "Deadline: none")?,
+        }
+        writeln!(w, "Execution ID: {}", g.execution_id.unwrap_or_default())
+    }
+}
+
+fn check_principal_list(allow: &[String]) -> Result<()> {
+    if allow.is_empty() {
+        return Err(usage("--allow needs at least one principal"));
+    }
+    for p in allow {
+        if p.trim().is_empty() || p.len() > 200 || p.chars().any(char::is_control) {
+            return Err(usage(format!("invalid principal in --allow: {}", shown(p))));
+        }
+    }
+    Ok(())
+}
+
+pub fn create(args: &GateCreateArgs, store: &mut dyn Store) -> Result<GateCreated> {
+    check_gate_id(&args.gate_id)?;
+    if args.prompt.trim().is_empty() {
+        return Err(usage("--prompt is empty"));
+    }
+    check_principal_list(&args.allow)?;
+    if let Some(m) = &args.metadata {
+        check_metadata(m)?;
+    }
+    if let Some(a) = &args.on_reject {
+        if a.trim().is_empty() {
+            return Err(usage("--on-reject is empty"));
+        }
+    }
+    let timeout_at = match &args.timeout {
+        Some(t) => Some(now_plus(parse_duration(t)?)),
+        None => None,
+    };
+    let now = now();
+    let allow = serde_json::to_string(&args.allow)?;
+    let outcome = store.create_gate(&crate::store::NewGate {
+        id: &args.gate_id,
+        prompt: &args.prompt,
+        allow: &allow,
+        timeout: args.timeout.as_deref(),
+        timeout_at: timeout_at.as_deref(),
+        on_reject: args.on_reject.as_deref(),
+        metadata: args.metadata.as_deref(),
+        statement_index: args.index,
+        parent_execution: args.execution_id,
+        prompt_hash: &sha256_tag(&args.prompt),
+        now: &now,
+    })?;
+    let program = store.run_info()?.program_path;
+    match outcome {
+        Created::New(g) => Ok(GateCreated {
+            created: true,
+            gate: GateView::new(g, program, &now),
+        }),
+        Created::Retried(g) => Ok(GateCreated {
+            created: false,
+            gate: GateView::new(g, program, &now),
+        }),
+        Created::Conflict(g) => Err(refused(format!(
+            "gate already exists in this run ({}{}); a gate id is created once: {}",
+            g.status,
+            if g.status == "pending" {
+                ", with different settings"
+            } else {
+                ""
+            },
+            shown(&g.id)
+        ))),
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct GateShown {
+    #[serde(flatten)]
+    pub gate: GateView,
+    pub history: Vec<AuditRow>,
+}
+
+fn audit_table(w: &mut dyn Write, rows: &[AuditRow], with_run: bool) -> io::Result<()> {
+    let mut header = vec!["ID", "TIME", "EVENT", "PRINCIPAL", "COMMENT"];
+    if with_run {
+        header.splice(1..1, ["RUN", "GATE"]);
+    }
+    let header: Vec<String> = header.iter().map(|s| s.to_string()).collect();
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let mut v = vec![
+                r.id.to_string(),
+                r.timestamp.clone().unwrap_or_default(),
+                r.event_type.clone(),
+                r.principal.clone().unwrap_or_default(),
+                one_line(r.comment.as_deref().unwrap_or(""), 50),
+            ];
+            if with_run {
+                v.splice(1..1, [r.run_id.clone(), r.gate_id.clone()]);
+            }
+            v
+        })
+        .collect();
+    table(w, &header, &rows)
+}
+
+impl Render for GateShown {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        let g = &self.gate.gate;
+        writeln!(w, "Gate: {}", g.id)?;
+        writeln!(w, "Run: {}", g.run_id.as_deref().unwrap_or("-"))?;
+        if let Some(p) = &self.gate.program_path {
+            writeln!(w, "Program: {p}")?;
+        }
+        writeln!(w, "Status: {}", g.status)?;
+        writeln!(w, "Allow: {}", g.allow.join(", "))?;
+        writeln!(w, "Created: {}", g.created_at.as_deref().unwrap_or("-"))?;
+        match (&g.timeout, &g.timeout_at) {
+            (Some(t), Some(at)) if g.status == "pending" => writeln!(
+                w,
+                "Timeout: {t} (deadline {at} UTC, {} left)",
+                self.gate.left()
+            )?,
+            (Some(t), Some(at)) => writeln!(w, "Timeout: {t} (deadline {at} UTC)")?,
+            _ => writeln!(w, "Timeout: none")?,
+        }
+        writeln!(
+            w,
+            "On reject: {}",
+            g.on_reject.as_deref().unwrap_or("throw")
+        )?;
+        if let Some(by) = &g.resolved_by {
+            writeln!(
+                w,
+                "Resolved: {} by {by} at {}{}",
+                g.status,
+                g.resolved_at.as_deref().unwrap_or("-"),
+                g.resolution_comment
+                    .as_deref()
+                    .map(|c| format!(": {c}"))
+                    .unwrap_or_default()
+            )?;
+        }
+        writeln!(w, "Prompt:")?;
+        for line in g.prompt.lines() {
+            writeln!(w, "  {line}")?;
+        }
+        writeln!(w, "History:")?;
+        audit_table(w, &self.history, false)
+    }
+}
+
+pub fn show(gate: &str, viewer: &str, store: &mut dyn Store) -> Result<GateShown> {
+    check_gate_id(gate)?;
+    let now = now();
+    let run = store.run_info()?;
+    let (row, history) = store
+        .view_gate(gate, viewer, &now)?
+        .ok_or_else(|| not_found(format!("gate not found in run {}: {}", run.id, shown(gate))))?;
+    Ok(GateShown {
+        gate: GateView::new(row, run.program_path, &now),
+        history,
+    })
+}
+
+#[derive(Debug, Serialize)]
+pub struct GateWaited {
+    #[serde(flatten)]
+    pub gate: GateView,
+    pub waited_seconds: u64,
+}
+
+impl GateWaited {
+    /// 0 approved, 5 rejected, 6 timed out, 7 still pending.
+    pub fn exit_code(&self) -> u8 {
+        match self.gate.gate.status.as_str() {
+            "approved" => 0,
+            "rejected" => 5,
+            "timeout" => 6,
+            _ => 7,
+        }
+    }
+}
+
+impl Render for GateWaited {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        let g = &self.gate.gate;
+        match g.status.as_str() {
+            "pending" => writeln!(w, "{}: still pending after {}s", g.id, self.waited_seconds),
+            status => writeln!(
+                w,
+                "{}: {status} by {} at {}{}",
+                g.id,
+                g.resolved_by.as_deref().unwrap_or("-"),
+                g.resolved_at.as_deref().unwrap_or("-"),
+                g.resolution_comment
+                    .as_deref()
+                    .map(|c| format!(": {c}"))
+                    .unwrap_or_default()
+            ),
+        }
+    }
+}
+
+pub fn wait(args: &GateWaitArgs, store: &mut dyn Store) -> Result<GateWaited> {
+    check_gate_id(&args.gate)?;
+    let poll = std::time::Duration::from_secs(parse_duration(&args.poll)? as u64);
+    let limit = match &args.timeout {
+        Some(t) => Some(std::time::Duration::from_secs(parse_duration(t)? as u64)),
+        None => None,
+    };
+    let run = store.run_info()?;
+    let start = std::time::Instant::now();
+    loop {
+        // Each look is its own short statement: no read transaction is held between polls.
+        let now = now();
+        let gate = store.gate(&args.gate, &now)?.ok_or_else(|| {
+            not_found(format!(
+                "gate not found in run {}: {}",
+                run.id,
+                shown(&args.gate)
+            ))
+        })?;
+        let out_of_time = limit.is_some_and(|l| start.elapsed() >= l);
+        if gate.status != "pending" || out_of_time {
+            return Ok(GateWaited {
+                gate: GateView::new(gate, run.program_path, &now),
+                waited_seconds: start.elapsed().as_secs(),
+            });
+        }
+        let mut nap = poll;
+        if let Some(l) = limit {
+            nap = nap.min(l.saturating_sub(start.elapsed()));
+        }
+        std::thread::sleep(nap);
+    }
+}
+
+#[derive(Debug, Serialize)]
+#[serde(transparent)]
+pub struct AuditList {
+    pub rows: Vec<AuditRow>,
+    #[serde(skip)]
+    pub warnings: Vec<String>,
+}
+
+impl Render for AuditList {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        if self.rows.is_empty() {
+            return writeln!(w, "no audit events");
+        }
+        audit_table(w, &self.rows, true)
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.warnings.clone()
+    }
+}
+
+pub fn audit(args: &GateAuditArgs, runs: &[RunPaths], open: Opener) -> Result<AuditList> {
+    if let Some(g) = &args.gate {
+        check_gate_id(g)?;
+    }
+    let since = match &args.since {
+        Some(d) => Some(now_plus(-parse_duration(d)?)),
+        None => None,
+    };
+    let mut rows = Vec::new();
+    let mut warnings = Vec::new();
+    each_run(runs, open, &mut warnings, |_, store| {
+        rows.extend(store.audit(&AuditFilter {
+            gate_id: args.gate.as_deref(),
+            principal: args.principal.as_deref(),
+            since: since.as_deref(),
+        })?);
+        Ok(())
+    })?;
+    Ok(AuditList { rows, warnings })
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunChain {
+    pub run_id: String,
+    pub db: String,
+    pub rows: usize,
+    pub unchained_legacy: usize,
+    pub first_broken: Option<BrokenLink>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(transparent)]
+pub struct Verified {
+    pub runs: Vec<RunChain>,
+    #[serde(skip)]
+    pub warnings: Vec<String>,
+}
+
+impl Verified {
+    /// 0 when every chain is intact, 1 otherwise.
+    pub fn exit_code(&self) -> u8 {
+        u8::from(self.runs.iter().any(|r| r.first_broken.is_some()))
+    }
+}
+
+impl Render for Verified {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        if self.runs.is_empty() {
+            return writeln!(w, "no runs");
+        }
+        for r in &self.runs {
+            let legacy = if r.unchained_legacy > 0 {
+                format!(
+                    ", {} unchained rows from before the chain",
+                    r.unchained_legacy
+                )
+            } else {
+                String::new()
+            };
+            match &r.first_broken {
+                None => writeln!(w, "{}: intact ({} rows{legacy})", r.run_id, r.rows)?,
+                Some(b) => writeln!(w, "{}: BROKEN at row {}: {}", r.run_id, b.id, b.reason)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.warnings.clone()
+    }
+}
+
+pub fn verify(runs: &[RunPaths], open: Opener) -> Result<Verified> {
+    let mut out = Vec::new();
+    let mut warnings = Vec::new();
+    each_run(runs, open, &mut warnings, |run, store| {
+        let report = store.verify_audit()?;
+        out.push(RunChain {
+            run_id: store
+                .run_info()
+                .map(|r| r.id)
+                .unwrap_or_else(|_| run.id.clone()),
+            db: run.db.display().to_string(),
+            rows: report.rows,
+            unchained_legacy: report.unchained_legacy,
+            first_broken: report.first_broken,
+        });
+        Ok(())
+    })?;
+    Ok(Verified {
+        runs: out,
+        warnings,
+    })
+}
