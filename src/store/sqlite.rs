@@ -432,22 +432,24 @@ fn append_audit(c: &Connection, e: &Event) -> rusqlite::Result<AuditRow> {
 
 /// Marks overdue pending gates `timeout`, audit event first. Inside a write transaction.
 fn sweep(c: &Connection, now: &str) -> rusqlite::Result<usize> {
-    let overdue: Vec<(String, Option<String>, Option<String>, Option<String>)> = c
+    let overdue: Vec<GateRow> = c
         .prepare(&format!(
-            "SELECT id, run_id, timeout_at, on_reject FROM gates WHERE {OVERDUE} ORDER BY created_at"
+            "SELECT {GATE_COLUMNS} FROM gates WHERE {OVERDUE} ORDER BY created_at"
         ))?
-        .query_map([now], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+        .query_map([now], gate_row)?
         .collect::<rusqlite::Result<_>>()?;
-    for (id, run_id, timeout_at, on_reject) in &overdue {
+    for gate in &overdue {
         append_audit(
             c,
             &Event {
-                gate_id: id,
-                run_id: run_id.as_deref().unwrap_or_default(),
+                gate_id: &gate.id,
+                run_id: gate.run_id.as_deref().unwrap_or_default(),
                 event_type: "timeout",
                 principal: Some("system"),
                 comment: None,
-                metadata: serde_json::json!({"timeout_at": timeout_at, "on_reject": on_reject}),
+                metadata: serde_json::json!({
+                    "timeout_at": gate.timeout_at, "on_reject": gate.on_reject
+                }),
                 now,
             },
         )?;
@@ -455,7 +457,7 @@ fn sweep(c: &Connection, now: &str) -> rusqlite::Result<usize> {
             "UPDATE gates SET status = 'timeout', resolved_by = 'system',
                  resolved_at = IFNULL(datetime(timeout_at), ?2)
              WHERE id = ?1 AND status = 'pending'",
-            params![id, now],
+            params![gate.id, now],
         )?;
     }
     Ok(overdue.len())
