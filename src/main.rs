@@ -32,12 +32,15 @@ fn options(g: &Global) -> OpenOptions {
 
 /// The principal acting: `--as`/PROSE_PRINCIPAL, else the login name.
 fn principal(arg: &cli::PrincipalArg) -> String {
-    arg.principal
-        .clone()
-        .or_else(|| std::env::var("USER").ok())
-        .or_else(|| std::env::var("LOGNAME").ok())
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| "unknown".to_string())
+    // A principal given explicitly is used as given (an empty one is then refused); only
+    // when none is given does the login name stand in.
+    arg.principal.clone().unwrap_or_else(|| {
+        std::env::var("USER")
+            .ok()
+            .or_else(|| std::env::var("LOGNAME").ok())
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| "unknown".to_string())
+    })
 }
 
 /// Shows a gate's prompt on the terminal and asks for a yes.

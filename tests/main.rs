@@ -7,6 +7,7 @@ mod bind_get;
 mod concurrency;
 mod exec_append;
 mod faults;
+mod gates;
 mod init;
 mod interop;
 mod query;

@@ -1,0 +1,866 @@
+use crate::common::*;
+use std::process::Stdio;
+
+fn create(run: &Run, id: &str, extra: &[&str]) -> serde_json::Value {
+    let a = run
+        .cmd()
+        .args([
+            "--json",
+            "gates",
+            "create",
+            id,
+            "--prompt",
+            "Ready to deploy?\nChanges: 3 files",
+        ])
+        .args(extra)
+        .assert()
+        .success();
+    stdout_json(&a)
+}
+
+fn gate_row(run: &Run, id: &str) -> (String, Option<String>, Option<String>, Option<String>) {
+    run.conn()
+        .query_row(
+            "SELECT status, resolved_by, resolution_comment, resolved_at FROM gates WHERE id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .unwrap()
+}
+
+/// (event_type, principal, metadata) of a gate's audit rows, in order.
+fn events(run: &Run, id: &str) -> Vec<(String, Option<String>, serde_json::Value)> {
+    let c = run.conn();
+    let mut s = c
+        .prepare("SELECT event_type, principal, metadata FROM gate_audit_log WHERE gate_id = ?1 ORDER BY id")
+        .unwrap();
+    s.query_map([id], |r| {
+        let m: Option<String> = r.get(2)?;
+        Ok((
+            r.get(0)?,
+            r.get(1)?,
+            m.map(|m| serde_json::from_str(&m).unwrap())
+                .unwrap_or_default(),
+        ))
+    })
+    .unwrap()
+    .map(|r| r.unwrap())
+    .collect()
+}
+
+#[test]
+fn the_whole_lifecycle_through_the_binary() {
+    let p = Project::new();
+    let run = p.init();
+    let v = create(
+        &run,
+        "production_deploy",
+        &[
+            "--timeout",
+            "4h",
+            "--on-reject",
+            "throw \"Deployment cancelled\"",
+            "--index",
+            "3",
+        ],
+    );
+    assert_eq!(v["created"], true);
+    assert_eq!(v["status"], "pending");
+    assert_eq!(v["allow"], serde_json::json!(["user"]));
+    assert_eq!(v["timeout"], "4h");
+    assert!(v["time_left_seconds"].as_i64().unwrap() > 14_390);
+    // the execution record the spec appends beside the gate
+    let exec_id = v["execution_id"].as_i64().unwrap();
+    let (idx, text, status, meta): (i64, String, String, String) = run
+        .conn()
+        .query_row(
+            "SELECT statement_index, statement_text, status, metadata FROM execution WHERE id = ?1",
+            [exec_id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        (idx, text.as_str(), status.as_str()),
+        (3, "approve production_deploy:", "pending")
+    );
+    assert_eq!(meta, r#"{"gate_id":"production_deploy"}"#);
+    // deadline = created + 4h, in datetime('now') form
+    let (created, deadline): (String, String) = run
+        .conn()
+        .query_row("SELECT created_at, timeout_at FROM gates", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    let diff: i64 = run
+        .conn()
+        .query_row(
+            "SELECT CAST((julianday(?2) - julianday(?1)) * 86400 + 0.5 AS INTEGER)",
+            [&created, &deadline],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(diff, 14_400);
+    let ev = events(&run, "production_deploy");
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].0, "created");
+    assert_eq!(ev[0].1.as_deref(), Some("system"));
+    let prompt_hash = ev[0].2["prompt_hash"].as_str().unwrap().to_string();
+    assert!(prompt_hash.starts_with("sha256:") && prompt_hash.len() == 71);
+    assert_eq!(ev[0].2["allow"], serde_json::json!(["user"]));
+
+    // listed across runs, then shown (which logs `viewed`)
+    let a = p.cmd().args(["--json", "gates"]).assert().success();
+    let list = stdout_json(&a);
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(list[0]["id"], "production_deploy");
+    assert_eq!(list[0]["run_id"], run.id);
+    let a = p
+        .cmd()
+        .args([
+            "--json",
+            "gates",
+            "show",
+            &run.id,
+            "production_deploy",
+            "--as",
+            "auditor",
+        ])
+        .assert()
+        .success();
+    let shown = stdout_json(&a);
+    assert_eq!(shown["prompt"], "Ready to deploy?\nChanges: 3 files");
+    assert_eq!(shown["history"][0]["event_type"], "created");
+    assert_eq!(events(&run, "production_deploy")[1].0, "viewed");
+    assert_eq!(
+        events(&run, "production_deploy")[1].1.as_deref(),
+        Some("auditor")
+    );
+
+    // approve: the decision and its audit event, with the prompt hash the approver saw
+    let a = p
+        .cmd()
+        .args([
+            "--json",
+            "approve",
+            &run.id,
+            "production_deploy",
+            "--as",
+            "raymond",
+            "--yes",
+            "--comment",
+            "LGTM",
+        ])
+        .assert()
+        .success();
+    assert_eq!(stdout_json(&a)["status"], "approved");
+    let (status, by, comment, at) = gate_row(&run, "production_deploy");
+    assert_eq!(
+        (status.as_str(), by.as_deref(), comment.as_deref()),
+        ("approved", Some("raymond"), Some("LGTM"))
+    );
+    assert!(at.is_some());
+    let ev = events(&run, "production_deploy");
+    assert_eq!(ev[2].0, "approved");
+    assert_eq!(ev[2].2["prompt_hash"], prompt_hash.as_str());
+
+    // waiting on a decided gate returns at once: exit 0 for approved
+    let a = p
+        .cmd()
+        .args(["gates", "wait", &run.id, "production_deploy"])
+        .assert()
+        .success();
+    assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("approved by raymond"));
+
+    // a second decision is refused, says who decided what and when, and is logged
+    let before = gate_row(&run, "production_deploy");
+    let a = p
+        .cmd()
+        .args([
+            "reject",
+            &run.id,
+            "production_deploy",
+            "--as",
+            "bob",
+            "--yes",
+            "--reason",
+            "late",
+        ])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 4);
+    let err = stderr(&a);
+    assert!(err.contains("already approved by raymond at"), "{err}");
+    assert_eq!(gate_row(&run, "production_deploy"), before);
+    let last = events(&run, "production_deploy").pop().unwrap();
+    assert_eq!(last.0, "refused");
+    assert_eq!(last.1.as_deref(), Some("bob"));
+
+    // the pending list is empty now; --status all shows it
+    let a = p.cmd().args(["--json", "gates"]).assert().success();
+    assert_eq!(stdout_json(&a), serde_json::json!([]));
+    let a = p
+        .cmd()
+        .args(["--json", "gates", "--status", "approved"])
+        .assert()
+        .success();
+    assert_eq!(stdout_json(&a).as_array().unwrap().len(), 1);
+    p.cmd().args(["gates", "verify"]).assert().success();
+}
+
+#[test]
+fn rejection_needs_a_reason_and_wait_exits_5() {
+    let p = Project::new();
+    let run = p.init();
+    create(&run, "g", &["--on-reject", "retry draft"]);
+    let before = run.snapshot();
+    for args in [
+        vec!["reject", run.id.as_str(), "g", "--yes"],
+        vec!["reject", run.id.as_str(), "g", "--yes", "--reason", "  "],
+        vec!["approve", run.id.as_str(), "g", "--yes", "--reject"],
+        vec!["approve", run.id.as_str(), "g", "--yes", "--reason", "x"],
+    ] {
+        let a = p.cmd().args(&args).args(["--as", "bob"]).assert().failure();
+        assert_eq!(code(&a), 2, "{args:?}: {}", stderr(&a));
+        assert_eq!(run.snapshot(), before, "{args:?}");
+    }
+    // the spec's form: approve --reject --reason
+    p.cmd()
+        .args([
+            "approve",
+            &run.id,
+            "g",
+            "--reject",
+            "--reason",
+            "Need more testing",
+            "--yes",
+            "--as",
+            "bob",
+        ])
+        .assert()
+        .success();
+    let (status, by, comment, _) = gate_row(&run, "g");
+    assert_eq!(
+        (status.as_str(), by.as_deref(), comment.as_deref()),
+        ("rejected", Some("bob"), Some("Need more testing"))
+    );
+    let ev = events(&run, "g");
+    assert_eq!(ev.last().unwrap().0, "rejected");
+    assert_eq!(ev.last().unwrap().2["on_reject"], "retry draft");
+    let a = p
+        .cmd()
+        .args(["gates", "wait", &run.id, "g"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 5);
+}
+
+#[test]
+fn create_is_safe_to_retry_and_refuses_a_different_gate() {
+    let p = Project::new();
+    let run = p.init();
+    let args = ["--timeout", "1h", "--allow", "ops,user"];
+    create(&run, "g", &args);
+    let before = run.snapshot();
+    let v = create(&run, "g", &args);
+    assert_eq!(v["created"], false);
+    assert_eq!(run.snapshot(), before, "an identical retry writes nothing");
+    let a = run
+        .cmd()
+        .args(["gates", "create", "g", "--prompt", "something else"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 4);
+    assert_eq!(run.snapshot(), before);
+    // once decided, even the identical call is refused
+    p.cmd()
+        .args(["approve", &run.id, "g", "--yes", "--as", "ops"])
+        .assert()
+        .success();
+    let before = run.snapshot();
+    let a = run
+        .cmd()
+        .args([
+            "gates",
+            "create",
+            "g",
+            "--prompt",
+            "Ready to deploy?\nChanges: 3 files",
+        ])
+        .args(args)
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 4);
+    assert_eq!(run.snapshot(), before);
+}
+
+#[test]
+fn a_gate_past_its_deadline_fails_closed_with_no_sweeper() {
+    let p = Project::new();
+    let run = p.init();
+    create(
+        &run,
+        "quick",
+        &["--timeout", "1s", "--on-reject", "continue"],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    // nothing has swept it: the row still says pending
+    assert_eq!(gate_row(&run, "quick").0, "pending");
+    let a = p
+        .cmd()
+        .args(["approve", &run.id, "quick", "--yes", "--as", "raymond"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 4);
+    assert!(
+        stderr(&a).contains("already timed out by system"),
+        "{}",
+        stderr(&a)
+    );
+    let (status, by, _, _) = gate_row(&run, "quick");
+    assert_eq!(
+        (status.as_str(), by.as_deref()),
+        ("timeout", Some("system"))
+    );
+    let ev = events(&run, "quick");
+    let kinds: Vec<&str> = ev.iter().map(|e| e.0.as_str()).collect();
+    assert_eq!(kinds, ["created", "timeout", "refused"]);
+    assert_eq!(ev[1].2["on_reject"], "continue");
+    assert_eq!(ev[1].1.as_deref(), Some("system"));
+    let a = p
+        .cmd()
+        .args(["gates", "wait", &run.id, "quick"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 6);
+
+    // a gate whose deadline raw SQL set in the past is just as closed, even to a listing
+    create(&run, "raw", &["--timeout", "1h"]);
+    run.conn()
+        .execute(
+            "UPDATE gates SET timeout_at = '2000-01-01 00:00:00' WHERE id = 'raw'",
+            [],
+        )
+        .unwrap();
+    let a = p.cmd().args(["--json", "gates"]).assert().success();
+    assert_eq!(stdout_json(&a), serde_json::json!([]));
+    assert_eq!(gate_row(&run, "raw").0, "timeout");
+}
+
+#[test]
+fn wait_gives_up_with_exit_7_and_sees_a_decision_made_meanwhile() {
+    let p = Project::new();
+    let run = p.init();
+    create(&run, "g", &[]);
+    let a = p
+        .cmd()
+        .args([
+            "--json",
+            "gates",
+            "wait",
+            &run.id,
+            "g",
+            "--timeout",
+            "1s",
+            "--poll",
+            "1s",
+        ])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 7);
+    assert_eq!(stdout_json(&a)["status"], "pending");
+
+    let waiter = p
+        .std_cmd()
+        .args([
+            "gates",
+            "wait",
+            &run.id,
+            "g",
+            "--timeout",
+            "30s",
+            "--poll",
+            "1s",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    p.cmd()
+        .args(["approve", &run.id, "g", "--yes", "--as", "raymond"])
+        .assert()
+        .success();
+    let out = waiter.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("approved by raymond"));
+}
+
+#[test]
+fn allow_list_refusals_are_audited() {
+    let p = Project::new();
+    let run = p.init();
+    create(&run, "ops_only", &["--allow", "ops-team"]);
+    create(&run, "users", &[]);
+    let before = gate_row(&run, "ops_only");
+    let a = p
+        .cmd()
+        .args(["approve", &run.id, "ops_only", "--yes", "--as", "raymond"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 4);
+    assert!(stderr(&a).contains("may not decide"), "{}", stderr(&a));
+    assert_eq!(gate_row(&run, "ops_only"), before);
+    let ev = events(&run, "ops_only");
+    assert_eq!(ev.last().unwrap().0, "refused");
+    assert_eq!(ev.last().unwrap().1.as_deref(), Some("raymond"));
+    assert_eq!(ev.last().unwrap().2["reason"], "principal not allowed");
+    // `user` admits people, not agents of the run
+    let a = p
+        .cmd()
+        .env("PROSE_PRINCIPAL", "agent:deployer")
+        .args(["approve", &run.id, "users", "--yes"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 4);
+    assert_eq!(gate_row(&run, "users").0, "pending");
+    p.cmd()
+        .args(["approve", &run.id, "ops_only", "--yes", "--as", "ops-team"])
+        .assert()
+        .success();
+    p.cmd()
+        .env("PROSE_PRINCIPAL", "raymond")
+        .args(["approve", &run.id, "users", "--yes"])
+        .assert()
+        .success();
+    assert_eq!(gate_row(&run, "users").1.as_deref(), Some("raymond"));
+}
+
+#[test]
+fn without_a_terminal_a_decision_needs_yes() {
+    let p = Project::new();
+    let run = p.init();
+    create(&run, "g", &[]);
+    let before = run.snapshot();
+    let a = p
+        .cmd()
+        .args(["approve", &run.id, "g", "--as", "raymond"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 2);
+    assert!(stderr(&a).contains("pass --yes"), "{}", stderr(&a));
+    assert_eq!(run.snapshot(), before);
+}
+
+/// Runs a command on a pseudo-terminal (util-linux `script`), typing `input`.
+fn on_terminal(p: &Project, command: &str, input: &str) -> Option<(i32, String)> {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "`script` missing under CI"
+        );
+        eprintln!("SKIPPED: terminal confirmation test needs util-linux `script`");
+        return None;
+    }
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", command, "/dev/null"])
+        .current_dir(p.root())
+        .env_remove("PROSE_PRINCIPAL")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    Some((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    ))
+}
+
+#[test]
+fn on_a_terminal_the_prompt_is_shown_and_confirmation_asked() {
+    let p = Project::new();
+    let run = p.init();
+    create(&run, "g", &[]);
+    let before = run.snapshot();
+    let cmd = format!("{BIN} approve {} g --as raymond", run.id);
+    let Some((status, screen)) = on_terminal(&p, &cmd, "n\n") else {
+        return;
+    };
+    assert!(
+        screen.contains("Ready to deploy?") && screen.contains("[y/N]"),
+        "{screen}"
+    );
+    assert_eq!(status, 4, "{screen}");
+    assert_eq!(run.snapshot(), before);
+    let (status, screen) = on_terminal(&p, &cmd, "y\n").unwrap();
+    assert_eq!(status, 0, "{screen}");
+    assert_eq!(gate_row(&run, "g").0, "approved");
+}
+
+#[test]
+fn twenty_concurrent_deciders_exactly_one_wins() {
+    let p = Project::new();
+    let run = p.init();
+    create(&run, "race", &[]);
+    let children: Vec<_> = (0..20)
+        .map(|i| {
+            let mut c = p.std_cmd();
+            if i % 2 == 0 {
+                c.args([
+                    "approve",
+                    &run.id,
+                    "race",
+                    "--yes",
+                    "--as",
+                    &format!("approver{i}"),
+                ]);
+            } else {
+                c.args([
+                    "reject",
+                    &run.id,
+                    "race",
+                    "--yes",
+                    "--reason",
+                    "no",
+                    "--as",
+                    &format!("rejecter{i}"),
+                ]);
+            }
+            c.stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let codes: Vec<i32> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap().status.code().unwrap())
+        .collect();
+    assert_eq!(codes.iter().filter(|&&c| c == 0).count(), 1, "{codes:?}");
+    assert_eq!(codes.iter().filter(|&&c| c == 4).count(), 19, "{codes:?}");
+    let (status, by, _, _) = gate_row(&run, "race");
+    let ev = events(&run, "race");
+    let decisions: Vec<_> = ev
+        .iter()
+        .filter(|e| e.0 == "approved" || e.0 == "rejected")
+        .collect();
+    assert_eq!(decisions.len(), 1);
+    assert_eq!(
+        decisions[0].0, status,
+        "the log and the gate agree on the outcome"
+    );
+    assert_eq!(decisions[0].1, by, "and on who decided");
+    assert_eq!(ev.iter().filter(|e| e.0 == "refused").count(), 19);
+    p.cmd().args(["gates", "verify"]).assert().success();
+}
+
+#[test]
+fn the_audit_log_is_append_only_and_verify_catches_tampering() {
+    let p = Project::new();
+    let run = p.init();
+    create(&run, "g", &[]);
+    p.cmd()
+        .args(["gates", "show", &run.id, "g", "--as", "a"])
+        .assert()
+        .success();
+    p.cmd()
+        .args(["approve", &run.id, "g", "--yes", "--as", "raymond"])
+        .assert()
+        .success();
+    let c = run.conn();
+    for sql in [
+        "UPDATE gate_audit_log SET principal = 'mallory' WHERE id = 3",
+        "DELETE FROM gate_audit_log WHERE id = 2",
+    ] {
+        let e = c.execute(sql, []).unwrap_err().to_string();
+        assert!(e.contains("append-only"), "{sql}: {e}");
+    }
+    let a = p
+        .cmd()
+        .args(["--json", "gates", "verify"])
+        .assert()
+        .success();
+    assert_eq!(stdout_json(&a)[0]["rows"], 3);
+
+    // with the triggers dropped, an edit goes through, and verify names the row
+    c.execute_batch(
+        "DROP TRIGGER gate_audit_log_no_update; DROP TRIGGER gate_audit_log_no_delete;
+         UPDATE gate_audit_log SET principal = 'mallory' WHERE id = 3;",
+    )
+    .unwrap();
+    let a = p
+        .cmd()
+        .args(["gates", "verify", "--run", &run.id])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 1);
+    let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    assert!(
+        out.contains("BROKEN at row 3") && out.contains("edited"),
+        "{out}"
+    );
+    // a removed row breaks the link of the next one
+    c.execute_batch(
+        "UPDATE gate_audit_log SET principal = 'raymond' WHERE id = 3; DELETE FROM gate_audit_log WHERE id = 2;",
+    )
+    .unwrap();
+    let a = p
+        .cmd()
+        .args(["--json", "gates", "verify"])
+        .assert()
+        .failure();
+    assert_eq!(stdout_json(&a)[0]["first_broken"]["id"], 3);
+}
+
+#[test]
+fn bad_gate_input_is_refused_and_changes_nothing() {
+    let p = Project::new();
+    let run = p.init();
+    create(&run, "g", &[]);
+    let before = run.snapshot();
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["gates", "create", "../x", "--prompt", "p"],
+        vec!["gates", "create", "x", "--prompt", ""],
+        vec!["gates", "create", "x", "--prompt", "p", "--timeout", "0"],
+        vec!["gates", "create", "x", "--prompt", "p", "--timeout", "-1h"],
+        vec!["gates", "create", "x", "--prompt", "p", "--timeout", "4x"],
+        vec!["gates", "create", "x", "--prompt", "p", "--timeout", ""],
+        vec![
+            "gates",
+            "create",
+            "x",
+            "--prompt",
+            "p",
+            "--timeout",
+            "99999999999999999999d",
+        ],
+        vec![
+            "gates",
+            "create",
+            "x",
+            "--prompt",
+            "p",
+            "--timeout",
+            "30m2h",
+        ],
+        vec!["gates", "create", "x", "--prompt", "p", "--allow", ""],
+        vec!["gates", "create", "x", "--prompt", "p", "--metadata", "[1]"],
+        vec!["gates", "create", "x", "--prompt", "p", "--on-reject", ""],
+        vec!["gates", "--expiring", "soon"],
+        vec!["gates", "audit", "--since", "yesterday"],
+        vec!["gates", "wait", "RUN", "g", "--timeout", "0"],
+        vec!["gates", "wait", "RUN", "g", "--poll", "1x"],
+        vec!["gates", "--status", "open"],
+        vec!["approve", "RUN", "g", "--yes", "--as", ""],
+    ];
+    for args in cases {
+        let args: Vec<&str> = args
+            .iter()
+            .map(|a| if *a == "RUN" { run.id.as_str() } else { a })
+            .collect();
+        let a = run.cmd().args(&args).assert().failure();
+        assert_eq!(code(&a), 2, "{args:?}: {}", stderr(&a));
+        assert_eq!(stderr(&a).lines().count(), 1);
+        assert_eq!(run.snapshot(), before, "{args:?}");
+    }
+    for args in [
+        vec!["approve", run.id.as_str(), "nope", "--yes", "--as", "x"],
+        vec!["gates", "show", run.id.as_str(), "nope"],
+        vec!["gates", "wait", run.id.as_str(), "nope"],
+        vec!["approve", "no-such-run", "g", "--yes", "--as", "x"],
+        vec![
+            "gates",
+            "create",
+            "x",
+            "--prompt",
+            "p",
+            "--execution-id",
+            "99",
+        ],
+    ] {
+        let a = run.cmd().args(&args).assert().failure();
+        assert_eq!(code(&a), 3, "{args:?}: {}", stderr(&a));
+        assert_eq!(run.snapshot(), before, "{args:?}");
+    }
+}
+
+#[test]
+fn listing_across_runs_oldest_first_with_filters() {
+    let p = Project::new();
+    let r1 = p.init();
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let r2 = p.init();
+    create(&r2, "later", &["--timeout", "30m"]);
+    create(&r1, "soon", &["--timeout", "5m"]);
+    // make r1's gate the older one
+    r1.conn()
+        .execute("UPDATE gates SET created_at = '2020-01-01 00:00:00'", [])
+        .unwrap();
+    create(&r1, "never", &[]);
+    let a = p.cmd().args(["--json", "gates"]).assert().success();
+    let ids: Vec<String> = stdout_json(&a)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            format!(
+                "{}/{}",
+                g["run_id"].as_str().unwrap(),
+                g["id"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(ids[0], format!("{}/soon", r1.id));
+    assert_eq!(ids.len(), 3);
+    let a = p
+        .cmd()
+        .args(["--json", "gates", "--run", &r2.id])
+        .assert()
+        .success();
+    assert_eq!(stdout_json(&a).as_array().unwrap().len(), 1);
+    let a = p
+        .cmd()
+        .args(["--json", "gates", "--expiring", "10m"])
+        .assert()
+        .success();
+    let v = stdout_json(&a);
+    assert_eq!(v.as_array().unwrap().len(), 1);
+    assert_eq!(v[0]["id"], "soon");
+    // a run whose db is unreadable is skipped with a warning, not fatal
+    std::fs::write(r2.dir.join("state.db"), b"garbage").unwrap();
+    let a = p.cmd().args(["--json", "gates"]).assert().success();
+    assert_eq!(stdout_json(&a).as_array().unwrap().len(), 2);
+    assert!(
+        stderr(&a).contains(&format!("warning: skipped run {}", r2.id)),
+        "{}",
+        stderr(&a)
+    );
+    // the human table
+    let a = p.cmd().args(["gates"]).assert().success();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    assert!(
+        out.starts_with("RUN") && out.contains("Ready to deploy? …") && out.contains("no deadline"),
+        "{out}"
+    );
+}
+
+#[test]
+fn audit_filters_by_gate_principal_and_time() {
+    let p = Project::new();
+    let run = p.init();
+    create(&run, "a", &[]);
+    create(&run, "b", &[]);
+    p.cmd()
+        .args(["approve", &run.id, "a", "--yes", "--as", "raymond"])
+        .assert()
+        .success();
+    p.cmd()
+        .args([
+            "reject", &run.id, "b", "--yes", "--as", "sam", "--reason", "no",
+        ])
+        .assert()
+        .success();
+    let a = p
+        .cmd()
+        .args(["--json", "gates", "audit"])
+        .assert()
+        .success();
+    assert_eq!(stdout_json(&a).as_array().unwrap().len(), 4);
+    let a = p
+        .cmd()
+        .args(["--json", "gates", "audit", "--gate", "b"])
+        .assert()
+        .success();
+    let v = stdout_json(&a);
+    assert_eq!(v.as_array().unwrap().len(), 2);
+    assert_eq!(v[1]["event_type"], "rejected");
+    assert_eq!(v[1]["comment"], "no");
+    let a = p
+        .cmd()
+        .args(["--json", "gates", "audit", "--principal", "raymond"])
+        .assert()
+        .success();
+    assert_eq!(stdout_json(&a).as_array().unwrap().len(), 1);
+    run.conn()
+        .execute_batch(
+            "DROP TRIGGER gate_audit_log_no_update; UPDATE gate_audit_log SET timestamp = '2000-01-01 00:00:00' WHERE id = 1;",
+        )
+        .unwrap();
+    let a = p
+        .cmd()
+        .args(["--json", "gates", "audit", "--since", "1h"])
+        .assert()
+        .success();
+    assert_eq!(stdout_json(&a).as_array().unwrap().len(), 3);
+}
+
+#[test]
+fn a_schema_1_database_upgrades_and_its_gate_keeps_working() {
+    let p = Project::new();
+    let id = "20261122-090000-v1v1v1";
+    let dir = p.root().join(".prose/runs").join(id);
+    std::fs::create_dir_all(dir.join("attachments")).unwrap();
+    std::fs::copy(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/v1-prose-state-0.1.db"),
+        dir.join("state.db"),
+    )
+    .unwrap();
+    let run = Run {
+        id: id.into(),
+        dir: dir.clone(),
+        db: dir.join("state.db"),
+        root: p.root().to_path_buf(),
+    };
+    assert_eq!(run.get("research", None), b"made by prose-state schema 1");
+    let a = p.cmd().args(["--json", "gates"]).assert().success();
+    assert_eq!(stdout_json(&a)[0]["id"], "production_deploy");
+    let a = p
+        .cmd()
+        .args(["--json", "gates", "verify"])
+        .assert()
+        .success();
+    let v = stdout_json(&a);
+    assert_eq!(v[0]["unchained_legacy"], 1);
+    assert_eq!(v[0]["first_broken"], serde_json::Value::Null);
+    p.cmd()
+        .args([
+            "approve",
+            id,
+            "production_deploy",
+            "--yes",
+            "--as",
+            "raymond",
+        ])
+        .assert()
+        .success();
+    let a = p
+        .cmd()
+        .args(["--json", "gates", "verify"])
+        .assert()
+        .success();
+    assert_eq!(stdout_json(&a)[0]["rows"], 2);
+    // the upgrade installed the append-only triggers
+    let e = run
+        .conn()
+        .execute("DELETE FROM gate_audit_log", [])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("append-only"), "{e}");
+    let version: i64 = run
+        .conn()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 2);
+}
