@@ -11,7 +11,7 @@ use serde::Serialize;
 use std::io::{self, Write};
 
 /// Opens the store of a run; given by main, so commands never open paths themselves.
-pub type Opener<'a> = &'a dyn Fn(&RunPaths) -> Result<Box<dyn Store>>;
+pub type Opener<'a> = &'a (dyn Fn(&RunPaths) -> Result<Box<dyn Store>> + Sync);
 
 /// Seconds from `now` until `timeout_at`, for a pending gate with a readable deadline.
 fn time_left(gate: &GateRow, now: &str) -> Option<i64> {
@@ -55,24 +55,47 @@ impl GateView {
     }
 }
 
-/// Runs visited, and the ones that could not be read (reported on stderr, not fatal when
-/// listing across runs).
-fn each_run(
+/// Applies `f` to every run, a few runs at a time on worker threads (each with its own
+/// connection: opening a run's database is most of the cost of a cross-run listing), and
+/// returns the results in run order. A run that cannot be read becomes a warning when there
+/// are several runs, and the error when there is one.
+fn over_runs<T: Send>(
     runs: &[RunPaths],
     open: Opener,
-    warnings: &mut Vec<String>,
-    mut f: impl FnMut(&RunPaths, &mut dyn Store) -> Result<()>,
-) -> Result<()> {
-    let single = runs.len() == 1;
-    for run in runs {
-        let result = open(run).and_then(|mut store| f(run, store.as_mut()));
+    f: impl Fn(&RunPaths, &mut dyn Store) -> Result<T> + Sync,
+) -> Result<(Vec<T>, Vec<String>)> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8)
+        .min(runs.len().max(1));
+    let visit = || {
+        let mut done = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(run) = runs.get(i) else { break done };
+            done.push((i, open(run).and_then(|mut store| f(run, store.as_mut()))));
+        }
+    };
+    let mut results: Vec<(usize, Result<T>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers).map(|_| s.spawn(visit)).collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    results.sort_by_key(|(i, _)| *i);
+    let mut out = Vec::new();
+    let mut warnings = Vec::new();
+    for (i, result) in results {
         match result {
-            Ok(()) => {}
-            Err(e) if !single => warnings.push(format!("skipped run {}: {e:#}", run.id)),
+            Ok(v) => out.push(v),
+            Err(e) if runs.len() > 1 => warnings.push(format!("skipped run {}: {e:#}", runs[i].id)),
             Err(e) => return Err(e),
         }
     }
-    Ok(())
+    Ok((out, warnings))
 }
 
 #[derive(Debug, Serialize)]
@@ -136,10 +159,9 @@ pub fn list(args: &GatesListArgs, runs: &[RunPaths], open: Opener) -> Result<Gat
         (GateStatus::Timeout, None) => Some("timeout"),
         (GateStatus::All, None) => None,
     };
-    let mut gates = Vec::new();
-    let mut warnings = Vec::new();
-    each_run(runs, open, &mut warnings, |_, store| {
+    let (per_run, warnings) = over_runs(runs, open, |_, store| {
         let program = store.run_info()?.program_path;
+        let mut views = Vec::new();
         for gate in store.gates(status, &now)? {
             let view = GateView::new(gate, program.clone(), &now);
             let within = match (&horizon, &view.gate.timeout_at) {
@@ -148,11 +170,12 @@ pub fn list(args: &GatesListArgs, runs: &[RunPaths], open: Opener) -> Result<Gat
                 (Some(_), None) => false,
             };
             if within {
-                gates.push(view);
+                views.push(view);
             }
         }
-        Ok(())
+        Ok(views)
     })?;
+    let mut gates: Vec<GateView> = per_run.into_iter().flatten().collect();
     // Oldest first across runs.
     gates.sort_by(|a, b| a.gate.created_at.cmp(&b.gate.created_at));
     Ok(GateList { gates, warnings })
@@ -449,16 +472,14 @@ pub fn audit(args: &GateAuditArgs, runs: &[RunPaths], open: Opener) -> Result<Au
         Some(d) => Some(now_plus(-parse_duration(d)?)),
         None => None,
     };
-    let mut rows = Vec::new();
-    let mut warnings = Vec::new();
-    each_run(runs, open, &mut warnings, |_, store| {
-        rows.extend(store.audit(&AuditFilter {
+    let (per_run, warnings) = over_runs(runs, open, |_, store| {
+        store.audit(&AuditFilter {
             gate_id: args.gate.as_deref(),
             principal: args.principal.as_deref(),
             since: since.as_deref(),
-        })?);
-        Ok(())
+        })
     })?;
+    let rows = per_run.into_iter().flatten().collect();
     Ok(AuditList { rows, warnings })
 }
 
@@ -514,11 +535,9 @@ impl Render for Verified {
 }
 
 pub fn verify(runs: &[RunPaths], open: Opener) -> Result<Verified> {
-    let mut out = Vec::new();
-    let mut warnings = Vec::new();
-    each_run(runs, open, &mut warnings, |run, store| {
+    let (out, warnings) = over_runs(runs, open, |run, store| {
         let report = store.verify_audit()?;
-        out.push(RunChain {
+        Ok(RunChain {
             run_id: store
                 .run_info()
                 .map(|r| r.id)
@@ -527,8 +546,7 @@ pub fn verify(runs: &[RunPaths], open: Opener) -> Result<Verified> {
             rows: report.rows,
             unchained_legacy: report.unchained_legacy,
             first_broken: report.first_broken,
-        });
-        Ok(())
+        })
     })?;
     Ok(Verified {
         runs: out,
