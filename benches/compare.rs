@@ -446,6 +446,152 @@ fn big_value(root: &Path, mb: u64, rows: &mut Vec<Row>) {
     }
 }
 
+/// `gates` across `n` runs with one pending gate each, against the raw way: one `sqlite3`
+/// per run database (the spec's cross-run JOIN cannot work: every run has its own db).
+fn gates_listing(root: &Path, n: usize, calls: usize, rows: &mut Vec<Row>) {
+    let project = root.join("gates-project");
+    std::fs::create_dir_all(&project).unwrap();
+    for i in 0..n {
+        let id = format!("g{i:05}");
+        init(&project, &id);
+        let (_, ok) = timed(prose(&project, &id).args([
+            "gates",
+            "create",
+            "deploy",
+            "--prompt",
+            "Ready to deploy?",
+            "--timeout",
+            "4h",
+        ]));
+        assert!(ok, "gates create failed");
+    }
+    let raw_loop = "for db in .prose/runs/*/state.db; do \
+                    sqlite3 -json \"$db\" \"SELECT g.id, g.prompt, g.created_at, r.program_path \
+                    FROM gates g JOIN run r ON g.run_id = r.id WHERE g.status = 'pending'\"; done";
+    let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+    for _ in 0..calls {
+        let mut c = Command::new(BIN);
+        c.current_dir(&project).args(["--json", "gates"]);
+        let (d, ok) = timed(&mut c);
+        assert!(ok);
+        ours.push(d);
+        let mut c = Command::new("sh");
+        c.current_dir(&project).args(["-c", raw_loop]);
+        let (d, ok) = timed(&mut c);
+        assert!(ok);
+        theirs.push(d);
+    }
+    let (ours, theirs) = (median(ours), median(theirs));
+    rows.push(Row {
+        what: format!("`gates` across {n} runs, one pending gate each, median of {calls}"),
+        ours: ms(ours),
+        raw: format!("{} (one `sqlite3 -json` per run db)", ms(theirs)),
+        ratio: format!("{:.2}", ours.as_secs_f64() / theirs.as_secs_f64()),
+        target: "≤ 500 ms".into(),
+        met: if ours <= Duration::from_millis(500) {
+            "yes"
+        } else {
+            "no"
+        }
+        .into(),
+    });
+}
+
+/// One gate, 20 deciders at once. prose-state: exactly one may win. Raw: the spec's
+/// resolution UPDATE (no status guard) from 20 `sqlite3` processes with a busy timeout.
+fn gate_race(root: &Path, rounds: usize, rows: &mut Vec<Row>) {
+    let (mut ours_wall, mut raw_wall) = (Vec::new(), Vec::new());
+    let (mut ours_winners, mut raw_winners) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let id = format!("race{round}");
+        let db = init(root, &id);
+        let (_, ok) =
+            timed(prose(root, &id).args(["gates", "create", "deploy", "--prompt", "Deploy?"]));
+        assert!(ok);
+        let start = Instant::now();
+        let winners: usize = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..20)
+                .map(|i| {
+                    let id = id.clone();
+                    s.spawn(move || {
+                        let who = format!("approver{i}");
+                        timed(
+                            prose(root, &id)
+                                .args(["approve", &id, "deploy", "--yes", "--as", &who]),
+                        )
+                        .1
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| usize::from(h.join().unwrap())).sum()
+        });
+        ours_wall.push(start.elapsed());
+        ours_winners.push(winners);
+
+        let raw_id = format!("race-raw{round}");
+        let raw = init(root, &raw_id);
+        let insert =
+            "INSERT INTO gates (id, run_id, prompt) SELECT 'deploy', id, 'Deploy?' FROM run";
+        assert!(timed(&mut sqlite3(&raw, insert, &[])).1);
+        let start = Instant::now();
+        let winners: usize = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..20)
+                .map(|i| {
+                    let raw = raw.clone();
+                    s.spawn(move || {
+                        let sql = format!(
+                            "UPDATE gates SET status = 'approved', resolved_at = datetime('now'), \
+                             resolved_by = 'approver{i}' WHERE id = 'deploy'; SELECT changes();"
+                        );
+                        let out = Command::new("sqlite3")
+                            .args(["-cmd", ".timeout 10000"])
+                            .arg(&raw)
+                            .arg(sql)
+                            .output()
+                            .unwrap();
+                        usize::from(
+                            out.status.success()
+                                && String::from_utf8_lossy(&out.stdout).trim() == "1",
+                        )
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        raw_wall.push(start.elapsed());
+        raw_winners.push(winners);
+        let _ = db;
+    }
+    let max_ours = *ours_winners.iter().max().unwrap();
+    let min_ours = *ours_winners.iter().min().unwrap();
+    rows.push(Row {
+        what: format!("one gate, 20 concurrent approvers ({rounds} rounds): winners per gate"),
+        ours: format!("{min_ours}..{max_ours}"),
+        raw: format!(
+            "{}..{} (the spec's UPDATE lets every approver overwrite)",
+            raw_winners.iter().min().unwrap(),
+            raw_winners.iter().max().unwrap()
+        ),
+        ratio: "".into(),
+        target: "exactly 1".into(),
+        met: if min_ours == 1 && max_ours == 1 {
+            "yes"
+        } else {
+            "no"
+        }
+        .into(),
+    });
+    let (o, r) = (median(ours_wall), median(raw_wall));
+    rows.push(Row {
+        what: "one gate, 20 concurrent approvers: wall time, median".into(),
+        ours: ms(o),
+        raw: ms(r),
+        ratio: format!("{:.2}", o.as_secs_f64() / r.as_secs_f64()),
+        target: "(reported)".into(),
+        met: "".into(),
+    });
+}
+
 fn first_line(cmd: &str, args: &[&str]) -> String {
     Command::new(cmd)
         .args(args)
@@ -487,6 +633,10 @@ fn main() {
     parallel_rows(root, 3, &mut rows);
     eprintln!("deep scope chain…");
     deep_chain(root, 10_000, 100, &mut rows);
+    eprintln!("gates across 1000 runs…");
+    gates_listing(root, 1000, 10, &mut rows);
+    eprintln!("gate race…");
+    gate_race(root, 5, &mut rows);
     eprintln!("large value ({big_mb} MiB)…");
     big_value(root, big_mb, &mut rows);
 
