@@ -340,6 +340,14 @@ fn hostile() -> Vec<Vec<u8>> {
         "{\"a\": 1}",
         "\u{1b}[2J",
         "line\nbreak",
+        // durations that must all be refused
+        "0",
+        "0s",
+        "-1h",
+        "4x",
+        "30m2h",
+        "1h1h",
+        "99999999999999999999d",
     ]
     .iter()
     .map(|s| s.as_bytes().to_vec())
@@ -358,6 +366,11 @@ fn hostile_input_sweep_never_panics_or_half_writes() {
     let run = p.init();
     run.exec(1, "x", "executing", None);
     run.bind("keep", "me", None);
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "p"])
+        .assert()
+        .success();
+    let id = run.id.clone();
     // each template: argv with one slot, X, where the hostile string goes
     let templates: Vec<Vec<&str>> = vec![
         vec!["bind", "X", "v"],
@@ -433,6 +446,37 @@ fn hostile_input_sweep_never_panics_or_half_writes() {
         vec!["query", "X"],
         vec!["init", "--run-id", "X"],
         vec!["init", "X"],
+        vec!["gates", "create", "X", "--prompt", "p"],
+        vec!["gates", "create", "gc", "--prompt", "X"],
+        vec!["gates", "create", "gc", "--prompt", "p", "--timeout", "X"],
+        vec!["gates", "create", "gc", "--prompt", "p", "--allow", "X"],
+        vec!["gates", "create", "gc", "--prompt", "p", "--on-reject", "X"],
+        vec!["gates", "create", "gc", "--prompt", "p", "--metadata", "X"],
+        vec![
+            "gates",
+            "create",
+            "gc",
+            "--prompt",
+            "p",
+            "--execution-id",
+            "X",
+        ],
+        vec!["gates", "--expiring", "X"],
+        vec!["gates", "--status", "X"],
+        vec!["gates", "audit", "--since", "X"],
+        vec!["gates", "audit", "--gate", "X"],
+        vec!["gates", "audit", "--principal", "X"],
+        vec!["gates", "show", &id, "X"],
+        vec!["gates", "show", &id, "g", "--as", "X"],
+        vec!["gates", "wait", &id, "g", "--timeout", "X"],
+        vec!["gates", "wait", &id, "g", "--poll", "X"],
+        vec!["gates", "wait", "X", "g"],
+        vec!["approve", &id, "X", "--yes", "--as", "a"],
+        vec!["approve", &id, "nogate", "--yes", "--as", "X"],
+        vec!["approve", "X", "g", "--yes", "--as", "a"],
+        vec![
+            "reject", &id, "nogate", "--yes", "--as", "a", "--reason", "X",
+        ],
     ];
     let mut checked = 0;
     for template in &templates {
