@@ -7,6 +7,7 @@
 --     `ON CONFLICT (name, IFNULL(execution_id, -1))` both honour.
 --   * an index on execution(parent_id) for walking scopes downward and listing children.
 --   * (schema 2) the gate audit log is hash-chained and append-only by trigger.
+--   * (schema 3) run.error_message, set by `finish --error`.
 --
 -- Every statement is idempotent (IF NOT EXISTS): the same text creates a new database and
 -- completes an older one during the forward upgrade (see src/store/sqlite.rs). Columns are
@@ -20,7 +21,8 @@ CREATE TABLE IF NOT EXISTS run (
     started_at TEXT DEFAULT (datetime('now')),
     updated_at TEXT DEFAULT (datetime('now')),
     status TEXT DEFAULT 'running',  -- running, completed, failed, interrupted
-    state_mode TEXT DEFAULT 'sqlite'
+    state_mode TEXT DEFAULT 'sqlite',
+    error_message TEXT              -- why a run failed or was interrupted (schema 3)
 );
 
 CREATE TABLE IF NOT EXISTS execution (

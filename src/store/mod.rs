@@ -257,8 +257,110 @@ pub struct BrokenLink {
     pub reason: String,
 }
 
+/// A persistent agent's row, with its segment count.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentRow {
+    pub name: String,
+    pub scope: Option<String>,
+    pub memory: Option<String>,
+    pub created_at: Option<String>,
+    pub updated_at: Option<String>,
+    pub segments: i64,
+}
+
+/// Persistent agent memory: kept in a run's state.db (execution scope) or an agents.db
+/// (project and user scope), with the same tables and the same operations.
+pub trait AgentStore {
+    fn agent(&mut self, name: &str) -> Result<Option<AgentRow>>;
+
+    /// Replaces the agent's memory, creating the agent if needed.
+    fn remember(&mut self, name: &str, scope: &str, memory: &str, now: &str) -> Result<()>;
+
+    /// Appends a segment and returns its number: 1, 2, ... with no gap and no duplicate, however
+    /// many processes append at once. Creates the agent (with no memory) if needed.
+    fn append_segment(
+        &mut self,
+        name: &str,
+        scope: &str,
+        prompt: &str,
+        summary: &str,
+        now: &str,
+    ) -> Result<i64>;
+
+    fn agents(&mut self) -> Result<Vec<AgentRow>>;
+}
+
+/// An imports row.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ImportRow {
+    pub alias: String,
+    pub source_url: Option<String>,
+    pub fetched_at: Option<String>,
+    pub inputs_schema: Option<String>,
+    pub outputs_schema: Option<String>,
+}
+
+#[derive(Debug)]
+pub enum ImportAdded {
+    Added(ImportRow),
+    /// The same alias with the same source and schemas: nothing written.
+    Unchanged(ImportRow),
+    Replaced(ImportRow),
+    /// The alias is registered with a different source or schemas (and no --replace).
+    Conflict(ImportRow),
+}
+
+/// An execution row as stored (raw SQL may leave any column NULL).
+#[derive(Debug, Clone, Serialize)]
+pub struct ExecutionRow {
+    pub id: i64,
+    pub statement_index: Option<i64>,
+    pub statement_text: Option<String>,
+    pub status: Option<String>,
+    pub started_at: Option<String>,
+    pub completed_at: Option<String>,
+    pub error_message: Option<String>,
+    pub parent_id: Option<i64>,
+    pub metadata: Option<String>,
+}
+
+impl ExecutionRow {
+    /// When the event happened: every record prose-state appends carries one of the two.
+    pub fn at(&self) -> Option<&str> {
+        self.completed_at.as_deref().or(self.started_at.as_deref())
+    }
+}
+
+/// What `runs` shows of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSummary {
+    #[serde(flatten)]
+    pub run: RunInfo,
+    pub error_message: Option<String>,
+    /// The time of the latest execution record.
+    pub last_event_at: Option<String>,
+    /// Gates pending and not past their deadline.
+    pub pending_gates: i64,
+}
+
+#[derive(Debug)]
+pub enum Finished {
+    Done { previous_status: String },
+    /// Already finished with this status: nothing written.
+    Unchanged,
+}
+
+/// What `resume` changed.
+#[derive(Debug, Serialize)]
+pub struct Resumed {
+    pub previous_status: String,
+    pub status: String,
+    /// Gates that got a `resumed` audit event.
+    pub gates_logged: Vec<String>,
+}
+
 /// The operations every backend provides for one run.
-pub trait Store {
+pub trait Store: AgentStore {
     /// Upserts a binding by (name, scope) in one write transaction. Refuses to rebind a
     /// `const` in the same scope. `publish` runs inside the transaction, after the checks and
     /// before the row is written: it puts the attachment file in place, so that no committed
@@ -327,6 +429,27 @@ pub trait Store {
 
     /// Recomputes the audit hash chain.
     fn verify_audit(&mut self) -> Result<ChainReport>;
+
+    /// Sets the run's final status. A run that is `completed` or `failed` is closed: every
+    /// write to it is refused afterwards. Completing a run with a pending gate is refused.
+    fn finish(&mut self, status: &str, error: Option<&str>, now: &str) -> Result<Finished>;
+
+    /// The run row, its last event and its pending gates (read only).
+    fn run_summary(&mut self, now: &str) -> Result<RunSummary>;
+
+    fn add_import(&mut self, import: &ImportRow, replace: bool) -> Result<ImportAdded>;
+
+    fn imports(&mut self) -> Result<Vec<ImportRow>>;
+
+    /// Every execution record, oldest first.
+    fn executions(&mut self) -> Result<Vec<ExecutionRow>>;
+
+    /// Every binding, in (scope, name) order.
+    fn bindings(&mut self) -> Result<Vec<BindingRow>>;
+
+    /// Records a resume: a `resumed` audit event for each gate that is pending or was decided
+    /// since the last resume, and an `interrupted` run set back to `running`; one transaction.
+    fn record_resume(&mut self, now: &str) -> Result<Resumed>;
 }
 
 /// Creates the state database of a new run and writes its `run` row.
@@ -337,4 +460,9 @@ pub fn create(db: &Path, run: &NewRun, opts: OpenOptions) -> Result<Box<dyn Stor
 /// Opens the state database of an existing run, upgrading an older schema forward.
 pub fn open(db: &Path, opts: OpenOptions) -> Result<Box<dyn Store>> {
     Ok(Box::new(sqlite::SqliteStore::open(db, opts)?))
+}
+
+/// Opens an agents.db (project or user scope), creating it on first use when `create` is set.
+pub fn open_agents(db: &Path, opts: OpenOptions, create: bool) -> Result<Box<dyn AgentStore>> {
+    Ok(Box::new(sqlite::SqliteStore::open_agents(db, opts, create)?))
 }

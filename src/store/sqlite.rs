@@ -6,9 +6,10 @@
 //! never fails half-way with a lock upgrade error.
 
 use super::{
-    AuditFilter, AuditRow, BindOutcome, BindingRow, BrokenLink, ChainReport, Created, Decided,
-    Decision, Found, GateRow, NewBinding, NewExecution, NewGate, NewRun, OpenOptions, QueryResult,
-    RunInfo, Store,
+    AgentRow, AgentStore, AuditFilter, AuditRow, BindOutcome, BindingRow, BrokenLink,
+    ChainReport, Created, Decided, Decision, ExecutionRow, Finished, Found, GateRow, ImportAdded,
+    ImportRow, NewBinding, NewExecution, NewGate, NewRun, OpenOptions, QueryResult, Resumed,
+    RunInfo, RunSummary, Store,
 };
 use crate::error::{busy, not_found, refused, shown, usage};
 use anyhow::{anyhow, Context, Result};
@@ -19,11 +20,35 @@ use rusqlite::{
 };
 use std::path::{Path, PathBuf};
 
-/// The version stamped in `PRAGMA user_version` by this build. Older databases are upgraded
-/// forward on open; newer ones are refused untouched.
-pub const SCHEMA_VERSION: i64 = 2;
+/// The version stamped in a state.db's `PRAGMA user_version` by this build. Older databases
+/// are upgraded forward on open; newer ones are refused untouched.
+pub const SCHEMA_VERSION: i64 = 3;
 
-const SCHEMA: &str = include_str!("../../schema/sqlite.sql");
+/// The same for agents.db (project and user agent memory).
+pub const AGENTS_SCHEMA_VERSION: i64 = 1;
+
+/// One kind of database prose-state keeps: its embedded schema, version, and the tables
+/// that show a file is one of them.
+pub struct Schema {
+    sql: &'static str,
+    version: i64,
+    what: &'static str,
+    core: &'static [&'static str],
+}
+
+pub const STATE: Schema = Schema {
+    sql: include_str!("../../schema/sqlite.sql"),
+    version: SCHEMA_VERSION,
+    what: "prose state db",
+    core: &["run", "execution", "bindings"],
+};
+
+pub const AGENTS: Schema = Schema {
+    sql: include_str!("../../schema/agents.sql"),
+    version: AGENTS_SCHEMA_VERSION,
+    what: "prose agents db",
+    core: &["agents", "agent_segments"],
+};
 
 /// How far up a scope chain a lookup walks before it stops: a guard against a parent_id
 /// cycle written by raw SQL, far beyond any real nesting.
@@ -33,6 +58,7 @@ pub struct SqliteStore {
     conn: Connection,
     path: PathBuf,
     busy_ms: u128,
+    schema: &'static Schema,
 }
 
 /// Maps a rusqlite error to the error the user sees: a lock held past the timeout becomes
@@ -78,6 +104,7 @@ impl SqliteStore {
             conn,
             path: path.to_path_buf(),
             busy_ms,
+            schema: &STATE,
         };
         // The busy timeout goes first: everything after it may meet a lock.
         store
@@ -100,7 +127,7 @@ impl SqliteStore {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(err)?;
-        tx.execute_batch(SCHEMA).map_err(err)?;
+        tx.execute_batch(STATE.sql).map_err(err)?;
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(err)?;
         tx.execute(
@@ -121,6 +148,27 @@ impl SqliteStore {
         let mut store = Self::connect(path, opts, false)?;
         let version = store.user_version()?;
         if version != SCHEMA_VERSION {
+            store.upgrade(version)?;
+        }
+        Ok(store)
+    }
+
+    /// Opens an agents.db, creating it (and its directory) on first use when `create` is set.
+    pub fn open_agents(path: &Path, opts: OpenOptions, create: bool) -> Result<Self> {
+        if !path.is_file() {
+            if !create {
+                return Err(not_found(format!("agents db not found: {}", path.display())));
+            }
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).with_context(|| {
+                    format!("could not create directory for agents db: {}", dir.display())
+                })?;
+            }
+        }
+        let mut store = Self::connect(path, opts, create)?;
+        store.schema = &AGENTS;
+        let version = store.user_version()?;
+        if version != AGENTS.version {
             store.upgrade(version)?;
         }
         Ok(store)
@@ -149,22 +197,25 @@ impl SqliteStore {
     /// Brings an older database up to SCHEMA_VERSION: missing tables, columns, indexes added;
     /// nothing dropped or retyped, so user data, `x_*` tables and user-added columns stay.
     fn upgrade(&mut self, seen: i64) -> Result<()> {
-        if seen > SCHEMA_VERSION {
-            return Err(refuse_newer(&self.path, seen));
+        let schema = self.schema;
+        if seen > schema.version {
+            return Err(refuse_newer(&self.path, seen, schema.version));
         }
-        // Checked before anything is written: an empty or foreign SQLite file is not a run.
-        let has_core: bool = self
+        // Checked before anything is written: an empty or foreign SQLite file is not ours.
+        // An agents.db is the exception: it is created on first use, so an empty file (with
+        // no table at all) is one just created.
+        let tables: Vec<String> = self
             .conn
-            .query_row(
-                "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table'
-                                AND name IN ('run', 'execution', 'bindings'))",
-                [],
-                |r| r.get(0),
-            )
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+            .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
             .map_err(self.err())?;
-        if !has_core {
+        let has_core = tables.iter().any(|t| schema.core.contains(&t.as_str()));
+        let fresh_agents = std::ptr::eq(schema, &AGENTS) && tables.is_empty();
+        if !has_core && !fresh_agents {
             return Err(anyhow!(
-                "not a prose state db (it has no run, execution or bindings table): {}",
+                "not a {} (it has none of the {} tables): {}",
+                schema.what,
+                schema.core.join(", "),
                 self.path.display()
             ));
         }
@@ -172,7 +223,7 @@ impl SqliteStore {
 
         // The schema as it should be, to compare columns against.
         let expected = Connection::open_in_memory()?;
-        expected.execute_batch(SCHEMA)?;
+        expected.execute_batch(schema.sql)?;
         let mut wanted: Vec<(String, Vec<ColumnDef>)> = Vec::new();
         {
             let mut tables = expected.prepare(
@@ -198,11 +249,11 @@ impl SqliteStore {
         let version: i64 = tx
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .map_err(err)?;
-        if version == SCHEMA_VERSION {
+        if version == schema.version {
             return Ok(());
         }
-        if version > SCHEMA_VERSION {
-            return Err(refuse_newer(&path, version));
+        if version > schema.version {
+            return Err(refuse_newer(&path, version, schema.version));
         }
         for (table, cols) in &wanted {
             let present = columns(&tx, table).map_err(err)?;
@@ -233,19 +284,19 @@ impl SqliteStore {
                     .with_context(|| format!("could not add column {table}.{}", col.name))?;
             }
         }
-        tx.execute_batch(SCHEMA)
+        tx.execute_batch(schema.sql)
             .map_err(err)
             .context("could not upgrade the state db schema (was it changed by hand?)")?;
-        tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+        tx.pragma_update(None, "user_version", schema.version)
             .map_err(err)?;
         tx.commit().map_err(err)?;
         Ok(())
     }
 }
 
-fn refuse_newer(path: &Path, version: i64) -> anyhow::Error {
+fn refuse_newer(path: &Path, version: i64, supported: i64) -> anyhow::Error {
     refused(format!(
-        "state db has schema version {version}, newer than this prose-state supports ({SCHEMA_VERSION}); upgrade prose-state, the db was left unchanged: {}",
+        "db has schema version {version}, newer than this prose-state supports ({supported}); upgrade prose-state, the db was left unchanged: {}",
         path.display()
     ))
 }
@@ -469,6 +520,131 @@ fn seconds_between(from: Option<&str>, to: &str) -> Option<i64> {
     Some((parse(to)? - parse(from?)?).num_seconds())
 }
 
+/// Refuses a write to a finished run (`completed` or `failed`). Called inside the write
+/// transaction, so a write and a `finish` cannot interleave.
+fn ensure_open(c: &Connection) -> Result<()> {
+    let row: Option<(String, Option<String>)> = c
+        .query_row("SELECT id, status FROM run LIMIT 1", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .optional()?;
+    if let Some((id, Some(status))) = row {
+        if status == "completed" || status == "failed" {
+            return Err(refused(format!(
+                "run {id} is {status}: a finished run takes no more writes"
+            )));
+        }
+    }
+    Ok(())
+}
+
+const AGENT_SELECT: &str = "SELECT a.name, a.scope, a.memory, a.created_at, a.updated_at,
+        (SELECT COUNT(*) FROM agent_segments s WHERE s.agent_name = a.name) FROM agents a";
+
+fn agent_row(r: &Row) -> rusqlite::Result<AgentRow> {
+    Ok(AgentRow {
+        name: r.get(0)?,
+        scope: r.get(1)?,
+        memory: r.get(2)?,
+        created_at: r.get(3)?,
+        updated_at: r.get(4)?,
+        segments: r.get(5)?,
+    })
+}
+
+fn import_row(r: &Row) -> rusqlite::Result<ImportRow> {
+    Ok(ImportRow {
+        alias: r.get(0)?,
+        source_url: r.get(1)?,
+        fetched_at: r.get(2)?,
+        inputs_schema: r.get(3)?,
+        outputs_schema: r.get(4)?,
+    })
+}
+
+impl AgentStore for SqliteStore {
+    fn agent(&mut self, name: &str) -> Result<Option<AgentRow>> {
+        self.conn
+            .query_row(&format!("{AGENT_SELECT} WHERE a.name = ?1"), [name], agent_row)
+            .optional()
+            .map_err(self.err())
+    }
+
+    fn remember(&mut self, name: &str, scope: &str, memory: &str, now: &str) -> Result<()> {
+        let is_state = std::ptr::eq(self.schema, &STATE);
+        let err = |e| db_error(e, &self.path, self.busy_ms);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        if is_state {
+            ensure_open(&tx)?;
+        }
+        tx.execute(
+            "INSERT INTO agents (name, scope, memory, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?4)
+             ON CONFLICT (name) DO UPDATE SET
+                 scope = excluded.scope, memory = excluded.memory, updated_at = excluded.updated_at",
+            params![name, scope, memory, now],
+        )
+        .map_err(err)?;
+        tx.commit().map_err(err)
+    }
+
+    fn append_segment(
+        &mut self,
+        name: &str,
+        scope: &str,
+        prompt: &str,
+        summary: &str,
+        now: &str,
+    ) -> Result<i64> {
+        let is_state = std::ptr::eq(self.schema, &STATE);
+        let err = |e| db_error(e, &self.path, self.busy_ms);
+        // The next number is read and used under the write lock: no gap, no duplicate.
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        if is_state {
+            ensure_open(&tx)?;
+        }
+        tx.execute(
+            "INSERT INTO agents (name, scope, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)
+             ON CONFLICT (name) DO UPDATE SET updated_at = excluded.updated_at",
+            params![name, scope, now],
+        )
+        .map_err(err)?;
+        let n: i64 = tx
+            .query_row(
+                "SELECT IFNULL(MAX(segment_number), 0) + 1 FROM agent_segments WHERE agent_name = ?1",
+                [name],
+                |r| r.get(0),
+            )
+            .map_err(err)?;
+        tx.execute(
+            "INSERT INTO agent_segments (agent_name, segment_number, timestamp, prompt, summary)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![name, n, now, prompt, summary],
+        )
+        .map_err(err)?;
+        tx.commit().map_err(err)?;
+        Ok(n)
+    }
+
+    fn agents(&mut self) -> Result<Vec<AgentRow>> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!("{AGENT_SELECT} ORDER BY a.name"))
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([], agent_row)
+            .and_then(|r| r.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
+        Ok(rows)
+    }
+}
+
 impl Store for SqliteStore {
     fn bind(
         &mut self,
@@ -483,6 +659,7 @@ impl Store for SqliteStore {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(err)?;
+        ensure_open(&tx)?;
         let existing: Option<(Option<String>, Option<String>)> = tx
             .query_row(
                 "SELECT kind, attachment_path FROM bindings
@@ -653,6 +830,7 @@ impl Store for SqliteStore {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(err)?;
+        ensure_open(&tx)?;
         if let Some(parent) = rec.parent_id {
             let exists: bool = tx
                 .query_row(
@@ -798,6 +976,7 @@ impl Store for SqliteStore {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(err)?;
         sweep(&tx, g.now).map_err(err)?;
+        ensure_open(&tx)?;
         if let Some(existing) = load_gate(&tx, g.id).map_err(err)? {
             let same = existing.prompt == g.prompt
                 && existing.allow == parse_allow(Some(g.allow.to_string()))
@@ -945,6 +1124,7 @@ impl Store for SqliteStore {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(err)?;
         sweep(&tx, d.now).map_err(err)?;
+        ensure_open(&tx)?;
         let Some(gate) = load_gate(&tx, d.gate_id).map_err(err)? else {
             tx.commit().map_err(err)?;
             return Ok(Decided::NotFound);
@@ -1080,5 +1260,251 @@ impl Store for SqliteStore {
             prev = Some(hash.clone());
         }
         Ok(report)
+    }
+
+    fn finish(&mut self, status: &str, error: Option<&str>, now: &str) -> Result<Finished> {
+        let err = |e| db_error(e, &self.path, self.busy_ms);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        sweep(&tx, now).map_err(err)?;
+        let (id, current): (String, String) = tx
+            .query_row("SELECT id, IFNULL(status, 'running') FROM run LIMIT 1", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()
+            .map_err(err)?
+            .ok_or_else(|| anyhow!("state db has no run row: {}", self.path.display()))?;
+        if current == "completed" || current == "failed" {
+            if current == status {
+                return Ok(Finished::Unchanged);
+            }
+            return Err(refused(format!(
+                "run {id} is already {current}; a finished run keeps its status"
+            )));
+        }
+        if status == "completed" {
+            let pending: Vec<String> = tx
+                .prepare("SELECT id FROM gates WHERE status = 'pending' ORDER BY created_at")
+                .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+                .map_err(err)?;
+            if !pending.is_empty() {
+                return Err(refused(format!(
+                    "run {id} has pending gates ({}); decide them first, or finish as failed or interrupted",
+                    pending.join(", ")
+                )));
+            }
+        }
+        tx.execute(
+            "UPDATE run SET status = ?1, updated_at = ?2, error_message = IFNULL(?3, error_message)",
+            params![status, now, error],
+        )
+        .map_err(err)?;
+        tx.commit().map_err(err)?;
+        Ok(Finished::Done {
+            previous_status: current,
+        })
+    }
+
+    fn run_summary(&mut self, now: &str) -> Result<RunSummary> {
+        let run = self.run_info()?;
+        let (error_message, last_event_at, pending_gates) = self
+            .conn
+            .query_row(
+                &format!(
+                    "SELECT (SELECT error_message FROM run LIMIT 1),
+                            (SELECT MAX(COALESCE(completed_at, started_at)) FROM execution),
+                            (SELECT COUNT(*) FROM gates WHERE status = 'pending' AND NOT ({OVERDUE}))"
+                ),
+                [now],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .map_err(self.err())?;
+        Ok(RunSummary {
+            run,
+            error_message,
+            last_event_at,
+            pending_gates,
+        })
+    }
+
+    fn add_import(&mut self, import: &ImportRow, replace: bool) -> Result<ImportAdded> {
+        let err = |e| db_error(e, &self.path, self.busy_ms);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        ensure_open(&tx)?;
+        let existing = tx
+            .query_row(
+                "SELECT alias, source_url, fetched_at, inputs_schema, outputs_schema
+                 FROM imports WHERE alias = ?1",
+                [&import.alias],
+                import_row,
+            )
+            .optional()
+            .map_err(err)?;
+        let outcome = match existing {
+            Some(e)
+                if e.source_url == import.source_url
+                    && e.inputs_schema == import.inputs_schema
+                    && e.outputs_schema == import.outputs_schema =>
+            {
+                return Ok(ImportAdded::Unchanged(e));
+            }
+            Some(e) if !replace => return Ok(ImportAdded::Conflict(e)),
+            Some(_) => ImportAdded::Replaced(import.clone()),
+            None => ImportAdded::Added(import.clone()),
+        };
+        tx.execute(
+            "INSERT INTO imports (alias, source_url, fetched_at, inputs_schema, outputs_schema)
+             VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (alias) DO UPDATE SET source_url = excluded.source_url,
+                 fetched_at = excluded.fetched_at, inputs_schema = excluded.inputs_schema,
+                 outputs_schema = excluded.outputs_schema",
+            params![
+                import.alias,
+                import.source_url,
+                import.fetched_at,
+                import.inputs_schema,
+                import.outputs_schema
+            ],
+        )
+        .map_err(err)?;
+        tx.commit().map_err(err)?;
+        Ok(outcome)
+    }
+
+    fn imports(&mut self) -> Result<Vec<ImportRow>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT alias, source_url, fetched_at, inputs_schema, outputs_schema
+                 FROM imports ORDER BY alias",
+            )
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([], import_row)
+            .and_then(|r| r.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
+        Ok(rows)
+    }
+
+    fn executions(&mut self) -> Result<Vec<ExecutionRow>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT id, statement_index, statement_text, status, started_at, completed_at,
+                        error_message, parent_id, metadata FROM execution ORDER BY id",
+            )
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(ExecutionRow {
+                    id: r.get(0)?,
+                    statement_index: r.get(1)?,
+                    statement_text: r.get(2)?,
+                    status: r.get(3)?,
+                    started_at: r.get(4)?,
+                    completed_at: r.get(5)?,
+                    error_message: r.get(6)?,
+                    parent_id: r.get(7)?,
+                    metadata: r.get(8)?,
+                })
+            })
+            .and_then(|r| r.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
+        Ok(rows)
+    }
+
+    fn bindings(&mut self) -> Result<Vec<BindingRow>> {
+        let mut stmt = self
+            .conn
+            .prepare(&format!(
+                "SELECT {BINDING_COLUMNS} FROM bindings b ORDER BY IFNULL(b.execution_id, -1), b.name"
+            ))
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map([], binding_row)
+            .and_then(|r| r.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
+        Ok(rows)
+    }
+
+    fn record_resume(&mut self, now: &str) -> Result<Resumed> {
+        let err = |e| db_error(e, &self.path, self.busy_ms);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        let (run_id, status): (String, String) = tx
+            .query_row("SELECT id, IFNULL(status, 'running') FROM run LIMIT 1", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()
+            .map_err(err)?
+            .ok_or_else(|| anyhow!("state db has no run row: {}", self.path.display()))?;
+        // A finished run is read: resuming it records nothing.
+        if status == "completed" || status == "failed" {
+            return Ok(Resumed {
+                previous_status: status.clone(),
+                status,
+                gates_logged: Vec::new(),
+            });
+        }
+        sweep(&tx, now).map_err(err)?;
+        let gates: Vec<(String, String, Option<i64>, Option<i64>)> = tx
+            .prepare(
+                "SELECT g.id, g.status,
+                   (SELECT MAX(a.id) FROM gate_audit_log a
+                     WHERE a.gate_id = g.id AND a.event_type = 'resumed'),
+                   (SELECT MAX(a.id) FROM gate_audit_log a
+                     WHERE a.gate_id = g.id AND a.event_type IN ('approved', 'rejected', 'timeout'))
+                 FROM gates g ORDER BY g.created_at, g.rowid",
+            )
+            .and_then(|mut s| {
+                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+                    .collect()
+            })
+            .map_err(err)?;
+        let mut logged = Vec::new();
+        for (gate_id, gate_status, last_resumed, last_decision) in gates {
+            let decided_since = last_decision.unwrap_or(0) > last_resumed.unwrap_or(0);
+            if gate_status == "pending" || decided_since {
+                append_audit(
+                    &tx,
+                    &Event {
+                        gate_id: &gate_id,
+                        run_id: &run_id,
+                        event_type: "resumed",
+                        principal: Some("system"),
+                        comment: None,
+                        metadata: serde_json::json!({
+                            "resume_source": "cli", "previous_status": gate_status
+                        }),
+                        now,
+                    },
+                )
+                .map_err(err)?;
+                logged.push(gate_id);
+            }
+        }
+        let new_status = if status == "interrupted" {
+            tx.execute(
+                "UPDATE run SET status = 'running', updated_at = ?1",
+                [now],
+            )
+            .map_err(err)?;
+            "running".to_string()
+        } else {
+            status.clone()
+        };
+        tx.commit().map_err(err)?;
+        Ok(Resumed {
+            previous_status: status,
+            status: new_status,
+            gates_logged: logged,
+        })
     }
 }
