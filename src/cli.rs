@@ -67,6 +67,16 @@ pub enum Command {
     Approve(ApproveArgs),
     /// Reject a pending gate, with a reason
     Reject(RejectArgs),
+    /// Persistent agent memory and segments, in execution, project or user scope
+    Agent(AgentArgs),
+    /// The import registry: list it, or `imports add`
+    Imports(ImportsArgs),
+    /// Set a run's final status (completed and failed runs take no more writes)
+    Finish(FinishArgs),
+    /// List the runs under the root, newest first
+    Runs(RunsArgs),
+    /// Print everything a VM needs to continue a run, and record the resume
+    Resume,
 }
 
 #[derive(Debug, Args)]
@@ -359,4 +369,131 @@ pub struct RejectArgs {
     pub yes: bool,
     #[command(flatten)]
     pub principal: PrincipalArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AgentScope {
+    /// The run's state.db (needs --run)
+    Execution,
+    /// <root>/.prose/agents.db
+    Project,
+    /// ~/.prose/agents.db (PROSE_HOME overrides the home directory)
+    User,
+}
+
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// Where the agent's memory lives
+    #[arg(long, value_enum, default_value_t = AgentScope::Execution, global = true)]
+    pub scope: AgentScope,
+
+    /// The home directory for user scope [default: $HOME]
+    #[arg(
+        long,
+        env = "PROSE_HOME",
+        value_name = "DIR",
+        global = true,
+        hide_env_values = true
+    )]
+    pub home: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: AgentCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AgentCommand {
+    /// Print an agent's memory (exit 3 if it has none)
+    Memory {
+        /// Agent name
+        name: String,
+    },
+    /// Replace an agent's memory: VALUE, `-` or piped stdin, or --file
+    Remember {
+        /// Agent name
+        name: String,
+        /// The new memory; `-`, or nothing with piped input, reads stdin
+        #[arg(conflicts_with = "file")]
+        value: Option<String>,
+        /// Read the memory from this file
+        #[arg(long, value_name = "PATH")]
+        file: Option<PathBuf>,
+    },
+    /// Append a segment (one invocation's record) and print its number
+    Segment {
+        /// Agent name
+        name: String,
+        /// The prompt the agent was given
+        #[arg(long, value_name = "TEXT")]
+        prompt: String,
+        /// What it did
+        #[arg(long, value_name = "TEXT")]
+        summary: String,
+    },
+    /// List the agents in the scope
+    List,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ImportsArgs {
+    #[command(subcommand)]
+    pub command: Option<ImportsCommand>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImportsCommand {
+    /// Register an import alias (idempotent; a different source needs --replace)
+    Add {
+        /// The alias its bindings are prefixed with (`research` for `research.findings`)
+        alias: String,
+        /// Where the program was imported from
+        #[arg(long, value_name = "URL")]
+        source: String,
+        /// JSON schema of its inputs
+        #[arg(long, value_name = "JSON")]
+        inputs_schema: Option<String>,
+        /// JSON schema of its outputs
+        #[arg(long, value_name = "JSON")]
+        outputs_schema: Option<String>,
+        /// Replace an alias already registered with a different source or schemas
+        #[arg(long)]
+        replace: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FinalStatus {
+    Completed,
+    Failed,
+    Interrupted,
+}
+
+#[derive(Debug, Args)]
+pub struct FinishArgs {
+    /// The run's final status
+    #[arg(long, value_enum)]
+    pub status: FinalStatus,
+    /// Why it failed or was interrupted
+    #[arg(long, value_name = "MSG")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RunStatus {
+    Running,
+    Completed,
+    Failed,
+    Interrupted,
+}
+
+#[derive(Debug, Args)]
+pub struct RunsArgs {
+    /// Only runs with this status
+    #[arg(long, value_enum)]
+    pub status: Option<RunStatus>,
+    /// At most this many runs
+    #[arg(long, value_name = "N", default_value_t = 50, allow_hyphen_values = true,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub limit: u64,
 }

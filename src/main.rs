@@ -160,8 +160,119 @@ fn dispatch(cli: Cli) -> Result<u8> {
             };
             decide(g, &a.run, &request, json)?
         }
+        Command::Agent(a) => agent(g, a, json)?,
+        Command::Imports(a) => {
+            let (_, mut store) = open_run(g)?;
+            match &a.command {
+                None => emit(cmd::imports::list(store.as_mut())?, json)?,
+                Some(cli::ImportsCommand::Add {
+                    alias,
+                    source,
+                    inputs_schema,
+                    outputs_schema,
+                    replace,
+                }) => {
+                    let request = cmd::imports::AddRequest {
+                        alias,
+                        source,
+                        inputs_schema: inputs_schema.as_deref(),
+                        outputs_schema: outputs_schema.as_deref(),
+                        replace: *replace,
+                    };
+                    emit(cmd::imports::add(&request, store.as_mut())?, json)?
+                }
+            }
+        }
+        Command::Finish(a) => {
+            let (_, mut store) = open_run(g)?;
+            emit(cmd::finish::run(a, store.as_mut())?, json)?
+        }
+        Command::Runs(a) => {
+            let all = run::all_runs(g.root.as_deref())?;
+            emit(cmd::runs::run(a, &all, &open)?, json)?
+        }
+        Command::Resume => {
+            let (paths, mut store) = open_run(g)?;
+            // Project and user agents too, where their databases exist (never created here).
+            let mut others = Vec::new();
+            let project = run::project_agents_db(g.root.as_deref());
+            let user = home_dir(None).map(|h| run::user_agents_db(&h));
+            for (scope, db) in [("project", Some(project)), ("user", user)] {
+                if let Some(db) = db.filter(|d| d.is_file()) {
+                    others.push((scope, store::open_agents(&db, opts, false)?.agents()?));
+                }
+            }
+            emit(cmd::resume::run(&paths, store.as_mut(), others)?, json)?
+        }
     }
     Ok(0)
+}
+
+/// The home directory for user-scoped agents: --home / PROSE_HOME, else HOME.
+fn home_dir(arg: Option<&std::path::Path>) -> Option<std::path::PathBuf> {
+    arg.map(std::path::Path::to_path_buf)
+        .or_else(|| std::env::var_os("PROSE_HOME").map(Into::into))
+        .or_else(|| std::env::var_os("HOME").map(Into::into))
+        .filter(|h: &std::path::PathBuf| !h.as_os_str().is_empty())
+}
+
+fn agent(g: &Global, a: &cli::AgentArgs, json: bool) -> Result<()> {
+    use cli::{AgentCommand, AgentScope};
+    let opts = options(g);
+    let writes = matches!(
+        a.command,
+        AgentCommand::Remember { .. } | AgentCommand::Segment { .. }
+    );
+    let (scope, db) = match a.scope {
+        AgentScope::Execution => ("execution", None),
+        AgentScope::Project => ("project", Some(run::project_agents_db(g.root.as_deref()))),
+        AgentScope::User => {
+            let home = home_dir(a.home.as_deref()).ok_or_else(|| {
+                error::usage("user scope needs a home directory: set HOME or PROSE_HOME")
+            })?;
+            ("user", Some(run::user_agents_db(&home)))
+        }
+    };
+    // The execution scope lives in the run's state.db; the others in an agents.db that is
+    // created on the first write and never by a read.
+    let mut state;
+    let mut standalone;
+    let (store, location): (Option<&mut dyn store::AgentStore>, String) = match db {
+        None => {
+            let (paths, s) = open_run(g)?;
+            state = s;
+            (Some(state.as_mut()), paths.db.display().to_string())
+        }
+        Some(db) if writes || db.is_file() => {
+            standalone = store::open_agents(&db, opts, writes)?;
+            (Some(standalone.as_mut()), db.display().to_string())
+        }
+        Some(db) => (None, db.display().to_string()),
+    };
+    match &a.command {
+        AgentCommand::Memory { name } => emit(cmd::agent::memory(name, scope, store)?, json)?,
+        AgentCommand::List => emit(cmd::agent::list(store)?, json)?,
+        AgentCommand::Remember { name, value, file } => {
+            let input = cmd::value_source(value.as_deref(), file.as_deref())?;
+            let store = store.ok_or_else(|| anyhow::anyhow!("agents db was not opened"))?;
+            emit(
+                cmd::agent::remember(name, scope, input, &location, store)?,
+                json,
+            )?
+        }
+        AgentCommand::Segment {
+            name,
+            prompt,
+            summary,
+        } => {
+            let store = store.ok_or_else(|| anyhow::anyhow!("agents db was not opened"))?;
+            emit(
+                cmd::agent::segment(name, scope, prompt, summary, store)?,
+                json,
+            )?
+        }
+    }
+    Ok(())
 }
 
 fn decide(

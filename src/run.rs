@@ -110,3 +110,16 @@ pub fn all_runs(root: Option<&Path>) -> Result<Vec<RunPaths>> {
     runs.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(runs)
 }
+
+/// `<root>/.prose/agents.db`: project-scoped agent memory.
+pub fn project_agents_db(root: Option<&Path>) -> PathBuf {
+    match runs_dir(root).parent() {
+        Some(prose) => prose.join("agents.db"),
+        None => PathBuf::from(".prose").join("agents.db"),
+    }
+}
+
+/// `<home>/.prose/agents.db`: user-scoped agent memory.
+pub fn user_agents_db(home: &Path) -> PathBuf {
+    home.join(".prose").join("agents.db")
+}

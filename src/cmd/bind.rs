@@ -7,8 +7,7 @@ use crate::run::RunPaths;
 use crate::store::{NewBinding, Store};
 use anyhow::Result;
 use serde::Serialize;
-use std::fs::File;
-use std::io::{self, IsTerminal, Read, Write};
+use std::io::{self, Write};
 
 #[derive(Debug, Serialize)]
 pub struct Bound {
@@ -58,23 +57,7 @@ pub fn run(args: &BindArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Bou
         }
     }
 
-    let mut input: Box<dyn Read> = match (&args.file, args.value.as_deref()) {
-        (Some(path), _) if path.is_dir() => {
-            return Err(usage(format!("--file is a directory: {}", path.display())))
-        }
-        (Some(path), _) => Box::new(File::open(path).map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => not_found(format!("--file not found: {}", path.display())),
-            _ => anyhow::Error::new(e).context(format!("could not read --file {}", path.display())),
-        })?),
-        (None, Some("-")) => Box::new(io::stdin().lock()),
-        (None, Some(value)) => Box::new(io::Cursor::new(value.as_bytes().to_vec())),
-        (None, None) if !io::stdin().is_terminal() => Box::new(io::stdin().lock()),
-        (None, None) => {
-            return Err(usage(
-                "no value: give VALUE, --file PATH, or pipe the value on stdin",
-            ))
-        }
-    };
+    let mut input = super::value_source(args.value.as_deref(), args.file.as_deref())?;
 
     let file_name = attach::file_name(&args.name, args.execution_id);
     let staged = attach::stage(&mut input, args.attach_over, &run.dir, &file_name)?;

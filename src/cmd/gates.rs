@@ -1,5 +1,6 @@
 //! `gates`: list, create, show, wait, audit, verify.
 
+use super::{over_runs, Opener};
 use crate::cli::{GateAuditArgs, GateCreateArgs, GateStatus, GateWaitArgs, GatesListArgs};
 use crate::error::{not_found, refused, shown, usage};
 use crate::model::{check_gate_id, check_metadata, now, now_plus, parse_duration, sha256_tag};
@@ -9,9 +10,6 @@ use crate::store::{AuditFilter, AuditRow, BrokenLink, Created, GateRow, Store};
 use anyhow::Result;
 use serde::Serialize;
 use std::io::{self, Write};
-
-/// Opens the store of a run; given by main, so commands never open paths themselves.
-pub type Opener<'a> = &'a (dyn Fn(&RunPaths) -> Result<Box<dyn Store>> + Sync);
 
 /// Seconds from `now` until `timeout_at`, for a pending gate with a readable deadline.
 fn time_left(gate: &GateRow, now: &str) -> Option<i64> {
@@ -53,49 +51,6 @@ impl GateView {
             _ => "-".into(),
         }
     }
-}
-
-/// Applies `f` to every run, a few runs at a time on worker threads (each with its own
-/// connection: opening a run's database is most of the cost of a cross-run listing), and
-/// returns the results in run order. A run that cannot be read becomes a warning when there
-/// are several runs, and the error when there is one.
-fn over_runs<T: Send>(
-    runs: &[RunPaths],
-    open: Opener,
-    f: impl Fn(&RunPaths, &mut dyn Store) -> Result<T> + Sync,
-) -> Result<(Vec<T>, Vec<String>)> {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let next = AtomicUsize::new(0);
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(8)
-        .min(runs.len().max(1));
-    let visit = || {
-        let mut done = Vec::new();
-        loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some(run) = runs.get(i) else { break done };
-            done.push((i, open(run).and_then(|mut store| f(run, store.as_mut()))));
-        }
-    };
-    let mut results: Vec<(usize, Result<T>)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers).map(|_| s.spawn(visit)).collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
-            .collect()
-    });
-    results.sort_by_key(|(i, _)| *i);
-    let mut out = Vec::new();
-    let mut warnings = Vec::new();
-    for (i, result) in results {
-        match result {
-            Ok(v) => out.push(v),
-            Err(e) if runs.len() > 1 => warnings.push(format!("skipped run {}: {e:#}", runs[i].id)),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok((out, warnings))
 }
 
 #[derive(Debug, Serialize)]

@@ -345,7 +345,9 @@ pub struct RunSummary {
 
 #[derive(Debug)]
 pub enum Finished {
-    Done { previous_status: String },
+    Done {
+        previous_status: String,
+    },
     /// Already finished with this status: nothing written.
     Unchanged,
 }
@@ -464,5 +466,7 @@ pub fn open(db: &Path, opts: OpenOptions) -> Result<Box<dyn Store>> {
 
 /// Opens an agents.db (project or user scope), creating it on first use when `create` is set.
 pub fn open_agents(db: &Path, opts: OpenOptions, create: bool) -> Result<Box<dyn AgentStore>> {
-    Ok(Box::new(sqlite::SqliteStore::open_agents(db, opts, create)?))
+    Ok(Box::new(sqlite::SqliteStore::open_agents(
+        db, opts, create,
+    )?))
 }

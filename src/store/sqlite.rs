@@ -6,10 +6,10 @@
 //! never fails half-way with a lock upgrade error.
 
 use super::{
-    AgentRow, AgentStore, AuditFilter, AuditRow, BindOutcome, BindingRow, BrokenLink,
-    ChainReport, Created, Decided, Decision, ExecutionRow, Finished, Found, GateRow, ImportAdded,
-    ImportRow, NewBinding, NewExecution, NewGate, NewRun, OpenOptions, QueryResult, Resumed,
-    RunInfo, RunSummary, Store,
+    AgentRow, AgentStore, AuditFilter, AuditRow, BindOutcome, BindingRow, BrokenLink, ChainReport,
+    Created, Decided, Decision, ExecutionRow, Finished, Found, GateRow, ImportAdded, ImportRow,
+    NewBinding, NewExecution, NewGate, NewRun, OpenOptions, QueryResult, Resumed, RunInfo,
+    RunSummary, Store,
 };
 use crate::error::{busy, not_found, refused, shown, usage};
 use anyhow::{anyhow, Context, Result};
@@ -157,11 +157,17 @@ impl SqliteStore {
     pub fn open_agents(path: &Path, opts: OpenOptions, create: bool) -> Result<Self> {
         if !path.is_file() {
             if !create {
-                return Err(not_found(format!("agents db not found: {}", path.display())));
+                return Err(not_found(format!(
+                    "agents db not found: {}",
+                    path.display()
+                )));
             }
             if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
                 std::fs::create_dir_all(dir).with_context(|| {
-                    format!("could not create directory for agents db: {}", dir.display())
+                    format!(
+                        "could not create directory for agents db: {}",
+                        dir.display()
+                    )
                 })?;
             }
         }
@@ -565,7 +571,11 @@ fn import_row(r: &Row) -> rusqlite::Result<ImportRow> {
 impl AgentStore for SqliteStore {
     fn agent(&mut self, name: &str) -> Result<Option<AgentRow>> {
         self.conn
-            .query_row(&format!("{AGENT_SELECT} WHERE a.name = ?1"), [name], agent_row)
+            .query_row(
+                &format!("{AGENT_SELECT} WHERE a.name = ?1"),
+                [name],
+                agent_row,
+            )
             .optional()
             .map_err(self.err())
     }
@@ -1270,9 +1280,11 @@ impl Store for SqliteStore {
             .map_err(err)?;
         sweep(&tx, now).map_err(err)?;
         let (id, current): (String, String) = tx
-            .query_row("SELECT id, IFNULL(status, 'running') FROM run LIMIT 1", [], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
+            .query_row(
+                "SELECT id, IFNULL(status, 'running') FROM run LIMIT 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
             .optional()
             .map_err(err)?
             .ok_or_else(|| anyhow!("state db has no run row: {}", self.path.display()))?;
@@ -1439,9 +1451,11 @@ impl Store for SqliteStore {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(err)?;
         let (run_id, status): (String, String) = tx
-            .query_row("SELECT id, IFNULL(status, 'running') FROM run LIMIT 1", [], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })
+            .query_row(
+                "SELECT id, IFNULL(status, 'running') FROM run LIMIT 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
             .optional()
             .map_err(err)?
             .ok_or_else(|| anyhow!("state db has no run row: {}", self.path.display()))?;
@@ -1491,11 +1505,8 @@ impl Store for SqliteStore {
             }
         }
         let new_status = if status == "interrupted" {
-            tx.execute(
-                "UPDATE run SET status = 'running', updated_at = ?1",
-                [now],
-            )
-            .map_err(err)?;
+            tx.execute("UPDATE run SET status = 'running', updated_at = ?1", [now])
+                .map_err(err)?;
             "running".to_string()
         } else {
             status.clone()

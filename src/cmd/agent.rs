@@ -1,0 +1,183 @@
+//! `agent memory|remember|segment|list`: persistent agent memory in one of three scopes.
+
+use crate::error::{not_found, shown, usage};
+use crate::model::{check_name, now};
+use crate::output::{one_line, table, Render};
+use crate::store::{AgentRow, AgentStore};
+use anyhow::Result;
+use serde::Serialize;
+use std::io::{self, Read, Write};
+
+fn check_agent(name: &str) -> Result<()> {
+    check_name(name).map_err(|_| {
+        usage(format!(
+            "invalid agent name (a letter or _ first, then letters, digits, _ . -): {}",
+            shown(name)
+        ))
+    })
+}
+
+/// An agent's memory, printed exactly as stored.
+#[derive(Debug, Serialize)]
+pub struct Memory {
+    #[serde(flatten)]
+    pub agent: AgentRow,
+}
+
+impl Render for Memory {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        w.write_all(self.agent.memory.unwrap_or_default().as_bytes())
+    }
+}
+
+pub fn memory(name: &str, scope: &str, store: Option<&mut dyn AgentStore>) -> Result<Memory> {
+    check_agent(name)?;
+    let agent = match store {
+        Some(s) => s.agent(name)?,
+        None => None,
+    };
+    match agent {
+        Some(a) if a.memory.is_some() => Ok(Memory { agent: a }),
+        _ => Err(not_found(format!(
+            "agent has no memory in {scope} scope: {}",
+            shown(name)
+        ))),
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct Remembered {
+    pub name: String,
+    pub scope: String,
+    pub bytes: usize,
+    pub location: String,
+}
+
+impl Render for Remembered {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        writeln!(
+            w,
+            "Memory written: {} ({} scope, {} bytes, {})",
+            self.name, self.scope, self.bytes, self.location
+        )
+    }
+}
+
+pub fn remember(
+    name: &str,
+    scope: &str,
+    mut input: Box<dyn Read>,
+    location: &str,
+    store: &mut dyn AgentStore,
+) -> Result<Remembered> {
+    check_agent(name)?;
+    let mut bytes = Vec::new();
+    input
+        .read_to_end(&mut bytes)
+        .map_err(|e| anyhow::Error::new(e).context("could not read the memory"))?;
+    let memory = String::from_utf8(bytes).map_err(|e| {
+        usage(format!(
+            "memory is not valid UTF-8 (at byte {}); memory holds text",
+            e.utf8_error().valid_up_to()
+        ))
+    })?;
+    store.remember(name, scope, &memory, &now())?;
+    Ok(Remembered {
+        name: name.to_string(),
+        scope: scope.to_string(),
+        bytes: memory.len(),
+        location: location.to_string(),
+    })
+}
+
+#[derive(Debug, Serialize)]
+pub struct SegmentAdded {
+    pub name: String,
+    pub scope: String,
+    pub segment_number: i64,
+}
+
+impl Render for SegmentAdded {
+    /// Just the number, so `N=$(prose-state agent segment ...)` works.
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        writeln!(w, "{}", self.segment_number)
+    }
+}
+
+pub fn segment(
+    name: &str,
+    scope: &str,
+    prompt: &str,
+    summary: &str,
+    store: &mut dyn AgentStore,
+) -> Result<SegmentAdded> {
+    check_agent(name)?;
+    let segment_number = store.append_segment(name, scope, prompt, summary, &now())?;
+    Ok(SegmentAdded {
+        name: name.to_string(),
+        scope: scope.to_string(),
+        segment_number,
+    })
+}
+
+/// An agent as listed: no memory text, its size.
+#[derive(Debug, Serialize)]
+pub struct AgentSummary {
+    pub name: String,
+    pub scope: Option<String>,
+    pub segments: i64,
+    pub memory_bytes: Option<usize>,
+    pub updated_at: Option<String>,
+}
+
+impl From<AgentRow> for AgentSummary {
+    fn from(a: AgentRow) -> Self {
+        AgentSummary {
+            memory_bytes: a.memory.as_ref().map(String::len),
+            name: a.name,
+            scope: a.scope,
+            segments: a.segments,
+            updated_at: a.updated_at,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+#[serde(transparent)]
+pub struct AgentList(pub Vec<AgentSummary>);
+
+impl Render for AgentList {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        if self.0.is_empty() {
+            return writeln!(w, "no agents");
+        }
+        let header: Vec<String> = ["AGENT", "SCOPE", "SEGMENTS", "MEMORY", "UPDATED"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let rows: Vec<Vec<String>> = self
+            .0
+            .iter()
+            .map(|a| {
+                vec![
+                    one_line(&a.name, 40),
+                    a.scope.clone().unwrap_or_default(),
+                    a.segments.to_string(),
+                    a.memory_bytes.map_or("none".into(), |b| format!("{b} B")),
+                    a.updated_at.clone().unwrap_or_default(),
+                ]
+            })
+            .collect();
+        table(w, &header, &rows)
+    }
+}
+
+pub fn list(store: Option<&mut dyn AgentStore>) -> Result<AgentList> {
+    let rows = match store {
+        Some(s) => s.agents()?,
+        None => Vec::new(),
+    };
+    Ok(AgentList(
+        rows.into_iter().map(AgentSummary::from).collect(),
+    ))
+}

@@ -1,0 +1,52 @@
+//! `finish`: a run's final status.
+
+use crate::cli::{FinalStatus, FinishArgs};
+use crate::error::usage;
+use crate::model::now;
+use crate::output::Render;
+use crate::store::{Finished, Store};
+use anyhow::Result;
+use serde::Serialize;
+use std::io::{self, Write};
+
+#[derive(Debug, Serialize)]
+pub struct RunFinished {
+    pub run_id: String,
+    pub status: &'static str,
+    /// The status before; null when the run already had this status (nothing written).
+    pub previous_status: Option<String>,
+    pub error: Option<String>,
+}
+
+impl Render for RunFinished {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        match &self.previous_status {
+            Some(p) => writeln!(w, "Run {}: {p} -> {}", self.run_id, self.status),
+            None => writeln!(w, "Run {}: already {}", self.run_id, self.status),
+        }
+    }
+}
+
+pub fn run(args: &FinishArgs, store: &mut dyn Store) -> Result<RunFinished> {
+    let status = match args.status {
+        FinalStatus::Completed => "completed",
+        FinalStatus::Failed => "failed",
+        FinalStatus::Interrupted => "interrupted",
+    };
+    if let Some(e) = &args.error {
+        if e.trim().is_empty() {
+            return Err(usage("--error is empty"));
+        }
+    }
+    let run_id = store.run_info()?.id;
+    let previous_status = match store.finish(status, args.error.as_deref(), &now())? {
+        Finished::Done { previous_status } => Some(previous_status),
+        Finished::Unchanged => None,
+    };
+    Ok(RunFinished {
+        run_id,
+        status,
+        previous_status,
+        error: args.error.clone(),
+    })
+}

@@ -1,0 +1,107 @@
+//! `imports` and `imports add`: the import registry.
+
+use crate::error::{refused, shown, usage};
+use crate::model::{check_name, now};
+use crate::output::{one_line, table, Render};
+use crate::store::{ImportAdded, ImportRow, Store};
+use anyhow::Result;
+use serde::Serialize;
+use std::io::{self, Write};
+
+#[derive(Debug, Serialize)]
+pub struct Added {
+    /// added, unchanged or replaced
+    pub outcome: &'static str,
+    #[serde(flatten)]
+    pub import: ImportRow,
+}
+
+impl Render for Added {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        writeln!(
+            w,
+            "Import {}: {} ({})",
+            self.outcome,
+            self.import.alias,
+            self.import.source_url.as_deref().unwrap_or("-")
+        )
+    }
+}
+
+fn check_schema(flag: &str, text: Option<&str>) -> Result<()> {
+    if let Some(t) = text {
+        serde_json::from_str::<serde_json::Value>(t)
+            .map_err(|e| usage(format!("invalid {flag} (not JSON: {e}): {}", shown(t))))?;
+    }
+    Ok(())
+}
+
+pub struct AddRequest<'a> {
+    pub alias: &'a str,
+    pub source: &'a str,
+    pub inputs_schema: Option<&'a str>,
+    pub outputs_schema: Option<&'a str>,
+    pub replace: bool,
+}
+
+pub fn add(req: &AddRequest, store: &mut dyn Store) -> Result<Added> {
+    check_name(req.alias)
+        .map_err(|_| usage(format!("invalid import alias: {}", shown(req.alias))))?;
+    if req.source.trim().is_empty() || req.source.chars().any(char::is_control) {
+        return Err(usage(format!("invalid --source: {}", shown(req.source))));
+    }
+    check_schema("--inputs-schema", req.inputs_schema)?;
+    check_schema("--outputs-schema", req.outputs_schema)?;
+    let import = ImportRow {
+        alias: req.alias.to_string(),
+        source_url: Some(req.source.to_string()),
+        fetched_at: Some(now()),
+        inputs_schema: req.inputs_schema.map(str::to_string),
+        outputs_schema: req.outputs_schema.map(str::to_string),
+    };
+    let (outcome, import) = match store.add_import(&import, req.replace)? {
+        ImportAdded::Added(i) => ("added", i),
+        ImportAdded::Unchanged(i) => ("unchanged", i),
+        ImportAdded::Replaced(i) => ("replaced", i),
+        ImportAdded::Conflict(i) => {
+            return Err(refused(format!(
+                "import alias already registered from {} (pass --replace to change it): {}",
+                i.source_url.as_deref().unwrap_or("-"),
+                shown(&i.alias)
+            )))
+        }
+    };
+    Ok(Added { outcome, import })
+}
+
+#[derive(Debug, Serialize)]
+#[serde(transparent)]
+pub struct ImportList(pub Vec<ImportRow>);
+
+impl Render for ImportList {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        if self.0.is_empty() {
+            return writeln!(w, "no imports");
+        }
+        let header: Vec<String> = ["ALIAS", "SOURCE", "FETCHED"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let rows: Vec<Vec<String>> = self
+            .0
+            .iter()
+            .map(|i| {
+                vec![
+                    i.alias.clone(),
+                    one_line(i.source_url.as_deref().unwrap_or(""), 60),
+                    i.fetched_at.clone().unwrap_or_default(),
+                ]
+            })
+            .collect();
+        table(w, &header, &rows)
+    }
+}
+
+pub fn list(store: &mut dyn Store) -> Result<ImportList> {
+    Ok(ImportList(store.imports()?))
+}
