@@ -10,5 +10,6 @@ mod faults;
 mod gates;
 mod init;
 mod interop;
+mod lifecycle;
 mod query;
 mod schema;
