@@ -862,5 +862,5 @@ fn a_schema_1_database_upgrades_and_its_gate_keeps_working() {
         .conn()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 2);
+    assert!(version >= 2, "{version}");
 }

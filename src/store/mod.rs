@@ -361,6 +361,47 @@ pub struct Resumed {
     pub gates_logged: Vec<String>,
 }
 
+/// Recomputes a run's audit hash chain, rows oldest first. Rows without a hash before the
+/// first chained row are legacy (written before the chain existed); any other mismatch is the
+/// first broken link.
+pub fn verify_chain(rows: &[AuditRow]) -> ChainReport {
+    let mut report = ChainReport {
+        rows: rows.len(),
+        unchained_legacy: 0,
+        first_broken: None,
+    };
+    let mut prev: Option<String> = None; // None until the first chained row
+    for row in rows {
+        let broken = |reason: &str| {
+            Some(BrokenLink {
+                id: row.id,
+                reason: reason.to_string(),
+            })
+        };
+        let Some(hash) = &row.hash else {
+            if prev.is_none() {
+                report.unchained_legacy += 1;
+                continue;
+            }
+            report.first_broken = broken("row has no hash although the chain had begun");
+            break;
+        };
+        let expected_prev = prev.clone().unwrap_or_default();
+        if row.prev_hash.as_deref().unwrap_or_default() != expected_prev {
+            report.first_broken = broken(
+                "prev_hash does not match the previous row's hash (a row was removed or inserted)",
+            );
+            break;
+        }
+        if row.chain_hash(&expected_prev) != *hash {
+            report.first_broken = broken("content does not match its hash (the row was edited)");
+            break;
+        }
+        prev = Some(hash.clone());
+    }
+    report
+}
+
 /// The operations every backend provides for one run.
 pub trait Store: AgentStore {
     /// Upserts a binding by (name, scope) in one write transaction. Refuses to rebind a

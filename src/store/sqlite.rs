@@ -6,10 +6,9 @@
 //! never fails half-way with a lock upgrade error.
 
 use super::{
-    AgentRow, AgentStore, AuditFilter, AuditRow, BindOutcome, BindingRow, BrokenLink, ChainReport,
-    Created, Decided, Decision, ExecutionRow, Finished, Found, GateRow, ImportAdded, ImportRow,
-    NewBinding, NewExecution, NewGate, NewRun, OpenOptions, QueryResult, Resumed, RunInfo,
-    RunSummary, Store,
+    AgentRow, AgentStore, AuditFilter, AuditRow, BindOutcome, BindingRow, ChainReport, Created,
+    Decided, Decision, ExecutionRow, Finished, Found, GateRow, ImportAdded, ImportRow, NewBinding,
+    NewExecution, NewGate, NewRun, OpenOptions, QueryResult, Resumed, RunInfo, RunSummary, Store,
 };
 use crate::error::{busy, not_found, refused, shown, usage};
 use anyhow::{anyhow, Context, Result};
@@ -1234,42 +1233,7 @@ impl Store for SqliteStore {
     }
 
     fn verify_audit(&mut self) -> Result<ChainReport> {
-        let rows = self.audit(&AuditFilter::default())?;
-        let mut report = ChainReport {
-            rows: rows.len(),
-            unchained_legacy: 0,
-            first_broken: None,
-        };
-        let mut prev: Option<String> = None; // None until the first chained row
-        for row in &rows {
-            let broken = |reason: &str| {
-                Some(BrokenLink {
-                    id: row.id,
-                    reason: reason.to_string(),
-                })
-            };
-            let Some(hash) = &row.hash else {
-                if prev.is_none() {
-                    report.unchained_legacy += 1;
-                    continue;
-                }
-                report.first_broken = broken("row has no hash although the chain had begun");
-                break;
-            };
-            let expected_prev = prev.clone().unwrap_or_default();
-            if row.prev_hash.as_deref().unwrap_or_default() != expected_prev {
-                report.first_broken =
-                    broken("prev_hash does not match the previous row's hash (a row was removed or inserted)");
-                break;
-            }
-            if row.chain_hash(&expected_prev) != *hash {
-                report.first_broken =
-                    broken("content does not match its hash (the row was edited)");
-                break;
-            }
-            prev = Some(hash.clone());
-        }
-        Ok(report)
+        Ok(super::verify_chain(&self.audit(&AuditFilter::default())?))
     }
 
     fn finish(&mut self, status: &str, error: Option<&str>, now: &str) -> Result<Finished> {

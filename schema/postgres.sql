@@ -1,0 +1,147 @@
+-- prose-state schema for PostgreSQL: the spec's `openprose` schema (postgres.md), every
+-- run-owned table keyed by run_id, with what the spec gets wrong fixed:
+--   * `PRIMARY KEY (..., COALESCE(...))` is invalid in PostgreSQL: the keys are unique
+--     expression indexes; `ON CONFLICT (name, run_id, (COALESCE(execution_id, -1)))` uses them.
+--   * execution.status is the append-only vocabulary (started, iteration, joined, exited,
+--     retry too) and statement_index may be NULL (a gate's record has none).
+--   * ids are BIGINT; gates and their hash-chained, append-only audit log are added, as in
+--     the SQLite schema (postgres.md is an older revision without them).
+-- Idempotent: applied whole, under an advisory lock, when the version in
+-- openprose.schema_version is older than this build's (POSTGRES_SCHEMA_VERSION).
+
+CREATE SCHEMA IF NOT EXISTS openprose;
+
+CREATE TABLE IF NOT EXISTS openprose.schema_version (
+    version INTEGER NOT NULL
+);
+
+CREATE TABLE IF NOT EXISTS openprose.run (
+    id TEXT PRIMARY KEY,
+    program_path TEXT,
+    program_source TEXT,
+    started_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+    updated_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+    status TEXT NOT NULL DEFAULT 'running'
+        CHECK (status IN ('running', 'completed', 'failed', 'interrupted')),
+    state_mode TEXT NOT NULL DEFAULT 'postgres',
+    error_message TEXT,
+    metadata JSONB DEFAULT '{}'::jsonb
+);
+
+CREATE TABLE IF NOT EXISTS openprose.execution (
+    id BIGSERIAL PRIMARY KEY,
+    run_id TEXT NOT NULL REFERENCES openprose.run(id) ON DELETE CASCADE,
+    statement_index BIGINT,
+    statement_text TEXT,
+    status TEXT NOT NULL DEFAULT 'pending'
+        CHECK (status IN ('pending', 'executing', 'started', 'completed', 'failed', 'skipped',
+                          'iteration', 'joined', 'exited', 'retry')),
+    started_at TIMESTAMPTZ,
+    completed_at TIMESTAMPTZ,
+    error_message TEXT,
+    parent_id BIGINT REFERENCES openprose.execution(id) ON DELETE CASCADE,
+    metadata JSONB DEFAULT '{}'::jsonb
+);
+
+CREATE TABLE IF NOT EXISTS openprose.bindings (
+    name TEXT NOT NULL,
+    run_id TEXT NOT NULL REFERENCES openprose.run(id) ON DELETE CASCADE,
+    execution_id BIGINT,
+    kind TEXT NOT NULL CHECK (kind IN ('input', 'output', 'let', 'const')),
+    value TEXT,
+    source_statement TEXT,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+    updated_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+    attachment_path TEXT,
+    metadata JSONB DEFAULT '{}'::jsonb
+);
+CREATE UNIQUE INDEX IF NOT EXISTS bindings_scope_key
+    ON openprose.bindings (name, run_id, (COALESCE(execution_id, -1)));
+
+CREATE TABLE IF NOT EXISTS openprose.agents (
+    name TEXT NOT NULL,
+    run_id TEXT,  -- NULL for project-scoped agents
+    scope TEXT NOT NULL CHECK (scope IN ('execution', 'project', 'user', 'custom')),
+    memory TEXT,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+    updated_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+    metadata JSONB DEFAULT '{}'::jsonb
+);
+CREATE UNIQUE INDEX IF NOT EXISTS agents_key
+    ON openprose.agents (name, (COALESCE(run_id, '__project__')));
+
+CREATE TABLE IF NOT EXISTS openprose.agent_segments (
+    id BIGSERIAL PRIMARY KEY,
+    agent_name TEXT NOT NULL,
+    run_id TEXT,
+    segment_number BIGINT NOT NULL,
+    timestamp TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+    prompt TEXT,
+    summary TEXT,
+    metadata JSONB DEFAULT '{}'::jsonb
+);
+CREATE UNIQUE INDEX IF NOT EXISTS agent_segments_key
+    ON openprose.agent_segments (agent_name, (COALESCE(run_id, '__project__')), segment_number);
+
+CREATE TABLE IF NOT EXISTS openprose.imports (
+    alias TEXT NOT NULL,
+    run_id TEXT NOT NULL REFERENCES openprose.run(id) ON DELETE CASCADE,
+    source_url TEXT NOT NULL,
+    fetched_at TIMESTAMPTZ,
+    inputs_schema JSONB,
+    outputs_schema JSONB,
+    content_hash TEXT,
+    metadata JSONB DEFAULT '{}'::jsonb,
+    PRIMARY KEY (alias, run_id)
+);
+
+CREATE TABLE IF NOT EXISTS openprose.gates (
+    id TEXT NOT NULL,
+    run_id TEXT NOT NULL REFERENCES openprose.run(id) ON DELETE CASCADE,
+    execution_id BIGINT REFERENCES openprose.execution(id),
+    prompt TEXT,
+    allow TEXT DEFAULT '["user"]',
+    timeout TEXT,
+    timeout_at TIMESTAMPTZ,
+    on_reject TEXT,
+    status TEXT NOT NULL DEFAULT 'pending'
+        CHECK (status IN ('pending', 'approved', 'rejected', 'timeout')),
+    created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+    resolved_at TIMESTAMPTZ,
+    resolved_by TEXT,
+    resolution_comment TEXT,
+    metadata TEXT,
+    PRIMARY KEY (run_id, id)
+);
+
+-- Append-only; metadata is TEXT so the hash chain covers exactly the bytes stored.
+CREATE TABLE IF NOT EXISTS openprose.gate_audit_log (
+    id BIGSERIAL PRIMARY KEY,
+    gate_id TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    event_type TEXT NOT NULL,
+    principal TEXT,
+    comment TEXT,
+    timestamp TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+    metadata TEXT,
+    prev_hash TEXT,
+    hash TEXT
+);
+
+CREATE OR REPLACE FUNCTION openprose.gate_audit_log_append_only() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'gate_audit_log is append-only: % refused', TG_OP;
+END;
+$$;
+DROP TRIGGER IF EXISTS gate_audit_log_append_only ON openprose.gate_audit_log;
+CREATE TRIGGER gate_audit_log_append_only BEFORE UPDATE OR DELETE ON openprose.gate_audit_log
+    FOR EACH ROW EXECUTE FUNCTION openprose.gate_audit_log_append_only();
+
+CREATE INDEX IF NOT EXISTS idx_execution_run_id ON openprose.execution(run_id);
+CREATE INDEX IF NOT EXISTS idx_execution_parent_id ON openprose.execution(parent_id) WHERE parent_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS idx_execution_metadata_gin ON openprose.execution USING GIN (metadata jsonb_path_ops);
+CREATE INDEX IF NOT EXISTS idx_bindings_run_id ON openprose.bindings(run_id);
+CREATE INDEX IF NOT EXISTS idx_agent_segments_lookup ON openprose.agent_segments(agent_name, run_id);
+CREATE INDEX IF NOT EXISTS idx_gates_status ON openprose.gates(status);
+CREATE INDEX IF NOT EXISTS idx_gate_audit_run ON openprose.gate_audit_log(run_id, id);
