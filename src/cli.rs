@@ -87,6 +87,17 @@ pub struct InitArgs {
     /// Use this run id instead of a new {YYYYMMDD}-{HHMMSS}-{random6}
     #[arg(long, value_name = "ID")]
     pub run_id: Option<String>,
+
+    /// Where the run's state is kept: a state.db in the run directory, or the PostgreSQL
+    /// server of OPENPROSE_POSTGRES_URL (.prose/.env, then the environment, then DATABASE_URL)
+    #[arg(long, value_enum, default_value_t = BackendArg::Sqlite)]
+    pub backend: BackendArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    Sqlite,
+    Postgres,
 }
 
 #[derive(Debug, Args)]

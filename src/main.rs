@@ -20,7 +20,7 @@ use store::{OpenOptions, Store};
 
 fn open_run(g: &Global) -> Result<(run::RunPaths, Box<dyn Store>)> {
     let paths = run::locate(g.root.as_deref(), g.run.as_deref())?;
-    let store = store::open(&paths.db, options(g))?;
+    let store = store::open(&paths, options(g))?;
     Ok((paths, store))
 }
 
@@ -73,12 +73,24 @@ fn dispatch(cli: Cli) -> Result<u8> {
     let g = &cli.global;
     let json = g.json;
     let opts = options(g);
-    let open = |paths: &run::RunPaths| store::open(&paths.db, opts);
+    let prose_dir = run::project_agents_db(g.root.as_deref())
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    // A run with a directory here opens by what the directory records; a run known only to
+    // the project's PostgreSQL server opens there.
+    let open = |paths: &run::RunPaths| {
+        if paths.exists() {
+            store::open(paths, opts)
+        } else {
+            store::open_server_run(&prose_dir, &paths.id, opts)
+        }
+    };
     // The runs a cross-run command visits: the one given, or every run under the root.
     let runs = || -> Result<Vec<run::RunPaths>> {
         match &g.run {
             Some(r) => Ok(vec![run::locate(g.root.as_deref(), Some(r))?]),
-            None => run::all_runs(g.root.as_deref()),
+            None => all_runs(g, opts),
         }
     };
     match &cli.command {
@@ -187,25 +199,59 @@ fn dispatch(cli: Cli) -> Result<u8> {
             let (_, mut store) = open_run(g)?;
             emit(cmd::finish::run(a, store.as_mut())?, json)?
         }
-        Command::Runs(a) => {
-            let all = run::all_runs(g.root.as_deref())?;
-            emit(cmd::runs::run(a, &all, &open)?, json)?
-        }
+        Command::Runs(a) => emit(cmd::runs::run(a, &all_runs(g, opts)?, &open)?, json)?,
         Command::Resume => {
             let (paths, mut store) = open_run(g)?;
             // Project and user agents too, where their databases exist (never created here).
             let mut others = Vec::new();
             let project = run::project_agents_db(g.root.as_deref());
-            let user = home_dir(None).map(|h| run::user_agents_db(&h));
-            for (scope, db) in [("project", Some(project)), ("user", user)] {
-                if let Some(db) = db.filter(|d| d.is_file()) {
-                    others.push((scope, store::open_agents(&db, opts, false)?.agents()?));
-                }
+            let prose_dir = project
+                .parent()
+                .map(std::path::Path::to_path_buf)
+                .unwrap_or_default();
+            if store::project_uses_postgres(&prose_dir) {
+                others.push((
+                    "project",
+                    store::open_project_agents_pg(&prose_dir, opts)?.agents()?,
+                ));
+            } else if project.is_file() {
+                others.push((
+                    "project",
+                    store::open_agents(&project, opts, false)?.agents()?,
+                ));
+            }
+            if let Some(user) = home_dir(None)
+                .map(|h| run::user_agents_db(&h))
+                .filter(|d| d.is_file())
+            {
+                others.push(("user", store::open_agents(&user, opts, false)?.agents()?));
             }
             emit(cmd::resume::run(&paths, store.as_mut(), others)?, json)?
         }
     }
     Ok(0)
+}
+
+/// Every run under the root, and the runs on the project's PostgreSQL server that have no
+/// directory here.
+fn all_runs(g: &Global, opts: OpenOptions) -> Result<Vec<run::RunPaths>> {
+    let mut runs = run::all_runs(g.root.as_deref())?;
+    let runs_dir = run::runs_dir(g.root.as_deref());
+    let prose_dir = runs_dir
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    for id in store::server_run_ids(&prose_dir, opts)? {
+        // An id written on the server by other means must not become a path elsewhere.
+        if model::check_run_id(&id).is_err() {
+            continue;
+        }
+        if !runs.iter().any(|r| r.id == id) {
+            runs.push(run::RunPaths::in_dir(runs_dir.join(&id)));
+        }
+    }
+    runs.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(runs)
 }
 
 /// The home directory for user-scoped agents: --home / PROSE_HOME, else HOME.
@@ -242,6 +288,20 @@ fn agent(g: &Global, a: &cli::AgentArgs, json: bool) -> Result<()> {
             let (paths, s) = open_run(g)?;
             state = s;
             (Some(state.as_mut()), paths.db.display().to_string())
+        }
+        // A project set up for PostgreSQL keeps its project agents on the server.
+        Some(db)
+            if scope == "project"
+                && store::project_uses_postgres(
+                    db.parent().unwrap_or(std::path::Path::new(".prose")),
+                ) =>
+        {
+            let prose_dir = db.parent().unwrap_or(std::path::Path::new(".prose"));
+            standalone = store::open_project_agents_pg(prose_dir, opts)?;
+            (
+                Some(standalone.as_mut()),
+                "postgres (openprose.agents, run_id NULL)".to_string(),
+            )
         }
         Some(db) if writes || db.is_file() => {
             standalone = store::open_agents(&db, opts, writes)?;
@@ -282,7 +342,7 @@ fn decide(
     json: bool,
 ) -> Result<()> {
     let paths = run::locate(g.root.as_deref(), Some(run_arg))?;
-    let mut store = store::open(&paths.db, options(g))?;
+    let mut store = store::open(&paths, options(g))?;
     let made = cmd::decide::run(request, store.as_mut(), &mut confirm_on_terminal)?;
     emit(made, json)?;
     Ok(())

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 pub const DB_FILE: &str = "state.db";
 pub const PROGRAM_FILE: &str = "program.prose";
 pub const ATTACHMENTS_DIR: &str = "attachments";
+/// Present in a run directory whose state is not in its own state.db.
+pub const BACKEND_FILE: &str = "backend.json";
 
 /// The paths of one run.
 #[derive(Debug, Clone)]
@@ -18,6 +20,37 @@ pub struct RunPaths {
 }
 
 impl RunPaths {
+    /// Whether a run lives here: a state.db, or a record of another backend.
+    pub fn exists(&self) -> bool {
+        self.db.is_file() || self.dir.join(BACKEND_FILE).is_file()
+    }
+
+    /// The `.prose` directory the run belongs to (`.prose/runs/{id}` → `.prose`).
+    pub fn prose_dir(&self) -> PathBuf {
+        self.dir
+            .parent()
+            .and_then(Path::parent)
+            .map_or_else(|| PathBuf::from(".prose"), Path::to_path_buf)
+    }
+
+    pub fn backend(&self) -> Result<crate::store::Backend> {
+        let marker = self.dir.join(BACKEND_FILE);
+        if !marker.is_file() {
+            return Ok(crate::store::Backend::Sqlite);
+        }
+        let text = std::fs::read_to_string(&marker)?;
+        let v: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("invalid {} ({e}): {}", BACKEND_FILE, marker.display()))?;
+        match v["backend"].as_str() {
+            Some("postgres") => Ok(crate::store::Backend::Postgres),
+            Some("sqlite") => Ok(crate::store::Backend::Sqlite),
+            other => Err(anyhow::anyhow!(
+                "unknown backend {other:?} in {}",
+                marker.display()
+            )),
+        }
+    }
+
     pub fn in_dir(dir: PathBuf) -> Self {
         let id = dir
             .file_name()
@@ -50,15 +83,15 @@ pub fn locate(root: Option<&Path>, run: Option<&str>) -> Result<RunPaths> {
     }
     let looks_like_path = run.contains('/') || run.contains('\\') || run.starts_with('.');
     if !looks_like_path {
-        let dir = runs_dir(root).join(run);
-        if dir.join(DB_FILE).is_file() {
-            return Ok(RunPaths::in_dir(dir));
+        let paths = RunPaths::in_dir(runs_dir(root).join(run));
+        if paths.exists() {
+            return Ok(paths);
         }
     }
     let path = Path::new(run);
     if path.is_dir() {
         let paths = RunPaths::in_dir(path.to_path_buf());
-        if paths.db.is_file() {
+        if paths.exists() {
             return Ok(paths);
         }
         return Err(not_found(format!(
@@ -105,7 +138,7 @@ pub fn all_runs(root: Option<&Path>) -> Result<Vec<RunPaths>> {
         .flatten()
         .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
         .map(|e| RunPaths::in_dir(e.path()))
-        .filter(|r| r.db.is_file())
+        .filter(RunPaths::exists)
         .collect();
     runs.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(runs)

@@ -18,20 +18,15 @@ pub struct Bound {
     pub attachment_path: Option<String>,
     pub bytes: u64,
     pub summary: String,
+    #[serde(skip)]
+    location: String,
 }
 
 impl Render for Bound {
     /// The confirmation the spec has subagents return to the VM.
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
         writeln!(w, "Binding written: {}", self.name)?;
-        let scope = self
-            .execution_id
-            .map_or_else(|| "NULL".to_string(), |id| id.to_string());
-        writeln!(
-            w,
-            "Location: {} (bindings table, name='{}', execution_id={scope})",
-            self.db, self.name
-        )?;
+        writeln!(w, "Location: {}", self.location)?;
         if let Some(id) = self.execution_id {
             writeln!(w, "Execution ID: {id}")?;
         }
@@ -100,7 +95,8 @@ pub fn run(args: &BindArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Bou
         name: args.name.clone(),
         execution_id: args.execution_id,
         kind: args.kind.as_str(),
-        db: run.db.display().to_string(),
+        db: store.location(),
+        location: store.binding_location(&args.name, args.execution_id),
         attachment_path,
         bytes,
         summary,

@@ -1,9 +1,9 @@
-use crate::cli::InitArgs;
+use crate::cli::{BackendArg, InitArgs};
 use crate::error::{not_found, refused, shown, usage};
 use crate::model::{check_run_id, new_run_id, now};
 use crate::output::Render;
-use crate::run::{runs_dir, RunPaths, ATTACHMENTS_DIR, PROGRAM_FILE};
-use crate::store::{self, NewRun, OpenOptions};
+use crate::run::{runs_dir, RunPaths, ATTACHMENTS_DIR, BACKEND_FILE, PROGRAM_FILE};
+use crate::store::{self, Backend, NewRun, OpenOptions};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::fs;
@@ -75,7 +75,7 @@ pub fn run(args: &InitArgs, root: Option<&Path>, opts: OpenOptions) -> Result<In
         }
     };
 
-    let made = (|| -> Result<()> {
+    let made = (|| -> Result<String> {
         let attachments = paths.dir.join(ATTACHMENTS_DIR);
         fs::create_dir(&attachments)
             .with_context(|| format!("could not create {}", attachments.display()))?;
@@ -84,8 +84,18 @@ pub fn run(args: &InitArgs, root: Option<&Path>, opts: OpenOptions) -> Result<In
             fs::write(&copy, source)
                 .with_context(|| format!("could not write {}", copy.display()))?;
         }
-        store::create(
-            &paths.db,
+        let backend = match args.backend {
+            BackendArg::Sqlite => Backend::Sqlite,
+            BackendArg::Postgres => {
+                let marker = paths.dir.join(BACKEND_FILE);
+                fs::write(&marker, "{\"backend\": \"postgres\"}\n")
+                    .with_context(|| format!("could not write {}", marker.display()))?;
+                Backend::Postgres
+            }
+        };
+        let created = store::create(
+            &paths,
+            backend,
             &NewRun {
                 id: &paths.id,
                 program_path: program.as_ref().map(|(p, _)| p.as_str()),
@@ -94,17 +104,20 @@ pub fn run(args: &InitArgs, root: Option<&Path>, opts: OpenOptions) -> Result<In
             },
             opts,
         )?;
-        Ok(())
+        Ok(created.location())
     })();
-    if let Err(e) = made {
-        // Nothing half-made is left behind under the run's id.
-        let _ = fs::remove_dir_all(&paths.dir);
-        return Err(e);
-    }
+    let location = match made {
+        Ok(l) => l,
+        Err(e) => {
+            // Nothing half-made is left behind under the run's id.
+            let _ = fs::remove_dir_all(&paths.dir);
+            return Err(e);
+        }
+    };
     Ok(Initialized {
         run_id: paths.id.clone(),
         dir: paths.dir.display().to_string(),
-        db: paths.db.display().to_string(),
+        db: location,
         program: program.map(|(p, _)| p),
     })
 }

@@ -1,6 +1,7 @@
 //! The only code that speaks SQL. Commands call a [`Store`] with typed values; each backend
 //! owns its connection settings, SQL text and row mapping.
 
+pub mod postgres;
 pub mod sqlite;
 
 use anyhow::Result;
@@ -404,6 +405,13 @@ pub fn verify_chain(rows: &[AuditRow]) -> ChainReport {
 
 /// The operations every backend provides for one run.
 pub trait Store: AgentStore {
+    /// Where this run's state is, for messages: a state.db path, or the server's URL with the
+    /// password masked.
+    fn location(&self) -> String;
+
+    /// Where a binding is, in the spec's confirmation form (`Location: ...`).
+    fn binding_location(&self, name: &str, execution_id: Option<i64>) -> String;
+
     /// Upserts a binding by (name, scope) in one write transaction. Refuses to rebind a
     /// `const` in the same scope. `publish` runs inside the transaction, after the checks and
     /// before the row is written: it puts the attachment file in place, so that no committed
@@ -495,14 +503,95 @@ pub trait Store: AgentStore {
     fn record_resume(&mut self, now: &str) -> Result<Resumed>;
 }
 
-/// Creates the state database of a new run and writes its `run` row.
-pub fn create(db: &Path, run: &NewRun, opts: OpenOptions) -> Result<Box<dyn Store>> {
-    Ok(Box::new(sqlite::SqliteStore::create(db, run, opts)?))
+/// Where a run's state is kept; recorded in the run directory (`backend.json`) when it is
+/// not the default SQLite, so later commands on the run need no flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
 }
 
-/// Opens the state database of an existing run, upgrading an older schema forward.
-pub fn open(db: &Path, opts: OpenOptions) -> Result<Box<dyn Store>> {
-    Ok(Box::new(sqlite::SqliteStore::open(db, opts)?))
+/// The PostgreSQL URL, in the spec's order: OPENPROSE_POSTGRES_URL in `<prose_dir>/.env`,
+/// then OPENPROSE_POSTGRES_URL in the environment, then DATABASE_URL.
+pub fn postgres_url(prose_dir: &Path) -> Result<String> {
+    if let Some(url) = dotenv_value(&prose_dir.join(".env"), "OPENPROSE_POSTGRES_URL")? {
+        return Ok(url);
+    }
+    for var in ["OPENPROSE_POSTGRES_URL", "DATABASE_URL"] {
+        if let Ok(url) = std::env::var(var) {
+            if !url.trim().is_empty() {
+                return Ok(url.trim().to_string());
+            }
+        }
+    }
+    Err(crate::error::usage(format!(
+        "no PostgreSQL URL: set OPENPROSE_POSTGRES_URL in {} or the environment (or DATABASE_URL)",
+        prose_dir.join(".env").display()
+    )))
+}
+
+/// Whether the project is set up for PostgreSQL (OPENPROSE_POSTGRES_URL in `.prose/.env` or
+/// the environment): then project-scoped agents live on the server.
+pub fn project_uses_postgres(prose_dir: &Path) -> bool {
+    matches!(
+        dotenv_value(&prose_dir.join(".env"), "OPENPROSE_POSTGRES_URL"),
+        Ok(Some(_))
+    ) || std::env::var("OPENPROSE_POSTGRES_URL").is_ok_and(|u| !u.trim().is_empty())
+}
+
+/// One KEY=VALUE from a .env file (comments, `export ` and quotes allowed).
+fn dotenv_value(path: &Path, key: &str) -> Result<Option<String>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!("could not read {}", path.display())))
+        }
+    };
+    for line in text.lines() {
+        let line = line.trim();
+        let line = line.strip_prefix("export ").unwrap_or(line);
+        let Some((k, v)) = line.split_once('=') else {
+            continue;
+        };
+        if k.trim() == key {
+            let v = v.trim().trim_matches(|c| c == '"' || c == '\'');
+            if !v.is_empty() {
+                return Ok(Some(v.to_string()));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Creates the state of a new run on the chosen backend and writes its `run` row.
+pub fn create(
+    paths: &crate::run::RunPaths,
+    backend: Backend,
+    run: &NewRun,
+    opts: OpenOptions,
+) -> Result<Box<dyn Store>> {
+    match backend {
+        Backend::Sqlite => Ok(Box::new(sqlite::SqliteStore::create(&paths.db, run, opts)?)),
+        Backend::Postgres => {
+            let url = postgres_url(&paths.prose_dir())?;
+            Ok(Box::new(postgres::PgStore::create_run(&url, run, opts)?))
+        }
+    }
+}
+
+/// Opens the state of an existing run, on whichever backend its directory records; a SQLite
+/// state.db of an older schema is upgraded forward.
+pub fn open(paths: &crate::run::RunPaths, opts: OpenOptions) -> Result<Box<dyn Store>> {
+    match paths.backend()? {
+        Backend::Sqlite => Ok(Box::new(sqlite::SqliteStore::open(&paths.db, opts)?)),
+        Backend::Postgres => {
+            let url = postgres_url(&paths.prose_dir())?;
+            Ok(Box::new(postgres::PgStore::open_run(
+                &url, &paths.id, opts,
+            )?))
+        }
+    }
 }
 
 /// Opens an agents.db (project or user scope), creating it on first use when `create` is set.
@@ -510,4 +599,29 @@ pub fn open_agents(db: &Path, opts: OpenOptions, create: bool) -> Result<Box<dyn
     Ok(Box::new(sqlite::SqliteStore::open_agents(
         db, opts, create,
     )?))
+}
+
+/// The ids of every run on the project's PostgreSQL server, when the project uses one.
+pub fn server_run_ids(prose_dir: &Path, opts: OpenOptions) -> Result<Vec<String>> {
+    if !project_uses_postgres(prose_dir) {
+        return Ok(Vec::new());
+    }
+    let url = postgres_url(prose_dir)?;
+    postgres::PgStore::open_project(&url, opts)?.run_ids()
+}
+
+/// A run that lives only on the server (no run directory here).
+pub fn open_server_run(
+    prose_dir: &Path,
+    run_id: &str,
+    opts: OpenOptions,
+) -> Result<Box<dyn Store>> {
+    let url = postgres_url(prose_dir)?;
+    Ok(Box::new(postgres::PgStore::open_run(&url, run_id, opts)?))
+}
+
+/// Project-scoped agents on the PostgreSQL server (run_id NULL).
+pub fn open_project_agents_pg(prose_dir: &Path, opts: OpenOptions) -> Result<Box<dyn AgentStore>> {
+    let url = postgres_url(prose_dir)?;
+    Ok(Box::new(postgres::PgStore::open_project(&url, opts)?))
 }

@@ -655,6 +655,18 @@ impl AgentStore for SqliteStore {
 }
 
 impl Store for SqliteStore {
+    fn location(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn binding_location(&self, name: &str, execution_id: Option<i64>) -> String {
+        let scope = execution_id.map_or_else(|| "NULL".to_string(), |id| id.to_string());
+        format!(
+            "{} (bindings table, name='{name}', execution_id={scope})",
+            self.path.display()
+        )
+    }
+
     fn bind(
         &mut self,
         b: &NewBinding,

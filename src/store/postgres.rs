@@ -1,0 +1,1493 @@
+//! The PostgreSQL backend: every run in the `openprose` schema of one server, keyed by run_id.
+//!
+//! Sessions run in UTC, and timestamps go in and out as text in the same form SQLite's
+//! `datetime('now')` gives, so commands see the same values whichever backend holds a run.
+//! Concurrency: writes to a run take its row `FOR SHARE` (parallel branches never wait on
+//! each other) and check it is not finished; gate operations, which must be serialised
+//! (first decision wins, one audit chain per run), and `finish` take it `FOR UPDATE`.
+
+use super::{
+    verify_chain, AgentRow, AgentStore, AuditFilter, AuditRow, BindOutcome, BindingRow,
+    ChainReport, Created, Decided, Decision, ExecutionRow, Finished, Found, GateRow, ImportAdded,
+    ImportRow, NewBinding, NewExecution, NewGate, NewRun, OpenOptions, QueryResult, Resumed,
+    RunInfo, RunSummary, Store,
+};
+use crate::error::{busy, not_found, refused, shown, usage};
+use anyhow::{anyhow, Result};
+use postgres::error::SqlState;
+use postgres::types::{ToSql, Type};
+use postgres::{Client, GenericClient, Row, Transaction};
+
+/// The version in openprose.schema_version written by this build.
+pub const POSTGRES_SCHEMA_VERSION: i32 = 1;
+
+const SCHEMA: &str = include_str!("../../schema/postgres.sql");
+
+/// Any constant: the advisory lock that serialises schema changes across processes.
+const MIGRATION_LOCK: i64 = 0x7072_6f73_6573_7401;
+
+/// A timestamp column as text in `datetime('now')` form.
+macro_rules! ts {
+    ($col:literal) => {
+        concat!(
+            "to_char(",
+            $col,
+            " AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')"
+        )
+    };
+}
+
+/// A connection URL with the password hidden, for every message that shows it: the user
+/// part becomes `user:***`, and a `password=` query parameter `password=***`.
+pub fn masked(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "(a PostgreSQL URL)".to_string();
+    };
+    let (before_query, query) = match rest.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (rest, None),
+    };
+    let (authority, path) = match before_query.find('/') {
+        Some(i) => (&before_query[..i], &before_query[i..]),
+        None => (before_query, ""),
+    };
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{user}:***@{host}")
+        }
+        None => authority.to_string(),
+    };
+    let query = query.map(|q| {
+        let parts: Vec<String> = q
+            .split('&')
+            .map(|kv| {
+                if kv.starts_with("password=") {
+                    "password=***".to_string()
+                } else {
+                    kv.to_string()
+                }
+            })
+            .collect();
+        format!("?{}", parts.join("&"))
+    });
+    format!("{scheme}://{authority}{path}{}", query.unwrap_or_default())
+}
+
+pub struct PgStore {
+    client: Client,
+    /// The run this store serves; None for project-scoped agent memory only.
+    run_id: Option<String>,
+    shown_url: String,
+    busy_ms: u64,
+}
+
+fn map_err(e: postgres::Error, shown_url: &str, busy_ms: u64) -> anyhow::Error {
+    if let Some(db) = e.as_db_error() {
+        let code = db.code();
+        if *code == SqlState::LOCK_NOT_AVAILABLE
+            || *code == SqlState::T_R_DEADLOCK_DETECTED
+            || *code == SqlState::T_R_SERIALIZATION_FAILURE
+        {
+            return busy(format!(
+                "database is busy: a lock was held for more than {busy_ms} ms; retry the command: {shown_url}"
+            ));
+        }
+        if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
+            return refused(format!(
+                "query is read-only and this statement would write: {}",
+                db.message()
+            ));
+        }
+        if db.message().contains("append-only") {
+            return refused(db.message().to_string());
+        }
+        return anyhow!("postgres: {} ({}): {shown_url}", db.message(), code.code());
+    }
+    // Connection-level errors can carry the connection string; never show it.
+    let text = e.to_string().replace(shown_url, "");
+    anyhow!("postgres: {text}: {shown_url}")
+}
+
+impl PgStore {
+    fn err(&self) -> impl Fn(postgres::Error) -> anyhow::Error + '_ {
+        |e| map_err(e, &self.shown_url, self.busy_ms)
+    }
+
+    fn run(&self) -> Result<&str> {
+        self.run_id
+            .as_deref()
+            .ok_or_else(|| anyhow!("no run selected for this postgres store"))
+    }
+
+    /// Connects, sets the session up and brings the schema to this build's version.
+    pub fn connect(url: &str, opts: OpenOptions) -> Result<Self> {
+        let shown_url = masked(url);
+        let busy_ms = opts.busy_timeout.as_millis() as u64;
+        let tls =
+            native_tls::TlsConnector::new().map_err(|e| anyhow!("could not set up TLS: {e}"))?;
+        let tls = postgres_native_tls::MakeTlsConnector::new(tls);
+        let mut client = Client::connect(url, tls).map_err(|e| {
+            let text = e.to_string().replace(url, &shown_url);
+            anyhow!("could not connect to postgres ({text}): {shown_url}")
+        })?;
+        client
+            .batch_execute(&format!(
+                "SET TIME ZONE 'UTC'; SET lock_timeout = {busy_ms}; SET client_min_messages = warning"
+            ))
+            .map_err(|e| map_err(e, &shown_url, busy_ms))?;
+        let mut store = PgStore {
+            client,
+            run_id: None,
+            shown_url,
+            busy_ms,
+        };
+        store.ensure_schema()?;
+        Ok(store)
+    }
+
+    fn ensure_schema(&mut self) -> Result<()> {
+        let version = self.schema_version()?;
+        if version == Some(POSTGRES_SCHEMA_VERSION) {
+            return Ok(());
+        }
+        if let Some(v) = version.filter(|v| *v > POSTGRES_SCHEMA_VERSION) {
+            return Err(refused(format!(
+                "openprose schema has version {v}, newer than this prose-state supports ({POSTGRES_SCHEMA_VERSION}); upgrade prose-state: {}",
+                self.shown_url
+            )));
+        }
+        let (shown, busy_ms) = (self.shown_url.clone(), self.busy_ms);
+        let err = |e| map_err(e, &shown, busy_ms);
+        let mut tx = self.client.transaction().map_err(err)?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+            .map_err(err)?;
+        // Another process may have done it while this one waited for the lock.
+        let table: bool = tx
+            .query_one(
+                "SELECT to_regclass('openprose.schema_version') IS NOT NULL",
+                &[],
+            )
+            .map_err(err)?
+            .get(0);
+        let current: Option<i32> = if table {
+            tx.query_one("SELECT max(version) FROM openprose.schema_version", &[])
+                .map_err(err)?
+                .get(0)
+        } else {
+            None
+        };
+        if current != Some(POSTGRES_SCHEMA_VERSION) {
+            tx.batch_execute(SCHEMA).map_err(err)?;
+            tx.execute("DELETE FROM openprose.schema_version", &[])
+                .map_err(err)?;
+            tx.execute(
+                "INSERT INTO openprose.schema_version (version) VALUES ($1)",
+                &[&POSTGRES_SCHEMA_VERSION],
+            )
+            .map_err(err)?;
+        }
+        tx.commit().map_err(err)
+    }
+
+    fn schema_version(&mut self) -> Result<Option<i32>> {
+        let exists: bool = self
+            .client
+            .query_one(
+                "SELECT to_regclass('openprose.schema_version') IS NOT NULL",
+                &[],
+            )
+            .map_err(self.err())?
+            .get(0);
+        if !exists {
+            return Ok(None);
+        }
+        let row = self
+            .client
+            .query_opt("SELECT max(version) FROM openprose.schema_version", &[])
+            .map_err(self.err())?;
+        Ok(row.and_then(|r| r.get::<_, Option<i32>>(0)))
+    }
+
+    /// Creates a run's row.
+    pub fn create_run(url: &str, run: &NewRun, opts: OpenOptions) -> Result<Self> {
+        let mut store = Self::connect(url, opts)?;
+        let exists = store
+            .client
+            .query_opt("SELECT 1 FROM openprose.run WHERE id = $1", &[&run.id])
+            .map_err(store.err())?
+            .is_some();
+        if exists {
+            return Err(refused(format!(
+                "run already exists on the server: {}",
+                shown(run.id)
+            )));
+        }
+        store
+            .client
+            .execute(
+                "INSERT INTO openprose.run (id, program_path, program_source, started_at, updated_at, status, state_mode)
+                 VALUES ($1, $2, $3, ($4::text)::timestamptz, ($4::text)::timestamptz, 'running', 'postgres')",
+                &[&run.id, &run.program_path, &run.program_source, &run.created_at],
+            )
+            .map_err(store.err())?;
+        store.run_id = Some(run.id.to_string());
+        Ok(store)
+    }
+
+    /// Opens the store of an existing run.
+    pub fn open_run(url: &str, run_id: &str, opts: OpenOptions) -> Result<Self> {
+        let mut store = Self::connect(url, opts)?;
+        let exists = store
+            .client
+            .query_opt("SELECT 1 FROM openprose.run WHERE id = $1", &[&run_id])
+            .map_err(store.err())?
+            .is_some();
+        if !exists {
+            return Err(not_found(format!(
+                "run not found on the server {}: {}",
+                store.shown_url,
+                shown(run_id)
+            )));
+        }
+        store.run_id = Some(run_id.to_string());
+        Ok(store)
+    }
+
+    /// A store for project-scoped agents only (run_id NULL).
+    pub fn open_project(url: &str, opts: OpenOptions) -> Result<Self> {
+        Self::connect(url, opts)
+    }
+
+    /// The ids of every run on the server.
+    pub fn run_ids(&mut self) -> Result<Vec<String>> {
+        let rows = self
+            .client
+            .query("SELECT id FROM openprose.run ORDER BY id", &[])
+            .map_err(self.err())?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+}
+
+/// Locks the run row and refuses writes to a finished run.
+fn lock_open_run(tx: &mut Transaction, run_id: &str, exclusive: bool) -> Result<()> {
+    let sql = if exclusive {
+        "SELECT status FROM openprose.run WHERE id = $1 FOR UPDATE"
+    } else {
+        "SELECT status FROM openprose.run WHERE id = $1 FOR SHARE"
+    };
+    let row = tx.query_opt(sql, &[&run_id])?;
+    let Some(row) = row else {
+        return Err(not_found(format!("run not found: {}", shown(run_id))));
+    };
+    let status: String = row.get(0);
+    if status == "completed" || status == "failed" {
+        return Err(refused(format!(
+            "run {run_id} is {status}: a finished run takes no more writes"
+        )));
+    }
+    Ok(())
+}
+
+const GATE_SELECT: &str = concat!(
+    "SELECT id, run_id, execution_id, prompt, allow, timeout, ",
+    ts!("timeout_at"),
+    ", on_reject, status, ",
+    ts!("created_at"),
+    ", ",
+    ts!("resolved_at"),
+    ", resolved_by, resolution_comment, metadata FROM openprose.gates"
+);
+
+const AUDIT_SELECT: &str = concat!(
+    "SELECT id, gate_id, run_id, event_type, principal, comment, ",
+    ts!("timestamp"),
+    ", metadata, prev_hash, hash FROM openprose.gate_audit_log"
+);
+
+const BINDING_SELECT: &str = concat!(
+    "b.name, b.execution_id, b.kind, b.value, b.source_statement, ",
+    ts!("b.created_at"),
+    ", ",
+    ts!("b.updated_at"),
+    ", b.attachment_path"
+);
+
+fn gate_row(r: &Row) -> GateRow {
+    let allow: Option<String> = r.get(4);
+    GateRow {
+        id: r.get(0),
+        run_id: r.get(1),
+        execution_id: r.get(2),
+        prompt: r.get::<_, Option<String>>(3).unwrap_or_default(),
+        allow: allow
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default(),
+        timeout: r.get(5),
+        timeout_at: r.get(6),
+        on_reject: r.get(7),
+        status: r.get(8),
+        created_at: r.get(9),
+        resolved_at: r.get(10),
+        resolved_by: r.get(11),
+        resolution_comment: r.get(12),
+        metadata: r.get(13),
+    }
+}
+
+fn audit_row(r: &Row) -> AuditRow {
+    AuditRow {
+        id: r.get(0),
+        gate_id: r.get(1),
+        run_id: r.get(2),
+        event_type: r.get(3),
+        principal: r.get(4),
+        comment: r.get(5),
+        timestamp: r.get(6),
+        metadata: r.get(7),
+        prev_hash: r.get(8),
+        hash: r.get(9),
+    }
+}
+
+fn binding_row(r: &Row) -> BindingRow {
+    BindingRow {
+        name: r.get(0),
+        execution_id: r.get(1),
+        kind: r.get(2),
+        value: r.get::<_, Option<String>>(3).map(String::into_bytes),
+        source_statement: r.get(4),
+        created_at: r.get(5),
+        updated_at: r.get(6),
+        attachment_path: r.get(7),
+    }
+}
+
+fn load_gate(c: &mut impl GenericClient, run_id: &str, id: &str) -> Result<Option<GateRow>> {
+    Ok(c.query_opt(
+        &format!("{GATE_SELECT} WHERE run_id = $1 AND id = $2"),
+        &[&run_id, &id],
+    )?
+    .map(|r| gate_row(&r)))
+}
+
+struct Event<'a> {
+    gate_id: &'a str,
+    event_type: &'a str,
+    principal: Option<&'a str>,
+    comment: Option<&'a str>,
+    metadata: serde_json::Value,
+    now: &'a str,
+}
+
+/// Appends an audit row chained to the run's last one. The caller holds the run row
+/// FOR UPDATE, so appends to one run's chain are serialised.
+fn append_audit(tx: &mut Transaction, run_id: &str, e: &Event) -> Result<AuditRow> {
+    let prev: String = tx
+        .query_opt(
+            "SELECT hash FROM openprose.gate_audit_log WHERE run_id = $1 ORDER BY id DESC LIMIT 1",
+            &[&run_id],
+        )?
+        .and_then(|r| r.get::<_, Option<String>>(0))
+        .unwrap_or_default();
+    let id: i64 = tx
+        .query_one(
+            "SELECT nextval(pg_get_serial_sequence('openprose.gate_audit_log', 'id'))",
+            &[],
+        )?
+        .get(0);
+    let mut row = AuditRow {
+        id,
+        gate_id: e.gate_id.to_string(),
+        run_id: run_id.to_string(),
+        event_type: e.event_type.to_string(),
+        principal: e.principal.map(str::to_string),
+        comment: e.comment.map(str::to_string),
+        timestamp: Some(e.now.to_string()),
+        metadata: Some(e.metadata.to_string()),
+        prev_hash: Some(prev.clone()),
+        hash: None,
+    };
+    row.hash = Some(row.chain_hash(&prev));
+    tx.execute(
+        "INSERT INTO openprose.gate_audit_log
+             (id, gate_id, run_id, event_type, principal, comment, timestamp, metadata, prev_hash, hash)
+         VALUES ($1, $2, $3, $4, $5, $6, ($7::text)::timestamptz, $8, $9, $10)",
+        &[
+            &row.id,
+            &row.gate_id,
+            &row.run_id,
+            &row.event_type,
+            &row.principal,
+            &row.comment,
+            &row.timestamp,
+            &row.metadata,
+            &row.prev_hash,
+            &row.hash,
+        ],
+    )?;
+    Ok(row)
+}
+
+const OVERDUE: &str = "status = 'pending' AND timeout_at IS NOT NULL
+                       AND timeout_at <= ($2::text)::timestamptz";
+
+/// Marks the run's overdue pending gates timed out, audit event first.
+fn sweep(tx: &mut Transaction, run_id: &str, now: &str) -> Result<usize> {
+    let overdue: Vec<GateRow> = tx
+        .query(
+            &format!(
+                "{GATE_SELECT} WHERE run_id = $1 AND {OVERDUE} ORDER BY created_at FOR UPDATE"
+            ),
+            &[&run_id, &now],
+        )?
+        .iter()
+        .map(gate_row)
+        .collect();
+    for g in &overdue {
+        append_audit(
+            tx,
+            run_id,
+            &Event {
+                gate_id: &g.id,
+                event_type: "timeout",
+                principal: Some("system"),
+                comment: None,
+                metadata: serde_json::json!({"timeout_at": g.timeout_at, "on_reject": g.on_reject}),
+                now,
+            },
+        )?;
+        tx.execute(
+            "UPDATE openprose.gates SET status = 'timeout', resolved_by = 'system',
+                 resolved_at = timeout_at
+             WHERE run_id = $1 AND id = $2 AND status = 'pending'",
+            &[&run_id, &g.id],
+        )?;
+    }
+    Ok(overdue.len())
+}
+
+fn to_json(row: &Row, i: usize) -> serde_json::Value {
+    use serde_json::Value;
+    let ty = row.columns()[i].type_().clone();
+    macro_rules! get {
+        ($t:ty) => {
+            row.try_get::<_, Option<$t>>(i).ok().flatten()
+        };
+    }
+    let v: Option<Value> = match ty {
+        Type::BOOL => get!(bool).map(Value::from),
+        Type::INT2 => get!(i16).map(Value::from),
+        Type::INT4 => get!(i32).map(Value::from),
+        Type::INT8 => get!(i64).map(Value::from),
+        Type::FLOAT4 => get!(f32)
+            .and_then(|f| serde_json::Number::from_f64(f as f64))
+            .map(Value::Number),
+        Type::FLOAT8 => get!(f64)
+            .and_then(serde_json::Number::from_f64)
+            .map(Value::Number),
+        Type::JSON | Type::JSONB => get!(serde_json::Value),
+        _ => get!(String).map(Value::from),
+    };
+    v.unwrap_or(Value::Null)
+}
+
+impl AgentStore for PgStore {
+    fn agent(&mut self, name: &str) -> Result<Option<AgentRow>> {
+        let run = self.run_id.clone();
+        let row = self
+            .client
+            .query_opt(
+                concat!(
+                    "SELECT a.name, a.scope, a.memory, ",
+                    ts!("a.created_at"),
+                    ", ",
+                    ts!("a.updated_at"),
+                    ", (SELECT COUNT(*) FROM openprose.agent_segments s
+                        WHERE s.agent_name = a.name AND s.run_id IS NOT DISTINCT FROM a.run_id)
+                     FROM openprose.agents a WHERE a.name = $1 AND a.run_id IS NOT DISTINCT FROM $2"
+                ),
+                &[&name, &run],
+            )
+            .map_err(self.err())?;
+        Ok(row.map(|r| AgentRow {
+            name: r.get(0),
+            scope: r.get(1),
+            memory: r.get(2),
+            created_at: r.get(3),
+            updated_at: r.get(4),
+            segments: r.get(5),
+        }))
+    }
+
+    fn remember(&mut self, name: &str, scope: &str, memory: &str, now: &str) -> Result<()> {
+        let run = self.run_id.clone();
+        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
+        let err = |e| map_err(e, &shown_url, busy_ms);
+        let mut tx = self.client.transaction().map_err(err)?;
+        if let Some(r) = &run {
+            lock_open_run(&mut tx, r, false)?;
+        }
+        tx.execute(
+            "INSERT INTO openprose.agents (name, run_id, scope, memory, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, ($5::text)::timestamptz, ($5::text)::timestamptz)
+             ON CONFLICT (name, (COALESCE(run_id, '__project__'))) DO UPDATE SET
+                 scope = excluded.scope, memory = excluded.memory, updated_at = excluded.updated_at",
+            &[&name, &run, &scope, &memory, &now],
+        )
+        .map_err(err)?;
+        tx.commit().map_err(err)
+    }
+
+    fn append_segment(
+        &mut self,
+        name: &str,
+        scope: &str,
+        prompt: &str,
+        summary: &str,
+        now: &str,
+    ) -> Result<i64> {
+        let run = self.run_id.clone();
+        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
+        let err = |e| map_err(e, &shown_url, busy_ms);
+        let mut tx = self.client.transaction().map_err(err)?;
+        if let Some(r) = &run {
+            lock_open_run(&mut tx, r, false)?;
+        }
+        // The upsert locks the agent's row: appends to one agent are serialised, so the
+        // next number is never taken twice; other agents are not held up.
+        tx.execute(
+            "INSERT INTO openprose.agents (name, run_id, scope, created_at, updated_at)
+             VALUES ($1, $2, $3, ($4::text)::timestamptz, ($4::text)::timestamptz)
+             ON CONFLICT (name, (COALESCE(run_id, '__project__'))) DO UPDATE SET
+                 updated_at = excluded.updated_at",
+            &[&name, &run, &scope, &now],
+        )
+        .map_err(err)?;
+        let n: i64 = tx
+            .query_one(
+                "SELECT COALESCE(MAX(segment_number), 0) + 1 FROM openprose.agent_segments
+                 WHERE agent_name = $1 AND run_id IS NOT DISTINCT FROM $2",
+                &[&name, &run],
+            )
+            .map_err(err)?
+            .get(0);
+        tx.execute(
+            "INSERT INTO openprose.agent_segments (agent_name, run_id, segment_number, timestamp, prompt, summary)
+             VALUES ($1, $2, $3, ($4::text)::timestamptz, $5, $6)",
+            &[&name, &run, &n, &now, &prompt, &summary],
+        )
+        .map_err(err)?;
+        tx.commit().map_err(err)?;
+        Ok(n)
+    }
+
+    fn agents(&mut self) -> Result<Vec<AgentRow>> {
+        let run = self.run_id.clone();
+        let rows = self
+            .client
+            .query(
+                concat!(
+                    "SELECT a.name, a.scope, a.memory, ",
+                    ts!("a.created_at"),
+                    ", ",
+                    ts!("a.updated_at"),
+                    ", (SELECT COUNT(*) FROM openprose.agent_segments s
+                        WHERE s.agent_name = a.name AND s.run_id IS NOT DISTINCT FROM a.run_id)
+                     FROM openprose.agents a WHERE a.run_id IS NOT DISTINCT FROM $1 ORDER BY a.name"
+                ),
+                &[&run],
+            )
+            .map_err(self.err())?;
+        Ok(rows
+            .iter()
+            .map(|r| AgentRow {
+                name: r.get(0),
+                scope: r.get(1),
+                memory: r.get(2),
+                created_at: r.get(3),
+                updated_at: r.get(4),
+                segments: r.get(5),
+            })
+            .collect())
+    }
+}
+
+impl Store for PgStore {
+    fn location(&self) -> String {
+        self.shown_url.clone()
+    }
+
+    fn binding_location(&self, name: &str, execution_id: Option<i64>) -> String {
+        let scope = execution_id.map_or_else(|| "IS NULL".to_string(), |id| format!("= {id}"));
+        format!(
+            "openprose.bindings WHERE name='{name}' AND run_id='{}' AND execution_id {scope} ({})",
+            self.run_id.as_deref().unwrap_or(""),
+            self.shown_url
+        )
+    }
+
+    fn bind(
+        &mut self,
+        b: &NewBinding,
+        publish: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<BindOutcome> {
+        let run = self.run()?.to_string();
+        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
+        let err = |e| map_err(e, &shown_url, busy_ms);
+        let scope_key = b.execution_id.unwrap_or(-1);
+        let mut tx = self.client.transaction().map_err(err)?;
+        lock_open_run(&mut tx, &run, false)?;
+        let existing = tx
+            .query_opt(
+                "SELECT kind, attachment_path FROM openprose.bindings
+                 WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3 FOR UPDATE",
+                &[&run, &b.name, &scope_key],
+            )
+            .map_err(err)?
+            .map(|r| (r.get::<_, String>(0), r.get::<_, Option<String>>(1)));
+        if let Some((kind, _)) = &existing {
+            if kind == "const" {
+                let scope = match b.execution_id {
+                    Some(id) => format!("execution {id}"),
+                    None => "the root scope".to_string(),
+                };
+                return Err(refused(format!(
+                    "binding is const in {scope} and cannot be rebound: {}",
+                    shown(b.name)
+                )));
+            }
+        }
+        publish()?;
+        tx.execute(
+            "INSERT INTO openprose.bindings (name, run_id, execution_id, kind, value, source_statement,
+                                             attachment_path, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, ($8::text)::timestamptz, ($8::text)::timestamptz)
+             ON CONFLICT (name, run_id, (COALESCE(execution_id, -1))) DO UPDATE SET
+                 kind = excluded.kind, value = excluded.value,
+                 source_statement = excluded.source_statement,
+                 attachment_path = excluded.attachment_path, updated_at = excluded.updated_at",
+            &[
+                &b.name,
+                &run,
+                &b.execution_id,
+                &b.kind,
+                &b.value,
+                &b.source_statement,
+                &b.attachment_path,
+                &b.now,
+            ],
+        )
+        .map_err(err)?;
+        tx.commit().map_err(err)?;
+        let replaced_attachment = existing
+            .and_then(|(_, old)| old)
+            .filter(|old| Some(old.as_str()) != b.attachment_path);
+        Ok(BindOutcome {
+            replaced_attachment,
+        })
+    }
+
+    fn release_attachment(
+        &mut self,
+        attachment_path: &str,
+        remove: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<bool> {
+        let run = self.run()?.to_string();
+        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
+        let err = |e| map_err(e, &shown_url, busy_ms);
+        let mut tx = self.client.transaction().map_err(err)?;
+        // FOR UPDATE on the run keeps binds (FOR SHARE) of this run out while the file goes.
+        tx.query_opt(
+            "SELECT 1 FROM openprose.run WHERE id = $1 FOR UPDATE",
+            &[&run],
+        )
+        .map_err(err)?;
+        let referenced: bool = tx
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM openprose.bindings WHERE run_id = $1 AND attachment_path = $2)",
+                &[&run, &attachment_path],
+            )
+            .map_err(err)?
+            .get(0);
+        if !referenced {
+            remove()?;
+        }
+        tx.commit().map_err(err)?;
+        Ok(!referenced)
+    }
+
+    fn execution_exists(&mut self, id: i64) -> Result<bool> {
+        let run = self.run()?.to_string();
+        Ok(self
+            .client
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM openprose.execution WHERE id = $1 AND run_id = $2)",
+                &[&id, &run],
+            )
+            .map_err(self.err())?
+            .get(0))
+    }
+
+    // Scope resolution, as in the SQLite store: nearest scope first, root scope last.
+    fn resolve(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<Found>> {
+        let run = self.run()?.to_string();
+        if let Some(start) = execution_id {
+            let sql = format!(
+                "WITH RECURSIVE chain(id, parent_id, depth) AS (
+                     SELECT id, parent_id, 0 FROM openprose.execution WHERE id = $2 AND run_id = $3
+                     UNION ALL
+                     SELECT e.id, e.parent_id, c.depth + 1
+                     FROM chain c JOIN openprose.execution e ON e.id = c.parent_id
+                     WHERE c.depth < 1000000
+                 )
+                 SELECT {BINDING_SELECT}, c.depth FROM chain c JOIN openprose.bindings b
+                   ON b.run_id = $3 AND b.name = $1 AND COALESCE(b.execution_id, -1) = c.id
+                 ORDER BY c.depth LIMIT 1"
+            );
+            let found = self
+                .client
+                .query_opt(&sql, &[&name, &start, &run])
+                .map_err(self.err())?;
+            if let Some(r) = found {
+                return Ok(Some(Found {
+                    row: binding_row(&r),
+                    depth: Some(r.get::<_, i32>(8) as u64),
+                }));
+            }
+        }
+        let sql = format!(
+            "SELECT {BINDING_SELECT} FROM openprose.bindings b
+             WHERE b.run_id = $2 AND b.name = $1 AND b.execution_id IS NULL"
+        );
+        Ok(self
+            .client
+            .query_opt(&sql, &[&name, &run])
+            .map_err(self.err())?
+            .map(|r| Found {
+                row: binding_row(&r),
+                depth: None,
+            }))
+    }
+
+    fn scope_chain(&mut self, execution_id: i64) -> Result<Vec<i64>> {
+        let run = self.run()?.to_string();
+        let rows = self
+            .client
+            .query(
+                "WITH RECURSIVE chain(id, parent_id, depth) AS (
+                     SELECT id, parent_id, 0 FROM openprose.execution WHERE id = $1 AND run_id = $2
+                     UNION ALL
+                     SELECT e.id, e.parent_id, c.depth + 1
+                     FROM chain c JOIN openprose.execution e ON e.id = c.parent_id
+                     WHERE c.depth < 1000000
+                 )
+                 SELECT id FROM chain ORDER BY depth",
+                &[&execution_id, &run],
+            )
+            .map_err(self.err())?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    fn append_execution(&mut self, rec: &NewExecution) -> Result<i64> {
+        let run = self.run()?.to_string();
+        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
+        let err = |e| map_err(e, &shown_url, busy_ms);
+        let mut tx = self.client.transaction().map_err(err)?;
+        lock_open_run(&mut tx, &run, false)?;
+        if let Some(parent) = rec.parent_id {
+            let exists: bool = tx
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM openprose.execution WHERE id = $1 AND run_id = $2)",
+                    &[&parent, &run],
+                )
+                .map_err(err)?
+                .get(0);
+            if !exists {
+                return Err(not_found(format!("parent execution not found: {parent}")));
+            }
+        }
+        let id: i64 = tx
+            .query_one(
+                "INSERT INTO openprose.execution (run_id, statement_index, statement_text, status,
+                     started_at, completed_at, error_message, parent_id, metadata)
+                 VALUES ($1, $2, $3, $4, ($5::text)::timestamptz, ($6::text)::timestamptz, $7, $8,
+                         ($9::text)::jsonb)
+                 RETURNING id",
+                &[
+                    &run,
+                    &rec.statement_index,
+                    &rec.statement_text,
+                    &rec.status,
+                    &rec.started_at,
+                    &rec.completed_at,
+                    &rec.error_message,
+                    &rec.parent_id,
+                    &rec.metadata,
+                ],
+            )
+            .map_err(err)?
+            .get(0);
+        tx.commit().map_err(err)?;
+        Ok(id)
+    }
+
+    fn query_readonly(&mut self, sql: &str) -> Result<QueryResult> {
+        if sql.trim().is_empty() {
+            return Err(usage("empty query"));
+        }
+        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
+        let mut tx = self
+            .client
+            .build_transaction()
+            .read_only(true)
+            .start()
+            .map_err(|e| map_err(e, &shown_url, busy_ms))?;
+        let stmt = tx.prepare(sql).map_err(|e| match e.as_db_error() {
+            Some(db)
+                if db.code() == &SqlState::SYNTAX_ERROR
+                    || db.code() == &SqlState::UNDEFINED_TABLE
+                    || db.code() == &SqlState::UNDEFINED_COLUMN
+                    || db.message().contains("multiple commands") =>
+            {
+                usage(format!("invalid SQL ({}): {}", db.message(), shown(sql)))
+            }
+            _ => map_err(e, &shown_url, busy_ms),
+        })?;
+        let columns: Vec<String> = stmt
+            .columns()
+            .iter()
+            .map(|c| c.name().to_string())
+            .collect();
+        let params: Vec<&(dyn ToSql + Sync)> = Vec::new();
+        let rows = tx
+            .query(&stmt, &params)
+            .map_err(|e| map_err(e, &shown_url, busy_ms))?;
+        let rows = rows
+            .iter()
+            .map(|r| (0..columns.len()).map(|i| to_json(r, i)).collect())
+            .collect();
+        tx.rollback().map_err(|e| map_err(e, &shown_url, busy_ms))?;
+        Ok(QueryResult { columns, rows })
+    }
+
+    fn run_info(&mut self) -> Result<RunInfo> {
+        let run = self.run()?.to_string();
+        let row = self
+            .client
+            .query_opt(
+                concat!(
+                    "SELECT id, program_path, status, ",
+                    ts!("started_at"),
+                    ", ",
+                    ts!("updated_at"),
+                    " FROM openprose.run WHERE id = $1"
+                ),
+                &[&run],
+            )
+            .map_err(self.err())?
+            .ok_or_else(|| not_found(format!("run not found: {}", shown(&run))))?;
+        Ok(RunInfo {
+            id: row.get(0),
+            program_path: row.get(1),
+            status: row.get(2),
+            started_at: row.get(3),
+            updated_at: row.get(4),
+        })
+    }
+
+    fn sweep_timeouts(&mut self, now: &str) -> Result<usize> {
+        let run = self.run()?.to_string();
+        let due: bool = self
+            .client
+            .query_one(
+                &format!(
+                    "SELECT EXISTS (SELECT 1 FROM openprose.gates WHERE run_id = $1 AND {OVERDUE})"
+                ),
+                &[&run, &now],
+            )
+            .map_err(self.err())?
+            .get(0);
+        if !due {
+            return Ok(0);
+        }
+        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
+        let err = |e| map_err(e, &shown_url, busy_ms);
+        let mut tx = self.client.transaction().map_err(err)?;
+        tx.query_opt(
+            "SELECT 1 FROM openprose.run WHERE id = $1 FOR UPDATE",
+            &[&run],
+        )
+        .map_err(err)?;
+        let n = sweep(&mut tx, &run, now)?;
+        tx.commit().map_err(err)?;
+        Ok(n)
+    }
+
+    fn create_gate(&mut self, g: &NewGate) -> Result<Created> {
+        let run = self.run()?.to_string();
+        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
+        let err = |e| map_err(e, &shown_url, busy_ms);
+        let mut tx = self.client.transaction().map_err(err)?;
+        lock_open_run(&mut tx, &run, true)?;
+        sweep(&mut tx, &run, g.now)?;
+        if let Some(existing) = load_gate(&mut tx, &run, g.id)? {
+            let allow: Vec<String> = serde_json::from_str(g.allow).unwrap_or_default();
+            let same = existing.prompt == g.prompt
+                && existing.allow == allow
+                && existing.timeout.as_deref() == g.timeout
+                && existing.on_reject.as_deref() == g.on_reject
+                && existing.metadata.as_deref() == g.metadata;
+            tx.commit().map_err(err)?;
+            return Ok(if same && existing.status == "pending" {
+                Created::Retried(existing)
+            } else {
+                Created::Conflict(existing)
+            });
+        }
+        if let Some(parent) = g.parent_execution {
+            let exists: bool = tx
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM openprose.execution WHERE id = $1 AND run_id = $2)",
+                    &[&parent, &run],
+                )
+                .map_err(err)?
+                .get(0);
+            if !exists {
+                return Err(not_found(format!("execution not found: {parent}")));
+            }
+        }
+        let text = format!("approve {}:", g.id);
+        let meta = serde_json::json!({"gate_id": g.id}).to_string();
+        let execution_id: i64 = tx
+            .query_one(
+                "INSERT INTO openprose.execution (run_id, statement_index, statement_text, status, started_at, parent_id, metadata)
+                 VALUES ($1, $2, $3, 'pending', ($4::text)::timestamptz, $5, ($6::text)::jsonb) RETURNING id",
+                &[&run, &g.statement_index, &text, &g.now, &g.parent_execution, &meta],
+            )
+            .map_err(err)?
+            .get(0);
+        let allow: serde_json::Value = serde_json::from_str(g.allow)?;
+        append_audit(
+            &mut tx,
+            &run,
+            &Event {
+                gate_id: g.id,
+                event_type: "created",
+                principal: Some("system"),
+                comment: None,
+                metadata: serde_json::json!({"prompt_hash": g.prompt_hash, "allow": allow}),
+                now: g.now,
+            },
+        )?;
+        tx.execute(
+            "INSERT INTO openprose.gates (id, run_id, execution_id, prompt, allow, timeout, timeout_at,
+                                          on_reject, status, created_at, metadata)
+             VALUES ($1, $2, $3, $4, $5, $6, ($7::text)::timestamptz, $8, 'pending',
+                     ($9::text)::timestamptz, $10)",
+            &[
+                &g.id,
+                &run,
+                &execution_id,
+                &g.prompt,
+                &g.allow,
+                &g.timeout,
+                &g.timeout_at,
+                &g.on_reject,
+                &g.now,
+                &g.metadata,
+            ],
+        )
+        .map_err(err)?;
+        let row =
+            load_gate(&mut tx, &run, g.id)?.ok_or_else(|| anyhow!("gate vanished after insert"))?;
+        tx.commit().map_err(err)?;
+        Ok(Created::New(row))
+    }
+
+    fn gates(&mut self, status: Option<&str>, now: &str) -> Result<Vec<GateRow>> {
+        self.sweep_timeouts(now)?;
+        let run = self.run()?.to_string();
+        let rows = self
+            .client
+            .query(
+                &format!(
+                    "{GATE_SELECT} WHERE run_id = $1 AND ($2::text IS NULL OR status = $2)
+                     ORDER BY created_at, id"
+                ),
+                &[&run, &status],
+            )
+            .map_err(self.err())?;
+        Ok(rows.iter().map(gate_row).collect())
+    }
+
+    fn gate(&mut self, id: &str, now: &str) -> Result<Option<GateRow>> {
+        self.sweep_timeouts(now)?;
+        let run = self.run()?.to_string();
+        load_gate(&mut self.client, &run, id)
+    }
+
+    fn view_gate(
+        &mut self,
+        id: &str,
+        viewer: &str,
+        now: &str,
+    ) -> Result<Option<(GateRow, Vec<AuditRow>)>> {
+        let run = self.run()?.to_string();
+        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
+        let err = |e| map_err(e, &shown_url, busy_ms);
+        let mut tx = self.client.transaction().map_err(err)?;
+        tx.query_opt(
+            "SELECT 1 FROM openprose.run WHERE id = $1 FOR UPDATE",
+            &[&run],
+        )
+        .map_err(err)?;
+        sweep(&mut tx, &run, now)?;
+        let Some(gate) = load_gate(&mut tx, &run, id)? else {
+            tx.commit().map_err(err)?;
+            return Ok(None);
+        };
+        append_audit(
+            &mut tx,
+            &run,
+            &Event {
+                gate_id: id,
+                event_type: "viewed",
+                principal: Some(viewer),
+                comment: None,
+                metadata: serde_json::json!({"client": "cli"}),
+                now,
+            },
+        )?;
+        let history = tx
+            .query(
+                &format!("{AUDIT_SELECT} WHERE run_id = $1 AND gate_id = $2 ORDER BY id"),
+                &[&run, &id],
+            )
+            .map_err(err)?
+            .iter()
+            .map(audit_row)
+            .collect();
+        tx.commit().map_err(err)?;
+        Ok(Some((gate, history)))
+    }
+
+    fn decide_gate(&mut self, d: &Decision) -> Result<Decided> {
+        let run = self.run()?.to_string();
+        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
+        let err = |e| map_err(e, &shown_url, busy_ms);
+        let mut tx = self.client.transaction().map_err(err)?;
+        // FOR UPDATE on the run: decisions on its gates are taken one at a time.
+        lock_open_run(&mut tx, &run, true)?;
+        sweep(&mut tx, &run, d.now)?;
+        let Some(gate) = load_gate(&mut tx, &run, d.gate_id)? else {
+            tx.commit().map_err(err)?;
+            return Ok(Decided::NotFound);
+        };
+        let attempted = if d.approve { "approve" } else { "reject" };
+        let refusal = if gate.status != "pending" {
+            Some(format!("already {}", gate.status))
+        } else if !crate::model::principal_allowed(&gate.allow, d.principal) {
+            Some("principal not allowed".to_string())
+        } else if crate::model::sha256_tag(&gate.prompt) != d.prompt_hash {
+            Some("prompt changed after it was shown".to_string())
+        } else {
+            None
+        };
+        if let Some(reason) = refusal {
+            append_audit(
+                &mut tx,
+                &run,
+                &Event {
+                    gate_id: d.gate_id,
+                    event_type: "refused",
+                    principal: Some(d.principal),
+                    comment: d.comment,
+                    metadata: serde_json::json!({
+                        "client": "cli", "attempted": attempted, "reason": reason,
+                        "prompt_hash": d.prompt_hash
+                    }),
+                    now: d.now,
+                },
+            )?;
+            tx.commit().map_err(err)?;
+            return Ok(if gate.status != "pending" {
+                Decided::AlreadyResolved(gate)
+            } else if reason == "principal not allowed" {
+                Decided::NotAllowed(gate)
+            } else {
+                Decided::PromptChanged(gate)
+            });
+        }
+        let status = if d.approve { "approved" } else { "rejected" };
+        let mut metadata = serde_json::json!({"client": "cli", "prompt_hash": d.prompt_hash});
+        if d.approve {
+            let parse =
+                |t: &str| chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S").ok();
+            if let (Some(c), Some(n)) = (gate.created_at.as_deref().and_then(parse), parse(d.now)) {
+                metadata["approval_time_seconds"] = (n - c).num_seconds().into();
+            }
+        } else {
+            metadata["on_reject"] = gate.on_reject.clone().into();
+        }
+        append_audit(
+            &mut tx,
+            &run,
+            &Event {
+                gate_id: d.gate_id,
+                event_type: status,
+                principal: Some(d.principal),
+                comment: d.comment,
+                metadata,
+                now: d.now,
+            },
+        )?;
+        tx.execute(
+            "UPDATE openprose.gates SET status = $3, resolved_at = ($4::text)::timestamptz,
+                 resolved_by = $5, resolution_comment = $6
+             WHERE run_id = $1 AND id = $2 AND status = 'pending'",
+            &[&run, &d.gate_id, &status, &d.now, &d.principal, &d.comment],
+        )
+        .map_err(err)?;
+        let row = load_gate(&mut tx, &run, d.gate_id)?
+            .ok_or_else(|| anyhow!("gate vanished during decision"))?;
+        tx.commit().map_err(err)?;
+        Ok(Decided::Done(row))
+    }
+
+    fn audit(&mut self, f: &AuditFilter) -> Result<Vec<AuditRow>> {
+        let run = self.run()?.to_string();
+        let rows = self
+            .client
+            .query(
+                &format!(
+                    "{AUDIT_SELECT} WHERE run_id = $1 AND ($2::text IS NULL OR gate_id = $2)
+                       AND ($3::text IS NULL OR principal = $3)
+                       AND ($4::text IS NULL OR timestamp >= ($4::text)::timestamptz)
+                     ORDER BY id"
+                ),
+                &[&run, &f.gate_id, &f.principal, &f.since],
+            )
+            .map_err(self.err())?;
+        Ok(rows.iter().map(audit_row).collect())
+    }
+
+    fn verify_audit(&mut self) -> Result<ChainReport> {
+        Ok(verify_chain(&self.audit(&AuditFilter::default())?))
+    }
+
+    fn finish(&mut self, status: &str, error: Option<&str>, now: &str) -> Result<Finished> {
+        let run = self.run()?.to_string();
+        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
+        let err = |e| map_err(e, &shown_url, busy_ms);
+        let mut tx = self.client.transaction().map_err(err)?;
+        let current: String = tx
+            .query_opt(
+                "SELECT status FROM openprose.run WHERE id = $1 FOR UPDATE",
+                &[&run],
+            )
+            .map_err(err)?
+            .ok_or_else(|| not_found(format!("run not found: {}", shown(&run))))?
+            .get(0);
+        if current == "completed" || current == "failed" {
+            if current == status {
+                return Ok(Finished::Unchanged);
+            }
+            return Err(refused(format!(
+                "run {run} is already {current}; a finished run keeps its status"
+            )));
+        }
+        sweep(&mut tx, &run, now)?;
+        if status == "completed" {
+            let pending: Vec<String> = tx
+                .query(
+                    "SELECT id FROM openprose.gates WHERE run_id = $1 AND status = 'pending' ORDER BY created_at",
+                    &[&run],
+                )
+                .map_err(err)?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            if !pending.is_empty() {
+                return Err(refused(format!(
+                    "run {run} has pending gates ({}); decide them first, or finish as failed or interrupted",
+                    pending.join(", ")
+                )));
+            }
+        }
+        tx.execute(
+            "UPDATE openprose.run SET status = $2, updated_at = ($3::text)::timestamptz,
+                 error_message = COALESCE($4, error_message) WHERE id = $1",
+            &[&run, &status, &now, &error],
+        )
+        .map_err(err)?;
+        tx.commit().map_err(err)?;
+        Ok(Finished::Done {
+            previous_status: current,
+        })
+    }
+
+    fn run_summary(&mut self, now: &str) -> Result<RunSummary> {
+        let info = self.run_info()?;
+        let run = info.id.clone();
+        let row = self
+            .client
+            .query_one(
+                &format!(
+                    "SELECT (SELECT error_message FROM openprose.run WHERE id = $1),
+                            (SELECT {} FROM (SELECT MAX(COALESCE(completed_at, started_at)) AS t
+                               FROM openprose.execution WHERE run_id = $1) m),
+                            (SELECT COUNT(*) FROM openprose.gates
+                               WHERE run_id = $1 AND status = 'pending' AND NOT ({OVERDUE}))",
+                    ts!("m.t")
+                ),
+                &[&run, &now],
+            )
+            .map_err(self.err())?;
+        Ok(RunSummary {
+            run: info,
+            error_message: row.get(0),
+            last_event_at: row.get(1),
+            pending_gates: row.get(2),
+        })
+    }
+
+    fn add_import(&mut self, import: &ImportRow, replace: bool) -> Result<ImportAdded> {
+        let run = self.run()?.to_string();
+        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
+        let err = |e| map_err(e, &shown_url, busy_ms);
+        let mut tx = self.client.transaction().map_err(err)?;
+        lock_open_run(&mut tx, &run, false)?;
+        // Compared as JSON, since jsonb does not keep the text as written.
+        let existing = tx
+            .query_opt(
+                concat!(
+                    "SELECT alias, source_url, ",
+                    ts!("fetched_at"),
+                    ", inputs_schema::text, outputs_schema::text,
+                       source_url = $3 AND inputs_schema IS NOT DISTINCT FROM ($4::text)::jsonb
+                       AND outputs_schema IS NOT DISTINCT FROM ($5::text)::jsonb
+                     FROM openprose.imports WHERE run_id = $1 AND alias = $2 FOR UPDATE"
+                ),
+                &[
+                    &run,
+                    &import.alias,
+                    &import.source_url,
+                    &import.inputs_schema,
+                    &import.outputs_schema,
+                ],
+            )
+            .map_err(err)?;
+        let outcome = match existing {
+            Some(r) => {
+                let row = ImportRow {
+                    alias: r.get(0),
+                    source_url: r.get(1),
+                    fetched_at: r.get(2),
+                    inputs_schema: r.get(3),
+                    outputs_schema: r.get(4),
+                };
+                if r.get::<_, bool>(5) {
+                    return Ok(ImportAdded::Unchanged(row));
+                }
+                if !replace {
+                    return Ok(ImportAdded::Conflict(row));
+                }
+                ImportAdded::Replaced(import.clone())
+            }
+            None => ImportAdded::Added(import.clone()),
+        };
+        tx.execute(
+            "INSERT INTO openprose.imports (alias, run_id, source_url, fetched_at, inputs_schema, outputs_schema)
+             VALUES ($2, $1, $3, ($4::text)::timestamptz, ($5::text)::jsonb, ($6::text)::jsonb)
+             ON CONFLICT (alias, run_id) DO UPDATE SET source_url = excluded.source_url,
+                 fetched_at = excluded.fetched_at, inputs_schema = excluded.inputs_schema,
+                 outputs_schema = excluded.outputs_schema",
+            &[
+                &run,
+                &import.alias,
+                &import.source_url,
+                &import.fetched_at,
+                &import.inputs_schema,
+                &import.outputs_schema,
+            ],
+        )
+        .map_err(err)?;
+        tx.commit().map_err(err)?;
+        Ok(outcome)
+    }
+
+    fn imports(&mut self) -> Result<Vec<ImportRow>> {
+        let run = self.run()?.to_string();
+        let rows = self
+            .client
+            .query(
+                concat!(
+                    "SELECT alias, source_url, ",
+                    ts!("fetched_at"),
+                    ", inputs_schema::text, outputs_schema::text FROM openprose.imports
+                     WHERE run_id = $1 ORDER BY alias"
+                ),
+                &[&run],
+            )
+            .map_err(self.err())?;
+        Ok(rows
+            .iter()
+            .map(|r| ImportRow {
+                alias: r.get(0),
+                source_url: r.get(1),
+                fetched_at: r.get(2),
+                inputs_schema: r.get(3),
+                outputs_schema: r.get(4),
+            })
+            .collect())
+    }
+
+    fn executions(&mut self) -> Result<Vec<ExecutionRow>> {
+        let run = self.run()?.to_string();
+        let rows = self
+            .client
+            .query(
+                concat!(
+                    "SELECT id, statement_index, statement_text, status, ",
+                    ts!("started_at"),
+                    ", ",
+                    ts!("completed_at"),
+                    ", error_message, parent_id, metadata::text FROM openprose.execution
+                     WHERE run_id = $1 ORDER BY id"
+                ),
+                &[&run],
+            )
+            .map_err(self.err())?;
+        Ok(rows
+            .iter()
+            .map(|r| ExecutionRow {
+                id: r.get(0),
+                statement_index: r.get(1),
+                statement_text: r.get(2),
+                status: r.get(3),
+                started_at: r.get(4),
+                completed_at: r.get(5),
+                error_message: r.get(6),
+                parent_id: r.get(7),
+                metadata: r.get(8),
+            })
+            .collect())
+    }
+
+    fn bindings(&mut self) -> Result<Vec<BindingRow>> {
+        let run = self.run()?.to_string();
+        let rows = self
+            .client
+            .query(
+                &format!(
+                    "SELECT {BINDING_SELECT} FROM openprose.bindings b WHERE b.run_id = $1
+                     ORDER BY COALESCE(b.execution_id, -1), b.name"
+                ),
+                &[&run],
+            )
+            .map_err(self.err())?;
+        Ok(rows.iter().map(binding_row).collect())
+    }
+
+    fn record_resume(&mut self, now: &str) -> Result<Resumed> {
+        let run = self.run()?.to_string();
+        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
+        let err = |e| map_err(e, &shown_url, busy_ms);
+        let mut tx = self.client.transaction().map_err(err)?;
+        let status: String = tx
+            .query_opt(
+                "SELECT status FROM openprose.run WHERE id = $1 FOR UPDATE",
+                &[&run],
+            )
+            .map_err(err)?
+            .ok_or_else(|| not_found(format!("run not found: {}", shown(&run))))?
+            .get(0);
+        if status == "completed" || status == "failed" {
+            return Ok(Resumed {
+                previous_status: status.clone(),
+                status,
+                gates_logged: Vec::new(),
+            });
+        }
+        sweep(&mut tx, &run, now)?;
+        let gates: Vec<(String, String, Option<i64>, Option<i64>)> = tx
+            .query(
+                "SELECT g.id, g.status,
+                   (SELECT MAX(a.id) FROM openprose.gate_audit_log a
+                     WHERE a.run_id = g.run_id AND a.gate_id = g.id AND a.event_type = 'resumed'),
+                   (SELECT MAX(a.id) FROM openprose.gate_audit_log a
+                     WHERE a.run_id = g.run_id AND a.gate_id = g.id
+                       AND a.event_type IN ('approved', 'rejected', 'timeout'))
+                 FROM openprose.gates g WHERE g.run_id = $1 ORDER BY g.created_at, g.id",
+                &[&run],
+            )
+            .map_err(err)?
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+            .collect();
+        let mut logged = Vec::new();
+        for (gate_id, gate_status, last_resumed, last_decision) in gates {
+            if gate_status == "pending" || last_decision.unwrap_or(0) > last_resumed.unwrap_or(0) {
+                append_audit(
+                    &mut tx,
+                    &run,
+                    &Event {
+                        gate_id: &gate_id,
+                        event_type: "resumed",
+                        principal: Some("system"),
+                        comment: None,
+                        metadata: serde_json::json!({
+                            "resume_source": "cli", "previous_status": gate_status
+                        }),
+                        now,
+                    },
+                )?;
+                logged.push(gate_id);
+            }
+        }
+        let new_status = if status == "interrupted" {
+            tx.execute(
+                "UPDATE openprose.run SET status = 'running', updated_at = ($2::text)::timestamptz WHERE id = $1",
+                &[&run, &now],
+            )
+            .map_err(err)?;
+            "running".to_string()
+        } else {
+            status.clone()
+        };
+        tx.commit().map_err(err)?;
+        Ok(Resumed {
+            previous_status: status,
+            status: new_status,
+            gates_logged: logged,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::masked;
+
+    #[test]
+    fn passwords_never_show() {
+        assert_eq!(
+            masked("postgresql://user:secret@host:5432/db?sslmode=require"),
+            "postgresql://user:***@host:5432/db?sslmode=require"
+        );
+        assert_eq!(
+            masked("postgresql://user@host/db"),
+            "postgresql://user:***@host/db"
+        );
+        assert_eq!(
+            masked("postgres://u:p%40ss@h/db?password=x&sslmode=disable"),
+            "postgres://u:***@h/db?password=***&sslmode=disable"
+        );
+        assert_eq!(masked("postgresql:///db"), "postgresql:///db");
+        assert_eq!(
+            masked("postgresql://h/db?password=x"),
+            "postgresql://h/db?password=***"
+        );
+        assert_eq!(masked("host=h password=x"), "(a PostgreSQL URL)");
+    }
+}
