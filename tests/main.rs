@@ -5,6 +5,7 @@ mod common;
 mod bad_input;
 mod bind_get;
 mod concurrency;
+mod contract;
 mod exec_append;
 mod faults;
 mod gates;

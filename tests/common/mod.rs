@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod pg;
+
 use assert_cmd::Command;
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
@@ -10,9 +12,19 @@ use tempfile::TempDir;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_prose-state");
 
+/// Which backend a contract test runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
 /// A project root in a temp directory.
 pub struct Project {
     pub dir: TempDir,
+    pub backend: Backend,
+    /// For PostgreSQL: the URL of this project's own database.
+    pub pg_url: Option<String>,
 }
 
 impl Project {
@@ -22,7 +34,27 @@ impl Project {
                 .prefix("prose-state-test")
                 .tempdir()
                 .unwrap(),
+            backend: Backend::Sqlite,
+            pg_url: None,
         }
+    }
+
+    /// A project on the given backend: for PostgreSQL, a database of its own named in
+    /// `.prose/.env`, as a user would set it up. None when no server can be had.
+    pub fn on(backend: Backend) -> Option<Self> {
+        let mut p = Project::new();
+        if backend == Backend::Postgres {
+            let url = pg::fresh_database()?;
+            std::fs::create_dir_all(p.root().join(".prose")).unwrap();
+            std::fs::write(
+                p.root().join(".prose/.env"),
+                format!("OPENPROSE_POSTGRES_URL={url}\n"),
+            )
+            .unwrap();
+            p.backend = backend;
+            p.pg_url = Some(url);
+        }
+        Some(p)
     }
 
     pub fn root(&self) -> &Path {
@@ -36,7 +68,9 @@ impl Project {
             .env_remove("PROSE_RUN")
             .env_remove("PROSE_ROOT")
             .env_remove("PROSE_STATE_BUSY_TIMEOUT")
-            .env_remove("PROSE_PRINCIPAL");
+            .env_remove("PROSE_PRINCIPAL")
+            .env_remove("OPENPROSE_POSTGRES_URL")
+            .env_remove("DATABASE_URL");
         c
     }
 
@@ -46,7 +80,9 @@ impl Project {
         c.current_dir(self.root())
             .env_remove("PROSE_RUN")
             .env_remove("PROSE_ROOT")
-            .env_remove("PROSE_STATE_BUSY_TIMEOUT");
+            .env_remove("PROSE_STATE_BUSY_TIMEOUT")
+            .env_remove("OPENPROSE_POSTGRES_URL")
+            .env_remove("DATABASE_URL");
         c
     }
 
@@ -58,13 +94,48 @@ impl Project {
 
     /// Makes a run through `init --json` and returns it.
     pub fn init(&self) -> Run {
-        let out = self.cmd().args(["init", "--json"]).assert().success();
+        let backend = match self.backend {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        };
+        let out = self
+            .cmd()
+            .args(["init", "--json", "--backend", backend])
+            .assert()
+            .success();
         let v: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+        let dir = self.root().join(v["dir"].as_str().unwrap());
         Run {
             id: v["run_id"].as_str().unwrap().to_string(),
-            dir: self.root().join(v["dir"].as_str().unwrap()),
-            db: self.root().join(v["db"].as_str().unwrap()),
+            db: dir.join("state.db"),
+            dir,
             root: self.root().to_path_buf(),
+        }
+    }
+}
+
+/// Counts rows of a state table for one run, on either backend: the test's own look at the
+/// database, independent of the binary.
+pub fn count_rows(p: &Project, run: &Run, table: &str, condition: &str) -> i64 {
+    match &p.pg_url {
+        None => run
+            .conn()
+            .query_row(
+                &format!("SELECT COUNT(*) FROM {table} WHERE {condition}"),
+                [],
+                |r| r.get(0),
+            )
+            .unwrap(),
+        Some(url) => {
+            let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+            c.query_one(
+                &format!(
+                    "SELECT COUNT(*) FROM openprose.{table} WHERE run_id = $1 AND ({condition})"
+                ),
+                &[&run.id],
+            )
+            .unwrap()
+            .get(0)
         }
     }
 }
@@ -86,6 +157,8 @@ impl Run {
             .env_remove("PROSE_ROOT")
             .env_remove("PROSE_STATE_BUSY_TIMEOUT")
             .env_remove("PROSE_PRINCIPAL")
+            .env_remove("OPENPROSE_POSTGRES_URL")
+            .env_remove("DATABASE_URL")
             .args(["--run", &self.id]);
         c
     }
@@ -96,6 +169,8 @@ impl Run {
             .env_remove("PROSE_RUN")
             .env_remove("PROSE_ROOT")
             .env_remove("PROSE_STATE_BUSY_TIMEOUT")
+            .env_remove("OPENPROSE_POSTGRES_URL")
+            .env_remove("DATABASE_URL")
             .args(["--run", &self.id]);
         c
     }

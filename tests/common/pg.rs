@@ -1,0 +1,184 @@
+//! A PostgreSQL server for the contract suite: `PROSE_STATE_TEST_PG_URL` when set, else a
+//! throwaway cluster started here (initdb and postgres on a free loopback port, as the
+//! `postgres` user when running as root), stopped and removed by a watchdog when this test
+//! process exits. Each test gets a database of its own.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+static SERVER: OnceLock<Result<String, String>> = OnceLock::new();
+
+/// The server's base URL (database `postgres`), or why there is none.
+pub fn server() -> Result<&'static str, &'static str> {
+    SERVER
+        .get_or_init(|| match std::env::var("PROSE_STATE_TEST_PG_URL") {
+            Ok(url) if !url.is_empty() => Ok(url),
+            _ => start_cluster(),
+        })
+        .as_deref()
+        .map_err(|e| e.as_str())
+}
+
+/// A URL to a new, empty database on the server; None (after saying so loudly) when no
+/// server can be had, which under CI=true is a failure instead.
+pub fn fresh_database() -> Option<String> {
+    let base = match server() {
+        Ok(b) => b,
+        Err(why) => {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "PostgreSQL is required under CI=true but none could be started: {why}"
+            );
+            eprintln!("SKIPPED (no PostgreSQL: {why}); set PROSE_STATE_TEST_PG_URL to run it");
+            return None;
+        }
+    };
+    let name = format!("t_{:016x}", rand::random::<u64>());
+    let mut client =
+        postgres::Client::connect(base, postgres::NoTls).expect("connect to test server");
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .expect("create test database");
+    Some(with_database(base, &name))
+}
+
+/// The same server URL with another database.
+fn with_database(url: &str, db: &str) -> String {
+    let (before, query) = match url.split_once('?') {
+        Some((b, q)) => (b, format!("?{q}")),
+        None => (url, String::new()),
+    };
+    let (scheme, rest) = before.split_once("://").unwrap();
+    let authority = rest.split('/').next().unwrap();
+    format!("{scheme}://{authority}/{db}{query}")
+}
+
+fn find_bin(name: &str) -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .collect();
+    dirs.sort();
+    dirs.into_iter()
+        .rev()
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+fn start_cluster() -> Result<String, String> {
+    let initdb = find_bin("initdb").ok_or("no initdb under /usr/lib/postgresql/*/bin")?;
+    let postgres = find_bin("postgres").ok_or("no postgres binary")?;
+    let dir = std::env::temp_dir().join(format!("prose-state-pg-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let root = is_root();
+    // initdb refuses to run as root: run the server's programs as `postgres` then. setpriv
+    // execs the program itself (no wrapper process), so the watchdog's $! is the server.
+    let as_owner = |program: &Path| -> Command {
+        if root {
+            let mut c = Command::new("setpriv");
+            c.args([
+                "--reuid=postgres",
+                "--regid=postgres",
+                "--init-groups",
+                "--",
+            ])
+            .arg(program);
+            c
+        } else {
+            Command::new(program)
+        }
+    };
+    if root {
+        let ok = Command::new("chown")
+            .args(["postgres:postgres"])
+            .arg(&dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            return Err("could not give the cluster directory to the postgres user".into());
+        }
+    }
+    let data = dir.join("data");
+    let out = as_owner(&initdb)
+        .arg("-D")
+        .arg(&data)
+        .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"])
+        .output()
+        .map_err(|e| format!("initdb: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "initdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let port = free_port();
+    // The watchdog: runs the server and stops it, and removes the cluster, once this test
+    // process is gone.
+    let server = {
+        let mut c = as_owner(&postgres);
+        c.arg("-D").arg(&data).args([
+            "-p",
+            &port.to_string(),
+            "-k",
+            &dir.display().to_string(),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            "fsync=off",
+            "-c",
+            "max_connections=200",
+        ]);
+        let parts: Vec<String> = std::iter::once(c.get_program())
+            .chain(c.get_args())
+            .map(|a| format!("'{}'", a.to_string_lossy()))
+            .collect();
+        parts.join(" ")
+    };
+    let script = format!(
+        "{server} >'{log}' 2>&1 & pg=$!; \
+         while kill -0 {watch} 2>/dev/null && kill -0 $pg 2>/dev/null; do sleep 1; done; \
+         kill -INT $pg 2>/dev/null; wait $pg; rm -rf '{dir}' '{log}'",
+        log = std::env::temp_dir()
+            .join(format!("prose-state-pg-{}.log", std::process::id()))
+            .display(),
+        watch = std::process::id(),
+        dir = dir.display(),
+    );
+    Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("could not start postgres: {e}"))?;
+    let url = format!("postgresql://postgres@127.0.0.1:{port}/postgres?sslmode=disable");
+    let start = Instant::now();
+    loop {
+        match postgres::Client::connect(&url, postgres::NoTls) {
+            Ok(_) => return Ok(url),
+            Err(e) if start.elapsed() > Duration::from_secs(30) => {
+                return Err(format!("postgres did not come up: {e}"))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
