@@ -13,6 +13,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_prose-state");
+
+// The tests' PostgreSQL helper: PROSE_STATE_TEST_PG_URL, or a throwaway cluster.
+#[path = "../tests/common/pg.rs"]
+#[allow(dead_code)]
+mod pg;
 const SCHEMA: &str = include_str!("../schema/sqlite.sql");
 
 struct Row {
@@ -251,6 +256,78 @@ fn parallel_rows(root: &Path, rounds: usize, rows: &mut Vec<Row>) {
         ratio: format!("{r:.3} (vs tuned)"),
         target: "≤ tuned raw".into(),
         met: if r <= 1.0 { "yes" } else { "no" }.into(),
+    });
+}
+
+/// 16 writers × 50 binds against one run on PostgreSQL: prose-state, and raw `psql` running
+/// the spec's upsert, on the same server.
+fn parallel_postgres(root: &Path, rows: &mut Vec<Row>) {
+    let Some(url) = pg::fresh_database() else {
+        rows.push(Row {
+            what: "16 writers × 50 binds on PostgreSQL".into(),
+            ours: "skipped: no PostgreSQL server".into(),
+            raw: "".into(),
+            ratio: "".into(),
+            target: "0 failures".into(),
+            met: "n/a".into(),
+        });
+        return;
+    };
+    let project = root.join("pg-project");
+    std::fs::create_dir_all(project.join(".prose")).unwrap();
+    std::fs::write(
+        project.join(".prose/.env"),
+        format!("OPENPROSE_POSTGRES_URL={url}\n"),
+    )
+    .unwrap();
+    let ok = Command::new(BIN)
+        .current_dir(&project)
+        .args(["init", "--backend", "postgres", "--run-id", "pgpar"])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "init on postgres failed");
+    let (ours_failed, ours_wall) = parallel(&|w, i| {
+        let mut c = prose(&project, "pgpar");
+        c.args([
+            "bind",
+            &format!("w{w}_{i}"),
+            &format!("value of writer {w} bind {i}"),
+        ]);
+        c
+    });
+    let psql = Command::new("psql").arg("--version").output().is_ok();
+    let raw = if psql {
+        let (failed, wall) = parallel(&|w, i| {
+            let mut c = Command::new("psql");
+            c.args(["-q", "-v", "ON_ERROR_STOP=1", &url, "-c"]).arg(format!(
+                "INSERT INTO openprose.bindings (name, run_id, execution_id, kind, value) \
+                 VALUES ('raw{w}_{i}', 'pgpar', NULL, 'let', 'value of writer {w} bind {i}') \
+                 ON CONFLICT (name, run_id, (COALESCE(execution_id, -1))) DO UPDATE SET value = excluded.value"
+            ));
+            c
+        });
+        (
+            format!(
+                "{failed} / 800 failed, {} (`psql`, the spec's upsert)",
+                ms(wall)
+            ),
+            Some(wall),
+        )
+    } else {
+        ("psql not installed".to_string(), None)
+    };
+    rows.push(Row {
+        what: "16 writers × 50 binds on PostgreSQL: failed writes, wall time".into(),
+        ours: format!("{ours_failed} / 800 failed, {}", ms(ours_wall)),
+        raw: raw.0,
+        ratio: raw
+            .1
+            .map(|r| format!("{:.2}", ours_wall.as_secs_f64() / r.as_secs_f64()))
+            .unwrap_or_default(),
+        target: "0 failures".into(),
+        met: if ours_failed == 0 { "yes" } else { "no" }.into(),
     });
 }
 
@@ -631,6 +708,8 @@ fn main() {
     latency(root, 200, &mut rows);
     eprintln!("parallel writers…");
     parallel_rows(root, 3, &mut rows);
+    eprintln!("parallel writers on PostgreSQL…");
+    parallel_postgres(root, &mut rows);
     eprintln!("deep scope chain…");
     deep_chain(root, 10_000, 100, &mut rows);
     eprintln!("gates across 1000 runs…");

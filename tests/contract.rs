@@ -221,10 +221,11 @@ fn gate_lifecycle_and_fail_closed(b: Backend) {
             .success();
     };
     gate("deploy", &["--timeout", "1h", "--on-reject", "retry draft"]);
-    gate("quick", &["--timeout", "1s"]);
     gate("ops", &["--allow", "ops-team"]);
     let a = p.cmd().args(["--json", "gates"]).assert().success();
-    assert_eq!(json(&a).as_array().unwrap().len(), 3, "listed across runs");
+    assert_eq!(json(&a).as_array().unwrap().len(), 2, "listed across runs");
+    // created after the listing: a 1 s deadline must not race the check above under load
+    gate("quick", &["--timeout", "1s"]);
     let a = p
         .cmd()
         .args(["approve", &run.id, "ops", "--yes", "--as", "raymond"])
