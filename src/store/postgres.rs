@@ -74,6 +74,26 @@ pub fn masked(url: &str) -> String {
     format!("{scheme}://{authority}{path}{}", query.unwrap_or_default())
 }
 
+/// Connects with TLS unless the URL says `sslmode=disable`: TLS through rustls, verifying the
+/// server against the system's trusted roots (loaded only here, when a connection needs them).
+fn connect_client(url: &str) -> Result<Client, postgres::Error> {
+    let disabled = url
+        .split_once('?')
+        .is_some_and(|(_, q)| q.split('&').any(|kv| kv == "sslmode=disable"));
+    if disabled {
+        return Client::connect(url, postgres::NoTls);
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default TLS versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Client::connect(url, tokio_postgres_rustls::MakeRustlsConnect::new(config))
+}
+
 pub struct PgStore {
     client: Client,
     /// The run this store serves; None for project-scoped agent memory only.
@@ -120,43 +140,62 @@ impl PgStore {
             .ok_or_else(|| anyhow!("no run selected for this postgres store"))
     }
 
-    /// Connects, sets the session up and brings the schema to this build's version.
-    pub fn connect(url: &str, opts: OpenOptions) -> Result<Self> {
+    /// Connects, sets the session up and brings the schema to this build's version; with a
+    /// run, checks that it exists. All of it in one round trip when the schema is current.
+    fn connect(url: &str, run: Option<&str>, opts: OpenOptions) -> Result<(Self, bool)> {
         let shown_url = masked(url);
         let busy_ms = opts.busy_timeout.as_millis() as u64;
-        let tls =
-            native_tls::TlsConnector::new().map_err(|e| anyhow!("could not set up TLS: {e}"))?;
-        let tls = postgres_native_tls::MakeTlsConnector::new(tls);
-        let mut client = Client::connect(url, tls).map_err(|e| {
+        let client = connect_client(url).map_err(|e| {
             let text = e.to_string().replace(url, &shown_url);
             anyhow!("could not connect to postgres ({text}): {shown_url}")
         })?;
-        client
-            .batch_execute(&format!(
-                "SET TIME ZONE 'UTC'; SET lock_timeout = {busy_ms}; SET client_min_messages = warning"
-            ))
-            .map_err(|e| map_err(e, &shown_url, busy_ms))?;
         let mut store = PgStore {
             client,
-            run_id: None,
+            run_id: run.map(str::to_string),
             shown_url,
             busy_ms,
         };
-        store.ensure_schema()?;
-        Ok(store)
+        let (version, run_exists) = match store.start() {
+            Ok(v) => v,
+            // No openprose schema yet: first use of this server.
+            Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => {
+                store.ensure_schema()?;
+                store.start().map_err(store.err())?
+            }
+            Err(e) => return Err(store.err()(e)),
+        };
+        match version {
+            Some(v) if v == POSTGRES_SCHEMA_VERSION => {}
+            Some(v) if v > POSTGRES_SCHEMA_VERSION => {
+                return Err(refused(format!(
+                    "openprose schema has version {v}, newer than this prose-state supports ({POSTGRES_SCHEMA_VERSION}); upgrade prose-state: {}",
+                    store.shown_url
+                )))
+            }
+            _ => store.ensure_schema()?,
+        }
+        Ok((store, run_exists))
     }
 
+    /// The session settings, the schema version and whether the run exists, in one statement.
+    fn start(&mut self) -> Result<(Option<i32>, bool), postgres::Error> {
+        let busy = self.busy_ms.to_string();
+        let run = self.run_id.clone().unwrap_or_default();
+        let row = self.client.query_typed(
+            "SELECT set_config('TimeZone', 'UTC', false),
+                    set_config('lock_timeout', $1, false),
+                    set_config('client_min_messages', 'warning', false),
+                    (SELECT max(version) FROM openprose.schema_version),
+                    EXISTS (SELECT 1 FROM openprose.run WHERE id = $2)",
+            &[(&busy, Type::TEXT), (&run, Type::TEXT)],
+        )?;
+        let row = &row[0];
+        Ok((row.get(3), row.get(4)))
+    }
+
+    /// Creates the openprose schema, or brings it up to this build's version, under an
+    /// advisory lock so that concurrent first uses do not race.
     fn ensure_schema(&mut self) -> Result<()> {
-        let version = self.schema_version()?;
-        if version == Some(POSTGRES_SCHEMA_VERSION) {
-            return Ok(());
-        }
-        if let Some(v) = version.filter(|v| *v > POSTGRES_SCHEMA_VERSION) {
-            return Err(refused(format!(
-                "openprose schema has version {v}, newer than this prose-state supports ({POSTGRES_SCHEMA_VERSION}); upgrade prose-state: {}",
-                self.shown_url
-            )));
-        }
         let (shown, busy_ms) = (self.shown_url.clone(), self.busy_ms);
         let err = |e| map_err(e, &shown, busy_ms);
         let mut tx = self.client.transaction().map_err(err)?;
@@ -190,33 +229,10 @@ impl PgStore {
         tx.commit().map_err(err)
     }
 
-    fn schema_version(&mut self) -> Result<Option<i32>> {
-        let exists: bool = self
-            .client
-            .query_one(
-                "SELECT to_regclass('openprose.schema_version') IS NOT NULL",
-                &[],
-            )
-            .map_err(self.err())?
-            .get(0);
-        if !exists {
-            return Ok(None);
-        }
-        let row = self
-            .client
-            .query_opt("SELECT max(version) FROM openprose.schema_version", &[])
-            .map_err(self.err())?;
-        Ok(row.and_then(|r| r.get::<_, Option<i32>>(0)))
-    }
-
     /// Creates a run's row.
     pub fn create_run(url: &str, run: &NewRun, opts: OpenOptions) -> Result<Self> {
-        let mut store = Self::connect(url, opts)?;
-        let exists = store
-            .client
-            .query_opt("SELECT 1 FROM openprose.run WHERE id = $1", &[&run.id])
-            .map_err(store.err())?
-            .is_some();
+        let (store, exists) = Self::connect(url, Some(run.id), opts)?;
+        let mut store = store;
         if exists {
             return Err(refused(format!(
                 "run already exists on the server: {}",
@@ -231,18 +247,12 @@ impl PgStore {
                 &[&run.id, &run.program_path, &run.program_source, &run.created_at],
             )
             .map_err(store.err())?;
-        store.run_id = Some(run.id.to_string());
         Ok(store)
     }
 
     /// Opens the store of an existing run.
     pub fn open_run(url: &str, run_id: &str, opts: OpenOptions) -> Result<Self> {
-        let mut store = Self::connect(url, opts)?;
-        let exists = store
-            .client
-            .query_opt("SELECT 1 FROM openprose.run WHERE id = $1", &[&run_id])
-            .map_err(store.err())?
-            .is_some();
+        let (store, exists) = Self::connect(url, Some(run_id), opts)?;
         if !exists {
             return Err(not_found(format!(
                 "run not found on the server {}: {}",
@@ -250,13 +260,12 @@ impl PgStore {
                 shown(run_id)
             )));
         }
-        store.run_id = Some(run_id.to_string());
         Ok(store)
     }
 
     /// A store for project-scoped agents only (run_id NULL).
     pub fn open_project(url: &str, opts: OpenOptions) -> Result<Self> {
-        Self::connect(url, opts)
+        Ok(Self::connect(url, None, opts)?.0)
     }
 
     /// The ids of every run on the server.
