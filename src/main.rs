@@ -19,9 +19,37 @@ use std::time::Duration;
 use store::{OpenOptions, Store};
 
 fn open_run(g: &Global) -> Result<(run::RunPaths, Box<dyn Store>)> {
-    let paths = run::locate(g.root.as_deref(), g.run.as_deref())?;
-    let store = store::open(&paths, options(g))?;
-    Ok((paths, store))
+    open_named(g, g.run.as_deref())
+}
+
+/// Opens the run a command names: its directory here, or, for a run id that has none here,
+/// the run on the project's PostgreSQL server (a run made from another machine).
+fn open_named(g: &Global, run_arg: Option<&str>) -> Result<(run::RunPaths, Box<dyn Store>)> {
+    let opts = options(g);
+    match run::locate(g.root.as_deref(), run_arg) {
+        Ok(paths) => {
+            let store = store::open(&paths, opts)?;
+            Ok((paths, store))
+        }
+        Err(e) => {
+            let runs_dir = run::runs_dir(g.root.as_deref());
+            let prose_dir = runs_dir
+                .parent()
+                .map(std::path::Path::to_path_buf)
+                .unwrap_or_default();
+            match run_arg {
+                Some(id)
+                    if exit_code(&e) == error::Code::NotFound as u8
+                        && model::check_run_id(id).is_ok()
+                        && store::project_uses_postgres(&prose_dir) =>
+                {
+                    let store = store::open_server_run(&prose_dir, id, opts)?;
+                    Ok((run::RunPaths::in_dir(runs_dir.join(id)), store))
+                }
+                _ => Err(e),
+            }
+        }
+    }
 }
 
 fn options(g: &Global) -> OpenOptions {
@@ -122,15 +150,13 @@ fn dispatch(cli: Cli) -> Result<u8> {
                 emit(cmd::gates::create(a, store.as_mut())?, json)?
             }
             Some(GatesCommand::Show(a)) => {
-                let paths = run::locate(g.root.as_deref(), Some(&a.run))?;
-                let mut store = open(&paths)?;
+                let (_, mut store) = open_named(g, Some(&a.run))?;
                 let viewer = principal(&a.principal);
                 cmd::decide::check_principal(&viewer)?;
                 emit(cmd::gates::show(&a.gate, &viewer, store.as_mut())?, json)?
             }
             Some(GatesCommand::Wait(a)) => {
-                let paths = run::locate(g.root.as_deref(), Some(&a.run))?;
-                let mut store = open(&paths)?;
+                let (_, mut store) = open_named(g, Some(&a.run))?;
                 let waited = cmd::gates::wait(a, store.as_mut())?;
                 let code = waited.exit_code();
                 emit(waited, json)?;
@@ -341,8 +367,7 @@ fn decide(
     request: &cmd::decide::DecideRequest,
     json: bool,
 ) -> Result<()> {
-    let paths = run::locate(g.root.as_deref(), Some(run_arg))?;
-    let mut store = store::open(&paths, options(g))?;
+    let (_, mut store) = open_named(g, Some(run_arg))?;
     let made = cmd::decide::run(request, store.as_mut(), &mut confirm_on_terminal)?;
     emit(made, json)?;
     Ok(())

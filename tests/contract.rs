@@ -679,3 +679,56 @@ fn postgres_tls_required_and_credentials_masked() {
         .success();
     assert!(!String::from_utf8_lossy(&a.get_output().stdout).contains("s3cret-pw"));
 }
+
+/// A team shares one server: runs made from another machine (another project root, same
+/// database) are listed by `gates` and `runs`, and can be decided from here.
+#[test]
+fn postgres_lists_runs_made_elsewhere() {
+    let Some(here) = Project::on(Backend::Postgres) else {
+        return;
+    };
+    let url = here.pg_url.clone().unwrap();
+    let elsewhere = Project::new();
+    std::fs::create_dir_all(elsewhere.root().join(".prose")).unwrap();
+    std::fs::write(
+        elsewhere.root().join(".prose/.env"),
+        format!("OPENPROSE_POSTGRES_URL={url}\n"),
+    )
+    .unwrap();
+    elsewhere
+        .cmd()
+        .args(["init", "--backend", "postgres", "--run-id", "from-afar"])
+        .assert()
+        .success();
+    elsewhere
+        .cmd()
+        .args([
+            "--run",
+            "from-afar",
+            "gates",
+            "create",
+            "deploy",
+            "--prompt",
+            "Ship it?",
+        ])
+        .assert()
+        .success();
+    assert!(!here.root().join(".prose/runs/from-afar").exists());
+    let a = here.cmd().args(["--json", "gates"]).assert().success();
+    let v = stdout_json(&a);
+    assert_eq!(v[0]["run_id"], "from-afar");
+    assert_eq!(v[0]["id"], "deploy");
+    let a = here.cmd().args(["--json", "runs"]).assert().success();
+    assert_eq!(stdout_json(&a)[0]["id"], "from-afar");
+    // and decided from here, by run id alone
+    here.cmd()
+        .args(["approve", "from-afar", "deploy", "--yes", "--as", "raymond"])
+        .assert()
+        .success();
+    let a = elsewhere
+        .cmd()
+        .args(["--run", "from-afar", "gates", "wait", "from-afar", "deploy"])
+        .assert()
+        .success();
+    assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("approved by raymond"));
+}
