@@ -77,6 +77,30 @@ pub enum Command {
     Runs(RunsArgs),
     /// Print everything a VM needs to continue a run, and record the resume
     Resume,
+    /// The execution log, one line an event (JSON Lines with --json); --follow keeps printing
+    Log(LogArgs),
+    /// Print a shell completion script: prose-state completions bash > /etc/bash_completion.d/prose-state
+    Completions(CompletionsArgs),
+    /// Print the man page (roff): prose-state man > prose-state.1
+    Man,
+}
+
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Keep printing new events until interrupted
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// How often to look for new events with --follow, in milliseconds
+    #[arg(long, value_name = "MS", default_value_t = 500,
+          value_parser = clap::value_parser!(u64).range(50..=60_000))]
+    pub poll_ms: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(Debug, Args)]

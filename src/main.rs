@@ -254,8 +254,42 @@ fn dispatch(cli: Cli) -> Result<u8> {
             }
             emit(cmd::resume::run(&paths, store.as_mut(), others)?, json)?
         }
+        Command::Log(a) => {
+            let (_, mut store) = open_run(g)?;
+            let mut log = cmd::log::Log::default();
+            loop {
+                for line in log.next(store.as_mut())? {
+                    emit(line, json)?;
+                }
+                if !a.follow {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(a.poll_ms));
+            }
+        }
+        // Rendered into memory first: clap_complete panics when its writer fails, and a
+        // closed pipe (`| head`) must stay a quiet exit 0.
+        Command::Completions(a) => {
+            use clap::CommandFactory;
+            let mut script = Vec::new();
+            clap_complete::generate(a.shell, &mut Cli::command(), "prose-state", &mut script);
+            write_stdout(&script)?;
+        }
+        Command::Man => {
+            use clap::CommandFactory;
+            let mut page = Vec::new();
+            clap_mangen::Man::new(Cli::command()).render(&mut page)?;
+            write_stdout(&page)?;
+        }
     }
     Ok(0)
+}
+
+fn write_stdout(bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    let mut out = io::stdout().lock();
+    out.write_all(bytes)?;
+    out.flush()
 }
 
 /// Every run under the root, and the runs on the project's PostgreSQL server that have no

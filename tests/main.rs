@@ -12,5 +12,6 @@ mod gates;
 mod init;
 mod interop;
 mod lifecycle;
+mod operate;
 mod query;
 mod schema;

@@ -10,6 +10,7 @@ pub mod gates;
 pub mod get;
 pub mod imports;
 pub mod init;
+pub mod log;
 pub mod query;
 pub mod resume;
 pub mod runs;

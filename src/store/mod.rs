@@ -493,7 +493,13 @@ pub trait Store: AgentStore {
     fn imports(&mut self) -> Result<Vec<ImportRow>>;
 
     /// Every execution record, oldest first.
-    fn executions(&mut self) -> Result<Vec<ExecutionRow>>;
+    fn executions(&mut self) -> Result<Vec<ExecutionRow>> {
+        self.executions_after(0)
+    }
+
+    /// The execution records with an id above `after`, oldest first (for `log --follow`:
+    /// each call is one short statement, no transaction is held between calls).
+    fn executions_after(&mut self, after: i64) -> Result<Vec<ExecutionRow>>;
 
     /// Every binding, in (scope, name) order.
     fn bindings(&mut self) -> Result<Vec<BindingRow>>;

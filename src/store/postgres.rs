@@ -1352,7 +1352,7 @@ impl Store for PgStore {
             .collect())
     }
 
-    fn executions(&mut self) -> Result<Vec<ExecutionRow>> {
+    fn executions_after(&mut self, after: i64) -> Result<Vec<ExecutionRow>> {
         let run = self.run()?.to_string();
         let rows = self
             .client
@@ -1363,9 +1363,9 @@ impl Store for PgStore {
                     ", ",
                     ts!("completed_at"),
                     ", error_message, parent_id, metadata::text FROM openprose.execution
-                     WHERE run_id = $1 ORDER BY id"
+                     WHERE run_id = $1 AND id > $2 ORDER BY id"
                 ),
-                &[&run],
+                &[&run, &after],
             )
             .map_err(self.err())?;
         Ok(rows

@@ -1379,16 +1379,16 @@ impl Store for SqliteStore {
         Ok(rows)
     }
 
-    fn executions(&mut self) -> Result<Vec<ExecutionRow>> {
+    fn executions_after(&mut self, after: i64) -> Result<Vec<ExecutionRow>> {
         let mut stmt = self
             .conn
             .prepare(
                 "SELECT id, statement_index, statement_text, status, started_at, completed_at,
-                        error_message, parent_id, metadata FROM execution ORDER BY id",
+                        error_message, parent_id, metadata FROM execution WHERE id > ?1 ORDER BY id",
             )
             .map_err(self.err())?;
         let rows = stmt
-            .query_map([], |r| {
+            .query_map([after], |r| {
                 Ok(ExecutionRow {
                     id: r.get(0)?,
                     statement_index: r.get(1)?,

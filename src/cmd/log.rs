@@ -1,0 +1,166 @@
+//! `log`: the execution log, one line an event, in the spec's compact narration
+//! (`3→ research ✓`, `∥ [a b c] done`, `loop:2/5 exit`), or JSON Lines with `--json`.
+
+use crate::output::{one_line, Render};
+use crate::store::{ExecutionRow, Store};
+use anyhow::Result;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+/// One event of the log.
+#[derive(Debug, Serialize)]
+pub struct LogLine {
+    pub id: i64,
+    pub statement_index: Option<i64>,
+    pub statement_text: Option<String>,
+    pub status: Option<String>,
+    pub parent_id: Option<i64>,
+    pub at: Option<String>,
+    pub error_message: Option<String>,
+    pub metadata: Option<Value>,
+    /// The compact narration of this event.
+    pub narration: String,
+    #[serde(skip)]
+    mark: Mark,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+enum Mark {
+    #[default]
+    Plain,
+    Good,
+    Bad,
+}
+
+impl Render for LogLine {
+    fn text(self, w: &mut dyn Write, tty: bool) -> io::Result<()> {
+        // Colour only on a terminal, and never with NO_COLOR set.
+        let colour = tty && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+        let time = self
+            .at
+            .as_deref()
+            .and_then(|a| a.get(11..))
+            .unwrap_or("--:--:--");
+        let (on, off) = match (colour, self.mark) {
+            (true, Mark::Good) => ("\x1b[32m", "\x1b[0m"),
+            (true, Mark::Bad) => ("\x1b[31m", "\x1b[0m"),
+            _ => ("", ""),
+        };
+        writeln!(w, "{time} {on}{}{off}", self.narration)
+    }
+}
+
+/// Follows a run's log: remembers what it has shown, and the state the narration needs.
+#[derive(Default)]
+pub struct Log {
+    last_id: i64,
+    branches: HashMap<String, Vec<String>>,
+    loop_max: HashMap<String, i64>,
+}
+
+fn meta_str(m: &Value, k: &str) -> Option<String> {
+    match m.get(k)? {
+        Value::String(s) => Some(s.clone()),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    }
+}
+
+impl Log {
+    /// The events appended since the last call.
+    pub fn next(&mut self, store: &mut dyn Store) -> Result<Vec<LogLine>> {
+        let rows = store.executions_after(self.last_id)?;
+        Ok(rows.into_iter().map(|r| self.narrate(r)).collect())
+    }
+
+    fn narrate(&mut self, r: ExecutionRow) -> LogLine {
+        self.last_id = self.last_id.max(r.id);
+        let meta: Option<Value> = r
+            .metadata
+            .as_deref()
+            .and_then(|m| serde_json::from_str(m).ok());
+        let m = meta.clone().unwrap_or(Value::Null);
+        let status = r.status.as_deref().unwrap_or("?");
+        let text = one_line(r.statement_text.as_deref().unwrap_or(""), 50);
+        let idx = r.statement_index.map_or("-".to_string(), |i| i.to_string());
+        let (mark, tick) = match status {
+            "completed" | "joined" => (Mark::Good, "✓".to_string()),
+            "failed" => (
+                Mark::Bad,
+                match &r.error_message {
+                    Some(e) => format!("✗ {}", one_line(e, 60)),
+                    None => "✗".to_string(),
+                },
+            ),
+            "executing" | "started" => (Mark::Plain, "…".to_string()),
+            other => (Mark::Plain, other.to_string()),
+        };
+        let narration = if let Some(pid) = meta_str(&m, "parallel_id") {
+            if let Some(Value::Array(bs)) = m.get("branches") {
+                let names: Vec<String> = bs
+                    .iter()
+                    .map(|b| b.as_str().map_or_else(|| b.to_string(), str::to_string))
+                    .collect();
+                self.branches.insert(pid.clone(), names);
+            }
+            let all = self
+                .branches
+                .get(&pid)
+                .map(|b| b.join(" "))
+                .unwrap_or(pid.clone());
+            match (status, meta_str(&m, "branch")) {
+                ("joined", _) => format!("∥ [{all}] done"),
+                (_, Some(branch)) => format!("∥ {branch} {tick}"),
+                ("started" | "executing", None) => format!("∥ [{all}] start"),
+                (_, None) => format!("∥ [{all}] {tick}"),
+            }
+        } else if let Some(lid) = meta_str(&m, "loop_id") {
+            if let Some(max) = m.get("max").and_then(Value::as_i64) {
+                self.loop_max.insert(lid.clone(), max);
+            }
+            let max = self
+                .loop_max
+                .get(&lid)
+                .map_or("?".to_string(), |m| m.to_string());
+            let i = m.get("iteration").and_then(Value::as_i64).unwrap_or(0);
+            match status {
+                "exited" => {
+                    let why = meta_str(&m, "reason")
+                        .map(|r| format!(" ({r})"))
+                        .unwrap_or_default();
+                    format!("loop:{i}/{max} exit{why}")
+                }
+                "started" | "executing" => format!("loop:0/{max} start"),
+                _ => format!("loop:{i}/{max}"),
+            }
+        } else if status == "retry" {
+            let attempt = m
+                .get("attempt")
+                .and_then(Value::as_i64)
+                .map_or("?".into(), |a| a.to_string());
+            let max = m
+                .get("max")
+                .and_then(Value::as_i64)
+                .map_or("?".into(), |a| a.to_string());
+            format!("{idx}→ {text} ↻ {attempt}/{max}")
+        } else if meta_str(&m, "gate_id").is_some() && status == "pending" {
+            format!("⏸ {text} waiting")
+        } else {
+            format!("{idx}→ {text} {tick}")
+        };
+        LogLine {
+            id: r.id,
+            at: r.at().map(str::to_string),
+            statement_index: r.statement_index,
+            statement_text: r.statement_text,
+            status: r.status,
+            parent_id: r.parent_id,
+            error_message: r.error_message,
+            metadata: meta,
+            narration,
+            mark,
+        }
+    }
+}
