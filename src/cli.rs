@@ -83,6 +83,59 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// Print the man page (roff): prose-state man > prose-state.1
     Man,
+    /// Sizes, row counts, execution statuses and settings of a run (--run) or of all runs
+    Stats,
+    /// Check runs for problems: integrity, attachments, stale runs, the audit chain; exit 1
+    /// if any. --fix repairs what is safe
+    Doctor(DoctorArgs),
+    /// Move SQLite's write-ahead log into the database (of --run, or of every run)
+    Checkpoint(CheckpointArgs),
+    /// Rebuild the database to reclaim space (of --run, or of every run)
+    Vacuum,
+    /// Remove (or --archive) old finished runs; a dry run unless --yes
+    Prune(PruneArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// A run `running` with no event for this many hours is reported stale
+    #[arg(long, value_name = "HOURS", default_value_t = 24.0)]
+    pub stale: f64,
+    /// Repair what is safe: mark stale runs interrupted, delete leftover temporary and
+    /// unreferenced attachment files
+    #[arg(long)]
+    pub fix: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CheckpointMode {
+    Passive,
+    Full,
+    Restart,
+    Truncate,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckpointArgs {
+    /// SQLite's checkpoint mode
+    #[arg(long, value_enum, default_value_t = CheckpointMode::Truncate)]
+    pub mode: CheckpointMode,
+}
+
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Keep runs finished within this many days
+    #[arg(long, value_name = "N")]
+    pub keep_days: u64,
+    /// Always keep the newest M runs, whatever their age
+    #[arg(long, value_name = "M")]
+    pub keep_n: u64,
+    /// Really prune (without it, only show what would go)
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// Move pruned run directories here instead of deleting them
+    #[arg(long, value_name = "DIR")]
+    pub archive: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

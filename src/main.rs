@@ -275,6 +275,39 @@ fn dispatch(cli: Cli) -> Result<u8> {
             clap_complete::generate(a.shell, &mut Cli::command(), "prose-state", &mut script);
             write_stdout(&script)?;
         }
+        Command::Stats => emit(cmd::maintain::stats(&runs()?, &open)?, json)?,
+        Command::Doctor(a) => {
+            let request = cmd::doctor::DoctorRequest {
+                stale_hours: a.stale,
+                fix: a.fix,
+            };
+            let diagnosis = cmd::doctor::run(&request, &runs()?, &open)?;
+            let code = diagnosis.exit_code();
+            emit(diagnosis, json)?;
+            return Ok(code);
+        }
+        Command::Checkpoint(a) => {
+            let mode = match a.mode {
+                cli::CheckpointMode::Passive => "passive",
+                cli::CheckpointMode::Full => "full",
+                cli::CheckpointMode::Restart => "restart",
+                cli::CheckpointMode::Truncate => "truncate",
+            };
+            emit(cmd::maintain::checkpoint(mode, &runs()?, &open)?, json)?
+        }
+        Command::Vacuum => emit(cmd::maintain::vacuum(&runs()?, &open)?, json)?,
+        Command::Prune(a) => {
+            let request = cmd::prune::PruneRequest {
+                keep_days: a.keep_days,
+                keep_n: a.keep_n,
+                yes: a.yes,
+                archive: a.archive.clone(),
+            };
+            emit(
+                cmd::prune::run(&request, &run::all_runs(g.root.as_deref())?, &open)?,
+                json,
+            )?
+        }
         Command::Man => {
             use clap::CommandFactory;
             let mut page = Vec::new();

@@ -732,3 +732,45 @@ fn postgres_lists_runs_made_elsewhere() {
         .success();
     assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("approved by raymond"));
 }
+
+/// The operator commands where they have meaning on PostgreSQL: stats, doctor, vacuum, log,
+/// prune; checkpoint, a SQLite matter, says so.
+#[test]
+fn postgres_operator_commands() {
+    let Some(p) = Project::on(Backend::Postgres) else {
+        return;
+    };
+    let run = p.init();
+    run.bind("x", "12345", None);
+    run.exec(1, "step", "completed", None);
+    let a = run.cmd().args(["--json", "stats"]).assert().success();
+    let v = stdout_json(&a);
+    assert_eq!(v["runs"][0]["backend"], "postgres");
+    assert_eq!(v["runs"][0]["tables"]["bindings"], 1);
+    assert_eq!(v["runs"][0]["binding_inline_bytes"], 5);
+    assert!(!v.to_string().contains("postgres@") || v.to_string().contains(":***@"));
+    p.cmd().args(["doctor"]).assert().success();
+    run.cmd().args(["vacuum"]).assert().success();
+    let a = run.cmd().args(["checkpoint"]).assert().failure();
+    assert_eq!(code(&a), 2);
+    assert!(stderr(&a).contains("PostgreSQL manages its own"));
+    let a = run.cmd().args(["log"]).assert().success();
+    assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("1→ step ✓"));
+    // prune removes the run's rows on the server with its directory
+    run.cmd()
+        .args(["finish", "--status", "completed"])
+        .assert()
+        .success();
+    let mut c = postgres::Client::connect(p.pg_url.as_deref().unwrap(), postgres::NoTls).unwrap();
+    c.execute("UPDATE openprose.run SET started_at = now() - interval '90 days', updated_at = now() - interval '90 days'", &[]).unwrap();
+    p.cmd()
+        .args(["prune", "--keep-days", "30", "--keep-n", "0", "--yes"])
+        .assert()
+        .success();
+    assert!(!run.dir.exists());
+    let n: i64 = c
+        .query_one("SELECT COUNT(*) FROM openprose.bindings", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(n, 0);
+}

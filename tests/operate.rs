@@ -139,3 +139,304 @@ fn completions_and_man_page_come_from_the_cli() {
         2
     );
 }
+
+#[test]
+fn stats_reports_sizes_rows_and_pragmas() {
+    let p = Project::new();
+    let run = p.init();
+    script(&run);
+    run.bind("x", "12345", None);
+    run.cmd()
+        .args(["bind", "big", "--attach-over", "10"])
+        .write_stdin("a".repeat(100))
+        .assert()
+        .success();
+    let a = run.cmd().args(["--json", "stats"]).assert().success();
+    let v = stdout_json(&a);
+    let r = &v["runs"][0];
+    assert_eq!(r["run_id"], run.id);
+    assert_eq!(r["backend"], "sqlite");
+    assert!(r["schema_version"].as_i64().unwrap() >= 3);
+    assert_eq!(r["db_bytes"], std::fs::metadata(&run.db).unwrap().len());
+    assert_eq!(r["tables"]["execution"], 8);
+    assert_eq!(r["tables"]["bindings"], 2);
+    assert_eq!(r["execution_status"]["completed"], 2);
+    assert_eq!(r["attachment_files"], 1);
+    assert_eq!(r["attachment_bytes"], 100);
+    assert_eq!(r["settings"]["journal_mode"], "wal");
+    assert_eq!(r["settings"]["foreign_keys"], "1");
+    assert_eq!(r["settings"]["synchronous"], "2 (FULL)");
+    assert!(
+        r["settings"]["busy_timeout"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            >= 5000
+    );
+    // across runs: totals
+    let r2 = p.init();
+    r2.bind("y", "1", None);
+    let a = p.cmd().args(["--json", "stats"]).assert().success();
+    let v = stdout_json(&a);
+    assert_eq!(v["totals"]["runs"], 2);
+    assert_eq!(v["totals"]["tables"]["bindings"], 3);
+}
+
+#[test]
+fn checkpoint_and_vacuum() {
+    let p = Project::new();
+    let run = p.init();
+    for i in 0..50 {
+        run.bind(&format!("b{i}"), &"v".repeat(1000), None);
+    }
+    let a = run
+        .cmd()
+        .args(["--json", "checkpoint", "--mode", "passive"])
+        .assert()
+        .success();
+    let v = stdout_json(&a);
+    assert_eq!(v[0]["mode"], "passive");
+    let a = run.cmd().args(["--json", "checkpoint"]).assert().success();
+    assert_eq!(stdout_json(&a)[0]["mode"], "truncate");
+    assert_eq!(
+        std::fs::metadata(run.dir.join("state.db-wal")).map_or(0, |m| m.len()),
+        0
+    );
+    run.conn().execute("DELETE FROM bindings", []).unwrap();
+    let a = run.cmd().args(["--json", "vacuum"]).assert().success();
+    let v = stdout_json(&a);
+    assert!(v[0]["bytes_after"].as_u64().unwrap() < v[0]["bytes_before"].as_u64().unwrap());
+    let ok: String = run
+        .conn()
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(ok, "ok");
+    assert_eq!(
+        code(
+            &run.cmd()
+                .args(["checkpoint", "--mode", "sometimes"])
+                .assert()
+                .failure()
+        ),
+        2
+    );
+}
+
+#[test]
+fn doctor_finds_a_missing_attachment_and_a_stale_run() {
+    let p = Project::new();
+    let run = p.init();
+    let a = p.cmd().args(["doctor"]).assert().success();
+    assert!(String::from_utf8_lossy(&a.get_output().stdout).starts_with("healthy: 1 runs checked"));
+    run.cmd()
+        .args(["bind", "big", "--attach-over", "10"])
+        .write_stdin("a".repeat(100))
+        .assert()
+        .success();
+    std::fs::remove_file(run.dir.join("attachments/big.md")).unwrap();
+    std::fs::write(run.dir.join("attachments/orphan.md"), "nobody's").unwrap();
+    std::fs::write(run.dir.join("attachments/.prose-tmp-big.md.1.2"), "partial").unwrap();
+    run.exec(1, "x", "executing", None);
+    run.conn()
+        .execute(
+            "UPDATE execution SET started_at = '2000-01-01 00:00:00'",
+            [],
+        )
+        .unwrap();
+    run.conn()
+        .execute("UPDATE run SET started_at = '2000-01-01 00:00:00'", [])
+        .unwrap();
+    let a = p.cmd().args(["doctor"]).assert().failure();
+    assert_eq!(code(&a), 1);
+    let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    assert!(
+        out.contains("missing attachment: binding big (root) points at attachments/big.md"),
+        "{out}"
+    );
+    assert!(
+        out.contains("unreferenced file: attachments/orphan.md"),
+        "{out}"
+    );
+    assert!(
+        out.contains("temporary file: attachments/.prose-tmp-big.md.1.2"),
+        "{out}"
+    );
+    assert!(
+        out.contains("stale run: running with no event for"),
+        "{out}"
+    );
+    // --fix: the stale run is marked interrupted, leftovers deleted; the missing file remains
+    let a = p
+        .cmd()
+        .args(["--json", "doctor", "--fix"])
+        .assert()
+        .failure();
+    let v = stdout_json(&a);
+    let fixed: Vec<&str> = v["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["fixed"] == true)
+        .map(|p| p["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(fixed.len(), 3, "{v}");
+    let (status, err): (String, String) = run
+        .conn()
+        .query_row("SELECT status, error_message FROM run", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!(status, "interrupted");
+    assert!(err.contains("marked interrupted by doctor"));
+    assert!(!run.dir.join("attachments/orphan.md").exists());
+    assert!(!run.dir.join("attachments/.prose-tmp-big.md.1.2").exists());
+    let a = p.cmd().args(["doctor"]).assert().failure();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    assert_eq!(out.lines().count(), 1, "{out}");
+    // a broken audit chain is found too
+    run.bind("big", "small now", None);
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "p"])
+        .assert()
+        .success();
+    run.conn()
+        .execute_batch(
+            "DROP TRIGGER gate_audit_log_no_update; UPDATE gate_audit_log SET principal = 'x';",
+        )
+        .unwrap();
+    let a = p.cmd().args(["doctor"]).assert().failure();
+    assert!(
+        String::from_utf8_lossy(&a.get_output().stdout).contains("audit chain: broken at row 1")
+    );
+}
+
+fn aged(p: &Project, status: &str, days_ago: i64) -> Run {
+    let run = p.init();
+    if status != "running" {
+        run.cmd()
+            .args(["finish", "--status", status])
+            .assert()
+            .success();
+    }
+    let when = (chrono::Utc::now() - chrono::Duration::days(days_ago))
+        .format("%Y-%m-%d %H:%M:%S")
+        .to_string();
+    run.conn()
+        .execute("UPDATE run SET started_at = ?1, updated_at = ?1", [&when])
+        .unwrap();
+    run
+}
+
+#[test]
+fn prune_dry_run_refusals_and_archive() {
+    let p = Project::new();
+    let old_done = aged(&p, "completed", 40);
+    let old_failed = aged(&p, "failed", 35);
+    let old_running = aged(&p, "running", 50);
+    let old_interrupted = aged(&p, "interrupted", 50);
+    let recent = aged(&p, "completed", 2);
+    let gated = aged(&p, "running", 45);
+    gated
+        .cmd()
+        .args(["gates", "create", "g", "--prompt", "p"])
+        .assert()
+        .success();
+    let newest = aged(&p, "completed", 31);
+    newest
+        .conn()
+        .execute("UPDATE run SET started_at = '2999-01-01 00:00:00'", [])
+        .unwrap();
+
+    let all = [
+        &old_done,
+        &old_failed,
+        &old_running,
+        &old_interrupted,
+        &recent,
+        &gated,
+        &newest,
+    ];
+    // dry run: nothing moves
+    let a = p
+        .cmd()
+        .args(["--json", "prune", "--keep-days", "30", "--keep-n", "1"])
+        .assert()
+        .success();
+    let v = stdout_json(&a);
+    assert_eq!(v["dry_run"], true);
+    for r in all {
+        assert!(r.dir.is_dir());
+    }
+    let action = |id: &str| {
+        v["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["run_id"] == id)
+            .unwrap()["action"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(action(&old_done.id), "remove");
+    assert_eq!(action(&old_failed.id), "remove");
+    for kept in [&old_running, &old_interrupted, &recent, &gated, &newest] {
+        assert_eq!(action(&kept.id), "keep", "{}", kept.id);
+    }
+    let reason = |id: &str| {
+        v["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["run_id"] == id)
+            .unwrap()["reason"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(reason(&newest.id).contains("newest 1"));
+    assert!(reason(&recent.id).contains("newer than 30 days"));
+    assert!(reason(&old_running.id).starts_with("running"));
+    assert!(v["bytes_freed"].as_u64().unwrap() > 0);
+
+    // --yes --archive: moved, not deleted
+    let archive = p.root().join("archive");
+    p.cmd()
+        .args([
+            "prune",
+            "--keep-days",
+            "30",
+            "--keep-n",
+            "1",
+            "--yes",
+            "--archive",
+        ])
+        .arg(&archive)
+        .assert()
+        .success();
+    assert!(!old_done.dir.exists() && archive.join(&old_done.id).join("state.db").is_file());
+    assert!(!old_failed.dir.exists() && archive.join(&old_failed.id).is_dir());
+    for kept in [&old_running, &old_interrupted, &recent, &gated, &newest] {
+        assert!(kept.dir.is_dir(), "{}", kept.id);
+    }
+    // --yes alone deletes
+    let gone = aged(&p, "failed", 90);
+    p.cmd()
+        .args(["prune", "--keep-days", "30", "--keep-n", "1", "--yes"])
+        .assert()
+        .success();
+    assert!(!gone.dir.exists());
+    assert!(!archive.join(&gone.id).exists());
+    assert_eq!(
+        code(
+            &p.cmd()
+                .args(["prune", "--keep-days", "-1", "--keep-n", "1"])
+                .assert()
+                .failure()
+        ),
+        2
+    );
+}

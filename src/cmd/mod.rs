@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod bind;
 pub mod decide;
+pub mod doctor;
 pub mod exec_append;
 pub mod finish;
 pub mod gates;
@@ -11,6 +12,8 @@ pub mod get;
 pub mod imports;
 pub mod init;
 pub mod log;
+pub mod maintain;
+pub mod prune;
 pub mod query;
 pub mod resume;
 pub mod runs;

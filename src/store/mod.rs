@@ -362,6 +362,34 @@ pub struct Resumed {
     pub gates_logged: Vec<String>,
 }
 
+/// What `stats` reports of one run's store.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StoreStats {
+    pub backend: &'static str,
+    pub schema_version: i64,
+    /// The database file's size (SQLite).
+    pub db_bytes: Option<u64>,
+    /// The write-ahead log's size (SQLite).
+    pub wal_bytes: Option<u64>,
+    /// Rows per table (this run's rows, on PostgreSQL).
+    pub tables: std::collections::BTreeMap<String, i64>,
+    pub execution_status: std::collections::BTreeMap<String, i64>,
+    /// Bytes of binding values kept inline (for attachments, their summaries).
+    pub binding_inline_bytes: i64,
+    /// The settings in force on this connection.
+    pub settings: std::collections::BTreeMap<String, String>,
+}
+
+/// What a checkpoint did (SQLite's `PRAGMA wal_checkpoint`).
+#[derive(Debug, Serialize)]
+pub struct Checkpointed {
+    pub mode: String,
+    /// Whether a reader or writer kept it from completing.
+    pub busy: bool,
+    pub wal_frames: i64,
+    pub checkpointed_frames: i64,
+}
+
 /// Recomputes a run's audit hash chain, rows oldest first. Rows without a hash before the
 /// first chained row are legacy (written before the chain existed); any other mismatch is the
 /// first broken link.
@@ -503,6 +531,22 @@ pub trait Store: AgentStore {
 
     /// Every binding, in (scope, name) order.
     fn bindings(&mut self) -> Result<Vec<BindingRow>>;
+
+    /// Sizes, row counts and settings.
+    fn stats(&mut self) -> Result<StoreStats>;
+
+    /// Database-level problems (SQLite: integrity_check and foreign_key_check), one line each.
+    fn health(&mut self) -> Result<Vec<String>>;
+
+    /// Moves the write-ahead log into the database (SQLite only).
+    fn checkpoint(&mut self, mode: &str) -> Result<Checkpointed>;
+
+    /// Rebuilds the database to reclaim space; returns the size before and after where known.
+    fn vacuum(&mut self) -> Result<(Option<u64>, Option<u64>)>;
+
+    /// Deletes the run's state where it is not inside the run directory (PostgreSQL rows; the
+    /// gate audit log is kept). SQLite state goes with the directory: nothing to do here.
+    fn delete_run(&mut self) -> Result<()>;
 
     /// Records a resume: a `resumed` audit event for each gate that is pending or was decided
     /// since the last resume, and an `interrupted` run set back to `running`; one transaction.

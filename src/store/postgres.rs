@@ -8,9 +8,9 @@
 
 use super::{
     verify_chain, AgentRow, AgentStore, AuditFilter, AuditRow, BindOutcome, BindingRow,
-    ChainReport, Created, Decided, Decision, ExecutionRow, Finished, Found, GateRow, ImportAdded,
-    ImportRow, NewBinding, NewExecution, NewGate, NewRun, OpenOptions, QueryResult, Resumed,
-    RunInfo, RunSummary, Store,
+    ChainReport, Checkpointed, Created, Decided, Decision, ExecutionRow, Finished, Found, GateRow,
+    ImportAdded, ImportRow, NewBinding, NewExecution, NewGate, NewRun, OpenOptions, QueryResult,
+    Resumed, RunInfo, RunSummary, Store, StoreStats,
 };
 use crate::error::{busy, not_found, refused, shown, usage};
 use anyhow::{anyhow, Result};
@@ -1397,6 +1397,119 @@ impl Store for PgStore {
             )
             .map_err(self.err())?;
         Ok(rows.iter().map(binding_row).collect())
+    }
+
+    fn stats(&mut self) -> Result<StoreStats> {
+        let run = self.run()?.to_string();
+        let mut st = StoreStats {
+            backend: "postgres",
+            schema_version: POSTGRES_SCHEMA_VERSION as i64,
+            ..Default::default()
+        };
+        for table in [
+            "run",
+            "execution",
+            "bindings",
+            "agents",
+            "agent_segments",
+            "imports",
+            "gates",
+            "gate_audit_log",
+        ] {
+            let key = if table == "run" { "id" } else { "run_id" };
+            // Table and column names are this fixed list, never input.
+            let n: i64 = self
+                .client
+                .query_one(
+                    &format!("SELECT COUNT(*) FROM openprose.{table} WHERE {key} = $1"),
+                    &[&run],
+                )
+                .map_err(self.err())?
+                .get(0);
+            st.tables.insert(table.to_string(), n);
+        }
+        for r in self
+            .client
+            .query(
+                "SELECT status, COUNT(*) FROM openprose.execution WHERE run_id = $1 GROUP BY 1 ORDER BY 1",
+                &[&run],
+            )
+            .map_err(self.err())?
+        {
+            st.execution_status.insert(r.get(0), r.get(1));
+        }
+        st.binding_inline_bytes = self
+            .client
+            .query_one(
+                "SELECT COALESCE(SUM(octet_length(value)), 0)::bigint FROM openprose.bindings WHERE run_id = $1",
+                &[&run],
+            )
+            .map_err(self.err())?
+            .get(0);
+        for name in [
+            "server_version",
+            "TimeZone",
+            "lock_timeout",
+            "default_transaction_isolation",
+        ] {
+            let v: String = self
+                .client
+                .query_one("SELECT current_setting($1)", &[&name])
+                .map_err(self.err())?
+                .get(0);
+            st.settings.insert(name.to_string(), v);
+        }
+        st.settings
+            .insert("server".to_string(), self.shown_url.clone());
+        Ok(st)
+    }
+
+    fn health(&mut self) -> Result<Vec<String>> {
+        // PostgreSQL keeps its own integrity and enforces the foreign keys; what can still go
+        // wrong is rows written by other means pointing at executions that do not exist.
+        let run = self.run()?.to_string();
+        let n: i64 = self
+            .client
+            .query_one(
+                "SELECT COUNT(*) FROM openprose.bindings b WHERE b.run_id = $1
+                   AND b.execution_id IS NOT NULL AND NOT EXISTS
+                   (SELECT 1 FROM openprose.execution e WHERE e.id = b.execution_id AND e.run_id = $1)",
+                &[&run],
+            )
+            .map_err(self.err())?
+            .get(0);
+        Ok(if n > 0 {
+            vec![format!(
+                "{n} bindings are scoped to executions that do not exist"
+            )]
+        } else {
+            Vec::new()
+        })
+    }
+
+    fn checkpoint(&mut self, _mode: &str) -> Result<Checkpointed> {
+        Err(usage(
+            "checkpoint applies to SQLite's write-ahead log; PostgreSQL manages its own",
+        ))
+    }
+
+    fn vacuum(&mut self) -> Result<(Option<u64>, Option<u64>)> {
+        self.client
+            .batch_execute(
+                "VACUUM (ANALYZE) openprose.run, openprose.execution, openprose.bindings,
+                 openprose.agents, openprose.agent_segments, openprose.imports, openprose.gates,
+                 openprose.gate_audit_log",
+            )
+            .map_err(self.err())?;
+        Ok((None, None))
+    }
+
+    fn delete_run(&mut self) -> Result<()> {
+        let run = self.run()?.to_string();
+        self.client
+            .execute("DELETE FROM openprose.run WHERE id = $1", &[&run])
+            .map_err(self.err())?;
+        Ok(())
     }
 
     fn record_resume(&mut self, now: &str) -> Result<Resumed> {

@@ -6,9 +6,10 @@
 //! never fails half-way with a lock upgrade error.
 
 use super::{
-    AgentRow, AgentStore, AuditFilter, AuditRow, BindOutcome, BindingRow, ChainReport, Created,
-    Decided, Decision, ExecutionRow, Finished, Found, GateRow, ImportAdded, ImportRow, NewBinding,
-    NewExecution, NewGate, NewRun, OpenOptions, QueryResult, Resumed, RunInfo, RunSummary, Store,
+    AgentRow, AgentStore, AuditFilter, AuditRow, BindOutcome, BindingRow, ChainReport,
+    Checkpointed, Created, Decided, Decision, ExecutionRow, Finished, Found, GateRow, ImportAdded,
+    ImportRow, NewBinding, NewExecution, NewGate, NewRun, OpenOptions, QueryResult, Resumed,
+    RunInfo, RunSummary, Store, StoreStats,
 };
 use crate::error::{busy, not_found, refused, shown, usage};
 use anyhow::{anyhow, Context, Result};
@@ -1418,6 +1419,151 @@ impl Store for SqliteStore {
             .and_then(|r| r.collect::<rusqlite::Result<Vec<_>>>())
             .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
         Ok(rows)
+    }
+
+    fn stats(&mut self) -> Result<StoreStats> {
+        let mut st = StoreStats {
+            backend: "sqlite",
+            schema_version: self.user_version()?,
+            db_bytes: std::fs::metadata(&self.path).ok().map(|m| m.len()),
+            wal_bytes: {
+                let mut wal = self.path.clone().into_os_string();
+                wal.push("-wal");
+                Some(std::fs::metadata(wal).map_or(0, |m| m.len()))
+            },
+            ..Default::default()
+        };
+        for table in [
+            "run",
+            "execution",
+            "bindings",
+            "agents",
+            "agent_segments",
+            "imports",
+            "gates",
+            "gate_audit_log",
+        ] {
+            // Table names are this fixed list, never input.
+            let n: i64 = self
+                .conn
+                .query_row(&format!("SELECT COUNT(*) FROM \"{table}\""), [], |r| {
+                    r.get(0)
+                })
+                .unwrap_or(0);
+            st.tables.insert(table.to_string(), n);
+        }
+        let mut stmt = self
+            .conn
+            .prepare("SELECT IFNULL(status, '?'), COUNT(*) FROM execution GROUP BY 1 ORDER BY 1")
+            .map_err(self.err())?;
+        let rows: Vec<(String, i64)> = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .and_then(|r| r.collect())
+            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
+        drop(stmt);
+        st.execution_status = rows.into_iter().collect();
+        st.binding_inline_bytes = self
+            .conn
+            .query_row(
+                "SELECT IFNULL(SUM(length(CAST(value AS BLOB))), 0) FROM bindings",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(self.err())?;
+        for pragma in [
+            "journal_mode",
+            "busy_timeout",
+            "synchronous",
+            "foreign_keys",
+            "wal_autocheckpoint",
+        ] {
+            let v: String = self
+                .conn
+                .query_row(&format!("PRAGMA {pragma}"), [], |r| {
+                    Ok(match r.get_ref(0)? {
+                        ValueRef::Integer(i) => i.to_string(),
+                        ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
+                        _ => String::new(),
+                    })
+                })
+                .map_err(self.err())?;
+            let v = match (pragma, v.as_str()) {
+                ("synchronous", "2") => "2 (FULL)".to_string(),
+                ("synchronous", "1") => "1 (NORMAL)".to_string(),
+                ("synchronous", "0") => "0 (OFF)".to_string(),
+                _ => v,
+            };
+            st.settings.insert(pragma.to_string(), v);
+        }
+        Ok(st)
+    }
+
+    fn health(&mut self) -> Result<Vec<String>> {
+        let mut problems = Vec::new();
+        let mut stmt = self
+            .conn
+            .prepare("PRAGMA integrity_check")
+            .map_err(self.err())?;
+        let lines: Vec<String> = stmt
+            .query_map([], |r| r.get(0))
+            .and_then(|r| r.collect())
+            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
+        drop(stmt);
+        problems.extend(
+            lines
+                .into_iter()
+                .filter(|l| l != "ok")
+                .map(|l| format!("integrity: {l}")),
+        );
+        let mut stmt = self
+            .conn
+            .prepare("PRAGMA foreign_key_check")
+            .map_err(self.err())?;
+        let fks: Vec<(String, Option<i64>, String)> = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .and_then(|r| r.collect())
+            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
+        problems.extend(fks.into_iter().map(|(table, rowid, parent)| {
+            format!(
+                "foreign key: {table} row {} points at a missing {parent} row",
+                rowid.map_or("?".into(), |r| r.to_string())
+            )
+        }));
+        Ok(problems)
+    }
+
+    fn checkpoint(&mut self, mode: &str) -> Result<Checkpointed> {
+        let mode = mode.to_ascii_uppercase();
+        if !matches!(mode.as_str(), "PASSIVE" | "FULL" | "RESTART" | "TRUNCATE") {
+            return Err(usage(format!("unknown checkpoint mode: {}", shown(&mode))));
+        }
+        // The mode is one of four fixed words, checked above.
+        let (busy, log, done): (i64, i64, i64) = self
+            .conn
+            .query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })
+            .map_err(self.err())?;
+        Ok(Checkpointed {
+            mode: mode.to_ascii_lowercase(),
+            busy: busy != 0,
+            wal_frames: log,
+            checkpointed_frames: done,
+        })
+    }
+
+    fn vacuum(&mut self) -> Result<(Option<u64>, Option<u64>)> {
+        let size = |p: &Path| std::fs::metadata(p).ok().map(|m| m.len());
+        let before = size(&self.path);
+        self.conn.execute_batch("VACUUM").map_err(self.err())?;
+        let _ = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        Ok((before, size(&self.path)))
+    }
+
+    fn delete_run(&mut self) -> Result<()> {
+        Ok(())
     }
 
     fn record_resume(&mut self, now: &str) -> Result<Resumed> {

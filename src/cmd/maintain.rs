@@ -1,0 +1,283 @@
+//! `stats`, `checkpoint` and `vacuum`: looking after the stores of one run or all of them.
+
+use super::{over_runs, Opener};
+use crate::output::{table, Render};
+use crate::run::{RunPaths, ATTACHMENTS_DIR};
+use crate::store::{Checkpointed, StoreStats};
+use anyhow::Result;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+
+/// Files in a run's attachments/ and their total size.
+pub fn attachment_usage(run: &RunPaths) -> (u64, u64) {
+    let Ok(entries) = std::fs::read_dir(run.dir.join(ATTACHMENTS_DIR)) else {
+        return (0, 0);
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .filter(|m| m.is_file())
+        .fold((0, 0), |(n, b), m| (n + 1, b + m.len()))
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunStats {
+    pub run_id: String,
+    #[serde(flatten)]
+    pub store: StoreStats,
+    pub attachment_files: u64,
+    pub attachment_bytes: u64,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Totals {
+    pub runs: usize,
+    pub db_bytes: u64,
+    pub wal_bytes: u64,
+    pub tables: BTreeMap<String, i64>,
+    pub execution_status: BTreeMap<String, i64>,
+    pub binding_inline_bytes: i64,
+    pub attachment_files: u64,
+    pub attachment_bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Stats {
+    pub totals: Totals,
+    pub runs: Vec<RunStats>,
+    #[serde(skip)]
+    pub warnings: Vec<String>,
+}
+
+fn kv(w: &mut dyn Write, key: &str, value: impl std::fmt::Display) -> io::Result<()> {
+    writeln!(w, "{key:<22} {value}")
+}
+
+fn counts(map: &BTreeMap<String, i64>) -> String {
+    if map.is_empty() {
+        return "-".into();
+    }
+    map.iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Render for Stats {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        if let [one] = self.runs.as_slice() {
+            let s = &one.store;
+            kv(w, "run", &one.run_id)?;
+            kv(w, "backend", s.backend)?;
+            kv(w, "schema version", s.schema_version)?;
+            if let Some(b) = s.db_bytes {
+                kv(w, "db bytes", b)?;
+            }
+            if let Some(b) = s.wal_bytes {
+                kv(w, "wal bytes", b)?;
+            }
+            kv(w, "rows", counts(&s.tables))?;
+            kv(w, "execution statuses", counts(&s.execution_status))?;
+            kv(w, "binding bytes inline", s.binding_inline_bytes)?;
+            kv(
+                w,
+                "attachments",
+                format!(
+                    "{} files, {} bytes",
+                    one.attachment_files, one.attachment_bytes
+                ),
+            )?;
+            for (k, v) in &s.settings {
+                kv(w, k, v)?;
+            }
+            return Ok(());
+        }
+        let t = &self.totals;
+        kv(w, "runs", t.runs)?;
+        kv(w, "db bytes", t.db_bytes)?;
+        kv(w, "wal bytes", t.wal_bytes)?;
+        kv(w, "rows", counts(&t.tables))?;
+        kv(w, "execution statuses", counts(&t.execution_status))?;
+        kv(w, "binding bytes inline", t.binding_inline_bytes)?;
+        kv(
+            w,
+            "attachments",
+            format!("{} files, {} bytes", t.attachment_files, t.attachment_bytes),
+        )?;
+        if !self.runs.is_empty() {
+            writeln!(w)?;
+            let header: Vec<String> = [
+                "RUN",
+                "BACKEND",
+                "DB BYTES",
+                "EXECUTIONS",
+                "BINDINGS",
+                "ATTACHMENT BYTES",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            let rows: Vec<Vec<String>> = self
+                .runs
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.run_id.clone(),
+                        r.store.backend.to_string(),
+                        r.store.db_bytes.map_or("-".into(), |b| b.to_string()),
+                        r.store
+                            .tables
+                            .get("execution")
+                            .copied()
+                            .unwrap_or(0)
+                            .to_string(),
+                        r.store
+                            .tables
+                            .get("bindings")
+                            .copied()
+                            .unwrap_or(0)
+                            .to_string(),
+                        r.attachment_bytes.to_string(),
+                    ]
+                })
+                .collect();
+            table(w, &header, &rows)?;
+        }
+        Ok(())
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.warnings.clone()
+    }
+}
+
+pub fn stats(runs: &[RunPaths], open: Opener) -> Result<Stats> {
+    let (runs, warnings) = over_runs(runs, open, |run, store| {
+        let (files, bytes) = attachment_usage(run);
+        Ok(RunStats {
+            run_id: store
+                .run_info()
+                .map(|r| r.id)
+                .unwrap_or_else(|_| run.id.clone()),
+            store: store.stats()?,
+            attachment_files: files,
+            attachment_bytes: bytes,
+        })
+    })?;
+    let mut t = Totals {
+        runs: runs.len(),
+        ..Default::default()
+    };
+    for r in &runs {
+        t.db_bytes += r.store.db_bytes.unwrap_or(0);
+        t.wal_bytes += r.store.wal_bytes.unwrap_or(0);
+        for (k, v) in &r.store.tables {
+            *t.tables.entry(k.clone()).or_default() += v;
+        }
+        for (k, v) in &r.store.execution_status {
+            *t.execution_status.entry(k.clone()).or_default() += v;
+        }
+        t.binding_inline_bytes += r.store.binding_inline_bytes;
+        t.attachment_files += r.attachment_files;
+        t.attachment_bytes += r.attachment_bytes;
+    }
+    Ok(Stats {
+        totals: t,
+        runs,
+        warnings,
+    })
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunCheckpoint {
+    pub run_id: String,
+    #[serde(flatten)]
+    pub result: Checkpointed,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(transparent)]
+pub struct CheckpointList {
+    pub runs: Vec<RunCheckpoint>,
+    #[serde(skip)]
+    pub warnings: Vec<String>,
+}
+
+impl Render for CheckpointList {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        for r in &self.runs {
+            writeln!(
+                w,
+                "{}: {} checkpoint, {} of {} WAL frames moved{}",
+                r.run_id,
+                r.result.mode,
+                r.result.checkpointed_frames,
+                r.result.wal_frames,
+                if r.result.busy {
+                    " (busy: a reader or writer was active; retry)"
+                } else {
+                    ""
+                }
+            )?;
+        }
+        Ok(())
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.warnings.clone()
+    }
+}
+
+pub fn checkpoint(mode: &str, runs: &[RunPaths], open: Opener) -> Result<CheckpointList> {
+    let (runs, warnings) = over_runs(runs, open, |run, store| {
+        Ok(RunCheckpoint {
+            run_id: run.id.clone(),
+            result: store.checkpoint(mode)?,
+        })
+    })?;
+    Ok(CheckpointList { runs, warnings })
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunVacuum {
+    pub run_id: String,
+    pub bytes_before: Option<u64>,
+    pub bytes_after: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(transparent)]
+pub struct VacuumList {
+    pub runs: Vec<RunVacuum>,
+    #[serde(skip)]
+    pub warnings: Vec<String>,
+}
+
+impl Render for VacuumList {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        for r in &self.runs {
+            match (r.bytes_before, r.bytes_after) {
+                (Some(b), Some(a)) => writeln!(w, "{}: {b} -> {a} bytes", r.run_id)?,
+                _ => writeln!(w, "{}: vacuumed", r.run_id)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.warnings.clone()
+    }
+}
+
+pub fn vacuum(runs: &[RunPaths], open: Opener) -> Result<VacuumList> {
+    let (runs, warnings) = over_runs(runs, open, |run, store| {
+        let (bytes_before, bytes_after) = store.vacuum()?;
+        Ok(RunVacuum {
+            run_id: run.id.clone(),
+            bytes_before,
+            bytes_after,
+        })
+    })?;
+    Ok(VacuumList { runs, warnings })
+}

@@ -1,0 +1,189 @@
+//! `prune`: remove (or archive) whole run directories of old finished runs.
+
+use super::{over_runs, Opener};
+use crate::error::usage;
+use crate::output::{table, Render};
+use crate::run::RunPaths;
+use crate::store::RunSummary;
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+pub struct PruneRequest {
+    pub keep_days: u64,
+    pub keep_n: u64,
+    pub yes: bool,
+    pub archive: Option<PathBuf>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PruneEntry {
+    pub run_id: String,
+    pub status: Option<String>,
+    pub started_at: Option<String>,
+    pub bytes: u64,
+    /// remove, archive or keep
+    pub action: &'static str,
+    /// Why a run is kept.
+    pub reason: Option<String>,
+    /// Whether the action was carried out (false in a dry run).
+    pub done: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Pruned {
+    pub dry_run: bool,
+    pub runs: Vec<PruneEntry>,
+    pub bytes_freed: u64,
+}
+
+impl Render for Pruned {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        let header: Vec<String> = ["RUN", "STATUS", "STARTED", "BYTES", "ACTION"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let rows: Vec<Vec<String>> = self
+            .runs
+            .iter()
+            .map(|e| {
+                let action = match (&e.reason, e.done) {
+                    (Some(r), _) => format!("keep: {r}"),
+                    (None, true) if e.action == "archive" => "archived".to_string(),
+                    (None, true) => "removed".to_string(),
+                    (None, false) => format!("would {}", e.action),
+                };
+                vec![
+                    e.run_id.clone(),
+                    e.status.clone().unwrap_or_default(),
+                    e.started_at.clone().unwrap_or_default(),
+                    e.bytes.to_string(),
+                    action,
+                ]
+            })
+            .collect();
+        table(w, &header, &rows)?;
+        if self.dry_run {
+            writeln!(
+                w,
+                "dry run: {} bytes would be freed; pass --yes to prune",
+                self.bytes_freed
+            )
+        } else {
+            writeln!(w, "{} bytes freed", self.bytes_freed)
+        }
+    }
+}
+
+fn dir_size(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_size(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
+}
+
+fn days_since(at: Option<&str>, now: &str) -> Option<f64> {
+    let parse = |t: &str| chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S").ok();
+    Some((parse(now)? - parse(at?)?).num_seconds() as f64 / 86_400.0)
+}
+
+pub fn run(req: &PruneRequest, runs: &[RunPaths], open: Opener) -> Result<Pruned> {
+    if let Some(a) = &req.archive {
+        if a.exists() && !a.is_dir() {
+            return Err(usage(format!(
+                "--archive is not a directory: {}",
+                a.display()
+            )));
+        }
+    }
+    let now = crate::model::now();
+    // Only runs with a directory here: prune removes run directories.
+    let local: Vec<RunPaths> = runs.iter().filter(|r| r.exists()).cloned().collect();
+    let (summaries, warnings) = over_runs(&local, open, |run, store| {
+        Ok((run.clone(), store.run_summary(&now)?))
+    })?;
+    if let Some(w) = warnings.first() {
+        // A run that cannot be read is never pruned blind.
+        return Err(anyhow::anyhow!("{w}; nothing was pruned"));
+    }
+    let mut summaries: Vec<(RunPaths, RunSummary)> = summaries;
+    summaries.sort_by(|a, b| (&b.1.run.started_at, &b.0.id).cmp(&(&a.1.run.started_at, &a.0.id)));
+    let action = if req.archive.is_some() {
+        "archive"
+    } else {
+        "remove"
+    };
+    let mut out = Vec::new();
+    let mut freed = 0;
+    for (i, (paths, s)) in summaries.into_iter().enumerate() {
+        let status = s.run.status.clone();
+        let age = days_since(
+            s.run.updated_at.as_deref().or(s.run.started_at.as_deref()),
+            &now,
+        );
+        let reason = if (i as u64) < req.keep_n {
+            Some(format!("among the newest {}", req.keep_n))
+        } else if !matches!(status.as_deref(), Some("completed") | Some("failed")) {
+            Some(format!(
+                "{} (only completed and failed runs are pruned)",
+                status.as_deref().unwrap_or("no status")
+            ))
+        } else if s.pending_gates > 0 {
+            Some(format!("{} pending gates", s.pending_gates))
+        } else if age.is_none_or(|d| d < req.keep_days as f64) {
+            Some(format!("newer than {} days", req.keep_days))
+        } else {
+            None
+        };
+        let bytes = dir_size(&paths.dir);
+        let mut done = false;
+        if reason.is_none() {
+            freed += bytes;
+            if req.yes {
+                // State outside the directory (PostgreSQL rows) goes first.
+                if paths.backend()? != crate::store::Backend::Sqlite {
+                    open(&paths)?.delete_run()?;
+                }
+                match &req.archive {
+                    Some(dir) => {
+                        std::fs::create_dir_all(dir)
+                            .with_context(|| format!("could not create {}", dir.display()))?;
+                        let dest = dir.join(&paths.id);
+                        std::fs::rename(&paths.dir, &dest).with_context(|| {
+                            format!(
+                                "could not move {} to {}",
+                                paths.dir.display(),
+                                dest.display()
+                            )
+                        })?;
+                    }
+                    None => std::fs::remove_dir_all(&paths.dir)
+                        .with_context(|| format!("could not remove {}", paths.dir.display()))?,
+                }
+                done = true;
+            }
+        }
+        out.push(PruneEntry {
+            run_id: paths.id.clone(),
+            status,
+            started_at: s.run.started_at.clone(),
+            bytes,
+            action: if reason.is_some() { "keep" } else { action },
+            reason,
+            done,
+        });
+    }
+    Ok(Pruned {
+        dry_run: !req.yes,
+        runs: out,
+        bytes_freed: freed,
+    })
+}
