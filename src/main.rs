@@ -275,13 +275,21 @@ fn dispatch(cli: Cli) -> Result<u8> {
             clap_complete::generate(a.shell, &mut Cli::command(), "prose-state", &mut script);
             write_stdout(&script)?;
         }
-        Command::Stats => emit(cmd::maintain::stats(&runs()?, &open)?, json)?,
+        Command::Stats => {
+            let all = runs()?;
+            let result = cmd::maintain::stats(&all, &with_progress(all.len(), &open));
+            clear_progress(all.len());
+            emit(result?, json)?
+        }
         Command::Doctor(a) => {
             let request = cmd::doctor::DoctorRequest {
                 stale_hours: a.stale,
                 fix: a.fix,
             };
-            let diagnosis = cmd::doctor::run(&request, &runs()?, &open)?;
+            let all = runs()?;
+            let diagnosis = cmd::doctor::run(&request, &all, &with_progress(all.len(), &open));
+            clear_progress(all.len());
+            let diagnosis = diagnosis?;
             let code = diagnosis.exit_code();
             emit(diagnosis, json)?;
             return Ok(code);
@@ -316,6 +324,34 @@ fn dispatch(cli: Cli) -> Result<u8> {
         }
     }
     Ok(0)
+}
+
+/// Below this many runs, work across runs is quick enough to need no progress line.
+const PROGRESS_OVER: usize = 20;
+
+/// Wraps a run opener to count the runs visited on stderr (`12/240 runs`), when stderr is a
+/// terminal and the work is long; commands stay silent, main draws the line.
+fn with_progress<'a>(
+    total: usize,
+    open: &'a (dyn Fn(&run::RunPaths) -> Result<Box<dyn Store>> + Sync),
+) -> impl Fn(&run::RunPaths) -> Result<Box<dyn Store>> + Sync + 'a {
+    let show = total > PROGRESS_OVER && io::stderr().is_terminal();
+    let done = std::sync::atomic::AtomicUsize::new(0);
+    move |paths| {
+        if show {
+            use std::io::Write;
+            let n = done.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            let _ = write!(io::stderr().lock(), "\r{n}/{total} runs");
+        }
+        open(paths)
+    }
+}
+
+fn clear_progress(total: usize) {
+    if total > PROGRESS_OVER && io::stderr().is_terminal() {
+        use std::io::Write;
+        let _ = write!(io::stderr().lock(), "\r\x1b[K");
+    }
 }
 
 fn write_stdout(bytes: &[u8]) -> io::Result<()> {

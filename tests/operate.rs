@@ -440,3 +440,36 @@ fn prune_dry_run_refusals_and_archive() {
         2
     );
 }
+
+/// Long work across many runs shows its progress on stderr, on a terminal only.
+#[test]
+fn progress_on_a_terminal_only() {
+    let p = Project::new();
+    for _ in 0..22 {
+        p.init();
+    }
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "`script` missing under CI"
+        );
+        eprintln!("SKIPPED: the progress test needs util-linux `script`");
+        return;
+    }
+    let out = std::process::Command::new("script")
+        .args(["-qec", &format!("{BIN} stats"), "/dev/null"])
+        .current_dir(p.root())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(screen.contains("22/22 runs"), "{screen}");
+    // not on a pipe
+    let a = p.cmd().arg("stats").assert().success();
+    assert!(!String::from_utf8_lossy(&a.get_output().stderr).contains("runs\r"));
+    assert!(stderr(&a).is_empty(), "{}", stderr(&a));
+}
