@@ -390,6 +390,60 @@ pub struct Checkpointed {
     pub checkpointed_frames: i64,
 }
 
+/// Whether `gates create` repeats an existing gate exactly (a safe retry).
+pub fn same_gate(existing: &GateRow, g: &NewGate) -> bool {
+    existing.prompt == g.prompt
+        && existing.allow == serde_json::from_str::<Vec<String>>(g.allow).unwrap_or_default()
+        && existing.timeout.as_deref() == g.timeout
+        && existing.on_reject.as_deref() == g.on_reject
+        && existing.metadata.as_deref() == g.metadata
+}
+
+/// Why a decision may not be taken on this gate (already decided or timed out, principal
+/// not allowed, prompt changed since it was shown), with the metadata of its `refused`
+/// audit event; None when it may.
+pub fn refusal(gate: &GateRow, d: &Decision) -> Option<(String, serde_json::Value)> {
+    let reason = if gate.status != "pending" {
+        format!("already {}", gate.status)
+    } else if !crate::model::principal_allowed(&gate.allow, d.principal) {
+        "principal not allowed".to_string()
+    } else if crate::model::sha256_tag(&gate.prompt) != d.prompt_hash {
+        "prompt changed after it was shown".to_string()
+    } else {
+        return None;
+    };
+    let attempted = if d.approve { "approve" } else { "reject" };
+    let metadata = serde_json::json!({
+        "client": "cli", "attempted": attempted, "reason": reason, "prompt_hash": d.prompt_hash
+    });
+    Some((reason, metadata))
+}
+
+/// What a refused decision tells the caller.
+pub fn refused_outcome(gate: GateRow, reason: &str) -> Decided {
+    if gate.status != "pending" {
+        Decided::AlreadyResolved(gate)
+    } else if reason == "principal not allowed" {
+        Decided::NotAllowed(gate)
+    } else {
+        Decided::PromptChanged(gate)
+    }
+}
+
+/// The metadata of an `approved` or `rejected` audit event.
+pub fn decision_metadata(gate: &GateRow, d: &Decision) -> serde_json::Value {
+    let mut metadata = serde_json::json!({"client": "cli", "prompt_hash": d.prompt_hash});
+    if d.approve {
+        let parse = |t: &str| chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S").ok();
+        if let (Some(c), Some(n)) = (gate.created_at.as_deref().and_then(parse), parse(d.now)) {
+            metadata["approval_time_seconds"] = (n - c).num_seconds().into();
+        }
+    } else {
+        metadata["on_reject"] = gate.on_reject.clone().into();
+    }
+    metadata
+}
+
 /// Recomputes a run's audit hash chain, rows oldest first. Rows without a hash before the
 /// first chained row are legacy (written before the chain existed); any other mismatch is the
 /// first broken link.

@@ -941,12 +941,7 @@ impl Store for PgStore {
         lock_open_run(&mut tx, &run, true)?;
         sweep(&mut tx, &run, g.now)?;
         if let Some(existing) = load_gate(&mut tx, &run, g.id)? {
-            let allow: Vec<String> = serde_json::from_str(g.allow).unwrap_or_default();
-            let same = existing.prompt == g.prompt
-                && existing.allow == allow
-                && existing.timeout.as_deref() == g.timeout
-                && existing.on_reject.as_deref() == g.on_reject
-                && existing.metadata.as_deref() == g.metadata;
+            let same = super::same_gate(&existing, g);
             tx.commit().map_err(err)?;
             return Ok(if same && existing.status == "pending" {
                 Created::Retried(existing)
@@ -1093,17 +1088,7 @@ impl Store for PgStore {
             tx.commit().map_err(err)?;
             return Ok(Decided::NotFound);
         };
-        let attempted = if d.approve { "approve" } else { "reject" };
-        let refusal = if gate.status != "pending" {
-            Some(format!("already {}", gate.status))
-        } else if !crate::model::principal_allowed(&gate.allow, d.principal) {
-            Some("principal not allowed".to_string())
-        } else if crate::model::sha256_tag(&gate.prompt) != d.prompt_hash {
-            Some("prompt changed after it was shown".to_string())
-        } else {
-            None
-        };
-        if let Some(reason) = refusal {
+        if let Some((reason, metadata)) = super::refusal(&gate, d) {
             append_audit(
                 &mut tx,
                 &run,
@@ -1112,33 +1097,15 @@ impl Store for PgStore {
                     event_type: "refused",
                     principal: Some(d.principal),
                     comment: d.comment,
-                    metadata: serde_json::json!({
-                        "client": "cli", "attempted": attempted, "reason": reason,
-                        "prompt_hash": d.prompt_hash
-                    }),
+                    metadata,
                     now: d.now,
                 },
             )?;
             tx.commit().map_err(err)?;
-            return Ok(if gate.status != "pending" {
-                Decided::AlreadyResolved(gate)
-            } else if reason == "principal not allowed" {
-                Decided::NotAllowed(gate)
-            } else {
-                Decided::PromptChanged(gate)
-            });
+            return Ok(super::refused_outcome(gate, &reason));
         }
         let status = if d.approve { "approved" } else { "rejected" };
-        let mut metadata = serde_json::json!({"client": "cli", "prompt_hash": d.prompt_hash});
-        if d.approve {
-            let parse =
-                |t: &str| chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S").ok();
-            if let (Some(c), Some(n)) = (gate.created_at.as_deref().and_then(parse), parse(d.now)) {
-                metadata["approval_time_seconds"] = (n - c).num_seconds().into();
-            }
-        } else {
-            metadata["on_reject"] = gate.on_reject.clone().into();
-        }
+        let metadata = super::decision_metadata(&gate, d);
         append_audit(
             &mut tx,
             &run,

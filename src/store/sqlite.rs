@@ -520,12 +520,6 @@ fn sweep(c: &Connection, now: &str) -> rusqlite::Result<usize> {
     Ok(overdue.len())
 }
 
-/// Seconds between two timestamps in the `datetime('now')` form, if both parse.
-fn seconds_between(from: Option<&str>, to: &str) -> Option<i64> {
-    let parse = |t: &str| chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S").ok();
-    Some((parse(to)? - parse(from?)?).num_seconds())
-}
-
 /// Refuses a write to a finished run (`completed` or `failed`). Called inside the write
 /// transaction, so a write and a `finish` cannot interleave.
 fn ensure_open(c: &Connection) -> Result<()> {
@@ -1000,11 +994,7 @@ impl Store for SqliteStore {
         sweep(&tx, g.now).map_err(err)?;
         ensure_open(&tx)?;
         if let Some(existing) = load_gate(&tx, g.id).map_err(err)? {
-            let same = existing.prompt == g.prompt
-                && existing.allow == parse_allow(Some(g.allow.to_string()))
-                && existing.timeout.as_deref() == g.timeout
-                && existing.on_reject.as_deref() == g.on_reject
-                && existing.metadata.as_deref() == g.metadata;
+            let same = super::same_gate(&existing, g);
             tx.commit().map_err(err)?;
             return Ok(if same && existing.status == "pending" {
                 Created::Retried(existing)
@@ -1151,18 +1141,8 @@ impl Store for SqliteStore {
             tx.commit().map_err(err)?;
             return Ok(Decided::NotFound);
         };
-        let attempted = if d.approve { "approve" } else { "reject" };
-        let refusal = if gate.status != "pending" {
-            Some(format!("already {}", gate.status))
-        } else if !crate::model::principal_allowed(&gate.allow, d.principal) {
-            Some("principal not allowed".to_string())
-        } else if crate::model::sha256_tag(&gate.prompt) != d.prompt_hash {
-            Some("prompt changed after it was shown".to_string())
-        } else {
-            None
-        };
         let run_id = gate.run_id.clone().unwrap_or_default();
-        if let Some(reason) = refusal {
+        if let Some((reason, metadata)) = super::refusal(&gate, d) {
             append_audit(
                 &tx,
                 &Event {
@@ -1171,36 +1151,20 @@ impl Store for SqliteStore {
                     event_type: "refused",
                     principal: Some(d.principal),
                     comment: d.comment,
-                    metadata: serde_json::json!({
-                        "client": "cli", "attempted": attempted, "reason": reason,
-                        "prompt_hash": d.prompt_hash
-                    }),
+                    metadata,
                     now: d.now,
                 },
             )
             .map_err(err)?;
             tx.commit().map_err(err)?;
-            return Ok(if gate.status != "pending" {
-                Decided::AlreadyResolved(gate)
-            } else if reason == "principal not allowed" {
-                Decided::NotAllowed(gate)
-            } else {
-                Decided::PromptChanged(gate)
-            });
+            return Ok(super::refused_outcome(gate, &reason));
         }
         let (event, status) = if d.approve {
             ("approved", "approved")
         } else {
             ("rejected", "rejected")
         };
-        let mut metadata = serde_json::json!({"client": "cli", "prompt_hash": d.prompt_hash});
-        if d.approve {
-            if let Some(s) = seconds_between(gate.created_at.as_deref(), d.now) {
-                metadata["approval_time_seconds"] = s.into();
-            }
-        } else {
-            metadata["on_reject"] = gate.on_reject.clone().into();
-        }
+        let metadata = super::decision_metadata(&gate, d);
         // The audit event is written before the gates row changes, in the same transaction.
         append_audit(
             &tx,
