@@ -627,8 +627,9 @@ fn finished_runs_are_closed(b: Backend) {
     assert_eq!(run.get("x", None), b"1");
 }
 
-/// TLS is negotiated for `sslmode=require`: against a server without TLS the connection is
-/// refused with a clear error, and the URL it names has its password masked.
+/// With `sslmode=require`, a server whose certificate is not trusted (the test cluster's CA is
+/// not in the system's roots) is refused with a clear error, and the URL it names has its
+/// password masked.
 #[test]
 fn postgres_tls_required_and_credentials_masked() {
     let Some(p) = Project::on(Backend::Postgres) else {
@@ -773,4 +774,73 @@ fn postgres_operator_commands() {
         .unwrap()
         .get(0);
     assert_eq!(n, 0);
+}
+
+/// A real TLS handshake: `sslmode=require` against the test cluster, which serves TLS with a
+/// certificate from a throwaway CA. Trusted through SSL_CERT_FILE, it connects and works;
+/// without that CA in the trust store, the certificate is refused.
+#[test]
+fn postgres_tls_handshake_is_verified() {
+    let Some(p) = Project::on(Backend::Postgres) else {
+        return;
+    };
+    let Some(ca) = pg::test_ca() else {
+        assert!(
+            std::env::var("PROSE_STATE_TEST_PG_URL").is_ok()
+                || std::env::var("CI").as_deref() != Ok("true"),
+            "the test cluster serves no TLS under CI (openssl missing?)"
+        );
+        eprintln!("SKIPPED: the PostgreSQL server under test serves no TLS of ours");
+        return;
+    };
+    let url = p
+        .pg_url
+        .clone()
+        .unwrap()
+        .replace("sslmode=disable", "sslmode=require");
+    std::fs::write(
+        p.root().join(".prose/.env"),
+        format!("OPENPROSE_POSTGRES_URL={url}\n"),
+    )
+    .unwrap();
+    p.cmd()
+        .env("SSL_CERT_FILE", &ca)
+        .args(["init", "--backend", "postgres", "--run-id", "tls-ok"])
+        .assert()
+        .success();
+    let a = p
+        .cmd()
+        .env("SSL_CERT_FILE", &ca)
+        .args(["--run", "tls-ok", "bind", "x", "over TLS"])
+        .assert()
+        .success();
+    assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("sslmode=require"));
+    // the binary's own session is encrypted
+    let a = p
+        .cmd()
+        .env("SSL_CERT_FILE", &ca)
+        .args([
+            "--run",
+            "tls-ok",
+            "--json",
+            "query",
+            "SELECT ssl, version FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+        ])
+        .assert()
+        .success();
+    let v = stdout_json(&a);
+    assert_eq!(v[0]["ssl"], true, "{v}");
+    assert!(v[0]["version"].as_str().unwrap().starts_with("TLS"), "{v}");
+    // an untrusted certificate is refused, not silently accepted
+    let a = p
+        .cmd()
+        .env("SSL_CERT_FILE", "/dev/null")
+        .args(["--run", "tls-ok", "get", "x"])
+        .assert()
+        .failure();
+    assert!(
+        stderr(&a).contains("could not connect to postgres"),
+        "{}",
+        stderr(&a)
+    );
 }

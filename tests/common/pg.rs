@@ -83,6 +83,88 @@ fn is_root() -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
+/// The CA that signed the throwaway cluster's TLS certificate, when it serves TLS.
+pub fn test_ca() -> Option<PathBuf> {
+    server().ok()?;
+    let dir = std::env::temp_dir().join(format!("prose-state-pg-{}", std::process::id()));
+    let ca = dir.join("ca.pem");
+    ca.is_file().then_some(ca)
+}
+
+/// A throwaway CA and a server certificate for 127.0.0.1 signed by it (openssl CLI), so the
+/// cluster serves TLS that a client can verify. False when openssl is not there.
+fn make_certificates(dir: &Path, root: bool) -> bool {
+    let run = |args: &[&str]| {
+        Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let _ = std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    );
+    let ok = run(&[
+        "req",
+        "-new",
+        "-x509",
+        "-days",
+        "2",
+        "-nodes",
+        "-subj",
+        "/CN=prose-state test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    ]) && run(&[
+        "req",
+        "-new",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+    ]) && run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-out",
+        "server.crt",
+        "-extfile",
+        "san.ext",
+    ]);
+    if !ok {
+        return false;
+    }
+    // The server refuses a key others can read; as root, the files go to `postgres`.
+    use std::os::unix::fs::PermissionsExt;
+    let key = dir.join("server.key");
+    let _ = std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600));
+    if root {
+        for f in ["server.key", "server.crt"] {
+            let _ = Command::new("chown")
+                .arg("postgres:postgres")
+                .arg(dir.join(f))
+                .status();
+        }
+    }
+    true
+}
+
 fn start_cluster() -> Result<String, String> {
     let initdb = find_bin("initdb").ok_or("no initdb under /usr/lib/postgresql/*/bin")?;
     let postgres = find_bin("postgres").ok_or("no postgres binary")?;
@@ -130,6 +212,7 @@ fn start_cluster() -> Result<String, String> {
             String::from_utf8_lossy(&out.stderr)
         ));
     }
+    let tls = make_certificates(&dir, root);
     let port = free_port();
     // The watchdog: runs the server and stops it, and removes the cluster, once this test
     // process is gone.
@@ -147,6 +230,15 @@ fn start_cluster() -> Result<String, String> {
             "-c",
             "max_connections=200",
         ]);
+        if tls {
+            c.args(["-c", "ssl=on", "-c"])
+                .arg(format!(
+                    "ssl_cert_file={}",
+                    dir.join("server.crt").display()
+                ))
+                .arg("-c")
+                .arg(format!("ssl_key_file={}", dir.join("server.key").display()));
+        }
         let parts: Vec<String> = std::iter::once(c.get_program())
             .chain(c.get_args())
             .map(|a| format!("'{}'", a.to_string_lossy()))
