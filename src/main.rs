@@ -498,8 +498,77 @@ fn report(message: &str) {
     let _ = writeln!(io::stderr().lock(), "prose-state: error: {message}");
 }
 
+/// The global options that take a value, to step over when looking for the subcommand.
+const GLOBAL_VALUE_OPTIONS: &[&str] = &["--run", "--root", "--busy-timeout"];
+
+/// The subcommand argv names, built alone (a function per name; None for an unknown name).
+fn one_subcommand(name: &str) -> Option<clap::Command> {
+    use clap::{Args, Command as C};
+    Some(match name {
+        "init" => cli::InitArgs::augment_args(C::new("init")),
+        "bind" => cli::BindArgs::augment_args(C::new("bind")),
+        "get" => cli::GetArgs::augment_args(C::new("get")),
+        "exec-append" => cli::ExecAppendArgs::augment_args(C::new("exec-append")),
+        "query" => cli::QueryArgs::augment_args(C::new("query")),
+        "gates" => cli::GatesArgs::augment_args(C::new("gates")),
+        "approve" => cli::ApproveArgs::augment_args(C::new("approve")),
+        "reject" => cli::RejectArgs::augment_args(C::new("reject")),
+        "agent" => cli::AgentArgs::augment_args(C::new("agent")),
+        "imports" => cli::ImportsArgs::augment_args(C::new("imports")),
+        "finish" => cli::FinishArgs::augment_args(C::new("finish")),
+        "runs" => cli::RunsArgs::augment_args(C::new("runs")),
+        "log" => cli::LogArgs::augment_args(C::new("log")),
+        "completions" => cli::CompletionsArgs::augment_args(C::new("completions")),
+        "doctor" => cli::DoctorArgs::augment_args(C::new("doctor")),
+        "checkpoint" => cli::CheckpointArgs::augment_args(C::new("checkpoint")),
+        "prune" => cli::PruneArgs::augment_args(C::new("prune")),
+        "resume" => C::new("resume"),
+        "man" => C::new("man"),
+        "stats" => C::new("stats"),
+        "vacuum" => C::new("vacuum"),
+        _ => return None,
+    })
+}
+
+/// Parses argv by building only the subcommand it names. Every command is a fresh process
+/// and building clap's whole tree (about twenty subcommands, four global options propagated
+/// into each) then dropping it was about a quarter of a `get`'s instructions. Help, version,
+/// and anything that does not parse return None: the full parse then handles them exactly as
+/// before, with every help text and error message.
+fn parse_fast() -> Option<Cli> {
+    use clap::{Args, FromArgMatches};
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let mut name = None;
+    let mut skip_value = false;
+    for a in args.iter().skip(1) {
+        let a = a.to_str()?;
+        if matches!(a, "-h" | "--help" | "-V" | "--version" | "help") {
+            return None;
+        }
+        if skip_value {
+            skip_value = false;
+        } else if GLOBAL_VALUE_OPTIONS.contains(&a) {
+            skip_value = true;
+        } else if !a.starts_with('-') {
+            name = Some(a);
+            break;
+        }
+    }
+    let mut command = cli::Global::augment_args(clap::Command::new("prose-state"))
+        .subcommand(one_subcommand(name?)?);
+    let matches = command.try_get_matches_from_mut(&args).ok()?;
+    let parsed = Cli::from_arg_matches(&matches).ok();
+    // The process ends soon: freeing the tree node by node is work for nothing.
+    std::mem::forget(command);
+    parsed
+}
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let parsed = match parse_fast() {
+        Some(cli) => Ok(cli),
+        None => Cli::try_parse(),
+    };
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(e) => {
             use clap::error::ErrorKind;
@@ -514,11 +583,21 @@ fn main() -> ExitCode {
             }
             // One line, as every other error: clap's first line, then where to look.
             let rendered = e.render().to_string();
-            let first = rendered
+            // clap's first paragraph, joined: "...were not provided:" is followed by the
+            // names of the missing arguments on the lines below it.
+            let first: Vec<&str> = rendered
                 .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("invalid usage")
-                .trim_start_matches("error: ");
+                .map(str::trim)
+                .skip_while(|l| l.is_empty())
+                .take_while(|l| !l.is_empty())
+                .collect();
+            let first = first.join(" ");
+            let first = first.trim_start_matches("error: ");
+            let first = if first.is_empty() {
+                "invalid usage"
+            } else {
+                first
+            };
             report(&format!("{first} (see --help)"));
             return ExitCode::from(2);
         }
@@ -529,6 +608,20 @@ fn main() -> ExitCode {
         Err(e) => {
             report(&format!("{e:#}").replace(['\n', '\r'], " "));
             ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every subcommand of the full definition has a fast-path builder (a missing one would
+    /// still work, through the full parse, only slower).
+    #[test]
+    fn fast_path_covers_every_subcommand() {
+        use clap::CommandFactory;
+        for sub in crate::cli::Cli::command().get_subcommands() {
+            let name = sub.get_name();
+            assert!(super::one_subcommand(name).is_some(), "{name}");
         }
     }
 }
