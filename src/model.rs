@@ -49,6 +49,12 @@ impl Status {
     }
 }
 
+/// Whether a run status is final: `completed` and `failed` runs are closed to writes and keep
+/// their status (`interrupted` runs stay open: they may be resumed).
+pub fn is_finished(status: &str) -> bool {
+    matches!(status, "completed" | "failed")
+}
+
 /// The longest binding name accepted: its attachment file name (`{name}__{execution_id}.md`)
 /// must stay under the 255-byte file name limit of common filesystems.
 pub const MAX_NAME_BYTES: usize = 200;

@@ -131,7 +131,7 @@ pub fn run(req: &PruneRequest, runs: &[RunPaths], open: Opener) -> Result<Pruned
         );
         let reason = if (i as u64) < req.keep_n {
             Some(format!("among the newest {}", req.keep_n))
-        } else if !matches!(status.as_deref(), Some("completed") | Some("failed")) {
+        } else if !status.as_deref().is_some_and(crate::model::is_finished) {
             Some(format!(
                 "{} (only completed and failed runs are pruned)",
                 status.as_deref().unwrap_or("no status")

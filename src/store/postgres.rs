@@ -278,19 +278,24 @@ impl PgStore {
     }
 }
 
-/// Locks the run row and refuses writes to a finished run.
-fn lock_open_run(tx: &mut Transaction, run_id: &str, exclusive: bool) -> Result<()> {
+/// Locks the run row (shared, or exclusive for operations that must be serialised) and
+/// returns its status.
+fn lock_run(tx: &mut Transaction, run_id: &str, exclusive: bool) -> Result<String> {
     let sql = if exclusive {
         "SELECT status FROM openprose.run WHERE id = $1 FOR UPDATE"
     } else {
         "SELECT status FROM openprose.run WHERE id = $1 FOR SHARE"
     };
-    let row = tx.query_opt(sql, &[&run_id])?;
-    let Some(row) = row else {
-        return Err(not_found(format!("run not found: {}", shown(run_id))));
-    };
-    let status: String = row.get(0);
-    if status == "completed" || status == "failed" {
+    match tx.query_opt(sql, &[&run_id])? {
+        Some(row) => Ok(row.get(0)),
+        None => Err(not_found(format!("run not found: {}", shown(run_id)))),
+    }
+}
+
+/// Locks the run row and refuses writes to a finished run.
+fn lock_open_run(tx: &mut Transaction, run_id: &str, exclusive: bool) -> Result<()> {
+    let status = lock_run(tx, run_id, exclusive)?;
+    if crate::model::is_finished(&status) {
         return Err(refused(format!(
             "run {run_id} is {status}: a finished run takes no more writes"
         )));
@@ -1157,15 +1162,8 @@ impl Store for PgStore {
         let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
         let err = |e| map_err(e, &shown_url, busy_ms);
         let mut tx = self.client.transaction().map_err(err)?;
-        let current: String = tx
-            .query_opt(
-                "SELECT status FROM openprose.run WHERE id = $1 FOR UPDATE",
-                &[&run],
-            )
-            .map_err(err)?
-            .ok_or_else(|| not_found(format!("run not found: {}", shown(&run))))?
-            .get(0);
-        if current == "completed" || current == "failed" {
+        let current = lock_run(&mut tx, &run, true)?;
+        if crate::model::is_finished(&current) {
             if current == status {
                 return Ok(Finished::Unchanged);
             }
@@ -1484,15 +1482,8 @@ impl Store for PgStore {
         let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
         let err = |e| map_err(e, &shown_url, busy_ms);
         let mut tx = self.client.transaction().map_err(err)?;
-        let status: String = tx
-            .query_opt(
-                "SELECT status FROM openprose.run WHERE id = $1 FOR UPDATE",
-                &[&run],
-            )
-            .map_err(err)?
-            .ok_or_else(|| not_found(format!("run not found: {}", shown(&run))))?
-            .get(0);
-        if status == "completed" || status == "failed" {
+        let status = lock_run(&mut tx, &run, true)?;
+        if crate::model::is_finished(&status) {
             return Ok(Resumed {
                 previous_status: status.clone(),
                 status,

@@ -529,7 +529,7 @@ fn ensure_open(c: &Connection) -> Result<()> {
         })
         .optional()?;
     if let Some((id, Some(status))) = row {
-        if status == "completed" || status == "failed" {
+        if crate::model::is_finished(&status) {
             return Err(refused(format!(
                 "run {id} is {status}: a finished run takes no more writes"
             )));
@@ -1229,7 +1229,7 @@ impl Store for SqliteStore {
             .optional()
             .map_err(err)?
             .ok_or_else(|| anyhow!("state db has no run row: {}", self.path.display()))?;
-        if current == "completed" || current == "failed" {
+        if crate::model::is_finished(&current) {
             if current == status {
                 return Ok(Finished::Unchanged);
             }
@@ -1546,7 +1546,7 @@ impl Store for SqliteStore {
             .map_err(err)?
             .ok_or_else(|| anyhow!("state db has no run row: {}", self.path.display()))?;
         // A finished run is read: resuming it records nothing.
-        if status == "completed" || status == "failed" {
+        if crate::model::is_finished(&status) {
             return Ok(Resumed {
                 previous_status: status.clone(),
                 status,
