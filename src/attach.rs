@@ -1,18 +1,29 @@
-//! Binding values on their way in: small ones stay inline, large ones become attachment
-//! files. An attachment is written to a temporary file in `attachments/`, synced, and renamed
-//! into place inside the write transaction that commits its row, so no row ever points at a
-//! missing or partial file. Values are streamed: a value of any size is never held in memory
-//! beyond the inline threshold.
+//! Binding values on their way in and out: small ones stay inline, large ones become
+//! attachment files in the run's own `attachments/` directory.
+//!
+//! Every version of a value gets a file of its own, `{name}@{scope}.{unique}.md`, so two
+//! bindings can never share a file and an uncommitted write can never replace a committed
+//! one. A value is streamed into a temporary file (`.prose-tmp-*`), synced, renamed to its own
+//! name and referenced by its row in the transaction that commits it; the previous version's
+//! file is removed only after that commit. The writer holds an advisory lock (`flock`) on the
+//! file from its creation until after its commit: the lock, not a pid, tells `doctor --fix`
+//! that a live process owns a file it must not touch. A writer killed at any moment leaves at
+//! most an unreferenced, unlocked file.
+//!
+//! Containment: attachments are only ever read, written or removed inside the run's
+//! `attachments/` directory. A symlinked directory, a symlinked file, or a row whose
+//! `attachment_path` is absolute or leaves the directory is refused (exit 4), never followed.
 
-use crate::error::usage;
+use crate::error::{refused, shown, usage};
 use crate::run::ATTACHMENTS_DIR;
 use anyhow::{Context, Result};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-/// Temporary attachment files start with this prefix: one left by a killed writer is never
-/// referenced by a row and can be deleted at any time.
+/// Temporary attachment files start with this prefix. One whose lock nobody holds was left by
+/// a killed writer and can be deleted.
 pub const TEMP_PREFIX: &str = ".prose-tmp-";
 
 /// A value read in and ready to bind.
@@ -21,9 +32,12 @@ pub enum Staged {
     File(StagedFile),
 }
 
-/// An attachment written and synced under a temporary name, waiting to be published.
-/// Dropped unpublished, it removes its temporary file.
+/// An attachment written and synced under a temporary name, waiting to be published. It
+/// holds the file's lock until dropped: keep it alive until the row has committed. Dropped
+/// unpublished, it removes its temporary file.
 pub struct StagedFile {
+    /// Open and locked (exclusive flock) for as long as this value lives.
+    _lock: File,
     tmp: PathBuf,
     dest: PathBuf,
     dir: PathBuf,
@@ -34,7 +48,8 @@ pub struct StagedFile {
 }
 
 impl StagedFile {
-    /// Moves the file into place and syncs the directory. Called inside the transaction.
+    /// Moves the file to its own unique name and syncs the directory. Called inside the
+    /// transaction, just before the row that references it is written.
     pub fn publish(&mut self) -> Result<()> {
         fs::rename(&self.tmp, &self.dest).with_context(|| {
             format!(
@@ -63,28 +78,150 @@ impl Drop for StagedFile {
     }
 }
 
-/// The attachment file name of a binding: `{name}.md` in the root scope,
-/// `{name}__{execution_id}.md` in an execution's scope.
+/// The file name of one version of a binding's value: `{name}@root.{unique}.md` in the root
+/// scope, `{name}@{execution_id}.{unique}.md` in an execution's scope. Names cannot contain
+/// `@`, so the name and scope read back without ambiguity, and the unique part (random) keeps
+/// every write's file its own.
 pub fn file_name(name: &str, execution_id: Option<i64>) -> String {
-    match execution_id {
-        Some(id) => format!("{name}__{id}.md"),
-        None => format!("{name}.md"),
+    let scope = execution_id.map_or_else(|| "root".to_string(), |id| id.to_string());
+    let unique: u64 = rand::random();
+    format!("{name}@{scope}.{unique:016x}.md")
+}
+
+/// The run's `attachments/` directory, created if missing. A symlink there (or anything that
+/// is not a plain directory) is refused, never followed.
+pub fn dir(run_dir: &Path, create: bool) -> Result<PathBuf> {
+    let dir = run_dir.join(ATTACHMENTS_DIR);
+    match fs::symlink_metadata(&dir) {
+        Ok(m) if m.file_type().is_symlink() => Err(refused(format!(
+            "attachments directory is a symlink; prose-state never follows it (replace it with a directory): {}",
+            dir.display()
+        ))),
+        Ok(m) if !m.is_dir() => Err(refused(format!(
+            "attachments is not a directory: {}",
+            dir.display()
+        ))),
+        Ok(_) => Ok(dir),
+        Err(e) if e.kind() == io::ErrorKind::NotFound && create => {
+            match fs::create_dir(&dir) {
+                Ok(()) => Ok(dir),
+                // Another writer made it first: check it again.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => self::dir(run_dir, false),
+                Err(e) => Err(anyhow::Error::new(e).context(format!(
+                    "could not create attachments directory: {}",
+                    dir.display()
+                ))),
+            }
+        }
+        Err(e) => Err(anyhow::Error::new(e)
+            .context(format!("could not read attachments directory: {}", dir.display()))),
     }
 }
 
+/// The plain file name inside `attachments/` that a row's `attachment_path` names, or an
+/// error (exit 4) when the path is absolute or leaves the directory.
+pub fn contained(rel: &str) -> Result<&str> {
+    let file = rel
+        .strip_prefix(ATTACHMENTS_DIR)
+        .and_then(|r| r.strip_prefix('/'))
+        .filter(|f| {
+            !f.is_empty()
+                && !f.contains(['/', '\\', '\0'])
+                && !f.starts_with('.')
+                && !Path::new(f).is_absolute()
+        });
+    file.ok_or_else(|| {
+        refused(format!(
+            "attachment path is outside the run's {ATTACHMENTS_DIR}/ directory; it is never followed: {}",
+            shown(rel)
+        ))
+    })
+}
+
+/// Opens the attachment a row names, for reading, without following any symlink.
+pub fn open(run_dir: &Path, rel: &str) -> Result<(File, PathBuf), OpenError> {
+    let file = contained(rel).map_err(OpenError::Refused)?;
+    let dir = dir(run_dir, false).map_err(OpenError::Refused)?;
+    let path = dir.join(file);
+    match open_nofollow(&path) {
+        Ok(f) => Ok((f, path)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(OpenError::Missing(path)),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            Err(OpenError::Refused(refused(format!(
+                "attachment is a symlink; prose-state never follows it: {}",
+                path.display()
+            ))))
+        }
+        Err(e) => Err(OpenError::Other(
+            anyhow::Error::new(e).context(format!("could not read attachment: {}", path.display())),
+        )),
+    }
+}
+
+/// Why an attachment could not be opened.
+pub enum OpenError {
+    /// No file there (it may have been replaced since the row was read).
+    Missing(PathBuf),
+    /// Outside the run or through a symlink: refused.
+    Refused(anyhow::Error),
+    Other(anyhow::Error),
+}
+
+fn open_nofollow(path: &Path) -> io::Result<File> {
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// Creates a new temporary file in `dir` and takes its lock. A `doctor --fix` may delete a
+/// temporary file in the instant between its creation and its lock; the writer then finds the
+/// path no longer names its file and starts again with a new one.
+fn create_locked(dir: &Path, file_name: &str) -> Result<(File, PathBuf)> {
+    for _ in 0..8 {
+        let suffix: u64 = rand::random();
+        let tmp = dir.join(format!("{TEMP_PREFIX}{file_name}.{suffix:016x}"));
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+            .with_context(|| format!("could not create attachment: {}", tmp.display()))?;
+        file.lock()
+            .with_context(|| format!("could not lock attachment: {}", tmp.display()))?;
+        let ours = file.metadata()?;
+        match fs::symlink_metadata(&tmp) {
+            Ok(m) if m.ino() == ours.ino() && m.dev() == ours.dev() => return Ok((file, tmp)),
+            _ => continue,
+        }
+    }
+    Err(crate::error::busy(format!(
+        "the attachment's temporary file kept being removed (is a `doctor --fix` loop running?); retry the command: {}",
+        dir.display()
+    )))
+}
+
 /// Reads a value from `input`. Up to `inline_max` bytes it is returned inline; beyond that it
-/// is streamed into a temporary attachment file. Either way it must be valid UTF-8.
+/// is streamed into a locked temporary attachment file. Either way it must be valid UTF-8.
+/// `require_bytes` refuses an input that ends before its first byte (stdin that was never
+/// given a value, such as `/dev/null`).
 pub fn stage(
     input: &mut dyn Read,
     inline_max: u64,
     run_dir: &Path,
     file_name: &str,
+    require_bytes: bool,
 ) -> Result<Staged> {
     let mut head = Vec::new();
     input
         .take(inline_max + 1)
         .read_to_end(&mut head)
         .context("could not read the value")?;
+    if head.is_empty() && require_bytes {
+        return Err(usage(
+            "no value given: stdin ended before any byte; give VALUE, --file PATH or pipe the value (an empty value is VALUE \"\")",
+        ));
+    }
     let mut check = Utf8Check::default();
     check.feed(&head)?;
     if head.len() as u64 <= inline_max {
@@ -94,15 +231,11 @@ pub fn stage(
         return Ok(Staged::Inline(text));
     }
 
-    let dir = run_dir.join(ATTACHMENTS_DIR);
-    fs::create_dir_all(&dir)
-        .with_context(|| format!("could not create attachments directory: {}", dir.display()))?;
-    let suffix: u32 = rand::random();
-    let tmp = dir.join(format!(
-        "{TEMP_PREFIX}{file_name}.{}.{suffix:08x}",
-        std::process::id()
-    ));
+    let dir = dir(run_dir, true)?;
+    let (mut out, tmp) = create_locked(&dir, file_name)?;
+    let lock = out.try_clone()?;
     let mut staged = StagedFile {
+        _lock: lock,
         dest: dir.join(file_name),
         rel: format!("{ATTACHMENTS_DIR}/{file_name}"),
         tmp,
@@ -110,8 +243,6 @@ pub fn stage(
         bytes: 0,
         published: false,
     };
-    let mut out = File::create(&staged.tmp)
-        .with_context(|| format!("could not create attachment: {}", staged.tmp.display()))?;
     let write_err = |e: io::Error| {
         anyhow::Error::new(e).context(format!(
             "could not write attachment: {}",
@@ -139,24 +270,54 @@ pub fn stage(
     Ok(Staged::File(staged))
 }
 
-/// Removes an attachment file that no row references any more. Only files prose-state itself
-/// names (`attachments/<plain file name>`) are ever removed, whatever a row written by raw SQL
-/// claims.
+/// Whether a live process holds the lock of an attachment or temporary file: a writer that
+/// has not committed yet. Never follows a symlink (a symlink counts as owned: never touched).
+pub fn owned_by_live_writer(path: &Path) -> bool {
+    let Ok(file) = open_nofollow(path) else {
+        return true;
+    };
+    !matches!(file.try_lock(), Ok(()))
+}
+
+/// Removes a temporary file left by a killed writer: only a plain file whose lock nobody
+/// holds. Returns whether it is gone.
+pub fn remove_temp(path: &Path) -> bool {
+    let Ok(handle) = open_nofollow(path) else {
+        return false;
+    };
+    if !handle.metadata().is_ok_and(|m| m.is_file()) || handle.try_lock().is_err() {
+        return false;
+    }
+    fs::remove_file(path).is_ok()
+}
+
+/// Removes an attachment file that no row references any more: only a plain file inside the
+/// run's own `attachments/` directory that no live writer holds, whatever a row written by raw
+/// SQL claims. Never follows a symlink.
 pub fn remove(run_dir: &Path, rel: &str) -> Result<()> {
-    let Some(file) = rel.strip_prefix(&format!("{ATTACHMENTS_DIR}/")) else {
+    let Ok(file) = contained(rel) else {
         return Ok(());
     };
-    if file.is_empty() || file.contains(['/', '\\']) || file.starts_with('.') {
+    let Ok(dir) = dir(run_dir, false) else {
+        return Ok(());
+    };
+    let path = dir.join(file);
+    let handle = match open_nofollow(&path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        // A symlink or something unreadable: left alone.
+        Err(_) => return Ok(()),
+    };
+    if !handle.metadata().is_ok_and(|m| m.is_file()) || handle.try_lock().is_err() {
         return Ok(());
     }
-    match fs::remove_file(run_dir.join(ATTACHMENTS_DIR).join(file)) {
+    match fs::remove_file(&path) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => {
             Err(anyhow::Error::new(e).context(format!("could not remove old attachment: {rel}")))
         }
         _ => Ok(()),
     }
 }
-
 /// Incremental UTF-8 validation across chunk boundaries.
 #[derive(Default)]
 struct Utf8Check {

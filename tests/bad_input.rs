@@ -63,12 +63,13 @@ fn hostile_binding_names_are_refused_and_nothing_changes() {
 }
 
 #[test]
-fn get_of_any_name_never_fails_worse_than_not_found() {
+fn get_of_an_invalid_name_is_a_usage_error() {
     let p = Project::new();
     let run = p.init();
     for name in hostile_names() {
         let a = run.cmd().args(["get", "--", &name]).assert().failure();
-        assert_eq!(code(&a), 3);
+        assert_eq!(code(&a), 2, "{}", stderr(&a));
+        assert!(stderr(&a).contains("invalid binding name"));
         assert_eq!(stderr(&a).lines().count(), 1);
     }
 }

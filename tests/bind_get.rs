@@ -370,20 +370,24 @@ fn attachments_above_the_threshold_only() {
         .assert()
         .success();
     let v = stdout_json(&a);
-    assert_eq!(v["attachment_path"], "attachments/big.md");
+    let big_path = v["attachment_path"].as_str().unwrap().to_string();
+    assert!(is_attachment_of(&big_path, "big", None), "{big_path}");
     assert_eq!(v["bytes"], 102_401);
     let r = row(&run, "big", None).unwrap();
-    assert_eq!(r.4.as_deref(), Some("attachments/big.md"));
+    assert_eq!(r.4.as_deref(), Some(big_path.as_str()));
     assert!(
         r.2.unwrap().contains("102401 bytes"),
         "the value holds a generated summary"
     );
     assert_eq!(
-        std::fs::read(run.dir.join("attachments/big.md")).unwrap(),
+        std::fs::read(run.dir.join(&big_path)).unwrap(),
         over.as_bytes()
     );
     assert_eq!(run.get("big", None), over.as_bytes());
-    assert_eq!(attachments(&run), ["big.md"]);
+    assert_eq!(
+        attachments(&run),
+        [big_path.strip_prefix("attachments/").unwrap()]
+    );
 
     // --attach-over and --summary; a scoped attachment gets its own file
     let e = run.exec(1, "block", "executing", None);
@@ -403,7 +407,8 @@ fn attachments_above_the_threshold_only() {
         .success();
     let r = row(&run, "big", Some(e)).unwrap();
     assert_eq!(r.2.as_deref(), Some("five bytes"));
-    assert_eq!(r.4, Some(format!("attachments/big__{e}.md")));
+    let scoped = r.4.clone().unwrap();
+    assert!(is_attachment_of(&scoped, "big", Some(e)), "{scoped}");
     assert_eq!(run.get("big", Some(e)), b"12345");
     let a = run
         .cmd()
@@ -413,17 +418,17 @@ fn attachments_above_the_threshold_only() {
     let v = stdout_json(&a);
     assert_eq!(v["bytes"], 5);
     assert_eq!(v["value"], "five bytes");
-    assert!(v["attachment"]
-        .as_str()
-        .unwrap()
-        .ends_with(&format!("attachments/big__{e}.md")));
+    assert!(v["attachment"].as_str().unwrap().ends_with(&scoped));
 
     // rebinding small removes the old file; rebinding big again replaces it
     run.cmd()
         .args(["bind", "big", "now small"])
         .assert()
         .success();
-    assert_eq!(attachments(&run), [format!("big__{e}.md")]);
+    assert_eq!(
+        attachments(&run),
+        [scoped.strip_prefix("attachments/").unwrap()]
+    );
     assert!(row(&run, "big", None).unwrap().4.is_none());
     assert_eq!(run.get("big", None), b"now small");
     run.cmd()
@@ -439,7 +444,14 @@ fn attachments_above_the_threshold_only() {
         .assert()
         .success();
     assert_eq!(run.get("big", Some(e)), b"replaced");
-    assert_eq!(attachments(&run), [format!("big__{e}.md")]);
+    // The new version has a file of its own; the old one is gone.
+    let replaced = row(&run, "big", Some(e)).unwrap().4.unwrap();
+    assert!(is_attachment_of(&replaced, "big", Some(e)), "{replaced}");
+    assert_ne!(replaced, scoped);
+    assert_eq!(
+        attachments(&run),
+        [replaced.strip_prefix("attachments/").unwrap()]
+    );
 }
 
 #[test]

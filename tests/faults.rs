@@ -129,7 +129,8 @@ fn writers_killed_mid_write_never_corrupt_the_run() {
         // and get returns it whole
         assert_eq!(run.get(name, None), attempts[name][*which]);
     }
-    // only temporary files may be left over, named so they can be cleaned
+    // only temporary files and unreferenced versions may be left over, named so they can
+    // be cleaned
     for entry in std::fs::read_dir(run.dir.join("attachments"))
         .unwrap()
         .flatten()
@@ -138,7 +139,11 @@ fn writers_killed_mid_write_never_corrupt_the_run() {
         if file.starts_with(".prose-tmp-") {
             continue;
         }
-        let name = file.strip_suffix(".md").unwrap();
+        let name = file.split('@').next().unwrap();
+        assert!(
+            is_attachment_of(&format!("attachments/{file}"), name, None),
+            "unexpected file {file}"
+        );
         assert!(attempts.contains_key(name), "unexpected file {file}");
     }
 }

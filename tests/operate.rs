@@ -234,7 +234,15 @@ fn doctor_finds_a_missing_attachment_and_a_stale_run() {
         .write_stdin("a".repeat(100))
         .assert()
         .success();
-    std::fs::remove_file(run.dir.join("attachments/big.md")).unwrap();
+    let big_path: String = run
+        .conn()
+        .query_row(
+            "SELECT attachment_path FROM bindings WHERE name = 'big'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    std::fs::remove_file(run.dir.join(&big_path)).unwrap();
     std::fs::write(run.dir.join("attachments/orphan.md"), "nobody's").unwrap();
     std::fs::write(run.dir.join("attachments/.prose-tmp-big.md.1.2"), "partial").unwrap();
     run.exec(1, "x", "executing", None);
@@ -253,7 +261,9 @@ fn doctor_finds_a_missing_attachment_and_a_stale_run() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 4, "{out}");
     assert!(
-        out.contains("missing attachment: binding big (root) points at attachments/big.md"),
+        out.contains(&format!(
+            "missing attachment: binding big (root) points at {big_path}"
+        )),
         "{out}"
     );
     assert!(

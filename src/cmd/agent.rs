@@ -66,7 +66,7 @@ impl Render for Remembered {
 pub fn remember(
     name: &str,
     scope: &str,
-    mut input: Box<dyn Read>,
+    (mut input, from_stdin): (Box<dyn Read>, bool),
     location: &str,
     store: &mut dyn AgentStore,
 ) -> Result<Remembered> {
@@ -75,6 +75,11 @@ pub fn remember(
     input
         .read_to_end(&mut bytes)
         .map_err(|e| anyhow::Error::new(e).context("could not read the memory"))?;
+    if bytes.is_empty() && from_stdin {
+        return Err(usage(
+            "no value given: stdin ended before any byte; give MEMORY, --file PATH or pipe it (an empty memory is MEMORY \"\")",
+        ));
+    }
     let memory = String::from_utf8(bytes).map_err(|e| {
         usage(format!(
             "memory is not valid UTF-8 (at byte {}); memory holds text",

@@ -52,10 +52,16 @@ pub fn run(args: &BindArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Bou
         }
     }
 
-    let mut input = super::value_source(args.value.as_deref(), args.file.as_deref())?;
+    let (mut input, from_stdin) = super::value_source(args.value.as_deref(), args.file.as_deref())?;
 
     let file_name = attach::file_name(&args.name, args.execution_id);
-    let staged = attach::stage(&mut input, args.attach_over, &run.dir, &file_name)?;
+    let staged = attach::stage(
+        &mut input,
+        args.attach_over,
+        &run.dir,
+        &file_name,
+        from_stdin,
+    )?;
     let (value, summary, bytes, mut file) = match staged {
         Staged::Inline(text) => {
             let summary = args.summary.clone().unwrap_or_else(|| one_line(&text, 100));
@@ -87,10 +93,13 @@ pub fn run(args: &BindArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Bou
         },
     )?;
     if let Some(old) = outcome.replaced_attachment {
-        // The bind has committed; an old file that cannot be removed now is only clutter
-        // (no row references it, so it is safe to delete), never a wrong value, so this is best effort.
+        // The bind has committed; the previous version's file is referenced by no row now. One
+        // that cannot be removed is only clutter that `doctor --fix` collects, never a wrong
+        // value, so this is best effort.
         let _ = store.release_attachment(&old, &mut || attach::remove(&run.dir, &old));
     }
+    // Only now, after the commit, does the new file's lock go.
+    drop(file);
     Ok(Bound {
         name: args.name.clone(),
         execution_id: args.execution_id,

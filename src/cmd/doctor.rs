@@ -73,49 +73,99 @@ pub fn run(req: &DoctorRequest, runs: &[RunPaths], open: Opener) -> Result<Diagn
         for p in store.health()? {
             problem("database", p, false);
         }
-        // Attachments: every referenced file present, every file referenced.
+        // The state.db itself must be a plain file: a symlink may point anywhere.
+        if std::fs::symlink_metadata(&run.db).is_ok_and(|m| m.file_type().is_symlink()) {
+            problem(
+                "symlink",
+                format!(
+                    "{} is a symlink; a run's state.db should be a plain file",
+                    run.db.display()
+                ),
+                false,
+            );
+        }
+        // Attachments: every referenced file present and inside the run, every file
+        // referenced. Nothing outside the run's own attachments/ is read or deleted, no
+        // symlink is followed, and a file a live writer holds locked is never touched.
         let bindings = store.bindings()?;
         let mut referenced = HashSet::new();
         for b in &bindings {
-            if let Some(rel) = &b.attachment_path {
-                referenced.insert(rel.clone());
-                if !run.dir.join(rel).is_file() {
-                    let scope = b
-                        .execution_id
-                        .map_or("root".into(), |e| format!("execution {e}"));
-                    problem(
-                        "missing attachment",
-                        format!(
-                            "binding {} ({scope}) points at {rel}, which is missing",
-                            b.name
-                        ),
-                        false,
-                    );
-                }
+            let Some(rel) = &b.attachment_path else {
+                continue;
+            };
+            referenced.insert(rel.clone());
+            let scope = b
+                .execution_id
+                .map_or("root".into(), |e| format!("execution {e}"));
+            match attach::open(&run.dir, rel) {
+                Ok(_) => {}
+                Err(attach::OpenError::Missing(_)) => problem(
+                    "missing attachment",
+                    format!(
+                        "binding {} ({scope}) points at {rel}, which is missing",
+                        b.name
+                    ),
+                    false,
+                ),
+                Err(attach::OpenError::Refused(e) | attach::OpenError::Other(e)) => problem(
+                    "unsafe attachment",
+                    format!("binding {} ({scope}): {e:#}", b.name),
+                    false,
+                ),
             }
         }
-        if let Ok(entries) = std::fs::read_dir(run.dir.join(ATTACHMENTS_DIR)) {
-            for e in entries.flatten() {
-                let file = e.file_name().to_string_lossy().into_owned();
-                let rel = format!("{ATTACHMENTS_DIR}/{file}");
-                if file.starts_with(TEMP_PREFIX) {
-                    let fixed = req.fix && std::fs::remove_file(e.path()).is_ok();
-                    problem(
-                        "temporary file",
-                        format!("{rel} was left by a writer that did not finish"),
-                        fixed,
-                    );
-                } else if !referenced.contains(&rel) {
-                    // Removed under the write lock, and only if still unreferenced then.
-                    let fixed = req.fix
-                        && store
-                            .release_attachment(&rel, &mut || attach::remove(&run.dir, &rel))
-                            .unwrap_or(false);
-                    problem(
-                        "unreferenced file",
-                        format!("{rel} is referenced by no binding"),
-                        fixed,
-                    );
+        match attach::dir(&run.dir, false) {
+            Err(e) if run.dir.join(ATTACHMENTS_DIR).symlink_metadata().is_ok() => {
+                problem("unsafe attachment", format!("{e:#}"), false)
+            }
+            Err(_) => {}
+            Ok(dir) => {
+                let entries = std::fs::read_dir(&dir).map(|d| d.flatten().collect::<Vec<_>>());
+                for e in entries.unwrap_or_default() {
+                    let file = e.file_name().to_string_lossy().into_owned();
+                    let rel = format!("{ATTACHMENTS_DIR}/{file}");
+                    let path = e.path();
+                    if e.file_type().is_ok_and(|t| t.is_symlink()) {
+                        problem(
+                            "unsafe attachment",
+                            format!("{rel} is a symlink; it is never followed nor removed"),
+                            false,
+                        );
+                        continue;
+                    }
+                    // A writer still at work: its file is none of doctor's business.
+                    if attach::owned_by_live_writer(&path) {
+                        continue;
+                    }
+                    if file.starts_with(TEMP_PREFIX) {
+                        let fixed = req.fix && attach::remove_temp(&path);
+                        problem(
+                            "temporary file",
+                            format!("{rel} was left by a writer that did not finish"),
+                            fixed,
+                        );
+                    } else if !referenced.contains(&rel) {
+                        // Checked again and removed under the run's write lock: a row may
+                        // have committed since the bindings were read.
+                        let mut removed = false;
+                        let unreferenced = if req.fix {
+                            store
+                                .release_attachment(&rel, &mut || {
+                                    removed = true;
+                                    attach::remove(&run.dir, &rel)
+                                })
+                                .unwrap_or(false)
+                        } else {
+                            !store.attachment_referenced(&rel).unwrap_or(true)
+                        };
+                        if unreferenced {
+                            problem(
+                                "unreferenced file",
+                                format!("{rel} is referenced by no binding"),
+                                removed && !path.exists(),
+                            );
+                        }
+                    }
                 }
             }
         }

@@ -1,3 +1,4 @@
+use crate::attach::{self, OpenError};
 use crate::cli::GetArgs;
 use crate::error::{not_found, shown};
 use crate::output::Render;
@@ -7,7 +8,6 @@ use anyhow::{Context, Result};
 use serde::Serialize;
 use std::fs::File;
 use std::io::{self, Write};
-use std::path::PathBuf;
 
 /// A binding found through the scope chain.
 #[derive(Debug, Serialize)]
@@ -97,6 +97,7 @@ fn lookup(
     args: &GetArgs,
     store: &mut dyn Store,
 ) -> Result<(Option<crate::store::Found>, Vec<i64>)> {
+    crate::model::check_name(&args.name)?;
     if let Some(id) = args.execution_id {
         if !store.execution_exists(id)? {
             return Err(not_found(format!("execution not found: {id}")));
@@ -138,34 +139,45 @@ pub fn explain(args: &GetArgs, store: &mut dyn Store) -> Result<Explained> {
 }
 
 pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got> {
-    let (found, _) = lookup(args, store)?;
-    let found = found.context("binding vanished during lookup")?;
-    let row = found.row;
-    let (content, bytes, attachment) = match row.attachment_path.as_deref() {
-        Some(rel) if !rel.is_empty() => {
-            let path: PathBuf = run.dir.join(rel);
-            let file = File::open(&path).map_err(|e| {
-                anyhow::Error::new(e).context(format!(
-                    "attachment of binding {} cannot be read: {}",
-                    shown(&row.name),
-                    path.display()
-                ))
-            })?;
-            let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
-            (Some(file), bytes, Some(path.display().to_string()))
-        }
-        _ => (None, row.value.as_ref().map_or(0, |v| v.len() as u64), None),
-    };
-    Ok(Got {
-        scope: if found.depth.is_some() {
-            "execution"
-        } else {
-            "root"
-        },
-        depth: found.depth,
-        bytes,
-        attachment,
-        content,
-        row,
-    })
+    // A rebind commits its new file and then removes the previous one: a row read just
+    // before may name a file already gone. The lookup is then made again, a few times.
+    let mut tries = 0;
+    loop {
+        let (found, _) = lookup(args, store)?;
+        let found = found.context("binding vanished during lookup")?;
+        let row = found.row;
+        let (content, bytes, attachment) = match row.attachment_path.as_deref() {
+            Some(rel) if !rel.is_empty() => match attach::open(&run.dir, rel) {
+                Ok((file, path)) => {
+                    let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
+                    (Some(file), bytes, Some(path.display().to_string()))
+                }
+                Err(OpenError::Missing(_)) if tries < 5 => {
+                    tries += 1;
+                    continue;
+                }
+                Err(OpenError::Missing(path)) => {
+                    return Err(anyhow::anyhow!(
+                        "attachment of binding {} cannot be read: No such file or directory: {}",
+                        shown(&row.name),
+                        path.display()
+                    ))
+                }
+                Err(OpenError::Refused(e) | OpenError::Other(e)) => return Err(e),
+            },
+            _ => (None, row.value.as_ref().map_or(0, |v| v.len() as u64), None),
+        };
+        return Ok(Got {
+            scope: if found.depth.is_some() {
+                "execution"
+            } else {
+                "root"
+            },
+            depth: found.depth,
+            bytes,
+            attachment,
+            content,
+            row,
+        });
+    }
 }

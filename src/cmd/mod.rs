@@ -30,9 +30,12 @@ use std::path::Path;
 pub type Opener<'a> = &'a (dyn Fn(&RunPaths) -> Result<Box<dyn Store>> + Sync);
 
 /// Where a value comes from: `--file PATH`, the VALUE argument, or stdin (`-`, or no VALUE
-/// with piped input). Nothing at all, on a terminal, is a usage error.
-pub fn value_source(value: Option<&str>, file: Option<&Path>) -> Result<Box<dyn Read>> {
-    Ok(match (file, value) {
+/// with piped input). Nothing at all, on a terminal, is a usage error. The flag says the value
+/// comes from stdin, where an input that ends before its first byte means no value was given
+/// (`/dev/null`, an empty pipe): an intentionally empty value is VALUE `""`.
+pub fn value_source(value: Option<&str>, file: Option<&Path>) -> Result<(Box<dyn Read>, bool)> {
+    let from_stdin = file.is_none() && matches!(value, None | Some("-"));
+    let reader: Box<dyn Read> = match (file, value) {
         (Some(path), _) if path.is_dir() => {
             return Err(usage(format!("--file is a directory: {}", path.display())))
         }
@@ -45,10 +48,11 @@ pub fn value_source(value: Option<&str>, file: Option<&Path>) -> Result<Box<dyn 
         (None, None) if !io::stdin().is_terminal() => Box::new(io::stdin().lock()),
         (None, None) => {
             return Err(usage(
-                "no value: give VALUE, --file PATH, or pipe the value on stdin",
+                "no value given: give VALUE, --file PATH, or pipe the value on stdin",
             ))
         }
-    })
+    };
+    Ok((reader, from_stdin))
 }
 
 /// Applies `f` to every run, a few runs at a time on worker threads (each with its own

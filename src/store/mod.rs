@@ -512,6 +512,9 @@ pub trait Store: AgentStore {
         remove: &mut dyn FnMut() -> Result<()>,
     ) -> Result<bool>;
 
+    /// Whether any binding references this attachment path (one statement, no lock).
+    fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool>;
+
     /// Whether an execution row with this id exists.
     fn execution_exists(&mut self, id: i64) -> Result<bool>;
 

@@ -731,6 +731,18 @@ impl Store for PgStore {
         Ok(!referenced)
     }
 
+    fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
+        let run = self.run()?.to_string();
+        Ok(self
+            .client
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM openprose.bindings WHERE run_id = $1 AND attachment_path = $2)",
+                &[&run, &attachment_path],
+            )
+            .map_err(self.err())?
+            .get(0))
+    }
+
     fn execution_exists(&mut self, id: i64) -> Result<bool> {
         let run = self.run()?.to_string();
         Ok(self

@@ -754,6 +754,16 @@ impl Store for SqliteStore {
         Ok(!referenced)
     }
 
+    fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
+        self.conn
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM bindings WHERE attachment_path = ?1)",
+                [attachment_path],
+                |r| r.get(0),
+            )
+            .map_err(self.err())
+    }
+
     fn execution_exists(&mut self, id: i64) -> Result<bool> {
         self.conn
             .query_row(

@@ -310,3 +310,16 @@ pub fn stdout_json(a: &assert_cmd::assert::Assert) -> serde_json::Value {
         )
     })
 }
+
+/// Whether `path` is the attachment file name prose-state gives one version of a binding's
+/// value: `attachments/{name}@{root|execution id}.{16 hex digits}.md`.
+pub fn is_attachment_of(path: &str, name: &str, execution_id: Option<i64>) -> bool {
+    let scope = execution_id.map_or_else(|| "root".to_string(), |id| id.to_string());
+    let Some(rest) = path.strip_prefix(&format!("attachments/{name}@{scope}.")) else {
+        return false;
+    };
+    let Some(unique) = rest.strip_suffix(".md") else {
+        return false;
+    };
+    unique.len() == 16 && unique.chars().all(|c| c.is_ascii_hexdigit())
+}
