@@ -285,6 +285,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
             let request = cmd::doctor::DoctorRequest {
                 stale_hours: a.stale,
                 fix: a.fix,
+                root: g.root.clone(),
             };
             let all = runs()?;
             let diagnosis = cmd::doctor::run(&request, &all, &with_progress(all.len(), &open));

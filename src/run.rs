@@ -156,3 +156,99 @@ pub fn project_agents_db(root: Option<&Path>) -> PathBuf {
 pub fn user_agents_db(home: &Path) -> PathBuf {
     home.join(".prose").join("agents.db")
 }
+
+/// Renames `from` to `to`, failing with `AlreadyExists` if `to` exists, whatever it is (a plain
+/// rename(2) silently replaces an empty directory or a file).
+pub fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = |p: &Path| {
+        CString::new(p.as_os_str().as_bytes())
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+    };
+    let (from_c, to_c) = (c(from)?, c(to)?);
+    // SAFETY: two valid NUL-terminated paths, relative to the current directory.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from_c.as_ptr(),
+            libc::AT_FDCWD,
+            to_c.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Syncs a directory, so that a rename or creation inside it survives power loss.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Temporary directories of `init` start with this prefix, beside the runs, in `runs/`.
+pub const INIT_PREFIX: &str = ".init-";
+
+/// What is left in `runs/` of an init that never finished: this version's temporary
+/// directories whose lock no live `init` holds, and run directories an older version left
+/// half-made (no state.db and no backend record, or a state.db that is empty or has no
+/// tables). Each with why.
+pub fn leftovers(root: Option<&Path>) -> Vec<(PathBuf, String)> {
+    let Ok(entries) = std::fs::read_dir(runs_dir(root)) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let path = e.path();
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        if name.starts_with(INIT_PREFIX) {
+            let owned = std::fs::File::open(&path).is_ok_and(|d| d.try_lock().is_err());
+            if !owned {
+                out.push((path, "an init that did not finish (killed)".to_string()));
+            }
+            continue;
+        }
+        if name.starts_with('.') {
+            continue;
+        }
+        let run = RunPaths::in_dir(path.clone());
+        if run.dir.join(BACKEND_FILE).is_file() {
+            continue;
+        }
+        let why = match std::fs::symlink_metadata(&run.db) {
+            Err(_) => Some("a run directory with no state.db (an init that did not finish)"),
+            Ok(m) if m.is_file() && m.len() == 0 => {
+                Some("an empty state.db (an init that did not finish)")
+            }
+            Ok(m) if m.is_file() && !has_tables(&run.db) => {
+                Some("a state.db with no tables (an init that did not finish)")
+            }
+            _ => None,
+        };
+        if let Some(why) = why {
+            out.push((path, why.to_string()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Whether a SQLite file has any schema object; read only, and a file that is not SQLite
+/// counts as having some (it is not ours to remove).
+fn has_tables(db: &Path) -> bool {
+    let flags =
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let Ok(c) = rusqlite::Connection::open_with_flags(db, flags) else {
+        return true;
+    };
+    c.query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| {
+        r.get::<_, i64>(0)
+    })
+    .map_or(true, |n| n > 0)
+}

@@ -12,6 +12,7 @@ mod gates;
 mod init;
 mod interop;
 mod lifecycle;
+mod nothing_lost;
 mod operate;
 mod query;
 mod schema;

@@ -323,23 +323,6 @@ fn doctor_finds_a_missing_attachment_and_a_stale_run() {
     );
 }
 
-fn aged(p: &Project, status: &str, days_ago: i64) -> Run {
-    let run = p.init();
-    if status != "running" {
-        run.cmd()
-            .args(["finish", "--status", status])
-            .assert()
-            .success();
-    }
-    let when = (chrono::Utc::now() - chrono::Duration::days(days_ago))
-        .format("%Y-%m-%d %H:%M:%S")
-        .to_string();
-    run.conn()
-        .execute("UPDATE run SET started_at = ?1, updated_at = ?1", [&when])
-        .unwrap();
-    run
-}
-
 #[test]
 fn prune_dry_run_refusals_and_archive() {
     let p = Project::new();

@@ -47,6 +47,8 @@ impl Render for Diagnosis {
 pub struct DoctorRequest {
     pub stale_hours: f64,
     pub fix: bool,
+    /// The project root whose `runs/` is checked for what unfinished inits left.
+    pub root: Option<std::path::PathBuf>,
 }
 
 fn hours_since(at: &str, now: &str) -> Option<f64> {
@@ -56,7 +58,27 @@ fn hours_since(at: &str, now: &str) -> Option<f64> {
 
 pub fn run(req: &DoctorRequest, runs: &[RunPaths], open: Opener) -> Result<Diagnosis> {
     let now = crate::model::now();
-    let (per_run, warnings) = over_runs(runs, open, |run, store| {
+    // What killed inits left: never a run, so checked apart from the runs and removed whole
+    // (remove_dir_all removes a symlink inside, never what it points at).
+    let leftovers = crate::run::leftovers(req.root.as_deref());
+    let mut problems = Vec::new();
+    for (dir, why) in &leftovers {
+        let fixed = req.fix && std::fs::remove_dir_all(dir).is_ok();
+        problems.push(Problem {
+            run_id: dir
+                .file_name()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
+            kind: "incomplete run",
+            detail: format!("{}: {why}", dir.display()),
+            fixed,
+        });
+    }
+    let runs: Vec<RunPaths> = runs
+        .iter()
+        .filter(|r| !leftovers.iter().any(|(d, _)| *d == r.dir))
+        .cloned()
+        .collect();
+    let (per_run, warnings) = over_runs(&runs, open, |run, store| {
         let id = store
             .run_info()
             .map(|r| r.id)
@@ -201,7 +223,7 @@ pub fn run(req: &DoctorRequest, runs: &[RunPaths], open: Opener) -> Result<Diagn
         }
         Ok(found)
     })?;
-    let mut problems: Vec<Problem> = per_run.into_iter().flatten().collect();
+    problems.extend(per_run.into_iter().flatten());
     for w in warnings {
         problems.push(Problem {
             run_id: "-".into(),

@@ -2,7 +2,10 @@ use crate::cli::{BackendArg, InitArgs};
 use crate::error::{not_found, refused, shown, usage};
 use crate::model::{check_run_id, new_run_id, now};
 use crate::output::Render;
-use crate::run::{runs_dir, RunPaths, ATTACHMENTS_DIR, BACKEND_FILE, PROGRAM_FILE};
+use crate::run::{
+    rename_noreplace, runs_dir, sync_dir, RunPaths, ATTACHMENTS_DIR, BACKEND_FILE, INIT_PREFIX,
+    PROGRAM_FILE,
+};
 use crate::store::{self, Backend, NewRun, OpenOptions};
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -53,66 +56,64 @@ pub fn run(args: &InitArgs, root: Option<&Path>, opts: OpenOptions) -> Result<In
     let runs = runs_dir(root);
     fs::create_dir_all(&runs)
         .with_context(|| format!("could not create runs directory: {}", runs.display()))?;
-    // Creating the run directory is what reserves the id: it fails if the id is taken.
+    // The run is built whole in a temporary directory beside the runs, locked while this
+    // process lives, and renamed into place complete: a killed init leaves nothing under a
+    // run id, only a temporary directory that `doctor --fix` removes.
     let mut attempts = 0;
-    let paths = loop {
+    let (paths, location) = loop {
         let id = args.run_id.clone().unwrap_or_else(new_run_id);
-        let paths = RunPaths::in_dir(runs.join(&id));
-        match fs::create_dir(&paths.dir) {
-            Ok(()) => break paths,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+        let target = RunPaths::in_dir(runs.join(&id));
+        let taken = || refused(format!("run already exists: {}", shown(&id)));
+        if target.dir.symlink_metadata().is_ok() {
+            attempts += 1;
+            if args.run_id.is_some() || attempts >= 5 {
+                return Err(taken());
+            }
+            continue;
+        }
+        let suffix: u64 = rand::random();
+        let tmp = runs.join(format!("{INIT_PREFIX}{id}-{suffix:016x}"));
+        fs::create_dir(&tmp)
+            .with_context(|| format!("could not create run directory: {}", tmp.display()))?;
+        let built = build(args, &tmp, &id, program.as_ref(), opts);
+        let result = built.and_then(|(lock, location)| {
+            sync_dir(&tmp)?;
+            match rename_noreplace(&tmp, &target.dir) {
+                Ok(()) => {
+                    drop(lock);
+                    sync_dir(&runs)?;
+                    Ok(Some(location))
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
+                Err(e) => Err(anyhow::Error::new(e).context(format!(
+                    "could not move the new run into place: {}",
+                    target.dir.display()
+                ))),
+            }
+        });
+        match result {
+            Ok(Some(location)) => break (target, location),
+            Ok(None) => {
+                // Made meanwhile by another init with the same id.
+                let _ = fs::remove_dir_all(&tmp);
+                if matches!(args.backend, BackendArg::Postgres) {
+                    let _ = discard_server_run(&tmp, &id, opts);
+                }
                 attempts += 1;
                 if args.run_id.is_some() || attempts >= 5 {
-                    return Err(refused(format!("run already exists: {}", shown(&id))));
+                    return Err(taken());
                 }
             }
             Err(e) => {
-                return Err(anyhow::Error::new(e).context(format!(
-                    "could not create run directory: {}",
-                    paths.dir.display()
-                )))
+                let _ = fs::remove_dir_all(&tmp);
+                return Err(e);
             }
         }
     };
-
-    let made = (|| -> Result<String> {
-        let attachments = paths.dir.join(ATTACHMENTS_DIR);
-        fs::create_dir(&attachments)
-            .with_context(|| format!("could not create {}", attachments.display()))?;
-        if let Some((_, source)) = &program {
-            let copy = paths.dir.join(PROGRAM_FILE);
-            fs::write(&copy, source)
-                .with_context(|| format!("could not write {}", copy.display()))?;
-        }
-        let backend = match args.backend {
-            BackendArg::Sqlite => Backend::Sqlite,
-            BackendArg::Postgres => {
-                let marker = paths.dir.join(BACKEND_FILE);
-                fs::write(&marker, "{\"backend\": \"postgres\"}\n")
-                    .with_context(|| format!("could not write {}", marker.display()))?;
-                Backend::Postgres
-            }
-        };
-        let created = store::create(
-            &paths,
-            backend,
-            &NewRun {
-                id: &paths.id,
-                program_path: program.as_ref().map(|(p, _)| p.as_str()),
-                program_source: program.as_ref().map(|(_, s)| s.as_str()),
-                created_at: &now(),
-            },
-            opts,
-        )?;
-        Ok(created.location())
-    })();
-    let location = match made {
-        Ok(l) => l,
-        Err(e) => {
-            // Nothing half-made is left behind under the run's id.
-            let _ = fs::remove_dir_all(&paths.dir);
-            return Err(e);
-        }
+    let location = if matches!(args.backend, BackendArg::Sqlite) {
+        paths.db.display().to_string()
+    } else {
+        location
     };
     Ok(Initialized {
         run_id: paths.id.clone(),
@@ -120,4 +121,64 @@ pub fn run(args: &InitArgs, root: Option<&Path>, opts: OpenOptions) -> Result<In
         db: location,
         program: program.map(|(p, _)| p),
     })
+}
+
+/// Builds a complete run in `dir` (its temporary directory): attachments/, the program copy,
+/// the backend record and the store with its run row. Returns the directory's lock, held
+/// until the run is in place, and where the state is.
+fn build(
+    args: &InitArgs,
+    dir: &Path,
+    id: &str,
+    program: Option<&(String, String)>,
+    opts: OpenOptions,
+) -> Result<(fs::File, String)> {
+    let lock = fs::File::open(dir)
+        .with_context(|| format!("could not open run directory: {}", dir.display()))?;
+    lock.lock()
+        .with_context(|| format!("could not lock run directory: {}", dir.display()))?;
+    let attachments = dir.join(ATTACHMENTS_DIR);
+    fs::create_dir(&attachments)
+        .with_context(|| format!("could not create {}", attachments.display()))?;
+    if let Some((_, source)) = program {
+        let copy = dir.join(PROGRAM_FILE);
+        fs::write(&copy, source).with_context(|| format!("could not write {}", copy.display()))?;
+        fs::File::open(&copy).and_then(|f| f.sync_all())?;
+    }
+    let backend = match args.backend {
+        BackendArg::Sqlite => Backend::Sqlite,
+        BackendArg::Postgres => {
+            let marker = dir.join(BACKEND_FILE);
+            fs::write(&marker, "{\"backend\": \"postgres\"}\n")
+                .with_context(|| format!("could not write {}", marker.display()))?;
+            fs::File::open(&marker).and_then(|f| f.sync_all())?;
+            Backend::Postgres
+        }
+    };
+    let mut paths = RunPaths::in_dir(dir.to_path_buf());
+    paths.id = id.to_string();
+    let created = store::create(
+        &paths,
+        backend,
+        &NewRun {
+            id,
+            program_path: program.map(|(p, _)| p.as_str()),
+            program_source: program.map(|(_, s)| s.as_str()),
+            created_at: &now(),
+        },
+        opts,
+    )?;
+    let location = created.location();
+    // Closed before the move: SQLite folds its write-ahead log back into the file.
+    drop(created);
+    Ok((lock, location))
+}
+
+/// Removes a server run this init created but could not put in place.
+fn discard_server_run(tmp: &Path, id: &str, opts: OpenOptions) -> Result<()> {
+    let prose_dir = tmp
+        .parent()
+        .and_then(Path::parent)
+        .map_or_else(|| Path::new(".prose").to_path_buf(), Path::to_path_buf);
+    store::open_server_run(&prose_dir, id, opts)?.delete_run()
 }

@@ -1,7 +1,7 @@
 //! `prune`: remove (or archive) whole run directories of old finished runs.
 
 use super::{over_runs, Opener};
-use crate::error::usage;
+use crate::error::{refused, usage};
 use crate::output::{table, Render};
 use crate::run::RunPaths;
 use crate::store::RunSummary;
@@ -110,9 +110,26 @@ pub fn run(req: &PruneRequest, runs: &[RunPaths], open: Opener) -> Result<Pruned
     let (summaries, warnings) = over_runs(&local, open, |run, store| {
         Ok((run.clone(), store.run_summary(&now)?))
     })?;
-    if let Some(w) = warnings.first() {
-        // A run that cannot be read is never pruned blind.
-        return Err(anyhow::anyhow!("{w}; nothing was pruned"));
+    // A run that cannot be read is never pruned blind: it is kept, with the reason, and the
+    // others are pruned as usual.
+    let mut out = Vec::new();
+    for run in &local {
+        if summaries.iter().any(|(r, _)| r.dir == run.dir) {
+            continue;
+        }
+        let why = warnings
+            .iter()
+            .find(|w| w.starts_with(&format!("skipped run {}:", run.id)))
+            .map_or("unreadable", String::as_str);
+        out.push(PruneEntry {
+            run_id: run.id.clone(),
+            status: None,
+            started_at: None,
+            bytes: dir_size(&run.dir),
+            action: "keep",
+            reason: Some(format!("unreadable, never pruned blind ({why})")),
+            done: false,
+        });
     }
     let mut summaries: Vec<(RunPaths, RunSummary)> = summaries;
     summaries.sort_by(|a, b| (&b.1.run.started_at, &b.0.id).cmp(&(&a.1.run.started_at, &a.0.id)));
@@ -121,8 +138,8 @@ pub fn run(req: &PruneRequest, runs: &[RunPaths], open: Opener) -> Result<Pruned
     } else {
         "remove"
     };
-    let mut out = Vec::new();
     let mut freed = 0;
+    let mut plan = Vec::new();
     for (i, (paths, s)) in summaries.into_iter().enumerate() {
         let status = s.run.status.clone();
         let age = days_since(
@@ -143,6 +160,26 @@ pub fn run(req: &PruneRequest, runs: &[RunPaths], open: Opener) -> Result<Pruned
         } else {
             None
         };
+        plan.push((paths, s, status, reason));
+    }
+    // Every destination is checked before anything moves: one conflict refuses the prune.
+    if let (Some(dir), true) = (&req.archive, req.yes) {
+        let conflicts: Vec<String> = plan
+            .iter()
+            .filter(|(_, _, _, reason)| reason.is_none())
+            .map(|(paths, ..)| dir.join(&paths.id))
+            .filter(|dest| dest.symlink_metadata().is_ok())
+            .map(|dest| dest.display().to_string())
+            .collect();
+        if !conflicts.is_empty() {
+            return Err(refused(format!(
+                "the archive already holds {} of these runs; nothing was pruned: {}",
+                conflicts.len(),
+                conflicts.join(", ")
+            )));
+        }
+    }
+    for (paths, s, status, reason) in plan {
         let bytes = dir_size(&paths.dir);
         let mut done = false;
         if reason.is_none() {
@@ -157,7 +194,7 @@ pub fn run(req: &PruneRequest, runs: &[RunPaths], open: Opener) -> Result<Pruned
                         std::fs::create_dir_all(dir)
                             .with_context(|| format!("could not create {}", dir.display()))?;
                         let dest = dir.join(&paths.id);
-                        std::fs::rename(&paths.dir, &dest).with_context(|| {
+                        crate::run::rename_noreplace(&paths.dir, &dest).with_context(|| {
                             format!(
                                 "could not move {} to {}",
                                 paths.dir.display(),

@@ -323,3 +323,21 @@ pub fn is_attachment_of(path: &str, name: &str, execution_id: Option<i64>) -> bo
     };
     unique.len() == 16 && unique.chars().all(|c| c.is_ascii_hexdigit())
 }
+
+/// A run finished with `status` (unless running), made to look `days_ago` days old.
+pub fn aged(p: &Project, status: &str, days_ago: i64) -> Run {
+    let run = p.init();
+    if status != "running" {
+        run.cmd()
+            .args(["finish", "--status", status])
+            .assert()
+            .success();
+    }
+    let when = (chrono::Utc::now() - chrono::Duration::days(days_ago))
+        .format("%Y-%m-%d %H:%M:%S")
+        .to_string();
+    run.conn()
+        .execute("UPDATE run SET started_at = ?1, updated_at = ?1", [&when])
+        .unwrap();
+    run
+}
