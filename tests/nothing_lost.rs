@@ -557,3 +557,97 @@ fn prune_archive_conflicts_refuse_before_anything_moves() {
         assert!(archive.join(&r.id).join("state.db").is_file());
     }
 }
+
+on_both!(exit_codes_as_documented);
+
+/// The exit codes the battery found wrong, each with the state checked unchanged.
+fn exit_codes_as_documented(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.bind("keep", "me", None);
+    run.cmd()
+        .args(["agent", "remember", "bot", "memory"])
+        .assert()
+        .success();
+    let rows = || {
+        (
+            count_rows(&p, &run, "bindings", "true"),
+            count_rows(&p, &run, "agents", "memory = 'memory'"),
+        )
+    };
+    let before = rows();
+    // No value: stdin at EOF before any byte (/dev/null, an empty pipe), implicit or `-`.
+    for args in [
+        vec!["bind", "x"],
+        vec!["bind", "x", "-"],
+        vec!["agent", "remember", "bot"],
+        vec!["bind", "keep"],
+    ] {
+        let out = run
+            .std_cmd()
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("no value given"), "{err}");
+        let a = run.cmd().args(&args).write_stdin("").assert().failure();
+        assert_eq!(code(&a), 2, "{args:?}");
+    }
+    assert_eq!(rows(), before);
+    assert_eq!(run.get("keep", None), b"me");
+    // An intentionally empty value is VALUE "".
+    run.cmd().args(["bind", "empty", ""]).assert().success();
+    assert_eq!(run.get("empty", None), b"");
+    // An open pipe that is idle for a while simply waits for its producer.
+    let mut child = run
+        .std_cmd()
+        .args(["bind", "slow"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "bind gave up on an idle pipe"
+    );
+    stdin.write_all(b"finally").unwrap();
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    assert_eq!(run.get("slow", None), b"finally");
+    // An invalid name is 2 in reads too.
+    for args in [
+        vec!["get", "../x"],
+        vec!["get", "a/b"],
+        vec!["agent", "memory", "../x"],
+    ] {
+        let a = run.cmd().args(&args).assert().failure();
+        assert_eq!(code(&a), 2, "{args:?}: {}", stderr(&a));
+    }
+    // More than one statement is 2, whatever the statements.
+    let before = rows();
+    for sql in [
+        "SELECT 1; SELECT 2",
+        "SELECT 1; DELETE FROM bindings",
+        "DELETE FROM bindings; SELECT 1",
+    ] {
+        let a = run.cmd().args(["query", sql]).assert().failure();
+        assert_eq!(code(&a), 2, "{sql}: {}", stderr(&a));
+    }
+    assert_eq!(rows(), before);
+    if b == Backend::Sqlite {
+        for sql in [
+            "SELECT load_extension('/tmp/nothing')",
+            "SELECT LOAD_EXTENSION('x', 'y')",
+            "DELETE FROM bindings",
+            "ATTACH 'x.db' AS x",
+        ] {
+            let a = run.cmd().args(["query", sql]).assert().failure();
+            assert_eq!(code(&a), 4, "{sql}: {}", stderr(&a));
+        }
+        assert_eq!(rows(), before);
+    }
+}

@@ -894,31 +894,18 @@ impl Store for SqliteStore {
         if sql.trim().is_empty() {
             return Err(usage("empty query"));
         }
-        // Three guards: an authorizer that lets a statement read and nothing else (it also
-        // stops ATTACH, which SQLite counts as read-only but which creates files); the
-        // statement must be read-only; and the connection cannot write even if one slipped
-        // past (query_only makes SQLite refuse any change).
-        self.conn
-            .execute_batch("PRAGMA query_only = ON")
-            .map_err(self.err())?;
-        self.conn
-            .authorizer(Some(|ctx: AuthContext<'_>| match ctx.action {
-                AuthAction::Select
-                | AuthAction::Read { .. }
-                | AuthAction::Function { .. }
-                | AuthAction::Recursive
-                | AuthAction::Pragma { .. } => Authorization::Allow,
-                _ => Authorization::Deny,
-            }))
-            .map_err(self.err())?;
-        let mut stmt = self.conn.prepare(sql).map_err(|e| match e {
-            e if e.sqlite_error_code() == Some(ErrorCode::AuthorizationForStatementDenied) => {
-                refused(format!(
-                    "query is read-only and this statement would write or attach: {}",
-                    shown(sql)
-                ))
-            }
+        // The shape first, with no authorizer: more than one statement, or SQL that does
+        // not parse, is a usage error (exit 2) whatever the statements would do. Preparing
+        // runs nothing.
+        let invalid = |e: rusqlite::Error| match e {
             rusqlite::Error::MultipleStatement => usage("query takes exactly one SQL statement"),
+            // SQLite itself refuses some functions (load_extension) when preparing.
+            rusqlite::Error::SqliteFailure(_, Some(msg))
+            | rusqlite::Error::SqlInputError { msg, .. }
+                if msg.starts_with("not authorized") =>
+            {
+                refused(format!("query may not use this ({msg}): {}", shown(sql)))
+            }
             rusqlite::Error::SqlInputError { msg, .. } => {
                 usage(format!("invalid SQL ({msg}): {}", shown(sql)))
             }
@@ -926,6 +913,37 @@ impl Store for SqliteStore {
                 usage(format!("invalid SQL ({msg}): {}", shown(sql)))
             }
             other => db_error(other, &self.path, self.busy_ms),
+        };
+        drop(self.conn.prepare(sql).map_err(invalid)?);
+        // Then three guards: an authorizer that lets a statement read and nothing else (it
+        // also stops ATTACH, which SQLite counts as read-only but which creates files, and
+        // load_extension); the statement must be read-only; and the connection cannot write
+        // even if one slipped past (query_only makes SQLite refuse any change).
+        self.conn
+            .execute_batch("PRAGMA query_only = ON")
+            .map_err(self.err())?;
+        self.conn
+            .authorizer(Some(|ctx: AuthContext<'_>| match ctx.action {
+                AuthAction::Select
+                | AuthAction::Read { .. }
+                | AuthAction::Recursive
+                | AuthAction::Pragma { .. } => Authorization::Allow,
+                AuthAction::Function { function_name }
+                    if !function_name.eq_ignore_ascii_case("load_extension") =>
+                {
+                    Authorization::Allow
+                }
+                _ => Authorization::Deny,
+            }))
+            .map_err(self.err())?;
+        let mut stmt = self.conn.prepare(sql).map_err(|e| match e {
+            e if e.sqlite_error_code() == Some(ErrorCode::AuthorizationForStatementDenied) => {
+                refused(format!(
+                    "query is read-only and this statement would write, attach or load an extension: {}",
+                    shown(sql)
+                ))
+            }
+            other => invalid(other),
         })?;
         if !stmt.readonly() {
             return Err(refused(format!(
