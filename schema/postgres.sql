@@ -14,6 +14,9 @@ CREATE SCHEMA IF NOT EXISTS openprose;
 CREATE TABLE IF NOT EXISTS openprose.schema_version (
     version INTEGER NOT NULL
 );
+-- What a binary must understand to read this schema and to write it safely (schema 2).
+ALTER TABLE openprose.schema_version ADD COLUMN IF NOT EXISTS min_reader INTEGER;
+ALTER TABLE openprose.schema_version ADD COLUMN IF NOT EXISTS min_writer INTEGER;
 
 CREATE TABLE IF NOT EXISTS openprose.run (
     id TEXT PRIMARY KEY,
@@ -42,6 +45,10 @@ CREATE TABLE IF NOT EXISTS openprose.execution (
     parent_id BIGINT REFERENCES openprose.execution(id) ON DELETE CASCADE,
     metadata JSONB DEFAULT '{}'::jsonb
 );
+-- exec-append --key: a retry with the same key is not appended twice (schema 2).
+ALTER TABLE openprose.execution ADD COLUMN IF NOT EXISTS idempotency_key TEXT;
+CREATE UNIQUE INDEX IF NOT EXISTS idx_execution_key ON openprose.execution (run_id, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
 
 CREATE TABLE IF NOT EXISTS openprose.bindings (
     name TEXT NOT NULL,

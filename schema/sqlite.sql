@@ -8,11 +8,24 @@
 --   * an index on execution(parent_id) for walking scopes downward and listing children.
 --   * (schema 2) the gate audit log is hash-chained and append-only by trigger.
 --   * (schema 3) run.error_message, set by `finish --error`.
+--   * (schema 4) execution.idempotency_key, so a retried `exec-append --key` is safe; and
+--     prose_schema, which records what a binary must understand to read or write this file.
 --
 -- Every statement is idempotent (IF NOT EXISTS): the same text creates a new database and
--- completes an older one during the forward upgrade (see src/store/sqlite.rs). Columns are
--- never dropped or retyped; user tables (x_*) and user-added columns are never touched.
--- The version stamped in PRAGMA user_version is SCHEMA_VERSION in src/store/sqlite.rs.
+-- completes an older one during the forward upgrade (src/store/sqlite_schema.rs), which runs
+-- on the first write, never on a read. Columns are never dropped or retyped; user tables
+-- (x_*) and user-added columns are kept. The version stamped in PRAGMA user_version is
+-- SCHEMA_VERSION in src/store/sqlite.rs.
+
+-- One row per schema version applied: what a binary must understand to read this file
+-- (min_reader) and to write it safely (min_writer). A binary older than the file reads it if
+-- it is at least min_reader, and writes it if it is at least min_writer (schema 4).
+CREATE TABLE IF NOT EXISTS prose_schema (
+    version INTEGER PRIMARY KEY,
+    min_reader INTEGER NOT NULL,
+    min_writer INTEGER NOT NULL,
+    applied_at TEXT DEFAULT (datetime('now'))
+);
 
 CREATE TABLE IF NOT EXISTS run (
     id TEXT PRIMARY KEY,
@@ -34,9 +47,12 @@ CREATE TABLE IF NOT EXISTS execution (
     completed_at TEXT,
     error_message TEXT,
     parent_id INTEGER REFERENCES execution(id),
-    metadata TEXT  -- JSON object
+    metadata TEXT,  -- JSON object
+    idempotency_key TEXT  -- exec-append --key: a retry with the same key is not appended twice (schema 4)
 );
 CREATE INDEX IF NOT EXISTS idx_execution_parent ON execution(parent_id);
+CREATE UNIQUE INDEX IF NOT EXISTS idx_execution_key ON execution(idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
 
 CREATE TABLE IF NOT EXISTS bindings (
     name TEXT,

@@ -255,6 +255,11 @@ pub struct ExecAppendArgs {
     /// Error message (for failed records)
     #[arg(long, value_name = "MSG")]
     pub error: Option<String>,
+
+    /// Idempotency key: a retry with the same key and record appends nothing and prints the
+    /// first one's id (safe after a lost connection); the same key on another record is refused
+    #[arg(long, value_name = "KEY")]
+    pub key: Option<String>,
 }
 
 #[derive(Debug, Args)]

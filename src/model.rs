@@ -91,6 +91,17 @@ pub fn check_name(name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks an idempotency key (`exec-append --key`): 1 to 200 bytes, no control characters.
+pub fn check_key(key: &str) -> Result<()> {
+    if key.is_empty() || key.len() > 200 || key.chars().any(char::is_control) {
+        return Err(usage(format!(
+            "invalid --key (1 to 200 bytes, no control characters): {}",
+            shown(key)
+        )));
+    }
+    Ok(())
+}
+
 /// Checks a run id given to `init --run-id`: it becomes a directory name under
 /// `.prose/runs/`, so letters, digits, `_`, `.` and `-` only, starting with a letter or digit.
 pub fn check_run_id(id: &str) -> Result<()> {

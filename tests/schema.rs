@@ -2,11 +2,17 @@ use crate::common::*;
 use std::path::Path;
 
 fn copy_fixture(p: &Project, id: &str) -> Run {
+    copy_named_fixture(p, id, "v0-raw-sqlite3.db")
+}
+
+fn copy_named_fixture(p: &Project, id: &str, fixture: &str) -> Run {
     let dir = p.root().join(".prose/runs").join(id);
     std::fs::create_dir_all(dir.join("attachments")).unwrap();
     let db = dir.join("state.db");
     std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v0-raw-sqlite3.db"),
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(fixture),
         &db,
     )
     .unwrap();
@@ -31,7 +37,9 @@ fn columns(c: &rusqlite::Connection, table: &str) -> Vec<String> {
 fn an_older_database_is_upgraded_forward_keeping_user_data() {
     let p = Project::new();
     let run = copy_fixture(&p, "20260116-143052-a7b3c9");
-    // reads work on it, through the scope chain written by raw SQL
+    let original = std::fs::read(&run.db).unwrap();
+    // reads work on it, through the scope chain written by raw SQL, and change nothing:
+    // not a byte, not the journal mode
     assert_eq!(
         run.get("result", Some(2)),
         b"Processed chunk into 3 sub-parts..."
@@ -40,12 +48,29 @@ fn an_older_database_is_upgraded_forward_keeping_user_data() {
         run.get("research", Some(2)),
         b"AI safety research covers alignment, robustness..."
     );
+    for args in [
+        // (not `gates`: a listing that finds a gate past its deadline records the timeout,
+        // which is a write)
+        vec!["--json", "query", "SELECT * FROM bindings"],
+        vec!["--json", "runs"],
+        vec!["log"],
+        vec!["stats"],
+    ] {
+        run.cmd().args(&args).assert().success();
+    }
+    assert!(
+        std::fs::read(&run.db).unwrap() == original,
+        "a read changed the file"
+    );
+    assert!(!run.dir.join("state.db-wal").exists());
+    // the first write upgrades it
+    run.bind("first_write", "upgrades", None);
 
     let c = run.conn();
     let version: i64 = c
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert!(version >= 1);
+    assert_eq!(version, 4);
     let mode: String = c
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
@@ -123,23 +148,22 @@ fn an_upgrade_that_cannot_apply_changes_nothing() {
         .unwrap();
     }
     let bytes = std::fs::read(&run.db).unwrap();
-    let a = run.cmd().args(["get", "research"]).assert().failure();
+    // reads work, through the shims, and change nothing
+    run.cmd()
+        .args(["get", "result", "--execution-id", "2"])
+        .assert()
+        .success();
+    // a write tries the upgrade, which cannot apply
+    let a = run.cmd().args(["bind", "x", "1"]).assert().failure();
     assert_eq!(code(&a), 1);
     assert!(stderr(&a).contains("could not upgrade"), "{}", stderr(&a));
     assert_eq!(stderr(&a).lines().count(), 1);
-    let c = rusqlite::Connection::open(&run.db).unwrap();
-    let version: i64 = c
-        .query_row("PRAGMA user_version", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(version, 0);
-    assert_eq!(columns(&c, "agents"), Vec::<String>::new());
-    drop(c);
-    // only the journal mode (a header flag) may differ; no table or row does
-    assert_eq!(snapshot_db(&run.db), {
-        let copy = p.root().join("orig.db");
-        std::fs::write(&copy, &bytes).unwrap();
-        snapshot_db(&copy)
-    });
+    // byte for byte, journal mode included
+    assert!(
+        std::fs::read(&run.db).unwrap() == bytes,
+        "the failed upgrade changed the file"
+    );
+    assert!(!run.dir.join("state.db-wal").exists());
 }
 
 #[test]
@@ -168,7 +192,12 @@ fn a_newer_database_is_refused_byte_for_byte_unchanged() {
         let a = run.cmd().args(&args).assert().failure();
         assert_eq!(code(&a), 4, "{args:?}");
         let err = stderr(&a);
-        assert!(err.contains("schema version 9999, newer than"), "{err}");
+        assert!(
+            err.contains(
+                "schema version 9999, which needs prose-state schema 9999 or later to read"
+            ),
+            "{err}"
+        );
         assert_eq!(std::fs::read(&run.db).unwrap(), bytes, "{args:?}");
     }
     assert!(!run.dir.join("state.db-wal").exists());
@@ -235,4 +264,215 @@ fn files_that_are_not_state_databases_are_refused_unchanged() {
     assert_eq!(code(&a), 2);
     assert!(stderr(&a).contains("no run given"));
     assert!(!p.root().join(".prose").exists());
+}
+
+/// (table, column, declared type, default) of every column of every table, for comparing
+/// an upgraded file with a fresh one.
+fn column_defs(db: &Path) -> Vec<(String, String, String, Option<String>)> {
+    let c = rusqlite::Connection::open(db).unwrap();
+    let tables: Vec<String> = c
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    let mut out = Vec::new();
+    for t in tables {
+        let mut s = c
+            .prepare("SELECT name, type, dflt_value FROM pragma_table_info(?1)")
+            .unwrap();
+        let cols: Vec<(String, String, Option<String>)> = s
+            .query_map([&t], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        for (name, ty, default) in cols {
+            out.push((t.clone(), name, ty, default));
+        }
+    }
+    out
+}
+
+/// Every raw-sqlite3 shape kept as a fixture: read without a change, upgraded by the first
+/// write, every embedded column present afterwards with the embedded schema's own type and
+/// default (function defaults such as datetime('now') included), user data, user columns,
+/// user views and user indexes kept.
+#[test]
+fn every_raw_shape_upgrades_with_every_default_of_the_embedded_schema() {
+    let p = Project::new();
+    let fresh = p.init();
+    let want = column_defs(&fresh.db);
+    for (fixture, id, name, value) in [
+        (
+            "v0-raw-sqlite3.db",
+            "20260116-143052-a7b3c9",
+            "research",
+            "AI safety research covers alignment, robustness...",
+        ),
+        (
+            "v0-missing-timestamps.db",
+            "20260302-111111-ts0001",
+            "x",
+            "kept",
+        ),
+        (
+            "v0-minimal-columns.db",
+            "20260301-101010-min001",
+            "research",
+            "root value",
+        ),
+        ("v1-prose-state-0.1.db", "20260116-000000-v1v1v1", "", ""),
+    ] {
+        let run = copy_named_fixture(&p, id, fixture);
+        let original = std::fs::read(&run.db).unwrap();
+        if !name.is_empty() {
+            assert_eq!(run.get(name, None), value.as_bytes(), "{fixture}");
+        }
+        run.cmd().args(["--json", "runs"]).assert().success();
+        run.cmd()
+            .args(["--json", "query", "SELECT * FROM gates"])
+            .assert()
+            .success();
+        run.cmd().args(["log"]).assert().success();
+        assert!(
+            std::fs::read(&run.db).unwrap() == original,
+            "{fixture}: a read changed the file"
+        );
+        // The first write upgrades it.
+        run.bind("after_upgrade", "written", None);
+        let got = column_defs(&run.db);
+        for w in &want {
+            let found = got.iter().find(|g| g.0 == w.0 && g.1 == w.1);
+            assert_eq!(found, Some(w), "{fixture}: column {}.{}", w.0, w.1);
+        }
+        let c = run.conn();
+        let v: i64 = c
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, 4, "{fixture}");
+        let mode: String = c
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, "wal", "{fixture}");
+        let ok: String = c
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(ok, "ok", "{fixture}");
+        let fk: i64 = c
+            .query_row("SELECT COUNT(*) FROM pragma_foreign_key_check", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(fk, 0, "{fixture}");
+        // A raw insert relying on the defaults gets its timestamps, as the spec expects.
+        c.execute(
+            "INSERT INTO bindings (name, value) VALUES ('raw_after', 'v')",
+            [],
+        )
+        .unwrap();
+        let stamped: Option<String> = c
+            .query_row(
+                "SELECT created_at FROM bindings WHERE name = 'raw_after'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(stamped.is_some_and(|t| t.len() == 19), "{fixture}");
+        drop(c);
+        if !name.is_empty() {
+            assert_eq!(run.get(name, None), value.as_bytes(), "{fixture} after");
+        }
+        assert_eq!(run.get("after_upgrade", None), b"written");
+    }
+    // The minimal shape's user column, view and index, and its scope chain, survive.
+    let run = Run {
+        id: "20260301-101010-min001".into(),
+        dir: p.root().join(".prose/runs/20260301-101010-min001"),
+        db: p.root().join(".prose/runs/20260301-101010-min001/state.db"),
+        root: p.root().to_path_buf(),
+    };
+    assert_eq!(run.get("research", Some(3)), b"inner value");
+    let c = run.conn();
+    let tokens: i64 = c
+        .query_row(
+            "SELECT x_tokens FROM bindings WHERE name = 'research' AND execution_id = 3",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(tokens, 7);
+    let viewed: i64 = c
+        .query_row("SELECT COUNT(*) FROM x_summary", [], |r| r.get(0))
+        .unwrap();
+    assert!(viewed >= 3);
+    let idx: i64 = c
+        .query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE name = 'x_bindings_kind'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(idx, 1);
+    let segments: i64 = c
+        .query_row("SELECT COUNT(*) FROM agent_segments", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(segments, 1);
+    // and it keeps working: a gate decided on the upgraded file
+    p.cmd()
+        .args(["approve", &run.id, "deploy", "--yes", "--as", "alice"])
+        .assert()
+        .success();
+}
+
+/// A file stamped by a newer prose-state: read and written when it allows, read-only when
+/// its changes need a newer writer, refused when they need a newer reader. A refused write
+/// leaves it byte for byte.
+#[test]
+fn a_newer_database_is_used_as_far_as_its_stamp_allows() {
+    let p = Project::new();
+    for (version, min_reader, min_writer, reads, writes) in [
+        (5, 1, 2, true, true),
+        (6, 1, 6, true, false),
+        (7, 7, 7, false, false),
+    ] {
+        let run = p.init();
+        run.bind("keep", "me", None);
+        {
+            // What a newer build would have done: an additive column and its stamp.
+            let c = run.conn();
+            c.execute_batch(&format!(
+                "ALTER TABLE bindings ADD COLUMN future_{version} TEXT;
+                 INSERT INTO prose_schema (version, min_reader, min_writer) VALUES ({version}, {min_reader}, {min_writer});
+                 PRAGMA user_version = {version};
+                 PRAGMA wal_checkpoint(TRUNCATE);"
+            ))
+            .unwrap();
+        }
+        let bytes = std::fs::read(&run.db).unwrap();
+        let a = run.cmd().args(["get", "keep"]).assert();
+        assert_eq!(code(&a) == 0, reads, "v{version} read: {}", stderr(&a));
+        if !reads {
+            assert_eq!(code(&a), 4);
+            assert!(stderr(&a).contains("to read"), "{}", stderr(&a));
+        }
+        let a = run.cmd().args(["bind", "new", "value"]).assert();
+        assert_eq!(code(&a) == 0, writes, "v{version} write: {}", stderr(&a));
+        let c = run.conn();
+        let v: i64 = c
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(v, version, "never downgraded");
+        drop(c);
+        if writes {
+            assert_eq!(run.get("new", None), b"value");
+        } else {
+            assert_eq!(code(&a), 4);
+            assert!(stderr(&a).contains("upgrade prose-state"), "{}", stderr(&a));
+            assert!(
+                std::fs::read(&run.db).unwrap() == bytes,
+                "v{version}: a refused write changed the file"
+            );
+        }
+    }
 }

@@ -1,5 +1,5 @@
 use crate::cli::ExecAppendArgs;
-use crate::model::{check_metadata, now};
+use crate::model::{check_key, check_metadata, now};
 use crate::output::Render;
 use crate::store::{NewExecution, Store};
 use anyhow::Result;
@@ -26,6 +26,9 @@ pub fn run(args: &ExecAppendArgs, store: &mut dyn Store) -> Result<Appended> {
     if let Some(metadata) = &args.metadata {
         check_metadata(metadata)?;
     }
+    if let Some(key) = &args.key {
+        check_key(key)?;
+    }
     let at = now();
     let (started_at, completed_at) = if args.status.is_ending() {
         (None, Some(at.as_str()))
@@ -41,6 +44,7 @@ pub fn run(args: &ExecAppendArgs, store: &mut dyn Store) -> Result<Appended> {
         error_message: args.error.as_deref(),
         parent_id: args.parent,
         metadata: args.metadata.as_deref(),
+        idempotency_key: args.key.as_deref(),
     })?;
     Ok(Appended {
         id,

@@ -3,6 +3,7 @@
 
 pub mod postgres;
 pub mod sqlite;
+pub mod sqlite_schema;
 
 use anyhow::Result;
 use serde::ser::{SerializeMap, Serializer};
@@ -59,6 +60,36 @@ pub struct NewExecution<'a> {
     pub error_message: Option<&'a str>,
     pub parent_id: Option<i64>,
     pub metadata: Option<&'a str>,
+    /// A retry with the same key appends nothing (exec-append --key).
+    pub idempotency_key: Option<&'a str>,
+}
+
+/// The record already appended under an idempotency key: its id when it is the same record
+/// (a retry), a refusal when the key was used for another.
+pub fn keyed_retry(
+    key: &str,
+    existing: (
+        i64,
+        Option<i64>,
+        Option<String>,
+        Option<String>,
+        Option<i64>,
+    ),
+    rec: &NewExecution,
+) -> Result<i64> {
+    let (id, index, text, status, parent) = existing;
+    if index == Some(rec.statement_index)
+        && text.as_deref() == Some(rec.statement_text)
+        && status.as_deref() == Some(rec.status)
+        && parent == rec.parent_id
+    {
+        Ok(id)
+    } else {
+        Err(crate::error::refused(format!(
+            "--key was already used for another record (execution {id}): {}",
+            crate::error::shown(key)
+        )))
+    }
 }
 
 /// A bindings row as stored. Rows written by raw SQL may hold NULLs anywhere and a value
@@ -608,6 +639,51 @@ pub trait Store: AgentStore {
     /// Records a resume: a `resumed` audit event for each gate that is pending or was decided
     /// since the last resume, and an `interrupted` run set back to `running`; one transaction.
     fn record_resume(&mut self, now: &str) -> Result<Resumed>;
+}
+
+/// What a database records of its schema: its version, and what a binary must understand
+/// to read it and to write it safely (like SQLite's own read and write format versions).
+#[derive(Debug, Clone, Copy)]
+pub struct Stamp {
+    pub version: i64,
+    pub min_reader: i64,
+    pub min_writer: i64,
+}
+
+/// What this binary may do with a database, by its stamp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// This build's version.
+    Current,
+    /// Older: read as it is (never changed by a read); upgraded by the first write.
+    Older,
+    /// Newer, with changes this build may write alongside.
+    NewerWritable,
+    /// Newer, with changes this build cannot write safely: reads only.
+    NewerReadOnly,
+}
+
+/// The one rule for schema versions, on every backend. Err: the file cannot even be read,
+/// with why.
+pub fn access_for(stamp: &Stamp, ours: i64) -> std::result::Result<Access, String> {
+    use std::cmp::Ordering;
+    match stamp.version.cmp(&ours) {
+        Ordering::Equal => Ok(Access::Current),
+        Ordering::Less => Ok(Access::Older),
+        Ordering::Greater if stamp.min_reader > ours => Err(format!(
+            "db has schema version {}, which needs prose-state schema {} or later to read (this one has {ours})",
+            stamp.version, stamp.min_reader
+        )),
+        Ordering::Greater if stamp.min_writer > ours => Ok(Access::NewerReadOnly),
+        Ordering::Greater => Ok(Access::NewerWritable),
+    }
+}
+
+/// The refusal of a write to a database this build may only read.
+pub fn refuse_write(stamp_version: i64, ours: i64, location: &str) -> anyhow::Error {
+    crate::error::refused(format!(
+        "db has schema version {stamp_version}, whose changes this prose-state (schema {ours}) cannot write safely; upgrade prose-state to write it (reads work), the db was left unchanged: {location}"
+    ))
 }
 
 /// Where a run's state is kept; recorded in the run directory (`backend.json`) when it is

@@ -7,7 +7,7 @@
 //! (first decision wins, one audit chain per run), and `finish` take it `FOR UPDATE`.
 
 use super::{
-    verify_chain, AgentRow, AgentStore, AuditFilter, AuditRow, BindOutcome, BindingRow,
+    verify_chain, Access, AgentRow, AgentStore, AuditFilter, AuditRow, BindOutcome, BindingRow,
     ChainReport, Checkpointed, Created, Decided, Decision, ExecutionRow, Finished, Found, GateRow,
     ImportAdded, ImportRow, NewBinding, NewExecution, NewGate, NewRun, OpenOptions, QueryResult,
     Resumed, RunInfo, RunSummary, Store, StoreStats,
@@ -19,7 +19,11 @@ use postgres::types::{ToSql, Type};
 use postgres::{Client, GenericClient, Row, Transaction};
 
 /// The version in openprose.schema_version written by this build.
-pub const POSTGRES_SCHEMA_VERSION: i32 = 1;
+pub const POSTGRES_SCHEMA_VERSION: i32 = 2;
+
+/// What a binary must understand to read this build's schema, and to write it safely.
+const MIN_READER: i32 = 1;
+const MIN_WRITER: i32 = 1;
 
 const SCHEMA: &str = include_str!("../../schema/postgres.sql");
 
@@ -96,6 +100,10 @@ fn connect_client(url: &str) -> Result<Client, postgres::Error> {
 
 pub struct PgStore {
     client: Client,
+    /// What this build may do with the server's schema.
+    access: Access,
+    /// The schema version the server records.
+    version: i64,
     /// The run this store serves; None for project-scoped agent memory only.
     run_id: Option<String>,
     shown_url: String,
@@ -154,6 +162,8 @@ impl PgStore {
             run_id: run.map(str::to_string),
             shown_url,
             busy_ms,
+            access: Access::Current,
+            version: POSTGRES_SCHEMA_VERSION as i64,
         };
         let (version, run_exists) = match store.start() {
             Ok(v) => v,
@@ -164,17 +174,74 @@ impl PgStore {
             }
             Err(e) => return Err(store.err()(e)),
         };
+        // A read never changes the schema: an older one is upgraded by the first write, a
+        // newer one is used as far as what it records allows.
         match version {
             Some(v) if v == POSTGRES_SCHEMA_VERSION => {}
-            Some(v) if v > POSTGRES_SCHEMA_VERSION => {
-                return Err(refused(format!(
-                    "openprose schema has version {v}, newer than this prose-state supports ({POSTGRES_SCHEMA_VERSION}); upgrade prose-state: {}",
-                    store.shown_url
-                )))
+            None => store.ensure_schema()?,
+            Some(v) => {
+                let stamp = if v > POSTGRES_SCHEMA_VERSION {
+                    store.stamp(v)?
+                } else {
+                    super::Stamp {
+                        version: v as i64,
+                        min_reader: 0,
+                        min_writer: 0,
+                    }
+                };
+                store.version = stamp.version;
+                store.access =
+                    super::access_for(&stamp, POSTGRES_SCHEMA_VERSION as i64).map_err(|why| {
+                        refused(format!(
+                            "openprose {why}; upgrade prose-state: {}",
+                            store.shown_url
+                        ))
+                    })?;
             }
-            _ => store.ensure_schema()?,
         }
         Ok((store, run_exists))
+    }
+
+    /// What a newer schema asks of readers and writers (recorded since schema 2).
+    fn stamp(&mut self, version: i32) -> Result<super::Stamp> {
+        let row = self
+            .client
+            .query_one(
+                "SELECT min_reader, min_writer FROM openprose.schema_version
+                 ORDER BY version DESC LIMIT 1",
+                &[],
+            )
+            .map_err(self.err())?;
+        let (r, w): (Option<i32>, Option<i32>) = (row.get(0), row.get(1));
+        Ok(super::Stamp {
+            version: version as i64,
+            min_reader: r.unwrap_or(version) as i64,
+            min_writer: w.unwrap_or(version) as i64,
+        })
+    }
+
+    /// Begins a write transaction; the first write to an older schema upgrades it first, and
+    /// a write to a newer one this build may not write is refused.
+    fn begin_write(&mut self) -> Result<Transaction<'_>> {
+        match self.access {
+            Access::Current | Access::NewerWritable => {}
+            Access::Older => {
+                self.ensure_schema()?;
+                self.access = Access::Current;
+                self.version = POSTGRES_SCHEMA_VERSION as i64;
+            }
+            Access::NewerReadOnly => {
+                return Err(super::refuse_write(
+                    self.version,
+                    POSTGRES_SCHEMA_VERSION as i64,
+                    &self.shown_url,
+                ))
+            }
+        }
+        let (shown_url, busy_ms) = (&self.shown_url, self.busy_ms);
+        self.client
+            .transaction()
+            .map_err(|e| map_err(e, shown_url, busy_ms))
     }
 
     /// The session settings, the schema version and whether the run exists, in one statement.
@@ -216,13 +283,14 @@ impl PgStore {
         } else {
             None
         };
-        if current != Some(POSTGRES_SCHEMA_VERSION) {
+        if current.is_none_or(|v| v < POSTGRES_SCHEMA_VERSION) {
             tx.batch_execute(SCHEMA).map_err(err)?;
             tx.execute("DELETE FROM openprose.schema_version", &[])
                 .map_err(err)?;
             tx.execute(
-                "INSERT INTO openprose.schema_version (version) VALUES ($1)",
-                &[&POSTGRES_SCHEMA_VERSION],
+                "INSERT INTO openprose.schema_version (version, min_reader, min_writer)
+                 VALUES ($1, $2, $3)",
+                &[&POSTGRES_SCHEMA_VERSION, &MIN_READER, &MIN_WRITER],
             )
             .map_err(err)?;
         }
@@ -239,14 +307,16 @@ impl PgStore {
                 shown(run.id)
             )));
         }
-        store
-            .client
-            .execute(
-                "INSERT INTO openprose.run (id, program_path, program_source, started_at, updated_at, status, state_mode)
-                 VALUES ($1, $2, $3, ($4::text)::timestamptz, ($4::text)::timestamptz, 'running', 'postgres')",
-                &[&run.id, &run.program_path, &run.program_source, &run.created_at],
-            )
-            .map_err(store.err())?;
+        let (shown_url, busy_ms) = (store.shown_url.clone(), store.busy_ms);
+        let err = |e| map_err(e, &shown_url, busy_ms);
+        let mut tx = store.begin_write()?;
+        tx.execute(
+            "INSERT INTO openprose.run (id, program_path, program_source, started_at, updated_at, status, state_mode)
+             VALUES ($1, $2, $3, ($4::text)::timestamptz, ($4::text)::timestamptz, 'running', 'postgres')",
+            &[&run.id, &run.program_path, &run.program_source, &run.created_at],
+        )
+        .map_err(err)?;
+        tx.commit().map_err(err)?;
         Ok(store)
     }
 
@@ -538,7 +608,7 @@ impl AgentStore for PgStore {
         let run = self.run_id.clone();
         let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
         let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.client.transaction().map_err(err)?;
+        let mut tx = self.begin_write()?;
         if let Some(r) = &run {
             lock_open_run(&mut tx, r, false)?;
         }
@@ -564,7 +634,7 @@ impl AgentStore for PgStore {
         let run = self.run_id.clone();
         let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
         let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.client.transaction().map_err(err)?;
+        let mut tx = self.begin_write()?;
         if let Some(r) = &run {
             lock_open_run(&mut tx, r, false)?;
         }
@@ -650,7 +720,7 @@ impl Store for PgStore {
         let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
         let err = |e| map_err(e, &shown_url, busy_ms);
         let scope_key = b.execution_id.unwrap_or(-1);
-        let mut tx = self.client.transaction().map_err(err)?;
+        let mut tx = self.begin_write()?;
         lock_open_run(&mut tx, &run, false)?;
         let existing = tx
             .query_opt(
@@ -710,7 +780,7 @@ impl Store for PgStore {
         let run = self.run()?.to_string();
         let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
         let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.client.transaction().map_err(err)?;
+        let mut tx = self.begin_write()?;
         // FOR UPDATE on the run keeps binds (FOR SHARE) of this run out while the file goes.
         tx.query_opt(
             "SELECT 1 FROM openprose.run WHERE id = $1 FOR UPDATE",
@@ -819,7 +889,7 @@ impl Store for PgStore {
         let run = self.run()?.to_string();
         let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
         let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.client.transaction().map_err(err)?;
+        let mut tx = self.begin_write()?;
         lock_open_run(&mut tx, &run, false)?;
         if let Some(parent) = rec.parent_id {
             let exists: bool = tx
@@ -833,12 +903,15 @@ impl Store for PgStore {
                 return Err(not_found(format!("parent execution not found: {parent}")));
             }
         }
-        let id: i64 = tx
-            .query_one(
+        // A concurrent insert with the same key waits for the first to commit, then does
+        // nothing; the committed row is then read and compared.
+        let inserted = tx
+            .query_opt(
                 "INSERT INTO openprose.execution (run_id, statement_index, statement_text, status,
-                     started_at, completed_at, error_message, parent_id, metadata)
+                     started_at, completed_at, error_message, parent_id, metadata, idempotency_key)
                  VALUES ($1, $2, $3, $4, ($5::text)::timestamptz, ($6::text)::timestamptz, $7, $8,
-                         ($9::text)::jsonb)
+                         ($9::text)::jsonb, $10)
+                 ON CONFLICT (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
                  RETURNING id",
                 &[
                     &run,
@@ -850,10 +923,25 @@ impl Store for PgStore {
                     &rec.error_message,
                     &rec.parent_id,
                     &rec.metadata,
+                    &rec.idempotency_key,
                 ],
             )
-            .map_err(err)?
-            .get(0);
+            .map_err(err)?;
+        let id: i64 = match (inserted, rec.idempotency_key) {
+            (Some(row), _) => row.get(0),
+            (None, Some(key)) => {
+                let row = tx
+                    .query_one(
+                        "SELECT id, statement_index, statement_text, status, parent_id
+                         FROM openprose.execution WHERE run_id = $1 AND idempotency_key = $2",
+                        &[&run, &key],
+                    )
+                    .map_err(err)?;
+                let existing = (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+                return super::keyed_retry(key, existing, rec);
+            }
+            (None, None) => return Err(anyhow!("execution record was not appended")),
+        };
         tx.commit().map_err(err)?;
         Ok(id)
     }
@@ -939,7 +1027,7 @@ impl Store for PgStore {
         }
         let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
         let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.client.transaction().map_err(err)?;
+        let mut tx = self.begin_write()?;
         tx.query_opt(
             "SELECT 1 FROM openprose.run WHERE id = $1 FOR UPDATE",
             &[&run],
@@ -954,7 +1042,7 @@ impl Store for PgStore {
         let run = self.run()?.to_string();
         let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
         let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.client.transaction().map_err(err)?;
+        let mut tx = self.begin_write()?;
         lock_open_run(&mut tx, &run, true)?;
         sweep(&mut tx, &run, g.now)?;
         if let Some(existing) = load_gate(&mut tx, &run, g.id)? {
@@ -1057,7 +1145,7 @@ impl Store for PgStore {
         let run = self.run()?.to_string();
         let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
         let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.client.transaction().map_err(err)?;
+        let mut tx = self.begin_write()?;
         tx.query_opt(
             "SELECT 1 FROM openprose.run WHERE id = $1 FOR UPDATE",
             &[&run],
@@ -1097,7 +1185,7 @@ impl Store for PgStore {
         let run = self.run()?.to_string();
         let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
         let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.client.transaction().map_err(err)?;
+        let mut tx = self.begin_write()?;
         // FOR UPDATE on the run: decisions on its gates are taken one at a time.
         lock_open_run(&mut tx, &run, true)?;
         sweep(&mut tx, &run, d.now)?;
@@ -1173,7 +1261,7 @@ impl Store for PgStore {
         let run = self.run()?.to_string();
         let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
         let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.client.transaction().map_err(err)?;
+        let mut tx = self.begin_write()?;
         let current = lock_run(&mut tx, &run, true)?;
         if crate::model::is_finished(&current) {
             if current == status {
@@ -1242,7 +1330,7 @@ impl Store for PgStore {
         let run = self.run()?.to_string();
         let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
         let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.client.transaction().map_err(err)?;
+        let mut tx = self.begin_write()?;
         lock_open_run(&mut tx, &run, false)?;
         // Compared as JSON, since jsonb does not keep the text as written.
         let existing = tx
@@ -1380,7 +1468,7 @@ impl Store for PgStore {
         let run = self.run()?.to_string();
         let mut st = StoreStats {
             backend: "postgres",
-            schema_version: POSTGRES_SCHEMA_VERSION as i64,
+            schema_version: self.version,
             ..Default::default()
         };
         for table in [
@@ -1493,7 +1581,7 @@ impl Store for PgStore {
         let run = self.run()?.to_string();
         let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
         let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.client.transaction().map_err(err)?;
+        let mut tx = self.begin_write()?;
         let status = lock_run(&mut tx, &run, true)?;
         if crate::model::is_finished(&status) {
             return Ok(Resumed {

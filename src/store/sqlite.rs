@@ -5,8 +5,9 @@
 //! Every write transaction begins IMMEDIATE, so a writer takes the lock before it reads and
 //! never fails half-way with a lock upgrade error.
 
+use super::sqlite_schema::{self, Schema};
 use super::{
-    AgentRow, AgentStore, AuditFilter, AuditRow, BindOutcome, BindingRow, ChainReport,
+    Access, AgentRow, AgentStore, AuditFilter, AuditRow, BindOutcome, BindingRow, ChainReport,
     Checkpointed, Created, Decided, Decision, ExecutionRow, Finished, Found, GateRow, ImportAdded,
     ImportRow, NewBinding, NewExecution, NewGate, NewRun, OpenOptions, QueryResult, Resumed,
     RunInfo, RunSummary, Store, StoreStats,
@@ -20,34 +21,32 @@ use rusqlite::{
 };
 use std::path::{Path, PathBuf};
 
-/// The version stamped in a state.db's `PRAGMA user_version` by this build. Older databases
-/// are upgraded forward on open; newer ones are refused untouched.
-pub const SCHEMA_VERSION: i64 = 3;
+/// The version stamped in a state.db's `PRAGMA user_version` by this build.
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// The same for agents.db (project and user agent memory).
-pub const AGENTS_SCHEMA_VERSION: i64 = 1;
-
-/// One kind of database prose-state keeps: its embedded schema, version, and the tables
-/// that show a file is one of them.
-pub struct Schema {
-    sql: &'static str,
-    version: i64,
-    what: &'static str,
-    core: &'static [&'static str],
-}
+pub const AGENTS_SCHEMA_VERSION: i64 = 2;
 
 pub const STATE: Schema = Schema {
     sql: include_str!("../../schema/sqlite.sql"),
     version: SCHEMA_VERSION,
+    // Any prose-state reads it; a writer must know the audit chain (schema 2), or it would
+    // append unchained rows.
+    min_reader: 1,
+    min_writer: 2,
     what: "prose state db",
     core: &["run", "execution", "bindings"],
+    empty_is_new: false,
 };
 
 pub const AGENTS: Schema = Schema {
     sql: include_str!("../../schema/agents.sql"),
     version: AGENTS_SCHEMA_VERSION,
+    min_reader: 1,
+    min_writer: 1,
     what: "prose agents db",
     core: &["agents", "agent_segments"],
+    empty_is_new: true,
 };
 
 /// How far up a scope chain a lookup walks before it stops: a guard against a parent_id
@@ -59,6 +58,10 @@ pub struct SqliteStore {
     path: PathBuf,
     busy_ms: u128,
     schema: &'static Schema,
+    /// What this build may do with the file (see `sqlite_schema`).
+    access: Access,
+    /// The version the file records.
+    version: i64,
 }
 
 /// Maps a rusqlite error to the error the user sees: a lock held past the timeout becomes
@@ -105,6 +108,8 @@ impl SqliteStore {
             path: path.to_path_buf(),
             busy_ms,
             schema: &STATE,
+            access: Access::Current,
+            version: SCHEMA_VERSION,
         };
         // The busy timeout goes first: everything after it may meet a lock.
         store
@@ -128,6 +133,11 @@ impl SqliteStore {
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(err)?;
         tx.execute_batch(STATE.sql).map_err(err)?;
+        tx.execute(
+            "INSERT INTO prose_schema (version, min_reader, min_writer) VALUES (?1, ?2, ?3)",
+            params![STATE.version, STATE.min_reader, STATE.min_writer],
+        )
+        .map_err(err)?;
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(err)?;
         tx.execute(
@@ -141,15 +151,14 @@ impl SqliteStore {
     }
 
     /// Opens an existing state.db. When its schema is current this costs one pragma read.
+    /// Nothing is written: an older file is read through shims and upgraded by the first
+    /// write; a newer one is refused if this build may not read it.
     pub fn open(path: &Path, opts: OpenOptions) -> Result<Self> {
         if !path.is_file() {
             return Err(not_found(format!("state db not found: {}", path.display())));
         }
         let mut store = Self::connect(path, opts, false)?;
-        let version = store.user_version()?;
-        if version != SCHEMA_VERSION {
-            store.upgrade(version)?;
-        }
+        store.check_schema()?;
         Ok(store)
     }
 
@@ -173,17 +182,13 @@ impl SqliteStore {
         }
         let mut store = Self::connect(path, opts, create)?;
         store.schema = &AGENTS;
-        let version = store.user_version()?;
-        if version != AGENTS.version {
-            store.upgrade(version)?;
+        store.version = AGENTS.version;
+        store.check_schema()?;
+        if create && store.access == Access::Older {
+            // Created on first use: made whole now, as a write would.
+            store.upgrade()?;
         }
         Ok(store)
-    }
-
-    fn user_version(&self) -> Result<i64> {
-        self.conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(self.err())
     }
 
     fn set_wal(&self) -> Result<()> {
@@ -200,136 +205,55 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// Brings an older database up to SCHEMA_VERSION: missing tables, columns, indexes added;
-    /// nothing dropped or retyped, so user data, `x_*` tables and user-added columns stay.
-    fn upgrade(&mut self, seen: i64) -> Result<()> {
-        let schema = self.schema;
-        if seen > schema.version {
-            return Err(refuse_newer(&self.path, seen, schema.version));
-        }
-        // Checked before anything is written: an empty or foreign SQLite file is not ours.
-        // An agents.db is the exception: it is created on first use, so an empty file (with
-        // no table at all) is one just created.
-        let tables: Vec<String> = self
+    fn check_schema(&mut self) -> Result<()> {
+        let version: i64 = self
             .conn
-            .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
-            .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+            .pragma_query_value(None, "user_version", |r| r.get(0))
             .map_err(self.err())?;
-        let has_core = tables.iter().any(|t| schema.core.contains(&t.as_str()));
-        let fresh_agents = std::ptr::eq(schema, &AGENTS) && tables.is_empty();
-        if !has_core && !fresh_agents {
-            return Err(anyhow!(
-                "not a {} (it has none of the {} tables): {}",
-                schema.what,
-                schema.core.join(", "),
-                self.path.display()
-            ));
+        if version == self.schema.version {
+            return Ok(());
         }
-        self.set_wal()?;
-
-        // The schema as it should be, to compare columns against.
-        let expected = Connection::open_in_memory()?;
-        expected.execute_batch(schema.sql)?;
-        let mut wanted: Vec<(String, Vec<ColumnDef>)> = Vec::new();
-        {
-            let mut tables = expected.prepare(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
-            )?;
-            let names: Vec<String> = tables
-                .query_map([], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?;
-            for table in names {
-                let cols = columns(&expected, &table)?;
-                wanted.push((table, cols));
-            }
-        }
-
         let path = self.path.clone();
         let busy_ms = self.busy_ms;
         let err = |e| db_error(e, &path, busy_ms);
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(err)?;
-        // Another process may have upgraded it while this one waited for the lock.
-        let version: i64 = tx
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(err)?;
-        if version == schema.version {
-            return Ok(());
+        self.access = sqlite_schema::check(&self.conn, self.schema, &self.path, &err)?;
+        self.version = version;
+        if self.access == Access::Older {
+            sqlite_schema::install_read_shims(&self.conn, self.schema)
+                .map_err(|e| anyhow!("could not read the older db ({e:#}): {}", path.display()))?;
         }
-        if version > schema.version {
-            return Err(refuse_newer(&path, version, schema.version));
-        }
-        for (table, cols) in &wanted {
-            let present = columns(&tx, table).map_err(err)?;
-            if present.is_empty() {
-                continue; // a missing table is created whole by the schema below
-            }
-            for col in cols {
-                if present
-                    .iter()
-                    .any(|p| p.name.eq_ignore_ascii_case(&col.name))
-                {
-                    continue;
-                }
-                // Identifiers come from the embedded schema, never from input. SQLite's
-                // ALTER TABLE cannot add a column with a non-constant default, NOT NULL
-                // without a default, or a key; such columns are added plain.
-                let mut ddl = format!("ALTER TABLE \"{table}\" ADD COLUMN \"{}\"", col.name);
-                if !col.decl_type.is_empty() {
-                    ddl.push(' ');
-                    ddl.push_str(&col.decl_type);
-                }
-                if let Some(default) = col.default.as_deref().filter(|d| is_constant(d)) {
-                    ddl.push_str(" DEFAULT ");
-                    ddl.push_str(default);
-                }
-                tx.execute_batch(&ddl)
-                    .map_err(err)
-                    .with_context(|| format!("could not add column {table}.{}", col.name))?;
-            }
-        }
-        tx.execute_batch(schema.sql)
-            .map_err(err)
-            .context("could not upgrade the state db schema (was it changed by hand?)")?;
-        tx.pragma_update(None, "user_version", schema.version)
-            .map_err(err)?;
-        tx.commit().map_err(err)?;
         Ok(())
     }
-}
 
-fn refuse_newer(path: &Path, version: i64, supported: i64) -> anyhow::Error {
-    refused(format!(
-        "db has schema version {version}, newer than this prose-state supports ({supported}); upgrade prose-state, the db was left unchanged: {}",
-        path.display()
-    ))
-}
+    fn upgrade(&mut self) -> Result<()> {
+        let path = self.path.clone();
+        let busy_ms = self.busy_ms;
+        let err = |e| db_error(e, &path, busy_ms);
+        sqlite_schema::upgrade(&mut self.conn, self.schema, &path, &err)?;
+        self.access = Access::Current;
+        self.version = self.schema.version;
+        Ok(())
+    }
 
-struct ColumnDef {
-    name: String,
-    decl_type: String,
-    default: Option<String>,
-}
-
-fn columns(conn: &Connection, table: &str) -> rusqlite::Result<Vec<ColumnDef>> {
-    let mut stmt = conn.prepare("SELECT name, type, dflt_value FROM pragma_table_info(?1)")?;
-    let rows = stmt.query_map([table], |r| {
-        Ok(ColumnDef {
-            name: r.get(0)?,
-            decl_type: r.get(1)?,
-            default: r.get(2)?,
-        })
-    })?;
-    rows.collect()
-}
-
-/// Whether a default may be given to ALTER TABLE ADD COLUMN: not a parenthesised expression
-/// and not CURRENT_TIME/DATE/TIMESTAMP.
-fn is_constant(default: &str) -> bool {
-    let d = default.trim();
-    !(d.starts_with('(') || d.to_ascii_uppercase().starts_with("CURRENT_"))
+    /// Begins a write transaction (IMMEDIATE). The first write to an older file upgrades it
+    /// first; a write to a newer file this build may not write is refused.
+    fn begin_write(&mut self) -> Result<rusqlite::Transaction<'_>> {
+        match self.access {
+            Access::Current | Access::NewerWritable => {}
+            Access::Older => self.upgrade()?,
+            Access::NewerReadOnly => {
+                return Err(super::refuse_write(
+                    self.version,
+                    self.schema.version,
+                    &self.path.display().to_string(),
+                ))
+            }
+        }
+        let (path, busy_ms) = (&self.path, self.busy_ms);
+        self.conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| db_error(e, path, busy_ms))
+    }
 }
 
 const BINDING_COLUMNS: &str = "b.name, b.execution_id, b.kind, b.value, b.source_statement, \
@@ -576,11 +500,9 @@ impl AgentStore for SqliteStore {
 
     fn remember(&mut self, name: &str, scope: &str, memory: &str, now: &str) -> Result<()> {
         let is_state = std::ptr::eq(self.schema, &STATE);
-        let err = |e| db_error(e, &self.path, self.busy_ms);
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(err)?;
+        let (path, busy_ms) = (self.path.clone(), self.busy_ms);
+        let err = |e| db_error(e, &path, busy_ms);
+        let tx = self.begin_write()?;
         if is_state {
             ensure_open(&tx)?;
         }
@@ -604,12 +526,10 @@ impl AgentStore for SqliteStore {
         now: &str,
     ) -> Result<i64> {
         let is_state = std::ptr::eq(self.schema, &STATE);
-        let err = |e| db_error(e, &self.path, self.busy_ms);
+        let (path, busy_ms) = (self.path.clone(), self.busy_ms);
+        let err = |e| db_error(e, &path, busy_ms);
         // The next number is read and used under the write lock: no gap, no duplicate.
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(err)?;
+        let tx = self.begin_write()?;
         if is_state {
             ensure_open(&tx)?;
         }
@@ -671,10 +591,7 @@ impl Store for SqliteStore {
         let busy_ms = self.busy_ms;
         let err = |e| db_error(e, &path, busy_ms);
         let scope_key = b.execution_id.unwrap_or(-1);
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(err)?;
+        let tx = self.begin_write()?;
         ensure_open(&tx)?;
         let existing: Option<(Option<String>, Option<String>)> = tx
             .query_row(
@@ -736,10 +653,7 @@ impl Store for SqliteStore {
         let path = self.path.clone();
         let busy_ms = self.busy_ms;
         let err = |e| db_error(e, &path, busy_ms);
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(err)?;
+        let tx = self.begin_write()?;
         let referenced: bool = tx
             .query_row(
                 "SELECT EXISTS (SELECT 1 FROM bindings WHERE attachment_path = ?1)",
@@ -852,10 +766,7 @@ impl Store for SqliteStore {
         let path = self.path.clone();
         let busy_ms = self.busy_ms;
         let err = |e| db_error(e, &path, busy_ms);
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(err)?;
+        let tx = self.begin_write()?;
         ensure_open(&tx)?;
         if let Some(parent) = rec.parent_id {
             let exists: bool = tx
@@ -869,10 +780,25 @@ impl Store for SqliteStore {
                 return Err(not_found(format!("parent execution not found: {parent}")));
             }
         }
+        if let Some(key) = rec.idempotency_key {
+            let existing = tx
+                .query_row(
+                    "SELECT id, statement_index, statement_text, status, parent_id
+                     FROM execution WHERE idempotency_key = ?1",
+                    [key],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+                )
+                .optional()
+                .map_err(err)?;
+            if let Some(existing) = existing {
+                return super::keyed_retry(key, existing, rec);
+            }
+        }
         tx.execute(
             "INSERT INTO execution (statement_index, statement_text, status, started_at,
-                                    completed_at, error_message, parent_id, metadata)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                                    completed_at, error_message, parent_id, metadata,
+                                    idempotency_key)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
             params![
                 rec.statement_index,
                 rec.statement_text,
@@ -881,7 +807,8 @@ impl Store for SqliteStore {
                 rec.completed_at,
                 rec.error_message,
                 rec.parent_id,
-                rec.metadata
+                rec.metadata,
+                rec.idempotency_key
             ],
         )
         .map_err(err)?;
@@ -1003,22 +930,18 @@ impl Store for SqliteStore {
         if !due {
             return Ok(0);
         }
-        let err = |e| db_error(e, &self.path, self.busy_ms);
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(err)?;
+        let (path, busy_ms) = (self.path.clone(), self.busy_ms);
+        let err = |e| db_error(e, &path, busy_ms);
+        let tx = self.begin_write()?;
         let n = sweep(&tx, now).map_err(err)?;
         tx.commit().map_err(err)?;
         Ok(n)
     }
 
     fn create_gate(&mut self, g: &NewGate) -> Result<Created> {
-        let err = |e| db_error(e, &self.path, self.busy_ms);
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(err)?;
+        let (path, busy_ms) = (self.path.clone(), self.busy_ms);
+        let err = |e| db_error(e, &path, busy_ms);
+        let tx = self.begin_write()?;
         sweep(&tx, g.now).map_err(err)?;
         ensure_open(&tx)?;
         if let Some(existing) = load_gate(&tx, g.id).map_err(err)? {
@@ -1034,7 +957,7 @@ impl Store for SqliteStore {
             .query_row("SELECT id FROM run LIMIT 1", [], |r| r.get(0))
             .optional()
             .map_err(err)?
-            .ok_or_else(|| anyhow!("state db has no run row: {}", self.path.display()))?;
+            .ok_or_else(|| anyhow!("state db has no run row: {}", path.display()))?;
         if let Some(parent) = g.parent_execution {
             let exists: bool = tx
                 .query_row(
@@ -1124,11 +1047,9 @@ impl Store for SqliteStore {
         viewer: &str,
         now: &str,
     ) -> Result<Option<(GateRow, Vec<AuditRow>)>> {
-        let err = |e| db_error(e, &self.path, self.busy_ms);
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(err)?;
+        let (path, busy_ms) = (self.path.clone(), self.busy_ms);
+        let err = |e| db_error(e, &path, busy_ms);
+        let tx = self.begin_write()?;
         sweep(&tx, now).map_err(err)?;
         let Some(gate) = load_gate(&tx, id).map_err(err)? else {
             tx.commit().map_err(err)?;
@@ -1158,11 +1079,9 @@ impl Store for SqliteStore {
     }
 
     fn decide_gate(&mut self, d: &Decision) -> Result<Decided> {
-        let err = |e| db_error(e, &self.path, self.busy_ms);
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(err)?;
+        let (path, busy_ms) = (self.path.clone(), self.busy_ms);
+        let err = |e| db_error(e, &path, busy_ms);
+        let tx = self.begin_write()?;
         sweep(&tx, d.now).map_err(err)?;
         ensure_open(&tx)?;
         let Some(gate) = load_gate(&tx, d.gate_id).map_err(err)? else {
@@ -1242,11 +1161,9 @@ impl Store for SqliteStore {
     }
 
     fn finish(&mut self, status: &str, error: Option<&str>, now: &str) -> Result<Finished> {
-        let err = |e| db_error(e, &self.path, self.busy_ms);
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(err)?;
+        let (path, busy_ms) = (self.path.clone(), self.busy_ms);
+        let err = |e| db_error(e, &path, busy_ms);
+        let tx = self.begin_write()?;
         sweep(&tx, now).map_err(err)?;
         let (id, current): (String, String) = tx
             .query_row(
@@ -1256,7 +1173,7 @@ impl Store for SqliteStore {
             )
             .optional()
             .map_err(err)?
-            .ok_or_else(|| anyhow!("state db has no run row: {}", self.path.display()))?;
+            .ok_or_else(|| anyhow!("state db has no run row: {}", path.display()))?;
         if crate::model::is_finished(&current) {
             if current == status {
                 return Ok(Finished::Unchanged);
@@ -1311,11 +1228,9 @@ impl Store for SqliteStore {
     }
 
     fn add_import(&mut self, import: &ImportRow, replace: bool) -> Result<ImportAdded> {
-        let err = |e| db_error(e, &self.path, self.busy_ms);
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(err)?;
+        let (path, busy_ms) = (self.path.clone(), self.busy_ms);
+        let err = |e| db_error(e, &path, busy_ms);
+        let tx = self.begin_write()?;
         ensure_open(&tx)?;
         let existing = tx
             .query_row(
@@ -1416,7 +1331,7 @@ impl Store for SqliteStore {
     fn stats(&mut self) -> Result<StoreStats> {
         let mut st = StoreStats {
             backend: "sqlite",
-            schema_version: self.user_version()?,
+            schema_version: self.version,
             db_bytes: std::fs::metadata(&self.path).ok().map(|m| m.len()),
             wal_bytes: {
                 let mut wal = self.path.clone().into_os_string();
@@ -1559,11 +1474,9 @@ impl Store for SqliteStore {
     }
 
     fn record_resume(&mut self, now: &str) -> Result<Resumed> {
-        let err = |e| db_error(e, &self.path, self.busy_ms);
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(err)?;
+        let (path, busy_ms) = (self.path.clone(), self.busy_ms);
+        let err = |e| db_error(e, &path, busy_ms);
+        let tx = self.begin_write()?;
         let (run_id, status): (String, String) = tx
             .query_row(
                 "SELECT id, IFNULL(status, 'running') FROM run LIMIT 1",
@@ -1572,7 +1485,7 @@ impl Store for SqliteStore {
             )
             .optional()
             .map_err(err)?
-            .ok_or_else(|| anyhow!("state db has no run row: {}", self.path.display()))?;
+            .ok_or_else(|| anyhow!("state db has no run row: {}", path.display()))?;
         // A finished run is read: resuming it records nothing.
         if crate::model::is_finished(&status) {
             return Ok(Resumed {

@@ -1,0 +1,436 @@
+//! A SQLite database's schema: its version, what a binary must understand to read or write
+//! it, read shims over an older file, and the forward upgrade.
+//!
+//! - A read never changes the file. An older file is read through temporary views
+//!   (`CREATE TEMP VIEW`, private to the connection) that add the columns and tables it lacks
+//!   as NULLs.
+//! - The first write upgrades an older file, in one transaction: missing tables, columns and
+//!   indexes are added. A missing column whose default is not a constant (`datetime('now')`)
+//!   cannot be added by `ALTER TABLE`, so its table is rebuilt with the embedded definition,
+//!   every row and every user column kept. A refused or failed upgrade leaves the file
+//!   byte-identical, journal mode included: WAL is switched on only after it commits.
+//! - A newer file is read and written as long as this binary is at least the `min_reader`
+//!   and `min_writer` the newer binary recorded in `prose_schema`.
+
+use super::{access_for, Access, Stamp};
+use crate::error::refused;
+use anyhow::{anyhow, Context, Result};
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use std::path::Path;
+
+/// One kind of database prose-state keeps: its embedded schema, its version, what a binary
+/// must understand to read and write it, and the tables that show a file is one of them.
+pub struct Schema {
+    pub sql: &'static str,
+    pub version: i64,
+    pub min_reader: i64,
+    pub min_writer: i64,
+    pub what: &'static str,
+    pub core: &'static [&'static str],
+    /// An empty file is a new one (agents.db is created on first use).
+    pub empty_is_new: bool,
+}
+
+/// The column as `pragma_table_info` reports it.
+pub struct ColumnDef {
+    pub name: String,
+    pub decl_type: String,
+    /// The default as written, without the parentheses around an expression.
+    pub default: Option<String>,
+    pub pk: bool,
+}
+
+pub fn columns(
+    conn: &Connection,
+    schema_name: &str,
+    table: &str,
+) -> rusqlite::Result<Vec<ColumnDef>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT name, type, dflt_value, pk FROM pragma_table_info(?1, ?2) ORDER BY cid",
+    )?;
+    let rows = stmt.query_map(params![table, schema_name], |r| {
+        Ok(ColumnDef {
+            name: r.get(0)?,
+            decl_type: r.get(1)?,
+            default: r.get(2)?,
+            pk: r.get::<_, i64>(3)? > 0,
+        })
+    })?;
+    rows.collect()
+}
+
+/// Whether a default, as `pragma_table_info` gives it, is a literal that `ALTER TABLE ADD
+/// COLUMN` accepts: a number, a string or blob literal, NULL, TRUE or FALSE. Anything else is
+/// an expression (`datetime('now')`, reported without its parentheses), which it refuses.
+pub fn is_literal(default: &str) -> bool {
+    let d = default.trim();
+    let upper = d.to_ascii_uppercase();
+    if matches!(upper.as_str(), "NULL" | "TRUE" | "FALSE") {
+        return true;
+    }
+    let quoted = |q: char| {
+        d.len() >= 2
+            && d.starts_with(q)
+            && d.ends_with(q)
+            && !d[1..d.len() - 1].replace("''", "").contains(q)
+    };
+    if quoted('\'') || ((upper.starts_with("X'")) && d.ends_with('\'')) {
+        return true;
+    }
+    let unsigned = d.strip_prefix(['+', '-']).unwrap_or(d);
+    !unsigned.is_empty()
+        && unsigned.chars().all(|c| c.is_ascii_digit() || c == '.')
+        && unsigned.parse::<f64>().is_ok()
+}
+
+/// A default as DDL: a literal as it is, an expression in the parentheses
+/// `pragma_table_info` dropped.
+pub fn default_ddl(default: &str) -> String {
+    if is_literal(default) {
+        default.trim().to_string()
+    } else {
+        format!("({})", default.trim())
+    }
+}
+
+fn quoted(ident: &str) -> String {
+    format!("\"{}\"", ident.replace('"', "\"\""))
+}
+
+/// The embedded schema's tables: name, CREATE statement and columns.
+struct Expected {
+    tables: Vec<(String, String, Vec<ColumnDef>)>,
+}
+
+fn expected(schema: &Schema) -> Result<Expected> {
+    let conn = Connection::open_in_memory()?;
+    conn.execute_batch(schema.sql)?;
+    let mut stmt = conn.prepare(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY rowid",
+    )?;
+    let found: Vec<(String, String)> = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut tables = Vec::new();
+    for (name, sql) in found {
+        let cols = columns(&conn, "main", &name)?;
+        tables.push((name, sql, cols));
+    }
+    Ok(Expected { tables })
+}
+
+/// The version a database records, and for a newer one what it asks of readers and
+/// writers. A newer file without `prose_schema` came from no release that knows the rule:
+/// it is treated as asking for its own version of both.
+pub fn stamp(conn: &Connection) -> rusqlite::Result<Stamp> {
+    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let mut stamp = Stamp {
+        version,
+        min_reader: 0,
+        min_writer: 0,
+    };
+    let has_table: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND name = 'prose_schema')",
+        [],
+        |r| r.get(0),
+    )?;
+    let recorded: Option<(i64, i64)> = if has_table {
+        conn.query_row(
+            "SELECT min_reader, min_writer FROM main.prose_schema ORDER BY version DESC LIMIT 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?
+    } else {
+        None
+    };
+    match recorded {
+        Some((r, w)) => {
+            stamp.min_reader = r;
+            stamp.min_writer = w;
+        }
+        None => {
+            stamp.min_reader = version;
+            stamp.min_writer = version;
+        }
+    }
+    Ok(stamp)
+}
+
+/// What this binary may do with the database at `path`, checked without writing anything.
+pub fn check(
+    conn: &Connection,
+    schema: &Schema,
+    path: &Path,
+    err: &dyn Fn(rusqlite::Error) -> anyhow::Error,
+) -> Result<Access> {
+    let stamp = stamp(conn).map_err(err)?;
+    let access = access_for(&stamp, schema.version).map_err(|why| {
+        refused(format!(
+            "{why}; upgrade prose-state, the db was left unchanged: {}",
+            path.display()
+        ))
+    })?;
+    if access == Access::Older {
+        let tables: Vec<String> = conn
+            .prepare("SELECT name FROM main.sqlite_master WHERE type = 'table'")
+            .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+            .map_err(err)?;
+        let ours = tables.iter().any(|t| schema.core.contains(&t.as_str()))
+            || (schema.empty_is_new && tables.is_empty());
+        if !ours {
+            return Err(anyhow!(
+                "not a {} (it has none of the {} tables): {}",
+                schema.what,
+                schema.core.join(", "),
+                path.display()
+            ));
+        }
+    }
+    Ok(access)
+}
+
+/// Names of the temporary views of this connection.
+const SHIM_MARK: &str = "prose read shim";
+
+/// Lets an older file be read by this build's statements, changing nothing in it: a
+/// temporary view shadows each table that lacks columns (NULL for each) or is missing.
+pub fn install_read_shims(conn: &Connection, schema: &Schema) -> Result<()> {
+    let expected = expected(schema)?;
+    let mut ddl = String::new();
+    for (table, _, cols) in &expected.tables {
+        let present = columns(conn, "main", table)?;
+        let missing: Vec<&ColumnDef> = cols
+            .iter()
+            .filter(|c| !present.iter().any(|p| p.name.eq_ignore_ascii_case(&c.name)))
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        let nulls: Vec<String> = missing
+            .iter()
+            .map(|c| format!("NULL AS {}", quoted(&c.name)))
+            .collect();
+        let body = if present.is_empty() {
+            format!("SELECT {} LIMIT 0", nulls.join(", "))
+        } else {
+            // Statements that order by rowid need it through the view too.
+            let integer_key = present
+                .iter()
+                .any(|p| p.pk && p.decl_type.eq_ignore_ascii_case("INTEGER"));
+            let rowid = if integer_key { "" } else { "rowid AS rowid, " };
+            format!(
+                "SELECT {rowid}*, {} FROM main.{}",
+                nulls.join(", "),
+                quoted(table)
+            )
+        };
+        ddl.push_str(&format!(
+            "CREATE TEMP VIEW IF NOT EXISTS {} AS {body} /* {SHIM_MARK} */;\n",
+            quoted(table)
+        ));
+    }
+    if !ddl.is_empty() {
+        conn.execute_batch(&ddl)?;
+    }
+    Ok(())
+}
+
+fn drop_read_shims(conn: &Connection) -> rusqlite::Result<()> {
+    let views: Vec<String> = conn
+        .prepare("SELECT name FROM temp.sqlite_master WHERE type = 'view' AND sql LIKE ?1")?
+        .query_map([format!("%{SHIM_MARK}%")], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    for v in views {
+        conn.execute_batch(&format!("DROP VIEW temp.{}", quoted(&v)))?;
+    }
+    Ok(())
+}
+
+/// Brings an older database up to this build's schema in one transaction (see the module
+/// comment), then puts it in WAL mode.
+pub fn upgrade(
+    conn: &mut Connection,
+    schema: &Schema,
+    path: &Path,
+    err: &dyn Fn(rusqlite::Error) -> anyhow::Error,
+) -> Result<()> {
+    let expected = expected(schema)?;
+    drop_read_shims(conn).map_err(err)?;
+    // Both are connection settings that cannot change inside a transaction. Foreign keys off
+    // so a rebuilt table can be dropped and renamed; legacy renames so a user's view that
+    // names the table does not fail the rename.
+    conn.execute_batch("PRAGMA foreign_keys = OFF; PRAGMA legacy_alter_table = ON;")
+        .map_err(err)?;
+    let result = upgrade_in_transaction(conn, schema, &expected, path, err);
+    conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA legacy_alter_table = OFF;")
+        .map_err(err)?;
+    if result? {
+        // Outside the transaction, as SQLite requires; the mode is persistent. A file that
+        // cannot be switched (a read-only directory for the -wal file) stays in its old mode,
+        // which is just as safe, only slower with many writers.
+        let _ =
+            conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get::<_, String>(0));
+    }
+    Ok(())
+}
+
+/// Returns whether it upgraded (false: another process did it first).
+fn upgrade_in_transaction(
+    conn: &mut Connection,
+    schema: &Schema,
+    expected: &Expected,
+    path: &Path,
+    err: &dyn Fn(rusqlite::Error) -> anyhow::Error,
+) -> Result<bool> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(err)?;
+    // Checked again under the lock: another process may have upgraded it meanwhile.
+    match check(&tx, schema, path, err)? {
+        Access::Older => {}
+        _ => return Ok(false),
+    }
+    for (table, create_sql, cols) in &expected.tables {
+        let present = columns(&tx, "main", table).map_err(err)?;
+        if present.is_empty() {
+            continue; // created whole by the schema below
+        }
+        let missing: Vec<&ColumnDef> = cols
+            .iter()
+            .filter(|c| !present.iter().any(|p| p.name.eq_ignore_ascii_case(&c.name)))
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        let alterable = missing
+            .iter()
+            .all(|c| !c.pk && c.default.as_deref().is_none_or(is_literal));
+        if alterable {
+            for col in missing {
+                // Identifiers come from the embedded schema, never from input.
+                let mut ddl = format!(
+                    "ALTER TABLE main.{} ADD COLUMN {}",
+                    quoted(table),
+                    quoted(&col.name)
+                );
+                if !col.decl_type.is_empty() {
+                    ddl.push(' ');
+                    ddl.push_str(&col.decl_type);
+                }
+                if let Some(default) = &col.default {
+                    ddl.push_str(" DEFAULT ");
+                    ddl.push_str(&default_ddl(default));
+                }
+                tx.execute_batch(&ddl)
+                    .map_err(err)
+                    .with_context(|| format!("could not add column {table}.{}", col.name))?;
+            }
+        } else {
+            rebuild(&tx, table, create_sql, cols, &present)
+                .map_err(err)
+                .with_context(|| {
+                    format!("could not rebuild table {table} to add its missing columns")
+                })?;
+        }
+    }
+    tx.execute_batch(schema.sql)
+        .map_err(err)
+        .context("could not upgrade the db schema (was it changed by hand?)")?;
+    tx.execute(
+        "INSERT OR REPLACE INTO main.prose_schema (version, min_reader, min_writer) VALUES (?1, ?2, ?3)",
+        params![schema.version, schema.min_reader, schema.min_writer],
+    )
+    .map_err(err)?;
+    tx.pragma_update(None, "user_version", schema.version)
+        .map_err(err)?;
+    tx.commit().map_err(err)?;
+    Ok(true)
+}
+
+/// Rebuilds `table` with the embedded definition (so every default is the schema's own),
+/// keeping every row, every user column and every user index and trigger on it.
+fn rebuild(
+    tx: &Connection,
+    table: &str,
+    create_sql: &str,
+    ours: &[ColumnDef],
+    present: &[ColumnDef],
+) -> rusqlite::Result<()> {
+    let new = format!("_prose_rebuild_{table}");
+    let body = &create_sql[create_sql.find('(').unwrap_or(0)..];
+    tx.execute_batch(&format!("CREATE TABLE main.{} {body}", quoted(&new)))?;
+    for col in present
+        .iter()
+        .filter(|p| !ours.iter().any(|c| c.name.eq_ignore_ascii_case(&p.name)))
+    {
+        // A user column keeps its type and a literal default; an expression default cannot
+        // be given to ALTER TABLE, so such a column is kept without it.
+        let mut ddl = format!(
+            "ALTER TABLE main.{} ADD COLUMN {}",
+            quoted(&new),
+            quoted(&col.name)
+        );
+        if !col.decl_type.is_empty() {
+            ddl.push(' ');
+            ddl.push_str(&col.decl_type);
+        }
+        if let Some(d) = col.default.as_deref().filter(|d| is_literal(d)) {
+            ddl.push_str(" DEFAULT ");
+            ddl.push_str(d.trim());
+        }
+        tx.execute_batch(&ddl)?;
+    }
+    let saved: Vec<String> = tx
+        .prepare(
+            "SELECT sql FROM main.sqlite_master
+             WHERE tbl_name = ?1 AND type IN ('index', 'trigger') AND sql IS NOT NULL",
+        )?
+        .query_map([table], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    let common: Vec<String> = present.iter().map(|c| quoted(&c.name)).collect();
+    let common = common.join(", ");
+    tx.execute_batch(&format!(
+        "INSERT INTO main.{new_q} ({common}) SELECT {common} FROM main.{old_q};
+         DROP TABLE main.{old_q};
+         ALTER TABLE main.{new_q} RENAME TO {old_q};",
+        new_q = quoted(&new),
+        old_q = quoted(table),
+    ))?;
+    for sql in saved {
+        tx.execute_batch(&sql)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{default_ddl, is_literal};
+
+    #[test]
+    fn literals_and_expressions() {
+        for lit in [
+            "0",
+            "-1",
+            "+2.5",
+            "'running'",
+            "'it''s'",
+            "NULL",
+            "x'00ff'",
+            "TRUE",
+        ] {
+            assert!(is_literal(lit), "{lit}");
+            assert_eq!(default_ddl(lit), lit);
+        }
+        for expr in [
+            "datetime('now')",
+            "CURRENT_TIMESTAMP",
+            "(1+1)",
+            "'a' || 'b'",
+            "1e3x",
+        ] {
+            assert!(!is_literal(expr), "{expr}");
+        }
+        assert_eq!(default_ddl("datetime('now')"), "(datetime('now'))");
+    }
+}
