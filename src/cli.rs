@@ -92,6 +92,10 @@ pub enum Command {
     Checkpoint(CheckpointArgs),
     /// Rebuild the database to reclaim space (of --run, or of every run)
     Vacuum,
+    /// Upgrade the schema of the runs (or --run) to this build's: shows what it does, and
+    /// with --yes does it, each run in one transaction. Writes upgrade on their own when the
+    /// change is additive; a change that rebuilds a table waits for this command
+    Migrate(MigrateArgs),
     /// Remove (or --archive) old finished runs; a dry run unless --yes
     Prune(PruneArgs),
 }
@@ -260,6 +264,13 @@ pub struct ExecAppendArgs {
     /// first one's id (safe after a lost connection); the same key on another record is refused
     #[arg(long, value_name = "KEY")]
     pub key: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct MigrateArgs {
+    /// Do it (without: only show what would be done)
+    #[arg(long, short = 'y')]
+    pub yes: bool,
 }
 
 #[derive(Debug, Args)]

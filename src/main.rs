@@ -305,6 +305,7 @@ fn dispatch(cli: Cli) -> Result<u8> {
             emit(cmd::maintain::checkpoint(mode, &runs()?, &open)?, json)?
         }
         Command::Vacuum => emit(cmd::maintain::vacuum(&runs()?, &open)?, json)?,
+        Command::Migrate(a) => emit(cmd::maintain::migrate(a.yes, &runs()?, &open)?, json)?,
         Command::Prune(a) => {
             let request = cmd::prune::PruneRequest {
                 keep_days: a.keep_days,
@@ -527,6 +528,7 @@ fn one_subcommand(name: &str) -> Option<clap::Command> {
         "man" => C::new("man"),
         "stats" => C::new("stats"),
         "vacuum" => C::new("vacuum"),
+        "migrate" => cli::MigrateArgs::augment_args(C::new("migrate")),
         _ => return None,
     })
 }

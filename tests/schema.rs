@@ -339,7 +339,39 @@ fn every_raw_shape_upgrades_with_every_default_of_the_embedded_schema() {
             std::fs::read(&run.db).unwrap() == original,
             "{fixture}: a read changed the file"
         );
-        // The first write upgrades it.
+        // The first write upgrades it, when every change is additive; a table rebuild is
+        // refused (4, the file unchanged) until `migrate --yes`, which says what it does.
+        let needs_rebuild = fixture.starts_with("v0-m");
+        if needs_rebuild {
+            let a = run
+                .cmd()
+                .args(["bind", "after_upgrade", "written"])
+                .assert()
+                .failure();
+            assert_eq!(code(&a), 4, "{fixture}: {}", stderr(&a));
+            assert!(stderr(&a).contains("prose-state migrate"), "{}", stderr(&a));
+            assert!(
+                std::fs::read(&run.db).unwrap() == original,
+                "{fixture}: refused write changed it"
+            );
+            let a = run.cmd().args(["migrate"]).assert().success();
+            let plan = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+            assert!(plan.contains("would migrate schema 0 -> 4"), "{plan}");
+            assert!(plan.contains("rebuild table bindings to add"), "{plan}");
+            assert!(plan.contains("created_at, updated_at"), "{plan}");
+            assert!(
+                std::fs::read(&run.db).unwrap() == original,
+                "{fixture}: a dry run changed it"
+            );
+            let a = run
+                .cmd()
+                .args(["--json", "migrate", "--yes"])
+                .assert()
+                .success();
+            let v = stdout_json(&a);
+            assert_eq!(v[0]["applied"], true);
+            assert_eq!(v[0]["to"], 4);
+        }
         run.bind("after_upgrade", "written", None);
         let got = column_defs(&run.db);
         for w in &want {
@@ -475,4 +507,15 @@ fn a_newer_database_is_used_as_far_as_its_stamp_allows() {
             );
         }
     }
+}
+
+#[test]
+fn migrate_on_a_current_run_has_nothing_to_do() {
+    let p = Project::new();
+    let run = p.init();
+    let before = run.snapshot();
+    let a = run.cmd().args(["migrate", "--yes"]).assert().success();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    assert!(out.contains("schema 4, nothing to do"), "{out}");
+    assert_eq!(run.snapshot(), before);
 }

@@ -281,3 +281,69 @@ pub fn vacuum(runs: &[RunPaths], open: Opener) -> Result<VacuumList> {
     })?;
     Ok(VacuumList { runs, warnings })
 }
+
+#[derive(Debug, Serialize)]
+pub struct RunMigration {
+    pub run_id: String,
+    #[serde(flatten)]
+    pub migration: crate::store::Migration,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(transparent)]
+pub struct MigrationList {
+    pub runs: Vec<RunMigration>,
+    #[serde(skip)]
+    pub warnings: Vec<String>,
+    #[serde(skip)]
+    pub dry_run: bool,
+}
+
+impl Render for MigrationList {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        let mut pending = 0;
+        for r in &self.runs {
+            let m = &r.migration;
+            if m.steps.is_empty() {
+                writeln!(w, "{}: schema {}, nothing to do", r.run_id, m.from)?;
+                continue;
+            }
+            let verb = if m.applied {
+                "migrated"
+            } else {
+                "would migrate"
+            };
+            writeln!(w, "{}: {verb} schema {} -> {}:", r.run_id, m.from, m.to)?;
+            for step in &m.steps {
+                writeln!(w, "  {step}")?;
+            }
+            pending += usize::from(!m.applied);
+        }
+        if self.dry_run && pending > 0 {
+            writeln!(
+                w,
+                "dry run: pass --yes to migrate, each run in one transaction"
+            )?;
+        }
+        Ok(())
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.warnings.clone()
+    }
+}
+
+/// `migrate`: shows what upgrading each run's schema does, and with `yes` does it.
+pub fn migrate(yes: bool, runs: &[RunPaths], open: Opener) -> Result<MigrationList> {
+    let (runs, warnings) = over_runs(runs, open, |run, store| {
+        Ok(RunMigration {
+            run_id: run.id.clone(),
+            migration: store.migrate(yes)?,
+        })
+    })?;
+    Ok(MigrationList {
+        runs,
+        warnings,
+        dry_run: !yes,
+    })
+}

@@ -632,6 +632,10 @@ pub trait Store: AgentStore {
     /// Rebuilds the database to reclaim space; returns the size before and after where known.
     fn vacuum(&mut self) -> Result<(Option<u64>, Option<u64>)>;
 
+    /// What upgrading this store's schema to this build's does (steps in words); with
+    /// `apply`, does it, in one transaction, table rebuilds included.
+    fn migrate(&mut self, apply: bool) -> Result<Migration>;
+
     /// Deletes the run's state where it is not inside the run directory (PostgreSQL rows; the
     /// gate audit log is kept). SQLite state goes with the directory: nothing to do here.
     fn delete_run(&mut self) -> Result<()>;
@@ -648,6 +652,17 @@ pub struct Stamp {
     pub version: i64,
     pub min_reader: i64,
     pub min_writer: i64,
+}
+
+/// What `migrate` found, or did.
+#[derive(Debug, Serialize)]
+pub struct Migration {
+    /// The schema version before.
+    pub from: i64,
+    /// The version after (this build's when anything is to do).
+    pub to: i64,
+    pub steps: Vec<String>,
+    pub applied: bool,
 }
 
 /// What this binary may do with a database, by its stamp.

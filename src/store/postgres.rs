@@ -1569,6 +1569,34 @@ impl Store for PgStore {
         Ok((None, None))
     }
 
+    fn migrate(&mut self, apply: bool) -> Result<super::Migration> {
+        let from = self.version;
+        let older = self.access == Access::Older;
+        let steps = if older {
+            vec![format!(
+                "apply the openprose schema of version {POSTGRES_SCHEMA_VERSION} (idempotent; adds what version {from} lacks)"
+            )]
+        } else {
+            Vec::new()
+        };
+        let applied = apply && older;
+        if applied {
+            self.ensure_schema()?;
+            self.access = Access::Current;
+            self.version = POSTGRES_SCHEMA_VERSION as i64;
+        }
+        Ok(super::Migration {
+            from,
+            to: if older {
+                POSTGRES_SCHEMA_VERSION as i64
+            } else {
+                from
+            },
+            steps,
+            applied,
+        })
+    }
+
     fn delete_run(&mut self) -> Result<()> {
         let run = self.run()?.to_string();
         self.client

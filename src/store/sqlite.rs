@@ -9,8 +9,8 @@ use super::sqlite_schema::{self, Schema};
 use super::{
     Access, AgentRow, AgentStore, AuditFilter, AuditRow, BindOutcome, BindingRow, ChainReport,
     Checkpointed, Created, Decided, Decision, ExecutionRow, Finished, Found, GateRow, ImportAdded,
-    ImportRow, NewBinding, NewExecution, NewGate, NewRun, OpenOptions, QueryResult, Resumed,
-    RunInfo, RunSummary, Store, StoreStats,
+    ImportRow, Migration, NewBinding, NewExecution, NewGate, NewRun, OpenOptions, QueryResult,
+    Resumed, RunInfo, RunSummary, Store, StoreStats,
 };
 use crate::error::{busy, not_found, refused, shown, usage};
 use anyhow::{anyhow, Context, Result};
@@ -186,7 +186,7 @@ impl SqliteStore {
         store.check_schema()?;
         if create && store.access == Access::Older {
             // Created on first use: made whole now, as a write would.
-            store.upgrade()?;
+            store.upgrade(false)?;
         }
         Ok(store)
     }
@@ -225,11 +225,11 @@ impl SqliteStore {
         Ok(())
     }
 
-    fn upgrade(&mut self) -> Result<()> {
+    fn upgrade(&mut self, allow_rebuild: bool) -> Result<()> {
         let path = self.path.clone();
         let busy_ms = self.busy_ms;
         let err = |e| db_error(e, &path, busy_ms);
-        sqlite_schema::upgrade(&mut self.conn, self.schema, &path, &err)?;
+        sqlite_schema::upgrade(&mut self.conn, self.schema, &path, &err, allow_rebuild)?;
         self.access = Access::Current;
         self.version = self.schema.version;
         Ok(())
@@ -240,7 +240,7 @@ impl SqliteStore {
     fn begin_write(&mut self) -> Result<rusqlite::Transaction<'_>> {
         match self.access {
             Access::Current | Access::NewerWritable => {}
-            Access::Older => self.upgrade()?,
+            Access::Older => self.upgrade(false)?,
             Access::NewerReadOnly => {
                 return Err(super::refuse_write(
                     self.version,
@@ -1467,6 +1467,31 @@ impl Store for SqliteStore {
             .conn
             .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
         Ok((before, size(&self.path)))
+    }
+
+    fn migrate(&mut self, apply: bool) -> Result<Migration> {
+        let from = self.version;
+        let steps: Vec<String> = match self.access {
+            Access::Older => sqlite_schema::plan(&self.conn, self.schema)?
+                .into_iter()
+                .map(|s| s.action)
+                .collect(),
+            _ => Vec::new(),
+        };
+        let applied = apply && self.access == Access::Older;
+        if applied {
+            self.upgrade(true)?;
+        }
+        Ok(Migration {
+            from,
+            to: if self.access == Access::Older || applied {
+                self.schema.version
+            } else {
+                from
+            },
+            steps,
+            applied,
+        })
     }
 
     fn delete_run(&mut self) -> Result<()> {

@@ -247,13 +247,69 @@ fn drop_read_shims(conn: &Connection) -> rusqlite::Result<()> {
     Ok(())
 }
 
+/// One change an upgrade makes.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Step {
+    pub table: String,
+    /// What is done, in words.
+    pub action: String,
+    /// The table is rebuilt (every row copied): only `prose-state migrate` does that.
+    pub rebuild: bool,
+}
+
+/// What upgrading this older file would change, table by table.
+pub fn plan(conn: &Connection, schema: &Schema) -> Result<Vec<Step>> {
+    plan_against(conn, &expected(schema)?)
+}
+
+fn plan_against(conn: &Connection, expected: &Expected) -> Result<Vec<Step>> {
+    let mut steps = Vec::new();
+    for (table, _, cols) in &expected.tables {
+        let present = columns(conn, "main", table)?;
+        if present.is_empty() {
+            steps.push(Step {
+                table: table.clone(),
+                action: format!("create table {table}"),
+                rebuild: false,
+            });
+            continue;
+        }
+        let missing: Vec<&ColumnDef> = cols
+            .iter()
+            .filter(|c| !present.iter().any(|p| p.name.eq_ignore_ascii_case(&c.name)))
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        let names: Vec<&str> = missing.iter().map(|c| c.name.as_str()).collect();
+        let rebuild = !missing
+            .iter()
+            .all(|c| !c.pk && c.default.as_deref().is_none_or(is_literal));
+        steps.push(Step {
+            table: table.clone(),
+            action: if rebuild {
+                format!(
+                    "rebuild table {table} to add {} (a default that is not a constant, which ALTER TABLE cannot add; every row is copied)",
+                    names.join(", ")
+                )
+            } else {
+                format!("add to {table}: {}", names.join(", "))
+            },
+            rebuild,
+        });
+    }
+    Ok(steps)
+}
+
 /// Brings an older database up to this build's schema in one transaction (see the module
-/// comment), then puts it in WAL mode.
+/// comment), then puts it in WAL mode. Without `allow_rebuild` (an automatic upgrade by a
+/// write), a change that needs a table rebuilt is refused: `prose-state migrate` does it.
 pub fn upgrade(
     conn: &mut Connection,
     schema: &Schema,
     path: &Path,
     err: &dyn Fn(rusqlite::Error) -> anyhow::Error,
+    allow_rebuild: bool,
 ) -> Result<()> {
     let expected = expected(schema)?;
     drop_read_shims(conn).map_err(err)?;
@@ -262,7 +318,7 @@ pub fn upgrade(
     // names the table does not fail the rename.
     conn.execute_batch("PRAGMA foreign_keys = OFF; PRAGMA legacy_alter_table = ON;")
         .map_err(err)?;
-    let result = upgrade_in_transaction(conn, schema, &expected, path, err);
+    let result = upgrade_in_transaction(conn, schema, &expected, path, err, allow_rebuild);
     conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA legacy_alter_table = OFF;")
         .map_err(err)?;
     if result? {
@@ -282,6 +338,7 @@ fn upgrade_in_transaction(
     expected: &Expected,
     path: &Path,
     err: &dyn Fn(rusqlite::Error) -> anyhow::Error,
+    allow_rebuild: bool,
 ) -> Result<bool> {
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -290,6 +347,21 @@ fn upgrade_in_transaction(
     match check(&tx, schema, path, err)? {
         Access::Older => {}
         _ => return Ok(false),
+    }
+    if !allow_rebuild {
+        let rebuilds: Vec<String> = plan_against(&tx, expected)?
+            .into_iter()
+            .filter(|s| s.rebuild)
+            .map(|s| s.table)
+            .collect();
+        if !rebuilds.is_empty() {
+            return Err(refused(format!(
+                "this db needs tables rebuilt ({}) to reach schema {}; run `prose-state migrate --yes` (see what it does without --yes), the db was left unchanged: {}",
+                rebuilds.join(", "),
+                schema.version,
+                path.display()
+            )));
+        }
     }
     for (table, create_sql, cols) in &expected.tables {
         let present = columns(&tx, "main", table).map_err(err)?;
