@@ -12,7 +12,10 @@ pub enum Code {
     NotFound = 3,
     /// The state forbids the operation: a conflict, a const rebind, a write in `query`.
     Refused = 4,
-    /// The database stayed locked by another writer past the busy timeout.
+    /// The connection was lost while committing: the write may or may not have been applied.
+    Unknown = 8,
+    /// A conflict that a retry may clear: the database stayed locked by another writer past
+    /// the busy timeout, or the server connection was lost before anything was committed.
     Busy = 75,
 }
 
@@ -50,6 +53,10 @@ pub fn refused(message: impl Into<String>) -> anyhow::Error {
     coded(Code::Refused, message)
 }
 
+pub fn unknown(message: impl Into<String>) -> anyhow::Error {
+    coded(Code::Unknown, message)
+}
+
 pub fn busy(message: impl Into<String>) -> anyhow::Error {
     coded(Code::Busy, message)
 }
@@ -77,4 +84,13 @@ pub fn clip(message: &str, max: usize) -> String {
         rev.into_iter().rev().collect()
     };
     format!("{head}…{tail} ({} bytes)", message.len())
+}
+
+/// Whether an error is one a retry may clear (exit 75), whichever layer it came through.
+pub fn is_retryable(e: &anyhow::Error) -> bool {
+    e.chain()
+        .find_map(|c| c.downcast_ref::<Coded>())
+        .map(|c| c.code)
+        .or_else(|| crate::store::classify(e))
+        == Some(Code::Busy)
 }

@@ -156,8 +156,8 @@ fn dispatch(cli: Cli) -> Result<u8> {
                 emit(cmd::gates::show(&a.gate, &viewer, store.as_mut())?, json)?
             }
             Some(GatesCommand::Wait(a)) => {
-                let (_, mut store) = open_named(g, Some(&a.run))?;
-                let waited = cmd::gates::wait(a, store.as_mut())?;
+                let reopen = || open_named(g, Some(&a.run)).map(|(_, s)| s);
+                let waited = cmd::gates::wait(a, &reopen)?;
                 let code = waited.exit_code();
                 emit(waited, json)?;
                 return Ok(code);
@@ -481,7 +481,9 @@ fn decide(
 fn exit_code(e: &anyhow::Error) -> u8 {
     e.chain()
         .find_map(|c| c.downcast_ref::<error::Coded>())
-        .map_or(1, |c| c.code as u8)
+        .map(|c| c.code)
+        .or_else(|| store::classify(e))
+        .map_or(1, |c| c as u8)
 }
 
 fn broken_pipe(e: &anyhow::Error) -> bool {

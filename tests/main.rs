@@ -14,5 +14,6 @@ mod interop;
 mod lifecycle;
 mod nothing_lost;
 mod operate;
+mod pg_faults;
 mod query;
 mod schema;

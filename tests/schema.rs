@@ -519,3 +519,91 @@ fn migrate_on_a_current_run_has_nothing_to_do() {
     assert!(out.contains("schema 4, nothing to do"), "{out}");
     assert_eq!(run.snapshot(), before);
 }
+
+/// The shared PostgreSQL schema follows the same rule: a read of an older schema changes
+/// nothing, the first write upgrades it, and a newer one is used as far as it allows.
+#[test]
+fn the_postgres_schema_never_strands_a_team() {
+    let Some(p) = Project::on(Backend::Postgres) else {
+        return;
+    };
+    let run = p.init();
+    run.bind("keep", "me", None);
+    let mut c = postgres::Client::connect(p.pg_url.as_deref().unwrap(), postgres::NoTls).unwrap();
+    let has_key_column = |c: &mut postgres::Client| -> bool {
+        c.query_one(
+            "SELECT EXISTS (SELECT 1 FROM information_schema.columns
+             WHERE table_schema = 'openprose' AND table_name = 'execution'
+               AND column_name = 'idempotency_key')",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+    };
+    // Back to what schema 1 looked like.
+    c.batch_execute(
+        "DROP INDEX openprose.idx_execution_key;
+         ALTER TABLE openprose.execution DROP COLUMN idempotency_key;
+         ALTER TABLE openprose.schema_version DROP COLUMN min_reader, DROP COLUMN min_writer;
+         UPDATE openprose.schema_version SET version = 1;",
+    )
+    .unwrap();
+    assert_eq!(run.get("keep", None), b"me");
+    p.cmd().args(["--json", "runs"]).assert().success();
+    run.cmd().args(["log"]).assert().success();
+    assert!(!has_key_column(&mut c), "a read upgraded the schema");
+    let a = run.cmd().args(["migrate"]).assert().success();
+    assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("would migrate schema 1 -> 2"));
+    assert!(!has_key_column(&mut c), "a dry run upgraded the schema");
+    // The first write upgrades it.
+    run.cmd()
+        .args([
+            "exec-append",
+            "--index",
+            "1",
+            "--text",
+            "t",
+            "--status",
+            "executing",
+            "--key",
+            "a",
+        ])
+        .assert()
+        .success();
+    assert!(has_key_column(&mut c));
+    let v: i32 = c
+        .query_one("SELECT max(version) FROM openprose.schema_version", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(v, 2);
+    // Newer, and writable by this build.
+    c.batch_execute(
+        "UPDATE openprose.schema_version SET version = 3, min_reader = 1, min_writer = 2",
+    )
+    .unwrap();
+    run.bind("newer", "ok", None);
+    assert_eq!(run.get("newer", None), b"ok");
+    // Newer, and not writable: reads work, writes are refused and change nothing.
+    c.batch_execute(
+        "UPDATE openprose.schema_version SET version = 4, min_reader = 1, min_writer = 4",
+    )
+    .unwrap();
+    assert_eq!(run.get("keep", None), b"me");
+    let before = count_rows(&p, &run, "bindings", "true");
+    let a = run.cmd().args(["bind", "refused", "x"]).assert().failure();
+    assert_eq!(code(&a), 4, "{}", stderr(&a));
+    assert!(stderr(&a).contains("upgrade prose-state"), "{}", stderr(&a));
+    assert_eq!(count_rows(&p, &run, "bindings", "true"), before);
+    // Newer, and not even readable.
+    c.batch_execute(
+        "UPDATE openprose.schema_version SET version = 5, min_reader = 5, min_writer = 5",
+    )
+    .unwrap();
+    let a = run.cmd().args(["get", "keep"]).assert().failure();
+    assert_eq!(code(&a), 4, "{}", stderr(&a));
+    let v: i32 = c
+        .query_one("SELECT max(version) FROM openprose.schema_version", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(v, 5, "never downgraded");
+}

@@ -7,7 +7,7 @@ use crate::model::{check_gate_id, check_metadata, now, now_plus, parse_duration,
 use crate::output::{human_duration, one_line, table, Render};
 use crate::run::RunPaths;
 use crate::store::{AuditFilter, AuditRow, BrokenLink, Created, GateRow, Store};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde::Serialize;
 use std::io::{self, Write};
 
@@ -364,31 +364,55 @@ impl Render for GateWaited {
     }
 }
 
-pub fn wait(args: &GateWaitArgs, store: &mut dyn Store) -> Result<GateWaited> {
+/// Waits for a gate to be decided. Each look is a short statement on a store opened by
+/// `open`; a look that fails with a conflict or a lost connection (exit 75: a server
+/// restarting, an outage) is retried on a new connection at the next poll, so the wait
+/// lives through outages. Other errors end it.
+pub fn wait(args: &GateWaitArgs, open: &dyn Fn() -> Result<Box<dyn Store>>) -> Result<GateWaited> {
     check_gate_id(&args.gate)?;
     let poll = std::time::Duration::from_secs(parse_duration(&args.poll)? as u64);
     let limit = match &args.timeout {
         Some(t) => Some(std::time::Duration::from_secs(parse_duration(t)? as u64)),
         None => None,
     };
-    let run = store.run_info()?;
     let start = std::time::Instant::now();
+    let mut store: Option<Box<dyn Store>> = None;
+    let mut run: Option<crate::store::RunInfo> = None;
     loop {
-        // Each look is its own short statement: no read transaction is held between polls.
         let now = now();
-        let gate = store.gate(&args.gate, &now)?.ok_or_else(|| {
-            not_found(format!(
-                "gate not found in run {}: {}",
-                run.id,
-                shown(&args.gate)
-            ))
-        })?;
+        let look = (|| -> Result<Option<GateRow>> {
+            if store.is_none() {
+                store = Some(open()?);
+            }
+            let s = store.as_mut().map(|s| s.as_mut()).context("store")?;
+            if run.is_none() {
+                run = Some(s.run_info()?);
+            }
+            s.gate(&args.gate, &now)
+        })();
         let out_of_time = limit.is_some_and(|l| start.elapsed() >= l);
-        if gate.status != "pending" || out_of_time {
-            return Ok(GateWaited {
-                gate: GateView::new(gate, run.program_path, &now),
-                waited_seconds: start.elapsed().as_secs(),
-            });
+        match look {
+            Ok(gate) => {
+                let run = run.clone().context("run")?;
+                let gate = gate.ok_or_else(|| {
+                    not_found(format!(
+                        "gate not found in run {}: {}",
+                        run.id,
+                        shown(&args.gate)
+                    ))
+                })?;
+                if gate.status != "pending" || out_of_time {
+                    return Ok(GateWaited {
+                        gate: GateView::new(gate, run.program_path, &now),
+                        waited_seconds: start.elapsed().as_secs(),
+                    });
+                }
+            }
+            Err(e) if crate::error::is_retryable(&e) && !out_of_time => {
+                // A new connection at the next poll.
+                store = None;
+            }
+            Err(e) => return Err(e),
         }
         let mut nap = poll;
         if let Some(l) = limit {

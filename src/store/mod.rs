@@ -654,6 +654,24 @@ pub struct Stamp {
     pub min_writer: i64,
 }
 
+/// The exit code of an error no command gave one: a database conflict or a lost connection
+/// that a retry may clear is 75 (busy), whichever layer it came through.
+pub fn classify(e: &anyhow::Error) -> Option<crate::error::Code> {
+    e.chain().find_map(|c| {
+        if let Some(pg) = c.downcast_ref::<::postgres::Error>() {
+            return postgres::transient(pg).then_some(crate::error::Code::Busy);
+        }
+        if let Some(lite) = c.downcast_ref::<rusqlite::Error>() {
+            return matches!(
+                lite.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+            )
+            .then_some(crate::error::Code::Busy);
+        }
+        None
+    })
+}
+
 /// What `migrate` found, or did.
 #[derive(Debug, Serialize)]
 pub struct Migration {

@@ -42,31 +42,27 @@ macro_rules! ts {
 }
 
 /// A connection URL with the password hidden, for every message that shows it: the user
-/// part becomes `user:***`, and a `password=` query parameter `password=***`.
+/// part becomes `user:***`, and a `password=` query parameter `password=***`. The userinfo
+/// ends at the last `@`, so a password holding an unencoded `/`, `?` or `@` is hidden whole;
+/// and whatever the driver itself reads as the password is hidden wherever it appears.
 pub fn masked(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return "(a PostgreSQL URL)".to_string();
     };
-    let (before_query, query) = match rest.split_once('?') {
+    let (userinfo, after) = match rest.rfind('@') {
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
+    };
+    let (before_query, query) = match after.split_once('?') {
         Some((b, q)) => (b, Some(q)),
-        None => (rest, None),
+        None => (after, None),
     };
-    let (authority, path) = match before_query.find('/') {
-        Some(i) => (&before_query[..i], &before_query[i..]),
-        None => (before_query, ""),
-    };
-    let authority = match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split(':').next().unwrap_or("");
-            format!("{user}:***@{host}")
-        }
-        None => authority.to_string(),
-    };
+    let user = userinfo.map(|u| format!("{}:***@", u.split(':').next().unwrap_or("")));
     let query = query.map(|q| {
         let parts: Vec<String> = q
             .split('&')
             .map(|kv| {
-                if kv.starts_with("password=") {
+                if kv.to_ascii_lowercase().starts_with("password=") {
                     "password=***".to_string()
                 } else {
                     kv.to_string()
@@ -75,7 +71,101 @@ pub fn masked(url: &str) -> String {
             .collect();
         format!("?{}", parts.join("&"))
     });
-    format!("{scheme}://{authority}{path}{}", query.unwrap_or_default())
+    let mut shown = format!(
+        "{scheme}://{}{before_query}{}",
+        user.unwrap_or_default(),
+        query.unwrap_or_default()
+    );
+    if let Some(secret) = driver_password(url) {
+        shown = shown.replace(&secret, "***");
+    }
+    shown
+}
+
+/// The password as the driver parses it from the URL, when there is one worth hiding.
+fn driver_password(url: &str) -> Option<String> {
+    let config: postgres::Config = url.parse().ok()?;
+    let password = String::from_utf8_lossy(config.get_password()?).into_owned();
+    (password.len() >= 3).then_some(password)
+}
+
+/// Hides every form of the URL's password in a message.
+fn scrub(text: &str, url: &str, shown_url: &str) -> String {
+    let mut text = text.replace(url, shown_url);
+    if let Some(secret) = driver_password(url) {
+        text = text.replace(&secret, "***");
+    }
+    text
+}
+
+/// Whether an error may clear on a retry: a lock or serialisation conflict, a lost or
+/// refused connection, a server shutting down or starting up.
+pub fn transient(e: &postgres::Error) -> bool {
+    if let Some(db) = e.as_db_error() {
+        let code = db.code();
+        return [
+            SqlState::LOCK_NOT_AVAILABLE,
+            SqlState::T_R_DEADLOCK_DETECTED,
+            SqlState::T_R_SERIALIZATION_FAILURE,
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::CRASH_SHUTDOWN,
+            SqlState::CANNOT_CONNECT_NOW,
+            SqlState::TOO_MANY_CONNECTIONS,
+        ]
+        .contains(code)
+            || code.code().starts_with("08");
+    }
+    if e.is_closed() {
+        return true;
+    }
+    // A network that failed, not a certificate or a protocol that is wrong.
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            return matches!(
+                io.kind(),
+                ConnectionRefused
+                    | ConnectionReset
+                    | ConnectionAborted
+                    | BrokenPipe
+                    | UnexpectedEof
+                    | TimedOut
+                    | NotConnected
+                    | AddrNotAvailable
+                    | HostUnreachable
+                    | NetworkUnreachable
+            );
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// Why a connection failed, in words, and the exit code it deserves: the server's own
+/// message (wrong password, no such database, starting up), or the network's.
+fn connect_error(e: &postgres::Error, url: &str, shown_url: &str) -> anyhow::Error {
+    let cause = match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => {
+            let mut cause = e.to_string();
+            let mut source = std::error::Error::source(e);
+            while let Some(s) = source {
+                cause = format!("{cause}: {s}");
+                source = s.source();
+            }
+            cause
+        }
+    };
+    let cause = scrub(&cause, url, shown_url);
+    let message = format!("could not connect to postgres ({cause}): {shown_url}");
+    if transient(e) {
+        busy(format!("{message}; retry when the server is reachable"))
+    } else if e.code() == Some(&SqlState::INVALID_CATALOG_NAME) {
+        not_found(message)
+    } else {
+        anyhow!(message)
+    }
 }
 
 /// Connects with TLS unless the URL says `sslmode=disable`: TLS through rustls, verifying the
@@ -117,8 +207,14 @@ fn map_err(e: postgres::Error, shown_url: &str, busy_ms: u64) -> anyhow::Error {
             || *code == SqlState::T_R_DEADLOCK_DETECTED
             || *code == SqlState::T_R_SERIALIZATION_FAILURE
         {
+            let held = if busy_ms > 0 {
+                format!("for more than {busy_ms} ms")
+            } else {
+                "past the busy timeout".to_string()
+            };
             return busy(format!(
-                "database is busy: a lock was held for more than {busy_ms} ms; retry the command: {shown_url}"
+                "database is busy: a lock was held {held}; retry the command{}",
+                at(shown_url)
             ));
         }
         if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
@@ -130,11 +226,64 @@ fn map_err(e: postgres::Error, shown_url: &str, busy_ms: u64) -> anyhow::Error {
         if db.message().contains("append-only") {
             return refused(db.message().to_string());
         }
-        return anyhow!("postgres: {} ({}): {shown_url}", db.message(), code.code());
+        if transient(&e) {
+            return busy(format!(
+                "the server ended the session ({}, {}); nothing was written, retry the command{}",
+                db.message(),
+                code.code(),
+                at(shown_url)
+            ));
+        }
+        return anyhow!(
+            "postgres: {} ({}){}",
+            db.message(),
+            code.code(),
+            at(shown_url)
+        );
     }
     // Connection-level errors can carry the connection string; never show it.
-    let text = e.to_string().replace(shown_url, "");
-    anyhow!("postgres: {text}: {shown_url}")
+    let text = if shown_url.is_empty() {
+        e.to_string()
+    } else {
+        e.to_string().replace(shown_url, "")
+    };
+    if transient(&e) {
+        return busy(format!(
+            "lost the connection to the server ({text}); nothing was written, retry the command{}",
+            at(shown_url)
+        ));
+    }
+    anyhow!("postgres: {text}{}", at(shown_url))
+}
+
+/// `: URL` at the end of a message, when the URL is known.
+fn at(shown_url: &str) -> String {
+    if shown_url.is_empty() {
+        String::new()
+    } else {
+        format!(": {shown_url}")
+    }
+}
+
+/// Maps an error where the store's URL and busy timeout are not at hand (the helpers that
+/// run statements inside a store's transaction): same classification, shorter message.
+fn pg(e: postgres::Error) -> anyhow::Error {
+    map_err(e, "", 0)
+}
+
+/// The outcome of a COMMIT. A connection lost while committing leaves the outcome unknown:
+/// the write may or may not have been applied (exit 8).
+fn committed(
+    result: Result<(), postgres::Error>,
+    err: impl Fn(postgres::Error) -> anyhow::Error,
+) -> Result<()> {
+    match result {
+        Ok(()) => Ok(()),
+        Err(e) if transient(&e) && e.as_db_error().is_none() => Err(crate::error::unknown(
+            "lost the connection to the server while committing: the write may or may not have been applied; check before retrying (bind, gates create, agent remember, imports add, finish and exec-append --key are safe to retry)",
+        )),
+        Err(e) => Err(err(e)),
+    }
 }
 
 impl PgStore {
@@ -153,10 +302,7 @@ impl PgStore {
     fn connect(url: &str, run: Option<&str>, opts: OpenOptions) -> Result<(Self, bool)> {
         let shown_url = masked(url);
         let busy_ms = opts.busy_timeout.as_millis() as u64;
-        let client = connect_client(url).map_err(|e| {
-            let text = e.to_string().replace(url, &shown_url);
-            anyhow!("could not connect to postgres ({text}): {shown_url}")
-        })?;
+        let client = connect_client(url).map_err(|e| connect_error(&e, url, &shown_url))?;
         let mut store = PgStore {
             client,
             run_id: run.map(str::to_string),
@@ -294,7 +440,7 @@ impl PgStore {
             )
             .map_err(err)?;
         }
-        tx.commit().map_err(err)
+        committed(tx.commit(), err)
     }
 
     /// Creates a run's row.
@@ -316,7 +462,7 @@ impl PgStore {
             &[&run.id, &run.program_path, &run.program_source, &run.created_at],
         )
         .map_err(err)?;
-        tx.commit().map_err(err)?;
+        committed(tx.commit(), err)?;
         Ok(store)
     }
 
@@ -356,7 +502,7 @@ fn lock_run(tx: &mut Transaction, run_id: &str, exclusive: bool) -> Result<Strin
     } else {
         "SELECT status FROM openprose.run WHERE id = $1 FOR SHARE"
     };
-    match tx.query_opt(sql, &[&run_id])? {
+    match tx.query_opt(sql, &[&run_id]).map_err(pg)? {
         Some(row) => Ok(row.get(0)),
         None => Err(not_found(format!("run not found: {}", shown(run_id)))),
     }
@@ -451,7 +597,8 @@ fn load_gate(c: &mut impl GenericClient, run_id: &str, id: &str) -> Result<Optio
     Ok(c.query_opt(
         &format!("{GATE_SELECT} WHERE run_id = $1 AND id = $2"),
         &[&run_id, &id],
-    )?
+    )
+    .map_err(pg)?
     .map(|r| gate_row(&r)))
 }
 
@@ -471,14 +618,16 @@ fn append_audit(tx: &mut Transaction, run_id: &str, e: &Event) -> Result<AuditRo
         .query_opt(
             "SELECT hash FROM openprose.gate_audit_log WHERE run_id = $1 ORDER BY id DESC LIMIT 1",
             &[&run_id],
-        )?
+        )
+        .map_err(pg)?
         .and_then(|r| r.get::<_, Option<String>>(0))
         .unwrap_or_default();
     let id: i64 = tx
         .query_one(
             "SELECT nextval(pg_get_serial_sequence('openprose.gate_audit_log', 'id'))",
             &[],
-        )?
+        )
+        .map_err(pg)?
         .get(0);
     let mut row = AuditRow {
         id,
@@ -509,7 +658,7 @@ fn append_audit(tx: &mut Transaction, run_id: &str, e: &Event) -> Result<AuditRo
             &row.prev_hash,
             &row.hash,
         ],
-    )?;
+    ).map_err(pg)?;
     Ok(row)
 }
 
@@ -524,7 +673,8 @@ fn sweep(tx: &mut Transaction, run_id: &str, now: &str) -> Result<usize> {
                 "{GATE_SELECT} WHERE run_id = $1 AND {OVERDUE} ORDER BY created_at FOR UPDATE"
             ),
             &[&run_id, &now],
-        )?
+        )
+        .map_err(pg)?
         .iter()
         .map(gate_row)
         .collect();
@@ -546,7 +696,8 @@ fn sweep(tx: &mut Transaction, run_id: &str, now: &str) -> Result<usize> {
                  resolved_at = timeout_at
              WHERE run_id = $1 AND id = $2 AND status = 'pending'",
             &[&run_id, &g.id],
-        )?;
+        )
+        .map_err(pg)?;
     }
     Ok(overdue.len())
 }
@@ -620,7 +771,7 @@ impl AgentStore for PgStore {
             &[&name, &run, &scope, &memory, &now],
         )
         .map_err(err)?;
-        tx.commit().map_err(err)
+        committed(tx.commit(), err)
     }
 
     fn append_segment(
@@ -662,7 +813,7 @@ impl AgentStore for PgStore {
             &[&name, &run, &n, &now, &prompt, &summary],
         )
         .map_err(err)?;
-        tx.commit().map_err(err)?;
+        committed(tx.commit(), err)?;
         Ok(n)
     }
 
@@ -763,7 +914,7 @@ impl Store for PgStore {
             ],
         )
         .map_err(err)?;
-        tx.commit().map_err(err)?;
+        committed(tx.commit(), err)?;
         let replaced_attachment = existing
             .and_then(|(_, old)| old)
             .filter(|old| Some(old.as_str()) != b.attachment_path);
@@ -797,7 +948,7 @@ impl Store for PgStore {
         if !referenced {
             remove()?;
         }
-        tx.commit().map_err(err)?;
+        committed(tx.commit(), err)?;
         Ok(!referenced)
     }
 
@@ -942,7 +1093,7 @@ impl Store for PgStore {
             }
             (None, None) => return Err(anyhow!("execution record was not appended")),
         };
-        tx.commit().map_err(err)?;
+        committed(tx.commit(), err)?;
         Ok(id)
     }
 
@@ -1034,7 +1185,7 @@ impl Store for PgStore {
         )
         .map_err(err)?;
         let n = sweep(&mut tx, &run, now)?;
-        tx.commit().map_err(err)?;
+        committed(tx.commit(), err)?;
         Ok(n)
     }
 
@@ -1047,7 +1198,7 @@ impl Store for PgStore {
         sweep(&mut tx, &run, g.now)?;
         if let Some(existing) = load_gate(&mut tx, &run, g.id)? {
             let same = super::same_gate(&existing, g);
-            tx.commit().map_err(err)?;
+            committed(tx.commit(), err)?;
             return Ok(if same && existing.status == "pending" {
                 Created::Retried(existing)
             } else {
@@ -1110,7 +1261,7 @@ impl Store for PgStore {
         .map_err(err)?;
         let row =
             load_gate(&mut tx, &run, g.id)?.ok_or_else(|| anyhow!("gate vanished after insert"))?;
-        tx.commit().map_err(err)?;
+        committed(tx.commit(), err)?;
         Ok(Created::New(row))
     }
 
@@ -1153,7 +1304,7 @@ impl Store for PgStore {
         .map_err(err)?;
         sweep(&mut tx, &run, now)?;
         let Some(gate) = load_gate(&mut tx, &run, id)? else {
-            tx.commit().map_err(err)?;
+            committed(tx.commit(), err)?;
             return Ok(None);
         };
         append_audit(
@@ -1177,7 +1328,7 @@ impl Store for PgStore {
             .iter()
             .map(audit_row)
             .collect();
-        tx.commit().map_err(err)?;
+        committed(tx.commit(), err)?;
         Ok(Some((gate, history)))
     }
 
@@ -1190,7 +1341,7 @@ impl Store for PgStore {
         lock_open_run(&mut tx, &run, true)?;
         sweep(&mut tx, &run, d.now)?;
         let Some(gate) = load_gate(&mut tx, &run, d.gate_id)? else {
-            tx.commit().map_err(err)?;
+            committed(tx.commit(), err)?;
             return Ok(Decided::NotFound);
         };
         if let Some((reason, metadata)) = super::refusal(&gate, d) {
@@ -1206,7 +1357,7 @@ impl Store for PgStore {
                     now: d.now,
                 },
             )?;
-            tx.commit().map_err(err)?;
+            committed(tx.commit(), err)?;
             return Ok(super::refused_outcome(gate, &reason));
         }
         let status = if d.approve { "approved" } else { "rejected" };
@@ -1232,7 +1383,7 @@ impl Store for PgStore {
         .map_err(err)?;
         let row = load_gate(&mut tx, &run, d.gate_id)?
             .ok_or_else(|| anyhow!("gate vanished during decision"))?;
-        tx.commit().map_err(err)?;
+        committed(tx.commit(), err)?;
         Ok(Decided::Done(row))
     }
 
@@ -1295,7 +1446,7 @@ impl Store for PgStore {
             &[&run, &status, &now, &error],
         )
         .map_err(err)?;
-        tx.commit().map_err(err)?;
+        committed(tx.commit(), err)?;
         Ok(Finished::Done {
             previous_status: current,
         })
@@ -1387,7 +1538,7 @@ impl Store for PgStore {
             ],
         )
         .map_err(err)?;
-        tx.commit().map_err(err)?;
+        committed(tx.commit(), err)?;
         Ok(outcome)
     }
 
@@ -1664,7 +1815,7 @@ impl Store for PgStore {
         } else {
             status.clone()
         };
-        tx.commit().map_err(err)?;
+        committed(tx.commit(), err)?;
         Ok(Resumed {
             previous_status: status,
             status: new_status,
@@ -1697,5 +1848,20 @@ mod tests {
             "postgresql://h/db?password=***"
         );
         assert_eq!(masked("host=h password=x"), "(a PostgreSQL URL)");
+        // Unencoded `/`, `?` and `@` in a password, which the driver accepts.
+        for url in [
+            "postgresql://alice:se/cr?et@db.example:5432/prod",
+            "postgresql://alice:p@ss/w?rd@db.example/prod?sslmode=require",
+            "postgresql://alice:secret?x@db.example/prod",
+        ] {
+            let shown = masked(url);
+            assert!(
+                shown.starts_with("postgresql://alice:***@db.example"),
+                "{shown}"
+            );
+            for part in ["se/cr", "cr?et", "p@ss", "w?rd", "secret"] {
+                assert!(!shown.contains(part), "{shown}");
+            }
+        }
     }
 }

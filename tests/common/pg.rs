@@ -21,6 +21,14 @@ pub fn server() -> Result<&'static str, &'static str> {
         .map_err(|e| e.as_str())
 }
 
+/// The role that must log in with a password on the throwaway cluster.
+pub const PASSWORD_ROLE: &str = "prose_pw";
+
+/// Whether the server is the throwaway cluster (whose settings the tests know).
+pub fn is_throwaway() -> bool {
+    server().is_ok() && std::env::var("PROSE_STATE_TEST_PG_URL").map_or(true, |u| u.is_empty())
+}
+
 /// A URL to a new, empty database on the server; None (after saying so loudly) when no
 /// server can be had, which under CI=true is a failure instead.
 pub fn fresh_database() -> Option<String> {
@@ -45,7 +53,7 @@ pub fn fresh_database() -> Option<String> {
 }
 
 /// The same server URL with another database.
-fn with_database(url: &str, db: &str) -> String {
+pub fn with_database(url: &str, db: &str) -> String {
     let (before, query) = match url.split_once('?') {
         Some((b, q)) => (b, format!("?{q}")),
         None => (url, String::new()),
@@ -212,6 +220,15 @@ fn start_cluster() -> Result<String, String> {
             String::from_utf8_lossy(&out.stderr)
         ));
     }
+    // One role logs in with a password (scram), to test what a wrong password says; every
+    // other login is trusted. The first matching line wins.
+    let hba = data.join("pg_hba.conf");
+    let rest = std::fs::read_to_string(&hba).map_err(|e| format!("pg_hba.conf: {e}"))?;
+    std::fs::write(
+        &hba,
+        format!("host all {PASSWORD_ROLE} 127.0.0.1/32 scram-sha-256\n{rest}"),
+    )
+    .map_err(|e| format!("pg_hba.conf: {e}"))?;
     let tls = make_certificates(&dir, root);
     let port = free_port();
     // The watchdog: runs the server and stops it, and removes the cluster, once this test
