@@ -1,15 +1,8 @@
 -- prose-state schema for agents.db: project-scoped agent memory (<root>/.prose/agents.db) and
 -- user-scoped agent memory (~/.prose/agents.db). The same two tables as in a run's state.db,
 -- so the spec's SQL for persistent agents works on either. Idempotent, like schema/sqlite.sql;
--- versioned in PRAGMA user_version (AGENTS_SCHEMA_VERSION in src/store/sqlite.rs), with
--- prose_schema as in schema/sqlite.sql (agents schema 2).
-
-CREATE TABLE IF NOT EXISTS prose_schema (
-    version INTEGER PRIMARY KEY,
-    min_reader INTEGER NOT NULL,
-    min_writer INTEGER NOT NULL,
-    applied_at TEXT DEFAULT (datetime('now'))
-);
+-- versioned in PRAGMA user_version (AGENTS_SCHEMA_VERSION in src/store/sqlite.rs), stamped
+-- as in schema/sqlite.sql.
 
 CREATE TABLE IF NOT EXISTS agents (
     name TEXT PRIMARY KEY,

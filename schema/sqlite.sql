@@ -8,24 +8,14 @@
 --   * an index on execution(parent_id) for walking scopes downward and listing children.
 --   * (schema 2) the gate audit log is hash-chained and append-only by trigger.
 --   * (schema 3) run.error_message, set by `finish --error`.
---   * (schema 4) execution.idempotency_key, so a retried `exec-append --key` is safe; and
---     prose_schema, which records what a binary must understand to read or write this file.
+--   * (schema 4) execution.idempotency_key, so a retried `exec-append --key` is safe.
 --
 -- Every statement is idempotent (IF NOT EXISTS): the same text creates a new database and
 -- completes an older one during the forward upgrade (src/store/sqlite_schema.rs), which runs
 -- on the first write, never on a read. Columns are never dropped or retyped; user tables
--- (x_*) and user-added columns are kept. The version stamped in PRAGMA user_version is
--- SCHEMA_VERSION in src/store/sqlite.rs.
-
--- One row per schema version applied: what a binary must understand to read this file
--- (min_reader) and to write it safely (min_writer). A binary older than the file reads it if
--- it is at least min_reader, and writes it if it is at least min_writer (schema 4).
-CREATE TABLE IF NOT EXISTS prose_schema (
-    version INTEGER PRIMARY KEY,
-    min_reader INTEGER NOT NULL,
-    min_writer INTEGER NOT NULL,
-    applied_at TEXT DEFAULT (datetime('now'))
-);
+-- (x_*) and user-added columns are kept. PRAGMA user_version holds the stamp
+-- version + 1000 * min_writer + 1000000 * min_reader (src/store/sqlite_schema.rs): the schema
+-- version, and what a binary must understand to write this file safely and to read it.
 
 CREATE TABLE IF NOT EXISTS run (
     id TEXT PRIMARY KEY,

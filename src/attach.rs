@@ -209,7 +209,8 @@ pub fn stage(
     input: &mut dyn Read,
     inline_max: u64,
     run_dir: &Path,
-    file_name: &str,
+    name: &str,
+    execution_id: Option<i64>,
     require_bytes: bool,
 ) -> Result<Staged> {
     let mut head = Vec::new();
@@ -231,6 +232,8 @@ pub fn stage(
         return Ok(Staged::Inline(text));
     }
 
+    // Named only now: an inline value needs no file name (and no random number).
+    let file_name = &file_name(name, execution_id);
     let dir = dir(run_dir, true)?;
     let (mut out, tmp) = create_locked(&dir, file_name)?;
     let lock = out.try_clone()?;

@@ -89,7 +89,10 @@ fn agent_memory_in_the_three_scopes_lives_where_the_spec_says() {
         .unwrap()
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 2, "agents.db is versioned");
+    assert_eq!(
+        v, 1_001_001,
+        "agents.db is versioned (schema 1, readers and writers 1)"
+    );
 
     // remember replaces
     agent("project")

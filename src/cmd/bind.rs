@@ -54,12 +54,12 @@ pub fn run(args: &BindArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Bou
 
     let (mut input, from_stdin) = super::value_source(args.value.as_deref(), args.file.as_deref())?;
 
-    let file_name = attach::file_name(&args.name, args.execution_id);
     let staged = attach::stage(
         &mut input,
         args.attach_over,
         &run.dir,
-        &file_name,
+        &args.name,
+        args.execution_id,
         from_stdin,
     )?;
     let (value, summary, bytes, mut file) = match staged {

@@ -2,16 +2,20 @@
 
 use super::{over_runs, Opener};
 use crate::output::{table, Render};
-use crate::run::{RunPaths, ATTACHMENTS_DIR};
+use crate::run::RunPaths;
 use crate::store::{Checkpointed, StoreStats};
 use anyhow::Result;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
-/// Files in a run's attachments/ and their total size.
+/// Files in a run's attachments/ and their total size (none counted through a symlinked
+/// directory: what it points at is not the run's).
 pub fn attachment_usage(run: &RunPaths) -> (u64, u64) {
-    let Ok(entries) = std::fs::read_dir(run.dir.join(ATTACHMENTS_DIR)) else {
+    let Ok(dir) = crate::attach::dir(&run.dir, false) else {
+        return (0, 0);
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
         return (0, 0);
     };
     entries

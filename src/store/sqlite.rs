@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 pub const SCHEMA_VERSION: i64 = 4;
 
 /// The same for agents.db (project and user agent memory).
-pub const AGENTS_SCHEMA_VERSION: i64 = 2;
+pub const AGENTS_SCHEMA_VERSION: i64 = 1;
 
 pub const STATE: Schema = Schema {
     sql: include_str!("../../schema/sqlite.sql"),
@@ -132,13 +132,8 @@ impl SqliteStore {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(err)?;
-        tx.execute_batch(STATE.sql).map_err(err)?;
-        tx.execute(
-            "INSERT INTO prose_schema (version, min_reader, min_writer) VALUES (?1, ?2, ?3)",
-            params![STATE.version, STATE.min_reader, STATE.min_writer],
-        )
-        .map_err(err)?;
-        tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+        tx.execute_batch(&STATE.stored_sql()).map_err(err)?;
+        tx.pragma_update(None, "user_version", STATE.stamp())
             .map_err(err)?;
         tx.execute(
             "INSERT INTO run (id, program_path, program_source, started_at, updated_at, status, state_mode)
@@ -206,13 +201,14 @@ impl SqliteStore {
     }
 
     fn check_schema(&mut self) -> Result<()> {
-        let version: i64 = self
+        let stamp: i64 = self
             .conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .map_err(self.err())?;
-        if version == self.schema.version {
+        if stamp == self.schema.stamp() {
             return Ok(());
         }
+        let version = sqlite_schema::decode(stamp).version;
         let path = self.path.clone();
         let busy_ms = self.busy_ms;
         let err = |e| db_error(e, &path, busy_ms);

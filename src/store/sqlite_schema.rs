@@ -10,12 +10,16 @@
 //!   every row and every user column kept. A refused or failed upgrade leaves the file
 //!   byte-identical, journal mode included: WAL is switched on only after it commits.
 //! - A newer file is read and written as long as this binary is at least the `min_reader`
-//!   and `min_writer` the newer binary recorded in `prose_schema`.
+//!   and `min_writer` the newer binary recorded in the file's stamp.
+//!
+//! The stamp is `PRAGMA user_version` = version + 1000 × min_writer + 1000000 × min_reader,
+//! in the header like SQLite's own read and write format versions: reading it is the one
+//! pragma read every open already makes, and it commits with the upgrade that sets it.
 
 use super::{access_for, Access, Stamp};
 use crate::error::refused;
 use anyhow::{anyhow, Context, Result};
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use rusqlite::{params, Connection, TransactionBehavior};
 use std::path::Path;
 
 /// One kind of database prose-state keeps: its embedded schema, its version, what a binary
@@ -104,7 +108,7 @@ struct Expected {
 
 fn expected(schema: &Schema) -> Result<Expected> {
     let conn = Connection::open_in_memory()?;
-    conn.execute_batch(schema.sql)?;
+    conn.execute_batch(&schema.stored_sql())?;
     let mut stmt = conn.prepare(
         "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY rowid",
     )?;
@@ -119,42 +123,51 @@ fn expected(schema: &Schema) -> Result<Expected> {
     Ok(Expected { tables })
 }
 
-/// The version a database records, and for a newer one what it asks of readers and
-/// writers. A newer file without `prose_schema` came from no release that knows the rule:
-/// it is treated as asking for its own version of both.
-pub fn stamp(conn: &Connection) -> rusqlite::Result<Stamp> {
-    let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
-    let mut stamp = Stamp {
-        version,
-        min_reader: 0,
-        min_writer: 0,
-    };
-    let has_table: bool = conn.query_row(
-        "SELECT EXISTS (SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND name = 'prose_schema')",
-        [],
-        |r| r.get(0),
-    )?;
-    let recorded: Option<(i64, i64)> = if has_table {
-        conn.query_row(
-            "SELECT min_reader, min_writer FROM main.prose_schema ORDER BY version DESC LIMIT 1",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?
-    } else {
-        None
-    };
-    match recorded {
-        Some((r, w)) => {
-            stamp.min_reader = r;
-            stamp.min_writer = w;
+impl Schema {
+    /// The schema as it is stored in a database: without its comments and indentation.
+    /// SQLite keeps each CREATE statement's text and parses all of it whenever a process
+    /// first touches the database, which every command is; shorter text opens faster.
+    pub fn stored_sql(&self) -> String {
+        let mut out = String::with_capacity(self.sql.len());
+        for line in self.sql.lines() {
+            // No string literal in the embedded schema holds `--`.
+            let code = line.split("--").next().unwrap_or("").trim();
+            if !code.is_empty() {
+                out.push_str(code);
+                out.push('\n');
+            }
         }
-        None => {
-            stamp.min_reader = version;
-            stamp.min_writer = version;
-        }
+        out
     }
-    Ok(stamp)
+
+    /// The `user_version` this build stamps.
+    pub const fn stamp(&self) -> i64 {
+        self.version + 1_000 * self.min_writer + 1_000_000 * self.min_reader
+    }
+}
+
+/// A stamp read back. Versions before 4 stamped the bare version (what they ask of readers and
+/// writers is then nothing newer than themselves). A newer version whose stamp does not say
+/// what it asks came from no release that knows the rule: it is taken to ask for itself.
+pub fn decode(stamp: i64) -> Stamp {
+    let version = stamp.rem_euclid(1_000);
+    let mut min_writer = (stamp / 1_000).rem_euclid(1_000);
+    let mut min_reader = stamp / 1_000_000;
+    if min_writer == 0 || min_reader == 0 {
+        let unknown = if version > 3 { version } else { 0 };
+        min_writer = if min_writer == 0 { unknown } else { min_writer };
+        min_reader = if min_reader == 0 { unknown } else { min_reader };
+    }
+    Stamp {
+        version,
+        min_reader,
+        min_writer,
+    }
+}
+
+pub fn stamp(conn: &Connection) -> rusqlite::Result<Stamp> {
+    let raw: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    Ok(decode(raw))
 }
 
 /// What this binary may do with the database at `path`, checked without writing anything.
@@ -406,15 +419,10 @@ fn upgrade_in_transaction(
                 })?;
         }
     }
-    tx.execute_batch(schema.sql)
+    tx.execute_batch(&schema.stored_sql())
         .map_err(err)
         .context("could not upgrade the db schema (was it changed by hand?)")?;
-    tx.execute(
-        "INSERT OR REPLACE INTO main.prose_schema (version, min_reader, min_writer) VALUES (?1, ?2, ?3)",
-        params![schema.version, schema.min_reader, schema.min_writer],
-    )
-    .map_err(err)?;
-    tx.pragma_update(None, "user_version", schema.version)
+    tx.pragma_update(None, "user_version", schema.stamp())
         .map_err(err)?;
     tx.commit().map_err(err)?;
     Ok(true)
@@ -478,6 +486,60 @@ fn rebuild(
 #[cfg(test)]
 mod tests {
     use super::{default_ddl, is_literal};
+
+    #[test]
+    fn stored_schema_is_the_embedded_one_without_comments() {
+        use rusqlite::Connection;
+        for schema in [&super::super::sqlite::STATE, &super::super::sqlite::AGENTS] {
+            let stored = schema.stored_sql();
+            assert!(!stored.contains("--"));
+            let dump = |sql: &str| {
+                let c = Connection::open_in_memory().unwrap();
+                c.execute_batch(sql).unwrap();
+                let mut s = c
+                    .prepare("SELECT type, name, tbl_name FROM sqlite_master ORDER BY name")
+                    .unwrap();
+                let rows: Vec<(String, String, String)> = s
+                    .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .unwrap()
+                    .map(|r| r.unwrap())
+                    .collect();
+                let cols: Vec<String> = rows
+                    .iter()
+                    .filter(|r| r.0 == "table")
+                    .flat_map(|r| {
+                        super::columns(&c, "main", &r.1)
+                            .unwrap()
+                            .into_iter()
+                            .map(|col| {
+                                format!(
+                                    "{}.{} {} {:?} {}",
+                                    r.1, col.name, col.decl_type, col.default, col.pk
+                                )
+                            })
+                    })
+                    .collect();
+                (rows, cols)
+            };
+            assert_eq!(dump(schema.sql), dump(&stored));
+        }
+    }
+
+    #[test]
+    fn stamps_round_trip() {
+        use super::decode;
+        let s = decode(super::super::sqlite::STATE.stamp());
+        assert_eq!((s.version, s.min_reader, s.min_writer), (4, 1, 2));
+        for old in 0..=3 {
+            let s = decode(old);
+            assert_eq!((s.version, s.min_reader, s.min_writer), (old, 0, 0));
+        }
+        // A newer bare version asks for itself.
+        let s = decode(9);
+        assert_eq!((s.version, s.min_reader, s.min_writer), (9, 9, 9));
+        let s = decode(1_006_005);
+        assert_eq!((s.version, s.min_reader, s.min_writer), (5, 1, 6));
+    }
 
     #[test]
     fn literals_and_expressions() {
