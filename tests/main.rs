@@ -16,4 +16,5 @@ mod nothing_lost;
 mod operate;
 mod pg_faults;
 mod query;
+mod readme;
 mod schema;
