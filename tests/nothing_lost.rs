@@ -521,6 +521,11 @@ fn prune_skips_an_unreadable_run_and_prunes_the_rest() {
         .contains("unreadable"));
     assert!(!old.dir.exists());
     assert!(broken.db.is_file(), "what cannot be read is never deleted");
+    assert!(
+        stderr(&a).contains(&format!("warning: skipped run {}", broken.id)),
+        "{}",
+        stderr(&a)
+    );
 }
 
 /// An archive that already holds one of the runs refuses the whole prune, listing the

@@ -36,6 +36,9 @@ pub struct Pruned {
     pub dry_run: bool,
     pub runs: Vec<PruneEntry>,
     pub bytes_freed: u64,
+    /// Runs that could not be read (kept), also said on stderr.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 impl Render for Pruned {
@@ -73,6 +76,10 @@ impl Render for Pruned {
         } else {
             writeln!(w, "{} bytes freed", self.bytes_freed)
         }
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.warnings.clone()
     }
 }
 
@@ -222,5 +229,9 @@ pub fn run(req: &PruneRequest, runs: &[RunPaths], open: Opener) -> Result<Pruned
         dry_run: !req.yes,
         runs: out,
         bytes_freed: freed,
+        warnings: warnings
+            .into_iter()
+            .map(|w| format!("{w} (kept, never pruned blind)"))
+            .collect(),
     })
 }
