@@ -745,3 +745,39 @@ fn racing_first_writes_all_land() {
         .unwrap();
     assert_eq!(n, 16);
 }
+
+/// Attachments named the old way (`{name}.md`, `{name}__{id}.md`) stay readable through their
+/// rows; a rebind gives the value a file of its own and removes the old one.
+#[test]
+fn attachments_named_by_older_versions_stay_readable() {
+    let p = Project::new();
+    let run = p.init();
+    let e = run.exec(1, "block", "executing", None);
+    std::fs::write(run.dir.join("attachments/old.md"), "root value, old naming").unwrap();
+    std::fs::write(
+        run.dir.join(format!("attachments/old__{e}.md")),
+        "scoped value, old naming",
+    )
+    .unwrap();
+    let c = run.conn();
+    c.execute(
+        "INSERT INTO bindings (name, execution_id, kind, value, attachment_path)
+         VALUES ('old', NULL, 'let', 'summary', 'attachments/old.md'),
+                ('old', ?1, 'let', 'summary', ?2)",
+        rusqlite::params![e, format!("attachments/old__{e}.md")],
+    )
+    .unwrap();
+    drop(c);
+    assert_eq!(run.get("old", None), b"root value, old naming");
+    assert_eq!(run.get("old", Some(e)), b"scoped value, old naming");
+    let a = p.cmd().args(["doctor"]).assert().success();
+    assert!(String::from_utf8_lossy(&a.get_output().stdout).starts_with("healthy"));
+    run.cmd()
+        .args(["bind", "old", "--attach-over", "4"])
+        .write_stdin("a new, larger value")
+        .assert()
+        .success();
+    assert_eq!(run.get("old", None), b"a new, larger value");
+    assert!(!run.dir.join("attachments/old.md").exists());
+    assert_eq!(run.get("old", Some(e)), b"scoped value, old naming");
+}
