@@ -135,6 +135,28 @@ pub fn new_run_id() -> String {
 
 /// Now, in UTC, in the exact text form of SQLite's `datetime('now')`, so that values written
 /// by prose-state and by the spec's raw SQL compare and sort together.
+/// A time as prose-state stores it (`datetime('now')` form, UTC), from the forms SQLite's
+/// `datetime()` reads: `YYYY-MM-DD HH:MM[:SS[.fff]]`, with `T` for the space, and `Z` or an
+/// offset. None when it is none of them.
+pub fn canonical_time(text: &str) -> Option<String> {
+    let t = text.trim();
+    if let Ok(dt) = chrono::DateTime::parse_from_rfc3339(t) {
+        return Some(dt.naive_utc().format(TIME_FORMAT).to_string());
+    }
+    let t = t.strip_suffix('Z').unwrap_or(t).replacen('T', " ", 1);
+    [
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%d %H:%M:%S",
+        "%Y-%m-%d %H:%M",
+    ]
+    .iter()
+    .find_map(|f| chrono::NaiveDateTime::parse_from_str(&t, f).ok())
+    .map(|dt| dt.format(TIME_FORMAT).to_string())
+}
+
+/// The one form of every timestamp prose-state writes: SQLite's `datetime('now')`.
+pub const TIME_FORMAT: &str = "%Y-%m-%d %H:%M:%S";
+
 pub fn now() -> String {
     chrono::Utc::now().format("%Y-%m-%d %H:%M:%S").to_string()
 }

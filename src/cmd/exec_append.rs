@@ -36,7 +36,7 @@ pub fn run(args: &ExecAppendArgs, store: &mut dyn Store) -> Result<Appended> {
         (Some(at.as_str()), None)
     };
     let id = store.append_execution(&NewExecution {
-        statement_index: args.index,
+        statement_index: Some(args.index),
         statement_text: &args.text,
         status: args.status.as_str(),
         started_at,

@@ -2,8 +2,12 @@
 //! owns its connection settings, SQL text and row mapping.
 
 pub mod postgres;
+pub mod rules;
 pub mod sqlite;
 pub mod sqlite_schema;
+pub mod tx;
+
+pub use tx::{Tx, TxKind};
 
 use anyhow::Result;
 use serde::ser::{SerializeMap, Serializer};
@@ -52,7 +56,8 @@ pub struct BindOutcome {
 /// One execution record to append.
 #[derive(Debug)]
 pub struct NewExecution<'a> {
-    pub statement_index: i64,
+    /// None for a gate's `approve GATE:` record, which has no statement of its own.
+    pub statement_index: Option<i64>,
     pub statement_text: &'a str,
     pub status: &'a str,
     pub started_at: Option<&'a str>,
@@ -78,7 +83,7 @@ pub fn keyed_retry(
     rec: &NewExecution,
 ) -> Result<i64> {
     let (id, index, text, status, parent) = existing;
-    if index == Some(rec.statement_index)
+    if index == rec.statement_index
         && text.as_deref() == Some(rec.statement_text)
         && status.as_deref() == Some(rec.status)
         && parent == rec.parent_id
@@ -303,10 +308,15 @@ pub struct AgentRow {
 /// Persistent agent memory: kept in a run's state.db (execution scope) or an agents.db
 /// (project and user scope), with the same tables and the same operations.
 pub trait AgentStore {
+    /// Begins a transaction of the kind asked for: the one thing a backend does for a rule.
+    fn begin(&mut self, kind: TxKind) -> Result<Box<dyn Tx + '_>>;
+
     fn agent(&mut self, name: &str) -> Result<Option<AgentRow>>;
 
     /// Replaces the agent's memory, creating the agent if needed.
-    fn remember(&mut self, name: &str, scope: &str, memory: &str, now: &str) -> Result<()>;
+    fn remember(&mut self, name: &str, scope: &str, memory: &str, now: &str) -> Result<()> {
+        rules::remember(self.begin(rules::AGENT)?, name, scope, memory, now)
+    }
 
     /// Appends a segment and returns its number: 1, 2, ... with no gap and no duplicate, however
     /// many processes append at once. Creates the agent (with no memory) if needed.
@@ -317,7 +327,9 @@ pub trait AgentStore {
         prompt: &str,
         summary: &str,
         now: &str,
-    ) -> Result<i64>;
+    ) -> Result<i64> {
+        rules::append_segment(self.begin(rules::AGENT)?, name, scope, prompt, summary, now)
+    }
 
     fn agents(&mut self) -> Result<Vec<AgentRow>>;
 }
@@ -525,23 +537,24 @@ pub trait Store: AgentStore {
     /// Where a binding is, in the spec's confirmation form (`Location: ...`).
     fn binding_location(&self, name: &str, execution_id: Option<i64>) -> String;
 
-    /// Upserts a binding by (name, scope) in one write transaction. Refuses to rebind a
-    /// `const` in the same scope. `publish` runs inside the transaction, after the checks and
-    /// before the row is written: it puts the attachment file in place, so that no committed
-    /// row ever points at a file that is missing or partial.
+    /// Upserts a binding by (name, scope) in one write transaction (`rules::bind`).
     fn bind(
         &mut self,
         binding: &NewBinding,
         publish: &mut dyn FnMut() -> Result<()>,
-    ) -> Result<BindOutcome>;
+    ) -> Result<BindOutcome> {
+        rules::bind(self.begin(rules::BIND)?, binding, publish)
+    }
 
-    /// Runs `remove` inside a write transaction if no binding references `attachment_path`
-    /// any more, so a concurrent bind cannot re-use the file while it is being removed.
+    /// Runs `remove` if no binding references `attachment_path` any more
+    /// (`rules::release_attachment`).
     fn release_attachment(
         &mut self,
         attachment_path: &str,
         remove: &mut dyn FnMut() -> Result<()>,
-    ) -> Result<bool>;
+    ) -> Result<bool> {
+        rules::release_attachment(self.begin(rules::RELEASE)?, attachment_path, remove)
+    }
 
     /// Whether any binding references this attachment path (one statement, no lock).
     fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool>;
@@ -556,8 +569,10 @@ pub trait Store: AgentStore {
     /// The scope chain from `execution_id` up to the topmost execution, nearest first.
     fn scope_chain(&mut self, execution_id: i64) -> Result<Vec<i64>>;
 
-    /// Appends one execution record and returns its id.
-    fn append_execution(&mut self, record: &NewExecution) -> Result<i64>;
+    /// Appends one execution record and returns its id (`rules::append_execution`).
+    fn append_execution(&mut self, record: &NewExecution) -> Result<i64> {
+        rules::append_execution(self.begin(rules::EXECUTION)?, record)
+    }
 
     /// Runs one read-only SQL statement; a statement that would write is refused.
     fn query_readonly(&mut self, sql: &str) -> Result<QueryResult>;
@@ -565,20 +580,45 @@ pub trait Store: AgentStore {
     /// The run's own row.
     fn run_info(&mut self) -> Result<RunInfo>;
 
-    /// Marks every pending gate past its deadline `timeout` (resolved_by `system`) with its
-    /// audit event, in one transaction. Returns how many were marked. Every gate operation
-    /// below does this first, inside its own transaction: a gate past its deadline can never
-    /// be approved, whether or not anything swept it.
-    fn sweep_timeouts(&mut self, now: &str) -> Result<usize>;
+    /// Whether any pending gate is past its deadline (a read, so that a sweep with nothing
+    /// to do takes no write lock).
+    fn any_overdue(&mut self, now: &str) -> Result<bool>;
+
+    /// Marks every pending gate past its deadline `timeout` (`rules::sweep`), in one
+    /// transaction. Every gate operation below does this first, inside its own transaction.
+    fn sweep_timeouts(&mut self, now: &str) -> Result<usize> {
+        if !self.any_overdue(now)? {
+            return Ok(0);
+        }
+        let mut tx = self.begin(rules::GATE)?;
+        let n = rules::sweep(&mut *tx, now)?;
+        tx.commit()?;
+        Ok(n)
+    }
 
     /// Creates a gate with its `created` audit event and its `approve GATE:` execution record.
-    fn create_gate(&mut self, gate: &NewGate) -> Result<Created>;
+    fn create_gate(&mut self, gate: &NewGate) -> Result<Created> {
+        rules::create_gate(self.begin(rules::GATE)?, gate)
+    }
 
-    /// Gates of this run (after the sweep), oldest first; `status` None means all.
-    fn gates(&mut self, status: Option<&str>, now: &str) -> Result<Vec<GateRow>>;
+    /// Gates of this run as stored, oldest first (by `created_at`, then id); `status` None
+    /// means all.
+    fn read_gates(&mut self, status: Option<&str>) -> Result<Vec<GateRow>>;
 
-    /// One gate (after the sweep).
-    fn gate(&mut self, id: &str, now: &str) -> Result<Option<GateRow>>;
+    /// One gate as stored.
+    fn read_gate(&mut self, id: &str) -> Result<Option<GateRow>>;
+
+    /// Gates of this run after the sweep.
+    fn gates(&mut self, status: Option<&str>, now: &str) -> Result<Vec<GateRow>> {
+        self.sweep_timeouts(now)?;
+        self.read_gates(status)
+    }
+
+    /// One gate after the sweep.
+    fn gate(&mut self, id: &str, now: &str) -> Result<Option<GateRow>> {
+        self.sweep_timeouts(now)?;
+        self.read_gate(id)
+    }
 
     /// One gate with its audit history, logging a `viewed` event by `viewer`.
     fn view_gate(
@@ -586,10 +626,14 @@ pub trait Store: AgentStore {
         id: &str,
         viewer: &str,
         now: &str,
-    ) -> Result<Option<(GateRow, Vec<AuditRow>)>>;
+    ) -> Result<Option<(GateRow, Vec<AuditRow>)>> {
+        rules::view_gate(self.begin(rules::GATE)?, id, viewer, now)
+    }
 
     /// Approves or rejects a pending gate; of concurrent decisions exactly one wins.
-    fn decide_gate(&mut self, decision: &Decision) -> Result<Decided>;
+    fn decide_gate(&mut self, decision: &Decision) -> Result<Decided> {
+        rules::decide_gate(self.begin(rules::GATE)?, decision)
+    }
 
     /// The audit trail, oldest first.
     fn audit(&mut self, filter: &AuditFilter) -> Result<Vec<AuditRow>>;
@@ -597,14 +641,17 @@ pub trait Store: AgentStore {
     /// Recomputes the audit hash chain.
     fn verify_audit(&mut self) -> Result<ChainReport>;
 
-    /// Sets the run's final status. A run that is `completed` or `failed` is closed: every
-    /// write to it is refused afterwards. Completing a run with a pending gate is refused.
-    fn finish(&mut self, status: &str, error: Option<&str>, now: &str) -> Result<Finished>;
+    /// Sets the run's final status (`rules::finish`).
+    fn finish(&mut self, status: &str, error: Option<&str>, now: &str) -> Result<Finished> {
+        rules::finish(self.begin(rules::FINISH)?, status, error, now)
+    }
 
     /// The run row, its last event and its pending gates (read only).
     fn run_summary(&mut self, now: &str) -> Result<RunSummary>;
 
-    fn add_import(&mut self, import: &ImportRow, replace: bool) -> Result<ImportAdded>;
+    fn add_import(&mut self, import: &ImportRow, replace: bool) -> Result<ImportAdded> {
+        rules::add_import(self.begin(rules::IMPORT)?, import, replace)
+    }
 
     fn imports(&mut self) -> Result<Vec<ImportRow>>;
 
@@ -640,9 +687,10 @@ pub trait Store: AgentStore {
     /// gate audit log is kept). SQLite state goes with the directory: nothing to do here.
     fn delete_run(&mut self) -> Result<()>;
 
-    /// Records a resume: a `resumed` audit event for each gate that is pending or was decided
-    /// since the last resume, and an `interrupted` run set back to `running`; one transaction.
-    fn record_resume(&mut self, now: &str) -> Result<Resumed>;
+    /// Records a resume (`rules::record_resume`).
+    fn record_resume(&mut self, now: &str) -> Result<Resumed> {
+        rules::record_resume(self.begin(rules::RESUME)?, now)
+    }
 }
 
 /// What a database records of its schema: its version, and what a binary must understand

@@ -6,11 +6,11 @@
 //! each other) and check it is not finished; gate operations, which must be serialised
 //! (first decision wins, one audit chain per run), and `finish` take it `FOR UPDATE`.
 
+use super::tx::{GateResumeState, KeyedExecution, Tx, TxKind};
 use super::{
-    verify_chain, Access, AgentRow, AgentStore, AuditFilter, AuditRow, BindOutcome, BindingRow,
-    ChainReport, Checkpointed, Created, Decided, Decision, ExecutionRow, Finished, Found, GateRow,
-    ImportAdded, ImportRow, NewBinding, NewExecution, NewGate, NewRun, OpenOptions, QueryResult,
-    Resumed, RunInfo, RunSummary, Store, StoreStats,
+    verify_chain, Access, AgentRow, AgentStore, AuditFilter, AuditRow, BindingRow, ChainReport,
+    Checkpointed, ExecutionRow, Found, GateRow, ImportRow, NewBinding, NewExecution, NewGate,
+    NewRun, OpenOptions, QueryResult, RunInfo, RunSummary, Store, StoreStats,
 };
 use crate::error::{busy, not_found, refused, shown, usage};
 use anyhow::{anyhow, Result};
@@ -366,28 +366,23 @@ impl PgStore {
         })
     }
 
-    /// Begins a write transaction; the first write to an older schema upgrades it first, and
-    /// a write to a newer one this build may not write is refused.
-    fn begin_write(&mut self) -> Result<Transaction<'_>> {
+    /// Makes the schema writable by this build: the first write to an older schema upgrades
+    /// it; a write to a newer one this build may not write is refused.
+    fn prepare_write(&mut self) -> Result<()> {
         match self.access {
-            Access::Current | Access::NewerWritable => {}
+            Access::Current | Access::NewerWritable => Ok(()),
             Access::Older => {
                 self.ensure_schema()?;
                 self.access = Access::Current;
                 self.version = POSTGRES_SCHEMA_VERSION as i64;
+                Ok(())
             }
-            Access::NewerReadOnly => {
-                return Err(super::refuse_write(
-                    self.version,
-                    POSTGRES_SCHEMA_VERSION as i64,
-                    &self.shown_url,
-                ))
-            }
+            Access::NewerReadOnly => Err(super::refuse_write(
+                self.version,
+                POSTGRES_SCHEMA_VERSION as i64,
+                &self.shown_url,
+            )),
         }
-        let (shown_url, busy_ms) = (&self.shown_url, self.busy_ms);
-        self.client
-            .transaction()
-            .map_err(|e| map_err(e, shown_url, busy_ms))
     }
 
     /// The session settings, the schema version and whether the run exists, in one statement.
@@ -453,9 +448,11 @@ impl PgStore {
                 shown(run.id)
             )));
         }
+        // The run's own row is not there to lock yet: a plain transaction.
+        store.prepare_write()?;
         let (shown_url, busy_ms) = (store.shown_url.clone(), store.busy_ms);
         let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = store.begin_write()?;
+        let mut tx = store.client.transaction().map_err(err)?;
         tx.execute(
             "INSERT INTO openprose.run (id, program_path, program_source, started_at, updated_at, status, state_mode)
              VALUES ($1, $2, $3, ($4::text)::timestamptz, ($4::text)::timestamptz, 'running', 'postgres')",
@@ -496,11 +493,10 @@ impl PgStore {
 
 /// Locks the run row (shared, or exclusive for operations that must be serialised) and
 /// returns its status.
-fn lock_run(tx: &mut Transaction, run_id: &str, exclusive: bool) -> Result<String> {
-    let sql = if exclusive {
-        "SELECT status FROM openprose.run WHERE id = $1 FOR UPDATE"
-    } else {
-        "SELECT status FROM openprose.run WHERE id = $1 FOR SHARE"
+fn lock_run(tx: &mut Transaction, run_id: &str, kind: TxKind) -> Result<String> {
+    let sql = match kind {
+        TxKind::Serial => "SELECT status FROM openprose.run WHERE id = $1 FOR UPDATE",
+        TxKind::Write => "SELECT status FROM openprose.run WHERE id = $1 FOR SHARE",
     };
     match tx.query_opt(sql, &[&run_id]).map_err(pg)? {
         Some(row) => Ok(row.get(0)),
@@ -508,16 +504,444 @@ fn lock_run(tx: &mut Transaction, run_id: &str, exclusive: bool) -> Result<Strin
     }
 }
 
-/// Locks the run row and refuses writes to a finished run.
-fn lock_open_run(tx: &mut Transaction, run_id: &str, exclusive: bool) -> Result<()> {
-    let status = lock_run(tx, run_id, exclusive)?;
-    if crate::model::is_finished(&status) {
-        return Err(refused(format!(
-            "run {run_id} is {status}: a finished run takes no more writes"
-        )));
-    }
-    Ok(())
+/// A transaction on the server. A run's writes hold its row `FOR SHARE` (parallel branches
+/// never wait on each other) or `FOR UPDATE` (serialised: gates, the audit chain, finish);
+/// project-scoped agent memory has no run row to hold.
+pub struct PgTx<'a> {
+    tx: Transaction<'a>,
+    run_id: Option<String>,
+    /// The run's id and status, read when its row was locked.
+    run: Option<(String, Option<String>)>,
+    shown_url: &'a str,
+    busy_ms: u64,
 }
+
+impl PgTx<'_> {
+    /// The error edge: every driver error of the transaction is mapped here.
+    fn err(&self) -> impl Fn(postgres::Error) -> anyhow::Error + '_ {
+        |e| map_err(e, self.shown_url, self.busy_ms)
+    }
+
+    fn run(&self) -> Result<String> {
+        self.run_id
+            .clone()
+            .ok_or_else(|| anyhow!("no run selected for this postgres store"))
+    }
+}
+
+impl Tx for PgTx<'_> {
+    fn run_row(&mut self) -> Result<Option<(String, Option<String>)>> {
+        Ok(self.run.clone())
+    }
+
+    fn set_run_status(&mut self, status: &str, error: Option<&str>, now: &str) -> Result<()> {
+        let run = self.run()?;
+        self.tx
+            .execute(
+                "UPDATE openprose.run SET status = $2, updated_at = ($3::text)::timestamptz,
+                     error_message = COALESCE($4, error_message) WHERE id = $1",
+                &[&run, &status, &now, &error],
+            )
+            .map_err(self.err())?;
+        if let Some(r) = &mut self.run {
+            r.1 = Some(status.to_string());
+        }
+        Ok(())
+    }
+
+    fn binding_head(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+    ) -> Result<Option<(Option<String>, Option<String>)>> {
+        let run = self.run()?;
+        let scope_key = execution_id.unwrap_or(-1);
+        Ok(self
+            .tx
+            .query_opt(
+                "SELECT kind, attachment_path FROM openprose.bindings
+                 WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3 FOR UPDATE",
+                &[&run, &name, &scope_key],
+            )
+            .map_err(self.err())?
+            .map(|r| (r.get(0), r.get(1))))
+    }
+
+    fn upsert_binding(&mut self, b: &NewBinding) -> Result<()> {
+        let run = self.run()?;
+        self.tx
+            .execute(
+                "INSERT INTO openprose.bindings (name, run_id, execution_id, kind, value, source_statement,
+                                                 attachment_path, created_at, updated_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, ($8::text)::timestamptz, ($8::text)::timestamptz)
+                 ON CONFLICT (name, run_id, (COALESCE(execution_id, -1))) DO UPDATE SET
+                     kind = excluded.kind, value = excluded.value,
+                     source_statement = excluded.source_statement,
+                     attachment_path = excluded.attachment_path, updated_at = excluded.updated_at",
+                &[
+                    &b.name,
+                    &run,
+                    &b.execution_id,
+                    &b.kind,
+                    &b.value,
+                    &b.source_statement,
+                    &b.attachment_path,
+                    &b.now,
+                ],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
+        let run = self.run()?;
+        Ok(self
+            .tx
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM openprose.bindings WHERE run_id = $1 AND attachment_path = $2)",
+                &[&run, &attachment_path],
+            )
+            .map_err(self.err())?
+            .get(0))
+    }
+
+    fn execution_exists(&mut self, id: i64) -> Result<bool> {
+        let run = self.run()?;
+        Ok(self
+            .tx
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM openprose.execution WHERE id = $1 AND run_id = $2)",
+                &[&id, &run],
+            )
+            .map_err(self.err())?
+            .get(0))
+    }
+
+    fn keyed_execution(&mut self, key: &str) -> Result<Option<KeyedExecution>> {
+        let run = self.run()?;
+        Ok(self
+            .tx
+            .query_opt(
+                "SELECT id, statement_index, statement_text, status, parent_id
+                 FROM openprose.execution WHERE run_id = $1 AND idempotency_key = $2",
+                &[&run, &key],
+            )
+            .map_err(self.err())?
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4))))
+    }
+
+    fn insert_execution(&mut self, rec: &NewExecution) -> Result<Option<i64>> {
+        let run = self.run()?;
+        // Writers of a run are not serialised: a concurrent insert with the same key waits
+        // for the first to commit, then does nothing.
+        Ok(self
+            .tx
+            .query_opt(
+                "INSERT INTO openprose.execution (run_id, statement_index, statement_text, status,
+                     started_at, completed_at, error_message, parent_id, metadata, idempotency_key)
+                 VALUES ($1, $2, $3, $4, ($5::text)::timestamptz, ($6::text)::timestamptz, $7, $8,
+                         ($9::text)::jsonb, $10)
+                 ON CONFLICT (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+                 RETURNING id",
+                &[
+                    &run,
+                    &rec.statement_index,
+                    &rec.statement_text,
+                    &rec.status,
+                    &rec.started_at,
+                    &rec.completed_at,
+                    &rec.error_message,
+                    &rec.parent_id,
+                    &rec.metadata,
+                    &rec.idempotency_key,
+                ],
+            )
+            .map_err(self.err())?
+            .map(|r| r.get(0)))
+    }
+
+    fn load_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
+        let run = self.run()?;
+        load_gate(&mut self.tx, &run, id)
+    }
+
+    fn overdue_gates(&mut self, now: &str) -> Result<Vec<GateRow>> {
+        let run = self.run()?;
+        Ok(self
+            .tx
+            .query(
+                &format!(
+                    "{GATE_SELECT} WHERE run_id = $1 AND {OVERDUE} ORDER BY created_at, id FOR UPDATE"
+                ),
+                &[&run, &now],
+            )
+            .map_err(self.err())?
+            .iter()
+            .map(gate_row)
+            .collect())
+    }
+
+    fn insert_gate(&mut self, g: &NewGate, run_id: &str, execution_id: i64) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT INTO openprose.gates (id, run_id, execution_id, prompt, allow, timeout, timeout_at,
+                                              on_reject, status, created_at, metadata)
+                 VALUES ($1, $2, $3, $4, $5, $6, ($7::text)::timestamptz, $8, 'pending',
+                         ($9::text)::timestamptz, $10)",
+                &[
+                    &g.id,
+                    &run_id,
+                    &execution_id,
+                    &g.prompt,
+                    &g.allow,
+                    &g.timeout,
+                    &g.timeout_at,
+                    &g.on_reject,
+                    &g.now,
+                    &g.metadata,
+                ],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn resolve_gate(
+        &mut self,
+        id: &str,
+        status: &str,
+        by: &str,
+        comment: Option<&str>,
+        at: &str,
+    ) -> Result<()> {
+        let run = self.run()?;
+        self.tx
+            .execute(
+                "UPDATE openprose.gates SET status = $3, resolved_at = ($4::text)::timestamptz,
+                     resolved_by = $5, resolution_comment = $6
+                 WHERE run_id = $1 AND id = $2 AND status = 'pending'",
+                &[&run, &id, &status, &at, &by, &comment],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn pending_gate_ids(&mut self) -> Result<Vec<String>> {
+        let run = self.run()?;
+        Ok(self
+            .tx
+            .query(
+                "SELECT id FROM openprose.gates WHERE run_id = $1 AND status = 'pending'
+                 ORDER BY created_at, id",
+                &[&run],
+            )
+            .map_err(self.err())?
+            .iter()
+            .map(|r| r.get(0))
+            .collect())
+    }
+
+    fn gates_for_resume(&mut self) -> Result<Vec<GateResumeState>> {
+        let run = self.run()?;
+        Ok(self
+            .tx
+            .query(
+                "SELECT g.id, g.status,
+                   (SELECT MAX(a.id) FROM openprose.gate_audit_log a
+                     WHERE a.run_id = g.run_id AND a.gate_id = g.id AND a.event_type = 'resumed'),
+                   (SELECT MAX(a.id) FROM openprose.gate_audit_log a
+                     WHERE a.run_id = g.run_id AND a.gate_id = g.id
+                       AND a.event_type IN ('approved', 'rejected', 'timeout'))
+                 FROM openprose.gates g WHERE g.run_id = $1 ORDER BY g.created_at, g.id",
+                &[&run],
+            )
+            .map_err(self.err())?
+            .iter()
+            .map(|r| GateResumeState {
+                id: r.get(0),
+                status: r.get(1),
+                last_resumed: r.get(2),
+                last_decision: r.get(3),
+            })
+            .collect())
+    }
+
+    fn last_audit_hash(&mut self) -> Result<String> {
+        let run = self.run()?;
+        Ok(self
+            .tx
+            .query_opt(
+                "SELECT hash FROM openprose.gate_audit_log WHERE run_id = $1 ORDER BY id DESC LIMIT 1",
+                &[&run],
+            )
+            .map_err(self.err())?
+            .and_then(|r| r.get::<_, Option<String>>(0))
+            .unwrap_or_default())
+    }
+
+    fn next_audit_id(&mut self) -> Result<i64> {
+        Ok(self
+            .tx
+            .query_one(
+                "SELECT nextval(pg_get_serial_sequence('openprose.gate_audit_log', 'id'))",
+                &[],
+            )
+            .map_err(self.err())?
+            .get(0))
+    }
+
+    fn insert_audit(&mut self, row: &AuditRow) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT INTO openprose.gate_audit_log
+                     (id, gate_id, run_id, event_type, principal, comment, timestamp, metadata, prev_hash, hash)
+                 VALUES ($1, $2, $3, $4, $5, $6, ($7::text)::timestamptz, $8, $9, $10)",
+                &[
+                    &row.id,
+                    &row.gate_id,
+                    &row.run_id,
+                    &row.event_type,
+                    &row.principal,
+                    &row.comment,
+                    &row.timestamp,
+                    &row.metadata,
+                    &row.prev_hash,
+                    &row.hash,
+                ],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn gate_history(&mut self, gate_id: &str) -> Result<Vec<AuditRow>> {
+        let run = self.run()?;
+        Ok(self
+            .tx
+            .query(
+                &format!("{AUDIT_SELECT} WHERE run_id = $1 AND gate_id = $2 ORDER BY id"),
+                &[&run, &gate_id],
+            )
+            .map_err(self.err())?
+            .iter()
+            .map(audit_row)
+            .collect())
+    }
+
+    fn import(&mut self, alias: &str) -> Result<Option<ImportRow>> {
+        let run = self.run()?;
+        Ok(self
+            .tx
+            .query_opt(
+                concat!(
+                    "SELECT alias, source_url, ",
+                    ts!("fetched_at"),
+                    ", inputs_schema::text, outputs_schema::text
+                     FROM openprose.imports WHERE run_id = $1 AND alias = $2 FOR UPDATE"
+                ),
+                &[&run, &alias],
+            )
+            .map_err(self.err())?
+            .map(|r| ImportRow {
+                alias: r.get(0),
+                source_url: r.get(1),
+                fetched_at: r.get(2),
+                inputs_schema: r.get(3),
+                outputs_schema: r.get(4),
+            }))
+    }
+
+    fn put_import(&mut self, import: &ImportRow) -> Result<()> {
+        let run = self.run()?;
+        self.tx
+            .execute(
+                "INSERT INTO openprose.imports (alias, run_id, source_url, fetched_at, inputs_schema, outputs_schema)
+                 VALUES ($2, $1, $3, ($4::text)::timestamptz, ($5::text)::jsonb, ($6::text)::jsonb)
+                 ON CONFLICT (alias, run_id) DO UPDATE SET source_url = excluded.source_url,
+                     fetched_at = excluded.fetched_at, inputs_schema = excluded.inputs_schema,
+                     outputs_schema = excluded.outputs_schema",
+                &[
+                    &run,
+                    &import.alias,
+                    &import.source_url,
+                    &import.fetched_at,
+                    &import.inputs_schema,
+                    &import.outputs_schema,
+                ],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn put_agent_memory(&mut self, name: &str, scope: &str, memory: &str, now: &str) -> Result<()> {
+        let run = self.run_id.clone();
+        self.tx
+            .execute(
+                "INSERT INTO openprose.agents (name, run_id, scope, memory, created_at, updated_at)
+                 VALUES ($1, $2, $3, $4, ($5::text)::timestamptz, ($5::text)::timestamptz)
+                 ON CONFLICT (name, (COALESCE(run_id, '__project__'))) DO UPDATE SET
+                     scope = excluded.scope, memory = excluded.memory, updated_at = excluded.updated_at",
+                &[&name, &run, &scope, &memory, &now],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn touch_agent(&mut self, name: &str, scope: &str, now: &str) -> Result<()> {
+        let run = self.run_id.clone();
+        // The upsert locks the agent's row: appends to one agent are serialised, so the next
+        // number is never taken twice; other agents are not held up.
+        self.tx
+            .execute(
+                "INSERT INTO openprose.agents (name, run_id, scope, created_at, updated_at)
+                 VALUES ($1, $2, $3, ($4::text)::timestamptz, ($4::text)::timestamptz)
+                 ON CONFLICT (name, (COALESCE(run_id, '__project__'))) DO UPDATE SET
+                     updated_at = excluded.updated_at",
+                &[&name, &run, &scope, &now],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn next_segment_number(&mut self, name: &str) -> Result<i64> {
+        let run = self.run_id.clone();
+        Ok(self
+            .tx
+            .query_one(
+                "SELECT COALESCE(MAX(segment_number), 0) + 1 FROM openprose.agent_segments
+                 WHERE agent_name = $1 AND run_id IS NOT DISTINCT FROM $2",
+                &[&name, &run],
+            )
+            .map_err(self.err())?
+            .get(0))
+    }
+
+    fn insert_segment(
+        &mut self,
+        name: &str,
+        number: i64,
+        now: &str,
+        prompt: &str,
+        summary: &str,
+    ) -> Result<()> {
+        let run = self.run_id.clone();
+        self.tx
+            .execute(
+                "INSERT INTO openprose.agent_segments (agent_name, run_id, segment_number, timestamp, prompt, summary)
+                 VALUES ($1, $2, $3, ($4::text)::timestamptz, $5, $6)",
+                &[&name, &run, &number, &now, &prompt, &summary],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn commit(self: Box<Self>) -> Result<()> {
+        let (shown_url, busy_ms) = (self.shown_url, self.busy_ms);
+        committed(self.tx.commit(), |e| map_err(e, shown_url, busy_ms))
+    }
+}
+
+/// Pending gates of run $1 past their deadline at $2.
+const OVERDUE: &str = "status = 'pending' AND timeout_at IS NOT NULL
+                       AND timeout_at <= ($2::text)::timestamptz";
 
 const GATE_SELECT: &str = concat!(
     "SELECT id, run_id, execution_id, prompt, allow, timeout, ",
@@ -602,106 +1026,6 @@ fn load_gate(c: &mut impl GenericClient, run_id: &str, id: &str) -> Result<Optio
     .map(|r| gate_row(&r)))
 }
 
-struct Event<'a> {
-    gate_id: &'a str,
-    event_type: &'a str,
-    principal: Option<&'a str>,
-    comment: Option<&'a str>,
-    metadata: serde_json::Value,
-    now: &'a str,
-}
-
-/// Appends an audit row chained to the run's last one. The caller holds the run row
-/// FOR UPDATE, so appends to one run's chain are serialised.
-fn append_audit(tx: &mut Transaction, run_id: &str, e: &Event) -> Result<AuditRow> {
-    let prev: String = tx
-        .query_opt(
-            "SELECT hash FROM openprose.gate_audit_log WHERE run_id = $1 ORDER BY id DESC LIMIT 1",
-            &[&run_id],
-        )
-        .map_err(pg)?
-        .and_then(|r| r.get::<_, Option<String>>(0))
-        .unwrap_or_default();
-    let id: i64 = tx
-        .query_one(
-            "SELECT nextval(pg_get_serial_sequence('openprose.gate_audit_log', 'id'))",
-            &[],
-        )
-        .map_err(pg)?
-        .get(0);
-    let mut row = AuditRow {
-        id,
-        gate_id: e.gate_id.to_string(),
-        run_id: run_id.to_string(),
-        event_type: e.event_type.to_string(),
-        principal: e.principal.map(str::to_string),
-        comment: e.comment.map(str::to_string),
-        timestamp: Some(e.now.to_string()),
-        metadata: Some(e.metadata.to_string()),
-        prev_hash: Some(prev.clone()),
-        hash: None,
-    };
-    row.hash = Some(row.chain_hash(&prev));
-    tx.execute(
-        "INSERT INTO openprose.gate_audit_log
-             (id, gate_id, run_id, event_type, principal, comment, timestamp, metadata, prev_hash, hash)
-         VALUES ($1, $2, $3, $4, $5, $6, ($7::text)::timestamptz, $8, $9, $10)",
-        &[
-            &row.id,
-            &row.gate_id,
-            &row.run_id,
-            &row.event_type,
-            &row.principal,
-            &row.comment,
-            &row.timestamp,
-            &row.metadata,
-            &row.prev_hash,
-            &row.hash,
-        ],
-    ).map_err(pg)?;
-    Ok(row)
-}
-
-const OVERDUE: &str = "status = 'pending' AND timeout_at IS NOT NULL
-                       AND timeout_at <= ($2::text)::timestamptz";
-
-/// Marks the run's overdue pending gates timed out, audit event first.
-fn sweep(tx: &mut Transaction, run_id: &str, now: &str) -> Result<usize> {
-    let overdue: Vec<GateRow> = tx
-        .query(
-            &format!(
-                "{GATE_SELECT} WHERE run_id = $1 AND {OVERDUE} ORDER BY created_at FOR UPDATE"
-            ),
-            &[&run_id, &now],
-        )
-        .map_err(pg)?
-        .iter()
-        .map(gate_row)
-        .collect();
-    for g in &overdue {
-        append_audit(
-            tx,
-            run_id,
-            &Event {
-                gate_id: &g.id,
-                event_type: "timeout",
-                principal: Some("system"),
-                comment: None,
-                metadata: serde_json::json!({"timeout_at": g.timeout_at, "on_reject": g.on_reject}),
-                now,
-            },
-        )?;
-        tx.execute(
-            "UPDATE openprose.gates SET status = 'timeout', resolved_by = 'system',
-                 resolved_at = timeout_at
-             WHERE run_id = $1 AND id = $2 AND status = 'pending'",
-            &[&run_id, &g.id],
-        )
-        .map_err(pg)?;
-    }
-    Ok(overdue.len())
-}
-
 fn to_json(row: &Row, i: usize) -> serde_json::Value {
     use serde_json::Value;
     let ty = row.columns()[i].type_().clone();
@@ -728,6 +1052,31 @@ fn to_json(row: &Row, i: usize) -> serde_json::Value {
 }
 
 impl AgentStore for PgStore {
+    fn begin(&mut self, kind: TxKind) -> Result<Box<dyn Tx + '_>> {
+        self.prepare_write()?;
+        let PgStore {
+            client,
+            run_id,
+            shown_url,
+            busy_ms,
+            ..
+        } = self;
+        let mut tx = client
+            .transaction()
+            .map_err(|e| map_err(e, shown_url, *busy_ms))?;
+        let run = match run_id.as_deref() {
+            Some(id) => Some((id.to_string(), Some(lock_run(&mut tx, id, kind)?))),
+            None => None,
+        };
+        Ok(Box::new(PgTx {
+            tx,
+            run_id: run_id.clone(),
+            run,
+            shown_url,
+            busy_ms: *busy_ms,
+        }))
+    }
+
     fn agent(&mut self, name: &str) -> Result<Option<AgentRow>> {
         let run = self.run_id.clone();
         let row = self
@@ -753,68 +1102,6 @@ impl AgentStore for PgStore {
             updated_at: r.get(4),
             segments: r.get(5),
         }))
-    }
-
-    fn remember(&mut self, name: &str, scope: &str, memory: &str, now: &str) -> Result<()> {
-        let run = self.run_id.clone();
-        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
-        let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.begin_write()?;
-        if let Some(r) = &run {
-            lock_open_run(&mut tx, r, false)?;
-        }
-        tx.execute(
-            "INSERT INTO openprose.agents (name, run_id, scope, memory, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, ($5::text)::timestamptz, ($5::text)::timestamptz)
-             ON CONFLICT (name, (COALESCE(run_id, '__project__'))) DO UPDATE SET
-                 scope = excluded.scope, memory = excluded.memory, updated_at = excluded.updated_at",
-            &[&name, &run, &scope, &memory, &now],
-        )
-        .map_err(err)?;
-        committed(tx.commit(), err)
-    }
-
-    fn append_segment(
-        &mut self,
-        name: &str,
-        scope: &str,
-        prompt: &str,
-        summary: &str,
-        now: &str,
-    ) -> Result<i64> {
-        let run = self.run_id.clone();
-        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
-        let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.begin_write()?;
-        if let Some(r) = &run {
-            lock_open_run(&mut tx, r, false)?;
-        }
-        // The upsert locks the agent's row: appends to one agent are serialised, so the
-        // next number is never taken twice; other agents are not held up.
-        tx.execute(
-            "INSERT INTO openprose.agents (name, run_id, scope, created_at, updated_at)
-             VALUES ($1, $2, $3, ($4::text)::timestamptz, ($4::text)::timestamptz)
-             ON CONFLICT (name, (COALESCE(run_id, '__project__'))) DO UPDATE SET
-                 updated_at = excluded.updated_at",
-            &[&name, &run, &scope, &now],
-        )
-        .map_err(err)?;
-        let n: i64 = tx
-            .query_one(
-                "SELECT COALESCE(MAX(segment_number), 0) + 1 FROM openprose.agent_segments
-                 WHERE agent_name = $1 AND run_id IS NOT DISTINCT FROM $2",
-                &[&name, &run],
-            )
-            .map_err(err)?
-            .get(0);
-        tx.execute(
-            "INSERT INTO openprose.agent_segments (agent_name, run_id, segment_number, timestamp, prompt, summary)
-             VALUES ($1, $2, $3, ($4::text)::timestamptz, $5, $6)",
-            &[&name, &run, &n, &now, &prompt, &summary],
-        )
-        .map_err(err)?;
-        committed(tx.commit(), err)?;
-        Ok(n)
     }
 
     fn agents(&mut self) -> Result<Vec<AgentRow>> {
@@ -860,96 +1147,6 @@ impl Store for PgStore {
             self.run_id.as_deref().unwrap_or(""),
             self.shown_url
         )
-    }
-
-    fn bind(
-        &mut self,
-        b: &NewBinding,
-        publish: &mut dyn FnMut() -> Result<()>,
-    ) -> Result<BindOutcome> {
-        let run = self.run()?.to_string();
-        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
-        let err = |e| map_err(e, &shown_url, busy_ms);
-        let scope_key = b.execution_id.unwrap_or(-1);
-        let mut tx = self.begin_write()?;
-        lock_open_run(&mut tx, &run, false)?;
-        let existing = tx
-            .query_opt(
-                "SELECT kind, attachment_path FROM openprose.bindings
-                 WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3 FOR UPDATE",
-                &[&run, &b.name, &scope_key],
-            )
-            .map_err(err)?
-            .map(|r| (r.get::<_, String>(0), r.get::<_, Option<String>>(1)));
-        if let Some((kind, _)) = &existing {
-            if kind == "const" {
-                let scope = match b.execution_id {
-                    Some(id) => format!("execution {id}"),
-                    None => "the root scope".to_string(),
-                };
-                return Err(refused(format!(
-                    "binding is const in {scope} and cannot be rebound: {}",
-                    shown(b.name)
-                )));
-            }
-        }
-        publish()?;
-        tx.execute(
-            "INSERT INTO openprose.bindings (name, run_id, execution_id, kind, value, source_statement,
-                                             attachment_path, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, ($8::text)::timestamptz, ($8::text)::timestamptz)
-             ON CONFLICT (name, run_id, (COALESCE(execution_id, -1))) DO UPDATE SET
-                 kind = excluded.kind, value = excluded.value,
-                 source_statement = excluded.source_statement,
-                 attachment_path = excluded.attachment_path, updated_at = excluded.updated_at",
-            &[
-                &b.name,
-                &run,
-                &b.execution_id,
-                &b.kind,
-                &b.value,
-                &b.source_statement,
-                &b.attachment_path,
-                &b.now,
-            ],
-        )
-        .map_err(err)?;
-        committed(tx.commit(), err)?;
-        let replaced_attachment = existing
-            .and_then(|(_, old)| old)
-            .filter(|old| Some(old.as_str()) != b.attachment_path);
-        Ok(BindOutcome {
-            replaced_attachment,
-        })
-    }
-
-    fn release_attachment(
-        &mut self,
-        attachment_path: &str,
-        remove: &mut dyn FnMut() -> Result<()>,
-    ) -> Result<bool> {
-        let run = self.run()?.to_string();
-        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
-        let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.begin_write()?;
-        // FOR UPDATE on the run keeps binds (FOR SHARE) of this run out while the file goes.
-        tx.query_opt(
-            "SELECT 1 FROM openprose.run WHERE id = $1 FOR UPDATE",
-            &[&run],
-        )
-        .map_err(err)?;
-        let referenced: bool = tx
-            .query_one(
-                "SELECT EXISTS (SELECT 1 FROM openprose.bindings WHERE run_id = $1 AND attachment_path = $2)",
-                &[&run, &attachment_path],
-            )
-            .map_err(err)?
-            .get(0);
-        if !referenced {
-            remove()?;
-        }
-        committed(tx.commit(), err)?;
-        Ok(!referenced)
     }
 
     fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
@@ -1036,67 +1233,6 @@ impl Store for PgStore {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
-    fn append_execution(&mut self, rec: &NewExecution) -> Result<i64> {
-        let run = self.run()?.to_string();
-        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
-        let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.begin_write()?;
-        lock_open_run(&mut tx, &run, false)?;
-        if let Some(parent) = rec.parent_id {
-            let exists: bool = tx
-                .query_one(
-                    "SELECT EXISTS (SELECT 1 FROM openprose.execution WHERE id = $1 AND run_id = $2)",
-                    &[&parent, &run],
-                )
-                .map_err(err)?
-                .get(0);
-            if !exists {
-                return Err(not_found(format!("parent execution not found: {parent}")));
-            }
-        }
-        // A concurrent insert with the same key waits for the first to commit, then does
-        // nothing; the committed row is then read and compared.
-        let inserted = tx
-            .query_opt(
-                "INSERT INTO openprose.execution (run_id, statement_index, statement_text, status,
-                     started_at, completed_at, error_message, parent_id, metadata, idempotency_key)
-                 VALUES ($1, $2, $3, $4, ($5::text)::timestamptz, ($6::text)::timestamptz, $7, $8,
-                         ($9::text)::jsonb, $10)
-                 ON CONFLICT (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-                 RETURNING id",
-                &[
-                    &run,
-                    &rec.statement_index,
-                    &rec.statement_text,
-                    &rec.status,
-                    &rec.started_at,
-                    &rec.completed_at,
-                    &rec.error_message,
-                    &rec.parent_id,
-                    &rec.metadata,
-                    &rec.idempotency_key,
-                ],
-            )
-            .map_err(err)?;
-        let id: i64 = match (inserted, rec.idempotency_key) {
-            (Some(row), _) => row.get(0),
-            (None, Some(key)) => {
-                let row = tx
-                    .query_one(
-                        "SELECT id, statement_index, statement_text, status, parent_id
-                         FROM openprose.execution WHERE run_id = $1 AND idempotency_key = $2",
-                        &[&run, &key],
-                    )
-                    .map_err(err)?;
-                let existing = (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
-                return super::keyed_retry(key, existing, rec);
-            }
-            (None, None) => return Err(anyhow!("execution record was not appended")),
-        };
-        committed(tx.commit(), err)?;
-        Ok(id)
-    }
-
     fn query_readonly(&mut self, sql: &str) -> Result<QueryResult> {
         if sql.trim().is_empty() {
             return Err(usage("empty query"));
@@ -1161,9 +1297,9 @@ impl Store for PgStore {
         })
     }
 
-    fn sweep_timeouts(&mut self, now: &str) -> Result<usize> {
+    fn any_overdue(&mut self, now: &str) -> Result<bool> {
         let run = self.run()?.to_string();
-        let due: bool = self
+        Ok(self
             .client
             .query_one(
                 &format!(
@@ -1172,101 +1308,10 @@ impl Store for PgStore {
                 &[&run, &now],
             )
             .map_err(self.err())?
-            .get(0);
-        if !due {
-            return Ok(0);
-        }
-        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
-        let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.begin_write()?;
-        tx.query_opt(
-            "SELECT 1 FROM openprose.run WHERE id = $1 FOR UPDATE",
-            &[&run],
-        )
-        .map_err(err)?;
-        let n = sweep(&mut tx, &run, now)?;
-        committed(tx.commit(), err)?;
-        Ok(n)
+            .get(0))
     }
 
-    fn create_gate(&mut self, g: &NewGate) -> Result<Created> {
-        let run = self.run()?.to_string();
-        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
-        let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.begin_write()?;
-        lock_open_run(&mut tx, &run, true)?;
-        sweep(&mut tx, &run, g.now)?;
-        if let Some(existing) = load_gate(&mut tx, &run, g.id)? {
-            let same = super::same_gate(&existing, g);
-            committed(tx.commit(), err)?;
-            return Ok(if same && existing.status == "pending" {
-                Created::Retried(existing)
-            } else {
-                Created::Conflict(existing)
-            });
-        }
-        if let Some(parent) = g.parent_execution {
-            let exists: bool = tx
-                .query_one(
-                    "SELECT EXISTS (SELECT 1 FROM openprose.execution WHERE id = $1 AND run_id = $2)",
-                    &[&parent, &run],
-                )
-                .map_err(err)?
-                .get(0);
-            if !exists {
-                return Err(not_found(format!("execution not found: {parent}")));
-            }
-        }
-        let text = format!("approve {}:", g.id);
-        let meta = serde_json::json!({"gate_id": g.id}).to_string();
-        let execution_id: i64 = tx
-            .query_one(
-                "INSERT INTO openprose.execution (run_id, statement_index, statement_text, status, started_at, parent_id, metadata)
-                 VALUES ($1, $2, $3, 'pending', ($4::text)::timestamptz, $5, ($6::text)::jsonb) RETURNING id",
-                &[&run, &g.statement_index, &text, &g.now, &g.parent_execution, &meta],
-            )
-            .map_err(err)?
-            .get(0);
-        let allow: serde_json::Value = serde_json::from_str(g.allow)?;
-        append_audit(
-            &mut tx,
-            &run,
-            &Event {
-                gate_id: g.id,
-                event_type: "created",
-                principal: Some("system"),
-                comment: None,
-                metadata: serde_json::json!({"prompt_hash": g.prompt_hash, "allow": allow}),
-                now: g.now,
-            },
-        )?;
-        tx.execute(
-            "INSERT INTO openprose.gates (id, run_id, execution_id, prompt, allow, timeout, timeout_at,
-                                          on_reject, status, created_at, metadata)
-             VALUES ($1, $2, $3, $4, $5, $6, ($7::text)::timestamptz, $8, 'pending',
-                     ($9::text)::timestamptz, $10)",
-            &[
-                &g.id,
-                &run,
-                &execution_id,
-                &g.prompt,
-                &g.allow,
-                &g.timeout,
-                &g.timeout_at,
-                &g.on_reject,
-                &g.now,
-                &g.metadata,
-            ],
-        )
-        .map_err(err)?;
-        let row =
-            load_gate(&mut tx, &run, g.id)?.ok_or_else(|| anyhow!("gate vanished after insert"))?;
-        committed(tx.commit(), err)?;
-        Ok(Created::New(row))
-    }
-
-    fn gates(&mut self, status: Option<&str>, now: &str) -> Result<Vec<GateRow>> {
-        self.sweep_timeouts(now)?;
+    fn read_gates(&mut self, status: Option<&str>) -> Result<Vec<GateRow>> {
         let run = self.run()?.to_string();
         let rows = self
             .client
@@ -1281,110 +1326,9 @@ impl Store for PgStore {
         Ok(rows.iter().map(gate_row).collect())
     }
 
-    fn gate(&mut self, id: &str, now: &str) -> Result<Option<GateRow>> {
-        self.sweep_timeouts(now)?;
+    fn read_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
         let run = self.run()?.to_string();
         load_gate(&mut self.client, &run, id)
-    }
-
-    fn view_gate(
-        &mut self,
-        id: &str,
-        viewer: &str,
-        now: &str,
-    ) -> Result<Option<(GateRow, Vec<AuditRow>)>> {
-        let run = self.run()?.to_string();
-        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
-        let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.begin_write()?;
-        tx.query_opt(
-            "SELECT 1 FROM openprose.run WHERE id = $1 FOR UPDATE",
-            &[&run],
-        )
-        .map_err(err)?;
-        sweep(&mut tx, &run, now)?;
-        let Some(gate) = load_gate(&mut tx, &run, id)? else {
-            committed(tx.commit(), err)?;
-            return Ok(None);
-        };
-        append_audit(
-            &mut tx,
-            &run,
-            &Event {
-                gate_id: id,
-                event_type: "viewed",
-                principal: Some(viewer),
-                comment: None,
-                metadata: serde_json::json!({"client": "cli"}),
-                now,
-            },
-        )?;
-        let history = tx
-            .query(
-                &format!("{AUDIT_SELECT} WHERE run_id = $1 AND gate_id = $2 ORDER BY id"),
-                &[&run, &id],
-            )
-            .map_err(err)?
-            .iter()
-            .map(audit_row)
-            .collect();
-        committed(tx.commit(), err)?;
-        Ok(Some((gate, history)))
-    }
-
-    fn decide_gate(&mut self, d: &Decision) -> Result<Decided> {
-        let run = self.run()?.to_string();
-        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
-        let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.begin_write()?;
-        // FOR UPDATE on the run: decisions on its gates are taken one at a time.
-        lock_open_run(&mut tx, &run, true)?;
-        sweep(&mut tx, &run, d.now)?;
-        let Some(gate) = load_gate(&mut tx, &run, d.gate_id)? else {
-            committed(tx.commit(), err)?;
-            return Ok(Decided::NotFound);
-        };
-        if let Some((reason, metadata)) = super::refusal(&gate, d) {
-            append_audit(
-                &mut tx,
-                &run,
-                &Event {
-                    gate_id: d.gate_id,
-                    event_type: "refused",
-                    principal: Some(d.principal),
-                    comment: d.comment,
-                    metadata,
-                    now: d.now,
-                },
-            )?;
-            committed(tx.commit(), err)?;
-            return Ok(super::refused_outcome(gate, &reason));
-        }
-        let status = if d.approve { "approved" } else { "rejected" };
-        let metadata = super::decision_metadata(&gate, d);
-        append_audit(
-            &mut tx,
-            &run,
-            &Event {
-                gate_id: d.gate_id,
-                event_type: status,
-                principal: Some(d.principal),
-                comment: d.comment,
-                metadata,
-                now: d.now,
-            },
-        )?;
-        tx.execute(
-            "UPDATE openprose.gates SET status = $3, resolved_at = ($4::text)::timestamptz,
-                 resolved_by = $5, resolution_comment = $6
-             WHERE run_id = $1 AND id = $2 AND status = 'pending'",
-            &[&run, &d.gate_id, &status, &d.now, &d.principal, &d.comment],
-        )
-        .map_err(err)?;
-        let row = load_gate(&mut tx, &run, d.gate_id)?
-            .ok_or_else(|| anyhow!("gate vanished during decision"))?;
-        committed(tx.commit(), err)?;
-        Ok(Decided::Done(row))
     }
 
     fn audit(&mut self, f: &AuditFilter) -> Result<Vec<AuditRow>> {
@@ -1406,50 +1350,6 @@ impl Store for PgStore {
 
     fn verify_audit(&mut self) -> Result<ChainReport> {
         Ok(verify_chain(&self.audit(&AuditFilter::default())?))
-    }
-
-    fn finish(&mut self, status: &str, error: Option<&str>, now: &str) -> Result<Finished> {
-        let run = self.run()?.to_string();
-        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
-        let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.begin_write()?;
-        let current = lock_run(&mut tx, &run, true)?;
-        if crate::model::is_finished(&current) {
-            if current == status {
-                return Ok(Finished::Unchanged);
-            }
-            return Err(refused(format!(
-                "run {run} is already {current}; a finished run keeps its status"
-            )));
-        }
-        sweep(&mut tx, &run, now)?;
-        if status == "completed" {
-            let pending: Vec<String> = tx
-                .query(
-                    "SELECT id FROM openprose.gates WHERE run_id = $1 AND status = 'pending' ORDER BY created_at",
-                    &[&run],
-                )
-                .map_err(err)?
-                .iter()
-                .map(|r| r.get(0))
-                .collect();
-            if !pending.is_empty() {
-                return Err(refused(format!(
-                    "run {run} has pending gates ({}); decide them first, or finish as failed or interrupted",
-                    pending.join(", ")
-                )));
-            }
-        }
-        tx.execute(
-            "UPDATE openprose.run SET status = $2, updated_at = ($3::text)::timestamptz,
-                 error_message = COALESCE($4, error_message) WHERE id = $1",
-            &[&run, &status, &now, &error],
-        )
-        .map_err(err)?;
-        committed(tx.commit(), err)?;
-        Ok(Finished::Done {
-            previous_status: current,
-        })
     }
 
     fn run_summary(&mut self, now: &str) -> Result<RunSummary> {
@@ -1475,71 +1375,6 @@ impl Store for PgStore {
             last_event_at: row.get(1),
             pending_gates: row.get(2),
         })
-    }
-
-    fn add_import(&mut self, import: &ImportRow, replace: bool) -> Result<ImportAdded> {
-        let run = self.run()?.to_string();
-        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
-        let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.begin_write()?;
-        lock_open_run(&mut tx, &run, false)?;
-        // Compared as JSON, since jsonb does not keep the text as written.
-        let existing = tx
-            .query_opt(
-                concat!(
-                    "SELECT alias, source_url, ",
-                    ts!("fetched_at"),
-                    ", inputs_schema::text, outputs_schema::text,
-                       source_url = $3 AND inputs_schema IS NOT DISTINCT FROM ($4::text)::jsonb
-                       AND outputs_schema IS NOT DISTINCT FROM ($5::text)::jsonb
-                     FROM openprose.imports WHERE run_id = $1 AND alias = $2 FOR UPDATE"
-                ),
-                &[
-                    &run,
-                    &import.alias,
-                    &import.source_url,
-                    &import.inputs_schema,
-                    &import.outputs_schema,
-                ],
-            )
-            .map_err(err)?;
-        let outcome = match existing {
-            Some(r) => {
-                let row = ImportRow {
-                    alias: r.get(0),
-                    source_url: r.get(1),
-                    fetched_at: r.get(2),
-                    inputs_schema: r.get(3),
-                    outputs_schema: r.get(4),
-                };
-                if r.get::<_, bool>(5) {
-                    return Ok(ImportAdded::Unchanged(row));
-                }
-                if !replace {
-                    return Ok(ImportAdded::Conflict(row));
-                }
-                ImportAdded::Replaced(import.clone())
-            }
-            None => ImportAdded::Added(import.clone()),
-        };
-        tx.execute(
-            "INSERT INTO openprose.imports (alias, run_id, source_url, fetched_at, inputs_schema, outputs_schema)
-             VALUES ($2, $1, $3, ($4::text)::timestamptz, ($5::text)::jsonb, ($6::text)::jsonb)
-             ON CONFLICT (alias, run_id) DO UPDATE SET source_url = excluded.source_url,
-                 fetched_at = excluded.fetched_at, inputs_schema = excluded.inputs_schema,
-                 outputs_schema = excluded.outputs_schema",
-            &[
-                &run,
-                &import.alias,
-                &import.source_url,
-                &import.fetched_at,
-                &import.inputs_schema,
-                &import.outputs_schema,
-            ],
-        )
-        .map_err(err)?;
-        committed(tx.commit(), err)?;
-        Ok(outcome)
     }
 
     fn imports(&mut self) -> Result<Vec<ImportRow>> {
@@ -1754,73 +1589,6 @@ impl Store for PgStore {
             .execute("DELETE FROM openprose.run WHERE id = $1", &[&run])
             .map_err(self.err())?;
         Ok(())
-    }
-
-    fn record_resume(&mut self, now: &str) -> Result<Resumed> {
-        let run = self.run()?.to_string();
-        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
-        let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.begin_write()?;
-        let status = lock_run(&mut tx, &run, true)?;
-        if crate::model::is_finished(&status) {
-            return Ok(Resumed {
-                previous_status: status.clone(),
-                status,
-                gates_logged: Vec::new(),
-            });
-        }
-        sweep(&mut tx, &run, now)?;
-        let gates: Vec<(String, String, Option<i64>, Option<i64>)> = tx
-            .query(
-                "SELECT g.id, g.status,
-                   (SELECT MAX(a.id) FROM openprose.gate_audit_log a
-                     WHERE a.run_id = g.run_id AND a.gate_id = g.id AND a.event_type = 'resumed'),
-                   (SELECT MAX(a.id) FROM openprose.gate_audit_log a
-                     WHERE a.run_id = g.run_id AND a.gate_id = g.id
-                       AND a.event_type IN ('approved', 'rejected', 'timeout'))
-                 FROM openprose.gates g WHERE g.run_id = $1 ORDER BY g.created_at, g.id",
-                &[&run],
-            )
-            .map_err(err)?
-            .iter()
-            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
-            .collect();
-        let mut logged = Vec::new();
-        for (gate_id, gate_status, last_resumed, last_decision) in gates {
-            if gate_status == "pending" || last_decision.unwrap_or(0) > last_resumed.unwrap_or(0) {
-                append_audit(
-                    &mut tx,
-                    &run,
-                    &Event {
-                        gate_id: &gate_id,
-                        event_type: "resumed",
-                        principal: Some("system"),
-                        comment: None,
-                        metadata: serde_json::json!({
-                            "resume_source": "cli", "previous_status": gate_status
-                        }),
-                        now,
-                    },
-                )?;
-                logged.push(gate_id);
-            }
-        }
-        let new_status = if status == "interrupted" {
-            tx.execute(
-                "UPDATE openprose.run SET status = 'running', updated_at = ($2::text)::timestamptz WHERE id = $1",
-                &[&run, &now],
-            )
-            .map_err(err)?;
-            "running".to_string()
-        } else {
-            status.clone()
-        };
-        committed(tx.commit(), err)?;
-        Ok(Resumed {
-            previous_status: status,
-            status: new_status,
-            gates_logged: logged,
-        })
     }
 }
 

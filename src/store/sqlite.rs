@@ -6,11 +6,11 @@
 //! never fails half-way with a lock upgrade error.
 
 use super::sqlite_schema::{self, Schema};
+use super::tx::{GateResumeState, KeyedExecution, Tx, TxKind};
 use super::{
-    Access, AgentRow, AgentStore, AuditFilter, AuditRow, BindOutcome, BindingRow, ChainReport,
-    Checkpointed, Created, Decided, Decision, ExecutionRow, Finished, Found, GateRow, ImportAdded,
-    ImportRow, Migration, NewBinding, NewExecution, NewGate, NewRun, OpenOptions, QueryResult,
-    Resumed, RunInfo, RunSummary, Store, StoreStats,
+    Access, AgentRow, AgentStore, AuditFilter, AuditRow, BindingRow, ChainReport, Checkpointed,
+    ExecutionRow, Found, GateRow, ImportRow, Migration, NewBinding, NewExecution, NewGate, NewRun,
+    OpenOptions, QueryResult, RunInfo, RunSummary, Store, StoreStats,
 };
 use crate::error::{busy, not_found, refused, shown, usage};
 use anyhow::{anyhow, Context, Result};
@@ -231,24 +231,385 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// Begins a write transaction (IMMEDIATE). The first write to an older file upgrades it
-    /// first; a write to a newer file this build may not write is refused.
-    fn begin_write(&mut self) -> Result<rusqlite::Transaction<'_>> {
+    /// Makes the file writable by this build: the first write to an older file upgrades it;
+    /// a write to a newer file this build may not write is refused.
+    fn prepare_write(&mut self) -> Result<()> {
         match self.access {
-            Access::Current | Access::NewerWritable => {}
-            Access::Older => self.upgrade(false)?,
-            Access::NewerReadOnly => {
-                return Err(super::refuse_write(
-                    self.version,
-                    self.schema.version,
-                    &self.path.display().to_string(),
-                ))
-            }
+            Access::Current | Access::NewerWritable => Ok(()),
+            Access::Older => self.upgrade(false),
+            Access::NewerReadOnly => Err(super::refuse_write(
+                self.version,
+                self.schema.version,
+                &self.path.display().to_string(),
+            )),
         }
-        let (path, busy_ms) = (&self.path, self.busy_ms);
-        self.conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| db_error(e, path, busy_ms))
+    }
+}
+
+/// A write transaction on a SQLite store. Every kind begins IMMEDIATE: the write lock is
+/// taken before anything is read, so a writer never fails half-way on a lock upgrade, and
+/// writers to one file are serialised.
+pub struct SqliteTx<'a> {
+    tx: rusqlite::Transaction<'a>,
+    path: &'a Path,
+    busy_ms: u128,
+    /// A run's state.db (an agents.db has no run).
+    is_state: bool,
+}
+
+impl SqliteTx<'_> {
+    /// The error edge: every driver error of the transaction is mapped here.
+    fn err(&self) -> impl Fn(rusqlite::Error) -> anyhow::Error + '_ {
+        |e| db_error(e, self.path, self.busy_ms)
+    }
+}
+
+impl Tx for SqliteTx<'_> {
+    fn run_row(&mut self) -> Result<Option<(String, Option<String>)>> {
+        if !self.is_state {
+            return Ok(None);
+        }
+        self.tx
+            .query_row("SELECT id, status FROM run LIMIT 1", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()
+            .map_err(self.err())
+    }
+
+    fn set_run_status(&mut self, status: &str, error: Option<&str>, now: &str) -> Result<()> {
+        self.tx
+            .execute(
+                "UPDATE run SET status = ?1, updated_at = ?2, error_message = IFNULL(?3, error_message)",
+                params![status, now, error],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn binding_head(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+    ) -> Result<Option<(Option<String>, Option<String>)>> {
+        self.tx
+            .query_row(
+                "SELECT kind, attachment_path FROM bindings
+                 WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2",
+                params![name, execution_id.unwrap_or(-1)],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()
+            .map_err(self.err())
+    }
+
+    fn upsert_binding(&mut self, b: &NewBinding) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT INTO bindings (name, execution_id, kind, value, source_statement,
+                                       attachment_path, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)
+                 ON CONFLICT (name, IFNULL(execution_id, -1)) DO UPDATE SET
+                     kind = excluded.kind,
+                     value = excluded.value,
+                     source_statement = excluded.source_statement,
+                     attachment_path = excluded.attachment_path,
+                     updated_at = excluded.updated_at",
+                params![
+                    b.name,
+                    b.execution_id,
+                    b.kind,
+                    b.value,
+                    b.source_statement,
+                    b.attachment_path,
+                    b.now
+                ],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
+        self.tx
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM bindings WHERE attachment_path = ?1)",
+                [attachment_path],
+                |r| r.get(0),
+            )
+            .map_err(self.err())
+    }
+
+    fn execution_exists(&mut self, id: i64) -> Result<bool> {
+        self.tx
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM execution WHERE id = ?1)",
+                [id],
+                |r| r.get(0),
+            )
+            .map_err(self.err())
+    }
+
+    fn keyed_execution(&mut self, key: &str) -> Result<Option<KeyedExecution>> {
+        self.tx
+            .query_row(
+                "SELECT id, statement_index, statement_text, status, parent_id
+                 FROM execution WHERE idempotency_key = ?1",
+                [key],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+            )
+            .optional()
+            .map_err(self.err())
+    }
+
+    fn insert_execution(&mut self, rec: &NewExecution) -> Result<Option<i64>> {
+        // Writers are serialised here, so a key looked up absent stays absent.
+        self.tx
+            .execute(
+                "INSERT INTO execution (statement_index, statement_text, status, started_at,
+                                        completed_at, error_message, parent_id, metadata,
+                                        idempotency_key)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                params![
+                    rec.statement_index,
+                    rec.statement_text,
+                    rec.status,
+                    rec.started_at,
+                    rec.completed_at,
+                    rec.error_message,
+                    rec.parent_id,
+                    rec.metadata,
+                    rec.idempotency_key
+                ],
+            )
+            .map_err(self.err())?;
+        Ok(Some(self.tx.last_insert_rowid()))
+    }
+
+    fn load_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
+        load_gate(&self.tx, id).map_err(self.err())
+    }
+
+    fn overdue_gates(&mut self, now: &str) -> Result<Vec<GateRow>> {
+        self.tx
+            .prepare(&format!(
+                "SELECT {GATE_COLUMNS} FROM gates WHERE {OVERDUE} ORDER BY created_at, id"
+            ))
+            .and_then(|mut s| s.query_map([now], gate_row)?.collect())
+            .map_err(self.err())
+    }
+
+    fn insert_gate(&mut self, g: &NewGate, run_id: &str, execution_id: i64) -> Result<()> {
+        self.tx
+            .execute(
+                &format!("INSERT INTO gates ({GATE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9, NULL, NULL, NULL, ?10)"),
+                params![
+                    g.id,
+                    run_id,
+                    execution_id,
+                    g.prompt,
+                    g.allow,
+                    g.timeout,
+                    g.timeout_at,
+                    g.on_reject,
+                    g.now,
+                    g.metadata
+                ],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn resolve_gate(
+        &mut self,
+        id: &str,
+        status: &str,
+        by: &str,
+        comment: Option<&str>,
+        at: &str,
+    ) -> Result<()> {
+        self.tx
+            .execute(
+                "UPDATE gates SET status = ?2, resolved_at = ?3, resolved_by = ?4, resolution_comment = ?5
+                 WHERE id = ?1 AND status = 'pending'",
+                params![id, status, at, by, comment],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn pending_gate_ids(&mut self) -> Result<Vec<String>> {
+        self.tx
+            .prepare("SELECT id FROM gates WHERE status = 'pending' ORDER BY created_at, id")
+            .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+            .map_err(self.err())
+    }
+
+    fn gates_for_resume(&mut self) -> Result<Vec<GateResumeState>> {
+        self.tx
+            .prepare(
+                "SELECT g.id, g.status,
+                   (SELECT MAX(a.id) FROM gate_audit_log a
+                     WHERE a.gate_id = g.id AND a.event_type = 'resumed'),
+                   (SELECT MAX(a.id) FROM gate_audit_log a
+                     WHERE a.gate_id = g.id AND a.event_type IN ('approved', 'rejected', 'timeout'))
+                 FROM gates g ORDER BY g.created_at, g.id",
+            )
+            .and_then(|mut s| {
+                s.query_map([], |r| {
+                    Ok(GateResumeState {
+                        id: r.get(0)?,
+                        status: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                        last_resumed: r.get(2)?,
+                        last_decision: r.get(3)?,
+                    })
+                })?
+                .collect()
+            })
+            .map_err(self.err())
+    }
+
+    fn last_audit_hash(&mut self) -> Result<String> {
+        let hash: Option<Option<String>> = self
+            .tx
+            .query_row(
+                "SELECT hash FROM gate_audit_log ORDER BY id DESC LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.err())?;
+        Ok(hash.flatten().unwrap_or_default())
+    }
+
+    fn next_audit_id(&mut self) -> Result<i64> {
+        // AUTOINCREMENT's own counter too: an id is never reused, even after rows were cut.
+        self.tx
+            .query_row(
+                "SELECT MAX(IFNULL((SELECT MAX(id) FROM gate_audit_log), 0),
+                            IFNULL((SELECT seq FROM sqlite_sequence WHERE name = 'gate_audit_log'), 0)) + 1",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(self.err())
+    }
+
+    fn insert_audit(&mut self, row: &AuditRow) -> Result<()> {
+        self.tx
+            .execute(
+                &format!("INSERT INTO gate_audit_log ({AUDIT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
+                params![
+                    row.id,
+                    row.gate_id,
+                    row.run_id,
+                    row.event_type,
+                    row.principal,
+                    row.comment,
+                    row.timestamp,
+                    row.metadata,
+                    row.prev_hash,
+                    row.hash
+                ],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn gate_history(&mut self, gate_id: &str) -> Result<Vec<AuditRow>> {
+        self.tx
+            .prepare(&format!(
+                "SELECT {AUDIT_COLUMNS} FROM gate_audit_log WHERE gate_id = ?1 ORDER BY id"
+            ))
+            .and_then(|mut s| s.query_map([gate_id], audit_row)?.collect())
+            .map_err(self.err())
+    }
+
+    fn import(&mut self, alias: &str) -> Result<Option<ImportRow>> {
+        self.tx
+            .query_row(
+                "SELECT alias, source_url, fetched_at, inputs_schema, outputs_schema
+                 FROM imports WHERE alias = ?1",
+                [alias],
+                import_row,
+            )
+            .optional()
+            .map_err(self.err())
+    }
+
+    fn put_import(&mut self, import: &ImportRow) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT INTO imports (alias, source_url, fetched_at, inputs_schema, outputs_schema)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (alias) DO UPDATE SET source_url = excluded.source_url,
+                     fetched_at = excluded.fetched_at, inputs_schema = excluded.inputs_schema,
+                     outputs_schema = excluded.outputs_schema",
+                params![
+                    import.alias,
+                    import.source_url,
+                    import.fetched_at,
+                    import.inputs_schema,
+                    import.outputs_schema
+                ],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn put_agent_memory(&mut self, name: &str, scope: &str, memory: &str, now: &str) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT INTO agents (name, scope, memory, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?4)
+                 ON CONFLICT (name) DO UPDATE SET
+                     scope = excluded.scope, memory = excluded.memory, updated_at = excluded.updated_at",
+                params![name, scope, memory, now],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn touch_agent(&mut self, name: &str, scope: &str, now: &str) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT INTO agents (name, scope, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)
+                 ON CONFLICT (name) DO UPDATE SET updated_at = excluded.updated_at",
+                params![name, scope, now],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn next_segment_number(&mut self, name: &str) -> Result<i64> {
+        self.tx
+            .query_row(
+                "SELECT IFNULL(MAX(segment_number), 0) + 1 FROM agent_segments WHERE agent_name = ?1",
+                [name],
+                |r| r.get(0),
+            )
+            .map_err(self.err())
+    }
+
+    fn insert_segment(
+        &mut self,
+        name: &str,
+        number: i64,
+        now: &str,
+        prompt: &str,
+        summary: &str,
+    ) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT INTO agent_segments (agent_name, segment_number, timestamp, prompt, summary)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![name, number, now, prompt, summary],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn commit(self: Box<Self>) -> Result<()> {
+        let (path, busy_ms) = (self.path, self.busy_ms);
+        self.tx.commit().map_err(|e| db_error(e, path, busy_ms))
     }
 }
 
@@ -346,118 +707,6 @@ fn load_gate(c: &Connection, id: &str) -> rusqlite::Result<Option<GateRow>> {
     .optional()
 }
 
-/// One audit event to append.
-struct Event<'a> {
-    gate_id: &'a str,
-    run_id: &'a str,
-    event_type: &'a str,
-    principal: Option<&'a str>,
-    comment: Option<&'a str>,
-    metadata: serde_json::Value,
-    now: &'a str,
-}
-
-/// Appends an audit row chained to the last one. Must run inside a write transaction: the id
-/// and the previous hash are read and the row written under the same lock.
-fn append_audit(c: &Connection, e: &Event) -> rusqlite::Result<AuditRow> {
-    let last: Option<(i64, Option<String>)> = c
-        .query_row(
-            "SELECT id, hash FROM gate_audit_log ORDER BY id DESC LIMIT 1",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .optional()?;
-    let seq: Option<i64> = c
-        .query_row(
-            "SELECT seq FROM sqlite_sequence WHERE name = 'gate_audit_log'",
-            [],
-            |r| r.get(0),
-        )
-        .optional()?;
-    let id = last.as_ref().map_or(0, |l| l.0).max(seq.unwrap_or(0)) + 1;
-    let prev = last.and_then(|l| l.1).unwrap_or_default();
-    let mut row = AuditRow {
-        id,
-        gate_id: e.gate_id.to_string(),
-        run_id: e.run_id.to_string(),
-        event_type: e.event_type.to_string(),
-        principal: e.principal.map(str::to_string),
-        comment: e.comment.map(str::to_string),
-        timestamp: Some(e.now.to_string()),
-        metadata: Some(e.metadata.to_string()),
-        prev_hash: Some(prev.clone()),
-        hash: None,
-    };
-    row.hash = Some(row.chain_hash(&prev));
-    c.execute(
-        &format!("INSERT INTO gate_audit_log ({AUDIT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
-        params![
-            row.id,
-            row.gate_id,
-            row.run_id,
-            row.event_type,
-            row.principal,
-            row.comment,
-            row.timestamp,
-            row.metadata,
-            row.prev_hash,
-            row.hash
-        ],
-    )?;
-    Ok(row)
-}
-
-/// Marks overdue pending gates `timeout`, audit event first. Inside a write transaction.
-fn sweep(c: &Connection, now: &str) -> rusqlite::Result<usize> {
-    let overdue: Vec<GateRow> = c
-        .prepare(&format!(
-            "SELECT {GATE_COLUMNS} FROM gates WHERE {OVERDUE} ORDER BY created_at"
-        ))?
-        .query_map([now], gate_row)?
-        .collect::<rusqlite::Result<_>>()?;
-    for gate in &overdue {
-        append_audit(
-            c,
-            &Event {
-                gate_id: &gate.id,
-                run_id: gate.run_id.as_deref().unwrap_or_default(),
-                event_type: "timeout",
-                principal: Some("system"),
-                comment: None,
-                metadata: serde_json::json!({
-                    "timeout_at": gate.timeout_at, "on_reject": gate.on_reject
-                }),
-                now,
-            },
-        )?;
-        c.execute(
-            "UPDATE gates SET status = 'timeout', resolved_by = 'system',
-                 resolved_at = IFNULL(datetime(timeout_at), ?2)
-             WHERE id = ?1 AND status = 'pending'",
-            params![gate.id, now],
-        )?;
-    }
-    Ok(overdue.len())
-}
-
-/// Refuses a write to a finished run (`completed` or `failed`). Called inside the write
-/// transaction, so a write and a `finish` cannot interleave.
-fn ensure_open(c: &Connection) -> Result<()> {
-    let row: Option<(String, Option<String>)> = c
-        .query_row("SELECT id, status FROM run LIMIT 1", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .optional()?;
-    if let Some((id, Some(status))) = row {
-        if crate::model::is_finished(&status) {
-            return Err(refused(format!(
-                "run {id} is {status}: a finished run takes no more writes"
-            )));
-        }
-    }
-    Ok(())
-}
-
 const AGENT_SELECT: &str = "SELECT a.name, a.scope, a.memory, a.created_at, a.updated_at,
         (SELECT COUNT(*) FROM agent_segments s WHERE s.agent_name = a.name) FROM agents a";
 
@@ -483,6 +732,26 @@ fn import_row(r: &Row) -> rusqlite::Result<ImportRow> {
 }
 
 impl AgentStore for SqliteStore {
+    fn begin(&mut self, _kind: TxKind) -> Result<Box<dyn Tx + '_>> {
+        self.prepare_write()?;
+        let is_state = std::ptr::eq(self.schema, &STATE);
+        let SqliteStore {
+            conn,
+            path,
+            busy_ms,
+            ..
+        } = self;
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| db_error(e, path, *busy_ms))?;
+        Ok(Box::new(SqliteTx {
+            tx,
+            path,
+            busy_ms: *busy_ms,
+            is_state,
+        }))
+    }
+
     fn agent(&mut self, name: &str) -> Result<Option<AgentRow>> {
         self.conn
             .query_row(
@@ -492,64 +761,6 @@ impl AgentStore for SqliteStore {
             )
             .optional()
             .map_err(self.err())
-    }
-
-    fn remember(&mut self, name: &str, scope: &str, memory: &str, now: &str) -> Result<()> {
-        let is_state = std::ptr::eq(self.schema, &STATE);
-        let (path, busy_ms) = (self.path.clone(), self.busy_ms);
-        let err = |e| db_error(e, &path, busy_ms);
-        let tx = self.begin_write()?;
-        if is_state {
-            ensure_open(&tx)?;
-        }
-        tx.execute(
-            "INSERT INTO agents (name, scope, memory, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?4)
-             ON CONFLICT (name) DO UPDATE SET
-                 scope = excluded.scope, memory = excluded.memory, updated_at = excluded.updated_at",
-            params![name, scope, memory, now],
-        )
-        .map_err(err)?;
-        tx.commit().map_err(err)
-    }
-
-    fn append_segment(
-        &mut self,
-        name: &str,
-        scope: &str,
-        prompt: &str,
-        summary: &str,
-        now: &str,
-    ) -> Result<i64> {
-        let is_state = std::ptr::eq(self.schema, &STATE);
-        let (path, busy_ms) = (self.path.clone(), self.busy_ms);
-        let err = |e| db_error(e, &path, busy_ms);
-        // The next number is read and used under the write lock: no gap, no duplicate.
-        let tx = self.begin_write()?;
-        if is_state {
-            ensure_open(&tx)?;
-        }
-        tx.execute(
-            "INSERT INTO agents (name, scope, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)
-             ON CONFLICT (name) DO UPDATE SET updated_at = excluded.updated_at",
-            params![name, scope, now],
-        )
-        .map_err(err)?;
-        let n: i64 = tx
-            .query_row(
-                "SELECT IFNULL(MAX(segment_number), 0) + 1 FROM agent_segments WHERE agent_name = ?1",
-                [name],
-                |r| r.get(0),
-            )
-            .map_err(err)?;
-        tx.execute(
-            "INSERT INTO agent_segments (agent_name, segment_number, timestamp, prompt, summary)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![name, n, now, prompt, summary],
-        )
-        .map_err(err)?;
-        tx.commit().map_err(err)?;
-        Ok(n)
     }
 
     fn agents(&mut self) -> Result<Vec<AgentRow>> {
@@ -576,92 +787,6 @@ impl Store for SqliteStore {
             "{} (bindings table, name='{name}', execution_id={scope})",
             self.path.display()
         )
-    }
-
-    fn bind(
-        &mut self,
-        b: &NewBinding,
-        publish: &mut dyn FnMut() -> Result<()>,
-    ) -> Result<BindOutcome> {
-        let path = self.path.clone();
-        let busy_ms = self.busy_ms;
-        let err = |e| db_error(e, &path, busy_ms);
-        let scope_key = b.execution_id.unwrap_or(-1);
-        let tx = self.begin_write()?;
-        ensure_open(&tx)?;
-        let existing: Option<(Option<String>, Option<String>)> = tx
-            .query_row(
-                "SELECT kind, attachment_path FROM bindings
-                 WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2",
-                params![b.name, scope_key],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()
-            .map_err(err)?;
-        if let Some((Some(kind), _)) = &existing {
-            if kind == "const" {
-                let scope = match b.execution_id {
-                    Some(id) => format!("execution {id}"),
-                    None => "the root scope".to_string(),
-                };
-                return Err(refused(format!(
-                    "binding is const in {scope} and cannot be rebound: {}",
-                    shown(b.name)
-                )));
-            }
-        }
-        publish()?;
-        tx.execute(
-            "INSERT INTO bindings (name, execution_id, kind, value, source_statement,
-                                   attachment_path, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)
-             ON CONFLICT (name, IFNULL(execution_id, -1)) DO UPDATE SET
-                 kind = excluded.kind,
-                 value = excluded.value,
-                 source_statement = excluded.source_statement,
-                 attachment_path = excluded.attachment_path,
-                 updated_at = excluded.updated_at",
-            params![
-                b.name,
-                b.execution_id,
-                b.kind,
-                b.value,
-                b.source_statement,
-                b.attachment_path,
-                b.now
-            ],
-        )
-        .map_err(err)?;
-        tx.commit().map_err(err)?;
-        let replaced_attachment = existing
-            .and_then(|(_, old)| old)
-            .filter(|old| Some(old.as_str()) != b.attachment_path);
-        Ok(BindOutcome {
-            replaced_attachment,
-        })
-    }
-
-    fn release_attachment(
-        &mut self,
-        attachment_path: &str,
-        remove: &mut dyn FnMut() -> Result<()>,
-    ) -> Result<bool> {
-        let path = self.path.clone();
-        let busy_ms = self.busy_ms;
-        let err = |e| db_error(e, &path, busy_ms);
-        let tx = self.begin_write()?;
-        let referenced: bool = tx
-            .query_row(
-                "SELECT EXISTS (SELECT 1 FROM bindings WHERE attachment_path = ?1)",
-                [attachment_path],
-                |r| r.get(0),
-            )
-            .map_err(err)?;
-        if !referenced {
-            remove()?;
-        }
-        tx.commit().map_err(err)?;
-        Ok(!referenced)
     }
 
     fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
@@ -756,61 +881,6 @@ impl Store for SqliteStore {
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<i64>>>())
             .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
         Ok(ids)
-    }
-
-    fn append_execution(&mut self, rec: &NewExecution) -> Result<i64> {
-        let path = self.path.clone();
-        let busy_ms = self.busy_ms;
-        let err = |e| db_error(e, &path, busy_ms);
-        let tx = self.begin_write()?;
-        ensure_open(&tx)?;
-        if let Some(parent) = rec.parent_id {
-            let exists: bool = tx
-                .query_row(
-                    "SELECT EXISTS (SELECT 1 FROM execution WHERE id = ?1)",
-                    [parent],
-                    |r| r.get(0),
-                )
-                .map_err(err)?;
-            if !exists {
-                return Err(not_found(format!("parent execution not found: {parent}")));
-            }
-        }
-        if let Some(key) = rec.idempotency_key {
-            let existing = tx
-                .query_row(
-                    "SELECT id, statement_index, statement_text, status, parent_id
-                     FROM execution WHERE idempotency_key = ?1",
-                    [key],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
-                )
-                .optional()
-                .map_err(err)?;
-            if let Some(existing) = existing {
-                return super::keyed_retry(key, existing, rec);
-            }
-        }
-        tx.execute(
-            "INSERT INTO execution (statement_index, statement_text, status, started_at,
-                                    completed_at, error_message, parent_id, metadata,
-                                    idempotency_key)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            params![
-                rec.statement_index,
-                rec.statement_text,
-                rec.status,
-                rec.started_at,
-                rec.completed_at,
-                rec.error_message,
-                rec.parent_id,
-                rec.metadata,
-                rec.idempotency_key
-            ],
-        )
-        .map_err(err)?;
-        let id = tx.last_insert_rowid();
-        tx.commit().map_err(err)?;
-        Ok(id)
     }
 
     fn query_readonly(&mut self, sql: &str) -> Result<QueryResult> {
@@ -913,226 +983,28 @@ impl Store for SqliteStore {
             .ok_or_else(|| anyhow!("state db has no run row: {}", self.path.display()))
     }
 
-    fn sweep_timeouts(&mut self, now: &str) -> Result<usize> {
-        // A read first: the write lock is taken only when there is something to mark.
-        let due: bool = self
-            .conn
+    fn any_overdue(&mut self, now: &str) -> Result<bool> {
+        self.conn
             .query_row(
                 &format!("SELECT EXISTS (SELECT 1 FROM gates WHERE {OVERDUE})"),
                 [now],
                 |r| r.get(0),
             )
-            .map_err(self.err())?;
-        if !due {
-            return Ok(0);
-        }
-        let (path, busy_ms) = (self.path.clone(), self.busy_ms);
-        let err = |e| db_error(e, &path, busy_ms);
-        let tx = self.begin_write()?;
-        let n = sweep(&tx, now).map_err(err)?;
-        tx.commit().map_err(err)?;
-        Ok(n)
+            .map_err(self.err())
     }
 
-    fn create_gate(&mut self, g: &NewGate) -> Result<Created> {
-        let (path, busy_ms) = (self.path.clone(), self.busy_ms);
-        let err = |e| db_error(e, &path, busy_ms);
-        let tx = self.begin_write()?;
-        sweep(&tx, g.now).map_err(err)?;
-        ensure_open(&tx)?;
-        if let Some(existing) = load_gate(&tx, g.id).map_err(err)? {
-            let same = super::same_gate(&existing, g);
-            tx.commit().map_err(err)?;
-            return Ok(if same && existing.status == "pending" {
-                Created::Retried(existing)
-            } else {
-                Created::Conflict(existing)
-            });
-        }
-        let run_id: String = tx
-            .query_row("SELECT id FROM run LIMIT 1", [], |r| r.get(0))
-            .optional()
-            .map_err(err)?
-            .ok_or_else(|| anyhow!("state db has no run row: {}", path.display()))?;
-        if let Some(parent) = g.parent_execution {
-            let exists: bool = tx
-                .query_row(
-                    "SELECT EXISTS (SELECT 1 FROM execution WHERE id = ?1)",
-                    [parent],
-                    |r| r.get(0),
-                )
-                .map_err(err)?;
-            if !exists {
-                return Err(not_found(format!("execution not found: {parent}")));
-            }
-        }
-        tx.execute(
-            "INSERT INTO execution (statement_index, statement_text, status, started_at, parent_id, metadata)
-             VALUES (?1, ?2, 'pending', ?3, ?4, ?5)",
-            params![
-                g.statement_index,
-                format!("approve {}:", g.id),
-                g.now,
-                g.parent_execution,
-                serde_json::json!({"gate_id": g.id}).to_string()
-            ],
-        )
-        .map_err(err)?;
-        let execution_id = tx.last_insert_rowid();
-        let allow: serde_json::Value = serde_json::from_str(g.allow)?;
-        append_audit(
-            &tx,
-            &Event {
-                gate_id: g.id,
-                run_id: &run_id,
-                event_type: "created",
-                principal: Some("system"),
-                comment: None,
-                metadata: serde_json::json!({"prompt_hash": g.prompt_hash, "allow": allow}),
-                now: g.now,
-            },
-        )
-        .map_err(err)?;
-        tx.execute(
-            &format!("INSERT INTO gates ({GATE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9, NULL, NULL, NULL, ?10)"),
-            params![
-                g.id,
-                run_id,
-                execution_id,
-                g.prompt,
-                g.allow,
-                g.timeout,
-                g.timeout_at,
-                g.on_reject,
-                g.now,
-                g.metadata
-            ],
-        )
-        .map_err(err)?;
-        let row = load_gate(&tx, g.id)
-            .map_err(err)?
-            .ok_or_else(|| anyhow!("gate vanished after insert"))?;
-        tx.commit().map_err(err)?;
-        Ok(Created::New(row))
-    }
-
-    fn gates(&mut self, status: Option<&str>, now: &str) -> Result<Vec<GateRow>> {
-        self.sweep_timeouts(now)?;
-        let mut stmt = self
-            .conn
+    fn read_gates(&mut self, status: Option<&str>) -> Result<Vec<GateRow>> {
+        self.conn
             .prepare_cached(&format!(
                 "SELECT {GATE_COLUMNS} FROM gates WHERE ?1 IS NULL OR status = ?1
-                 ORDER BY created_at, rowid"
+                 ORDER BY created_at, id"
             ))
-            .map_err(self.err())?;
-        let rows = stmt
-            .query_map([status], gate_row)
-            .and_then(|r| r.collect::<rusqlite::Result<Vec<_>>>())
-            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
-        Ok(rows)
+            .and_then(|mut s| s.query_map([status], gate_row)?.collect())
+            .map_err(self.err())
     }
 
-    fn gate(&mut self, id: &str, now: &str) -> Result<Option<GateRow>> {
-        self.sweep_timeouts(now)?;
+    fn read_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
         load_gate(&self.conn, id).map_err(self.err())
-    }
-
-    fn view_gate(
-        &mut self,
-        id: &str,
-        viewer: &str,
-        now: &str,
-    ) -> Result<Option<(GateRow, Vec<AuditRow>)>> {
-        let (path, busy_ms) = (self.path.clone(), self.busy_ms);
-        let err = |e| db_error(e, &path, busy_ms);
-        let tx = self.begin_write()?;
-        sweep(&tx, now).map_err(err)?;
-        let Some(gate) = load_gate(&tx, id).map_err(err)? else {
-            tx.commit().map_err(err)?;
-            return Ok(None);
-        };
-        append_audit(
-            &tx,
-            &Event {
-                gate_id: id,
-                run_id: gate.run_id.as_deref().unwrap_or_default(),
-                event_type: "viewed",
-                principal: Some(viewer),
-                comment: None,
-                metadata: serde_json::json!({"client": "cli"}),
-                now,
-            },
-        )
-        .map_err(err)?;
-        let history = tx
-            .prepare(&format!(
-                "SELECT {AUDIT_COLUMNS} FROM gate_audit_log WHERE gate_id = ?1 ORDER BY id"
-            ))
-            .and_then(|mut s| s.query_map([id], audit_row)?.collect())
-            .map_err(err)?;
-        tx.commit().map_err(err)?;
-        Ok(Some((gate, history)))
-    }
-
-    fn decide_gate(&mut self, d: &Decision) -> Result<Decided> {
-        let (path, busy_ms) = (self.path.clone(), self.busy_ms);
-        let err = |e| db_error(e, &path, busy_ms);
-        let tx = self.begin_write()?;
-        sweep(&tx, d.now).map_err(err)?;
-        ensure_open(&tx)?;
-        let Some(gate) = load_gate(&tx, d.gate_id).map_err(err)? else {
-            tx.commit().map_err(err)?;
-            return Ok(Decided::NotFound);
-        };
-        let run_id = gate.run_id.clone().unwrap_or_default();
-        if let Some((reason, metadata)) = super::refusal(&gate, d) {
-            append_audit(
-                &tx,
-                &Event {
-                    gate_id: d.gate_id,
-                    run_id: &run_id,
-                    event_type: "refused",
-                    principal: Some(d.principal),
-                    comment: d.comment,
-                    metadata,
-                    now: d.now,
-                },
-            )
-            .map_err(err)?;
-            tx.commit().map_err(err)?;
-            return Ok(super::refused_outcome(gate, &reason));
-        }
-        let (event, status) = if d.approve {
-            ("approved", "approved")
-        } else {
-            ("rejected", "rejected")
-        };
-        let metadata = super::decision_metadata(&gate, d);
-        // The audit event is written before the gates row changes, in the same transaction.
-        append_audit(
-            &tx,
-            &Event {
-                gate_id: d.gate_id,
-                run_id: &run_id,
-                event_type: event,
-                principal: Some(d.principal),
-                comment: d.comment,
-                metadata,
-                now: d.now,
-            },
-        )
-        .map_err(err)?;
-        tx.execute(
-            "UPDATE gates SET status = ?2, resolved_at = ?3, resolved_by = ?4, resolution_comment = ?5
-             WHERE id = ?1 AND status = 'pending'",
-            params![d.gate_id, status, d.now, d.principal, d.comment],
-        )
-        .map_err(err)?;
-        let row = load_gate(&tx, d.gate_id)
-            .map_err(err)?
-            .ok_or_else(|| anyhow!("gate vanished during decision"))?;
-        tx.commit().map_err(err)?;
-        Ok(Decided::Done(row))
     }
 
     fn audit(&mut self, f: &AuditFilter) -> Result<Vec<AuditRow>> {
@@ -1156,51 +1028,6 @@ impl Store for SqliteStore {
         Ok(super::verify_chain(&self.audit(&AuditFilter::default())?))
     }
 
-    fn finish(&mut self, status: &str, error: Option<&str>, now: &str) -> Result<Finished> {
-        let (path, busy_ms) = (self.path.clone(), self.busy_ms);
-        let err = |e| db_error(e, &path, busy_ms);
-        let tx = self.begin_write()?;
-        sweep(&tx, now).map_err(err)?;
-        let (id, current): (String, String) = tx
-            .query_row(
-                "SELECT id, IFNULL(status, 'running') FROM run LIMIT 1",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()
-            .map_err(err)?
-            .ok_or_else(|| anyhow!("state db has no run row: {}", path.display()))?;
-        if crate::model::is_finished(&current) {
-            if current == status {
-                return Ok(Finished::Unchanged);
-            }
-            return Err(refused(format!(
-                "run {id} is already {current}; a finished run keeps its status"
-            )));
-        }
-        if status == "completed" {
-            let pending: Vec<String> = tx
-                .prepare("SELECT id FROM gates WHERE status = 'pending' ORDER BY created_at")
-                .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
-                .map_err(err)?;
-            if !pending.is_empty() {
-                return Err(refused(format!(
-                    "run {id} has pending gates ({}); decide them first, or finish as failed or interrupted",
-                    pending.join(", ")
-                )));
-            }
-        }
-        tx.execute(
-            "UPDATE run SET status = ?1, updated_at = ?2, error_message = IFNULL(?3, error_message)",
-            params![status, now, error],
-        )
-        .map_err(err)?;
-        tx.commit().map_err(err)?;
-        Ok(Finished::Done {
-            previous_status: current,
-        })
-    }
-
     fn run_summary(&mut self, now: &str) -> Result<RunSummary> {
         let run = self.run_info()?;
         let (error_message, last_event_at, pending_gates) = self
@@ -1221,51 +1048,6 @@ impl Store for SqliteStore {
             last_event_at,
             pending_gates,
         })
-    }
-
-    fn add_import(&mut self, import: &ImportRow, replace: bool) -> Result<ImportAdded> {
-        let (path, busy_ms) = (self.path.clone(), self.busy_ms);
-        let err = |e| db_error(e, &path, busy_ms);
-        let tx = self.begin_write()?;
-        ensure_open(&tx)?;
-        let existing = tx
-            .query_row(
-                "SELECT alias, source_url, fetched_at, inputs_schema, outputs_schema
-                 FROM imports WHERE alias = ?1",
-                [&import.alias],
-                import_row,
-            )
-            .optional()
-            .map_err(err)?;
-        let outcome = match existing {
-            Some(e)
-                if e.source_url == import.source_url
-                    && e.inputs_schema == import.inputs_schema
-                    && e.outputs_schema == import.outputs_schema =>
-            {
-                return Ok(ImportAdded::Unchanged(e));
-            }
-            Some(e) if !replace => return Ok(ImportAdded::Conflict(e)),
-            Some(_) => ImportAdded::Replaced(import.clone()),
-            None => ImportAdded::Added(import.clone()),
-        };
-        tx.execute(
-            "INSERT INTO imports (alias, source_url, fetched_at, inputs_schema, outputs_schema)
-             VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT (alias) DO UPDATE SET source_url = excluded.source_url,
-                 fetched_at = excluded.fetched_at, inputs_schema = excluded.inputs_schema,
-                 outputs_schema = excluded.outputs_schema",
-            params![
-                import.alias,
-                import.source_url,
-                import.fetched_at,
-                import.inputs_schema,
-                import.outputs_schema
-            ],
-        )
-        .map_err(err)?;
-        tx.commit().map_err(err)?;
-        Ok(outcome)
     }
 
     fn imports(&mut self) -> Result<Vec<ImportRow>> {
@@ -1492,78 +1274,5 @@ impl Store for SqliteStore {
 
     fn delete_run(&mut self) -> Result<()> {
         Ok(())
-    }
-
-    fn record_resume(&mut self, now: &str) -> Result<Resumed> {
-        let (path, busy_ms) = (self.path.clone(), self.busy_ms);
-        let err = |e| db_error(e, &path, busy_ms);
-        let tx = self.begin_write()?;
-        let (run_id, status): (String, String) = tx
-            .query_row(
-                "SELECT id, IFNULL(status, 'running') FROM run LIMIT 1",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()
-            .map_err(err)?
-            .ok_or_else(|| anyhow!("state db has no run row: {}", path.display()))?;
-        // A finished run is read: resuming it records nothing.
-        if crate::model::is_finished(&status) {
-            return Ok(Resumed {
-                previous_status: status.clone(),
-                status,
-                gates_logged: Vec::new(),
-            });
-        }
-        sweep(&tx, now).map_err(err)?;
-        let gates: Vec<(String, String, Option<i64>, Option<i64>)> = tx
-            .prepare(
-                "SELECT g.id, g.status,
-                   (SELECT MAX(a.id) FROM gate_audit_log a
-                     WHERE a.gate_id = g.id AND a.event_type = 'resumed'),
-                   (SELECT MAX(a.id) FROM gate_audit_log a
-                     WHERE a.gate_id = g.id AND a.event_type IN ('approved', 'rejected', 'timeout'))
-                 FROM gates g ORDER BY g.created_at, g.rowid",
-            )
-            .and_then(|mut s| {
-                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
-                    .collect()
-            })
-            .map_err(err)?;
-        let mut logged = Vec::new();
-        for (gate_id, gate_status, last_resumed, last_decision) in gates {
-            let decided_since = last_decision.unwrap_or(0) > last_resumed.unwrap_or(0);
-            if gate_status == "pending" || decided_since {
-                append_audit(
-                    &tx,
-                    &Event {
-                        gate_id: &gate_id,
-                        run_id: &run_id,
-                        event_type: "resumed",
-                        principal: Some("system"),
-                        comment: None,
-                        metadata: serde_json::json!({
-                            "resume_source": "cli", "previous_status": gate_status
-                        }),
-                        now,
-                    },
-                )
-                .map_err(err)?;
-                logged.push(gate_id);
-            }
-        }
-        let new_status = if status == "interrupted" {
-            tx.execute("UPDATE run SET status = 'running', updated_at = ?1", [now])
-                .map_err(err)?;
-            "running".to_string()
-        } else {
-            status.clone()
-        };
-        tx.commit().map_err(err)?;
-        Ok(Resumed {
-            previous_status: status,
-            status: new_status,
-            gates_logged: logged,
-        })
     }
 }

@@ -1,0 +1,467 @@
+//! The rules of the state, each written once, over any backend's transaction: a finished run
+//! takes no more writes; a `const` stays const; overdue gates are swept first and fail
+//! closed; every audit event is chained to the last; the first decision wins and every
+//! refusal is logged; a retried keyed append is not appended twice.
+
+use super::tx::{Tx, TxKind};
+use super::{
+    AuditRow, BindOutcome, Created, Decided, Decision, Finished, ImportAdded, ImportRow,
+    NewBinding, NewExecution, NewGate, Resumed,
+};
+use crate::error::{not_found, refused, shown};
+use anyhow::{anyhow, Result};
+
+/// A write to a finished run (`completed` or `failed`) is refused. Checked inside the write's
+/// own transaction, so a write and a `finish` cannot interleave.
+pub fn ensure_open(tx: &mut dyn Tx) -> Result<()> {
+    if let Some((id, Some(status))) = tx.run_row()? {
+        if crate::model::is_finished(&status) {
+            return Err(refused(format!(
+                "run {id} is {status}: a finished run takes no more writes"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// One audit event to append.
+pub struct Event<'a> {
+    pub gate_id: &'a str,
+    pub run_id: &'a str,
+    pub event_type: &'a str,
+    pub principal: Option<&'a str>,
+    pub comment: Option<&'a str>,
+    pub metadata: serde_json::Value,
+    pub now: &'a str,
+}
+
+/// Appends an audit row chained to the run's last one. The id and the previous hash are read
+/// and the row written in the same serialised transaction.
+pub fn append_audit(tx: &mut dyn Tx, e: &Event) -> Result<AuditRow> {
+    let prev = tx.last_audit_hash()?;
+    let id = tx.next_audit_id()?;
+    let mut row = AuditRow {
+        id,
+        gate_id: e.gate_id.to_string(),
+        run_id: e.run_id.to_string(),
+        event_type: e.event_type.to_string(),
+        principal: e.principal.map(str::to_string),
+        comment: e.comment.map(str::to_string),
+        timestamp: Some(e.now.to_string()),
+        metadata: Some(e.metadata.to_string()),
+        prev_hash: Some(prev.clone()),
+        hash: None,
+    };
+    row.hash = Some(row.chain_hash(&prev));
+    tx.insert_audit(&row)?;
+    Ok(row)
+}
+
+/// Marks every pending gate past its deadline `timeout` (by `system`, resolved at the
+/// deadline), its audit event first. Every gate operation runs this first, inside its own
+/// transaction: a gate past its deadline can never be approved, whether or not anything swept
+/// it.
+pub fn sweep(tx: &mut dyn Tx, now: &str) -> Result<usize> {
+    let overdue = tx.overdue_gates(now)?;
+    for gate in &overdue {
+        append_audit(
+            tx,
+            &Event {
+                gate_id: &gate.id,
+                run_id: gate.run_id.as_deref().unwrap_or_default(),
+                event_type: "timeout",
+                principal: Some("system"),
+                comment: None,
+                metadata: serde_json::json!({
+                    "timeout_at": gate.timeout_at, "on_reject": gate.on_reject
+                }),
+                now,
+            },
+        )?;
+        // The deadline is when it timed out; one that does not parse, now.
+        let at = gate
+            .timeout_at
+            .as_deref()
+            .and_then(crate::model::canonical_time)
+            .unwrap_or_else(|| now.to_string());
+        tx.resolve_gate(&gate.id, "timeout", "system", None, &at)?;
+    }
+    Ok(overdue.len())
+}
+
+/// Upserts a binding. A `const` is not rebound in its scope. `publish` puts the attachment
+/// file in place after the checks and before the row is written, so no committed row ever
+/// points at a file that is missing or partial.
+pub fn bind(
+    mut tx: Box<dyn Tx + '_>,
+    b: &NewBinding,
+    publish: &mut dyn FnMut() -> Result<()>,
+) -> Result<BindOutcome> {
+    ensure_open(&mut *tx)?;
+    let existing = tx.binding_head(b.name, b.execution_id)?;
+    if let Some((Some(kind), _)) = &existing {
+        if kind == "const" {
+            let scope = match b.execution_id {
+                Some(id) => format!("execution {id}"),
+                None => "the root scope".to_string(),
+            };
+            return Err(refused(format!(
+                "binding is const in {scope} and cannot be rebound: {}",
+                shown(b.name)
+            )));
+        }
+    }
+    publish()?;
+    tx.upsert_binding(b)?;
+    tx.commit()?;
+    let replaced_attachment = existing
+        .and_then(|(_, old)| old)
+        .filter(|old| Some(old.as_str()) != b.attachment_path);
+    Ok(BindOutcome {
+        replaced_attachment,
+    })
+}
+
+/// Runs `remove` if no binding references the attachment any more, in a serialised
+/// transaction, so a concurrent bind cannot take the file up while it goes.
+pub fn release_attachment(
+    mut tx: Box<dyn Tx + '_>,
+    attachment_path: &str,
+    remove: &mut dyn FnMut() -> Result<()>,
+) -> Result<bool> {
+    let referenced = tx.attachment_referenced(attachment_path)?;
+    if !referenced {
+        remove()?;
+    }
+    tx.commit()?;
+    Ok(!referenced)
+}
+
+/// Appends one execution record and returns its id. With an idempotency key, a retry of the
+/// same record returns the first one's id and appends nothing; the key on another record is
+/// refused.
+pub fn append_execution(mut tx: Box<dyn Tx + '_>, rec: &NewExecution) -> Result<i64> {
+    ensure_open(&mut *tx)?;
+    if let Some(parent) = rec.parent_id {
+        if !tx.execution_exists(parent)? {
+            return Err(not_found(format!("parent execution not found: {parent}")));
+        }
+    }
+    if let Some(key) = rec.idempotency_key {
+        if let Some(existing) = tx.keyed_execution(key)? {
+            return super::keyed_retry(key, existing, rec);
+        }
+    }
+    let id = match tx.insert_execution(rec)? {
+        Some(id) => id,
+        // Another writer took the key between the look and the insert.
+        None => {
+            let key = rec.idempotency_key.unwrap_or_default();
+            let existing = tx
+                .keyed_execution(key)?
+                .ok_or_else(|| anyhow!("execution record was not appended"))?;
+            return super::keyed_retry(key, existing, rec);
+        }
+    };
+    tx.commit()?;
+    Ok(id)
+}
+
+/// Creates a gate, with its `approve GATE:` execution record and its `created` audit event.
+/// The same call again on a pending gate is a safe retry; any other use of the id conflicts.
+pub fn create_gate(mut tx: Box<dyn Tx + '_>, g: &NewGate) -> Result<Created> {
+    sweep(&mut *tx, g.now)?;
+    ensure_open(&mut *tx)?;
+    if let Some(existing) = tx.load_gate(g.id)? {
+        let same = super::same_gate(&existing, g);
+        tx.commit()?;
+        return Ok(if same && existing.status == "pending" {
+            Created::Retried(existing)
+        } else {
+            Created::Conflict(existing)
+        });
+    }
+    let (run_id, _) = tx
+        .run_row()?
+        .ok_or_else(|| anyhow!("the store has no run row"))?;
+    if let Some(parent) = g.parent_execution {
+        if !tx.execution_exists(parent)? {
+            return Err(not_found(format!("execution not found: {parent}")));
+        }
+    }
+    let text = format!("approve {}:", g.id);
+    let metadata = serde_json::json!({"gate_id": g.id}).to_string();
+    let execution_id = tx
+        .insert_execution(&NewExecution {
+            statement_index: g.statement_index,
+            statement_text: &text,
+            status: "pending",
+            started_at: Some(g.now),
+            completed_at: None,
+            error_message: None,
+            parent_id: g.parent_execution,
+            metadata: Some(&metadata),
+            idempotency_key: None,
+        })?
+        .ok_or_else(|| anyhow!("the gate's execution record was not appended"))?;
+    let allow: serde_json::Value = serde_json::from_str(g.allow)?;
+    append_audit(
+        &mut *tx,
+        &Event {
+            gate_id: g.id,
+            run_id: &run_id,
+            event_type: "created",
+            principal: Some("system"),
+            comment: None,
+            metadata: serde_json::json!({"prompt_hash": g.prompt_hash, "allow": allow}),
+            now: g.now,
+        },
+    )?;
+    tx.insert_gate(g, &run_id, execution_id)?;
+    let row = tx
+        .load_gate(g.id)?
+        .ok_or_else(|| anyhow!("gate vanished after insert"))?;
+    tx.commit()?;
+    Ok(Created::New(row))
+}
+
+/// One gate with its audit history, logging a `viewed` event by `viewer`.
+pub fn view_gate(
+    mut tx: Box<dyn Tx + '_>,
+    id: &str,
+    viewer: &str,
+    now: &str,
+) -> Result<Option<(super::GateRow, Vec<AuditRow>)>> {
+    sweep(&mut *tx, now)?;
+    let Some(gate) = tx.load_gate(id)? else {
+        tx.commit()?;
+        return Ok(None);
+    };
+    append_audit(
+        &mut *tx,
+        &Event {
+            gate_id: id,
+            run_id: gate.run_id.as_deref().unwrap_or_default(),
+            event_type: "viewed",
+            principal: Some(viewer),
+            comment: None,
+            metadata: serde_json::json!({"client": "cli"}),
+            now,
+        },
+    )?;
+    let history = tx.gate_history(id)?;
+    tx.commit()?;
+    Ok(Some((gate, history)))
+}
+
+/// Approves or rejects a pending gate. Of concurrent decisions exactly one wins: each runs
+/// serialised, and only a gate still pending, allowing the principal, with the prompt the
+/// decider was shown, is decided; every refusal is audit-logged.
+pub fn decide_gate(mut tx: Box<dyn Tx + '_>, d: &Decision) -> Result<Decided> {
+    sweep(&mut *tx, d.now)?;
+    ensure_open(&mut *tx)?;
+    let Some(gate) = tx.load_gate(d.gate_id)? else {
+        tx.commit()?;
+        return Ok(Decided::NotFound);
+    };
+    let run_id = gate.run_id.clone().unwrap_or_default();
+    if let Some((reason, metadata)) = super::refusal(&gate, d) {
+        append_audit(
+            &mut *tx,
+            &Event {
+                gate_id: d.gate_id,
+                run_id: &run_id,
+                event_type: "refused",
+                principal: Some(d.principal),
+                comment: d.comment,
+                metadata,
+                now: d.now,
+            },
+        )?;
+        tx.commit()?;
+        return Ok(super::refused_outcome(gate, &reason));
+    }
+    let status = if d.approve { "approved" } else { "rejected" };
+    let metadata = super::decision_metadata(&gate, d);
+    // The audit event is written before the gates row changes, in the same transaction.
+    append_audit(
+        &mut *tx,
+        &Event {
+            gate_id: d.gate_id,
+            run_id: &run_id,
+            event_type: status,
+            principal: Some(d.principal),
+            comment: d.comment,
+            metadata,
+            now: d.now,
+        },
+    )?;
+    tx.resolve_gate(d.gate_id, status, d.principal, d.comment, d.now)?;
+    let row = tx
+        .load_gate(d.gate_id)?
+        .ok_or_else(|| anyhow!("gate vanished during decision"))?;
+    tx.commit()?;
+    Ok(Decided::Done(row))
+}
+
+/// Sets the run's final status. A `completed` or `failed` run is closed and keeps its status;
+/// completing a run with a pending gate is refused. Overdue gates are swept first.
+pub fn finish(
+    mut tx: Box<dyn Tx + '_>,
+    status: &str,
+    error: Option<&str>,
+    now: &str,
+) -> Result<Finished> {
+    sweep(&mut *tx, now)?;
+    let (id, current) = tx
+        .run_row()?
+        .ok_or_else(|| anyhow!("the store has no run row"))?;
+    let current = current.unwrap_or_else(|| "running".to_string());
+    if crate::model::is_finished(&current) {
+        if current == status {
+            return Ok(Finished::Unchanged);
+        }
+        return Err(refused(format!(
+            "run {id} is already {current}; a finished run keeps its status"
+        )));
+    }
+    if status == "completed" {
+        let pending = tx.pending_gate_ids()?;
+        if !pending.is_empty() {
+            return Err(refused(format!(
+                "run {id} has pending gates ({}); decide them first, or finish as failed or interrupted",
+                pending.join(", ")
+            )));
+        }
+    }
+    tx.set_run_status(status, error, now)?;
+    tx.commit()?;
+    Ok(Finished::Done {
+        previous_status: current,
+    })
+}
+
+/// Registers an import. The same alias with the same source and schemas is a no-op; a
+/// different one needs `replace`.
+pub fn add_import(
+    mut tx: Box<dyn Tx + '_>,
+    import: &ImportRow,
+    replace: bool,
+) -> Result<ImportAdded> {
+    ensure_open(&mut *tx)?;
+    // Schemas are compared as JSON values: a backend may store them normalised.
+    let same_json = |a: &Option<String>, b: &Option<String>| {
+        let parse = |t: &Option<String>| {
+            t.as_deref()
+                .map(|t| serde_json::from_str::<serde_json::Value>(t).ok())
+        };
+        parse(a) == parse(b)
+    };
+    let outcome = match tx.import(&import.alias)? {
+        Some(e)
+            if e.source_url == import.source_url
+                && same_json(&e.inputs_schema, &import.inputs_schema)
+                && same_json(&e.outputs_schema, &import.outputs_schema) =>
+        {
+            return Ok(ImportAdded::Unchanged(e));
+        }
+        Some(e) if !replace => return Ok(ImportAdded::Conflict(e)),
+        Some(_) => ImportAdded::Replaced(import.clone()),
+        None => ImportAdded::Added(import.clone()),
+    };
+    tx.put_import(import)?;
+    tx.commit()?;
+    Ok(outcome)
+}
+
+/// Replaces an agent's memory, creating the agent if needed.
+pub fn remember(
+    mut tx: Box<dyn Tx + '_>,
+    name: &str,
+    scope: &str,
+    memory: &str,
+    now: &str,
+) -> Result<()> {
+    ensure_open(&mut *tx)?;
+    tx.put_agent_memory(name, scope, memory, now)?;
+    tx.commit()
+}
+
+/// Appends a segment and returns its number: 1, 2, ... with no gap and no duplicate however
+/// many processes append at once (the number is read and used under the agent's lock).
+pub fn append_segment(
+    mut tx: Box<dyn Tx + '_>,
+    name: &str,
+    scope: &str,
+    prompt: &str,
+    summary: &str,
+    now: &str,
+) -> Result<i64> {
+    ensure_open(&mut *tx)?;
+    tx.touch_agent(name, scope, now)?;
+    let n = tx.next_segment_number(name)?;
+    tx.insert_segment(name, n, now, prompt, summary)?;
+    tx.commit()?;
+    Ok(n)
+}
+
+/// Records a resume: a `resumed` audit event for each gate that is pending or was decided
+/// since the last resume, and an `interrupted` run set back to `running`. A finished run is
+/// only read.
+pub fn record_resume(mut tx: Box<dyn Tx + '_>, now: &str) -> Result<Resumed> {
+    let (run_id, status) = tx
+        .run_row()?
+        .ok_or_else(|| anyhow!("the store has no run row"))?;
+    let status = status.unwrap_or_else(|| "running".to_string());
+    if crate::model::is_finished(&status) {
+        return Ok(Resumed {
+            previous_status: status.clone(),
+            status,
+            gates_logged: Vec::new(),
+        });
+    }
+    sweep(&mut *tx, now)?;
+    let mut logged = Vec::new();
+    for g in tx.gates_for_resume()? {
+        let decided_since = g.last_decision.unwrap_or(0) > g.last_resumed.unwrap_or(0);
+        if g.status == "pending" || decided_since {
+            append_audit(
+                &mut *tx,
+                &Event {
+                    gate_id: &g.id,
+                    run_id: &run_id,
+                    event_type: "resumed",
+                    principal: Some("system"),
+                    comment: None,
+                    metadata: serde_json::json!({
+                        "resume_source": "cli", "previous_status": g.status
+                    }),
+                    now,
+                },
+            )?;
+            logged.push(g.id);
+        }
+    }
+    let new_status = if status == "interrupted" {
+        tx.set_run_status("running", None, now)?;
+        "running".to_string()
+    } else {
+        status.clone()
+    };
+    tx.commit()?;
+    Ok(Resumed {
+        previous_status: status,
+        status: new_status,
+        gates_logged: logged,
+    })
+}
+
+/// The transaction kind each rule needs, named once.
+pub const BIND: TxKind = TxKind::Write;
+pub const EXECUTION: TxKind = TxKind::Write;
+pub const GATE: TxKind = TxKind::Serial;
+pub const FINISH: TxKind = TxKind::Serial;
+pub const RELEASE: TxKind = TxKind::Serial;
+pub const IMPORT: TxKind = TxKind::Write;
+pub const AGENT: TxKind = TxKind::Write;
+pub const RESUME: TxKind = TxKind::Serial;

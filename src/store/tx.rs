@@ -1,0 +1,112 @@
+//! The thin side of a backend: one transaction, and the single statements the rules run in
+//! it, each with its row mapping. A backend begins the kind of transaction asked for (SQLite:
+//! `BEGIN IMMEDIATE`; PostgreSQL: a transaction holding the run's row `FOR SHARE` or
+//! `FOR UPDATE`) and maps its driver's errors once, in its implementation of this trait. The
+//! rules themselves (`rules.rs`) are written once, above it.
+
+use super::{AuditRow, GateRow, ImportRow, NewBinding, NewExecution, NewGate};
+use anyhow::Result;
+
+/// Which transaction a rule needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxKind {
+    /// A write that may run beside the run's other writes (parallel branches binding at once):
+    /// PostgreSQL holds the run's row `FOR SHARE`.
+    Write,
+    /// A write serialised with every other serialised write of the run: gate operations
+    /// (first decision wins, one audit chain per run), `finish`, removing an attachment.
+    /// PostgreSQL holds the run's row `FOR UPDATE`.
+    Serial,
+}
+
+/// An execution record stored under an idempotency key: id, index, text, status, parent.
+pub type KeyedExecution = (
+    i64,
+    Option<i64>,
+    Option<String>,
+    Option<String>,
+    Option<i64>,
+);
+
+/// What `resume` needs of a gate: its id and status, and the audit ids of its last `resumed`
+/// event and of its last decision (approved, rejected or timeout).
+pub struct GateResumeState {
+    pub id: String,
+    pub status: String,
+    pub last_resumed: Option<i64>,
+    pub last_decision: Option<i64>,
+}
+
+/// One open transaction. Every method is one statement (or, where a dialect needs it, the
+/// few that make one step); none holds a rule.
+pub trait Tx {
+    // The run.
+    /// The run's id and status; None where the store has no run (an agents.db, project agents
+    /// on the server) or the run row is missing.
+    fn run_row(&mut self) -> Result<Option<(String, Option<String>)>>;
+    fn set_run_status(&mut self, status: &str, error: Option<&str>, now: &str) -> Result<()>;
+
+    // Bindings.
+    /// The kind and attachment path of the binding of this name in this scope, locked for the
+    /// rest of the transaction where the dialect locks rows.
+    fn binding_head(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+    ) -> Result<Option<(Option<String>, Option<String>)>>;
+    /// Upserts by (name, scope), keeping `created_at`.
+    fn upsert_binding(&mut self, binding: &NewBinding) -> Result<()>;
+    fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool>;
+
+    // The execution log.
+    fn execution_exists(&mut self, id: i64) -> Result<bool>;
+    fn keyed_execution(&mut self, key: &str) -> Result<Option<KeyedExecution>>;
+    /// Appends a record; None when its idempotency key was taken meanwhile by another writer.
+    fn insert_execution(&mut self, record: &NewExecution) -> Result<Option<i64>>;
+
+    // Gates.
+    fn load_gate(&mut self, id: &str) -> Result<Option<GateRow>>;
+    /// Pending gates past their deadline (an unparseable deadline counts as passed), oldest
+    /// first, locked where the dialect locks rows.
+    fn overdue_gates(&mut self, now: &str) -> Result<Vec<GateRow>>;
+    fn insert_gate(&mut self, gate: &NewGate, run_id: &str, execution_id: i64) -> Result<()>;
+    /// Sets a pending gate's outcome; `resolved_at` is `at`.
+    fn resolve_gate(
+        &mut self,
+        id: &str,
+        status: &str,
+        by: &str,
+        comment: Option<&str>,
+        at: &str,
+    ) -> Result<()>;
+    fn pending_gate_ids(&mut self) -> Result<Vec<String>>;
+    fn gates_for_resume(&mut self) -> Result<Vec<GateResumeState>>;
+
+    // The audit chain.
+    /// The hash of the run's last audit row ("" when it has none or it predates the chain).
+    fn last_audit_hash(&mut self) -> Result<String>;
+    /// The id the next audit row takes.
+    fn next_audit_id(&mut self) -> Result<i64>;
+    fn insert_audit(&mut self, row: &AuditRow) -> Result<()>;
+    fn gate_history(&mut self, gate_id: &str) -> Result<Vec<AuditRow>>;
+
+    // Imports.
+    fn import(&mut self, alias: &str) -> Result<Option<ImportRow>>;
+    fn put_import(&mut self, import: &ImportRow) -> Result<()>;
+
+    // Agents.
+    fn put_agent_memory(&mut self, name: &str, scope: &str, memory: &str, now: &str) -> Result<()>;
+    /// Creates the agent (no memory) or touches it; locks its row where the dialect does.
+    fn touch_agent(&mut self, name: &str, scope: &str, now: &str) -> Result<()>;
+    fn next_segment_number(&mut self, name: &str) -> Result<i64>;
+    fn insert_segment(
+        &mut self,
+        name: &str,
+        number: i64,
+        now: &str,
+        prompt: &str,
+        summary: &str,
+    ) -> Result<()>;
+
+    fn commit(self: Box<Self>) -> Result<()>;
+}
