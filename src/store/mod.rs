@@ -15,6 +15,11 @@ use serde::Serialize;
 use std::path::Path;
 use std::time::Duration;
 
+/// How far up a scope chain a lookup walks before it stops: a guard against a parent_id
+/// cycle written by raw SQL, far beyond any real nesting. Bound as a parameter of the scope
+/// query on every backend.
+pub const MAX_SCOPE_DEPTH: i32 = 1_000_000;
+
 /// How to open a store: settings that come from the command line or its environment.
 #[derive(Debug, Clone, Copy)]
 pub struct OpenOptions {
@@ -442,16 +447,30 @@ pub fn same_gate(existing: &GateRow, g: &NewGate) -> bool {
         && existing.metadata.as_deref() == g.metadata
 }
 
+/// Why a decision is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Decided already, or timed out.
+    AlreadyResolved,
+    /// The principal is not in the allow list.
+    NotAllowed,
+    /// The stored prompt is not the one the decider was shown.
+    PromptChanged,
+}
+
 /// Why a decision may not be taken on this gate (already decided or timed out, principal
 /// not allowed, prompt changed since it was shown), with the metadata of its `refused`
 /// audit event; None when it may.
-pub fn refusal(gate: &GateRow, d: &Decision) -> Option<(String, serde_json::Value)> {
-    let reason = if gate.status != "pending" {
-        format!("already {}", gate.status)
+pub fn refusal(gate: &GateRow, d: &Decision) -> Option<(Refusal, serde_json::Value)> {
+    let (why, reason) = if gate.status != "pending" {
+        (Refusal::AlreadyResolved, format!("already {}", gate.status))
     } else if !crate::model::principal_allowed(&gate.allow, d.principal) {
-        "principal not allowed".to_string()
+        (Refusal::NotAllowed, "principal not allowed".to_string())
     } else if crate::model::sha256_tag(&gate.prompt) != d.prompt_hash {
-        "prompt changed after it was shown".to_string()
+        (
+            Refusal::PromptChanged,
+            "prompt changed after it was shown".to_string(),
+        )
     } else {
         return None;
     };
@@ -459,17 +478,15 @@ pub fn refusal(gate: &GateRow, d: &Decision) -> Option<(String, serde_json::Valu
     let metadata = serde_json::json!({
         "client": "cli", "attempted": attempted, "reason": reason, "prompt_hash": d.prompt_hash
     });
-    Some((reason, metadata))
+    Some((why, metadata))
 }
 
 /// What a refused decision tells the caller.
-pub fn refused_outcome(gate: GateRow, reason: &str) -> Decided {
-    if gate.status != "pending" {
-        Decided::AlreadyResolved(gate)
-    } else if reason == "principal not allowed" {
-        Decided::NotAllowed(gate)
-    } else {
-        Decided::PromptChanged(gate)
+pub fn refused_outcome(gate: GateRow, why: Refusal) -> Decided {
+    match why {
+        Refusal::AlreadyResolved => Decided::AlreadyResolved(gate),
+        Refusal::NotAllowed => Decided::NotAllowed(gate),
+        Refusal::PromptChanged => Decided::PromptChanged(gate),
     }
 }
 

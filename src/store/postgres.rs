@@ -595,26 +595,12 @@ impl Tx for PgTx<'_> {
 
     fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
         let run = self.run()?;
-        Ok(self
-            .tx
-            .query_one(
-                "SELECT EXISTS (SELECT 1 FROM openprose.bindings WHERE run_id = $1 AND attachment_path = $2)",
-                &[&run, &attachment_path],
-            )
-            .map_err(self.err())?
-            .get(0))
+        attachment_referenced(&mut self.tx, &run, attachment_path)
     }
 
     fn execution_exists(&mut self, id: i64) -> Result<bool> {
         let run = self.run()?;
-        Ok(self
-            .tx
-            .query_one(
-                "SELECT EXISTS (SELECT 1 FROM openprose.execution WHERE id = $1 AND run_id = $2)",
-                &[&id, &run],
-            )
-            .map_err(self.err())?
-            .get(0))
+        execution_exists(&mut self.tx, &run, id)
     }
 
     fn keyed_execution(&mut self, key: &str) -> Result<Option<KeyedExecution>> {
@@ -1017,6 +1003,28 @@ fn binding_row(r: &Row) -> BindingRow {
     }
 }
 
+fn attachment_referenced(
+    c: &mut impl GenericClient,
+    run_id: &str,
+    attachment_path: &str,
+) -> Result<bool> {
+    Ok(c.query_one(
+        "SELECT EXISTS (SELECT 1 FROM openprose.bindings WHERE run_id = $1 AND attachment_path = $2)",
+        &[&run_id, &attachment_path],
+    )
+    .map_err(pg)?
+    .get(0))
+}
+
+fn execution_exists(c: &mut impl GenericClient, run_id: &str, id: i64) -> Result<bool> {
+    Ok(c.query_one(
+        "SELECT EXISTS (SELECT 1 FROM openprose.execution WHERE id = $1 AND run_id = $2)",
+        &[&id, &run_id],
+    )
+    .map_err(pg)?
+    .get(0))
+}
+
 fn load_gate(c: &mut impl GenericClient, run_id: &str, id: &str) -> Result<Option<GateRow>> {
     Ok(c.query_opt(
         &format!("{GATE_SELECT} WHERE run_id = $1 AND id = $2"),
@@ -1151,26 +1159,12 @@ impl Store for PgStore {
 
     fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
         let run = self.run()?.to_string();
-        Ok(self
-            .client
-            .query_one(
-                "SELECT EXISTS (SELECT 1 FROM openprose.bindings WHERE run_id = $1 AND attachment_path = $2)",
-                &[&run, &attachment_path],
-            )
-            .map_err(self.err())?
-            .get(0))
+        attachment_referenced(&mut self.client, &run, attachment_path)
     }
 
     fn execution_exists(&mut self, id: i64) -> Result<bool> {
         let run = self.run()?.to_string();
-        Ok(self
-            .client
-            .query_one(
-                "SELECT EXISTS (SELECT 1 FROM openprose.execution WHERE id = $1 AND run_id = $2)",
-                &[&id, &run],
-            )
-            .map_err(self.err())?
-            .get(0))
+        execution_exists(&mut self.client, &run, id)
     }
 
     // Scope resolution, as in the SQLite store: nearest scope first, root scope last.
@@ -1183,7 +1177,7 @@ impl Store for PgStore {
                      UNION ALL
                      SELECT e.id, e.parent_id, c.depth + 1
                      FROM chain c JOIN openprose.execution e ON e.id = c.parent_id
-                     WHERE c.depth < 1000000
+                     WHERE c.depth < $4::int
                  )
                  SELECT {BINDING_SELECT}, c.depth FROM chain c JOIN openprose.bindings b
                    ON b.run_id = $3 AND b.name = $1 AND COALESCE(b.execution_id, -1) = c.id
@@ -1191,7 +1185,7 @@ impl Store for PgStore {
             );
             let found = self
                 .client
-                .query_opt(&sql, &[&name, &start, &run])
+                .query_opt(&sql, &[&name, &start, &run, &super::MAX_SCOPE_DEPTH])
                 .map_err(self.err())?;
             if let Some(r) = found {
                 return Ok(Some(Found {
@@ -1224,10 +1218,10 @@ impl Store for PgStore {
                      UNION ALL
                      SELECT e.id, e.parent_id, c.depth + 1
                      FROM chain c JOIN openprose.execution e ON e.id = c.parent_id
-                     WHERE c.depth < 1000000
+                     WHERE c.depth < $3::int
                  )
                  SELECT id FROM chain ORDER BY depth",
-                &[&execution_id, &run],
+                &[&execution_id, &run, &super::MAX_SCOPE_DEPTH],
             )
             .map_err(self.err())?;
         Ok(rows.iter().map(|r| r.get(0)).collect())

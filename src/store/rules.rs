@@ -265,7 +265,7 @@ pub fn decide_gate(mut tx: Box<dyn Tx + '_>, d: &Decision) -> Result<Decided> {
         return Ok(Decided::NotFound);
     };
     let run_id = gate.run_id.clone().unwrap_or_default();
-    if let Some((reason, metadata)) = super::refusal(&gate, d) {
+    if let Some((why, metadata)) = super::refusal(&gate, d) {
         append_audit(
             &mut *tx,
             &Event {
@@ -279,7 +279,7 @@ pub fn decide_gate(mut tx: Box<dyn Tx + '_>, d: &Decision) -> Result<Decided> {
             },
         )?;
         tx.commit()?;
-        return Ok(super::refused_outcome(gate, &reason));
+        return Ok(super::refused_outcome(gate, why));
     }
     let status = if d.approve { "approved" } else { "rejected" };
     let metadata = super::decision_metadata(&gate, d);

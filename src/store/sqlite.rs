@@ -49,10 +49,6 @@ pub const AGENTS: Schema = Schema {
     empty_is_new: true,
 };
 
-/// How far up a scope chain a lookup walks before it stops: a guard against a parent_id
-/// cycle written by raw SQL, far beyond any real nesting.
-const MAX_SCOPE_DEPTH: i64 = 1_000_000;
-
 pub struct SqliteStore {
     conn: Connection,
     path: PathBuf,
@@ -330,23 +326,11 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
-        self.tx
-            .query_row(
-                "SELECT EXISTS (SELECT 1 FROM bindings WHERE attachment_path = ?1)",
-                [attachment_path],
-                |r| r.get(0),
-            )
-            .map_err(self.err())
+        attachment_referenced(&self.tx, attachment_path).map_err(self.err())
     }
 
     fn execution_exists(&mut self, id: i64) -> Result<bool> {
-        self.tx
-            .query_row(
-                "SELECT EXISTS (SELECT 1 FROM execution WHERE id = ?1)",
-                [id],
-                |r| r.get(0),
-            )
-            .map_err(self.err())
+        execution_exists(&self.tx, id).map_err(self.err())
     }
 
     fn keyed_execution(&mut self, key: &str) -> Result<Option<KeyedExecution>> {
@@ -698,6 +682,22 @@ fn audit_row(r: &Row) -> rusqlite::Result<AuditRow> {
     })
 }
 
+fn attachment_referenced(c: &Connection, attachment_path: &str) -> rusqlite::Result<bool> {
+    c.query_row(
+        "SELECT EXISTS (SELECT 1 FROM bindings WHERE attachment_path = ?1)",
+        [attachment_path],
+        |r| r.get(0),
+    )
+}
+
+fn execution_exists(c: &Connection, id: i64) -> rusqlite::Result<bool> {
+    c.query_row(
+        "SELECT EXISTS (SELECT 1 FROM execution WHERE id = ?1)",
+        [id],
+        |r| r.get(0),
+    )
+}
+
 fn load_gate(c: &Connection, id: &str) -> rusqlite::Result<Option<GateRow>> {
     c.query_row(
         &format!("SELECT {GATE_COLUMNS} FROM gates WHERE id = ?1"),
@@ -790,23 +790,11 @@ impl Store for SqliteStore {
     }
 
     fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
-        self.conn
-            .query_row(
-                "SELECT EXISTS (SELECT 1 FROM bindings WHERE attachment_path = ?1)",
-                [attachment_path],
-                |r| r.get(0),
-            )
-            .map_err(self.err())
+        attachment_referenced(&self.conn, attachment_path).map_err(self.err())
     }
 
     fn execution_exists(&mut self, id: i64) -> Result<bool> {
-        self.conn
-            .query_row(
-                "SELECT EXISTS (SELECT 1 FROM execution WHERE id = ?1)",
-                [id],
-                |r| r.get(0),
-            )
-            .map_err(self.err())
+        execution_exists(&self.conn, id).map_err(self.err())
     }
 
     // Scope resolution, part of the contract: the nearest scope wins. The chain starts at
@@ -834,7 +822,7 @@ impl Store for SqliteStore {
                 .conn
                 .prepare_cached(&sql)
                 .and_then(|mut s| {
-                    s.query_row(params![name, start, MAX_SCOPE_DEPTH], |r| {
+                    s.query_row(params![name, start, super::MAX_SCOPE_DEPTH], |r| {
                         Ok(Found {
                             row: binding_row(r)?,
                             depth: Some(r.get::<_, i64>(8)? as u64),
@@ -877,7 +865,7 @@ impl Store for SqliteStore {
             )
             .map_err(self.err())?;
         let ids = stmt
-            .query_map(params![execution_id, MAX_SCOPE_DEPTH], |r| r.get(0))
+            .query_map(params![execution_id, super::MAX_SCOPE_DEPTH], |r| r.get(0))
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<i64>>>())
             .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
         Ok(ids)
