@@ -11,7 +11,8 @@ use std::path::PathBuf;
 /// Every command is safe to run from many processes at once.
 ///
 /// Exit codes: 0 ok, 1 error, 2 usage or invalid input, 3 not found, 4 refused or conflict,
-/// 75 the database stayed busy past the timeout (retry).
+/// 5/6/7 `gates wait`: rejected, timed out, still pending, 8 a write's outcome unknown (the
+/// connection was lost while committing), 75 busy or disconnected, nothing written (retry).
 #[derive(Debug, Parser)]
 #[command(name = "prose-state", version, max_term_width = 100)]
 pub struct Cli {
@@ -117,6 +118,17 @@ pub enum CheckpointMode {
     Full,
     Restart,
     Truncate,
+}
+
+impl CheckpointMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckpointMode::Passive => "passive",
+            CheckpointMode::Full => "full",
+            CheckpointMode::Restart => "restart",
+            CheckpointMode::Truncate => "truncate",
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -485,6 +497,16 @@ pub enum AgentScope {
     User,
 }
 
+impl AgentScope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentScope::Execution => "execution",
+            AgentScope::Project => "project",
+            AgentScope::User => "user",
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct AgentArgs {
     /// Where the agent's memory lives
@@ -548,22 +570,25 @@ pub struct ImportsArgs {
 #[derive(Debug, Subcommand)]
 pub enum ImportsCommand {
     /// Register an import alias (idempotent; a different source needs --replace)
-    Add {
-        /// The alias its bindings are prefixed with (`research` for `research.findings`)
-        alias: String,
-        /// Where the program was imported from
-        #[arg(long, value_name = "URL")]
-        source: String,
-        /// JSON schema of its inputs
-        #[arg(long, value_name = "JSON")]
-        inputs_schema: Option<String>,
-        /// JSON schema of its outputs
-        #[arg(long, value_name = "JSON")]
-        outputs_schema: Option<String>,
-        /// Replace an alias already registered with a different source or schemas
-        #[arg(long)]
-        replace: bool,
-    },
+    Add(ImportAddArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ImportAddArgs {
+    /// The alias its bindings are prefixed with (`research` for `research.findings`)
+    pub alias: String,
+    /// Where the program was imported from
+    #[arg(long, value_name = "URL")]
+    pub source: String,
+    /// JSON schema of its inputs
+    #[arg(long, value_name = "JSON")]
+    pub inputs_schema: Option<String>,
+    /// JSON schema of its outputs
+    #[arg(long, value_name = "JSON")]
+    pub outputs_schema: Option<String>,
+    /// Replace an alias already registered with a different source or schemas
+    #[arg(long)]
+    pub replace: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

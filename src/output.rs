@@ -12,6 +12,11 @@ pub trait Render: Serialize + Sized {
     fn warnings(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// The exit code this output stands for (0 unless the command documents others).
+    fn exit_code(&self) -> u8 {
+        0
+    }
 }
 
 /// Writes a command's output to stdout.
@@ -87,4 +92,72 @@ pub fn human_duration(secs: i64) -> String {
         (d, 0, _) => format!("{d}d"),
         (d, h, _) => format!("{d}d{h}h"),
     }
+}
+
+/// An output that is one of several, for a command whose subcommands return different
+/// things: serialised as the one it holds, rendered by it.
+macro_rules! one_of {
+    ($(#[$m:meta])* $name:ident { $($variant:ident($ty:ty)),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(serde::Serialize)]
+        #[serde(untagged)]
+        pub enum $name {
+            $($variant($ty)),*
+        }
+
+        impl $crate::output::Render for $name {
+            fn text(self, w: &mut dyn std::io::Write, tty: bool) -> std::io::Result<()> {
+                match self {
+                    $(Self::$variant(o) => o.text(w, tty)),*
+                }
+            }
+
+            fn warnings(&self) -> Vec<String> {
+                match self {
+                    $(Self::$variant(o) => o.warnings()),*
+                }
+            }
+
+            fn exit_code(&self) -> u8 {
+                match self {
+                    $(Self::$variant(o) => o.exit_code()),*
+                }
+            }
+        }
+    };
+}
+pub(crate) use one_of;
+
+/// Writes the one-line error to stderr. Never panics: `eprintln!` would, if stderr cannot be
+/// written (a full disk under a redirect), and the exit code must still reach the caller.
+pub fn report(message: &str) {
+    // Clipped, because a message may quote an argument of up to 128 KiB (a path, a name).
+    let message = crate::error::clip(message, 500);
+    let _ = writeln!(io::stderr().lock(), "prose-state: error: {message}");
+}
+
+/// Renders a command's output and returns its exit code; an error is reported here, as one
+/// line, and becomes its exit code. A reader of stdout that went away (`get big | head`) is
+/// a quiet success.
+pub fn finish<T: Render>(result: anyhow::Result<T>, json: bool) -> u8 {
+    let written = result.and_then(|out| {
+        let code = out.exit_code();
+        emit(out, json)?;
+        Ok(code)
+    });
+    match written {
+        Ok(code) => code,
+        Err(e) if broken_pipe(&e) => 0,
+        Err(e) => {
+            report(&format!("{e:#}").replace(['\n', '\r'], " "));
+            crate::error::code_of(&e).map_or(1, |c| c as u8)
+        }
+    }
+}
+
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<io::Error>()
+            .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
+    })
 }

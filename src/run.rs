@@ -25,14 +25,6 @@ impl RunPaths {
         self.db.is_file() || self.dir.join(BACKEND_FILE).is_file()
     }
 
-    /// The `.prose` directory the run belongs to (`.prose/runs/{id}` → `.prose`).
-    pub fn prose_dir(&self) -> PathBuf {
-        self.dir
-            .parent()
-            .and_then(Path::parent)
-            .map_or_else(|| PathBuf::from(".prose"), Path::to_path_buf)
-    }
-
     pub fn backend(&self) -> Result<crate::store::Backend> {
         let marker = self.dir.join(BACKEND_FILE);
         if !marker.is_file() {
@@ -142,14 +134,6 @@ pub fn all_runs(root: Option<&Path>) -> Result<Vec<RunPaths>> {
         .collect();
     runs.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(runs)
-}
-
-/// `<root>/.prose/agents.db`: project-scoped agent memory.
-pub fn project_agents_db(root: Option<&Path>) -> PathBuf {
-    match runs_dir(root).parent() {
-        Some(prose) => prose.join("agents.db"),
-        None => PathBuf::from(".prose").join("agents.db"),
-    }
 }
 
 /// `<home>/.prose/agents.db`: user-scoped agent memory.

@@ -1,5 +1,6 @@
 //! `agent memory|remember|segment|list`: persistent agent memory in one of three scopes.
 
+use crate::cli::{AgentArgs, AgentCommand};
 use crate::error::{not_found, shown, usage};
 use crate::model::{check_name, now};
 use crate::output::{one_line, table, Render};
@@ -185,4 +186,48 @@ pub fn list(store: Option<&mut dyn AgentStore>) -> Result<AgentList> {
     Ok(AgentList(
         rows.into_iter().map(AgentSummary::from).collect(),
     ))
+}
+
+crate::output::one_of!(
+    /// What `agent` and its subcommands print.
+    AgentOutput {
+        Memory(Memory),
+        List(AgentList),
+        Remembered(Remembered),
+        Segment(SegmentAdded),
+    }
+);
+
+impl super::Run for AgentArgs {
+    type Output = AgentOutput;
+    fn run(&self, ctx: &crate::context::Context) -> Result<AgentOutput> {
+        let writes = matches!(
+            self.command,
+            AgentCommand::Remember { .. } | AgentCommand::Segment { .. }
+        );
+        let scope = self.scope.as_str();
+        let (mut store, location) = ctx.agent_store(self.scope, self.home.as_deref(), writes)?;
+        let store_ref: Option<&mut dyn AgentStore> = match store.as_mut() {
+            Some(s) => Some(&mut **s),
+            None => None,
+        };
+        let opened = || anyhow::anyhow!("agents db was not opened");
+        Ok(match &self.command {
+            AgentCommand::Memory { name } => AgentOutput::Memory(memory(name, scope, store_ref)?),
+            AgentCommand::List => AgentOutput::List(list(store_ref)?),
+            AgentCommand::Remember { name, value, file } => {
+                let input = super::value_source(value.as_deref(), file.as_deref())?;
+                let store = store_ref.ok_or_else(opened)?;
+                AgentOutput::Remembered(remember(name, scope, input, &location, store)?)
+            }
+            AgentCommand::Segment {
+                name,
+                prompt,
+                summary,
+            } => {
+                let store = store_ref.ok_or_else(opened)?;
+                AgentOutput::Segment(segment(name, scope, prompt, summary, store)?)
+            }
+        })
+    }
 }

@@ -111,3 +111,11 @@ pub fn run(args: &BindArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Bou
         summary,
     })
 }
+
+impl super::Run for BindArgs {
+    type Output = Bound;
+    fn run(&self, ctx: &crate::context::Context) -> Result<Bound> {
+        let (paths, mut store) = ctx.the_run()?;
+        run(self, &paths, store.as_mut())
+    }
+}

@@ -22,7 +22,7 @@ pub struct DecideRequest<'a> {
 }
 
 /// Asks the person at the terminal to confirm: given the gate and the action, returns
-/// whether they said yes. Provided by main, which owns the terminal.
+/// whether they said yes (`term::confirm`; tests of this module could pass another).
 pub type Confirm<'a> = &'a mut dyn FnMut(&GateRow, &str) -> Result<bool>;
 
 #[derive(Debug, Serialize)]
@@ -128,5 +128,47 @@ pub fn run(req: &DecideRequest, store: &mut dyn Store, confirm: Confirm) -> Resu
             "the prompt of gate {} changed after it was read; look again and retry (attempt logged)",
             g.id
         ))),
+    }
+}
+
+/// Decides on the gate a command names, in the run it names.
+fn decide(ctx: &crate::context::Context, run: &str, req: &DecideRequest) -> Result<DecisionMade> {
+    let (_, mut store) = ctx.open_run(Some(run))?;
+    self::run(req, store.as_mut(), &mut crate::term::confirm)
+}
+
+impl super::Run for crate::cli::ApproveArgs {
+    type Output = DecisionMade;
+    fn run(&self, ctx: &crate::context::Context) -> Result<DecisionMade> {
+        let who = ctx.principal(&self.principal);
+        let request = DecideRequest {
+            gate: &self.gate,
+            approve: !self.reject,
+            principal: &who,
+            comment: if self.reject {
+                self.reason.as_deref()
+            } else {
+                self.comment.as_deref()
+            },
+            yes: self.yes,
+            interactive: crate::term::interactive(),
+        };
+        decide(ctx, &self.run, &request)
+    }
+}
+
+impl super::Run for crate::cli::RejectArgs {
+    type Output = DecisionMade;
+    fn run(&self, ctx: &crate::context::Context) -> Result<DecisionMade> {
+        let who = ctx.principal(&self.principal);
+        let request = DecideRequest {
+            gate: &self.gate,
+            approve: false,
+            principal: &who,
+            comment: Some(&self.reason),
+            yes: self.yes,
+            interactive: crate::term::interactive(),
+        };
+        decide(ctx, &self.run, &request)
     }
 }

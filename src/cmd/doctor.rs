@@ -1,7 +1,9 @@
 //! `doctor`: what is wrong with the runs, one line a problem; `--fix` repairs what is safe.
 
-use super::{over_runs, Opener};
+use super::{over_runs, Run};
 use crate::attach::{self, TEMP_PREFIX};
+use crate::cli::DoctorArgs;
+use crate::context::Context;
 use crate::output::Render;
 use crate::run::{RunPaths, ATTACHMENTS_DIR};
 use anyhow::Result;
@@ -24,14 +26,12 @@ pub struct Diagnosis {
     pub problems: Vec<Problem>,
 }
 
-impl Diagnosis {
+impl Render for Diagnosis {
     /// 0 when nothing is left wrong, 1 otherwise.
-    pub fn exit_code(&self) -> u8 {
+    fn exit_code(&self) -> u8 {
         u8::from(self.problems.iter().any(|p| !p.fixed))
     }
-}
 
-impl Render for Diagnosis {
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
         if self.problems.is_empty() {
             return writeln!(w, "healthy: {} runs checked", self.runs_checked);
@@ -44,23 +44,16 @@ impl Render for Diagnosis {
     }
 }
 
-pub struct DoctorRequest {
-    pub stale_hours: f64,
-    pub fix: bool,
-    /// The project root whose `runs/` is checked for what unfinished inits left.
-    pub root: Option<std::path::PathBuf>,
-}
-
 fn hours_since(at: &str, now: &str) -> Option<f64> {
     let parse = |t: &str| chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S").ok();
     Some((parse(now)? - parse(at)?).num_seconds() as f64 / 3600.0)
 }
 
-pub fn run(req: &DoctorRequest, runs: &[RunPaths], open: Opener) -> Result<Diagnosis> {
+pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnosis> {
     let now = crate::model::now();
     // What killed inits left: never a run, so checked apart from the runs and removed whole
     // (remove_dir_all removes a symlink inside, never what it points at).
-    let leftovers = crate::run::leftovers(req.root.as_deref());
+    let leftovers = crate::run::leftovers(ctx.root.as_deref());
     let mut problems = Vec::new();
     for (dir, why) in &leftovers {
         let fixed = req.fix && std::fs::remove_dir_all(dir).is_ok();
@@ -78,7 +71,7 @@ pub fn run(req: &DoctorRequest, runs: &[RunPaths], open: Opener) -> Result<Diagn
         .filter(|r| !leftovers.iter().any(|(d, _)| *d == r.dir))
         .cloned()
         .collect();
-    let (per_run, warnings) = over_runs(&runs, open, |run, store| {
+    let (per_run, warnings) = over_runs(&runs, ctx, |run, store| {
         let id = store
             .run_info()
             .map(|r| r.id)
@@ -199,7 +192,7 @@ pub fn run(req: &DoctorRequest, runs: &[RunPaths], open: Opener) -> Result<Diagn
                 .clone()
                 .or(summary.run.started_at.clone());
             if let Some(h) = last.as_deref().and_then(|l| hours_since(l, &now)) {
-                if h >= req.stale_hours {
+                if h >= req.stale {
                     let why = format!("running with no event for {h:.1} h");
                     let fixed = req.fix
                         && store
@@ -236,4 +229,11 @@ pub fn run(req: &DoctorRequest, runs: &[RunPaths], open: Opener) -> Result<Diagn
         runs_checked: runs.len(),
         problems,
     })
+}
+
+impl Run for DoctorArgs {
+    type Output = Diagnosis;
+    fn run(&self, ctx: &Context) -> Result<Diagnosis> {
+        run(self, &ctx.runs()?, ctx)
+    }
 }

@@ -54,3 +54,10 @@ pub fn run(args: &ExecAppendArgs, store: &mut dyn Store) -> Result<Appended> {
         at,
     })
 }
+
+impl super::Run for ExecAppendArgs {
+    type Output = Appended;
+    fn run(&self, ctx: &crate::context::Context) -> Result<Appended> {
+        run(self, ctx.the_run()?.1.as_mut())
+    }
+}

@@ -50,3 +50,10 @@ pub fn run(args: &FinishArgs, store: &mut dyn Store) -> Result<RunFinished> {
         error: args.error.clone(),
     })
 }
+
+impl super::Run for FinishArgs {
+    type Output = RunFinished;
+    fn run(&self, ctx: &crate::context::Context) -> Result<RunFinished> {
+        run(self, ctx.the_run()?.1.as_mut())
+    }
+}

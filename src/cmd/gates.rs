@@ -1,13 +1,16 @@
 //! `gates`: list, create, show, wait, audit, verify.
 
-use super::{over_runs, Opener};
-use crate::cli::{GateAuditArgs, GateCreateArgs, GateStatus, GateWaitArgs, GatesListArgs};
+use super::{over_runs, Run};
+use crate::cli::{
+    GateAuditArgs, GateCreateArgs, GateStatus, GateWaitArgs, GatesArgs, GatesCommand, GatesListArgs,
+};
+use crate::context::Context;
 use crate::error::{not_found, refused, shown, usage};
 use crate::model::{check_gate_id, check_metadata, now, now_plus, parse_duration, sha256_tag};
 use crate::output::{human_duration, one_line, table, Render};
 use crate::run::RunPaths;
 use crate::store::{AuditFilter, AuditRow, BrokenLink, Created, GateRow, Store};
-use anyhow::{Context, Result};
+use anyhow::{Context as _, Result};
 use serde::Serialize;
 use std::io::{self, Write};
 
@@ -101,7 +104,7 @@ impl Render for GateList {
     }
 }
 
-pub fn list(args: &GatesListArgs, runs: &[RunPaths], open: Opener) -> Result<GateList> {
+pub fn list(args: &GatesListArgs, runs: &[RunPaths], ctx: &Context) -> Result<GateList> {
     let now = now();
     let horizon = match &args.expiring {
         Some(d) => Some(now_plus(parse_duration(d)?)),
@@ -114,7 +117,7 @@ pub fn list(args: &GatesListArgs, runs: &[RunPaths], open: Opener) -> Result<Gat
         (GateStatus::Timeout, None) => Some("timeout"),
         (GateStatus::All, None) => None,
     };
-    let (per_run, warnings) = over_runs(runs, open, |_, store| {
+    let (per_run, warnings) = over_runs(runs, ctx, |_, store| {
         let program = store.run_info()?.program_path;
         let mut views = Vec::new();
         for gate in store.gates(status, &now)? {
@@ -332,9 +335,9 @@ pub struct GateWaited {
     pub waited_seconds: u64,
 }
 
-impl GateWaited {
+impl Render for GateWaited {
     /// 0 approved, 5 rejected, 6 timed out, 7 still pending.
-    pub fn exit_code(&self) -> u8 {
+    fn exit_code(&self) -> u8 {
         match self.gate.gate.status.as_str() {
             "approved" => 0,
             "rejected" => 5,
@@ -342,9 +345,7 @@ impl GateWaited {
             _ => 7,
         }
     }
-}
 
-impl Render for GateWaited {
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
         let g = &self.gate.gate;
         match g.status.as_str() {
@@ -368,13 +369,14 @@ impl Render for GateWaited {
 /// `open`; a look that fails with a conflict or a lost connection (exit 75: a server
 /// restarting, an outage) is retried on a new connection at the next poll, so the wait
 /// lives through outages. Other errors end it.
-pub fn wait(args: &GateWaitArgs, open: &dyn Fn() -> Result<Box<dyn Store>>) -> Result<GateWaited> {
+pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<GateWaited> {
     check_gate_id(&args.gate)?;
     let poll = std::time::Duration::from_secs(parse_duration(&args.poll)? as u64);
     let limit = match &args.timeout {
         Some(t) => Some(std::time::Duration::from_secs(parse_duration(t)? as u64)),
         None => None,
     };
+    let open = || ctx.open_run(Some(&args.run)).map(|(_, s)| s);
     let start = std::time::Instant::now();
     let mut store: Option<Box<dyn Store>> = None;
     let mut run: Option<crate::store::RunInfo> = None;
@@ -443,7 +445,7 @@ impl Render for AuditList {
     }
 }
 
-pub fn audit(args: &GateAuditArgs, runs: &[RunPaths], open: Opener) -> Result<AuditList> {
+pub fn audit(args: &GateAuditArgs, runs: &[RunPaths], ctx: &Context) -> Result<AuditList> {
     if let Some(g) = &args.gate {
         check_gate_id(g)?;
     }
@@ -451,7 +453,7 @@ pub fn audit(args: &GateAuditArgs, runs: &[RunPaths], open: Opener) -> Result<Au
         Some(d) => Some(now_plus(-parse_duration(d)?)),
         None => None,
     };
-    let (per_run, warnings) = over_runs(runs, open, |_, store| {
+    let (per_run, warnings) = over_runs(runs, ctx, |_, store| {
         store.audit(&AuditFilter {
             gate_id: args.gate.as_deref(),
             principal: args.principal.as_deref(),
@@ -479,14 +481,12 @@ pub struct Verified {
     pub warnings: Vec<String>,
 }
 
-impl Verified {
+impl Render for Verified {
     /// 0 when every chain is intact, 1 otherwise.
-    pub fn exit_code(&self) -> u8 {
+    fn exit_code(&self) -> u8 {
         u8::from(self.runs.iter().any(|r| r.first_broken.is_some()))
     }
-}
 
-impl Render for Verified {
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
         if self.runs.is_empty() {
             return writeln!(w, "no runs");
@@ -513,8 +513,8 @@ impl Render for Verified {
     }
 }
 
-pub fn verify(runs: &[RunPaths], open: Opener) -> Result<Verified> {
-    let (out, warnings) = over_runs(runs, open, |run, store| {
+pub fn verify(runs: &[RunPaths], ctx: &Context) -> Result<Verified> {
+    let (out, warnings) = over_runs(runs, ctx, |run, store| {
         let report = store.verify_audit()?;
         Ok(RunChain {
             run_id: store
@@ -531,4 +531,37 @@ pub fn verify(runs: &[RunPaths], open: Opener) -> Result<Verified> {
         runs: out,
         warnings,
     })
+}
+
+crate::output::one_of!(
+    /// What `gates` and its subcommands print.
+    GatesOutput {
+        List(GateList),
+        Created(GateCreated),
+        Shown(GateShown),
+        Waited(GateWaited),
+        Audit(AuditList),
+        Verified(Verified),
+    }
+);
+
+impl Run for GatesArgs {
+    type Output = GatesOutput;
+    fn run(&self, ctx: &Context) -> Result<GatesOutput> {
+        Ok(match &self.command {
+            None => GatesOutput::List(list(&self.list, &ctx.runs()?, ctx)?),
+            Some(GatesCommand::Create(a)) => {
+                GatesOutput::Created(create(a, ctx.the_run()?.1.as_mut())?)
+            }
+            Some(GatesCommand::Show(a)) => {
+                let (_, mut store) = ctx.open_run(Some(&a.run))?;
+                let viewer = ctx.principal(&a.principal);
+                super::decide::check_principal(&viewer)?;
+                GatesOutput::Shown(show(&a.gate, &viewer, store.as_mut())?)
+            }
+            Some(GatesCommand::Wait(a)) => GatesOutput::Waited(wait(a, ctx)?),
+            Some(GatesCommand::Audit(a)) => GatesOutput::Audit(audit(a, &ctx.runs()?, ctx)?),
+            Some(GatesCommand::Verify) => GatesOutput::Verified(verify(&ctx.runs()?, ctx)?),
+        })
+    }
 }

@@ -181,3 +181,23 @@ pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got>
         });
     }
 }
+
+crate::output::one_of!(
+    /// A value, or with `--explain` the scope chain walked.
+    Lookup {
+        Value(Got),
+        Explained(Explained),
+    }
+);
+
+impl super::Run for GetArgs {
+    type Output = Lookup;
+    fn run(&self, ctx: &crate::context::Context) -> Result<Lookup> {
+        let (paths, mut store) = ctx.the_run()?;
+        Ok(if self.explain {
+            Lookup::Explained(explain(self, store.as_mut())?)
+        } else {
+            Lookup::Value(run(self, &paths, store.as_mut())?)
+        })
+    }
+}

@@ -1,5 +1,6 @@
 //! `imports` and `imports add`: the import registry.
 
+use crate::cli::{ImportAddArgs, ImportsArgs, ImportsCommand};
 use crate::error::{refused, shown, usage};
 use crate::model::{check_name, now};
 use crate::output::{one_line, table, Render};
@@ -36,28 +37,20 @@ fn check_schema(flag: &str, text: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-pub struct AddRequest<'a> {
-    pub alias: &'a str,
-    pub source: &'a str,
-    pub inputs_schema: Option<&'a str>,
-    pub outputs_schema: Option<&'a str>,
-    pub replace: bool,
-}
-
-pub fn add(req: &AddRequest, store: &mut dyn Store) -> Result<Added> {
-    check_name(req.alias)
-        .map_err(|_| usage(format!("invalid import alias: {}", shown(req.alias))))?;
+pub fn add(req: &ImportAddArgs, store: &mut dyn Store) -> Result<Added> {
+    check_name(&req.alias)
+        .map_err(|_| usage(format!("invalid import alias: {}", shown(&req.alias))))?;
     if req.source.trim().is_empty() || req.source.chars().any(char::is_control) {
-        return Err(usage(format!("invalid --source: {}", shown(req.source))));
+        return Err(usage(format!("invalid --source: {}", shown(&req.source))));
     }
-    check_schema("--inputs-schema", req.inputs_schema)?;
-    check_schema("--outputs-schema", req.outputs_schema)?;
+    check_schema("--inputs-schema", req.inputs_schema.as_deref())?;
+    check_schema("--outputs-schema", req.outputs_schema.as_deref())?;
     let import = ImportRow {
-        alias: req.alias.to_string(),
-        source_url: Some(req.source.to_string()),
+        alias: req.alias.clone(),
+        source_url: Some(req.source.clone()),
         fetched_at: Some(now()),
-        inputs_schema: req.inputs_schema.map(str::to_string),
-        outputs_schema: req.outputs_schema.map(str::to_string),
+        inputs_schema: req.inputs_schema.clone(),
+        outputs_schema: req.outputs_schema.clone(),
     };
     let (outcome, import) = match store.add_import(&import, req.replace)? {
         ImportAdded::Added(i) => ("added", i),
@@ -104,4 +97,23 @@ impl Render for ImportList {
 
 pub fn list(store: &mut dyn Store) -> Result<ImportList> {
     Ok(ImportList(store.imports()?))
+}
+
+crate::output::one_of!(
+    /// What `imports` and `imports add` print.
+    ImportsOutput {
+        List(ImportList),
+        Added(Added),
+    }
+);
+
+impl super::Run for ImportsArgs {
+    type Output = ImportsOutput;
+    fn run(&self, ctx: &crate::context::Context) -> Result<ImportsOutput> {
+        let (_, mut store) = ctx.the_run()?;
+        Ok(match &self.command {
+            None => ImportsOutput::List(list(store.as_mut())?),
+            Some(ImportsCommand::Add(a)) => ImportsOutput::Added(add(a, store.as_mut())?),
+        })
+    }
 }

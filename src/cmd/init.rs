@@ -1,13 +1,13 @@
 use crate::cli::{BackendArg, InitArgs};
+use crate::context::Context;
 use crate::error::{not_found, refused, shown, usage};
 use crate::model::{check_run_id, new_run_id, now};
 use crate::output::Render;
 use crate::run::{
-    rename_noreplace, runs_dir, sync_dir, RunPaths, ATTACHMENTS_DIR, BACKEND_FILE, INIT_PREFIX,
-    PROGRAM_FILE,
+    rename_noreplace, sync_dir, RunPaths, ATTACHMENTS_DIR, BACKEND_FILE, INIT_PREFIX, PROGRAM_FILE,
 };
-use crate::store::{self, Backend, NewRun, OpenOptions};
-use anyhow::{Context, Result};
+use crate::store::{Backend, NewRun};
+use anyhow::{Context as _, Result};
 use serde::Serialize;
 use std::fs;
 use std::io::{self, Write};
@@ -33,7 +33,7 @@ impl Render for Initialized {
     }
 }
 
-pub fn run(args: &InitArgs, root: Option<&Path>, opts: OpenOptions) -> Result<Initialized> {
+pub fn run(args: &InitArgs, ctx: &Context) -> Result<Initialized> {
     if let Some(id) = &args.run_id {
         check_run_id(id)?;
     }
@@ -53,7 +53,7 @@ pub fn run(args: &InitArgs, root: Option<&Path>, opts: OpenOptions) -> Result<In
         None => None,
     };
 
-    let runs = runs_dir(root);
+    let runs = ctx.runs_dir().to_path_buf();
     fs::create_dir_all(&runs)
         .with_context(|| format!("could not create runs directory: {}", runs.display()))?;
     // The run is built whole in a temporary directory beside the runs, locked while this
@@ -75,7 +75,7 @@ pub fn run(args: &InitArgs, root: Option<&Path>, opts: OpenOptions) -> Result<In
         let tmp = runs.join(format!("{INIT_PREFIX}{id}-{suffix:016x}"));
         fs::create_dir(&tmp)
             .with_context(|| format!("could not create run directory: {}", tmp.display()))?;
-        let built = build(args, &tmp, &id, program.as_ref(), opts);
+        let built = build(args, &tmp, &id, program.as_ref(), ctx);
         let result = built.and_then(|(lock, location)| {
             sync_dir(&tmp)?;
             match rename_noreplace(&tmp, &target.dir) {
@@ -97,7 +97,7 @@ pub fn run(args: &InitArgs, root: Option<&Path>, opts: OpenOptions) -> Result<In
                 // Made meanwhile by another init with the same id.
                 let _ = fs::remove_dir_all(&tmp);
                 if matches!(args.backend, BackendArg::Postgres) {
-                    let _ = discard_server_run(&tmp, &id, opts);
+                    let _ = ctx.discard_server_run(&id);
                 }
                 attempts += 1;
                 if args.run_id.is_some() || attempts >= 5 {
@@ -131,7 +131,7 @@ fn build(
     dir: &Path,
     id: &str,
     program: Option<&(String, String)>,
-    opts: OpenOptions,
+    ctx: &Context,
 ) -> Result<(fs::File, String)> {
     let lock = fs::File::open(dir)
         .with_context(|| format!("could not open run directory: {}", dir.display()))?;
@@ -157,7 +157,7 @@ fn build(
     };
     let mut paths = RunPaths::in_dir(dir.to_path_buf());
     paths.id = id.to_string();
-    let created = store::create(
+    let created = ctx.create(
         &paths,
         backend,
         &NewRun {
@@ -166,7 +166,6 @@ fn build(
             program_source: program.map(|(_, s)| s.as_str()),
             created_at: &now(),
         },
-        opts,
     )?;
     let location = created.location();
     // Closed before the move: SQLite folds its write-ahead log back into the file.
@@ -174,11 +173,9 @@ fn build(
     Ok((lock, location))
 }
 
-/// Removes a server run this init created but could not put in place.
-fn discard_server_run(tmp: &Path, id: &str, opts: OpenOptions) -> Result<()> {
-    let prose_dir = tmp
-        .parent()
-        .and_then(Path::parent)
-        .map_or_else(|| Path::new(".prose").to_path_buf(), Path::to_path_buf);
-    store::open_server_run(&prose_dir, id, opts)?.delete_run()
+impl super::Run for InitArgs {
+    type Output = Initialized;
+    fn run(&self, ctx: &Context) -> Result<Initialized> {
+        run(self, ctx)
+    }
 }

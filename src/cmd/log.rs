@@ -164,3 +164,24 @@ impl Log {
         }
     }
 }
+
+/// Prints the log through `out`, one line an event; with `--follow`, goes on printing new
+/// events until interrupted. Each look is one short statement: no read transaction is held
+/// between polls, so writers are never held up.
+pub fn follow(
+    args: &crate::cli::LogArgs,
+    ctx: &crate::context::Context,
+    out: &mut dyn FnMut(LogLine) -> std::io::Result<()>,
+) -> anyhow::Result<()> {
+    let (_, mut store) = ctx.the_run()?;
+    let mut log = Log::default();
+    loop {
+        for line in log.next(store.as_mut())? {
+            out(line)?;
+        }
+        if !args.follow {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(args.poll_ms));
+    }
+}

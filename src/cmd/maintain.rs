@@ -1,6 +1,7 @@
 //! `stats`, `checkpoint` and `vacuum`: looking after the stores of one run or all of them.
 
-use super::{over_runs, Opener};
+use super::{over_runs, Run};
+use crate::context::Context;
 use crate::output::{table, Render};
 use crate::run::RunPaths;
 use crate::store::{Checkpointed, StoreStats};
@@ -156,8 +157,8 @@ impl Render for Stats {
     }
 }
 
-pub fn stats(runs: &[RunPaths], open: Opener) -> Result<Stats> {
-    let (runs, warnings) = over_runs(runs, open, |run, store| {
+pub fn stats(runs: &[RunPaths], ctx: &Context) -> Result<Stats> {
+    let (runs, warnings) = over_runs(runs, ctx, |run, store| {
         let (files, bytes) = attachment_usage(run);
         Ok(RunStats {
             run_id: store
@@ -233,8 +234,8 @@ impl Render for CheckpointList {
     }
 }
 
-pub fn checkpoint(mode: &str, runs: &[RunPaths], open: Opener) -> Result<CheckpointList> {
-    let (runs, warnings) = over_runs(runs, open, |run, store| {
+pub fn checkpoint(mode: &str, runs: &[RunPaths], ctx: &Context) -> Result<CheckpointList> {
+    let (runs, warnings) = over_runs(runs, ctx, |run, store| {
         Ok(RunCheckpoint {
             run_id: run.id.clone(),
             result: store.checkpoint(mode)?,
@@ -274,8 +275,8 @@ impl Render for VacuumList {
     }
 }
 
-pub fn vacuum(runs: &[RunPaths], open: Opener) -> Result<VacuumList> {
-    let (runs, warnings) = over_runs(runs, open, |run, store| {
+pub fn vacuum(runs: &[RunPaths], ctx: &Context) -> Result<VacuumList> {
+    let (runs, warnings) = over_runs(runs, ctx, |run, store| {
         let (bytes_before, bytes_after) = store.vacuum()?;
         Ok(RunVacuum {
             run_id: run.id.clone(),
@@ -338,8 +339,8 @@ impl Render for MigrationList {
 }
 
 /// `migrate`: shows what upgrading each run's schema does, and with `yes` does it.
-pub fn migrate(yes: bool, runs: &[RunPaths], open: Opener) -> Result<MigrationList> {
-    let (runs, warnings) = over_runs(runs, open, |run, store| {
+pub fn migrate(yes: bool, runs: &[RunPaths], ctx: &Context) -> Result<MigrationList> {
+    let (runs, warnings) = over_runs(runs, ctx, |run, store| {
         Ok(RunMigration {
             run_id: run.id.clone(),
             migration: store.migrate(yes)?,
@@ -350,4 +351,38 @@ pub fn migrate(yes: bool, runs: &[RunPaths], open: Opener) -> Result<MigrationLi
         warnings,
         dry_run: !yes,
     })
+}
+
+/// `stats` (no options).
+pub struct StatsCmd;
+
+impl Run for StatsCmd {
+    type Output = Stats;
+    fn run(&self, ctx: &Context) -> Result<Stats> {
+        stats(&ctx.runs()?, ctx)
+    }
+}
+
+impl Run for crate::cli::CheckpointArgs {
+    type Output = CheckpointList;
+    fn run(&self, ctx: &Context) -> Result<CheckpointList> {
+        checkpoint(self.mode.as_str(), &ctx.runs()?, ctx)
+    }
+}
+
+/// `vacuum` (no options).
+pub struct VacuumCmd;
+
+impl Run for VacuumCmd {
+    type Output = VacuumList;
+    fn run(&self, ctx: &Context) -> Result<VacuumList> {
+        vacuum(&ctx.runs()?, ctx)
+    }
+}
+
+impl Run for crate::cli::MigrateArgs {
+    type Output = MigrationList;
+    fn run(&self, ctx: &Context) -> Result<MigrationList> {
+        migrate(self.yes, &ctx.runs()?, ctx)
+    }
 }

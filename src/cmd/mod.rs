@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod bind;
 pub mod decide;
+pub mod docs;
 pub mod doctor;
 pub mod exec_append;
 pub mod finish;
@@ -18,7 +19,9 @@ pub mod query;
 pub mod resume;
 pub mod runs;
 
+use crate::context::Context;
 use crate::error::{not_found, usage};
+use crate::output::Render;
 use crate::run::RunPaths;
 use crate::store::Store;
 use anyhow::Result;
@@ -26,8 +29,12 @@ use std::fs::File;
 use std::io::{self, IsTerminal, Read};
 use std::path::Path;
 
-/// Opens the store of a run; given by main, so commands never open paths themselves.
-pub type Opener<'a> = &'a (dyn Fn(&RunPaths) -> Result<Box<dyn Store>> + Sync);
+/// A command: it takes its own args and the resolved context, and returns a value that main
+/// renders as text or JSON, with the exit code that value stands for.
+pub trait Run {
+    type Output: Render;
+    fn run(&self, ctx: &Context) -> Result<Self::Output>;
+}
 
 /// Where a value comes from: `--file PATH`, the VALUE argument, or stdin (`-`, or no VALUE
 /// with piped input). Nothing at all, on a terminal, is a usage error. The flag says the value
@@ -61,9 +68,10 @@ pub fn value_source(value: Option<&str>, file: Option<&Path>) -> Result<(Box<dyn
 /// are several runs, and the error when there is one.
 fn over_runs<T: Send>(
     runs: &[RunPaths],
-    open: Opener,
+    ctx: &Context,
     f: impl Fn(&RunPaths, &mut dyn Store) -> Result<T> + Sync,
 ) -> Result<(Vec<T>, Vec<String>)> {
+    let progress = crate::term::Progress::new(runs.len());
     use std::sync::atomic::{AtomicUsize, Ordering};
     let next = AtomicUsize::new(0);
     let workers = std::thread::available_parallelism()
@@ -75,7 +83,11 @@ fn over_runs<T: Send>(
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
             let Some(run) = runs.get(i) else { break done };
-            done.push((i, open(run).and_then(|mut store| f(run, store.as_mut()))));
+            progress.step();
+            done.push((
+                i,
+                ctx.open(run).and_then(|mut store| f(run, store.as_mut())),
+            ));
         }
     };
     let mut results: Vec<(usize, Result<T>)> = std::thread::scope(|s| {

@@ -1,21 +1,16 @@
 //! `prune`: remove (or archive) whole run directories of old finished runs.
 
-use super::{over_runs, Opener};
+use super::{over_runs, Run};
+use crate::cli::PruneArgs;
+use crate::context::Context;
 use crate::error::{refused, usage};
 use crate::output::{table, Render};
 use crate::run::RunPaths;
 use crate::store::RunSummary;
-use anyhow::{Context, Result};
+use anyhow::{Context as _, Result};
 use serde::Serialize;
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
-
-pub struct PruneRequest {
-    pub keep_days: u64,
-    pub keep_n: u64,
-    pub yes: bool,
-    pub archive: Option<PathBuf>,
-}
+use std::path::Path;
 
 #[derive(Debug, Serialize)]
 pub struct PruneEntry {
@@ -102,7 +97,7 @@ fn days_since(at: Option<&str>, now: &str) -> Option<f64> {
     Some((parse(now)? - parse(at?)?).num_seconds() as f64 / 86_400.0)
 }
 
-pub fn run(req: &PruneRequest, runs: &[RunPaths], open: Opener) -> Result<Pruned> {
+pub fn run(req: &PruneArgs, runs: &[RunPaths], ctx: &Context) -> Result<Pruned> {
     if let Some(a) = &req.archive {
         if a.exists() && !a.is_dir() {
             return Err(usage(format!(
@@ -114,7 +109,7 @@ pub fn run(req: &PruneRequest, runs: &[RunPaths], open: Opener) -> Result<Pruned
     let now = crate::model::now();
     // Only runs with a directory here: prune removes run directories.
     let local: Vec<RunPaths> = runs.iter().filter(|r| r.exists()).cloned().collect();
-    let (summaries, warnings) = over_runs(&local, open, |run, store| {
+    let (summaries, warnings) = over_runs(&local, ctx, |run, store| {
         Ok((run.clone(), store.run_summary(&now)?))
     })?;
     // A run that cannot be read is never pruned blind: it is kept, with the reason, and the
@@ -194,7 +189,7 @@ pub fn run(req: &PruneRequest, runs: &[RunPaths], open: Opener) -> Result<Pruned
             if req.yes {
                 // State outside the directory (PostgreSQL rows) goes first.
                 if paths.backend()? != crate::store::Backend::Sqlite {
-                    open(&paths)?.delete_run()?;
+                    ctx.open(&paths)?.delete_run()?;
                 }
                 match &req.archive {
                     Some(dir) => {
@@ -234,4 +229,12 @@ pub fn run(req: &PruneRequest, runs: &[RunPaths], open: Opener) -> Result<Pruned
             .map(|w| format!("{w} (kept, never pruned blind)"))
             .collect(),
     })
+}
+
+impl Run for PruneArgs {
+    type Output = Pruned;
+    fn run(&self, ctx: &Context) -> Result<Pruned> {
+        // Only runs with a directory here: prune removes run directories.
+        run(self, &ctx.local_runs()?, ctx)
+    }
 }

@@ -44,3 +44,10 @@ impl Render for Queried {
 pub fn run(args: &QueryArgs, store: &mut dyn Store) -> Result<Queried> {
     Ok(Queried(store.query_readonly(&args.sql)?))
 }
+
+impl super::Run for QueryArgs {
+    type Output = Queried;
+    fn run(&self, ctx: &crate::context::Context) -> Result<Queried> {
+        run(self, ctx.the_run()?.1.as_mut())
+    }
+}

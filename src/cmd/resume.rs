@@ -588,6 +588,19 @@ impl Render for ResumeDoc {
     }
 }
 
+/// `resume`: the run of `--run`.
+pub struct Resume;
+
+impl super::Run for Resume {
+    type Output = ResumeDoc;
+    fn run(&self, ctx: &crate::context::Context) -> Result<ResumeDoc> {
+        let (paths, mut store) = ctx.the_run()?;
+        // Project and user agents too, where their stores exist (never created here).
+        let others = ctx.other_agents()?;
+        run(&paths, store.as_mut(), others)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::on_reject_step;

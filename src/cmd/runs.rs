@@ -1,7 +1,8 @@
 //! `runs`: the runs under the root, newest first.
 
-use super::{over_runs, Opener};
+use super::{over_runs, Run};
 use crate::cli::{RunStatus, RunsArgs};
+use crate::context::Context;
 use crate::model::now;
 use crate::output::{one_line, table, Render};
 use crate::run::RunPaths;
@@ -56,7 +57,7 @@ impl Render for RunList {
     }
 }
 
-pub fn run(args: &RunsArgs, runs: &[RunPaths], open: Opener) -> Result<RunList> {
+pub fn run(args: &RunsArgs, runs: &[RunPaths], ctx: &Context) -> Result<RunList> {
     let now = now();
     let want = args.status.map(|s| match s {
         RunStatus::Running => "running",
@@ -64,7 +65,7 @@ pub fn run(args: &RunsArgs, runs: &[RunPaths], open: Opener) -> Result<RunList> 
         RunStatus::Failed => "failed",
         RunStatus::Interrupted => "interrupted",
     });
-    let (mut all, warnings) = over_runs(runs, open, |_, store| store.run_summary(&now))?;
+    let (mut all, warnings) = over_runs(runs, ctx, |_, store| store.run_summary(&now))?;
     all.retain(|r| want.is_none_or(|w| r.run.status.as_deref() == Some(w)));
     all.sort_by(|a, b| (&b.run.started_at, &b.run.id).cmp(&(&a.run.started_at, &a.run.id)));
     all.truncate(args.limit as usize);
@@ -72,4 +73,11 @@ pub fn run(args: &RunsArgs, runs: &[RunPaths], open: Opener) -> Result<RunList> 
         runs: all,
         warnings,
     })
+}
+
+impl Run for RunsArgs {
+    type Output = RunList;
+    fn run(&self, ctx: &Context) -> Result<RunList> {
+        run(self, &ctx.all_runs()?, ctx)
+    }
 }

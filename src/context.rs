@@ -1,0 +1,302 @@
+//! One resolved context: where the project root, `.prose/`, the runs and the PostgreSQL server
+//! are, and who is acting. Each is looked up at most once, and only when a command asks for
+//! it: a `get` never reads `.env`, the home directory or the login name. It is the only place
+//! commands ask to open runs, agent stores and run lists, and it holds the one rule for where
+//! a run lives.
+
+use crate::cli::{AgentScope, Global, PrincipalArg};
+use crate::error::{not_found, usage};
+use crate::run::{self, RunPaths};
+use crate::store::postgres::PgStore;
+use crate::store::sqlite::SqliteStore;
+use crate::store::{AgentStore, Backend, NewRun, OpenOptions, Store};
+use anyhow::{Context as _, Result};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+pub struct Context {
+    /// `--root` / PROSE_ROOT; None: the current directory.
+    pub root: Option<PathBuf>,
+    /// `--run` / PROSE_RUN.
+    pub run: Option<String>,
+    pub json: bool,
+    pub opts: OpenOptions,
+    runs_dir: PathBuf,
+    prose_dir: PathBuf,
+    /// The project's PostgreSQL URL, once looked up (`.env`, then the environment).
+    pg_url: OnceLock<Result<Option<String>, String>>,
+}
+
+impl Context {
+    pub fn resolve(g: &Global) -> Self {
+        let runs_dir = run::runs_dir(g.root.as_deref());
+        let prose_dir = runs_dir
+            .parent()
+            .map_or_else(|| PathBuf::from(".prose"), Path::to_path_buf);
+        Context {
+            root: g.root.clone(),
+            run: g.run.clone(),
+            json: g.json,
+            opts: OpenOptions {
+                busy_timeout: Duration::from_millis(g.busy_timeout),
+            },
+            runs_dir,
+            prose_dir,
+            pg_url: OnceLock::new(),
+        }
+    }
+
+    /// `<root>/.prose/runs`.
+    pub fn runs_dir(&self) -> &Path {
+        &self.runs_dir
+    }
+
+    /// The project's PostgreSQL URL, in the spec's order: OPENPROSE_POSTGRES_URL in
+    /// `.prose/.env`, then in the environment, then DATABASE_URL (which alone does not make a
+    /// project use the server). Read once.
+    fn pg_url(&self) -> Result<Option<&str>> {
+        let found = self.pg_url.get_or_init(|| {
+            let dotenv = dotenv_value(&self.prose_dir.join(".env"), "OPENPROSE_POSTGRES_URL")
+                .map_err(|e| format!("{e:#}"))?;
+            Ok(dotenv.or_else(|| {
+                std::env::var("OPENPROSE_POSTGRES_URL")
+                    .ok()
+                    .map(|u| u.trim().to_string())
+                    .filter(|u| !u.is_empty())
+            }))
+        });
+        match found {
+            Ok(url) => Ok(url.as_deref()),
+            Err(e) => Err(anyhow::anyhow!("{e}")),
+        }
+    }
+
+    /// Whether the project is set up for PostgreSQL (OPENPROSE_POSTGRES_URL in `.prose/.env` or
+    /// the environment): then runs without a directory here, and project agents, live there.
+    pub fn uses_postgres(&self) -> bool {
+        matches!(self.pg_url(), Ok(Some(_)))
+    }
+
+    /// The server's URL, for a run that lives there.
+    pub fn postgres_url(&self) -> Result<String> {
+        if let Some(url) = self.pg_url()? {
+            return Ok(url.to_string());
+        }
+        match std::env::var("DATABASE_URL") {
+            Ok(url) if !url.trim().is_empty() => Ok(url.trim().to_string()),
+            _ => Err(usage(format!(
+                "no PostgreSQL URL: set OPENPROSE_POSTGRES_URL in {} or the environment (or DATABASE_URL)",
+                self.prose_dir.join(".env").display()
+            ))),
+        }
+    }
+
+    /// The one rule for where a run lives: a run directory here holds a state.db, or a record
+    /// of the backend that holds its state; a run id with no directory here is looked up on
+    /// the project's server, when it has one.
+    pub fn open(&self, paths: &RunPaths) -> Result<Box<dyn Store>> {
+        let here = paths.exists();
+        let backend = if here {
+            paths.backend()?
+        } else if self.uses_postgres() && crate::model::check_run_id(&paths.id).is_ok() {
+            Backend::Postgres
+        } else {
+            return Err(not_found(format!(
+                "run not found: {}",
+                crate::error::shown(&paths.id)
+            )));
+        };
+        Ok(match backend {
+            Backend::Sqlite => Box::new(SqliteStore::open(&paths.db, self.opts)?),
+            Backend::Postgres => Box::new(PgStore::open_run(
+                &self.postgres_url()?,
+                &paths.id,
+                self.opts,
+            )?),
+        })
+    }
+
+    /// The run `--run` names (or `run_arg`, for commands that take it as an argument): a run
+    /// id, a run directory or a state.db path, or an id known only to the server.
+    pub fn open_run(&self, run_arg: Option<&str>) -> Result<(RunPaths, Box<dyn Store>)> {
+        let paths = match run::locate(self.root.as_deref(), run_arg) {
+            Ok(paths) => paths,
+            Err(e) => match run_arg {
+                Some(id)
+                    if crate::error::code_of(&e) == Some(crate::error::Code::NotFound)
+                        && crate::model::check_run_id(id).is_ok()
+                        && self.uses_postgres() =>
+                {
+                    RunPaths::in_dir(self.runs_dir.join(id))
+                }
+                _ => return Err(e),
+            },
+        };
+        let store = self.open(&paths)?;
+        Ok((paths, store))
+    }
+
+    /// The run of `--run`.
+    pub fn the_run(&self) -> Result<(RunPaths, Box<dyn Store>)> {
+        self.open_run(self.run.as_deref())
+    }
+
+    /// The runs a cross-run command visits: the one `--run` names, or every run.
+    pub fn runs(&self) -> Result<Vec<RunPaths>> {
+        match &self.run {
+            Some(r) => Ok(vec![run::locate(self.root.as_deref(), Some(r))?]),
+            None => self.all_runs(),
+        }
+    }
+
+    /// Every run under the root, and the runs on the project's server that have no directory
+    /// here; oldest id first.
+    pub fn all_runs(&self) -> Result<Vec<RunPaths>> {
+        let mut runs = self.local_runs()?;
+        if self.uses_postgres() {
+            let ids = PgStore::open_project(&self.postgres_url()?, self.opts)?.run_ids()?;
+            for id in ids {
+                // An id written on the server by other means must not become a path.
+                if crate::model::check_run_id(&id).is_err() {
+                    continue;
+                }
+                if !runs.iter().any(|r| r.id == id) {
+                    runs.push(RunPaths::in_dir(self.runs_dir.join(&id)));
+                }
+            }
+            runs.sort_by(|a, b| a.id.cmp(&b.id));
+        }
+        Ok(runs)
+    }
+
+    /// The runs with a directory under the root.
+    pub fn local_runs(&self) -> Result<Vec<RunPaths>> {
+        run::all_runs(self.root.as_deref())
+    }
+
+    /// Creates the state of a new run (its directory is `paths.dir`, still being built).
+    pub fn create(
+        &self,
+        paths: &RunPaths,
+        backend: Backend,
+        new: &NewRun,
+    ) -> Result<Box<dyn Store>> {
+        Ok(match backend {
+            Backend::Sqlite => Box::new(SqliteStore::create(&paths.db, new, self.opts)?),
+            Backend::Postgres => {
+                Box::new(PgStore::create_run(&self.postgres_url()?, new, self.opts)?)
+            }
+        })
+    }
+
+    /// Deletes a run created on the server by an `init` that could not finish.
+    pub fn discard_server_run(&self, id: &str) -> Result<()> {
+        PgStore::open_run(&self.postgres_url()?, id, self.opts)?.delete_run()
+    }
+
+    /// The store of an agent scope, and where it is (for messages). The execution scope is
+    /// the run's state; project agents live on the project's server when it has one, else in
+    /// `.prose/agents.db`; user agents in `<home>/.prose/agents.db`. An agents.db is created
+    /// by the first write and never by a read: None when it does not exist yet.
+    pub fn agent_store(
+        &self,
+        scope: AgentScope,
+        home: Option<&Path>,
+        writes: bool,
+    ) -> Result<(Option<Box<dyn AgentStore>>, String)> {
+        let db = match scope {
+            AgentScope::Execution => {
+                let (paths, store) = self.the_run()?;
+                let store: Box<dyn AgentStore> = store;
+                return Ok((Some(store), paths.db.display().to_string()));
+            }
+            AgentScope::Project if self.uses_postgres() => {
+                let store: Box<dyn AgentStore> =
+                    Box::new(PgStore::open_project(&self.postgres_url()?, self.opts)?);
+                return Ok((
+                    Some(store),
+                    "postgres (openprose.agents, run_id NULL)".to_string(),
+                ));
+            }
+            AgentScope::Project => self.prose_dir.join("agents.db"),
+            AgentScope::User => {
+                let home = self.home(home).ok_or_else(|| {
+                    usage("user scope needs a home directory: set HOME or PROSE_HOME")
+                })?;
+                run::user_agents_db(&home)
+            }
+        };
+        let location = db.display().to_string();
+        if !writes && !db.is_file() {
+            return Ok((None, location));
+        }
+        let store: Box<dyn AgentStore> =
+            Box::new(SqliteStore::open_agents(&db, self.opts, writes)?);
+        Ok((Some(store), location))
+    }
+
+    /// The project's and the user's agents, where their stores exist (for `resume`; never
+    /// created here).
+    pub fn other_agents(&self) -> Result<Vec<(&'static str, Vec<crate::store::AgentRow>)>> {
+        let mut others = Vec::new();
+        for (scope, name) in [(AgentScope::Project, "project"), (AgentScope::User, "user")] {
+            let found = match self.agent_store(scope, None, false) {
+                Ok((store, _)) => store,
+                // No home directory: there are no user agents to list.
+                Err(_) if scope == AgentScope::User => None,
+                Err(e) => return Err(e),
+            };
+            if let Some(mut store) = found {
+                others.push((name, store.agents()?));
+            }
+        }
+        Ok(others)
+    }
+
+    /// The principal acting: `--as`/PROSE_PRINCIPAL as given (an empty one is then refused),
+    /// else the login name.
+    pub fn principal(&self, arg: &PrincipalArg) -> String {
+        arg.principal.clone().unwrap_or_else(|| {
+            std::env::var("USER")
+                .ok()
+                .or_else(|| std::env::var("LOGNAME").ok())
+                .filter(|p| !p.is_empty())
+                .unwrap_or_else(|| "unknown".to_string())
+        })
+    }
+
+    /// The home directory for user-scoped agents: `--home` / PROSE_HOME, else HOME.
+    pub fn home(&self, arg: Option<&Path>) -> Option<PathBuf> {
+        arg.map(Path::to_path_buf)
+            .or_else(|| std::env::var_os("PROSE_HOME").map(Into::into))
+            .or_else(|| std::env::var_os("HOME").map(Into::into))
+            .filter(|h: &PathBuf| !h.as_os_str().is_empty())
+    }
+}
+
+/// One KEY=VALUE from a .env file (comments, `export ` and quotes allowed).
+fn dotenv_value(path: &Path, key: &str) -> Result<Option<String>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(anyhow::Error::new(e))
+                .with_context(|| format!("could not read {}", path.display()))
+        }
+    };
+    for line in text.lines() {
+        let line = line.trim();
+        let line = line.strip_prefix("export ").unwrap_or(line);
+        let Some((k, v)) = line.split_once('=') else {
+            continue;
+        };
+        if k.trim() == key {
+            let v = v.trim().trim_matches(|c| c == '"' || c == '\'');
+            if !v.is_empty() {
+                return Ok(Some(v.to_string()));
+            }
+        }
+    }
+    Ok(None)
+}
