@@ -3,15 +3,26 @@
 
 use std::fmt;
 
-/// Exit codes, documented in README.md. Callers branch on these.
+/// Every exit code prose-state gives, documented in README.md. Callers branch on these;
+/// outputs and errors both report through this one enum.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Code {
+    Ok = 0,
+    /// An error with no deliberate code: I/O, a file that is not ours; a broken audit chain
+    /// (`gates verify`), problems left (`doctor`).
+    Error = 1,
     /// The command line or the input it carried is malformed.
     Usage = 2,
     /// A run, binding, execution, file or other named thing does not exist.
     NotFound = 3,
     /// The state forbids the operation: a conflict, a const rebind, a write in `query`.
     Refused = 4,
+    /// `gates wait`: the gate was rejected.
+    Rejected = 5,
+    /// `gates wait`: the gate timed out.
+    TimedOut = 6,
+    /// `gates wait`: the gate was still pending when the wait ran out.
+    StillPending = 7,
     /// The connection was lost while committing: the write may or may not have been applied.
     Unknown = 8,
     /// A conflict that a retry may clear: the database stayed locked by another writer past

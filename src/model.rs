@@ -1,9 +1,10 @@
 //! The domain's vocabulary, shared by commands and stores: binding kinds, execution statuses,
 //! the rules for names and run ids, and the one timestamp format.
 
-pub use crate::cli::{Kind, Status};
+use crate::cli::{Kind, Status};
 use crate::error::{shown, usage};
 use anyhow::Result;
+pub use chrono::Timelike;
 
 impl Kind {
     pub fn as_str(self) -> &'static str {
@@ -135,30 +136,68 @@ pub fn new_run_id() -> String {
 
 /// Now, in UTC, in the exact text form of SQLite's `datetime('now')`, so that values written
 /// by prose-state and by the spec's raw SQL compare and sort together.
-/// A time as prose-state stores it (`datetime('now')` form, UTC), from the forms SQLite's
-/// `datetime()` reads: `YYYY-MM-DD HH:MM[:SS[.fff]]`, with `T` for the space, and `Z` or an
-/// offset. None when it is none of them.
-pub fn canonical_time(text: &str) -> Option<String> {
-    let t = text.trim();
-    if let Ok(dt) = chrono::DateTime::parse_from_rfc3339(t) {
-        return Some(dt.naive_utc().format(TIME_FORMAT).to_string());
+/// A moment as prose-state writes it: UTC, to the second, in the text form of SQLite's
+/// `datetime('now')` (`2026-11-22 14:30:52`), so that values written by prose-state and by raw
+/// SQL compare and sort together. The one place that form is written down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Timestamp(chrono::NaiveDateTime);
+
+impl Timestamp {
+    const FORMAT: &'static str = "%Y-%m-%d %H:%M:%S";
+
+    pub fn now() -> Self {
+        Timestamp(chrono::Utc::now().naive_utc())
     }
-    let t = t.strip_suffix('Z').unwrap_or(t).replacen('T', " ", 1);
-    [
-        "%Y-%m-%d %H:%M:%S%.f",
-        "%Y-%m-%d %H:%M:%S",
-        "%Y-%m-%d %H:%M",
-    ]
-    .iter()
-    .find_map(|f| chrono::NaiveDateTime::parse_from_str(&t, f).ok())
-    .map(|dt| dt.format(TIME_FORMAT).to_string())
+
+    /// A timestamp in exactly the stored form.
+    pub fn parse(text: &str) -> Option<Self> {
+        chrono::NaiveDateTime::parse_from_str(text, Self::FORMAT)
+            .ok()
+            .map(Timestamp)
+    }
+
+    /// A timestamp in any form SQLite's `datetime()` reads: `YYYY-MM-DD HH:MM[:SS[.fff]]`,
+    /// with `T` for the space, and `Z` or an offset.
+    pub fn parse_lenient(text: &str) -> Option<Self> {
+        let t = text.trim();
+        if let Ok(dt) = chrono::DateTime::parse_from_rfc3339(t) {
+            return Some(Timestamp(dt.naive_utc()));
+        }
+        let t = t.strip_suffix('Z').unwrap_or(t).replacen('T', " ", 1);
+        ["%Y-%m-%d %H:%M:%S%.f", Self::FORMAT, "%Y-%m-%d %H:%M"]
+            .iter()
+            .find_map(|f| chrono::NaiveDateTime::parse_from_str(&t, f).ok())
+            .map(|dt| Timestamp(dt.with_nanosecond(0).unwrap_or(dt)))
+    }
+
+    pub fn plus_seconds(self, seconds: i64) -> Self {
+        Timestamp(self.0 + chrono::Duration::seconds(seconds))
+    }
+
+    /// Seconds from `earlier` to `self`.
+    pub fn seconds_since(self, earlier: Timestamp) -> i64 {
+        (self.0 - earlier.0).num_seconds()
+    }
 }
 
-/// The one form of every timestamp prose-state writes: SQLite's `datetime('now')`.
-pub const TIME_FORMAT: &str = "%Y-%m-%d %H:%M:%S";
+impl std::fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0.format(Self::FORMAT))
+    }
+}
+
+/// Seconds from one stored timestamp to another; None when either does not parse.
+pub fn seconds_between(earlier: &str, later: &str) -> Option<i64> {
+    Some(Timestamp::parse(later)?.seconds_since(Timestamp::parse(earlier)?))
+}
+
+/// A time in any form SQLite's `datetime()` reads, in the stored form.
+pub fn canonical_time(text: &str) -> Option<String> {
+    Timestamp::parse_lenient(text).map(|t| t.to_string())
+}
 
 pub fn now() -> String {
-    chrono::Utc::now().format("%Y-%m-%d %H:%M:%S").to_string()
+    Timestamp::now().to_string()
 }
 
 /// Checks that metadata is a JSON object; returns it unchanged (stored as given).
@@ -322,9 +361,7 @@ pub fn hex(bytes: &[u8]) -> String {
 
 /// A timestamp `seconds` from now, in the same text form as [`now`].
 pub fn now_plus(seconds: i64) -> String {
-    (chrono::Utc::now() + chrono::Duration::seconds(seconds))
-        .format("%Y-%m-%d %H:%M:%S")
-        .to_string()
+    Timestamp::now().plus_seconds(seconds).to_string()
 }
 
 #[cfg(test)]

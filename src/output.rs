@@ -14,8 +14,8 @@ pub trait Render: Serialize + Sized {
     }
 
     /// The exit code this output stands for (0 unless the command documents others).
-    fn exit_code(&self) -> u8 {
-        0
+    fn exit_code(&self) -> crate::error::Code {
+        crate::error::Code::Ok
     }
 }
 
@@ -118,7 +118,7 @@ macro_rules! one_of {
                 }
             }
 
-            fn exit_code(&self) -> u8 {
+            fn exit_code(&self) -> $crate::error::Code {
                 match self {
                     $(Self::$variant(o) => o.exit_code()),*
                 }
@@ -141,7 +141,7 @@ pub fn report(message: &str) {
 /// a quiet success.
 pub fn finish<T: Render>(result: anyhow::Result<T>, json: bool) -> u8 {
     let written = result.and_then(|out| {
-        let code = out.exit_code();
+        let code = out.exit_code() as u8;
         emit(out, json)?;
         Ok(code)
     });
@@ -150,7 +150,7 @@ pub fn finish<T: Render>(result: anyhow::Result<T>, json: bool) -> u8 {
         Err(e) if broken_pipe(&e) => 0,
         Err(e) => {
             report(&format!("{e:#}").replace(['\n', '\r'], " "));
-            crate::error::code_of(&e).map_or(1, |c| c as u8)
+            crate::error::code_of(&e).unwrap_or(crate::error::Code::Error) as u8
         }
     }
 }

@@ -28,8 +28,12 @@ pub struct Diagnosis {
 
 impl Render for Diagnosis {
     /// 0 when nothing is left wrong, 1 otherwise.
-    fn exit_code(&self) -> u8 {
-        u8::from(self.problems.iter().any(|p| !p.fixed))
+    fn exit_code(&self) -> crate::error::Code {
+        if self.problems.iter().any(|p| !p.fixed) {
+            crate::error::Code::Error
+        } else {
+            crate::error::Code::Ok
+        }
     }
 
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
@@ -45,8 +49,7 @@ impl Render for Diagnosis {
 }
 
 fn hours_since(at: &str, now: &str) -> Option<f64> {
-    let parse = |t: &str| chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S").ok();
-    Some((parse(now)? - parse(at)?).num_seconds() as f64 / 3600.0)
+    Some(crate::model::seconds_between(at, now)? as f64 / 3600.0)
 }
 
 pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnosis> {

@@ -5,7 +5,7 @@ use crate::cli::{
     GateAuditArgs, GateCreateArgs, GateStatus, GateWaitArgs, GatesArgs, GatesCommand, GatesListArgs,
 };
 use crate::context::Context;
-use crate::error::{not_found, refused, shown, usage};
+use crate::error::{not_found, refused, shown, usage, Code};
 use crate::model::{check_gate_id, check_metadata, now, now_plus, parse_duration, sha256_tag};
 use crate::output::{human_duration, one_line, table, Render};
 use crate::run::RunPaths;
@@ -19,12 +19,7 @@ fn time_left(gate: &GateRow, now: &str) -> Option<i64> {
     if gate.status != "pending" {
         return None;
     }
-    let parse = |t: &str| chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S").ok();
-    Some(
-        (parse(gate.timeout_at.as_deref()?)? - parse(now)?)
-            .num_seconds()
-            .max(0),
-    )
+    Some(crate::model::seconds_between(now, gate.timeout_at.as_deref()?)?.max(0))
 }
 
 /// A gate as listed or shown: the row, its run's program, and the time left.
@@ -337,12 +332,12 @@ pub struct GateWaited {
 
 impl Render for GateWaited {
     /// 0 approved, 5 rejected, 6 timed out, 7 still pending.
-    fn exit_code(&self) -> u8 {
+    fn exit_code(&self) -> Code {
         match self.gate.gate.status.as_str() {
-            "approved" => 0,
-            "rejected" => 5,
-            "timeout" => 6,
-            _ => 7,
+            "approved" => Code::Ok,
+            "rejected" => Code::Rejected,
+            "timeout" => Code::TimedOut,
+            _ => Code::StillPending,
         }
     }
 
@@ -483,8 +478,12 @@ pub struct Verified {
 
 impl Render for Verified {
     /// 0 when every chain is intact, 1 otherwise.
-    fn exit_code(&self) -> u8 {
-        u8::from(self.runs.iter().any(|r| r.first_broken.is_some()))
+    fn exit_code(&self) -> Code {
+        if self.runs.iter().any(|r| r.first_broken.is_some()) {
+            Code::Error
+        } else {
+            Code::Ok
+        }
     }
 
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {

@@ -93,8 +93,7 @@ fn dir_size(dir: &Path) -> u64 {
 }
 
 fn days_since(at: Option<&str>, now: &str) -> Option<f64> {
-    let parse = |t: &str| chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S").ok();
-    Some((parse(now)? - parse(at?)?).num_seconds() as f64 / 86_400.0)
+    Some(crate::model::seconds_between(at?, now)? as f64 / 86_400.0)
 }
 
 pub fn run(req: &PruneArgs, runs: &[RunPaths], ctx: &Context) -> Result<Pruned> {

@@ -565,17 +565,10 @@ impl Render for ResumeDoc {
                 .map(|a| format!(" {a}"))
                 .unwrap_or_default();
             let left = match (&g.timeout_at, g.status.as_str()) {
-                (Some(at), "pending") => {
-                    let parse = |t: &str| {
-                        chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S").ok()
-                    };
-                    match (parse(at), parse(&now())) {
-                        (Some(a), Some(n)) => {
-                            format!(" ({} left)", human_duration((a - n).num_seconds()))
-                        }
-                        _ => String::new(),
-                    }
-                }
+                (Some(at), "pending") => match crate::model::seconds_between(&now(), at) {
+                    Some(left) => format!(" ({} left)", human_duration(left)),
+                    None => String::new(),
+                },
                 _ => String::new(),
             };
             writeln!(

@@ -493,9 +493,12 @@ pub fn refused_outcome(gate: GateRow, why: Refusal) -> Decided {
 pub fn decision_metadata(gate: &GateRow, d: &Decision) -> serde_json::Value {
     let mut metadata = serde_json::json!({"client": "cli", "prompt_hash": d.prompt_hash});
     if d.approve {
-        let parse = |t: &str| chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S").ok();
-        if let (Some(c), Some(n)) = (gate.created_at.as_deref().and_then(parse), parse(d.now)) {
-            metadata["approval_time_seconds"] = (n - c).num_seconds().into();
+        if let Some(s) = gate
+            .created_at
+            .as_deref()
+            .and_then(|c| crate::model::seconds_between(c, d.now))
+        {
+            metadata["approval_time_seconds"] = s.into();
         }
     } else {
         metadata["on_reject"] = gate.on_reject.clone().into();
