@@ -5,21 +5,6 @@
 use crate::common::*;
 use std::process::Stdio;
 
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[test]
-            fn sqlite() {
-                super::$name(crate::common::Backend::Sqlite)
-            }
-            #[test]
-            fn postgres() {
-                super::$name(crate::common::Backend::Postgres)
-            }
-        }
-    )*};
-}
-
 on_both!(
     init_and_runs,
     bind_get_scopes_and_attachments,

@@ -1,6 +1,19 @@
 use crate::common::*;
 use std::process::Stdio;
 
+on_both!(
+    rejection_needs_a_reason_and_wait_exits_5,
+    create_is_safe_to_retry_and_refuses_a_different_gate,
+    a_gate_past_its_deadline_fails_closed_with_no_sweeper,
+    wait_gives_up_with_exit_7_and_sees_a_decision_made_meanwhile,
+    allow_list_refusals_are_audited,
+    without_a_terminal_a_decision_needs_yes,
+    twenty_concurrent_deciders_exactly_one_wins,
+    bad_gate_input_is_refused_and_changes_nothing,
+    audit_filters_by_gate_principal_and_time,
+    listing_across_runs_oldest_first_with_filters,
+);
+
 fn create(run: &Run, id: &str, extra: &[&str]) -> serde_json::Value {
     let a = run
         .cmd()
@@ -16,36 +29,6 @@ fn create(run: &Run, id: &str, extra: &[&str]) -> serde_json::Value {
         .assert()
         .success();
     stdout_json(&a)
-}
-
-fn gate_row(run: &Run, id: &str) -> (String, Option<String>, Option<String>, Option<String>) {
-    run.conn()
-        .query_row(
-            "SELECT status, resolved_by, resolution_comment, resolved_at FROM gates WHERE id = ?1",
-            [id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-        )
-        .unwrap()
-}
-
-/// (event_type, principal, metadata) of a gate's audit rows, in order.
-fn events(run: &Run, id: &str) -> Vec<(String, Option<String>, serde_json::Value)> {
-    let c = run.conn();
-    let mut s = c
-        .prepare("SELECT event_type, principal, metadata FROM gate_audit_log WHERE gate_id = ?1 ORDER BY id")
-        .unwrap();
-    s.query_map([id], |r| {
-        let m: Option<String> = r.get(2)?;
-        Ok((
-            r.get(0)?,
-            r.get(1)?,
-            m.map(|m| serde_json::from_str(&m).unwrap())
-                .unwrap_or_default(),
-        ))
-    })
-    .unwrap()
-    .map(|r| r.unwrap())
-    .collect()
 }
 
 #[test]
@@ -100,7 +83,7 @@ fn the_whole_lifecycle_through_the_binary() {
         )
         .unwrap();
     assert_eq!(diff, 14_400);
-    let ev = events(&run, "production_deploy");
+    let ev = run.view().events("production_deploy");
     assert_eq!(ev.len(), 1);
     assert_eq!(ev[0].0, "created");
     assert_eq!(ev[0].1.as_deref(), Some("system"));
@@ -130,9 +113,9 @@ fn the_whole_lifecycle_through_the_binary() {
     let shown = stdout_json(&a);
     assert_eq!(shown["prompt"], "Ready to deploy?\nChanges: 3 files");
     assert_eq!(shown["history"][0]["event_type"], "created");
-    assert_eq!(events(&run, "production_deploy")[1].0, "viewed");
+    assert_eq!(run.view().events("production_deploy")[1].0, "viewed");
     assert_eq!(
-        events(&run, "production_deploy")[1].1.as_deref(),
+        run.view().events("production_deploy")[1].1.as_deref(),
         Some("auditor")
     );
 
@@ -153,13 +136,13 @@ fn the_whole_lifecycle_through_the_binary() {
         .assert()
         .success();
     assert_eq!(stdout_json(&a)["status"], "approved");
-    let (status, by, comment, at) = gate_row(&run, "production_deploy");
+    let (status, by, comment, at) = run.view().gate("production_deploy");
     assert_eq!(
         (status.as_str(), by.as_deref(), comment.as_deref()),
         ("approved", Some("raymond"), Some("LGTM"))
     );
     assert!(at.is_some());
-    let ev = events(&run, "production_deploy");
+    let ev = run.view().events("production_deploy");
     assert_eq!(ev[2].0, "approved");
     assert_eq!(ev[2].2["prompt_hash"], prompt_hash.as_str());
 
@@ -172,7 +155,7 @@ fn the_whole_lifecycle_through_the_binary() {
     assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("approved by raymond"));
 
     // a second decision is refused, says who decided what and when, and is logged
-    let before = gate_row(&run, "production_deploy");
+    let before = run.view().gate("production_deploy");
     let a = p
         .cmd()
         .args([
@@ -190,8 +173,8 @@ fn the_whole_lifecycle_through_the_binary() {
     assert_eq!(code(&a), 4);
     let err = stderr(&a);
     assert!(err.contains("already approved by raymond at"), "{err}");
-    assert_eq!(gate_row(&run, "production_deploy"), before);
-    let last = events(&run, "production_deploy").pop().unwrap();
+    assert_eq!(run.view().gate("production_deploy"), before);
+    let last = run.view().events("production_deploy").pop().unwrap();
     assert_eq!(last.0, "refused");
     assert_eq!(last.1.as_deref(), Some("bob"));
 
@@ -207,9 +190,8 @@ fn the_whole_lifecycle_through_the_binary() {
     p.cmd().args(["gates", "verify"]).assert().success();
 }
 
-#[test]
-fn rejection_needs_a_reason_and_wait_exits_5() {
-    let p = Project::new();
+fn rejection_needs_a_reason_and_wait_exits_5(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     create(&run, "g", &["--on-reject", "retry draft"]);
     let before = run.snapshot();
@@ -238,12 +220,12 @@ fn rejection_needs_a_reason_and_wait_exits_5() {
         ])
         .assert()
         .success();
-    let (status, by, comment, _) = gate_row(&run, "g");
+    let (status, by, comment, _) = run.view().gate("g");
     assert_eq!(
         (status.as_str(), by.as_deref(), comment.as_deref()),
         ("rejected", Some("bob"), Some("Need more testing"))
     );
-    let ev = events(&run, "g");
+    let ev = run.view().events("g");
     assert_eq!(ev.last().unwrap().0, "rejected");
     assert_eq!(ev.last().unwrap().2["on_reject"], "retry draft");
     let a = p
@@ -254,9 +236,8 @@ fn rejection_needs_a_reason_and_wait_exits_5() {
     assert_eq!(code(&a), 5);
 }
 
-#[test]
-fn create_is_safe_to_retry_and_refuses_a_different_gate() {
-    let p = Project::new();
+fn create_is_safe_to_retry_and_refuses_a_different_gate(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     let args = ["--timeout", "1h", "--allow", "ops,user"];
     create(&run, "g", &args);
@@ -293,9 +274,8 @@ fn create_is_safe_to_retry_and_refuses_a_different_gate() {
     assert_eq!(run.snapshot(), before);
 }
 
-#[test]
-fn a_gate_past_its_deadline_fails_closed_with_no_sweeper() {
-    let p = Project::new();
+fn a_gate_past_its_deadline_fails_closed_with_no_sweeper(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     create(
         &run,
@@ -304,7 +284,7 @@ fn a_gate_past_its_deadline_fails_closed_with_no_sweeper() {
     );
     std::thread::sleep(std::time::Duration::from_millis(2100));
     // nothing has swept it: the row still says pending
-    assert_eq!(gate_row(&run, "quick").0, "pending");
+    assert_eq!(run.view().gate("quick").0, "pending");
     let a = p
         .cmd()
         .args(["approve", &run.id, "quick", "--yes", "--as", "raymond"])
@@ -316,12 +296,12 @@ fn a_gate_past_its_deadline_fails_closed_with_no_sweeper() {
         "{}",
         stderr(&a)
     );
-    let (status, by, _, _) = gate_row(&run, "quick");
+    let (status, by, _, _) = run.view().gate("quick");
     assert_eq!(
         (status.as_str(), by.as_deref()),
         ("timeout", Some("system"))
     );
-    let ev = events(&run, "quick");
+    let ev = run.view().events("quick");
     let kinds: Vec<&str> = ev.iter().map(|e| e.0.as_str()).collect();
     assert_eq!(kinds, ["created", "timeout", "refused"]);
     assert_eq!(ev[1].2["on_reject"], "continue");
@@ -335,20 +315,17 @@ fn a_gate_past_its_deadline_fails_closed_with_no_sweeper() {
 
     // a gate whose deadline raw SQL set in the past is just as closed, even to a listing
     create(&run, "raw", &["--timeout", "1h"]);
-    run.conn()
-        .execute(
-            "UPDATE gates SET timeout_at = '2000-01-01 00:00:00' WHERE id = 'raw'",
-            [],
-        )
-        .unwrap();
+    run.view().raw(
+        "UPDATE gates SET timeout_at = '2000-01-01 00:00:00' WHERE id = 'raw'",
+        "UPDATE openprose.gates SET timeout_at = '2000-01-01 00:00:00+00' WHERE run_id = '$RUN' AND id = 'raw'",
+    );
     let a = p.cmd().args(["--json", "gates"]).assert().success();
     assert_eq!(stdout_json(&a), serde_json::json!([]));
-    assert_eq!(gate_row(&run, "raw").0, "timeout");
+    assert_eq!(run.view().gate("raw").0, "timeout");
 }
 
-#[test]
-fn wait_gives_up_with_exit_7_and_sees_a_decision_made_meanwhile() {
-    let p = Project::new();
+fn wait_gives_up_with_exit_7_and_sees_a_decision_made_meanwhile(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     create(&run, "g", &[]);
     let a = p
@@ -394,13 +371,12 @@ fn wait_gives_up_with_exit_7_and_sees_a_decision_made_meanwhile() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("approved by raymond"));
 }
 
-#[test]
-fn allow_list_refusals_are_audited() {
-    let p = Project::new();
+fn allow_list_refusals_are_audited(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     create(&run, "ops_only", &["--allow", "ops-team"]);
     create(&run, "users", &[]);
-    let before = gate_row(&run, "ops_only");
+    let before = run.view().gate("ops_only");
     let a = p
         .cmd()
         .args(["approve", &run.id, "ops_only", "--yes", "--as", "raymond"])
@@ -408,8 +384,8 @@ fn allow_list_refusals_are_audited() {
         .failure();
     assert_eq!(code(&a), 4);
     assert!(stderr(&a).contains("may not decide"), "{}", stderr(&a));
-    assert_eq!(gate_row(&run, "ops_only"), before);
-    let ev = events(&run, "ops_only");
+    assert_eq!(run.view().gate("ops_only"), before);
+    let ev = run.view().events("ops_only");
     assert_eq!(ev.last().unwrap().0, "refused");
     assert_eq!(ev.last().unwrap().1.as_deref(), Some("raymond"));
     assert_eq!(ev.last().unwrap().2["reason"], "principal not allowed");
@@ -421,7 +397,7 @@ fn allow_list_refusals_are_audited() {
         .assert()
         .failure();
     assert_eq!(code(&a), 4);
-    assert_eq!(gate_row(&run, "users").0, "pending");
+    assert_eq!(run.view().gate("users").0, "pending");
     p.cmd()
         .args(["approve", &run.id, "ops_only", "--yes", "--as", "ops-team"])
         .assert()
@@ -431,12 +407,11 @@ fn allow_list_refusals_are_audited() {
         .args(["approve", &run.id, "users", "--yes"])
         .assert()
         .success();
-    assert_eq!(gate_row(&run, "users").1.as_deref(), Some("raymond"));
+    assert_eq!(run.view().gate("users").1.as_deref(), Some("raymond"));
 }
 
-#[test]
-fn without_a_terminal_a_decision_needs_yes() {
-    let p = Project::new();
+fn without_a_terminal_a_decision_needs_yes(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     create(&run, "g", &[]);
     let before = run.snapshot();
@@ -505,12 +480,11 @@ fn on_a_terminal_the_prompt_is_shown_and_confirmation_asked() {
     assert_eq!(run.snapshot(), before);
     let (status, screen) = on_terminal(&p, &cmd, "y\n").unwrap();
     assert_eq!(status, 0, "{screen}");
-    assert_eq!(gate_row(&run, "g").0, "approved");
+    assert_eq!(run.view().gate("g").0, "approved");
 }
 
-#[test]
-fn twenty_concurrent_deciders_exactly_one_wins() {
-    let p = Project::new();
+fn twenty_concurrent_deciders_exactly_one_wins(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     create(&run, "race", &[]);
     let children: Vec<_> = (0..20)
@@ -549,8 +523,8 @@ fn twenty_concurrent_deciders_exactly_one_wins() {
         .collect();
     assert_eq!(codes.iter().filter(|&&c| c == 0).count(), 1, "{codes:?}");
     assert_eq!(codes.iter().filter(|&&c| c == 4).count(), 19, "{codes:?}");
-    let (status, by, _, _) = gate_row(&run, "race");
-    let ev = events(&run, "race");
+    let (status, by, _, _) = run.view().gate("race");
+    let ev = run.view().events("race");
     let decisions: Vec<_> = ev
         .iter()
         .filter(|e| e.0 == "approved" || e.0 == "rejected")
@@ -623,9 +597,8 @@ fn the_audit_log_is_append_only_and_verify_catches_tampering() {
     assert_eq!(stdout_json(&a)[0]["first_broken"]["id"], 3);
 }
 
-#[test]
-fn bad_gate_input_is_refused_and_changes_nothing() {
-    let p = Project::new();
+fn bad_gate_input_is_refused_and_changes_nothing(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     create(&run, "g", &[]);
     let before = run.snapshot();
@@ -695,18 +668,18 @@ fn bad_gate_input_is_refused_and_changes_nothing() {
     }
 }
 
-#[test]
-fn listing_across_runs_oldest_first_with_filters() {
-    let p = Project::new();
+fn listing_across_runs_oldest_first_with_filters(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let r1 = p.init();
     std::thread::sleep(std::time::Duration::from_millis(1100));
     let r2 = p.init();
     create(&r2, "later", &["--timeout", "30m"]);
     create(&r1, "soon", &["--timeout", "5m"]);
     // make r1's gate the older one
-    r1.conn()
-        .execute("UPDATE gates SET created_at = '2020-01-01 00:00:00'", [])
-        .unwrap();
+    r1.view().raw(
+        "UPDATE gates SET created_at = '2020-01-01 00:00:00'",
+        "UPDATE openprose.gates SET created_at = '2020-01-01 00:00:00+00' WHERE run_id = '$RUN'",
+    );
     create(&r1, "never", &[]);
     let a = p.cmd().args(["--json", "gates"]).assert().success();
     let ids: Vec<String> = stdout_json(&a)
@@ -737,8 +710,13 @@ fn listing_across_runs_oldest_first_with_filters() {
     let v = stdout_json(&a);
     assert_eq!(v.as_array().unwrap().len(), 1);
     assert_eq!(v[0]["id"], "soon");
-    // a run whose db is unreadable is skipped with a warning, not fatal
-    std::fs::write(r2.dir.join("state.db"), b"garbage").unwrap();
+    // a run whose db is unreadable is skipped with a warning, not fatal (on PostgreSQL: its
+    // directory's record of the backend)
+    let broken = match b {
+        Backend::Sqlite => "state.db",
+        Backend::Postgres => "backend.json",
+    };
+    std::fs::write(r2.dir.join(broken), b"garbage").unwrap();
     let a = p.cmd().args(["--json", "gates"]).assert().success();
     assert_eq!(stdout_json(&a).as_array().unwrap().len(), 2);
     assert!(
@@ -755,9 +733,8 @@ fn listing_across_runs_oldest_first_with_filters() {
     );
 }
 
-#[test]
-fn audit_filters_by_gate_principal_and_time() {
-    let p = Project::new();
+fn audit_filters_by_gate_principal_and_time(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     create(&run, "a", &[]);
     create(&run, "b", &[]);
@@ -792,11 +769,12 @@ fn audit_filters_by_gate_principal_and_time() {
         .assert()
         .success();
     assert_eq!(stdout_json(&a).as_array().unwrap().len(), 1);
-    run.conn()
-        .execute_batch(
-            "DROP TRIGGER gate_audit_log_no_update; UPDATE gate_audit_log SET timestamp = '2000-01-01 00:00:00' WHERE id = 1;",
-        )
-        .unwrap();
+    run.view().raw(
+        "DROP TRIGGER gate_audit_log_no_update; UPDATE gate_audit_log SET timestamp = '2000-01-01 00:00:00' WHERE id = 1;",
+        "ALTER TABLE openprose.gate_audit_log DISABLE TRIGGER USER;
+         UPDATE openprose.gate_audit_log SET timestamp = '2000-01-01 00:00:00+00'
+          WHERE id = (SELECT min(id) FROM openprose.gate_audit_log WHERE run_id = '$RUN');",
+    );
     let a = p
         .cmd()
         .args(["--json", "gates", "audit", "--since", "1h"])
@@ -822,6 +800,7 @@ fn a_schema_1_database_upgrades_and_its_gate_keeps_working() {
         dir: dir.clone(),
         db: dir.join("state.db"),
         root: p.root().to_path_buf(),
+        pg_url: None,
     };
     assert_eq!(run.get("research", None), b"made by prose-state schema 1");
     let a = p.cmd().args(["--json", "gates"]).assert().success();

@@ -135,6 +135,7 @@ fn init_refuses_existing_run_id_and_leaves_it_unchanged() {
         dir: p.root().join(".prose/runs/r1"),
         db: p.root().join(".prose/runs/r1/state.db"),
         root: p.root().to_path_buf(),
+        pg_url: None,
     };
     run.bind("keep", "me", None);
     let before = run.snapshot();

@@ -9,21 +9,6 @@ use std::io::Write;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-macro_rules! on_both {
-    ($($name:ident),* $(,)?) => {$(
-        mod $name {
-            #[test]
-            fn sqlite() {
-                super::$name(crate::common::Backend::Sqlite)
-            }
-            #[test]
-            fn postgres() {
-                super::$name(crate::common::Backend::Postgres)
-            }
-        }
-    )*};
-}
-
 on_both!(
     scoped_and_root_names_never_share_a_file,
     killed_large_rebinds_never_show_uncommitted_bytes,

@@ -21,6 +21,7 @@ fn copy_named_fixture(p: &Project, id: &str, fixture: &str) -> Run {
         dir,
         db,
         root: p.root().to_path_buf(),
+        pg_url: None,
     }
 }
 
@@ -422,6 +423,7 @@ fn every_raw_shape_upgrades_with_every_default_of_the_embedded_schema() {
         dir: p.root().join(".prose/runs/20260301-101010-min001"),
         db: p.root().join(".prose/runs/20260301-101010-min001/state.db"),
         root: p.root().to_path_buf(),
+        pg_url: None,
     };
     assert_eq!(run.get("research", Some(3)), b"inner value");
     let c = run.conn();

@@ -12,6 +12,24 @@ use tempfile::TempDir;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_prose-state");
 
+/// Runs each named test function (taking a [`Backend`]) once on SQLite and once on the real
+/// PostgreSQL server the tests start: `mod NAME { fn sqlite(); fn postgres(); }`.
+macro_rules! on_both {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[test]
+            fn sqlite() {
+                super::$name($crate::common::Backend::Sqlite)
+            }
+            #[test]
+            fn postgres() {
+                super::$name($crate::common::Backend::Postgres)
+            }
+        }
+    )*};
+}
+pub(crate) use on_both;
+
 /// Which backend a contract test runs against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -110,6 +128,7 @@ impl Project {
             db: dir.join("state.db"),
             dir,
             root: self.root().to_path_buf(),
+            pg_url: self.pg_url.clone(),
         }
     }
 }
@@ -146,6 +165,8 @@ pub struct Run {
     pub dir: PathBuf,
     pub db: PathBuf,
     pub root: PathBuf,
+    /// The server's URL, for a run on PostgreSQL.
+    pub pg_url: Option<String>,
 }
 
 impl Run {
@@ -225,11 +246,130 @@ impl Run {
         c.assert().success().get_output().stdout.clone()
     }
 
-    /// Everything in the run, for "unchanged" assertions: the db's content and schema and the
-    /// files of the run directory.
+    /// Everything in the run, for "unchanged" assertions: the db's content and schema (on
+    /// PostgreSQL, the run's rows of every table) and the files of the run directory.
     pub fn snapshot(&self) -> String {
-        snapshot_db(&self.db) + &snapshot_files(&self.dir)
+        let db = match &self.pg_url {
+            Some(url) => snapshot_pg(url, &self.id),
+            None => snapshot_db(&self.db),
+        };
+        db + &snapshot_files(&self.dir)
     }
+
+    /// The state read back from whichever backend holds the run, independent of the binary.
+    pub fn view(&self) -> View<'_> {
+        View { run: self }
+    }
+}
+
+/// A look at a run's state on either backend, the test's own.
+pub struct View<'a> {
+    run: &'a Run,
+}
+
+/// A gate's outcome as stored: status, resolved_by, resolution_comment, resolved_at.
+pub type GateOutcome = (String, Option<String>, Option<String>, Option<String>);
+
+impl View<'_> {
+    fn pg(&self) -> Option<postgres::Client> {
+        self.run
+            .pg_url
+            .as_deref()
+            .map(|u| postgres::Client::connect(u, postgres::NoTls).unwrap())
+    }
+
+    pub fn gate(&self, id: &str) -> GateOutcome {
+        match self.pg() {
+            Some(mut c) => {
+                let r = c
+                    .query_one(
+                        "SELECT status, resolved_by, resolution_comment,
+                                to_char(resolved_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')
+                         FROM openprose.gates WHERE run_id = $1 AND id = $2",
+                        &[&self.run.id, &id],
+                    )
+                    .unwrap();
+                (r.get(0), r.get(1), r.get(2), r.get(3))
+            }
+            None => self
+                .run
+                .conn()
+                .query_row(
+                    "SELECT status, resolved_by, resolution_comment, resolved_at FROM gates WHERE id = ?1",
+                    [id],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                )
+                .unwrap(),
+        }
+    }
+
+    /// (event_type, principal, metadata) of a gate's audit rows, in order.
+    pub fn events(&self, id: &str) -> Vec<(String, Option<String>, serde_json::Value)> {
+        let parse = |m: Option<String>| {
+            m.map(|m| serde_json::from_str(&m).unwrap())
+                .unwrap_or_default()
+        };
+        match self.pg() {
+            Some(mut c) => c
+                .query(
+                    "SELECT event_type, principal, metadata FROM openprose.gate_audit_log
+                     WHERE run_id = $1 AND gate_id = $2 ORDER BY id",
+                    &[&self.run.id, &id],
+                )
+                .unwrap()
+                .iter()
+                .map(|r| (r.get(0), r.get(1), parse(r.get(2))))
+                .collect(),
+            None => {
+                let c = self.run.conn();
+                let mut s = c
+                    .prepare("SELECT event_type, principal, metadata FROM gate_audit_log WHERE gate_id = ?1 ORDER BY id")
+                    .unwrap();
+                s.query_map([id], |r| Ok((r.get(0)?, r.get(1)?, parse(r.get(2)?))))
+                    .unwrap()
+                    .map(|r| r.unwrap())
+                    .collect()
+            }
+        }
+    }
+
+    /// Runs a write behind the tool's back, in each backend's dialect.
+    pub fn raw(&self, sqlite: &str, postgres: &str) {
+        match self.pg() {
+            Some(mut c) => c
+                .batch_execute(&postgres.replace("$RUN", &self.run.id))
+                .unwrap(),
+            None => self.run.conn().execute_batch(sqlite).unwrap(),
+        }
+    }
+}
+
+/// A PostgreSQL run's rows in every openprose table, as text, for "unchanged" assertions.
+pub fn snapshot_pg(url: &str, run_id: &str) -> String {
+    let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let mut out = String::new();
+    for (table, key) in [
+        ("run", "id"),
+        ("execution", "run_id"),
+        ("bindings", "run_id"),
+        ("agents", "run_id"),
+        ("agent_segments", "run_id"),
+        ("imports", "run_id"),
+        ("gates", "run_id"),
+        ("gate_audit_log", "run_id"),
+    ] {
+        out += &format!("{table}:\n");
+        for r in c
+            .query(
+                &format!("SELECT t::text FROM openprose.{table} t WHERE {key} = $1 ORDER BY 1"),
+                &[&run_id],
+            )
+            .unwrap()
+        {
+            out += &format!("  {}\n", r.get::<_, String>(0));
+        }
+    }
+    out
 }
 
 /// A logical dump of a database: user_version, schema and every row of every table.
