@@ -1,5 +1,12 @@
 use crate::common::*;
 
+on_both!(
+    hostile_binding_names_are_refused_and_nothing_changes,
+    get_of_an_invalid_name_is_a_usage_error,
+    invalid_utf8_values_are_refused_small_or_large,
+    bind_refusals_leave_the_db_unchanged,
+);
+
 /// Names that could leave attachments/ or are otherwise unusable.
 fn hostile_names() -> Vec<String> {
     vec![
@@ -26,9 +33,8 @@ fn hostile_names() -> Vec<String> {
     ]
 }
 
-#[test]
-fn hostile_binding_names_are_refused_and_nothing_changes() {
-    let p = Project::new();
+fn hostile_binding_names_are_refused_and_nothing_changes(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     run.exec(1, "x", "executing", None);
     run.bind("keep", "me", None);
@@ -62,9 +68,8 @@ fn hostile_binding_names_are_refused_and_nothing_changes() {
     assert!(!run.dir.join("escape.md").exists());
 }
 
-#[test]
-fn get_of_an_invalid_name_is_a_usage_error() {
-    let p = Project::new();
+fn get_of_an_invalid_name_is_a_usage_error(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     for name in hostile_names() {
         let a = run.cmd().args(["get", "--", &name]).assert().failure();
@@ -74,9 +79,8 @@ fn get_of_an_invalid_name_is_a_usage_error() {
     }
 }
 
-#[test]
-fn invalid_utf8_values_are_refused_small_or_large() {
-    let p = Project::new();
+fn invalid_utf8_values_are_refused_small_or_large(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     run.bind("keep", "me", None);
     let before = run.snapshot();
@@ -114,9 +118,8 @@ fn invalid_utf8_values_are_refused_small_or_large() {
     assert_eq!(run.snapshot(), before);
 }
 
-#[test]
-fn bind_refusals_leave_the_db_unchanged() {
-    let p = Project::new();
+fn bind_refusals_leave_the_db_unchanged(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     run.bind("keep", "me", None);
     let before = run.snapshot();

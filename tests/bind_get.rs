@@ -1,5 +1,13 @@
 use crate::common::*;
-use rusqlite::OptionalExtension;
+
+on_both!(
+    value_sources_argument_stdin_dash_and_file,
+    const_cannot_be_rebound_in_its_scope,
+    scope_chain_nearest_wins_and_root_is_last,
+    missing_binding_in_root_scope_is_exit_3,
+    attachments_above_the_threshold_only,
+    get_streams_large_attachments_to_a_closed_pipe_quietly,
+);
 use std::io::Write;
 use std::process::Stdio;
 
@@ -12,17 +20,10 @@ type Row = (
 );
 
 fn row(run: &Run, name: &str, execution_id: Option<i64>) -> Option<Row> {
-    run.conn()
-        .query_row(
-            "SELECT execution_id, kind, value, source_statement, attachment_path FROM bindings
-             WHERE name = ?1 AND IFNULL(execution_id, -1) = IFNULL(?2, -1)",
-            rusqlite::params![name, execution_id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
-        )
-        .optional()
-        .unwrap()
+    run.view().binding(name, execution_id)
 }
 
+/// SQLite only: the confirmation names the state.db file.
 #[test]
 fn bind_root_scope_prints_the_spec_confirmation() {
     let p = Project::new();
@@ -60,6 +61,7 @@ fn bind_root_scope_prints_the_spec_confirmation() {
     );
 }
 
+/// SQLite only: the confirmation names the state.db file.
 #[test]
 fn bind_scoped_prints_execution_id_and_json() {
     let p = Project::new();
@@ -106,9 +108,8 @@ fn bind_scoped_prints_execution_id_and_json() {
     assert_eq!(row(&run, "out2", Some(e)).unwrap().1, "output");
 }
 
-#[test]
-fn value_sources_argument_stdin_dash_and_file() {
-    let p = Project::new();
+fn value_sources_argument_stdin_dash_and_file(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     let tricky = "it's \"quoted\"; DROP TABLE bindings; --\n\tsecond line\n";
     run.cmd().args(["bind", "arg", tricky]).assert().success();
@@ -144,6 +145,7 @@ fn value_sources_argument_stdin_dash_and_file() {
     assert_eq!(run.get("nul", None), b"a\0b");
 }
 
+/// SQLite only: it rewrites timestamps with raw SQLite SQL.
 #[test]
 fn upsert_keeps_created_at_and_sets_updated_at() {
     let p = Project::new();
@@ -173,9 +175,8 @@ fn upsert_keeps_created_at_and_sets_updated_at() {
     assert_eq!((kind.as_str(), value.as_str()), ("output", "two"));
 }
 
-#[test]
-fn const_cannot_be_rebound_in_its_scope() {
-    let p = Project::new();
+fn const_cannot_be_rebound_in_its_scope(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     let e = run.exec(1, "block", "executing", None);
     run.cmd()
@@ -219,9 +220,8 @@ fn const_cannot_be_rebound_in_its_scope() {
     assert_eq!(run.get("c", None), b"fixed");
 }
 
-#[test]
-fn scope_chain_nearest_wins_and_root_is_last() {
-    let p = Project::new();
+fn scope_chain_nearest_wins_and_root_is_last(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     // e1 > e2 > e3 > e4, and a sibling branch e5 under e1
     let e1 = run.exec(1, "do a", "executing", None);
@@ -326,9 +326,8 @@ fn scope_chain_nearest_wins_and_root_is_last() {
     assert!(stderr(&a).contains("execution not found: 999"));
 }
 
-#[test]
-fn missing_binding_in_root_scope_is_exit_3() {
-    let p = Project::new();
+fn missing_binding_in_root_scope_is_exit_3(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     let a = run.cmd().args(["get", "nothing"]).assert().failure();
     assert_eq!(code(&a), 3);
@@ -349,9 +348,8 @@ fn attachments(run: &Run) -> Vec<String> {
     v
 }
 
-#[test]
-fn attachments_above_the_threshold_only() {
-    let p = Project::new();
+fn attachments_above_the_threshold_only(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     let at_limit = "a".repeat(102_400);
     let over = "b".repeat(102_401);
@@ -454,6 +452,7 @@ fn attachments_above_the_threshold_only() {
     );
 }
 
+/// SQLite only: it lists rows with raw SQLite SQL.
 #[test]
 fn every_attachment_row_points_at_a_complete_file() {
     let p = Project::new();
@@ -525,9 +524,8 @@ fn run_is_found_by_id_directory_db_path_and_env() {
     assert_eq!(run.get("y", None), b"w");
 }
 
-#[test]
-fn get_streams_large_attachments_to_a_closed_pipe_quietly() {
-    let p = Project::new();
+fn get_streams_large_attachments_to_a_closed_pipe_quietly(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     let mut child = run
         .std_cmd()

@@ -359,13 +359,8 @@ fn concurrent_binds_all_land(b: Backend) {
             for i in 0..25 {
                 script += &format!("\"$BIN\" --run \"$RUN\" bind w{w}_{i} \"v {w} {i}\" >/dev/null || echo FAIL >&2\n");
             }
-            std::process::Command::new("sh")
-                .args(["-c", &script])
-                .current_dir(p.root())
-                .env("BIN", BIN)
+            sh(p.root(), &script)
                 .env("RUN", &run.id)
-                .env_remove("OPENPROSE_POSTGRES_URL")
-                .env_remove("DATABASE_URL")
                 .stderr(Stdio::piped())
                 .spawn()
                 .unwrap()
@@ -408,10 +403,7 @@ fn agents_and_segments(b: Backend) {
     let children: Vec<_> = (0..5)
         .map(|_| {
             let script = "for i in 1 2 3 4; do \"$BIN\" --run \"$RUN\" agent segment captain --prompt p --summary s || echo FAIL >&2; done";
-            std::process::Command::new("sh")
-                .args(["-c", script])
-                .current_dir(p.root())
-                .env("BIN", BIN)
+            sh(p.root(), script)
                 .env("RUN", &run.id)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())

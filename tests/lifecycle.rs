@@ -187,10 +187,7 @@ fn ten_processes_appending_segments_get_1_to_n() {
                     "\"$BIN\" --run \"$RUN\" agent segment captain --prompt 'w{w} i{i}' --summary s || echo FAIL >&2\n"
                 );
             }
-            std::process::Command::new("sh")
-                .args(["-c", &script])
-                .current_dir(p.root())
-                .env("BIN", BIN)
+            sh(p.root(), &script)
                 .env("RUN", &run.id)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())

@@ -12,6 +12,28 @@ use tempfile::TempDir;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_prose-state");
 
+/// The caller's settings that would change what the binary does: every spawner of the
+/// binary (or of a shell that runs it) clears them, so a test sees only what it sets.
+pub const CLEARED_ENV: &[&str] = &[
+    "PROSE_RUN",
+    "PROSE_ROOT",
+    "PROSE_STATE_BUSY_TIMEOUT",
+    "PROSE_PRINCIPAL",
+    "PROSE_HOME",
+    "OPENPROSE_POSTGRES_URL",
+    "DATABASE_URL",
+];
+
+/// `sh -c SCRIPT` in `dir`, with [`CLEARED_ENV`] cleared and `$BIN` naming the binary.
+pub fn sh(dir: &Path, script: &str) -> std::process::Command {
+    let mut c = std::process::Command::new("sh");
+    c.arg("-c").arg(script).current_dir(dir).env("BIN", BIN);
+    for var in CLEARED_ENV {
+        c.env_remove(var);
+    }
+    c
+}
+
 /// Runs each named test function (taking a [`Backend`]) once on SQLite and once on the real
 /// PostgreSQL server the tests start: `mod NAME { fn sqlite(); fn postgres(); }`.
 macro_rules! on_both {
@@ -82,25 +104,20 @@ impl Project {
     /// The binary, run in the project root with none of the caller's PROSE_* settings.
     pub fn cmd(&self) -> Command {
         let mut c = Command::new(BIN);
-        c.current_dir(self.root())
-            .env_remove("PROSE_RUN")
-            .env_remove("PROSE_ROOT")
-            .env_remove("PROSE_STATE_BUSY_TIMEOUT")
-            .env_remove("PROSE_PRINCIPAL")
-            .env_remove("OPENPROSE_POSTGRES_URL")
-            .env_remove("DATABASE_URL");
+        c.current_dir(self.root());
+        for var in CLEARED_ENV {
+            c.env_remove(var);
+        }
         c
     }
 
     /// A std Command for the binary (for spawning many at once).
     pub fn std_cmd(&self) -> std::process::Command {
         let mut c = std::process::Command::new(BIN);
-        c.current_dir(self.root())
-            .env_remove("PROSE_RUN")
-            .env_remove("PROSE_ROOT")
-            .env_remove("PROSE_STATE_BUSY_TIMEOUT")
-            .env_remove("OPENPROSE_POSTGRES_URL")
-            .env_remove("DATABASE_URL");
+        c.current_dir(self.root());
+        for var in CLEARED_ENV {
+            c.env_remove(var);
+        }
         c
     }
 
@@ -173,26 +190,19 @@ impl Run {
     /// The binary with `--run ID` in the project root.
     pub fn cmd(&self) -> Command {
         let mut c = Command::new(BIN);
-        c.current_dir(&self.root)
-            .env_remove("PROSE_RUN")
-            .env_remove("PROSE_ROOT")
-            .env_remove("PROSE_STATE_BUSY_TIMEOUT")
-            .env_remove("PROSE_PRINCIPAL")
-            .env_remove("OPENPROSE_POSTGRES_URL")
-            .env_remove("DATABASE_URL")
-            .args(["--run", &self.id]);
+        c.current_dir(&self.root).args(["--run", &self.id]);
+        for var in CLEARED_ENV {
+            c.env_remove(var);
+        }
         c
     }
 
     pub fn std_cmd(&self) -> std::process::Command {
         let mut c = std::process::Command::new(BIN);
-        c.current_dir(&self.root)
-            .env_remove("PROSE_RUN")
-            .env_remove("PROSE_ROOT")
-            .env_remove("PROSE_STATE_BUSY_TIMEOUT")
-            .env_remove("OPENPROSE_POSTGRES_URL")
-            .env_remove("DATABASE_URL")
-            .args(["--run", &self.id]);
+        c.current_dir(&self.root).args(["--run", &self.id]);
+        for var in CLEARED_ENV {
+            c.env_remove(var);
+        }
         c
     }
 
@@ -329,6 +339,45 @@ impl View<'_> {
                     .unwrap()
                     .map(|r| r.unwrap())
                     .collect()
+            }
+        }
+    }
+
+    /// (execution_id, kind, value, source_statement, attachment_path) of a binding.
+    #[allow(clippy::type_complexity)]
+    pub fn binding(
+        &self,
+        name: &str,
+        execution_id: Option<i64>,
+    ) -> Option<(
+        Option<i64>,
+        String,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    )> {
+        match self.pg() {
+            Some(mut c) => c
+                .query_opt(
+                    "SELECT execution_id, kind, value, source_statement, attachment_path
+                     FROM openprose.bindings WHERE run_id = $1 AND name = $2
+                       AND COALESCE(execution_id, -1) = COALESCE($3::bigint, -1)",
+                    &[&self.run.id, &name, &execution_id],
+                )
+                .unwrap()
+                .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4))),
+            None => {
+                use rusqlite::OptionalExtension;
+                self.run
+                    .conn()
+                    .query_row(
+                        "SELECT execution_id, kind, value, source_statement, attachment_path FROM bindings
+                         WHERE name = ?1 AND IFNULL(execution_id, -1) = IFNULL(?2, -1)",
+                        rusqlite::params![name, execution_id],
+                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+                    )
+                    .optional()
+                    .unwrap()
             }
         }
     }
