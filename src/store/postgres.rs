@@ -226,6 +226,11 @@ fn map_err(e: postgres::Error, shown_url: &str, busy_ms: u64) -> anyhow::Error {
         if db.message().contains("append-only") {
             return refused(db.message().to_string());
         }
+        if *code == SqlState::CHARACTER_NOT_IN_REPERTOIRE && db.message().contains("0x00") {
+            return crate::error::usage(
+                "the value holds a NUL byte, which PostgreSQL text cannot store; encode it (base64) first",
+            );
+        }
         if transient(&e) {
             return busy(format!(
                 "the server ended the session ({}, {}); nothing was written, retry the command{}",
