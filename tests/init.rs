@@ -1,5 +1,7 @@
 use crate::common::*;
 
+on_both!(init_refuses_existing_run_id_and_leaves_it_unchanged,);
+
 #[test]
 fn init_creates_run_directory_db_and_run_row() {
     let p = Project::new();
@@ -126,9 +128,8 @@ fn init_honours_root_flag_and_env() {
         .success();
 }
 
-#[test]
-fn init_refuses_existing_run_id_and_leaves_it_unchanged() {
-    let p = Project::new();
+fn init_refuses_existing_run_id_and_leaves_it_unchanged(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     p.cmd().args(["init", "--run-id", "r1"]).assert().success();
     let run = Run {
         id: "r1".into(),

@@ -1,6 +1,14 @@
 //! Persistent agents, imports, finish, runs and resume.
 
 use crate::common::*;
+
+on_both!(
+    ten_processes_appending_segments_get_1_to_n,
+    imports_are_registered_once_and_schemas_must_be_json,
+    a_finished_run_is_read_only_and_keeps_its_status,
+    runs_lists_newest_first_with_status_and_pending_gates,
+    resume_tells_a_vm_everything_it_needs,
+);
 use std::process::Stdio;
 
 fn json_of(a: &assert_cmd::assert::Assert) -> serde_json::Value {
@@ -175,9 +183,8 @@ fn agent_memory_in_the_three_scopes_lives_where_the_spec_says() {
     assert_eq!(run.snapshot(), before);
 }
 
-#[test]
-fn ten_processes_appending_segments_get_1_to_n() {
-    let p = Project::new();
+fn ten_processes_appending_segments_get_1_to_n(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     let children: Vec<_> = (0..10)
         .map(|w| {
@@ -211,20 +218,12 @@ fn ten_processes_appending_segments_get_1_to_n() {
         (1..=100).collect::<Vec<_>>(),
         "printed numbers: no gap, no duplicate"
     );
-    let stored: Vec<i64> = run
-        .conn()
-        .prepare("SELECT segment_number FROM agent_segments WHERE agent_name = 'captain' ORDER BY segment_number")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(|r| r.unwrap())
-        .collect();
+    let stored = run.view().segments("captain");
     assert_eq!(stored, (1..=100).collect::<Vec<_>>());
 }
 
-#[test]
-fn imports_are_registered_once_and_schemas_must_be_json() {
-    let p = Project::new();
+fn imports_are_registered_once_and_schemas_must_be_json(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     let add = |extra: &[&str]| {
         let mut c = run.cmd();
@@ -275,9 +274,8 @@ fn imports_are_registered_once_and_schemas_must_be_json() {
     assert_eq!(v[0]["inputs_schema"], serde_json::Value::Null);
 }
 
-#[test]
-fn a_finished_run_is_read_only_and_keeps_its_status() {
-    let p = Project::new();
+fn a_finished_run_is_read_only_and_keeps_its_status(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     run.bind("x", "1", None);
     run.cmd()
@@ -304,14 +302,9 @@ fn a_finished_run_is_read_only_and_keeps_its_status() {
     let v = json_of(&a);
     assert_eq!(v["previous_status"], "running");
     assert_eq!(v["status"], "completed");
-    let (status, updated): (String, String) = run
-        .conn()
-        .query_row("SELECT status, updated_at FROM run", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .unwrap();
+    let (status, updated, _) = run.view().run_row();
     assert_eq!(status, "completed");
-    assert!(!updated.is_empty());
+    assert!(!updated.unwrap().is_empty());
 
     let before = run.snapshot();
     for args in [
@@ -370,13 +363,11 @@ fn a_finished_run_is_read_only_and_keeps_its_status() {
         .args(["finish", "--status", "failed", "--error", "gave up"])
         .assert()
         .success();
-    let (status, err): (String, String) = r2
-        .conn()
-        .query_row("SELECT status, error_message FROM run", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .unwrap();
-    assert_eq!((status.as_str(), err.as_str()), ("failed", "gave up"));
+    let (status, _, err) = r2.view().run_row();
+    assert_eq!(
+        (status.as_str(), err.as_deref()),
+        ("failed", Some("gave up"))
+    );
     let a = r2
         .cmd()
         .args(["finish", "--status", "done"])
@@ -385,9 +376,8 @@ fn a_finished_run_is_read_only_and_keeps_its_status() {
     assert_eq!(code(&a), 2);
 }
 
-#[test]
-fn runs_lists_newest_first_with_status_and_pending_gates() {
-    let p = Project::new();
+fn runs_lists_newest_first_with_status_and_pending_gates(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let old = p.init();
     std::thread::sleep(std::time::Duration::from_millis(1100));
     let new = p.init();
@@ -425,9 +415,8 @@ fn runs_lists_newest_first_with_status_and_pending_gates() {
 }
 
 /// The scripted run of issue 5, checked field by field.
-#[test]
-fn resume_tells_a_vm_everything_it_needs() {
-    let p = Project::new();
+fn resume_tells_a_vm_everything_it_needs(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let home = p.root().join("home");
     let run = p.init();
     let x = |index: i64,
@@ -648,18 +637,11 @@ fn resume_tells_a_vm_everything_it_needs() {
     assert_eq!(v["run"]["status"], "running");
     assert_eq!(v["run"]["previous_status"], "interrupted");
     assert_eq!(v["run"]["error_message"], "VM context full");
-    let status: String = run
-        .conn()
-        .query_row("SELECT status FROM run", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(status, "running");
+    assert_eq!(run.view().run_row().0, "running");
     // position: the block started last and never completed; the last event is the newest row
     assert_eq!(v["position"]["current"]["id"], block);
     assert_eq!(v["position"]["current"]["statement_text"], "do process");
-    let last_id: i64 = run
-        .conn()
-        .query_row("SELECT MAX(id) FROM execution", [], |r| r.get(0))
-        .unwrap();
+    let last_id = run.view().last_execution_id();
     assert_eq!(v["position"]["last_event"]["id"], last_id);
     // per statement index, the latest status
     let st = |i: i64| {
@@ -794,15 +776,10 @@ fn resume_tells_a_vm_everything_it_needs() {
         logged,
         ["g_approved", "g_pending", "g_rejected", "g_timeout"]
     );
-    let n: i64 = run
-        .conn()
-        .query_row(
-            "SELECT COUNT(*) FROM gate_audit_log WHERE event_type = 'resumed'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    assert_eq!(n, 4);
+    assert_eq!(
+        count_rows(&p, &run, "gate_audit_log", "event_type = 'resumed'"),
+        4
+    );
     // a second resume logs only what is still pending
     let a = run.cmd().args(["--json", "resume"]).assert().success();
     assert_eq!(

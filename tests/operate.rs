@@ -2,6 +2,11 @@
 //! doctor, prune.
 
 use crate::common::*;
+
+on_both!(
+    log_narrates_the_execution_log,
+    log_follow_picks_up_events_appended_after_it_started,
+);
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
@@ -52,9 +57,8 @@ fn script(run: &Run) {
     );
 }
 
-#[test]
-fn log_narrates_the_execution_log() {
-    let p = Project::new();
+fn log_narrates_the_execution_log(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     script(&run);
     let a = run.cmd().arg("log").assert().success();
@@ -89,9 +93,8 @@ fn log_narrates_the_execution_log() {
     assert_eq!(lines[7]["metadata"]["reason"], "condition_satisfied");
 }
 
-#[test]
-fn log_follow_picks_up_events_appended_after_it_started() {
-    let p = Project::new();
+fn log_follow_picks_up_events_appended_after_it_started(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     run.exec(1, "first", "completed", None);
     let mut child = run

@@ -382,6 +382,74 @@ impl View<'_> {
         }
     }
 
+    /// The run row's status, updated_at and error_message.
+    pub fn run_row(&self) -> (String, Option<String>, Option<String>) {
+        match self.pg() {
+            Some(mut c) => {
+                let r = c
+                    .query_one(
+                        "SELECT status, to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'),
+                                error_message FROM openprose.run WHERE id = $1",
+                        &[&self.run.id],
+                    )
+                    .unwrap();
+                (r.get(0), r.get(1), r.get(2))
+            }
+            None => self
+                .run
+                .conn()
+                .query_row(
+                    "SELECT status, updated_at, error_message FROM run",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                )
+                .unwrap(),
+        }
+    }
+
+    /// The numbers of an agent's segments, in order.
+    pub fn segments(&self, agent: &str) -> Vec<i64> {
+        match self.pg() {
+            Some(mut c) => c
+                .query(
+                    "SELECT segment_number FROM openprose.agent_segments
+                     WHERE run_id = $1 AND agent_name = $2 ORDER BY segment_number",
+                    &[&self.run.id, &agent],
+                )
+                .unwrap()
+                .iter()
+                .map(|r| r.get(0))
+                .collect(),
+            None => self
+                .run
+                .conn()
+                .prepare("SELECT segment_number FROM agent_segments WHERE agent_name = ?1 ORDER BY segment_number")
+                .unwrap()
+                .query_map([agent], |r| r.get(0))
+                .unwrap()
+                .map(|r| r.unwrap())
+                .collect(),
+        }
+    }
+
+    /// The id of the newest execution record.
+    pub fn last_execution_id(&self) -> i64 {
+        match self.pg() {
+            Some(mut c) => c
+                .query_one(
+                    "SELECT MAX(id) FROM openprose.execution WHERE run_id = $1",
+                    &[&self.run.id],
+                )
+                .unwrap()
+                .get(0),
+            None => self
+                .run
+                .conn()
+                .query_row("SELECT MAX(id) FROM execution", [], |r| r.get(0))
+                .unwrap(),
+        }
+    }
+
     /// Runs a write behind the tool's back, in each backend's dialect.
     pub fn raw(&self, sqlite: &str, postgres: &str) {
         match self.pg() {
