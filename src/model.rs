@@ -136,6 +136,56 @@ pub fn new_run_id() -> String {
 
 /// Now, in UTC, in the exact text form of SQLite's `datetime('now')`, so that values written
 /// by prose-state and by the spec's raw SQL compare and sort together.
+/// A gate's status, converted at the row boundary. A status raw SQL wrote that is none of the
+/// four is kept as written and treated as decided: such a gate can never be approved (gates
+/// fail closed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GateStatus {
+    Pending,
+    Approved,
+    Rejected,
+    Timeout,
+    Other(String),
+}
+
+impl GateStatus {
+    pub fn parse(text: &str) -> Self {
+        match text {
+            "pending" => GateStatus::Pending,
+            "approved" => GateStatus::Approved,
+            "rejected" => GateStatus::Rejected,
+            "timeout" => GateStatus::Timeout,
+            other => GateStatus::Other(other.to_string()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            GateStatus::Pending => "pending",
+            GateStatus::Approved => "approved",
+            GateStatus::Rejected => "rejected",
+            GateStatus::Timeout => "timeout",
+            GateStatus::Other(s) => s,
+        }
+    }
+
+    pub fn is_pending(&self) -> bool {
+        *self == GateStatus::Pending
+    }
+}
+
+impl std::fmt::Display for GateStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for GateStatus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// A moment as prose-state writes it: UTC, to the second, in the text form of SQLite's
 /// `datetime('now')` (`2026-11-22 14:30:52`), so that values written by prose-state and by raw
 /// SQL compare and sort together. The one place that form is written down.

@@ -12,6 +12,7 @@ on_both!(
     bad_gate_input_is_refused_and_changes_nothing,
     audit_filters_by_gate_principal_and_time,
     listing_across_runs_oldest_first_with_filters,
+    a_status_raw_sql_invented_fails_closed,
 );
 
 fn create(run: &Run, id: &str, extra: &[&str]) -> serde_json::Value {
@@ -842,4 +843,31 @@ fn a_schema_1_database_upgrades_and_its_gate_keeps_working() {
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
     assert!(version >= 2, "{version}");
+}
+
+/// A status no prose-state writes, set by raw SQL, is not pending: the gate cannot be
+/// approved, and the refusal is logged.
+fn a_status_raw_sql_invented_fails_closed(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    create(&run, "g", &[]);
+    run.view().raw(
+        "UPDATE gates SET status = 'paused' WHERE id = 'g'",
+        "ALTER TABLE openprose.gates DROP CONSTRAINT IF EXISTS gates_status_check;
+         UPDATE openprose.gates SET status = 'paused' WHERE run_id = '$RUN' AND id = 'g'",
+    );
+    let a = p
+        .cmd()
+        .args(["approve", &run.id, "g", "--yes", "--as", "raymond"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 4, "{}", stderr(&a));
+    assert_eq!(run.view().gate("g").0, "paused");
+    assert_eq!(run.view().events("g").last().unwrap().0, "refused");
+    let a = p
+        .cmd()
+        .args(["--json", "gates", "--status", "all"])
+        .assert()
+        .success();
+    assert_eq!(stdout_json(&a)[0]["status"], "paused");
 }

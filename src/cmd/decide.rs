@@ -60,7 +60,7 @@ fn resolved_by(g: &GateRow) -> String {
     format!(
         "gate {} was already {} by {} at {}",
         g.id,
-        if g.status == "timeout" {
+        if g.status == crate::model::GateStatus::Timeout {
             "timed out"
         } else {
             g.status.as_str()
@@ -86,7 +86,7 @@ pub fn run(req: &DecideRequest, store: &mut dyn Store, confirm: Confirm) -> Resu
     })?;
     let action = if req.approve { "approve" } else { "reject" };
     // Ask only when the decision could be taken; otherwise let the store refuse (and log) it.
-    if gate.status == "pending" && principal_allowed(&gate.allow, req.principal) && !req.yes {
+    if gate.status.is_pending() && principal_allowed(&gate.allow, req.principal) && !req.yes {
         if !req.interactive {
             return Err(usage(format!(
                 "{action} needs confirmation and stdin is not a terminal: pass --yes"

@@ -16,7 +16,7 @@ use std::io::{self, Write};
 
 /// Seconds from `now` until `timeout_at`, for a pending gate with a readable deadline.
 fn time_left(gate: &GateRow, now: &str) -> Option<i64> {
-    if gate.status != "pending" {
+    if !gate.status.is_pending() {
         return None;
     }
     Some(crate::model::seconds_between(now, gate.timeout_at.as_deref()?)?.max(0))
@@ -45,7 +45,7 @@ impl GateView {
     fn left(&self) -> String {
         match (self.time_left_seconds, self.gate.timeout_at.is_some()) {
             (Some(s), _) => human_duration(s),
-            (None, false) if self.gate.status == "pending" => "no deadline".into(),
+            (None, false) if self.gate.status.is_pending() => "no deadline".into(),
             _ => "-".into(),
         }
     }
@@ -83,7 +83,7 @@ impl Render for GateList {
                 vec![
                     g.gate.run_id.clone().unwrap_or_default(),
                     g.gate.id.clone(),
-                    g.gate.status.clone(),
+                    g.gate.status.to_string(),
                     g.gate.created_at.clone().unwrap_or_default(),
                     g.left(),
                     g.program_path.clone().unwrap_or_else(|| "-".into()),
@@ -222,7 +222,7 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store) -> Result<GateCreate
         Created::Conflict(g) => Err(refused(format!(
             "gate already exists in this run ({}{}); a gate id is created once: {}",
             g.status,
-            if g.status == "pending" {
+            if g.status.is_pending() {
                 ", with different settings"
             } else {
                 ""
@@ -276,7 +276,7 @@ impl Render for GateShown {
         writeln!(w, "Allow: {}", g.allow.join(", "))?;
         writeln!(w, "Created: {}", g.created_at.as_deref().unwrap_or("-"))?;
         match (&g.timeout, &g.timeout_at) {
-            (Some(t), Some(at)) if g.status == "pending" => writeln!(
+            (Some(t), Some(at)) if g.status.is_pending() => writeln!(
                 w,
                 "Timeout: {t} (deadline {at} UTC, {} left)",
                 self.gate.left()
@@ -398,7 +398,7 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<GateWaited> {
                         shown(&args.gate)
                     ))
                 })?;
-                if gate.status != "pending" || out_of_time {
+                if !gate.status.is_pending() || out_of_time {
                     return Ok(GateWaited {
                         gate: GateView::new(gate, run.program_path, &now),
                         waited_seconds: start.elapsed().as_secs(),

@@ -127,7 +127,7 @@ pub struct NextStep {
 #[derive(Debug, Serialize)]
 pub struct GateNext {
     pub id: String,
-    pub status: String,
+    pub status: crate::model::GateStatus,
     pub next_step: NextStep,
     pub on_reject: Option<String>,
     pub resolved_by: Option<String>,

@@ -178,7 +178,7 @@ pub struct GateRow {
     pub timeout: Option<String>,
     pub timeout_at: Option<String>,
     pub on_reject: Option<String>,
-    pub status: String,
+    pub status: crate::model::GateStatus,
     pub created_at: Option<String>,
     pub resolved_at: Option<String>,
     pub resolved_by: Option<String>,
@@ -461,7 +461,7 @@ pub enum Refusal {
 /// not allowed, prompt changed since it was shown), with the metadata of its `refused`
 /// audit event; None when it may.
 pub fn refusal(gate: &GateRow, d: &Decision) -> Option<(Refusal, serde_json::Value)> {
-    let (why, reason) = if gate.status != "pending" {
+    let (why, reason) = if !gate.status.is_pending() {
         (Refusal::AlreadyResolved, format!("already {}", gate.status))
     } else if !crate::model::principal_allowed(&gate.allow, d.principal) {
         (Refusal::NotAllowed, "principal not allowed".to_string())

@@ -13,6 +13,7 @@ use super::{
     NewRun, OpenOptions, QueryResult, RunInfo, RunSummary, Store, StoreStats,
 };
 use crate::error::{busy, not_found, refused, shown, usage};
+use crate::model::GateStatus;
 use anyhow::{anyhow, Result};
 use postgres::error::SqlState;
 use postgres::types::{ToSql, Type};
@@ -699,12 +700,13 @@ impl Tx for PgTx<'_> {
     fn resolve_gate(
         &mut self,
         id: &str,
-        status: &str,
+        status: &GateStatus,
         by: &str,
         comment: Option<&str>,
         at: &str,
     ) -> Result<()> {
         let run = self.run()?;
+        let status = status.as_str();
         self.tx
             .execute(
                 "UPDATE openprose.gates SET status = $3, resolved_at = ($4::text)::timestamptz,
@@ -749,7 +751,7 @@ impl Tx for PgTx<'_> {
             .iter()
             .map(|r| GateResumeState {
                 id: r.get(0),
-                status: r.get(1),
+                status: GateStatus::parse(r.get(1)),
                 last_resumed: r.get(2),
                 last_decision: r.get(3),
             })
@@ -971,7 +973,7 @@ fn gate_row(r: &Row) -> GateRow {
         timeout: r.get(5),
         timeout_at: r.get(6),
         on_reject: r.get(7),
-        status: r.get(8),
+        status: GateStatus::parse(r.get(8)),
         created_at: r.get(9),
         resolved_at: r.get(10),
         resolved_by: r.get(11),

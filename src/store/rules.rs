@@ -9,6 +9,7 @@ use super::{
     NewBinding, NewExecution, NewGate, Resumed,
 };
 use crate::error::{not_found, refused, shown};
+use crate::model::GateStatus;
 use anyhow::{anyhow, Result};
 
 /// A write to a finished run (`completed` or `failed`) is refused. Checked inside the write's
@@ -84,7 +85,7 @@ pub fn sweep(tx: &mut dyn Tx, now: &str) -> Result<usize> {
             .as_deref()
             .and_then(crate::model::canonical_time)
             .unwrap_or_else(|| now.to_string());
-        tx.resolve_gate(&gate.id, "timeout", "system", None, &at)?;
+        tx.resolve_gate(&gate.id, &GateStatus::Timeout, "system", None, &at)?;
     }
     Ok(overdue.len())
 }
@@ -175,7 +176,7 @@ pub fn create_gate(mut tx: Box<dyn Tx + '_>, g: &NewGate) -> Result<Created> {
     if let Some(existing) = tx.load_gate(g.id)? {
         let same = super::same_gate(&existing, g);
         tx.commit()?;
-        return Ok(if same && existing.status == "pending" {
+        return Ok(if same && existing.status.is_pending() {
             Created::Retried(existing)
         } else {
             Created::Conflict(existing)
@@ -281,7 +282,11 @@ pub fn decide_gate(mut tx: Box<dyn Tx + '_>, d: &Decision) -> Result<Decided> {
         tx.commit()?;
         return Ok(super::refused_outcome(gate, why));
     }
-    let status = if d.approve { "approved" } else { "rejected" };
+    let status = if d.approve {
+        GateStatus::Approved
+    } else {
+        GateStatus::Rejected
+    };
     let metadata = super::decision_metadata(&gate, d);
     // The audit event is written before the gates row changes, in the same transaction.
     append_audit(
@@ -289,14 +294,14 @@ pub fn decide_gate(mut tx: Box<dyn Tx + '_>, d: &Decision) -> Result<Decided> {
         &Event {
             gate_id: d.gate_id,
             run_id: &run_id,
-            event_type: status,
+            event_type: status.as_str(),
             principal: Some(d.principal),
             comment: d.comment,
             metadata,
             now: d.now,
         },
     )?;
-    tx.resolve_gate(d.gate_id, status, d.principal, d.comment, d.now)?;
+    tx.resolve_gate(d.gate_id, &status, d.principal, d.comment, d.now)?;
     let row = tx
         .load_gate(d.gate_id)?
         .ok_or_else(|| anyhow!("gate vanished during decision"))?;
@@ -424,7 +429,7 @@ pub fn record_resume(mut tx: Box<dyn Tx + '_>, now: &str) -> Result<Resumed> {
     let mut logged = Vec::new();
     for g in tx.gates_for_resume()? {
         let decided_since = g.last_decision.unwrap_or(0) > g.last_resumed.unwrap_or(0);
-        if g.status == "pending" || decided_since {
+        if g.status.is_pending() || decided_since {
             append_audit(
                 &mut *tx,
                 &Event {
@@ -434,7 +439,7 @@ pub fn record_resume(mut tx: Box<dyn Tx + '_>, now: &str) -> Result<Resumed> {
                     principal: Some("system"),
                     comment: None,
                     metadata: serde_json::json!({
-                        "resume_source": "cli", "previous_status": g.status
+                        "resume_source": "cli", "previous_status": g.status.as_str()
                     }),
                     now,
                 },

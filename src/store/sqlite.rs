@@ -13,6 +13,7 @@ use super::{
     OpenOptions, QueryResult, RunInfo, RunSummary, Store, StoreStats,
 };
 use crate::error::{busy, not_found, refused, shown, usage};
+use crate::model::GateStatus;
 use anyhow::{anyhow, Context, Result};
 use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use rusqlite::types::ValueRef;
@@ -406,7 +407,7 @@ impl Tx for SqliteTx<'_> {
     fn resolve_gate(
         &mut self,
         id: &str,
-        status: &str,
+        status: &GateStatus,
         by: &str,
         comment: Option<&str>,
         at: &str,
@@ -415,7 +416,7 @@ impl Tx for SqliteTx<'_> {
             .execute(
                 "UPDATE gates SET status = ?2, resolved_at = ?3, resolved_by = ?4, resolution_comment = ?5
                  WHERE id = ?1 AND status = 'pending'",
-                params![id, status, at, by, comment],
+                params![id, status.as_str(), at, by, comment],
             )
             .map(drop)
             .map_err(self.err())
@@ -442,7 +443,9 @@ impl Tx for SqliteTx<'_> {
                 s.query_map([], |r| {
                     Ok(GateResumeState {
                         id: r.get(0)?,
-                        status: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                        status: GateStatus::parse(
+                            &r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                        ),
                         last_resumed: r.get(2)?,
                         last_decision: r.get(3)?,
                     })
@@ -658,7 +661,7 @@ fn gate_row(r: &Row) -> rusqlite::Result<GateRow> {
         timeout: r.get(5)?,
         timeout_at: r.get(6)?,
         on_reject: r.get(7)?,
-        status: r.get::<_, Option<String>>(8)?.unwrap_or_default(),
+        status: GateStatus::parse(&r.get::<_, Option<String>>(8)?.unwrap_or_default()),
         created_at: r.get(9)?,
         resolved_at: r.get(10)?,
         resolved_by: r.get(11)?,

@@ -32,7 +32,7 @@ pub type KeyedExecution = (
 /// event and of its last decision (approved, rejected or timeout).
 pub struct GateResumeState {
     pub id: String,
-    pub status: String,
+    pub status: crate::model::GateStatus,
     pub last_resumed: Option<i64>,
     pub last_decision: Option<i64>,
 }
@@ -74,7 +74,7 @@ pub trait Tx {
     fn resolve_gate(
         &mut self,
         id: &str,
-        status: &str,
+        status: &crate::model::GateStatus,
         by: &str,
         comment: Option<&str>,
         at: &str,
