@@ -2,6 +2,7 @@ use crate::common::*;
 use std::process::Stdio;
 
 on_both!(
+    the_whole_lifecycle_through_the_binary,
     rejection_needs_a_reason_and_wait_exits_5,
     create_is_safe_to_retry_and_refuses_a_different_gate,
     a_gate_past_its_deadline_fails_closed_with_no_sweeper,
@@ -32,9 +33,8 @@ fn create(run: &Run, id: &str, extra: &[&str]) -> serde_json::Value {
     stdout_json(&a)
 }
 
-#[test]
-fn the_whole_lifecycle_through_the_binary() {
-    let p = Project::new();
+fn the_whole_lifecycle_through_the_binary(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     let v = create(
         &run,
@@ -55,34 +55,18 @@ fn the_whole_lifecycle_through_the_binary() {
     assert!(v["time_left_seconds"].as_i64().unwrap() > 14_390);
     // the execution record the spec appends beside the gate
     let exec_id = v["execution_id"].as_i64().unwrap();
-    let (idx, text, status, meta): (i64, String, String, String) = run
-        .conn()
-        .query_row(
-            "SELECT statement_index, statement_text, status, metadata FROM execution WHERE id = ?1",
-            [exec_id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-        )
-        .unwrap();
+    let (idx, text, status, meta) = run.view().execution(exec_id);
     assert_eq!(
-        (idx, text.as_str(), status.as_str()),
-        (3, "approve production_deploy:", "pending")
+        (idx, text.as_deref(), status.as_deref()),
+        (Some(3), Some("approve production_deploy:"), Some("pending"))
     );
-    assert_eq!(meta, r#"{"gate_id":"production_deploy"}"#);
+    assert_eq!(meta, serde_json::json!({"gate_id": "production_deploy"}));
     // deadline = created + 4h, in datetime('now') form
-    let (created, deadline): (String, String) = run
-        .conn()
-        .query_row("SELECT created_at, timeout_at FROM gates", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .unwrap();
-    let diff: i64 = run
-        .conn()
-        .query_row(
-            "SELECT CAST((julianday(?2) - julianday(?1)) * 86400 + 0.5 AS INTEGER)",
-            [&created, &deadline],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let (created, deadline) = run.view().gate_times("production_deploy");
+    let at = |t: Option<String>| {
+        chrono::NaiveDateTime::parse_from_str(&t.unwrap(), "%Y-%m-%d %H:%M:%S").unwrap()
+    };
+    let diff = (at(deadline) - at(created)).num_seconds();
     assert_eq!(diff, 14_400);
     let ev = run.view().events("production_deploy");
     assert_eq!(ev.len(), 1);

@@ -3,6 +3,8 @@
 
 use crate::common::*;
 
+on_both!(doctor_finds_a_missing_attachment_and_a_stale_run);
+
 on_both!(
     log_narrates_the_execution_log,
     log_follow_picks_up_events_appended_after_it_started,
@@ -226,9 +228,8 @@ fn checkpoint_and_vacuum() {
     );
 }
 
-#[test]
-fn doctor_finds_a_missing_attachment_and_a_stale_run() {
-    let p = Project::new();
+fn doctor_finds_a_missing_attachment_and_a_stale_run(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let run = p.init();
     let a = p.cmd().args(["doctor"]).assert().success();
     assert!(String::from_utf8_lossy(&a.get_output().stdout).starts_with("healthy: 1 runs checked"));
@@ -237,27 +238,17 @@ fn doctor_finds_a_missing_attachment_and_a_stale_run() {
         .write_stdin("a".repeat(100))
         .assert()
         .success();
-    let big_path: String = run
-        .conn()
-        .query_row(
-            "SELECT attachment_path FROM bindings WHERE name = 'big'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let big_path = run.view().binding("big", None).unwrap().4.unwrap();
     std::fs::remove_file(run.dir.join(&big_path)).unwrap();
     std::fs::write(run.dir.join("attachments/orphan.md"), "nobody's").unwrap();
     std::fs::write(run.dir.join("attachments/.prose-tmp-big.md.1.2"), "partial").unwrap();
     run.exec(1, "x", "executing", None);
-    run.conn()
-        .execute(
-            "UPDATE execution SET started_at = '2000-01-01 00:00:00'",
-            [],
-        )
-        .unwrap();
-    run.conn()
-        .execute("UPDATE run SET started_at = '2000-01-01 00:00:00'", [])
-        .unwrap();
+    run.view().raw(
+        "UPDATE execution SET started_at = '2000-01-01 00:00:00';
+         UPDATE run SET started_at = '2000-01-01 00:00:00';",
+        "UPDATE openprose.execution SET started_at = '2000-01-01 00:00:00+00' WHERE run_id = '$RUN';
+         UPDATE openprose.run SET started_at = '2000-01-01 00:00:00+00' WHERE id = '$RUN';",
+    );
     let a = p.cmd().args(["doctor"]).assert().failure();
     assert_eq!(code(&a), 1);
     let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
@@ -296,14 +287,9 @@ fn doctor_finds_a_missing_attachment_and_a_stale_run() {
         .map(|p| p["kind"].as_str().unwrap())
         .collect();
     assert_eq!(fixed.len(), 3, "{v}");
-    let (status, err): (String, String) = run
-        .conn()
-        .query_row("SELECT status, error_message FROM run", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .unwrap();
+    let (status, _, err) = run.view().run_row();
     assert_eq!(status, "interrupted");
-    assert!(err.contains("marked interrupted by doctor"));
+    assert!(err.unwrap().contains("marked interrupted by doctor"));
     assert!(!run.dir.join("attachments/orphan.md").exists());
     assert!(!run.dir.join("attachments/.prose-tmp-big.md.1.2").exists());
     let a = p.cmd().args(["doctor"]).assert().failure();
@@ -315,11 +301,11 @@ fn doctor_finds_a_missing_attachment_and_a_stale_run() {
         .args(["gates", "create", "g", "--prompt", "p"])
         .assert()
         .success();
-    run.conn()
-        .execute_batch(
-            "DROP TRIGGER gate_audit_log_no_update; UPDATE gate_audit_log SET principal = 'x';",
-        )
-        .unwrap();
+    run.view().raw(
+        "DROP TRIGGER gate_audit_log_no_update; UPDATE gate_audit_log SET principal = 'x';",
+        "ALTER TABLE openprose.gate_audit_log DISABLE TRIGGER USER;
+         UPDATE openprose.gate_audit_log SET principal = 'x' WHERE run_id = '$RUN';",
+    );
     let a = p.cmd().args(["doctor"]).assert().failure();
     assert!(
         String::from_utf8_lossy(&a.get_output().stdout).contains("audit chain: broken at row 1")

@@ -382,6 +382,69 @@ impl View<'_> {
         }
     }
 
+    /// (statement_index, statement_text, status, metadata as JSON) of an execution record.
+    pub fn execution(
+        &self,
+        id: i64,
+    ) -> (
+        Option<i64>,
+        Option<String>,
+        Option<String>,
+        serde_json::Value,
+    ) {
+        let parse = |m: Option<String>| {
+            m.map(|m| serde_json::from_str(&m).unwrap())
+                .unwrap_or_default()
+        };
+        match self.pg() {
+            Some(mut c) => {
+                let r = c
+                    .query_one(
+                        "SELECT statement_index, statement_text, status, metadata::text
+                         FROM openprose.execution WHERE run_id = $1 AND id = $2",
+                        &[&self.run.id, &id],
+                    )
+                    .unwrap();
+                (r.get(0), r.get(1), r.get(2), parse(r.get(3)))
+            }
+            None => self
+                .run
+                .conn()
+                .query_row(
+                    "SELECT statement_index, statement_text, status, metadata FROM execution WHERE id = ?1",
+                    [id],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, parse(r.get(3)?))),
+                )
+                .unwrap(),
+        }
+    }
+
+    /// A gate's created_at and timeout_at, in the stored text form.
+    pub fn gate_times(&self, id: &str) -> (Option<String>, Option<String>) {
+        match self.pg() {
+            Some(mut c) => {
+                let r = c
+                    .query_one(
+                        "SELECT to_char(created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'),
+                                to_char(timeout_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')
+                         FROM openprose.gates WHERE run_id = $1 AND id = $2",
+                        &[&self.run.id, &id],
+                    )
+                    .unwrap();
+                (r.get(0), r.get(1))
+            }
+            None => self
+                .run
+                .conn()
+                .query_row(
+                    "SELECT created_at, timeout_at FROM gates WHERE id = ?1",
+                    [id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .unwrap(),
+        }
+    }
+
     /// The run row's status, updated_at and error_message.
     pub fn run_row(&self) -> (String, Option<String>, Option<String>) {
         match self.pg() {
