@@ -17,6 +17,7 @@ pub mod maintain;
 pub mod prune;
 pub mod query;
 pub mod resume;
+pub mod rows;
 pub mod runs;
 
 use crate::context::Context;

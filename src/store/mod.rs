@@ -103,24 +103,16 @@ pub fn keyed_retry(
 
 /// A bindings row as stored. Rows written by raw SQL may hold NULLs anywhere and a value
 /// that is not valid UTF-8, so the value is kept as bytes.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct BindingRow {
     pub name: String,
     pub execution_id: Option<i64>,
     pub kind: Option<String>,
-    #[serde(serialize_with = "lossy_text")]
     pub value: Option<Vec<u8>>,
     pub source_statement: Option<String>,
     pub created_at: Option<String>,
     pub updated_at: Option<String>,
     pub attachment_path: Option<String>,
-}
-
-fn lossy_text<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
-    match v {
-        Some(bytes) => s.serialize_str(&String::from_utf8_lossy(bytes)),
-        None => s.serialize_none(),
-    }
 }
 
 /// Where a scope lookup found its binding.
@@ -168,7 +160,7 @@ pub struct RunInfo {
 
 /// A gates row. `allow` is parsed from its JSON; an allow list that is not a JSON array of
 /// strings (written by raw SQL) admits nobody: gates fail closed.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct GateRow {
     pub id: String,
     pub run_id: Option<String>,
@@ -187,7 +179,7 @@ pub struct GateRow {
 }
 
 /// One gate_audit_log row.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct AuditRow {
     pub id: i64,
     pub gate_id: String,
@@ -299,7 +291,7 @@ pub struct BrokenLink {
 }
 
 /// A persistent agent's row, with its segment count.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct AgentRow {
     pub name: String,
     pub scope: Option<String>,
@@ -339,7 +331,7 @@ pub trait AgentStore {
 }
 
 /// An imports row.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ImportRow {
     pub alias: String,
     pub source_url: Option<String>,
