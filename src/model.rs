@@ -50,12 +50,6 @@ impl Status {
     }
 }
 
-/// Whether a run status is final: `completed` and `failed` runs are closed to writes and keep
-/// their status (`interrupted` runs stay open: they may be resumed).
-pub fn is_finished(status: &str) -> bool {
-    matches!(status, "completed" | "failed")
-}
-
 /// The longest binding name accepted: its attachment file name (`{name}__{execution_id}.md`)
 /// must stay under the 255-byte file name limit of common filesystems.
 pub const MAX_NAME_BYTES: usize = 200;
@@ -136,6 +130,56 @@ pub fn new_run_id() -> String {
 
 /// Now, in UTC, in the exact text form of SQLite's `datetime('now')`, so that values written
 /// by prose-state and by the spec's raw SQL compare and sort together.
+/// A run's status, converted at the row boundary; a status raw SQL wrote that is none of the
+/// four is kept as written (and is not finished: such a run stays writable, like the spec's).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunStatus {
+    Running,
+    Completed,
+    Failed,
+    Interrupted,
+    Other(String),
+}
+
+impl RunStatus {
+    pub fn parse(text: &str) -> Self {
+        match text {
+            "running" => RunStatus::Running,
+            "completed" => RunStatus::Completed,
+            "failed" => RunStatus::Failed,
+            "interrupted" => RunStatus::Interrupted,
+            other => RunStatus::Other(other.to_string()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Interrupted => "interrupted",
+            RunStatus::Other(s) => s,
+        }
+    }
+
+    /// `completed` and `failed` runs are closed to writes and keep their status.
+    pub fn is_finished(&self) -> bool {
+        matches!(self, RunStatus::Completed | RunStatus::Failed)
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for RunStatus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// A gate's status, converted at the row boundary. A status raw SQL wrote that is none of the
 /// four is kept as written and treated as decided: such a gate can never be approved (gates
 /// fail closed).

@@ -200,7 +200,7 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
                     let fixed = req.fix
                         && store
                             .finish(
-                                "interrupted",
+                                &crate::model::RunStatus::Interrupted,
                                 Some(&format!("marked interrupted by doctor: {why}")),
                                 &now,
                             )

@@ -39,7 +39,11 @@ pub fn run(args: &FinishArgs, store: &mut dyn Store) -> Result<RunFinished> {
         }
     }
     let run_id = store.run_info()?.id;
-    let previous_status = match store.finish(status, args.error.as_deref(), &now())? {
+    let previous_status = match store.finish(
+        &crate::model::RunStatus::parse(status),
+        args.error.as_deref(),
+        &now(),
+    )? {
         Finished::Done { previous_status } => Some(previous_status),
         Finished::Unchanged => None,
     };

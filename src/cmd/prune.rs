@@ -149,7 +149,10 @@ pub fn run(req: &PruneArgs, runs: &[RunPaths], ctx: &Context) -> Result<Pruned> 
         );
         let reason = if (i as u64) < req.keep_n {
             Some(format!("among the newest {}", req.keep_n))
-        } else if !status.as_deref().is_some_and(crate::model::is_finished) {
+        } else if !status
+            .as_deref()
+            .is_some_and(|s| crate::model::RunStatus::parse(s).is_finished())
+        {
             Some(format!(
                 "{} (only completed and failed runs are pruned)",
                 status.as_deref().unwrap_or("no status")

@@ -653,7 +653,12 @@ pub trait Store: AgentStore {
     fn verify_audit(&mut self) -> Result<ChainReport>;
 
     /// Sets the run's final status (`rules::finish`).
-    fn finish(&mut self, status: &str, error: Option<&str>, now: &str) -> Result<Finished> {
+    fn finish(
+        &mut self,
+        status: &crate::model::RunStatus,
+        error: Option<&str>,
+        now: &str,
+    ) -> Result<Finished> {
         rules::finish(self.begin(rules::FINISH)?, status, error, now)
     }
 

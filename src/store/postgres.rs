@@ -13,7 +13,7 @@ use super::{
     NewRun, OpenOptions, QueryResult, RunInfo, RunSummary, Store, StoreStats,
 };
 use crate::error::{busy, not_found, refused, shown, usage};
-use crate::model::GateStatus;
+use crate::model::{GateStatus, RunStatus};
 use anyhow::{anyhow, Result};
 use postgres::error::SqlState;
 use postgres::types::{ToSql, Type};
@@ -517,7 +517,7 @@ pub struct PgTx<'a> {
     tx: Transaction<'a>,
     run_id: Option<String>,
     /// The run's id and status, read when its row was locked.
-    run: Option<(String, Option<String>)>,
+    run: Option<(String, Option<RunStatus>)>,
     shown_url: &'a str,
     busy_ms: u64,
 }
@@ -536,21 +536,22 @@ impl PgTx<'_> {
 }
 
 impl Tx for PgTx<'_> {
-    fn run_row(&mut self) -> Result<Option<(String, Option<String>)>> {
+    fn run_row(&mut self) -> Result<Option<(String, Option<RunStatus>)>> {
         Ok(self.run.clone())
     }
 
-    fn set_run_status(&mut self, status: &str, error: Option<&str>, now: &str) -> Result<()> {
+    fn set_run_status(&mut self, status: &RunStatus, error: Option<&str>, now: &str) -> Result<()> {
         let run = self.run()?;
+        let (status_text, status) = (status.as_str(), status.clone());
         self.tx
             .execute(
                 "UPDATE openprose.run SET status = $2, updated_at = ($3::text)::timestamptz,
                      error_message = COALESCE($4, error_message) WHERE id = $1",
-                &[&run, &status, &now, &error],
+                &[&run, &status_text, &now, &error],
             )
             .map_err(self.err())?;
         if let Some(r) = &mut self.run {
-            r.1 = Some(status.to_string());
+            r.1 = Some(status);
         }
         Ok(())
     }
@@ -1080,7 +1081,10 @@ impl AgentStore for PgStore {
             .transaction()
             .map_err(|e| map_err(e, shown_url, *busy_ms))?;
         let run = match run_id.as_deref() {
-            Some(id) => Some((id.to_string(), Some(lock_run(&mut tx, id, kind)?))),
+            Some(id) => Some((
+                id.to_string(),
+                Some(RunStatus::parse(&lock_run(&mut tx, id, kind)?)),
+            )),
             None => None,
         };
         Ok(Box::new(PgTx {

@@ -9,14 +9,14 @@ use super::{
     NewBinding, NewExecution, NewGate, Resumed,
 };
 use crate::error::{not_found, refused, shown};
-use crate::model::GateStatus;
+use crate::model::{GateStatus, RunStatus};
 use anyhow::{anyhow, Result};
 
 /// A write to a finished run (`completed` or `failed`) is refused. Checked inside the write's
 /// own transaction, so a write and a `finish` cannot interleave.
 pub fn ensure_open(tx: &mut dyn Tx) -> Result<()> {
     if let Some((id, Some(status))) = tx.run_row()? {
-        if crate::model::is_finished(&status) {
+        if status.is_finished() {
             return Err(refused(format!(
                 "run {id} is {status}: a finished run takes no more writes"
             )));
@@ -313,7 +313,7 @@ pub fn decide_gate(mut tx: Box<dyn Tx + '_>, d: &Decision) -> Result<Decided> {
 /// completing a run with a pending gate is refused. Overdue gates are swept first.
 pub fn finish(
     mut tx: Box<dyn Tx + '_>,
-    status: &str,
+    status: &RunStatus,
     error: Option<&str>,
     now: &str,
 ) -> Result<Finished> {
@@ -321,16 +321,16 @@ pub fn finish(
     let (id, current) = tx
         .run_row()?
         .ok_or_else(|| anyhow!("the store has no run row"))?;
-    let current = current.unwrap_or_else(|| "running".to_string());
-    if crate::model::is_finished(&current) {
-        if current == status {
+    let current = current.unwrap_or(RunStatus::Running);
+    if current.is_finished() {
+        if current == *status {
             return Ok(Finished::Unchanged);
         }
         return Err(refused(format!(
             "run {id} is already {current}; a finished run keeps its status"
         )));
     }
-    if status == "completed" {
+    if *status == RunStatus::Completed {
         let pending = tx.pending_gate_ids()?;
         if !pending.is_empty() {
             return Err(refused(format!(
@@ -342,7 +342,7 @@ pub fn finish(
     tx.set_run_status(status, error, now)?;
     tx.commit()?;
     Ok(Finished::Done {
-        previous_status: current,
+        previous_status: current.to_string(),
     })
 }
 
@@ -417,11 +417,11 @@ pub fn record_resume(mut tx: Box<dyn Tx + '_>, now: &str) -> Result<Resumed> {
     let (run_id, status) = tx
         .run_row()?
         .ok_or_else(|| anyhow!("the store has no run row"))?;
-    let status = status.unwrap_or_else(|| "running".to_string());
-    if crate::model::is_finished(&status) {
+    let status = status.unwrap_or(RunStatus::Running);
+    if status.is_finished() {
         return Ok(Resumed {
-            previous_status: status.clone(),
-            status,
+            previous_status: status.to_string(),
+            status: status.to_string(),
             gates_logged: Vec::new(),
         });
     }
@@ -447,16 +447,16 @@ pub fn record_resume(mut tx: Box<dyn Tx + '_>, now: &str) -> Result<Resumed> {
             logged.push(g.id);
         }
     }
-    let new_status = if status == "interrupted" {
-        tx.set_run_status("running", None, now)?;
-        "running".to_string()
+    let new_status = if status == RunStatus::Interrupted {
+        tx.set_run_status(&RunStatus::Running, None, now)?;
+        RunStatus::Running
     } else {
         status.clone()
     };
     tx.commit()?;
     Ok(Resumed {
-        previous_status: status,
-        status: new_status,
+        previous_status: status.to_string(),
+        status: new_status.to_string(),
         gates_logged: logged,
     })
 }

@@ -13,7 +13,7 @@ use super::{
     OpenOptions, QueryResult, RunInfo, RunSummary, Store, StoreStats,
 };
 use crate::error::{busy, not_found, refused, shown, usage};
-use crate::model::GateStatus;
+use crate::model::{GateStatus, RunStatus};
 use anyhow::{anyhow, Context, Result};
 use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use rusqlite::types::ValueRef;
@@ -262,23 +262,24 @@ impl SqliteTx<'_> {
 }
 
 impl Tx for SqliteTx<'_> {
-    fn run_row(&mut self) -> Result<Option<(String, Option<String>)>> {
+    fn run_row(&mut self) -> Result<Option<(String, Option<RunStatus>)>> {
         if !self.is_state {
             return Ok(None);
         }
         self.tx
             .query_row("SELECT id, status FROM run LIMIT 1", [], |r| {
-                Ok((r.get(0)?, r.get(1)?))
+                let status: Option<String> = r.get(1)?;
+                Ok((r.get(0)?, status.as_deref().map(RunStatus::parse)))
             })
             .optional()
             .map_err(self.err())
     }
 
-    fn set_run_status(&mut self, status: &str, error: Option<&str>, now: &str) -> Result<()> {
+    fn set_run_status(&mut self, status: &RunStatus, error: Option<&str>, now: &str) -> Result<()> {
         self.tx
             .execute(
                 "UPDATE run SET status = ?1, updated_at = ?2, error_message = IFNULL(?3, error_message)",
-                params![status, now, error],
+                params![status.as_str(), now, error],
             )
             .map(drop)
             .map_err(self.err())

@@ -5,6 +5,7 @@
 //! rules themselves (`rules.rs`) are written once, above it.
 
 use super::{AuditRow, GateRow, ImportRow, NewBinding, NewExecution, NewGate};
+use crate::model::RunStatus;
 use anyhow::Result;
 
 /// Which transaction a rule needs.
@@ -43,8 +44,8 @@ pub trait Tx {
     // The run.
     /// The run's id and status; None where the store has no run (an agents.db, project agents
     /// on the server) or the run row is missing.
-    fn run_row(&mut self) -> Result<Option<(String, Option<String>)>>;
-    fn set_run_status(&mut self, status: &str, error: Option<&str>, now: &str) -> Result<()>;
+    fn run_row(&mut self) -> Result<Option<(String, Option<RunStatus>)>>;
+    fn set_run_status(&mut self, status: &RunStatus, error: Option<&str>, now: &str) -> Result<()>;
 
     // Bindings.
     /// The kind and attachment path of the binding of this name in this scope, locked for the
