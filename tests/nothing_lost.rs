@@ -656,6 +656,19 @@ fn exit_codes_as_documented(b: Backend) {
     }
 }
 
+/// Waits for every child; each must have succeeded.
+fn all_succeed(children: Vec<std::process::Child>) {
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{:?}: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 /// First writes racing each other (the agents.db being created, an older state.db being
 /// upgraded): every one lands; none fails, let alone with a non-retryable code.
 #[test]
@@ -679,15 +692,7 @@ fn racing_first_writes_all_land() {
                 .unwrap()
         })
         .collect();
-    for c in children {
-        let out = c.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "{:?}: {}",
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    all_succeed(children);
     let n: i64 = rusqlite::Connection::open(p.root().join(".prose/agents.db"))
         .unwrap()
         .query_row("SELECT COUNT(*) FROM agents", [], |r| r.get(0))
@@ -711,15 +716,7 @@ fn racing_first_writes_all_land() {
                 .unwrap()
         })
         .collect();
-    for c in children {
-        let out = c.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "{:?}: {}",
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    all_succeed(children);
     let n: i64 = rusqlite::Connection::open(dir.join("state.db"))
         .unwrap()
         .query_row(
