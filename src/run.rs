@@ -210,7 +210,7 @@ pub fn leftovers(root: Option<&Path>) -> Vec<(PathBuf, String)> {
             Ok(m) if m.is_file() && m.len() == 0 => {
                 Some("an empty state.db (an init that did not finish)")
             }
-            Ok(m) if m.is_file() && !has_tables(&run.db) => {
+            Ok(m) if m.is_file() && !crate::store::sqlite::has_schema(&run.db) => {
                 Some("a state.db with no tables (an init that did not finish)")
             }
             _ => None,
@@ -221,18 +221,4 @@ pub fn leftovers(root: Option<&Path>) -> Vec<(PathBuf, String)> {
     }
     out.sort();
     out
-}
-
-/// Whether a SQLite file has any schema object; read only, and a file that is not SQLite
-/// counts as having some (it is not ours to remove).
-fn has_tables(db: &Path) -> bool {
-    let flags =
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let Ok(c) = rusqlite::Connection::open_with_flags(db, flags) else {
-        return true;
-    };
-    c.query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| {
-        r.get::<_, i64>(0)
-    })
-    .map_or(true, |n| n > 0)
 }

@@ -61,6 +61,20 @@ pub struct SqliteStore {
     version: i64,
 }
 
+/// Whether a SQLite file has any schema object, read only (for telling a run an init left
+/// half-made from one to keep). A file that is not SQLite counts as having some: it is not
+/// ours to remove.
+pub fn has_schema(db: &Path) -> bool {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let Ok(c) = Connection::open_with_flags(db, flags) else {
+        return true;
+    };
+    c.query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| {
+        r.get::<_, i64>(0)
+    })
+    .map_or(true, |n| n > 0)
+}
+
 /// Maps a rusqlite error to the error the user sees: a lock held past the timeout becomes
 /// exit 75 with advice to retry; a file that is not SQLite says so.
 fn db_error(e: rusqlite::Error, path: &Path, busy_ms: u128) -> anyhow::Error {
