@@ -27,6 +27,17 @@ fn counts(p: &Project, run: &Run) -> (i64, i64, i64, String) {
     )
 }
 
+/// A session holding the run's row `FOR UPDATE` until it is dropped (or rolled back).
+fn hold_run_row(p: &Project, run: &Run) -> postgres::Client {
+    let mut c = client(p);
+    c.batch_execute(&format!(
+        "BEGIN; SELECT 1 FROM openprose.run WHERE id = '{}' FOR UPDATE;",
+        run.id
+    ))
+    .unwrap();
+    c
+}
+
 #[test]
 fn a_lock_held_past_the_timeout_is_retryable_and_writes_nothing() {
     let Some(p) = Project::on(Backend::Postgres) else {
@@ -35,13 +46,7 @@ fn a_lock_held_past_the_timeout_is_retryable_and_writes_nothing() {
     let run = p.init();
     run.bind("keep", "me", None);
     let before = counts(&p, &run);
-    let mut holder = client(&p);
-    let mut tx = holder.transaction().unwrap();
-    tx.query(
-        "SELECT 1 FROM openprose.run WHERE id = $1 FOR UPDATE",
-        &[&run.id],
-    )
-    .unwrap();
+    let mut holder = hold_run_row(&p, &run);
     for args in [
         vec!["bind", "x", "1"],
         vec![
@@ -66,7 +71,7 @@ fn a_lock_held_past_the_timeout_is_retryable_and_writes_nothing() {
         assert!(stderr(&a).contains("retry"), "{}", stderr(&a));
         assert_eq!(stderr(&a).lines().count(), 1);
     }
-    tx.rollback().unwrap();
+    holder.batch_execute("ROLLBACK").unwrap();
     assert_eq!(counts(&p, &run), before);
 }
 
@@ -112,13 +117,7 @@ fn a_session_killed_mid_command_is_retryable_and_writes_nothing() {
             "k1",
         ],
     ] {
-        let mut holder = client(&p);
-        let mut tx = holder.transaction().unwrap();
-        tx.query(
-            "SELECT 1 FROM openprose.run WHERE id = $1 FOR UPDATE",
-            &[&run.id],
-        )
-        .unwrap();
+        let mut holder = hold_run_row(&p, &run);
         let child = run
             .std_cmd()
             .args(["--busy-timeout", "30000"])
@@ -136,7 +135,7 @@ fn a_session_killed_mid_command_is_retryable_and_writes_nothing() {
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         assert_eq!(out.status.code(), Some(75), "{args:?}: {err}");
         assert!(err.contains("retry"), "{err}");
-        tx.rollback().unwrap();
+        holder.batch_execute("ROLLBACK").unwrap();
         assert_eq!(counts(&p, &run), before, "{args:?}");
     }
     // The retries land, once each.
