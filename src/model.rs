@@ -128,105 +128,125 @@ pub fn new_run_id() -> String {
     format!("{}-{suffix}", chrono::Utc::now().format("%Y%m%d-%H%M%S"))
 }
 
-/// Now, in UTC, in the exact text form of SQLite's `datetime('now')`, so that values written
-/// by prose-state and by the spec's raw SQL compare and sort together.
-/// A run's status, converted at the row boundary; a status raw SQL wrote that is none of the
-/// four is kept as written (and is not finished: such a run stays writable, like the spec's).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RunStatus {
-    Running,
-    Completed,
-    Failed,
-    Interrupted,
-    Other(String),
+/// A status column's vocabulary: the known values as variants, converted at the row
+/// boundary, and `Other` for a value raw SQL wrote that is none of them, kept as written.
+macro_rules! stored_status {
+    ($(#[$doc:meta])* $name:ident { $($variant:ident => $text:literal),* $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, PartialEq, Eq)]
+        pub enum $name {
+            $($variant,)*
+            Other(String),
+        }
+
+        impl $name {
+            pub fn parse(text: &str) -> Self {
+                match text {
+                    $($text => $name::$variant,)*
+                    other => $name::Other(other.to_string()),
+                }
+            }
+
+            pub fn as_str(&self) -> &str {
+                match self {
+                    $($name::$variant => $text,)*
+                    $name::Other(s) => s,
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+    };
+}
+
+stored_status! {
+    /// A run's status. A status raw SQL wrote that is none of the four is not finished: such a
+    /// run stays writable, like the spec's.
+    RunStatus {
+        Running => "running",
+        Completed => "completed",
+        Failed => "failed",
+        Interrupted => "interrupted",
+    }
+}
+
+impl From<crate::cli::RunStatus> for RunStatus {
+    fn from(s: crate::cli::RunStatus) -> Self {
+        use crate::cli::RunStatus as Flag;
+        match s {
+            Flag::Running => RunStatus::Running,
+            Flag::Completed => RunStatus::Completed,
+            Flag::Failed => RunStatus::Failed,
+            Flag::Interrupted => RunStatus::Interrupted,
+        }
+    }
+}
+
+impl From<crate::cli::FinalStatus> for RunStatus {
+    fn from(s: crate::cli::FinalStatus) -> Self {
+        use crate::cli::FinalStatus as Flag;
+        match s {
+            Flag::Completed => RunStatus::Completed,
+            Flag::Failed => RunStatus::Failed,
+            Flag::Interrupted => RunStatus::Interrupted,
+        }
+    }
 }
 
 impl RunStatus {
-    pub fn parse(text: &str) -> Self {
-        match text {
-            "running" => RunStatus::Running,
-            "completed" => RunStatus::Completed,
-            "failed" => RunStatus::Failed,
-            "interrupted" => RunStatus::Interrupted,
-            other => RunStatus::Other(other.to_string()),
-        }
-    }
-
-    pub fn as_str(&self) -> &str {
-        match self {
-            RunStatus::Running => "running",
-            RunStatus::Completed => "completed",
-            RunStatus::Failed => "failed",
-            RunStatus::Interrupted => "interrupted",
-            RunStatus::Other(s) => s,
-        }
-    }
-
     /// `completed` and `failed` runs are closed to writes and keep their status.
     pub fn is_finished(&self) -> bool {
         matches!(self, RunStatus::Completed | RunStatus::Failed)
     }
 }
 
-impl std::fmt::Display for RunStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+stored_status! {
+    /// A gate's status. A status raw SQL wrote that is none of the four is treated as decided:
+    /// such a gate can never be approved (gates fail closed).
+    GateStatus {
+        Pending => "pending",
+        Approved => "approved",
+        Rejected => "rejected",
+        Timeout => "timeout",
     }
-}
-
-impl serde::Serialize for RunStatus {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
-/// A gate's status, converted at the row boundary. A status raw SQL wrote that is none of the
-/// four is kept as written and treated as decided: such a gate can never be approved (gates
-/// fail closed).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GateStatus {
-    Pending,
-    Approved,
-    Rejected,
-    Timeout,
-    Other(String),
 }
 
 impl GateStatus {
-    pub fn parse(text: &str) -> Self {
-        match text {
-            "pending" => GateStatus::Pending,
-            "approved" => GateStatus::Approved,
-            "rejected" => GateStatus::Rejected,
-            "timeout" => GateStatus::Timeout,
-            other => GateStatus::Other(other.to_string()),
-        }
-    }
-
-    pub fn as_str(&self) -> &str {
-        match self {
-            GateStatus::Pending => "pending",
-            GateStatus::Approved => "approved",
-            GateStatus::Rejected => "rejected",
-            GateStatus::Timeout => "timeout",
-            GateStatus::Other(s) => s,
-        }
-    }
-
     pub fn is_pending(&self) -> bool {
         *self == GateStatus::Pending
     }
 }
 
-impl std::fmt::Display for GateStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+stored_status! {
+    /// An execution record's status, as stored: the spec's vocabulary (what `exec-append
+    /// --status` writes), or whatever raw SQL wrote.
+    ExecStatus {
+        Pending => "pending",
+        Executing => "executing",
+        Started => "started",
+        Completed => "completed",
+        Failed => "failed",
+        Skipped => "skipped",
+        Iteration => "iteration",
+        Joined => "joined",
+        Exited => "exited",
+        Retry => "retry",
     }
 }
 
-impl serde::Serialize for GateStatus {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
+impl From<Status> for ExecStatus {
+    fn from(s: Status) -> Self {
+        ExecStatus::parse(s.as_str())
     }
 }
 
@@ -290,6 +310,8 @@ pub fn canonical_time(text: &str) -> Option<String> {
     Timestamp::parse_lenient(text).map(|t| t.to_string())
 }
 
+/// Now, in UTC, in the exact text form of SQLite's `datetime('now')`, so that values written
+/// by prose-state and by the spec's raw SQL compare and sort together.
 pub fn now() -> String {
     Timestamp::now().to_string()
 }

@@ -1,10 +1,45 @@
 use crate::common::*;
 
-on_both!(init_refuses_existing_run_id_and_leaves_it_unchanged,);
+on_both!(
+    init_refuses_existing_run_id_and_leaves_it_unchanged,
+    init_creates_run_directory_db_and_run_row,
+    init_generates_spec_format_ids_and_human_text,
+    init_honours_root_flag_and_env,
+    init_refusals_leave_nothing_behind,
+);
 
-#[test]
-fn init_creates_run_directory_db_and_run_row() {
-    let p = Project::new();
+/// The run's row as the server holds it: id, program path, source, status, state mode.
+type RunRow = (String, Option<String>, Option<String>, String, String);
+
+fn pg_run_row(p: &Project, id: &str) -> Option<RunRow> {
+    let mut c = postgres::Client::connect(p.pg_url.as_ref()?, postgres::NoTls).unwrap();
+    c.query_opt(
+        "SELECT id, program_path, program_source, status, state_mode FROM openprose.run
+          WHERE id = $1",
+        &[&id],
+    )
+    .unwrap()
+    .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+}
+
+/// How many runs the server holds (0 on SQLite).
+fn pg_run_count(p: &Project) -> i64 {
+    let Some(url) = &p.pg_url else { return 0 };
+    let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let made: bool = c
+        .query_one("SELECT to_regclass('openprose.run') IS NOT NULL", &[])
+        .unwrap()
+        .get(0);
+    if !made {
+        return 0;
+    }
+    c.query_one("SELECT COUNT(*) FROM openprose.run", &[])
+        .unwrap()
+        .get(0)
+}
+
+fn init_creates_run_directory_db_and_run_row(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let program = "let research = session \"Research AI safety\"\n";
     p.write("demo.prose", program.as_bytes());
     let a = p
@@ -16,12 +51,20 @@ fn init_creates_run_directory_db_and_run_row() {
             "--run-id",
             "20260116-143052-a7b3c9",
         ])
+        .args(p.backend_flag())
         .assert()
         .success();
     let v = stdout_json(&a);
     assert_eq!(v["run_id"], "20260116-143052-a7b3c9");
     assert_eq!(v["dir"], ".prose/runs/20260116-143052-a7b3c9");
-    assert_eq!(v["db"], ".prose/runs/20260116-143052-a7b3c9/state.db");
+    match b {
+        Backend::Sqlite => assert_eq!(v["db"], ".prose/runs/20260116-143052-a7b3c9/state.db"),
+        // The server, its password masked.
+        Backend::Postgres => {
+            let db = v["db"].as_str().unwrap();
+            assert!(db.starts_with("postgresql://postgres:***@"), "{db}");
+        }
+    }
 
     let dir = p.root().join(".prose/runs/20260116-143052-a7b3c9");
     assert!(dir.join("attachments").is_dir());
@@ -30,6 +73,22 @@ fn init_creates_run_directory_db_and_run_row() {
         program
     );
 
+    if b == Backend::Postgres {
+        // The run lives on the server; its directory holds the program and attachments only.
+        assert!(!dir.join("state.db").exists());
+        let row = pg_run_row(&p, "20260116-143052-a7b3c9").unwrap();
+        assert_eq!(
+            row,
+            (
+                "20260116-143052-a7b3c9".into(),
+                Some("demo.prose".into()),
+                Some(program.into()),
+                "running".into(),
+                "postgres".into()
+            )
+        );
+        return;
+    }
     let c = rusqlite::Connection::open(dir.join("state.db")).unwrap();
     let row: (String, String, String, String, String) = c
         .query_row(
@@ -77,10 +136,14 @@ fn init_creates_run_directory_db_and_run_row() {
     }
 }
 
-#[test]
-fn init_generates_spec_format_ids_and_human_text() {
-    let p = Project::new();
-    let a = p.cmd().arg("init").assert().success();
+fn init_generates_spec_format_ids_and_human_text(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let a = p
+        .cmd()
+        .arg("init")
+        .args(p.backend_flag())
+        .assert()
+        .success();
     let out = String::from_utf8(a.get_output().stdout.clone()).unwrap();
     let id = out
         .lines()
@@ -94,6 +157,15 @@ fn init_generates_spec_format_ids_and_human_text() {
     assert!(parts[0].len() == 8 && parts[0].chars().all(|c| c.is_ascii_digit()));
     assert!(parts[1].len() == 6 && parts[1].chars().all(|c| c.is_ascii_digit()));
     assert!(parts[2].len() == 6 && parts[2].chars().all(|c| c.is_ascii_alphanumeric()));
+    if b == Backend::Postgres {
+        assert!(pg_run_row(&p, id).is_some());
+        assert!(p.root().join(".prose/runs").join(id).is_dir());
+        assert!(
+            out.contains("Database: postgresql://postgres:***@"),
+            "{out}"
+        );
+        return;
+    }
     assert!(p
         .root()
         .join(".prose/runs")
@@ -103,58 +175,120 @@ fn init_generates_spec_format_ids_and_human_text() {
     assert!(out.contains(&format!("Database: .prose/runs/{id}/state.db")));
 }
 
-#[test]
-fn init_honours_root_flag_and_env() {
-    let p = Project::new();
+fn init_honours_root_flag_and_env(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
     let elsewhere = p.root().join("proj");
-    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::create_dir_all(elsewhere.join(".prose")).unwrap();
+    if let Some(url) = &p.pg_url {
+        // The other root has its own settings, naming the same server.
+        std::fs::write(
+            elsewhere.join(".prose/.env"),
+            format!("OPENPROSE_POSTGRES_URL={url}\n"),
+        )
+        .unwrap();
+    }
+    // The run lands in the root given, and (on PostgreSQL) on the server that root names.
+    let made = |id: &str| match b {
+        Backend::Sqlite => elsewhere
+            .join(".prose/runs")
+            .join(id)
+            .join("state.db")
+            .is_file(),
+        Backend::Postgres => {
+            elsewhere.join(".prose/runs").join(id).is_dir() && pg_run_row(&p, id).is_some()
+        }
+    };
     p.cmd()
         .args(["init", "--run-id", "a1", "--root"])
         .arg(&elsewhere)
+        .args(p.backend_flag())
         .assert()
         .success();
-    assert!(elsewhere.join(".prose/runs/a1/state.db").is_file());
+    assert!(made("a1"));
     p.cmd()
         .env("PROSE_ROOT", &elsewhere)
         .args(["init", "--run-id", "a2"])
+        .args(p.backend_flag())
         .assert()
         .success();
-    assert!(elsewhere.join(".prose/runs/a2/state.db").is_file());
+    assert!(made("a2"));
+    assert!(!p.root().join(".prose/runs").exists());
     // and a later command finds the run through the same root
     p.cmd()
         .env("PROSE_ROOT", &elsewhere)
         .args(["--run", "a2", "bind", "x", "1"])
         .assert()
         .success();
+    let a = p
+        .cmd()
+        .env("PROSE_ROOT", &elsewhere)
+        .args(["--run", "a2", "get", "x"])
+        .assert()
+        .success();
+    assert_eq!(a.get_output().stdout, b"1");
 }
 
 fn init_refuses_existing_run_id_and_leaves_it_unchanged(b: Backend) {
     let Some(p) = Project::on(b) else { return };
-    p.cmd().args(["init", "--run-id", "r1"]).assert().success();
+    p.cmd()
+        .args(["init", "--run-id", "r1"])
+        .args(p.backend_flag())
+        .assert()
+        .success();
     let run = Run {
         id: "r1".into(),
         dir: p.root().join(".prose/runs/r1"),
         db: p.root().join(".prose/runs/r1/state.db"),
         root: p.root().to_path_buf(),
-        pg_url: None,
+        pg_url: p.pg_url.clone(),
     };
     run.bind("keep", "me", None);
     let before = run.snapshot();
-    let a = p.cmd().args(["init", "--run-id", "r1"]).assert().failure();
+    let files = snapshot_files(&run.dir);
+    let a = p
+        .cmd()
+        .args(["init", "--run-id", "r1"])
+        .args(p.backend_flag())
+        .assert()
+        .failure();
     assert_eq!(code(&a), 4);
     assert!(stderr(&a).contains("run already exists"), "{}", stderr(&a));
     assert_eq!(run.snapshot(), before);
+    assert_eq!(snapshot_files(&run.dir), files);
+    if let Some(url) = &p.pg_url {
+        // A run made from another machine exists only on the server: its id is taken too.
+        let before = snapshot_pg(url, "r1");
+        std::fs::remove_dir_all(&run.dir).unwrap();
+        let a = p
+            .cmd()
+            .args(["init", "--run-id", "r1"])
+            .args(p.backend_flag())
+            .assert()
+            .failure();
+        assert_eq!(code(&a), 4, "{}", stderr(&a));
+        assert_eq!(snapshot_pg(url, "r1"), before);
+        assert!(!run.dir.exists());
+    }
 }
 
-#[test]
-fn init_refusals_leave_nothing_behind() {
-    let p = Project::new();
-    let a = p.cmd().args(["init", "missing.prose"]).assert().failure();
+fn init_refusals_leave_nothing_behind(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let a = p
+        .cmd()
+        .args(["init", "missing.prose"])
+        .args(p.backend_flag())
+        .assert()
+        .failure();
     assert_eq!(code(&a), 3);
     assert!(stderr(&a).contains("program not found: missing.prose"));
 
     p.write("bad.prose", b"let x = \xff\xfe");
-    let a = p.cmd().args(["init", "bad.prose"]).assert().failure();
+    let a = p
+        .cmd()
+        .args(["init", "bad.prose"])
+        .args(p.backend_flag())
+        .assert()
+        .failure();
     assert_eq!(code(&a), 2);
 
     for bad in [
@@ -166,7 +300,12 @@ fn init_refusals_leave_nothing_behind() {
         "x y",
         "a\u{1b}[31m",
     ] {
-        let a = p.cmd().args(["init", "--run-id", bad]).assert().failure();
+        let a = p
+            .cmd()
+            .args(["init", "--run-id", bad])
+            .args(p.backend_flag())
+            .assert()
+            .failure();
         assert_eq!(code(&a), 2, "{bad:?}");
     }
     let runs = p.root().join(".prose/runs");
@@ -175,4 +314,5 @@ fn init_refusals_leave_nothing_behind() {
         .unwrap_or_default();
     assert!(left.is_empty(), "{left:?}");
     assert!(!p.root().join("escape").exists());
+    assert_eq!(pg_run_count(&p), 0);
 }

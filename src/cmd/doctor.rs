@@ -189,7 +189,7 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
         }
         // A run still `running` with no event for too long.
         let summary = store.run_summary(&now)?;
-        if summary.run.status.as_deref() == Some("running") {
+        if summary.run.status == Some(crate::model::RunStatus::Running) {
             let last = summary
                 .last_event_at
                 .clone()

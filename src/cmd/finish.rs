@@ -1,8 +1,8 @@
 //! `finish`: a run's final status.
 
-use crate::cli::{FinalStatus, FinishArgs};
+use crate::cli::FinishArgs;
 use crate::error::usage;
-use crate::model::now;
+use crate::model::{now, RunStatus};
 use crate::output::Render;
 use crate::store::{Finished, Store};
 use anyhow::Result;
@@ -12,9 +12,9 @@ use std::io::{self, Write};
 #[derive(Debug, Serialize)]
 pub struct RunFinished {
     pub run_id: String,
-    pub status: &'static str,
+    pub status: RunStatus,
     /// The status before; null when the run already had this status (nothing written).
-    pub previous_status: Option<String>,
+    pub previous_status: Option<RunStatus>,
     pub error: Option<String>,
 }
 
@@ -28,22 +28,14 @@ impl Render for RunFinished {
 }
 
 pub fn run(args: &FinishArgs, store: &mut dyn Store) -> Result<RunFinished> {
-    let status = match args.status {
-        FinalStatus::Completed => "completed",
-        FinalStatus::Failed => "failed",
-        FinalStatus::Interrupted => "interrupted",
-    };
+    let status = RunStatus::from(args.status);
     if let Some(e) = &args.error {
         if e.trim().is_empty() {
             return Err(usage("--error is empty"));
         }
     }
     let run_id = store.run_info()?.id;
-    let previous_status = match store.finish(
-        &crate::model::RunStatus::parse(status),
-        args.error.as_deref(),
-        &now(),
-    )? {
+    let previous_status = match store.finish(&status, args.error.as_deref(), &now())? {
         Finished::Done { previous_status } => Some(previous_status),
         Finished::Unchanged => None,
     };

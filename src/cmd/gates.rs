@@ -9,7 +9,7 @@ use crate::error::{not_found, refused, shown, usage, Code};
 use crate::model::{check_gate_id, check_metadata, now, now_plus, parse_duration, sha256_tag};
 use crate::output::{human_duration, one_line, table, Render};
 use crate::run::RunPaths;
-use crate::store::{AuditFilter, AuditRow, BrokenLink, Created, GateRow, Store};
+use crate::store::{AuditFilter, AuditRow, Created, GateRow, Store};
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 use std::io::{self, Write};
@@ -465,7 +465,14 @@ pub struct RunChain {
     pub db: String,
     pub rows: usize,
     pub unchained_legacy: usize,
-    pub first_broken: Option<BrokenLink>,
+    pub first_broken: Option<Broken>,
+}
+
+/// The first row of a chain that does not match, and why.
+#[derive(Debug, Serialize)]
+pub struct Broken {
+    pub id: i64,
+    pub reason: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -523,7 +530,10 @@ pub fn verify(runs: &[RunPaths], ctx: &Context) -> Result<Verified> {
             db: run.db.display().to_string(),
             rows: report.rows,
             unchained_legacy: report.unchained_legacy,
-            first_broken: report.first_broken,
+            first_broken: report.first_broken.map(|b| Broken {
+                id: b.id,
+                reason: b.reason,
+            }),
         })
     })?;
     Ok(Verified {

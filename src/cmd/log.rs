@@ -1,6 +1,7 @@
 //! `log`: the execution log, one line an event, in the spec's compact narration
 //! (`3→ research ✓`, `∥ [a b c] done`, `loop:2/5 exit`), or JSON Lines with `--json`.
 
+use crate::model::{ExecStatus, ExecStatus as S};
 use crate::output::{one_line, Render};
 use crate::store::{ExecutionRow, Store};
 use anyhow::Result;
@@ -15,7 +16,7 @@ pub struct LogLine {
     pub id: i64,
     pub statement_index: Option<i64>,
     pub statement_text: Option<String>,
-    pub status: Option<String>,
+    pub status: Option<ExecStatus>,
     pub parent_id: Option<i64>,
     pub at: Option<String>,
     pub error_message: Option<String>,
@@ -82,19 +83,19 @@ impl Log {
             .as_deref()
             .and_then(|m| serde_json::from_str(m).ok());
         let m = meta.clone().unwrap_or(Value::Null);
-        let status = r.status.as_deref().unwrap_or("?");
+        let status = r.status.clone().unwrap_or_else(|| S::Other("?".into()));
         let text = one_line(r.statement_text.as_deref().unwrap_or(""), 50);
         let idx = r.statement_index.map_or("-".to_string(), |i| i.to_string());
-        let (mark, tick) = match status {
-            "completed" | "joined" => (Mark::Good, "✓".to_string()),
-            "failed" => (
+        let (mark, tick) = match &status {
+            S::Completed | S::Joined => (Mark::Good, "✓".to_string()),
+            S::Failed => (
                 Mark::Bad,
                 match &r.error_message {
                     Some(e) => format!("✗ {}", one_line(e, 60)),
                     None => "✗".to_string(),
                 },
             ),
-            "executing" | "started" => (Mark::Plain, "…".to_string()),
+            S::Executing | S::Started => (Mark::Plain, "…".to_string()),
             other => (Mark::Plain, other.to_string()),
         };
         let narration = if let Some(pid) = meta_str(&m, "parallel_id") {
@@ -110,10 +111,10 @@ impl Log {
                 .get(&pid)
                 .map(|b| b.join(" "))
                 .unwrap_or(pid.clone());
-            match (status, meta_str(&m, "branch")) {
-                ("joined", _) => format!("∥ [{all}] done"),
+            match (&status, meta_str(&m, "branch")) {
+                (S::Joined, _) => format!("∥ [{all}] done"),
                 (_, Some(branch)) => format!("∥ {branch} {tick}"),
-                ("started" | "executing", None) => format!("∥ [{all}] start"),
+                (S::Started | S::Executing, None) => format!("∥ [{all}] start"),
                 (_, None) => format!("∥ [{all}] {tick}"),
             }
         } else if let Some(lid) = meta_str(&m, "loop_id") {
@@ -126,16 +127,16 @@ impl Log {
                 .map_or("?".to_string(), |m| m.to_string());
             let i = m.get("iteration").and_then(Value::as_i64).unwrap_or(0);
             match status {
-                "exited" => {
+                S::Exited => {
                     let why = meta_str(&m, "reason")
                         .map(|r| format!(" ({r})"))
                         .unwrap_or_default();
                     format!("loop:{i}/{max} exit{why}")
                 }
-                "started" | "executing" => format!("loop:0/{max} start"),
+                S::Started | S::Executing => format!("loop:0/{max} start"),
                 _ => format!("loop:{i}/{max}"),
             }
-        } else if status == "retry" {
+        } else if status == S::Retry {
             let attempt = m
                 .get("attempt")
                 .and_then(Value::as_i64)
@@ -145,7 +146,7 @@ impl Log {
                 .and_then(Value::as_i64)
                 .map_or("?".into(), |a| a.to_string());
             format!("{idx}→ {text} ↻ {attempt}/{max}")
-        } else if meta_str(&m, "gate_id").is_some() && status == "pending" {
+        } else if meta_str(&m, "gate_id").is_some() && status == S::Pending {
             format!("⏸ {text} waiting")
         } else {
             format!("{idx}→ {text} {tick}")

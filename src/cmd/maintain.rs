@@ -6,6 +6,7 @@ use crate::output::{table, Render};
 use crate::run::RunPaths;
 use crate::store::{Checkpointed, StoreStats};
 use anyhow::Result;
+use serde::ser::{SerializeStruct, Serializer};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -26,13 +27,33 @@ pub fn attachment_usage(run: &RunPaths) -> (u64, u64) {
         .fold((0, 0), |(n, b), m| (n + 1, b + m.len()))
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 pub struct RunStats {
     pub run_id: String,
-    #[serde(flatten)]
     pub store: StoreStats,
     pub attachment_files: u64,
     pub attachment_bytes: u64,
+}
+
+/// The JSON shape of a run's stats, written out here so that the store's field names are not
+/// the command line's contract.
+impl Serialize for RunStats {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let st = &self.store;
+        let mut r = s.serialize_struct("RunStats", 11)?;
+        r.serialize_field("run_id", &self.run_id)?;
+        r.serialize_field("backend", st.backend)?;
+        r.serialize_field("schema_version", &st.schema_version)?;
+        r.serialize_field("db_bytes", &st.db_bytes)?;
+        r.serialize_field("wal_bytes", &st.wal_bytes)?;
+        r.serialize_field("tables", &st.tables)?;
+        r.serialize_field("execution_status", &st.execution_status)?;
+        r.serialize_field("binding_inline_bytes", &st.binding_inline_bytes)?;
+        r.serialize_field("settings", &st.settings)?;
+        r.serialize_field("attachment_files", &self.attachment_files)?;
+        r.serialize_field("attachment_bytes", &self.attachment_bytes)?;
+        r.end()
+    }
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -194,11 +215,23 @@ pub fn stats(runs: &[RunPaths], ctx: &Context) -> Result<Stats> {
     })
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 pub struct RunCheckpoint {
     pub run_id: String,
-    #[serde(flatten)]
     pub result: Checkpointed,
+}
+
+impl Serialize for RunCheckpoint {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let c = &self.result;
+        let mut r = s.serialize_struct("RunCheckpoint", 5)?;
+        r.serialize_field("run_id", &self.run_id)?;
+        r.serialize_field("mode", &c.mode)?;
+        r.serialize_field("busy", &c.busy)?;
+        r.serialize_field("wal_frames", &c.wal_frames)?;
+        r.serialize_field("checkpointed_frames", &c.checkpointed_frames)?;
+        r.end()
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -287,11 +320,23 @@ pub fn vacuum(runs: &[RunPaths], ctx: &Context) -> Result<VacuumList> {
     Ok(VacuumList { runs, warnings })
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 pub struct RunMigration {
     pub run_id: String,
-    #[serde(flatten)]
     pub migration: crate::store::Migration,
+}
+
+impl Serialize for RunMigration {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let m = &self.migration;
+        let mut r = s.serialize_struct("RunMigration", 5)?;
+        r.serialize_field("run_id", &self.run_id)?;
+        r.serialize_field("from", &m.from)?;
+        r.serialize_field("to", &m.to)?;
+        r.serialize_field("steps", &m.steps)?;
+        r.serialize_field("applied", &m.applied)?;
+        r.end()
+    }
 }
 
 #[derive(Debug, Serialize)]

@@ -15,7 +15,7 @@ use std::path::Path;
 #[derive(Debug, Serialize)]
 pub struct PruneEntry {
     pub run_id: String,
-    pub status: Option<String>,
+    pub status: Option<crate::model::RunStatus>,
     pub started_at: Option<String>,
     pub bytes: u64,
     /// remove, archive or keep
@@ -54,7 +54,7 @@ impl Render for Pruned {
                 };
                 vec![
                     e.run_id.clone(),
-                    e.status.clone().unwrap_or_default(),
+                    e.status.as_ref().map_or("", |s| s.as_str()).to_string(),
                     e.started_at.clone().unwrap_or_default(),
                     e.bytes.to_string(),
                     action,
@@ -149,13 +149,10 @@ pub fn run(req: &PruneArgs, runs: &[RunPaths], ctx: &Context) -> Result<Pruned> 
         );
         let reason = if (i as u64) < req.keep_n {
             Some(format!("among the newest {}", req.keep_n))
-        } else if !status
-            .as_deref()
-            .is_some_and(|s| crate::model::RunStatus::parse(s).is_finished())
-        {
+        } else if !status.as_ref().is_some_and(|s| s.is_finished()) {
             Some(format!(
                 "{} (only completed and failed runs are pruned)",
-                status.as_deref().unwrap_or("no status")
+                status.as_ref().map_or("no status", |s| s.as_str())
             ))
         } else if s.pending_gates > 0 {
             Some(format!("{} pending gates", s.pending_gates))

@@ -1,7 +1,7 @@
 //! `resume`: one document with everything a VM needs to continue a run from the database
 //! alone, computed here from plain rows so that every backend answers alike.
 
-use crate::model::now;
+use crate::model::{now, ExecStatus as S, RunStatus};
 use crate::output::{human_duration, one_line, Render};
 use crate::run::RunPaths;
 use crate::store::{AgentRow, ExecutionRow, GateRow, Store};
@@ -14,8 +14,8 @@ use std::io::{self, Write};
 #[derive(Debug, Serialize)]
 pub struct RunPart {
     pub id: String,
-    pub status: String,
-    pub previous_status: String,
+    pub status: RunStatus,
+    pub previous_status: RunStatus,
     pub program_path: Option<String>,
     pub error_message: Option<String>,
 }
@@ -26,7 +26,7 @@ pub struct Event {
     pub id: i64,
     pub statement_index: Option<i64>,
     pub statement_text: Option<String>,
-    pub status: Option<String>,
+    pub status: Option<S>,
     pub parent_id: Option<i64>,
     pub at: Option<String>,
     pub metadata: Option<Value>,
@@ -188,14 +188,14 @@ fn next_step(g: &GateRow) -> NextStep {
     }
 }
 
-fn is_start(status: &str) -> bool {
-    matches!(status, "executing" | "started")
+fn is_start(status: Option<&S>) -> bool {
+    matches!(status, Some(S::Executing | S::Started))
 }
 
-fn is_end(status: &str) -> bool {
+fn is_end(status: Option<&S>) -> bool {
     matches!(
         status,
-        "completed" | "failed" | "skipped" | "joined" | "exited"
+        Some(S::Completed | S::Failed | S::Skipped | S::Joined | S::Exited)
     )
 }
 
@@ -216,7 +216,7 @@ fn str_of(v: &Value, k: &str) -> Option<String> {
 fn position(rows: &[ExecutionRow]) -> Position {
     let mut open: HashMap<StatementKey, &ExecutionRow> = HashMap::new();
     for r in rows {
-        let status = r.status.as_deref().unwrap_or("");
+        let status = r.status.as_ref();
         if is_start(status) {
             open.insert(key(r), r);
         } else if is_end(status) {
@@ -251,11 +251,11 @@ fn parallels(rows: &[ExecutionRow]) -> Vec<Parallel> {
                 .map(|b| b.as_str().map_or_else(|| b.to_string(), str::to_string))
                 .collect();
         }
-        let status = r.status.as_deref().unwrap_or("");
+        let status = r.status.as_ref();
         if let Some(branch) = str_of(&m, "branch") {
             let list = match status {
-                "completed" => Some(&mut p.completed),
-                "failed" => Some(&mut p.failed),
+                Some(S::Completed) => Some(&mut p.completed),
+                Some(S::Failed) => Some(&mut p.failed),
                 _ => None,
             };
             if let Some(list) = list {
@@ -264,7 +264,7 @@ fn parallels(rows: &[ExecutionRow]) -> Vec<Parallel> {
                 }
             }
         }
-        if status == "joined" {
+        if status == Some(&S::Joined) {
             p.joined = true;
         }
     }
@@ -303,7 +303,7 @@ fn loops(rows: &[ExecutionRow]) -> Vec<Loop> {
         if let Some(max) = m.get("max").and_then(Value::as_i64) {
             l.max = Some(max);
         }
-        if r.status.as_deref() == Some("exited") {
+        if r.status == Some(S::Exited) {
             l.exited = true;
             l.reason = str_of(&m, "reason");
         }
@@ -315,14 +315,14 @@ fn retries(rows: &[ExecutionRow]) -> Vec<Retry> {
     let mut latest: HashMap<StatementKey, &ExecutionRow> = HashMap::new();
     let mut last_error: HashMap<StatementKey, String> = HashMap::new();
     for r in rows {
-        if let (Some("failed"), Some(e)) = (r.status.as_deref(), &r.error_message) {
+        if let (Some(S::Failed), Some(e)) = (&r.status, &r.error_message) {
             last_error.insert(key(r), e.clone());
         }
         latest.insert(key(r), r);
     }
     let mut out: Vec<Retry> = latest
         .values()
-        .filter(|r| r.status.as_deref() == Some("retry"))
+        .filter(|r| r.status == Some(S::Retry))
         .map(|r| {
             let m = meta(r).unwrap_or(Value::Null);
             Retry {
@@ -436,7 +436,7 @@ fn describe(e: &Event) -> String {
         "{} {} ({}, record {}{})",
         e.statement_index.map_or("-".into(), |i| i.to_string()),
         one_line(e.statement_text.as_deref().unwrap_or(""), 50),
-        e.status.as_deref().unwrap_or("?"),
+        e.status.as_ref().map_or("?", S::as_str),
         e.id,
         e.at.as_deref()
             .map(|a| format!(", {a}"))
@@ -468,11 +468,11 @@ impl Render for ResumeDoc {
             writeln!(w, "last: {}", describe(e))?;
         }
         for s in &self.statements {
-            let mark = match s.status.as_deref() {
-                Some("completed") | Some("joined") => "✓",
-                Some("failed") => "✗",
-                Some("exited") => "exit",
-                Some(other) => other,
+            let mark = match &s.status {
+                Some(S::Completed | S::Joined) => "✓",
+                Some(S::Failed) => "✗",
+                Some(S::Exited) => "exit",
+                Some(other) => other.as_str(),
                 None => "?",
             };
             writeln!(

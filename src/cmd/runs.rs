@@ -1,22 +1,45 @@
 //! `runs`: the runs under the root, newest first.
 
 use super::{over_runs, Run};
-use crate::cli::{RunStatus, RunsArgs};
+use crate::cli::RunsArgs;
 use crate::context::Context;
-use crate::model::now;
+use crate::model::{now, RunStatus};
 use crate::output::{one_line, table, Render};
 use crate::run::RunPaths;
 use crate::store::RunSummary;
 use anyhow::Result;
+use serde::ser::{SerializeStruct, Serializer};
 use serde::Serialize;
 use std::io::{self, Write};
 
-#[derive(Debug, Serialize)]
-#[serde(transparent)]
+#[derive(Debug)]
 pub struct RunList {
     pub runs: Vec<RunSummary>,
-    #[serde(skip)]
     pub warnings: Vec<String>,
+}
+
+/// The JSON shape of `runs`: an array of the runs' rows, written out here so that the store's
+/// field names are not the command line's contract.
+impl Serialize for RunList {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        struct Row<'a>(&'a RunSummary);
+        impl Serialize for Row<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let (sum, run) = (self.0, &self.0.run);
+                let mut r = s.serialize_struct("Run", 8)?;
+                r.serialize_field("id", &run.id)?;
+                r.serialize_field("program_path", &run.program_path)?;
+                r.serialize_field("status", &run.status)?;
+                r.serialize_field("started_at", &run.started_at)?;
+                r.serialize_field("updated_at", &run.updated_at)?;
+                r.serialize_field("error_message", &sum.error_message)?;
+                r.serialize_field("last_event_at", &sum.last_event_at)?;
+                r.serialize_field("pending_gates", &sum.pending_gates)?;
+                r.end()
+            }
+        }
+        s.collect_seq(self.runs.iter().map(Row))
+    }
 }
 
 impl Render for RunList {
@@ -41,7 +64,7 @@ impl Render for RunList {
             .map(|r| {
                 vec![
                     r.run.id.clone(),
-                    r.run.status.clone().unwrap_or_default(),
+                    r.run.status.as_ref().map_or("", |s| s.as_str()).to_string(),
                     one_line(r.run.program_path.as_deref().unwrap_or("-"), 40),
                     r.run.started_at.clone().unwrap_or_default(),
                     r.last_event_at.clone().unwrap_or_else(|| "-".into()),
@@ -59,14 +82,12 @@ impl Render for RunList {
 
 pub fn run(args: &RunsArgs, runs: &[RunPaths], ctx: &Context) -> Result<RunList> {
     let now = now();
-    let want = args.status.map(|s| match s {
-        RunStatus::Running => "running",
-        RunStatus::Completed => "completed",
-        RunStatus::Failed => "failed",
-        RunStatus::Interrupted => "interrupted",
-    });
+    let want = args.status.map(RunStatus::from);
     let (mut all, warnings) = over_runs(runs, ctx, |_, store| store.run_summary(&now))?;
-    all.retain(|r| want.is_none_or(|w| r.run.status.as_deref() == Some(w)));
+    all.retain(|r| {
+        want.as_ref()
+            .is_none_or(|w| r.run.status.as_ref() == Some(w))
+    });
     all.sort_by(|a, b| (&b.run.started_at, &b.run.id).cmp(&(&a.run.started_at, &a.run.id)));
     all.truncate(args.limit as usize);
     Ok(RunList {

@@ -9,6 +9,7 @@ pub mod tx;
 
 pub use tx::{Tx, TxKind};
 
+use crate::model::{ExecStatus, RunStatus};
 use anyhow::Result;
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
@@ -149,11 +150,11 @@ impl Serialize for QueryResult {
 }
 
 /// The run's own row.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct RunInfo {
     pub id: String,
     pub program_path: Option<String>,
-    pub status: Option<String>,
+    pub status: Option<RunStatus>,
     pub started_at: Option<String>,
     pub updated_at: Option<String>,
 }
@@ -274,7 +275,7 @@ pub struct AuditFilter<'a> {
 }
 
 /// The result of recomputing the audit hash chain.
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 pub struct ChainReport {
     pub rows: usize,
     /// Rows written before the chain existed (schema 1 or raw SQL), before the first chained
@@ -284,7 +285,7 @@ pub struct ChainReport {
     pub first_broken: Option<BrokenLink>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 pub struct BrokenLink {
     pub id: i64,
     pub reason: String,
@@ -351,12 +352,12 @@ pub enum ImportAdded {
 }
 
 /// An execution row as stored (raw SQL may leave any column NULL).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct ExecutionRow {
     pub id: i64,
     pub statement_index: Option<i64>,
     pub statement_text: Option<String>,
-    pub status: Option<String>,
+    pub status: Option<ExecStatus>,
     pub started_at: Option<String>,
     pub completed_at: Option<String>,
     pub error_message: Option<String>,
@@ -372,9 +373,8 @@ impl ExecutionRow {
 }
 
 /// What `runs` shows of a run.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct RunSummary {
-    #[serde(flatten)]
     pub run: RunInfo,
     pub error_message: Option<String>,
     /// The time of the latest execution record.
@@ -386,23 +386,23 @@ pub struct RunSummary {
 #[derive(Debug)]
 pub enum Finished {
     Done {
-        previous_status: String,
+        previous_status: RunStatus,
     },
     /// Already finished with this status: nothing written.
     Unchanged,
 }
 
 /// What `resume` changed.
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 pub struct Resumed {
-    pub previous_status: String,
-    pub status: String,
+    pub previous_status: RunStatus,
+    pub status: RunStatus,
     /// Gates that got a `resumed` audit event.
     pub gates_logged: Vec<String>,
 }
 
 /// What `stats` reports of one run's store.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default)]
 pub struct StoreStats {
     pub backend: &'static str,
     pub schema_version: i64,
@@ -420,7 +420,7 @@ pub struct StoreStats {
 }
 
 /// What a checkpoint did (SQLite's `PRAGMA wal_checkpoint`).
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 pub struct Checkpointed {
     pub mode: String,
     /// Whether a reader or writer kept it from completing.
@@ -737,7 +737,7 @@ pub fn classify(e: &anyhow::Error) -> Option<crate::error::Code> {
 }
 
 /// What `migrate` found, or did.
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 pub struct Migration {
     /// The schema version before.
     pub from: i64,

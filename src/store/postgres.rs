@@ -13,7 +13,7 @@ use super::{
     NewRun, OpenOptions, QueryResult, RunInfo, RunSummary, Store, StoreStats,
 };
 use crate::error::{busy, not_found, refused, shown, usage};
-use crate::model::{GateStatus, RunStatus};
+use crate::model::{ExecStatus, GateStatus, RunStatus};
 use anyhow::{anyhow, Result};
 use postgres::error::SqlState;
 use postgres::types::{ToSql, Type};
@@ -1296,7 +1296,7 @@ impl Store for PgStore {
         Ok(RunInfo {
             id: row.get(0),
             program_path: row.get(1),
-            status: row.get(2),
+            status: row.get::<_, Option<&str>>(2).map(RunStatus::parse),
             started_at: row.get(3),
             updated_at: row.get(4),
         })
@@ -1430,7 +1430,7 @@ impl Store for PgStore {
                 id: r.get(0),
                 statement_index: r.get(1),
                 statement_text: r.get(2),
-                status: r.get(3),
+                status: r.get::<_, Option<&str>>(3).map(ExecStatus::parse),
                 started_at: r.get(4),
                 completed_at: r.get(5),
                 error_message: r.get(6),

@@ -342,7 +342,7 @@ pub fn finish(
     tx.set_run_status(status, error, now)?;
     tx.commit()?;
     Ok(Finished::Done {
-        previous_status: current.to_string(),
+        previous_status: current,
     })
 }
 
@@ -420,8 +420,8 @@ pub fn record_resume(mut tx: Box<dyn Tx + '_>, now: &str) -> Result<Resumed> {
     let status = status.unwrap_or(RunStatus::Running);
     if status.is_finished() {
         return Ok(Resumed {
-            previous_status: status.to_string(),
-            status: status.to_string(),
+            previous_status: status.clone(),
+            status,
             gates_logged: Vec::new(),
         });
     }
@@ -455,8 +455,8 @@ pub fn record_resume(mut tx: Box<dyn Tx + '_>, now: &str) -> Result<Resumed> {
     };
     tx.commit()?;
     Ok(Resumed {
-        previous_status: status.to_string(),
-        status: new_status.to_string(),
+        previous_status: status,
+        status: new_status,
         gates_logged: logged,
     })
 }

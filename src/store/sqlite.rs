@@ -13,7 +13,7 @@ use super::{
     OpenOptions, QueryResult, RunInfo, RunSummary, Store, StoreStats,
 };
 use crate::error::{busy, not_found, refused, shown, usage};
-use crate::model::{GateStatus, RunStatus};
+use crate::model::{ExecStatus, GateStatus, RunStatus};
 use anyhow::{anyhow, Context, Result};
 use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use rusqlite::types::ValueRef;
@@ -978,7 +978,10 @@ impl Store for SqliteStore {
                     Ok(RunInfo {
                         id: r.get(0)?,
                         program_path: r.get(1)?,
-                        status: r.get(2)?,
+                        status: r
+                            .get::<_, Option<String>>(2)?
+                            .as_deref()
+                            .map(RunStatus::parse),
                         started_at: r.get(3)?,
                         updated_at: r.get(4)?,
                     })
@@ -1085,7 +1088,10 @@ impl Store for SqliteStore {
                     id: r.get(0)?,
                     statement_index: r.get(1)?,
                     statement_text: r.get(2)?,
-                    status: r.get(3)?,
+                    status: r
+                        .get::<_, Option<String>>(3)?
+                        .as_deref()
+                        .map(ExecStatus::parse),
                     started_at: r.get(4)?,
                     completed_at: r.get(5)?,
                     error_message: r.get(6)?,

@@ -261,7 +261,7 @@ fn drop_read_shims(conn: &Connection) -> rusqlite::Result<()> {
 }
 
 /// One change an upgrade makes.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone)]
 pub struct Step {
     pub table: String,
     /// What is done, in words.

@@ -127,15 +127,20 @@ impl Project {
         p
     }
 
+    /// `init`'s flag choosing this project's backend.
+    pub fn backend_flag(&self) -> [&'static str; 2] {
+        match self.backend {
+            Backend::Sqlite => ["--backend", "sqlite"],
+            Backend::Postgres => ["--backend", "postgres"],
+        }
+    }
+
     /// Makes a run through `init --json` and returns it.
     pub fn init(&self) -> Run {
-        let backend = match self.backend {
-            Backend::Sqlite => "sqlite",
-            Backend::Postgres => "postgres",
-        };
         let out = self
             .cmd()
-            .args(["init", "--json", "--backend", backend])
+            .args(["init", "--json"])
+            .args(self.backend_flag())
             .assert()
             .success();
         let v: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
