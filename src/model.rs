@@ -316,6 +316,28 @@ pub fn now() -> String {
     Timestamp::now().to_string()
 }
 
+/// Checks a gate's prompt, the text a person approves: not empty, and free of what would make
+/// a terminal show something else than what is stored (control characters other than newline
+/// and tab, and the bidirectional embeddings, overrides and isolates of "Trojan Source").
+/// Zero-width characters are allowed (emoji sequences use them) and shown escaped.
+pub fn check_prompt(prompt: &str) -> Result<()> {
+    if prompt.trim().is_empty() {
+        return Err(usage("--prompt is empty"));
+    }
+    let bad = prompt.chars().find(|&c| {
+        (c.is_control() && c != '\n' && c != '\t')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    });
+    match bad {
+        Some(c) => Err(usage(format!(
+            "--prompt holds the character U+{:04X}, which would change what an approver sees; \
+             only newline and tab are allowed among control characters",
+            c as u32
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Checks that metadata is a JSON object; returns it unchanged (stored as given).
 pub fn check_metadata(text: &str) -> Result<()> {
     match serde_json::from_str::<serde_json::Value>(text) {

@@ -17,41 +17,147 @@ pub trait Render: Serialize + Sized {
     fn exit_code(&self) -> crate::error::Code {
         crate::error::Code::Ok
     }
+
+    /// Whether the rendering makes its stored strings [`visible`] itself, because it writes
+    /// what must pass unfiltered (colour, or a value's exact bytes off a terminal). Every other
+    /// rendering is made visible whole by [`emit`].
+    fn escapes_itself(&self) -> bool {
+        false
+    }
+}
+
+/// Writes a value as JSON, exact, and safe on a terminal: characters a terminal would
+/// interpret or hide are written as JSON `\uXXXX` escapes, which decode to the same string.
+pub fn write_json<T: Serialize + ?Sized>(w: &mut dyn Write, value: &T) -> io::Result<()> {
+    let text = serde_json::to_string(value).map_err(io::Error::from)?;
+    if !text.chars().any(is_hidden) {
+        return w.write_all(text.as_bytes());
+    }
+    // serde_json escapes C0 controls, quotes and backslashes; what is left hidden can only
+    // stand inside a string, where an escape means the same character.
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if is_hidden(c) {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{u:04x}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    w.write_all(out.as_bytes())
 }
 
 /// Writes a command's output to stdout.
 pub fn emit<T: Render>(value: T, json: bool) -> io::Result<()> {
     for w in value.warnings() {
-        let _ = writeln!(io::stderr().lock(), "prose-state: warning: {w}");
+        let _ = writeln!(
+            io::stderr().lock(),
+            "prose-state: warning: {}",
+            visible_line(&w)
+        );
     }
     let stdout = io::stdout();
     let tty = stdout.is_terminal();
     let mut w = BufWriter::with_capacity(256 * 1024, stdout.lock());
     if json {
-        serde_json::to_writer(&mut w, &value).map_err(io::Error::from)?;
+        write_json(&mut w, &value)?;
         w.write_all(b"\n")?;
-    } else {
+    } else if value.escapes_itself() {
         value.text(&mut w, tty)?;
+    } else {
+        // Stored strings reach a person here: everything a terminal would interpret is
+        // shown escaped instead.
+        let mut text = Vec::new();
+        value.text(&mut text, tty)?;
+        w.write_all(visible(&String::from_utf8_lossy(&text)).as_bytes())?;
     }
     w.flush()
 }
 
-/// Shortens text for one cell or line of human output: first line only, at most `max` chars.
+/// Whether a character would change what a terminal shows rather than be shown: control
+/// characters (C0, DEL, C1: `\r` returns the cursor, ESC starts a sequence), bidirectional
+/// overrides, zero-width and other invisible format characters, and line separators.
+fn is_hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(c,
+            '\u{ad}'                       // soft hyphen
+            | '\u{34f}'                    // combining grapheme joiner
+            | '\u{61c}'                    // Arabic letter mark
+            | '\u{115f}' | '\u{1160}'      // Hangul fillers
+            | '\u{17b4}' | '\u{17b5}'
+            | '\u{180b}'..='\u{180f}'      // Mongolian variation selectors, vowel separator
+            | '\u{200b}'..='\u{200f}'      // zero-width space, joiners, LRM, RLM
+            | '\u{2028}'..='\u{202e}'      // line/paragraph separators, bidi embeddings, overrides
+            | '\u{2060}'..='\u{206f}'      // word joiner, invisible operators, bidi isolates
+            | '\u{3164}' | '\u{ffa0}'      // Hangul fillers
+            | '\u{fe00}'..='\u{fe0f}'      // variation selectors
+            | '\u{feff}'                   // zero-width no-break space (BOM)
+            | '\u{fff9}'..='\u{fffb}'      // interlinear annotations
+            | '\u{1d173}'..='\u{1d17a}'
+            | '\u{e0000}'..='\u{e0fff}') // tags, variation selectors supplement
+}
+
+/// A stored string as a terminal may show it: every character that would be interpreted or
+/// hidden rather than shown is written as a visible escape (`\r`, `\u{1b}`, `\u{202e}`), and
+/// newlines and tabs are kept. Plain text comes back unchanged (and borrowed); applying it
+/// twice changes nothing more. JSON output never goes through this: it stays exact.
+pub fn visible(text: &str) -> std::borrow::Cow<'_, str> {
+    visible_keeping(text, &['\n', '\t'])
+}
+
+/// [`visible`] for one line of output: newlines and tabs are escaped too.
+pub fn visible_line(text: &str) -> std::borrow::Cow<'_, str> {
+    visible_keeping(text, &[])
+}
+
+fn visible_keeping<'a>(text: &'a str, keep: &[char]) -> std::borrow::Cow<'a, str> {
+    let hidden = |c: char| is_hidden(c) && !keep.contains(&c);
+    if !text.chars().any(hidden) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            c if !hidden(c) => out.push(c),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Shortens text for one cell or line of human output: first line only, at most `max` chars
+/// of it, made [`visible`].
 pub fn one_line(text: &str, max: usize) -> String {
-    let first = text.lines().next().unwrap_or("");
+    // Cut first, escape after, so an escape is never cut in half.
+    let first = text.split('\n').next().unwrap_or("");
     let more = first.len() < text.trim_end().len();
     if first.chars().count() > max {
         let cut: String = first.chars().take(max.saturating_sub(1)).collect();
-        format!("{cut}…")
+        format!("{}…", visible_line(&cut))
     } else if more {
-        format!("{first} …")
+        format!("{} …", visible_line(first))
     } else {
-        first.to_string()
+        visible_line(first).into_owned()
     }
 }
 
 /// Writes rows as an aligned table with a header, for humans.
 pub fn table(w: &mut dyn Write, header: &[String], rows: &[Vec<String>]) -> io::Result<()> {
+    // Every cell is shown visible: cells hold stored strings.
+    let header: Vec<String> = header
+        .iter()
+        .map(|c| visible_line(c).into_owned())
+        .collect();
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| r.iter().map(|c| visible_line(c).into_owned()).collect())
+        .collect();
+    let (header, rows) = (&header, &rows);
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for row in rows {
         for (i, cell) in row.iter().enumerate() {
@@ -123,6 +229,12 @@ macro_rules! one_of {
                     $(Self::$variant(o) => o.exit_code()),*
                 }
             }
+
+            fn escapes_itself(&self) -> bool {
+                match self {
+                    $(Self::$variant(o) => o.escapes_itself()),*
+                }
+            }
         }
     };
 }
@@ -133,7 +245,11 @@ pub(crate) use one_of;
 pub fn report(message: &str) {
     // Clipped, because a message may quote an argument of up to 128 KiB (a path, a name).
     let message = crate::error::clip(message, 500);
-    let _ = writeln!(io::stderr().lock(), "prose-state: error: {message}");
+    let _ = writeln!(
+        io::stderr().lock(),
+        "prose-state: error: {}",
+        visible_line(&message)
+    );
 }
 
 /// Renders a command's output and returns its exit code; an error is reported here, as one

@@ -1,6 +1,7 @@
 //! What prose-state asks of a person at a terminal: the confirmation before a decision, and
 //! a progress count on stderr for work across many runs.
 
+use crate::output::{visible, visible_line};
 use crate::store::GateRow;
 use anyhow::Result;
 use std::io::{self, BufRead, IsTerminal, Write};
@@ -17,14 +18,15 @@ pub fn confirm(gate: &GateRow, action: &str) -> Result<bool> {
     writeln!(
         err,
         "Gate {} (run {}):",
-        gate.id,
-        gate.run_id.as_deref().unwrap_or("-")
+        visible_line(&gate.id),
+        visible_line(gate.run_id.as_deref().unwrap_or("-"))
     )?;
-    for line in gate.prompt.lines() {
+    // The prompt as stored, every hidden character shown: what is approved is what is seen.
+    for line in visible(&gate.prompt).lines() {
         writeln!(err, "  {line}")?;
     }
     if let Some(at) = &gate.timeout_at {
-        writeln!(err, "Deadline: {at} UTC")?;
+        writeln!(err, "Deadline: {} UTC", visible_line(at))?;
     }
     write!(err, "{action} this gate? [y/N] ")?;
     err.flush()?;

@@ -178,9 +178,7 @@ fn check_principal_list(allow: &[String]) -> Result<()> {
 
 pub fn create(args: &GateCreateArgs, store: &mut dyn Store) -> Result<GateCreated> {
     check_gate_id(&args.gate_id)?;
-    if args.prompt.trim().is_empty() {
-        return Err(usage("--prompt is empty"));
-    }
+    crate::model::check_prompt(&args.prompt)?;
     check_principal_list(&args.allow)?;
     if let Some(m) = &args.metadata {
         check_metadata(m)?;

@@ -1,7 +1,7 @@
 use crate::attach::{self, OpenError};
 use crate::cli::GetArgs;
 use crate::error::{not_found, shown};
-use crate::output::Render;
+use crate::output::{visible, Render};
 use crate::run::RunPaths;
 use crate::store::{BindingRow, Store};
 use anyhow::{Context, Result};
@@ -27,12 +27,26 @@ pub struct Got {
 }
 
 impl Render for Got {
-    /// The value exactly as stored, with nothing added; an attachment is streamed.
-    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
-        match self.content {
-            Some(mut file) => io::copy(&mut file, w).map(|_| ()),
-            None => w.write_all(self.row.value.as_deref().unwrap_or_default()),
+    /// The value exactly as stored, with nothing added; an attachment is streamed. On a
+    /// terminal, where a person reads it, it is made visible instead.
+    fn text(self, w: &mut dyn Write, tty: bool) -> io::Result<()> {
+        match (self.content, tty) {
+            (Some(mut file), false) => io::copy(&mut file, w).map(|_| ()),
+            (None, false) => w.write_all(self.row.value.as_deref().unwrap_or_default()),
+            (Some(mut file), true) => {
+                let mut bytes = Vec::new();
+                io::Read::read_to_end(&mut file, &mut bytes)?;
+                w.write_all(visible(&String::from_utf8_lossy(&bytes)).as_bytes())
+            }
+            (None, true) => {
+                let bytes = self.row.value.as_deref().unwrap_or_default();
+                w.write_all(visible(&String::from_utf8_lossy(bytes)).as_bytes())
+            }
         }
+    }
+
+    fn escapes_itself(&self) -> bool {
+        true
     }
 }
 

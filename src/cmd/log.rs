@@ -2,7 +2,7 @@
 //! (`3→ research ✓`, `∥ [a b c] done`, `loop:2/5 exit`), or JSON Lines with `--json`.
 
 use crate::model::{ExecStatus, ExecStatus as S};
-use crate::output::{one_line, Render};
+use crate::output::{one_line, visible_line, Render};
 use crate::store::{ExecutionRow, Store};
 use anyhow::Result;
 use serde::Serialize;
@@ -49,7 +49,17 @@ impl Render for LogLine {
             (true, Mark::Bad) => ("\x1b[31m", "\x1b[0m"),
             _ => ("", ""),
         };
-        writeln!(w, "{time} {on}{}{off}", self.narration)
+        writeln!(
+            w,
+            "{} {on}{}{off}",
+            visible_line(time),
+            visible_line(&self.narration)
+        )
+    }
+
+    /// It writes colour, so it makes its stored strings visible itself.
+    fn escapes_itself(&self) -> bool {
+        true
     }
 }
 

@@ -14,7 +14,7 @@ impl Render for Queried {
     /// replaces read `sqlite3 -json`.
     fn text(self, w: &mut dyn Write, tty: bool) -> io::Result<()> {
         if !tty {
-            serde_json::to_writer(&mut *w, &self).map_err(io::Error::from)?;
+            crate::output::write_json(w, &self)?;
             return writeln!(w);
         }
         let rows: Vec<Vec<String>> = self
@@ -38,6 +38,11 @@ impl Render for Queried {
             rows.len(),
             if rows.len() == 1 { "" } else { "s" }
         )
+    }
+
+    /// JSON escapes its own; the table's cells are made visible by `table`.
+    fn escapes_itself(&self) -> bool {
+        true
     }
 }
 
