@@ -6,6 +6,7 @@
 
 use crate::cli::{AgentScope, Global, PrincipalArg};
 use crate::error::{not_found, usage};
+use crate::model::Principal;
 use crate::run::{self, RunPaths};
 use crate::store::postgres::PgStore;
 use crate::store::sqlite::SqliteStore;
@@ -256,13 +257,27 @@ impl Context {
 
     /// The principal acting: `--as`/PROSE_PRINCIPAL as given (an empty one is then refused),
     /// else the login name.
-    pub fn principal(&self, arg: &PrincipalArg) -> String {
-        arg.principal.clone().unwrap_or_else(|| {
-            std::env::var("USER")
-                .ok()
-                .or_else(|| std::env::var("LOGNAME").ok())
-                .filter(|p| !p.is_empty())
-                .unwrap_or_else(|| "unknown".to_string())
+    /// Who is acting: `--as` or PROSE_PRINCIPAL (refused, exit 2, when outside the grammar),
+    /// else the login name (USER, then LOGNAME) when it is in the grammar, else no one. No
+    /// principal is ever invented: commands that decide refuse to act as no one.
+    pub fn principal(&self, arg: &PrincipalArg) -> Result<Option<Principal>> {
+        if let Some(p) = &arg.principal {
+            return Principal::parse(p, "--as / PROSE_PRINCIPAL").map(Some);
+        }
+        Ok(["USER", "LOGNAME"]
+            .iter()
+            .filter_map(|v| std::env::var(v).ok())
+            .find(|p| !p.is_empty())
+            .and_then(|p| Principal::parse(&p, "login name").ok()))
+    }
+
+    /// The principal a decision is taken as: [`Context::principal`], which must be someone.
+    pub fn decider(&self, arg: &PrincipalArg) -> Result<Principal> {
+        self.principal(arg)?.ok_or_else(|| {
+            crate::error::usage(
+                "no principal to decide as: pass --as NAME or set PROSE_PRINCIPAL \
+                 (the login name is unset, or outside the principal grammar)",
+            )
         })
     }
 

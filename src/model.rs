@@ -472,13 +472,129 @@ pub fn check_gate_id(id: &str) -> Result<()> {
     })
 }
 
-/// Whether `principal` may decide a gate whose allow list is `allow`. `user` admits any
-/// principal that is not an agent (`agent:...`): agents inside a run must not approve their
-/// own gates. Other entries match exactly.
-pub fn principal_allowed(allow: &[String], principal: &str) -> bool {
+/// Characters that render as nothing (or change direction) and so can hide inside a principal:
+/// removed before a principal is compared, with whitespace and control characters.
+fn is_ignorable(c: char) -> bool {
+    c.is_whitespace()
+        || c.is_control()
+        || matches!(c,
+            '\u{ad}' | '\u{34f}' | '\u{61c}' | '\u{115f}' | '\u{1160}' | '\u{17b4}' | '\u{17b5}'
+            | '\u{180b}'..='\u{180f}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2060}'..='\u{206f}'
+            | '\u{3164}' | '\u{ffa0}'
+            | '\u{fe00}'..='\u{fe0f}'
+            | '\u{feff}'
+            | '\u{fff0}'..='\u{fff8}'
+            | '\u{1bca0}'..='\u{1bca3}'
+            | '\u{1d173}'..='\u{1d17a}'
+            | '\u{e0000}'..='\u{e0fff}')
+}
+
+/// The longest principal accepted, in bytes, after normalisation.
+pub const MAX_PRINCIPAL_BYTES: usize = 128;
+
+/// Who acts on a gate, in its one normal form. A principal is written in any Unicode form
+/// and normalised by NFKC (fullwidth and other compatibility forms become ASCII), lower-casing,
+/// and removal of whitespace, control and invisible characters. The result must match the
+/// grammar `[agent:]NAME`, where NAME is ASCII: a letter, digit or `_`, then letters, digits
+/// and `_ . - + @ :`, at most 128 bytes in all. Anything else is refused, not guessed at: a
+/// Cyrillic `а` is not an `a`. `agent:...` is an agent; `system`, `user` and `unknown` are
+/// reserved (the tool's own events, and the allow-list word for people).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal(String);
+
+impl Principal {
+    /// The words no one may act as.
+    pub const RESERVED: [&'static str; 3] = ["system", "user", "unknown"];
+
+    /// Normalises and checks a principal; `what` names where it came from, for the error.
+    pub fn parse(raw: &str, what: &str) -> Result<Self> {
+        let p = Self::normalise(raw);
+        let bad = |why: &str| usage(format!("invalid principal ({what}): {}: {why}", shown(raw)));
+        if p.is_empty() {
+            return Err(bad("empty"));
+        }
+        if p.len() > MAX_PRINCIPAL_BYTES {
+            return Err(bad("longer than 128 bytes"));
+        }
+        let name = p.strip_prefix("agent:").unwrap_or(&p);
+        let mut chars = name.chars();
+        let first_ok = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        let rest_ok = chars.all(|c| {
+            c.is_ascii_lowercase()
+                || c.is_ascii_digit()
+                || matches!(c, '_' | '.' | '-' | '+' | '@' | ':')
+        });
+        if !first_ok || !rest_ok {
+            return Err(bad(
+                "a principal is [agent:]NAME, NAME in ASCII letters, digits and _ . - + @ :",
+            ));
+        }
+        if Self::RESERVED.contains(&p.as_str()) {
+            return Err(bad("reserved"));
+        }
+        Ok(Principal(p))
+    }
+
+    /// NFKC, lower case, with whitespace, control and invisible characters removed.
+    pub fn normalise(raw: &str) -> String {
+        use unicode_normalization::UnicodeNormalization;
+        raw.nfkc()
+            .flat_map(char::to_lowercase)
+            .filter(|&c| !is_ignorable(c))
+            .collect()
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_agent(&self) -> bool {
+        self.0.starts_with("agent:")
+    }
+}
+
+impl std::fmt::Display for Principal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Checks an allow list as given to `gates create`, and returns it normalised: `user`, or
+/// principals in the grammar of [`Principal`].
+pub fn normalise_allow(allow: &[String]) -> Result<Vec<String>> {
+    if allow.is_empty() {
+        return Err(usage("--allow needs at least one principal"));
+    }
     allow
         .iter()
-        .any(|a| a == principal || (a == "user" && !principal.starts_with("agent:")))
+        .map(|a| {
+            if Principal::normalise(a) == "user" {
+                Ok("user".to_string())
+            } else {
+                Principal::parse(a, "--allow").map(|p| p.0)
+            }
+        })
+        .collect()
+}
+
+/// Whether `principal` may decide a gate whose allow list is `allow`. `user` admits any
+/// principal that is not an agent (`agent:...`): agents inside a run must not approve their
+/// own gates. Other entries admit the principal they normalise to; an entry outside the
+/// grammar (raw SQL may write one) admits nobody.
+pub fn principal_allowed(allow: &[String], principal: &Principal) -> bool {
+    allow.iter().any(|a| {
+        let entry = Principal::normalise(a);
+        if entry == "user" {
+            !principal.is_agent()
+        } else {
+            Principal::parse(a, "allow").is_ok_and(|e| e == *principal)
+        }
+    })
 }
 
 /// `sha256:` and the hex digest of `text`.
@@ -540,14 +656,72 @@ mod duration_tests {
         }
     }
 
+    fn p(raw: &str) -> Principal {
+        Principal::parse(raw, "test").unwrap()
+    }
+
     #[test]
     fn allow() {
         let user = vec!["user".to_string()];
-        assert!(principal_allowed(&user, "raymond"));
-        assert!(!principal_allowed(&user, "agent:captain"));
+        assert!(principal_allowed(&user, &p("raymond")));
+        assert!(!principal_allowed(&user, &p("agent:captain")));
         let ops = vec!["ops-team".to_string(), "agent:deployer".to_string()];
-        assert!(principal_allowed(&ops, "ops-team"));
-        assert!(principal_allowed(&ops, "agent:deployer"));
-        assert!(!principal_allowed(&ops, "raymond"));
+        assert!(principal_allowed(&ops, &p("ops-team")));
+        assert!(principal_allowed(&ops, &p("agent:deployer")));
+        assert!(!principal_allowed(&ops, &p("raymond")));
+        // Entries are compared normalised, whoever wrote them.
+        let raw = vec!["Alice".to_string(), "  USER ".to_string()];
+        assert!(principal_allowed(&raw, &p("alice")));
+        assert!(principal_allowed(&raw, &p("bob")));
+        assert!(!principal_allowed(&raw, &p("agent:bob")));
+        // An entry outside the grammar admits nobody.
+        let odd = vec!["\u{430}lice".to_string()];
+        assert!(!principal_allowed(&odd, &p("alice")));
+    }
+
+    #[test]
+    fn every_spelling_of_agent_is_an_agent() {
+        for raw in [
+            " agent:bot",
+            "Agent:bot",
+            "AGENT:bot",
+            "agent :bot",
+            "agent\u{200b}:bot",
+            "agent\u{ff1a}bot",
+            "\u{ff41}gent:bot",
+            "agent\u{202e}:bot",
+            "agent\t:bot\n",
+            "a\u{ad}gent:bot",
+        ] {
+            let got = p(raw);
+            assert!(got.is_agent(), "{raw:?} -> {got}");
+            assert_eq!(got.as_str(), "agent:bot", "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn principals_outside_the_grammar_are_refused() {
+        for raw in [
+            "",
+            "   ",
+            "\u{200b}",
+            "\u{430}gent:bot", // Cyrillic a
+            "jos\u{e9}",
+            "a/b",
+            "-x",
+            "agent:",
+            "system",
+            "USER",
+            "unknown",
+            &"x".repeat(129),
+        ] {
+            assert!(Principal::parse(raw, "test").is_err(), "{raw:?}");
+        }
+        assert_eq!(p("Raymond").as_str(), "raymond");
+        assert_eq!(
+            p("ops.team+1@example.com").as_str(),
+            "ops.team+1@example.com"
+        );
+        assert!(!p("agents:x").is_agent());
     }
 }

@@ -13,7 +13,7 @@ use std::io::{self, Write};
 pub struct DecideRequest<'a> {
     pub gate: &'a str,
     pub approve: bool,
-    pub principal: &'a str,
+    pub principal: &'a crate::model::Principal,
     /// The approval comment or the rejection reason.
     pub comment: Option<&'a str>,
     pub yes: bool,
@@ -49,13 +49,6 @@ impl Render for DecisionMade {
     }
 }
 
-pub fn check_principal(p: &str) -> Result<()> {
-    if p.trim().is_empty() || p.len() > 200 || p.chars().any(char::is_control) {
-        return Err(usage(format!("invalid principal (--as): {}", shown(p))));
-    }
-    Ok(())
-}
-
 fn resolved_by(g: &GateRow) -> String {
     format!(
         "gate {} was already {} by {} at {}",
@@ -72,7 +65,6 @@ fn resolved_by(g: &GateRow) -> String {
 
 pub fn run(req: &DecideRequest, store: &mut dyn Store, confirm: Confirm) -> Result<DecisionMade> {
     check_gate_id(req.gate)?;
-    check_principal(req.principal)?;
     if !req.approve && req.comment.is_none_or(|r| r.trim().is_empty()) {
         return Err(usage("a rejection needs a reason: --reason TEXT"));
     }
@@ -120,7 +112,7 @@ pub fn run(req: &DecideRequest, store: &mut dyn Store, confirm: Confirm) -> Resu
         ))),
         Decided::NotAllowed(g) => Err(refused(format!(
             "principal {} may not decide gate {} (allow: {}); this attempt was logged",
-            shown(req.principal),
+            shown(req.principal.as_str()),
             g.id,
             g.allow.join(", ")
         ))),
@@ -140,7 +132,7 @@ fn decide(ctx: &crate::context::Context, run: &str, req: &DecideRequest) -> Resu
 impl super::Run for crate::cli::ApproveArgs {
     type Output = DecisionMade;
     fn run(&self, ctx: &crate::context::Context) -> Result<DecisionMade> {
-        let who = ctx.principal(&self.principal);
+        let who = ctx.decider(&self.principal)?;
         let request = DecideRequest {
             gate: &self.gate,
             approve: !self.reject,
@@ -160,7 +152,7 @@ impl super::Run for crate::cli::ApproveArgs {
 impl super::Run for crate::cli::RejectArgs {
     type Output = DecisionMade;
     fn run(&self, ctx: &crate::context::Context) -> Result<DecisionMade> {
-        let who = ctx.principal(&self.principal);
+        let who = ctx.decider(&self.principal)?;
         let request = DecideRequest {
             gate: &self.gate,
             approve: false,

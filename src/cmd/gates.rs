@@ -164,22 +164,10 @@ impl Render for GateCreated {
     }
 }
 
-fn check_principal_list(allow: &[String]) -> Result<()> {
-    if allow.is_empty() {
-        return Err(usage("--allow needs at least one principal"));
-    }
-    for p in allow {
-        if p.trim().is_empty() || p.len() > 200 || p.chars().any(char::is_control) {
-            return Err(usage(format!("invalid principal in --allow: {}", shown(p))));
-        }
-    }
-    Ok(())
-}
-
 pub fn create(args: &GateCreateArgs, store: &mut dyn Store) -> Result<GateCreated> {
     check_gate_id(&args.gate_id)?;
     crate::model::check_prompt(&args.prompt)?;
-    check_principal_list(&args.allow)?;
+    let allow = crate::model::normalise_allow(&args.allow)?;
     if let Some(m) = &args.metadata {
         check_metadata(m)?;
     }
@@ -193,7 +181,7 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store) -> Result<GateCreate
         None => None,
     };
     let now = now();
-    let allow = serde_json::to_string(&args.allow)?;
+    let allow = serde_json::to_string(&allow)?;
     let outcome = store.create_gate(&crate::store::NewGate {
         id: &args.gate_id,
         prompt: &args.prompt,
@@ -308,7 +296,7 @@ impl Render for GateShown {
     }
 }
 
-pub fn show(gate: &str, viewer: &str, store: &mut dyn Store) -> Result<GateShown> {
+pub fn show(gate: &str, viewer: Option<&str>, store: &mut dyn Store) -> Result<GateShown> {
     check_gate_id(gate)?;
     let now = now();
     let run = store.run_info()?;
@@ -446,10 +434,15 @@ pub fn audit(args: &GateAuditArgs, runs: &[RunPaths], ctx: &Context) -> Result<A
         Some(d) => Some(now_plus(-parse_duration(d)?)),
         None => None,
     };
+    // The filter names a principal as decisions record it: normalised.
+    let principal = args
+        .principal
+        .as_deref()
+        .map(crate::model::Principal::normalise);
     let (per_run, warnings) = over_runs(runs, ctx, |_, store| {
         store.audit(&AuditFilter {
             gate_id: args.gate.as_deref(),
-            principal: args.principal.as_deref(),
+            principal: principal.as_deref(),
             since: since.as_deref(),
         })
     })?;
@@ -562,9 +555,12 @@ impl Run for GatesArgs {
             }
             Some(GatesCommand::Show(a)) => {
                 let (_, mut store) = ctx.open_run(Some(&a.run))?;
-                let viewer = ctx.principal(&a.principal);
-                super::decide::check_principal(&viewer)?;
-                GatesOutput::Shown(show(&a.gate, &viewer, store.as_mut())?)
+                let viewer = ctx.principal(&a.principal)?;
+                GatesOutput::Shown(show(
+                    &a.gate,
+                    viewer.as_ref().map(|v| v.as_str()),
+                    store.as_mut(),
+                )?)
             }
             Some(GatesCommand::Wait(a)) => GatesOutput::Waited(wait(a, ctx)?),
             Some(GatesCommand::Audit(a)) => GatesOutput::Audit(audit(a, &ctx.runs()?, ctx)?),

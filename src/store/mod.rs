@@ -246,7 +246,7 @@ pub enum Created {
 pub struct Decision<'a> {
     pub gate_id: &'a str,
     pub approve: bool,
-    pub principal: &'a str,
+    pub principal: &'a crate::model::Principal,
     pub comment: Option<&'a str>,
     /// The hash of the prompt the decider was shown; a mismatch is refused.
     pub prompt_hash: &'a str,
@@ -635,7 +635,7 @@ pub trait Store: AgentStore {
     fn view_gate(
         &mut self,
         id: &str,
-        viewer: &str,
+        viewer: Option<&str>,
         now: &str,
     ) -> Result<Option<(GateRow, Vec<AuditRow>)>> {
         rules::view_gate(self.begin(rules::GATE)?, id, viewer, now)

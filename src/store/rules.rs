@@ -230,7 +230,7 @@ pub fn create_gate(mut tx: Box<dyn Tx + '_>, g: &NewGate) -> Result<Created> {
 pub fn view_gate(
     mut tx: Box<dyn Tx + '_>,
     id: &str,
-    viewer: &str,
+    viewer: Option<&str>,
     now: &str,
 ) -> Result<Option<(super::GateRow, Vec<AuditRow>)>> {
     sweep(&mut *tx, now)?;
@@ -244,7 +244,7 @@ pub fn view_gate(
             gate_id: id,
             run_id: gate.run_id.as_deref().unwrap_or_default(),
             event_type: "viewed",
-            principal: Some(viewer),
+            principal: viewer,
             comment: None,
             metadata: serde_json::json!({"client": "cli"}),
             now,
@@ -273,7 +273,7 @@ pub fn decide_gate(mut tx: Box<dyn Tx + '_>, d: &Decision) -> Result<Decided> {
                 gate_id: d.gate_id,
                 run_id: &run_id,
                 event_type: "refused",
-                principal: Some(d.principal),
+                principal: Some(d.principal.as_str()),
                 comment: d.comment,
                 metadata,
                 now: d.now,
@@ -295,13 +295,13 @@ pub fn decide_gate(mut tx: Box<dyn Tx + '_>, d: &Decision) -> Result<Decided> {
             gate_id: d.gate_id,
             run_id: &run_id,
             event_type: status.as_str(),
-            principal: Some(d.principal),
+            principal: Some(d.principal.as_str()),
             comment: d.comment,
             metadata,
             now: d.now,
         },
     )?;
-    tx.resolve_gate(d.gate_id, &status, d.principal, d.comment, d.now)?;
+    tx.resolve_gate(d.gate_id, &status, d.principal.as_str(), d.comment, d.now)?;
     let row = tx
         .load_gate(d.gate_id)?
         .ok_or_else(|| anyhow!("gate vanished during decision"))?;
