@@ -134,6 +134,11 @@ CREATE TABLE IF NOT EXISTS openprose.gate_audit_log (
     prev_hash TEXT,
     hash TEXT
 );
+-- The chain's own sequence per run, and the row's seal (schema 3).
+ALTER TABLE openprose.gate_audit_log ADD COLUMN IF NOT EXISTS seq BIGINT;
+ALTER TABLE openprose.gate_audit_log ADD COLUMN IF NOT EXISTS seal TEXT;
+CREATE UNIQUE INDEX IF NOT EXISTS idx_gate_audit_seq ON openprose.gate_audit_log (run_id, seq)
+    WHERE seq IS NOT NULL;
 
 CREATE OR REPLACE FUNCTION openprose.gate_audit_log_append_only() RETURNS trigger
 LANGUAGE plpgsql AS $$

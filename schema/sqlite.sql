@@ -112,10 +112,14 @@ CREATE TABLE IF NOT EXISTS gate_audit_log (
     timestamp TEXT DEFAULT (datetime('now')),
     metadata TEXT,
     prev_hash TEXT,  -- the previous row's hash (schema 2)
-    hash TEXT        -- sha256 over this row's content and prev_hash (schema 2)
+    hash TEXT,       -- sha256 over this row's content and prev_hash (schema 2)
+    seq INTEGER,     -- the row's place in the run's chain, 1, 2, 3, ... (schema 5)
+    seal TEXT        -- HMAC of hash under a key the database does not hold (schema 5)
 );
 CREATE INDEX IF NOT EXISTS idx_gate_audit_gate ON gate_audit_log(gate_id);
 CREATE INDEX IF NOT EXISTS idx_gate_audit_run ON gate_audit_log(run_id);
+CREATE UNIQUE INDEX IF NOT EXISTS idx_gate_audit_seq ON gate_audit_log(run_id, seq)
+    WHERE seq IS NOT NULL;
 
 -- The audit log is append-only in fact, not only by convention (schema 2).
 CREATE TRIGGER IF NOT EXISTS gate_audit_log_no_update BEFORE UPDATE ON gate_audit_log

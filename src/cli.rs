@@ -434,6 +434,10 @@ pub struct GateWaitArgs {
     /// How often to look
     #[arg(long, value_name = "DUR", default_value = "1s")]
     pub poll: String,
+    /// Treat a decision nothing attests (written with the spec's own SQL by another tool, or
+    /// sealed on another machine) as made, instead of exiting 10
+    #[arg(long)]
+    pub accept_unattested: bool,
 }
 
 #[derive(Debug, Args)]

@@ -25,6 +25,12 @@ pub enum Code {
     StillPending = 7,
     /// The connection was lost while committing: the write may or may not have been applied.
     Unknown = 8,
+    /// The audit log or a gate disagrees with what was sealed: a row edited, forged or cut, a
+    /// gate decided with no decision in its log, a prompt rewritten after it was created.
+    Tampered = 9,
+    /// A decision (or a log row) that nothing attests: written by another tool with the
+    /// spec's own SQL, or sealed with a key this machine does not hold.
+    Unattested = 10,
     /// A conflict that a retry may clear: the database stayed locked by another writer past
     /// the busy timeout, or the server connection was lost before anything was committed.
     Busy = 75,
@@ -66,6 +72,10 @@ pub fn refused(message: impl Into<String>) -> anyhow::Error {
 
 pub fn unknown(message: impl Into<String>) -> anyhow::Error {
     coded(Code::Unknown, message)
+}
+
+pub fn tampered(message: impl Into<String>) -> anyhow::Error {
+    coded(Code::Tampered, message)
 }
 
 pub fn busy(message: impl Into<String>) -> anyhow::Error {

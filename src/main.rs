@@ -9,6 +9,7 @@ mod model;
 mod output;
 mod parse;
 mod run;
+mod seal;
 mod store;
 mod term;
 

@@ -240,6 +240,15 @@ macro_rules! one_of {
 }
 pub(crate) use one_of;
 
+/// Writes a one-line warning to stderr, made visible.
+pub fn warn(message: &str) {
+    let _ = writeln!(
+        io::stderr().lock(),
+        "prose-state: warning: {}",
+        visible_line(message)
+    );
+}
+
 /// Writes the one-line error to stderr. Never panics: `eprintln!` would, if stderr cannot be
 /// written (a full disk under a redirect), and the exit code must still reach the caller.
 pub fn report(message: &str) {

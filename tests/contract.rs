@@ -704,11 +704,22 @@ fn postgres_lists_runs_made_elsewhere() {
         .args(["approve", "from-afar", "deploy", "--yes", "--as", "raymond"])
         .assert()
         .success();
-    let a = elsewhere
+    // The decision is sealed with this machine's key, which the other does not hold: there
+    // it is unattested (exit 10), unless accepted as such.
+    let wait = ["--run", "from-afar", "gates", "wait", "from-afar", "deploy"];
+    let a = elsewhere.cmd().args(wait).assert().failure();
+    assert_eq!(code(&a), 10, "{}", stderr(&a));
+    assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("approved by raymond"));
+    elsewhere
         .cmd()
-        .args(["--run", "from-afar", "gates", "wait", "from-afar", "deploy"])
+        .args(wait)
+        .arg("--accept-unattested")
         .assert()
         .success();
+    // A team that shares one key attests each other's decisions.
+    let key = ".home/.prose/audit.key";
+    std::fs::copy(here.root().join(key), elsewhere.root().join(key)).unwrap();
+    let a = elsewhere.cmd().args(wait).assert().success();
     assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("approved by raymond"));
 }
 

@@ -563,7 +563,7 @@ fn the_audit_log_is_append_only_and_verify_catches_tampering() {
         .args(["gates", "verify", "--run", &run.id])
         .assert()
         .failure();
-    assert_eq!(code(&a), 1);
+    assert_eq!(code(&a), 9);
     let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
     assert!(
         out.contains("BROKEN at row 3") && out.contains("edited"),

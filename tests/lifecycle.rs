@@ -19,7 +19,8 @@ fn json_of(a: &assert_cmd::assert::Assert) -> serde_json::Value {
 fn agent_memory_in_the_three_scopes_lives_where_the_spec_says() {
     let p = Project::new();
     let run = p.init();
-    let home = p.root().join("home");
+    // The same home every command of the test sees (its audit key included).
+    let home = test_home(p.root());
     let agent = |scope: &str| {
         let mut c = run.cmd();
         c.env("PROSE_HOME", &home).args(["agent", "--scope", scope]);
@@ -417,7 +418,8 @@ fn runs_lists_newest_first_with_status_and_pending_gates(b: Backend) {
 /// The scripted run of issue 5, checked field by field.
 fn resume_tells_a_vm_everything_it_needs(b: Backend) {
     let Some(p) = Project::on(b) else { return };
-    let home = p.root().join("home");
+    // The same home every command of the test sees (its audit key included).
+    let home = test_home(p.root());
     let run = p.init();
     let x = |index: i64,
              text: &str,

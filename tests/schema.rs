@@ -71,7 +71,7 @@ fn an_older_database_is_upgraded_forward_keeping_user_data() {
     let version: i64 = c
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 1_002_004, "schema 4, readers 1, writers 2");
+    assert_eq!(version, 1_005_005, "schema 5, readers 1, writers 5");
     let mode: String = c
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
@@ -356,7 +356,7 @@ fn every_raw_shape_upgrades_with_every_default_of_the_embedded_schema() {
             );
             let a = run.cmd().args(["migrate"]).assert().success();
             let plan = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
-            assert!(plan.contains("would migrate schema 0 -> 4"), "{plan}");
+            assert!(plan.contains("would migrate schema 0 -> 5"), "{plan}");
             assert!(plan.contains("rebuild table bindings to add"), "{plan}");
             assert!(plan.contains("created_at, updated_at"), "{plan}");
             assert!(
@@ -370,7 +370,7 @@ fn every_raw_shape_upgrades_with_every_default_of_the_embedded_schema() {
                 .success();
             let v = stdout_json(&a);
             assert_eq!(v[0]["applied"], true);
-            assert_eq!(v[0]["to"], 4);
+            assert_eq!(v[0]["to"], 5);
         }
         run.bind("after_upgrade", "written", None);
         let got = column_defs(&run.db);
@@ -382,7 +382,7 @@ fn every_raw_shape_upgrades_with_every_default_of_the_embedded_schema() {
         let v: i64 = c
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(v, 1_002_004, "{fixture}");
+        assert_eq!(v, 1_005_005, "{fixture}");
         let mode: String = c
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .unwrap();
@@ -517,7 +517,7 @@ fn migrate_on_a_current_run_has_nothing_to_do() {
     let before = run.snapshot();
     let a = run.cmd().args(["migrate", "--yes"]).assert().success();
     let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
-    assert!(out.contains("schema 4, nothing to do"), "{out}");
+    assert!(out.contains("schema 5, nothing to do"), "{out}");
     assert_eq!(run.snapshot(), before);
 }
 
@@ -554,7 +554,7 @@ fn the_postgres_schema_never_strands_a_team() {
     run.cmd().args(["log"]).assert().success();
     assert!(!has_key_column(&mut c), "a read upgraded the schema");
     let a = run.cmd().args(["migrate"]).assert().success();
-    assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("would migrate schema 1 -> 2"));
+    assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("would migrate schema 1 -> 3"));
     assert!(!has_key_column(&mut c), "a dry run upgraded the schema");
     // The first write upgrades it.
     run.cmd()
@@ -576,17 +576,17 @@ fn the_postgres_schema_never_strands_a_team() {
         .query_one("SELECT max(version) FROM openprose.schema_version", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 2);
+    assert_eq!(v, 3);
     // Newer, and writable by this build.
     c.batch_execute(
-        "UPDATE openprose.schema_version SET version = 3, min_reader = 1, min_writer = 2",
+        "UPDATE openprose.schema_version SET version = 4, min_reader = 1, min_writer = 3",
     )
     .unwrap();
     run.bind("newer", "ok", None);
     assert_eq!(run.get("newer", None), b"ok");
     // Newer, and not writable: reads work, writes are refused and change nothing.
     c.batch_execute(
-        "UPDATE openprose.schema_version SET version = 4, min_reader = 1, min_writer = 4",
+        "UPDATE openprose.schema_version SET version = 5, min_reader = 1, min_writer = 5",
     )
     .unwrap();
     assert_eq!(run.get("keep", None), b"me");
@@ -597,7 +597,7 @@ fn the_postgres_schema_never_strands_a_team() {
     assert_eq!(count_rows(&p, &run, "bindings", "true"), before);
     // Newer, and not even readable.
     c.batch_execute(
-        "UPDATE openprose.schema_version SET version = 5, min_reader = 5, min_writer = 5",
+        "UPDATE openprose.schema_version SET version = 6, min_reader = 6, min_writer = 6",
     )
     .unwrap();
     let a = run.cmd().args(["get", "keep"]).assert().failure();
@@ -606,5 +606,5 @@ fn the_postgres_schema_never_strands_a_team() {
         .query_one("SELECT max(version) FROM openprose.schema_version", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 5, "never downgraded");
+    assert_eq!(v, 6, "never downgraded");
 }

@@ -116,6 +116,10 @@ pub fn run(req: &DecideRequest, store: &mut dyn Store, confirm: Confirm) -> Resu
             g.id,
             g.allow.join(", ")
         ))),
+        Decided::PromptRewritten(g) => Err(crate::error::tampered(format!(
+            "the prompt of gate {} is not the one it was created with: it was rewritten behind prose-state's back; not decided (attempt logged)",
+            g.id
+        ))),
         Decided::PromptChanged(g) => Err(refused(format!(
             "the prompt of gate {} changed after it was read; look again and retry (attempt logged)",
             g.id

@@ -6,6 +6,7 @@ use crate::cli::DoctorArgs;
 use crate::context::Context;
 use crate::output::Render;
 use crate::run::{RunPaths, ATTACHMENTS_DIR};
+use crate::store::chain::Integrity;
 use anyhow::Result;
 use serde::Serialize;
 use std::collections::HashSet;
@@ -210,12 +211,24 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
             }
         }
         let chain = store.verify_audit()?;
-        if let Some(b) = chain.first_broken {
-            problem(
-                "audit chain",
-                format!("broken at row {}: {}", b.id, b.reason),
-                false,
-            );
+        if let Some(b) = &chain.first_broken {
+            let at = if b.id > 0 {
+                format!("broken at row {}", b.id)
+            } else {
+                "broken".to_string()
+            };
+            problem("audit chain", format!("{at}: {}", b.reason), false);
+        }
+        for (gate, integrity) in &chain.gates {
+            match integrity {
+                Integrity::Tampered(d) => {
+                    problem("tampered gate", format!("gate {gate}: {d}"), false)
+                }
+                Integrity::Unattested(d) => {
+                    problem("unattested gate", format!("gate {gate}: {d}"), false)
+                }
+                Integrity::Attested => {}
+            }
         }
         Ok(found)
     })?;

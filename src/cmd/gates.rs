@@ -9,6 +9,7 @@ use crate::error::{not_found, refused, shown, usage, Code};
 use crate::model::{check_gate_id, check_metadata, now, now_plus, parse_duration, sha256_tag};
 use crate::output::{human_duration, one_line, table, Render};
 use crate::run::RunPaths;
+use crate::store::chain::{ChainReport, Integrity};
 use crate::store::{AuditFilter, AuditRow, Created, GateRow, Store};
 use anyhow::{Context as _, Result};
 use serde::Serialize;
@@ -223,6 +224,51 @@ pub struct GateShown {
     #[serde(flatten)]
     pub gate: GateView,
     pub history: Vec<AuditRow>,
+    pub integrity: IntegrityView,
+}
+
+/// Where a gate stands against its audit log, as outputs show it.
+#[derive(Debug, Clone, Serialize)]
+pub struct IntegrityView {
+    /// `attested`, `unattested` or `tampered`.
+    pub state: &'static str,
+    pub detail: Option<String>,
+}
+
+impl IntegrityView {
+    /// The gate's standing in a run's report; any break in the run's log taints every gate.
+    pub fn of(report: &ChainReport, gate: &str) -> Self {
+        let (state, detail) = match report.gate(gate) {
+            Integrity::Tampered(d) => ("tampered", Some(d)),
+            _ if report.first_broken.is_some() => (
+                "tampered",
+                report
+                    .first_broken
+                    .as_ref()
+                    .map(|b| format!("the run's audit log is broken: {}", b.reason)),
+            ),
+            Integrity::Unattested(d) => ("unattested", Some(d)),
+            Integrity::Attested => ("attested", None),
+        };
+        IntegrityView { state, detail }
+    }
+
+    fn code(&self, accept_unattested: bool) -> Option<Code> {
+        match self.state {
+            "tampered" => Some(Code::Tampered),
+            "unattested" if !accept_unattested => Some(Code::Unattested),
+            _ => None,
+        }
+    }
+
+    fn warning(&self, gate: &str) -> Option<String> {
+        let detail = self.detail.as_deref().unwrap_or("");
+        match self.state {
+            "tampered" => Some(format!("gate {gate} is TAMPERED: {detail}")),
+            "unattested" => Some(format!("gate {gate} is unattested: {detail}")),
+            _ => None,
+        }
+    }
 }
 
 fn audit_table(w: &mut dyn Write, rows: &[AuditRow], with_run: bool) -> io::Result<()> {
@@ -294,6 +340,18 @@ impl Render for GateShown {
         writeln!(w, "History:")?;
         audit_table(w, &self.history, false)
     }
+
+    /// 9 when the gate disagrees with its log, 10 when its decision is unattested.
+    fn exit_code(&self) -> Code {
+        self.integrity.code(false).unwrap_or(Code::Ok)
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.integrity
+            .warning(&self.gate.gate.id)
+            .into_iter()
+            .collect()
+    }
 }
 
 pub fn show(gate: &str, viewer: Option<&str>, store: &mut dyn Store) -> Result<GateShown> {
@@ -303,7 +361,9 @@ pub fn show(gate: &str, viewer: Option<&str>, store: &mut dyn Store) -> Result<G
     let (row, history) = store
         .view_gate(gate, viewer, &now)?
         .ok_or_else(|| not_found(format!("gate not found in run {}: {}", run.id, shown(gate))))?;
+    let report = store.verify_audit()?;
     Ok(GateShown {
+        integrity: IntegrityView::of(&report, &row.id),
         gate: GateView::new(row, run.program_path, &now),
         history,
     })
@@ -314,11 +374,25 @@ pub struct GateWaited {
     #[serde(flatten)]
     pub gate: GateView,
     pub waited_seconds: u64,
+    pub integrity: IntegrityView,
+    #[serde(skip)]
+    pub accept_unattested: bool,
 }
 
 impl Render for GateWaited {
-    /// 0 approved, 5 rejected, 6 timed out, 7 still pending.
+    fn warnings(&self) -> Vec<String> {
+        self.integrity
+            .warning(&self.gate.gate.id)
+            .into_iter()
+            .collect()
+    }
+
+    /// 0 approved, 5 rejected, 6 timed out, 7 still pending; 9 when the gate disagrees with
+    /// its log, 10 when its decision is unattested (unless accepted).
     fn exit_code(&self) -> Code {
+        if let Some(code) = self.integrity.code(self.accept_unattested) {
+            return code;
+        }
         match self.gate.gate.status.as_str() {
             "approved" => Code::Ok,
             "rejected" => Code::Rejected,
@@ -385,9 +459,14 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<GateWaited> {
                     ))
                 })?;
                 if !gate.status.is_pending() || out_of_time {
+                    // A decision counts only if its log attests it.
+                    let s = store.as_mut().map(|s| s.as_mut()).context("store")?;
+                    let report = s.verify_audit()?;
                     return Ok(GateWaited {
+                        integrity: IntegrityView::of(&report, &gate.id),
                         gate: GateView::new(gate, run.program_path, &now),
                         waited_seconds: start.elapsed().as_secs(),
+                        accept_unattested: args.accept_unattested,
                     });
                 }
             }
@@ -454,16 +533,83 @@ pub fn audit(args: &GateAuditArgs, runs: &[RunPaths], ctx: &Context) -> Result<A
 pub struct RunChain {
     pub run_id: String,
     pub db: String,
+    /// `intact`, `unattested` or `broken`.
+    pub verdict: &'static str,
     pub rows: usize,
     pub unchained_legacy: usize,
+    /// Rows sealed with this machine's key, in an unbroken sequence.
+    pub attested: usize,
+    /// Ids of rows nothing attests (another tool's, or sealed elsewhere).
+    pub unattested: Vec<i64>,
+    /// Of those, rows sealed with another machine's key.
+    pub sealed_elsewhere: usize,
+    /// Sealed rows exist and this machine has no audit key to check them.
+    pub key_missing: bool,
+    /// The sequence number this machine anchored and found in place.
+    pub anchored_seq: Option<i64>,
     pub first_broken: Option<Broken>,
+    /// Gates that disagree with their log, or whose decision is unattested.
+    pub gates: Vec<GateProblem>,
 }
 
-/// The first row of a chain that does not match, and why.
+/// The first row of a chain that does not match, and why (id 0: no one row, the log's end).
 #[derive(Debug, Serialize)]
 pub struct Broken {
     pub id: i64,
     pub reason: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GateProblem {
+    pub gate: String,
+    /// `unattested` or `tampered`.
+    pub state: &'static str,
+    pub detail: String,
+}
+
+impl RunChain {
+    fn new(run_id: String, db: String, report: ChainReport) -> Self {
+        let verdict = if report.is_broken() {
+            "broken"
+        } else if report.is_unattested() {
+            "unattested"
+        } else {
+            "intact"
+        };
+        let gates = report
+            .gates
+            .iter()
+            .map(|(gate, i)| {
+                let (state, detail) = match i {
+                    Integrity::Tampered(d) => ("tampered", d.clone()),
+                    Integrity::Unattested(d) => ("unattested", d.clone()),
+                    Integrity::Attested => ("attested", String::new()),
+                };
+                GateProblem {
+                    gate: gate.clone(),
+                    state,
+                    detail,
+                }
+            })
+            .collect();
+        RunChain {
+            run_id,
+            db,
+            verdict,
+            rows: report.rows,
+            unchained_legacy: report.unchained_legacy,
+            attested: report.attested,
+            unattested: report.unattested,
+            sealed_elsewhere: report.other_key,
+            key_missing: report.key_missing,
+            anchored_seq: report.anchored,
+            first_broken: report.first_broken.map(|b| Broken {
+                id: b.id,
+                reason: b.reason,
+            }),
+            gates,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -475,31 +621,58 @@ pub struct Verified {
 }
 
 impl Render for Verified {
-    /// 0 when every chain is intact, 1 otherwise.
+    /// 0 when every log is intact and attested; 9 when any is broken or any gate disagrees
+    /// with its log; else 1 when a run could not be read; else 10 when anything is unattested.
     fn exit_code(&self) -> Code {
-        if self.runs.iter().any(|r| r.first_broken.is_some()) {
+        let any = |v: &str| self.runs.iter().any(|r| r.verdict == v);
+        if any("broken") {
+            Code::Tampered
+        } else if !self.warnings.is_empty() {
             Code::Error
+        } else if any("unattested") {
+            Code::Unattested
         } else {
             Code::Ok
         }
     }
 
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
-        if self.runs.is_empty() {
+        if self.runs.is_empty() && self.warnings.is_empty() {
             return writeln!(w, "no runs");
         }
         for r in &self.runs {
-            let legacy = if r.unchained_legacy > 0 {
-                format!(
-                    ", {} unchained rows from before the chain",
+            let mut notes = Vec::new();
+            if r.unchained_legacy > 0 {
+                notes.push(format!(
+                    "{} unchained rows from before the chain",
                     r.unchained_legacy
-                )
-            } else {
-                String::new()
-            };
-            match &r.first_broken {
-                None => writeln!(w, "{}: intact ({} rows{legacy})", r.run_id, r.rows)?,
-                Some(b) => writeln!(w, "{}: BROKEN at row {}: {}", r.run_id, b.id, b.reason)?,
+                ));
+            }
+            if !r.unattested.is_empty() {
+                notes.push(format!("{} unattested", r.unattested.len()));
+            }
+            if r.sealed_elsewhere > 0 {
+                notes.push(format!("{} sealed on another machine", r.sealed_elsewhere));
+            }
+            if r.key_missing {
+                notes.push("no audit key here to check seals".to_string());
+            }
+            let notes: String = notes.iter().map(|n| format!(", {n}")).collect();
+            match (&r.first_broken, r.verdict) {
+                (Some(b), _) if b.id > 0 => {
+                    writeln!(w, "{}: BROKEN at row {}: {}", r.run_id, b.id, b.reason)?
+                }
+                (Some(b), _) => writeln!(w, "{}: BROKEN: {}", r.run_id, b.reason)?,
+                (None, "intact") => writeln!(w, "{}: intact ({} rows{notes})", r.run_id, r.rows)?,
+                (None, verdict) => writeln!(w, "{}: {verdict} ({} rows{notes})", r.run_id, r.rows)?,
+            }
+            for g in &r.gates {
+                let state = if g.state == "tampered" {
+                    "TAMPERED"
+                } else {
+                    g.state
+                };
+                writeln!(w, "  gate {}: {state}: {}", g.gate, g.detail)?;
             }
         }
         Ok(())
@@ -513,19 +686,11 @@ impl Render for Verified {
 pub fn verify(runs: &[RunPaths], ctx: &Context) -> Result<Verified> {
     let (out, warnings) = over_runs(runs, ctx, |run, store| {
         let report = store.verify_audit()?;
-        Ok(RunChain {
-            run_id: store
-                .run_info()
-                .map(|r| r.id)
-                .unwrap_or_else(|_| run.id.clone()),
-            db: run.db.display().to_string(),
-            rows: report.rows,
-            unchained_legacy: report.unchained_legacy,
-            first_broken: report.first_broken.map(|b| Broken {
-                id: b.id,
-                reason: b.reason,
-            }),
-        })
+        let run_id = store
+            .run_info()
+            .map(|r| r.id)
+            .unwrap_or_else(|_| run.id.clone());
+        Ok(RunChain::new(run_id, run.db.display().to_string(), report))
     })?;
     Ok(Verified {
         runs: out,

@@ -110,6 +110,11 @@ pub fn run(args: &InitArgs, ctx: &Context) -> Result<Initialized> {
             }
         }
     };
+    // An anchor left by an earlier run of this id at this place (pruned, then the id used
+    // again) would say rows were cut from this new run's log: forgotten.
+    if let Ok(store) = ctx.open(&paths) {
+        crate::seal::forget(&store.place(), &paths.id);
+    }
     let location = if matches!(args.backend, BackendArg::Sqlite) {
         paths.db.display().to_string()
     } else {

@@ -1,6 +1,7 @@
 //! The only code that speaks SQL. Commands call a [`Store`] with typed values; each backend
 //! owns its connection settings, SQL text and row mapping.
 
+pub mod chain;
 pub mod postgres;
 pub mod rules;
 pub mod sqlite;
@@ -192,12 +193,34 @@ pub struct AuditRow {
     pub metadata: Option<String>,
     pub prev_hash: Option<String>,
     pub hash: Option<String>,
+    /// The row's place in its run's chain (schema 5); None on older rows and on rows written
+    /// by other tools.
+    pub seq: Option<i64>,
+    /// The HMAC of `hash` under the audit key (schema 5).
+    pub seal: Option<String>,
 }
 
 impl AuditRow {
     /// The row's chain hash: sha256 over a canonical JSON array of the previous hash and every
-    /// content column. Backend-neutral, so both stores chain identically.
+    /// content column. Backend-neutral, so both stores chain identically. A row with a
+    /// sequence number (schema 5) hashes that instead of its database id, so a run keeps its
+    /// chain when it moves between backends; older rows hash their id, as they were written.
     pub fn chain_hash(&self, prev: &str) -> String {
+        if let Some(seq) = self.seq {
+            let canonical = serde_json::json!([
+                "prose-audit-2",
+                prev,
+                seq,
+                self.gate_id,
+                self.run_id,
+                self.event_type,
+                self.principal,
+                self.comment,
+                self.timestamp,
+                self.metadata
+            ]);
+            return crate::model::sha256_tag(&canonical.to_string());
+        }
         let canonical = serde_json::json!([
             prev,
             self.id,
@@ -263,6 +286,8 @@ pub enum Decided {
     NotAllowed(GateRow),
     /// The prompt changed after it was shown; the attempt was audit-logged.
     PromptChanged(GateRow),
+    /// The prompt differs from the one the gate was created with (tampered).
+    PromptRewritten(GateRow),
 }
 
 /// Which audit rows to read.
@@ -272,23 +297,6 @@ pub struct AuditFilter<'a> {
     pub principal: Option<&'a str>,
     /// Rows at or after this timestamp.
     pub since: Option<&'a str>,
-}
-
-/// The result of recomputing the audit hash chain.
-#[derive(Debug)]
-pub struct ChainReport {
-    pub rows: usize,
-    /// Rows written before the chain existed (schema 1 or raw SQL), before the first chained
-    /// row: counted, not verifiable.
-    pub unchained_legacy: usize,
-    /// The first row that does not match, and why.
-    pub first_broken: Option<BrokenLink>,
-}
-
-#[derive(Debug)]
-pub struct BrokenLink {
-    pub id: i64,
-    pub reason: String,
 }
 
 /// A persistent agent's row, with its segment count.
@@ -438,6 +446,9 @@ pub fn same_gate(existing: &GateRow, g: &NewGate) -> bool {
         && existing.metadata.as_deref() == g.metadata
 }
 
+/// The newest sequenced audit row of a run: its run id, seq, hash and seal.
+pub type ChainTip = (String, i64, String, Option<String>);
+
 /// Why a decision is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refusal {
@@ -447,17 +458,30 @@ pub enum Refusal {
     NotAllowed,
     /// The stored prompt is not the one the decider was shown.
     PromptChanged,
+    /// The stored prompt is not the one the gate's sealed `created` event recorded: it was
+    /// rewritten behind the tool's back.
+    PromptRewritten,
 }
 
 /// Why a decision may not be taken on this gate (already decided or timed out, principal
 /// not allowed, prompt changed since it was shown), with the metadata of its `refused`
 /// audit event; None when it may.
-pub fn refusal(gate: &GateRow, d: &Decision) -> Option<(Refusal, serde_json::Value)> {
+pub fn refusal(
+    gate: &GateRow,
+    d: &Decision,
+    created_prompt_hash: Option<&str>,
+) -> Option<(Refusal, serde_json::Value)> {
+    let shown_hash = crate::model::sha256_tag(&gate.prompt);
     let (why, reason) = if !gate.status.is_pending() {
         (Refusal::AlreadyResolved, format!("already {}", gate.status))
+    } else if created_prompt_hash.is_some_and(|h| h != shown_hash) {
+        (
+            Refusal::PromptRewritten,
+            "prompt is not the one the gate was created with".to_string(),
+        )
     } else if !crate::model::principal_allowed(&gate.allow, d.principal) {
         (Refusal::NotAllowed, "principal not allowed".to_string())
-    } else if crate::model::sha256_tag(&gate.prompt) != d.prompt_hash {
+    } else if shown_hash != d.prompt_hash {
         (
             Refusal::PromptChanged,
             "prompt changed after it was shown".to_string(),
@@ -478,6 +502,7 @@ pub fn refused_outcome(gate: GateRow, why: Refusal) -> Decided {
         Refusal::AlreadyResolved => Decided::AlreadyResolved(gate),
         Refusal::NotAllowed => Decided::NotAllowed(gate),
         Refusal::PromptChanged => Decided::PromptChanged(gate),
+        Refusal::PromptRewritten => Decided::PromptRewritten(gate),
     }
 }
 
@@ -496,47 +521,6 @@ pub fn decision_metadata(gate: &GateRow, d: &Decision) -> serde_json::Value {
         metadata["on_reject"] = gate.on_reject.clone().into();
     }
     metadata
-}
-
-/// Recomputes a run's audit hash chain, rows oldest first. Rows without a hash before the
-/// first chained row are legacy (written before the chain existed); any other mismatch is the
-/// first broken link.
-pub fn verify_chain(rows: &[AuditRow]) -> ChainReport {
-    let mut report = ChainReport {
-        rows: rows.len(),
-        unchained_legacy: 0,
-        first_broken: None,
-    };
-    let mut prev: Option<String> = None; // None until the first chained row
-    for row in rows {
-        let broken = |reason: &str| {
-            Some(BrokenLink {
-                id: row.id,
-                reason: reason.to_string(),
-            })
-        };
-        let Some(hash) = &row.hash else {
-            if prev.is_none() {
-                report.unchained_legacy += 1;
-                continue;
-            }
-            report.first_broken = broken("row has no hash although the chain had begun");
-            break;
-        };
-        let expected_prev = prev.clone().unwrap_or_default();
-        if row.prev_hash.as_deref().unwrap_or_default() != expected_prev {
-            report.first_broken = broken(
-                "prev_hash does not match the previous row's hash (a row was removed or inserted)",
-            );
-            break;
-        }
-        if row.chain_hash(&expected_prev) != *hash {
-            report.first_broken = broken("content does not match its hash (the row was edited)");
-            break;
-        }
-        prev = Some(hash.clone());
-    }
-    report
 }
 
 /// The operations every backend provides for one run.
@@ -604,12 +588,48 @@ pub trait Store: AgentStore {
         let mut tx = self.begin(rules::GATE)?;
         let n = rules::sweep(&mut *tx, now)?;
         tx.commit()?;
+        self.anchor_chain();
         Ok(n)
     }
 
     /// Creates a gate with its `created` audit event and its `approve GATE:` execution record.
     fn create_gate(&mut self, gate: &NewGate) -> Result<Created> {
-        rules::create_gate(self.begin(rules::GATE)?, gate)
+        let created = rules::create_gate(self.begin(rules::GATE)?, gate)?;
+        self.anchor_chain();
+        Ok(created)
+    }
+
+    /// Where this run's state is, as one stable string: a state.db's canonical path, or the
+    /// server and database (no password). Names the run's anchor on this machine.
+    fn place(&self) -> String;
+
+    /// The newest sequenced audit row of the run (a read).
+    fn chain_tip(&mut self) -> Result<Option<ChainTip>>;
+
+    /// Moves this machine's anchor of the run's chain to its newest row, when that row is
+    /// sealed with this machine's key (after every write that appends audit events). An
+    /// anchor that cannot be written costs a warning, never the committed write.
+    fn anchor_chain(&mut self) {
+        let tip = match self.chain_tip() {
+            Ok(Some(t)) => t,
+            Ok(None) => return,
+            Err(e) => {
+                return crate::output::warn(&format!(
+                    "could not read the audit chain's head: {e:#}"
+                ))
+            }
+        };
+        let Ok(Some(key)) = crate::seal::key_for_reading() else {
+            return;
+        };
+        let (run_id, seq, hash, seal) = tip;
+        if key.check(&hash, seal.as_deref()) != crate::seal::SealCheck::Valid {
+            return;
+        }
+        let anchor = crate::seal::Anchor { seq, hash };
+        if let Err(e) = crate::seal::anchor(&self.place(), &run_id, &anchor) {
+            crate::output::warn(&format!("could not anchor the audit chain: {e:#}"));
+        }
     }
 
     /// Gates of this run as stored, oldest first (by `created_at`, then id); `status` None
@@ -638,19 +658,31 @@ pub trait Store: AgentStore {
         viewer: Option<&str>,
         now: &str,
     ) -> Result<Option<(GateRow, Vec<AuditRow>)>> {
-        rules::view_gate(self.begin(rules::GATE)?, id, viewer, now)
+        let viewed = rules::view_gate(self.begin(rules::GATE)?, id, viewer, now)?;
+        self.anchor_chain();
+        Ok(viewed)
     }
 
     /// Approves or rejects a pending gate; of concurrent decisions exactly one wins.
     fn decide_gate(&mut self, decision: &Decision) -> Result<Decided> {
-        rules::decide_gate(self.begin(rules::GATE)?, decision)
+        let decided = rules::decide_gate(self.begin(rules::GATE)?, decision)?;
+        self.anchor_chain();
+        Ok(decided)
     }
 
     /// The audit trail, oldest first.
     fn audit(&mut self, filter: &AuditFilter) -> Result<Vec<AuditRow>>;
 
-    /// Recomputes the audit hash chain.
-    fn verify_audit(&mut self) -> Result<ChainReport>;
+    /// Checks the audit log against its seals and this machine's anchor, and every gate
+    /// against its log (`chain::check`). A read: nothing is written.
+    fn verify_audit(&mut self) -> Result<chain::ChainReport> {
+        let rows = self.audit(&AuditFilter::default())?;
+        let gates = self.read_gates(None)?;
+        let key = crate::seal::key_for_reading()?;
+        let run_id = self.run_info()?.id;
+        let anchor = crate::seal::anchored(&self.place(), &run_id);
+        Ok(chain::check(&rows, &gates, key, anchor.as_ref()))
+    }
 
     /// Sets the run's final status (`rules::finish`).
     fn finish(
@@ -659,7 +691,9 @@ pub trait Store: AgentStore {
         error: Option<&str>,
         now: &str,
     ) -> Result<Finished> {
-        rules::finish(self.begin(rules::FINISH)?, status, error, now)
+        let finished = rules::finish(self.begin(rules::FINISH)?, status, error, now)?;
+        self.anchor_chain();
+        Ok(finished)
     }
 
     /// The run row, its last event and its pending gates (read only).
@@ -705,7 +739,9 @@ pub trait Store: AgentStore {
 
     /// Records a resume (`rules::record_resume`).
     fn record_resume(&mut self, now: &str) -> Result<Resumed> {
-        rules::record_resume(self.begin(rules::RESUME)?, now)
+        let resumed = rules::record_resume(self.begin(rules::RESUME)?, now)?;
+        self.anchor_chain();
+        Ok(resumed)
     }
 }
 

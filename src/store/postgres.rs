@@ -8,9 +8,9 @@
 
 use super::tx::{GateResumeState, KeyedExecution, Tx, TxKind};
 use super::{
-    verify_chain, Access, AgentRow, AgentStore, AuditFilter, AuditRow, BindingRow, ChainReport,
-    Checkpointed, ExecutionRow, Found, GateRow, ImportRow, NewBinding, NewExecution, NewGate,
-    NewRun, OpenOptions, QueryResult, RunInfo, RunSummary, Store, StoreStats,
+    Access, AgentRow, AgentStore, AuditFilter, AuditRow, BindingRow, Checkpointed, ExecutionRow,
+    Found, GateRow, ImportRow, NewBinding, NewExecution, NewGate, NewRun, OpenOptions, QueryResult,
+    RunInfo, RunSummary, Store, StoreStats,
 };
 use crate::error::{busy, not_found, refused, shown, usage};
 use crate::model::{ExecStatus, GateStatus, RunStatus};
@@ -20,11 +20,11 @@ use postgres::types::{ToSql, Type};
 use postgres::{Client, GenericClient, Row, Transaction};
 
 /// The version in openprose.schema_version written by this build.
-pub const POSTGRES_SCHEMA_VERSION: i32 = 2;
+pub const POSTGRES_SCHEMA_VERSION: i32 = 3;
 
 /// What a binary must understand to read this build's schema, and to write it safely.
 const MIN_READER: i32 = 1;
-const MIN_WRITER: i32 = 1;
+const MIN_WRITER: i32 = 3;
 
 const SCHEMA: &str = include_str!("../../schema/postgres.sql");
 
@@ -759,17 +759,20 @@ impl Tx for PgTx<'_> {
             .collect())
     }
 
-    fn last_audit_hash(&mut self) -> Result<String> {
+    fn chain_head(&mut self) -> Result<(i64, String)> {
         let run = self.run()?;
-        Ok(self
+        let row = self
             .tx
-            .query_opt(
-                "SELECT hash FROM openprose.gate_audit_log WHERE run_id = $1 ORDER BY id DESC LIMIT 1",
+            .query_one(
+                "SELECT COALESCE((SELECT MAX(seq) FROM openprose.gate_audit_log WHERE run_id = $1), 0),
+                        COALESCE((SELECT hash FROM openprose.gate_audit_log
+                                   WHERE run_id = $1 AND seq IS NOT NULL ORDER BY seq DESC LIMIT 1),
+                                 (SELECT hash FROM openprose.gate_audit_log
+                                   WHERE run_id = $1 AND hash IS NOT NULL ORDER BY id DESC LIMIT 1), '')",
                 &[&run],
             )
-            .map_err(self.err())?
-            .and_then(|r| r.get::<_, Option<String>>(0))
-            .unwrap_or_default())
+            .map_err(self.err())?;
+        Ok((row.get(0), row.get(1)))
     }
 
     fn next_audit_id(&mut self) -> Result<i64> {
@@ -787,8 +790,9 @@ impl Tx for PgTx<'_> {
         self.tx
             .execute(
                 "INSERT INTO openprose.gate_audit_log
-                     (id, gate_id, run_id, event_type, principal, comment, timestamp, metadata, prev_hash, hash)
-                 VALUES ($1, $2, $3, $4, $5, $6, ($7::text)::timestamptz, $8, $9, $10)",
+                     (id, gate_id, run_id, event_type, principal, comment, timestamp, metadata,
+                      prev_hash, hash, seq, seal)
+                 VALUES ($1, $2, $3, $4, $5, $6, ($7::text)::timestamptz, $8, $9, $10, $11, $12)",
                 &[
                     &row.id,
                     &row.gate_id,
@@ -800,6 +804,8 @@ impl Tx for PgTx<'_> {
                     &row.metadata,
                     &row.prev_hash,
                     &row.hash,
+                    &row.seq,
+                    &row.seal,
                 ],
             )
             .map(drop)
@@ -950,7 +956,7 @@ const GATE_SELECT: &str = concat!(
 const AUDIT_SELECT: &str = concat!(
     "SELECT id, gate_id, run_id, event_type, principal, comment, ",
     ts!("timestamp"),
-    ", metadata, prev_hash, hash FROM openprose.gate_audit_log"
+    ", metadata, prev_hash, hash, seq, seal FROM openprose.gate_audit_log"
 );
 
 const BINDING_SELECT: &str = concat!(
@@ -995,6 +1001,8 @@ fn audit_row(r: &Row) -> AuditRow {
         metadata: r.get(7),
         prev_hash: r.get(8),
         hash: r.get(9),
+        seq: r.get(10),
+        seal: r.get(11),
     }
 }
 
@@ -1157,6 +1165,15 @@ impl AgentStore for PgStore {
 impl Store for PgStore {
     fn location(&self) -> String {
         self.shown_url.clone()
+    }
+
+    fn place(&self) -> String {
+        // The server and database, whatever the connection's options.
+        self.shown_url
+            .split('?')
+            .next()
+            .unwrap_or_default()
+            .to_string()
     }
 
     fn binding_location(&self, name: &str, execution_id: Option<i64>) -> String {
@@ -1353,8 +1370,24 @@ impl Store for PgStore {
         Ok(rows.iter().map(audit_row).collect())
     }
 
-    fn verify_audit(&mut self) -> Result<ChainReport> {
-        Ok(verify_chain(&self.audit(&AuditFilter::default())?))
+    fn chain_tip(&mut self) -> Result<Option<super::ChainTip>> {
+        let run = self.run()?.to_string();
+        Ok(self
+            .client
+            .query_opt(
+                "SELECT run_id, seq, hash, seal FROM openprose.gate_audit_log
+                  WHERE run_id = $1 AND seq IS NOT NULL ORDER BY seq DESC LIMIT 1",
+                &[&run],
+            )
+            .map_err(self.err())?
+            .map(|r| {
+                (
+                    r.get(0),
+                    r.get(1),
+                    r.get::<_, Option<String>>(2).unwrap_or_default(),
+                    r.get(3),
+                )
+            }))
     }
 
     fn run_summary(&mut self, now: &str) -> Result<RunSummary> {

@@ -39,7 +39,7 @@ pub struct Event<'a> {
 /// Appends an audit row chained to the run's last one. The id and the previous hash are read
 /// and the row written in the same serialised transaction.
 pub fn append_audit(tx: &mut dyn Tx, e: &Event) -> Result<AuditRow> {
-    let prev = tx.last_audit_hash()?;
+    let (seq, prev) = tx.chain_head()?;
     let id = tx.next_audit_id()?;
     let mut row = AuditRow {
         id,
@@ -52,8 +52,12 @@ pub fn append_audit(tx: &mut dyn Tx, e: &Event) -> Result<AuditRow> {
         metadata: Some(e.metadata.to_string()),
         prev_hash: Some(prev.clone()),
         hash: None,
+        seq: Some(seq + 1),
+        seal: None,
     };
-    row.hash = Some(row.chain_hash(&prev));
+    let hash = row.chain_hash(&prev);
+    row.seal = Some(crate::seal::key_for_writing()?.seal(&hash));
+    row.hash = Some(hash);
     tx.insert_audit(&row)?;
     Ok(row)
 }
@@ -266,7 +270,11 @@ pub fn decide_gate(mut tx: Box<dyn Tx + '_>, d: &Decision) -> Result<Decided> {
         return Ok(Decided::NotFound);
     };
     let run_id = gate.run_id.clone().unwrap_or_default();
-    if let Some((why, metadata)) = super::refusal(&gate, d) {
+    let created = super::chain::created_prompt_hash(
+        &tx.gate_history(d.gate_id)?,
+        crate::seal::key_for_reading()?,
+    );
+    if let Some((why, metadata)) = super::refusal(&gate, d, created.as_deref()) {
         append_audit(
             &mut *tx,
             &Event {

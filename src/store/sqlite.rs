@@ -8,9 +8,9 @@
 use super::sqlite_schema::{self, Schema};
 use super::tx::{GateResumeState, KeyedExecution, Tx, TxKind};
 use super::{
-    Access, AgentRow, AgentStore, AuditFilter, AuditRow, BindingRow, ChainReport, Checkpointed,
-    ExecutionRow, Found, GateRow, ImportRow, Migration, NewBinding, NewExecution, NewGate, NewRun,
-    OpenOptions, QueryResult, RunInfo, RunSummary, Store, StoreStats,
+    Access, AgentRow, AgentStore, AuditFilter, AuditRow, BindingRow, Checkpointed, ExecutionRow,
+    Found, GateRow, ImportRow, Migration, NewBinding, NewExecution, NewGate, NewRun, OpenOptions,
+    QueryResult, RunInfo, RunSummary, Store, StoreStats,
 };
 use crate::error::{busy, not_found, refused, shown, usage};
 use crate::model::{ExecStatus, GateStatus, RunStatus};
@@ -23,7 +23,7 @@ use rusqlite::{
 use std::path::{Path, PathBuf};
 
 /// The version stamped in a state.db's `PRAGMA user_version` by this build.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// The same for agents.db (project and user agent memory).
 pub const AGENTS_SCHEMA_VERSION: i64 = 1;
@@ -31,10 +31,10 @@ pub const AGENTS_SCHEMA_VERSION: i64 = 1;
 pub const STATE: Schema = Schema {
     sql: include_str!("../../schema/sqlite.sql"),
     version: SCHEMA_VERSION,
-    // Any prose-state reads it; a writer must know the audit chain (schema 2), or it would
-    // append unchained rows.
+    // Any prose-state reads it; a writer must know the sealed, sequenced audit chain
+    // (schema 5), or it would append rows the chain cannot attest.
     min_reader: 1,
-    min_writer: 2,
+    min_writer: 5,
     what: "prose state db",
     core: &["run", "execution", "bindings"],
     empty_is_new: false,
@@ -470,17 +470,18 @@ impl Tx for SqliteTx<'_> {
             .map_err(self.err())
     }
 
-    fn last_audit_hash(&mut self) -> Result<String> {
-        let hash: Option<Option<String>> = self
-            .tx
+    fn chain_head(&mut self) -> Result<(i64, String)> {
+        self.tx
             .query_row(
-                "SELECT hash FROM gate_audit_log ORDER BY id DESC LIMIT 1",
+                "SELECT IFNULL((SELECT MAX(seq) FROM gate_audit_log), 0),
+                        COALESCE((SELECT hash FROM gate_audit_log WHERE seq IS NOT NULL
+                                   ORDER BY seq DESC LIMIT 1),
+                                 (SELECT hash FROM gate_audit_log WHERE hash IS NOT NULL
+                                   ORDER BY id DESC LIMIT 1), '')",
                 [],
-                |r| r.get(0),
+                |r| Ok((r.get(0)?, r.get(1)?)),
             )
-            .optional()
-            .map_err(self.err())?;
-        Ok(hash.flatten().unwrap_or_default())
+            .map_err(self.err())
     }
 
     fn next_audit_id(&mut self) -> Result<i64> {
@@ -498,7 +499,7 @@ impl Tx for SqliteTx<'_> {
     fn insert_audit(&mut self, row: &AuditRow) -> Result<()> {
         self.tx
             .execute(
-                &format!("INSERT INTO gate_audit_log ({AUDIT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
+                &format!("INSERT INTO gate_audit_log ({AUDIT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
                 params![
                     row.id,
                     row.gate_id,
@@ -509,7 +510,9 @@ impl Tx for SqliteTx<'_> {
                     row.timestamp,
                     row.metadata,
                     row.prev_hash,
-                    row.hash
+                    row.hash,
+                    row.seq,
+                    row.seal
                 ],
             )
             .map(drop)
@@ -653,8 +656,8 @@ const GATE_COLUMNS: &str = "id, run_id, execution_id, prompt, allow, timeout, ti
                             on_reject, status, created_at, resolved_at, resolved_by, \
                             resolution_comment, metadata";
 
-const AUDIT_COLUMNS: &str =
-    "id, gate_id, run_id, event_type, principal, comment, timestamp, metadata, prev_hash, hash";
+const AUDIT_COLUMNS: &str = "id, gate_id, run_id, event_type, principal, comment, timestamp, \
+                             metadata, prev_hash, hash, seq, seal";
 
 /// Pending gates whose deadline has passed. A deadline that does not parse counts as passed:
 /// gates fail closed.
@@ -697,6 +700,8 @@ fn audit_row(r: &Row) -> rusqlite::Result<AuditRow> {
         metadata: r.get(7)?,
         prev_hash: r.get(8)?,
         hash: r.get(9)?,
+        seq: r.get(10)?,
+        seal: r.get(11)?,
     })
 }
 
@@ -797,6 +802,13 @@ impl AgentStore for SqliteStore {
 impl Store for SqliteStore {
     fn location(&self) -> String {
         self.path.display().to_string()
+    }
+
+    fn place(&self) -> String {
+        std::fs::canonicalize(&self.path)
+            .unwrap_or_else(|_| self.path.clone())
+            .display()
+            .to_string()
     }
 
     fn binding_location(&self, name: &str, execution_id: Option<i64>) -> String {
@@ -1033,8 +1045,23 @@ impl Store for SqliteStore {
         Ok(rows)
     }
 
-    fn verify_audit(&mut self) -> Result<ChainReport> {
-        Ok(super::verify_chain(&self.audit(&AuditFilter::default())?))
+    fn chain_tip(&mut self) -> Result<Option<super::ChainTip>> {
+        self.conn
+            .query_row(
+                "SELECT run_id, seq, hash, seal FROM gate_audit_log WHERE seq IS NOT NULL
+                  ORDER BY seq DESC LIMIT 1",
+                [],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get::<_, Option<String>>(2)?.unwrap_or_default(),
+                        r.get(3)?,
+                    ))
+                },
+            )
+            .optional()
+            .map_err(self.err())
     }
 
     fn run_summary(&mut self, now: &str) -> Result<RunSummary> {

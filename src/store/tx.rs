@@ -84,8 +84,10 @@ pub trait Tx {
     fn gates_for_resume(&mut self) -> Result<Vec<GateResumeState>>;
 
     // The audit chain.
-    /// The hash of the run's last audit row ("" when it has none or it predates the chain).
-    fn last_audit_hash(&mut self) -> Result<String>;
+    /// The head of the run's audit chain: the sequence number of its newest sequenced row (0
+    /// when none) and the hash to chain the next row to (that row's; before any, the newest
+    /// hashed row's of the older chain; else empty).
+    fn chain_head(&mut self) -> Result<(i64, String)>;
     /// The id the next audit row takes.
     fn next_audit_id(&mut self) -> Result<i64>;
     fn insert_audit(&mut self, row: &AuditRow) -> Result<()>;

@@ -24,10 +24,21 @@ pub const CLEARED_ENV: &[&str] = &[
     "DATABASE_URL",
 ];
 
-/// `sh -c SCRIPT` in `dir`, with [`CLEARED_ENV`] cleared and `$BIN` naming the binary.
+/// The home a test's commands see: inside its project, so that the audit key and anchors a
+/// test makes are its own (and the caller's `~/.prose` is never touched).
+pub fn test_home(root: &Path) -> PathBuf {
+    root.join(".home")
+}
+
+/// `sh -c SCRIPT` in `dir`, with [`CLEARED_ENV`] cleared, HOME set to the project's
+/// [`test_home`] and `$BIN` naming the binary.
 pub fn sh(dir: &Path, script: &str) -> std::process::Command {
     let mut c = std::process::Command::new("sh");
-    c.arg("-c").arg(script).current_dir(dir).env("BIN", BIN);
+    c.arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .env("BIN", BIN)
+        .env("HOME", test_home(dir));
     for var in CLEARED_ENV {
         c.env_remove(var);
     }
@@ -104,7 +115,8 @@ impl Project {
     /// The binary, run in the project root with none of the caller's PROSE_* settings.
     pub fn cmd(&self) -> Command {
         let mut c = Command::new(BIN);
-        c.current_dir(self.root());
+        c.current_dir(self.root())
+            .env("HOME", test_home(self.root()));
         for var in CLEARED_ENV {
             c.env_remove(var);
         }
@@ -114,7 +126,8 @@ impl Project {
     /// A std Command for the binary (for spawning many at once).
     pub fn std_cmd(&self) -> std::process::Command {
         let mut c = std::process::Command::new(BIN);
-        c.current_dir(self.root());
+        c.current_dir(self.root())
+            .env("HOME", test_home(self.root()));
         for var in CLEARED_ENV {
             c.env_remove(var);
         }
@@ -195,7 +208,9 @@ impl Run {
     /// The binary with `--run ID` in the project root.
     pub fn cmd(&self) -> Command {
         let mut c = Command::new(BIN);
-        c.current_dir(&self.root).args(["--run", &self.id]);
+        c.current_dir(&self.root)
+            .env("HOME", test_home(&self.root))
+            .args(["--run", &self.id]);
         for var in CLEARED_ENV {
             c.env_remove(var);
         }
@@ -204,7 +219,9 @@ impl Run {
 
     pub fn std_cmd(&self) -> std::process::Command {
         let mut c = std::process::Command::new(BIN);
-        c.current_dir(&self.root).args(["--run", &self.id]);
+        c.current_dir(&self.root)
+            .env("HOME", test_home(&self.root))
+            .args(["--run", &self.id]);
         for var in CLEARED_ENV {
             c.env_remove(var);
         }
