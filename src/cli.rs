@@ -289,6 +289,9 @@ pub struct MigrateArgs {
 pub struct QueryArgs {
     /// One read-only SQL statement, e.g. "SELECT name, kind FROM bindings"
     pub sql: String,
+    /// Stop the statement after this long (exit 6), e.g. 30s, 5m
+    #[arg(long, value_name = "DUR", default_value = "30s")]
+    pub timeout: String,
 }
 
 /// The kinds a binding may have (the spec's `bindings.kind`).

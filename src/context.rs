@@ -290,7 +290,40 @@ impl Context {
     }
 }
 
-/// One KEY=VALUE from a .env file (comments, `export ` and quotes allowed).
+/// A value as a shell reads it after `KEY=`: in single quotes, everything up to the closing
+/// quote; in double quotes, up to the closing quote with `\"`, `\\`, `\$` and `\``
+/// unescaped; unquoted, up to the first whitespace (so `# comment` after it is a comment).
+/// Quoted and unquoted parts run together as in a shell (`a"b c"` is `ab c`). None when a
+/// quote is left open.
+fn shell_value(text: &str) -> Option<String> {
+    let mut out = String::new();
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => loop {
+                match chars.next()? {
+                    '\'' => break,
+                    c => out.push(c),
+                }
+            },
+            '"' => loop {
+                match chars.next()? {
+                    '"' => break,
+                    '\\' if matches!(chars.peek(), Some('"' | '\\' | '$' | '`')) => {
+                        out.push(chars.next()?)
+                    }
+                    c => out.push(c),
+                }
+            },
+            '\\' => out.push(chars.next().unwrap_or('\\')),
+            c if c.is_whitespace() => break,
+            c => out.push(c),
+        }
+    }
+    Some(out)
+}
+
+/// One KEY=VALUE from a .env file, read as a shell would (`export`, quotes, comments).
 fn dotenv_value(path: &Path, key: &str) -> Result<Option<String>> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
@@ -301,17 +334,48 @@ fn dotenv_value(path: &Path, key: &str) -> Result<Option<String>> {
         }
     };
     for line in text.lines() {
-        let line = line.trim();
-        let line = line.strip_prefix("export ").unwrap_or(line);
+        let line = line.trim_start();
+        let line = line
+            .strip_prefix("export")
+            .filter(|rest| rest.starts_with([' ', '\t']))
+            .map_or(line, str::trim_start);
         let Some((k, v)) = line.split_once('=') else {
             continue;
         };
-        if k.trim() == key {
-            let v = v.trim().trim_matches(|c| c == '"' || c == '\'');
-            if !v.is_empty() {
-                return Ok(Some(v.to_string()));
+        if k.trim_end() == key {
+            if let Some(v) = shell_value(v).filter(|v| !v.is_empty()) {
+                return Ok(Some(v));
             }
         }
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_value;
+
+    #[test]
+    fn env_values_read_as_a_shell_reads_them() {
+        for (text, want) in [
+            ("postgres://u@h/db", Some("postgres://u@h/db")),
+            (
+                "\"postgres://u@h/db\"  # the team's server",
+                Some("postgres://u@h/db"),
+            ),
+            (
+                "'postgres://u:p#w@h/db' # comment",
+                Some("postgres://u:p#w@h/db"),
+            ),
+            ("postgres://u@h/db # comment", Some("postgres://u@h/db")),
+            ("\"a \\\"b\\\" c\"", Some("a \"b\" c")),
+            ("a\"b c\"d", Some("ab cd")),
+            ("", Some("")),
+            ("# only a comment", Some("#")),
+            ("\"open", None),
+            ("'open", None),
+        ] {
+            assert_eq!(shell_value(text).as_deref(), want, "{text:?}");
+        }
+    }
 }

@@ -19,7 +19,7 @@ pub enum Code {
     Refused = 4,
     /// `gates wait`: the gate was rejected.
     Rejected = 5,
-    /// `gates wait`: the gate timed out.
+    /// `gates wait`: the gate timed out; `query`: the statement ran past `--timeout`.
     TimedOut = 6,
     /// `gates wait`: the gate was still pending when the wait ran out.
     StillPending = 7,
@@ -76,6 +76,10 @@ pub fn unknown(message: impl Into<String>) -> anyhow::Error {
 
 pub fn tampered(message: impl Into<String>) -> anyhow::Error {
     coded(Code::Tampered, message)
+}
+
+pub fn timed_out(message: impl Into<String>) -> anyhow::Error {
+    coded(Code::TimedOut, message)
 }
 
 pub fn busy(message: impl Into<String>) -> anyhow::Error {

@@ -804,7 +804,16 @@ fn postgres_tls_handshake_is_verified() {
         .assert()
         .success();
     assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("sslmode=require"));
-    // the binary's own session is encrypted
+    // the binary's own session is encrypted (seen through `query`, which runs as a role
+    // without a superuser's powers)
+    let env_file = p.root().join(".prose/.env");
+    let settings = std::fs::read_to_string(&env_file).unwrap();
+    let reader = pg::as_reader(
+        settings
+            .trim()
+            .trim_start_matches("OPENPROSE_POSTGRES_URL="),
+    );
+    std::fs::write(&env_file, format!("OPENPROSE_POSTGRES_URL={reader}\n")).unwrap();
     let a = p
         .cmd()
         .env("SSL_CERT_FILE", &ca)
@@ -817,6 +826,7 @@ fn postgres_tls_handshake_is_verified() {
         ])
         .assert()
         .success();
+    std::fs::write(&env_file, settings).unwrap();
     let v = stdout_json(&a);
     assert_eq!(v[0]["ssl"], true, "{v}");
     assert!(v[0]["version"].as_str().unwrap().starts_with("TLS"), "{v}");

@@ -47,7 +47,8 @@ impl Render for Queried {
 }
 
 pub fn run(args: &QueryArgs, store: &mut dyn Store) -> Result<Queried> {
-    Ok(Queried(store.query_readonly(&args.sql)?))
+    let limit = std::time::Duration::from_secs(crate::model::parse_duration(&args.timeout)? as u64);
+    Ok(Queried(store.query_readonly(&args.sql, limit)?))
 }
 
 impl super::Run for QueryArgs {

@@ -569,8 +569,9 @@ pub trait Store: AgentStore {
         rules::append_execution(self.begin(rules::EXECUTION)?, record)
     }
 
-    /// Runs one read-only SQL statement; a statement that would write is refused.
-    fn query_readonly(&mut self, sql: &str) -> Result<QueryResult>;
+    /// Runs one read-only SQL statement; a statement that would write is refused, and one
+    /// still running after `limit` is stopped (exit 6).
+    fn query_readonly(&mut self, sql: &str, limit: Duration) -> Result<QueryResult>;
 
     /// The run's own row.
     fn run_info(&mut self) -> Result<RunInfo>;

@@ -42,45 +42,76 @@ macro_rules! ts {
     };
 }
 
-/// A connection URL with the password hidden, for every message that shows it: the user
-/// part becomes `user:***`, and a `password=` query parameter `password=***`. The userinfo
-/// ends at the last `@`, so a password holding an unencoded `/`, `?` or `@` is hidden whole;
-/// and whatever the driver itself reads as the password is hidden wherever it appears.
+/// A connection URL with the password hidden, for every message that shows it. Over-hiding
+/// is allowed, showing never:
+/// 1. every `password` parameter's value (its name decoded as the driver decodes it, any
+///    case) becomes `***`, up to the next `&`;
+/// 2. the userinfo, up to the last `@` left, becomes `user:***@`: a password holding an
+///    unencoded `/ ? @ : # %` is hidden whole, and the driver, which ends the userinfo at the
+///    first `@`, never sees more of a password than that;
+/// 3. whatever the driver itself reads as the password is hidden wherever it still appears.
 pub fn masked(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return "(a PostgreSQL URL)".to_string();
     };
+    let rest = mask_password_parameters(rest);
     let (userinfo, after) = match rest.rfind('@') {
         Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
-        None => (None, rest),
+        None => (None, rest.as_str()),
     };
-    let (before_query, query) = match after.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (after, None),
-    };
-    let user = userinfo.map(|u| format!("{}:***@", u.split(':').next().unwrap_or("")));
-    let query = query.map(|q| {
-        let parts: Vec<String> = q
-            .split('&')
-            .map(|kv| {
-                if kv.to_ascii_lowercase().starts_with("password=") {
-                    "password=***".to_string()
-                } else {
-                    kv.to_string()
-                }
-            })
-            .collect();
-        format!("?{}", parts.join("&"))
-    });
-    let mut shown = format!(
-        "{scheme}://{}{before_query}{}",
-        user.unwrap_or_default(),
-        query.unwrap_or_default()
-    );
+    let user = userinfo.map(|u| format!("{}:***@", u.split([':', '/', '?']).next().unwrap_or("")));
+    let mut shown = format!("{scheme}://{}{after}", user.unwrap_or_default());
     if let Some(secret) = driver_password(url) {
         shown = shown.replace(&secret, "***");
     }
     shown
+}
+
+/// Step 1 of [`masked`]: `password=VALUE` after any `?` or `&` becomes `password=***`.
+fn mask_password_parameters(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find(['?', '&']) {
+        out.push_str(&rest[..=i]);
+        rest = &rest[i + 1..];
+        let Some(eq) = rest.find('=') else { continue };
+        let name = &rest[..eq];
+        if !name.contains(['?', '&', '@', '/'])
+            && percent_decoded(name).eq_ignore_ascii_case("password")
+        {
+            let end = rest.find('&').unwrap_or(rest.len());
+            out.push_str(name);
+            out.push_str("=***");
+            rest = &rest[end..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `%XX` escapes decoded, as the driver decodes URL parts (invalid escapes kept as written).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match (
+            bytes[i],
+            bytes.get(i + 1).and_then(|&b| hex(b)),
+            bytes.get(i + 2).and_then(|&b| hex(b)),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The password as the driver parses it from the URL, when there is one worth hiding.
@@ -1255,7 +1286,7 @@ impl Store for PgStore {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
-    fn query_readonly(&mut self, sql: &str) -> Result<QueryResult> {
+    fn query_readonly(&mut self, sql: &str, limit: std::time::Duration) -> Result<QueryResult> {
         if sql.trim().is_empty() {
             return Err(usage("empty query"));
         }
@@ -1266,6 +1297,19 @@ impl Store for PgStore {
             .read_only(true)
             .start()
             .map_err(|e| map_err(e, &shown_url, busy_ms))?;
+        tx.batch_execute(&format!(
+            "SET LOCAL statement_timeout = {}",
+            limit.as_millis().min(i32::MAX as u128)
+        ))
+        .map_err(|e| map_err(e, &shown_url, busy_ms))?;
+        let stopped = |e: postgres::Error| match e.code() {
+            Some(c) if *c == SqlState::QUERY_CANCELED => crate::error::timed_out(format!(
+                "query stopped after {}s (--timeout): {}",
+                limit.as_secs(),
+                shown(sql)
+            )),
+            _ => map_err(e, &shown_url, busy_ms),
+        };
         let stmt = tx.prepare(sql).map_err(|e| match e.as_db_error() {
             Some(db)
                 if db.code() == &SqlState::SYNTAX_ERROR
@@ -1277,15 +1321,33 @@ impl Store for PgStore {
             }
             _ => map_err(e, &shown_url, busy_ms),
         })?;
+        // A READ ONLY transaction does not stop a superuser's COPY ... TO PROGRAM, nor
+        // pg_read_file: query refuses to run as a role that can reach the server's files or
+        // programs. Connect as a role without them to use it.
+        let role = tx
+            .query_one(
+                "SELECT current_user::text,
+                        r.rolsuper
+                        OR pg_has_role(current_user, 'pg_read_server_files', 'USAGE')
+                        OR pg_has_role(current_user, 'pg_write_server_files', 'USAGE')
+                        OR pg_has_role(current_user, 'pg_execute_server_program', 'USAGE')
+                   FROM pg_roles r WHERE r.rolname = current_user",
+                &[],
+            )
+            .map_err(|e| map_err(e, &shown_url, busy_ms))?;
+        if role.get::<_, bool>(1) {
+            return Err(refused(format!(
+                "query will not run as {}: a superuser, or a role that can read or write the server's files or run programs on it, can do harm no read-only transaction stops; connect as a role without those privileges (see README, Threat model)",
+                shown(role.get::<_, &str>(0))
+            )));
+        }
         let columns: Vec<String> = stmt
             .columns()
             .iter()
             .map(|c| c.name().to_string())
             .collect();
         let params: Vec<&(dyn ToSql + Sync)> = Vec::new();
-        let rows = tx
-            .query(&stmt, &params)
-            .map_err(|e| map_err(e, &shown_url, busy_ms))?;
+        let rows = tx.query(&stmt, &params).map_err(stopped)?;
         let rows = rows
             .iter()
             .map(|r| (0..columns.len()).map(|i| to_json(r, i)).collect())
@@ -1667,6 +1729,37 @@ mod tests {
             );
             for part in ["se/cr", "cr?et", "p@ss", "w?rd", "secret"] {
                 assert!(!shown.contains(part), "{shown}");
+            }
+        }
+    }
+
+    #[test]
+    fn every_special_character_in_a_password_stays_hidden() {
+        // Each password's words must appear nowhere in what is shown, whatever the
+        // separators, encoded or not, in the userinfo or a `password` parameter.
+        let words = ["alpha", "bravo", "charlie", "delta"];
+        let passwords = [
+            "alpha/bravo?charlie",
+            "alpha@bravo@charlie",
+            "alpha:bravo#charlie",
+            "alpha%bravo%zzcharlie",
+            "alpha%2Fbravo%3Fcharlie%40delta",
+            "alpha%3Abravo%23charlie%25delta",
+            "alpha/bravo?charlie@delta:x#y%z",
+        ];
+        for pw in passwords {
+            for url in [
+                format!("postgresql://alice:{pw}@db.example:5432/prose?sslmode=require"),
+                format!("postgres://alice:{pw}@db.example/prose"),
+                format!("postgresql://db.example/prose?password={pw}&sslmode=disable"),
+                format!("postgresql://db.example/prose?sslmode=disable&pass%77ord={pw}"),
+                format!("postgresql://db.example/prose?PASSWORD={pw}"),
+            ] {
+                let shown = masked(&url);
+                for w in words {
+                    assert!(!shown.contains(w), "{url} -> {shown}");
+                }
+                assert!(shown.contains("***"), "{url} -> {shown}");
             }
         }
     }

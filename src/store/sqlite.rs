@@ -901,7 +901,7 @@ impl Store for SqliteStore {
         Ok(ids)
     }
 
-    fn query_readonly(&mut self, sql: &str) -> Result<QueryResult> {
+    fn query_readonly(&mut self, sql: &str, limit: std::time::Duration) -> Result<QueryResult> {
         if sql.trim().is_empty() {
             return Err(usage("empty query"));
         }
@@ -947,6 +947,11 @@ impl Store for SqliteStore {
                 _ => Authorization::Deny,
             }))
             .map_err(self.err())?;
+        // The time limit: SQLite asks this every few thousand steps whether to go on.
+        let start = std::time::Instant::now();
+        self.conn
+            .progress_handler(10_000, Some(move || start.elapsed() > limit))
+            .map_err(self.err())?;
         let mut stmt = self.conn.prepare(sql).map_err(|e| match e {
             e if e.sqlite_error_code() == Some(ErrorCode::AuthorizationForStatementDenied) => {
                 refused(format!(
@@ -965,13 +970,19 @@ impl Store for SqliteStore {
         let columns: Vec<String> = stmt.column_names().map(|c| c.to_string()).collect();
         let n = columns.len();
         let mut out = Vec::new();
-        let mut rows = stmt
-            .query([])
-            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
-        while let Some(row) = rows
-            .next()
-            .map_err(|e| db_error(e, &self.path, self.busy_ms))?
-        {
+        let stopped = |e: rusqlite::Error| {
+            if e.sqlite_error_code() == Some(ErrorCode::OperationInterrupted) {
+                crate::error::timed_out(format!(
+                    "query stopped after {}s (--timeout): {}",
+                    limit.as_secs(),
+                    shown(sql)
+                ))
+            } else {
+                db_error(e, &self.path, self.busy_ms)
+            }
+        };
+        let mut rows = stmt.query([]).map_err(stopped)?;
+        while let Some(row) = rows.next().map_err(stopped)? {
             let mut values = Vec::with_capacity(n);
             for i in 0..n {
                 values.push(json_value(row.get_ref(i)?));

@@ -52,6 +52,28 @@ pub fn fresh_database() -> Option<String> {
     Some(with_database(base, &name))
 }
 
+/// The role `query` runs as in tests: it logs in (trusted, like every role but
+/// [`PASSWORD_ROLE`]) and may read the openprose schema, and holds none of the privileges
+/// `query` refuses (superuser, server files, server programs).
+pub const READER_ROLE: &str = "prose_reader";
+
+/// `url` as [`READER_ROLE`], after letting that role read the openprose tables of `url`'s
+/// database (which must exist: a run made there first).
+pub fn as_reader(url: &str) -> String {
+    let admin = url.replace("sslmode=require", "sslmode=disable");
+    let mut c = postgres::Client::connect(&admin, postgres::NoTls).expect("connect as admin");
+    c.batch_execute(&format!(
+        "DO $$ BEGIN CREATE ROLE {READER_ROLE} LOGIN;
+         EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$;
+         GRANT USAGE ON SCHEMA openprose TO {READER_ROLE};
+         GRANT SELECT ON ALL TABLES IN SCHEMA openprose TO {READER_ROLE};"
+    ))
+    .expect("grant the reader role");
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+    format!("{scheme}://{READER_ROLE}@{host}")
+}
+
 /// The same server URL with another database.
 pub fn with_database(url: &str, db: &str) -> String {
     let (before, query) = match url.split_once('?') {
