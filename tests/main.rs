@@ -6,6 +6,7 @@ mod bad_input;
 mod bind_get;
 mod concurrency;
 mod contract;
+mod decisions;
 mod exec_append;
 mod faults;
 mod gates;

@@ -50,7 +50,7 @@ impl Serialize for GateRow {
 
 impl Serialize for AuditRow {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut r = s.serialize_struct("AuditEvent", 10)?;
+        let mut r = s.serialize_struct("AuditEvent", 12)?;
         r.serialize_field("id", &self.id)?;
         r.serialize_field("gate_id", &self.gate_id)?;
         r.serialize_field("run_id", &self.run_id)?;
@@ -61,6 +61,8 @@ impl Serialize for AuditRow {
         r.serialize_field("metadata", &self.metadata)?;
         r.serialize_field("prev_hash", &self.prev_hash)?;
         r.serialize_field("hash", &self.hash)?;
+        r.serialize_field("seq", &self.seq)?;
+        r.serialize_field("seal", &self.seal)?;
         r.end()
     }
 }

@@ -607,6 +607,9 @@ pub trait Store: AgentStore {
     /// The newest sequenced audit row of the run (a read).
     fn chain_tip(&mut self) -> Result<Option<ChainTip>>;
 
+    /// The hash of the run's audit row with this sequence number (a read).
+    fn chain_hash_at(&mut self, seq: i64) -> Result<Option<String>>;
+
     /// Moves this machine's anchor of the run's chain to its newest row, when that row is
     /// sealed with this machine's key (after every write that appends audit events). An
     /// anchor that cannot be written costs a warning, never the committed write.
@@ -627,8 +630,18 @@ pub trait Store: AgentStore {
         if key.check(&hash, seal.as_deref()) != crate::seal::SealCheck::Valid {
             return;
         }
+        // Never past a break: if the row this machine anchored is gone or changed, the anchor
+        // stays where it is, so that `verify` goes on seeing the cut.
+        let place = self.place();
+        if let Some(old) = crate::seal::anchored(&place, &run_id) {
+            if old.seq < seq && self.chain_hash_at(old.seq).ok().flatten() != Some(old.hash) {
+                return crate::output::warn(
+                    "the audit log no longer holds the row this machine anchored: run `prose-state gates verify`",
+                );
+            }
+        }
         let anchor = crate::seal::Anchor { seq, hash };
-        if let Err(e) = crate::seal::anchor(&self.place(), &run_id, &anchor) {
+        if let Err(e) = crate::seal::anchor(&place, &run_id, &anchor) {
             crate::output::warn(&format!("could not anchor the audit chain: {e:#}"));
         }
     }

@@ -1432,6 +1432,18 @@ impl Store for PgStore {
         Ok(rows.iter().map(audit_row).collect())
     }
 
+    fn chain_hash_at(&mut self, seq: i64) -> Result<Option<String>> {
+        let run = self.run()?.to_string();
+        Ok(self
+            .client
+            .query_opt(
+                "SELECT hash FROM openprose.gate_audit_log WHERE run_id = $1 AND seq = $2",
+                &[&run, &seq],
+            )
+            .map_err(self.err())?
+            .and_then(|r| r.get(0)))
+    }
+
     fn chain_tip(&mut self) -> Result<Option<super::ChainTip>> {
         let run = self.run()?.to_string();
         Ok(self

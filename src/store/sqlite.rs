@@ -1056,6 +1056,18 @@ impl Store for SqliteStore {
         Ok(rows)
     }
 
+    fn chain_hash_at(&mut self, seq: i64) -> Result<Option<String>> {
+        self.conn
+            .query_row(
+                "SELECT hash FROM gate_audit_log WHERE seq = ?1",
+                [seq],
+                |r| r.get(0),
+            )
+            .optional()
+            .map(Option::flatten)
+            .map_err(self.err())
+    }
+
     fn chain_tip(&mut self) -> Result<Option<super::ChainTip>> {
         self.conn
             .query_row(

@@ -683,3 +683,41 @@ pub fn aged(p: &Project, status: &str, days_ago: i64) -> Run {
         .unwrap();
     run
 }
+
+/// Runs a command on a pseudo-terminal (util-linux `script`), typing `input`.
+pub fn on_terminal(p: &Project, command: &str, input: &str) -> Option<(i32, String)> {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "`script` missing under CI"
+        );
+        eprintln!("SKIPPED: terminal confirmation test needs util-linux `script`");
+        return None;
+    }
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", command, "/dev/null"])
+        .current_dir(p.root())
+        .env("HOME", test_home(p.root()))
+        .env_remove("PROSE_PRINCIPAL")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    Some((
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    ))
+}
