@@ -266,6 +266,11 @@ fn connection_errors_name_their_cause_and_never_the_password() {
         .failure();
     assert_eq!(code(&a), 3, "{}", stderr(&a));
     assert!(stderr(&a).contains("does not exist"), "{}", stderr(&a));
+    assert!(
+        stderr(&a).contains("the database does not exist"),
+        "{}",
+        stderr(&a)
+    );
     // Nothing listening: retryable (75), naming the refusal.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -283,6 +288,11 @@ fn connection_errors_name_their_cause_and_never_the_password() {
     assert_eq!(code(&a), 75, "{}", stderr(&a));
     assert!(
         stderr(&a).to_lowercase().contains("refused"),
+        "{}",
+        stderr(&a)
+    );
+    assert!(
+        stderr(&a).contains("the host could not be reached"),
         "{}",
         stderr(&a)
     );
@@ -320,6 +330,11 @@ fn connection_errors_name_their_cause_and_never_the_password() {
     assert_eq!(code(&a), 1, "{}", stderr(&a));
     assert!(
         stderr(&a).contains("password authentication failed"),
+        "{}",
+        stderr(&a)
+    );
+    assert!(
+        stderr(&a).contains("authentication failed ("),
         "{}",
         stderr(&a)
     );

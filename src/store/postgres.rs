@@ -190,7 +190,20 @@ fn connect_error(e: &postgres::Error, url: &str, shown_url: &str) -> anyhow::Err
         }
     };
     let cause = scrub(&cause, url, shown_url);
-    let message = format!("could not connect to postgres ({cause}): {shown_url}");
+    // Which of the three failed: reaching the host, authenticating, or the database.
+    let what = match e.code() {
+        Some(c)
+            if *c == SqlState::INVALID_PASSWORD
+                || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
+        {
+            "authentication failed"
+        }
+        Some(c) if *c == SqlState::INVALID_CATALOG_NAME => "the database does not exist",
+        Some(_) => "the server refused the session",
+        None if e.to_string().contains("password missing") => "authentication failed",
+        None => "the host could not be reached",
+    };
+    let message = format!("could not connect to postgres: {what} ({cause}): {shown_url}");
     if transient(e) {
         busy(format!("{message}; retry when the server is reachable"))
     } else if e.code() == Some(&SqlState::INVALID_CATALOG_NAME) {
