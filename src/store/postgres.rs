@@ -1321,6 +1321,16 @@ impl Store for PgStore {
                 limit.as_secs(),
                 shown(sql)
             )),
+            Some(c)
+                if *c == SqlState::READ_ONLY_SQL_TRANSACTION
+                    || *c == SqlState::INSUFFICIENT_PRIVILEGE =>
+            {
+                refused(format!(
+                    "query is read-only and this statement would write ({}): {}",
+                    e.as_db_error().map_or("", |d| d.message()),
+                    shown(sql)
+                ))
+            }
             _ => map_err(e, &shown_url, busy_ms),
         };
         let stmt = tx.prepare(sql).map_err(|e| match e.as_db_error() {
