@@ -455,3 +455,30 @@ fn passwords_with_special_characters_are_never_shown() {
         }
     }
 }
+
+/// `.prose/.env` is read as a shell reads it: `export`, quotes, and a comment after the value.
+#[test]
+fn env_lines_are_read_as_a_shell_reads_them() {
+    let Some(url) = pg::fresh_database() else {
+        return;
+    };
+    for line in [
+        format!("export OPENPROSE_POSTGRES_URL=\"{url}\"  # the team's server"),
+        format!("OPENPROSE_POSTGRES_URL='{url}' # quoted"),
+        format!("  export\tOPENPROSE_POSTGRES_URL={url} # bare"),
+    ] {
+        let p = Project::new();
+        std::fs::create_dir_all(p.root().join(".prose")).unwrap();
+        p.write(".prose/.env", format!("# settings\n{line}\n").as_bytes());
+        let a = p
+            .cmd()
+            .args(["--json", "init", "--backend", "postgres"])
+            .assert()
+            .success();
+        let id = stdout_json(&a)["run_id"].as_str().unwrap().to_string();
+        p.cmd()
+            .args(["--run", &id, "bind", "x", "1"])
+            .assert()
+            .success();
+    }
+}
