@@ -451,6 +451,11 @@ fn a_raw_decision_is_tampering_and_a_spec_decision_is_unattested(b: Backend) {
     assert_eq!(code_, 9, "{v}");
     assert_eq!(v[0]["verdict"], "broken");
     assert_eq!(v[0]["gates"][0]["gate"], "g");
+    // resume does not tell the VM to go on past it.
+    let a = run.cmd().args(["--json", "resume"]).assert().success();
+    let g = &stdout_json(&a)["gates"][0];
+    assert_eq!(g["integrity"]["state"], "tampered", "{g}");
+    assert_eq!(g["next_step"]["action"], "stop", "{g}");
     let a = p.cmd().arg("doctor").assert().failure();
     assert_eq!(code(&a), 1);
     assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("tampered gate"));

@@ -1,6 +1,7 @@
 //! `resume`: one document with everything a VM needs to continue a run from the database
 //! alone, computed here from plain rows so that every backend answers alike.
 
+use super::gates::IntegrityView;
 use crate::model::{now, ExecStatus as S, RunStatus};
 use crate::output::{human_duration, one_line, Render};
 use crate::run::RunPaths;
@@ -118,7 +119,8 @@ pub struct AgentInfo {
 /// What the VM does next about a gate.
 #[derive(Debug, Serialize)]
 pub struct NextStep {
-    /// continue, wait, throw, retry or session
+    /// continue, wait, throw, retry or session; `stop` for a gate that disagrees with its
+    /// audit log (its decision cannot be relied on)
     pub action: String,
     /// The message, label or prompt the action carries, as written.
     pub argument: Option<String>,
@@ -133,6 +135,9 @@ pub struct GateNext {
     pub resolved_by: Option<String>,
     pub resolved_at: Option<String>,
     pub timeout_at: Option<String>,
+    /// Where the gate stands against its audit log (as `gates show` reports it). A tampered
+    /// gate's next step is `stop`, whatever its status says.
+    pub integrity: IntegrityView,
 }
 
 #[derive(Debug, Serialize)]
@@ -397,11 +402,19 @@ pub fn run(
         agents.extend(agent_infos(scope, rows));
     }
 
-    let gates = store
-        .gates(None, &now)?
+    let gates = store.gates(None, &now)?;
+    let report = store.verify_audit()?;
+    let gates = gates
         .into_iter()
         .map(|g| GateNext {
-            next_step: next_step(&g),
+            integrity: IntegrityView::of(&report, &g.id),
+            next_step: match IntegrityView::of(&report, &g.id) {
+                v if v.state == "tampered" => NextStep {
+                    action: "stop".into(),
+                    argument: v.detail,
+                },
+                _ => next_step(&g),
+            },
             id: g.id,
             status: g.status,
             on_reject: g.on_reject,
@@ -571,9 +584,13 @@ impl Render for ResumeDoc {
                 },
                 _ => String::new(),
             };
+            let integrity = match g.integrity.state {
+                "attested" => String::new(),
+                other => format!(" [{}]", other.to_uppercase()),
+            };
             writeln!(
                 w,
-                "gate {} {}{left} → {}{arg}",
+                "gate {} {}{integrity}{left} → {}{arg}",
                 g.id, g.status, g.next_step.action
             )?;
         }
