@@ -26,12 +26,15 @@ pub struct Cli {
 /// Options every command takes.
 #[derive(Debug, Args)]
 pub struct Global {
-    /// Project root that holds .prose/ [default: the current directory]
+    /// Project root that holds .prose/ [default: the nearest directory holding .prose/, from
+    /// the current one up; else the current directory]
     #[arg(long, global = true, env = "PROSE_ROOT", value_name = "DIR")]
     pub root: Option<PathBuf>,
 
-    /// The run: a run id, a run directory, or the path of its state.db
-    #[arg(long, global = true, env = "PROSE_RUN", value_name = "RUN")]
+    /// The run: a run id, a run directory, or the path of its state.db. Commands that act on
+    /// one run also read PROSE_RUN; listings (gates, runs, stats, doctor, ...) are narrowed
+    /// only by this flag
+    #[arg(long, global = true, value_name = "RUN")]
     pub run: Option<String>,
 
     /// Print exactly one JSON document on stdout (diagnostics go to stderr)
@@ -344,6 +347,10 @@ pub struct GatesListArgs {
     #[arg(long, value_enum, default_value_t = GateStatus::Pending)]
     pub status: GateStatus,
 
+    /// The pending gates (the default; the spec's spelling `--pending` is accepted)
+    #[arg(long, conflicts_with = "status")]
+    pub pending: bool,
+
     /// Only pending gates whose deadline falls within this long from now (e.g. 1h)
     #[arg(long, value_name = "DUR")]
     pub expiring: Option<String>,
@@ -415,22 +422,38 @@ pub struct GateCreateArgs {
     pub metadata: Option<String>,
 }
 
+/// `[RUN] GATE`: a gate, and the run it is in when that is not `--run` or PROSE_RUN.
+#[derive(Debug, Args)]
+pub struct RunGate {
+    /// [RUN] GATE: the run (id, directory or state.db path; default: --run, else PROSE_RUN),
+    /// then the gate id
+    #[arg(value_names = ["RUN", "GATE"], num_args = 1..=2, required = true)]
+    pub ids: Vec<String>,
+}
+
+impl RunGate {
+    /// The run named before the gate, if one was.
+    pub fn run(&self) -> Option<&str> {
+        (self.ids.len() == 2).then(|| self.ids[0].as_str())
+    }
+
+    pub fn gate(&self) -> &str {
+        self.ids.last().map_or("", String::as_str)
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct GateShowArgs {
-    /// The run: id, directory or state.db path
-    pub run: String,
-    /// Gate id
-    pub gate: String,
+    #[command(flatten)]
+    pub target: RunGate,
     #[command(flatten)]
     pub principal: PrincipalArg,
 }
 
 #[derive(Debug, Args)]
 pub struct GateWaitArgs {
-    /// The run: id, directory or state.db path
-    pub run: String,
-    /// Gate id
-    pub gate: String,
+    #[command(flatten)]
+    pub target: RunGate,
     /// Stop waiting after this long (default: until the gate is decided or times out)
     #[arg(long, value_name = "DUR")]
     pub timeout: Option<String>,
@@ -458,16 +481,17 @@ pub struct GateAuditArgs {
 
 #[derive(Debug, Args)]
 pub struct ApproveArgs {
-    /// The run: id, directory or state.db path
-    pub run: String,
-    /// Gate id
-    pub gate: String,
+    #[command(flatten)]
+    pub target: RunGate,
     /// A comment recorded with the approval
     #[arg(long, value_name = "TEXT")]
     pub comment: Option<String>,
     /// Reject instead (the spec's `prose approve RUN GATE --reject --reason ...`)
-    #[arg(long, requires = "reason")]
+    #[arg(long, requires = "reason", conflicts_with = "approve")]
     pub reject: bool,
+    /// Approve (the default; the spec's spelling `--approve` is accepted)
+    #[arg(long)]
+    pub approve: bool,
     /// Why the gate is rejected (with --reject)
     #[arg(long, value_name = "TEXT", requires = "reject")]
     pub reason: Option<String>,
@@ -480,10 +504,8 @@ pub struct ApproveArgs {
 
 #[derive(Debug, Args)]
 pub struct RejectArgs {
-    /// The run: id, directory or state.db path
-    pub run: String,
-    /// Gate id
-    pub gate: String,
+    #[command(flatten)]
+    pub target: RunGate,
     /// Why the gate is rejected (required)
     #[arg(long, value_name = "TEXT")]
     pub reason: String,

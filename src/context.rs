@@ -17,10 +17,13 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 pub struct Context {
-    /// `--root` / PROSE_ROOT; None: the current directory.
+    /// `--root` / PROSE_ROOT, else the nearest directory above holding `.prose/`; None: the
+    /// current directory.
     pub root: Option<PathBuf>,
-    /// `--run` / PROSE_RUN.
+    /// The run a command that acts on one run acts on: `--run`, else PROSE_RUN.
     pub run: Option<String>,
+    /// `--run` as given on the command line: the only thing that narrows a listing.
+    run_flag: Option<String>,
     pub json: bool,
     pub opts: OpenOptions,
     runs_dir: PathBuf,
@@ -31,13 +34,16 @@ pub struct Context {
 
 impl Context {
     pub fn resolve(g: &Global) -> Self {
-        let runs_dir = run::runs_dir(g.root.as_deref());
+        let root = g.root.clone().or_else(discover_root);
+        let runs_dir = run::runs_dir(root.as_deref());
         let prose_dir = runs_dir
             .parent()
             .map_or_else(|| PathBuf::from(".prose"), Path::to_path_buf);
+        let from_env = || std::env::var("PROSE_RUN").ok().filter(|r| !r.is_empty());
         Context {
-            root: g.root.clone(),
-            run: g.run.clone(),
+            root,
+            run: g.run.clone().or_else(from_env),
+            run_flag: g.run.clone(),
             json: g.json,
             opts: OpenOptions {
                 busy_timeout: Duration::from_millis(g.busy_timeout),
@@ -143,9 +149,10 @@ impl Context {
         self.open_run(self.run.as_deref())
     }
 
-    /// The runs a cross-run command visits: the one `--run` names, or every run.
+    /// The runs a cross-run command visits: the one `--run` names on the command line, or
+    /// every run (an exported PROSE_RUN does not narrow a listing).
     pub fn runs(&self) -> Result<Vec<RunPaths>> {
-        match &self.run {
+        match &self.run_flag {
             Some(r) => Ok(vec![run::locate(self.root.as_deref(), Some(r))?]),
             None => self.all_runs(),
         }
@@ -288,6 +295,23 @@ impl Context {
             .or_else(|| std::env::var_os("HOME").map(Into::into))
             .filter(|h: &PathBuf| !h.as_os_str().is_empty())
     }
+}
+
+/// The project root when none is given: the nearest directory, from the current one up,
+/// that holds a `.prose/` directory (as git finds `.git/`), never the user's prose home
+/// (`~/.prose`, or `$PROSE_HOME/.prose`), which holds keys and user agents, not runs. None when
+/// the current directory itself holds `.prose/` (paths stay relative, as they always were) or
+/// no directory above does (the current directory is the root, and `init` makes `.prose/`).
+fn discover_root() -> Option<PathBuf> {
+    // Start-up is the hot path: one getcwd and a stat per level, compared lexically with the
+    // prose home named by the environment (no canonicalisation).
+    let home = crate::seal::prose_home();
+    let cwd = std::env::current_dir().ok()?;
+    let found = cwd.ancestors().find(|dir| {
+        let candidate = dir.join(".prose");
+        Some(&candidate) != home.as_ref() && candidate.is_dir()
+    })?;
+    (found != cwd).then(|| found.to_path_buf())
 }
 
 /// A value as a shell reads it after `KEY=`: in single quotes, everything up to the closing

@@ -19,3 +19,4 @@ mod pg_faults;
 mod query;
 mod readme;
 mod schema;
+mod vm_day;

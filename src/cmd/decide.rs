@@ -128,8 +128,12 @@ pub fn run(req: &DecideRequest, store: &mut dyn Store, confirm: Confirm) -> Resu
 }
 
 /// Decides on the gate a command names, in the run it names.
-fn decide(ctx: &crate::context::Context, run: &str, req: &DecideRequest) -> Result<DecisionMade> {
-    let (_, mut store) = ctx.open_run(Some(run))?;
+fn decide(
+    ctx: &crate::context::Context,
+    run: Option<&str>,
+    req: &DecideRequest,
+) -> Result<DecisionMade> {
+    let (_, mut store) = ctx.open_run(run.or(ctx.run.as_deref()))?;
     self::run(req, store.as_mut(), &mut crate::term::confirm)
 }
 
@@ -138,7 +142,7 @@ impl super::Run for crate::cli::ApproveArgs {
     fn run(&self, ctx: &crate::context::Context) -> Result<DecisionMade> {
         let who = ctx.decider(&self.principal)?;
         let request = DecideRequest {
-            gate: &self.gate,
+            gate: self.target.gate(),
             approve: !self.reject,
             principal: &who,
             comment: if self.reject {
@@ -149,7 +153,7 @@ impl super::Run for crate::cli::ApproveArgs {
             yes: self.yes,
             interactive: crate::term::interactive(),
         };
-        decide(ctx, &self.run, &request)
+        decide(ctx, self.target.run(), &request)
     }
 }
 
@@ -158,13 +162,13 @@ impl super::Run for crate::cli::RejectArgs {
     fn run(&self, ctx: &crate::context::Context) -> Result<DecisionMade> {
         let who = ctx.decider(&self.principal)?;
         let request = DecideRequest {
-            gate: &self.gate,
+            gate: self.target.gate(),
             approve: false,
             principal: &who,
             comment: Some(&self.reason),
             yes: self.yes,
             interactive: crate::term::interactive(),
         };
-        decide(ctx, &self.run, &request)
+        decide(ctx, self.target.run(), &request)
     }
 }

@@ -425,13 +425,14 @@ impl Render for GateWaited {
 /// restarting, an outage) is retried on a new connection at the next poll, so the wait
 /// lives through outages. Other errors end it.
 pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<GateWaited> {
-    check_gate_id(&args.gate)?;
+    check_gate_id(args.target.gate())?;
     let poll = std::time::Duration::from_secs(parse_duration(&args.poll)? as u64);
     let limit = match &args.timeout {
         Some(t) => Some(std::time::Duration::from_secs(parse_duration(t)? as u64)),
         None => None,
     };
-    let open = || ctx.open_run(Some(&args.run)).map(|(_, s)| s);
+    let run_arg = args.target.run().or(ctx.run.as_deref());
+    let open = || ctx.open_run(run_arg).map(|(_, s)| s);
     let start = std::time::Instant::now();
     let mut store: Option<Box<dyn Store>> = None;
     let mut run: Option<crate::store::RunInfo> = None;
@@ -445,7 +446,7 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<GateWaited> {
             if run.is_none() {
                 run = Some(s.run_info()?);
             }
-            s.gate(&args.gate, &now)
+            s.gate(args.target.gate(), &now)
         })();
         let out_of_time = limit.is_some_and(|l| start.elapsed() >= l);
         match look {
@@ -455,7 +456,7 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<GateWaited> {
                     not_found(format!(
                         "gate not found in run {}: {}",
                         run.id,
-                        shown(&args.gate)
+                        shown(args.target.gate())
                     ))
                 })?;
                 if !gate.status.is_pending() || out_of_time {
@@ -719,10 +720,10 @@ impl Run for GatesArgs {
                 GatesOutput::Created(create(a, ctx.the_run()?.1.as_mut())?)
             }
             Some(GatesCommand::Show(a)) => {
-                let (_, mut store) = ctx.open_run(Some(&a.run))?;
+                let (_, mut store) = ctx.open_run(a.target.run().or(ctx.run.as_deref()))?;
                 let viewer = ctx.principal(&a.principal)?;
                 GatesOutput::Shown(show(
-                    &a.gate,
+                    a.target.gate(),
                     viewer.as_ref().map(|v| v.as_str()),
                     store.as_mut(),
                 )?)

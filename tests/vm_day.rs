@@ -1,0 +1,138 @@
+//! The VM's real day, off the happy path: commands run from a subdirectory, `PROSE_RUN`
+//! exported, the spec's own spellings.
+
+use crate::common::*;
+
+on_both!(
+    the_root_is_found_from_a_subdirectory,
+    prose_run_is_read_by_one_run_commands_and_narrows_no_listing,
+);
+
+fn pending_gate(run: &Run, id: &str) {
+    run.cmd()
+        .args(["gates", "create", id, "--prompt", "Go on?"])
+        .assert()
+        .success();
+}
+
+fn the_root_is_found_from_a_subdirectory(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    pending_gate(&run, "g");
+    let deeper = p.root().join("src/deeper");
+    std::fs::create_dir_all(&deeper).unwrap();
+    let here = |args: &[&str]| {
+        let mut c = p.cmd();
+        c.current_dir(&deeper).args(args);
+        c
+    };
+    let a = here(&["--json", "gates"]).assert().success();
+    let v = stdout_json(&a);
+    assert_eq!(v.as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v[0]["run_id"], run.id.as_str());
+    let a = here(&["--json", "runs"]).assert().success();
+    assert_eq!(stdout_json(&a)[0]["id"], run.id.as_str());
+    here(&["--run", &run.id, "bind", "from_below", "yes"])
+        .assert()
+        .success();
+    assert_eq!(run.get("from_below", None), b"yes");
+    // init from below makes the run in the root's .prose/, not a new one here
+    let a = here(&["--json", "init"])
+        .args(p.backend_flag())
+        .assert()
+        .success();
+    let id = stdout_json(&a)["run_id"].as_str().unwrap().to_string();
+    assert!(p.root().join(".prose/runs").join(&id).is_dir());
+    assert!(!deeper.join(".prose").exists());
+    assert!(!p.root().join("src/.prose").exists());
+    // --root still overrides
+    let a = here(&["--json", "--root", deeper.to_str().unwrap(), "runs"])
+        .assert()
+        .success();
+    assert_eq!(stdout_json(&a), serde_json::json!([]));
+}
+
+/// The user's prose home (audit key, user agents) is never taken for a project.
+#[test]
+fn the_prose_home_is_not_a_project() {
+    let p = Project::new();
+    // A home outside any project (the project's own .prose/ would be found above it).
+    let outside = tempfile::tempdir().unwrap();
+    let home = outside.path().join("home");
+    let work = home.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let cmd = |args: &[&str]| {
+        let mut c = p.cmd();
+        c.current_dir(&work).env("HOME", &home).args(args);
+        c
+    };
+    // A run made somewhere under the home creates the home's ~/.prose (its audit key).
+    let run = p.init();
+    pending_gate(&run, "g");
+    let mut c = run.cmd();
+    c.env("HOME", &home)
+        .args(["approve", &run.id, "g", "--yes", "--as", "raymond"])
+        .assert()
+        .success();
+    assert!(home.join(".prose/audit.key").is_file());
+    // From ~/work, with no project above but the home: no runs, and init makes ~/work/.prose.
+    let a = cmd(&["--json", "runs"]).assert().success();
+    assert_eq!(stdout_json(&a), serde_json::json!([]));
+    cmd(&["init", "--run-id", "w1"]).assert().success();
+    assert!(work.join(".prose/runs/w1/state.db").is_file());
+    assert!(!home.join(".prose/runs").exists());
+}
+
+fn prose_run_is_read_by_one_run_commands_and_narrows_no_listing(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let a_run = p.init();
+    let b_run = p.init();
+    pending_gate(&a_run, "g");
+    pending_gate(&b_run, "g");
+    pending_gate(&b_run, "h");
+    let with_env = |args: &[&str]| {
+        let mut c = p.cmd();
+        c.env("PROSE_RUN", &a_run.id).args(args);
+        c
+    };
+    // Listings show every run, whatever PROSE_RUN says.
+    let a = with_env(&["--json", "gates"]).assert().success();
+    assert_eq!(stdout_json(&a).as_array().unwrap().len(), 3);
+    let a = with_env(&["--json", "gates", "--pending"])
+        .assert()
+        .success();
+    assert_eq!(stdout_json(&a).as_array().unwrap().len(), 3);
+    let a = with_env(&["--json", "runs"]).assert().success();
+    assert_eq!(stdout_json(&a).as_array().unwrap().len(), 2);
+    // --run on the command line narrows them.
+    let a = with_env(&["--json", "--run", &b_run.id, "gates"])
+        .assert()
+        .success();
+    assert_eq!(stdout_json(&a).as_array().unwrap().len(), 2);
+    // Commands on one run take it from PROSE_RUN: the gate alone is enough.
+    let a = with_env(&["--json", "gates", "show", "g", "--as", "raymond"])
+        .assert()
+        .success();
+    assert_eq!(stdout_json(&a)["run_id"], a_run.id.as_str());
+    with_env(&["approve", "g", "--approve", "--yes", "--as", "raymond"])
+        .assert()
+        .success();
+    assert_eq!(a_run.view().gate("g").0, "approved");
+    assert_eq!(b_run.view().gate("g").0, "pending");
+    with_env(&["gates", "wait", "g"]).assert().success();
+    with_env(&[
+        "reject", &b_run.id, "h", "--yes", "--as", "raymond", "--reason", "no",
+    ])
+    .assert()
+    .success();
+    assert_eq!(b_run.view().gate("h").0, "rejected");
+    // Without PROSE_RUN or --run, a lone gate names no run: exit 2.
+    let before = b_run.snapshot();
+    let a = p
+        .cmd()
+        .args(["approve", "g", "--yes", "--as", "raymond"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 2, "{}", stderr(&a));
+    assert_eq!(b_run.snapshot(), before);
+}
