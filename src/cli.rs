@@ -9,12 +9,17 @@ use std::path::PathBuf;
 ///
 /// The VM calls `init` and `exec-append`; subagents call `bind` and `get`; anyone may `query`.
 /// Every command is safe to run from many processes at once.
-///
-/// Exit codes: 0 ok, 1 error, 2 usage or invalid input, 3 not found, 4 refused or conflict,
-/// 5/6/7 `gates wait`: rejected, timed out, still pending, 8 a write's outcome unknown (the
-/// connection was lost while committing), 75 busy or disconnected, nothing written (retry).
 #[derive(Debug, Parser)]
-#[command(name = "prose-state", version, max_term_width = 100)]
+#[command(
+    name = "prose-state",
+    version,
+    max_term_width = 100,
+    after_help = "Exit codes: 0 ok; 1 error; 2 usage or invalid input; 3 not found; 4 refused or \
+conflict; 5 gate rejected; 6 gate timed out, or query past --timeout; 7 gate still pending when \
+the wait ran out; 8 a write's outcome unknown (connection lost while committing); 9 tampered \
+(a gate or audit log that disagrees with what was sealed); 10 unattested (a decision nothing \
+attests); 75 busy or disconnected, nothing written: retry."
+)]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,
@@ -37,7 +42,8 @@ pub struct Global {
     #[arg(long, global = true, value_name = "RUN")]
     pub run: Option<String>,
 
-    /// Print exactly one JSON document on stdout (diagnostics go to stderr)
+    /// Print JSON on stdout: exactly one document, or JSON Lines (one object a line) for `log`;
+    /// diagnostics go to stderr
     #[arg(long, global = true)]
     pub json: bool,
 
@@ -188,6 +194,10 @@ pub struct InitArgs {
     /// server of OPENPROSE_POSTGRES_URL (.prose/.env, then the environment, then DATABASE_URL)
     #[arg(long, value_enum, default_value_t = BackendArg::Sqlite)]
     pub backend: BackendArg,
+
+    /// Print only the run id, for a shell to capture: RUN=$(prose-state init -q)
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

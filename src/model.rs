@@ -302,7 +302,10 @@ impl std::fmt::Display for Timestamp {
 
 /// Seconds from one stored timestamp to another; None when either does not parse.
 pub fn seconds_between(earlier: &str, later: &str) -> Option<i64> {
-    Some(Timestamp::parse(later)?.seconds_since(Timestamp::parse(earlier)?))
+    // Either may be in any form SQLite's datetime() reads (an ISO deadline `...T...Z` that
+    // raw SQL wrote, as the spec's schema comment asks): the same instants, compared.
+    let read = |t: &str| Timestamp::parse(t).or_else(|| Timestamp::parse_lenient(t));
+    Some(read(later)?.seconds_since(read(earlier)?))
 }
 
 /// A time in any form SQLite's `datetime()` reads, in the stored form.

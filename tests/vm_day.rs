@@ -136,3 +136,164 @@ fn prose_run_is_read_by_one_run_commands_and_narrows_no_listing(b: Backend) {
     assert_eq!(code(&a), 2, "{}", stderr(&a));
     assert_eq!(b_run.snapshot(), before);
 }
+
+on_both!(
+    an_agent_made_the_spec_way_is_listed,
+    a_timed_out_gate_tells_one_time_and_iso_deadlines_show_time_left,
+    init_quiet_prints_the_id_alone,
+);
+
+fn an_agent_made_the_spec_way_is_listed(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    // The spec's way: segments inserted directly; its `UPDATE agents` matches no row.
+    run.view().raw(
+        "PRAGMA foreign_keys = OFF;
+         INSERT INTO agent_segments (agent_name, segment_number, prompt, summary)
+         VALUES ('scout', 1, 'look', 'looked'), ('scout', 2, 'look again', 'saw');
+         UPDATE agents SET memory = 'm' WHERE name = 'scout';",
+        "INSERT INTO openprose.agent_segments (agent_name, run_id, segment_number, prompt, summary)
+         VALUES ('scout', '$RUN', 1, 'look', 'looked'), ('scout', '$RUN', 2, 'look again', 'saw');
+         UPDATE openprose.agents SET memory = 'm' WHERE name = 'scout' AND run_id = '$RUN';",
+    );
+    let a = run
+        .cmd()
+        .args(["--json", "agent", "--scope", "execution", "list"])
+        .assert()
+        .success();
+    let v = stdout_json(&a);
+    let scout = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["name"] == "scout")
+        .unwrap_or_else(|| panic!("scout missing: {v}"));
+    assert_eq!(scout["segments"], 2, "{scout}");
+    let a = run.cmd().args(["--json", "resume"]).assert().success();
+    let agents = stdout_json(&a)["agents"].clone();
+    assert!(
+        agents
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a["name"] == "scout"),
+        "{agents}"
+    );
+}
+
+fn a_timed_out_gate_tells_one_time_and_iso_deadlines_show_time_left(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.cmd()
+        .args([
+            "gates",
+            "create",
+            "soon",
+            "--prompt",
+            "p",
+            "--timeout",
+            "1s",
+        ])
+        .assert()
+        .success();
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let a = run.cmd().args(["gates", "wait", "soon"]).assert().failure();
+    assert_eq!(code(&a), 6);
+    let (_, timeout_at) = run.view().gate_times("soon");
+    let a = run
+        .cmd()
+        .args(["--json", "gates", "audit", "--gate", "soon"])
+        .assert()
+        .success();
+    let v = stdout_json(&a);
+    let event = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["event_type"] == "timeout")
+        .unwrap();
+    let a = run
+        .cmd()
+        .args(["--json", "gates", "show", "soon", "--as", "raymond"])
+        .assert()
+        .success();
+    let g = stdout_json(&a);
+    // The gate's resolved_at, its deadline and its timeout event agree.
+    assert_eq!(g["resolved_at"], event["timestamp"], "{g} {event}");
+    assert_eq!(g["resolved_at"].as_str(), timeout_at.as_deref());
+    assert!(event["metadata"].as_str().unwrap().contains("swept_at"));
+    // A deadline raw SQL wrote in ISO form (as the spec's schema comment asks) shows its time
+    // left.
+    run.cmd()
+        .args(["gates", "create", "iso", "--prompt", "p", "--timeout", "2h"])
+        .assert()
+        .success();
+    let iso = (chrono_like_now_plus_hours(1)).to_string();
+    run.view().raw(
+        &format!("UPDATE gates SET timeout_at = '{iso}' WHERE id = 'iso'"),
+        &format!(
+            "UPDATE openprose.gates SET timeout_at = '{iso}' WHERE run_id = '$RUN' AND id = 'iso'"
+        ),
+    );
+    let a = run.cmd().args(["--json", "gates"]).assert().success();
+    let v = stdout_json(&a);
+    let left = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["id"] == "iso")
+        .unwrap()["time_left_seconds"]
+        .as_i64();
+    assert!(left.is_some_and(|s| (3000..=3600).contains(&s)), "{v}");
+}
+
+/// Now plus some hours, in ISO 8601 with `T` and `Z`.
+fn chrono_like_now_plus_hours(h: i64) -> String {
+    let out = std::process::Command::new("date")
+        .args(["-u", "-d", &format!("+{h} hour"), "+%Y-%m-%dT%H:%M:%SZ"])
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+fn init_quiet_prints_the_id_alone(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let a = p
+        .cmd()
+        .args(["init", "-q"])
+        .args(p.backend_flag())
+        .assert()
+        .success();
+    let id = String::from_utf8(a.get_output().stdout.clone()).unwrap();
+    assert_eq!(id.lines().count(), 1, "{id}");
+    let id = id.trim();
+    assert!(p.root().join(".prose/runs").join(id).is_dir());
+    p.cmd()
+        .args(["--run", id, "bind", "x", "1"])
+        .assert()
+        .success();
+}
+
+#[test]
+fn help_names_every_exit_code() {
+    let p = Project::new();
+    for flag in ["-h", "--help"] {
+        let a = p.cmd().arg(flag).assert().success();
+        let out = String::from_utf8_lossy(&a.get_output().stdout)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        for code in [
+            "5 gate rejected",
+            "6 gate timed out",
+            "7 gate still pending",
+            "8 a",
+            "9 tampered",
+            "10 unattested",
+            "75 busy",
+        ] {
+            assert!(out.contains(code), "{flag}: {code} missing:\n{out}");
+        }
+        assert!(out.contains("JSON Lines"), "{out}");
+    }
+}

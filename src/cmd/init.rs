@@ -19,10 +19,16 @@ pub struct Initialized {
     pub dir: String,
     pub db: String,
     pub program: Option<String>,
+    /// `--quiet`: the text is the run id alone.
+    #[serde(skip)]
+    pub quiet: bool,
 }
 
 impl Render for Initialized {
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        if self.quiet {
+            return writeln!(w, "{}", self.run_id);
+        }
         writeln!(w, "Run created: {}", self.run_id)?;
         writeln!(w, "Directory: {}", self.dir)?;
         writeln!(w, "Database: {}", self.db)?;
@@ -125,6 +131,7 @@ pub fn run(args: &InitArgs, ctx: &Context) -> Result<Initialized> {
         dir: paths.dir.display().to_string(),
         db: location,
         program: program.map(|(p, _)| p),
+        quiet: args.quiet,
     })
 }
 

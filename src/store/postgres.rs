@@ -1187,7 +1187,19 @@ impl AgentStore for PgStore {
                     ts!("a.updated_at"),
                     ", (SELECT COUNT(*) FROM openprose.agent_segments s
                         WHERE s.agent_name = a.name AND s.run_id IS NOT DISTINCT FROM a.run_id)
-                     FROM openprose.agents a WHERE a.run_id IS NOT DISTINCT FROM $1 ORDER BY a.name"
+                     FROM openprose.agents a WHERE a.run_id IS NOT DISTINCT FROM $1
+                     UNION ALL
+                     SELECT s.agent_name, NULL, NULL, ",
+                    ts!("MIN(s.timestamp)"),
+                    ", ",
+                    ts!("MAX(s.timestamp)"),
+                    ", COUNT(*) FROM openprose.agent_segments s
+                      WHERE s.run_id IS NOT DISTINCT FROM $1
+                        AND NOT EXISTS (SELECT 1 FROM openprose.agents a
+                                         WHERE a.name = s.agent_name
+                                           AND a.run_id IS NOT DISTINCT FROM s.run_id)
+                      GROUP BY s.agent_name
+                     ORDER BY 1"
                 ),
                 &[&run],
             )

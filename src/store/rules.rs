@@ -69,6 +69,14 @@ pub fn append_audit(tx: &mut dyn Tx, e: &Event) -> Result<AuditRow> {
 pub fn sweep(tx: &mut dyn Tx, now: &str) -> Result<usize> {
     let overdue = tx.overdue_gates(now)?;
     for gate in &overdue {
+        // The deadline is when it timed out (one that does not parse: now), and both the
+        // gate's `resolved_at` and its `timeout` event say so; when the sweep saw it is
+        // `swept_at` in the event's metadata.
+        let at = gate
+            .timeout_at
+            .as_deref()
+            .and_then(crate::model::canonical_time)
+            .unwrap_or_else(|| now.to_string());
         append_audit(
             tx,
             &Event {
@@ -78,17 +86,11 @@ pub fn sweep(tx: &mut dyn Tx, now: &str) -> Result<usize> {
                 principal: Some("system"),
                 comment: None,
                 metadata: serde_json::json!({
-                    "timeout_at": gate.timeout_at, "on_reject": gate.on_reject
+                    "timeout_at": gate.timeout_at, "on_reject": gate.on_reject, "swept_at": now
                 }),
-                now,
+                now: &at,
             },
         )?;
-        // The deadline is when it timed out; one that does not parse, now.
-        let at = gate
-            .timeout_at
-            .as_deref()
-            .and_then(crate::model::canonical_time)
-            .unwrap_or_else(|| now.to_string());
         tx.resolve_gate(&gate.id, &GateStatus::Timeout, "system", None, &at)?;
     }
     Ok(overdue.len())

@@ -789,7 +789,18 @@ impl AgentStore for SqliteStore {
     fn agents(&mut self) -> Result<Vec<AgentRow>> {
         let mut stmt = self
             .conn
-            .prepare(&format!("{AGENT_SELECT} ORDER BY a.name"))
+            .prepare(&format!(
+                // Agents another writer made the spec's way, with segments and no agents row
+                // (its `UPDATE agents` matched nothing), are listed too, with no memory.
+                "{AGENT_SELECT}
+                 UNION ALL
+                 SELECT s.agent_name, NULL, NULL, MIN(s.timestamp), MAX(s.timestamp), COUNT(*)
+                   FROM agent_segments s
+                  WHERE s.agent_name IS NOT NULL
+                    AND s.agent_name NOT IN (SELECT name FROM agents WHERE name IS NOT NULL)
+                  GROUP BY s.agent_name
+                 ORDER BY 1"
+            ))
             .map_err(self.err())?;
         let rows = stmt
             .query_map([], agent_row)
