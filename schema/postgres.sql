@@ -64,6 +64,20 @@ CREATE TABLE IF NOT EXISTS openprose.bindings (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS bindings_scope_key
     ON openprose.bindings (name, run_id, (COALESCE(execution_id, -1)));
+-- Every insert or update of a binding takes a new version from one sequence, raw writes
+-- included, for `bind --if-version` (schema 3).
+ALTER TABLE openprose.bindings ADD COLUMN IF NOT EXISTS version BIGINT NOT NULL DEFAULT 0;
+CREATE SEQUENCE IF NOT EXISTS openprose.binding_version_seq;
+CREATE OR REPLACE FUNCTION openprose.bindings_version() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.version := nextval('openprose.binding_version_seq');
+    RETURN NEW;
+END;
+$$;
+DROP TRIGGER IF EXISTS bindings_version ON openprose.bindings;
+CREATE TRIGGER bindings_version BEFORE INSERT OR UPDATE ON openprose.bindings
+    FOR EACH ROW EXECUTE FUNCTION openprose.bindings_version();
 
 CREATE TABLE IF NOT EXISTS openprose.agents (
     name TEXT NOT NULL,

@@ -52,9 +52,26 @@ CREATE TABLE IF NOT EXISTS bindings (
     source_statement TEXT,
     created_at TEXT DEFAULT (datetime('now')),
     updated_at TEXT DEFAULT (datetime('now')),
-    attachment_path TEXT   -- relative to the run directory
+    attachment_path TEXT,  -- relative to the run directory
+    version INTEGER NOT NULL DEFAULT 0  -- bumped by every write, raw ones too (schema 5)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS idx_bindings_scope ON bindings(name, IFNULL(execution_id, -1));
+
+-- Every insert or update of a binding takes a new version, higher than any before in the
+-- database (a REPLACE that deletes and re-inserts included), so `bind --if-version` cannot be
+-- fooled by two writes in one second, or by a value written back (schema 5).
+CREATE INDEX IF NOT EXISTS idx_bindings_version ON bindings(version);
+CREATE TRIGGER IF NOT EXISTS bindings_version_insert AFTER INSERT ON bindings
+BEGIN
+    UPDATE bindings SET version = (SELECT IFNULL(MAX(version), 0) + 1 FROM bindings)
+     WHERE rowid = NEW.rowid;
+END;
+CREATE TRIGGER IF NOT EXISTS bindings_version_update AFTER UPDATE ON bindings
+WHEN NEW.version = OLD.version
+BEGIN
+    UPDATE bindings SET version = (SELECT IFNULL(MAX(version), 0) + 1 FROM bindings)
+     WHERE rowid = NEW.rowid;
+END;
 
 CREATE TABLE IF NOT EXISTS agents (
     name TEXT PRIMARY KEY,

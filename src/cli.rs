@@ -212,7 +212,7 @@ pub struct BindArgs {
     pub name: String,
 
     /// The value; `-`, or nothing with piped input, reads it from stdin
-    #[arg(conflicts_with = "file")]
+    #[arg(conflicts_with_all = ["file", "append", "merge"])]
     pub value: Option<String>,
 
     /// Read the value from this file
@@ -235,6 +235,21 @@ pub struct BindArgs {
     /// One-line summary; for an attachment it is stored as the value
     #[arg(long, value_name = "TEXT")]
     pub summary: Option<String>,
+
+    /// Append this to the JSON array the binding holds (an absent binding is []), in one
+    /// transaction: concurrent appends all land. JSON if it parses as JSON, else a string
+    #[arg(long, value_name = "VALUE", conflicts_with_all = ["file", "merge"])]
+    pub append: Option<String>,
+
+    /// Merge this JSON object into the one the binding holds (RFC 7396: a null member
+    /// removes the key; an absent binding is {}), in one transaction
+    #[arg(long, value_name = "JSON", conflicts_with = "file")]
+    pub merge: Option<String>,
+
+    /// Write only if the binding is still at this version (`get --json` shows it; 0: the
+    /// binding does not exist yet); otherwise exit 4 and write nothing
+    #[arg(long, value_name = "N")]
+    pub if_version: Option<i64>,
 
     /// Values longer than this many bytes go to attachments/ instead of the database
     #[arg(long, value_name = "BYTES", default_value_t = 102_400, allow_hyphen_values = true,

@@ -297,3 +297,135 @@ fn help_names_every_exit_code() {
         assert!(out.contains("JSON Lines"), "{out}");
     }
 }
+
+on_both!(concurrent_appends_and_merges_all_land_and_versions_guard_writes);
+
+fn concurrent_appends_and_merges_all_land_and_versions_guard_writes(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    // Sixteen subagents append to one root list at once, and merge into one object.
+    let children: Vec<_> = (0..16)
+        .flat_map(|i| {
+            let mut append = run.std_cmd();
+            append.args(["bind", "findings", "--append", &format!("{{\"n\": {i}}}")]);
+            let mut merge = run.std_cmd();
+            merge.args([
+                "bind",
+                "votes",
+                "--merge",
+                &format!("{{\"agent{i}\": {i}}}"),
+            ]);
+            [append, merge]
+        })
+        .map(|mut c| {
+            c.stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let list: serde_json::Value = serde_json::from_slice(&run.get("findings", None)).unwrap();
+    let mut ns: Vec<i64> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["n"].as_i64().unwrap())
+        .collect();
+    ns.sort_unstable();
+    assert_eq!(ns, (0..16).collect::<Vec<_>>(), "every append landed");
+    let votes: serde_json::Value = serde_json::from_slice(&run.get("votes", None)).unwrap();
+    assert_eq!(votes.as_object().unwrap().len(), 16, "{votes}");
+    // A plain string appends as a string; null removes a key.
+    run.cmd()
+        .args(["bind", "findings", "--append", "plain words"])
+        .assert()
+        .success();
+    let list: serde_json::Value = serde_json::from_slice(&run.get("findings", None)).unwrap();
+    assert_eq!(list[16], "plain words");
+    run.cmd()
+        .args(["bind", "votes", "--merge", "{\"agent0\": null}"])
+        .assert()
+        .success();
+    let votes: serde_json::Value = serde_json::from_slice(&run.get("votes", None)).unwrap();
+    assert!(votes.get("agent0").is_none());
+
+    // Compare-and-set: the version read is the version written against.
+    let version = |name: &str| {
+        let a = run.cmd().args(["--json", "get", name]).assert().success();
+        stdout_json(&a)["version"].as_i64().unwrap()
+    };
+    let v = version("votes");
+    run.cmd()
+        .args(["bind", "votes", "{}", "--if-version", &v.to_string()])
+        .assert()
+        .success();
+    let before = run.snapshot();
+    let a = run
+        .cmd()
+        .args([
+            "bind",
+            "votes",
+            "{\"stale\": 1}",
+            "--if-version",
+            &v.to_string(),
+        ])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 4, "{}", stderr(&a));
+    assert_eq!(run.snapshot(), before);
+    // A raw writer's UPDATE moves the version too, so a stale compare-and-set fails after it.
+    let v = version("votes");
+    run.view().raw(
+        "UPDATE bindings SET value = '{\"raw\": true}' WHERE name = 'votes'",
+        "UPDATE openprose.bindings SET value = '{\"raw\": true}' WHERE run_id = '$RUN' AND name = 'votes'",
+    );
+    assert!(version("votes") > v);
+    let before = run.snapshot();
+    let a = run
+        .cmd()
+        .args([
+            "bind",
+            "votes",
+            "--merge",
+            "{\"x\": 1}",
+            "--if-version",
+            &v.to_string(),
+        ])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 4);
+    assert_eq!(run.snapshot(), before);
+    // --if-version 0: only if the binding does not exist yet.
+    run.cmd()
+        .args(["bind", "fresh", "one", "--if-version", "0"])
+        .assert()
+        .success();
+    let a = run
+        .cmd()
+        .args(["bind", "fresh", "two", "--if-version", "0"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 4);
+    // Wrong shapes are refused and change nothing.
+    let before = run.snapshot();
+    for (args, want) in [
+        (vec!["bind", "fresh", "--append", "x"], 4), // not JSON
+        (vec!["bind", "votes", "--append", "x"], 4), // an object, not an array
+        (vec!["bind", "findings", "--merge", "{\"a\": 1}"], 4), // an array, not an object
+        (vec!["bind", "votes", "--merge", "[1]"], 2), // the patch is not an object
+        (vec!["bind", "votes", "--merge", "{bad"], 2),
+        (vec!["bind", "votes", "v", "--append", "x"], 2),
+    ] {
+        let a = run.cmd().args(&args).assert().failure();
+        assert_eq!(code(&a), want, "{args:?}: {}", stderr(&a));
+        assert_eq!(run.snapshot(), before, "{args:?}");
+    }
+}

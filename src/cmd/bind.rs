@@ -1,10 +1,10 @@
 use crate::attach::{self, Staged};
 use crate::cli::BindArgs;
-use crate::error::{not_found, usage};
+use crate::error::{not_found, shown, usage};
 use crate::model::{check_name, now};
 use crate::output::{one_line, Render};
 use crate::run::RunPaths;
-use crate::store::{NewBinding, Store};
+use crate::store::{NewBinding, Store, Update};
 use anyhow::Result;
 use serde::Serialize;
 use std::io::{self, Write};
@@ -18,6 +18,8 @@ pub struct Bound {
     pub attachment_path: Option<String>,
     pub bytes: u64,
     pub summary: String,
+    /// The binding's version after this write (for `bind --if-version`).
+    pub version: Option<i64>,
     #[serde(skip)]
     location: String,
 }
@@ -52,28 +54,53 @@ pub fn run(args: &BindArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Bou
         }
     }
 
-    let (mut input, from_stdin) = super::value_source(args.value.as_deref(), args.file.as_deref())?;
-
-    let staged = attach::stage(
-        &mut input,
-        args.attach_over,
-        &run.dir,
-        &args.name,
-        args.execution_id,
-        from_stdin,
-    )?;
-    let (value, summary, bytes, mut file) = match staged {
-        Staged::Inline(text) => {
-            let summary = args.summary.clone().unwrap_or_else(|| one_line(&text, 100));
-            let bytes = text.len() as u64;
-            (text, summary, bytes, None)
-        }
-        Staged::File(f) => {
-            let summary = args
-                .summary
-                .clone()
-                .unwrap_or_else(|| format!("Attachment of {} bytes - see {}", f.bytes, f.rel));
-            (summary.clone(), summary, f.bytes, Some(f))
+    // An update computes its value in the store, from the stored one: nothing is read here.
+    let update = match (&args.append, &args.merge) {
+        (Some(item), _) => Some(Update::Append(
+            serde_json::from_str(item).unwrap_or_else(|_| serde_json::Value::String(item.clone())),
+        )),
+        (None, Some(patch)) => match serde_json::from_str(patch) {
+            Ok(p @ serde_json::Value::Object(_)) => Some(Update::Merge(p)),
+            _ => {
+                return Err(usage(format!(
+                    "--merge needs a JSON object: {}",
+                    shown(patch)
+                )))
+            }
+        },
+        (None, None) => None,
+    };
+    if update.is_some() && args.summary.is_some() {
+        return Err(usage(
+            "--summary applies to a value given whole, not to --append or --merge",
+        ));
+    }
+    let (value, summary, bytes, mut file) = if update.is_some() {
+        (String::new(), String::new(), 0, None)
+    } else {
+        let (mut input, from_stdin) =
+            super::value_source(args.value.as_deref(), args.file.as_deref())?;
+        let staged = attach::stage(
+            &mut input,
+            args.attach_over,
+            &run.dir,
+            &args.name,
+            args.execution_id,
+            from_stdin,
+        )?;
+        match staged {
+            Staged::Inline(text) => {
+                let summary = args.summary.clone().unwrap_or_else(|| one_line(&text, 100));
+                let bytes = text.len() as u64;
+                (text, summary, bytes, None)
+            }
+            Staged::File(f) => {
+                let summary = args
+                    .summary
+                    .clone()
+                    .unwrap_or_else(|| format!("Attachment of {} bytes - see {}", f.bytes, f.rel));
+                (summary.clone(), summary, f.bytes, Some(f))
+            }
         }
     };
     let attachment_path = file.as_ref().map(|f| f.rel.clone());
@@ -85,6 +112,8 @@ pub fn run(args: &BindArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Bou
             value: &value,
             source_statement: args.source.as_deref(),
             attachment_path: attachment_path.as_deref(),
+            update: update.as_ref(),
+            if_version: args.if_version,
             now: &now(),
         },
         &mut || match file.as_mut() {
@@ -100,9 +129,14 @@ pub fn run(args: &BindArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Bou
     }
     // Only now, after the commit, does the new file's lock go.
     drop(file);
+    let (summary, bytes) = match &outcome.written {
+        Some(v) => (one_line(v, 100), v.len() as u64),
+        None => (summary, bytes),
+    };
     Ok(Bound {
         name: args.name.clone(),
         execution_id: args.execution_id,
+        version: outcome.version,
         kind: args.kind.as_str(),
         db: store.location(),
         location: store.binding_location(&args.name, args.execution_id),

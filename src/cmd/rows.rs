@@ -7,7 +7,7 @@ use serde::ser::{Serialize, SerializeStruct, Serializer};
 
 impl Serialize for BindingRow {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut r = s.serialize_struct("Binding", 8)?;
+        let mut r = s.serialize_struct("Binding", 9)?;
         r.serialize_field("name", &self.name)?;
         r.serialize_field("execution_id", &self.execution_id)?;
         r.serialize_field("kind", &self.kind)?;
@@ -23,6 +23,7 @@ impl Serialize for BindingRow {
         r.serialize_field("created_at", &self.created_at)?;
         r.serialize_field("updated_at", &self.updated_at)?;
         r.serialize_field("attachment_path", &self.attachment_path)?;
+        r.serialize_field("version", &self.version)?;
         r.end()
     }
 }

@@ -38,26 +38,49 @@ pub struct NewRun<'a> {
 }
 
 /// One binding to upsert by (name, scope).
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub struct NewBinding<'a> {
     pub name: &'a str,
     pub execution_id: Option<i64>,
     pub kind: &'a str,
-    /// The value itself, or for an attachment the summary that stands in for it.
+    /// The value itself, or for an attachment the summary that stands in for it. With an
+    /// `update`, ignored: the value is computed from the stored one.
     pub value: &'a str,
     pub source_statement: Option<&'a str>,
     /// Relative to the run directory.
     pub attachment_path: Option<&'a str>,
+    /// An atomic read-modify-write of the stored JSON value, instead of `value`.
+    pub update: Option<&'a Update>,
+    /// Compare-and-set: written only if the binding's version is this one (0: absent).
+    pub if_version: Option<i64>,
     pub now: &'a str,
 }
 
-/// What a successful bind replaced.
+/// A read-modify-write of a binding's JSON value, done inside the write transaction so that
+/// concurrent updates all land.
+#[derive(Debug, Clone)]
+pub enum Update {
+    /// Push onto the JSON array (an absent binding is `[]`).
+    Append(serde_json::Value),
+    /// Merge into the JSON object as a JSON Merge Patch, RFC 7396 (an absent binding is `{}`;
+    /// a `null` member removes the key).
+    Merge(serde_json::Value),
+}
+
+/// What a successful bind did.
 #[derive(Debug, Default)]
 pub struct BindOutcome {
     /// The attachment the previous row of this (name, scope) pointed at, if it differs from
     /// the new one: the caller may release it.
     pub replaced_attachment: Option<String>,
+    /// The value written, when it was computed (`update`).
+    pub written: Option<String>,
+    /// The binding's version after the write.
+    pub version: Option<i64>,
 }
+
+/// The head of a stored binding: kind, attachment path, version.
+pub type BindingHead = (Option<String>, Option<String>, i64);
 
 /// One execution record to append.
 #[derive(Debug)]
@@ -115,6 +138,8 @@ pub struct BindingRow {
     pub created_at: Option<String>,
     pub updated_at: Option<String>,
     pub attachment_path: Option<String>,
+    /// Bumped by every write (schema 5); None on rows read through an older file.
+    pub version: Option<i64>,
 }
 
 /// Where a scope lookup found its binding.
@@ -538,7 +563,14 @@ pub trait Store: AgentStore {
         binding: &NewBinding,
         publish: &mut dyn FnMut() -> Result<()>,
     ) -> Result<BindOutcome> {
-        rules::bind(self.begin(rules::BIND)?, binding, publish)
+        // A read-modify-write or a compare-and-set is serialised with the run's other writes
+        // (on PostgreSQL, two first writes of one name would otherwise both see it absent).
+        let kind = if binding.update.is_some() || binding.if_version.is_some() {
+            rules::BIND_CHECKED
+        } else {
+            rules::BIND
+        };
+        rules::bind(self.begin(kind)?, binding, publish)
     }
 
     /// Runs `remove` if no binding references `attachment_path` any more

@@ -604,18 +604,32 @@ impl Tx for PgTx<'_> {
         &mut self,
         name: &str,
         execution_id: Option<i64>,
-    ) -> Result<Option<(Option<String>, Option<String>)>> {
+    ) -> Result<Option<super::BindingHead>> {
         let run = self.run()?;
         let scope_key = execution_id.unwrap_or(-1);
         Ok(self
             .tx
             .query_opt(
-                "SELECT kind, attachment_path FROM openprose.bindings
+                "SELECT kind, attachment_path, version FROM openprose.bindings
                  WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3 FOR UPDATE",
                 &[&run, &name, &scope_key],
             )
             .map_err(self.err())?
-            .map(|r| (r.get(0), r.get(1))))
+            .map(|r| (r.get(0), r.get(1), r.get(2))))
+    }
+
+    fn binding_value(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<String>> {
+        let run = self.run()?;
+        let scope_key = execution_id.unwrap_or(-1);
+        Ok(self
+            .tx
+            .query_opt(
+                "SELECT value FROM openprose.bindings
+                 WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3",
+                &[&run, &name, &scope_key],
+            )
+            .map_err(self.err())?
+            .and_then(|r| r.get(0)))
     }
 
     fn upsert_binding(&mut self, b: &NewBinding) -> Result<()> {
@@ -1008,7 +1022,7 @@ const BINDING_SELECT: &str = concat!(
     ts!("b.created_at"),
     ", ",
     ts!("b.updated_at"),
-    ", b.attachment_path"
+    ", b.attachment_path, b.version"
 );
 
 fn gate_row(r: &Row) -> GateRow {
@@ -1060,6 +1074,7 @@ fn binding_row(r: &Row) -> BindingRow {
         created_at: r.get(5),
         updated_at: r.get(6),
         attachment_path: r.get(7),
+        version: r.get(8),
     }
 }
 
@@ -1274,7 +1289,7 @@ impl Store for PgStore {
             if let Some(r) = found {
                 return Ok(Some(Found {
                     row: binding_row(&r),
-                    depth: Some(r.get::<_, i32>(8) as u64),
+                    depth: Some(r.get::<_, i32>(9) as u64),
                 }));
             }
         }

@@ -106,7 +106,16 @@ pub fn bind(
 ) -> Result<BindOutcome> {
     ensure_open(&mut *tx)?;
     let existing = tx.binding_head(b.name, b.execution_id)?;
-    if let Some((Some(kind), _)) = &existing {
+    if let Some(want) = b.if_version {
+        let have = existing.as_ref().map_or(0, |h| h.2);
+        if have != want {
+            return Err(refused(format!(
+                "binding {} is at version {have}, not {want}: it changed since it was read (read it again, then retry)",
+                shown(b.name)
+            )));
+        }
+    }
+    if let Some((Some(kind), _, _)) = &existing {
         if kind == "const" {
             let scope = match b.execution_id {
                 Some(id) => format!("execution {id}"),
@@ -118,15 +127,101 @@ pub fn bind(
             )));
         }
     }
+    let (computed, kind) = match b.update {
+        Some(update) => {
+            if existing.as_ref().is_some_and(|h| h.1.is_some()) {
+                return Err(refused(format!(
+                    "binding {} holds an attachment: --append and --merge work on JSON values kept inline",
+                    shown(b.name)
+                )));
+            }
+            let current = tx.binding_value(b.name, b.execution_id)?;
+            let value = apply_update(update, current.as_deref(), b.name)?;
+            // An update keeps the binding's kind.
+            let kind = existing.as_ref().and_then(|h| h.0.clone());
+            (Some(value), kind)
+        }
+        None => (None, None),
+    };
+    let written = NewBinding {
+        value: computed.as_deref().unwrap_or(b.value),
+        kind: kind.as_deref().unwrap_or(b.kind),
+        ..*b
+    };
     publish()?;
-    tx.upsert_binding(b)?;
+    tx.upsert_binding(&written)?;
+    let version = tx.binding_head(b.name, b.execution_id)?.map(|h| h.2);
     tx.commit()?;
     let replaced_attachment = existing
-        .and_then(|(_, old)| old)
+        .and_then(|(_, old, _)| old)
         .filter(|old| Some(old.as_str()) != b.attachment_path);
     Ok(BindOutcome {
         replaced_attachment,
+        written: computed,
+        version,
     })
+}
+
+/// The value an update writes, from the stored one: an array with one more item, or an object
+/// with the patch merged in (RFC 7396). A stored value of the wrong shape is refused.
+fn apply_update(update: &super::Update, current: Option<&str>, name: &str) -> Result<String> {
+    use serde_json::Value;
+    let stored = |empty: Value| -> Result<Value> {
+        match current {
+            None => Ok(empty),
+            Some(text) => serde_json::from_str(text).map_err(|_| {
+                refused(format!(
+                    "binding {} does not hold JSON, so it cannot be updated in place",
+                    shown(name)
+                ))
+            }),
+        }
+    };
+    let value = match update {
+        super::Update::Append(item) => match stored(Value::Array(Vec::new()))? {
+            Value::Array(mut items) => {
+                items.push(item.clone());
+                Value::Array(items)
+            }
+            _ => {
+                return Err(refused(format!(
+                    "binding {} is not a JSON array: --append needs one",
+                    shown(name)
+                )))
+            }
+        },
+        super::Update::Merge(patch) => match stored(Value::Object(Default::default()))? {
+            target @ Value::Object(_) => merge_patch(target, patch),
+            _ => {
+                return Err(refused(format!(
+                    "binding {} is not a JSON object: --merge needs one",
+                    shown(name)
+                )))
+            }
+        },
+    };
+    Ok(value.to_string())
+}
+
+/// JSON Merge Patch (RFC 7396).
+fn merge_patch(target: serde_json::Value, patch: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    let Value::Object(patch) = patch else {
+        return patch.clone();
+    };
+    let mut target = match target {
+        Value::Object(map) => map,
+        _ => Default::default(),
+    };
+    for (key, value) in patch {
+        if value.is_null() {
+            target.remove(key);
+        } else {
+            let old = target.remove(key).unwrap_or(Value::Null);
+            target.insert(key.clone(), merge_patch(old, value));
+        }
+    }
+    Value::Object(target)
 }
 
 /// Runs `remove` if no binding references the attachment any more, in a serialised
@@ -473,6 +568,7 @@ pub fn record_resume(mut tx: Box<dyn Tx + '_>, now: &str) -> Result<Resumed> {
 
 /// The transaction kind each rule needs, named once.
 pub const BIND: TxKind = TxKind::Write;
+pub const BIND_CHECKED: TxKind = TxKind::Serial;
 pub const EXECUTION: TxKind = TxKind::Write;
 pub const GATE: TxKind = TxKind::Serial;
 pub const FINISH: TxKind = TxKind::Serial;

@@ -303,15 +303,28 @@ impl Tx for SqliteTx<'_> {
         &mut self,
         name: &str,
         execution_id: Option<i64>,
-    ) -> Result<Option<(Option<String>, Option<String>)>> {
+    ) -> Result<Option<super::BindingHead>> {
         self.tx
             .query_row(
-                "SELECT kind, attachment_path FROM bindings
+                "SELECT kind, attachment_path, version FROM bindings
                  WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2",
                 params![name, execution_id.unwrap_or(-1)],
-                |r| Ok((r.get(0)?, r.get(1)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .optional()
+            .map_err(self.err())
+    }
+
+    fn binding_value(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<String>> {
+        self.tx
+            .query_row(
+                "SELECT CAST(value AS TEXT) FROM bindings
+                 WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2",
+                params![name, execution_id.unwrap_or(-1)],
+                |r| r.get(0),
+            )
+            .optional()
+            .map(Option::flatten)
             .map_err(self.err())
     }
 
@@ -619,7 +632,7 @@ impl Tx for SqliteTx<'_> {
 }
 
 const BINDING_COLUMNS: &str = "b.name, b.execution_id, b.kind, b.value, b.source_statement, \
-                               b.created_at, b.updated_at, b.attachment_path";
+                               b.created_at, b.updated_at, b.attachment_path, b.version";
 
 fn binding_row(r: &Row) -> rusqlite::Result<BindingRow> {
     let value = match r.get_ref(3)? {
@@ -637,6 +650,7 @@ fn binding_row(r: &Row) -> rusqlite::Result<BindingRow> {
         created_at: r.get(5)?,
         updated_at: r.get(6)?,
         attachment_path: r.get(7)?,
+        version: r.get(8)?,
     })
 }
 
@@ -866,7 +880,7 @@ impl Store for SqliteStore {
                     s.query_row(params![name, start, super::MAX_SCOPE_DEPTH], |r| {
                         Ok(Found {
                             row: binding_row(r)?,
-                            depth: Some(r.get::<_, i64>(8)? as u64),
+                            depth: Some(r.get::<_, i64>(9)? as u64),
                         })
                     })
                     .optional()

@@ -48,13 +48,15 @@ pub trait Tx {
     fn set_run_status(&mut self, status: &RunStatus, error: Option<&str>, now: &str) -> Result<()>;
 
     // Bindings.
-    /// The kind and attachment path of the binding of this name in this scope, locked for the
-    /// rest of the transaction where the dialect locks rows.
+    /// The kind, attachment path and version of the binding of this name in this scope,
+    /// locked for the rest of the transaction where the dialect locks rows.
     fn binding_head(
         &mut self,
         name: &str,
         execution_id: Option<i64>,
-    ) -> Result<Option<(Option<String>, Option<String>)>>;
+    ) -> Result<Option<super::BindingHead>>;
+    /// The stored value of the binding of this name in this scope.
+    fn binding_value(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<String>>;
     /// Upserts by (name, scope), keeping `created_at`.
     fn upsert_binding(&mut self, binding: &NewBinding) -> Result<()>;
     fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool>;
