@@ -779,7 +779,7 @@ fn postgres_tls_handshake_is_verified() {
                 || std::env::var("CI").as_deref() != Ok("true"),
             "the test cluster serves no TLS under CI (openssl missing?)"
         );
-        eprintln!("SKIPPED: the PostgreSQL server under test serves no TLS of ours");
+        crate::common::skipped("the PostgreSQL server under test serves no TLS of ours");
         return;
     };
     let url = p

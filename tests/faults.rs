@@ -169,7 +169,7 @@ fn in_namespace(script: &str, dir: &std::path::Path) -> Option<String> {
                 std::env::var("CI").as_deref() != Ok("true"),
                 "user+mount namespaces unavailable under CI: {why}"
             );
-            eprintln!("SKIPPED: storage fault test needs `unshare -rm`: {why}");
+            crate::common::skipped(&format!("storage fault test needs `unshare -rm`: {why}"));
             None
         }
     }

@@ -439,7 +439,7 @@ fn progress_on_a_terminal_only() {
             std::env::var("CI").as_deref() != Ok("true"),
             "`script` missing under CI"
         );
-        eprintln!("SKIPPED: the progress test needs util-linux `script`");
+        crate::common::skipped("the progress test needs util-linux `script`");
         return;
     }
     let out = std::process::Command::new("script")

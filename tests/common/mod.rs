@@ -24,6 +24,14 @@ pub const CLEARED_ENV: &[&str] = &[
     "DATABASE_URL",
 ];
 
+/// Says a test was skipped where the normal `cargo test` output shows it: written to the
+/// process's stderr directly, which the test harness does not capture (it captures only the
+/// print macros). Under CI=true a skip is a failure instead, at the call site.
+pub fn skipped(why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+}
+
 /// The home a test's commands see: inside its project, so that the audit key and anchors a
 /// test makes are its own (and the caller's `~/.prose` is never touched).
 pub fn test_home(root: &Path) -> PathBuf {
@@ -695,7 +703,7 @@ pub fn on_terminal(p: &Project, command: &str, input: &str) -> Option<(i32, Stri
             std::env::var("CI").as_deref() != Ok("true"),
             "`script` missing under CI"
         );
-        eprintln!("SKIPPED: terminal confirmation test needs util-linux `script`");
+        crate::common::skipped("terminal confirmation test needs util-linux `script`");
         return None;
     }
     let mut child = std::process::Command::new("script")

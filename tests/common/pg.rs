@@ -39,7 +39,15 @@ pub fn fresh_database() -> Option<String> {
                 std::env::var("CI").as_deref() != Ok("true"),
                 "PostgreSQL is required under CI=true but none could be started: {why}"
             );
-            eprintln!("SKIPPED (no PostgreSQL: {why}); set PROSE_STATE_TEST_PG_URL to run it");
+            {
+                // Straight to stderr, which the test harness does not capture: seen in the
+                // normal output.
+                use std::io::Write;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "SKIPPED: no PostgreSQL ({why}); set PROSE_STATE_TEST_PG_URL to run it"
+                );
+            }
             return None;
         }
     };
