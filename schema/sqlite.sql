@@ -59,7 +59,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS idx_bindings_scope ON bindings(name, IFNULL(ex
 
 -- Every insert or update of a binding takes a new version, higher than any before in the
 -- database (a REPLACE that deletes and re-inserts included), so `bind --if-version` cannot be
--- fooled by two writes in one second, or by a value written back (schema 5).
+-- fooled by two writes in one second, or by a value written back (schema 5). The same
+-- triggers serve prose-state's writes and raw writers'.
 CREATE INDEX IF NOT EXISTS idx_bindings_version ON bindings(version);
 CREATE TRIGGER IF NOT EXISTS bindings_version_insert AFTER INSERT ON bindings
 BEGIN

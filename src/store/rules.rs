@@ -150,7 +150,13 @@ pub fn bind(
     };
     publish()?;
     tx.upsert_binding(&written)?;
-    let version = tx.binding_head(b.name, b.execution_id)?.map(|h| h.2);
+    // The new version, for a caller that will compare-and-set again (one read more, so only
+    // for checked writes).
+    let version = if b.update.is_some() || b.if_version.is_some() {
+        tx.binding_head(b.name, b.execution_id)?.map(|h| h.2)
+    } else {
+        None
+    };
     tx.commit()?;
     let replaced_attachment = existing
         .and_then(|(_, old, _)| old)
