@@ -52,7 +52,10 @@ fn timed(cmd: &mut Command) -> (Duration, bool) {
 
 fn prose(root: &Path, run: &str) -> Command {
     let mut c = Command::new(BIN);
+    // Each project is its own root: the bench's projects sit side by side in one temporary
+    // directory whose own .prose/ the binary would otherwise find from below.
     c.current_dir(root)
+        .env("PROSE_ROOT", root)
         .env_remove("PROSE_RUN")
         .args(["--run", run]);
     c
@@ -67,6 +70,7 @@ fn sqlite3(db: &Path, sql: &str, extra: &[&str]) -> Command {
 fn init(root: &Path, id: &str) -> PathBuf {
     let ok = Command::new(BIN)
         .current_dir(root)
+        .env("PROSE_ROOT", root)
         .args(["init", "--run-id", id])
         .stdout(Stdio::null())
         .status()
@@ -548,7 +552,9 @@ fn gates_listing(root: &Path, n: usize, calls: usize, rows: &mut Vec<Row>) {
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for _ in 0..calls {
         let mut c = Command::new(BIN);
-        c.current_dir(&project).args(["--json", "gates"]);
+        c.current_dir(&project)
+            .env("PROSE_ROOT", &project)
+            .args(["--json", "gates"]);
         let (d, ok) = timed(&mut c);
         assert!(ok);
         ours.push(d);
