@@ -134,6 +134,26 @@ CREATE TABLE IF NOT EXISTS openprose.gates (
     metadata TEXT,
     PRIMARY KEY (run_id, id)
 );
+-- Which opening of the gate the row is, and the earlier openings (schema 3).
+ALTER TABLE openprose.gates ADD COLUMN IF NOT EXISTS instance BIGINT NOT NULL DEFAULT 1;
+CREATE TABLE IF NOT EXISTS openprose.gate_instances (
+    gate_id TEXT NOT NULL,
+    instance BIGINT NOT NULL,
+    run_id TEXT NOT NULL REFERENCES openprose.run(id) ON DELETE CASCADE,
+    execution_id BIGINT,
+    prompt TEXT,
+    allow TEXT,
+    timeout TEXT,
+    timeout_at TIMESTAMPTZ,
+    on_reject TEXT,
+    status TEXT,
+    created_at TIMESTAMPTZ,
+    resolved_at TIMESTAMPTZ,
+    resolved_by TEXT,
+    resolution_comment TEXT,
+    metadata TEXT,
+    PRIMARY KEY (run_id, gate_id, instance)
+);
 
 -- Append-only; metadata is TEXT so the hash chain covers exactly the bytes stored.
 CREATE TABLE IF NOT EXISTS openprose.gate_audit_log (

@@ -114,7 +114,27 @@ CREATE TABLE IF NOT EXISTS gates (
     resolved_at TEXT,
     resolved_by TEXT,
     resolution_comment TEXT,
-    metadata TEXT
+    metadata TEXT,
+    instance INTEGER NOT NULL DEFAULT 1  -- which opening of the gate this row is (schema 5)
+);
+-- Earlier openings of gates opened again (`gates create --reopen`), each as it ended (schema 5).
+CREATE TABLE IF NOT EXISTS gate_instances (
+    gate_id TEXT NOT NULL,
+    instance INTEGER NOT NULL,
+    run_id TEXT,
+    execution_id INTEGER,
+    prompt TEXT,
+    allow TEXT,
+    timeout TEXT,
+    timeout_at TEXT,
+    on_reject TEXT,
+    status TEXT,
+    created_at TEXT,
+    resolved_at TEXT,
+    resolved_by TEXT,
+    resolution_comment TEXT,
+    metadata TEXT,
+    PRIMARY KEY (gate_id, instance)
 );
 CREATE INDEX IF NOT EXISTS idx_gates_status ON gates(status);
 CREATE INDEX IF NOT EXISTS idx_gates_run ON gates(run_id);

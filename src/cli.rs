@@ -414,6 +414,11 @@ pub struct GateCreateArgs {
     #[arg(long, value_name = "TEXT")]
     pub prompt: String,
 
+    /// Open the gate again if it exists and was decided (rejected, timed out or approved): its
+    /// next instance, for `retry` and for a gate inside a loop
+    #[arg(long)]
+    pub reopen: bool,
+
     /// Principals who may decide, comma-separated; `user` admits anyone not `agent:...`
     #[arg(
         long,

@@ -429,3 +429,117 @@ fn concurrent_appends_and_merges_all_land_and_versions_guard_writes(b: Backend) 
         assert_eq!(run.snapshot(), before, "{args:?}");
     }
 }
+
+on_both!(a_decided_gate_opens_again_as_its_next_instance);
+
+fn a_decided_gate_opens_again_as_its_next_instance(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let create = |prompt: &str, extra: &[&str]| {
+        run.cmd()
+            .args(["--json", "gates", "create", "deploy", "--prompt", prompt])
+            .args(extra)
+            .assert()
+    };
+    create("Deploy v1?", &[]).success();
+    run.cmd()
+        .args([
+            "reject", "deploy", "--yes", "--as", "raymond", "--reason", "not yet",
+        ])
+        .assert()
+        .success();
+    // Without --reopen the id stays taken; with it, the gate opens as instance 2.
+    let before = run.snapshot();
+    let a = create("Deploy v2?", &[]).failure();
+    assert_eq!(code(&a), 4);
+    assert!(stderr(&a).contains("--reopen"), "{}", stderr(&a));
+    assert_eq!(run.snapshot(), before);
+    let a = create("Deploy v2?", &["--reopen"]).success();
+    let v = stdout_json(&a);
+    assert_eq!(v["instance"], 2, "{v}");
+    assert_eq!(v["status"], "pending");
+    // The spec's own SQL reads the current instance from the gates row.
+    assert_eq!(run.view().gate("deploy").0, "pending");
+    // A pending gate is not opened again: the same call is a safe retry, another one refused.
+    create("Deploy v2?", &["--reopen"]).success();
+    let before = run.snapshot();
+    let a = create("Deploy v3?", &["--reopen"]).failure();
+    assert_eq!(code(&a), 4);
+    assert_eq!(run.snapshot(), before);
+    // The new instance is decided on its own, and wait sees it.
+    run.cmd()
+        .args(["approve", "deploy", "--yes", "--as", "raymond"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["gates", "wait", "deploy"])
+        .assert()
+        .success();
+    // The log tells both instances apart, and verify is satisfied with each.
+    let ev = run.view().events("deploy");
+    let decided: Vec<(String, i64)> = ev
+        .iter()
+        .filter(|e| e.0 == "approved" || e.0 == "rejected")
+        .map(|e| (e.0.clone(), e.2["instance"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(
+        decided,
+        vec![("rejected".to_string(), 1), ("approved".to_string(), 2)]
+    );
+    p.cmd().args(["gates", "verify"]).assert().success();
+    // The first instance is kept, as it ended.
+    let (sqlite, pg) = (
+        "SELECT status FROM gate_instances WHERE gate_id = 'deploy' AND instance = 1",
+        "SELECT status FROM openprose.gate_instances WHERE gate_id = 'deploy' AND instance = 1",
+    );
+    let status: String = match &run.pg_url {
+        Some(url) => postgres::Client::connect(url, postgres::NoTls)
+            .unwrap()
+            .query_one(pg, &[])
+            .unwrap()
+            .get(0),
+        None => run.conn().query_row(sqlite, [], |r| r.get(0)).unwrap(),
+    };
+    assert_eq!(status, "rejected");
+    // A timed-out gate opens again too (on_reject: retry).
+    run.cmd()
+        .args([
+            "gates",
+            "create",
+            "soon",
+            "--prompt",
+            "p",
+            "--timeout",
+            "1s",
+        ])
+        .assert()
+        .success();
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    assert_eq!(
+        code(&run.cmd().args(["gates", "wait", "soon"]).assert().failure()),
+        6
+    );
+    run.cmd()
+        .args([
+            "gates",
+            "create",
+            "soon",
+            "--prompt",
+            "p",
+            "--reopen",
+            "--timeout",
+            "1h",
+        ])
+        .assert()
+        .success();
+    let a = run
+        .cmd()
+        .args(["gates", "wait", "soon", "--timeout", "1s"])
+        .assert()
+        .failure();
+    assert_eq!(
+        code(&a),
+        7,
+        "the new instance is pending, not the old timeout"
+    );
+}

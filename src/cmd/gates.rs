@@ -194,6 +194,7 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store) -> Result<GateCreate
         statement_index: args.index,
         parent_execution: args.execution_id,
         prompt_hash: &sha256_tag(&args.prompt),
+        reopen: args.reopen,
         now: &now,
     })?;
     let program = store.run_info()?.program_path;
@@ -207,12 +208,12 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store) -> Result<GateCreate
             gate: GateView::new(g, program, &now),
         }),
         Created::Conflict(g) => Err(refused(format!(
-            "gate already exists in this run ({}{}); a gate id is created once: {}",
+            "gate already exists in this run ({}{}): {}",
             g.status,
             if g.status.is_pending() {
-                ", with different settings"
+                ", with different settings; a pending gate is not opened again"
             } else {
-                ""
+                "; pass --reopen to open its next instance"
             },
             shown(&g.id)
         ))),

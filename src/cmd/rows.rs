@@ -30,7 +30,7 @@ impl Serialize for BindingRow {
 
 impl Serialize for GateRow {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut r = s.serialize_struct("Gate", 14)?;
+        let mut r = s.serialize_struct("Gate", 15)?;
         r.serialize_field("id", &self.id)?;
         r.serialize_field("run_id", &self.run_id)?;
         r.serialize_field("execution_id", &self.execution_id)?;
@@ -45,6 +45,7 @@ impl Serialize for GateRow {
         r.serialize_field("resolved_by", &self.resolved_by)?;
         r.serialize_field("resolution_comment", &self.resolution_comment)?;
         r.serialize_field("metadata", &self.metadata)?;
+        r.serialize_field("instance", &self.instance)?;
         r.end()
     }
 }

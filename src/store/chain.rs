@@ -286,6 +286,14 @@ fn gate_integrity(gate: &GateRow, events: &[(&AuditRow, RowState)]) -> Integrity
     if events.iter().any(|(_, s)| *s == RowState::Broken) {
         return Integrity::Tampered("its audit events are broken".into());
     }
+    // A gate opened again is checked against its current instance's events only (events
+    // that name no instance are the first's).
+    let events: Vec<(&AuditRow, RowState)> = events
+        .iter()
+        .filter(|(r, _)| instance_of(r) == gate.instance)
+        .copied()
+        .collect();
+    let events = &events[..];
     // The prompt the gate was created with.
     let created_hash = events
         .iter()
@@ -331,13 +339,17 @@ fn gate_integrity(gate: &GateRow, events: &[(&AuditRow, RowState)]) -> Integrity
     }
 }
 
-/// The prompt hash a gate's `created` event recorded, from an event that vouches for itself:
+/// The prompt hash a gate's `created` event (of its current instance) recorded, from an event that vouches for itself:
 /// its hash matches its content and, when sealed, its seal is this machine's and matches.
 /// None when there is no such event (a gate another tool made with the spec's SQL).
-pub fn created_prompt_hash(history: &[AuditRow], key: Option<&Key>) -> Option<String> {
+pub fn created_prompt_hash(
+    history: &[AuditRow],
+    instance: i64,
+    key: Option<&Key>,
+) -> Option<String> {
     history
         .iter()
-        .filter(|r| r.event_type == "created")
+        .filter(|r| r.event_type == "created" && instance_of(r) == instance)
         .filter(|r| {
             let Some(hash) = &r.hash else { return false };
             if r.chain_hash(r.prev_hash.as_deref().unwrap_or_default()) != *hash {
@@ -350,6 +362,14 @@ pub fn created_prompt_hash(history: &[AuditRow], key: Option<&Key>) -> Option<St
             }
         })
         .find_map(prompt_hash)
+}
+
+fn instance_of(row: &AuditRow) -> i64 {
+    row.metadata
+        .as_deref()
+        .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
+        .and_then(|m| m.get("instance").and_then(serde_json::Value::as_i64))
+        .unwrap_or(1)
 }
 
 fn prompt_hash(row: &AuditRow) -> Option<String> {

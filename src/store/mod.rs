@@ -203,6 +203,8 @@ pub struct GateRow {
     pub resolved_by: Option<String>,
     pub resolution_comment: Option<String>,
     pub metadata: Option<String>,
+    /// Which opening of the gate this is: 1, then one more for each `--reopen`.
+    pub instance: i64,
 }
 
 /// One gate_audit_log row.
@@ -272,6 +274,8 @@ pub struct NewGate<'a> {
     pub timeout_at: Option<&'a str>,
     pub on_reject: Option<&'a str>,
     pub metadata: Option<&'a str>,
+    /// Open the gate again when it exists and is decided (a new instance).
+    pub reopen: bool,
     /// statement_index of the appended `approve GATE_ID:` record.
     pub statement_index: Option<i64>,
     /// The enclosing execution: parent of the appended record.
@@ -516,7 +520,8 @@ pub fn refusal(
     };
     let attempted = if d.approve { "approve" } else { "reject" };
     let metadata = serde_json::json!({
-        "client": "cli", "attempted": attempted, "reason": reason, "prompt_hash": d.prompt_hash
+        "client": "cli", "attempted": attempted, "reason": reason, "prompt_hash": d.prompt_hash,
+        "instance": gate.instance
     });
     Some((why, metadata))
 }
@@ -533,7 +538,9 @@ pub fn refused_outcome(gate: GateRow, why: Refusal) -> Decided {
 
 /// The metadata of an `approved` or `rejected` audit event.
 pub fn decision_metadata(gate: &GateRow, d: &Decision) -> serde_json::Value {
-    let mut metadata = serde_json::json!({"client": "cli", "prompt_hash": d.prompt_hash});
+    let mut metadata = serde_json::json!({
+        "client": "cli", "prompt_hash": d.prompt_hash, "instance": gate.instance
+    });
     if d.approve {
         if let Some(s) = gate
             .created_at

@@ -756,6 +756,45 @@ impl Tx for PgTx<'_> {
             .map_err(self.err())
     }
 
+    fn reopen_gate(&mut self, g: &NewGate, execution_id: i64) -> Result<()> {
+        let run = self.run()?;
+        self.tx
+            .execute(
+                "INSERT INTO openprose.gate_instances (gate_id, instance, run_id, execution_id,
+                     prompt, allow, timeout, timeout_at, on_reject, status, created_at,
+                     resolved_at, resolved_by, resolution_comment, metadata)
+                 SELECT id, instance, run_id, execution_id, prompt, allow, timeout, timeout_at,
+                        on_reject, status, created_at, resolved_at, resolved_by,
+                        resolution_comment, metadata
+                   FROM openprose.gates WHERE run_id = $1 AND id = $2",
+                &[&run, &g.id],
+            )
+            .map_err(self.err())?;
+        self.tx
+            .execute(
+                "UPDATE openprose.gates SET execution_id = $3, prompt = $4, allow = $5,
+                        timeout = $6, timeout_at = ($7::text)::timestamptz, on_reject = $8,
+                        status = 'pending', created_at = ($9::text)::timestamptz,
+                        resolved_at = NULL, resolved_by = NULL, resolution_comment = NULL,
+                        metadata = $10, instance = instance + 1
+                  WHERE run_id = $1 AND id = $2",
+                &[
+                    &run,
+                    &g.id,
+                    &execution_id,
+                    &g.prompt,
+                    &g.allow,
+                    &g.timeout,
+                    &g.timeout_at,
+                    &g.on_reject,
+                    &g.now,
+                    &g.metadata,
+                ],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
     fn resolve_gate(
         &mut self,
         id: &str,
@@ -1008,7 +1047,7 @@ const GATE_SELECT: &str = concat!(
     ts!("created_at"),
     ", ",
     ts!("resolved_at"),
-    ", resolved_by, resolution_comment, metadata FROM openprose.gates"
+    ", resolved_by, resolution_comment, metadata, instance FROM openprose.gates"
 );
 
 const AUDIT_SELECT: &str = concat!(
@@ -1044,6 +1083,7 @@ fn gate_row(r: &Row) -> GateRow {
         resolved_by: r.get(11),
         resolution_comment: r.get(12),
         metadata: r.get(13),
+        instance: r.get::<_, Option<i64>>(14).unwrap_or(1),
     }
 }
 

@@ -86,7 +86,8 @@ pub fn sweep(tx: &mut dyn Tx, now: &str) -> Result<usize> {
                 principal: Some("system"),
                 comment: None,
                 metadata: serde_json::json!({
-                    "timeout_at": gate.timeout_at, "on_reject": gate.on_reject, "swept_at": now
+                    "timeout_at": gate.timeout_at, "on_reject": gate.on_reject, "swept_at": now,
+                    "instance": gate.instance
                 }),
                 now: &at,
             },
@@ -280,15 +281,23 @@ pub fn append_execution(mut tx: Box<dyn Tx + '_>, rec: &NewExecution) -> Result<
 pub fn create_gate(mut tx: Box<dyn Tx + '_>, g: &NewGate) -> Result<Created> {
     sweep(&mut *tx, g.now)?;
     ensure_open(&mut *tx)?;
-    if let Some(existing) = tx.load_gate(g.id)? {
-        let same = super::same_gate(&existing, g);
-        tx.commit()?;
-        return Ok(if same && existing.status.is_pending() {
-            Created::Retried(existing)
-        } else {
-            Created::Conflict(existing)
-        });
+    // An existing gate is a safe retry or a conflict, unless it is decided and asked to
+    // open again: then this is its next instance.
+    let existing = tx.load_gate(g.id)?;
+    if let Some(existing) = &existing {
+        if !g.reopen || existing.status.is_pending() {
+            let same = super::same_gate(existing, g);
+            let pending = existing.status.is_pending();
+            tx.commit()?;
+            let existing = existing.clone();
+            return Ok(if same && pending {
+                Created::Retried(existing)
+            } else {
+                Created::Conflict(existing)
+            });
+        }
     }
+    let instance = existing.as_ref().map_or(1, |e| e.instance + 1);
     let (run_id, _) = tx
         .run_row()?
         .ok_or_else(|| anyhow!("the store has no run row"))?;
@@ -321,11 +330,17 @@ pub fn create_gate(mut tx: Box<dyn Tx + '_>, g: &NewGate) -> Result<Created> {
             event_type: "created",
             principal: Some("system"),
             comment: None,
-            metadata: serde_json::json!({"prompt_hash": g.prompt_hash, "allow": allow}),
+            metadata: serde_json::json!({
+                "prompt_hash": g.prompt_hash, "allow": allow, "instance": instance
+            }),
             now: g.now,
         },
     )?;
-    tx.insert_gate(g, &run_id, execution_id)?;
+    if existing.is_some() {
+        tx.reopen_gate(g, execution_id)?;
+    } else {
+        tx.insert_gate(g, &run_id, execution_id)?;
+    }
     let row = tx
         .load_gate(g.id)?
         .ok_or_else(|| anyhow!("gate vanished after insert"))?;
@@ -375,6 +390,7 @@ pub fn decide_gate(mut tx: Box<dyn Tx + '_>, d: &Decision) -> Result<Decided> {
     let run_id = gate.run_id.clone().unwrap_or_default();
     let created = super::chain::created_prompt_hash(
         &tx.gate_history(d.gate_id)?,
+        gate.instance,
         crate::seal::key_for_reading()?,
     );
     if let Some((why, metadata)) = super::refusal(&gate, d, created.as_deref()) {

@@ -414,10 +414,45 @@ impl Tx for SqliteTx<'_> {
     fn insert_gate(&mut self, g: &NewGate, run_id: &str, execution_id: i64) -> Result<()> {
         self.tx
             .execute(
-                &format!("INSERT INTO gates ({GATE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9, NULL, NULL, NULL, ?10)"),
+                &format!("INSERT INTO gates ({GATE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9, NULL, NULL, NULL, ?10, 1)"),
                 params![
                     g.id,
                     run_id,
+                    execution_id,
+                    g.prompt,
+                    g.allow,
+                    g.timeout,
+                    g.timeout_at,
+                    g.on_reject,
+                    g.now,
+                    g.metadata
+                ],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn reopen_gate(&mut self, g: &NewGate, execution_id: i64) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT INTO gate_instances (gate_id, instance, run_id, execution_id, prompt, allow,
+                     timeout, timeout_at, on_reject, status, created_at, resolved_at, resolved_by,
+                     resolution_comment, metadata)
+                 SELECT id, instance, run_id, execution_id, prompt, allow, timeout, timeout_at,
+                        on_reject, status, created_at, resolved_at, resolved_by,
+                        resolution_comment, metadata FROM gates WHERE id = ?1",
+                [g.id],
+            )
+            .map_err(self.err())?;
+        self.tx
+            .execute(
+                "UPDATE gates SET execution_id = ?2, prompt = ?3, allow = ?4, timeout = ?5,
+                        timeout_at = ?6, on_reject = ?7, status = 'pending', created_at = ?8,
+                        resolved_at = NULL, resolved_by = NULL, resolution_comment = NULL,
+                        metadata = ?9, instance = instance + 1
+                  WHERE id = ?1",
+                params![
+                    g.id,
                     execution_id,
                     g.prompt,
                     g.allow,
@@ -668,7 +703,7 @@ fn json_value(v: ValueRef) -> serde_json::Value {
 
 const GATE_COLUMNS: &str = "id, run_id, execution_id, prompt, allow, timeout, timeout_at, \
                             on_reject, status, created_at, resolved_at, resolved_by, \
-                            resolution_comment, metadata";
+                            resolution_comment, metadata, instance";
 
 const AUDIT_COLUMNS: &str = "id, gate_id, run_id, event_type, principal, comment, timestamp, \
                              metadata, prev_hash, hash, seq, seal";
@@ -699,6 +734,7 @@ fn gate_row(r: &Row) -> rusqlite::Result<GateRow> {
         resolved_by: r.get(11)?,
         resolution_comment: r.get(12)?,
         metadata: r.get(13)?,
+        instance: r.get::<_, Option<i64>>(14)?.unwrap_or(1),
     })
 }
 

@@ -73,6 +73,9 @@ pub trait Tx {
     /// first, locked where the dialect locks rows.
     fn overdue_gates(&mut self, now: &str) -> Result<Vec<GateRow>>;
     fn insert_gate(&mut self, gate: &NewGate, run_id: &str, execution_id: i64) -> Result<()>;
+    /// Keeps the gate's current instance in `gate_instances`, then makes the gates row the next
+    /// instance: pending, with this gate's prompt, allow list, deadline and record.
+    fn reopen_gate(&mut self, gate: &NewGate, execution_id: i64) -> Result<()>;
     /// Sets a pending gate's outcome; `resolved_at` is `at`.
     fn resolve_gate(
         &mut self,
