@@ -475,24 +475,34 @@ pub fn check_gate_id(id: &str) -> Result<()> {
     })
 }
 
-/// Characters that render as nothing (or change direction) and so can hide inside a principal:
-/// removed before a principal is compared, with whitespace and control characters.
+/// Characters that render as nothing, or change the direction or meaning of what follows:
+/// soft hyphens, joiners and zero-width spaces, bidirectional marks, embeddings, overrides and
+/// isolates, line and paragraph separators, fillers, variation selectors, tags. The one list
+/// both terminal output (which shows them escaped) and principals (which drop them) use.
+pub fn is_invisible(c: char) -> bool {
+    matches!(c,
+        '\u{ad}'                       // soft hyphen
+        | '\u{34f}'                    // combining grapheme joiner
+        | '\u{61c}'                    // Arabic letter mark
+        | '\u{115f}' | '\u{1160}'      // Hangul fillers
+        | '\u{17b4}' | '\u{17b5}'
+        | '\u{180b}'..='\u{180f}'      // Mongolian variation selectors, vowel separator
+        | '\u{200b}'..='\u{200f}'      // zero-width space, joiners, LRM, RLM
+        | '\u{2028}'..='\u{202e}'      // line/paragraph separators, bidi embeddings, overrides
+        | '\u{2060}'..='\u{206f}'      // word joiner, invisible operators, bidi isolates
+        | '\u{3164}' | '\u{ffa0}'      // Hangul fillers
+        | '\u{fe00}'..='\u{fe0f}'      // variation selectors
+        | '\u{feff}'                   // zero-width no-break space (BOM)
+        | '\u{fff0}'..='\u{fffb}'      // unassigned specials, interlinear annotations
+        | '\u{1bca0}'..='\u{1bca3}'    // shorthand format controls
+        | '\u{1d173}'..='\u{1d17a}'    // musical formatting
+        | '\u{e0000}'..='\u{e0fff}') // tags, variation selectors supplement
+}
+
+/// Removed from a principal before it is compared: whitespace, control and invisible
+/// characters, which could otherwise hide inside one.
 fn is_ignorable(c: char) -> bool {
-    c.is_whitespace()
-        || c.is_control()
-        || matches!(c,
-            '\u{ad}' | '\u{34f}' | '\u{61c}' | '\u{115f}' | '\u{1160}' | '\u{17b4}' | '\u{17b5}'
-            | '\u{180b}'..='\u{180f}'
-            | '\u{200b}'..='\u{200f}'
-            | '\u{202a}'..='\u{202e}'
-            | '\u{2060}'..='\u{206f}'
-            | '\u{3164}' | '\u{ffa0}'
-            | '\u{fe00}'..='\u{fe0f}'
-            | '\u{feff}'
-            | '\u{fff0}'..='\u{fff8}'
-            | '\u{1bca0}'..='\u{1bca3}'
-            | '\u{1d173}'..='\u{1d17a}'
-            | '\u{e0000}'..='\u{e0fff}')
+    c.is_whitespace() || c.is_control() || is_invisible(c)
 }
 
 /// The longest principal accepted, in bytes, after normalisation.

@@ -52,11 +52,7 @@ pub fn write_json<T: Serialize + ?Sized>(w: &mut dyn Write, value: &T) -> io::Re
 /// Writes a command's output to stdout.
 pub fn emit<T: Render>(value: T, json: bool) -> io::Result<()> {
     for w in value.warnings() {
-        let _ = writeln!(
-            io::stderr().lock(),
-            "prose-state: warning: {}",
-            visible_line(&w)
-        );
+        warn(&w);
     }
     let stdout = io::stdout();
     let tty = stdout.is_terminal();
@@ -80,23 +76,7 @@ pub fn emit<T: Render>(value: T, json: bool) -> io::Result<()> {
 /// characters (C0, DEL, C1: `\r` returns the cursor, ESC starts a sequence), bidirectional
 /// overrides, zero-width and other invisible format characters, and line separators.
 fn is_hidden(c: char) -> bool {
-    c.is_control()
-        || matches!(c,
-            '\u{ad}'                       // soft hyphen
-            | '\u{34f}'                    // combining grapheme joiner
-            | '\u{61c}'                    // Arabic letter mark
-            | '\u{115f}' | '\u{1160}'      // Hangul fillers
-            | '\u{17b4}' | '\u{17b5}'
-            | '\u{180b}'..='\u{180f}'      // Mongolian variation selectors, vowel separator
-            | '\u{200b}'..='\u{200f}'      // zero-width space, joiners, LRM, RLM
-            | '\u{2028}'..='\u{202e}'      // line/paragraph separators, bidi embeddings, overrides
-            | '\u{2060}'..='\u{206f}'      // word joiner, invisible operators, bidi isolates
-            | '\u{3164}' | '\u{ffa0}'      // Hangul fillers
-            | '\u{fe00}'..='\u{fe0f}'      // variation selectors
-            | '\u{feff}'                   // zero-width no-break space (BOM)
-            | '\u{fff9}'..='\u{fffb}'      // interlinear annotations
-            | '\u{1d173}'..='\u{1d17a}'
-            | '\u{e0000}'..='\u{e0fff}') // tags, variation selectors supplement
+    c.is_control() || crate::model::is_invisible(c)
 }
 
 /// A stored string as a terminal may show it: every character that would be interpreted or
