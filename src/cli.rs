@@ -108,6 +108,39 @@ pub enum Command {
     Migrate(MigrateArgs),
     /// Remove (or --archive) old finished runs; a dry run unless --yes
     Prune(PruneArgs),
+    /// Serve the agent's commands as Model Context Protocol tools on stdio, acting as
+    /// agent:NAME (no tool decides a gate)
+    Mcp(McpArgs),
+    /// Print the state protocol for a VM, a subagent or an approver, in Markdown
+    Guide(GuideArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    /// The agent this server acts for: every call is made as the principal agent:NAME
+    #[arg(long, value_name = "NAME")]
+    pub agent: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GuideFor {
+    /// The orchestrating VM: every moment of a program, in prose-state commands
+    Vm,
+    /// The block to paste into a subagent's prompt (filled in with --run and --execution-id)
+    Subagent,
+    /// A person who finds, reads and decides gates
+    Approver,
+}
+
+#[derive(Debug, Args)]
+pub struct GuideArgs {
+    /// Whose guide
+    #[arg(value_enum, default_value_t = GuideFor::Vm)]
+    pub who: GuideFor,
+    /// The execution the subagent works in (fills in its guide)
+    #[arg(long, value_name = "N", allow_hyphen_values = true,
+          value_parser = clap::value_parser!(i64).range(1..))]
+    pub execution_id: Option<i64>,
 }
 
 #[derive(Debug, Args)]
@@ -172,6 +205,10 @@ pub struct LogArgs {
     #[arg(long, value_name = "MS", default_value_t = 500,
           value_parser = clap::value_parser!(u64).range(50..=60_000))]
     pub poll_ms: u64,
+    /// Only the events after this one (an event's `id`): what a reader has not seen yet
+    #[arg(long, value_name = "ID", default_value_t = 0,
+          value_parser = clap::value_parser!(i64).range(0..))]
+    pub since: i64,
 }
 
 #[derive(Debug, Args)]
@@ -270,6 +307,16 @@ pub struct GetArgs {
     /// Print the scope chain walked and where the binding was found, not the value
     #[arg(long)]
     pub explain: bool,
+
+    /// Only the value's bytes from this offset (a large value read in parts)
+    #[arg(long, value_name = "BYTES", conflicts_with = "explain",
+          value_parser = clap::value_parser!(u64))]
+    pub offset: Option<u64>,
+
+    /// At most this many bytes of the value (from --offset, or from the start)
+    #[arg(long, value_name = "BYTES", conflicts_with = "explain",
+          value_parser = clap::value_parser!(u64))]
+    pub length: Option<u64>,
 }
 
 #[derive(Debug, Args)]

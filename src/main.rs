@@ -5,6 +5,7 @@ mod cli;
 mod cmd;
 mod context;
 mod error;
+mod mcp;
 mod model;
 mod output;
 mod parse;
@@ -26,19 +27,6 @@ fn main() -> ExitCode {
     };
     let ctx = Context::resolve(&cli.global);
     ExitCode::from(match &cli.command {
-        Command::Init(a) => run(a, &ctx),
-        Command::Bind(a) => run(a, &ctx),
-        Command::Get(a) => run(a, &ctx),
-        Command::ExecAppend(a) => run(a, &ctx),
-        Command::Query(a) => run(a, &ctx),
-        Command::Gates(a) => run(a, &ctx),
-        Command::Approve(a) => run(a, &ctx),
-        Command::Reject(a) => run(a, &ctx),
-        Command::Agent(a) => run(a, &ctx),
-        Command::Imports(a) => run(a, &ctx),
-        Command::Finish(a) => run(a, &ctx),
-        Command::Runs(a) => run(a, &ctx),
-        Command::Resume => run(&cmd::resume::Resume, &ctx),
         Command::Log(a) => {
             let mut out = |line| output::emit(line, ctx.json);
             finish(cmd::log::follow(a, &ctx, &mut out).map(|()| Nothing), false)
@@ -46,17 +34,19 @@ fn main() -> ExitCode {
         // Generated text is written as it is, never as JSON.
         Command::Completions(a) => finish(a.run(&ctx), false),
         Command::Man => finish(cmd::docs::Man.run(&ctx), false),
-        Command::Stats => run(&cmd::maintain::StatsCmd, &ctx),
-        Command::Doctor(a) => run(a, &ctx),
-        Command::Checkpoint(a) => run(a, &ctx),
-        Command::Vacuum => run(&cmd::maintain::VacuumCmd, &ctx),
-        Command::Migrate(a) => run(a, &ctx),
-        Command::Prune(a) => run(a, &ctx),
+        Command::Mcp(a) => finish(mcp::serve(a, &cli.global, &ctx).map(|()| Nothing), false),
+        other => cmd::dispatch(other, &ctx, &mut Terminal).unwrap_or(2),
     })
 }
 
-fn run<R: Run>(command: &R, ctx: &Context) -> u8 {
-    finish(command.run(ctx), ctx.json)
+/// Writes each command's output for a person or a pipe, and gives its exit code.
+struct Terminal;
+
+impl cmd::Sink for Terminal {
+    type Out = u8;
+    fn take<R: Run>(&mut self, command: &R, ctx: &Context) -> u8 {
+        finish(command.run(ctx), ctx.json)
+    }
 }
 
 /// The output of a command that wrote its own (`log`).

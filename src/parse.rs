@@ -30,26 +30,38 @@ pub fn parse(args: Vec<OsString>) -> Result<Cli, u8> {
                 let _ = e.print();
                 return Err(if e.use_stderr() { 2 } else { 0 });
             }
-            // One line, as every other error: clap's first paragraph, joined ("...were not
-            // provided:" is followed by the names of the missing arguments), then where to
-            // look.
-            let rendered = e.render().to_string();
-            let first: Vec<&str> = rendered
-                .lines()
-                .map(str::trim)
-                .skip_while(|l| l.is_empty())
-                .take_while(|l| !l.is_empty())
-                .collect();
-            let first = first.join(" ");
-            let first = first.trim_start_matches("error: ");
-            let first = if first.is_empty() {
-                "invalid usage"
-            } else {
-                first
-            };
-            crate::output::report(&format!("{first} (see --help)"));
+            // One line, as every other error, then where to look.
+            crate::output::report(&format!("{} (see --help)", first_paragraph(&e)));
             Err(2)
         }
+    }
+}
+
+/// Parses argv without printing anything: a usage error is its one-line message (for the MCP
+/// server, whose calls are argv built from a tool's arguments).
+pub fn try_parse(args: Vec<OsString>) -> Result<Cli, String> {
+    if let Some(cli) = parse_fast(&args) {
+        return Ok(cli);
+    }
+    Cli::try_parse_from(&args).map_err(|e| first_paragraph(&e))
+}
+
+/// clap's first paragraph, joined into one line ("...were not provided:" is followed by the
+/// names of the missing arguments).
+fn first_paragraph(e: &clap::Error) -> String {
+    let rendered = e.render().to_string();
+    let first: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| l.is_empty())
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let first = first.join(" ");
+    let first = first.trim_start_matches("error: ");
+    if first.is_empty() {
+        "invalid usage".to_string()
+    } else {
+        first.to_string()
     }
 }
 
@@ -75,6 +87,8 @@ fn one_subcommand(name: &str) -> Option<clap::Command> {
         "checkpoint" => cli::CheckpointArgs::augment_args(C::new("checkpoint")),
         "prune" => cli::PruneArgs::augment_args(C::new("prune")),
         "migrate" => cli::MigrateArgs::augment_args(C::new("migrate")),
+        "mcp" => cli::McpArgs::augment_args(C::new("mcp")),
+        "guide" => cli::GuideArgs::augment_args(C::new("guide")),
         "resume" => C::new("resume"),
         "man" => C::new("man"),
         "stats" => C::new("stats"),

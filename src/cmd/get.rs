@@ -22,6 +22,12 @@ pub struct Got {
     pub bytes: u64,
     /// The attachment file's path, for reading it directly.
     pub attachment: Option<String>,
+    /// With `--offset`/`--length`: where the part given as `value` starts in the whole value.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// With `--offset`/`--length`: the part's length in bytes (`bytes` stays the whole's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub length: Option<u64>,
     #[serde(skip)]
     content: Option<File>,
 }
@@ -181,7 +187,33 @@ pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got>
             },
             _ => (None, row.value.as_ref().map_or(0, |v| v.len() as u64), None),
         };
+        let mut row = row;
+        let mut content = content;
+        let (mut offset, mut length) = (None, None);
+        if args.offset.is_some() || args.length.is_some() {
+            // A part of the value, the attachment's or the row's: the value is then exactly
+            // those bytes, and `bytes` still the whole value's length.
+            let start = args.offset.unwrap_or(0).min(bytes);
+            let want = args.length.unwrap_or(u64::MAX).min(bytes - start);
+            let part = match content.take() {
+                Some(mut file) => {
+                    use std::io::{Read, Seek, SeekFrom};
+                    file.seek(SeekFrom::Start(start))?;
+                    let mut part = Vec::with_capacity(want as usize);
+                    file.take(want).read_to_end(&mut part)?;
+                    part
+                }
+                None => row.value.as_deref().unwrap_or_default()
+                    [start as usize..(start + want) as usize]
+                    .to_vec(),
+            };
+            offset = Some(start);
+            length = Some(part.len() as u64);
+            row.value = Some(part);
+        }
         return Ok(Got {
+            offset,
+            length,
             scope: if found.depth.is_some() {
                 "execution"
             } else {

@@ -185,7 +185,10 @@ pub fn follow(
     out: &mut dyn FnMut(LogLine) -> std::io::Result<()>,
 ) -> anyhow::Result<()> {
     let (_, mut store) = ctx.the_run()?;
-    let mut log = Log::default();
+    let mut log = Log {
+        last_id: args.since,
+        ..Log::default()
+    };
     loop {
         for line in log.next(store.as_mut())? {
             out(line)?;

@@ -10,6 +10,7 @@ pub mod exec_append;
 pub mod finish;
 pub mod gates;
 pub mod get;
+pub mod guide;
 pub mod imports;
 pub mod init;
 pub mod log;
@@ -20,6 +21,7 @@ pub mod resume;
 pub mod rows;
 pub mod runs;
 
+use crate::cli::Command;
 use crate::context::Context;
 use crate::error::{not_found, usage};
 use crate::output::Render;
@@ -29,6 +31,49 @@ use anyhow::Result;
 use std::fs::File;
 use std::io::{self, IsTerminal, Read};
 use std::path::Path;
+
+/// What is done with a command's output: written for a person or a pipe (`main`), or taken
+/// as the JSON a tool call returns (`mcp`).
+pub trait Sink {
+    type Out;
+    fn take<R: Run>(&mut self, command: &R, ctx: &Context) -> Self::Out;
+}
+
+/// Runs a command that returns its output through `sink`. None for the commands that write
+/// their own (`log`, `completions`, `man`) and for the server (`mcp`): their callers run those.
+pub fn dispatch<S: Sink>(command: &Command, ctx: &Context, sink: &mut S) -> Option<S::Out> {
+    Some(match command {
+        Command::Init(a) => sink.take(a, ctx),
+        Command::Bind(a) => sink.take(a, ctx),
+        Command::Get(a) => sink.take(a, ctx),
+        Command::ExecAppend(a) => sink.take(a, ctx),
+        Command::Query(a) => sink.take(a, ctx),
+        Command::Gates(a) => sink.take(a, ctx),
+        Command::Approve(a) => sink.take(a, ctx),
+        Command::Reject(a) => sink.take(a, ctx),
+        Command::Agent(a) => sink.take(a, ctx),
+        Command::Imports(a) => sink.take(a, ctx),
+        Command::Finish(a) => sink.take(a, ctx),
+        Command::Runs(a) => sink.take(a, ctx),
+        Command::Resume => sink.take(&resume::Resume, ctx),
+        Command::Stats => sink.take(&maintain::StatsCmd, ctx),
+        Command::Doctor(a) => sink.take(a, ctx),
+        Command::Checkpoint(a) => sink.take(a, ctx),
+        Command::Vacuum => sink.take(&maintain::VacuumCmd, ctx),
+        Command::Migrate(a) => sink.take(a, ctx),
+        Command::Prune(a) => sink.take(a, ctx),
+        Command::Guide(a) => sink.take(a, ctx),
+        Command::Log(_) | Command::Completions(_) | Command::Man | Command::Mcp(_) => return None,
+    })
+}
+
+/// Set by the MCP server, whose stdin carries the protocol: no value is ever read from it, and
+/// a VALUE of `-` is then the one-character value it spells.
+static STDIN_IS_PROTOCOL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn stdin_carries_protocol() {
+    STDIN_IS_PROTOCOL.store(true, std::sync::atomic::Ordering::SeqCst);
+}
 
 /// A command: it takes its own args and the resolved context, and returns a value that main
 /// renders as text or JSON, with the exit code that value stands for.
@@ -42,15 +87,18 @@ pub trait Run {
 /// comes from stdin, where an input that ends before its first byte means no value was given
 /// (`/dev/null`, an empty pipe): an intentionally empty value is VALUE `""`.
 pub fn value_source(value: Option<&str>, file: Option<&Path>) -> Result<(Box<dyn Read>, bool)> {
-    let from_stdin = file.is_none() && matches!(value, None | Some("-"));
+    if STDIN_IS_PROTOCOL.load(std::sync::atomic::Ordering::SeqCst) {
+        return match (file, value) {
+            (None, Some(value)) => {
+                Ok((Box::new(io::Cursor::new(value.as_bytes().to_vec())), false))
+            }
+            (Some(_), _) => value_from_file(file),
+            (None, None) => Err(usage("no value given: give value or file")),
+        };
+    }
+    let from_stdin = matches!(value, None | Some("-"));
     let reader: Box<dyn Read> = match (file, value) {
-        (Some(path), _) if path.is_dir() => {
-            return Err(usage(format!("--file is a directory: {}", path.display())))
-        }
-        (Some(path), _) => Box::new(File::open(path).map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => not_found(format!("--file not found: {}", path.display())),
-            _ => anyhow::Error::new(e).context(format!("could not read --file {}", path.display())),
-        })?),
+        (Some(_), _) => return value_from_file(file),
         (None, Some("-")) => Box::new(io::stdin().lock()),
         (None, Some(value)) => Box::new(io::Cursor::new(value.as_bytes().to_vec())),
         (None, None) if !io::stdin().is_terminal() => Box::new(io::stdin().lock()),
@@ -61,6 +109,21 @@ pub fn value_source(value: Option<&str>, file: Option<&Path>) -> Result<(Box<dyn
         }
     };
     Ok((reader, from_stdin))
+}
+
+/// The value of `--file PATH`.
+fn value_from_file(file: Option<&Path>) -> Result<(Box<dyn Read>, bool)> {
+    let Some(path) = file else {
+        return Err(usage("no file given"));
+    };
+    if path.is_dir() {
+        return Err(usage(format!("--file is a directory: {}", path.display())));
+    }
+    let file = File::open(path).map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => not_found(format!("--file not found: {}", path.display())),
+        _ => anyhow::Error::new(e).context(format!("could not read --file {}", path.display())),
+    })?;
+    Ok((Box::new(file), false))
 }
 
 /// Applies `f` to every run, a few runs at a time on worker threads (each with its own
