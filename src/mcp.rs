@@ -137,7 +137,14 @@ struct Server {
 
 /// Serves until the client closes stdin.
 pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
-    let agent = Principal::parse(&format!("agent:{}", args.agent), "--agent")?;
+    // `--agent NAME` or `--agent agent:NAME`: a principal of the agent kind either way, its
+    // name normalised and checked as every principal's is.
+    let given = Principal::parse(&args.agent, "--agent")?;
+    let agent = if given.as_str().starts_with("agent:") {
+        given
+    } else {
+        Principal::parse(&format!("agent:{}", given.as_str()), "--agent")?
+    };
     let agent_name = agent
         .as_str()
         .strip_prefix("agent:")

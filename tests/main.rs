@@ -13,6 +13,7 @@ mod gates;
 mod init;
 mod interop;
 mod lifecycle;
+mod mcp;
 mod nothing_lost;
 mod operate;
 mod pg_faults;

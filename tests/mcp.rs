@@ -1,0 +1,306 @@
+//! `prose-state mcp`: driven by MCP clients no one here wrote (the reference Python SDK, and
+//! rmcp's own client), then checked in the database itself.
+
+use crate::common::{self, on_both, Backend, Project, Run, BIN};
+use rmcp::model::{CallToolRequestParams, CallToolResult};
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::TokioChildProcess;
+use rmcp::ServiceExt;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+
+/// The Python with the `mcp` package that `.ci/run` installs (PROSE_STATE_TEST_PYTHON
+/// overrides). Missing, the test is skipped, visibly, and under CI=true it fails.
+fn python() -> Option<PathBuf> {
+    let python = std::env::var_os("PROSE_STATE_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/mcp-venv/bin/python")
+        });
+    let works = std::process::Command::new(&python)
+        .args(["-c", "import mcp"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if works {
+        return Some(python);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "no Python with the mcp package at {} under CI",
+        python.display()
+    );
+    common::skipped("the MCP reference-client test: no Python with the `mcp` package (bash .ci/run makes target/mcp-venv)");
+    None
+}
+
+fn run_of(p: &Project, id: &str) -> Run {
+    let dir = p.root().join(".prose/runs").join(id);
+    Run {
+        id: id.to_string(),
+        db: dir.join("state.db"),
+        dir,
+        root: p.root().to_path_buf(),
+        pg_url: p.pg_url.clone(),
+    }
+}
+
+/// The reference Python SDK spawns the server, lists its tools and runs a small program
+/// through them (tests/fixtures/mcp_client.py: every call's class, the refusals); then the
+/// database shows exactly what the program did, and who did it.
+fn reference_client_drives_a_program(backend: Backend) {
+    let Some(p) = Project::on(backend) else {
+        return;
+    };
+    let Some(python) = python() else {
+        return;
+    };
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp_client.py");
+    let mut c = std::process::Command::new(python);
+    c.arg(script)
+        .arg(BIN)
+        .arg(match backend {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        })
+        .current_dir(p.root())
+        .env("HOME", common::test_home(p.root()));
+    for var in common::CLEARED_ENV {
+        c.env_remove(var);
+    }
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "client failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let run = run_of(&p, summary["run_id"].as_str().unwrap());
+    let eid = summary["execution_id"].as_i64().unwrap();
+    let view = run.view();
+
+    let (at, _, value, source, _) = view.binding("a", Some(eid)).unwrap();
+    assert_eq!(at, Some(eid));
+    assert_eq!(
+        value.as_deref(),
+        Some("line\u{202e}evil\u{200b}\x1b[31m\r\nend")
+    );
+    assert_eq!(source.as_deref(), Some("let a = session: writer"));
+    let list = view.binding("list", None).unwrap().2.unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&list).unwrap(),
+        json!([0, 1, 2])
+    );
+    assert_eq!(view.binding("c", None).unwrap().2.as_deref(), Some("1"));
+    assert_eq!(
+        view.binding("note", None).unwrap().2.as_deref(),
+        Some("from a file")
+    );
+    assert_eq!(view.binding("dash", None).unwrap().2.as_deref(), Some("-"));
+    assert!(view.binding("x", None).is_none());
+    assert!(view.binding("late", None).is_none());
+    assert_eq!(
+        common::count_rows(&p, &run, "execution", "idempotency_key = 'a-done'"),
+        1
+    );
+    assert_eq!(view.segments("writer"), vec![1]);
+    // The gate: decided by the person, viewed by the agent, and by no one else.
+    let (status, by, _, _) = view.gate("ship");
+    assert_eq!(
+        (status.as_str(), by.as_deref()),
+        ("approved", Some("alice"))
+    );
+    let principals: Vec<Option<String>> = view.events("ship").into_iter().map(|e| e.1).collect();
+    assert!(principals.contains(&Some("agent:writer".to_string())));
+    for who in principals.iter().flatten() {
+        assert!(
+            ["alice", "agent:writer", "system"].contains(&who.as_str()),
+            "{who}"
+        );
+    }
+    let (status, by, _, _) = view.gate("self");
+    assert_eq!((status.as_str(), by), ("pending", None));
+    let (status, _, error) = view.run_row();
+    assert_eq!(
+        (status.as_str(), error.as_deref()),
+        ("failed", Some("stopped by test"))
+    );
+}
+
+/// A client of rmcp's own, on a runtime of the test's.
+async fn connect(p: &Project, agent: &str, run: &Run) -> RunningService<RoleClient, ()> {
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.args(["--run", &run.id, "mcp", "--agent", agent])
+        .current_dir(p.root())
+        .env("HOME", common::test_home(p.root()))
+        .stderr(std::process::Stdio::null());
+    for var in common::CLEARED_ENV {
+        cmd.env_remove(var);
+    }
+    ().serve(TokioChildProcess::new(cmd).unwrap())
+        .await
+        .unwrap()
+}
+
+async fn call(client: &RunningService<RoleClient, ()>, tool: &str, args: Value) -> CallToolResult {
+    let Value::Object(args) = args else {
+        panic!("arguments are an object")
+    };
+    client
+        .call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(args))
+        .await
+        .unwrap()
+}
+
+fn class(r: &CallToolResult) -> &str {
+    r.meta.as_ref().unwrap()["class"].as_str().unwrap()
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Many servers, one per subagent, against one run: every write of every session lands
+/// (each its own binding, and all of them on one shared list), as with the command line.
+fn many_servers_lose_nothing(backend: Backend) {
+    let Some(p) = Project::on(backend) else {
+        return;
+    };
+    let run = p.init();
+    const SESSIONS: usize = 8;
+    const WRITES: usize = 25;
+    runtime().block_on(async {
+        let mut tasks = Vec::new();
+        for s in 0..SESSIONS {
+            let client = connect(&p, &format!("w{s}"), &run).await;
+            tasks.push(tokio::spawn(async move {
+                for i in 0..WRITES {
+                    let own = call(
+                        &client,
+                        "bind",
+                        json!({"name": format!("v{s}_{i}"), "value": i.to_string()}),
+                    )
+                    .await;
+                    assert_eq!(class(&own), "ok", "{own:?}");
+                    // Busy is the one class a retry may meet (nothing was written).
+                    loop {
+                        let shared = call(
+                            &client,
+                            "bind",
+                            json!({"name": "all", "append": format!("\"{s}:{i}\"")}),
+                        )
+                        .await;
+                        match class(&shared) {
+                            "ok" => break,
+                            "busy" => continue,
+                            other => panic!("append: {other}: {shared:?}"),
+                        }
+                    }
+                }
+                client.cancel().await.unwrap();
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    assert_eq!(
+        common::count_rows(&p, &run, "bindings", "name LIKE 'v%'"),
+        (SESSIONS * WRITES) as i64
+    );
+    let all = run.view().binding("all", None).unwrap().2.unwrap();
+    let mut all: Vec<String> = serde_json::from_str(&all).unwrap();
+    all.sort();
+    let mut want: Vec<String> = (0..SESSIONS)
+        .flat_map(|s| (0..WRITES).map(move |i| format!("{s}:{i}")))
+        .collect();
+    want.sort();
+    assert_eq!(all, want);
+}
+
+/// The server acts as its agent and nothing else: the tools never take a principal, a
+/// principal smuggled in is refused before anything runs, an agent cannot be named outside
+/// the grammar, and approve/reject are not tools. The database is unchanged by each refusal.
+fn the_server_is_its_agent(backend: Backend) {
+    let Some(p) = Project::on(backend) else {
+        return;
+    };
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "Go?"])
+        .assert()
+        .success();
+    let before = match &p.pg_url {
+        Some(url) => common::snapshot_pg(url, &run.id),
+        None => common::snapshot_db(&run.db),
+    };
+    runtime().block_on(async {
+        let client = connect(&p, "Ｂot", &run).await;
+        let tools = client.list_all_tools().await.unwrap();
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        assert!(
+            !names
+                .iter()
+                .any(|n| n.contains("approve") || n.contains("reject")),
+            "{names:?}"
+        );
+        for tool in ["approve", "reject"] {
+            let r = client
+                .call_tool(CallToolRequestParams::new(tool).with_arguments(
+                    serde_json::Map::from_iter([("gate".to_string(), json!("g"))]),
+                ))
+                .await;
+            assert!(r.is_err(), "{tool} was served");
+        }
+        for args in [
+            json!({"gate": "g", "as": "alice"}),
+            json!({"gate": "g", "principal": "alice"}),
+            json!({"gate": "g", "root": "/"}),
+            json!({"gate": "g", "json": false}),
+        ] {
+            let r = call(&client, "gates_show", args.clone()).await;
+            assert_eq!(class(&r), "usage", "{args}: {r:?}");
+            assert_eq!(r.is_error, Some(true));
+        }
+        client.cancel().await.unwrap();
+    });
+    let after = match &p.pg_url {
+        Some(url) => common::snapshot_pg(url, &run.id),
+        None => common::snapshot_db(&run.db),
+    };
+    assert_eq!(before, after, "a refused call changed the database");
+    // A view is logged as the server's agent, its name normalised as every principal is.
+    runtime().block_on(async {
+        let client = connect(&p, "Ｂot", &run).await;
+        let r = call(&client, "gates_show", json!({"gate": "g"})).await;
+        assert_eq!(class(&r), "ok", "{r:?}");
+        client.cancel().await.unwrap();
+    });
+    let viewers: Vec<Option<String>> = run
+        .view()
+        .events("g")
+        .into_iter()
+        .filter(|e| e.0 == "viewed")
+        .map(|e| e.1)
+        .collect();
+    assert_eq!(viewers, vec![Some("agent:bot".to_string())]);
+    // An agent name outside the grammar never starts a server.
+    for bad in ["", "ali\u{0441}e", "a;b", "../x", "agent:"] {
+        let out = run
+            .cmd()
+            .args(["mcp", "--agent", bad])
+            .write_stdin("")
+            .assert();
+        assert_eq!(common::code(&out), 2, "{bad:?}");
+    }
+}
+
+on_both!(
+    reference_client_drives_a_program,
+    many_servers_lose_nothing,
+    the_server_is_its_agent
+);
