@@ -141,6 +141,12 @@ pub struct GuideArgs {
     #[arg(long, value_name = "N", allow_hyphen_values = true,
           value_parser = clap::value_parser!(i64).range(1..))]
     pub execution_id: Option<i64>,
+    /// The binding the subagent writes (fills in its guide)
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// The persistent agent the subagent is (fills in its guide)
+    #[arg(long, value_name = "NAME")]
+    pub agent: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -10,6 +10,7 @@ mod decisions;
 mod exec_append;
 mod faults;
 mod gates;
+mod guides;
 mod init;
 mod interop;
 mod lifecycle;

@@ -36,13 +36,43 @@ impl super::Run for GuideArgs {
         // The subagent's block comes filled in with what the VM knows: the run and the
         // execution it spawned the subagent for. What is not given stays a shell variable.
         let run = ctx.run.as_deref().map(shell_word);
-        let execution = self.execution_id.map(|id| id.to_string());
+        let (scope, place) = match self.execution_id {
+            Some(id) => (format!(" --execution-id {id}"), format!("execution {id}")),
+            None => (String::new(), "the root scope".to_string()),
+        };
+        if let Some(name) = &self.name {
+            crate::model::check_name(name)?;
+        }
+        if let Some(agent) = &self.agent {
+            crate::model::check_name(agent)?;
+        }
+        // The persistent agent's part is there only for a persistent agent.
+        let text = match (text.split_once("{{#agent}}\n"), &self.agent) {
+            (Some((before, rest)), agent) => {
+                let (part, after) = rest.split_once("{{/agent}}\n").unwrap_or((rest, ""));
+                let part = if agent.is_some() { part } else { "" };
+                format!("{before}{part}{after}")
+            }
+            (None, _) => text.to_string(),
+        };
         let markdown = text
             .replace("{{version}}", env!("CARGO_PKG_VERSION"))
             .replace("{{run}}", run.as_deref().unwrap_or("\"$PROSE_RUN\""))
+            .replace("{{scope}}", &scope)
+            .replace("{{where}}", &place)
             .replace(
-                "{{execution_id}}",
-                execution.as_deref().unwrap_or("\"$EXECUTION_ID\""),
+                "{{name}}",
+                self.name
+                    .as_deref()
+                    .map_or("\"$NAME\"".into(), shell_word)
+                    .as_str(),
+            )
+            .replace(
+                "{{agent}}",
+                self.agent
+                    .as_deref()
+                    .map_or("\"$AGENT\"".into(), shell_word)
+                    .as_str(),
             );
         Ok(Guide {
             guide,
