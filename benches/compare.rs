@@ -675,6 +675,218 @@ fn gate_race(root: &Path, rounds: usize, rows: &mut Vec<Row>) {
     });
 }
 
+/// What one durable SQLite commit costs on this disk, in-process with nothing else around it:
+/// a connection kept open on a WAL database with `synchronous = FULL` (as prose-state's), one
+/// small INSERT a transaction, median of 200. This is the "one fsync" every durable write pays,
+/// whatever the interface.
+fn durable_commit_cost(root: &Path) -> Duration {
+    let conn = rusqlite::Connection::open(root.join("commit-probe.db")).unwrap();
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; CREATE TABLE t (v TEXT);",
+    )
+    .unwrap();
+    let mut times = Vec::new();
+    for i in 0..200 {
+        let start = Instant::now();
+        conn.execute("INSERT INTO t (v) VALUES (?1)", [i.to_string()])
+            .unwrap();
+        times.push(start.elapsed());
+    }
+    median(times)
+}
+
+/// A session of rmcp's client with `prose-state mcp`, on the given runtime.
+async fn mcp_session(
+    root: &Path,
+    run: &str,
+    agent: &str,
+) -> rmcp::service::RunningService<rmcp::service::RoleClient, ()> {
+    use rmcp::ServiceExt;
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.current_dir(root)
+        .env("PROSE_ROOT", root)
+        .env_remove("PROSE_RUN")
+        .args(["--run", run, "mcp", "--agent", agent])
+        .stderr(Stdio::null());
+    ().serve(rmcp::transport::TokioChildProcess::new(cmd).unwrap())
+        .await
+        .unwrap()
+}
+
+async fn mcp_call(
+    client: &rmcp::service::RunningService<rmcp::service::RoleClient, ()>,
+    tool: &str,
+    args: serde_json::Value,
+) -> bool {
+    let serde_json::Value::Object(args) = args else {
+        unreachable!()
+    };
+    let r = client
+        .call_tool(rmcp::model::CallToolRequestParams::new(tool.to_string()).with_arguments(args))
+        .await
+        .unwrap();
+    r.is_error != Some(true)
+}
+
+/// Tool-call latency inside one MCP session against one CLI process per call, for `get` and
+/// `bind`; then 16 sessions × 500 binds at once against one run.
+fn mcp_rows(root: &Path, calls: usize, rows: &mut Vec<Row>) {
+    init(root, "mcp");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let fsync = durable_commit_cost(root);
+    let (mut tool_bind, mut tool_get, mut cli_bind, mut cli_get, mut floor) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    rt.block_on(async {
+        let client = mcp_session(root, "mcp", "bench").await;
+        for i in 0..calls {
+            let value = format!("value {i}: it's a \"quoted\" result");
+            let start = Instant::now();
+            assert!(
+                mcp_call(
+                    &client,
+                    "bind",
+                    serde_json::json!({"name": format!("m{i}"), "value": value})
+                )
+                .await
+            );
+            tool_bind.push(start.elapsed());
+            let start = Instant::now();
+            assert!(mcp_call(&client, "get", serde_json::json!({"name": format!("m{i}")})).await);
+            tool_get.push(start.elapsed());
+            // The protocol's own round trip: a call refused before anything is opened.
+            let start = Instant::now();
+            assert!(
+                !mcp_call(
+                    &client,
+                    "get",
+                    serde_json::json!({"name": "m0", "no_such_option": 1})
+                )
+                .await
+            );
+            floor.push(start.elapsed());
+            let (d, ok) = timed(prose(root, "mcp").args(["bind", &format!("c{i}"), &value]));
+            assert!(ok);
+            cli_bind.push(d);
+            let (d, ok) = timed(prose(root, "mcp").args(["get", &format!("c{i}")]));
+            assert!(ok);
+            cli_get.push(d);
+        }
+        client.cancel().await.unwrap();
+    });
+    let floor = median(floor);
+    rows.push(Row {
+        what: format!("MCP round trip of a call refused before any work (rmcp client, stdio), median of {calls}"),
+        ours: ms(floor),
+        raw: "".into(),
+        ratio: "".into(),
+        target: "(reported: part of every row below)".into(),
+        met: "".into(),
+    });
+    let (tool_get, cli_get) = (median(tool_get), median(cli_get));
+    let under = cli_get.as_secs_f64() / tool_get.as_secs_f64();
+    rows.push(Row {
+        what: format!("MCP `get` tool call in one session, median of {calls}"),
+        ours: ms(tool_get),
+        raw: format!("{} (one `prose-state get` process per call)", ms(cli_get)),
+        ratio: format!("{:.3} ({under:.0}× under)", 1.0 / under),
+        target: "≤ 0.3 ms, ≥ 10× under the CLI".into(),
+        met: if tool_get.as_secs_f64() <= 0.0003 && under >= 10.0 {
+            "yes"
+        } else {
+            "no"
+        }
+        .into(),
+    });
+    let (tool_bind, cli_bind) = (median(tool_bind), median(cli_bind));
+    let under = cli_bind.as_secs_f64() / tool_bind.as_secs_f64();
+    let budget = Duration::from_micros(300) + fsync;
+    rows.push(Row {
+        what: format!("MCP `bind` tool call in one session, median of {calls}"),
+        ours: ms(tool_bind),
+        raw: format!("{} (one `prose-state bind` process per call)", ms(cli_bind)),
+        ratio: format!("{:.3} ({under:.0}× under)", 1.0 / under),
+        target: format!(
+            "≤ 0.3 ms + one durable SQLite commit ({}) = {}, ≥ 10× under the CLI",
+            ms(fsync),
+            ms(budget)
+        ),
+        met: if tool_bind <= budget && under >= 10.0 {
+            "yes"
+        } else {
+            "no"
+        }
+        .into(),
+    });
+
+    // 16 sessions, each its own server process, 500 binds each, all at once.
+    const SESSIONS: usize = 16;
+    const BINDS: usize = 500;
+    init(root, "mcp-many");
+    let start = Instant::now();
+    let failed: usize = rt.block_on(async {
+        let mut tasks = Vec::new();
+        for s in 0..SESSIONS {
+            let client = mcp_session(root, "mcp-many", &format!("w{s}")).await;
+            tasks.push(tokio::spawn(async move {
+                let mut failed = 0;
+                for i in 0..BINDS {
+                    if !mcp_call(
+                        &client,
+                        "bind",
+                        serde_json::json!({"name": format!("w{s}_{i}"), "value": i.to_string()}),
+                    )
+                    .await
+                    {
+                        failed += 1;
+                    }
+                }
+                client.cancel().await.unwrap();
+                failed
+            }));
+        }
+        let mut failed = 0;
+        for t in tasks {
+            failed += t.await.unwrap();
+        }
+        failed
+    });
+    let wall = start.elapsed();
+    let db = root.join(".prose/runs/mcp-many/state.db");
+    let stored: usize = String::from_utf8(
+        sqlite3(&db, "SELECT COUNT(*) FROM bindings", &[])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .parse()
+    .unwrap();
+    let total = SESSIONS * BINDS;
+    let lost = total - stored.min(total);
+    rows.push(Row {
+        what: format!("{SESSIONS} MCP sessions × {BINDS} binds at once, one run"),
+        ours: format!(
+            "{failed} failed, {lost} lost of {total}; {} ({:.0} binds/s)",
+            ms(wall),
+            total as f64 / wall.as_secs_f64()
+        ),
+        raw: "".into(),
+        ratio: "".into(),
+        target: "0 lost".into(),
+        met: if lost == 0 && failed == 0 {
+            "yes"
+        } else {
+            "no"
+        }
+        .into(),
+    });
+}
+
 fn first_line(cmd: &str, args: &[&str]) -> String {
     Command::new(cmd)
         .args(args)
@@ -710,20 +922,41 @@ fn main() {
         .unwrap();
     let root = dir.path();
     let mut rows = Vec::new();
-    eprintln!("latency…");
-    latency(root, 200, &mut rows);
-    eprintln!("parallel writers…");
-    parallel_rows(root, 3, &mut rows);
-    eprintln!("parallel writers on PostgreSQL…");
-    parallel_postgres(root, &mut rows);
-    eprintln!("deep scope chain…");
-    deep_chain(root, 10_000, 100, &mut rows);
-    eprintln!("gates across 1000 runs…");
-    gates_listing(root, 1000, 10, &mut rows);
-    eprintln!("gate race…");
-    gate_race(root, 5, &mut rows);
-    eprintln!("large value ({big_mb} MiB)…");
-    big_value(root, big_mb, &mut rows);
+    // PROSE_BENCH_ONLY=latency,mcp runs only those groups (for a quick look; the report is
+    // then partial).
+    let only = std::env::var("PROSE_BENCH_ONLY").ok();
+    let wanted = |group: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|g| g == group))
+    };
+    if wanted("latency") {
+        eprintln!("latency…");
+        latency(root, 200, &mut rows);
+    }
+    if wanted("mcp") {
+        eprintln!("MCP…");
+        mcp_rows(root, 200, &mut rows);
+    }
+    if wanted("parallel") {
+        eprintln!("parallel writers…");
+        parallel_rows(root, 3, &mut rows);
+        eprintln!("parallel writers on PostgreSQL…");
+        parallel_postgres(root, &mut rows);
+    }
+    if wanted("chain") {
+        eprintln!("deep scope chain…");
+        deep_chain(root, 10_000, 100, &mut rows);
+    }
+    if wanted("gates") {
+        eprintln!("gates across 1000 runs…");
+        gates_listing(root, 1000, 10, &mut rows);
+        eprintln!("gate race…");
+        gate_race(root, 5, &mut rows);
+    }
+    if wanted("big") {
+        eprintln!("large value ({big_mb} MiB)…");
+        big_value(root, big_mb, &mut rows);
+    }
 
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()

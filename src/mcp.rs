@@ -121,6 +121,8 @@ struct ToolSpec {
     params: Vec<Param>,
     /// Whether the subcommand takes `--as`: then the server's agent is passed.
     takes_principal: bool,
+    /// The definition its argv is parsed with, built once.
+    parser: std::sync::Mutex<clap::Command>,
 }
 
 struct Server {
@@ -151,6 +153,8 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
         .unwrap_or(agent.as_str())
         .to_string();
     cmd::stdin_carries_protocol();
+    // Calls come one after another to the same run: its connection is kept between them.
+    crate::store::sqlite::pool::enable();
     let server = Handler(Arc::new(Server {
         tools: tools(),
         agent,
@@ -160,13 +164,12 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
         busy_timeout: global.busy_timeout,
     }));
     // The runtime exists for this command alone: no other command starts one.
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async move {
         let service = server
-            .serve(rmcp::transport::stdio())
+            .serve(rmcp::transport::io::stdio_pipes())
             .await
             .map_err(|e| anyhow::anyhow!("mcp: could not start: {e}"))?;
         service
@@ -251,11 +254,14 @@ fn tools() -> Vec<ToolSpec> {
                 annotations = annotations.destructive(false);
             }
             let tool = Tool::new(served.name, description, Arc::new(input)).annotate(annotations);
+            let parser = crate::parse::command_for(served.path[0])
+                .unwrap_or_else(|| panic!("served subcommand missing: {}", served.path[0]));
             ToolSpec {
                 served,
                 tool,
                 params,
                 takes_principal,
+                parser: std::sync::Mutex::new(parser),
             }
         })
         .collect()
@@ -455,8 +461,14 @@ impl Server {
     /// Runs one call: its argv parsed by clap, the command run as it runs on its own.
     fn call(&self, spec: &ToolSpec, args: &JsonObject) -> Result<Outcome> {
         let argv = self.argv(spec, args)?;
-        let cli = crate::parse::try_parse(argv.into_iter().map(Into::into).collect())
-            .map_err(crate::error::usage)?;
+        let cli = {
+            let mut parser = spec
+                .parser
+                .lock()
+                .map_err(|_| anyhow::anyhow!("a call failed while parsing"))?;
+            crate::parse::parse_with(&mut parser, argv.into_iter().map(Into::into).collect())
+                .map_err(crate::error::usage)?
+        };
         let ctx = Context::resolve(&cli.global);
         if let crate::cli::Command::Log(a) = &cli.command {
             let mut events = Vec::new();
@@ -636,13 +648,14 @@ impl ServerHandler for Handler {
             ));
         };
         let args = request.arguments.unwrap_or_default();
-        // The commands block (a write waits for the database, a gate wait polls): each call
-        // runs on the blocking pool, so calls in flight do not hold one another up.
+        // The commands are blocking code, and the PostgreSQL client runs a runtime of its own:
+        // each call runs on the blocking pool, never on the runtime's thread, so calls in
+        // flight (a gate wait polls for minutes) do not hold one another up, and a call that
+        // panics is answered with an error rather than never.
         let server = Arc::clone(&self.0);
         let outcome = tokio::task::spawn_blocking(move || {
             let spec = &server.tools[index];
-            let outcome = server.call(spec, &args);
-            result(spec, outcome)
+            result(spec, server.call(spec, &args))
         })
         .await
         .map_err(|e| ErrorData::internal_error(format!("tool call failed: {e}"), None))?;

@@ -37,15 +37,6 @@ pub fn parse(args: Vec<OsString>) -> Result<Cli, u8> {
     }
 }
 
-/// Parses argv without printing anything: a usage error is its one-line message (for the MCP
-/// server, whose calls are argv built from a tool's arguments).
-pub fn try_parse(args: Vec<OsString>) -> Result<Cli, String> {
-    if let Some(cli) = parse_fast(&args) {
-        return Ok(cli);
-    }
-    Cli::try_parse_from(&args).map_err(|e| first_paragraph(&e))
-}
-
 /// clap's first paragraph, joined into one line ("...were not provided:" is followed by the
 /// names of the missing arguments).
 fn first_paragraph(e: &clap::Error) -> String {
@@ -63,6 +54,25 @@ fn first_paragraph(e: &clap::Error) -> String {
     } else {
         first.to_string()
     }
+}
+
+/// The definition that parses argv of one subcommand: the global options and that subcommand
+/// alone (None for an unknown name). Built once, it parses any number of argvs
+/// ([`parse_with`]).
+pub fn command_for(name: &str) -> Option<clap::Command> {
+    Some(
+        cli::Global::augment_args(clap::Command::new("prose-state"))
+            .subcommand(one_subcommand(name)?),
+    )
+}
+
+/// Parses argv with a definition from [`command_for`], printing nothing: a usage error is its
+/// one-line message.
+pub fn parse_with(command: &mut clap::Command, args: Vec<OsString>) -> Result<Cli, String> {
+    let matches = command
+        .try_get_matches_from_mut(args)
+        .map_err(|e| first_paragraph(&e))?;
+    Cli::from_arg_matches(&matches).map_err(|e| first_paragraph(&e))
 }
 
 /// The subcommand argv names, built alone (None for an unknown name).
@@ -116,8 +126,7 @@ pub fn parse_fast(args: &[OsString]) -> Option<Cli> {
             break;
         }
     }
-    let mut command = cli::Global::augment_args(clap::Command::new("prose-state"))
-        .subcommand(one_subcommand(name?)?);
+    let mut command = command_for(name?)?;
     let matches = command.try_get_matches_from_mut(args).ok()?;
     let parsed = Cli::from_arg_matches(&matches).ok();
     // The process ends soon: freeing the tree node by node is work for nothing.

@@ -304,3 +304,92 @@ on_both!(
     many_servers_lose_nothing,
     the_server_is_its_agent
 );
+
+/// The server keeps each run's connection between calls (SQLite). A kept connection is never
+/// the wrong one: after `query` (which makes its connection read-only) a write still lands,
+/// and a run removed and made again under the same id is written in the new file, not in
+/// the removed one a kept connection still points to.
+#[test]
+fn kept_connections_follow_the_file() {
+    let p = Project::new();
+    p.cmd().args(["init", "--run-id", "r1"]).assert().success();
+    let run = run_of(&p, "r1");
+    let count = |name: &str| common::count_rows(&p, &run, "bindings", &format!("name = '{name}'"));
+    runtime().block_on(async {
+        let client = connect(&p, "w", &run).await;
+        assert_eq!(
+            class(&call(&client, "bind", json!({"name": "a", "value": "1"})).await),
+            "ok"
+        );
+        let q = call(
+            &client,
+            "query",
+            json!({"sql": "SELECT COUNT(*) AS n FROM bindings"}),
+        )
+        .await;
+        assert_eq!(class(&q), "ok", "{q:?}");
+        let b = call(&client, "bind", json!({"name": "b", "value": "2"})).await;
+        assert_eq!(class(&b), "ok", "a write after a query: {b:?}");
+        assert_eq!((count("a"), count("b")), (1, 1));
+
+        std::fs::remove_dir_all(&run.dir).unwrap();
+        p.cmd().args(["init", "--run-id", "r1"]).assert().success();
+        let c = call(&client, "bind", json!({"name": "c", "value": "3"})).await;
+        assert_eq!(class(&c), "ok", "{c:?}");
+        let got = call(&client, "get", json!({"name": "a"})).await;
+        assert_eq!(
+            class(&got),
+            "not_found",
+            "read from the removed file: {got:?}"
+        );
+        client.cancel().await.unwrap();
+    });
+    assert_eq!((count("a"), count("b"), count("c")), (0, 0, 1));
+}
+
+/// A gate wait in flight does not hold up the session's other calls: they are answered while
+/// it still waits.
+fn a_wait_does_not_hold_up_other_calls(backend: Backend) {
+    let Some(p) = Project::on(backend) else {
+        return;
+    };
+    let run = p.init();
+    run.cmd().args(["bind", "x", "1"]).assert().success();
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "Go?"])
+        .assert()
+        .success();
+    runtime().block_on(async {
+        let client = std::sync::Arc::new(connect(&p, "w", &run).await);
+        let waiter = {
+            let client = std::sync::Arc::clone(&client);
+            tokio::spawn(async move {
+                call(
+                    &client,
+                    "gates_wait",
+                    json!({"gate": "g", "timeout": "20s"}),
+                )
+                .await
+            })
+        };
+        // The wait is sent first; the gets after it are answered while it waits (it would
+        // end only at its 20 s limit, or when the gate is decided below).
+        tokio::task::yield_now().await;
+        for _ in 0..5 {
+            let got = call(&client, "get", json!({"name": "x"})).await;
+            assert_eq!(class(&got), "ok");
+        }
+        assert!(
+            !waiter.is_finished(),
+            "the wait ended before the gets were answered"
+        );
+        p.cmd()
+            .args(["--run", &run.id, "approve", "g", "--as", "alice", "-y"])
+            .assert()
+            .success();
+        let waited = waiter.await.unwrap();
+        assert_eq!(class(&waited), "ok", "{waited:?}");
+    });
+}
+
+on_both!(a_wait_does_not_hold_up_other_calls);

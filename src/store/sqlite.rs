@@ -51,7 +51,12 @@ pub const AGENTS: Schema = Schema {
 };
 
 pub struct SqliteStore {
-    conn: Connection,
+    /// Dropped by hand (see `Drop`): a long-lived process keeps it for the next open.
+    conn: std::mem::ManuallyDrop<Connection>,
+    /// Whether the connection may be kept for the next open of the same file: it was opened
+    /// on a current schema, and nothing changed the connection's own settings (`query` sets
+    /// query_only and an authorizer; an older file's read shims are temporary views).
+    poolable: bool,
     path: PathBuf,
     busy_ms: u128,
     schema: &'static Schema,
@@ -69,7 +74,7 @@ pub fn has_schema(db: &Path) -> bool {
     let Ok(c) = Connection::open_with_flags(db, flags) else {
         return true;
     };
-    c.query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| {
+    c.row("SELECT COUNT(*) FROM sqlite_master", [], |r| {
         r.get::<_, i64>(0)
     })
     .map_or(true, |n| n > 0)
@@ -115,7 +120,8 @@ impl SqliteStore {
             .map_err(|e| db_error(e, path, busy_ms))
             .with_context(|| format!("could not open state db: {}", path.display()))?;
         let store = SqliteStore {
-            conn,
+            conn: std::mem::ManuallyDrop::new(conn),
+            poolable: false,
             path: path.to_path_buf(),
             busy_ms,
             schema: &STATE,
@@ -146,7 +152,7 @@ impl SqliteStore {
         tx.execute_batch(&STATE.stored_sql()).map_err(err)?;
         tx.pragma_update(None, "user_version", STATE.stamp())
             .map_err(err)?;
-        tx.execute(
+        tx.run(
             "INSERT INTO run (id, program_path, program_source, started_at, updated_at, status, state_mode)
              VALUES (?1, ?2, ?3, ?4, ?4, 'running', 'sqlite')",
             params![run.id, run.program_path, run.program_source, run.created_at],
@@ -160,11 +166,32 @@ impl SqliteStore {
     /// Nothing is written: an older file is read through shims and upgraded by the first
     /// write; a newer one is refused if this build may not read it.
     pub fn open(path: &Path, opts: OpenOptions) -> Result<Self> {
-        if !path.is_file() {
-            return Err(not_found(format!("state db not found: {}", path.display())));
-        }
-        let mut store = Self::connect(path, opts, false)?;
+        let file = match std::fs::metadata(path) {
+            Ok(m) if m.is_file() => m,
+            _ => return Err(not_found(format!("state db not found: {}", path.display()))),
+        };
+        let mut store = match pool::take(path, &file) {
+            Some(conn) => {
+                let store = SqliteStore {
+                    conn: std::mem::ManuallyDrop::new(conn),
+                    poolable: false,
+                    path: path.to_path_buf(),
+                    busy_ms: opts.busy_timeout.as_millis(),
+                    schema: &STATE,
+                    access: Access::Current,
+                    version: SCHEMA_VERSION,
+                };
+                store
+                    .conn
+                    .busy_timeout(opts.busy_timeout)
+                    .map_err(store.err())?;
+                store
+            }
+            None => Self::connect(path, opts, false)?,
+        };
+        // Read again on a kept connection too: another process may have upgraded the file.
         store.check_schema()?;
+        store.poolable = pool::enabled() && store.access == Access::Current;
         Ok(store)
     }
 
@@ -281,7 +308,7 @@ impl Tx for SqliteTx<'_> {
             return Ok(None);
         }
         self.tx
-            .query_row("SELECT id, status FROM run LIMIT 1", [], |r| {
+            .row("SELECT id, status FROM run LIMIT 1", [], |r| {
                 let status: Option<String> = r.get(1)?;
                 Ok((r.get(0)?, status.as_deref().map(RunStatus::parse)))
             })
@@ -291,7 +318,7 @@ impl Tx for SqliteTx<'_> {
 
     fn set_run_status(&mut self, status: &RunStatus, error: Option<&str>, now: &str) -> Result<()> {
         self.tx
-            .execute(
+            .run(
                 "UPDATE run SET status = ?1, updated_at = ?2, error_message = IFNULL(?3, error_message)",
                 params![status.as_str(), now, error],
             )
@@ -305,7 +332,7 @@ impl Tx for SqliteTx<'_> {
         execution_id: Option<i64>,
     ) -> Result<Option<super::BindingHead>> {
         self.tx
-            .query_row(
+            .row(
                 "SELECT kind, attachment_path, version FROM bindings
                  WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2",
                 params![name, execution_id.unwrap_or(-1)],
@@ -317,7 +344,7 @@ impl Tx for SqliteTx<'_> {
 
     fn binding_value(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<String>> {
         self.tx
-            .query_row(
+            .row(
                 "SELECT CAST(value AS TEXT) FROM bindings
                  WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2",
                 params![name, execution_id.unwrap_or(-1)],
@@ -330,7 +357,7 @@ impl Tx for SqliteTx<'_> {
 
     fn upsert_binding(&mut self, b: &NewBinding) -> Result<()> {
         self.tx
-            .execute(
+            .run(
                 "INSERT INTO bindings (name, execution_id, kind, value, source_statement,
                                        attachment_path, created_at, updated_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)
@@ -364,7 +391,7 @@ impl Tx for SqliteTx<'_> {
 
     fn keyed_execution(&mut self, key: &str) -> Result<Option<KeyedExecution>> {
         self.tx
-            .query_row(
+            .row(
                 "SELECT id, statement_index, statement_text, status, parent_id
                  FROM execution WHERE idempotency_key = ?1",
                 [key],
@@ -377,7 +404,7 @@ impl Tx for SqliteTx<'_> {
     fn insert_execution(&mut self, rec: &NewExecution) -> Result<Option<i64>> {
         // Writers are serialised here, so a key looked up absent stays absent.
         self.tx
-            .execute(
+            .run(
                 "INSERT INTO execution (statement_index, statement_text, status, started_at,
                                         completed_at, error_message, parent_id, metadata,
                                         idempotency_key)
@@ -413,7 +440,7 @@ impl Tx for SqliteTx<'_> {
 
     fn insert_gate(&mut self, g: &NewGate, run_id: &str, execution_id: i64) -> Result<()> {
         self.tx
-            .execute(
+            .run(
                 &format!("INSERT INTO gates ({GATE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9, NULL, NULL, NULL, ?10, 1)"),
                 params![
                     g.id,
@@ -434,7 +461,7 @@ impl Tx for SqliteTx<'_> {
 
     fn reopen_gate(&mut self, g: &NewGate, execution_id: i64) -> Result<()> {
         self.tx
-            .execute(
+            .run(
                 "INSERT INTO gate_instances (gate_id, instance, run_id, execution_id, prompt, allow,
                      timeout, timeout_at, on_reject, status, created_at, resolved_at, resolved_by,
                      resolution_comment, metadata)
@@ -445,7 +472,7 @@ impl Tx for SqliteTx<'_> {
             )
             .map_err(self.err())?;
         self.tx
-            .execute(
+            .run(
                 "UPDATE gates SET execution_id = ?2, prompt = ?3, allow = ?4, timeout = ?5,
                         timeout_at = ?6, on_reject = ?7, status = 'pending', created_at = ?8,
                         resolved_at = NULL, resolved_by = NULL, resolution_comment = NULL,
@@ -476,7 +503,7 @@ impl Tx for SqliteTx<'_> {
         at: &str,
     ) -> Result<()> {
         self.tx
-            .execute(
+            .run(
                 "UPDATE gates SET status = ?2, resolved_at = ?3, resolved_by = ?4, resolution_comment = ?5
                  WHERE id = ?1 AND status = 'pending'",
                 params![id, status.as_str(), at, by, comment],
@@ -520,7 +547,7 @@ impl Tx for SqliteTx<'_> {
 
     fn chain_head(&mut self) -> Result<(i64, String)> {
         self.tx
-            .query_row(
+            .row(
                 "SELECT IFNULL((SELECT MAX(seq) FROM gate_audit_log), 0),
                         COALESCE((SELECT hash FROM gate_audit_log WHERE seq IS NOT NULL
                                    ORDER BY seq DESC LIMIT 1),
@@ -535,7 +562,7 @@ impl Tx for SqliteTx<'_> {
     fn next_audit_id(&mut self) -> Result<i64> {
         // AUTOINCREMENT's own counter too: an id is never reused, even after rows were cut.
         self.tx
-            .query_row(
+            .row(
                 "SELECT MAX(IFNULL((SELECT MAX(id) FROM gate_audit_log), 0),
                             IFNULL((SELECT seq FROM sqlite_sequence WHERE name = 'gate_audit_log'), 0)) + 1",
                 [],
@@ -546,7 +573,7 @@ impl Tx for SqliteTx<'_> {
 
     fn insert_audit(&mut self, row: &AuditRow) -> Result<()> {
         self.tx
-            .execute(
+            .run(
                 &format!("INSERT INTO gate_audit_log ({AUDIT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
                 params![
                     row.id,
@@ -578,7 +605,7 @@ impl Tx for SqliteTx<'_> {
 
     fn import(&mut self, alias: &str) -> Result<Option<ImportRow>> {
         self.tx
-            .query_row(
+            .row(
                 "SELECT alias, source_url, fetched_at, inputs_schema, outputs_schema
                  FROM imports WHERE alias = ?1",
                 [alias],
@@ -590,7 +617,7 @@ impl Tx for SqliteTx<'_> {
 
     fn put_import(&mut self, import: &ImportRow) -> Result<()> {
         self.tx
-            .execute(
+            .run(
                 "INSERT INTO imports (alias, source_url, fetched_at, inputs_schema, outputs_schema)
                  VALUES (?1, ?2, ?3, ?4, ?5)
                  ON CONFLICT (alias) DO UPDATE SET source_url = excluded.source_url,
@@ -610,7 +637,7 @@ impl Tx for SqliteTx<'_> {
 
     fn put_agent_memory(&mut self, name: &str, scope: &str, memory: &str, now: &str) -> Result<()> {
         self.tx
-            .execute(
+            .run(
                 "INSERT INTO agents (name, scope, memory, created_at, updated_at)
                  VALUES (?1, ?2, ?3, ?4, ?4)
                  ON CONFLICT (name) DO UPDATE SET
@@ -623,7 +650,7 @@ impl Tx for SqliteTx<'_> {
 
     fn touch_agent(&mut self, name: &str, scope: &str, now: &str) -> Result<()> {
         self.tx
-            .execute(
+            .run(
                 "INSERT INTO agents (name, scope, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)
                  ON CONFLICT (name) DO UPDATE SET updated_at = excluded.updated_at",
                 params![name, scope, now],
@@ -634,7 +661,7 @@ impl Tx for SqliteTx<'_> {
 
     fn next_segment_number(&mut self, name: &str) -> Result<i64> {
         self.tx
-            .query_row(
+            .row(
                 "SELECT IFNULL(MAX(segment_number), 0) + 1 FROM agent_segments WHERE agent_name = ?1",
                 [name],
                 |r| r.get(0),
@@ -651,7 +678,7 @@ impl Tx for SqliteTx<'_> {
         summary: &str,
     ) -> Result<()> {
         self.tx
-            .execute(
+            .run(
                 "INSERT INTO agent_segments (agent_name, segment_number, timestamp, prompt, summary)
                  VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![name, number, now, prompt, summary],
@@ -756,7 +783,7 @@ fn audit_row(r: &Row) -> rusqlite::Result<AuditRow> {
 }
 
 fn attachment_referenced(c: &Connection, attachment_path: &str) -> rusqlite::Result<bool> {
-    c.query_row(
+    c.row(
         "SELECT EXISTS (SELECT 1 FROM bindings WHERE attachment_path = ?1)",
         [attachment_path],
         |r| r.get(0),
@@ -764,7 +791,7 @@ fn attachment_referenced(c: &Connection, attachment_path: &str) -> rusqlite::Res
 }
 
 fn execution_exists(c: &Connection, id: i64) -> rusqlite::Result<bool> {
-    c.query_row(
+    c.row(
         "SELECT EXISTS (SELECT 1 FROM execution WHERE id = ?1)",
         [id],
         |r| r.get(0),
@@ -772,7 +799,7 @@ fn execution_exists(c: &Connection, id: i64) -> rusqlite::Result<bool> {
 }
 
 fn load_gate(c: &Connection, id: &str) -> rusqlite::Result<Option<GateRow>> {
-    c.query_row(
+    c.row(
         &format!("SELECT {GATE_COLUMNS} FROM gates WHERE id = ?1"),
         [id],
         gate_row,
@@ -827,7 +854,7 @@ impl AgentStore for SqliteStore {
 
     fn agent(&mut self, name: &str) -> Result<Option<AgentRow>> {
         self.conn
-            .query_row(
+            .row(
                 &format!("{AGENT_SELECT} WHERE a.name = ?1"),
                 [name],
                 agent_row,
@@ -931,7 +958,7 @@ impl Store for SqliteStore {
              WHERE b.name = ?1 AND IFNULL(b.execution_id, -1) = -1"
         );
         self.conn
-            .query_row(&sql, [name], |r| {
+            .row(&sql, [name], |r| {
                 Ok(Found {
                     row: binding_row(r)?,
                     depth: None,
@@ -986,6 +1013,8 @@ impl Store for SqliteStore {
             }
             other => db_error(other, &self.path, self.busy_ms),
         };
+        // The guards below change this connection for good: it is never kept.
+        self.poolable = false;
         drop(self.conn.prepare(sql).map_err(invalid)?);
         // Then three guards: an authorizer that lets a statement read and nothing else (it
         // also stops ATTACH, which SQLite counts as read-only but which creates files, and
@@ -1055,7 +1084,7 @@ impl Store for SqliteStore {
 
     fn run_info(&mut self) -> Result<RunInfo> {
         self.conn
-            .query_row(
+            .row(
                 "SELECT id, program_path, status, started_at, updated_at FROM run LIMIT 1",
                 [],
                 |r| {
@@ -1078,7 +1107,7 @@ impl Store for SqliteStore {
 
     fn any_overdue(&mut self, now: &str) -> Result<bool> {
         self.conn
-            .query_row(
+            .row(
                 &format!("SELECT EXISTS (SELECT 1 FROM gates WHERE {OVERDUE})"),
                 [now],
                 |r| r.get(0),
@@ -1119,7 +1148,7 @@ impl Store for SqliteStore {
 
     fn chain_hash_at(&mut self, seq: i64) -> Result<Option<String>> {
         self.conn
-            .query_row(
+            .row(
                 "SELECT hash FROM gate_audit_log WHERE seq = ?1",
                 [seq],
                 |r| r.get(0),
@@ -1131,7 +1160,7 @@ impl Store for SqliteStore {
 
     fn chain_tip(&mut self) -> Result<Option<super::ChainTip>> {
         self.conn
-            .query_row(
+            .row(
                 "SELECT run_id, seq, hash, seal FROM gate_audit_log WHERE seq IS NOT NULL
                   ORDER BY seq DESC LIMIT 1",
                 [],
@@ -1152,7 +1181,7 @@ impl Store for SqliteStore {
         let run = self.run_info()?;
         let (error_message, last_event_at, pending_gates) = self
             .conn
-            .query_row(
+            .row(
                 &format!(
                     "SELECT (SELECT error_message FROM run LIMIT 1),
                             (SELECT MAX(COALESCE(completed_at, started_at)) FROM execution),
@@ -1254,7 +1283,7 @@ impl Store for SqliteStore {
             // Table names are this fixed list, never input.
             let n: i64 = self
                 .conn
-                .query_row(&format!("SELECT COUNT(*) FROM \"{table}\""), [], |r| {
+                .row(&format!("SELECT COUNT(*) FROM \"{table}\""), [], |r| {
                     r.get(0)
                 })
                 .unwrap_or(0);
@@ -1272,7 +1301,7 @@ impl Store for SqliteStore {
         st.execution_status = rows.into_iter().collect();
         st.binding_inline_bytes = self
             .conn
-            .query_row(
+            .row(
                 "SELECT IFNULL(SUM(length(CAST(value AS BLOB))), 0) FROM bindings",
                 [],
                 |r| r.get(0),
@@ -1287,7 +1316,7 @@ impl Store for SqliteStore {
         ] {
             let v: String = self
                 .conn
-                .query_row(&format!("PRAGMA {pragma}"), [], |r| {
+                .row(&format!("PRAGMA {pragma}"), [], |r| {
                     Ok(match r.get_ref(0)? {
                         ValueRef::Integer(i) => i.to_string(),
                         ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
@@ -1348,7 +1377,7 @@ impl Store for SqliteStore {
         // The mode is one of four fixed words, checked above.
         let (busy, log, done): (i64, i64, i64) = self
             .conn
-            .query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
+            .row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?))
             })
             .map_err(self.err())?;
@@ -1366,7 +1395,7 @@ impl Store for SqliteStore {
         self.conn.execute_batch("VACUUM").map_err(self.err())?;
         let _ = self
             .conn
-            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+            .row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
         Ok((before, size(&self.path)))
     }
 
@@ -1397,5 +1426,110 @@ impl Store for SqliteStore {
 
     fn delete_run(&mut self) -> Result<()> {
         Ok(())
+    }
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        // SAFETY: `conn` is taken once, here, and the store is not used after drop.
+        let conn = unsafe { std::mem::ManuallyDrop::take(&mut self.conn) };
+        // A connection in a transaction (an error left it open) is closed, which rolls it
+        // back; so is one whose settings a command changed.
+        if self.poolable && conn.is_autocommit() {
+            pool::give(&self.path, conn);
+        }
+    }
+}
+
+/// Connections kept for the next open of the same state.db, in a long-lived process (the MCP
+/// server): opening one parses the whole schema, which is most of what a small `get` costs.
+/// A kept connection is used again only for the very same file: a run directory removed and
+/// made again under the same id is another file (device and inode), and its kept connection
+/// is closed instead.
+pub mod pool {
+    use rusqlite::Connection;
+    use std::os::unix::fs::MetadataExt;
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Mutex;
+
+    /// At most this many connections are kept (the newest).
+    const KEPT: usize = 32;
+
+    static ENABLED: AtomicBool = AtomicBool::new(false);
+    /// A kept connection: the path it was opened by, the file's (device, inode), the connection.
+    type Kept = (PathBuf, (u64, u64), Connection);
+
+    static KEPT_CONNECTIONS: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
+
+    /// Keeps connections from now on (a command that opens a store once never calls this).
+    pub fn enable() {
+        ENABLED.store(true, Ordering::SeqCst);
+    }
+
+    pub fn enabled() -> bool {
+        ENABLED.load(Ordering::Relaxed)
+    }
+
+    /// A kept connection to this file, if any.
+    pub fn take(path: &Path, file: &std::fs::Metadata) -> Option<Connection> {
+        if !enabled() {
+            return None;
+        }
+        let id = (file.dev(), file.ino());
+        let mut kept = KEPT_CONNECTIONS.lock().ok()?;
+        // Connections to files that are gone, or replaced, are closed.
+        kept.retain(|(p, i, _)| p != path || *i == id);
+        let at = kept.iter().rposition(|(p, _, _)| p == path)?;
+        Some(kept.swap_remove(at).2)
+    }
+
+    pub fn give(path: &Path, conn: Connection) {
+        let Ok(file) = std::fs::metadata(path) else {
+            return;
+        };
+        if let Ok(mut kept) = KEPT_CONNECTIONS.lock() {
+            if kept.len() >= KEPT {
+                kept.remove(0);
+            }
+            kept.push((path.to_path_buf(), (file.dev(), file.ino()), conn));
+        }
+    }
+}
+
+/// One statement, through the connection's statement cache in a long-lived process (the MCP
+/// server, whose connections are kept): each statement is compiled once rather than on every
+/// call. A command, which opens a state.db once, prepares it plainly: a cached statement is
+/// compiled as persistent, which costs more when it is used only once.
+trait Cached {
+    fn row<T, P: rusqlite::Params, F: FnOnce(&Row<'_>) -> rusqlite::Result<T>>(
+        &self,
+        sql: &str,
+        params: P,
+        f: F,
+    ) -> rusqlite::Result<T>;
+    fn run<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize>;
+}
+
+impl Cached for Connection {
+    fn row<T, P: rusqlite::Params, F: FnOnce(&Row<'_>) -> rusqlite::Result<T>>(
+        &self,
+        sql: &str,
+        params: P,
+        f: F,
+    ) -> rusqlite::Result<T> {
+        if pool::enabled() {
+            self.prepare_cached(sql)?.query_row(params, f)
+        } else {
+            self.query_row(sql, params, f)
+        }
+    }
+
+    fn run<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
+        if pool::enabled() {
+            self.prepare_cached(sql)?.execute(params)
+        } else {
+            self.execute(sql, params)
+        }
     }
 }
