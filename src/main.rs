@@ -1,27 +1,13 @@
 //! prose-state: parse → resolve the context → run the command → render → exit.
 
-mod attach;
-mod cli;
-mod cmd;
-mod context;
-mod error;
-mod mcp;
-mod model;
-mod output;
-mod parse;
-mod run;
-mod seal;
-mod store;
-mod term;
-
-use cli::Command;
-use cmd::Run;
-use context::Context;
-use output::finish;
+use prose_state::cli::Command;
+use prose_state::cmd::{self, Run};
+use prose_state::context::Context;
+use prose_state::output::{self, finish, Nothing};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = match parse::parse(std::env::args_os().collect()) {
+    let cli = match prose_state::parse::parse(std::env::args_os().collect()) {
         Ok(cli) => cli,
         Err(code) => return ExitCode::from(code),
     };
@@ -34,7 +20,8 @@ fn main() -> ExitCode {
         // Generated text is written as it is, never as JSON.
         Command::Completions(a) => finish(a.run(&ctx), false),
         Command::Man => finish(cmd::docs::Man.run(&ctx), false),
-        Command::Mcp(a) => finish(mcp::serve(a, &cli.global, &ctx).map(|()| Nothing), false),
+        // The server is a binary of its own, next to this one (see src/lib.rs).
+        Command::Mcp(_) => finish(serve_mcp().map(|()| Nothing), false),
         other => cmd::dispatch(other, &ctx, &mut Terminal).unwrap_or(2),
     })
 }
@@ -49,12 +36,16 @@ impl cmd::Sink for Terminal {
     }
 }
 
-/// The output of a command that wrote its own (`log`).
-#[derive(serde::Serialize)]
-struct Nothing;
-
-impl output::Render for Nothing {
-    fn text(self, _: &mut dyn std::io::Write, _: bool) -> std::io::Result<()> {
-        Ok(())
-    }
+/// Becomes `prose-state-mcp`, installed next to this binary, with the same command line.
+fn serve_mcp() -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let me = std::env::current_exe()?;
+    let server = me.with_file_name("prose-state-mcp");
+    let err = std::process::Command::new(&server)
+        .args(std::env::args_os().skip(1))
+        .exec();
+    Err(anyhow::anyhow!(
+        "could not start the MCP server {} ({err}): it is installed with prose-state (cargo install --path .)",
+        server.display()
+    ))
 }

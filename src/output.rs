@@ -266,3 +266,13 @@ fn broken_pipe(e: &anyhow::Error) -> bool {
             .is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe)
     })
 }
+
+/// The output of a command that wrote its own (`log`, the MCP server).
+#[derive(Serialize)]
+pub struct Nothing;
+
+impl Render for Nothing {
+    fn text(self, _: &mut dyn Write, _: bool) -> io::Result<()> {
+        Ok(())
+    }
+}

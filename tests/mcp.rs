@@ -393,3 +393,31 @@ fn a_wait_does_not_hold_up_other_calls(backend: Backend) {
 }
 
 on_both!(a_wait_does_not_hold_up_other_calls);
+
+/// `prose-state mcp` becomes the server binary installed next to it; without it, one line and
+/// exit 1. The server binary serves `mcp` and nothing else.
+#[test]
+fn the_server_binary_is_found_next_to_the_command() {
+    let p = Project::new();
+    let alone = p.root().join("alone");
+    std::fs::create_dir(&alone).unwrap();
+    std::fs::copy(BIN, alone.join("prose-state")).unwrap();
+    let out = assert_cmd::Command::new(alone.join("prose-state"))
+        .current_dir(p.root())
+        .args(["mcp", "--agent", "a"])
+        .write_stdin("")
+        .assert();
+    assert_eq!(common::code(&out), 1);
+    let err = common::stderr(&out);
+    assert!(
+        err.contains("prose-state-mcp") && err.lines().count() == 1,
+        "{err}"
+    );
+
+    let out = assert_cmd::Command::new(env!("CARGO_BIN_EXE_prose-state-mcp"))
+        .current_dir(p.root())
+        .args(["get", "x"])
+        .assert();
+    assert_eq!(common::code(&out), 2);
+    assert!(!p.root().join(".prose").exists());
+}

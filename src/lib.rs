@@ -1,0 +1,19 @@
+//! prose-state's library: everything both binaries run. `prose-state` (src/main.rs) is the
+//! command line; `prose-state-mcp` (src/bin/prose-state-mcp.rs) is the MCP server, which
+//! `prose-state mcp` becomes. The server is a binary of its own so that its async runtime and
+//! protocol code are not in the command line's: every command is a fresh process, and a
+//! bigger binary costs each of them start-up time (relocations) for code it never runs.
+
+mod attach;
+pub mod cli;
+pub mod cmd;
+pub mod context;
+mod error;
+pub mod mcp;
+mod model;
+pub mod output;
+pub mod parse;
+mod run;
+mod seal;
+mod store;
+mod term;
