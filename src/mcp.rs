@@ -154,7 +154,7 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
         .to_string();
     cmd::stdin_carries_protocol();
     // Calls come one after another to the same run: its connection is kept between them.
-    crate::store::sqlite::pool::enable();
+    crate::store::keep_connections();
     let server = Handler(Arc::new(Server {
         tools: tools(),
         agent,

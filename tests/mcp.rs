@@ -421,3 +421,44 @@ fn the_server_binary_is_found_next_to_the_command() {
     assert_eq!(common::code(&out), 2);
     assert!(!p.root().join(".prose").exists());
 }
+
+/// The server keeps its PostgreSQL connection between calls. A kept connection whose session
+/// the server has ended (a restart, an administrator's pg_terminate_backend) is replaced: the
+/// next call is answered as if nothing had been kept, and its write lands.
+#[test]
+fn a_kept_server_connection_that_died_is_replaced() {
+    let Some(p) = Project::on(Backend::Postgres) else {
+        return;
+    };
+    let run = p.init();
+    let url = p.pg_url.clone().unwrap();
+    runtime().block_on(async {
+        let client = connect(&p, "w", &run).await;
+        assert_eq!(
+            class(&call(&client, "bind", json!({"name": "a", "value": "1"})).await),
+            "ok"
+        );
+        let url = url.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut admin = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            let ended: i64 = admin
+                .query_one(
+                    "SELECT COUNT(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                     WHERE datname = current_database() AND pid <> pg_backend_pid()) t",
+                    &[],
+                )
+                .unwrap()
+                .get(0);
+            assert!(ended >= 1, "no kept session to end");
+        })
+        .await
+        .unwrap();
+        let b = call(&client, "bind", json!({"name": "b", "value": "2"})).await;
+        assert_eq!(class(&b), "ok", "{b:?}");
+        client.cancel().await.unwrap();
+    });
+    assert_eq!(
+        common::count_rows(&p, &run, "bindings", "name IN ('a', 'b')"),
+        2
+    );
+}

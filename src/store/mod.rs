@@ -5,6 +5,19 @@ pub mod chain;
 pub mod postgres;
 pub mod rules;
 pub mod sqlite;
+
+/// Whether stores keep their connections for the next open (a long-lived process, the MCP
+/// server); a command, which opens a store once, never does.
+static KEEPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Keeps connections from now on (SQLite: per file; PostgreSQL: per server URL).
+pub fn keep_connections() {
+    KEEPING.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+pub fn keeping() -> bool {
+    KEEPING.load(std::sync::atomic::Ordering::Relaxed)
+}
 pub mod sqlite_schema;
 pub mod tx;
 

@@ -234,7 +234,10 @@ fn connect_client(url: &str) -> Result<Client, postgres::Error> {
 }
 
 pub struct PgStore {
-    client: Client,
+    /// Dropped by hand (see `Drop`): a long-lived process keeps it for the next open.
+    client: std::mem::ManuallyDrop<Client>,
+    /// The server's URL: which kept connections this one may be used again as. Never shown.
+    url: String,
     /// What this build may do with the server's schema.
     access: Access,
     /// The schema version the server records.
@@ -352,16 +355,30 @@ impl PgStore {
     fn connect(url: &str, run: Option<&str>, opts: OpenOptions) -> Result<(Self, bool)> {
         let shown_url = masked(url);
         let busy_ms = opts.busy_timeout.as_millis() as u64;
-        let client = connect_client(url).map_err(|e| connect_error(&e, url, &shown_url))?;
+        let kept = pool::take(url);
+        let was_kept = kept.is_some();
+        let client = match kept {
+            Some(client) => client,
+            None => connect_client(url).map_err(|e| connect_error(&e, url, &shown_url))?,
+        };
         let mut store = PgStore {
-            client,
+            client: std::mem::ManuallyDrop::new(client),
+            url: url.to_string(),
             run_id: run.map(str::to_string),
             shown_url,
             busy_ms,
             access: Access::Current,
             version: POSTGRES_SCHEMA_VERSION as i64,
         };
-        let (version, run_exists) = match store.start() {
+        // Every open sets the session up again (time zone, lock timeout), kept or not.
+        let started = store.start();
+        let (version, run_exists) = match started {
+            // A kept connection the server has closed since (restarted, or the session
+            // terminated): a new one, as if none had been kept.
+            Err(e) if was_kept && (e.is_closed() || store.client.is_closed()) => {
+                drop(store);
+                return Self::connect(url, run, opts);
+            }
             Ok(v) => v,
             // No openprose schema yet: first use of this server.
             Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => {
@@ -1298,12 +1315,12 @@ impl Store for PgStore {
 
     fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
         let run = self.run()?.to_string();
-        attachment_referenced(&mut self.client, &run, attachment_path)
+        attachment_referenced(&mut *self.client, &run, attachment_path)
     }
 
     fn execution_exists(&mut self, id: i64) -> Result<bool> {
         let run = self.run()?.to_string();
-        execution_exists(&mut self.client, &run, id)
+        execution_exists(&mut *self.client, &run, id)
     }
 
     // Scope resolution, as in the SQLite store: nearest scope first, root scope last.
@@ -1502,7 +1519,7 @@ impl Store for PgStore {
 
     fn read_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
         let run = self.run()?.to_string();
-        load_gate(&mut self.client, &run, id)
+        load_gate(&mut *self.client, &run, id)
     }
 
     fn audit(&mut self, f: &AuditFilter) -> Result<Vec<AuditRow>> {
@@ -1863,6 +1880,50 @@ mod tests {
                 }
                 assert!(shown.contains("***"), "{url} -> {shown}");
             }
+        }
+    }
+}
+
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        // SAFETY: `client` is taken once, here, and the store is not used after drop.
+        let client = unsafe { std::mem::ManuallyDrop::take(&mut self.client) };
+        // No transaction is open here (a transaction borrows the client, and rolls back when
+        // dropped), and every open sets the session up again.
+        if super::keeping() && !client.is_closed() {
+            pool::give(&self.url, client);
+        }
+    }
+}
+
+/// Server connections kept for the next open in a long-lived process (the MCP server): a
+/// connection (and its TLS session) costs several round trips, most of a small call.
+mod pool {
+    use postgres::Client;
+    use std::sync::Mutex;
+
+    /// At most this many connections are kept (the newest).
+    const KEPT: usize = 8;
+
+    static KEPT_CONNECTIONS: Mutex<Vec<(String, Client)>> = Mutex::new(Vec::new());
+
+    /// A kept connection to this server, if any.
+    pub fn take(url: &str) -> Option<Client> {
+        if !crate::store::keeping() {
+            return None;
+        }
+        let mut kept = KEPT_CONNECTIONS.lock().ok()?;
+        kept.retain(|(_, c)| !c.is_closed());
+        let at = kept.iter().rposition(|(u, _)| u == url)?;
+        Some(kept.swap_remove(at).1)
+    }
+
+    pub fn give(url: &str, client: Client) {
+        if let Ok(mut kept) = KEPT_CONNECTIONS.lock() {
+            if kept.len() >= KEPT {
+                kept.remove(0);
+            }
+            kept.push((url.to_string(), client));
         }
     }
 }

@@ -1450,26 +1450,17 @@ pub mod pool {
     use rusqlite::Connection;
     use std::os::unix::fs::MetadataExt;
     use std::path::{Path, PathBuf};
-    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Mutex;
 
     /// At most this many connections are kept (the newest).
     const KEPT: usize = 32;
 
-    static ENABLED: AtomicBool = AtomicBool::new(false);
     /// A kept connection: the path it was opened by, the file's (device, inode), the connection.
     type Kept = (PathBuf, (u64, u64), Connection);
 
     static KEPT_CONNECTIONS: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
 
-    /// Keeps connections from now on (a command that opens a store once never calls this).
-    pub fn enable() {
-        ENABLED.store(true, Ordering::SeqCst);
-    }
-
-    pub fn enabled() -> bool {
-        ENABLED.load(Ordering::Relaxed)
-    }
+    pub use crate::store::keeping as enabled;
 
     /// A kept connection to this file, if any.
     pub fn take(path: &Path, file: &std::fs::Metadata) -> Option<Connection> {
