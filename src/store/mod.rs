@@ -378,7 +378,29 @@ pub trait AgentStore {
         rules::append_segment(self.begin(rules::AGENT)?, name, scope, prompt, summary, now)
     }
 
-    fn agents(&mut self) -> Result<Vec<AgentRow>>;
+    /// Every agent in the store, by name: those with a row, and those another writer made the
+    /// spec's way, with segments and no agents row (its `UPDATE agents` matched nothing),
+    /// listed with no memory. Sorted here, by bytes, so both backends list in one order
+    /// whatever the server's collation.
+    fn agents(&mut self) -> Result<Vec<AgentRow>> {
+        let mut rows = self.agent_rows()?;
+        let known: std::collections::HashSet<String> =
+            rows.iter().map(|r| r.name.clone()).collect();
+        rows.extend(
+            self.segment_agents()?
+                .into_iter()
+                .filter(|s| !known.contains(&s.name)),
+        );
+        rows.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(rows)
+    }
+
+    /// The agents rows, each with its count of segments.
+    fn agent_rows(&mut self) -> Result<Vec<AgentRow>>;
+
+    /// One row a name that has segments: no scope, no memory, the first and last segment's
+    /// times as created and updated, and the count.
+    fn segment_agents(&mut self) -> Result<Vec<AgentRow>>;
 }
 
 /// An imports row.

@@ -1247,35 +1247,35 @@ impl AgentStore for PgStore {
         }))
     }
 
-    fn agents(&mut self) -> Result<Vec<AgentRow>> {
+    fn agent_rows(&mut self) -> Result<Vec<AgentRow>> {
+        self.agent_query(concat!(
+            "SELECT a.name, a.scope, a.memory, ",
+            ts!("a.created_at"),
+            ", ",
+            ts!("a.updated_at"),
+            ", (SELECT COUNT(*) FROM openprose.agent_segments s
+                WHERE s.agent_name = a.name AND s.run_id IS NOT DISTINCT FROM a.run_id)
+             FROM openprose.agents a WHERE a.run_id IS NOT DISTINCT FROM $1"
+        ))
+    }
+
+    fn segment_agents(&mut self) -> Result<Vec<AgentRow>> {
+        self.agent_query(concat!(
+            "SELECT s.agent_name, NULL, NULL, ",
+            ts!("MIN(s.timestamp)"),
+            ", ",
+            ts!("MAX(s.timestamp)"),
+            ", COUNT(*) FROM openprose.agent_segments s
+              WHERE s.run_id IS NOT DISTINCT FROM $1 AND s.agent_name IS NOT NULL
+              GROUP BY s.agent_name"
+        ))
+    }
+}
+
+impl PgStore {
+    fn agent_query(&mut self, sql: &str) -> Result<Vec<AgentRow>> {
         let run = self.run_id.clone();
-        let rows = self
-            .client
-            .query(
-                concat!(
-                    "SELECT a.name, a.scope, a.memory, ",
-                    ts!("a.created_at"),
-                    ", ",
-                    ts!("a.updated_at"),
-                    ", (SELECT COUNT(*) FROM openprose.agent_segments s
-                        WHERE s.agent_name = a.name AND s.run_id IS NOT DISTINCT FROM a.run_id)
-                     FROM openprose.agents a WHERE a.run_id IS NOT DISTINCT FROM $1
-                     UNION ALL
-                     SELECT s.agent_name, NULL, NULL, ",
-                    ts!("MIN(s.timestamp)"),
-                    ", ",
-                    ts!("MAX(s.timestamp)"),
-                    ", COUNT(*) FROM openprose.agent_segments s
-                      WHERE s.run_id IS NOT DISTINCT FROM $1
-                        AND NOT EXISTS (SELECT 1 FROM openprose.agents a
-                                         WHERE a.name = s.agent_name
-                                           AND a.run_id IS NOT DISTINCT FROM s.run_id)
-                      GROUP BY s.agent_name
-                     ORDER BY 1"
-                ),
-                &[&run],
-            )
-            .map_err(self.err())?;
+        let rows = self.client.query(sql, &[&run]).map_err(self.err())?;
         Ok(rows
             .iter()
             .map(|r| AgentRow {

@@ -863,22 +863,21 @@ impl AgentStore for SqliteStore {
             .map_err(self.err())
     }
 
-    fn agents(&mut self) -> Result<Vec<AgentRow>> {
-        let mut stmt = self
-            .conn
-            .prepare(&format!(
-                // Agents another writer made the spec's way, with segments and no agents row
-                // (its `UPDATE agents` matched nothing), are listed too, with no memory.
-                "{AGENT_SELECT}
-                 UNION ALL
-                 SELECT s.agent_name, NULL, NULL, MIN(s.timestamp), MAX(s.timestamp), COUNT(*)
-                   FROM agent_segments s
-                  WHERE s.agent_name IS NOT NULL
-                    AND s.agent_name NOT IN (SELECT name FROM agents WHERE name IS NOT NULL)
-                  GROUP BY s.agent_name
-                 ORDER BY 1"
-            ))
-            .map_err(self.err())?;
+    fn agent_rows(&mut self) -> Result<Vec<AgentRow>> {
+        self.agent_query(AGENT_SELECT)
+    }
+
+    fn segment_agents(&mut self) -> Result<Vec<AgentRow>> {
+        self.agent_query(
+            "SELECT agent_name, NULL, NULL, MIN(timestamp), MAX(timestamp), COUNT(*)
+               FROM agent_segments WHERE agent_name IS NOT NULL GROUP BY agent_name",
+        )
+    }
+}
+
+impl SqliteStore {
+    fn agent_query(&mut self, sql: &str) -> Result<Vec<AgentRow>> {
+        let mut stmt = self.conn.prepare(sql).map_err(self.err())?;
         let rows = stmt
             .query_map([], agent_row)
             .and_then(|r| r.collect::<rusqlite::Result<Vec<_>>>())
