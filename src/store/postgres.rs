@@ -42,6 +42,22 @@ macro_rules! ts {
     };
 }
 
+/// The agents rows with their segment counts, under a WHERE clause (`$1` is the run).
+macro_rules! agent_select {
+    ($where:literal) => {
+        concat!(
+            "SELECT a.name, a.scope, a.memory, ",
+            ts!("a.created_at"),
+            ", ",
+            ts!("a.updated_at"),
+            ", (SELECT COUNT(*) FROM openprose.agent_segments s
+                WHERE s.agent_name = a.name AND s.run_id IS NOT DISTINCT FROM a.run_id)
+             FROM openprose.agents a ",
+            $where
+        )
+    };
+}
+
 /// A connection URL with the password hidden, for every message that shows it. Over-hiding
 /// is allowed, showing never:
 /// 1. every `password` parameter's value (its name decoded as the driver decodes it, any
@@ -1225,38 +1241,15 @@ impl AgentStore for PgStore {
         let row = self
             .client
             .query_opt(
-                concat!(
-                    "SELECT a.name, a.scope, a.memory, ",
-                    ts!("a.created_at"),
-                    ", ",
-                    ts!("a.updated_at"),
-                    ", (SELECT COUNT(*) FROM openprose.agent_segments s
-                        WHERE s.agent_name = a.name AND s.run_id IS NOT DISTINCT FROM a.run_id)
-                     FROM openprose.agents a WHERE a.name = $1 AND a.run_id IS NOT DISTINCT FROM $2"
-                ),
-                &[&name, &run],
+                agent_select!("WHERE a.run_id IS NOT DISTINCT FROM $1 AND a.name = $2"),
+                &[&run, &name],
             )
             .map_err(self.err())?;
-        Ok(row.map(|r| AgentRow {
-            name: r.get(0),
-            scope: r.get(1),
-            memory: r.get(2),
-            created_at: r.get(3),
-            updated_at: r.get(4),
-            segments: r.get(5),
-        }))
+        Ok(row.as_ref().map(pg_agent_row))
     }
 
     fn agent_rows(&mut self) -> Result<Vec<AgentRow>> {
-        self.agent_query(concat!(
-            "SELECT a.name, a.scope, a.memory, ",
-            ts!("a.created_at"),
-            ", ",
-            ts!("a.updated_at"),
-            ", (SELECT COUNT(*) FROM openprose.agent_segments s
-                WHERE s.agent_name = a.name AND s.run_id IS NOT DISTINCT FROM a.run_id)
-             FROM openprose.agents a WHERE a.run_id IS NOT DISTINCT FROM $1"
-        ))
+        self.agent_query(agent_select!("WHERE a.run_id IS NOT DISTINCT FROM $1"))
     }
 
     fn segment_agents(&mut self) -> Result<Vec<AgentRow>> {
@@ -1276,17 +1269,18 @@ impl PgStore {
     fn agent_query(&mut self, sql: &str) -> Result<Vec<AgentRow>> {
         let run = self.run_id.clone();
         let rows = self.client.query(sql, &[&run]).map_err(self.err())?;
-        Ok(rows
-            .iter()
-            .map(|r| AgentRow {
-                name: r.get(0),
-                scope: r.get(1),
-                memory: r.get(2),
-                created_at: r.get(3),
-                updated_at: r.get(4),
-                segments: r.get(5),
-            })
-            .collect())
+        Ok(rows.iter().map(pg_agent_row).collect())
+    }
+}
+
+fn pg_agent_row(r: &postgres::Row) -> AgentRow {
+    AgentRow {
+        name: r.get(0),
+        scope: r.get(1),
+        memory: r.get(2),
+        created_at: r.get(3),
+        updated_at: r.get(4),
+        segments: r.get(5),
     }
 }
 

@@ -119,23 +119,29 @@ impl SqliteStore {
         let conn = Connection::open_with_flags(path, flags)
             .map_err(|e| db_error(e, path, busy_ms))
             .with_context(|| format!("could not open state db: {}", path.display()))?;
+        let store = Self::over(conn, path, opts)?;
+        store
+            .conn
+            .execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;")
+            .map_err(store.err())?;
+        Ok(store)
+    }
+
+    /// A store over a connection to a state.db (just opened, or kept), its busy timeout set
+    /// first: everything after it may meet a lock.
+    fn over(conn: Connection, path: &Path, opts: OpenOptions) -> Result<Self> {
         let store = SqliteStore {
             conn: std::mem::ManuallyDrop::new(conn),
             poolable: false,
             path: path.to_path_buf(),
-            busy_ms,
+            busy_ms: opts.busy_timeout.as_millis(),
             schema: &STATE,
             access: Access::Current,
             version: SCHEMA_VERSION,
         };
-        // The busy timeout goes first: everything after it may meet a lock.
         store
             .conn
             .busy_timeout(opts.busy_timeout)
-            .map_err(store.err())?;
-        store
-            .conn
-            .execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;")
             .map_err(store.err())?;
         Ok(store)
     }
@@ -171,22 +177,8 @@ impl SqliteStore {
             _ => return Err(not_found(format!("state db not found: {}", path.display()))),
         };
         let mut store = match pool::take(path, &file) {
-            Some(conn) => {
-                let store = SqliteStore {
-                    conn: std::mem::ManuallyDrop::new(conn),
-                    poolable: false,
-                    path: path.to_path_buf(),
-                    busy_ms: opts.busy_timeout.as_millis(),
-                    schema: &STATE,
-                    access: Access::Current,
-                    version: SCHEMA_VERSION,
-                };
-                store
-                    .conn
-                    .busy_timeout(opts.busy_timeout)
-                    .map_err(store.err())?;
-                store
-            }
+            // Its pragmas were set when it was opened, and last for the connection.
+            Some(conn) => Self::over(conn, path, opts)?,
             None => Self::connect(path, opts, false)?,
         };
         // Read again on a kept connection too: another process may have upgraded the file.
