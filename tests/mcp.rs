@@ -462,3 +462,93 @@ fn a_kept_server_connection_that_died_is_replaced() {
         2
     );
 }
+
+/// SIGKILL the server at random moments while it binds, over and over, against one run:
+/// every bind it acknowledged is there, whole, with its value; the database stays intact;
+/// and a new server goes on where the killed one stopped.
+#[test]
+fn servers_killed_mid_write_lose_nothing_acknowledged() {
+    use rand::Rng;
+    let p = Project::new();
+    let run = p.init();
+    let mut rng = rand::rng();
+    let mut acknowledged: Vec<(String, String)> = Vec::new();
+    let rt = runtime();
+    for round in 0..60 {
+        let delay = std::time::Duration::from_millis(rng.random_range(0..40));
+        let acked = rt.block_on(async {
+            let mut cmd = tokio::process::Command::new(BIN);
+            cmd.args(["--run", &run.id, "mcp", "--agent", "k"])
+                .current_dir(p.root())
+                .env("HOME", common::test_home(p.root()))
+                .stderr(std::process::Stdio::null());
+            for var in common::CLEARED_ENV {
+                cmd.env_remove(var);
+            }
+            let transport = TokioChildProcess::new(cmd).unwrap();
+            let pid = transport.id().unwrap() as i32;
+            let client = ().serve(transport).await.unwrap();
+            let writer = tokio::spawn(async move {
+                let mut acked = Vec::new();
+                for i in 0.. {
+                    let name = format!("r{round}_{i}");
+                    // Big enough, now and then, to go to an attachment.
+                    let value = if i % 5 == 4 {
+                        format!("{round}:{i}:").repeat(20_000)
+                    } else {
+                        format!("{round}:{i}")
+                    };
+                    let args = json!({"name": name, "value": value});
+                    let Value::Object(args) = args else {
+                        unreachable!()
+                    };
+                    match client
+                        .call_tool(CallToolRequestParams::new("bind").with_arguments(args))
+                        .await
+                    {
+                        Ok(r) if r.is_error != Some(true) => acked.push((name, value)),
+                        _ => break,
+                    }
+                }
+                acked
+            });
+            tokio::time::sleep(delay).await;
+            // SAFETY: kill(2) on the child's pid.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            writer.await.unwrap()
+        });
+        acknowledged.extend(acked);
+    }
+    assert!(acknowledged.len() > 60, "too few binds acknowledged: {}", acknowledged.len());
+    let ok: String = run
+        .conn()
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(ok, "ok");
+    for (name, value) in &acknowledged {
+        assert_eq!(
+            String::from_utf8(run.get(name, None)).unwrap(),
+            *value,
+            "{name}"
+        );
+    }
+    // A new server goes on.
+    runtime().block_on(async {
+        let client = connect(&p, "k", &run).await;
+        assert_eq!(
+            class(&call(&client, "bind", json!({"name": "after", "value": "1"})).await),
+            "ok"
+        );
+        client.cancel().await.unwrap();
+    });
+    // A writer killed while staging an attachment leaves a temporary file, which doctor
+    // reports and --fix removes; after that, nothing is wrong.
+    p.cmd().args(["--run", &run.id, "doctor", "--fix"]).assert();
+    let out = p.cmd().args(["--run", &run.id, "doctor"]).assert();
+    assert_eq!(
+        common::code(&out),
+        0,
+        "{}",
+        String::from_utf8_lossy(&out.get_output().stdout)
+    );
+}
