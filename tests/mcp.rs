@@ -519,7 +519,11 @@ fn servers_killed_mid_write_lose_nothing_acknowledged() {
         });
         acknowledged.extend(acked);
     }
-    assert!(acknowledged.len() > 60, "too few binds acknowledged: {}", acknowledged.len());
+    assert!(
+        acknowledged.len() > 60,
+        "too few binds acknowledged: {}",
+        acknowledged.len()
+    );
     let ok: String = run
         .conn()
         .query_row("PRAGMA integrity_check", [], |r| r.get(0))
@@ -543,7 +547,7 @@ fn servers_killed_mid_write_lose_nothing_acknowledged() {
     });
     // A writer killed while staging an attachment leaves a temporary file, which doctor
     // reports and --fix removes; after that, nothing is wrong.
-    p.cmd().args(["--run", &run.id, "doctor", "--fix"]).assert();
+    let _fixed = p.cmd().args(["--run", &run.id, "doctor", "--fix"]).assert();
     let out = p.cmd().args(["--run", &run.id, "doctor"]).assert();
     assert_eq!(
         common::code(&out),
