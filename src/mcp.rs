@@ -16,7 +16,7 @@
 use crate::cli::{Cli, Global, McpArgs};
 use crate::cmd::{self, Run, Sink};
 use crate::context::Context;
-use crate::error::Code;
+use crate::error::{usage, Code};
 use crate::model::Principal;
 use crate::output::Render;
 use anyhow::Result;
@@ -350,11 +350,6 @@ fn schema(arg: &clap::Arg, p: &Param, served: &Served) -> Value {
         s.insert("default".into(), d);
     }
     Value::Object(s)
-}
-
-/// A refused call, before anything ran: the usage class, as the command line gives it.
-fn usage(message: String) -> anyhow::Error {
-    crate::error::usage(message)
 }
 
 impl Server {

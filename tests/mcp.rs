@@ -33,17 +33,6 @@ fn python() -> Option<PathBuf> {
     None
 }
 
-fn run_of(p: &Project, id: &str) -> Run {
-    let dir = p.root().join(".prose/runs").join(id);
-    Run {
-        id: id.to_string(),
-        db: dir.join("state.db"),
-        dir,
-        root: p.root().to_path_buf(),
-        pg_url: p.pg_url.clone(),
-    }
-}
-
 /// The reference Python SDK spawns the server, lists its tools and runs a small program
 /// through them (tests/fixtures/mcp_client.py: every call's class, the refusals); then the
 /// database shows exactly what the program did, and who did it.
@@ -75,7 +64,7 @@ fn reference_client_drives_a_program(backend: Backend) {
         String::from_utf8_lossy(&out.stderr)
     );
     let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let run = run_of(&p, summary["run_id"].as_str().unwrap());
+    let run = p.run(summary["run_id"].as_str().unwrap());
     let eid = summary["execution_id"].as_i64().unwrap();
     let view = run.view();
 
@@ -127,8 +116,9 @@ fn reference_client_drives_a_program(backend: Backend) {
     );
 }
 
-/// A client of rmcp's own, on a runtime of the test's.
-async fn connect(p: &Project, agent: &str, run: &Run) -> RunningService<RoleClient, ()> {
+/// `prose-state mcp --agent AGENT` for the run, as a client spawns it: in the project root,
+/// with none of the caller's PROSE_* settings.
+fn server(p: &Project, agent: &str, run: &Run) -> TokioChildProcess {
     let mut cmd = tokio::process::Command::new(BIN);
     cmd.args(["--run", &run.id, "mcp", "--agent", agent])
         .current_dir(p.root())
@@ -137,9 +127,12 @@ async fn connect(p: &Project, agent: &str, run: &Run) -> RunningService<RoleClie
     for var in common::CLEARED_ENV {
         cmd.env_remove(var);
     }
-    ().serve(TokioChildProcess::new(cmd).unwrap())
-        .await
-        .unwrap()
+    TokioChildProcess::new(cmd).unwrap()
+}
+
+/// A client of rmcp's own, on a runtime of the test's.
+async fn connect(p: &Project, agent: &str, run: &Run) -> RunningService<RoleClient, ()> {
+    ().serve(server(p, agent, run)).await.unwrap()
 }
 
 async fn call(client: &RunningService<RoleClient, ()>, tool: &str, args: Value) -> CallToolResult {
@@ -313,7 +306,7 @@ on_both!(
 fn kept_connections_follow_the_file() {
     let p = Project::new();
     p.cmd().args(["init", "--run-id", "r1"]).assert().success();
-    let run = run_of(&p, "r1");
+    let run = p.run("r1");
     let count = |name: &str| common::count_rows(&p, &run, "bindings", &format!("name = '{name}'"));
     runtime().block_on(async {
         let client = connect(&p, "w", &run).await;
@@ -477,15 +470,7 @@ fn servers_killed_mid_write_lose_nothing_acknowledged() {
     for round in 0..60 {
         let delay = std::time::Duration::from_millis(rng.random_range(0..40));
         let acked = rt.block_on(async {
-            let mut cmd = tokio::process::Command::new(BIN);
-            cmd.args(["--run", &run.id, "mcp", "--agent", "k"])
-                .current_dir(p.root())
-                .env("HOME", common::test_home(p.root()))
-                .stderr(std::process::Stdio::null());
-            for var in common::CLEARED_ENV {
-                cmd.env_remove(var);
-            }
-            let transport = TokioChildProcess::new(cmd).unwrap();
+            let transport = server(&p, "k", &run);
             let pid = transport.id().unwrap() as i32;
             let client = ().serve(transport).await.unwrap();
             let writer = tokio::spawn(async move {

@@ -165,9 +165,16 @@ impl Project {
             .assert()
             .success();
         let v: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
-        let dir = self.root().join(v["dir"].as_str().unwrap());
+        let run = self.run(v["run_id"].as_str().unwrap());
+        assert_eq!(run.dir, self.root().join(v["dir"].as_str().unwrap()));
+        run
+    }
+
+    /// The run of this project with the given id (made by `init`, or by a tool).
+    pub fn run(&self, id: &str) -> Run {
+        let dir = self.root().join(".prose/runs").join(id);
         Run {
-            id: v["run_id"].as_str().unwrap().to_string(),
+            id: id.to_string(),
             db: dir.join("state.db"),
             dir,
             root: self.root().to_path_buf(),
