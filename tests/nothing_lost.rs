@@ -136,6 +136,11 @@ fn killed_large_rebinds_never_show_uncommitted_bytes(b: Backend) {
             killed += 1;
             life *= 1.05;
         }
+        // On PostgreSQL a killed writer's COMMIT may still be on its way through the server
+        // after the process is gone: what committed is settled only once its session is.
+        if let Some(url) = &run.pg_url {
+            pg::await_no_other_sessions(url);
+        }
         // What committed, and what get returns.
         let a = run.cmd().args(["--json", "get", "big"]).assert().success();
         let summary = stdout_json(&a)["value"].as_str().unwrap().to_string();

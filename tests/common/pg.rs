@@ -321,3 +321,28 @@ fn start_cluster() -> Result<String, String> {
         }
     }
 }
+
+/// Waits (at most 30 s) until no session but this one is connected to the URL's database: a
+/// killed client's session, and whatever it had sent (a COMMIT), is then finished.
+pub fn await_no_other_sessions(url: &str) {
+    let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        let others: i64 = c
+            .query_one(
+                "SELECT COUNT(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        if others == 0 {
+            return;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "{others} sessions still connected after 30 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
