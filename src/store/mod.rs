@@ -18,6 +18,47 @@ pub fn keep_connections() {
 pub fn keeping() -> bool {
     KEEPING.load(std::sync::atomic::Ordering::Relaxed)
 }
+
+/// Connections kept for the next open, under a key saying what they may be used again for
+/// (SQLite: the file; PostgreSQL: the server). Only while [`keeping`]; at most `most` are
+/// kept, the newest.
+pub struct Kept<C> {
+    kept: std::sync::Mutex<Vec<(String, C)>>,
+    most: usize,
+}
+
+impl<C> Kept<C> {
+    pub const fn new(most: usize) -> Self {
+        Kept {
+            kept: std::sync::Mutex::new(Vec::new()),
+            most,
+        }
+    }
+
+    /// A kept connection under `key`, if any; the kept ones `stale` names are closed first.
+    pub fn take(&self, key: &str, stale: impl Fn(&str, &C) -> bool) -> Option<C> {
+        if !keeping() {
+            return None;
+        }
+        let mut kept = self.kept.lock().ok()?;
+        kept.retain(|(k, c)| !stale(k, c));
+        let at = kept.iter().rposition(|(k, _)| k == key)?;
+        Some(kept.swap_remove(at).1)
+    }
+
+    /// Keeps a connection (while [`keeping`]; otherwise it is closed).
+    pub fn give(&self, key: String, conn: C) {
+        if !keeping() {
+            return;
+        }
+        if let Ok(mut kept) = self.kept.lock() {
+            if kept.len() >= self.most {
+                kept.remove(0);
+            }
+            kept.push((key, conn));
+        }
+    }
+}
 pub mod sqlite_schema;
 pub mod tx;
 

@@ -1890,34 +1890,19 @@ impl Drop for PgStore {
     }
 }
 
-/// Server connections kept for the next open in a long-lived process (the MCP server): a
-/// connection (and its TLS session) costs several round trips, most of a small call.
+/// Server connections kept for the next open in a long-lived process (the MCP server), per
+/// URL: a connection (and its TLS session) costs several round trips, most of a small call.
 mod pool {
     use postgres::Client;
-    use std::sync::Mutex;
 
-    /// At most this many connections are kept (the newest).
-    const KEPT: usize = 8;
+    static KEPT: crate::store::Kept<Client> = crate::store::Kept::new(8);
 
-    static KEPT_CONNECTIONS: Mutex<Vec<(String, Client)>> = Mutex::new(Vec::new());
-
-    /// A kept connection to this server, if any.
+    /// A kept connection to this server, if any; those the server has closed are dropped.
     pub fn take(url: &str) -> Option<Client> {
-        if !crate::store::keeping() {
-            return None;
-        }
-        let mut kept = KEPT_CONNECTIONS.lock().ok()?;
-        kept.retain(|(_, c)| !c.is_closed());
-        let at = kept.iter().rposition(|(u, _)| u == url)?;
-        Some(kept.swap_remove(at).1)
+        KEPT.take(url, |_, c| c.is_closed())
     }
 
     pub fn give(url: &str, client: Client) {
-        if let Ok(mut kept) = KEPT_CONNECTIONS.lock() {
-            if kept.len() >= KEPT {
-                kept.remove(0);
-            }
-            kept.push((url.to_string(), client));
-        }
+        KEPT.give(url.to_string(), client);
     }
 }

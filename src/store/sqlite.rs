@@ -1434,47 +1434,35 @@ impl Drop for SqliteStore {
 
 /// Connections kept for the next open of the same state.db, in a long-lived process (the MCP
 /// server): opening one parses the whole schema, which is most of what a small `get` costs.
-/// A kept connection is used again only for the very same file: a run directory removed and
-/// made again under the same id is another file (device and inode), and its kept connection
-/// is closed instead.
+/// A kept connection is used again only for the very same file (its path, device and inode:
+/// a run directory removed and made again under the same id is another file, and the kept
+/// connection, which holds the old inode open so that its number cannot be reused, is
+/// closed instead).
 pub mod pool {
     use rusqlite::Connection;
     use std::os::unix::fs::MetadataExt;
-    use std::path::{Path, PathBuf};
-    use std::sync::Mutex;
+    use std::path::Path;
 
-    /// At most this many connections are kept (the newest).
-    const KEPT: usize = 32;
-
-    /// A kept connection: the path it was opened by, the file's (device, inode), the connection.
-    type Kept = (PathBuf, (u64, u64), Connection);
-
-    static KEPT_CONNECTIONS: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
+    static KEPT: crate::store::Kept<Connection> = crate::store::Kept::new(32);
 
     pub use crate::store::keeping as enabled;
 
-    /// A kept connection to this file, if any.
+    /// The key of a file: its path, then its identity.
+    fn key(path: &Path, file: &std::fs::Metadata) -> (String, String) {
+        let path = format!("{}\0", path.display());
+        let id = format!("{path}{}:{}", file.dev(), file.ino());
+        (path, id)
+    }
+
+    /// A kept connection to this file, if any; those to a file since replaced are closed.
     pub fn take(path: &Path, file: &std::fs::Metadata) -> Option<Connection> {
-        if !enabled() {
-            return None;
-        }
-        let id = (file.dev(), file.ino());
-        let mut kept = KEPT_CONNECTIONS.lock().ok()?;
-        // Connections to files that are gone, or replaced, are closed.
-        kept.retain(|(p, i, _)| p != path || *i == id);
-        let at = kept.iter().rposition(|(p, _, _)| p == path)?;
-        Some(kept.swap_remove(at).2)
+        let (path, id) = key(path, file);
+        KEPT.take(&id, |k, _| k.starts_with(&path) && k != id)
     }
 
     pub fn give(path: &Path, conn: Connection) {
-        let Ok(file) = std::fs::metadata(path) else {
-            return;
-        };
-        if let Ok(mut kept) = KEPT_CONNECTIONS.lock() {
-            if kept.len() >= KEPT {
-                kept.remove(0);
-            }
-            kept.push((path.to_path_buf(), (file.dev(), file.ino()), conn));
+        if let Ok(file) = std::fs::metadata(path) {
+            KEPT.give(key(path, &file).1, conn);
         }
     }
 }
