@@ -191,3 +191,27 @@ CREATE INDEX IF NOT EXISTS idx_bindings_run_id ON openprose.bindings(run_id);
 CREATE INDEX IF NOT EXISTS idx_agent_segments_lookup ON openprose.agent_segments(agent_name, run_id);
 CREATE INDEX IF NOT EXISTS idx_gates_status ON openprose.gates(status);
 CREATE INDEX IF NOT EXISTS idx_gate_audit_run ON openprose.gate_audit_log(run_id, id);
+
+-- Large binding values, kept on the server so that every machine with the URL reads them
+-- (schema 4). A value is a blob: its bytes in chunks of `chunk_bytes` (the last may be
+-- shorter), numbered from 0, and one `attachments` row written in the same transaction as
+-- the last chunk, which says the blob is whole. A binding links a blob by
+-- `attachment_path = 'server:' || blob`. Chunks are stored uncompressed (STORAGE EXTERNAL):
+-- values arrive at line speed, and a range read fetches only the chunks it needs.
+CREATE TABLE IF NOT EXISTS openprose.attachment_chunks (
+    run_id TEXT NOT NULL REFERENCES openprose.run(id) ON DELETE CASCADE,
+    blob TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    data BYTEA NOT NULL,
+    PRIMARY KEY (run_id, blob, seq)
+);
+ALTER TABLE openprose.attachment_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
+CREATE TABLE IF NOT EXISTS openprose.attachments (
+    run_id TEXT NOT NULL REFERENCES openprose.run(id) ON DELETE CASCADE,
+    blob TEXT NOT NULL,
+    bytes BIGINT NOT NULL,
+    chunk_bytes INTEGER NOT NULL,
+    sha256 TEXT NOT NULL,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
+    PRIMARY KEY (run_id, blob)
+);

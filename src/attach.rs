@@ -16,6 +16,7 @@
 
 use crate::error::{refused, shown, usage};
 use crate::run::ATTACHMENTS_DIR;
+use crate::store::{Store, SERVER_PREFIX};
 use anyhow::{Context, Result};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -30,6 +31,25 @@ pub const TEMP_PREFIX: &str = ".prose-tmp-";
 pub enum Staged {
     Inline(String),
     File(StagedFile),
+    /// Uploaded whole into the store (PostgreSQL), not linked yet; the store holds it for
+    /// this process until `end_upload`.
+    Server(StagedBlob),
+}
+
+/// A value uploaded into the store under its own blob name.
+pub struct StagedBlob {
+    pub blob: String,
+    /// The path stored in the row: `server:` and the blob.
+    pub rel: String,
+    pub bytes: u64,
+}
+
+/// Where a value too large to keep inline goes.
+pub enum Dest<'a> {
+    /// A file in this run directory's `attachments/`.
+    Dir(&'a Path),
+    /// The store itself ([`Store::keeps_values`]).
+    Store(&'a mut dyn Store),
 }
 
 /// An attachment written and synced under a temporary name, waiting to be published. It
@@ -141,6 +161,13 @@ pub fn contained(rel: &str) -> Result<&str> {
 /// Opens the attachment a row names, for reading, without following any symlink.
 pub fn open(run_dir: &Path, rel: &str) -> Result<(File, PathBuf), OpenError> {
     let file = contained(rel).map_err(OpenError::Refused)?;
+    let path = run_dir.join(ATTACHMENTS_DIR).join(file);
+    // No attachments directory (a run whose files are on another machine): missing.
+    if fs::symlink_metadata(run_dir.join(ATTACHMENTS_DIR))
+        .is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
+    {
+        return Err(OpenError::Missing(path));
+    }
     let dir = dir(run_dir, false).map_err(OpenError::Refused)?;
     let path = dir.join(file);
     match open_nofollow(&path) {
@@ -202,13 +229,13 @@ fn create_locked(dir: &Path, file_name: &str) -> Result<(File, PathBuf)> {
 }
 
 /// Reads a value from `input`. Up to `inline_max` bytes it is returned inline; beyond that it
-/// is streamed into a locked temporary attachment file. Either way it must be valid UTF-8.
-/// `require_bytes` refuses an input that ends before its first byte (stdin that was never
-/// given a value, such as `/dev/null`).
+/// is streamed to `dest`: into a locked temporary attachment file, or uploaded into the store.
+/// Either way it must be valid UTF-8. `require_bytes` refuses an input that ends before its
+/// first byte (stdin that was never given a value, such as `/dev/null`).
 pub fn stage(
     input: &mut dyn Read,
     inline_max: u64,
-    run_dir: &Path,
+    dest: Dest,
     name: &str,
     execution_id: Option<i64>,
     require_bytes: bool,
@@ -233,26 +260,73 @@ pub fn stage(
     }
 
     // Named only now: an inline value needs no file name (and no random number).
-    let file_name = &file_name(name, execution_id);
+    let file_name = file_name(name, execution_id);
+    let run_dir = match dest {
+        Dest::Dir(run_dir) => run_dir,
+        Dest::Store(store) => {
+            let mut upload = store.upload(&file_name)?;
+            let bytes = pour(head, input, Some(&mut check), &mut |b| upload.write(b))?;
+            upload.finish()?;
+            return Ok(Staged::Server(StagedBlob {
+                rel: format!("{SERVER_PREFIX}{file_name}"),
+                blob: file_name,
+                bytes,
+            }));
+        }
+    };
     let dir = dir(run_dir, true)?;
-    let (mut out, tmp) = create_locked(&dir, file_name)?;
+    let (mut out, tmp) = create_locked(&dir, &file_name)?;
     let lock = out.try_clone()?;
     let mut staged = StagedFile {
         _lock: lock,
-        dest: dir.join(file_name),
+        dest: dir.join(&file_name),
         rel: format!("{ATTACHMENTS_DIR}/{file_name}"),
         tmp,
         dir,
         bytes: 0,
         published: false,
     };
+    let dest = staged.dest.clone();
     let write_err = |e: io::Error| {
-        anyhow::Error::new(e).context(format!(
-            "could not write attachment: {}",
-            staged.dest.display()
-        ))
+        anyhow::Error::new(e).context(format!("could not write attachment: {}", dest.display()))
     };
-    out.write_all(&head).map_err(write_err)?;
+    let total = pour(head, input, Some(&mut check), &mut |b| {
+        out.write_all(b).map_err(write_err)
+    })?;
+    out.sync_all().map_err(write_err)?;
+    staged.bytes = total;
+    Ok(Staged::File(staged))
+}
+
+/// Uploads the bytes of `input` into the store as a new blob named after the binding; its
+/// `server:` path. For a value already kept (`doctor --fix` moving an attachment file to the
+/// server): its bytes go as they are.
+pub fn upload(
+    input: &mut dyn Read,
+    store: &mut dyn Store,
+    name: &str,
+    execution_id: Option<i64>,
+) -> Result<StagedBlob> {
+    let blob = file_name(name, execution_id);
+    let mut upload = store.upload(&blob)?;
+    let bytes = pour(Vec::new(), input, None, &mut |b| upload.write(b))?;
+    upload.finish()?;
+    Ok(StagedBlob {
+        rel: format!("{SERVER_PREFIX}{blob}"),
+        blob,
+        bytes,
+    })
+}
+
+/// Writes `head`, then the rest of `input`, through `write`, checking UTF-8 as it goes when
+/// asked; the bytes written.
+fn pour(
+    head: Vec<u8>,
+    input: &mut dyn Read,
+    mut check: Option<&mut Utf8Check>,
+    write: &mut dyn FnMut(&[u8]) -> Result<()>,
+) -> Result<u64> {
+    write(&head)?;
     let mut total = head.len() as u64;
     drop(head);
     let mut buf = vec![0u8; 256 * 1024];
@@ -263,14 +337,16 @@ pub fn stage(
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(anyhow::Error::new(e).context("could not read the value")),
         };
-        check.feed(&buf[..n])?;
-        out.write_all(&buf[..n]).map_err(write_err)?;
+        if let Some(check) = check.as_deref_mut() {
+            check.feed(&buf[..n])?;
+        }
+        write(&buf[..n])?;
         total += n as u64;
     }
-    check.finish()?;
-    out.sync_all().map_err(write_err)?;
-    staged.bytes = total;
-    Ok(Staged::File(staged))
+    if let Some(check) = check {
+        check.finish()?;
+    }
+    Ok(total)
 }
 
 /// Whether a live process holds the lock of an attachment or temporary file: a writer that

@@ -127,21 +127,27 @@ impl Context {
     /// The run `--run` names (or `run_arg`, for commands that take it as an argument): a run
     /// id, a run directory or a state.db path, or an id known only to the server.
     pub fn open_run(&self, run_arg: Option<&str>) -> Result<(RunPaths, Box<dyn Store>)> {
-        let paths = match run::locate(self.root.as_deref(), run_arg) {
-            Ok(paths) => paths,
+        let paths = self.locate(run_arg)?;
+        let store = self.open(&paths)?;
+        Ok((paths, store))
+    }
+
+    /// Where the run `run_arg` names is, or would be: a run here, or an id the project's
+    /// server may hold (checked when it is opened).
+    fn locate(&self, run_arg: Option<&str>) -> Result<RunPaths> {
+        match run::locate(self.root.as_deref(), run_arg) {
+            Ok(paths) => Ok(paths),
             Err(e) => match run_arg {
                 Some(id)
                     if crate::error::code_of(&e) == Some(crate::error::Code::NotFound)
                         && crate::model::check_run_id(id).is_ok()
                         && self.uses_postgres() =>
                 {
-                    RunPaths::in_dir(self.runs_dir.join(id))
+                    Ok(RunPaths::in_dir(self.runs_dir.join(id)))
                 }
-                _ => return Err(e),
+                _ => Err(e),
             },
-        };
-        let store = self.open(&paths)?;
-        Ok((paths, store))
+        }
     }
 
     /// The run of `--run`.
@@ -153,7 +159,7 @@ impl Context {
     /// every run (an exported PROSE_RUN does not narrow a listing).
     pub fn runs(&self) -> Result<Vec<RunPaths>> {
         match &self.run_flag {
-            Some(r) => Ok(vec![run::locate(self.root.as_deref(), Some(r))?]),
+            Some(r) => Ok(vec![self.locate(Some(r))?]),
             None => self.all_runs(),
         }
     }

@@ -75,15 +75,29 @@ pub fn run(args: &BindArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Bou
             "--summary applies to a value given whole, not to --append or --merge",
         ));
     }
-    let (value, summary, bytes, mut file) = if update.is_some() {
-        (String::new(), String::new(), 0, None)
+    let attached = |bytes: u64, rel: &str| {
+        let summary = args
+            .summary
+            .clone()
+            .unwrap_or_else(|| format!("Attachment of {bytes} bytes - see {rel}"));
+        (summary.clone(), summary, bytes)
+    };
+    let (value, summary, bytes, mut file, blob) = if update.is_some() {
+        (String::new(), String::new(), 0, None, None)
     } else {
         let (mut input, from_stdin) =
             super::value_source(args.value.as_deref(), args.file.as_deref())?;
+        // A large value goes where the store keeps them: on a server, into the server (every
+        // machine reads it); else a file in the run directory.
+        let dest = if store.keeps_values() {
+            attach::Dest::Store(&mut *store)
+        } else {
+            attach::Dest::Dir(&run.dir)
+        };
         let staged = attach::stage(
             &mut input,
             args.attach_over,
-            &run.dir,
+            dest,
             &args.name,
             args.execution_id,
             from_stdin,
@@ -92,18 +106,22 @@ pub fn run(args: &BindArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Bou
             Staged::Inline(text) => {
                 let summary = args.summary.clone().unwrap_or_else(|| one_line(&text, 100));
                 let bytes = text.len() as u64;
-                (text, summary, bytes, None)
+                (text, summary, bytes, None, None)
             }
             Staged::File(f) => {
-                let summary = args
-                    .summary
-                    .clone()
-                    .unwrap_or_else(|| format!("Attachment of {} bytes - see {}", f.bytes, f.rel));
-                (summary.clone(), summary, f.bytes, Some(f))
+                let (value, summary, bytes) = attached(f.bytes, &f.rel);
+                (value, summary, bytes, Some(f), None)
+            }
+            Staged::Server(b) => {
+                let (value, summary, bytes) = attached(b.bytes, &b.rel);
+                (value, summary, bytes, None, Some(b))
             }
         }
     };
-    let attachment_path = file.as_ref().map(|f| f.rel.clone());
+    let attachment_path = file
+        .as_ref()
+        .map(|f| f.rel.clone())
+        .or(blob.as_ref().map(|b| b.rel.clone()));
     let outcome = store.bind(
         &NewBinding {
             name: &args.name,
@@ -120,7 +138,16 @@ pub fn run(args: &BindArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Bou
             Some(f) => f.publish(),
             None => Ok(()),
         },
-    )?;
+    );
+    if let Some(b) = &blob {
+        // Linked, or refused: a blob no row links is deleted now (a refused bind leaves
+        // nothing behind), and either way it is no longer this process's upload.
+        if outcome.is_err() {
+            let _ = store.release_attachment(&b.rel, &mut || Ok(()));
+        }
+        let _ = store.end_upload(&b.blob);
+    }
+    let outcome = outcome?;
     if let Some(old) = outcome.replaced_attachment {
         // The bind has committed; the previous version's file is referenced by no row now. One
         // that cannot be removed is only clutter that `doctor --fix` collects, never a wrong

@@ -4,9 +4,11 @@ use super::{over_runs, Run};
 use crate::attach::{self, TEMP_PREFIX};
 use crate::cli::DoctorArgs;
 use crate::context::Context;
+use crate::error::shown;
 use crate::output::Render;
 use crate::run::{RunPaths, ATTACHMENTS_DIR};
 use crate::store::chain::Integrity;
+use crate::store::{server_blob, BindingRow, Store, SERVER_PREFIX};
 use anyhow::Result;
 use serde::Serialize;
 use std::collections::HashSet;
@@ -108,6 +110,7 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
         // symlink is followed, and a file a live writer holds locked is never touched.
         let bindings = store.bindings()?;
         let mut referenced = HashSet::new();
+        let on_server = store.keeps_values();
         for b in &bindings {
             let Some(rel) = &b.attachment_path else {
                 continue;
@@ -116,8 +119,43 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
             let scope = b
                 .execution_id
                 .map_or("root".into(), |e| format!("execution {e}"));
+            if let Some(blob) = server_blob(rel) {
+                if store.blob_len(blob)?.is_none() {
+                    problem(
+                        "missing attachment",
+                        format!(
+                            "binding {} ({scope}) points at {}, which the server does not hold whole",
+                            b.name,
+                            shown(rel)
+                        ),
+                        false,
+                    );
+                }
+                continue;
+            }
             match attach::open(&run.dir, rel) {
+                // On a server, a value kept as a file is read only on this machine: --fix
+                // uploads it and points the binding at the server's copy.
+                Ok((mut file, path)) if on_server => {
+                    let fixed = req.fix && upload_local(store, b, rel, &mut file, &path, run)?;
+                    problem(
+                        "local attachment",
+                        format!(
+                            "binding {} ({scope}) is kept in {rel} on this machine only; other machines cannot read it",
+                            b.name
+                        ),
+                        fixed,
+                    );
+                }
                 Ok(_) => {}
+                Err(attach::OpenError::Missing(_)) if on_server => problem(
+                    "missing attachment",
+                    format!(
+                        "binding {} ({scope}) points at {rel}, which is not on this machine (run `prose-state doctor --fix` on the machine that bound it, to upload it)",
+                        b.name
+                    ),
+                    false,
+                ),
                 Err(attach::OpenError::Missing(_)) => problem(
                     "missing attachment",
                     format!(
@@ -188,6 +226,33 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
                 }
             }
         }
+        // Values on the server that no binding links: what a bind that failed or was killed
+        // after its upload left, and not a live upload's.
+        for blob in store.blobs()? {
+            let rel = format!("{SERVER_PREFIX}{}", blob.blob);
+            if blob.in_upload || referenced.contains(&rel) {
+                continue;
+            }
+            // Checked again, and deleted, under the run's write lock.
+            let unreferenced = if req.fix {
+                store.release_attachment(&rel, &mut || Ok(()))?
+            } else {
+                !store.attachment_referenced(&rel)?
+            };
+            if unreferenced {
+                let size = blob
+                    .bytes
+                    .map_or("an incomplete upload".to_string(), |b| format!("{b} bytes"));
+                problem(
+                    "unreferenced value",
+                    format!(
+                        "{} ({size}) on the server is linked by no binding",
+                        shown(&rel)
+                    ),
+                    unreferenced && req.fix,
+                );
+            }
+        }
         // A run still `running` with no event for too long.
         let summary = store.run_summary(&now)?;
         if summary.run.status == Some(crate::model::RunStatus::Running) {
@@ -245,6 +310,31 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
         runs_checked: runs.len(),
         problems,
     })
+}
+
+/// Uploads a binding's local attachment file to the server and points the binding at it; the
+/// file goes once nothing references it. False when the binding changed meanwhile (its new
+/// value needs nothing).
+fn upload_local(
+    store: &mut dyn Store,
+    b: &BindingRow,
+    rel: &str,
+    file: &mut std::fs::File,
+    path: &std::path::Path,
+    run: &RunPaths,
+) -> Result<bool> {
+    let staged = attach::upload(file, store, &b.name, b.execution_id)
+        .map_err(|e| e.context(format!("could not upload {} to the server", path.display())))?;
+    let moved = store.relink(&b.name, b.execution_id, rel, &staged.rel);
+    if !matches!(moved, Ok(true)) {
+        let _ = store.release_attachment(&staged.rel, &mut || Ok(()));
+    }
+    let _ = store.end_upload(&staged.blob);
+    if moved? {
+        let _ = store.release_attachment(rel, &mut || attach::remove(&run.dir, rel));
+        return Ok(true);
+    }
+    Ok(false)
 }
 
 impl Run for DoctorArgs {

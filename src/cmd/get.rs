@@ -3,14 +3,13 @@ use crate::cli::GetArgs;
 use crate::error::{not_found, shown};
 use crate::output::{visible, Render};
 use crate::run::RunPaths;
-use crate::store::{BindingRow, Store};
+use crate::store::{server_blob, BindingRow, Store, SERVER_PREFIX};
 use anyhow::{Context, Result};
 use serde::Serialize;
-use std::fs::File;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 
 /// A binding found through the scope chain.
-#[derive(Debug, Serialize)]
+#[derive(Serialize)]
 pub struct Got {
     #[serde(flatten)]
     pub row: BindingRow,
@@ -29,7 +28,20 @@ pub struct Got {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub length: Option<u64>,
     #[serde(skip)]
-    content: Option<File>,
+    content: Option<Box<dyn Read>>,
+    /// A value kept in the store, to stream from it once the command is done with the store.
+    #[serde(skip)]
+    blob: Option<String>,
+}
+
+impl std::fmt::Debug for Got {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Got")
+            .field("row", &self.row)
+            .field("bytes", &self.bytes)
+            .field("blob", &self.blob)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Render for Got {
@@ -41,7 +53,7 @@ impl Render for Got {
             (None, false) => w.write_all(self.row.value.as_deref().unwrap_or_default()),
             (Some(mut file), true) => {
                 let mut bytes = Vec::new();
-                io::Read::read_to_end(&mut file, &mut bytes)?;
+                file.read_to_end(&mut bytes)?;
                 w.write_all(visible(&String::from_utf8_lossy(&bytes)).as_bytes())
             }
             (None, true) => {
@@ -160,56 +172,84 @@ pub fn explain(args: &GetArgs, store: &mut dyn Store) -> Result<Explained> {
 
 pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got> {
     // A rebind commits its new file and then removes the previous one: a row read just
-    // before may name a file already gone. The lookup is then made again, a few times.
+    // before may name a file already gone. The lookup is then made again, a few times. A
+    // value kept in the store is read in one snapshot with its row instead: never gone.
     let mut tries = 0;
+    let mut snapshot = false;
     loop {
         let (found, _) = lookup(args, store)?;
         let found = found.context("binding vanished during lookup")?;
-        let row = found.row;
-        let (content, bytes, attachment) = match row.attachment_path.as_deref() {
-            Some(rel) if !rel.is_empty() => match attach::open(&run.dir, rel) {
-                Ok((file, path)) => {
-                    let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
-                    (Some(file), bytes, Some(path.display().to_string()))
-                }
-                Err(OpenError::Missing(_)) if tries < 5 => {
-                    tries += 1;
-                    continue;
-                }
-                Err(OpenError::Missing(path)) => {
-                    return Err(anyhow::anyhow!(
-                        "attachment of binding {} cannot be read: No such file or directory: {}",
-                        shown(&row.name),
-                        path.display()
-                    ))
-                }
-                Err(OpenError::Refused(e) | OpenError::Other(e)) => return Err(e),
-            },
-            _ => (None, row.value.as_ref().map_or(0, |v| v.len() as u64), None),
-        };
-        let mut row = row;
-        let mut content = content;
+        let mut row = found.row;
+        let rel = row.attachment_path.clone().filter(|r| !r.is_empty());
+        let blob = rel.as_deref().and_then(server_blob).map(str::to_string);
+        if blob.is_some() && !snapshot {
+            // Looked up again inside the snapshot, so the row and its chunks are one version.
+            store.snapshot()?;
+            snapshot = true;
+            continue;
+        }
+        let (mut file, bytes, attachment): (Option<std::fs::File>, _, _) =
+            match (rel.as_deref(), blob.as_deref()) {
+                (_, Some(blob)) => match store.blob_len(blob)? {
+                    Some(bytes) => (None, bytes, None),
+                    None => {
+                        return Err(anyhow::anyhow!(
+                            "attachment of binding {} cannot be read: {}{} is not on the server (run `prose-state doctor`)",
+                            shown(&row.name),
+                            SERVER_PREFIX,
+                            shown(blob)
+                        ))
+                    }
+                },
+                (Some(rel), None) => match attach::open(&run.dir, rel) {
+                    Ok((file, path)) => {
+                        let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
+                        (Some(file), bytes, Some(path.display().to_string()))
+                    }
+                    Err(OpenError::Missing(_)) if tries < 5 => {
+                        tries += 1;
+                        continue;
+                    }
+                    Err(OpenError::Missing(path)) => {
+                        let elsewhere = if store.keeps_values() {
+                            " (a file on the machine that bound it: run `prose-state doctor --fix` there to upload it to the server)"
+                        } else {
+                            ""
+                        };
+                        return Err(anyhow::anyhow!(
+                            "attachment of binding {} cannot be read: No such file or directory: {}{elsewhere}",
+                            shown(&row.name),
+                            path.display()
+                        ));
+                    }
+                    Err(OpenError::Refused(e) | OpenError::Other(e)) => return Err(e),
+                },
+                (None, _) => (None, row.value.as_ref().map_or(0, |v| v.len() as u64), None),
+            };
         let (mut offset, mut length) = (None, None);
+        let mut whole_blob = blob.clone();
         if args.offset.is_some() || args.length.is_some() {
             // A part of the value, the attachment's or the row's: the value is then exactly
             // those bytes, and `bytes` still the whole value's length.
             let start = args.offset.unwrap_or(0).min(bytes);
             let want = args.length.unwrap_or(u64::MAX).min(bytes - start);
-            let part = match content.take() {
-                Some(mut file) => {
-                    use std::io::{Read, Seek, SeekFrom};
+            let part = match (file.take(), blob.as_deref()) {
+                (_, Some(blob)) => store.read_blob(blob, start, want)?,
+                (Some(mut file), None) => {
+                    use std::io::{Seek, SeekFrom};
                     file.seek(SeekFrom::Start(start))?;
                     let mut part = Vec::with_capacity(want as usize);
                     file.take(want).read_to_end(&mut part)?;
                     part
                 }
-                None => row.value.as_deref().unwrap_or_default()
+                (None, None) => row.value.as_deref().unwrap_or_default()
                     [start as usize..(start + want) as usize]
                     .to_vec(),
             };
             offset = Some(start);
             length = Some(part.len() as u64);
             row.value = Some(part);
+            whole_blob = None;
         }
         return Ok(Got {
             offset,
@@ -222,7 +262,8 @@ pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got>
             depth: found.depth,
             bytes,
             attachment,
-            content,
+            content: file.map(|f| Box::new(f) as Box<dyn Read>),
+            blob: whole_blob,
             row,
         });
     }
@@ -243,7 +284,12 @@ impl super::Run for GetArgs {
         Ok(if self.explain {
             Lookup::Explained(explain(self, store.as_mut())?)
         } else {
-            Lookup::Value(run(self, &paths, store.as_mut())?)
+            let mut got = run(self, &paths, store.as_mut())?;
+            // A value kept in the store streams from it, in the snapshot its row was read in.
+            if let Some(blob) = got.blob.take() {
+                got.content = Some(store.into_blob_reader(&blob)?);
+            }
+            Lookup::Value(got)
         })
     }
 }

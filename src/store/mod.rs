@@ -133,6 +133,36 @@ pub struct BindOutcome {
     pub version: Option<i64>,
 }
 
+/// How an `attachment_path` names a value kept in the store itself (PostgreSQL) rather than a
+/// file in the run directory: `server:` and the blob's name.
+pub const SERVER_PREFIX: &str = "server:";
+
+/// The blob a `server:` attachment path names.
+pub fn server_blob(attachment_path: &str) -> Option<&str> {
+    attachment_path
+        .strip_prefix(SERVER_PREFIX)
+        .filter(|b| !b.is_empty())
+}
+
+/// A large value on its way into the store, in a transaction of its own (no run lock held):
+/// bytes in order, then `finish`, which commits the blob whole. Dropped unfinished, nothing
+/// of it is kept.
+pub trait Upload {
+    fn write(&mut self, bytes: &[u8]) -> Result<()>;
+    fn finish(self: Box<Self>) -> Result<()>;
+}
+
+/// A blob the store holds: whole (with its length and digest) or a part an upload left.
+#[derive(Debug, Clone)]
+pub struct BlobInfo {
+    pub blob: String,
+    /// None: chunks with no `attachments` row (never whole).
+    pub bytes: Option<i64>,
+    pub sha256: Option<String>,
+    /// A live upload holds it (not linked yet): none of a collector's business.
+    pub in_upload: bool,
+}
+
 /// The head of a stored binding: kind, attachment path, version.
 pub type BindingHead = (Option<String>, Option<String>, i64);
 
@@ -631,6 +661,13 @@ pub fn decision_metadata(gate: &GateRow, d: &Decision) -> serde_json::Value {
     metadata
 }
 
+fn not_kept(blob: &str) -> anyhow::Error {
+    crate::error::refused(format!(
+        "this store keeps no values of its own; attachment {SERVER_PREFIX}{} cannot be read here",
+        crate::error::shown(blob)
+    ))
+}
+
 /// The operations every backend provides for one run.
 pub trait Store: AgentStore {
     /// Where this run's state is, for messages: a state.db path, or the server's URL with the
@@ -668,6 +705,62 @@ pub trait Store: AgentStore {
 
     /// Whether any binding references this attachment path (one statement, no lock).
     fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool>;
+
+    /// Whether large values are kept in the store itself (`server:` attachments, every
+    /// machine reads them) rather than as files in the run directory on one machine.
+    fn keeps_values(&self) -> bool {
+        false
+    }
+
+    /// Starts uploading a new blob. The upload is marked as this process's until
+    /// [`Store::end_upload`] (or until the process ends), so that nothing collects it before
+    /// its binding commits.
+    fn upload(&mut self, _blob: &str) -> Result<Box<dyn Upload + '_>> {
+        Err(anyhow::anyhow!("this store keeps large values as files"))
+    }
+
+    /// The upload of `blob` is linked or discarded: it is no longer this process's.
+    fn end_upload(&mut self, _blob: &str) -> Result<()> {
+        Ok(())
+    }
+
+    /// From here on, every read of this store sees one snapshot, until it is dropped (so a
+    /// value read in parts is never half one version and half the next).
+    fn snapshot(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    /// A whole blob's length; None when the store has no such whole blob.
+    fn blob_len(&mut self, _blob: &str) -> Result<Option<u64>> {
+        Ok(None)
+    }
+
+    /// `len` bytes of a blob from `offset` (fewer at its end).
+    fn read_blob(&mut self, blob: &str, _offset: u64, _len: u64) -> Result<Vec<u8>> {
+        Err(not_kept(blob))
+    }
+
+    /// A blob's bytes as a stream, read in the store's snapshot; the store goes with it.
+    fn into_blob_reader(self: Box<Self>, blob: &str) -> Result<Box<dyn std::io::Read>> {
+        Err(not_kept(blob))
+    }
+
+    /// Every blob of the run, whole or not (for `doctor`).
+    fn blobs(&mut self) -> Result<Vec<BlobInfo>> {
+        Ok(Vec::new())
+    }
+
+    /// Points the binding of (name, scope) whose attachment is `old` at `new` instead
+    /// (`rules::relink`): false when it no longer points at `old`.
+    fn relink(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+        old: &str,
+        new: &str,
+    ) -> Result<bool> {
+        rules::relink(self.begin(rules::BIND)?, name, execution_id, old, new)
+    }
 
     /// Whether an execution row with this id exists.
     fn execution_exists(&mut self, id: i64) -> Result<bool>;

@@ -20,13 +20,15 @@ use postgres::types::{ToSql, Type};
 use postgres::{Client, GenericClient, Row, Transaction};
 
 /// The version in openprose.schema_version written by this build.
-pub const POSTGRES_SCHEMA_VERSION: i32 = 3;
+pub const POSTGRES_SCHEMA_VERSION: i32 = 4;
 
 /// What a binary must understand to read this build's schema, and to write it safely.
 const MIN_READER: i32 = 1;
 const MIN_WRITER: i32 = 3;
 
 const SCHEMA: &str = include_str!("../../schema/postgres.sql");
+
+mod blobs;
 
 /// Any constant: the advisory lock that serialises schema changes across processes.
 const MIGRATION_LOCK: i64 = 0x7072_6f73_6573_7401;
@@ -262,6 +264,10 @@ pub struct PgStore {
     run_id: Option<String>,
     shown_url: String,
     busy_ms: u64,
+    /// This session may hold upload locks (`blobs`): released before it is kept.
+    uploading: bool,
+    /// A read-only snapshot is open on this session (`Store::snapshot`).
+    in_snapshot: bool,
 }
 
 fn map_err(e: postgres::Error, shown_url: &str, busy_ms: u64) -> anyhow::Error {
@@ -385,6 +391,8 @@ impl PgStore {
             busy_ms,
             access: Access::Current,
             version: POSTGRES_SCHEMA_VERSION as i64,
+            uploading: false,
+            in_snapshot: false,
         };
         // Every open sets the session up again (time zone, lock timeout), kept or not.
         let started = store.start();
@@ -694,6 +702,28 @@ impl Tx for PgTx<'_> {
     fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
         let run = self.run()?;
         attachment_referenced(&mut self.tx, &run, attachment_path)
+    }
+
+    fn set_attachment_path(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+        attachment_path: &str,
+    ) -> Result<()> {
+        let run = self.run()?;
+        self.tx
+            .execute(
+                "UPDATE openprose.bindings SET attachment_path = $4
+                 WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3",
+                &[&run, &name, &execution_id.unwrap_or(-1), &attachment_path],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    fn delete_blob(&mut self, blob: &str) -> Result<bool> {
+        let run = self.run()?;
+        blobs::delete(&mut self.tx, &run, blob)
     }
 
     fn execution_exists(&mut self, id: i64) -> Result<bool> {
@@ -1796,6 +1826,38 @@ impl Store for PgStore {
         })
     }
 
+    fn keeps_values(&self) -> bool {
+        true
+    }
+
+    fn upload(&mut self, blob: &str) -> Result<Box<dyn super::Upload + '_>> {
+        self.start_upload(blob)
+    }
+
+    fn end_upload(&mut self, blob: &str) -> Result<()> {
+        self.finish_upload(blob)
+    }
+
+    fn snapshot(&mut self) -> Result<()> {
+        self.begin_snapshot()
+    }
+
+    fn blob_len(&mut self, blob: &str) -> Result<Option<u64>> {
+        self.whole_blob_len(blob)
+    }
+
+    fn read_blob(&mut self, blob: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.blob_range(blob, offset, len)
+    }
+
+    fn into_blob_reader(self: Box<Self>, blob: &str) -> Result<Box<dyn std::io::Read>> {
+        self.blob_reader(blob)
+    }
+
+    fn blobs(&mut self) -> Result<Vec<super::BlobInfo>> {
+        self.all_blobs()
+    }
+
     fn delete_run(&mut self) -> Result<()> {
         let run = self.run()?.to_string();
         self.client
@@ -1881,11 +1943,21 @@ mod tests {
 impl Drop for PgStore {
     fn drop(&mut self) {
         // SAFETY: `client` is taken once, here, and the store is not used after drop.
-        let client = unsafe { std::mem::ManuallyDrop::take(&mut self.client) };
+        let mut client = unsafe { std::mem::ManuallyDrop::take(&mut self.client) };
         // No transaction is open here (a transaction borrows the client, and rolls back when
-        // dropped), and every open sets the session up again.
+        // dropped) but a snapshot, ended here with any upload lock, and every open sets the
+        // session up again. A session that cannot be put back in order is not kept.
         if super::keeping() && !client.is_closed() {
-            pool::give(&self.url, client);
+            let mut clean = Ok(());
+            if self.in_snapshot {
+                clean = client.batch_execute("ROLLBACK");
+            }
+            if self.uploading && clean.is_ok() {
+                clean = client.batch_execute("SELECT pg_advisory_unlock_all()");
+            }
+            if clean.is_ok() {
+                pool::give(&self.url, client);
+            }
         }
     }
 }

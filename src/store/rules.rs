@@ -239,11 +239,40 @@ pub fn release_attachment(
     remove: &mut dyn FnMut() -> Result<()>,
 ) -> Result<bool> {
     let referenced = tx.attachment_referenced(attachment_path)?;
-    if !referenced {
-        remove()?;
-    }
+    let released = !referenced
+        && match super::server_blob(attachment_path) {
+            // Kept in the store: its chunks go in this transaction, unless an upload still
+            // holds it (a writer that has not linked it yet).
+            Some(blob) => tx.delete_blob(blob)?,
+            None => {
+                remove()?;
+                true
+            }
+        };
     tx.commit()?;
-    Ok(!referenced)
+    Ok(released)
+}
+
+/// Moves a binding's value to where it is now kept (`doctor --fix` uploading a local
+/// attachment file to the server): the row of (name, scope) is pointed at `new` only if it
+/// still points at `old`, so a rebind that came first is never undone. The value is the same
+/// bytes, so a finished run takes this too.
+pub fn relink(
+    mut tx: Box<dyn Tx + '_>,
+    name: &str,
+    execution_id: Option<i64>,
+    old: &str,
+    new: &str,
+) -> Result<bool> {
+    let moved = match tx.binding_head(name, execution_id)? {
+        Some((_, Some(path), _)) if path == old => {
+            tx.set_attachment_path(name, execution_id, new)?;
+            true
+        }
+        _ => false,
+    };
+    tx.commit()?;
+    Ok(moved)
 }
 
 /// Appends one execution record and returns its id. With an idempotency key, a retry of the

@@ -377,6 +377,22 @@ impl Tx for SqliteTx<'_> {
         attachment_referenced(&self.tx, attachment_path).map_err(self.err())
     }
 
+    fn set_attachment_path(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+        attachment_path: &str,
+    ) -> Result<()> {
+        self.tx
+            .run(
+                "UPDATE bindings SET attachment_path = ?3
+                 WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2",
+                params![name, execution_id.unwrap_or(-1), attachment_path],
+            )
+            .map(|_| ())
+            .map_err(self.err())
+    }
+
     fn execution_exists(&mut self, id: i64) -> Result<bool> {
         execution_exists(&self.tx, id).map_err(self.err())
     }

@@ -60,6 +60,18 @@ pub trait Tx {
     /// Upserts by (name, scope), keeping `created_at`.
     fn upsert_binding(&mut self, binding: &NewBinding) -> Result<()>;
     fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool>;
+    /// Points the binding of this name in this scope at another attachment.
+    fn set_attachment_path(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+        attachment_path: &str,
+    ) -> Result<()>;
+    /// Deletes a blob kept in the store, unless an upload still holds it; whether it is gone.
+    /// A store that keeps no values has none to delete.
+    fn delete_blob(&mut self, _blob: &str) -> Result<bool> {
+        Ok(false)
+    }
 
     // The execution log.
     fn execution_exists(&mut self, id: i64) -> Result<bool>;
