@@ -197,9 +197,12 @@ CREATE INDEX IF NOT EXISTS idx_gate_audit_run ON openprose.gate_audit_log(run_id
 -- shorter), numbered from 0, and one `attachments` row written in the same transaction as
 -- the last chunk, which says the blob is whole. A binding links a blob by
 -- `attachment_path = 'server:' || blob`. Chunks are stored uncompressed (STORAGE EXTERNAL):
--- values arrive at line speed, and a range read fetches only the chunks it needs.
+-- values arrive at line speed, and a range read fetches only the chunks it needs. No foreign
+-- key to the run: its check would hold the run's row (FOR KEY SHARE) for a whole upload, and
+-- `finish` and every gate decision (FOR UPDATE) would wait for it. A run's values are deleted
+-- with it by prose-state.
 CREATE TABLE IF NOT EXISTS openprose.attachment_chunks (
-    run_id TEXT NOT NULL REFERENCES openprose.run(id) ON DELETE CASCADE,
+    run_id TEXT NOT NULL,
     blob TEXT NOT NULL,
     seq INTEGER NOT NULL,
     data BYTEA NOT NULL,
@@ -207,7 +210,7 @@ CREATE TABLE IF NOT EXISTS openprose.attachment_chunks (
 );
 ALTER TABLE openprose.attachment_chunks ALTER COLUMN data SET STORAGE EXTERNAL;
 CREATE TABLE IF NOT EXISTS openprose.attachments (
-    run_id TEXT NOT NULL REFERENCES openprose.run(id) ON DELETE CASCADE,
+    run_id TEXT NOT NULL,
     blob TEXT NOT NULL,
     bytes BIGINT NOT NULL,
     chunk_bytes INTEGER NOT NULL,

@@ -185,6 +185,19 @@ pub fn open(run_dir: &Path, rel: &str) -> Result<(File, PathBuf), OpenError> {
     }
 }
 
+/// The length of the value an attachment path names, wherever it is kept: on the server, or
+/// in a file inside the run's `attachments/` (never followed out of it); None when it is not
+/// there.
+pub fn stored_len(store: &mut dyn Store, run_dir: &Path, rel: &str) -> Option<u64> {
+    match crate::store::server_blob(rel) {
+        Some(blob) => store.blob_len(blob).ok().flatten(),
+        None => open(run_dir, rel)
+            .ok()
+            .and_then(|(f, _)| f.metadata().ok())
+            .map(|m| m.len()),
+    }
+}
+
 /// Why an attachment could not be opened.
 pub enum OpenError {
     /// No file there (it may have been replaced since the row was read).

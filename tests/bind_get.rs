@@ -349,16 +349,6 @@ fn missing_binding_in_root_scope_is_exit_3(b: Backend) {
     );
 }
 
-fn attachments(run: &Run) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(run.dir.join("attachments"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    v.sort();
-    v
-}
-
 fn attachments_above_the_threshold_only(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
@@ -388,15 +378,9 @@ fn attachments_above_the_threshold_only(b: Backend) {
         r.2.unwrap().contains("102401 bytes"),
         "the value holds a generated summary"
     );
-    assert_eq!(
-        std::fs::read(run.dir.join(&big_path)).unwrap(),
-        over.as_bytes()
-    );
+    assert_eq!(run.stored(&big_path).unwrap(), over.as_bytes());
     assert_eq!(run.get("big", None), over.as_bytes());
-    assert_eq!(
-        attachments(&run),
-        [big_path.strip_prefix("attachments/").unwrap()]
-    );
+    assert_eq!(run.attachments(), [big_path.clone()]);
 
     // --attach-over and --summary; a scoped attachment gets its own file
     let e = run.exec(1, "block", "executing", None);
@@ -427,17 +411,19 @@ fn attachments_above_the_threshold_only(b: Backend) {
     let v = stdout_json(&a);
     assert_eq!(v["bytes"], 5);
     assert_eq!(v["value"], "five bytes");
-    assert!(v["attachment"].as_str().unwrap().ends_with(&scoped));
+    match b {
+        // A file, read where it is; a value on the server has no path to read.
+        Backend::Sqlite => assert!(v["attachment"].as_str().unwrap().ends_with(&scoped)),
+        Backend::Postgres => assert!(v["attachment"].is_null()),
+    }
+    assert_eq!(v["attachment_path"], scoped.as_str());
 
     // rebinding small removes the old file; rebinding big again replaces it
     run.cmd()
         .args(["bind", "big", "now small"])
         .assert()
         .success();
-    assert_eq!(
-        attachments(&run),
-        [scoped.strip_prefix("attachments/").unwrap()]
-    );
+    assert_eq!(run.attachments(), [scoped.clone()]);
     assert!(row(&run, "big", None).unwrap().4.is_none());
     assert_eq!(run.get("big", None), b"now small");
     run.cmd()
@@ -457,10 +443,7 @@ fn attachments_above_the_threshold_only(b: Backend) {
     let replaced = row(&run, "big", Some(e)).unwrap().4.unwrap();
     assert!(is_attachment_of(&replaced, "big", Some(e)), "{replaced}");
     assert_ne!(replaced, scoped);
-    assert_eq!(
-        attachments(&run),
-        [replaced.strip_prefix("attachments/").unwrap()]
-    );
+    assert_eq!(run.attachments(), [replaced]);
 }
 
 /// SQLite only: it lists rows with raw SQLite SQL.
@@ -494,9 +477,11 @@ fn every_attachment_row_points_at_a_complete_file() {
     }
     // no temp files are left behind
     assert!(
-        attachments(&run).iter().all(|f| !f.starts_with('.')),
+        run.attachments()
+            .iter()
+            .all(|f| !f.starts_with("attachments/.")),
         "{:?}",
-        attachments(&run)
+        run.attachments()
     );
 }
 

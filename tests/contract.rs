@@ -124,10 +124,7 @@ fn bind_get_scopes_and_attachments(b: Backend) {
     let big_path = json(&a)["attachment_path"].as_str().unwrap().to_string();
     assert!(is_attachment_of(&big_path, "big", None), "{big_path}");
     assert_eq!(run.get("big", None), big.as_bytes());
-    assert_eq!(
-        std::fs::read(run.dir.join(&big_path)).unwrap(),
-        big.as_bytes()
-    );
+    assert_eq!(run.stored(&big_path).unwrap(), big.as_bytes());
     assert_eq!(
         count_rows(
             &p,
@@ -138,7 +135,8 @@ fn bind_get_scopes_and_attachments(b: Backend) {
         1
     );
     run.bind("big", "small now", None);
-    assert!(!run.dir.join(&big_path).exists());
+    assert!(run.stored(&big_path).is_none());
+    assert!(run.attachments().is_empty());
     // const
     run.cmd()
         .args(["bind", "c", "1", "--kind", "const"])

@@ -21,4 +21,5 @@ mod pg_faults;
 mod query;
 mod readme;
 mod schema;
+mod travel;
 mod vm_day;

@@ -158,11 +158,11 @@ fn killed_large_rebinds_never_show_uncommitted_bytes(b: Backend) {
     let _ = p.cmd().args(["doctor", "--fix"]).assert();
     let a = p.cmd().args(["doctor"]).assert().success();
     assert!(String::from_utf8_lossy(&a.get_output().stdout).starts_with("healthy"));
-    let files: Vec<_> = std::fs::read_dir(run.dir.join("attachments"))
-        .unwrap()
-        .flatten()
-        .collect();
-    assert_eq!(files.len(), 1, "only the committed version's file is left");
+    // Only the committed version is left: its file, or on the server its chunks.
+    let kept = run.attachments();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let path = run.view().binding("big", None).unwrap().4.unwrap();
+    assert_eq!(kept, [path]);
 }
 
 /// `doctor --fix` in a loop while large binds run: no bind fails other than retryably (75),

@@ -239,7 +239,16 @@ fn doctor_finds_a_missing_attachment_and_a_stale_run(b: Backend) {
         .assert()
         .success();
     let big_path = run.view().binding("big", None).unwrap().4.unwrap();
-    std::fs::remove_file(run.dir.join(&big_path)).unwrap();
+    // The value goes missing: its file, or on the server its chunks.
+    match b {
+        Backend::Sqlite => std::fs::remove_file(run.dir.join(&big_path)).unwrap(),
+        Backend::Postgres => run.view().raw(
+            "",
+            "DELETE FROM openprose.attachments WHERE run_id = '$RUN';
+             DELETE FROM openprose.attachment_chunks WHERE run_id = '$RUN';",
+        ),
+    }
+    std::fs::create_dir_all(run.dir.join("attachments")).unwrap();
     std::fs::write(run.dir.join("attachments/orphan.md"), "nobody's").unwrap();
     std::fs::write(run.dir.join("attachments/.prose-tmp-big.md.1.2"), "partial").unwrap();
     run.exec(1, "x", "executing", None);

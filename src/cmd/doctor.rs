@@ -4,7 +4,6 @@ use super::{over_runs, Run};
 use crate::attach::{self, TEMP_PREFIX};
 use crate::cli::DoctorArgs;
 use crate::context::Context;
-use crate::error::shown;
 use crate::output::Render;
 use crate::run::{RunPaths, ATTACHMENTS_DIR};
 use crate::store::chain::Integrity;
@@ -124,9 +123,8 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
                     problem(
                         "missing attachment",
                         format!(
-                            "binding {} ({scope}) points at {}, which the server does not hold whole",
-                            b.name,
-                            shown(rel)
+                            "binding {} ({scope}) points at {rel}, which the server does not hold whole",
+                            b.name
                         ),
                         false,
                     );
@@ -245,10 +243,7 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
                     .map_or("an incomplete upload".to_string(), |b| format!("{b} bytes"));
                 problem(
                     "unreferenced value",
-                    format!(
-                        "{} ({size}) on the server is linked by no binding",
-                        shown(&rel)
-                    ),
+                    format!("{rel} ({size}) on the server is linked by no binding"),
                     unreferenced && req.fix,
                 );
             }

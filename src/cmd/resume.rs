@@ -378,7 +378,7 @@ pub fn run(
             let value =
                 String::from_utf8_lossy(b.value.as_deref().unwrap_or_default()).into_owned();
             let bytes = match &b.attachment_path {
-                Some(p) => std::fs::metadata(run.dir.join(p)).map_or(0, |m| m.len()),
+                Some(p) => crate::attach::stored_len(&mut *store, &run.dir, p).unwrap_or(0),
                 None => value.len() as u64,
             };
             BindingInfo {

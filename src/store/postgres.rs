@@ -1860,9 +1860,18 @@ impl Store for PgStore {
 
     fn delete_run(&mut self) -> Result<()> {
         let run = self.run()?.to_string();
-        self.client
-            .execute("DELETE FROM openprose.run WHERE id = $1", &[&run])
-            .map_err(self.err())?;
+        // The run's values have no foreign key to it (see the schema): deleted with it here.
+        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
+        let err = |e| map_err(e, &shown_url, busy_ms);
+        let mut tx = self.client.transaction().map_err(err)?;
+        for sql in [
+            "DELETE FROM openprose.attachment_chunks WHERE run_id = $1",
+            "DELETE FROM openprose.attachments WHERE run_id = $1",
+            "DELETE FROM openprose.run WHERE id = $1",
+        ] {
+            tx.execute(sql, &[&run]).map_err(err)?;
+        }
+        committed(tx.commit(), err)?;
         Ok(())
     }
 }

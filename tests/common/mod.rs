@@ -303,6 +303,64 @@ impl Run {
         db + &snapshot_files(&self.dir)
     }
 
+    /// The bytes an attachment path names, read by the test itself: the file in the run
+    /// directory, or the chunks of a value kept on the server; None when there are none.
+    pub fn stored(&self, path: &str) -> Option<Vec<u8>> {
+        match path.strip_prefix("server:") {
+            None => std::fs::read(self.dir.join(path)).ok(),
+            Some(blob) => {
+                let mut c =
+                    postgres::Client::connect(self.pg_url.as_deref()?, postgres::NoTls).unwrap();
+                let whole: bool = c
+                    .query_one(
+                        "SELECT EXISTS (SELECT 1 FROM openprose.attachments
+                         WHERE run_id = $1 AND blob = $2)",
+                        &[&self.id, &blob],
+                    )
+                    .unwrap()
+                    .get(0);
+                whole.then(|| {
+                    c.query(
+                        "SELECT data FROM openprose.attachment_chunks
+                         WHERE run_id = $1 AND blob = $2 ORDER BY seq",
+                        &[&self.id, &blob],
+                    )
+                    .unwrap()
+                    .iter()
+                    .flat_map(|r| r.get::<_, Vec<u8>>(0))
+                    .collect()
+                })
+            }
+        }
+    }
+
+    /// Every attachment the run keeps, as paths: its files (`attachments/NAME`), or on
+    /// PostgreSQL the values on the server (`server:BLOB`), whole or not; sorted.
+    pub fn attachments(&self) -> Vec<String> {
+        let mut v: Vec<String> = match &self.pg_url {
+            None => std::fs::read_dir(self.dir.join("attachments"))
+                .map(|d| {
+                    d.flatten()
+                        .map(|e| format!("attachments/{}", e.file_name().to_string_lossy()))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            Some(url) => postgres::Client::connect(url, postgres::NoTls)
+                .unwrap()
+                .query(
+                    "SELECT blob FROM openprose.attachments WHERE run_id = $1
+                     UNION SELECT blob FROM openprose.attachment_chunks WHERE run_id = $1",
+                    &[&self.id],
+                )
+                .unwrap()
+                .iter()
+                .map(|r| format!("server:{}", r.get::<_, String>(0)))
+                .collect(),
+        };
+        v.sort();
+        v
+    }
+
     /// The state read back from whichever backend holds the run, independent of the binary.
     pub fn view(&self) -> View<'_> {
         View { run: self }
@@ -574,6 +632,7 @@ pub fn snapshot_pg(url: &str, run_id: &str) -> String {
         ("imports", "run_id"),
         ("gates", "run_id"),
         ("gate_audit_log", "run_id"),
+        ("attachments", "run_id"),
     ] {
         out += &format!("{table}:\n");
         for r in c
@@ -585,6 +644,17 @@ pub fn snapshot_pg(url: &str, run_id: &str) -> String {
         {
             out += &format!("  {}\n", r.get::<_, String>(0));
         }
+    }
+    out += "attachment_chunks:\n";
+    for r in c
+        .query(
+            "SELECT blob || ' ' || seq || ' ' || md5(data) FROM openprose.attachment_chunks
+             WHERE run_id = $1 ORDER BY 1",
+            &[&run_id],
+        )
+        .unwrap()
+    {
+        out += &format!("  {}\n", r.get::<_, String>(0));
     }
     out
 }
@@ -670,9 +740,14 @@ pub fn stdout_json(a: &assert_cmd::assert::Assert) -> serde_json::Value {
 
 /// Whether `path` is the attachment file name prose-state gives one version of a binding's
 /// value: `attachments/{name}@{root|execution id}.{16 hex digits}.md`.
+/// On PostgreSQL the value is kept on the server, as `server:{name}@{scope}.{hex}.md`.
 pub fn is_attachment_of(path: &str, name: &str, execution_id: Option<i64>) -> bool {
     let scope = execution_id.map_or_else(|| "root".to_string(), |id| id.to_string());
-    let Some(rest) = path.strip_prefix(&format!("attachments/{name}@{scope}.")) else {
+    let Some(rest) = path
+        .strip_prefix("attachments/")
+        .or_else(|| path.strip_prefix("server:"))
+        .and_then(|p| p.strip_prefix(&format!("{name}@{scope}.")))
+    else {
         return false;
     };
     let Some(unique) = rest.strip_suffix(".md") else {
