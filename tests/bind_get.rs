@@ -380,7 +380,7 @@ fn attachments_above_the_threshold_only(b: Backend) {
     );
     assert_eq!(run.stored(&big_path).unwrap(), over.as_bytes());
     assert_eq!(run.get("big", None), over.as_bytes());
-    assert_eq!(run.attachments(), [big_path.clone()]);
+    assert_eq!(run.attachments(), std::slice::from_ref(&big_path));
 
     // --attach-over and --summary; a scoped attachment gets its own file
     let e = run.exec(1, "block", "executing", None);
@@ -423,7 +423,7 @@ fn attachments_above_the_threshold_only(b: Backend) {
         .args(["bind", "big", "now small"])
         .assert()
         .success();
-    assert_eq!(run.attachments(), [scoped.clone()]);
+    assert_eq!(run.attachments(), std::slice::from_ref(&scoped));
     assert!(row(&run, "big", None).unwrap().4.is_none());
     assert_eq!(run.get("big", None), b"now small");
     run.cmd()
