@@ -108,11 +108,51 @@ pub enum Command {
     Migrate(MigrateArgs),
     /// Remove (or --archive) old finished runs; a dry run unless --yes
     Prune(PruneArgs),
+    /// Write a self-contained copy of one run (--run, from either backend): a run directory
+    /// with a SQLite state.db and attachments/, readable by sqlite3 and by `--run DIR`
+    Export(ExportArgs),
+    /// Bring a run into this project's backend: an exported or plain run directory, or
+    /// (--from filesystem) a run of OpenProse's filesystem state mode
+    Import(ImportArgs),
     /// Serve the agent's commands as Model Context Protocol tools on stdio, acting as
     /// agent:NAME (no tool decides a gate)
     Mcp(McpArgs),
     /// Print the state protocol for a VM, a subagent or an approver, in Markdown
     Guide(GuideArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// The directory to write the copy to; it must not exist [default: ./RUN_ID]
+    #[arg(long, short = 'o', value_name = "DIR")]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ImportFrom {
+    /// A run directory of prose-state's: an export, or a SQLite run's own directory (or its
+    /// state.db)
+    Run,
+    /// A run directory of OpenProse's filesystem state mode (state.md, bindings/, agents/)
+    Filesystem,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The run directory (or state.db) to bring in
+    pub path: PathBuf,
+    /// What PATH holds
+    #[arg(long, value_enum, default_value_t = ImportFrom::Run)]
+    pub from: ImportFrom,
+    /// Replace a run with the same id and other content here (without it: exit 4)
+    #[arg(long)]
+    pub replace: bool,
+    /// The backend to import into [default: the project's: PostgreSQL when it has a server
+    /// URL, else SQLite]
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendArg>,
+    #[command(flatten)]
+    pub principal: PrincipalArg,
 }
 
 #[derive(Debug, Args)]

@@ -17,3 +17,4 @@ mod run;
 mod seal;
 mod store;
 mod term;
+mod transfer;

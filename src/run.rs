@@ -144,6 +144,15 @@ pub fn user_agents_db(home: &Path) -> PathBuf {
 /// Renames `from` to `to`, failing with `AlreadyExists` if `to` exists, whatever it is (a plain
 /// rename(2) silently replaces an empty directory or a file).
 pub fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
+    renameat2(from, to, libc::RENAME_NOREPLACE)
+}
+
+/// Swaps `from` and `to` in one step: each is found under the other's name, never neither.
+pub fn rename_exchange(from: &Path, to: &Path) -> std::io::Result<()> {
+    renameat2(from, to, libc::RENAME_EXCHANGE)
+}
+
+fn renameat2(from: &Path, to: &Path, flags: libc::c_uint) -> std::io::Result<()> {
     use std::ffi::CString;
     use std::os::unix::ffi::OsStrExt;
     let c = |p: &Path| {
@@ -158,7 +167,7 @@ pub fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
             from_c.as_ptr(),
             libc::AT_FDCWD,
             to_c.as_ptr(),
-            libc::RENAME_NOREPLACE,
+            flags,
         )
     };
     if rc == 0 {

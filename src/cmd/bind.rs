@@ -140,12 +140,8 @@ pub fn run(args: &BindArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Bou
         },
     );
     if let Some(b) = &blob {
-        // Linked, or refused: a blob no row links is deleted now (a refused bind leaves
-        // nothing behind), and either way it is no longer this process's upload.
-        if outcome.is_err() {
-            let _ = store.release_attachment(&b.rel, &mut || Ok(()));
-        }
-        let _ = store.end_upload(&b.blob);
+        // Linked, or refused: a refused bind leaves nothing of its value behind.
+        let _ = store.end_upload(&b.blob, outcome.is_ok());
     }
     let outcome = outcome?;
     if let Some(old) = outcome.replaced_attachment {

@@ -321,10 +321,7 @@ fn upload_local(
     let staged = attach::upload(file, store, &b.name, b.execution_id)
         .map_err(|e| e.context(format!("could not upload {} to the server", path.display())))?;
     let moved = store.relink(&b.name, b.execution_id, rel, &staged.rel);
-    if !matches!(moved, Ok(true)) {
-        let _ = store.release_attachment(&staged.rel, &mut || Ok(()));
-    }
-    let _ = store.end_upload(&staged.blob);
+    let _ = store.end_upload(&staged.blob, matches!(moved, Ok(true)));
     if moved? {
         let _ = store.release_attachment(rel, &mut || attach::remove(&run.dir, rel));
         return Ok(true);

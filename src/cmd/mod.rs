@@ -7,10 +7,13 @@ pub mod decide;
 pub mod docs;
 pub mod doctor;
 pub mod exec_append;
+pub mod export;
 pub mod finish;
+pub mod fs_import;
 pub mod gates;
 pub mod get;
 pub mod guide;
+pub mod import;
 pub mod imports;
 pub mod init;
 pub mod log;
@@ -63,6 +66,8 @@ pub fn dispatch<S: Sink>(command: &Command, ctx: &Context, sink: &mut S) -> Opti
         Command::Migrate(a) => sink.take(a, ctx),
         Command::Prune(a) => sink.take(a, ctx),
         Command::Guide(a) => sink.take(a, ctx),
+        Command::Export(a) => sink.take(a, ctx),
+        Command::Import(a) => sink.take(a, ctx),
         Command::Log(_) | Command::Completions(_) | Command::Man | Command::Mcp(_) => return None,
     })
 }

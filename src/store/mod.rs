@@ -2,6 +2,7 @@
 //! owns its connection settings, SQL text and row mapping.
 
 pub mod chain;
+pub mod dump;
 pub mod postgres;
 pub mod rules;
 pub mod sqlite;
@@ -719,8 +720,9 @@ pub trait Store: AgentStore {
         Err(anyhow::anyhow!("this store keeps large values as files"))
     }
 
-    /// The upload of `blob` is linked or discarded: it is no longer this process's.
-    fn end_upload(&mut self, _blob: &str) -> Result<()> {
+    /// The upload of `blob` is no longer this process's: linked by a committed row, or (not
+    /// `linked`) deleted, unless a row links it after all (a commit whose outcome was lost).
+    fn end_upload(&mut self, _blob: &str, _linked: bool) -> Result<()> {
         Ok(())
     }
 
@@ -743,6 +745,16 @@ pub trait Store: AgentStore {
     /// A blob's bytes as a stream, read in the store's snapshot; the store goes with it.
     fn into_blob_reader(self: Box<Self>, blob: &str) -> Result<Box<dyn std::io::Read>> {
         Err(not_kept(blob))
+    }
+
+    /// Every row of the run (`export`, `import`), read in the store's snapshot when one was
+    /// taken ([`Store::snapshot`]).
+    fn dump(&mut self) -> Result<dump::RunDump>;
+
+    /// Writes a whole copy of a run in one transaction (`rules::restore`). The caller anchors
+    /// the chain once the copy is where it stays.
+    fn restore(&mut self, copy: &rules::Restore) -> Result<()> {
+        rules::restore(self.begin(TxKind::Import)?, copy)
     }
 
     /// Every blob of the run, whole or not (for `doctor`).

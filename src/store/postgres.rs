@@ -6,6 +6,9 @@
 //! each other) and check it is not finished; gate operations, which must be serialised
 //! (first decision wins, one audit chain per run), and `finish` take it `FOR UPDATE`.
 
+use super::dump::{
+    AgentRecord, BindingRecord, ExecRecord, GateRecord, ImportRecord, RunRecord, SegmentRecord,
+};
 use super::tx::{GateResumeState, KeyedExecution, Tx, TxKind};
 use super::{
     Access, AgentRow, AgentStore, AuditFilter, AuditRow, BindingRow, Checkpointed, ExecutionRow,
@@ -28,8 +31,6 @@ const MIN_WRITER: i32 = 3;
 
 const SCHEMA: &str = include_str!("../../schema/postgres.sql");
 
-mod blobs;
-
 /// Any constant: the advisory lock that serialises schema changes across processes.
 const MIGRATION_LOCK: i64 = 0x7072_6f73_6573_7401;
 
@@ -43,6 +44,9 @@ macro_rules! ts {
         )
     };
 }
+
+mod blobs;
+mod dump;
 
 /// The agents rows with their segment counts, under a WHERE clause (`$1` is the run).
 macro_rules! agent_select {
@@ -567,6 +571,12 @@ impl PgStore {
         Ok(store)
     }
 
+    /// The store of a run that may not exist yet (an import's destination), and whether it
+    /// does.
+    pub fn open_maybe(url: &str, run_id: &str, opts: OpenOptions) -> Result<(Self, bool)> {
+        Self::connect(url, Some(run_id), opts)
+    }
+
     /// A store for project-scoped agents only (run_id NULL).
     pub fn open_project(url: &str, opts: OpenOptions) -> Result<Self> {
         Ok(Self::connect(url, None, opts)?.0)
@@ -584,16 +594,28 @@ impl PgStore {
 
 /// Locks the run row (shared, or exclusive for operations that must be serialised) and
 /// returns its status.
-fn lock_run(tx: &mut Transaction, run_id: &str, kind: TxKind) -> Result<String> {
+fn lock_run(tx: &mut Transaction, run_id: &str, kind: TxKind) -> Result<Option<String>> {
     let sql = match kind {
         TxKind::Serial => "SELECT status FROM openprose.run WHERE id = $1 FOR UPDATE",
         TxKind::Write => "SELECT status FROM openprose.run WHERE id = $1 FOR SHARE",
+        TxKind::Import => {
+            tx.execute(
+                "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+                &[&IMPORT_LOCK, &run_id],
+            )
+            .map_err(pg)?;
+            "SELECT status FROM openprose.run WHERE id = $1 FOR UPDATE"
+        }
     };
     match tx.query_opt(sql, &[&run_id]).map_err(pg)? {
-        Some(row) => Ok(row.get(0)),
+        Some(row) => Ok(Some(row.get(0))),
+        None if kind == TxKind::Import => Ok(None),
         None => Err(not_found(format!("run not found: {}", shown(run_id)))),
     }
 }
+
+/// The advisory lock space of imports (two-key form), keyed by the run id's hash.
+const IMPORT_LOCK: i32 = 0x7072_6f69;
 
 /// A transaction on the server. A run's writes hold its row `FOR SHARE` (parallel branches
 /// never wait on each other) or `FOR UPDATE` (serialised: gates, the audit chain, finish);
@@ -724,6 +746,235 @@ impl Tx for PgTx<'_> {
     fn delete_blob(&mut self, blob: &str) -> Result<bool> {
         let run = self.run()?;
         blobs::delete(&mut self.tx, &run, blob)
+    }
+
+    fn keeps_ids(&self) -> bool {
+        false
+    }
+
+    fn put_run(&mut self, r: &RunRecord) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT INTO openprose.run (id, program_path, program_source, started_at,
+                     updated_at, status, error_message, state_mode)
+                 VALUES ($1, $2, $3, COALESCE(($4::text)::timestamptz, now()),
+                         COALESCE(($5::text)::timestamptz, now()), COALESCE($6, 'running'), $7,
+                         'postgres')
+                 ON CONFLICT (id) DO UPDATE SET program_path = EXCLUDED.program_path,
+                     program_source = EXCLUDED.program_source, started_at = EXCLUDED.started_at,
+                     updated_at = EXCLUDED.updated_at, status = EXCLUDED.status,
+                     error_message = EXCLUDED.error_message",
+                &[
+                    &r.id,
+                    &r.program_path,
+                    &r.program_source,
+                    &r.started_at,
+                    &r.updated_at,
+                    &r.status,
+                    &r.error_message,
+                ],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    fn clear_run(&mut self) -> Result<()> {
+        let run = self.run()?;
+        for table in [
+            "gates",
+            "gate_instances",
+            "bindings",
+            "agent_segments",
+            "agents",
+            "imports",
+            "attachment_chunks",
+            "attachments",
+            "execution",
+        ] {
+            self.tx
+                .execute(
+                    &format!("DELETE FROM openprose.{table} WHERE run_id = $1"),
+                    &[&run],
+                )
+                .map_err(self.err())?;
+        }
+        Ok(())
+    }
+
+    fn put_execution(&mut self, e: &ExecRecord) -> Result<i64> {
+        let run = self.run()?;
+        Ok(self
+            .tx
+            .query_one(
+                "INSERT INTO openprose.execution (run_id, statement_index, statement_text, status,
+                     started_at, completed_at, error_message, parent_id, metadata,
+                     idempotency_key)
+                 VALUES ($1, $2, $3, $4, ($5::text)::timestamptz, ($6::text)::timestamptz, $7, $8,
+                         ($9::text)::jsonb, $10)
+                 RETURNING id",
+                &[
+                    &run,
+                    &e.statement_index,
+                    &e.statement_text,
+                    &e.status,
+                    &e.started_at,
+                    &e.completed_at,
+                    &e.error_message,
+                    &e.parent_id,
+                    &e.metadata,
+                    &e.idempotency_key,
+                ],
+            )
+            .map_err(self.err())?
+            .get(0))
+    }
+
+    fn put_binding(&mut self, b: &BindingRecord) -> Result<()> {
+        let run = self.run()?;
+        let value = match b.value.as_deref().map(std::str::from_utf8) {
+            None => None,
+            Some(Ok(v)) => Some(v),
+            Some(Err(_)) => {
+                return Err(refused(format!(
+                    "binding {} holds bytes that are not UTF-8 text, which PostgreSQL cannot store; nothing was imported",
+                    shown(b.name.as_deref().unwrap_or_default())
+                )))
+            }
+        };
+        self.tx
+            .execute(
+                "INSERT INTO openprose.bindings (name, run_id, execution_id, kind, value,
+                     source_statement, created_at, updated_at, attachment_path)
+                 VALUES ($1, $2, $3, $4, $5, $6, COALESCE(($7::text)::timestamptz, now()),
+                         COALESCE(($8::text)::timestamptz, now()), $9)",
+                &[
+                    &b.name,
+                    &run,
+                    &b.execution_id,
+                    &b.kind,
+                    &value,
+                    &b.source_statement,
+                    &b.created_at,
+                    &b.updated_at,
+                    &b.attachment_path,
+                ],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    fn put_gate(&mut self, g: &GateRecord, run_id: &str, instance: bool) -> Result<()> {
+        let sql = if instance {
+            "INSERT INTO openprose.gate_instances (gate_id, instance, run_id, execution_id, prompt,
+                 allow, timeout, timeout_at, on_reject, status, created_at, resolved_at,
+                 resolved_by, resolution_comment, metadata)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, ($8::text)::timestamptz, $9, $10,
+                     ($11::text)::timestamptz, ($12::text)::timestamptz, $13, $14, $15)"
+        } else {
+            "INSERT INTO openprose.gates (id, instance, run_id, execution_id, prompt, allow,
+                 timeout, timeout_at, on_reject, status, created_at, resolved_at, resolved_by,
+                 resolution_comment, metadata)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, ($8::text)::timestamptz, $9,
+                     COALESCE($10, 'pending'), COALESCE(($11::text)::timestamptz, now()),
+                     ($12::text)::timestamptz, $13, $14, $15)"
+        };
+        self.tx
+            .execute(
+                sql,
+                &[
+                    &g.id,
+                    &g.instance,
+                    &run_id,
+                    &g.execution_id,
+                    &g.prompt,
+                    &g.allow,
+                    &g.timeout,
+                    &g.timeout_at,
+                    &g.on_reject,
+                    &g.status,
+                    &g.created_at,
+                    &g.resolved_at,
+                    &g.resolved_by,
+                    &g.resolution_comment,
+                    &g.metadata,
+                ],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    fn put_agent(&mut self, a: &AgentRecord) -> Result<()> {
+        let run = self.run()?;
+        self.tx
+            .execute(
+                "INSERT INTO openprose.agents (name, run_id, scope, memory, created_at, updated_at)
+                 VALUES ($1, $2, COALESCE($3, 'execution'), $4,
+                         COALESCE(($5::text)::timestamptz, now()),
+                         COALESCE(($6::text)::timestamptz, now()))",
+                &[
+                    &a.name,
+                    &run,
+                    &a.scope,
+                    &a.memory,
+                    &a.created_at,
+                    &a.updated_at,
+                ],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    fn put_segment(&mut self, g: &SegmentRecord) -> Result<()> {
+        let run = self.run()?;
+        self.tx
+            .execute(
+                "INSERT INTO openprose.agent_segments (agent_name, run_id, segment_number,
+                     timestamp, prompt, summary)
+                 VALUES ($1, $2, $3, COALESCE(($4::text)::timestamptz, now()), $5, $6)",
+                &[
+                    &g.agent_name,
+                    &run,
+                    &g.segment_number,
+                    &g.timestamp,
+                    &g.prompt,
+                    &g.summary,
+                ],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    fn put_import_record(&mut self, i: &ImportRecord) -> Result<()> {
+        let run = self.run()?;
+        self.tx
+            .execute(
+                "INSERT INTO openprose.imports (alias, run_id, source_url, fetched_at,
+                     inputs_schema, outputs_schema)
+                 VALUES ($1, $2, $3, ($4::text)::timestamptz, ($5::text)::jsonb,
+                         ($6::text)::jsonb)",
+                &[
+                    &i.alias,
+                    &run,
+                    &i.source_url,
+                    &i.fetched_at,
+                    &i.inputs_schema,
+                    &i.outputs_schema,
+                ],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    fn audit_at_seq(&mut self, seq: i64) -> Result<Option<Option<String>>> {
+        let run = self.run()?;
+        Ok(self
+            .tx
+            .query_opt(
+                "SELECT hash FROM openprose.gate_audit_log WHERE run_id = $1 AND seq = $2",
+                &[&run, &seq],
+            )
+            .map_err(self.err())?
+            .map(|r| r.get(0)))
     }
 
     fn execution_exists(&mut self, id: i64) -> Result<bool> {
@@ -1251,10 +1502,8 @@ impl AgentStore for PgStore {
             .transaction()
             .map_err(|e| map_err(e, shown_url, *busy_ms))?;
         let run = match run_id.as_deref() {
-            Some(id) => Some((
-                id.to_string(),
-                Some(RunStatus::parse(&lock_run(&mut tx, id, kind)?)),
-            )),
+            Some(id) => lock_run(&mut tx, id, kind)?
+                .map(|status| (id.to_string(), Some(RunStatus::parse(&status)))),
             None => None,
         };
         Ok(Box::new(PgTx {
@@ -1830,12 +2079,16 @@ impl Store for PgStore {
         true
     }
 
+    fn dump(&mut self) -> Result<super::dump::RunDump> {
+        self.dump_rows()
+    }
+
     fn upload(&mut self, blob: &str) -> Result<Box<dyn super::Upload + '_>> {
         self.start_upload(blob)
     }
 
-    fn end_upload(&mut self, blob: &str) -> Result<()> {
-        self.finish_upload(blob)
+    fn end_upload(&mut self, blob: &str, linked: bool) -> Result<()> {
+        self.finish_upload(blob, linked)
     }
 
     fn snapshot(&mut self) -> Result<()> {

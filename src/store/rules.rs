@@ -627,3 +627,146 @@ pub const RELEASE: TxKind = TxKind::Serial;
 pub const IMPORT: TxKind = TxKind::Write;
 pub const AGENT: TxKind = TxKind::Write;
 pub const RESUME: TxKind = TxKind::Serial;
+
+/// A copy of a run to write into a store (`import`, and `export`'s new file).
+pub struct Restore<'a> {
+    pub dump: &'a super::dump::RunDump,
+    /// The path each attachment has in the destination, by its path in the source.
+    pub paths: &'a std::collections::HashMap<String, String>,
+    /// The destination was made for this copy (a new file holding only the run's row).
+    pub fresh: bool,
+    /// Replace a different run under the same id: its rows and values go first (its audit
+    /// log, append-only, stays, and must agree with the copy's).
+    pub replace: bool,
+    /// Seal every chained row again with this machine's key (an import); else the rows keep
+    /// their seals (an export is a copy, as it was).
+    pub reseal: bool,
+    /// The `imported` event to append: who imported, and its metadata. None for an export.
+    pub event: Option<(Option<&'a str>, serde_json::Value)>,
+    pub now: &'a str,
+}
+
+/// Writes a whole run in one transaction: the run's row, its log (renumbered where the store
+/// numbers ids itself, every reference moved with it), bindings pointed at their values' new
+/// places, gates, agents, imports, and the audit chain with its sequence and hashes as they
+/// were (resealed on import), then the `imported` event chained after it. Nothing is written
+/// if any of it is refused.
+pub fn restore(mut tx: Box<dyn Tx + '_>, r: &Restore) -> Result<()> {
+    use super::dump::{IMPORTED, RUN_EVENT};
+    use std::collections::HashMap;
+    let d = r.dump;
+    let run_id = d.run.id.as_str();
+    if !r.fresh && tx.run_row()?.is_some() {
+        if !r.replace {
+            return Err(refused(format!(
+                "run {} already exists here with other content: import --replace to replace it",
+                shown(run_id)
+            )));
+        }
+        tx.clear_run()?;
+    }
+    tx.put_run(&d.run)?;
+    let keep = tx.keeps_ids();
+    let mut ids: HashMap<i64, i64> = HashMap::new();
+    let moved = |ids: &HashMap<i64, i64>, id: Option<i64>, what: &dyn Fn() -> String| {
+        match id {
+        None => Ok(None),
+        Some(id) if keep => Ok(Some(id)),
+        Some(id) => ids.get(&id).copied().map(Some).ok_or_else(|| {
+            refused(format!(
+                "{} names execution {id}, which the run's log does not have before it; nothing was imported",
+                what()
+            ))
+        }),
+    }
+    };
+    for e in &d.executions {
+        let mut e2 = e.clone();
+        e2.parent_id = moved(&ids, e.parent_id, &|| format!("execution {}", e.id))?;
+        let id = tx.put_execution(&e2)?;
+        ids.insert(e.id, id);
+    }
+    for b in &d.bindings {
+        let mut b2 = b.clone();
+        let name = || format!("binding {}", shown(b.name.as_deref().unwrap_or_default()));
+        b2.execution_id = moved(&ids, b.execution_id, &name)?;
+        if let Some(old) = &b.attachment_path {
+            let new = r
+                .paths
+                .get(old)
+                .ok_or_else(|| anyhow!("{}: its value was not copied", name()))?;
+            // The summary names where the value is kept: it names the new place.
+            b2.value = b.value.as_deref().map(|v| {
+                String::from_utf8_lossy(v)
+                    .replace(old.as_str(), new)
+                    .into_bytes()
+            });
+            b2.attachment_path = Some(new.clone());
+        }
+        tx.put_binding(&b2)?;
+    }
+    for (gates, instance) in [(&d.gates, false), (&d.gate_instances, true)] {
+        for g in gates {
+            let mut g2 = g.clone();
+            g2.execution_id = moved(&ids, g.execution_id, &|| format!("gate {}", shown(&g.id)))?;
+            tx.put_gate(&g2, run_id, instance)?;
+        }
+    }
+    for a in &d.agents {
+        tx.put_agent(a)?;
+    }
+    for s in &d.segments {
+        tx.put_segment(s)?;
+    }
+    for i in &d.imports {
+        tx.put_import_record(i)?;
+    }
+    let key = if r.reseal {
+        Some(crate::seal::key_for_writing()?)
+    } else {
+        None
+    };
+    for row in &d.audit {
+        if !keep && row.seq.is_none() && row.hash.is_some() {
+            return Err(refused(format!(
+                "the audit log of run {} has rows from before prose-state schema 5, whose hashes cover their row ids, which this store numbers itself; import it into SQLite instead (nothing was imported)",
+                shown(run_id)
+            )));
+        }
+        if let Some(seq) = row.seq {
+            // The server's log is append-only: a run pruned there and brought back finds its
+            // events still in place, the same ones; another run's are refused.
+            match tx.audit_at_seq(seq)? {
+                Some(hash) if hash == row.hash => continue,
+                Some(_) => {
+                    return Err(refused(format!(
+                        "the audit log here already holds a different event at seq {seq} of run {} (it is append-only, so a run with another history cannot take this id); nothing was imported",
+                        shown(run_id)
+                    )))
+                }
+                None => {}
+            }
+        }
+        let mut row2 = row.clone();
+        row2.id = if keep { row.id } else { tx.next_audit_id()? };
+        if let (Some(k), Some(hash), Some(_)) = (&key, &row.hash, row.seq) {
+            row2.seal = Some(k.seal(hash));
+        }
+        tx.insert_audit(&row2)?;
+    }
+    if let Some((principal, metadata)) = &r.event {
+        append_audit(
+            &mut *tx,
+            &Event {
+                gate_id: RUN_EVENT,
+                run_id,
+                event_type: IMPORTED,
+                principal: *principal,
+                comment: None,
+                metadata: metadata.clone(),
+                now: r.now,
+            },
+        )?;
+    }
+    tx.commit()
+}

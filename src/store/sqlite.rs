@@ -5,6 +5,10 @@
 //! Every write transaction begins IMMEDIATE, so a writer takes the lock before it reads and
 //! never fails half-way with a lock upgrade error.
 
+use super::dump::{
+    AgentRecord, BindingRecord, ExecRecord, GateRecord, ImportRecord, RunDump, RunRecord,
+    SegmentRecord,
+};
 use super::sqlite_schema::{self, Schema};
 use super::tx::{GateResumeState, KeyedExecution, Tx, TxKind};
 use super::{
@@ -695,10 +699,356 @@ impl Tx for SqliteTx<'_> {
             .map_err(self.err())
     }
 
+    fn keeps_ids(&self) -> bool {
+        true
+    }
+
+    fn put_run(&mut self, r: &RunRecord) -> Result<()> {
+        self.tx
+            .run(
+                "INSERT INTO run (id, program_path, program_source, started_at, updated_at, status,
+                                  error_message)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (id) DO UPDATE SET program_path = ?2, program_source = ?3,
+                     started_at = ?4, updated_at = ?5, status = ?6, error_message = ?7",
+                params![
+                    r.id,
+                    r.program_path,
+                    r.program_source,
+                    r.started_at,
+                    r.updated_at,
+                    r.status,
+                    r.error_message
+                ],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn clear_run(&mut self) -> Result<()> {
+        // A run's file is replaced whole (a new directory), never cleared in place.
+        Err(anyhow!("a SQLite run is replaced by a new directory"))
+    }
+
+    fn put_execution(&mut self, e: &ExecRecord) -> Result<i64> {
+        self.tx
+            .run(
+                "INSERT INTO execution (id, statement_index, statement_text, status, started_at,
+                                        completed_at, error_message, parent_id, metadata,
+                                        idempotency_key)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                params![
+                    e.id,
+                    e.statement_index,
+                    e.statement_text,
+                    e.status,
+                    e.started_at,
+                    e.completed_at,
+                    e.error_message,
+                    e.parent_id,
+                    e.metadata,
+                    e.idempotency_key
+                ],
+            )
+            .map_err(self.err())?;
+        Ok(e.id)
+    }
+
+    fn put_binding(&mut self, b: &BindingRecord) -> Result<()> {
+        self.tx
+            .run(
+                "INSERT INTO bindings (name, execution_id, kind, value, source_statement,
+                                       created_at, updated_at, attachment_path)
+                 VALUES (?1, ?2, ?3, CAST(?4 AS TEXT), ?5, ?6, ?7, ?8)",
+                params![
+                    b.name,
+                    b.execution_id,
+                    b.kind,
+                    b.value,
+                    b.source_statement,
+                    b.created_at,
+                    b.updated_at,
+                    b.attachment_path
+                ],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn put_gate(&mut self, g: &GateRecord, run_id: &str, instance: bool) -> Result<()> {
+        let sql = if instance {
+            "INSERT INTO gate_instances (gate_id, instance, run_id, execution_id, prompt, allow,
+                 timeout, timeout_at, on_reject, status, created_at, resolved_at, resolved_by,
+                 resolution_comment, metadata)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
+        } else {
+            "INSERT INTO gates (id, instance, run_id, execution_id, prompt, allow, timeout,
+                 timeout_at, on_reject, status, created_at, resolved_at, resolved_by,
+                 resolution_comment, metadata)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
+        };
+        self.tx
+            .run(
+                sql,
+                params![
+                    g.id,
+                    g.instance,
+                    run_id,
+                    g.execution_id,
+                    g.prompt,
+                    g.allow,
+                    g.timeout,
+                    g.timeout_at,
+                    g.on_reject,
+                    g.status,
+                    g.created_at,
+                    g.resolved_at,
+                    g.resolved_by,
+                    g.resolution_comment,
+                    g.metadata
+                ],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn put_agent(&mut self, a: &AgentRecord) -> Result<()> {
+        self.tx
+            .run(
+                "INSERT INTO agents (name, scope, memory, created_at, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![a.name, a.scope, a.memory, a.created_at, a.updated_at],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn put_segment(&mut self, g: &SegmentRecord) -> Result<()> {
+        self.tx
+            .run(
+                "INSERT INTO agent_segments (agent_name, segment_number, timestamp, prompt, summary)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    g.agent_name,
+                    g.segment_number,
+                    g.timestamp,
+                    g.prompt,
+                    g.summary
+                ],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn put_import_record(&mut self, i: &ImportRecord) -> Result<()> {
+        self.tx
+            .run(
+                "INSERT INTO imports (alias, source_url, fetched_at, inputs_schema, outputs_schema)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![
+                    i.alias,
+                    i.source_url,
+                    i.fetched_at,
+                    i.inputs_schema,
+                    i.outputs_schema
+                ],
+            )
+            .map(drop)
+            .map_err(self.err())
+    }
+
+    fn audit_at_seq(&mut self, seq: i64) -> Result<Option<Option<String>>> {
+        self.tx
+            .row(
+                "SELECT hash FROM gate_audit_log WHERE seq = ?1",
+                [seq],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.err())
+    }
+
     fn commit(self: Box<Self>) -> Result<()> {
         let (path, busy_ms) = (self.path, self.busy_ms);
         self.tx.commit().map_err(|e| db_error(e, path, busy_ms))
     }
+}
+
+/// Any stored value as text (raw SQL may put a number where text belongs).
+fn lenient_text(r: &Row, i: usize) -> rusqlite::Result<Option<String>> {
+    Ok(match r.get_ref(i)? {
+        ValueRef::Null => None,
+        ValueRef::Integer(n) => Some(n.to_string()),
+        ValueRef::Real(f) => Some(f.to_string()),
+        ValueRef::Text(t) | ValueRef::Blob(t) => Some(String::from_utf8_lossy(t).into_owned()),
+    })
+}
+
+/// Any stored value as a number, where it is one.
+fn lenient_int(r: &Row, i: usize) -> rusqlite::Result<Option<i64>> {
+    Ok(match r.get_ref(i)? {
+        ValueRef::Integer(n) => Some(n),
+        ValueRef::Text(t) => std::str::from_utf8(t).ok().and_then(|t| t.parse().ok()),
+        _ => None,
+    })
+}
+
+fn gate_record(r: &Row) -> rusqlite::Result<GateRecord> {
+    Ok(GateRecord {
+        id: lenient_text(r, 0)?.unwrap_or_default(),
+        instance: lenient_int(r, 1)?.unwrap_or(1),
+        execution_id: lenient_int(r, 2)?,
+        prompt: lenient_text(r, 3)?,
+        allow: lenient_text(r, 4)?,
+        timeout: lenient_text(r, 5)?,
+        timeout_at: lenient_text(r, 6)?,
+        on_reject: lenient_text(r, 7)?,
+        status: lenient_text(r, 8)?,
+        created_at: lenient_text(r, 9)?,
+        resolved_at: lenient_text(r, 10)?,
+        resolved_by: lenient_text(r, 11)?,
+        resolution_comment: lenient_text(r, 12)?,
+        metadata: lenient_text(r, 13)?,
+    })
+}
+
+/// Every row of a run's file (`Store::dump`), read in the caller's snapshot.
+fn dump_rows(c: &Connection) -> rusqlite::Result<RunDump> {
+    fn all<T>(
+        c: &Connection,
+        sql: &str,
+        f: impl FnMut(&Row) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<Vec<T>> {
+        c.prepare(sql)?.query_map([], f)?.collect()
+    }
+    let run = c
+        .query_row(
+            "SELECT id, program_path, program_source, started_at, updated_at, status, error_message
+             FROM run ORDER BY rowid LIMIT 1",
+            [],
+            |r| {
+                Ok(RunRecord {
+                    id: lenient_text(r, 0)?.unwrap_or_default(),
+                    program_path: lenient_text(r, 1)?,
+                    program_source: lenient_text(r, 2)?,
+                    started_at: lenient_text(r, 3)?,
+                    updated_at: lenient_text(r, 4)?,
+                    status: lenient_text(r, 5)?,
+                    error_message: lenient_text(r, 6)?,
+                })
+            },
+        )
+        .optional()?
+        .unwrap_or_default();
+    let executions = all(
+        c,
+        "SELECT id, statement_index, statement_text, status, started_at, completed_at,
+                error_message, parent_id, metadata, idempotency_key FROM execution ORDER BY id",
+        |r| {
+            Ok(ExecRecord {
+                id: r.get(0)?,
+                statement_index: lenient_int(r, 1)?,
+                statement_text: lenient_text(r, 2)?,
+                status: lenient_text(r, 3)?,
+                started_at: lenient_text(r, 4)?,
+                completed_at: lenient_text(r, 5)?,
+                error_message: lenient_text(r, 6)?,
+                parent_id: lenient_int(r, 7)?,
+                metadata: lenient_text(r, 8)?,
+                idempotency_key: lenient_text(r, 9)?,
+            })
+        },
+    )?;
+    let bindings = all(
+        c,
+        "SELECT name, execution_id, kind, CAST(value AS BLOB), source_statement, created_at,
+                updated_at, attachment_path
+         FROM bindings ORDER BY IFNULL(execution_id, -1), name",
+        |r| {
+            Ok(BindingRecord {
+                name: lenient_text(r, 0)?,
+                execution_id: lenient_int(r, 1)?,
+                kind: lenient_text(r, 2)?,
+                value: r.get(3)?,
+                source_statement: lenient_text(r, 4)?,
+                created_at: lenient_text(r, 5)?,
+                updated_at: lenient_text(r, 6)?,
+                attachment_path: lenient_text(r, 7)?,
+            })
+        },
+    )?;
+    let agents = all(
+        c,
+        "SELECT name, scope, memory, created_at, updated_at FROM agents ORDER BY name",
+        |r| {
+            Ok(AgentRecord {
+                name: lenient_text(r, 0)?.unwrap_or_default(),
+                scope: lenient_text(r, 1)?,
+                memory: lenient_text(r, 2)?,
+                created_at: lenient_text(r, 3)?,
+                updated_at: lenient_text(r, 4)?,
+            })
+        },
+    )?;
+    let segments = all(
+        c,
+        "SELECT agent_name, segment_number, timestamp, prompt, summary
+         FROM agent_segments ORDER BY id",
+        |r| {
+            Ok(SegmentRecord {
+                agent_name: lenient_text(r, 0)?,
+                segment_number: lenient_int(r, 1)?,
+                timestamp: lenient_text(r, 2)?,
+                prompt: lenient_text(r, 3)?,
+                summary: lenient_text(r, 4)?,
+            })
+        },
+    )?;
+    let imports = all(
+        c,
+        "SELECT alias, source_url, fetched_at, inputs_schema, outputs_schema
+         FROM imports ORDER BY alias",
+        |r| {
+            Ok(ImportRecord {
+                alias: lenient_text(r, 0)?.unwrap_or_default(),
+                source_url: lenient_text(r, 1)?,
+                fetched_at: lenient_text(r, 2)?,
+                inputs_schema: lenient_text(r, 3)?,
+                outputs_schema: lenient_text(r, 4)?,
+            })
+        },
+    )?;
+    let gates = all(
+        c,
+        "SELECT id, instance, execution_id, prompt, allow, timeout, timeout_at, on_reject, status,
+                created_at, resolved_at, resolved_by, resolution_comment, metadata
+         FROM gates ORDER BY id",
+        gate_record,
+    )?;
+    let gate_instances = all(
+        c,
+        "SELECT gate_id, instance, execution_id, prompt, allow, timeout, timeout_at, on_reject,
+                status, created_at, resolved_at, resolved_by, resolution_comment, metadata
+         FROM gate_instances ORDER BY gate_id, instance",
+        gate_record,
+    )?;
+    let audit = all(
+        c,
+        &format!("SELECT {AUDIT_COLUMNS} FROM gate_audit_log ORDER BY id"),
+        audit_row,
+    )?;
+    Ok(RunDump {
+        run,
+        executions,
+        bindings,
+        agents,
+        segments,
+        imports,
+        gates,
+        gate_instances,
+        audit,
+        server_only: Vec::new(),
+    })
 }
 
 const BINDING_COLUMNS: &str = "b.name, b.execution_id, b.kind, b.value, b.source_statement, \
@@ -1429,6 +1779,30 @@ impl Store for SqliteStore {
             steps,
             applied,
         })
+    }
+
+    fn snapshot(&mut self) -> Result<()> {
+        if self.conn.is_autocommit() {
+            // A read transaction: its snapshot starts at its first read, made here. The
+            // connection is not kept after it.
+            self.poolable = false;
+            self.conn
+                .execute_batch("BEGIN DEFERRED; SELECT COUNT(*) FROM run;")
+                .map_err(self.err())?;
+        }
+        Ok(())
+    }
+
+    fn dump(&mut self) -> Result<RunDump> {
+        if self.access == Access::Older {
+            return Err(refused(format!(
+                "db has schema version {}, older than this prose-state's {}: run `prose-state migrate --run ...` on it first (a copy reads every column of the current schema): {}",
+                self.version,
+                self.schema.version,
+                self.path.display()
+            )));
+        }
+        dump_rows(&self.conn).map_err(self.err())
     }
 
     fn delete_run(&mut self) -> Result<()> {

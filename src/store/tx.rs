@@ -4,6 +4,9 @@
 //! `FOR UPDATE`) and maps its driver's errors once, in its implementation of this trait. The
 //! rules themselves (`rules.rs`) are written once, above it.
 
+use super::dump::{
+    AgentRecord, BindingRecord, ExecRecord, GateRecord, ImportRecord, RunRecord, SegmentRecord,
+};
 use super::{AuditRow, GateRow, ImportRow, NewBinding, NewExecution, NewGate};
 use crate::model::RunStatus;
 use anyhow::Result;
@@ -18,6 +21,10 @@ pub enum TxKind {
     /// (first decision wins, one audit chain per run), `finish`, removing an attachment.
     /// PostgreSQL holds the run's row `FOR UPDATE`.
     Serial,
+    /// A copy of a run arriving (`import`): the run may not exist yet. Serialised with every
+    /// other write of the run, and with other imports of its id (PostgreSQL: an advisory lock
+    /// on the id, then the row `FOR UPDATE` when there is one).
+    Import,
 }
 
 /// An execution record stored under an idempotency key: id, index, text, status, parent.
@@ -127,6 +134,26 @@ pub trait Tx {
         prompt: &str,
         summary: &str,
     ) -> Result<()>;
+
+    // Copies of a run (`import`, `export`).
+    /// Whether rows keep the ids they are given (a run's own SQLite file); a server numbers
+    /// them itself.
+    fn keeps_ids(&self) -> bool;
+    /// Inserts the run's row, or sets every column of it.
+    fn put_run(&mut self, run: &RunRecord) -> Result<()>;
+    /// Deletes every row of the run but its own row and its audit log (append-only), its
+    /// values included (`import --replace`).
+    fn clear_run(&mut self) -> Result<()>;
+    /// Inserts an execution record as given (its id too, where ids are kept); its id.
+    fn put_execution(&mut self, e: &ExecRecord) -> Result<i64>;
+    fn put_binding(&mut self, b: &BindingRecord) -> Result<()>;
+    /// A gates row (`instance` false) or a gate_instances row.
+    fn put_gate(&mut self, g: &GateRecord, run_id: &str, instance: bool) -> Result<()>;
+    fn put_agent(&mut self, a: &AgentRecord) -> Result<()>;
+    fn put_segment(&mut self, s: &SegmentRecord) -> Result<()>;
+    fn put_import_record(&mut self, i: &ImportRecord) -> Result<()>;
+    /// The run's audit row at this sequence number: None when there is none, else its hash.
+    fn audit_at_seq(&mut self, seq: i64) -> Result<Option<Option<String>>>;
 
     fn commit(self: Box<Self>) -> Result<()>;
 }

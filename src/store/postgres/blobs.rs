@@ -156,8 +156,26 @@ impl PgStore {
         }))
     }
 
-    pub(super) fn finish_upload(&mut self, blob: &str) -> Result<()> {
+    pub(super) fn finish_upload(&mut self, blob: &str, linked: bool) -> Result<()> {
         let run = self.run()?.to_string();
+        if !linked {
+            let path = format!("{}{blob}", crate::store::SERVER_PREFIX);
+            let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
+            let err = |e| map_err(e, &shown_url, busy_ms);
+            let mut tx = self.client.transaction().map_err(err)?;
+            for table in ["attachment_chunks", "attachments"] {
+                tx.execute(
+                    &format!(
+                        "DELETE FROM openprose.{table} WHERE run_id = $1 AND blob = $2
+                         AND NOT EXISTS (SELECT 1 FROM openprose.bindings
+                                         WHERE run_id = $1 AND attachment_path = $3)"
+                    ),
+                    &[&run, &blob, &path],
+                )
+                .map_err(err)?;
+            }
+            committed(tx.commit(), err)?;
+        }
         self.client
             .execute(UNLOCK, &[&UPLOAD_LOCK, &run, &blob])
             .map_err(self.err())?;

@@ -1,0 +1,359 @@
+//! `import`: a run brought into this project's backend, whole or not at all.
+
+use crate::cli::{BackendArg, ImportArgs, ImportFrom};
+use crate::context::Context;
+use crate::error::{not_found, refused, shown};
+use crate::output::Render;
+use crate::run::{RunPaths, BACKEND_FILE, INIT_PREFIX};
+use crate::store::dump::RunDump;
+use crate::store::postgres::PgStore;
+use crate::store::rules::Restore;
+use crate::store::sqlite::SqliteStore;
+use crate::store::Store;
+use crate::transfer::{self, How, Moved};
+use anyhow::{Context as _, Result};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Serialize)]
+pub struct Imported {
+    pub run_id: String,
+    pub backend: &'static str,
+    /// The same run with the same content was here already: nothing was written.
+    pub unchanged: bool,
+    /// A run with the same id and other content was replaced.
+    pub replaced: bool,
+    /// Execution and audit ids were numbered anew by the destination (a server numbers its
+    /// own); every reference moved with them.
+    pub renumbered: bool,
+    #[serde(flatten)]
+    pub moved: Moved,
+    pub rows: BTreeMap<&'static str, usize>,
+    /// Audit rows sealed with another machine's key, which this import now vouches for.
+    pub sealed_elsewhere: usize,
+    /// The content digest: the same for every copy of the same run.
+    pub digest: String,
+    /// What the source held that the destination has no column for.
+    pub not_carried: Vec<String>,
+    /// Lines of the source that could not be mapped (filesystem mode).
+    pub unmapped: Vec<String>,
+}
+
+impl Render for Imported {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        if self.unchanged {
+            writeln!(
+                w,
+                "Run unchanged: {} (already here with the same content)",
+                self.run_id
+            )?;
+        } else {
+            let how = if self.replaced {
+                "replaced"
+            } else {
+                "imported"
+            };
+            writeln!(w, "Run {how}: {} ({})", self.run_id, self.backend)?;
+            let rows: Vec<String> = self.rows.iter().map(|(k, v)| format!("{v} {k}")).collect();
+            writeln!(w, "Rows: {}", rows.join(", "))?;
+            writeln!(
+                w,
+                "Values: {} ({} bytes)",
+                self.moved.values, self.moved.value_bytes
+            )?;
+            if self.renumbered {
+                writeln!(w, "Ids: execution and audit ids numbered by the server")?;
+            }
+            if self.sealed_elsewhere > 0 {
+                writeln!(
+                    w,
+                    "Audit: {} rows sealed on another machine, now sealed here",
+                    self.sealed_elsewhere
+                )?;
+            }
+        }
+        for n in &self.not_carried {
+            writeln!(w, "Not carried: {n}")?;
+        }
+        for n in &self.unmapped {
+            writeln!(w, "Not mapped: {n}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The run directory and state.db that PATH names.
+fn source(path: &Path) -> Result<(PathBuf, PathBuf)> {
+    let meta = std::fs::metadata(path)
+        .map_err(|_| not_found(format!("nothing to import at {}", path.display())))?;
+    if meta.is_dir() {
+        if path.join(BACKEND_FILE).is_file() {
+            return Err(refused(format!(
+                "{} holds no state: its run lives on a server (export it there with `prose-state export --run ID`)",
+                path.display()
+            )));
+        }
+        let db = path.join("state.db");
+        if !db.is_file() {
+            return Err(not_found(format!(
+                "no state.db in {} (a run of the filesystem state mode is imported with --from filesystem)",
+                path.display()
+            )));
+        }
+        return Ok((path.to_path_buf(), db));
+    }
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    Ok((dir, path.to_path_buf()))
+}
+
+/// A copy read in, checked, and ready to write.
+pub struct Incoming<'a> {
+    pub src: &'a mut dyn Store,
+    pub src_dir: &'a Path,
+    pub dump: RunDump,
+    pub digest: String,
+    pub report: crate::store::chain::ChainReport,
+    pub unmapped: Vec<String>,
+}
+
+pub fn run(args: &ImportArgs, ctx: &Context) -> Result<Imported> {
+    if args.from == ImportFrom::Filesystem {
+        return super::fs_import::run(args, ctx);
+    }
+    let (src_dir, db) = source(&args.path)?;
+    let mut src = SqliteStore::open(&db, ctx.opts)?;
+    let dump = transfer::read(&mut src)?;
+    let incoming = checked(&mut src, &src_dir, dump, Vec::new())?;
+    land(incoming, args, ctx)
+}
+
+/// Checks a copy: its id, its chain, and its content digest.
+pub fn checked<'a>(
+    src: &'a mut dyn Store,
+    src_dir: &'a Path,
+    dump: RunDump,
+    unmapped: Vec<String>,
+) -> Result<Incoming<'a>> {
+    crate::model::check_run_id(&dump.run.id).map_err(|_| {
+        refused(format!(
+            "the run's id is not one prose-state gives a run: {}",
+            shown(&dump.run.id)
+        ))
+    })?;
+    let report = transfer::verify(&dump)?;
+    let digests = transfer::value_digests(src, src_dir, &dump)?;
+    let digest = dump.digest(&digests);
+    Ok(Incoming {
+        src,
+        src_dir,
+        dump,
+        digest,
+        report,
+        unmapped,
+    })
+}
+
+/// Writes a checked copy into the project's backend (or `--backend`).
+pub fn land(mut c: Incoming, args: &ImportArgs, ctx: &Context) -> Result<Imported> {
+    let postgres = match args.backend {
+        Some(BackendArg::Postgres) => true,
+        Some(BackendArg::Sqlite) => false,
+        None => ctx.uses_postgres(),
+    };
+    let principal = ctx.principal(&args.principal)?.map(|p| p.to_string());
+    let tip = c
+        .dump
+        .audit
+        .iter()
+        .filter(|r| r.seq.is_some())
+        .max_by_key(|r| r.seq)
+        .map(|r| serde_json::json!({"seq": r.seq, "hash": r.hash}));
+    let metadata = serde_json::json!({
+        "client": "cli",
+        "source": c.src_dir.display().to_string(),
+        "digest": c.digest,
+        "rows": c.dump.counts(),
+        "source_head": tip,
+        "attested_here": c.report.attested,
+        "sealed_elsewhere": c.report.other_key,
+        "unattested": c.report.unattested.len(),
+    });
+    let how = How {
+        reseal: true,
+        event: Some((principal, metadata)),
+        now: crate::model::now(),
+    };
+    let mut out = Imported {
+        run_id: c.dump.run.id.clone(),
+        backend: if postgres { "postgres" } else { "sqlite" },
+        unchanged: false,
+        replaced: false,
+        renumbered: postgres,
+        moved: Moved::default(),
+        rows: c.dump.counts(),
+        sealed_elsewhere: c.report.other_key,
+        digest: c.digest.clone(),
+        not_carried: if postgres {
+            Vec::new()
+        } else {
+            c.dump.server_only.clone()
+        },
+        unmapped: std::mem::take(&mut c.unmapped),
+    };
+    if postgres {
+        into_server(&mut c, args, ctx, &how, &mut out)?;
+    } else {
+        into_dir(&mut c, args, ctx, &how, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// Whether the run already here is the same run: its digest is the copy's.
+fn same_run(store: &mut dyn Store, dir: &Path, digest: &str) -> Result<bool> {
+    let have = transfer::read(store)?;
+    let values = transfer::value_digests(store, dir, &have)?;
+    Ok(have.digest(&values) == digest)
+}
+
+fn into_server(
+    c: &mut Incoming,
+    args: &ImportArgs,
+    ctx: &Context,
+    how: &How,
+    out: &mut Imported,
+) -> Result<()> {
+    let url = ctx.postgres_url()?;
+    let id = c.dump.run.id.clone();
+    let (mut dst, exists) = PgStore::open_maybe(&url, &id, ctx.opts)?;
+    if exists {
+        // Compared on a connection of its own (a snapshot is read-only).
+        let (mut probe, _) = PgStore::open_maybe(&url, &id, ctx.opts)?;
+        if same_run(&mut probe, &ctx.runs_dir().join(&id), &c.digest)? {
+            out.unchanged = true;
+            return Ok(());
+        }
+        if !args.replace {
+            return Err(other_content(&id));
+        }
+        out.replaced = true;
+    }
+    // The values first, each in a transaction of its own; then the rows, in one.
+    let mut staged = Vec::new();
+    let mut paths = HashMap::new();
+    let mut upload = || -> Result<()> {
+        for b in &c.dump.bindings {
+            let Some(path) = &b.attachment_path else {
+                continue;
+            };
+            let name = b.name.as_deref().unwrap_or_default();
+            let mut reader = transfer::value(c.src, c.src_dir, path, name)?;
+            let s = crate::attach::upload(&mut reader, &mut dst, name, b.execution_id)?;
+            out.moved.values += 1;
+            out.moved.value_bytes += s.bytes;
+            paths.insert(path.clone(), s.rel.clone());
+            staged.push(s);
+        }
+        Ok(())
+    };
+    let mut result = upload();
+    if result.is_ok() {
+        result = dst.restore(&Restore {
+            dump: &c.dump,
+            paths: &paths,
+            fresh: false,
+            replace: args.replace,
+            reseal: how.reseal,
+            event: how.event.as_ref().map(|(p, m)| (p.as_deref(), m.clone())),
+            now: &how.now,
+        });
+    }
+    for s in &staged {
+        let _ = dst.end_upload(&s.blob, result.is_ok());
+    }
+    result?;
+    dst.anchor_chain();
+    Ok(())
+}
+
+fn into_dir(
+    c: &mut Incoming,
+    args: &ImportArgs,
+    ctx: &Context,
+    how: &How,
+    out: &mut Imported,
+) -> Result<()> {
+    let id = c.dump.run.id.clone();
+    let runs = ctx.runs_dir().to_path_buf();
+    let target = runs.join(&id);
+    let exists = target.symlink_metadata().is_ok();
+    if exists {
+        let paths = RunPaths::in_dir(target.clone());
+        let mut have = ctx.open(&paths)?;
+        if same_run(have.as_mut(), &target, &c.digest)? {
+            out.unchanged = true;
+            return Ok(());
+        }
+        if !args.replace {
+            return Err(other_content(&id));
+        }
+        out.replaced = true;
+    }
+    // Built whole beside the runs (a killed import leaves a directory `doctor --fix` removes),
+    // then moved into place in one step.
+    let (tmp, lock) = transfer::temp_dir(&runs, &format!("{INIT_PREFIX}{id}-"))?;
+    let built = transfer::build_dir(c.src, c.src_dir, &c.dump, &tmp, ctx.opts, how);
+    let moved = match built {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(e);
+        }
+    };
+    out.moved = moved;
+    let placed = if exists {
+        crate::run::rename_exchange(&tmp, &target)
+    } else {
+        crate::run::rename_noreplace(&tmp, &target)
+    };
+    if let Err(e) = placed {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(if e.kind() == io::ErrorKind::AlreadyExists {
+            other_content(&id)
+        } else {
+            anyhow::Error::new(e).context(format!(
+                "could not move the run into place: {}",
+                target.display()
+            ))
+        });
+    }
+    // After an exchange, the temporary name holds the run that was replaced.
+    if exists {
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+    drop(lock);
+    crate::run::sync_dir(&runs).with_context(|| format!("could not sync {}", runs.display()))?;
+    // The chain is anchored where the run now is.
+    let mut store = ctx.open(&RunPaths::in_dir(target))?;
+    crate::seal::forget(&store.place(), &id);
+    store.anchor_chain();
+    Ok(())
+}
+
+fn other_content(id: &str) -> anyhow::Error {
+    refused(format!(
+        "run {} already exists here with other content: import --replace to replace it (nothing was imported)",
+        shown(id)
+    ))
+}
+
+impl super::Run for ImportArgs {
+    type Output = Imported;
+    fn run(&self, ctx: &Context) -> Result<Imported> {
+        run(self, ctx)
+    }
+}

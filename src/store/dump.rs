@@ -1,0 +1,344 @@
+//! A whole run as rows, read from one store and written into another: what `export` and
+//! `import` move. Backend-neutral: every column both schemas have (the spec's SQLite columns),
+//! timestamps as text in `datetime('now')` form, ids as the source stored them.
+//!
+//! What makes two copies of a run the same run ([`RunDump::digest`]): every row's content,
+//! with execution ids replaced by their place in the log (a server renumbers them), binding
+//! values by their bytes wherever they are kept (inline, a file, the server), seals and
+//! binding versions left out (each store makes its own), and the `imported` events that
+//! record the copies themselves left out.
+
+use super::{AuditRow, GateRow};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, HashMap};
+
+/// The gate id of audit events about the run itself rather than one gate (`imported`).
+pub const RUN_EVENT: &str = "";
+
+/// The event type recorded when a run is imported.
+pub const IMPORTED: &str = "imported";
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunRecord {
+    pub id: String,
+    pub program_path: Option<String>,
+    pub program_source: Option<String>,
+    pub started_at: Option<String>,
+    pub updated_at: Option<String>,
+    pub status: Option<String>,
+    pub error_message: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecRecord {
+    pub id: i64,
+    pub statement_index: Option<i64>,
+    pub statement_text: Option<String>,
+    pub status: Option<String>,
+    pub started_at: Option<String>,
+    pub completed_at: Option<String>,
+    pub error_message: Option<String>,
+    pub parent_id: Option<i64>,
+    /// JSON; a server stores it as jsonb, so it is compared as JSON.
+    pub metadata: Option<String>,
+    pub idempotency_key: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct BindingRecord {
+    pub name: Option<String>,
+    pub execution_id: Option<i64>,
+    pub kind: Option<String>,
+    /// Bytes: a row written by raw SQL into SQLite may hold text that is not UTF-8.
+    pub value: Option<Vec<u8>>,
+    pub source_statement: Option<String>,
+    pub created_at: Option<String>,
+    pub updated_at: Option<String>,
+    pub attachment_path: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentRecord {
+    pub name: String,
+    pub scope: Option<String>,
+    pub memory: Option<String>,
+    pub created_at: Option<String>,
+    pub updated_at: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SegmentRecord {
+    pub agent_name: Option<String>,
+    pub segment_number: Option<i64>,
+    pub timestamp: Option<String>,
+    pub prompt: Option<String>,
+    pub summary: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ImportRecord {
+    pub alias: String,
+    pub source_url: Option<String>,
+    pub fetched_at: Option<String>,
+    /// JSON (jsonb on a server).
+    pub inputs_schema: Option<String>,
+    pub outputs_schema: Option<String>,
+}
+
+/// A gates row, or a `gate_instances` row (an earlier opening), as stored: `allow` is the
+/// stored text, not parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GateRecord {
+    pub id: String,
+    pub instance: i64,
+    pub execution_id: Option<i64>,
+    pub prompt: Option<String>,
+    pub allow: Option<String>,
+    pub timeout: Option<String>,
+    pub timeout_at: Option<String>,
+    pub on_reject: Option<String>,
+    pub status: Option<String>,
+    pub created_at: Option<String>,
+    pub resolved_at: Option<String>,
+    pub resolved_by: Option<String>,
+    pub resolution_comment: Option<String>,
+    pub metadata: Option<String>,
+}
+
+impl GateRecord {
+    /// The row as the rules read it (an allow list that is not a JSON array of strings admits
+    /// nobody).
+    pub fn row(&self, run_id: &str) -> GateRow {
+        GateRow {
+            id: self.id.clone(),
+            run_id: Some(run_id.to_string()),
+            execution_id: self.execution_id,
+            prompt: self.prompt.clone().unwrap_or_default(),
+            allow: self
+                .allow
+                .as_deref()
+                .and_then(|a| serde_json::from_str::<Vec<String>>(a).ok())
+                .unwrap_or_default(),
+            timeout: self.timeout.clone(),
+            timeout_at: self.timeout_at.clone(),
+            on_reject: self.on_reject.clone(),
+            status: crate::model::GateStatus::parse(self.status.as_deref().unwrap_or_default()),
+            created_at: self.created_at.clone(),
+            resolved_at: self.resolved_at.clone(),
+            resolved_by: self.resolved_by.clone(),
+            resolution_comment: self.resolution_comment.clone(),
+            metadata: self.metadata.clone(),
+            instance: self.instance,
+        }
+    }
+}
+
+/// One run, whole.
+#[derive(Debug, Clone, Default)]
+pub struct RunDump {
+    pub run: RunRecord,
+    /// Oldest first (by id).
+    pub executions: Vec<ExecRecord>,
+    pub bindings: Vec<BindingRecord>,
+    pub agents: Vec<AgentRecord>,
+    pub segments: Vec<SegmentRecord>,
+    pub imports: Vec<ImportRecord>,
+    pub gates: Vec<GateRecord>,
+    pub gate_instances: Vec<GateRecord>,
+    /// By id.
+    pub audit: Vec<AuditRow>,
+    /// Values in columns only a server has (the spec's `metadata` jsonb columns, an import's
+    /// `content_hash`), which prose-state never writes: named here, so that a copy into a
+    /// store without them says what it leaves behind.
+    pub server_only: Vec<String>,
+}
+
+/// A JSON column's value compared as JSON (a server's jsonb reorders keys and spacing); text
+/// that is not JSON as itself.
+fn as_json(text: &Option<String>) -> Value {
+    match text {
+        None => Value::Null,
+        Some(t) => serde_json::from_str::<Value>(t).unwrap_or_else(|_| json!({ "text": t })),
+    }
+}
+
+impl RunDump {
+    /// Whether an audit row records a copy of the run (left out of the digest).
+    pub fn is_import_event(row: &AuditRow) -> bool {
+        row.gate_id == RUN_EVENT && row.event_type == IMPORTED
+    }
+
+    /// What makes two copies of a run the same run: sha256 over the content (see the module
+    /// documentation). `values` gives each attachment path's content digest.
+    pub fn digest(&self, values: &HashMap<String, String>) -> String {
+        let place: HashMap<i64, usize> = self
+            .executions
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.id, i))
+            .collect();
+        // An id no record has (raw SQL) stays as it is, marked.
+        let exec = |id: Option<i64>| match id {
+            None => Value::Null,
+            Some(id) => place
+                .get(&id)
+                .map_or_else(|| json!(["missing", id]), |p| json!(p)),
+        };
+        let run = &self.run;
+        let executions: Vec<Value> = self
+            .executions
+            .iter()
+            .map(|e| {
+                json!([
+                    e.statement_index,
+                    e.statement_text,
+                    e.status,
+                    e.started_at,
+                    e.completed_at,
+                    e.error_message,
+                    exec(e.parent_id),
+                    as_json(&e.metadata),
+                    e.idempotency_key
+                ])
+            })
+            .collect();
+        let mut bindings: Vec<Value> = self
+            .bindings
+            .iter()
+            .map(|b| {
+                let value = match &b.attachment_path {
+                    Some(p) => json!({ "attachment": values.get(p) }),
+                    None => json!({ "value": b.value.as_deref().map(crate::model::hex) }),
+                };
+                json!([
+                    b.name,
+                    exec(b.execution_id),
+                    b.kind,
+                    value,
+                    b.source_statement,
+                    b.created_at,
+                    b.updated_at,
+                    // An attachment's summary names where the value is kept, which a copy
+                    // changes: compared with that left out.
+                    b.attachment_path.as_ref().map(|p| summary_without(b, p))
+                ])
+            })
+            .collect();
+        bindings.sort_by_key(|v| v.to_string());
+        let mut agents: Vec<Value> = self
+            .agents
+            .iter()
+            .map(|a| json!([a.name, a.scope, a.memory, a.created_at, a.updated_at]))
+            .collect();
+        agents.sort_by_key(|v| v.to_string());
+        let mut segments: Vec<Value> = self
+            .segments
+            .iter()
+            .map(|s| {
+                json!([
+                    s.agent_name,
+                    s.segment_number,
+                    s.timestamp,
+                    s.prompt,
+                    s.summary
+                ])
+            })
+            .collect();
+        segments.sort_by_key(|v| v.to_string());
+        let mut imports: Vec<Value> = self
+            .imports
+            .iter()
+            .map(|i| {
+                json!([
+                    i.alias,
+                    i.source_url,
+                    i.fetched_at,
+                    as_json(&i.inputs_schema),
+                    as_json(&i.outputs_schema)
+                ])
+            })
+            .collect();
+        imports.sort_by_key(|v| v.to_string());
+        let gate = |g: &GateRecord| {
+            json!([
+                g.id,
+                g.instance,
+                exec(g.execution_id),
+                g.prompt,
+                g.allow,
+                g.timeout,
+                g.timeout_at,
+                g.on_reject,
+                g.status,
+                g.created_at,
+                g.resolved_at,
+                g.resolved_by,
+                g.resolution_comment,
+                g.metadata
+            ])
+        };
+        let mut gates: Vec<Value> = self.gates.iter().map(gate).collect();
+        gates.sort_by_key(|v| v.to_string());
+        let mut instances: Vec<Value> = self.gate_instances.iter().map(gate).collect();
+        instances.sort_by_key(|v| v.to_string());
+        let audit: Vec<Value> = self
+            .audit
+            .iter()
+            .filter(|r| !Self::is_import_event(r))
+            .map(|r| {
+                json!([
+                    r.seq,
+                    r.gate_id,
+                    r.event_type,
+                    r.principal,
+                    r.comment,
+                    r.timestamp,
+                    r.metadata,
+                    r.prev_hash,
+                    r.hash
+                ])
+            })
+            .collect();
+        let whole = json!({
+            "run": [run.id, run.program_path, run.program_source, run.started_at,
+                    run.updated_at, run.status, run.error_message],
+            "executions": executions,
+            "bindings": bindings,
+            "agents": agents,
+            "segments": segments,
+            "imports": imports,
+            "gates": gates,
+            "gate_instances": instances,
+            "audit": audit,
+        });
+        crate::model::sha256_tag(&whole.to_string())
+    }
+
+    /// Counts of what the run holds, by table.
+    pub fn counts(&self) -> BTreeMap<&'static str, usize> {
+        BTreeMap::from([
+            ("executions", self.executions.len()),
+            ("bindings", self.bindings.len()),
+            (
+                "attachments",
+                self.bindings
+                    .iter()
+                    .filter(|b| b.attachment_path.is_some())
+                    .count(),
+            ),
+            ("agents", self.agents.len()),
+            ("agent_segments", self.segments.len()),
+            ("imports", self.imports.len()),
+            ("gates", self.gates.len()),
+            ("gate_instances", self.gate_instances.len()),
+            ("audit_events", self.audit.len()),
+        ])
+    }
+}
+
+/// An attachment's summary (its row's value) with its own path left out.
+fn summary_without(b: &BindingRecord, path: &str) -> Option<String> {
+    b.value
+        .as_deref()
+        .map(|v| String::from_utf8_lossy(v).replace(path, "<attachment>"))
+}

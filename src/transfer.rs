@@ -1,0 +1,272 @@
+//! Runs that move: a run read whole from one store (in one snapshot, while writers go on) and
+//! written whole into another, its values with it. `export` writes the copy as a run directory
+//! of its own (a SQLite `state.db` and `attachments/`); `import` brings such a directory into
+//! the project's backend.
+
+use crate::attach::{self, OpenError};
+use crate::error::{shown, tampered};
+use crate::store::dump::RunDump;
+use crate::store::rules::Restore;
+use crate::store::sqlite::SqliteStore;
+use crate::store::{server_blob, NewRun, OpenOptions, Store};
+use anyhow::{anyhow, Context as _, Result};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::fs;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+/// A value the run's rows name that was gone when it was read: a rebind replaced it after the
+/// snapshot was taken. The copy is started again with a new snapshot.
+#[derive(Debug)]
+pub struct ValueGone(pub String);
+
+impl std::fmt::Display for ValueGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl std::error::Error for ValueGone {}
+
+/// Whether an error is a [`ValueGone`] (worth a new snapshot).
+pub fn value_gone(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| c.downcast_ref::<ValueGone>().is_some())
+}
+
+/// The whole run, read in one snapshot of `src`.
+pub fn read(src: &mut dyn Store) -> Result<RunDump> {
+    src.snapshot()?;
+    src.dump()
+}
+
+/// Refuses a copy whose audit chain does not verify: a row removed, inserted or edited, a
+/// seal that claims this machine's key and does not match, or a gate its log contradicts.
+/// Rows sealed with another machine's key are not refused: the import vouches for them, and
+/// its event says how many there were.
+pub fn verify(d: &RunDump) -> Result<crate::store::chain::ChainReport> {
+    let gates: Vec<_> = d.gates.iter().map(|g| g.row(&d.run.id)).collect();
+    let key = crate::seal::key_for_reading()?;
+    let report = crate::store::chain::check(&d.audit, &gates, key, None);
+    if let Some(b) = &report.first_broken {
+        return Err(tampered(format!(
+            "the audit chain of run {} does not verify (broken at row {}: {}); a copy that does not verify is not imported",
+            shown(&d.run.id),
+            b.id,
+            b.reason
+        )));
+    }
+    if let Some((gate, why)) = report
+        .gates
+        .iter()
+        .find(|(_, i)| matches!(i, crate::store::chain::Integrity::Tampered(_)))
+    {
+        return Err(tampered(format!(
+            "gate {} of run {} disagrees with its audit log ({why:?}); a copy that does not verify is not imported",
+            shown(gate),
+            shown(&d.run.id)
+        )));
+    }
+    Ok(report)
+}
+
+/// A value kept in a store, read in order through the store's own range reads (in its
+/// snapshot), a chunk at a time.
+struct StoreValue<'a> {
+    store: &'a mut dyn Store,
+    blob: String,
+    at: u64,
+    len: u64,
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for StoreValue<'_> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        if self.pos == self.buf.len() {
+            if self.at >= self.len {
+                return Ok(0);
+            }
+            self.buf = self
+                .store
+                .read_blob(&self.blob, self.at, 1 << 20)
+                .map_err(|e| io::Error::other(format!("{e:#}")))?;
+            if self.buf.is_empty() {
+                return Err(io::Error::other(format!(
+                    "the server's value {} ended early",
+                    shown(&self.blob)
+                )));
+            }
+            self.at += self.buf.len() as u64;
+            self.pos = 0;
+        }
+        let n = out.len().min(self.buf.len() - self.pos);
+        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+/// The bytes an attachment path names, wherever they are kept.
+pub fn value<'a>(
+    store: &'a mut dyn Store,
+    run_dir: &Path,
+    path: &str,
+    name: &str,
+) -> Result<Box<dyn Read + 'a>> {
+    if let Some(blob) = server_blob(path) {
+        let len = store.blob_len(blob)?.ok_or_else(|| {
+            anyhow!(
+                "the value of binding {} ({path}) is not whole on the server: run `prose-state doctor`",
+                shown(name)
+            )
+        })?;
+        return Ok(Box::new(StoreValue {
+            store,
+            blob: blob.to_string(),
+            at: 0,
+            len,
+            buf: Vec::new(),
+            pos: 0,
+        }));
+    }
+    match attach::open(run_dir, path) {
+        Ok((file, _)) => Ok(Box::new(file)),
+        Err(OpenError::Missing(p)) if store.keeps_values() => Err(anyhow!(
+            "the value of binding {} is a file on another machine ({}): run `prose-state doctor --fix` there to upload it, then copy the run",
+            shown(name),
+            p.display()
+        )),
+        Err(OpenError::Missing(p)) => Err(anyhow::Error::new(ValueGone(format!(
+            "the value of binding {} was replaced while the run was read: {}",
+            shown(name),
+            p.display()
+        )))),
+        Err(OpenError::Refused(e) | OpenError::Other(e)) => Err(e),
+    }
+}
+
+/// The sha256 of every value the run's bindings keep outside their rows, by path (what
+/// [`RunDump::digest`] compares).
+pub fn value_digests(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    d: &RunDump,
+) -> Result<HashMap<String, String>> {
+    let on_server: HashMap<String, String> = store
+        .blobs()?
+        .into_iter()
+        .filter_map(|b| Some((b.blob, b.sha256?)))
+        .collect();
+    let mut out = HashMap::new();
+    for b in &d.bindings {
+        let Some(path) = &b.attachment_path else {
+            continue;
+        };
+        let digest = match server_blob(path).and_then(|blob| on_server.get(blob)) {
+            Some(sha) => sha.clone(),
+            None => {
+                let name = b.name.as_deref().unwrap_or_default();
+                let mut reader = value(store, run_dir, path, name)?;
+                let mut h = Sha256::new();
+                io::copy(&mut reader, &mut h)?;
+                format!("sha256:{}", crate::model::hex(&h.finalize()))
+            }
+        };
+        out.insert(path.clone(), digest);
+    }
+    Ok(out)
+}
+
+/// How a copy is written: resealed with an `imported` event (an import), or as it was (an
+/// export).
+pub struct How {
+    pub reseal: bool,
+    /// Who imported, and the event's metadata.
+    pub event: Option<(Option<String>, serde_json::Value)>,
+    pub now: String,
+}
+
+/// What a copy holds, for the report.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct Moved {
+    pub values: usize,
+    pub value_bytes: u64,
+}
+
+/// Builds a run directory in `dir` (new and empty): its values as files in `attachments/`,
+/// the program's copy, and a `state.db` holding the run written by `restore` from `d`.
+pub fn build_dir(
+    src: &mut dyn Store,
+    src_dir: &Path,
+    d: &RunDump,
+    dir: &Path,
+    opts: OpenOptions,
+    how: &How,
+) -> Result<Moved> {
+    let files = dir.join(crate::run::ATTACHMENTS_DIR);
+    fs::create_dir(&files).with_context(|| format!("could not create {}", files.display()))?;
+    let program = src_dir.join(crate::run::PROGRAM_FILE);
+    if program.is_file() && !program.is_symlink() {
+        fs::copy(&program, dir.join(crate::run::PROGRAM_FILE))
+            .with_context(|| format!("could not copy {}", program.display()))?;
+    }
+    let mut moved = Moved::default();
+    let mut paths = HashMap::new();
+    for b in &d.bindings {
+        let Some(path) = &b.attachment_path else {
+            continue;
+        };
+        let name = b.name.as_deref().unwrap_or_default();
+        let file_name = attach::file_name(name, b.execution_id);
+        let target = files.join(&file_name);
+        let mut reader = value(src, src_dir, path, name)?;
+        let mut out = fs::File::create_new(&target)
+            .with_context(|| format!("could not create {}", target.display()))?;
+        moved.value_bytes += io::copy(&mut reader, &mut out)
+            .with_context(|| format!("could not copy the value of binding {}", shown(name)))?;
+        out.flush()?;
+        out.sync_all()?;
+        moved.values += 1;
+        paths.insert(
+            path.clone(),
+            format!("{}/{file_name}", crate::run::ATTACHMENTS_DIR),
+        );
+    }
+    crate::run::sync_dir(&files)?;
+    let db = dir.join("state.db");
+    let mut store = SqliteStore::create(
+        &db,
+        &NewRun {
+            id: &d.run.id,
+            program_path: d.run.program_path.as_deref(),
+            program_source: d.run.program_source.as_deref(),
+            created_at: d.run.started_at.as_deref().unwrap_or_default(),
+        },
+        opts,
+    )?;
+    store.restore(&Restore {
+        dump: d,
+        paths: &paths,
+        fresh: true,
+        replace: false,
+        reseal: how.reseal,
+        event: how.event.as_ref().map(|(p, m)| (p.as_deref(), m.clone())),
+        now: &how.now,
+    })?;
+    drop(store);
+    crate::run::sync_dir(dir)?;
+    Ok(moved)
+}
+
+/// A new temporary directory beside `target`, named after it, and its lock (so `doctor` can
+/// tell a live copy's directory from a killed one's).
+pub fn temp_dir(parent: &Path, prefix: &str) -> Result<(PathBuf, fs::File)> {
+    fs::create_dir_all(parent).with_context(|| format!("could not create {}", parent.display()))?;
+    let suffix: u64 = rand::random();
+    let tmp = parent.join(format!("{prefix}{suffix:016x}"));
+    fs::create_dir(&tmp).with_context(|| format!("could not create {}", tmp.display()))?;
+    let lock = fs::File::open(&tmp)?;
+    lock.lock()?;
+    Ok((tmp, lock))
+}
