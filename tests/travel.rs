@@ -567,3 +567,412 @@ fn large_values_stream_in_flat_memory(b: Backend) {
 }
 
 common::on_both!(large_values_stream_in_flat_memory);
+
+/// A run's content as the test itself reads it from the database, ids replaced by their
+/// place in the log: what must survive every move. Values are their bytes wherever they are
+/// kept; the audit log is its chain (sequence, events, hashes), `imported` events left out.
+fn content(run: &common::Run) -> serde_json::Value {
+    use serde_json::json;
+    type Rows = Vec<Vec<Option<String>>>;
+    let rows = |sqlite: &str, postgres: &str| -> Rows {
+        match &run.pg_url {
+            Some(url) => {
+                let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+                c.query(postgres, &[&run.id])
+                    .unwrap()
+                    .iter()
+                    .map(|r| (0..r.len()).map(|i| r.get(i)).collect())
+                    .collect()
+            }
+            None => {
+                let c = run.conn();
+                let mut s = c.prepare(sqlite).unwrap();
+                let n = s.column_count();
+                s.query_map([], |r| {
+                    (0..n)
+                        .map(|i| {
+                            Ok(match r.get_ref(i)? {
+                                rusqlite::types::ValueRef::Null => None,
+                                rusqlite::types::ValueRef::Integer(v) => Some(v.to_string()),
+                                rusqlite::types::ValueRef::Real(v) => Some(v.to_string()),
+                                rusqlite::types::ValueRef::Text(t)
+                                | rusqlite::types::ValueRef::Blob(t) => {
+                                    Some(String::from_utf8_lossy(t).into_owned())
+                                }
+                            })
+                        })
+                        .collect()
+                })
+                .unwrap()
+                .map(|r| r.unwrap())
+                .collect()
+            }
+        }
+    };
+    let ts = |c: &str| format!("to_char({c} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')");
+    let execs = rows(
+        "SELECT CAST(id AS TEXT), CAST(statement_index AS TEXT), statement_text, status,
+                started_at, completed_at, CAST(parent_id AS TEXT), metadata
+         FROM execution ORDER BY id",
+        &format!(
+            "SELECT id::text, statement_index::text, statement_text, status, {}, {},
+                    parent_id::text, metadata::text
+             FROM openprose.execution WHERE run_id = $1 ORDER BY id",
+            ts("started_at"),
+            ts("completed_at")
+        ),
+    );
+    let place: std::collections::HashMap<String, usize> = execs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r[0].clone().unwrap(), i))
+        .collect();
+    let at = |id: &Option<String>| id.as_ref().map(|i| place[i]);
+    let json_of = |t: &Option<String>| {
+        t.as_deref()
+            .map(|t| serde_json::from_str::<serde_json::Value>(t).unwrap())
+    };
+    let log: Vec<_> = execs
+        .iter()
+        .map(|r| json!([r[1], r[2], r[3], r[4], r[5], at(&r[6]), json_of(&r[7])]))
+        .collect();
+    let mut bindings: Vec<_> = rows(
+        "SELECT name, CAST(execution_id AS TEXT), kind, value, attachment_path, created_at,
+                updated_at FROM bindings",
+        &format!(
+            "SELECT name, execution_id::text, kind, value, attachment_path, {}, {}
+             FROM openprose.bindings WHERE run_id = $1",
+            ts("created_at"),
+            ts("updated_at")
+        ),
+    )
+    .iter()
+    .map(|r| {
+        let value = match &r[4] {
+            Some(path) => String::from_utf8(run.stored(path).expect("value kept")).unwrap(),
+            None => r[3].clone().unwrap_or_default(),
+        };
+        // A large value by its length and digest (a failure message stays readable).
+        let value = if value.len() > 200 {
+            use sha2::Digest;
+            format!(
+                "{} bytes, sha256 {:x}",
+                value.len(),
+                sha2::Sha256::digest(&value)
+            )
+        } else {
+            value
+        };
+        json!([r[0], at(&r[1]), r[2], value, r[5], r[6]])
+    })
+    .collect();
+    bindings.sort_by_key(|v| v.to_string());
+    let mut gates: Vec<_> = rows(
+        "SELECT id, CAST(execution_id AS TEXT), prompt, allow, status, resolved_by,
+                resolution_comment, created_at, resolved_at, timeout_at, CAST(instance AS TEXT)
+         FROM gates",
+        &format!(
+            "SELECT id, execution_id::text, prompt, allow, status, resolved_by,
+                    resolution_comment, {}, {}, {}, instance::text
+             FROM openprose.gates WHERE run_id = $1",
+            ts("created_at"),
+            ts("resolved_at"),
+            ts("timeout_at")
+        ),
+    )
+    .iter()
+    .map(|r| {
+        let mut v: Vec<serde_json::Value> = r.iter().map(|c| json!(c)).collect();
+        v[1] = json!(at(&r[1]));
+        json!(v)
+    })
+    .collect();
+    gates.sort_by_key(|v| v.to_string());
+    let audit = rows(
+        "SELECT CAST(seq AS TEXT), gate_id, event_type, principal, comment, timestamp, metadata,
+                prev_hash, hash FROM gate_audit_log
+         WHERE NOT (gate_id = '' AND event_type = 'imported') ORDER BY id",
+        &format!(
+            "SELECT seq::text, gate_id, event_type, principal, comment, {}, metadata, prev_hash,
+                    hash FROM openprose.gate_audit_log
+             WHERE run_id = $1 AND NOT (gate_id = '' AND event_type = 'imported') ORDER BY id",
+            ts("timestamp")
+        ),
+    );
+    let mut agents = rows(
+        "SELECT name, scope, memory FROM agents",
+        "SELECT name, scope, memory FROM openprose.agents WHERE run_id = $1",
+    );
+    agents.sort();
+    let mut segments = rows(
+        "SELECT agent_name, CAST(segment_number AS TEXT), prompt, summary, timestamp
+         FROM agent_segments",
+        &format!(
+            "SELECT agent_name, segment_number::text, prompt, summary, {}
+             FROM openprose.agent_segments WHERE run_id = $1",
+            ts("timestamp")
+        ),
+    );
+    segments.sort();
+    let mut imports = rows(
+        "SELECT alias, source_url FROM imports",
+        "SELECT alias, source_url FROM openprose.imports WHERE run_id = $1",
+    );
+    imports.sort();
+    let run_row = rows(
+        "SELECT id, status, error_message, started_at, updated_at, program_source FROM run",
+        &format!(
+            "SELECT id, status, error_message, {}, {}, program_source FROM openprose.run
+             WHERE id = $1",
+            ts("started_at"),
+            ts("updated_at")
+        ),
+    );
+    json!({
+        "run": run_row, "log": log, "bindings": bindings, "gates": gates, "audit": audit,
+        "agents": agents, "segments": segments, "imports": imports,
+    })
+}
+
+/// A project on `backend` whose runs live where `import` puts them.
+fn project(b: Backend) -> Option<Project> {
+    Project::on(b)
+}
+
+/// A run that uses everything a run can hold: nested scopes, values inline and large, a
+/// const, a keyed record, agents with segments, an import, gates approved, rejected and
+/// reopened, and one still pending with a deadline.
+fn rich_run(p: &Project) -> common::Run {
+    let run = p.init();
+    run.bind("plain", "hello\nworld", None);
+    run.cmd()
+        .args(["bind", "c", "1", "--kind", "const"])
+        .assert()
+        .success();
+    let outer = run.exec(1, "parallel:", "executing", None);
+    let inner = run.exec(2, "session: inner", "executing", Some(outer));
+    run.bind("x", "outer x", Some(outer));
+    run.bind("x", "inner x", Some(inner));
+    run.cmd()
+        .args(["bind", "report", "--execution-id", &inner.to_string()])
+        .write_stdin(text_value(250_000, 3))
+        .assert()
+        .success();
+    run.cmd()
+        .args(["bind", "big"])
+        .write_stdin(text_value(1_300_000, 4))
+        .assert()
+        .success();
+    run.cmd()
+        .args([
+            "exec-append",
+            "--index",
+            "3",
+            "--text",
+            "keyed",
+            "--status",
+            "completed",
+            "--key",
+            "k1",
+            "--parent",
+        ])
+        .arg(inner.to_string())
+        .assert()
+        .success();
+    run.cmd()
+        .args(["agent", "remember", "captain", "memory of the captain"])
+        .assert()
+        .success();
+    for i in 0..3 {
+        run.cmd()
+            .args([
+                "agent",
+                "segment",
+                "captain",
+                "--prompt",
+                &format!("p{i}"),
+                "--summary",
+                "s",
+            ])
+            .assert()
+            .success();
+    }
+    run.cmd()
+        .args([
+            "imports",
+            "add",
+            "lib",
+            "--source",
+            "https://example.com/lib.prose",
+        ])
+        .assert()
+        .success();
+    let decide = |gate: &str, verb: &str| {
+        let mut c = run.cmd();
+        c.args([verb, &run.id, gate, "--yes", "--as", "alice"]);
+        if verb == "reject" {
+            c.args(["--reason", "no"]);
+        }
+        c.assert().success();
+    };
+    for g in ["ship", "retry"] {
+        run.cmd()
+            .args([
+                "gates",
+                "create",
+                g,
+                "--prompt",
+                &format!("{g}?"),
+                "--allow",
+                "alice",
+            ])
+            .assert()
+            .success();
+    }
+    decide("ship", "approve");
+    decide("retry", "reject");
+    run.cmd()
+        .args([
+            "gates", "create", "retry", "--prompt", "again?", "--allow", "alice", "--reopen",
+        ])
+        .assert()
+        .success();
+    run.cmd()
+        .args([
+            "gates",
+            "create",
+            "later",
+            "--prompt",
+            "later?",
+            "--timeout",
+            "2h",
+        ])
+        .assert()
+        .success();
+    run
+}
+
+/// The import's output.
+fn import(p: &Project, args: &[&str]) -> serde_json::Value {
+    let a = p
+        .cmd()
+        .args(["--json", "import"])
+        .args(args)
+        .assert()
+        .success();
+    stdout_json(&a)
+}
+
+/// SQLite -> export -> import into PostgreSQL -> export -> import into SQLite: the same run at
+/// every step (bindings byte for byte, the log, the gates, the agents, the audit chain, which
+/// verifies everywhere), the same content digest, and every second import a no-op.
+#[test]
+fn a_run_goes_to_the_server_and_back_unchanged() {
+    let Some(server) = project(Backend::Postgres) else {
+        return;
+    };
+    let home = project(Backend::Sqlite).unwrap();
+    let back = project(Backend::Sqlite).unwrap();
+    let run = rich_run(&home);
+    let original = content(&run);
+    let len = |k: &str| original[k].as_array().unwrap().len();
+    assert_eq!(
+        (
+            len("log"),
+            len("bindings"),
+            len("gates"),
+            len("segments"),
+            len("imports")
+        ),
+        (7, 6, 3, 3, 1),
+        "{original}"
+    );
+    assert_eq!(len("audit"), 6, "{original}");
+    let e1 = home.root().join("e1");
+    let out = run
+        .cmd()
+        .args(["--json", "export", "-o"])
+        .arg(&e1)
+        .assert()
+        .success();
+    let v = stdout_json(&out);
+    assert_eq!(v["values"], 2, "{v}");
+    assert!(e1.join("state.db").is_file());
+    // The export is a run directory prose-state (and sqlite3) read as it is.
+    let exported = common::Run {
+        id: run.id.clone(),
+        dir: e1.clone(),
+        db: e1.join("state.db"),
+        root: home.root().to_path_buf(),
+        pg_url: None,
+    };
+    assert_eq!(content(&exported), original);
+
+    let first = import(&server, &[e1.to_str().unwrap()]);
+    assert_eq!(first["unchanged"], false, "{first}");
+    assert_eq!(first["renumbered"], true);
+    let on_server = server.run(&run.id);
+    assert_eq!(content(&on_server), original);
+    // Every reference moved with the ids: a scoped value resolves through the new chain.
+    let inner: i64 = {
+        let mut c =
+            postgres::Client::connect(server.pg_url.as_deref().unwrap(), postgres::NoTls).unwrap();
+        c.query_one(
+            "SELECT id FROM openprose.execution WHERE run_id = $1 AND statement_text = 'session: inner'",
+            &[&run.id],
+        )
+        .unwrap()
+        .get(0)
+    };
+    assert_eq!(on_server.get("x", Some(inner)), b"inner x");
+    assert_eq!(on_server.get("report", Some(inner)), text_value(250_000, 3));
+    assert_eq!(on_server.get("big", None), text_value(1_300_000, 4));
+    on_server.cmd().args(["gates", "verify"]).assert().success();
+    // The import is in the chain, resealed here, by whom.
+    let events = on_server.view().events("");
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].0, "imported");
+    assert_eq!(events[0].2["digest"], first["digest"]);
+    let again = import(&server, &[e1.to_str().unwrap()]);
+    assert_eq!(again["unchanged"], true, "{again}");
+    assert_eq!(again["digest"], first["digest"]);
+    assert_eq!(
+        on_server.view().events("").len(),
+        1,
+        "a no-op writes nothing"
+    );
+    // It goes on living on the server.
+    on_server.bind("after", "the move", None);
+    on_server.cmd().args(["gates", "verify"]).assert().success();
+
+    let e2 = server.root().join("e2");
+    on_server
+        .cmd()
+        .args(["export", "-o"])
+        .arg(&e2)
+        .assert()
+        .success();
+    let second = import(&back, &[e2.to_str().unwrap()]);
+    assert_eq!(second["renumbered"], false);
+    let returned = back.run(&run.id);
+    let mut expected = original.clone();
+    let mut now = content(&returned);
+    // The one binding added on the server came along too.
+    let added = now["bindings"]
+        .as_array_mut()
+        .unwrap()
+        .iter()
+        .position(|b| b[0] == "after")
+        .expect("the binding made on the server");
+    now["bindings"].as_array_mut().unwrap().remove(added);
+    expected["run"] = now["run"].clone();
+    assert_eq!(now, expected);
+    returned.cmd().args(["gates", "verify"]).assert().success();
+    assert_eq!(
+        returned.view().events("").len(),
+        2,
+        "both imports are in the chain"
+    );
+    assert_eq!(import(&back, &[e2.to_str().unwrap()])["unchanged"], true);
+    returned.cmd().args(["doctor"]).assert().success();
+}
