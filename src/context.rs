@@ -54,6 +54,11 @@ impl Context {
         }
     }
 
+    /// `--run` as given on the command line (which narrows a listing).
+    pub fn run_flag(&self) -> Option<&str> {
+        self.run_flag.as_deref()
+    }
+
     /// `<root>/.prose/runs`.
     pub fn runs_dir(&self) -> &Path {
         &self.runs_dir

@@ -615,9 +615,10 @@ fn content(run: &common::Run) -> serde_json::Value {
                 started_at, completed_at, CAST(parent_id AS TEXT), metadata
          FROM execution ORDER BY id",
         &format!(
+            // By the number, not its text ("100" sorts before "99").
             "SELECT id::text, statement_index::text, statement_text, status, {}, {},
                     parent_id::text, metadata::text
-             FROM openprose.execution WHERE run_id = $1 ORDER BY id",
+             FROM openprose.execution e WHERE run_id = $1 ORDER BY e.id",
             ts("started_at"),
             ts("completed_at")
         ),
@@ -976,3 +977,309 @@ fn a_run_goes_to_the_server_and_back_unchanged() {
     assert_eq!(import(&back, &[e2.to_str().unwrap()])["unchanged"], true);
     returned.cmd().args(["doctor"]).assert().success();
 }
+
+/// What an import refuses, on either backend, leaving the destination as it was: another run
+/// under the same id (until --replace), an export whose audit chain was edited, an id that is
+/// not a run id, a directory whose state is on a server.
+fn imports_refuse_what_they_must(b: Backend) {
+    let Some(dest) = project(b) else { return };
+    let home = project(Backend::Sqlite).unwrap();
+    let run = home.init();
+    run.bind("v", "first", None);
+    run.cmd()
+        .args([
+            "gates", "create", "g", "--prompt", "go?", "--allow", "alice",
+        ])
+        .assert()
+        .success();
+    let e1 = home.root().join("e1");
+    run.cmd().args(["export", "-o"]).arg(&e1).assert().success();
+    import(&dest, &[e1.to_str().unwrap()]);
+    let landed = dest.run(&run.id);
+    let before = landed.snapshot();
+
+    // The same id, other content.
+    run.bind("v", "second", None);
+    let e2 = home.root().join("e2");
+    run.cmd().args(["export", "-o"]).arg(&e2).assert().success();
+    let a = dest.cmd().args(["import"]).arg(&e2).assert().failure();
+    assert_eq!(code(&a), 4, "{}", stderr(&a));
+    assert!(stderr(&a).contains("--replace"), "{}", stderr(&a));
+    assert_eq!(landed.snapshot(), before);
+    // An export whose audit chain was edited behind the tool's back.
+    let e3 = home.root().join("e3");
+    run.cmd().args(["export", "-o"]).arg(&e3).assert().success();
+    rusqlite::Connection::open(e3.join("state.db"))
+        .unwrap()
+        .execute_batch(
+            "DROP TRIGGER IF EXISTS gate_audit_log_no_update;
+             UPDATE gate_audit_log SET principal = 'mallory' WHERE event_type = 'created';",
+        )
+        .unwrap();
+    let a = dest
+        .cmd()
+        .args(["import", "--replace"])
+        .arg(&e3)
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
+    assert!(stderr(&a).contains("does not verify"), "{}", stderr(&a));
+    assert_eq!(landed.snapshot(), before);
+    // An id that would be a path.
+    let e4 = home.root().join("e4");
+    run.cmd().args(["export", "-o"]).arg(&e4).assert().success();
+    rusqlite::Connection::open(e4.join("state.db"))
+        .unwrap()
+        .execute_batch("PRAGMA foreign_keys = OFF; UPDATE run SET id = '../escape'")
+        .unwrap();
+    let a = dest.cmd().args(["import"]).arg(&e4).assert().failure();
+    assert_eq!(code(&a), 4, "{}", stderr(&a));
+    assert!(!dest.root().join(".prose/escape").exists());
+    // Nothing there, or a directory whose state lives on a server.
+    let a = dest
+        .cmd()
+        .args(["import", "/nonexistent/run"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 3, "{}", stderr(&a));
+    assert_eq!(landed.snapshot(), before);
+
+    // --replace: the new content replaces the old, whole.
+    let v = import(&dest, &["--replace", e2.to_str().unwrap()]);
+    assert_eq!(v["replaced"], true, "{v}");
+    assert_eq!(landed.get("v", None), b"second");
+    landed.cmd().args(["gates", "verify"]).assert().success();
+    assert_eq!(import(&dest, &[e2.to_str().unwrap()])["unchanged"], true);
+    dest.cmd().args(["doctor"]).assert().success();
+}
+
+common::on_both!(imports_refuse_what_they_must);
+
+/// Exports taken while writers keep rebinding large values and appending records: each is
+/// one moment of the run (every value is the one its row's summary names, and every record a
+/// binding's scope names is in it), and each imports cleanly.
+fn exports_are_one_moment_while_writers_go_on(b: Backend) {
+    let Some(p) = project(b) else { return };
+    let run = p.init();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let stop = stop.clone();
+        let (root, id) = (p.root().to_path_buf(), run.id.clone());
+        std::thread::spawn(move || {
+            let cmd = |args: &[&str]| {
+                let mut c = std::process::Command::new(common::BIN);
+                c.current_dir(&root)
+                    .env("HOME", common::test_home(&root))
+                    .args(["--run", &id])
+                    .args(args)
+                    .stdout(Stdio::piped());
+                for var in common::CLEARED_ENV {
+                    c.env_remove(var);
+                }
+                c
+            };
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let summary = format!("attempt {n}");
+                let mut child = cmd(&["bind", "big", "--summary", &summary])
+                    .stdin(Stdio::piped())
+                    .spawn()
+                    .unwrap();
+                child
+                    .stdin
+                    .take()
+                    .unwrap()
+                    .write_all(&text_value(300_000, n))
+                    .unwrap();
+                assert!(child.wait().unwrap().success());
+                let out = cmd(&[
+                    "exec-append",
+                    "--index",
+                    "1",
+                    "--text",
+                    "t",
+                    "--status",
+                    "executing",
+                ])
+                .output()
+                .unwrap();
+                let e = String::from_utf8(out.stdout).unwrap().trim().to_string();
+                assert!(cmd(&["bind", "s", "v", "--execution-id", &e])
+                    .output()
+                    .unwrap()
+                    .status
+                    .success());
+                n += 1;
+            }
+            n
+        })
+    };
+    for i in 0..12 {
+        let out = p.root().join(format!("snap{i}"));
+        run.cmd()
+            .args(["export", "-o"])
+            .arg(&out)
+            .assert()
+            .success();
+        // `--run DIR`: the copy itself.
+        let copy = common::Run {
+            id: out.to_str().unwrap().to_string(),
+            dir: out.clone(),
+            db: out.join("state.db"),
+            root: p.root().to_path_buf(),
+            pg_url: None,
+        };
+        let c = copy.conn();
+        // Every scoped binding's execution is in the copy.
+        let orphans: i64 = c
+            .query_row(
+                "SELECT COUNT(*) FROM bindings b WHERE execution_id IS NOT NULL
+                 AND NOT EXISTS (SELECT 1 FROM execution e WHERE e.id = b.execution_id)",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(orphans, 0);
+        if let Ok(summary) = c.query_row("SELECT value FROM bindings WHERE name = 'big'", [], |r| {
+            r.get::<_, String>(0)
+        }) {
+            let n: u64 = summary.strip_prefix("attempt ").unwrap().parse().unwrap();
+            assert_eq!(
+                copy.get("big", None),
+                text_value(300_000, n),
+                "snapshot {i}"
+            );
+        }
+        copy.cmd().args(["doctor"]).assert().success();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let writes = writer.join().unwrap();
+    assert!(writes >= 2, "the writer barely ran ({writes})");
+}
+
+common::on_both!(exports_are_one_moment_while_writers_go_on);
+
+/// Imports SIGKILLed at random moments: the run is there whole or not at all, never half;
+/// what a killed import left (a temporary directory, values uploaded but never linked),
+/// `doctor --fix` collects; the next import brings the run in.
+fn killed_imports_are_never_half_done(b: Backend) {
+    use rand::Rng;
+    let Some(dest) = project(b) else { return };
+    let home = project(Backend::Sqlite).unwrap();
+    let run = rich_run(&home);
+    let e = home.root().join("e");
+    run.cmd().args(["export", "-o"]).arg(&e).assert().success();
+    let source = content(&common::Run {
+        id: run.id.clone(),
+        dir: e.clone(),
+        db: e.join("state.db"),
+        root: home.root().to_path_buf(),
+        pg_url: None,
+    });
+    let landed = dest.run(&run.id);
+    let present = || match &dest.pg_url {
+        None => landed.dir.join("state.db").exists(),
+        Some(url) => {
+            let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+            // The schema itself is made by the binary's first connection, which may be
+            // killed before it.
+            let schema: bool = c
+                .query_one("SELECT to_regclass('openprose.run') IS NOT NULL", &[])
+                .unwrap()
+                .get(0);
+            schema
+                && c.query_one(
+                    "SELECT COUNT(*) FROM openprose.run WHERE id = $1",
+                    &[&run.id],
+                )
+                .unwrap()
+                .get::<_, i64>(0)
+                    == 1
+        }
+    };
+    // Takes the run away again, as prune would.
+    let remove = || match &dest.pg_url {
+        None => std::fs::remove_dir_all(&landed.dir).unwrap(),
+        Some(url) => postgres::Client::connect(url, postgres::NoTls)
+            .unwrap()
+            .batch_execute(&format!(
+                "DELETE FROM openprose.attachment_chunks WHERE run_id = '{0}';
+                 DELETE FROM openprose.attachments WHERE run_id = '{0}';
+                 DELETE FROM openprose.agent_segments WHERE run_id = '{0}';
+                 DELETE FROM openprose.agents WHERE run_id = '{0}';
+                 DELETE FROM openprose.run WHERE id = '{0}';",
+                run.id
+            ))
+            .unwrap(),
+    };
+    let mut rng = rand::rng();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let (mut killed, mut whole) = (0, 0);
+    let mut life = 30_000.0f64;
+    for attempt in 0..300 {
+        if std::time::Instant::now() > deadline && attempt >= 30 {
+            break;
+        }
+        let mut child = dest
+            .std_cmd()
+            .arg("import")
+            .arg(&e)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_micros(
+            rng.random_range(0..(life * 1.3) as u64),
+        ));
+        let _ = child.kill();
+        let done = child.wait().unwrap().success();
+        if let Some(url) = &dest.pg_url {
+            pg::await_no_other_sessions(url);
+        }
+        if done {
+            life *= 0.9;
+        } else {
+            killed += 1;
+            life *= 1.05;
+        }
+        if present() {
+            let got = content(&landed);
+            for key in source.as_object().unwrap().keys() {
+                assert_eq!(
+                    got[key], source[key],
+                    "attempt {attempt}: a half import ({key})"
+                );
+            }
+            whole += 1;
+            remove();
+        }
+    }
+    assert!(killed >= 10, "killed {killed}");
+    let _ = dest.cmd().args(["doctor", "--fix"]).assert();
+    dest.cmd().args(["doctor"]).assert().success();
+    if let Some(url) = &dest.pg_url {
+        let left: i64 = postgres::Client::connect(url, postgres::NoTls)
+            .unwrap()
+            .query_one(
+                "SELECT (SELECT COUNT(*) FROM openprose.attachment_chunks)
+                      + (SELECT COUNT(*) FROM openprose.attachments)",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(left, 0, "values of killed imports left on the server");
+    } else {
+        let left: Vec<_> = std::fs::read_dir(dest.root().join(".prose/runs"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+    import(&dest, &[e.to_str().unwrap()]);
+    assert_eq!(content(&landed), source);
+    landed.cmd().args(["gates", "verify"]).assert().success();
+    eprintln!("killed {killed}, whole {whole}");
+}
+
+common::on_both!(killed_imports_are_never_half_done);

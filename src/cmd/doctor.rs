@@ -293,6 +293,26 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
         Ok(found)
     })?;
     problems.extend(per_run.into_iter().flatten());
+    // Values on the project's server that belong to no run (an import killed between its
+    // uploads and its rows): checked when every run is.
+    if ctx.uses_postgres() && req_all_runs(ctx) {
+        let mut server =
+            crate::store::postgres::PgStore::open_project(&ctx.postgres_url()?, ctx.opts)?;
+        for o in server.orphan_values(req.fix)? {
+            let size = o
+                .bytes
+                .map_or("an incomplete upload".to_string(), |b| format!("{b} bytes"));
+            problems.push(Problem {
+                run_id: o.run_id.clone(),
+                kind: "unreferenced value",
+                detail: format!(
+                    "{SERVER_PREFIX}{} ({size}) on the server belongs to no run",
+                    o.blob
+                ),
+                fixed: o.removed,
+            });
+        }
+    }
     for w in warnings {
         problems.push(Problem {
             run_id: "-".into(),
@@ -327,6 +347,11 @@ fn upload_local(
         return Ok(true);
     }
     Ok(false)
+}
+
+/// Whether the command looks at every run (no `--run`).
+fn req_all_runs(ctx: &Context) -> bool {
+    ctx.run_flag().is_none()
 }
 
 impl Run for DoctorArgs {

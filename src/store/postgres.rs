@@ -2117,9 +2117,13 @@ impl Store for PgStore {
         let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
         let err = |e| map_err(e, &shown_url, busy_ms);
         let mut tx = self.client.transaction().map_err(err)?;
+        // Agents and their segments have no foreign key to the run either (the spec's
+        // project agents share the tables, with no run).
         for sql in [
             "DELETE FROM openprose.attachment_chunks WHERE run_id = $1",
             "DELETE FROM openprose.attachments WHERE run_id = $1",
+            "DELETE FROM openprose.agent_segments WHERE run_id = $1",
+            "DELETE FROM openprose.agents WHERE run_id = $1",
             "DELETE FROM openprose.run WHERE id = $1",
         ] {
             tx.execute(sql, &[&run]).map_err(err)?;

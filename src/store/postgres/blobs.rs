@@ -337,3 +337,67 @@ impl io::Read for BlobReader {
         Ok(n)
     }
 }
+
+/// A value on the server whose run is not there (an import killed after its uploads, before
+/// its rows; or rows deleted behind the tool's back).
+#[derive(Debug, Clone)]
+pub struct Orphan {
+    pub run_id: String,
+    pub blob: String,
+    pub bytes: Option<i64>,
+    pub removed: bool,
+}
+
+impl PgStore {
+    /// Every value on the server whose run does not exist and that no live upload holds;
+    /// with `remove`, each is deleted (under its upload lock, its run checked absent again).
+    pub fn orphan_values(&mut self, remove: bool) -> Result<Vec<Orphan>> {
+        let rows = self
+            .client
+            .query(
+                "SELECT b.run_id, b.blob, a.bytes
+                 FROM (SELECT DISTINCT run_id, blob FROM openprose.attachment_chunks
+                       UNION SELECT run_id, blob FROM openprose.attachments) b
+                 LEFT JOIN openprose.attachments a ON a.run_id = b.run_id AND a.blob = b.blob
+                 WHERE NOT EXISTS (SELECT 1 FROM openprose.run r WHERE r.id = b.run_id)
+                   AND pg_try_advisory_xact_lock($1, hashtext(b.run_id || '/' || b.blob))
+                 ORDER BY 1, 2",
+                &[&UPLOAD_LOCK],
+            )
+            .map_err(self.err())?;
+        let mut out = Vec::new();
+        for r in rows {
+            let mut o = Orphan {
+                run_id: r.get(0),
+                blob: r.get(1),
+                bytes: r.get(2),
+                removed: false,
+            };
+            if remove {
+                let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
+                let err = |e| map_err(e, &shown_url, busy_ms);
+                let mut tx = self.client.transaction().map_err(err)?;
+                let free: bool = tx
+                    .query_one(TRY_XACT_LOCK, &[&UPLOAD_LOCK, &o.run_id, &o.blob])
+                    .map_err(err)?
+                    .get(0);
+                if free {
+                    for table in ["attachment_chunks", "attachments"] {
+                        tx.execute(
+                            &format!(
+                                "DELETE FROM openprose.{table} WHERE run_id = $1 AND blob = $2
+                                 AND NOT EXISTS (SELECT 1 FROM openprose.run WHERE id = $1)"
+                            ),
+                            &[&o.run_id, &o.blob],
+                        )
+                        .map_err(err)?;
+                    }
+                }
+                committed(tx.commit(), err)?;
+                o.removed = free;
+            }
+            out.push(o);
+        }
+        Ok(out)
+    }
+}
