@@ -234,6 +234,18 @@ pub fn build_dir(
         );
     }
     crate::run::sync_dir(&files)?;
+    write_db(dir, d, &paths, opts, how)?;
+    Ok(moved)
+}
+
+/// Writes `dir/state.db` (new) holding the run of `d`, its attachments at `paths`.
+pub fn write_db(
+    dir: &Path,
+    d: &RunDump,
+    paths: &HashMap<String, String>,
+    opts: OpenOptions,
+    how: &How,
+) -> Result<()> {
     let db = dir.join("state.db");
     let mut store = SqliteStore::create(
         &db,
@@ -247,7 +259,7 @@ pub fn build_dir(
     )?;
     store.restore(&Restore {
         dump: d,
-        paths: &paths,
+        paths,
         fresh: true,
         replace: false,
         reseal: how.reseal,
@@ -256,7 +268,7 @@ pub fn build_dir(
     })?;
     drop(store);
     crate::run::sync_dir(dir)?;
-    Ok(moved)
+    Ok(())
 }
 
 /// A new temporary directory beside `target`, named after it, and its lock (so `doctor` can

@@ -1283,3 +1283,163 @@ fn killed_imports_are_never_half_done(b: Backend) {
 }
 
 common::on_both!(killed_imports_are_never_half_done);
+
+/// The hand-made run of the filesystem state mode (`tests/fixtures/filesystem`, from the
+/// format document: a parallel block, a loop, nested block scopes, a retry, a persistent
+/// agent with segments, a nested import, project and user agents, and lines and files that
+/// do not fit) imports as the format says, reports what it could not map, and a second import
+/// changes nothing.
+fn filesystem_runs_import_as_the_format_says(b: Backend) {
+    let Some(dest) = project(b) else { return };
+    let fixtures =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/filesystem");
+    let src = dest.root().join("old-project");
+    copy_dir(&fixtures.join("project"), &src);
+    copy_dir(&fixtures.join("home"), &common::test_home(dest.root()));
+    let id = "20260115-143052-a7b3c9";
+    let dir = src.join(".prose/runs").join(id);
+    // A value over the attachment threshold.
+    let big = text_value(150_000, 8);
+    let mut file = b"# big\n\nkind: output\n\n---\n\n".to_vec();
+    file.extend_from_slice(&big);
+    file.push(b'\n');
+    std::fs::write(dir.join("bindings/big.md"), file).unwrap();
+
+    let v = import(&dest, &["--from", "filesystem", dir.to_str().unwrap()]);
+    assert_eq!(v["run_id"], id);
+    assert_eq!(v["unchanged"], false);
+    let unmapped: Vec<String> = v["unmapped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u.as_str().unwrap().to_string())
+        .collect();
+    for want in [
+        "state.md line 22",
+        "lost__99.md",
+        "notes.md",
+        "readme.txt",
+        "imports/helper--summarize",
+    ] {
+        assert!(
+            unmapped.iter().any(|u| u.contains(want)),
+            "{want}: {unmapped:?}"
+        );
+    }
+    assert_eq!(unmapped.len(), 5, "{unmapped:?}");
+    let run = dest.run(id);
+    // The log: every event line a record, in order, with its statement index.
+    let log = run.cmd().args(["--json", "log"]).assert().success();
+    let records: Vec<serde_json::Value> = String::from_utf8_lossy(&log.get_output().stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let statuses: Vec<&str> = records
+        .iter()
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            "completed",
+            "started",
+            "completed",
+            "completed",
+            "completed",
+            "joined",
+            "iteration",
+            "completed",
+            "exited",
+            "started",
+            "started",
+            "completed",
+            "completed",
+            "completed",
+            "completed",
+            "completed",
+            "failed",
+            "retry",
+            "completed",
+            "started"
+        ],
+        "{records:?}"
+    );
+    let id_of = |i: usize| records[i]["id"].as_i64().unwrap();
+    // The branches sit under their parallel record; the blocks nest.
+    assert_eq!(records[2]["parent_id"], id_of(1));
+    assert_eq!(records[10]["parent_id"], id_of(9));
+    assert_eq!(records[11]["parent_id"], id_of(10));
+    assert_eq!(records[16]["error_message"], "timeout");
+    let (outer, inner) = (id_of(9), id_of(10));
+    // Scope resolution through the nested blocks, as the format's own rule says.
+    assert_eq!(run.get("result", Some(inner)), b"result of the inner call");
+    assert_eq!(
+        run.get("result", Some(outer)),
+        b"Processed chunk into 3 sub-parts..."
+    );
+    assert_eq!(run.get("parts", Some(inner)), b"part one, part two");
+    assert_eq!(
+        run.get("research", Some(inner)),
+        "AI safety research covers several key areas including alignment,\nrobustness, and interpretability. The field has grown significantly\nsince 2020 with major contributions from...".as_bytes()
+    );
+    assert_eq!(run.get("topic", None), b"AI safety");
+    assert_eq!(run.get("big", None), big);
+    let row = run.view().binding("big", None).unwrap();
+    assert!(row.4.is_some(), "a large value is an attachment");
+    assert_eq!(run.get("notes", None), b"a plain note without the format\n");
+    let (status, _, _) = run.view().run_row();
+    assert_eq!(status, "completed");
+    // The agent, its memory and its segments.
+    let a = run
+        .cmd()
+        .args(["--json", "agent", "memory", "captain"])
+        .assert()
+        .success();
+    assert!(stdout_json(&a)["memory"]
+        .as_str()
+        .unwrap()
+        .contains("Approved JWT"));
+    assert_eq!(run.view().segments("captain"), [1, 2]);
+    // Project and user agents.
+    let a = dest
+        .cmd()
+        .args(["--json", "agent", "memory", "mentor", "--scope", "project"])
+        .assert()
+        .success();
+    assert!(stdout_json(&a)["memory"]
+        .as_str()
+        .unwrap()
+        .contains("Project-wide lessons"));
+    dest.cmd()
+        .args(["agent", "memory", "scribe", "--scope", "user"])
+        .assert()
+        .success();
+
+    // Again: nothing changes.
+    let before = run.snapshot();
+    let again = import(&dest, &["--from", "filesystem", dir.to_str().unwrap()]);
+    assert_eq!(again["unchanged"], true, "{again}");
+    assert_eq!(again["digest"], v["digest"]);
+    assert_eq!(run.snapshot(), before);
+    let a = dest
+        .cmd()
+        .args(["--json", "agent", "list", "--scope", "project"])
+        .assert()
+        .success();
+    assert_eq!(stdout_json(&a).as_array().unwrap().len(), 1);
+    dest.cmd().args(["doctor"]).assert().success();
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), target).unwrap();
+        }
+    }
+}
+
+common::on_both!(filesystem_runs_import_as_the_format_says);

@@ -1,9 +1,803 @@
-//! `import --from filesystem`: a run of OpenProse's filesystem state mode.
+//! `import --from filesystem DIR`: a run of OpenProse's filesystem state mode (`state.md`,
+//! `bindings/`, `agents/`; the format is `filesystem.md` of the spec) brought into a database.
+//!
+//! The directory is read into a run (nothing in it is changed), staged as a run directory of
+//! prose-state's beside the runs, and imported from there like any other, so it lands whole
+//! or not at all and a second import of the same directory is a no-op. Every line and file
+//! that has no place in the database is reported, never dropped silently.
+//!
+//! How the format maps:
+//! - `state.md`: each event line becomes an execution record, in order, its statement index
+//!   the line's `N` (`2a` is statement 2, branch `a`): `name ✓` completed, `∥start a,b`
+//!   started (branches in metadata), `Na→` completed under its parallel record, `∥done`
+//!   joined, `loop:I/M` iteration, `loop:I/M exit(why)` exited, `block:name#ID` started (with
+//!   every record up to `#ID done` inside it: the scope chain), `#ID done` completed, `✗ why`
+//!   failed, `retry:A/M` retry. `---end T` and `---error T why` finish the run. The line and
+//!   its markers are kept in each record's metadata. The file has no times but the end's:
+//!   records carry the file's modification time.
+//! - `bindings/{name}.md` and `{name}__{ID}.md`: the value below the header's `---` line (one
+//!   blank line after it and one newline at its end are the format's, not the value's), its
+//!   `kind:`, and its `source:` block; `__ID` scopes it to the record of `block:…#ID`.
+//! - `agents/{name}/memory.md` and `{name}-NNN.md`: the run's agent, its memory and segments
+//!   (`timestamp:`, `prompt:`, and the text under `## Summary`).
+//! - `imports/{handle}--{slug}/`: an import entry per nested program (its own state is not
+//!   brought in, and is reported).
+//! - `.prose/agents/` of the project the run is in, and `~/.prose/agents/`: project and user
+//!   agents, added where they are absent (the same memory is a no-op; another is reported).
 
-use crate::cli::ImportArgs;
+use super::import::{checked, land, Imported};
+use crate::cli::{AgentScope, ImportArgs};
 use crate::context::Context;
-use anyhow::Result;
+use crate::error::{not_found, refused, shown};
+use crate::store::dump::{
+    AgentRecord, BindingRecord, ExecRecord, ImportRecord, RunDump, RunRecord, SegmentRecord,
+};
+use crate::store::sqlite::SqliteStore;
+use crate::transfer;
+use anyhow::{Context as _, Result};
+use serde_json::json;
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
 
-pub fn run(_args: &ImportArgs, _ctx: &Context) -> Result<super::import::Imported> {
-    Err(crate::error::usage("--from filesystem is not built yet"))
+/// Values larger than this become attachment files, as `bind` makes them.
+const INLINE_MAX: usize = 100 * 1024;
+
+pub fn run(args: &ImportArgs, ctx: &Context) -> Result<Imported> {
+    let dir = &args.path;
+    if !dir.join("state.md").is_file() && !dir.join("bindings").is_dir() {
+        return Err(not_found(format!(
+            "no state.md or bindings/ in {}: not a run of the filesystem state mode",
+            dir.display()
+        )));
+    }
+    let mut unmapped = Vec::new();
+    let mut dump = read_run(dir, &mut unmapped)?;
+    // Values over the threshold go to files of the staged run, as `bind` would keep them.
+    let runs = ctx.runs_dir().to_path_buf();
+    let (stage, _lock) = transfer::temp_dir(
+        &runs,
+        &format!("{}fs-{}-", crate::run::INIT_PREFIX, dump.run.id),
+    )?;
+    let result = (|| {
+        let files = stage.join(crate::run::ATTACHMENTS_DIR);
+        fs::create_dir(&files)?;
+        let mut paths = HashMap::new();
+        for b in &mut dump.bindings {
+            let Some(value) = b.value.as_ref().filter(|v| v.len() > INLINE_MAX) else {
+                continue;
+            };
+            let name = b.name.clone().unwrap_or_default();
+            let file = crate::attach::file_name(&name, b.execution_id);
+            fs::write(files.join(&file), value)?;
+            let rel = format!("{}/{file}", crate::run::ATTACHMENTS_DIR);
+            b.value = Some(format!("Attachment of {} bytes - see {rel}", value.len()).into_bytes());
+            b.attachment_path = Some(rel.clone());
+            paths.insert(rel.clone(), rel);
+        }
+        if let Ok(program) = fs::read(dir.join(crate::run::PROGRAM_FILE)) {
+            fs::write(stage.join(crate::run::PROGRAM_FILE), program)?;
+        }
+        let how = transfer::How {
+            reseal: false,
+            event: None,
+            now: crate::model::now(),
+        };
+        transfer::write_db(&stage, &dump, &paths, ctx.opts, &how)?;
+        let mut src = SqliteStore::open(&stage.join("state.db"), ctx.opts)?;
+        let staged = transfer::read(&mut src)?;
+        let mut incoming = checked(&mut src, &stage, staged, std::mem::take(&mut unmapped))?;
+        incoming.label = format!("filesystem:{}", dir.display());
+        let mut imported = land(incoming, args, ctx)?;
+        agents_outside_the_run(dir, ctx, &mut imported.unmapped)?;
+        Ok(imported)
+    })();
+    let _ = fs::remove_dir_all(&stage);
+    result
+}
+
+/// A file's modification time, in the form every timestamp is stored in.
+fn mtime(path: &Path) -> Option<String> {
+    let t = fs::metadata(path).and_then(|m| m.modified()).ok()?;
+    let t: chrono::DateTime<chrono::Utc> = t.into();
+    Some(t.format("%Y-%m-%d %H:%M:%S").to_string())
+}
+
+/// The run id: the directory's name when it is one, else the id `state.md`'s header names.
+fn run_id(dir: &Path, header: Option<&str>) -> Result<String> {
+    let name = dir
+        .canonicalize()
+        .ok()
+        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()));
+    for id in [name.as_deref(), header].into_iter().flatten() {
+        if crate::model::check_run_id(id).is_ok() {
+            return Ok(id.to_string());
+        }
+    }
+    Err(refused(format!(
+        "no run id: neither the directory's name nor state.md's `# run:ID` header is one: {}",
+        dir.display()
+    )))
+}
+
+/// Reads the whole run directory into rows.
+fn read_run(dir: &Path, unmapped: &mut Vec<String>) -> Result<RunDump> {
+    let state_path = dir.join("state.md");
+    let state = match fs::read(&state_path) {
+        Ok(bytes) => String::from_utf8(bytes)
+            .map_err(|_| refused(format!("{} is not UTF-8 text", state_path.display())))?,
+        Err(_) => String::new(),
+    };
+    let at = mtime(&state_path)
+        .or_else(|| mtime(dir))
+        .unwrap_or_else(crate::model::now);
+    let mut header: Option<(String, Option<String>)> = None;
+    let mut log = Log::new(at.clone());
+    for (n, line) in state.lines().enumerate() {
+        let line_no = n + 1;
+        let text = line.trim();
+        if text.is_empty() {
+            continue;
+        }
+        if let Some(rest) = text.strip_prefix("# run:") {
+            let mut parts = rest.splitn(2, char::is_whitespace);
+            let id = parts.next().unwrap_or_default().to_string();
+            let program = parts
+                .next()
+                .map(|p| p.trim().to_string())
+                .filter(|p| !p.is_empty());
+            header = Some((id, program));
+            continue;
+        }
+        if !log.event(text, line_no) {
+            unmapped.push(format!("state.md line {line_no}: {}", shown(text)));
+        }
+    }
+    let id = run_id(dir, header.as_ref().map(|(id, _)| id.as_str()))?;
+    let program_source = fs::read_to_string(dir.join(crate::run::PROGRAM_FILE)).ok();
+    let (status, ended, error) = match &log.end {
+        Some((status, when, error)) => (status.clone(), when.clone(), error.clone()),
+        None => ("interrupted".to_string(), None, None),
+    };
+    for id in log.open_blocks() {
+        unmapped.push(format!(
+            "state.md: block #{id} has no `#{id} done` (its record stays started)"
+        ));
+    }
+    let mut dump = RunDump {
+        run: RunRecord {
+            id,
+            program_path: header.and_then(|(_, p)| p),
+            program_source,
+            started_at: Some(at.clone()),
+            updated_at: Some(ended.unwrap_or_else(|| at.clone())),
+            status: Some(status),
+            error_message: error,
+        },
+        ..Default::default()
+    };
+    read_bindings(dir, &mut log, &mut dump, unmapped)?;
+    dump.executions = log.records;
+    let (agents, segments) = read_agents(&dir.join("agents"), "execution", unmapped)?;
+    dump.agents = agents;
+    dump.segments = segments;
+    if let Ok(entries) = fs::read_dir(dir.join("imports")) {
+        let mut names: Vec<String> = entries
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        for name in names {
+            let alias = name.split("--").next().unwrap_or(&name).to_string();
+            unmapped.push(format!(
+                "{}: registered as import {}; the nested program's own state is not imported (import it as a run of its own)",
+                shown(&format!("imports/{name}")),
+                shown(&alias)
+            ));
+            dump.imports.push(ImportRecord {
+                alias,
+                source_url: Some(format!("filesystem:imports/{name}")),
+                fetched_at: Some(at.clone()),
+                inputs_schema: None,
+                outputs_schema: None,
+            });
+        }
+    }
+    Ok(dump)
+}
+
+/// The execution log being read from `state.md`.
+struct Log {
+    records: Vec<ExecRecord>,
+    /// Open blocks, innermost last: (the block's own ID, its record's id).
+    blocks: Vec<(i64, i64)>,
+    /// Every block's record, by its ID.
+    block_records: HashMap<i64, i64>,
+    /// The open parallel record of each statement index.
+    parallels: HashMap<String, i64>,
+    at: String,
+    /// How the run ended: status, when, why.
+    end: Option<(String, Option<String>, Option<String>)>,
+}
+
+impl Log {
+    fn new(at: String) -> Self {
+        Log {
+            records: Vec::new(),
+            blocks: Vec::new(),
+            block_records: HashMap::new(),
+            parallels: HashMap::new(),
+            at,
+            end: None,
+        }
+    }
+
+    fn open_blocks(&self) -> Vec<i64> {
+        self.blocks.iter().map(|(id, _)| *id).collect()
+    }
+
+    /// Appends a record; its id.
+    fn push(
+        &mut self,
+        index: Option<i64>,
+        text: String,
+        status: &str,
+        parent: Option<i64>,
+        metadata: serde_json::Value,
+        error: Option<String>,
+    ) -> i64 {
+        let id = self.records.len() as i64 + 1;
+        let parent = parent.or_else(|| self.blocks.last().map(|(_, r)| *r));
+        let done = matches!(status, "completed" | "failed" | "joined" | "exited");
+        self.records.push(ExecRecord {
+            id,
+            statement_index: index,
+            statement_text: Some(text),
+            status: Some(status.to_string()),
+            started_at: (!done).then(|| self.at.clone()),
+            completed_at: done.then(|| self.at.clone()),
+            error_message: error,
+            parent_id: parent,
+            metadata: Some(metadata.to_string()),
+            idempotency_key: None,
+        });
+        id
+    }
+
+    /// Reads one event line; false when it is none the format has.
+    fn event(&mut self, text: &str, line: usize) -> bool {
+        if let Some(rest) = text.strip_prefix("---end") {
+            self.end = Some((
+                "completed".into(),
+                crate::model::canonical_time(rest.trim()),
+                None,
+            ));
+            return true;
+        }
+        if let Some(rest) = text.strip_prefix("---error") {
+            let rest = rest.trim();
+            let (when, why) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+            self.end = Some((
+                "failed".into(),
+                crate::model::canonical_time(when),
+                Some(why.trim().to_string()).filter(|w| !w.is_empty()),
+            ));
+            return true;
+        }
+        let Some((label, body)) = text.split_once('→') else {
+            return false;
+        };
+        let label = label.trim();
+        let body = body.trim();
+        let digits: String = label.chars().take_while(char::is_ascii_digit).collect();
+        let branch = &label[digits.len()..];
+        let Ok(index) = digits.parse::<i64>() else {
+            return false;
+        };
+        if !branch.chars().all(|c| c.is_ascii_lowercase()) {
+            return false;
+        }
+        let meta = |extra: serde_json::Value| {
+            let mut m = json!({ "source": "state.md", "line": line, "event": text });
+            if let (Some(m), Some(extra)) = (m.as_object_mut(), extra.as_object()) {
+                m.extend(extra.clone());
+            }
+            m
+        };
+        if !branch.is_empty() {
+            // A parallel branch, under its block's record.
+            let parent = self.parallels.get(&digits).copied();
+            let (name, ok) = completion(body);
+            if !ok {
+                return false;
+            }
+            let text = name.unwrap_or_else(|| format!("branch {branch}"));
+            self.push(
+                Some(index),
+                text,
+                "completed",
+                parent,
+                meta(json!({ "branch": branch })),
+                None,
+            );
+            return true;
+        }
+        if let Some(list) = body.strip_prefix("∥start") {
+            let branches: Vec<&str> = list
+                .split(',')
+                .map(str::trim)
+                .filter(|b| !b.is_empty())
+                .collect();
+            let id = self.push(
+                Some(index),
+                "parallel".into(),
+                "started",
+                None,
+                meta(json!({ "parallel": true, "branches": branches })),
+                None,
+            );
+            self.parallels.insert(digits, id);
+            return true;
+        }
+        if body == "∥done" {
+            let parent = self.parallels.remove(&digits);
+            self.push(
+                Some(index),
+                "parallel".into(),
+                "joined",
+                parent,
+                meta(json!({ "parallel": true })),
+                None,
+            );
+            return true;
+        }
+        if let Some(rest) = body.strip_prefix("loop:") {
+            let (count, exit) = match rest.split_once(" exit(") {
+                Some((c, why)) => (c.trim(), Some(why.trim_end_matches(')').to_string())),
+                None => (rest.trim(), None),
+            };
+            let Some((i, max)) = count.split_once('/') else {
+                return false;
+            };
+            let (Ok(i), Ok(max)) = (i.parse::<i64>(), max.parse::<i64>()) else {
+                return false;
+            };
+            let status = if exit.is_some() {
+                "exited"
+            } else {
+                "iteration"
+            };
+            self.push(
+                Some(index),
+                "loop".into(),
+                status,
+                None,
+                meta(json!({ "iteration": i, "max": max, "reason": exit })),
+                None,
+            );
+            return true;
+        }
+        if let Some(rest) = body.strip_prefix("block:") {
+            let Some((name, id)) = rest.rsplit_once('#') else {
+                return false;
+            };
+            let Ok(block) = id.trim().parse::<i64>() else {
+                return false;
+            };
+            let record = self.push(
+                Some(index),
+                format!("block:{}", name.trim()),
+                "started",
+                None,
+                meta(json!({ "execution_id": block })),
+                None,
+            );
+            self.blocks.push((block, record));
+            self.block_records.insert(block, record);
+            return true;
+        }
+        if let Some(rest) = body.strip_prefix('#') {
+            let Some(block) = rest
+                .strip_suffix("done")
+                .and_then(|b| b.trim().parse::<i64>().ok())
+            else {
+                return false;
+            };
+            // The block's own completion sits beside its start, not inside it.
+            let Some(at) = self.blocks.iter().rposition(|(b, _)| *b == block) else {
+                return false;
+            };
+            let (_, record) = self.blocks[at];
+            self.blocks.truncate(at);
+            let parent = self.records[(record - 1) as usize].parent_id;
+            self.push(
+                Some(index),
+                format!("#{block} done"),
+                "completed",
+                parent,
+                meta(json!({ "execution_id": block })),
+                None,
+            );
+            return true;
+        }
+        if let Some(why) = body.strip_prefix('✗') {
+            self.push(
+                Some(index),
+                format!("statement {index}"),
+                "failed",
+                None,
+                meta(json!({})),
+                Some(why.trim().to_string()),
+            );
+            return true;
+        }
+        if let Some(rest) = body.strip_prefix("retry:") {
+            let Some((a, max)) = rest.trim().split_once('/') else {
+                return false;
+            };
+            let (Ok(a), Ok(max)) = (a.parse::<i64>(), max.parse::<i64>()) else {
+                return false;
+            };
+            self.push(
+                Some(index),
+                format!("statement {index}"),
+                "retry",
+                None,
+                meta(json!({ "attempt": a, "max": max })),
+                None,
+            );
+            return true;
+        }
+        let (name, ok) = completion(body);
+        if !ok {
+            return false;
+        }
+        let text = name.unwrap_or_else(|| format!("statement {index}"));
+        self.push(Some(index), text, "completed", None, meta(json!({})), None);
+        true
+    }
+}
+
+/// `name ✓` or `✓`: the name, and whether it is a completion at all.
+fn completion(body: &str) -> (Option<String>, bool) {
+    match body.strip_suffix('✓') {
+        Some(name) => {
+            let name = name.trim();
+            ((!name.is_empty()).then(|| name.to_string()), true)
+        }
+        None => (None, false),
+    }
+}
+
+/// A binding file: its kind, scope, source and value.
+struct BindingFile {
+    kind: Option<String>,
+    execution_id: Option<i64>,
+    source: Option<String>,
+    value: Vec<u8>,
+}
+
+/// Reads a binding file of the format; None when it has no header (then the whole file is
+/// the value).
+fn parse_binding(bytes: &[u8]) -> Option<BindingFile> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    if !text.starts_with("# ") {
+        return None;
+    }
+    let mut kind = None;
+    let mut execution_id = None;
+    let mut source: Option<String> = None;
+    let mut offset = 0;
+    let mut in_fence = false;
+    let mut fence = String::new();
+    for line in text.split_inclusive('\n') {
+        offset += line.len();
+        let l = line.trim_end_matches(['\n', '\r']);
+        if in_fence {
+            if l.trim_start().starts_with("```") {
+                in_fence = false;
+                source = Some(fence.trim_end_matches('\n').to_string());
+            } else {
+                fence.push_str(line);
+            }
+            continue;
+        }
+        if l == "---" {
+            // The value: after the separator, less the format's blank line and final newline.
+            let rest = &text[offset..];
+            let rest = rest
+                .strip_prefix("\r\n")
+                .or_else(|| rest.strip_prefix('\n'))
+                .unwrap_or(rest);
+            let rest = rest
+                .strip_suffix("\r\n")
+                .or_else(|| rest.strip_suffix('\n'))
+                .unwrap_or(rest);
+            return Some(BindingFile {
+                kind,
+                execution_id,
+                source,
+                value: rest.as_bytes().to_vec(),
+            });
+        }
+        if let Some(k) = l.strip_prefix("kind:") {
+            kind = Some(k.trim().to_string());
+        } else if let Some(e) = l.strip_prefix("execution_id:") {
+            execution_id = e.trim().parse().ok();
+        } else if l.trim_start().starts_with("```") {
+            in_fence = true;
+            fence.clear();
+        }
+    }
+    None
+}
+
+fn read_bindings(
+    dir: &Path,
+    log: &mut Log,
+    dump: &mut RunDump,
+    unmapped: &mut Vec<String>,
+) -> Result<()> {
+    let Ok(entries) = fs::read_dir(dir.join("bindings")) else {
+        return Ok(());
+    };
+    let mut files: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    files.sort();
+    for path in files {
+        let file = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let shown_file = shown(&format!("bindings/{file}"));
+        let Some(stem) = file.strip_suffix(".md") else {
+            unmapped.push(format!("{shown_file}: not a binding file (no .md)"));
+            continue;
+        };
+        if path.is_symlink() || !path.is_file() {
+            unmapped.push(format!("{shown_file}: not a plain file (never followed)"));
+            continue;
+        }
+        let (name, scope) = match stem.rsplit_once("__") {
+            Some((name, id)) if id.parse::<i64>().is_ok() => (name, id.parse::<i64>().ok()),
+            _ => (stem, None),
+        };
+        if crate::model::check_name(name).is_err() {
+            unmapped.push(format!("{shown_file}: not a binding name"));
+            continue;
+        }
+        let bytes =
+            fs::read(&path).with_context(|| format!("could not read {}", path.display()))?;
+        let parsed = parse_binding(&bytes);
+        let (kind, value, source, said_scope) = match parsed {
+            Some(b) => (b.kind, b.value, b.source, b.execution_id),
+            None => {
+                unmapped.push(format!(
+                    "{shown_file}: no `# name` header and `---` separator; the whole file is its value"
+                ));
+                (None, bytes.clone(), None, None)
+            }
+        };
+        if std::str::from_utf8(&value).is_err() {
+            unmapped.push(format!("{shown_file}: not UTF-8 text; not imported"));
+            continue;
+        }
+        let kind = match kind.as_deref() {
+            Some(k @ ("input" | "output" | "let" | "const")) => k.to_string(),
+            Some(other) => {
+                unmapped.push(format!(
+                    "{shown_file}: kind {} is none of input, output, let, const; imported as let",
+                    shown(other)
+                ));
+                "let".to_string()
+            }
+            None => "let".to_string(),
+        };
+        let scope = scope.or(said_scope);
+        let execution_id = match scope {
+            None => None,
+            Some(block) => Some(match log.block_records.get(&block) {
+                Some(record) => *record,
+                None => {
+                    // A scope state.md never opened: a record of its own keeps the binding.
+                    unmapped.push(format!(
+                        "{shown_file}: block #{block} is not in state.md; a started record stands in for it"
+                    ));
+                    let record = log.push(
+                        None,
+                        format!("block #{block}"),
+                        "started",
+                        None,
+                        json!({ "source": "bindings", "execution_id": block }),
+                        None,
+                    );
+                    log.block_records.insert(block, record);
+                    record
+                }
+            }),
+        };
+        let at = mtime(&path);
+        dump.bindings.push(BindingRecord {
+            name: Some(name.to_string()),
+            execution_id,
+            kind: Some(kind),
+            value: Some(value),
+            source_statement: source,
+            created_at: at.clone(),
+            updated_at: at,
+            attachment_path: None,
+        });
+    }
+    Ok(())
+}
+
+/// The agents of an `agents/` directory: each `{name}/memory.md` and `{name}-NNN.md`.
+fn read_agents(
+    dir: &Path,
+    scope: &str,
+    unmapped: &mut Vec<String>,
+) -> Result<(Vec<AgentRecord>, Vec<SegmentRecord>)> {
+    let (mut agents, mut segments) = (Vec::new(), Vec::new());
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Ok((agents, segments));
+    };
+    let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    dirs.sort();
+    for agent_dir in dirs {
+        let name = agent_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if agent_dir.is_symlink() || !agent_dir.is_dir() {
+            unmapped.push(format!("{}: not an agent directory", agent_dir.display()));
+            continue;
+        }
+        if crate::model::check_name(&name).is_err() {
+            unmapped.push(format!("{}: not an agent name", agent_dir.display()));
+            continue;
+        }
+        let memory_path = agent_dir.join("memory.md");
+        let memory = fs::read_to_string(&memory_path).ok();
+        let mut files: Vec<PathBuf> = fs::read_dir(&agent_dir)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        files.sort();
+        let mut found = Vec::new();
+        for f in files {
+            let file = f
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if file == "memory.md" {
+                continue;
+            }
+            let number = file
+                .strip_prefix(&format!("{name}-"))
+                .and_then(|r| r.strip_suffix(".md"))
+                .filter(|n| n.len() >= 3 && n.chars().all(|c| c.is_ascii_digit()))
+                .and_then(|n| n.parse::<i64>().ok());
+            let (Some(number), Ok(text)) = (number, fs::read_to_string(&f)) else {
+                unmapped.push(format!(
+                    "{}: not a segment file ({name}-NNN.md) of agent {}",
+                    f.display(),
+                    shown(&name)
+                ));
+                continue;
+            };
+            found.push((number, segment(&text, mtime(&f))));
+        }
+        found.sort_by_key(|(n, _)| *n);
+        for (i, (n, _)) in found.iter().enumerate() {
+            if *n != i as i64 + 1 {
+                unmapped.push(format!(
+                    "agent {}: segment {n} is not number {} (segments are kept in order, numbered 1, 2, ...)",
+                    shown(&name),
+                    i + 1
+                ));
+                break;
+            }
+        }
+        for (i, (_, (timestamp, prompt, summary))) in found.into_iter().enumerate() {
+            segments.push(SegmentRecord {
+                agent_name: Some(name.clone()),
+                segment_number: Some(i as i64 + 1),
+                timestamp,
+                prompt,
+                summary: Some(summary),
+            });
+        }
+        let at = mtime(&memory_path).or_else(|| mtime(&agent_dir));
+        agents.push(AgentRecord {
+            name,
+            scope: Some(scope.to_string()),
+            memory,
+            created_at: at.clone(),
+            updated_at: at,
+        });
+    }
+    Ok((agents, segments))
+}
+
+/// A segment file: its `timestamp:`, its `prompt:` (unquoted), and its summary (the text
+/// under `## Summary`, else the whole file).
+fn segment(text: &str, fallback: Option<String>) -> (Option<String>, Option<String>, String) {
+    let mut timestamp = None;
+    let mut prompt = None;
+    for line in text.lines() {
+        if let Some(t) = line.strip_prefix("timestamp:") {
+            timestamp = crate::model::canonical_time(t.trim());
+        } else if let Some(p) = line.strip_prefix("prompt:") {
+            let p = p.trim();
+            let p = p
+                .strip_prefix('"')
+                .and_then(|p| p.strip_suffix('"'))
+                .unwrap_or(p);
+            prompt = Some(p.to_string());
+        }
+    }
+    let summary = match text.split_once("## Summary") {
+        Some((_, rest)) => rest.trim().to_string(),
+        None => text.to_string(),
+    };
+    (timestamp.or(fallback), prompt, summary)
+}
+
+/// The project's `.prose/agents/` (when the run is in a project's `.prose/runs/`) and the
+/// user's `~/.prose/agents/`: each agent added where it is absent; the same memory is left as
+/// it is; another memory, or segments already there, are reported and left.
+fn agents_outside_the_run(dir: &Path, ctx: &Context, unmapped: &mut Vec<String>) -> Result<()> {
+    let canonical = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let project = canonical
+        .parent()
+        .filter(|p| p.file_name().is_some_and(|n| n == "runs"))
+        .and_then(Path::parent)
+        .map(|prose| prose.join("agents"));
+    let user = ctx.home(None).map(|h| h.join(".prose").join("agents"));
+    for (scope, found) in [(AgentScope::Project, project), (AgentScope::User, user)] {
+        let Some(found) = found.filter(|d| d.is_dir()) else {
+            continue;
+        };
+        let what = if scope == AgentScope::Project {
+            "project"
+        } else {
+            "user"
+        };
+        let (agents, segments) = read_agents(&found, what, unmapped)?;
+        if agents.is_empty() {
+            continue;
+        }
+        let (store, _) = ctx.agent_store(scope, None, true)?;
+        let Some(mut store) = store else { continue };
+        let now = crate::model::now();
+        for a in agents {
+            let have = store.agent(&a.name)?;
+            let mine: Vec<&SegmentRecord> = segments
+                .iter()
+                .filter(|s| s.agent_name.as_deref() == Some(a.name.as_str()))
+                .collect();
+            match have {
+                Some(h) if h.memory == a.memory && h.segments == mine.len() as i64 => continue,
+                Some(_) => {
+                    unmapped.push(format!(
+                        "{what} agent {}: already there with other memory or segments; left as it is",
+                        shown(&a.name)
+                    ));
+                    continue;
+                }
+                None => {}
+            }
+            if let Some(memory) = &a.memory {
+                store.remember(&a.name, what, memory, &now)?;
+            }
+            for s in mine {
+                store.append_segment(
+                    &a.name,
+                    what,
+                    s.prompt.as_deref().unwrap_or_default(),
+                    s.summary.as_deref().unwrap_or_default(),
+                    s.timestamp.as_deref().unwrap_or(&now),
+                )?;
+            }
+        }
+    }
+    Ok(())
 }

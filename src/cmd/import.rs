@@ -119,6 +119,8 @@ pub struct Incoming<'a> {
     pub digest: String,
     pub report: crate::store::chain::ChainReport,
     pub unmapped: Vec<String>,
+    /// Where the copy came from, as the `imported` event records it.
+    pub label: String,
 }
 
 pub fn run(args: &ImportArgs, ctx: &Context) -> Result<Imported> {
@@ -149,6 +151,7 @@ pub fn checked<'a>(
     let digests = transfer::value_digests(src, src_dir, &dump)?;
     let digest = dump.digest(&digests);
     Ok(Incoming {
+        label: src_dir.display().to_string(),
         src,
         src_dir,
         dump,
@@ -175,7 +178,7 @@ pub fn land(mut c: Incoming, args: &ImportArgs, ctx: &Context) -> Result<Importe
         .map(|r| serde_json::json!({"seq": r.seq, "hash": r.hash}));
     let metadata = serde_json::json!({
         "client": "cli",
-        "source": c.src_dir.display().to_string(),
+        "source": c.label,
         "digest": c.digest,
         "rows": c.dump.counts(),
         "source_head": tip,
