@@ -1443,3 +1443,184 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
 }
 
 common::on_both!(filesystem_runs_import_as_the_format_says);
+
+/// Runs that exist only on the server are listed, aged and pruned like local ones; with
+/// --archive each is exported before it goes, and the export holds it whole.
+#[test]
+fn prune_takes_runs_that_live_only_on_the_server() {
+    let Some(a) = Project::on(Backend::Postgres) else {
+        return;
+    };
+    let url = a.pg_url.clone().unwrap();
+    let b = Project::new();
+    std::fs::create_dir_all(b.root().join(".prose")).unwrap();
+    std::fs::write(
+        b.root().join(".prose/.env"),
+        format!("OPENPROSE_POSTGRES_URL={url}\n"),
+    )
+    .unwrap();
+    let old = a.init();
+    old.bind("v", "kept in the archive", None);
+    old.cmd()
+        .args(["bind", "big"])
+        .write_stdin(text_value(400_000, 2))
+        .assert()
+        .success();
+    old.cmd()
+        .args(["finish", "--status", "completed"])
+        .assert()
+        .success();
+    let young = a.init();
+    young.bind("v", "still running", None);
+    let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    c.execute(
+        "UPDATE openprose.run SET started_at = now() - interval '40 days',
+                                  updated_at = now() - interval '40 days'
+         WHERE id = ANY($1)",
+        &[&vec![old.id.clone(), young.id.clone()]],
+    )
+    .unwrap();
+    // Machine B has no directory of either run.
+    let out = b
+        .cmd()
+        .args(["--json", "prune", "--keep-days", "30", "--keep-n", "0"])
+        .assert()
+        .success();
+    let v = stdout_json(&out);
+    let entry = |id: &str| {
+        v["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["run_id"] == id)
+            .unwrap_or_else(|| panic!("{id} not listed: {v}"))
+            .clone()
+    };
+    assert_eq!(entry(&old.id)["action"], "remove");
+    assert!(entry(&old.id)["bytes"].as_u64().unwrap() > 400_000);
+    assert_eq!(entry(&young.id)["action"], "keep");
+    assert_eq!(v["dry_run"], true);
+    let archive = b.root().join("archive");
+    b.cmd()
+        .args([
+            "prune",
+            "--keep-days",
+            "30",
+            "--keep-n",
+            "0",
+            "--yes",
+            "--archive",
+        ])
+        .arg(&archive)
+        .assert()
+        .success();
+    // Gone from the server, values too; the archive holds it whole.
+    let left: i64 = c
+        .query_one(
+            "SELECT (SELECT COUNT(*) FROM openprose.run WHERE id = $1)
+                  + (SELECT COUNT(*) FROM openprose.bindings WHERE run_id = $1)
+                  + (SELECT COUNT(*) FROM openprose.attachment_chunks WHERE run_id = $1)",
+            &[&old.id],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+    let copy = archive.join(&old.id);
+    let got = |name: &str| {
+        b.cmd()
+            .args(["--run", copy.to_str().unwrap(), "get", name])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone()
+    };
+    assert_eq!(got("v"), b"kept in the archive");
+    assert_eq!(got("big"), text_value(400_000, 2));
+    // The young run is untouched, and machine A's directory of the old one is still there
+    // (prune removes only what its own machine holds).
+    assert_eq!(young.get("v", None), b"still running");
+    // The archived run comes back with import.
+    let v = import(&b, &["--backend", "postgres", copy.to_str().unwrap()]);
+    assert_eq!(v["run_id"], old.id);
+    assert_eq!(
+        b.cmd()
+            .args(["--run", &old.id, "get", "big"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+        text_value(400_000, 2)
+    );
+}
+
+/// The README's one line that moves a SQLite project to a PostgreSQL server, run as written:
+/// every run is then on the server, whole, and answers from there.
+#[test]
+fn the_documented_move_to_postgres_runs_as_written() {
+    let Some(server) = Project::on(Backend::Postgres) else {
+        return;
+    };
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let section = readme
+        .split("## Moving runs")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("a Moving runs section");
+    let line = section
+        .split("```sh\n")
+        .filter_map(|b| b.split("\n```").next())
+        .find(|b| b.contains("for d in"))
+        .expect("the one-liner");
+    // A SQLite project with two runs, then the URL set, as the README says.
+    let p = Project::new();
+    let runs: Vec<common::Run> = (0..2)
+        .map(|i| {
+            let run = p.init();
+            run.bind("v", &format!("run {i}"), None);
+            run.cmd()
+                .args(["bind", "big"])
+                .write_stdin(text_value(200_000, i))
+                .assert()
+                .success();
+            run
+        })
+        .collect();
+    std::fs::write(
+        p.root().join(".prose/.env"),
+        format!(
+            "OPENPROSE_POSTGRES_URL={}\n",
+            server.pg_url.as_deref().unwrap()
+        ),
+    )
+    .unwrap();
+    let bin_dir = std::path::Path::new(common::BIN).parent().unwrap();
+    let out = common::sh(p.root(), line)
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin_dir.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(std::fs::read_dir(p.root().join(".prose/runs"))
+        .unwrap()
+        .next()
+        .is_none());
+    for (i, run) in runs.iter().enumerate() {
+        // No directory here any more: the server answers.
+        assert_eq!(run.get("v", None), format!("run {i}").as_bytes());
+        assert_eq!(run.get("big", None), text_value(200_000, i as u64));
+        let row = server.run(&run.id).view().binding("big", None).unwrap();
+        assert!(row.4.unwrap().starts_with("server:"));
+    }
+}

@@ -42,11 +42,22 @@ impl Render for Exported {
 }
 
 pub fn run(args: &ExportArgs, ctx: &Context) -> Result<Exported> {
-    let (paths, mut store) = ctx.the_run()?;
+    let (paths, store) = ctx.the_run()?;
     let out = args
         .output
         .clone()
         .unwrap_or_else(|| PathBuf::from(&paths.id));
+    copy_out(ctx, &paths, store, &out)
+}
+
+/// Writes the run at `paths` (its store open in `store`) as a new run directory `out`.
+pub fn copy_out(
+    ctx: &Context,
+    paths: &crate::run::RunPaths,
+    mut store: Box<dyn crate::store::Store>,
+    out: &std::path::Path,
+) -> Result<Exported> {
+    let out = out.to_path_buf();
     let exists = || {
         refused(format!(
             "{} exists: export writes a new directory",
@@ -84,7 +95,7 @@ pub fn run(args: &ExportArgs, ctx: &Context) -> Result<Exported> {
                 // A file replaced after the snapshot was taken: again, with a new snapshot.
                 if transfer::value_gone(&e) && tries < 5 {
                     tries += 1;
-                    store = ctx.the_run()?.1;
+                    store = ctx.open(paths)?;
                     continue;
                 }
                 return Err(e);

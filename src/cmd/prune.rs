@@ -106,10 +106,20 @@ pub fn run(req: &PruneArgs, runs: &[RunPaths], ctx: &Context) -> Result<Pruned> 
         }
     }
     let now = crate::model::now();
-    // Only runs with a directory here: prune removes run directories.
-    let local: Vec<RunPaths> = runs.iter().filter(|r| r.exists()).cloned().collect();
+    // Runs with a directory here, and runs that live on the project's server alone.
+    let local: Vec<RunPaths> = runs.to_vec();
     let (summaries, warnings) = over_runs(&local, ctx, |run, store| {
-        Ok((run.clone(), store.run_summary(&now)?))
+        // What the run takes: its directory, and what it keeps on a server.
+        let mut bytes = dir_size(&run.dir);
+        if store.keeps_values() {
+            bytes += store.stats()?.binding_inline_bytes.max(0) as u64;
+            bytes += store
+                .blobs()?
+                .iter()
+                .map(|b| b.bytes.unwrap_or(0).max(0) as u64)
+                .sum::<u64>();
+        }
+        Ok((run.clone(), (store.run_summary(&now)?, bytes)))
     })?;
     // A run that cannot be read is never pruned blind: it is kept, with the reason, and the
     // others are pruned as usual.
@@ -132,8 +142,9 @@ pub fn run(req: &PruneArgs, runs: &[RunPaths], ctx: &Context) -> Result<Pruned> 
             done: false,
         });
     }
-    let mut summaries: Vec<(RunPaths, RunSummary)> = summaries;
-    summaries.sort_by(|a, b| (&b.1.run.started_at, &b.0.id).cmp(&(&a.1.run.started_at, &a.0.id)));
+    let mut summaries: Vec<(RunPaths, (RunSummary, u64))> = summaries;
+    summaries
+        .sort_by(|a, b| (&b.1 .0.run.started_at, &b.0.id).cmp(&(&a.1 .0.run.started_at, &a.0.id)));
     let action = if req.archive.is_some() {
         "archive"
     } else {
@@ -141,7 +152,7 @@ pub fn run(req: &PruneArgs, runs: &[RunPaths], ctx: &Context) -> Result<Pruned> 
     };
     let mut freed = 0;
     let mut plan = Vec::new();
-    for (i, (paths, s)) in summaries.into_iter().enumerate() {
+    for (i, (paths, (s, bytes))) in summaries.into_iter().enumerate() {
         let status = s.run.status.clone();
         let age = days_since(
             s.run.updated_at.as_deref().or(s.run.started_at.as_deref()),
@@ -161,13 +172,13 @@ pub fn run(req: &PruneArgs, runs: &[RunPaths], ctx: &Context) -> Result<Pruned> 
         } else {
             None
         };
-        plan.push((paths, s, status, reason));
+        plan.push((paths, s, bytes, status, reason));
     }
     // Every destination is checked before anything moves: one conflict refuses the prune.
     if let (Some(dir), true) = (&req.archive, req.yes) {
         let conflicts: Vec<String> = plan
             .iter()
-            .filter(|(_, _, _, reason)| reason.is_none())
+            .filter(|(.., reason)| reason.is_none())
             .map(|(paths, ..)| dir.join(&paths.id))
             .filter(|dest| dest.symlink_metadata().is_ok())
             .map(|dest| dest.display().to_string())
@@ -180,32 +191,12 @@ pub fn run(req: &PruneArgs, runs: &[RunPaths], ctx: &Context) -> Result<Pruned> 
             )));
         }
     }
-    for (paths, s, status, reason) in plan {
-        let bytes = dir_size(&paths.dir);
+    for (paths, s, bytes, status, reason) in plan {
         let mut done = false;
         if reason.is_none() {
             freed += bytes;
             if req.yes {
-                // State outside the directory (PostgreSQL rows) goes first.
-                if paths.backend()? != crate::store::Backend::Sqlite {
-                    ctx.open(&paths)?.delete_run()?;
-                }
-                match &req.archive {
-                    Some(dir) => {
-                        std::fs::create_dir_all(dir)
-                            .with_context(|| format!("could not create {}", dir.display()))?;
-                        let dest = dir.join(&paths.id);
-                        crate::run::rename_noreplace(&paths.dir, &dest).with_context(|| {
-                            format!(
-                                "could not move {} to {}",
-                                paths.dir.display(),
-                                dest.display()
-                            )
-                        })?;
-                    }
-                    None => std::fs::remove_dir_all(&paths.dir)
-                        .with_context(|| format!("could not remove {}", paths.dir.display()))?,
-                }
+                prune_one(req, &paths, ctx)?;
                 done = true;
             }
         }
@@ -230,10 +221,43 @@ pub fn run(req: &PruneArgs, runs: &[RunPaths], ctx: &Context) -> Result<Pruned> 
     })
 }
 
+/// Removes one run, or archives it: a SQLite run's directory is moved into the archive as it
+/// is; a run on a server is exported there first (a run directory of its own), and its rows
+/// and values go only once the copy is whole.
+fn prune_one(req: &PruneArgs, paths: &RunPaths, ctx: &Context) -> Result<()> {
+    let here = paths.exists();
+    let on_server = !here || paths.backend()? != crate::store::Backend::Sqlite;
+    if let Some(dir) = &req.archive {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("could not create {}", dir.display()))?;
+        let dest = dir.join(&paths.id);
+        if on_server {
+            super::export::copy_out(ctx, paths, ctx.open(paths)?, &dest)?;
+        } else {
+            crate::run::rename_noreplace(&paths.dir, &dest).with_context(|| {
+                format!(
+                    "could not move {} to {}",
+                    paths.dir.display(),
+                    dest.display()
+                )
+            })?;
+        }
+    }
+    // State outside the directory (the server's rows and values) goes first.
+    if on_server {
+        ctx.open(paths)?.delete_run()?;
+    }
+    if paths.dir.exists() {
+        std::fs::remove_dir_all(&paths.dir)
+            .with_context(|| format!("could not remove {}", paths.dir.display()))?;
+    }
+    Ok(())
+}
+
 impl Run for PruneArgs {
     type Output = Pruned;
     fn run(&self, ctx: &Context) -> Result<Pruned> {
-        // Only runs with a directory here: prune removes run directories.
-        run(self, &ctx.local_runs()?, ctx)
+        // Every run: those with a directory here and those only on the project's server.
+        run(self, &ctx.all_runs()?, ctx)
     }
 }
