@@ -527,6 +527,204 @@ fn big_value(root: &Path, mb: u64, rows: &mut Vec<Row>) {
     }
 }
 
+/// A project whose runs live on a fresh database of the PostgreSQL server; None (with a
+/// skipped row) when there is none.
+fn pg_project(root: &Path, name: &str, what: &str, rows: &mut Vec<Row>) -> Option<PathBuf> {
+    let Some(url) = pg::fresh_database() else {
+        rows.push(Row {
+            what: what.into(),
+            ours: "skipped: no PostgreSQL server".into(),
+            raw: "".into(),
+            ratio: "".into(),
+            target: "".into(),
+            met: "n/a".into(),
+        });
+        return None;
+    };
+    let project = root.join(name);
+    std::fs::create_dir_all(project.join(".prose")).unwrap();
+    std::fs::write(
+        project.join(".prose/.env"),
+        format!("OPENPROSE_POSTGRES_URL={url}\n"),
+    )
+    .unwrap();
+    Some(project)
+}
+
+/// The large value on PostgreSQL over loopback: into the server in chunks and back, beside
+/// the SQLite row (same size, same machine).
+fn big_value_postgres(root: &Path, mb: u64, rows: &mut Vec<Row>) {
+    let what = format!("`bind` and `get` of the value on PostgreSQL ({mb} MiB)");
+    let Some(project) = pg_project(root, "pg-big", &what, rows) else {
+        return;
+    };
+    let bytes = mb << 20;
+    let ok = Command::new(BIN)
+        .current_dir(&project)
+        .env("PROSE_ROOT", &project)
+        .args(["init", "--backend", "postgres", "--run-id", "pgbig"])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "init on postgres failed");
+    let (d_bind, rss_bind, ok, _) = measured(prose(&project, "pgbig").args(["bind", "big"]), bytes);
+    assert!(ok, "bind of the large value on postgres failed");
+    let (d_get, rss_get, ok, got) = measured(prose(&project, "pgbig").args(["get", "big"]), 0);
+    assert!(ok && got == bytes, "get returned {got} of {bytes} bytes");
+    let sqlite = |w: &str| {
+        rows.iter()
+            .find(|r| r.what.starts_with(w) && r.what.ends_with(&format!("({mb} MiB)")))
+            .map(|r| format!("SQLite: {}", r.ours))
+            .unwrap_or_default()
+    };
+    let (bind_sqlite, get_sqlite) = (sqlite("`bind`"), sqlite("`get`"));
+    for (what, d, rss, beside) in [
+        (
+            "`bind` of the value from stdin, on PostgreSQL",
+            d_bind,
+            rss_bind,
+            bind_sqlite,
+        ),
+        (
+            "`get` of it to stdout, on PostgreSQL",
+            d_get,
+            rss_get,
+            get_sqlite,
+        ),
+    ] {
+        rows.push(Row {
+            what: format!("{what} ({mb} MiB)"),
+            ours: format!(
+                "{:.0} MB/s, peak {:.1} MiB",
+                bytes as f64 / 1e6 / d.as_secs_f64(),
+                rss as f64 / 1024.0
+            ),
+            raw: beside,
+            ratio: "".into(),
+            target: "peak ≤ 32 MiB".into(),
+            met: if rss <= 32 * 1024 { "yes" } else { "no" }.into(),
+        });
+    }
+}
+
+/// Export and import of a run of 10,000 bindings and 100 MB of attachments, against the floor
+/// of copying it by hand: `sqlite3 .backup` of its state.db plus `cp -r` of attachments/.
+fn transfer_rows(root: &Path, rows: &mut Vec<Row>) {
+    let project = root.join("transfer-project");
+    std::fs::create_dir_all(&project).unwrap();
+    let db = init(&project, "travel");
+    let dir = db.parent().unwrap().to_path_buf();
+    {
+        let c = rusqlite::Connection::open(&db).unwrap();
+        c.execute_batch("BEGIN").unwrap();
+        let mut s = c
+            .prepare("INSERT INTO bindings (name, kind, value) VALUES (?1, 'let', ?2)")
+            .unwrap();
+        for i in 0..10_000 {
+            s.execute(rusqlite::params![
+                format!("b{i}"),
+                format!("value {i}: {}", "x".repeat(200))
+            ])
+            .unwrap();
+        }
+        drop(s);
+        c.execute_batch("COMMIT").unwrap();
+    }
+    for i in 0..50 {
+        let ok = prose(&project, "travel")
+            .args(["bind", &format!("att{i}")])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .and_then(|mut child| {
+                let chunk: Vec<u8> = (0..(2 << 20))
+                    .map(|j| b'a' + ((i + j) % 26) as u8)
+                    .collect();
+                child.stdin.take().unwrap().write_all(&chunk)?;
+                child.wait()
+            })
+            .unwrap()
+            .success();
+        assert!(ok, "bind of an attachment failed");
+    }
+    let median_of = |f: &dyn Fn(usize) -> Duration| median((0..3).map(f).collect());
+    // The floor: a consistent copy of the database and a copy of the files.
+    let floor = median_of(&|i| {
+        let out = root.join(format!("floor-{i}"));
+        std::fs::create_dir_all(&out).unwrap();
+        let start = Instant::now();
+        assert!(sqlite3(
+            &db,
+            &format!(".backup '{}'", out.join("state.db").display()),
+            &[]
+        )
+        .status()
+        .unwrap()
+        .success());
+        assert!(Command::new("cp")
+            .arg("-r")
+            .arg(dir.join("attachments"))
+            .arg(&out)
+            .status()
+            .unwrap()
+            .success());
+        start.elapsed()
+    });
+    let export = median_of(&|i| {
+        let out = root.join(format!("export-{i}"));
+        let (d, ok) = timed(prose(&project, "travel").args(["export", "-o"]).arg(&out));
+        assert!(ok, "export failed");
+        d
+    });
+    let import = median_of(&|i| {
+        let dest = root.join(format!("import-sqlite-{i}"));
+        std::fs::create_dir_all(&dest).unwrap();
+        let mut c = Command::new(BIN);
+        c.current_dir(&dest)
+            .arg("--root")
+            .arg(&dest)
+            .args(["import"])
+            .arg(root.join("export-0"));
+        let (d, ok) = timed(&mut c);
+        assert!(ok, "import into sqlite failed");
+        d
+    });
+    let row = |what: &str, d: Duration| Row {
+        what: format!("{what} (10,000 bindings, 100 MB of attachments)"),
+        ours: ms(d),
+        raw: format!("{} (`sqlite3 .backup` + `cp -r attachments/`)", ms(floor)),
+        ratio: format!("{:.2}", d.as_secs_f64() / floor.as_secs_f64()),
+        target: "reported".into(),
+        met: "n/a".into(),
+    };
+    rows.push(row("`export` of a SQLite run", export));
+    rows.push(row("`import` of it into SQLite", import));
+    let what = "`import` into PostgreSQL, `export` from it (10,000 bindings, 100 MB)";
+    let Some(pg_root) = pg_project(root, "transfer-pg", what, rows) else {
+        return;
+    };
+    let mut c = Command::new(BIN);
+    c.current_dir(&pg_root)
+        .arg("--root")
+        .arg(&pg_root)
+        .args(["import"])
+        .arg(root.join("export-0"));
+    let (pg_import, ok) = timed(&mut c);
+    assert!(ok, "import into postgres failed");
+    let out = root.join("export-pg");
+    let mut c = Command::new(BIN);
+    c.current_dir(&pg_root)
+        .arg("--root")
+        .arg(&pg_root)
+        .args(["--run", "travel", "export", "-o"])
+        .arg(&out);
+    let (pg_export, ok) = timed(&mut c);
+    assert!(ok, "export from postgres failed");
+    rows.push(row("`import` of it into PostgreSQL", pg_import));
+    rows.push(row("`export` of a PostgreSQL run", pg_export));
+}
+
 /// `gates` across `n` runs with one pending gate each, against the raw way: one `sqlite3`
 /// per run database (the spec's cross-run JOIN cannot work: every run has its own db).
 fn gates_listing(root: &Path, n: usize, calls: usize, rows: &mut Vec<Row>) {
@@ -956,6 +1154,12 @@ fn main() {
     if wanted("big") {
         eprintln!("large value ({big_mb} MiB)…");
         big_value(root, big_mb, &mut rows);
+        eprintln!("large value on PostgreSQL ({big_mb} MiB)…");
+        big_value_postgres(root, big_mb, &mut rows);
+    }
+    if wanted("transfer") {
+        eprintln!("export and import…");
+        transfer_rows(root, &mut rows);
     }
 
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
