@@ -1624,3 +1624,75 @@ fn the_documented_move_to_postgres_runs_as_written() {
         assert!(row.4.unwrap().starts_with("server:"));
     }
 }
+
+/// A filesystem run with hostile entries: a symlinked binding file (to a file outside),
+/// names with control, bidi and zero-width characters, a state.md line with an escape
+/// sequence. Nothing is followed, nothing hostile becomes a name, every one is reported, and
+/// the report shows them escaped.
+#[test]
+fn filesystem_imports_follow_no_link_and_take_no_hostile_name() {
+    let dest = Project::new();
+    let dir = dest.root().join("src/.prose/runs/20260101-000000-aaaaaa");
+    std::fs::create_dir_all(dir.join("bindings")).unwrap();
+    std::fs::create_dir_all(dir.join("agents/good")).unwrap();
+    std::fs::create_dir_all(dir.join("agents/bad\u{202e}name")).unwrap();
+    std::fs::write(
+        dir.join("state.md"),
+        "# run:20260101-000000-aaaaaa p.prose\n1→ ok ✓\n\u{1b}[31mred\u{1b}[0m\n",
+    )
+    .unwrap();
+    let secret = dest.root().join("secret.txt");
+    std::fs::write(&secret, "not for the run").unwrap();
+    std::os::unix::fs::symlink(&secret, dir.join("bindings/leak.md")).unwrap();
+    for name in ["bidi\u{202e}x", "zero\u{200b}width", "ctl\u{7}bell"] {
+        std::fs::write(
+            dir.join(format!("bindings/{name}.md")),
+            "# x\n\nkind: let\n\n---\n\nv\n",
+        )
+        .unwrap();
+    }
+    std::fs::write(
+        dir.join("bindings/fine.md"),
+        "# fine\n\nkind: let\n\n---\n\nok\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("agents/good/memory.md"), "memory").unwrap();
+    let a = dest
+        .cmd()
+        .args(["import", "--from", "filesystem"])
+        .arg(&dir)
+        .assert()
+        .success();
+    let text = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{202e}'),
+        "{text:?}"
+    );
+    let v = import(&dest, &["--from", "filesystem", dir.to_str().unwrap()]);
+    assert_eq!(v["unchanged"], true);
+    let unmapped = v["unmapped"].to_string();
+    for want in ["leak.md", "bidi", "zero", "ctl", "bad", "line 3"] {
+        assert!(unmapped.contains(want), "{want}: {unmapped}");
+    }
+    let run = dest.run("20260101-000000-aaaaaa");
+    assert_eq!(run.get("fine", None), b"ok");
+    let names: Vec<String> = run
+        .conn()
+        .prepare("SELECT name FROM bindings")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(|r| r.unwrap())
+        .collect();
+    assert_eq!(names, ["fine"]);
+    let leaked: i64 = run
+        .conn()
+        .query_row(
+            "SELECT COUNT(*) FROM bindings WHERE value LIKE '%not for the run%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(leaked, 0);
+    assert_eq!(run.view().segments("good"), Vec::<i64>::new());
+}

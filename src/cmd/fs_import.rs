@@ -648,11 +648,17 @@ fn read_agents(
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         if agent_dir.is_symlink() || !agent_dir.is_dir() {
-            unmapped.push(format!("{}: not an agent directory", agent_dir.display()));
+            unmapped.push(format!(
+                "{}: not an agent directory",
+                shown(&agent_dir.to_string_lossy())
+            ));
             continue;
         }
         if crate::model::check_name(&name).is_err() {
-            unmapped.push(format!("{}: not an agent name", agent_dir.display()));
+            unmapped.push(format!(
+                "{}: not an agent name",
+                shown(&agent_dir.to_string_lossy())
+            ));
             continue;
         }
         let memory_path = agent_dir.join("memory.md");
@@ -678,7 +684,7 @@ fn read_agents(
             let (Some(number), Ok(text)) = (number, fs::read_to_string(&f)) else {
                 unmapped.push(format!(
                     "{}: not a segment file ({name}-NNN.md) of agent {}",
-                    f.display(),
+                    shown(&f.to_string_lossy()),
                     shown(&name)
                 ));
                 continue;

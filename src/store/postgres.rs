@@ -627,12 +627,25 @@ pub struct PgTx<'a> {
     run: Option<(String, Option<RunStatus>)>,
     shown_url: &'a str,
     busy_ms: u64,
+    /// Statements prepared in this transaction, for the ones a copy of a run runs once a row
+    /// (10,000 bindings: one round trip each instead of two).
+    prepared: std::collections::HashMap<&'static str, postgres::Statement>,
 }
 
 impl PgTx<'_> {
     /// The error edge: every driver error of the transaction is mapped here.
     fn err(&self) -> impl Fn(postgres::Error) -> anyhow::Error + '_ {
         |e| map_err(e, self.shown_url, self.busy_ms)
+    }
+
+    /// `sql` prepared once in this transaction.
+    fn prepared(&mut self, sql: &'static str) -> Result<postgres::Statement> {
+        if let Some(s) = self.prepared.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self.tx.prepare(sql).map_err(self.err())?;
+        self.prepared.insert(sql, s.clone());
+        Ok(s)
     }
 
     fn run(&self) -> Result<String> {
@@ -803,15 +816,18 @@ impl Tx for PgTx<'_> {
 
     fn put_execution(&mut self, e: &ExecRecord) -> Result<i64> {
         let run = self.run()?;
-        Ok(self
-            .tx
-            .query_one(
-                "INSERT INTO openprose.execution (run_id, statement_index, statement_text, status,
+        let stmt = self.prepared(
+            "INSERT INTO openprose.execution (run_id, statement_index, statement_text, status,
                      started_at, completed_at, error_message, parent_id, metadata,
                      idempotency_key)
                  VALUES ($1, $2, $3, $4, ($5::text)::timestamptz, ($6::text)::timestamptz, $7, $8,
                          ($9::text)::jsonb, $10)
                  RETURNING id",
+        )?;
+        Ok(self
+            .tx
+            .query_one(
+                &stmt,
                 &[
                     &run,
                     &e.statement_index,
@@ -841,12 +857,15 @@ impl Tx for PgTx<'_> {
                 )))
             }
         };
-        self.tx
-            .execute(
-                "INSERT INTO openprose.bindings (name, run_id, execution_id, kind, value,
+        let stmt = self.prepared(
+            "INSERT INTO openprose.bindings (name, run_id, execution_id, kind, value,
                      source_statement, created_at, updated_at, attachment_path)
                  VALUES ($1, $2, $3, $4, $5, $6, COALESCE(($7::text)::timestamptz, now()),
                          COALESCE(($8::text)::timestamptz, now()), $9)",
+        )?;
+        self.tx
+            .execute(
+                &stmt,
                 &[
                     &b.name,
                     &run,
@@ -878,9 +897,10 @@ impl Tx for PgTx<'_> {
                      COALESCE($10, 'pending'), COALESCE(($11::text)::timestamptz, now()),
                      ($12::text)::timestamptz, $13, $14, $15)"
         };
+        let stmt = self.prepared(sql)?;
         self.tx
             .execute(
-                sql,
+                &stmt,
                 &[
                     &g.id,
                     &g.instance,
@@ -905,12 +925,15 @@ impl Tx for PgTx<'_> {
 
     fn put_agent(&mut self, a: &AgentRecord) -> Result<()> {
         let run = self.run()?;
-        self.tx
-            .execute(
-                "INSERT INTO openprose.agents (name, run_id, scope, memory, created_at, updated_at)
+        let stmt = self.prepared(
+            "INSERT INTO openprose.agents (name, run_id, scope, memory, created_at, updated_at)
                  VALUES ($1, $2, COALESCE($3, 'execution'), $4,
                          COALESCE(($5::text)::timestamptz, now()),
                          COALESCE(($6::text)::timestamptz, now()))",
+        )?;
+        self.tx
+            .execute(
+                &stmt,
                 &[
                     &a.name,
                     &run,
@@ -926,11 +949,14 @@ impl Tx for PgTx<'_> {
 
     fn put_segment(&mut self, g: &SegmentRecord) -> Result<()> {
         let run = self.run()?;
-        self.tx
-            .execute(
-                "INSERT INTO openprose.agent_segments (agent_name, run_id, segment_number,
+        let stmt = self.prepared(
+            "INSERT INTO openprose.agent_segments (agent_name, run_id, segment_number,
                      timestamp, prompt, summary)
                  VALUES ($1, $2, $3, COALESCE(($4::text)::timestamptz, now()), $5, $6)",
+        )?;
+        self.tx
+            .execute(
+                &stmt,
                 &[
                     &g.agent_name,
                     &run,
@@ -946,12 +972,15 @@ impl Tx for PgTx<'_> {
 
     fn put_import_record(&mut self, i: &ImportRecord) -> Result<()> {
         let run = self.run()?;
-        self.tx
-            .execute(
-                "INSERT INTO openprose.imports (alias, run_id, source_url, fetched_at,
+        let stmt = self.prepared(
+            "INSERT INTO openprose.imports (alias, run_id, source_url, fetched_at,
                      inputs_schema, outputs_schema)
                  VALUES ($1, $2, $3, ($4::text)::timestamptz, ($5::text)::jsonb,
                          ($6::text)::jsonb)",
+        )?;
+        self.tx
+            .execute(
+                &stmt,
                 &[
                     &i.alias,
                     &run,
@@ -1512,6 +1541,7 @@ impl AgentStore for PgStore {
             run,
             shown_url,
             busy_ms: *busy_ms,
+            prepared: std::collections::HashMap::new(),
         }))
     }
 
