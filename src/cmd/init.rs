@@ -180,7 +180,7 @@ fn build(
         },
     )?;
     let location = created.location();
-    // Closed before the move: SQLite folds its write-ahead log back into the file.
+    // Closed before the move: the directory moves whole, its write-ahead log with it.
     drop(created);
     Ok((lock, location))
 }
