@@ -99,6 +99,8 @@ fn one_subcommand(name: &str) -> Option<clap::Command> {
         "migrate" => cli::MigrateArgs::augment_args(C::new("migrate")),
         "mcp" => cli::McpArgs::augment_args(C::new("mcp")),
         "guide" => cli::GuideArgs::augment_args(C::new("guide")),
+        "export" => cli::ExportArgs::augment_args(C::new("export")),
+        "import" => cli::ImportArgs::augment_args(C::new("import")),
         "resume" => C::new("resume"),
         "man" => C::new("man"),
         "stats" => C::new("stats"),
