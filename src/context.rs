@@ -209,6 +209,14 @@ impl Context {
         })
     }
 
+    /// The project's server, for reading many of its runs at once.
+    pub fn catalog(&self) -> Result<Box<dyn crate::store::Catalog>> {
+        Ok(Box::new(PgStore::open_project(
+            &self.postgres_url()?,
+            self.opts,
+        )?))
+    }
+
     /// Deletes a run created on the server by an `init` that could not finish.
     pub fn discard_server_run(&self, id: &str) -> Result<()> {
         PgStore::open_run(&self.postgres_url()?, id, self.opts)?.delete_run()

@@ -113,23 +113,36 @@ pub fn list(args: &GatesListArgs, runs: &[RunPaths], ctx: &Context) -> Result<Ga
         (GateStatus::Timeout, None) => Some("timeout"),
         (GateStatus::All, None) => None,
     };
-    let (per_run, warnings) = over_runs(runs, ctx, |_, store| {
+    let within = |view: &GateView| match (&horizon, &view.gate.timeout_at) {
+        (None, _) => true,
+        (Some(h), Some(at)) => at.as_str() <= h.as_str(),
+        (Some(_), None) => false,
+    };
+    // Runs on the project's server: swept and listed in a few queries on one connection.
+    let (on_server, others) = super::split_by_server(runs, ctx);
+    let mut gates: Vec<GateView> = Vec::new();
+    if !on_server.is_empty() {
+        let mut catalog = ctx.catalog()?;
+        catalog.sweep_overdue(&on_server, &now)?;
+        for (gate, program) in catalog.gates_of(&on_server, status)? {
+            let view = GateView::new(gate, program, &now);
+            if within(&view) {
+                gates.push(view);
+            }
+        }
+    }
+    let (per_run, warnings) = super::over_some_runs(&others, runs.len(), ctx, |_, store| {
         let program = store.run_info()?.program_path;
         let mut views = Vec::new();
         for gate in store.gates(status, &now)? {
             let view = GateView::new(gate, program.clone(), &now);
-            let within = match (&horizon, &view.gate.timeout_at) {
-                (None, _) => true,
-                (Some(h), Some(at)) => at.as_str() <= h.as_str(),
-                (Some(_), None) => false,
-            };
-            if within {
+            if within(&view) {
                 views.push(view);
             }
         }
         Ok(views)
     })?;
-    let mut gates: Vec<GateView> = per_run.into_iter().flatten().collect();
+    gates.extend(per_run.into_iter().flatten());
     // Oldest first across runs.
     gates.sort_by(|a, b| a.gate.created_at.cmp(&b.gate.created_at));
     Ok(GateList { gates, warnings })

@@ -1,6 +1,6 @@
 //! `runs`: the runs under the root, newest first.
 
-use super::{over_runs, Run};
+use super::Run;
 use crate::cli::RunsArgs;
 use crate::context::Context;
 use crate::model::{now, RunStatus};
@@ -83,7 +83,20 @@ impl Render for RunList {
 pub fn run(args: &RunsArgs, runs: &[RunPaths], ctx: &Context) -> Result<RunList> {
     let now = now();
     let want = args.status.map(RunStatus::from);
-    let (mut all, warnings) = over_runs(runs, ctx, |_, store| store.run_summary(&now))?;
+    // Runs on the project's server: one query, newest first and limited there.
+    let (on_server, others) = super::split_by_server(runs, ctx);
+    let mut all = Vec::new();
+    if !on_server.is_empty() {
+        all = ctx.catalog()?.summaries_of(
+            &on_server,
+            &now,
+            want.as_ref().map(RunStatus::as_str),
+            Some(args.limit as i64),
+        )?;
+    }
+    let (visited, warnings) =
+        super::over_some_runs(&others, runs.len(), ctx, |_, store| store.run_summary(&now))?;
+    all.extend(visited);
     all.retain(|r| {
         want.as_ref()
             .is_none_or(|w| r.run.status.as_ref() == Some(w))

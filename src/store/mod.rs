@@ -979,6 +979,29 @@ pub trait Store: AgentStore {
     }
 }
 
+/// What cross-run commands read of many runs at once, in a few queries rather than a store a
+/// run: a server's tables hold every run of the project.
+pub trait Catalog {
+    /// Sweeps the overdue gates of those of `ids` that have any (each under its own run's
+    /// rules, on this connection); how many runs were swept.
+    fn sweep_overdue(&mut self, ids: &[String], now: &str) -> Result<usize>;
+    /// The gates of the runs `ids` (of one status, or all), each with its run's program path,
+    /// oldest first.
+    fn gates_of(
+        &mut self,
+        ids: &[String],
+        status: Option<&str>,
+    ) -> Result<Vec<(GateRow, Option<String>)>>;
+    /// The summaries of the runs `ids`, newest first; of one status, and at most `limit`.
+    fn summaries_of(
+        &mut self,
+        ids: &[String],
+        now: &str,
+        status: Option<&str>,
+        limit: Option<i64>,
+    ) -> Result<Vec<RunSummary>>;
+}
+
 /// What a database records of its schema: its version, and what a binary must understand
 /// to read it and to write it safely (like SQLite's own read and write format versions).
 #[derive(Debug, Clone, Copy)]

@@ -46,6 +46,7 @@ macro_rules! ts {
 }
 
 mod blobs;
+mod catalog;
 mod dump;
 
 /// The agents rows with their segment counts, under a WHERE clause (`$1` is the run).
@@ -1382,16 +1383,27 @@ impl Tx for PgTx<'_> {
 /// Pending gates of run $1 past their deadline at $2.
 const OVERDUE: &str = "status = 'pending' AND timeout_at IS NOT NULL
                        AND timeout_at <= ($2::text)::timestamptz";
+/// The same, on `gates g`.
+const OVERDUE_AT: &str = "g.status = 'pending' AND g.timeout_at IS NOT NULL
+                          AND g.timeout_at <= ($2::text)::timestamptz";
 
-const GATE_SELECT: &str = concat!(
-    "SELECT id, run_id, execution_id, prompt, allow, timeout, ",
-    ts!("timeout_at"),
-    ", on_reject, status, ",
-    ts!("created_at"),
-    ", ",
-    ts!("resolved_at"),
-    ", resolved_by, resolution_comment, metadata, instance FROM openprose.gates"
-);
+/// A gate's columns on `gates g`, in `gate_row`'s order.
+macro_rules! gate_columns {
+    () => {
+        concat!(
+            "g.id, g.run_id, g.execution_id, g.prompt, g.allow, g.timeout, ",
+            ts!("g.timeout_at"),
+            ", g.on_reject, g.status, ",
+            ts!("g.created_at"),
+            ", ",
+            ts!("g.resolved_at"),
+            ", g.resolved_by, g.resolution_comment, g.metadata, g.instance"
+        )
+    };
+}
+const GATE_COLUMNS: &str = gate_columns!();
+
+const GATE_SELECT: &str = concat!("SELECT ", gate_columns!(), " FROM openprose.gates g");
 
 const AUDIT_SELECT: &str = concat!(
     "SELECT id, gate_id, run_id, event_type, principal, comment, ",

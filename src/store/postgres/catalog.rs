@@ -1,0 +1,107 @@
+//! Cross-run reads on the server: every run of the project is in the same tables, so a
+//! listing is one query (and a sweep touches only the runs that have an overdue gate), over
+//! one connection, never one connection a run.
+
+use super::{gate_row, PgStore, GATE_COLUMNS, OVERDUE_AT};
+use crate::model::RunStatus;
+use crate::store::{Catalog, GateRow, RunInfo, RunSummary, Store};
+use anyhow::Result;
+
+impl Catalog for PgStore {
+    fn sweep_overdue(&mut self, ids: &[String], now: &str) -> Result<usize> {
+        let rows = self
+            .client
+            .query(
+                &format!(
+                    "SELECT DISTINCT run_id FROM openprose.gates g
+                     WHERE run_id = ANY($1) AND {OVERDUE_AT} ORDER BY run_id"
+                ),
+                &[&ids, &now],
+            )
+            .map_err(self.err())?;
+        let overdue: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        let mine = self.run_id.take();
+        let mut swept = 0;
+        for id in &overdue {
+            self.run_id = Some(id.clone());
+            let done = self.sweep_timeouts(now);
+            if let Err(e) = done {
+                self.run_id = mine;
+                return Err(e);
+            }
+            swept += 1;
+        }
+        self.run_id = mine;
+        Ok(swept)
+    }
+
+    fn gates_of(
+        &mut self,
+        ids: &[String],
+        status: Option<&str>,
+    ) -> Result<Vec<(GateRow, Option<String>)>> {
+        let rows = self
+            .client
+            .query(
+                &format!(
+                    "SELECT {GATE_COLUMNS}, r.program_path
+                     FROM openprose.gates g JOIN openprose.run r ON r.id = g.run_id
+                     WHERE g.run_id = ANY($1) AND ($2::text IS NULL OR g.status = $2)
+                     ORDER BY g.created_at, g.run_id, g.id"
+                ),
+                &[&ids, &status],
+            )
+            .map_err(self.err())?;
+        Ok(rows.iter().map(|r| (gate_row(r), r.get(15))).collect())
+    }
+
+    fn summaries_of(
+        &mut self,
+        ids: &[String],
+        now: &str,
+        status: Option<&str>,
+        limit: Option<i64>,
+    ) -> Result<Vec<RunSummary>> {
+        // Newest first, limited before the per-run figures are computed.
+        let rows = self
+            .client
+            .query(
+                concat!(
+                    "SELECT r.id, r.program_path, r.status, ",
+                    ts!("r.started_at"),
+                    ", ",
+                    ts!("r.updated_at"),
+                    ", r.error_message,
+                     (SELECT ",
+                    ts!("max(COALESCE(e.completed_at, e.started_at))"),
+                    " FROM openprose.execution e WHERE e.run_id = r.id),
+                     (SELECT COUNT(*) FROM openprose.gates g WHERE g.run_id = r.id
+                        AND g.status = 'pending'
+                        AND NOT (g.timeout_at IS NOT NULL
+                                 AND g.timeout_at <= ($2::text)::timestamptz))
+                     FROM (SELECT * FROM openprose.run
+                           WHERE id = ANY($1) AND ($3::text IS NULL OR status = $3)
+                           ORDER BY started_at DESC, id DESC
+                           LIMIT $4) r
+                     ORDER BY r.started_at DESC, r.id DESC"
+                ),
+                &[&ids, &now, &status, &limit],
+            )
+            .map_err(self.err())?;
+        Ok(rows
+            .iter()
+            .map(|r| RunSummary {
+                run: RunInfo {
+                    id: r.get(0),
+                    program_path: r.get(1),
+                    status: r.get::<_, Option<&str>>(2).map(RunStatus::parse),
+                    started_at: r.get(3),
+                    updated_at: r.get(4),
+                },
+                error_message: r.get(5),
+                last_event_at: r.get(6),
+                pending_gates: r.get(7),
+            })
+            .collect())
+    }
+}
