@@ -16,6 +16,10 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+/// Which of the runs on the project's server a listing reads there: none, or those a
+/// [`crate::store::RunFilter`] names.
+pub type OnServer = Option<crate::store::RunFilter>;
+
 pub struct Context {
     /// `--root` / PROSE_ROOT, else the nearest directory above holding `.prose/`; None: the
     /// current directory.
@@ -207,6 +211,44 @@ impl Context {
                 Box::new(PgStore::create_run(&self.postgres_url()?, new, self.opts)?)
             }
         })
+    }
+
+    /// The runs a cross-run listing reads: those on the project's server, read there in a few
+    /// queries (every one, or the one `--run` names), and the others, visited one store at a
+    /// time (SQLite runs, and directories here that cannot say where their run lives, so that
+    /// they are reported).
+    pub fn listing(&self) -> Result<(OnServer, Vec<RunPaths>)> {
+        let runs = match &self.run_flag {
+            Some(r) => vec![self.locate(Some(r))?],
+            None => self.local_runs()?,
+        };
+        if !self.uses_postgres() {
+            return Ok((None, runs));
+        }
+        let (mut ids, mut others, mut unknown) = (Vec::new(), Vec::new(), Vec::new());
+        for run in runs {
+            match (run.exists(), run.backend()) {
+                (false, _) | (true, Ok(Backend::Postgres)) => ids.push(run.id),
+                (true, Ok(_)) => others.push(run),
+                // Visited, so that it is reported, and not read from the server meanwhile.
+                (true, Err(_)) => {
+                    unknown.push(run.id.clone());
+                    others.push(run);
+                }
+            }
+        }
+        let server = match (&self.run_flag, ids.is_empty()) {
+            (None, _) => Some(crate::store::RunFilter {
+                only: None,
+                except: unknown,
+            }),
+            (Some(_), true) => None,
+            (Some(_), false) => Some(crate::store::RunFilter {
+                only: Some(ids),
+                except: Vec::new(),
+            }),
+        };
+        Ok((server, others))
     }
 
     /// The project's server, for reading many of its runs at once.

@@ -100,7 +100,7 @@ impl Render for GateList {
     }
 }
 
-pub fn list(args: &GatesListArgs, runs: &[RunPaths], ctx: &Context) -> Result<GateList> {
+pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
     let now = now();
     let horizon = match &args.expiring {
         Some(d) => Some(now_plus(parse_duration(d)?)),
@@ -119,19 +119,20 @@ pub fn list(args: &GatesListArgs, runs: &[RunPaths], ctx: &Context) -> Result<Ga
         (Some(_), None) => false,
     };
     // Runs on the project's server: swept and listed in a few queries on one connection.
-    let (on_server, others) = super::split_by_server(runs, ctx);
+    let (on_server, others) = ctx.listing()?;
     let mut gates: Vec<GateView> = Vec::new();
-    if !on_server.is_empty() {
+    if let Some(runs) = &on_server {
         let mut catalog = ctx.catalog()?;
-        catalog.sweep_overdue(&on_server, &now)?;
-        for (gate, program) in catalog.gates_of(&on_server, status)? {
+        catalog.sweep_overdue(runs, &now)?;
+        for (gate, program) in catalog.gates_of(runs, status)? {
             let view = GateView::new(gate, program, &now);
             if within(&view) {
                 gates.push(view);
             }
         }
     }
-    let (per_run, warnings) = super::over_some_runs(&others, runs.len(), ctx, |_, store| {
+    let several = others.len() > 1 || on_server.is_some();
+    let (per_run, warnings) = super::over_some_runs(&others, several, ctx, |_, store| {
         let program = store.run_info()?.program_path;
         let mut views = Vec::new();
         for gate in store.gates(status, &now)? {
@@ -729,7 +730,7 @@ impl Run for GatesArgs {
     type Output = GatesOutput;
     fn run(&self, ctx: &Context) -> Result<GatesOutput> {
         Ok(match &self.command {
-            None => GatesOutput::List(list(&self.list, &ctx.runs()?, ctx)?),
+            None => GatesOutput::List(list(&self.list, ctx)?),
             Some(GatesCommand::Create(a)) => {
                 GatesOutput::Created(create(a, ctx.the_run()?.1.as_mut())?)
             }

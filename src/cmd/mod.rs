@@ -131,29 +131,6 @@ fn value_from_file(file: Option<&Path>) -> Result<(Box<dyn Read>, bool)> {
     Ok((Box::new(file), false))
 }
 
-/// The runs a cross-run command reads from the project's server in a few queries (their
-/// ids), and the others, visited one store at a time. A run whose directory here cannot say
-/// where it lives is visited, so that it is reported.
-fn split_by_server(runs: &[RunPaths], ctx: &Context) -> (Vec<String>, Vec<RunPaths>) {
-    if !ctx.uses_postgres() {
-        return (Vec::new(), runs.to_vec());
-    }
-    let mut ids = Vec::new();
-    let mut others = Vec::new();
-    for run in runs {
-        let on_server = !run.exists()
-            || run
-                .backend()
-                .is_ok_and(|b| b == crate::store::Backend::Postgres);
-        if on_server {
-            ids.push(run.id.clone());
-        } else {
-            others.push(run.clone());
-        }
-    }
-    (ids, others)
-}
-
 /// Applies `f` to every run, a few runs at a time on worker threads (each with its own
 /// connection: opening a run's database is most of the cost of a cross-run listing), and
 /// returns the results in run order. A run that cannot be read becomes a warning when there
@@ -163,14 +140,15 @@ fn over_runs<T: Send>(
     ctx: &Context,
     f: impl Fn(&RunPaths, &mut dyn Store) -> Result<T> + Sync,
 ) -> Result<(Vec<T>, Vec<String>)> {
-    over_some_runs(runs, runs.len(), ctx, f)
+    over_some_runs(runs, runs.len() > 1, ctx, f)
 }
 
-/// [`over_runs`] for some of a listing's `listed` runs (the others read another way): a run
-/// that cannot be read is a warning whenever the listing has several.
+/// [`over_runs`] for some of a listing's runs (the others read another way): a run that
+/// cannot be read is a warning when the listing has `several`, and the error when it is the
+/// listing's only run.
 fn over_some_runs<T: Send>(
     runs: &[RunPaths],
-    listed: usize,
+    several: bool,
     ctx: &Context,
     f: impl Fn(&RunPaths, &mut dyn Store) -> Result<T> + Sync,
 ) -> Result<(Vec<T>, Vec<String>)> {
@@ -206,7 +184,7 @@ fn over_some_runs<T: Send>(
     for (i, result) in results {
         match result {
             Ok(v) => out.push(v),
-            Err(e) if listed > 1 => warnings.push(format!("skipped run {}: {e:#}", runs[i].id)),
+            Err(e) if several => warnings.push(format!("skipped run {}: {e:#}", runs[i].id)),
             Err(e) => return Err(e),
         }
     }

@@ -5,7 +5,6 @@ use crate::cli::RunsArgs;
 use crate::context::Context;
 use crate::model::{now, RunStatus};
 use crate::output::{one_line, table, Render};
-use crate::run::RunPaths;
 use crate::store::RunSummary;
 use anyhow::Result;
 use serde::ser::{SerializeStruct, Serializer};
@@ -80,22 +79,23 @@ impl Render for RunList {
     }
 }
 
-pub fn run(args: &RunsArgs, runs: &[RunPaths], ctx: &Context) -> Result<RunList> {
+pub fn run(args: &RunsArgs, ctx: &Context) -> Result<RunList> {
     let now = now();
     let want = args.status.map(RunStatus::from);
     // Runs on the project's server: one query, newest first and limited there.
-    let (on_server, others) = super::split_by_server(runs, ctx);
+    let (on_server, others) = ctx.listing()?;
     let mut all = Vec::new();
-    if !on_server.is_empty() {
+    if let Some(runs) = &on_server {
         all = ctx.catalog()?.summaries_of(
-            &on_server,
+            runs,
             &now,
             want.as_ref().map(RunStatus::as_str),
             Some(args.limit as i64),
         )?;
     }
+    let several = others.len() > 1 || on_server.is_some();
     let (visited, warnings) =
-        super::over_some_runs(&others, runs.len(), ctx, |_, store| store.run_summary(&now))?;
+        super::over_some_runs(&others, several, ctx, |_, store| store.run_summary(&now))?;
     all.extend(visited);
     all.retain(|r| {
         want.as_ref()
@@ -112,6 +112,6 @@ pub fn run(args: &RunsArgs, runs: &[RunPaths], ctx: &Context) -> Result<RunList>
 impl Run for RunsArgs {
     type Output = RunList;
     fn run(&self, ctx: &Context) -> Result<RunList> {
-        run(self, &ctx.all_runs()?, ctx)
+        run(self, ctx)
     }
 }

@@ -979,23 +979,30 @@ pub trait Store: AgentStore {
     }
 }
 
+/// Which runs a cross-run read covers: `only` these (None: every run), less `except`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunFilter {
+    pub only: Option<Vec<String>>,
+    pub except: Vec<String>,
+}
+
 /// What cross-run commands read of many runs at once, in a few queries rather than a store a
 /// run: a server's tables hold every run of the project.
 pub trait Catalog {
-    /// Sweeps the overdue gates of those of `ids` that have any (each under its own run's
-    /// rules, on this connection); how many runs were swept.
-    fn sweep_overdue(&mut self, ids: &[String], now: &str) -> Result<usize>;
-    /// The gates of the runs `ids` (of one status, or all), each with its run's program path,
-    /// oldest first.
+    /// Sweeps the overdue gates of the runs that have any, among `runs`, each under its own
+    /// run's rules, on this connection; how many runs were swept.
+    fn sweep_overdue(&mut self, runs: &RunFilter, now: &str) -> Result<usize>;
+    /// The gates of `runs`, of one status or all, each with its run's program path, oldest
+    /// first.
     fn gates_of(
         &mut self,
-        ids: &[String],
+        runs: &RunFilter,
         status: Option<&str>,
     ) -> Result<Vec<(GateRow, Option<String>)>>;
-    /// The summaries of the runs `ids`, newest first; of one status, and at most `limit`.
+    /// The summaries of `runs`, newest first; of one status, and at most `limit`.
     fn summaries_of(
         &mut self,
-        ids: &[String],
+        runs: &RunFilter,
         now: &str,
         status: Option<&str>,
         limit: Option<i64>,

@@ -4,19 +4,21 @@
 
 use super::{gate_row, PgStore, GATE_COLUMNS, OVERDUE_AT};
 use crate::model::RunStatus;
-use crate::store::{Catalog, GateRow, RunInfo, RunSummary, Store};
+use crate::store::{Catalog, GateRow, RunFilter, RunInfo, RunSummary, Store};
 use anyhow::Result;
 
 impl Catalog for PgStore {
-    fn sweep_overdue(&mut self, ids: &[String], now: &str) -> Result<usize> {
+    fn sweep_overdue(&mut self, runs: &RunFilter, now: &str) -> Result<usize> {
         let rows = self
             .client
             .query(
                 &format!(
                     "SELECT DISTINCT run_id FROM openprose.gates g
-                     WHERE run_id = ANY($1) AND {OVERDUE_AT} ORDER BY run_id"
+                     WHERE ($1::text[] IS NULL OR run_id = ANY($1)) AND NOT run_id = ANY($3)
+                       AND {OVERDUE_AT}
+                     ORDER BY run_id"
                 ),
-                &[&ids, &now],
+                &[&runs.only, &now, &runs.except],
             )
             .map_err(self.err())?;
         let overdue: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
@@ -37,7 +39,7 @@ impl Catalog for PgStore {
 
     fn gates_of(
         &mut self,
-        ids: &[String],
+        runs: &RunFilter,
         status: Option<&str>,
     ) -> Result<Vec<(GateRow, Option<String>)>> {
         let rows = self
@@ -46,10 +48,11 @@ impl Catalog for PgStore {
                 &format!(
                     "SELECT {GATE_COLUMNS}, r.program_path
                      FROM openprose.gates g JOIN openprose.run r ON r.id = g.run_id
-                     WHERE g.run_id = ANY($1) AND ($2::text IS NULL OR g.status = $2)
+                     WHERE ($1::text[] IS NULL OR g.run_id = ANY($1)) AND NOT g.run_id = ANY($3)
+                       AND ($2::text IS NULL OR g.status = $2)
                      ORDER BY g.created_at, g.run_id, g.id"
                 ),
-                &[&ids, &status],
+                &[&runs.only, &status, &runs.except],
             )
             .map_err(self.err())?;
         Ok(rows.iter().map(|r| (gate_row(r), r.get(15))).collect())
@@ -57,7 +60,7 @@ impl Catalog for PgStore {
 
     fn summaries_of(
         &mut self,
-        ids: &[String],
+        runs: &RunFilter,
         now: &str,
         status: Option<&str>,
         limit: Option<i64>,
@@ -80,12 +83,13 @@ impl Catalog for PgStore {
                         AND NOT (g.timeout_at IS NOT NULL
                                  AND g.timeout_at <= ($2::text)::timestamptz))
                      FROM (SELECT * FROM openprose.run
-                           WHERE id = ANY($1) AND ($3::text IS NULL OR status = $3)
+                           WHERE ($1::text[] IS NULL OR id = ANY($1)) AND NOT id = ANY($5)
+                             AND ($3::text IS NULL OR status = $3)
                            ORDER BY started_at DESC, id DESC
                            LIMIT $4) r
                      ORDER BY r.started_at DESC, r.id DESC"
                 ),
-                &[&ids, &now, &status, &limit],
+                &[&runs.only, &now, &status, &limit, &runs.except],
             )
             .map_err(self.err())?;
         Ok(rows
