@@ -725,6 +725,109 @@ fn transfer_rows(root: &Path, rows: &mut Vec<Row>) {
     rows.push(row("`export` of a PostgreSQL run", pg_export));
 }
 
+/// `gates` and `runs --limit 50` across `n` runs on PostgreSQL, each with a pending gate,
+/// against the one query a person would type into `psql`. The fixture is written straight
+/// into the server's tables (not `n` processes).
+fn catalog_postgres(root: &Path, sizes: &[usize], calls: usize, rows: &mut Vec<Row>) {
+    for &n in sizes {
+        let what = format!("`gates` across {n} runs on PostgreSQL");
+        let Some(project) = pg_project(root, &format!("pg-catalog-{n}"), &what, rows) else {
+            return;
+        };
+        let env = std::fs::read_to_string(project.join(".prose/.env")).unwrap();
+        let url = env
+            .trim()
+            .strip_prefix("OPENPROSE_POSTGRES_URL=")
+            .unwrap()
+            .to_string();
+        // The schema, made by the binary's first use.
+        let ok = Command::new(BIN)
+            .current_dir(&project)
+            .env("PROSE_ROOT", &project)
+            .args(["init", "--backend", "postgres", "--run-id", "seed"])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "init on postgres failed");
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        c.batch_execute(&format!(
+            "INSERT INTO openprose.run (id, status, program_path, started_at, updated_at)
+               SELECT 'r' || lpad(i::text, 7, '0'), 'running', 'p.prose',
+                      now() - i * interval '1 second', now() - i * interval '1 second'
+               FROM generate_series(1, {n}) i;
+             INSERT INTO openprose.gates (id, run_id, prompt, status, timeout_at, created_at)
+               SELECT 'approve', 'r' || lpad(i::text, 7, '0'), 'Ship it?', 'pending',
+                      now() + interval '1 day', now() - i * interval '1 second'
+               FROM generate_series(1, {n}) i;
+             ANALYZE;"
+        ))
+        .unwrap();
+        let run_cmd = |args: &[&str]| {
+            let mut cmd = Command::new(BIN);
+            cmd.current_dir(&project)
+                .env("PROSE_ROOT", &project)
+                .args(args);
+            cmd
+        };
+        let gates = median(
+            (0..calls)
+                .map(|_| {
+                    let (d, ok) = timed(&mut run_cmd(&["--json", "gates"]));
+                    assert!(ok, "gates failed");
+                    d
+                })
+                .collect(),
+        );
+        let runs = median(
+            (0..calls)
+                .map(|_| {
+                    let (d, ok) = timed(&mut run_cmd(&["--json", "runs", "--limit", "50"]));
+                    assert!(ok, "runs failed");
+                    d
+                })
+                .collect(),
+        );
+        let psql = median(
+            (0..calls)
+                .map(|_| {
+                    let mut cmd = Command::new("psql");
+                    cmd.args(["-q", "-A", "-t", &url, "-c"]).arg(
+                        "SELECT g.run_id, g.id, g.prompt, g.timeout_at FROM openprose.gates g
+                         WHERE g.status = 'pending' ORDER BY g.created_at",
+                    );
+                    timed(&mut cmd).0
+                })
+                .collect(),
+        );
+        let met = |d: Duration| {
+            if n >= 100_000 && d > Duration::from_millis(100) {
+                "no"
+            } else {
+                "yes"
+            }
+        };
+        rows.push(Row {
+            what: format!("`gates --json` across {n} runs on PostgreSQL, one pending gate each, median of {calls}"),
+            ours: ms(gates),
+            raw: format!("{} (`psql`: the pending gates, one query)", ms(psql)),
+            ratio: format!("{:.2}", gates.as_secs_f64() / psql.as_secs_f64()),
+            target: "≤ 100 ms at 100,000".into(),
+            met: met(gates).into(),
+        });
+        rows.push(Row {
+            what: format!(
+                "`runs --limit 50 --json` across {n} runs on PostgreSQL, median of {calls}"
+            ),
+            ours: ms(runs),
+            raw: "".into(),
+            ratio: "".into(),
+            target: "≤ 100 ms at 100,000".into(),
+            met: met(runs).into(),
+        });
+    }
+}
+
 /// `gates` across `n` runs with one pending gate each, against the raw way: one `sqlite3`
 /// per run database (the spec's cross-run JOIN cannot work: every run has its own db).
 fn gates_listing(root: &Path, n: usize, calls: usize, rows: &mut Vec<Row>) {
@@ -1156,6 +1259,10 @@ fn main() {
         big_value(root, big_mb, &mut rows);
         eprintln!("large value on PostgreSQL ({big_mb} MiB)…");
         big_value_postgres(root, big_mb, &mut rows);
+    }
+    if wanted("catalog") {
+        eprintln!("cross-run listings on PostgreSQL…");
+        catalog_postgres(root, &[1_000, 10_000, 100_000], 5, &mut rows);
     }
     if wanted("transfer") {
         eprintln!("export and import…");

@@ -218,3 +218,9 @@ CREATE TABLE IF NOT EXISTS openprose.attachments (
     created_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),
     PRIMARY KEY (run_id, blob)
 );
+
+-- Cross-run listings read the server's tables in one query (schema 4): runs newest first,
+-- and pending gates by deadline (the sweep before every listing looks only at those).
+CREATE INDEX IF NOT EXISTS idx_run_started ON openprose.run (started_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS idx_gates_pending_deadline ON openprose.gates (timeout_at)
+    WHERE status = 'pending';
