@@ -777,4 +777,8 @@ pub struct RunsArgs {
     #[arg(long, value_name = "N", default_value_t = 50, allow_hyphen_values = true,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub limit: u64,
+    /// Only runs started at or after TIME (2026-11-20, 2026-11-20T10:00:00Z), or within the
+    /// last DURATION (7d, 12h)
+    #[arg(long, value_name = "TIME|DURATION")]
+    pub since: Option<String>,
 }

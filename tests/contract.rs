@@ -664,14 +664,7 @@ fn postgres_lists_runs_made_elsewhere() {
     let Some(here) = Project::on(Backend::Postgres) else {
         return;
     };
-    let url = here.pg_url.clone().unwrap();
-    let elsewhere = Project::new();
-    std::fs::create_dir_all(elsewhere.root().join(".prose")).unwrap();
-    std::fs::write(
-        elsewhere.root().join(".prose/.env"),
-        format!("OPENPROSE_POSTGRES_URL={url}\n"),
-    )
-    .unwrap();
+    let elsewhere = here.elsewhere();
     elsewhere
         .cmd()
         .args(["init", "--backend", "postgres", "--run-id", "from-afar"])

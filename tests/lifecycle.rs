@@ -801,3 +801,41 @@ fn resume_tells_a_vm_everything_it_needs(b: Backend) {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
     }
 }
+
+/// `runs --since`: a time or a duration back from now keeps the runs started since; anything
+/// else is exit 2.
+fn runs_since_keeps_the_recent_ones(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let old = p.init();
+    let new = p.init();
+    old.view().raw(
+        "UPDATE run SET started_at = '2020-01-01 00:00:00'",
+        "UPDATE openprose.run SET started_at = '2020-01-01 00:00:00+00' WHERE id = '$RUN'",
+    );
+    let ids = |args: &[&str]| -> Vec<String> {
+        let a = p
+            .cmd()
+            .args(["--json", "runs"])
+            .args(args)
+            .assert()
+            .success();
+        stdout_json(&a)
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ids(&[]).len(), 2);
+    assert_eq!(ids(&["--since", "7d"]), [new.id.clone()]);
+    assert_eq!(ids(&["--since", "2019-12-31"]).len(), 2);
+    assert_eq!(ids(&["--since", "2021-01-01T00:00:00Z"]), [new.id.clone()]);
+    let a = p
+        .cmd()
+        .args(["runs", "--since", "last tuesday"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 2, "{}", stderr(&a));
+}
+
+on_both!(runs_since_keeps_the_recent_ones);

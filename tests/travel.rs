@@ -27,13 +27,7 @@ fn a_large_value_bound_on_one_machine_is_read_on_another() {
         return;
     };
     let url = a.pg_url.clone().unwrap();
-    let b = Project::new();
-    std::fs::create_dir_all(b.root().join(".prose")).unwrap();
-    std::fs::write(
-        b.root().join(".prose/.env"),
-        format!("OPENPROSE_POSTGRES_URL={url}\n"),
-    )
-    .unwrap();
+    let b = a.elsewhere();
     let run = a.init();
     // 2.5 MiB: three chunks, the last one short.
     let big = text_value(2_621_440 + 1234, 7);
@@ -371,14 +365,7 @@ fn local_attachments_of_older_runs_are_found_and_uploaded() {
     let Some(a) = Project::on(Backend::Postgres) else {
         return;
     };
-    let url = a.pg_url.clone().unwrap();
-    let b = Project::new();
-    std::fs::create_dir_all(b.root().join(".prose")).unwrap();
-    std::fs::write(
-        b.root().join(".prose/.env"),
-        format!("OPENPROSE_POSTGRES_URL={url}\n"),
-    )
-    .unwrap();
+    let b = a.elsewhere();
     let run = a.init();
     let value = text_value(400_000, 5);
     std::fs::create_dir_all(run.dir.join("attachments")).unwrap();
@@ -1452,13 +1439,7 @@ fn prune_takes_runs_that_live_only_on_the_server() {
         return;
     };
     let url = a.pg_url.clone().unwrap();
-    let b = Project::new();
-    std::fs::create_dir_all(b.root().join(".prose")).unwrap();
-    std::fs::write(
-        b.root().join(".prose/.env"),
-        format!("OPENPROSE_POSTGRES_URL={url}\n"),
-    )
-    .unwrap();
+    let b = a.elsewhere();
     let old = a.init();
     old.bind("v", "kept in the archive", None);
     old.cmd()

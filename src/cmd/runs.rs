@@ -82,6 +82,22 @@ impl Render for RunList {
 pub fn run(args: &RunsArgs, ctx: &Context) -> Result<RunList> {
     let now = now();
     let want = args.status.map(RunStatus::from);
+    // A time, or a duration back from now.
+    let since = match args.since.as_deref() {
+        None => None,
+        Some(s) => Some(match crate::model::parse_duration(s) {
+            Ok(seconds) => crate::model::now_plus(-seconds),
+            // A day alone is its first second.
+            Err(_) => crate::model::canonical_time(s)
+                .or_else(|| crate::model::canonical_time(&format!("{s} 00:00:00")))
+                .ok_or_else(|| {
+                crate::error::usage(format!(
+                    "--since is neither a time (2026-11-20, 2026-11-20T10:00:00Z) nor a duration (7d, 12h): {}",
+                    crate::error::shown(s)
+                ))
+            })?,
+        }),
+    };
     // Runs on the project's server: one query, newest first and limited there.
     let (on_server, others) = ctx.listing()?;
     let mut all = Vec::new();
@@ -90,6 +106,7 @@ pub fn run(args: &RunsArgs, ctx: &Context) -> Result<RunList> {
             runs,
             &now,
             want.as_ref().map(RunStatus::as_str),
+            since.as_deref(),
             Some(args.limit as i64),
         )?;
     }
@@ -100,6 +117,9 @@ pub fn run(args: &RunsArgs, ctx: &Context) -> Result<RunList> {
     all.retain(|r| {
         want.as_ref()
             .is_none_or(|w| r.run.status.as_ref() == Some(w))
+            && since
+                .as_deref()
+                .is_none_or(|s| r.run.started_at.as_deref().is_some_and(|t| t >= s))
     });
     all.sort_by(|a, b| (&b.run.started_at, &b.run.id).cmp(&(&a.run.started_at, &a.run.id)));
     all.truncate(args.limit as usize);

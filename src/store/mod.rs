@@ -999,12 +999,14 @@ pub trait Catalog {
         runs: &RunFilter,
         status: Option<&str>,
     ) -> Result<Vec<(GateRow, Option<String>)>>;
-    /// The summaries of `runs`, newest first; of one status, and at most `limit`.
+    /// The summaries of `runs`, newest first; of one status, started at or after `since`, and
+    /// at most `limit`.
     fn summaries_of(
         &mut self,
         runs: &RunFilter,
         now: &str,
         status: Option<&str>,
+        since: Option<&str>,
         limit: Option<i64>,
     ) -> Result<Vec<RunSummary>>;
 }

@@ -103,17 +103,32 @@ impl Project {
     pub fn on(backend: Backend) -> Option<Self> {
         let mut p = Project::new();
         if backend == Backend::Postgres {
-            let url = pg::fresh_database()?;
-            std::fs::create_dir_all(p.root().join(".prose")).unwrap();
-            std::fs::write(
-                p.root().join(".prose/.env"),
-                format!("OPENPROSE_POSTGRES_URL={url}\n"),
-            )
-            .unwrap();
-            p.backend = backend;
-            p.pg_url = Some(url);
+            p.use_server(&pg::fresh_database()?);
         }
         Some(p)
+    }
+
+    /// Another machine of the same team: a project directory of its own, on this project's
+    /// database.
+    pub fn elsewhere(&self) -> Project {
+        let mut p = Project::new();
+        if let Some(url) = &self.pg_url {
+            p.use_server(url);
+        }
+        p
+    }
+
+    /// Points the project at a server, as a user would: OPENPROSE_POSTGRES_URL in
+    /// `.prose/.env`.
+    fn use_server(&mut self, url: &str) {
+        std::fs::create_dir_all(self.root().join(".prose")).unwrap();
+        std::fs::write(
+            self.root().join(".prose/.env"),
+            format!("OPENPROSE_POSTGRES_URL={url}\n"),
+        )
+        .unwrap();
+        self.backend = Backend::Postgres;
+        self.pg_url = Some(url.to_string());
     }
 
     pub fn root(&self) -> &Path {

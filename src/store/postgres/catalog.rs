@@ -63,6 +63,7 @@ impl Catalog for PgStore {
         runs: &RunFilter,
         now: &str,
         status: Option<&str>,
+        since: Option<&str>,
         limit: Option<i64>,
     ) -> Result<Vec<RunSummary>> {
         // Newest first, limited before the per-run figures are computed.
@@ -85,11 +86,12 @@ impl Catalog for PgStore {
                      FROM (SELECT * FROM openprose.run
                            WHERE ($1::text[] IS NULL OR id = ANY($1)) AND NOT id = ANY($5)
                              AND ($3::text IS NULL OR status = $3)
+                             AND ($6::text IS NULL OR started_at >= ($6::text)::timestamptz)
                            ORDER BY started_at DESC, id DESC
                            LIMIT $4) r
                      ORDER BY r.started_at DESC, r.id DESC"
                 ),
-                &[&runs.only, &now, &status, &limit, &runs.except],
+                &[&runs.only, &now, &status, &limit, &runs.except, &since],
             )
             .map_err(self.err())?;
         Ok(rows
