@@ -827,9 +827,12 @@ fn runs_since_keeps_the_recent_ones(b: Backend) {
             .collect()
     };
     assert_eq!(ids(&[]).len(), 2);
-    assert_eq!(ids(&["--since", "7d"]), [new.id.clone()]);
+    assert_eq!(ids(&["--since", "7d"]), std::slice::from_ref(&new.id));
     assert_eq!(ids(&["--since", "2019-12-31"]).len(), 2);
-    assert_eq!(ids(&["--since", "2021-01-01T00:00:00Z"]), [new.id.clone()]);
+    assert_eq!(
+        ids(&["--since", "2021-01-01T00:00:00Z"]),
+        std::slice::from_ref(&new.id)
+    );
     let a = p
         .cmd()
         .args(["runs", "--since", "last tuesday"])
