@@ -29,6 +29,10 @@ use rusqlite::{
 };
 use std::path::{Path, PathBuf};
 
+/// How large a command lets the write-ahead log grow before it folds it in at close: small,
+/// since every command's first open reads the whole log (about 64 pages).
+const LOG_MOST: u64 = 256 * 1024;
+
 /// The version stamped in a state.db's `PRAGMA user_version` by this build.
 pub const SCHEMA_VERSION: i64 = 5;
 
@@ -133,16 +137,26 @@ impl SqliteStore {
         // SQLite's auto-checkpoint, `checkpoint` and `vacuum` move it into the database;
         // `journal_size_limit` bounds what a checkpoint leaves of it. Durability is the same:
         // every commit is synced in the log (`synchronous = FULL`).
+        // The first process to open a database nobody has open rebuilds the log's index by
+        // reading every valid frame of it, and loses what was checkpointed (so a log that
+        // only auto-checkpoints is copied again and again and never restarts). A command is
+        // such a process: it does not auto-checkpoint, and folds the log in and truncates it
+        // when it closes with more than LOG_MOST bytes in it (one close in every dozen or so
+        // writes). A long-lived process (the MCP server) keeps its connection, and with it
+        // the index: SQLite's auto-checkpoint serves it.
         store
             .conn
             .set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
             .map_err(store.err())?;
         store
             .conn
-            .execute_batch(
+            .execute_batch(if super::keeping() {
                 "PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;
-                 PRAGMA journal_size_limit = 4194304;",
-            )
+                     PRAGMA journal_size_limit = 1048576;"
+            } else {
+                "PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;
+                     PRAGMA journal_size_limit = 1048576; PRAGMA wal_autocheckpoint = 0;"
+            })
             .map_err(store.err())?;
         Ok(store)
     }
@@ -1834,6 +1848,16 @@ impl Drop for SqliteStore {
         // back; so is one whose settings a command changed.
         if self.poolable && conn.is_autocommit() {
             pool::give(&self.path, conn);
+            return;
+        }
+        // A command's last act on a log grown past LOG_MOST: fold it in and truncate it (see
+        // `connect`). Best effort: a reader or writer still at work makes it wait for the
+        // next close.
+        let mut log = self.path.clone().into_os_string();
+        log.push("-wal");
+        if conn.is_autocommit() && std::fs::metadata(&log).is_ok_and(|m| m.len() > LOG_MOST) {
+            let _ = conn.busy_timeout(std::time::Duration::ZERO);
+            let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
         }
     }
 }
