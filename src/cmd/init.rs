@@ -169,7 +169,7 @@ fn build(
     };
     let mut paths = RunPaths::in_dir(dir.to_path_buf());
     paths.id = id.to_string();
-    let created = ctx.create(
+    let mut created = ctx.create(
         &paths,
         backend,
         &NewRun {
@@ -180,7 +180,12 @@ fn build(
         },
     )?;
     let location = created.location();
-    // Closed before the move: the directory moves whole, its write-ahead log with it.
+    // The schema is most of a new run's pages: folded into the file now, so that the first
+    // open of every later command (a cross-run listing opens every run) has no log of it to
+    // read. Closed before the move.
+    if backend == Backend::Sqlite {
+        created.checkpoint("truncate")?;
+    }
     drop(created);
     Ok((lock, location))
 }
