@@ -2,9 +2,9 @@
 //! listing is one query (and a sweep touches only the runs that have an overdue gate), over
 //! one connection, never one connection a run.
 
-use super::{gate_row, PgStore, GATE_COLUMNS, OVERDUE_AT};
+use super::{audit_row, gate_row, PgStore, AUDIT_SELECT, GATE_COLUMNS, OVERDUE_AT};
 use crate::model::RunStatus;
-use crate::store::{Catalog, GateRow, RunFilter, RunInfo, RunSummary, Store};
+use crate::store::{AuditRow, Catalog, GateRow, RunFilter, RunInfo, RunSummary, Store};
 use anyhow::Result;
 
 impl Catalog for PgStore {
@@ -56,6 +56,37 @@ impl Catalog for PgStore {
             )
             .map_err(self.err())?;
         Ok(rows.iter().map(|r| (gate_row(r), r.get(15))).collect())
+    }
+
+    fn ids_of(&mut self, runs: &RunFilter) -> Result<Vec<String>> {
+        let rows = self
+            .client
+            .query(
+                "SELECT id FROM openprose.run
+                 WHERE ($1::text[] IS NULL OR id = ANY($1)) AND NOT id = ANY($2) ORDER BY id",
+                &[&runs.only, &runs.except],
+            )
+            .map_err(self.err())?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    fn audits_of(&mut self, runs: &RunFilter) -> Result<Vec<AuditRow>> {
+        let rows = self
+            .client
+            .query(
+                &format!(
+                    "{AUDIT_SELECT}
+                     WHERE ($1::text[] IS NULL OR run_id = ANY($1)) AND NOT run_id = ANY($2)
+                     ORDER BY run_id, id"
+                ),
+                &[&runs.only, &runs.except],
+            )
+            .map_err(self.err())?;
+        Ok(rows.iter().map(audit_row).collect())
+    }
+
+    fn catalog_place(&self) -> String {
+        self.place()
     }
 
     fn summaries_of(
