@@ -1,6 +1,6 @@
 //! `gates`: list, create, show, wait, audit, verify.
 
-use super::{over_runs, Run};
+use super::Run;
 use crate::cli::{
     GateAuditArgs, GateCreateArgs, GateStatus, GateWaitArgs, GatesArgs, GatesCommand, GatesListArgs,
 };
@@ -8,7 +8,6 @@ use crate::context::Context;
 use crate::error::{not_found, refused, shown, usage, Code};
 use crate::model::{check_gate_id, check_metadata, now, now_plus, parse_duration, sha256_tag};
 use crate::output::{human_duration, one_line, table, Render};
-use crate::run::RunPaths;
 use crate::store::chain::{ChainReport, Integrity};
 use crate::store::{AuditFilter, AuditRow, Created, GateRow, Store};
 use anyhow::{Context as _, Result};
@@ -521,7 +520,7 @@ impl Render for AuditList {
     }
 }
 
-pub fn audit(args: &GateAuditArgs, runs: &[RunPaths], ctx: &Context) -> Result<AuditList> {
+pub fn audit(args: &GateAuditArgs, ctx: &Context) -> Result<AuditList> {
     if let Some(g) = &args.gate {
         check_gate_id(g)?;
     }
@@ -534,14 +533,23 @@ pub fn audit(args: &GateAuditArgs, runs: &[RunPaths], ctx: &Context) -> Result<A
         .principal
         .as_deref()
         .map(crate::model::Principal::normalise);
-    let (per_run, warnings) = over_runs(runs, ctx, |_, store| {
-        store.audit(&AuditFilter {
-            gate_id: args.gate.as_deref(),
-            principal: principal.as_deref(),
-            since: since.as_deref(),
-        })
-    })?;
-    let rows = per_run.into_iter().flatten().collect();
+    let filter = AuditFilter {
+        gate_id: args.gate.as_deref(),
+        principal: principal.as_deref(),
+        since: since.as_deref(),
+    };
+    // Runs on the project's server: one query; the others, one store at a time.
+    let (on_server, others) = ctx.listing()?;
+    let mut rows = match &on_server {
+        Some(runs) => ctx.catalog()?.audits_of(runs, &filter)?,
+        None => Vec::new(),
+    };
+    let several = others.len() > 1 || on_server.is_some();
+    let (per_run, warnings) =
+        super::over_some_runs(&others, several, ctx, |_, store| store.audit(&filter))?;
+    rows.extend(per_run.into_iter().flatten());
+    // By run, each run's rows in their order.
+    rows.sort_by(|a, b| (&a.run_id, a.id).cmp(&(&b.run_id, b.id)));
     Ok(AuditList { rows, warnings })
 }
 
@@ -715,7 +723,7 @@ pub fn verify(ctx: &Context) -> Result<Verified> {
                 .push(gate);
         }
         let mut audits: std::collections::HashMap<String, Vec<AuditRow>> = Default::default();
-        for row in catalog.audits_of(filter)? {
+        for row in catalog.audits_of(filter, &AuditFilter::default())? {
             audits.entry(row.run_id.clone()).or_default().push(row);
         }
         let key = crate::seal::key_for_reading()?;
@@ -776,7 +784,7 @@ impl Run for GatesArgs {
                 )?)
             }
             Some(GatesCommand::Wait(a)) => GatesOutput::Waited(wait(a, ctx)?),
-            Some(GatesCommand::Audit(a)) => GatesOutput::Audit(audit(a, &ctx.runs()?, ctx)?),
+            Some(GatesCommand::Audit(a)) => GatesOutput::Audit(audit(a, ctx)?),
             Some(GatesCommand::Verify) => GatesOutput::Verified(verify(ctx)?),
         })
     }

@@ -1001,8 +1001,8 @@ pub trait Catalog {
     ) -> Result<Vec<(GateRow, Option<String>)>>;
     /// The ids of `runs`, in order.
     fn ids_of(&mut self, runs: &RunFilter) -> Result<Vec<String>>;
-    /// The audit rows of `runs`, by run, each run's oldest first.
-    fn audits_of(&mut self, runs: &RunFilter) -> Result<Vec<AuditRow>>;
+    /// The audit rows of `runs` that `filter` keeps, by run, each run's oldest first.
+    fn audits_of(&mut self, runs: &RunFilter, filter: &AuditFilter) -> Result<Vec<AuditRow>>;
     /// Where these runs' state is, as [`Store::place`] names it (for their anchors).
     fn catalog_place(&self) -> String;
     /// The summaries of `runs`, newest first; of one status, started at or after `since`, and

@@ -4,7 +4,9 @@
 
 use super::{audit_row, gate_row, PgStore, AUDIT_SELECT, GATE_COLUMNS, OVERDUE_AT};
 use crate::model::RunStatus;
-use crate::store::{AuditRow, Catalog, GateRow, RunFilter, RunInfo, RunSummary, Store};
+use crate::store::{
+    AuditFilter, AuditRow, Catalog, GateRow, RunFilter, RunInfo, RunSummary, Store,
+};
 use anyhow::Result;
 
 impl Catalog for PgStore {
@@ -70,16 +72,20 @@ impl Catalog for PgStore {
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
-    fn audits_of(&mut self, runs: &RunFilter) -> Result<Vec<AuditRow>> {
+    fn audits_of(&mut self, runs: &RunFilter, f: &AuditFilter) -> Result<Vec<AuditRow>> {
+        // The filter as `Store::audit` applies it to one run.
         let rows = self
             .client
             .query(
                 &format!(
                     "{AUDIT_SELECT}
                      WHERE ($1::text[] IS NULL OR run_id = ANY($1)) AND NOT run_id = ANY($2)
+                       AND ($3::text IS NULL OR gate_id = $3)
+                       AND ($4::text IS NULL OR principal = $4)
+                       AND ($5::text IS NULL OR timestamp >= ($5::text)::timestamptz)
                      ORDER BY run_id, id"
                 ),
-                &[&runs.only, &runs.except],
+                &[&runs.only, &runs.except, &f.gate_id, &f.principal, &f.since],
             )
             .map_err(self.err())?;
         Ok(rows.iter().map(audit_row).collect())
