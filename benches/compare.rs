@@ -266,24 +266,14 @@ fn parallel_rows(root: &Path, rounds: usize, rows: &mut Vec<Row>) {
 /// 16 writers × 50 binds against one run on PostgreSQL: prose-state, and raw `psql` running
 /// the spec's upsert, on the same server.
 fn parallel_postgres(root: &Path, rows: &mut Vec<Row>) {
-    let Some(url) = pg::fresh_database() else {
-        rows.push(Row {
-            what: "16 writers × 50 binds on PostgreSQL".into(),
-            ours: "skipped: no PostgreSQL server".into(),
-            raw: "".into(),
-            ratio: "".into(),
-            target: "0 failures".into(),
-            met: "n/a".into(),
-        });
+    let Some((project, url)) = pg_project(
+        root,
+        "pg-project",
+        "16 writers × 50 binds on PostgreSQL",
+        rows,
+    ) else {
         return;
     };
-    let project = root.join("pg-project");
-    std::fs::create_dir_all(project.join(".prose")).unwrap();
-    std::fs::write(
-        project.join(".prose/.env"),
-        format!("OPENPROSE_POSTGRES_URL={url}\n"),
-    )
-    .unwrap();
     let ok = Command::new(BIN)
         .current_dir(&project)
         .args(["init", "--backend", "postgres", "--run-id", "pgpar"])
@@ -529,7 +519,12 @@ fn big_value(root: &Path, mb: u64, rows: &mut Vec<Row>) {
 
 /// A project whose runs live on a fresh database of the PostgreSQL server; None (with a
 /// skipped row) when there is none.
-fn pg_project(root: &Path, name: &str, what: &str, rows: &mut Vec<Row>) -> Option<PathBuf> {
+fn pg_project(
+    root: &Path,
+    name: &str,
+    what: &str,
+    rows: &mut Vec<Row>,
+) -> Option<(PathBuf, String)> {
     let Some(url) = pg::fresh_database() else {
         rows.push(Row {
             what: what.into(),
@@ -548,14 +543,14 @@ fn pg_project(root: &Path, name: &str, what: &str, rows: &mut Vec<Row>) -> Optio
         format!("OPENPROSE_POSTGRES_URL={url}\n"),
     )
     .unwrap();
-    Some(project)
+    Some((project, url))
 }
 
 /// The large value on PostgreSQL over loopback: into the server in chunks and back, beside
 /// the SQLite row (same size, same machine).
 fn big_value_postgres(root: &Path, mb: u64, rows: &mut Vec<Row>) {
     let what = format!("`bind` and `get` of the value on PostgreSQL ({mb} MiB)");
-    let Some(project) = pg_project(root, "pg-big", &what, rows) else {
+    let Some((project, _)) = pg_project(root, "pg-big", &what, rows) else {
         return;
     };
     let bytes = mb << 20;
@@ -701,7 +696,7 @@ fn transfer_rows(root: &Path, rows: &mut Vec<Row>) {
     rows.push(row("`export` of a SQLite run", export));
     rows.push(row("`import` of it into SQLite", import));
     let what = "`import` into PostgreSQL, `export` from it (10,000 bindings, 100 MB)";
-    let Some(pg_root) = pg_project(root, "transfer-pg", what, rows) else {
+    let Some((pg_root, _)) = pg_project(root, "transfer-pg", what, rows) else {
         return;
     };
     let mut c = Command::new(BIN);
@@ -731,15 +726,9 @@ fn transfer_rows(root: &Path, rows: &mut Vec<Row>) {
 fn catalog_postgres(root: &Path, sizes: &[usize], calls: usize, rows: &mut Vec<Row>) {
     for &n in sizes {
         let what = format!("`gates` across {n} runs on PostgreSQL");
-        let Some(project) = pg_project(root, &format!("pg-catalog-{n}"), &what, rows) else {
+        let Some((project, url)) = pg_project(root, &format!("pg-catalog-{n}"), &what, rows) else {
             return;
         };
-        let env = std::fs::read_to_string(project.join(".prose/.env")).unwrap();
-        let url = env
-            .trim()
-            .strip_prefix("OPENPROSE_POSTGRES_URL=")
-            .unwrap()
-            .to_string();
         // The schema, made by the binary's first use.
         let ok = Command::new(BIN)
             .current_dir(&project)

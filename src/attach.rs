@@ -44,6 +44,11 @@ pub struct StagedBlob {
     pub bytes: u64,
 }
 
+/// The summary an attachment's row holds in place of its value, when none is given.
+pub fn summary(bytes: u64, rel: &str) -> String {
+    format!("Attachment of {bytes} bytes - see {rel}")
+}
+
 /// Where a value too large to keep inline goes.
 pub enum Dest<'a> {
     /// A file in this run directory's `attachments/`.

@@ -79,7 +79,7 @@ pub fn run(args: &BindArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Bou
         let summary = args
             .summary
             .clone()
-            .unwrap_or_else(|| format!("Attachment of {bytes} bytes - see {rel}"));
+            .unwrap_or_else(|| attach::summary(bytes, rel));
         (summary.clone(), summary, bytes)
     };
     let (value, summary, bytes, mut file, blob) = if update.is_some() {

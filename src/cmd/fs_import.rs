@@ -71,7 +71,7 @@ pub fn run(args: &ImportArgs, ctx: &Context) -> Result<Imported> {
             let file = crate::attach::file_name(&name, b.execution_id);
             fs::write(files.join(&file), value)?;
             let rel = format!("{}/{file}", crate::run::ATTACHMENTS_DIR);
-            b.value = Some(format!("Attachment of {} bytes - see {rel}", value.len()).into_bytes());
+            b.value = Some(crate::attach::summary(value.len() as u64, &rel).into_bytes());
             b.attachment_path = Some(rel.clone());
             paths.insert(rel.clone(), rel);
         }

@@ -46,17 +46,21 @@ pub fn delete(tx: &mut Transaction, run: &str, blob: &str) -> Result<bool> {
     if !free {
         return Ok(false);
     }
-    tx.execute(
-        "DELETE FROM openprose.attachment_chunks WHERE run_id = $1 AND blob = $2",
-        &[&run, &blob],
-    )
-    .map_err(super::pg)?;
-    tx.execute(
-        "DELETE FROM openprose.attachments WHERE run_id = $1 AND blob = $2",
-        &[&run, &blob],
-    )
-    .map_err(super::pg)?;
+    delete_rows(tx, run, blob, "TRUE")?;
     Ok(true)
+}
+
+/// Deletes a blob's chunks and its `attachments` row, where `and` (SQL over `$1`, the run,
+/// and `$2`, the blob) holds: the one statement pair every way a blob goes uses.
+fn delete_rows(tx: &mut Transaction, run: &str, blob: &str, and: &str) -> Result<()> {
+    for table in ["attachment_chunks", "attachments"] {
+        tx.execute(
+            &format!("DELETE FROM openprose.{table} WHERE run_id = $1 AND blob = $2 AND ({and})"),
+            &[&run, &blob],
+        )
+        .map_err(super::pg)?;
+    }
+    Ok(())
 }
 
 /// An upload in progress: chunks go in as they fill, in one transaction that `finish`
@@ -159,21 +163,20 @@ impl PgStore {
     pub(super) fn finish_upload(&mut self, blob: &str, linked: bool) -> Result<()> {
         let run = self.run()?.to_string();
         if !linked {
-            let path = format!("{}{blob}", crate::store::SERVER_PREFIX);
             let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
             let err = |e| map_err(e, &shown_url, busy_ms);
             let mut tx = self.client.transaction().map_err(err)?;
-            for table in ["attachment_chunks", "attachments"] {
-                tx.execute(
-                    &format!(
-                        "DELETE FROM openprose.{table} WHERE run_id = $1 AND blob = $2
-                         AND NOT EXISTS (SELECT 1 FROM openprose.bindings
-                                         WHERE run_id = $1 AND attachment_path = $3)"
-                    ),
-                    &[&run, &blob, &path],
-                )
-                .map_err(err)?;
-            }
+            // Unless a row links it after all (a commit whose outcome was lost).
+            delete_rows(
+                &mut tx,
+                &run,
+                blob,
+                &format!(
+                    "NOT EXISTS (SELECT 1 FROM openprose.bindings
+                                 WHERE run_id = $1 AND attachment_path = '{}' || $2)",
+                    crate::store::SERVER_PREFIX
+                ),
+            )?;
             committed(tx.commit(), err)?;
         }
         self.client
@@ -382,16 +385,12 @@ impl PgStore {
                     .map_err(err)?
                     .get(0);
                 if free {
-                    for table in ["attachment_chunks", "attachments"] {
-                        tx.execute(
-                            &format!(
-                                "DELETE FROM openprose.{table} WHERE run_id = $1 AND blob = $2
-                                 AND NOT EXISTS (SELECT 1 FROM openprose.run WHERE id = $1)"
-                            ),
-                            &[&o.run_id, &o.blob],
-                        )
-                        .map_err(err)?;
-                    }
+                    delete_rows(
+                        &mut tx,
+                        &o.run_id,
+                        &o.blob,
+                        "NOT EXISTS (SELECT 1 FROM openprose.run WHERE id = $1)",
+                    )?;
                 }
                 committed(tx.commit(), err)?;
                 o.removed = free;
