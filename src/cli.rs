@@ -472,6 +472,11 @@ pub struct GatesListArgs {
     /// Only pending gates whose deadline falls within this long from now (e.g. 1h)
     #[arg(long, value_name = "DUR")]
     pub expiring: Option<String>,
+
+    /// Read every run's own database rather than the project catalog (finds what raw SQL
+    /// changed behind prose-state's back)
+    #[arg(long)]
+    pub scan: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -781,4 +786,8 @@ pub struct RunsArgs {
     /// last DURATION (7d, 12h)
     #[arg(long, value_name = "TIME|DURATION")]
     pub since: Option<String>,
+    /// Read every run's own database rather than the project catalog (finds what raw SQL
+    /// changed behind prose-state's back)
+    #[arg(long)]
+    pub scan: bool,
 }

@@ -8,6 +8,7 @@ use crate::cli::{AgentScope, Global, PrincipalArg};
 use crate::error::{not_found, usage};
 use crate::model::Principal;
 use crate::run::{self, RunPaths};
+use crate::store::catalog::ProjectCatalog;
 use crate::store::postgres::PgStore;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{AgentStore, Backend, NewRun, OpenOptions, Store};
@@ -19,6 +20,18 @@ use std::time::Duration;
 /// Which of the runs on the project's server a listing reads there: none, or those a
 /// [`crate::store::RunFilter`] names.
 pub type OnServer = Option<crate::store::RunFilter>;
+
+/// What a cross-run listing reads ([`Context::catalogued`]).
+pub struct Catalogued {
+    /// The project's catalog of its SQLite runs, up to date.
+    pub local: Option<ProjectCatalog>,
+    /// Which runs of the project's server to read there.
+    pub server: OnServer,
+    /// The runs read one store at a time.
+    pub visit: Vec<RunPaths>,
+    /// What could not be read on the way.
+    pub warnings: Vec<String>,
+}
 
 pub struct Context {
     /// `--root` / PROSE_ROOT, else the nearest directory above holding `.prose/`; None: the
@@ -251,8 +264,78 @@ impl Context {
         Ok((server, others))
     }
 
+    /// The runs a cross-run listing reads, in a few queries where it can: the project's
+    /// catalog of its SQLite runs (brought up to date first: see `store::catalog`) and the
+    /// runs on its server. With `--run`, with `scan` (every run visited, as `--scan` asks),
+    /// or when the catalog cannot be used, this is [`Context::listing`], the catalog none.
+    pub fn catalogued(&self, scan: bool) -> Result<Catalogued> {
+        let visit_all = |warnings: Vec<String>| -> Result<Catalogued> {
+            let (server, visit) = self.listing()?;
+            Ok(Catalogued {
+                local: None,
+                server,
+                visit,
+                warnings,
+            })
+        };
+        if scan || self.run_flag.is_some() {
+            return visit_all(Vec::new());
+        }
+        let opened = ProjectCatalog::open(&self.runs_dir, self.opts).and_then(|c| match c {
+            Some(mut c) => c.refresh(false).map(|_| Some(c)),
+            None => Ok(None),
+        });
+        let mut local = match opened {
+            Ok(Some(c)) => c,
+            Ok(None) => {
+                return visit_all(vec![format!(
+                    "the project catalog is of a newer prose-state: every run visited ({})",
+                    self.prose_dir
+                        .join(crate::store::catalog::CATALOG_FILE)
+                        .display()
+                )])
+            }
+            Err(e) => {
+                return visit_all(vec![format!(
+                    "the project catalog cannot be used, every run visited: {e:#}"
+                )])
+            }
+        };
+        let server = if self.uses_postgres() {
+            Some(crate::store::RunFilter {
+                only: None,
+                except: local.unreadable_runs()?,
+            })
+        } else {
+            None
+        };
+        let warnings = crate::store::Catalog::warnings(&mut local);
+        Ok(Catalogued {
+            local: Some(local),
+            server,
+            visit: Vec::new(),
+            warnings,
+        })
+    }
+
+    /// `--scan`: every row of the project catalog read again from its run (it picks up what
+    /// raw SQL wrote behind prose-state's back); best effort, the listing visits every run.
+    pub fn rescan_catalog(&self) {
+        if self.run_flag.is_none() {
+            if let Ok(Some(mut c)) = ProjectCatalog::open(&self.runs_dir, self.opts) {
+                let _ = c.rebuild();
+            }
+        }
+    }
+
+    /// The project's catalog of its SQLite runs, as it is (`doctor`); None when it is of a
+    /// newer version.
+    pub fn project_catalog(&self) -> Result<Option<ProjectCatalog>> {
+        ProjectCatalog::open(&self.runs_dir, self.opts)
+    }
+
     /// The project's server, for reading many of its runs at once.
-    pub fn catalog(&self) -> Result<Box<dyn crate::store::Catalog>> {
+    pub fn catalog(&self) -> Result<Box<dyn crate::store::ServerCatalog>> {
         Ok(Box::new(PgStore::open_project(
             &self.postgres_url()?,
             self.opts,

@@ -313,6 +313,38 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
             });
         }
     }
+    // The project catalog against the runs, when every run is checked: what differs (a raw
+    // write behind prose-state's back, a run it has not seen) is reported, and `--fix`
+    // builds it anew from the runs.
+    if req_all_runs(ctx) {
+        match ctx.project_catalog() {
+            Ok(Some(mut catalog)) => {
+                // What the catalog would learn by itself first (new runs, dead writers).
+                catalog.refresh(false)?;
+                let _ = crate::store::Catalog::warnings(&mut catalog);
+                let check = catalog.check()?;
+                // A difference is a write behind prose-state's back: the run's row is read
+                // again at once (nothing of the run changes); --fix builds the catalog anew.
+                let rebuilt = req.fix && !check.differences.is_empty() && catalog.rebuild().is_ok();
+                for (id, d) in check.differences {
+                    let fixed = rebuilt || catalog.repair(&id).is_ok();
+                    problems.push(Problem {
+                        run_id: id,
+                        kind: "catalog",
+                        detail: d,
+                        fixed,
+                    });
+                }
+            }
+            Ok(None) => {}
+            Err(e) => problems.push(Problem {
+                run_id: "-".into(),
+                kind: "catalog",
+                detail: format!("{e:#}"),
+                fixed: false,
+            }),
+        }
+    }
     for w in warnings {
         problems.push(Problem {
             run_id: "-".into(),

@@ -9,7 +9,7 @@ use crate::error::{not_found, refused, shown, usage, Code};
 use crate::model::{check_gate_id, check_metadata, now, now_plus, parse_duration, sha256_tag};
 use crate::output::{human_duration, one_line, table, Render};
 use crate::store::chain::{ChainReport, Integrity};
-use crate::store::{AuditFilter, AuditRow, Created, GateRow, Store};
+use crate::store::{AuditFilter, AuditRow, Catalog, Created, GateRow, Store};
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 use std::io::{self, Write};
@@ -117,10 +117,27 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
         (Some(h), Some(at)) => at.as_str() <= h.as_str(),
         (Some(_), None) => false,
     };
-    // Runs on the project's server: swept and listed in a few queries on one connection.
-    let (on_server, others) = ctx.listing()?;
+    // The pending gates of the project's catalog and server: swept and listed in a few
+    // queries (only the runs with an overdue gate are opened). Gates of other statuses are
+    // listed from the server, and from every SQLite run visited.
+    if args.scan {
+        ctx.rescan_catalog();
+    }
+    let listing = ctx.catalogued(args.scan || status != Some("pending"))?;
     let mut gates: Vec<GateView> = Vec::new();
-    if let Some(runs) = &on_server {
+    let mut warnings = listing.warnings;
+    if let Some(mut local) = listing.local {
+        let all = crate::store::RunFilter::default();
+        local.sweep_overdue(&all, &now)?;
+        for (gate, program) in local.pending_gates_of(&all)? {
+            let view = GateView::new(gate, program, &now);
+            if within(&view) {
+                gates.push(view);
+            }
+        }
+        warnings.extend(local.warnings());
+    }
+    if let Some(runs) = &listing.server {
         let mut catalog = ctx.catalog()?;
         catalog.sweep_overdue(runs, &now)?;
         for (gate, program) in catalog.gates_of(runs, status)? {
@@ -130,8 +147,9 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
             }
         }
     }
-    let several = others.len() > 1 || on_server.is_some();
-    let (per_run, warnings) = super::over_some_runs(&others, several, ctx, |_, store| {
+    let others = listing.visit;
+    let several = others.len() > 1 || listing.server.is_some();
+    let (per_run, visit_warnings) = super::over_some_runs(&others, several, ctx, |_, store| {
         let program = store.run_info()?.program_path;
         let mut views = Vec::new();
         for gate in store.gates(status, &now)? {
@@ -142,6 +160,7 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
         }
         Ok(views)
     })?;
+    warnings.extend(visit_warnings);
     gates.extend(per_run.into_iter().flatten());
     // Oldest first across runs.
     gates.sort_by(|a, b| a.gate.created_at.cmp(&b.gate.created_at));

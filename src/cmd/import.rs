@@ -319,7 +319,11 @@ fn into_dir(
     };
     out.moved = moved;
     let placed = if exists {
-        crate::run::rename_exchange(&tmp, &target)
+        // The catalog's row is read again once the run is exchanged.
+        let db = RunPaths::in_dir(target.clone()).db;
+        crate::store::catalog::while_replacing(&db, ctx.opts, || {
+            crate::run::rename_exchange(&tmp, &target)
+        })
     } else {
         crate::run::rename_noreplace(&tmp, &target)
     };

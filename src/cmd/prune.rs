@@ -1,12 +1,12 @@
 //! `prune`: remove (or archive) whole run directories of old finished runs.
 
-use super::{over_runs, Run};
+use super::Run;
 use crate::cli::PruneArgs;
 use crate::context::Context;
 use crate::error::{refused, usage};
 use crate::output::{table, Render};
 use crate::run::RunPaths;
-use crate::store::RunSummary;
+use crate::store::{Catalog, RunSummary};
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 use std::io::{self, Write};
@@ -96,7 +96,13 @@ fn days_since(at: Option<&str>, now: &str) -> Option<f64> {
     Some(crate::model::seconds_between(at?, now)? as f64 / 86_400.0)
 }
 
-pub fn run(req: &PruneArgs, runs: &[RunPaths], ctx: &Context) -> Result<Pruned> {
+/// Prunes the runs of the project `catalog` keeps and `runs` (visited one by one).
+pub fn run(
+    req: &PruneArgs,
+    catalog: Option<crate::store::catalog::ProjectCatalog>,
+    runs: &[RunPaths],
+    ctx: &Context,
+) -> Result<Pruned> {
     if let Some(a) = &req.archive {
         if a.exists() && !a.is_dir() {
             return Err(usage(format!(
@@ -106,10 +112,8 @@ pub fn run(req: &PruneArgs, runs: &[RunPaths], ctx: &Context) -> Result<Pruned> 
         }
     }
     let now = crate::model::now();
-    // Runs with a directory here, and runs that live on the project's server alone.
-    let local: Vec<RunPaths> = runs.to_vec();
-    let (summaries, warnings) = over_runs(&local, ctx, |run, store| {
-        // What the run takes: its directory, and what it keeps on a server.
+    // What the run takes: its directory, and what it keeps on a server.
+    let size = |run: &RunPaths, store: &mut dyn crate::store::Store| -> Result<u64> {
         let mut bytes = dir_size(&run.dir);
         if store.keeps_values() {
             bytes += store.stats()?.binding_inline_bytes.max(0) as u64;
@@ -119,12 +123,39 @@ pub fn run(req: &PruneArgs, runs: &[RunPaths], ctx: &Context) -> Result<Pruned> 
                 .map(|b| b.bytes.unwrap_or(0).max(0) as u64)
                 .sum::<u64>();
         }
-        Ok((run.clone(), (store.run_summary(&now)?, bytes)))
+        Ok(bytes)
+    };
+    // SQLite runs: planned from the project catalog (a run is opened only to be pruned).
+    // Runs on the server, and every run without a catalog, are visited.
+    let catalogued = catalog.is_some();
+    let (mut summaries, mut warnings, visit) = match catalog {
+        Some(mut local) => {
+            let mut planned = Vec::new();
+            for (dir, s) in local.runs_of(&Default::default(), &now)? {
+                let paths = RunPaths::in_dir(ctx.runs_dir().join(dir));
+                let bytes = dir_size(&paths.dir);
+                planned.push((paths, (s, bytes)));
+            }
+            let mut unread: Vec<RunPaths> = local
+                .unreadable_runs()?
+                .into_iter()
+                .map(|id| RunPaths::in_dir(ctx.runs_dir().join(id)))
+                .collect();
+            unread.extend(runs.iter().cloned());
+            (planned, local.warnings(), unread)
+        }
+        None => (Vec::new(), Vec::new(), runs.to_vec()),
+    };
+    let several = visit.len() > 1 || catalogued;
+    let (visited, visit_warnings) = super::over_some_runs(&visit, several, ctx, |run, store| {
+        Ok((run.clone(), (store.run_summary(&now)?, size(run, store)?)))
     })?;
+    summaries.extend(visited);
+    warnings.extend(visit_warnings);
     // A run that cannot be read is never pruned blind: it is kept, with the reason, and the
     // others are pruned as usual.
     let mut out = Vec::new();
-    for run in &local {
+    for run in &visit {
         if summaries.iter().any(|(r, _)| r.dir == run.dir) {
             continue;
         }
@@ -191,8 +222,12 @@ pub fn run(req: &PruneArgs, runs: &[RunPaths], ctx: &Context) -> Result<Pruned> 
             )));
         }
     }
-    for (paths, s, bytes, status, reason) in plan {
+    for (paths, s, bytes, status, mut reason) in plan {
         let mut done = false;
+        if reason.is_none() && req.yes {
+            // Read from the run itself before it goes: the catalog is not the truth.
+            reason = still_prunable(ctx, &paths, &now).err();
+        }
         if reason.is_none() {
             freed += bytes;
             if req.yes {
@@ -219,6 +254,19 @@ pub fn run(req: &PruneArgs, runs: &[RunPaths], ctx: &Context) -> Result<Pruned> 
             .map(|w| format!("{w} (kept, never pruned blind)"))
             .collect(),
     })
+}
+
+/// Whether a run planned for pruning still may go, read from its own store: finished, and no
+/// gate pending; else why it is kept.
+fn still_prunable(ctx: &Context, paths: &RunPaths, now: &str) -> std::result::Result<(), String> {
+    let s = ctx
+        .open(paths)
+        .and_then(|mut store| store.run_summary(now))
+        .map_err(|e| format!("unreadable, never pruned blind ({e:#})"))?;
+    match s.run.status {
+        Some(st) if st.is_finished() && s.pending_gates == 0 => Ok(()),
+        _ => Err("changed since it was planned (now running, or a gate pending)".into()),
+    }
 }
 
 /// Removes one run, or archives it: a SQLite run's directory is moved into the archive as it
@@ -251,13 +299,26 @@ fn prune_one(req: &PruneArgs, paths: &RunPaths, ctx: &Context) -> Result<()> {
         std::fs::remove_dir_all(&paths.dir)
             .with_context(|| format!("could not remove {}", paths.dir.display()))?;
     }
+    crate::store::catalog::forget_run(&paths.dir, ctx.opts);
     Ok(())
 }
 
 impl Run for PruneArgs {
     type Output = Pruned;
     fn run(&self, ctx: &Context) -> Result<Pruned> {
-        // Every run: those with a directory here and those only on the project's server.
-        run(self, &ctx.all_runs()?, ctx)
+        // Every run: the project catalog's, those with a directory here the catalog does not
+        // read (on a server, unreadable), and those only on the project's server.
+        let listing = ctx.catalogued(false)?;
+        let mut visit = listing.visit;
+        if let Some(filter) = &listing.server {
+            for id in ctx.catalog()?.ids_of(filter)? {
+                if crate::model::check_run_id(&id).is_ok() && !visit.iter().any(|r| r.id == id) {
+                    visit.push(RunPaths::in_dir(ctx.runs_dir().join(&id)));
+                }
+            }
+        }
+        let mut pruned = run(self, listing.local, &visit, ctx)?;
+        pruned.warnings.splice(0..0, listing.warnings);
+        Ok(pruned)
     }
 }

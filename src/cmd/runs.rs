@@ -98,21 +98,35 @@ pub fn run(args: &RunsArgs, ctx: &Context) -> Result<RunList> {
             })?,
         }),
     };
-    // Runs on the project's server: one query, newest first and limited there.
-    let (on_server, others) = ctx.listing()?;
+    // The project's catalog of its SQLite runs and its server: each one query, newest first
+    // and limited there (the runs of the page read whole from their stores).
+    if args.scan {
+        ctx.rescan_catalog();
+    }
+    let listing = ctx.catalogued(args.scan)?;
     let mut all = Vec::new();
-    if let Some(runs) = &on_server {
-        all = ctx.catalog()?.summaries_of(
+    let mut warnings = listing.warnings;
+    let page = |c: &mut dyn crate::store::Catalog, runs: &crate::store::RunFilter| {
+        c.summaries_of(
             runs,
             &now,
             want.as_ref().map(RunStatus::as_str),
             since.as_deref(),
             Some(args.limit as i64),
-        )?;
+        )
+    };
+    if let Some(mut local) = listing.local {
+        all = page(&mut local, &Default::default())?;
+        warnings.extend(crate::store::Catalog::warnings(&mut local));
     }
-    let several = others.len() > 1 || on_server.is_some();
-    let (visited, warnings) =
+    if let Some(runs) = &listing.server {
+        all.extend(page(ctx.catalog()?.as_mut(), runs)?);
+    }
+    let others = listing.visit;
+    let several = others.len() > 1 || listing.server.is_some();
+    let (visited, visit_warnings) =
         super::over_some_runs(&others, several, ctx, |_, store| store.run_summary(&now))?;
+    warnings.extend(visit_warnings);
     all.extend(visited);
     all.retain(|r| {
         want.as_ref()

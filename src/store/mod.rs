@@ -1,6 +1,7 @@
 //! The only code that speaks SQL. Commands call a [`Store`] with typed values; each backend
 //! owns its connection settings, SQL text and row mapping.
 
+pub mod catalog;
 pub mod chain;
 pub mod dump;
 pub mod postgres;
@@ -987,11 +988,37 @@ pub struct RunFilter {
 }
 
 /// What cross-run commands read of many runs at once, in a few queries rather than a store a
-/// run: a server's tables hold every run of the project.
+/// run: a server's tables hold every run of the project; a SQLite project keeps a catalog of
+/// its runs (`catalog.rs`).
 pub trait Catalog {
     /// Sweeps the overdue gates of the runs that have any, among `runs`, each under its own
-    /// run's rules, on this connection; how many runs were swept.
+    /// run's rules; how many runs were swept.
     fn sweep_overdue(&mut self, runs: &RunFilter, now: &str) -> Result<usize>;
+    /// The pending gates of `runs`, each with its run's program path, oldest first (by
+    /// creation, then run, then id).
+    fn pending_gates_of(&mut self, runs: &RunFilter) -> Result<Vec<(GateRow, Option<String>)>>;
+    /// The summaries of `runs`, newest first; of one status, started at or after `since`, and
+    /// at most `limit`.
+    fn summaries_of(
+        &mut self,
+        runs: &RunFilter,
+        now: &str,
+        status: Option<&str>,
+        since: Option<&str>,
+        limit: Option<i64>,
+    ) -> Result<Vec<RunSummary>>;
+    /// Every run of `runs` as the catalog keeps it, newest first, keyed by where it lives
+    /// (its directory's name; on a server, its id), with its pending gates not past their
+    /// deadline; `last_event_at` is not kept.
+    fn runs_of(&mut self, runs: &RunFilter, now: &str) -> Result<Vec<(String, RunSummary)>>;
+    /// What could not be read on the way, one line a run ("skipped run ID: why").
+    fn warnings(&mut self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+/// What a server's tables answer beyond a catalog: every gate and every audit row.
+pub trait ServerCatalog: Catalog {
     /// The gates of `runs`, of one status or all, each with its run's program path, oldest
     /// first.
     fn gates_of(
@@ -1005,16 +1032,6 @@ pub trait Catalog {
     fn audits_of(&mut self, runs: &RunFilter, filter: &AuditFilter) -> Result<Vec<AuditRow>>;
     /// Where these runs' state is, as [`Store::place`] names it (for their anchors).
     fn catalog_place(&self) -> String;
-    /// The summaries of `runs`, newest first; of one status, started at or after `since`, and
-    /// at most `limit`.
-    fn summaries_of(
-        &mut self,
-        runs: &RunFilter,
-        now: &str,
-        status: Option<&str>,
-        since: Option<&str>,
-        limit: Option<i64>,
-    ) -> Result<Vec<RunSummary>>;
 }
 
 /// What a database records of its schema: its version, and what a binary must understand

@@ -75,6 +75,9 @@ pub struct SqliteStore {
     access: Access,
     /// The version the file records.
     version: i64,
+    /// The project catalog this run's fact-changing writes keep up to date (see
+    /// `catalog`); looked up by the first write transaction.
+    link: Option<super::catalog::Link>,
 }
 
 /// Whether a SQLite file has any schema object, read only (for telling a run an init left
@@ -93,7 +96,7 @@ pub fn has_schema(db: &Path) -> bool {
 
 /// Maps a rusqlite error to the error the user sees: a lock held past the timeout becomes
 /// exit 75 with advice to retry; a file that is not SQLite says so.
-fn db_error(e: rusqlite::Error, path: &Path, busy_ms: u128) -> anyhow::Error {
+pub(super) fn db_error(e: rusqlite::Error, path: &Path, busy_ms: u128) -> anyhow::Error {
     match e.sqlite_error_code() {
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => busy(format!(
             "database is busy: another process held its write lock for more than {busy_ms} ms; retry the command: {}",
@@ -172,6 +175,7 @@ impl SqliteStore {
             schema: &STATE,
             access: Access::Current,
             version: SCHEMA_VERSION,
+            link: None,
         };
         store
             .conn
@@ -250,6 +254,29 @@ impl SqliteStore {
         Ok(store)
     }
 
+    /// Takes the run's write lock for a read that must not fall between a writer's catalog
+    /// ticket and its commit (`catalog::ProjectCatalog::repair`); false when it could not be
+    /// taken (a read-only file, a lock held past the timeout): the read is then a plain one.
+    pub fn lock_for_reading(&mut self) -> bool {
+        if self.conn.execute_batch("BEGIN IMMEDIATE").is_ok() {
+            return true;
+        }
+        let _ = self.conn.execute_batch("BEGIN");
+        false
+    }
+
+    /// Ends what `lock_for_reading` began.
+    pub fn unlock(&mut self) {
+        if !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+    }
+
+    /// The facts of the run the project catalog keeps.
+    pub fn facts(&mut self) -> Result<super::catalog::Facts> {
+        super::catalog::read_facts(&self.conn).map_err(self.err())
+    }
+
     fn set_wal(&self) -> Result<()> {
         let mode: String = self
             .conn
@@ -319,12 +346,27 @@ pub struct SqliteTx<'a> {
     busy_ms: u128,
     /// A run's state.db (an agents.db has no run).
     is_state: bool,
+    /// The project catalog, for a run of a project.
+    link: Option<&'a mut super::catalog::Link>,
+    /// Whether a statement changed a fact the catalog keeps, and the ticket it took then.
+    marked: bool,
+    ticket: Option<i64>,
 }
 
 impl SqliteTx<'_> {
     /// The error edge: every driver error of the transaction is mapped here.
     fn err(&self) -> impl Fn(rusqlite::Error) -> anyhow::Error + '_ {
         |e| db_error(e, self.path, self.busy_ms)
+    }
+
+    /// Before a statement that changes a fact the project catalog keeps (the run's status,
+    /// a gate opened or resolved): the catalog's ticket, taken under this transaction's lock
+    /// and before its commit (see `catalog`).
+    fn mark(&mut self) {
+        if !self.marked {
+            self.marked = true;
+            self.ticket = self.link.as_mut().and_then(|l| l.mark());
+        }
     }
 }
 
@@ -343,6 +385,7 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn set_run_status(&mut self, status: &RunStatus, error: Option<&str>, now: &str) -> Result<()> {
+        self.mark();
         self.tx
             .run(
                 "UPDATE run SET status = ?1, updated_at = ?2, error_message = IFNULL(?3, error_message)",
@@ -481,6 +524,7 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn insert_gate(&mut self, g: &NewGate, run_id: &str, execution_id: i64) -> Result<()> {
+        self.mark();
         self.tx
             .run(
                 &format!("INSERT INTO gates ({GATE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9, NULL, NULL, NULL, ?10, 1)"),
@@ -502,6 +546,7 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn reopen_gate(&mut self, g: &NewGate, execution_id: i64) -> Result<()> {
+        self.mark();
         self.tx
             .run(
                 "INSERT INTO gate_instances (gate_id, instance, run_id, execution_id, prompt, allow,
@@ -544,6 +589,7 @@ impl Tx for SqliteTx<'_> {
         comment: Option<&str>,
         at: &str,
     ) -> Result<()> {
+        self.mark();
         self.tx
             .run(
                 "UPDATE gates SET status = ?2, resolved_at = ?3, resolved_by = ?4, resolution_comment = ?5
@@ -734,6 +780,7 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn put_run(&mut self, r: &RunRecord) -> Result<()> {
+        self.mark();
         self.tx
             .run(
                 "INSERT INTO run (id, program_path, program_source, started_at, updated_at, status,
@@ -756,6 +803,7 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn clear_run(&mut self) -> Result<()> {
+        self.mark();
         // A run's file is replaced whole (a new directory), never cleared in place.
         Err(anyhow!("a SQLite run is replaced by a new directory"))
     }
@@ -806,6 +854,7 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn put_gate(&mut self, g: &GateRecord, run_id: &str, instance: bool) -> Result<()> {
+        self.mark();
         let sql = if instance {
             "INSERT INTO gate_instances (gate_id, instance, run_id, execution_id, prompt, allow,
                  timeout, timeout_at, on_reject, status, created_at, resolved_at, resolved_by,
@@ -899,8 +948,22 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn commit(self: Box<Self>) -> Result<()> {
-        let (path, busy_ms) = (self.path, self.busy_ms);
-        self.tx.commit().map_err(|e| db_error(e, path, busy_ms))
+        let SqliteTx {
+            tx,
+            path,
+            busy_ms,
+            link,
+            ticket,
+            ..
+        } = *self;
+        // The facts being committed, read under the lock; copied to the catalog after the
+        // commit. Unreadable ones leave the ticket: the next listing reads the run again.
+        let facts = ticket.and_then(|_| super::catalog::read_facts(&tx).ok());
+        tx.commit().map_err(|e| db_error(e, path, busy_ms))?;
+        if let (Some(ticket), Some(facts), Some(link)) = (ticket, facts, link) {
+            link.apply(ticket, &facts);
+        }
+        Ok(())
     }
 }
 
@@ -1116,7 +1179,8 @@ fn json_value(v: ValueRef) -> serde_json::Value {
     }
 }
 
-const GATE_COLUMNS: &str = "id, run_id, execution_id, prompt, allow, timeout, timeout_at, \
+pub(super) const GATE_COLUMNS: &str =
+    "id, run_id, execution_id, prompt, allow, timeout, timeout_at, \
                             on_reject, status, created_at, resolved_at, resolved_by, \
                             resolution_comment, metadata, instance";
 
@@ -1125,7 +1189,7 @@ const AUDIT_COLUMNS: &str = "id, gate_id, run_id, event_type, principal, comment
 
 /// Pending gates whose deadline has passed. A deadline that does not parse counts as passed:
 /// gates fail closed.
-const OVERDUE: &str = "status = 'pending' AND timeout_at IS NOT NULL
+pub(super) const OVERDUE: &str = "status = 'pending' AND timeout_at IS NOT NULL
                        AND (datetime(timeout_at) IS NULL OR datetime(timeout_at) <= datetime(?1))";
 
 fn parse_allow(text: Option<String>) -> Vec<String> {
@@ -1133,7 +1197,7 @@ fn parse_allow(text: Option<String>) -> Vec<String> {
         .unwrap_or_default()
 }
 
-fn gate_row(r: &Row) -> rusqlite::Result<GateRow> {
+pub(super) fn gate_row(r: &Row) -> rusqlite::Result<GateRow> {
     Ok(GateRow {
         id: r.get(0)?,
         run_id: r.get(1)?,
@@ -1223,10 +1287,17 @@ impl AgentStore for SqliteStore {
     fn begin(&mut self, _kind: TxKind) -> Result<Box<dyn Tx + '_>> {
         self.prepare_write()?;
         let is_state = std::ptr::eq(self.schema, &STATE);
+        if is_state && self.link.is_none() {
+            self.link = super::catalog::Link::for_state_db(
+                &self.path,
+                std::time::Duration::from_millis(self.busy_ms as u64),
+            );
+        }
         let SqliteStore {
             conn,
             path,
             busy_ms,
+            link,
             ..
         } = self;
         let tx = conn
@@ -1237,6 +1308,9 @@ impl AgentStore for SqliteStore {
             path,
             busy_ms: *busy_ms,
             is_state,
+            link: link.as_mut(),
+            marked: false,
+            ticket: None,
         }))
     }
 

@@ -5,7 +5,7 @@
 use super::{audit_row, gate_row, PgStore, AUDIT_SELECT, GATE_COLUMNS, OVERDUE_AT};
 use crate::model::RunStatus;
 use crate::store::{
-    AuditFilter, AuditRow, Catalog, GateRow, RunFilter, RunInfo, RunSummary, Store,
+    AuditFilter, AuditRow, Catalog, GateRow, RunFilter, RunInfo, RunSummary, ServerCatalog, Store,
 };
 use anyhow::Result;
 
@@ -39,6 +39,73 @@ impl Catalog for PgStore {
         Ok(swept)
     }
 
+    fn pending_gates_of(&mut self, runs: &RunFilter) -> Result<Vec<(GateRow, Option<String>)>> {
+        self.gates_of(runs, Some("pending"))
+    }
+
+    fn runs_of(&mut self, runs: &RunFilter, now: &str) -> Result<Vec<(String, RunSummary)>> {
+        Ok(self
+            .summaries_of(runs, now, None, None, None)?
+            .into_iter()
+            .map(|s| (s.run.id.clone(), s))
+            .collect())
+    }
+
+    fn summaries_of(
+        &mut self,
+        runs: &RunFilter,
+        now: &str,
+        status: Option<&str>,
+        since: Option<&str>,
+        limit: Option<i64>,
+    ) -> Result<Vec<RunSummary>> {
+        // Newest first, limited before the per-run figures are computed.
+        let rows = self
+            .client
+            .query(
+                concat!(
+                    "SELECT r.id, r.program_path, r.status, ",
+                    ts!("r.started_at"),
+                    ", ",
+                    ts!("r.updated_at"),
+                    ", r.error_message,
+                     (SELECT ",
+                    ts!("max(COALESCE(e.completed_at, e.started_at))"),
+                    " FROM openprose.execution e WHERE e.run_id = r.id),
+                     (SELECT COUNT(*) FROM openprose.gates g WHERE g.run_id = r.id
+                        AND g.status = 'pending'
+                        AND NOT (g.timeout_at IS NOT NULL
+                                 AND g.timeout_at <= ($2::text)::timestamptz))
+                     FROM (SELECT * FROM openprose.run
+                           WHERE ($1::text[] IS NULL OR id = ANY($1)) AND NOT id = ANY($5)
+                             AND ($3::text IS NULL OR status = $3)
+                             AND ($6::text IS NULL OR started_at >= ($6::text)::timestamptz)
+                           ORDER BY started_at DESC, id DESC
+                           LIMIT $4) r
+                     ORDER BY r.started_at DESC, r.id DESC"
+                ),
+                &[&runs.only, &now, &status, &limit, &runs.except, &since],
+            )
+            .map_err(self.err())?;
+        Ok(rows
+            .iter()
+            .map(|r| RunSummary {
+                run: RunInfo {
+                    id: r.get(0),
+                    program_path: r.get(1),
+                    status: r.get::<_, Option<&str>>(2).map(RunStatus::parse),
+                    started_at: r.get(3),
+                    updated_at: r.get(4),
+                },
+                error_message: r.get(5),
+                last_event_at: r.get(6),
+                pending_gates: r.get(7),
+            })
+            .collect())
+    }
+}
+
+impl ServerCatalog for PgStore {
     fn gates_of(
         &mut self,
         runs: &RunFilter,
@@ -93,58 +160,5 @@ impl Catalog for PgStore {
 
     fn catalog_place(&self) -> String {
         self.place()
-    }
-
-    fn summaries_of(
-        &mut self,
-        runs: &RunFilter,
-        now: &str,
-        status: Option<&str>,
-        since: Option<&str>,
-        limit: Option<i64>,
-    ) -> Result<Vec<RunSummary>> {
-        // Newest first, limited before the per-run figures are computed.
-        let rows = self
-            .client
-            .query(
-                concat!(
-                    "SELECT r.id, r.program_path, r.status, ",
-                    ts!("r.started_at"),
-                    ", ",
-                    ts!("r.updated_at"),
-                    ", r.error_message,
-                     (SELECT ",
-                    ts!("max(COALESCE(e.completed_at, e.started_at))"),
-                    " FROM openprose.execution e WHERE e.run_id = r.id),
-                     (SELECT COUNT(*) FROM openprose.gates g WHERE g.run_id = r.id
-                        AND g.status = 'pending'
-                        AND NOT (g.timeout_at IS NOT NULL
-                                 AND g.timeout_at <= ($2::text)::timestamptz))
-                     FROM (SELECT * FROM openprose.run
-                           WHERE ($1::text[] IS NULL OR id = ANY($1)) AND NOT id = ANY($5)
-                             AND ($3::text IS NULL OR status = $3)
-                             AND ($6::text IS NULL OR started_at >= ($6::text)::timestamptz)
-                           ORDER BY started_at DESC, id DESC
-                           LIMIT $4) r
-                     ORDER BY r.started_at DESC, r.id DESC"
-                ),
-                &[&runs.only, &now, &status, &limit, &runs.except, &since],
-            )
-            .map_err(self.err())?;
-        Ok(rows
-            .iter()
-            .map(|r| RunSummary {
-                run: RunInfo {
-                    id: r.get(0),
-                    program_path: r.get(1),
-                    status: r.get::<_, Option<&str>>(2).map(RunStatus::parse),
-                    started_at: r.get(3),
-                    updated_at: r.get(4),
-                },
-                error_message: r.get(5),
-                last_event_at: r.get(6),
-                pending_gates: r.get(7),
-            })
-            .collect())
     }
 }

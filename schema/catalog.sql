@@ -1,0 +1,73 @@
+-- prose-state schema for <root>/.prose/catalog.db: the project's catalog of its SQLite runs,
+-- so that a cross-run listing (`gates`, `runs`, `prune`) is one query, not one database open
+-- per run. It is never the source of truth: every fact in it is copied from a run's state.db,
+-- and the whole file can be deleted at any time (the next listing rebuilds it). Versioned in
+-- PRAGMA user_version (CATALOG_VERSION in src/store/catalog.rs); an older catalog is rebuilt,
+-- a newer one is left alone and the listing visits every run instead.
+--
+-- How it stays true (src/store/catalog.rs): a write that changes a fact kept here takes a
+-- ticket (a `tickets` row) inside its run's write transaction, before its commit; after the
+-- commit it copies the facts it committed and deletes its ticket. A run with a ticket left
+-- (its writer died between the two) or marked `stale` is re-read by the next listing, under
+-- the run's own write lock, so no writer can be between its ticket and its commit then.
+
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,            -- the run directory's name
+    kind TEXT NOT NULL,             -- sqlite; server (a record of a run kept on PostgreSQL);
+                                    -- unreadable (visited, so that listings report it)
+    run_id TEXT,                    -- the run row's id
+    program_path TEXT,
+    status TEXT,
+    started_at TEXT,
+    updated_at TEXT,
+    error_message TEXT,
+    pending INTEGER NOT NULL DEFAULT 0,  -- pending gates, overdue ones included
+    next_deadline TEXT,             -- the earliest deadline of a pending gate
+    applied INTEGER NOT NULL DEFAULT 0,  -- the newest ticket whose facts the row holds
+    stale INTEGER NOT NULL DEFAULT 0,    -- to be read again from the run
+    problem TEXT,                   -- why an unreadable run could not be read
+    stamp TEXT                      -- state.db's and its log's identity, size and time when
+                                    -- the facts were read: a run shown whose files differ
+                                    -- is read again (a write behind prose-state's back)
+);
+CREATE INDEX IF NOT EXISTS catalog_runs_started ON runs(started_at DESC, id DESC);
+CREATE INDEX IF NOT EXISTS catalog_runs_stale ON runs(stale) WHERE stale <> 0;
+CREATE INDEX IF NOT EXISTS catalog_runs_kind ON runs(kind) WHERE kind <> 'sqlite';
+
+-- The pending gates of the runs above, each as its run's gates row holds it.
+CREATE TABLE IF NOT EXISTS gates (
+    run TEXT NOT NULL,              -- the run directory's name (runs.id)
+    id TEXT NOT NULL,
+    run_id TEXT,
+    execution_id INTEGER,
+    prompt TEXT,
+    allow TEXT,
+    timeout TEXT,
+    timeout_at TEXT,
+    on_reject TEXT,
+    status TEXT,
+    created_at TEXT,
+    resolved_at TEXT,
+    resolved_by TEXT,
+    resolution_comment TEXT,
+    metadata TEXT,
+    instance INTEGER,
+    PRIMARY KEY (run, id)
+);
+CREATE INDEX IF NOT EXISTS catalog_gates_order ON gates(created_at, run, id);
+CREATE INDEX IF NOT EXISTS catalog_gates_deadline ON gates(timeout_at) WHERE timeout_at IS NOT NULL;
+
+-- Writes between their ticket and their catalog update (a dead writer's stays).
+CREATE TABLE IF NOT EXISTS tickets (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS catalog_tickets_run ON tickets(run);
+
+-- runs_mtime: the runs directory's modification time when its entries were last compared
+-- with the rows above (kept only once it is a few seconds old, so that a run made in the
+-- same clock tick is never missed).
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT
+);

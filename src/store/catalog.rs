@@ -1,0 +1,1065 @@
+//! The project catalog of SQLite runs (`<root>/.prose/catalog.db`): one row a run (its status,
+//! program, times, pending gates and earliest deadline) and one row a pending gate, so that a
+//! cross-run listing is one query, not one database open per run. It is never the source of
+//! truth, and can always be rebuilt from the runs.
+//!
+//! How it stays true, without ever holding two locks in the other order:
+//! - **Writers.** A run's write transaction that changes a fact kept here (the run's status,
+//!   a gate opened or resolved, a copy restored) takes a *ticket* in the catalog before its
+//!   run commit, while it holds the run's write lock ([`Link::mark`]). Tickets of a run are
+//!   therefore issued in the order of its commits. After the commit it copies the facts it
+//!   committed, read inside its own transaction, and deletes its ticket in one catalog
+//!   transaction ([`Link::apply`]). A row keeps the facts of its newest ticket: an older
+//!   writer arriving late changes nothing.
+//! - **A writer that cannot reach the catalog** (corrupt, locked past the timeout, of another
+//!   version) creates `.prose/catalog.stale` while it still holds the run's lock; the next
+//!   listing marks every row stale and re-reads them all.
+//! - **Readers.** A run with a ticket left (its writer died between its commit and its catalog
+//!   update), a stale row, or a run the catalog has not seen is re-read by the next listing
+//!   from that run alone ([`ProjectCatalog::repair`]): under the run's write lock, so that no
+//!   writer can be between its ticket and its commit then, with a ticket of its own taken
+//!   under that lock, so that its copy is ordered among the writers'.
+//! - **New and removed runs** are noticed by the runs directory's modification time: when it
+//!   differs from the one the catalog recorded, the directory's names are compared with the
+//!   rows. Writes behind the tool's back (raw `sqlite3` into an existing run) are found by
+//!   `--scan` and by `doctor`, which compare every run.
+
+use super::sqlite::{db_error, gate_row, GATE_COLUMNS, OVERDUE};
+use super::{Catalog, GateRow, OpenOptions, RunFilter, RunInfo, RunSummary, Store};
+use crate::model::RunStatus;
+use anyhow::{anyhow, Result};
+use rusqlite::config::DbConfig;
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+pub const CATALOG_FILE: &str = "catalog.db";
+/// Made by a writer that could not take its ticket: every row is read again.
+pub const STALE_FILE: &str = "catalog.stale";
+/// The catalog's format (PRAGMA user_version).
+pub const CATALOG_VERSION: i64 = 1;
+const SCHEMA: &str = include_str!("../../schema/catalog.sql");
+/// A write-ahead log past this is folded in when a connection closes (see `sqlite::connect`).
+const LOG_MOST: u64 = 1024 * 1024;
+/// The runs directory's modification time is trusted only once it is this old: a run made
+/// in the same clock tick as the comparison would leave it unchanged.
+const SETTLED: Duration = Duration::from_secs(3);
+
+/// The facts of one run that the catalog keeps, read from its state.db.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    pub run: Option<(RunInfo, Option<String>)>,
+    pub pending: Vec<GateRow>,
+}
+
+/// Reads a run's facts (inside the caller's transaction, when it has one).
+pub(super) fn read_facts(c: &Connection) -> rusqlite::Result<Facts> {
+    let run = c
+        .query_row(
+            "SELECT id, program_path, status, started_at, updated_at, error_message FROM run LIMIT 1",
+            [],
+            |r| {
+                Ok((
+                    RunInfo {
+                        id: r.get(0)?,
+                        program_path: r.get(1)?,
+                        status: r.get::<_, Option<String>>(2)?.as_deref().map(RunStatus::parse),
+                        started_at: r.get(3)?,
+                        updated_at: r.get(4)?,
+                    },
+                    r.get(5)?,
+                ))
+            },
+        )
+        .optional()?;
+    let pending = c
+        .prepare_cached(&format!(
+            "SELECT {GATE_COLUMNS} FROM gates WHERE status = 'pending' ORDER BY created_at, id"
+        ))?
+        .query_map([], gate_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(Facts { run, pending })
+}
+
+/// The project directory (`.prose/`) and run id of a state.db at `<.prose>/runs/<id>/state.db`;
+/// None for a run kept anywhere else (an export, a directory named by path) and for the
+/// staging directories (`.`-names) that imports and inits build in.
+pub fn of_state_db(db: &Path) -> Option<(PathBuf, String)> {
+    let dir = db.parent()?;
+    let id = dir.file_name()?.to_str()?;
+    let runs = dir.parent()?;
+    let prose = runs.parent()?;
+    let named = |p: &Path, name: &str| p.file_name().is_some_and(|n| n == name);
+    if id.starts_with('.') || !named(runs, "runs") || !named(prose, ".prose") {
+        return None;
+    }
+    Some((prose.to_path_buf(), id.to_string()))
+}
+
+/// Opens the catalog, or None when there is none (and `create` is unset) or it is not of this
+/// version. A file that is not a catalog SQLite can read is moved aside when `create` is set,
+/// and a new one made.
+fn open_db(prose: &Path, busy: Duration, create: bool) -> Result<Option<Connection>> {
+    let path = prose.join(CATALOG_FILE);
+    if !create && !path.is_file() {
+        return Ok(None);
+    }
+    match try_open(&path, busy, create) {
+        Ok(c) => Ok(c),
+        Err(e) if create && is_corrupt(&e) => {
+            let aside = prose.join(format!(
+                "{CATALOG_FILE}.corrupt-{}",
+                crate::model::now().replace([' ', ':'], "-")
+            ));
+            let _ = std::fs::rename(&path, &aside);
+            for suffix in ["-wal", "-shm"] {
+                let _ = std::fs::remove_file(prose.join(format!("{CATALOG_FILE}{suffix}")));
+            }
+            try_open(&path, busy, true)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn is_corrupt(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<rusqlite::Error>()
+        .and_then(rusqlite::Error::sqlite_error_code)
+        .is_some_and(|c| {
+            matches!(
+                c,
+                rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt
+            )
+        })
+}
+
+fn try_open(path: &Path, busy: Duration, create: bool) -> Result<Option<Connection>> {
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if create {
+        flags |= OpenFlags::SQLITE_OPEN_CREATE;
+    }
+    let c = Connection::open_with_flags(path, flags)?;
+    c.busy_timeout(busy)?;
+    // Kept between processes, like a run's log; NORMAL: the catalog can always be rebuilt.
+    c.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+    c.execute_batch("PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0;")?;
+    let version: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version == CATALOG_VERSION {
+        return Ok(Some(c));
+    }
+    if !create || version > CATALOG_VERSION {
+        return Ok(None);
+    }
+    // New, or older: made anew (nothing in it is the source of anything).
+    let mode: String = c.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(anyhow!(
+            "could not put the catalog in WAL mode: {}",
+            path.display()
+        ));
+    }
+    c.execute_batch(&format!(
+        "BEGIN IMMEDIATE;
+         DROP TABLE IF EXISTS runs; DROP TABLE IF EXISTS gates;
+         DROP TABLE IF EXISTS tickets; DROP TABLE IF EXISTS meta;
+         {SCHEMA}
+         PRAGMA user_version = {CATALOG_VERSION};
+         COMMIT;"
+    ))?;
+    Ok(Some(c))
+}
+
+/// Closes a catalog connection, folding its log in when it has grown (see `LOG_MOST`).
+fn close(c: Connection, prose: &Path) {
+    let log = prose.join(format!("{CATALOG_FILE}-wal"));
+    if std::fs::metadata(&log).is_ok_and(|m| m.len() > LOG_MOST) {
+        let _ = c.busy_timeout(Duration::ZERO);
+        let _ = c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+    }
+}
+
+/// Writes a run's facts into its row and its pending gates, if `ticket` is newer than the
+/// facts the row holds; inside the caller's catalog transaction. Whether it wrote them.
+fn put_facts(
+    c: &Connection,
+    run: &str,
+    ticket: i64,
+    facts: &Facts,
+    stamp: &str,
+) -> rusqlite::Result<bool> {
+    let applied: Option<i64> = c
+        .query_row("SELECT applied FROM runs WHERE id = ?1", [run], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    if applied.is_some_and(|a| a >= ticket) {
+        return Ok(false);
+    }
+    let (info, error) = match &facts.run {
+        Some((i, e)) => (Some(i), e.as_deref()),
+        None => (None, None),
+    };
+    let deadline = facts
+        .pending
+        .iter()
+        .filter_map(|g| g.timeout_at.as_deref())
+        .min();
+    c.prepare_cached(
+        "INSERT INTO runs (id, kind, run_id, program_path, status, started_at, updated_at,
+                           error_message, pending, next_deadline, applied, problem, stamp)
+         VALUES (?1, 'sqlite', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, NULL, ?11)
+         ON CONFLICT (id) DO UPDATE SET kind = 'sqlite', run_id = ?2, program_path = ?3,
+             status = ?4, started_at = ?5, updated_at = ?6, error_message = ?7, pending = ?8,
+             next_deadline = ?9, applied = ?10, problem = NULL, stamp = ?11",
+    )?
+    .execute(params![
+        run,
+        info.map(|i| &i.id),
+        info.and_then(|i| i.program_path.as_deref()),
+        info.and_then(|i| i.status.as_ref().map(RunStatus::as_str)),
+        info.and_then(|i| i.started_at.as_deref()),
+        info.and_then(|i| i.updated_at.as_deref()),
+        error,
+        facts.pending.len() as i64,
+        deadline,
+        ticket,
+        stamp,
+    ])?;
+    c.prepare_cached("DELETE FROM gates WHERE run = ?1")?
+        .execute([run])?;
+    let mut insert = c.prepare_cached(
+        "INSERT OR REPLACE INTO gates (run, id, run_id, execution_id, prompt, allow, timeout,
+             timeout_at, on_reject, status, created_at, resolved_at, resolved_by,
+             resolution_comment, metadata, instance)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+    )?;
+    for g in &facts.pending {
+        insert.execute(params![
+            run,
+            g.id,
+            g.run_id,
+            g.execution_id,
+            g.prompt,
+            serde_json::to_string(&g.allow).unwrap_or_default(),
+            g.timeout,
+            g.timeout_at,
+            g.on_reject,
+            g.status.to_string(),
+            g.created_at,
+            g.resolved_at,
+            g.resolved_by,
+            g.resolution_comment,
+            g.metadata,
+            g.instance,
+        ])?;
+    }
+    Ok(true)
+}
+
+/// The writer's side: held by a run's store, used only by the transactions that change a
+/// fact the catalog keeps.
+pub struct Link {
+    prose: PathBuf,
+    run: String,
+    busy: Duration,
+    conn: Option<Connection>,
+}
+
+impl Link {
+    /// The catalog of the project a state.db belongs to, if it is a project's run.
+    pub fn for_state_db(db: &Path, busy: Duration) -> Option<Link> {
+        let (prose, run) = of_state_db(db)?;
+        Some(Link {
+            prose,
+            run,
+            busy,
+            conn: None,
+        })
+    }
+
+    /// Takes a ticket: called inside the run's write transaction, before its commit. None
+    /// when there is no catalog (the first listing builds it, reading this run under its
+    /// lock), or when the catalog could not take it: then the stale mark is made instead,
+    /// and the next listing reads every run again.
+    pub fn mark(&mut self) -> Option<i64> {
+        let taken = (|| -> Result<Option<i64>> {
+            if self.conn.is_none() {
+                let path = self.prose.join(CATALOG_FILE);
+                if !path.is_file() {
+                    return Ok(None);
+                }
+                match try_open(&path, self.busy, false)? {
+                    Some(c) => self.conn = Some(c),
+                    None => return Err(anyhow!("catalog of another version")),
+                }
+            }
+            let c = self.conn.as_ref().expect("opened above");
+            c.prepare_cached("INSERT INTO tickets (run) VALUES (?1)")?
+                .execute([&self.run])?;
+            Ok(Some(c.last_insert_rowid()))
+        })();
+        match taken {
+            Ok(ticket) => ticket,
+            Err(_) => {
+                self.conn = None;
+                let _ = std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(self.prose.join(STALE_FILE));
+                None
+            }
+        }
+    }
+
+    /// Copies the facts a transaction committed under `ticket` and deletes the ticket: after
+    /// the run's commit. Best effort: a failure leaves the ticket, and the next listing reads
+    /// the run again.
+    pub fn apply(&mut self, ticket: i64, facts: &Facts) {
+        let Some(c) = self.conn.as_mut() else { return };
+        let run = self.run.as_str();
+        let stamp = stamp_of(&self.prose.join("runs").join(run).join(crate::run::DB_FILE));
+        let _ = (|| -> rusqlite::Result<()> {
+            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+            put_facts(&tx, run, ticket, facts, &stamp)?;
+            tx.prepare_cached("DELETE FROM tickets WHERE id = ?1")?
+                .execute([ticket])?;
+            tx.commit()
+        })();
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        if let Some(c) = self.conn.take() {
+            close(c, &self.prose);
+        }
+    }
+}
+
+/// A row of the catalog, for the reader.
+struct Row {
+    id: String,
+    kind: String,
+}
+
+/// The reader's side: a project's catalog, brought up to date for a listing.
+pub struct ProjectCatalog {
+    conn: Option<Connection>,
+    prose: PathBuf,
+    runs_dir: PathBuf,
+    opts: OpenOptions,
+    /// Runs that could not be read, one line each ("skipped run ID: why").
+    problems: Vec<String>,
+    /// Runs an overdue sweep failed on: their gates are not listed as pending.
+    unswept: HashSet<String>,
+}
+
+/// What `doctor` finds comparing the catalog with the runs.
+#[derive(Debug, Default)]
+pub struct CatalogCheck {
+    pub runs: usize,
+    /// The runs whose row differs from the run, or that one has and the other not, each
+    /// with what differs.
+    pub differences: Vec<(String, String)>,
+}
+
+impl ProjectCatalog {
+    /// Opens (or makes) the catalog of the project whose runs are in `runs_dir`. None when
+    /// the catalog is of a newer version (the caller visits every run instead).
+    pub fn open(runs_dir: &Path, opts: OpenOptions) -> Result<Option<Self>> {
+        let prose = runs_dir
+            .parent()
+            .map_or_else(|| PathBuf::from(".prose"), Path::to_path_buf);
+        if !runs_dir.is_dir() {
+            // No runs: nothing to catalog, and no directory to make.
+            return Ok(Some(ProjectCatalog {
+                conn: None,
+                prose,
+                runs_dir: runs_dir.to_path_buf(),
+                opts,
+                problems: Vec::new(),
+                unswept: HashSet::new(),
+            }));
+        }
+        let Some(conn) = open_db(&prose, opts.busy_timeout, true)
+            .map_err(|e| e.context(format!("catalog: {}", prose.join(CATALOG_FILE).display())))?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(ProjectCatalog {
+            conn: Some(conn),
+            prose,
+            runs_dir: runs_dir.to_path_buf(),
+            opts,
+            problems: Vec::new(),
+            unswept: HashSet::new(),
+        }))
+    }
+
+    fn err(&self) -> impl Fn(rusqlite::Error) -> anyhow::Error + '_ {
+        let path = self.prose.join(CATALOG_FILE);
+        let busy = self.opts.busy_timeout.as_millis();
+        move |e| db_error(e, &path, busy)
+    }
+
+    fn db(&self) -> Option<&Connection> {
+        self.conn.as_ref()
+    }
+
+    /// Brings the catalog up to date: claims the stale mark, compares the runs directory
+    /// when it changed (`full`: always), then re-reads every run with a ticket left, a stale
+    /// row, or no facts yet.
+    pub fn refresh(&mut self, full: bool) -> Result<()> {
+        let Some(c) = self.db() else { return Ok(()) };
+        let err = self.err();
+        let stale = self.prose.join(STALE_FILE);
+        if full || stale.exists() {
+            // Every row, then the mark: a writer that makes it again after this is read by
+            // the next listing (it holds its run's lock until its commit, and the repairs
+            // below take that lock).
+            c.execute("UPDATE runs SET stale = stale + 1", [])
+                .map_err(&err)?;
+            let _ = std::fs::remove_file(&stale);
+        }
+        drop(err);
+        self.reconcile(full)?;
+        let c = self.db().expect("checked above");
+        let dirty: Vec<String> = c
+            .prepare(
+                "SELECT id FROM runs WHERE stale <> 0 OR kind IN ('unreadable', 'none')
+                 UNION SELECT run FROM tickets ORDER BY 1",
+            )
+            .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+            .map_err(self.err())?;
+        for id in dirty {
+            self.repair(&id)?;
+        }
+        Ok(())
+    }
+
+    /// Compares the runs directory's names with the rows, when its modification time is not
+    /// the one recorded (or `full`).
+    fn reconcile(&mut self, full: bool) -> Result<()> {
+        let c = self.db().expect("a catalog");
+        let mtime = std::fs::metadata(&self.runs_dir)
+            .and_then(|m| m.modified())
+            .ok();
+        let stamp = mtime.and_then(|m| {
+            m.duration_since(SystemTime::UNIX_EPOCH)
+                .ok()
+                .map(|d| d.as_nanos().to_string())
+        });
+        let recorded: Option<String> = c
+            .query_row("SELECT value FROM meta WHERE key = 'runs_mtime'", [], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(self.err())?;
+        if !full && stamp.is_some() && recorded == stamp {
+            return Ok(());
+        }
+        let entries = match std::fs::read_dir(&self.runs_dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => {
+                return Err(anyhow::Error::new(e)
+                    .context(format!("could not list runs: {}", self.runs_dir.display())))
+            }
+        };
+        let names: HashSet<String> = entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .filter(|n| !n.starts_with('.'))
+            .collect();
+        let known: HashMap<String, String> = c
+            .prepare("SELECT id, kind FROM runs")
+            .and_then(|mut s| {
+                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<rusqlite::Result<_>>()
+            })
+            .map_err(self.err())?;
+        let tx = c.unchecked_transaction().map_err(self.err())?;
+        for gone in known.keys().filter(|k| !names.contains(*k)) {
+            forget(&tx, gone).map_err(self.err())?;
+        }
+        for name in names.iter().filter(|n| !known.contains_key(*n)) {
+            // Read by the repair that follows (stale), under the run's lock.
+            tx.execute(
+                "INSERT INTO runs (id, kind, stale) VALUES (?1, 'none', 1)",
+                [name],
+            )
+            .map_err(self.err())?;
+        }
+        // Recorded only once settled (see SETTLED), so that nothing made since is missed.
+        let settled = mtime
+            .and_then(|m| SystemTime::now().duration_since(m).ok())
+            .is_some_and(|age| age > SETTLED);
+        if let (Some(stamp), true) = (&stamp, settled) {
+            tx.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('runs_mtime', ?1)",
+                [stamp],
+            )
+            .map_err(self.err())?;
+        }
+        tx.commit().map_err(self.err())?;
+        Ok(())
+    }
+
+    /// Reads one run again and puts its facts in the catalog (see the module's comment).
+    pub fn repair(&mut self, id: &str) -> Result<()> {
+        let dir = self.runs_dir.join(id);
+        let paths = crate::run::RunPaths::in_dir(dir.clone());
+        let c = self.conn.as_ref().expect("a catalog");
+        let err = |e| {
+            db_error(
+                e,
+                &self.prose.join(CATALOG_FILE),
+                self.opts.busy_timeout.as_millis(),
+            )
+        };
+        if !dir.is_dir() {
+            return forget(c, id).map_err(err);
+        }
+        if !paths.exists() {
+            // A directory with no run (yet): looked at again by every listing.
+            c.execute(
+                "UPDATE runs SET kind = 'none', stale = 0, problem = NULL WHERE id = ?1",
+                [id],
+            )
+            .map_err(err)?;
+            c.execute("DELETE FROM gates WHERE run = ?1", [id])
+                .map_err(err)?;
+            return Ok(());
+        }
+        match paths.backend() {
+            Ok(super::Backend::Sqlite) => {}
+            Ok(super::Backend::Postgres) => {
+                c.execute(
+                    "INSERT INTO runs (id, kind) VALUES (?1, 'server')
+                     ON CONFLICT (id) DO UPDATE SET kind = 'server', stale = 0, problem = NULL",
+                    [id],
+                )
+                .map_err(err)?;
+                c.execute("DELETE FROM gates WHERE run = ?1", [id])
+                    .map_err(err)?;
+                return Ok(());
+            }
+            Err(e) => return self.unreadable(id, &e),
+        }
+        let stale_was: i64 = c
+            .query_row("SELECT stale FROM runs WHERE id = ?1", [id], |r| r.get(0))
+            .optional()
+            .map_err(err)?
+            .unwrap_or(0);
+        let read = (|| {
+            // The file read must be the one at the path once its lock is held: a run being
+            // replaced (`import --replace`) is exchanged under its old file's lock.
+            for _ in 0..5 {
+                let before = file_id(&paths.db);
+                let mut store = super::sqlite::SqliteStore::open(&paths.db, self.opts)?;
+                // Under the run's write lock: no writer is between its ticket and its commit.
+                let locked = store.lock_for_reading();
+                if before.is_none() || file_id(&paths.db) != before {
+                    store.unlock();
+                    continue;
+                }
+                let ticket = c
+                    .execute("INSERT INTO tickets (run) VALUES (?1)", [id])
+                    .map(|_| c.last_insert_rowid())
+                    .map_err(err)?;
+                let facts = store.facts();
+                let stamp = stamp_of(&paths.db);
+                store.unlock();
+                return Ok((locked, ticket, facts?, stamp));
+            }
+            Err(anyhow!(
+                "the run's state.db kept being replaced while it was read"
+            ))
+        })();
+        let (locked, ticket, facts, stamp) = match read {
+            Ok(r) => r,
+            Err(e) => return self.unreadable(id, &e),
+        };
+        let tx = c.unchecked_transaction().map_err(err)?;
+        put_facts(&tx, id, ticket, &facts, &stamp).map_err(err)?;
+        if locked {
+            // Every writer with an older ticket has committed or died.
+            tx.execute(
+                "DELETE FROM tickets WHERE run = ?1 AND id <= ?2",
+                params![id, ticket],
+            )
+            .map_err(err)?;
+            tx.execute(
+                "UPDATE runs SET stale = 0 WHERE id = ?1 AND stale = ?2",
+                params![id, stale_was],
+            )
+            .map_err(err)?;
+        } else {
+            // Read without the lock (a read-only file): read again by the next listing.
+            tx.execute("DELETE FROM tickets WHERE id = ?1", [ticket])
+                .map_err(err)?;
+        }
+        tx.commit().map_err(err)
+    }
+
+    /// Records a run that could not be read: every listing tries it again, and reports it.
+    fn unreadable(&mut self, id: &str, e: &anyhow::Error) -> Result<()> {
+        let c = self.conn.as_ref().expect("a catalog");
+        let why = format!("{e:#}");
+        let tx = c.unchecked_transaction().map_err(self.err())?;
+        tx.execute(
+            "INSERT INTO runs (id, kind, problem) VALUES (?1, 'unreadable', ?2)
+             ON CONFLICT (id) DO UPDATE SET kind = 'unreadable', problem = ?2",
+            params![id, why],
+        )
+        .map_err(self.err())?;
+        tx.execute("DELETE FROM gates WHERE run = ?1", [id])
+            .map_err(self.err())?;
+        tx.commit().map_err(self.err())?;
+        self.problems.push(format!("skipped run {id}: {why}"));
+        Ok(())
+    }
+
+    /// Reads again those of `ids` whose files are not as they were when their facts were
+    /// read (a write behind prose-state's back, or one since whose catalog update is still
+    /// to come); whether any was.
+    fn fresh(&mut self, ids: &[String]) -> Result<bool> {
+        let Some(c) = self.db() else { return Ok(false) };
+        let mut changed = Vec::new();
+        {
+            let mut stmt = c
+                .prepare_cached("SELECT stamp FROM runs WHERE id = ?1")
+                .map_err(self.err())?;
+            for id in ids {
+                let kept: Option<String> = stmt
+                    .query_row([id], |r| r.get(0))
+                    .optional()
+                    .map_err(self.err())?
+                    .flatten();
+                if kept.as_deref() != Some(stamp_of(&self.state_db(id)).as_str()) {
+                    changed.push(id.clone());
+                }
+            }
+        }
+        for id in &changed {
+            self.repair(id)?;
+        }
+        Ok(!changed.is_empty())
+    }
+
+    /// The runs kept on the project's server (directories here holding only a record).
+    pub fn server_runs(&self) -> Result<Vec<String>> {
+        self.ids_of_kind("server")
+    }
+
+    /// The runs that could not be read (reported in `warnings`).
+    pub fn unreadable_runs(&self) -> Result<Vec<String>> {
+        self.ids_of_kind("unreadable")
+    }
+
+    fn ids_of_kind(&self, kind: &str) -> Result<Vec<String>> {
+        let Some(c) = self.db() else {
+            return Ok(Vec::new());
+        };
+        c.prepare_cached("SELECT id FROM runs WHERE kind = ?1 ORDER BY id")
+            .and_then(|mut s| s.query_map([kind], |r| r.get(0))?.collect())
+            .map_err(self.err())
+    }
+
+    /// Makes the catalog anew from the runs (`doctor --fix`): every row read again.
+    pub fn rebuild(&mut self) -> Result<()> {
+        self.refresh(true)
+    }
+
+    /// Compares every row with its run, read now (`doctor`); nothing is written.
+    pub fn check(&mut self) -> Result<CatalogCheck> {
+        let mut out = CatalogCheck::default();
+        let Some(c) = self.db() else { return Ok(out) };
+        let names: Vec<String> = match std::fs::read_dir(&self.runs_dir) {
+            Ok(e) => e
+                .flatten()
+                .filter_map(|e| e.file_name().to_str().map(str::to_string))
+                .filter(|n| !n.starts_with('.'))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        let rows: HashMap<String, Row> = c
+            .prepare("SELECT id, kind FROM runs")
+            .and_then(|mut s| {
+                s.query_map([], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        Row {
+                            id: r.get(0)?,
+                            kind: r.get(1)?,
+                        },
+                    ))
+                })?
+                .collect::<rusqlite::Result<_>>()
+            })
+            .map_err(self.err())?;
+        let dirty: HashSet<String> = c
+            .prepare("SELECT run FROM tickets UNION SELECT id FROM runs WHERE stale <> 0")
+            .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+            .map_err(self.err())?;
+        for name in &names {
+            let paths = crate::run::RunPaths::in_dir(self.runs_dir.join(name));
+            if !paths.exists() || !matches!(paths.backend(), Ok(super::Backend::Sqlite)) {
+                continue;
+            }
+            out.runs += 1;
+            let Some(row) = rows.get(name) else {
+                out.differences
+                    .push((name.clone(), "not in the catalog".into()));
+                continue;
+            };
+            if row.kind != "sqlite" || dirty.contains(&row.id) {
+                // Read again by the next listing.
+                continue;
+            }
+            let Ok(mut store) = super::sqlite::SqliteStore::open(&paths.db, self.opts) else {
+                continue;
+            };
+            let Ok(facts) = store.facts() else { continue };
+            let kept = self.kept_facts(name)?;
+            if let Some(why) = differ(&kept, &facts) {
+                out.differences
+                    .push((name.clone(), format!("the catalog says {why}")));
+            }
+        }
+        for (id, row) in &rows {
+            if row.kind == "sqlite" && !names.contains(id) {
+                out.differences
+                    .push((id.clone(), "in the catalog, but not under the runs".into()));
+            }
+        }
+        out.differences.sort();
+        Ok(out)
+    }
+
+    /// The facts a row holds.
+    fn kept_facts(&self, id: &str) -> Result<Facts> {
+        let c = self.db().expect("a catalog");
+        let run = c
+            .query_row(
+                "SELECT run_id, program_path, status, started_at, updated_at, error_message
+                 FROM runs WHERE id = ?1 AND run_id IS NOT NULL",
+                [id],
+                |r| {
+                    Ok((
+                        RunInfo {
+                            id: r.get(0)?,
+                            program_path: r.get(1)?,
+                            status: r
+                                .get::<_, Option<String>>(2)?
+                                .as_deref()
+                                .map(RunStatus::parse),
+                            started_at: r.get(3)?,
+                            updated_at: r.get(4)?,
+                        },
+                        r.get(5)?,
+                    ))
+                },
+            )
+            .optional()
+            .map_err(self.err())?;
+        let pending = c
+            .prepare_cached(&format!(
+                "SELECT {GATE_COLUMNS} FROM gates WHERE run = ?1 ORDER BY created_at, id"
+            ))
+            .and_then(|mut s| s.query_map([id], gate_row)?.collect())
+            .map_err(self.err())?;
+        Ok(Facts { run, pending })
+    }
+}
+
+/// What differs between a row's facts and the run's, in a few words; None when they agree.
+fn differ(kept: &Facts, now: &Facts) -> Option<String> {
+    let status = |f: &Facts| {
+        f.run
+            .as_ref()
+            .and_then(|(i, _)| i.status.as_ref().map(|s| s.as_str().to_string()))
+    };
+    if status(kept) != status(now) {
+        return Some(format!(
+            "status {:?}, the run {:?}",
+            status(kept),
+            status(now)
+        ));
+    }
+    let ids = |f: &Facts| {
+        f.pending
+            .iter()
+            .map(|g| (g.id.clone(), g.instance, g.timeout_at.clone()))
+            .collect::<Vec<_>>()
+    };
+    if ids(kept) != ids(now) {
+        return Some(format!(
+            "{} pending gates, the run {}",
+            kept.pending.len(),
+            now.pending.len()
+        ));
+    }
+    let other = |f: &Facts| {
+        f.run.as_ref().map(|(i, e)| {
+            (
+                i.id.clone(),
+                i.program_path.clone(),
+                i.started_at.clone(),
+                i.updated_at.clone(),
+                e.clone(),
+            )
+        })
+    };
+    (other(kept) != other(now)).then(|| "other run details than the run's".to_string())
+}
+
+/// What a state.db and its write-ahead log are now: identity, size and modification time.
+fn stamp_of(db: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let mut log = db.as_os_str().to_owned();
+    log.push("-wal");
+    [db, Path::new(&log)]
+        .iter()
+        .map(|f| match std::fs::metadata(f) {
+            Ok(m) => format!(
+                "{}:{}:{}:{}.{}",
+                m.dev(),
+                m.ino(),
+                m.len(),
+                m.mtime(),
+                m.mtime_nsec()
+            ),
+            Err(_) => "-".into(),
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// A file's identity (device and inode).
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Runs `exchange`, which puts another run directory in the place of the one of `db`, while
+/// holding the write lock of the run's current state.db and with the run's catalog row marked
+/// stale before; then reads the run again into the catalog. A listing meanwhile waits for the
+/// lock, or finds the row stale (`import --replace`).
+pub fn while_replacing<T>(db: &Path, opts: OpenOptions, exchange: impl FnOnce() -> T) -> T {
+    let Some((prose, id)) = of_state_db(db) else {
+        return exchange();
+    };
+    let mut old = super::sqlite::SqliteStore::open(db, opts).ok();
+    if let Some(s) = old.as_mut() {
+        s.lock_for_reading();
+    }
+    let marked = match open_db(&prose, opts.busy_timeout, false) {
+        Ok(Some(c)) => c
+            .execute("UPDATE runs SET stale = stale + 1 WHERE id = ?1", [&id])
+            .is_ok(),
+        Ok(None) => !prose.join(CATALOG_FILE).exists(),
+        Err(_) => false,
+    };
+    if !marked {
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(prose.join(STALE_FILE));
+    }
+    let done = exchange();
+    if let Some(mut s) = old {
+        s.unlock();
+    }
+    if let Some(runs) = db.parent().and_then(Path::parent) {
+        if let Ok(Some(mut catalog)) = ProjectCatalog::open(runs, opts) {
+            if catalog.conn.is_some() {
+                let _ = catalog.repair(&id);
+            }
+        }
+    }
+    done
+}
+
+/// Removes a pruned run's rows (best effort: a listing finds the directory gone anyway).
+pub fn forget_run(dir: &Path, opts: OpenOptions) {
+    if let Some((prose, id)) = of_state_db(&dir.join(crate::run::DB_FILE)) {
+        if let Ok(Some(c)) = open_db(&prose, opts.busy_timeout, false) {
+            let _ = forget(&c, &id);
+            close(c, &prose);
+        }
+    }
+}
+
+/// Removes a run's rows.
+fn forget(c: &Connection, id: &str) -> rusqlite::Result<()> {
+    c.execute("DELETE FROM runs WHERE id = ?1", [id])?;
+    c.execute("DELETE FROM gates WHERE run = ?1", [id])?;
+    c.execute("DELETE FROM tickets WHERE run = ?1", [id])?;
+    Ok(())
+}
+
+impl Drop for ProjectCatalog {
+    fn drop(&mut self) {
+        if let Some(c) = self.conn.take() {
+            close(c, &self.prose);
+        }
+    }
+}
+
+impl ProjectCatalog {
+    fn state_db(&self, id: &str) -> PathBuf {
+        self.runs_dir.join(id).join(crate::run::DB_FILE)
+    }
+
+    fn wanted(runs: &RunFilter, id: &str) -> bool {
+        runs.only.as_ref().is_none_or(|o| o.iter().any(|r| r == id))
+            && !runs.except.iter().any(|r| r == id)
+    }
+}
+
+impl Catalog for ProjectCatalog {
+    fn sweep_overdue(&mut self, runs: &RunFilter, now: &str) -> Result<usize> {
+        let Some(c) = self.db() else { return Ok(0) };
+        let overdue: Vec<String> = c
+            .prepare_cached(&format!(
+                "SELECT DISTINCT g.run FROM gates g JOIN runs r ON r.id = g.run
+                 WHERE r.kind = 'sqlite' AND g.{OVERDUE} ORDER BY g.run"
+            ))
+            .and_then(|mut s| s.query_map([now], |r| r.get(0))?.collect())
+            .map_err(self.err())?;
+        let mut swept = 0;
+        for id in overdue.iter().filter(|id| Self::wanted(runs, id)) {
+            // Through the run's own rules: its store marks and updates the catalog.
+            let done = super::sqlite::SqliteStore::open(&self.state_db(id), self.opts)
+                .and_then(|mut s| s.sweep_timeouts(now));
+            match done {
+                Ok(_) => swept += 1,
+                Err(e) => {
+                    self.problems.push(format!("skipped run {id}: {e:#}"));
+                    self.unswept.insert(id.clone());
+                }
+            }
+        }
+        Ok(swept)
+    }
+
+    fn pending_gates_of(&mut self, runs: &RunFilter) -> Result<Vec<(GateRow, Option<String>)>> {
+        let Some(c) = self.db() else {
+            return Ok(Vec::new());
+        };
+        let cols = GATE_COLUMNS
+            .split(", ")
+            .map(|col| format!("g.{}", col.trim()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "SELECT {cols}, r.program_path, g.run FROM gates g JOIN runs r ON r.id = g.run
+             WHERE r.kind = 'sqlite' ORDER BY g.created_at, g.run, g.id"
+        );
+        let read = |c: &Connection| -> rusqlite::Result<Vec<(String, GateRow, Option<String>)>> {
+            c.prepare_cached(&sql)?
+                .query_map([], |r| Ok((r.get(16)?, gate_row(r)?, r.get(15)?)))?
+                .collect()
+        };
+        let mut rows = read(c).map_err(self.err())?;
+        // The runs shown, checked against their files; read again if they changed.
+        let mut shown: Vec<String> = rows.iter().map(|(run, ..)| run.clone()).collect();
+        shown.dedup();
+        if self.fresh(&shown)? {
+            rows = read(self.db().expect("a catalog")).map_err(self.err())?;
+        }
+        Ok(rows
+            .into_iter()
+            .filter(|(run, ..)| Self::wanted(runs, run) && !self.unswept.contains(run))
+            .map(|(_, g, p)| (g, p))
+            .collect())
+    }
+
+    fn summaries_of(
+        &mut self,
+        runs: &RunFilter,
+        now: &str,
+        status: Option<&str>,
+        since: Option<&str>,
+        limit: Option<i64>,
+    ) -> Result<Vec<RunSummary>> {
+        let Some(c) = self.db() else {
+            return Ok(Vec::new());
+        };
+        // The page from the catalog, newest first; each run of it read whole from its store.
+        let read = |c: &Connection| -> rusqlite::Result<Vec<String>> {
+            c.prepare_cached(
+                "SELECT id FROM runs WHERE kind = 'sqlite'
+                   AND (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR started_at >= ?2)
+                 ORDER BY started_at DESC, id DESC LIMIT ?3",
+            )?
+            .query_map(params![status, since, limit.unwrap_or(-1)], |r| r.get(0))?
+            .collect()
+        };
+        let mut ids = read(c).map_err(self.err())?;
+        if self.fresh(&ids)? {
+            ids = read(self.db().expect("a catalog")).map_err(self.err())?;
+        }
+        let mut out = Vec::new();
+        for id in ids.iter().filter(|id| Self::wanted(runs, id)) {
+            match super::sqlite::SqliteStore::open(&self.state_db(id), self.opts)
+                .and_then(|mut s| s.run_summary(now))
+            {
+                Ok(s) => out.push(s),
+                Err(e) => self.problems.push(format!("skipped run {id}: {e:#}")),
+            }
+        }
+        Ok(out)
+    }
+
+    fn runs_of(&mut self, runs: &RunFilter, now: &str) -> Result<Vec<(String, RunSummary)>> {
+        let Some(c) = self.db() else {
+            return Ok(Vec::new());
+        };
+        let sql = format!(
+            "SELECT r.id, r.run_id, r.program_path, r.status, r.started_at, r.updated_at,
+                    r.error_message,
+                    (SELECT COUNT(*) FROM gates g WHERE g.run = r.id AND NOT (g.{OVERDUE}))
+             FROM runs r WHERE r.kind = 'sqlite' ORDER BY r.started_at DESC, r.id DESC"
+        );
+        let read = |c: &Connection| -> rusqlite::Result<Vec<(String, RunSummary)>> {
+            c.prepare_cached(&sql)?
+                .query_map([now], |r| {
+                    Ok((
+                        r.get(0)?,
+                        RunSummary {
+                            run: RunInfo {
+                                id: r.get::<_, Option<String>>(1)?.unwrap_or(r.get(0)?),
+                                program_path: r.get(2)?,
+                                status: r
+                                    .get::<_, Option<String>>(3)?
+                                    .as_deref()
+                                    .map(RunStatus::parse),
+                                started_at: r.get(4)?,
+                                updated_at: r.get(5)?,
+                            },
+                            error_message: r.get(6)?,
+                            last_event_at: None,
+                            pending_gates: r.get(7)?,
+                        },
+                    ))
+                })?
+                .collect()
+        };
+        let mut rows = read(c).map_err(self.err())?;
+        // Every run is planned from: each checked against its files (a stat, not an open).
+        let ids: Vec<String> = rows.iter().map(|(id, _)| id.clone()).collect();
+        if self.fresh(&ids)? {
+            rows = read(self.db().expect("a catalog")).map_err(self.err())?;
+        }
+        Ok(rows
+            .into_iter()
+            .filter(|(id, _)| Self::wanted(runs, id))
+            .collect())
+    }
+
+    fn warnings(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.problems)
+    }
+}
