@@ -477,6 +477,10 @@ pub struct GatesListArgs {
     /// changed behind prose-state's back)
     #[arg(long)]
     pub scan: bool,
+
+    /// At most this many gates, the oldest first
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub limit: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -4,6 +4,7 @@ mod common;
 
 mod bad_input;
 mod bind_get;
+mod catalog;
 mod concurrency;
 mod contract;
 mod decisions;

@@ -124,12 +124,14 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
         ctx.rescan_catalog();
     }
     let listing = ctx.catalogued(args.scan || status != Some("pending"))?;
+    // With --expiring, the limit applies after the deadline filter: read them all.
+    let limit = args.limit.filter(|_| horizon.is_none()).map(|n| n as i64);
     let mut gates: Vec<GateView> = Vec::new();
     let mut warnings = listing.warnings;
     if let Some(mut local) = listing.local {
         let all = crate::store::RunFilter::default();
         local.sweep_overdue(&all, &now)?;
-        for (gate, program) in local.pending_gates_of(&all)? {
+        for (gate, program) in local.pending_gates_of(&all, limit)? {
             let view = GateView::new(gate, program, &now);
             if within(&view) {
                 gates.push(view);
@@ -140,7 +142,7 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
     if let Some(runs) = &listing.server {
         let mut catalog = ctx.catalog()?;
         catalog.sweep_overdue(runs, &now)?;
-        for (gate, program) in catalog.gates_of(runs, status)? {
+        for (gate, program) in catalog.gates_of(runs, status, limit)? {
             let view = GateView::new(gate, program, &now);
             if within(&view) {
                 gates.push(view);
@@ -164,6 +166,9 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
     gates.extend(per_run.into_iter().flatten());
     // Oldest first across runs.
     gates.sort_by(|a, b| a.gate.created_at.cmp(&b.gate.created_at));
+    if let Some(n) = args.limit {
+        gates.truncate(n as usize);
+    }
     Ok(GateList { gates, warnings })
 }
 
@@ -735,7 +740,7 @@ pub fn verify(ctx: &Context) -> Result<Verified> {
         let mut catalog = ctx.catalog()?;
         let ids = catalog.ids_of(filter)?;
         let mut gates: std::collections::HashMap<String, Vec<GateRow>> = Default::default();
-        for (gate, _) in catalog.gates_of(filter, None)? {
+        for (gate, _) in catalog.gates_of(filter, None, None)? {
             gates
                 .entry(gate.run_id.clone().unwrap_or_default())
                 .or_default()

@@ -478,14 +478,15 @@ impl ProjectCatalog {
                     .collect::<rusqlite::Result<_>>()
             })
             .map_err(self.err())?;
-        let tx = c.unchecked_transaction().map_err(self.err())?;
+        let tx = rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)
+            .map_err(self.err())?;
         for gone in known.keys().filter(|k| !names.contains(*k)) {
             forget(&tx, gone).map_err(self.err())?;
         }
         for name in names.iter().filter(|n| !known.contains_key(*n)) {
             // Read by the repair that follows (stale), under the run's lock.
             tx.execute(
-                "INSERT INTO runs (id, kind, stale) VALUES (?1, 'none', 1)",
+                "INSERT OR IGNORE INTO runs (id, kind, stale) VALUES (?1, 'none', 1)",
                 [name],
             )
             .map_err(self.err())?;
@@ -580,7 +581,8 @@ impl ProjectCatalog {
             Ok(r) => r,
             Err(e) => return self.unreadable(id, &e),
         };
-        let tx = c.unchecked_transaction().map_err(err)?;
+        let tx = rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)
+            .map_err(err)?;
         put_facts(&tx, id, ticket, &facts, &stamp).map_err(err)?;
         if locked {
             // Every writer with an older ticket has committed or died.
@@ -606,7 +608,8 @@ impl ProjectCatalog {
     fn unreadable(&mut self, id: &str, e: &anyhow::Error) -> Result<()> {
         let c = self.conn.as_ref().expect("a catalog");
         let why = format!("{e:#}");
-        let tx = c.unchecked_transaction().map_err(self.err())?;
+        let tx = rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)
+            .map_err(self.err())?;
         tx.execute(
             "INSERT INTO runs (id, kind, problem) VALUES (?1, 'unreadable', ?2)
              ON CONFLICT (id) DO UPDATE SET kind = 'unreadable', problem = ?2",
@@ -944,7 +947,11 @@ impl Catalog for ProjectCatalog {
         Ok(swept)
     }
 
-    fn pending_gates_of(&mut self, runs: &RunFilter) -> Result<Vec<(GateRow, Option<String>)>> {
+    fn pending_gates_of(
+        &mut self,
+        runs: &RunFilter,
+        limit: Option<i64>,
+    ) -> Result<Vec<(GateRow, Option<String>)>> {
         let Some(c) = self.db() else {
             return Ok(Vec::new());
         };
@@ -955,11 +962,13 @@ impl Catalog for ProjectCatalog {
             .join(", ");
         let sql = format!(
             "SELECT {cols}, r.program_path, g.run FROM gates g JOIN runs r ON r.id = g.run
-             WHERE r.kind = 'sqlite' ORDER BY g.created_at, g.run, g.id"
+             WHERE r.kind = 'sqlite' ORDER BY g.created_at, g.run, g.id LIMIT ?1"
         );
         let read = |c: &Connection| -> rusqlite::Result<Vec<(String, GateRow, Option<String>)>> {
             c.prepare_cached(&sql)?
-                .query_map([], |r| Ok((r.get(16)?, gate_row(r)?, r.get(15)?)))?
+                .query_map([limit.unwrap_or(-1)], |r| {
+                    Ok((r.get(16)?, gate_row(r)?, r.get(15)?))
+                })?
                 .collect()
         };
         let mut rows = read(c).map_err(self.err())?;

@@ -995,8 +995,12 @@ pub trait Catalog {
     /// run's rules; how many runs were swept.
     fn sweep_overdue(&mut self, runs: &RunFilter, now: &str) -> Result<usize>;
     /// The pending gates of `runs`, each with its run's program path, oldest first (by
-    /// creation, then run, then id).
-    fn pending_gates_of(&mut self, runs: &RunFilter) -> Result<Vec<(GateRow, Option<String>)>>;
+    /// creation, then run, then id); at most `limit`.
+    fn pending_gates_of(
+        &mut self,
+        runs: &RunFilter,
+        limit: Option<i64>,
+    ) -> Result<Vec<(GateRow, Option<String>)>>;
     /// The summaries of `runs`, newest first; of one status, started at or after `since`, and
     /// at most `limit`.
     fn summaries_of(
@@ -1020,11 +1024,12 @@ pub trait Catalog {
 /// What a server's tables answer beyond a catalog: every gate and every audit row.
 pub trait ServerCatalog: Catalog {
     /// The gates of `runs`, of one status or all, each with its run's program path, oldest
-    /// first.
+    /// first; at most `limit`.
     fn gates_of(
         &mut self,
         runs: &RunFilter,
         status: Option<&str>,
+        limit: Option<i64>,
     ) -> Result<Vec<(GateRow, Option<String>)>>;
     /// The ids of `runs`, in order.
     fn ids_of(&mut self, runs: &RunFilter) -> Result<Vec<String>>;

@@ -960,6 +960,15 @@ impl Tx for SqliteTx<'_> {
         // commit. Unreadable ones leave the ticket: the next listing reads the run again.
         let facts = ticket.and_then(|_| super::catalog::read_facts(&tx).ok());
         tx.commit().map_err(|e| db_error(e, path, busy_ms))?;
+        if ticket.is_some() {
+            // Fault injection for the tests: a pause between the run's commit and the
+            // catalog's update, where a SIGKILL leaves the ticket behind.
+            if let Some(ms) = std::env::var_os("PROSE_STATE_TEST_CATALOG_PAUSE_MS")
+                .and_then(|v| v.to_str()?.parse::<u64>().ok())
+            {
+                std::thread::sleep(std::time::Duration::from_millis(ms));
+            }
+        }
         if let (Some(ticket), Some(facts), Some(link)) = (ticket, facts, link) {
             link.apply(ticket, &facts);
         }

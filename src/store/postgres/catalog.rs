@@ -39,8 +39,12 @@ impl Catalog for PgStore {
         Ok(swept)
     }
 
-    fn pending_gates_of(&mut self, runs: &RunFilter) -> Result<Vec<(GateRow, Option<String>)>> {
-        self.gates_of(runs, Some("pending"))
+    fn pending_gates_of(
+        &mut self,
+        runs: &RunFilter,
+        limit: Option<i64>,
+    ) -> Result<Vec<(GateRow, Option<String>)>> {
+        self.gates_of(runs, Some("pending"), limit)
     }
 
     fn runs_of(&mut self, runs: &RunFilter, now: &str) -> Result<Vec<(String, RunSummary)>> {
@@ -110,6 +114,7 @@ impl ServerCatalog for PgStore {
         &mut self,
         runs: &RunFilter,
         status: Option<&str>,
+        limit: Option<i64>,
     ) -> Result<Vec<(GateRow, Option<String>)>> {
         let rows = self
             .client
@@ -119,9 +124,10 @@ impl ServerCatalog for PgStore {
                      FROM openprose.gates g JOIN openprose.run r ON r.id = g.run_id
                      WHERE ($1::text[] IS NULL OR g.run_id = ANY($1)) AND NOT g.run_id = ANY($3)
                        AND ($2::text IS NULL OR g.status = $2)
-                     ORDER BY g.created_at, g.run_id, g.id"
+                     ORDER BY g.created_at, g.run_id, g.id
+                     LIMIT $4"
                 ),
-                &[&runs.only, &status, &runs.except],
+                &[&runs.only, &status, &runs.except, &limit],
             )
             .map_err(self.err())?;
         Ok(rows.iter().map(|r| (gate_row(r), r.get(15))).collect())

@@ -1,0 +1,453 @@
+//! Cross-run listings from the project catalog (SQLite) and from single queries (PostgreSQL):
+//! what they list must be what reading every run alone (`--scan`) lists, under concurrent
+//! gate decisions and timeouts, with writers SIGKILLed between their run's commit and the
+//! catalog's update, after raw SQL behind prose-state's back, and with the catalog deleted,
+//! corrupt or of another version.
+
+use crate::common::*;
+use rand::Rng;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+on_both!(listings_equal_every_run_read_alone_under_concurrent_decisions,);
+
+/// A listing's JSON with what depends on the second it ran in (time left) taken out.
+fn listing(p: &Project, args: &[&str]) -> serde_json::Value {
+    let a = p.cmd().arg("--json").args(args).assert().success();
+    let mut v = stdout_json(&a);
+    for row in v.as_array_mut().unwrap() {
+        row.as_object_mut().unwrap().remove("time_left_seconds");
+    }
+    v
+}
+
+fn spawn(p: &Project, script: &str) -> Child {
+    sh(p.root(), script)
+        .env("BIN", BIN)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// 50 runs; gates created, approved, rejected and timing out from concurrent processes while
+/// others list; afterwards the listings equal what every run read alone says.
+fn listings_equal_every_run_read_alone_under_concurrent_decisions(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let runs: Vec<Run> = (0..50).map(|_| p.init()).collect();
+    for (i, run) in runs.iter().enumerate() {
+        for (gate, timeout) in [
+            ("a", None),
+            ("b", (i % 3 == 0).then_some("2s")),
+            ("c", None),
+        ] {
+            let mut cmd = run.cmd();
+            cmd.args(["gates", "create", gate, "--prompt", "Ship it?"]);
+            if let Some(t) = timeout {
+                cmd.args(["--timeout", t]);
+            }
+            cmd.assert().success();
+        }
+    }
+    let started = Instant::now();
+    // The first listing builds the catalog; every change after it goes through it.
+    listing(&p, &["gates"]);
+    let mut children = Vec::new();
+    for w in 0..10 {
+        let mut script = String::new();
+        for (i, run) in runs.iter().enumerate().filter(|(i, _)| i % 10 == w) {
+            let id = &run.id;
+            if i % 2 == 0 {
+                script += &format!(
+                    "\"$BIN\" approve {id} a --yes --as alice || echo FAIL approve {id} >&2\n"
+                );
+            }
+            if i % 5 == 0 {
+                script += &format!(
+                    "\"$BIN\" reject {id} c --reason no --yes --as bob || echo FAIL reject {id} >&2\n"
+                );
+            }
+            script += &format!(
+                "\"$BIN\" --run {id} gates create d --prompt 'And this?' || echo FAIL create {id} >&2\n"
+            );
+            if i % 7 == 0 {
+                script += &format!(
+                    "\"$BIN\" --run {id} finish --status failed || echo FAIL finish {id} >&2\n"
+                );
+            }
+        }
+        children.push(spawn(&p, &script));
+    }
+    // Listings meanwhile (they sweep and repair as they go).
+    for _ in 0..2 {
+        children.push(spawn(
+            &p,
+            "for i in 1 2 3 4 5 6; do \"$BIN\" --json gates >/dev/null || echo FAIL list >&2; \"$BIN\" --json runs >/dev/null || echo FAIL runs >&2; done",
+        ));
+    }
+    let mut failures = String::new();
+    for c in children {
+        failures += &String::from_utf8_lossy(&c.wait_with_output().unwrap().stderr);
+    }
+    assert_eq!(failures, "", "failed commands");
+    // Past every deadline: the `b` gates time out on the next listing.
+    if let Some(left) = Duration::from_millis(2500).checked_sub(started.elapsed()) {
+        std::thread::sleep(left);
+    }
+    let gates = listing(&p, &["gates"]);
+    let scanned = listing(&p, &["gates", "--scan"]);
+    assert_eq!(
+        gates, scanned,
+        "the catalog's pending gates are every run's"
+    );
+    // The database itself: every pending gate of every run, and nothing else.
+    let mut truth = 0;
+    for run in &runs {
+        truth += count_rows(&p, run, "gates", "status = 'pending'");
+    }
+    assert_eq!(gates.as_array().unwrap().len() as i64, truth);
+    // a: 25 approved of 50; b: all 17 timed out; c: 10 rejected; d: 50 created.
+    assert_eq!(truth, 25 + 33 + 40 + 50);
+    assert_eq!(
+        listing(&p, &["runs", "--limit", "100"]),
+        listing(&p, &["runs", "--limit", "100", "--scan"])
+    );
+    assert_eq!(
+        listing(&p, &["runs", "--status", "failed"])
+            .as_array()
+            .unwrap()
+            .len(),
+        8
+    );
+    if b == Backend::Sqlite {
+        let c = rusqlite::Connection::open(p.root().join(".prose/catalog.db")).unwrap();
+        let left: i64 = c
+            .query_row(
+                "SELECT (SELECT COUNT(*) FROM tickets) + (SELECT COUNT(*) FROM runs WHERE stale <> 0)",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(left, 0, "no ticket or stale row left behind");
+    }
+}
+
+fn catalog(p: &Project) -> rusqlite::Connection {
+    rusqlite::Connection::open(p.root().join(".prose/catalog.db")).unwrap()
+}
+
+fn tickets(p: &Project) -> i64 {
+    catalog(p)
+        .query_row("SELECT COUNT(*) FROM tickets", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// Waits (bounded) until `done` holds.
+fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(20), "never: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn gate_ids(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            format!(
+                "{}/{}",
+                g["run_id"].as_str().unwrap(),
+                g["id"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+/// A writer SIGKILLed after its run's commit and before its catalog update leaves its ticket:
+/// the next listing reads that run again, and lists what the run holds.
+#[test]
+fn a_writer_killed_between_its_commit_and_the_catalog_update_is_repaired() {
+    let p = Project::new();
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "keep", "--prompt", "Keep?"])
+        .assert()
+        .success();
+    assert_eq!(gate_ids(&listing(&p, &["gates"])).len(), 1);
+    let paused = |args: &[&str]| {
+        let mut c = run.std_cmd();
+        c.args(args)
+            .env("PROSE_STATE_TEST_CATALOG_PAUSE_MS", "20000")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        c.spawn().unwrap()
+    };
+    // A gate created: committed in the run, killed before the catalog knows.
+    let mut child = paused(&["gates", "create", "late", "--prompt", "Late?"]);
+    until("the gate is in the run", || {
+        count_rows(&p, &run, "gates", "id = 'late'") == 1
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(tickets(&p), 1, "the dead writer's ticket is left");
+    let listed = gate_ids(&listing(&p, &["gates"]));
+    assert!(listed.contains(&format!("{}/late", run.id)), "{listed:?}");
+    assert_eq!(tickets(&p), 0);
+    // A gate approved: the catalog still has it pending until the listing repairs it.
+    let mut child = paused(&["approve", &run.id, "keep", "--yes", "--as", "alice"]);
+    until("the gate is approved in the run", || {
+        count_rows(&p, &run, "gates", "id = 'keep' AND status = 'approved'") == 1
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let kept: i64 = catalog(&p)
+        .query_row("SELECT COUNT(*) FROM gates WHERE id = 'keep'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(kept, 1, "the catalog was not told");
+    assert_eq!(
+        gate_ids(&listing(&p, &["gates"])),
+        vec![format!("{}/late", run.id)]
+    );
+    // `finish` killed the same way: `runs --status` pages from the catalog, repaired first.
+    let mut child = paused(&["finish", "--status", "failed"]);
+    until("the run is finished", || {
+        count_rows(&p, &run, "run", "status = 'failed'") == 1
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let done = listing(&p, &["runs", "--status", "failed"]);
+    assert_eq!(done.as_array().unwrap().len(), 1);
+}
+
+/// Gate writes SIGKILLed at random moments of their lives, hundreds of times (bounded in
+/// time): afterwards the listings equal every run read alone, and no ticket is left.
+#[test]
+fn gate_writes_killed_at_random_moments_never_mislead_a_listing() {
+    let p = Project::new();
+    let runs: Vec<Run> = (0..5).map(|_| p.init()).collect();
+    let mut rng = rand::rng();
+    let start = Instant::now();
+    let mut kills = 0;
+    let mut i = 0;
+    while i < 300 && start.elapsed() < Duration::from_secs(25) {
+        i += 1;
+        let run = &runs[rng.random_range(0..runs.len())];
+        let gate = format!("g{}", rng.random_range(0..6));
+        let args: Vec<String> = match rng.random_range(0..4) {
+            0 | 1 => vec![
+                "--run".into(),
+                run.id.clone(),
+                "gates".into(),
+                "create".into(),
+                gate,
+                "--prompt".into(),
+                "Go?".into(),
+            ],
+            2 => vec![
+                "approve".into(),
+                run.id.clone(),
+                gate,
+                "--yes".into(),
+                "--as".into(),
+                "alice".into(),
+            ],
+            _ => vec![
+                "reject".into(),
+                run.id.clone(),
+                gate,
+                "--reason".into(),
+                "no".into(),
+                "--yes".into(),
+                "--as".into(),
+                "bob".into(),
+            ],
+        };
+        let mut child = std::process::Command::new(BIN)
+            .current_dir(p.root())
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_micros(rng.random_range(0..25_000)));
+        if child.try_wait().unwrap().is_none() {
+            kills += 1;
+        }
+        let _ = child.kill();
+        child.wait().unwrap();
+        if i % 50 == 0 {
+            // A listing now and then: it builds the catalog, then repairs as it goes.
+            assert_eq!(listing(&p, &["gates"]), listing(&p, &["gates", "--scan"]));
+        }
+    }
+    assert!(kills > 0, "no command was killed mid-way");
+    assert_eq!(listing(&p, &["gates"]), listing(&p, &["gates", "--scan"]));
+    assert_eq!(
+        listing(&p, &["gates"]),
+        listing(&p, &["gates"]),
+        "a second listing agrees"
+    );
+    assert_eq!(tickets(&p), 0);
+}
+
+/// Raw SQL behind prose-state's back, runs made by raw sqlite3, and a catalog deleted,
+/// corrupt or of another version: listings stay true, `--scan` and `doctor` pick up what the
+/// catalog could not see.
+#[test]
+fn the_catalog_is_never_the_truth() {
+    let p = Project::new();
+    let (r1, r2) = (p.init(), p.init());
+    r1.cmd()
+        .args(["gates", "create", "one", "--prompt", "One?"])
+        .assert()
+        .success();
+    assert_eq!(gate_ids(&listing(&p, &["gates"])).len(), 1);
+    // A gate written by raw SQL into a run the catalog shows nothing of: found by doctor,
+    // which reads the row again (nothing of the run changes).
+    let insert = "INSERT INTO gates (id, run_id, prompt, allow, status, created_at)
+                  VALUES ('raw', (SELECT id FROM run), 'Raw?', '[\"user\"]', 'pending', datetime('now'))";
+    r2.conn().execute(insert, []).unwrap();
+    let before = r2.snapshot();
+    let a = p.cmd().args(["doctor"]).assert().success();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    assert!(
+        out.contains(&format!(
+            "{}: catalog: the catalog says 0 pending gates, the run 1 (fixed)",
+            r2.id
+        )),
+        "{out}"
+    );
+    assert_eq!(r2.snapshot(), before, "doctor changed nothing of the run");
+    assert_eq!(gate_ids(&listing(&p, &["gates"])).len(), 2);
+    // Another, found by --scan, which brings the catalog up to date too.
+    r2.conn()
+        .execute(&insert.replace("'raw'", "'raw2'"), [])
+        .unwrap();
+    assert_eq!(gate_ids(&listing(&p, &["gates", "--scan"])).len(), 3);
+    assert_eq!(gate_ids(&listing(&p, &["gates"])).len(), 3);
+    // A run shown whose files changed is read again: a gate deleted by raw SQL goes.
+    r1.conn()
+        .execute("DELETE FROM gates WHERE id = 'one'", [])
+        .unwrap();
+    assert_eq!(gate_ids(&listing(&p, &["gates"])).len(), 2);
+    // A run made by raw sqlite3 as the spec's agents make one: noticed as new.
+    let raw = p.root().join(".prose/runs/20260116-143052-a7b3c9");
+    std::fs::create_dir_all(&raw).unwrap();
+    std::fs::copy(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v0-raw-sqlite3.db"),
+        raw.join("state.db"),
+    )
+    .unwrap();
+    let runs = listing(&p, &["runs"]);
+    assert!(
+        runs.as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["id"] == "20260116-143052-a7b3c9"),
+        "{runs}"
+    );
+    let all = listing(&p, &["gates", "--status", "all"]);
+    assert!(gate_ids(&all).contains(&"20260116-143052-a7b3c9/production_deploy".to_string()));
+    assert_eq!(listing(&p, &["gates"]), listing(&p, &["gates", "--scan"]));
+    let want = listing(&p, &["gates"]);
+    // Deleted: rebuilt from the runs.
+    for f in ["catalog.db", "catalog.db-wal", "catalog.db-shm"] {
+        let _ = std::fs::remove_file(p.root().join(".prose").join(f));
+    }
+    assert_eq!(listing(&p, &["gates"]), want);
+    // Corrupt: moved aside and rebuilt.
+    for f in ["catalog.db-wal", "catalog.db-shm"] {
+        let _ = std::fs::remove_file(p.root().join(".prose").join(f));
+    }
+    std::fs::write(p.root().join(".prose/catalog.db"), vec![0x5a; 8192]).unwrap();
+    assert_eq!(listing(&p, &["gates"]), want);
+    let aside = std::fs::read_dir(p.root().join(".prose"))
+        .unwrap()
+        .flatten()
+        .any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("catalog.db.corrupt-")
+        });
+    assert!(aside, "the corrupt catalog is kept aside");
+    // Of a newer version: left alone, every run visited; a writer that cannot take its
+    // ticket there leaves the stale mark, and once the catalog is usable again every row is
+    // read again.
+    catalog(&p).pragma_update(None, "user_version", 99).unwrap();
+    r2.cmd()
+        .args(["approve", &r2.id, "raw", "--yes", "--as", "alice"])
+        .assert()
+        .success();
+    assert!(p.root().join(".prose/catalog.stale").exists());
+    let a = p.cmd().args(["--json", "gates"]).assert().success();
+    assert!(stderr(&a).contains("newer prose-state"), "{}", stderr(&a));
+    assert_eq!(
+        gate_ids(&stdout_json(&a)).len(),
+        want.as_array().unwrap().len() - 1
+    );
+    catalog(&p).pragma_update(None, "user_version", 1).unwrap();
+    assert_eq!(listing(&p, &["gates"]), listing(&p, &["gates", "--scan"]));
+    assert!(!p.root().join(".prose/catalog.stale").exists());
+    // doctor --fix builds it anew; a healthy project says so.
+    p.cmd().args(["doctor", "--fix"]).assert();
+    let a = p.cmd().args(["doctor"]).assert();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    assert!(!out.contains("catalog"), "{out}");
+}
+
+/// A run replaced by `import --replace` is read again into the catalog; pruned runs leave it.
+#[test]
+fn replaced_and_pruned_runs_leave_the_catalog_true() {
+    let p = Project::new();
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "old", "--prompt", "Old?"])
+        .assert()
+        .success();
+    let copy = p.root().join("copy");
+    run.cmd()
+        .args(["export", "--run", &run.id, "-o"])
+        .arg(&copy)
+        .assert()
+        .success();
+    assert_eq!(gate_ids(&listing(&p, &["gates"])).len(), 1);
+    run.cmd()
+        .args(["approve", &run.id, "old", "--yes", "--as", "alice"])
+        .assert()
+        .success();
+    assert_eq!(gate_ids(&listing(&p, &["gates"])).len(), 0);
+    // The exported copy (gate pending) replaces the run: listed pending again.
+    p.cmd()
+        .args(["import", "--replace"])
+        .arg(&copy)
+        .assert()
+        .success();
+    assert_eq!(listing(&p, &["gates"]), listing(&p, &["gates", "--scan"]));
+    assert_eq!(gate_ids(&listing(&p, &["gates"])).len(), 1);
+    // Finished and pruned: gone from the catalog.
+    run.cmd()
+        .args(["approve", &run.id, "old", "--yes", "--as", "alice"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["finish", "--status", "completed"])
+        .assert()
+        .success();
+    p.cmd()
+        .args(["prune", "--keep-days", "0", "--keep-n", "0", "--yes"])
+        .assert()
+        .success();
+    assert!(!run.dir.exists());
+    let left: i64 = catalog(&p)
+        .query_row("SELECT COUNT(*) FROM runs", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(left, 0);
+    assert_eq!(listing(&p, &["runs"]).as_array().unwrap().len(), 0);
+}
