@@ -396,7 +396,7 @@ fn the_catalog_is_never_the_truth() {
     assert_eq!(listing(&p, &["gates"]), listing(&p, &["gates", "--scan"]));
     assert!(!p.root().join(".prose/catalog.stale").exists());
     // doctor --fix builds it anew; a healthy project says so.
-    p.cmd().args(["doctor", "--fix"]).assert();
+    let _ = p.cmd().args(["doctor", "--fix"]).assert();
     let a = p.cmd().args(["doctor"]).assert();
     let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
     assert!(!out.contains("catalog"), "{out}");
