@@ -768,6 +768,15 @@ fn catalog_postgres(root: &Path, sizes: &[usize], calls: usize, rows: &mut Vec<R
                 })
                 .collect(),
         );
+        let gates50 = median(
+            (0..calls)
+                .map(|_| {
+                    let (d, ok) = timed(&mut run_cmd(&["--json", "gates", "--limit", "50"]));
+                    assert!(ok, "gates --limit failed");
+                    d
+                })
+                .collect(),
+        );
         let runs = median(
             (0..calls)
                 .map(|_| {
@@ -806,6 +815,16 @@ fn catalog_postgres(root: &Path, sizes: &[usize], calls: usize, rows: &mut Vec<R
         });
         rows.push(Row {
             what: format!(
+                "`gates --json --limit 50` across {n} runs on PostgreSQL, median of {calls}"
+            ),
+            ours: ms(gates50),
+            raw: "".into(),
+            ratio: "".into(),
+            target: "≤ 100 ms at 100,000".into(),
+            met: met(gates50).into(),
+        });
+        rows.push(Row {
+            what: format!(
                 "`runs --limit 50 --json` across {n} runs on PostgreSQL, median of {calls}"
             ),
             ours: ms(runs),
@@ -815,6 +834,211 @@ fn catalog_postgres(root: &Path, sizes: &[usize], calls: usize, rows: &mut Vec<R
             met: met(runs).into(),
         });
     }
+}
+
+/// A command of the project at `root`, timed `calls` times; the median.
+fn median_of(root: &Path, args: &[&str], calls: usize) -> Duration {
+    median(
+        (0..calls)
+            .map(|_| {
+                let mut c = Command::new(BIN);
+                c.current_dir(root).env("PROSE_ROOT", root).args(args);
+                let (d, ok) = timed(&mut c);
+                assert!(ok, "{args:?} failed");
+                d
+            })
+            .collect(),
+    )
+}
+
+/// A row of the catalog groups: a time against the 100 ms target at 100,000 runs.
+fn catalog_row(what: String, ours: Duration, raw: String, ratio: String, n: usize) -> Row {
+    let met = if n < 100_000 || ours <= Duration::from_millis(100) {
+        "yes"
+    } else {
+        "no"
+    };
+    Row {
+        what,
+        ours: ms(ours),
+        raw,
+        ratio,
+        target: "≤ 100 ms at 100,000".into(),
+        met: met.into(),
+    }
+}
+
+/// `gates` and `runs --limit 50` across `n` SQLite runs, each with a pending gate, read from
+/// the project catalog; against every run visited (the path before the catalog, which a
+/// catalog of a newer version falls back to) up to 10,000 runs. The runs are copies of one
+/// run made by the binary, each given its own id through SQLite (not `n` processes); the
+/// catalog is built by the first listing, which is timed too.
+fn catalog_sqlite(root: &Path, sizes: &[usize], calls: usize, rows: &mut Vec<Row>) {
+    for &n in sizes {
+        let project = root.join(format!("catalog-{n}"));
+        std::fs::create_dir_all(&project).unwrap();
+        let template = init(&project, "template");
+        let ok = prose(&project, "template")
+            .args([
+                "gates",
+                "create",
+                "approve",
+                "--prompt",
+                "Ship it?",
+                "--timeout",
+                "1d",
+            ])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        let ok = prose(&project, "template")
+            .args(["checkpoint"])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        let bytes = std::fs::read(&template).unwrap();
+        std::fs::remove_dir_all(template.parent().unwrap()).unwrap();
+        let runs = project.join(".prose/runs");
+        let made = Instant::now();
+        std::thread::scope(|s| {
+            for part in 0..2 {
+                let (runs, bytes) = (&runs, &bytes);
+                s.spawn(move || {
+                    for i in (0..n).filter(|i| i % 2 == part) {
+                        let id = format!("r{i:07}");
+                        let dir = runs.join(&id);
+                        std::fs::create_dir_all(dir.join("attachments")).unwrap();
+                        let db = dir.join("state.db");
+                        std::fs::write(&db, bytes).unwrap();
+                        let c = rusqlite::Connection::open(&db).unwrap();
+                        c.execute_batch(&format!(
+                            "PRAGMA synchronous = OFF; PRAGMA foreign_keys = OFF;
+                             UPDATE run SET id = '{id}',
+                                 started_at = datetime('now', '-{i} seconds'),
+                                 updated_at = datetime('now', '-{i} seconds');
+                             UPDATE gates SET run_id = '{id}',
+                                 created_at = datetime('now', '-{i} seconds');"
+                        ))
+                        .unwrap();
+                    }
+                });
+            }
+        });
+        eprintln!("  {n} runs made in {:.1} s", made.elapsed().as_secs_f64());
+        // The catalog from nothing: every run read once.
+        let build = median_of(&project, &["--json", "gates", "--limit", "1"], 1);
+        rows.push(Row {
+            what: format!(
+                "the SQLite project catalog built from nothing, {n} runs (the first listing)"
+            ),
+            ours: ms(build),
+            raw: "".into(),
+            ratio: "".into(),
+            target: "".into(),
+            met: "".into(),
+        });
+        let gates = median_of(&project, &["--json", "gates"], calls);
+        let gates50 = median_of(&project, &["--json", "gates", "--limit", "50"], calls);
+        let runs50 = median_of(&project, &["--json", "runs", "--limit", "50"], calls);
+        // Every run visited, as before the catalog: a catalog of a newer version is left
+        // alone and every run read one by one.
+        let (scan_gates, scan_runs) = if n <= 10_000 {
+            let cat = rusqlite::Connection::open(project.join(".prose/catalog.db")).unwrap();
+            cat.pragma_update(None, "user_version", 99).unwrap();
+            let g = median_of(&project, &["--json", "gates"], calls.min(3));
+            let r = median_of(&project, &["--json", "runs", "--limit", "50"], calls.min(3));
+            cat.pragma_update(None, "user_version", 1).unwrap();
+            (Some(g), Some(r))
+        } else {
+            (None, None)
+        };
+        let against = |ours: Duration, scan: Option<Duration>| match scan {
+            Some(s) => (
+                format!("{} (every run visited)", ms(s)),
+                format!("{:.3}", ours.as_secs_f64() / s.as_secs_f64()),
+            ),
+            None => ("not measured past 10,000".into(), "".into()),
+        };
+        let (raw, ratio) = against(gates, scan_gates);
+        rows.push(catalog_row(
+            format!("`gates --json` across {n} SQLite runs, one pending gate each (all {n} listed), median of {calls}"),
+            gates, raw, ratio, n,
+        ));
+        let (raw, ratio) = against(gates50, scan_gates);
+        rows.push(catalog_row(
+            format!("`gates --json --limit 50` across {n} SQLite runs, median of {calls}"),
+            gates50,
+            raw,
+            ratio,
+            n,
+        ));
+        let (raw, ratio) = against(runs50, scan_runs);
+        rows.push(catalog_row(
+            format!("`runs --json --limit 50` across {n} SQLite runs, median of {calls}"),
+            runs50,
+            raw,
+            ratio,
+            n,
+        ));
+        // A new run since: the first listing after it compares the runs directory.
+        init(&project, "zz-new");
+        let after = median_of(&project, &["--json", "gates", "--limit", "50"], 1);
+        rows.push(catalog_row(
+            format!("`gates --json --limit 50` across {n} SQLite runs, the first listing after a new run (the runs directory compared)"),
+            after, "".into(), "".into(), n,
+        ));
+        std::fs::remove_dir_all(&project).unwrap();
+    }
+}
+
+/// What the project catalog adds to a gate create and an approve: the same pairs in a project
+/// with a catalog and in one without (where a write finds no catalog to update), alternated.
+fn catalog_write_cost(root: &Path, calls: usize, rows: &mut Vec<Row>) {
+    let with = root.join("catalog-cost-with");
+    let without = root.join("catalog-cost-without");
+    for p in [&with, &without] {
+        std::fs::create_dir_all(p).unwrap();
+        init(p, "run");
+    }
+    // The catalog: made by a listing, in one project only.
+    median_of(&with, &["gates"], 1);
+    assert!(with.join(".prose/catalog.db").is_file());
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for i in 0..calls {
+        for (p, out) in [(&with, &mut a), (&without, &mut b)] {
+            let gate = format!("g{i}");
+            let start = Instant::now();
+            let ok = prose(p, "run")
+                .args(["gates", "create", &gate, "--prompt", "Go?"])
+                .stdout(Stdio::null())
+                .status()
+                .unwrap()
+                .success()
+                && prose(p, "run")
+                    .args(["approve", &gate, "--yes", "--as", "alice"])
+                    .stdout(Stdio::null())
+                    .status()
+                    .unwrap()
+                    .success();
+            assert!(ok);
+            out.push(start.elapsed() / 2);
+        }
+    }
+    assert!(!without.join(".prose/catalog.db").exists());
+    let (a, b) = (median(a), median(b));
+    let cost = a.as_secs_f64() / b.as_secs_f64() - 1.0;
+    rows.push(Row {
+        what: format!("a gate create or approve with the project catalog kept up to date, median of {calls} pairs"),
+        ours: ms(a),
+        raw: format!("{} (the same without a catalog)", ms(b)),
+        ratio: format!("{:.3} ({:+.1} %)", a.as_secs_f64() / b.as_secs_f64(), cost * 100.0),
+        target: "≤ 10 % added".into(),
+        met: if cost <= 0.10 { "yes" } else { "no" }.into(),
+    });
 }
 
 /// `gates` across `n` runs with one pending gate each, against the raw way: one `sqlite3`
@@ -1250,6 +1474,10 @@ fn main() {
         big_value_postgres(root, big_mb, &mut rows);
     }
     if wanted("catalog") {
+        eprintln!("what the catalog adds to a gate write…");
+        catalog_write_cost(root, 100, &mut rows);
+        eprintln!("cross-run listings on SQLite…");
+        catalog_sqlite(root, &[1_000, 10_000, 100_000], 5, &mut rows);
         eprintln!("cross-run listings on PostgreSQL…");
         catalog_postgres(root, &[1_000, 10_000, 100_000], 5, &mut rows);
     }
