@@ -948,10 +948,13 @@ fn catalog_sqlite(root: &Path, sizes: &[usize], calls: usize, rows: &mut Vec<Row
         // alone and every run read one by one.
         let (scan_gates, scan_runs) = if n <= 10_000 {
             let cat = rusqlite::Connection::open(project.join(".prose/catalog.db")).unwrap();
+            let version: i64 = cat
+                .query_row("PRAGMA user_version", [], |r| r.get(0))
+                .unwrap();
             cat.pragma_update(None, "user_version", 99).unwrap();
             let g = median_of(&project, &["--json", "gates"], calls.min(3));
             let r = median_of(&project, &["--json", "runs", "--limit", "50"], calls.min(3));
-            cat.pragma_update(None, "user_version", 1).unwrap();
+            cat.pragma_update(None, "user_version", version).unwrap();
             (Some(g), Some(r))
         } else {
             (None, None)

@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS catalog_runs_started ON runs(started_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS catalog_runs_stale ON runs(stale) WHERE stale <> 0;
-CREATE INDEX IF NOT EXISTS catalog_runs_kind ON runs(kind) WHERE kind <> 'sqlite';
+CREATE INDEX IF NOT EXISTS catalog_runs_odd ON runs(kind) WHERE kind <> 'sqlite';
 
 -- The pending gates of the runs above, each as its run's gates row holds it.
 CREATE TABLE IF NOT EXISTS gates (
@@ -52,10 +52,12 @@ CREATE TABLE IF NOT EXISTS gates (
     resolution_comment TEXT,
     metadata TEXT,
     instance INTEGER,
+    due TEXT,                       -- datetime(timeout_at); '' when it does not parse (counts
+                                    -- as passed: gates fail closed); NULL: no deadline
     PRIMARY KEY (run, id)
 );
 CREATE INDEX IF NOT EXISTS catalog_gates_order ON gates(created_at, run, id);
-CREATE INDEX IF NOT EXISTS catalog_gates_deadline ON gates(timeout_at) WHERE timeout_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS catalog_gates_due ON gates(due) WHERE due IS NOT NULL;
 
 -- Writes between their ticket and their catalog update (a dead writer's stays).
 CREATE TABLE IF NOT EXISTS tickets (

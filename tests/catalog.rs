@@ -380,6 +380,9 @@ fn the_catalog_is_never_the_truth() {
     // Of a newer version: left alone, every run visited; a writer that cannot take its
     // ticket there leaves the stale mark, and once the catalog is usable again every row is
     // read again.
+    let version: i64 = catalog(&p)
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
     catalog(&p).pragma_update(None, "user_version", 99).unwrap();
     r2.cmd()
         .args(["approve", &r2.id, "raw", "--yes", "--as", "alice"])
@@ -392,7 +395,9 @@ fn the_catalog_is_never_the_truth() {
         gate_ids(&stdout_json(&a)).len(),
         want.as_array().unwrap().len() - 1
     );
-    catalog(&p).pragma_update(None, "user_version", 1).unwrap();
+    catalog(&p)
+        .pragma_update(None, "user_version", version)
+        .unwrap();
     assert_eq!(listing(&p, &["gates"]), listing(&p, &["gates", "--scan"]));
     assert!(!p.root().join(".prose/catalog.stale").exists());
     // doctor --fix builds it anew; a healthy project says so.

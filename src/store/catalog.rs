@@ -24,7 +24,7 @@
 //!   rows. Writes behind the tool's back (raw `sqlite3` into an existing run) are found by
 //!   `--scan` and by `doctor`, which compare every run.
 
-use super::sqlite::{db_error, gate_row, GATE_COLUMNS, OVERDUE};
+use super::sqlite::{db_error, gate_row, GATE_COLUMNS};
 use super::{Catalog, GateRow, OpenOptions, RunFilter, RunInfo, RunSummary, Store};
 use crate::model::RunStatus;
 use anyhow::{anyhow, Result};
@@ -38,7 +38,7 @@ pub const CATALOG_FILE: &str = "catalog.db";
 /// Made by a writer that could not take its ticket: every row is read again.
 pub const STALE_FILE: &str = "catalog.stale";
 /// The catalog's format (PRAGMA user_version).
-pub const CATALOG_VERSION: i64 = 1;
+pub const CATALOG_VERSION: i64 = 3;
 const SCHEMA: &str = include_str!("../../schema/catalog.sql");
 /// A write-ahead log past this is folded in when a connection closes (see `sqlite::connect`).
 const LOG_MOST: u64 = 1024 * 1024;
@@ -230,8 +230,9 @@ fn put_facts(
     let mut insert = c.prepare_cached(
         "INSERT OR REPLACE INTO gates (run, id, run_id, execution_id, prompt, allow, timeout,
              timeout_at, on_reject, status, created_at, resolved_at, resolved_by,
-             resolution_comment, metadata, instance)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+             resolution_comment, metadata, instance, due)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                 CASE WHEN ?8 IS NULL THEN NULL ELSE IFNULL(datetime(?8), '') END)",
     )?;
     for g in &facts.pending {
         insert.execute(params![
@@ -294,8 +295,13 @@ impl Link {
                 }
             }
             let c = self.conn.as_ref().expect("opened above");
+            // The ticket is synced (the catalog is otherwise at NORMAL): after a power loss
+            // the catalog keeps every ticket whose run commit may have been kept, and the log
+            // is a prefix of its commits, so what a lost update told is told again.
+            c.execute_batch("PRAGMA synchronous = FULL")?;
             c.prepare_cached("INSERT INTO tickets (run) VALUES (?1)")?
                 .execute([&self.run])?;
+            c.execute_batch("PRAGMA synchronous = NORMAL")?;
             Ok(Some(c.last_insert_rowid()))
         })();
         match taken {
@@ -426,8 +432,10 @@ impl ProjectCatalog {
         let c = self.db().expect("checked above");
         let dirty: Vec<String> = c
             .prepare(
-                "SELECT id FROM runs WHERE stale <> 0 OR kind IN ('unreadable', 'none')
-                 UNION SELECT run FROM tickets ORDER BY 1",
+                "SELECT id FROM runs INDEXED BY catalog_runs_stale WHERE stale <> 0
+                 UNION SELECT id FROM runs INDEXED BY catalog_runs_odd
+                       WHERE kind <> 'sqlite' AND kind IN ('unreadable', 'none')
+                 UNION SELECT run FROM tickets",
             )
             .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
             .map_err(self.err())?;
@@ -664,7 +672,7 @@ impl ProjectCatalog {
         let Some(c) = self.db() else {
             return Ok(Vec::new());
         };
-        c.prepare_cached("SELECT id FROM runs WHERE kind = ?1 ORDER BY id")
+        c.prepare_cached("SELECT id FROM runs WHERE kind <> 'sqlite' AND kind = ?1 ORDER BY id")
             .and_then(|mut s| s.query_map([kind], |r| r.get(0))?.collect())
             .map_err(self.err())
     }
@@ -926,8 +934,9 @@ impl Catalog for ProjectCatalog {
         let Some(c) = self.db() else { return Ok(0) };
         let overdue: Vec<String> = c
             .prepare_cached(&format!(
-                "SELECT DISTINCT g.run FROM gates g JOIN runs r ON r.id = g.run
-                 WHERE r.kind = 'sqlite' AND g.{OVERDUE} ORDER BY g.run"
+                "SELECT DISTINCT g.run FROM gates g INDEXED BY catalog_gates_due JOIN runs r ON r.id = g.run
+                 WHERE g.due IS NOT NULL AND g.due <= datetime(?1) AND +r.kind = 'sqlite'
+                 ORDER BY g.run"
             ))
             .and_then(|mut s| s.query_map([now], |r| r.get(0))?.collect())
             .map_err(self.err())?;
@@ -961,8 +970,9 @@ impl Catalog for ProjectCatalog {
             .collect::<Vec<_>>()
             .join(", ");
         let sql = format!(
-            "SELECT {cols}, r.program_path, g.run FROM gates g JOIN runs r ON r.id = g.run
-             WHERE r.kind = 'sqlite' ORDER BY g.created_at, g.run, g.id LIMIT ?1"
+            "SELECT {cols}, r.program_path, g.run
+             FROM gates g INDEXED BY catalog_gates_order JOIN runs r ON r.id = g.run
+             WHERE +r.kind = 'sqlite' ORDER BY g.created_at, g.run, g.id LIMIT ?1"
         );
         let read = |c: &Connection| -> rusqlite::Result<Vec<(String, GateRow, Option<String>)>> {
             c.prepare_cached(&sql)?
@@ -999,7 +1009,7 @@ impl Catalog for ProjectCatalog {
         // The page from the catalog, newest first; each run of it read whole from its store.
         let read = |c: &Connection| -> rusqlite::Result<Vec<String>> {
             c.prepare_cached(
-                "SELECT id FROM runs WHERE kind = 'sqlite'
+                "SELECT id FROM runs INDEXED BY catalog_runs_started WHERE +kind = 'sqlite'
                    AND (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR started_at >= ?2)
                  ORDER BY started_at DESC, id DESC LIMIT ?3",
             )?
@@ -1026,14 +1036,14 @@ impl Catalog for ProjectCatalog {
         let Some(c) = self.db() else {
             return Ok(Vec::new());
         };
-        let sql = format!(
-            "SELECT r.id, r.run_id, r.program_path, r.status, r.started_at, r.updated_at,
+        let sql = "SELECT r.id, r.run_id, r.program_path, r.status, r.started_at, r.updated_at,
                     r.error_message,
-                    (SELECT COUNT(*) FROM gates g WHERE g.run = r.id AND NOT (g.{OVERDUE}))
-             FROM runs r WHERE r.kind = 'sqlite' ORDER BY r.started_at DESC, r.id DESC"
-        );
+                    (SELECT COUNT(*) FROM gates g WHERE g.run = r.id
+                       AND NOT (g.due IS NOT NULL AND g.due <= datetime(?1)))
+             FROM runs r INDEXED BY catalog_runs_started WHERE +r.kind = 'sqlite'
+             ORDER BY r.started_at DESC, r.id DESC";
         let read = |c: &Connection| -> rusqlite::Result<Vec<(String, RunSummary)>> {
-            c.prepare_cached(&sql)?
+            c.prepare_cached(sql)?
                 .query_map([now], |r| {
                     Ok((
                         r.get(0)?,
