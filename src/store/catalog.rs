@@ -933,11 +933,12 @@ impl Catalog for ProjectCatalog {
     fn sweep_overdue(&mut self, runs: &RunFilter, now: &str) -> Result<usize> {
         let Some(c) = self.db() else { return Ok(0) };
         let overdue: Vec<String> = c
-            .prepare_cached(&format!(
-                "SELECT DISTINCT g.run FROM gates g INDEXED BY catalog_gates_due JOIN runs r ON r.id = g.run
+            .prepare_cached(
+                "SELECT DISTINCT g.run
+                 FROM gates g INDEXED BY catalog_gates_due JOIN runs r ON r.id = g.run
                  WHERE g.due IS NOT NULL AND g.due <= datetime(?1) AND +r.kind = 'sqlite'
-                 ORDER BY g.run"
-            ))
+                 ORDER BY g.run",
+            )
             .and_then(|mut s| s.query_map([now], |r| r.get(0))?.collect())
             .map_err(self.err())?;
         let mut swept = 0;
