@@ -66,6 +66,8 @@ CREATE TABLE IF NOT EXISTS tickets (
 );
 CREATE INDEX IF NOT EXISTS catalog_tickets_run ON tickets(run);
 
+-- boot_id: the machine's boot when the catalog was last read: on another boot (a power loss
+-- may have taken the last commits, at synchronous = NORMAL) every run's files are compared.
 -- runs_mtime: the runs directory's modification time when its entries were last compared
 -- with the rows above (kept only once it is a few seconds old, so that a run made in the
 -- same clock tick is never missed).

@@ -337,6 +337,25 @@ fn the_catalog_is_never_the_truth() {
         .execute("DELETE FROM gates WHERE id = 'one'", [])
         .unwrap();
     assert_eq!(gate_ids(&listing(&p, &["gates"])).len(), 2);
+    // A commit the catalog never heard of (as when a reboot takes the catalog's last
+    // commits, tickets with them): unseen in a run with nothing shown, until the catalog
+    // finds itself on another boot, and compares every run's files.
+    r1.conn()
+        .execute(&insert.replace("'raw'", "'lost'"), [])
+        .unwrap();
+    assert_eq!(gate_ids(&listing(&p, &["gates"])).len(), 2);
+    catalog(&p)
+        .execute(
+            "UPDATE meta SET value = 'an earlier boot' WHERE key = 'boot_id'",
+            [],
+        )
+        .unwrap();
+    let after = gate_ids(&listing(&p, &["gates"]));
+    assert!(after.contains(&format!("{}/lost", r1.id)), "{after:?}");
+    r1.conn()
+        .execute("DELETE FROM gates WHERE id = 'lost'", [])
+        .unwrap();
+    assert_eq!(gate_ids(&listing(&p, &["gates"])).len(), 2);
     // A run made by raw sqlite3 as the spec's agents make one: noticed as new.
     let raw = p.root().join(".prose/runs/20260116-143052-a7b3c9");
     std::fs::create_dir_all(&raw).unwrap();

@@ -41,7 +41,7 @@ pub const STALE_FILE: &str = "catalog.stale";
 pub const CATALOG_VERSION: i64 = 3;
 const SCHEMA: &str = include_str!("../../schema/catalog.sql");
 /// A write-ahead log past this is folded in when a connection closes (see `sqlite::connect`).
-const LOG_MOST: u64 = 1024 * 1024;
+const LOG_MOST: u64 = 256 * 1024;
 /// The runs directory's modification time is trusted only once it is this old: a run made
 /// in the same clock tick as the comparison would leave it unchanged.
 const SETTLED: Duration = Duration::from_secs(3);
@@ -295,13 +295,8 @@ impl Link {
                 }
             }
             let c = self.conn.as_ref().expect("opened above");
-            // The ticket is synced (the catalog is otherwise at NORMAL): after a power loss
-            // the catalog keeps every ticket whose run commit may have been kept, and the log
-            // is a prefix of its commits, so what a lost update told is told again.
-            c.execute_batch("PRAGMA synchronous = FULL")?;
             c.prepare_cached("INSERT INTO tickets (run) VALUES (?1)")?
                 .execute([&self.run])?;
-            c.execute_batch("PRAGMA synchronous = NORMAL")?;
             Ok(Some(c.last_insert_rowid()))
         })();
         match taken {
@@ -419,6 +414,20 @@ impl ProjectCatalog {
         let Some(c) = self.db() else { return Ok(()) };
         let err = self.err();
         let stale = self.prose.join(STALE_FILE);
+        // After a reboot the catalog's last commits may be gone (synchronous = NORMAL keeps a
+        // prefix of them), tickets with them; a run whose commit was kept has changed its
+        // files since its facts were read: every run's files are compared (a stat each, not
+        // an open), and those that changed are read again.
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|b| b.trim().to_string())
+            .unwrap_or_default();
+        let booted: Option<String> = c
+            .query_row("SELECT value FROM meta WHERE key = 'boot_id'", [], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(&err)?;
+        let rebooted = booted.as_deref() != Some(boot.as_str());
         if full || stale.exists() {
             // Every row, then the mark: a writer that makes it again after this is read by
             // the next listing (it holds its run's lock until its commit, and the repairs
@@ -428,6 +437,22 @@ impl ProjectCatalog {
             let _ = std::fs::remove_file(&stale);
         }
         drop(err);
+        if rebooted {
+            let ids: Vec<String> = self
+                .db()
+                .expect("checked above")
+                .prepare("SELECT id FROM runs WHERE +kind = 'sqlite'")
+                .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+                .map_err(self.err())?;
+            self.fresh(&ids)?;
+            self.db()
+                .expect("checked above")
+                .execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('boot_id', ?1)",
+                    [&boot],
+                )
+                .map_err(self.err())?;
+        }
         self.reconcile(full)?;
         let c = self.db().expect("checked above");
         let dirty: Vec<String> = c
