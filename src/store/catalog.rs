@@ -24,7 +24,7 @@
 //!   rows. Writes behind the tool's back (raw `sqlite3` into an existing run) are found by
 //!   `--scan` and by `doctor`, which compare every run.
 
-use super::sqlite::{db_error, gate_row, GATE_COLUMNS};
+use super::sqlite::{db_error, gate_row, run_info_at, GATE_COLUMNS};
 use super::{Catalog, GateRow, OpenOptions, RunFilter, RunInfo, RunSummary, Store};
 use crate::model::RunStatus;
 use anyhow::{anyhow, Result};
@@ -59,18 +59,7 @@ pub(super) fn read_facts(c: &Connection) -> rusqlite::Result<Facts> {
         .query_row(
             "SELECT id, program_path, status, started_at, updated_at, error_message FROM run LIMIT 1",
             [],
-            |r| {
-                Ok((
-                    RunInfo {
-                        id: r.get(0)?,
-                        program_path: r.get(1)?,
-                        status: r.get::<_, Option<String>>(2)?.as_deref().map(RunStatus::parse),
-                        started_at: r.get(3)?,
-                        updated_at: r.get(4)?,
-                    },
-                    r.get(5)?,
-                ))
-            },
+            |r| Ok((run_info_at(r, 0)?, r.get(5)?)),
         )
         .optional()?;
     let pending = c
@@ -337,12 +326,6 @@ impl Drop for Link {
     }
 }
 
-/// A row of the catalog, for the reader.
-struct Row {
-    id: String,
-    kind: String,
-}
-
 /// The reader's side: a project's catalog, brought up to date for a listing.
 pub struct ProjectCatalog {
     conn: Option<Connection>,
@@ -371,24 +354,20 @@ impl ProjectCatalog {
         let prose = runs_dir
             .parent()
             .map_or_else(|| PathBuf::from(".prose"), Path::to_path_buf);
-        if !runs_dir.is_dir() {
-            // No runs: nothing to catalog, and no directory to make.
-            return Ok(Some(ProjectCatalog {
-                conn: None,
-                prose,
-                runs_dir: runs_dir.to_path_buf(),
-                opts,
-                problems: Vec::new(),
-                unswept: HashSet::new(),
-            }));
-        }
-        let Some(conn) = open_db(&prose, opts.busy_timeout, true)
-            .map_err(|e| e.context(format!("catalog: {}", prose.join(CATALOG_FILE).display())))?
-        else {
-            return Ok(None);
+        // No runs: nothing to catalog, and no directory to make.
+        let conn = if runs_dir.is_dir() {
+            let opened = open_db(&prose, opts.busy_timeout, true).map_err(|e| {
+                e.context(format!("catalog: {}", prose.join(CATALOG_FILE).display()))
+            })?;
+            match opened {
+                Some(c) => Some(c),
+                None => return Ok(None),
+            }
+        } else {
+            None
         };
         Ok(Some(ProjectCatalog {
-            conn: Some(conn),
+            conn,
             prose,
             runs_dir: runs_dir.to_path_buf(),
             opts,
@@ -719,19 +698,12 @@ impl ProjectCatalog {
                 .collect(),
             Err(_) => Vec::new(),
         };
-        let rows: HashMap<String, Row> = c
+        // Each row's kind, by run.
+        let rows: HashMap<String, String> = c
             .prepare("SELECT id, kind FROM runs")
             .and_then(|mut s| {
-                s.query_map([], |r| {
-                    Ok((
-                        r.get::<_, String>(0)?,
-                        Row {
-                            id: r.get(0)?,
-                            kind: r.get(1)?,
-                        },
-                    ))
-                })?
-                .collect::<rusqlite::Result<_>>()
+                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<rusqlite::Result<_>>()
             })
             .map_err(self.err())?;
         let dirty: HashSet<String> = c
@@ -744,12 +716,12 @@ impl ProjectCatalog {
                 continue;
             }
             out.runs += 1;
-            let Some(row) = rows.get(name) else {
+            let Some(kind) = rows.get(name) else {
                 out.differences
                     .push((name.clone(), "not in the catalog".into()));
                 continue;
             };
-            if row.kind != "sqlite" || dirty.contains(&row.id) {
+            if kind != "sqlite" || dirty.contains(name) {
                 // Read again by the next listing.
                 continue;
             }
@@ -763,8 +735,8 @@ impl ProjectCatalog {
                     .push((name.clone(), format!("the catalog says {why}")));
             }
         }
-        for (id, row) in &rows {
-            if row.kind == "sqlite" && !names.contains(id) {
+        for (id, kind) in &rows {
+            if kind == "sqlite" && !names.contains(id) {
                 out.differences
                     .push((id.clone(), "in the catalog, but not under the runs".into()));
             }
@@ -781,21 +753,7 @@ impl ProjectCatalog {
                 "SELECT run_id, program_path, status, started_at, updated_at, error_message
                  FROM runs WHERE id = ?1 AND run_id IS NOT NULL",
                 [id],
-                |r| {
-                    Ok((
-                        RunInfo {
-                            id: r.get(0)?,
-                            program_path: r.get(1)?,
-                            status: r
-                                .get::<_, Option<String>>(2)?
-                                .as_deref()
-                                .map(RunStatus::parse),
-                            started_at: r.get(3)?,
-                            updated_at: r.get(4)?,
-                        },
-                        r.get(5)?,
-                    ))
-                },
+                |r| Ok((run_info_at(r, 0)?, r.get(5)?)),
             )
             .optional()
             .map_err(self.err())?;
@@ -1062,7 +1020,7 @@ impl Catalog for ProjectCatalog {
         let Some(c) = self.db() else {
             return Ok(Vec::new());
         };
-        let sql = "SELECT r.id, r.run_id, r.program_path, r.status, r.started_at, r.updated_at,
+        let sql = "SELECT r.id, COALESCE(r.run_id, r.id), r.program_path, r.status, r.started_at, r.updated_at,
                     r.error_message,
                     (SELECT COUNT(*) FROM gates g WHERE g.run = r.id
                        AND NOT (g.due IS NOT NULL AND g.due <= datetime(?1)))
@@ -1074,16 +1032,7 @@ impl Catalog for ProjectCatalog {
                     Ok((
                         r.get(0)?,
                         RunSummary {
-                            run: RunInfo {
-                                id: r.get::<_, Option<String>>(1)?.unwrap_or(r.get(0)?),
-                                program_path: r.get(2)?,
-                                status: r
-                                    .get::<_, Option<String>>(3)?
-                                    .as_deref()
-                                    .map(RunStatus::parse),
-                                started_at: r.get(4)?,
-                                updated_at: r.get(5)?,
-                            },
+                            run: run_info_at(r, 1)?,
                             error_message: r.get(6)?,
                             last_event_at: None,
                             pending_gates: r.get(7)?,

@@ -1206,6 +1206,20 @@ fn parse_allow(text: Option<String>) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// A run's id, program path, status, started and updated times, from column `at` on.
+pub(super) fn run_info_at(r: &Row, at: usize) -> rusqlite::Result<RunInfo> {
+    Ok(RunInfo {
+        id: r.get(at)?,
+        program_path: r.get(at + 1)?,
+        status: r
+            .get::<_, Option<String>>(at + 2)?
+            .as_deref()
+            .map(RunStatus::parse),
+        started_at: r.get(at + 3)?,
+        updated_at: r.get(at + 4)?,
+    })
+}
+
 pub(super) fn gate_row(r: &Row) -> rusqlite::Result<GateRow> {
     Ok(GateRow {
         id: r.get(0)?,
@@ -1557,18 +1571,7 @@ impl Store for SqliteStore {
             .row(
                 "SELECT id, program_path, status, started_at, updated_at FROM run LIMIT 1",
                 [],
-                |r| {
-                    Ok(RunInfo {
-                        id: r.get(0)?,
-                        program_path: r.get(1)?,
-                        status: r
-                            .get::<_, Option<String>>(2)?
-                            .as_deref()
-                            .map(RunStatus::parse),
-                        started_at: r.get(3)?,
-                        updated_at: r.get(4)?,
-                    })
-                },
+                |r| run_info_at(r, 0),
             )
             .optional()
             .map_err(self.err())?
