@@ -224,3 +224,7 @@ CREATE TABLE IF NOT EXISTS openprose.attachments (
 CREATE INDEX IF NOT EXISTS idx_run_started ON openprose.run (started_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS idx_gates_pending_deadline ON openprose.gates (timeout_at)
     WHERE status = 'pending';
+-- `gates --limit N` lists the N oldest pending gates across runs without sorting them all
+-- (schema 5).
+CREATE INDEX IF NOT EXISTS idx_gates_pending_created ON openprose.gates (created_at, run_id, id)
+    WHERE status = 'pending';

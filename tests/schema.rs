@@ -554,7 +554,7 @@ fn the_postgres_schema_never_strands_a_team() {
     run.cmd().args(["log"]).assert().success();
     assert!(!has_key_column(&mut c), "a read upgraded the schema");
     let a = run.cmd().args(["migrate"]).assert().success();
-    assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("would migrate schema 1 -> 4"));
+    assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("would migrate schema 1 -> 5"));
     assert!(!has_key_column(&mut c), "a dry run upgraded the schema");
     // The first write upgrades it.
     run.cmd()
@@ -576,17 +576,17 @@ fn the_postgres_schema_never_strands_a_team() {
         .query_one("SELECT max(version) FROM openprose.schema_version", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 4);
+    assert_eq!(v, 5);
     // Newer, and writable by this build.
     c.batch_execute(
-        "UPDATE openprose.schema_version SET version = 5, min_reader = 1, min_writer = 4",
+        "UPDATE openprose.schema_version SET version = 6, min_reader = 1, min_writer = 4",
     )
     .unwrap();
     run.bind("newer", "ok", None);
     assert_eq!(run.get("newer", None), b"ok");
     // Newer, and not writable: reads work, writes are refused and change nothing.
     c.batch_execute(
-        "UPDATE openprose.schema_version SET version = 6, min_reader = 1, min_writer = 6",
+        "UPDATE openprose.schema_version SET version = 7, min_reader = 1, min_writer = 7",
     )
     .unwrap();
     assert_eq!(run.get("keep", None), b"me");
@@ -597,7 +597,7 @@ fn the_postgres_schema_never_strands_a_team() {
     assert_eq!(count_rows(&p, &run, "bindings", "true"), before);
     // Newer, and not even readable.
     c.batch_execute(
-        "UPDATE openprose.schema_version SET version = 7, min_reader = 7, min_writer = 7",
+        "UPDATE openprose.schema_version SET version = 8, min_reader = 8, min_writer = 8",
     )
     .unwrap();
     let a = run.cmd().args(["get", "keep"]).assert().failure();
@@ -606,5 +606,5 @@ fn the_postgres_schema_never_strands_a_team() {
         .query_one("SELECT max(version) FROM openprose.schema_version", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 7, "never downgraded");
+    assert_eq!(v, 8, "never downgraded");
 }

@@ -23,7 +23,7 @@ use postgres::types::{ToSql, Type};
 use postgres::{Client, GenericClient, Row, Transaction};
 
 /// The version in openprose.schema_version written by this build.
-pub const POSTGRES_SCHEMA_VERSION: i32 = 4;
+pub const POSTGRES_SCHEMA_VERSION: i32 = 5;
 
 /// What a binary must understand to read this build's schema, and to write it safely.
 const MIN_READER: i32 = 1;
