@@ -137,7 +137,7 @@ fn latency(root: &Path, calls: usize, rows: &mut Vec<Row>) {
         &format!("`bind` latency, median of {calls}"),
         median(ours),
         median(theirs),
-        1.0,
+        0.8,
     ));
 
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
@@ -154,7 +154,7 @@ fn latency(root: &Path, calls: usize, rows: &mut Vec<Row>) {
         &format!("`get` latency, median of {calls}"),
         median(ours),
         median(theirs),
-        1.0,
+        0.9,
     ));
 
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
@@ -182,7 +182,7 @@ fn latency(root: &Path, calls: usize, rows: &mut Vec<Row>) {
         &format!("`exec-append` latency, median of {calls}"),
         median(ours),
         median(theirs),
-        1.0,
+        0.8,
     ));
     let _ = db;
 }

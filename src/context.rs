@@ -57,6 +57,8 @@ impl Context {
             .parent()
             .map_or_else(|| PathBuf::from(".prose"), Path::to_path_buf);
         let from_env = || std::env::var("PROSE_RUN").ok().filter(|r| !r.is_empty());
+        // Where a committed gate change is announced (`notify`).
+        crate::notify::set_project(&prose_dir);
         Context {
             root,
             run: g.run.clone().or_else(from_env),

@@ -11,6 +11,7 @@ pub mod context;
 mod error;
 pub mod mcp;
 mod model;
+mod notify;
 pub mod output;
 pub mod parse;
 mod run;

@@ -17,6 +17,7 @@ mod interop;
 mod lifecycle;
 mod mcp;
 mod nothing_lost;
+mod notify;
 mod operate;
 mod pg_faults;
 mod query;

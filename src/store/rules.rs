@@ -10,6 +10,7 @@ use super::{
 };
 use crate::error::{not_found, refused, shown};
 use crate::model::{GateStatus, RunStatus};
+use crate::notify;
 use anyhow::{anyhow, Result};
 
 /// A write to a finished run (`completed` or `failed`) is refused. Checked inside the write's
@@ -93,6 +94,12 @@ pub fn sweep(tx: &mut dyn Tx, now: &str) -> Result<usize> {
             },
         )?;
         tx.resolve_gate(&gate.id, &GateStatus::Timeout, "system", None, &at)?;
+        let mut timed_out = gate.clone();
+        timed_out.status = GateStatus::Timeout;
+        timed_out.resolved_at = Some(at);
+        timed_out.resolved_by = Some("system".into());
+        timed_out.resolution_comment = None;
+        notify::queue(notify::Event::TimedOut, &timed_out);
     }
     Ok(overdue.len())
 }
@@ -373,6 +380,7 @@ pub fn create_gate(mut tx: Box<dyn Tx + '_>, g: &NewGate) -> Result<Created> {
     let row = tx
         .load_gate(g.id)?
         .ok_or_else(|| anyhow!("gate vanished after insert"))?;
+    notify::queue(notify::Event::Opened, &row);
     tx.commit()?;
     Ok(Created::New(row))
 }
@@ -461,6 +469,14 @@ pub fn decide_gate(mut tx: Box<dyn Tx + '_>, d: &Decision) -> Result<Decided> {
     let row = tx
         .load_gate(d.gate_id)?
         .ok_or_else(|| anyhow!("gate vanished during decision"))?;
+    notify::queue(
+        if d.approve {
+            notify::Event::Approved
+        } else {
+            notify::Event::Rejected
+        },
+        &row,
+    );
     tx.commit()?;
     Ok(Decided::Done(row))
 }

@@ -972,6 +972,7 @@ impl Tx for SqliteTx<'_> {
         if let (Some(ticket), Some(facts), Some(link)) = (ticket, facts, link) {
             link.apply(ticket, &facts);
         }
+        crate::notify::committed();
         Ok(())
     }
 }
@@ -1326,6 +1327,7 @@ impl AgentStore for SqliteStore {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| db_error(e, path, *busy_ms))?;
+        crate::notify::discard();
         Ok(Box::new(SqliteTx {
             tx,
             path,
