@@ -228,3 +228,18 @@ CREATE INDEX IF NOT EXISTS idx_gates_pending_deadline ON openprose.gates (timeou
 -- (schema 5).
 CREATE INDEX IF NOT EXISTS idx_gates_pending_created ON openprose.gates (created_at, run_id, id)
     WHERE status = 'pending';
+
+-- Principals who authenticate with a token (schema 5): the token is never stored, only its
+-- Argon2id hash; and the project's settings (`require`: every decision needs a token). Every
+-- machine of the team checks tokens against these rows.
+CREATE TABLE IF NOT EXISTS openprose.principals (
+    name TEXT PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('user', 'agent')),
+    token_hash TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    revoked_at TEXT
+);
+CREATE TABLE IF NOT EXISTS openprose.settings (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);

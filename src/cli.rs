@@ -77,6 +77,9 @@ pub enum Command {
     Approve(ApproveArgs),
     /// Reject a pending gate, with a reason
     Reject(RejectArgs),
+    /// Principals who decide with a token: add (issues it, shown once), list, revoke, and
+    /// require a token for every decision
+    Principals(PrincipalsArgs),
     /// Persistent agent memory and segments, in execution, project or user scope
     Agent(AgentArgs),
     /// The import registry: list it, or `imports add`
@@ -632,6 +635,8 @@ pub struct ApproveArgs {
     pub yes: bool,
     #[command(flatten)]
     pub principal: PrincipalArg,
+    #[command(flatten)]
+    pub token: TokenArg,
 }
 
 #[derive(Debug, Args)]
@@ -646,6 +651,60 @@ pub struct RejectArgs {
     pub yes: bool,
     #[command(flatten)]
     pub principal: PrincipalArg,
+    #[command(flatten)]
+    pub token: TokenArg,
+}
+
+/// A decider's token: the principal it authenticates decides.
+#[derive(Debug, Args)]
+pub struct TokenArg {
+    /// Decide as the principal this token authenticates: a file holding the token
+    /// `principals add` issued (without it: PROSE_TOKEN, if set)
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct PrincipalsArgs {
+    #[command(subcommand)]
+    pub command: Option<PrincipalsCommand>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PrincipalsCommand {
+    /// Issue a token for NAME, printed once (kept only as an Argon2id hash); a revoked
+    /// principal gets a new one
+    Add(PrincipalAddArgs),
+    /// List the principals, with when each token was issued or revoked (never a token)
+    List,
+    /// Revoke NAME's token: it no longer authenticates anything
+    Revoke(PrincipalNameArgs),
+    /// Require a token for every decision (`approve`/`reject` refuse `--as` alone);
+    /// --off lifts it
+    Require(RequireArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PrincipalAddArgs {
+    /// The principal, as decisions will record it
+    pub name: String,
+    /// An agent: recorded as agent:NAME, which can never decide a `user` gate
+    #[arg(long)]
+    pub agent: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PrincipalNameArgs {
+    /// The principal (agent:NAME for an agent)
+    pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct RequireArgs {
+    /// Lift the requirement
+    #[arg(long)]
+    pub off: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

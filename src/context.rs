@@ -4,7 +4,7 @@
 //! commands ask to open runs, agent stores and run lists, and it holds the one rule for where
 //! a run lives.
 
-use crate::cli::{AgentScope, Global, PrincipalArg};
+use crate::cli::{AgentScope, Global, PrincipalArg, TokenArg};
 use crate::error::{not_found, usage};
 use crate::model::Principal;
 use crate::run::{self, RunPaths};
@@ -424,14 +424,41 @@ impl Context {
             .and_then(|p| Principal::parse(&p, "login name").ok()))
     }
 
-    /// The principal a decision is taken as: [`Context::principal`], which must be someone.
-    pub fn decider(&self, arg: &PrincipalArg) -> Result<Principal> {
-        self.principal(arg)?.ok_or_else(|| {
-            crate::error::usage(
-                "no principal to decide as: pass --as NAME or set PROSE_PRINCIPAL \
-                 (the login name is unset, or outside the principal grammar)",
-            )
-        })
+    /// The principal a decision is taken as, and whether a token authenticated it
+    /// (`auth::decider`): the token's (`--token-file`, else PROSE_TOKEN) when there is one,
+    /// else [`Context::principal`], which must be someone, unless the project requires a token.
+    pub fn decider(&self, arg: &PrincipalArg, token: &TokenArg) -> Result<(Principal, bool)> {
+        let token = match &token.token_file {
+            Some(file) => Some(crate::auth::read_token_file(file)?),
+            None => std::env::var("PROSE_TOKEN")
+                .ok()
+                .filter(|t| !t.trim().is_empty()),
+        };
+        let claimed = match (&arg.principal, &token) {
+            // With a token, only an explicit --as is compared with it.
+            (Some(_), _) | (None, None) => self.principal(arg)?,
+            (None, Some(_)) => None,
+        };
+        let mut book = self.principal_book(false)?;
+        crate::auth::decider(book.as_deref_mut(), token.as_deref(), claimed)
+    }
+
+    /// The project's principals: on its server when it has one, else `.prose/principals.db`
+    /// (None there until the first `principals add`, unless `create`).
+    pub fn principal_book(
+        &self,
+        create: bool,
+    ) -> Result<Option<Box<dyn crate::store::principals::PrincipalBook>>> {
+        if self.uses_postgres() {
+            return Ok(Some(Box::new(PgStore::open_project(
+                &self.postgres_url()?,
+                self.opts,
+            )?)));
+        }
+        Ok(
+            crate::store::principals::LocalBook::open(&self.prose_dir, create)?
+                .map(|b| Box::new(b) as Box<dyn crate::store::principals::PrincipalBook>),
+        )
     }
 
     /// The home directory for user-scoped agents: `--home` / PROSE_HOME, else HOME.

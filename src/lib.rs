@@ -5,6 +5,7 @@
 //! bigger binary costs each of them start-up time (relocations) for code it never runs.
 
 mod attach;
+mod auth;
 pub mod cli;
 pub mod cmd;
 pub mod context;

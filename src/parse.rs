@@ -87,6 +87,7 @@ fn one_subcommand(name: &str) -> Option<clap::Command> {
         "gates" => cli::GatesArgs::augment_args(C::new("gates")),
         "approve" => cli::ApproveArgs::augment_args(C::new("approve")),
         "reject" => cli::RejectArgs::augment_args(C::new("reject")),
+        "principals" => cli::PrincipalsArgs::augment_args(C::new("principals")),
         "agent" => cli::AgentArgs::augment_args(C::new("agent")),
         "imports" => cli::ImportsArgs::augment_args(C::new("imports")),
         "finish" => cli::FinishArgs::augment_args(C::new("finish")),

@@ -20,6 +20,7 @@ mod nothing_lost;
 mod notify;
 mod operate;
 mod pg_faults;
+mod principals;
 mod query;
 mod readme;
 mod schema;

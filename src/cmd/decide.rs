@@ -14,6 +14,8 @@ pub struct DecideRequest<'a> {
     pub gate: &'a str,
     pub approve: bool,
     pub principal: &'a crate::model::Principal,
+    /// Whether a token authenticated the principal (recorded with the decision).
+    pub authenticated: bool,
     /// The approval comment or the rejection reason.
     pub comment: Option<&'a str>,
     pub yes: bool,
@@ -95,6 +97,7 @@ pub fn run(req: &DecideRequest, store: &mut dyn Store, confirm: Confirm) -> Resu
         gate_id: req.gate,
         approve: req.approve,
         principal: req.principal,
+        authenticated: req.authenticated,
         comment: req.comment,
         // The prompt as it was shown (or, with --yes, as it was read) just now.
         prompt_hash: &sha256_tag(&gate.prompt),
@@ -140,11 +143,12 @@ fn decide(
 impl super::Run for crate::cli::ApproveArgs {
     type Output = DecisionMade;
     fn run(&self, ctx: &crate::context::Context) -> Result<DecisionMade> {
-        let who = ctx.decider(&self.principal)?;
+        let (who, authenticated) = ctx.decider(&self.principal, &self.token)?;
         let request = DecideRequest {
             gate: self.target.gate(),
             approve: !self.reject,
             principal: &who,
+            authenticated,
             comment: if self.reject {
                 self.reason.as_deref()
             } else {
@@ -160,11 +164,12 @@ impl super::Run for crate::cli::ApproveArgs {
 impl super::Run for crate::cli::RejectArgs {
     type Output = DecisionMade;
     fn run(&self, ctx: &crate::context::Context) -> Result<DecisionMade> {
-        let who = ctx.decider(&self.principal)?;
+        let (who, authenticated) = ctx.decider(&self.principal, &self.token)?;
         let request = DecideRequest {
             gate: self.target.gate(),
             approve: false,
             principal: &who,
+            authenticated,
             comment: Some(&self.reason),
             yes: self.yes,
             interactive: crate::term::interactive(),

@@ -18,6 +18,7 @@ pub mod imports;
 pub mod init;
 pub mod log;
 pub mod maintain;
+pub mod principals;
 pub mod prune;
 pub mod query;
 pub mod resume;
@@ -54,6 +55,7 @@ pub fn dispatch<S: Sink>(command: &Command, ctx: &Context, sink: &mut S) -> Opti
         Command::Gates(a) => sink.take(a, ctx),
         Command::Approve(a) => sink.take(a, ctx),
         Command::Reject(a) => sink.take(a, ctx),
+        Command::Principals(a) => sink.take(a, ctx),
         Command::Agent(a) => sink.take(a, ctx),
         Command::Imports(a) => sink.take(a, ctx),
         Command::Finish(a) => sink.take(a, ctx),

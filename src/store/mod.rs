@@ -5,6 +5,7 @@ pub mod catalog;
 pub mod chain;
 pub mod dump;
 pub mod postgres;
+pub mod principals;
 pub mod rules;
 pub mod sqlite;
 
@@ -385,6 +386,8 @@ pub struct Decision<'a> {
     pub gate_id: &'a str,
     pub approve: bool,
     pub principal: &'a crate::model::Principal,
+    /// Whether a token authenticated the principal (`auth`).
+    pub authenticated: bool,
     pub comment: Option<&'a str>,
     /// The hash of the prompt the decider was shown; a mismatch is refused.
     pub prompt_hash: &'a str,
@@ -649,6 +652,9 @@ pub fn decision_metadata(gate: &GateRow, d: &Decision) -> serde_json::Value {
     let mut metadata = serde_json::json!({
         "client": "cli", "prompt_hash": d.prompt_hash, "instance": gate.instance
     });
+    if d.authenticated {
+        metadata["authenticated"] = "token".into();
+    }
     if d.approve {
         if let Some(s) = gate
             .created_at

@@ -48,6 +48,7 @@ macro_rules! ts {
 mod blobs;
 mod catalog;
 mod dump;
+mod principals;
 
 /// The agents rows with their segment counts, under a WHERE clause (`$1` is the run).
 macro_rules! agent_select {

@@ -1,0 +1,102 @@
+//! A PostgreSQL project's principals: `openprose.principals` and `openprose.settings`, one
+//! statement a method (see `store::principals`).
+
+use super::PgStore;
+use crate::store::principals::{PrincipalBook, PrincipalRow};
+use anyhow::Result;
+use postgres::error::SqlState;
+
+const SELECT: &str =
+    "SELECT name, kind, token_hash, created_at, revoked_at FROM openprose.principals";
+
+fn row(r: &postgres::Row) -> PrincipalRow {
+    PrincipalRow {
+        name: r.get(0),
+        kind: r.get(1),
+        token_hash: r.get(2),
+        created_at: r.get(3),
+        revoked_at: r.get(4),
+    }
+}
+
+/// A read of a schema older than the tables: nothing there yet (a read never upgrades).
+fn absent(e: &postgres::Error) -> bool {
+    e.code() == Some(&SqlState::UNDEFINED_TABLE)
+}
+
+impl PrincipalBook for PgStore {
+    fn principals(&mut self) -> Result<Vec<PrincipalRow>> {
+        match self.client.query(&format!("{SELECT} ORDER BY name"), &[]) {
+            Ok(rows) => Ok(rows.iter().map(row).collect()),
+            Err(e) if absent(&e) => Ok(Vec::new()),
+            Err(e) => Err(self.err()(e)),
+        }
+    }
+
+    fn principal(&mut self, name: &str) -> Result<Option<PrincipalRow>> {
+        match self
+            .client
+            .query_opt(&format!("{SELECT} WHERE name = $1"), &[&name])
+        {
+            Ok(r) => Ok(r.as_ref().map(row)),
+            Err(e) if absent(&e) => Ok(None),
+            Err(e) => Err(self.err()(e)),
+        }
+    }
+
+    fn add_principal(&mut self, p: &PrincipalRow) -> Result<bool> {
+        self.prepare_write()?;
+        let n = self
+            .client
+            .execute(
+                "INSERT INTO openprose.principals (name, kind, token_hash, created_at, revoked_at)
+                 VALUES ($1, $2, $3, $4, NULL)
+                 ON CONFLICT (name) DO UPDATE SET kind = $2, token_hash = $3, created_at = $4,
+                     revoked_at = NULL
+                 WHERE openprose.principals.revoked_at IS NOT NULL",
+                &[&p.name, &p.kind, &p.token_hash, &p.created_at],
+            )
+            .map_err(self.err())?;
+        Ok(n == 1)
+    }
+
+    fn revoke_principal(&mut self, name: &str, now: &str) -> Result<bool> {
+        self.prepare_write()?;
+        let n = self
+            .client
+            .execute(
+                "UPDATE openprose.principals SET revoked_at = $2
+                 WHERE name = $1 AND revoked_at IS NULL",
+                &[&name, &now],
+            )
+            .map_err(self.err())?;
+        Ok(n == 1)
+    }
+
+    fn setting(&mut self, key: &str) -> Result<Option<String>> {
+        match self.client.query_opt(
+            "SELECT value FROM openprose.settings WHERE key = $1",
+            &[&key],
+        ) {
+            Ok(r) => Ok(r.map(|r| r.get(0))),
+            Err(e) if absent(&e) => Ok(None),
+            Err(e) => Err(self.err()(e)),
+        }
+    }
+
+    fn set_setting(&mut self, key: &str, value: &str) -> Result<()> {
+        self.prepare_write()?;
+        self.client
+            .execute(
+                "INSERT INTO openprose.settings (key, value) VALUES ($1, $2)
+                 ON CONFLICT (key) DO UPDATE SET value = $2",
+                &[&key, &value],
+            )
+            .map_err(self.err())?;
+        Ok(())
+    }
+
+    fn book_place(&self) -> String {
+        self.shown_url.clone()
+    }
+}

@@ -1,0 +1,171 @@
+//! The principals who authenticate with a token, and the project's settings: kept in
+//! `.prose/principals.db` (mode 0600) for a SQLite project, or in the server's
+//! `openprose.principals` and `openprose.settings` for a project on PostgreSQL (where every
+//! machine of the team checks the same tokens). A token is never stored, only its Argon2id
+//! hash; what a token is and how it is checked is `crate::auth`'s.
+
+use anyhow::{Context as _, Result};
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use std::path::{Path, PathBuf};
+
+/// The file, under `.prose/`.
+pub const BOOK_FILE: &str = "principals.db";
+const SCHEMA: &str = include_str!("../../schema/principals.sql");
+const VERSION: i64 = 1;
+
+/// The setting that makes every decision need a token.
+pub const REQUIRE: &str = "require";
+
+/// One principal's row. `kind` is `user` or `agent` (then the name is `agent:NAME`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrincipalRow {
+    pub name: String,
+    pub kind: String,
+    pub token_hash: String,
+    pub created_at: String,
+    pub revoked_at: Option<String>,
+}
+
+/// Where a project's principals are: each method one statement.
+pub trait PrincipalBook {
+    /// Every principal, by name.
+    fn principals(&mut self) -> Result<Vec<PrincipalRow>>;
+    fn principal(&mut self, name: &str) -> Result<Option<PrincipalRow>>;
+    /// Adds a principal, or gives a revoked one its new token; false when the name is there
+    /// and not revoked (nothing written).
+    fn add_principal(&mut self, row: &PrincipalRow) -> Result<bool>;
+    /// Revokes a principal's token; false when there is no such principal, or it was revoked.
+    fn revoke_principal(&mut self, name: &str, now: &str) -> Result<bool>;
+    fn setting(&mut self, key: &str) -> Result<Option<String>>;
+    fn set_setting(&mut self, key: &str, value: &str) -> Result<()>;
+    /// Where the book is, for messages.
+    fn book_place(&self) -> String;
+}
+
+/// A SQLite project's book, `.prose/principals.db`.
+pub struct LocalBook {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl LocalBook {
+    /// Opens the book of the project whose `.prose/` is `prose`. A read of a project with no
+    /// book yet gets None; the first write (`create`) makes it, readable by its owner alone.
+    pub fn open(prose: &Path, create: bool) -> Result<Option<Self>> {
+        let path = prose.join(BOOK_FILE);
+        let exists = std::fs::symlink_metadata(&path).is_ok();
+        if !exists && !create {
+            return Ok(None);
+        }
+        if let Ok(m) = std::fs::symlink_metadata(&path) {
+            if m.file_type().is_symlink() {
+                return Err(crate::error::refused(format!(
+                    "the principals file is a symlink: {}",
+                    path.display()
+                )));
+            }
+        }
+        if !exists {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::create_dir_all(prose)
+                .with_context(|| format!("could not create {}", prose.display()))?;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path)
+                .with_context(|| format!("could not create {}", path.display()))?;
+        }
+        let conn = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .with_context(|| format!("could not open {}", path.display()))?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))?;
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        if version > VERSION {
+            return Err(crate::error::refused(format!(
+                "{} is of a newer prose-state (version {version}): upgrade prose-state",
+                path.display()
+            )));
+        }
+        if version < VERSION {
+            conn.execute_batch(&format!(
+                "BEGIN IMMEDIATE; {SCHEMA} PRAGMA user_version = {VERSION}; COMMIT;"
+            ))
+            .with_context(|| format!("could not set up {}", path.display()))?;
+        }
+        Ok(Some(LocalBook { conn, path }))
+    }
+}
+
+fn row(r: &rusqlite::Row) -> rusqlite::Result<PrincipalRow> {
+    Ok(PrincipalRow {
+        name: r.get(0)?,
+        kind: r.get(1)?,
+        token_hash: r.get(2)?,
+        created_at: r.get(3)?,
+        revoked_at: r.get(4)?,
+    })
+}
+
+const SELECT: &str = "SELECT name, kind, token_hash, created_at, revoked_at FROM principals";
+
+impl PrincipalBook for LocalBook {
+    fn principals(&mut self) -> Result<Vec<PrincipalRow>> {
+        let mut s = self.conn.prepare(&format!("{SELECT} ORDER BY name"))?;
+        let rows = s.query_map([], row)?.collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    fn principal(&mut self, name: &str) -> Result<Option<PrincipalRow>> {
+        Ok(self
+            .conn
+            .query_row(&format!("{SELECT} WHERE name = ?1"), [name], row)
+            .optional()?)
+    }
+
+    fn add_principal(&mut self, p: &PrincipalRow) -> Result<bool> {
+        let n = self.conn.execute(
+            "INSERT INTO principals (name, kind, token_hash, created_at, revoked_at)
+             VALUES (?1, ?2, ?3, ?4, NULL)
+             ON CONFLICT (name) DO UPDATE SET kind = ?2, token_hash = ?3, created_at = ?4,
+                 revoked_at = NULL
+             WHERE principals.revoked_at IS NOT NULL",
+            params![p.name, p.kind, p.token_hash, p.created_at],
+        )?;
+        Ok(n == 1)
+    }
+
+    fn revoke_principal(&mut self, name: &str, now: &str) -> Result<bool> {
+        let n = self.conn.execute(
+            "UPDATE principals SET revoked_at = ?2 WHERE name = ?1 AND revoked_at IS NULL",
+            params![name, now],
+        )?;
+        Ok(n == 1)
+    }
+
+    fn setting(&mut self, key: &str) -> Result<Option<String>> {
+        Ok(self
+            .conn
+            .query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| {
+                r.get(0)
+            })
+            .optional()?)
+    }
+
+    fn set_setting(&mut self, key: &str, value: &str) -> Result<()> {
+        self.conn.execute(
+            "INSERT INTO settings (key, value) VALUES (?1, ?2)
+             ON CONFLICT (key) DO UPDATE SET value = ?2",
+            params![key, value],
+        )?;
+        Ok(())
+    }
+
+    fn book_place(&self) -> String {
+        self.path.display().to_string()
+    }
+}
