@@ -1476,6 +1476,16 @@ fn main() {
         eprintln!("large value on PostgreSQL ({big_mb} MiB)…");
         big_value_postgres(root, big_mb, &mut rows);
     }
+    if only.as_deref() == Some("catalog-postgres") {
+        // The PostgreSQL rows alone, at the sizes PROSE_BENCH_CATALOG_SIZES names (default
+        // 100000): a quick look at an index change.
+        let sizes: Vec<usize> = std::env::var("PROSE_BENCH_CATALOG_SIZES")
+            .ok()
+            .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+            .unwrap_or_else(|| vec![100_000]);
+        eprintln!("cross-run listings on PostgreSQL…");
+        catalog_postgres(root, &sizes, 5, &mut rows);
+    }
     if wanted("catalog") {
         eprintln!("what the catalog adds to a gate write…");
         catalog_write_cost(root, 100, &mut rows);
