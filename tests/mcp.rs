@@ -395,11 +395,24 @@ fn the_server_binary_is_found_next_to_the_command() {
     let alone = p.root().join("alone");
     std::fs::create_dir(&alone).unwrap();
     std::fs::copy(BIN, alone.join("prose-state")).unwrap();
-    let out = assert_cmd::Command::new(alone.join("prose-state"))
-        .current_dir(p.root())
-        .args(["mcp", "--agent", "a"])
-        .write_stdin("")
-        .assert();
+    use assert_cmd::assert::OutputAssertExt;
+    // A copy just written can be "busy" for a moment: another test thread's child may be
+    // between its fork and its exec with the copy's descriptor (ETXTBSY). Retried, bounded.
+    let mut tries = 0;
+    let out = loop {
+        let out = assert_cmd::Command::new(alone.join("prose-state"))
+            .current_dir(p.root())
+            .args(["mcp", "--agent", "a"])
+            .write_stdin("")
+            .output();
+        match out {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => break other.unwrap().assert(),
+        }
+    };
     assert_eq!(common::code(&out), 1);
     let err = common::stderr(&out);
     assert!(
