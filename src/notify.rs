@@ -195,16 +195,13 @@ fn sealed_input(bytes: &[u8]) -> anyhow::Result<std::fs::File> {
 }
 
 fn open_log(prose: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
     let path = prose.join(LOG_FILE);
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::OpenOptions::new()
+    crate::seal::owner_only()
         .create(true)
         .append(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
         .open(path)
 }
 

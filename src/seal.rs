@@ -128,6 +128,15 @@ pub fn key_for_reading() -> Result<Option<&'static Key>> {
     Ok(read_key(&home)?.map(|key| KEY.get_or_init(|| key)))
 }
 
+/// Options that open a file readable by its owner alone, never through a symlink: what the
+/// user's private files are opened with (the key, the anchors, the project's principals and
+/// its hook log). The caller adds how (read, write, append, create).
+pub fn owner_only() -> fs::OpenOptions {
+    let mut o = fs::OpenOptions::new();
+    o.mode(0o600).custom_flags(libc::O_NOFOLLOW);
+    o
+}
+
 fn read_key(home: &std::path::Path) -> Result<Option<Key>> {
     let path = home.join(KEY_FILE);
     let mut file = match fs::OpenOptions::new()
@@ -182,11 +191,9 @@ fn create_key(home: &std::path::Path) -> Result<Key> {
     let bytes: [u8; 32] = rand::random();
     let path = home.join(KEY_FILE);
     let tmp = home.join(format!(".{KEY_FILE}.{:016x}", rand::random::<u64>()));
-    let mut file = fs::OpenOptions::new()
+    let mut file = owner_only()
         .write(true)
         .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
         .open(&tmp)
         .with_context(|| format!("could not create the audit key {}", tmp.display()))?;
     file.write_all(format!("{}\n", crate::model::hex(&bytes)).as_bytes())?;
@@ -238,13 +245,11 @@ pub fn anchor(place: &str, run_id: &str, head: &Anchor) -> Result<()> {
         .mode(0o700)
         .create(dir)
         .with_context(|| format!("could not create {}", dir.display()))?;
-    let mut file = fs::OpenOptions::new()
+    let mut file = owner_only()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
         .open(&path)
         .with_context(|| format!("could not open the anchor {}", path.display()))?;
     // SAFETY: flock on a file descriptor this function owns; released when the file closes.

@@ -153,9 +153,8 @@ impl super::Run for PrincipalsArgs {
                     a.name.clone()
                 };
                 let principal = Principal::parse(&raw, "principal")?;
-                let book = book.expect("made for a write");
+                let mut book = book.expect("made for a write");
                 let (token, row) = crate::auth::issue(&principal, &now())?;
-                let mut book = book;
                 if !book.add_principal(&row)? {
                     return Err(refused(format!(
                         "principal already has a token (revoke it first to issue another): {}",

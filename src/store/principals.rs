@@ -53,30 +53,25 @@ impl LocalBook {
     /// book yet gets None; the first write (`create`) makes it, readable by its owner alone.
     pub fn open(prose: &Path, create: bool) -> Result<Option<Self>> {
         let path = prose.join(BOOK_FILE);
-        let exists = std::fs::symlink_metadata(&path).is_ok();
-        if !exists && !create {
-            return Ok(None);
-        }
-        if let Ok(m) = std::fs::symlink_metadata(&path) {
-            if m.file_type().is_symlink() {
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() => {
                 return Err(crate::error::refused(format!(
                     "the principals file is a symlink: {}",
                     path.display()
                 )));
             }
-        }
-        if !exists {
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::create_dir_all(prose)
-                .with_context(|| format!("could not create {}", prose.display()))?;
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&path)
-                .with_context(|| format!("could not create {}", path.display()))?;
+            Ok(_) => {}
+            Err(_) if !create => return Ok(None),
+            Err(_) => {
+                std::fs::create_dir_all(prose)
+                    .with_context(|| format!("could not create {}", prose.display()))?;
+                crate::seal::owner_only()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&path)
+                    .with_context(|| format!("could not create {}", path.display()))?;
+            }
         }
         let conn = Connection::open_with_flags(
             &path,
