@@ -10,6 +10,7 @@ on_both!(
     the_hook_hears_each_committed_gate_change_once,
     a_failing_missing_or_hanging_hook_never_fails_the_write,
     a_rolled_back_sweep_is_not_announced,
+    concurrent_sweepers_announce_a_timeout_once,
 );
 
 /// Installs a hook that files each notice (stdin) and its environment in `events/`.
@@ -292,6 +293,53 @@ fn a_rolled_back_sweep_is_not_announced(b: Backend) {
     );
     assert_eq!(heard(&events, 1), pairs(&[("opened", "late")]));
     run.cmd().args(["gates", "show", "late"]).assert().success();
+    assert_eq!(run.view().gate("late").0, "timeout");
+    assert_eq!(
+        heard(&events, 2),
+        pairs(&[("opened", "late"), ("timeout", "late")])
+    );
+}
+
+/// Ten listings at once all find the same overdue gate: one of them sweeps it, and its timeout
+/// is announced once.
+fn concurrent_sweepers_announce_a_timeout_once(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let events = recording_hook(&p);
+    run.cmd()
+        .args([
+            "gates",
+            "create",
+            "late",
+            "--prompt",
+            "Go?",
+            "--timeout",
+            "1s",
+        ])
+        .assert()
+        .success();
+    std::thread::sleep(Duration::from_millis(1500));
+    let children: Vec<_> = (0..10)
+        .map(|i| {
+            let mut c = if i % 2 == 0 {
+                p.std_cmd()
+            } else {
+                run.std_cmd()
+            };
+            c.args(if i % 2 == 0 {
+                vec!["gates"]
+            } else {
+                vec!["gates", "show", "late"]
+            })
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
     assert_eq!(run.view().gate("late").0, "timeout");
     assert_eq!(
         heard(&events, 2),

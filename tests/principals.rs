@@ -8,6 +8,7 @@ on_both!(
     a_token_decides_as_its_principal_and_is_kept_only_as_a_hash,
     a_project_that_requires_tokens_refuses_as_alone,
     bad_tokens_and_token_files_are_refused_and_change_nothing,
+    concurrent_adds_issue_one_token_and_raw_rows_authenticate_nothing,
 );
 
 /// Issues a token and writes it where `--token-file` reads it.
@@ -313,4 +314,63 @@ fn bad_tokens_and_token_files_are_refused_and_change_nothing(b: Backend) {
         .assert()
         .code(3);
     assert_eq!(stored(&p), rows);
+}
+
+/// Ten `principals add carol` at once: exactly one token is issued, and it is the one kept.
+/// A row written behind the tool's back whose hash is not one authenticates nothing.
+fn concurrent_adds_issue_one_token_and_raw_rows_authenticate_nothing(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    // The book exists first (its creation is not what is raced).
+    add(&p, "alice", &[]);
+    let children: Vec<_> = (0..10)
+        .map(|_| {
+            p.std_cmd()
+                .args(["principals", "add", "carol"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let issued: Vec<String> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8(o.stdout).unwrap().trim().to_string())
+        .collect();
+    assert_eq!(issued.len(), 1, "{issued:?}");
+    gate(&run, "deploy");
+    run.cmd()
+        .env("PROSE_TOKEN", &issued[0])
+        .args(["approve", "deploy", "--yes"])
+        .assert()
+        .success();
+    assert_eq!(run.view().gate("deploy").1.as_deref(), Some("carol"));
+
+    // A raw row whose hash is not one authenticates nobody, with any secret.
+    let secret = issued[0].rsplit_once('.').unwrap().1.to_string();
+    let sql = format!(
+        "INSERT INTO {t} (name, kind, token_hash, created_at) VALUES
+           ('eve', 'user', 'not-a-hash', '2026-01-01 00:00:00')",
+        t = "{t}"
+    );
+    match &p.pg_url {
+        Some(url) => postgres::Client::connect(url, postgres::NoTls)
+            .unwrap()
+            .batch_execute(&sql.replace("{t}", "openprose.principals"))
+            .unwrap(),
+        None => rusqlite::Connection::open(p.root().join(".prose/principals.db"))
+            .unwrap()
+            .execute_batch(&sql.replace("{t}", "principals"))
+            .unwrap(),
+    }
+    gate(&run, "second");
+    let before = run.snapshot();
+    run.cmd()
+        .env("PROSE_TOKEN", format!("eve.{secret}"))
+        .args(["approve", "second", "--yes"])
+        .assert()
+        .code(4);
+    assert_eq!(run.snapshot(), before);
 }
