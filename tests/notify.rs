@@ -332,13 +332,19 @@ fn concurrent_sweepers_announce_a_timeout_once(b: Backend) {
                 vec!["gates", "show", "late"]
             })
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap()
         })
         .collect();
-    for mut c in children {
-        assert!(c.wait().unwrap().success());
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{:?}: {}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     assert_eq!(run.view().gate("late").0, "timeout");
     assert_eq!(

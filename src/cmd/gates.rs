@@ -739,6 +739,12 @@ pub fn verify(ctx: &Context) -> Result<Verified> {
     if let Some(filter) = &on_server {
         let mut catalog = ctx.catalog()?;
         let ids = catalog.ids_of(filter)?;
+        // Each anchor before the logs (see `Store::verify_audit`).
+        let place = catalog.catalog_place();
+        let anchors: Vec<_> = ids
+            .iter()
+            .map(|id| crate::seal::anchored(&place, id))
+            .collect();
         let mut gates: std::collections::HashMap<String, Vec<GateRow>> = Default::default();
         for (gate, _) in catalog.gates_of(filter, None, None)? {
             gates
@@ -751,9 +757,7 @@ pub fn verify(ctx: &Context) -> Result<Verified> {
             audits.entry(row.run_id.clone()).or_default().push(row);
         }
         let key = crate::seal::key_for_reading()?;
-        let place = catalog.catalog_place();
-        for id in ids {
-            let anchor = crate::seal::anchored(&place, &id);
+        for (id, anchor) in ids.into_iter().zip(anchors) {
             let report = crate::store::chain::check(
                 audits.get(&id).map_or(&[][..], Vec::as_slice),
                 gates.get(&id).map_or(&[][..], Vec::as_slice),

@@ -917,11 +917,14 @@ pub trait Store: AgentStore {
     /// Checks the audit log against its seals and this machine's anchor, and every gate
     /// against its log (`chain::check`). A read: nothing is written.
     fn verify_audit(&mut self) -> Result<chain::ChainReport> {
+        // The anchor before the log: an anchor is moved only after its rows commit, so the
+        // log read after it holds every row it names. Read the other way round, a writer
+        // committing and anchoring between the two reads looked like rows cut from the end.
+        let run_id = self.run_info()?.id;
+        let anchor = crate::seal::anchored(&self.place(), &run_id);
         let rows = self.audit(&AuditFilter::default())?;
         let gates = self.read_gates(None)?;
         let key = crate::seal::key_for_reading()?;
-        let run_id = self.run_info()?.id;
-        let anchor = crate::seal::anchored(&self.place(), &run_id);
         Ok(chain::check(&rows, &gates, key, anchor.as_ref()))
     }
 
