@@ -5,11 +5,13 @@
 -- PRAGMA user_version (CATALOG_VERSION in src/store/catalog.rs); an older catalog is rebuilt,
 -- a newer one is left alone and the listing visits every run instead.
 --
--- How it stays true (src/store/catalog.rs): a write that changes a fact kept here takes a
--- ticket (a `tickets` row) inside its run's write transaction, before its commit; after the
--- commit it copies the facts it committed and deletes its ticket. A run with a ticket left
--- (its writer died between the two) or marked `stale` is re-read by the next listing, under
--- the run's own write lock, so no writer can be between its ticket and its commit then.
+-- How it stays true (src/store/catalog.rs): a write that changes a fact kept here appends a
+-- ticket line to catalog.log inside its run's write transaction, before its commit, and after
+-- the commit a line with the facts it committed. A listing folds the log in: a ticket line
+-- becomes a `tickets` row, a facts line updates its run's rows and deletes its ticket. A run
+-- with a ticket left (its writer died between the two) or marked `stale` is re-read by the
+-- next listing, under the run's own write lock, so no writer can be between its ticket and
+-- its commit then.
 
 CREATE TABLE IF NOT EXISTS runs (
     id TEXT PRIMARY KEY,            -- the run directory's name
@@ -62,10 +64,15 @@ CREATE INDEX IF NOT EXISTS catalog_gates_due ON gates(due) WHERE due IS NOT NULL
 -- Writes between their ticket and their catalog update (a dead writer's stays).
 CREATE TABLE IF NOT EXISTS tickets (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
-    run TEXT NOT NULL
+    run TEXT NOT NULL,
+    nonce TEXT                      -- a writer's ticket, from its line in catalog.log; NULL:
+                                    -- a listing's own, taken to read a run
 );
 CREATE INDEX IF NOT EXISTS catalog_tickets_run ON tickets(run);
+CREATE UNIQUE INDEX IF NOT EXISTS catalog_tickets_nonce ON tickets(nonce) WHERE nonce IS NOT NULL;
 
+-- log_folded: the newest catalog.log.N folded in (a fold killed after its commit leaves its
+-- copy; never applied twice).
 -- boot_id: the machine's boot when the catalog was last read: on another boot (a power loss
 -- may have taken the last commits, at synchronous = NORMAL) every run's files are compared.
 -- runs_mtime: the runs directory's modification time when its entries were last compared

@@ -136,10 +136,50 @@ fn catalog(p: &Project) -> rusqlite::Connection {
     rusqlite::Connection::open(p.root().join(".prose/catalog.db")).unwrap()
 }
 
+/// The writes whose facts the catalog still lacks: tickets in its table, and ticket lines of
+/// its log (`catalog.log`, and copies being folded) with no facts line after them.
 fn tickets(p: &Project) -> i64 {
-    catalog(p)
-        .query_row("SELECT COUNT(*) FROM tickets", [], |r| r.get(0))
+    let c = catalog(p);
+    let unnamed: i64 = c
+        .query_row(
+            "SELECT COUNT(*) FROM tickets WHERE nonce IS NULL",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let mut open: std::collections::HashSet<String> = c
+        .prepare("SELECT nonce FROM tickets WHERE nonce IS NOT NULL")
         .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let prose = p.root().join(".prose");
+    let mut logs: Vec<(u64, std::path::PathBuf)> = std::fs::read_dir(&prose)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let n = match name.strip_prefix("catalog.log")? {
+                "" => u64::MAX,
+                rest => rest.strip_prefix('.')?.parse().ok()?,
+            };
+            Some((n, e.path()))
+        })
+        .collect();
+    logs.sort();
+    for (_, log) in logs {
+        for line in std::fs::read_to_string(log).unwrap().lines() {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            let n = v["n"].as_str().unwrap().to_string();
+            if v["t"] == "T" {
+                open.insert(n);
+            } else {
+                open.remove(&n);
+            }
+        }
+    }
+    unnamed + open.len() as i64
 }
 
 /// Waits (bounded) until `done` holds.
@@ -227,7 +267,8 @@ fn a_writer_killed_between_its_commit_and_the_catalog_update_is_repaired() {
 }
 
 /// Gate writes SIGKILLed at random moments of their lives, hundreds of times (bounded in
-/// time): afterwards the listings equal every run read alone, and no ticket is left.
+/// time), and listings (which fold the catalog's log in) killed beside them: afterwards the
+/// listings equal every run read alone, and no ticket is left.
 #[test]
 fn gate_writes_killed_at_random_moments_never_mislead_a_listing() {
     let p = Project::new();
@@ -235,6 +276,7 @@ fn gate_writes_killed_at_random_moments_never_mislead_a_listing() {
     let mut rng = rand::rng();
     let start = Instant::now();
     let mut kills = 0;
+    let mut listers_killed = 0;
     let mut i = 0;
     while i < 300 && start.elapsed() < Duration::from_secs(25) {
         i += 1;
@@ -276,18 +318,37 @@ fn gate_writes_killed_at_random_moments_never_mislead_a_listing() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
+        // A listing killed too, now and then: killed mid-fold, its log is folded by the next
+        // one, never twice.
+        let mut lister = (i % 4 == 0).then(|| {
+            std::process::Command::new(BIN)
+                .current_dir(p.root())
+                .args(["--json", "gates"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        });
         std::thread::sleep(Duration::from_micros(rng.random_range(0..25_000)));
         if child.try_wait().unwrap().is_none() {
             kills += 1;
         }
         let _ = child.kill();
         child.wait().unwrap();
+        if let Some(mut l) = lister.take() {
+            if l.try_wait().unwrap().is_none() {
+                listers_killed += 1;
+            }
+            let _ = l.kill();
+            l.wait().unwrap();
+        }
         if i % 50 == 0 {
             // A listing now and then: it builds the catalog, then repairs as it goes.
             assert_eq!(listing(&p, &["gates"]), listing(&p, &["gates", "--scan"]));
         }
     }
     assert!(kills > 0, "no command was killed mid-way");
+    assert!(listers_killed > 0, "no listing was killed mid-way");
     assert_eq!(listing(&p, &["gates"]), listing(&p, &["gates", "--scan"]));
     assert_eq!(
         listing(&p, &["gates"]),
@@ -396,9 +457,9 @@ fn the_catalog_is_never_the_truth() {
                 .starts_with("catalog.db.corrupt-")
         });
     assert!(aside, "the corrupt catalog is kept aside");
-    // Of a newer version: left alone, every run visited; a writer that cannot take its
-    // ticket there leaves the stale mark, and once the catalog is usable again every row is
-    // read again.
+    // Of a newer version: left alone, every run visited. Writers log their tickets and
+    // facts all the same (they never open the catalog's database); once the catalog is
+    // usable again, the next listing folds the log in.
     let version: i64 = catalog(&p)
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
@@ -407,18 +468,41 @@ fn the_catalog_is_never_the_truth() {
         .args(["approve", &r2.id, "raw", "--yes", "--as", "alice"])
         .assert()
         .success();
-    assert!(p.root().join(".prose/catalog.stale").exists());
+    let log = p.root().join(".prose/catalog.log");
+    assert!(log.is_file(), "the write is in the catalog's log");
     let a = p.cmd().args(["--json", "gates"]).assert().success();
     assert!(stderr(&a).contains("newer prose-state"), "{}", stderr(&a));
     assert_eq!(
         gate_ids(&stdout_json(&a)).len(),
         want.as_array().unwrap().len() - 1
     );
+    assert!(log.is_file(), "a newer catalog's log is left alone");
     catalog(&p)
         .pragma_update(None, "user_version", version)
         .unwrap();
     assert_eq!(listing(&p, &["gates"]), listing(&p, &["gates", "--scan"]));
+    assert!(!log.exists(), "folded in");
+    // The log made a symlink to a file elsewhere: never written through. A writer that
+    // cannot log its ticket leaves the stale mark; the next listing removes the link and
+    // reads every run again.
+    let elsewhere = p.root().join("elsewhere.txt");
+    std::fs::write(&elsewhere, "untouched\n").unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &log).unwrap();
+    r2.cmd()
+        .args(["gates", "create", "linked", "--prompt", "Linked?"])
+        .assert()
+        .success();
+    assert!(p.root().join(".prose/catalog.stale").exists());
+    assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "untouched\n");
+    let listed = listing(&p, &["gates"]);
+    assert!(gate_ids(&listed).contains(&format!("{}/linked", r2.id)));
+    assert_eq!(listed, listing(&p, &["gates", "--scan"]));
+    assert!(
+        std::fs::symlink_metadata(&log).is_err(),
+        "the link is removed"
+    );
     assert!(!p.root().join(".prose/catalog.stale").exists());
+    assert_eq!(std::fs::read_to_string(&elsewhere).unwrap(), "untouched\n");
     // doctor --fix builds it anew; a healthy project says so.
     let _ = p.cmd().args(["doctor", "--fix"]).assert();
     let a = p.cmd().args(["doctor"]).assert();
@@ -474,4 +558,53 @@ fn replaced_and_pruned_runs_leave_the_catalog_true() {
         .unwrap();
     assert_eq!(left, 0);
     assert_eq!(listing(&p, &["runs"]).as_array().unwrap().len(), 0);
+}
+
+/// Writers fold the catalog's log in themselves once it passes 1 MiB: in a project where
+/// nobody lists, the log stays bounded and the catalog holds the writes. A facts line too
+/// large to log (a run whose pending gates pass 256 KiB) leaves its ticket, and the next
+/// listing reads that run from its database.
+#[test]
+fn a_log_nobody_lists_is_folded_by_its_writers() {
+    let p = Project::new();
+    let runs: Vec<Run> = (0..20).map(|_| p.init()).collect();
+    listing(&p, &["gates"]);
+    let prompt = "x".repeat(100_000);
+    let log = p.root().join(".prose/catalog.log");
+    let mut most = 0;
+    for run in &runs {
+        run.cmd()
+            .args(["gates", "create", "big", "--prompt", &prompt])
+            .assert()
+            .success();
+        most = most.max(std::fs::metadata(&log).map_or(0, |m| m.len()));
+    }
+    assert!(most > 500_000, "the log grew: {most}");
+    assert!(
+        most < 1_400_000,
+        "the log was folded in by its writers: {most}"
+    );
+    let folded: i64 = catalog(&p)
+        .query_row("SELECT COUNT(*) FROM gates WHERE id = 'big'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert!(
+        folded >= 10,
+        "gates in the catalog before any listing: {folded}"
+    );
+    // Three gates of 100 KB in one run: the third write's facts are not logged.
+    let heavy = &runs[0];
+    for g in ["second", "third"] {
+        heavy
+            .cmd()
+            .args(["gates", "create", g, "--prompt", &prompt])
+            .assert()
+            .success();
+    }
+    assert!(tickets(&p) >= 1, "the unlogged facts leave a ticket");
+    let listed = listing(&p, &["gates"]);
+    assert_eq!(listed.as_array().unwrap().len(), 22);
+    assert_eq!(listed, listing(&p, &["gates", "--scan"]));
+    assert_eq!(tickets(&p), 0);
 }

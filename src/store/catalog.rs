@@ -5,15 +5,15 @@
 //!
 //! How it stays true, without ever holding two locks in the other order:
 //! - **Writers.** A run's write transaction that changes a fact kept here (the run's status,
-//!   a gate opened or resolved, a copy restored) takes a *ticket* in the catalog before its
-//!   run commit, while it holds the run's write lock ([`Link::mark`]). Tickets of a run are
-//!   therefore issued in the order of its commits. After the commit it copies the facts it
-//!   committed, read inside its own transaction, and deletes its ticket in one catalog
-//!   transaction ([`Link::apply`]). A row keeps the facts of its newest ticket: an older
-//!   writer arriving late changes nothing.
-//! - **A writer that cannot reach the catalog** (corrupt, locked past the timeout, of another
-//!   version) creates `.prose/catalog.stale` while it still holds the run's lock; the next
-//!   listing marks every row stale and re-reads them all.
+//!   a gate opened or resolved, a copy restored) appends a *ticket* line to the catalog's log
+//!   (`.prose/catalog.log`) before its run commit, while it holds the run's write lock
+//!   ([`Link::mark`]). Tickets of a run are therefore logged in the order of its commits.
+//!   After the commit it appends the facts it committed, read inside its own transaction
+//!   ([`Link::apply`]). Writers never open the catalog's database: the next listing folds
+//!   the log in ([`ProjectCatalog::fold`]), giving each ticket its place in one sequence. A
+//!   row keeps the facts of its newest ticket: an older writer arriving late changes nothing.
+//! - **A writer that cannot log its ticket** creates `.prose/catalog.stale` while it still
+//!   holds the run's lock; the next listing marks every row stale and re-reads them all.
 //! - **Readers.** A run with a ticket left (its writer died between its commit and its catalog
 //!   update), a stale row, or a run the catalog has not seen is re-read by the next listing
 //!   from that run alone ([`ProjectCatalog::repair`]): under the run's write lock, so that no
@@ -26,10 +26,10 @@
 
 use super::sqlite::{db_error, gate_row, run_info_at, GATE_COLUMNS};
 use super::{Catalog, GateRow, OpenOptions, RunFilter, RunInfo, RunSummary, Store};
-use crate::model::RunStatus;
 use anyhow::{anyhow, Result};
 use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -38,10 +38,18 @@ pub const CATALOG_FILE: &str = "catalog.db";
 /// Made by a writer that could not take its ticket: every row is read again.
 pub const STALE_FILE: &str = "catalog.stale";
 /// The catalog's format (PRAGMA user_version).
-pub const CATALOG_VERSION: i64 = 3;
+pub const CATALOG_VERSION: i64 = 4;
 const SCHEMA: &str = include_str!("../../schema/catalog.sql");
 /// A write-ahead log past this is folded in when a connection closes (see `sqlite::connect`).
 const LOG_MOST: u64 = 256 * 1024;
+/// The catalog's log of writers' tickets and facts (see `Link`), and its folded-in copies'
+/// prefix (`catalog.log.N`).
+pub const LOG_FILE: &str = "catalog.log";
+/// A writer whose line takes the log past this folds it in.
+const FOLD_AT: u64 = 1024 * 1024;
+/// A facts line longer than this is not written: the ticket stays, and the next listing reads
+/// the run from its database.
+const LINE_MOST: usize = 256 * 1024;
 /// The runs directory's modification time is trusted only once it is this old: a run made
 /// in the same clock tick as the comparison would leave it unchanged.
 const SETTLED: Duration = Duration::from_secs(3);
@@ -173,7 +181,7 @@ fn put_facts(
     c: &Connection,
     run: &str,
     ticket: i64,
-    facts: &Facts,
+    facts: &FactRows,
     stamp: &str,
 ) -> rusqlite::Result<bool> {
     let applied: Option<i64> = c
@@ -184,15 +192,8 @@ fn put_facts(
     if applied.is_some_and(|a| a >= ticket) {
         return Ok(false);
     }
-    let (info, error) = match &facts.run {
-        Some((i, e)) => (Some(i), e.as_deref()),
-        None => (None, None),
-    };
-    let deadline = facts
-        .pending
-        .iter()
-        .filter_map(|g| g.timeout_at.as_deref())
-        .min();
+    let info = facts.run.as_ref();
+    let deadline = facts.pending.iter().filter_map(|g| g.6.as_deref()).min();
     c.prepare_cached(
         "INSERT INTO runs (id, kind, run_id, program_path, status, started_at, updated_at,
                            error_message, pending, next_deadline, applied, problem, stamp)
@@ -203,12 +204,12 @@ fn put_facts(
     )?
     .execute(params![
         run,
-        info.map(|i| &i.id),
-        info.and_then(|i| i.program_path.as_deref()),
-        info.and_then(|i| i.status.as_ref().map(RunStatus::as_str)),
-        info.and_then(|i| i.started_at.as_deref()),
-        info.and_then(|i| i.updated_at.as_deref()),
-        error,
+        info.map(|i| &i.0),
+        info.and_then(|i| i.1.as_deref()),
+        info.and_then(|i| i.2.as_deref()),
+        info.and_then(|i| i.3.as_deref()),
+        info.and_then(|i| i.4.as_deref()),
+        info.and_then(|i| i.5.as_deref()),
         facts.pending.len() as i64,
         deadline,
         ticket,
@@ -225,105 +226,251 @@ fn put_facts(
     )?;
     for g in &facts.pending {
         insert.execute(params![
-            run,
-            g.id,
-            g.run_id,
-            g.execution_id,
-            g.prompt,
-            serde_json::to_string(&g.allow).unwrap_or_default(),
-            g.timeout,
-            g.timeout_at,
-            g.on_reject,
-            g.status.to_string(),
-            g.created_at,
-            g.resolved_at,
-            g.resolved_by,
-            g.resolution_comment,
-            g.metadata,
-            g.instance,
+            run, g.0, g.1, g.2, g.3, g.4, g.5, g.6, g.7, g.8, g.9, g.10, g.11, g.12, g.13, g.14,
         ])?;
     }
     Ok(true)
 }
 
+/// A fact-changing write's ticket: the nonce its two log lines share.
+pub type Ticket = String;
+
+/// The rows a run's facts become in the catalog, as a writer's facts line carries them (and
+/// as `put_facts` writes them): the run row's columns, and each pending gate's.
+#[derive(Serialize, Deserialize)]
+struct FactRows {
+    /// id, program_path, status, started_at, updated_at, error_message
+    run: Option<RunColumns>,
+    pending: Vec<GateColumns>,
+}
+
+type RunColumns = (
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+/// id, run_id, execution_id, prompt, allow (JSON), timeout, timeout_at, on_reject, status,
+/// created_at, resolved_at, resolved_by, resolution_comment, metadata, instance
+type GateColumns = (
+    String,
+    Option<String>,
+    Option<i64>,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    i64,
+);
+
+impl FactRows {
+    fn of(facts: &Facts) -> FactRows {
+        FactRows {
+            run: facts.run.as_ref().map(|(i, e)| {
+                (
+                    i.id.clone(),
+                    i.program_path.clone(),
+                    i.status.as_ref().map(|s| s.as_str().to_string()),
+                    i.started_at.clone(),
+                    i.updated_at.clone(),
+                    e.clone(),
+                )
+            }),
+            pending: facts
+                .pending
+                .iter()
+                .map(|g| {
+                    (
+                        g.id.clone(),
+                        g.run_id.clone(),
+                        g.execution_id,
+                        g.prompt.clone(),
+                        serde_json::to_string(&g.allow).unwrap_or_default(),
+                        g.timeout.clone(),
+                        g.timeout_at.clone(),
+                        g.on_reject.clone(),
+                        g.status.to_string(),
+                        g.created_at.clone(),
+                        g.resolved_at.clone(),
+                        g.resolved_by.clone(),
+                        g.resolution_comment.clone(),
+                        g.metadata.clone(),
+                        g.instance,
+                    )
+                })
+                .collect(),
+        }
+    }
+}
+
+/// One line of the catalog's log (`.prose/catalog.log`), JSON: a ticket (`T`), appended
+/// under the run's write lock before its commit, or the facts a ticket's write committed
+/// (`F`), appended after the commit.
+#[derive(Serialize, Deserialize)]
+struct LogLine {
+    /// The catalog version that wrote the line: a line of another is not guessed at (every
+    /// row is read again instead).
+    v: i64,
+    t: char,
+    run: String,
+    n: Ticket,
+    /// `F`: the run's files after the commit (see `stamp_of`) and its facts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    s: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    f: Option<FactRows>,
+}
+
+/// Appends one line to the catalog's log: under a shared lock of the log file, and to the
+/// file at the path (a fold renames the log aside under an exclusive lock; a writer that
+/// opened it before finds it moved and opens the new one). The log's size after the line.
+fn append(prose: &Path, line: &[u8]) -> std::io::Result<u64> {
+    use std::io::Write;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let path = prose.join(LOG_FILE);
+    for _ in 0..10 {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)?;
+        f.lock_shared()?;
+        let held = f.metadata()?;
+        let named = std::fs::symlink_metadata(&path).ok();
+        if named.is_some_and(|m| m.ino() == held.ino() && m.dev() == held.dev()) {
+            f.write_all(line)?;
+            return Ok(held.len() + line.len() as u64);
+        }
+    }
+    Err(std::io::Error::other("the catalog's log kept being moved"))
+}
+
 /// The writer's side: held by a run's store, used only by the transactions that change a
-/// fact the catalog keeps.
+/// fact the catalog keeps. It never opens the catalog's database: a ticket and its facts are
+/// lines of the catalog's log, folded in by the next listing.
 pub struct Link {
     prose: PathBuf,
     run: String,
     busy: Duration,
-    conn: Option<Connection>,
 }
 
 impl Link {
     /// The catalog of the project a state.db belongs to, if it is a project's run.
     pub fn for_state_db(db: &Path, busy: Duration) -> Option<Link> {
         let (prose, run) = of_state_db(db)?;
-        Some(Link {
-            prose,
-            run,
-            busy,
-            conn: None,
+        Some(Link { prose, run, busy })
+    }
+
+    fn line(&self, kind: char, ticket: &str, facts: Option<(String, FactRows)>) -> Vec<u8> {
+        let (s, f) = facts.map_or((None, None), |(s, f)| (Some(s), Some(f)));
+        let mut line = serde_json::to_vec(&LogLine {
+            v: CATALOG_VERSION,
+            t: kind,
+            run: self.run.clone(),
+            n: ticket.to_string(),
+            s,
+            f,
         })
+        .unwrap_or_default();
+        line.push(b'\n');
+        line
+    }
+
+    /// Marks every row stale (see `STALE_FILE`): for a write that could not log its ticket.
+    fn stale(&self) {
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.prose.join(STALE_FILE));
     }
 
     /// Takes a ticket: called inside the run's write transaction, before its commit. None
     /// when there is no catalog (the first listing builds it, reading this run under its
-    /// lock), or when the catalog could not take it: then the stale mark is made instead,
+    /// lock), or when the ticket could not be logged: then the stale mark is made instead,
     /// and the next listing reads every run again.
-    pub fn mark(&mut self) -> Option<i64> {
-        let taken = (|| -> Result<Option<i64>> {
-            if self.conn.is_none() {
-                let path = self.prose.join(CATALOG_FILE);
-                if !path.is_file() {
-                    return Ok(None);
-                }
-                match try_open(&path, self.busy, false)? {
-                    Some(c) => self.conn = Some(c),
-                    None => return Err(anyhow!("catalog of another version")),
-                }
-            }
-            let c = self.conn.as_ref().expect("opened above");
-            c.prepare_cached("INSERT INTO tickets (run) VALUES (?1)")?
-                .execute([&self.run])?;
-            Ok(Some(c.last_insert_rowid()))
-        })();
-        match taken {
-            Ok(ticket) => ticket,
+    pub fn mark(&mut self) -> Option<Ticket> {
+        if !self.prose.join(CATALOG_FILE).is_file() {
+            return None;
+        }
+        let since = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        let ticket = format!("{}.{}", std::process::id(), since.as_nanos());
+        match append(&self.prose, &self.line('T', &ticket, None)) {
+            Ok(_) => Some(ticket),
             Err(_) => {
-                self.conn = None;
-                let _ = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(self.prose.join(STALE_FILE));
+                self.stale();
                 None
             }
         }
     }
 
-    /// Copies the facts a transaction committed under `ticket` and deletes the ticket: after
-    /// the run's commit. Best effort: a failure leaves the ticket, and the next listing reads
-    /// the run again.
-    pub fn apply(&mut self, ticket: i64, facts: &Facts) {
-        let Some(c) = self.conn.as_mut() else { return };
-        let run = self.run.as_str();
-        let stamp = stamp_of(&self.prose.join("runs").join(run).join(crate::run::DB_FILE));
-        let _ = (|| -> rusqlite::Result<()> {
-            let tx = c.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            put_facts(&tx, run, ticket, facts, &stamp)?;
-            tx.prepare_cached("DELETE FROM tickets WHERE id = ?1")?
-                .execute([ticket])?;
-            tx.commit()
-        })();
+    /// Logs the facts a transaction committed under `ticket`: after the run's commit. Best
+    /// effort: a facts line not written (too large, or a failure) leaves the ticket, and the
+    /// next listing reads the run again. A log grown past `FOLD_AT` is folded in here.
+    pub fn apply(&mut self, ticket: Ticket, facts: &Facts) {
+        let stamp = stamp_of(
+            &self
+                .prose
+                .join("runs")
+                .join(&self.run)
+                .join(crate::run::DB_FILE),
+        );
+        let line = self.line('F', &ticket, Some((stamp, FactRows::of(facts))));
+        if line.len() > LINE_MOST {
+            return;
+        }
+        if let Ok(size) = append(&self.prose, &line) {
+            if size > FOLD_AT {
+                let opts = OpenOptions {
+                    busy_timeout: self.busy,
+                };
+                if let Ok(Some(mut c)) = ProjectCatalog::open(&self.prose.join("runs"), opts) {
+                    let _ = c.fold();
+                }
+            }
+        }
     }
 }
 
-impl Drop for Link {
-    fn drop(&mut self) {
-        if let Some(c) = self.conn.take() {
-            close(c, &self.prose);
+/// Applies one line of the catalog's log (see `ProjectCatalog::fold`).
+fn apply_line(c: &Connection, line: LogLine) -> rusqlite::Result<()> {
+    match (line.t, line.f) {
+        ('T', _) => {
+            c.prepare_cached("INSERT OR IGNORE INTO tickets (run, nonce) VALUES (?1, ?2)")?
+                .execute([&line.run, &line.n])?;
         }
+        ('F', Some(facts)) => {
+            // No ticket: a repair read the run after this write committed, and removed it.
+            let ticket: Option<i64> = c
+                .prepare_cached("SELECT id FROM tickets WHERE nonce = ?1 AND run = ?2")?
+                .query_row([&line.n, &line.run], |r| r.get(0))
+                .optional()?;
+            if let Some(ticket) = ticket {
+                put_facts(
+                    c,
+                    &line.run,
+                    ticket,
+                    &facts,
+                    line.s.as_deref().unwrap_or(""),
+                )?;
+                c.prepare_cached("DELETE FROM tickets WHERE id = ?1")?
+                    .execute([ticket])?;
+            }
+        }
+        _ => {}
     }
+    Ok(())
 }
 
 /// The reader's side: a project's catalog, brought up to date for a listing.
@@ -386,10 +533,115 @@ impl ProjectCatalog {
         self.conn.as_ref()
     }
 
+    /// Folds the catalog's log in (see `Link`). Under the catalog's write lock, the live log
+    /// is renamed aside (`catalog.log.N`) under the log's exclusive lock, so that no writer
+    /// is mid-line in it and none writes to it after; then every aside log not yet folded is
+    /// applied, oldest first, and the newest one folded is recorded in the same transaction,
+    /// so that a fold killed after its commit never applies a log twice. A ticket line adds a
+    /// ticket; a facts line puts its facts in the row (if its ticket is newer than the row's)
+    /// and deletes its ticket. A line that cannot be read marks every row stale.
+    pub fn fold(&mut self) -> Result<()> {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let Some(c) = self.conn.as_ref() else {
+            return Ok(());
+        };
+        let err = |e| {
+            db_error(
+                e,
+                &self.prose.join(CATALOG_FILE),
+                self.opts.busy_timeout.as_millis(),
+            )
+        };
+        let io = |e: std::io::Error, what: &Path| {
+            anyhow::Error::new(e).context(format!("catalog log: {}", what.display()))
+        };
+        let live = self.prose.join(LOG_FILE);
+        // Never followed: a symlink (or anything but a file) in its place is removed, and
+        // the writers that could not log meanwhile have left the stale mark.
+        if let Ok(m) = std::fs::symlink_metadata(&live) {
+            if !m.is_file() {
+                if m.is_dir() {
+                    let _ = std::fs::remove_dir(&live);
+                } else {
+                    let _ = std::fs::remove_file(&live);
+                }
+            }
+        }
+        let mut aside: Vec<(i64, PathBuf)> = std::fs::read_dir(&self.prose)
+            .map_err(|e| io(e, &self.prose))?
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let n = name
+                    .strip_prefix(LOG_FILE)?
+                    .strip_prefix('.')?
+                    .parse()
+                    .ok()?;
+                Some((n, e.path()))
+            })
+            .collect();
+        let log = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&live);
+        if aside.is_empty() && log.is_err() {
+            return Ok(());
+        }
+        let tx = rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)
+            .map_err(err)?;
+        let folded: i64 = tx
+            .query_row("SELECT value FROM meta WHERE key = 'log_folded'", [], |r| {
+                r.get::<_, String>(0)
+            })
+            .optional()
+            .map_err(err)?
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        if let Ok(f) = log {
+            f.lock().map_err(|e| io(e, &live))?;
+            let held = f.metadata().map_err(|e| io(e, &live))?;
+            let named = std::fs::symlink_metadata(&live).ok();
+            if named.is_some_and(|m| m.ino() == held.ino() && m.dev() == held.dev()) {
+                let next = aside.iter().map(|a| a.0).max().unwrap_or(0).max(folded) + 1;
+                let to = self.prose.join(format!("{LOG_FILE}.{next}"));
+                std::fs::rename(&live, &to).map_err(|e| io(e, &live))?;
+                aside.push((next, to));
+            }
+        }
+        aside.sort();
+        let mut newest = folded;
+        let mut odd = false;
+        for (n, path) in aside.iter().filter(|a| a.0 > folded) {
+            let text = std::fs::read(path).map_err(|e| io(e, path))?;
+            for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                match serde_json::from_slice::<LogLine>(line) {
+                    Ok(l) if l.v == CATALOG_VERSION => apply_line(&tx, l).map_err(err)?,
+                    _ => odd = true,
+                }
+            }
+            newest = *n;
+        }
+        if odd {
+            tx.execute("UPDATE runs SET stale = stale + 1", [])
+                .map_err(err)?;
+        }
+        tx.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('log_folded', ?1)",
+            [newest.to_string()],
+        )
+        .map_err(err)?;
+        tx.commit().map_err(err)?;
+        for (_, path) in aside.iter().filter(|a| a.0 <= newest) {
+            let _ = std::fs::remove_file(path);
+        }
+        Ok(())
+    }
+
     /// Brings the catalog up to date: claims the stale mark, compares the runs directory
     /// when it changed (`full`: always), then re-reads every run with a ticket left, a stale
     /// row, or no facts yet.
     pub fn refresh(&mut self, full: bool) -> Result<()> {
+        self.fold()?;
         let Some(c) = self.db() else { return Ok(()) };
         let err = self.err();
         let stale = self.prose.join(STALE_FILE);
@@ -595,7 +847,7 @@ impl ProjectCatalog {
         };
         let tx = rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)
             .map_err(err)?;
-        put_facts(&tx, id, ticket, &facts, &stamp).map_err(err)?;
+        put_facts(&tx, id, ticket, &FactRows::of(&facts), &stamp).map_err(err)?;
         if locked {
             // Every writer with an older ticket has committed or died.
             tx.execute(
@@ -688,6 +940,7 @@ impl ProjectCatalog {
 
     /// Compares every row with its run, read now (`doctor`); nothing is written.
     pub fn check(&mut self) -> Result<CatalogCheck> {
+        self.fold()?;
         let mut out = CatalogCheck::default();
         let Some(c) = self.db() else { return Ok(out) };
         let names: Vec<String> = match std::fs::read_dir(&self.runs_dir) {

@@ -350,7 +350,7 @@ pub struct SqliteTx<'a> {
     link: Option<&'a mut super::catalog::Link>,
     /// Whether a statement changed a fact the catalog keeps, and the ticket it took then.
     marked: bool,
-    ticket: Option<i64>,
+    ticket: Option<super::catalog::Ticket>,
 }
 
 impl SqliteTx<'_> {
@@ -958,7 +958,9 @@ impl Tx for SqliteTx<'_> {
         } = *self;
         // The facts being committed, read under the lock; copied to the catalog after the
         // commit. Unreadable ones leave the ticket: the next listing reads the run again.
-        let facts = ticket.and_then(|_| super::catalog::read_facts(&tx).ok());
+        let facts = ticket
+            .as_ref()
+            .and_then(|_| super::catalog::read_facts(&tx).ok());
         tx.commit().map_err(|e| db_error(e, path, busy_ms))?;
         if ticket.is_some() {
             // Fault injection for the tests: a pause between the run's commit and the
