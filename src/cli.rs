@@ -120,6 +120,9 @@ pub enum Command {
     /// Serve the agent's commands as Model Context Protocol tools on stdio, acting as
     /// agent:NAME (no tool decides a gate)
     Mcp(McpArgs),
+    /// Serve the approval page: pending gates of every run, each gate's context, approve and
+    /// reject forms, for principals logged in with their token (loopback by default)
+    Serve(ServeArgs),
     /// Print the state protocol for a VM, a subagent or an approver, in Markdown
     Guide(GuideArgs),
 }
@@ -163,6 +166,17 @@ pub struct McpArgs {
     /// The agent this server acts for: every call is made as the principal agent:NAME
     #[arg(long, value_name = "NAME")]
     pub agent: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address and port to listen on (port 0: any free port, printed at start)
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7433")]
+    pub listen: String,
+    /// Allow an address other than loopback without TLS: tokens and sessions then cross
+    /// the network in clear (a warning is printed)
+    #[arg(long)]
+    pub insecure_http: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -1,7 +1,8 @@
-//! prose-state's library: everything both binaries run. `prose-state` (src/main.rs) is the
+//! prose-state's library: everything its binaries run. `prose-state` (src/main.rs) is the
 //! command line; `prose-state-mcp` (src/bin/prose-state-mcp.rs) is the MCP server, which
-//! `prose-state mcp` becomes. The server is a binary of its own so that its async runtime and
-//! protocol code are not in the command line's: every command is a fresh process, and a
+//! `prose-state mcp` becomes, and `prose-state-serve` (src/bin/prose-state-serve.rs) the
+//! approval page, which `prose-state serve` becomes. Each server is a binary of its own so
+//! that its async runtime and protocol code are not in the command line's: every command is a fresh process, and a
 //! bigger binary costs each of them start-up time (relocations) for code it never runs.
 
 mod attach;
@@ -17,6 +18,7 @@ pub mod output;
 pub mod parse;
 mod run;
 mod seal;
+pub mod serve;
 mod store;
 mod term;
 mod transfer;

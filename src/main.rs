@@ -21,7 +21,8 @@ fn main() -> ExitCode {
         Command::Completions(a) => finish(a.run(&ctx), false),
         Command::Man => finish(cmd::docs::Man.run(&ctx), false),
         // The server is a binary of its own, next to this one (see src/lib.rs).
-        Command::Mcp(_) => finish(serve_mcp().map(|()| Nothing), false),
+        Command::Mcp(_) => finish(become_server("prose-state-mcp").map(|()| Nothing), false),
+        Command::Serve(_) => finish(become_server("prose-state-serve").map(|()| Nothing), false),
         other => cmd::dispatch(other, &ctx, &mut Terminal).unwrap_or(2),
     })
 }
@@ -36,16 +37,17 @@ impl cmd::Sink for Terminal {
     }
 }
 
-/// Becomes `prose-state-mcp`, installed next to this binary, with the same command line.
-fn serve_mcp() -> anyhow::Result<()> {
+/// Becomes one of the servers installed next to this binary (`prose-state-mcp`,
+/// `prose-state-serve`), with the same command line.
+fn become_server(name: &str) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     let me = std::env::current_exe()?;
-    let server = me.with_file_name("prose-state-mcp");
+    let server = me.with_file_name(name);
     let err = std::process::Command::new(&server)
         .args(std::env::args_os().skip(1))
         .exec();
     Err(anyhow::anyhow!(
-        "could not start the MCP server {} ({err}): it is installed with prose-state (cargo install --path .)",
+        "could not start the server {} ({err}): it is installed with prose-state (cargo install --path .)",
         server.display()
     ))
 }

@@ -99,6 +99,7 @@ fn one_subcommand(name: &str) -> Option<clap::Command> {
         "prune" => cli::PruneArgs::augment_args(C::new("prune")),
         "migrate" => cli::MigrateArgs::augment_args(C::new("migrate")),
         "mcp" => cli::McpArgs::augment_args(C::new("mcp")),
+        "serve" => cli::ServeArgs::augment_args(C::new("serve")),
         "guide" => cli::GuideArgs::augment_args(C::new("guide")),
         "export" => cli::ExportArgs::augment_args(C::new("export")),
         "import" => cli::ImportArgs::augment_args(C::new("import")),

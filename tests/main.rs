@@ -24,5 +24,6 @@ mod principals;
 mod query;
 mod readme;
 mod schema;
+mod serve;
 mod travel;
 mod vm_day;

@@ -98,6 +98,7 @@ pub fn run(req: &DecideRequest, store: &mut dyn Store, confirm: Confirm) -> Resu
         approve: req.approve,
         principal: req.principal,
         authenticated: req.authenticated,
+        client: "cli",
         comment: req.comment,
         // The prompt as it was shown (or, with --yes, as it was read) just now.
         prompt_hash: &sha256_tag(&gate.prompt),

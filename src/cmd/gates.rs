@@ -393,11 +393,21 @@ impl Render for GateShown {
 }
 
 pub fn show(gate: &str, viewer: Option<&str>, store: &mut dyn Store) -> Result<GateShown> {
+    show_to(gate, viewer, "cli", store)
+}
+
+/// [`show`], for a viewer through `client` (`cli`, `web`), as the audit log records it.
+pub fn show_to(
+    gate: &str,
+    viewer: Option<&str>,
+    client: &str,
+    store: &mut dyn Store,
+) -> Result<GateShown> {
     check_gate_id(gate)?;
     let now = now();
     let run = store.run_info()?;
     let (row, history) = store
-        .view_gate(gate, viewer, &now)?
+        .view_gate(gate, viewer, client, &now)?
         .ok_or_else(|| not_found(format!("gate not found in run {}: {}", run.id, shown(gate))))?;
     let report = store.verify_audit()?;
     Ok(GateShown {

@@ -70,7 +70,11 @@ pub fn dispatch<S: Sink>(command: &Command, ctx: &Context, sink: &mut S) -> Opti
         Command::Guide(a) => sink.take(a, ctx),
         Command::Export(a) => sink.take(a, ctx),
         Command::Import(a) => sink.take(a, ctx),
-        Command::Log(_) | Command::Completions(_) | Command::Man | Command::Mcp(_) => return None,
+        Command::Log(_)
+        | Command::Completions(_)
+        | Command::Man
+        | Command::Mcp(_)
+        | Command::Serve(_) => return None,
     })
 }
 

@@ -388,6 +388,8 @@ pub struct Decision<'a> {
     pub principal: &'a crate::model::Principal,
     /// Whether a token authenticated the principal (`auth`).
     pub authenticated: bool,
+    /// Where the decision was taken: `cli` or `web` (recorded with it).
+    pub client: &'a str,
     pub comment: Option<&'a str>,
     /// The hash of the prompt the decider was shown; a mismatch is refused.
     pub prompt_hash: &'a str,
@@ -631,7 +633,7 @@ pub fn refusal(
     };
     let attempted = if d.approve { "approve" } else { "reject" };
     let metadata = serde_json::json!({
-        "client": "cli", "attempted": attempted, "reason": reason, "prompt_hash": d.prompt_hash,
+        "client": d.client, "attempted": attempted, "reason": reason, "prompt_hash": d.prompt_hash,
         "instance": gate.instance
     });
     Some((why, metadata))
@@ -650,7 +652,7 @@ pub fn refused_outcome(gate: GateRow, why: Refusal) -> Decided {
 /// The metadata of an `approved` or `rejected` audit event.
 pub fn decision_metadata(gate: &GateRow, d: &Decision) -> serde_json::Value {
     let mut metadata = serde_json::json!({
-        "client": "cli", "prompt_hash": d.prompt_hash, "instance": gate.instance
+        "client": d.client, "prompt_hash": d.prompt_hash, "instance": gate.instance
     });
     if d.authenticated {
         metadata["authenticated"] = "token".into();
@@ -892,14 +894,16 @@ pub trait Store: AgentStore {
         self.read_gate(id)
     }
 
-    /// One gate with its audit history, logging a `viewed` event by `viewer`.
+    /// One gate with its audit history, logging a `viewed` event by `viewer` through
+    /// `client` (`cli`, `web`).
     fn view_gate(
         &mut self,
         id: &str,
         viewer: Option<&str>,
+        client: &str,
         now: &str,
     ) -> Result<Option<(GateRow, Vec<AuditRow>)>> {
-        let viewed = rules::view_gate(self.begin(rules::GATE)?, id, viewer, now)?;
+        let viewed = rules::view_gate(self.begin(rules::GATE)?, id, viewer, client, now)?;
         self.anchor_chain();
         Ok(viewed)
     }

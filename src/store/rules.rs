@@ -390,6 +390,7 @@ pub fn view_gate(
     mut tx: Box<dyn Tx + '_>,
     id: &str,
     viewer: Option<&str>,
+    client: &str,
     now: &str,
 ) -> Result<Option<(super::GateRow, Vec<AuditRow>)>> {
     sweep(&mut *tx, now)?;
@@ -405,7 +406,7 @@ pub fn view_gate(
             event_type: "viewed",
             principal: viewer,
             comment: None,
-            metadata: serde_json::json!({"client": "cli"}),
+            metadata: serde_json::json!({"client": client}),
             now,
         },
     )?;

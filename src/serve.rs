@@ -1,0 +1,1026 @@
+//! `prose-state serve`: the approval page, a binary of its own (`prose-state-serve`, see
+//! src/lib.rs) so that no other command carries its runtime or its HTTP code.
+//!
+//! What it serves, to a person logged in with a principal's token (`principals add`):
+//! - `/`: the pending gates of every run of the project, SQLite and server runs alike, read
+//!   the way `gates` reads them (the project catalog, one query on PostgreSQL), updated every
+//!   2 s by a small script of its own (`/app.js`); the page works without it;
+//! - `/runs/{run}/gates/{gate}`: the prompt exactly as stored (escaped, control and
+//!   direction characters made visible), its hash, who may decide, `on_reject`, the time
+//!   left, the run's recent log and the bindings visible from the gate's execution scope,
+//!   with the approve and reject forms;
+//! - `/runs` and `/runs/{run}`: each run's status, its log and its gates.
+//!
+//! A decision is taken by the store's own rules, as the logged-in principal (never a form
+//! field), authenticated, and against the prompt hash the page showed: the first decision
+//! wins across the web and the command line, and a refused one is audit-logged by the store.
+//! Sessions live in this process only: an `HttpOnly`, `SameSite=Strict` cookie naming 32
+//! random bytes, a CSRF token per session carried by every form, and the principal's token
+//! hash checked again on every request, so a revoked or replaced token ends its sessions.
+//! Failed logins are limited per client address.
+
+use crate::cli::{Global, ServeArgs};
+use crate::context::Context;
+use crate::error::{code_of, Code};
+use crate::model::{now, sha256_tag, Principal};
+use crate::store::{BindingRow, Decided, Decision, ExecutionRow, GateRow, Store};
+use anyhow::{anyhow, Result};
+use axum::extract::{ConnectInfo, Form, Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use maud::{html, Markup, DOCTYPE};
+use rand::RngCore;
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The session cookie's name.
+const COOKIE: &str = "prose_session";
+/// How long a session lasts without being used.
+const IDLE: Duration = Duration::from_secs(8 * 3600);
+/// Failed logins allowed per client address in `WINDOW`; more are refused (429) unchecked.
+const FAILURES: u32 = 5;
+const WINDOW: Duration = Duration::from_secs(60);
+/// Recent log entries shown on a gate's page.
+const RECENT: usize = 20;
+/// A binding's value is shown up to this many bytes; the whole is a link away.
+const SHOWN_BYTES: usize = 2048;
+/// A value's page shows at most this much of it (`get` reads the rest).
+const WHOLE_MOST: u64 = 16 * 1024 * 1024;
+
+const STYLE: &str = include_str!("serve/style.css");
+const SCRIPT: &str = include_str!("serve/app.js");
+
+struct Session {
+    principal: Principal,
+    /// The token hash the session was opened with: a revoked or reissued token ends it.
+    token_hash: String,
+    csrf: String,
+    used: Instant,
+}
+
+struct App {
+    ctx: Context,
+    sessions: Mutex<HashMap<String, Session>>,
+    failures: Mutex<HashMap<IpAddr, (u32, Instant)>>,
+}
+
+/// Runs the server until it is killed.
+pub fn serve(args: &ServeArgs, _global: &Global, ctx: Context) -> Result<()> {
+    let addr: SocketAddr = args.listen.parse().map_err(|_| {
+        crate::error::usage(format!(
+            "--listen is not an address and port (127.0.0.1:7433): {}",
+            crate::error::shown(&args.listen)
+        ))
+    })?;
+    if !addr.ip().is_loopback() && !args.insecure_http {
+        return Err(crate::error::usage(format!(
+            "--listen {addr} is not a loopback address: tokens and decisions would cross the network in clear; \
+             serve on loopback behind a TLS proxy, or pass --insecure-http to do it anyway"
+        )));
+    }
+    // The book must exist: nobody could log in otherwise.
+    let mut book = ctx.principal_book(false)?.ok_or_else(|| {
+        crate::error::refused(
+            "this project has no principals, so nobody could log in: `prose-state principals add NAME` issues a token",
+        )
+    })?;
+    if book.principals()?.iter().all(|p| p.revoked_at.is_some()) {
+        return Err(crate::error::refused(
+            "every principal of this project is revoked, so nobody could log in: `prose-state principals add NAME` issues a token",
+        ));
+    }
+    drop(book);
+    let app = Arc::new(App {
+        ctx,
+        sessions: Mutex::new(HashMap::new()),
+        failures: Mutex::new(HashMap::new()),
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_io()
+        .enable_time()
+        .build()?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| anyhow!("could not listen on {addr}: {e}"))?;
+        let local = listener.local_addr()?;
+        if !local.ip().is_loopback() {
+            crate::output::report(&format!(
+                "warning: serving plain HTTP on {local}, not loopback (--insecure-http): anyone on the path can read tokens and sessions"
+            ));
+        }
+        // The one line a script waits for (the port, when --listen asked for port 0).
+        println!("listening on http://{local}/");
+        let router = Router::new()
+            .route("/", get(pending_page))
+            .route("/pending", get(pending_rows))
+            .route("/login", get(login_page).post(login))
+            .route("/logout", post(logout))
+            .route("/runs", get(runs_page))
+            .route("/runs/{run}", get(run_page))
+            .route("/runs/{run}/gates/{gate}", get(gate_page))
+            .route("/runs/{run}/gates/{gate}/decide", post(decide))
+            .route("/runs/{run}/bindings/{execution}/{name}", get(binding_value))
+            .route("/style.css", get(|| async { asset("text/css", STYLE) }))
+            .route("/app.js", get(|| async { asset("text/javascript", SCRIPT) }))
+            .fallback(|| async { page_error(StatusCode::NOT_FOUND, "no such page") })
+            .with_state(app);
+        axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .map_err(|e| anyhow!("the server stopped: {e}"))
+    })
+}
+
+// ---- responses -------------------------------------------------------------------------
+
+/// Headers every response carries: nothing from elsewhere, no inline script, no framing, no
+/// caching of pages that show a run's state.
+fn secured(mut r: Response) -> Response {
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
+             img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+        ),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+fn asset(kind: &'static str, body: &'static str) -> Response {
+    secured(([(header::CONTENT_TYPE, kind)], body).into_response())
+}
+
+fn page(status: StatusCode, markup: Markup) -> Response {
+    secured(
+        (
+            status,
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            markup.into_string(),
+        )
+            .into_response(),
+    )
+}
+
+fn layout(title: &str, who: Option<(&Principal, &str)>, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · prose-state" }
+                link rel="stylesheet" href="/style.css";
+                script src="/app.js" defer {}
+            }
+            body {
+                header {
+                    nav {
+                        a href="/" { "Pending gates" }
+                        " "
+                        a href="/runs" { "Runs" }
+                    }
+                    @if let Some((p, csrf)) = who {
+                        form.logout method="post" action="/logout" {
+                            span.who { "Signed in as " strong { (p.as_str()) } }
+                            input type="hidden" name="csrf" value=(csrf);
+                            button type="submit" { "Sign out" }
+                        }
+                    }
+                }
+                main { (body) }
+            }
+        }
+    }
+}
+
+fn page_error(status: StatusCode, message: &str) -> Response {
+    page(
+        status,
+        layout(
+            "Error",
+            None,
+            html! { h1 { (status.as_u16()) " " (status.canonical_reason().unwrap_or("")) } p.error { (visible(message)) } },
+        ),
+    )
+}
+
+/// The status an error of the store or the rules is shown with.
+fn status_of(e: &anyhow::Error) -> StatusCode {
+    match code_of(e) {
+        Some(Code::NotFound) => StatusCode::NOT_FOUND,
+        Some(Code::Usage) => StatusCode::BAD_REQUEST,
+        Some(Code::Refused) => StatusCode::FORBIDDEN,
+        Some(Code::Tampered) | Some(Code::Unattested) => StatusCode::CONFLICT,
+        Some(Code::Busy) => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+fn failed(e: &anyhow::Error) -> Response {
+    page_error(status_of(e), &format!("{e:#}"))
+}
+
+/// Text as stored, with what a page would hide or reorder made visible, as every other
+/// output of prose-state shows it (`output::visible`: control characters, direction
+/// overrides, zero-width characters escaped; line breaks and tabs kept). maud escapes HTML.
+fn visible(text: &str) -> String {
+    crate::output::visible(text).into_owned()
+}
+
+// ---- sessions ----------------------------------------------------------------------------
+
+fn random_hex(bytes: usize) -> String {
+    let mut b = vec![0u8; bytes];
+    rand::rng().fill_bytes(&mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn cookie_of(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == COOKIE)
+        .map(|(_, v)| v.to_string())
+}
+
+/// Who is logged in: the session's principal, if its token is still the one the session was
+/// opened with (not revoked, not reissued). Otherwise the session is ended.
+async fn who(app: &Arc<App>, headers: &HeaderMap) -> Result<(String, Principal, String), Response> {
+    let unauthorized = || {
+        page(
+            StatusCode::UNAUTHORIZED,
+            layout(
+                "Sign in",
+                None,
+                login_form(Some("Sign in with your token to continue.")),
+            ),
+        )
+    };
+    let id = cookie_of(headers).ok_or_else(unauthorized)?;
+    let (principal, hash, csrf) = {
+        let mut sessions = app.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let s = sessions.get_mut(&id).ok_or_else(unauthorized)?;
+        if s.used.elapsed() > IDLE {
+            sessions.remove(&id);
+            return Err(unauthorized());
+        }
+        s.used = Instant::now();
+        (s.principal.clone(), s.token_hash.clone(), s.csrf.clone())
+    };
+    let app2 = app.clone();
+    let name = principal.as_str().to_string();
+    let live = blocking(move || {
+        let mut book = app2
+            .ctx
+            .principal_book(false)?
+            .ok_or_else(|| anyhow!("the project's principals are gone"))?;
+        Ok(book
+            .principal(&name)?
+            .is_some_and(|row| row.revoked_at.is_none() && row.token_hash == hash))
+    })
+    .await
+    .map_err(|e| failed(&e))?;
+    if !live {
+        app.sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id);
+        return Err(unauthorized());
+    }
+    Ok((id, principal, csrf))
+}
+
+/// Runs blocking store work off the server's threads.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| anyhow!("a request failed: {e}"))?
+}
+
+fn login_form(note: Option<&str>) -> Markup {
+    html! {
+        h1 { "Sign in" }
+        @if let Some(n) = note { p.note { (n) } }
+        form method="post" action="/login" {
+            label for="token" { "Token (" code { "prose-state principals add NAME" } " printed it)" }
+            input #token type="password" name="token" autocomplete="off" required;
+            button type="submit" { "Sign in" }
+        }
+    }
+}
+
+async fn login_page() -> Response {
+    page(StatusCode::OK, layout("Sign in", None, login_form(None)))
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    token: String,
+}
+
+async fn login(
+    State(app): State<Arc<App>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Form(form): Form<LoginForm>,
+) -> Response {
+    let ip = peer.ip();
+    {
+        let mut failures = app.failures.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((n, since)) = failures.get(&ip).copied() {
+            if since.elapsed() > WINDOW {
+                failures.remove(&ip);
+            } else if n >= FAILURES {
+                return page_error(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too many failed sign-ins from this address: wait a minute",
+                );
+            }
+        }
+    }
+    let app2 = app.clone();
+    let token = form.token;
+    let checked = blocking(move || {
+        let mut book = app2
+            .ctx
+            .principal_book(false)?
+            .ok_or_else(|| crate::error::refused("this project has no principals"))?;
+        let p = crate::auth::authenticate(book.as_mut(), &token)?;
+        let row = book
+            .principal(p.as_str())?
+            .ok_or_else(|| crate::error::refused("the token is not valid"))?;
+        Ok((p, row.token_hash))
+    })
+    .await;
+    match checked {
+        Ok((principal, token_hash)) => {
+            let id = random_hex(32);
+            app.sessions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(
+                    id.clone(),
+                    Session {
+                        principal,
+                        token_hash,
+                        csrf: random_hex(32),
+                        used: Instant::now(),
+                    },
+                );
+            let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
+            if let Ok(v) =
+                HeaderValue::from_str(&format!("{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/"))
+            {
+                r.headers_mut().insert(header::SET_COOKIE, v);
+            }
+            secured(r)
+        }
+        Err(e) => {
+            let mut failures = app.failures.lock().unwrap_or_else(|e| e.into_inner());
+            let entry = failures.entry(ip).or_insert((0, Instant::now()));
+            entry.0 += 1;
+            crate::output::report(&format!("refused sign-in from {ip}: {e:#}"));
+            page(
+                StatusCode::UNAUTHORIZED,
+                layout(
+                    "Sign in",
+                    None,
+                    login_form(Some("That token is not valid (unknown, revoked or wrong).")),
+                ),
+            )
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct CsrfForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+async fn logout(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Form(form): Form<CsrfForm>,
+) -> Response {
+    let (id, _, csrf) = match who(&app, &headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    if !same(&form.csrf, &csrf) {
+        return page_error(
+            StatusCode::FORBIDDEN,
+            "the form's CSRF token is missing or wrong",
+        );
+    }
+    app.sessions
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(&id);
+    let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, "/login")]).into_response();
+    r.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static("prose_session=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
+    );
+    secured(r)
+}
+
+/// Compares two secrets in time that does not depend on where they differ.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+// ---- pages -------------------------------------------------------------------------------
+
+fn gate_link(g: &GateRow) -> String {
+    format!(
+        "/runs/{}/gates/{}",
+        enc(g.run_id.as_deref().unwrap_or("")),
+        enc(&g.id)
+    )
+}
+
+/// A path segment, percent-encoded.
+fn enc(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn left(seconds: Option<i64>) -> String {
+    match seconds {
+        Some(s) => crate::output::human_duration(s),
+        None => "no deadline".into(),
+    }
+}
+
+fn pending_table(list: &crate::cmd::gates::GateList) -> Markup {
+    html! {
+        table #pending {
+            thead { tr { th { "Run" } th { "Gate" } th { "Prompt" } th { "May decide" } th { "Time left" } th { "Created" } } }
+            tbody {
+                @if list.gates.is_empty() {
+                    tr { td colspan="6" { "Nothing is waiting." } }
+                }
+                @for g in &list.gates {
+                    tr {
+                        td { (visible(g.gate.run_id.as_deref().unwrap_or("-"))) }
+                        td { a href=(gate_link(&g.gate)) { (visible(&g.gate.id)) } }
+                        td { (visible(&crate::output::one_line(&g.gate.prompt, 80))) }
+                        td { (visible(&g.gate.allow.join(", "))) }
+                        td data-deadline=[g.gate.timeout_at.as_deref()] { (left(g.time_left_seconds)) }
+                        td { (g.gate.created_at.as_deref().unwrap_or("-")) }
+                    }
+                }
+            }
+        }
+        @if !list.warnings.is_empty() {
+            ul.warnings { @for w in &list.warnings { li { (visible(w)) } } }
+        }
+    }
+}
+
+async fn pending_list(app: &Arc<App>) -> Result<crate::cmd::gates::GateList> {
+    let app = app.clone();
+    blocking(move || {
+        let args = crate::cli::GatesListArgs {
+            status: crate::cli::GateStatus::Pending,
+            pending: true,
+            expiring: None,
+            scan: false,
+            limit: Some(500),
+        };
+        crate::cmd::gates::list(&args, &app.ctx)
+    })
+    .await
+}
+
+async fn pending_page(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    let (_, principal, csrf) = match who(&app, &headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    match pending_list(&app).await {
+        Ok(list) => page(
+            StatusCode::OK,
+            layout(
+                "Pending gates",
+                Some((&principal, &csrf)),
+                html! {
+                    h1 { "Pending gates" }
+                    p.note { "Oldest first. This list refreshes itself every 2 seconds." }
+                    div #live data-src="/pending" { (pending_table(&list)) }
+                },
+            ),
+        ),
+        Err(e) => failed(&e),
+    }
+}
+
+/// The pending list alone, for the page's script to swap in.
+async fn pending_rows(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    if let Err(r) = who(&app, &headers).await {
+        return r;
+    }
+    match pending_list(&app).await {
+        Ok(list) => page(StatusCode::OK, pending_table(&list)),
+        Err(e) => failed(&e),
+    }
+}
+
+async fn runs_page(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    let (_, principal, csrf) = match who(&app, &headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let app2 = app.clone();
+    let runs = blocking(move || {
+        let args = crate::cli::RunsArgs {
+            status: None,
+            limit: 200,
+            since: None,
+            scan: false,
+        };
+        crate::cmd::runs::run(&args, &app2.ctx)
+    })
+    .await;
+    match runs {
+        Ok(list) => page(
+            StatusCode::OK,
+            layout(
+                "Runs",
+                Some((&principal, &csrf)),
+                html! {
+                    h1 { "Runs" }
+                    table {
+                        thead { tr { th { "Run" } th { "Status" } th { "Program" } th { "Started" } th { "Last event" } th { "Pending gates" } } }
+                        tbody {
+                            @for r in &list.runs {
+                                tr {
+                                    td { a href=(format!("/runs/{}", enc(&r.run.id))) { (visible(&r.run.id)) } }
+                                    td { (r.run.status.as_ref().map_or("-", |s| s.as_str())) }
+                                    td { (visible(r.run.program_path.as_deref().unwrap_or("-"))) }
+                                    td { (r.run.started_at.as_deref().unwrap_or("-")) }
+                                    td { (r.last_event_at.as_deref().unwrap_or("-")) }
+                                    td { (r.pending_gates) }
+                                }
+                            }
+                        }
+                    }
+                    @if !list.warnings.is_empty() {
+                        ul.warnings { @for w in &list.warnings { li { (visible(w)) } } }
+                    }
+                },
+            ),
+        ),
+        Err(e) => failed(&e),
+    }
+}
+
+fn log_table(rows: &[ExecutionRow]) -> Markup {
+    html! {
+        table {
+            thead { tr { th { "#" } th { "Statement" } th { "Status" } th { "At" } th { "Parent" } } }
+            tbody {
+                @for e in rows {
+                    tr {
+                        td { (e.id) }
+                        td { (visible(&crate::output::one_line(e.statement_text.as_deref().unwrap_or("-"), 100))) }
+                        td { (e.status.as_ref().map_or("-".to_string(), |s| s.to_string())) }
+                        td { (e.at().unwrap_or("-")) }
+                        td { (e.parent_id.map_or("-".to_string(), |p| p.to_string())) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+struct RunView {
+    info: crate::store::RunInfo,
+    log: Vec<ExecutionRow>,
+    gates: Vec<GateRow>,
+}
+
+async fn run_page(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path(run): Path<String>,
+) -> Response {
+    let (_, principal, csrf) = match who(&app, &headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let app2 = app.clone();
+    let view = blocking(move || {
+        let (_, mut store) = app2.ctx.open_run(Some(&run))?;
+        let now = now();
+        Ok(RunView {
+            info: store.run_info()?,
+            log: store.executions()?,
+            gates: store.gates(None, &now)?,
+        })
+    })
+    .await;
+    let v = match view {
+        Ok(v) => v,
+        Err(e) => return failed(&e),
+    };
+    page(
+        StatusCode::OK,
+        layout(
+            &v.info.id,
+            Some((&principal, &csrf)),
+            html! {
+                h1 { "Run " (visible(&v.info.id)) }
+                dl {
+                    dt { "Status" } dd { (v.info.status.as_ref().map_or("-", |s| s.as_str())) }
+                    dt { "Program" } dd { (visible(v.info.program_path.as_deref().unwrap_or("-"))) }
+                    dt { "Started" } dd { (v.info.started_at.as_deref().unwrap_or("-")) }
+                    dt { "Updated" } dd { (v.info.updated_at.as_deref().unwrap_or("-")) }
+                }
+                h2 { "Gates" }
+                table {
+                    thead { tr { th { "Gate" } th { "Status" } th { "Decided by" } th { "Prompt" } } }
+                    tbody {
+                        @for g in &v.gates {
+                            tr {
+                                td { a href=(gate_link(g)) { (visible(&g.id)) } }
+                                td { (g.status.to_string()) }
+                                td { (visible(g.resolved_by.as_deref().unwrap_or("-"))) }
+                                td { (visible(&crate::output::one_line(&g.prompt, 80))) }
+                            }
+                        }
+                    }
+                }
+                h2 { "Execution log" }
+                (log_table(&v.log))
+            },
+        ),
+    )
+}
+
+struct GateViewData {
+    shown: crate::cmd::gates::GateShown,
+    recent: Vec<ExecutionRow>,
+    bindings: Vec<BindingRow>,
+}
+
+/// The bindings a gate's execution sees: for each name, the one nearest its scope (the root
+/// scope last); every root binding for a gate with no execution.
+fn visible_bindings(store: &mut dyn Store, execution: Option<i64>) -> Result<Vec<BindingRow>> {
+    let chain = match execution {
+        Some(id) if store.execution_exists(id)? => store.scope_chain(id)?,
+        _ => Vec::new(),
+    };
+    let mut best: HashMap<String, (usize, BindingRow)> = HashMap::new();
+    for b in store.bindings()? {
+        let rank = match b.execution_id {
+            None => chain.len(),
+            Some(e) => match chain.iter().position(|c| *c == e) {
+                Some(i) => i,
+                None => continue,
+            },
+        };
+        match best.get(&b.name) {
+            Some((r, _)) if *r <= rank => {}
+            _ => {
+                best.insert(b.name.clone(), (rank, b));
+            }
+        }
+    }
+    let mut out: Vec<BindingRow> = best.into_values().map(|(_, b)| b).collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+async fn gate_page(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path((run, gate)): Path<(String, String)>,
+) -> Response {
+    let (_, principal, csrf) = match who(&app, &headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    let app2 = app.clone();
+    let viewer = principal.as_str().to_string();
+    let data = blocking(move || {
+        let (_, mut store) = app2.ctx.open_run(Some(&run))?;
+        let shown = crate::cmd::gates::show_to(&gate, Some(&viewer), "web", store.as_mut())?;
+        let mut recent = store.executions()?;
+        let cut = recent.len().saturating_sub(RECENT);
+        recent.drain(..cut);
+        let bindings = visible_bindings(store.as_mut(), shown.gate.gate.execution_id)?;
+        Ok(GateViewData {
+            shown,
+            recent,
+            bindings,
+        })
+    })
+    .await;
+    match data {
+        Ok(d) => page(StatusCode::OK, gate_markup(&d, &principal, &csrf)),
+        Err(e) => failed(&e),
+    }
+}
+
+fn gate_markup(d: &GateViewData, principal: &Principal, csrf: &str) -> Markup {
+    let g = &d.shown.gate.gate;
+    let run = g.run_id.as_deref().unwrap_or("");
+    let hash = sha256_tag(&g.prompt);
+    let may = crate::model::principal_allowed(&g.allow, principal);
+    let action = format!("{}/decide", gate_link(g));
+    layout(
+        &g.id,
+        Some((principal, csrf)),
+        html! {
+            p { a href=(format!("/runs/{}", enc(run))) { "Run " (visible(run)) } }
+            h1 { "Gate " (visible(&g.id)) }
+            dl {
+                dt { "Status" } dd #status { (g.status.to_string()) }
+                dt { "May decide" } dd { (visible(&g.allow.join(", "))) }
+                dt { "On reject" } dd { (visible(g.on_reject.as_deref().unwrap_or("-"))) }
+                dt { "Deadline" } dd {
+                    (g.timeout_at.as_deref().unwrap_or("none"))
+                    @if g.status.is_pending() && g.timeout_at.is_some() {
+                        " (" span #countdown data-deadline=[g.timeout_at.as_deref()] { (left(d.shown.gate.time_left_seconds)) } " left)"
+                    }
+                }
+                dt { "Created" } dd { (g.created_at.as_deref().unwrap_or("-")) }
+                @if let Some(by) = &g.resolved_by {
+                    dt { "Decided by" } dd #decided-by { (visible(by)) " at " (g.resolved_at.as_deref().unwrap_or("-")) }
+                    dt { "Comment" } dd { (visible(g.resolution_comment.as_deref().unwrap_or("-"))) }
+                }
+                dt { "Audit" } dd { (d.shown.integrity.state) (d.shown.integrity.detail.as_deref().map(|x| format!(": {x}")).unwrap_or_default()) }
+            }
+            h2 { "Prompt" }
+            pre #prompt { (visible(&g.prompt)) }
+            p.hash { "SHA-256 of the prompt: " code #prompt-hash { (hash) } }
+            @if g.status.is_pending() {
+                @if may {
+                    div.decide {
+                        form #approve method="post" action=(action) {
+                            input type="hidden" name="csrf" value=(csrf);
+                            input type="hidden" name="prompt_hash" value=(hash);
+                            input type="hidden" name="action" value="approve";
+                            label for="approve-comment" { "Comment (optional)" }
+                            input #approve-comment type="text" name="comment" maxlength="4000";
+                            button type="submit" { "Approve as " (principal.as_str()) }
+                        }
+                        form #reject method="post" action=(action) {
+                            input type="hidden" name="csrf" value=(csrf);
+                            input type="hidden" name="prompt_hash" value=(hash);
+                            input type="hidden" name="action" value="reject";
+                            label for="reject-reason" { "Reason (required)" }
+                            input #reject-reason type="text" name="comment" maxlength="4000" required;
+                            button type="submit" { "Reject as " (principal.as_str()) }
+                        }
+                    }
+                } @else {
+                    p.note { (principal.as_str()) " may not decide this gate." }
+                }
+            }
+            h2 { "Bindings in scope" }
+            @if d.bindings.is_empty() { p { "None." } }
+            @for b in &d.bindings {
+                (binding_markup(run, b))
+            }
+            h2 { "Recent log" }
+            (log_table(&d.recent))
+            h2 { "History" }
+            table {
+                thead { tr { th { "Event" } th { "Principal" } th { "Comment" } th { "At" } } }
+                tbody {
+                    @for a in &d.shown.history {
+                        tr {
+                            td { (visible(&a.event_type)) }
+                            td { (visible(a.principal.as_deref().unwrap_or("-"))) }
+                            td { (visible(a.comment.as_deref().unwrap_or("-"))) }
+                            td { (a.timestamp.as_deref().unwrap_or("-")) }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+fn binding_markup(run: &str, b: &BindingRow) -> Markup {
+    let scope = b.execution_id.map_or("root".to_string(), |e| e.to_string());
+    let link = format!("/runs/{}/bindings/{}/{}", enc(run), scope, enc(&b.name));
+    html! {
+        section.binding {
+            h3 { (visible(&b.name)) " " small { "(" (b.kind.as_deref().unwrap_or("let")) ", scope " (scope) ")" } }
+            @match (&b.value, &b.attachment_path) {
+                (_, Some(path)) => p { "In an attachment: " code { (visible(path)) } " · " a href=(link) { "the whole value" } },
+                (Some(v), None) => {
+                    @let text = String::from_utf8_lossy(v);
+                    @if v.len() > SHOWN_BYTES {
+                        @let cut = text.char_indices().take_while(|(i, _)| *i < SHOWN_BYTES).last().map_or(0, |(i, c)| i + c.len_utf8());
+                        pre { (visible(&text[..cut])) }
+                        p.note { "Truncated at " (SHOWN_BYTES) " of " (v.len()) " bytes · " a href=(link) { "the whole value" } }
+                    } @else {
+                        pre { (visible(&text)) }
+                    }
+                },
+                (None, None) => p { "(no value)" },
+            }
+        }
+    }
+}
+
+/// A binding's whole value, as plain text that a browser never runs or renders.
+async fn binding_value(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path((run, execution, name)): Path<(String, String, String)>,
+) -> Response {
+    if let Err(r) = who(&app, &headers).await {
+        return r;
+    }
+    let execution = if execution == "root" {
+        None
+    } else {
+        match execution.parse::<i64>() {
+            Ok(n) => Some(n),
+            Err(_) => return page_error(StatusCode::NOT_FOUND, "no such scope"),
+        }
+    };
+    let app2 = app.clone();
+    let value = blocking(move || {
+        let (paths, mut store) = app2.ctx.open_run(Some(&run))?;
+        // The binding at exactly that scope: its own scope is the nearest to it.
+        if !store
+            .bindings()?
+            .iter()
+            .any(|b| b.name == name && b.execution_id == execution)
+        {
+            return Err(crate::error::not_found("no such binding"));
+        }
+        let args = crate::cli::GetArgs {
+            name,
+            execution_id: execution,
+            explain: false,
+            offset: Some(0),
+            length: Some(WHOLE_MOST),
+        };
+        let got = crate::cmd::get::run(&args, &paths, store.as_mut())?;
+        Ok(got.row.value.unwrap_or_default())
+    })
+    .await;
+    match value {
+        Ok(v) => {
+            let mut r =
+                secured(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], v).into_response());
+            r.headers_mut().insert(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static("sandbox; default-src 'none'"),
+            );
+            r
+        }
+        Err(e) => failed(&e),
+    }
+}
+
+#[derive(Deserialize)]
+struct DecideForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    action: String,
+    #[serde(default)]
+    comment: String,
+    #[serde(default)]
+    prompt_hash: String,
+}
+
+async fn decide(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path((run, gate)): Path<(String, String)>,
+    Form(form): Form<DecideForm>,
+) -> Response {
+    let (_, principal, csrf) = match who(&app, &headers).await {
+        Ok(w) => w,
+        Err(r) => return r,
+    };
+    if !same(&form.csrf, &csrf) {
+        return page_error(
+            StatusCode::FORBIDDEN,
+            "the form's CSRF token is missing or wrong: reload the gate's page",
+        );
+    }
+    let approve = match form.action.as_str() {
+        "approve" => true,
+        "reject" => false,
+        _ => return page_error(StatusCode::BAD_REQUEST, "the action is approve or reject"),
+    };
+    let comment = form.comment.trim().to_string();
+    if !approve && comment.is_empty() {
+        return page_error(StatusCode::BAD_REQUEST, "a rejection needs a reason");
+    }
+    if let Err(e) = crate::model::check_gate_id(&gate) {
+        return failed(&e);
+    }
+    let app2 = app.clone();
+    let who2 = principal.clone();
+    let gate2 = gate.clone();
+    let run2 = run.clone();
+    let decided = blocking(move || {
+        let (_, mut store) = app2.ctx.open_run(Some(&run2))?;
+        let decision = Decision {
+            gate_id: &gate2,
+            approve,
+            principal: &who2,
+            authenticated: true,
+            client: "web",
+            comment: (!comment.is_empty()).then_some(comment.as_str()),
+            // The prompt as the page showed it: a prompt changed since is refused.
+            prompt_hash: &form.prompt_hash,
+            now: &now(),
+        };
+        store.decide_gate(&decision)
+    })
+    .await;
+    let (status, message) = match decided {
+        Ok(Decided::Done(_)) => {
+            let mut r = (
+                StatusCode::SEE_OTHER,
+                [(
+                    header::LOCATION,
+                    format!("/runs/{}/gates/{}", enc(&run), enc(&gate)),
+                )],
+            )
+                .into_response();
+            r = secured(r);
+            return r;
+        }
+        Ok(Decided::NotFound) => (StatusCode::NOT_FOUND, "no such gate".to_string()),
+        Ok(Decided::AlreadyResolved(g)) => (
+            StatusCode::CONFLICT,
+            format!(
+                "gate {} was already {} by {}; this attempt was logged",
+                g.id,
+                g.status,
+                g.resolved_by.as_deref().unwrap_or("-")
+            ),
+        ),
+        Ok(Decided::NotAllowed(g)) => (
+            StatusCode::FORBIDDEN,
+            format!(
+                "{} may not decide gate {} (allow: {}); this attempt was logged",
+                principal.as_str(),
+                g.id,
+                g.allow.join(", ")
+            ),
+        ),
+        Ok(Decided::PromptRewritten(g)) => (
+            StatusCode::CONFLICT,
+            format!(
+                "the prompt of gate {} was rewritten behind prose-state's back; not decided (attempt logged)",
+                g.id
+            ),
+        ),
+        Ok(Decided::PromptChanged(g)) => (
+            StatusCode::CONFLICT,
+            format!(
+                "the prompt of gate {} is not the one this page showed; look again (attempt logged)",
+                g.id
+            ),
+        ),
+        Err(e) => return failed(&e),
+    };
+    page_error(status, &message)
+}

@@ -1,0 +1,660 @@
+//! `prose-state serve`, driven over HTTP on loopback (a small HTTP/1.1 client of the test's
+//! own on a TcpStream): sign-in with a token, the pending list, the gate page, decisions
+//! through the forms; and every attack the page must turn away (no session, a wrong
+//! principal, a missing or wrong CSRF token, a cookie after its token was revoked, guessed
+//! tokens, hostile prompts), each refusal leaving the run as it was; on both backends.
+
+use crate::common::*;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Stdio};
+
+on_both!(
+    a_signed_in_principal_lists_reads_and_decides_a_gate,
+    refusals_over_http_change_nothing,
+    a_revoked_token_ends_its_sessions_and_guesses_are_limited,
+    twenty_deciders_across_the_page_and_the_command_line_make_one_decision,
+);
+
+/// A `serve` process on a free loopback port, killed when dropped.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+impl Server {
+    fn start(p: &Project) -> Server {
+        let mut child = p
+            .std_cmd()
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .strip_prefix("listening on http://127.0.0.1:")
+            .and_then(|r| r.strip_suffix('/'))
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .parse()
+            .unwrap();
+        Server { child, port }
+    }
+
+    fn request(
+        &self,
+        method: &str,
+        path: &str,
+        cookie: Option<&str>,
+        form: &[(&str, &str)],
+    ) -> Reply {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        let body: String = form
+            .iter()
+            .map(|(k, v)| format!("{}={}", urlencode(k), urlencode(v)))
+            .collect::<Vec<_>>()
+            .join("&");
+        let mut req =
+            format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
+        if let Some(c) = cookie {
+            req += &format!("Cookie: {c}\r\n");
+        }
+        if method == "POST" {
+            req += &format!(
+                "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
+                body.len()
+            );
+        }
+        req += "\r\n";
+        req += &body;
+        s.write_all(req.as_bytes()).unwrap();
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).unwrap();
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let mut lines = head.lines();
+        let status = lines
+            .next()
+            .unwrap()
+            .split(' ')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let headers = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect();
+        Reply {
+            status,
+            headers,
+            body: body.to_string(),
+        }
+    }
+
+    fn get(&self, path: &str, cookie: Option<&str>) -> Reply {
+        self.request("GET", path, cookie, &[])
+    }
+
+    /// Signs in with a token: the session cookie (`prose_session=...`).
+    fn login(&self, token: &str) -> String {
+        let r = self.request("POST", "/login", None, &[("token", token)]);
+        assert_eq!(r.status, 303, "{}", r.body);
+        let set = r.header("set-cookie").unwrap();
+        assert!(set.contains("HttpOnly"), "{set}");
+        assert!(set.contains("SameSite=Strict"), "{set}");
+        set.split(';').next().unwrap().to_string()
+    }
+}
+
+/// The CSRF token a page's forms carry.
+fn csrf_of(body: &str) -> String {
+    let at = body
+        .find("name=\"csrf\" value=\"")
+        .expect("a form with a CSRF token")
+        + 19;
+    body[at..at + 64].to_string()
+}
+
+fn add(p: &Project, name: &str) -> String {
+    let a = p.cmd().args(["principals", "add", name]).assert().success();
+    String::from_utf8(a.get_output().stdout.clone())
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+fn gate_path(run: &Run, gate: &str) -> String {
+    format!("/runs/{}/gates/{gate}", run.id)
+}
+
+fn decide(s: &Server, cookie: &str, run: &Run, gate: &str, fields: &[(&str, &str)]) -> Reply {
+    s.request(
+        "POST",
+        &format!("{}/decide", gate_path(run, gate)),
+        Some(cookie),
+        fields,
+    )
+}
+
+/// Sign in, see the gate in the pending list, open its page (the prompt escaped, its hash,
+/// the bindings in scope, the log), approve with a comment: the decision is the token's
+/// principal's, authenticated, and `gates wait` sees it.
+fn a_signed_in_principal_lists_reads_and_decides_a_gate(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let token = add(&p, "alice");
+    run.cmd()
+        .args(["bind", "plan", "ship <b>v2</b> to production"])
+        .assert()
+        .success();
+    run.cmd()
+        .args([
+            "gates",
+            "create",
+            "deploy",
+            "--prompt",
+            "Deploy <script>alert(1)</script> now?",
+            "--allow",
+            "alice",
+            "--timeout",
+            "1h",
+        ])
+        .assert()
+        .success();
+    let s = Server::start(&p);
+    let cookie = s.login(&token);
+    let list = s.get("/", Some(&cookie));
+    assert_eq!(list.status, 200);
+    assert!(
+        list.body.contains(&gate_path(&run, "deploy")),
+        "{}",
+        list.body
+    );
+    assert!(
+        !list.body.contains("<script>alert"),
+        "the prompt is escaped"
+    );
+    assert!(list.body.contains("&lt;script&gt;alert(1)&lt;/script&gt;"));
+    let csp = list.header("content-security-policy").unwrap();
+    assert!(csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"));
+    // The live fragment lists the same gate.
+    assert!(s.get("/pending", Some(&cookie)).body.contains("deploy"));
+    let page = s.get(&gate_path(&run, "deploy"), Some(&cookie));
+    assert_eq!(page.status, 200);
+    assert!(page
+        .body
+        .contains("Deploy &lt;script&gt;alert(1)&lt;/script&gt; now?"));
+    assert!(page.body.contains("sha256:"), "the prompt's hash");
+    assert!(
+        page.body
+            .contains("ship &lt;b&gt;v2&lt;/b&gt; to production"),
+        "the binding in scope"
+    );
+    assert!(page.body.contains("approve deploy"), "the run's recent log");
+    assert!(page.body.contains("data-deadline="), "the countdown");
+    let csrf = csrf_of(&page.body);
+    let hash = {
+        let at = page.body.find("name=\"prompt_hash\" value=\"").unwrap() + 26;
+        page.body[at..at + 71].to_string()
+    };
+    assert!(hash.starts_with("sha256:"), "{hash}");
+    // A principal field in the form is not who decides: the session's principal is.
+    let r = decide(
+        &s,
+        &cookie,
+        &run,
+        "deploy",
+        &[
+            ("csrf", &csrf),
+            ("action", "approve"),
+            ("comment", "looks right"),
+            ("prompt_hash", &hash),
+            ("principal", "mallory"),
+        ],
+    );
+    assert_eq!(r.status, 303, "{}", r.body);
+    let (status, by, comment, _) = run.view().gate("deploy");
+    assert_eq!(
+        (status.as_str(), by.as_deref(), comment.as_deref()),
+        ("approved", Some("alice"), Some("looks right"))
+    );
+    let events = run.view().events("deploy");
+    let last = events.last().unwrap();
+    assert_eq!(last.0, "approved");
+    assert_eq!(last.2["authenticated"], "token");
+    assert_eq!(last.2["client"], "web");
+    assert_eq!(last.1.as_deref(), Some("alice"));
+    run.cmd()
+        .args(["gates", "wait", "deploy", "--timeout", "5s"])
+        .assert()
+        .code(0);
+    // The page now shows the decision; the pending list is empty.
+    let page = s.get(&gate_path(&run, "deploy"), Some(&cookie));
+    assert!(page.body.contains("decided-by"), "{}", page.body);
+    assert!(s
+        .get("/", Some(&cookie))
+        .body
+        .contains("Nothing is waiting."));
+    // The runs page and the run's page.
+    let runs = s.get("/runs", Some(&cookie));
+    assert_eq!(runs.status, 200);
+    assert!(runs.body.contains(&run.id));
+    assert_eq!(
+        s.get(&format!("/runs/{}", run.id), Some(&cookie)).status,
+        200
+    );
+    // A second decision loses: the first one wins.
+    let r = decide(
+        &s,
+        &cookie,
+        &run,
+        "deploy",
+        &[
+            ("csrf", &csrf),
+            ("action", "reject"),
+            ("comment", "no"),
+            ("prompt_hash", &hash),
+        ],
+    );
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert_eq!(run.view().gate("deploy").0, "approved");
+}
+
+/// No session (401), a missing or wrong CSRF token (403), a principal the gate does not
+/// allow (403, audit-logged), an agent on a person's gate (403), a rejection with no reason
+/// (400), a prompt changed since the page was shown (409): each leaves the run as it was
+/// but for the audit rows of the refused decisions. Hostile prompts written behind the
+/// tool's back render inert and visible.
+fn refusals_over_http_change_nothing(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let alice = add(&p, "alice");
+    let bot = add(&p, "agent:bot");
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "Go?", "--allow", "bob"])
+        .assert()
+        .success();
+    run.cmd()
+        .args([
+            "gates", "create", "mine", "--prompt", "Mine?", "--allow", "alice",
+        ])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["gates", "create", "people", "--prompt", "People only?"])
+        .assert()
+        .success();
+    let s = Server::start(&p);
+    let before = run.snapshot();
+    // No session: every page and every form.
+    for path in [
+        "/",
+        "/pending",
+        "/runs",
+        &gate_path(&run, "g"),
+        &format!("/runs/{}", run.id),
+    ] {
+        assert_eq!(s.get(path, None).status, 401, "{path}");
+        assert_eq!(
+            s.get(path, Some("prose_session=forged")).status,
+            401,
+            "{path}"
+        );
+    }
+    let r = decide(
+        &s,
+        "prose_session=forged",
+        &run,
+        "mine",
+        &[("action", "approve")],
+    );
+    assert_eq!(r.status, 401);
+    assert_eq!(run.snapshot(), before, "nothing written without a session");
+    let cookie = s.login(&alice);
+    let page = s.get(&gate_path(&run, "mine"), Some(&cookie));
+    let csrf = csrf_of(&page.body);
+    let hash = {
+        let at = page.body.find("name=\"prompt_hash\" value=\"").unwrap() + 26;
+        page.body[at..at + 71].to_string()
+    };
+    // (The page's view is audit-logged, as a `gates show` is.)
+    assert_eq!(run.view().events("mine").last().unwrap().2["client"], "web");
+    let before = run.snapshot();
+    // CSRF: missing, wrong, another session's.
+    let other = s.login(&alice);
+    let other_csrf = csrf_of(&s.get("/", Some(&other)).body);
+    assert_ne!(other_csrf, csrf);
+    for bad in [None, Some("0".repeat(64)), Some(other_csrf.clone())] {
+        let mut f: Vec<(&str, &str)> = vec![("action", "approve"), ("prompt_hash", &hash)];
+        if let Some(c) = &bad {
+            f.push(("csrf", c));
+        }
+        assert_eq!(decide(&s, &cookie, &run, "mine", &f).status, 403);
+    }
+    // No reason for a rejection.
+    let r = decide(
+        &s,
+        &cookie,
+        &run,
+        "mine",
+        &[
+            ("csrf", &csrf),
+            ("action", "reject"),
+            ("prompt_hash", &hash),
+        ],
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(
+        run.snapshot(),
+        before,
+        "CSRF and form refusals write nothing"
+    );
+    // A principal the gate does not allow: refused and audit-logged as alice.
+    let r = decide(
+        &s,
+        &cookie,
+        &run,
+        "g",
+        &[
+            ("csrf", &csrf),
+            ("action", "approve"),
+            ("prompt_hash", &hash),
+        ],
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(run.view().gate("g").0, "pending");
+    let events = run.view().events("g");
+    let last = events.last().unwrap();
+    assert_eq!(
+        (last.0.as_str(), last.1.as_deref()),
+        ("refused", Some("alice"))
+    );
+    // A prompt hash that is not the gate's prompt (the page was of another prompt).
+    let r = decide(
+        &s,
+        &cookie,
+        &run,
+        "mine",
+        &[
+            ("csrf", &csrf),
+            ("action", "approve"),
+            ("prompt_hash", "sha256:00"),
+        ],
+    );
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert_eq!(run.view().gate("mine").0, "pending");
+    // An agent's token never decides a person's gate.
+    let agent = s.login(&bot);
+    let page = s.get(&gate_path(&run, "people"), Some(&agent));
+    let agent_csrf = csrf_of(&page.body);
+    let r = decide(
+        &s,
+        &agent,
+        &run,
+        "people",
+        &[
+            ("csrf", &agent_csrf),
+            ("action", "approve"),
+            ("prompt_hash", "x"),
+        ],
+    );
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(run.view().gate("people").0, "pending");
+    // Prompts with a carriage return, direction overrides and zero-width characters,
+    // written behind the tool's back: shown escaped and visible, never as markup.
+    run.view().raw(
+        "UPDATE gates SET prompt = 'ok' || char(13) || 'EVIL <img src=x onerror=alert(1)> ' || char(8238) || 'gnp.exe' || char(8203) WHERE id = 'people'",
+        "UPDATE openprose.gates SET prompt = 'ok' || chr(13) || 'EVIL <img src=x onerror=alert(1)> ' || chr(8238) || 'gnp.exe' || chr(8203) WHERE run_id = '$RUN' AND id = 'people'",
+    );
+    let page = s.get(&gate_path(&run, "people"), Some(&cookie));
+    assert_eq!(page.status, 200);
+    assert!(!page.body.contains("<img"), "no markup from a prompt");
+    assert!(
+        !page.body.contains('\r')
+            && !page.body.contains('\u{202e}')
+            && !page.body.contains('\u{200b}')
+    );
+    assert!(page.body.contains("ok\\rEVIL &lt;img"), "{}", page.body);
+    assert!(page.body.contains("\\u{202e}gnp.exe\\u{200b}"));
+    let list = s.get("/", Some(&cookie));
+    assert!(!list.body.contains("<img") && !list.body.contains('\u{202e}'));
+    // Unknown pages and runs.
+    assert_eq!(
+        s.get("/runs/no-such-run/gates/x", Some(&cookie)).status,
+        404
+    );
+    assert_eq!(s.get("/nowhere", Some(&cookie)).status, 404);
+}
+
+/// A cookie stops working once its token is revoked (or replaced); wrong tokens are
+/// refused, and after five failures from one address even the right one waits.
+fn a_revoked_token_ends_its_sessions_and_guesses_are_limited(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let alice = add(&p, "alice");
+    run.cmd()
+        .args([
+            "gates", "create", "g", "--prompt", "Go?", "--allow", "alice",
+        ])
+        .assert()
+        .success();
+    let s = Server::start(&p);
+    let cookie = s.login(&alice);
+    let page = s.get(&gate_path(&run, "g"), Some(&cookie));
+    assert_eq!(page.status, 200);
+    let csrf = csrf_of(&page.body);
+    p.cmd()
+        .args(["principals", "revoke", "alice"])
+        .assert()
+        .success();
+    assert_eq!(s.get("/", Some(&cookie)).status, 401);
+    let before = run.snapshot();
+    let r = decide(
+        &s,
+        &cookie,
+        &run,
+        "g",
+        &[("csrf", &csrf), ("action", "approve"), ("prompt_hash", "x")],
+    );
+    assert_eq!(r.status, 401);
+    assert_eq!(run.snapshot(), before);
+    // The revoked token no longer signs in; a new one does, and the old cookie stays dead.
+    assert_eq!(
+        s.request("POST", "/login", None, &[("token", &alice)])
+            .status,
+        401
+    );
+    let again = add(&p, "alice");
+    let fresh = s.login(&again);
+    assert_eq!(s.get("/", Some(&fresh)).status, 200);
+    assert_eq!(s.get("/", Some(&cookie)).status, 401);
+    // Guesses (the revoked token was the first failure): a wrong secret, a look-alike name,
+    // garbage; then the limit.
+    let flipped = if again.ends_with('0') { '1' } else { '0' };
+    let wrong = format!("{}{flipped}", &again[..again.len() - 1]);
+    for guess in [wrong.as_str(), "ａlice.00", "", "\u{202e}alice.1"] {
+        assert_eq!(
+            s.request("POST", "/login", None, &[("token", guess)])
+                .status,
+            401,
+            "{guess:?}"
+        );
+    }
+    let r = s.request("POST", "/login", None, &[("token", &again)]);
+    assert_eq!(
+        r.status, 429,
+        "the sixth attempt in a minute waits, right or wrong"
+    );
+    assert!(r.header("set-cookie").is_none());
+    // Signing out ends the session.
+    let csrf = csrf_of(&s.get("/", Some(&fresh)).body);
+    assert_eq!(
+        s.request("POST", "/logout", Some(&fresh), &[("csrf", "wrong")])
+            .status,
+        403
+    );
+    assert_eq!(
+        s.request("POST", "/logout", Some(&fresh), &[("csrf", &csrf)])
+            .status,
+        303
+    );
+    assert_eq!(s.get("/", Some(&fresh)).status, 401);
+}
+
+/// Twenty deciders at once, ten through the page (each its own session) and ten through the
+/// command line with tokens, approving and rejecting one gate: exactly one decision.
+fn twenty_deciders_across_the_page_and_the_command_line_make_one_decision(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let names: Vec<String> = (0..20).map(|i| format!("d{i}")).collect();
+    let tokens: Vec<String> = names.iter().map(|n| add(&p, n)).collect();
+    run.cmd()
+        .args([
+            "gates",
+            "create",
+            "race",
+            "--prompt",
+            "Who first?",
+            "--allow",
+            &names.join(","),
+        ])
+        .assert()
+        .success();
+    let s = Server::start(&p);
+    let sessions: Vec<(String, String, String)> = tokens[..10]
+        .iter()
+        .map(|t| {
+            let cookie = s.login(t);
+            let page = s.get(&gate_path(&run, "race"), Some(&cookie));
+            let at = page.body.find("name=\"prompt_hash\" value=\"").unwrap() + 26;
+            let hash = page.body[at..at + 71].to_string();
+            (cookie, csrf_of(&page.body), hash)
+        })
+        .collect();
+    for (i, t) in tokens[10..].iter().enumerate() {
+        std::fs::write(p.root().join(format!("t{i}")), t).unwrap();
+    }
+    let outcomes: Vec<String> = std::thread::scope(|sc| {
+        let mut handles = Vec::new();
+        for (i, (cookie, csrf, hash)) in sessions.iter().enumerate() {
+            let s = &s;
+            let run = &run;
+            handles.push(sc.spawn(move || {
+                let action = if i % 2 == 0 { "approve" } else { "reject" };
+                let r = decide(
+                    s,
+                    cookie,
+                    run,
+                    "race",
+                    &[
+                        ("csrf", csrf),
+                        ("action", action),
+                        ("comment", "web"),
+                        ("prompt_hash", hash),
+                    ],
+                );
+                format!("web {}", r.status)
+            }));
+        }
+        for i in 0..10 {
+            let p = &p;
+            let run = &run;
+            handles.push(sc.spawn(move || {
+                let verb = if i % 2 == 0 { "approve" } else { "reject" };
+                let mut c = run.std_cmd();
+                c.args([
+                    verb,
+                    &run.id,
+                    "race",
+                    "--yes",
+                    "--token-file",
+                    &format!("t{i}"),
+                ]);
+                if verb == "reject" {
+                    c.args(["--reason", "cli"]);
+                }
+                let out = c.current_dir(p.root()).output().unwrap();
+                format!("cli {}", out.status.code().unwrap())
+            }));
+        }
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let won = outcomes
+        .iter()
+        .filter(|o| *o == "web 303" || *o == "cli 0")
+        .count();
+    assert_eq!(won, 1, "{outcomes:?}");
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| ["web 303", "web 409", "cli 0", "cli 4"].contains(&o.as_str())),
+        "{outcomes:?}"
+    );
+    let decisions = run
+        .view()
+        .events("race")
+        .iter()
+        .filter(|e| e.0 == "approved" || e.0 == "rejected")
+        .count();
+    assert_eq!(decisions, 1);
+    let (status, by, ..) = run.view().gate("race");
+    assert!(status == "approved" || status == "rejected");
+    assert!(names.contains(&by.unwrap()));
+}
+
+/// `serve` refuses what would be unsafe or useless: an address other than loopback without
+/// `--insecure-http`, and a project nobody could sign in to.
+#[test]
+fn serve_refuses_an_open_address_and_a_project_without_principals() {
+    let p = Project::new();
+    p.init();
+    let a = p.cmd().args(["serve", "--listen", "127.0.0.1:0"]).assert();
+    assert_eq!(code(&a), 4, "{}", stderr(&a));
+    assert!(stderr(&a).contains("principals add"), "{}", stderr(&a));
+    add(&p, "alice");
+    let a = p.cmd().args(["serve", "--listen", "0.0.0.0:0"]).assert();
+    assert_eq!(code(&a), 2);
+    assert!(stderr(&a).contains("--insecure-http"), "{}", stderr(&a));
+    let a = p.cmd().args(["serve", "--listen", "nowhere"]).assert();
+    assert_eq!(code(&a), 2);
+    assert!(stderr(&a).contains("--listen"), "{}", stderr(&a));
+}
