@@ -135,11 +135,26 @@ const WRAPPER: &str = r#""$@"; s=$?; [ "$s" -eq 0 ] || printf '%s on-gate %s run
 fn spawn(prose: &Path, command: &[OsString], n: &Notice) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     let run_id = n.gate.run_id.clone().unwrap_or_default();
-    let body = serde_json::json!({
+    // The gate's page, when the project says where `prose-state serve` is reached.
+    let url = std::env::var("PROSE_SERVE_URL")
+        .ok()
+        .filter(|u| u.starts_with("http://") || u.starts_with("https://"))
+        .map(|base| {
+            format!(
+                "{}/runs/{}/gates/{}",
+                base.trim_end_matches('/'),
+                crate::output::url_segment(&run_id),
+                crate::output::url_segment(&n.gate.id)
+            )
+        });
+    let mut body = serde_json::json!({
         "event": n.event.as_str(),
         "run_id": run_id,
         "gate": &n.gate,
     });
+    if let Some(u) = &url {
+        body["url"] = u.as_str().into();
+    }
     let stdin = sealed_input(&serde_json::to_vec(&body)?)?;
     let out = open_log(prose)?;
     let mut c = std::process::Command::new("/bin/sh");
@@ -159,6 +174,9 @@ fn spawn(prose: &Path, command: &[OsString], n: &Notice) -> anyhow::Result<()> {
         .env("PROSE_GATE_EVENT", n.event.as_str())
         .env("PROSE_RUN_ID", &run_id)
         .env("PROSE_GATE_ID", &n.gate.id);
+    if let Some(u) = &url {
+        c.env("PROSE_GATE_URL", u);
+    }
     for var in SECRET_ENV {
         c.env_remove(var);
     }

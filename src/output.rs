@@ -276,3 +276,16 @@ impl Render for Nothing {
         Ok(())
     }
 }
+
+/// Text as one percent-encoded URL path segment (unreserved characters kept).
+pub fn url_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

@@ -467,15 +467,7 @@ fn gate_link(g: &GateRow) -> String {
 
 /// A path segment, percent-encoded.
 fn enc(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    crate::output::url_segment(s)
 }
 
 fn left(seconds: Option<i64>) -> String {

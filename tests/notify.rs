@@ -97,6 +97,7 @@ fn the_hook_hears_each_committed_gate_change_once(b: Backend) {
         run.cmd()
             .env("PROSE_PRINCIPAL_SECRET_PROBE", "visible")
             .env("DATABASE_URL", secret)
+            .env("PROSE_SERVE_URL", "https://approvals.example.com/")
             .args(["gates", "create", id, "--prompt", "Ship it?\n<b>now</b>"])
             .args(extra)
             .assert()
@@ -109,6 +110,10 @@ fn the_hook_hears_each_committed_gate_change_once(b: Backend) {
     assert_eq!(v["gate"]["status"], "pending");
     assert_eq!(v["gate"]["prompt"], "Ship it?\n<b>now</b>");
     assert!(env.contains("PROSE_GATE_EVENT=opened"), "{env}");
+    // The gate's page, where `serve` is reached (PROSE_SERVE_URL).
+    let page = format!("https://approvals.example.com/runs/{}/gates/first", run.id);
+    assert_eq!(v["url"], page.as_str());
+    assert!(env.contains(&format!("PROSE_GATE_URL={page}")), "{env}");
     assert!(env.contains("PROSE_GATE_ID=first"), "{env}");
     assert!(env.contains(&format!("PROSE_RUN_ID={}", run.id)), "{env}");
     assert!(
