@@ -529,6 +529,17 @@ impl ProjectCatalog {
         move |e| db_error(e, &path, busy)
     }
 
+    /// Each row's kind, by run.
+    fn row_kinds(&self) -> Result<HashMap<String, String>> {
+        let c = self.db().expect("a catalog");
+        c.prepare_cached("SELECT id, kind FROM runs")
+            .and_then(|mut s| {
+                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<rusqlite::Result<_>>()
+            })
+            .map_err(self.err())
+    }
+
     fn db(&self) -> Option<&Connection> {
         self.conn.as_ref()
     }
@@ -545,13 +556,7 @@ impl ProjectCatalog {
         let Some(c) = self.conn.as_ref() else {
             return Ok(());
         };
-        let err = |e| {
-            db_error(
-                e,
-                &self.prose.join(CATALOG_FILE),
-                self.opts.busy_timeout.as_millis(),
-            )
-        };
+        let err = self.err();
         let io = |e: std::io::Error, what: &Path| {
             anyhow::Error::new(e).context(format!("catalog log: {}", what.display()))
         };
@@ -588,13 +593,13 @@ impl ProjectCatalog {
             return Ok(());
         }
         let tx = rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)
-            .map_err(err)?;
+            .map_err(&err)?;
         let folded: i64 = tx
             .query_row("SELECT value FROM meta WHERE key = 'log_folded'", [], |r| {
                 r.get::<_, String>(0)
             })
             .optional()
-            .map_err(err)?
+            .map_err(&err)?
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         if let Ok(f) = log {
@@ -615,7 +620,7 @@ impl ProjectCatalog {
             let text = std::fs::read(path).map_err(|e| io(e, path))?;
             for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
                 match serde_json::from_slice::<LogLine>(line) {
-                    Ok(l) if l.v == CATALOG_VERSION => apply_line(&tx, l).map_err(err)?,
+                    Ok(l) if l.v == CATALOG_VERSION => apply_line(&tx, l).map_err(&err)?,
                     _ => odd = true,
                 }
             }
@@ -623,14 +628,14 @@ impl ProjectCatalog {
         }
         if odd {
             tx.execute("UPDATE runs SET stale = stale + 1", [])
-                .map_err(err)?;
+                .map_err(&err)?;
         }
         tx.execute(
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('log_folded', ?1)",
             [newest.to_string()],
         )
-        .map_err(err)?;
-        tx.commit().map_err(err)?;
+        .map_err(&err)?;
+        tx.commit().map_err(&err)?;
         for (_, path) in aside.iter().filter(|a| a.0 <= newest) {
             let _ = std::fs::remove_file(path);
         }
@@ -735,13 +740,7 @@ impl ProjectCatalog {
             .filter_map(|e| e.file_name().to_str().map(str::to_string))
             .filter(|n| !n.starts_with('.'))
             .collect();
-        let known: HashMap<String, String> = c
-            .prepare("SELECT id, kind FROM runs")
-            .and_then(|mut s| {
-                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-                    .collect::<rusqlite::Result<_>>()
-            })
-            .map_err(self.err())?;
+        let known: HashMap<String, String> = self.row_kinds()?;
         let tx = rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)
             .map_err(self.err())?;
         for gone in known.keys().filter(|k| !names.contains(*k)) {
@@ -952,13 +951,7 @@ impl ProjectCatalog {
             Err(_) => Vec::new(),
         };
         // Each row's kind, by run.
-        let rows: HashMap<String, String> = c
-            .prepare("SELECT id, kind FROM runs")
-            .and_then(|mut s| {
-                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-                    .collect::<rusqlite::Result<_>>()
-            })
-            .map_err(self.err())?;
+        let rows: HashMap<String, String> = self.row_kinds()?;
         let dirty: HashSet<String> = c
             .prepare("SELECT run FROM tickets UNION SELECT id FROM runs WHERE stale <> 0")
             .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
