@@ -1498,15 +1498,19 @@ fn main() {
         eprintln!("large value on PostgreSQL ({big_mb} MiB)…");
         big_value_postgres(root, big_mb, &mut rows);
     }
+    // The rows of one backend alone, at the sizes PROSE_BENCH_CATALOG_SIZES names (default
+    // 100000): a quick look at one change.
+    let sizes: Vec<usize> = std::env::var("PROSE_BENCH_CATALOG_SIZES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![100_000]);
     if only.as_deref() == Some("catalog-postgres") {
-        // The PostgreSQL rows alone, at the sizes PROSE_BENCH_CATALOG_SIZES names (default
-        // 100000): a quick look at an index change.
-        let sizes: Vec<usize> = std::env::var("PROSE_BENCH_CATALOG_SIZES")
-            .ok()
-            .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
-            .unwrap_or_else(|| vec![100_000]);
         eprintln!("cross-run listings on PostgreSQL…");
         catalog_postgres(root, &sizes, 5, &mut rows);
+    }
+    if only.as_deref() == Some("catalog-sqlite") {
+        eprintln!("cross-run listings on SQLite…");
+        catalog_sqlite(root, &sizes, 5, &mut rows);
     }
     if wanted("catalog") || only.as_deref() == Some("catalog-write") {
         eprintln!("what the catalog adds to a gate write…");

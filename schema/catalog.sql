@@ -77,7 +77,8 @@ CREATE UNIQUE INDEX IF NOT EXISTS catalog_tickets_nonce ON tickets(nonce) WHERE 
 -- may have taken the last commits, at synchronous = NORMAL) every run's files are compared.
 -- runs_mtime: the runs directory's modification time when its entries were last compared
 -- with the rows above (kept only once it is a few seconds old, so that a run made in the
--- same clock tick is never missed).
+-- same clock tick is never missed), or after the last change `init` announced in
+-- catalog.log, when that change started from the time recorded here.
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT

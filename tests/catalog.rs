@@ -608,3 +608,138 @@ fn a_log_nobody_lists_is_folded_by_its_writers() {
     assert_eq!(listed, listing(&p, &["gates", "--scan"]));
     assert_eq!(tickets(&p), 0);
 }
+
+/// The runs directory's modification time, as the catalog records it (nanoseconds).
+fn dir_stamp(dir: &std::path::Path) -> String {
+    let m = std::fs::metadata(dir).unwrap().modified().unwrap();
+    m.duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+        .to_string()
+}
+
+fn recorded_stamp(p: &Project) -> Option<String> {
+    use rusqlite::OptionalExtension;
+    catalog(p)
+        .query_row("SELECT value FROM meta WHERE key = 'runs_mtime'", [], |r| {
+            r.get(0)
+        })
+        .optional()
+        .unwrap()
+}
+
+/// Sets the runs directory's modification time an hour back: settled, as if the last run
+/// were made long ago.
+fn settle(runs: &std::path::Path) {
+    let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::open(runs)
+        .unwrap()
+        .set_modified(hour_ago)
+        .unwrap();
+}
+
+/// `init` announces both its changes to the runs directory (its staging directory, then the
+/// run put in place) in the catalog's log: the next listing knows the new run, and that the
+/// directory holds nothing else new, without comparing its names (the recorded modification
+/// time follows the directory's, although it is too young to be trusted on its own). Any
+/// change not announced (a run copied in by hand, a run removed by hand) breaks that chain,
+/// and the names are compared again.
+#[test]
+fn runs_made_by_init_are_announced_and_runs_made_by_hand_still_found() {
+    let p = Project::new();
+    let runs_dir = p.root().join(".prose/runs");
+    let first = p.init();
+    first
+        .cmd()
+        .args(["gates", "create", "a", "--prompt", "A?"])
+        .assert()
+        .success();
+    assert_eq!(gate_ids(&listing(&p, &["gates"])).len(), 1);
+    settle(&runs_dir);
+    listing(&p, &["gates"]);
+    assert_eq!(recorded_stamp(&p), Some(dir_stamp(&runs_dir)));
+
+    let second = p.init();
+    second
+        .cmd()
+        .args(["gates", "create", "b", "--prompt", "B?"])
+        .assert()
+        .success();
+    let log = std::fs::read_to_string(p.root().join(".prose/catalog.log")).unwrap();
+    let announced: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|v| v["t"] == "D")
+        .collect();
+    assert_eq!(announced.len(), 2, "{log}");
+    assert_eq!(announced[0]["run"], "");
+    assert_eq!(announced[1]["run"], second.id.as_str());
+    assert_eq!(announced[0]["a"], announced[1]["b"]);
+    let listed = listing(&p, &["gates"]);
+    assert_eq!(listed, listing(&p, &["gates", "--scan"]));
+    assert_eq!(gate_ids(&listed).len(), 2);
+    // Recorded by the chain: the directory changed under a second ago, which a comparison
+    // of its names would not yet trust.
+    assert_eq!(recorded_stamp(&p), Some(dir_stamp(&runs_dir)));
+
+    // A run copied in by hand: the chain is broken, and the names are compared.
+    let copied = runs_dir.join("by-hand");
+    std::fs::create_dir(&copied).unwrap();
+    first.cmd().arg("checkpoint").assert().success();
+    std::fs::copy(&first.db, copied.join("state.db")).unwrap();
+    let listed = listing(&p, &["gates"]);
+    assert_eq!(gate_ids(&listed).len(), 3, "{listed}");
+    assert_eq!(listed, listing(&p, &["gates", "--scan"]));
+    assert_eq!(
+        listing(&p, &["runs", "--limit", "100"]),
+        listing(&p, &["runs", "--limit", "100", "--scan"])
+    );
+    // And one removed by hand, after another announced init.
+    p.init();
+    std::fs::remove_dir_all(&second.dir).unwrap();
+    let listed = listing(&p, &["gates"]);
+    assert_eq!(gate_ids(&listed).len(), 2, "{listed}");
+    assert_eq!(listed, listing(&p, &["gates", "--scan"]));
+}
+
+/// `init`s SIGKILLed at random moments, with listings between: every listing's runs are the
+/// runs in the directory, whatever part of its announcements a killed init made.
+#[test]
+fn inits_killed_at_random_moments_never_hide_a_run() {
+    let p = Project::new();
+    p.init();
+    listing(&p, &["gates"]);
+    settle(&p.root().join(".prose/runs"));
+    listing(&p, &["gates"]);
+    let mut rng = rand::rng();
+    let start = Instant::now();
+    let (mut killed, mut rounds) = (0, 0);
+    while rounds < 150 && start.elapsed() < Duration::from_secs(20) {
+        rounds += 1;
+        let mut child = p
+            .std_cmd()
+            .args(["init", "--quiet"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_micros(rng.random_range(0..8000)));
+        if child.try_wait().unwrap().is_none() {
+            killed += 1;
+        }
+        let _ = child.kill();
+        child.wait().unwrap();
+        if rounds % 10 == 0 {
+            assert_eq!(
+                listing(&p, &["runs", "--limit", "1000"]),
+                listing(&p, &["runs", "--limit", "1000", "--scan"]),
+                "round {rounds}"
+            );
+        }
+    }
+    assert!(killed > 0, "no init was killed in {rounds} rounds");
+    assert_eq!(
+        listing(&p, &["runs", "--limit", "1000"]),
+        listing(&p, &["runs", "--limit", "1000", "--scan"])
+    );
+}

@@ -6,6 +6,7 @@ use crate::output::Render;
 use crate::run::{
     rename_noreplace, sync_dir, RunPaths, ATTACHMENTS_DIR, BACKEND_FILE, INIT_PREFIX, PROGRAM_FILE,
 };
+use crate::store::catalog::changing_runs;
 use crate::store::{Backend, NewRun};
 use anyhow::{Context as _, Result};
 use serde::Serialize;
@@ -79,12 +80,14 @@ pub fn run(args: &InitArgs, ctx: &Context) -> Result<Initialized> {
         }
         let suffix: u64 = rand::random();
         let tmp = runs.join(format!("{INIT_PREFIX}{id}-{suffix:016x}"));
-        fs::create_dir(&tmp)
+        // Both changes to the runs directory are announced to the catalog, so that the next
+        // listing need not compare the directory's names with its rows.
+        changing_runs(&runs, None, || fs::create_dir(&tmp))
             .with_context(|| format!("could not create run directory: {}", tmp.display()))?;
         let built = build(args, &tmp, &id, program.as_ref(), ctx);
         let result = built.and_then(|(lock, location)| {
             sync_dir(&tmp)?;
-            match rename_noreplace(&tmp, &target.dir) {
+            match changing_runs(&runs, Some(&id), || rename_noreplace(&tmp, &target.dir)) {
                 Ok(()) => {
                     drop(lock);
                     sync_dir(&runs)?;

@@ -21,8 +21,11 @@
 //!   under that lock, so that its copy is ordered among the writers'.
 //! - **New and removed runs** are noticed by the runs directory's modification time: when it
 //!   differs from the one the catalog recorded, the directory's names are compared with the
-//!   rows. Writes behind the tool's back (raw `sqlite3` into an existing run) are found by
-//!   `--scan` and by `doctor`, which compare every run.
+//!   rows. `init` announces its changes to the directory in the log, each with the time
+//!   before and after ([`changing_runs`]): while the announced changes follow one another
+//!   from the recorded time, the new runs are known without comparing 100,000 names. Writes
+//!   behind the tool's back (raw `sqlite3` into an existing run) are found by `--scan` and by
+//!   `doctor`, which compare every run.
 
 use super::sqlite::{db_error, gate_row, run_info_at, GATE_COLUMNS};
 use super::{Catalog, GateRow, OpenOptions, RunFilter, RunInfo, RunSummary, Store};
@@ -328,6 +331,12 @@ struct LogLine {
     s: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     f: Option<FactRows>,
+    /// `D`: the runs directory's modification time before and after a change prose-state
+    /// made to it (see [`changing_runs`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    b: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    a: Option<String>,
 }
 
 /// Appends one line to the catalog's log: under a shared lock of the log file, and to the
@@ -380,6 +389,8 @@ impl Link {
             n: ticket.to_string(),
             s,
             f,
+            b: None,
+            a: None,
         })
         .unwrap_or_default();
         line.push(b'\n');
@@ -468,9 +479,83 @@ fn apply_line(c: &Connection, line: LogLine) -> rusqlite::Result<()> {
                     .execute([ticket])?;
             }
         }
+        ('D', _) => {
+            // The chain of announced changes: while each starts where the last ended, the
+            // directory holds nothing unannounced, and its names need not be compared.
+            let recorded: Option<String> = c
+                .prepare_cached("SELECT value FROM meta WHERE key = 'runs_mtime'")?
+                .query_row([], |r| r.get(0))
+                .optional()?;
+            if let (Some(recorded), Some(b), Some(a)) = (recorded, &line.b, &line.a) {
+                if &recorded == b {
+                    c.prepare_cached(
+                        "INSERT OR REPLACE INTO meta (key, value) VALUES ('runs_mtime', ?1)",
+                    )?
+                    .execute([a])?;
+                }
+            }
+            if !line.run.is_empty() {
+                c.prepare_cached(
+                    "INSERT INTO runs (id, kind, stale) VALUES (?1, 'none', 1)
+                     ON CONFLICT (id) DO UPDATE SET stale = stale + 1",
+                )?
+                .execute([&line.run])?;
+            }
+        }
         _ => {}
     }
     Ok(())
+}
+
+/// The runs directory's modification time, in nanoseconds (the catalog's `runs_mtime`).
+fn dir_stamp(dir: &Path) -> Option<(SystemTime, String)> {
+    let m = std::fs::metadata(dir).and_then(|m| m.modified()).ok()?;
+    let nanos = m.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_nanos();
+    Some((m, nanos.to_string()))
+}
+
+/// Makes a change to the runs directory (a run's staging directory made, or a run put in
+/// place: `added`) and announces it in the catalog's log, with the directory's modification
+/// time before and after, under an exclusive lock of the directory that every announced
+/// change takes. The next listing then knows the directory holds nothing it was not told of
+/// while each change starts where the one before ended, and does not compare its names.
+/// Any change not announced (an older version, a directory made by hand, a removal) breaks
+/// the chain: the names are compared. With no catalog yet, the change alone.
+pub fn changing_runs<T>(
+    runs_dir: &Path,
+    added: Option<&str>,
+    change: impl FnOnce() -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    let prose = match runs_dir.parent() {
+        Some(p) if p.join(CATALOG_FILE).is_file() => p,
+        _ => return change(),
+    };
+    let Ok(lock) = std::fs::File::open(runs_dir) else {
+        return change();
+    };
+    if lock.lock().is_err() {
+        return change();
+    }
+    let before = dir_stamp(runs_dir);
+    let done = change()?;
+    if let (Some((_, b)), Some((_, a))) = (before, dir_stamp(runs_dir)) {
+        let mut line = serde_json::to_vec(&LogLine {
+            v: CATALOG_VERSION,
+            t: 'D',
+            run: added.unwrap_or_default().to_string(),
+            n: String::new(),
+            s: None,
+            f: None,
+            b: Some(b),
+            a: Some(a),
+        })
+        .unwrap_or_default();
+        line.push(b'\n');
+        // Not logged: the chain breaks, and the next listing compares the names.
+        let _ = append(prose, &line);
+    }
+    drop(lock);
+    Ok(done)
 }
 
 /// The reader's side: a project's catalog, brought up to date for a listing.
@@ -710,14 +795,7 @@ impl ProjectCatalog {
     /// the one recorded (or `full`).
     fn reconcile(&mut self, full: bool) -> Result<()> {
         let c = self.db().expect("a catalog");
-        let mtime = std::fs::metadata(&self.runs_dir)
-            .and_then(|m| m.modified())
-            .ok();
-        let stamp = mtime.and_then(|m| {
-            m.duration_since(SystemTime::UNIX_EPOCH)
-                .ok()
-                .map(|d| d.as_nanos().to_string())
-        });
+        let (mtime, stamp) = dir_stamp(&self.runs_dir).unzip();
         let recorded: Option<String> = c
             .query_row("SELECT value FROM meta WHERE key = 'runs_mtime'", [], |r| {
                 r.get(0)
