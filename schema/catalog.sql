@@ -83,3 +83,12 @@ CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT
 );
+
+-- `stats` of each SQLite run as last read, with the files it was read from (state.db, its
+-- log and the attachments directory: identity, size and time): a run whose files are still
+-- as they were is not opened again.
+CREATE TABLE IF NOT EXISTS run_stats (
+    id TEXT PRIMARY KEY,            -- runs.id
+    files TEXT NOT NULL,
+    stats TEXT NOT NULL             -- JSON
+) WITHOUT ROWID;

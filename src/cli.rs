@@ -97,7 +97,7 @@ pub enum Command {
     /// Print the man page (roff): prose-state man > prose-state.1
     Man,
     /// Sizes, row counts, execution statuses and settings of a run (--run) or of all runs
-    Stats,
+    Stats(StatsArgs),
     /// Check runs for problems: integrity, attachments, stale runs, the audit chain; exit 1
     /// if any. --fix repairs what is safe
     Doctor(DoctorArgs),
@@ -848,6 +848,14 @@ pub enum RunStatus {
     Completed,
     Failed,
     Interrupted,
+}
+
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    /// Open every run's own database rather than using the figures the project catalog
+    /// kept of runs whose files have not changed since
+    #[arg(long)]
+    pub scan: bool,
 }
 
 #[derive(Debug, Args)]

@@ -105,7 +105,7 @@ fn one_subcommand(name: &str) -> Option<clap::Command> {
         "import" => cli::ImportArgs::augment_args(C::new("import")),
         "resume" => C::new("resume"),
         "man" => C::new("man"),
-        "stats" => C::new("stats"),
+        "stats" => cli::StatsArgs::augment_args(C::new("stats")),
         "vacuum" => C::new("vacuum"),
         _ => return None,
     })
@@ -310,6 +310,7 @@ mod tests {
             &["completions", "bash"],
             &["man"],
             &["stats"],
+            &["stats", "--scan"],
             &["doctor", "--stale", "2", "--fix"],
             &["checkpoint", "--mode", "full"],
             &["vacuum"],

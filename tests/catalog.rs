@@ -9,7 +9,10 @@ use rand::Rng;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-on_both!(listings_equal_every_run_read_alone_under_concurrent_decisions,);
+on_both!(
+    listings_equal_every_run_read_alone_under_concurrent_decisions,
+    cross_run_stats_equal_every_run_opened,
+);
 
 /// A listing's JSON with what depends on the second it ran in (time left) taken out.
 fn listing(p: &Project, args: &[&str]) -> serde_json::Value {
@@ -742,4 +745,95 @@ fn inits_killed_at_random_moments_never_hide_a_run() {
         listing(&p, &["runs", "--limit", "1000"]),
         listing(&p, &["runs", "--limit", "1000", "--scan"])
     );
+}
+
+/// Cross-run `stats` (SQLite: the figures the catalog keeps of runs whose files have not
+/// changed; PostgreSQL: grouped queries) equals every run opened alone (`--scan`): after
+/// bindings, attachments, a gate, writes through raw SQL behind prose-state's back and a
+/// run removed by hand.
+fn cross_run_stats_equal_every_run_opened(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let runs: Vec<Run> = (0..4).map(|_| p.init()).collect();
+    let stats = |scan: bool| {
+        let mut c = p.cmd();
+        c.args(["--json", "stats"]);
+        if scan {
+            c.arg("--scan");
+        }
+        stdout_json(&c.assert().success())
+    };
+    let same = |what: &str| {
+        let kept = stats(false);
+        assert_eq!(kept, stats(true), "{what}");
+        kept
+    };
+    same("fresh runs");
+    runs[0].cmd().args(["bind", "a", "1"]).assert().success();
+    let file = p.write("big.txt", &vec![b'x'; 5000]);
+    runs[1]
+        .cmd()
+        .args(["bind", "big", "--attach-over", "100", "--file"])
+        .arg(&file)
+        .assert()
+        .success();
+    runs[2]
+        .cmd()
+        .args(["gates", "create", "g", "--prompt", "Go?"])
+        .assert()
+        .success();
+    let v = same("after binds, an attachment and a gate");
+    assert_eq!(v["totals"]["runs"], 4);
+    assert_eq!(v["totals"]["tables"]["bindings"], 2);
+    assert_eq!(v["totals"]["tables"]["gates"], 1);
+    // On a server, a large value is kept there; here, a file of the run.
+    let files = u64::from(b == Backend::Sqlite);
+    assert_eq!(v["totals"]["attachment_files"], files);
+    assert_eq!(v["totals"]["attachment_bytes"], files * 5000);
+    // The same answer again, from what was kept.
+    assert_eq!(stats(false), v);
+    // Rows written behind prose-state's back.
+    runs[3].view().raw(
+        "INSERT INTO bindings (name, execution_id, kind, value) VALUES ('raw', NULL, 'let', 'r');",
+        "INSERT INTO openprose.bindings (run_id, name, execution_id, kind, value)
+         VALUES ('$RUN', 'raw', NULL, 'let', 'r');",
+    );
+    let v = same("after raw SQL");
+    assert_eq!(v["totals"]["tables"]["bindings"], 3);
+    if b == Backend::Sqlite {
+        // An attachment file removed by hand.
+        let attachments = runs[1].dir.join("attachments");
+        for f in std::fs::read_dir(&attachments).unwrap() {
+            std::fs::remove_file(f.unwrap().path()).unwrap();
+        }
+        let v = same("after an attachment removed by hand");
+        assert_eq!(v["totals"]["attachment_files"], 0);
+        // A run removed by hand is gone from both.
+        std::fs::remove_dir_all(&runs[0].dir).unwrap();
+        let v = same("after a run removed by hand");
+        assert_eq!(v["totals"]["runs"], 3);
+    }
+}
+
+/// Cross-run `stats` opens only the SQLite runs whose files changed since their figures were
+/// kept: opening a run in write-ahead-log mode makes its `-shm` file, and only the changed
+/// run's is made again.
+#[test]
+fn cross_run_stats_open_only_the_runs_that_changed() {
+    let p = Project::new();
+    let runs: Vec<Run> = (0..5).map(|_| p.init()).collect();
+    // Twice: the first open of a run may make its log, which changes its files.
+    for _ in 0..2 {
+        p.cmd().args(["--json", "stats"]).assert().success();
+    }
+    runs[2].cmd().args(["bind", "x", "1"]).assert().success();
+    for run in &runs {
+        let _ = std::fs::remove_file(run.dir.join("state.db-shm"));
+    }
+    let v = stdout_json(&p.cmd().args(["--json", "stats"]).assert().success());
+    assert_eq!(v["totals"]["tables"]["bindings"], 1);
+    let opened: Vec<bool> = runs
+        .iter()
+        .map(|r| r.dir.join("state.db-shm").exists())
+        .collect();
+    assert_eq!(opened, [false, false, true, false, false]);
 }

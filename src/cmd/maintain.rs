@@ -1,39 +1,15 @@
 //! `stats`, `checkpoint` and `vacuum`: looking after the stores of one run or all of them.
 
-use super::{over_runs, Run};
+use super::{over_runs, over_some_runs, Run};
 use crate::context::Context;
 use crate::output::{table, Render};
 use crate::run::RunPaths;
-use crate::store::{Checkpointed, StoreStats};
+use crate::store::{run_stats, Catalog, Checkpointed, RunStats};
 use anyhow::Result;
 use serde::ser::{SerializeStruct, Serializer};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
-
-/// Files in a run's attachments/ and their total size (none counted through a symlinked
-/// directory: what it points at is not the run's).
-pub fn attachment_usage(run: &RunPaths) -> (u64, u64) {
-    let Ok(dir) = crate::attach::dir(&run.dir, false) else {
-        return (0, 0);
-    };
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return (0, 0);
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.metadata().ok())
-        .filter(|m| m.is_file())
-        .fold((0, 0), |(n, b), m| (n + 1, b + m.len()))
-}
-
-#[derive(Debug)]
-pub struct RunStats {
-    pub run_id: String,
-    pub store: StoreStats,
-    pub attachment_files: u64,
-    pub attachment_bytes: u64,
-}
 
 /// The JSON shape of a run's stats, written out here so that the store's field names are not
 /// the command line's contract.
@@ -178,19 +154,36 @@ impl Render for Stats {
     }
 }
 
-pub fn stats(runs: &[RunPaths], ctx: &Context) -> Result<Stats> {
-    let (runs, warnings) = over_runs(runs, ctx, |run, store| {
-        let (files, bytes) = attachment_usage(run);
-        Ok(RunStats {
-            run_id: store
-                .run_info()
-                .map(|r| r.id)
-                .unwrap_or_else(|_| run.id.clone()),
-            store: store.stats()?,
-            attachment_files: files,
-            attachment_bytes: bytes,
-        })
+/// The stats of the runs the command covers: `--run`'s alone, or every run, read from the
+/// project catalog (a SQLite run opened only when its files changed since) and from the
+/// server's tables in a few queries; with `scan`, every run opened.
+pub fn stats(ctx: &Context, scan: bool) -> Result<Stats> {
+    if scan {
+        ctx.rescan_catalog();
+    }
+    let listing = ctx.catalogued(scan)?;
+    let mut warnings = listing.warnings;
+    let mut keyed = Vec::new();
+    if let Some(mut local) = listing.local {
+        keyed = local.stats_of(&Default::default())?;
+        warnings.extend(Catalog::warnings(&mut local));
+    }
+    if let Some(runs) = &listing.server {
+        for (id, mut st) in ctx.catalog()?.stats_of(runs)? {
+            // A server run's attachments are files here, in its directory (if any).
+            (st.attachment_files, st.attachment_bytes) =
+                crate::attach::footprint(&ctx.runs_dir().join(&id));
+            keyed.push((id, st));
+        }
+    }
+    let several = listing.visit.len() > 1 || !keyed.is_empty() || listing.server.is_some();
+    let (visited, visit_warnings) = over_some_runs(&listing.visit, several, ctx, |run, store| {
+        Ok((run.id.clone(), run_stats(store, &run.dir, &run.id)?))
     })?;
+    keyed.extend(visited);
+    warnings.extend(visit_warnings);
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    let runs: Vec<RunStats> = keyed.into_iter().map(|(_, st)| st).collect();
     let mut t = Totals {
         runs: runs.len(),
         ..Default::default()
@@ -398,13 +391,10 @@ pub fn migrate(yes: bool, runs: &[RunPaths], ctx: &Context) -> Result<MigrationL
     })
 }
 
-/// `stats` (no options).
-pub struct StatsCmd;
-
-impl Run for StatsCmd {
+impl Run for crate::cli::StatsArgs {
     type Output = Stats;
     fn run(&self, ctx: &Context) -> Result<Stats> {
-        stats(&ctx.runs()?, ctx)
+        stats(ctx, self.scan)
     }
 }
 

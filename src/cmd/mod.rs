@@ -61,7 +61,7 @@ pub fn dispatch<S: Sink>(command: &Command, ctx: &Context, sink: &mut S) -> Opti
         Command::Finish(a) => sink.take(a, ctx),
         Command::Runs(a) => sink.take(a, ctx),
         Command::Resume => sink.take(&resume::Resume, ctx),
-        Command::Stats => sink.take(&maintain::StatsCmd, ctx),
+        Command::Stats(a) => sink.take(a, ctx),
         Command::Doctor(a) => sink.take(a, ctx),
         Command::Checkpoint(a) => sink.take(a, ctx),
         Command::Vacuum => sink.take(&maintain::VacuumCmd, ctx),

@@ -71,6 +71,7 @@ use crate::model::{ExecStatus, RunStatus};
 use anyhow::Result;
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
+use std::path::Path;
 use std::time::Duration;
 
 /// How far up a scope chain a lookup walks before it stops: a guard against a parent_id
@@ -569,6 +570,26 @@ pub struct StoreStats {
     pub settings: std::collections::BTreeMap<String, String>,
 }
 
+/// What `stats` reports of one run: its store's figures and its attachments' files.
+#[derive(Debug, Clone)]
+pub struct RunStats {
+    pub run_id: String,
+    pub store: StoreStats,
+    pub attachment_files: u64,
+    pub attachment_bytes: u64,
+}
+
+/// A run's stats: its store's figures, and the files of its attachments (in `run_dir`).
+pub fn run_stats(store: &mut dyn Store, run_dir: &Path, id: &str) -> Result<RunStats> {
+    let (files, bytes) = crate::attach::footprint(run_dir);
+    Ok(RunStats {
+        run_id: store.run_info().map_or_else(|_| id.to_string(), |r| r.id),
+        store: store.stats()?,
+        attachment_files: files,
+        attachment_bytes: bytes,
+    })
+}
+
 /// What a checkpoint did (SQLite's `PRAGMA wal_checkpoint`).
 #[derive(Debug)]
 pub struct Checkpointed {
@@ -1028,6 +1049,11 @@ pub trait Catalog {
     /// (its directory's name; on a server, its id), with its pending gates not past their
     /// deadline; `last_event_at` is not kept.
     fn runs_of(&mut self, runs: &RunFilter, now: &str) -> Result<Vec<(String, RunSummary)>>;
+    /// The stats of every run of `runs`, keyed by where it lives, in that key's order: a
+    /// SQLite run opened only when its files changed since its stats were kept; a server's
+    /// in a few grouped queries (its runs' attachments, files here, are counted by the
+    /// caller).
+    fn stats_of(&mut self, runs: &RunFilter) -> Result<Vec<(String, RunStats)>>;
     /// What could not be read on the way, one line a run ("skipped run ID: why").
     fn warnings(&mut self) -> Vec<String> {
         Vec::new()

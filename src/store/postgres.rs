@@ -1990,67 +1990,12 @@ impl Store for PgStore {
 
     fn stats(&mut self) -> Result<StoreStats> {
         let run = self.run()?.to_string();
-        let mut st = StoreStats {
-            backend: "postgres",
-            schema_version: self.version,
-            ..Default::default()
+        let only = crate::store::RunFilter {
+            only: Some(vec![run.clone()]),
+            except: Vec::new(),
         };
-        for table in [
-            "run",
-            "execution",
-            "bindings",
-            "agents",
-            "agent_segments",
-            "imports",
-            "gates",
-            "gate_audit_log",
-        ] {
-            let key = if table == "run" { "id" } else { "run_id" };
-            // Table and column names are this fixed list, never input.
-            let n: i64 = self
-                .client
-                .query_one(
-                    &format!("SELECT COUNT(*) FROM openprose.{table} WHERE {key} = $1"),
-                    &[&run],
-                )
-                .map_err(self.err())?
-                .get(0);
-            st.tables.insert(table.to_string(), n);
-        }
-        for r in self
-            .client
-            .query(
-                "SELECT status, COUNT(*) FROM openprose.execution WHERE run_id = $1 GROUP BY 1 ORDER BY 1",
-                &[&run],
-            )
-            .map_err(self.err())?
-        {
-            st.execution_status.insert(r.get(0), r.get(1));
-        }
-        st.binding_inline_bytes = self
-            .client
-            .query_one(
-                "SELECT COALESCE(SUM(octet_length(value)), 0)::bigint FROM openprose.bindings WHERE run_id = $1",
-                &[&run],
-            )
-            .map_err(self.err())?
-            .get(0);
-        for name in [
-            "server_version",
-            "TimeZone",
-            "lock_timeout",
-            "default_transaction_isolation",
-        ] {
-            let v: String = self
-                .client
-                .query_one("SELECT current_setting($1)", &[&name])
-                .map_err(self.err())?
-                .get(0);
-            st.settings.insert(name.to_string(), v);
-        }
-        st.settings
-            .insert("server".to_string(), self.shown_url.clone());
-        Ok(st)
+        let mut all = self.stats_by_run(&only)?;
+        Ok(all.remove(&run).unwrap_or_else(|| self.no_stats()))
     }
 
     fn health(&mut self) -> Result<Vec<String>> {

@@ -5,11 +5,144 @@
 use super::{audit_row, gate_row, PgStore, AUDIT_SELECT, GATE_COLUMNS, OVERDUE_AT};
 use crate::model::RunStatus;
 use crate::store::{
-    AuditFilter, AuditRow, Catalog, GateRow, RunFilter, RunInfo, RunSummary, ServerCatalog, Store,
+    AuditFilter, AuditRow, Catalog, GateRow, RunFilter, RunInfo, RunStats, RunSummary,
+    ServerCatalog, Store, StoreStats,
 };
 use anyhow::Result;
+use std::collections::BTreeMap;
+
+impl PgStore {
+    /// A run's stats before its rows are counted: every table at zero, and the connection's
+    /// settings.
+    pub(super) fn no_stats(&self) -> StoreStats {
+        StoreStats {
+            backend: "postgres",
+            schema_version: self.version,
+            tables: STATS_TABLES.iter().map(|t| (t.to_string(), 0)).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// The stats of every run of `runs` with a run row, by id: each figure one query grouped
+    /// by run, over this connection.
+    pub(super) fn stats_by_run(
+        &mut self,
+        runs: &RunFilter,
+    ) -> Result<BTreeMap<String, StoreStats>> {
+        let mut settings = BTreeMap::new();
+        for name in [
+            "server_version",
+            "TimeZone",
+            "lock_timeout",
+            "default_transaction_isolation",
+        ] {
+            let v: String = self
+                .client
+                .query_one("SELECT current_setting($1)", &[&name])
+                .map_err(self.err())?
+                .get(0);
+            settings.insert(name.to_string(), v);
+        }
+        settings.insert("server".to_string(), self.shown_url.clone());
+        let mut all: BTreeMap<String, StoreStats> = BTreeMap::new();
+        for r in self
+            .client
+            .query(
+                "SELECT id FROM openprose.run
+                 WHERE ($1::text[] IS NULL OR id = ANY($1)) AND NOT id = ANY($2)",
+                &[&runs.only, &runs.except],
+            )
+            .map_err(self.err())?
+        {
+            let mut st = self.no_stats();
+            st.settings = settings.clone();
+            all.insert(r.get(0), st);
+        }
+        let grouped = |key: &str, what: &str, table: &str, by: &str| {
+            // Names and expressions are this file's constants, never input.
+            format!(
+                "SELECT {key}{by}, {what} FROM openprose.{table}
+                 WHERE ($1::text[] IS NULL OR {key} = ANY($1)) AND NOT {key} = ANY($2)
+                 GROUP BY {key}{by}"
+            )
+        };
+        for table in STATS_TABLES {
+            let key = if table == "run" { "id" } else { "run_id" };
+            for r in self
+                .client
+                .query(
+                    &grouped(key, "COUNT(*)", table, ""),
+                    &[&runs.only, &runs.except],
+                )
+                .map_err(self.err())?
+            {
+                if let Some(st) = all.get_mut(r.get::<_, &str>(0)) {
+                    st.tables.insert(table.to_string(), r.get(1));
+                }
+            }
+        }
+        for r in self
+            .client
+            .query(
+                &grouped("run_id", "COUNT(*)", "execution", ", COALESCE(status, '?')"),
+                &[&runs.only, &runs.except],
+            )
+            .map_err(self.err())?
+        {
+            if let Some(st) = all.get_mut(r.get::<_, &str>(0)) {
+                st.execution_status.insert(r.get(1), r.get(2));
+            }
+        }
+        for r in self
+            .client
+            .query(
+                &grouped(
+                    "run_id",
+                    "COALESCE(SUM(octet_length(value)), 0)::bigint",
+                    "bindings",
+                    "",
+                ),
+                &[&runs.only, &runs.except],
+            )
+            .map_err(self.err())?
+        {
+            if let Some(st) = all.get_mut(r.get::<_, &str>(0)) {
+                st.binding_inline_bytes = r.get(1);
+            }
+        }
+        Ok(all)
+    }
+}
+
+/// The tables `stats` counts the rows of.
+const STATS_TABLES: [&str; 8] = [
+    "run",
+    "execution",
+    "bindings",
+    "agents",
+    "agent_segments",
+    "imports",
+    "gates",
+    "gate_audit_log",
+];
 
 impl Catalog for PgStore {
+    fn stats_of(&mut self, runs: &RunFilter) -> Result<Vec<(String, RunStats)>> {
+        Ok(self
+            .stats_by_run(runs)?
+            .into_iter()
+            .map(|(id, store)| {
+                let st = RunStats {
+                    run_id: id.clone(),
+                    store,
+                    attachment_files: 0,
+                    attachment_bytes: 0,
+                };
+                (id, st)
+            })
+            .collect())
+    }
+
     fn sweep_overdue(&mut self, runs: &RunFilter, now: &str) -> Result<usize> {
         let rows = self
             .client
