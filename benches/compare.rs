@@ -786,6 +786,15 @@ fn catalog_postgres(root: &Path, sizes: &[usize], calls: usize, rows: &mut Vec<R
                 })
                 .collect(),
         );
+        let stats = median(
+            (0..calls)
+                .map(|_| {
+                    let (d, ok) = timed(&mut run_cmd(&["--json", "stats"]));
+                    assert!(ok, "stats failed");
+                    d
+                })
+                .collect(),
+        );
         let psql = median(
             (0..calls)
                 .map(|_| {
@@ -832,6 +841,16 @@ fn catalog_postgres(root: &Path, sizes: &[usize], calls: usize, rows: &mut Vec<R
             ratio: "".into(),
             target: "≤ 100 ms at 100,000".into(),
             met: met(runs).into(),
+        });
+        rows.push(Row {
+            what: format!(
+                "`stats --json` across {n} runs on PostgreSQL (grouped queries), median of {calls}"
+            ),
+            ours: ms(stats),
+            raw: "".into(),
+            ratio: "".into(),
+            target: "".into(),
+            met: "".into(),
         });
     }
 }
@@ -986,6 +1005,42 @@ fn catalog_sqlite(root: &Path, sizes: &[usize], calls: usize, rows: &mut Vec<Row
             raw,
             ratio,
             n,
+        ));
+        // Cross-run stats: the first reads every run (and keeps its figures); later ones
+        // open only the runs whose files changed (here one, bound to since).
+        let stats_first = median_of(&project, &["--json", "stats"], 1);
+        let ok = prose(&project, "r0000001")
+            .args(["bind", "x", "1"])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        let stats_kept = median_of(&project, &["--json", "stats"], calls);
+        let stats_scan =
+            (n <= 10_000).then(|| median_of(&project, &["--json", "stats", "--scan"], 1));
+        let plain = |what: String, d: Duration, raw: String, ratio: String| Row {
+            what,
+            ours: ms(d),
+            raw,
+            ratio,
+            target: "".into(),
+            met: "".into(),
+        };
+        rows.push(plain(
+            format!("`stats --json` across {n} SQLite runs, the first (every run opened, its figures kept)"),
+            stats_first, "".into(), "".into(),
+        ));
+        let (raw, ratio) = match stats_scan {
+            Some(s) => (
+                format!("{} (`stats --scan`: every run opened)", ms(s)),
+                format!("{:.3}", stats_kept.as_secs_f64() / s.as_secs_f64()),
+            ),
+            None => ("not measured past 10,000".into(), "".into()),
+        };
+        rows.push(plain(
+            format!("`stats --json` across {n} SQLite runs, one changed since the last, median of {calls}"),
+            stats_kept, raw, ratio,
         ));
         // A new run since: the first listing after it compares the runs directory.
         init(&project, "zz-new");
