@@ -73,14 +73,27 @@ pub fn required(book: &mut dyn PrincipalBook) -> Result<bool> {
     Ok(book.setting(REQUIRE)?.as_deref() == Some("1"))
 }
 
-/// Who decides: the token's principal when there is a token (an `--as` naming someone else
-/// is refused); otherwise `--as`/PROSE_PRINCIPAL/the login name, unless the project requires
-/// a token. Returns the principal and whether it was authenticated.
+/// Who decides on the command line: nobody when the project requires signed decisions (the
+/// approval page's, `page` when known); the token's principal when there is a token (an
+/// `--as` naming someone else is refused); otherwise `--as`/PROSE_PRINCIPAL/the login name,
+/// unless the project requires a token. Returns the principal and whether it was
+/// authenticated.
 pub fn decider(
-    book: Option<&mut (dyn PrincipalBook + 'static)>,
+    mut book: Option<&mut (dyn PrincipalBook + 'static)>,
     token: Option<&str>,
     claimed: Option<Principal>,
+    page: Option<String>,
 ) -> Result<(Principal, bool)> {
+    // Signed decisions are made by the approval page alone, which holds the key.
+    if let Some(b) = book.as_deref_mut() {
+        if crate::sign::pinned(b)?.is_some() {
+            return Err(refused(format!(
+                "this project requires decisions signed by its approval page (`prose-state serve`), \
+                 which holds the key: decide there{}",
+                page.map(|u| format!(": {u}")).unwrap_or_default()
+            )));
+        }
+    }
     match (book, token) {
         (Some(book), Some(token)) => {
             let p = authenticate(book, token)?;

@@ -177,6 +177,9 @@ pub struct ServeArgs {
     /// the network in clear (a warning is printed)
     #[arg(long)]
     pub insecure_http: bool,
+    /// Print the public key this server signs decisions with (made on first use) and exit
+    #[arg(long)]
+    pub show_key: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -520,8 +523,21 @@ pub enum GatesCommand {
     Wait(GateWaitArgs),
     /// Print the audit trail (of every run unless --run is given)
     Audit(GateAuditArgs),
-    /// Recompute the audit log's hash chain; exit 0 intact, 1 broken
-    Verify,
+    /// Recompute the audit log's hash chain; exit 0 intact, 9 broken, 10 unattested
+    Verify(GateVerifyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GateVerifyArgs {
+    /// Also require every approval and rejection to carry a signature by the approval page's
+    /// key the project pinned (`principals require --signed`): unsigned ones are unattested
+    /// (exit 10), signatures that do not match tampered (exit 9)
+    #[arg(long)]
+    pub signed: bool,
+    /// The key to check signatures against (ed25519:HEX) instead of the one the project
+    /// pinned: for a checker that trusts nothing its agents can write
+    #[arg(long, value_name = "KEY", requires = "signed")]
+    pub key: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -611,8 +627,17 @@ pub struct GateWaitArgs {
     pub poll: String,
     /// Treat a decision nothing attests (written with the spec's own SQL by another tool, or
     /// sealed on another machine) as made, instead of exiting 10
-    #[arg(long)]
+    #[arg(long, conflicts_with = "require_signed")]
     pub accept_unattested: bool,
+    /// Count a decision only if the approval page signed it with the key the project pinned
+    /// (`principals require --signed`): exit 10 when it is not signed, 9 when its signature
+    /// does not match
+    #[arg(long)]
+    pub require_signed: bool,
+    /// The key to check the signature against (ed25519:HEX) instead of the one the project
+    /// pinned: for a waiter that trusts nothing its agents can write
+    #[arg(long, value_name = "KEY", requires = "require_signed")]
+    pub key: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -716,9 +741,17 @@ pub struct PrincipalNameArgs {
 
 #[derive(Debug, Args)]
 pub struct RequireArgs {
-    /// Lift the requirement
-    #[arg(long)]
+    /// Lift the requirement (of a token, and of signed decisions)
+    #[arg(long, conflicts_with_all = ["signed", "key"])]
     pub off: bool,
+    /// Also require every decision to be signed by the approval page (`serve`): pins its
+    /// public key; the command line may then not decide
+    #[arg(long)]
+    pub signed: bool,
+    /// The page's public key to pin (ed25519:HEX, as `serve --show-key` prints it); default:
+    /// the key of the user running this command, made if it has none
+    #[arg(long, value_name = "KEY", requires = "signed")]
+    pub key: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -427,7 +427,12 @@ impl Context {
     /// The principal a decision is taken as, and whether a token authenticated it
     /// (`auth::decider`): the token's (`--token-file`, else PROSE_TOKEN) when there is one,
     /// else [`Context::principal`], which must be someone, unless the project requires a token.
-    pub fn decider(&self, arg: &PrincipalArg, token: &TokenArg) -> Result<(Principal, bool)> {
+    pub fn decider(
+        &self,
+        arg: &PrincipalArg,
+        token: &TokenArg,
+        page: Option<String>,
+    ) -> Result<(Principal, bool)> {
         let token = match &token.token_file {
             Some(file) => Some(crate::auth::read_token_file(file)?),
             None => std::env::var("PROSE_TOKEN")
@@ -440,7 +445,7 @@ impl Context {
             (None, Some(_)) => None,
         };
         let mut book = self.principal_book(false)?;
-        crate::auth::decider(book.as_deref_mut(), token.as_deref(), claimed)
+        crate::auth::decider(book.as_deref_mut(), token.as_deref(), claimed, page)
     }
 
     /// The project's principals: on its server when it has one, else `.prose/principals.db`

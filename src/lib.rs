@@ -19,6 +19,7 @@ pub mod parse;
 mod run;
 mod seal;
 pub mod serve;
+mod sign;
 mod store;
 mod term;
 mod transfer;

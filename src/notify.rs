@@ -136,17 +136,7 @@ fn spawn(prose: &Path, command: &[OsString], n: &Notice) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     let run_id = n.gate.run_id.clone().unwrap_or_default();
     // The gate's page, when the project says where `prose-state serve` is reached.
-    let url = std::env::var("PROSE_SERVE_URL")
-        .ok()
-        .filter(|u| u.starts_with("http://") || u.starts_with("https://"))
-        .map(|base| {
-            format!(
-                "{}/runs/{}/gates/{}",
-                base.trim_end_matches('/'),
-                crate::output::url_segment(&run_id),
-                crate::output::url_segment(&n.gate.id)
-            )
-        });
+    let url = gate_page(&run_id, &n.gate.id);
     let mut body = serde_json::json!({
         "event": n.event.as_str(),
         "run_id": run_id,
@@ -227,4 +217,20 @@ fn log(prose: &Path, line: &str) {
     if let Ok(mut f) = open_log(prose) {
         let _ = writeln!(f, "{line}");
     }
+}
+
+/// A gate's page on the approval page (`prose-state serve`), when the project says where it
+/// is reached (`PROSE_SERVE_URL`, http or https).
+pub fn gate_page(run_id: &str, gate_id: &str) -> Option<String> {
+    std::env::var("PROSE_SERVE_URL")
+        .ok()
+        .filter(|u| u.starts_with("http://") || u.starts_with("https://"))
+        .map(|base| {
+            format!(
+                "{}/runs/{}/gates/{}",
+                base.trim_end_matches('/'),
+                crate::output::url_segment(run_id),
+                crate::output::url_segment(gate_id)
+            )
+        })
 }

@@ -274,6 +274,7 @@ mod tests {
             ],
             &["gates", "audit", "--gate", "g"],
             &["gates", "verify"],
+            &["gates", "verify", "--signed"],
             &[
                 "approve",
                 "r1",

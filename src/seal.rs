@@ -89,7 +89,7 @@ impl Key {
     }
 }
 
-fn hex_bytes(text: &str) -> Option<Vec<u8>> {
+pub fn hex_bytes(text: &str) -> Option<Vec<u8>> {
     if !text.len().is_multiple_of(2) {
         return None;
     }
@@ -138,7 +138,18 @@ pub fn owner_only() -> fs::OpenOptions {
 }
 
 fn read_key(home: &std::path::Path) -> Result<Option<Key>> {
-    let path = home.join(KEY_FILE);
+    Ok(read_secret(home, KEY_FILE, "the audit key")?.map(Key::from_bytes))
+}
+
+fn create_key(home: &std::path::Path) -> Result<Key> {
+    create_secret(home, KEY_FILE, "the audit key").map(Key::from_bytes)
+}
+
+/// A secret of the user's prose home (`what` names it in errors): 32 or more bytes of hex in
+/// `file`, a regular file readable by its owner alone, never read through a symlink. None
+/// when there is none.
+pub fn read_secret(home: &std::path::Path, file: &str, what: &str) -> Result<Option<Vec<u8>>> {
+    let path = home.join(file);
     let mut file = match fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW)
@@ -148,70 +159,68 @@ fn read_key(home: &std::path::Path) -> Result<Option<Key>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
             return Err(refused(format!(
-                "the audit key is a symbolic link, not used: {}",
+                "{what} is a symbolic link, not used: {}",
                 path.display()
             )))
         }
         Err(e) => {
             return Err(anyhow::Error::new(e))
-                .with_context(|| format!("could not read the audit key {}", path.display()))
+                .with_context(|| format!("could not read {what} {}", path.display()))
         }
     };
     let meta = file.metadata()?;
     if !meta.is_file() {
-        return Err(refused(format!(
-            "the audit key is not a file: {}",
-            path.display()
-        )));
+        return Err(refused(format!("{what} is not a file: {}", path.display())));
     }
     if meta.permissions().mode() & 0o077 != 0 {
         return Err(refused(format!(
-            "the audit key can be read by others; make it private: chmod 600 {}",
+            "{what} can be read by others; make it private: chmod 600 {}",
             path.display()
         )));
     }
     let mut text = String::new();
     file.read_to_string(&mut text)
-        .with_context(|| format!("could not read the audit key {}", path.display()))?;
+        .with_context(|| format!("could not read {what} {}", path.display()))?;
     match hex_bytes(text.trim()) {
-        Some(bytes) if bytes.len() >= 32 => Ok(Some(Key::from_bytes(bytes))),
+        Some(bytes) if bytes.len() >= 32 => Ok(Some(bytes)),
         _ => Err(anyhow!(
-            "the audit key is not 32 or more bytes of hex: {}",
+            "{what} is not 32 or more bytes of hex: {}",
             path.display()
         )),
     }
 }
 
-fn create_key(home: &std::path::Path) -> Result<Key> {
+/// Makes a secret of 32 random bytes in `file` of the user's prose home (mode 0600, in a
+/// 0700 directory), or reads the one made meanwhile by another first use.
+pub fn create_secret(home: &std::path::Path, file: &str, what: &str) -> Result<Vec<u8>> {
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(home)
         .with_context(|| format!("could not create {}", home.display()))?;
     let bytes: [u8; 32] = rand::random();
-    let path = home.join(KEY_FILE);
-    let tmp = home.join(format!(".{KEY_FILE}.{:016x}", rand::random::<u64>()));
-    let mut file = owner_only()
+    let path = home.join(file);
+    let tmp = home.join(format!(".{file}.{:016x}", rand::random::<u64>()));
+    let mut out = owner_only()
         .write(true)
         .create_new(true)
         .open(&tmp)
-        .with_context(|| format!("could not create the audit key {}", tmp.display()))?;
-    file.write_all(format!("{}\n", crate::model::hex(&bytes)).as_bytes())?;
-    file.sync_all()?;
-    drop(file);
-    // Two first uses at once: the first link wins and both use its key.
+        .with_context(|| format!("could not create {what} {}", tmp.display()))?;
+    out.write_all(format!("{}\n", crate::model::hex(&bytes)).as_bytes())?;
+    out.sync_all()?;
+    drop(out);
+    // Two first uses at once: the first link wins and both use its secret.
     let linked = fs::hard_link(&tmp, &path);
     let _ = fs::remove_file(&tmp);
     match linked {
         Ok(()) => {
             crate::run::sync_dir(home)?;
-            Ok(Key::from_bytes(bytes.to_vec()))
+            Ok(bytes.to_vec())
         }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            read_key(home)?.ok_or_else(|| anyhow!("the audit key vanished: {}", path.display()))
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read_secret(home, file, what)?
+            .ok_or_else(|| anyhow!("{what} vanished: {}", path.display())),
         Err(e) => Err(anyhow::Error::new(e))
-            .with_context(|| format!("could not create the audit key {}", path.display())),
+            .with_context(|| format!("could not create {what} {}", path.display())),
     }
 }
 

@@ -65,12 +65,19 @@ struct Session {
 
 struct App {
     ctx: Context,
+    /// Signs every decision taken here (`sign`).
+    signer: crate::sign::Signer,
     sessions: Mutex<HashMap<String, Session>>,
     failures: Mutex<HashMap<IpAddr, (u32, Instant)>>,
 }
 
 /// Runs the server until it is killed.
 pub fn serve(args: &ServeArgs, _global: &Global, ctx: Context) -> Result<()> {
+    let signer = crate::sign::Signer::load_or_create()?;
+    if args.show_key {
+        println!("{}", signer.public);
+        return Ok(());
+    }
     let addr: SocketAddr = args.listen.parse().map_err(|_| {
         crate::error::usage(format!(
             "--listen is not an address and port (127.0.0.1:7433): {}",
@@ -94,9 +101,22 @@ pub fn serve(args: &ServeArgs, _global: &Global, ctx: Context) -> Result<()> {
             "every principal of this project is revoked, so nobody could log in: `prose-state principals add NAME` issues a token",
         ));
     }
+    // A project that pinned another key would accept none of this server's decisions.
+    if let Some(pinned) = crate::sign::pinned(book.as_mut())? {
+        let pinned = crate::sign::public_tag(&pinned);
+        if pinned != signer.public {
+            return Err(crate::error::refused(format!(
+                "this server signs with {}, and the project requires decisions signed by {pinned}: \
+                 run serve as the user that key belongs to, or pin this one \
+                 (`prose-state principals require --signed --key {}`)",
+                signer.public, signer.public
+            )));
+        }
+    }
     drop(book);
     let app = Arc::new(App {
         ctx,
+        signer,
         sessions: Mutex::new(HashMap::new()),
         failures: Mutex::new(HashMap::new()),
     });
@@ -962,6 +982,7 @@ async fn decide(
             // The prompt as the page showed it: a prompt changed since is refused.
             prompt_hash: &form.prompt_hash,
             now: &now(),
+            signer: Some(&app2.signer),
         };
         store.decide_gate(&decision)
     })

@@ -14,6 +14,8 @@ on_both!(
     refusals_over_http_change_nothing,
     a_revoked_token_ends_its_sessions_and_guesses_are_limited,
     twenty_deciders_across_the_page_and_the_command_line_make_one_decision,
+    twenty_deciders_make_one_signed_decision_when_signatures_are_required,
+    signed_decisions_verify_and_unsigned_or_altered_ones_do_not,
 );
 
 /// A `serve` process on a free loopback port, killed when dropped.
@@ -543,6 +545,16 @@ fn a_revoked_token_ends_its_sessions_and_guesses_are_limited(b: Backend) {
 /// Twenty deciders at once, ten through the page (each its own session) and ten through the
 /// command line with tokens, approving and rejecting one gate: exactly one decision.
 fn twenty_deciders_across_the_page_and_the_command_line_make_one_decision(b: Backend) {
+    twenty_deciders(b, false);
+}
+
+/// The same race with signed decisions required: every command-line decider is refused (it
+/// holds no key), exactly one web decision is made, and it is signed by the pinned key.
+fn twenty_deciders_make_one_signed_decision_when_signatures_are_required(b: Backend) {
+    twenty_deciders(b, true);
+}
+
+fn twenty_deciders(b: Backend, signed: bool) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
     let names: Vec<String> = (0..20).map(|i| format!("d{i}")).collect();
@@ -572,6 +584,12 @@ fn twenty_deciders_across_the_page_and_the_command_line_make_one_decision(b: Bac
         .collect();
     for (i, t) in tokens[10..].iter().enumerate() {
         std::fs::write(p.root().join(format!("t{i}")), t).unwrap();
+    }
+    if signed {
+        p.cmd()
+            .args(["principals", "require", "--signed"])
+            .assert()
+            .success();
     }
     let outcomes: Vec<String> = std::thread::scope(|sc| {
         let mut handles = Vec::new();
@@ -623,6 +641,23 @@ fn twenty_deciders_across_the_page_and_the_command_line_make_one_decision(b: Bac
         .filter(|o| *o == "web 303" || *o == "cli 0")
         .count();
     assert_eq!(won, 1, "{outcomes:?}");
+    if signed {
+        assert_eq!(
+            outcomes.iter().filter(|o| *o == "cli 4").count(),
+            10,
+            "{outcomes:?}"
+        );
+        let a = run
+            .cmd()
+            .args(["gates", "wait", "race", "--require-signed"])
+            .assert();
+        let (status, ..) = run.view().gate("race");
+        assert_eq!(code(&a), if status == "approved" { 0 } else { 5 });
+        run.cmd()
+            .args(["gates", "verify", "--signed"])
+            .assert()
+            .success();
+    }
     assert!(
         outcomes
             .iter()
@@ -657,4 +692,186 @@ fn serve_refuses_an_open_address_and_a_project_without_principals() {
     let a = p.cmd().args(["serve", "--listen", "nowhere"]).assert();
     assert_eq!(code(&a), 2);
     assert!(stderr(&a).contains("--listen"), "{}", stderr(&a));
+}
+
+/// The pinned key's signature over a decision made on the page, checked by `gates wait
+/// --require-signed` and `gates verify --signed`; the command line refused (naming the page,
+/// the run unchanged) while signatures are required; and what does not stand: a decision
+/// taken on the command line once the requirement was lifted (unsigned, exit 10), one signed
+/// by another server's key (exit 10), and a signed decision whose principal was rewritten in
+/// the gate row (exit 9).
+fn signed_decisions_verify_and_unsigned_or_altered_ones_do_not(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let alice = add(&p, "alice");
+    let a = p
+        .cmd()
+        .args(["principals", "require", "--signed"])
+        .assert()
+        .success();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    let key = out
+        .split_whitespace()
+        .find(|w| w.starts_with("ed25519:"))
+        .unwrap_or_else(|| panic!("no key in {out}"))
+        .to_string();
+    assert_eq!(key.len(), 8 + 64);
+    let listed = stdout_json(&p.cmd().args(["--json", "principals"]).assert().success());
+    assert_eq!(listed["signed_key"], key.as_str());
+    let served = p.cmd().args(["serve", "--show-key"]).assert().success();
+    assert_eq!(
+        String::from_utf8_lossy(&served.get_output().stdout).trim(),
+        key
+    );
+    for g in ["one", "two", "three", "four"] {
+        run.cmd()
+            .args(["gates", "create", g, "--prompt", "Ship?"])
+            .assert()
+            .success();
+    }
+    // The command line may not decide, even with a token; it names the page.
+    std::fs::write(p.root().join("alice.token"), &alice).unwrap();
+    let before = run.snapshot();
+    let a = run
+        .cmd()
+        .env("PROSE_SERVE_URL", "http://127.0.0.1:7433")
+        .args(["approve", "one", "--yes", "--token-file", "alice.token"])
+        .assert();
+    assert_eq!(code(&a), 4, "{}", stderr(&a));
+    assert!(
+        stderr(&a).contains("http://127.0.0.1:7433/runs/"),
+        "{}",
+        stderr(&a)
+    );
+    assert_eq!(run.snapshot(), before);
+    // Decided on the page: signed.
+    let s = Server::start(&p);
+    let cookie = s.login(&alice);
+    for g in ["one", "four"] {
+        let page = s.get(&gate_path(&run, g), Some(&cookie));
+        let at = page.body.find("name=\"prompt_hash\" value=\"").unwrap() + 26;
+        let hash = page.body[at..at + 71].to_string();
+        let r = decide(
+            &s,
+            &cookie,
+            &run,
+            g,
+            &[
+                ("csrf", &csrf_of(&page.body)),
+                ("action", "approve"),
+                ("comment", ""),
+                ("prompt_hash", &hash),
+            ],
+        );
+        assert_eq!(r.status, 303, "{}", r.body);
+    }
+    drop(s);
+    let events = run.view().events("one");
+    let approved = events.iter().find(|e| e.0 == "approved").unwrap();
+    assert_eq!(approved.2["signature"]["key"], key.as_str());
+    assert_eq!(approved.2["client"], "web");
+    let wait = |gate: &str, extra: &[&str]| {
+        let a = run
+            .cmd()
+            .args(["gates", "wait", gate, "--require-signed"])
+            .args(extra)
+            .assert();
+        code(&a)
+    };
+    assert_eq!(wait("one", &[]), 0);
+    assert_eq!(wait("one", &["--key", &key]), 0);
+    run.cmd()
+        .args(["gates", "verify", "--signed"])
+        .assert()
+        .success();
+    // A malformed --key is a usage error.
+    assert_eq!(wait("one", &["--key", "ed25519:zz"]), 2);
+
+    // The requirement lifted: a command-line decision is made, sealed, and unsigned.
+    p.cmd()
+        .args(["principals", "require", "--off"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["approve", "two", "--yes", "--token-file", "alice.token"])
+        .assert()
+        .success();
+    assert_eq!(wait("two", &["--key", &key]), 10);
+    // With no key pinned and none given, there is nothing to check against.
+    assert_eq!(wait("one", &[]), 2);
+    let a = run
+        .cmd()
+        .args(["gates", "verify", "--signed", "--key", &key])
+        .assert();
+    assert_eq!(
+        code(&a),
+        10,
+        "{}",
+        String::from_utf8_lossy(&a.get_output().stdout)
+    );
+
+    // Another server's key (another home): signed, but not by the pinned key.
+    let other_home = p.root().join("other-home");
+    std::fs::create_dir_all(&other_home).unwrap();
+    let mut child = p
+        .std_cmd()
+        .env("PROSE_HOME", &other_home)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line
+        .trim()
+        .strip_prefix("listening on http://127.0.0.1:")
+        .and_then(|r| r.strip_suffix('/'))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let other = Server { child, port };
+    let cookie = other.login(&alice);
+    let page = other.get(&gate_path(&run, "three"), Some(&cookie));
+    let at = page.body.find("name=\"prompt_hash\" value=\"").unwrap() + 26;
+    let hash = page.body[at..at + 71].to_string();
+    let r = decide(
+        &other,
+        &cookie,
+        &run,
+        "three",
+        &[
+            ("csrf", &csrf_of(&page.body)),
+            ("action", "reject"),
+            ("comment", "no"),
+            ("prompt_hash", &hash),
+        ],
+    );
+    assert_eq!(r.status, 303, "{}", r.body);
+    drop(other);
+    assert_eq!(wait("three", &["--key", &key]), 10);
+
+    // A signed decision whose principal is rewritten behind prose-state's back.
+    run.view().raw(
+        "UPDATE gates SET resolved_by = 'mallory' WHERE id = 'four';",
+        "UPDATE openprose.gates SET resolved_by = 'mallory' WHERE run_id = '$RUN' AND id = 'four';",
+    );
+    assert_eq!(wait("four", &["--key", &key]), 9);
+
+    // Pinning a key serve does not hold: serve refuses to start, naming both.
+    let a = p
+        .cmd()
+        .args(["principals", "require", "--signed", "--key"])
+        .arg(format!("ed25519:{}", "ab".repeat(32)))
+        .assert();
+    if code(&a) == 0 {
+        let a = p.cmd().args(["serve", "--listen", "127.0.0.1:0"]).assert();
+        assert_eq!(code(&a), 4, "{}", stderr(&a));
+        assert!(stderr(&a).contains(&key), "{}", stderr(&a));
+    } else {
+        // Not every 32 bytes are a point of the curve: a refusal names the value.
+        assert_eq!(code(&a), 2, "{}", stderr(&a));
+    }
 }

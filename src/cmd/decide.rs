@@ -103,6 +103,7 @@ pub fn run(req: &DecideRequest, store: &mut dyn Store, confirm: Confirm) -> Resu
         // The prompt as it was shown (or, with --yes, as it was read) just now.
         prompt_hash: &sha256_tag(&gate.prompt),
         now: &crate::model::now(),
+        signer: None,
     };
     match store.decide_gate(&decision)? {
         Decided::Done(gate) => Ok(DecisionMade { gate }),
@@ -131,6 +132,11 @@ pub fn run(req: &DecideRequest, store: &mut dyn Store, confirm: Confirm) -> Resu
     }
 }
 
+/// The page of the gate a command names, when the project says where its approval page is.
+fn page(ctx: &crate::context::Context, target: &crate::cli::RunGate) -> Option<String> {
+    crate::notify::gate_page(target.run().or(ctx.run.as_deref())?, target.gate())
+}
+
 /// Decides on the gate a command names, in the run it names.
 fn decide(
     ctx: &crate::context::Context,
@@ -144,7 +150,8 @@ fn decide(
 impl super::Run for crate::cli::ApproveArgs {
     type Output = DecisionMade;
     fn run(&self, ctx: &crate::context::Context) -> Result<DecisionMade> {
-        let (who, authenticated) = ctx.decider(&self.principal, &self.token)?;
+        let (who, authenticated) =
+            ctx.decider(&self.principal, &self.token, page(ctx, &self.target))?;
         let request = DecideRequest {
             gate: self.target.gate(),
             approve: !self.reject,
@@ -165,7 +172,8 @@ impl super::Run for crate::cli::ApproveArgs {
 impl super::Run for crate::cli::RejectArgs {
     type Output = DecisionMade;
     fn run(&self, ctx: &crate::context::Context) -> Result<DecisionMade> {
-        let (who, authenticated) = ctx.decider(&self.principal, &self.token)?;
+        let (who, authenticated) =
+            ctx.decider(&self.principal, &self.token, page(ctx, &self.target))?;
         let request = DecideRequest {
             gate: self.target.gate(),
             approve: false,

@@ -479,6 +479,11 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<GateWaited> {
         Some(t) => Some(std::time::Duration::from_secs(parse_duration(t)? as u64)),
         None => None,
     };
+    let signed = if args.require_signed {
+        Some(pinned_key(ctx, args.key.as_deref())?)
+    } else {
+        None
+    };
     let run_arg = args.target.run().or(ctx.run.as_deref());
     let open = || ctx.open_run(run_arg).map(|(_, s)| s);
     let start = std::time::Instant::now();
@@ -510,7 +515,7 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<GateWaited> {
                 if !gate.status.is_pending() || out_of_time {
                     // A decision counts only if its log attests it.
                     let s = store.as_mut().map(|s| s.as_mut()).context("store")?;
-                    let report = s.verify_audit()?;
+                    let report = s.verify_signed(signed.as_ref())?;
                     return Ok(GateWaited {
                         integrity: IntegrityView::of(&report, &gate.id),
                         gate: GateView::new(gate, run.program_path, &now),
@@ -741,7 +746,31 @@ impl Render for Verified {
     }
 }
 
-pub fn verify(ctx: &Context) -> Result<Verified> {
+/// The key decisions must be signed by (`--signed`, `--require-signed`): `--key`, else the
+/// one the project pinned; a usage error when there is none.
+fn pinned_key(ctx: &Context, given: Option<&str>) -> Result<ed25519_dalek::VerifyingKey> {
+    if let Some(k) = given {
+        return crate::sign::parse_public(k);
+    }
+    let mut book = ctx.principal_book(false)?;
+    let pinned = match book.as_deref_mut() {
+        Some(b) => crate::sign::pinned(b)?,
+        None => None,
+    };
+    pinned.ok_or_else(|| {
+        crate::error::usage(
+            "this project pinned no signing key to check decisions against: \
+             `prose-state principals require --signed` pins the approval page's",
+        )
+    })
+}
+
+pub fn verify(args: &crate::cli::GateVerifyArgs, ctx: &Context) -> Result<Verified> {
+    let signed = if args.signed {
+        Some(pinned_key(ctx, args.key.as_deref())?)
+    } else {
+        None
+    };
     let (on_server, others) = ctx.listing()?;
     let mut runs = Vec::new();
     // Runs on the project's server: their logs and gates in two queries, each run checked
@@ -768,19 +797,19 @@ pub fn verify(ctx: &Context) -> Result<Verified> {
         }
         let key = crate::seal::key_for_reading()?;
         for (id, anchor) in ids.into_iter().zip(anchors) {
-            let report = crate::store::chain::check(
-                audits.get(&id).map_or(&[][..], Vec::as_slice),
-                gates.get(&id).map_or(&[][..], Vec::as_slice),
-                key,
-                anchor.as_ref(),
-            );
+            let rows = audits.get(&id).map_or(&[][..], Vec::as_slice);
+            let gates = gates.get(&id).map_or(&[][..], Vec::as_slice);
+            let mut report = crate::store::chain::check(rows, gates, key, anchor.as_ref());
+            if let Some(signed) = &signed {
+                crate::sign::check(&mut report, rows, gates, signed);
+            }
             let db = crate::run::RunPaths::in_dir(ctx.runs_dir().join(&id)).db;
             runs.push(RunChain::new(id, db.display().to_string(), report));
         }
     }
     let several = others.len() > 1 || on_server.is_some();
     let (visited, warnings) = super::over_some_runs(&others, several, ctx, |run, store| {
-        let report = store.verify_audit()?;
+        let report = store.verify_signed(signed.as_ref())?;
         let run_id = store
             .run_info()
             .map(|r| r.id)
@@ -823,7 +852,7 @@ impl Run for GatesArgs {
             }
             Some(GatesCommand::Wait(a)) => GatesOutput::Waited(wait(a, ctx)?),
             Some(GatesCommand::Audit(a)) => GatesOutput::Audit(audit(a, ctx)?),
-            Some(GatesCommand::Verify) => GatesOutput::Verified(verify(ctx)?),
+            Some(GatesCommand::Verify(a)) => GatesOutput::Verified(verify(a, ctx)?),
         })
     }
 }

@@ -33,6 +33,8 @@ impl From<PrincipalRow> for Listed {
 #[derive(Debug, Serialize)]
 pub struct PrincipalList {
     pub require: bool,
+    /// The approval page's public key every decision must be signed by, when pinned.
+    pub signed_key: Option<String>,
     pub principals: Vec<Listed>,
 }
 
@@ -43,6 +45,12 @@ impl Render for PrincipalList {
             "decisions need a token: {}",
             if self.require { "yes" } else { "no" }
         )?;
+        if let Some(k) = &self.signed_key {
+            writeln!(
+                w,
+                "decisions must be signed by the approval page's key: {k}"
+            )?;
+        }
         if self.principals.is_empty() {
             return writeln!(w, "no principals");
         }
@@ -94,6 +102,9 @@ pub struct Changed {
     pub principal: Option<String>,
     pub revoked: Option<bool>,
     pub require: Option<bool>,
+    /// The pinned public key, when `require --signed` pinned one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signed_key: Option<String>,
 }
 
 impl Render for Changed {
@@ -106,6 +117,12 @@ impl Render for Changed {
                 w,
                 "decisions need a token: {}",
                 if r { "yes" } else { "no" }
+            )?;
+        }
+        if let Some(k) = &self.signed_key {
+            writeln!(
+                w,
+                "decisions must be signed by the approval page's key: {k}"
             )?;
         }
         Ok(())
@@ -125,11 +142,13 @@ fn list(book: Option<&mut (dyn PrincipalBook + 'static)>) -> Result<PrincipalLis
     let Some(book) = book else {
         return Ok(PrincipalList {
             require: false,
+            signed_key: None,
             principals: Vec::new(),
         });
     };
     Ok(PrincipalList {
         require: crate::auth::required(book)?,
+        signed_key: crate::sign::pinned(book)?.map(|k| crate::sign::public_tag(&k)),
         principals: book.principals()?.into_iter().map(Listed::from).collect(),
     })
 }
@@ -184,15 +203,29 @@ impl super::Run for PrincipalsArgs {
                     principal: Some(principal.as_str().to_string()),
                     revoked: Some(true),
                     require: None,
+                    signed_key: None,
                 })
             }
             Some(PrincipalsCommand::Require(r)) => {
                 let mut book = book.expect("made for a write");
+                let signed = if r.signed {
+                    let key = match &r.key {
+                        Some(k) => crate::sign::public_tag(&crate::sign::parse_public(k)?),
+                        None => crate::sign::Signer::load_or_create()?.public,
+                    };
+                    Some(key)
+                } else {
+                    None
+                };
                 book.set_setting(REQUIRE, if r.off { "0" } else { "1" })?;
+                if r.off || signed.is_some() {
+                    book.set_setting(crate::sign::PINNED, signed.as_deref().unwrap_or(""))?;
+                }
                 PrincipalsOutput::Changed(Changed {
                     principal: None,
                     revoked: None,
                     require: Some(!r.off),
+                    signed_key: signed,
                 })
             }
         })

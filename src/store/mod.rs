@@ -395,6 +395,8 @@ pub struct Decision<'a> {
     /// The hash of the prompt the decider was shown; a mismatch is refused.
     pub prompt_hash: &'a str,
     pub now: &'a str,
+    /// The approval page's key, which signs the decision (`sign`); None on the command line.
+    pub signer: Option<&'a crate::sign::Signer>,
 }
 
 #[derive(Debug)]
@@ -689,6 +691,17 @@ pub fn decision_metadata(gate: &GateRow, d: &Decision) -> serde_json::Value {
     } else {
         metadata["on_reject"] = gate.on_reject.clone().into();
     }
+    if let Some(signer) = d.signer {
+        metadata["signature"] = signer.sign(&crate::sign::Signed {
+            run: gate.run_id.as_deref().unwrap_or_default(),
+            gate: &gate.id,
+            instance: gate.instance,
+            prompt_hash: d.prompt_hash,
+            decision: if d.approve { "approved" } else { "rejected" },
+            principal: d.principal.as_str(),
+            time: d.now,
+        });
+    }
     metadata
 }
 
@@ -942,6 +955,15 @@ pub trait Store: AgentStore {
     /// Checks the audit log against its seals and this machine's anchor, and every gate
     /// against its log (`chain::check`). A read: nothing is written.
     fn verify_audit(&mut self) -> Result<chain::ChainReport> {
+        self.verify_signed(None)
+    }
+
+    /// [`Store::verify_audit`], and with `signed`, every approval and rejection checked for
+    /// a signature by that key (`sign::check`).
+    fn verify_signed(
+        &mut self,
+        signed: Option<&ed25519_dalek::VerifyingKey>,
+    ) -> Result<chain::ChainReport> {
         // The anchor before the log: an anchor is moved only after its rows commit, so the
         // log read after it holds every row it names. Read the other way round, a writer
         // committing and anchoring between the two reads looked like rows cut from the end.
@@ -950,7 +972,11 @@ pub trait Store: AgentStore {
         let rows = self.audit(&AuditFilter::default())?;
         let gates = self.read_gates(None)?;
         let key = crate::seal::key_for_reading()?;
-        Ok(chain::check(&rows, &gates, key, anchor.as_ref()))
+        let mut report = chain::check(&rows, &gates, key, anchor.as_ref());
+        if let Some(signed) = signed {
+            crate::sign::check(&mut report, &rows, &gates, signed);
+        }
+        Ok(report)
     }
 
     /// Sets the run's final status (`rules::finish`).
