@@ -1042,13 +1042,27 @@ fn catalog_sqlite(root: &Path, sizes: &[usize], calls: usize, rows: &mut Vec<Row
             format!("`stats --json` across {n} SQLite runs, one changed since the last, median of {calls}"),
             stats_kept, raw, ratio,
         ));
-        // A new run since: the first listing after it compares the runs directory.
+        // A new run since, made by `init`, which announces it: the first listing after it
+        // knows it without comparing the runs directory's names.
         init(&project, "zz-new");
         let after = median_of(&project, &["--json", "gates", "--limit", "50"], 1);
         rows.push(catalog_row(
-            format!("`gates --json --limit 50` across {n} SQLite runs, the first listing after a new run (the runs directory compared)"),
+            format!("`gates --json --limit 50` across {n} SQLite runs, the first listing after a new run made by `init` (announced)"),
             after, "".into(), "".into(), n,
         ));
+        // A run copied in by hand: not announced, so the names are compared.
+        let by_hand = runs.join("zz-by-hand");
+        std::fs::create_dir(&by_hand).unwrap();
+        std::fs::copy(runs.join("r0000002/state.db"), by_hand.join("state.db")).unwrap();
+        let compared = median_of(&project, &["--json", "gates", "--limit", "50"], 1);
+        rows.push(Row {
+            what: format!("`gates --json --limit 50` across {n} SQLite runs, the first listing after a run copied in by hand (the runs directory's names compared)"),
+            ours: ms(compared),
+            raw: "".into(),
+            ratio: "".into(),
+            target: "".into(),
+            met: "".into(),
+        });
         std::fs::remove_dir_all(&project).unwrap();
     }
 }
