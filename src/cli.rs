@@ -175,8 +175,14 @@ pub struct ServeArgs {
     pub listen: String,
     /// Allow an address other than loopback without TLS: tokens and sessions then cross
     /// the network in clear (a warning is printed)
-    #[arg(long)]
+    #[arg(long, conflicts_with = "tls_cert")]
     pub insecure_http: bool,
+    /// Serve HTTPS with this certificate chain (PEM); needs --tls-key
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The certificate's private key (PEM); needs --tls-cert
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
     /// Print the public key this server signs decisions with (made on first use) and exit
     #[arg(long)]
     pub show_key: bool,

@@ -67,6 +67,8 @@ struct App {
     ctx: Context,
     /// Signs every decision taken here (`sign`).
     signer: crate::sign::Signer,
+    /// Served over TLS: the session cookie is `Secure`.
+    secure: bool,
     sessions: Mutex<HashMap<String, Session>>,
     failures: Mutex<HashMap<IpAddr, (u32, Instant)>>,
 }
@@ -84,10 +86,14 @@ pub fn serve(args: &ServeArgs, _global: &Global, ctx: Context) -> Result<()> {
             crate::error::shown(&args.listen)
         ))
     })?;
-    if !addr.ip().is_loopback() && !args.insecure_http {
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(tls_config(cert, key)?),
+        _ => None,
+    };
+    if !addr.ip().is_loopback() && !args.insecure_http && tls.is_none() {
         return Err(crate::error::usage(format!(
             "--listen {addr} is not a loopback address: tokens and decisions would cross the network in clear; \
-             serve on loopback behind a TLS proxy, or pass --insecure-http to do it anyway"
+             serve HTTPS (--tls-cert and --tls-key), or pass --insecure-http to do it anyway"
         )));
     }
     // The book must exist: nobody could log in otherwise.
@@ -117,6 +123,7 @@ pub fn serve(args: &ServeArgs, _global: &Global, ctx: Context) -> Result<()> {
     let app = Arc::new(App {
         ctx,
         signer,
+        secure: tls.is_some(),
         sessions: Mutex::new(HashMap::new()),
         failures: Mutex::new(HashMap::new()),
     });
@@ -129,13 +136,14 @@ pub fn serve(args: &ServeArgs, _global: &Global, ctx: Context) -> Result<()> {
             .await
             .map_err(|e| anyhow!("could not listen on {addr}: {e}"))?;
         let local = listener.local_addr()?;
-        if !local.ip().is_loopback() {
+        if !local.ip().is_loopback() && tls.is_none() {
             crate::output::report(&format!(
                 "warning: serving plain HTTP on {local}, not loopback (--insecure-http): anyone on the path can read tokens and sessions"
             ));
         }
         // The one line a script waits for (the port, when --listen asked for port 0).
-        println!("listening on http://{local}/");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        println!("listening on {scheme}://{local}/");
         let router = Router::new()
             .route("/", get(pending_page))
             .route("/pending", get(pending_rows))
@@ -150,13 +158,137 @@ pub fn serve(args: &ServeArgs, _global: &Global, ctx: Context) -> Result<()> {
             .route("/app.js", get(|| async { asset("text/javascript", SCRIPT) }))
             .fallback(|| async { page_error(StatusCode::NOT_FOUND, "no such page") })
             .with_state(app);
-        axum::serve(
-            listener,
-            router.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .await
+        let service = router.into_make_service_with_connect_info::<Peer>();
+        match tls {
+            Some(config) => axum::serve(TlsListener::new(listener, config), service).await,
+            None => axum::serve(listener, service).await,
+        }
         .map_err(|e| anyhow!("the server stopped: {e}"))
     })
+}
+
+/// The TLS configuration of `--tls-cert` and `--tls-key` (PEM): a file that is missing is
+/// exit 3, one that holds no certificate or key, or a key that does not fit, exit 2.
+fn tls_config(cert: &std::path::Path, key: &std::path::Path) -> Result<rustls::ServerConfig> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let shown = |p: &std::path::Path| crate::error::shown(&p.display().to_string());
+    let read = |p: &std::path::Path, flag: &str| {
+        std::fs::read(p).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                crate::error::not_found(format!("{flag} not found: {}", shown(p)))
+            }
+            _ => anyhow!("could not read {flag} {}: {e}", shown(p)),
+        })
+    };
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(&read(cert, "--tls-cert")?)
+            .collect::<std::result::Result<_, _>>()
+            .ok()
+            .filter(|c: &Vec<_>| !c.is_empty())
+            .ok_or_else(|| {
+                crate::error::usage(format!(
+                    "--tls-cert holds no PEM certificate: {}",
+                    shown(cert)
+                ))
+            })?;
+    let private = PrivateKeyDer::from_pem_slice(&read(key, "--tls-key")?).map_err(|_| {
+        crate::error::usage(format!(
+            "--tls-key holds no PEM private key: {}",
+            shown(key)
+        ))
+    })?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| anyhow!("TLS: {e}"))?
+        .with_no_client_auth()
+        .with_single_cert(certs, private)
+        .map_err(|e| {
+            crate::error::usage(format!(
+                "--tls-key does not go with --tls-cert ({e}): {}",
+                shown(key)
+            ))
+        })?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// The address a connection came from (failed sign-ins are counted by it), over TLS or not.
+#[derive(Clone, Copy, Debug)]
+struct Peer(SocketAddr);
+
+impl
+    axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>>
+    for Peer
+{
+    fn connect_info(s: axum::serve::IncomingStream<'_, tokio::net::TcpListener>) -> Peer {
+        Peer(*s.remote_addr())
+    }
+}
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>> for Peer {
+    fn connect_info(s: axum::serve::IncomingStream<'_, TlsListener>) -> Peer {
+        Peer(*s.remote_addr())
+    }
+}
+
+/// Connections over TLS, handed to axum once their handshake is done: each handshake runs in
+/// a task of its own (bounded in time), so a slow or silent client holds up nobody else.
+struct TlsListener {
+    ready: tokio::sync::mpsc::Receiver<(
+        tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
+        SocketAddr,
+    )>,
+    local: SocketAddr,
+}
+
+impl TlsListener {
+    fn new(listener: tokio::net::TcpListener, config: rustls::ServerConfig) -> TlsListener {
+        let local = listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)));
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let (tx, ready) = tokio::sync::mpsc::channel(64);
+        tokio::spawn(async move {
+            loop {
+                let (stream, peer) = match listener.accept().await {
+                    Ok(c) => c,
+                    Err(_) => {
+                        // Out of descriptors, or a connection reset before it was taken.
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                };
+                let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let shake =
+                        tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream));
+                    if let Ok(Ok(tls)) = shake.await {
+                        let _ = tx.send((tls, peer)).await;
+                    }
+                });
+            }
+        });
+        TlsListener { ready, local }
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(c) => c,
+            // The accepting task is gone: nothing more will come.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
 }
 
 // ---- responses -------------------------------------------------------------------------
@@ -362,7 +494,7 @@ struct LoginForm {
 
 async fn login(
     State(app): State<Arc<App>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ConnectInfo(Peer(peer)): ConnectInfo<Peer>,
     Form(form): Form<LoginForm>,
 ) -> Response {
     let ip = peer.ip();
@@ -409,9 +541,10 @@ async fn login(
                     },
                 );
             let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
-            if let Ok(v) =
-                HeaderValue::from_str(&format!("{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/"))
-            {
+            if let Ok(v) = HeaderValue::from_str(&format!(
+                "{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/{}",
+                if app.secure { "; Secure" } else { "" }
+            )) {
                 r.headers_mut().insert(header::SET_COOKIE, v);
             }
             secured(r)

@@ -875,3 +875,159 @@ fn signed_decisions_verify_and_unsigned_or_altered_ones_do_not(b: Backend) {
         assert_eq!(code(&a), 2, "{}", stderr(&a));
     }
 }
+
+/// One request over TLS to `port`, trusting `ca` (PEM) alone: the status line's code and
+/// the whole reply.
+fn tls_request(port: u16, ca: &str, request: &str) -> std::io::Result<(u16, String)> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    use std::sync::Arc;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let name = ServerName::try_from("127.0.0.1").unwrap();
+    let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let tcp = TcpStream::connect(("127.0.0.1", port))?;
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    tls.write_all(request.as_bytes())?;
+    let mut raw = Vec::new();
+    match tls.read_to_end(&mut raw) {
+        Ok(_) => {}
+        // The server closed without close_notify after a Connection: close reply.
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
+        Err(e) => return Err(e),
+    }
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let code = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Ok((code, text))
+}
+
+/// `serve --tls-cert --tls-key` serves HTTPS (any address, no `--insecure-http`): a client
+/// trusting the certificate signs in and gets a `Secure` cookie; plain HTTP to the port gets
+/// no page; and bad certificate files are refused before anything listens.
+#[test]
+fn serve_over_tls() {
+    let p = Project::new();
+    p.init();
+    let token = add(&p, "alice");
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let cert_pem = made.cert.pem();
+    p.write("cert.pem", cert_pem.as_bytes());
+    p.write("key.pem", made.key_pair.serialize_pem().as_bytes());
+    let start = |listen: &str| {
+        let mut child = p
+            .std_cmd()
+            .args(["serve", "--listen", listen])
+            .args(["--tls-cert", "cert.pem", "--tls-key", "key.pem"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        (child, line)
+    };
+    let (child, line) = start("127.0.0.1:0");
+    let port: u16 = line
+        .trim()
+        .strip_prefix("listening on https://127.0.0.1:")
+        .and_then(|r| r.strip_suffix('/'))
+        .unwrap_or_else(|| panic!("no https address in {line:?}"))
+        .parse()
+        .unwrap();
+    let server = Server { child, port };
+    let (status, page) = tls_request(
+        port,
+        &cert_pem,
+        "GET /login HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{page}");
+    let body = format!("token={}", urlencode(&token));
+    let (status, reply) = tls_request(
+        port,
+        &cert_pem,
+        &format!(
+            "POST /login HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\
+             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+    .unwrap();
+    assert_eq!(status, 303, "{reply}");
+    let cookie = reply
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("set-cookie:"))
+        .unwrap();
+    assert!(cookie.contains("; Secure"), "{cookie}");
+    assert!(cookie.contains("HttpOnly"), "{cookie}");
+    // Plain HTTP to the TLS port: no page comes back.
+    let mut plain = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    plain
+        .set_read_timeout(Some(std::time::Duration::from_secs(15)))
+        .unwrap();
+    plain
+        .write_all(b"GET /login HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut raw = Vec::new();
+    let _ = plain.read_to_end(&mut raw);
+    assert!(!String::from_utf8_lossy(&raw).contains("Sign in"));
+    // A client that does not trust the certificate gets nothing either.
+    let other = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    assert!(tls_request(port, &other.cert.pem(), "GET / HTTP/1.1\r\n\r\n").is_err());
+    drop(server);
+    // Any address, with TLS: no --insecure-http needed.
+    let (mut child, line) = start("0.0.0.0:0");
+    assert!(line.starts_with("listening on https://0.0.0.0:"), "{line}");
+    let _ = child.kill();
+    let _ = child.wait();
+
+    // Refusals, before anything listens.
+    p.write("garbage.pem", b"not a certificate\n");
+    let refused = |args: &[&str]| {
+        let a = p
+            .cmd()
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(args)
+            .assert();
+        (code(&a), stderr(&a))
+    };
+    let (c, e) = refused(&["--tls-cert", "missing.pem", "--tls-key", "key.pem"]);
+    assert_eq!(c, 3, "{e}");
+    assert!(e.contains("missing.pem"), "{e}");
+    let (c, e) = refused(&["--tls-cert", "garbage.pem", "--tls-key", "key.pem"]);
+    assert_eq!(c, 2, "{e}");
+    assert!(e.contains("--tls-cert holds no PEM certificate"), "{e}");
+    let (c, e) = refused(&["--tls-cert", "cert.pem", "--tls-key", "garbage.pem"]);
+    assert_eq!(c, 2, "{e}");
+    p.write("other-key.pem", other.key_pair.serialize_pem().as_bytes());
+    let (c, e) = refused(&["--tls-cert", "cert.pem", "--tls-key", "other-key.pem"]);
+    assert_eq!(c, 2, "{e}");
+    assert!(e.contains("does not go with"), "{e}");
+    let (c, _) = refused(&["--tls-cert", "cert.pem"]);
+    assert_eq!(c, 2);
+    let (c, _) = refused(&[
+        "--tls-cert",
+        "cert.pem",
+        "--tls-key",
+        "key.pem",
+        "--insecure-http",
+    ]);
+    assert_eq!(c, 2);
+    // The key is never echoed.
+    assert!(!e.contains("PRIVATE KEY"));
+}
