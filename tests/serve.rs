@@ -1031,3 +1031,126 @@ fn serve_over_tls() {
     // The key is never echoed.
     assert!(!e.contains("PRIVATE KEY"));
 }
+
+/// The Python with pinned `selenium` that `.ci/run` installs (with the MCP client), Debian's
+/// `chromium` and `chromium-driver`: all there, or the browser test is skipped, visibly, and
+/// under CI=true fails.
+fn browser() -> Option<std::path::PathBuf> {
+    let python = std::env::var_os("PROSE_STATE_TEST_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/mcp-venv/bin/python")
+        });
+    let selenium = std::process::Command::new(&python)
+        .args(["-c", "import selenium"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let chromium = std::path::Path::new("/usr/bin/chromium").exists();
+    let driver = std::path::Path::new("/usr/bin/chromedriver").exists();
+    if selenium && chromium && driver {
+        return Some(python);
+    }
+    let why = format!(
+        "the browser test needs {}{}{} (bash .ci/run installs them)",
+        if selenium {
+            ""
+        } else {
+            "Python selenium in target/mcp-venv "
+        },
+        if chromium { "" } else { "/usr/bin/chromium " },
+        if driver { "" } else { "/usr/bin/chromedriver" }
+    );
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{why}, under CI"
+    );
+    crate::common::skipped(&why);
+    None
+}
+
+/// A person in a real browser (Chromium, driven through WebDriver by Selenium): signs in with
+/// a token, sees a gate appear in the pending list without reloading, opens it, reads the
+/// prompt as stored (markup shown as text), approves with a comment. Then `gates wait
+/// --require-signed` exits 0, and the audit log holds the signed-in principal, the comment
+/// and a signature by the pinned key.
+#[test]
+fn a_person_approves_in_a_real_browser() {
+    let Some(python) = browser() else { return };
+    let p = Project::new();
+    let run = p.init();
+    let token = add(&p, "alice");
+    p.cmd()
+        .args(["principals", "require", "--signed"])
+        .assert()
+        .success();
+    let key = String::from_utf8(
+        p.cmd()
+            .args(["serve", "--show-key"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone(),
+    )
+    .unwrap()
+    .trim()
+    .to_string();
+    let s = Server::start(&p);
+    let script =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/approve.py");
+    let mut child = std::process::Command::new(&python)
+        .arg(&script)
+        .args([&format!("http://127.0.0.1:{}", s.port), &token, "deploy"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    while out.read_line(&mut line).unwrap() > 0 {
+        lines.push(line.trim_end().to_string());
+        if line.trim_end() == "READY" {
+            run.cmd()
+                .args([
+                    "gates",
+                    "create",
+                    "deploy",
+                    "--prompt",
+                    "Ship <b>v2</b> to production?",
+                ])
+                .assert()
+                .success();
+        }
+        line.clear();
+    }
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(status.success(), "{lines:?}\n{err}");
+    assert!(lines.contains(&"DONE".to_string()), "{lines:?}\n{err}");
+    assert!(
+        lines.contains(&"PROMPT Ship <b>v2</b> to production?".to_string()),
+        "{lines:?}"
+    );
+    drop(s);
+    run.cmd()
+        .args(["gates", "wait", "deploy", "--require-signed"])
+        .assert()
+        .success();
+    let (status, by, comment, _) = run.view().gate("deploy");
+    assert_eq!(status, "approved");
+    assert_eq!(by.as_deref(), Some("alice"));
+    assert_eq!(comment.as_deref(), Some("checked in the browser"));
+    let events = run.view().events("deploy");
+    let approved = events.iter().find(|e| e.0 == "approved").unwrap();
+    assert_eq!(approved.1.as_deref(), Some("alice"));
+    assert_eq!(approved.2["client"], "web");
+    assert_eq!(approved.2["authenticated"], "token");
+    assert_eq!(approved.2["signature"]["key"], key.as_str());
+}
