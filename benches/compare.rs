@@ -895,58 +895,8 @@ fn catalog_row(what: String, ours: Duration, raw: String, ratio: String, n: usiz
 fn catalog_sqlite(root: &Path, sizes: &[usize], calls: usize, rows: &mut Vec<Row>) {
     for &n in sizes {
         let project = root.join(format!("catalog-{n}"));
-        std::fs::create_dir_all(&project).unwrap();
-        let template = init(&project, "template");
-        let ok = prose(&project, "template")
-            .args([
-                "gates",
-                "create",
-                "approve",
-                "--prompt",
-                "Ship it?",
-                "--timeout",
-                "1d",
-            ])
-            .stdout(Stdio::null())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-        let ok = prose(&project, "template")
-            .args(["checkpoint"])
-            .stdout(Stdio::null())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
-        let bytes = std::fs::read(&template).unwrap();
-        std::fs::remove_dir_all(template.parent().unwrap()).unwrap();
-        let runs = project.join(".prose/runs");
         let made = Instant::now();
-        std::thread::scope(|s| {
-            for part in 0..2 {
-                let (runs, bytes) = (&runs, &bytes);
-                s.spawn(move || {
-                    for i in (0..n).filter(|i| i % 2 == part) {
-                        let id = format!("r{i:07}");
-                        let dir = runs.join(&id);
-                        std::fs::create_dir_all(dir.join("attachments")).unwrap();
-                        let db = dir.join("state.db");
-                        std::fs::write(&db, bytes).unwrap();
-                        let c = rusqlite::Connection::open(&db).unwrap();
-                        c.execute_batch(&format!(
-                            "PRAGMA synchronous = OFF; PRAGMA foreign_keys = OFF;
-                             UPDATE run SET id = '{id}',
-                                 started_at = datetime('now', '-{i} seconds'),
-                                 updated_at = datetime('now', '-{i} seconds');
-                             UPDATE gates SET run_id = '{id}',
-                                 created_at = datetime('now', '-{i} seconds');"
-                        ))
-                        .unwrap();
-                    }
-                });
-            }
-        });
+        let runs = runs_with_a_gate(&project, n);
         eprintln!("  {n} runs made in {:.1} s", made.elapsed().as_secs_f64());
         // The catalog from nothing: every run read once.
         let build = median_of(&project, &["--json", "gates", "--limit", "1"], 1);
@@ -1065,6 +1015,222 @@ fn catalog_sqlite(root: &Path, sizes: &[usize], calls: usize, rows: &mut Vec<Row
         });
         std::fs::remove_dir_all(&project).unwrap();
     }
+}
+
+/// `n` runs of a new project at `project`, each with a pending gate (`approve`, due in a day):
+/// copies of one run made by the binary, each given its own id (`r0000000`...) and times
+/// through SQLite, two writers at once (not `n` processes). The runs directory.
+fn runs_with_a_gate(project: &Path, n: usize) -> PathBuf {
+    std::fs::create_dir_all(project).unwrap();
+    let template = init(project, "template");
+    let ok = prose(project, "template")
+        .args([
+            "gates",
+            "create",
+            "approve",
+            "--prompt",
+            "Ship it?",
+            "--timeout",
+            "1d",
+        ])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let ok = prose(project, "template")
+        .args(["checkpoint"])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    let bytes = std::fs::read(&template).unwrap();
+    std::fs::remove_dir_all(template.parent().unwrap()).unwrap();
+    let runs = project.join(".prose/runs");
+    std::thread::scope(|s| {
+        for part in 0..2 {
+            let (runs, bytes) = (&runs, &bytes);
+            s.spawn(move || {
+                for i in (0..n).filter(|i| i % 2 == part) {
+                    let id = format!("r{i:07}");
+                    let dir = runs.join(&id);
+                    std::fs::create_dir_all(dir.join("attachments")).unwrap();
+                    let db = dir.join("state.db");
+                    std::fs::write(&db, bytes).unwrap();
+                    let c = rusqlite::Connection::open(&db).unwrap();
+                    c.execute_batch(&format!(
+                        "PRAGMA synchronous = OFF; PRAGMA foreign_keys = OFF;
+                         UPDATE run SET id = '{id}',
+                             started_at = datetime('now', '-{i} seconds'),
+                             updated_at = datetime('now', '-{i} seconds');
+                         UPDATE gates SET run_id = '{id}',
+                             created_at = datetime('now', '-{i} seconds');"
+                    ))
+                    .unwrap();
+                }
+            });
+        }
+    });
+    runs
+}
+
+/// One HTTP/1.1 request to the approval page on loopback: the status code, and the time to
+/// the last byte of the answer.
+fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    cookie: Option<&str>,
+    form: &str,
+) -> (u16, Duration, String) {
+    use std::io::{Read, Write};
+    let start = Instant::now();
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
+    if let Some(c) = cookie {
+        req += &format!("Cookie: {c}\r\n");
+    }
+    if method == "POST" {
+        req += &format!(
+            "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
+            form.len()
+        );
+    }
+    req += "\r\n";
+    req += form;
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let took = start.elapsed();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let code = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, took, text)
+}
+
+/// The approval page under load on loopback: `runs` runs with a pending gate each, `clients`
+/// signed-in clients polling the pending list (`/pending`, what the page's script fetches)
+/// every 2 seconds as the page does, for `rounds` polls each; then the same clients polling
+/// back to back, with no pause (saturation). p50 and p99 of each request's latency.
+fn serve_load(root: &Path, runs: usize, clients: usize, rounds: usize, rows: &mut Vec<Row>) {
+    let project = root.join("serve-load");
+    runs_with_a_gate(&project, runs);
+    let token = String::from_utf8(
+        Command::new(BIN)
+            .current_dir(&project)
+            .env("PROSE_ROOT", &project)
+            .env("HOME", &project)
+            .args(["principals", "add", "alice"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_string();
+    let mut child = Command::new(BIN)
+        .current_dir(&project)
+        .env("PROSE_ROOT", &project)
+        .env("HOME", &project)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let port: u16 = line
+        .trim()
+        .trim_start_matches("listening on http://127.0.0.1:")
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
+    // Each client signs in once (five sign-ins a minute from one address are allowed, so
+    // the clients share sessions made before the limit, as tabs of a few people would).
+    let sessions: Vec<String> = (0..4)
+        .map(|_| {
+            let (code, _, text) = http(port, "POST", "/login", None, &format!("token={token}"));
+            assert_eq!(code, 303, "{text}");
+            text.lines()
+                .find(|l| l.to_ascii_lowercase().starts_with("set-cookie:"))
+                .and_then(|l| l.split(':').nth(1))
+                .and_then(|v| v.split(';').next())
+                .unwrap()
+                .trim()
+                .to_string()
+        })
+        .collect();
+    // The catalog built before the clients come.
+    let (code, _, _) = http(port, "GET", "/pending", Some(&sessions[0]), "");
+    assert_eq!(code, 200);
+    let mut measure = |pause: Duration, what: &str, target: bool| {
+        let all: Vec<Duration> = std::thread::scope(|sc| {
+            let handles: Vec<_> = (0..clients)
+                .map(|i| {
+                    let cookie = sessions[i % sessions.len()].clone();
+                    sc.spawn(move || {
+                        // Spread over the first pause, as clients that did not start together.
+                        std::thread::sleep(pause.mul_f64(i as f64 / clients as f64));
+                        (0..rounds)
+                            .map(|_| {
+                                let (code, took, text) =
+                                    http(port, "GET", "/pending", Some(&cookie), "");
+                                assert_eq!(code, 200, "{text}");
+                                assert!(text.contains("r0000000"), "the list lacks a run");
+                                std::thread::sleep(pause);
+                                took
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap())
+                .collect()
+        });
+        let mut sorted = all.clone();
+        sorted.sort();
+        let at =
+            |q: f64| sorted[((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len()) - 1];
+        let (p50, p99) = (at(0.50), at(0.99));
+        rows.push(Row {
+            what: format!(
+                "approval page `/pending` (the live list: {runs} runs, a pending gate each), {clients} clients {what}, {} requests: p50 / p99",
+                sorted.len()
+            ),
+            ours: format!("{} / {}", ms(p50), ms(p99)),
+            raw: "".into(),
+            ratio: "".into(),
+            target: if target { "p99 ≤ 50 ms" } else { "" }.into(),
+            met: match (target, p99 <= Duration::from_millis(50)) {
+                (false, _) => "",
+                (true, true) => "yes",
+                (true, false) => "no",
+            }
+            .into(),
+        });
+    };
+    measure(
+        Duration::from_secs(2),
+        "polling every 2 s as the page does",
+        true,
+    );
+    measure(
+        Duration::ZERO,
+        "polling back to back (no pause: saturation)",
+        false,
+    );
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// What the project catalog adds to a gate create and an approve: the same pairs in a project
@@ -1590,6 +1756,10 @@ fn main() {
         catalog_sqlite(root, &[1_000, 10_000, 100_000], 5, &mut rows);
         eprintln!("cross-run listings on PostgreSQL…");
         catalog_postgres(root, &[1_000, 10_000, 100_000], 5, &mut rows);
+    }
+    if wanted("serve") {
+        eprintln!("the approval page under load…");
+        serve_load(root, 1000, 100, 10, &mut rows);
     }
     if wanted("transfer") {
         eprintln!("export and import…");
