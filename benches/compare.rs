@@ -1171,11 +1171,13 @@ fn serve_load(root: &Path, runs: usize, clients: usize, rounds: usize, rows: &mu
     // The catalog built before the clients come.
     let (code, _, _) = http(port, "GET", "/pending", Some(&sessions[0]), "");
     assert_eq!(code, 200);
+    let oldest = format!("r{:07}", runs - 1);
     let mut measure = |pause: Duration, what: &str, target: bool| {
         let all: Vec<Duration> = std::thread::scope(|sc| {
             let handles: Vec<_> = (0..clients)
                 .map(|i| {
                     let cookie = sessions[i % sessions.len()].clone();
+                    let oldest = &oldest;
                     sc.spawn(move || {
                         // Spread over the first pause, as clients that did not start together.
                         std::thread::sleep(pause.mul_f64(i as f64 / clients as f64));
@@ -1184,7 +1186,8 @@ fn serve_load(root: &Path, runs: usize, clients: usize, rounds: usize, rows: &mu
                                 let (code, took, text) =
                                     http(port, "GET", "/pending", Some(&cookie), "");
                                 assert_eq!(code, 200, "{text}");
-                                assert!(text.contains("r0000000"), "the list lacks a run");
+                                // The oldest gate is listed first.
+                                assert!(text.contains(oldest.as_str()), "the list lacks a run");
                                 std::thread::sleep(pause);
                                 took
                             })
