@@ -58,22 +58,34 @@ fn urlencode(s: &str) -> String {
         .collect()
 }
 
+/// Spawns `serve` as `cmd` says, and reads the line it prints once listening.
+fn launch(cmd: &mut std::process::Command) -> (Child, String) {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    (child, line)
+}
+
 impl Server {
     fn start(p: &Project) -> Server {
-        let mut child = p
-            .std_cmd()
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        Server::of(
+            p.std_cmd().args(["serve", "--listen", "127.0.0.1:0"]),
+            "http",
+        )
+    }
+
+    /// A server spawned as `cmd` says (on 127.0.0.1, port 0), reached with `scheme`.
+    fn of(cmd: &mut std::process::Command, scheme: &str) -> Server {
+        let (child, line) = launch(cmd);
         let port = line
             .trim()
-            .strip_prefix("listening on http://127.0.0.1:")
+            .strip_prefix(&format!("listening on {scheme}://127.0.0.1:"))
             .and_then(|r| r.strip_suffix('/'))
             .unwrap_or_else(|| panic!("no address in {line:?}"))
             .parse()
@@ -813,26 +825,12 @@ fn signed_decisions_verify_and_unsigned_or_altered_ones_do_not(b: Backend) {
     // Another server's key (another home): signed, but not by the pinned key.
     let other_home = p.root().join("other-home");
     std::fs::create_dir_all(&other_home).unwrap();
-    let mut child = p
-        .std_cmd()
-        .env("PROSE_HOME", &other_home)
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let port = line
-        .trim()
-        .strip_prefix("listening on http://127.0.0.1:")
-        .and_then(|r| r.strip_suffix('/'))
-        .unwrap()
-        .parse()
-        .unwrap();
-    let other = Server { child, port };
+    let other = Server::of(
+        p.std_cmd()
+            .env("PROSE_HOME", &other_home)
+            .args(["serve", "--listen", "127.0.0.1:0"]),
+        "http",
+    );
     let cookie = other.login(&alice);
     let page = other.get(&gate_path(&run, "three"), Some(&cookie));
     let at = page.body.find("name=\"prompt_hash\" value=\"").unwrap() + 26;
@@ -927,29 +925,17 @@ fn serve_over_tls() {
     p.write("cert.pem", cert_pem.as_bytes());
     p.write("key.pem", made.key_pair.serialize_pem().as_bytes());
     let start = |listen: &str| {
-        let mut child = p
-            .std_cmd()
-            .args(["serve", "--listen", listen])
-            .args(["--tls-cert", "cert.pem", "--tls-key", "key.pem"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        (child, line)
+        let mut cmd = p.std_cmd();
+        cmd.args(["serve", "--listen", listen]).args([
+            "--tls-cert",
+            "cert.pem",
+            "--tls-key",
+            "key.pem",
+        ]);
+        cmd
     };
-    let (child, line) = start("127.0.0.1:0");
-    let port: u16 = line
-        .trim()
-        .strip_prefix("listening on https://127.0.0.1:")
-        .and_then(|r| r.strip_suffix('/'))
-        .unwrap_or_else(|| panic!("no https address in {line:?}"))
-        .parse()
-        .unwrap();
-    let server = Server { child, port };
+    let server = Server::of(&mut start("127.0.0.1:0"), "https");
+    let port = server.port;
     let (status, page) = tls_request(
         port,
         &cert_pem,
@@ -991,7 +977,7 @@ fn serve_over_tls() {
     assert!(tls_request(port, &other.cert.pem(), "GET / HTTP/1.1\r\n\r\n").is_err());
     drop(server);
     // Any address, with TLS: no --insecure-http needed.
-    let (mut child, line) = start("0.0.0.0:0");
+    let (mut child, line) = launch(&mut start("0.0.0.0:0"));
     assert!(line.starts_with("listening on https://0.0.0.0:"), "{line}");
     let _ = child.kill();
     let _ = child.wait();

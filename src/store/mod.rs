@@ -572,6 +572,18 @@ pub struct StoreStats {
     pub settings: std::collections::BTreeMap<String, String>,
 }
 
+/// The tables `stats` counts the rows of, on either backend.
+pub const STATS_TABLES: [&str; 8] = [
+    "run",
+    "execution",
+    "bindings",
+    "agents",
+    "agent_segments",
+    "imports",
+    "gates",
+    "gate_audit_log",
+];
+
 /// What `stats` reports of one run: its store's figures and its attachments' files.
 #[derive(Debug, Clone)]
 pub struct RunStats {

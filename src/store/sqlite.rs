@@ -1747,16 +1747,7 @@ impl Store for SqliteStore {
             },
             ..Default::default()
         };
-        for table in [
-            "run",
-            "execution",
-            "bindings",
-            "agents",
-            "agent_segments",
-            "imports",
-            "gates",
-            "gate_audit_log",
-        ] {
+        for table in super::STATS_TABLES {
             // Table names are this fixed list, never input.
             let n: i64 = self
                 .conn

@@ -18,7 +18,10 @@ impl PgStore {
         StoreStats {
             backend: "postgres",
             schema_version: self.version,
-            tables: STATS_TABLES.iter().map(|t| (t.to_string(), 0)).collect(),
+            tables: crate::store::STATS_TABLES
+                .iter()
+                .map(|t| (t.to_string(), 0))
+                .collect(),
             ..Default::default()
         }
     }
@@ -66,7 +69,7 @@ impl PgStore {
                  GROUP BY {key}{by}"
             )
         };
-        for table in STATS_TABLES {
+        for table in crate::store::STATS_TABLES {
             let key = if table == "run" { "id" } else { "run_id" };
             for r in self
                 .client
@@ -113,18 +116,6 @@ impl PgStore {
         Ok(all)
     }
 }
-
-/// The tables `stats` counts the rows of.
-const STATS_TABLES: [&str; 8] = [
-    "run",
-    "execution",
-    "bindings",
-    "agents",
-    "agent_segments",
-    "imports",
-    "gates",
-    "gate_audit_log",
-];
 
 impl Catalog for PgStore {
     fn stats_of(&mut self, runs: &RunFilter) -> Result<Vec<(String, RunStats)>> {
