@@ -158,6 +158,10 @@ CREATE INDEX IF NOT EXISTS idx_gate_audit_gate ON gate_audit_log(gate_id);
 CREATE INDEX IF NOT EXISTS idx_gate_audit_run ON gate_audit_log(run_id);
 CREATE UNIQUE INDEX IF NOT EXISTS idx_gate_audit_seq ON gate_audit_log(run_id, seq)
     WHERE seq IS NOT NULL;
+-- The chain's head and a row by its place, found by a lookup instead of a scan of the whole
+-- log at every gate operation (schema 6).
+CREATE INDEX IF NOT EXISTS idx_gate_audit_seq_alone ON gate_audit_log(seq)
+    WHERE seq IS NOT NULL;
 
 -- The audit log is append-only in fact, not only by convention (schema 2).
 CREATE TRIGGER IF NOT EXISTS gate_audit_log_no_update BEFORE UPDATE ON gate_audit_log

@@ -30,7 +30,7 @@ pub trait Render: Serialize + Sized {
 /// interpret or hide are written as JSON `\uXXXX` escapes, which decode to the same string.
 pub fn write_json<T: Serialize + ?Sized>(w: &mut dyn Write, value: &T) -> io::Result<()> {
     let text = serde_json::to_string(value).map_err(io::Error::from)?;
-    if !text.chars().any(is_hidden) {
+    if !any_hidden(&text, is_hidden) {
         return w.write_all(text.as_bytes());
     }
     // serde_json escapes C0 controls, quotes and backslashes; what is left hidden can only
@@ -79,6 +79,13 @@ fn is_hidden(c: char) -> bool {
     c.is_control() || crate::model::is_invisible(c)
 }
 
+/// Whether `text` holds a character for which `hidden` holds. Printable ASCII is never hidden,
+/// so text made only of it (most output, and a listing of 100,000 gates is 35 MB of it) is
+/// settled by a scan of its bytes.
+fn any_hidden(text: &str, hidden: impl Fn(char) -> bool) -> bool {
+    text.bytes().any(|b| !(0x20..0x7f).contains(&b)) && text.chars().any(hidden)
+}
+
 /// A stored string as a terminal may show it: every character that would be interpreted or
 /// hidden rather than shown is written as a visible escape (`\r`, `\u{1b}`, `\u{202e}`), and
 /// newlines and tabs are kept. Plain text comes back unchanged (and borrowed); applying it
@@ -94,7 +101,7 @@ pub fn visible_line(text: &str) -> std::borrow::Cow<'_, str> {
 
 fn visible_keeping<'a>(text: &'a str, keep: &[char]) -> std::borrow::Cow<'a, str> {
     let hidden = |c: char| is_hidden(c) && !keep.contains(&c);
-    if !text.chars().any(hidden) {
+    if !any_hidden(text, hidden) {
         return std::borrow::Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 16);

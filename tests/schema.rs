@@ -71,7 +71,7 @@ fn an_older_database_is_upgraded_forward_keeping_user_data() {
     let version: i64 = c
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 1_005_005, "schema 5, readers 1, writers 5");
+    assert_eq!(version, 1_005_006, "schema 6, readers 1, writers 5");
     let mode: String = c
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
@@ -85,6 +85,7 @@ fn an_older_database_is_upgraded_forward_keeping_user_data() {
         "idx_bindings_scope",
         "idx_gates_status",
         "idx_gate_audit_run",
+        "idx_gate_audit_seq_alone",
     ] {
         let n: i64 = c
             .query_row(
@@ -356,7 +357,7 @@ fn every_raw_shape_upgrades_with_every_default_of_the_embedded_schema() {
             );
             let a = run.cmd().args(["migrate"]).assert().success();
             let plan = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
-            assert!(plan.contains("would migrate schema 0 -> 5"), "{plan}");
+            assert!(plan.contains("would migrate schema 0 -> 6"), "{plan}");
             assert!(plan.contains("rebuild table bindings to add"), "{plan}");
             assert!(plan.contains("created_at, updated_at"), "{plan}");
             assert!(
@@ -370,7 +371,7 @@ fn every_raw_shape_upgrades_with_every_default_of_the_embedded_schema() {
                 .success();
             let v = stdout_json(&a);
             assert_eq!(v[0]["applied"], true);
-            assert_eq!(v[0]["to"], 5);
+            assert_eq!(v[0]["to"], 6);
         }
         run.bind("after_upgrade", "written", None);
         let got = column_defs(&run.db);
@@ -382,7 +383,7 @@ fn every_raw_shape_upgrades_with_every_default_of_the_embedded_schema() {
         let v: i64 = c
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(v, 1_005_005, "{fixture}");
+        assert_eq!(v, 1_005_006, "{fixture}");
         let mode: String = c
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .unwrap();
@@ -465,9 +466,9 @@ fn every_raw_shape_upgrades_with_every_default_of_the_embedded_schema() {
 fn a_newer_database_is_used_as_far_as_its_stamp_allows() {
     let p = Project::new();
     for (version, min_reader, min_writer, reads, writes) in [
-        (5, 1, 2, true, true),
-        (6, 1, 6, true, false),
-        (7, 7, 7, false, false),
+        (7, 1, 2, true, true),
+        (8, 1, 8, true, false),
+        (9, 9, 9, false, false),
     ] {
         let run = p.init();
         run.bind("keep", "me", None);
@@ -517,7 +518,7 @@ fn migrate_on_a_current_run_has_nothing_to_do() {
     let before = run.snapshot();
     let a = run.cmd().args(["migrate", "--yes"]).assert().success();
     let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
-    assert!(out.contains("schema 5, nothing to do"), "{out}");
+    assert!(out.contains("schema 6, nothing to do"), "{out}");
     assert_eq!(run.snapshot(), before);
 }
 
@@ -607,4 +608,58 @@ fn the_postgres_schema_never_strands_a_team() {
         .unwrap()
         .get(0);
     assert_eq!(v, 8, "never downgraded");
+}
+
+/// A run written by a schema-5 build (the audit log without its index on `seq` alone): read
+/// as it is, upgraded by its first write, its chain intact; and a schema-5 build may still
+/// write a schema-6 file (the stamp asks writers of 5).
+#[test]
+fn a_schema_5_run_gains_the_audit_index_on_its_first_write() {
+    let p = Project::new();
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "ship", "--prompt", "Ship?"])
+        .assert()
+        .success();
+    run.cmd().args(["checkpoint"]).assert().success();
+    {
+        let c = run.conn();
+        c.execute_batch("DROP INDEX idx_gate_audit_seq_alone; PRAGMA user_version = 1005005;")
+            .unwrap();
+    }
+    run.cmd().args(["checkpoint"]).assert().success();
+    let index = |c: &rusqlite::Connection| -> i64 {
+        c.query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE name = 'idx_gate_audit_seq_alone'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    let before = run.snapshot();
+    run.cmd().args(["--json", "gates"]).assert().success();
+    run.cmd().args(["gates", "verify"]).assert().success();
+    let a = run.cmd().args(["migrate"]).assert().success();
+    let plan = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    assert!(plan.contains("would migrate schema 5 -> 6"), "{plan}");
+    assert!(
+        plan.contains("create index idx_gate_audit_seq_alone on gate_audit_log"),
+        "{plan}"
+    );
+    assert_eq!(run.snapshot(), before, "a read changed a schema-5 run");
+    run.cmd()
+        .args(["approve", "ship", "--as", "bob", "--yes"])
+        .assert()
+        .success();
+    let c = run.conn();
+    let version: i64 = c
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 1_005_006);
+    assert_eq!(index(&c), 1, "the first write added the index");
+    run.cmd().args(["gates", "verify"]).assert().success();
+    let rows: i64 = c
+        .query_row("SELECT COUNT(*) FROM gate_audit_log", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, 2, "created and approved, one chain");
 }

@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 const LOG_MOST: u64 = 256 * 1024;
 
 /// The version stamped in a state.db's `PRAGMA user_version` by this build.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// The same for agents.db (project and user agent memory).
 pub const AGENTS_SCHEMA_VERSION: i64 = 1;
@@ -636,7 +636,8 @@ impl Tx for SqliteTx<'_> {
     fn chain_head(&mut self) -> Result<(i64, String)> {
         self.tx
             .row(
-                "SELECT IFNULL((SELECT MAX(seq) FROM gate_audit_log), 0),
+                "SELECT IFNULL((SELECT seq FROM gate_audit_log WHERE seq IS NOT NULL
+                                ORDER BY seq DESC LIMIT 1), 0),
                         COALESCE((SELECT hash FROM gate_audit_log WHERE seq IS NOT NULL
                                    ORDER BY seq DESC LIMIT 1),
                                  (SELECT hash FROM gate_audit_log WHERE hash IS NOT NULL

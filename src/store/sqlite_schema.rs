@@ -101,9 +101,11 @@ fn quoted(ident: &str) -> String {
     format!("\"{}\"", ident.replace('"', "\"\""))
 }
 
-/// The embedded schema's tables: name, CREATE statement and columns.
+/// The embedded schema's tables (name, CREATE statement and columns), and its indexes and
+/// triggers (kind, name and table).
 struct Expected {
     tables: Vec<(String, String, Vec<ColumnDef>)>,
+    others: Vec<(String, String, String)>,
 }
 
 fn expected(schema: &Schema) -> Result<Expected> {
@@ -120,7 +122,14 @@ fn expected(schema: &Schema) -> Result<Expected> {
         let cols = columns(&conn, "main", &name)?;
         tables.push((name, sql, cols));
     }
-    Ok(Expected { tables })
+    let others = conn
+        .prepare(
+            "SELECT type, name, tbl_name FROM sqlite_master
+             WHERE type IN ('index', 'trigger') AND name NOT LIKE 'sqlite_%' ORDER BY rowid",
+        )?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(Expected { tables, others })
 }
 
 impl Schema {
@@ -310,6 +319,27 @@ fn plan_against(conn: &Connection, expected: &Expected) -> Result<Vec<Step>> {
             },
             rebuild,
         });
+    }
+    // Indexes and triggers missing from tables that are kept (a new table comes with its own).
+    for (kind, name, table) in &expected.others {
+        if steps
+            .iter()
+            .any(|s| &s.table == table && s.action.starts_with("create table"))
+        {
+            continue;
+        }
+        let present: i64 = conn.query_row(
+            "SELECT COUNT(*) FROM main.sqlite_master WHERE type = ?1 AND name = ?2",
+            [kind, name],
+            |r| r.get(0),
+        )?;
+        if present == 0 {
+            steps.push(Step {
+                table: table.clone(),
+                action: format!("create {kind} {name} on {table}"),
+                rebuild: false,
+            });
+        }
     }
     Ok(steps)
 }
@@ -529,7 +559,7 @@ mod tests {
     fn stamps_round_trip() {
         use super::decode;
         let s = decode(super::super::sqlite::STATE.stamp());
-        assert_eq!((s.version, s.min_reader, s.min_writer), (5, 1, 5));
+        assert_eq!((s.version, s.min_reader, s.min_writer), (6, 1, 5));
         for old in 0..=3 {
             let s = decode(old);
             assert_eq!((s.version, s.min_reader, s.min_writer), (old, 0, 0));
