@@ -71,6 +71,53 @@ struct App {
     secure: bool,
     sessions: Mutex<HashMap<String, Session>>,
     failures: Mutex<HashMap<IpAddr, (u32, Instant)>>,
+    /// The project's principal book, kept open between requests (on PostgreSQL a connection
+    /// each): every request checks its session's token against it.
+    books: Mutex<Vec<Box<dyn crate::store::principals::PrincipalBook>>>,
+}
+
+/// At most this many books are kept open (one per request served at once, up to it).
+const BOOKS_KEPT: usize = 8;
+
+impl App {
+    /// Runs `read` on a book kept open, or on one opened for it (kept for the next request).
+    /// A kept book that fails (a server restarted, a connection dropped) is closed and the
+    /// read made once more on a new one.
+    fn with_book<T>(
+        &self,
+        read: impl Fn(&mut dyn crate::store::principals::PrincipalBook) -> Result<T>,
+    ) -> Result<T> {
+        let kept = self.books.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        if let Some(mut book) = kept {
+            match read(book.as_mut()) {
+                Ok(found) => {
+                    self.keep(book);
+                    return Ok(found);
+                }
+                // An answer (a token refused): the book is fine, and the read not made
+                // twice (a failed sign-in costs one hash).
+                Err(e) if code_of(&e).is_some_and(|c| c != Code::Busy) => {
+                    self.keep(book);
+                    return Err(e);
+                }
+                Err(_) => {}
+            }
+        }
+        let mut book = self
+            .ctx
+            .principal_book(false)?
+            .ok_or_else(|| crate::error::refused("this project has no principals"))?;
+        let found = read(book.as_mut())?;
+        self.keep(book);
+        Ok(found)
+    }
+
+    fn keep(&self, book: Box<dyn crate::store::principals::PrincipalBook>) {
+        let mut books = self.books.lock().unwrap_or_else(|e| e.into_inner());
+        if books.len() < BOOKS_KEPT {
+            books.push(book);
+        }
+    }
 }
 
 /// Runs the server until it is killed.
@@ -119,13 +166,13 @@ pub fn serve(args: &ServeArgs, _global: &Global, ctx: Context) -> Result<()> {
             )));
         }
     }
-    drop(book);
     let app = Arc::new(App {
         ctx,
         signer,
         secure: tls.is_some(),
         sessions: Mutex::new(HashMap::new()),
         failures: Mutex::new(HashMap::new()),
+        books: Mutex::new(vec![book]),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_io()
@@ -444,13 +491,11 @@ async fn who(app: &Arc<App>, headers: &HeaderMap) -> Result<(String, Principal, 
     let app2 = app.clone();
     let name = principal.as_str().to_string();
     let live = blocking(move || {
-        let mut book = app2
-            .ctx
-            .principal_book(false)?
-            .ok_or_else(|| anyhow!("the project's principals are gone"))?;
-        Ok(book
-            .principal(&name)?
-            .is_some_and(|row| row.revoked_at.is_none() && row.token_hash == hash))
+        app2.with_book(|book| {
+            Ok(book
+                .principal(&name)?
+                .is_some_and(|row| row.revoked_at.is_none() && row.token_hash == hash))
+        })
     })
     .await
     .map_err(|e| failed(&e))?;
@@ -514,15 +559,13 @@ async fn login(
     let app2 = app.clone();
     let token = form.token;
     let checked = blocking(move || {
-        let mut book = app2
-            .ctx
-            .principal_book(false)?
-            .ok_or_else(|| crate::error::refused("this project has no principals"))?;
-        let p = crate::auth::authenticate(book.as_mut(), &token)?;
-        let row = book
-            .principal(p.as_str())?
-            .ok_or_else(|| crate::error::refused("the token is not valid"))?;
-        Ok((p, row.token_hash))
+        app2.with_book(|book| {
+            let p = crate::auth::authenticate(book, &token)?;
+            let row = book
+                .principal(p.as_str())?
+                .ok_or_else(|| crate::error::refused("the token is not valid"))?;
+            Ok((p, row.token_hash))
+        })
     })
     .await;
     match checked {
@@ -1073,25 +1116,58 @@ struct DecideForm {
 
 async fn decide(
     State(app): State<Arc<App>>,
+    ConnectInfo(Peer(peer)): ConnectInfo<Peer>,
     headers: HeaderMap,
     Path((run, gate)): Path<(String, String)>,
     Form(form): Form<DecideForm>,
 ) -> Response {
     let (_, principal, csrf) = match who(&app, &headers).await {
         Ok(w) => w,
-        Err(r) => return r,
+        Err(r) => {
+            crate::output::report(&format!(
+                "refused a decision without a session from {}: run {run}, gate {gate}",
+                peer.ip()
+            ));
+            return r;
+        }
     };
-    if !same(&form.csrf, &csrf) {
-        return page_error(
-            StatusCode::FORBIDDEN,
-            "the form's CSRF token is missing or wrong: reload the gate's page",
-        );
-    }
     let approve = match form.action.as_str() {
         "approve" => true,
         "reject" => false,
         _ => return page_error(StatusCode::BAD_REQUEST, "the action is approve or reject"),
     };
+    if !same(&form.csrf, &csrf) {
+        // A signed-in principal's refused attempt: audit-logged on the gate, like the
+        // store's own refusals (an attempt without a session is not: anyone who can reach
+        // the page could fill a run's append-only log; serve's log reports it).
+        let (app2, who2, run2, gate2) = (app.clone(), principal.clone(), run.clone(), gate.clone());
+        let recorded = blocking(move || {
+            crate::model::check_gate_id(&gate2)?;
+            let (_, mut store) = app2.ctx.open_run(Some(&run2))?;
+            store.refuse_attempt(&crate::store::Attempt {
+                gate_id: &gate2,
+                approve,
+                principal: Some(who2.as_str()),
+                authenticated: true,
+                client: "web",
+                reason: "the form's CSRF token is missing or wrong",
+                now: &now(),
+            })
+        })
+        .await
+        .unwrap_or(false);
+        return page_error(
+            StatusCode::FORBIDDEN,
+            &format!(
+                "the form's CSRF token is missing or wrong: reload the gate's page{}",
+                if recorded {
+                    "; this attempt was logged"
+                } else {
+                    ""
+                }
+            ),
+        );
+    }
     let comment = form.comment.trim().to_string();
     if !approve && comment.is_empty() {
         return page_error(StatusCode::BAD_REQUEST, "a rejection needs a reason");

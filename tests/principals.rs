@@ -147,7 +147,7 @@ fn a_token_decides_as_its_principal_and_is_kept_only_as_a_hash(b: Backend) {
         .assert()
         .success();
     gate(&run, "third");
-    let before = run.snapshot();
+    let before = run.before_refusal("third");
     let a = run
         .cmd()
         .args(["approve", "third", "--yes", "--token-file"])
@@ -155,7 +155,7 @@ fn a_token_decides_as_its_principal_and_is_kept_only_as_a_hash(b: Backend) {
         .assert()
         .failure();
     assert_eq!(code(&a), 4, "{}", stderr(&a));
-    assert_eq!(run.snapshot(), before, "a refused token changed the run");
+    run.refused(&before, 1, "a revoked token");
     let (fresh, _) = add(&p, "alice", &[]);
     assert_ne!(fresh, token);
     run.cmd()
@@ -176,14 +176,21 @@ fn a_project_that_requires_tokens_refuses_as_alone(b: Backend) {
     let (token, _) = add(&p, "alice", &[]);
     p.cmd().args(["principals", "require"]).assert().success();
     gate(&run, "deploy");
-    let before = run.snapshot();
-    for args in [
-        vec!["approve", "deploy", "--yes", "--as", "alice"],
-        vec![
-            "reject", "deploy", "--yes", "--as", "alice", "--reason", "no",
-        ],
-        vec!["approve", "deploy", "--yes"],
+    let before = run.view().gate("deploy");
+    for (args, attempted) in [
+        (
+            vec!["approve", "deploy", "--yes", "--as", "alice"],
+            "approve",
+        ),
+        (
+            vec![
+                "reject", "deploy", "--yes", "--as", "alice", "--reason", "no",
+            ],
+            "reject",
+        ),
+        (vec!["approve", "deploy", "--yes"], "approve"),
     ] {
+        let seen = run.view().events("deploy").len();
         let a = run
             .cmd()
             .env("USER", "alice")
@@ -192,8 +199,39 @@ fn a_project_that_requires_tokens_refuses_as_alone(b: Backend) {
             .failure();
         assert_eq!(code(&a), 4, "{args:?}: {}", stderr(&a));
         assert!(stderr(&a).contains("requires an authenticated decision"));
-        assert_eq!(run.snapshot(), before, "{args:?} changed the run");
+        assert!(
+            stderr(&a).contains("this attempt was logged"),
+            "{}",
+            stderr(&a)
+        );
+        // Refused like a decision the gate's rules refuse: one audit row, as the principal
+        // claimed, unauthenticated; the gate as it was.
+        assert_eq!(
+            run.view().gate("deploy"),
+            before,
+            "{args:?} changed the gate"
+        );
+        let events = run.view().events("deploy");
+        assert_eq!(events.len(), seen + 1, "{args:?}");
+        let (kind, principal, metadata) = events.last().unwrap();
+        assert_eq!(
+            (kind.as_str(), principal.as_deref()),
+            ("refused", Some("alice"))
+        );
+        assert_eq!(metadata["client"], "cli");
+        assert_eq!(metadata["authenticated"], false);
+        assert_eq!(metadata["attempted"], attempted);
     }
+    run.cmd().args(["gates", "verify"]).assert().success();
+    // A gate that does not exist: refused, nothing written.
+    let before = run.snapshot();
+    let a = run
+        .cmd()
+        .args(["approve", "nope", "--yes", "--as", "alice"])
+        .assert()
+        .code(4);
+    assert!(!stderr(&a).contains("logged"), "{}", stderr(&a));
+    assert_eq!(run.snapshot(), before);
     // On PostgreSQL the team's principals are the server's: another machine is held to the
     // same rule and accepts the same token.
     let other = p.elsewhere();
@@ -237,16 +275,15 @@ fn bad_tokens_and_token_files_are_refused_and_change_nothing(b: Backend) {
     let run = p.init();
     // No principals yet: any token is refused.
     gate(&run, "deploy");
-    let before = run.snapshot();
+    let before = run.before_refusal("deploy");
     run.cmd()
         .env("PROSE_TOKEN", "alice.00")
         .args(["approve", "deploy", "--yes"])
         .assert()
         .code(4);
-    assert_eq!(run.snapshot(), before);
+    run.refused(&before, 1, "a token with no principals");
     let (token, _) = add(&p, "alice", &[]);
     add(&p, "bob", &[]);
-    let before = run.snapshot();
     let secret = token.rsplit_once('.').unwrap().1;
     let flipped: String = secret
         .chars()
@@ -290,12 +327,23 @@ fn bad_tokens_and_token_files_are_refused_and_change_nothing(b: Backend) {
         if let Some(t) = &env {
             c.env("PROSE_TOKEN", t);
         }
+        let before = run.before_refusal("deploy");
         let a = c.assert().failure();
         assert_eq!(code(&a), want, "{args:?} {env:?}: {}", stderr(&a));
         let err = stderr(&a);
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(!err.contains(secret), "the secret was echoed: {err}");
-        assert_eq!(run.snapshot(), before, "{args:?} {env:?} changed the run");
+        // A token refused (4) is audit-logged, with no secret in the row; bad arguments and
+        // files (2, 3) write nothing.
+        let logged = run.refused(
+            &before,
+            usize::from(want == 4),
+            &format!("{args:?} {env:?}"),
+        );
+        for (_, _, metadata) in &logged {
+            assert_eq!(metadata["authenticated"], false);
+            assert!(!metadata.to_string().contains(secret), "{metadata}");
+        }
     }
     // Names outside the grammar are never issued a token.
     let rows = stored(&p);
@@ -366,11 +414,15 @@ fn concurrent_adds_issue_one_token_and_raw_rows_authenticate_nothing(b: Backend)
             .unwrap(),
     }
     gate(&run, "second");
-    let before = run.snapshot();
+    let before = run.before_refusal("second");
     run.cmd()
         .env("PROSE_TOKEN", format!("eve.{secret}"))
         .args(["approve", "second", "--yes"])
         .assert()
         .code(4);
-    assert_eq!(run.snapshot(), before);
+    run.refused(
+        &before,
+        1,
+        "a token of a row written behind the tool's back",
+    );
 }

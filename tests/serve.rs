@@ -313,8 +313,8 @@ fn a_signed_in_principal_lists_reads_and_decides_a_gate(b: Backend) {
     assert_eq!(run.view().gate("deploy").0, "approved");
 }
 
-/// No session (401), a missing or wrong CSRF token (403), a principal the gate does not
-/// allow (403, audit-logged), an agent on a person's gate (403), a rejection with no reason
+/// No session (401), a missing or wrong CSRF token (403, audit-logged), a principal the gate
+/// does not allow (403, audit-logged), an agent on a person's gate (403), a rejection with no reason
 /// (400), a prompt changed since the page was shown (409): each leaves the run as it was
 /// but for the audit rows of the refused decisions. Hostile prompts written behind the
 /// tool's back render inert and visible.
@@ -372,18 +372,41 @@ fn refusals_over_http_change_nothing(b: Backend) {
     };
     // (The page's view is audit-logged, as a `gates show` is.)
     assert_eq!(run.view().events("mine").last().unwrap().2["client"], "web");
-    let before = run.snapshot();
-    // CSRF: missing, wrong, another session's.
+    // CSRF: missing, wrong, another session's. Refused, and audit-logged on the gate as
+    // the signed-in principal (like a refusal on the command line); nothing else changes.
     let other = s.login(&alice);
     let other_csrf = csrf_of(&s.get("/", Some(&other)).body);
     assert_ne!(other_csrf, csrf);
+    let seen = run.view().events("mine").len();
+    let gates_before = run.view().gate("mine");
     for bad in [None, Some("0".repeat(64)), Some(other_csrf.clone())] {
         let mut f: Vec<(&str, &str)> = vec![("action", "approve"), ("prompt_hash", &hash)];
         if let Some(c) = &bad {
             f.push(("csrf", c));
         }
-        assert_eq!(decide(&s, &cookie, &run, "mine", &f).status, 403);
+        let r = decide(&s, &cookie, &run, "mine", &f);
+        assert_eq!(r.status, 403);
+        assert!(r.body.contains("this attempt was logged"), "{}", r.body);
     }
+    let events = run.view().events("mine");
+    assert_eq!(events.len(), seen + 3, "each CSRF refusal is one audit row");
+    for (kind, principal, metadata) in &events[seen..] {
+        assert_eq!(
+            (kind.as_str(), principal.as_deref()),
+            ("refused", Some("alice"))
+        );
+        assert_eq!(metadata["client"], "web");
+        assert_eq!(metadata["authenticated"], true);
+        assert_eq!(metadata["attempted"], "approve");
+        assert!(metadata["reason"].as_str().unwrap().contains("CSRF"));
+    }
+    assert_eq!(
+        run.view().gate("mine"),
+        gates_before,
+        "the gate is as it was"
+    );
+    run.cmd().args(["gates", "verify"]).assert().success();
+    let before = run.snapshot();
     // No reason for a rejection.
     let r = decide(
         &s,
@@ -397,11 +420,7 @@ fn refusals_over_http_change_nothing(b: Backend) {
         ],
     );
     assert_eq!(r.status, 400);
-    assert_eq!(
-        run.snapshot(),
-        before,
-        "CSRF and form refusals write nothing"
-    );
+    assert_eq!(run.snapshot(), before, "a form refusal writes nothing");
     // A principal the gate does not allow: refused and audit-logged as alice.
     let r = decide(
         &s,
@@ -743,7 +762,7 @@ fn signed_decisions_verify_and_unsigned_or_altered_ones_do_not(b: Backend) {
     }
     // The command line may not decide, even with a token; it names the page.
     std::fs::write(p.root().join("alice.token"), &alice).unwrap();
-    let before = run.snapshot();
+    let before = run.before_refusal("one");
     let a = run
         .cmd()
         .env("PROSE_SERVE_URL", "http://127.0.0.1:7433")
@@ -755,7 +774,8 @@ fn signed_decisions_verify_and_unsigned_or_altered_ones_do_not(b: Backend) {
         "{}",
         stderr(&a)
     );
-    assert_eq!(run.snapshot(), before);
+    let logged = run.refused(&before, 1, "a command-line decision under a pinned key");
+    assert_eq!(logged[0].2["client"], "cli");
     // Decided on the page: signed.
     let s = Server::start(&p);
     let cookie = s.login(&alice);

@@ -147,11 +147,51 @@ fn decide(
     self::run(req, store.as_mut(), &mut crate::term::confirm)
 }
 
+/// Who decides (`Context::decider`). A decision refused there (a token that is not valid, a
+/// token or a signature the project requires) is audit-logged on the gate like the refusals
+/// the store makes, as the principal claimed, unauthenticated.
+fn decider(
+    ctx: &crate::context::Context,
+    arg: &crate::cli::PrincipalArg,
+    token: &crate::cli::TokenArg,
+    target: &crate::cli::RunGate,
+    approve: bool,
+) -> Result<(crate::model::Principal, bool)> {
+    let e = match ctx.decider(arg, token, page(ctx, target)) {
+        Ok(found) => return Ok(found),
+        Err(e) if crate::error::code_of(&e) == Some(crate::error::Code::Refused) => e,
+        Err(e) => return Err(e),
+    };
+    let claimed = ctx.principal(arg).ok().flatten();
+    let reason = format!("{e:#}");
+    let recorded = check_gate_id(target.gate()).and_then(|()| {
+        let (_, mut store) = ctx.open_run(target.run().or(ctx.run.as_deref()))?;
+        store.refuse_attempt(&crate::store::Attempt {
+            gate_id: target.gate(),
+            approve,
+            principal: claimed.as_ref().map(|p| p.as_str()),
+            authenticated: false,
+            client: "cli",
+            reason: &reason,
+            now: &now(),
+        })
+    });
+    Err(match recorded {
+        Ok(true) => refused(format!("{reason}; this attempt was logged")),
+        _ => e,
+    })
+}
+
 impl super::Run for crate::cli::ApproveArgs {
     type Output = DecisionMade;
     fn run(&self, ctx: &crate::context::Context) -> Result<DecisionMade> {
-        let (who, authenticated) =
-            ctx.decider(&self.principal, &self.token, page(ctx, &self.target))?;
+        let (who, authenticated) = decider(
+            ctx,
+            &self.principal,
+            &self.token,
+            &self.target,
+            !self.reject,
+        )?;
         let request = DecideRequest {
             gate: self.target.gate(),
             approve: !self.reject,
@@ -172,8 +212,7 @@ impl super::Run for crate::cli::ApproveArgs {
 impl super::Run for crate::cli::RejectArgs {
     type Output = DecisionMade;
     fn run(&self, ctx: &crate::context::Context) -> Result<DecisionMade> {
-        let (who, authenticated) =
-            ctx.decider(&self.principal, &self.token, page(ctx, &self.target))?;
+        let (who, authenticated) = decider(ctx, &self.principal, &self.token, &self.target, false)?;
         let request = DecideRequest {
             gate: self.target.gate(),
             approve: false,

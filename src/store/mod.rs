@@ -399,6 +399,21 @@ pub struct Decision<'a> {
     pub signer: Option<&'a crate::sign::Signer>,
 }
 
+/// A decision refused before it reached the gate (see `rules::refuse_attempt`).
+#[derive(Debug)]
+pub struct Attempt<'a> {
+    pub gate_id: &'a str,
+    pub approve: bool,
+    /// Who the attempt was made as: authenticated (a web session), or only claimed.
+    pub principal: Option<&'a str>,
+    pub authenticated: bool,
+    /// `cli` or `web`.
+    pub client: &'a str,
+    /// Why it was refused, in words.
+    pub reason: &'a str,
+    pub now: &'a str,
+}
+
 #[derive(Debug)]
 pub enum Decided {
     Done(GateRow),
@@ -959,6 +974,14 @@ pub trait Store: AgentStore {
         let decided = rules::decide_gate(self.begin(rules::GATE)?, decision)?;
         self.anchor_chain();
         Ok(decided)
+    }
+
+    /// Records a decision refused before it reached the gate; whether it was recorded (the
+    /// gate exists and the run takes writes).
+    fn refuse_attempt(&mut self, attempt: &Attempt) -> Result<bool> {
+        let recorded = rules::refuse_attempt(self.begin(rules::GATE)?, attempt)?;
+        self.anchor_chain();
+        Ok(recorded)
     }
 
     /// The audit trail, oldest first.

@@ -27,7 +27,7 @@ pub struct PrincipalRow {
 }
 
 /// Where a project's principals are: each method one statement.
-pub trait PrincipalBook {
+pub trait PrincipalBook: Send {
     /// Every principal, by name.
     fn principals(&mut self) -> Result<Vec<PrincipalRow>>;
     fn principal(&mut self, name: &str) -> Result<Option<PrincipalRow>>;

@@ -415,6 +415,42 @@ pub fn view_gate(
     Ok(Some((gate, history)))
 }
 
+/// Records a decision refused before it reached the gate (a token that is not valid, a
+/// signature the project requires, a web form without its CSRF token): a `refused` event on
+/// the gate, like the refusals `decide_gate` makes. Whether it was recorded: not when the
+/// gate does not exist, or the run is finished (it takes no more writes).
+pub fn refuse_attempt(mut tx: Box<dyn Tx + '_>, a: &super::Attempt) -> Result<bool> {
+    let open = !tx
+        .run_row()?
+        .is_some_and(|(_, status)| status.is_some_and(|s| s.is_finished()));
+    let gate = if open { tx.load_gate(a.gate_id)? } else { None };
+    let Some(gate) = gate else {
+        tx.commit()?;
+        return Ok(false);
+    };
+    let run_id = gate.run_id.clone().unwrap_or_default();
+    append_audit(
+        &mut *tx,
+        &Event {
+            gate_id: a.gate_id,
+            run_id: &run_id,
+            event_type: "refused",
+            principal: a.principal,
+            comment: None,
+            metadata: serde_json::json!({
+                "client": a.client,
+                "attempted": if a.approve { "approve" } else { "reject" },
+                "reason": a.reason,
+                "authenticated": a.authenticated,
+                "instance": gate.instance,
+            }),
+            now: a.now,
+        },
+    )?;
+    tx.commit()?;
+    Ok(true)
+}
+
 /// Approves or rejects a pending gate. Of concurrent decisions exactly one wins: each runs
 /// serialised, and only a gate still pending, allowing the principal, with the prompt the
 /// decider was shown, is decided; every refusal is audit-logged.

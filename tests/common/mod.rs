@@ -234,6 +234,13 @@ pub struct Run {
     pub pg_url: Option<String>,
 }
 
+/// A run as it was before a decision that is to be refused (see [`Run::refused`]).
+pub struct Before {
+    snapshot: String,
+    events: usize,
+    gate: String,
+}
+
 impl Run {
     /// The binary with `--run ID` in the project root.
     pub fn cmd(&self) -> Command {
@@ -316,6 +323,65 @@ impl Run {
             None => snapshot_db(&self.db),
         };
         db + &snapshot_files(&self.dir)
+    }
+
+    /// [`Run::snapshot`] without the audit log (its rows, and SQLite's counters): what a
+    /// refused decision, which is audit-logged, must leave as it was.
+    pub fn snapshot_except_audit(&self) -> String {
+        let mut out = String::new();
+        let mut skipping = false;
+        for line in self.snapshot().lines() {
+            if let Some(row) = line.strip_prefix("  ") {
+                if !skipping {
+                    out += &format!("  {row}\n");
+                }
+                continue;
+            }
+            // A new object's header (its SQL may go on over lines of its own).
+            let header = ["table ", "index ", "trigger ", "view "]
+                .iter()
+                .any(|k| line.starts_with(k))
+                || (line.ends_with(':') && !line.contains(' '));
+            if header {
+                skipping = line == "gate_audit_log:"
+                    || line.starts_with("table gate_audit_log:")
+                    || line.starts_with("table sqlite_sequence:");
+            }
+            out += line;
+            out += "\n";
+        }
+        out
+    }
+
+    /// What a decision about to be refused is checked against (see [`Run::refused`]).
+    pub fn before_refusal(&self, gate: &str) -> Before {
+        Before {
+            snapshot: self.snapshot_except_audit(),
+            events: self.view().events(gate).len(),
+            gate: gate.to_string(),
+        }
+    }
+
+    /// Asserts that since `before` only the audit log changed, by `n` `refused` events on
+    /// the gate, and returns them.
+    pub fn refused(
+        &self,
+        before: &Before,
+        n: usize,
+        what: &str,
+    ) -> Vec<(String, Option<String>, serde_json::Value)> {
+        assert_eq!(
+            self.snapshot_except_audit(),
+            before.snapshot,
+            "{what}: a refusal changed more than the audit log"
+        );
+        let events = self.view().events(&before.gate);
+        assert_eq!(events.len(), before.events + n, "{what}: audit rows");
+        let new = events[before.events..].to_vec();
+        for e in &new {
+            assert_eq!(e.0, "refused", "{what}: {e:?}");
+        }
+        new
     }
 
     /// The bytes an attachment path names, read by the test itself: the file in the run
