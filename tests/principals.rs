@@ -219,7 +219,7 @@ fn a_project_that_requires_tokens_refuses_as_alone(b: Backend) {
             ("refused", Some("alice"))
         );
         assert_eq!(metadata["client"], "cli");
-        assert_eq!(metadata["authenticated"], false);
+        assert!(metadata.get("authenticated").is_none(), "{metadata}");
         assert_eq!(metadata["attempted"], attempted);
     }
     run.cmd().args(["gates", "verify"]).assert().success();
@@ -341,7 +341,7 @@ fn bad_tokens_and_token_files_are_refused_and_change_nothing(b: Backend) {
             &format!("{args:?} {env:?}"),
         );
         for (_, _, metadata) in &logged {
-            assert_eq!(metadata["authenticated"], false);
+            assert!(metadata.get("authenticated").is_none(), "{metadata}");
             assert!(!metadata.to_string().contains(secret), "{metadata}");
         }
     }

@@ -396,7 +396,7 @@ fn refusals_over_http_change_nothing(b: Backend) {
             ("refused", Some("alice"))
         );
         assert_eq!(metadata["client"], "web");
-        assert_eq!(metadata["authenticated"], true);
+        assert_eq!(metadata["authenticated"], "token");
         assert_eq!(metadata["attempted"], "approve");
         assert!(metadata["reason"].as_str().unwrap().contains("CSRF"));
     }

@@ -682,10 +682,13 @@ pub fn refusal(
         return None;
     };
     let attempted = if d.approve { "approve" } else { "reject" };
-    let metadata = serde_json::json!({
+    let mut metadata = serde_json::json!({
         "client": d.client, "attempted": attempted, "reason": reason, "prompt_hash": d.prompt_hash,
         "instance": gate.instance
     });
+    if d.authenticated {
+        metadata["authenticated"] = "token".into();
+    }
     Some((why, metadata))
 }
 

@@ -437,13 +437,19 @@ pub fn refuse_attempt(mut tx: Box<dyn Tx + '_>, a: &super::Attempt) -> Result<bo
             event_type: "refused",
             principal: a.principal,
             comment: None,
-            metadata: serde_json::json!({
-                "client": a.client,
-                "attempted": if a.approve { "approve" } else { "reject" },
-                "reason": a.reason,
-                "authenticated": a.authenticated,
-                "instance": gate.instance,
-            }),
+            metadata: {
+                let mut m = serde_json::json!({
+                    "client": a.client,
+                    "attempted": if a.approve { "approve" } else { "reject" },
+                    "reason": a.reason,
+                    "instance": gate.instance,
+                });
+                // As a decision records it (`decision_metadata`).
+                if a.authenticated {
+                    m["authenticated"] = "token".into();
+                }
+                m
+            },
             now: a.now,
         },
     )?;
