@@ -13,6 +13,13 @@ pub trait Render: Serialize + Sized {
         Vec::new()
     }
 
+    /// Lines for the person reading the human rendering, written to stderr (made visible)
+    /// so that stdout holds only the result (say, a token alone, for `> file`). Not written
+    /// with `--json`, whose document holds everything.
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// The exit code this output stands for (0 unless the command documents others).
     fn exit_code(&self) -> crate::error::Code {
         crate::error::Code::Ok
@@ -60,14 +67,19 @@ pub fn emit<T: Render>(value: T, json: bool) -> io::Result<()> {
     if json {
         write_json(&mut w, &value)?;
         w.write_all(b"\n")?;
-    } else if value.escapes_itself() {
-        value.text(&mut w, tty)?;
     } else {
-        // Stored strings reach a person here: everything a terminal would interpret is
-        // shown escaped instead.
-        let mut text = Vec::new();
-        value.text(&mut text, tty)?;
-        w.write_all(visible(&String::from_utf8_lossy(&text)).as_bytes())?;
+        for note in value.notes() {
+            let _ = writeln!(io::stderr().lock(), "{}", visible_line(&note));
+        }
+        if value.escapes_itself() {
+            value.text(&mut w, tty)?;
+        } else {
+            // Stored strings reach a person here: everything a terminal would interpret is
+            // shown escaped instead.
+            let mut text = Vec::new();
+            value.text(&mut text, tty)?;
+            w.write_all(visible(&String::from_utf8_lossy(&text)).as_bytes())?;
+        }
     }
     w.flush()
 }

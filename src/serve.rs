@@ -1196,53 +1196,28 @@ async fn decide(
         store.decide_gate(&decision)
     })
     .await;
-    let (status, message) = match decided {
-        Ok(Decided::Done(_)) => {
-            let mut r = (
-                StatusCode::SEE_OTHER,
+    let decided = match decided {
+        Ok(d) => d,
+        Err(e) => return failed(&e),
+    };
+    // The command line's words; a lost race or a changed prompt is a conflict.
+    let status = match &decided {
+        Decided::Done(_) => StatusCode::SEE_OTHER,
+        Decided::NotFound => StatusCode::NOT_FOUND,
+        Decided::NotAllowed(_) => StatusCode::FORBIDDEN,
+        _ => StatusCode::CONFLICT,
+    };
+    match crate::cmd::decide::outcome(decided, &principal, &run, &gate) {
+        Ok(_) => secured(
+            (
+                status,
                 [(
                     header::LOCATION,
                     format!("/runs/{}/gates/{}", enc(&run), enc(&gate)),
                 )],
             )
-                .into_response();
-            r = secured(r);
-            return r;
-        }
-        Ok(Decided::NotFound) => (StatusCode::NOT_FOUND, "no such gate".to_string()),
-        Ok(Decided::AlreadyResolved(g)) => (
-            StatusCode::CONFLICT,
-            format!(
-                "gate {} was already {} by {}; this attempt was logged",
-                g.id,
-                g.status,
-                g.resolved_by.as_deref().unwrap_or("-")
-            ),
+                .into_response(),
         ),
-        Ok(Decided::NotAllowed(g)) => (
-            StatusCode::FORBIDDEN,
-            format!(
-                "{} may not decide gate {} (allow: {}); this attempt was logged",
-                principal.as_str(),
-                g.id,
-                g.allow.join(", ")
-            ),
-        ),
-        Ok(Decided::PromptRewritten(g)) => (
-            StatusCode::CONFLICT,
-            format!(
-                "the prompt of gate {} was rewritten behind prose-state's back; not decided (attempt logged)",
-                g.id
-            ),
-        ),
-        Ok(Decided::PromptChanged(g)) => (
-            StatusCode::CONFLICT,
-            format!(
-                "the prompt of gate {} is not the one this page showed; look again (attempt logged)",
-                g.id
-            ),
-        ),
-        Err(e) => return failed(&e),
-    };
-    page_error(status, &message)
+        Err(e) => page_error(status, &format!("{e:#}")),
+    }
 }

@@ -105,31 +105,48 @@ pub fn run(req: &DecideRequest, store: &mut dyn Store, confirm: Confirm) -> Resu
         now: &crate::model::now(),
         signer: None,
     };
-    match store.decide_gate(&decision)? {
-        Decided::Done(gate) => Ok(DecisionMade { gate }),
-        Decided::NotFound => Err(not_found(format!(
+    outcome(
+        store.decide_gate(&decision)?,
+        req.principal,
+        &run_id,
+        req.gate,
+    )
+    .map(|gate| DecisionMade { gate })
+}
+
+/// The gate as decided, or what a decision that did not go through tells the decider, with
+/// its exit code: the same words on the command line and on the approval page.
+pub fn outcome(
+    decided: Decided,
+    principal: &crate::model::Principal,
+    run_id: &str,
+    gate: &str,
+) -> Result<GateRow> {
+    Err(match decided {
+        Decided::Done(g) => return Ok(g),
+        Decided::NotFound => not_found(format!(
             "gate not found in run {run_id}: {}",
-            shown(req.gate)
-        ))),
-        Decided::AlreadyResolved(g) => Err(refused(format!(
+            shown(gate)
+        )),
+        Decided::AlreadyResolved(g) => refused(format!(
             "{}; this attempt was logged",
             resolved_by(&g)
-        ))),
-        Decided::NotAllowed(g) => Err(refused(format!(
+        )),
+        Decided::NotAllowed(g) => refused(format!(
             "principal {} may not decide gate {} (allow: {}); this attempt was logged",
-            shown(req.principal.as_str()),
+            shown(principal.as_str()),
             g.id,
             g.allow.join(", ")
-        ))),
-        Decided::PromptRewritten(g) => Err(crate::error::tampered(format!(
+        )),
+        Decided::PromptRewritten(g) => crate::error::tampered(format!(
             "the prompt of gate {} is not the one it was created with: it was rewritten behind prose-state's back; not decided (attempt logged)",
             g.id
-        ))),
-        Decided::PromptChanged(g) => Err(refused(format!(
+        )),
+        Decided::PromptChanged(g) => refused(format!(
             "the prompt of gate {} changed after it was read; look again and retry (attempt logged)",
             g.id
-        ))),
-    }
+        )),
+    })
 }
 
 /// The page of the gate a command names, when the project says where its approval page is.

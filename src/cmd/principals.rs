@@ -85,15 +85,15 @@ pub struct Issued {
 
 impl Render for Issued {
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
-        writeln!(w, "{}", self.token)?;
-        // The rest on stderr: stdout is the token alone, for `> token-file`.
-        let _ = writeln!(
-            io::stderr(),
+        writeln!(w, "{}", self.token)
+    }
+
+    // On stderr: stdout is the token alone, for `> token-file`.
+    fn notes(&self) -> Vec<String> {
+        vec![format!(
             "token of {} issued (kept only as a hash in {}): it is shown this once",
-            self.principal,
-            self.book
-        );
-        Ok(())
+            self.principal, self.book
+        )]
     }
 }
 

@@ -977,37 +977,14 @@ impl ProjectCatalog {
     /// behind prose-state's back, or one since whose catalog update is still to come);
     /// whether any was. A stat of each run's files, never a query or an open.
     fn fresh(&mut self, kept: &[(String, Option<String>)]) -> Result<bool> {
-        // Many runs (a listing of every gate) are stat'ed by a few threads: the stats are
-        // most of such a listing's time.
         let runs_dir = &self.runs_dir;
-        let changed_in = |part: &[(String, Option<String>)]| -> Vec<String> {
-            part.iter()
-                .filter(|(id, stamp)| {
-                    let db = runs_dir.join(id).join(crate::run::DB_FILE);
-                    stamp.as_deref() != Some(stamp_of(&db).as_str())
-                })
-                .map(|(id, _)| id.clone())
-                .collect()
-        };
-        let threads = if kept.len() < 2_000 {
-            1
-        } else {
-            std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
-        };
-        let changed: Vec<String> = if threads == 1 {
-            changed_in(kept)
-        } else {
-            std::thread::scope(|s| {
-                let parts: Vec<_> = kept
-                    .chunks(kept.len().div_ceil(threads))
-                    .map(|part| s.spawn(|| changed_in(part)))
-                    .collect();
-                parts
-                    .into_iter()
-                    .flat_map(|p| p.join().expect("a stat does not panic"))
-                    .collect()
-            })
-        };
+        let changed: Vec<String> = in_parallel(kept, |(id, stamp)| {
+            let db = runs_dir.join(id).join(crate::run::DB_FILE);
+            (stamp.as_deref() != Some(stamp_of(&db).as_str())).then(|| id.clone())
+        })
+        .into_iter()
+        .flatten()
+        .collect();
         for id in &changed {
             self.repair(id)?;
         }
@@ -1175,6 +1152,30 @@ fn stamp_of(db: &Path) -> String {
         })
         .collect::<Vec<_>>()
         .join("/")
+}
+
+/// `f` of every item, in order. Many items (a listing of every gate stats each run's files)
+/// are shared among a few threads: those stats are most of such a listing's time.
+fn in_parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = if items.len() < 2_000 {
+        1
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+    };
+    if threads == 1 {
+        return items.iter().map(f).collect();
+    }
+    let f = &f;
+    std::thread::scope(|s| {
+        let parts: Vec<_> = items
+            .chunks(items.len().div_ceil(threads))
+            .map(|part| s.spawn(move || part.iter().map(f).collect::<Vec<R>>()))
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|p| p.join().expect("a stat does not panic"))
+            .collect()
+    })
 }
 
 /// A file's identity (device and inode).
@@ -1497,10 +1498,15 @@ impl Catalog for ProjectCatalog {
                     .collect()
             })
             .map_err(self.err())?;
+        let kept: Vec<_> = kept
+            .into_iter()
+            .filter(|(id, ..)| Self::wanted(runs, id))
+            .collect();
+        let runs_dir = &self.runs_dir;
+        let now = in_parallel(&kept, |(id, ..)| stats_files(&runs_dir.join(id)));
         let mut out = Vec::with_capacity(kept.len());
         let mut changed = Vec::new();
-        for (id, files, stats) in kept.into_iter().filter(|(id, ..)| Self::wanted(runs, id)) {
-            let before = stats_files(&self.runs_dir.join(&id));
+        for ((id, files, stats), before) in kept.into_iter().zip(now) {
             if files.as_deref() == Some(before.as_str()) {
                 if let Some(k) = stats.and_then(|s| serde_json::from_str::<KeptStats>(&s).ok()) {
                     out.push((id, k.stats()));
