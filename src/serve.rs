@@ -71,8 +71,9 @@ struct App {
     secure: bool,
     sessions: Mutex<HashMap<String, Session>>,
     failures: Mutex<HashMap<IpAddr, (u32, Instant)>>,
-    /// The project's principal book, kept open between requests (on PostgreSQL a connection
-    /// each): every request checks its session's token against it.
+    /// The project's principal book on its server, kept open between requests (a connection
+    /// each): every request checks its session's token against it. A local book is opened
+    /// for each request (see `PrincipalBook::keep_open`).
     books: Mutex<Vec<Box<dyn crate::store::principals::PrincipalBook>>>,
 }
 
@@ -113,6 +114,9 @@ impl App {
     }
 
     fn keep(&self, book: Box<dyn crate::store::principals::PrincipalBook>) {
+        if !book.keep_open() {
+            return;
+        }
         let mut books = self.books.lock().unwrap_or_else(|e| e.into_inner());
         if books.len() < BOOKS_KEPT {
             books.push(book);
@@ -172,8 +176,9 @@ pub fn serve(args: &ServeArgs, _global: &Global, ctx: Context) -> Result<()> {
         secure: tls.is_some(),
         sessions: Mutex::new(HashMap::new()),
         failures: Mutex::new(HashMap::new()),
-        books: Mutex::new(vec![book]),
+        books: Mutex::new(Vec::new()),
     });
+    app.keep(book);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_io()
         .enable_time()
@@ -497,8 +502,13 @@ async fn who(app: &Arc<App>, headers: &HeaderMap) -> Result<(String, Principal, 
                 .is_some_and(|row| row.revoked_at.is_none() && row.token_hash == hash))
         })
     })
-    .await
-    .map_err(|e| failed(&e))?;
+    .await;
+    // A book gone (removed by hand) authenticates nobody: the session ends, as on revocation.
+    let live = match live {
+        Ok(live) => live,
+        Err(e) if code_of(&e) == Some(Code::Refused) => false,
+        Err(e) => return Err(failed(&e)),
+    };
     if !live {
         app.sessions
             .lock()

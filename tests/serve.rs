@@ -16,6 +16,7 @@ on_both!(
     twenty_deciders_across_the_page_and_the_command_line_make_one_decision,
     twenty_deciders_make_one_signed_decision_when_signatures_are_required,
     signed_decisions_verify_and_unsigned_or_altered_ones_do_not,
+    sessions_are_checked_against_the_book_as_it_is_now,
 );
 
 /// A `serve` process on a free loopback port, killed when dropped.
@@ -1159,4 +1160,61 @@ fn a_person_approves_in_a_real_browser() {
     assert_eq!(approved.2["client"], "web");
     assert_eq!(approved.2["authenticated"], "token");
     assert_eq!(approved.2["signature"]["key"], key.as_str());
+}
+
+/// The page checks every request's token against the principals as they are now, through
+/// whatever happened to them: on PostgreSQL its kept connections cut by the server (the next
+/// request opens another and is served), on SQLite the book removed by hand (nobody is
+/// signed in any more) and made again (only its new tokens sign in).
+fn sessions_are_checked_against_the_book_as_it_is_now(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    p.init();
+    let alice = add(&p, "alice");
+    let s = Server::start(&p);
+    let cookie = s.login(&alice);
+    assert_eq!(s.get("/", Some(&cookie)).status, 200);
+    match &p.pg_url {
+        Some(url) => {
+            for _ in 0..3 {
+                let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+                let cut: i64 = c
+                    .query_one(
+                        "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity
+                         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                        &[],
+                    )
+                    .unwrap()
+                    .get(0);
+                assert!(cut >= 1, "serve keeps a connection between requests");
+                assert_eq!(
+                    s.get("/", Some(&cookie)).status,
+                    200,
+                    "served after the cut"
+                );
+            }
+            p.cmd()
+                .args(["principals", "revoke", "alice"])
+                .assert()
+                .success();
+            assert_eq!(s.get("/", Some(&cookie)).status, 401);
+        }
+        None => {
+            let book = p.root().join(".prose/principals.db");
+            std::fs::rename(&book, p.root().join("aside.db")).unwrap();
+            assert_eq!(s.get("/", Some(&cookie)).status, 401, "no book, nobody");
+            let again = add(&p, "alice");
+            assert_eq!(
+                s.get("/", Some(&cookie)).status,
+                401,
+                "a new book, new tokens"
+            );
+            assert_eq!(
+                s.request("POST", "/login", None, &[("token", &alice)])
+                    .status,
+                401
+            );
+            let fresh = s.login(&again);
+            assert_eq!(s.get("/", Some(&fresh)).status, 200);
+        }
+    }
 }

@@ -40,6 +40,14 @@ pub trait PrincipalBook: Send {
     fn set_setting(&mut self, key: &str, value: &str) -> Result<()>;
     /// Where the book is, for messages.
     fn book_place(&self) -> String;
+
+    /// Whether a long-lived process (`serve`) may keep this book open between uses: a
+    /// server's connection reads its rows afresh; a local file could be replaced under an
+    /// open connection (a book removed by hand would go on authenticating), so it is opened
+    /// again each time.
+    fn keep_open(&self) -> bool {
+        false
+    }
 }
 
 /// A SQLite project's book, `.prose/principals.db`.

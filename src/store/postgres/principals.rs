@@ -99,4 +99,8 @@ impl PrincipalBook for PgStore {
     fn book_place(&self) -> String {
         self.shown_url.clone()
     }
+
+    fn keep_open(&self) -> bool {
+        true
+    }
 }
