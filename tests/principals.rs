@@ -268,6 +268,21 @@ fn a_project_that_requires_tokens_refuses_as_alone(b: Backend) {
         .args(["approve", "next", "--yes", "--as", "bob"])
         .assert()
         .success();
+    // A finished run takes no more writes, a refusal's audit row included: a refused token
+    // there writes nothing at all.
+    run.cmd()
+        .args(["finish", "--status", "completed"])
+        .assert()
+        .success();
+    let before = run.snapshot();
+    let a = run
+        .cmd()
+        .env("PROSE_TOKEN", "alice.00")
+        .args(["approve", "next", "--yes"])
+        .assert()
+        .code(4);
+    assert!(!stderr(&a).contains("logged"), "{}", stderr(&a));
+    assert_eq!(run.snapshot(), before, "a finished run was written");
 }
 
 fn bad_tokens_and_token_files_are_refused_and_change_nothing(b: Backend) {

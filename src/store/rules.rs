@@ -16,14 +16,20 @@ use anyhow::{anyhow, Result};
 /// A write to a finished run (`completed` or `failed`) is refused. Checked inside the write's
 /// own transaction, so a write and a `finish` cannot interleave.
 pub fn ensure_open(tx: &mut dyn Tx) -> Result<()> {
-    if let Some((id, Some(status))) = tx.run_row()? {
-        if status.is_finished() {
-            return Err(refused(format!(
-                "run {id} is {status}: a finished run takes no more writes"
-            )));
-        }
+    match finished(tx)? {
+        Some(why) => Err(refused(why)),
+        None => Ok(()),
     }
-    Ok(())
+}
+
+/// Why the run takes no more writes (it is `completed` or `failed`), or None.
+fn finished(tx: &mut dyn Tx) -> Result<Option<String>> {
+    Ok(match tx.run_row()? {
+        Some((id, Some(status))) if status.is_finished() => Some(format!(
+            "run {id} is {status}: a finished run takes no more writes"
+        )),
+        _ => None,
+    })
 }
 
 /// One audit event to append.
@@ -420,10 +426,10 @@ pub fn view_gate(
 /// the gate, like the refusals `decide_gate` makes. Whether it was recorded: not when the
 /// gate does not exist, or the run is finished (it takes no more writes).
 pub fn refuse_attempt(mut tx: Box<dyn Tx + '_>, a: &super::Attempt) -> Result<bool> {
-    let open = !tx
-        .run_row()?
-        .is_some_and(|(_, status)| status.is_some_and(|s| s.is_finished()));
-    let gate = if open { tx.load_gate(a.gate_id)? } else { None };
+    let gate = match finished(&mut *tx)? {
+        None => tx.load_gate(a.gate_id)?,
+        Some(_) => None,
+    };
     let Some(gate) = gate else {
         tx.commit()?;
         return Ok(false);
