@@ -1558,3 +1558,22 @@ impl Catalog for ProjectCatalog {
         std::mem::take(&mut self.problems)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Above the threshold the work is shared among threads; every item is mapped once, and
+    /// the results come back in the items' order, as below it.
+    #[test]
+    fn in_parallel_keeps_every_item_in_order() {
+        for n in [0, 1, 1_999, 2_000, 2_001, 9_999] {
+            let items: Vec<u64> = (0..n).collect();
+            let calls = std::sync::atomic::AtomicUsize::new(0);
+            let out = super::in_parallel(&items, |x| {
+                calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                x * 3
+            });
+            assert_eq!(out, items.iter().map(|x| x * 3).collect::<Vec<_>>(), "{n}");
+            assert_eq!(calls.into_inner(), n as usize, "{n}");
+        }
+    }
+}
