@@ -625,7 +625,8 @@ pub struct GateShowArgs {
 pub struct GateWaitArgs {
     #[command(flatten)]
     pub target: RunGate,
-    /// Stop waiting after this long (default: until the gate is decided or times out)
+    /// Stop waiting after this long (default: until the gate is decided or times out); 0
+    /// looks once and answers at once (exit 7 while the gate is pending)
     #[arg(long, value_name = "DUR")]
     pub timeout: Option<String>,
     /// How often to look

@@ -23,3 +23,13 @@ mod sign;
 mod store;
 mod term;
 mod transfer;
+
+/// What the property tests of the trust rules reach directly (tests/forgery.rs): the
+/// derivation and verification of gates over rows read from either backend. Not an API.
+#[doc(hidden)]
+pub mod testing {
+    pub use crate::model::GateStatus;
+    pub use crate::seal::{read_key, Anchor, Key};
+    pub use crate::store::chain::{check, ChainReport, Derived, Integrity};
+    pub use crate::store::{AuditRow, GateRow};
+}

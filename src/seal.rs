@@ -137,7 +137,8 @@ pub fn owner_only() -> fs::OpenOptions {
     o
 }
 
-fn read_key(home: &std::path::Path) -> Result<Option<Key>> {
+/// The audit key kept in `home` (a prose directory), if any.
+pub fn read_key(home: &std::path::Path) -> Result<Option<Key>> {
     Ok(read_secret(home, KEY_FILE, "the audit key")?.map(Key::from_bytes))
 }
 

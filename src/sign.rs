@@ -10,7 +10,7 @@
 //! PostgreSQL), and an agent that can write the database still cannot make a decision that
 //! verifies.
 
-use crate::store::chain::{ChainReport, Integrity};
+use crate::store::chain::{ChainReport, Derived, Integrity};
 use crate::store::principals::PrincipalBook;
 use crate::store::{AuditRow, GateRow};
 use anyhow::{anyhow, Result};
@@ -138,10 +138,15 @@ pub fn pinned(book: &mut dyn PrincipalBook) -> Result<Option<VerifyingKey>> {
         .transpose()
 }
 
-/// Why a decided gate's signature does not stand, if it does not: its decision row (the
-/// newest of its instance with the gate's status) must carry a signature by `pinned` over
-/// what the gate row says was decided, with the hash of the gate's prompt.
-pub fn problem(gate: &GateRow, rows: &[AuditRow], pinned: &VerifyingKey) -> Option<Integrity> {
+/// Why a decided gate's signature does not stand, if it does not: its decision (the sealed
+/// event `derived` names, of the gate's newest sealed opening) must carry a signature by
+/// `pinned` over what the gate row says was decided, with the hash of the gate's prompt.
+pub fn problem(
+    gate: &GateRow,
+    rows: &[AuditRow],
+    derived: Option<&Derived>,
+    pinned: &VerifyingKey,
+) -> Option<Integrity> {
     let status = gate.status.as_str();
     if status != "approved" && status != "rejected" {
         return None;
@@ -154,10 +159,10 @@ pub fn problem(gate: &GateRow, rows: &[AuditRow], pinned: &VerifyingKey) -> Opti
     };
     let hash = crate::model::sha256_tag(&gate.prompt);
     what.prompt_hash = &hash;
+    let decision = derived.and_then(|d| d.decision.as_ref().map(|(_, _, id)| *id));
     let metadata = rows
         .iter()
-        .rev()
-        .filter(|r| r.gate_id == gate.id && r.event_type == status)
+        .filter(|r| Some(r.id) == decision && r.event_type == status)
         .filter_map(|r| serde_json::from_str::<serde_json::Value>(r.metadata.as_deref()?).ok())
         .find(|m| m["instance"].as_i64().unwrap_or(1) == gate.instance);
     let Some(metadata) = metadata else {
@@ -201,7 +206,7 @@ pub fn check(
         if report.gates.iter().any(|(g, _)| g == &gate.id) {
             continue;
         }
-        if let Some(p) = problem(gate, rows, pinned) {
+        if let Some(p) = problem(gate, rows, report.derived.get(&gate.id), pinned) {
             report.gates.push((gate.id.clone(), p));
         }
     }

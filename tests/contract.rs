@@ -700,7 +700,11 @@ fn postgres_lists_runs_made_elsewhere() {
     let wait = ["--run", "from-afar", "gates", "wait", "from-afar", "deploy"];
     let a = elsewhere.cmd().args(wait).assert().failure();
     assert_eq!(code(&a), 10, "{}", stderr(&a));
-    assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("approved by raymond"));
+    let said = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    assert!(
+        said.contains("UNATTESTED") && said.contains("\"raymond\""),
+        "{said}"
+    );
     elsewhere
         .cmd()
         .args(wait)

@@ -511,7 +511,9 @@ fn hostile_input_sweep_never_panics_or_half_writes() {
                 "killed by a signal on {template:?} with {shown:?}"
             );
             let err = String::from_utf8_lossy(&out.stderr);
-            if code != 0 {
+            // `gates wait --timeout 0` looks once: a pending gate is exit 7, no error.
+            let still_pending = template[..2] == ["gates", "wait"] && code == 7;
+            if code != 0 && !still_pending {
                 assert_eq!(
                     run.snapshot(),
                     before,

@@ -580,7 +580,7 @@ fn bad_gate_input_is_refused_and_changes_nothing(b: Backend) {
         vec!["gates", "create", "x", "--prompt", "p", "--on-reject", ""],
         vec!["gates", "--expiring", "soon"],
         vec!["gates", "audit", "--since", "yesterday"],
-        vec!["gates", "wait", "RUN", "g", "--timeout", "0"],
+        vec!["gates", "wait", "RUN", "g", "--timeout", "0x"],
         vec!["gates", "wait", "RUN", "g", "--poll", "1x"],
         vec!["gates", "--status", "open"],
         vec!["approve", "RUN", "g", "--yes", "--as", ""],
@@ -785,12 +785,22 @@ fn a_schema_1_database_upgrades_and_its_gate_keeps_working() {
         ])
         .assert()
         .success();
+    // Its decision is sealed, but nothing sealed the gate itself (it was opened before the
+    // run had a seal): the decision is unattested, accepted only as such.
     let a = p
         .cmd()
         .args(["--json", "gates", "verify"])
         .assert()
-        .success();
+        .failure();
+    assert_eq!(code(&a), 10);
     assert_eq!(stdout_json(&a)[0]["rows"], 2);
+    let wait = ["gates", "wait", id, "production_deploy", "--timeout", "0"];
+    assert_eq!(code(&p.cmd().args(wait).assert().failure()), 10);
+    p.cmd()
+        .args(wait)
+        .arg("--accept-unattested")
+        .assert()
+        .success();
     // the upgrade installed the append-only triggers
     let e = run
         .conn()
@@ -821,7 +831,8 @@ fn a_status_raw_sql_invented_fails_closed(b: Backend) {
         .args(["approve", &run.id, "g", "--yes", "--as", "raymond"])
         .assert()
         .failure();
-    assert_eq!(code(&a), 4, "{}", stderr(&a));
+    // Its row contradicts its sealed log, which says pending: tampered, never decided.
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
     assert_eq!(run.view().gate("g").0, "paused");
     assert_eq!(run.view().events("g").last().unwrap().0, "refused");
     let a = p

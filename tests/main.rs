@@ -10,6 +10,7 @@ mod contract;
 mod decisions;
 mod exec_append;
 mod faults;
+mod forgery;
 mod gates;
 mod guides;
 mod init;

@@ -138,8 +138,8 @@ pub fn outcome(
             g.id,
             g.allow.join(", ")
         )),
-        Decided::PromptRewritten(g) => crate::error::tampered(format!(
-            "the prompt of gate {} is not the one it was created with: it was rewritten behind prose-state's back; not decided (attempt logged)",
+        Decided::Tampered(g, why) => crate::error::tampered(format!(
+            "gate {} was changed behind prose-state's back ({why}); not decided (attempt logged)",
             g.id
         )),
         Decided::PromptChanged(g) => refused(format!(

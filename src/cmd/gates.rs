@@ -451,6 +451,25 @@ impl Render for GateWaited {
 
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
         let g = &self.gate.gate;
+        // A decision that does not stand is not shown as one: stdout says so too.
+        let detail = self.integrity.detail.as_deref().unwrap_or("");
+        match self.integrity.code(self.accept_unattested) {
+            Some(Code::Tampered) => {
+                return writeln!(
+                    w,
+                    "{}: TAMPERED, no decision stands ({} in its row): {detail}",
+                    g.id, g.status
+                )
+            }
+            Some(_) => {
+                return writeln!(
+                    w,
+                    "{}: UNATTESTED, no decision stands ({} in its row): {detail}",
+                    g.id, g.status
+                )
+            }
+            None => {}
+        }
         match g.status.as_str() {
             "pending" => writeln!(w, "{}: still pending after {}s", g.id, self.waited_seconds),
             status => writeln!(
@@ -475,7 +494,9 @@ impl Render for GateWaited {
 pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<GateWaited> {
     check_gate_id(args.target.gate())?;
     let poll = std::time::Duration::from_secs(parse_duration(&args.poll)? as u64);
-    let limit = match &args.timeout {
+    let limit = match args.timeout.as_deref() {
+        // One look, no wait: what a VM that must not block asks.
+        Some("0" | "0s") => Some(std::time::Duration::ZERO),
         Some(t) => Some(std::time::Duration::from_secs(parse_duration(t)? as u64)),
         None => None,
     };

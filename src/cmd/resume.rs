@@ -120,7 +120,7 @@ pub struct AgentInfo {
 #[derive(Debug, Serialize)]
 pub struct NextStep {
     /// continue, wait, throw, retry or session; `stop` for a gate that disagrees with its
-    /// audit log (its decision cannot be relied on)
+    /// sealed log, or whose decision nothing attests (its decision cannot be relied on)
     pub action: String,
     /// The message, label or prompt the action carries, as written.
     pub argument: Option<String>,
@@ -408,11 +408,17 @@ pub fn run(
         .into_iter()
         .map(|g| GateNext {
             integrity: IntegrityView::of(&report, &g.id),
+            // A decision that does not stand is no decision: the VM stops, whatever the row
+            // says (a pending gate nothing sealed is still only waited on).
             next_step: match IntegrityView::of(&report, &g.id) {
-                v if v.state == "tampered" => NextStep {
-                    action: "stop".into(),
-                    argument: v.detail,
-                },
+                v if v.state == "tampered"
+                    || (v.state == "unattested" && !g.status.is_pending()) =>
+                {
+                    NextStep {
+                        action: "stop".into(),
+                        argument: v.detail,
+                    }
+                }
                 _ => next_step(&g),
             },
             id: g.id,

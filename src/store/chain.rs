@@ -63,6 +63,8 @@ pub struct ChainReport {
     pub anchored: Option<i64>,
     /// Gates whose state is not attested by their log, with why.
     pub gates: Vec<(String, Integrity)>,
+    /// Each gate as its sealed events make it.
+    pub derived: HashMap<String, Derived>,
 }
 
 impl ChainReport {
@@ -91,8 +93,6 @@ impl ChainReport {
     }
 }
 
-const DECISIONS: [&str; 3] = ["approved", "rejected", "timeout"];
-
 /// Checks a run's audit rows (in id order) and its gates, with this machine's key and its
 /// anchor of the run's chain.
 pub fn check(
@@ -120,10 +120,11 @@ pub fn check(
             .filter(|r| r.gate_id == gate.id)
             .map(|r| (r, states.get(&r.id).copied().unwrap_or(RowState::Broken)))
             .collect();
-        let integrity = gate_integrity(gate, &events);
+        let (integrity, derived) = gate_integrity(gate, &events);
         if integrity != Integrity::Attested {
             report.gates.push((gate.id.clone(), integrity));
         }
+        report.derived.insert(gate.id.clone(), derived);
     }
     report
 }
@@ -278,90 +279,258 @@ fn row_states(
     states
 }
 
-fn trusted(state: RowState) -> bool {
-    matches!(state, RowState::Attested | RowState::Legacy)
+/// A gate as its sealed events make it: the one account of a gate that only the holder of the
+/// audit key can write. The `gates` and `gate_instances` rows are projections of it, kept in
+/// the spec's shape for the spec's SQL and for speed, compared with it and never trusted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Derived {
+    /// The newest opening with a sealed `created` event; 0 when the gate has none.
+    pub instance: i64,
+    /// The principals that opening's `created` event allows.
+    pub allow: Vec<String>,
+    pub prompt_hash: Option<String>,
+    /// `on_reject` and the deadline, when the `created` event recorded them (events written
+    /// before this release did not).
+    pub on_reject: Option<Option<String>>,
+    pub timeout_at: Option<Option<String>>,
+    /// The first sealed decision of that opening: its status, principal and audit row id.
+    pub decision: Option<(GateStatus, String, i64)>,
 }
 
-fn gate_integrity(gate: &GateRow, events: &[(&AuditRow, RowState)]) -> Integrity {
-    if events.iter().any(|(_, s)| *s == RowState::Broken) {
-        return Integrity::Tampered("its audit events are broken".into());
+impl Derived {
+    /// The derived status: the sealed decision's, else pending.
+    pub fn status(&self) -> GateStatus {
+        self.decision
+            .as_ref()
+            .map_or(GateStatus::Pending, |(s, _, _)| s.clone())
     }
-    // A gate opened again is checked against its current instance's events only (events
-    // that name no instance are the first's).
-    let events: Vec<(&AuditRow, RowState)> = events
+}
+
+/// Derives a gate from its events: only sealed (attested) events count, in sequence order.
+/// An opening begins at its sealed `created` event, which fixes its allow list, prompt hash,
+/// deadline and `on_reject`; the first sealed decision of the newest opening by a principal
+/// that event allows is the decision. Sealed events that contradict each other (a decision
+/// by a principal not allowed, two decisions, a decision for another opening, openings out
+/// of order) can only come from a holder of the key: Err, with why.
+pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
+    let mut sealed: Vec<&AuditRow> = events
         .iter()
-        .filter(|(r, _)| instance_of(r) == gate.instance)
-        .copied()
+        .filter(|(_, s)| *s == RowState::Attested)
+        .map(|(r, _)| *r)
         .collect();
-    let events = &events[..];
-    // The prompt the gate was created with.
-    let created_hash = events
-        .iter()
-        .filter(|(r, s)| r.event_type == "created" && trusted(*s))
-        .find_map(|(r, _)| prompt_hash(r));
-    if created_hash.is_some_and(|h| h != sha256_tag(&gate.prompt)) {
+    sealed.sort_by_key(|r| (r.seq, r.id));
+    let mut d = Derived::default();
+    for r in sealed {
+        let instance = instance_of(r);
+        let m: serde_json::Value = r
+            .metadata
+            .as_deref()
+            .and_then(|m| serde_json::from_str(m).ok())
+            .unwrap_or_default();
+        match r.event_type.as_str() {
+            "created" => {
+                if instance != d.instance + 1 {
+                    return Err(format!(
+                        "its log opens instance {instance} after instance {}",
+                        d.instance
+                    ));
+                }
+                let allow = m["allow"]
+                    .as_array()
+                    .and_then(|a| {
+                        a.iter()
+                            .map(|v| v.as_str().map(str::to_string))
+                            .collect::<Option<Vec<_>>>()
+                    })
+                    .ok_or("its created event has no allow list")?;
+                // Recorded by `created` events from this release on (they carry both keys).
+                let recorded = |k: &str| {
+                    m.get("timeout_at")
+                        .and(m.get(k))
+                        .map(|v| v.as_str().map(str::to_string))
+                };
+                d = Derived {
+                    instance,
+                    allow,
+                    prompt_hash: m["prompt_hash"].as_str().map(str::to_string),
+                    on_reject: recorded("on_reject"),
+                    timeout_at: recorded("timeout_at"),
+                    decision: None,
+                };
+            }
+            kind @ ("approved" | "rejected" | "timeout") => {
+                if instance != d.instance {
+                    return Err(format!(
+                        "its log has a {kind} event for instance {instance}, in the opening of instance {}",
+                        d.instance
+                    ));
+                }
+                if let Some((status, by, _)) = &d.decision {
+                    return Err(format!(
+                        "its log decides instance {instance} twice ({status} by {}, then {kind})",
+                        crate::error::shown(by)
+                    ));
+                }
+                let by = r.principal.clone().unwrap_or_default();
+                let allowed = if kind == "timeout" {
+                    by == "system"
+                } else {
+                    crate::model::Principal::parse(&by, "principal")
+                        .is_ok_and(|p| crate::model::principal_allowed(&d.allow, &p))
+                };
+                if !allowed {
+                    return Err(format!(
+                        "its log has a {kind} event by {}, whom its created event does not allow",
+                        crate::error::shown(&by)
+                    ));
+                }
+                d.decision = Some((GateStatus::parse(kind), by, r.id));
+            }
+            _ => {}
+        }
+    }
+    Ok(d)
+}
+
+/// Where a gate's row stands against what its events derive: Attested when the row is the
+/// derivation's projection; Tampered when it contradicts a sealed event; Unattested when
+/// only unsealed rows explain it (the spec's own SQL deciding or creating a gate), or when
+/// nothing sealed the gate at all.
+pub fn compare(gate: &GateRow, d: &Derived, events: &[(&AuditRow, RowState)]) -> Integrity {
+    // Nothing sealed opened it: pending, it claims nothing; decided, no decision of it stands.
+    if d.instance == 0 && gate.status.is_pending() {
+        return Integrity::Attested;
+    }
+    if d.instance == 0 {
+        return Integrity::Unattested(
+            "it has no sealed created event (made by another tool, or before the run was sealed): nothing vouches for it"
+                .into(),
+        );
+    }
+    if gate.instance < d.instance {
+        return Integrity::Tampered(format!(
+            "its row is instance {}, but its log opened instance {} (rolled back)",
+            gate.instance, d.instance
+        ));
+    }
+    if gate.instance > d.instance {
+        return Integrity::Unattested(format!(
+            "its instance {} has no sealed created event",
+            gate.instance
+        ));
+    }
+    if d.prompt_hash.as_deref() != Some(sha256_tag(&gate.prompt).as_str()) {
         return Integrity::Tampered(
             "its prompt is not the one it was created with (rewritten)".into(),
         );
     }
-    let status = gate.status.as_str();
-    if let Some((r, _)) = events.iter().find(|(r, s)| {
-        trusted(*s) && DECISIONS.contains(&r.event_type.as_str()) && r.event_type != status
-    }) {
+    if gate.allow != d.allow {
         return Integrity::Tampered(format!(
-            "its log says {} but the gate says {status}",
-            r.event_type
+            "its allow list ({}) is not the one it was created with ({})",
+            crate::error::shown(&gate.allow.join(", ")),
+            crate::error::shown(&d.allow.join(", "))
         ));
     }
-    let by = match &gate.status {
+    if d.on_reject.as_ref().is_some_and(|o| *o != gate.on_reject) {
+        return Integrity::Tampered("its on_reject is not the one it was created with".into());
+    }
+    // A deadline moved earlier (or added) only makes the gate fail closed sooner; one moved
+    // later or removed is a change.
+    if let Some(Some(at)) = &d.timeout_at {
+        let later = gate.timeout_at.as_deref().is_none_or(|g| {
+            crate::model::canonical_time(g).unwrap_or_default()
+                > crate::model::canonical_time(at).unwrap_or_default()
+        });
+        if later {
+            return Integrity::Tampered(
+                "its deadline is later than the one it was created with".into(),
+            );
+        }
+    }
+    let status = gate.status.as_str();
+    let by = gate.resolved_by.as_deref().unwrap_or("");
+    if let Some((st, who, _)) = &d.decision {
+        return if gate.status == *st && by == who {
+            Integrity::Attested
+        } else {
+            Integrity::Tampered(format!(
+                "its log says {st} by {} but the gate says {status}{}",
+                crate::error::shown(who),
+                if gate.status.is_pending() {
+                    String::new()
+                } else {
+                    format!(" by {}", crate::error::shown(by))
+                }
+            ))
+        };
+    }
+    match &gate.status {
         GateStatus::Pending => return Integrity::Attested,
-        GateStatus::Timeout => "system",
-        GateStatus::Approved | GateStatus::Rejected => gate.resolved_by.as_deref().unwrap_or(""),
         GateStatus::Other(s) => {
             return Integrity::Tampered(format!("its status {s:?} is none a gate can have"))
         }
-    };
-    let matching = |want: fn(RowState) -> bool| {
-        events
-            .iter()
-            .any(|(r, s)| want(*s) && r.event_type == status && r.principal.as_deref() == Some(by))
-    };
-    if matching(trusted) {
-        Integrity::Attested
-    } else if matching(|s| s == RowState::Unattested) {
+        _ => {}
+    }
+    let explained = events.iter().any(|(r, s)| {
+        *s != RowState::Attested
+            && *s != RowState::Broken
+            && r.event_type == status
+            && r.principal.as_deref() == Some(by)
+            && instance_of(r) == gate.instance
+    });
+    if explained {
         Integrity::Unattested(format!(
-            "its {status} event by {by} is not attested (written by another tool, or sealed elsewhere)"
+            "its {status} event by {} is not sealed (written by another tool, from before the chain, or sealed elsewhere)",
+            crate::error::shown(by)
         ))
     } else {
         Integrity::Tampered(format!(
-            "it is {status} by {by}, but its log has no {status} event by {by}"
+            "it is {status} by {}, but its log has no {status} event by them",
+            crate::error::shown(by)
         ))
     }
 }
 
-/// The prompt hash a gate's `created` event (of its current instance) recorded, from an event that vouches for itself:
-/// its hash matches its content and, when sealed, its seal is this machine's and matches.
-/// None when there is no such event (a gate another tool made with the spec's SQL).
-pub fn created_prompt_hash(
+fn gate_integrity(gate: &GateRow, events: &[(&AuditRow, RowState)]) -> (Integrity, Derived) {
+    if events.iter().any(|(_, s)| *s == RowState::Broken) {
+        return (
+            Integrity::Tampered("its audit events are broken".into()),
+            Derived::default(),
+        );
+    }
+    match derive(events) {
+        Ok(d) => (compare(gate, &d, events), d),
+        Err(why) => (Integrity::Tampered(why), Derived::default()),
+    }
+}
+
+/// A row that vouches for itself alone: in the sequence, its hash matching its content and
+/// previous hash, its seal this machine's and matching. What a write checks a gate's history
+/// with, where the whole chain (`check`) would cost a read of the run's whole log; `check`
+/// still finds rows removed between them.
+pub fn self_state(r: &AuditRow, key: Option<&Key>) -> RowState {
+    let (Some(hash), Some(_)) = (&r.hash, r.seq) else {
+        return RowState::Unattested;
+    };
+    if r.chain_hash(r.prev_hash.as_deref().unwrap_or_default()) != *hash {
+        return RowState::Broken;
+    }
+    match key.map(|k| k.check(hash, r.seal.as_deref())) {
+        Some(SealCheck::Valid) => RowState::Attested,
+        Some(SealCheck::Invalid | SealCheck::Missing) => RowState::Broken,
+        _ => RowState::Unattested,
+    }
+}
+
+/// A gate checked against its own history by [`self_state`], with what its events derive.
+pub fn gate_against_history(
+    gate: &GateRow,
     history: &[AuditRow],
-    instance: i64,
     key: Option<&Key>,
-) -> Option<String> {
-    history
-        .iter()
-        .filter(|r| r.event_type == "created" && instance_of(r) == instance)
-        .filter(|r| {
-            let Some(hash) = &r.hash else { return false };
-            if r.chain_hash(r.prev_hash.as_deref().unwrap_or_default()) != *hash {
-                return false;
-            }
-            match (r.seq, key) {
-                (None, _) => true,
-                (Some(_), Some(k)) => k.check(hash, r.seal.as_deref()) == SealCheck::Valid,
-                (Some(_), None) => false,
-            }
-        })
-        .find_map(prompt_hash)
+) -> (Integrity, Derived) {
+    let events: Vec<(&AuditRow, RowState)> =
+        history.iter().map(|r| (r, self_state(r, key))).collect();
+    gate_integrity(gate, &events)
 }
 
 fn instance_of(row: &AuditRow) -> i64 {
@@ -370,9 +539,4 @@ fn instance_of(row: &AuditRow) -> i64 {
         .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
         .and_then(|m| m.get("instance").and_then(serde_json::Value::as_i64))
         .unwrap_or(1)
-}
-
-fn prompt_hash(row: &AuditRow) -> Option<String> {
-    let m: serde_json::Value = serde_json::from_str(row.metadata.as_deref()?).ok()?;
-    m.get("prompt_hash")?.as_str().map(str::to_string)
 }

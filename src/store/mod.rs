@@ -424,8 +424,9 @@ pub enum Decided {
     NotAllowed(GateRow),
     /// The prompt changed after it was shown; the attempt was audit-logged.
     PromptChanged(GateRow),
-    /// The prompt differs from the one the gate was created with (tampered).
-    PromptRewritten(GateRow),
+    /// The gate's row contradicts its sealed events (its prompt, allow list, instance or
+    /// status was changed behind the tool's back), with why.
+    Tampered(GateRow, String),
 }
 
 /// Which audit rows to read.
@@ -650,9 +651,8 @@ pub enum Refusal {
     NotAllowed,
     /// The stored prompt is not the one the decider was shown.
     PromptChanged,
-    /// The stored prompt is not the one the gate's sealed `created` event recorded: it was
-    /// rewritten behind the tool's back.
-    PromptRewritten,
+    /// The gate's row contradicts its sealed events: it was changed behind the tool's back.
+    Tampered,
 }
 
 /// Why a decision may not be taken on this gate (already decided or timed out, principal
@@ -661,16 +661,16 @@ pub enum Refusal {
 pub fn refusal(
     gate: &GateRow,
     d: &Decision,
-    created_prompt_hash: Option<&str>,
+    tampered: Option<&str>,
 ) -> Option<(Refusal, serde_json::Value)> {
     let shown_hash = crate::model::sha256_tag(&gate.prompt);
-    let (why, reason) = if !gate.status.is_pending() {
-        (Refusal::AlreadyResolved, format!("already {}", gate.status))
-    } else if created_prompt_hash.is_some_and(|h| h != shown_hash) {
+    let (why, reason) = if let Some(t) = tampered {
         (
-            Refusal::PromptRewritten,
-            "prompt is not the one the gate was created with".to_string(),
+            Refusal::Tampered,
+            format!("the gate disagrees with its sealed log: {t}"),
         )
+    } else if !gate.status.is_pending() {
+        (Refusal::AlreadyResolved, format!("already {}", gate.status))
     } else if !crate::model::principal_allowed(&gate.allow, d.principal) {
         (Refusal::NotAllowed, "principal not allowed".to_string())
     } else if shown_hash != d.prompt_hash {
@@ -693,12 +693,12 @@ pub fn refusal(
 }
 
 /// What a refused decision tells the caller.
-pub fn refused_outcome(gate: GateRow, why: Refusal) -> Decided {
+pub fn refused_outcome(gate: GateRow, why: Refusal, reason: &str) -> Decided {
     match why {
         Refusal::AlreadyResolved => Decided::AlreadyResolved(gate),
         Refusal::NotAllowed => Decided::NotAllowed(gate),
         Refusal::PromptChanged => Decided::PromptChanged(gate),
-        Refusal::PromptRewritten => Decided::PromptRewritten(gate),
+        Refusal::Tampered => Decided::Tampered(gate, reason.to_string()),
     }
 }
 

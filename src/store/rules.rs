@@ -372,8 +372,11 @@ pub fn create_gate(mut tx: Box<dyn Tx + '_>, g: &NewGate) -> Result<Created> {
             event_type: "created",
             principal: Some("system"),
             comment: None,
+            // What the gate is, sealed: the `gates` row is only its projection
+            // (`chain::derive`).
             metadata: serde_json::json!({
-                "prompt_hash": g.prompt_hash, "allow": allow, "instance": instance
+                "prompt_hash": g.prompt_hash, "allow": allow, "instance": instance,
+                "on_reject": g.on_reject, "timeout_at": g.timeout_at
             }),
             now: g.now,
         },
@@ -474,12 +477,18 @@ pub fn decide_gate(mut tx: Box<dyn Tx + '_>, d: &Decision) -> Result<Decided> {
         return Ok(Decided::NotFound);
     };
     let run_id = gate.run_id.clone().unwrap_or_default();
-    let created = super::chain::created_prompt_hash(
+    // The gate as its sealed events make it: a row that contradicts them is not decided.
+    let (integrity, _) = super::chain::gate_against_history(
+        &gate,
         &tx.gate_history(d.gate_id)?,
-        gate.instance,
         crate::seal::key_for_reading()?,
     );
-    if let Some((why, metadata)) = super::refusal(&gate, d, created.as_deref()) {
+    let tampered = match integrity {
+        super::chain::Integrity::Tampered(why) => Some(why),
+        _ => None,
+    };
+    if let Some((why, metadata)) = super::refusal(&gate, d, tampered.as_deref()) {
+        let reason = metadata["reason"].as_str().unwrap_or_default().to_string();
         append_audit(
             &mut *tx,
             &Event {
@@ -493,7 +502,7 @@ pub fn decide_gate(mut tx: Box<dyn Tx + '_>, d: &Decision) -> Result<Decided> {
             },
         )?;
         tx.commit()?;
-        return Ok(super::refused_outcome(gate, why));
+        return Ok(super::refused_outcome(gate, why, &reason));
     }
     let status = if d.approve {
         GateStatus::Approved

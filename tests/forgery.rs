@@ -1,0 +1,1009 @@
+//! The promise, as a property: no one who can write a run's database, without the audit key,
+//! can make a decision stand. Each fixture is built through the binary with gates pending,
+//! approved, rejected, timed out and reopened; what was really decided is known from how it
+//! was built, never from the code under test. Each case applies a random, seeded sequence of
+//! raw mutations to `gates`, `gate_instances` and `gate_audit_log` (the append-only triggers
+//! dropped first, as an attacker would): inserts, updates and deletes with any id, seq,
+//! instance, status, allow list, principal, prompt or copied seal. Then:
+//! - no gate stands approved unless it really was, for that instance, by that principal;
+//! - no change to a sealed row leaves the log intact.
+//!
+//! 10,000 cases per backend run against the derivation and verification code directly (rows
+//! read from each backend's database, mutated in memory), and a hundred through the binary
+//! (real SQL, then `gates wait --timeout 0` and `gates verify`). `PROSE_FORGERY_CASES=N`
+//! changes the first count, `PROSE_FORGERY_BINARY_CASES=N` the second. A failure prints its
+//! seed: `PROSE_FORGERY_SEED=S` replays that one case.
+
+use crate::common::*;
+use prose_state::testing::{self as t, AuditRow, GateRow, GateStatus};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::HashMap;
+
+on_both!(
+    no_mutation_of_the_rows_makes_a_decision_stand,
+    no_raw_sql_makes_gates_wait_accept_a_decision,
+    a_raw_decision_below_the_chain_is_never_a_decision,
+    a_reopened_gate_rolled_back_is_tampered,
+    the_allow_list_is_the_sealed_one,
+);
+
+fn wait0(run: &Run, gate: &str) -> (i32, String) {
+    let out = run
+        .cmd()
+        .args(["gates", "wait", gate, "--timeout", "0"])
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// Finding 1: an audit row inserted below the first sealed one, with the gate row decided
+/// to match, is unattested (10), never a decision; in a run with no sealed rows as well.
+fn a_raw_decision_below_the_chain_is_never_a_decision(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.cmd()
+        .args([
+            "gates",
+            "create",
+            "deploy",
+            "--prompt",
+            "DROP PRODUCTION DATABASE",
+        ])
+        .assert()
+        .success();
+    let fake = |gate: &str| {
+        run.view().raw(
+            &format!(
+                "INSERT INTO gate_audit_log(id, gate_id, run_id, event_type, principal, timestamp)
+                   VALUES ((SELECT min(id) - 1 FROM gate_audit_log), '{gate}', '{run}', 'approved', 'alice', datetime('now'));
+                 UPDATE gates SET status = 'approved', resolved_by = 'alice', resolved_at = datetime('now') WHERE id = '{gate}'",
+                run = run.id
+            ),
+            &format!(
+                "INSERT INTO openprose.gate_audit_log(id, gate_id, run_id, event_type, principal)
+                   VALUES (-1 - (SELECT count(*) FROM openprose.gate_audit_log WHERE id < 0), '{gate}', '$RUN', 'approved', 'alice');
+                 UPDATE openprose.gates SET status = 'approved', resolved_by = 'alice', resolved_at = now()
+                  WHERE run_id = '$RUN' AND id = '{gate}'"
+            ),
+        )
+    };
+    fake("deploy");
+    let (code, said) = wait0(&run, "deploy");
+    assert_eq!(code, 10, "{said}");
+    assert!(
+        said.contains("UNATTESTED") && !said.contains("approved by"),
+        "{said}"
+    );
+    for cmd in [&["gates", "verify"][..], &["gates", "show", "deploy"]] {
+        assert_eq!(
+            run.cmd().args(cmd).output().unwrap().status.code(),
+            Some(10),
+            "{cmd:?}"
+        );
+    }
+    assert_ne!(
+        run.cmd().arg("doctor").output().unwrap().status.code(),
+        Some(0)
+    );
+    let out = run.cmd().args(["resume", "--json"]).output().unwrap();
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("\"continue\""));
+    // A run none of whose rows are sealed yet: a gate made with the spec's own SQL.
+    let bare = p.init();
+    bare.view().raw(
+        "INSERT INTO gates(id, run_id, prompt, allow) VALUES ('spec', (SELECT id FROM run), 'p', '[\"user\"]')",
+        "INSERT INTO openprose.gates(id, run_id, prompt, allow) VALUES ('spec', '$RUN', 'p', '[\"user\"]')",
+    );
+    let run = bare;
+    let fake = |gate: &str| {
+        run.view().raw(
+            &format!(
+                "INSERT INTO gate_audit_log(id, gate_id, run_id, event_type, principal, timestamp)
+                   VALUES (-1, '{gate}', '{run}', 'approved', 'alice', datetime('now'));
+                 UPDATE gates SET status = 'approved', resolved_by = 'alice', resolved_at = datetime('now') WHERE id = '{gate}'",
+                run = run.id
+            ),
+            &format!(
+                "INSERT INTO openprose.gate_audit_log(id, gate_id, run_id, event_type, principal)
+                   VALUES (-1000, '{gate}', '$RUN', 'approved', 'alice');
+                 UPDATE openprose.gates SET status = 'approved', resolved_by = 'alice', resolved_at = now()
+                  WHERE run_id = '$RUN' AND id = '{gate}'"
+            ),
+        )
+    };
+    fake("spec");
+    assert_eq!(wait0(&run, "spec").0, 10);
+    run.cmd()
+        .args([
+            "gates",
+            "wait",
+            "spec",
+            "--timeout",
+            "0",
+            "--accept-unattested",
+        ])
+        .assert()
+        .success();
+}
+
+/// Finding 2: a reopened gate's row put back to its approved first instance is tampered,
+/// whatever its events of that instance say.
+fn a_reopened_gate_rolled_back_is_tampered(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let create = |extra: &[&str]| {
+        run.cmd()
+            .args([
+                "gates",
+                "create",
+                "deploy",
+                "--prompt",
+                "DROP PRODUCTION DATABASE",
+            ])
+            .args(extra)
+            .assert()
+            .success();
+    };
+    create(&[]);
+    run.cmd()
+        .args(["approve", "deploy", "--as", "alice", "--yes"])
+        .assert()
+        .success();
+    create(&["--reopen"]);
+    let cols = "(prompt, allow, status, resolved_by, resolved_at, instance)";
+    run.view().raw(
+        &format!(
+            "UPDATE gates SET {cols} = (SELECT prompt, allow, status, resolved_by, resolved_at, instance
+               FROM gate_instances WHERE gate_id = 'deploy' AND instance = 1) WHERE id = 'deploy'"
+        ),
+        &format!(
+            "UPDATE openprose.gates g SET {cols} = (SELECT prompt, allow, status, resolved_by, resolved_at, instance
+               FROM openprose.gate_instances i WHERE i.run_id = g.run_id AND gate_id = 'deploy' AND instance = 1)
+              WHERE run_id = '$RUN' AND id = 'deploy'"
+        ),
+    );
+    let (code, said) = wait0(&run, "deploy");
+    assert_eq!(code, 9, "{said}");
+    assert!(
+        said.contains("TAMPERED") && said.contains("rolled back"),
+        "{said}"
+    );
+    assert_eq!(
+        run.cmd()
+            .args(["gates", "verify"])
+            .output()
+            .unwrap()
+            .status
+            .code(),
+        Some(9)
+    );
+    // Nor can it be decided again in that state: the refusal is the only change.
+    let before = run.before_refusal("deploy");
+    let a = run
+        .cmd()
+        .args(["approve", "deploy", "--as", "alice", "--yes"])
+        .assert()
+        .failure();
+    assert_eq!(code_of(&a), 9, "{}", stderr(&a));
+    run.refused(&before, 1, "the refused decision");
+}
+
+fn code_of(a: &assert_cmd::assert::Assert) -> i32 {
+    a.get_output().status.code().unwrap_or(-1)
+}
+
+/// Finding 3: the allow list widened in the row lets no one in: the agent's approval is
+/// refused and logged, and a row saying otherwise is tampered.
+fn the_allow_list_is_the_sealed_one(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.cmd()
+        .args([
+            "gates", "create", "deploy", "--prompt", "p", "--allow", "user",
+        ])
+        .assert()
+        .success();
+    run.view().raw(
+        r#"UPDATE gates SET allow = '["user","agent:sbot"]' WHERE id = 'deploy'"#,
+        r#"UPDATE openprose.gates SET allow = '["user","agent:sbot"]' WHERE run_id = '$RUN' AND id = 'deploy'"#,
+    );
+    let before = run.before_refusal("deploy");
+    let a = run
+        .cmd()
+        .args(["approve", "deploy", "--as", "agent:sbot", "--yes"])
+        .assert()
+        .failure();
+    assert_eq!(code_of(&a), 9, "{}", stderr(&a));
+    assert!(stderr(&a).contains("allow list"), "{}", stderr(&a));
+    run.refused(&before, 1, "the refused decision");
+    assert_eq!(wait0(&run, "deploy").0, 9);
+    // The row decided by the agent too: still tampered, never approved.
+    run.view().raw(
+        "UPDATE gates SET status = 'approved', resolved_by = 'agent:sbot' WHERE id = 'deploy'",
+        "UPDATE openprose.gates SET status = 'approved', resolved_by = 'agent:sbot' WHERE run_id = '$RUN' AND id = 'deploy'",
+    );
+    let (code, said) = wait0(&run, "deploy");
+    assert_eq!(code, 9, "{said}");
+}
+
+const PRINCIPALS: [&str; 6] = ["alice", "bob", "carol", "agent:sbot", "system", "mallory"];
+const EVENTS: [&str; 7] = [
+    "created", "approved", "rejected", "timeout", "viewed", "refused", "resumed",
+];
+
+/// What was really decided: for each gate approved, the instance and the principal.
+type Truth = HashMap<String, (i64, String)>;
+
+fn count(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The gates, built through the binary; `timed` adds one that times out (it waits a second).
+fn build(p: &Project, timed: bool) -> (Run, Truth) {
+    let run = p.init();
+    let ok = |args: &[&str]| {
+        run.cmd().args(args).assert().success();
+    };
+    let create = |id: &str, allow: &str, extra: &[&str]| {
+        let mut c = run.cmd();
+        c.args(["gates", "create", id, "--prompt", &format!("ship {id}?")])
+            .args(["--allow", allow])
+            .args(extra);
+        c.assert().success();
+    };
+    if timed {
+        create("late", "user", &["--timeout", "1s"]);
+    }
+    create("pending", "user", &[]);
+    create("approved", "user", &[]);
+    ok(&["approve", "approved", "--as", "alice", "--yes"]);
+    create("rejected", "user", &["--on-reject", "retry"]);
+    ok(&[
+        "reject", "rejected", "--as", "bob", "--yes", "--reason", "no",
+    ]);
+    create("reopened", "user", &[]);
+    ok(&["approve", "reopened", "--as", "alice", "--yes"]);
+    create("reopened", "user", &["--reopen"]);
+    create("reapproved", "user", &[]);
+    ok(&[
+        "reject",
+        "reapproved",
+        "--as",
+        "bob",
+        "--yes",
+        "--reason",
+        "no",
+    ]);
+    create("reapproved", "user", &["--reopen"]);
+    ok(&["approve", "reapproved", "--as", "carol", "--yes"]);
+    create("narrow", "carol", &[]);
+    ok(&["approve", "narrow", "--as", "carol", "--yes"]);
+    if timed {
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        // Any gate operation sweeps the overdue gate first.
+        run.cmd().args(["gates", "show", "late"]).assert().success();
+    }
+    let truth = [
+        ("approved", 1, "alice"),
+        ("reapproved", 2, "carol"),
+        ("narrow", 1, "carol"),
+    ]
+    .into_iter()
+    .map(|(g, i, by)| (g.to_string(), (i, by.to_string())))
+    .collect();
+    (run, truth)
+}
+
+fn audit_rows(run: &Run) -> Vec<AuditRow> {
+    let cols = |ts: &str| {
+        format!(
+            "SELECT id, gate_id, run_id, event_type, principal, comment, {ts}, metadata,
+                    prev_hash, hash, seq, seal"
+        )
+    };
+    let map = |id, gate_id, run_id, event_type, principal, comment, timestamp, metadata| {
+        move |prev_hash, hash, seq, seal| AuditRow {
+            id,
+            gate_id,
+            run_id,
+            event_type,
+            principal,
+            comment,
+            timestamp,
+            metadata,
+            prev_hash,
+            hash,
+            seq,
+            seal,
+        }
+    };
+    match &run.pg_url {
+        Some(url) => {
+            let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+            let sql = format!(
+                "{} FROM openprose.gate_audit_log WHERE run_id = $1 ORDER BY id",
+                cols("to_char(timestamp AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')")
+            );
+            c.query(&sql, &[&run.id])
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    map(
+                        r.get(0),
+                        r.get(1),
+                        r.get(2),
+                        r.get(3),
+                        r.get(4),
+                        r.get(5),
+                        r.get(6),
+                        r.get(7),
+                    )(r.get(8), r.get(9), r.get(10), r.get(11))
+                })
+                .collect()
+        }
+        None => {
+            let c = run.conn();
+            let sql = format!("{} FROM gate_audit_log ORDER BY id", cols("timestamp"));
+            let mut s = c.prepare(&sql).unwrap();
+            s.query_map([], |r| {
+                Ok(map(
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                    r.get(7)?,
+                )(
+                    r.get(8)?, r.get(9)?, r.get(10)?, r.get(11)?
+                ))
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+        }
+    }
+}
+
+/// A gate row's columns after its first five, as read.
+type GateRest = (
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    i64,
+);
+
+/// The rows of `gates` (or `gate_instances`), as the store maps them.
+fn gate_rows(run: &Run, table: &str) -> Vec<GateRow> {
+    let text = |c: &str, pg: bool| {
+        if pg {
+            format!("to_char({c} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS')")
+        } else {
+            c.to_string()
+        }
+    };
+    let sql = |pg: bool| {
+        format!(
+            "SELECT {}, run_id, execution_id, prompt, allow, timeout, {}, on_reject, status, {}, {},
+                    resolved_by, resolution_comment, metadata, instance
+               FROM {}{table} {} ORDER BY 1",
+            if table == "gates" { "id" } else { "gate_id" },
+            text("timeout_at", pg),
+            text("created_at", pg),
+            text("resolved_at", pg),
+            if pg { "openprose." } else { "" },
+            if pg { "WHERE run_id = $1" } else { "" },
+        )
+    };
+    let row = |id: String,
+               run_id: Option<String>,
+               execution_id: Option<i64>,
+               prompt: Option<String>,
+               allow: Option<String>,
+               rest: GateRest| GateRow {
+        id,
+        run_id,
+        execution_id,
+        prompt: prompt.unwrap_or_default(),
+        allow: allow
+            .and_then(|a| serde_json::from_str(&a).ok())
+            .unwrap_or_default(),
+        timeout: rest.0,
+        timeout_at: rest.1,
+        on_reject: rest.2,
+        status: GateStatus::parse(&rest.3),
+        created_at: rest.4,
+        resolved_at: rest.5,
+        resolved_by: rest.6,
+        resolution_comment: rest.7,
+        metadata: rest.8,
+        instance: rest.9,
+    };
+    match &run.pg_url {
+        Some(url) => {
+            let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+            c.query(&sql(true), &[&run.id])
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    row(
+                        r.get(0),
+                        r.get(1),
+                        r.get(2),
+                        r.get(3),
+                        r.get(4),
+                        (
+                            r.get(5),
+                            r.get(6),
+                            r.get(7),
+                            r.get(8),
+                            r.get(9),
+                            r.get(10),
+                            r.get(11),
+                            r.get(12),
+                            r.get(13),
+                            r.get(14),
+                        ),
+                    )
+                })
+                .collect()
+        }
+        None => {
+            let c = run.conn();
+            let mut s = c.prepare(&sql(false)).unwrap();
+            s.query_map([], |r| {
+                Ok(row(
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    (
+                        r.get(5)?,
+                        r.get(6)?,
+                        r.get(7)?,
+                        r.get(8)?,
+                        r.get(9)?,
+                        r.get(10)?,
+                        r.get(11)?,
+                        r.get(12)?,
+                        r.get(13)?,
+                        r.get(14)?,
+                    ),
+                ))
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+        }
+    }
+}
+
+fn key(run: &Run) -> t::Key {
+    t::read_key(&test_home(&run.root).join(".prose"))
+        .unwrap()
+        .expect("the fixture's audit key")
+}
+
+/// The content of a row that its hash covers (everything but the database's own id).
+fn content(r: &AuditRow) -> String {
+    format!(
+        "{:?}",
+        (
+            &r.gate_id,
+            &r.run_id,
+            &r.event_type,
+            &r.principal,
+            &r.comment,
+            &r.timestamp,
+            &r.metadata,
+            &r.prev_hash,
+            &r.hash,
+            r.seq,
+            &r.seal
+        )
+    )
+}
+
+fn pick<'a, T>(rng: &mut StdRng, items: &'a [T]) -> &'a T {
+    &items[rng.random_range(0..items.len())]
+}
+
+/// One random metadata object for an inserted or edited event.
+fn metadata(rng: &mut StdRng, gates: &[GateRow]) -> String {
+    let g = pick(rng, gates);
+    let mut m = serde_json::json!({ "instance": rng.random_range(1..=3) });
+    if rng.random_bool(0.6) {
+        m["prompt_hash"] = if rng.random_bool(0.7) {
+            sha256(&g.prompt)
+        } else {
+            sha256("DROP PRODUCTION DATABASE")
+        }
+        .into();
+    }
+    if rng.random_bool(0.6) {
+        m["allow"] = serde_json::json!([pick(rng, &["user", "agent:sbot", "mallory"])]);
+    }
+    m.to_string()
+}
+
+fn sha256(text: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let hex: String = Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256:{hex}")
+}
+
+/// The chain hash as README documents it (anyone can compute it; only the key seals it).
+fn chain_hash(r: &AuditRow, prev: &str) -> String {
+    let canonical = serde_json::json!([
+        "prose-audit-2",
+        prev,
+        r.seq,
+        r.gate_id,
+        r.run_id,
+        r.event_type,
+        r.principal,
+        r.comment,
+        r.timestamp,
+        r.metadata
+    ]);
+    use sha2::{Digest, Sha256};
+    let hex: String = Sha256::digest(canonical.to_string().as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256:{hex}")
+}
+
+/// A random audit row an attacker could write: any id, seq, event, principal and instance;
+/// a hash chained after the log's tip, or copied; a seal copied from a sealed row, or none.
+fn forged_row(rng: &mut StdRng, rows: &[AuditRow], gates: &[GateRow], run_id: &str) -> AuditRow {
+    let max_id = rows.iter().map(|r| r.id).max().unwrap_or(0);
+    let tip = rows
+        .iter()
+        .filter_map(|r| r.seq.map(|s| (s, r)))
+        .max_by_key(|(s, _)| *s);
+    let gate = pick(rng, gates);
+    let event = *pick(rng, &EVENTS);
+    let mut r = AuditRow {
+        id: *pick(rng, &[-1, 0, max_id / 2, max_id + 1, max_id + 1000]),
+        gate_id: gate.id.clone(),
+        run_id: run_id.to_string(),
+        event_type: event.to_string(),
+        principal: Some(pick(rng, &PRINCIPALS).to_string()),
+        comment: None,
+        timestamp: Some("2026-11-24 00:00:00".into()),
+        metadata: Some(metadata(rng, gates)),
+        prev_hash: None,
+        hash: None,
+        seq: None,
+        seal: None,
+    };
+    match rng.random_range(0..4) {
+        0 => {}
+        1 => r.seq = tip.map(|(s, _)| s + 1),
+        2 => r.seq = Some(rng.random_range(1..=tip.map_or(1, |(s, _)| s))),
+        _ => r.seq = Some(rng.random_range(-2..1000)),
+    }
+    if rng.random_bool(0.7) {
+        let prev = tip.and_then(|(_, t)| t.hash.clone()).unwrap_or_default();
+        r.prev_hash = Some(prev.clone());
+        r.hash = Some(chain_hash(&r, &prev));
+    }
+    if rng.random_bool(0.5) {
+        let donor = pick(rng, rows);
+        r.seal = donor.seal.clone();
+        if rng.random_bool(0.3) {
+            r.hash = donor.hash.clone();
+            r.prev_hash = donor.prev_hash.clone();
+        }
+    }
+    r
+}
+
+/// Applies one random mutation to the rows; returns the ids of sealed rows it changed.
+fn mutate(
+    rng: &mut StdRng,
+    rows: &mut Vec<AuditRow>,
+    gates: &mut [GateRow],
+    instances: &[GateRow],
+    run_id: &str,
+) {
+    match rng.random_range(0..9) {
+        0 => {
+            let g = rng.random_range(0..gates.len());
+            let status = *pick(rng, &["pending", "approved", "rejected", "timeout"]);
+            gates[g].status = GateStatus::parse(status);
+            gates[g].resolved_by =
+                (status != "pending").then(|| pick(rng, &PRINCIPALS).to_string());
+        }
+        1 => {
+            let g = rng.random_range(0..gates.len());
+            match rng.random_range(0..5) {
+                0 => gates[g].instance = rng.random_range(1..=3),
+                1 => {
+                    gates[g].allow = vec![
+                        "user".into(),
+                        pick(rng, &["agent:sbot", "mallory"]).to_string(),
+                    ]
+                }
+                2 => gates[g].prompt = "DROP PRODUCTION DATABASE".into(),
+                3 => gates[g].on_reject = Some("continue".into()),
+                _ => gates[g].timeout_at = None,
+            }
+        }
+        2 => {
+            // A gate rolled back to an earlier opening.
+            if !instances.is_empty() {
+                let old = pick(rng, instances).clone();
+                if let Some(g) = gates.iter_mut().find(|g| g.id == old.id) {
+                    *g = old;
+                }
+            }
+        }
+        3 | 4 => {
+            let r = forged_row(rng, rows, gates, run_id);
+            rows.retain(|x| x.id != r.id);
+            rows.push(r);
+        }
+        5 => {
+            if !rows.is_empty() {
+                let i = rng.random_range(0..rows.len());
+                rows.remove(i);
+            }
+        }
+        6 | 7 => {
+            if !rows.is_empty() {
+                let i = rng.random_range(0..rows.len());
+                let other = pick(rng, gates).id.clone();
+                let meta = metadata(rng, gates);
+                let r = &mut rows[i];
+                match rng.random_range(0..7) {
+                    0 => r.principal = Some(pick(rng, &PRINCIPALS).to_string()),
+                    1 => r.event_type = pick(rng, &EVENTS).to_string(),
+                    2 => r.metadata = Some(meta),
+                    3 => r.gate_id = other,
+                    4 => r.seq = r.seq.map(|s| s + 1).or(Some(1)),
+                    5 => r.seal = None,
+                    _ => r.timestamp = Some("2030-01-01 00:00:00".into()),
+                }
+            }
+        }
+        _ => {
+            // A sealed row copied under another id (and perhaps moved to another gate).
+            if !rows.is_empty() {
+                let mut r = pick(rng, rows).clone();
+                r.id = rows.iter().map(|x| x.id).max().unwrap_or(0) + 1;
+                if rng.random_bool(0.5) {
+                    r.gate_id = pick(rng, gates).id.clone();
+                }
+                rows.push(r);
+            }
+        }
+    }
+    rows.sort_by_key(|r| r.id);
+}
+
+/// Checks the promise for one mutated run: (what failed, if anything).
+fn violation(
+    report: &t::ChainReport,
+    gates: &[GateRow],
+    truth: &Truth,
+    sealed_changed: bool,
+) -> Option<String> {
+    for g in gates {
+        let standing = match report.gate(&g.id) {
+            t::Integrity::Attested => report.first_broken.is_none(),
+            _ => false,
+        };
+        if standing && g.status == GateStatus::Approved {
+            let real = truth.get(&g.id);
+            if real != Some(&(g.instance, g.resolved_by.clone().unwrap_or_default())) {
+                return Some(format!(
+                    "gate {} stands approved (instance {}, by {:?}), but it really is {real:?}",
+                    g.id, g.instance, g.resolved_by
+                ));
+            }
+        }
+        if !report.is_broken() {
+            if let Some(d) = report.derived.get(&g.id) {
+                if d.status() == GateStatus::Approved {
+                    let (_, by, _) = d.decision.clone().unwrap();
+                    if truth.get(&g.id) != Some(&(d.instance, by.clone())) {
+                        return Some(format!(
+                            "gate {} derives approved (instance {}, by {by}) on an intact log, but it was not",
+                            g.id, d.instance
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    if sealed_changed && !report.is_broken() {
+        return Some("a sealed row was changed, but the log verifies intact".into());
+    }
+    None
+}
+
+fn no_mutation_of_the_rows_makes_a_decision_stand(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let (run, truth) = build(&p, true);
+    let rows = audit_rows(&run);
+    let gates = gate_rows(&run, "gates");
+    let instances = gate_rows(&run, "gate_instances");
+    let key = key(&run);
+    // The anchor this machine keeps: the newest sealed row, as the fixture left it.
+    let tip = rows
+        .iter()
+        .filter(|r| r.seq.is_some())
+        .max_by_key(|r| r.seq)
+        .unwrap();
+    let anchor = t::Anchor {
+        seq: tip.seq.unwrap(),
+        hash: tip.hash.clone().unwrap(),
+    };
+    // As built, every gate stands as it was decided.
+    let report = t::check(&rows, &gates, Some(&key), Some(&anchor));
+    assert!(
+        !report.is_broken() && !report.is_unattested(),
+        "the fixture verifies: {report:?}"
+    );
+    assert_eq!(violation(&report, &gates, &truth, false), None);
+    let sealed: Vec<String> = rows
+        .iter()
+        .filter(|r| r.seal.is_some())
+        .map(content)
+        .collect();
+    let (seeds, fixed) = match std::env::var("PROSE_FORGERY_SEED") {
+        Ok(s) => (
+            s.parse::<u64>().unwrap()..s.parse::<u64>().unwrap() + 1,
+            true,
+        ),
+        Err(_) => (0..count("PROSE_FORGERY_CASES", 10_000), false),
+    };
+    let base = if b == Backend::Sqlite { 0 } else { 1 << 32 };
+    let mut approvals_seen = 0;
+    for case in seeds {
+        let seed = if fixed { case } else { base + case };
+        let mut rng = StdRng::seed_from_u64(seed);
+        let (mut r, mut g) = (rows.clone(), gates.clone());
+        for _ in 0..rng.random_range(1..=4) {
+            mutate(&mut rng, &mut r, &mut g, &instances, &run.id);
+        }
+        // A sealed row's id is the database's own (the seal covers its seq): a row is
+        // changed when its sealed content is no longer in the log.
+        let now: std::collections::HashSet<String> = r.iter().map(content).collect();
+        let changed = sealed.iter().any(|c| !now.contains(c));
+        let report = t::check(&r, &g, Some(&key), Some(&anchor));
+        approvals_seen += g
+            .iter()
+            .filter(|x| {
+                x.status == GateStatus::Approved && report.gate(&x.id) == t::Integrity::Attested
+            })
+            .count();
+        if let Some(why) = violation(&report, &g, &truth, changed) {
+            if fixed {
+                eprintln!("rows before: {rows:#?}\nrows after: {r:#?}\nreport: {report:#?}");
+            }
+            panic!("{b:?}: seed {seed} (replay with PROSE_FORGERY_SEED={seed}): {why}");
+        }
+    }
+    // The test can fail: genuine approvals survive the mutations that leave them alone.
+    assert!(
+        approvals_seen > 0,
+        "no case kept a genuine approval standing"
+    );
+}
+
+/// A mutation as raw SQL on the run's own database (triggers dropped first).
+fn raw_mutation(
+    rng: &mut StdRng,
+    run: &Run,
+    rows: &[AuditRow],
+    gates: &[GateRow],
+    focus: &str,
+) -> String {
+    let pg = run.pg_url.is_some();
+    let (log, gt, inst) = if pg {
+        (
+            "openprose.gate_audit_log",
+            "openprose.gates",
+            "openprose.gate_instances",
+        )
+    } else {
+        ("gate_audit_log", "gates", "gate_instances")
+    };
+    let lit = |v: &Option<String>| match v {
+        Some(s) => format!("'{}'", s.replace('\'', "''")),
+        None => "NULL".into(),
+    };
+    let num = |v: Option<i64>| v.map_or("NULL".to_string(), |n| n.to_string());
+    let now = if pg { "now()" } else { "datetime('now')" };
+    let run_is = format!("run_id = '{}'", run.id);
+    let g = if rng.random_bool(0.8) {
+        focus.to_string()
+    } else {
+        pick(rng, gates).id.clone()
+    };
+    match rng.random_range(0..10) {
+        0 | 1 => {
+            let status = *pick(rng, &["pending", "approved", "rejected", "timeout"]);
+            let by = *pick(rng, &PRINCIPALS);
+            format!(
+                "UPDATE {gt} SET status = '{status}', resolved_by = '{by}', resolved_at = {now} WHERE id = '{g}' AND {run_is};"
+            )
+        }
+        2 | 3 => {
+            let set = match rng.random_range(0..4) {
+                0 => format!("instance = {}", rng.random_range(1..=3)),
+                1 => r#"allow = '["user","agent:sbot"]'"#.to_string(),
+                2 => "prompt = 'DROP PRODUCTION DATABASE'".to_string(),
+                _ => "on_reject = 'continue'".to_string(),
+            };
+            format!("UPDATE {gt} SET {set} WHERE id = '{g}' AND {run_is};")
+        }
+        4 => format!(
+            "UPDATE {gt} SET (prompt, allow, status, resolved_by, resolved_at, instance) =
+               (SELECT prompt, allow, status, resolved_by, resolved_at, instance FROM {inst} i
+                 WHERE i.gate_id = {gt}.id AND i.{run_is} ORDER BY instance LIMIT 1)
+              WHERE id = '{g}' AND {run_is} AND EXISTS (SELECT 1 FROM {inst} i WHERE i.gate_id = '{g}' AND i.{run_is});"
+        ),
+        5 | 6 => {
+            let r = forged_row(rng, rows, gates, &run.id);
+            format!(
+                "DELETE FROM {log} WHERE id = {id};
+                 INSERT INTO {log} (id, gate_id, run_id, event_type, principal, comment, timestamp, metadata, prev_hash, hash, seq, seal)
+                 VALUES ({id}, {}, {}, {}, {}, NULL, {}, {}, {}, {}, {}, {});",
+                lit(&Some(r.gate_id.clone())),
+                lit(&Some(r.run_id.clone())),
+                lit(&Some(r.event_type.clone())),
+                lit(&r.principal),
+                lit(&r.timestamp),
+                lit(&r.metadata),
+                lit(&r.prev_hash),
+                lit(&r.hash),
+                num(r.seq),
+                lit(&r.seal),
+                id = r.id,
+            )
+        }
+        7 => format!(
+            "DELETE FROM {log} WHERE id = {};",
+            pick(rng, rows).id
+        ),
+        _ => {
+            let r = pick(rng, rows);
+            let set = match rng.random_range(0..4) {
+                0 => format!("principal = '{}'", pick(rng, &PRINCIPALS)),
+                1 => format!("event_type = '{}'", pick(rng, &EVENTS)),
+                2 => format!("gate_id = '{g}'"),
+                _ => format!("metadata = {}", lit(&Some(metadata(rng, gates)))),
+            };
+            format!("UPDATE {log} SET {set} WHERE id = {};", r.id)
+        }
+    }
+}
+
+fn no_raw_sql_makes_gates_wait_accept_a_decision(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let cases = count("PROSE_FORGERY_BINARY_CASES", 100);
+    let base = if b == Backend::Sqlite {
+        7 << 40
+    } else {
+        9 << 40
+    };
+    let mut genuine_exit_0 = 0;
+    for case in 0..cases {
+        let seed = base + case;
+        let mut rng = StdRng::seed_from_u64(seed);
+        let (run, truth) = build(&p, false);
+        let rows = audit_rows(&run);
+        let gates = gate_rows(&run, "gates");
+        // Most mutations aim at one gate, which the tool may then be asked to decide.
+        let focus = if rng.random_bool(0.6) {
+            pick(&mut rng, &["pending", "reopened"]).to_string()
+        } else {
+            pick(&mut rng, &gates).id.clone()
+        };
+        let mut sql = String::new();
+        for _ in 0..rng.random_range(1..=3) {
+            sql += &raw_mutation(&mut rng, &run, &rows, &gates, &focus);
+        }
+        run.view().raw(
+            &format!(
+                "DROP TRIGGER IF EXISTS gate_audit_log_no_update;
+                 DROP TRIGGER IF EXISTS gate_audit_log_no_delete;
+                 DROP INDEX IF EXISTS idx_gate_audit_seq; {sql}"
+            ),
+            &format!(
+                "ALTER TABLE openprose.gate_audit_log DISABLE TRIGGER gate_audit_log_append_only;
+                 DROP INDEX IF EXISTS openprose.idx_gate_audit_seq; {sql}
+                 SELECT setval(pg_get_serial_sequence('openprose.gate_audit_log', 'id'),
+                               (SELECT max(id) FROM openprose.gate_audit_log));
+                 ALTER TABLE openprose.gate_audit_log ENABLE TRIGGER gate_audit_log_append_only;"
+            ),
+        );
+        let after = audit_rows(&run);
+        let kept: std::collections::HashSet<String> = after.iter().map(content).collect();
+        let changed = rows
+            .iter()
+            .filter(|r| r.seal.is_some())
+            .any(|r| !kept.contains(&content(r)));
+        // Half the cases then decide through the tool, as anyone might, on the mutated rows:
+        // a decision stands only for a gate really pending, by a principal really allowed.
+        let mut truth = truth;
+        if rng.random_bool(0.8) {
+            let g = focus.clone();
+            let by = *pick(&mut rng, &["alice", "agent:sbot", "agent:sbot", "mallory"]);
+            let decided = run
+                .cmd()
+                .args(["approve", &g, "--as", by, "--yes"])
+                .output()
+                .unwrap();
+            let really_pending = match g.as_str() {
+                "pending" => Some(1),
+                "reopened" => Some(2),
+                _ => None,
+            };
+            if let (Some(0), Some(instance)) = (decided.status.code(), really_pending) {
+                if !by.starts_with("agent:") {
+                    truth.insert(g.clone(), (instance, by.to_string()));
+                }
+            }
+            sql += &format!("-- then approve {g} --as {by}\n");
+        }
+        let now = gate_rows(&run, "gates");
+        for g in &now {
+            let out = run
+                .cmd()
+                .args(["gates", "wait", &g.id, "--timeout", "0", "--json"])
+                .output()
+                .unwrap();
+            if out.status.code() == Some(0) {
+                let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                let by = v["resolved_by"].as_str().unwrap_or_default().to_string();
+                assert_eq!(
+                    truth.get(&g.id),
+                    Some(&(v["instance"].as_i64().unwrap_or(1), by)),
+                    "{b:?}: seed {seed}: gates wait accepted gate {} after: {sql}",
+                    g.id
+                );
+                genuine_exit_0 += 1;
+            }
+        }
+        if changed {
+            let code = run
+                .cmd()
+                .args(["gates", "verify"])
+                .output()
+                .unwrap()
+                .status
+                .code();
+            assert_eq!(
+                code,
+                Some(9),
+                "{b:?}: seed {seed}: verify did not find a changed sealed row after: {sql}"
+            );
+        }
+    }
+    assert!(
+        cases == 0 || genuine_exit_0 > 0,
+        "no genuine approval was ever accepted"
+    );
+}
