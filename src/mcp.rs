@@ -323,8 +323,8 @@ fn schema(arg: &clap::Arg, p: &Param, served: &Served) -> Value {
     }
     if served.name == "gates_wait" && p.property == "timeout" {
         help = format!(
-            "How long to wait (default {WAIT_DEFAULT}, at most {}m); exit class \
-             still_pending when it runs out",
+            "How long to wait: a duration (30s, 5m) or a whole number of seconds (default \
+             {WAIT_DEFAULT}, at most {}m); exit class still_pending when it runs out",
             WAIT_MAX_SECONDS / 60
         );
     }
@@ -366,6 +366,13 @@ impl Server {
                 )));
             }
         }
+        let numeric_wait;
+        let args = if spec.served.name == "gates_wait" {
+            numeric_wait = wait_timeout_in_words(args)?;
+            &numeric_wait
+        } else {
+            args
+        };
         let mut argv = vec!["prose-state".to_string(), "--json".to_string()];
         if let Some(root) = &self.root {
             argv.push(format!("--root={}", root.display()));
@@ -487,6 +494,22 @@ impl Server {
 }
 
 /// A value given to an option or positional, as its text.
+/// `gates_wait`'s arguments with its timeout as the command line takes it: a whole number
+/// of seconds (`"timeout": 30`, what a client is likely to send) becomes `30s`; any other
+/// number is refused, naming the forms taken.
+fn wait_timeout_in_words(args: &JsonObject) -> Result<JsonObject> {
+    let mut args = args.clone();
+    if let Some(Value::Number(n)) = args.get("timeout") {
+        let Some(seconds) = n.as_u64() else {
+            return Err(usage(format!(
+                "timeout must be a duration (30s, 5m) or a whole number of seconds: {n}"
+            )));
+        };
+        args.insert("timeout".into(), Value::String(format!("{seconds}s")));
+    }
+    Ok(args)
+}
+
 fn text(value: &Value, property: &str) -> Result<String> {
     match value {
         Value::String(s) => Ok(s.clone()),

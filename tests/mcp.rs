@@ -385,7 +385,55 @@ fn a_wait_does_not_hold_up_other_calls(backend: Backend) {
     });
 }
 
-on_both!(a_wait_does_not_hold_up_other_calls);
+on_both!(
+    a_wait_does_not_hold_up_other_calls,
+    gates_wait_takes_a_number_of_seconds
+);
+
+/// `gates_wait`'s timeout as a client is likely to send it, a number (`"timeout": 30`), is
+/// that many seconds; a number that is not a whole count of seconds, or past the call's
+/// limit, is refused with one line naming the forms taken, and nothing is written.
+fn gates_wait_takes_a_number_of_seconds(backend: Backend) {
+    let Some(p) = Project::on(backend) else {
+        return;
+    };
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "Go?"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["approve", "g", "--as", "alice", "-y"])
+        .assert()
+        .success();
+    let snapshot = || match &p.pg_url {
+        Some(url) => common::snapshot_pg(url, &run.id),
+        None => common::snapshot_db(&run.db),
+    };
+    let before = snapshot();
+    runtime().block_on(async {
+        let client = connect(&p, "w", &run).await;
+        for bad in [json!(1.5), json!(-3), json!(601), json!(1e30)] {
+            let r = call(&client, "gates_wait", json!({"gate": "g", "timeout": bad})).await;
+            assert_eq!(class(&r), "usage", "{bad}: {r:?}");
+            let text = format!("{:?}", r.content);
+            assert!(
+                text.contains("whole number of seconds") || text.contains("at most"),
+                "{bad}: {text}"
+            );
+        }
+        client.cancel().await.unwrap();
+    });
+    assert_eq!(snapshot(), before, "a refused wait changed the database");
+    runtime().block_on(async {
+        let client = connect(&p, "w", &run).await;
+        for good in [json!(30), json!("30s"), json!(600)] {
+            let r = call(&client, "gates_wait", json!({"gate": "g", "timeout": good})).await;
+            assert_eq!(class(&r), "ok", "{good}: {r:?}");
+        }
+        client.cancel().await.unwrap();
+    });
+}
 
 /// `prose-state mcp` becomes the server binary installed next to it; without it, one line and
 /// exit 1. The server binary serves `mcp` and nothing else.
