@@ -13,6 +13,8 @@
 //! tool decides a gate (approve and reject are not served). Its stdin carries the protocol,
 //! so no command ever reads a value from it.
 
+mod request_limit;
+
 use crate::cli::{Cli, Global, McpArgs};
 use crate::cmd::{self, Run, Sink};
 use crate::context::Context;
@@ -168,8 +170,9 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
+        let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
         let service = server
-            .serve(rmcp::transport::io::stdio_pipes())
+            .serve((request_limit::LimitedLines::new(stdin), stdout))
             .await
             .map_err(|e| anyhow::anyhow!("mcp: could not start: {e}"))?;
         service
@@ -639,6 +642,31 @@ impl ServerHandler for Handler {
             tools: self.0.tools.iter().map(|t| t.tool.clone()).collect(),
             ..ListToolsResult::default()
         })
+    }
+
+    /// The one request of our own: what an over-long request was replaced by (see
+    /// [`request_limit`]), answered with an error naming the limit.
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, ErrorData> {
+        if request.method == request_limit::TOO_LARGE_METHOD {
+            let bytes = request
+                .params
+                .as_ref()
+                .and_then(|p| p["bytes"].as_u64())
+                .unwrap_or(0);
+            return Err(ErrorData::invalid_request(
+                request_limit::too_large_message(bytes),
+                Some(json!({"limit": request_limit::MAX_REQUEST_BYTES, "bytes": bytes})),
+            ));
+        }
+        Err(ErrorData::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            format!("no such method: {}", crate::error::shown(&request.method)),
+            None,
+        ))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
