@@ -48,12 +48,14 @@ pub struct Global {
     pub json: bool,
 
     /// Milliseconds to wait for another process's write lock before giving up with exit 75
+    /// (0 to 2147483647, the most SQLite and PostgreSQL take)
     #[arg(
         long,
         global = true,
         env = "PROSE_STATE_BUSY_TIMEOUT",
         value_name = "MS",
-        default_value_t = 10_000
+        default_value_t = 10_000,
+        value_parser = clap::value_parser!(u64).range(0..=i32::MAX as u64)
     )]
     pub busy_timeout: u64,
 }

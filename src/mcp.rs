@@ -13,6 +13,8 @@
 //! tool decides a gate (approve and reject are not served). Its stdin carries the protocol,
 //! so no command ever reads a value from it.
 
+mod request_limit;
+
 use crate::cli::{Cli, Global, McpArgs};
 use crate::cmd::{self, Run, Sink};
 use crate::context::Context;
@@ -168,8 +170,9 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
         .enable_all()
         .build()?;
     runtime.block_on(async move {
+        let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
         let service = server
-            .serve(rmcp::transport::io::stdio_pipes())
+            .serve((request_limit::LimitedLines::new(stdin), stdout))
             .await
             .map_err(|e| anyhow::anyhow!("mcp: could not start: {e}"))?;
         service
@@ -323,8 +326,8 @@ fn schema(arg: &clap::Arg, p: &Param, served: &Served) -> Value {
     }
     if served.name == "gates_wait" && p.property == "timeout" {
         help = format!(
-            "How long to wait (default {WAIT_DEFAULT}, at most {}m); exit class \
-             still_pending when it runs out",
+            "How long to wait: a duration (30s, 5m) or a whole number of seconds (default \
+             {WAIT_DEFAULT}, at most {}m); exit class still_pending when it runs out",
             WAIT_MAX_SECONDS / 60
         );
     }
@@ -366,6 +369,13 @@ impl Server {
                 )));
             }
         }
+        let numeric_wait;
+        let args = if spec.served.name == "gates_wait" {
+            numeric_wait = wait_timeout_in_words(args)?;
+            &numeric_wait
+        } else {
+            args
+        };
         let mut argv = vec!["prose-state".to_string(), "--json".to_string()];
         if let Some(root) = &self.root {
             argv.push(format!("--root={}", root.display()));
@@ -487,6 +497,22 @@ impl Server {
 }
 
 /// A value given to an option or positional, as its text.
+/// `gates_wait`'s arguments with its timeout as the command line takes it: a whole number
+/// of seconds (`"timeout": 30`, what a client is likely to send) becomes `30s`; any other
+/// number is refused, naming the forms taken.
+fn wait_timeout_in_words(args: &JsonObject) -> Result<JsonObject> {
+    let mut args = args.clone();
+    if let Some(Value::Number(n)) = args.get("timeout") {
+        let Some(seconds) = n.as_u64() else {
+            return Err(usage(format!(
+                "timeout must be a duration (30s, 5m) or a whole number of seconds: {n}"
+            )));
+        };
+        args.insert("timeout".into(), Value::String(format!("{seconds}s")));
+    }
+    Ok(args)
+}
+
 fn text(value: &Value, property: &str) -> Result<String> {
     match value {
         Value::String(s) => Ok(s.clone()),
@@ -616,6 +642,31 @@ impl ServerHandler for Handler {
             tools: self.0.tools.iter().map(|t| t.tool.clone()).collect(),
             ..ListToolsResult::default()
         })
+    }
+
+    /// The one request of our own: what an over-long request was replaced by (see
+    /// [`request_limit`]), answered with an error naming the limit.
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, ErrorData> {
+        if request.method == request_limit::TOO_LARGE_METHOD {
+            let bytes = request
+                .params
+                .as_ref()
+                .and_then(|p| p["bytes"].as_u64())
+                .unwrap_or(0);
+            return Err(ErrorData::invalid_request(
+                request_limit::too_large_message(bytes),
+                Some(json!({"limit": request_limit::MAX_REQUEST_BYTES, "bytes": bytes})),
+            ));
+        }
+        Err(ErrorData::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            format!("no such method: {}", crate::error::shown(&request.method)),
+            None,
+        ))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {

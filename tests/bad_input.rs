@@ -5,6 +5,7 @@ on_both!(
     get_of_an_invalid_name_is_a_usage_error,
     invalid_utf8_values_are_refused_small_or_large,
     bind_refusals_leave_the_db_unchanged,
+    a_busy_timeout_out_of_range_is_a_usage_error,
 );
 
 /// Names that could leave attachments/ or are otherwise unusable.
@@ -200,4 +201,66 @@ fn invalid_utf8_in_arguments_is_a_usage_error() {
         .assert()
         .failure();
     assert_eq!(code(&a), 2);
+}
+
+/// `--busy-timeout` (and PROSE_STATE_BUSY_TIMEOUT) past what SQLite and PostgreSQL take
+/// (2147483647 ms) is exit 2 with one line naming the value and the range, on every command
+/// that opens a run: never a panic (101) or a server error (1). The largest value works.
+fn a_busy_timeout_out_of_range_is_a_usage_error(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.bind("keep", "me", None);
+    let before = run.snapshot();
+    let commands: &[&[&str]] = &[
+        &["bind", "x", "1"],
+        &["get", "keep"],
+        &["gates"],
+        &["query", "SELECT 1"],
+        &["stats"],
+        &["doctor"],
+        &["resume"],
+    ];
+    for bad in [
+        "2147483648",
+        "18446744073709551615",
+        "99999999999999999999",
+        "-1",
+    ] {
+        for args in commands {
+            for by_env in [false, true] {
+                let mut c = run.cmd();
+                if by_env {
+                    c.env("PROSE_STATE_BUSY_TIMEOUT", bad);
+                } else {
+                    c.arg(format!("--busy-timeout={bad}"));
+                }
+                let a = c.args(*args).assert().failure();
+                let err = stderr(&a);
+                assert_eq!(code(&a), 2, "{bad} {args:?} env={by_env}: {err}");
+                assert_eq!(err.lines().count(), 1, "{err}");
+                assert!(err.contains(bad) && err.contains("busy-timeout"), "{err}");
+                if !bad.starts_with('-') && bad.len() < 20 {
+                    assert!(err.contains("2147483647"), "{err}");
+                }
+            }
+        }
+    }
+    assert_eq!(run.snapshot(), before);
+    run.cmd()
+        .args(["--busy-timeout", "2147483647", "bind", "x", "1"])
+        .assert()
+        .success();
+    run.cmd()
+        .env("PROSE_STATE_BUSY_TIMEOUT", "2147483647")
+        .args(["get", "x"])
+        .assert()
+        .success();
+    // The MCP server takes the same option, and refuses it the same way at start.
+    let a = p
+        .cmd()
+        .args(["mcp", "--agent", "bot", "--busy-timeout", "2147483648"])
+        .write_stdin("")
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 2, "{}", stderr(&a));
 }

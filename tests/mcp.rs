@@ -385,7 +385,55 @@ fn a_wait_does_not_hold_up_other_calls(backend: Backend) {
     });
 }
 
-on_both!(a_wait_does_not_hold_up_other_calls);
+on_both!(
+    a_wait_does_not_hold_up_other_calls,
+    gates_wait_takes_a_number_of_seconds
+);
+
+/// `gates_wait`'s timeout as a client is likely to send it, a number (`"timeout": 30`), is
+/// that many seconds; a number that is not a whole count of seconds, or past the call's
+/// limit, is refused with one line naming the forms taken, and nothing is written.
+fn gates_wait_takes_a_number_of_seconds(backend: Backend) {
+    let Some(p) = Project::on(backend) else {
+        return;
+    };
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "Go?"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["approve", "g", "--as", "alice", "-y"])
+        .assert()
+        .success();
+    let snapshot = || match &p.pg_url {
+        Some(url) => common::snapshot_pg(url, &run.id),
+        None => common::snapshot_db(&run.db),
+    };
+    let before = snapshot();
+    runtime().block_on(async {
+        let client = connect(&p, "w", &run).await;
+        for bad in [json!(1.5), json!(-3), json!(601), json!(1e30)] {
+            let r = call(&client, "gates_wait", json!({"gate": "g", "timeout": bad})).await;
+            assert_eq!(class(&r), "usage", "{bad}: {r:?}");
+            let text = format!("{:?}", r.content);
+            assert!(
+                text.contains("whole number of seconds") || text.contains("at most"),
+                "{bad}: {text}"
+            );
+        }
+        client.cancel().await.unwrap();
+    });
+    assert_eq!(snapshot(), before, "a refused wait changed the database");
+    runtime().block_on(async {
+        let client = connect(&p, "w", &run).await;
+        for good in [json!(30), json!("30s"), json!(600)] {
+            let r = call(&client, "gates_wait", json!({"gate": "g", "timeout": good})).await;
+            assert_eq!(class(&r), "ok", "{good}: {r:?}");
+        }
+        client.cancel().await.unwrap();
+    });
+}
 
 /// `prose-state mcp` becomes the server binary installed next to it; without it, one line and
 /// exit 1. The server binary serves `mcp` and nothing else.
@@ -574,3 +622,87 @@ fn servers_killed_mid_write_lose_nothing_acknowledged(backend: Backend) {
 }
 
 on_both!(servers_killed_mid_write_lose_nothing_acknowledged);
+
+/// A request over the MCP server's limit (16,000,000 bytes a line) is answered with a
+/// JSON-RPC error naming the limit, under its own id, never dropped unanswered; the session
+/// goes on serving, and nothing of the request is written. Driven by a raw client on the
+/// server's stdio, one line at a time.
+fn a_request_over_the_limit_is_answered_with_an_error(backend: Backend) {
+    use std::io::{BufRead, Write};
+    let Some(p) = Project::on(backend) else {
+        return;
+    };
+    let run = p.init();
+    run.bind("keep", "me", None);
+    let before = run.snapshot();
+    let mut server = std::process::Command::new(BIN);
+    server
+        .args(["--run", &run.id, "mcp", "--agent", "w"])
+        .current_dir(p.root())
+        .env("HOME", common::test_home(p.root()))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    for var in common::CLEARED_ENV {
+        server.env_remove(var);
+    }
+    let mut server = server.spawn().unwrap();
+    let mut stdin = server.stdin.take().unwrap();
+    let stdout = server.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<Value>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(serde_json::from_str(&line).unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    // A bound on a hang only, far above any answer's time: a dropped request would wait for
+    // ever.
+    let answer = |id: i64| loop {
+        let v = rx
+            .recv_timeout(std::time::Duration::from_secs(300))
+            .expect("the server answered");
+        if v["id"] == json!(id) {
+            return v;
+        }
+    };
+    let mut send = |v: Value| {
+        let mut line = serde_json::to_vec(&v).unwrap();
+        line.push(b'\n');
+        stdin.write_all(&line).unwrap();
+        stdin.flush().unwrap();
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "0"}}}),
+    );
+    assert!(answer(1)["result"].is_object());
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    // 17 MB: over the limit and over rmcp's own 16 MiB cap, where it used to vanish.
+    for (id, size) in [(2, 17_000_000), (3, 16_000_000)] {
+        send(
+            json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "bind", "arguments": {"name": "big", "value": "x".repeat(size)}}}),
+        );
+        let err = answer(id);
+        assert_eq!(err["error"]["code"], json!(-32600), "{err}");
+        let message = err["error"]["message"].as_str().unwrap();
+        assert!(message.contains("16000000 bytes"), "{message}");
+        assert_eq!(err["error"]["data"]["limit"], json!(16_000_000), "{err}");
+    }
+    // The session goes on.
+    send(
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
+        "name": "get", "arguments": {"name": "keep"}}}),
+    );
+    let got = answer(4);
+    assert_eq!(got["result"]["isError"], json!(false), "{got}");
+    drop(stdin);
+    assert!(server.wait().unwrap().success());
+    assert_eq!(run.snapshot(), before, "an over-long request wrote");
+}
+
+on_both!(a_request_over_the_limit_is_answered_with_an_error);

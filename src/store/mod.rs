@@ -263,6 +263,89 @@ impl Serialize for QueryResult {
     }
 }
 
+/// The most one `query` result may hold, as the JSON it prints: past it the query is
+/// refused (exit 4) as the rows are read, so neither memory nor the output grows without
+/// bound. On SQLite it is also the longest value a statement may make (SQLITE_LIMIT_LENGTH).
+pub const QUERY_MOST_BYTES: usize = 64 * 1024 * 1024;
+
+/// The most values (rows times columns) one `query` result may hold: each takes memory of its
+/// own, however short its JSON.
+pub const QUERY_MOST_VALUES: usize = 1_000_000;
+
+/// What a `query` result has taken so far, against its bounds and its `--timeout`: each
+/// backend takes every value through it as the rows are read.
+pub(crate) struct QueryBudget {
+    /// What each column's key costs a row: `"name":` and a separator.
+    keys: Vec<usize>,
+    bytes: usize,
+    values: usize,
+    start: std::time::Instant,
+    limit: Duration,
+}
+
+impl QueryBudget {
+    pub(crate) fn new(columns: &[String], start: std::time::Instant, limit: Duration) -> Self {
+        QueryBudget {
+            keys: columns
+                .iter()
+                .map(|c| json_len(&c.as_str().into()) + 2)
+                .collect(),
+            bytes: 2,
+            values: 0,
+            start,
+            limit,
+        }
+    }
+
+    /// Whether `--timeout` has passed: reading and converting rows counts, not only the
+    /// database's own work.
+    pub(crate) fn overdue(&self) -> bool {
+        self.start.elapsed() > self.limit
+    }
+
+    /// Takes one value of column `i`, or refuses the result as too large.
+    pub(crate) fn take(&mut self, i: usize, v: &serde_json::Value) -> Result<()> {
+        self.values += 1;
+        self.bytes += self.keys.get(i).copied().unwrap_or(0) + json_len(v);
+        if i == 0 {
+            self.bytes += 3; // {}, and the row's separator
+        }
+        if self.values > QUERY_MOST_VALUES {
+            return Err(too_large(format!("over {QUERY_MOST_VALUES} values")));
+        }
+        if self.bytes > QUERY_MOST_BYTES {
+            return Err(too_large(format!("over {QUERY_MOST_BYTES} bytes of JSON")));
+        }
+        Ok(())
+    }
+}
+
+/// The refusal of a result past [`QUERY_MOST_BYTES`] or [`QUERY_MOST_VALUES`].
+pub(crate) fn too_large(what: impl std::fmt::Display) -> anyhow::Error {
+    crate::error::refused(format!(
+        "query result too large ({what}): one query returns at most {QUERY_MOST_BYTES} bytes \
+         (64 MiB) of JSON and {QUERY_MOST_VALUES} values; narrow it with WHERE, LIMIT, fewer \
+         columns or substr()"
+    ))
+}
+
+/// The length of a value's JSON, counted as it is written, never held.
+fn json_len(v: &serde_json::Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    let _ = serde_json::to_writer(&mut c, v);
+    c.0
+}
+
 /// The run's own row.
 #[derive(Debug, Clone)]
 pub struct RunInfo {

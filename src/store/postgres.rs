@@ -1507,6 +1507,28 @@ fn load_gate(c: &mut impl GenericClient, run_id: &str, id: &str) -> Result<Optio
     .map(|r| gate_row(&r)))
 }
 
+/// The roles a `query` session could act as that it must not: every role reachable by
+/// membership (pg_has_role's MEMBER, which follows memberships through any depth, with or
+/// without INHERIT) from session_user, current_user or the role the backend logged in as,
+/// that is a superuser, makes roles, replicates, is one of the server-file, server-program
+/// or signal roles, or may write a table of the openprose schema. The first column is the
+/// role the session runs as; the second, the offending roles (NULL when there are none).
+const QUERY_ROLE_GUARD: &str = "
+    SELECT current_user::text,
+           string_agg(DISTINCT r.rolname::text, ', ')
+      FROM pg_roles r
+     WHERE (pg_has_role(session_user, r.oid, 'MEMBER')
+            OR pg_has_role(current_user, r.oid, 'MEMBER')
+            OR pg_has_role((SELECT usesysid FROM pg_stat_activity WHERE pid = pg_backend_pid()),
+                           r.oid, 'MEMBER'))
+       AND (r.rolsuper OR r.rolcreaterole OR r.rolreplication
+            OR r.rolname IN ('pg_read_server_files', 'pg_write_server_files',
+                             'pg_execute_server_program', 'pg_signal_backend')
+            OR EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                        WHERE n.nspname = 'openprose' AND c.relkind IN ('r', 'p')
+                          AND has_table_privilege(r.oid, c.oid,
+                                                  'INSERT, UPDATE, DELETE, TRUNCATE')))";
+
 fn to_json(row: &Row, i: usize) -> serde_json::Value {
     use serde_json::Value;
     let ty = row.columns()[i].type_().clone();
@@ -1718,12 +1740,16 @@ impl Store for PgStore {
             limit.as_millis().min(i32::MAX as u128)
         ))
         .map_err(|e| map_err(e, &shown_url, busy_ms))?;
-        let stopped = |e: postgres::Error| match e.code() {
-            Some(c) if *c == SqlState::QUERY_CANCELED => crate::error::timed_out(format!(
+        let start = std::time::Instant::now();
+        let timed_out = || {
+            crate::error::timed_out(format!(
                 "query stopped after {}s (--timeout): {}",
                 limit.as_secs(),
                 shown(sql)
-            )),
+            ))
+        };
+        let stopped = |e: postgres::Error| match e.code() {
+            Some(c) if *c == SqlState::QUERY_CANCELED => timed_out(),
             Some(c)
                 if *c == SqlState::READ_ONLY_SQL_TRANSACTION
                     || *c == SqlState::INSUFFICIENT_PRIVILEGE =>
@@ -1748,23 +1774,23 @@ impl Store for PgStore {
             _ => map_err(e, &shown_url, busy_ms),
         })?;
         // A READ ONLY transaction does not stop a superuser's COPY ... TO PROGRAM, nor
-        // pg_read_file: query refuses to run as a role that can reach the server's files or
-        // programs. Connect as a role without them to use it.
+        // pg_read_file, and a role may become any role it is a member of (SET ROLE,
+        // set_config('role', ...)) within the statement. So the guard is on every role this
+        // session can become, directly or through membership, from the role it logged in as
+        // (session_user, which SET ROLE always returns to) and the role it runs as: none may
+        // be a superuser, make roles or replicate, hold the server-file, server-program or
+        // signal roles, or write a table of the openprose schema. Then switching roles reaches
+        // nothing the guard did not vet, and pg_terminate_backend / pg_cancel_backend reach
+        // only sessions of roles this one has the privileges of: never one that can write
+        // the state.
         let role = tx
-            .query_one(
-                "SELECT current_user::text,
-                        r.rolsuper
-                        OR pg_has_role(current_user, 'pg_read_server_files', 'USAGE')
-                        OR pg_has_role(current_user, 'pg_write_server_files', 'USAGE')
-                        OR pg_has_role(current_user, 'pg_execute_server_program', 'USAGE')
-                   FROM pg_roles r WHERE r.rolname = current_user",
-                &[],
-            )
+            .query_one(QUERY_ROLE_GUARD, &[])
             .map_err(|e| map_err(e, &shown_url, busy_ms))?;
-        if role.get::<_, bool>(1) {
+        if let Some(roles) = role.get::<_, Option<String>>(1) {
             return Err(refused(format!(
-                "query will not run as {}: a superuser, or a role that can read or write the server's files or run programs on it, can do harm no read-only transaction stops; connect as a role without those privileges (see README, Threat model)",
-                shown(role.get::<_, &str>(0))
+                "query will not run as {}: it can become {} (a superuser, a role that makes roles or replicates, pg_read_server_files, pg_write_server_files, pg_execute_server_program, pg_signal_backend, or a role that can write the openprose tables), whose powers a READ ONLY transaction does not contain; connect as a role that can only read the openprose schema (see README, Threat model)",
+                shown(role.get::<_, &str>(0)),
+                crate::error::clip(&roles, 200)
             )));
         }
         let columns: Vec<String> = stmt
@@ -1772,12 +1798,28 @@ impl Store for PgStore {
             .iter()
             .map(|c| c.name().to_string())
             .collect();
-        let params: Vec<&(dyn ToSql + Sync)> = Vec::new();
-        let rows = tx.query(&stmt, &params).map_err(stopped)?;
-        let rows = rows
-            .iter()
-            .map(|r| (0..columns.len()).map(|i| to_json(r, i)).collect())
-            .collect();
+        // Rows are taken one by one as they arrive, against the result's bounds and the
+        // timeout, never collected first.
+        let mut budget = super::QueryBudget::new(&columns, start, limit);
+        let mut rows = Vec::new();
+        {
+            use postgres::fallible_iterator::FallibleIterator;
+            let mut it = tx
+                .query_raw(&stmt, std::iter::empty::<&(dyn ToSql + Sync)>())
+                .map_err(stopped)?;
+            while let Some(r) = it.next().map_err(stopped)? {
+                let mut values = Vec::with_capacity(columns.len());
+                for i in 0..columns.len() {
+                    let v = to_json(&r, i);
+                    budget.take(i, &v)?;
+                    values.push(v);
+                }
+                rows.push(values);
+                if budget.overdue() {
+                    return Err(timed_out());
+                }
+            }
+        }
         tx.rollback().map_err(|e| map_err(e, &shown_url, busy_ms))?;
         Ok(QueryResult { columns, rows })
     }
