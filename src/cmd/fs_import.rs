@@ -68,8 +68,11 @@ pub fn run(args: &ImportArgs, ctx: &Context) -> Result<Imported> {
                 continue;
             };
             let name = b.name.clone().unwrap_or_default();
-            let file = crate::attach::file_name(&name, b.execution_id);
-            fs::write(files.join(&file), value)?;
+            let file = crate::attach::file_name(&name, b.execution_id)?;
+            fs::write(
+                crate::model::path_in(&files, &file, crate::model::PathName::File)?,
+                value,
+            )?;
             let rel = format!("{}/{file}", crate::run::ATTACHMENTS_DIR);
             b.value = Some(crate::attach::summary(value.len() as u64, &rel).into_bytes());
             b.attachment_path = Some(rel.clone());
