@@ -110,9 +110,10 @@ pub const MAX_STATE_BYTES: u64 = 8 * 1024 * 1024;
 pub const MAX_STATE_LINES: usize = 20_000;
 pub const MAX_BLOCK_DEPTH: usize = 1_000;
 
-/// A path of the source as an error names it: escaped, on one line.
+/// A path of the source as an error names it: escaped, on one line, whole (the file's own
+/// name is at its end).
 fn named(path: &Path) -> String {
-    shown(&path.to_string_lossy())
+    format!("{:?}", path.to_string_lossy())
 }
 
 /// Refuses a symlink in the source (exit 4): nothing in it is ever followed, so that a link
