@@ -1836,3 +1836,232 @@ fn a_huge_filesystem_log_is_refused_in_bounded_memory() {
     assert!(stderr(&a).contains("line 1001"), "{}", stderr(&a));
     assert_eq!(tree(dest.root()), before);
 }
+
+/// Hostile names a raw row can hold: a path out of the run, an absolute path, empty, bidi,
+/// zero-width and control characters.
+const HOSTILE_NAMES: [&str; 6] = [
+    "../../../../../PWNED",
+    "/tmp/PWNED",
+    "",
+    "bidi\u{202e}x",
+    "zero\u{200b}width",
+    "ctl\u{1b}[31m",
+];
+
+/// Files named PWNED anywhere under `dir` (and its parent, where `../` would land).
+fn pwned(dir: &std::path::Path) -> Vec<String> {
+    tree(dir.parent().unwrap_or(dir))
+        .into_iter()
+        .filter(|f| f.contains("PWNED"))
+        .collect()
+}
+
+/// Finding 5: an export whose binding name was rewritten by raw SQL into a path out of the
+/// run (or empty, or bidi) is refused by `import` (exit 2, one line naming it) with nothing
+/// written: no run, no file outside. On main, `../../../../../PWNED` wrote 1.3 MB outside.
+fn imports_refuse_a_name_that_would_leave_the_run(b: Backend) {
+    let Some(dest) = project(b) else { return };
+    let home = project(Backend::Sqlite).unwrap();
+    let run = home.init();
+    run.cmd()
+        .args(["bind", "big"])
+        .write_stdin(text_value(200_000, 5))
+        .assert()
+        .success();
+    for (i, name) in HOSTILE_NAMES.iter().enumerate() {
+        let e = home.root().join(format!("e{i}"));
+        run.cmd().args(["export", "-o"]).arg(&e).assert().success();
+        rusqlite::Connection::open(e.join("state.db"))
+            .unwrap()
+            .execute("UPDATE bindings SET name = ?1 WHERE name = 'big'", [name])
+            .unwrap();
+        let before = tree(dest.root());
+        let a = dest.cmd().args(["import"]).arg(&e).assert().failure();
+        let err = stderr(&a);
+        assert_eq!(code(&a), 2, "{name:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains("binding name"), "{name:?}: {err}");
+        assert!(err.contains(&format!("{name:?}")), "{name:?}: {err}");
+        assert_eq!(tree(dest.root()), before, "{name:?}");
+        assert_eq!(pwned(dest.root()), Vec::<String>::new());
+        let a = dest
+            .run(&run.id)
+            .cmd()
+            .args(["get", "big"])
+            .assert()
+            .failure();
+        assert_eq!(code(&a), 3, "{name:?}: no run was made: {}", stderr(&a));
+    }
+}
+
+common::on_both!(imports_refuse_a_name_that_would_leave_the_run);
+
+/// Finding 5: `export` of a live run holding such a raw row is refused whole (exit 2, one
+/// line naming the row's name): no copy is made, nothing written outside the run, and the run
+/// is unchanged. On main it wrote the value to `../../../../../PWNED@root….md`.
+fn exports_refuse_a_raw_row_whose_name_would_leave_the_copy(b: Backend) {
+    let Some(p) = project(b) else { return };
+    let run = p.init();
+    run.cmd()
+        .args(["bind", "big"])
+        .write_stdin(text_value(200_000, 6))
+        .assert()
+        .success();
+    let mut last = "big".to_string();
+    for name in HOSTILE_NAMES {
+        let view = run.view();
+        view.raw(
+            &format!(
+                "UPDATE bindings SET name = '{}' WHERE name = '{}'",
+                name.replace('\'', "''"),
+                last.replace('\'', "''")
+            ),
+            &format!(
+                "UPDATE openprose.bindings SET name = '{}' WHERE run_id = '$RUN' AND name = '{}'",
+                name.replace('\'', "''"),
+                last.replace('\'', "''")
+            ),
+        );
+        last = name.to_string();
+        let before = run.snapshot();
+        let files = tree(p.root());
+        let out = p.root().join("copy");
+        let a = run
+            .cmd()
+            .args(["export", "-o"])
+            .arg(&out)
+            .assert()
+            .failure();
+        let err = stderr(&a);
+        assert_eq!(code(&a), 2, "{name:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains(&format!("{name:?}")), "{name:?}: {err}");
+        assert!(!out.exists());
+        assert_eq!(tree(p.root()), files, "{name:?}");
+        assert_eq!(pwned(p.root()), Vec::<String>::new());
+        assert_eq!(run.snapshot(), before);
+    }
+}
+
+common::on_both!(exports_refuse_a_raw_row_whose_name_would_leave_the_copy);
+
+/// Finding 13: a run whose `state.db` is a symlink to another run's is read through it, but
+/// every write through it is refused (exit 4), as a symlinked attachment is: a large bind
+/// puts no row in the other run and leaves no file in either. On main the row landed in the
+/// other run's database and its file in this run's attachments.
+#[test]
+fn a_symlinked_state_db_takes_no_writes() {
+    let p = Project::new();
+    let s2 = p.init();
+    let s3 = p.init();
+    s2.bind("v", "of s2", None);
+    std::fs::remove_file(&s3.db).unwrap();
+    std::os::unix::fs::symlink(std::fs::canonicalize(&s2.db).unwrap(), &s3.db).unwrap();
+    let before = (s2.snapshot(), tree(&s3.dir));
+    for args in [
+        vec!["bind", "big"],
+        vec!["bind", "small", "x"],
+        vec!["gates", "create", "g", "--prompt", "Go?"],
+        vec![
+            "exec-append",
+            "--index",
+            "1",
+            "--text",
+            "t",
+            "--status",
+            "completed",
+        ],
+    ] {
+        let a = s3
+            .cmd()
+            .args(&args)
+            .write_stdin(text_value(200_000, 8))
+            .assert()
+            .failure();
+        let err = stderr(&a);
+        assert_eq!(code(&a), 4, "{args:?}: {err}");
+        assert!(err.contains("symlink"), "{err}");
+        assert_eq!((s2.snapshot(), tree(&s3.dir)), before, "{args:?}");
+    }
+    // Reads still work.
+    assert_eq!(s3.get("v", None), b"of s2");
+}
+
+/// Finding 14: a run directory copied with `cp -r` is listed under its own name, never the
+/// original's, and named as a copy (`gates`, `runs`, from the catalog and with `--scan`); a
+/// decision or any write in it is refused (exit 4, one line saying what to do), and neither
+/// run changes. The original is decided as before. On main, `gates` showed the original's id
+/// twice and deciding "the copy" decided the original.
+#[test]
+fn a_copied_run_directory_is_listed_as_itself_and_decides_nothing() {
+    let p = Project::new();
+    let run = p.init();
+    run.cmd()
+        .args([
+            "gates", "create", "g", "--prompt", "Go?", "--allow", "alice",
+        ])
+        .assert()
+        .success();
+    let copy_id = "20990101-000000-copy00";
+    let copy = p.run(copy_id);
+    copy_dir(&run.dir, &copy.dir);
+    for scan in [false, true] {
+        let mut c = p.cmd();
+        c.args(["--json", "gates"]);
+        if scan {
+            c.arg("--scan");
+        }
+        let a = c.assert().success();
+        let v = stdout_json(&a);
+        let mut runs: Vec<String> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["run_id"].as_str().unwrap().to_string())
+            .collect();
+        runs.sort();
+        let mut want = vec![run.id.clone(), copy_id.to_string()];
+        want.sort();
+        assert_eq!(runs, want, "scan {scan}: {v}");
+        assert!(stderr(&a).contains("copy"), "scan {scan}: {}", stderr(&a));
+        let mut c = p.cmd();
+        c.args(["--json", "runs"]);
+        if scan {
+            c.arg("--scan");
+        }
+        let a = c.assert().success();
+        let v = stdout_json(&a);
+        let mut ids: Vec<String> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        assert_eq!(ids, want, "scan {scan}: {v}");
+        assert!(stderr(&a).contains("copy"), "scan {scan}: {}", stderr(&a));
+    }
+    let before = (run.snapshot(), copy.snapshot());
+    for args in [
+        vec!["approve", copy_id, "g", "--yes", "--as", "alice"],
+        vec![
+            "reject", copy_id, "g", "--yes", "--as", "alice", "--reason", "no",
+        ],
+        vec!["--run", copy_id, "bind", "v", "x"],
+        vec!["--run", copy_id, "gates", "create", "h", "--prompt", "Go?"],
+    ] {
+        let a = p.cmd().args(&args).assert().failure();
+        let err = stderr(&a);
+        assert_eq!(code(&a), 4, "{args:?}: {err}");
+        assert!(err.contains("copy"), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert_eq!((run.snapshot(), copy.snapshot()), before, "{args:?}");
+    }
+    // Reads work; the original decides as ever.
+    copy.cmd().args(["gates", "show", "g"]).assert();
+    run.cmd()
+        .args(["approve", &run.id, "g", "--yes", "--as", "alice"])
+        .assert()
+        .success();
+    assert_eq!(copy.snapshot(), before.1);
+}
