@@ -469,6 +469,45 @@ mod tests {
     }
 
     #[test]
+    fn names_become_paths_only_inside_their_directory() {
+        use super::{path_in, PathName};
+        let dir = std::path::Path::new("/runs/r/attachments");
+        for kind in [
+            PathName::Binding,
+            PathName::Agent,
+            PathName::Run,
+            PathName::File,
+        ] {
+            for bad in [
+                "",
+                ".",
+                "..",
+                "../x",
+                "a/b",
+                "a\\b",
+                "/abs",
+                ".hidden",
+                "a\0b",
+                "a\u{1b}b",
+                "a\u{202e}b",
+                "a\u{200b}b",
+                "a\u{2066}b",
+                "a\u{feff}b",
+                "a\nb",
+            ] {
+                assert!(path_in(dir, bad, kind).is_err(), "{kind:?} {bad:?}");
+            }
+            assert!(path_in(dir, &"a".repeat(256), kind).is_err());
+        }
+        assert_eq!(
+            path_in(dir, "report", PathName::Binding).unwrap(),
+            dir.join("report")
+        );
+        assert!(path_in(dir, "20261122-143052-a7b3c9", PathName::Run).is_ok());
+        assert!(path_in(dir, "report@root.00ff.md", PathName::File).is_ok());
+    }
+
+    #[test]
     fn run_ids() {
         assert!(check_run_id(&new_run_id()).is_ok());
         assert_eq!(new_run_id().len(), "20260116-143052-a7b3c9".len());

@@ -1848,10 +1848,15 @@ const HOSTILE_NAMES: [&str; 6] = [
     "ctl\u{1b}[31m",
 ];
 
-/// Files named PWNED anywhere under `dir` (and its parent, where `../` would land).
+/// Files named PWNED anywhere under `dir`, and beside it (where `../` out of a run lands).
 fn pwned(dir: &std::path::Path) -> Vec<String> {
-    tree(dir.parent().unwrap_or(dir))
+    let beside = std::fs::read_dir(dir.parent().unwrap_or(dir))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().display().to_string());
+    tree(dir)
         .into_iter()
+        .chain(beside)
         .filter(|f| f.contains("PWNED"))
         .collect()
 }
