@@ -35,6 +35,9 @@ CREATE TABLE IF NOT EXISTS runs (
 CREATE INDEX IF NOT EXISTS catalog_runs_started ON runs(started_at DESC, id DESC);
 CREATE INDEX IF NOT EXISTS catalog_runs_stale ON runs(stale) WHERE stale <> 0;
 CREATE INDEX IF NOT EXISTS catalog_runs_odd ON runs(kind) WHERE kind <> 'sqlite';
+-- Run directories whose name is not the id their database records (copied by hand): listed
+-- under their directory's name, and named in every listing's warnings.
+CREATE INDEX IF NOT EXISTS catalog_runs_copies ON runs(id) WHERE run_id <> id;
 
 -- The pending gates of the runs above, each as its run's gates row holds it.
 CREATE TABLE IF NOT EXISTS gates (

@@ -107,10 +107,18 @@ impl Drop for StagedFile {
 /// scope, `{name}@{execution_id}.{unique}.md` in an execution's scope. Names cannot contain
 /// `@`, so the name and scope read back without ambiguity, and the unique part (random) keeps
 /// every write's file its own.
-pub fn file_name(name: &str, execution_id: Option<i64>) -> String {
+///
+/// A binding's name becomes a path here, so it goes through the one boundary
+/// ([`crate::model::path_in`]) whatever its source: a name from a row (written by raw SQL, or
+/// carried by an import) that could leave `attachments/` is refused (exit 2), never written.
+pub fn file_name(name: &str, execution_id: Option<i64>) -> Result<String> {
+    use crate::model::{path_in, PathName};
+    path_in(Path::new(ATTACHMENTS_DIR), name, PathName::Binding)?;
     let scope = execution_id.map_or_else(|| "root".to_string(), |id| id.to_string());
     let unique: u64 = rand::random();
-    format!("{name}@{scope}.{unique:016x}.md")
+    let file = format!("{name}@{scope}.{unique:016x}.md");
+    path_in(Path::new(ATTACHMENTS_DIR), &file, PathName::File)?;
+    Ok(file)
 }
 
 /// The run's `attachments/` directory, created if missing. A symlink there (or anything that
@@ -278,7 +286,7 @@ pub fn stage(
     }
 
     // Named only now: an inline value needs no file name (and no random number).
-    let file_name = file_name(name, execution_id);
+    let file_name = file_name(name, execution_id)?;
     let run_dir = match dest {
         Dest::Dir(run_dir) => run_dir,
         Dest::Store(store) => {
@@ -325,7 +333,7 @@ pub fn upload(
     name: &str,
     execution_id: Option<i64>,
 ) -> Result<StagedBlob> {
-    let blob = file_name(name, execution_id);
+    let blob = file_name(name, execution_id)?;
     let mut upload = store.upload(&blob)?;
     let bytes = pour(Vec::new(), input, None, &mut |b| upload.write(b))?;
     upload.finish()?;

@@ -47,6 +47,9 @@ pub struct Context {
     prose_dir: PathBuf,
     /// The project's PostgreSQL URL, once looked up (`.env`, then the environment).
     pg_url: OnceLock<Result<Option<String>, String>>,
+    /// `--run` came from a client that may name only a run id of this project (MCP): never a
+    /// directory or a state.db path.
+    run_ids_only: bool,
 }
 
 impl Context {
@@ -70,7 +73,16 @@ impl Context {
             runs_dir,
             prose_dir,
             pg_url: OnceLock::new(),
+            run_ids_only: false,
         }
+    }
+
+    /// The run comes from a client (an MCP call) that may name only a run id of this project
+    /// or its server, never a path: anything else is "run not found", saying nothing of what
+    /// exists where.
+    pub fn run_ids_only(mut self) -> Self {
+        self.run_ids_only = true;
+        self
     }
 
     /// `--run` as given on the command line (which narrows a listing).
@@ -139,7 +151,13 @@ impl Context {
             )));
         };
         Ok(match backend {
-            Backend::Sqlite => Box::new(SqliteStore::open(&paths.db, self.opts)?),
+            Backend::Sqlite => {
+                let mut store = SqliteStore::open(&paths.db, self.opts)?;
+                if let Some(why) = read_only(paths, &mut store) {
+                    store.refuse_writes(why);
+                }
+                Box::new(store)
+            }
             Backend::Postgres => Box::new(PgStore::open_run(
                 &self.postgres_url()?,
                 &paths.id,
@@ -159,6 +177,9 @@ impl Context {
     /// Where the run `run_arg` names is, or would be: a run here, or an id the project's
     /// server may hold (checked when it is opened).
     fn locate(&self, run_arg: Option<&str>) -> Result<RunPaths> {
+        if self.run_ids_only {
+            return self.locate_id(run_arg);
+        }
         match run::locate(self.root.as_deref(), run_arg) {
             Ok(paths) => Ok(paths),
             Err(e) => match run_arg {
@@ -167,10 +188,26 @@ impl Context {
                         && crate::model::check_run_id(id).is_ok()
                         && self.uses_postgres() =>
                 {
-                    Ok(RunPaths::in_dir(self.runs_dir.join(id)))
+                    crate::model::path_in(&self.runs_dir, id, crate::model::PathName::Run)
+                        .map(RunPaths::in_dir)
                 }
                 _ => Err(e),
             },
+        }
+    }
+
+    /// The run a run id names, and nothing else: its directory here (through the one
+    /// boundary for names that become paths), or the project's server.
+    fn locate_id(&self, run_arg: Option<&str>) -> Result<RunPaths> {
+        let id = run_arg.ok_or_else(|| usage("no run given: pass run (a run id)"))?;
+        let gone = || not_found(format!("run not found: {}", crate::error::shown(id)));
+        let dir = crate::model::path_in(&self.runs_dir, id, crate::model::PathName::Run)
+            .map_err(|_| gone())?;
+        let paths = RunPaths::in_dir(dir);
+        if paths.exists() || self.uses_postgres() {
+            Ok(paths)
+        } else {
+            Err(gone())
         }
     }
 
@@ -196,11 +233,13 @@ impl Context {
             let ids = PgStore::open_project(&self.postgres_url()?, self.opts)?.run_ids()?;
             for id in ids {
                 // An id written on the server by other means must not become a path.
-                if crate::model::check_run_id(&id).is_err() {
+                let Ok(dir) =
+                    crate::model::path_in(&self.runs_dir, &id, crate::model::PathName::Run)
+                else {
                     continue;
-                }
+                };
                 if !runs.iter().any(|r| r.id == id) {
-                    runs.push(RunPaths::in_dir(self.runs_dir.join(&id)));
+                    runs.push(RunPaths::in_dir(dir));
                 }
             }
             runs.sort_by(|a, b| a.id.cmp(&b.id));
@@ -473,6 +512,61 @@ impl Context {
             .or_else(|| std::env::var_os("HOME").map(Into::into))
             .filter(|h: &PathBuf| !h.as_os_str().is_empty())
     }
+}
+
+/// Why a SQLite run takes no writes, though it can be read (None: it takes them):
+/// - its `state.db` is a symlink: a write through it would land in another run's database
+///   (its values in this one's `attachments/`), so it is refused, as a symlinked attachment is;
+/// - it is a copy: a run directory of the project whose name is not the id its database
+///   records (made by `cp -r`). It is listed under its directory's name, and a decision in it
+///   would be a decision of no run anyone is shown, so none is taken in it while it sits
+///   among the project's runs under a name that is not its id.
+pub fn read_only(paths: &RunPaths, store: &mut SqliteStore) -> Option<String> {
+    use crate::store::Store as _;
+    if std::fs::symlink_metadata(&paths.db).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Some(format!(
+            "state.db is a symlink; prose-state reads through it but never writes through it (replace it with the database itself): {}",
+            paths.db.display()
+        ));
+    }
+    let (_, dir_id) = crate::store::catalog::of_state_db(&paths.db)?;
+    let recorded = store.run_info().ok()?.id;
+    (recorded != dir_id).then(|| copy_refusal(&paths.dir, &recorded))
+}
+
+/// The id a run directory of the project records, when it is not the directory's name (a
+/// copy made by hand); None for every other run.
+pub fn copy_of(ctx: &Context, paths: &RunPaths) -> Option<String> {
+    let (_, dir_id) = crate::store::catalog::of_state_db(&paths.db)?;
+    if !paths.db.is_file() || paths.dir.join(crate::run::BACKEND_FILE).is_file() {
+        return None;
+    }
+    use crate::store::Store as _;
+    let recorded = SqliteStore::open(&paths.db, ctx.opts)
+        .ok()?
+        .run_info()
+        .ok()?
+        .id;
+    (recorded != dir_id).then_some(recorded)
+}
+
+/// The id a listing shows for a run visited at `paths` whose rows say `recorded`: a run
+/// directory of the project is listed under its own name (a copy's rows name the original).
+pub fn listed_id(paths: &RunPaths, recorded: Option<&str>) -> String {
+    match crate::store::catalog::of_state_db(&paths.db) {
+        Some((_, dir_id)) => dir_id,
+        None => recorded.unwrap_or(&paths.id).to_string(),
+    }
+}
+
+/// What a write in a copied run directory is told (see [`read_only`]).
+pub fn copy_refusal(dir: &Path, recorded: &str) -> String {
+    format!(
+        "run directory {} is a copy of run {} (its name is not the id it records): nothing is decided or written in it; act on the run itself (--run {}), or move the copy out of the project's runs/ (then `import DIR` into another project)",
+        dir.display(),
+        crate::error::shown(recorded),
+        crate::error::shown(recorded)
+    )
 }
 
 /// The project root when none is given: the nearest directory, from the current one up,

@@ -475,6 +475,12 @@ impl Server {
                 .map_err(crate::error::usage)?
         };
         let ctx = Context::resolve(&cli.global);
+        // A run the client names is a run id of this project (or its server), never a path.
+        let client_run = spec
+            .params
+            .iter()
+            .any(|p| p.level == 0 && args.get(&p.property).is_some_and(|v| !v.is_null()));
+        let ctx = if client_run { ctx.run_ids_only() } else { ctx };
         if let crate::cli::Command::Log(a) = &cli.command {
             let mut events = Vec::new();
             let mut text = Vec::new();

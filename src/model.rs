@@ -117,6 +117,82 @@ pub fn check_run_id(id: &str) -> Result<()> {
     }
 }
 
+/// What kind of name becomes a path: each has its own grammar, and every one goes through
+/// [`path_in`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathName {
+    /// A binding name ([`check_name`]): part of an attachment's file name.
+    Binding,
+    /// An agent name ([`check_name`]).
+    Agent,
+    /// A run id ([`check_run_id`]): a directory under `.prose/runs/`.
+    Run,
+    /// A file name composed from checked parts (an attachment's `{name}@{scope}.{unique}.md`).
+    File,
+}
+
+impl PathName {
+    fn what(self) -> &'static str {
+        match self {
+            PathName::Binding => "binding name",
+            PathName::Agent => "agent name",
+            PathName::Run => "run id",
+            PathName::File => "file name",
+        }
+    }
+}
+
+/// The longest name that becomes one path component: the file name limit of common
+/// filesystems.
+pub const MAX_SEGMENT_BYTES: usize = 255;
+
+/// The one place a name becomes a path: `dir/name`, whatever the name's source (the command
+/// line, MCP, a URL, an import, a row read back from a database, which raw SQL may have
+/// written). Refused (exit 2, naming it) unless the name is of its kind's grammar and is one
+/// plain path component that stays in `dir` and hides nothing there: never empty, `.`, `..` or
+/// `.`-led, never a separator, NUL, control, bidirectional or zero-width character, never an
+/// absolute path, at most 255 bytes.
+pub fn path_in(dir: &std::path::Path, name: &str, kind: PathName) -> Result<std::path::PathBuf> {
+    match kind {
+        PathName::Binding => check_name(name)?,
+        PathName::Agent => check_name(name).map_err(|_| {
+            usage(format!(
+                "invalid agent name (a letter or _ first, then letters, digits, _ . -): {}",
+                shown(name)
+            ))
+        })?,
+        PathName::Run => check_run_id(name)?,
+        PathName::File => {}
+    }
+    check_segment(name, kind.what())?;
+    Ok(dir.join(name))
+}
+
+/// Whether `name` is one plain path component that stays where it is put (see [`path_in`]).
+fn check_segment(name: &str, what: &str) -> Result<()> {
+    let bad = |why: &str| Err(usage(format!("invalid {what} ({why}): {}", shown(name))));
+    if name.is_empty() {
+        return bad("empty");
+    }
+    if name.len() > MAX_SEGMENT_BYTES {
+        return bad(&format!("longer than {MAX_SEGMENT_BYTES} bytes"));
+    }
+    if name.starts_with('.') {
+        return bad("starts with .");
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|&c| matches!(c, '/' | '\\') || c.is_control() || is_invisible(c))
+    {
+        return bad(&format!("character {c:?} not allowed"));
+    }
+    let mut parts = std::path::Path::new(name).components();
+    match (parts.next(), parts.next()) {
+        (Some(std::path::Component::Normal(n)), None) if n == name => Ok(()),
+        _ => bad("not one plain path component"),
+    }
+}
+
 /// A new run id in the spec's format `{YYYYMMDD}-{HHMMSS}-{random6}`.
 pub fn new_run_id() -> String {
     use rand::Rng;
@@ -390,6 +466,45 @@ mod tests {
             assert!(check_name(bad).is_err(), "{bad:?}");
         }
         assert!(check_name(&"a".repeat(MAX_NAME_BYTES + 1)).is_err());
+    }
+
+    #[test]
+    fn names_become_paths_only_inside_their_directory() {
+        use super::{path_in, PathName};
+        let dir = std::path::Path::new("/runs/r/attachments");
+        for kind in [
+            PathName::Binding,
+            PathName::Agent,
+            PathName::Run,
+            PathName::File,
+        ] {
+            for bad in [
+                "",
+                ".",
+                "..",
+                "../x",
+                "a/b",
+                "a\\b",
+                "/abs",
+                ".hidden",
+                "a\0b",
+                "a\u{1b}b",
+                "a\u{202e}b",
+                "a\u{200b}b",
+                "a\u{2066}b",
+                "a\u{feff}b",
+                "a\nb",
+            ] {
+                assert!(path_in(dir, bad, kind).is_err(), "{kind:?} {bad:?}");
+            }
+            assert!(path_in(dir, &"a".repeat(256), kind).is_err());
+        }
+        assert_eq!(
+            path_in(dir, "report", PathName::Binding).unwrap(),
+            dir.join("report")
+        );
+        assert!(path_in(dir, "20261122-143052-a7b3c9", PathName::Run).is_ok());
+        assert!(path_in(dir, "report@root.00ff.md", PathName::File).is_ok());
     }
 
     #[test]

@@ -218,8 +218,8 @@ pub fn build_dir(
             continue;
         };
         let name = b.name.as_deref().unwrap_or_default();
-        let file_name = attach::file_name(name, b.execution_id);
-        let target = files.join(&file_name);
+        let file_name = attach::file_name(name, b.execution_id)?;
+        let target = crate::model::path_in(&files, &file_name, crate::model::PathName::File)?;
         let mut reader = value(src, src_dir, path, name)?;
         let mut out = fs::File::create_new(&target)
             .with_context(|| format!("could not create {}", target.display()))?;

@@ -706,3 +706,60 @@ fn a_request_over_the_limit_is_answered_with_an_error(backend: Backend) {
 }
 
 on_both!(a_request_over_the_limit_is_answered_with_an_error);
+
+/// Finding 16d: a call's `run` is a run id of this project (or its server), never a path:
+/// another project's run directory or state.db, a relative path, `..`, hostile characters are
+/// each "not found", with a message that names no path and says nothing of what exists; the
+/// other project's run is unchanged. The server's own run answers as ever.
+fn a_calls_run_is_a_run_id_never_a_path(backend: Backend) {
+    let Some(p) = Project::on(backend) else {
+        return;
+    };
+    let run = p.init();
+    run.bind("v", "mine", None);
+    let other = Project::new();
+    let theirs = other.init();
+    theirs.bind("v", "theirs", None);
+    let before = common::snapshot_db(&theirs.db);
+    let abs = theirs.dir.display().to_string();
+    let db = theirs.db.display().to_string();
+    let rel = format!("../{}", theirs.dir.strip_prefix("/").unwrap().display());
+    runtime().block_on(async {
+        let client = connect(&p, "bot", &run).await;
+        for bad in [
+            abs.as_str(),
+            db.as_str(),
+            rel.as_str(),
+            "..",
+            ".prose/runs",
+            &format!(".prose/runs/{}", run.id),
+            "x\u{202e}y",
+            "",
+        ] {
+            for (tool, args) in [
+                ("get", json!({"run": bad, "name": "v"})),
+                ("bind", json!({"run": bad, "name": "w", "value": "x"})),
+            ] {
+                let r = call(&client, tool, args).await;
+                assert_eq!(r.is_error, Some(true), "{tool} {bad:?}: {r:?}");
+                let text = format!("{:?}", r.content);
+                assert!(
+                    matches!(class(&r), "not_found" | "usage"),
+                    "{tool} {bad:?}: {r:?}"
+                );
+                assert!(!text.contains("theirs"), "{text}");
+                assert!(
+                    !text.contains(other.root().to_str().unwrap())
+                        || bad.contains(other.root().to_str().unwrap()),
+                    "{text}"
+                );
+            }
+        }
+        let r = call(&client, "get", json!({"run": run.id, "name": "v"})).await;
+        assert_eq!(class(&r), "ok", "{r:?}");
+        client.cancel().await.unwrap();
+    });
+    assert_eq!(common::snapshot_db(&theirs.db), before);
+}
+
+on_both!(a_calls_run_is_a_run_id_never_a_path);

@@ -706,7 +706,7 @@ fn racing_first_writes_all_land() {
         .unwrap();
     assert_eq!(n, 16);
     // An older file that a write upgrades, 16 writers at once.
-    let dir = p.root().join(".prose/runs/old-one");
+    let dir = p.root().join(".prose/runs/20260116-143052-a7b3c9");
     std::fs::create_dir_all(dir.join("attachments")).unwrap();
     std::fs::copy(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/v0-raw-sqlite3.db"),
@@ -716,7 +716,13 @@ fn racing_first_writes_all_land() {
     let children: Vec<_> = (0..16)
         .map(|i| {
             p.std_cmd()
-                .args(["--run", "old-one", "bind", &format!("b{i}"), "v"])
+                .args([
+                    "--run",
+                    "20260116-143052-a7b3c9",
+                    "bind",
+                    &format!("b{i}"),
+                    "v",
+                ])
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()

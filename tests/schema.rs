@@ -139,7 +139,9 @@ fn an_older_database_is_upgraded_forward_keeping_user_data() {
 #[test]
 fn an_upgrade_that_cannot_apply_changes_nothing() {
     let p = Project::new();
-    let run = copy_fixture(&p, "dupes");
+    // Named after the id it records: a directory named otherwise is a copy, which takes no
+    // writes.
+    let run = copy_fixture(&p, "20260116-143052-a7b3c9");
     {
         // two root rows for one name: the unique key cannot be built over them
         let c = rusqlite::Connection::open(&run.db).unwrap();
@@ -323,7 +325,7 @@ fn every_raw_shape_upgrades_with_every_default_of_the_embedded_schema() {
             "research",
             "root value",
         ),
-        ("v1-prose-state-0.1.db", "20260116-000000-v1v1v1", "", ""),
+        ("v1-prose-state-0.1.db", "20261122-090000-v1v1v1", "", ""),
     ] {
         let run = copy_named_fixture(&p, id, fixture);
         let original = std::fs::read(&run.db).unwrap();

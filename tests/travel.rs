@@ -1606,38 +1606,174 @@ fn the_documented_move_to_postgres_runs_as_written() {
     }
 }
 
-/// A filesystem run with hostile entries: a symlinked binding file (to a file outside),
-/// names with control, bidi and zero-width characters, a state.md line with an escape
-/// sequence. Nothing is followed, nothing hostile becomes a name, every one is reported, and
-/// the report shows them escaped.
-#[test]
-fn filesystem_imports_follow_no_link_and_take_no_hostile_name() {
-    let dest = Project::new();
-    let dir = dest.root().join("src/.prose/runs/20260101-000000-aaaaaa");
+/// Everything under a directory, names and sizes (to show a refusal wrote nothing).
+fn tree(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    fn walk(dir: &std::path::Path, out: &mut Vec<String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            out.push(format!(
+                "{} {}",
+                p.display(),
+                if m.is_dir() { 0 } else { m.len() }
+            ));
+            if m.is_dir() {
+                walk(&p, out);
+            }
+        }
+    }
+    walk(dir, &mut out);
+    out.sort();
+    out
+}
+
+/// A filesystem run to import: `state.md`, a binding, an agent with memory and a segment,
+/// the program, and a project agent around it.
+fn fs_run(root: &std::path::Path) -> std::path::PathBuf {
+    let dir = root.join("src/.prose/runs/20260101-000000-aaaaaa");
     std::fs::create_dir_all(dir.join("bindings")).unwrap();
     std::fs::create_dir_all(dir.join("agents/good")).unwrap();
-    std::fs::create_dir_all(dir.join("agents/bad\u{202e}name")).unwrap();
+    std::fs::create_dir_all(root.join("src/.prose/agents/helper")).unwrap();
     std::fs::write(
         dir.join("state.md"),
         "# run:20260101-000000-aaaaaa p.prose\n1→ ok ✓\n\u{1b}[31mred\u{1b}[0m\n",
     )
     .unwrap();
-    let secret = dest.root().join("secret.txt");
-    std::fs::write(&secret, "not for the run").unwrap();
-    std::os::unix::fs::symlink(&secret, dir.join("bindings/leak.md")).unwrap();
-    for name in ["bidi\u{202e}x", "zero\u{200b}width", "ctl\u{7}bell"] {
-        std::fs::write(
-            dir.join(format!("bindings/{name}.md")),
-            "# x\n\nkind: let\n\n---\n\nv\n",
-        )
-        .unwrap();
-    }
+    std::fs::write(dir.join("program.prose"), "session \"hi\"\n").unwrap();
     std::fs::write(
         dir.join("bindings/fine.md"),
         "# fine\n\nkind: let\n\n---\n\nok\n",
     )
     .unwrap();
     std::fs::write(dir.join("agents/good/memory.md"), "memory").unwrap();
+    std::fs::write(
+        dir.join("agents/good/good-001.md"),
+        "timestamp: 2026-01-01 00:00:00\nprompt: \"p\"\n## Summary\ns\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("src/.prose/agents/helper/memory.md"), "helps").unwrap();
+    dir
+}
+
+/// A filesystem run never has a symlink followed, for any file it reads (the log, the
+/// program, a binding, an agent's memory or segment, an agent directory, the bindings
+/// directory, the project's agents around the run): each is refused (exit 4, one line naming
+/// the file) and nothing is written, neither a run nor the project's agents. A name that
+/// could not be a binding's or an agent's (control, bidi and zero-width characters) is
+/// refused too (exit 2). What is no event is reported escaped. Fails on main, which read
+/// through every link but the bindings'.
+#[test]
+fn filesystem_imports_follow_no_link_and_take_no_hostile_name() {
+    let dest = Project::new();
+    let secret = dest.root().join("secret.txt");
+    std::fs::write(&secret, "not for the run").unwrap();
+    let secret_dir = dest.root().join("secret-dir");
+    std::fs::create_dir_all(secret_dir.join("x")).unwrap();
+    std::fs::write(secret_dir.join("memory.md"), "not for the run").unwrap();
+    let runs = dest.root().join(".prose/runs");
+    let agents_db = dest.root().join(".prose/agents.db");
+    type Spoil = fn(&std::path::Path, &std::path::Path, &std::path::Path);
+    let links: [(&str, Spoil); 8] = [
+        ("state.md", |d, s, _| {
+            std::fs::remove_file(d.join("state.md")).unwrap();
+            std::os::unix::fs::symlink(s, d.join("state.md")).unwrap();
+        }),
+        ("program.prose", |d, s, _| {
+            std::fs::remove_file(d.join("program.prose")).unwrap();
+            std::os::unix::fs::symlink(s, d.join("program.prose")).unwrap();
+        }),
+        ("leak.md", |d, s, _| {
+            std::os::unix::fs::symlink(s, d.join("bindings/leak.md")).unwrap();
+        }),
+        ("memory.md", |d, s, _| {
+            std::fs::remove_file(d.join("agents/good/memory.md")).unwrap();
+            std::os::unix::fs::symlink(s, d.join("agents/good/memory.md")).unwrap();
+        }),
+        ("good-002.md", |d, s, _| {
+            std::os::unix::fs::symlink(s, d.join("agents/good/good-002.md")).unwrap();
+        }),
+        ("linked", |d, _, sd| {
+            std::os::unix::fs::symlink(sd, d.join("agents/linked")).unwrap();
+        }),
+        ("bindings", |d, _, sd| {
+            std::fs::remove_dir_all(d.join("bindings")).unwrap();
+            std::os::unix::fs::symlink(sd, d.join("bindings")).unwrap();
+        }),
+        ("helper/memory.md", |d, s, _| {
+            let m = d.join("../../agents/helper/memory.md");
+            std::fs::remove_file(&m).unwrap();
+            std::os::unix::fs::symlink(s, m).unwrap();
+        }),
+    ];
+    for (what, spoil) in links {
+        let _ = std::fs::remove_dir_all(dest.root().join("src"));
+        let dir = fs_run(dest.root());
+        spoil(&dir, &secret, &secret_dir);
+        let before = tree(dest.root());
+        let a = dest
+            .cmd()
+            .args(["import", "--from", "filesystem"])
+            .arg(&dir)
+            .assert()
+            .failure();
+        let err = stderr(&a);
+        assert_eq!(code(&a), 4, "{what}: {err}");
+        assert!(
+            err.contains("symlink") && err.contains(what),
+            "{what}: {err}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "{what}: {err}");
+        assert_eq!(tree(dest.root()), before, "{what}: something was written");
+        assert!(!runs.join("20260101-000000-aaaaaa").exists(), "{what}");
+        assert!(!agents_db.exists(), "{what}");
+    }
+    // Hostile names: refused by name, nothing written.
+    for (name, agent) in [
+        ("bidi\u{202e}x", false),
+        ("zero\u{200b}width", false),
+        ("ctl\u{7}bell", false),
+        ("bad\u{202e}name", true),
+        ("iso\u{2066}late", true),
+    ] {
+        let _ = std::fs::remove_dir_all(dest.root().join("src"));
+        let dir = fs_run(dest.root());
+        if agent {
+            std::fs::create_dir_all(dir.join("agents").join(name)).unwrap();
+        } else {
+            std::fs::write(
+                dir.join(format!("bindings/{name}.md")),
+                "# x\n\nkind: let\n\n---\n\nv\n",
+            )
+            .unwrap();
+        }
+        let before = tree(dest.root());
+        let a = dest
+            .cmd()
+            .args(["import", "--from", "filesystem"])
+            .arg(&dir)
+            .assert()
+            .failure();
+        let err = stderr(&a);
+        assert_eq!(code(&a), 2, "{name:?}: {err}");
+        assert!(
+            err.contains(&format!("{name:?}").trim_matches('"').to_string())
+                || err.contains("invalid"),
+            "{name:?}: {err}"
+        );
+        assert!(
+            !err.contains('\u{202e}') && !err.contains('\u{7}'),
+            "{err:?}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "{name:?}: {err}");
+        assert_eq!(tree(dest.root()), before, "{name:?}: something was written");
+    }
+    // The clean run imports; what is no event is reported, escaped.
+    let _ = std::fs::remove_dir_all(dest.root().join("src"));
+    let dir = fs_run(dest.root());
     let a = dest
         .cmd()
         .args(["import", "--from", "filesystem"])
@@ -1645,27 +1781,11 @@ fn filesystem_imports_follow_no_link_and_take_no_hostile_name() {
         .assert()
         .success();
     let text = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
-    assert!(
-        !text.contains('\u{1b}') && !text.contains('\u{202e}'),
-        "{text:?}"
-    );
-    let v = import(&dest, &["--from", "filesystem", dir.to_str().unwrap()]);
-    assert_eq!(v["unchanged"], true);
-    let unmapped = v["unmapped"].to_string();
-    for want in ["leak.md", "bidi", "zero", "ctl", "bad", "line 3"] {
-        assert!(unmapped.contains(want), "{want}: {unmapped}");
-    }
+    assert!(!text.contains('\u{1b}'), "{text:?}");
+    assert!(text.contains("line 3"), "{text}");
     let run = dest.run("20260101-000000-aaaaaa");
     assert_eq!(run.get("fine", None), b"ok");
-    let names: Vec<String> = run
-        .conn()
-        .prepare("SELECT name FROM bindings")
-        .unwrap()
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(|r| r.unwrap())
-        .collect();
-    assert_eq!(names, ["fine"]);
+    assert_eq!(run.view().segments("good"), vec![1]);
     let leaked: i64 = run
         .conn()
         .query_row(
@@ -1675,5 +1795,278 @@ fn filesystem_imports_follow_no_link_and_take_no_hostile_name() {
         )
         .unwrap();
     assert_eq!(leaked, 0);
-    assert_eq!(run.view().segments("good"), Vec::<i64>::new());
+}
+
+/// A `state.md` far beyond any run's log (200,000 nested blocks, 4.6 MB) is refused (exit 2)
+/// in bounded memory, before anything is written; on main it took 1.4 GB and a minute. One
+/// nested deeper than the bound is refused too, naming its line.
+#[test]
+fn a_huge_filesystem_log_is_refused_in_bounded_memory() {
+    let dest = Project::new();
+    let dir = dest.root().join("src/20260101-000000-bbbbbb");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut log = String::from("# run:20260101-000000-bbbbbb p.prose\n");
+    for i in 1..=200_000 {
+        log += &format!("{i}→ block:b#{i}\n");
+    }
+    std::fs::write(dir.join("state.md"), &log).unwrap();
+    let before = tree(dest.root());
+    let child = dest
+        .std_cmd()
+        .args(["import", "--from", "filesystem"])
+        .arg(&dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (status, peak) = peak_rss_kib(child);
+    assert_eq!(status, 2);
+    assert!(peak < 64 * 1024, "peak {peak} KiB");
+    assert_eq!(tree(dest.root()), before);
+    let deep: String = (1..=1_001).map(|i| format!("{i}→ block:b#{i}\n")).collect();
+    std::fs::write(dir.join("state.md"), deep).unwrap();
+    let before = tree(dest.root());
+    let a = dest
+        .cmd()
+        .args(["import", "--from", "filesystem"])
+        .arg(&dir)
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 2, "{}", stderr(&a));
+    assert!(stderr(&a).contains("line 1001"), "{}", stderr(&a));
+    assert_eq!(tree(dest.root()), before);
+}
+
+/// Hostile names a raw row can hold: a path out of the run, an absolute path, empty, bidi,
+/// zero-width and control characters.
+const HOSTILE_NAMES: [&str; 6] = [
+    "../../../../../PWNED",
+    "/tmp/PWNED",
+    "",
+    "bidi\u{202e}x",
+    "zero\u{200b}width",
+    "ctl\u{1b}[31m",
+];
+
+/// Files named PWNED anywhere under `dir`, and beside it (where `../` out of a run lands).
+fn pwned(dir: &std::path::Path) -> Vec<String> {
+    let beside = std::fs::read_dir(dir.parent().unwrap_or(dir))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().display().to_string());
+    tree(dir)
+        .into_iter()
+        .chain(beside)
+        .filter(|f| f.contains("PWNED"))
+        .collect()
+}
+
+/// Finding 5: an export whose binding name was rewritten by raw SQL into a path out of the
+/// run (or empty, or bidi) is refused by `import` (exit 2, one line naming it) with nothing
+/// written: no run, no file outside. On main, `../../../../../PWNED` wrote 1.3 MB outside.
+fn imports_refuse_a_name_that_would_leave_the_run(b: Backend) {
+    let Some(dest) = project(b) else { return };
+    let home = project(Backend::Sqlite).unwrap();
+    let run = home.init();
+    run.cmd()
+        .args(["bind", "big"])
+        .write_stdin(text_value(200_000, 5))
+        .assert()
+        .success();
+    for (i, name) in HOSTILE_NAMES.iter().enumerate() {
+        let e = home.root().join(format!("e{i}"));
+        run.cmd().args(["export", "-o"]).arg(&e).assert().success();
+        rusqlite::Connection::open(e.join("state.db"))
+            .unwrap()
+            .execute("UPDATE bindings SET name = ?1 WHERE name = 'big'", [name])
+            .unwrap();
+        let before = tree(dest.root());
+        let a = dest.cmd().args(["import"]).arg(&e).assert().failure();
+        let err = stderr(&a);
+        assert_eq!(code(&a), 2, "{name:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains("binding name"), "{name:?}: {err}");
+        assert!(err.contains(&format!("{name:?}")), "{name:?}: {err}");
+        assert_eq!(tree(dest.root()), before, "{name:?}");
+        assert_eq!(pwned(dest.root()), Vec::<String>::new());
+        let a = dest
+            .run(&run.id)
+            .cmd()
+            .args(["get", "big"])
+            .assert()
+            .failure();
+        assert_eq!(code(&a), 3, "{name:?}: no run was made: {}", stderr(&a));
+    }
+}
+
+common::on_both!(imports_refuse_a_name_that_would_leave_the_run);
+
+/// Finding 5: `export` of a live run holding such a raw row is refused whole (exit 2, one
+/// line naming the row's name): no copy is made, nothing written outside the run, and the run
+/// is unchanged. On main it wrote the value to `../../../../../PWNED@root….md`.
+fn exports_refuse_a_raw_row_whose_name_would_leave_the_copy(b: Backend) {
+    let Some(p) = project(b) else { return };
+    let run = p.init();
+    run.cmd()
+        .args(["bind", "big"])
+        .write_stdin(text_value(200_000, 6))
+        .assert()
+        .success();
+    let mut last = "big".to_string();
+    for name in HOSTILE_NAMES {
+        let view = run.view();
+        view.raw(
+            &format!(
+                "UPDATE bindings SET name = '{}' WHERE name = '{}'",
+                name.replace('\'', "''"),
+                last.replace('\'', "''")
+            ),
+            &format!(
+                "UPDATE openprose.bindings SET name = '{}' WHERE run_id = '$RUN' AND name = '{}'",
+                name.replace('\'', "''"),
+                last.replace('\'', "''")
+            ),
+        );
+        last = name.to_string();
+        let before = run.snapshot();
+        let files = tree(p.root());
+        let out = p.root().join("copy");
+        let a = run
+            .cmd()
+            .args(["export", "-o"])
+            .arg(&out)
+            .assert()
+            .failure();
+        let err = stderr(&a);
+        assert_eq!(code(&a), 2, "{name:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains(&format!("{name:?}")), "{name:?}: {err}");
+        assert!(!out.exists());
+        assert_eq!(tree(p.root()), files, "{name:?}");
+        assert_eq!(pwned(p.root()), Vec::<String>::new());
+        assert_eq!(run.snapshot(), before);
+    }
+}
+
+common::on_both!(exports_refuse_a_raw_row_whose_name_would_leave_the_copy);
+
+/// Finding 13: a run whose `state.db` is a symlink to another run's is read through it, but
+/// every write through it is refused (exit 4), as a symlinked attachment is: a large bind
+/// puts no row in the other run and leaves no file in either. On main the row landed in the
+/// other run's database and its file in this run's attachments.
+#[test]
+fn a_symlinked_state_db_takes_no_writes() {
+    let p = Project::new();
+    let s2 = p.init();
+    let s3 = p.init();
+    s2.bind("v", "of s2", None);
+    std::fs::remove_file(&s3.db).unwrap();
+    std::os::unix::fs::symlink(std::fs::canonicalize(&s2.db).unwrap(), &s3.db).unwrap();
+    let before = (s2.snapshot(), tree(&s3.dir));
+    for args in [
+        vec!["bind", "big"],
+        vec!["bind", "small", "x"],
+        vec!["gates", "create", "g", "--prompt", "Go?"],
+        vec![
+            "exec-append",
+            "--index",
+            "1",
+            "--text",
+            "t",
+            "--status",
+            "completed",
+        ],
+    ] {
+        let a = s3
+            .cmd()
+            .args(&args)
+            .write_stdin(text_value(200_000, 8))
+            .assert()
+            .failure();
+        let err = stderr(&a);
+        assert_eq!(code(&a), 4, "{args:?}: {err}");
+        assert!(err.contains("symlink"), "{err}");
+        assert_eq!((s2.snapshot(), tree(&s3.dir)), before, "{args:?}");
+    }
+    // Reads still work.
+    assert_eq!(s3.get("v", None), b"of s2");
+}
+
+/// Finding 14: a run directory copied with `cp -r` is listed under its own name, never the
+/// original's, and named as a copy (`gates`, `runs`, from the catalog and with `--scan`); a
+/// decision or any write in it is refused (exit 4, one line saying what to do), and neither
+/// run changes. The original is decided as before. On main, `gates` showed the original's id
+/// twice and deciding "the copy" decided the original.
+#[test]
+fn a_copied_run_directory_is_listed_as_itself_and_decides_nothing() {
+    let p = Project::new();
+    let run = p.init();
+    run.cmd()
+        .args([
+            "gates", "create", "g", "--prompt", "Go?", "--allow", "alice",
+        ])
+        .assert()
+        .success();
+    let copy_id = "20990101-000000-copy00";
+    let copy = p.run(copy_id);
+    copy_dir(&run.dir, &copy.dir);
+    for scan in [false, true] {
+        let mut c = p.cmd();
+        c.args(["--json", "gates"]);
+        if scan {
+            c.arg("--scan");
+        }
+        let a = c.assert().success();
+        let v = stdout_json(&a);
+        let mut runs: Vec<String> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["run_id"].as_str().unwrap().to_string())
+            .collect();
+        runs.sort();
+        let mut want = vec![run.id.clone(), copy_id.to_string()];
+        want.sort();
+        assert_eq!(runs, want, "scan {scan}: {v}");
+        assert!(stderr(&a).contains("copy"), "scan {scan}: {}", stderr(&a));
+        let mut c = p.cmd();
+        c.args(["--json", "runs"]);
+        if scan {
+            c.arg("--scan");
+        }
+        let a = c.assert().success();
+        let v = stdout_json(&a);
+        let mut ids: Vec<String> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_string())
+            .collect();
+        ids.sort();
+        assert_eq!(ids, want, "scan {scan}: {v}");
+        assert!(stderr(&a).contains("copy"), "scan {scan}: {}", stderr(&a));
+    }
+    let before = (run.snapshot(), copy.snapshot());
+    for args in [
+        vec!["approve", copy_id, "g", "--yes", "--as", "alice"],
+        vec![
+            "reject", copy_id, "g", "--yes", "--as", "alice", "--reason", "no",
+        ],
+        vec!["--run", copy_id, "bind", "v", "x"],
+        vec!["--run", copy_id, "gates", "create", "h", "--prompt", "Go?"],
+    ] {
+        let a = p.cmd().args(&args).assert().failure();
+        let err = stderr(&a);
+        assert_eq!(code(&a), 4, "{args:?}: {err}");
+        assert!(err.contains("copy"), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert_eq!((run.snapshot(), copy.snapshot()), before, "{args:?}");
+    }
+    // Reads work; the original decides as ever.
+    copy.cmd().args(["log"]).assert().success();
+    run.cmd()
+        .args(["approve", &run.id, "g", "--yes", "--as", "alice"])
+        .assert()
+        .success();
+    assert_eq!(copy.snapshot(), before.1);
 }

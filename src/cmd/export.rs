@@ -81,6 +81,9 @@ pub fn copy_out(
         // One snapshot of the run: rows and values as they were at one moment, however many
         // writers go on meanwhile.
         let dump = transfer::read(store.as_mut())?;
+        // A name raw SQL wrote that could leave the copy's directory: the whole export is
+        // refused, before anything is written.
+        dump.check_names()?;
         let (tmp, lock) = transfer::temp_dir(&parent, &format!(".{name}.prose-export-"))?;
         let how = transfer::How {
             reseal: false,

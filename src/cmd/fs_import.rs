@@ -45,7 +45,8 @@ const INLINE_MAX: usize = 100 * 1024;
 
 pub fn run(args: &ImportArgs, ctx: &Context) -> Result<Imported> {
     let dir = &args.path;
-    if !dir.join("state.md").is_file() && !dir.join("bindings").is_dir() {
+    let there = |name: &str| fs::symlink_metadata(dir.join(name)).is_ok();
+    if !there("state.md") && !there("bindings") {
         return Err(not_found(format!(
             "no state.md or bindings/ in {}: not a run of the filesystem state mode",
             dir.display()
@@ -53,6 +54,9 @@ pub fn run(args: &ImportArgs, ctx: &Context) -> Result<Imported> {
     }
     let mut unmapped = Vec::new();
     let mut dump = read_run(dir, &mut unmapped)?;
+    // The project's and the user's agents are read (and refused) before anything is written.
+    let mut outside_unmapped = Vec::new();
+    let outside = agents_around_the_run(dir, ctx, &mut outside_unmapped)?;
     // Values over the threshold go to files of the staged run, as `bind` would keep them.
     let runs = ctx.runs_dir().to_path_buf();
     let (stage, _lock) = transfer::temp_dir(
@@ -68,14 +72,17 @@ pub fn run(args: &ImportArgs, ctx: &Context) -> Result<Imported> {
                 continue;
             };
             let name = b.name.clone().unwrap_or_default();
-            let file = crate::attach::file_name(&name, b.execution_id);
-            fs::write(files.join(&file), value)?;
+            let file = crate::attach::file_name(&name, b.execution_id)?;
+            fs::write(
+                crate::model::path_in(&files, &file, crate::model::PathName::File)?,
+                value,
+            )?;
             let rel = format!("{}/{file}", crate::run::ATTACHMENTS_DIR);
             b.value = Some(crate::attach::summary(value.len() as u64, &rel).into_bytes());
             b.attachment_path = Some(rel.clone());
             paths.insert(rel.clone(), rel);
         }
-        if let Ok(program) = fs::read(dir.join(crate::run::PROGRAM_FILE)) {
+        if let Some(program) = read_plain(&dir.join(crate::run::PROGRAM_FILE))? {
             fs::write(stage.join(crate::run::PROGRAM_FILE), program)?;
         }
         let how = transfer::How {
@@ -89,16 +96,100 @@ pub fn run(args: &ImportArgs, ctx: &Context) -> Result<Imported> {
         let mut incoming = checked(&mut src, &stage, staged, std::mem::take(&mut unmapped))?;
         incoming.label = format!("filesystem:{}", dir.display());
         let mut imported = land(incoming, args, ctx)?;
-        agents_outside_the_run(dir, ctx, &mut imported.unmapped)?;
+        imported.unmapped.append(&mut outside_unmapped);
+        agents_outside_the_run(outside, ctx, &mut imported.unmapped)?;
         Ok(imported)
     })();
     let _ = fs::remove_dir_all(&stage);
     result
 }
 
-/// A file's modification time, in the form every timestamp is stored in.
+/// The largest `state.md` read, and the most lines and the deepest nesting of blocks in it: a
+/// run's log is read whole into memory, so a larger one is refused (exit 2) before it is.
+pub const MAX_STATE_BYTES: u64 = 8 * 1024 * 1024;
+pub const MAX_STATE_LINES: usize = 20_000;
+pub const MAX_BLOCK_DEPTH: usize = 1_000;
+
+/// A path of the source as an error names it: escaped, on one line, whole (the file's own
+/// name is at its end).
+fn named(path: &Path) -> String {
+    format!("{:?}", path.to_string_lossy())
+}
+
+/// Refuses a symlink in the source (exit 4): nothing in it is ever followed, so that a link
+/// to a private file never lands its content in a run or an agent's memory.
+fn linked(path: &Path) -> anyhow::Error {
+    refused(format!(
+        "a symlink in the run to import; import never follows one (nothing was imported): {}",
+        named(path)
+    ))
+}
+
+/// Reads a file of the source, never through a symlink: None when it is absent; refused
+/// (exit 4) when it is a symlink or not a plain file.
+fn read_plain(path: &Path) -> Result<Option<Vec<u8>>> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!("could not read {}", named(path))))
+        }
+        Ok(m) if m.file_type().is_symlink() => return Err(linked(path)),
+        Ok(m) if !m.is_file() => {
+            return Err(refused(format!(
+                "not a plain file (nothing was imported): {}",
+                named(path)
+            )))
+        }
+        Ok(_) => {}
+    }
+    // Opened without following a link, in case one replaced the file since it was looked at.
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                linked(path)
+            } else {
+                anyhow::Error::new(e).context(format!("could not read {}", named(path)))
+            }
+        })?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .with_context(|| format!("could not read {}", named(path)))?;
+    Ok(Some(bytes))
+}
+
+/// A file of the source as text (None when absent; see [`read_plain`]); None too when it is
+/// not UTF-8, as a file that cannot be read as text was always taken.
+fn read_text(path: &Path) -> Result<Option<String>> {
+    Ok(read_plain(path)?.and_then(|b| String::from_utf8(b).ok()))
+}
+
+/// The entries of a directory of the source, sorted, never through a symlink: None when it is
+/// absent; refused (exit 4) when it is a symlink.
+fn list_plain(dir: &Path) -> Result<Option<Vec<PathBuf>>> {
+    match fs::symlink_metadata(dir) {
+        Err(_) => return Ok(None),
+        Ok(m) if m.file_type().is_symlink() => return Err(linked(dir)),
+        Ok(m) if !m.is_dir() => return Ok(None),
+        Ok(_) => {}
+    }
+    let mut entries: Vec<PathBuf> = fs::read_dir(dir)
+        .with_context(|| format!("could not read {}", named(dir)))?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    entries.sort();
+    Ok(Some(entries))
+}
+
+/// A file's modification time, in the form every timestamp is stored in (of a link itself,
+/// never of what it points to).
 fn mtime(path: &Path) -> Option<String> {
-    let t = fs::metadata(path).and_then(|m| m.modified()).ok()?;
+    let t = fs::symlink_metadata(path).and_then(|m| m.modified()).ok()?;
     let t: chrono::DateTime<chrono::Utc> = t.into();
     Some(t.format("%Y-%m-%d %H:%M:%S").to_string())
 }
@@ -123,11 +214,26 @@ fn run_id(dir: &Path, header: Option<&str>) -> Result<String> {
 /// Reads the whole run directory into rows.
 fn read_run(dir: &Path, unmapped: &mut Vec<String>) -> Result<RunDump> {
     let state_path = dir.join("state.md");
-    let state = match fs::read(&state_path) {
-        Ok(bytes) => String::from_utf8(bytes)
-            .map_err(|_| refused(format!("{} is not UTF-8 text", state_path.display())))?,
-        Err(_) => String::new(),
+    if let Ok(m) = fs::symlink_metadata(&state_path) {
+        if m.is_file() && m.len() > MAX_STATE_BYTES {
+            return Err(crate::error::usage(format!(
+                "state.md is larger than {MAX_STATE_BYTES} bytes ({}); a run's log this large is not imported: {}",
+                m.len(),
+                named(&state_path)
+            )));
+        }
+    }
+    let state = match read_plain(&state_path)? {
+        Some(bytes) => String::from_utf8(bytes)
+            .map_err(|_| refused(format!("{} is not UTF-8 text", named(&state_path))))?,
+        None => String::new(),
     };
+    if state.lines().count() > MAX_STATE_LINES {
+        return Err(crate::error::usage(format!(
+            "state.md has more than {MAX_STATE_LINES} lines; a run's log this large is not imported: {}",
+            named(&state_path)
+        )));
+    }
     let at = mtime(&state_path)
         .or_else(|| mtime(dir))
         .unwrap_or_else(crate::model::now);
@@ -152,9 +258,15 @@ fn read_run(dir: &Path, unmapped: &mut Vec<String>) -> Result<RunDump> {
         if !log.event(text, line_no) {
             unmapped.push(format!("state.md line {line_no}: {}", shown(text)));
         }
+        if log.blocks.len() > MAX_BLOCK_DEPTH {
+            return Err(crate::error::usage(format!(
+                "state.md line {line_no} nests blocks more than {MAX_BLOCK_DEPTH} deep; such a log is not imported: {}",
+                named(&state_path)
+            )));
+        }
     }
     let id = run_id(dir, header.as_ref().map(|(id, _)| id.as_str()))?;
-    let program_source = fs::read_to_string(dir.join(crate::run::PROGRAM_FILE)).ok();
+    let program_source = read_text(&dir.join(crate::run::PROGRAM_FILE))?;
     let (status, ended, error) = match &log.end {
         Some((status, when, error)) => (status.clone(), when.clone(), error.clone()),
         None => ("interrupted".to_string(), None, None),
@@ -181,12 +293,12 @@ fn read_run(dir: &Path, unmapped: &mut Vec<String>) -> Result<RunDump> {
     let (agents, segments) = read_agents(&dir.join("agents"), "execution", unmapped)?;
     dump.agents = agents;
     dump.segments = segments;
-    if let Ok(entries) = fs::read_dir(dir.join("imports")) {
-        let mut names: Vec<String> = entries
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
+    if let Some(entries) = list_plain(&dir.join("imports"))? {
+        let names: Vec<String> = entries
+            .iter()
+            .filter_map(|e| e.file_name())
+            .map(|n| n.to_string_lossy().into_owned())
             .collect();
-        names.sort();
         for name in names {
             let alias = name.split("--").next().unwrap_or(&name).to_string();
             unmapped.push(format!(
@@ -538,11 +650,9 @@ fn read_bindings(
     dump: &mut RunDump,
     unmapped: &mut Vec<String>,
 ) -> Result<()> {
-    let Ok(entries) = fs::read_dir(dir.join("bindings")) else {
+    let Some(files) = list_plain(&dir.join("bindings"))? else {
         return Ok(());
     };
-    let mut files: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
-    files.sort();
     for path in files {
         let file = path
             .file_name()
@@ -553,20 +663,24 @@ fn read_bindings(
             unmapped.push(format!("{shown_file}: not a binding file (no .md)"));
             continue;
         };
-        if path.is_symlink() || !path.is_file() {
-            unmapped.push(format!("{shown_file}: not a plain file (never followed)"));
+        if path.is_symlink() {
+            return Err(linked(&path));
+        }
+        if !path.is_file() {
+            unmapped.push(format!("{shown_file}: not a plain file"));
             continue;
         }
         let (name, scope) = match stem.rsplit_once("__") {
             Some((name, id)) if id.parse::<i64>().is_ok() => (name, id.parse::<i64>().ok()),
             _ => (stem, None),
         };
-        if crate::model::check_name(name).is_err() {
-            unmapped.push(format!("{shown_file}: not a binding name"));
-            continue;
-        }
-        let bytes =
-            fs::read(&path).with_context(|| format!("could not read {}", path.display()))?;
+        // A name that could not be a binding's is refused, as in every import source.
+        crate::model::path_in(dir, name, crate::model::PathName::Binding).map_err(|e| {
+            crate::error::usage(format!(
+                "{shown_file} is refused (nothing was imported): {e}"
+            ))
+        })?;
+        let bytes = read_plain(&path)?.unwrap_or_default();
         let parsed = parse_binding(&bytes);
         let (kind, value, source, said_scope) = match parsed {
             Some(b) => (b.kind, b.value, b.source, b.execution_id),
@@ -637,36 +751,31 @@ fn read_agents(
     unmapped: &mut Vec<String>,
 ) -> Result<(Vec<AgentRecord>, Vec<SegmentRecord>)> {
     let (mut agents, mut segments) = (Vec::new(), Vec::new());
-    let Ok(entries) = fs::read_dir(dir) else {
+    let Some(dirs) = list_plain(dir)? else {
         return Ok((agents, segments));
     };
-    let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
-    dirs.sort();
     for agent_dir in dirs {
         let name = agent_dir
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        if agent_dir.is_symlink() || !agent_dir.is_dir() {
-            unmapped.push(format!(
-                "{}: not an agent directory",
-                shown(&agent_dir.to_string_lossy())
-            ));
+        if agent_dir.is_symlink() {
+            return Err(linked(&agent_dir));
+        }
+        if !agent_dir.is_dir() {
+            unmapped.push(format!("{}: not an agent directory", named(&agent_dir)));
             continue;
         }
-        if crate::model::check_name(&name).is_err() {
-            unmapped.push(format!(
-                "{}: not an agent name",
-                shown(&agent_dir.to_string_lossy())
-            ));
-            continue;
-        }
+        // A name that could not be an agent's is refused, as in every import source.
+        crate::model::path_in(dir, &name, crate::model::PathName::Agent).map_err(|e| {
+            crate::error::usage(format!(
+                "{} is refused (nothing was imported): {e}",
+                named(&agent_dir)
+            ))
+        })?;
         let memory_path = agent_dir.join("memory.md");
-        let memory = fs::read_to_string(&memory_path).ok();
-        let mut files: Vec<PathBuf> = fs::read_dir(&agent_dir)
-            .map(|d| d.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default();
-        files.sort();
+        let memory = read_text(&memory_path)?;
+        let files = list_plain(&agent_dir)?.unwrap_or_default();
         let mut found = Vec::new();
         for f in files {
             let file = f
@@ -681,7 +790,14 @@ fn read_agents(
                 .and_then(|r| r.strip_suffix(".md"))
                 .filter(|n| n.len() >= 3 && n.chars().all(|c| c.is_ascii_digit()))
                 .and_then(|n| n.parse::<i64>().ok());
-            let (Some(number), Ok(text)) = (number, fs::read_to_string(&f)) else {
+            if f.is_symlink() {
+                return Err(linked(&f));
+            }
+            let text = match number {
+                Some(_) => read_text(&f)?,
+                None => None,
+            };
+            let (Some(number), Some(text)) = (number, text) else {
                 unmapped.push(format!(
                     "{}: not a segment file ({name}-NNN.md) of agent {}",
                     shown(&f.to_string_lossy()),
@@ -747,10 +863,19 @@ fn segment(text: &str, fallback: Option<String>) -> (Option<String>, Option<Stri
     (timestamp.or(fallback), prompt, summary)
 }
 
-/// The project's `.prose/agents/` (when the run is in a project's `.prose/runs/`) and the
-/// user's `~/.prose/agents/`: each agent added where it is absent; the same memory is left as
-/// it is; another memory, or segments already there, are reported and left.
-fn agents_outside_the_run(dir: &Path, ctx: &Context, unmapped: &mut Vec<String>) -> Result<()> {
+/// The agents found around a run, by scope.
+type AgentsFound = Vec<(AgentScope, Vec<AgentRecord>, Vec<SegmentRecord>)>;
+
+/// The agents of the project's `.prose/agents/` (when the run is in a project's
+/// `.prose/runs/`) and the user's `~/.prose/agents/`, read (never through a symlink) before
+/// anything is written. Then each is added where it is absent; the same memory is left as it
+/// is; another memory, or segments already there, are reported and left.
+fn agents_around_the_run(
+    dir: &Path,
+    ctx: &Context,
+    unmapped: &mut Vec<String>,
+) -> Result<AgentsFound> {
+    let mut out = Vec::new();
     let canonical = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
     let project = canonical
         .parent()
@@ -759,7 +884,8 @@ fn agents_outside_the_run(dir: &Path, ctx: &Context, unmapped: &mut Vec<String>)
         .map(|prose| prose.join("agents"));
     let user = ctx.home(None).map(|h| h.join(".prose").join("agents"));
     for (scope, found) in [(AgentScope::Project, project), (AgentScope::User, user)] {
-        let Some(found) = found.filter(|d| d.is_dir()) else {
+        // Never through a symlink: the directory itself, and everything in it.
+        let Some(found) = found.filter(|d| fs::symlink_metadata(d).is_ok()) else {
             continue;
         };
         let what = if scope == AgentScope::Project {
@@ -768,9 +894,25 @@ fn agents_outside_the_run(dir: &Path, ctx: &Context, unmapped: &mut Vec<String>)
             "user"
         };
         let (agents, segments) = read_agents(&found, what, unmapped)?;
-        if agents.is_empty() {
-            continue;
+        if !agents.is_empty() {
+            out.push((scope, agents, segments));
         }
+    }
+    Ok(out)
+}
+
+/// Adds the agents found around the run (see [`agents_around_the_run`]).
+fn agents_outside_the_run(
+    found: AgentsFound,
+    ctx: &Context,
+    unmapped: &mut Vec<String>,
+) -> Result<()> {
+    for (scope, agents, segments) in found {
+        let what = if scope == AgentScope::Project {
+            "project"
+        } else {
+            "user"
+        };
         let (store, _) = ctx.agent_store(scope, None, true)?;
         let Some(mut store) = store else { continue };
         let now = crate::model::now();

@@ -151,10 +151,12 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
     }
     let others = listing.visit;
     let several = others.len() > 1 || listing.server.is_some();
-    let (per_run, visit_warnings) = super::over_some_runs(&others, several, ctx, |_, store| {
+    let (per_run, visit_warnings) = super::over_some_runs(&others, several, ctx, |run, store| {
         let program = store.run_info()?.program_path;
         let mut views = Vec::new();
-        for gate in store.gates(status, &now)? {
+        for mut gate in store.gates(status, &now)? {
+            // Listed under the run directory that holds it (a copy's rows name the original).
+            gate.run_id = Some(crate::context::listed_id(run, gate.run_id.as_deref()));
             let view = GateView::new(gate, program.clone(), &now);
             if within(&view) {
                 views.push(view);

@@ -147,6 +147,7 @@ pub fn checked<'a>(
             shown(&dump.run.id)
         ))
     })?;
+    dump.check_names()?;
     let report = transfer::verify(&dump)?;
     let digests = transfer::value_digests(src, src_dir, &dump)?;
     let digest = dump.digest(&digests);

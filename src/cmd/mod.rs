@@ -189,7 +189,12 @@ fn over_some_runs<T: Send>(
     let mut warnings = Vec::new();
     for (i, result) in results {
         match result {
-            Ok(v) => out.push(v),
+            Ok(v) => {
+                if let Some(recorded) = crate::context::copy_of(ctx, &runs[i]) {
+                    warnings.push(crate::store::catalog::copy_warning(&runs[i].id, &recorded));
+                }
+                out.push(v)
+            }
             Err(e) if several => warnings.push(format!("skipped run {}: {e:#}", runs[i].id)),
             Err(e) => return Err(e),
         }

@@ -124,8 +124,11 @@ pub fn run(args: &RunsArgs, ctx: &Context) -> Result<RunList> {
     }
     let others = listing.visit;
     let several = others.len() > 1 || listing.server.is_some();
-    let (visited, visit_warnings) =
-        super::over_some_runs(&others, several, ctx, |_, store| store.run_summary(&now))?;
+    let (visited, visit_warnings) = super::over_some_runs(&others, several, ctx, |run, store| {
+        let mut s = store.run_summary(&now)?;
+        s.run.id = crate::context::listed_id(run, Some(&s.run.id));
+        Ok(s)
+    })?;
     warnings.extend(visit_warnings);
     all.extend(visited);
     all.retain(|r| {

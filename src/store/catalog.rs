@@ -43,7 +43,7 @@ pub const CATALOG_FILE: &str = "catalog.db";
 /// Made by a writer that could not take its ticket: every row is read again.
 pub const STALE_FILE: &str = "catalog.stale";
 /// The catalog's format (PRAGMA user_version).
-pub const CATALOG_VERSION: i64 = 5;
+pub const CATALOG_VERSION: i64 = 6;
 const SCHEMA: &str = include_str!("../../schema/catalog.sql");
 /// A write-ahead log past this is folded in when a connection closes (see `sqlite::connect`).
 const LOG_MOST: u64 = 256 * 1024;
@@ -1394,10 +1394,15 @@ impl Catalog for ProjectCatalog {
         if self.fresh(&shown)? {
             rows = read(self.db().expect("a catalog")).map_err(self.err())?;
         }
+        // A gate is listed under the run directory that holds it, whatever its row says (a
+        // copied directory's rows name the original): a decision goes where it is shown.
         Ok(rows
             .into_iter()
             .filter(|(run, ..)| Self::wanted(runs, run) && !self.unswept.contains(run))
-            .map(|(_, _, g, p)| (g, p))
+            .map(|(run, _, mut g, p)| {
+                g.run_id = Some(run);
+                (g, p)
+            })
             .collect())
     }
 
@@ -1433,7 +1438,11 @@ impl Catalog for ProjectCatalog {
             match super::sqlite::SqliteStore::open(&self.state_db(id), self.opts)
                 .and_then(|mut s| s.run_summary(now))
             {
-                Ok(s) => out.push(s),
+                Ok(mut s) => {
+                    // Listed under its directory's name (a copy's database names the original).
+                    s.run.id = id.clone();
+                    out.push(s)
+                }
                 Err(e) => self.problems.push(format!("skipped run {id}: {e:#}")),
             }
         }
@@ -1444,7 +1453,7 @@ impl Catalog for ProjectCatalog {
         let Some(c) = self.db() else {
             return Ok(Vec::new());
         };
-        let sql = "SELECT r.id, COALESCE(r.run_id, r.id), r.program_path, r.status, r.started_at, r.updated_at,
+        let sql = "SELECT r.id, r.id, r.program_path, r.status, r.started_at, r.updated_at,
                     r.error_message,
                     (SELECT COUNT(*) FROM gates g WHERE g.run = r.id
                        AND NOT (g.due IS NOT NULL AND g.due <= datetime(?1))),
@@ -1555,8 +1564,41 @@ impl Catalog for ProjectCatalog {
     }
 
     fn warnings(&mut self) -> Vec<String> {
-        std::mem::take(&mut self.problems)
+        let mut out = self.copies();
+        out.append(&mut self.problems);
+        out
     }
+}
+
+impl ProjectCatalog {
+    /// The run directories that are copies (their name is not the id their database records),
+    /// each named once; read through their own index, so a listing of 100,000 runs pays
+    /// nothing for them.
+    fn copies(&mut self) -> Vec<String> {
+        let Some(c) = self.db() else {
+            return Vec::new();
+        };
+        let found: rusqlite::Result<Vec<(String, String)>> = c
+            .prepare_cached(
+                "SELECT id, run_id FROM runs INDEXED BY catalog_runs_copies
+                 WHERE run_id <> id AND kind = 'sqlite' ORDER BY id",
+            )
+            .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect());
+        found
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(dir, recorded)| copy_warning(&dir, &recorded))
+            .collect()
+    }
+}
+
+/// What a listing says of a run directory copied by hand.
+pub fn copy_warning(dir: &str, recorded: &str) -> String {
+    format!(
+        "run {} is a copy of run {} (its directory's name is not the id it records): listed under its own name; nothing is decided or written in it",
+        crate::error::shown(dir),
+        crate::error::shown(recorded)
+    )
 }
 
 #[cfg(test)]

@@ -163,6 +163,35 @@ fn as_json(text: &Option<String>) -> Value {
 }
 
 impl RunDump {
+    /// Refuses (exit 2, naming it) a run holding a name that could not become a path under it:
+    /// a binding or agent name, from wherever the rows came (an import's source, or a live
+    /// run's rows that raw SQL wrote). Checked before anything is written, so such a copy is
+    /// never made, and lands nowhere.
+    pub fn check_names(&self) -> anyhow::Result<()> {
+        use crate::model::{path_in, PathName};
+        let here = std::path::Path::new("");
+        let refuse = |e: anyhow::Error| {
+            crate::error::usage(format!(
+                "run {} holds a name that is refused (nothing was written): {e}",
+                crate::error::shown(&self.run.id)
+            ))
+        };
+        for b in &self.bindings {
+            path_in(
+                here,
+                b.name.as_deref().unwrap_or_default(),
+                PathName::Binding,
+            )
+            .map_err(refuse)?;
+        }
+        let agents = self.agents.iter().map(|a| Some(a.name.as_str()));
+        let segments = self.segments.iter().map(|s| s.agent_name.as_deref());
+        for name in agents.chain(segments) {
+            path_in(here, name.unwrap_or_default(), PathName::Agent).map_err(refuse)?;
+        }
+        Ok(())
+    }
+
     /// Whether an audit row records a copy of the run (left out of the digest).
     pub fn is_import_event(row: &AuditRow) -> bool {
         row.gate_id == RUN_EVENT && row.event_type == IMPORTED

@@ -78,6 +78,9 @@ pub struct SqliteStore {
     /// The project catalog this run's fact-changing writes keep up to date (see
     /// `catalog`); looked up by the first write transaction.
     link: Option<super::catalog::Link>,
+    /// Why this store takes no writes, though it can be read (a state.db reached through a
+    /// symlink, a run directory copied by hand): every write is refused (exit 4) with it.
+    writes_refused: Option<String>,
 }
 
 /// Whether a SQLite file has any schema object, read only (for telling a run an init left
@@ -176,6 +179,7 @@ impl SqliteStore {
             access: Access::Current,
             version: SCHEMA_VERSION,
             link: None,
+            writes_refused: None,
         };
         store
             .conn
@@ -324,7 +328,15 @@ impl SqliteStore {
 
     /// Makes the file writable by this build: the first write to an older file upgrades it;
     /// a write to a newer file this build may not write is refused.
+    /// Refuses every write from now on (exit 4, with `why`); reads go on.
+    pub fn refuse_writes(&mut self, why: String) {
+        self.writes_refused = Some(why);
+    }
+
     fn prepare_write(&mut self) -> Result<()> {
+        if let Some(why) = &self.writes_refused {
+            return Err(refused(why.clone()));
+        }
         match self.access {
             Access::Current | Access::NewerWritable => Ok(()),
             Access::Older => self.upgrade(false),
@@ -1955,6 +1967,9 @@ impl Store for SqliteStore {
     }
 
     fn vacuum(&mut self) -> Result<(Option<u64>, Option<u64>)> {
+        if let Some(why) = &self.writes_refused {
+            return Err(refused(why.clone()));
+        }
         let size = |p: &Path| std::fs::metadata(p).ok().map(|m| m.len());
         let before = size(&self.path);
         self.conn.execute_batch("VACUUM").map_err(self.err())?;
@@ -1975,6 +1990,9 @@ impl Store for SqliteStore {
         };
         let applied = apply && self.access == Access::Older;
         if applied {
+            if let Some(why) = &self.writes_refused {
+                return Err(refused(why.clone()));
+            }
             self.upgrade(true)?;
         }
         Ok(Migration {
