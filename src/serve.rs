@@ -519,6 +519,26 @@ async fn who(app: &Arc<App>, headers: &HeaderMap) -> Result<(String, Principal, 
     Ok((id, principal, csrf))
 }
 
+/// What a page says of a run it cannot show, whatever the reason: not a run id, no such run
+/// here or on the project's server, or a path that exists elsewhere. One body for all, so
+/// that a URL learns nothing of what exists.
+const NO_SUCH_RUN: &str = "no such run";
+
+/// The run a URL's `{run}` segment names: a run id of this project (a directory under its
+/// `.prose/runs/`, or a run on its server), never a path. The command line's lookup
+/// (`Context::open_run`) also takes a directory or a state.db path, so a URL reaching it
+/// could decide a gate of another project; every page resolves its run here instead.
+fn page_run(ctx: &Context, run: &str) -> Result<(crate::run::RunPaths, Box<dyn Store>)> {
+    let gone = || crate::error::not_found(NO_SUCH_RUN);
+    crate::model::check_run_id(run).map_err(|_| gone())?;
+    let paths = crate::run::RunPaths::in_dir(ctx.runs_dir().join(run));
+    match ctx.open(&paths) {
+        Ok(store) => Ok((paths, store)),
+        Err(e) if code_of(&e) == Some(Code::NotFound) => Err(gone()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Runs blocking store work off the server's threads.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
     tokio::task::spawn_blocking(f)
@@ -842,7 +862,7 @@ async fn run_page(
     };
     let app2 = app.clone();
     let view = blocking(move || {
-        let (_, mut store) = app2.ctx.open_run(Some(&run))?;
+        let (_, mut store) = page_run(&app2.ctx, &run)?;
         let now = now();
         Ok(RunView {
             info: store.run_info()?,
@@ -935,7 +955,7 @@ async fn gate_page(
     let app2 = app.clone();
     let viewer = principal.as_str().to_string();
     let data = blocking(move || {
-        let (_, mut store) = app2.ctx.open_run(Some(&run))?;
+        let (_, mut store) = page_run(&app2.ctx, &run)?;
         let shown = crate::cmd::gates::show_to(&gate, Some(&viewer), "web", store.as_mut())?;
         let mut recent = store.executions()?;
         let cut = recent.len().saturating_sub(RECENT);
@@ -1078,7 +1098,7 @@ async fn binding_value(
     };
     let app2 = app.clone();
     let value = blocking(move || {
-        let (paths, mut store) = app2.ctx.open_run(Some(&run))?;
+        let (paths, mut store) = page_run(&app2.ctx, &run)?;
         // The binding at exactly that scope: its own scope is the nearest to it.
         if !store
             .bindings()?
@@ -1135,8 +1155,10 @@ async fn decide(
         Ok(w) => w,
         Err(r) => {
             crate::output::report(&format!(
-                "refused a decision without a session from {}: run {run}, gate {gate}",
-                peer.ip()
+                "refused a decision without a session from {}: run {}, gate {}",
+                peer.ip(),
+                crate::error::shown(&run),
+                crate::error::shown(&gate)
             ));
             return r;
         }
@@ -1153,7 +1175,7 @@ async fn decide(
         let (app2, who2, run2, gate2) = (app.clone(), principal.clone(), run.clone(), gate.clone());
         let recorded = blocking(move || {
             crate::model::check_gate_id(&gate2)?;
-            let (_, mut store) = app2.ctx.open_run(Some(&run2))?;
+            let (_, mut store) = page_run(&app2.ctx, &run2)?;
             store.refuse_attempt(&crate::store::Attempt {
                 gate_id: &gate2,
                 approve,
@@ -1190,7 +1212,7 @@ async fn decide(
     let gate2 = gate.clone();
     let run2 = run.clone();
     let decided = blocking(move || {
-        let (_, mut store) = app2.ctx.open_run(Some(&run2))?;
+        let (_, mut store) = page_run(&app2.ctx, &run2)?;
         let decision = Decision {
             gate_id: &gate2,
             approve,

@@ -17,6 +17,7 @@ on_both!(
     twenty_deciders_make_one_signed_decision_when_signatures_are_required,
     signed_decisions_verify_and_unsigned_or_altered_ones_do_not,
     sessions_are_checked_against_the_book_as_it_is_now,
+    a_run_in_a_url_is_a_run_id_of_this_project,
 );
 
 /// A `serve` process on a free loopback port, killed when dropped.
@@ -1217,4 +1218,116 @@ fn sessions_are_checked_against_the_book_as_it_is_now(b: Backend) {
             assert_eq!(s.get("/", Some(&fresh)).status, 200);
         }
     }
+}
+
+/// A run in a URL is a run id of this project (or its server), never a path: signed in to
+/// project A, a URL naming project B's run by its directory, its state.db, a relative
+/// path, a directory beside the server, or B's run id, reads and decides nothing of B's.
+/// Every such answer is the same 404, which says nothing of what exists.
+fn a_run_in_a_url_is_a_run_id_of_this_project(b: Backend) {
+    let Some(a) = Project::on(b) else { return };
+    let Some(other) = Project::on(b) else { return };
+    let mine = a.init();
+    let alice = add(&a, "alice");
+    mine.cmd()
+        .args(["gates", "create", "deploy", "--prompt", "Deploy A?"])
+        .assert()
+        .success();
+    // Project B: its own principals, tokens required, a gate and a binding.
+    let theirs = other.init();
+    add(&other, "alice");
+    other
+        .cmd()
+        .args(["principals", "require"])
+        .assert()
+        .success();
+    theirs
+        .cmd()
+        .args(["gates", "create", "deploy", "--prompt", "Deploy B?"])
+        .assert()
+        .success();
+    theirs.bind("secret", "B's value", None);
+    // A directory beside the server (its working directory is A's root) holding B's run.
+    let beside = a.root().join("stray");
+    std::fs::create_dir_all(&beside).unwrap();
+    if b == Backend::Sqlite {
+        std::fs::copy(&theirs.db, beside.join("state.db")).unwrap();
+    }
+    let s = Server::start(&a);
+    let cookie = s.login(&alice);
+    let page = s.get(&gate_path(&mine, "deploy"), Some(&cookie));
+    assert_eq!(page.status, 200);
+    let csrf = csrf_of(&page.body);
+    let hash = {
+        use sha2::Digest;
+        let d = sha2::Sha256::digest(b"Deploy B?");
+        format!(
+            "sha256:{}",
+            d.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        )
+    };
+    let before_a = mine.snapshot();
+    let before_b = theirs.snapshot();
+    let dir = theirs.dir.display().to_string();
+    let db = theirs.db.display().to_string();
+    let relative = format!("../{}", theirs.dir.strip_prefix("/").unwrap().display());
+    let names = [
+        dir.clone(),
+        format!("{dir}/"),
+        db,
+        relative,
+        "./stray".to_string(),
+        "stray".to_string(),
+        "..".to_string(),
+        ".".to_string(),
+        theirs.id.clone(),
+        "no-such-run".to_string(),
+        format!("{}/../{}", mine.id, mine.id),
+        "%00".to_string(),
+    ];
+    let mut bodies = std::collections::BTreeSet::new();
+    for name in &names {
+        let run = urlencode(name);
+        for path in [
+            format!("/runs/{run}"),
+            format!("/runs/{run}/gates/deploy"),
+            format!("/runs/{run}/bindings/root/secret"),
+        ] {
+            let r = s.get(&path, Some(&cookie));
+            assert_eq!(r.status, 404, "{path}: {}", r.body);
+            bodies.insert(r.body);
+        }
+        let r = s.request(
+            "POST",
+            &format!("/runs/{run}/gates/deploy/decide"),
+            Some(&cookie),
+            &[
+                ("csrf", &csrf),
+                ("action", "approve"),
+                ("prompt_hash", &hash),
+            ],
+        );
+        assert_eq!(r.status, 404, "{name}: {}", r.body);
+        bodies.insert(r.body);
+    }
+    assert_eq!(
+        bodies.len(),
+        1,
+        "one body for every run not shown: {bodies:?}"
+    );
+    let body = bodies.into_iter().next().unwrap();
+    assert!(body.contains("no such run"), "{body}");
+    assert!(!body.contains(&other.root().display().to_string()));
+    assert_eq!(theirs.view().gate("deploy").0, "pending");
+    assert_eq!(
+        theirs.snapshot(),
+        before_b,
+        "nothing of B's read or written"
+    );
+    assert_eq!(mine.snapshot(), before_a, "nothing of A's written");
+    // The run's own id still works.
+    assert_eq!(
+        s.get(&format!("/runs/{}", mine.id), Some(&cookie)).status,
+        200
+    );
 }
