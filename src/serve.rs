@@ -25,7 +25,7 @@ use crate::error::{code_of, Code};
 use crate::model::{now, sha256_tag, Principal};
 use crate::store::{BindingRow, Decided, Decision, ExecutionRow, GateRow, Store};
 use anyhow::{anyhow, Result};
-use axum::extract::{ConnectInfo, Form, Path, State};
+use axum::extract::{ConnectInfo, Form, FromRequest, Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -209,6 +209,7 @@ pub fn serve(args: &ServeArgs, _global: &Global, ctx: Context) -> Result<()> {
             .route("/style.css", get(|| async { asset("text/css", STYLE) }))
             .route("/app.js", get(|| async { asset("text/javascript", SCRIPT) }))
             .fallback(|| async { page_error(StatusCode::NOT_FOUND, "no such page") })
+            .layer(axum::extract::DefaultBodyLimit::max(FORM_BYTES))
             .with_state(app);
         let service = router.into_make_service_with_connect_info::<Peer>();
         match tls {
@@ -570,7 +571,7 @@ struct LoginForm {
 async fn login(
     State(app): State<Arc<App>>,
     ConnectInfo(Peer(peer)): ConnectInfo<Peer>,
-    Form(form): Form<LoginForm>,
+    PageForm(form): PageForm<LoginForm>,
 ) -> Response {
     let ip = peer.ip();
     {
@@ -648,7 +649,7 @@ struct CsrfForm {
 async fn logout(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
-    Form(form): Form<CsrfForm>,
+    PageForm(form): PageForm<CsrfForm>,
 ) -> Response {
     let (id, _, csrf) = match who(&app, &headers).await {
         Ok(w) => w,
@@ -670,6 +671,46 @@ async fn logout(
         HeaderValue::from_static("prose_session=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
     );
     secured(r)
+}
+
+/// A form body as the page's own forms send it (`application/x-www-form-urlencoded`, each
+/// field once, at most `FORM_BYTES`, sent within `BODY_TIME`). Anything else is 400 (413 too
+/// large, 408 too slow) with one line saying what, never axum's 415 or 422: README promises
+/// 400 for a malformed form.
+struct PageForm<T>(T);
+
+/// The largest form body read (a comment is at most 4,000 characters).
+const FORM_BYTES: usize = 64 * 1024;
+/// A form body must arrive within this once its headers have.
+const BODY_TIME: Duration = Duration::from_secs(30);
+
+impl<T, S> FromRequest<S> for PageForm<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = Response;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Response> {
+        match tokio::time::timeout(BODY_TIME, Form::<T>::from_request(req, state)).await {
+            Ok(Ok(Form(form))) => Ok(PageForm(form)),
+            Ok(Err(rejection)) => {
+                let status = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    StatusCode::PAYLOAD_TOO_LARGE
+                } else {
+                    StatusCode::BAD_REQUEST
+                };
+                Err(page_error(
+                    status,
+                    &format!("not a form of this page: {}", rejection.body_text()),
+                ))
+            }
+            Err(_) => Err(page_error(
+                StatusCode::REQUEST_TIMEOUT,
+                "the form was not sent in time",
+            )),
+        }
+    }
 }
 
 /// Compares two secrets in time that does not depend on where they differ.
@@ -1149,7 +1190,7 @@ async fn decide(
     ConnectInfo(Peer(peer)): ConnectInfo<Peer>,
     headers: HeaderMap,
     Path((run, gate)): Path<(String, String)>,
-    Form(form): Form<DecideForm>,
+    PageForm(form): PageForm<DecideForm>,
 ) -> Response {
     let (_, principal, csrf) = match who(&app, &headers).await {
         Ok(w) => w,

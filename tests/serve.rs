@@ -18,6 +18,7 @@ on_both!(
     signed_decisions_verify_and_unsigned_or_altered_ones_do_not,
     sessions_are_checked_against_the_book_as_it_is_now,
     a_run_in_a_url_is_a_run_id_of_this_project,
+    malformed_forms_are_400_and_change_nothing,
 );
 
 /// A `serve` process on a free loopback port, killed when dropped.
@@ -102,25 +103,38 @@ impl Server {
         cookie: Option<&str>,
         form: &[(&str, &str)],
     ) -> Reply {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
         let body: String = form
             .iter()
             .map(|(k, v)| format!("{}={}", urlencode(k), urlencode(v)))
             .collect::<Vec<_>>()
             .join("&");
+        let kind = (method == "POST").then_some("application/x-www-form-urlencoded");
+        self.send(method, path, cookie, kind, &body)
+    }
+
+    /// A request with this content type (none: no header) and body, as it is.
+    fn send(
+        &self,
+        method: &str,
+        path: &str,
+        cookie: Option<&str>,
+        content_type: Option<&str>,
+        body: &str,
+    ) -> Reply {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
         let mut req =
             format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
         if let Some(c) = cookie {
             req += &format!("Cookie: {c}\r\n");
         }
+        if let Some(kind) = content_type {
+            req += &format!("Content-Type: {kind}\r\n");
+        }
         if method == "POST" {
-            req += &format!(
-                "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
-                body.len()
-            );
+            req += &format!("Content-Length: {}\r\n", body.len());
         }
         req += "\r\n";
-        req += &body;
+        req += body;
         s.write_all(req.as_bytes()).unwrap();
         let mut raw = Vec::new();
         s.read_to_end(&mut raw).unwrap();
@@ -1330,4 +1344,93 @@ fn a_run_in_a_url_is_a_run_id_of_this_project(b: Backend) {
         s.get(&format!("/runs/{}", mine.id), Some(&cookie)).status,
         200
     );
+}
+
+/// A form the page's own forms would never send: a field twice, a JSON body, no content
+/// type, a body that is not a form, one too large. Each is 400 (413 too large) with a line
+/// saying why, as README says, and writes nothing.
+fn malformed_forms_are_400_and_change_nothing(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let alice = add(&p, "alice");
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "Go?"])
+        .assert()
+        .success();
+    let s = Server::start(&p);
+    let cookie = s.login(&alice);
+    let page = s.get(&gate_path(&run, "g"), Some(&cookie));
+    let csrf = csrf_of(&page.body);
+    let form = hidden_fields(&page.body, "approve");
+    let before = run.snapshot();
+    let decide = format!("{}/decide", gate_path(&run, "g"));
+    let good: String = form
+        .iter()
+        .map(|(k, v)| format!("{}={}", urlencode(k), urlencode(v)))
+        .collect::<Vec<_>>()
+        .join("&");
+    let form_type = Some("application/x-www-form-urlencoded");
+    let json = serde_json::to_string(
+        &form
+            .iter()
+            .cloned()
+            .collect::<std::collections::BTreeMap<_, _>>(),
+    )
+    .unwrap();
+    let cases: Vec<(&str, Option<&str>, String)> = vec![
+        ("csrf twice", form_type, format!("{good}&csrf={csrf}")),
+        ("action twice", form_type, format!("{good}&action=reject")),
+        ("a JSON body", Some("application/json"), json.clone()),
+        ("JSON labelled a form", form_type, json),
+        ("no content type", None, good.clone()),
+        ("text", Some("text/plain"), good.clone()),
+        (
+            "multipart",
+            Some("multipart/form-data; boundary=x"),
+            good.clone(),
+        ),
+    ];
+    for (what, kind, body) in &cases {
+        let r = s.send("POST", &decide, Some(&cookie), *kind, body);
+        assert_eq!(r.status, 400, "{what}: {}", r.body);
+        assert_eq!(run.snapshot(), before, "{what}: nothing written");
+    }
+    let huge = format!("{good}&comment={}", "x".repeat(100 * 1024));
+    let r = s.send("POST", &decide, Some(&cookie), form_type, &huge);
+    assert_eq!(r.status, 413, "{}", r.body);
+    // Sign-in and sign-out too.
+    for (path, body) in [
+        ("/login", "token=a&token=b".to_string()),
+        ("/logout", format!("csrf={csrf}&csrf={csrf}")),
+    ] {
+        let r = s.send("POST", path, Some(&cookie), form_type, &body);
+        assert_eq!(r.status, 400, "{path}: {}", r.body);
+        let r = s.send("POST", path, Some(&cookie), Some("application/json"), "{}");
+        assert_eq!(r.status, 400, "{path}: {}", r.body);
+    }
+    assert_eq!(s.get("/", Some(&cookie)).status, 200, "still signed in");
+    assert_eq!(run.snapshot(), before, "nothing written");
+    // The same form, well formed, decides.
+    let r = s.send("POST", &decide, Some(&cookie), form_type, &good);
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(run.view().gate("g").0, "approved");
+}
+
+/// The hidden fields of the form with this id on a page, with its `action`.
+fn hidden_fields(body: &str, form: &str) -> Vec<(String, String)> {
+    let start = body
+        .find(&format!("<form id=\"{form}\""))
+        .unwrap_or_else(|| panic!("no form {form} in {body}"));
+    let end = start + body[start..].find("</form>").unwrap();
+    let mut out = Vec::new();
+    for input in body[start..end].split("<input").skip(1) {
+        let attr = |name: &str| {
+            let at = input.find(&format!(" {name}=\""))? + name.len() + 3;
+            Some(input[at..at + input[at..].find('"')?].to_string())
+        };
+        if attr("type").as_deref() == Some("hidden") {
+            out.push((attr("name").unwrap(), attr("value").unwrap()));
+        }
+    }
+    out
 }
