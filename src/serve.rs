@@ -75,6 +75,9 @@ struct App {
     /// each): every request checks its session's token against it. A local book is opened
     /// for each request (see `PrincipalBook::keep_open`).
     books: Mutex<Vec<Box<dyn crate::store::principals::PrincipalBook>>>,
+    /// Binds a decision form to the view that showed it (`view_tag`); made at start, so a
+    /// form outlives neither its session nor the server.
+    view_key: [u8; 32],
 }
 
 /// At most this many books are kept open (one per request served at once, up to it).
@@ -177,6 +180,11 @@ pub fn serve(args: &ServeArgs, _global: &Global, ctx: Context) -> Result<()> {
         sessions: Mutex::new(HashMap::new()),
         failures: Mutex::new(HashMap::new()),
         books: Mutex::new(Vec::new()),
+        view_key: {
+            let mut k = [0u8; 32];
+            rand::rng().fill_bytes(&mut k);
+            k
+        },
     });
     app.keep(book);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -989,7 +997,7 @@ async fn gate_page(
     headers: HeaderMap,
     Path((run, gate)): Path<(String, String)>,
 ) -> Response {
-    let (_, principal, csrf) = match who(&app, &headers).await {
+    let (session, principal, csrf) = match who(&app, &headers).await {
         Ok(w) => w,
         Err(r) => return r,
     };
@@ -1010,12 +1018,46 @@ async fn gate_page(
     })
     .await;
     match data {
-        Ok(d) => page(StatusCode::OK, gate_markup(&d, &principal, &csrf)),
+        Ok(d) => {
+            let g = &d.shown.gate.gate;
+            let view = view_tag(
+                &app.view_key,
+                &session,
+                g.run_id.as_deref().unwrap_or(""),
+                &g.id,
+                g.instance,
+                &sha256_tag(&g.prompt),
+            );
+            page(StatusCode::OK, gate_markup(&d, &principal, &csrf, &view))
+        }
         Err(e) => failed(&e),
     }
 }
 
-fn gate_markup(d: &GateViewData, principal: &Principal, csrf: &str) -> Markup {
+/// What binds a decision form to the view that showed it: a MAC, under the server's
+/// `view_key`, of the session, the run, the gate, its instance and its prompt's hash. A form
+/// carries the instance and this tag; a decision is taken only on that instance (the store
+/// refuses another, in the decision's own transaction), so a form replayed after the gate
+/// was reopened, with the same prompt or not, decides nothing.
+fn view_tag(
+    key: &[u8; 32],
+    session: &str,
+    run: &str,
+    gate: &str,
+    instance: i64,
+    prompt_hash: &str,
+) -> String {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes any key");
+    for part in [session, run, gate, &instance.to_string(), prompt_hash] {
+        // Each part with its length: no two tuples give the same input.
+        mac.update(&(part.len() as u64).to_be_bytes());
+        mac.update(part.as_bytes());
+    }
+    crate::model::hex(&mac.finalize().into_bytes())
+}
+
+fn gate_markup(d: &GateViewData, principal: &Principal, csrf: &str, view: &str) -> Markup {
     let g = &d.shown.gate.gate;
     let run = g.run_id.as_deref().unwrap_or("");
     let hash = sha256_tag(&g.prompt);
@@ -1053,6 +1095,8 @@ fn gate_markup(d: &GateViewData, principal: &Principal, csrf: &str) -> Markup {
                         form #approve method="post" action=(action) {
                             input type="hidden" name="csrf" value=(csrf);
                             input type="hidden" name="prompt_hash" value=(hash);
+                            input type="hidden" name="instance" value=(g.instance);
+                            input type="hidden" name="view" value=(view);
                             input type="hidden" name="action" value="approve";
                             label for="approve-comment" { "Comment (optional)" }
                             input #approve-comment type="text" name="comment" maxlength="4000";
@@ -1061,6 +1105,8 @@ fn gate_markup(d: &GateViewData, principal: &Principal, csrf: &str) -> Markup {
                         form #reject method="post" action=(action) {
                             input type="hidden" name="csrf" value=(csrf);
                             input type="hidden" name="prompt_hash" value=(hash);
+                            input type="hidden" name="instance" value=(g.instance);
+                            input type="hidden" name="view" value=(view);
                             input type="hidden" name="action" value="reject";
                             label for="reject-reason" { "Reason (required)" }
                             input #reject-reason type="text" name="comment" maxlength="4000" required;
@@ -1183,8 +1229,21 @@ struct DecideForm {
     comment: String,
     #[serde(default)]
     prompt_hash: String,
+    /// The gate instance the page showed, and the view's tag over it (`view_tag`).
+    #[serde(default)]
+    instance: String,
+    #[serde(default)]
+    view: String,
 }
 
+/// What a decision posted to the page came to, before it is put in words.
+enum Posted {
+    /// Refused by the page itself (a CSRF token or a form it did not show), and whether
+    /// the refusal was recorded on the gate.
+    Refused(&'static str, bool),
+    /// The store's answer.
+    Decided(Box<Decided>),
+}
 async fn decide(
     State(app): State<Arc<App>>,
     ConnectInfo(Peer(peer)): ConnectInfo<Peer>,
@@ -1192,7 +1251,7 @@ async fn decide(
     Path((run, gate)): Path<(String, String)>,
     PageForm(form): PageForm<DecideForm>,
 ) -> Response {
-    let (_, principal, csrf) = match who(&app, &headers).await {
+    let (session, principal, csrf) = match who(&app, &headers).await {
         Ok(w) => w,
         Err(r) => {
             crate::output::report(&format!(
@@ -1209,51 +1268,51 @@ async fn decide(
         "reject" => false,
         _ => return page_error(StatusCode::BAD_REQUEST, "the action is approve or reject"),
     };
-    if !same(&form.csrf, &csrf) {
-        // A signed-in principal's refused attempt: audit-logged on the gate, like the
-        // store's own refusals (an attempt without a session is not: anyone who can reach
-        // the page could fill a run's append-only log; serve's log reports it).
-        let (app2, who2, run2, gate2) = (app.clone(), principal.clone(), run.clone(), gate.clone());
-        let recorded = blocking(move || {
-            crate::model::check_gate_id(&gate2)?;
-            let (_, mut store) = page_run(&app2.ctx, &run2)?;
-            store.refuse_attempt(&crate::store::Attempt {
+    let comment = form.comment.trim().to_string();
+    let (app2, who2, run2, gate2) = (app.clone(), principal.clone(), run.clone(), gate.clone());
+    let posted = blocking(move || {
+        // The run first: a URL naming no run of this project learns nothing more.
+        let (_, mut store) = page_run(&app2.ctx, &run2)?;
+        crate::model::check_gate_id(&gate2)?;
+        // The form must carry this session's CSRF token, and be one this page showed, in
+        // this session, for this gate instance and prompt (`view_tag`): otherwise the
+        // attempt is refused and audit-logged on the gate as the signed-in principal, like
+        // the store's own refusals. (An attempt without a session is not: anyone who can
+        // reach the page could fill a run's append-only log; serve's log reports it.)
+        let shown = form.instance.parse::<i64>().ok().filter(|i| {
+            same(
+                &form.view,
+                &view_tag(
+                    &app2.view_key,
+                    &session,
+                    &run2,
+                    &gate2,
+                    *i,
+                    &form.prompt_hash,
+                ),
+            )
+        });
+        let refusal = if !same(&form.csrf, &csrf) {
+            Some("the form's CSRF token is missing or wrong")
+        } else if !approve && comment.is_empty() {
+            return Err(crate::error::usage("a rejection needs a reason"));
+        } else if shown.is_none() {
+            Some("the form is not one this page showed for this gate")
+        } else {
+            None
+        };
+        if let Some(reason) = refusal {
+            let recorded = store.refuse_attempt(&crate::store::Attempt {
                 gate_id: &gate2,
                 approve,
                 principal: Some(who2.as_str()),
                 authenticated: true,
                 client: "web",
-                reason: "the form's CSRF token is missing or wrong",
+                reason,
                 now: &now(),
-            })
-        })
-        .await
-        .unwrap_or(false);
-        return page_error(
-            StatusCode::FORBIDDEN,
-            &format!(
-                "the form's CSRF token is missing or wrong: reload the gate's page{}",
-                if recorded {
-                    "; this attempt was logged"
-                } else {
-                    ""
-                }
-            ),
-        );
-    }
-    let comment = form.comment.trim().to_string();
-    if !approve && comment.is_empty() {
-        return page_error(StatusCode::BAD_REQUEST, "a rejection needs a reason");
-    }
-    if let Err(e) = crate::model::check_gate_id(&gate) {
-        return failed(&e);
-    }
-    let app2 = app.clone();
-    let who2 = principal.clone();
-    let gate2 = gate.clone();
-    let run2 = run.clone();
-    let decided = blocking(move || {
-        let (_, mut store) = page_run(&app2.ctx, &run2)?;
+            })?;
+            return Ok(Posted::Refused(reason, recorded));
+        }
         let decision = Decision {
             gate_id: &gate2,
             approve,
@@ -1263,17 +1322,34 @@ async fn decide(
             comment: (!comment.is_empty()).then_some(comment.as_str()),
             // The prompt as the page showed it: a prompt changed since is refused.
             prompt_hash: &form.prompt_hash,
+            // The instance the page showed: a gate reopened since is refused, in the
+            // decision's own transaction.
+            instance: shown,
             now: &now(),
             signer: Some(&app2.signer),
         };
-        store.decide_gate(&decision)
+        Ok(Posted::Decided(Box::new(store.decide_gate(&decision)?)))
     })
     .await;
-    let decided = match decided {
-        Ok(d) => d,
+    let decided = match posted {
+        Ok(Posted::Decided(d)) => *d,
+        Ok(Posted::Refused(reason, recorded)) => {
+            return page_error(
+                StatusCode::FORBIDDEN,
+                &format!(
+                    "{reason}: reload the gate's page{}",
+                    if recorded {
+                        "; this attempt was logged"
+                    } else {
+                        ""
+                    }
+                ),
+            )
+        }
         Err(e) => return failed(&e),
     };
-    // The command line's words; a lost race or a changed prompt is a conflict.
+    // The command line's words; a lost race, a changed prompt or a reopened gate is a
+    // conflict.
     let status = match &decided {
         Decided::Done(_) => StatusCode::SEE_OTHER,
         Decided::NotFound => StatusCode::NOT_FOUND,

@@ -19,6 +19,7 @@ on_both!(
     sessions_are_checked_against_the_book_as_it_is_now,
     a_run_in_a_url_is_a_run_id_of_this_project,
     malformed_forms_are_400_and_change_nothing,
+    a_decision_form_is_bound_to_the_instance_and_view_that_showed_it,
 );
 
 /// A `serve` process on a free loopback port, killed when dropped.
@@ -267,6 +268,7 @@ fn a_signed_in_principal_lists_reads_and_decides_a_gate(b: Backend) {
         page.body[at..at + 71].to_string()
     };
     assert!(hash.starts_with("sha256:"), "{hash}");
+    let (instance, view) = view_of(&page.body);
     // A principal field in the form is not who decides: the session's principal is.
     let r = decide(
         &s,
@@ -278,6 +280,8 @@ fn a_signed_in_principal_lists_reads_and_decides_a_gate(b: Backend) {
             ("action", "approve"),
             ("comment", "looks right"),
             ("prompt_hash", &hash),
+            ("instance", &instance),
+            ("view", &view),
             ("principal", "mallory"),
         ],
     );
@@ -323,6 +327,8 @@ fn a_signed_in_principal_lists_reads_and_decides_a_gate(b: Backend) {
             ("action", "reject"),
             ("comment", "no"),
             ("prompt_hash", &hash),
+            ("instance", &instance),
+            ("view", &view),
         ],
     );
     assert_eq!(r.status, 409, "{}", r.body);
@@ -457,7 +463,8 @@ fn refusals_over_http_change_nothing(b: Backend) {
         (last.0.as_str(), last.1.as_deref()),
         ("refused", Some("alice"))
     );
-    // A prompt hash that is not the gate's prompt (the page was of another prompt).
+    // A prompt hash that is not the one the page showed: not a form this page showed.
+    let (instance, view) = view_of(&s.get(&gate_path(&run, "mine"), Some(&cookie)).body);
     let r = decide(
         &s,
         &cookie,
@@ -467,9 +474,12 @@ fn refusals_over_http_change_nothing(b: Backend) {
             ("csrf", &csrf),
             ("action", "approve"),
             ("prompt_hash", "sha256:00"),
+            ("instance", &instance),
+            ("view", &view),
         ],
     );
-    assert_eq!(r.status, 409, "{}", r.body);
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.body.contains("not one this page showed"), "{}", r.body);
     assert_eq!(run.view().gate("mine").0, "pending");
     // An agent's token never decides a person's gate.
     let agent = s.login(&bot);
@@ -619,14 +629,14 @@ fn twenty_deciders(b: Backend, signed: bool) {
         .assert()
         .success();
     let s = Server::start(&p);
-    let sessions: Vec<(String, String, String)> = tokens[..10]
+    let sessions: Vec<(String, String, String, (String, String))> = tokens[..10]
         .iter()
         .map(|t| {
             let cookie = s.login(t);
             let page = s.get(&gate_path(&run, "race"), Some(&cookie));
             let at = page.body.find("name=\"prompt_hash\" value=\"").unwrap() + 26;
             let hash = page.body[at..at + 71].to_string();
-            (cookie, csrf_of(&page.body), hash)
+            (cookie, csrf_of(&page.body), hash, view_of(&page.body))
         })
         .collect();
     for (i, t) in tokens[10..].iter().enumerate() {
@@ -640,7 +650,7 @@ fn twenty_deciders(b: Backend, signed: bool) {
     }
     let outcomes: Vec<String> = std::thread::scope(|sc| {
         let mut handles = Vec::new();
-        for (i, (cookie, csrf, hash)) in sessions.iter().enumerate() {
+        for (i, (cookie, csrf, hash, (instance, view))) in sessions.iter().enumerate() {
             let s = &s;
             let run = &run;
             handles.push(sc.spawn(move || {
@@ -655,6 +665,8 @@ fn twenty_deciders(b: Backend, signed: bool) {
                         ("action", action),
                         ("comment", "web"),
                         ("prompt_hash", hash),
+                        ("instance", instance),
+                        ("view", view),
                     ],
                 );
                 format!("web {}", r.status)
@@ -809,6 +821,8 @@ fn signed_decisions_verify_and_unsigned_or_altered_ones_do_not(b: Backend) {
                 ("action", "approve"),
                 ("comment", ""),
                 ("prompt_hash", &hash),
+                ("instance", &view_of(&page.body).0),
+                ("view", &view_of(&page.body).1),
             ],
         );
         assert_eq!(r.status, 303, "{}", r.body);
@@ -881,6 +895,8 @@ fn signed_decisions_verify_and_unsigned_or_altered_ones_do_not(b: Backend) {
             ("action", "reject"),
             ("comment", "no"),
             ("prompt_hash", &hash),
+            ("instance", &view_of(&page.body).0),
+            ("view", &view_of(&page.body).1),
         ],
     );
     assert_eq!(r.status, 303, "{}", r.body);
@@ -1433,4 +1449,113 @@ fn hidden_fields(body: &str, form: &str) -> Vec<(String, String)> {
         }
     }
     out
+}
+
+/// The gate instance a page's decision form carries, and the view's tag over it.
+fn view_of(body: &str) -> (String, String) {
+    let fields = hidden_fields(body, "approve");
+    let get = |k: &str| fields.iter().find(|(n, _)| n == k).unwrap().1.clone();
+    (get("instance"), get("view"))
+}
+
+/// A decision form is bound to the gate instance and the view that showed it. Approved on
+/// the page, then reopened with the same prompt: the same POST sent again is refused (409)
+/// and logged, as is the form edited to name the new instance, or a form shown to another
+/// session; the new instance stays pending until it is decided from a view of its own.
+fn a_decision_form_is_bound_to_the_instance_and_view_that_showed_it(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let alice = add(&p, "alice");
+    let prompt = "DROP PRODUCTION DATABASE";
+    run.cmd()
+        .args(["gates", "create", "deploy", "--prompt", prompt])
+        .assert()
+        .success();
+    let s = Server::start(&p);
+    let cookie = s.login(&alice);
+    let page = s.get(&gate_path(&run, "deploy"), Some(&cookie));
+    let mut form = hidden_fields(&page.body, "approve");
+    form.push(("comment".into(), "first".into()));
+    let fields: Vec<(&str, &str)> = form.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert!(fields.contains(&("instance", "1")), "{fields:?}");
+    let r = decide(&s, &cookie, &run, "deploy", &fields);
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(run.view().gate("deploy").0, "approved");
+    run.cmd()
+        .args(["gates", "create", "deploy", "--reopen", "--prompt", prompt])
+        .assert()
+        .success();
+    assert_eq!(run.view().gate("deploy").0, "pending");
+
+    // The same POST again: refused by the store, on the instance it names, and logged.
+    let before = run.before_refusal("deploy");
+    let r = decide(&s, &cookie, &run, "deploy", &fields);
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(r.body.contains("reopened"), "{}", r.body);
+    let events = run.refused(&before, 1, "a replayed form");
+    assert_eq!(events[0].1.as_deref(), Some("alice"));
+    assert_eq!(events[0].2["instance"], 2);
+    assert_eq!(events[0].2["client"], "web");
+    assert!(
+        events[0].2["reason"].as_str().unwrap().contains("reopened"),
+        "{:?}",
+        events[0]
+    );
+
+    // The form edited to name instance 2: its view tag no longer matches.
+    let before = run.before_refusal("deploy");
+    let edited: Vec<(&str, &str)> = fields
+        .iter()
+        .map(|&(k, v)| if k == "instance" { (k, "2") } else { (k, v) })
+        .collect();
+    let r = decide(&s, &cookie, &run, "deploy", &edited);
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.body.contains("this attempt was logged"), "{}", r.body);
+    let events = run.refused(&before, 1, "an edited form");
+    assert!(events[0].2["reason"]
+        .as_str()
+        .unwrap()
+        .contains("not one this page showed"));
+
+    // A form of instance 2 shown to another session, sent with this one's cookie and CSRF.
+    let other = s.login(&alice);
+    let theirs = hidden_fields(
+        &s.get(&gate_path(&run, "deploy"), Some(&other)).body,
+        "approve",
+    );
+    let csrf = csrf_of(&s.get("/", Some(&cookie)).body);
+    let before = run.before_refusal("deploy");
+    let stolen: Vec<(&str, &str)> = theirs
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str(),
+                if k == "csrf" {
+                    csrf.as_str()
+                } else {
+                    v.as_str()
+                },
+            )
+        })
+        .collect();
+    let r = decide(&s, &cookie, &run, "deploy", &stolen);
+    assert_eq!(r.status, 403, "{}", r.body);
+    run.refused(&before, 1, "another session's form");
+    assert_eq!(run.view().gate("deploy").0, "pending");
+    run.cmd().args(["gates", "verify"]).assert().success();
+
+    // A view of instance 2 decides it.
+    let page = s.get(&gate_path(&run, "deploy"), Some(&cookie));
+    let mut form = hidden_fields(&page.body, "reject");
+    form.push(("comment".into(), "not today".into()));
+    let fields: Vec<(&str, &str)> = form.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert!(fields.contains(&("instance", "2")), "{fields:?}");
+    let r = decide(&s, &cookie, &run, "deploy", &fields);
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(run.view().gate("deploy").0, "rejected");
+    let last = run.view().events("deploy").pop().unwrap();
+    assert_eq!(
+        (last.0.as_str(), &last.2["instance"]),
+        ("rejected", &2.into())
+    );
 }
