@@ -42,9 +42,16 @@ use std::time::{Duration, Instant};
 const COOKIE: &str = "prose_session";
 /// How long a session lasts without being used.
 const IDLE: Duration = Duration::from_secs(8 * 3600);
-/// Failed logins allowed per client address in `WINDOW`; more are refused (429) unchecked.
+/// Sign-ins allowed to fail in `WINDOW` from one client address, and for one principal name
+/// (from any number of addresses); more are refused (429) unchecked (`Attempts`).
 const FAILURES: u32 = 5;
+const NAME_FAILURES: u32 = 10;
 const WINDOW: Duration = Duration::from_secs(60);
+/// Past this many addresses and names counted, the expired ones are dropped; past
+/// `MOST_COUNTED`, sign-ins are refused (429) until some expire: a flood of new addresses or
+/// names cannot grow the server's memory without end.
+const PRUNE_AT: usize = 10_000;
+const MOST_COUNTED: usize = 100_000;
 /// Recent log entries shown on a gate's page.
 const RECENT: usize = 20;
 /// A binding's value is shown up to this many bytes; the whole is a link away.
@@ -70,7 +77,7 @@ struct App {
     /// Served over TLS: the session cookie is `Secure`.
     secure: bool,
     sessions: Mutex<HashMap<String, Session>>,
-    failures: Mutex<HashMap<IpAddr, (u32, Instant)>>,
+    attempts: Mutex<Attempts>,
     /// The project's principal book on its server, kept open between requests (a connection
     /// each): every request checks its session's token against it. A local book is opened
     /// for each request (see `PrincipalBook::keep_open`).
@@ -178,7 +185,7 @@ pub fn serve(args: &ServeArgs, _global: &Global, ctx: Context) -> Result<()> {
         signer,
         secure: tls.is_some(),
         sessions: Mutex::new(HashMap::new()),
-        failures: Mutex::new(HashMap::new()),
+        attempts: Mutex::new(Attempts::default()),
         books: Mutex::new(Vec::new()),
         view_key: {
             let mut k = [0u8; 32];
@@ -582,21 +589,23 @@ async fn login(
     PageForm(form): PageForm<LoginForm>,
 ) -> Response {
     let ip = peer.ip();
-    {
-        let mut failures = app.failures.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((n, since)) = failures.get(&ip).copied() {
-            if since.elapsed() > WINDOW {
-                failures.remove(&ip);
-            } else if n >= FAILURES {
-                return page_error(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "too many failed sign-ins from this address: wait a minute",
-                );
-            }
-        }
+    let token = form.token;
+    let who = Attempts::keys(ip, &token);
+    // Counted before the hash, under one lock: parallel guesses cannot all pass the check
+    // before any of them is counted.
+    let counted = app
+        .attempts
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .begin(&who, Instant::now());
+    if !counted {
+        crate::output::report(&format!("refused sign-in from {ip}: too many failed"));
+        return page_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many failed sign-ins from this address or for this principal: wait a minute",
+        );
     }
     let app2 = app.clone();
-    let token = form.token;
     let checked = blocking(move || {
         app2.with_book(|book| {
             let p = crate::auth::authenticate(book, &token)?;
@@ -609,6 +618,11 @@ async fn login(
     .await;
     match checked {
         Ok((principal, token_hash)) => {
+            // A sign-in that succeeds is no failure: its count is given back.
+            app.attempts
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .give_back(&who);
             let id = random_hex(32);
             app.sessions
                 .lock()
@@ -632,9 +646,6 @@ async fn login(
             secured(r)
         }
         Err(e) => {
-            let mut failures = app.failures.lock().unwrap_or_else(|e| e.into_inner());
-            let entry = failures.entry(ip).or_insert((0, Instant::now()));
-            entry.0 += 1;
             crate::output::report(&format!("refused sign-in from {ip}: {e:#}"));
             page(
                 StatusCode::UNAUTHORIZED,
@@ -644,6 +655,79 @@ async fn login(
                     login_form(Some("That token is not valid (unknown, revoked or wrong).")),
                 ),
             )
+        }
+    }
+}
+
+/// Who a sign-in attempt is counted against: its client's address (an IPv6 client by its
+/// /64, which one machine usually holds whole), and the principal name its token claims (by
+/// hash: a name of any length costs the same to keep).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Attempter {
+    Address(IpAddr),
+    Name([u8; 32]),
+}
+
+/// Sign-in attempts within `WINDOW` of each attempter's first: each one is counted when it
+/// begins, before its token is hashed, and given back if it succeeds. At its limit an
+/// attempter is refused unchecked until the window ends.
+#[derive(Default)]
+struct Attempts {
+    counted: HashMap<Attempter, (u32, Instant)>,
+}
+
+impl Attempts {
+    /// The attempters of a sign-in from `ip` with `token`, each with its limit.
+    fn keys(ip: IpAddr, token: &str) -> Vec<(Attempter, u32)> {
+        use sha2::Digest;
+        let address = match ip {
+            IpAddr::V4(_) => ip,
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => IpAddr::V6(std::net::Ipv6Addr::from(
+                    u128::from(v6) & !((1u128 << 64) - 1),
+                )),
+            },
+        };
+        let mut keys = vec![(Attempter::Address(address), FAILURES)];
+        // The name as `auth::authenticate` reads it: before the token's last dot.
+        if let Some((name, _)) = token.trim().rsplit_once('.').filter(|(n, _)| !n.is_empty()) {
+            let hash: [u8; 32] = sha2::Sha256::digest(name.as_bytes()).into();
+            keys.push((Attempter::Name(hash), NAME_FAILURES));
+        }
+        keys
+    }
+
+    /// Counts an attempt against each of `keys`, unless one of them is at its limit (or too
+    /// many are counted already): then nothing is counted, and the attempt is refused.
+    fn begin(&mut self, keys: &[(Attempter, u32)], now: Instant) -> bool {
+        if self.counted.len() >= PRUNE_AT {
+            self.counted
+                .retain(|_, (_, since)| now.duration_since(*since) <= WINDOW);
+        }
+        let live = |c: &(u32, Instant)| now.duration_since(c.1) <= WINDOW;
+        let limited = keys
+            .iter()
+            .any(|(k, most)| self.counted.get(k).is_some_and(|c| live(c) && c.0 >= *most));
+        if limited || self.counted.len() + keys.len() > MOST_COUNTED {
+            return false;
+        }
+        for (k, _) in keys {
+            let c = self.counted.entry(*k).or_insert((0, now));
+            if !live(c) {
+                *c = (0, now);
+            }
+            c.0 += 1;
+        }
+        true
+    }
+
+    /// Gives back the attempt `begin` counted against each of `keys` (it succeeded).
+    fn give_back(&mut self, keys: &[(Attempter, u32)]) {
+        for (k, _) in keys {
+            if let Some(c) = self.counted.get_mut(k) {
+                c.0 = c.0.saturating_sub(1);
+            }
         }
     }
 }

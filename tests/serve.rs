@@ -20,6 +20,7 @@ on_both!(
     a_run_in_a_url_is_a_run_id_of_this_project,
     malformed_forms_are_400_and_change_nothing,
     a_decision_form_is_bound_to_the_instance_and_view_that_showed_it,
+    sign_ins_are_counted_before_the_hash_per_address_and_per_name,
 );
 
 /// A `serve` process on a free loopback port, killed when dropped.
@@ -122,7 +123,48 @@ impl Server {
         content_type: Option<&str>,
         body: &str,
     ) -> Reply {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        self.send_from(
+            TcpStream::connect(("127.0.0.1", self.port)).unwrap(),
+            method,
+            path,
+            cookie,
+            content_type,
+            body,
+        )
+    }
+
+    /// A form posted from a loopback address of the test's choosing (127.0.0.2, ...).
+    fn post_from(&self, from: [u8; 4], path: &str, form: &[(&str, &str)]) -> Reply {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind((from, 0).into()).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .unwrap();
+        let stream = rt
+            .block_on(socket.connect(([127, 0, 0, 1], self.port).into()))
+            .unwrap()
+            .into_std()
+            .unwrap();
+        stream.set_nonblocking(false).unwrap();
+        let body: String = form
+            .iter()
+            .map(|(k, v)| format!("{}={}", urlencode(k), urlencode(v)))
+            .collect::<Vec<_>>()
+            .join("&");
+        let kind = Some("application/x-www-form-urlencoded");
+        self.send_from(stream, "POST", path, None, kind, &body)
+    }
+
+    fn send_from(
+        &self,
+        mut s: TcpStream,
+        method: &str,
+        path: &str,
+        cookie: Option<&str>,
+        content_type: Option<&str>,
+        body: &str,
+    ) -> Reply {
         let mut req =
             format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
         if let Some(c) = cookie {
@@ -1558,4 +1600,91 @@ fn a_decision_form_is_bound_to_the_instance_and_view_that_showed_it(b: Backend) 
         (last.0.as_str(), &last.2["instance"]),
         ("rejected", &2.into())
     );
+}
+
+/// Sign-in attempts are counted before the token is hashed, atomically, per client address
+/// and per principal name: 40 wrong sign-ins at once from one address get 5 answers and 35
+/// refusals (429); one wrong sign-in each from 36 loopback addresses for one name gets 10
+/// answers, and then even that principal's right token waits, while another principal's
+/// does not. Nothing is written anywhere.
+fn sign_ins_are_counted_before_the_hash_per_address_and_per_name(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let alice = add(&p, "alice");
+    let bob = add(&p, "bob");
+    let s = Server::start(&p);
+    let book = || {
+        let a = p
+            .cmd()
+            .args(["principals", "list", "--json"])
+            .assert()
+            .success();
+        a.get_output().stdout.clone()
+    };
+    let (before_run, before_book) = (run.snapshot(), book());
+    let wrong = |token: &str| {
+        let secret = token.rsplit_once('.').unwrap().1;
+        format!(
+            "{}.{}",
+            token.rsplit_once('.').unwrap().0,
+            "0".repeat(secret.len())
+        )
+    };
+    let statuses = |replies: Vec<u16>| {
+        let mut counts = std::collections::BTreeMap::new();
+        for r in replies {
+            *counts.entry(r).or_insert(0) += 1;
+        }
+        counts
+    };
+    // 40 at once from one address, each for a name of its own.
+    let replies: Vec<u16> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..40)
+            .map(|i| {
+                let s = &s;
+                sc.spawn(move || {
+                    let token = format!("guess{i}.{}", "0".repeat(64));
+                    s.post_from([127, 0, 0, 1], "/login", &[("token", &token)])
+                        .status
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        statuses(replies),
+        [(401, 5), (429, 35)].into_iter().collect(),
+        "five checked, the rest refused unchecked"
+    );
+    // One each from 36 addresses, all for bob.
+    let bad = wrong(&bob);
+    let replies: Vec<u16> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (2..38u8)
+            .map(|i| {
+                let (s, bad) = (&s, &bad);
+                sc.spawn(move || {
+                    s.post_from([127, 0, 0, i], "/login", &[("token", bad)])
+                        .status
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        statuses(replies),
+        [(401, 10), (429, 26)].into_iter().collect(),
+        "ten checked for one name, whatever the address"
+    );
+    let r = s.post_from([127, 0, 0, 50], "/login", &[("token", &bob)]);
+    assert_eq!(r.status, 429, "bob's name is at its limit: {}", r.body);
+    assert!(r.header("set-cookie").is_none());
+    let r = s.post_from([127, 0, 0, 1], "/login", &[("token", &alice)]);
+    assert_eq!(r.status, 429, "the first address is at its limit");
+    // Another principal, from another address: signed in; a success counts against no one.
+    for _ in 0..8 {
+        let r = s.post_from([127, 0, 0, 51], "/login", &[("token", &alice)]);
+        assert_eq!(r.status, 303, "{}", r.body);
+    }
+    assert_eq!(run.snapshot(), before_run, "no run written");
+    assert_eq!(book(), before_book, "no principal written");
 }
