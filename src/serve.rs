@@ -226,13 +226,81 @@ pub fn serve(args: &ServeArgs, _global: &Global, ctx: Context) -> Result<()> {
             .fallback(|| async { page_error(StatusCode::NOT_FOUND, "no such page") })
             .layer(axum::extract::DefaultBodyLimit::max(FORM_BYTES))
             .with_state(app);
-        let service = router.into_make_service_with_connect_info::<Peer>();
-        match tls {
-            Some(config) => axum::serve(TlsListener::new(listener, config), service).await,
-            None => axum::serve(listener, service).await,
-        }
-        .map_err(|e| anyhow!("the server stopped: {e}"))
+        let limits = Limits {
+            connections: args.max_connections as usize,
+            header_time: Duration::from_secs(args.header_timeout),
+        };
+        let tls = tls.map(|config| tokio_rustls::TlsAcceptor::from(Arc::new(config)));
+        accept_loop(listener, tls, router, limits).await;
+        Ok(())
     })
+}
+
+/// What a client may hold of the server: how many connections at once, and how long it
+/// may take to send a request's headers (or to finish its TLS handshake).
+#[derive(Clone, Copy)]
+struct Limits {
+    connections: usize,
+    header_time: Duration,
+}
+
+/// Serves connections until the process is killed: at most `limits.connections` at once (the
+/// next waits in the listen queue until one closes, so descriptors are never exhausted),
+/// each closed when its request headers, or its TLS handshake, take longer than
+/// `limits.header_time` (hyper's header timeout, which also ends a kept-alive connection left
+/// idle that long), and a form body bounded too (`PageForm`). So slow clients hold up no one
+/// for longer than the header time.
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    router: Router,
+    limits: Limits,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.connections));
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let (stream, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(_) => {
+                // Out of descriptors, or a connection reset before it was taken.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let (tls, router) = (tls.clone(), router.clone());
+        tokio::spawn(async move {
+            match tls {
+                None => serve_connection(stream, peer, router, limits).await,
+                Some(acceptor) => {
+                    let shake = tokio::time::timeout(limits.header_time, acceptor.accept(stream));
+                    if let Ok(Ok(stream)) = shake.await {
+                        serve_connection(stream, peer, router, limits).await;
+                    }
+                }
+            }
+            drop(slot);
+        });
+    }
+}
+
+/// One connection, over HTTP/1.1, with the client's address for the handlers (`Peer`).
+async fn serve_connection<S>(stream: S, peer: SocketAddr, router: Router, limits: Limits)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper_util::service::TowerToHyperService::new(router);
+    let with_peer =
+        hyper::service::service_fn(move |mut req: axum::http::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(ConnectInfo(Peer(peer)));
+            hyper::service::Service::call(&service, req)
+        });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_time)
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), with_peer)
+        .await;
 }
 
 /// The TLS configuration of `--tls-cert` and `--tls-key` (PEM): a file that is missing is
@@ -285,79 +353,6 @@ fn tls_config(cert: &std::path::Path, key: &std::path::Path) -> Result<rustls::S
 /// The address a connection came from (failed sign-ins are counted by it), over TLS or not.
 #[derive(Clone, Copy, Debug)]
 struct Peer(SocketAddr);
-
-impl
-    axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>>
-    for Peer
-{
-    fn connect_info(s: axum::serve::IncomingStream<'_, tokio::net::TcpListener>) -> Peer {
-        Peer(*s.remote_addr())
-    }
-}
-
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>> for Peer {
-    fn connect_info(s: axum::serve::IncomingStream<'_, TlsListener>) -> Peer {
-        Peer(*s.remote_addr())
-    }
-}
-
-/// Connections over TLS, handed to axum once their handshake is done: each handshake runs in
-/// a task of its own (bounded in time), so a slow or silent client holds up nobody else.
-struct TlsListener {
-    ready: tokio::sync::mpsc::Receiver<(
-        tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
-        SocketAddr,
-    )>,
-    local: SocketAddr,
-}
-
-impl TlsListener {
-    fn new(listener: tokio::net::TcpListener, config: rustls::ServerConfig) -> TlsListener {
-        let local = listener
-            .local_addr()
-            .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)));
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let (tx, ready) = tokio::sync::mpsc::channel(64);
-        tokio::spawn(async move {
-            loop {
-                let (stream, peer) = match listener.accept().await {
-                    Ok(c) => c,
-                    Err(_) => {
-                        // Out of descriptors, or a connection reset before it was taken.
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
-                    }
-                };
-                let (acceptor, tx) = (acceptor.clone(), tx.clone());
-                tokio::spawn(async move {
-                    let shake =
-                        tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream));
-                    if let Ok(Ok(tls)) = shake.await {
-                        let _ = tx.send((tls, peer)).await;
-                    }
-                });
-            }
-        });
-        TlsListener { ready, local }
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.ready.recv().await {
-            Some(c) => c,
-            // The accepting task is gone: nothing more will come.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
-    }
-}
 
 // ---- responses -------------------------------------------------------------------------
 

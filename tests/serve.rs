@@ -21,6 +21,7 @@ on_both!(
     malformed_forms_are_400_and_change_nothing,
     a_decision_form_is_bound_to_the_instance_and_view_that_showed_it,
     sign_ins_are_counted_before_the_hash_per_address_and_per_name,
+    slow_clients_are_timed_out_and_connections_capped,
 );
 
 /// A `serve` process on a free loopback port, killed when dropped.
@@ -165,6 +166,9 @@ impl Server {
         content_type: Option<&str>,
         body: &str,
     ) -> Reply {
+        // A page never served fails the test rather than hanging it.
+        s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
         let mut req =
             format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
         if let Some(c) = cookie {
@@ -1687,4 +1691,186 @@ fn sign_ins_are_counted_before_the_hash_per_address_and_per_name(b: Backend) {
     }
     assert_eq!(run.snapshot(), before_run, "no run written");
     assert_eq!(book(), before_book, "no principal written");
+}
+
+/// Client connections the server process `pid` holds open on `port`: its own sockets that
+/// are established connections to that port (one still in the listen queue, not yet
+/// accepted, belongs to no process).
+fn connections_held(pid: u32, port: u16) -> usize {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+        })
+        .collect();
+    let mut held = 0;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let local_port = cols[1]
+                .rsplit_once(':')
+                .map(|(_, p)| u16::from_str_radix(p, 16));
+            // State 01: established.
+            if local_port == Some(Ok(port)) && cols[3] == "01" && inodes.contains(cols[9]) {
+                held += 1;
+            }
+        }
+    }
+    held
+}
+
+/// Reads a connection to its end: the server closed it (a timeout error means it did not).
+fn closed_by_server(mut c: impl Read) -> Result<(), std::io::Error> {
+    let mut buf = Vec::new();
+    match c.read_to_end(&mut buf) {
+        Ok(_) => Ok(()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof
+            ) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Slow clients hold up no one: with `--max-connections 4 --header-timeout 1`, twelve
+/// connections that send part of their headers and stall are never more than four held at
+/// once, each is closed by the server once its header time is up, and a real request made
+/// behind them all is served. Nothing is written. (The cap's default is 256 and the header
+/// time's 10 s; a few dozen sockets show what 20,000 did.)
+fn slow_clients_are_timed_out_and_connections_capped(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let alice = add(&p, "alice");
+    for bad in [["--max-connections", "0"], ["--header-timeout", "0"]] {
+        let a = p.cmd().arg("serve").args(bad).assert();
+        assert_eq!(code(&a), 2, "{bad:?}");
+    }
+    let s = Server::of(
+        p.std_cmd().args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--max-connections",
+            "4",
+            "--header-timeout",
+            "1",
+        ]),
+        "http",
+    );
+    let cookie = s.login(&alice);
+    let before = run.snapshot();
+    let pid = s.child.id();
+    let stalled: Vec<TcpStream> = (0..12)
+        .map(|_| {
+            let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+            c.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+                .unwrap();
+            c.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+                .unwrap();
+            c
+        })
+        .collect();
+    // Never more than four held, however long one looks.
+    for _ in 0..15 {
+        let held = connections_held(pid, s.port);
+        assert!(held <= 4, "{held} connections held at once");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // A real request behind them all is served, once their header time is up.
+    let r = s.get("/", Some(&cookie));
+    assert_eq!(r.status, 200, "{}", r.body);
+    for (i, c) in stalled.into_iter().enumerate() {
+        closed_by_server(c).unwrap_or_else(|e| panic!("stalled connection {i} left open: {e}"));
+    }
+    // So is a connection that sends nothing at all.
+    let silent = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    silent
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    closed_by_server(silent).unwrap();
+    assert_eq!(run.snapshot(), before, "nothing written");
+}
+
+/// Over TLS too: a client that completes its handshake and then stalls in its headers, and one
+/// that never starts its handshake, are each closed by the server once the header time is up
+/// (`--header-timeout 1`, `--max-connections 2`); a real request behind them is served.
+#[test]
+fn slow_clients_over_tls_are_timed_out() {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let p = Project::new();
+    p.init();
+    add(&p, "alice");
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let cert_pem = made.cert.pem();
+    p.write("cert.pem", cert_pem.as_bytes());
+    p.write("key.pem", made.key_pair.serialize_pem().as_bytes());
+    let server = Server::of(
+        p.std_cmd().args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            "cert.pem",
+            "--tls-key",
+            "key.pem",
+            "--max-connections",
+            "2",
+            "--header-timeout",
+            "1",
+        ]),
+        "https",
+    );
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(cert_pem.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let config = std::sync::Arc::new(
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
+    );
+    let stalled: Vec<_> = (0..3)
+        .map(|_| {
+            let name = ServerName::try_from("127.0.0.1").unwrap();
+            let conn = rustls::ClientConnection::new(config.clone(), name).unwrap();
+            let tcp = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+            tcp.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+                .unwrap();
+            let mut tls = rustls::StreamOwned::new(conn, tcp);
+            tls.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+                .unwrap();
+            tls.flush().unwrap();
+            assert!(!tls.conn.is_handshaking(), "the handshake is done");
+            tls
+        })
+        .collect();
+    let silent = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    silent
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let (status, page) = tls_request(
+        server.port,
+        &cert_pem,
+        "GET /login HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{page}");
+    for (i, c) in stalled.into_iter().enumerate() {
+        closed_by_server(c).unwrap_or_else(|e| panic!("stalled connection {i} left open: {e}"));
+    }
+    closed_by_server(silent).unwrap();
 }
