@@ -17,7 +17,10 @@
 //! Sessions live in this process only: an `HttpOnly`, `SameSite=Strict` cookie naming 32
 //! random bytes, a CSRF token per session carried by every form, and the principal's token
 //! hash checked again on every request, so a revoked or replaced token ends its sessions.
-//! Failed logins are limited per client address.
+//! Sign-ins are limited per client address and per principal name, counted before the hash
+//! (`Attempts`). A decision form is bound to the gate instance and the view that showed it
+//! (`view_tag`); a run in a URL is a run id of this project, never a path (`page_run`); slow
+//! clients are closed and connections capped (`accept_loop`).
 
 use crate::cli::{Global, ServeArgs};
 use crate::context::Context;

@@ -2,7 +2,9 @@
 //! own on a TcpStream): sign-in with a token, the pending list, the gate page, decisions
 //! through the forms; and every attack the page must turn away (no session, a wrong
 //! principal, a missing or wrong CSRF token, a cookie after its token was revoked, guessed
-//! tokens, hostile prompts), each refusal leaving the run as it was; on both backends.
+//! tokens, hostile prompts, another project's run named by a path in the URL, a decision form
+//! replayed after a reopen, parallel and distributed sign-in guesses, malformed forms, slow
+//! clients), each refusal leaving the run as it was; on both backends.
 
 use crate::common::*;
 use std::io::{BufRead, BufReader, Read, Write};
