@@ -47,25 +47,68 @@ pub fn issue(principal: &Principal, now: &str) -> Result<(String, PrincipalRow)>
 
 /// The principal a token authenticates; refused (exit 4) when it does not, with one message
 /// whatever the reason (no such principal, revoked, wrong secret), so that a guess learns
-/// nothing.
+/// nothing. Every token costs one Argon2 check, of the principal's hash or, for a name with
+/// no live principal (or no name at all), of a hash no token matches: an unknown name takes
+/// as long as a known one, so time does not tell names apart either.
 pub fn authenticate(book: &mut dyn PrincipalBook, token: &str) -> Result<Principal> {
     let token = token.trim();
     let invalid = || refused("the token is not valid (unknown, revoked or wrong)");
-    let (name, secret) = token.rsplit_once('.').ok_or_else(invalid)?;
-    if secret.is_empty() || name.is_empty() {
-        return Err(invalid());
-    }
-    let Some(row) = book.principal(name)? else {
-        return Err(invalid());
+    let (name, secret) = token
+        .rsplit_once('.')
+        .filter(|(n, s)| !n.is_empty() && !s.is_empty())
+        .unwrap_or(("", ""));
+    let row = if name.is_empty() {
+        None
+    } else {
+        book.principal(name)?.filter(|r| r.revoked_at.is_none())
     };
-    if row.revoked_at.is_some() {
+    if !secret_matches(secret, row.as_ref().map(|r| r.token_hash.as_str())) {
         return Err(invalid());
     }
-    let hash = PasswordHash::new(&row.token_hash).map_err(|_| invalid())?;
-    Argon2::default()
-        .verify_password(secret.as_bytes(), &hash)
-        .map_err(|_| invalid())?;
+    let row = row.ok_or_else(invalid)?;
     Principal::parse(&row.name, "principal of the token")
+}
+
+/// Whether `secret` is the one `hash` (a PHC string) was made from. Always one Argon2 check:
+/// with no hash, or one that does not parse, a check against [`no_token_hash`], which fails.
+fn secret_matches(secret: &str, hash: Option<&str>) -> bool {
+    #[cfg(test)]
+    CHECKS.with(|c| c.set(c.get() + 1));
+    let parsed = hash.and_then(|h| PasswordHash::new(h).ok());
+    let real = parsed.is_some();
+    let checked = match parsed {
+        Some(h) => Argon2::default().verify_password(secret.as_bytes(), &h),
+        None => match PasswordHash::new(no_token_hash()) {
+            Ok(h) => Argon2::default().verify_password(secret.as_bytes(), &h),
+            Err(e) => Err(e),
+        },
+    };
+    real && checked.is_ok()
+}
+
+/// The hash of a secret nobody holds, made once with the parameters `issue` uses, so that
+/// checking it costs what checking a real token's hash does.
+fn no_token_hash() -> &'static str {
+    static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HASH.get_or_init(|| {
+        let mut secret = [0u8; SECRET_BYTES];
+        rand::rng().fill_bytes(&mut secret);
+        let mut salt = [0u8; 16];
+        rand::rng().fill_bytes(&mut salt);
+        let Ok(salt) = SaltString::encode_b64(&salt) else {
+            return String::new();
+        };
+        Argon2::default()
+            .hash_password(&secret, &salt)
+            .map(|h| h.to_string())
+            .unwrap_or_default()
+    })
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Argon2 checks made on this thread (`secret_matches`).
+    static CHECKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// Whether the project requires a token for every decision.
@@ -158,4 +201,58 @@ pub fn read_token_file(path: &std::path::Path) -> Result<String> {
         return Err(usage(format!("--token-file is empty: {}", shown())));
     }
     Ok(token)
+}
+
+#[cfg(test)]
+mod timing {
+    use super::*;
+    use crate::store::principals::LocalBook;
+
+    fn checks() -> u64 {
+        CHECKS.with(|c| c.get())
+    }
+
+    /// Every token costs one Argon2 check, whether its name is a live principal's, revoked,
+    /// unknown, or missing: what a sign-in takes does not tell names apart. (The structure,
+    /// not a timing: the check of the hash no token matches is what an unknown name pays.)
+    #[test]
+    fn every_token_costs_one_argon2_check_whatever_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut book = LocalBook::open(dir.path(), true).unwrap().unwrap();
+        let alice = Principal::parse("alice", "test").unwrap();
+        let (token, row) = issue(&alice, "2026-01-01 00:00:00").unwrap();
+        assert!(book.add_principal(&row).unwrap());
+        let carol = Principal::parse("carol", "test").unwrap();
+        let (revoked, row) = issue(&carol, "2026-01-01 00:00:00").unwrap();
+        assert!(book.add_principal(&row).unwrap());
+        assert!(book
+            .revoke_principal("carol", "2026-01-01 00:00:01")
+            .unwrap());
+        let secret = token.rsplit_once('.').unwrap().1;
+        let wrong = format!("alice.{}", "0".repeat(secret.len()));
+        let unknown = format!("mallory.{secret}");
+        for (what, t, ok) in [
+            ("the right token", token.as_str(), true),
+            ("a wrong secret", wrong.as_str(), false),
+            ("an unknown name", unknown.as_str(), false),
+            ("a revoked principal", revoked.as_str(), false),
+            ("no name", ".abc", false),
+            ("no secret", "alice.", false),
+            ("no dot", "garbage", false),
+            ("empty", "", false),
+        ] {
+            let before = checks();
+            let got = authenticate(&mut book, t);
+            assert_eq!(got.is_ok(), ok, "{what}");
+            assert_eq!(checks() - before, 1, "{what}: one Argon2 check");
+        }
+        // The stand-in hash is a real Argon2id hash with the parameters of issued tokens.
+        let issued = PasswordHash::new(&book.principal("alice").unwrap().unwrap().token_hash)
+            .unwrap()
+            .params
+            .to_string();
+        let stand_in = PasswordHash::new(no_token_hash()).unwrap();
+        assert_eq!(stand_in.algorithm.as_str(), "argon2id");
+        assert_eq!(stand_in.params.to_string(), issued);
+    }
 }

@@ -188,6 +188,15 @@ pub struct ServeArgs {
     /// Print the public key this server signs decisions with (made on first use) and exit
     #[arg(long)]
     pub show_key: bool,
+    /// Connections served at once; the next waits until one closes
+    #[arg(long, value_name = "N", default_value_t = 256, env = "PROSE_SERVE_MAX_CONNECTIONS",
+          value_parser = clap::value_parser!(u32).range(1..=65_536))]
+    pub max_connections: u32,
+    /// Seconds a client has to send a request's headers (and to finish a TLS handshake)
+    /// before its connection is closed; also how long an idle connection is kept
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, env = "PROSE_SERVE_HEADER_TIMEOUT",
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub header_timeout: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

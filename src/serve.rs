@@ -17,7 +17,10 @@
 //! Sessions live in this process only: an `HttpOnly`, `SameSite=Strict` cookie naming 32
 //! random bytes, a CSRF token per session carried by every form, and the principal's token
 //! hash checked again on every request, so a revoked or replaced token ends its sessions.
-//! Failed logins are limited per client address.
+//! Sign-ins are limited per client address and per principal name, counted before the hash
+//! (`Attempts`). A decision form is bound to the gate instance and the view that showed it
+//! (`view_tag`); a run in a URL is a run id of this project, never a path (`page_run`); slow
+//! clients are closed and connections capped (`accept_loop`).
 
 use crate::cli::{Global, ServeArgs};
 use crate::context::Context;
@@ -25,7 +28,7 @@ use crate::error::{code_of, Code};
 use crate::model::{now, sha256_tag, Principal};
 use crate::store::{BindingRow, Decided, Decision, ExecutionRow, GateRow, Store};
 use anyhow::{anyhow, Result};
-use axum::extract::{ConnectInfo, Form, Path, State};
+use axum::extract::{ConnectInfo, Form, FromRequest, Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -42,9 +45,16 @@ use std::time::{Duration, Instant};
 const COOKIE: &str = "prose_session";
 /// How long a session lasts without being used.
 const IDLE: Duration = Duration::from_secs(8 * 3600);
-/// Failed logins allowed per client address in `WINDOW`; more are refused (429) unchecked.
+/// Sign-ins allowed to fail in `WINDOW` from one client address, and for one principal name
+/// (from any number of addresses); more are refused (429) unchecked (`Attempts`).
 const FAILURES: u32 = 5;
+const NAME_FAILURES: u32 = 10;
 const WINDOW: Duration = Duration::from_secs(60);
+/// Past this many addresses and names counted, the expired ones are dropped; past
+/// `MOST_COUNTED`, sign-ins are refused (429) until some expire: a flood of new addresses or
+/// names cannot grow the server's memory without end.
+const PRUNE_AT: usize = 10_000;
+const MOST_COUNTED: usize = 100_000;
 /// Recent log entries shown on a gate's page.
 const RECENT: usize = 20;
 /// A binding's value is shown up to this many bytes; the whole is a link away.
@@ -70,11 +80,14 @@ struct App {
     /// Served over TLS: the session cookie is `Secure`.
     secure: bool,
     sessions: Mutex<HashMap<String, Session>>,
-    failures: Mutex<HashMap<IpAddr, (u32, Instant)>>,
+    attempts: Mutex<Attempts>,
     /// The project's principal book on its server, kept open between requests (a connection
     /// each): every request checks its session's token against it. A local book is opened
     /// for each request (see `PrincipalBook::keep_open`).
     books: Mutex<Vec<Box<dyn crate::store::principals::PrincipalBook>>>,
+    /// Binds a decision form to the view that showed it (`view_tag`); made at start, so a
+    /// form outlives neither its session nor the server.
+    view_key: [u8; 32],
 }
 
 /// At most this many books are kept open (one per request served at once, up to it).
@@ -175,8 +188,13 @@ pub fn serve(args: &ServeArgs, _global: &Global, ctx: Context) -> Result<()> {
         signer,
         secure: tls.is_some(),
         sessions: Mutex::new(HashMap::new()),
-        failures: Mutex::new(HashMap::new()),
+        attempts: Mutex::new(Attempts::default()),
         books: Mutex::new(Vec::new()),
+        view_key: {
+            let mut k = [0u8; 32];
+            rand::rng().fill_bytes(&mut k);
+            k
+        },
     });
     app.keep(book);
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -209,14 +227,83 @@ pub fn serve(args: &ServeArgs, _global: &Global, ctx: Context) -> Result<()> {
             .route("/style.css", get(|| async { asset("text/css", STYLE) }))
             .route("/app.js", get(|| async { asset("text/javascript", SCRIPT) }))
             .fallback(|| async { page_error(StatusCode::NOT_FOUND, "no such page") })
+            .layer(axum::extract::DefaultBodyLimit::max(FORM_BYTES))
             .with_state(app);
-        let service = router.into_make_service_with_connect_info::<Peer>();
-        match tls {
-            Some(config) => axum::serve(TlsListener::new(listener, config), service).await,
-            None => axum::serve(listener, service).await,
-        }
-        .map_err(|e| anyhow!("the server stopped: {e}"))
+        let limits = Limits {
+            connections: args.max_connections as usize,
+            header_time: Duration::from_secs(args.header_timeout),
+        };
+        let tls = tls.map(|config| tokio_rustls::TlsAcceptor::from(Arc::new(config)));
+        accept_loop(listener, tls, router, limits).await;
+        Ok(())
     })
+}
+
+/// What a client may hold of the server: how many connections at once, and how long it
+/// may take to send a request's headers (or to finish its TLS handshake).
+#[derive(Clone, Copy)]
+struct Limits {
+    connections: usize,
+    header_time: Duration,
+}
+
+/// Serves connections until the process is killed: at most `limits.connections` at once (the
+/// next waits in the listen queue until one closes, so descriptors are never exhausted),
+/// each closed when its request headers, or its TLS handshake, take longer than
+/// `limits.header_time` (hyper's header timeout, which also ends a kept-alive connection left
+/// idle that long), and a form body bounded too (`PageForm`). So slow clients hold up no one
+/// for longer than the header time.
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    router: Router,
+    limits: Limits,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(limits.connections));
+    loop {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let (stream, peer) = match listener.accept().await {
+            Ok(c) => c,
+            Err(_) => {
+                // Out of descriptors, or a connection reset before it was taken.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let (tls, router) = (tls.clone(), router.clone());
+        tokio::spawn(async move {
+            match tls {
+                None => serve_connection(stream, peer, router, limits).await,
+                Some(acceptor) => {
+                    let shake = tokio::time::timeout(limits.header_time, acceptor.accept(stream));
+                    if let Ok(Ok(stream)) = shake.await {
+                        serve_connection(stream, peer, router, limits).await;
+                    }
+                }
+            }
+            drop(slot);
+        });
+    }
+}
+
+/// One connection, over HTTP/1.1, with the client's address for the handlers (`Peer`).
+async fn serve_connection<S>(stream: S, peer: SocketAddr, router: Router, limits: Limits)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper_util::service::TowerToHyperService::new(router);
+    let with_peer =
+        hyper::service::service_fn(move |mut req: axum::http::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(ConnectInfo(Peer(peer)));
+            hyper::service::Service::call(&service, req)
+        });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.header_time)
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), with_peer)
+        .await;
 }
 
 /// The TLS configuration of `--tls-cert` and `--tls-key` (PEM): a file that is missing is
@@ -269,79 +356,6 @@ fn tls_config(cert: &std::path::Path, key: &std::path::Path) -> Result<rustls::S
 /// The address a connection came from (failed sign-ins are counted by it), over TLS or not.
 #[derive(Clone, Copy, Debug)]
 struct Peer(SocketAddr);
-
-impl
-    axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>>
-    for Peer
-{
-    fn connect_info(s: axum::serve::IncomingStream<'_, tokio::net::TcpListener>) -> Peer {
-        Peer(*s.remote_addr())
-    }
-}
-
-impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TlsListener>> for Peer {
-    fn connect_info(s: axum::serve::IncomingStream<'_, TlsListener>) -> Peer {
-        Peer(*s.remote_addr())
-    }
-}
-
-/// Connections over TLS, handed to axum once their handshake is done: each handshake runs in
-/// a task of its own (bounded in time), so a slow or silent client holds up nobody else.
-struct TlsListener {
-    ready: tokio::sync::mpsc::Receiver<(
-        tokio_rustls::server::TlsStream<tokio::net::TcpStream>,
-        SocketAddr,
-    )>,
-    local: SocketAddr,
-}
-
-impl TlsListener {
-    fn new(listener: tokio::net::TcpListener, config: rustls::ServerConfig) -> TlsListener {
-        let local = listener
-            .local_addr()
-            .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)));
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let (tx, ready) = tokio::sync::mpsc::channel(64);
-        tokio::spawn(async move {
-            loop {
-                let (stream, peer) = match listener.accept().await {
-                    Ok(c) => c,
-                    Err(_) => {
-                        // Out of descriptors, or a connection reset before it was taken.
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
-                    }
-                };
-                let (acceptor, tx) = (acceptor.clone(), tx.clone());
-                tokio::spawn(async move {
-                    let shake =
-                        tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream));
-                    if let Ok(Ok(tls)) = shake.await {
-                        let _ = tx.send((tls, peer)).await;
-                    }
-                });
-            }
-        });
-        TlsListener { ready, local }
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.ready.recv().await {
-            Some(c) => c,
-            // The accepting task is gone: nothing more will come.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
-    }
-}
 
 // ---- responses -------------------------------------------------------------------------
 
@@ -519,6 +533,26 @@ async fn who(app: &Arc<App>, headers: &HeaderMap) -> Result<(String, Principal, 
     Ok((id, principal, csrf))
 }
 
+/// What a page says of a run it cannot show, whatever the reason: not a run id, no such run
+/// here or on the project's server, or a path that exists elsewhere. One body for all, so
+/// that a URL learns nothing of what exists.
+const NO_SUCH_RUN: &str = "no such run";
+
+/// The run a URL's `{run}` segment names: a run id of this project (a directory under its
+/// `.prose/runs/`, or a run on its server), never a path. The command line's lookup
+/// (`Context::open_run`) also takes a directory or a state.db path, so a URL reaching it
+/// could decide a gate of another project; every page resolves its run here instead.
+fn page_run(ctx: &Context, run: &str) -> Result<(crate::run::RunPaths, Box<dyn Store>)> {
+    let gone = || crate::error::not_found(NO_SUCH_RUN);
+    crate::model::check_run_id(run).map_err(|_| gone())?;
+    let paths = crate::run::RunPaths::in_dir(ctx.runs_dir().join(run));
+    match ctx.open(&paths) {
+        Ok(store) => Ok((paths, store)),
+        Err(e) if code_of(&e) == Some(Code::NotFound) => Err(gone()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Runs blocking store work off the server's threads.
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
     tokio::task::spawn_blocking(f)
@@ -550,24 +584,26 @@ struct LoginForm {
 async fn login(
     State(app): State<Arc<App>>,
     ConnectInfo(Peer(peer)): ConnectInfo<Peer>,
-    Form(form): Form<LoginForm>,
+    PageForm(form): PageForm<LoginForm>,
 ) -> Response {
     let ip = peer.ip();
-    {
-        let mut failures = app.failures.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((n, since)) = failures.get(&ip).copied() {
-            if since.elapsed() > WINDOW {
-                failures.remove(&ip);
-            } else if n >= FAILURES {
-                return page_error(
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "too many failed sign-ins from this address: wait a minute",
-                );
-            }
-        }
+    let token = form.token;
+    let who = Attempts::keys(ip, &token);
+    // Counted before the hash, under one lock: parallel guesses cannot all pass the check
+    // before any of them is counted.
+    let counted = app
+        .attempts
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .begin(&who, Instant::now());
+    if !counted {
+        crate::output::report(&format!("refused sign-in from {ip}: too many failed"));
+        return page_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many failed sign-ins from this address or for this principal: wait a minute",
+        );
     }
     let app2 = app.clone();
-    let token = form.token;
     let checked = blocking(move || {
         app2.with_book(|book| {
             let p = crate::auth::authenticate(book, &token)?;
@@ -580,6 +616,11 @@ async fn login(
     .await;
     match checked {
         Ok((principal, token_hash)) => {
+            // A sign-in that succeeds is no failure: its count is given back.
+            app.attempts
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .give_back(&who);
             let id = random_hex(32);
             app.sessions
                 .lock()
@@ -603,9 +644,6 @@ async fn login(
             secured(r)
         }
         Err(e) => {
-            let mut failures = app.failures.lock().unwrap_or_else(|e| e.into_inner());
-            let entry = failures.entry(ip).or_insert((0, Instant::now()));
-            entry.0 += 1;
             crate::output::report(&format!("refused sign-in from {ip}: {e:#}"));
             page(
                 StatusCode::UNAUTHORIZED,
@@ -619,6 +657,79 @@ async fn login(
     }
 }
 
+/// Who a sign-in attempt is counted against: its client's address (an IPv6 client by its
+/// /64, which one machine usually holds whole), and the principal name its token claims (by
+/// hash: a name of any length costs the same to keep).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Attempter {
+    Address(IpAddr),
+    Name([u8; 32]),
+}
+
+/// Sign-in attempts within `WINDOW` of each attempter's first: each one is counted when it
+/// begins, before its token is hashed, and given back if it succeeds. At its limit an
+/// attempter is refused unchecked until the window ends.
+#[derive(Default)]
+struct Attempts {
+    counted: HashMap<Attempter, (u32, Instant)>,
+}
+
+impl Attempts {
+    /// The attempters of a sign-in from `ip` with `token`, each with its limit.
+    fn keys(ip: IpAddr, token: &str) -> Vec<(Attempter, u32)> {
+        use sha2::Digest;
+        let address = match ip {
+            IpAddr::V4(_) => ip,
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => IpAddr::V4(v4),
+                None => IpAddr::V6(std::net::Ipv6Addr::from(
+                    u128::from(v6) & !((1u128 << 64) - 1),
+                )),
+            },
+        };
+        let mut keys = vec![(Attempter::Address(address), FAILURES)];
+        // The name as `auth::authenticate` reads it: before the token's last dot.
+        if let Some((name, _)) = token.trim().rsplit_once('.').filter(|(n, _)| !n.is_empty()) {
+            let hash: [u8; 32] = sha2::Sha256::digest(name.as_bytes()).into();
+            keys.push((Attempter::Name(hash), NAME_FAILURES));
+        }
+        keys
+    }
+
+    /// Counts an attempt against each of `keys`, unless one of them is at its limit (or too
+    /// many are counted already): then nothing is counted, and the attempt is refused.
+    fn begin(&mut self, keys: &[(Attempter, u32)], now: Instant) -> bool {
+        if self.counted.len() >= PRUNE_AT {
+            self.counted
+                .retain(|_, (_, since)| now.duration_since(*since) <= WINDOW);
+        }
+        let live = |c: &(u32, Instant)| now.duration_since(c.1) <= WINDOW;
+        let limited = keys
+            .iter()
+            .any(|(k, most)| self.counted.get(k).is_some_and(|c| live(c) && c.0 >= *most));
+        if limited || self.counted.len() + keys.len() > MOST_COUNTED {
+            return false;
+        }
+        for (k, _) in keys {
+            let c = self.counted.entry(*k).or_insert((0, now));
+            if !live(c) {
+                *c = (0, now);
+            }
+            c.0 += 1;
+        }
+        true
+    }
+
+    /// Gives back the attempt `begin` counted against each of `keys` (it succeeded).
+    fn give_back(&mut self, keys: &[(Attempter, u32)]) {
+        for (k, _) in keys {
+            if let Some(c) = self.counted.get_mut(k) {
+                c.0 = c.0.saturating_sub(1);
+            }
+        }
+    }
+}
+
 #[derive(Deserialize)]
 struct CsrfForm {
     #[serde(default)]
@@ -628,7 +739,7 @@ struct CsrfForm {
 async fn logout(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
-    Form(form): Form<CsrfForm>,
+    PageForm(form): PageForm<CsrfForm>,
 ) -> Response {
     let (id, _, csrf) = match who(&app, &headers).await {
         Ok(w) => w,
@@ -650,6 +761,46 @@ async fn logout(
         HeaderValue::from_static("prose_session=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
     );
     secured(r)
+}
+
+/// A form body as the page's own forms send it (`application/x-www-form-urlencoded`, each
+/// field once, at most `FORM_BYTES`, sent within `BODY_TIME`). Anything else is 400 (413 too
+/// large, 408 too slow) with one line saying what, never axum's 415 or 422: README promises
+/// 400 for a malformed form.
+struct PageForm<T>(T);
+
+/// The largest form body read (a comment is at most 4,000 characters).
+const FORM_BYTES: usize = 64 * 1024;
+/// A form body must arrive within this once its headers have.
+const BODY_TIME: Duration = Duration::from_secs(30);
+
+impl<T, S> FromRequest<S> for PageForm<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = Response;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Response> {
+        match tokio::time::timeout(BODY_TIME, Form::<T>::from_request(req, state)).await {
+            Ok(Ok(Form(form))) => Ok(PageForm(form)),
+            Ok(Err(rejection)) => {
+                let status = if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    StatusCode::PAYLOAD_TOO_LARGE
+                } else {
+                    StatusCode::BAD_REQUEST
+                };
+                Err(page_error(
+                    status,
+                    &format!("not a form of this page: {}", rejection.body_text()),
+                ))
+            }
+            Err(_) => Err(page_error(
+                StatusCode::REQUEST_TIMEOUT,
+                "the form was not sent in time",
+            )),
+        }
+    }
 }
 
 /// Compares two secrets in time that does not depend on where they differ.
@@ -842,7 +993,7 @@ async fn run_page(
     };
     let app2 = app.clone();
     let view = blocking(move || {
-        let (_, mut store) = app2.ctx.open_run(Some(&run))?;
+        let (_, mut store) = page_run(&app2.ctx, &run)?;
         let now = now();
         Ok(RunView {
             info: store.run_info()?,
@@ -928,14 +1079,14 @@ async fn gate_page(
     headers: HeaderMap,
     Path((run, gate)): Path<(String, String)>,
 ) -> Response {
-    let (_, principal, csrf) = match who(&app, &headers).await {
+    let (session, principal, csrf) = match who(&app, &headers).await {
         Ok(w) => w,
         Err(r) => return r,
     };
     let app2 = app.clone();
     let viewer = principal.as_str().to_string();
     let data = blocking(move || {
-        let (_, mut store) = app2.ctx.open_run(Some(&run))?;
+        let (_, mut store) = page_run(&app2.ctx, &run)?;
         let shown = crate::cmd::gates::show_to(&gate, Some(&viewer), "web", store.as_mut())?;
         let mut recent = store.executions()?;
         let cut = recent.len().saturating_sub(RECENT);
@@ -949,12 +1100,46 @@ async fn gate_page(
     })
     .await;
     match data {
-        Ok(d) => page(StatusCode::OK, gate_markup(&d, &principal, &csrf)),
+        Ok(d) => {
+            let g = &d.shown.gate.gate;
+            let view = view_tag(
+                &app.view_key,
+                &session,
+                g.run_id.as_deref().unwrap_or(""),
+                &g.id,
+                g.instance,
+                &sha256_tag(&g.prompt),
+            );
+            page(StatusCode::OK, gate_markup(&d, &principal, &csrf, &view))
+        }
         Err(e) => failed(&e),
     }
 }
 
-fn gate_markup(d: &GateViewData, principal: &Principal, csrf: &str) -> Markup {
+/// What binds a decision form to the view that showed it: a MAC, under the server's
+/// `view_key`, of the session, the run, the gate, its instance and its prompt's hash. A form
+/// carries the instance and this tag; a decision is taken only on that instance (the store
+/// refuses another, in the decision's own transaction), so a form replayed after the gate
+/// was reopened, with the same prompt or not, decides nothing.
+fn view_tag(
+    key: &[u8; 32],
+    session: &str,
+    run: &str,
+    gate: &str,
+    instance: i64,
+    prompt_hash: &str,
+) -> String {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes any key");
+    for part in [session, run, gate, &instance.to_string(), prompt_hash] {
+        // Each part with its length: no two tuples give the same input.
+        mac.update(&(part.len() as u64).to_be_bytes());
+        mac.update(part.as_bytes());
+    }
+    crate::model::hex(&mac.finalize().into_bytes())
+}
+
+fn gate_markup(d: &GateViewData, principal: &Principal, csrf: &str, view: &str) -> Markup {
     let g = &d.shown.gate.gate;
     let run = g.run_id.as_deref().unwrap_or("");
     let hash = sha256_tag(&g.prompt);
@@ -992,6 +1177,8 @@ fn gate_markup(d: &GateViewData, principal: &Principal, csrf: &str) -> Markup {
                         form #approve method="post" action=(action) {
                             input type="hidden" name="csrf" value=(csrf);
                             input type="hidden" name="prompt_hash" value=(hash);
+                            input type="hidden" name="instance" value=(g.instance);
+                            input type="hidden" name="view" value=(view);
                             input type="hidden" name="action" value="approve";
                             label for="approve-comment" { "Comment (optional)" }
                             input #approve-comment type="text" name="comment" maxlength="4000";
@@ -1000,6 +1187,8 @@ fn gate_markup(d: &GateViewData, principal: &Principal, csrf: &str) -> Markup {
                         form #reject method="post" action=(action) {
                             input type="hidden" name="csrf" value=(csrf);
                             input type="hidden" name="prompt_hash" value=(hash);
+                            input type="hidden" name="instance" value=(g.instance);
+                            input type="hidden" name="view" value=(view);
                             input type="hidden" name="action" value="reject";
                             label for="reject-reason" { "Reason (required)" }
                             input #reject-reason type="text" name="comment" maxlength="4000" required;
@@ -1078,7 +1267,7 @@ async fn binding_value(
     };
     let app2 = app.clone();
     let value = blocking(move || {
-        let (paths, mut store) = app2.ctx.open_run(Some(&run))?;
+        let (paths, mut store) = page_run(&app2.ctx, &run)?;
         // The binding at exactly that scope: its own scope is the nearest to it.
         if !store
             .bindings()?
@@ -1122,21 +1311,36 @@ struct DecideForm {
     comment: String,
     #[serde(default)]
     prompt_hash: String,
+    /// The gate instance the page showed, and the view's tag over it (`view_tag`).
+    #[serde(default)]
+    instance: String,
+    #[serde(default)]
+    view: String,
 }
 
+/// What a decision posted to the page came to, before it is put in words.
+enum Posted {
+    /// Refused by the page itself (a CSRF token or a form it did not show), and whether
+    /// the refusal was recorded on the gate.
+    Refused(&'static str, bool),
+    /// The store's answer.
+    Decided(Box<Decided>),
+}
 async fn decide(
     State(app): State<Arc<App>>,
     ConnectInfo(Peer(peer)): ConnectInfo<Peer>,
     headers: HeaderMap,
     Path((run, gate)): Path<(String, String)>,
-    Form(form): Form<DecideForm>,
+    PageForm(form): PageForm<DecideForm>,
 ) -> Response {
-    let (_, principal, csrf) = match who(&app, &headers).await {
+    let (session, principal, csrf) = match who(&app, &headers).await {
         Ok(w) => w,
         Err(r) => {
             crate::output::report(&format!(
-                "refused a decision without a session from {}: run {run}, gate {gate}",
-                peer.ip()
+                "refused a decision without a session from {}: run {}, gate {}",
+                peer.ip(),
+                crate::error::shown(&run),
+                crate::error::shown(&gate)
             ));
             return r;
         }
@@ -1146,51 +1350,51 @@ async fn decide(
         "reject" => false,
         _ => return page_error(StatusCode::BAD_REQUEST, "the action is approve or reject"),
     };
-    if !same(&form.csrf, &csrf) {
-        // A signed-in principal's refused attempt: audit-logged on the gate, like the
-        // store's own refusals (an attempt without a session is not: anyone who can reach
-        // the page could fill a run's append-only log; serve's log reports it).
-        let (app2, who2, run2, gate2) = (app.clone(), principal.clone(), run.clone(), gate.clone());
-        let recorded = blocking(move || {
-            crate::model::check_gate_id(&gate2)?;
-            let (_, mut store) = app2.ctx.open_run(Some(&run2))?;
-            store.refuse_attempt(&crate::store::Attempt {
+    let comment = form.comment.trim().to_string();
+    let (app2, who2, run2, gate2) = (app.clone(), principal.clone(), run.clone(), gate.clone());
+    let posted = blocking(move || {
+        // The run first: a URL naming no run of this project learns nothing more.
+        let (_, mut store) = page_run(&app2.ctx, &run2)?;
+        crate::model::check_gate_id(&gate2)?;
+        // The form must carry this session's CSRF token, and be one this page showed, in
+        // this session, for this gate instance and prompt (`view_tag`): otherwise the
+        // attempt is refused and audit-logged on the gate as the signed-in principal, like
+        // the store's own refusals. (An attempt without a session is not: anyone who can
+        // reach the page could fill a run's append-only log; serve's log reports it.)
+        let shown = form.instance.parse::<i64>().ok().filter(|i| {
+            same(
+                &form.view,
+                &view_tag(
+                    &app2.view_key,
+                    &session,
+                    &run2,
+                    &gate2,
+                    *i,
+                    &form.prompt_hash,
+                ),
+            )
+        });
+        let refusal = if !same(&form.csrf, &csrf) {
+            Some("the form's CSRF token is missing or wrong")
+        } else if !approve && comment.is_empty() {
+            return Err(crate::error::usage("a rejection needs a reason"));
+        } else if shown.is_none() {
+            Some("the form is not one this page showed for this gate")
+        } else {
+            None
+        };
+        if let Some(reason) = refusal {
+            let recorded = store.refuse_attempt(&crate::store::Attempt {
                 gate_id: &gate2,
                 approve,
                 principal: Some(who2.as_str()),
                 authenticated: true,
                 client: "web",
-                reason: "the form's CSRF token is missing or wrong",
+                reason,
                 now: &now(),
-            })
-        })
-        .await
-        .unwrap_or(false);
-        return page_error(
-            StatusCode::FORBIDDEN,
-            &format!(
-                "the form's CSRF token is missing or wrong: reload the gate's page{}",
-                if recorded {
-                    "; this attempt was logged"
-                } else {
-                    ""
-                }
-            ),
-        );
-    }
-    let comment = form.comment.trim().to_string();
-    if !approve && comment.is_empty() {
-        return page_error(StatusCode::BAD_REQUEST, "a rejection needs a reason");
-    }
-    if let Err(e) = crate::model::check_gate_id(&gate) {
-        return failed(&e);
-    }
-    let app2 = app.clone();
-    let who2 = principal.clone();
-    let gate2 = gate.clone();
-    let run2 = run.clone();
-    let decided = blocking(move || {
-        let (_, mut store) = app2.ctx.open_run(Some(&run2))?;
+            })?;
+            return Ok(Posted::Refused(reason, recorded));
+        }
         let decision = Decision {
             gate_id: &gate2,
             approve,
@@ -1200,17 +1404,34 @@ async fn decide(
             comment: (!comment.is_empty()).then_some(comment.as_str()),
             // The prompt as the page showed it: a prompt changed since is refused.
             prompt_hash: &form.prompt_hash,
+            // The instance the page showed: a gate reopened since is refused, in the
+            // decision's own transaction.
+            instance: shown,
             now: &now(),
             signer: Some(&app2.signer),
         };
-        store.decide_gate(&decision)
+        Ok(Posted::Decided(Box::new(store.decide_gate(&decision)?)))
     })
     .await;
-    let decided = match decided {
-        Ok(d) => d,
+    let decided = match posted {
+        Ok(Posted::Decided(d)) => *d,
+        Ok(Posted::Refused(reason, recorded)) => {
+            return page_error(
+                StatusCode::FORBIDDEN,
+                &format!(
+                    "{reason}: reload the gate's page{}",
+                    if recorded {
+                        "; this attempt was logged"
+                    } else {
+                        ""
+                    }
+                ),
+            )
+        }
         Err(e) => return failed(&e),
     };
-    // The command line's words; a lost race or a changed prompt is a conflict.
+    // The command line's words; a lost race, a changed prompt or a reopened gate is a
+    // conflict.
     let status = match &decided {
         Decided::Done(_) => StatusCode::SEE_OTHER,
         Decided::NotFound => StatusCode::NOT_FOUND,

@@ -2,7 +2,9 @@
 //! own on a TcpStream): sign-in with a token, the pending list, the gate page, decisions
 //! through the forms; and every attack the page must turn away (no session, a wrong
 //! principal, a missing or wrong CSRF token, a cookie after its token was revoked, guessed
-//! tokens, hostile prompts), each refusal leaving the run as it was; on both backends.
+//! tokens, hostile prompts, another project's run named by a path in the URL, a decision form
+//! replayed after a reopen, parallel and distributed sign-in guesses, malformed forms, slow
+//! clients), each refusal leaving the run as it was; on both backends.
 
 use crate::common::*;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -17,6 +19,11 @@ on_both!(
     twenty_deciders_make_one_signed_decision_when_signatures_are_required,
     signed_decisions_verify_and_unsigned_or_altered_ones_do_not,
     sessions_are_checked_against_the_book_as_it_is_now,
+    a_run_in_a_url_is_a_run_id_of_this_project,
+    malformed_forms_are_400_and_change_nothing,
+    a_decision_form_is_bound_to_the_instance_and_view_that_showed_it,
+    sign_ins_are_counted_before_the_hash_per_address_and_per_name,
+    slow_clients_are_timed_out_and_connections_capped,
 );
 
 /// A `serve` process on a free loopback port, killed when dropped.
@@ -101,25 +108,82 @@ impl Server {
         cookie: Option<&str>,
         form: &[(&str, &str)],
     ) -> Reply {
-        let mut s = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
         let body: String = form
             .iter()
             .map(|(k, v)| format!("{}={}", urlencode(k), urlencode(v)))
             .collect::<Vec<_>>()
             .join("&");
+        let kind = (method == "POST").then_some("application/x-www-form-urlencoded");
+        self.send(method, path, cookie, kind, &body)
+    }
+
+    /// A request with this content type (none: no header) and body, as it is.
+    fn send(
+        &self,
+        method: &str,
+        path: &str,
+        cookie: Option<&str>,
+        content_type: Option<&str>,
+        body: &str,
+    ) -> Reply {
+        self.send_from(
+            TcpStream::connect(("127.0.0.1", self.port)).unwrap(),
+            method,
+            path,
+            cookie,
+            content_type,
+            body,
+        )
+    }
+
+    /// A form posted from a loopback address of the test's choosing (127.0.0.2, ...).
+    fn post_from(&self, from: [u8; 4], path: &str, form: &[(&str, &str)]) -> Reply {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind((from, 0).into()).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .build()
+            .unwrap();
+        let stream = rt
+            .block_on(socket.connect(([127, 0, 0, 1], self.port).into()))
+            .unwrap()
+            .into_std()
+            .unwrap();
+        stream.set_nonblocking(false).unwrap();
+        let body: String = form
+            .iter()
+            .map(|(k, v)| format!("{}={}", urlencode(k), urlencode(v)))
+            .collect::<Vec<_>>()
+            .join("&");
+        let kind = Some("application/x-www-form-urlencoded");
+        self.send_from(stream, "POST", path, None, kind, &body)
+    }
+
+    fn send_from(
+        &self,
+        mut s: TcpStream,
+        method: &str,
+        path: &str,
+        cookie: Option<&str>,
+        content_type: Option<&str>,
+        body: &str,
+    ) -> Reply {
+        // A page never served fails the test rather than hanging it.
+        s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
         let mut req =
             format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
         if let Some(c) = cookie {
             req += &format!("Cookie: {c}\r\n");
         }
+        if let Some(kind) = content_type {
+            req += &format!("Content-Type: {kind}\r\n");
+        }
         if method == "POST" {
-            req += &format!(
-                "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
-                body.len()
-            );
+            req += &format!("Content-Length: {}\r\n", body.len());
         }
         req += "\r\n";
-        req += &body;
+        req += body;
         s.write_all(req.as_bytes()).unwrap();
         let mut raw = Vec::new();
         s.read_to_end(&mut raw).unwrap();
@@ -252,6 +316,7 @@ fn a_signed_in_principal_lists_reads_and_decides_a_gate(b: Backend) {
         page.body[at..at + 71].to_string()
     };
     assert!(hash.starts_with("sha256:"), "{hash}");
+    let (instance, view) = view_of(&page.body);
     // A principal field in the form is not who decides: the session's principal is.
     let r = decide(
         &s,
@@ -263,6 +328,8 @@ fn a_signed_in_principal_lists_reads_and_decides_a_gate(b: Backend) {
             ("action", "approve"),
             ("comment", "looks right"),
             ("prompt_hash", &hash),
+            ("instance", &instance),
+            ("view", &view),
             ("principal", "mallory"),
         ],
     );
@@ -308,6 +375,8 @@ fn a_signed_in_principal_lists_reads_and_decides_a_gate(b: Backend) {
             ("action", "reject"),
             ("comment", "no"),
             ("prompt_hash", &hash),
+            ("instance", &instance),
+            ("view", &view),
         ],
     );
     assert_eq!(r.status, 409, "{}", r.body);
@@ -442,7 +511,8 @@ fn refusals_over_http_change_nothing(b: Backend) {
         (last.0.as_str(), last.1.as_deref()),
         ("refused", Some("alice"))
     );
-    // A prompt hash that is not the gate's prompt (the page was of another prompt).
+    // A prompt hash that is not the one the page showed: not a form this page showed.
+    let (instance, view) = view_of(&s.get(&gate_path(&run, "mine"), Some(&cookie)).body);
     let r = decide(
         &s,
         &cookie,
@@ -452,9 +522,12 @@ fn refusals_over_http_change_nothing(b: Backend) {
             ("csrf", &csrf),
             ("action", "approve"),
             ("prompt_hash", "sha256:00"),
+            ("instance", &instance),
+            ("view", &view),
         ],
     );
-    assert_eq!(r.status, 409, "{}", r.body);
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.body.contains("not one this page showed"), "{}", r.body);
     assert_eq!(run.view().gate("mine").0, "pending");
     // An agent's token never decides a person's gate.
     let agent = s.login(&bot);
@@ -604,14 +677,14 @@ fn twenty_deciders(b: Backend, signed: bool) {
         .assert()
         .success();
     let s = Server::start(&p);
-    let sessions: Vec<(String, String, String)> = tokens[..10]
+    let sessions: Vec<(String, String, String, (String, String))> = tokens[..10]
         .iter()
         .map(|t| {
             let cookie = s.login(t);
             let page = s.get(&gate_path(&run, "race"), Some(&cookie));
             let at = page.body.find("name=\"prompt_hash\" value=\"").unwrap() + 26;
             let hash = page.body[at..at + 71].to_string();
-            (cookie, csrf_of(&page.body), hash)
+            (cookie, csrf_of(&page.body), hash, view_of(&page.body))
         })
         .collect();
     for (i, t) in tokens[10..].iter().enumerate() {
@@ -625,7 +698,7 @@ fn twenty_deciders(b: Backend, signed: bool) {
     }
     let outcomes: Vec<String> = std::thread::scope(|sc| {
         let mut handles = Vec::new();
-        for (i, (cookie, csrf, hash)) in sessions.iter().enumerate() {
+        for (i, (cookie, csrf, hash, (instance, view))) in sessions.iter().enumerate() {
             let s = &s;
             let run = &run;
             handles.push(sc.spawn(move || {
@@ -640,6 +713,8 @@ fn twenty_deciders(b: Backend, signed: bool) {
                         ("action", action),
                         ("comment", "web"),
                         ("prompt_hash", hash),
+                        ("instance", instance),
+                        ("view", view),
                     ],
                 );
                 format!("web {}", r.status)
@@ -794,6 +869,8 @@ fn signed_decisions_verify_and_unsigned_or_altered_ones_do_not(b: Backend) {
                 ("action", "approve"),
                 ("comment", ""),
                 ("prompt_hash", &hash),
+                ("instance", &view_of(&page.body).0),
+                ("view", &view_of(&page.body).1),
             ],
         );
         assert_eq!(r.status, 303, "{}", r.body);
@@ -866,6 +943,8 @@ fn signed_decisions_verify_and_unsigned_or_altered_ones_do_not(b: Backend) {
             ("action", "reject"),
             ("comment", "no"),
             ("prompt_hash", &hash),
+            ("instance", &view_of(&page.body).0),
+            ("view", &view_of(&page.body).1),
         ],
     );
     assert_eq!(r.status, 303, "{}", r.body);
@@ -1217,4 +1296,583 @@ fn sessions_are_checked_against_the_book_as_it_is_now(b: Backend) {
             assert_eq!(s.get("/", Some(&fresh)).status, 200);
         }
     }
+}
+
+/// A run in a URL is a run id of this project (or its server), never a path: signed in to
+/// project A, a URL naming project B's run by its directory, its state.db, a relative
+/// path, a directory beside the server, or B's run id, reads and decides nothing of B's.
+/// Every such answer is the same 404, which says nothing of what exists.
+fn a_run_in_a_url_is_a_run_id_of_this_project(b: Backend) {
+    let Some(a) = Project::on(b) else { return };
+    let Some(other) = Project::on(b) else { return };
+    let mine = a.init();
+    let alice = add(&a, "alice");
+    mine.cmd()
+        .args(["gates", "create", "deploy", "--prompt", "Deploy A?"])
+        .assert()
+        .success();
+    // Project B: its own principals, tokens required, a gate and a binding.
+    let theirs = other.init();
+    add(&other, "alice");
+    other
+        .cmd()
+        .args(["principals", "require"])
+        .assert()
+        .success();
+    theirs
+        .cmd()
+        .args(["gates", "create", "deploy", "--prompt", "Deploy B?"])
+        .assert()
+        .success();
+    theirs.bind("secret", "B's value", None);
+    // A directory beside the server (its working directory is A's root) holding B's run.
+    let beside = a.root().join("stray");
+    std::fs::create_dir_all(&beside).unwrap();
+    if b == Backend::Sqlite {
+        std::fs::copy(&theirs.db, beside.join("state.db")).unwrap();
+    }
+    let s = Server::start(&a);
+    let cookie = s.login(&alice);
+    let page = s.get(&gate_path(&mine, "deploy"), Some(&cookie));
+    assert_eq!(page.status, 200);
+    let csrf = csrf_of(&page.body);
+    let hash = {
+        use sha2::Digest;
+        let d = sha2::Sha256::digest(b"Deploy B?");
+        format!(
+            "sha256:{}",
+            d.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        )
+    };
+    let before_a = mine.snapshot();
+    let before_b = theirs.snapshot();
+    let dir = theirs.dir.display().to_string();
+    let db = theirs.db.display().to_string();
+    let relative = format!("../{}", theirs.dir.strip_prefix("/").unwrap().display());
+    let names = [
+        dir.clone(),
+        format!("{dir}/"),
+        db,
+        relative,
+        "./stray".to_string(),
+        "stray".to_string(),
+        "..".to_string(),
+        ".".to_string(),
+        theirs.id.clone(),
+        "no-such-run".to_string(),
+        format!("{}/../{}", mine.id, mine.id),
+        "%00".to_string(),
+    ];
+    let mut bodies = std::collections::BTreeSet::new();
+    for name in &names {
+        let run = urlencode(name);
+        for path in [
+            format!("/runs/{run}"),
+            format!("/runs/{run}/gates/deploy"),
+            format!("/runs/{run}/bindings/root/secret"),
+        ] {
+            let r = s.get(&path, Some(&cookie));
+            assert_eq!(r.status, 404, "{path}: {}", r.body);
+            bodies.insert(r.body);
+        }
+        let r = s.request(
+            "POST",
+            &format!("/runs/{run}/gates/deploy/decide"),
+            Some(&cookie),
+            &[
+                ("csrf", &csrf),
+                ("action", "approve"),
+                ("prompt_hash", &hash),
+            ],
+        );
+        assert_eq!(r.status, 404, "{name}: {}", r.body);
+        bodies.insert(r.body);
+    }
+    assert_eq!(
+        bodies.len(),
+        1,
+        "one body for every run not shown: {bodies:?}"
+    );
+    let body = bodies.into_iter().next().unwrap();
+    assert!(body.contains("no such run"), "{body}");
+    assert!(!body.contains(&other.root().display().to_string()));
+    assert_eq!(theirs.view().gate("deploy").0, "pending");
+    assert_eq!(
+        theirs.snapshot(),
+        before_b,
+        "nothing of B's read or written"
+    );
+    assert_eq!(mine.snapshot(), before_a, "nothing of A's written");
+    // The run's own id still works.
+    assert_eq!(
+        s.get(&format!("/runs/{}", mine.id), Some(&cookie)).status,
+        200
+    );
+}
+
+/// A form the page's own forms would never send: a field twice, a JSON body, no content
+/// type, a body that is not a form, one too large. Each is 400 (413 too large) with a line
+/// saying why, as README says, and writes nothing.
+fn malformed_forms_are_400_and_change_nothing(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let alice = add(&p, "alice");
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "Go?"])
+        .assert()
+        .success();
+    let s = Server::start(&p);
+    let cookie = s.login(&alice);
+    let page = s.get(&gate_path(&run, "g"), Some(&cookie));
+    let csrf = csrf_of(&page.body);
+    let form = hidden_fields(&page.body, "approve");
+    let before = run.snapshot();
+    let decide = format!("{}/decide", gate_path(&run, "g"));
+    let good: String = form
+        .iter()
+        .map(|(k, v)| format!("{}={}", urlencode(k), urlencode(v)))
+        .collect::<Vec<_>>()
+        .join("&");
+    let form_type = Some("application/x-www-form-urlencoded");
+    let json = serde_json::to_string(
+        &form
+            .iter()
+            .cloned()
+            .collect::<std::collections::BTreeMap<_, _>>(),
+    )
+    .unwrap();
+    let cases: Vec<(&str, Option<&str>, String)> = vec![
+        ("csrf twice", form_type, format!("{good}&csrf={csrf}")),
+        ("action twice", form_type, format!("{good}&action=reject")),
+        ("a JSON body", Some("application/json"), json.clone()),
+        ("JSON labelled a form", form_type, json),
+        ("no content type", None, good.clone()),
+        ("text", Some("text/plain"), good.clone()),
+        (
+            "multipart",
+            Some("multipart/form-data; boundary=x"),
+            good.clone(),
+        ),
+    ];
+    for (what, kind, body) in &cases {
+        let r = s.send("POST", &decide, Some(&cookie), *kind, body);
+        assert_eq!(r.status, 400, "{what}: {}", r.body);
+        assert_eq!(run.snapshot(), before, "{what}: nothing written");
+    }
+    let huge = format!("{good}&comment={}", "x".repeat(100 * 1024));
+    let r = s.send("POST", &decide, Some(&cookie), form_type, &huge);
+    assert_eq!(r.status, 413, "{}", r.body);
+    // Sign-in and sign-out too.
+    for (path, body) in [
+        ("/login", "token=a&token=b".to_string()),
+        ("/logout", format!("csrf={csrf}&csrf={csrf}")),
+    ] {
+        let r = s.send("POST", path, Some(&cookie), form_type, &body);
+        assert_eq!(r.status, 400, "{path}: {}", r.body);
+        let r = s.send("POST", path, Some(&cookie), Some("application/json"), "{}");
+        assert_eq!(r.status, 400, "{path}: {}", r.body);
+    }
+    assert_eq!(s.get("/", Some(&cookie)).status, 200, "still signed in");
+    assert_eq!(run.snapshot(), before, "nothing written");
+    // The same form, well formed, decides.
+    let r = s.send("POST", &decide, Some(&cookie), form_type, &good);
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(run.view().gate("g").0, "approved");
+}
+
+/// The hidden fields of the form with this id on a page, with its `action`.
+fn hidden_fields(body: &str, form: &str) -> Vec<(String, String)> {
+    let start = body
+        .find(&format!("<form id=\"{form}\""))
+        .unwrap_or_else(|| panic!("no form {form} in {body}"));
+    let end = start + body[start..].find("</form>").unwrap();
+    let mut out = Vec::new();
+    for input in body[start..end].split("<input").skip(1) {
+        let attr = |name: &str| {
+            let at = input.find(&format!(" {name}=\""))? + name.len() + 3;
+            Some(input[at..at + input[at..].find('"')?].to_string())
+        };
+        if attr("type").as_deref() == Some("hidden") {
+            out.push((attr("name").unwrap(), attr("value").unwrap()));
+        }
+    }
+    out
+}
+
+/// The gate instance a page's decision form carries, and the view's tag over it.
+fn view_of(body: &str) -> (String, String) {
+    let fields = hidden_fields(body, "approve");
+    let get = |k: &str| fields.iter().find(|(n, _)| n == k).unwrap().1.clone();
+    (get("instance"), get("view"))
+}
+
+/// A decision form is bound to the gate instance and the view that showed it. Approved on
+/// the page, then reopened with the same prompt: the same POST sent again is refused (409)
+/// and logged, as is the form edited to name the new instance, or a form shown to another
+/// session; the new instance stays pending until it is decided from a view of its own.
+fn a_decision_form_is_bound_to_the_instance_and_view_that_showed_it(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let alice = add(&p, "alice");
+    let prompt = "DROP PRODUCTION DATABASE";
+    run.cmd()
+        .args(["gates", "create", "deploy", "--prompt", prompt])
+        .assert()
+        .success();
+    let s = Server::start(&p);
+    let cookie = s.login(&alice);
+    let page = s.get(&gate_path(&run, "deploy"), Some(&cookie));
+    let mut form = hidden_fields(&page.body, "approve");
+    form.push(("comment".into(), "first".into()));
+    let fields: Vec<(&str, &str)> = form.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert!(fields.contains(&("instance", "1")), "{fields:?}");
+    let r = decide(&s, &cookie, &run, "deploy", &fields);
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(run.view().gate("deploy").0, "approved");
+    run.cmd()
+        .args(["gates", "create", "deploy", "--reopen", "--prompt", prompt])
+        .assert()
+        .success();
+    assert_eq!(run.view().gate("deploy").0, "pending");
+
+    // The same POST again: refused by the store, on the instance it names, and logged.
+    let before = run.before_refusal("deploy");
+    let r = decide(&s, &cookie, &run, "deploy", &fields);
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(r.body.contains("reopened"), "{}", r.body);
+    let events = run.refused(&before, 1, "a replayed form");
+    assert_eq!(events[0].1.as_deref(), Some("alice"));
+    assert_eq!(events[0].2["instance"], 2);
+    assert_eq!(events[0].2["client"], "web");
+    assert!(
+        events[0].2["reason"].as_str().unwrap().contains("reopened"),
+        "{:?}",
+        events[0]
+    );
+
+    // The form edited to name instance 2: its view tag no longer matches.
+    let before = run.before_refusal("deploy");
+    let edited: Vec<(&str, &str)> = fields
+        .iter()
+        .map(|&(k, v)| if k == "instance" { (k, "2") } else { (k, v) })
+        .collect();
+    let r = decide(&s, &cookie, &run, "deploy", &edited);
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(r.body.contains("this attempt was logged"), "{}", r.body);
+    let events = run.refused(&before, 1, "an edited form");
+    assert!(events[0].2["reason"]
+        .as_str()
+        .unwrap()
+        .contains("not one this page showed"));
+
+    // A form of instance 2 shown to another session, sent with this one's cookie and CSRF.
+    let other = s.login(&alice);
+    let theirs = hidden_fields(
+        &s.get(&gate_path(&run, "deploy"), Some(&other)).body,
+        "approve",
+    );
+    let csrf = csrf_of(&s.get("/", Some(&cookie)).body);
+    let before = run.before_refusal("deploy");
+    let stolen: Vec<(&str, &str)> = theirs
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.as_str(),
+                if k == "csrf" {
+                    csrf.as_str()
+                } else {
+                    v.as_str()
+                },
+            )
+        })
+        .collect();
+    let r = decide(&s, &cookie, &run, "deploy", &stolen);
+    assert_eq!(r.status, 403, "{}", r.body);
+    run.refused(&before, 1, "another session's form");
+    assert_eq!(run.view().gate("deploy").0, "pending");
+    run.cmd().args(["gates", "verify"]).assert().success();
+
+    // A view of instance 2 decides it.
+    let page = s.get(&gate_path(&run, "deploy"), Some(&cookie));
+    let mut form = hidden_fields(&page.body, "reject");
+    form.push(("comment".into(), "not today".into()));
+    let fields: Vec<(&str, &str)> = form.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert!(fields.contains(&("instance", "2")), "{fields:?}");
+    let r = decide(&s, &cookie, &run, "deploy", &fields);
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(run.view().gate("deploy").0, "rejected");
+    let last = run.view().events("deploy").pop().unwrap();
+    assert_eq!(
+        (last.0.as_str(), &last.2["instance"]),
+        ("rejected", &2.into())
+    );
+}
+
+/// Sign-in attempts are counted before the token is hashed, atomically, per client address
+/// and per principal name: 40 wrong sign-ins at once from one address get 5 answers and 35
+/// refusals (429); one wrong sign-in each from 36 loopback addresses for one name gets 10
+/// answers, and then even that principal's right token waits, while another principal's
+/// does not. Nothing is written anywhere.
+fn sign_ins_are_counted_before_the_hash_per_address_and_per_name(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let alice = add(&p, "alice");
+    let bob = add(&p, "bob");
+    let s = Server::start(&p);
+    let book = || {
+        let a = p
+            .cmd()
+            .args(["principals", "list", "--json"])
+            .assert()
+            .success();
+        a.get_output().stdout.clone()
+    };
+    let (before_run, before_book) = (run.snapshot(), book());
+    let wrong = |token: &str| {
+        let secret = token.rsplit_once('.').unwrap().1;
+        format!(
+            "{}.{}",
+            token.rsplit_once('.').unwrap().0,
+            "0".repeat(secret.len())
+        )
+    };
+    let statuses = |replies: Vec<u16>| {
+        let mut counts = std::collections::BTreeMap::new();
+        for r in replies {
+            *counts.entry(r).or_insert(0) += 1;
+        }
+        counts
+    };
+    // 40 at once from one address, each for a name of its own.
+    let replies: Vec<u16> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..40)
+            .map(|i| {
+                let s = &s;
+                sc.spawn(move || {
+                    let token = format!("guess{i}.{}", "0".repeat(64));
+                    s.post_from([127, 0, 0, 1], "/login", &[("token", &token)])
+                        .status
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        statuses(replies),
+        [(401, 5), (429, 35)].into_iter().collect(),
+        "five checked, the rest refused unchecked"
+    );
+    // One each from 36 addresses, all for bob.
+    let bad = wrong(&bob);
+    let replies: Vec<u16> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (2..38u8)
+            .map(|i| {
+                let (s, bad) = (&s, &bad);
+                sc.spawn(move || {
+                    s.post_from([127, 0, 0, i], "/login", &[("token", bad)])
+                        .status
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(
+        statuses(replies),
+        [(401, 10), (429, 26)].into_iter().collect(),
+        "ten checked for one name, whatever the address"
+    );
+    let r = s.post_from([127, 0, 0, 50], "/login", &[("token", &bob)]);
+    assert_eq!(r.status, 429, "bob's name is at its limit: {}", r.body);
+    assert!(r.header("set-cookie").is_none());
+    let r = s.post_from([127, 0, 0, 1], "/login", &[("token", &alice)]);
+    assert_eq!(r.status, 429, "the first address is at its limit");
+    // Another principal, from another address: signed in; a success counts against no one.
+    for _ in 0..8 {
+        let r = s.post_from([127, 0, 0, 51], "/login", &[("token", &alice)]);
+        assert_eq!(r.status, 303, "{}", r.body);
+    }
+    assert_eq!(run.snapshot(), before_run, "no run written");
+    assert_eq!(book(), before_book, "no principal written");
+}
+
+/// Client connections the server process `pid` holds open on `port`: its own sockets that
+/// are established connections to that port (one still in the listen queue, not yet
+/// accepted, belongs to no process).
+fn connections_held(pid: u32, port: u16) -> usize {
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+        })
+        .collect();
+    let mut held = 0;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let local_port = cols[1]
+                .rsplit_once(':')
+                .map(|(_, p)| u16::from_str_radix(p, 16));
+            // State 01: established.
+            if local_port == Some(Ok(port)) && cols[3] == "01" && inodes.contains(cols[9]) {
+                held += 1;
+            }
+        }
+    }
+    held
+}
+
+/// Reads a connection to its end: the server closed it (a timeout error means it did not).
+fn closed_by_server(mut c: impl Read) -> Result<(), std::io::Error> {
+    let mut buf = Vec::new();
+    match c.read_to_end(&mut buf) {
+        Ok(_) => Ok(()),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::UnexpectedEof
+            ) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Slow clients hold up no one: with `--max-connections 4 --header-timeout 1`, twelve
+/// connections that send part of their headers and stall are never more than four held at
+/// once, each is closed by the server once its header time is up, and a real request made
+/// behind them all is served. Nothing is written. (The cap's default is 256 and the header
+/// time's 10 s; a few dozen sockets show what 20,000 did.)
+fn slow_clients_are_timed_out_and_connections_capped(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let alice = add(&p, "alice");
+    for bad in [["--max-connections", "0"], ["--header-timeout", "0"]] {
+        let a = p.cmd().arg("serve").args(bad).assert();
+        assert_eq!(code(&a), 2, "{bad:?}");
+    }
+    let s = Server::of(
+        p.std_cmd().args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--max-connections",
+            "4",
+            "--header-timeout",
+            "1",
+        ]),
+        "http",
+    );
+    let cookie = s.login(&alice);
+    let before = run.snapshot();
+    let pid = s.child.id();
+    let stalled: Vec<TcpStream> = (0..12)
+        .map(|_| {
+            let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+            c.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+                .unwrap();
+            c.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+                .unwrap();
+            c
+        })
+        .collect();
+    // Never more than four held, however long one looks.
+    for _ in 0..15 {
+        let held = connections_held(pid, s.port);
+        assert!(held <= 4, "{held} connections held at once");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // A real request behind them all is served, once their header time is up.
+    let r = s.get("/", Some(&cookie));
+    assert_eq!(r.status, 200, "{}", r.body);
+    for (i, c) in stalled.into_iter().enumerate() {
+        closed_by_server(c).unwrap_or_else(|e| panic!("stalled connection {i} left open: {e}"));
+    }
+    // So is a connection that sends nothing at all.
+    let silent = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+    silent
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    closed_by_server(silent).unwrap();
+    assert_eq!(run.snapshot(), before, "nothing written");
+}
+
+/// Over TLS too: a client that completes its handshake and then stalls in its headers, and one
+/// that never starts its handshake, are each closed by the server once the header time is up
+/// (`--header-timeout 1`, `--max-connections 2`); a real request behind them is served.
+#[test]
+fn slow_clients_over_tls_are_timed_out() {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+    let p = Project::new();
+    p.init();
+    add(&p, "alice");
+    let made = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let cert_pem = made.cert.pem();
+    p.write("cert.pem", cert_pem.as_bytes());
+    p.write("key.pem", made.key_pair.serialize_pem().as_bytes());
+    let server = Server::of(
+        p.std_cmd().args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--tls-cert",
+            "cert.pem",
+            "--tls-key",
+            "key.pem",
+            "--max-connections",
+            "2",
+            "--header-timeout",
+            "1",
+        ]),
+        "https",
+    );
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(cert_pem.as_bytes()) {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let config = std::sync::Arc::new(
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
+    );
+    let stalled: Vec<_> = (0..3)
+        .map(|_| {
+            let name = ServerName::try_from("127.0.0.1").unwrap();
+            let conn = rustls::ClientConnection::new(config.clone(), name).unwrap();
+            let tcp = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+            tcp.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+                .unwrap();
+            let mut tls = rustls::StreamOwned::new(conn, tcp);
+            tls.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+                .unwrap();
+            tls.flush().unwrap();
+            assert!(!tls.conn.is_handshaking(), "the handshake is done");
+            tls
+        })
+        .collect();
+    let silent = TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    silent
+        .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    let (status, page) = tls_request(
+        server.port,
+        &cert_pem,
+        "GET /login HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{page}");
+    for (i, c) in stalled.into_iter().enumerate() {
+        closed_by_server(c).unwrap_or_else(|e| panic!("stalled connection {i} left open: {e}"));
+    }
+    closed_by_server(silent).unwrap();
 }

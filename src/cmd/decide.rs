@@ -102,6 +102,7 @@ pub fn run(req: &DecideRequest, store: &mut dyn Store, confirm: Confirm) -> Resu
         comment: req.comment,
         // The prompt as it was shown (or, with --yes, as it was read) just now.
         prompt_hash: &sha256_tag(&gate.prompt),
+        instance: Some(gate.instance),
         now: &crate::model::now(),
         signer: None,
     };
@@ -143,7 +144,7 @@ pub fn outcome(
             g.id
         )),
         Decided::PromptChanged(g) => refused(format!(
-            "the prompt of gate {} changed after it was read; look again and retry (attempt logged)",
+            "gate {} changed after it was read (its prompt, or it was reopened); look again and retry (attempt logged)",
             g.id
         )),
     })

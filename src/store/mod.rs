@@ -477,6 +477,9 @@ pub struct Decision<'a> {
     pub comment: Option<&'a str>,
     /// The hash of the prompt the decider was shown; a mismatch is refused.
     pub prompt_hash: &'a str,
+    /// The gate instance the decider was shown: another (the gate reopened since, even with
+    /// the same prompt) is refused. None: whichever instance is there.
+    pub instance: Option<i64>,
     pub now: &'a str,
     /// The approval page's key, which signs the decision (`sign`); None on the command line.
     pub signer: Option<&'a crate::sign::Signer>,
@@ -505,7 +508,8 @@ pub enum Decided {
     AlreadyResolved(GateRow),
     /// The principal is not in the allow list; the attempt was audit-logged.
     NotAllowed(GateRow),
-    /// The prompt changed after it was shown; the attempt was audit-logged.
+    /// The prompt changed, or the gate was reopened, after it was shown; the attempt was
+    /// audit-logged.
     PromptChanged(GateRow),
     /// The gate's row contradicts its sealed events (its prompt, allow list, instance or
     /// status was changed behind the tool's back), with why.
@@ -732,7 +736,8 @@ pub enum Refusal {
     AlreadyResolved,
     /// The principal is not in the allow list.
     NotAllowed,
-    /// The stored prompt is not the one the decider was shown.
+    /// The stored prompt is not the one the decider was shown, or the gate was reopened
+    /// since it was shown.
     PromptChanged,
     /// The gate's row contradicts its sealed events: it was changed behind the tool's back.
     Tampered,
@@ -754,6 +759,14 @@ pub fn refusal(
         )
     } else if !gate.status.is_pending() {
         (Refusal::AlreadyResolved, format!("already {}", gate.status))
+    } else if let Some(shown) = d.instance.filter(|i| *i != gate.instance) {
+        (
+            Refusal::PromptChanged,
+            format!(
+                "gate reopened after it was shown (instance {shown} shown, {} now)",
+                gate.instance
+            ),
+        )
     } else if !crate::model::principal_allowed(&gate.allow, d.principal) {
         (Refusal::NotAllowed, "principal not allowed".to_string())
     } else if shown_hash != d.prompt_hash {
