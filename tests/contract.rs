@@ -711,10 +711,23 @@ fn postgres_lists_runs_made_elsewhere() {
         .arg("--accept-unattested")
         .assert()
         .success();
-    // A team that shares one key attests each other's decisions.
+    // A team that shares one key attests each other's gates: opened there, decided here.
+    // (The gate opened before the key was shared stays unattested: its opening is sealed
+    // with a key the checker no longer holds.)
     let key = ".home/.prose/audit.key";
     std::fs::copy(here.root().join(key), elsewhere.root().join(key)).unwrap();
-    let a = elsewhere.cmd().args(wait).assert().success();
+    assert_eq!(code(&elsewhere.cmd().args(wait).assert().failure()), 10);
+    elsewhere
+        .cmd()
+        .args(["--run", "from-afar", "gates", "create", "deploy2", "--prompt", "again?"])
+        .assert()
+        .success();
+    here.cmd()
+        .args(["approve", "from-afar", "deploy2", "--yes", "--as", "raymond"])
+        .assert()
+        .success();
+    let wait2 = ["--run", "from-afar", "gates", "wait", "from-afar", "deploy2"];
+    let a = elsewhere.cmd().args(wait2).assert().success();
     assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("approved by raymond"));
 }
 

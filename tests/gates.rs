@@ -793,7 +793,9 @@ fn a_schema_1_database_upgrades_and_its_gate_keeps_working() {
         .assert()
         .failure();
     assert_eq!(code(&a), 10);
-    assert_eq!(stdout_json(&a)[0]["rows"], 2);
+    // Its legacy row, the genesis that sealed it as from before the chain, the approval.
+    assert_eq!(stdout_json(&a)[0]["rows"], 3);
+    assert_eq!(stdout_json(&a)[0]["unchained_legacy"], 1);
     let wait = ["gates", "wait", id, "production_deploy", "--timeout", "0"];
     assert_eq!(code(&p.cmd().args(wait).assert().failure()), 10);
     p.cmd()

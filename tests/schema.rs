@@ -663,5 +663,5 @@ fn a_schema_5_run_gains_the_audit_index_on_its_first_write() {
     let rows: i64 = c
         .query_row("SELECT COUNT(*) FROM gate_audit_log", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(rows, 2, "created and approved, one chain");
+    assert_eq!(rows, 3, "sealed at init, created and approved: one chain");
 }

@@ -875,7 +875,7 @@ fn a_run_goes_to_the_server_and_back_unchanged() {
         (7, 6, 3, 3, 1),
         "{original}"
     );
-    assert_eq!(len("audit"), 6, "{original}");
+    assert_eq!(len("audit"), 7, "{original}");
     let e1 = home.root().join("e1");
     let out = run
         .cmd()
@@ -918,15 +918,16 @@ fn a_run_goes_to_the_server_and_back_unchanged() {
     on_server.cmd().args(["gates", "verify"]).assert().success();
     // The import is in the chain, resealed here, by whom.
     let events = on_server.view().events("");
-    assert_eq!(events.len(), 1, "{events:?}");
-    assert_eq!(events[0].0, "imported");
-    assert_eq!(events[0].2["digest"], first["digest"]);
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(events[0].0, "sealed", "the run's genesis, carried with its chain");
+    assert_eq!(events[1].0, "imported");
+    assert_eq!(events[1].2["digest"], first["digest"]);
     let again = import(&server, &[e1.to_str().unwrap()]);
     assert_eq!(again["unchanged"], true, "{again}");
     assert_eq!(again["digest"], first["digest"]);
     assert_eq!(
         on_server.view().events("").len(),
-        1,
+        2,
         "a no-op writes nothing"
     );
     // It goes on living on the server.
@@ -958,8 +959,8 @@ fn a_run_goes_to_the_server_and_back_unchanged() {
     returned.cmd().args(["gates", "verify"]).assert().success();
     assert_eq!(
         returned.view().events("").len(),
-        2,
-        "both imports are in the chain"
+        3,
+        "the genesis and both imports are in the chain"
     );
     assert_eq!(import(&back, &[e2.to_str().unwrap()])["unchanged"], true);
     returned.cmd().args(["doctor"]).assert().success();

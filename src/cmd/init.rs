@@ -183,6 +183,12 @@ fn build(
         },
     )?;
     let location = created.location();
+    // Sealed from its first row, its genesis, so that no row can later pass for one from
+    // before the chain. Without a home for the audit key (no PROSE_HOME or HOME) the run is
+    // made unsealed and sealed at its first gate event, which needs the key anyway.
+    if crate::seal::prose_home().is_some() {
+        created.seal_run(&now())?;
+    }
     // The schema is most of a new run's pages: folded into the file now, so that the first
     // open of every later command (a cross-run listing opens every run) has no log of it to
     // read. Closed before the move.

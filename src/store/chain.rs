@@ -105,7 +105,8 @@ pub fn check(
         rows: rows.len(),
         ..Default::default()
     };
-    let states = row_states(rows, key, anchor, &mut report);
+    let mut states = row_states(rows, key, anchor, &mut report);
+    apply_genesis(rows, &mut states, &mut report);
     for (id, state) in &states {
         match state {
             RowState::Attested => report.attested += 1,
@@ -127,6 +128,88 @@ pub fn check(
         report.derived.insert(gate.id.clone(), derived);
     }
     report
+}
+
+/// What a genesis records of a row from before the seal: a digest of everything in it but the
+/// database's id (a run moved between backends is renumbered).
+pub fn pre_seal_digest(r: &AuditRow) -> String {
+    sha256_tag(
+        &serde_json::json!([
+            "prose-before-seal-1",
+            r.gate_id,
+            r.run_id,
+            r.event_type,
+            r.principal,
+            r.comment,
+            r.timestamp,
+            r.metadata,
+            r.prev_hash,
+            r.hash
+        ])
+        .to_string(),
+    )
+}
+
+/// With a sealed genesis (a run sealed by this release), the rows from before the chain are
+/// exactly those it recorded: any other unsealed row is unattested, whatever its id, and a
+/// recorded one changed or removed breaks the log. A run sealed before genesis events
+/// existed keeps the older rule (rows before its first sealed row).
+fn apply_genesis(rows: &[AuditRow], states: &mut HashMap<i64, RowState>, report: &mut ChainReport) {
+    let Some(genesis) = rows
+        .iter()
+        .filter(|r| {
+            r.seq.is_some()
+                && r.gate_id == super::dump::RUN_EVENT
+                && r.event_type == super::dump::GENESIS
+                && states.get(&r.id) == Some(&RowState::Attested)
+        })
+        .min_by_key(|r| r.seq)
+    else {
+        return;
+    };
+    let recorded: Vec<String> = genesis
+        .metadata
+        .as_deref()
+        .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
+        .and_then(|m| {
+            m["before_seal"].as_array().map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+        })
+        .unwrap_or_default();
+    let mut left: HashMap<String, usize> = HashMap::new();
+    for d in recorded {
+        *left.entry(d).or_default() += 1;
+    }
+    report.unchained_legacy = 0;
+    for r in rows.iter().filter(|r| r.seq.is_none()) {
+        let state = states.entry(r.id).or_insert(RowState::Unattested);
+        let digest = pre_seal_digest(r);
+        match left.get_mut(&digest) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                if *state != RowState::Broken {
+                    *state = RowState::Legacy;
+                    if r.hash.is_none() {
+                        report.unchained_legacy += 1;
+                    }
+                }
+            }
+            _ => {
+                if *state == RowState::Legacy {
+                    *state = RowState::Unattested;
+                }
+            }
+        }
+    }
+    if left.values().any(|n| *n > 0) && report.first_broken.is_none() {
+        report.first_broken = Some(BrokenLink {
+            id: genesis.id,
+            reason: "a row from before the seal was changed or removed".into(),
+        });
+    }
 }
 
 fn row_states(
@@ -357,6 +440,12 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                     timeout_at: recorded("timeout_at"),
                     decision: None,
                 };
+            }
+            // A decision for an opening nothing here vouches for (its `created` event sealed
+            // on another machine, or from before the seal) decides nothing this machine can
+            // stand behind: the row's instance then has no sealed opening (unattested).
+            kind @ ("approved" | "rejected" | "timeout") if instance > d.instance => {
+                let _ = kind;
             }
             kind @ ("approved" | "rejected" | "timeout") => {
                 if instance != d.instance {

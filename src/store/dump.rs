@@ -15,6 +15,9 @@ use std::collections::{BTreeMap, HashMap};
 /// The gate id of audit events about the run itself rather than one gate (`imported`).
 pub const RUN_EVENT: &str = "";
 
+/// The event that seals a run (`rules::genesis`): the first row of its sealed sequence.
+pub const GENESIS: &str = "sealed";
+
 /// The event type recorded when a run is imported.
 pub const IMPORTED: &str = "imported";
 
@@ -192,9 +195,10 @@ impl RunDump {
         Ok(())
     }
 
-    /// Whether an audit row records a copy of the run (left out of the digest).
+    /// Whether an audit row records a copy of the run, or the sealing of this copy (left out
+    /// of the digest: a run imported from files gets its genesis here).
     pub fn is_import_event(row: &AuditRow) -> bool {
-        row.gate_id == RUN_EVENT && row.event_type == IMPORTED
+        row.gate_id == RUN_EVENT && (row.event_type == IMPORTED || row.event_type == GENESIS)
     }
 
     /// What makes two copies of a run the same run: sha256 over the content (see the module

@@ -1113,6 +1113,11 @@ pub trait Store: AgentStore {
         Ok(report)
     }
 
+    /// Seals a run not sealed yet: its genesis event (`rules::seal_run`).
+    fn seal_run(&mut self, now: &str) -> Result<()> {
+        rules::seal_run(self.begin(rules::GATE)?, now)
+    }
+
     /// Sets the run's final status (`rules::finish`).
     fn finish(
         &mut self,

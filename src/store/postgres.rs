@@ -1254,6 +1254,20 @@ impl Tx for PgTx<'_> {
             .map_err(self.err())
     }
 
+    fn unsealed_audit(&mut self) -> Result<Vec<AuditRow>> {
+        let run = self.run()?;
+        Ok(self
+            .tx
+            .query(
+                &format!("{AUDIT_SELECT} WHERE run_id = $1 AND seq IS NULL ORDER BY id"),
+                &[&run],
+            )
+            .map_err(self.err())?
+            .iter()
+            .map(audit_row)
+            .collect())
+    }
+
     fn gate_history(&mut self, gate_id: &str) -> Result<Vec<AuditRow>> {
         let run = self.run()?;
         Ok(self

@@ -46,7 +46,13 @@ pub struct Event<'a> {
 /// Appends an audit row chained to the run's last one. The id and the previous hash are read
 /// and the row written in the same serialised transaction.
 pub fn append_audit(tx: &mut dyn Tx, e: &Event) -> Result<AuditRow> {
-    let (seq, prev) = tx.chain_head()?;
+    let (mut seq, mut prev) = tx.chain_head()?;
+    // A run's first sealed row is its genesis: what came before is sealed as such, and
+    // nothing unsealed after it is ever "from before the chain".
+    if seq == 0 && e.event_type != super::dump::GENESIS {
+        genesis(tx, e.run_id, e.now)?;
+        (seq, prev) = tx.chain_head()?;
+    }
     let id = tx.next_audit_id()?;
     let mut row = AuditRow {
         id,
@@ -67,6 +73,44 @@ pub fn append_audit(tx: &mut dyn Tx, e: &Event) -> Result<AuditRow> {
     row.hash = Some(hash);
     tx.insert_audit(&row)?;
     Ok(row)
+}
+
+/// Seals a run: the first row of its sealed sequence, recording a digest of each row already
+/// in its log outside the sequence (rows from before the seal: an older schema's, or another
+/// tool's). Verification takes exactly those as from before the chain; any other unsealed
+/// row, whatever its id, is unattested, and one of them changed or removed breaks the log.
+/// Gates opened before the seal are not vouched for: nothing can tell one the program opened
+/// from one inserted the moment before, so their decisions stay unattested.
+fn genesis(tx: &mut dyn Tx, run_id: &str, now: &str) -> Result<AuditRow> {
+    let before: Vec<String> = tx
+        .unsealed_audit()?
+        .iter()
+        .map(super::chain::pre_seal_digest)
+        .collect();
+    append_audit(
+        tx,
+        &Event {
+            gate_id: super::dump::RUN_EVENT,
+            run_id,
+            event_type: super::dump::GENESIS,
+            principal: Some("system"),
+            comment: None,
+            metadata: serde_json::json!({ "before_seal": before }),
+            now,
+        },
+    )
+}
+
+/// Seals a run that is not sealed yet (at `init`); nothing when it is.
+pub fn seal_run(mut tx: Box<dyn Tx + '_>, now: &str) -> Result<()> {
+    let (seq, _) = tx.chain_head()?;
+    if seq == 0 {
+        let (run_id, _) = tx
+            .run_row()?
+            .ok_or_else(|| anyhow!("the store has no run row"))?;
+        genesis(&mut *tx, &run_id, now)?;
+    }
+    tx.commit()
 }
 
 /// Marks every pending gate past its deadline `timeout` (by `system`, resolved at the

@@ -695,6 +695,15 @@ impl Tx for SqliteTx<'_> {
             .map_err(self.err())
     }
 
+    fn unsealed_audit(&mut self) -> Result<Vec<AuditRow>> {
+        self.tx
+            .prepare(&format!(
+                "SELECT {AUDIT_COLUMNS} FROM gate_audit_log WHERE seq IS NULL ORDER BY id"
+            ))
+            .and_then(|mut s| s.query_map([], audit_row)?.collect())
+            .map_err(self.err())
+    }
+
     fn gate_history(&mut self, gate_id: &str) -> Result<Vec<AuditRow>> {
         self.tx
             .prepare(&format!(

@@ -116,6 +116,8 @@ pub trait Tx {
     fn next_audit_id(&mut self) -> Result<i64>;
     fn insert_audit(&mut self, row: &AuditRow) -> Result<()>;
     fn gate_history(&mut self, gate_id: &str) -> Result<Vec<AuditRow>>;
+    /// The run's audit rows outside the sealed sequence, in id order (what a genesis seals).
+    fn unsealed_audit(&mut self) -> Result<Vec<AuditRow>>;
 
     // Imports.
     fn import(&mut self, alias: &str) -> Result<Option<ImportRow>>;
