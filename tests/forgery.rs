@@ -21,12 +21,109 @@ use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
 
 on_both!(
+    a_new_run_is_sealed_from_its_genesis,
     no_mutation_of_the_rows_makes_a_decision_stand,
     no_raw_sql_makes_gates_wait_accept_a_decision,
     a_raw_decision_below_the_chain_is_never_a_decision,
     a_reopened_gate_rolled_back_is_tampered,
     the_allow_list_is_the_sealed_one,
 );
+
+/// A run sealed by the release before genesis events (schema 6, sealed rows from seq 1)
+/// keeps working: its past approval and rejection stand, its pending gate is decided as ever,
+/// and it gains no genesis (it has sealed rows already).
+#[test]
+fn a_run_sealed_before_genesis_events_keeps_its_decisions() {
+    let p = Project::new();
+    let id = "20261120-100000-before";
+    let dir = p.root().join(".prose/runs").join(id);
+    std::fs::create_dir_all(dir.join("attachments")).unwrap();
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    std::fs::copy(fixtures.join("v6-sealed-before-genesis.db"), dir.join("state.db")).unwrap();
+    let home = test_home(p.root()).join(".prose");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::copy(fixtures.join("v6-sealed-before-genesis.key"), home.join("audit.key")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(home.join("audit.key"), std::fs::Permissions::from_mode(0o600))
+        .unwrap();
+    let run = p.run(id);
+    assert_eq!(wait0(&run, "deploy").0, 0);
+    assert_eq!(wait0(&run, "hold").0, 5);
+    assert_eq!(wait0(&run, "later").0, 7);
+    run.cmd().args(["gates", "verify"]).assert().success();
+    run.cmd()
+        .args(["approve", "later", "--as", "carol", "--yes"])
+        .assert()
+        .success();
+    assert_eq!(wait0(&run, "later").0, 0);
+    run.cmd().args(["gates", "verify"]).assert().success();
+    assert_eq!(count_rows(&p, &run, "gate_audit_log", "event_type = 'sealed'"), 0);
+    // The attack of finding 1 on such a run is unattested all the same.
+    run.view().raw(
+        "INSERT INTO gate_audit_log(id, gate_id, run_id, event_type, principal, timestamp)
+           VALUES (-1, 'later', '20261120-100000-before', 'rejected', 'mallory', datetime('now'));
+         UPDATE gates SET status = 'rejected', resolved_by = 'mallory' WHERE id = 'later'",
+        "",
+    );
+    assert_eq!(wait0(&run, "later").0, 9, "a sealed approval contradicted");
+}
+
+/// A new run is sealed at `init`: its first audit row is a sealed genesis that records no row
+/// from before it, so a row inserted below it, whatever its id, is unattested and never
+/// counted as from before the chain. Without a home for the audit key, `init` still makes the
+/// run (bindings need no key) and a gate write is refused in one line until there is one;
+/// then the first gate event seals the run.
+fn a_new_run_is_sealed_from_its_genesis(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let v = run.view();
+    let events = v.events("");
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].0, "sealed");
+    assert_eq!(events[0].2["before_seal"], serde_json::json!([]));
+    run.cmd()
+        .args(["gates", "create", "deploy", "--prompt", "p"])
+        .assert()
+        .success();
+    run.view().raw(
+        "INSERT INTO gate_audit_log(id, gate_id, run_id, event_type, principal, timestamp)
+           VALUES (-5, 'deploy', (SELECT id FROM run), 'viewed', 'alice', datetime('now'))",
+        "INSERT INTO openprose.gate_audit_log(id, gate_id, run_id, event_type, principal)
+           VALUES (-5, 'deploy', '$RUN', 'viewed', 'alice')",
+    );
+    let out = run.cmd().args(["--json", "gates", "verify"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(10));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["unchained_legacy"], 0, "{v}");
+    assert_eq!(v[0]["unattested"], serde_json::json!([-5]), "{v}");
+
+    // No home: made unsealed; gates refused in one line; sealed at the first gate event.
+    let bare = |c: &mut assert_cmd::Command| {
+        c.env_remove("HOME").env_remove("PROSE_HOME");
+    };
+    let mut c = p.cmd();
+    bare(&mut c);
+    let a = c.args(["--json", "init"]).args(p.backend_flag()).assert().success();
+    let late = p.run(stdout_json(&a)["run_id"].as_str().unwrap());
+    assert_eq!(late.view().events("").len(), 0);
+    let mut c = late.cmd();
+    bare(&mut c);
+    let a = c
+        .args(["gates", "create", "g", "--prompt", "p"])
+        .assert()
+        .failure();
+    assert_eq!(stderr(&a).lines().count(), 1, "{}", stderr(&a));
+    assert!(stderr(&a).contains("PROSE_HOME or HOME"), "{}", stderr(&a));
+    assert_eq!(count_rows(&p, &late, "gates", "1 = 1"), 0);
+    late.cmd()
+        .args(["gates", "create", "g", "--prompt", "p"])
+        .assert()
+        .success();
+    let events = late.view().events("");
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].0, "sealed");
+    late.cmd().args(["gates", "verify"]).assert().success();
+}
 
 fn wait0(run: &Run, gate: &str) -> (i32, String) {
     let out = run
