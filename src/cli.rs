@@ -159,6 +159,12 @@ pub struct ImportArgs {
     /// URL, else SQLite]
     #[arg(long, value_enum)]
     pub backend: Option<BackendArg>,
+    /// Vouch for the audit rows another machine sealed: seal them again with this machine's
+    /// key, so that their decisions stand here; the import's audit event names who vouched
+    /// and for how many rows. Without it they keep the seal they came with, and a decision
+    /// this machine cannot check stays unattested (exit 10 at `gates wait`)
+    #[arg(long)]
+    pub vouch: bool,
     #[command(flatten)]
     pub principal: PrincipalArg,
 }

@@ -42,8 +42,8 @@ pub fn read(src: &mut dyn Store) -> Result<RunDump> {
 
 /// Refuses a copy whose audit chain does not verify: a row removed, inserted or edited, a
 /// seal that claims this machine's key and does not match, or a gate its log contradicts.
-/// Rows sealed with another machine's key are not refused: the import vouches for them, and
-/// its event says how many there were.
+/// Rows sealed with another machine's key are not refused: they come as they are, unattested
+/// here, unless the import vouches for them (`--vouch`), which its event records.
 pub fn verify(d: &RunDump) -> Result<crate::store::chain::ChainReport> {
     let gates: Vec<_> = d.gates.iter().map(|g| g.row(&d.run.id)).collect();
     let key = crate::seal::key_for_reading()?;

@@ -719,14 +719,36 @@ fn postgres_lists_runs_made_elsewhere() {
     assert_eq!(code(&elsewhere.cmd().args(wait).assert().failure()), 10);
     elsewhere
         .cmd()
-        .args(["--run", "from-afar", "gates", "create", "deploy2", "--prompt", "again?"])
+        .args([
+            "--run",
+            "from-afar",
+            "gates",
+            "create",
+            "deploy2",
+            "--prompt",
+            "again?",
+        ])
         .assert()
         .success();
     here.cmd()
-        .args(["approve", "from-afar", "deploy2", "--yes", "--as", "raymond"])
+        .args([
+            "approve",
+            "from-afar",
+            "deploy2",
+            "--yes",
+            "--as",
+            "raymond",
+        ])
         .assert()
         .success();
-    let wait2 = ["--run", "from-afar", "gates", "wait", "from-afar", "deploy2"];
+    let wait2 = [
+        "--run",
+        "from-afar",
+        "gates",
+        "wait",
+        "from-afar",
+        "deploy2",
+    ];
     let a = elsewhere.cmd().args(wait2).assert().success();
     assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("approved by raymond"));
 }

@@ -21,6 +21,7 @@ use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
 
 on_both!(
+    an_import_raises_no_rows_trust_by_itself,
     a_new_run_is_sealed_from_its_genesis,
     no_mutation_of_the_rows_makes_a_decision_stand,
     no_raw_sql_makes_gates_wait_accept_a_decision,
@@ -39,13 +40,24 @@ fn a_run_sealed_before_genesis_events_keeps_its_decisions() {
     let dir = p.root().join(".prose/runs").join(id);
     std::fs::create_dir_all(dir.join("attachments")).unwrap();
     let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-    std::fs::copy(fixtures.join("v6-sealed-before-genesis.db"), dir.join("state.db")).unwrap();
+    std::fs::copy(
+        fixtures.join("v6-sealed-before-genesis.db"),
+        dir.join("state.db"),
+    )
+    .unwrap();
     let home = test_home(p.root()).join(".prose");
     std::fs::create_dir_all(&home).unwrap();
-    std::fs::copy(fixtures.join("v6-sealed-before-genesis.key"), home.join("audit.key")).unwrap();
+    std::fs::copy(
+        fixtures.join("v6-sealed-before-genesis.key"),
+        home.join("audit.key"),
+    )
+    .unwrap();
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(home.join("audit.key"), std::fs::Permissions::from_mode(0o600))
-        .unwrap();
+    std::fs::set_permissions(
+        home.join("audit.key"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
     let run = p.run(id);
     assert_eq!(wait0(&run, "deploy").0, 0);
     assert_eq!(wait0(&run, "hold").0, 5);
@@ -57,7 +69,10 @@ fn a_run_sealed_before_genesis_events_keeps_its_decisions() {
         .success();
     assert_eq!(wait0(&run, "later").0, 0);
     run.cmd().args(["gates", "verify"]).assert().success();
-    assert_eq!(count_rows(&p, &run, "gate_audit_log", "event_type = 'sealed'"), 0);
+    assert_eq!(
+        count_rows(&p, &run, "gate_audit_log", "event_type = 'sealed'"),
+        0
+    );
     // The attack of finding 1 on such a run is unattested all the same.
     run.view().raw(
         "INSERT INTO gate_audit_log(id, gate_id, run_id, event_type, principal, timestamp)
@@ -91,7 +106,11 @@ fn a_new_run_is_sealed_from_its_genesis(b: Backend) {
         "INSERT INTO openprose.gate_audit_log(id, gate_id, run_id, event_type, principal)
            VALUES (-5, 'deploy', '$RUN', 'viewed', 'alice')",
     );
-    let out = run.cmd().args(["--json", "gates", "verify"]).output().unwrap();
+    let out = run
+        .cmd()
+        .args(["--json", "gates", "verify"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(10));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v[0]["unchained_legacy"], 0, "{v}");
@@ -103,7 +122,11 @@ fn a_new_run_is_sealed_from_its_genesis(b: Backend) {
     };
     let mut c = p.cmd();
     bare(&mut c);
-    let a = c.args(["--json", "init"]).args(p.backend_flag()).assert().success();
+    let a = c
+        .args(["--json", "init"])
+        .args(p.backend_flag())
+        .assert()
+        .success();
     let late = p.run(stdout_json(&a)["run_id"].as_str().unwrap());
     assert_eq!(late.view().events("").len(), 0);
     let mut c = late.cmd();
@@ -1103,4 +1126,122 @@ fn no_raw_sql_makes_gates_wait_accept_a_decision(b: Backend) {
         cases == 0 || genuine_exit_0 > 0,
         "no genuine approval was ever accepted"
     );
+}
+
+/// An import raises no row's trust by itself: a run sealed on another machine comes in with
+/// its decisions unattested here; `--vouch` seals them here, and the import's audit event
+/// says for how many rows. An export re-chained under a made-up key, its approval given to
+/// another principal, comes in unattested: never a decision.
+fn an_import_raises_no_rows_trust_by_itself(b: Backend) {
+    let Some(dest) = Project::on(b) else { return };
+    let home = Project::new();
+    let run = home.init();
+    run.cmd()
+        .args(["gates", "create", "deploy", "--prompt", "p"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["approve", "deploy", "--as", "alice", "--yes"])
+        .assert()
+        .success();
+    let e = home.root().join("export");
+    run.cmd().args(["export", "-o"]).arg(&e).assert().success();
+    let imported = |p: &Project, extra: &[&str], dir: &std::path::Path| {
+        let a = p
+            .cmd()
+            .args(["--json", "import"])
+            .args(extra)
+            .arg(dir)
+            .assert()
+            .success();
+        stdout_json(&a)
+    };
+    // The destination has its own audit key (made at its first run).
+    dest.init();
+    let v = imported(&dest, &[], &e);
+    assert_eq!(v["vouched"], false, "{v}");
+    assert!(v["sealed_elsewhere"].as_u64().unwrap() >= 3, "{v}");
+    let landed = dest.run(&run.id);
+    let (code, said) = wait0(&landed, "deploy");
+    assert_eq!(code, 10, "{said}");
+    let events = landed.view().events("");
+    assert_eq!(events.last().unwrap().0, "imported");
+    assert_eq!(events.last().unwrap().2["vouched"], 0);
+
+    let Some(other) = Project::on(b) else { return };
+    other.init();
+    let v = imported(&other, &["--vouch"], &e);
+    assert_eq!(v["vouched"], true, "{v}");
+    let vouched = other.run(&run.id);
+    assert_eq!(wait0(&vouched, "deploy").0, 0);
+    vouched.cmd().args(["gates", "verify"]).assert().success();
+    let events = vouched.view().events("");
+    let n = events.last().unwrap().2["vouched"].as_u64().unwrap();
+    assert!(n >= 3, "{events:?}");
+
+    // The export rewritten: the approval given to mallory, every row re-chained and sealed
+    // under a key id no one has.
+    let forged = home.root().join("forged");
+    run.cmd()
+        .args(["export", "-o"])
+        .arg(&forged)
+        .assert()
+        .success();
+    {
+        let c = rusqlite::Connection::open(forged.join("state.db")).unwrap();
+        c.execute_batch(
+            "DROP TRIGGER IF EXISTS gate_audit_log_no_update;
+             UPDATE gate_audit_log SET principal = 'mallory' WHERE event_type = 'approved';
+             UPDATE gates SET resolved_by = 'mallory' WHERE id = 'deploy';",
+        )
+        .unwrap();
+        let rows: Vec<AuditRow> = {
+            let mut st = c
+                .prepare(
+                    "SELECT id, gate_id, run_id, event_type, principal, comment, timestamp, metadata,
+                            prev_hash, hash, seq, seal FROM gate_audit_log WHERE seq IS NOT NULL ORDER BY seq",
+                )
+                .unwrap();
+            st.query_map([], |r| {
+                Ok(AuditRow {
+                    id: r.get(0)?,
+                    gate_id: r.get(1)?,
+                    run_id: r.get(2)?,
+                    event_type: r.get(3)?,
+                    principal: r.get(4)?,
+                    comment: r.get(5)?,
+                    timestamp: r.get(6)?,
+                    metadata: r.get(7)?,
+                    prev_hash: r.get(8)?,
+                    hash: r.get(9)?,
+                    seq: r.get(10)?,
+                    seal: r.get(11)?,
+                })
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+        };
+        let mut prev = String::new();
+        for r in rows {
+            let hash = chain_hash(&r, &prev);
+            c.execute(
+                "UPDATE gate_audit_log SET prev_hash = ?1, hash = ?2, seal = ?3 WHERE id = ?4",
+                rusqlite::params![
+                    prev,
+                    hash,
+                    format!("hmac-sha256:00000000deadbeef:{}", "0".repeat(64)),
+                    r.id
+                ],
+            )
+            .unwrap();
+            prev = hash;
+        }
+    }
+    let Some(third) = Project::on(b) else { return };
+    third.init();
+    imported(&third, &[], &forged);
+    let (code, said) = wait0(&third.run(&run.id), "deploy");
+    assert_eq!(code, 10, "{said}");
+    assert!(!said.contains("approved by"), "{said}");
 }

@@ -896,7 +896,7 @@ fn a_run_goes_to_the_server_and_back_unchanged() {
     };
     assert_eq!(content(&exported), original);
 
-    let first = import(&server, &[e1.to_str().unwrap()]);
+    let first = import(&server, &["--vouch", e1.to_str().unwrap()]);
     assert_eq!(first["unchanged"], false, "{first}");
     assert_eq!(first["renumbered"], true);
     let on_server = server.run(&run.id);
@@ -919,7 +919,10 @@ fn a_run_goes_to_the_server_and_back_unchanged() {
     // The import is in the chain, resealed here, by whom.
     let events = on_server.view().events("");
     assert_eq!(events.len(), 2, "{events:?}");
-    assert_eq!(events[0].0, "sealed", "the run's genesis, carried with its chain");
+    assert_eq!(
+        events[0].0, "sealed",
+        "the run's genesis, carried with its chain"
+    );
     assert_eq!(events[1].0, "imported");
     assert_eq!(events[1].2["digest"], first["digest"]);
     let again = import(&server, &[e1.to_str().unwrap()]);
@@ -941,7 +944,7 @@ fn a_run_goes_to_the_server_and_back_unchanged() {
         .arg(&e2)
         .assert()
         .success();
-    let second = import(&back, &[e2.to_str().unwrap()]);
+    let second = import(&back, &["--vouch", e2.to_str().unwrap()]);
     assert_eq!(second["renumbered"], false);
     let returned = back.run(&run.id);
     let mut expected = original.clone();
@@ -982,7 +985,7 @@ fn imports_refuse_what_they_must(b: Backend) {
         .success();
     let e1 = home.root().join("e1");
     run.cmd().args(["export", "-o"]).arg(&e1).assert().success();
-    import(&dest, &[e1.to_str().unwrap()]);
+    import(&dest, &["--vouch", e1.to_str().unwrap()]);
     let landed = dest.run(&run.id);
     let before = landed.snapshot();
 
@@ -1033,7 +1036,7 @@ fn imports_refuse_what_they_must(b: Backend) {
     assert_eq!(landed.snapshot(), before);
 
     // --replace: the new content replaces the old, whole.
-    let v = import(&dest, &["--replace", e2.to_str().unwrap()]);
+    let v = import(&dest, &["--vouch", "--replace", e2.to_str().unwrap()]);
     assert_eq!(v["replaced"], true, "{v}");
     assert_eq!(landed.get("v", None), b"second");
     landed.cmd().args(["gates", "verify"]).assert().success();
@@ -1210,7 +1213,7 @@ fn killed_imports_are_never_half_done(b: Backend) {
         }
         let mut child = dest
             .std_cmd()
-            .arg("import")
+            .args(["import", "--vouch"])
             .arg(&e)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -1264,7 +1267,7 @@ fn killed_imports_are_never_half_done(b: Backend) {
             .collect();
         assert!(left.is_empty(), "{left:?}");
     }
-    import(&dest, &[e.to_str().unwrap()]);
+    import(&dest, &["--vouch", e.to_str().unwrap()]);
     assert_eq!(content(&landed), source);
     landed.cmd().args(["gates", "verify"]).assert().success();
     eprintln!("killed {killed}, whole {whole}");

@@ -31,8 +31,11 @@ pub struct Imported {
     #[serde(flatten)]
     pub moved: Moved,
     pub rows: BTreeMap<&'static str, usize>,
-    /// Audit rows sealed with another machine's key, which this import now vouches for.
+    /// Audit rows sealed with another machine's key: resealed here with `--vouch`, else kept
+    /// as they came (unattested here).
     pub sealed_elsewhere: usize,
+    /// Whether this import vouched for them (`--vouch`).
+    pub vouched: bool,
     /// The content digest: the same for every copy of the same run.
     pub digest: String,
     /// What the source held that the destination has no column for.
@@ -66,10 +69,16 @@ impl Render for Imported {
             if self.renumbered {
                 writeln!(w, "Ids: execution and audit ids numbered by the server")?;
             }
-            if self.sealed_elsewhere > 0 {
+            if self.sealed_elsewhere > 0 && self.vouched {
                 writeln!(
                     w,
-                    "Audit: {} rows sealed on another machine, now sealed here",
+                    "Audit: {} rows sealed on another machine, vouched for and sealed here",
+                    self.sealed_elsewhere
+                )?;
+            } else if self.sealed_elsewhere > 0 {
+                writeln!(
+                    w,
+                    "Audit: {} rows sealed on another machine, kept as they came: their decisions are unattested here (import --vouch to vouch for them)",
                     self.sealed_elsewhere
                 )?;
             }
@@ -186,9 +195,11 @@ pub fn land(mut c: Incoming, args: &ImportArgs, ctx: &Context) -> Result<Importe
         "attested_here": c.report.attested,
         "sealed_elsewhere": c.report.other_key,
         "unattested": c.report.unattested.len(),
+        "vouched": if args.vouch { c.report.other_key } else { 0 },
     });
     let how = How {
-        reseal: true,
+        // An import raises no row's trust by itself: only a person who vouches does.
+        reseal: args.vouch,
         event: Some((principal, metadata)),
         now: crate::model::now(),
     };
@@ -201,6 +212,7 @@ pub fn land(mut c: Incoming, args: &ImportArgs, ctx: &Context) -> Result<Importe
         moved: Moved::default(),
         rows: c.dump.counts(),
         sealed_elsewhere: c.report.other_key,
+        vouched: args.vouch,
         digest: c.digest.clone(),
         not_carried: if postgres {
             Vec::new()
