@@ -120,7 +120,7 @@ fn reference_client_drives_a_program(backend: Backend) {
 /// with none of the caller's PROSE_* settings.
 fn server(p: &Project, agent: &str, run: &Run) -> TokioChildProcess {
     let mut cmd = tokio::process::Command::new(BIN);
-    cmd.args(["--run", &run.id, "mcp", "--agent", agent])
+    cmd.args(["--run", &run.id, "mcp", "--role", "vm", "--agent", agent])
         .current_dir(p.root())
         .env("HOME", common::test_home(p.root()))
         .stderr(std::process::Stdio::null());
@@ -285,7 +285,7 @@ fn the_server_is_its_agent(backend: Backend) {
     for bad in ["", "ali\u{0441}e", "a;b", "../x", "agent:"] {
         let out = run
             .cmd()
-            .args(["mcp", "--agent", bad])
+            .args(["mcp", "--role", "vm", "--agent", bad])
             .write_stdin("")
             .assert();
         assert_eq!(common::code(&out), 2, "{bad:?}");
@@ -450,7 +450,7 @@ fn the_server_binary_is_found_next_to_the_command() {
     let out = loop {
         let out = assert_cmd::Command::new(alone.join("prose-state"))
             .current_dir(p.root())
-            .args(["mcp", "--agent", "a"])
+            .args(["mcp", "--role", "vm", "--agent", "a"])
             .write_stdin("")
             .output();
         match out {
@@ -637,7 +637,7 @@ fn a_request_over_the_limit_is_answered_with_an_error(backend: Backend) {
     let before = run.snapshot();
     let mut server = std::process::Command::new(BIN);
     server
-        .args(["--run", &run.id, "mcp", "--agent", "w"])
+        .args(["--run", &run.id, "mcp", "--role", "vm", "--agent", "w"])
         .current_dir(p.root())
         .env("HOME", common::test_home(p.root()))
         .stdin(std::process::Stdio::piped())
