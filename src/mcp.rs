@@ -80,7 +80,7 @@ const SERVED: &[Served] = &[
     },
     Served {
         about: "Write a binding (a named value) in the root scope or an execution's scope. \
-                `value` is stored exactly as given (nothing is ever read from stdin); `file` reads \
+                `value` is stored exactly as given, `-` included; `file` reads \
                 a file on the server's machine. `append` and `merge` update a JSON array or object \
                 in one transaction; `if_version` writes only if the binding is at that version. \
                 A value over `attach_over` bytes is kept as an attachment, with `summary` as its \
