@@ -1483,7 +1483,7 @@ async fn mcp_session(
     cmd.current_dir(root)
         .env("PROSE_ROOT", root)
         .env_remove("PROSE_RUN")
-        .args(["--run", run, "mcp", "--agent", agent])
+        .args(["--run", run, "mcp", "--role", "subagent", "--agent", agent])
         .stderr(Stdio::null());
     ().serve(rmcp::transport::TokioChildProcess::new(cmd).unwrap())
         .await

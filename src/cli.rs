@@ -174,6 +174,24 @@ pub struct McpArgs {
     /// The agent this server acts for: every call is made as the principal agent:NAME
     #[arg(long, value_name = "NAME")]
     pub agent: String,
+    /// The role the session plays, fixed for its life (required): vm (the VM's tools) or
+    /// subagent (read, bind in its scope, its own agent's memory; no finish, init,
+    /// exec_append or gates_create)
+    #[arg(long, value_enum, value_name = "ROLE")]
+    pub role: Option<McpRole>,
+    /// A subagent session's execution: it binds and reads in this execution's scope only
+    #[arg(long, value_name = "N", allow_hyphen_values = true,
+          value_parser = clap::value_parser!(i64).range(1..))]
+    pub execution_id: Option<i64>,
+}
+
+/// The roles an MCP session may play.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum McpRole {
+    /// The orchestrating VM: every served tool
+    Vm,
+    /// A subagent: read, bind in its scope, its own agent's memory and segments
+    Subagent,
 }
 
 #[derive(Debug, Args)]

@@ -13,8 +13,12 @@
 //! tool decides a gate (approve and reject are not served). Its stdin carries the protocol,
 //! so no command ever reads a value from it.
 
+mod pages;
+mod prompts;
 mod request_limit;
+mod schemas;
 
+pub(crate) use crate::cli::McpRole as Role;
 use crate::cli::{Cli, Global, McpArgs};
 use crate::cmd::{self, Run, Sink};
 use crate::context::Context;
@@ -34,35 +38,168 @@ use std::any::TypeId;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// One tool: the subcommand it serves, and what its result is called when the command's JSON
-/// is not an object (a tool's structured result must be one).
+/// One tool: the subcommand it serves, the roles whose sessions have it, what a model reads
+/// about it, how its answer is bounded, and what its result is called when the command's
+/// JSON is not an object (a tool's structured result must be one).
 struct Served {
     name: &'static str,
     path: &'static [&'static str],
     read_only: bool,
     wrap: &'static str,
+    roles: &'static [Role],
+    about: &'static str,
+    page: Page,
+    /// The subcommand's own options the tool does not take (paged lists page themselves).
+    skip: &'static [&'static str],
 }
 
+/// How a tool's answer is kept within its bound (see [`pages`]).
+#[derive(Clone, Copy, PartialEq)]
+enum Page {
+    /// Small by nature: one record, one gate, one number.
+    Whole,
+    /// A list, under `wrap`: `cursor` and `limit`.
+    List,
+    /// The log: `since` and `limit`.
+    Log,
+    /// A binding's value: `offset` and `length`.
+    Value,
+    /// An agent's memory: `offset` and `length`.
+    Memory,
+}
+
+const VM_ONLY: &[Role] = &[Role::Vm];
+const BOTH: &[Role] = &[Role::Vm, Role::Subagent];
+
 const SERVED: &[Served] = &[
-    Served::new("init", &["init"], false),
-    Served::new("bind", &["bind"], false),
-    Served::new("get", &["get"], true),
-    Served::new("exec_append", &["exec-append"], false),
+    Served {
+        roles: VM_ONLY,
+        about: "Create a new run (its directory and state). The run made becomes this session's \
+                run: later calls need no `run`.",
+        ..Served::new("init", &["init"], false)
+    },
+    Served {
+        about: "Write a binding (a named value) in the root scope or an execution's scope. \
+                `value` is stored exactly as given, `-` included; `file` reads \
+                a file on the server's machine. `append` and `merge` update a JSON array or object \
+                in one transaction; `if_version` writes only if the binding is at that version. \
+                A value over `attach_over` bytes is kept as an attachment, with `summary` as its \
+                one-line description.",
+        ..Served::new("bind", &["bind"], false)
+    },
+    Served {
+        page: Page::Value,
+        about: "Read a binding, looked up from an execution's scope up to the root. The value \
+                comes in pages: `value` holds at most `length` bytes (default 16384, at most \
+                262144) from `offset`; `total_bytes` is the whole value's size, `next_offset` \
+                where the next page starts (null at the end) and `truncated` whether more \
+                follows. A large value's one-line summary is in `summary`, never in `value`. \
+                `explain` gives the scope chain walked instead.",
+        ..Served::new("get", &["get"], true)
+    },
+    Served {
+        roles: VM_ONLY,
+        about: "Append one record to the run's execution log (append-only): the statement's \
+                `index`, `text` and `status`, its enclosing record as `parent`. A `key` makes a \
+                retried append land once. Returns the record's id.",
+        ..Served::new("exec_append", &["exec-append"], false)
+    },
     Served {
         wrap: "rows",
+        page: Page::List,
+        about: "Run one read-only SQL statement on the run and get its rows (as `sqlite3 -json` \
+                gives them), in pages: at most `limit` rows (default 50, at most 500) and about \
+                32 KiB from row `cursor`; `next_cursor` continues (each page runs the statement \
+                again), `truncated` says more rows follow.",
         ..Served::new("query", &["query"], true)
     },
-    Served::new("gates_create", &["gates", "create"], false),
+    Served {
+        wrap: "gates",
+        page: Page::List,
+        skip: &["pending", "limit"],
+        about: "List gates, read-only: the pending ones unless `status` says otherwise, of the \
+                session's run (of every run of the project when the session has none), oldest \
+                first. Paged: at most `limit` (default 50, at most 500) from `cursor`.",
+        ..Served::new("gates_list", &["gates"], true)
+    },
+    Served {
+        roles: VM_ONLY,
+        about: "Open an approval gate (the language's `approve GATE_ID:`): a person decides it, \
+                never a tool. `allow` is an array of the principals who may decide (`user`: \
+                anyone not `agent:...`); `on_reject` is stored as given.",
+        ..Served::new("gates_create", &["gates", "create"], false)
+    },
     // Showing a gate logs a `viewed` event: it writes.
-    Served::new("gates_show", &["gates", "show"], false),
-    Served::new("gates_wait", &["gates", "wait"], true),
-    Served::new("agent_memory", &["agent", "memory"], true),
-    Served::new("agent_remember", &["agent", "remember"], false),
-    Served::new("agent_segment", &["agent", "segment"], false),
-    Served::new("resume", &["resume"], false),
-    Served::new("finish", &["finish"], false),
+    Served {
+        roles: VM_ONLY,
+        about: "Show one gate in full with its audit history (logs that this agent viewed it).",
+        ..Served::new("gates_show", &["gates", "show"], false)
+    },
+    Served {
+        roles: VM_ONLY,
+        about: "Wait for a gate to be decided: class ok (approved), rejected, timed_out, or \
+                still_pending when this call's `timeout` ran out (call again to go on waiting).",
+        ..Served::new("gates_wait", &["gates", "wait"], true)
+    },
+    Served {
+        page: Page::Memory,
+        about: "Read an agent's memory (this session's agent unless a VM names another), in \
+                pages: `memory` holds at most `length` bytes (default 16384, at most 262144) \
+                from `offset`, with `total_bytes`, `next_offset` and `truncated`.",
+        ..Served::new("agent_memory", &["agent", "memory"], true)
+    },
+    Served {
+        about: "Replace an agent's memory with `value`, stored exactly as given (this session's \
+                agent unless a VM names another).",
+        ..Served::new("agent_remember", &["agent", "remember"], false)
+    },
+    Served {
+        about: "Append a segment (one invocation's record: its prompt and a summary of what it \
+                did) to an agent's log, and get its number.",
+        ..Served::new("agent_segment", &["agent", "segment"], false)
+    },
+    Served {
+        wrap: "agents",
+        page: Page::List,
+        about: "List the persistent agents of a scope (`scope`: execution, the run's; project; \
+                user), with their segment counts and memory sizes. Paged by `cursor` and `limit`.",
+        ..Served::new("agents_list", &["agent", "list"], true)
+    },
+    Served {
+        wrap: "imports",
+        page: Page::List,
+        about: "List the run's import registry: each alias and where it came from. Paged by \
+                `cursor` and `limit`.",
+        ..Served::new("imports_list", &["imports"], true)
+    },
+    Served {
+        roles: VM_ONLY,
+        wrap: "runs",
+        page: Page::List,
+        skip: &["limit"],
+        about: "List the project's runs, newest first, with their status and pending gates. \
+                Paged by `cursor` and `limit`.",
+        ..Served::new("runs_list", &["runs"], true)
+    },
+    Served {
+        roles: VM_ONLY,
+        about: "Everything a VM needs to continue the run after losing its context: the run, \
+                the position, what is outstanding, the gates; records the resume.",
+        ..Served::new("resume", &["resume"], false)
+    },
+    Served {
+        roles: VM_ONLY,
+        about: "Set the run's final status: completed (refused while a gate is pending) or \
+                failed with an `error`. A finished run takes no more writes.",
+        ..Served::new("finish", &["finish"], false)
+    },
     Served {
         wrap: "events",
+        page: Page::Log,
+        about: "Read the run's execution log after event `since` (0: from the start), in pages \
+                of at most `limit` events (default 100, at most 1000) and about 32 KiB. Pass \
+                `next_since` as `since` to read on; `truncated` says more events are already \
+                there. It returns at once: call again to see new events.",
         ..Served::new("log_since", &["log"], true)
     },
 ];
@@ -74,9 +211,28 @@ impl Served {
             path,
             read_only,
             wrap: "result",
+            roles: BOTH,
+            about: "",
+            page: Page::Whole,
+            skip: &[],
         }
     }
 }
+
+/// Descriptions of arguments, written for a model calling a tool where the command line's
+/// help would mislead it (stdin, comma-separated lists, `--options`).
+const DESCRIBED: &[(&str, &str, &str)] = &[
+    ("bind", "value", "The value, stored exactly as given (`-` is the one character `-`)"),
+    ("bind", "file", "Read the value from this file on the server's machine"),
+    ("bind", "if_version", "Write only if the binding is still at this version (`get` shows it; 0: the binding does not exist yet); otherwise class refused and nothing is written"),
+    ("agent_remember", "value", "The new memory, stored exactly as given"),
+    ("agent_remember", "file", "Read the memory from this file on the server's machine"),
+    ("gates_create", "allow", "Principals who may decide, one an item; `user` admits anyone not `agent:...`"),
+    ("get", "offset", "Where the page starts, in bytes (default 0)"),
+    ("get", "length", "At most this many bytes of the value (default 16384, at most 262144)"),
+    ("get", "explain", "Give the scope chain walked and where the binding was found, not the value"),
+    ("log_since", "since", "Only the events after this one (an event's `id`; 0: from the start)"),
+];
 
 /// Arguments no tool takes: the server decides where the project is, who acts and how the
 /// output is written; `log --follow` never ends, and `init --quiet` prints no JSON.
@@ -105,6 +261,9 @@ struct Param {
     kind: Kind,
     /// Which command of the path it belongs to (options are placed right after its name).
     level: usize,
+    /// Not offered to this session: the client cannot give it (a subagent's pinned run and
+    /// execution, its agent's name, the home of user-scope memory).
+    hidden: bool,
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -127,16 +286,33 @@ struct ToolSpec {
     parser: std::sync::Mutex<clap::Command>,
 }
 
-struct Server {
+pub(crate) struct Server {
     tools: Vec<ToolSpec>,
+    /// The session's role, fixed at start: it decides which tools and prompts exist.
+    role: Role,
     agent: Principal,
     /// The agent's bare name: what agent tools act on when no name is given.
     agent_name: String,
     /// The global options every call is made with: the project root resolved at start-up,
-    /// the server's default run, the busy timeout.
+    /// the busy timeout.
     root: Option<PathBuf>,
-    run: Option<String>,
     busy_timeout: u64,
+    /// The session's run: `--run`/PROSE_RUN at start, then the run `init` made.
+    run: std::sync::Mutex<Option<String>>,
+    /// A subagent session started with a run is held to it: calls cannot name another.
+    run_pinned: bool,
+    /// A subagent session's execution: it binds and reads in that scope only.
+    execution_id: Option<i64>,
+}
+
+impl Server {
+    pub(crate) fn session_run(&self) -> Option<String> {
+        self.run.lock().map(|r| r.clone()).unwrap_or(None)
+    }
+
+    pub(crate) fn pinned_run(&self) -> Option<String> {
+        self.run_pinned.then(|| self.session_run()).flatten()
+    }
 }
 
 /// Serves until the client closes stdin.
@@ -154,16 +330,32 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
         .strip_prefix("agent:")
         .unwrap_or(agent.as_str())
         .to_string();
+    // The role is the operator's, never the model's: without it no session starts, so that
+    // no configuration silently keeps or loses tools.
+    let Some(role) = args.role else {
+        return Err(usage(
+            "mcp needs --role vm (the VM's tools) or --role subagent (read, bind in its scope, its own agent's memory)",
+        ));
+    };
+    if role == Role::Vm && args.execution_id.is_some() {
+        return Err(usage(
+            "--execution-id pins a subagent session: a VM session (--role vm) takes none",
+        ));
+    }
+    let run_pinned = role == Role::Subagent && ctx.run.is_some();
     cmd::stdin_carries_protocol();
     // Calls come one after another to the same run: its connection is kept between them.
     crate::store::keep_connections();
     let server = Handler(Arc::new(Server {
-        tools: tools(),
+        tools: tools(role, run_pinned, args.execution_id.is_some()),
+        role,
         agent,
         agent_name,
         root: ctx.root.clone(),
-        run: ctx.run.clone(),
         busy_timeout: global.busy_timeout,
+        run: std::sync::Mutex::new(ctx.run.clone()),
+        run_pinned,
+        execution_id: args.execution_id,
     }));
     // The runtime exists for this command alone: no other command starts one.
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -186,20 +378,34 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
     Ok(())
 }
 
-/// Every served tool, read off the command line's definition.
-fn tools() -> Vec<ToolSpec> {
+/// The tools of a session of this role, read off the command line's definition.
+fn tools(role: Role, run_pinned: bool, execution_pinned: bool) -> Vec<ToolSpec> {
     use clap::CommandFactory;
     let root = Cli::command();
     SERVED
         .iter()
+        .filter(|served| served.roles.contains(&role))
         .map(|served| {
+            let subagent = role == Role::Subagent;
+            // What a subagent session does not choose: its run (when pinned), its execution
+            // (when pinned), its agent, and where user-scope memory lives.
+            let hidden = |p: &Param| {
+                subagent
+                    && ((p.level == 0 && run_pinned)
+                        || (p.property == "execution_id"
+                            && execution_pinned
+                            && matches!(served.name, "bind" | "get"))
+                        || (served.path[0] == "agent" && matches!(p.property.as_str(), "name" | "home")))
+            };
             let mut params = Vec::new();
             let mut takes_principal = false;
             let mut command = &root;
             // The top level gives only --run (and for init, nothing: it makes the run).
             for arg in root.get_arguments() {
                 if arg.get_id() == "run" && served.name != "init" {
-                    params.push(param(arg, 0));
+                    let mut p = param(arg, 0);
+                    p.hidden = hidden(&p);
+                    params.push(p);
                 }
             }
             let mut properties = Map::new();
@@ -216,25 +422,35 @@ fn tools() -> Vec<ToolSpec> {
                     }
                     // A parent's own options (the gate listing's filters) are not the tool's;
                     // its global ones (the agent scope) are.
-                    if NOT_SERVED.contains(&id) || arg.is_hide_set() || (!leaf && !arg.is_global_set()) {
+                    if NOT_SERVED.contains(&id)
+                        || served.skip.contains(&id)
+                        || arg.is_hide_set()
+                        || (!leaf && !arg.is_global_set())
+                    {
                         continue;
                     }
-                    let p = param(arg, level + 1);
-                    if leaf && arg.is_required_set() && !defaults_to_agent(served, &p) {
-                        required.push(Value::String(p.property.clone()));
+                    let mut p = param(arg, level + 1);
+                    p.hidden = hidden(&p);
+                    if !p.hidden {
+                        if leaf && arg.is_required_set() && !defaults_to_agent(served, &p) {
+                            required.push(Value::String(p.property.clone()));
+                        }
+                        properties.insert(p.property.clone(), schema(arg, &p, served));
                     }
-                    properties.insert(p.property.clone(), schema(arg, &p, served));
                     params.push(p);
                 }
             }
             for p in &params {
-                if p.level == 0 {
+                if p.level == 0 && !p.hidden {
                     properties.insert(
                         p.property.clone(),
                         json!({"type": "string", "description":
-                            "The run: its id, directory or state.db (default: the server's --run or PROSE_RUN)"}),
+                            "The run's id (default: the session's run: the server's --run, or the run `init` made)"}),
                     );
                 }
+            }
+            for (property, schema) in paging(served) {
+                properties.insert(property.into(), schema);
             }
             let mut input = Map::new();
             input.insert("type".into(), json!("object"));
@@ -243,20 +459,16 @@ fn tools() -> Vec<ToolSpec> {
                 input.insert("required".into(), Value::Array(required));
             }
             input.insert("additionalProperties".into(), json!(false));
-            let about = command
-                .get_long_about()
-                .or(command.get_about())
-                .map(|a| a.to_string())
-                .unwrap_or_default();
-            let description = format!(
-                "{about} (the command `prose-state {}`; the result is its --json output)",
-                served.path.join(" ")
-            );
             let mut annotations = ToolAnnotations::new().read_only(served.read_only);
             if !served.read_only {
                 annotations = annotations.destructive(false);
             }
-            let tool = Tool::new(served.name, description, Arc::new(input)).annotate(annotations);
+            let Value::Object(output) = schemas::output(served.name) else {
+                unreachable!("an output schema is an object")
+            };
+            let tool = Tool::new(served.name, served.about, Arc::new(input))
+                .annotate(annotations)
+                .with_raw_output_schema(Arc::new(output));
             let parser = crate::parse::command_for(served.path[0])
                 .unwrap_or_else(|| panic!("served subcommand missing: {}", served.path[0]));
             ToolSpec {
@@ -268,6 +480,41 @@ fn tools() -> Vec<ToolSpec> {
             }
         })
         .collect()
+}
+
+/// The arguments a tool takes to page its answer: the server's, not the command's.
+fn paging(served: &Served) -> Vec<(&'static str, Value)> {
+    let limit = |default: u64, max: u64, what: &str| {
+        json!({"type": "integer", "minimum": 1, "maximum": max, "default": default,
+               "description": format!("At most this many {what} (default {default}, at most {max})")})
+    };
+    match served.page {
+        Page::List => vec![
+            (
+                "cursor",
+                json!({"type": "integer", "minimum": 0, "default": 0,
+                       "description": "Where the page starts: a previous answer's `next_cursor` (0: the first)"}),
+            ),
+            (
+                "limit",
+                limit(pages::LIST_DEFAULT, pages::LIST_MAX, served.wrap),
+            ),
+        ],
+        Page::Log => vec![("limit", limit(pages::LOG_DEFAULT, pages::LOG_MAX, "events"))],
+        Page::Memory => vec![
+            (
+                "offset",
+                json!({"type": "integer", "minimum": 0, "default": 0,
+                       "description": "Where the page starts, in bytes: a previous answer's `next_offset`"}),
+            ),
+            (
+                "length",
+                json!({"type": "integer", "minimum": 0, "maximum": pages::TEXT_MAX, "default": pages::TEXT_DEFAULT,
+                       "description": format!("At most this many bytes (default {}, at most {})", pages::TEXT_DEFAULT, pages::TEXT_MAX)}),
+            ),
+        ],
+        Page::Whole | Page::Value => Vec::new(),
+    }
 }
 
 fn param(arg: &clap::Arg, level: usize) -> Param {
@@ -291,6 +538,7 @@ fn param(arg: &clap::Arg, level: usize) -> Param {
         long: arg.get_long().map(|l| format!("--{l}")),
         kind,
         level,
+        hidden: false,
     }
 }
 
@@ -334,6 +582,12 @@ fn schema(arg: &clap::Arg, p: &Param, served: &Served) -> Value {
     if p.property == "gate" {
         help = "The gate id".into();
     }
+    if let Some((_, _, text)) = DESCRIBED
+        .iter()
+        .find(|(tool, property, _)| *tool == served.name && *property == p.property)
+    {
+        help = (*text).into();
+    }
     if !help.is_empty() {
         s.insert("description".into(), Value::String(help));
     }
@@ -360,8 +614,11 @@ impl Server {
     /// as `--long=value` (so that no value is ever read as an option), then `--` and the
     /// positionals in order.
     fn argv(&self, spec: &ToolSpec, args: &JsonObject) -> Result<Vec<String>> {
+        let paging = paging(spec.served);
         for key in args.keys() {
-            if !spec.params.iter().any(|p| &p.property == key) {
+            let offered = spec.params.iter().any(|p| &p.property == key && !p.hidden)
+                || paging.iter().any(|(property, _)| property == key);
+            if !offered {
                 return Err(usage(format!(
                     "unknown argument for tool {}: {}",
                     spec.served.name,
@@ -382,10 +639,11 @@ impl Server {
         }
         argv.push(format!("--busy-timeout={}", self.busy_timeout));
         let named = |p: &Param| args.get(&p.property).filter(|v| !v.is_null());
+        let named = |p: &Param| named(p).filter(|_| !p.hidden);
         match spec.params.iter().find(|p| p.level == 0).and_then(named) {
             Some(run) => argv.push(format!("--run={}", text(run, "run")?)),
             None => {
-                if let Some(run) = self.run.as_ref().filter(|_| spec.served.name != "init") {
+                if let Some(run) = self.session_run().filter(|_| spec.served.name != "init") {
                     argv.push(format!("--run={run}"));
                 }
             }
@@ -395,8 +653,13 @@ impl Server {
             argv.push(name.to_string());
             for p in spec.params.iter().filter(|p| p.level == level + 1) {
                 let value = named(p).cloned().or_else(|| {
-                    defaults_to_agent(spec.served, p)
-                        .then(|| Value::String(self.agent_name.clone()))
+                    if defaults_to_agent(spec.served, p) {
+                        Some(Value::String(self.agent_name.clone()))
+                    } else if p.hidden && p.property == "execution_id" {
+                        self.execution_id.map(Value::from)
+                    } else {
+                        None
+                    }
                 });
                 let Some(value) = value else {
                     if p.long.is_none() {
@@ -440,6 +703,27 @@ impl Server {
         if spec.takes_principal {
             argv.push(format!("--as={}", self.agent.as_str()));
         }
+        match spec.served.name {
+            // A value is read in pages: the first one unless another is asked for.
+            "get" if args.get("explain") != Some(&Value::Bool(true)) => {
+                if named_offset(args, "offset").is_none() {
+                    argv.push("--offset=0".into());
+                }
+                match named_offset(args, "length") {
+                    None => argv.push(format!("--length={}", pages::TEXT_DEFAULT)),
+                    Some(n) if n > pages::TEXT_MAX => {
+                        return Err(usage(format!(
+                            "length is at most {} bytes a page: read on from next_offset",
+                            pages::TEXT_MAX
+                        )))
+                    }
+                    Some(_) => {}
+                }
+            }
+            // The server pages the list itself: the command gives all of it.
+            "runs_list" => argv.push("--limit=1000000".into()),
+            _ => {}
+        }
         // Positionals in order: a later one given without an earlier one would take its place.
         if let Some(gap) = positionals.iter().position(Option::is_none) {
             if positionals[gap..].iter().any(Option::is_some) {
@@ -482,24 +766,169 @@ impl Server {
             .any(|p| p.level == 0 && args.get(&p.property).is_some_and(|v| !v.is_null()));
         let ctx = if client_run { ctx.run_ids_only() } else { ctx };
         if let crate::cli::Command::Log(a) = &cli.command {
-            let mut events = Vec::new();
-            let mut text = Vec::new();
-            cmd::log::follow(a, &ctx, &mut |line| {
-                crate::output::write_json(&mut text, &line)?;
-                text.push(b'\n');
-                events.push(serde_json::to_value(&line).map_err(std::io::Error::from)?);
-                Ok(())
-            })?;
-            return Ok(Outcome {
-                text: String::from_utf8_lossy(&text).into_owned(),
-                value: Value::Array(events),
-                code: Code::Ok,
-                warnings: Vec::new(),
-            });
+            return log_page(
+                a,
+                &ctx,
+                count_arg(args, "limit", pages::LOG_DEFAULT, 1, pages::LOG_MAX)?,
+            );
         }
-        cmd::dispatch(&cli.command, &ctx, &mut Json)
-            .unwrap_or_else(|| Err(usage(format!("not a tool: {}", spec.served.name))))
+        if let crate::cli::Command::Get(a) = &cli.command {
+            if !a.explain {
+                return value_page(a, &ctx);
+            }
+        }
+        let mut outcome = cmd::dispatch(&cli.command, &ctx, &mut Json)
+            .unwrap_or_else(|| Err(usage(format!("not a tool: {}", spec.served.name))))?;
+        match spec.served.page {
+            Page::List => {
+                let cursor = count_arg(args, "cursor", 0, 0, u64::MAX)?;
+                let limit = count_arg(args, "limit", pages::LIST_DEFAULT, 1, pages::LIST_MAX)?;
+                let items = match outcome.value.take() {
+                    Value::Array(items) => items,
+                    other => vec![other],
+                };
+                outcome.set(pages::list(items, spec.served.wrap, cursor, limit));
+            }
+            Page::Memory => {
+                let offset = count_arg(args, "offset", 0, 0, u64::MAX)?;
+                let length = count_arg(args, "length", pages::TEXT_DEFAULT, 0, pages::TEXT_MAX)?;
+                if let Value::Object(mut memory) = outcome.value.take() {
+                    let whole = memory
+                        .get("memory")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string();
+                    let (page, start, len) = pages::text(whole.as_bytes(), offset, length);
+                    memory.insert("memory".into(), Value::String(page));
+                    pages::text_fields(&mut memory, start, len, whole.len() as u64);
+                    outcome.set(Value::Object(memory));
+                }
+            }
+            Page::Whole | Page::Log | Page::Value => {}
+        }
+        // The run `init` made is the session's from now on.
+        if spec.served.name == "init" && outcome.code == Code::Ok {
+            if let Some(run) = outcome.value["run_id"].as_str() {
+                if let Ok(mut session) = self.run.lock() {
+                    *session = Some(run.to_string());
+                }
+            }
+        }
+        Ok(outcome)
     }
+}
+
+/// A whole-number paging argument: `default` when not given; refused outside `min..=max`.
+fn count_arg(args: &JsonObject, key: &str, default: u64, min: u64, max: u64) -> Result<u64> {
+    match args.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(v) => match v.as_u64() {
+            Some(n) if (min..=max).contains(&n) => Ok(n),
+            _ => Err(usage(format!(
+                "{key} must be a whole number from {min} to {max}: {v}"
+            ))),
+        },
+    }
+}
+
+/// One page of the log after `since`: at most `limit` events and about [`pages::PAGE_BYTES`].
+fn log_page(args: &crate::cli::LogArgs, ctx: &Context, limit: u64) -> Result<Outcome> {
+    let mut events = Vec::new();
+    let mut bytes = 0;
+    let mut truncated = false;
+    let mut last = args.since;
+    // The command reads on while its reader takes lines: once the page is full, the reader
+    // stops it.
+    let read = cmd::log::follow(args, ctx, &mut |line| {
+        let value = serde_json::to_value(&line).map_err(std::io::Error::from)?;
+        let size = value.to_string().len() + 1;
+        if events.len() as u64 >= limit || (!events.is_empty() && bytes + size > pages::PAGE_BYTES)
+        {
+            truncated = true;
+            return Err(std::io::Error::other("page full"));
+        }
+        bytes += size;
+        last = value["id"].as_i64().unwrap_or(last);
+        events.push(value);
+        Ok(())
+    });
+    if !truncated {
+        read?;
+    }
+    Ok(Outcome::of(json!({
+        "events": events,
+        "next_since": last,
+        "truncated": truncated,
+    })))
+}
+
+/// One page of a binding's value: the command reads just that part, and the page says where
+/// it stands. A large value's summary, which the command gives as its `value`, has a field
+/// of its own.
+fn value_page(args: &crate::cli::GetArgs, ctx: &Context) -> Result<Outcome> {
+    use crate::cmd::get::Lookup;
+    let found = |args: &crate::cli::GetArgs| match args.run(ctx)? {
+        Lookup::Value(got) => Ok(got),
+        Lookup::Explained(_) => Err(anyhow::anyhow!("get gave no value")),
+    };
+    let mut tries = 0;
+    let (got, summary) = loop {
+        let got = found(args)?;
+        if got
+            .row
+            .attachment_path
+            .as_deref()
+            .unwrap_or_default()
+            .is_empty()
+        {
+            break (got, None);
+        }
+        // An attachment's row holds its summary as its value, which the part read replaced:
+        // the row is read again without a part (the file is opened, not read), and kept only
+        // if it is the same version as the page's.
+        let whole = found(&crate::cli::GetArgs {
+            name: args.name.clone(),
+            execution_id: args.execution_id,
+            explain: false,
+            offset: None,
+            length: None,
+        })?;
+        if whole.row.version == got.row.version {
+            let summary = whole
+                .row
+                .value
+                .as_deref()
+                .map(|s| String::from_utf8_lossy(s).into_owned());
+            break (got, summary);
+        }
+        tries += 1;
+        if tries == 3 {
+            return Err(crate::error::busy(
+                "the binding was rebound while it was read, three times: nothing was written, read it again",
+            ));
+        }
+    };
+    let total = got.bytes;
+    let part = got.row.value.clone().unwrap_or_default();
+    let start = got.offset.unwrap_or(0);
+    let keep = pages::whole_chars(&part, start + part.len() as u64 >= total);
+    let mut out = match serde_json::to_value(&got)? {
+        Value::Object(out) => out,
+        _ => Map::new(),
+    };
+    out.remove("bytes");
+    out.insert(
+        "value".into(),
+        Value::String(String::from_utf8_lossy(&part[..keep]).into_owned()),
+    );
+    out.insert("summary".into(), json!(summary));
+    pages::text_fields(&mut out, start, keep as u64, total);
+    Ok(Outcome::of(Value::Object(out)))
+}
+
+/// A whole number a call gave for `key`, if it gave one.
+fn named_offset(args: &JsonObject, key: &str) -> Option<u64> {
+    args.get(key).and_then(Value::as_u64)
 }
 
 /// A value given to an option or positional, as its text.
@@ -534,6 +963,24 @@ struct Outcome {
     value: Value,
     code: Code,
     warnings: Vec<String>,
+}
+
+impl Outcome {
+    /// An answer the server shaped (a page): its text is its JSON.
+    fn of(value: Value) -> Self {
+        Outcome {
+            text: value.to_string(),
+            value,
+            code: Code::Ok,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// The answer replaced by its page, text and value alike.
+    fn set(&mut self, value: Value) {
+        self.text = value.to_string();
+        self.value = value;
+    }
 }
 
 /// Takes a command's output as the JSON `--json` prints.
@@ -624,19 +1071,32 @@ struct Handler(Arc<Server>);
 
 impl ServerHandler for Handler {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(Implementation::new(
-                "prose-state",
-                env!("CARGO_PKG_VERSION"),
-            ))
-            .with_instructions(format!(
-                "The durable state of an OpenProse run, acting as {}. Each tool is a \
-                 prose-state command and returns the JSON it prints with --json; a failed call \
-                 carries its exit class (usage, not_found, refused, busy, ...). Busy means \
-                 nothing was written: retry. The `guide` command of prose-state (guide \
-                 subagent) gives the protocol.",
-                self.0.agent.as_str()
-            ))
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_prompts()
+                .build(),
+        )
+        .with_server_info(Implementation::new(
+            "prose-state",
+            env!("CARGO_PKG_VERSION"),
+        ))
+        .with_instructions(format!(
+            "The durable state of an OpenProse run, acting as {} in the {} role. Each tool \
+                 is a prose-state command and returns its JSON; a failed call carries its exit \
+                 class (usage, not_found, refused, busy, ...). Busy means nothing was written: \
+                 retry. Long answers come in pages: each says whether it was cut (`truncated`) \
+                 and gives the cursor to continue. The protocol is this server's prompt `{}`.",
+            self.0.agent.as_str(),
+            match self.0.role {
+                Role::Vm => "vm",
+                Role::Subagent => "subagent",
+            },
+            match self.0.role {
+                Role::Vm => "vm",
+                Role::Subagent => "subagent",
+            },
+        ))
     }
 
     async fn list_tools(
@@ -673,6 +1133,31 @@ impl ServerHandler for Handler {
             format!("no such method: {}", crate::error::shown(&request.method)),
             None,
         ))
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListPromptsResult, ErrorData> {
+        Ok(rmcp::model::ListPromptsResult {
+            prompts: prompts::list(self.0.role),
+            ..Default::default()
+        })
+    }
+
+    async fn get_prompt(
+        &self,
+        request: rmcp::model::GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, ErrorData> {
+        let server = Arc::clone(&self.0);
+        let args = request.arguments.unwrap_or_default();
+        // The guide may read the run (its id): on the blocking pool, as a tool call is.
+        tokio::task::spawn_blocking(move || prompts::get(&server, &request.name, &args))
+            .await
+            .map_err(|e| ErrorData::internal_error(format!("prompt failed: {e}"), None))?
+            .map(Into::into)
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {

@@ -258,7 +258,15 @@ fn a_busy_timeout_out_of_range_is_a_usage_error(b: Backend) {
     // The MCP server takes the same option, and refuses it the same way at start.
     let a = p
         .cmd()
-        .args(["mcp", "--agent", "bot", "--busy-timeout", "2147483648"])
+        .args([
+            "mcp",
+            "--role",
+            "vm",
+            "--agent",
+            "bot",
+            "--busy-timeout",
+            "2147483648",
+        ])
         .write_stdin("")
         .assert()
         .failure();

@@ -120,7 +120,7 @@ fn reference_client_drives_a_program(backend: Backend) {
 /// with none of the caller's PROSE_* settings.
 fn server(p: &Project, agent: &str, run: &Run) -> TokioChildProcess {
     let mut cmd = tokio::process::Command::new(BIN);
-    cmd.args(["--run", &run.id, "mcp", "--agent", agent])
+    cmd.args(["--run", &run.id, "mcp", "--role", "vm", "--agent", agent])
         .current_dir(p.root())
         .env("HOME", common::test_home(p.root()))
         .stderr(std::process::Stdio::null());
@@ -285,7 +285,7 @@ fn the_server_is_its_agent(backend: Backend) {
     for bad in ["", "ali\u{0441}e", "a;b", "../x", "agent:"] {
         let out = run
             .cmd()
-            .args(["mcp", "--agent", bad])
+            .args(["mcp", "--role", "vm", "--agent", bad])
             .write_stdin("")
             .assert();
         assert_eq!(common::code(&out), 2, "{bad:?}");
@@ -450,7 +450,7 @@ fn the_server_binary_is_found_next_to_the_command() {
     let out = loop {
         let out = assert_cmd::Command::new(alone.join("prose-state"))
             .current_dir(p.root())
-            .args(["mcp", "--agent", "a"])
+            .args(["mcp", "--role", "vm", "--agent", "a"])
             .write_stdin("")
             .output();
         match out {
@@ -637,7 +637,7 @@ fn a_request_over_the_limit_is_answered_with_an_error(backend: Backend) {
     let before = run.snapshot();
     let mut server = std::process::Command::new(BIN);
     server
-        .args(["--run", &run.id, "mcp", "--agent", "w"])
+        .args(["--run", &run.id, "mcp", "--role", "vm", "--agent", "w"])
         .current_dir(p.root())
         .env("HOME", common::test_home(p.root()))
         .stdin(std::process::Stdio::piped())
@@ -763,3 +763,349 @@ fn a_calls_run_is_a_run_id_never_a_path(backend: Backend) {
 }
 
 on_both!(a_calls_run_is_a_run_id_never_a_path);
+
+/// `prose-state mcp` with its role and other options (`--role subagent --execution-id 1`),
+/// for the run, as a client spawns it.
+async fn connect_as(p: &Project, options: &[&str], run: &Run) -> RunningService<RoleClient, ()> {
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.args(["--run", &run.id, "mcp"])
+        .args(options)
+        .current_dir(p.root())
+        .env("HOME", common::test_home(p.root()))
+        .stderr(std::process::Stdio::null());
+    for var in common::CLEARED_ENV {
+        cmd.env_remove(var);
+    }
+    ().serve(TokioChildProcess::new(cmd).unwrap())
+        .await
+        .unwrap()
+}
+
+/// Issue 28 item 4: a session's role is the operator's. Without `--role` no server starts:
+/// one line naming the two roles, exit 2; a VM session takes no `--execution-id`.
+#[test]
+fn mcp_without_a_role_refuses_to_start() {
+    let p = Project::new();
+    let run = p.init();
+    for args in [
+        vec!["mcp", "--agent", "bot"],
+        vec![
+            "mcp",
+            "--role",
+            "vm",
+            "--agent",
+            "bot",
+            "--execution-id",
+            "1",
+        ],
+    ] {
+        let out = run.cmd().args(&args).write_stdin("").assert();
+        assert_eq!(common::code(&out), 2, "{args:?}");
+        let err = common::stderr(&out);
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(
+            err.contains("--role vm") || err.contains("(--role vm)"),
+            "{err}"
+        );
+        if args.len() == 3 {
+            assert!(err.contains("--role subagent"), "{err}");
+        }
+    }
+}
+
+/// A subagent session has only a subagent's tools: the VM's are not listed, and calling one
+/// is an error of the protocol (no such tool); it cannot name another run, execution or agent.
+/// The database is unchanged by every refusal. What it may do lands in its scope, as its agent.
+fn a_subagent_session_has_only_its_tools(backend: Backend) {
+    let Some(p) = Project::on(backend) else {
+        return;
+    };
+    let run = p.init();
+    let out = run
+        .cmd()
+        .args([
+            "--json",
+            "exec-append",
+            "--index",
+            "1",
+            "--text",
+            "let a = session: writer",
+        ])
+        .args(["--status", "executing"])
+        .assert()
+        .success();
+    let eid = serde_json::from_slice::<Value>(&out.get_output().stdout).unwrap()["id"]
+        .as_i64()
+        .unwrap();
+    run.bind("seen", "root value", None);
+    let before = run.snapshot();
+    let options = [
+        "--role",
+        "subagent",
+        "--agent",
+        "writer",
+        "--execution-id",
+        &eid.to_string(),
+    ];
+    let options: Vec<&str> = options.to_vec();
+    runtime().block_on(async {
+        let client = connect_as(&p, &options, &run).await;
+        let tools = client.list_all_tools().await.unwrap();
+        let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "agent_memory",
+                "agent_remember",
+                "agent_segment",
+                "agents_list",
+                "bind",
+                "gates_list",
+                "get",
+                "imports_list",
+                "log_since",
+                "query"
+            ]
+        );
+        for t in &tools {
+            let props = t
+                .input_schema
+                .get("properties")
+                .unwrap()
+                .as_object()
+                .unwrap();
+            assert!(
+                !props.contains_key("run"),
+                "{}: a pinned run is offered",
+                t.name
+            );
+            if ["bind", "get"].contains(&t.name.as_ref()) {
+                assert!(!props.contains_key("execution_id"), "{}", t.name);
+            }
+            if t.name.starts_with("agent_") {
+                assert!(
+                    !props.contains_key("name") && !props.contains_key("home"),
+                    "{}",
+                    t.name
+                );
+            }
+        }
+        for (tool, args) in [
+            ("finish", json!({"status": "completed"})),
+            ("init", json!({})),
+            (
+                "exec_append",
+                json!({"index": 2, "text": "x", "status": "completed"}),
+            ),
+            ("gates_create", json!({"gate_id": "g", "prompt": "Go?"})),
+            ("gates_show", json!({"gate": "g"})),
+            ("resume", json!({})),
+        ] {
+            let Value::Object(args) = args else {
+                unreachable!()
+            };
+            let r = client
+                .call_tool(CallToolRequestParams::new(tool).with_arguments(args))
+                .await;
+            let e = r.expect_err(tool);
+            assert!(format!("{e}").contains("no such tool"), "{tool}: {e}");
+        }
+        for args in [
+            json!({"name": "x", "value": "1", "run": run.id}),
+            json!({"name": "x", "value": "1", "execution_id": eid}),
+        ] {
+            let r = call(&client, "bind", args.clone()).await;
+            assert_eq!(class(&r), "usage", "{args}: {r:?}");
+        }
+        let r = call(
+            &client,
+            "agent_remember",
+            json!({"name": "other", "value": "m"}),
+        )
+        .await;
+        assert_eq!(class(&r), "usage", "{r:?}");
+        client.cancel().await.unwrap();
+    });
+    assert_eq!(
+        run.snapshot(),
+        before,
+        "a refused call changed the database"
+    );
+    runtime().block_on(async {
+        let client = connect_as(&p, &options, &run).await;
+        let r = call(&client, "bind", json!({"name": "out", "value": "mine"})).await;
+        assert_eq!(class(&r), "ok", "{r:?}");
+        // Read from its execution's scope, walking up to the root.
+        let r = call(&client, "get", json!({"name": "seen"})).await;
+        assert_eq!(
+            r.structured_content.as_ref().unwrap()["value"],
+            json!("root value")
+        );
+        let r = call(&client, "agent_remember", json!({"value": "remembered"})).await;
+        assert_eq!(class(&r), "ok", "{r:?}");
+        client.cancel().await.unwrap();
+    });
+    let (at, _, value, _, _) = run.view().binding("out", Some(eid)).unwrap();
+    assert_eq!((at, value.as_deref()), (Some(eid), Some("mine")));
+    assert!(
+        run.view().binding("out", None).is_none(),
+        "bound in the root scope"
+    );
+    let mem = run
+        .cmd()
+        .args(["--json", "agent", "memory", "writer"])
+        .assert()
+        .success();
+    let mem: Value = serde_json::from_slice(&mem.get_output().stdout).unwrap();
+    assert_eq!(mem["memory"], json!("remembered"));
+}
+
+/// Item 7: every answer a model reads through MCP has a bound and a cursor, and says when it
+/// was cut; following the cursors gives everything, once. And the descriptions say nothing
+/// of the command line that is false through MCP.
+fn answers_are_bounded_with_a_cursor(backend: Backend) {
+    let Some(p) = Project::on(backend) else {
+        return;
+    };
+    let run = p.init();
+    run.cmd()
+        .args(["agent", "remember", "bot", &"m".repeat(40_000)])
+        .assert()
+        .success();
+    runtime().block_on(async {
+        let client = connect(&p, "bot", &run).await;
+        for t in client.list_all_tools().await.unwrap() {
+            let text = format!("{} {}", t.description.as_deref().unwrap_or(""), Value::Object((*t.input_schema).clone()));
+            for lie in ["stdin", "comma-separated", "--follow", "--json", "--offset"] {
+                assert!(!text.contains(lie), "{}: {lie}: {text}", t.name);
+            }
+            assert!(t.output_schema.is_some(), "{}", t.name);
+        }
+        for i in 0..150 {
+            let r = call(&client, "exec_append", json!({"index": i, "text": format!("s{i}"), "status": "completed"})).await;
+            assert_eq!(class(&r), "ok", "{r:?}");
+        }
+        // The log: 100 events a page by default, then the rest from next_since.
+        let mut since = 0;
+        let mut seen = Vec::new();
+        let mut cut = Vec::new();
+        loop {
+            let r = call(&client, "log_since", json!({"since": since})).await;
+            let page = r.structured_content.unwrap();
+            let events = page["events"].as_array().unwrap();
+            assert!(events.len() <= 100);
+            seen.extend(events.iter().map(|e| e["id"].as_i64().unwrap()));
+            cut.push(page["truncated"].as_bool().unwrap());
+            since = page["next_since"].as_i64().unwrap();
+            if !page["truncated"].as_bool().unwrap() {
+                break;
+            }
+        }
+        assert_eq!(cut, [true, false]);
+        assert_eq!(seen, (1..=150).collect::<Vec<i64>>());
+        // Query rows: 50 a page by default, by cursor (the test's PostgreSQL role is one
+        // `query` refuses to run as).
+        if backend == Backend::Sqlite {
+        let mut cursor = json!(0);
+        let mut rows = 0;
+        let mut pages = 0;
+        while !cursor.is_null() {
+            let r = call(&client, "query", json!({"sql": "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 150) SELECT n FROM c", "cursor": cursor})).await;
+            assert_eq!(class(&r), "ok", "{r:?}");
+            let page = r.structured_content.unwrap();
+            rows += page["rows"].as_array().unwrap().len();
+            assert_eq!(page["total"], json!(150));
+            cursor = page["next_cursor"].clone();
+            pages += 1;
+        }
+        assert_eq!((rows, pages), (150, 3));
+        let r = call(&client, "query", json!({"sql": "SELECT 1", "limit": 501})).await;
+        assert_eq!(class(&r), "usage", "{r:?}");
+        }
+        // An agent's memory: 16384 bytes a page by default.
+        let r = call(&client, "agent_memory", json!({})).await;
+        let m = r.structured_content.unwrap();
+        assert_eq!(
+            (m["memory"].as_str().unwrap().len(), m["total_bytes"].clone(), m["next_offset"].clone(), m["truncated"].clone()),
+            (16384, json!(40_000), json!(16384), json!(true))
+        );
+        let r = call(&client, "agent_memory", json!({"offset": 32768})).await;
+        let m = r.structured_content.unwrap();
+        assert_eq!((m["length"].clone(), m["next_offset"].clone()), (json!(40_000 - 32768), Value::Null));
+        client.cancel().await.unwrap();
+    });
+}
+
+on_both!(
+    a_subagent_session_has_only_its_tools,
+    answers_are_bounded_with_a_cursor
+);
+
+/// The guides are the session's prompts, rendered by the `guide` command itself: a prompt is
+/// that command's text with the session's run and the arguments filled in.
+#[test]
+fn the_guides_are_prompts() {
+    let p = Project::new();
+    let run = p.init();
+    let guide = |args: &[&str]| {
+        let out = run
+            .cmd()
+            .args(["--json", "guide"])
+            .args(args)
+            .assert()
+            .success();
+        let v: Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+        v["markdown"].as_str().unwrap().to_string()
+    };
+    runtime().block_on(async {
+        let client = connect(&p, "bot", &run).await;
+        let listed = client.list_all_prompts().await.unwrap();
+        let mut names: Vec<&str> = listed.iter().map(|p| p.name.as_str()).collect();
+        names.sort();
+        assert_eq!(names, ["approver", "subagent", "vm"]);
+        for (name, args, cli) in [
+            ("vm", json!({}), vec!["vm"]),
+            ("approver", json!({}), vec!["approver"]),
+            (
+                "subagent",
+                json!({"execution_id": "3", "name": "out", "agent": "critic"}),
+                vec![
+                    "subagent",
+                    "--execution-id",
+                    "3",
+                    "--name",
+                    "out",
+                    "--agent",
+                    "critic",
+                ],
+            ),
+        ] {
+            let Value::Object(args) = args else {
+                unreachable!()
+            };
+            let got = client
+                .get_prompt(rmcp::model::GetPromptRequestParams::new(name).with_arguments(args))
+                .await
+                .unwrap();
+            let rmcp::model::ContentBlock::Text(text) = &got.messages[0].content else {
+                panic!("{name}: not text")
+            };
+            let want = guide(&cli);
+            assert!(want.len() <= 32 * 1024, "{name}: a guide over one page");
+            assert_eq!(text.text, want, "{name}");
+            if name == "subagent" {
+                assert!(want.contains(&run.id), "{name}: the run is not filled in");
+            }
+        }
+        let bad = client
+            .get_prompt(
+                rmcp::model::GetPromptRequestParams::new("subagent").with_arguments(
+                    serde_json::Map::from_iter([("name".to_string(), json!("bad name"))]),
+                ),
+            )
+            .await;
+        assert!(bad.is_err());
+        client.cancel().await.unwrap();
+    });
+}

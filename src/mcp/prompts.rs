@@ -1,0 +1,187 @@
+//! The guides as MCP prompts. A prompt is the `guide` command's own text, rendered by that
+//! command (its argv built here and parsed by its parser, as a tool call is), with what the
+//! session knows filled in: its run, its execution, its agent.
+
+use super::pages::PROMPT_BYTES;
+use super::{Role, Server};
+use crate::cmd::Run;
+use rmcp::model::{GetPromptResult, Prompt, PromptArgument, PromptMessage, Role as Speaker};
+use rmcp::ErrorData;
+use serde_json::{Map, Value};
+
+/// Each guide, and the roles whose sessions list it: a VM hands the subagent's guide to the
+/// subagents it starts and the approver's to a person; a subagent needs only its own.
+const GUIDES: &[(&str, &[Role], &str)] = &[
+    ("vm", &[Role::Vm], "The VM's protocol: how each construct of a program is recorded, resumed and finished with this server's tools"),
+    ("subagent", &[Role::Vm, Role::Subagent], "The block a subagent follows: where it writes its output and its memory, filled in with the run, execution, binding and agent"),
+    ("approver", &[Role::Vm], "For the person who decides gates: how to list, read and approve or reject them (outside MCP: no tool decides a gate)"),
+];
+
+fn argument(name: &str, description: &str) -> PromptArgument {
+    PromptArgument::new(name)
+        .with_description(description)
+        .with_required(false)
+}
+
+pub fn list(role: Role) -> Vec<Prompt> {
+    GUIDES
+        .iter()
+        .filter(|(_, roles, _)| roles.contains(&role))
+        .map(|(name, _, about)| {
+            let mut args = vec![argument("run", "The run id (default: the session's run)")];
+            if *name == "subagent" {
+                args.push(argument("execution_id", "The execution the subagent works in (default: the session's)"));
+                args.push(argument("name", "The binding the subagent writes"));
+                args.push(argument("agent", "The persistent agent the subagent is (default: a subagent session's own agent)"));
+            }
+            args.push(argument(
+                "offset",
+                &format!("Where to start, in bytes: a guide comes in pages of at most {PROMPT_BYTES} bytes"),
+            ));
+            Prompt::new(*name, Some(format!("{about} (the `guide {name}` command's text)")), Some(args))
+        })
+        .collect()
+}
+
+fn invalid(message: String) -> ErrorData {
+    ErrorData::invalid_params(message, None)
+}
+
+pub fn get(
+    server: &Server,
+    name: &str,
+    args: &Map<String, Value>,
+) -> Result<GetPromptResult, ErrorData> {
+    let Some((_, _, _)) = GUIDES
+        .iter()
+        .find(|(n, roles, _)| *n == name && roles.contains(&server.role))
+    else {
+        return Err(invalid(format!(
+            "no such prompt: {}",
+            crate::error::shown(name)
+        )));
+    };
+    let allowed: &[&str] = if name == "subagent" {
+        &["run", "execution_id", "name", "agent", "offset"]
+    } else {
+        &["run", "offset"]
+    };
+    for key in args.keys() {
+        if !allowed.contains(&key.as_str()) {
+            return Err(invalid(format!(
+                "unknown argument for prompt {name}: {}",
+                crate::error::shown(key)
+            )));
+        }
+    }
+    let given = |key: &str| -> Result<Option<String>, ErrorData> {
+        match args.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) if s.is_empty() => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(Value::Number(n)) => Ok(Some(n.to_string())),
+            Some(_) => Err(invalid(format!("{key} must be a string"))),
+        }
+    };
+    let mut argv = vec!["prose-state".to_string(), "--json".to_string()];
+    if let Some(root) = &server.root {
+        argv.push(format!("--root={}", root.display()));
+    }
+    // A subagent session's own run and execution are its, whatever is asked.
+    let pinned_run = server.pinned_run();
+    let run = match (pinned_run.clone(), given("run")?) {
+        (Some(run), _) => Some(run),
+        (None, Some(run)) => Some(run),
+        (None, None) => server.session_run(),
+    };
+    if let Some(run) = &run {
+        argv.push(format!("--run={run}"));
+    }
+    argv.push("guide".into());
+    argv.push(name.into());
+    if name == "subagent" {
+        let execution = server
+            .execution_id
+            .map(|id| id.to_string())
+            .or(given("execution_id")?);
+        if let Some(id) = execution {
+            argv.push(format!("--execution-id={id}"));
+        }
+        if let Some(binding) = given("name")? {
+            argv.push(format!("--name={binding}"));
+        }
+        let agent = match server.role {
+            Role::Subagent => Some(server.agent_name.clone()),
+            Role::Vm => given("agent")?,
+        };
+        if let Some(agent) = agent {
+            argv.push(format!("--agent={agent}"));
+        }
+    }
+    let offset: usize = match given("offset")? {
+        None => 0,
+        Some(o) => o.parse().map_err(|_| {
+            invalid(format!(
+                "offset must be a whole number of bytes: {}",
+                crate::error::shown(&o)
+            ))
+        })?,
+    };
+    let cli = {
+        let mut parser = crate::parse::command_for("guide")
+            .ok_or_else(|| ErrorData::internal_error("no guide command", None))?;
+        crate::parse::parse_with(&mut parser, argv.into_iter().map(Into::into).collect())
+            .map_err(invalid)?
+    };
+    let crate::cli::Command::Guide(guide) = &cli.command else {
+        return Err(ErrorData::internal_error("not the guide command", None));
+    };
+    // A run the client names is a run id, never a path (as for the tools).
+    let ctx = crate::context::Context::resolve(&cli.global);
+    let ctx = if pinned_run.is_none() && given("run")?.is_some() {
+        ctx.run_ids_only()
+    } else {
+        ctx
+    };
+    let markdown = guide
+        .run(&ctx)
+        .map_err(|e| invalid(format!("{e:#}").replace(['\n', '\r'], " ")))?
+        .markdown;
+    let (text, note) = page(&markdown, offset);
+    let mut result = GetPromptResult::new(vec![PromptMessage::new_text(Speaker::User, text)]);
+    result.description = Some(note);
+    Ok(result)
+}
+
+/// One page of a guide, from `offset`, cut on a line's end where it can be, and a line
+/// saying where it stands.
+fn page(markdown: &str, offset: usize) -> (String, String) {
+    let total = markdown.len();
+    let start = offset.min(total);
+    // Back to a character's start, should the offset fall inside one.
+    let start = (0..=start)
+        .rev()
+        .find(|&i| markdown.is_char_boundary(i))
+        .unwrap_or(0);
+    let rest = &markdown[start..];
+    if rest.len() <= PROMPT_BYTES {
+        return (
+            rest.to_string(),
+            format!("bytes {start}-{total} of {total}: the whole guide from here"),
+        );
+    }
+    let mut end = PROMPT_BYTES;
+    while !rest.is_char_boundary(end) {
+        end -= 1;
+    }
+    if let Some(nl) = rest[..end].rfind('\n') {
+        end = nl + 1;
+    }
+    let next = start + end;
+    let mut text = rest[..end].to_string();
+    let note = format!(
+        "bytes {start}-{next} of {total}: cut; get this prompt again with offset {next} for the rest"
+    );
+    text.push_str(&format!("\n[{note}]\n"));
+    (text, note)
+}

@@ -1,0 +1,197 @@
+//! Each tool's output schema: the structured content its successful calls return. A client
+//! (the reference Python SDK does) checks every result against it, so the tests that drive
+//! each tool through that client hold these to the truth.
+
+use serde_json::{json, Value};
+
+fn nullable(t: &str) -> Value {
+    json!({"type": [t, "null"]})
+}
+
+fn object(properties: Value, required: &[&str]) -> Value {
+    json!({"type": "object", "properties": properties, "required": required})
+}
+
+/// The page fields of a list tool, around its items under `field`.
+fn list(field: &str, item: Value) -> Value {
+    let mut properties = serde_json::Map::new();
+    properties.insert(field.into(), json!({"type": "array", "items": item}));
+    properties.insert(
+        "total".into(),
+        json!({"type": "integer", "description": "Items in the whole list"}),
+    );
+    properties.insert(
+        "cursor".into(),
+        json!({"type": "integer", "description": "Where this page starts"}),
+    );
+    properties.insert(
+        "next_cursor".into(),
+        json!({"type": ["integer", "null"], "description": "Pass as `cursor` for the next page; null at the end"}),
+    );
+    properties.insert(
+        "truncated".into(),
+        json!({"type": "boolean", "description": "Whether more follows this page"}),
+    );
+    object(
+        Value::Object(properties),
+        &[field, "total", "next_cursor", "truncated"],
+    )
+}
+
+/// The page fields of a text read in parts.
+fn text_page(mut properties: serde_json::Map<String, Value>, field: &str) -> Value {
+    properties.insert(
+        field.into(),
+        json!({"type": "string", "description": "This page's bytes, as text"}),
+    );
+    properties.insert("offset".into(), json!({"type": "integer"}));
+    properties.insert(
+        "length".into(),
+        json!({"type": "integer", "description": "This page's length in bytes"}),
+    );
+    properties.insert(
+        "total_bytes".into(),
+        json!({"type": "integer", "description": "The whole text's length in bytes"}),
+    );
+    properties.insert(
+        "next_offset".into(),
+        json!({"type": ["integer", "null"], "description": "Pass as `offset` for the next page; null at the end"}),
+    );
+    properties.insert("truncated".into(), json!({"type": "boolean"}));
+    object(
+        Value::Object(properties),
+        &[
+            field,
+            "offset",
+            "length",
+            "total_bytes",
+            "next_offset",
+            "truncated",
+        ],
+    )
+}
+
+fn gate() -> Value {
+    object(
+        json!({
+            "id": {"type": "string"}, "run_id": {"type": "string"},
+            "execution_id": nullable("integer"), "prompt": {"type": "string"},
+            "allow": {"type": "array", "items": {"type": "string"}},
+            "timeout_at": nullable("string"), "on_reject": nullable("string"),
+            "status": {"type": "string", "enum": ["pending", "approved", "rejected", "timed_out"]},
+            "resolved_by": nullable("string"), "resolution_comment": nullable("string"),
+            "instance": {"type": "integer"},
+        }),
+        &["id", "run_id", "status"],
+    )
+}
+
+pub fn output(tool: &str) -> Value {
+    match tool {
+        "init" => object(
+            json!({"run_id": {"type": "string"}, "dir": {"type": "string"}, "db": nullable("string"),
+                   "program": nullable("string")}),
+            &["run_id"],
+        ),
+        "bind" => object(
+            json!({"name": {"type": "string"}, "execution_id": nullable("integer"),
+                   "kind": nullable("string"), "attachment_path": nullable("string"),
+                   "bytes": {"type": "integer"}, "summary": nullable("string"),
+                   "version": nullable("integer")}),
+            &["name", "bytes"],
+        ),
+        "get" => {
+            let Value::Object(p) = json!({
+                "name": {"type": "string"}, "execution_id": nullable("integer"),
+                "kind": nullable("string"), "source_statement": nullable("string"),
+                "version": nullable("integer"),
+                "scope": {"type": "string", "enum": ["root", "execution"]},
+                "depth": nullable("integer"),
+                "summary": {"type": ["string", "null"],
+                    "description": "A large value's one-line summary (null for a value kept inline)"},
+                "attachment": nullable("string"), "attachment_path": nullable("string"),
+                // With `explain`: the scope chain walked instead of the value.
+                "chain": {"type": "array", "items": {"type": "integer"}},
+            }) else {
+                unreachable!()
+            };
+            let mut page = text_page(p, "value");
+            // An explained lookup has no value: only the name is always there.
+            page["required"] = json!(["name"]);
+            page
+        }
+        "exec_append" => object(
+            json!({"id": {"type": "integer"}, "statement_index": nullable("integer"),
+                   "status": {"type": "string"}, "parent_id": nullable("integer")}),
+            &["id", "status"],
+        ),
+        "query" => list("rows", json!({"type": "object"})),
+        "gates_list" => list("gates", gate()),
+        "gates_create" | "gates_wait" => gate(),
+        "gates_show" => {
+            let mut g = gate();
+            g["properties"]["history"] = json!({"type": "array", "items": {"type": "object"}});
+            g
+        }
+        "agent_memory" => {
+            let Value::Object(p) = json!({
+                "name": {"type": "string"}, "scope": {"type": "string"},
+                "segments": {"type": "integer"}, "updated_at": nullable("string"),
+            }) else {
+                unreachable!()
+            };
+            text_page(p, "memory")
+        }
+        "agent_remember" => object(
+            json!({"name": {"type": "string"}, "scope": {"type": "string"}, "bytes": {"type": "integer"}}),
+            &["name", "scope"],
+        ),
+        "agent_segment" => object(
+            json!({"name": {"type": "string"}, "scope": {"type": "string"},
+                   "segment_number": {"type": "integer"}}),
+            &["name", "segment_number"],
+        ),
+        "agents_list" => list(
+            "agents",
+            object(
+                json!({"name": {"type": "string"}, "scope": {"type": "string"},
+                       "segments": {"type": "integer"}, "memory_bytes": {"type": "integer"}}),
+                &["name"],
+            ),
+        ),
+        "imports_list" => list(
+            "imports",
+            object(
+                json!({"alias": {"type": "string"}, "source_url": {"type": "string"}}),
+                &["alias"],
+            ),
+        ),
+        "runs_list" => list(
+            "runs",
+            object(
+                json!({"id": {"type": "string"}, "status": {"type": "string"},
+                       "pending_gates": {"type": "integer"}}),
+                &["id", "status"],
+            ),
+        ),
+        "resume" => object(json!({"run": {"type": "object"}}), &["run"]),
+        "finish" => object(
+            json!({"run_id": {"type": "string"}, "status": {"type": "string"},
+                   "previous_status": nullable("string")}),
+            &["run_id", "status"],
+        ),
+        "log_since" => object(
+            json!({
+                "events": {"type": "array", "items": object(
+                    json!({"id": {"type": "integer"}, "status": {"type": "string"},
+                           "statement_text": nullable("string"), "narration": {"type": "string"}}),
+                    &["id"])},
+                "next_since": {"type": "integer",
+                    "description": "Pass as `since` to read on from here"},
+                "truncated": {"type": "boolean", "description": "Whether more events are already there"},
+            }),
+            &["events", "next_since", "truncated"],
+        ),
+        _ => json!({"type": "object"}),
+    }
+}
