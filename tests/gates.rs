@@ -502,8 +502,8 @@ fn the_audit_log_is_append_only_and_verify_catches_tampering() {
         .success();
     let c = run.conn();
     for sql in [
-        "UPDATE gate_audit_log SET principal = 'mallory' WHERE id = 3",
-        "DELETE FROM gate_audit_log WHERE id = 2",
+        "UPDATE gate_audit_log SET principal = 'mallory' WHERE id = 4",
+        "DELETE FROM gate_audit_log WHERE id = 3",
     ] {
         let e = c.execute(sql, []).unwrap_err().to_string();
         assert!(e.contains("append-only"), "{sql}: {e}");
@@ -513,12 +513,16 @@ fn the_audit_log_is_append_only_and_verify_catches_tampering() {
         .args(["--json", "gates", "verify"])
         .assert()
         .success();
-    assert_eq!(stdout_json(&a)[0]["rows"], 3);
+    assert_eq!(
+        stdout_json(&a)[0]["rows"],
+        4,
+        "the genesis, created, viewed, approved"
+    );
 
     // with the triggers dropped, an edit goes through, and verify names the row
     c.execute_batch(
         "DROP TRIGGER gate_audit_log_no_update; DROP TRIGGER gate_audit_log_no_delete;
-         UPDATE gate_audit_log SET principal = 'mallory' WHERE id = 3;",
+         UPDATE gate_audit_log SET principal = 'mallory' WHERE id = 4;",
     )
     .unwrap();
     let a = p
@@ -529,12 +533,12 @@ fn the_audit_log_is_append_only_and_verify_catches_tampering() {
     assert_eq!(code(&a), 9);
     let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
     assert!(
-        out.contains("BROKEN at row 3") && out.contains("edited"),
+        out.contains("BROKEN at row 4") && out.contains("edited"),
         "{out}"
     );
     // a removed row breaks the link of the next one
     c.execute_batch(
-        "UPDATE gate_audit_log SET principal = 'raymond' WHERE id = 3; DELETE FROM gate_audit_log WHERE id = 2;",
+        "UPDATE gate_audit_log SET principal = 'raymond' WHERE id = 4; DELETE FROM gate_audit_log WHERE id = 3;",
     )
     .unwrap();
     let a = p
@@ -542,7 +546,7 @@ fn the_audit_log_is_append_only_and_verify_catches_tampering() {
         .args(["--json", "gates", "verify"])
         .assert()
         .failure();
-    assert_eq!(stdout_json(&a)[0]["first_broken"]["id"], 3);
+    assert_eq!(stdout_json(&a)[0]["first_broken"]["id"], 4);
 }
 
 fn bad_gate_input_is_refused_and_changes_nothing(b: Backend) {
@@ -714,7 +718,8 @@ fn audit_filters_by_gate_principal_and_time(b: Backend) {
         .args(["--json", "gates", "audit"])
         .assert()
         .success();
-    assert_eq!(stdout_json(&a).as_array().unwrap().len(), 4);
+    // The run's genesis, then two gates' created and decided events.
+    assert_eq!(stdout_json(&a).as_array().unwrap().len(), 5);
     let a = p
         .cmd()
         .args(["--json", "gates", "audit", "--gate", "b"])
@@ -741,7 +746,8 @@ fn audit_filters_by_gate_principal_and_time(b: Backend) {
         .args(["--json", "gates", "audit", "--since", "1h"])
         .assert()
         .success();
-    assert_eq!(stdout_json(&a).as_array().unwrap().len(), 3);
+    // Five events less the one made old.
+    assert_eq!(stdout_json(&a).as_array().unwrap().len(), 4);
 }
 
 #[test]
