@@ -229,9 +229,15 @@ macro_rules! one_of {
                 }
             }
 
-            fn escapes_itself(&self) -> bool {
+                        fn escapes_itself(&self) -> bool {
                 match self {
                     $(Self::$variant(o) => o.escapes_itself()),*
+                }
+            }
+
+            fn notes(&self) -> Vec<String> {
+                match self {
+                    $(Self::$variant(o) => o.notes()),*
                 }
             }
         }

@@ -211,6 +211,28 @@ fn a_raw_decision_below_the_chain_is_never_a_decision(b: Backend) {
     );
     let out = run.cmd().args(["resume", "--json"]).output().unwrap();
     assert!(!String::from_utf8_lossy(&out.stdout).contains("\"continue\""));
+    // A listing that opens the run checks the gate; one from the catalog says it did not.
+    let a = p
+        .cmd()
+        .args(["--json", "gates", "--status", "all", "--scan"])
+        .assert()
+        .success();
+    let listed = stdout_json(&a);
+    let deploy = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["id"] == "deploy")
+        .unwrap();
+    if b == Backend::Sqlite {
+        assert_eq!(deploy["integrity"]["state"], "unattested", "{listed}");
+    }
+    let a = p
+        .cmd()
+        .args(["gates", "--status", "all"])
+        .assert()
+        .success();
+    assert!(stderr(&a).contains("not checked"), "{}", stderr(&a));
     // A run none of whose rows are sealed yet: a gate made with the spec's own SQL.
     let bare = p.init();
     bare.view().raw(

@@ -30,6 +30,10 @@ pub struct GateView {
     pub program_path: Option<String>,
     /// Seconds until the deadline, for a pending gate that has one.
     pub time_left_seconds: Option<i64>,
+    /// Where the gate stands against its sealed log, when this listing checked (`gates
+    /// --scan` over the runs it opens); absent when it was listed from the catalog unchecked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub integrity: Option<IntegrityView>,
 }
 
 impl GateView {
@@ -39,6 +43,7 @@ impl GateView {
             gate,
             program_path,
             time_left_seconds,
+            integrity: None,
         }
     }
 
@@ -83,7 +88,12 @@ impl Render for GateList {
                 vec![
                     g.gate.run_id.clone().unwrap_or_default(),
                     g.gate.id.clone(),
-                    g.gate.status.to_string(),
+                    match g.integrity.as_ref().map(|i| i.state) {
+                        Some(state @ ("tampered" | "unattested")) => {
+                            format!("{} ({})", g.gate.status, state.to_uppercase())
+                        }
+                        _ => g.gate.status.to_string(),
+                    },
                     g.gate.created_at.clone().unwrap_or_default(),
                     g.left(),
                     g.program_path.clone().unwrap_or_else(|| "-".into()),
@@ -96,6 +106,15 @@ impl Render for GateList {
 
     fn warnings(&self) -> Vec<String> {
         self.warnings.clone()
+    }
+
+    /// A listing read from the catalog vouches for nothing: it says so.
+    fn notes(&self) -> Vec<String> {
+        if self.gates.iter().any(|g| g.integrity.is_none()) {
+            vec!["listed from the catalog, not checked against the gates' sealed logs: `gates --scan`, `gates show` or `gates verify` checks them".into()]
+        } else {
+            Vec::new()
+        }
     }
 }
 
@@ -153,11 +172,19 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
     let several = others.len() > 1 || listing.server.is_some();
     let (per_run, visit_warnings) = super::over_some_runs(&others, several, ctx, |run, store| {
         let program = store.run_info()?.program_path;
+        // With --scan, each gate is checked against its sealed log (the run read whole).
+        let report = if args.scan {
+            Some(store.verify_audit()?)
+        } else {
+            None
+        };
         let mut views = Vec::new();
         for mut gate in store.gates(status, &now)? {
+            let integrity = report.as_ref().map(|r| IntegrityView::of(r, &gate.id));
             // Listed under the run directory that holds it (a copy's rows name the original).
             gate.run_id = Some(crate::context::listed_id(run, gate.run_id.as_deref()));
-            let view = GateView::new(gate, program.clone(), &now);
+            let mut view = GateView::new(gate, program.clone(), &now);
+            view.integrity = integrity;
             if within(&view) {
                 views.push(view);
             }
