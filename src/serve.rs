@@ -1171,7 +1171,10 @@ fn gate_markup(d: &GateViewData, principal: &Principal, csrf: &str, view: &str) 
             h2 { "Prompt" }
             pre #prompt { (visible(&g.prompt)) }
             p.hash { "SHA-256 of the prompt: " code #prompt-hash { (hash) } }
-            @if g.status.is_pending() {
+                        @if g.status.is_pending() && d.shown.integrity.state == "tampered" {
+                // The gate as re-derived from its sealed log disagrees with its row: no form.
+                p.note #tampered { "This gate disagrees with its sealed log; it cannot be decided here." }
+            } @else if g.status.is_pending() {
                 @if may {
                     div.decide {
                         form #approve method="post" action=(action) {

@@ -24,7 +24,57 @@ on_both!(
     a_decision_form_is_bound_to_the_instance_and_view_that_showed_it,
     sign_ins_are_counted_before_the_hash_per_address_and_per_name,
     slow_clients_are_timed_out_and_connections_capped,
+    the_page_rederives_a_gate_before_it_offers_a_decision,
 );
+
+/// The page re-derives a gate from its sealed log before it shows the decision form: a gate
+/// whose allow list was widened by SQL shows no form, and the form's POST, sent anyway by the
+/// agent the SQL let in, is refused and logged, never decided.
+fn the_page_rederives_a_gate_before_it_offers_a_decision(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let bot = add(&p, "agent:sbot");
+    run.cmd()
+        .args([
+            "gates", "create", "deploy", "--prompt", "p", "--allow", "user",
+        ])
+        .assert()
+        .success();
+    run.view().raw(
+        r#"UPDATE gates SET allow = '["user","agent:sbot"]' WHERE id = 'deploy'"#,
+        r#"UPDATE openprose.gates SET allow = '["user","agent:sbot"]' WHERE run_id = '$RUN' AND id = 'deploy'"#,
+    );
+    let s = Server::start(&p);
+    let cookie = s.login(&bot);
+    let page = s.get(&gate_path(&run, "deploy"), Some(&cookie));
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("id=\"tampered\""), "{}", page.body);
+    assert!(!page.body.contains("id=\"approve\""), "{}", page.body);
+    let before = run.before_refusal("deploy");
+    let hash = {
+        use sha2::{Digest, Sha256};
+        let hex: String = Sha256::digest(b"p")
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("sha256:{hex}")
+    };
+    let r = decide(
+        &s,
+        &cookie,
+        &run,
+        "deploy",
+        &[
+            ("csrf", &csrf_of(&page.body)),
+            ("prompt_hash", &hash),
+            ("instance", "1"),
+            ("action", "approve"),
+        ],
+    );
+    assert!(r.status >= 400, "{} {}", r.status, r.body);
+    assert_eq!(run.view().gate("deploy").0, "pending");
+    run.refused(&before, 1, "a decision on a tampered gate");
+}
 
 /// A `serve` process on a free loopback port, killed when dropped.
 struct Server {
