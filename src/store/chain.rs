@@ -115,12 +115,16 @@ pub fn check(
         }
     }
     report.unattested.sort_unstable();
+        // Each gate's events, gathered in one pass over the log.
+    let mut by_gate: HashMap<&str, Vec<(&AuditRow, RowState)>> = HashMap::new();
+    for r in rows {
+        by_gate
+            .entry(r.gate_id.as_str())
+            .or_default()
+            .push((r, states.get(&r.id).copied().unwrap_or(RowState::Broken)));
+    }
     for gate in gates {
-        let events: Vec<(&AuditRow, RowState)> = rows
-            .iter()
-            .filter(|r| r.gate_id == gate.id)
-            .map(|r| (r, states.get(&r.id).copied().unwrap_or(RowState::Broken)))
-            .collect();
+        let events = by_gate.remove(gate.id.as_str()).unwrap_or_default();
         let (integrity, derived) = gate_integrity(gate, &events);
         if integrity != Integrity::Attested {
             report.gates.push((gate.id.clone(), integrity));
@@ -403,13 +407,23 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
         .collect();
     sealed.sort_by_key(|r| (r.seq, r.id));
     let mut d = Derived::default();
-    for r in sealed {
-        let instance = instance_of(r);
+        for r in sealed {
+        // Views, refusals and resumptions decide nothing: their metadata is not read.
+        if !matches!(
+            r.event_type.as_str(),
+            "created" | "approved" | "rejected" | "timeout"
+        ) {
+            continue;
+        }
         let m: serde_json::Value = r
             .metadata
             .as_deref()
             .and_then(|m| serde_json::from_str(m).ok())
             .unwrap_or_default();
+        let instance = m
+            .get("instance")
+            .and_then(serde_json::Value::as_i64)
+            .unwrap_or(1);
         match r.event_type.as_str() {
             "created" => {
                 if instance != d.instance + 1 {
