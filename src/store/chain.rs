@@ -115,7 +115,7 @@ pub fn check(
         }
     }
     report.unattested.sort_unstable();
-        // Each gate's events, gathered in one pass over the log.
+    // Each gate's events, gathered in one pass over the log.
     let mut by_gate: HashMap<&str, Vec<(&AuditRow, RowState)>> = HashMap::new();
     for r in rows {
         by_gate
@@ -407,7 +407,7 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
         .collect();
     sealed.sort_by_key(|r| (r.seq, r.id));
     let mut d = Derived::default();
-        for r in sealed {
+    for r in sealed {
         // Views, refusals and resumptions decide nothing: their metadata is not read.
         if !matches!(
             r.event_type.as_str(),
