@@ -90,8 +90,9 @@ pub enum Command {
     Finish(FinishArgs),
     /// List the runs under the root, newest first
     Runs(RunsArgs),
-    /// Print everything a VM needs to continue a run, and record the resume
-    Resume,
+    /// Where a run stands and what the VM does next, in at most 16 KiB (--all: everything),
+    /// and record the resume
+    Resume(ResumeArgs),
     /// The execution log, one line an event (JSON Lines with --json); --follow keeps printing
     Log(LogArgs),
     /// Print a shell completion script: prose-state completions bash > /etc/bash_completion.d/prose-state
@@ -834,6 +835,20 @@ pub enum AgentCommand {
     },
     /// List the agents in the scope
     List,
+}
+
+/// `resume`'s bound and cursor.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// Everything: every statement's latest record, every binding, agent and gate (unbounded)
+    #[arg(long, conflicts_with_all = ["cursor", "limit"])]
+    pub all: bool,
+    /// Bindings after this name (the `next_cursor` of the previous answer)
+    #[arg(long, value_name = "NAME")]
+    pub cursor: Option<String>,
+    /// At most this many bindings in the answer (default 64; the answer stays within 16 KiB)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub limit: Option<u32>,
 }
 
 #[derive(Debug, Args)]

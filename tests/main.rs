@@ -22,6 +22,7 @@ mod notify;
 mod operate;
 mod pg_faults;
 mod principals;
+mod protocol;
 mod query;
 mod readme;
 mod schema;

@@ -84,7 +84,7 @@ impl super::Run for GuideArgs {
 
 /// A run id as one shell word: ids are `[A-Za-z0-9._-]`, but a path given as --run may hold
 /// anything, so anything else is single-quoted.
-fn shell_word(text: &str) -> String {
+pub fn shell_word(text: &str) -> String {
     if !text.is_empty()
         && text
             .chars()
