@@ -216,6 +216,9 @@ pub struct GuideArgs {
     /// The persistent agent the subagent is (fills in its guide)
     #[arg(long, value_name = "NAME")]
     pub agent: Option<String>,
+    /// Where that agent's memory lives: execution (persist: true), project, user
+    #[arg(long, value_enum, default_value_t = AgentScope::Execution, requires = "agent")]
+    pub scope: AgentScope,
 }
 
 #[derive(Debug, Args)]
