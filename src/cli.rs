@@ -4,6 +4,15 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
+/// The end of every `--help`, the top level's and each subcommand's (src/parse.rs adds it to
+/// the subcommands).
+pub const EXIT_CODES: &str =
+    "Exit codes: 0 ok; 1 error; 2 usage or invalid input; 3 not found; 4 refused or \
+conflict; 5 gate rejected; 6 gate timed out, or query past --timeout; 7 gate still pending when \
+the wait ran out; 8 a write's outcome unknown (connection lost while committing); 9 tampered \
+(a gate or audit log that disagrees with what was sealed); 10 unattested (a decision nothing \
+attests); 75 busy or disconnected, nothing written: retry.";
+
 /// Durable state for OpenProse runs: bindings, the execution log, agent memory and approval
 /// gates, kept in each run's SQLite state.db.
 ///
@@ -14,11 +23,7 @@ use std::path::PathBuf;
     name = "prose-state",
     version,
     max_term_width = 100,
-    after_help = "Exit codes: 0 ok; 1 error; 2 usage or invalid input; 3 not found; 4 refused or \
-conflict; 5 gate rejected; 6 gate timed out, or query past --timeout; 7 gate still pending when \
-the wait ran out; 8 a write's outcome unknown (connection lost while committing); 9 tampered \
-(a gate or audit log that disagrees with what was sealed); 10 unattested (a decision nothing \
-attests); 75 busy or disconnected, nothing written: retry."
+    after_help = EXIT_CODES
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -604,7 +609,7 @@ pub struct GateCreateArgs {
 pub struct RunGate {
     /// [RUN] GATE: the run (id, directory or state.db path; default: --run, else PROSE_RUN),
     /// then the gate id
-    #[arg(value_names = ["RUN", "GATE"], num_args = 1..=2, required = true)]
+    #[arg(value_name = "GATE", num_args = 1..=2, required = true)]
     pub ids: Vec<String>,
 }
 
@@ -619,7 +624,9 @@ impl RunGate {
     }
 }
 
+/// clap would print `<RUN> [GATE]...` for the optional run before the gate.
 #[derive(Debug, Args)]
+#[command(override_usage = "prose-state gates show [OPTIONS] [RUN] GATE")]
 pub struct GateShowArgs {
     #[command(flatten)]
     pub target: RunGate,
@@ -627,7 +634,9 @@ pub struct GateShowArgs {
     pub principal: PrincipalArg,
 }
 
+/// clap would print `<RUN> [GATE]...` for the optional run before the gate.
 #[derive(Debug, Args)]
+#[command(override_usage = "prose-state gates wait [OPTIONS] [RUN] GATE")]
 pub struct GateWaitArgs {
     #[command(flatten)]
     pub target: RunGate,
@@ -666,7 +675,9 @@ pub struct GateAuditArgs {
     pub since: Option<String>,
 }
 
+/// clap would print `<RUN> [GATE]...` for the optional run before the gate.
 #[derive(Debug, Args)]
+#[command(override_usage = "prose-state approve [OPTIONS] [RUN] GATE")]
 pub struct ApproveArgs {
     #[command(flatten)]
     pub target: RunGate,
@@ -691,7 +702,9 @@ pub struct ApproveArgs {
     pub token: TokenArg,
 }
 
+/// clap would print `<RUN> [GATE]...` for the optional run before the gate.
 #[derive(Debug, Args)]
+#[command(override_usage = "prose-state reject [OPTIONS] [RUN] GATE")]
 pub struct RejectArgs {
     #[command(flatten)]
     pub target: RunGate,

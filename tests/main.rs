@@ -27,5 +27,6 @@ mod query;
 mod readme;
 mod schema;
 mod serve;
+mod small_lies;
 mod travel;
 mod vm_day;
