@@ -16,6 +16,7 @@ mod guides;
 mod init;
 mod interop;
 mod lifecycle;
+mod literal_vm;
 mod mcp;
 mod nothing_lost;
 mod notify;
