@@ -163,8 +163,8 @@ pub fn decider(
             }
             let p = claimed.ok_or_else(|| {
                 usage(
-                    "no principal to decide as: pass --as NAME or set PROSE_PRINCIPAL \
-                     (the login name is unset, or outside the principal grammar)",
+                    "no principal to decide as (no login name in USER or LOGNAME, or one \
+                     outside the principal grammar): pass --as NAME or set PROSE_PRINCIPAL=NAME",
                 )
             })?;
             Ok((p, false))

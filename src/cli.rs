@@ -4,6 +4,15 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
+/// The end of every `--help`, the top level's and each subcommand's (src/parse.rs adds it to
+/// the subcommands).
+pub const EXIT_CODES: &str =
+    "Exit codes: 0 ok; 1 error; 2 usage or invalid input; 3 not found; 4 refused or \
+conflict; 5 gate rejected; 6 gate timed out, or query past --timeout; 7 gate still pending when \
+the wait ran out; 8 a write's outcome unknown (connection lost while committing); 9 tampered \
+(a gate or audit log that disagrees with what was sealed); 10 unattested (a decision nothing \
+attests); 75 busy or disconnected, nothing written: retry.";
+
 /// Durable state for OpenProse runs: bindings, the execution log, agent memory and approval
 /// gates, kept in each run's SQLite state.db.
 ///
@@ -14,11 +23,7 @@ use std::path::PathBuf;
     name = "prose-state",
     version,
     max_term_width = 100,
-    after_help = "Exit codes: 0 ok; 1 error; 2 usage or invalid input; 3 not found; 4 refused or \
-conflict; 5 gate rejected; 6 gate timed out, or query past --timeout; 7 gate still pending when \
-the wait ran out; 8 a write's outcome unknown (connection lost while committing); 9 tampered \
-(a gate or audit log that disagrees with what was sealed); 10 unattested (a decision nothing \
-attests); 75 busy or disconnected, nothing written: retry."
+    after_help = EXIT_CODES
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -90,8 +95,9 @@ pub enum Command {
     Finish(FinishArgs),
     /// List the runs under the root, newest first
     Runs(RunsArgs),
-    /// Print everything a VM needs to continue a run, and record the resume
-    Resume,
+    /// Where a run stands and what the VM does next, in at most 16 KiB (--all: everything),
+    /// and record the resume
+    Resume(ResumeArgs),
     /// The execution log, one line an event (JSON Lines with --json); --follow keeps printing
     Log(LogArgs),
     /// Print a shell completion script: prose-state completions bash > /etc/bash_completion.d/prose-state
@@ -248,6 +254,9 @@ pub struct GuideArgs {
     /// The persistent agent the subagent is (fills in its guide)
     #[arg(long, value_name = "NAME")]
     pub agent: Option<String>,
+    /// Where that agent's memory lives: execution (persist: true), project, user
+    #[arg(long, value_enum, default_value_t = AgentScope::Execution, requires = "agent")]
+    pub scope: AgentScope,
 }
 
 #[derive(Debug, Args)]
@@ -633,7 +642,7 @@ pub struct GateCreateArgs {
 pub struct RunGate {
     /// [RUN] GATE: the run (id, directory or state.db path; default: --run, else PROSE_RUN),
     /// then the gate id
-    #[arg(value_names = ["RUN", "GATE"], num_args = 1..=2, required = true)]
+    #[arg(value_name = "GATE", num_args = 1..=2, required = true)]
     pub ids: Vec<String>,
 }
 
@@ -648,7 +657,9 @@ impl RunGate {
     }
 }
 
+/// clap would print `<RUN> [GATE]...` for the optional run before the gate.
 #[derive(Debug, Args)]
+#[command(override_usage = "prose-state gates show [OPTIONS] [RUN] GATE")]
 pub struct GateShowArgs {
     #[command(flatten)]
     pub target: RunGate,
@@ -656,7 +667,9 @@ pub struct GateShowArgs {
     pub principal: PrincipalArg,
 }
 
+/// clap would print `<RUN> [GATE]...` for the optional run before the gate.
 #[derive(Debug, Args)]
+#[command(override_usage = "prose-state gates wait [OPTIONS] [RUN] GATE")]
 pub struct GateWaitArgs {
     #[command(flatten)]
     pub target: RunGate,
@@ -695,7 +708,9 @@ pub struct GateAuditArgs {
     pub since: Option<String>,
 }
 
+/// clap would print `<RUN> [GATE]...` for the optional run before the gate.
 #[derive(Debug, Args)]
+#[command(override_usage = "prose-state approve [OPTIONS] [RUN] GATE")]
 pub struct ApproveArgs {
     #[command(flatten)]
     pub target: RunGate,
@@ -720,7 +735,9 @@ pub struct ApproveArgs {
     pub token: TokenArg,
 }
 
+/// clap would print `<RUN> [GATE]...` for the optional run before the gate.
 #[derive(Debug, Args)]
+#[command(override_usage = "prose-state reject [OPTIONS] [RUN] GATE")]
 pub struct RejectArgs {
     #[command(flatten)]
     pub target: RunGate,
@@ -867,6 +884,20 @@ pub enum AgentCommand {
     },
     /// List the agents in the scope
     List,
+}
+
+/// `resume`'s bound and cursor.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// Everything: every statement's latest record, every binding, agent and gate (unbounded)
+    #[arg(long, conflicts_with_all = ["cursor", "limit"])]
+    pub all: bool,
+    /// Bindings after this name (the `next_cursor` of the previous answer)
+    #[arg(long, value_name = "NAME")]
+    pub cursor: Option<String>,
+    /// At most this many bindings in the answer (default 64; the answer stays within 16 KiB)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub limit: Option<u32>,
 }
 
 #[derive(Debug, Args)]

@@ -5,7 +5,7 @@
 //! help text and error message.
 
 use crate::cli::{self, Cli};
-use clap::{Args, FromArgMatches, Parser};
+use clap::{Args, FromArgMatches};
 use std::ffi::OsString;
 
 /// The global options that take a value, to step over when looking for the subcommand.
@@ -17,7 +17,11 @@ pub fn parse(args: Vec<OsString>) -> Result<Cli, u8> {
     if let Some(cli) = parse_fast(&args) {
         return Ok(cli);
     }
-    match Cli::try_parse_from(&args) {
+    use clap::CommandFactory;
+    let parsed = with_exit_codes(Cli::command())
+        .try_get_matches_from(&args)
+        .and_then(|m| Cli::from_arg_matches(&m));
+    match parsed {
         Ok(cli) => Ok(cli),
         Err(e) => {
             use clap::error::ErrorKind;
@@ -37,6 +41,13 @@ pub fn parse(args: Vec<OsString>) -> Result<Cli, u8> {
     }
 }
 
+/// Every subcommand's help ends with the exit codes, as the top level's does. Only help and
+/// command lines the fast path could not parse build this.
+fn with_exit_codes(c: clap::Command) -> clap::Command {
+    c.after_help(cli::EXIT_CODES)
+        .mut_subcommands(with_exit_codes)
+}
+
 /// clap's first paragraph, joined into one line ("...were not provided:" is followed by the
 /// names of the missing arguments).
 fn first_paragraph(e: &clap::Error) -> String {
@@ -49,11 +60,39 @@ fn first_paragraph(e: &clap::Error) -> String {
         .collect();
     let first = first.join(" ");
     let first = first.trim_start_matches("error: ");
-    if first.is_empty() {
+    let first = if first.is_empty() {
         "invalid usage".to_string()
     } else {
         first.to_string()
+    };
+    // Only a command line that did not parse gets here: the suggestion costs nothing on the
+    // path of one that does.
+    match suggestion(e) {
+        Some(s) => format!("{first}: did you mean {s}?"),
+        None => first,
     }
+}
+
+/// The closest name clap found to an unknown subcommand, option or value (clap lists its
+/// candidates from the least to the most similar).
+fn suggestion(e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    for kind in [
+        ContextKind::SuggestedSubcommand,
+        ContextKind::SuggestedArg,
+        ContextKind::SuggestedValue,
+    ] {
+        match e.get(kind) {
+            Some(ContextValue::String(s)) => return Some(format!("'{s}'")),
+            Some(ContextValue::Strings(v)) => {
+                if let Some(best) = v.last() {
+                    return Some(format!("'{best}'"));
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// The definition that parses argv of one subcommand: the global options and that subcommand
@@ -103,7 +142,7 @@ fn one_subcommand(name: &str) -> Option<clap::Command> {
         "guide" => cli::GuideArgs::augment_args(C::new("guide")),
         "export" => cli::ExportArgs::augment_args(C::new("export")),
         "import" => cli::ImportArgs::augment_args(C::new("import")),
-        "resume" => C::new("resume"),
+        "resume" => cli::ResumeArgs::augment_args(C::new("resume")),
         "man" => C::new("man"),
         "stats" => cli::StatsArgs::augment_args(C::new("stats")),
         "vacuum" => C::new("vacuum"),
@@ -335,7 +374,9 @@ mod tests {
         for args in corpus {
             let argv = argv(args);
             let fast = parse_fast(&argv).map(|c| format!("{c:?}"));
-            let full = Cli::try_parse_from(&argv).ok().map(|c| format!("{c:?}"));
+            let full = <Cli as clap::Parser>::try_parse_from(&argv)
+                .ok()
+                .map(|c| format!("{c:?}"));
             if fast.is_some() {
                 assert_eq!(fast, full, "{args:?}");
             }

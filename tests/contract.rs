@@ -532,7 +532,11 @@ fn resume_document(b: Backend) {
         .args(["finish", "--status", "interrupted"])
         .assert()
         .success();
-    let a = run.cmd().args(["--json", "resume"]).assert().success();
+    let a = run
+        .cmd()
+        .args(["--json", "resume", "--all"])
+        .assert()
+        .success();
     let v = json(&a);
     assert_eq!(v["run"]["status"], "running");
     assert_eq!(v["run"]["previous_status"], "interrupted");

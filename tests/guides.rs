@@ -167,3 +167,208 @@ fn every_command_in_the_guides_runs() {
         (Some("approved"), Some("alice"))
     );
 }
+
+/// The lines of a guide's ```sh blocks under one `## ` heading.
+fn section_lines(markdown: &str, heading: &str) -> Vec<String> {
+    let start = markdown
+        .find(&format!("\n## {heading}\n"))
+        .unwrap_or_else(|| panic!("no section {heading}"));
+    let rest = &markdown[start + 4..];
+    let end = rest.find("\n## ").unwrap_or(rest.len());
+    command_lines(&rest[..end])
+}
+
+/// Runs lines in one shell in the project, with the binary on PATH; stdout on success.
+fn play(p: &Project, lines: &[String]) -> String {
+    let bin_dir = p.root().join(".bin");
+    if !bin_dir.exists() {
+        std::fs::create_dir_all(&bin_dir).unwrap();
+        std::os::unix::fs::symlink(BIN, bin_dir.join("prose-state")).unwrap();
+    }
+    let mut script = String::from("set -euo pipefail\n");
+    for l in lines {
+        script.push_str(&checked(l));
+    }
+    let mut c = std::process::Command::new("bash");
+    c.arg("-c")
+        .arg(&script)
+        .current_dir(p.root())
+        .env("HOME", common::test_home(p.root()))
+        .env(
+            "PATH",
+            format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap()),
+        )
+        .stdin(std::process::Stdio::null());
+    for var in common::CLEARED_ENV {
+        c.env_remove(var);
+    }
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{script}\n--- stderr\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Issue 28, item 1: the VM guide's block recipe, followed word for word, leaves the block
+/// closed, and `resume` continues after it.
+#[test]
+fn the_guides_block_recipe_leaves_no_block_open() {
+    let p = Project::new();
+    p.write("program.prose", b"do process(chunk)\n");
+    let vm = guide(&p, "vm");
+    let mut lines = section_lines(&vm, "Start");
+    lines.extend(section_lines(&vm, "Blocks and scopes"));
+    lines.push("prose-state --json resume".into());
+    let out = play(&p, &lines);
+    let doc: serde_json::Value =
+        serde_json::from_str(out.lines().rfind(|l| l.starts_with('{')).unwrap()).unwrap();
+    assert!(doc["position"]["current"].is_null(), "{doc}");
+    assert_eq!(
+        doc["position"]["after"]["statement_text"],
+        "do process(chunk)"
+    );
+    assert_eq!(doc["position"]["after"]["status"], "completed");
+}
+
+/// Issue 28, item 2: the guides name only the language's on_reject actions (a bare string is
+/// a throw), and say what a bare string means.
+#[test]
+fn the_guides_use_only_the_languages_on_reject_actions() {
+    let p = Project::new();
+    let vm = guide(&p, "vm");
+    let mut seen = 0;
+    for line in command_lines(&vm) {
+        let Some((_, rest)) = line.split_once("--on-reject '") else {
+            continue;
+        };
+        let action = rest.split('\'').next().unwrap();
+        let word = action.split_whitespace().next().unwrap_or("");
+        assert!(
+            ["throw", "retry", "continue", "session"].contains(&word),
+            "not an on_reject action of the language: {action:?}"
+        );
+        seen += 1;
+    }
+    assert!(seen >= 2);
+    assert!(!vm.contains("--on-reject stop"));
+    assert!(
+        vm.contains("A bare string"),
+        "the guide says what a bare string means"
+    );
+    // The spec logs on completion: no statement is logged at its start.
+    assert!(!vm.contains("when a statement starts"));
+}
+
+/// Issue 28, item 3: subagents write without files of fixed names, so parallel ones sharing a
+/// directory cannot overwrite each other; `--scope` fills in where a persistent agent's
+/// memory lives.
+#[test]
+fn subagents_write_no_files_and_name_their_agents_scope() {
+    let p = Project::new();
+    let run = p.init();
+    let printed = |args: &[&str]| {
+        let out = run
+            .cmd()
+            .args(["guide", "subagent"])
+            .args(args)
+            .assert()
+            .success();
+        String::from_utf8(out.get_output().stdout.clone()).unwrap()
+    };
+    let before: Vec<_> = std::fs::read_dir(p.root())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    let mut blocks = Vec::new();
+    for (name, agent, scope) in [
+        ("a", "scout", "execution"),
+        ("b", "keeper", "project"),
+        ("c", "mentor", "user"),
+    ] {
+        let g = printed(&["--name", name, "--agent", agent, "--scope", scope]);
+        let lines = command_lines(&g);
+        let agent_lines: Vec<_> = lines.iter().filter(|l| l.contains(" agent ")).collect();
+        assert_eq!(agent_lines.len(), 3, "{g}");
+        for l in agent_lines {
+            assert_eq!(
+                l.contains(&format!("--scope {scope}")),
+                scope != "execution",
+                "{l}"
+            );
+        }
+        assert!(
+            !g.contains("> output.md") && !g.contains("memory.md"),
+            "{g}"
+        );
+        blocks.push(lines);
+    }
+    // The three subagents at once, in one directory.
+    let children: Vec<_> = blocks
+        .into_iter()
+        .map(|lines| {
+            let script = format!(
+                "set -euo pipefail\n{}",
+                lines.iter().map(|l| format!("{l}\n")).collect::<String>()
+            );
+            let mut c = std::process::Command::new("bash");
+            c.arg("-c")
+                .arg(script)
+                .current_dir(p.root())
+                .env("HOME", common::test_home(p.root()));
+            c.env(
+                "PATH",
+                format!(
+                    "{}:{}",
+                    std::path::Path::new(BIN).parent().unwrap().display(),
+                    std::env::var("PATH").unwrap()
+                ),
+            );
+            for var in common::CLEARED_ENV {
+                c.env_remove(var);
+            }
+            c.spawn().unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    // The test's HOME lives in the project directory: the user-scope agent store is there.
+    let after: Vec<_> = std::fs::read_dir(p.root())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != ".home")
+        .collect();
+    assert_eq!(
+        before, after,
+        "a subagent wrote a file in the shared directory"
+    );
+    for name in ["a", "b", "c"] {
+        assert_eq!(
+            run.get(name, None),
+            b"# Findings\nEverything the VM asked for, in full.\n"
+        );
+    }
+    let memory = |scope: &str, agent: &str| {
+        let out = run
+            .cmd()
+            .args(["--json", "agent", "--scope", scope, "memory", agent])
+            .assert()
+            .success();
+        common::stdout_json(&out)["memory"].clone()
+    };
+    assert_eq!(memory("execution", "scout"), "What I know so far.\n");
+    assert_eq!(memory("project", "keeper"), "What I know so far.\n");
+    assert_eq!(memory("user", "mentor"), "What I know so far.\n");
+}
+
+/// Issue 28, item 7: every guide fits the same bound as `resume`.
+#[test]
+fn every_guide_is_bounded() {
+    let p = Project::new();
+    for who in ["vm", "subagent", "approver"] {
+        let g = guide(&p, who);
+        assert!(g.len() <= 16 * 1024, "guide {who}: {} bytes", g.len());
+    }
+}

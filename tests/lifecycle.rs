@@ -630,7 +630,7 @@ fn resume_tells_a_vm_everything_it_needs(b: Backend) {
     let a = run
         .cmd()
         .env("PROSE_HOME", &home)
-        .args(["--json", "resume"])
+        .args(["--json", "resume", "--all"])
         .assert()
         .success();
     let v = json_of(&a);
@@ -790,11 +790,11 @@ fn resume_tells_a_vm_everything_it_needs(b: Backend) {
     );
     p.cmd().args(["gates", "verify"]).assert().success();
     // and the human narration
-    let a = run.cmd().args(["resume"]).assert().success();
+    let a = run.cmd().args(["resume", "--all"]).assert().success();
     let text = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
     for want in [
         "∥ p1 [a b c] 2/3 waiting on [c]",
-        "loop l1:2/5 running",
+        "loop l1:2/5 running (iteration 3)",
         "1→ let research = session \"Research\" ✓",
         "gate g_rejected rejected → retry draft",
     ] {

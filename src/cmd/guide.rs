@@ -1,7 +1,7 @@
 //! `guide`: the state protocol for each caller, in Markdown, built into the binary so that it
 //! always describes the commands of the build that prints it.
 
-use crate::cli::{GuideArgs, GuideFor};
+use crate::cli::{AgentScope, GuideArgs, GuideFor};
 use crate::context::Context;
 use crate::output::Render;
 use anyhow::Result;
@@ -55,7 +55,14 @@ impl super::Run for GuideArgs {
             }
             (None, _) => text.to_string(),
         };
+        let (agent_scope, agent_where) = match self.scope {
+            AgentScope::Execution => ("", "the run"),
+            AgentScope::Project => (" --scope project", "the project (`.prose/agents.db`)"),
+            AgentScope::User => (" --scope user", "your user's home (`~/.prose/agents.db`)"),
+        };
         let markdown = text
+            .replace("{{agent_scope}}", agent_scope)
+            .replace("{{agent_where}}", agent_where)
             .replace("{{version}}", env!("CARGO_PKG_VERSION"))
             .replace("{{run}}", run.as_deref().unwrap_or("\"$PROSE_RUN\""))
             .replace("{{scope}}", &scope)
@@ -84,7 +91,7 @@ impl super::Run for GuideArgs {
 
 /// A run id as one shell word: ids are `[A-Za-z0-9._-]`, but a path given as --run may hold
 /// anything, so anything else is single-quoted.
-fn shell_word(text: &str) -> String {
+pub fn shell_word(text: &str) -> String {
     if !text.is_empty()
         && text
             .chars()

@@ -69,6 +69,11 @@ pub struct Log {
     last_id: i64,
     branches: HashMap<String, Vec<String>>,
     loop_max: HashMap<String, i64>,
+    /// Iterations done, per loop.
+    loop_done: HashMap<String, i64>,
+    /// The loop each loop start record opened, by record id: its body's records name it as
+    /// their parent.
+    loop_of: HashMap<i64, String>,
 }
 
 fn meta_str(m: &Value, k: &str) -> Option<String> {
@@ -135,16 +140,30 @@ impl Log {
                 .loop_max
                 .get(&lid)
                 .map_or("?".to_string(), |m| m.to_string());
-            let i = m.get("iteration").and_then(Value::as_i64).unwrap_or(0);
+            let done = self.loop_done.get(&lid).copied().unwrap_or(0);
+            let i = m.get("iteration").and_then(Value::as_i64);
+            let started = self.loop_of.values().any(|l| *l == lid);
             match status {
                 S::Exited => {
                     let why = meta_str(&m, "reason")
                         .map(|r| format!(" ({r})"))
                         .unwrap_or_default();
-                    format!("loop:{i}/{max} exit{why}")
+                    format!("loop:{}/{max} exit{why}", i.unwrap_or(done))
                 }
-                S::Started | S::Executing => format!("loop:0/{max} start"),
-                _ => format!("loop:{i}/{max}"),
+                S::Iteration => {
+                    let i = i.unwrap_or(done + 1);
+                    self.loop_done.insert(lid.clone(), i);
+                    format!("loop:{i}/{max}")
+                }
+                S::Started | S::Executing if !started => {
+                    self.loop_of.insert(r.id, lid.clone());
+                    format!("loop:0/{max} start")
+                }
+                // A record of the loop's body that names the loop: the iteration it is in.
+                _ => format!(
+                    "{idx}→ {text} {tick} · loop:{}/{max}",
+                    i.unwrap_or(done + 1)
+                ),
             }
         } else if status == S::Retry {
             let attempt = m
@@ -158,6 +177,14 @@ impl Log {
             format!("{idx}→ {text} ↻ {attempt}/{max}")
         } else if meta_str(&m, "gate_id").is_some() && status == S::Pending {
             format!("⏸ {text} waiting")
+        } else if let Some(lid) = r.parent_id.and_then(|p| self.loop_of.get(&p)) {
+            // A record of a loop's body (parented on the loop's start): its iteration.
+            let done = self.loop_done.get(lid).copied().unwrap_or(0);
+            let max = self
+                .loop_max
+                .get(lid)
+                .map_or("?".to_string(), |m| m.to_string());
+            format!("{idx}→ {text} {tick} · loop:{}/{max}", done + 1)
         } else {
             format!("{idx}→ {text} {tick}")
         };

@@ -60,7 +60,7 @@ pub fn dispatch<S: Sink>(command: &Command, ctx: &Context, sink: &mut S) -> Opti
         Command::Imports(a) => sink.take(a, ctx),
         Command::Finish(a) => sink.take(a, ctx),
         Command::Runs(a) => sink.take(a, ctx),
-        Command::Resume => sink.take(&resume::Resume, ctx),
+        Command::Resume(a) => sink.take(a, ctx),
         Command::Stats(a) => sink.take(a, ctx),
         Command::Doctor(a) => sink.take(a, ctx),
         Command::Checkpoint(a) => sink.take(a, ctx),

@@ -55,9 +55,17 @@ fn meta(r: &ExecutionRow) -> Option<Value> {
 
 #[derive(Debug, Serialize)]
 pub struct Position {
-    /// The latest statement that started (`executing`/`started`) with no later completion of
-    /// the same statement (same index, text and parent).
+    /// The innermost open construct: the latest record that started (`executing`/`started`)
+    /// and was not closed. A start is closed by a later `completed`/`failed`/`skipped`/
+    /// `joined`/`exited` record of the same statement (same index and text) that has either
+    /// the same parent (the guide's shape) or the start itself as its parent (the shape the
+    /// guide taught before 0.x: `--parent "$BLOCK"` on the block's completion).
     pub current: Option<Event>,
+    /// Every open construct, outermost first: blocks, `try:`, loops, `parallel:`.
+    pub open: Vec<Event>,
+    /// The latest record inside `current` (its children; the top level when nothing is open)
+    /// that is not a start: the VM continues with the statement after it.
+    pub after: Option<Event>,
     /// The latest record of all.
     pub last_event: Option<Event>,
 }
@@ -78,8 +86,10 @@ pub struct Parallel {
 pub struct Loop {
     pub loop_id: String,
     pub statement_index: Option<i64>,
-    /// The latest iteration recorded.
+    /// The latest iteration recorded as done (`iteration` and `exited` records).
     pub iteration: Option<i64>,
+    /// The iteration in progress (one after the latest done), while the loop has not exited.
+    pub current: Option<i64>,
     pub max: Option<i64>,
     pub exited: bool,
     pub reason: Option<String>,
@@ -218,18 +228,54 @@ fn str_of(v: &Value, k: &str) -> Option<String> {
     }
 }
 
-fn position(rows: &[ExecutionRow]) -> Position {
-    let mut open: HashMap<StatementKey, &ExecutionRow> = HashMap::new();
+/// The starts a terminal record closes: the start it names as its parent when that start is
+/// the same statement (the older guide's block shape), else the latest open start with the
+/// same index, text and parent.
+/// Also gives, for each closing record of the older shape, the level it closes at (its
+/// start's parent), so that it counts where its start stood.
+fn open_starts(rows: &[ExecutionRow]) -> (Vec<&ExecutionRow>, HashMap<i64, Option<i64>>) {
+    let mut open: Vec<&ExecutionRow> = Vec::new();
+    let mut level: HashMap<i64, Option<i64>> = HashMap::new();
+    let same = |a: &ExecutionRow, b: &ExecutionRow| {
+        a.statement_index == b.statement_index && a.statement_text == b.statement_text
+    };
     for r in rows {
         let status = r.status.as_ref();
         if is_start(status) {
-            open.insert(key(r), r);
+            open.push(r);
         } else if is_end(status) {
-            open.remove(&key(r));
+            let named = r
+                .parent_id
+                .and_then(|p| open.iter().rposition(|o| o.id == p && same(o, r)));
+            if let Some(i) = named {
+                level.insert(r.id, open[i].parent_id);
+            }
+            let closed = named.or_else(|| open.iter().rposition(|o| key(o) == key(r)));
+            if let Some(i) = closed {
+                open.remove(i);
+            }
         }
     }
+    (open, level)
+}
+
+fn position(rows: &[ExecutionRow]) -> Position {
+    let (open, level) = open_starts(rows);
+    let current = open.last().copied();
+    let scope = current.map(|c| c.id);
+    let after = rows
+        .iter()
+        .rev()
+        .take_while(|r| current.is_none_or(|c| r.id > c.id))
+        .find(|r| {
+            let parent = level.get(&r.id).copied().unwrap_or(r.parent_id);
+            parent == scope && !is_start(r.status.as_ref())
+        })
+        .map(Event::from);
     Position {
-        current: open.values().max_by_key(|r| r.id).map(|r| Event::from(*r)),
+        current: current.map(Event::from),
+        open: open.into_iter().map(Event::from).collect(),
+        after,
         last_event: rows.last().map(Event::from),
     }
 }
@@ -298,11 +344,15 @@ fn loops(rows: &[ExecutionRow]) -> Vec<Loop> {
             loop_id: lid,
             statement_index: r.statement_index,
             iteration: None,
+            current: None,
             max: None,
             exited: false,
             reason: None,
         });
-        if let Some(i) = m.get("iteration").and_then(Value::as_i64) {
+        // Only the loop's own records count iterations done: a body record that carries the
+        // loop's id is inside an iteration, not the end of one.
+        let done = matches!(r.status, Some(S::Iteration | S::Exited));
+        if let (true, Some(i)) = (done, m.get("iteration").and_then(Value::as_i64)) {
             l.iteration = Some(l.iteration.map_or(i, |cur| cur.max(i)));
         }
         if let Some(max) = m.get("max").and_then(Value::as_i64) {
@@ -313,7 +363,13 @@ fn loops(rows: &[ExecutionRow]) -> Vec<Loop> {
             l.reason = str_of(&m, "reason");
         }
     }
-    by_id.into_values().collect()
+    by_id
+        .into_values()
+        .map(|mut l| {
+            l.current = (!l.exited).then(|| l.iteration.unwrap_or(0) + 1);
+            l
+        })
+        .collect()
 }
 
 fn retries(rows: &[ExecutionRow]) -> Vec<Retry> {
@@ -359,6 +415,15 @@ pub fn run(
     store: &mut dyn Store,
     other_agents: Vec<(&str, Vec<AgentRow>)>,
 ) -> Result<ResumeDoc> {
+    run_counted(run, store, other_agents).map(|(doc, _)| doc)
+}
+
+/// The full answer, and how many execution records it was read from.
+fn run_counted(
+    run: &RunPaths,
+    store: &mut dyn Store,
+    other_agents: Vec<(&str, Vec<AgentRow>)>,
+) -> Result<(ResumeDoc, usize)> {
     let now = now();
     let resumed = store.record_resume(&now)?;
     let summary = store.run_summary(&now)?;
@@ -430,24 +495,28 @@ pub fn run(
         })
         .collect();
 
-    Ok(ResumeDoc {
-        run: RunPart {
-            id: summary.run.id,
-            status: resumed.status,
-            previous_status: resumed.previous_status,
-            program_path: summary.run.program_path,
-            error_message: summary.error_message,
+    let records = rows.len();
+    Ok((
+        ResumeDoc {
+            run: RunPart {
+                id: summary.run.id,
+                status: resumed.status,
+                previous_status: resumed.previous_status,
+                program_path: summary.run.program_path,
+                error_message: summary.error_message,
+            },
+            position: position(&rows),
+            statements: statements.into_values().collect(),
+            parallel: parallels(&rows),
+            loops: loops(&rows),
+            retries: retries(&rows),
+            bindings,
+            agents,
+            gates,
+            gates_logged_resumed: resumed.gates_logged,
         },
-        position: position(&rows),
-        statements: statements.into_values().collect(),
-        parallel: parallels(&rows),
-        loops: loops(&rows),
-        retries: retries(&rows),
-        bindings,
-        agents,
-        gates,
-        gates_logged_resumed: resumed.gates_logged,
-    })
+        records,
+    ))
 }
 
 fn describe(e: &Event) -> String {
@@ -463,29 +532,171 @@ fn describe(e: &Event) -> String {
     )
 }
 
-impl Render for ResumeDoc {
-    /// The spec's compact narration, one line a fact.
-    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
-        let r = &self.run;
-        let was = if r.previous_status != r.status {
-            format!(" (was {})", r.previous_status)
+fn position_lines(w: &mut dyn Write, p: &Position) -> io::Result<()> {
+    for e in p.open.iter().take(p.open.len().saturating_sub(1)) {
+        writeln!(w, "in: {}", describe(e))?;
+    }
+    match &p.current {
+        Some(e) => writeln!(w, "at: {}", describe(e))?,
+        None => writeln!(w, "at: nothing in progress")?,
+    }
+    match &p.after {
+        Some(e) => writeln!(w, "after: {}", describe(e))?,
+        None if p.current.is_some() => writeln!(w, "after: nothing done inside it yet")?,
+        None => {}
+    }
+    if let Some(e) = &p.last_event {
+        writeln!(w, "last: {}", describe(e))?;
+    }
+    Ok(())
+}
+
+fn run_lines(w: &mut dyn Write, r: &RunPart, position: &Position) -> io::Result<()> {
+    let was = if r.previous_status != r.status {
+        format!(" (was {})", r.previous_status)
+    } else {
+        String::new()
+    };
+    writeln!(
+        w,
+        "run {}: {}{was}, program {}",
+        r.id,
+        r.status,
+        r.program_path.as_deref().unwrap_or("-")
+    )?;
+    position_lines(w, position)?;
+    Ok(())
+}
+
+fn construct_lines(
+    w: &mut dyn Write,
+    parallel: &[Parallel],
+    loops: &[Loop],
+    retries: &[Retry],
+) -> io::Result<()> {
+    for p in parallel {
+        let state = if p.joined {
+            "joined".to_string()
+        } else if p.outstanding.is_empty() {
+            "done".to_string()
         } else {
-            String::new()
+            format!("waiting on [{}]", p.outstanding.join(" "))
         };
         writeln!(
             w,
-            "run {}: {}{was}, program {}",
-            r.id,
-            r.status,
-            r.program_path.as_deref().unwrap_or("-")
+            "∥ {} [{}] {}/{} {state}",
+            p.parallel_id,
+            p.branches.join(" "),
+            p.completed.len(),
+            p.branches.len()
         )?;
-        match &self.position.current {
-            Some(e) => writeln!(w, "at: {}", describe(e))?,
-            None => writeln!(w, "at: nothing in progress")?,
-        }
-        if let Some(e) = &self.position.last_event {
-            writeln!(w, "last: {}", describe(e))?;
-        }
+    }
+    for l in loops {
+        let state = if l.exited {
+            format!(
+                "exit{}",
+                l.reason
+                    .as_deref()
+                    .map(|r| format!(" ({r})"))
+                    .unwrap_or_default()
+            )
+        } else {
+            "running".into()
+        };
+        // A running loop is in the iteration after the last one done.
+        let now = l
+            .current
+            .map(|c| format!(" (iteration {c})"))
+            .unwrap_or_default();
+        writeln!(
+            w,
+            "loop {}:{}/{} {state}{now}",
+            l.loop_id,
+            l.iteration.unwrap_or(0),
+            l.max.map_or("?".into(), |m| m.to_string())
+        )?;
+    }
+    for t in retries {
+        writeln!(
+            w,
+            "retry {} {}: attempt {}/{}",
+            t.statement_index.unwrap_or_default(),
+            one_line(t.statement_text.as_deref().unwrap_or(""), 40),
+            t.attempt.map_or("?".into(), |a| a.to_string()),
+            t.max.map_or("?".into(), |m| m.to_string())
+        )?;
+    }
+    Ok(())
+}
+
+fn binding_lines(w: &mut dyn Write, bindings: &[BindingInfo]) -> io::Result<()> {
+    for b in bindings {
+        let scope = b
+            .execution_id
+            .map_or("root".into(), |e| format!("exec {e}"));
+        let att = if b.attachment_path.is_some() {
+            ", attachment"
+        } else {
+            ""
+        };
+        writeln!(
+            w,
+            "binding {} ({}, {scope}, {} B{att}): {}",
+            b.name,
+            b.kind.as_deref().unwrap_or("?"),
+            b.bytes,
+            b.first_line
+        )?;
+    }
+    Ok(())
+}
+
+fn gate_lines(w: &mut dyn Write, gates: &[GateNext]) -> io::Result<()> {
+    for g in gates {
+        let arg = g
+            .next_step
+            .argument
+            .as_deref()
+            .map(|a| format!(" {a}"))
+            .unwrap_or_default();
+        let left = match (&g.timeout_at, g.status.as_str()) {
+            (Some(at), "pending") => match crate::model::seconds_between(&now(), at) {
+                Some(left) => format!(" ({} left)", human_duration(left)),
+                None => String::new(),
+            },
+            _ => String::new(),
+        };
+        let integrity = match g.integrity.state {
+            "attested" => String::new(),
+            other => format!(" [{}]", other.to_uppercase()),
+        };
+        writeln!(
+            w,
+            "gate {} {}{integrity}{left} → {}{arg}",
+            g.id, g.status, g.next_step.action
+        )?;
+    }
+    Ok(())
+}
+
+fn agent_lines(w: &mut dyn Write, agents: &[AgentInfo]) -> io::Result<()> {
+    for a in agents {
+        writeln!(
+            w,
+            "agent {} ({}, {} segments, memory {})",
+            a.name,
+            a.scope,
+            a.segments,
+            a.memory_bytes.map_or("none".into(), |b| format!("{b} B"))
+        )?;
+    }
+    Ok(())
+}
+
+impl Render for ResumeDoc {
+    /// The spec's compact narration, one line a fact.
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        run_lines(w, &self.run, &self.position)?;
         for s in &self.statements {
             let mark = match &s.status {
                 Some(S::Completed | S::Joined) => "✓",
@@ -501,119 +712,298 @@ impl Render for ResumeDoc {
                 one_line(s.statement_text.as_deref().unwrap_or(""), 50)
             )?;
         }
-        for p in &self.parallel {
-            let state = if p.joined {
-                "joined".to_string()
-            } else if p.outstanding.is_empty() {
-                "done".to_string()
-            } else {
-                format!("waiting on [{}]", p.outstanding.join(" "))
-            };
+        construct_lines(w, &self.parallel, &self.loops, &self.retries)?;
+        binding_lines(w, &self.bindings)?;
+        agent_lines(w, &self.agents)?;
+        gate_lines(w, &self.gates)
+    }
+}
+
+/// The most a bounded `resume` answer holds, in bytes of JSON (the human text is shorter).
+pub const BOUND: usize = 16 * 1024;
+/// Bindings in one bounded answer, unless `--limit` says otherwise.
+pub const DEFAULT_BINDINGS: usize = 64;
+/// The longest text kept of a statement, an error or an on_reject in a bounded answer.
+const TEXT: usize = 200;
+
+/// How much of the run a bounded answer leaves out, counted.
+#[derive(Debug, Serialize)]
+pub struct Counts {
+    pub records: usize,
+    pub statements: usize,
+    pub parallel: usize,
+    pub loops: usize,
+    pub retries: usize,
+    /// Bindings in the whole run, every scope.
+    pub bindings: usize,
+    /// Bindings visible from the current scope (the nearest of each name).
+    pub bindings_visible: usize,
+    pub agents: usize,
+    pub gates: usize,
+}
+
+/// `resume` by default: what the VM needs to continue, within [`BOUND`] bytes whatever the
+/// run's size. The run, the position and the open constructs; parallels not joined, loops not
+/// exited and retries outstanding; gates with their next steps (pending first); the bindings
+/// visible from the current scope, by name, a page at a time; the counts of everything.
+#[derive(Debug, Serialize)]
+pub struct ResumeBrief {
+    pub run: RunPart,
+    pub position: Position,
+    pub parallel: Vec<Parallel>,
+    pub loops: Vec<Loop>,
+    pub retries: Vec<Retry>,
+    pub gates: Vec<GateNext>,
+    /// The scope the bindings are seen from: the innermost open construct, or the root.
+    pub scope: Option<i64>,
+    pub bindings: Vec<BindingInfo>,
+    pub agents: Vec<AgentInfo>,
+    /// Pass as `--cursor` for the next page of bindings; null on the last page.
+    pub next_cursor: Option<String>,
+    pub counts: Counts,
+    /// Something besides the bindings' pages was left out to stay within the bound (`--all`
+    /// has everything).
+    pub truncated: bool,
+    pub gates_logged_resumed: Vec<String>,
+}
+
+/// What `resume` answers: bounded by default, everything with `--all`.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum ResumeAnswer {
+    Brief(Box<ResumeBrief>),
+    All(Box<ResumeDoc>),
+}
+
+impl Render for ResumeAnswer {
+    fn text(self, w: &mut dyn Write, tty: bool) -> io::Result<()> {
+        match self {
+            ResumeAnswer::All(doc) => doc.text(w, tty),
+            ResumeAnswer::Brief(b) => b.text(w, tty),
+        }
+    }
+}
+
+impl Render for ResumeBrief {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        run_lines(w, &self.run, &self.position)?;
+        construct_lines(w, &self.parallel, &self.loops, &self.retries)?;
+        gate_lines(w, &self.gates)?;
+        binding_lines(w, &self.bindings)?;
+        agent_lines(w, &self.agents)?;
+        let c = &self.counts;
+        writeln!(
+            w,
+            "counts: {} records, {} statements, {} bindings ({} visible here), {} agents, {} gates",
+            c.records, c.statements, c.bindings, c.bindings_visible, c.agents, c.gates
+        )?;
+        if let Some(next) = &self.next_cursor {
             writeln!(
                 w,
-                "∥ {} [{}] {}/{} {state}",
-                p.parallel_id,
-                p.branches.join(" "),
-                p.completed.len(),
-                p.branches.len()
+                "more bindings: prose-state resume --cursor {}",
+                super::guide::shell_word(next)
             )?;
         }
-        for l in &self.loops {
-            let state = if l.exited {
-                format!(
-                    "exit{}",
-                    l.reason
-                        .as_deref()
-                        .map(|r| format!(" ({r})"))
-                        .unwrap_or_default()
-                )
-            } else {
-                "running".into()
-            };
+        if self.truncated {
             writeln!(
                 w,
-                "loop {}:{}/{} {state}",
-                l.loop_id,
-                l.iteration.unwrap_or(0),
-                l.max.map_or("?".into(), |m| m.to_string())
-            )?;
-        }
-        for t in &self.retries {
-            writeln!(
-                w,
-                "retry {} {}: attempt {}/{}",
-                t.statement_index.unwrap_or_default(),
-                one_line(t.statement_text.as_deref().unwrap_or(""), 40),
-                t.attempt.map_or("?".into(), |a| a.to_string()),
-                t.max.map_or("?".into(), |m| m.to_string())
-            )?;
-        }
-        for b in &self.bindings {
-            let scope = b
-                .execution_id
-                .map_or("root".into(), |e| format!("exec {e}"));
-            let att = if b.attachment_path.is_some() {
-                ", attachment"
-            } else {
-                ""
-            };
-            writeln!(
-                w,
-                "binding {} ({}, {scope}, {} B{att}): {}",
-                b.name,
-                b.kind.as_deref().unwrap_or("?"),
-                b.bytes,
-                b.first_line
-            )?;
-        }
-        for a in &self.agents {
-            writeln!(
-                w,
-                "agent {} ({}, {} segments, memory {})",
-                a.name,
-                a.scope,
-                a.segments,
-                a.memory_bytes.map_or("none".into(), |b| format!("{b} B"))
-            )?;
-        }
-        for g in &self.gates {
-            let arg = g
-                .next_step
-                .argument
-                .as_deref()
-                .map(|a| format!(" {a}"))
-                .unwrap_or_default();
-            let left = match (&g.timeout_at, g.status.as_str()) {
-                (Some(at), "pending") => match crate::model::seconds_between(&now(), at) {
-                    Some(left) => format!(" ({} left)", human_duration(left)),
-                    None => String::new(),
-                },
-                _ => String::new(),
-            };
-            let integrity = match g.integrity.state {
-                "attested" => String::new(),
-                other => format!(" [{}]", other.to_uppercase()),
-            };
-            writeln!(
-                w,
-                "gate {} {}{integrity}{left} → {}{arg}",
-                g.id, g.status, g.next_step.action
+                "cut to {} KiB: prose-state resume --all has everything",
+                BOUND / 1024
             )?;
         }
         Ok(())
     }
 }
 
-/// `resume`: the run of `--run`.
-pub struct Resume;
+fn slim(mut e: Event) -> Event {
+    e.statement_text = e.statement_text.map(|t| one_line(&t, TEXT));
+    if let Some(m) = &e.metadata {
+        let len = m.to_string().len();
+        if len > TEXT {
+            e.metadata = Some(Value::String(format!("({len} bytes: resume --all)")));
+        }
+    }
+    e
+}
 
-impl super::Run for Resume {
-    type Output = ResumeDoc;
-    fn run(&self, ctx: &crate::context::Context) -> Result<ResumeDoc> {
+fn slim_text(t: Option<String>) -> Option<String> {
+    t.map(|t| one_line(&t, TEXT))
+}
+
+/// Cuts the full answer down to what the VM needs now, then to [`BOUND`] bytes.
+fn brief(
+    doc: ResumeDoc,
+    records: usize,
+    store: &mut dyn Store,
+    cursor: Option<&str>,
+    limit: usize,
+) -> Result<ResumeBrief> {
+    let position = Position {
+        current: doc.position.current.map(slim),
+        open: doc.position.open.into_iter().map(slim).collect(),
+        after: doc.position.after.map(slim),
+        last_event: doc.position.last_event.map(slim),
+    };
+    let scope = position.current.as_ref().map(|e| e.id);
+    // The nearest binding of each name, from the innermost scope up to the root.
+    let chain = match scope {
+        Some(id) => store.scope_chain(id)?,
+        None => Vec::new(),
+    };
+    let rank = |e: Option<i64>| match e {
+        None => Some(chain.len()),
+        Some(id) => chain.iter().position(|c| *c == id),
+    };
+    let total_bindings = doc.bindings.len();
+    let mut visible: BTreeMap<String, (usize, BindingInfo)> = BTreeMap::new();
+    for b in doc.bindings {
+        let Some(r) = rank(b.execution_id) else {
+            continue;
+        };
+        match visible.get(&b.name) {
+            Some((have, _)) if *have <= r => {}
+            _ => {
+                visible.insert(b.name.clone(), (r, b));
+            }
+        }
+    }
+    let bindings_visible = visible.len();
+    let mut page: Vec<BindingInfo> = visible
+        .into_values()
+        .map(|(_, b)| b)
+        .filter(|b| cursor.is_none_or(|c| b.name.as_str() > c))
+        .collect();
+    let more = page.len() > limit;
+    page.truncate(limit);
+    for b in &mut page {
+        b.attachment_path = slim_text(b.attachment_path.take());
+    }
+
+    let mut gates: Vec<GateNext> = doc
+        .gates
+        .into_iter()
+        .map(|mut g| {
+            g.on_reject = slim_text(g.on_reject);
+            g.next_step.argument = slim_text(g.next_step.argument);
+            g.integrity.detail = slim_text(g.integrity.detail);
+            g
+        })
+        .collect();
+    // Pending first, then decided ones whose next step is not plain `continue`.
+    gates.sort_by_key(
+        |g| match (g.status.is_pending(), g.next_step.action.as_str()) {
+            (true, _) => 0,
+            (false, "continue") => 2,
+            _ => 1,
+        },
+    );
+    let counts = Counts {
+        records,
+        statements: doc.statements.len(),
+        parallel: doc.parallel.len(),
+        loops: doc.loops.len(),
+        retries: doc.retries.len(),
+        bindings: total_bindings,
+        bindings_visible,
+        agents: doc.agents.len(),
+        gates: gates.len(),
+    };
+    let mut out = ResumeBrief {
+        run: RunPart {
+            error_message: slim_text(doc.run.error_message),
+            ..doc.run
+        },
+        position,
+        parallel: doc.parallel.into_iter().filter(|p| !p.joined).collect(),
+        loops: doc.loops.into_iter().filter(|l| !l.exited).collect(),
+        retries: doc
+            .retries
+            .into_iter()
+            .map(|mut r| {
+                r.statement_text = slim_text(r.statement_text);
+                r.last_error = slim_text(r.last_error);
+                r
+            })
+            .collect(),
+        gates,
+        scope,
+        next_cursor: None,
+        bindings: page,
+        agents: doc.agents,
+        counts,
+        truncated: false,
+        gates_logged_resumed: doc.gates_logged_resumed,
+    };
+    out.gates_logged_resumed.truncate(32);
+    for p in &mut out.parallel {
+        for list in [
+            &mut p.branches,
+            &mut p.completed,
+            &mut p.failed,
+            &mut p.outstanding,
+        ] {
+            if list.len() > 32 {
+                list.truncate(32);
+                out.truncated = true;
+            }
+            for b in list.iter_mut() {
+                *b = one_line(b, 60);
+            }
+        }
+    }
+    // Within the bound: bindings go first (their cursor reaches them), then the least urgent
+    // of the rest, each counted in `counts`.
+    let mut cut_bindings = more;
+    while serde_json::to_vec(&out)?.len() > BOUND {
+        if out.bindings.pop().is_some() {
+            cut_bindings = true;
+        } else if out.agents.pop().is_some() {
+            out.truncated = true;
+        } else if out.gates.len() > 1 {
+            out.gates.pop();
+            out.truncated = true;
+        } else if out.retries.pop().is_some()
+            || out.loops.pop().is_some()
+            || out.parallel.pop().is_some()
+            || out.gates.pop().is_some()
+        {
+            out.truncated = true;
+        } else if out.position.open.len() > 1 {
+            // The outermost open constructs go; the innermost is `current`.
+            out.position.open.remove(0);
+            out.truncated = true;
+        } else {
+            break;
+        }
+    }
+    if cut_bindings {
+        out.next_cursor = out
+            .bindings
+            .last()
+            .map(|b| b.name.clone())
+            .or_else(|| cursor.map(str::to_string));
+    }
+    Ok(out)
+}
+
+impl super::Run for crate::cli::ResumeArgs {
+    type Output = ResumeAnswer;
+    fn run(&self, ctx: &crate::context::Context) -> Result<ResumeAnswer> {
         let (paths, mut store) = ctx.the_run()?;
         // Project and user agents too, where their stores exist (never created here).
         let others = ctx.other_agents()?;
-        run(&paths, store.as_mut(), others)
+        let (doc, records) = run_counted(&paths, store.as_mut(), others)?;
+        if self.all {
+            return Ok(ResumeAnswer::All(Box::new(doc)));
+        }
+        let limit = self.limit.map_or(DEFAULT_BINDINGS, |l| l as usize);
+        Ok(ResumeAnswer::Brief(Box::new(brief(
+            doc,
+            records,
+            store.as_mut(),
+            self.cursor.as_deref(),
+            limit,
+        )?)))
     }
 }
 

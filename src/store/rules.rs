@@ -208,13 +208,9 @@ pub fn bind(
     };
     publish()?;
     tx.upsert_binding(&written)?;
-    // The new version, for a caller that will compare-and-set again (one read more, so only
-    // for checked writes).
-    let version = if b.update.is_some() || b.if_version.is_some() {
-        tx.binding_head(b.name, b.execution_id)?.map(|h| h.2)
-    } else {
-        None
-    };
+    // The new version, for a caller that will compare-and-set again: every bind reports it
+    // (README: `bind --json` shows the version), read in the write's own transaction.
+    let version = tx.binding_head(b.name, b.execution_id)?.map(|h| h.2);
     tx.commit()?;
     let replaced_attachment = existing
         .and_then(|(_, old, _)| old)
