@@ -171,6 +171,12 @@ pub struct ImportArgs {
     /// this machine cannot check stays unattested (exit 10 at `gates wait`)
     #[arg(long)]
     pub vouch: bool,
+    /// Import the run under this new run id: a copy re-identified (a run directory copied by
+    /// hand takes no writes until it is). Every audit row is chained again under the new id
+    /// and sealed here, so it needs --vouch; decisions the page signed were signed for the
+    /// original run and no longer verify as signed
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
     #[command(flatten)]
     pub principal: PrincipalArg,
 }

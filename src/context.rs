@@ -562,10 +562,11 @@ pub fn listed_id(paths: &RunPaths, recorded: Option<&str>) -> String {
 /// What a write in a copied run directory is told (see [`read_only`]).
 pub fn copy_refusal(dir: &Path, recorded: &str) -> String {
     format!(
-        "run directory {} is a copy of run {} (its name is not the id it records): nothing is decided or written in it; act on the run itself (--run {}), or move the copy out of the project's runs/ (then `import DIR` into another project)",
+                "run directory {} is a copy of run {} (its name is not the id it records): nothing is decided or written in it; act on the run itself (--run {}), or give the copy an id of its own (`import {} --run-id NEW_ID --vouch`, then remove the copy)",
         dir.display(),
         crate::error::shown(recorded),
-        crate::error::shown(recorded)
+        crate::error::shown(recorded),
+        dir.display()
     )
 }
 

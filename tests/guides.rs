@@ -280,6 +280,7 @@ fn subagents_write_no_files_and_name_their_agents_scope() {
     let before: Vec<_> = std::fs::read_dir(p.root())
         .unwrap()
         .map(|e| e.unwrap().file_name())
+        .filter(|n| n != ".home")
         .collect();
     let mut blocks = Vec::new();
     for (name, agent, scope) in [

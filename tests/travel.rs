@@ -2074,3 +2074,98 @@ fn a_copied_run_directory_is_listed_as_itself_and_decides_nothing() {
         .success();
     assert_eq!(copy.snapshot(), before.1);
 }
+
+/// A run directory copied by hand takes no writes until it is given an id of its own: `import
+/// COPY --run-id NEW --vouch` makes it a run of its own, whose chain verifies under the new id,
+/// whose past decisions stand and which takes writes and decisions; the original is untouched.
+/// Without --vouch, or with an id that is not a run id, nothing is written.
+#[test]
+fn a_copied_run_is_reidentified_by_import_under_a_new_id() {
+    let p = Project::new();
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "deploy", "--prompt", "p"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["approve", "deploy", "--as", "alice", "--yes"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["gates", "create", "later", "--prompt", "q"])
+        .assert()
+        .success();
+    run.bind("x", "1", None);
+    let copy_id = "20261124-120000-copied";
+    let copy = p.root().join(".prose/runs").join(copy_id);
+    assert!(std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&run.dir)
+        .arg(&copy)
+        .status()
+        .unwrap()
+        .success());
+    let copied = p.run(copy_id);
+    let a = copied
+        .cmd()
+        .args(["approve", "later", "--as", "alice", "--yes"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 4, "{}", stderr(&a));
+    assert!(stderr(&a).contains("--run-id"), "{}", stderr(&a));
+
+    let new_id = "20261124-120001-newone";
+    let runs = p.root().join(".prose/runs");
+    let listed = || {
+        let mut v: Vec<String> = std::fs::read_dir(&runs)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let before = listed();
+    for args in [
+        vec!["--run-id", new_id],
+        vec!["--run-id", "../escape", "--vouch"],
+    ] {
+        let a = p
+            .cmd()
+            .arg("import")
+            .arg(&copy)
+            .args(&args)
+            .assert()
+            .failure();
+        assert_eq!(code(&a), 2, "{args:?}: {}", stderr(&a));
+        assert_eq!(listed(), before, "{args:?}");
+    }
+    let a = p
+        .cmd()
+        .args(["--json", "import"])
+        .arg(&copy)
+        .args(["--run-id", new_id, "--vouch"])
+        .assert()
+        .success();
+    assert_eq!(stdout_json(&a)["run_id"], new_id);
+    let new = p.run(new_id);
+    new.cmd().args(["gates", "verify"]).assert().success();
+    new.cmd()
+        .args(["gates", "wait", "deploy", "--timeout", "0"])
+        .assert()
+        .success();
+    new.cmd()
+        .args(["approve", "later", "--as", "bob", "--yes"])
+        .assert()
+        .success();
+    new.cmd()
+        .args(["gates", "wait", "later", "--timeout", "0"])
+        .assert()
+        .success();
+    assert_eq!(new.get("x", None), b"1");
+    assert_eq!(
+        run.view().gate("later").0,
+        "pending",
+        "the original is untouched"
+    );
+    run.cmd().args(["gates", "verify"]).assert().success();
+}

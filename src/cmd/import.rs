@@ -2,7 +2,7 @@
 
 use crate::cli::{BackendArg, ImportArgs, ImportFrom};
 use crate::context::Context;
-use crate::error::{not_found, refused, shown};
+use crate::error::{not_found, refused, shown, usage};
 use crate::output::Render;
 use crate::run::{RunPaths, BACKEND_FILE, INIT_PREFIX};
 use crate::store::dump::RunDump;
@@ -133,14 +133,70 @@ pub struct Incoming<'a> {
 }
 
 pub fn run(args: &ImportArgs, ctx: &Context) -> Result<Imported> {
+    if args.from == ImportFrom::Filesystem && args.run_id.is_some() {
+        return Err(usage(
+            "--run-id re-identifies a run of prose-state's; a filesystem run takes its id from its directory",
+        ));
+    }
     if args.from == ImportFrom::Filesystem {
         return super::fs_import::run(args, ctx);
+    }
+    if let Some(new) = &args.run_id {
+        crate::model::check_run_id(new)?;
+        if !args.vouch {
+            return Err(usage(
+                "--run-id chains every audit row again under the new id and seals it here: it needs --vouch",
+            ));
+        }
     }
     let (src_dir, db) = source(&args.path)?;
     let mut src = SqliteStore::open(&db, ctx.opts)?;
     let dump = transfer::read(&mut src)?;
-    let incoming = checked(&mut src, &src_dir, dump, Vec::new())?;
+    let mut incoming = checked(&mut src, &src_dir, dump, Vec::new())?;
+    if let Some(new) = &args.run_id {
+        reidentify(&mut incoming, new)?;
+    }
     land(incoming, args, ctx)
+}
+
+/// Gives a checked copy a new run id: the run's rows and every audit row name it, and the
+/// sealed chain is computed again over them (the import then seals it here, `--vouch`). Rows
+/// of the older unsealed chain hash their database ids and run id as they were: such a run
+/// is refused, whole.
+fn reidentify(c: &mut Incoming, new: &str) -> Result<()> {
+    let old = std::mem::replace(&mut c.dump.run.id, new.to_string());
+    if c.dump
+        .audit
+        .iter()
+        .any(|r| r.seq.is_none() && r.hash.is_some())
+    {
+        return Err(refused(format!(
+            "run {} holds audit rows from before prose-state schema 5, whose hashes cover its id: it cannot be re-identified (nothing was imported)",
+            shown(&old)
+        )));
+    }
+    for r in &mut c.dump.audit {
+        r.run_id = new.to_string();
+    }
+    let mut sealed: Vec<&mut crate::store::AuditRow> = c
+        .dump
+        .audit
+        .iter_mut()
+        .filter(|r| r.seq.is_some())
+        .collect();
+    sealed.sort_by_key(|r| r.seq);
+    let mut prev = String::new();
+    for r in sealed {
+        r.prev_hash = Some(prev.clone());
+        let hash = r.chain_hash(&prev);
+        r.hash = Some(hash.clone());
+        r.seal = None;
+        prev = hash;
+    }
+    let digests = transfer::value_digests(c.src, c.src_dir, &c.dump)?;
+    c.digest = c.dump.digest(&digests);
+    c.label = format!("{} (run {} re-identified)", c.label, old);
+    Ok(())
 }
 
 /// Checks a copy: its id, its chain, and its content digest.
