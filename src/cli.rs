@@ -699,6 +699,11 @@ pub struct GateWaitArgs {
     /// pinned: for a waiter that trusts nothing its agents can write
     #[arg(long, value_name = "KEY", requires = "require_signed")]
     pub key: Option<String>,
+    /// Wait for the decision of this opening of the gate (the `instance` that `gates create`
+    /// printed): if the gate was opened again since, whoever did, exit 9 instead of taking
+    /// the new opening's decision for it
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(1..))]
+    pub instance: Option<i64>,
 }
 
 #[derive(Debug, Args)]

@@ -284,8 +284,35 @@ pub fn anchor(place: &str, run_id: &str, head: &Anchor) -> Result<()> {
 /// Forgets a run's anchor (a new run made under an id and place that held one before).
 pub fn forget(place: &str, run_id: &str) {
     if let Some(path) = anchor_path(place, run_id) {
-        let _ = fs::remove_file(path);
+        let _ = fs::remove_file(&path);
+        let _ = fs::remove_file(path.with_extension("broken"));
     }
+}
+
+/// Records, outside the run, that this machine saw the row it anchored changed or gone: a
+/// log put back afterwards (the row restored, later rows cut) still fails verification here.
+pub fn mark_broken(place: &str, run_id: &str, why: &str) -> Result<()> {
+    let path = anchor_path(place, run_id)
+        .ok_or_else(|| anyhow!("no prose home for anchors"))?
+        .with_extension("broken");
+    if let Some(dir) = path.parent() {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    let mut file = owner_only()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)?;
+    file.write_all(why.as_bytes())?;
+    Ok(())
+}
+
+/// What this machine once saw broken in a run's log ([`mark_broken`]), if anything.
+pub fn seen_broken(place: &str, run_id: &str) -> Option<String> {
+    fs::read_to_string(anchor_path(place, run_id)?.with_extension("broken")).ok()
 }
 
 #[cfg(test)]

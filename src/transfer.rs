@@ -47,7 +47,7 @@ pub fn read(src: &mut dyn Store) -> Result<RunDump> {
 pub fn verify(d: &RunDump) -> Result<crate::store::chain::ChainReport> {
     let gates: Vec<_> = d.gates.iter().map(|g| g.row(&d.run.id)).collect();
     let key = crate::seal::key_for_reading()?;
-    let report = crate::store::chain::check(&d.audit, &gates, key, None);
+    let report = crate::store::chain::check(&d.audit, &gates, Some(&d.run.id), key, None);
     if let Some(b) = &report.first_broken {
         return Err(tampered(format!(
             "the audit chain of run {} does not verify (broken at row {}: {}); a copy that does not verify is not imported",

@@ -901,7 +901,7 @@ fn no_mutation_of_the_rows_makes_a_decision_stand(b: Backend) {
         hash: tip.hash.clone().unwrap(),
     };
     // As built, every gate stands as it was decided.
-    let report = t::check(&rows, &gates, Some(&key), Some(&anchor));
+    let report = t::check(&rows, &gates, Some(&run.id), Some(&key), Some(&anchor));
     assert!(
         !report.is_broken() && !report.is_unattested(),
         "the fixture verifies: {report:?}"
@@ -932,7 +932,7 @@ fn no_mutation_of_the_rows_makes_a_decision_stand(b: Backend) {
         // changed when its sealed content is no longer in the log.
         let now: std::collections::HashSet<String> = r.iter().map(content).collect();
         let changed = sealed.iter().any(|c| !now.contains(c));
-        let report = t::check(&r, &g, Some(&key), Some(&anchor));
+        let report = t::check(&r, &g, Some(&run.id), Some(&key), Some(&anchor));
         approvals_seen += g
             .iter()
             .filter(|x| {
@@ -1266,4 +1266,135 @@ fn an_import_raises_no_rows_trust_by_itself(b: Backend) {
     let (code, said) = wait0(&third.run(&run.id), "deploy");
     assert_eq!(code, 10, "{said}");
     assert!(!said.contains("approved by"), "{said}");
+}
+
+/// Runs a reproduction of the independent battery in a fresh SQLite project: `$P` the binary,
+/// `$R` the run, `$DB` its database, `$D` its directory; prints the exit codes the script
+/// echoes. The script's own steps are the attack's, as found.
+fn battery(script: &str) -> String {
+    let p = Project::new();
+    let run = p.init();
+    let out = sh(
+        p.root(),
+        &format!(
+            "set -u; P=$BIN; R={}; export PROSE_RUN=$R; D=.prose/runs/$R; DB=$D/state.db; export USER=alice; {script}",
+            run.id
+        ),
+    )
+    .output()
+    .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    said
+}
+
+/// Each reproduction the independent battery found against the first cut of the derivation,
+/// as a test: every one ends with `gates wait` not 0 and `gates verify` not "intact".
+#[test]
+fn the_batterys_reproductions_fail_closed() {
+    // 1. A pending gate "decided" in its row, reopened for an agent, approved by it.
+    let said = battery(
+        r#"$P gates create deploy --prompt "DROP PROD" --allow user >/dev/null
+        sqlite3 $DB "UPDATE gates SET status='rejected', resolved_by='alice', resolved_at=datetime('now') WHERE id='deploy'"
+        $P gates create deploy --reopen --prompt "DROP PROD" --allow agent:x >/dev/null 2>&1; echo reopen=$?
+        $P approve deploy --as agent:x --yes >/dev/null 2>&1
+        $P gates wait deploy --timeout 0 >/dev/null 2>&1; echo wait=$?"#,
+    );
+    assert!(
+        !said.contains("reopen=0") && !said.contains("wait=0"),
+        "{said}"
+    );
+
+    // 1b. A genuine timeout (deadline moved earlier by SQL), then the agent reopens for itself
+    // and approves: the VM waiting on the opening it made is told, not approved.
+    let said = battery(
+        r#"$P gates create deploy --prompt "DROP PROD" --allow user >/dev/null
+        sqlite3 $DB "UPDATE gates SET timeout_at='2000-01-01 00:00:00'"
+        $P gates create deploy --reopen --prompt "DROP PROD" --allow agent:x >/dev/null; echo reopen=$?
+        $P approve deploy --as agent:x --yes >/dev/null 2>&1
+        $P gates wait deploy --instance 1 --timeout 0 >/dev/null 2>&1; echo wait=$?"#,
+    );
+    assert!(
+        said.contains("reopen=0") && said.contains("wait=9"),
+        "{said}"
+    );
+
+    // 2. The anchor frozen by an edit, a reopening written, the edit undone and the
+    // reopening cut: this machine remembers what it saw.
+    let said = battery(
+        r#"$P gates create deploy --prompt "v1 harmless" --allow user >/dev/null
+        $P approve deploy --as alice --yes >/dev/null
+        GOOD=$(sqlite3 $DB "select hash from gate_audit_log where seq=3")
+        sqlite3 $DB "DROP TRIGGER gate_audit_log_no_update; UPDATE gate_audit_log SET hash='sha256:00' WHERE seq=3"
+        $P gates create deploy --reopen --prompt "v2 DROP PROD" --allow user >/dev/null 2>&1; echo reopen=$?
+        $P gates create other --prompt "another" >/dev/null 2>&1
+        sqlite3 $DB "UPDATE gate_audit_log SET hash='$GOOD' WHERE seq=3; DROP TRIGGER gate_audit_log_no_delete; DELETE FROM gate_audit_log WHERE seq=4; DELETE FROM gates WHERE id='other'"
+        $P gates verify >/dev/null 2>&1; echo verify=$?"#,
+    );
+    // The reopening is refused (its history is broken); the write that moved on anyway is
+    // remembered, so the log put back does not verify here.
+    assert!(
+        said.contains("reopen=9") && said.contains("verify=9"),
+        "{said}"
+    );
+
+    // 3. The gate row's run id changed, so events and the anchor named another run.
+    let said = battery(
+        r#"$P gates create deploy --prompt "DROP PROD" --allow user >/dev/null
+        sqlite3 $DB "PRAGMA foreign_keys=OFF; UPDATE gates SET run_id='zzz'"
+        $P reject deploy --as alice --yes --reason no >/dev/null 2>&1
+        sqlite3 $DB "DROP TRIGGER gate_audit_log_no_delete; DELETE FROM gate_audit_log WHERE seq=3; UPDATE gates SET run_id='$R',status='pending',resolved_by=NULL,resolved_at=NULL,resolution_comment=NULL"
+        $P gates verify >/dev/null 2>&1; echo verify=$?"#,
+    );
+    assert!(said.contains("verify=9"), "{said}");
+
+    // 4 and 5. A rolled-back run whose id, database or directory was moved so that its
+    // anchor is not found: read where it must not be written, it vouches for nothing.
+    let rollback = r#"$P gates create deploy --prompt "v1" >/dev/null; $P approve deploy --as alice --yes >/dev/null
+        $P gates create deploy --reopen --prompt "v2 DROP PROD" >/dev/null
+        sqlite3 $DB "DROP TRIGGER gate_audit_log_no_delete; DELETE FROM gate_audit_log WHERE seq=4; UPDATE gates SET instance=1,prompt='v1',status='approved',resolved_by='alice',resolved_at=(select resolved_at from gate_instances),execution_id=1; DELETE FROM gate_instances;""#;
+    for hide in [
+        r#"sqlite3 $DB "PRAGMA foreign_keys=OFF; UPDATE run SET id='X'||id;""#,
+        "mv $DB $D/s.db; ln -s s.db $DB",
+        "mv $D .prose/runs/.real-$R; ln -s .real-$R $D",
+    ] {
+        let said = battery(&format!(
+            "{rollback}\n{hide}\n$P gates wait deploy --timeout 0 >/dev/null 2>&1; echo wait=$?\n$P gates verify >/dev/null 2>&1; echo verify=$?\n$P resume --json 2>/dev/null | grep -c '\"continue\"'; true"
+        ));
+        assert!(!said.contains("wait=0"), "{hide}: {said}");
+        assert!(!said.contains("verify=0"), "{hide}: {said}");
+        assert!(said.trim_end().ends_with('0'), "{hide}: {said}");
+    }
+
+    // 6. A truncated, rolled-back copy imported over the run with --replace.
+    let said = battery(
+        r#"$P gates create deploy --prompt "v1 harmless" >/dev/null; $P approve deploy --as alice --yes >/dev/null
+        $P gates create deploy --reopen --prompt "v2 DROP PROD" >/dev/null
+        mkdir x5; sqlite3 $DB ".backup x5/state.db"
+        sqlite3 x5/state.db "DROP TRIGGER gate_audit_log_no_delete; DELETE FROM gate_audit_log WHERE seq=4; UPDATE gates SET instance=1,prompt='v1 harmless',status='approved',resolved_by='alice',resolved_at=(select resolved_at from gate_instances),execution_id=1; DELETE FROM gate_instances; DELETE FROM execution WHERE id=2"
+        $P import x5 --replace >/dev/null 2>&1; echo import=$?
+        $P gates wait deploy --timeout 0 >/dev/null 2>&1; echo wait=$?"#,
+    );
+    assert!(
+        said.contains("import=9") && !said.contains("wait=0"),
+        "{said}"
+    );
+
+    // 7. The gates table rebuilt with a case-insensitive id: `deploy` found `DEPLOY`.
+    let said = battery(
+        r#"$P gates create deploy --prompt "DROP PROD" --allow user >/dev/null
+        $P gates create DEPLOY --prompt noop --allow agent:x >/dev/null; $P approve DEPLOY --as agent:x --yes >/dev/null
+        sqlite3 $DB "PRAGMA foreign_keys=OFF; BEGIN; CREATE TABLE g2 (id TEXT COLLATE NOCASE, run_id TEXT, execution_id INTEGER, prompt TEXT, allow TEXT, timeout TEXT, timeout_at TEXT, on_reject TEXT, status TEXT, created_at TEXT, resolved_at TEXT, resolved_by TEXT, resolution_comment TEXT, metadata TEXT, instance INTEGER NOT NULL DEFAULT 1);
+          INSERT INTO g2 SELECT * FROM gates WHERE id='DEPLOY'; INSERT INTO g2 SELECT * FROM gates WHERE id='deploy'; DROP TABLE gates; ALTER TABLE g2 RENAME TO gates; COMMIT;"
+        $P gates wait deploy --timeout 0 >/dev/null 2>&1; echo wait=$?
+        $P gates show deploy >/dev/null 2>&1; echo show=$?"#,
+    );
+    assert!(
+        !said.contains("wait=0") && !said.contains("show=0"),
+        "{said}"
+    );
 }

@@ -549,7 +549,16 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<GateWaited> {
             if run.is_none() {
                 run = Some(s.run_info()?);
             }
-            s.gate(args.target.gate(), &now)
+            let gate = s.gate(args.target.gate(), &now)?;
+            // The row another id answers for (a collation changed by SQL) is not this gate.
+            if let Some(g) = gate.as_ref().filter(|g| g.id != args.target.gate()) {
+                return Err(crate::error::tampered(format!(
+                    "looking up gate {} found gate {}: the gates table was changed behind prose-state's back",
+                    shown(args.target.gate()),
+                    shown(&g.id)
+                )));
+            }
+            Ok(gate)
         })();
         let out_of_time = limit.is_some_and(|l| start.elapsed() >= l);
         match look {
@@ -562,10 +571,26 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<GateWaited> {
                         shown(args.target.gate())
                     ))
                 })?;
-                if !gate.status.is_pending() || out_of_time {
+                let reopened = args.instance.is_some_and(|w| gate.instance != w);
+                if !gate.status.is_pending() || out_of_time || reopened {
                     // A decision counts only if its log attests it.
                     let s = store.as_mut().map(|s| s.as_mut()).context("store")?;
-                    let report = s.verify_signed(signed.as_ref())?;
+                    let mut report = s.verify_signed(signed.as_ref())?;
+                    // Waiting on one opening: a newer one (whoever opened it) is not its answer.
+                    if let Some(want) = args.instance {
+                        let newest = report.derived.get(&gate.id).map_or(0, |d| d.instance);
+                        if newest != want
+                            && !matches!(report.gate(&gate.id), Integrity::Tampered(_))
+                        {
+                            report.gates.retain(|(g, _)| g != &gate.id);
+                            report.gates.push((
+                                gate.id.clone(),
+                                Integrity::Tampered(format!(
+                                    "it was waited on as instance {want}, but its sealed log's newest opening is instance {newest}: opened again since"
+                                )),
+                            ));
+                        }
+                    }
                     return Ok(GateWaited {
                         integrity: IntegrityView::of(&report, &gate.id),
                         gate: GateView::new(gate, run.program_path, &now),
@@ -849,7 +874,8 @@ pub fn verify(args: &crate::cli::GateVerifyArgs, ctx: &Context) -> Result<Verifi
         for (id, anchor) in ids.into_iter().zip(anchors) {
             let rows = audits.get(&id).map_or(&[][..], Vec::as_slice);
             let gates = gates.get(&id).map_or(&[][..], Vec::as_slice);
-            let mut report = crate::store::chain::check(rows, gates, key, anchor.as_ref());
+            let mut report =
+                crate::store::chain::check(rows, gates, Some(&id), key, anchor.as_ref());
             if let Some(signed) = &signed {
                 crate::sign::check(&mut report, rows, gates, signed);
             }

@@ -312,6 +312,7 @@ fn into_server(
         if !args.replace {
             return Err(other_content(&id));
         }
+        refuse_rollback(&probe, &id, &c.dump)?;
         out.replaced = true;
     }
     // The values first, each in a transaction of its own; then the rows, in one.
@@ -373,6 +374,7 @@ fn into_dir(
         if !args.replace {
             return Err(other_content(&id));
         }
+        refuse_rollback(have.as_ref(), &id, &c.dump)?;
         out.replaced = true;
     }
     // Built whole beside the runs (a killed import leaves a directory `doctor --fix` removes),
@@ -418,6 +420,27 @@ fn into_dir(
     crate::seal::forget(&store.place(), &id);
     store.anchor_chain();
     Ok(())
+}
+
+/// A copy that would replace a run must hold the row this machine anchored for it: one that
+/// does not would roll the run back (a reopened gate to an approved opening, a rejection cut
+/// off), and the anchor that would catch it is forgotten by the import.
+fn refuse_rollback(have: &dyn Store, id: &str, dump: &RunDump) -> Result<()> {
+    let Some(a) = crate::seal::anchored(&have.place(), id) else {
+        return Ok(());
+    };
+    let holds = dump
+        .audit
+        .iter()
+        .any(|r| r.seq == Some(a.seq) && r.hash.as_deref() == Some(a.hash.as_str()));
+    if holds {
+        return Ok(());
+    }
+    Err(crate::error::tampered(format!(
+        "the copy does not hold the audit row this machine anchored for run {} (seq {}): it would roll the run back; nothing was imported",
+        shown(id),
+        a.seq
+    )))
 }
 
 fn other_content(id: &str) -> anyhow::Error {

@@ -98,6 +98,7 @@ impl ChainReport {
 pub fn check(
     rows: &[AuditRow],
     gates: &[GateRow],
+    run_id: Option<&str>,
     key: Option<&Key>,
     anchor: Option<&Anchor>,
 ) -> ChainReport {
@@ -106,6 +107,22 @@ pub fn check(
         ..Default::default()
     };
     let mut states = row_states(rows, key, anchor, &mut report);
+    // A sealed row of this run's chain names this run: one naming another was written for
+    // another run (or under a run id a writer of the database chose) and proves nothing here.
+    if let Some(run) = run_id {
+        if let Some(r) = rows.iter().find(|r| r.seq.is_some() && r.run_id != run) {
+            if report.first_broken.is_none() {
+                report.first_broken = Some(BrokenLink {
+                    id: r.id,
+                    reason: format!(
+                        "a sealed row names run {}, not this run",
+                        crate::error::shown(&r.run_id)
+                    ),
+                });
+            }
+            states.insert(r.id, RowState::Broken);
+        }
+    }
     apply_genesis(rows, &mut states, &mut report);
     for (id, state) in &states {
         match state {
@@ -429,6 +446,14 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                 if instance != d.instance + 1 {
                     return Err(format!(
                         "its log opens instance {instance} after instance {}",
+                        d.instance
+                    ));
+                }
+                // An opening follows a decided one: the tool never reopens a gate its sealed
+                // log says is pending.
+                if d.instance > 0 && d.decision.is_none() {
+                    return Err(format!(
+                        "its log opens instance {instance} while instance {} has no sealed decision",
                         d.instance
                     ));
                 }

@@ -1015,15 +1015,29 @@ pub trait Store: AgentStore {
         let Ok(Some(key)) = crate::seal::key_for_reading() else {
             return;
         };
-        let (run_id, seq, hash, seal) = tip;
+        let (_, seq, hash, seal) = tip;
         if key.check(&hash, seal.as_deref()) != crate::seal::SealCheck::Valid {
             return;
         }
+        // Anchored under the run's own id (a row's `run_id` is what a writer of the database
+        // chose), as `verify_signed` reads it.
+        let Ok(run_id) = self.run_info().map(|r| r.id) else {
+            return;
+        };
         // Never past a break: if the row this machine anchored is gone or changed, the anchor
-        // stays where it is, so that `verify` goes on seeing the cut.
+        // stays where it is, and the break is remembered outside the run, so that a log put
+        // back afterwards still fails verification here.
         let place = self.place();
         if let Some(old) = crate::seal::anchored(&place, &run_id) {
             if old.seq < seq && self.chain_hash_at(old.seq).ok().flatten() != Some(old.hash) {
+                let _ = crate::seal::mark_broken(
+                    &place,
+                    &run_id,
+                    &format!(
+                        "this machine saw the row it anchored (seq {}) changed or gone",
+                        old.seq
+                    ),
+                );
                 return crate::output::warn(
                     "the audit log no longer holds the row this machine anchored: run `prose-state gates verify`",
                 );
@@ -1106,11 +1120,26 @@ pub trait Store: AgentStore {
         let rows = self.audit(&AuditFilter::default())?;
         let gates = self.read_gates(None)?;
         let key = crate::seal::key_for_reading()?;
-        let mut report = chain::check(&rows, &gates, key, anchor.as_ref());
+        let mut report = chain::check(&rows, &gates, Some(&run_id), key, anchor.as_ref());
+        // What vouches for nothing: a run this machine saw broken, and one read where it must
+        // not be written (a copy, a symlinked database), whose anchor is not its own.
+        let doubt = crate::seal::seen_broken(&self.place(), &run_id).or_else(|| {
+            self.containment()
+                .map(|why| format!("not verified here: {why}"))
+        });
+        if let (Some(reason), None) = (doubt, &report.first_broken) {
+            report.first_broken = Some(chain::BrokenLink { id: 0, reason });
+        }
         if let Some(signed) = signed {
             crate::sign::check(&mut report, &rows, &gates, signed);
         }
         Ok(report)
+    }
+
+    /// Why this run, read here, must not be written (a copy made by hand, a symlinked
+    /// database): what it says then vouches for nothing either.
+    fn containment(&self) -> Option<String> {
+        None
     }
 
     /// Seals a run not sealed yet: its genesis event (`rules::seal_run`).

@@ -32,6 +32,28 @@ fn finished(tx: &mut dyn Tx) -> Result<Option<String>> {
     })
 }
 
+/// The run's own id, from its row: what every audit event of it names (a gate row's
+/// `run_id` is what a writer of the database left there).
+fn run_id_of(tx: &mut dyn Tx) -> Result<String> {
+    Ok(tx
+        .run_row()?
+        .ok_or_else(|| anyhow!("the store has no run row"))?
+        .0)
+}
+
+/// The gate stored under exactly `id`, if any: a row another id answers for (a collation
+/// changed behind the tool's back makes `deploy` find `DEPLOY`) is refused as tampering.
+pub fn load_exact(tx: &mut dyn Tx, id: &str) -> Result<Option<super::GateRow>> {
+    match tx.load_gate(id)? {
+        Some(g) if g.id != id => Err(crate::error::tampered(format!(
+            "looking up gate {} found gate {}: the gates table was changed behind prose-state's back",
+            shown(id),
+            shown(&g.id)
+        ))),
+        other => Ok(other),
+    }
+}
+
 /// One audit event to append.
 pub struct Event<'a> {
     pub gate_id: &'a str,
@@ -119,6 +141,11 @@ pub fn seal_run(mut tx: Box<dyn Tx + '_>, now: &str) -> Result<()> {
 /// it.
 pub fn sweep(tx: &mut dyn Tx, now: &str) -> Result<usize> {
     let overdue = tx.overdue_gates(now)?;
+    let run_id = if overdue.is_empty() {
+        String::new()
+    } else {
+        run_id_of(tx)?
+    };
     for gate in &overdue {
         // The deadline is when it timed out (one that does not parse: now), and both the
         // gate's `resolved_at` and its `timeout` event say so; when the sweep saw it is
@@ -132,7 +159,7 @@ pub fn sweep(tx: &mut dyn Tx, now: &str) -> Result<usize> {
             tx,
             &Event {
                 gate_id: &gate.id,
-                run_id: gate.run_id.as_deref().unwrap_or_default(),
+                run_id: &run_id,
                 event_type: "timeout",
                 principal: Some("system"),
                 comment: None,
@@ -365,7 +392,29 @@ pub fn create_gate(mut tx: Box<dyn Tx + '_>, g: &NewGate) -> Result<Created> {
     ensure_open(&mut *tx)?;
     // An existing gate is a safe retry or a conflict, unless it is decided and asked to
     // open again: then this is its next instance.
-    let existing = tx.load_gate(g.id)?;
+    let existing = load_exact(&mut *tx, g.id)?;
+    if let (Some(existing), true) = (&existing, g.reopen) {
+        // Opened again only when its sealed log says its opening was decided: a row set to
+        // "decided" by SQL reopens nothing (the new opening could name anyone it likes).
+        let (integrity, derived) = super::chain::gate_against_history(
+            existing,
+            &tx.gate_history(g.id)?,
+            crate::seal::key_for_reading()?,
+        );
+        if let super::chain::Integrity::Tampered(why) = integrity {
+            return Err(crate::error::tampered(format!(
+                "gate {} disagrees with its sealed log ({why}): it is not opened again",
+                shown(g.id)
+            )));
+        }
+        if !existing.status.is_pending() && derived.decision.is_none() {
+            return Err(refused(format!(
+                "gate {} is {} only in its row: no sealed decision stands (written by another tool?), so it is not opened again",
+                shown(g.id),
+                existing.status
+            )));
+        }
+    }
     if let Some(existing) = &existing {
         if !g.reopen || existing.status.is_pending() {
             let same = super::same_gate(existing, g);
@@ -443,15 +492,16 @@ pub fn view_gate(
     now: &str,
 ) -> Result<Option<(super::GateRow, Vec<AuditRow>)>> {
     sweep(&mut *tx, now)?;
-    let Some(gate) = tx.load_gate(id)? else {
+    let Some(gate) = load_exact(&mut *tx, id)? else {
         tx.commit()?;
         return Ok(None);
     };
+    let run_id = run_id_of(&mut *tx)?;
     append_audit(
         &mut *tx,
         &Event {
             gate_id: id,
-            run_id: gate.run_id.as_deref().unwrap_or_default(),
+            run_id: &run_id,
             event_type: "viewed",
             principal: viewer,
             comment: None,
@@ -470,14 +520,14 @@ pub fn view_gate(
 /// gate does not exist, or the run is finished (it takes no more writes).
 pub fn refuse_attempt(mut tx: Box<dyn Tx + '_>, a: &super::Attempt) -> Result<bool> {
     let gate = match finished(&mut *tx)? {
-        None => tx.load_gate(a.gate_id)?,
+        None => tx.load_gate(a.gate_id)?.filter(|g| g.id == a.gate_id),
         Some(_) => None,
     };
     let Some(gate) = gate else {
         tx.commit()?;
         return Ok(false);
     };
-    let run_id = gate.run_id.clone().unwrap_or_default();
+    let run_id = run_id_of(&mut *tx)?;
     append_audit(
         &mut *tx,
         &Event {
@@ -512,11 +562,11 @@ pub fn refuse_attempt(mut tx: Box<dyn Tx + '_>, a: &super::Attempt) -> Result<bo
 pub fn decide_gate(mut tx: Box<dyn Tx + '_>, d: &Decision) -> Result<Decided> {
     sweep(&mut *tx, d.now)?;
     ensure_open(&mut *tx)?;
-    let Some(gate) = tx.load_gate(d.gate_id)? else {
+    let Some(gate) = load_exact(&mut *tx, d.gate_id)? else {
         tx.commit()?;
         return Ok(Decided::NotFound);
     };
-    let run_id = gate.run_id.clone().unwrap_or_default();
+    let run_id = run_id_of(&mut *tx)?;
     // The gate as its sealed events make it: a row that contradicts them is not decided.
     let (integrity, _) = super::chain::gate_against_history(
         &gate,

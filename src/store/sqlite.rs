@@ -1470,6 +1470,10 @@ impl Store for SqliteStore {
         self.path.display().to_string()
     }
 
+    fn containment(&self) -> Option<String> {
+        self.writes_refused.clone()
+    }
+
     fn place(&self) -> String {
         std::fs::canonicalize(&self.path)
             .unwrap_or_else(|_| self.path.clone())
