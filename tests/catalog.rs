@@ -537,7 +537,17 @@ fn replaced_and_pruned_runs_leave_the_catalog_true() {
         .assert()
         .success();
     assert_eq!(gate_ids(&listing(&p, &["gates"])).len(), 0);
-    // The exported copy (gate pending) replaces the run: listed pending again.
+    // The exported copy (gate pending) is older than the run: a rollback, refused while this
+    // machine holds the run's anchor; a person restoring it on purpose removes the anchor
+    // first (outside agents' reach). Then it replaces the run: listed pending again.
+    let a = p
+        .cmd()
+        .args(["import", "--replace"])
+        .arg(&copy)
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
+    std::fs::remove_dir_all(test_home(p.root()).join(".prose/anchors")).unwrap();
     p.cmd()
         .args(["import", "--replace"])
         .arg(&copy)

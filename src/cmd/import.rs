@@ -312,7 +312,7 @@ fn into_server(
         if !args.replace {
             return Err(other_content(&id));
         }
-        refuse_rollback(&probe, &id, &c.dump)?;
+        refuse_rollback(&mut probe, &id, &c.dump)?;
         out.replaced = true;
     }
     // The values first, each in a transaction of its own; then the rows, in one.
@@ -374,7 +374,7 @@ fn into_dir(
         if !args.replace {
             return Err(other_content(&id));
         }
-        refuse_rollback(have.as_ref(), &id, &c.dump)?;
+        refuse_rollback(have.as_mut(), &id, &c.dump)?;
         out.replaced = true;
     }
     // Built whole beside the runs (a killed import leaves a directory `doctor --fix` removes),
@@ -422,22 +422,38 @@ fn into_dir(
     Ok(())
 }
 
-/// A copy that would replace a run must hold the row this machine anchored for it: one that
-/// does not would roll the run back (a reopened gate to an approved opening, a rejection cut
-/// off), and the anchor that would catch it is forgotten by the import.
-fn refuse_rollback(have: &dyn Store, id: &str, dump: &RunDump) -> Result<()> {
+/// A copy that would replace a run must not roll it back: it holds the row this machine
+/// anchored for the run, or, when that row is the run's own `imported` event (bookkeeping of
+/// this destination, never in a copy), every other sealed row the run holds here. Otherwise
+/// a reopened gate would go back to an approved opening, a rejection would be cut off, and
+/// the anchor that would catch it is forgotten by the import.
+fn refuse_rollback(have: &mut dyn Store, id: &str, dump: &RunDump) -> Result<()> {
     let Some(a) = crate::seal::anchored(&have.place(), id) else {
         return Ok(());
     };
-    let holds = dump
-        .audit
+    let in_copy = |seq: i64, hash: Option<&str>| {
+        dump.audit
+            .iter()
+            .any(|r| r.seq == Some(seq) && r.hash.as_deref() == hash)
+    };
+    if in_copy(a.seq, Some(a.hash.as_str())) {
+        return Ok(());
+    }
+    let here = have.audit(&crate::store::AuditFilter::default())?;
+    let anchored_import = here.iter().any(|r| {
+        r.seq == Some(a.seq)
+            && r.hash.as_deref() == Some(a.hash.as_str())
+            && RunDump::is_import_event(r)
+    });
+    let kept = here
         .iter()
-        .any(|r| r.seq == Some(a.seq) && r.hash.as_deref() == Some(a.hash.as_str()));
-    if holds {
+        .filter(|r| r.seq.is_some() && !RunDump::is_import_event(r))
+        .all(|r| in_copy(r.seq.unwrap_or_default(), r.hash.as_deref()));
+    if anchored_import && kept {
         return Ok(());
     }
     Err(crate::error::tampered(format!(
-        "the copy does not hold the audit row this machine anchored for run {} (seq {}): it would roll the run back; nothing was imported",
+        "the copy lacks audit rows run {} holds here (this machine anchored seq {}): it would roll the run back; nothing was imported",
         shown(id),
         a.seq
     )))
