@@ -641,10 +641,28 @@ impl Vm<'_> {
                         .args(&argv)
                         .assert()
                         .success();
+                    // The guide waits with `--instance N`: the opening `gates create` printed.
+                    let listed = self
+                        .run
+                        .cmd()
+                        .args(["--json", "gates", "--status", "all"])
+                        .assert()
+                        .success();
+                    let instance = stdout_json(&listed)
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|g| g["id"] == *gate)
+                        .unwrap()["instance"]
+                        .as_i64()
+                        .unwrap();
+                    let mut wait_argv = gate_set(&wait);
+                    let at = wait_argv.iter().position(|w| w == "--instance").unwrap();
+                    wait_argv[at + 1] = instance.to_string();
                     let code = self
                         .run
                         .cmd()
-                        .args(gate_set(&wait))
+                        .args(&wait_argv)
                         .assert()
                         .get_output()
                         .status

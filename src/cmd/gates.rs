@@ -227,7 +227,12 @@ impl Render for GateCreated {
             Some(at) => writeln!(w, "Deadline: {at} UTC (in {})", self.gate.left())?,
             None => writeln!(w, "Deadline: none")?,
         }
-        writeln!(w, "Execution ID: {}", g.execution_id.unwrap_or_default())
+        writeln!(w, "Execution ID: {}", g.execution_id.unwrap_or_default())?;
+        // The opening to wait for (`gates wait --instance N`), once there is more than one.
+        if g.instance > 1 {
+            writeln!(w, "Instance: {}", g.instance)?;
+        }
+        Ok(())
     }
 }
 
