@@ -32,4 +32,17 @@ pub mod testing {
     pub use crate::seal::{read_key, Anchor, Key};
     pub use crate::store::chain::{check, ChainReport, Derived, Integrity};
     pub use crate::store::{AuditRow, GateRow};
+
+    /// [`check`]'s report, with every approval and rejection checked for a signature by the
+    /// page's public key (`ed25519:HEX`), as `gates verify --signed` checks them.
+    pub fn check_signed(
+        report: &mut ChainReport,
+        rows: &[AuditRow],
+        gates: &[GateRow],
+        public: &str,
+    ) -> anyhow::Result<()> {
+        let key = crate::sign::parse_public(public)?;
+        crate::sign::check(report, rows, gates, &key);
+        Ok(())
+    }
 }

@@ -386,6 +386,36 @@ fn count(var: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// One gate approved on the approval page by alice, so signed with the page's key; returns
+/// that key (`ed25519:HEX`).
+fn signed_gate(p: &Project, run: &Run) -> String {
+    use crate::serve::{add, decide, gate_path, hidden_fields, Server};
+    let alice = add(p, "alice");
+    run.cmd()
+        .args([
+            "gates",
+            "create",
+            "signed",
+            "--prompt",
+            "ship signed?",
+            "--allow",
+            "user",
+        ])
+        .assert()
+        .success();
+    let s = Server::start(p);
+    let cookie = s.login(&alice);
+    let page = s.get(&gate_path(run, "signed"), Some(&cookie));
+    let form = hidden_fields(&page.body, "approve");
+    let fields: Vec<(&str, &str)> = form.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let r = decide(&s, &cookie, run, "signed", &fields);
+    assert_eq!(r.status, 303, "{}", r.body);
+    let shown = p.cmd().args(["serve", "--show-key"]).assert().success();
+    String::from_utf8_lossy(&shown.get_output().stdout)
+        .trim()
+        .to_string()
+}
+
 /// The gates, built through the binary; `timed` adds one that times out (it waits a second).
 fn build(p: &Project, timed: bool) -> (Run, Truth) {
     let run = p.init();
@@ -849,6 +879,19 @@ fn violation(
     truth: &Truth,
     sealed_changed: bool,
 ) -> Option<String> {
+    violation_of(report, gates, truth, truth, sealed_changed)
+}
+
+/// [`violation`], where what may stand (`standing`: fewer gates under `--require-signed`)
+/// differs from what the derivation may report as decided (`decided`).
+fn violation_of(
+    report: &t::ChainReport,
+    gates: &[GateRow],
+    standing: &Truth,
+    decided: &Truth,
+    sealed_changed: bool,
+) -> Option<String> {
+    let truth = standing;
     for g in gates {
         let standing = match report.gate(&g.id) {
             t::Integrity::Attested => report.first_broken.is_none(),
@@ -867,7 +910,7 @@ fn violation(
             if let Some(d) = report.derived.get(&g.id) {
                 if d.status() == GateStatus::Approved {
                     let (_, by, _) = d.decision.clone().unwrap();
-                    if truth.get(&g.id) != Some(&(d.instance, by.clone())) {
+                    if decided.get(&g.id) != Some(&(d.instance, by.clone())) {
                         return Some(format!(
                             "gate {} derives approved (instance {}, by {by}) on an intact log, but it was not",
                             g.id, d.instance
@@ -885,7 +928,11 @@ fn violation(
 
 fn no_mutation_of_the_rows_makes_a_decision_stand(b: Backend) {
     let Some(p) = Project::on(b) else { return };
-    let (run, truth) = build(&p, true);
+    let (run, mut truth) = build(&p, true);
+    // One decision signed by the approval page: under `--require-signed` it is the only one
+    // that may stand.
+    let page_key = signed_gate(&p, &run);
+    truth.insert("signed".into(), (1, "alice".into()));
     let rows = audit_rows(&run);
     let gates = gate_rows(&run, "gates");
     let instances = gate_rows(&run, "gate_instances");
@@ -900,13 +947,25 @@ fn no_mutation_of_the_rows_makes_a_decision_stand(b: Backend) {
         seq: tip.seq.unwrap(),
         hash: tip.hash.clone().unwrap(),
     };
-    // As built, every gate stands as it was decided.
+    // As built, every gate stands as it was decided; signed, only the page's decision.
     let report = t::check(&rows, &gates, Some(&run.id), Some(&key), Some(&anchor));
     assert!(
         !report.is_broken() && !report.is_unattested(),
         "the fixture verifies: {report:?}"
     );
     assert_eq!(violation(&report, &gates, &truth, false), None);
+    let signed_truth: Truth = truth
+        .iter()
+        .filter(|(g, _)| *g == "signed")
+        .map(|(g, v)| (g.clone(), v.clone()))
+        .collect();
+    let mut report = t::check(&rows, &gates, Some(&run.id), Some(&key), Some(&anchor));
+    t::check_signed(&mut report, &rows, &gates, &page_key).unwrap();
+    assert_eq!(
+        violation_of(&report, &gates, &signed_truth, &truth, false),
+        None
+    );
+    assert_eq!(report.gate("signed"), t::Integrity::Attested);
     let sealed: Vec<String> = rows
         .iter()
         .filter(|r| r.seal.is_some())
@@ -944,6 +1003,12 @@ fn no_mutation_of_the_rows_makes_a_decision_stand(b: Backend) {
                 eprintln!("rows before: {rows:#?}\nrows after: {r:#?}\nreport: {report:#?}");
             }
             panic!("{b:?}: seed {seed} (replay with PROSE_FORGERY_SEED={seed}): {why}");
+        }
+        // As `gates wait --require-signed` sees it: only the page's own decision may stand.
+        let mut signed = t::check(&r, &g, Some(&run.id), Some(&key), Some(&anchor));
+        t::check_signed(&mut signed, &r, &g, &page_key).unwrap();
+        if let Some(why) = violation_of(&signed, &g, &signed_truth, &truth, changed) {
+            panic!("{b:?}: seed {seed} (replay with PROSE_FORGERY_SEED={seed}), signed: {why}");
         }
     }
     // The test can fail: genuine approvals survive the mutations that leave them alone.

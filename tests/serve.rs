@@ -77,7 +77,7 @@ fn the_page_rederives_a_gate_before_it_offers_a_decision(b: Backend) {
 }
 
 /// A `serve` process on a free loopback port, killed when dropped.
-struct Server {
+pub(crate) struct Server {
     child: Child,
     port: u16,
 }
@@ -89,10 +89,10 @@ impl Drop for Server {
     }
 }
 
-struct Reply {
-    status: u16,
+pub(crate) struct Reply {
+    pub(crate) status: u16,
     headers: Vec<(String, String)>,
-    body: String,
+    pub(crate) body: String,
 }
 
 impl Reply {
@@ -131,7 +131,7 @@ fn launch(cmd: &mut std::process::Command) -> (Child, String) {
 }
 
 impl Server {
-    fn start(p: &Project) -> Server {
+    pub(crate) fn start(p: &Project) -> Server {
         Server::of(
             p.std_cmd().args(["serve", "--listen", "127.0.0.1:0"]),
             "http",
@@ -259,12 +259,12 @@ impl Server {
         }
     }
 
-    fn get(&self, path: &str, cookie: Option<&str>) -> Reply {
+    pub(crate) fn get(&self, path: &str, cookie: Option<&str>) -> Reply {
         self.request("GET", path, cookie, &[])
     }
 
     /// Signs in with a token: the session cookie (`prose_session=...`).
-    fn login(&self, token: &str) -> String {
+    pub(crate) fn login(&self, token: &str) -> String {
         let r = self.request("POST", "/login", None, &[("token", token)]);
         assert_eq!(r.status, 303, "{}", r.body);
         let set = r.header("set-cookie").unwrap();
@@ -283,7 +283,7 @@ fn csrf_of(body: &str) -> String {
     body[at..at + 64].to_string()
 }
 
-fn add(p: &Project, name: &str) -> String {
+pub(crate) fn add(p: &Project, name: &str) -> String {
     let a = p.cmd().args(["principals", "add", name]).assert().success();
     String::from_utf8(a.get_output().stdout.clone())
         .unwrap()
@@ -291,11 +291,17 @@ fn add(p: &Project, name: &str) -> String {
         .to_string()
 }
 
-fn gate_path(run: &Run, gate: &str) -> String {
+pub(crate) fn gate_path(run: &Run, gate: &str) -> String {
     format!("/runs/{}/gates/{gate}", run.id)
 }
 
-fn decide(s: &Server, cookie: &str, run: &Run, gate: &str, fields: &[(&str, &str)]) -> Reply {
+pub(crate) fn decide(
+    s: &Server,
+    cookie: &str,
+    run: &Run,
+    gate: &str,
+    fields: &[(&str, &str)],
+) -> Reply {
     s.request(
         "POST",
         &format!("{}/decide", gate_path(run, gate)),
@@ -1531,7 +1537,7 @@ fn malformed_forms_are_400_and_change_nothing(b: Backend) {
 }
 
 /// The hidden fields of the form with this id on a page, with its `action`.
-fn hidden_fields(body: &str, form: &str) -> Vec<(String, String)> {
+pub(crate) fn hidden_fields(body: &str, form: &str) -> Vec<(String, String)> {
     let start = body
         .find(&format!("<form id=\"{form}\""))
         .unwrap_or_else(|| panic!("no form {form} in {body}"));
