@@ -721,28 +721,6 @@ fn sha256(text: &str) -> String {
     format!("sha256:{hex}")
 }
 
-/// The chain hash as README documents it (anyone can compute it; only the key seals it).
-fn chain_hash(r: &AuditRow, prev: &str) -> String {
-    let canonical = serde_json::json!([
-        "prose-audit-2",
-        prev,
-        r.seq,
-        r.gate_id,
-        r.run_id,
-        r.event_type,
-        r.principal,
-        r.comment,
-        r.timestamp,
-        r.metadata
-    ]);
-    use sha2::{Digest, Sha256};
-    let hex: String = Sha256::digest(canonical.to_string().as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("sha256:{hex}")
-}
-
 /// A random audit row an attacker could write: any id, seq, event, principal and instance;
 /// a hash chained after the log's tip, or copied; a seal copied from a sealed row, or none.
 fn forged_row(rng: &mut StdRng, rows: &[AuditRow], gates: &[GateRow], run_id: &str) -> AuditRow {
@@ -776,7 +754,8 @@ fn forged_row(rng: &mut StdRng, rows: &[AuditRow], gates: &[GateRow], run_id: &s
     if rng.random_bool(0.7) {
         let prev = tip.and_then(|(_, t)| t.hash.clone()).unwrap_or_default();
         r.prev_hash = Some(prev.clone());
-        r.hash = Some(chain_hash(&r, &prev));
+        // The chain hash anyone can compute (README); only the key seals it.
+        r.hash = Some(r.chain_hash(&prev));
     }
     if rng.random_bool(0.5) {
         let donor = pick(rng, rows);
@@ -1311,7 +1290,7 @@ fn an_import_raises_no_rows_trust_by_itself(b: Backend) {
         };
         let mut prev = String::new();
         for r in rows {
-            let hash = chain_hash(&r, &prev);
+            let hash = r.chain_hash(&prev);
             c.execute(
                 "UPDATE gate_audit_log SET prev_hash = ?1, hash = ?2, seal = ?3 WHERE id = ?4",
                 rusqlite::params![
@@ -1460,6 +1439,19 @@ fn the_batterys_reproductions_fail_closed() {
     );
     assert!(
         !said.contains("wait=0") && !said.contains("show=0"),
+        "{said}"
+    );
+
+    // 8. The row moved to an opening nothing sealed, naming the agent: the tool does not
+    // seal the agent's approval (the refusal is the one event written).
+    let said = battery(
+        r#"$P gates create deploy --prompt "DROP PROD" --allow user >/dev/null
+        sqlite3 $DB "UPDATE gates SET instance=2, allow='[\"agent:x\"]' WHERE id='deploy'"
+        $P approve deploy --as agent:x --yes >/dev/null 2>&1; echo approve=$?
+        sqlite3 $DB "SELECT count(*) FROM gate_audit_log WHERE event_type='approved'" | sed 's/^/approved=/'"#,
+    );
+    assert!(
+        said.contains("approve=9") && said.contains("approved=0"),
         "{said}"
     );
 }

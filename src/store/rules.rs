@@ -54,6 +54,29 @@ pub fn load_exact(tx: &mut dyn Tx, id: &str) -> Result<Option<super::GateRow>> {
     }
 }
 
+/// What a write may act on: the gate checked against its own sealed history. Why it may not
+/// (it contradicts its sealed events, or its row names an opening other than the newest sealed
+/// one, so that its allow list is nobody's), and what the history derives.
+fn disagreement(
+    tx: &mut dyn Tx,
+    gate: &super::GateRow,
+) -> Result<(Option<String>, super::chain::Derived)> {
+    let (integrity, derived) = super::chain::gate_against_history(
+        gate,
+        &tx.gate_history(&gate.id)?,
+        crate::seal::key_for_reading()?,
+    );
+    let why = match integrity {
+        super::chain::Integrity::Tampered(why) => Some(why),
+        _ if derived.instance > 0 && gate.instance != derived.instance => Some(format!(
+            "its row is instance {}, but its sealed log's newest opening is instance {}",
+            gate.instance, derived.instance
+        )),
+        _ => None,
+    };
+    Ok((why, derived))
+}
+
 /// One audit event to append.
 pub struct Event<'a> {
     pub gate_id: &'a str,
@@ -396,12 +419,8 @@ pub fn create_gate(mut tx: Box<dyn Tx + '_>, g: &NewGate) -> Result<Created> {
     if let (Some(existing), true) = (&existing, g.reopen) {
         // Opened again only when its sealed log says its opening was decided: a row set to
         // "decided" by SQL reopens nothing (the new opening could name anyone it likes).
-        let (integrity, derived) = super::chain::gate_against_history(
-            existing,
-            &tx.gate_history(g.id)?,
-            crate::seal::key_for_reading()?,
-        );
-        if let super::chain::Integrity::Tampered(why) = integrity {
+        let (tampered, derived) = disagreement(&mut *tx, existing)?;
+        if let Some(why) = tampered {
             return Err(crate::error::tampered(format!(
                 "gate {} disagrees with its sealed log ({why}): it is not opened again",
                 shown(g.id)
@@ -568,15 +587,7 @@ pub fn decide_gate(mut tx: Box<dyn Tx + '_>, d: &Decision) -> Result<Decided> {
     };
     let run_id = run_id_of(&mut *tx)?;
     // The gate as its sealed events make it: a row that contradicts them is not decided.
-    let (integrity, _) = super::chain::gate_against_history(
-        &gate,
-        &tx.gate_history(d.gate_id)?,
-        crate::seal::key_for_reading()?,
-    );
-    let tampered = match integrity {
-        super::chain::Integrity::Tampered(why) => Some(why),
-        _ => None,
-    };
+    let (tampered, _) = disagreement(&mut *tx, &gate)?;
     if let Some((why, metadata)) = super::refusal(&gate, d, tampered.as_deref()) {
         let reason = metadata["reason"].as_str().unwrap_or_default().to_string();
         append_audit(
