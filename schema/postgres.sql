@@ -191,6 +191,12 @@ CREATE INDEX IF NOT EXISTS idx_bindings_run_id ON openprose.bindings(run_id);
 CREATE INDEX IF NOT EXISTS idx_agent_segments_lookup ON openprose.agent_segments(agent_name, run_id);
 CREATE INDEX IF NOT EXISTS idx_gates_status ON openprose.gates(status);
 CREATE INDEX IF NOT EXISTS idx_gate_audit_run ON openprose.gate_audit_log(run_id, id);
+-- (schema 6) what `resume` reads narrowly: records by status and by statement, bindings by
+-- scope and by name.
+CREATE INDEX IF NOT EXISTS idx_execution_run_status ON openprose.execution(run_id, status);
+CREATE INDEX IF NOT EXISTS idx_execution_run_statement ON openprose.execution(run_id, statement_index);
+CREATE INDEX IF NOT EXISTS idx_bindings_run_execution ON openprose.bindings(run_id, execution_id);
+CREATE INDEX IF NOT EXISTS idx_bindings_run_name ON openprose.bindings(run_id, name COLLATE "C");
 
 -- Large binding values, kept on the server so that every machine with the URL reads them
 -- (schema 4). A value is a blob: its bytes in chunks of `chunk_bytes` (the last may be

@@ -9,6 +9,7 @@
 --   * (schema 2) the gate audit log is hash-chained and append-only by trigger.
 --   * (schema 3) run.error_message, set by `finish --error`.
 --   * (schema 4) execution.idempotency_key, so a retried `exec-append --key` is safe.
+--   * (schema 7) indexes for `resume`'s narrow reads.
 --
 -- Every statement is idempotent (IF NOT EXISTS): the same text creates a new database and
 -- completes an older one during the forward upgrade (src/store/sqlite_schema.rs), which runs
@@ -43,6 +44,10 @@ CREATE TABLE IF NOT EXISTS execution (
 CREATE INDEX IF NOT EXISTS idx_execution_parent ON execution(parent_id);
 CREATE UNIQUE INDEX IF NOT EXISTS idx_execution_key ON execution(idempotency_key)
     WHERE idempotency_key IS NOT NULL;
+-- (schema 7) what `resume` reads narrowly, so that it costs the same on any run's size:
+-- the records that open constructs (by status) and those that may close them (by statement).
+CREATE INDEX IF NOT EXISTS idx_execution_status ON execution(status);
+CREATE INDEX IF NOT EXISTS idx_execution_statement ON execution(statement_index);
 
 CREATE TABLE IF NOT EXISTS bindings (
     name TEXT,
@@ -56,6 +61,8 @@ CREATE TABLE IF NOT EXISTS bindings (
     version INTEGER NOT NULL DEFAULT 0  -- bumped by every write, raw ones too (schema 5)
 );
 CREATE UNIQUE INDEX IF NOT EXISTS idx_bindings_scope ON bindings(name, IFNULL(execution_id, -1));
+-- (schema 7) the bindings of an execution scope, counted without reading the root's.
+CREATE INDEX IF NOT EXISTS idx_bindings_execution ON bindings(execution_id);
 
 -- Every insert or update of a binding takes a new version, higher than any before in the
 -- database (a REPLACE that deletes and re-inserts included), so `bind --if-version` cannot be

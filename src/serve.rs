@@ -57,6 +57,8 @@ const PRUNE_AT: usize = 10_000;
 const MOST_COUNTED: usize = 100_000;
 /// Recent log entries shown on a gate's page.
 const RECENT: usize = 20;
+/// The most records the run page shows (the newest).
+const RUN_LOG: usize = 500;
 /// A binding's value is shown up to this many bytes; the whole is a link away.
 const SHOWN_BYTES: usize = 2048;
 /// A value's page shows at most this much of it (`get` reads the rest).
@@ -997,7 +999,16 @@ async fn run_page(
         let now = now();
         Ok(RunView {
             info: store.run_info()?,
-            log: store.executions()?,
+            // The newest records, one more than shown, to know whether any were left out.
+            log: {
+                let mut log = store.executions_matching(&crate::store::ExecQuery {
+                    newest_first: true,
+                    limit: Some(RUN_LOG as i64 + 1),
+                    ..Default::default()
+                })?;
+                log.reverse();
+                log
+            },
             gates: store.gates(None, &now)?,
         })
     })
@@ -1034,7 +1045,11 @@ async fn run_page(
                     }
                 }
                 h2 { "Execution log" }
-                (log_table(&v.log))
+                @if v.log.len() > RUN_LOG {
+                    p { "The newest " (RUN_LOG) " records; the whole log: "
+                        code { "prose-state log --run " (visible(&v.info.id)) } }
+                }
+                (log_table(&v.log[v.log.len().saturating_sub(RUN_LOG)..]))
             },
         ),
     )
@@ -1088,9 +1103,13 @@ async fn gate_page(
     let data = blocking(move || {
         let (_, mut store) = page_run(&app2.ctx, &run)?;
         let shown = crate::cmd::gates::show_to(&gate, Some(&viewer), "web", store.as_mut())?;
-        let mut recent = store.executions()?;
-        let cut = recent.len().saturating_sub(RECENT);
-        recent.drain(..cut);
+        // The newest records only, read newest first and put back in order.
+        let mut recent = store.executions_matching(&crate::store::ExecQuery {
+            newest_first: true,
+            limit: Some(RECENT as i64),
+            ..Default::default()
+        })?;
+        recent.reverse();
         let bindings = visible_bindings(store.as_mut(), shown.gate.gate.execution_id)?;
         Ok(GateViewData {
             shown,

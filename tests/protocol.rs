@@ -2,6 +2,8 @@
 //! where a run stands after each construct, and runs written under the older guide.
 
 use crate::common::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
 on_both!(
@@ -10,6 +12,7 @@ on_both!(
     resume_names_the_open_constructs_and_what_was_done_inside,
     a_loop_narrates_the_iteration_in_progress,
     resume_is_bounded_and_pages_through_the_bindings,
+    the_bounded_resume_reads_what_the_whole_log_says,
 );
 
 fn resume(run: &Run) -> Value {
@@ -291,4 +294,240 @@ fn resume_is_bounded_and_pages_through_the_bindings(b: Backend) {
             .success(),
     );
     assert_eq!(all["bindings"].as_array().unwrap().len(), 152);
+}
+
+/// One generated execution record.
+#[derive(Clone, Debug)]
+struct Rec {
+    id: i64,
+    index: Option<i64>,
+    text: String,
+    status: &'static str,
+    parent: Option<i64>,
+    meta: Option<String>,
+    error: Option<String>,
+}
+
+const STATUSES: &[&str] = &[
+    "executing",
+    "started",
+    "completed",
+    "completed",
+    "completed",
+    "failed",
+    "skipped",
+    "joined",
+    "exited",
+    "iteration",
+    "retry",
+    "pending",
+];
+
+/// A random log: mostly the protocol's shapes (starts, their bodies, closes at their own
+/// level or naming the start, branches, iterations, retries), with stray records of every
+/// status among them.
+fn random_log(rng: &mut StdRng, base: i64) -> Vec<Rec> {
+    let n = rng.random_range(3..70);
+    let mut out: Vec<Rec> = Vec::new();
+    let mut starts: Vec<Rec> = Vec::new();
+    let mut pids: Vec<String> = Vec::new();
+    let mut lids: Vec<String> = Vec::new();
+    for k in 0..n {
+        let id = base + k + 1;
+        let status = STATUSES[rng.random_range(0..STATUSES.len())];
+        let is_start = matches!(status, "executing" | "started");
+        let mut r = Rec {
+            id,
+            index: (!rng.random_bool(0.07)).then(|| rng.random_range(1..7)),
+            text: format!("s{}", rng.random_range(0..2)),
+            status,
+            parent: match (starts.last(), rng.random_range(0..10)) {
+                (Some(s), 0..=5) => Some(s.id),
+                (_, 6) if !out.is_empty() => Some(out[rng.random_range(0..out.len())].id),
+                _ => None,
+            },
+            meta: None,
+            error: (status == "failed").then(|| format!("error {k}")),
+        };
+        if !is_start && !starts.is_empty() && rng.random_bool(0.35) {
+            // A close of some start: at its level, or naming it (the older guide's shape).
+            let s = &starts[rng.random_range(0..starts.len())];
+            r.index = s.index;
+            r.text = s.text.clone();
+            r.parent = if rng.random_bool(0.5) {
+                s.parent
+            } else {
+                Some(s.id)
+            };
+        }
+        let pick = |rng: &mut StdRng, v: &[String]| v[rng.random_range(0..v.len())].clone();
+        r.meta = match status {
+            "executing" | "started" => match rng.random_range(0..3) {
+                0 => {
+                    pids.push(format!("p{id}"));
+                    Some(format!(
+                        r#"{{"parallel_id": "p{id}", "branches": ["x", "y", "z"]}}"#
+                    ))
+                }
+                1 => {
+                    lids.push(format!("l{id}"));
+                    Some(format!(r#"{{"loop_id": "l{id}", "max": 5}}"#))
+                }
+                _ => None,
+            },
+            "completed" | "failed" | "joined" if !pids.is_empty() && rng.random_bool(0.5) => {
+                let b = ["x", "y", "z", "w"][rng.random_range(0..4)];
+                Some(format!(
+                    r#"{{"parallel_id": "{}", "branch": "{b}"}}"#,
+                    pick(rng, &pids)
+                ))
+            }
+            "iteration" | "exited" if !lids.is_empty() => Some(format!(
+                r#"{{"loop_id": "{}", "iteration": {}, "reason": "done"}}"#,
+                pick(rng, &lids),
+                rng.random_range(1..4)
+            )),
+            "retry" => Some(r#"{"attempt": 2, "max": 3}"#.to_string()),
+            _ if rng.random_bool(0.1) => Some(r#"{"note": "n"}"#.to_string()),
+            _ => None,
+        };
+        if is_start {
+            starts.push(r.clone());
+        }
+        out.push(r);
+    }
+    out
+}
+
+fn sql_text(s: &Option<String>) -> String {
+    s.as_ref()
+        .map_or("NULL".into(), |t| format!("'{}'", t.replace('\'', "''")))
+}
+
+/// `resume` reads narrowly (the starts, what could close them, the latest records, what was
+/// written since each open construct began, one page of bindings), and `resume --all` reads
+/// every record. On random logs, well formed or not, the narrow read must say what the whole
+/// log says: the same position, the same open parallels and loops, the same outstanding
+/// retries, the same visible bindings and counts.
+fn the_bounded_resume_reads_what_the_whole_log_says(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let view = run.view();
+    let cases: u64 = std::env::var("PROSE_RESUME_CASES")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(150);
+    for case in 0..cases {
+        let mut rng = StdRng::seed_from_u64(case);
+        let base = 1_000 * (case as i64 + 1);
+        let log = random_log(&mut rng, base);
+        let mut sqlite = String::from("DELETE FROM bindings; DELETE FROM execution;");
+        let mut pg = String::from(
+            "DELETE FROM openprose.bindings WHERE run_id = '$RUN';
+             DELETE FROM openprose.execution WHERE run_id = '$RUN';",
+        );
+        for r in &log {
+            let (idx, parent) = (
+                r.index.map_or("NULL".into(), |i| i.to_string()),
+                r.parent.map_or("NULL".into(), |i| i.to_string()),
+            );
+            let (meta, err) = (sql_text(&r.meta), sql_text(&r.error));
+            sqlite.push_str(&format!(
+                "INSERT INTO execution (id, statement_index, statement_text, status, parent_id,
+                   metadata, error_message, completed_at)
+                 VALUES ({}, {idx}, '{}', '{}', {parent}, {meta}, {err}, datetime('now'));",
+                r.id, r.text, r.status
+            ));
+            pg.push_str(&format!(
+                "INSERT INTO openprose.execution (id, run_id, statement_index, statement_text,
+                   status, parent_id, metadata, error_message, completed_at)
+                 VALUES ({}, '$RUN', {idx}, '{}', '{}', {parent}, {meta}::jsonb, {err}, now());",
+                r.id, r.text, r.status
+            ));
+        }
+        let mut bound = std::collections::BTreeSet::new();
+        for _ in 0..rng.random_range(0..12) {
+            let name = ["a", "b", "c", "d", "e"][rng.random_range(0..5)];
+            let scope = match rng.random_range(0..3) {
+                0 => None,
+                1 => Some(log[rng.random_range(0..log.len())].id),
+                _ => Some(base + 999),
+            };
+            if !bound.insert((name, scope)) {
+                continue;
+            }
+            let scope_sql = scope.map_or("NULL".into(), |s| s.to_string());
+            sqlite.push_str(&format!(
+                "INSERT INTO bindings (name, execution_id, kind, value)
+                 VALUES ('{name}', {scope_sql}, 'let', 'v');"
+            ));
+            pg.push_str(&format!(
+                "INSERT INTO openprose.bindings (name, run_id, execution_id, kind, value)
+                 VALUES ('{name}', '$RUN', {scope_sql}, 'let', 'v');"
+            ));
+        }
+        view.raw(&sqlite, &pg);
+
+        let brief = stdout_json(
+            &run.cmd()
+                .args(["--json", "resume", "--limit", "1000"])
+                .assert()
+                .success(),
+        );
+        let all = resume(&run);
+        let why = format!("case {case} ({b:?}): {log:#?}");
+        assert_eq!(brief["position"], all["position"], "{why}");
+        assert_eq!(brief["retries"], all["retries"], "{why}");
+        let open: Vec<&Value> = all["position"]["open"].as_array().unwrap().iter().collect();
+        let opened = |key: &str, id: &Value| {
+            open.iter()
+                .any(|o| o["metadata"][key] == *id && !o["metadata"][key].is_null())
+        };
+        let still = |list: &Value, key: &str, done: &str| -> Vec<Value> {
+            list.as_array()
+                .unwrap()
+                .iter()
+                .filter(|x| opened(key, &x[key]) && x[done] == false)
+                .cloned()
+                .collect()
+        };
+        assert_eq!(
+            brief["parallel"].as_array().unwrap(),
+            &still(&all["parallel"], "parallel_id", "joined"),
+            "{why}"
+        );
+        assert_eq!(
+            brief["loops"].as_array().unwrap(),
+            &still(&all["loops"], "loop_id", "exited"),
+            "{why}"
+        );
+        // The bindings visible from the scope: the nearest of each name up the parents.
+        let mut chain = Vec::new();
+        let mut at = brief["scope"].as_i64();
+        while let Some(id) = at {
+            chain.push(id);
+            at = log.iter().find(|r| r.id == id).and_then(|r| r.parent);
+        }
+        let mut want: std::collections::BTreeMap<&str, Option<i64>> = Default::default();
+        for (name, scope) in &bound {
+            let rank = |s: &Option<i64>| match s {
+                None => Some(chain.len()),
+                Some(id) => chain.iter().position(|c| c == id),
+            };
+            let Some(r) = rank(scope) else { continue };
+            if want.get(name).is_none_or(|have| rank(have).unwrap() > r) {
+                want.insert(name, *scope);
+            }
+        }
+        let got: std::collections::BTreeMap<&str, Option<i64>> = brief["bindings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| (b["name"].as_str().unwrap(), b["execution_id"].as_i64()))
+            .collect();
+        assert_eq!(got, want, "{why}");
+        assert_eq!(brief["counts"]["bindings_visible"], want.len(), "{why}");
+        assert_eq!(brief["counts"]["bindings"], bound.len(), "{why}");
+        assert_eq!(brief["counts"]["records"], log.len(), "{why}");
+    }
 }

@@ -420,6 +420,28 @@ fn a_signed_in_principal_lists_reads_and_decides_a_gate(b: Backend) {
         s.get(&format!("/runs/{}", run.id), Some(&cookie)).status,
         200
     );
+    // A long log shows its newest 500 records and says where the rest is.
+    run.view().raw(
+        "WITH RECURSIVE i(k) AS (SELECT 1 UNION ALL SELECT k + 1 FROM i WHERE k < 700)
+         INSERT INTO execution (statement_index, statement_text, status)
+         SELECT k, 'step ' || k, 'completed' FROM i;",
+        "INSERT INTO openprose.execution (run_id, statement_index, statement_text, status)
+         SELECT '$RUN', k, 'step ' || k, 'completed' FROM generate_series(1, 700) k;",
+    );
+    let long = s.get(&format!("/runs/{}", run.id), Some(&cookie));
+    assert_eq!(long.status, 200);
+    assert!(
+        long.body.contains("The newest 500 records"),
+        "{}",
+        long.body
+    );
+    assert_eq!(
+        long.body.matches("<tr>").count(),
+        500 + 2 + 1,
+        "{}",
+        long.body
+    );
+    assert!(long.body.contains("step 700") && !long.body.contains("step 200<"));
     // A second decision loses: the first one wins.
     let r = decide(
         &s,

@@ -5,7 +5,7 @@ use super::gates::IntegrityView;
 use crate::model::{now, ExecStatus as S, RunStatus};
 use crate::output::{human_duration, one_line, Render};
 use crate::run::RunPaths;
-use crate::store::{AgentRow, ExecutionRow, GateRow, Store};
+use crate::store::{AgentRow, ExecQuery, ExecutionRow, GateRow, Store, ENDS, STARTS};
 use anyhow::Result;
 use serde::Serialize;
 use serde_json::Value;
@@ -280,33 +280,27 @@ fn position(rows: &[ExecutionRow]) -> Position {
     }
 }
 
-fn parallels(rows: &[ExecutionRow]) -> Vec<Parallel> {
-    let mut by_id: BTreeMap<String, Parallel> = BTreeMap::new();
-    for r in rows {
-        let Some(m) = meta(r) else { continue };
-        let Some(pid) = str_of(&m, "parallel_id") else {
-            continue;
-        };
-        let p = by_id.entry(pid.clone()).or_insert_with(|| Parallel {
-            parallel_id: pid,
-            statement_index: r.statement_index,
-            branches: Vec::new(),
-            completed: Vec::new(),
-            failed: Vec::new(),
-            outstanding: Vec::new(),
-            joined: false,
-        });
-        if let Some(Value::Array(bs)) = m.get("branches") {
-            p.branches = bs
-                .iter()
-                .map(|b| b.as_str().map_or_else(|| b.to_string(), str::to_string))
-                .collect();
+fn branch_list(m: &Value) -> Vec<String> {
+    match m.get("branches") {
+        Some(Value::Array(bs)) => bs
+            .iter()
+            .map(|b| b.as_str().map_or_else(|| b.to_string(), str::to_string))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+impl Parallel {
+    /// Takes in one record that carries this parallel's id (`m` its metadata).
+    fn record(&mut self, r: &ExecutionRow, m: &Value) {
+        if m.get("branches").is_some() {
+            self.branches = branch_list(m);
         }
         let status = r.status.as_ref();
-        if let Some(branch) = str_of(&m, "branch") {
+        if let Some(branch) = str_of(m, "branch") {
             let list = match status {
-                Some(S::Completed) => Some(&mut p.completed),
-                Some(S::Failed) => Some(&mut p.failed),
+                Some(S::Completed) => Some(&mut self.completed),
+                Some(S::Failed) => Some(&mut self.failed),
                 _ => None,
             };
             if let Some(list) = list {
@@ -316,18 +310,62 @@ fn parallels(rows: &[ExecutionRow]) -> Vec<Parallel> {
             }
         }
         if status == Some(&S::Joined) {
-            p.joined = true;
+            self.joined = true;
         }
+    }
+
+    fn outstanding_branches(&self) -> Vec<String> {
+        self.branches
+            .iter()
+            .filter(|b| !self.completed.contains(b) && !self.failed.contains(b))
+            .cloned()
+            .collect()
+    }
+}
+
+impl Loop {
+    /// Takes in one record that carries this loop's id (`m` its metadata).
+    fn record(&mut self, r: &ExecutionRow, m: &Value) {
+        // Only the loop's own records count iterations done: a body record that carries the
+        // loop's id is inside an iteration, not the end of one.
+        let done = matches!(r.status, Some(S::Iteration | S::Exited));
+        if let (true, Some(i)) = (done, m.get("iteration").and_then(Value::as_i64)) {
+            self.iteration = Some(self.iteration.map_or(i, |cur| cur.max(i)));
+        }
+        if let Some(max) = m.get("max").and_then(Value::as_i64) {
+            self.max = Some(max);
+        }
+        if r.status == Some(S::Exited) {
+            self.exited = true;
+            self.reason = str_of(m, "reason");
+        }
+    }
+}
+
+fn parallels(rows: &[ExecutionRow]) -> Vec<Parallel> {
+    let mut by_id: BTreeMap<String, Parallel> = BTreeMap::new();
+    for r in rows {
+        let Some(m) = meta(r) else { continue };
+        let Some(pid) = str_of(&m, "parallel_id") else {
+            continue;
+        };
+        by_id
+            .entry(pid.clone())
+            .or_insert_with(|| Parallel {
+                parallel_id: pid,
+                statement_index: r.statement_index,
+                branches: Vec::new(),
+                completed: Vec::new(),
+                failed: Vec::new(),
+                outstanding: Vec::new(),
+                joined: false,
+            })
+            .record(r, &m);
     }
     by_id
         .into_values()
         .map(|mut p| {
-            p.outstanding = p
-                .branches
-                .iter()
-                .filter(|b| !p.completed.contains(b) && !p.failed.contains(b))
-                .cloned()
-                .collect();
+            p.outstanding = p.outstanding_branches();
             p
         })
         .collect()
@@ -340,28 +378,18 @@ fn loops(rows: &[ExecutionRow]) -> Vec<Loop> {
         let Some(lid) = str_of(&m, "loop_id") else {
             continue;
         };
-        let l = by_id.entry(lid.clone()).or_insert_with(|| Loop {
-            loop_id: lid,
-            statement_index: r.statement_index,
-            iteration: None,
-            current: None,
-            max: None,
-            exited: false,
-            reason: None,
-        });
-        // Only the loop's own records count iterations done: a body record that carries the
-        // loop's id is inside an iteration, not the end of one.
-        let done = matches!(r.status, Some(S::Iteration | S::Exited));
-        if let (true, Some(i)) = (done, m.get("iteration").and_then(Value::as_i64)) {
-            l.iteration = Some(l.iteration.map_or(i, |cur| cur.max(i)));
-        }
-        if let Some(max) = m.get("max").and_then(Value::as_i64) {
-            l.max = Some(max);
-        }
-        if r.status == Some(S::Exited) {
-            l.exited = true;
-            l.reason = str_of(&m, "reason");
-        }
+        by_id
+            .entry(lid.clone())
+            .or_insert_with(|| Loop {
+                loop_id: lid,
+                statement_index: r.statement_index,
+                iteration: None,
+                current: None,
+                max: None,
+                exited: false,
+                reason: None,
+            })
+            .record(r, &m);
     }
     by_id
         .into_values()
@@ -370,6 +398,18 @@ fn loops(rows: &[ExecutionRow]) -> Vec<Loop> {
             l
         })
         .collect()
+}
+
+fn retry_of(r: &ExecutionRow, last_error: Option<String>) -> Retry {
+    let m = meta(r).unwrap_or(Value::Null);
+    Retry {
+        id: r.id,
+        statement_index: r.statement_index,
+        statement_text: r.statement_text.clone(),
+        attempt: m.get("attempt").and_then(Value::as_i64),
+        max: m.get("max").and_then(Value::as_i64),
+        last_error,
+    }
 }
 
 fn retries(rows: &[ExecutionRow]) -> Vec<Retry> {
@@ -384,17 +424,7 @@ fn retries(rows: &[ExecutionRow]) -> Vec<Retry> {
     let mut out: Vec<Retry> = latest
         .values()
         .filter(|r| r.status == Some(S::Retry))
-        .map(|r| {
-            let m = meta(r).unwrap_or(Value::Null);
-            Retry {
-                id: r.id,
-                statement_index: r.statement_index,
-                statement_text: r.statement_text.clone(),
-                attempt: m.get("attempt").and_then(Value::as_i64),
-                max: m.get("max").and_then(Value::as_i64),
-                last_error: last_error.get(&key(r)).cloned(),
-            }
-        })
+        .map(|r| retry_of(r, last_error.get(&key(r)).cloned()))
         .collect();
     out.sort_by_key(|r| r.id);
     out
@@ -409,67 +439,11 @@ fn agent_infos(scope: &str, rows: Vec<AgentRow>) -> impl Iterator<Item = AgentIn
     })
 }
 
-/// `other_agents`: project- and user-scope agents, where their databases exist.
-pub fn run(
-    run: &RunPaths,
-    store: &mut dyn Store,
-    other_agents: Vec<(&str, Vec<AgentRow>)>,
-) -> Result<ResumeDoc> {
-    run_counted(run, store, other_agents).map(|(doc, _)| doc)
-}
-
-/// The full answer, and how many execution records it was read from.
-fn run_counted(
-    run: &RunPaths,
-    store: &mut dyn Store,
-    other_agents: Vec<(&str, Vec<AgentRow>)>,
-) -> Result<(ResumeDoc, usize)> {
-    let now = now();
-    let resumed = store.record_resume(&now)?;
-    let summary = store.run_summary(&now)?;
-    let rows = store.executions()?;
-
-    let mut statements: BTreeMap<i64, Event> = BTreeMap::new();
-    for r in &rows {
-        if let Some(i) = r.statement_index {
-            statements.insert(i, Event::from(r));
-        }
-    }
-
-    let bindings = store
-        .bindings()?
-        .into_iter()
-        .map(|b| {
-            let value =
-                String::from_utf8_lossy(b.value.as_deref().unwrap_or_default()).into_owned();
-            let bytes = match &b.attachment_path {
-                Some(p) => crate::attach::stored_len(&mut *store, &run.dir, p).unwrap_or(0),
-                None => value.len() as u64,
-            };
-            BindingInfo {
-                scope: if b.execution_id.is_some() {
-                    "execution"
-                } else {
-                    "root"
-                },
-                first_line: one_line(&value, 100),
-                bytes,
-                name: b.name,
-                kind: b.kind,
-                execution_id: b.execution_id,
-                attachment_path: b.attachment_path,
-            }
-        })
-        .collect();
-
-    let mut agents: Vec<AgentInfo> = agent_infos("execution", store.agents()?).collect();
-    for (scope, rows) in other_agents {
-        agents.extend(agent_infos(scope, rows));
-    }
-
-    let gates = store.gates(None, &now)?;
+/// Every gate with its next step, checked against the audit log.
+fn gate_nexts(store: &mut dyn Store, now: &str) -> Result<Vec<GateNext>> {
+    let gates = store.gates(None, now)?;
     let report = store.verify_audit()?;
-    let gates = gates
+    Ok(gates
         .into_iter()
         .map(|g| GateNext {
             integrity: IntegrityView::of(&report, &g.id),
@@ -493,30 +467,80 @@ fn run_counted(
             resolved_at: g.resolved_at,
             timeout_at: g.timeout_at,
         })
+        .collect())
+}
+
+fn binding_info(store: &mut dyn Store, run: &RunPaths, b: crate::store::BindingRow) -> BindingInfo {
+    let value = String::from_utf8_lossy(b.value.as_deref().unwrap_or_default()).into_owned();
+    let bytes = match &b.attachment_path {
+        Some(p) => crate::attach::stored_len(&mut *store, &run.dir, p).unwrap_or(0),
+        None => value.len() as u64,
+    };
+    BindingInfo {
+        scope: if b.execution_id.is_some() {
+            "execution"
+        } else {
+            "root"
+        },
+        first_line: one_line(&value, 100),
+        bytes,
+        name: b.name,
+        kind: b.kind,
+        execution_id: b.execution_id,
+        attachment_path: b.attachment_path,
+    }
+}
+
+/// `resume --all`: the full answer, from every record. `other_agents`: project- and
+/// user-scope agents, where their databases exist.
+fn full(
+    run: &RunPaths,
+    store: &mut dyn Store,
+    other_agents: Vec<(&str, Vec<AgentRow>)>,
+) -> Result<ResumeDoc> {
+    let now = now();
+    let resumed = store.record_resume(&now)?;
+    let summary = store.run_summary(&now)?;
+    let rows = store.executions()?;
+
+    let mut statements: BTreeMap<i64, Event> = BTreeMap::new();
+    for r in &rows {
+        if let Some(i) = r.statement_index {
+            statements.insert(i, Event::from(r));
+        }
+    }
+
+    let bindings = store
+        .bindings()?
+        .into_iter()
+        .map(|b| binding_info(store, run, b))
         .collect();
 
-    let records = rows.len();
-    Ok((
-        ResumeDoc {
-            run: RunPart {
-                id: summary.run.id,
-                status: resumed.status,
-                previous_status: resumed.previous_status,
-                program_path: summary.run.program_path,
-                error_message: summary.error_message,
-            },
-            position: position(&rows),
-            statements: statements.into_values().collect(),
-            parallel: parallels(&rows),
-            loops: loops(&rows),
-            retries: retries(&rows),
-            bindings,
-            agents,
-            gates,
-            gates_logged_resumed: resumed.gates_logged,
+    let mut agents: Vec<AgentInfo> = agent_infos("execution", store.agents()?).collect();
+    for (scope, rows) in other_agents {
+        agents.extend(agent_infos(scope, rows));
+    }
+
+    let gates = gate_nexts(store, &now)?;
+
+    Ok(ResumeDoc {
+        run: RunPart {
+            id: summary.run.id,
+            status: resumed.status,
+            previous_status: resumed.previous_status,
+            program_path: summary.run.program_path,
+            error_message: summary.error_message,
         },
-        records,
-    ))
+        position: position(&rows),
+        statements: statements.into_values().collect(),
+        parallel: parallels(&rows),
+        loops: loops(&rows),
+        retries: retries(&rows),
+        bindings,
+        agents,
+        gates,
+        gates_logged_resumed: resumed.gates_logged,
+    })
 }
 
 fn describe(e: &Event) -> String {
@@ -730,7 +754,7 @@ const TEXT: usize = 200;
 #[derive(Debug, Serialize)]
 pub struct Counts {
     pub records: usize,
-    pub statements: usize,
+    /// Parallels, loops and retries still open (all of them are listed unless `truncated`).
     pub parallel: usize,
     pub loops: usize,
     pub retries: usize,
@@ -794,8 +818,8 @@ impl Render for ResumeBrief {
         let c = &self.counts;
         writeln!(
             w,
-            "counts: {} records, {} statements, {} bindings ({} visible here), {} agents, {} gates",
-            c.records, c.statements, c.bindings, c.bindings_visible, c.agents, c.gates
+            "counts: {} records, {} bindings ({} visible here), {} agents, {} gates",
+            c.records, c.bindings, c.bindings_visible, c.agents, c.gates
         )?;
         if let Some(next) = &self.next_cursor {
             writeln!(
@@ -830,19 +854,193 @@ fn slim_text(t: Option<String>) -> Option<String> {
     t.map(|t| one_line(&t, TEXT))
 }
 
-/// Cuts the full answer down to what the VM needs now, then to [`BOUND`] bytes.
+/// The open constructs and where the VM continues, read narrowly: the start records, and
+/// only the end records of a statement some start has. An end of any other statement can
+/// close no start (both shapes need the same index and text), so `open_starts` over these
+/// rows is `open_starts` over the whole log.
+fn narrow_position(store: &mut dyn Store) -> Result<Position> {
+    let mut rows = store.executions_matching(&ExecQuery {
+        only: Some(STARTS),
+        ..Default::default()
+    })?;
+    if !rows.is_empty() {
+        rows.extend(store.executions_matching(&ExecQuery {
+            only: Some(ENDS),
+            of_started_statements: true,
+            ..Default::default()
+        })?);
+        rows.sort_by_key(|r| r.id);
+    }
+    let (open, level) = open_starts(&rows);
+    let current = open.last().copied();
+    let scope = current.map(|c| c.id);
+    let from = current.map_or(0, |c| c.id);
+    // A completion of the older shape counts at its start's level.
+    let named = rows
+        .iter()
+        .filter(|r| r.id > from && level.get(&r.id) == Some(&scope))
+        .max_by_key(|r| r.id);
+    const PAGE: i64 = 32;
+    let mut before = None;
+    let direct = loop {
+        let page = store.executions_matching(&ExecQuery {
+            after: from,
+            before,
+            except: Some(STARTS),
+            parent: Some(scope),
+            newest_first: true,
+            limit: Some(PAGE),
+            ..Default::default()
+        })?;
+        let found = page
+            .iter()
+            .find(|r| level.get(&r.id).is_none_or(|l| *l == scope))
+            .cloned();
+        if found.is_some() || (page.len() as i64) < PAGE {
+            break found;
+        }
+        before = page.last().map(|r| r.id);
+    };
+    let after = match (direct, named) {
+        (Some(d), Some(n)) if n.id > d.id => Some(Event::from(n)),
+        (Some(d), _) => Some(Event::from(&d)),
+        (None, n) => n.map(Event::from),
+    };
+    let last_event = store
+        .executions_matching(&ExecQuery {
+            newest_first: true,
+            limit: Some(1),
+            ..Default::default()
+        })?
+        .first()
+        .map(Event::from);
+    Ok(Position {
+        current: current.map(Event::from),
+        open: open.into_iter().map(Event::from).collect(),
+        after,
+        last_event,
+    })
+}
+
+/// The `parallel:` blocks and loops still open (their start record is open), from the records
+/// written since they started.
+fn open_constructs(store: &mut dyn Store, open: &[Event]) -> Result<(Vec<Parallel>, Vec<Loop>)> {
+    let mut parallel = Vec::new();
+    let mut loops = Vec::new();
+    for start in open {
+        let Some(m) = &start.metadata else { continue };
+        if let Some(pid) = str_of(m, "parallel_id") {
+            let mut p = Parallel {
+                parallel_id: pid.clone(),
+                statement_index: start.statement_index,
+                branches: branch_list(m),
+                completed: Vec::new(),
+                failed: Vec::new(),
+                outstanding: Vec::new(),
+                joined: false,
+            };
+            let since = store.executions_matching(&ExecQuery {
+                after: start.id,
+                with_metadata: true,
+                ..Default::default()
+            })?;
+            for r in &since {
+                let Some(m) = meta(r) else { continue };
+                if str_of(&m, "parallel_id").as_deref() == Some(pid.as_str()) {
+                    p.record(r, &m);
+                }
+            }
+            if !p.joined {
+                p.outstanding = p.outstanding_branches();
+                parallel.push(p);
+            }
+        } else if let Some(lid) = str_of(m, "loop_id") {
+            let mut l = Loop {
+                loop_id: lid.clone(),
+                statement_index: start.statement_index,
+                iteration: None,
+                current: None,
+                max: m.get("max").and_then(Value::as_i64),
+                exited: false,
+                reason: None,
+            };
+            let since = store.executions_matching(&ExecQuery {
+                after: start.id,
+                only: Some(&["iteration", "exited"]),
+                ..Default::default()
+            })?;
+            for r in &since {
+                let Some(m) = meta(r) else { continue };
+                if str_of(&m, "loop_id").as_deref() == Some(lid.as_str()) {
+                    l.record(r, &m);
+                }
+            }
+            if !l.exited {
+                l.current = Some(l.iteration.unwrap_or(0) + 1);
+                loops.push(l);
+            }
+        }
+    }
+    Ok((parallel, loops))
+}
+
+/// The statements whose latest record is `retry`, read from the retry records and the records
+/// of those statements after them.
+fn outstanding_retries(store: &mut dyn Store) -> Result<Vec<Retry>> {
+    let all = store.executions_matching(&ExecQuery {
+        only: Some(&["retry"]),
+        ..Default::default()
+    })?;
+    let mut latest: BTreeMap<StatementKey, &ExecutionRow> = BTreeMap::new();
+    for r in &all {
+        latest.insert(key(r), r);
+    }
+    let mut out = Vec::new();
+    for r in latest.into_values() {
+        let later = store.executions_matching(&ExecQuery {
+            after: r.id,
+            statement: Some(r.statement_index),
+            ..Default::default()
+        })?;
+        if later.iter().any(|l| key(l) == key(r)) {
+            continue;
+        }
+        let failures = store.executions_matching(&ExecQuery {
+            before: Some(r.id),
+            only: Some(&["failed"]),
+            statement: Some(r.statement_index),
+            newest_first: true,
+            ..Default::default()
+        })?;
+        let last_error = failures
+            .iter()
+            .find(|f| key(f) == key(r) && f.error_message.is_some())
+            .and_then(|f| f.error_message.clone());
+        out.push(retry_of(r, last_error));
+    }
+    out.sort_by_key(|r| r.id);
+    Ok(out)
+}
+
+/// `resume` by default: read narrowly (see [`ResumeBrief`]), then cut to [`BOUND`] bytes.
 fn brief(
-    doc: ResumeDoc,
-    records: usize,
+    run: &RunPaths,
     store: &mut dyn Store,
+    other_agents: Vec<(&str, Vec<AgentRow>)>,
     cursor: Option<&str>,
     limit: usize,
 ) -> Result<ResumeBrief> {
+    let now = now();
+    let resumed = store.record_resume(&now)?;
+    let info = store.run_info()?;
+    let full = narrow_position(store)?;
+    let (parallel, loops) = open_constructs(store, &full.open)?;
+    let retries = outstanding_retries(store)?;
     let position = Position {
-        current: doc.position.current.map(slim),
-        open: doc.position.open.into_iter().map(slim).collect(),
-        after: doc.position.after.map(slim),
-        last_event: doc.position.last_event.map(slim),
+        current: full.current.map(slim),
+        open: full.open.into_iter().map(slim).collect(),
+        after: full.after.map(slim),
+        last_event: full.last_event.map(slim),
     };
     let scope = position.current.as_ref().map(|e| e.id);
     // The nearest binding of each name, from the innermost scope up to the root.
@@ -854,9 +1052,8 @@ fn brief(
         None => Some(chain.len()),
         Some(id) => chain.iter().position(|c| *c == id),
     };
-    let total_bindings = doc.bindings.len();
-    let mut visible: BTreeMap<String, (usize, BindingInfo)> = BTreeMap::new();
-    for b in doc.bindings {
+    let mut visible: BTreeMap<String, (usize, crate::store::BindingRow)> = BTreeMap::new();
+    for b in store.bindings_page(&chain, cursor, limit as i64 + 1)? {
         let Some(r) = rank(b.execution_id) else {
             continue;
         };
@@ -867,20 +1064,20 @@ fn brief(
             }
         }
     }
-    let bindings_visible = visible.len();
-    let mut page: Vec<BindingInfo> = visible
-        .into_values()
-        .map(|(_, b)| b)
-        .filter(|b| cursor.is_none_or(|c| b.name.as_str() > c))
-        .collect();
-    let more = page.len() > limit;
-    page.truncate(limit);
-    for b in &mut page {
+    let more = visible.len() > limit;
+    let mut page = Vec::new();
+    for (_, b) in visible.into_values().take(limit) {
+        let mut b = binding_info(store, run, b);
         b.attachment_path = slim_text(b.attachment_path.take());
+        page.push(b);
     }
+    let counted = store.resume_counts(&chain)?;
 
-    let mut gates: Vec<GateNext> = doc
-        .gates
+    let mut agents: Vec<AgentInfo> = agent_infos("execution", store.agents()?).collect();
+    for (scope, rows) in other_agents {
+        agents.extend(agent_infos(scope, rows));
+    }
+    let mut gates: Vec<GateNext> = gate_nexts(store, &now)?
         .into_iter()
         .map(|mut g| {
             g.on_reject = slim_text(g.on_reject);
@@ -898,26 +1095,27 @@ fn brief(
         },
     );
     let counts = Counts {
-        records,
-        statements: doc.statements.len(),
-        parallel: doc.parallel.len(),
-        loops: doc.loops.len(),
-        retries: doc.retries.len(),
-        bindings: total_bindings,
-        bindings_visible,
-        agents: doc.agents.len(),
+        records: counted.records as usize,
+        parallel: parallel.len(),
+        loops: loops.len(),
+        retries: retries.len(),
+        bindings: counted.bindings as usize,
+        bindings_visible: counted.bindings_visible as usize,
+        agents: agents.len(),
         gates: gates.len(),
     };
     let mut out = ResumeBrief {
         run: RunPart {
-            error_message: slim_text(doc.run.error_message),
-            ..doc.run
+            id: info.id,
+            status: resumed.status,
+            previous_status: resumed.previous_status,
+            program_path: info.program_path,
+            error_message: slim_text(counted.error_message),
         },
         position,
-        parallel: doc.parallel.into_iter().filter(|p| !p.joined).collect(),
-        loops: doc.loops.into_iter().filter(|l| !l.exited).collect(),
-        retries: doc
-            .retries
+        parallel,
+        loops,
+        retries: retries
             .into_iter()
             .map(|mut r| {
                 r.statement_text = slim_text(r.statement_text);
@@ -929,10 +1127,10 @@ fn brief(
         scope,
         next_cursor: None,
         bindings: page,
-        agents: doc.agents,
+        agents,
         counts,
         truncated: false,
-        gates_logged_resumed: doc.gates_logged_resumed,
+        gates_logged_resumed: resumed.gates_logged,
     };
     out.gates_logged_resumed.truncate(32);
     for p in &mut out.parallel {
@@ -992,15 +1190,15 @@ impl super::Run for crate::cli::ResumeArgs {
         let (paths, mut store) = ctx.the_run()?;
         // Project and user agents too, where their stores exist (never created here).
         let others = ctx.other_agents()?;
-        let (doc, records) = run_counted(&paths, store.as_mut(), others)?;
         if self.all {
+            let doc = full(&paths, store.as_mut(), others)?;
             return Ok(ResumeAnswer::All(Box::new(doc)));
         }
         let limit = self.limit.map_or(DEFAULT_BINDINGS, |l| l as usize);
         Ok(ResumeAnswer::Brief(Box::new(brief(
-            doc,
-            records,
+            &paths,
             store.as_mut(),
+            others,
             self.cursor.as_deref(),
             limit,
         )?)))

@@ -621,6 +621,137 @@ pub struct ExecutionRow {
     pub metadata: Option<String>,
 }
 
+/// The statuses that open a construct, and those that close one (`resume`'s record shapes).
+pub const STARTS: &[&str] = &["executing", "started"];
+pub const ENDS: &[&str] = &["completed", "failed", "skipped", "joined", "exited"];
+
+/// A narrow read of the execution log: `resume` reads only the records its answer holds, so
+/// that it costs the same on a run of a thousand records and of a million. Every condition is
+/// optional; the SQL is written here once, for both backends.
+#[derive(Debug, Clone, Default)]
+pub struct ExecQuery {
+    /// Records with an id above this.
+    pub after: i64,
+    /// Records with an id below this.
+    pub before: Option<i64>,
+    /// Records whose status is one of these.
+    pub only: Option<&'static [&'static str]>,
+    /// Records whose status is none of these (a NULL status included).
+    pub except: Option<&'static [&'static str]>,
+    /// Records of this statement index (`Some(None)`: with none).
+    pub statement: Option<Option<i64>>,
+    /// Records with this parent (`Some(None)`: at the top level).
+    pub parent: Option<Option<i64>>,
+    /// Records of a statement index some start record has (what could close a start).
+    pub of_started_statements: bool,
+    /// Records that carry metadata.
+    pub with_metadata: bool,
+    pub newest_first: bool,
+    pub limit: Option<i64>,
+}
+
+impl ExecQuery {
+    /// The WHERE condition and the ORDER BY/LIMIT tail, and the integer parameters in order:
+    /// parameter `i` (from 0) is written `ph(i)`. `run` is the backend's own condition on a
+    /// row of the run (`""` on SQLite, `run_id = $1 AND ` on PostgreSQL); statuses are this
+    /// fixed vocabulary, written as literals.
+    pub fn sql(&self, run: &str, pg: bool, ph: impl Fn(usize) -> String) -> (String, Vec<i64>) {
+        let list = |v: &[&str]| {
+            v.iter()
+                .map(|s| format!("'{s}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut params = vec![self.after];
+        let mut cond = vec![format!("{run}id > {}", ph(0))];
+        let param = |v: i64, params: &mut Vec<i64>| {
+            params.push(v);
+            ph(params.len() - 1)
+        };
+        if let Some(before) = self.before {
+            cond.push(format!("id < {}", param(before, &mut params)));
+        }
+        if let Some(only) = self.only {
+            // Beside the statements of the starts, the status is only a filter: SQLite would
+            // otherwise walk every `completed` record through the status index.
+            let plus = if self.of_started_statements && !pg {
+                "+"
+            } else {
+                ""
+            };
+            cond.push(format!("{plus}status IN ({})", list(only)));
+        }
+        if let Some(except) = self.except {
+            cond.push(format!(
+                "(status IS NULL OR status NOT IN ({}))",
+                list(except)
+            ));
+        }
+        match self.statement {
+            Some(Some(i)) => cond.push(format!("statement_index = {}", param(i, &mut params))),
+            Some(None) => cond.push("statement_index IS NULL".into()),
+            None => {}
+        }
+        match self.parent {
+            Some(Some(p)) => cond.push(format!("parent_id = {}", param(p, &mut params))),
+            Some(None) => cond.push("parent_id IS NULL".into()),
+            None => {}
+        }
+        if self.of_started_statements {
+            let starts = list(STARTS);
+            cond.push(format!(
+                "(statement_index IN (SELECT s.statement_index FROM {table} s
+                    WHERE {srun}s.status IN ({starts}))
+                  OR (statement_index IS NULL AND EXISTS (SELECT 1 FROM {table} s
+                    WHERE {srun}s.statement_index IS NULL AND s.status IN ({starts}))))",
+                table = if pg {
+                    "openprose.execution"
+                } else {
+                    "execution"
+                },
+                srun = run.replace("run_id", "s.run_id"),
+            ));
+        }
+        if self.with_metadata {
+            cond.push(if pg {
+                "metadata IS NOT NULL AND metadata <> '{}'::jsonb".into()
+            } else {
+                "metadata IS NOT NULL AND metadata NOT IN ('', '{}')".into()
+            });
+        }
+        let mut sql = format!(
+            "WHERE {} ORDER BY id{}",
+            cond.join(" AND "),
+            if self.newest_first { " DESC" } else { "" }
+        );
+        if let Some(limit) = self.limit {
+            sql.push_str(&format!(" LIMIT {}", param(limit, &mut params)));
+        }
+        (sql, params)
+    }
+}
+
+/// What a bounded `resume` counts without reading the rows, and the run's error, in one
+/// statement.
+#[derive(Debug, Clone, Default)]
+pub struct ResumeCounts {
+    pub error_message: Option<String>,
+    pub records: i64,
+    pub bindings: i64,
+    /// Bindings visible from the scope chain given: the nearest of each name.
+    pub bindings_visible: i64,
+}
+
+/// The scope condition of a narrow bindings read: the root, and the given scopes (ids from the
+/// database, written as literals).
+pub fn scope_list(chain: &[i64]) -> String {
+    std::iter::once(-1)
+        .chain(chain.iter().copied())
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 impl ExecutionRow {
     /// When the event happened: every record prose-state appends carries one of the two.
     pub fn at(&self) -> Option<&str> {
@@ -1175,7 +1306,28 @@ pub trait Store: AgentStore {
 
     /// The execution records with an id above `after`, oldest first (for `log --follow`:
     /// each call is one short statement, no transaction is held between calls).
-    fn executions_after(&mut self, after: i64) -> Result<Vec<ExecutionRow>>;
+    fn executions_after(&mut self, after: i64) -> Result<Vec<ExecutionRow>> {
+        self.executions_matching(&ExecQuery {
+            after,
+            ..Default::default()
+        })
+    }
+
+    /// The execution records `q` selects, in one statement.
+    fn executions_matching(&mut self, q: &ExecQuery) -> Result<Vec<ExecutionRow>>;
+
+    /// The bindings of the first `names` names after `after` (in name order) that are visible
+    /// from the scopes in `chain` or the root: every row of each such name in those scopes.
+    fn bindings_page(
+        &mut self,
+        chain: &[i64],
+        after: Option<&str>,
+        names: i64,
+    ) -> Result<Vec<BindingRow>>;
+
+    /// The run's records and bindings counted, the bindings visible from `chain`, and the
+    /// run's error message.
+    fn resume_counts(&mut self, chain: &[i64]) -> Result<ResumeCounts>;
 
     /// Every binding, in (scope, name) order.
     fn bindings(&mut self) -> Result<Vec<BindingRow>>;

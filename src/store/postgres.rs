@@ -23,7 +23,7 @@ use postgres::types::{ToSql, Type};
 use postgres::{Client, GenericClient, Row, Transaction};
 
 /// The version in openprose.schema_version written by this build.
-pub const POSTGRES_SCHEMA_VERSION: i32 = 5;
+pub const POSTGRES_SCHEMA_VERSION: i32 = 6;
 
 /// What a binary must understand to read this build's schema, and to write it safely.
 const MIN_READER: i32 = 1;
@@ -1997,22 +1997,26 @@ impl Store for PgStore {
             .collect())
     }
 
-    fn executions_after(&mut self, after: i64) -> Result<Vec<ExecutionRow>> {
+    fn executions_matching(&mut self, q: &super::ExecQuery) -> Result<Vec<ExecutionRow>> {
         let run = self.run()?.to_string();
-        let rows = self
-            .client
-            .query(
-                concat!(
-                    "SELECT id, statement_index, statement_text, status, ",
-                    ts!("started_at"),
-                    ", ",
-                    ts!("completed_at"),
-                    ", error_message, parent_id, metadata::text FROM openprose.execution
-                     WHERE run_id = $1 AND id > $2 ORDER BY id"
-                ),
-                &[&run, &after],
-            )
-            .map_err(self.err())?;
+        let (tail, params) = q.sql("run_id = $1 AND ", true, |i| format!("${}", i + 2));
+        let mut args: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![&run];
+        args.extend(
+            params
+                .iter()
+                .map(|p| p as &(dyn postgres::types::ToSql + Sync)),
+        );
+        let sql = format!(
+            concat!(
+                "SELECT id, statement_index, statement_text, status, ",
+                ts!("started_at"),
+                ", ",
+                ts!("completed_at"),
+                ", error_message, parent_id, metadata::text FROM openprose.execution {}"
+            ),
+            tail
+        );
+        let rows = self.client.query(&sql, &args).map_err(self.err())?;
         Ok(rows
             .iter()
             .map(|r| ExecutionRow {
@@ -2027,6 +2031,75 @@ impl Store for PgStore {
                 metadata: r.get(8),
             })
             .collect())
+    }
+
+    fn bindings_page(
+        &mut self,
+        chain: &[i64],
+        after: Option<&str>,
+        names: i64,
+    ) -> Result<Vec<BindingRow>> {
+        let run = self.run()?.to_string();
+        let scopes = super::scope_list(chain);
+        let rows = self
+            .client
+            .query(
+                &format!(
+                    "SELECT {BINDING_SELECT} FROM openprose.bindings b
+                     WHERE b.run_id = $1 AND COALESCE(b.execution_id, -1) IN ({scopes})
+                       AND b.name IN (
+                         SELECT DISTINCT name COLLATE \"C\" FROM openprose.bindings
+                         WHERE run_id = $1 AND COALESCE(execution_id, -1) IN ({scopes})
+                           AND name COLLATE \"C\" > $2
+                         ORDER BY name COLLATE \"C\" LIMIT $3)
+                     ORDER BY b.name COLLATE \"C\""
+                ),
+                &[&run, &after.unwrap_or(""), &names],
+            )
+            .map_err(self.err())?;
+        Ok(rows.iter().map(binding_row).collect())
+    }
+
+    fn resume_counts(&mut self, chain: &[i64]) -> Result<super::ResumeCounts> {
+        let run = self.run()?.to_string();
+        let in_chain = if chain.is_empty() {
+            "FALSE".to_string()
+        } else {
+            format!(
+                "b.execution_id IN ({})",
+                chain
+                    .iter()
+                    .map(i64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        let r = self
+            .client
+            .query_one(
+                &format!(
+                    "SELECT (SELECT COUNT(*) FROM openprose.execution WHERE run_id = $1),
+                            (SELECT COUNT(*) FROM openprose.bindings WHERE run_id = $1),
+                            (SELECT COUNT(*) FROM openprose.bindings
+                             WHERE run_id = $1 AND execution_id IS NOT NULL),
+                            (SELECT COUNT(DISTINCT name) FROM openprose.bindings b
+                             WHERE b.run_id = $1 AND {in_chain} AND NOT EXISTS (
+                                 SELECT 1 FROM openprose.bindings r
+                                 WHERE r.run_id = $1 AND r.name = b.name
+                                   AND COALESCE(r.execution_id, -1) = -1)),
+                            (SELECT error_message FROM openprose.run WHERE id = $1)"
+                ),
+                &[&run],
+            )
+            .map_err(self.err())?;
+        let (records, bindings, scoped, chain_only): (i64, i64, i64, i64) =
+            (r.get(0), r.get(1), r.get(2), r.get(3));
+        Ok(super::ResumeCounts {
+            error_message: r.get(4),
+            records,
+            bindings,
+            bindings_visible: bindings - scoped + chain_only,
+        })
     }
 
     fn bindings(&mut self) -> Result<Vec<BindingRow>> {

@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 const LOG_MOST: u64 = 256 * 1024;
 
 /// The version stamped in a state.db's `PRAGMA user_version` by this build.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// The same for agents.db (project and user agent memory).
 pub const AGENTS_SCHEMA_VERSION: i64 = 1;
@@ -1813,16 +1813,17 @@ impl Store for SqliteStore {
         Ok(rows)
     }
 
-    fn executions_after(&mut self, after: i64) -> Result<Vec<ExecutionRow>> {
+    fn executions_matching(&mut self, q: &super::ExecQuery) -> Result<Vec<ExecutionRow>> {
+        let (tail, params) = q.sql("", false, |i| format!("?{}", i + 1));
         let mut stmt = self
             .conn
-            .prepare(
+            .prepare(&format!(
                 "SELECT id, statement_index, statement_text, status, started_at, completed_at,
-                        error_message, parent_id, metadata FROM execution WHERE id > ?1 ORDER BY id",
-            )
+                        error_message, parent_id, metadata FROM execution {tail}"
+            ))
             .map_err(self.err())?;
         let rows = stmt
-            .query_map([after], |r| {
+            .query_map(rusqlite::params_from_iter(params), |r| {
                 Ok(ExecutionRow {
                     id: r.get(0)?,
                     statement_index: r.get(1)?,
@@ -1841,6 +1842,66 @@ impl Store for SqliteStore {
             .and_then(|r| r.collect::<rusqlite::Result<Vec<_>>>())
             .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
         Ok(rows)
+    }
+
+    fn bindings_page(
+        &mut self,
+        chain: &[i64],
+        after: Option<&str>,
+        names: i64,
+    ) -> Result<Vec<BindingRow>> {
+        // The scope key is the unique index's own expression, so the names are read from the
+        // index in order and only the page's rows are fetched.
+        let scopes = super::scope_list(chain);
+        let mut stmt = self
+            .conn
+            .prepare(&format!(
+                "SELECT {BINDING_COLUMNS} FROM bindings b
+                 WHERE IFNULL(b.execution_id, -1) IN ({scopes}) AND b.name IN (
+                     SELECT DISTINCT name FROM bindings
+                     WHERE IFNULL(execution_id, -1) IN ({scopes}) AND name > ?1
+                     ORDER BY name LIMIT ?2)
+                 ORDER BY b.name"
+            ))
+            .map_err(self.err())?;
+        let rows = stmt
+            .query_map(params![after.unwrap_or(""), names], binding_row)
+            .and_then(|r| r.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
+        Ok(rows)
+    }
+
+    fn resume_counts(&mut self, chain: &[i64]) -> Result<super::ResumeCounts> {
+        // Visible: every root binding, and the names of the chain's scopes the root lacks.
+        let chain_list = chain
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        self.conn
+            .row(
+                &format!(
+                    "SELECT (SELECT COUNT(*) FROM execution), (SELECT COUNT(*) FROM bindings),
+                            (SELECT COUNT(*) FROM bindings WHERE execution_id IS NOT NULL),
+                            (SELECT COUNT(DISTINCT name) FROM bindings b
+                             WHERE b.execution_id IN ({chain_list}) AND NOT EXISTS (
+                                 SELECT 1 FROM bindings r
+                                 WHERE r.name = b.name AND IFNULL(r.execution_id, -1) = -1)),
+                            (SELECT error_message FROM run LIMIT 1)"
+                ),
+                [],
+                |r| {
+                    let (records, bindings, scoped, chain_only): (i64, i64, i64, i64) =
+                        (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
+                    Ok(super::ResumeCounts {
+                        error_message: r.get(4)?,
+                        records,
+                        bindings,
+                        bindings_visible: bindings - scoped + chain_only,
+                    })
+                },
+            )
+            .map_err(self.err())
     }
 
     fn bindings(&mut self) -> Result<Vec<BindingRow>> {
