@@ -4,46 +4,58 @@
 //! options, statuses and parents come from the guide, so a guide that changes its shapes
 //! changes what the harness writes, and `resume` must still follow. After every step `resume`
 //! must name exactly where the program stands: the innermost open construct and the last thing
-//! done inside it. Now and then the VM is SIGKILLed mid-step; it then reads `resume` to learn
-//! whether its step landed, as a VM that lost its context would, and carries on.
+//! done inside it; and the database itself must hold the record, under the parent the guide
+//! gives. Now and then the VM is SIGKILLed mid-step; it then reads `resume` to learn whether
+//! its step landed, as a VM that lost its context would, and carries on.
+//!
+//! The same corpus is played twice, each way a VM may be given the state: on the command line
+//! (each step a guide line run as a command), and through MCP (the VM an MCP session of
+//! `mcp --role vm`, each subagent a session of `mcp --role subagent` pinned to its run and
+//! execution). Through MCP the guides are the sessions' prompts (`prompts/get`), and each guide
+//! line the harness plays is sent as the tool the README's table names for its command: that
+//! tool must be listed in the session, and take each option of the line as a property of its
+//! schema, typed as the schema says. The kill then lands on the VM's MCP server.
 
 use crate::common::*;
-use serde_json::Value;
+use rmcp::model::{CallToolRequestParams, ContentBlock, GetPromptRequestParams};
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::TokioChildProcess;
+use rmcp::ServiceExt;
+use serde_json::{json, Map, Value};
 use std::collections::HashMap;
 use std::time::Duration;
 
-on_both!(the_literal_vm_plays_the_corpus);
+on_both!(
+    the_literal_vm_plays_the_corpus,
+    the_literal_vm_plays_the_corpus_through_mcp
+);
 
 /// The guide lines the harness plays, found by what they are.
 struct Lines {
     all: Vec<String>,
-    subagent_output: String,
     approve: String,
     reject: String,
 }
 
+/// The command lines of a guide: the lines of its ```sh blocks.
+fn sh_lines(md: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut inside = false;
+    for l in md.lines() {
+        match (inside, l.trim_end()) {
+            (false, "```sh") => inside = true,
+            (true, "```") => inside = false,
+            (true, l) if !l.trim().is_empty() => lines.push(l.to_string()),
+            _ => {}
+        }
+    }
+    lines
+}
+
 impl Lines {
-    fn read(run: &Run) -> Lines {
-        let text = |args: &[&str]| {
-            let out = run.cmd().args(["guide"]).args(args).assert().success();
-            String::from_utf8(out.get_output().stdout.clone()).unwrap()
-        };
-        let sh = |md: &str| -> Vec<String> {
-            let mut lines = Vec::new();
-            let mut inside = false;
-            for l in md.lines() {
-                match (inside, l.trim_end()) {
-                    (false, "```sh") => inside = true,
-                    (true, "```") => inside = false,
-                    (true, l) if !l.trim().is_empty() => lines.push(l.to_string()),
-                    _ => {}
-                }
-            }
-            lines
-        };
-        let all = sh(&text(&["vm"]));
-        let sub = sh(&text(&["subagent", "--name", "NAME"]));
-        let approver = sh(&text(&["approver"]));
+    fn read(via: &mut Via, run: &Run) -> Lines {
+        let all = sh_lines(&via.guide(run, "vm"));
+        let approver = sh_lines(&via.guide(run, "approver"));
         let find = |lines: &[String], what: &str, p: &dyn Fn(&str) -> bool| {
             lines
                 .iter()
@@ -52,9 +64,6 @@ impl Lines {
                 .clone()
         };
         Lines {
-            subagent_output: find(&sub, "subagent output", &|l| {
-                l.contains(" bind ") && l.contains(" - ")
-            }),
             approve: find(&approver, "approve", &|l| {
                 l.starts_with("prose-state approve")
             }),
@@ -126,12 +135,426 @@ fn fill(line: &str, set: &[(&str, String)], vars: &HashMap<&str, String>) -> Vec
             *x = x.replace(&format!("${k}"), v);
         }
     }
-    // The harness's command names the run already (the same one the guide filled in).
+    // The harness's command names the run already (the same one the guide filled in); an MCP
+    // session is started with it.
     if let Some(i) = w.iter().position(|x| x == "--run") {
         assert_eq!(w[i + 1], vars["PROSE_RUN"]);
         w.drain(i..i + 2);
     }
     w
+}
+
+/// The tool the MCP server serves for each command the harness runs (README, "mcp": the
+/// table of tools), and the properties that the command's positional arguments are. The
+/// longest command that begins a line is its tool.
+const TOOLS: &[(&[&str], &str, &[&str])] = &[
+    (&["exec-append"], "exec_append", &[]),
+    (&["gates", "create"], "gates_create", &["gate_id"]),
+    (&["gates", "wait"], "gates_wait", &["gate"]),
+    (&["gates"], "gates_list", &[]),
+    (&["bind"], "bind", &["name", "value"]),
+    (&["resume"], "resume", &[]),
+];
+
+/// The tools only a VM has: a subagent session must not list them (README, "Roles").
+const VM_ONLY: &[&str] = &[
+    "init",
+    "exec_append",
+    "finish",
+    "gates_create",
+    "gates_show",
+    "gates_wait",
+    "resume",
+    "runs_list",
+];
+
+/// What a step gave: its exit code (through MCP, the `exit_code` of the result's `_meta`),
+/// its JSON (a command run with `--json`, or the tool's structured result) and the record id
+/// it printed (exec-append's stdout, or the tool's `id`).
+struct Sent {
+    code: i64,
+    json: Value,
+    id: Option<i64>,
+}
+
+/// One MCP session: the server's process and what its `tools/list` gave.
+struct McpSession {
+    client: RunningService<RoleClient, ()>,
+    pid: i32,
+    /// Each listed tool's input properties (its schema's `properties`).
+    tools: HashMap<String, Map<String, Value>>,
+    /// What the session was started pinned to, which its tools then do not offer: a guide
+    /// line may still name it, with the same value.
+    pinned: Vec<(&'static str, String)>,
+}
+
+impl McpSession {
+    /// `prose-state --run R mcp FLAGS`, as a client spawns it: in the project root, with none
+    /// of the caller's PROSE_* settings.
+    async fn start(run: &Run, flags: &[String], pinned: Vec<(&'static str, String)>) -> McpSession {
+        let mut cmd = tokio::process::Command::new(BIN);
+        cmd.args(["--run", &run.id, "mcp"])
+            .args(flags)
+            .current_dir(&run.root)
+            .env("HOME", test_home(&run.root))
+            .stderr(std::process::Stdio::null());
+        for var in CLEARED_ENV {
+            cmd.env_remove(var);
+        }
+        let transport = TokioChildProcess::new(cmd).unwrap();
+        let pid = transport.id().unwrap() as i32;
+        let client = ().serve(transport).await.unwrap();
+        let tools = client
+            .list_all_tools()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|t| {
+                let props = t.input_schema.get("properties").and_then(Value::as_object);
+                (t.name.to_string(), props.cloned().unwrap_or_default())
+            })
+            .collect();
+        McpSession {
+            client,
+            pid,
+            tools,
+            pinned,
+        }
+    }
+
+    /// A prompt's whole text, page after page.
+    async fn prompt(&self, name: &str, args: Map<String, Value>) -> String {
+        let mut text = String::new();
+        let mut offset = 0;
+        loop {
+            let mut args = args.clone();
+            args.insert("offset".into(), json!(offset.to_string()));
+            let got = self
+                .client
+                .get_prompt(GetPromptRequestParams::new(name).with_arguments(args))
+                .await
+                .unwrap_or_else(|e| panic!("prompt {name}: {e}"));
+            let ContentBlock::Text(page) = &got.messages[0].content else {
+                panic!("prompt {name}: not text")
+            };
+            let note = got.description.unwrap_or_default();
+            match note.split_once("again with offset ") {
+                // A cut page ends with a line naming where the next one starts.
+                Some((_, rest)) => {
+                    let (page, _) = page.text.rsplit_once("\n[").unwrap();
+                    text.push_str(page);
+                    offset = rest.split(' ').next().unwrap().parse().unwrap();
+                }
+                None => {
+                    text.push_str(&page.text);
+                    return text;
+                }
+            }
+        }
+    }
+
+    /// A guide line's words as the call of the tool the server serves for its command: each
+    /// `--option` is the property of that name (`--execution-id` is `execution_id`), typed as
+    /// the tool's schema says; the positionals are the properties [`TOOLS`] names. The tool
+    /// must be listed in this session and take every option of the line, but one the session
+    /// is pinned to (with the very value it is pinned to).
+    fn tool_call(&self, argv: &[String]) -> (String, Map<String, Value>) {
+        let argv = argv.strip_prefix(&["--json".to_string()]).unwrap_or(argv);
+        let (path, tool, positionals) = TOOLS
+            .iter()
+            .filter(|(path, _, _)| argv.len() >= path.len() && argv[..path.len()] == path[..])
+            .max_by_key(|(path, _, _)| path.len())
+            .unwrap_or_else(|| panic!("no tool is known for {argv:?}"));
+        let props = self.tools.get(*tool).unwrap_or_else(|| {
+            panic!(
+                "the session lists no tool {tool} for {argv:?}: {:?}",
+                self.tools.keys()
+            )
+        });
+        let mut args = Map::new();
+        let mut positionals = positionals.iter();
+        let mut i = path.len();
+        while i < argv.len() {
+            let w = &argv[i];
+            let Some(option) = w.strip_prefix("--") else {
+                let property = positionals
+                    .next()
+                    .unwrap_or_else(|| panic!("{tool}: no property for {w:?} in {argv:?}"));
+                assert!(props.contains_key(*property), "{tool} takes no {property}");
+                args.insert(property.to_string(), json!(w));
+                i += 1;
+                continue;
+            };
+            let property = option.replace('-', "_");
+            let Some(schema) = props.get(&property) else {
+                let pinned = self
+                    .pinned
+                    .iter()
+                    .find(|(p, _)| *p == property)
+                    .unwrap_or_else(|| panic!("tool {tool} takes no {property}: {argv:?}"));
+                assert_eq!(argv[i + 1], pinned.1, "{argv:?}");
+                i += 2;
+                continue;
+            };
+            let value = argv.get(i + 1);
+            match schema["type"].as_str() {
+                Some("boolean") => {
+                    args.insert(property, json!(true));
+                    i += 1;
+                    continue;
+                }
+                Some("integer") => {
+                    let v = value.unwrap().parse::<i64>();
+                    let v = v.unwrap_or_else(|_| panic!("{tool}: {property} {value:?}"));
+                    args.insert(property, json!(v));
+                }
+                Some("array") => {
+                    let items = args.entry(property).or_insert(json!([]));
+                    items.as_array_mut().unwrap().push(json!(value.unwrap()));
+                }
+                _ => {
+                    args.insert(property, json!(value.unwrap()));
+                }
+            }
+            i += 2;
+        }
+        (tool.to_string(), args)
+    }
+
+    async fn call(&self, tool: &str, args: Map<String, Value>) -> Sent {
+        let r = self
+            .client
+            .call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(args))
+            .await
+            .unwrap_or_else(|e| panic!("{tool}: {e}"));
+        let code = r.meta.as_ref().unwrap()["exit_code"].as_i64().unwrap();
+        let json = r.structured_content.unwrap_or(Value::Null);
+        Sent {
+            code,
+            id: json["id"].as_i64(),
+            json,
+        }
+    }
+}
+
+/// The MCP side: the VM's session, and the runtime its client runs on.
+struct Mcp {
+    vm: Option<McpSession>,
+    rt: tokio::runtime::Runtime,
+    /// Sessions started (the VM's first one, one after each kill, one per subagent).
+    sessions: usize,
+    /// Kills that landed after the server had answered.
+    answered: usize,
+}
+
+const VM_FLAGS: &[&str] = &["--role", "vm", "--agent", "vm"];
+
+impl Mcp {
+    fn start_vm(&mut self, run: &Run) {
+        let flags: Vec<String> = VM_FLAGS.iter().map(|s| s.to_string()).collect();
+        let vm = self.rt.block_on(McpSession::start(run, &flags, Vec::new()));
+        // A person decides gates, outside MCP: no session of the VM has a tool for it.
+        for t in ["approve", "reject"] {
+            assert!(!vm.tools.contains_key(t), "a VM session lists {t}");
+        }
+        self.vm = Some(vm);
+        self.sessions += 1;
+    }
+
+    fn vm(&self) -> &McpSession {
+        self.vm.as_ref().unwrap()
+    }
+}
+
+impl Drop for Mcp {
+    fn drop(&mut self) {
+        if let Some(vm) = self.vm.take() {
+            let _ = self.rt.block_on(vm.client.cancel());
+        }
+    }
+}
+
+/// How the VM's steps are sent.
+enum Via {
+    /// Each step a command line of `guide vm`.
+    Cli,
+    /// Each step a tool call of the VM's MCP session, from its `vm` prompt.
+    Mcp(Box<Mcp>),
+}
+
+impl Via {
+    fn mcp(run: &Run) -> Via {
+        let mut m = Mcp {
+            vm: None,
+            rt: tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap(),
+            sessions: 0,
+            answered: 0,
+        };
+        m.start_vm(run);
+        Via::Mcp(Box::new(m))
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Via::Cli => "the command line",
+            Via::Mcp(_) => "MCP",
+        }
+    }
+
+    /// The kill lands this many microseconds at most after the step is sent: about the time a
+    /// step takes (a debug binary's start-up and its write; a tool call on a running server),
+    /// so that some kills land before the write and some after.
+    fn kill_window(&self) -> u64 {
+        match self {
+            Via::Cli => 30_000,
+            Via::Mcp(_) => 4_000,
+        }
+    }
+
+    /// A guide's text: the `guide` command's, or the VM session's prompt.
+    fn guide(&mut self, run: &Run, who: &str) -> String {
+        match self {
+            Via::Cli => {
+                let out = run.cmd().args(["guide", who]).assert().success();
+                String::from_utf8(out.get_output().stdout.clone()).unwrap()
+            }
+            Via::Mcp(m) => m.rt.block_on(m.vm().prompt(who, Map::new())),
+        }
+    }
+
+    /// Sends one step: runs the command, or calls its tool.
+    fn send(&mut self, run: &Run, argv: &[String]) -> Sent {
+        match self {
+            Via::Cli => {
+                let out = run.cmd().args(argv).output().unwrap();
+                let text = String::from_utf8(out.stdout).unwrap();
+                Sent {
+                    code: out.status.code().unwrap().into(),
+                    json: serde_json::from_str(&text).unwrap_or(Value::Null),
+                    id: text.trim().parse().ok(),
+                }
+            }
+            Via::Mcp(m) => {
+                let (tool, args) = m.vm().tool_call(argv);
+                m.rt.block_on(m.vm().call(&tool, args))
+            }
+        }
+    }
+
+    /// Sends one step and SIGKILLs the VM's process `delay` later: the command, or the VM's
+    /// MCP server (then a new session is started, as a restarted VM's client does).
+    fn killed(&mut self, run: &Run, argv: &[String], delay: Duration) {
+        let kill_at = move |pid: i32| {
+            std::thread::spawn(move || {
+                std::thread::sleep(delay);
+                // SAFETY: kill(2) on our own child's pid.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            })
+        };
+        match self {
+            Via::Cli => {
+                let mut child = run
+                    .std_cmd()
+                    .args(argv)
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap();
+                kill_at(child.id() as i32).join().unwrap();
+                let _ = child.wait();
+            }
+            Via::Mcp(m) => {
+                let vm = m.vm.take().unwrap();
+                let (tool, args) = vm.tool_call(argv);
+                let killer = kill_at(vm.pid);
+                let answer = m.rt.block_on(
+                    vm.client
+                        .call_tool(CallToolRequestParams::new(tool).with_arguments(args)),
+                );
+                killer.join().unwrap();
+                m.answered += usize::from(answer.is_ok());
+                let _ = m.rt.block_on(vm.client.cancel());
+            }
+        }
+        // A killed process's last COMMIT may still be on its way through PostgreSQL: the
+        // server ends its session when it sees the client gone (a restarted VM comes later).
+        if let Some(url) = &run.pg_url {
+            pg::await_no_other_sessions(url);
+        }
+        if let Via::Mcp(m) = self {
+            m.start_vm(run);
+        }
+    }
+
+    /// A subagent's session, given by the VM's `guide subagent` line (`argv`, filled in):
+    /// on the command line, that guide is printed and its line that pipes the output into
+    /// `bind` is run; through MCP, a session of `mcp --role subagent` is started with that
+    /// line's execution and agent, reads its own `subagent` prompt, and sends the prompt's
+    /// `bind` line with the output as its value.
+    fn subagent(&mut self, run: &Run, argv: &[String], output: &str) {
+        let vars = HashMap::from([("PROSE_RUN", run.id.clone())]);
+        let given = |option: &str| {
+            let at = argv.iter().position(|w| w == option)?;
+            Some(argv[at + 1].clone())
+        };
+        let name = given("--name").expect("the subagent line names its binding");
+        match self {
+            Via::Cli => {
+                let out = run.cmd().args(argv).assert().success();
+                let md = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+                let line = sh_lines(&md)
+                    .into_iter()
+                    .find(|l| l.contains(" bind ") && l.contains(" - "))
+                    .expect("no subagent line that binds its output from stdin");
+                // The line pipes the output into `bind NAME -`: the same bytes on stdin here.
+                let (_, bind) = line.split_once("| ").unwrap();
+                run.cmd()
+                    .args(fill(bind, &[], &vars))
+                    .write_stdin(output.to_string())
+                    .assert()
+                    .success();
+            }
+            Via::Mcp(m) => {
+                // The session's agent is the line's, else the binding's name (a session always
+                // acts as an agent).
+                let agent = given("--agent").unwrap_or_else(|| name.clone());
+                let mut flags: Vec<String> = ["--role", "subagent", "--agent", &agent]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect();
+                let mut pinned = Vec::new();
+                if let Some(id) = given("--execution-id") {
+                    flags.extend(["--execution-id".to_string(), id.clone()]);
+                    pinned.push(("execution_id", id));
+                }
+                let session = m.rt.block_on(McpSession::start(run, &flags, pinned));
+                m.sessions += 1;
+                for t in VM_ONLY {
+                    assert!(!session.tools.contains_key(*t), "a subagent lists {t}");
+                }
+                let md = m.rt.block_on(
+                    session.prompt("subagent", Map::from_iter([("name".into(), json!(name))])),
+                );
+                // No stdin through MCP: the line that gives the value as an argument.
+                let line = sh_lines(&md)
+                    .into_iter()
+                    .find(|l| l.contains(" bind ") && !l.contains('|'))
+                    .expect("no subagent line that binds its output");
+                let (tool, mut args) = session.tool_call(&fill(&line, &[], &vars));
+                assert_eq!(tool, "bind");
+                assert_eq!(args["name"], json!(name), "{line}");
+                assert!(args.contains_key("value"), "{line}");
+                args.insert("value".into(), json!(output));
+                let sent = m.rt.block_on(session.call(&tool, args));
+                assert_eq!(sent.code, 0, "{}", sent.json);
+                m.rt.block_on(session.client.cancel()).unwrap();
+            }
+        }
+    }
 }
 
 /// One construct of a program.
@@ -257,6 +680,42 @@ fn corpus() -> Vec<(&'static str, Vec<Node>)> {
     ]
 }
 
+/// The test's own look at the run's execution log, on either backend (as `count_rows`), through
+/// one kept connection.
+struct Db<'a> {
+    run: &'a Run,
+    sqlite: Option<rusqlite::Connection>,
+    pg: Option<postgres::Client>,
+}
+
+impl Db<'_> {
+    /// How many execution records of the run meet `condition`.
+    fn records(&mut self, condition: &str) -> i64 {
+        match &self.run.pg_url {
+            Some(url) => self
+                .pg
+                .get_or_insert_with(|| postgres::Client::connect(url, postgres::NoTls).unwrap())
+                .query_one(
+                    &format!(
+                        "SELECT COUNT(*) FROM openprose.execution WHERE run_id = $1 AND ({condition})"
+                    ),
+                    &[&self.run.id],
+                )
+                .unwrap()
+                .get(0),
+            None => self
+                .sqlite
+                .get_or_insert_with(|| self.run.conn())
+                .query_row(
+                    &format!("SELECT COUNT(*) FROM execution WHERE {condition}"),
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap(),
+        }
+    }
+}
+
 /// An open construct as the harness knows it: its statement text, its record id, and the last
 /// thing done inside it.
 struct Open {
@@ -267,13 +726,17 @@ struct Open {
 
 struct Vm<'a> {
     run: &'a Run,
+    db: Db<'a>,
     lines: &'a Lines,
+    via: Via,
     stack: Vec<Open>,
     /// The last thing done at the top level.
     after: Option<String>,
     index: i64,
     steps: usize,
     kills: usize,
+    /// Killed steps that had not landed, sent again.
+    resent: usize,
     /// Kill the step when the step counter hits a multiple of this.
     kill_every: usize,
     rng: u64,
@@ -294,6 +757,11 @@ impl Vm<'_> {
         v
     }
 
+    /// The innermost open construct's record: the parent of what is appended now.
+    fn scope(&self) -> Option<i64> {
+        self.stack.last().map(|o| o.id)
+    }
+
     fn rand(&mut self) -> u64 {
         self.rng ^= self.rng << 13;
         self.rng ^= self.rng >> 7;
@@ -301,48 +769,42 @@ impl Vm<'_> {
         self.rng
     }
 
-    /// Runs one command of the guide; sometimes SIGKILLs it first and recovers from
-    /// `resume`, as a VM that lost its context does. Returns its stdout.
-    fn step(
-        &mut self,
-        argv: Vec<String>,
-        killable: bool,
-        landed: &dyn Fn(&Value) -> bool,
-    ) -> String {
+    /// Sends one step of the guide; sometimes SIGKILLs it first and recovers from `resume`,
+    /// as a VM that lost its context does. Returns the id of the record it appended.
+    fn step(&mut self, argv: Vec<String>, killable: bool, landed: &dyn Fn(&Value) -> bool) -> i64 {
         self.steps += 1;
         if killable && self.kills < 3 && self.steps.is_multiple_of(self.kill_every) {
             self.kills += 1;
             let before = self.resume()["position"]["last_event"]["id"]
                 .as_i64()
                 .unwrap_or(0);
-            let mut c = self.run.std_cmd();
-            let mut child = c
-                .args(&argv)
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .unwrap();
-            std::thread::sleep(Duration::from_micros(self.rand() % 4000));
-            let _ = child.kill();
-            let _ = child.wait();
+            let delay = Duration::from_micros(self.rand() % self.via.kill_window());
+            // The kill waits for the killed process's server session to end: not for ours.
+            self.db.pg = None;
+            self.via.killed(self.run, &argv, delay);
             // What a VM does after a crash: ask resume whether the step landed.
             let doc = self.resume();
             let last = doc["position"]["last_event"]["id"].as_i64().unwrap_or(0);
             if last > before && landed(&doc) {
-                return last.to_string();
+                return last;
             }
+            self.resent += 1;
         }
-        let out = self.run.cmd().args(&argv).assert();
-        let out = out.success();
-        String::from_utf8(out.get_output().stdout.clone()).unwrap()
+        let sent = self.via.send(self.run, &argv);
+        assert_eq!(sent.code, 0, "{argv:?}: {}", sent.json);
+        sent.id
+            .unwrap_or_else(|| panic!("{argv:?} gave no record id: {}", sent.json))
     }
 
-    fn resume(&self) -> Value {
-        stdout_json(&self.run.cmd().args(["--json", "resume"]).assert().success())
+    fn resume(&mut self) -> Value {
+        let sent = self.via.send(self.run, &["--json".into(), "resume".into()]);
+        assert_eq!(sent.code, 0, "resume: {}", sent.json);
+        assert!(sent.json.is_object(), "resume gave {}", sent.json);
+        sent.json
     }
 
     /// Resume names exactly where the program stands.
-    fn check(&self, what: &str) {
+    fn check(&mut self, what: &str) {
         let doc = self.resume();
         let p = &doc["position"];
         let want_current = self.stack.last().map(|o| o.text.clone());
@@ -361,6 +823,18 @@ impl Vm<'_> {
             .collect();
         let want_open: Vec<String> = self.stack.iter().map(|o| o.text.clone()).collect();
         assert_eq!(open, want_open, "after {what}");
+    }
+
+    /// The database itself holds record `id` with this text and status, under this parent.
+    fn stored(&mut self, id: i64, text: &str, status: &str, parent: Option<i64>) {
+        let parent = parent.map_or("parent_id IS NULL".to_string(), |p| {
+            format!("parent_id = {p}")
+        });
+        let cond = format!(
+            "id = {id} AND statement_text = '{}' AND status = '{status}' AND {parent}",
+            text.replace('\'', "''")
+        );
+        assert_eq!(self.db.records(&cond), 1, "no record {cond}");
     }
 
     fn done(&mut self, text: &str) {
@@ -401,11 +875,50 @@ impl Vm<'_> {
             set.push(("--error", "it failed".to_string()));
         }
         let mut argv = fill(line, &set, &self.vars());
-        if let (Some(o), false) = (self.stack.last(), argv.iter().any(|w| w == "--parent")) {
-            argv.extend(["--parent".to_string(), o.id.to_string()]);
+        if let (Some(id), false) = (self.scope(), argv.iter().any(|w| w == "--parent")) {
+            argv.extend(["--parent".to_string(), id.to_string()]);
         }
-        let out = self.step(argv, true, &Self::last_is(text, status));
-        out.trim().parse().unwrap_or(0)
+        let id = self.step(argv, true, &Self::last_is(text, status));
+        self.stored(id, text, status, self.scope());
+        id
+    }
+
+    /// A subagent's session writes its output binding in the innermost construct's scope,
+    /// given the block the VM's `guide subagent` line prints for it.
+    fn subagent(&mut self, name: &str) {
+        let l = self.lines;
+        let scope = self.scope();
+        let line = match scope {
+            Some(_) => l.with(&["guide subagent", "--execution-id"]),
+            None => l.with(&["guide subagent"]),
+        };
+        assert_eq!(scope.is_some(), line.contains("--execution-id"), "{line}");
+        let set = [("--name", name.to_string()), ("--agent", name.to_string())];
+        let argv = fill(&line, &set, &self.vars());
+        let output = format!("{name}: the output\n");
+        self.via.subagent(self.run, &argv, &output);
+        let (at, _, value, _, _) = self
+            .run
+            .view()
+            .binding(name, scope)
+            .unwrap_or_else(|| panic!("no binding {name} in scope {scope:?}"));
+        assert_eq!((at, value.as_deref()), (scope, Some(output.as_str())));
+    }
+
+    /// A gate of the run as listed (`gates --status all`).
+    fn listed(&mut self, gate: &str) -> Value {
+        let argv: Vec<String> = ["--json", "gates", "--status", "all"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let sent = self.via.send(self.run, &argv);
+        assert_eq!(sent.code, 0, "{}", sent.json);
+        // Through MCP a list is under `gates`, with its page.
+        let list = match &sent.json {
+            Value::Array(all) => all.clone(),
+            page => page["gates"].as_array().unwrap().clone(),
+        };
+        list.into_iter().find(|g| g["id"] == gate).unwrap()
     }
 
     fn next_index(&mut self) -> i64 {
@@ -430,21 +943,7 @@ impl Vm<'_> {
                 self.check(text);
             }
             Session(text, name) => {
-                // The subagent's line pipes its output into `bind NAME -`: the same bytes on
-                // stdin here.
-                let (_, bind) = l.subagent_output.split_once("| ").unwrap();
-                let argv: Vec<String> = fill(bind, &[], &self.vars())
-                    .into_iter()
-                    .map(|w| if w == "NAME" { name.to_string() } else { w })
-                    .collect();
-                self.run
-                    .cmd()
-                    .args(&argv)
-                    .write_stdin(format!("{name}: the output\n"))
-                    .assert()
-                    .success();
-                let got = self.run.get(name, None);
-                assert_eq!(got, format!("{name}: the output\n").as_bytes());
+                self.subagent(name);
                 self.append(&stmt_line, at, text, "completed", None, false);
                 self.done(text);
                 self.check(text);
@@ -584,6 +1083,7 @@ impl Vm<'_> {
             Approve(gate, rejections) => {
                 let text = format!("approve {gate}:");
                 let vars = self.vars();
+                let scope = self.scope();
                 let create = l.with(&["gates create deploy"]);
                 let reopen = l.with(&["gates create review --reopen"]);
                 let wait = l.with(&["gates wait deploy"]);
@@ -593,6 +1093,14 @@ impl Vm<'_> {
                         if x == "deploy" || x == "review" {
                             *x = gate.to_string();
                         }
+                    }
+                    // Inside a construct `gates create` takes `--execution-id` with the
+                    // innermost one's id (the guide, under its table).
+                    let creates = w[1] == "create";
+                    if let (Some(id), true) =
+                        (scope, creates && !w.contains(&"--execution-id".into()))
+                    {
+                        w.extend(["--execution-id".to_string(), id.to_string()]);
                     }
                     w
                 };
@@ -608,7 +1116,8 @@ impl Vm<'_> {
                 } else {
                     gate_set(&create)
                 };
-                self.run.cmd().args(&first).assert().success();
+                let sent = self.via.send(self.run, &first);
+                assert_eq!(sent.code, 0, "{first:?}: {}", sent.json);
                 self.gate_records += 1;
                 for r in 0..=*rejections {
                     let doc = self.resume();
@@ -620,6 +1129,12 @@ impl Vm<'_> {
                         .unwrap()
                         .clone();
                     assert_eq!(g["next_step"]["action"], "wait", "{doc}");
+                    // The opening's `approve GATE:` record (pending: the log is append-only) is in
+                    // the innermost construct.
+                    let listed = self.listed(gate);
+                    let record = listed["execution_id"].as_i64().unwrap();
+                    self.stored(record, &text, "pending", scope);
+                    // A person decides, on the command line (no tool decides a gate).
                     let decide = if r < *rejections {
                         &l.reject
                     } else {
@@ -642,31 +1157,11 @@ impl Vm<'_> {
                         .assert()
                         .success();
                     // The guide waits with `--instance N`: the opening `gates create` printed.
-                    let listed = self
-                        .run
-                        .cmd()
-                        .args(["--json", "gates", "--status", "all"])
-                        .assert()
-                        .success();
-                    let instance = stdout_json(&listed)
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .find(|g| g["id"] == *gate)
-                        .unwrap()["instance"]
-                        .as_i64()
-                        .unwrap();
+                    let instance = listed["instance"].as_i64().unwrap();
                     let mut wait_argv = gate_set(&wait);
                     let at = wait_argv.iter().position(|w| w == "--instance").unwrap();
                     wait_argv[at + 1] = instance.to_string();
-                    let code = self
-                        .run
-                        .cmd()
-                        .args(&wait_argv)
-                        .assert()
-                        .get_output()
-                        .status
-                        .code();
+                    let code = self.via.send(self.run, &wait_argv).code;
                     let doc = self.resume();
                     let g = doc["gates"]
                         .as_array()
@@ -676,13 +1171,15 @@ impl Vm<'_> {
                         .unwrap()
                         .clone();
                     if r < *rejections {
-                        assert_eq!(code, Some(5));
+                        assert_eq!(code, 5);
                         // The create line's on_reject, as the program wrote it, names the step.
                         assert_eq!(g["next_step"]["action"], "retry", "{doc}");
-                        self.run.cmd().args(gate_set(&reopen)).assert().success();
+                        let again = gate_set(&reopen);
+                        let sent = self.via.send(self.run, &again);
+                        assert_eq!(sent.code, 0, "{again:?}: {}", sent.json);
                         self.gate_records += 1;
                     } else {
-                        assert_eq!(code, Some(0));
+                        assert_eq!(code, 0);
                         assert_eq!(g["next_step"]["action"], "continue", "{doc}");
                     }
                 }
@@ -696,20 +1193,41 @@ impl Vm<'_> {
 }
 
 fn the_literal_vm_plays_the_corpus(b: Backend) {
+    play_the_corpus(b, false);
+}
+
+fn the_literal_vm_plays_the_corpus_through_mcp(b: Backend) {
+    play_the_corpus(b, true);
+}
+
+fn play_the_corpus(b: Backend, mcp: bool) {
     let Some(p) = Project::on(b) else { return };
     let mut kills = 0;
+    let mut resent = 0;
     let mut steps = 0;
+    let mut sessions = 0;
+    let mut answered = 0;
+    let mut how = "";
     for (name, program) in corpus() {
         let run = p.init();
-        let lines = Lines::read(&run);
+        let mut via = if mcp { Via::mcp(&run) } else { Via::Cli };
+        how = via.name();
+        let lines = Lines::read(&mut via, &run);
         let mut vm = Vm {
             run: &run,
+            db: Db {
+                run: &run,
+                sqlite: None,
+                pg: None,
+            },
             lines: &lines,
+            via,
             stack: Vec::new(),
             after: None,
             index: 0,
             steps: 0,
             kills: 0,
+            resent: 0,
             kill_every: 4,
             rng: 0x9e37_79b9_7f4a_7c15 ^ name.len() as u64,
             gate_records: 0,
@@ -717,16 +1235,31 @@ fn the_literal_vm_plays_the_corpus(b: Backend) {
         vm.play(&program);
         assert!(vm.stack.is_empty(), "{name}");
         kills += vm.kills;
+        resent += vm.resent;
         steps += vm.steps;
-        // Nothing ran twice and nothing was lost to a kill: one record per step.
-        let doc = stdout_json(&run.cmd().args(["--json", "resume"]).assert().success());
+        // Nothing ran twice and nothing was lost to a kill: one record per step, as resume
+        // counts them and in the database itself.
+        let doc = vm.resume();
         assert!(doc["position"]["current"].is_null(), "{name}: {doc}");
+        let records = (vm.steps + vm.gate_records) as i64;
+        assert_eq!(doc["counts"]["records"].as_i64(), Some(records), "{name}");
         assert_eq!(
-            doc["counts"]["records"].as_u64(),
-            Some((vm.steps + vm.gate_records) as u64),
+            count_rows(&p, &run, "execution", "1 = 1"),
+            records,
             "{name}"
         );
+        if let Via::Mcp(m) = &vm.via {
+            sessions += m.sessions;
+            answered += m.answered;
+        }
     }
-    eprintln!("literal VM: {kills} kills in {steps} steps");
+    let mcp = if mcp {
+        format!(" ({answered} after the server answered; {sessions} sessions)")
+    } else {
+        String::new()
+    };
+    eprintln!(
+        "literal VM through {how} on {b:?}: {kills} kills in {steps} steps, {resent} of them not landed and sent again{mcp}"
+    );
     assert!(kills >= 20, "{kills} kills in {steps} steps");
 }
