@@ -404,8 +404,14 @@ impl PgStore {
         let started = store.start();
         let (version, run_exists) = match started {
             // A kept connection the server has closed since (restarted, or the session
-            // terminated): a new one, as if none had been kept.
-            Err(e) if was_kept && (e.is_closed() || store.client.is_closed()) => {
+            // terminated: its first statement may read the termination notice, 57P01, before
+            // the socket shows closed): a new one, as if none had been kept.
+            Err(e)
+                if was_kept
+                    && (e.is_closed()
+                        || store.client.is_closed()
+                        || e.code() == Some(&SqlState::ADMIN_SHUTDOWN)) =>
+            {
                 drop(store);
                 return Self::connect(url, run, opts);
             }
