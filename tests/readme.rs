@@ -43,3 +43,20 @@ fn the_quickstart_runs_as_written_in_an_empty_directory() {
     assert!(stdout.contains("Binding written: research"), "{stdout}");
     assert!(stdout.contains("Processed chunk into 3 parts"), "{stdout}");
 }
+
+/// docs/commands.md is the reference generated from the command-line definition, byte for
+/// byte: a change to src/cli.rs that is not carried into it fails here, saying how to refresh.
+#[test]
+fn the_command_reference_is_generated_from_the_definition() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/commands.md");
+    let generated = prose_state::cmd::docs::reference();
+    if std::env::var_os("PROSE_STATE_BLESS").is_some() {
+        std::fs::write(path, &generated).unwrap();
+    }
+    let on_disk = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        on_disk == generated,
+        "docs/commands.md is not the reference src/cli.rs generates; refresh it with: {}",
+        prose_state::cmd::docs::REFERENCE_REFRESH
+    );
+}
