@@ -294,7 +294,7 @@ fn one_line(text: &str) -> String {
 
 /// The anchor a Markdown renderer (GitHub's rule) gives a heading: lower case, spaces as
 /// hyphens, every other character but letters, digits, `_` and `-` dropped.
-pub fn slug(heading: &str) -> String {
+fn slug(heading: &str) -> String {
     heading
         .to_lowercase()
         .chars()
