@@ -92,7 +92,7 @@ pub fn reference() -> String {
         out.push_str(&arg_item(arg));
     }
     out.push_str("- `-h, --help`: print help (`-h` a summary, `--help` in full), ending with the exit codes\n");
-    out.push_str("- `-V, --version`: print the version\n");
+    out.push_str("\n`prose-state -V` (`--version`), before any command, prints the version.\n");
     for (path, cmd, inherited) in &commands {
         out.push_str(&format!("\n## `{path}`\n\n"));
         if let Some(about) = cmd.get_long_about().or(cmd.get_about()) {
