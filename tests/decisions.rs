@@ -87,7 +87,7 @@ fn audit_rows(run: &Run) -> Vec<Row> {
     }
 }
 
-/// The chain hash as README documents it: an agent can compute it.
+/// The chain hash as docs/gates-and-trust.md documents it: an agent can compute it.
 fn chain_hash(r: &Row, prev: &str) -> String {
     let canonical = serde_json::json!([
         "prose-audit-2",

@@ -754,7 +754,7 @@ fn forged_row(rng: &mut StdRng, rows: &[AuditRow], gates: &[GateRow], run_id: &s
     if rng.random_bool(0.7) {
         let prev = tip.and_then(|(_, t)| t.hash.clone()).unwrap_or_default();
         r.prev_hash = Some(prev.clone());
-        // The chain hash anyone can compute (README); only the key seals it.
+        // The chain hash anyone can compute (docs/gates-and-trust.md); only the key seals it.
         r.hash = Some(r.chain_hash(&prev));
     }
     if rng.random_bool(0.5) {

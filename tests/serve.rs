@@ -1490,7 +1490,7 @@ fn a_run_in_a_url_is_a_run_id_of_this_project(b: Backend) {
 
 /// A form the page's own forms would never send: a field twice, a JSON body, no content
 /// type, a body that is not a form, one too large. Each is 400 (413 too large) with a line
-/// saying why, as README says, and writes nothing.
+/// saying why, as docs/approval-page.md says, and writes nothing.
 fn malformed_forms_are_400_and_change_nothing(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();

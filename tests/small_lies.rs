@@ -104,7 +104,7 @@ fn typos_get_did_you_mean() {
     assert_eq!(count_rows(&p, &run, "bindings", "1 = 1"), 0);
 }
 
-/// Every subcommand's help ends with the exit codes (README promises it), and the usage of a
+/// Every subcommand's help ends with the exit codes (docs/cli.md promises it), and the usage of a
 /// gate command reads `[RUN] GATE`.
 #[test]
 fn every_help_ends_with_the_exit_codes_and_usage_lines_are_true() {

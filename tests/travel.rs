@@ -1539,26 +1539,26 @@ fn prune_takes_runs_that_live_only_on_the_server() {
     );
 }
 
-/// The README's one line that moves a SQLite project to a PostgreSQL server, run as written:
-/// every run is then on the server, whole, and answers from there.
+/// The one line docs/moving-runs.md gives to move a SQLite project to a PostgreSQL server, run
+/// as written: every run is then on the server, whole, and answers from there.
 #[test]
 fn the_documented_move_to_postgres_runs_as_written() {
     let Some(server) = Project::on(Backend::Postgres) else {
         return;
     };
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
-    let section = readme
-        .split("## Moving runs")
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/moving-runs.md"))
+        .unwrap();
+    let section = page
+        .split("## Moving a SQLite project to PostgreSQL")
         .nth(1)
         .and_then(|s| s.split("\n## ").next())
-        .expect("a Moving runs section");
+        .expect("a section on moving a SQLite project to PostgreSQL");
     let line = section
         .split("```sh\n")
         .filter_map(|b| b.split("\n```").next())
         .find(|b| b.contains("for d in"))
         .expect("the one-liner");
-    // A SQLite project with two runs, then the URL set, as the README says.
+    // A SQLite project with two runs, then the URL set, as the page says.
     let p = Project::new();
     let runs: Vec<common::Run> = (0..2)
         .map(|i| {
