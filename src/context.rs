@@ -62,6 +62,8 @@ impl Context {
         let from_env = || std::env::var("PROSE_RUN").ok().filter(|r| !r.is_empty());
         // Where a committed gate change is announced (`notify`).
         crate::notify::set_project(&prose_dir);
+        // What keeps the project catalog up to date with each run's commits.
+        crate::store::sqlite::watch_commits(crate::store::catalog::watch);
         Context {
             root,
             run: g.run.clone().or_else(from_env),

@@ -162,7 +162,17 @@ fn decide(
     req: &DecideRequest,
 ) -> Result<DecisionMade> {
     let (_, mut store) = ctx.open_run(run.or(ctx.run.as_deref()))?;
-    self::run(req, store.as_mut(), &mut crate::term::confirm)
+    self::run(req, store.as_mut(), &mut |g: &GateRow, action: &str| {
+        crate::term::confirm(
+            &crate::term::Asked {
+                gate: &g.id,
+                run: g.run_id.as_deref().unwrap_or("-"),
+                prompt: &g.prompt,
+                timeout_at: g.timeout_at.as_deref(),
+            },
+            action,
+        )
+    })
 }
 
 /// Who decides (`Context::decider`). A decision refused there (a token that is not valid, a

@@ -949,3 +949,20 @@ fn agents_outside_the_run(
     }
     Ok(())
 }
+
+/// `import PATH [--from run|filesystem]`: a run directory of prose-state's (`import`), or a run
+/// of the filesystem state mode (here).
+impl super::Run for ImportArgs {
+    type Output = Imported;
+    fn run(&self, ctx: &Context) -> Result<Imported> {
+        if self.from != crate::cli::ImportFrom::Filesystem {
+            return super::import::from_run(self, ctx);
+        }
+        if self.run_id.is_some() {
+            return Err(crate::error::usage(
+                "--run-id re-identifies a run of prose-state's; a filesystem run takes its id from its directory",
+            ));
+        }
+        run(self, ctx)
+    }
+}

@@ -1,6 +1,6 @@
 //! `import`: a run brought into this project's backend, whole or not at all.
 
-use crate::cli::{BackendArg, ImportArgs, ImportFrom};
+use crate::cli::{BackendArg, ImportArgs};
 use crate::context::Context;
 use crate::error::{not_found, refused, shown, usage};
 use crate::output::Render;
@@ -132,15 +132,9 @@ pub struct Incoming<'a> {
     pub label: String,
 }
 
-pub fn run(args: &ImportArgs, ctx: &Context) -> Result<Imported> {
-    if args.from == ImportFrom::Filesystem && args.run_id.is_some() {
-        return Err(usage(
-            "--run-id re-identifies a run of prose-state's; a filesystem run takes its id from its directory",
-        ));
-    }
-    if args.from == ImportFrom::Filesystem {
-        return super::fs_import::run(args, ctx);
-    }
+/// `import` of a run directory of prose-state's (`fs_import` dispatches: it also takes a run
+/// of the filesystem state mode).
+pub fn from_run(args: &ImportArgs, ctx: &Context) -> Result<Imported> {
     if let Some(new) = &args.run_id {
         crate::model::check_run_id(new)?;
         if !args.vouch {
@@ -464,11 +458,4 @@ fn other_content(id: &str) -> anyhow::Error {
         "run {} already exists here with other content: import --replace to replace it (nothing was imported)",
         shown(id)
     ))
-}
-
-impl super::Run for ImportArgs {
-    type Output = Imported;
-    fn run(&self, ctx: &Context) -> Result<Imported> {
-        run(self, ctx)
-    }
 }

@@ -4,10 +4,13 @@
 pub mod catalog;
 pub mod chain;
 pub mod dump;
+pub mod effects;
 pub mod postgres;
 pub mod principals;
 pub mod rules;
+pub mod signatures;
 pub mod sqlite;
+mod sqlite_rows;
 
 /// Whether stores keep their connections for the next open (a long-lived process, the MCP
 /// server); a command, which opens a store once, never does.
@@ -482,7 +485,7 @@ pub struct Decision<'a> {
     pub instance: Option<i64>,
     pub now: &'a str,
     /// The approval page's key, which signs the decision (`sign`); None on the command line.
-    pub signer: Option<&'a crate::sign::Signer>,
+    pub signer: Option<&'a dyn signatures::SignsDecisions>,
 }
 
 /// A decision refused before it reached the gate (see `rules::refuse_attempt`).
@@ -829,7 +832,7 @@ pub struct RunStats {
 
 /// A run's stats: its store's figures, and the files of its attachments (in `run_dir`).
 pub fn run_stats(store: &mut dyn Store, run_dir: &Path, id: &str) -> Result<RunStats> {
-    let (files, bytes) = crate::attach::footprint(run_dir);
+    let (files, bytes) = crate::run::footprint(run_dir);
     Ok(RunStats {
         run_id: store.run_info().map_or_else(|_| id.to_string(), |r| r.id),
         store: store.stats()?,
@@ -949,7 +952,7 @@ pub fn decision_metadata(gate: &GateRow, d: &Decision) -> serde_json::Value {
         metadata["on_reject"] = gate.on_reject.clone().into();
     }
     if let Some(signer) = d.signer {
-        metadata["signature"] = signer.sign(&crate::sign::Signed {
+        metadata["signature"] = signer.sign(&signatures::Signed {
             run: gate.run_id.as_deref().unwrap_or_default(),
             gate: &gate.id,
             instance: gate.instance,
@@ -1262,7 +1265,7 @@ pub trait Store: AgentStore {
             report.first_broken = Some(chain::BrokenLink { id: 0, reason });
         }
         if let Some(signed) = signed {
-            crate::sign::check(&mut report, &rows, &gates, signed);
+            signatures::check(&mut report, &rows, &gates, signed);
         }
         Ok(report)
     }
@@ -1433,24 +1436,6 @@ pub struct Stamp {
     pub min_writer: i64,
 }
 
-/// The exit code of an error no command gave one: a database conflict or a lost connection
-/// that a retry may clear is 75 (busy), whichever layer it came through.
-pub fn classify(e: &anyhow::Error) -> Option<crate::error::Code> {
-    e.chain().find_map(|c| {
-        if let Some(pg) = c.downcast_ref::<::postgres::Error>() {
-            return postgres::transient(pg).then_some(crate::error::Code::Busy);
-        }
-        if let Some(lite) = c.downcast_ref::<rusqlite::Error>() {
-            return matches!(
-                lite.sqlite_error_code(),
-                Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-            )
-            .then_some(crate::error::Code::Busy);
-        }
-        None
-    })
-}
-
 /// What `migrate` found, or did.
 #[derive(Debug)]
 pub struct Migration {
@@ -1498,10 +1483,4 @@ pub fn refuse_write(stamp_version: i64, ours: i64, location: &str) -> anyhow::Er
     ))
 }
 
-/// Where a run's state is kept; recorded in the run directory (`backend.json`) when it is
-/// not the default SQLite, so later commands on the run need no flag.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
-}
+pub use crate::model::Backend;

@@ -3,6 +3,7 @@
 //! closed; every audit event is chained to the last; the first decision wins and every
 //! refusal is logged; a retried keyed append is not appended twice.
 
+use super::effects as notify;
 use super::tx::{Tx, TxKind};
 use super::{
     AuditRow, BindOutcome, Created, Decided, Decision, Finished, ImportAdded, ImportRow,
@@ -10,7 +11,6 @@ use super::{
 };
 use crate::error::{not_found, refused, shown};
 use crate::model::{GateStatus, RunStatus};
-use crate::notify;
 use anyhow::{anyhow, Result};
 
 /// A write to a finished run (`completed` or `failed`) is refused. Checked inside the write's

@@ -1,0 +1,155 @@
+//! Signed decisions, as the sealed chain checks them: what a signature covers, and whether a
+//! decided gate's signature stands against a pinned public key. Holding and using a signing
+//! key is the approval page's (`sign`); the store only asks a [`SignsDecisions`] for the
+//! signature of a decision it records.
+
+use super::chain::{ChainReport, Derived, Integrity};
+use super::{AuditRow, GateRow};
+use anyhow::Result;
+use ed25519_dalek::{Signature, Verifier as _, VerifyingKey};
+
+const PREFIX: &str = "ed25519:";
+
+/// What signs a decision as it is recorded (the approval page's key).
+pub trait SignsDecisions: std::fmt::Debug {
+    /// The signature of a decision, as its audit row keeps it.
+    fn sign(&self, what: &Signed) -> serde_json::Value;
+}
+
+/// What a signature covers, as the gate row and its decision say it.
+pub struct Signed<'a> {
+    pub run: &'a str,
+    pub gate: &'a str,
+    pub instance: i64,
+    pub prompt_hash: &'a str,
+    /// `approved` or `rejected`.
+    pub decision: &'a str,
+    pub principal: &'a str,
+    pub time: &'a str,
+}
+
+impl Signed<'_> {
+    /// The signed bytes: a JSON array, so that no field can run into the next.
+    pub fn message(&self) -> Vec<u8> {
+        serde_json::to_vec(&(
+            "prose-state signed decision v1",
+            self.run,
+            self.gate,
+            self.instance,
+            self.prompt_hash,
+            self.decision,
+            self.principal,
+            self.time,
+        ))
+        .unwrap_or_default()
+    }
+
+    /// What the decided `gate` row says was decided.
+    pub fn of_gate(gate: &'_ GateRow) -> Option<Signed<'_>> {
+        Some(Signed {
+            run: gate.run_id.as_deref()?,
+            gate: &gate.id,
+            instance: gate.instance,
+            prompt_hash: "",
+            decision: gate.status.as_str(),
+            principal: gate.resolved_by.as_deref()?,
+            time: gate.resolved_at.as_deref()?,
+        })
+    }
+}
+
+/// `ed25519:HEX` of a public key.
+pub fn public_tag(key: &VerifyingKey) -> String {
+    format!("{PREFIX}{}", crate::model::hex(key.as_bytes()))
+}
+
+/// A public key from its `ed25519:HEX` form (a usage error naming the value when it is not).
+pub fn parse_public(tag: &str) -> Result<VerifyingKey> {
+    let bad = || {
+        crate::error::usage(format!(
+            "not an Ed25519 public key (ed25519: and 64 hex digits): {}",
+            crate::error::shown(tag)
+        ))
+    };
+    let bytes = tag
+        .trim()
+        .strip_prefix(PREFIX)
+        .and_then(crate::seal::hex_bytes)
+        .ok_or_else(bad)?;
+    let bytes: [u8; 32] = bytes.try_into().map_err(|_| bad())?;
+    VerifyingKey::from_bytes(&bytes).map_err(|_| bad())
+}
+
+/// Why a decided gate's signature does not stand, if it does not: its decision (the sealed
+/// event `derived` names, of the gate's newest sealed opening) must carry a signature by
+/// `pinned` over what the gate row says was decided, with the hash of the gate's prompt.
+pub fn problem(
+    gate: &GateRow,
+    rows: &[AuditRow],
+    derived: Option<&Derived>,
+    pinned: &VerifyingKey,
+) -> Option<Integrity> {
+    let status = gate.status.as_str();
+    if status != "approved" && status != "rejected" {
+        return None;
+    }
+    let unsigned = |why: &str| Some(Integrity::Unattested(why.to_string()));
+    let Some(mut what) = Signed::of_gate(gate) else {
+        return Some(Integrity::Tampered(
+            "decided with no principal or time".into(),
+        ));
+    };
+    let hash = crate::model::sha256_tag(&gate.prompt);
+    what.prompt_hash = &hash;
+    let decision = derived.and_then(|d| d.decision.as_ref().map(|(_, _, id)| *id));
+    let metadata = rows
+        .iter()
+        .filter(|r| Some(r.id) == decision && r.event_type == status)
+        .filter_map(|r| serde_json::from_str::<serde_json::Value>(r.metadata.as_deref()?).ok())
+        .find(|m| m["instance"].as_i64().unwrap_or(1) == gate.instance);
+    let Some(metadata) = metadata else {
+        return unsigned("not signed: its decision is not in its log");
+    };
+    let sig = &metadata["signature"];
+    if sig.is_null() {
+        let client = metadata["client"].as_str().unwrap_or("another tool");
+        return Some(Integrity::Unattested(format!(
+            "not signed: decided through {}",
+            crate::error::shown(client)
+        )));
+    }
+    if sig["key"].as_str() != Some(public_tag(pinned).as_str()) {
+        return unsigned("signed by a key that is not the pinned one");
+    }
+    let valid = sig["sig"]
+        .as_str()
+        .and_then(crate::seal::hex_bytes)
+        .and_then(|b| <[u8; 64]>::try_from(b).ok())
+        .map(|b| Signature::from_bytes(&b))
+        .is_some_and(|s| pinned.verify(&what.message(), &s).is_ok());
+    if valid {
+        None
+    } else {
+        Some(Integrity::Tampered(
+            "its signature does not match the decision the gate records".into(),
+        ))
+    }
+}
+
+/// Adds to a run's report every decided gate whose signature does not stand (a gate already
+/// reported keeps its first finding).
+pub fn check(
+    report: &mut ChainReport,
+    rows: &[AuditRow],
+    gates: &[GateRow],
+    pinned: &VerifyingKey,
+) {
+    for gate in gates {
+        if report.gates.iter().any(|(g, _)| g == &gate.id) {
+            continue;
+        }
+        if let Some(p) = problem(gate, rows, report.derived.get(&gate.id), pinned) {
+            report.gates.push((gate.id.clone(), p));
+        }
+    }
+}
