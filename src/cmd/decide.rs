@@ -152,7 +152,7 @@ pub fn outcome(
 
 /// The page of the gate a command names, when the project says where its approval page is.
 fn page(ctx: &crate::context::Context, target: &crate::cli::RunGate) -> Option<String> {
-    crate::notify::gate_page(target.run().or(ctx.run.as_deref())?, target.gate())
+    crate::services::notify::gate_page(target.run().or(ctx.run.as_deref())?, target.gate())
 }
 
 /// Decides on the gate a command names, in the run it names.

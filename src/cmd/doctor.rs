@@ -1,11 +1,11 @@
 //! `doctor`: what is wrong with the runs, one line a problem; `--fix` repairs what is safe.
 
 use super::{over_runs, Run};
-use crate::attach::{self, TEMP_PREFIX};
 use crate::cli::DoctorArgs;
 use crate::context::Context;
 use crate::output::Render;
 use crate::run::{RunPaths, ATTACHMENTS_DIR};
+use crate::services::attach::{self, TEMP_PREFIX};
 use crate::store::chain::Integrity;
 use crate::store::{server_blob, BindingRow, Store, SERVER_PREFIX};
 use anyhow::Result;

@@ -8,6 +8,7 @@ pub mod effects;
 pub mod postgres;
 pub mod principals;
 pub mod rules;
+pub mod seal;
 pub mod signatures;
 pub mod sqlite;
 mod sqlite_rows;
@@ -1146,11 +1147,11 @@ pub trait Store: AgentStore {
                 ))
             }
         };
-        let Ok(Some(key)) = crate::seal::key_for_reading() else {
+        let Ok(Some(key)) = seal::key_for_reading() else {
             return;
         };
         let (_, seq, hash, seal) = tip;
-        if key.check(&hash, seal.as_deref()) != crate::seal::SealCheck::Valid {
+        if key.check(&hash, seal.as_deref()) != seal::SealCheck::Valid {
             return;
         }
         // Anchored under the run's own id (a row's `run_id` is what a writer of the database
@@ -1162,9 +1163,9 @@ pub trait Store: AgentStore {
         // stays where it is, and the break is remembered outside the run, so that a log put
         // back afterwards still fails verification here.
         let place = self.place();
-        if let Some(old) = crate::seal::anchored(&place, &run_id) {
+        if let Some(old) = seal::anchored(&place, &run_id) {
             if old.seq < seq && self.chain_hash_at(old.seq).ok().flatten() != Some(old.hash) {
-                let _ = crate::seal::mark_broken(
+                let _ = seal::mark_broken(
                     &place,
                     &run_id,
                     &format!(
@@ -1177,8 +1178,8 @@ pub trait Store: AgentStore {
                 );
             }
         }
-        let anchor = crate::seal::Anchor { seq, hash };
-        if let Err(e) = crate::seal::anchor(&place, &run_id, &anchor) {
+        let anchor = seal::Anchor { seq, hash };
+        if let Err(e) = seal::anchor(&place, &run_id, &anchor) {
             crate::output::warn(&format!("could not anchor the audit chain: {e:#}"));
         }
     }
@@ -1250,14 +1251,14 @@ pub trait Store: AgentStore {
         // log read after it holds every row it names. Read the other way round, a writer
         // committing and anchoring between the two reads looked like rows cut from the end.
         let run_id = self.run_info()?.id;
-        let anchor = crate::seal::anchored(&self.place(), &run_id);
+        let anchor = seal::anchored(&self.place(), &run_id);
         let rows = self.audit(&AuditFilter::default())?;
         let gates = self.read_gates(None)?;
-        let key = crate::seal::key_for_reading()?;
+        let key = seal::key_for_reading()?;
         let mut report = chain::check(&rows, &gates, Some(&run_id), key, anchor.as_ref());
         // What vouches for nothing: a run this machine saw broken, and one read where it must
         // not be written (a copy, a symlinked database), whose anchor is not its own.
-        let doubt = crate::seal::seen_broken(&self.place(), &run_id).or_else(|| {
+        let doubt = seal::seen_broken(&self.place(), &run_id).or_else(|| {
             self.containment()
                 .map(|why| format!("not verified here: {why}"))
         });

@@ -64,7 +64,7 @@ fn disagreement(
     let (integrity, derived) = super::chain::gate_against_history(
         gate,
         &tx.gate_history(&gate.id)?,
-        crate::seal::key_for_reading()?,
+        super::seal::key_for_reading()?,
     );
     let why = match integrity {
         super::chain::Integrity::Tampered(why) => Some(why),
@@ -114,7 +114,7 @@ pub fn append_audit(tx: &mut dyn Tx, e: &Event) -> Result<AuditRow> {
         seal: None,
     };
     let hash = row.chain_hash(&prev);
-    row.seal = Some(crate::seal::key_for_writing()?.seal(&hash));
+    row.seal = Some(super::seal::key_for_writing()?.seal(&hash));
     row.hash = Some(hash);
     tx.insert_audit(&row)?;
     Ok(row)
@@ -897,7 +897,7 @@ pub fn restore(mut tx: Box<dyn Tx + '_>, r: &Restore) -> Result<()> {
         tx.put_import_record(i)?;
     }
     let key = if r.reseal {
-        Some(crate::seal::key_for_writing()?)
+        Some(super::seal::key_for_writing()?)
     } else {
         None
     };

@@ -74,7 +74,7 @@ pub fn parse_public(tag: &str) -> Result<VerifyingKey> {
     let bytes = tag
         .trim()
         .strip_prefix(PREFIX)
-        .and_then(crate::seal::hex_bytes)
+        .and_then(super::seal::hex_bytes)
         .ok_or_else(bad)?;
     let bytes: [u8; 32] = bytes.try_into().map_err(|_| bad())?;
     VerifyingKey::from_bytes(&bytes).map_err(|_| bad())
@@ -123,7 +123,7 @@ pub fn problem(
     }
     let valid = sig["sig"]
         .as_str()
-        .and_then(crate::seal::hex_bytes)
+        .and_then(super::seal::hex_bytes)
         .and_then(|b| <[u8; 64]>::try_from(b).ok())
         .map(|b| Signature::from_bytes(&b))
         .is_some_and(|s| pinned.verify(&what.message(), &s).is_ok());

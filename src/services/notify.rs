@@ -161,7 +161,7 @@ fn open_log(prose: &Path) -> std::io::Result<std::fs::File> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    crate::seal::owner_only()
+    crate::store::seal::owner_only()
         .create(true)
         .append(true)
         .open(path)

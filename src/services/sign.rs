@@ -31,13 +31,13 @@ pub struct Signer {
 impl Signer {
     /// The key of the user running this process: read, or made on first use.
     pub fn load_or_create() -> Result<Signer> {
-        let home = crate::seal::prose_home().ok_or_else(|| {
+        let home = crate::store::seal::prose_home().ok_or_else(|| {
             anyhow!("no home for the signing key: set PROSE_HOME or HOME (serve signs decisions with a key kept there)")
         })?;
         let what = "the signing key";
-        let bytes = match crate::seal::read_secret(&home, KEY_FILE, what)? {
+        let bytes = match crate::store::seal::read_secret(&home, KEY_FILE, what)? {
             Some(b) => b,
-            None => crate::seal::create_secret(&home, KEY_FILE, what)?,
+            None => crate::store::seal::create_secret(&home, KEY_FILE, what)?,
         };
         let secret: [u8; 32] = bytes[..32]
             .try_into()
