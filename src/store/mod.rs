@@ -546,11 +546,16 @@ pub trait AgentStore {
     /// Begins a transaction of the kind asked for: the one thing a backend does for a rule.
     fn begin(&mut self, kind: TxKind) -> Result<Box<dyn Tx + '_>>;
 
+    /// A transaction for a rule: the backend's, with what its commit must cause.
+    fn txn(&mut self, kind: TxKind) -> Result<tx::Txn<'_>> {
+        self.begin(kind).map(tx::Txn::new)
+    }
+
     fn agent(&mut self, name: &str) -> Result<Option<AgentRow>>;
 
     /// Replaces the agent's memory, creating the agent if needed.
     fn remember(&mut self, name: &str, scope: &str, memory: &str, now: &str) -> Result<()> {
-        rules::remember(self.begin(rules::AGENT)?, name, scope, memory, now)
+        rules::remember(self.txn(rules::AGENT)?, name, scope, memory, now)
     }
 
     /// Appends a segment and returns its number: 1, 2, ... with no gap and no duplicate, however
@@ -563,7 +568,7 @@ pub trait AgentStore {
         summary: &str,
         now: &str,
     ) -> Result<i64> {
-        rules::append_segment(self.begin(rules::AGENT)?, name, scope, prompt, summary, now)
+        rules::append_segment(self.txn(rules::AGENT)?, name, scope, prompt, summary, now)
     }
 
     /// Every agent in the store, by name: those with a row, and those another writer made the
@@ -995,7 +1000,7 @@ pub trait Store: AgentStore {
         } else {
             rules::BIND
         };
-        rules::bind(self.begin(kind)?, binding, publish)
+        rules::bind(self.txn(kind)?, binding, publish)
     }
 
     /// Runs `remove` if no binding references `attachment_path` any more
@@ -1005,7 +1010,7 @@ pub trait Store: AgentStore {
         attachment_path: &str,
         remove: &mut dyn FnMut() -> Result<()>,
     ) -> Result<bool> {
-        rules::release_attachment(self.begin(rules::RELEASE)?, attachment_path, remove)
+        rules::release_attachment(self.txn(rules::RELEASE)?, attachment_path, remove)
     }
 
     /// Whether any binding references this attachment path (one statement, no lock).
@@ -1058,7 +1063,7 @@ pub trait Store: AgentStore {
     /// Writes a whole copy of a run in one transaction (`rules::restore`). The caller anchors
     /// the chain once the copy is where it stays.
     fn restore(&mut self, copy: &rules::Restore) -> Result<()> {
-        rules::restore(self.begin(TxKind::Import)?, copy)
+        rules::restore(self.txn(TxKind::Import)?, copy)
     }
 
     /// Every blob of the run, whole or not (for `doctor`).
@@ -1075,7 +1080,7 @@ pub trait Store: AgentStore {
         old: &str,
         new: &str,
     ) -> Result<bool> {
-        rules::relink(self.begin(rules::BIND)?, name, execution_id, old, new)
+        rules::relink(self.txn(rules::BIND)?, name, execution_id, old, new)
     }
 
     /// Whether an execution row with this id exists.
@@ -1090,7 +1095,7 @@ pub trait Store: AgentStore {
 
     /// Appends one execution record and returns its id (`rules::append_execution`).
     fn append_execution(&mut self, record: &NewExecution) -> Result<i64> {
-        rules::append_execution(self.begin(rules::EXECUTION)?, record)
+        rules::append_execution(self.txn(rules::EXECUTION)?, record)
     }
 
     /// Runs one read-only SQL statement; a statement that would write is refused, and one
@@ -1110,8 +1115,8 @@ pub trait Store: AgentStore {
         if !self.any_overdue(now)? {
             return Ok(0);
         }
-        let mut tx = self.begin(rules::GATE)?;
-        let n = rules::sweep(&mut *tx, now)?;
+        let mut tx = self.txn(rules::GATE)?;
+        let n = rules::sweep(&mut tx, now)?;
         tx.commit()?;
         self.anchor_chain();
         Ok(n)
@@ -1119,7 +1124,7 @@ pub trait Store: AgentStore {
 
     /// Creates a gate with its `created` audit event and its `approve GATE:` execution record.
     fn create_gate(&mut self, gate: &NewGate) -> Result<Created> {
-        let created = rules::create_gate(self.begin(rules::GATE)?, gate)?;
+        let created = rules::create_gate(self.txn(rules::GATE)?, gate)?;
         self.anchor_chain();
         Ok(created)
     }
@@ -1212,14 +1217,14 @@ pub trait Store: AgentStore {
         client: &str,
         now: &str,
     ) -> Result<Option<(GateRow, Vec<AuditRow>)>> {
-        let viewed = rules::view_gate(self.begin(rules::GATE)?, id, viewer, client, now)?;
+        let viewed = rules::view_gate(self.txn(rules::GATE)?, id, viewer, client, now)?;
         self.anchor_chain();
         Ok(viewed)
     }
 
     /// Approves or rejects a pending gate; of concurrent decisions exactly one wins.
     fn decide_gate(&mut self, decision: &Decision) -> Result<Decided> {
-        let decided = rules::decide_gate(self.begin(rules::GATE)?, decision)?;
+        let decided = rules::decide_gate(self.txn(rules::GATE)?, decision)?;
         self.anchor_chain();
         Ok(decided)
     }
@@ -1227,7 +1232,7 @@ pub trait Store: AgentStore {
     /// Records a decision refused before it reached the gate; whether it was recorded (the
     /// gate exists and the run takes writes).
     fn refuse_attempt(&mut self, attempt: &Attempt) -> Result<bool> {
-        let recorded = rules::refuse_attempt(self.begin(rules::GATE)?, attempt)?;
+        let recorded = rules::refuse_attempt(self.txn(rules::GATE)?, attempt)?;
         self.anchor_chain();
         Ok(recorded)
     }
@@ -1279,7 +1284,7 @@ pub trait Store: AgentStore {
 
     /// Seals a run not sealed yet: its genesis event (`rules::seal_run`).
     fn seal_run(&mut self, now: &str) -> Result<()> {
-        rules::seal_run(self.begin(rules::GATE)?, now)
+        rules::seal_run(self.txn(rules::GATE)?, now)
     }
 
     /// Sets the run's final status (`rules::finish`).
@@ -1289,7 +1294,7 @@ pub trait Store: AgentStore {
         error: Option<&str>,
         now: &str,
     ) -> Result<Finished> {
-        let finished = rules::finish(self.begin(rules::FINISH)?, status, error, now)?;
+        let finished = rules::finish(self.txn(rules::FINISH)?, status, error, now)?;
         self.anchor_chain();
         Ok(finished)
     }
@@ -1298,7 +1303,7 @@ pub trait Store: AgentStore {
     fn run_summary(&mut self, now: &str) -> Result<RunSummary>;
 
     fn add_import(&mut self, import: &ImportRow, replace: bool) -> Result<ImportAdded> {
-        rules::add_import(self.begin(rules::IMPORT)?, import, replace)
+        rules::add_import(self.txn(rules::IMPORT)?, import, replace)
     }
 
     fn imports(&mut self) -> Result<Vec<ImportRow>>;
@@ -1358,7 +1363,7 @@ pub trait Store: AgentStore {
 
     /// Records a resume (`rules::record_resume`).
     fn record_resume(&mut self, now: &str) -> Result<Resumed> {
-        let resumed = rules::record_resume(self.begin(rules::RESUME)?, now)?;
+        let resumed = rules::record_resume(self.txn(rules::RESUME)?, now)?;
         self.anchor_chain();
         Ok(resumed)
     }

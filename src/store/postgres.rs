@@ -1348,7 +1348,6 @@ impl Tx for PgTx<'_> {
     fn commit(self: Box<Self>) -> Result<()> {
         let (shown_url, busy_ms) = (self.shown_url, self.busy_ms);
         committed(self.tx.commit(), |e| map_err(e, shown_url, busy_ms))?;
-        super::effects::committed();
         Ok(())
     }
 }
@@ -1537,7 +1536,6 @@ impl AgentStore for PgStore {
         let mut tx = client
             .transaction()
             .map_err(|e| map_err(e, shown_url, *busy_ms))?;
-        super::effects::discard();
         let run = match run_id.as_deref() {
             Some(id) => lock_run(&mut tx, id, kind)?
                 .map(|status| (id.to_string(), Some(RunStatus::parse(&status)))),

@@ -974,7 +974,6 @@ impl Tx for SqliteTx<'_> {
         if let (true, Some(w)) = (watched, watch) {
             w.after_commit();
         }
-        super::effects::committed();
         Ok(())
     }
 }
@@ -1370,7 +1369,6 @@ impl AgentStore for SqliteStore {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| db_error(e, path, *busy_ms))?;
-        super::effects::discard();
         Ok(Box::new(SqliteTx {
             tx,
             path,
