@@ -61,7 +61,9 @@ impl Context {
             .map_or_else(|| PathBuf::from(".prose"), Path::to_path_buf);
         let from_env = || std::env::var("PROSE_RUN").ok().filter(|r| !r.is_empty());
         // Where a committed gate change is announced (`notify`).
-        crate::notify::set_project(&prose_dir);
+        crate::services::notify::set_project(&prose_dir);
+        // What keeps the project catalog up to date with each run's commits.
+        crate::store::sqlite::watch_commits(crate::store::catalog::watch);
         Context {
             root,
             run: g.run.clone().or_else(from_env),
@@ -473,7 +475,7 @@ impl Context {
         page: Option<String>,
     ) -> Result<(Principal, bool)> {
         let token = match &token.token_file {
-            Some(file) => Some(crate::auth::read_token_file(file)?),
+            Some(file) => Some(crate::services::auth::read_token_file(file)?),
             None => std::env::var("PROSE_TOKEN")
                 .ok()
                 .filter(|t| !t.trim().is_empty()),
@@ -484,7 +486,7 @@ impl Context {
             (None, Some(_)) => None,
         };
         let mut book = self.principal_book(false)?;
-        crate::auth::decider(book.as_deref_mut(), token.as_deref(), claimed, page)
+        crate::services::auth::decider(book.as_deref_mut(), token.as_deref(), claimed, page)
     }
 
     /// The project's principals: on its server when it has one, else `.prose/principals.db`
@@ -584,7 +586,7 @@ pub fn copy_refusal(dir: &Path, recorded: &str) -> String {
 fn discover_root() -> Option<PathBuf> {
     // Start-up is the hot path: one getcwd and a stat per level, compared lexically with the
     // prose home named by the environment (no canonicalisation).
-    let home = crate::seal::prose_home();
+    let home = crate::store::seal::prose_home();
     let cwd = std::env::current_dir().ok()?;
     let found = cwd.ancestors().find(|dir| {
         let candidate = dir.join(".prose");

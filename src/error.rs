@@ -122,5 +122,67 @@ pub fn code_of(e: &anyhow::Error) -> Option<Code> {
     e.chain()
         .find_map(|c| c.downcast_ref::<Coded>())
         .map(|c| c.code)
-        .or_else(|| crate::store::classify(e))
+        .or_else(|| classify(e))
+}
+
+/// The exit code of an error no command gave one: a database conflict or a lost connection
+/// that a retry may clear is 75 (busy), whichever layer it came through.
+fn classify(e: &anyhow::Error) -> Option<Code> {
+    e.chain().find_map(|c| {
+        if let Some(pg) = c.downcast_ref::<::postgres::Error>() {
+            return transient(pg).then_some(Code::Busy);
+        }
+        if let Some(lite) = c.downcast_ref::<rusqlite::Error>() {
+            return matches!(
+                lite.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+            )
+            .then_some(Code::Busy);
+        }
+        None
+    })
+}
+
+/// Whether an error may clear on a retry: a lock or serialisation conflict, a lost or
+/// refused connection, a server shutting down or starting up.
+pub fn transient(e: &postgres::Error) -> bool {
+    if let Some(db) = e.as_db_error() {
+        let code = db.code();
+        return [
+            postgres::error::SqlState::LOCK_NOT_AVAILABLE,
+            postgres::error::SqlState::T_R_DEADLOCK_DETECTED,
+            postgres::error::SqlState::T_R_SERIALIZATION_FAILURE,
+            postgres::error::SqlState::ADMIN_SHUTDOWN,
+            postgres::error::SqlState::CRASH_SHUTDOWN,
+            postgres::error::SqlState::CANNOT_CONNECT_NOW,
+            postgres::error::SqlState::TOO_MANY_CONNECTIONS,
+        ]
+        .contains(code)
+            || code.code().starts_with("08");
+    }
+    if e.is_closed() {
+        return true;
+    }
+    // A network that failed, not a certificate or a protocol that is wrong.
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            return matches!(
+                io.kind(),
+                ConnectionRefused
+                    | ConnectionReset
+                    | ConnectionAborted
+                    | BrokenPipe
+                    | UnexpectedEof
+                    | TimedOut
+                    | NotConnected
+                    | AddrNotAvailable
+                    | HostUnreachable
+                    | NetworkUnreachable
+            );
+        }
+        source = s.source();
+    }
+    false
 }

@@ -5,32 +5,27 @@
 //! that its async runtime and protocol code are not in the command line's: every command is a fresh process, and a
 //! bigger binary costs each of them start-up time (relocations) for code it never runs.
 
-mod attach;
-mod auth;
 pub mod cli;
 pub mod cmd;
 pub mod context;
 mod error;
 pub mod mcp;
 mod model;
-mod notify;
 pub mod output;
 pub mod parse;
 mod run;
-mod seal;
 pub mod serve;
-mod sign;
+mod services;
 mod store;
 mod term;
-mod transfer;
 
 /// What the property tests of the trust rules reach directly (tests/forgery.rs): the
 /// derivation and verification of gates over rows read from either backend. Not an API.
 #[doc(hidden)]
 pub mod testing {
     pub use crate::model::GateStatus;
-    pub use crate::seal::{read_key, Anchor, Key};
     pub use crate::store::chain::{check, ChainReport, Derived, Integrity};
+    pub use crate::store::seal::{read_key, Anchor, Key};
     pub use crate::store::{AuditRow, GateRow};
 
     /// [`check`]'s report, with every approval and rejection checked for a signature by the
@@ -41,8 +36,8 @@ pub mod testing {
         gates: &[GateRow],
         public: &str,
     ) -> anyhow::Result<()> {
-        let key = crate::sign::parse_public(public)?;
-        crate::sign::check(report, rows, gates, &key);
+        let key = crate::services::sign::parse_public(public)?;
+        crate::services::sign::check(report, rows, gates, &key);
         Ok(())
     }
 }

@@ -853,3 +853,11 @@ mod duration_tests {
         assert!(!p("agents:x").is_agent());
     }
 }
+
+/// Where a run's state is kept; recorded in the run directory (`backend.json`) when it is
+/// not the default SQLite, so later commands on the run need no flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}

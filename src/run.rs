@@ -25,17 +25,17 @@ impl RunPaths {
         self.db.is_file() || self.dir.join(BACKEND_FILE).is_file()
     }
 
-    pub fn backend(&self) -> Result<crate::store::Backend> {
+    pub fn backend(&self) -> Result<crate::model::Backend> {
         let marker = self.dir.join(BACKEND_FILE);
         if !marker.is_file() {
-            return Ok(crate::store::Backend::Sqlite);
+            return Ok(crate::model::Backend::Sqlite);
         }
         let text = std::fs::read_to_string(&marker)?;
         let v: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| anyhow::anyhow!("invalid {} ({e}): {}", BACKEND_FILE, marker.display()))?;
         match v["backend"].as_str() {
-            Some("postgres") => Ok(crate::store::Backend::Postgres),
-            Some("sqlite") => Ok(crate::store::Backend::Sqlite),
+            Some("postgres") => Ok(crate::model::Backend::Postgres),
+            Some("sqlite") => Ok(crate::model::Backend::Sqlite),
             other => Err(anyhow::anyhow!(
                 "unknown backend {other:?} in {}",
                 marker.display()
@@ -188,8 +188,11 @@ pub const INIT_PREFIX: &str = ".init-";
 /// What is left in `runs/` of an init that never finished: this version's temporary
 /// directories whose lock no live `init` holds, and run directories an older version left
 /// half-made (no state.db and no backend record, or a state.db that is empty or has no
-/// tables). Each with why.
-pub fn leftovers(root: Option<&Path>) -> Vec<(PathBuf, String)> {
+/// tables: `has_tables` asks the store). Each with why.
+pub fn leftovers(
+    root: Option<&Path>,
+    has_tables: &dyn Fn(&Path) -> bool,
+) -> Vec<(PathBuf, String)> {
     let Ok(entries) = std::fs::read_dir(runs_dir(root)) else {
         return Vec::new();
     };
@@ -219,7 +222,7 @@ pub fn leftovers(root: Option<&Path>) -> Vec<(PathBuf, String)> {
             Ok(m) if m.is_file() && m.len() == 0 => {
                 Some("an empty state.db (an init that did not finish)")
             }
-            Ok(m) if m.is_file() && !crate::store::sqlite::has_schema(&run.db) => {
+            Ok(m) if m.is_file() && !has_tables(&run.db) => {
                 Some("a state.db with no tables (an init that did not finish)")
             }
             _ => None,
@@ -230,4 +233,21 @@ pub fn leftovers(root: Option<&Path>) -> Vec<(PathBuf, String)> {
     }
     out.sort();
     out
+}
+
+/// Files in a run's attachments/ and their total size (none counted through a symlinked
+/// directory: what it points at is not the run's).
+pub fn footprint(run_dir: &Path) -> (u64, u64) {
+    let dir = run_dir.join(ATTACHMENTS_DIR);
+    if !std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+        return (0, 0);
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return (0, 0);
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.metadata().ok())
+        .filter(|m| m.is_file())
+        .fold((0, 0), |(n, b), m| (n + 1, b + m.len()))
 }

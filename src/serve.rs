@@ -78,7 +78,7 @@ struct Session {
 struct App {
     ctx: Context,
     /// Signs every decision taken here (`sign`).
-    signer: crate::sign::Signer,
+    signer: crate::services::sign::Signer,
     /// Served over TLS: the session cookie is `Secure`.
     secure: bool,
     sessions: Mutex<HashMap<String, Session>>,
@@ -141,7 +141,7 @@ impl App {
 
 /// Runs the server until it is killed.
 pub fn serve(args: &ServeArgs, _global: &Global, ctx: Context) -> Result<()> {
-    let signer = crate::sign::Signer::load_or_create()?;
+    let signer = crate::services::sign::Signer::load_or_create()?;
     if args.show_key {
         println!("{}", signer.public);
         return Ok(());
@@ -174,8 +174,8 @@ pub fn serve(args: &ServeArgs, _global: &Global, ctx: Context) -> Result<()> {
         ));
     }
     // A project that pinned another key would accept none of this server's decisions.
-    if let Some(pinned) = crate::sign::pinned(book.as_mut())? {
-        let pinned = crate::sign::public_tag(&pinned);
+    if let Some(pinned) = crate::services::sign::pinned(book.as_mut())? {
+        let pinned = crate::services::sign::public_tag(&pinned);
         if pinned != signer.public {
             return Err(crate::error::refused(format!(
                 "this server signs with {}, and the project requires decisions signed by {pinned}: \
@@ -608,7 +608,7 @@ async fn login(
     let app2 = app.clone();
     let checked = blocking(move || {
         app2.with_book(|book| {
-            let p = crate::auth::authenticate(book, &token)?;
+            let p = crate::services::auth::authenticate(book, &token)?;
             let row = book
                 .principal(p.as_str())?
                 .ok_or_else(|| crate::error::refused("the token is not valid"))?;

@@ -2,7 +2,6 @@
 //! a progress count on stderr for work across many runs.
 
 use crate::output::{visible, visible_line};
-use crate::store::GateRow;
 use anyhow::Result;
 use std::io::{self, BufRead, IsTerminal, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,20 +11,28 @@ pub fn interactive() -> bool {
     io::stdin().is_terminal()
 }
 
+/// What a person is asked to decide: a gate, as stored.
+pub struct Asked<'a> {
+    pub gate: &'a str,
+    pub run: &'a str,
+    pub prompt: &'a str,
+    pub timeout_at: Option<&'a str>,
+}
+
 /// Shows a gate's prompt on the terminal and asks for a yes.
-pub fn confirm(gate: &GateRow, action: &str) -> Result<bool> {
+pub fn confirm(gate: &Asked, action: &str) -> Result<bool> {
     let mut err = io::stderr().lock();
     writeln!(
         err,
         "Gate {} (run {}):",
-        visible_line(&gate.id),
-        visible_line(gate.run_id.as_deref().unwrap_or("-"))
+        visible_line(gate.gate),
+        visible_line(gate.run)
     )?;
     // The prompt as stored, every hidden character shown: what is approved is what is seen.
-    for line in visible(&gate.prompt).lines() {
+    for line in visible(gate.prompt).lines() {
         writeln!(err, "  {line}")?;
     }
-    if let Some(at) = &gate.timeout_at {
+    if let Some(at) = gate.timeout_at {
         writeln!(err, "Deadline: {} UTC", visible_line(at))?;
     }
     write!(err, "{action} this gate? [y/N] ")?;

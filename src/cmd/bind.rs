@@ -1,9 +1,9 @@
-use crate::attach::{self, Staged};
 use crate::cli::BindArgs;
 use crate::error::{not_found, shown, usage};
 use crate::model::{check_name, now};
 use crate::output::{one_line, Render};
 use crate::run::RunPaths;
+use crate::services::attach::{self, Staged};
 use crate::store::{NewBinding, Store, Update};
 use anyhow::Result;
 use serde::Serialize;

@@ -152,7 +152,7 @@ pub fn outcome(
 
 /// The page of the gate a command names, when the project says where its approval page is.
 fn page(ctx: &crate::context::Context, target: &crate::cli::RunGate) -> Option<String> {
-    crate::notify::gate_page(target.run().or(ctx.run.as_deref())?, target.gate())
+    crate::services::notify::gate_page(target.run().or(ctx.run.as_deref())?, target.gate())
 }
 
 /// Decides on the gate a command names, in the run it names.
@@ -162,7 +162,17 @@ fn decide(
     req: &DecideRequest,
 ) -> Result<DecisionMade> {
     let (_, mut store) = ctx.open_run(run.or(ctx.run.as_deref()))?;
-    self::run(req, store.as_mut(), &mut crate::term::confirm)
+    self::run(req, store.as_mut(), &mut |g: &GateRow, action: &str| {
+        crate::term::confirm(
+            &crate::term::Asked {
+                gate: &g.id,
+                run: g.run_id.as_deref().unwrap_or("-"),
+                prompt: &g.prompt,
+                timeout_at: g.timeout_at.as_deref(),
+            },
+            action,
+        )
+    })
 }
 
 /// Who decides (`Context::decider`). A decision refused there (a token that is not valid, a

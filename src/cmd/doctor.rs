@@ -1,11 +1,11 @@
 //! `doctor`: what is wrong with the runs, one line a problem; `--fix` repairs what is safe.
 
 use super::{over_runs, Run};
-use crate::attach::{self, TEMP_PREFIX};
 use crate::cli::DoctorArgs;
 use crate::context::Context;
 use crate::output::Render;
 use crate::run::{RunPaths, ATTACHMENTS_DIR};
+use crate::services::attach::{self, TEMP_PREFIX};
 use crate::store::chain::Integrity;
 use crate::store::{server_blob, BindingRow, Store, SERVER_PREFIX};
 use anyhow::Result;
@@ -58,7 +58,7 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
     let now = crate::model::now();
     // What killed inits left: never a run, so checked apart from the runs and removed whole
     // (remove_dir_all removes a symlink inside, never what it points at).
-    let leftovers = crate::run::leftovers(ctx.root.as_deref());
+    let leftovers = crate::run::leftovers(ctx.root.as_deref(), &crate::store::sqlite::has_schema);
     let mut problems = Vec::new();
     for (dir, why) in &leftovers {
         let fixed = req.fix && std::fs::remove_dir_all(dir).is_ok();

@@ -4,7 +4,7 @@ use crate::cli::ExportArgs;
 use crate::context::Context;
 use crate::error::{refused, shown};
 use crate::output::Render;
-use crate::transfer::{self, Moved};
+use crate::services::transfer::{self, Moved};
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -29,11 +29,11 @@ use super::import::{checked, land, Imported};
 use crate::cli::{AgentScope, ImportArgs};
 use crate::context::Context;
 use crate::error::{not_found, refused, shown};
+use crate::services::transfer;
 use crate::store::dump::{
     AgentRecord, BindingRecord, ExecRecord, ImportRecord, RunDump, RunRecord, SegmentRecord,
 };
 use crate::store::sqlite::SqliteStore;
-use crate::transfer;
 use anyhow::{Context as _, Result};
 use serde_json::json;
 use std::collections::HashMap;
@@ -72,13 +72,13 @@ pub fn run(args: &ImportArgs, ctx: &Context) -> Result<Imported> {
                 continue;
             };
             let name = b.name.clone().unwrap_or_default();
-            let file = crate::attach::file_name(&name, b.execution_id)?;
+            let file = crate::services::attach::file_name(&name, b.execution_id)?;
             fs::write(
                 crate::model::path_in(&files, &file, crate::model::PathName::File)?,
                 value,
             )?;
             let rel = format!("{}/{file}", crate::run::ATTACHMENTS_DIR);
-            b.value = Some(crate::attach::summary(value.len() as u64, &rel).into_bytes());
+            b.value = Some(crate::services::attach::summary(value.len() as u64, &rel).into_bytes());
             b.attachment_path = Some(rel.clone());
             paths.insert(rel.clone(), rel);
         }
@@ -948,4 +948,21 @@ fn agents_outside_the_run(
         }
     }
     Ok(())
+}
+
+/// `import PATH [--from run|filesystem]`: a run directory of prose-state's (`import`), or a run
+/// of the filesystem state mode (here).
+impl super::Run for ImportArgs {
+    type Output = Imported;
+    fn run(&self, ctx: &Context) -> Result<Imported> {
+        if self.from != crate::cli::ImportFrom::Filesystem {
+            return super::import::from_run(self, ctx);
+        }
+        if self.run_id.is_some() {
+            return Err(crate::error::usage(
+                "--run-id re-identifies a run of prose-state's; a filesystem run takes its id from its directory",
+            ));
+        }
+        run(self, ctx)
+    }
 }

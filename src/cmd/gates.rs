@@ -830,11 +830,11 @@ impl Render for Verified {
 /// one the project pinned; a usage error when there is none.
 fn pinned_key(ctx: &Context, given: Option<&str>) -> Result<ed25519_dalek::VerifyingKey> {
     if let Some(k) = given {
-        return crate::sign::parse_public(k);
+        return crate::services::sign::parse_public(k);
     }
     let mut book = ctx.principal_book(false)?;
     let pinned = match book.as_deref_mut() {
-        Some(b) => crate::sign::pinned(b)?,
+        Some(b) => crate::services::sign::pinned(b)?,
         None => None,
     };
     pinned.ok_or_else(|| {
@@ -862,7 +862,7 @@ pub fn verify(args: &crate::cli::GateVerifyArgs, ctx: &Context) -> Result<Verifi
         let place = catalog.catalog_place();
         let anchors: Vec<_> = ids
             .iter()
-            .map(|id| crate::seal::anchored(&place, id))
+            .map(|id| crate::store::seal::anchored(&place, id))
             .collect();
         let mut gates: std::collections::HashMap<String, Vec<GateRow>> = Default::default();
         for (gate, _) in catalog.gates_of(filter, None, None)? {
@@ -875,14 +875,14 @@ pub fn verify(args: &crate::cli::GateVerifyArgs, ctx: &Context) -> Result<Verifi
         for row in catalog.audits_of(filter, &AuditFilter::default())? {
             audits.entry(row.run_id.clone()).or_default().push(row);
         }
-        let key = crate::seal::key_for_reading()?;
+        let key = crate::store::seal::key_for_reading()?;
         for (id, anchor) in ids.into_iter().zip(anchors) {
             let rows = audits.get(&id).map_or(&[][..], Vec::as_slice);
             let gates = gates.get(&id).map_or(&[][..], Vec::as_slice);
             let mut report =
                 crate::store::chain::check(rows, gates, Some(&id), key, anchor.as_ref());
             if let Some(signed) = &signed {
-                crate::sign::check(&mut report, rows, gates, signed);
+                crate::services::sign::check(&mut report, rows, gates, signed);
             }
             let db = crate::run::RunPaths::in_dir(ctx.runs_dir().join(&id)).db;
             runs.push(RunChain::new(id, db.display().to_string(), report));

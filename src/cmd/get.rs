@@ -1,8 +1,8 @@
-use crate::attach::{self, OpenError};
 use crate::cli::GetArgs;
 use crate::error::{not_found, shown};
 use crate::output::{visible, Render};
 use crate::run::RunPaths;
+use crate::services::attach::{self, OpenError};
 use crate::store::{server_blob, BindingRow, Store, SERVER_PREFIX};
 use anyhow::{Context, Result};
 use serde::Serialize;

@@ -1,16 +1,16 @@
 //! `import`: a run brought into this project's backend, whole or not at all.
 
-use crate::cli::{BackendArg, ImportArgs, ImportFrom};
+use crate::cli::{BackendArg, ImportArgs};
 use crate::context::Context;
 use crate::error::{not_found, refused, shown, usage};
 use crate::output::Render;
 use crate::run::{RunPaths, BACKEND_FILE, INIT_PREFIX};
+use crate::services::transfer::{self, How, Moved};
 use crate::store::dump::RunDump;
 use crate::store::postgres::PgStore;
 use crate::store::rules::Restore;
 use crate::store::sqlite::SqliteStore;
 use crate::store::Store;
-use crate::transfer::{self, How, Moved};
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -132,15 +132,9 @@ pub struct Incoming<'a> {
     pub label: String,
 }
 
-pub fn run(args: &ImportArgs, ctx: &Context) -> Result<Imported> {
-    if args.from == ImportFrom::Filesystem && args.run_id.is_some() {
-        return Err(usage(
-            "--run-id re-identifies a run of prose-state's; a filesystem run takes its id from its directory",
-        ));
-    }
-    if args.from == ImportFrom::Filesystem {
-        return super::fs_import::run(args, ctx);
-    }
+/// `import` of a run directory of prose-state's (`fs_import` dispatches: it also takes a run
+/// of the filesystem state mode).
+pub fn from_run(args: &ImportArgs, ctx: &Context) -> Result<Imported> {
     if let Some(new) = &args.run_id {
         crate::model::check_run_id(new)?;
         if !args.vouch {
@@ -325,7 +319,7 @@ fn into_server(
             };
             let name = b.name.as_deref().unwrap_or_default();
             let mut reader = transfer::value(c.src, c.src_dir, path, name)?;
-            let s = crate::attach::upload(&mut reader, &mut dst, name, b.execution_id)?;
+            let s = crate::services::attach::upload(&mut reader, &mut dst, name, b.execution_id)?;
             out.moved.values += 1;
             out.moved.value_bytes += s.bytes;
             paths.insert(path.clone(), s.rel.clone());
@@ -417,7 +411,7 @@ fn into_dir(
     crate::run::sync_dir(&runs).with_context(|| format!("could not sync {}", runs.display()))?;
     // The chain is anchored where the run now is.
     let mut store = ctx.open(&RunPaths::in_dir(target))?;
-    crate::seal::forget(&store.place(), &id);
+    crate::store::seal::forget(&store.place(), &id);
     store.anchor_chain();
     Ok(())
 }
@@ -428,7 +422,7 @@ fn into_dir(
 /// a reopened gate would go back to an approved opening, a rejection would be cut off, and
 /// the anchor that would catch it is forgotten by the import.
 fn refuse_rollback(have: &mut dyn Store, id: &str, dump: &RunDump) -> Result<()> {
-    let Some(a) = crate::seal::anchored(&have.place(), id) else {
+    let Some(a) = crate::store::seal::anchored(&have.place(), id) else {
         return Ok(());
     };
     let in_copy = |seq: i64, hash: Option<&str>| {
@@ -464,11 +458,4 @@ fn other_content(id: &str) -> anyhow::Error {
         "run {} already exists here with other content: import --replace to replace it (nothing was imported)",
         shown(id)
     ))
-}
-
-impl super::Run for ImportArgs {
-    type Output = Imported;
-    fn run(&self, ctx: &Context) -> Result<Imported> {
-        run(self, ctx)
-    }
 }

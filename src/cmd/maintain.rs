@@ -172,7 +172,7 @@ pub fn stats(ctx: &Context, scan: bool) -> Result<Stats> {
         for (id, mut st) in ctx.catalog()?.stats_of(runs)? {
             // A server run's attachments are files here, in its directory (if any).
             (st.attachment_files, st.attachment_bytes) =
-                crate::attach::footprint(&ctx.runs_dir().join(&id));
+                crate::run::footprint(&ctx.runs_dir().join(&id));
             keyed.push((id, st));
         }
     }

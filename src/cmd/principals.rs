@@ -147,8 +147,9 @@ fn list(book: Option<&mut (dyn PrincipalBook + 'static)>) -> Result<PrincipalLis
         });
     };
     Ok(PrincipalList {
-        require: crate::auth::required(book)?,
-        signed_key: crate::sign::pinned(book)?.map(|k| crate::sign::public_tag(&k)),
+        require: crate::services::auth::required(book)?,
+        signed_key: crate::services::sign::pinned(book)?
+            .map(|k| crate::services::sign::public_tag(&k)),
         principals: book.principals()?.into_iter().map(Listed::from).collect(),
     })
 }
@@ -173,7 +174,7 @@ impl super::Run for PrincipalsArgs {
                 };
                 let principal = Principal::parse(&raw, "principal")?;
                 let mut book = book.expect("made for a write");
-                let (token, row) = crate::auth::issue(&principal, &now())?;
+                let (token, row) = crate::services::auth::issue(&principal, &now())?;
                 if !book.add_principal(&row)? {
                     return Err(refused(format!(
                         "principal already has a token (revoke it first to issue another): {}",
@@ -210,8 +211,10 @@ impl super::Run for PrincipalsArgs {
                 let mut book = book.expect("made for a write");
                 let signed = if r.signed {
                     let key = match &r.key {
-                        Some(k) => crate::sign::public_tag(&crate::sign::parse_public(k)?),
-                        None => crate::sign::Signer::load_or_create()?.public,
+                        Some(k) => crate::services::sign::public_tag(
+                            &crate::services::sign::parse_public(k)?,
+                        ),
+                        None => crate::services::sign::Signer::load_or_create()?.public,
                     };
                     Some(key)
                 } else {
@@ -219,7 +222,10 @@ impl super::Run for PrincipalsArgs {
                 };
                 book.set_setting(REQUIRE, if r.off { "0" } else { "1" })?;
                 if r.off || signed.is_some() {
-                    book.set_setting(crate::sign::PINNED, signed.as_deref().unwrap_or(""))?;
+                    book.set_setting(
+                        crate::services::sign::PINNED,
+                        signed.as_deref().unwrap_or(""),
+                    )?;
                 }
                 PrincipalsOutput::Changed(Changed {
                     principal: None,

@@ -473,7 +473,7 @@ fn gate_nexts(store: &mut dyn Store, now: &str) -> Result<Vec<GateNext>> {
 fn binding_info(store: &mut dyn Store, run: &RunPaths, b: crate::store::BindingRow) -> BindingInfo {
     let value = String::from_utf8_lossy(b.value.as_deref().unwrap_or_default()).into_owned();
     let bytes = match &b.attachment_path {
-        Some(p) => crate::attach::stored_len(&mut *store, &run.dir, p).unwrap_or(0),
+        Some(p) => crate::services::attach::stored_len(&mut *store, &run.dir, p).unwrap_or(0),
         None => value.len() as u64,
     };
     BindingInfo {

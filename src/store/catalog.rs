@@ -27,7 +27,7 @@
 //!   behind the tool's back (raw `sqlite3` into an existing run) are found by `--scan` and by
 //!   `doctor`, which compare every run.
 
-use super::sqlite::{db_error, gate_row, run_info_at, GATE_COLUMNS};
+use super::sqlite_rows::{db_error, gate_row, run_info_at, GATE_COLUMNS};
 use super::{
     Catalog, GateRow, OpenOptions, RunFilter, RunInfo, RunStats, RunSummary, Store, StoreStats,
 };
@@ -460,6 +460,47 @@ impl Link {
             }
         }
     }
+}
+
+/// A run's writes, watched for the catalog (`sqlite::CommitWatch`): a ticket taken under the
+/// run's write lock before the commit, with the facts being committed; both logged after it.
+struct Watch {
+    link: Link,
+    pending: Option<(Ticket, Option<Facts>)>,
+}
+
+impl super::sqlite::CommitWatch for Watch {
+    fn before_commit(&mut self, conn: &Connection) {
+        // Unreadable facts leave the ticket: the next listing reads the run again.
+        self.pending = self.link.mark().map(|t| (t, read_facts(conn).ok()));
+    }
+
+    fn after_commit(&mut self) {
+        let Some((ticket, facts)) = self.pending.take() else {
+            return;
+        };
+        // Fault injection for the tests: a pause between the run's commit and the catalog's
+        // update, where a SIGKILL leaves the ticket behind.
+        if let Some(ms) = std::env::var_os("PROSE_STATE_TEST_CATALOG_PAUSE_MS")
+            .and_then(|v| v.to_str()?.parse::<u64>().ok())
+        {
+            std::thread::sleep(Duration::from_millis(ms));
+        }
+        if let Some(facts) = facts {
+            self.link.apply(ticket, &facts);
+        }
+    }
+}
+
+/// The catalog's watcher of a run's state.db (installed by `Context`), if the run is a
+/// project's.
+pub fn watch(db: &Path, busy: Duration) -> Option<Box<dyn super::sqlite::CommitWatch>> {
+    Link::for_state_db(db, busy).map(|link| {
+        Box::new(Watch {
+            link,
+            pending: None,
+        }) as Box<dyn super::sqlite::CommitWatch>
+    })
 }
 
 /// Applies one line of the catalog's log (see `ProjectCatalog::fold`).
@@ -917,7 +958,7 @@ impl ProjectCatalog {
                     .execute("INSERT INTO tickets (run) VALUES (?1)", [id])
                     .map(|_| c.last_insert_rowid())
                     .map_err(err)?;
-                let facts = store.facts();
+                let facts = store.read(read_facts);
                 let stamp = stamp_of(&paths.db);
                 store.unlock();
                 return Ok((locked, ticket, facts?, stamp));
@@ -1049,10 +1090,12 @@ impl ProjectCatalog {
                 // Read again by the next listing.
                 continue;
             }
-            let Ok(mut store) = super::sqlite::SqliteStore::open(&paths.db, self.opts) else {
+            let Ok(store) = super::sqlite::SqliteStore::open(&paths.db, self.opts) else {
                 continue;
             };
-            let Ok(facts) = store.facts() else { continue };
+            let Ok(facts) = store.read(read_facts) else {
+                continue;
+            };
             let kept = self.kept_facts(name)?;
             if let Some(why) = differ(&kept, &facts) {
                 out.differences

@@ -13,9 +13,9 @@
 //!   outside the sequence that claims a hash, or the log ending before the row this machine
 //!   anchored. Everything after the first break is broken too: nothing there can be trusted.
 
+use super::seal::{Anchor, Key, SealCheck};
 use super::{AuditRow, GateRow};
 use crate::model::{sha256_tag, GateStatus};
-use crate::seal::{Anchor, Key, SealCheck};
 use std::collections::HashMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,10 +4,14 @@
 pub mod catalog;
 pub mod chain;
 pub mod dump;
+pub mod effects;
 pub mod postgres;
 pub mod principals;
 pub mod rules;
+pub mod seal;
+pub mod signatures;
 pub mod sqlite;
+mod sqlite_rows;
 
 /// Whether stores keep their connections for the next open (a long-lived process, the MCP
 /// server); a command, which opens a store once, never does.
@@ -482,7 +486,7 @@ pub struct Decision<'a> {
     pub instance: Option<i64>,
     pub now: &'a str,
     /// The approval page's key, which signs the decision (`sign`); None on the command line.
-    pub signer: Option<&'a crate::sign::Signer>,
+    pub signer: Option<&'a dyn signatures::SignsDecisions>,
 }
 
 /// A decision refused before it reached the gate (see `rules::refuse_attempt`).
@@ -542,11 +546,16 @@ pub trait AgentStore {
     /// Begins a transaction of the kind asked for: the one thing a backend does for a rule.
     fn begin(&mut self, kind: TxKind) -> Result<Box<dyn Tx + '_>>;
 
+    /// A transaction for a rule: the backend's, with what its commit must cause.
+    fn txn(&mut self, kind: TxKind) -> Result<tx::Txn<'_>> {
+        self.begin(kind).map(tx::Txn::new)
+    }
+
     fn agent(&mut self, name: &str) -> Result<Option<AgentRow>>;
 
     /// Replaces the agent's memory, creating the agent if needed.
     fn remember(&mut self, name: &str, scope: &str, memory: &str, now: &str) -> Result<()> {
-        rules::remember(self.begin(rules::AGENT)?, name, scope, memory, now)
+        rules::remember(self.txn(rules::AGENT)?, name, scope, memory, now)
     }
 
     /// Appends a segment and returns its number: 1, 2, ... with no gap and no duplicate, however
@@ -559,7 +568,7 @@ pub trait AgentStore {
         summary: &str,
         now: &str,
     ) -> Result<i64> {
-        rules::append_segment(self.begin(rules::AGENT)?, name, scope, prompt, summary, now)
+        rules::append_segment(self.txn(rules::AGENT)?, name, scope, prompt, summary, now)
     }
 
     /// Every agent in the store, by name: those with a row, and those another writer made the
@@ -829,7 +838,7 @@ pub struct RunStats {
 
 /// A run's stats: its store's figures, and the files of its attachments (in `run_dir`).
 pub fn run_stats(store: &mut dyn Store, run_dir: &Path, id: &str) -> Result<RunStats> {
-    let (files, bytes) = crate::attach::footprint(run_dir);
+    let (files, bytes) = crate::run::footprint(run_dir);
     Ok(RunStats {
         run_id: store.run_info().map_or_else(|_| id.to_string(), |r| r.id),
         store: store.stats()?,
@@ -949,7 +958,7 @@ pub fn decision_metadata(gate: &GateRow, d: &Decision) -> serde_json::Value {
         metadata["on_reject"] = gate.on_reject.clone().into();
     }
     if let Some(signer) = d.signer {
-        metadata["signature"] = signer.sign(&crate::sign::Signed {
+        metadata["signature"] = signer.sign(&signatures::Signed {
             run: gate.run_id.as_deref().unwrap_or_default(),
             gate: &gate.id,
             instance: gate.instance,
@@ -991,7 +1000,7 @@ pub trait Store: AgentStore {
         } else {
             rules::BIND
         };
-        rules::bind(self.begin(kind)?, binding, publish)
+        rules::bind(self.txn(kind)?, binding, publish)
     }
 
     /// Runs `remove` if no binding references `attachment_path` any more
@@ -1001,7 +1010,7 @@ pub trait Store: AgentStore {
         attachment_path: &str,
         remove: &mut dyn FnMut() -> Result<()>,
     ) -> Result<bool> {
-        rules::release_attachment(self.begin(rules::RELEASE)?, attachment_path, remove)
+        rules::release_attachment(self.txn(rules::RELEASE)?, attachment_path, remove)
     }
 
     /// Whether any binding references this attachment path (one statement, no lock).
@@ -1054,7 +1063,7 @@ pub trait Store: AgentStore {
     /// Writes a whole copy of a run in one transaction (`rules::restore`). The caller anchors
     /// the chain once the copy is where it stays.
     fn restore(&mut self, copy: &rules::Restore) -> Result<()> {
-        rules::restore(self.begin(TxKind::Import)?, copy)
+        rules::restore(self.txn(TxKind::Import)?, copy)
     }
 
     /// Every blob of the run, whole or not (for `doctor`).
@@ -1071,7 +1080,7 @@ pub trait Store: AgentStore {
         old: &str,
         new: &str,
     ) -> Result<bool> {
-        rules::relink(self.begin(rules::BIND)?, name, execution_id, old, new)
+        rules::relink(self.txn(rules::BIND)?, name, execution_id, old, new)
     }
 
     /// Whether an execution row with this id exists.
@@ -1086,7 +1095,7 @@ pub trait Store: AgentStore {
 
     /// Appends one execution record and returns its id (`rules::append_execution`).
     fn append_execution(&mut self, record: &NewExecution) -> Result<i64> {
-        rules::append_execution(self.begin(rules::EXECUTION)?, record)
+        rules::append_execution(self.txn(rules::EXECUTION)?, record)
     }
 
     /// Runs one read-only SQL statement; a statement that would write is refused, and one
@@ -1106,8 +1115,8 @@ pub trait Store: AgentStore {
         if !self.any_overdue(now)? {
             return Ok(0);
         }
-        let mut tx = self.begin(rules::GATE)?;
-        let n = rules::sweep(&mut *tx, now)?;
+        let mut tx = self.txn(rules::GATE)?;
+        let n = rules::sweep(&mut tx, now)?;
         tx.commit()?;
         self.anchor_chain();
         Ok(n)
@@ -1115,7 +1124,7 @@ pub trait Store: AgentStore {
 
     /// Creates a gate with its `created` audit event and its `approve GATE:` execution record.
     fn create_gate(&mut self, gate: &NewGate) -> Result<Created> {
-        let created = rules::create_gate(self.begin(rules::GATE)?, gate)?;
+        let created = rules::create_gate(self.txn(rules::GATE)?, gate)?;
         self.anchor_chain();
         Ok(created)
     }
@@ -1143,11 +1152,11 @@ pub trait Store: AgentStore {
                 ))
             }
         };
-        let Ok(Some(key)) = crate::seal::key_for_reading() else {
+        let Ok(Some(key)) = seal::key_for_reading() else {
             return;
         };
         let (_, seq, hash, seal) = tip;
-        if key.check(&hash, seal.as_deref()) != crate::seal::SealCheck::Valid {
+        if key.check(&hash, seal.as_deref()) != seal::SealCheck::Valid {
             return;
         }
         // Anchored under the run's own id (a row's `run_id` is what a writer of the database
@@ -1159,9 +1168,9 @@ pub trait Store: AgentStore {
         // stays where it is, and the break is remembered outside the run, so that a log put
         // back afterwards still fails verification here.
         let place = self.place();
-        if let Some(old) = crate::seal::anchored(&place, &run_id) {
+        if let Some(old) = seal::anchored(&place, &run_id) {
             if old.seq < seq && self.chain_hash_at(old.seq).ok().flatten() != Some(old.hash) {
-                let _ = crate::seal::mark_broken(
+                let _ = seal::mark_broken(
                     &place,
                     &run_id,
                     &format!(
@@ -1174,8 +1183,8 @@ pub trait Store: AgentStore {
                 );
             }
         }
-        let anchor = crate::seal::Anchor { seq, hash };
-        if let Err(e) = crate::seal::anchor(&place, &run_id, &anchor) {
+        let anchor = seal::Anchor { seq, hash };
+        if let Err(e) = seal::anchor(&place, &run_id, &anchor) {
             crate::output::warn(&format!("could not anchor the audit chain: {e:#}"));
         }
     }
@@ -1208,14 +1217,14 @@ pub trait Store: AgentStore {
         client: &str,
         now: &str,
     ) -> Result<Option<(GateRow, Vec<AuditRow>)>> {
-        let viewed = rules::view_gate(self.begin(rules::GATE)?, id, viewer, client, now)?;
+        let viewed = rules::view_gate(self.txn(rules::GATE)?, id, viewer, client, now)?;
         self.anchor_chain();
         Ok(viewed)
     }
 
     /// Approves or rejects a pending gate; of concurrent decisions exactly one wins.
     fn decide_gate(&mut self, decision: &Decision) -> Result<Decided> {
-        let decided = rules::decide_gate(self.begin(rules::GATE)?, decision)?;
+        let decided = rules::decide_gate(self.txn(rules::GATE)?, decision)?;
         self.anchor_chain();
         Ok(decided)
     }
@@ -1223,7 +1232,7 @@ pub trait Store: AgentStore {
     /// Records a decision refused before it reached the gate; whether it was recorded (the
     /// gate exists and the run takes writes).
     fn refuse_attempt(&mut self, attempt: &Attempt) -> Result<bool> {
-        let recorded = rules::refuse_attempt(self.begin(rules::GATE)?, attempt)?;
+        let recorded = rules::refuse_attempt(self.txn(rules::GATE)?, attempt)?;
         self.anchor_chain();
         Ok(recorded)
     }
@@ -1247,14 +1256,14 @@ pub trait Store: AgentStore {
         // log read after it holds every row it names. Read the other way round, a writer
         // committing and anchoring between the two reads looked like rows cut from the end.
         let run_id = self.run_info()?.id;
-        let anchor = crate::seal::anchored(&self.place(), &run_id);
+        let anchor = seal::anchored(&self.place(), &run_id);
         let rows = self.audit(&AuditFilter::default())?;
         let gates = self.read_gates(None)?;
-        let key = crate::seal::key_for_reading()?;
+        let key = seal::key_for_reading()?;
         let mut report = chain::check(&rows, &gates, Some(&run_id), key, anchor.as_ref());
         // What vouches for nothing: a run this machine saw broken, and one read where it must
         // not be written (a copy, a symlinked database), whose anchor is not its own.
-        let doubt = crate::seal::seen_broken(&self.place(), &run_id).or_else(|| {
+        let doubt = seal::seen_broken(&self.place(), &run_id).or_else(|| {
             self.containment()
                 .map(|why| format!("not verified here: {why}"))
         });
@@ -1262,7 +1271,7 @@ pub trait Store: AgentStore {
             report.first_broken = Some(chain::BrokenLink { id: 0, reason });
         }
         if let Some(signed) = signed {
-            crate::sign::check(&mut report, &rows, &gates, signed);
+            signatures::check(&mut report, &rows, &gates, signed);
         }
         Ok(report)
     }
@@ -1275,7 +1284,7 @@ pub trait Store: AgentStore {
 
     /// Seals a run not sealed yet: its genesis event (`rules::seal_run`).
     fn seal_run(&mut self, now: &str) -> Result<()> {
-        rules::seal_run(self.begin(rules::GATE)?, now)
+        rules::seal_run(self.txn(rules::GATE)?, now)
     }
 
     /// Sets the run's final status (`rules::finish`).
@@ -1285,7 +1294,7 @@ pub trait Store: AgentStore {
         error: Option<&str>,
         now: &str,
     ) -> Result<Finished> {
-        let finished = rules::finish(self.begin(rules::FINISH)?, status, error, now)?;
+        let finished = rules::finish(self.txn(rules::FINISH)?, status, error, now)?;
         self.anchor_chain();
         Ok(finished)
     }
@@ -1294,7 +1303,7 @@ pub trait Store: AgentStore {
     fn run_summary(&mut self, now: &str) -> Result<RunSummary>;
 
     fn add_import(&mut self, import: &ImportRow, replace: bool) -> Result<ImportAdded> {
-        rules::add_import(self.begin(rules::IMPORT)?, import, replace)
+        rules::add_import(self.txn(rules::IMPORT)?, import, replace)
     }
 
     fn imports(&mut self) -> Result<Vec<ImportRow>>;
@@ -1354,7 +1363,7 @@ pub trait Store: AgentStore {
 
     /// Records a resume (`rules::record_resume`).
     fn record_resume(&mut self, now: &str) -> Result<Resumed> {
-        let resumed = rules::record_resume(self.begin(rules::RESUME)?, now)?;
+        let resumed = rules::record_resume(self.txn(rules::RESUME)?, now)?;
         self.anchor_chain();
         Ok(resumed)
     }
@@ -1433,24 +1442,6 @@ pub struct Stamp {
     pub min_writer: i64,
 }
 
-/// The exit code of an error no command gave one: a database conflict or a lost connection
-/// that a retry may clear is 75 (busy), whichever layer it came through.
-pub fn classify(e: &anyhow::Error) -> Option<crate::error::Code> {
-    e.chain().find_map(|c| {
-        if let Some(pg) = c.downcast_ref::<::postgres::Error>() {
-            return postgres::transient(pg).then_some(crate::error::Code::Busy);
-        }
-        if let Some(lite) = c.downcast_ref::<rusqlite::Error>() {
-            return matches!(
-                lite.sqlite_error_code(),
-                Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-            )
-            .then_some(crate::error::Code::Busy);
-        }
-        None
-    })
-}
-
 /// What `migrate` found, or did.
 #[derive(Debug)]
 pub struct Migration {
@@ -1498,10 +1489,4 @@ pub fn refuse_write(stamp_version: i64, ours: i64, location: &str) -> anyhow::Er
     ))
 }
 
-/// Where a run's state is kept; recorded in the run directory (`backend.json`) when it is
-/// not the default SQLite, so later commands on the run need no flag.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
-}
+pub use crate::model::Backend;

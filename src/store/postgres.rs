@@ -154,50 +154,6 @@ fn scrub(text: &str, url: &str, shown_url: &str) -> String {
     text
 }
 
-/// Whether an error may clear on a retry: a lock or serialisation conflict, a lost or
-/// refused connection, a server shutting down or starting up.
-pub fn transient(e: &postgres::Error) -> bool {
-    if let Some(db) = e.as_db_error() {
-        let code = db.code();
-        return [
-            SqlState::LOCK_NOT_AVAILABLE,
-            SqlState::T_R_DEADLOCK_DETECTED,
-            SqlState::T_R_SERIALIZATION_FAILURE,
-            SqlState::ADMIN_SHUTDOWN,
-            SqlState::CRASH_SHUTDOWN,
-            SqlState::CANNOT_CONNECT_NOW,
-            SqlState::TOO_MANY_CONNECTIONS,
-        ]
-        .contains(code)
-            || code.code().starts_with("08");
-    }
-    if e.is_closed() {
-        return true;
-    }
-    // A network that failed, not a certificate or a protocol that is wrong.
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            use std::io::ErrorKind::*;
-            return matches!(
-                io.kind(),
-                ConnectionRefused
-                    | ConnectionReset
-                    | ConnectionAborted
-                    | BrokenPipe
-                    | UnexpectedEof
-                    | TimedOut
-                    | NotConnected
-                    | AddrNotAvailable
-                    | HostUnreachable
-                    | NetworkUnreachable
-            );
-        }
-        source = s.source();
-    }
-    false
-}
-
 /// Why a connection failed, in words, and the exit code it deserves: the server's own
 /// message (wrong password, no such database, starting up), or the network's.
 fn connect_error(e: &postgres::Error, url: &str, shown_url: &str) -> anyhow::Error {
@@ -228,7 +184,7 @@ fn connect_error(e: &postgres::Error, url: &str, shown_url: &str) -> anyhow::Err
         None => "the host could not be reached",
     };
     let message = format!("could not connect to postgres: {what} ({cause}): {shown_url}");
-    if transient(e) {
+    if crate::error::transient(e) {
         busy(format!("{message}; retry when the server is reachable"))
     } else if e.code() == Some(&SqlState::INVALID_CATALOG_NAME) {
         not_found(message)
@@ -307,7 +263,7 @@ fn map_err(e: postgres::Error, shown_url: &str, busy_ms: u64) -> anyhow::Error {
                 "the value holds a NUL byte, which PostgreSQL text cannot store; encode it (base64) first",
             );
         }
-        if transient(&e) {
+        if crate::error::transient(&e) {
             return busy(format!(
                 "the server ended the session ({}, {}); nothing was written, retry the command{}",
                 db.message(),
@@ -328,7 +284,7 @@ fn map_err(e: postgres::Error, shown_url: &str, busy_ms: u64) -> anyhow::Error {
     } else {
         e.to_string().replace(shown_url, "")
     };
-    if transient(&e) {
+    if crate::error::transient(&e) {
         return busy(format!(
             "lost the connection to the server ({text}); nothing was written, retry the command{}",
             at(shown_url)
@@ -360,7 +316,7 @@ fn committed(
 ) -> Result<()> {
     match result {
         Ok(()) => Ok(()),
-        Err(e) if transient(&e) && e.as_db_error().is_none() => Err(crate::error::unknown(
+        Err(e) if crate::error::transient(&e) && e.as_db_error().is_none() => Err(crate::error::unknown(
             "lost the connection to the server while committing: the write may or may not have been applied; check before retrying (bind, gates create, agent remember, imports add, finish and exec-append --key are safe to retry)",
         )),
         Err(e) => Err(err(e)),
@@ -1398,7 +1354,6 @@ impl Tx for PgTx<'_> {
     fn commit(self: Box<Self>) -> Result<()> {
         let (shown_url, busy_ms) = (self.shown_url, self.busy_ms);
         committed(self.tx.commit(), |e| map_err(e, shown_url, busy_ms))?;
-        crate::notify::committed();
         Ok(())
     }
 }
@@ -1587,7 +1542,6 @@ impl AgentStore for PgStore {
         let mut tx = client
             .transaction()
             .map_err(|e| map_err(e, shown_url, *busy_ms))?;
-        crate::notify::discard();
         let run = match run_id.as_deref() {
             Some(id) => lock_run(&mut tx, id, kind)?
                 .map(|status| (id.to_string(), Some(RunStatus::parse(&status)))),

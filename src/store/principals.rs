@@ -2,7 +2,7 @@
 //! `.prose/principals.db` (mode 0600) for a SQLite project, or in the server's
 //! `openprose.principals` and `openprose.settings` for a project on PostgreSQL (where every
 //! machine of the team checks the same tokens). A token is never stored, only its Argon2id
-//! hash; what a token is and how it is checked is `crate::auth`'s.
+//! hash; what a token is and how it is checked is `crate::services::auth`'s.
 
 use anyhow::{Context as _, Result};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
@@ -73,7 +73,7 @@ impl LocalBook {
             Err(_) => {
                 std::fs::create_dir_all(prose)
                     .with_context(|| format!("could not create {}", prose.display()))?;
-                crate::seal::owner_only()
+                super::seal::owner_only()
                     .write(true)
                     .create(true)
                     .truncate(false)

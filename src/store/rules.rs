@@ -3,14 +3,14 @@
 //! closed; every audit event is chained to the last; the first decision wins and every
 //! refusal is logged; a retried keyed append is not appended twice.
 
-use super::tx::{Tx, TxKind};
+use super::effects as notify;
+use super::tx::{Tx, TxKind, Txn};
 use super::{
     AuditRow, BindOutcome, Created, Decided, Decision, Finished, ImportAdded, ImportRow,
     NewBinding, NewExecution, NewGate, Resumed,
 };
 use crate::error::{not_found, refused, shown};
 use crate::model::{GateStatus, RunStatus};
-use crate::notify;
 use anyhow::{anyhow, Result};
 
 /// A write to a finished run (`completed` or `failed`) is refused. Checked inside the write's
@@ -64,7 +64,7 @@ fn disagreement(
     let (integrity, derived) = super::chain::gate_against_history(
         gate,
         &tx.gate_history(&gate.id)?,
-        crate::seal::key_for_reading()?,
+        super::seal::key_for_reading()?,
     );
     let why = match integrity {
         super::chain::Integrity::Tampered(why) => Some(why),
@@ -114,7 +114,7 @@ pub fn append_audit(tx: &mut dyn Tx, e: &Event) -> Result<AuditRow> {
         seal: None,
     };
     let hash = row.chain_hash(&prev);
-    row.seal = Some(crate::seal::key_for_writing()?.seal(&hash));
+    row.seal = Some(super::seal::key_for_writing()?.seal(&hash));
     row.hash = Some(hash);
     tx.insert_audit(&row)?;
     Ok(row)
@@ -147,7 +147,7 @@ fn genesis(tx: &mut dyn Tx, run_id: &str, now: &str) -> Result<AuditRow> {
 }
 
 /// Seals a run that is not sealed yet (at `init`); nothing when it is.
-pub fn seal_run(mut tx: Box<dyn Tx + '_>, now: &str) -> Result<()> {
+pub fn seal_run(mut tx: Txn<'_>, now: &str) -> Result<()> {
     let (seq, _) = tx.chain_head()?;
     if seq == 0 {
         let (run_id, _) = tx
@@ -162,12 +162,12 @@ pub fn seal_run(mut tx: Box<dyn Tx + '_>, now: &str) -> Result<()> {
 /// deadline), its audit event first. Every gate operation runs this first, inside its own
 /// transaction: a gate past its deadline can never be approved, whether or not anything swept
 /// it.
-pub fn sweep(tx: &mut dyn Tx, now: &str) -> Result<usize> {
+pub fn sweep(tx: &mut Txn<'_>, now: &str) -> Result<usize> {
     let overdue = tx.overdue_gates(now)?;
     let run_id = if overdue.is_empty() {
         String::new()
     } else {
-        run_id_of(tx)?
+        run_id_of(&mut **tx)?
     };
     for gate in &overdue {
         // The deadline is when it timed out (one that does not parse: now), and both the
@@ -179,7 +179,7 @@ pub fn sweep(tx: &mut dyn Tx, now: &str) -> Result<usize> {
             .and_then(crate::model::canonical_time)
             .unwrap_or_else(|| now.to_string());
         append_audit(
-            tx,
+            &mut **tx,
             &Event {
                 gate_id: &gate.id,
                 run_id: &run_id,
@@ -199,7 +199,7 @@ pub fn sweep(tx: &mut dyn Tx, now: &str) -> Result<usize> {
         timed_out.resolved_at = Some(at);
         timed_out.resolved_by = Some("system".into());
         timed_out.resolution_comment = None;
-        notify::queue(notify::Event::TimedOut, &timed_out);
+        tx.notice(notify::Event::TimedOut, &timed_out);
     }
     Ok(overdue.len())
 }
@@ -208,7 +208,7 @@ pub fn sweep(tx: &mut dyn Tx, now: &str) -> Result<usize> {
 /// file in place after the checks and before the row is written, so no committed row ever
 /// points at a file that is missing or partial.
 pub fn bind(
-    mut tx: Box<dyn Tx + '_>,
+    mut tx: Txn<'_>,
     b: &NewBinding,
     publish: &mut dyn FnMut() -> Result<()>,
 ) -> Result<BindOutcome> {
@@ -337,7 +337,7 @@ fn merge_patch(target: serde_json::Value, patch: &serde_json::Value) -> serde_js
 /// Runs `remove` if no binding references the attachment any more, in a serialised
 /// transaction, so a concurrent bind cannot take the file up while it goes.
 pub fn release_attachment(
-    mut tx: Box<dyn Tx + '_>,
+    mut tx: Txn<'_>,
     attachment_path: &str,
     remove: &mut dyn FnMut() -> Result<()>,
 ) -> Result<bool> {
@@ -361,7 +361,7 @@ pub fn release_attachment(
 /// still points at `old`, so a rebind that came first is never undone. The value is the same
 /// bytes, so a finished run takes this too.
 pub fn relink(
-    mut tx: Box<dyn Tx + '_>,
+    mut tx: Txn<'_>,
     name: &str,
     execution_id: Option<i64>,
     old: &str,
@@ -381,7 +381,7 @@ pub fn relink(
 /// Appends one execution record and returns its id. With an idempotency key, a retry of the
 /// same record returns the first one's id and appends nothing; the key on another record is
 /// refused.
-pub fn append_execution(mut tx: Box<dyn Tx + '_>, rec: &NewExecution) -> Result<i64> {
+pub fn append_execution(mut tx: Txn<'_>, rec: &NewExecution) -> Result<i64> {
     ensure_open(&mut *tx)?;
     if let Some(parent) = rec.parent_id {
         if !tx.execution_exists(parent)? {
@@ -410,8 +410,8 @@ pub fn append_execution(mut tx: Box<dyn Tx + '_>, rec: &NewExecution) -> Result<
 
 /// Creates a gate, with its `approve GATE:` execution record and its `created` audit event.
 /// The same call again on a pending gate is a safe retry; any other use of the id conflicts.
-pub fn create_gate(mut tx: Box<dyn Tx + '_>, g: &NewGate) -> Result<Created> {
-    sweep(&mut *tx, g.now)?;
+pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
+    sweep(&mut tx, g.now)?;
     ensure_open(&mut *tx)?;
     // An existing gate is a safe retry or a conflict, unless it is decided and asked to
     // open again: then this is its next instance.
@@ -497,20 +497,20 @@ pub fn create_gate(mut tx: Box<dyn Tx + '_>, g: &NewGate) -> Result<Created> {
     let row = tx
         .load_gate(g.id)?
         .ok_or_else(|| anyhow!("gate vanished after insert"))?;
-    notify::queue(notify::Event::Opened, &row);
+    tx.notice(notify::Event::Opened, &row);
     tx.commit()?;
     Ok(Created::New(row))
 }
 
 /// One gate with its audit history, logging a `viewed` event by `viewer`.
 pub fn view_gate(
-    mut tx: Box<dyn Tx + '_>,
+    mut tx: Txn<'_>,
     id: &str,
     viewer: Option<&str>,
     client: &str,
     now: &str,
 ) -> Result<Option<(super::GateRow, Vec<AuditRow>)>> {
-    sweep(&mut *tx, now)?;
+    sweep(&mut tx, now)?;
     let Some(gate) = load_exact(&mut *tx, id)? else {
         tx.commit()?;
         return Ok(None);
@@ -537,7 +537,7 @@ pub fn view_gate(
 /// signature the project requires, a web form without its CSRF token): a `refused` event on
 /// the gate, like the refusals `decide_gate` makes. Whether it was recorded: not when the
 /// gate does not exist, or the run is finished (it takes no more writes).
-pub fn refuse_attempt(mut tx: Box<dyn Tx + '_>, a: &super::Attempt) -> Result<bool> {
+pub fn refuse_attempt(mut tx: Txn<'_>, a: &super::Attempt) -> Result<bool> {
     let gate = match finished(&mut *tx)? {
         None => tx.load_gate(a.gate_id)?.filter(|g| g.id == a.gate_id),
         Some(_) => None,
@@ -578,8 +578,8 @@ pub fn refuse_attempt(mut tx: Box<dyn Tx + '_>, a: &super::Attempt) -> Result<bo
 /// Approves or rejects a pending gate. Of concurrent decisions exactly one wins: each runs
 /// serialised, and only a gate still pending, allowing the principal, with the prompt the
 /// decider was shown, is decided; every refusal is audit-logged.
-pub fn decide_gate(mut tx: Box<dyn Tx + '_>, d: &Decision) -> Result<Decided> {
-    sweep(&mut *tx, d.now)?;
+pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
+    sweep(&mut tx, d.now)?;
     ensure_open(&mut *tx)?;
     let Some(gate) = load_exact(&mut *tx, d.gate_id)? else {
         tx.commit()?;
@@ -628,7 +628,7 @@ pub fn decide_gate(mut tx: Box<dyn Tx + '_>, d: &Decision) -> Result<Decided> {
     let row = tx
         .load_gate(d.gate_id)?
         .ok_or_else(|| anyhow!("gate vanished during decision"))?;
-    notify::queue(
+    tx.notice(
         if d.approve {
             notify::Event::Approved
         } else {
@@ -643,12 +643,12 @@ pub fn decide_gate(mut tx: Box<dyn Tx + '_>, d: &Decision) -> Result<Decided> {
 /// Sets the run's final status. A `completed` or `failed` run is closed and keeps its status;
 /// completing a run with a pending gate is refused. Overdue gates are swept first.
 pub fn finish(
-    mut tx: Box<dyn Tx + '_>,
+    mut tx: Txn<'_>,
     status: &RunStatus,
     error: Option<&str>,
     now: &str,
 ) -> Result<Finished> {
-    sweep(&mut *tx, now)?;
+    sweep(&mut tx, now)?;
     let (id, current) = tx
         .run_row()?
         .ok_or_else(|| anyhow!("the store has no run row"))?;
@@ -679,11 +679,7 @@ pub fn finish(
 
 /// Registers an import. The same alias with the same source and schemas is a no-op; a
 /// different one needs `replace`.
-pub fn add_import(
-    mut tx: Box<dyn Tx + '_>,
-    import: &ImportRow,
-    replace: bool,
-) -> Result<ImportAdded> {
+pub fn add_import(mut tx: Txn<'_>, import: &ImportRow, replace: bool) -> Result<ImportAdded> {
     ensure_open(&mut *tx)?;
     // Schemas are compared as JSON values: a backend may store them normalised.
     let same_json = |a: &Option<String>, b: &Option<String>| {
@@ -711,13 +707,7 @@ pub fn add_import(
 }
 
 /// Replaces an agent's memory, creating the agent if needed.
-pub fn remember(
-    mut tx: Box<dyn Tx + '_>,
-    name: &str,
-    scope: &str,
-    memory: &str,
-    now: &str,
-) -> Result<()> {
+pub fn remember(mut tx: Txn<'_>, name: &str, scope: &str, memory: &str, now: &str) -> Result<()> {
     ensure_open(&mut *tx)?;
     tx.put_agent_memory(name, scope, memory, now)?;
     tx.commit()
@@ -726,7 +716,7 @@ pub fn remember(
 /// Appends a segment and returns its number: 1, 2, ... with no gap and no duplicate however
 /// many processes append at once (the number is read and used under the agent's lock).
 pub fn append_segment(
-    mut tx: Box<dyn Tx + '_>,
+    mut tx: Txn<'_>,
     name: &str,
     scope: &str,
     prompt: &str,
@@ -744,7 +734,7 @@ pub fn append_segment(
 /// Records a resume: a `resumed` audit event for each gate that is pending or was decided
 /// since the last resume, and an `interrupted` run set back to `running`. A finished run is
 /// only read.
-pub fn record_resume(mut tx: Box<dyn Tx + '_>, now: &str) -> Result<Resumed> {
+pub fn record_resume(mut tx: Txn<'_>, now: &str) -> Result<Resumed> {
     let (run_id, status) = tx
         .run_row()?
         .ok_or_else(|| anyhow!("the store has no run row"))?;
@@ -756,7 +746,7 @@ pub fn record_resume(mut tx: Box<dyn Tx + '_>, now: &str) -> Result<Resumed> {
             gates_logged: Vec::new(),
         });
     }
-    sweep(&mut *tx, now)?;
+    sweep(&mut tx, now)?;
     let mut logged = Vec::new();
     for g in tx.gates_for_resume()? {
         let decided_since = g.last_decision.unwrap_or(0) > g.last_resumed.unwrap_or(0);
@@ -826,7 +816,7 @@ pub struct Restore<'a> {
 /// places, gates, agents, imports, and the audit chain with its sequence and hashes as they
 /// were (resealed on import), then the `imported` event chained after it. Nothing is written
 /// if any of it is refused.
-pub fn restore(mut tx: Box<dyn Tx + '_>, r: &Restore) -> Result<()> {
+pub fn restore(mut tx: Txn<'_>, r: &Restore) -> Result<()> {
     use super::dump::{IMPORTED, RUN_EVENT};
     use std::collections::HashMap;
     let d = r.dump;
@@ -897,7 +887,7 @@ pub fn restore(mut tx: Box<dyn Tx + '_>, r: &Restore) -> Result<()> {
         tx.put_import_record(i)?;
     }
     let key = if r.reseal {
-        Some(crate::seal::key_for_writing()?)
+        Some(super::seal::key_for_writing()?)
     } else {
         None
     };

@@ -18,7 +18,7 @@ use super::{
     Found, GateRow, ImportRow, Migration, NewBinding, NewExecution, NewGate, NewRun, OpenOptions,
     QueryResult, RunInfo, RunSummary, Store, StoreStats,
 };
-use crate::error::{busy, not_found, refused, shown, usage};
+use crate::error::{not_found, refused, shown, usage};
 use crate::model::{ExecStatus, GateStatus, RunStatus};
 use anyhow::{anyhow, Context, Result};
 use rusqlite::config::DbConfig;
@@ -28,6 +28,33 @@ use rusqlite::{
     params, Connection, ErrorCode, OpenFlags, OptionalExtension, Row, TransactionBehavior,
 };
 use std::path::{Path, PathBuf};
+
+pub(super) use super::sqlite_rows::{db_error, gate_row, run_info_at, GATE_COLUMNS};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// What watches a run's commits from outside its database (the project catalog).
+pub trait CommitWatch {
+    /// Before a commit that changed a watched table, under the write lock, with the
+    /// transaction's view of the database.
+    fn before_commit(&mut self, conn: &Connection);
+    /// After that commit.
+    fn after_commit(&mut self);
+}
+
+/// Makes the watcher of a run's state.db, given its path and busy timeout (None: nothing
+/// watches it).
+pub type Watcher = fn(&Path, std::time::Duration) -> Option<Box<dyn CommitWatch>>;
+
+static WATCHER: OnceLock<Watcher> = OnceLock::new();
+
+/// The tables whose changes a watcher hears of: the facts the project catalog keeps.
+const WATCHED: &[&str] = &["run", "gates"];
+
+/// Installs the process's watcher of runs' commits (the first one stays).
+pub fn watch_commits(watcher: Watcher) {
+    let _ = WATCHER.set(watcher);
+}
 
 /// How large a command lets the write-ahead log grow before it folds it in at close: small,
 /// since every command's first open reads the whole log (about 64 pages).
@@ -75,9 +102,10 @@ pub struct SqliteStore {
     access: Access,
     /// The version the file records.
     version: i64,
-    /// The project catalog this run's fact-changing writes keep up to date (see
-    /// `catalog`); looked up by the first write transaction.
-    link: Option<super::catalog::Link>,
+    /// What watches this run's commits from outside it (the project catalog), once known.
+    watch: Option<Box<dyn CommitWatch>>,
+    /// Set by the update hook when a transaction changes a watched table.
+    touched: Arc<AtomicBool>,
     /// Why this store takes no writes, though it can be read (a state.db reached through a
     /// symlink, a run directory copied by hand): every write is refused (exit 4) with it.
     writes_refused: Option<String>,
@@ -95,31 +123,6 @@ pub fn has_schema(db: &Path) -> bool {
         r.get::<_, i64>(0)
     })
     .map_or(true, |n| n > 0)
-}
-
-/// Maps a rusqlite error to the error the user sees: a lock held past the timeout becomes
-/// exit 75 with advice to retry; a file that is not SQLite says so.
-pub(super) fn db_error(e: rusqlite::Error, path: &Path, busy_ms: u128) -> anyhow::Error {
-    match e.sqlite_error_code() {
-        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => busy(format!(
-            "database is busy: another process held its write lock for more than {busy_ms} ms; retry the command: {}",
-            path.display()
-        )),
-        Some(ErrorCode::NotADatabase) => {
-            anyhow!("not a SQLite database: {}", path.display())
-        }
-        Some(ErrorCode::ReadOnly | ErrorCode::CannotOpen) => anyhow!(
-            "cannot write the state db ({e}); check that the run directory is writable: {}",
-            path.display()
-        ),
-        Some(ErrorCode::DiskFull) => anyhow!("disk full writing the state db: {}", path.display()),
-        // SQLite reports a full disk under its WAL index as a plain I/O error.
-        Some(ErrorCode::SystemIoFailure) => anyhow!(
-            "disk I/O error on the state db ({e}); is the disk full or failing?: {}",
-            path.display()
-        ),
-        _ => anyhow::Error::new(e).context(format!("state db: {}", path.display())),
-    }
 }
 
 impl SqliteStore {
@@ -178,7 +181,8 @@ impl SqliteStore {
             schema: &STATE,
             access: Access::Current,
             version: SCHEMA_VERSION,
-            link: None,
+            watch: None,
+            touched: Arc::default(),
             writes_refused: None,
         };
         store
@@ -276,9 +280,10 @@ impl SqliteStore {
         }
     }
 
-    /// The facts of the run the project catalog keeps.
-    pub fn facts(&mut self) -> Result<super::catalog::Facts> {
-        super::catalog::read_facts(&self.conn).map_err(self.err())
+    /// A read of the database by a module of the store that keeps copies of its rows (the
+    /// project catalog reads the facts it keeps), its errors mapped here.
+    pub(super) fn read<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
+        f(&self.conn).map_err(self.err())
     }
 
     fn set_wal(&self) -> Result<()> {
@@ -358,27 +363,15 @@ pub struct SqliteTx<'a> {
     busy_ms: u128,
     /// A run's state.db (an agents.db has no run).
     is_state: bool,
-    /// The project catalog, for a run of a project.
-    link: Option<&'a mut super::catalog::Link>,
-    /// Whether a statement changed a fact the catalog keeps, and the ticket it took then.
-    marked: bool,
-    ticket: Option<super::catalog::Ticket>,
+    /// What watches the run's commits (the project catalog), for a run of a project.
+    watch: Option<&'a mut Box<dyn CommitWatch>>,
+    touched: &'a AtomicBool,
 }
 
 impl SqliteTx<'_> {
     /// The error edge: every driver error of the transaction is mapped here.
     fn err(&self) -> impl Fn(rusqlite::Error) -> anyhow::Error + '_ {
         |e| db_error(e, self.path, self.busy_ms)
-    }
-
-    /// Before a statement that changes a fact the project catalog keeps (the run's status,
-    /// a gate opened or resolved): the catalog's ticket, taken under this transaction's lock
-    /// and before its commit (see `catalog`).
-    fn mark(&mut self) {
-        if !self.marked {
-            self.marked = true;
-            self.ticket = self.link.as_mut().and_then(|l| l.mark());
-        }
     }
 }
 
@@ -397,7 +390,6 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn set_run_status(&mut self, status: &RunStatus, error: Option<&str>, now: &str) -> Result<()> {
-        self.mark();
         self.tx
             .run(
                 "UPDATE run SET status = ?1, updated_at = ?2, error_message = IFNULL(?3, error_message)",
@@ -536,7 +528,6 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn insert_gate(&mut self, g: &NewGate, run_id: &str, execution_id: i64) -> Result<()> {
-        self.mark();
         self.tx
             .run(
                 &format!("INSERT INTO gates ({GATE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9, NULL, NULL, NULL, ?10, 1)"),
@@ -558,7 +549,6 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn reopen_gate(&mut self, g: &NewGate, execution_id: i64) -> Result<()> {
-        self.mark();
         self.tx
             .run(
                 "INSERT INTO gate_instances (gate_id, instance, run_id, execution_id, prompt, allow,
@@ -601,7 +591,6 @@ impl Tx for SqliteTx<'_> {
         comment: Option<&str>,
         at: &str,
     ) -> Result<()> {
-        self.mark();
         self.tx
             .run(
                 "UPDATE gates SET status = ?2, resolved_at = ?3, resolved_by = ?4, resolution_comment = ?5
@@ -802,7 +791,6 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn put_run(&mut self, r: &RunRecord) -> Result<()> {
-        self.mark();
         self.tx
             .run(
                 "INSERT INTO run (id, program_path, program_source, started_at, updated_at, status,
@@ -825,7 +813,6 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn clear_run(&mut self) -> Result<()> {
-        self.mark();
         // A run's file is replaced whole (a new directory), never cleared in place.
         Err(anyhow!("a SQLite run is replaced by a new directory"))
     }
@@ -876,7 +863,6 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn put_gate(&mut self, g: &GateRecord, run_id: &str, instance: bool) -> Result<()> {
-        self.mark();
         let sql = if instance {
             "INSERT INTO gate_instances (gate_id, instance, run_id, execution_id, prompt, allow,
                  timeout, timeout_at, on_reject, status, created_at, resolved_at, resolved_by,
@@ -974,29 +960,20 @@ impl Tx for SqliteTx<'_> {
             tx,
             path,
             busy_ms,
-            link,
-            ticket,
+            mut watch,
+            touched,
             ..
         } = *self;
-        // The facts being committed, read under the lock; copied to the catalog after the
-        // commit. Unreadable ones leave the ticket: the next listing reads the run again.
-        let facts = ticket
-            .as_ref()
-            .and_then(|_| super::catalog::read_facts(&tx).ok());
+        // Under the write lock, before the commit: a watcher (the catalog) takes what it needs
+        // to learn of the change even if this process dies right after the commit.
+        let watched = touched.load(Ordering::Relaxed);
+        if let (true, Some(w)) = (watched, watch.as_mut()) {
+            w.before_commit(&tx);
+        }
         tx.commit().map_err(|e| db_error(e, path, busy_ms))?;
-        if ticket.is_some() {
-            // Fault injection for the tests: a pause between the run's commit and the
-            // catalog's update, where a SIGKILL leaves the ticket behind.
-            if let Some(ms) = std::env::var_os("PROSE_STATE_TEST_CATALOG_PAUSE_MS")
-                .and_then(|v| v.to_str()?.parse::<u64>().ok())
-            {
-                std::thread::sleep(std::time::Duration::from_millis(ms));
-            }
+        if let (true, Some(w)) = (watched, watch) {
+            w.after_commit();
         }
-        if let (Some(ticket), Some(facts), Some(link)) = (ticket, facts, link) {
-            link.apply(ticket, &facts);
-        }
-        crate::notify::committed();
         Ok(())
     }
 }
@@ -1281,11 +1258,6 @@ fn json_value(v: ValueRef) -> serde_json::Value {
     }
 }
 
-pub(super) const GATE_COLUMNS: &str =
-    "id, run_id, execution_id, prompt, allow, timeout, timeout_at, \
-                            on_reject, status, created_at, resolved_at, resolved_by, \
-                            resolution_comment, metadata, instance";
-
 const AUDIT_COLUMNS: &str = "id, gate_id, run_id, event_type, principal, comment, timestamp, \
                              metadata, prev_hash, hash, seq, seal";
 
@@ -1293,45 +1265,6 @@ const AUDIT_COLUMNS: &str = "id, gate_id, run_id, event_type, principal, comment
 /// gates fail closed.
 pub(super) const OVERDUE: &str = "status = 'pending' AND timeout_at IS NOT NULL
                        AND (datetime(timeout_at) IS NULL OR datetime(timeout_at) <= datetime(?1))";
-
-fn parse_allow(text: Option<String>) -> Vec<String> {
-    text.and_then(|t| serde_json::from_str::<Vec<String>>(&t).ok())
-        .unwrap_or_default()
-}
-
-/// A run's id, program path, status, started and updated times, from column `at` on.
-pub(super) fn run_info_at(r: &Row, at: usize) -> rusqlite::Result<RunInfo> {
-    Ok(RunInfo {
-        id: r.get(at)?,
-        program_path: r.get(at + 1)?,
-        status: r
-            .get::<_, Option<String>>(at + 2)?
-            .as_deref()
-            .map(RunStatus::parse),
-        started_at: r.get(at + 3)?,
-        updated_at: r.get(at + 4)?,
-    })
-}
-
-pub(super) fn gate_row(r: &Row) -> rusqlite::Result<GateRow> {
-    Ok(GateRow {
-        id: r.get(0)?,
-        run_id: r.get(1)?,
-        execution_id: r.get(2)?,
-        prompt: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
-        allow: parse_allow(r.get(4)?),
-        timeout: r.get(5)?,
-        timeout_at: r.get(6)?,
-        on_reject: r.get(7)?,
-        status: GateStatus::parse(&r.get::<_, Option<String>>(8)?.unwrap_or_default()),
-        created_at: r.get(9)?,
-        resolved_at: r.get(10)?,
-        resolved_by: r.get(11)?,
-        resolution_comment: r.get(12)?,
-        metadata: r.get(13)?,
-        instance: r.get::<_, Option<i64>>(14)?.unwrap_or(1),
-    })
-}
 
 fn audit_row(r: &Row) -> rusqlite::Result<AuditRow> {
     Ok(AuditRow {
@@ -1403,31 +1336,46 @@ impl AgentStore for SqliteStore {
     fn begin(&mut self, _kind: TxKind) -> Result<Box<dyn Tx + '_>> {
         self.prepare_write()?;
         let is_state = std::ptr::eq(self.schema, &STATE);
-        if is_state && self.link.is_none() {
-            self.link = super::catalog::Link::for_state_db(
-                &self.path,
-                std::time::Duration::from_millis(self.busy_ms as u64),
-            );
+        if is_state && self.watch.is_none() {
+            self.watch = WATCHER.get().and_then(|w| {
+                w(
+                    &self.path,
+                    std::time::Duration::from_millis(self.busy_ms as u64),
+                )
+            });
+        }
+        // Which statements a watcher must hear of is said once, by the tables they change.
+        self.touched.store(false, Ordering::Relaxed);
+        if self.watch.is_some() {
+            let touched = self.touched.clone();
+            self.conn
+                .update_hook(Some(
+                    move |_: rusqlite::hooks::Action, _: &str, table: &str, _: i64| {
+                        if WATCHED.contains(&table) {
+                            touched.store(true, Ordering::Relaxed);
+                        }
+                    },
+                ))
+                .map_err(self.err())?;
         }
         let SqliteStore {
             conn,
             path,
             busy_ms,
-            link,
+            watch,
+            touched,
             ..
         } = self;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| db_error(e, path, *busy_ms))?;
-        crate::notify::discard();
         Ok(Box::new(SqliteTx {
             tx,
             path,
             busy_ms: *busy_ms,
             is_state,
-            link: link.as_mut(),
-            marked: false,
-            ticket: None,
+            watch: watch.as_mut(),
+            touched,
         }))
     }
 

@@ -7,6 +7,7 @@
 use super::dump::{
     AgentRecord, BindingRecord, ExecRecord, GateRecord, ImportRecord, RunRecord, SegmentRecord,
 };
+use super::effects::{Event, Notice};
 use super::{AuditRow, GateRow, ImportRow, NewBinding, NewExecution, NewGate};
 use crate::model::RunStatus;
 use anyhow::Result;
@@ -158,4 +159,49 @@ pub trait Tx {
     fn audit_at_seq(&mut self, seq: i64) -> Result<Option<Option<String>>>;
 
     fn commit(self: Box<Self>) -> Result<()>;
+}
+
+/// A transaction as the rules hold it: the backend's, and what its commit must cause beyond
+/// its rows (gate notices). Those are handed over once it commits, in [`Txn::commit`], and
+/// never for a transaction that does not: dropped uncommitted, it takes them with it.
+pub struct Txn<'a> {
+    tx: Box<dyn Tx + 'a>,
+    notices: Vec<Notice>,
+}
+
+impl<'a> Txn<'a> {
+    pub fn new(tx: Box<dyn Tx + 'a>) -> Self {
+        Txn {
+            tx,
+            notices: Vec::new(),
+        }
+    }
+
+    /// A gate this transaction changed, as it leaves it: announced if it commits.
+    pub fn notice(&mut self, event: Event, gate: &GateRow) {
+        self.notices.push(Notice {
+            event,
+            gate: gate.clone(),
+        });
+    }
+
+    /// Commits, then causes what the transaction queued.
+    pub fn commit(self) -> Result<()> {
+        self.tx.commit()?;
+        super::effects::deliver(self.notices);
+        Ok(())
+    }
+}
+
+impl<'a> std::ops::Deref for Txn<'a> {
+    type Target = dyn Tx + 'a;
+    fn deref(&self) -> &Self::Target {
+        &*self.tx
+    }
+}
+
+impl std::ops::DerefMut for Txn<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut *self.tx
+    }
 }

@@ -3,8 +3,8 @@
 //! of its own (a SQLite `state.db` and `attachments/`); `import` brings such a directory into
 //! the project's backend.
 
-use crate::attach::{self, OpenError};
 use crate::error::{shown, tampered};
+use crate::services::attach::{self, OpenError};
 use crate::store::dump::RunDump;
 use crate::store::rules::Restore;
 use crate::store::sqlite::SqliteStore;
@@ -46,7 +46,7 @@ pub fn read(src: &mut dyn Store) -> Result<RunDump> {
 /// here, unless the import vouches for them (`--vouch`), which its event records.
 pub fn verify(d: &RunDump) -> Result<crate::store::chain::ChainReport> {
     let gates: Vec<_> = d.gates.iter().map(|g| g.row(&d.run.id)).collect();
-    let key = crate::seal::key_for_reading()?;
+    let key = crate::store::seal::key_for_reading()?;
     let report = crate::store::chain::check(&d.audit, &gates, Some(&d.run.id), key, None);
     if let Some(b) = &report.first_broken {
         return Err(tampered(format!(

@@ -129,7 +129,7 @@ pub fn decider(
 ) -> Result<(Principal, bool)> {
     // Signed decisions are made by the approval page alone, which holds the key.
     if let Some(b) = book.as_deref_mut() {
-        if crate::sign::pinned(b)?.is_some() {
+        if crate::services::sign::pinned(b)?.is_some() {
             return Err(refused(format!(
                 "this project requires decisions signed by its approval page (`prose-state serve`), \
                  which holds the key: decide there{}",

@@ -1,26 +1,20 @@
-//! Signed decisions. The approval page (`prose-state serve`) holds an Ed25519 signing key,
-//! made once in the prose home of the user running it (`serve-signing.key`, 32 bytes of hex,
-//! mode 0600, never read through a symlink), and signs every decision it records: the
-//! signature covers the run, the gate, its instance, the hash of the prompt shown, the
-//! decision, the principal and the time, and is kept in the decision's audit row
-//! (`metadata.signature`). A project pins the page's public key (`principals require
-//! --signed`); then the command line may not decide (it holds no key), and `gates verify
-//! --signed` and `gates wait --require-signed` accept only decisions whose signature checks
-//! against the pinned key. Run the page as another OS user (or on another machine, against
-//! PostgreSQL), and an agent that can write the database still cannot make a decision that
-//! verifies.
+//! Signed decisions, as the sealed chain checks them: what a signature covers, and whether a
+//! decided gate's signature stands against a pinned public key. Holding and using a signing
+//! key is the approval page's (`sign`); the store only asks a [`SignsDecisions`] for the
+//! signature of a decision it records.
 
-use crate::store::chain::{ChainReport, Derived, Integrity};
-use crate::store::principals::PrincipalBook;
-use crate::store::{AuditRow, GateRow};
-use anyhow::{anyhow, Result};
-use ed25519_dalek::{Signature, Signer as _, SigningKey, Verifier as _, VerifyingKey};
+use super::chain::{ChainReport, Derived, Integrity};
+use super::{AuditRow, GateRow};
+use anyhow::Result;
+use ed25519_dalek::{Signature, Verifier as _, VerifyingKey};
 
-/// The signing key's file in the prose home of the user running `serve`.
-pub const KEY_FILE: &str = "serve-signing.key";
-/// The principals book's setting holding the pinned public key (`ed25519:HEX`).
-pub const PINNED: &str = "signed_key";
 const PREFIX: &str = "ed25519:";
+
+/// What signs a decision as it is recorded (the approval page's key).
+pub trait SignsDecisions: std::fmt::Debug {
+    /// The signature of a decision, as its audit row keeps it.
+    fn sign(&self, what: &Signed) -> serde_json::Value;
+}
 
 /// What a signature covers, as the gate row and its decision say it.
 pub struct Signed<'a> {
@@ -36,7 +30,7 @@ pub struct Signed<'a> {
 
 impl Signed<'_> {
     /// The signed bytes: a JSON array, so that no field can run into the next.
-    fn message(&self) -> Vec<u8> {
+    pub fn message(&self) -> Vec<u8> {
         serde_json::to_vec(&(
             "prose-state signed decision v1",
             self.run,
@@ -64,43 +58,6 @@ impl Signed<'_> {
     }
 }
 
-/// The approval page's signing key.
-pub struct Signer {
-    key: SigningKey,
-    /// `ed25519:HEX` of the public key.
-    pub public: String,
-}
-
-impl Signer {
-    /// The key of the user running this process: read, or made on first use.
-    pub fn load_or_create() -> Result<Signer> {
-        let home = crate::seal::prose_home().ok_or_else(|| {
-            anyhow!("no home for the signing key: set PROSE_HOME or HOME (serve signs decisions with a key kept there)")
-        })?;
-        let what = "the signing key";
-        let bytes = match crate::seal::read_secret(&home, KEY_FILE, what)? {
-            Some(b) => b,
-            None => crate::seal::create_secret(&home, KEY_FILE, what)?,
-        };
-        let secret: [u8; 32] = bytes[..32]
-            .try_into()
-            .map_err(|_| anyhow!("{what} is not 32 bytes"))?;
-        let key = SigningKey::from_bytes(&secret);
-        let public = public_tag(&key.verifying_key());
-        Ok(Signer { key, public })
-    }
-
-    /// The signature of a decision, as its audit row keeps it.
-    pub fn sign(&self, what: &Signed) -> serde_json::Value {
-        let sig = self.key.sign(&what.message());
-        serde_json::json!({
-            "alg": "ed25519",
-            "key": self.public,
-            "sig": crate::model::hex(&sig.to_bytes()),
-        })
-    }
-}
-
 /// `ed25519:HEX` of a public key.
 pub fn public_tag(key: &VerifyingKey) -> String {
     format!("{PREFIX}{}", crate::model::hex(key.as_bytes()))
@@ -117,25 +74,10 @@ pub fn parse_public(tag: &str) -> Result<VerifyingKey> {
     let bytes = tag
         .trim()
         .strip_prefix(PREFIX)
-        .and_then(crate::seal::hex_bytes)
+        .and_then(super::seal::hex_bytes)
         .ok_or_else(bad)?;
     let bytes: [u8; 32] = bytes.try_into().map_err(|_| bad())?;
     VerifyingKey::from_bytes(&bytes).map_err(|_| bad())
-}
-
-/// The public key the project pinned, if it requires signed decisions.
-pub fn pinned(book: &mut dyn PrincipalBook) -> Result<Option<VerifyingKey>> {
-    book.setting(PINNED)?
-        .filter(|tag| !tag.is_empty())
-        .map(|tag| {
-            parse_public(&tag).map_err(|_| {
-                crate::error::tampered(format!(
-                    "the pinned signing key is not an Ed25519 public key: {}",
-                    crate::error::shown(&tag)
-                ))
-            })
-        })
-        .transpose()
 }
 
 /// Why a decided gate's signature does not stand, if it does not: its decision (the sealed
@@ -181,7 +123,7 @@ pub fn problem(
     }
     let valid = sig["sig"]
         .as_str()
-        .and_then(crate::seal::hex_bytes)
+        .and_then(super::seal::hex_bytes)
         .and_then(|b| <[u8; 64]>::try_from(b).ok())
         .map(|b| Signature::from_bytes(&b))
         .is_some_and(|s| pinned.verify(&what.message(), &s).is_ok());
@@ -209,14 +151,5 @@ pub fn check(
         if let Some(p) = problem(gate, rows, report.derived.get(&gate.id), pinned) {
             report.gates.push((gate.id.clone(), p));
         }
-    }
-}
-
-/// Never the secret: the public key alone.
-impl std::fmt::Debug for Signer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Signer")
-            .field("public", &self.public)
-            .finish_non_exhaustive()
     }
 }

@@ -1,10 +1,9 @@
 //! Notifications: a command of the project's, run when a gate opens, is decided or times out.
 //!
-//! The rules (`store::rules`) queue a notice where they change a gate; the backend's commit
-//! hands the queue here once the transaction is durable, and its `begin` drops what an
-//! earlier transaction queued and never committed. So a notice is sent for exactly the
-//! changes that were committed, on either backend, and the rule of what is notified lives in
-//! the rules alone.
+//! The rules (`store::rules`) queue a notice where they change a gate; the store hands what a
+//! transaction queued here once it is durable (`store::effects`), and drops what a transaction
+//! that never committed queued. So a notice is sent for exactly the changes that were
+//! committed, on either backend, and the rule of what is notified lives in the rules alone.
 //!
 //! The command is `PROSE_GATE_HOOK` (run by `sh -c`), else `.prose/hooks/on-gate` when that
 //! file exists. Each notice runs it once, with the notice's JSON on stdin and its event, run
@@ -13,43 +12,11 @@
 //! that exits non-zero, or cannot start, is logged in `.prose/hooks/on-gate.log`, which also
 //! takes the command's own output.
 
-use crate::store::GateRow;
-use std::cell::RefCell;
+use crate::store::effects::Notice;
 use std::ffi::OsString;
 use std::io::{Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-
-/// What happened to a gate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Event {
-    Opened,
-    Approved,
-    Rejected,
-    TimedOut,
-}
-
-impl Event {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Event::Opened => "opened",
-            Event::Approved => "approved",
-            Event::Rejected => "rejected",
-            Event::TimedOut => "timeout",
-        }
-    }
-}
-
-struct Notice {
-    event: Event,
-    gate: GateRow,
-}
-
-thread_local! {
-    /// The notices of the transaction open on this thread (one at a time: a transaction
-    /// begins and commits on the thread that runs its command).
-    static QUEUE: RefCell<Vec<Notice>> = const { RefCell::new(Vec::new()) };
-}
 
 /// The project's `.prose/` directory, where the hook and its log are (set by `Context`).
 static PROJECT: Mutex<Option<PathBuf>> = Mutex::new(None);
@@ -67,31 +34,18 @@ pub const HOOK_FILE: &str = "hooks/on-gate";
 /// Its log, under `.prose/`.
 pub const LOG_FILE: &str = "hooks/on-gate.log";
 
-/// Names the project whose hook runs (`.prose/`).
+/// Names the project whose hook runs (`.prose/`), and has the store hand this module what its
+/// commits cause.
 pub fn set_project(prose_dir: &Path) {
     if let Ok(mut p) = PROJECT.lock() {
         *p = Some(prose_dir.to_path_buf());
     }
+    crate::store::effects::install(deliver);
 }
 
-/// Queues a notice of the transaction being written (`store::rules`).
-pub fn queue(event: Event, gate: &GateRow) {
-    QUEUE.with(|q| {
-        q.borrow_mut().push(Notice {
-            event,
-            gate: gate.clone(),
-        })
-    });
-}
-
-/// Drops what an earlier transaction queued and did not commit (a backend's `begin`).
-pub fn discard() {
-    QUEUE.with(|q| q.borrow_mut().clear());
-}
-
-/// Sends what the transaction just committed queued (a backend's `commit`, after it).
-pub fn committed() {
-    let notices = QUEUE.with(|q| std::mem::take(&mut *q.borrow_mut()));
+/// Sends what a transaction just committed (the store calls it, once the commit is durable:
+/// see `store::effects`).
+fn deliver(notices: Vec<Notice>) {
     if notices.is_empty() {
         return;
     }
@@ -207,7 +161,7 @@ fn open_log(prose: &Path) -> std::io::Result<std::fs::File> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    crate::seal::owner_only()
+    crate::store::seal::owner_only()
         .create(true)
         .append(true)
         .open(path)

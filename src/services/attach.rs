@@ -476,22 +476,6 @@ impl Utf8Check {
     }
 }
 
-/// Files in a run's attachments/ and their total size (none counted through a symlinked
-/// directory: what it points at is not the run's).
-pub fn footprint(run_dir: &Path) -> (u64, u64) {
-    let Ok(dir) = dir(run_dir, false) else {
-        return (0, 0);
-    };
-    let Ok(entries) = fs::read_dir(dir) else {
-        return (0, 0);
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.metadata().ok())
-        .filter(|m| m.is_file())
-        .fold((0, 0), |(n, b), m| (n + 1, b + m.len()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::Utf8Check;

@@ -1,0 +1,85 @@
+//! Signed decisions. The approval page (`prose-state serve`) holds an Ed25519 signing key,
+//! made once in the prose home of the user running it (`serve-signing.key`, 32 bytes of hex,
+//! mode 0600, never read through a symlink), and signs every decision it records: the
+//! signature covers the run, the gate, its instance, the hash of the prompt shown, the
+//! decision, the principal and the time, and is kept in the decision's audit row
+//! (`metadata.signature`). A project pins the page's public key (`principals require
+//! --signed`); then the command line may not decide (it holds no key), and `gates verify
+//! --signed` and `gates wait --require-signed` accept only decisions whose signature checks
+//! against the pinned key. Run the page as another OS user (or on another machine, against
+//! PostgreSQL), and an agent that can write the database still cannot make a decision that
+//! verifies.
+
+use crate::store::principals::PrincipalBook;
+use crate::store::signatures::SignsDecisions;
+pub use crate::store::signatures::{check, parse_public, public_tag, Signed};
+use anyhow::{anyhow, Result};
+use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
+
+/// The signing key's file in the prose home of the user running `serve`.
+pub const KEY_FILE: &str = "serve-signing.key";
+/// The principals book's setting holding the pinned public key (`ed25519:HEX`).
+pub const PINNED: &str = "signed_key";
+
+/// The approval page's signing key.
+pub struct Signer {
+    key: SigningKey,
+    /// `ed25519:HEX` of the public key.
+    pub public: String,
+}
+
+impl Signer {
+    /// The key of the user running this process: read, or made on first use.
+    pub fn load_or_create() -> Result<Signer> {
+        let home = crate::store::seal::prose_home().ok_or_else(|| {
+            anyhow!("no home for the signing key: set PROSE_HOME or HOME (serve signs decisions with a key kept there)")
+        })?;
+        let what = "the signing key";
+        let bytes = match crate::store::seal::read_secret(&home, KEY_FILE, what)? {
+            Some(b) => b,
+            None => crate::store::seal::create_secret(&home, KEY_FILE, what)?,
+        };
+        let secret: [u8; 32] = bytes[..32]
+            .try_into()
+            .map_err(|_| anyhow!("{what} is not 32 bytes"))?;
+        let key = SigningKey::from_bytes(&secret);
+        let public = public_tag(&key.verifying_key());
+        Ok(Signer { key, public })
+    }
+}
+
+impl SignsDecisions for Signer {
+    /// The signature of a decision, as its audit row keeps it.
+    fn sign(&self, what: &Signed) -> serde_json::Value {
+        let sig = self.key.sign(&what.message());
+        serde_json::json!({
+            "alg": "ed25519",
+            "key": self.public,
+            "sig": crate::model::hex(&sig.to_bytes()),
+        })
+    }
+}
+
+/// The public key the project pinned, if it requires signed decisions.
+pub fn pinned(book: &mut dyn PrincipalBook) -> Result<Option<VerifyingKey>> {
+    book.setting(PINNED)?
+        .filter(|tag| !tag.is_empty())
+        .map(|tag| {
+            parse_public(&tag).map_err(|_| {
+                crate::error::tampered(format!(
+                    "the pinned signing key is not an Ed25519 public key: {}",
+                    crate::error::shown(&tag)
+                ))
+            })
+        })
+        .transpose()
+}
+
+/// Never the secret: the public key alone.
+impl std::fmt::Debug for Signer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Signer")
+            .field("public", &self.public)
+            .finish_non_exhaustive()
+    }
+}
