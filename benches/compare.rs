@@ -1472,18 +1472,28 @@ fn durable_commit_cost(root: &Path) -> Duration {
     median(times)
 }
 
-/// A session of rmcp's client with `prose-state mcp`, on the given runtime.
+/// A subagent session of rmcp's client with `prose-state mcp`, on the given runtime.
 async fn mcp_session(
     root: &Path,
     run: &str,
     agent: &str,
+) -> rmcp::service::RunningService<rmcp::service::RoleClient, ()> {
+    mcp_session_as(root, run, &["--role", "subagent", "--agent", agent]).await
+}
+
+/// A session of rmcp's client with `prose-state mcp` and these options (role, agent, ...).
+async fn mcp_session_as(
+    root: &Path,
+    run: &str,
+    options: &[&str],
 ) -> rmcp::service::RunningService<rmcp::service::RoleClient, ()> {
     use rmcp::ServiceExt;
     let mut cmd = tokio::process::Command::new(BIN);
     cmd.current_dir(root)
         .env("PROSE_ROOT", root)
         .env_remove("PROSE_RUN")
-        .args(["--run", run, "mcp", "--role", "subagent", "--agent", agent])
+        .args(["--run", run, "mcp"])
+        .args(options)
         .stderr(Stdio::null());
     ().serve(rmcp::transport::TokioChildProcess::new(cmd).unwrap())
         .await
@@ -1664,6 +1674,126 @@ fn mcp_rows(root: &Path, calls: usize, rows: &mut Vec<Row>) {
     });
 }
 
+/// Issue 28: a session's role costs its calls nothing. `bind` and `get` in a subagent session
+/// (`--role subagent --agent NAME --execution-id E`: its run and execution pinned) beside the
+/// same calls in a VM session (`--role vm`) naming the same execution, so that both do the same
+/// work: the two sessions run at once against one run, called in turn (which goes first
+/// alternates every round), each call timed on its own.
+fn mcp_role_rows(root: &Path, calls: usize, rows: &mut Vec<Row>) {
+    let run = "mcp-roles";
+    init(root, run);
+    let out = prose(root, run)
+        .args([
+            "--json",
+            "exec-append",
+            "--index",
+            "1",
+            "--text",
+            "session: worker",
+            "--status",
+            "executing",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let execution = doc["id"].as_i64().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    // (subagent, vm) timings of each tool.
+    let mut bind = (Vec::new(), Vec::new());
+    let mut get = (Vec::new(), Vec::new());
+    rt.block_on(async {
+        let e = execution.to_string();
+        let sub = mcp_session_as(
+            root,
+            run,
+            &[
+                "--role",
+                "subagent",
+                "--agent",
+                "worker",
+                "--execution-id",
+                &e,
+            ],
+        )
+        .await;
+        let vm = mcp_session_as(root, run, &["--role", "vm", "--agent", "vm"]).await;
+        for i in 0..calls {
+            let value = format!("value {i}: it's a \"quoted\" result");
+            for turn in 0..2 {
+                let subagent = (i + turn) % 2 == 0;
+                let (client, name) = if subagent {
+                    (&sub, format!("s{i}"))
+                } else {
+                    (&vm, format!("v{i}"))
+                };
+                // The VM names the execution the subagent session is pinned to.
+                let mut args = serde_json::json!({"name": name, "value": value});
+                let mut read = serde_json::json!({"name": name});
+                if !subagent {
+                    args["execution_id"] = execution.into();
+                    read["execution_id"] = execution.into();
+                }
+                let start = Instant::now();
+                assert!(mcp_call(client, "bind", args).await);
+                let b = start.elapsed();
+                let start = Instant::now();
+                assert!(mcp_call(client, "get", read).await);
+                let g = start.elapsed();
+                if subagent {
+                    bind.0.push(b);
+                    get.0.push(g);
+                } else {
+                    bind.1.push(b);
+                    get.1.push(g);
+                }
+            }
+        }
+        sub.cancel().await.unwrap();
+        vm.cancel().await.unwrap();
+    });
+    // Both sessions bound in the one execution's scope.
+    let db = root.join(format!(".prose/runs/{run}/state.db"));
+    let scoped = String::from_utf8(
+        sqlite3(
+            &db,
+            &format!("SELECT COUNT(*) FROM bindings WHERE execution_id = {execution}"),
+            &[],
+        )
+        .output()
+        .unwrap()
+        .stdout,
+    )
+    .unwrap();
+    assert_eq!(
+        scoped.trim(),
+        (2 * calls).to_string(),
+        "bindings in the execution's scope"
+    );
+    for (tool, (sub, vm)) in [("get", get), ("bind", bind)] {
+        let (sub, vm) = (median(sub), median(vm));
+        let ratio = sub.as_secs_f64() / vm.as_secs_f64();
+        rows.push(Row {
+            what: format!(
+                "MCP `{tool}` in a subagent session (`--role subagent --execution-id`), beside a VM session's (`--role vm`, same execution), median of {calls}"
+            ),
+            ours: ms(sub),
+            raw: format!("{} (VM session)", ms(vm)),
+            ratio: format!("{ratio:.2}"),
+            target: "≤ 1.10 (a role adds no work to a call)".into(),
+            met: if ratio <= 1.10 { "yes" } else { "no" }.into(),
+        });
+    }
+}
+
 fn first_line(cmd: &str, args: &[&str]) -> String {
     Command::new(cmd)
         .args(args)
@@ -1767,7 +1897,7 @@ fn main() {
         .unwrap();
     let root = dir.path();
     let mut rows = Vec::new();
-    // PROSE_BENCH_ONLY=latency,mcp runs only those groups (for a quick look; the report is
+    // PROSE_BENCH_ONLY=latency,mcp,mcp-roles runs only those groups (for a quick look; the report is
     // then partial).
     let only = std::env::var("PROSE_BENCH_ONLY").ok();
     let wanted = |group: &str| {
@@ -1781,6 +1911,10 @@ fn main() {
     if wanted("mcp") {
         eprintln!("MCP…");
         mcp_rows(root, 200, &mut rows);
+    }
+    if wanted("mcp-roles") {
+        eprintln!("MCP calls by role…");
+        mcp_role_rows(root, 200, &mut rows);
     }
     if wanted("parallel") {
         eprintln!("parallel writers…");

@@ -60,6 +60,8 @@ enum Page {
     Whole,
     /// A list, under `wrap`: `cursor` and `limit`.
     List,
+    /// One gate with a page of its audit history: `cursor` and `limit` over the events.
+    History,
     /// The log: `since` and `limit`.
     Log,
     /// A binding's value: `offset` and `length`.
@@ -132,7 +134,12 @@ const SERVED: &[Served] = &[
     // Showing a gate logs a `viewed` event: it writes.
     Served {
         roles: VM_ONLY,
-        about: "Show one gate in full with its audit history (logs that this agent viewed it).",
+        page: Page::History,
+        about: "Show one gate in full with a page of its audit history, oldest first: at most \
+                `limit` events (default 50, at most 500) and about 32 KiB from event `cursor`. \
+                `history_total` counts the whole history, `next_cursor` continues (null at the \
+                end) and `truncated` says more events follow. Each call logs that this agent \
+                viewed the gate: one more event at the history's end.",
         ..Served::new("gates_show", &["gates", "show"], false)
     },
     Served {
@@ -183,8 +190,13 @@ const SERVED: &[Served] = &[
     },
     Served {
         roles: VM_ONLY,
-        about: "Everything a VM needs to continue the run after losing its context: the run, \
-                the position, what is outstanding, the gates; records the resume.",
+        skip: &["all"],
+        about: "Everything a VM needs to continue the run after losing its context, within \
+                16 KiB: the run, the position, what is outstanding, the gates, `counts` of \
+                everything, and a page of the bindings visible from the current scope (at most \
+                `limit`, default 64): pass `next_cursor` as `cursor` for the next page (null \
+                on the last). `truncated` says something besides the bindings was left out to \
+                stay within the bound. Records the resume.",
         ..Served::new("resume", &["resume"], false)
     },
     Served {
@@ -500,6 +512,17 @@ fn paging(served: &Served) -> Vec<(&'static str, Value)> {
                 limit(pages::LIST_DEFAULT, pages::LIST_MAX, served.wrap),
             ),
         ],
+        Page::History => vec![
+            (
+                "cursor",
+                json!({"type": "integer", "minimum": 0, "default": 0,
+                       "description": "Where the history's page starts: a previous answer's `next_cursor` (0: the first event)"}),
+            ),
+            (
+                "limit",
+                limit(pages::LIST_DEFAULT, pages::LIST_MAX, "history events"),
+            ),
+        ],
         Page::Log => vec![("limit", limit(pages::LOG_DEFAULT, pages::LOG_MAX, "events"))],
         Page::Memory => vec![
             (
@@ -777,21 +800,49 @@ impl Server {
                 return value_page(a, &ctx);
             }
         }
+        // The page asked for is checked before the command runs: showing a gate writes.
+        let (cursor, limit) = match spec.served.page {
+            Page::List | Page::History => (
+                count_arg(args, "cursor", 0, 0, u64::MAX)?,
+                count_arg(args, "limit", pages::LIST_DEFAULT, 1, pages::LIST_MAX)?,
+            ),
+            Page::Memory => (
+                count_arg(args, "offset", 0, 0, u64::MAX)?,
+                count_arg(args, "length", pages::TEXT_DEFAULT, 0, pages::TEXT_MAX)?,
+            ),
+            Page::Whole | Page::Log | Page::Value => (0, 0),
+        };
         let mut outcome = cmd::dispatch(&cli.command, &ctx, &mut Json)
             .unwrap_or_else(|| Err(usage(format!("not a tool: {}", spec.served.name))))?;
         match spec.served.page {
             Page::List => {
-                let cursor = count_arg(args, "cursor", 0, 0, u64::MAX)?;
-                let limit = count_arg(args, "limit", pages::LIST_DEFAULT, 1, pages::LIST_MAX)?;
                 let items = match outcome.value.take() {
                     Value::Array(items) => items,
                     other => vec![other],
                 };
                 outcome.set(pages::list(items, spec.served.wrap, cursor, limit));
             }
+            Page::History => {
+                if let Value::Object(mut gate) = outcome.value.take() {
+                    let history = match gate.remove("history") {
+                        Some(Value::Array(events)) => events,
+                        _ => Vec::new(),
+                    };
+                    if let Value::Object(page) = pages::list(history, "history", cursor, limit) {
+                        for (field, value) in page {
+                            let field = if field == "total" {
+                                "history_total".into()
+                            } else {
+                                field
+                            };
+                            gate.insert(field, value);
+                        }
+                    }
+                    outcome.set(Value::Object(gate));
+                }
+            }
             Page::Memory => {
-                let offset = count_arg(args, "offset", 0, 0, u64::MAX)?;
-                let length = count_arg(args, "length", pages::TEXT_DEFAULT, 0, pages::TEXT_MAX)?;
+                let (offset, length) = (cursor, limit);
                 if let Value::Object(mut memory) = outcome.value.take() {
                     let whole = memory
                         .get("memory")

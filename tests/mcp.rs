@@ -981,6 +981,8 @@ fn answers_are_bounded_with_a_cursor(backend: Backend) {
                 assert!(!text.contains(lie), "{}: {lie}: {text}", t.name);
             }
             assert!(t.output_schema.is_some(), "{}", t.name);
+            // No answer is unbounded on request (`resume --all` is the command line's).
+            assert!(!t.input_schema["properties"].as_object().unwrap().contains_key("all"), "{}", t.name);
         }
         for i in 0..150 {
             let r = call(&client, "exec_append", json!({"index": i, "text": format!("s{i}"), "status": "completed"})).await;
@@ -1037,9 +1039,139 @@ fn answers_are_bounded_with_a_cursor(backend: Backend) {
     });
 }
 
+/// Issue 28: a gate's audit history comes in pages too. A gate reopened and decided again
+/// and again, then refused many times (each refusal audited, with its long reason), is shown
+/// a page at a time: each page within its bound and saying whether it was cut, and the cursors
+/// reach every event of the history exactly once, in the log's order. A page asked for out of
+/// bounds is refused before the gate is shown (no `viewed` event).
+fn a_gates_history_comes_in_pages(backend: Backend) {
+    let Some(p) = Project::on(backend) else {
+        return;
+    };
+    let run = p.init();
+    let create = |extra: &[&str]| {
+        run.cmd()
+            .args([
+                "gates", "create", "g", "--prompt", "ship?", "--allow", "alice",
+            ])
+            .args(extra)
+            .assert()
+            .success();
+    };
+    create(&[]);
+    for cycle in 0..4 {
+        let decide: &[&str] = if cycle % 2 == 0 {
+            &["approve", "--comment", "ok"]
+        } else {
+            &["reject", "--reason", "no"]
+        };
+        p.cmd()
+            .args(&decide[..1])
+            .args([&run.id, "g", "--yes", "--as", "alice"])
+            .args(&decide[1..])
+            .assert()
+            .success();
+        create(&["--reopen"]);
+    }
+    let reason = "r".repeat(1500);
+    for _ in 0..40 {
+        let a = p
+            .cmd()
+            .args([
+                "approve",
+                &run.id,
+                "g",
+                "--yes",
+                "--as",
+                "mallory",
+                "--comment",
+                &reason,
+            ])
+            .assert()
+            .failure();
+        assert_eq!(common::code(&a), 4, "{}", common::stderr(&a));
+    }
+    let logged = run.view().events("g");
+    assert_eq!(logged.len(), 49, "{}", logged.len());
+    runtime().block_on(async {
+        let client = connect(&p, "bot", &run).await;
+        // Out of bounds: refused, and the gate is not shown (nothing logged).
+        for bad in [
+            json!({"gate": "g", "limit": 0}),
+            json!({"gate": "g", "limit": 501}),
+            json!({"gate": "g", "cursor": -1}),
+        ] {
+            let r = call(&client, "gates_show", bad.clone()).await;
+            assert_eq!(class(&r), "usage", "{bad}: {r:?}");
+        }
+        // (The database is read on a thread allowed to block: PostgreSQL's client blocks.)
+        let events = || tokio::task::block_in_place(|| run.view().events("g"));
+        assert_eq!(events().len(), logged.len());
+        for limit in [None, Some(7)] {
+            let mut cursor = json!(0);
+            let mut ids = Vec::new();
+            let mut kinds = Vec::new();
+            let mut cut = Vec::new();
+            while !cursor.is_null() {
+                let mut args = json!({"gate": "g", "cursor": cursor});
+                if let Some(n) = limit {
+                    args["limit"] = json!(n);
+                }
+                let r = call(&client, "gates_show", args).await;
+                assert_eq!(class(&r), "ok", "{r:?}");
+                let page = r.structured_content.unwrap();
+                assert_eq!(page["cursor"], cursor);
+                assert_eq!(
+                    (page["id"].as_str(), page["status"].as_str()),
+                    (Some("g"), Some("pending"))
+                );
+                let history = page["history"].as_array().unwrap();
+                assert!(!history.is_empty());
+                assert!(history.len() <= limit.unwrap_or(50) as usize);
+                assert!(
+                    Value::Array(history.clone()).to_string().len() <= 32 * 1024 + history.len()
+                );
+                ids.extend(history.iter().map(|e| e["id"].as_i64().unwrap()));
+                kinds.extend(
+                    history
+                        .iter()
+                        .map(|e| e["event_type"].as_str().unwrap().to_string()),
+                );
+                cut.push(page["truncated"].as_bool().unwrap());
+                assert_eq!(
+                    page["truncated"].as_bool().unwrap(),
+                    !page["next_cursor"].is_null()
+                );
+                cursor = page["next_cursor"].clone();
+                if cursor.is_null() {
+                    assert_eq!(page["history_total"], json!(ids.len()));
+                }
+            }
+            // Every event the gate's log holds now (this paging's own views included), once,
+            // in order; every page but the last was cut.
+            let now: Vec<String> = events().into_iter().map(|e| e.0).collect();
+            assert_eq!(kinds, now, "limit {limit:?}");
+            assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+            assert!(cut.len() >= 3, "limit {limit:?}: {} pages", cut.len());
+            assert!(cut[..cut.len() - 1].iter().all(|c| *c) && !cut[cut.len() - 1]);
+            if limit.is_none() {
+                // The 32 KiB bound cut the default pages before 50 events.
+                assert!(
+                    kinds.len() < 50 * (cut.len() - 1),
+                    "{} events, {} pages",
+                    kinds.len(),
+                    cut.len()
+                );
+            }
+        }
+        client.cancel().await.unwrap();
+    });
+}
+
 on_both!(
     a_subagent_session_has_only_its_tools,
-    answers_are_bounded_with_a_cursor
+    answers_are_bounded_with_a_cursor,
+    a_gates_history_comes_in_pages
 );
 
 /// The guides are the session's prompts, rendered by the `guide` command itself: a prompt is

@@ -130,7 +130,33 @@ pub fn output(tool: &str) -> Value {
         "gates_create" | "gates_wait" => gate(),
         "gates_show" => {
             let mut g = gate();
-            g["properties"]["history"] = json!({"type": "array", "items": {"type": "object"}});
+            let p = &mut g["properties"];
+            p["history"] = json!({"type": "array", "description":
+                "A page of the gate's audit events, oldest first",
+                "items": object(json!({"id": {"type": "integer"}, "event_type": {"type": "string"},
+                    "principal": nullable("string"), "comment": nullable("string"),
+                    "timestamp": nullable("string")}), &["id", "event_type"])});
+            p["history_total"] =
+                json!({"type": "integer", "description": "Events in the gate's whole history"});
+            p["cursor"] = json!({"type": "integer", "description": "Where this page starts"});
+            p["next_cursor"] = json!({"type": ["integer", "null"],
+                "description": "Pass as `cursor` for the next page of the history; null at the end"});
+            p["truncated"] =
+                json!({"type": "boolean", "description": "Whether more events follow this page"});
+            p["integrity"] = object(
+                json!({"state": {"type": "string", "enum": ["attested", "unattested", "tampered"]},
+                       "detail": nullable("string")}),
+                &["state"],
+            );
+            g["required"] = json!([
+                "id",
+                "run_id",
+                "status",
+                "history",
+                "history_total",
+                "next_cursor",
+                "truncated"
+            ]);
             g
         }
         "agent_memory" => {
