@@ -906,7 +906,8 @@ pub struct ResumeArgs {
     /// Bindings after this name (the `next_cursor` of the previous answer)
     #[arg(long, value_name = "NAME")]
     pub cursor: Option<String>,
-    /// At most this many bindings in the answer (default 64; the answer stays within 16 KiB)
+    /// At most this many bindings in the answer, 1 to 1000 (default 64; the answer stays within
+    /// 16 KiB)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub limit: Option<u32>,
 }

@@ -549,7 +549,10 @@ fn param(arg: &clap::Arg, level: usize) -> Param {
         Kind::Flag
     } else if matches!(arg.get_action(), clap::ArgAction::Append) && arg.get_long().is_some() {
         Kind::List
-    } else if parser == TypeId::of::<i64>() || parser == TypeId::of::<u64>() {
+    } else if parser == TypeId::of::<i64>()
+        || parser == TypeId::of::<u64>()
+        || parser == TypeId::of::<u32>()
+    {
         Kind::Integer
     } else if parser == TypeId::of::<f64>() {
         Kind::Number

@@ -38,6 +38,21 @@ struct Lines {
 }
 
 /// The command lines of a guide: the lines of its ```sh blocks.
+/// The lines of a guide's ```text blocks (an MCP prompt's tool calls).
+fn text_lines(md: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut inside = false;
+    for l in md.lines() {
+        match (inside, l.trim_end()) {
+            (false, "```text") => inside = true,
+            (true, "```") => inside = false,
+            (true, l) if !l.trim().is_empty() => lines.push(l.to_string()),
+            _ => {}
+        }
+    }
+    lines
+}
+
 fn sh_lines(md: &str) -> Vec<String> {
     let mut lines = Vec::new();
     let mut inside = false;
@@ -539,15 +554,48 @@ impl Via {
                 let md = m.rt.block_on(
                     session.prompt("subagent", Map::from_iter([("name".into(), json!(name))])),
                 );
-                // No stdin through MCP: the line that gives the value as an argument.
-                let line = sh_lines(&md)
+                // The prompt writes each step as this session's tool call: a tool, then its
+                // arguments as JSON. Every such line names a tool the session lists, with
+                // arguments it takes.
+                for l in text_lines(&md) {
+                    let Some((tool, args)) = l.split_once(' ') else {
+                        continue;
+                    };
+                    if !args.starts_with('{') {
+                        continue;
+                    }
+                    let props = session
+                        .tools
+                        .get(tool)
+                        .unwrap_or_else(|| panic!("the session lists no tool {tool}: {l}"));
+                    let Ok(Value::Object(args)) = serde_json::from_str::<Value>(args) else {
+                        panic!("not JSON arguments: {l}")
+                    };
+                    for key in args.keys() {
+                        assert!(props.contains_key(key), "{tool} takes no {key}: {l}");
+                    }
+                }
+                // The line that binds the output, taken as it is.
+                let line = text_lines(&md)
                     .into_iter()
-                    .find(|l| l.contains(" bind ") && !l.contains('|'))
+                    .find(|l| l.starts_with("bind {") && l.contains(r#""value""#))
                     .expect("no subagent line that binds its output");
-                let (tool, mut args) = session.tool_call(&fill(&line, &[], &vars));
+                let (tool, json_args) = line.split_once(' ').unwrap();
+                let Value::Object(mut args) = serde_json::from_str(json_args)
+                    .unwrap_or_else(|e| panic!("not JSON arguments ({e}): {line}"))
+                else {
+                    panic!("not an object of arguments: {line}")
+                };
+                let props = session
+                    .tools
+                    .get(tool)
+                    .unwrap_or_else(|| panic!("the session lists no tool {tool}: {line}"));
+                for key in args.keys() {
+                    assert!(props.contains_key(key), "{tool} takes no {key}: {line}");
+                }
+                let tool = tool.to_string();
                 assert_eq!(tool, "bind");
                 assert_eq!(args["name"], json!(name), "{line}");
-                assert!(args.contains_key("value"), "{line}");
                 args.insert("value".into(), json!(output));
                 let sent = m.rt.block_on(session.call(&tool, args));
                 assert_eq!(sent.code, 0, "{}", sent.json);

@@ -1223,13 +1223,41 @@ fn the_guides_are_prompts() {
             let rmcp::model::ContentBlock::Text(text) = &got.messages[0].content else {
                 panic!("{name}: not text")
             };
-            let want = guide(&cli);
+            let mut want = guide(&cli);
+            if name == "vm" {
+                // Through MCP the VM's guide opens with how its lines are this server's tools.
+                let preamble = std::fs::read_to_string(
+                    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("guide/vm-mcp.md"),
+                )
+                .unwrap();
+                want = format!("{preamble}{want}");
+            }
             assert!(want.len() <= 32 * 1024, "{name}: a guide over one page");
             assert_eq!(text.text, want, "{name}");
             if name == "subagent" {
                 assert!(want.contains(&run.id), "{name}: the run is not filled in");
             }
         }
+        // A subagent on MCP gets its steps as its own session's tool calls.
+        let Value::Object(args) =
+            json!({"execution_id": "3", "name": "out", "agent": "critic", "via": "mcp"})
+        else {
+            unreachable!()
+        };
+        let got = client
+            .get_prompt(rmcp::model::GetPromptRequestParams::new("subagent").with_arguments(args))
+            .await
+            .unwrap();
+        let rmcp::model::ContentBlock::Text(text) = &got.messages[0].content else {
+            panic!("subagent via mcp: not text")
+        };
+        assert!(
+            text.text.contains(r#"bind {"name": "out", "value": "#),
+            "{}",
+            text.text
+        );
+        assert!(!text.text.contains("prose-state --run"), "{}", text.text);
+        assert!(!text.text.contains("execution_id\": 3"), "{}", text.text);
         let bad = client
             .get_prompt(
                 rmcp::model::GetPromptRequestParams::new("subagent").with_arguments(

@@ -11,6 +11,20 @@ use std::io::{self, Write};
 const VM: &str = include_str!("../../guide/vm.md");
 const SUBAGENT: &str = include_str!("../../guide/subagent.md");
 const APPROVER: &str = include_str!("../../guide/approver.md");
+/// What the VM's guide says first through MCP: how its command lines are this server's tools.
+const VM_MCP: &str = include_str!("../../guide/vm-mcp.md");
+/// The subagent's block for a subagent on MCP: its steps as its session's tool calls.
+const SUBAGENT_MCP: &str = include_str!("../../guide/subagent-mcp.md");
+
+/// How a guide writes its steps: as command lines, or as the tool calls of an MCP session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavor {
+    Shell,
+    /// `pinned`: the session acts in one execution's scope, and its tools take none.
+    Mcp {
+        pinned: bool,
+    },
+}
 
 #[derive(Debug, Serialize)]
 pub struct Guide {
@@ -28,10 +42,23 @@ impl Render for Guide {
 impl super::Run for GuideArgs {
     type Output = Guide;
     fn run(&self, ctx: &Context) -> Result<Guide> {
-        let (guide, text) = match self.who {
-            GuideFor::Vm => ("vm", VM),
-            GuideFor::Subagent => ("subagent", SUBAGENT),
-            GuideFor::Approver => ("approver", APPROVER),
+        self.render(ctx, Flavor::Shell)
+    }
+}
+
+impl GuideArgs {
+    /// The guide, filled in, with its steps written for `flavor`.
+    pub fn render(&self, ctx: &Context, flavor: Flavor) -> Result<Guide> {
+        let vm_mcp;
+        let (guide, text) = match (self.who, flavor) {
+            (GuideFor::Vm, Flavor::Shell) => ("vm", VM),
+            (GuideFor::Vm, Flavor::Mcp { .. }) => {
+                vm_mcp = format!("{VM_MCP}{VM}");
+                ("vm", vm_mcp.as_str())
+            }
+            (GuideFor::Subagent, Flavor::Shell) => ("subagent", SUBAGENT),
+            (GuideFor::Subagent, Flavor::Mcp { .. }) => ("subagent", SUBAGENT_MCP),
+            (GuideFor::Approver, _) => ("approver", APPROVER),
         };
         // The subagent's block comes filled in with what the VM knows: the run and the
         // execution it spawned the subagent for. What is not given stays a shell variable.
@@ -60,7 +87,36 @@ impl super::Run for GuideArgs {
             AgentScope::Project => (" --scope project", "the project (`.prose/agents.db`)"),
             AgentScope::User => (" --scope user", "your user's home (`~/.prose/agents.db`)"),
         };
+        let json = |s: &str| serde_json::Value::from(s).to_string();
+        let pinned = matches!(flavor, Flavor::Mcp { pinned: true });
+        let scope_json = match (self.execution_id, pinned) {
+            (Some(id), false) => format!(", \"execution_id\": {id}"),
+            _ => String::new(),
+        };
+        let agent_scope_json = match self.scope {
+            AgentScope::Execution => "",
+            AgentScope::Project => ", \"scope\": \"project\"",
+            AgentScope::User => ", \"scope\": \"user\"",
+        };
         let markdown = text
+            .replace(
+                "{{pinned}}",
+                if pinned {
+                    " (this session's own: its tools act there and take no `execution_id`)"
+                } else {
+                    ""
+                },
+            )
+            .replace("{{scope_json}}", &scope_json)
+            .replace(
+                "{{agent_scope_first}}",
+                agent_scope_json.trim_start_matches(", "),
+            )
+            .replace("{{agent_scope_json}}", agent_scope_json)
+            .replace(
+                "{{name_json}}",
+                &self.name.as_deref().map_or(json("NAME"), json),
+            )
             .replace("{{agent_scope}}", agent_scope)
             .replace("{{agent_where}}", agent_where)
             .replace("{{version}}", env!("CARGO_PKG_VERSION"))

@@ -4,7 +4,7 @@
 
 use super::pages::PROMPT_BYTES;
 use super::{Role, Server};
-use crate::cmd::Run;
+use crate::cmd::guide::Flavor;
 use rmcp::model::{GetPromptResult, Prompt, PromptArgument, PromptMessage, Role as Speaker};
 use rmcp::ErrorData;
 use serde_json::{Map, Value};
@@ -12,8 +12,8 @@ use serde_json::{Map, Value};
 /// Each guide, and the roles whose sessions list it: a VM hands the subagent's guide to the
 /// subagents it starts and the approver's to a person; a subagent needs only its own.
 const GUIDES: &[(&str, &[Role], &str)] = &[
-    ("vm", &[Role::Vm], "The VM's protocol: how each construct of a program is recorded, resumed and finished with this server's tools"),
-    ("subagent", &[Role::Vm, Role::Subagent], "The block a subagent follows: where it writes its output and its memory, filled in with the run, execution, binding and agent"),
+    ("vm", &[Role::Vm], "The VM's protocol (the `guide vm` text): how each construct of a program is recorded, resumed and finished, opened by how its command lines map to this server's tools"),
+    ("subagent", &[Role::Vm, Role::Subagent], "The block a subagent follows: where it writes its output and its memory, filled in with the run, execution, binding and agent; as the tool calls of a subagent's own MCP session (via mcp, the default in a subagent session) or as command lines for a subagent with a shell (via shell, the default in a VM session)"),
     ("approver", &[Role::Vm], "For the person who decides gates: how to list, read and approve or reject them (outside MCP: no tool decides a gate)"),
 ];
 
@@ -33,12 +33,13 @@ pub fn list(role: Role) -> Vec<Prompt> {
                 args.push(argument("execution_id", "The execution the subagent works in (default: the session's)"));
                 args.push(argument("name", "The binding the subagent writes"));
                 args.push(argument("agent", "The persistent agent the subagent is (default: a subagent session's own agent)"));
+                args.push(argument("via", "How the subagent reaches its state: mcp (its own subagent session's tools) or shell (command lines)"));
             }
             args.push(argument(
                 "offset",
                 &format!("Where to start, in bytes: a guide comes in pages of at most {PROMPT_BYTES} bytes"),
             ));
-            Prompt::new(*name, Some(format!("{about} (the `guide {name}` command's text)")), Some(args))
+            Prompt::new(*name, Some((*about).to_string()), Some(args))
         })
         .collect()
 }
@@ -62,7 +63,7 @@ pub fn get(
         )));
     };
     let allowed: &[&str] = if name == "subagent" {
-        &["run", "execution_id", "name", "agent", "offset"]
+        &["run", "execution_id", "name", "agent", "via", "offset"]
     } else {
         &["run", "offset"]
     };
@@ -143,8 +144,24 @@ pub fn get(
     } else {
         ctx
     };
+    // Through MCP the VM's guide says how its lines are this server's tools; a subagent's
+    // block is written for an MCP session or for a shell, as asked.
+    let flavor = match (name, given("via")?.as_deref(), server.role) {
+        ("vm", _, _) => Flavor::Mcp { pinned: false },
+        ("subagent", Some("mcp"), _) | ("subagent", None, Role::Subagent) => Flavor::Mcp {
+            pinned: guide.execution_id.is_some(),
+        },
+        ("subagent", Some("shell") | None, _) => Flavor::Shell,
+        ("subagent", Some(other), _) => {
+            return Err(invalid(format!(
+                "via is mcp or shell: {}",
+                crate::error::shown(other)
+            )))
+        }
+        _ => Flavor::Shell,
+    };
     let markdown = guide
-        .run(&ctx)
+        .render(&ctx, flavor)
         .map_err(|e| invalid(format!("{e:#}").replace(['\n', '\r'], " ")))?
         .markdown;
     let (text, note) = page(&markdown, offset);
