@@ -282,7 +282,7 @@ impl<'a> Recorder<'a> {
         for (value, placeholder) in &known {
             text = text.replace(value.as_str(), placeholder);
         }
-        Normaliser::default().apply(&text)
+        Normaliser::default().apply(&text, self.p.backend)
     }
 }
 
@@ -474,6 +474,69 @@ const RULES: &[Rule] = &[
     },
 ];
 
+/// Rules for SQLite alone: the sizes of a run's database files, and the write-ahead log's
+/// frames, follow how the rows fell into pages, and that follows the rows' lengths, some of
+/// which are measured times (`approval_time_seconds`: "9" or "10"). The sizes PostgreSQL
+/// reports are of the values alone (or none), and are kept.
+const SQLITE_FILE_RULES: &[Rule] = &[
+    Rule {
+        why: "stats: the database and write-ahead log files' sizes",
+        pattern: &[
+            (Lit("\"db_bytes\":"), Kept),
+            (N(Digit, 0), Fixed("<FILE_BYTES>")),
+        ],
+    },
+    Rule {
+        why: "stats: the write-ahead log's size",
+        pattern: &[
+            (Lit("\"wal_bytes\":"), Kept),
+            (N(Digit, 0), Fixed("<FILE_BYTES>")),
+        ],
+    },
+    Rule {
+        why: "vacuum: the database's size",
+        pattern: &[
+            (Lit("\"bytes_before\":"), Kept),
+            (N(Digit, 0), Fixed("<FILE_BYTES>")),
+        ],
+    },
+    Rule {
+        why: "vacuum: the database's size",
+        pattern: &[
+            (Lit("\"bytes_after\":"), Kept),
+            (N(Digit, 0), Fixed("<FILE_BYTES>")),
+        ],
+    },
+    Rule {
+        why: "prune: a run directory's size (after the rule for times)",
+        pattern: &[
+            (Lit("\"started_at\":\"<TIME>\",\"bytes\":"), Kept),
+            (N(Digit, 0), Fixed("<FILE_BYTES>")),
+        ],
+    },
+    Rule {
+        why: "prune: the run directories' sizes",
+        pattern: &[
+            (Lit("\"bytes_freed\":"), Kept),
+            (N(Digit, 0), Fixed("<FILE_BYTES>")),
+        ],
+    },
+    Rule {
+        why: "checkpoint: the write-ahead log's frames",
+        pattern: &[
+            (Lit("\"wal_frames\":"), Kept),
+            (N(Digit, 0), Fixed("<FRAMES>")),
+        ],
+    },
+    Rule {
+        why: "checkpoint: the write-ahead log's frames",
+        pattern: &[
+            (Lit("\"checkpointed_frames\":"), Kept),
+            (N(Digit, 0), Fixed("<FRAMES>")),
+        ],
+    },
+];
+
 /// Gate prompts: their digests (`prompt_hash`) are of fixed text, so kept as they are.
 const KEPT_PROMPTS: &[&str] = &[PROMPT_BUILD, PROMPT_REVIEW, PROMPT_DEPLOY];
 
@@ -493,7 +556,7 @@ struct Normaliser {
 }
 
 impl Normaliser {
-    fn apply(mut self, text: &str) -> String {
+    fn apply(mut self, text: &str, backend: Backend) -> String {
         use sha2::Digest;
         let mut kept: Vec<String> = KEPT_PROMPTS
             .iter()
@@ -501,7 +564,12 @@ impl Normaliser {
             .collect();
         kept.push(FS_RUN.to_string());
         let mut text = text.to_string();
-        for rule in RULES {
+        let sqlite = if backend == Backend::Sqlite {
+            SQLITE_FILE_RULES
+        } else {
+            &[]
+        };
+        for rule in RULES.iter().chain(sqlite) {
             text = self.apply_rule(rule, &text, &kept);
         }
         text
