@@ -15,6 +15,7 @@ mod gates;
 mod guides;
 mod init;
 mod interop;
+mod json_record;
 mod lifecycle;
 mod literal_vm;
 mod mcp;
