@@ -79,7 +79,7 @@ impl PgStore {
                 )
                 .map_err(self.err())?
             {
-                if let Some(st) = all.get_mut(r.get::<_, &str>(0)) {
+                if let Some(st) = r.get::<_, Option<&str>>(0).and_then(|id| all.get_mut(id)) {
                     st.tables.insert(table.to_string(), r.get(1));
                 }
             }
@@ -92,7 +92,7 @@ impl PgStore {
             )
             .map_err(self.err())?
         {
-            if let Some(st) = all.get_mut(r.get::<_, &str>(0)) {
+            if let Some(st) = r.get::<_, Option<&str>>(0).and_then(|id| all.get_mut(id)) {
                 st.execution_status.insert(r.get(1), r.get(2));
             }
         }
@@ -109,7 +109,7 @@ impl PgStore {
             )
             .map_err(self.err())?
         {
-            if let Some(st) = all.get_mut(r.get::<_, &str>(0)) {
+            if let Some(st) = r.get::<_, Option<&str>>(0).and_then(|id| all.get_mut(id)) {
                 st.binding_inline_bytes = r.get(1);
             }
         }
