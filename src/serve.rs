@@ -1398,12 +1398,13 @@ async fn decide(
         });
         let refusal = if !same(&form.csrf, &csrf) {
             Some("the form's CSRF token is missing or wrong")
-        } else if !approve && comment.is_empty() {
-            return Err(crate::error::usage("a rejection needs a reason"));
-        } else if shown.is_none() {
-            Some("the form is not one this page showed for this gate")
         } else {
-            None
+            crate::cmd::decide::reason_given(approve, Some(&comment), None)?;
+            if shown.is_none() {
+                Some("the form is not one this page showed for this gate")
+            } else {
+                None
+            }
         };
         if let Some(reason) = refusal {
             let recorded = store.refuse_attempt(&crate::store::Attempt {
