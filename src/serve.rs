@@ -1062,14 +1062,18 @@ struct GateViewData {
 }
 
 /// The bindings a gate's execution sees: for each name, the one nearest its scope (the root
-/// scope last); every root binding for a gate with no execution.
+/// scope last); every root binding for a gate with no execution. Only the rows of the scope
+/// chain and the root are read (`bindings_page`, as `resume` reads them); the nearest of
+/// each name is chosen here, as `resume` chooses it, since the store has no read of every
+/// name's nearest binding (`resolve` finds one name's).
 fn visible_bindings(store: &mut dyn Store, execution: Option<i64>) -> Result<Vec<BindingRow>> {
+    // An execution that does not exist has no chain: the root alone.
     let chain = match execution {
-        Some(id) if store.execution_exists(id)? => store.scope_chain(id)?,
-        _ => Vec::new(),
+        Some(id) => store.scope_chain(id)?,
+        None => Vec::new(),
     };
     let mut best: HashMap<String, (usize, BindingRow)> = HashMap::new();
-    for b in store.bindings()? {
+    for b in store.bindings_page(&chain, None, i64::MAX)? {
         let rank = match b.execution_id {
             None => chain.len(),
             Some(e) => match chain.iter().position(|c| *c == e) {
