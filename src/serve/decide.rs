@@ -115,8 +115,8 @@ pub(super) async fn decide(
     user: Result<SignedIn, PageError>,
     PageForm(form): PageForm<DecideForm>,
 ) -> Result<Response, PageError> {
-    // Not written into the run's log (anyone who can reach the page could fill it that way),
-    // but reported here, with the client's address.
+    // A decision without a session is not written into the run's log (anyone who can reach
+    // the page could fill it that way): it is reported here, with the client's address.
     let SignedIn {
         session,
         principal,
