@@ -25,6 +25,7 @@ on_both!(
     sign_ins_are_counted_before_the_hash_per_address_and_per_name,
     slow_clients_are_timed_out_and_connections_capped,
     the_page_rederives_a_gate_before_it_offers_a_decision,
+    a_gate_shows_the_nearest_binding_of_each_name_its_execution_sees,
 );
 
 /// The page re-derives a gate from its sealed log before it shows the decision form: a gate
@@ -1551,6 +1552,13 @@ fn malformed_forms_are_400_and_change_nothing(b: Backend) {
         assert_eq!(r.status, 400, "{path}: {}", r.body);
     }
     assert_eq!(s.get("/", Some(&cookie)).status, 200, "still signed in");
+    // Without a session too: a form that is not one of the page's is 400 whoever sends it.
+    for path in [decide.as_str(), "/logout"] {
+        let r = s.send("POST", path, None, Some("application/json"), "{}");
+        assert_eq!(r.status, 400, "{path}: {}", r.body);
+        let r = s.send("POST", path, None, form_type, &good);
+        assert_eq!(r.status, 401, "{path}: {}", r.body);
+    }
     assert_eq!(run.snapshot(), before, "nothing written");
     // The same form, well formed, decides.
     let r = s.send("POST", &decide, Some(&cookie), form_type, &good);
@@ -1953,4 +1961,89 @@ fn slow_clients_over_tls_are_timed_out() {
         closed_by_server(c).unwrap_or_else(|e| panic!("stalled connection {i} left open: {e}"));
     }
     closed_by_server(silent).unwrap();
+}
+
+/// The bindings a gate's page shows are those its execution sees: for each name the one
+/// nearest its scope, up the chain of parents to the root, as `get NAME --execution-id`
+/// resolves it; a sibling scope's are not shown. A gate with no execution sees the root.
+fn a_gate_shows_the_nearest_binding_of_each_name_its_execution_sees(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let alice = add(&p, "alice");
+    let outer = run.exec(1, "outer", "executing", None);
+    let middle = run.exec(2, "middle", "executing", Some(outer));
+    let inner = run.exec(3, "inner", "executing", Some(middle));
+    let sibling = run.exec(4, "sibling", "executing", Some(outer));
+    run.bind("x", "x at the root", None);
+    run.bind("x", "x at outer", Some(outer));
+    run.bind("x", "x at inner", Some(inner));
+    run.bind("w", "w at middle", Some(middle));
+    run.bind("y", "y at the root", None);
+    run.bind("y", "y at the sibling", Some(sibling));
+    run.bind("v", "v at the sibling only", Some(sibling));
+    run.cmd()
+        .args(["gates", "create", "deep", "--prompt", "Go?"])
+        .args(["--execution-id", &inner.to_string()])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["gates", "create", "top", "--prompt", "Go?"])
+        .assert()
+        .success();
+    let s = Server::start(&p);
+    let cookie = s.login(&alice);
+    // Each binding shown: its name, its scope and its value, in order.
+    let shown = |gate: &str| -> Vec<(String, String, String)> {
+        let page = s.get(&gate_path(&run, gate), Some(&cookie));
+        assert_eq!(page.status, 200, "{}", page.body);
+        let after = |text: &str, from: &str, to: &str| {
+            let at = text.find(from).unwrap() + from.len();
+            text[at..at + text[at..].find(to).unwrap()].to_string()
+        };
+        page.body
+            .split("<section class=\"binding\"><h3>")
+            .skip(1)
+            .map(|b| {
+                (
+                    b[..b.find(' ').unwrap()].to_string(),
+                    after(b, ", scope ", ")"),
+                    after(b, "<pre>", "</pre>"),
+                )
+            })
+            .collect()
+    };
+    let scope = |e: i64| e.to_string();
+    let root = || "root".to_string();
+    let deep = shown("deep");
+    assert_eq!(
+        deep,
+        vec![
+            ("w".into(), scope(middle), "w at middle".into()),
+            ("x".into(), scope(inner), "x at inner".into()),
+            ("y".into(), root(), "y at the root".into()),
+        ]
+    );
+    // The same bindings `get` resolves from the gate's execution.
+    for (name, _, value) in &deep {
+        let got = stdout_json(
+            &run.cmd()
+                .args(["get", name, "--execution-id", &inner.to_string(), "--json"])
+                .assert()
+                .success(),
+        );
+        assert_eq!(got["value"].as_str(), Some(value.as_str()), "{name}");
+    }
+    assert_eq!(
+        shown("top"),
+        vec![
+            ("x".into(), root(), "x at the root".into()),
+            ("y".into(), root(), "y at the root".into()),
+        ]
+    );
+    // Each links to its whole value, at its own scope.
+    let whole = s.get(
+        &format!("/runs/{}/bindings/{}/x", run.id, inner),
+        Some(&cookie),
+    );
+    assert_eq!((whole.status, whole.body.as_str()), (200, "x at inner"));
 }

@@ -67,9 +67,7 @@ fn resolved_by(g: &GateRow) -> String {
 
 pub fn run(req: &DecideRequest, store: &mut dyn Store, confirm: Confirm) -> Result<DecisionMade> {
     check_gate_id(req.gate)?;
-    if !req.approve && req.comment.is_none_or(|r| r.trim().is_empty()) {
-        return Err(usage("a rejection needs a reason: --reason TEXT"));
-    }
+    reason_given(req.approve, req.comment, Some("--reason TEXT"))?;
     let now = now();
     let run_id = store.run_info()?.id;
     let gate = store.gate(req.gate, &now)?.ok_or_else(|| {
@@ -113,6 +111,19 @@ pub fn run(req: &DecideRequest, store: &mut dyn Store, confirm: Confirm) -> Resu
         req.gate,
     )
     .map(|gate| DecisionMade { gate })
+}
+
+/// A rejection needs a reason, whoever decides: on the command line (exit 2) and on the
+/// approval page (400) alike, checked before the gate is read. `how` says how to give one,
+/// after the rule's own words.
+pub fn reason_given(approve: bool, reason: Option<&str>, how: Option<&str>) -> Result<()> {
+    if approve || reason.is_some_and(|r| !r.trim().is_empty()) {
+        return Ok(());
+    }
+    Err(usage(match how {
+        Some(how) => format!("a rejection needs a reason: {how}"),
+        None => "a rejection needs a reason".to_string(),
+    }))
 }
 
 /// The gate as decided, or what a decision that did not go through tells the decider, with

@@ -1,0 +1,242 @@
+//! The decision: the approve and reject forms a gate's page carries, what binds them to the
+//! view that showed them (`view_tag`), and the handler that takes one.
+
+use super::app::{blocking, page_run, App};
+use super::error::PageError;
+use super::form::PageForm;
+use super::layout::{enc, gate_link, secured};
+use super::listen::Peer;
+use super::session::same;
+use super::signin::SignedIn;
+use crate::model::{now, sha256_tag};
+use crate::store::{Decided, Decision, GateRow};
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use maud::{html, Markup};
+use serde::Deserialize;
+use std::sync::Arc;
+
+/// What binds a decision form to the view that showed it: a MAC, under the server's
+/// `view_key`, of the session, the run, the gate, its instance and its prompt's hash. A form
+/// carries the instance and this tag; a decision is taken only on that instance (the store
+/// refuses another, in the decision's own transaction), so a form replayed after the gate
+/// was reopened, with the same prompt or not, decides nothing.
+fn view_tag(
+    key: &[u8; 32],
+    session: &str,
+    run: &str,
+    gate: &str,
+    instance: i64,
+    prompt_hash: &str,
+) -> String {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes any key");
+    for part in [session, run, gate, &instance.to_string(), prompt_hash] {
+        // Each part with its length: no two tuples give the same input.
+        mac.update(&(part.len() as u64).to_be_bytes());
+        mac.update(part.as_bytes());
+    }
+    crate::model::hex(&mac.finalize().into_bytes())
+}
+
+/// The approve and reject forms of gate `g` as `user` is shown it: each carries the session's
+/// CSRF token, the prompt's hash, the gate's instance and the view's tag over them.
+pub(super) fn forms(app: &App, user: &SignedIn, g: &GateRow) -> Markup {
+    let hash = sha256_tag(&g.prompt);
+    let view = view_tag(
+        &app.view_key,
+        &user.session,
+        g.run_id.as_deref().unwrap_or(""),
+        &g.id,
+        g.instance,
+        &hash,
+    );
+    let action = format!("{}/decide", gate_link(g));
+    let (principal, csrf) = (&user.principal, &user.csrf);
+    html! {
+        div.decide {
+            form #approve method="post" action=(action) {
+                input type="hidden" name="csrf" value=(csrf);
+                input type="hidden" name="prompt_hash" value=(hash);
+                input type="hidden" name="instance" value=(g.instance);
+                input type="hidden" name="view" value=(view);
+                input type="hidden" name="action" value="approve";
+                label for="approve-comment" { "Comment (optional)" }
+                input #approve-comment type="text" name="comment" maxlength="4000";
+                button type="submit" { "Approve as " (principal.as_str()) }
+            }
+            form #reject method="post" action=(action) {
+                input type="hidden" name="csrf" value=(csrf);
+                input type="hidden" name="prompt_hash" value=(hash);
+                input type="hidden" name="instance" value=(g.instance);
+                input type="hidden" name="view" value=(view);
+                input type="hidden" name="action" value="reject";
+                label for="reject-reason" { "Reason (required)" }
+                input #reject-reason type="text" name="comment" maxlength="4000" required;
+                button type="submit" { "Reject as " (principal.as_str()) }
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct DecideForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    action: String,
+    #[serde(default)]
+    comment: String,
+    #[serde(default)]
+    prompt_hash: String,
+    /// The gate instance the page showed, and the view's tag over it (`view_tag`).
+    #[serde(default)]
+    instance: String,
+    #[serde(default)]
+    view: String,
+}
+
+/// What a decision posted to the page came to, before it is put in words.
+enum Posted {
+    /// Refused by the page itself (a CSRF token or a form it did not show), and whether
+    /// the refusal was recorded on the gate.
+    Refused(&'static str, bool),
+    /// The store's answer.
+    Decided(Box<Decided>),
+}
+
+/// A decision, taken as the signed-in principal (never a form field), through the store's
+/// rules as `approve` takes it, on the instance and prompt the page showed.
+pub(super) async fn decide(
+    State(app): State<Arc<App>>,
+    ConnectInfo(Peer(peer)): ConnectInfo<Peer>,
+    Path((run, gate)): Path<(String, String)>,
+    user: Result<SignedIn, PageError>,
+    PageForm(form): PageForm<DecideForm>,
+) -> Result<Response, PageError> {
+    // A decision without a session is not written into the run's log (anyone who can reach
+    // the page could fill it that way): it is reported here, with the client's address.
+    let SignedIn {
+        session,
+        principal,
+        csrf,
+    } = user.inspect_err(|_| {
+        crate::output::report(&format!(
+            "refused a decision without a session from {}: run {}, gate {}",
+            peer.ip(),
+            crate::error::shown(&run),
+            crate::error::shown(&gate)
+        ))
+    })?;
+    let approve = match form.action.as_str() {
+        "approve" => true,
+        "reject" => false,
+        _ => {
+            return Err(PageError::new(
+                StatusCode::BAD_REQUEST,
+                "the action is approve or reject",
+            ))
+        }
+    };
+    let comment = form.comment.trim().to_string();
+    let (app2, who2, run2, gate2) = (app.clone(), principal.clone(), run.clone(), gate.clone());
+    let posted = blocking(move || {
+        // The run first: a URL naming no run of this project learns nothing more.
+        let (_, mut store) = page_run(&app2.ctx, &run2)?;
+        crate::model::check_gate_id(&gate2)?;
+        // The form must carry this session's CSRF token, and be one this page showed, in
+        // this session, for this gate instance and prompt (`view_tag`): otherwise the
+        // attempt is refused and audit-logged on the gate as the signed-in principal, like
+        // the store's own refusals. (An attempt without a session is not: anyone who can
+        // reach the page could fill a run's append-only log; serve's log reports it.)
+        let shown = form.instance.parse::<i64>().ok().filter(|i| {
+            same(
+                &form.view,
+                &view_tag(
+                    &app2.view_key,
+                    &session,
+                    &run2,
+                    &gate2,
+                    *i,
+                    &form.prompt_hash,
+                ),
+            )
+        });
+        let refusal = if !same(&form.csrf, &csrf) {
+            Some("the form's CSRF token is missing or wrong")
+        } else {
+            crate::cmd::decide::reason_given(approve, Some(&comment), None)?;
+            if shown.is_none() {
+                Some("the form is not one this page showed for this gate")
+            } else {
+                None
+            }
+        };
+        if let Some(reason) = refusal {
+            let recorded = store.refuse_attempt(&crate::store::Attempt {
+                gate_id: &gate2,
+                approve,
+                principal: Some(who2.as_str()),
+                authenticated: true,
+                client: "web",
+                reason,
+                now: &now(),
+            })?;
+            return Ok(Posted::Refused(reason, recorded));
+        }
+        let decision = Decision {
+            gate_id: &gate2,
+            approve,
+            principal: &who2,
+            authenticated: true,
+            client: "web",
+            comment: (!comment.is_empty()).then_some(comment.as_str()),
+            // The prompt as the page showed it: a prompt changed since is refused.
+            prompt_hash: &form.prompt_hash,
+            // The instance the page showed: a gate reopened since is refused, in the
+            // decision's own transaction.
+            instance: shown,
+            now: &now(),
+            signer: Some(&app2.signer),
+        };
+        Ok(Posted::Decided(Box::new(store.decide_gate(&decision)?)))
+    })
+    .await?;
+    let decided = match posted {
+        Posted::Decided(d) => *d,
+        Posted::Refused(reason, recorded) => {
+            return Err(PageError::new(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "{reason}: reload the gate's page{}",
+                    if recorded {
+                        "; this attempt was logged"
+                    } else {
+                        ""
+                    }
+                ),
+            ))
+        }
+    };
+    // The command line's words; a lost race, a changed prompt or a reopened gate is a
+    // conflict.
+    let status = match &decided {
+        Decided::Done(_) => StatusCode::SEE_OTHER,
+        Decided::NotFound => StatusCode::NOT_FOUND,
+        Decided::NotAllowed(_) => StatusCode::FORBIDDEN,
+        _ => StatusCode::CONFLICT,
+    };
+    crate::cmd::decide::outcome(decided, &principal, &run, &gate)
+        .map_err(|e| PageError::new(status, format!("{e:#}")))?;
+    Ok(secured(
+        (
+            status,
+            [(
+                header::LOCATION,
+                format!("/runs/{}/gates/{}", enc(&run), enc(&gate)),
+            )],
+        )
+            .into_response(),
+    ))
+}

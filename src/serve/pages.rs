@@ -1,0 +1,421 @@
+//! The pages: the pending gates, the runs, a run, a gate (with its recent log, the bindings
+//! visible from it and the decision forms), and a binding's whole value.
+
+use super::app::{blocking, page_run, App};
+use super::decide;
+use super::error::PageError;
+use super::layout::{enc, gate_link, layout, left, secured, visible, Page};
+use super::signin::SignedIn;
+use crate::model::now;
+use crate::store::{BindingRow, ExecutionRow, GateRow, Store};
+use anyhow::Result;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use maud::{html, Markup};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Recent log entries shown on a gate's page.
+const RECENT: usize = 20;
+/// The most records the run page shows (the newest).
+const RUN_LOG: usize = 500;
+/// A binding's value is shown up to this many bytes; the whole is a link away.
+const SHOWN_BYTES: usize = 2048;
+/// A value's page shows at most this much of it (`get` reads the rest).
+const WHOLE_MOST: u64 = 16 * 1024 * 1024;
+
+fn pending_table(list: &crate::cmd::gates::GateList) -> Markup {
+    html! {
+        table #pending {
+            thead { tr { th { "Run" } th { "Gate" } th { "Prompt" } th { "May decide" } th { "Time left" } th { "Created" } } }
+            tbody {
+                @if list.gates.is_empty() {
+                    tr { td colspan="6" { "Nothing is waiting." } }
+                }
+                @for g in &list.gates {
+                    tr {
+                        td { (visible(g.gate.run_id.as_deref().unwrap_or("-"))) }
+                        td { a href=(gate_link(&g.gate)) { (visible(&g.gate.id)) } }
+                        td { (visible(&crate::output::one_line(&g.gate.prompt, 80))) }
+                        td { (visible(&g.gate.allow.join(", "))) }
+                        td data-deadline=[g.gate.timeout_at.as_deref()] { (left(g.time_left_seconds)) }
+                        td { (g.gate.created_at.as_deref().unwrap_or("-")) }
+                    }
+                }
+            }
+        }
+        @if !list.warnings.is_empty() {
+            ul.warnings { @for w in &list.warnings { li { (visible(w)) } } }
+        }
+    }
+}
+
+async fn pending_list(app: &Arc<App>) -> Result<crate::cmd::gates::GateList> {
+    let app = app.clone();
+    blocking(move || {
+        let args = crate::cli::GatesListArgs {
+            status: crate::cli::GateStatus::Pending,
+            pending: true,
+            expiring: None,
+            scan: false,
+            limit: Some(500),
+        };
+        crate::cmd::gates::list(&args, &app.ctx)
+    })
+    .await
+}
+
+pub(super) async fn pending_page(
+    State(app): State<Arc<App>>,
+    user: SignedIn,
+) -> Result<Page, PageError> {
+    let list = pending_list(&app).await?;
+    Ok(Page(layout(
+        "Pending gates",
+        Some((&user.principal, &user.csrf)),
+        html! {
+            h1 { "Pending gates" }
+            p.note { "Oldest first. This list refreshes itself every 2 seconds." }
+            div #live data-src="/pending" { (pending_table(&list)) }
+        },
+    )))
+}
+
+/// The pending list alone, for the page's script to swap in.
+pub(super) async fn pending_rows(
+    State(app): State<Arc<App>>,
+    _: SignedIn,
+) -> Result<Page, PageError> {
+    Ok(Page(pending_table(&pending_list(&app).await?)))
+}
+
+pub(super) async fn runs_page(
+    State(app): State<Arc<App>>,
+    user: SignedIn,
+) -> Result<Page, PageError> {
+    let app2 = app.clone();
+    let list = blocking(move || {
+        let args = crate::cli::RunsArgs {
+            status: None,
+            limit: 200,
+            since: None,
+            scan: false,
+        };
+        crate::cmd::runs::run(&args, &app2.ctx)
+    })
+    .await?;
+    Ok(Page(layout(
+        "Runs",
+        Some((&user.principal, &user.csrf)),
+        html! {
+            h1 { "Runs" }
+            table {
+                thead { tr { th { "Run" } th { "Status" } th { "Program" } th { "Started" } th { "Last event" } th { "Pending gates" } } }
+                tbody {
+                    @for r in &list.runs {
+                        tr {
+                            td { a href=(format!("/runs/{}", enc(&r.run.id))) { (visible(&r.run.id)) } }
+                            td { (r.run.status.as_ref().map_or("-", |s| s.as_str())) }
+                            td { (visible(r.run.program_path.as_deref().unwrap_or("-"))) }
+                            td { (r.run.started_at.as_deref().unwrap_or("-")) }
+                            td { (r.last_event_at.as_deref().unwrap_or("-")) }
+                            td { (r.pending_gates) }
+                        }
+                    }
+                }
+            }
+            @if !list.warnings.is_empty() {
+                ul.warnings { @for w in &list.warnings { li { (visible(w)) } } }
+            }
+        },
+    )))
+}
+
+fn log_table(rows: &[ExecutionRow]) -> Markup {
+    html! {
+        table {
+            thead { tr { th { "#" } th { "Statement" } th { "Status" } th { "At" } th { "Parent" } } }
+            tbody {
+                @for e in rows {
+                    tr {
+                        td { (e.id) }
+                        td { (visible(&crate::output::one_line(e.statement_text.as_deref().unwrap_or("-"), 100))) }
+                        td { (e.status.as_ref().map_or("-".to_string(), |s| s.to_string())) }
+                        td { (e.at().unwrap_or("-")) }
+                        td { (e.parent_id.map_or("-".to_string(), |p| p.to_string())) }
+                    }
+                }
+            }
+        }
+    }
+}
+
+struct RunView {
+    info: crate::store::RunInfo,
+    log: Vec<ExecutionRow>,
+    gates: Vec<GateRow>,
+}
+
+pub(super) async fn run_page(
+    State(app): State<Arc<App>>,
+    Path(run): Path<String>,
+    user: SignedIn,
+) -> Result<Page, PageError> {
+    let app2 = app.clone();
+    let v = blocking(move || {
+        let (_, mut store) = page_run(&app2.ctx, &run)?;
+        let now = now();
+        Ok(RunView {
+            info: store.run_info()?,
+            // The newest records, one more than shown, to know whether any were left out.
+            log: {
+                let mut log = store.executions_matching(&crate::store::ExecQuery {
+                    newest_first: true,
+                    limit: Some(RUN_LOG as i64 + 1),
+                    ..Default::default()
+                })?;
+                log.reverse();
+                log
+            },
+            gates: store.gates(None, &now)?,
+        })
+    })
+    .await?;
+    Ok(Page(layout(
+        &v.info.id,
+        Some((&user.principal, &user.csrf)),
+        html! {
+            h1 { "Run " (visible(&v.info.id)) }
+            dl {
+                dt { "Status" } dd { (v.info.status.as_ref().map_or("-", |s| s.as_str())) }
+                dt { "Program" } dd { (visible(v.info.program_path.as_deref().unwrap_or("-"))) }
+                dt { "Started" } dd { (v.info.started_at.as_deref().unwrap_or("-")) }
+                dt { "Updated" } dd { (v.info.updated_at.as_deref().unwrap_or("-")) }
+            }
+            h2 { "Gates" }
+            table {
+                thead { tr { th { "Gate" } th { "Status" } th { "Decided by" } th { "Prompt" } } }
+                tbody {
+                    @for g in &v.gates {
+                        tr {
+                            td { a href=(gate_link(g)) { (visible(&g.id)) } }
+                            td { (g.status.to_string()) }
+                            td { (visible(g.resolved_by.as_deref().unwrap_or("-"))) }
+                            td { (visible(&crate::output::one_line(&g.prompt, 80))) }
+                        }
+                    }
+                }
+            }
+            h2 { "Execution log" }
+            @if v.log.len() > RUN_LOG {
+                p { "The newest " (RUN_LOG) " records; the whole log: "
+                    code { "prose-state log --run " (visible(&v.info.id)) } }
+            }
+            (log_table(&v.log[v.log.len().saturating_sub(RUN_LOG)..]))
+        },
+    )))
+}
+
+struct GateViewData {
+    shown: crate::cmd::gates::GateShown,
+    recent: Vec<ExecutionRow>,
+    bindings: Vec<BindingRow>,
+}
+
+/// The bindings a gate's execution sees: for each name, the one nearest its scope (the root
+/// scope last); every root binding for a gate with no execution. Only the rows of the scope
+/// chain and the root are read (`bindings_page`, as `resume` reads them); the nearest of
+/// each name is chosen here, as `resume` chooses it, since the store has no read of every
+/// name's nearest binding (`resolve` finds one name's).
+fn visible_bindings(store: &mut dyn Store, execution: Option<i64>) -> Result<Vec<BindingRow>> {
+    // An execution that does not exist has no chain: the root alone.
+    let chain = match execution {
+        Some(id) => store.scope_chain(id)?,
+        None => Vec::new(),
+    };
+    let mut best: HashMap<String, (usize, BindingRow)> = HashMap::new();
+    for b in store.bindings_page(&chain, None, i64::MAX)? {
+        let rank = match b.execution_id {
+            None => chain.len(),
+            Some(e) => match chain.iter().position(|c| *c == e) {
+                Some(i) => i,
+                None => continue,
+            },
+        };
+        match best.get(&b.name) {
+            Some((r, _)) if *r <= rank => {}
+            _ => {
+                best.insert(b.name.clone(), (rank, b));
+            }
+        }
+    }
+    let mut out: Vec<BindingRow> = best.into_values().map(|(_, b)| b).collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+pub(super) async fn gate_page(
+    State(app): State<Arc<App>>,
+    Path((run, gate)): Path<(String, String)>,
+    user: SignedIn,
+) -> Result<Page, PageError> {
+    let app2 = app.clone();
+    let viewer = user.principal.as_str().to_string();
+    let d = blocking(move || {
+        let (_, mut store) = page_run(&app2.ctx, &run)?;
+        let shown = crate::cmd::gates::show_to(&gate, Some(&viewer), "web", store.as_mut())?;
+        // The newest records only, read newest first and put back in order.
+        let mut recent = store.executions_matching(&crate::store::ExecQuery {
+            newest_first: true,
+            limit: Some(RECENT as i64),
+            ..Default::default()
+        })?;
+        recent.reverse();
+        let bindings = visible_bindings(store.as_mut(), shown.gate.gate.execution_id)?;
+        Ok(GateViewData {
+            shown,
+            recent,
+            bindings,
+        })
+    })
+    .await?;
+    Ok(Page(gate_markup(&app, &d, &user)))
+}
+
+fn gate_markup(app: &App, d: &GateViewData, user: &SignedIn) -> Markup {
+    let g = &d.shown.gate.gate;
+    let principal = &user.principal;
+    let run = g.run_id.as_deref().unwrap_or("");
+    let hash = crate::model::sha256_tag(&g.prompt);
+    let may = crate::model::principal_allowed(&g.allow, principal);
+    layout(
+        &g.id,
+        Some((principal, &user.csrf)),
+        html! {
+            p { a href=(format!("/runs/{}", enc(run))) { "Run " (visible(run)) } }
+            h1 { "Gate " (visible(&g.id)) }
+            dl {
+                dt { "Status" } dd #status { (g.status.to_string()) }
+                dt { "May decide" } dd { (visible(&g.allow.join(", "))) }
+                dt { "On reject" } dd { (visible(g.on_reject.as_deref().unwrap_or("-"))) }
+                dt { "Deadline" } dd {
+                    (g.timeout_at.as_deref().unwrap_or("none"))
+                    @if g.status.is_pending() && g.timeout_at.is_some() {
+                        " (" span #countdown data-deadline=[g.timeout_at.as_deref()] { (left(d.shown.gate.time_left_seconds)) } " left)"
+                    }
+                }
+                dt { "Created" } dd { (g.created_at.as_deref().unwrap_or("-")) }
+                @if let Some(by) = &g.resolved_by {
+                    dt { "Decided by" } dd #decided-by { (visible(by)) " at " (g.resolved_at.as_deref().unwrap_or("-")) }
+                    dt { "Comment" } dd { (visible(g.resolution_comment.as_deref().unwrap_or("-"))) }
+                }
+                dt { "Audit" } dd { (d.shown.integrity.state) (d.shown.integrity.detail.as_deref().map(|x| format!(": {x}")).unwrap_or_default()) }
+            }
+            h2 { "Prompt" }
+            pre #prompt { (visible(&g.prompt)) }
+            p.hash { "SHA-256 of the prompt: " code #prompt-hash { (hash) } }
+            @if g.status.is_pending() && d.shown.integrity.state == "tampered" {
+                // The gate as re-derived from its sealed log disagrees with its row: no form.
+                p.note #tampered { "This gate disagrees with its sealed log; it cannot be decided here." }
+            } @else if g.status.is_pending() {
+                @if may {
+                    (decide::forms(app, user, g))
+                } @else {
+                    p.note { (principal.as_str()) " may not decide this gate." }
+                }
+            }
+            h2 { "Bindings in scope" }
+            @if d.bindings.is_empty() { p { "None." } }
+            @for b in &d.bindings {
+                (binding_markup(run, b))
+            }
+            h2 { "Recent log" }
+            (log_table(&d.recent))
+            h2 { "History" }
+            table {
+                thead { tr { th { "Event" } th { "Principal" } th { "Comment" } th { "At" } } }
+                tbody {
+                    @for a in &d.shown.history {
+                        tr {
+                            td { (visible(&a.event_type)) }
+                            td { (visible(a.principal.as_deref().unwrap_or("-"))) }
+                            td { (visible(a.comment.as_deref().unwrap_or("-"))) }
+                            td { (a.timestamp.as_deref().unwrap_or("-")) }
+                        }
+                    }
+                }
+            }
+        },
+    )
+}
+
+fn binding_markup(run: &str, b: &BindingRow) -> Markup {
+    let scope = b.execution_id.map_or("root".to_string(), |e| e.to_string());
+    let link = format!("/runs/{}/bindings/{}/{}", enc(run), scope, enc(&b.name));
+    html! {
+        section.binding {
+            h3 { (visible(&b.name)) " " small { "(" (b.kind.as_deref().unwrap_or("let")) ", scope " (scope) ")" } }
+            @match (&b.value, &b.attachment_path) {
+                (_, Some(path)) => p { "In an attachment: " code { (visible(path)) } " · " a href=(link) { "the whole value" } },
+                (Some(v), None) => {
+                    @let text = String::from_utf8_lossy(v);
+                    @if v.len() > SHOWN_BYTES {
+                        @let cut = text.char_indices().take_while(|(i, _)| *i < SHOWN_BYTES).last().map_or(0, |(i, c)| i + c.len_utf8());
+                        pre { (visible(&text[..cut])) }
+                        p.note { "Truncated at " (SHOWN_BYTES) " of " (v.len()) " bytes · " a href=(link) { "the whole value" } }
+                    } @else {
+                        pre { (visible(&text)) }
+                    }
+                },
+                (None, None) => p { "(no value)" },
+            }
+        }
+    }
+}
+
+/// A binding's whole value, as plain text that a browser never runs or renders.
+pub(super) async fn binding_value(
+    State(app): State<Arc<App>>,
+    Path((run, execution, name)): Path<(String, String, String)>,
+    _: SignedIn,
+) -> Result<Response, PageError> {
+    let execution = if execution == "root" {
+        None
+    } else {
+        Some(
+            execution
+                .parse::<i64>()
+                .map_err(|_| PageError::new(StatusCode::NOT_FOUND, "no such scope"))?,
+        )
+    };
+    let app2 = app.clone();
+    let value = blocking(move || {
+        let (paths, mut store) = page_run(&app2.ctx, &run)?;
+        // The binding at exactly that scope: its own scope is the nearest to it.
+        if !store
+            .bindings()?
+            .iter()
+            .any(|b| b.name == name && b.execution_id == execution)
+        {
+            return Err(crate::error::not_found("no such binding"));
+        }
+        let args = crate::cli::GetArgs {
+            name,
+            execution_id: execution,
+            explain: false,
+            offset: Some(0),
+            length: Some(WHOLE_MOST),
+        };
+        let got = crate::cmd::get::run(&args, &paths, store.as_mut())?;
+        Ok(got.row.value.unwrap_or_default())
+    })
+    .await?;
+    let mut r =
+        secured(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], value).into_response());
+    r.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("sandbox; default-src 'none'"),
+    );
+    Ok(r)
+}

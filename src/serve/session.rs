@@ -1,0 +1,119 @@
+//! Sessions, kept in this process only: an `HttpOnly`, `SameSite=Strict` cookie naming 32
+//! random bytes, a CSRF token per session carried by every form, and the token hash the
+//! session was opened with, so that a revoked or replaced token ends it (`signin::SignedIn`
+//! checks it on every request).
+
+use crate::model::Principal;
+use axum::http::{header, HeaderMap, HeaderValue};
+use rand::RngCore;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The session cookie's name.
+const COOKIE: &str = "prose_session";
+/// How long a session lasts without being used.
+const IDLE: Duration = Duration::from_secs(8 * 3600);
+
+struct Session {
+    principal: Principal,
+    /// The token hash the session was opened with: a revoked or reissued token ends it.
+    token_hash: String,
+    csrf: String,
+    used: Instant,
+}
+
+/// A session as a request finds it.
+pub(super) struct Found {
+    pub principal: Principal,
+    pub token_hash: String,
+    pub csrf: String,
+}
+
+/// The sessions open, by id.
+#[derive(Default)]
+pub(super) struct Sessions(Mutex<HashMap<String, Session>>);
+
+impl Sessions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Session>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Opens a session for a principal signed in with the token `token_hash` is the hash
+    /// of; returns its id.
+    pub(super) fn open(&self, principal: Principal, token_hash: String) -> String {
+        let id = random_hex(32);
+        self.lock().insert(
+            id.clone(),
+            Session {
+                principal,
+                token_hash,
+                csrf: random_hex(32),
+                used: Instant::now(),
+            },
+        );
+        id
+    }
+
+    /// The session `id` names, used now; None if there is none, or it was idle past `IDLE`
+    /// (it is ended).
+    pub(super) fn used(&self, id: &str) -> Option<Found> {
+        let mut sessions = self.lock();
+        let s = sessions.get_mut(id)?;
+        if s.used.elapsed() > IDLE {
+            sessions.remove(id);
+            return None;
+        }
+        s.used = Instant::now();
+        Some(Found {
+            principal: s.principal.clone(),
+            token_hash: s.token_hash.clone(),
+            csrf: s.csrf.clone(),
+        })
+    }
+
+    pub(super) fn end(&self, id: &str) {
+        self.lock().remove(id);
+    }
+}
+
+fn random_hex(bytes: usize) -> String {
+    let mut b = vec![0u8; bytes];
+    rand::rng().fill_bytes(&mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// The session a request's cookie names.
+pub(super) fn cookie_of(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|kv| kv.trim().split_once('='))
+        .find(|(k, _)| *k == COOKIE)
+        .map(|(_, v)| v.to_string())
+}
+
+/// The cookie that names session `id`; `Secure` when served over TLS.
+pub(super) fn cookie(id: &str, secure: bool) -> Option<HeaderValue> {
+    HeaderValue::from_str(&format!(
+        "{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/{}",
+        if secure { "; Secure" } else { "" }
+    ))
+    .ok()
+}
+
+/// The cookie that ends a session in the browser.
+pub(super) fn cleared() -> HeaderValue {
+    HeaderValue::from_static("prose_session=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0")
+}
+
+/// Compares two secrets in time that does not depend on where they differ.
+pub(super) fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}

@@ -1,0 +1,150 @@
+//! Signing in and out, and who a request comes from (`SignedIn`).
+
+use super::app::{blocking, App};
+use super::error::{PageError, SIGN_IN};
+use super::form::PageForm;
+use super::layout::{layout, login_form, secured, Page};
+use super::limits::Attempts;
+use super::listen::Peer;
+use super::session::{cleared, cookie, cookie_of, same};
+use crate::error::{code_of, Code};
+use crate::model::Principal;
+use axum::extract::{ConnectInfo, FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Who is signed in: the session's principal, if its token is still the one the session was
+/// opened with (not revoked, not reissued); otherwise the session is ended. A handler that
+/// takes it is not called for a request without one: the answer is the sign-in page (401).
+/// A form's handler takes `Result<SignedIn, PageError>` and answers for it once its form is
+/// read, so that a form that is not one of the page's is 400 (413, 408) whoever sends it.
+pub(super) struct SignedIn {
+    /// The session's id (a decision form is bound to it, `decide::view_tag`).
+    pub session: String,
+    pub principal: Principal,
+    /// The session's CSRF token, which every form must carry.
+    pub csrf: String,
+}
+
+impl FromRequestParts<Arc<App>> for SignedIn {
+    type Rejection = PageError;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, PageError> {
+        let id = cookie_of(&parts.headers).ok_or(SIGN_IN)?;
+        let found = app.sessions.used(&id).ok_or(SIGN_IN)?;
+        let app2 = app.clone();
+        let name = found.principal.as_str().to_string();
+        let hash = found.token_hash;
+        let live = blocking(move || {
+            app2.with_book(|book| {
+                Ok(book
+                    .principal(&name)?
+                    .is_some_and(|row| row.revoked_at.is_none() && row.token_hash == hash))
+            })
+        })
+        .await;
+        // A book gone (removed by hand) authenticates nobody: the session ends, as on
+        // revocation.
+        let live = match live {
+            Ok(live) => live,
+            Err(e) if code_of(&e) == Some(Code::Refused) => false,
+            Err(e) => return Err(e.into()),
+        };
+        if !live {
+            app.sessions.end(&id);
+            return Err(SIGN_IN);
+        }
+        Ok(SignedIn {
+            session: id,
+            principal: found.principal,
+            csrf: found.csrf,
+        })
+    }
+}
+
+pub(super) async fn login_page() -> Page {
+    Page(layout("Sign in", None, login_form(None)))
+}
+
+#[derive(Deserialize)]
+pub(super) struct LoginForm {
+    token: String,
+}
+
+pub(super) async fn login(
+    State(app): State<Arc<App>>,
+    ConnectInfo(Peer(peer)): ConnectInfo<Peer>,
+    PageForm(form): PageForm<LoginForm>,
+) -> Result<Response, PageError> {
+    let ip = peer.ip();
+    let token = form.token;
+    let who = Attempts::keys(ip, &token);
+    // Counted before the hash, under one lock: parallel guesses cannot all pass the check
+    // before any of them is counted.
+    let counted = app
+        .attempts
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .begin(&who, Instant::now());
+    if !counted {
+        crate::output::report(&format!("refused sign-in from {ip}: too many failed"));
+        return Err(PageError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many failed sign-ins from this address or for this principal: wait a minute",
+        ));
+    }
+    let app2 = app.clone();
+    let checked = blocking(move || {
+        app2.with_book(|book| {
+            let p = crate::services::auth::authenticate(book, &token)?;
+            let row = book
+                .principal(p.as_str())?
+                .ok_or_else(|| crate::error::refused("the token is not valid"))?;
+            Ok((p, row.token_hash))
+        })
+    })
+    .await;
+    let (principal, token_hash) = checked.map_err(|e| {
+        crate::output::report(&format!("refused sign-in from {ip}: {e:#}"));
+        PageError::SignIn("That token is not valid (unknown, revoked or wrong).")
+    })?;
+    // A sign-in that succeeds is no failure: its count is given back.
+    app.attempts
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .give_back(&who);
+    let id = app.sessions.open(principal, token_hash);
+    let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
+    if let Some(v) = cookie(&id, app.secure) {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    Ok(secured(r))
+}
+
+#[derive(Deserialize)]
+pub(super) struct CsrfForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+pub(super) async fn logout(
+    State(app): State<Arc<App>>,
+    user: Result<SignedIn, PageError>,
+    PageForm(form): PageForm<CsrfForm>,
+) -> Result<Response, PageError> {
+    let user = user?;
+    if !same(&form.csrf, &user.csrf) {
+        return Err(PageError::new(
+            StatusCode::FORBIDDEN,
+            "the form's CSRF token is missing or wrong",
+        ));
+    }
+    app.sessions.end(&user.session);
+    let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, "/login")]).into_response();
+    r.headers_mut().insert(header::SET_COOKIE, cleared());
+    Ok(secured(r))
+}
