@@ -1,10 +1,11 @@
 //! Which runs and gates this project has. A listing reads each run in one of three places:
 //! the project's catalog of its SQLite runs (`store::catalog`: a few queries, whatever the
 //! number of runs), the project's PostgreSQL server (a few queries there), or the run's own
-//! store, opened one at a time (`--run`, `--scan`, a run the catalog cannot read, and what the
-//! catalog does not keep). [`Listing`] is the plan of where each run is read, and the one merge
-//! of what the three places answer: `gates`, `gates audit`, `gates verify`, `runs`, `stats` and
-//! `prune` ask it, and `doctor` and the maintenance commands ask it which runs to visit.
+//! store, opened one at a time (with `--run` or `--scan`, when the catalog cannot be used, and
+//! for what the catalog does not keep). [`Listing`] is the plan of where each run is read, and
+//! the one merge of what the three places answer: `gates`, `gates audit`, `gates verify`,
+//! `runs`, `stats` and `prune` ask it, and `doctor` and the maintenance commands ask it which
+//! runs to visit.
 //!
 //! It needs the resolved [`Context`] (the one rule for where a run lives and how it is opened,
 //! the server's URL, `--run`), and `gates verify` checks signatures (`services::sign`): so it
@@ -28,7 +29,7 @@ use std::sync::Arc;
 
 /// How a listing reads the project's runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reading {
+enum Reading {
     /// From the project's catalog and its server, in a few queries, where they answer.
     Catalog,
     /// Every run visited, the catalog first read again from every run (`--scan`: it picks up
@@ -39,10 +40,10 @@ pub enum Reading {
 }
 
 /// The project's runs, each with where it is read: those the catalog keeps, those on the
-/// server (every one, or the one `--run` names), and those visited one store at a time (SQLite
-/// runs without a catalog, and directories here that cannot say where their run lives, so
-/// that they are reported). Each question consumes it, and answers with its findings and what
-/// could not be read, one line each.
+/// server (every one, or the one `--run` names), and those visited one store at a time (the
+/// SQLite runs, when the catalog is not read; a directory here that cannot say where its run
+/// lives is visited too, so that it is reported). Each question plans the listing it needs,
+/// and answers with what it found and the warnings to say, one line each.
 pub struct Listing<'c> {
     ctx: &'c Context,
     /// The project's catalog of its SQLite runs, up to date.
@@ -51,7 +52,8 @@ pub struct Listing<'c> {
     server: Option<RunFilter>,
     /// The runs read one store at a time.
     visit: Vec<RunPaths>,
-    /// What the plan could not use, said before anything read.
+    /// What planning found (the catalog unusable; the runs it could not read and the copied
+    /// run directories it keeps), said first.
     warnings: Vec<String>,
 }
 
@@ -113,9 +115,11 @@ pub struct RunsRead<T> {
     /// The runs visited one store at a time, in order: those with nothing in `read` could not
     /// be read.
     pub visited: Vec<RunPaths>,
-    /// What the plan could not use (the catalog), said first.
+    /// What planning found (the catalog unusable; the runs it could not read and the copied
+    /// run directories it keeps), said first.
     pub plan_warnings: Vec<String>,
-    /// The runs that could not be read ("skipped run ID: why"), and copied run directories.
+    /// What reading found: the runs that could not be read ("skipped run ID: why"), and
+    /// copied run directories.
     pub warnings: Vec<String>,
 }
 
@@ -123,7 +127,7 @@ impl<'c> Listing<'c> {
     /// Plans a listing. The catalog is used only for `Reading::Catalog` and with no `--run`;
     /// when it cannot be used (of a newer prose-state, or unreadable) every run is visited,
     /// and the listing says so first.
-    pub fn plan(ctx: &'c Context, reading: Reading) -> Result<Self> {
+    fn plan(ctx: &'c Context, reading: Reading) -> Result<Self> {
         if reading == Reading::Scan {
             rescan_catalog(ctx);
         }
@@ -218,8 +222,8 @@ impl<'c> Listing<'c> {
         Ok(listing)
     }
 
-    /// Whether the listing covers several runs: then a run visited that cannot be read is a
-    /// warning; when it is the listing's only run, the error.
+    /// Whether a run visited is one of several the listing reads: then one that cannot be
+    /// read is a warning; when it is the listing's only run, the error.
     fn several(&self) -> bool {
         self.visit.len() > 1 || self.server.is_some() || self.local.is_some()
     }
@@ -391,6 +395,7 @@ impl<'c> Listing<'c> {
     /// query, every other run visited (the catalog keeps no audit rows).
     pub fn audits(ctx: &'c Context, filter: &AuditFilter) -> Result<(Vec<AuditRow>, Vec<String>)> {
         let (mut rows, warnings) = Self::plan(ctx, Reading::Visit)?.gather(
+            // The catalog keeps no audit rows: this plan reads none.
             |_| Ok(Vec::new()),
             |server, runs| server.audits_of(runs, filter),
             |_, store| store.audit(filter),
@@ -408,6 +413,7 @@ impl<'c> Listing<'c> {
         signed: Option<&ed25519_dalek::VerifyingKey>,
     ) -> Result<(Vec<CheckedChain>, Vec<String>)> {
         let (mut chains, warnings) = Self::plan(ctx, Reading::Visit)?.gather(
+            // The catalog keeps no audit rows: this plan reads none.
             |_| Ok(Vec::new()),
             |server, runs| {
                 let ids = server.ids_of(runs)?;
@@ -582,7 +588,7 @@ fn all_runs(ctx: &Context) -> Result<Vec<RunPaths>> {
 /// the results in run order. A run that cannot be read is a warning when the listing has
 /// `several` runs, and the error when it is the listing's only run; a copied run directory
 /// is named in a warning.
-pub fn visit_runs<T: Send>(
+pub(super) fn visit_runs<T: Send>(
     runs: &[RunPaths],
     several: bool,
     ctx: &Context,
