@@ -1,14 +1,13 @@
 //! One resolved context: where the project root, `.prose/`, the runs and the PostgreSQL server
 //! are, and who is acting. Each is looked up at most once, and only when a command asks for
 //! it: a `get` never reads `.env`, the home directory or the login name. It is the only place
-//! commands ask to open runs, agent stores and run lists, and it holds the one rule for where
-//! a run lives.
+//! commands ask to open runs, agent stores and the principals book, and it holds the one rule
+//! for where a run lives. Which runs a listing reads, and where, is `cmd::listing`'s.
 
 use crate::cli::{AgentScope, Global, PrincipalArg, TokenArg};
 use crate::error::{not_found, usage};
 use crate::model::Principal;
 use crate::run::{self, RunPaths};
-use crate::store::catalog::ProjectCatalog;
 use crate::store::postgres::PgStore;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{AgentStore, Backend, NewRun, OpenOptions, Store};
@@ -16,22 +15,6 @@ use anyhow::{Context as _, Result};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
-
-/// Which of the runs on the project's server a listing reads there: none, or those a
-/// [`crate::store::RunFilter`] names.
-pub type OnServer = Option<crate::store::RunFilter>;
-
-/// What a cross-run listing reads ([`Context::catalogued`]).
-pub struct Catalogued {
-    /// The project's catalog of its SQLite runs, up to date.
-    pub local: Option<ProjectCatalog>,
-    /// Which runs of the project's server to read there.
-    pub server: OnServer,
-    /// The runs read one store at a time.
-    pub visit: Vec<RunPaths>,
-    /// What could not be read on the way.
-    pub warnings: Vec<String>,
-}
 
 pub struct Context {
     /// `--root` / PROSE_ROOT, else the nearest directory above holding `.prose/`; None: the
@@ -95,6 +78,11 @@ impl Context {
     /// `<root>/.prose/runs`.
     pub fn runs_dir(&self) -> &Path {
         &self.runs_dir
+    }
+
+    /// `<root>/.prose`.
+    pub fn prose_dir(&self) -> &Path {
+        &self.prose_dir
     }
 
     /// The project's PostgreSQL URL, in the spec's order: OPENPROSE_POSTGRES_URL in
@@ -178,7 +166,7 @@ impl Context {
 
     /// Where the run `run_arg` names is, or would be: a run here, or an id the project's
     /// server may hold (checked when it is opened).
-    fn locate(&self, run_arg: Option<&str>) -> Result<RunPaths> {
+    pub fn locate(&self, run_arg: Option<&str>) -> Result<RunPaths> {
         if self.run_ids_only {
             return self.locate_id(run_arg);
         }
@@ -218,42 +206,6 @@ impl Context {
         self.open_run(self.run.as_deref())
     }
 
-    /// The runs a cross-run command visits: the one `--run` names on the command line, or
-    /// every run (an exported PROSE_RUN does not narrow a listing).
-    pub fn runs(&self) -> Result<Vec<RunPaths>> {
-        match &self.run_flag {
-            Some(r) => Ok(vec![self.locate(Some(r))?]),
-            None => self.all_runs(),
-        }
-    }
-
-    /// Every run under the root, and the runs on the project's server that have no directory
-    /// here; oldest id first.
-    pub fn all_runs(&self) -> Result<Vec<RunPaths>> {
-        let mut runs = self.local_runs()?;
-        if self.uses_postgres() {
-            let ids = PgStore::open_project(&self.postgres_url()?, self.opts)?.run_ids()?;
-            for id in ids {
-                // An id written on the server by other means must not become a path.
-                let Ok(dir) =
-                    crate::model::path_in(&self.runs_dir, &id, crate::model::PathName::Run)
-                else {
-                    continue;
-                };
-                if !runs.iter().any(|r| r.id == id) {
-                    runs.push(RunPaths::in_dir(dir));
-                }
-            }
-            runs.sort_by(|a, b| a.id.cmp(&b.id));
-        }
-        Ok(runs)
-    }
-
-    /// The runs with a directory under the root.
-    pub fn local_runs(&self) -> Result<Vec<RunPaths>> {
-        run::all_runs(self.root.as_deref())
-    }
-
     /// Creates the state of a new run (its directory is `paths.dir`, still being built).
     pub fn create(
         &self,
@@ -269,116 +221,8 @@ impl Context {
         })
     }
 
-    /// The runs a cross-run listing reads: those on the project's server, read there in a few
-    /// queries (every one, or the one `--run` names), and the others, visited one store at a
-    /// time (SQLite runs, and directories here that cannot say where their run lives, so that
-    /// they are reported).
-    pub fn listing(&self) -> Result<(OnServer, Vec<RunPaths>)> {
-        let runs = match &self.run_flag {
-            Some(r) => vec![self.locate(Some(r))?],
-            None => self.local_runs()?,
-        };
-        if !self.uses_postgres() {
-            return Ok((None, runs));
-        }
-        let (mut ids, mut others, mut unknown) = (Vec::new(), Vec::new(), Vec::new());
-        for run in runs {
-            match (run.exists(), run.backend()) {
-                (false, _) | (true, Ok(Backend::Postgres)) => ids.push(run.id),
-                (true, Ok(_)) => others.push(run),
-                // Visited, so that it is reported, and not read from the server meanwhile.
-                (true, Err(_)) => {
-                    unknown.push(run.id.clone());
-                    others.push(run);
-                }
-            }
-        }
-        let server = match (&self.run_flag, ids.is_empty()) {
-            (None, _) => Some(crate::store::RunFilter {
-                only: None,
-                except: unknown,
-            }),
-            (Some(_), true) => None,
-            (Some(_), false) => Some(crate::store::RunFilter {
-                only: Some(ids),
-                except: Vec::new(),
-            }),
-        };
-        Ok((server, others))
-    }
-
-    /// The runs a cross-run listing reads, in a few queries where it can: the project's
-    /// catalog of its SQLite runs (brought up to date first: see `store::catalog`) and the
-    /// runs on its server. With `--run`, with `scan` (every run visited, as `--scan` asks),
-    /// or when the catalog cannot be used, this is [`Context::listing`], the catalog none.
-    pub fn catalogued(&self, scan: bool) -> Result<Catalogued> {
-        let visit_all = |warnings: Vec<String>| -> Result<Catalogued> {
-            let (server, visit) = self.listing()?;
-            Ok(Catalogued {
-                local: None,
-                server,
-                visit,
-                warnings,
-            })
-        };
-        if scan || self.run_flag.is_some() {
-            return visit_all(Vec::new());
-        }
-        let opened = ProjectCatalog::open(&self.runs_dir, self.opts).and_then(|c| match c {
-            Some(mut c) => c.refresh(false).map(|_| Some(c)),
-            None => Ok(None),
-        });
-        let mut local = match opened {
-            Ok(Some(c)) => c,
-            Ok(None) => {
-                return visit_all(vec![format!(
-                    "the project catalog is of a newer prose-state: every run visited ({})",
-                    self.prose_dir
-                        .join(crate::store::catalog::CATALOG_FILE)
-                        .display()
-                )])
-            }
-            Err(e) => {
-                return visit_all(vec![format!(
-                    "the project catalog cannot be used, every run visited: {e:#}"
-                )])
-            }
-        };
-        let server = if self.uses_postgres() {
-            Some(crate::store::RunFilter {
-                only: None,
-                except: local.unreadable_runs()?,
-            })
-        } else {
-            None
-        };
-        let warnings = crate::store::Catalog::warnings(&mut local);
-        Ok(Catalogued {
-            local: Some(local),
-            server,
-            visit: Vec::new(),
-            warnings,
-        })
-    }
-
-    /// `--scan`: every row of the project catalog read again from its run (it picks up what
-    /// raw SQL wrote behind prose-state's back); best effort, the listing visits every run.
-    pub fn rescan_catalog(&self) {
-        if self.run_flag.is_none() {
-            if let Ok(Some(mut c)) = ProjectCatalog::open(&self.runs_dir, self.opts) {
-                let _ = c.rebuild();
-            }
-        }
-    }
-
-    /// The project's catalog of its SQLite runs, as it is (`doctor`); None when it is of a
-    /// newer version.
-    pub fn project_catalog(&self) -> Result<Option<ProjectCatalog>> {
-        ProjectCatalog::open(&self.runs_dir, self.opts)
-    }
-
     /// The project's server, for reading many of its runs at once.
-    pub fn catalog(&self) -> Result<Box<dyn crate::store::ServerCatalog>> {
+    pub fn server_catalog(&self) -> Result<Box<dyn crate::store::ServerCatalog>> {
         Ok(Box::new(PgStore::open_project(
             &self.postgres_url()?,
             self.opts,
@@ -540,31 +384,6 @@ pub fn read_only(paths: &RunPaths, store: &mut SqliteStore) -> Option<String> {
     let (_, dir_id) = crate::store::catalog::of_state_db(&paths.db)?;
     let recorded = store.run_info().ok()?.id;
     (recorded != dir_id).then(|| copy_refusal(&paths.dir, &recorded))
-}
-
-/// The id a run directory of the project records, when it is not the directory's name (a
-/// copy made by hand); None for every other run.
-pub fn copy_of(ctx: &Context, paths: &RunPaths) -> Option<String> {
-    let (_, dir_id) = crate::store::catalog::of_state_db(&paths.db)?;
-    if !paths.db.is_file() || paths.dir.join(crate::run::BACKEND_FILE).is_file() {
-        return None;
-    }
-    use crate::store::Store as _;
-    let recorded = SqliteStore::open(&paths.db, ctx.opts)
-        .ok()?
-        .run_info()
-        .ok()?
-        .id;
-    (recorded != dir_id).then_some(recorded)
-}
-
-/// The id a listing shows for a run visited at `paths` whose rows say `recorded`: a run
-/// directory of the project is listed under its own name (a copy's rows name the original).
-pub fn listed_id(paths: &RunPaths, recorded: Option<&str>) -> String {
-    match crate::store::catalog::of_state_db(&paths.db) {
-        Some((_, dir_id)) => dir_id,
-        None => recorded.unwrap_or(&paths.id).to_string(),
-    }
 }
 
 /// What a write in a copied run directory is told (see [`read_only`]).

@@ -1,5 +1,6 @@
 //! `doctor`: what is wrong with the runs, one line a problem; `--fix` repairs what is safe.
 
+use super::listing::Listing;
 use super::{over_runs, Run};
 use crate::cli::DoctorArgs;
 use crate::context::Context;
@@ -317,7 +318,7 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
     // write behind prose-state's back, a run it has not seen) is reported, and `--fix`
     // builds it anew from the runs.
     if req_all_runs(ctx) {
-        match ctx.project_catalog() {
+        match Listing::project_catalog(ctx) {
             Ok(Some(mut catalog)) => {
                 // What the catalog would learn by itself first (new runs, dead writers).
                 catalog.refresh(false)?;
@@ -389,6 +390,6 @@ fn req_all_runs(ctx: &Context) -> bool {
 impl Run for DoctorArgs {
     type Output = Diagnosis;
     fn run(&self, ctx: &Context) -> Result<Diagnosis> {
-        run(self, &ctx.runs()?, ctx)
+        run(self, &Listing::runs_to_visit(ctx)?, ctx)
     }
 }

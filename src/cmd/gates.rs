@@ -1,5 +1,6 @@
 //! `gates`: list, create, show, wait, audit, verify.
 
+use super::listing::{GateQuery, Listing};
 use super::Run;
 use crate::cli::{
     GateAuditArgs, GateCreateArgs, GateStatus, GateWaitArgs, GatesArgs, GatesCommand, GatesListArgs,
@@ -9,7 +10,7 @@ use crate::error::{not_found, refused, shown, usage, Code};
 use crate::model::{check_gate_id, check_metadata, now, now_plus, parse_duration, sha256_tag};
 use crate::output::{human_duration, one_line, table, Render};
 use crate::store::chain::{ChainReport, Integrity};
-use crate::store::{AuditFilter, AuditRow, Catalog, Created, GateRow, Store};
+use crate::store::{AuditFilter, AuditRow, Created, GateRow, Store};
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 use std::io::{self, Write};
@@ -131,73 +132,31 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
         (GateStatus::Timeout, None) => Some("timeout"),
         (GateStatus::All, None) => None,
     };
-    let within = |view: &GateView| match (&horizon, &view.gate.timeout_at) {
-        (None, _) => true,
-        (Some(h), Some(at)) => at.as_str() <= h.as_str(),
-        (Some(_), None) => false,
-    };
     // The pending gates of the project's catalog and server: swept and listed in a few
     // queries (only the runs with an overdue gate are opened). Gates of other statuses are
     // listed from the server, and from every SQLite run visited.
-    if args.scan {
-        ctx.rescan_catalog();
-    }
-    let listing = ctx.catalogued(args.scan || status != Some("pending"))?;
-    // With --expiring, the limit applies after the deadline filter: read them all.
-    let limit = args.limit.filter(|_| horizon.is_none()).map(|n| n as i64);
-    let mut gates: Vec<GateView> = Vec::new();
-    let mut warnings = listing.warnings;
-    if let Some(mut local) = listing.local {
-        let all = crate::store::RunFilter::default();
-        local.sweep_overdue(&all, &now)?;
-        for (gate, program) in local.pending_gates_of(&all, limit)? {
-            let view = GateView::new(gate, program, &now);
-            if within(&view) {
-                gates.push(view);
-            }
-        }
-        warnings.extend(local.warnings());
-    }
-    if let Some(runs) = &listing.server {
-        let mut catalog = ctx.catalog()?;
-        catalog.sweep_overdue(runs, &now)?;
-        for (gate, program) in catalog.gates_of(runs, status, limit)? {
-            let view = GateView::new(gate, program, &now);
-            if within(&view) {
-                gates.push(view);
-            }
-        }
-    }
-    let others = listing.visit;
-    let several = others.len() > 1 || listing.server.is_some();
-    let (per_run, visit_warnings) = super::over_some_runs(&others, several, ctx, |run, store| {
-        let program = store.run_info()?.program_path;
-        // With --scan, each gate is checked against its sealed log (the run read whole).
-        let report = if args.scan {
-            Some(store.verify_audit()?)
-        } else {
-            None
-        };
-        let mut views = Vec::new();
-        for mut gate in store.gates(status, &now)? {
-            let integrity = report.as_ref().map(|r| IntegrityView::of(r, &gate.id));
-            // Listed under the run directory that holds it (a copy's rows name the original).
-            gate.run_id = Some(crate::context::listed_id(run, gate.run_id.as_deref()));
-            let mut view = GateView::new(gate, program.clone(), &now);
+    let (found, warnings) = Listing::gates(
+        ctx,
+        &GateQuery {
+            status,
+            due_by: horizon.as_deref(),
+            limit: args.limit,
+            scan: args.scan,
+            now: &now,
+        },
+    )?;
+    let gates = found
+        .into_iter()
+        .map(|found| {
+            let integrity = found
+                .checked
+                .as_deref()
+                .map(|report| IntegrityView::of(report, &found.gate.id));
+            let mut view = GateView::new(found.gate, found.program_path, &now);
             view.integrity = integrity;
-            if within(&view) {
-                views.push(view);
-            }
-        }
-        Ok(views)
-    })?;
-    warnings.extend(visit_warnings);
-    gates.extend(per_run.into_iter().flatten());
-    // Oldest first across runs.
-    gates.sort_by(|a, b| a.gate.created_at.cmp(&b.gate.created_at));
-    if let Some(n) = args.limit {
-        gates.truncate(n as usize);
-    }
+            view
+        })
+        .collect();
     Ok(GateList { gates, warnings })
 }
 
@@ -658,17 +617,7 @@ pub fn audit(args: &GateAuditArgs, ctx: &Context) -> Result<AuditList> {
         since: since.as_deref(),
     };
     // Runs on the project's server: one query; the others, one store at a time.
-    let (on_server, others) = ctx.listing()?;
-    let mut rows = match &on_server {
-        Some(runs) => ctx.catalog()?.audits_of(runs, &filter)?,
-        None => Vec::new(),
-    };
-    let several = others.len() > 1 || on_server.is_some();
-    let (per_run, warnings) =
-        super::over_some_runs(&others, several, ctx, |_, store| store.audit(&filter))?;
-    rows.extend(per_run.into_iter().flatten());
-    // By run, each run's rows in their order.
-    rows.sort_by(|a, b| (&a.run_id, a.id).cmp(&(&b.run_id, b.id)));
+    let (rows, warnings) = Listing::audits(ctx, &filter)?;
     Ok(AuditList { rows, warnings })
 }
 
@@ -851,54 +800,11 @@ pub fn verify(args: &crate::cli::GateVerifyArgs, ctx: &Context) -> Result<Verifi
     } else {
         None
     };
-    let (on_server, others) = ctx.listing()?;
-    let mut runs = Vec::new();
-    // Runs on the project's server: their logs and gates in two queries, each run checked
-    // against its seals and this machine's anchor as `Store::verify_audit` checks one.
-    if let Some(filter) = &on_server {
-        let mut catalog = ctx.catalog()?;
-        let ids = catalog.ids_of(filter)?;
-        // Each anchor before the logs (see `Store::verify_audit`).
-        let place = catalog.catalog_place();
-        let anchors: Vec<_> = ids
-            .iter()
-            .map(|id| crate::store::seal::anchored(&place, id))
-            .collect();
-        let mut gates: std::collections::HashMap<String, Vec<GateRow>> = Default::default();
-        for (gate, _) in catalog.gates_of(filter, None, None)? {
-            gates
-                .entry(gate.run_id.clone().unwrap_or_default())
-                .or_default()
-                .push(gate);
-        }
-        let mut audits: std::collections::HashMap<String, Vec<AuditRow>> = Default::default();
-        for row in catalog.audits_of(filter, &AuditFilter::default())? {
-            audits.entry(row.run_id.clone()).or_default().push(row);
-        }
-        let key = crate::store::seal::key_for_reading()?;
-        for (id, anchor) in ids.into_iter().zip(anchors) {
-            let rows = audits.get(&id).map_or(&[][..], Vec::as_slice);
-            let gates = gates.get(&id).map_or(&[][..], Vec::as_slice);
-            let mut report =
-                crate::store::chain::check(rows, gates, Some(&id), key, anchor.as_ref());
-            if let Some(signed) = &signed {
-                crate::services::sign::check(&mut report, rows, gates, signed);
-            }
-            let db = crate::run::RunPaths::in_dir(ctx.runs_dir().join(&id)).db;
-            runs.push(RunChain::new(id, db.display().to_string(), report));
-        }
-    }
-    let several = others.len() > 1 || on_server.is_some();
-    let (visited, warnings) = super::over_some_runs(&others, several, ctx, |run, store| {
-        let report = store.verify_signed(signed.as_ref())?;
-        let run_id = store
-            .run_info()
-            .map(|r| r.id)
-            .unwrap_or_else(|_| run.id.clone());
-        Ok(RunChain::new(run_id, run.db.display().to_string(), report))
-    })?;
-    runs.extend(visited);
-    runs.sort_by(|a, b| a.run_id.cmp(&b.run_id));
+    let (chains, warnings) = Listing::chains(ctx, signed.as_ref())?;
+    let runs = chains
+        .into_iter()
+        .map(|c| RunChain::new(c.run_id, c.db.display().to_string(), c.report))
+        .collect();
     Ok(Verified { runs, warnings })
 }
 

@@ -1,10 +1,11 @@
 //! `stats`, `checkpoint` and `vacuum`: looking after the stores of one run or all of them.
 
-use super::{over_runs, over_some_runs, Run};
+use super::listing::Listing;
+use super::{over_runs, Run};
 use crate::context::Context;
 use crate::output::{table, Render};
 use crate::run::RunPaths;
-use crate::store::{run_stats, Catalog, Checkpointed, RunStats};
+use crate::store::{Checkpointed, RunStats};
 use anyhow::Result;
 use serde::ser::{SerializeStruct, Serializer};
 use serde::Serialize;
@@ -158,32 +159,7 @@ impl Render for Stats {
 /// project catalog (a SQLite run opened only when its files changed since) and from the
 /// server's tables in a few queries; with `scan`, every run opened.
 pub fn stats(ctx: &Context, scan: bool) -> Result<Stats> {
-    if scan {
-        ctx.rescan_catalog();
-    }
-    let listing = ctx.catalogued(scan)?;
-    let mut warnings = listing.warnings;
-    let mut keyed = Vec::new();
-    if let Some(mut local) = listing.local {
-        keyed = local.stats_of(&Default::default())?;
-        warnings.extend(Catalog::warnings(&mut local));
-    }
-    if let Some(runs) = &listing.server {
-        for (id, mut st) in ctx.catalog()?.stats_of(runs)? {
-            // A server run's attachments are files here, in its directory (if any).
-            (st.attachment_files, st.attachment_bytes) =
-                crate::run::footprint(&ctx.runs_dir().join(&id));
-            keyed.push((id, st));
-        }
-    }
-    let several = listing.visit.len() > 1 || !keyed.is_empty() || listing.server.is_some();
-    let (visited, visit_warnings) = over_some_runs(&listing.visit, several, ctx, |run, store| {
-        Ok((run.id.clone(), run_stats(store, &run.dir, &run.id)?))
-    })?;
-    keyed.extend(visited);
-    warnings.extend(visit_warnings);
-    keyed.sort_by(|a, b| a.0.cmp(&b.0));
-    let runs: Vec<RunStats> = keyed.into_iter().map(|(_, st)| st).collect();
+    let (runs, warnings) = Listing::stats(ctx, scan)?;
     let mut t = Totals {
         runs: runs.len(),
         ..Default::default()
@@ -401,7 +377,7 @@ impl Run for crate::cli::StatsArgs {
 impl Run for crate::cli::CheckpointArgs {
     type Output = CheckpointList;
     fn run(&self, ctx: &Context) -> Result<CheckpointList> {
-        checkpoint(self.mode.as_str(), &ctx.runs()?, ctx)
+        checkpoint(self.mode.as_str(), &Listing::runs_to_visit(ctx)?, ctx)
     }
 }
 
@@ -411,13 +387,13 @@ pub struct VacuumCmd;
 impl Run for VacuumCmd {
     type Output = VacuumList;
     fn run(&self, ctx: &Context) -> Result<VacuumList> {
-        vacuum(&ctx.runs()?, ctx)
+        vacuum(&Listing::runs_to_visit(ctx)?, ctx)
     }
 }
 
 impl Run for crate::cli::MigrateArgs {
     type Output = MigrationList;
     fn run(&self, ctx: &Context) -> Result<MigrationList> {
-        migrate(self.yes, &ctx.runs()?, ctx)
+        migrate(self.yes, &Listing::runs_to_visit(ctx)?, ctx)
     }
 }

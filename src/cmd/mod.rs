@@ -16,6 +16,7 @@ pub mod guide;
 pub mod import;
 pub mod imports;
 pub mod init;
+pub mod listing;
 pub mod log;
 pub mod maintain;
 pub mod principals;
@@ -137,67 +138,13 @@ fn value_from_file(file: Option<&Path>) -> Result<(Box<dyn Read>, bool)> {
     Ok((Box::new(file), false))
 }
 
-/// Applies `f` to every run, a few runs at a time on worker threads (each with its own
-/// connection: opening a run's database is most of the cost of a cross-run listing), and
-/// returns the results in run order. A run that cannot be read becomes a warning when there
-/// are several runs, and the error when there is one.
+/// Applies `f` to every run of a command that visits each (`listing::visit_runs`): a run
+/// that cannot be read is a warning when there are several runs, and the error when there is
+/// one.
 fn over_runs<T: Send>(
     runs: &[RunPaths],
     ctx: &Context,
     f: impl Fn(&RunPaths, &mut dyn Store) -> Result<T> + Sync,
 ) -> Result<(Vec<T>, Vec<String>)> {
-    over_some_runs(runs, runs.len() > 1, ctx, f)
-}
-
-/// [`over_runs`] for some of a listing's runs (the others read another way): a run that
-/// cannot be read is a warning when the listing has `several`, and the error when it is the
-/// listing's only run.
-fn over_some_runs<T: Send>(
-    runs: &[RunPaths],
-    several: bool,
-    ctx: &Context,
-    f: impl Fn(&RunPaths, &mut dyn Store) -> Result<T> + Sync,
-) -> Result<(Vec<T>, Vec<String>)> {
-    let progress = crate::term::Progress::new(runs.len());
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let next = AtomicUsize::new(0);
-    let workers = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(8)
-        .min(runs.len().max(1));
-    let visit = || {
-        let mut done = Vec::new();
-        loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some(run) = runs.get(i) else { break done };
-            progress.step();
-            done.push((
-                i,
-                ctx.open(run).and_then(|mut store| f(run, store.as_mut())),
-            ));
-        }
-    };
-    let mut results: Vec<(usize, Result<T>)> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..workers).map(|_| s.spawn(visit)).collect();
-        handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap_or_default())
-            .collect()
-    });
-    results.sort_by_key(|(i, _)| *i);
-    let mut out = Vec::new();
-    let mut warnings = Vec::new();
-    for (i, result) in results {
-        match result {
-            Ok(v) => {
-                if let Some(recorded) = crate::context::copy_of(ctx, &runs[i]) {
-                    warnings.push(crate::store::catalog::copy_warning(&runs[i].id, &recorded));
-                }
-                out.push(v)
-            }
-            Err(e) if several => warnings.push(format!("skipped run {}: {e:#}", runs[i].id)),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok((out, warnings))
+    listing::visit_runs(runs, runs.len() > 1, ctx, f)
 }

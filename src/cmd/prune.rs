@@ -1,12 +1,13 @@
 //! `prune`: remove (or archive) whole run directories of old finished runs.
 
+use super::listing::{EveryRun, Listing, RunsRead};
 use super::Run;
 use crate::cli::PruneArgs;
 use crate::context::Context;
 use crate::error::{refused, usage};
 use crate::output::{table, Render};
 use crate::run::RunPaths;
-use crate::store::{Catalog, RunSummary};
+use crate::store::RunSummary;
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 use std::io::{self, Write};
@@ -96,13 +97,8 @@ fn days_since(at: Option<&str>, now: &str) -> Option<f64> {
     Some(crate::model::seconds_between(at?, now)? as f64 / 86_400.0)
 }
 
-/// Prunes the runs of the project `catalog` keeps and `runs` (visited one by one).
-pub fn run(
-    req: &PruneArgs,
-    catalog: Option<crate::store::catalog::ProjectCatalog>,
-    runs: &[RunPaths],
-    ctx: &Context,
-) -> Result<Pruned> {
+/// Prunes every run of the project (`every`: planned, not yet read).
+pub fn run(req: &PruneArgs, every: EveryRun, ctx: &Context) -> Result<Pruned> {
     if let Some(a) = &req.archive {
         if a.exists() && !a.is_dir() {
             return Err(usage(format!(
@@ -127,31 +123,19 @@ pub fn run(
     };
     // SQLite runs: planned from the project catalog (a run is opened only to be pruned).
     // Runs on the server, and every run without a catalog, are visited.
-    let catalogued = catalog.is_some();
-    let (mut summaries, mut warnings, visit) = match catalog {
-        Some(mut local) => {
-            let mut planned = Vec::new();
-            for (dir, s) in local.runs_of(&Default::default(), &now)? {
-                let paths = RunPaths::in_dir(ctx.runs_dir().join(dir));
-                let bytes = dir_size(&paths.dir);
-                planned.push((paths, (s, bytes)));
-            }
-            let mut unread: Vec<RunPaths> = local
-                .unreadable_runs()?
-                .into_iter()
-                .map(|id| RunPaths::in_dir(ctx.runs_dir().join(id)))
-                .collect();
-            unread.extend(runs.iter().cloned());
-            (planned, local.warnings(), unread)
-        }
-        None => (Vec::new(), Vec::new(), runs.to_vec()),
-    };
-    let several = visit.len() > 1 || catalogued;
-    let (visited, visit_warnings) = super::over_some_runs(&visit, several, ctx, |run, store| {
-        Ok((run.clone(), (store.run_summary(&now)?, size(run, store)?)))
-    })?;
-    summaries.extend(visited);
-    warnings.extend(visit_warnings);
+    let RunsRead {
+        read: summaries,
+        visited: visit,
+        plan_warnings,
+        warnings,
+    } = every.read(
+        &now,
+        |paths, s| {
+            let bytes = dir_size(&paths.dir);
+            (paths, (s, bytes))
+        },
+        |run, store| Ok((run.clone(), (store.run_summary(&now)?, size(run, store)?))),
+    )?;
     // A run that cannot be read is never pruned blind: it is kept, with the reason, and the
     // others are pruned as usual.
     let mut out = Vec::new();
@@ -249,9 +233,13 @@ pub fn run(
         dry_run: !req.yes,
         runs: out,
         bytes_freed: freed,
-        warnings: warnings
+        warnings: plan_warnings
             .into_iter()
-            .map(|w| format!("{w} (kept, never pruned blind)"))
+            .chain(
+                warnings
+                    .into_iter()
+                    .map(|w| format!("{w} (kept, never pruned blind)")),
+            )
             .collect(),
     })
 }
@@ -308,17 +296,6 @@ impl Run for PruneArgs {
     fn run(&self, ctx: &Context) -> Result<Pruned> {
         // Every run: the project catalog's, those with a directory here the catalog does not
         // read (on a server, unreadable), and those only on the project's server.
-        let listing = ctx.catalogued(false)?;
-        let mut visit = listing.visit;
-        if let Some(filter) = &listing.server {
-            for id in ctx.catalog()?.ids_of(filter)? {
-                if crate::model::check_run_id(&id).is_ok() && !visit.iter().any(|r| r.id == id) {
-                    visit.push(RunPaths::in_dir(ctx.runs_dir().join(&id)));
-                }
-            }
-        }
-        let mut pruned = run(self, listing.local, &visit, ctx)?;
-        pruned.warnings.splice(0..0, listing.warnings);
-        Ok(pruned)
+        run(self, Listing::every_run(ctx)?, ctx)
     }
 }

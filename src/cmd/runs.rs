@@ -1,5 +1,6 @@
 //! `runs`: the runs under the root, newest first.
 
+use super::listing::{Listing, RunQuery};
 use super::Run;
 use crate::cli::RunsArgs;
 use crate::context::Context;
@@ -100,50 +101,17 @@ pub fn run(args: &RunsArgs, ctx: &Context) -> Result<RunList> {
     };
     // The project's catalog of its SQLite runs and its server: each one query, newest first
     // and limited there (the runs of the page read whole from their stores).
-    if args.scan {
-        ctx.rescan_catalog();
-    }
-    let listing = ctx.catalogued(args.scan)?;
-    let mut all = Vec::new();
-    let mut warnings = listing.warnings;
-    let page = |c: &mut dyn crate::store::Catalog, runs: &crate::store::RunFilter| {
-        c.summaries_of(
-            runs,
-            &now,
-            want.as_ref().map(RunStatus::as_str),
-            since.as_deref(),
-            Some(args.limit as i64),
-        )
-    };
-    if let Some(mut local) = listing.local {
-        all = page(&mut local, &Default::default())?;
-        warnings.extend(crate::store::Catalog::warnings(&mut local));
-    }
-    if let Some(runs) = &listing.server {
-        all.extend(page(ctx.catalog()?.as_mut(), runs)?);
-    }
-    let others = listing.visit;
-    let several = others.len() > 1 || listing.server.is_some();
-    let (visited, visit_warnings) = super::over_some_runs(&others, several, ctx, |run, store| {
-        let mut s = store.run_summary(&now)?;
-        s.run.id = crate::context::listed_id(run, Some(&s.run.id));
-        Ok(s)
-    })?;
-    warnings.extend(visit_warnings);
-    all.extend(visited);
-    all.retain(|r| {
-        want.as_ref()
-            .is_none_or(|w| r.run.status.as_ref() == Some(w))
-            && since
-                .as_deref()
-                .is_none_or(|s| r.run.started_at.as_deref().is_some_and(|t| t >= s))
-    });
-    all.sort_by(|a, b| (&b.run.started_at, &b.run.id).cmp(&(&a.run.started_at, &a.run.id)));
-    all.truncate(args.limit as usize);
-    Ok(RunList {
-        runs: all,
-        warnings,
-    })
+    let (runs, warnings) = Listing::runs(
+        ctx,
+        &RunQuery {
+            now: &now,
+            status: want.as_ref(),
+            since: since.as_deref(),
+            limit: args.limit,
+            scan: args.scan,
+        },
+    )?;
+    Ok(RunList { runs, warnings })
 }
 
 impl Run for RunsArgs {

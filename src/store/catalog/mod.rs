@@ -1,0 +1,505 @@
+//! The project catalog of SQLite runs (`<root>/.prose/catalog.db`): one row a run (its status,
+//! program, times, pending gates and earliest deadline) and one row a pending gate, so that a
+//! cross-run listing is one query, not one database open per run. It is never the source of
+//! truth, and can always be rebuilt from the runs.
+//!
+//! How it stays true, without ever holding two locks in the other order:
+//! - **Writers.** A run's write transaction that changes a fact kept here (the run's status,
+//!   a gate opened or resolved, a copy restored) appends a *ticket* line to the catalog's log
+//!   (`.prose/catalog.log`) before its run commit, while it holds the run's write lock
+//!   ([`log::Link::mark`]). Tickets of a run are therefore logged in the order of its commits.
+//!   After the commit it appends the facts it committed, read inside its own transaction
+//!   ([`log::Link::apply`]). Writers never open the catalog's database: the next listing folds
+//!   the log in ([`ProjectCatalog::fold`]), giving each ticket its place in one sequence. A
+//!   row keeps the facts of its newest ticket: an older writer arriving late changes nothing.
+//! - **A writer that cannot log its ticket** creates `.prose/catalog.stale` while it still
+//!   holds the run's lock; the next listing marks every row stale and re-reads them all.
+//! - **Readers.** A run with a ticket left (its writer died between its commit and its catalog
+//!   update), a stale row, or a run the catalog has not seen is re-read by the next listing
+//!   from that run alone ([`ProjectCatalog::repair`]): under the run's write lock, so that no
+//!   writer can be between its ticket and its commit then, with a ticket of its own taken
+//!   under that lock, so that its copy is ordered among the writers'.
+//! - **New and removed runs** are noticed by the runs directory's modification time: when it
+//!   differs from the one the catalog recorded, the directory's names are compared with the
+//!   rows. `init` announces its changes to the directory in the log, each with the time
+//!   before and after ([`changing_runs`]): while the announced changes follow one another
+//!   from the recorded time, the new runs are known without comparing 100,000 names. Writes
+//!   behind the tool's back (raw `sqlite3` into an existing run) are found by `--scan` and by
+//!   `doctor`, which compare every run.
+//!
+//! Its jobs, a file each: [`log`] (the writers' side, and folding their lines in), [`refresh`]
+//! (bringing the rows up to date with the runs), [`queries`] (what a listing reads) and
+//! [`stats`] (the runs' stats it keeps).
+
+mod log;
+mod queries;
+mod refresh;
+mod stats;
+
+pub use log::{changing_runs, watch};
+pub use queries::copy_warning;
+pub use refresh::{forget_run, while_replacing};
+
+use super::sqlite_rows::{db_error, gate_row, run_info_at, GATE_COLUMNS};
+use super::{GateRow, OpenOptions, RunFilter, RunInfo};
+use anyhow::{anyhow, Result};
+use rusqlite::config::DbConfig;
+use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+pub const CATALOG_FILE: &str = "catalog.db";
+/// Made by a writer that could not take its ticket: every row is read again.
+pub const STALE_FILE: &str = "catalog.stale";
+/// The catalog's format (PRAGMA user_version).
+pub const CATALOG_VERSION: i64 = 6;
+const SCHEMA: &str = include_str!("../../../schema/catalog.sql");
+/// A write-ahead log past this is folded in when a connection closes (see `sqlite::connect`).
+const LOG_MOST: u64 = 256 * 1024;
+/// The catalog's log of writers' tickets and facts (see `Link`), and its folded-in copies'
+/// prefix (`catalog.log.N`).
+pub const LOG_FILE: &str = "catalog.log";
+
+/// The facts of one run that the catalog keeps, read from its state.db.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    pub run: Option<(RunInfo, Option<String>)>,
+    pub pending: Vec<GateRow>,
+}
+
+/// Reads a run's facts (inside the caller's transaction, when it has one).
+pub(super) fn read_facts(c: &Connection) -> rusqlite::Result<Facts> {
+    let run = c
+        .query_row(
+            "SELECT id, program_path, status, started_at, updated_at, error_message FROM run LIMIT 1",
+            [],
+            |r| Ok((run_info_at(r, 0)?, r.get(5)?)),
+        )
+        .optional()?;
+    let pending = c
+        .prepare_cached(&format!(
+            "SELECT {GATE_COLUMNS} FROM gates WHERE status = 'pending' ORDER BY created_at, id"
+        ))?
+        .query_map([], gate_row)?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(Facts { run, pending })
+}
+
+/// The project directory (`.prose/`) and run id of a state.db at `<.prose>/runs/<id>/state.db`;
+/// None for a run kept anywhere else (an export, a directory named by path) and for the
+/// staging directories (`.`-names) that imports and inits build in.
+pub fn of_state_db(db: &Path) -> Option<(PathBuf, String)> {
+    let dir = db.parent()?;
+    let id = dir.file_name()?.to_str()?;
+    let runs = dir.parent()?;
+    let prose = runs.parent()?;
+    let named = |p: &Path, name: &str| p.file_name().is_some_and(|n| n == name);
+    if id.starts_with('.') || !named(runs, "runs") || !named(prose, ".prose") {
+        return None;
+    }
+    Some((prose.to_path_buf(), id.to_string()))
+}
+
+/// Opens the catalog, or None when there is none (and `create` is unset) or it is not of this
+/// version. A file that is not a catalog SQLite can read is moved aside when `create` is set,
+/// and a new one made.
+fn open_db(prose: &Path, busy: Duration, create: bool) -> Result<Option<Connection>> {
+    let path = prose.join(CATALOG_FILE);
+    if !create && !path.is_file() {
+        return Ok(None);
+    }
+    match try_open(&path, busy, create) {
+        Ok(c) => Ok(c),
+        Err(e) if create && is_corrupt(&e) => {
+            let aside = prose.join(format!(
+                "{CATALOG_FILE}.corrupt-{}",
+                crate::model::now().replace([' ', ':'], "-")
+            ));
+            let _ = std::fs::rename(&path, &aside);
+            for suffix in ["-wal", "-shm"] {
+                let _ = std::fs::remove_file(prose.join(format!("{CATALOG_FILE}{suffix}")));
+            }
+            try_open(&path, busy, true)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn is_corrupt(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<rusqlite::Error>()
+        .and_then(rusqlite::Error::sqlite_error_code)
+        .is_some_and(|c| {
+            matches!(
+                c,
+                rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt
+            )
+        })
+}
+
+fn try_open(path: &Path, busy: Duration, create: bool) -> Result<Option<Connection>> {
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if create {
+        flags |= OpenFlags::SQLITE_OPEN_CREATE;
+    }
+    let c = Connection::open_with_flags(path, flags)?;
+    c.busy_timeout(busy)?;
+    // Kept between processes, like a run's log; NORMAL: the catalog can always be rebuilt.
+    c.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+    // Read through a memory map: a listing of every gate reads the catalog whole, and a read
+    // per page (the cache holds 2 MiB) was a third of its time at 100,000 runs.
+    c.execute_batch(
+        "PRAGMA synchronous = NORMAL; PRAGMA wal_autocheckpoint = 0;
+         PRAGMA mmap_size = 1073741824;",
+    )?;
+    let version: i64 = c.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version == CATALOG_VERSION {
+        return Ok(Some(c));
+    }
+    if !create || version > CATALOG_VERSION {
+        return Ok(None);
+    }
+    // New, or older: made anew (nothing in it is the source of anything).
+    let mode: String = c.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(anyhow!(
+            "could not put the catalog in WAL mode: {}",
+            path.display()
+        ));
+    }
+    c.execute_batch(&format!(
+        "BEGIN IMMEDIATE;
+         DROP TABLE IF EXISTS runs; DROP TABLE IF EXISTS gates;
+         DROP TABLE IF EXISTS tickets; DROP TABLE IF EXISTS meta;
+         DROP TABLE IF EXISTS run_stats;
+         {SCHEMA}
+         PRAGMA user_version = {CATALOG_VERSION};
+         COMMIT;"
+    ))?;
+    Ok(Some(c))
+}
+
+/// Closes a catalog connection, folding its log in when it has grown (see `LOG_MOST`).
+fn close(c: Connection, prose: &Path) {
+    let log = prose.join(format!("{CATALOG_FILE}-wal"));
+    if std::fs::metadata(&log).is_ok_and(|m| m.len() > LOG_MOST) {
+        let _ = c.busy_timeout(Duration::ZERO);
+        let _ = c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+    }
+}
+
+/// Writes a run's facts into its row and its pending gates, if `ticket` is newer than the
+/// facts the row holds; inside the caller's catalog transaction. Whether it wrote them.
+fn put_facts(
+    c: &Connection,
+    run: &str,
+    ticket: i64,
+    facts: &FactRows,
+    stamp: &str,
+) -> rusqlite::Result<bool> {
+    let applied: Option<i64> = c
+        .query_row("SELECT applied FROM runs WHERE id = ?1", [run], |r| {
+            r.get(0)
+        })
+        .optional()?;
+    if applied.is_some_and(|a| a >= ticket) {
+        return Ok(false);
+    }
+    let info = facts.run.as_ref();
+    let deadline = facts.pending.iter().filter_map(|g| g.6.as_deref()).min();
+    c.prepare_cached(
+        "INSERT INTO runs (id, kind, run_id, program_path, status, started_at, updated_at,
+                           error_message, pending, next_deadline, applied, problem, stamp)
+         VALUES (?1, 'sqlite', ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, NULL, ?11)
+         ON CONFLICT (id) DO UPDATE SET kind = 'sqlite', run_id = ?2, program_path = ?3,
+             status = ?4, started_at = ?5, updated_at = ?6, error_message = ?7, pending = ?8,
+             next_deadline = ?9, applied = ?10, problem = NULL, stamp = ?11",
+    )?
+    .execute(params![
+        run,
+        info.map(|i| &i.0),
+        info.and_then(|i| i.1.as_deref()),
+        info.and_then(|i| i.2.as_deref()),
+        info.and_then(|i| i.3.as_deref()),
+        info.and_then(|i| i.4.as_deref()),
+        info.and_then(|i| i.5.as_deref()),
+        facts.pending.len() as i64,
+        deadline,
+        ticket,
+        stamp,
+    ])?;
+    c.prepare_cached("DELETE FROM gates WHERE run = ?1")?
+        .execute([run])?;
+    let mut insert = c.prepare_cached(
+        "INSERT OR REPLACE INTO gates (run, id, run_id, execution_id, prompt, allow, timeout,
+             timeout_at, on_reject, status, created_at, resolved_at, resolved_by,
+             resolution_comment, metadata, instance, due)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                 CASE WHEN ?8 IS NULL THEN NULL ELSE IFNULL(datetime(?8), '') END)",
+    )?;
+    for g in &facts.pending {
+        insert.execute(params![
+            run, g.0, g.1, g.2, g.3, g.4, g.5, g.6, g.7, g.8, g.9, g.10, g.11, g.12, g.13, g.14,
+        ])?;
+    }
+    Ok(true)
+}
+
+/// A fact-changing write's ticket: the nonce its two log lines share.
+pub type Ticket = String;
+
+/// The rows a run's facts become in the catalog, as a writer's facts line carries them (and
+/// as `put_facts` writes them): the run row's columns, and each pending gate's.
+#[derive(Serialize, Deserialize)]
+struct FactRows {
+    /// id, program_path, status, started_at, updated_at, error_message
+    run: Option<RunColumns>,
+    pending: Vec<GateColumns>,
+}
+
+type RunColumns = (
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+);
+/// id, run_id, execution_id, prompt, allow (JSON), timeout, timeout_at, on_reject, status,
+/// created_at, resolved_at, resolved_by, resolution_comment, metadata, instance
+type GateColumns = (
+    String,
+    Option<String>,
+    Option<i64>,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    i64,
+);
+
+impl FactRows {
+    fn of(facts: &Facts) -> FactRows {
+        FactRows {
+            run: facts.run.as_ref().map(|(i, e)| {
+                (
+                    i.id.clone(),
+                    i.program_path.clone(),
+                    i.status.as_ref().map(|s| s.as_str().to_string()),
+                    i.started_at.clone(),
+                    i.updated_at.clone(),
+                    e.clone(),
+                )
+            }),
+            pending: facts
+                .pending
+                .iter()
+                .map(|g| {
+                    (
+                        g.id.clone(),
+                        g.run_id.clone(),
+                        g.execution_id,
+                        g.prompt.clone(),
+                        serde_json::to_string(&g.allow).unwrap_or_default(),
+                        g.timeout.clone(),
+                        g.timeout_at.clone(),
+                        g.on_reject.clone(),
+                        g.status.to_string(),
+                        g.created_at.clone(),
+                        g.resolved_at.clone(),
+                        g.resolved_by.clone(),
+                        g.resolution_comment.clone(),
+                        g.metadata.clone(),
+                        g.instance,
+                    )
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The runs directory's modification time, in nanoseconds (the catalog's `runs_mtime`).
+fn dir_stamp(dir: &Path) -> Option<(SystemTime, String)> {
+    let m = std::fs::metadata(dir).and_then(|m| m.modified()).ok()?;
+    let nanos = m.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_nanos();
+    Some((m, nanos.to_string()))
+}
+
+/// The reader's side: a project's catalog, brought up to date for a listing.
+pub struct ProjectCatalog {
+    conn: Option<Connection>,
+    prose: PathBuf,
+    runs_dir: PathBuf,
+    opts: OpenOptions,
+    /// Runs that could not be read, one line each ("skipped run ID: why").
+    problems: Vec<String>,
+    /// Runs an overdue sweep failed on: their gates are not listed as pending.
+    unswept: HashSet<String>,
+}
+
+/// What `doctor` finds comparing the catalog with the runs.
+#[derive(Debug, Default)]
+pub struct CatalogCheck {
+    pub runs: usize,
+    /// The runs whose row differs from the run, or that one has and the other not, each
+    /// with what differs.
+    pub differences: Vec<(String, String)>,
+}
+
+impl ProjectCatalog {
+    /// Opens (or makes) the catalog of the project whose runs are in `runs_dir`. None when
+    /// the catalog is of a newer version (the caller visits every run instead).
+    pub fn open(runs_dir: &Path, opts: OpenOptions) -> Result<Option<Self>> {
+        let prose = runs_dir
+            .parent()
+            .map_or_else(|| PathBuf::from(".prose"), Path::to_path_buf);
+        // No runs: nothing to catalog, and no directory to make.
+        let conn = if runs_dir.is_dir() {
+            let opened = open_db(&prose, opts.busy_timeout, true).map_err(|e| {
+                e.context(format!("catalog: {}", prose.join(CATALOG_FILE).display()))
+            })?;
+            match opened {
+                Some(c) => Some(c),
+                None => return Ok(None),
+            }
+        } else {
+            None
+        };
+        Ok(Some(ProjectCatalog {
+            conn,
+            prose,
+            runs_dir: runs_dir.to_path_buf(),
+            opts,
+            problems: Vec::new(),
+            unswept: HashSet::new(),
+        }))
+    }
+
+    fn err(&self) -> impl Fn(rusqlite::Error) -> anyhow::Error + '_ {
+        let path = self.prose.join(CATALOG_FILE);
+        let busy = self.opts.busy_timeout.as_millis();
+        move |e| db_error(e, &path, busy)
+    }
+
+    /// Each row's kind, by run.
+    fn row_kinds(&self) -> Result<HashMap<String, String>> {
+        let c = self.db().expect("a catalog");
+        c.prepare_cached("SELECT id, kind FROM runs")
+            .and_then(|mut s| {
+                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<rusqlite::Result<_>>()
+            })
+            .map_err(self.err())
+    }
+
+    fn db(&self) -> Option<&Connection> {
+        self.conn.as_ref()
+    }
+}
+
+impl Drop for ProjectCatalog {
+    fn drop(&mut self) {
+        if let Some(c) = self.conn.take() {
+            close(c, &self.prose);
+        }
+    }
+}
+
+impl ProjectCatalog {
+    fn state_db(&self, id: &str) -> PathBuf {
+        self.runs_dir.join(id).join(crate::run::DB_FILE)
+    }
+
+    fn wanted(runs: &RunFilter, id: &str) -> bool {
+        runs.only.as_ref().is_none_or(|o| o.iter().any(|r| r == id))
+            && !runs.except.iter().any(|r| r == id)
+    }
+}
+
+/// What a state.db and its write-ahead log are now: identity, size and modification time.
+fn stamp_of(db: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let mut log = db.as_os_str().to_owned();
+    log.push("-wal");
+    [db, Path::new(&log)]
+        .iter()
+        .map(|f| match std::fs::metadata(f) {
+            Ok(m) => format!(
+                "{}:{}:{}:{}.{}",
+                m.dev(),
+                m.ino(),
+                m.len(),
+                m.mtime(),
+                m.mtime_nsec()
+            ),
+            Err(_) => "-".into(),
+        })
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// `f` of every item, in order. Many items (a listing of every gate stats each run's files)
+/// are shared among a few threads: those stats are most of such a listing's time.
+fn in_parallel<T: Sync, R: Send>(items: &[T], f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let threads = if items.len() < 2_000 {
+        1
+    } else {
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(8))
+    };
+    if threads == 1 {
+        return items.iter().map(f).collect();
+    }
+    let f = &f;
+    std::thread::scope(|s| {
+        let parts: Vec<_> = items
+            .chunks(items.len().div_ceil(threads))
+            .map(|part| s.spawn(move || part.iter().map(f).collect::<Vec<R>>()))
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|p| p.join().expect("a stat does not panic"))
+            .collect()
+    })
+}
+
+/// A file's identity (device and inode).
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Removes a run's rows.
+fn forget(c: &Connection, id: &str) -> rusqlite::Result<()> {
+    c.execute("DELETE FROM runs WHERE id = ?1", [id])?;
+    c.execute("DELETE FROM gates WHERE run = ?1", [id])?;
+    c.execute("DELETE FROM tickets WHERE run = ?1", [id])?;
+    c.execute("DELETE FROM run_stats WHERE id = ?1", [id])?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// Above the threshold the work is shared among threads; every item is mapped once, and
+    /// the results come back in the items' order, as below it.
+    #[test]
+    fn in_parallel_keeps_every_item_in_order() {
+        for n in [0, 1, 1_999, 2_000, 2_001, 9_999] {
+            let items: Vec<u64> = (0..n).collect();
+            let calls = std::sync::atomic::AtomicUsize::new(0);
+            let out = super::in_parallel(&items, |x| {
+                calls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                x * 3
+            });
+            assert_eq!(out, items.iter().map(|x| x * 3).collect::<Vec<_>>(), "{n}");
+            assert_eq!(calls.into_inner(), n as usize, "{n}");
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! What a listing reads from the catalog: the `Catalog` questions, each one query, with the
+//! runs it shows checked against their files.
+
+use super::ProjectCatalog;
+use crate::store::sqlite_rows::{gate_row, run_info_at, GATE_COLUMNS};
+use crate::store::{Catalog, GateRow, RunFilter, RunStats, RunSummary, Store};
+use anyhow::Result;
+use rusqlite::{params, Connection};
+
+impl ProjectCatalog {
+    /// The runs kept on the project's server (directories here holding only a record).
+    pub fn server_runs(&self) -> Result<Vec<String>> {
+        self.ids_of_kind("server")
+    }
+
+    /// The runs that could not be read (reported in `warnings`).
+    pub fn unreadable_runs(&self) -> Result<Vec<String>> {
+        self.ids_of_kind("unreadable")
+    }
+
+    fn ids_of_kind(&self, kind: &str) -> Result<Vec<String>> {
+        let Some(c) = self.db() else {
+            return Ok(Vec::new());
+        };
+        c.prepare_cached("SELECT id FROM runs WHERE kind <> 'sqlite' AND kind = ?1 ORDER BY id")
+            .and_then(|mut s| s.query_map([kind], |r| r.get(0))?.collect())
+            .map_err(self.err())
+    }
+}
+
+impl Catalog for ProjectCatalog {
+    fn sweep_overdue(&mut self, runs: &RunFilter, now: &str) -> Result<usize> {
+        let Some(c) = self.db() else { return Ok(0) };
+        let overdue: Vec<String> = c
+            .prepare_cached(
+                "SELECT DISTINCT g.run
+                 FROM gates g INDEXED BY catalog_gates_due JOIN runs r ON r.id = g.run
+                 WHERE g.due IS NOT NULL AND g.due <= datetime(?1) AND +r.kind = 'sqlite'
+                 ORDER BY g.run",
+            )
+            .and_then(|mut s| s.query_map([now], |r| r.get(0))?.collect())
+            .map_err(self.err())?;
+        let mut swept = 0;
+        for id in overdue.iter().filter(|id| Self::wanted(runs, id)) {
+            // Through the run's own rules: its store marks and updates the catalog.
+            let done = crate::store::sqlite::SqliteStore::open(&self.state_db(id), self.opts)
+                .and_then(|mut s| s.sweep_timeouts(now));
+            match done {
+                Ok(_) => swept += 1,
+                Err(e) => {
+                    self.problems.push(format!("skipped run {id}: {e:#}"));
+                    self.unswept.insert(id.clone());
+                }
+            }
+        }
+        Ok(swept)
+    }
+
+    fn pending_gates_of(
+        &mut self,
+        runs: &RunFilter,
+        limit: Option<i64>,
+    ) -> Result<Vec<(GateRow, Option<String>)>> {
+        let Some(c) = self.db() else {
+            return Ok(Vec::new());
+        };
+        let cols = GATE_COLUMNS
+            .split(", ")
+            .map(|col| format!("g.{}", col.trim()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "SELECT {cols}, r.program_path, g.run, r.stamp
+             FROM gates g INDEXED BY catalog_gates_order JOIN runs r ON r.id = g.run
+             WHERE +r.kind = 'sqlite' ORDER BY g.created_at, g.run, g.id LIMIT ?1"
+        );
+        type Shown = (String, Option<String>, GateRow, Option<String>);
+        let read = |c: &Connection| -> rusqlite::Result<Vec<Shown>> {
+            c.prepare_cached(&sql)?
+                .query_map([limit.unwrap_or(-1)], |r| {
+                    Ok((r.get(16)?, r.get(17)?, gate_row(r)?, r.get(15)?))
+                })?
+                .collect()
+        };
+        let mut rows = read(c).map_err(self.err())?;
+        // The runs shown, checked against their files; read again if they changed.
+        let mut shown: Vec<(String, Option<String>)> = rows
+            .iter()
+            .map(|(run, stamp, ..)| (run.clone(), stamp.clone()))
+            .collect();
+        shown.sort_unstable();
+        shown.dedup();
+        if self.fresh(&shown)? {
+            rows = read(self.db().expect("a catalog")).map_err(self.err())?;
+        }
+        // A gate is listed under the run directory that holds it, whatever its row says (a
+        // copied directory's rows name the original): a decision goes where it is shown.
+        Ok(rows
+            .into_iter()
+            .filter(|(run, ..)| Self::wanted(runs, run) && !self.unswept.contains(run))
+            .map(|(run, _, mut g, p)| {
+                g.run_id = Some(run);
+                (g, p)
+            })
+            .collect())
+    }
+
+    fn summaries_of(
+        &mut self,
+        runs: &RunFilter,
+        now: &str,
+        status: Option<&str>,
+        since: Option<&str>,
+        limit: Option<i64>,
+    ) -> Result<Vec<RunSummary>> {
+        let Some(c) = self.db() else {
+            return Ok(Vec::new());
+        };
+        // The page from the catalog, newest first; each run of it read whole from its store.
+        let read = |c: &Connection| -> rusqlite::Result<Vec<(String, Option<String>)>> {
+            c.prepare_cached(
+                "SELECT id, stamp FROM runs INDEXED BY catalog_runs_started WHERE +kind = 'sqlite'
+                   AND (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR started_at >= ?2)
+                 ORDER BY started_at DESC, id DESC LIMIT ?3",
+            )?
+            .query_map(params![status, since, limit.unwrap_or(-1)], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?
+            .collect()
+        };
+        let mut ids = read(c).map_err(self.err())?;
+        if self.fresh(&ids)? {
+            ids = read(self.db().expect("a catalog")).map_err(self.err())?;
+        }
+        let mut out = Vec::new();
+        for (id, _) in ids.iter().filter(|(id, _)| Self::wanted(runs, id)) {
+            match crate::store::sqlite::SqliteStore::open(&self.state_db(id), self.opts)
+                .and_then(|mut s| s.run_summary(now))
+            {
+                Ok(mut s) => {
+                    // Listed under its directory's name (a copy's database names the original).
+                    s.run.id = id.clone();
+                    out.push(s)
+                }
+                Err(e) => self.problems.push(format!("skipped run {id}: {e:#}")),
+            }
+        }
+        Ok(out)
+    }
+
+    fn runs_of(&mut self, runs: &RunFilter, now: &str) -> Result<Vec<(String, RunSummary)>> {
+        let Some(c) = self.db() else {
+            return Ok(Vec::new());
+        };
+        let sql = "SELECT r.id, r.id, r.program_path, r.status, r.started_at, r.updated_at,
+                    r.error_message,
+                    (SELECT COUNT(*) FROM gates g WHERE g.run = r.id
+                       AND NOT (g.due IS NOT NULL AND g.due <= datetime(?1))),
+                    r.stamp
+             FROM runs r INDEXED BY catalog_runs_started WHERE +r.kind = 'sqlite'
+             ORDER BY r.started_at DESC, r.id DESC";
+        type Planned = (String, RunSummary, Option<String>);
+        let read = |c: &Connection| -> rusqlite::Result<Vec<Planned>> {
+            c.prepare_cached(sql)?
+                .query_map([now], |r| {
+                    Ok((
+                        r.get(0)?,
+                        RunSummary {
+                            run: run_info_at(r, 1)?,
+                            error_message: r.get(6)?,
+                            last_event_at: None,
+                            pending_gates: r.get(7)?,
+                        },
+                        r.get(8)?,
+                    ))
+                })?
+                .collect()
+        };
+        let mut rows = read(c).map_err(self.err())?;
+        // Every run is planned from: each checked against its files (a stat, not an open).
+        let kept: Vec<(String, Option<String>)> = rows
+            .iter()
+            .map(|(id, _, stamp)| (id.clone(), stamp.clone()))
+            .collect();
+        if self.fresh(&kept)? {
+            rows = read(self.db().expect("a catalog")).map_err(self.err())?;
+        }
+        Ok(rows
+            .into_iter()
+            .filter(|(id, ..)| Self::wanted(runs, id))
+            .map(|(id, s, _)| (id, s))
+            .collect())
+    }
+
+    fn stats_of(&mut self, runs: &RunFilter) -> Result<Vec<(String, RunStats)>> {
+        self.kept_stats(runs)
+    }
+
+    fn warnings(&mut self) -> Vec<String> {
+        let mut out = self.copies();
+        out.append(&mut self.problems);
+        out
+    }
+}
+
+impl ProjectCatalog {
+    /// The run directories that are copies (their name is not the id their database records),
+    /// each named once; read through their own index, so a listing of 100,000 runs pays
+    /// nothing for them.
+    fn copies(&mut self) -> Vec<String> {
+        let Some(c) = self.db() else {
+            return Vec::new();
+        };
+        let found: rusqlite::Result<Vec<(String, String)>> = c
+            .prepare_cached(
+                "SELECT id, run_id FROM runs INDEXED BY catalog_runs_copies
+                 WHERE run_id <> id AND kind = 'sqlite' ORDER BY id",
+            )
+            .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect());
+        found
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(dir, recorded)| copy_warning(&dir, &recorded))
+            .collect()
+    }
+}
+
+/// What a listing says of a run directory copied by hand.
+pub fn copy_warning(dir: &str, recorded: &str) -> String {
+    format!(
+        "run {} is a copy of run {} (its directory's name is not the id it records): listed under its own name; nothing is decided or written in it",
+        crate::error::shown(dir),
+        crate::error::shown(recorded)
+    )
+}

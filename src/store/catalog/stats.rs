@@ -1,0 +1,150 @@
+//! The runs' stats the catalog keeps, each under the files it was read from: a run is
+//! opened only when its files changed since.
+
+use super::{in_parallel, stamp_of, ProjectCatalog};
+use crate::store::{RunFilter, RunStats, StoreStats};
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// A SQLite run's stats as the catalog keeps them (`run_stats.stats`).
+#[derive(Serialize, Deserialize)]
+struct KeptStats {
+    run_id: String,
+    schema_version: i64,
+    db_bytes: Option<u64>,
+    wal_bytes: Option<u64>,
+    tables: BTreeMap<String, i64>,
+    execution_status: BTreeMap<String, i64>,
+    binding_inline_bytes: i64,
+    settings: BTreeMap<String, String>,
+    attachment_files: u64,
+    attachment_bytes: u64,
+}
+
+impl KeptStats {
+    fn of(st: &RunStats) -> KeptStats {
+        KeptStats {
+            run_id: st.run_id.clone(),
+            schema_version: st.store.schema_version,
+            db_bytes: st.store.db_bytes,
+            wal_bytes: st.store.wal_bytes,
+            tables: st.store.tables.clone(),
+            execution_status: st.store.execution_status.clone(),
+            binding_inline_bytes: st.store.binding_inline_bytes,
+            settings: st.store.settings.clone(),
+            attachment_files: st.attachment_files,
+            attachment_bytes: st.attachment_bytes,
+        }
+    }
+
+    fn stats(self) -> RunStats {
+        RunStats {
+            run_id: self.run_id,
+            store: StoreStats {
+                backend: "sqlite",
+                schema_version: self.schema_version,
+                db_bytes: self.db_bytes,
+                wal_bytes: self.wal_bytes,
+                tables: self.tables,
+                execution_status: self.execution_status,
+                binding_inline_bytes: self.binding_inline_bytes,
+                settings: self.settings,
+            },
+            attachment_files: self.attachment_files,
+            attachment_bytes: self.attachment_bytes,
+        }
+    }
+}
+
+/// What a run's stats are read from: its state.db and log (`stamp_of`), and its attachments
+/// directory (identity and modification time: a file added, replaced or removed changes it).
+fn stats_files(dir: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let attachments = match std::fs::symlink_metadata(dir.join(crate::run::ATTACHMENTS_DIR)) {
+        Ok(m) => format!(
+            "{}:{}:{}:{}.{}",
+            m.dev(),
+            m.ino(),
+            m.file_type().is_dir(),
+            m.mtime(),
+            m.mtime_nsec()
+        ),
+        Err(_) => "-".into(),
+    };
+    format!("{}/{attachments}", stamp_of(&dir.join(crate::run::DB_FILE)))
+}
+
+impl ProjectCatalog {
+    /// The stats of every SQLite run of `runs` (see `Catalog::stats_of`).
+    pub(super) fn kept_stats(&mut self, runs: &RunFilter) -> Result<Vec<(String, RunStats)>> {
+        let Some(c) = self.db() else {
+            return Ok(Vec::new());
+        };
+        let kept: Vec<(String, Option<String>, Option<String>)> = c
+            .prepare_cached(
+                "SELECT r.id, s.files, s.stats FROM runs r LEFT JOIN run_stats s ON s.id = r.id
+                 WHERE +r.kind = 'sqlite' ORDER BY r.id",
+            )
+            .and_then(|mut s| {
+                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                    .collect()
+            })
+            .map_err(self.err())?;
+        let kept: Vec<_> = kept
+            .into_iter()
+            .filter(|(id, ..)| Self::wanted(runs, id))
+            .collect();
+        let runs_dir = &self.runs_dir;
+        let now = in_parallel(&kept, |(id, ..)| stats_files(&runs_dir.join(id)));
+        let mut out = Vec::with_capacity(kept.len());
+        let mut changed = Vec::new();
+        for ((id, files, stats), before) in kept.into_iter().zip(now) {
+            if files.as_deref() == Some(before.as_str()) {
+                if let Some(k) = stats.and_then(|s| serde_json::from_str::<KeptStats>(&s).ok()) {
+                    out.push((id, k.stats()));
+                    continue;
+                }
+            }
+            changed.push((id, before));
+        }
+        let progress = crate::term::Progress::new(changed.len());
+        let mut read = Vec::new();
+        for (id, before) in changed {
+            progress.step();
+            let dir = self.runs_dir.join(&id);
+            let paths = crate::run::RunPaths::in_dir(dir.clone());
+            let st = crate::store::sqlite::SqliteStore::open(&paths.db, self.opts)
+                .and_then(|mut s| crate::store::run_stats(&mut s, &dir, &id));
+            match st {
+                Ok(st) => {
+                    // Kept under the files read only if they did not change meanwhile (the
+                    // first open may make the log): otherwise read again next time.
+                    if stats_files(&dir) == before {
+                        let json = serde_json::to_string(&KeptStats::of(&st))?;
+                        read.push((id.clone(), before, json));
+                    }
+                    out.push((id, st));
+                }
+                Err(e) => self.problems.push(format!("skipped run {id}: {e:#}")),
+            }
+        }
+        if !read.is_empty() {
+            let c = self.db().expect("checked above");
+            let tx =
+                rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)
+                    .map_err(self.err())?;
+            for (id, files, json) in &read {
+                tx.prepare_cached(
+                    "INSERT OR REPLACE INTO run_stats (id, files, stats) VALUES (?1, ?2, ?3)",
+                )
+                .and_then(|mut s| s.execute([id, files, json]))
+                .map_err(self.err())?;
+            }
+            tx.commit().map_err(self.err())?;
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(out)
+    }
+}
