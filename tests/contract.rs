@@ -194,7 +194,11 @@ fn exec_append_and_bad_records(b: Backend) {
     // while its start is); the whole answer reads every loop record.
     let a = run.cmd().args(["--json", "resume"]).assert().success();
     assert_eq!(json(&a)["loops"], serde_json::json!([]));
-    let a = run.cmd().args(["--json", "resume", "--all"]).assert().success();
+    let a = run
+        .cmd()
+        .args(["--json", "resume", "--all"])
+        .assert()
+        .success();
     assert_eq!(json(&a)["loops"][0]["iteration"], 3);
 }
 

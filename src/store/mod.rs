@@ -1378,7 +1378,7 @@ pub struct RunFilter {
 
 /// What cross-run commands read of many runs at once, in a few queries rather than a store a
 /// run: a server's tables hold every run of the project; a SQLite project keeps a catalog of
-/// its runs (`catalog.rs`).
+/// its runs (`catalog/`).
 pub trait Catalog {
     /// Sweeps the overdue gates of the runs that have any, among `runs`, each under its own
     /// run's rules; how many runs were swept.
