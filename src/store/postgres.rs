@@ -73,8 +73,8 @@ macro_rules! agent_select {
 }
 
 pub struct PgStore {
-    /// Dropped by hand (see `Drop`): a long-lived process keeps it for the next open.
-    client: std::mem::ManuallyDrop<Client>,
+    /// Taken by `Drop`: a long-lived process keeps it for the next open.
+    client: super::Held<Client>,
     /// The server's URL: which kept connections this one may be used again as. Never shown.
     url: String,
     /// What this build may do with the server's schema.
@@ -199,7 +199,7 @@ impl PgStore {
             None => connect_client(url).map_err(|e| connect_error(&e, url, &shown_url))?,
         };
         let mut store = PgStore {
-            client: std::mem::ManuallyDrop::new(client),
+            client: super::Held::new(client),
             url: url.to_string(),
             run_id: run.map(str::to_string),
             shown_url,
@@ -1860,8 +1860,9 @@ impl Store for PgStore {
 
 impl Drop for PgStore {
     fn drop(&mut self) {
-        // SAFETY: `client` is taken once, here, and the store is not used after drop.
-        let mut client = unsafe { std::mem::ManuallyDrop::take(&mut self.client) };
+        let Some(mut client) = self.client.take() else {
+            return;
+        };
         // No transaction is open here (a transaction borrows the client, and rolls back when
         // dropped) but a snapshot, ended here with any upload lock, and every open sets the
         // session up again. A session that cannot be put back in order is not kept.

@@ -88,8 +88,8 @@ pub const AGENTS: Schema = Schema {
 };
 
 pub struct SqliteStore {
-    /// Dropped by hand (see `Drop`): a long-lived process keeps it for the next open.
-    conn: std::mem::ManuallyDrop<Connection>,
+    /// Taken by `Drop`: a long-lived process keeps it for the next open.
+    conn: super::Held<Connection>,
     /// Whether the connection may be kept for the next open of the same file: it was opened
     /// on a current schema, and nothing changed the connection's own settings (`query` sets
     /// query_only and an authorizer; an older file's read shims are temporary views).
@@ -169,7 +169,7 @@ impl SqliteStore {
     /// first: everything after it may meet a lock.
     fn over(conn: Connection, path: &Path, opts: OpenOptions) -> Result<Self> {
         let store = SqliteStore {
-            conn: std::mem::ManuallyDrop::new(conn),
+            conn: super::Held::new(conn),
             poolable: false,
             path: path.to_path_buf(),
             busy_ms: opts.busy_timeout.as_millis(),
@@ -1750,8 +1750,9 @@ impl Store for SqliteStore {
 
 impl Drop for SqliteStore {
     fn drop(&mut self) {
-        // SAFETY: `conn` is taken once, here, and the store is not used after drop.
-        let conn = unsafe { std::mem::ManuallyDrop::take(&mut self.conn) };
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
         // A connection in a transaction (an error left it open) is closed, which rolls it
         // back; so is one whose settings a command changed.
         if self.poolable && conn.is_autocommit() {
