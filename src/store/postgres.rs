@@ -6,14 +6,12 @@
 //! each other) and check it is not finished; gate operations, which must be serialised
 //! (first decision wins, one audit chain per run), and `finish` take it `FOR UPDATE`.
 
-use super::dump::{
-    AgentRecord, BindingRecord, ExecRecord, GateRecord, ImportRecord, RunRecord, SegmentRecord,
-};
+use super::dump::{AgentRecord, BindingRecord, ExecRecord, GateRecord, RunRecord, SegmentRecord};
 use super::tx::{GateResumeState, KeyedExecution, Tx, TxKind};
 use super::{
     Access, AgentRow, AgentStore, AuditFilter, AuditRow, BindingRow, Checkpointed, ExecutionRow,
-    Found, GateRow, ImportRow, NewBinding, NewExecution, NewGate, NewRun, OpenOptions, QueryResult,
-    RunInfo, RunSummary, Store, StoreStats,
+    Found, GateRow, ImportRow, NewGate, NewRun, OpenOptions, QueryResult, RunInfo, RunSummary,
+    Store, StoreStats,
 };
 use crate::error::{busy, not_found, refused, shown, usage};
 use crate::model::{ExecStatus, GateStatus, RunStatus};
@@ -589,29 +587,6 @@ impl Tx for PgTx<'_> {
         .map(Option::flatten)
     }
 
-    fn upsert_binding(&mut self, b: &NewBinding) -> Result<()> {
-        let run = self.run()?;
-        self.exec(
-            "INSERT INTO openprose.bindings (name, run_id, execution_id, kind, value, source_statement,
-                                             attachment_path, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, ($8::text)::timestamptz, ($8::text)::timestamptz)
-             ON CONFLICT (name, run_id, (COALESCE(execution_id, -1))) DO UPDATE SET
-                 kind = excluded.kind, value = excluded.value,
-                 source_statement = excluded.source_statement,
-                 attachment_path = excluded.attachment_path, updated_at = excluded.updated_at",
-            &[
-                &b.name,
-                &run,
-                &b.execution_id,
-                &b.kind,
-                &b.value,
-                &b.source_statement,
-                &b.attachment_path,
-                &b.now,
-            ],
-        )
-    }
-
     fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
         let run = self.run()?;
         attachment_referenced(self, &run, attachment_path)
@@ -684,17 +659,19 @@ impl Tx for PgTx<'_> {
         Ok(())
     }
 
-    fn put_execution(&mut self, e: &ExecRecord) -> Result<i64> {
+    fn put_execution(&mut self, _id: Option<i64>, e: &ExecRecord) -> Result<Option<i64>> {
         let run = self.run()?;
+        // Writers of a run are not serialised: a concurrent insert with the same key waits
+        // for the first to commit, then does nothing.
         let stmt = self.prepared(
             "INSERT INTO openprose.execution (run_id, statement_index, statement_text, status,
-                     started_at, completed_at, error_message, parent_id, metadata,
-                     idempotency_key)
-                 VALUES ($1, $2, $3, $4, ($5::text)::timestamptz, ($6::text)::timestamptz, $7, $8,
-                         ($9::text)::jsonb, $10)
-                 RETURNING id",
+                 started_at, completed_at, error_message, parent_id, metadata, idempotency_key)
+             VALUES ($1, $2, $3, $4, ($5::text)::timestamptz, ($6::text)::timestamptz, $7, $8,
+                     ($9::text)::jsonb, $10)
+             ON CONFLICT (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+             RETURNING id",
         )?;
-        self.one(
+        self.opt(
             &stmt,
             &[
                 &run,
@@ -726,9 +703,13 @@ impl Tx for PgTx<'_> {
         };
         let stmt = self.prepared(
             "INSERT INTO openprose.bindings (name, run_id, execution_id, kind, value,
-                     source_statement, created_at, updated_at, attachment_path)
-                 VALUES ($1, $2, $3, $4, $5, $6, COALESCE(($7::text)::timestamptz, now()),
-                         COALESCE(($8::text)::timestamptz, now()), $9)",
+                 source_statement, created_at, updated_at, attachment_path)
+             VALUES ($1, $2, $3, $4, $5, $6, COALESCE(($7::text)::timestamptz, now()),
+                     COALESCE(($8::text)::timestamptz, now()), $9)
+             ON CONFLICT (name, run_id, (COALESCE(execution_id, -1))) DO UPDATE SET
+                 kind = excluded.kind, value = excluded.value,
+                 source_statement = excluded.source_statement,
+                 attachment_path = excluded.attachment_path, updated_at = excluded.updated_at",
         )?;
         self.exec(
             &stmt,
@@ -746,7 +727,7 @@ impl Tx for PgTx<'_> {
         )
     }
 
-    fn put_gate(&mut self, g: &GateRecord, run_id: &str, instance: bool) -> Result<()> {
+    fn put_gate(&mut self, g: &GateRecord, instance: bool) -> Result<()> {
         let sql = if instance {
             "INSERT INTO openprose.gate_instances (gate_id, instance, run_id, execution_id, prompt,
                  allow, timeout, timeout_at, on_reject, status, created_at, resolved_at,
@@ -767,7 +748,7 @@ impl Tx for PgTx<'_> {
             &[
                 &g.id,
                 &g.instance,
-                &run_id,
+                &g.run_id,
                 &g.execution_id,
                 &g.prompt,
                 &g.allow,
@@ -785,12 +766,14 @@ impl Tx for PgTx<'_> {
     }
 
     fn put_agent(&mut self, a: &AgentRecord) -> Result<()> {
-        let run = self.run()?;
+        let run = self.run_id.clone();
         let stmt = self.prepared(
             "INSERT INTO openprose.agents (name, run_id, scope, memory, created_at, updated_at)
-                 VALUES ($1, $2, COALESCE($3, 'execution'), $4,
-                         COALESCE(($5::text)::timestamptz, now()),
-                         COALESCE(($6::text)::timestamptz, now()))",
+             VALUES ($1, $2, COALESCE($3, 'execution'), $4,
+                     COALESCE(($5::text)::timestamptz, now()),
+                     COALESCE(($6::text)::timestamptz, now()))
+             ON CONFLICT (name, (COALESCE(run_id, '__project__'))) DO UPDATE SET
+                 scope = excluded.scope, memory = excluded.memory, updated_at = excluded.updated_at",
         )?;
         self.exec(
             &stmt,
@@ -806,7 +789,7 @@ impl Tx for PgTx<'_> {
     }
 
     fn put_segment(&mut self, g: &SegmentRecord) -> Result<()> {
-        let run = self.run()?;
+        let run = self.run_id.clone();
         let stmt = self.prepared(
             "INSERT INTO openprose.agent_segments (agent_name, run_id, segment_number,
                      timestamp, prompt, summary)
@@ -821,27 +804,6 @@ impl Tx for PgTx<'_> {
                 &g.timestamp,
                 &g.prompt,
                 &g.summary,
-            ],
-        )
-    }
-
-    fn put_import_record(&mut self, i: &ImportRecord) -> Result<()> {
-        let run = self.run()?;
-        let stmt = self.prepared(
-            "INSERT INTO openprose.imports (alias, run_id, source_url, fetched_at,
-                     inputs_schema, outputs_schema)
-                 VALUES ($1, $2, $3, ($4::text)::timestamptz, ($5::text)::jsonb,
-                         ($6::text)::jsonb)",
-        )?;
-        self.exec(
-            &stmt,
-            &[
-                &i.alias,
-                &run,
-                &i.source_url,
-                &i.fetched_at,
-                &i.inputs_schema,
-                &i.outputs_schema,
             ],
         )
     }
@@ -870,33 +832,6 @@ impl Tx for PgTx<'_> {
         )
     }
 
-    fn insert_execution(&mut self, rec: &NewExecution) -> Result<Option<i64>> {
-        let run = self.run()?;
-        // Writers of a run are not serialised: a concurrent insert with the same key waits
-        // for the first to commit, then does nothing.
-        self.opt(
-            "INSERT INTO openprose.execution (run_id, statement_index, statement_text, status,
-                 started_at, completed_at, error_message, parent_id, metadata, idempotency_key)
-             VALUES ($1, $2, $3, $4, ($5::text)::timestamptz, ($6::text)::timestamptz, $7, $8,
-                     ($9::text)::jsonb, $10)
-             ON CONFLICT (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-             RETURNING id",
-            &[
-                &run,
-                &rec.statement_index,
-                &rec.statement_text,
-                &rec.status,
-                &rec.started_at,
-                &rec.completed_at,
-                &rec.error_message,
-                &rec.parent_id,
-                &rec.metadata,
-                &rec.idempotency_key,
-            ],
-            |r| r.get(0),
-        )
-    }
-
     fn load_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
         let run = self.run()?;
         load_gate(self, &run, id)
@@ -913,39 +848,17 @@ impl Tx for PgTx<'_> {
         )
     }
 
-    fn insert_gate(&mut self, g: &NewGate, run_id: &str, execution_id: i64) -> Result<()> {
-        self.exec(
-            "INSERT INTO openprose.gates (id, run_id, execution_id, prompt, allow, timeout, timeout_at,
-                                          on_reject, status, created_at, metadata)
-             VALUES ($1, $2, $3, $4, $5, $6, ($7::text)::timestamptz, $8, 'pending',
-                     ($9::text)::timestamptz, $10)",
-            &[
-                &g.id,
-                &run_id,
-                &execution_id,
-                &g.prompt,
-                &g.allow,
-                &g.timeout,
-                &g.timeout_at,
-                &g.on_reject,
-                &g.now,
-                &g.metadata,
-            ],
+    fn gate_record(&mut self, id: &str) -> Result<Option<GateRecord>> {
+        let run = self.run()?;
+        self.opt(
+            concat!(dump::gate_select!("id", "gates"), " AND id = $2"),
+            &[&run, &id],
+            dump::gate,
         )
     }
 
     fn reopen_gate(&mut self, g: &NewGate, execution_id: i64) -> Result<()> {
         let run = self.run()?;
-        self.exec(
-            "INSERT INTO openprose.gate_instances (gate_id, instance, run_id, execution_id,
-                 prompt, allow, timeout, timeout_at, on_reject, status, created_at,
-                 resolved_at, resolved_by, resolution_comment, metadata)
-             SELECT id, instance, run_id, execution_id, prompt, allow, timeout, timeout_at,
-                    on_reject, status, created_at, resolved_at, resolved_by,
-                    resolution_comment, metadata
-               FROM openprose.gates WHERE run_id = $1 AND id = $2",
-            &[&run, &g.id],
-        )?;
         self.exec(
             "UPDATE openprose.gates SET execution_id = $3, prompt = $4, allow = $5,
                     timeout = $6, timeout_at = ($7::text)::timestamptz, on_reject = $8,
@@ -1091,33 +1004,26 @@ impl Tx for PgTx<'_> {
         )
     }
 
-    fn put_import(&mut self, import: &ImportRow) -> Result<()> {
+    fn put_import(&mut self, i: &ImportRow) -> Result<()> {
         let run = self.run()?;
-        self.exec(
-            "INSERT INTO openprose.imports (alias, run_id, source_url, fetched_at, inputs_schema, outputs_schema)
-             VALUES ($2, $1, $3, ($4::text)::timestamptz, ($5::text)::jsonb, ($6::text)::jsonb)
+        let stmt = self.prepared(
+            "INSERT INTO openprose.imports (alias, run_id, source_url, fetched_at,
+                 inputs_schema, outputs_schema)
+             VALUES ($1, $2, $3, ($4::text)::timestamptz, ($5::text)::jsonb, ($6::text)::jsonb)
              ON CONFLICT (alias, run_id) DO UPDATE SET source_url = excluded.source_url,
                  fetched_at = excluded.fetched_at, inputs_schema = excluded.inputs_schema,
                  outputs_schema = excluded.outputs_schema",
-            &[
-                &run,
-                &import.alias,
-                &import.source_url,
-                &import.fetched_at,
-                &import.inputs_schema,
-                &import.outputs_schema,
-            ],
-        )
-    }
-
-    fn put_agent_memory(&mut self, name: &str, scope: &str, memory: &str, now: &str) -> Result<()> {
-        let run = self.run_id.clone();
+        )?;
         self.exec(
-            "INSERT INTO openprose.agents (name, run_id, scope, memory, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, ($5::text)::timestamptz, ($5::text)::timestamptz)
-             ON CONFLICT (name, (COALESCE(run_id, '__project__'))) DO UPDATE SET
-                 scope = excluded.scope, memory = excluded.memory, updated_at = excluded.updated_at",
-            &[&name, &run, &scope, &memory, &now],
+            &stmt,
+            &[
+                &i.alias,
+                &run,
+                &i.source_url,
+                &i.fetched_at,
+                &i.inputs_schema,
+                &i.outputs_schema,
+            ],
         )
     }
 
@@ -1141,22 +1047,6 @@ impl Tx for PgTx<'_> {
              WHERE agent_name = $1 AND run_id IS NOT DISTINCT FROM $2",
             &[&name, &run],
             |r| r.get(0),
-        )
-    }
-
-    fn insert_segment(
-        &mut self,
-        name: &str,
-        number: i64,
-        now: &str,
-        prompt: &str,
-        summary: &str,
-    ) -> Result<()> {
-        let run = self.run_id.clone();
-        self.exec(
-            "INSERT INTO openprose.agent_segments (agent_name, run_id, segment_number, timestamp, prompt, summary)
-             VALUES ($1, $2, $3, ($4::text)::timestamptz, $5, $6)",
-            &[&name, &run, &number, &now, &prompt, &summary],
         )
     }
 

@@ -15,8 +15,8 @@ use super::sqlite_schema::{self, Schema};
 use super::tx::{GateResumeState, KeyedExecution, Tx, TxKind};
 use super::{
     Access, AgentRow, AgentStore, AuditFilter, AuditRow, BindingRow, Checkpointed, ExecutionRow,
-    Found, GateRow, ImportRow, Migration, NewBinding, NewExecution, NewGate, NewRun, OpenOptions,
-    QueryResult, RunInfo, RunSummary, Store, StoreStats,
+    Found, GateRow, ImportRow, Migration, NewGate, NewRun, OpenOptions, QueryResult, RunInfo,
+    RunSummary, Store, StoreStats,
 };
 use crate::error::{not_found, refused, shown, usage};
 use crate::model::{ExecStatus, GateStatus, RunStatus};
@@ -477,29 +477,6 @@ impl Tx for SqliteTx<'_> {
         .map(Option::flatten)
     }
 
-    fn upsert_binding(&mut self, b: &NewBinding) -> Result<()> {
-        self.exec(
-            "INSERT INTO bindings (name, execution_id, kind, value, source_statement,
-                                   attachment_path, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)
-             ON CONFLICT (name, IFNULL(execution_id, -1)) DO UPDATE SET
-                 kind = excluded.kind,
-                 value = excluded.value,
-                 source_statement = excluded.source_statement,
-                 attachment_path = excluded.attachment_path,
-                 updated_at = excluded.updated_at",
-            params![
-                b.name,
-                b.execution_id,
-                b.kind,
-                b.value,
-                b.source_statement,
-                b.attachment_path,
-                b.now
-            ],
-        )
-    }
-
     fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
         attachment_referenced(self, attachment_path)
     }
@@ -530,28 +507,6 @@ impl Tx for SqliteTx<'_> {
         )
     }
 
-    fn insert_execution(&mut self, rec: &NewExecution) -> Result<Option<i64>> {
-        // Writers are serialised here, so a key looked up absent stays absent.
-        self.exec(
-            "INSERT INTO execution (statement_index, statement_text, status, started_at,
-                                    completed_at, error_message, parent_id, metadata,
-                                    idempotency_key)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-            params![
-                rec.statement_index,
-                rec.statement_text,
-                rec.status,
-                rec.started_at,
-                rec.completed_at,
-                rec.error_message,
-                rec.parent_id,
-                rec.metadata,
-                rec.idempotency_key
-            ],
-        )?;
-        Ok(Some(self.tx.last_insert_rowid()))
-    }
-
     fn load_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
         load_gate(self, id)
     }
@@ -564,34 +519,15 @@ impl Tx for SqliteTx<'_> {
         )
     }
 
-    fn insert_gate(&mut self, g: &NewGate, run_id: &str, execution_id: i64) -> Result<()> {
-        self.exec(
-            &format!("INSERT INTO gates ({GATE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9, NULL, NULL, NULL, ?10, 1)"),
-            params![
-                g.id,
-                run_id,
-                execution_id,
-                g.prompt,
-                g.allow,
-                g.timeout,
-                g.timeout_at,
-                g.on_reject,
-                g.now,
-                g.metadata
-            ],
+    fn gate_record(&mut self, id: &str) -> Result<Option<GateRecord>> {
+        self.opt(
+            &format!("SELECT {GATE_COLUMNS} FROM gates WHERE id = ?1"),
+            [id],
+            gate_record,
         )
     }
 
     fn reopen_gate(&mut self, g: &NewGate, execution_id: i64) -> Result<()> {
-        self.exec(
-            "INSERT INTO gate_instances (gate_id, instance, run_id, execution_id, prompt, allow,
-                 timeout, timeout_at, on_reject, status, created_at, resolved_at, resolved_by,
-                 resolution_comment, metadata)
-             SELECT id, instance, run_id, execution_id, prompt, allow, timeout, timeout_at,
-                    on_reject, status, created_at, resolved_at, resolved_by,
-                    resolution_comment, metadata FROM gates WHERE id = ?1",
-            [g.id],
-        )?;
         self.exec(
             "UPDATE gates SET execution_id = ?2, prompt = ?3, allow = ?4, timeout = ?5,
                     timeout_at = ?6, on_reject = ?7, status = 'pending', created_at = ?8,
@@ -740,16 +676,6 @@ impl Tx for SqliteTx<'_> {
         )
     }
 
-    fn put_agent_memory(&mut self, name: &str, scope: &str, memory: &str, now: &str) -> Result<()> {
-        self.exec(
-            "INSERT INTO agents (name, scope, memory, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?4)
-             ON CONFLICT (name) DO UPDATE SET
-                 scope = excluded.scope, memory = excluded.memory, updated_at = excluded.updated_at",
-            params![name, scope, memory, now],
-        )
-    }
-
     fn touch_agent(&mut self, name: &str, scope: &str, now: &str) -> Result<()> {
         self.exec(
             "INSERT INTO agents (name, scope, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)
@@ -763,21 +689,6 @@ impl Tx for SqliteTx<'_> {
             "SELECT IFNULL(MAX(segment_number), 0) + 1 FROM agent_segments WHERE agent_name = ?1",
             [name],
             |r| r.get(0),
-        )
-    }
-
-    fn insert_segment(
-        &mut self,
-        name: &str,
-        number: i64,
-        now: &str,
-        prompt: &str,
-        summary: &str,
-    ) -> Result<()> {
-        self.exec(
-            "INSERT INTO agent_segments (agent_name, segment_number, timestamp, prompt, summary)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![name, number, now, prompt, summary],
         )
     }
 
@@ -809,14 +720,15 @@ impl Tx for SqliteTx<'_> {
         Err(anyhow!("a SQLite run is replaced by a new directory"))
     }
 
-    fn put_execution(&mut self, e: &ExecRecord) -> Result<i64> {
+    fn put_execution(&mut self, id: Option<i64>, e: &ExecRecord) -> Result<Option<i64>> {
+        // Writers are serialised here, so a key looked up absent stays absent.
         self.exec(
             "INSERT INTO execution (id, statement_index, statement_text, status, started_at,
                                     completed_at, error_message, parent_id, metadata,
                                     idempotency_key)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
             params![
-                e.id,
+                id,
                 e.statement_index,
                 e.statement_text,
                 e.status,
@@ -828,14 +740,20 @@ impl Tx for SqliteTx<'_> {
                 e.idempotency_key
             ],
         )?;
-        Ok(e.id)
+        Ok(Some(self.tx.last_insert_rowid()))
     }
 
     fn put_binding(&mut self, b: &BindingRecord) -> Result<()> {
         self.exec(
             "INSERT INTO bindings (name, execution_id, kind, value, source_statement,
                                    created_at, updated_at, attachment_path)
-             VALUES (?1, ?2, ?3, CAST(?4 AS TEXT), ?5, ?6, ?7, ?8)",
+             VALUES (?1, ?2, ?3, CAST(?4 AS TEXT), ?5, ?6, ?7, ?8)
+             ON CONFLICT (name, IFNULL(execution_id, -1)) DO UPDATE SET
+                 kind = excluded.kind,
+                 value = excluded.value,
+                 source_statement = excluded.source_statement,
+                 attachment_path = excluded.attachment_path,
+                 updated_at = excluded.updated_at",
             params![
                 b.name,
                 b.execution_id,
@@ -849,24 +767,20 @@ impl Tx for SqliteTx<'_> {
         )
     }
 
-    fn put_gate(&mut self, g: &GateRecord, run_id: &str, instance: bool) -> Result<()> {
-        let sql = if instance {
-            "INSERT INTO gate_instances (gate_id, instance, run_id, execution_id, prompt, allow,
-                 timeout, timeout_at, on_reject, status, created_at, resolved_at, resolved_by,
-                 resolution_comment, metadata)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
-        } else {
-            "INSERT INTO gates (id, instance, run_id, execution_id, prompt, allow, timeout,
-                 timeout_at, on_reject, status, created_at, resolved_at, resolved_by,
-                 resolution_comment, metadata)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
-        };
+    fn put_gate(&mut self, g: &GateRecord, instance: bool) -> Result<()> {
+        let table = if instance { "gate_instances" } else { "gates" };
+        let id = if instance { "gate_id" } else { "id" };
         self.exec(
-            sql,
+            &format!(
+                "INSERT INTO {table} ({id}, instance, run_id, execution_id, prompt, allow,
+                     timeout, timeout_at, on_reject, status, created_at, resolved_at,
+                     resolved_by, resolution_comment, metadata)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
+            ),
             params![
                 g.id,
                 g.instance,
-                run_id,
+                g.run_id,
                 g.execution_id,
                 g.prompt,
                 g.allow,
@@ -886,7 +800,9 @@ impl Tx for SqliteTx<'_> {
     fn put_agent(&mut self, a: &AgentRecord) -> Result<()> {
         self.exec(
             "INSERT INTO agents (name, scope, memory, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
+             VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (name) DO UPDATE SET
+                 scope = excluded.scope, memory = excluded.memory, updated_at = excluded.updated_at",
             params![a.name, a.scope, a.memory, a.created_at, a.updated_at],
         )
     }
@@ -901,20 +817,6 @@ impl Tx for SqliteTx<'_> {
                 g.timestamp,
                 g.prompt,
                 g.summary
-            ],
-        )
-    }
-
-    fn put_import_record(&mut self, i: &ImportRecord) -> Result<()> {
-        self.exec(
-            "INSERT INTO imports (alias, source_url, fetched_at, inputs_schema, outputs_schema)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![
-                i.alias,
-                i.source_url,
-                i.fetched_at,
-                i.inputs_schema,
-                i.outputs_schema
             ],
         )
     }
@@ -969,10 +871,11 @@ fn lenient_int(r: &Row, i: usize) -> rusqlite::Result<Option<i64>> {
     })
 }
 
+/// A gates or gate_instances row in `GATE_COLUMNS`' order, as stored.
 fn gate_record(r: &Row) -> rusqlite::Result<GateRecord> {
     Ok(GateRecord {
         id: lenient_text(r, 0)?.unwrap_or_default(),
-        instance: lenient_int(r, 1)?.unwrap_or(1),
+        run_id: lenient_text(r, 1)?,
         execution_id: lenient_int(r, 2)?,
         prompt: lenient_text(r, 3)?,
         allow: lenient_text(r, 4)?,
@@ -985,6 +888,7 @@ fn gate_record(r: &Row) -> rusqlite::Result<GateRecord> {
         resolved_by: lenient_text(r, 11)?,
         resolution_comment: lenient_text(r, 12)?,
         metadata: lenient_text(r, 13)?,
+        instance: lenient_int(r, 14)?.unwrap_or(1),
     })
 }
 
@@ -1087,16 +991,15 @@ fn dump_rows(s: &impl Statements) -> Result<RunDump> {
         },
     )?;
     let gates = s.all(
-        "SELECT id, instance, execution_id, prompt, allow, timeout, timeout_at, on_reject, status,
-                created_at, resolved_at, resolved_by, resolution_comment, metadata
-         FROM gates ORDER BY id",
+        &format!("SELECT {GATE_COLUMNS} FROM gates ORDER BY id"),
         [],
         gate_record,
     )?;
     let gate_instances = s.all(
-        "SELECT gate_id, instance, execution_id, prompt, allow, timeout, timeout_at, on_reject,
-                status, created_at, resolved_at, resolved_by, resolution_comment, metadata
-         FROM gate_instances ORDER BY gate_id, instance",
+        &format!(
+            "SELECT gate_id, {} FROM gate_instances ORDER BY gate_id, instance",
+            &GATE_COLUMNS[GATE_COLUMNS.find(',').unwrap_or(0) + 1..]
+        ),
         [],
         gate_record,
     )?;

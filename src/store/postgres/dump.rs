@@ -56,28 +56,31 @@ const IMPORTS: &str = concat!(
      ORDER BY alias"
 );
 
-/// The columns of a gate or gate instance, after its id column.
-macro_rules! gate_columns {
-    ($id:literal, $table:literal, $order:literal) => {
+/// A gates or gate_instances row (`$id` the id column) of run $1, in `gate`'s order.
+macro_rules! gate_select {
+    ($id:literal, $table:literal) => {
         concat!(
             "SELECT ",
             $id,
-            ", instance, execution_id, prompt, allow, timeout, ",
+            ", run_id, execution_id, prompt, allow, timeout, ",
             ts!("timeout_at"),
             ", on_reject, status, ",
             ts!("created_at"),
             ", ",
             ts!("resolved_at"),
-            ", resolved_by, resolution_comment, metadata FROM openprose.",
+            ", resolved_by, resolution_comment, metadata, instance FROM openprose.",
             $table,
-            " WHERE run_id = $1 ORDER BY ",
-            $order
+            " WHERE run_id = $1"
         )
     };
 }
+pub(super) use gate_select;
 
-const GATES: &str = gate_columns!("id", "gates", "id");
-const GATE_INSTANCES: &str = gate_columns!("gate_id", "gate_instances", "gate_id, instance");
+const GATES: &str = concat!(gate_select!("id", "gates"), " ORDER BY id");
+const GATE_INSTANCES: &str = concat!(
+    gate_select!("gate_id", "gate_instances"),
+    " ORDER BY gate_id, instance"
+);
 
 /// What the spec's server-only columns hold for the run, where it is not their default.
 const SERVER_ONLY: &str = "SELECT
@@ -88,10 +91,10 @@ const SERVER_ONLY: &str = "SELECT
     (SELECT COUNT(*) FROM openprose.imports WHERE run_id = $1
         AND ((metadata IS NOT NULL AND metadata <> '{}'::jsonb) OR content_hash IS NOT NULL))";
 
-fn gate(r: &Row) -> GateRecord {
+pub(super) fn gate(r: &Row) -> GateRecord {
     GateRecord {
         id: r.get(0),
-        instance: r.get(1),
+        run_id: r.get(1),
         execution_id: r.get(2),
         prompt: r.get(3),
         allow: r.get(4),
@@ -104,6 +107,7 @@ fn gate(r: &Row) -> GateRecord {
         resolved_by: r.get(11),
         resolution_comment: r.get(12),
         metadata: r.get(13),
+        instance: r.get(14),
     }
 }
 
