@@ -105,27 +105,35 @@ pub struct GateRecord {
 impl GateRecord {
     /// The row as the rules read it (an allow list that is not a JSON array of strings admits
     /// nobody).
-    pub fn row(&self, run_id: &str) -> GateRow {
+    pub fn into_row(self) -> GateRow {
         GateRow {
-            id: self.id.clone(),
-            run_id: Some(run_id.to_string()),
-            execution_id: self.execution_id,
-            prompt: self.prompt.clone().unwrap_or_default(),
             allow: self
                 .allow
                 .as_deref()
                 .and_then(|a| serde_json::from_str::<Vec<String>>(a).ok())
                 .unwrap_or_default(),
-            timeout: self.timeout.clone(),
-            timeout_at: self.timeout_at.clone(),
-            on_reject: self.on_reject.clone(),
             status: crate::model::GateStatus::parse(self.status.as_deref().unwrap_or_default()),
-            created_at: self.created_at.clone(),
-            resolved_at: self.resolved_at.clone(),
-            resolved_by: self.resolved_by.clone(),
-            resolution_comment: self.resolution_comment.clone(),
-            metadata: self.metadata.clone(),
+            id: self.id,
+            run_id: self.run_id,
+            execution_id: self.execution_id,
+            prompt: self.prompt.unwrap_or_default(),
+            timeout: self.timeout,
+            timeout_at: self.timeout_at,
+            on_reject: self.on_reject,
+            created_at: self.created_at,
+            resolved_at: self.resolved_at,
+            resolved_by: self.resolved_by,
+            resolution_comment: self.resolution_comment,
+            metadata: self.metadata,
             instance: self.instance,
+        }
+    }
+
+    /// The row as the rules read it, as a row of the run `run_id`.
+    pub fn row(&self, run_id: &str) -> GateRow {
+        GateRow {
+            run_id: Some(run_id.to_string()),
+            ..self.clone().into_row()
         }
     }
 }

@@ -44,6 +44,23 @@ macro_rules! ts {
     };
 }
 
+/// A gate's columns on `gates g` (or `gate_instances g`, whose id column is `gate_id`), in
+/// `gate_record`'s order.
+macro_rules! gate_columns {
+    ($id:literal) => {
+        concat!(
+            "g.",
+            $id,
+            ", g.run_id, g.execution_id, g.prompt, g.allow, g.timeout, ",
+            ts!("g.timeout_at"),
+            ", g.on_reject, g.status, ",
+            ts!("g.created_at"),
+            ", ",
+            ts!("g.resolved_at"),
+            ", g.resolved_by, g.resolution_comment, g.metadata, g.instance"
+        )
+    };
+}
 mod blobs;
 mod catalog;
 mod connect;
@@ -851,9 +868,9 @@ impl Tx for PgTx<'_> {
     fn gate_record(&mut self, id: &str) -> Result<Option<GateRecord>> {
         let run = self.run()?;
         self.opt(
-            concat!(dump::gate_select!("id", "gates"), " AND id = $2"),
+            &format!("{GATE_SELECT} WHERE run_id = $1 AND id = $2"),
             &[&run, &id],
-            dump::gate,
+            gate_record,
         )
     }
 
@@ -1064,22 +1081,9 @@ const OVERDUE_AT: &str = "g.status = 'pending' AND g.timeout_at IS NOT NULL
                           AND g.timeout_at <= ($2::text)::timestamptz";
 
 /// A gate's columns on `gates g`, in `gate_row`'s order.
-macro_rules! gate_columns {
-    () => {
-        concat!(
-            "g.id, g.run_id, g.execution_id, g.prompt, g.allow, g.timeout, ",
-            ts!("g.timeout_at"),
-            ", g.on_reject, g.status, ",
-            ts!("g.created_at"),
-            ", ",
-            ts!("g.resolved_at"),
-            ", g.resolved_by, g.resolution_comment, g.metadata, g.instance"
-        )
-    };
-}
-const GATE_COLUMNS: &str = gate_columns!();
+const GATE_COLUMNS: &str = gate_columns!("id");
 
-const GATE_SELECT: &str = concat!("SELECT ", gate_columns!(), " FROM openprose.gates g");
+const GATE_SELECT: &str = concat!("SELECT ", gate_columns!("id"), " FROM openprose.gates g");
 
 const AUDIT_SELECT: &str = concat!(
     "SELECT id, gate_id, run_id, event_type, principal, comment, ",
@@ -1095,20 +1099,19 @@ const BINDING_SELECT: &str = concat!(
     ", b.attachment_path, b.version"
 );
 
-fn gate_row(r: &Row) -> GateRow {
-    let allow: Option<String> = r.get(4);
-    GateRow {
+/// A gates (or gate_instances) row in `gate_columns!`' order, as stored: the one mapper of a
+/// gate, for a copy of the run as for the rules.
+fn gate_record(r: &Row) -> GateRecord {
+    GateRecord {
         id: r.get(0),
         run_id: r.get(1),
         execution_id: r.get(2),
-        prompt: r.get::<_, Option<String>>(3).unwrap_or_default(),
-        allow: allow
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or_default(),
+        prompt: r.get(3),
+        allow: r.get(4),
         timeout: r.get(5),
         timeout_at: r.get(6),
         on_reject: r.get(7),
-        status: GateStatus::parse(r.get(8)),
+        status: r.get(8),
         created_at: r.get(9),
         resolved_at: r.get(10),
         resolved_by: r.get(11),
@@ -1116,6 +1119,11 @@ fn gate_row(r: &Row) -> GateRow {
         metadata: r.get(13),
         instance: r.get::<_, Option<i64>>(14).unwrap_or(1),
     }
+}
+
+/// A gates row as the rules read it.
+fn gate_row(r: &Row) -> GateRow {
+    gate_record(r).into_row()
 }
 
 fn audit_row(r: &Row) -> AuditRow {

@@ -8,8 +8,7 @@
 //! never fails half-way with a lock upgrade error.
 
 use super::dump::{
-    AgentRecord, BindingRecord, ExecRecord, GateRecord, ImportRecord, RunDump, RunRecord,
-    SegmentRecord,
+    AgentRecord, BindingRecord, ExecRecord, GateRecord, RunDump, RunRecord, SegmentRecord,
 };
 use super::sqlite_schema::{self, Schema};
 use super::tx::{GateResumeState, KeyedExecution, Tx, TxKind};
@@ -29,6 +28,7 @@ use rusqlite::{
 use std::path::{Path, PathBuf};
 
 pub(super) use super::sqlite_rows::{db_error, gate_row, run_info_at, GATE_COLUMNS};
+use super::sqlite_rows::{gate_record, lenient_int, lenient_text};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -852,46 +852,6 @@ impl Tx for SqliteTx<'_> {
     }
 }
 
-/// Any stored value as text (raw SQL may put a number where text belongs).
-fn lenient_text(r: &Row, i: usize) -> rusqlite::Result<Option<String>> {
-    Ok(match r.get_ref(i)? {
-        ValueRef::Null => None,
-        ValueRef::Integer(n) => Some(n.to_string()),
-        ValueRef::Real(f) => Some(f.to_string()),
-        ValueRef::Text(t) | ValueRef::Blob(t) => Some(String::from_utf8_lossy(t).into_owned()),
-    })
-}
-
-/// Any stored value as a number, where it is one.
-fn lenient_int(r: &Row, i: usize) -> rusqlite::Result<Option<i64>> {
-    Ok(match r.get_ref(i)? {
-        ValueRef::Integer(n) => Some(n),
-        ValueRef::Text(t) => std::str::from_utf8(t).ok().and_then(|t| t.parse().ok()),
-        _ => None,
-    })
-}
-
-/// A gates or gate_instances row in `GATE_COLUMNS`' order, as stored.
-fn gate_record(r: &Row) -> rusqlite::Result<GateRecord> {
-    Ok(GateRecord {
-        id: lenient_text(r, 0)?.unwrap_or_default(),
-        run_id: lenient_text(r, 1)?,
-        execution_id: lenient_int(r, 2)?,
-        prompt: lenient_text(r, 3)?,
-        allow: lenient_text(r, 4)?,
-        timeout: lenient_text(r, 5)?,
-        timeout_at: lenient_text(r, 6)?,
-        on_reject: lenient_text(r, 7)?,
-        status: lenient_text(r, 8)?,
-        created_at: lenient_text(r, 9)?,
-        resolved_at: lenient_text(r, 10)?,
-        resolved_by: lenient_text(r, 11)?,
-        resolution_comment: lenient_text(r, 12)?,
-        metadata: lenient_text(r, 13)?,
-        instance: lenient_int(r, 14)?.unwrap_or(1),
-    })
-}
-
 /// Every row of a run's file (`Store::dump`), read in the caller's snapshot.
 fn dump_rows(s: &impl Statements) -> Result<RunDump> {
     let run = s
@@ -980,15 +940,7 @@ fn dump_rows(s: &impl Statements) -> Result<RunDump> {
         "SELECT alias, source_url, fetched_at, inputs_schema, outputs_schema
          FROM imports ORDER BY alias",
         [],
-        |r| {
-            Ok(ImportRecord {
-                alias: lenient_text(r, 0)?.unwrap_or_default(),
-                source_url: lenient_text(r, 1)?,
-                fetched_at: lenient_text(r, 2)?,
-                inputs_schema: lenient_text(r, 3)?,
-                outputs_schema: lenient_text(r, 4)?,
-            })
-        },
+        import_row,
     )?;
     let gates = s.all(
         &format!("SELECT {GATE_COLUMNS} FROM gates ORDER BY id"),
@@ -1110,11 +1062,11 @@ fn agent_row(r: &Row) -> rusqlite::Result<AgentRow> {
 
 fn import_row(r: &Row) -> rusqlite::Result<ImportRow> {
     Ok(ImportRow {
-        alias: r.get(0)?,
-        source_url: r.get(1)?,
-        fetched_at: r.get(2)?,
-        inputs_schema: r.get(3)?,
-        outputs_schema: r.get(4)?,
+        alias: lenient_text(r, 0)?.unwrap_or_default(),
+        source_url: lenient_text(r, 1)?,
+        fetched_at: lenient_text(r, 2)?,
+        inputs_schema: lenient_text(r, 3)?,
+        outputs_schema: lenient_text(r, 4)?,
     })
 }
 

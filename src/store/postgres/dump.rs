@@ -1,13 +1,11 @@
 //! A run's rows read off the server (`Store::dump`), in the store's snapshot.
 
-use super::{PgStore, Statements};
+use super::{gate_record, import_row, PgStore, Statements};
 use crate::store::dump::{
-    AgentRecord, BindingRecord, ExecRecord, GateRecord, ImportRecord, RunDump, RunRecord,
-    SegmentRecord,
+    AgentRecord, BindingRecord, ExecRecord, RunDump, RunRecord, SegmentRecord,
 };
 use crate::store::{AuditFilter, Store};
 use anyhow::Result;
-use postgres::Row;
 
 const RUN: &str = concat!(
     "SELECT id, program_path, program_source, ",
@@ -56,30 +54,15 @@ const IMPORTS: &str = concat!(
      ORDER BY alias"
 );
 
-/// A gates or gate_instances row (`$id` the id column) of run $1, in `gate`'s order.
-macro_rules! gate_select {
-    ($id:literal, $table:literal) => {
-        concat!(
-            "SELECT ",
-            $id,
-            ", run_id, execution_id, prompt, allow, timeout, ",
-            ts!("timeout_at"),
-            ", on_reject, status, ",
-            ts!("created_at"),
-            ", ",
-            ts!("resolved_at"),
-            ", resolved_by, resolution_comment, metadata, instance FROM openprose.",
-            $table,
-            " WHERE run_id = $1"
-        )
-    };
-}
-pub(super) use gate_select;
-
-const GATES: &str = concat!(gate_select!("id", "gates"), " ORDER BY id");
+const GATES: &str = concat!(
+    "SELECT ",
+    gate_columns!("id"),
+    " FROM openprose.gates g WHERE run_id = $1 ORDER BY id"
+);
 const GATE_INSTANCES: &str = concat!(
-    gate_select!("gate_id", "gate_instances"),
-    " ORDER BY gate_id, instance"
+    "SELECT ",
+    gate_columns!("gate_id"),
+    " FROM openprose.gate_instances g WHERE run_id = $1 ORDER BY gate_id, instance"
 );
 
 /// What the spec's server-only columns hold for the run, where it is not their default.
@@ -90,26 +73,6 @@ const SERVER_ONLY: &str = "SELECT
     (SELECT COUNT(*) FROM openprose.agent_segments WHERE run_id = $1 AND metadata IS NOT NULL AND metadata <> '{}'::jsonb),
     (SELECT COUNT(*) FROM openprose.imports WHERE run_id = $1
         AND ((metadata IS NOT NULL AND metadata <> '{}'::jsonb) OR content_hash IS NOT NULL))";
-
-pub(super) fn gate(r: &Row) -> GateRecord {
-    GateRecord {
-        id: r.get(0),
-        run_id: r.get(1),
-        execution_id: r.get(2),
-        prompt: r.get(3),
-        allow: r.get(4),
-        timeout: r.get(5),
-        timeout_at: r.get(6),
-        on_reject: r.get(7),
-        status: r.get(8),
-        created_at: r.get(9),
-        resolved_at: r.get(10),
-        resolved_by: r.get(11),
-        resolution_comment: r.get(12),
-        metadata: r.get(13),
-        instance: r.get(14),
-    }
-}
 
 impl PgStore {
     pub(super) fn dump_rows(&mut self) -> Result<RunDump> {
@@ -161,15 +124,9 @@ impl PgStore {
             prompt: r.get(3),
             summary: r.get(4),
         })?;
-        let imports = self.all(IMPORTS, &[&run_id], |r| ImportRecord {
-            alias: r.get(0),
-            source_url: r.get(1),
-            fetched_at: r.get(2),
-            inputs_schema: r.get(3),
-            outputs_schema: r.get(4),
-        })?;
-        let gates = self.all(GATES, &[&run_id], gate)?;
-        let gate_instances = self.all(GATE_INSTANCES, &[&run_id], gate)?;
+        let imports = self.all(IMPORTS, &[&run_id], import_row)?;
+        let gates = self.all(GATES, &[&run_id], gate_record)?;
+        let gate_instances = self.all(GATE_INSTANCES, &[&run_id], gate_record)?;
         let counts: Vec<i64> = self.one(SERVER_ONLY, &[&run_id], |r| {
             (0..5).map(|i| r.get(i)).collect()
         })?;
