@@ -1,7 +1,8 @@
-//! Reaching the server: connecting (TLS unless the URL says otherwise), and the URL as it is
+//! Reaching the server: connecting (TLS unless the URL says otherwise), what its errors say
+//! (mapped once, at the edge of every statement, and of a commit), and the URL as it is
 //! shown, its password hidden in every form.
 
-use crate::error::{busy, not_found};
+use crate::error::{busy, not_found, refused};
 use anyhow::{anyhow, Result};
 use postgres::error::SqlState;
 use postgres::Client;
@@ -151,6 +152,91 @@ pub(super) fn connect_client(url: &str) -> Result<Client, postgres::Error> {
         .with_root_certificates(roots)
         .with_no_client_auth();
     Client::connect(url, tokio_postgres_rustls::MakeRustlsConnect::new(config))
+}
+
+pub(super) fn map_err(e: postgres::Error, shown_url: &str, busy_ms: u64) -> anyhow::Error {
+    if let Some(db) = e.as_db_error() {
+        let code = db.code();
+        if *code == SqlState::LOCK_NOT_AVAILABLE
+            || *code == SqlState::T_R_DEADLOCK_DETECTED
+            || *code == SqlState::T_R_SERIALIZATION_FAILURE
+        {
+            let held = if busy_ms > 0 {
+                format!("for more than {busy_ms} ms")
+            } else {
+                "past the busy timeout".to_string()
+            };
+            return busy(format!(
+                "database is busy: a lock was held {held}; retry the command{}",
+                at(shown_url)
+            ));
+        }
+        if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
+            return refused(format!(
+                "query is read-only and this statement would write: {}",
+                db.message()
+            ));
+        }
+        if db.message().contains("append-only") {
+            return refused(db.message().to_string());
+        }
+        if *code == SqlState::CHARACTER_NOT_IN_REPERTOIRE && db.message().contains("0x00") {
+            return crate::error::usage(
+                "the value holds a NUL byte, which PostgreSQL text cannot store; encode it (base64) first",
+            );
+        }
+        if crate::error::transient(&e) {
+            return busy(format!(
+                "the server ended the session ({}, {}); nothing was written, retry the command{}",
+                db.message(),
+                code.code(),
+                at(shown_url)
+            ));
+        }
+        return anyhow!(
+            "postgres: {} ({}){}",
+            db.message(),
+            code.code(),
+            at(shown_url)
+        );
+    }
+    // Connection-level errors can carry the connection string; never show it.
+    let text = if shown_url.is_empty() {
+        e.to_string()
+    } else {
+        e.to_string().replace(shown_url, "")
+    };
+    if crate::error::transient(&e) {
+        return busy(format!(
+            "lost the connection to the server ({text}); nothing was written, retry the command{}",
+            at(shown_url)
+        ));
+    }
+    anyhow!("postgres: {text}{}", at(shown_url))
+}
+
+/// `: URL` at the end of a message, when the URL is known.
+fn at(shown_url: &str) -> String {
+    if shown_url.is_empty() {
+        String::new()
+    } else {
+        format!(": {shown_url}")
+    }
+}
+
+/// The outcome of a COMMIT. A connection lost while committing leaves the outcome unknown:
+/// the write may or may not have been applied (exit 8).
+pub(super) fn committed(
+    result: Result<(), postgres::Error>,
+    err: impl Fn(postgres::Error) -> anyhow::Error,
+) -> Result<()> {
+    match result {
+        Ok(()) => Ok(()),
+        Err(e) if crate::error::transient(&e) && e.as_db_error().is_none() => Err(crate::error::unknown(
+            "lost the connection to the server while committing: the write may or may not have been applied; check before retrying (bind, gates create, agent remember, imports add, finish and exec-append --key are safe to retry)",
+        )),
+        Err(e) => Err(err(e)),
+    }
 }
 
 #[cfg(test)]
