@@ -179,7 +179,7 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
             None
         };
         let mut views = Vec::new();
-        for mut gate in store.gates(status, &now)? {
+        for mut gate in store.gates(status.map(crate::model::GateStatus::parse).as_ref(), &now)? {
             let integrity = report.as_ref().map(|r| IntegrityView::of(r, &gate.id));
             // Listed under the run directory that holds it (a copy's rows name the original).
             gate.run_id = Some(crate::context::listed_id(run, gate.run_id.as_deref()));

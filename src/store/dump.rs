@@ -11,6 +11,7 @@
 pub use super::ImportRow as ImportRecord;
 use super::{AuditRow, GateRow};
 use crate::error::shown;
+use crate::model::GateStatus;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 
@@ -94,7 +95,7 @@ pub struct GateRecord {
     pub timeout: Option<String>,
     pub timeout_at: Option<String>,
     pub on_reject: Option<String>,
-    pub status: Option<String>,
+    pub status: Option<GateStatus>,
     pub created_at: Option<String>,
     pub resolved_at: Option<String>,
     pub resolved_by: Option<String>,
@@ -112,7 +113,7 @@ impl GateRecord {
                 .as_deref()
                 .and_then(|a| serde_json::from_str::<Vec<String>>(a).ok())
                 .unwrap_or_default(),
-            status: crate::model::GateStatus::parse(self.status.as_deref().unwrap_or_default()),
+            status: self.status.unwrap_or_else(|| GateStatus::parse("")),
             id: self.id,
             run_id: self.run_id,
             execution_id: self.execution_id,

@@ -1225,13 +1225,17 @@ pub trait Store: AgentStore {
 
     /// Gates of this run as stored, oldest first (by `created_at`, then id); `status` None
     /// means all.
-    fn read_gates(&mut self, status: Option<&str>) -> Result<Vec<GateRow>>;
+    fn read_gates(&mut self, status: Option<&crate::model::GateStatus>) -> Result<Vec<GateRow>>;
 
     /// One gate as stored.
     fn read_gate(&mut self, id: &str) -> Result<Option<GateRow>>;
 
     /// Gates of this run after the sweep.
-    fn gates(&mut self, status: Option<&str>, now: &str) -> Result<Vec<GateRow>> {
+    fn gates(
+        &mut self,
+        status: Option<&crate::model::GateStatus>,
+        now: &str,
+    ) -> Result<Vec<GateRow>> {
         self.sweep_timeouts(now)?;
         self.read_gates(status)
     }

@@ -14,7 +14,7 @@ use super::{
     StoreStats,
 };
 use crate::error::{not_found, refused, shown, usage};
-use crate::model::{ExecStatus, RunStatus};
+use crate::model::{ExecStatus, GateStatus, RunStatus};
 use anyhow::{anyhow, Result};
 use postgres::error::SqlState;
 use postgres::types::{ToSql, Type};
@@ -448,7 +448,7 @@ fn gate_record(r: &Row) -> GateRecord {
         timeout: r.get(5),
         timeout_at: r.get(6),
         on_reject: r.get(7),
-        status: r.get(8),
+        status: r.get::<_, Option<&str>>(8).map(GateStatus::parse),
         created_at: r.get(9),
         resolved_at: r.get(10),
         resolved_by: r.get(11),
@@ -753,8 +753,9 @@ impl Store for PgStore {
         )
     }
 
-    fn read_gates(&mut self, status: Option<&str>) -> Result<Vec<GateRow>> {
+    fn read_gates(&mut self, status: Option<&GateStatus>) -> Result<Vec<GateRow>> {
         let run = self.run()?.to_string();
+        let status = status.map(GateStatus::as_str);
         self.all(
             &format!(
                 "{GATE_SELECT} WHERE run_id = $1 AND ($2::text IS NULL OR status = $2)

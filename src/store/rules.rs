@@ -537,7 +537,7 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
                 timeout: text(g.timeout),
                 timeout_at: text(g.timeout_at),
                 on_reject: text(g.on_reject),
-                status: Some(GateStatus::Pending.as_str().to_string()),
+                status: Some(GateStatus::Pending),
                 created_at: Some(g.now.to_string()),
                 resolved_at: None,
                 resolved_by: None,

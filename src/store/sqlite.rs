@@ -16,7 +16,7 @@ use super::{
     Store, StoreStats,
 };
 use crate::error::{not_found, refused, shown, usage};
-use crate::model::ExecStatus;
+use crate::model::{ExecStatus, GateStatus};
 use anyhow::{anyhow, Context, Result};
 use rusqlite::config::DbConfig;
 use rusqlite::types::ValueRef;
@@ -706,13 +706,13 @@ impl Store for SqliteStore {
         )
     }
 
-    fn read_gates(&mut self, status: Option<&str>) -> Result<Vec<GateRow>> {
+    fn read_gates(&mut self, status: Option<&GateStatus>) -> Result<Vec<GateRow>> {
         self.all(
             &format!(
                 "SELECT {GATE_COLUMNS} FROM gates WHERE ?1 IS NULL OR status = ?1
                  ORDER BY created_at, id"
             ),
-            [status],
+            [status.map(GateStatus::as_str)],
             gate_row,
         )
     }

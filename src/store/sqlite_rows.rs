@@ -4,7 +4,7 @@
 use super::dump::GateRecord;
 use super::{GateRow, RunInfo};
 use crate::error::busy;
-use crate::model::RunStatus;
+use crate::model::{GateStatus, RunStatus};
 use anyhow::anyhow;
 use rusqlite::types::ValueRef;
 use rusqlite::{ErrorCode, Row};
@@ -85,7 +85,7 @@ pub(super) fn gate_record(r: &Row) -> rusqlite::Result<GateRecord> {
         timeout: lenient_text(r, 5)?,
         timeout_at: lenient_text(r, 6)?,
         on_reject: lenient_text(r, 7)?,
-        status: lenient_text(r, 8)?,
+        status: lenient_text(r, 8)?.as_deref().map(GateStatus::parse),
         created_at: lenient_text(r, 9)?,
         resolved_at: lenient_text(r, 10)?,
         resolved_by: lenient_text(r, 11)?,

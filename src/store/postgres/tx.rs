@@ -295,7 +295,7 @@ impl Tx for PgTx<'_> {
                 &g.timeout,
                 &g.timeout_at,
                 &g.on_reject,
-                &g.status,
+                &g.status.as_ref().map(GateStatus::as_str),
                 &g.created_at,
                 &g.resolved_at,
                 &g.resolved_by,
