@@ -303,7 +303,10 @@ impl<'c> Listing<'c> {
                 } else {
                     None
                 };
-                let gates = store.gates(q.status, q.now)?;
+                let gates = store.gates(
+                    q.status.map(crate::model::GateStatus::parse).as_ref(),
+                    q.now,
+                )?;
                 Ok(gates
                     .into_iter()
                     .map(|mut gate| {

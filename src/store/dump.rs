@@ -8,7 +8,10 @@
 //! binding versions left out (each store makes its own), and the `imported` events that
 //! record the copies themselves left out.
 
+pub use super::ImportRow as ImportRecord;
 use super::{AuditRow, GateRow};
+use crate::error::shown;
+use crate::model::GateStatus;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 
@@ -78,21 +81,13 @@ pub struct SegmentRecord {
     pub summary: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct ImportRecord {
-    pub alias: String,
-    pub source_url: Option<String>,
-    pub fetched_at: Option<String>,
-    /// JSON (jsonb on a server).
-    pub inputs_schema: Option<String>,
-    pub outputs_schema: Option<String>,
-}
-
 /// A gates row, or a `gate_instances` row (an earlier opening), as stored: `allow` is the
 /// stored text, not parsed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GateRecord {
     pub id: String,
+    /// The run the row names (a copy is written under the run's own id).
+    pub run_id: Option<String>,
     pub instance: i64,
     pub execution_id: Option<i64>,
     pub prompt: Option<String>,
@@ -100,7 +95,7 @@ pub struct GateRecord {
     pub timeout: Option<String>,
     pub timeout_at: Option<String>,
     pub on_reject: Option<String>,
-    pub status: Option<String>,
+    pub status: Option<GateStatus>,
     pub created_at: Option<String>,
     pub resolved_at: Option<String>,
     pub resolved_by: Option<String>,
@@ -111,27 +106,35 @@ pub struct GateRecord {
 impl GateRecord {
     /// The row as the rules read it (an allow list that is not a JSON array of strings admits
     /// nobody).
-    pub fn row(&self, run_id: &str) -> GateRow {
+    pub fn into_row(self) -> GateRow {
         GateRow {
-            id: self.id.clone(),
-            run_id: Some(run_id.to_string()),
-            execution_id: self.execution_id,
-            prompt: self.prompt.clone().unwrap_or_default(),
             allow: self
                 .allow
                 .as_deref()
                 .and_then(|a| serde_json::from_str::<Vec<String>>(a).ok())
                 .unwrap_or_default(),
-            timeout: self.timeout.clone(),
-            timeout_at: self.timeout_at.clone(),
-            on_reject: self.on_reject.clone(),
-            status: crate::model::GateStatus::parse(self.status.as_deref().unwrap_or_default()),
-            created_at: self.created_at.clone(),
-            resolved_at: self.resolved_at.clone(),
-            resolved_by: self.resolved_by.clone(),
-            resolution_comment: self.resolution_comment.clone(),
-            metadata: self.metadata.clone(),
+            status: self.status.unwrap_or_else(|| GateStatus::parse("")),
+            id: self.id,
+            run_id: self.run_id,
+            execution_id: self.execution_id,
+            prompt: self.prompt.unwrap_or_default(),
+            timeout: self.timeout,
+            timeout_at: self.timeout_at,
+            on_reject: self.on_reject,
+            created_at: self.created_at,
+            resolved_at: self.resolved_at,
+            resolved_by: self.resolved_by,
+            resolution_comment: self.resolution_comment,
+            metadata: self.metadata,
             instance: self.instance,
+        }
+    }
+
+    /// The row as the rules read it, as a row of the run `run_id`.
+    pub fn row(&self, run_id: &str) -> GateRow {
+        GateRow {
+            run_id: Some(run_id.to_string()),
+            ..self.clone().into_row()
         }
     }
 }
@@ -193,6 +196,39 @@ impl RunDump {
             path_in(here, name.unwrap_or_default(), PathName::Agent).map_err(refuse)?;
         }
         Ok(())
+    }
+
+    /// Refuses a copy holding two rows under one key, which the stores' own rows never do
+    /// (two bindings of one name in one scope, two agents of one name, two imports of one
+    /// alias): checked before anything is written, as a store's unique keys would.
+    pub fn check_keys(&self) -> anyhow::Result<()> {
+        let mut seen = std::collections::HashSet::new();
+        let bindings = self.bindings.iter().filter_map(|b| {
+            let name = b.name.as_deref()?;
+            Some(match b.execution_id {
+                Some(id) => format!("binding {} in the scope of execution {id}", shown(name)),
+                None => format!("binding {} in the root scope", shown(name)),
+            })
+        });
+        let agents = self
+            .agents
+            .iter()
+            .map(|a| format!("agent {}", shown(&a.name)));
+        let imports = self
+            .imports
+            .iter()
+            .map(|i| format!("import {}", shown(&i.alias)));
+        match bindings
+            .chain(agents)
+            .chain(imports)
+            .find(|k| !seen.insert(k.clone()))
+        {
+            Some(twice) => Err(anyhow::anyhow!(
+                "the copy of run {} holds {twice} twice; nothing was written",
+                shown(&self.run.id)
+            )),
+            None => Ok(()),
+        }
     }
 
     /// Whether an audit row records a copy of the run, or the sealing of this copy (left out

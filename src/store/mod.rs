@@ -66,6 +66,40 @@ impl<C> Kept<C> {
         }
     }
 }
+
+/// A store's connection, held until the store drops, whose `Drop` takes it (to keep it for the
+/// next open, or to close it). An `Option` only so that it can be taken then: until then it is
+/// always there, and the holder reads it as the connection itself.
+pub struct Held<C>(Option<C>);
+
+impl<C> Held<C> {
+    pub fn new(conn: C) -> Self {
+        Held(Some(conn))
+    }
+
+    /// The connection, for the store's `Drop` (nothing reads it after).
+    pub fn take(&mut self) -> Option<C> {
+        self.0.take()
+    }
+}
+
+impl<C> std::ops::Deref for Held<C> {
+    type Target = C;
+    fn deref(&self) -> &C {
+        self.0
+            .as_ref()
+            .expect("a store's connection is held until the store drops")
+    }
+}
+
+impl<C> std::ops::DerefMut for Held<C> {
+    fn deref_mut(&mut self) -> &mut C {
+        self.0
+            .as_mut()
+            .expect("a store's connection is held until the store drops")
+    }
+}
+
 pub mod sqlite_schema;
 pub mod tx;
 
@@ -1191,13 +1225,17 @@ pub trait Store: AgentStore {
 
     /// Gates of this run as stored, oldest first (by `created_at`, then id); `status` None
     /// means all.
-    fn read_gates(&mut self, status: Option<&str>) -> Result<Vec<GateRow>>;
+    fn read_gates(&mut self, status: Option<&crate::model::GateStatus>) -> Result<Vec<GateRow>>;
 
     /// One gate as stored.
     fn read_gate(&mut self, id: &str) -> Result<Option<GateRow>>;
 
     /// Gates of this run after the sweep.
-    fn gates(&mut self, status: Option<&str>, now: &str) -> Result<Vec<GateRow>> {
+    fn gates(
+        &mut self,
+        status: Option<&crate::model::GateStatus>,
+        now: &str,
+    ) -> Result<Vec<GateRow>> {
         self.sweep_timeouts(now)?;
         self.read_gates(status)
     }

@@ -6,21 +6,20 @@
 //! each other) and check it is not finished; gate operations, which must be serialised
 //! (first decision wins, one audit chain per run), and `finish` take it `FOR UPDATE`.
 
-use super::dump::{
-    AgentRecord, BindingRecord, ExecRecord, GateRecord, ImportRecord, RunRecord, SegmentRecord,
-};
-use super::tx::{GateResumeState, KeyedExecution, Tx, TxKind};
+use super::dump::GateRecord;
+use super::tx::{Tx, TxKind};
 use super::{
     Access, AgentRow, AgentStore, AuditFilter, AuditRow, BindingRow, Checkpointed, ExecutionRow,
-    Found, GateRow, ImportRow, NewBinding, NewExecution, NewGate, NewRun, OpenOptions, QueryResult,
-    RunInfo, RunSummary, Store, StoreStats,
+    Found, GateRow, ImportRow, NewRun, OpenOptions, QueryResult, RunInfo, RunSummary, Store,
+    StoreStats,
 };
-use crate::error::{busy, not_found, refused, shown, usage};
+use crate::error::{not_found, refused, shown, usage};
 use crate::model::{ExecStatus, GateStatus, RunStatus};
 use anyhow::{anyhow, Result};
 use postgres::error::SqlState;
 use postgres::types::{ToSql, Type};
-use postgres::{Client, GenericClient, Row, Transaction};
+use postgres::ToStatement;
+use postgres::{Client, GenericClient, Row};
 
 /// The version in openprose.schema_version written by this build.
 pub const POSTGRES_SCHEMA_VERSION: i32 = 6;
@@ -45,10 +44,35 @@ macro_rules! ts {
     };
 }
 
+/// A gate's columns on `gates g` (or `gate_instances g`, whose id column is `gate_id`), in
+/// `gate_record`'s order.
+macro_rules! gate_columns {
+    ($id:literal) => {
+        concat!(
+            "g.",
+            $id,
+            ", g.run_id, g.execution_id, g.prompt, g.allow, g.timeout, ",
+            ts!("g.timeout_at"),
+            ", g.on_reject, g.status, ",
+            ts!("g.created_at"),
+            ", ",
+            ts!("g.resolved_at"),
+            ", g.resolved_by, g.resolution_comment, g.metadata, g.instance"
+        )
+    };
+}
 mod blobs;
 mod catalog;
+mod connect;
 mod dump;
 mod principals;
+mod query;
+mod tx;
+
+pub use tx::PgTx;
+
+pub use connect::masked;
+use connect::{committed, connect_client, connect_error, map_err};
 
 /// The agents rows with their segment counts, under a WHERE clause (`$1` is the run).
 macro_rules! agent_select {
@@ -66,156 +90,9 @@ macro_rules! agent_select {
     };
 }
 
-/// A connection URL with the password hidden, for every message that shows it. Over-hiding
-/// is allowed, showing never:
-/// 1. every `password` parameter's value (its name decoded as the driver decodes it, any
-///    case) becomes `***`, up to the next `&`;
-/// 2. the userinfo, up to the last `@` left, becomes `user:***@`: a password holding an
-///    unencoded `/ ? @ : # %` is hidden whole, and the driver, which ends the userinfo at the
-///    first `@`, never sees more of a password than that;
-/// 3. whatever the driver itself reads as the password is hidden wherever it still appears.
-pub fn masked(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return "(a PostgreSQL URL)".to_string();
-    };
-    let rest = mask_password_parameters(rest);
-    let (userinfo, after) = match rest.rfind('@') {
-        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
-        None => (None, rest.as_str()),
-    };
-    let user = userinfo.map(|u| format!("{}:***@", u.split([':', '/', '?']).next().unwrap_or("")));
-    let mut shown = format!("{scheme}://{}{after}", user.unwrap_or_default());
-    if let Some(secret) = driver_password(url) {
-        shown = shown.replace(&secret, "***");
-    }
-    shown
-}
-
-/// Step 1 of [`masked`]: `password=VALUE` after any `?` or `&` becomes `password=***`.
-fn mask_password_parameters(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(i) = rest.find(['?', '&']) {
-        out.push_str(&rest[..=i]);
-        rest = &rest[i + 1..];
-        let Some(eq) = rest.find('=') else { continue };
-        let name = &rest[..eq];
-        if !name.contains(['?', '&', '@', '/'])
-            && percent_decoded(name).eq_ignore_ascii_case("password")
-        {
-            let end = rest.find('&').unwrap_or(rest.len());
-            out.push_str(name);
-            out.push_str("=***");
-            rest = &rest[end..];
-        }
-    }
-    out.push_str(rest);
-    out
-}
-
-/// `%XX` escapes decoded, as the driver decodes URL parts (invalid escapes kept as written).
-fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (
-            bytes[i],
-            bytes.get(i + 1).and_then(|&b| hex(b)),
-            bytes.get(i + 2).and_then(|&b| hex(b)),
-        ) {
-            (b'%', Some(h), Some(l)) => {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// The password as the driver parses it from the URL, when there is one worth hiding.
-fn driver_password(url: &str) -> Option<String> {
-    let config: postgres::Config = url.parse().ok()?;
-    let password = String::from_utf8_lossy(config.get_password()?).into_owned();
-    (password.len() >= 3).then_some(password)
-}
-
-/// Hides every form of the URL's password in a message.
-fn scrub(text: &str, url: &str, shown_url: &str) -> String {
-    let mut text = text.replace(url, shown_url);
-    if let Some(secret) = driver_password(url) {
-        text = text.replace(&secret, "***");
-    }
-    text
-}
-
-/// Why a connection failed, in words, and the exit code it deserves: the server's own
-/// message (wrong password, no such database, starting up), or the network's.
-fn connect_error(e: &postgres::Error, url: &str, shown_url: &str) -> anyhow::Error {
-    let cause = match e.as_db_error() {
-        Some(db) => format!("{} ({})", db.message(), db.code().code()),
-        None => {
-            let mut cause = e.to_string();
-            let mut source = std::error::Error::source(e);
-            while let Some(s) = source {
-                cause = format!("{cause}: {s}");
-                source = s.source();
-            }
-            cause
-        }
-    };
-    let cause = scrub(&cause, url, shown_url);
-    // Which of the three failed: reaching the host, authenticating, or the database.
-    let what = match e.code() {
-        Some(c)
-            if *c == SqlState::INVALID_PASSWORD
-                || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
-        {
-            "authentication failed"
-        }
-        Some(c) if *c == SqlState::INVALID_CATALOG_NAME => "the database does not exist",
-        Some(_) => "the server refused the session",
-        None if e.to_string().contains("password missing") => "authentication failed",
-        None => "the host could not be reached",
-    };
-    let message = format!("could not connect to postgres: {what} ({cause}): {shown_url}");
-    if crate::error::transient(e) {
-        busy(format!("{message}; retry when the server is reachable"))
-    } else if e.code() == Some(&SqlState::INVALID_CATALOG_NAME) {
-        not_found(message)
-    } else {
-        anyhow!(message)
-    }
-}
-
-/// Connects with TLS unless the URL says `sslmode=disable`: TLS through rustls, verifying the
-/// server against the system's trusted roots (loaded only here, when a connection needs them).
-fn connect_client(url: &str) -> Result<Client, postgres::Error> {
-    let disabled = url
-        .split_once('?')
-        .is_some_and(|(_, q)| q.split('&').any(|kv| kv == "sslmode=disable"));
-    if disabled {
-        return Client::connect(url, postgres::NoTls);
-    }
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default TLS versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Client::connect(url, tokio_postgres_rustls::MakeRustlsConnect::new(config))
-}
-
 pub struct PgStore {
-    /// Dropped by hand (see `Drop`): a long-lived process keeps it for the next open.
-    client: std::mem::ManuallyDrop<Client>,
+    /// Taken by `Drop`: a long-lived process keeps it for the next open.
+    client: super::Held<Client>,
     /// The server's URL: which kept connections this one may be used again as. Never shown.
     url: String,
     /// What this build may do with the server's schema.
@@ -230,97 +107,6 @@ pub struct PgStore {
     uploading: bool,
     /// A read-only snapshot is open on this session (`Store::snapshot`).
     in_snapshot: bool,
-}
-
-fn map_err(e: postgres::Error, shown_url: &str, busy_ms: u64) -> anyhow::Error {
-    if let Some(db) = e.as_db_error() {
-        let code = db.code();
-        if *code == SqlState::LOCK_NOT_AVAILABLE
-            || *code == SqlState::T_R_DEADLOCK_DETECTED
-            || *code == SqlState::T_R_SERIALIZATION_FAILURE
-        {
-            let held = if busy_ms > 0 {
-                format!("for more than {busy_ms} ms")
-            } else {
-                "past the busy timeout".to_string()
-            };
-            return busy(format!(
-                "database is busy: a lock was held {held}; retry the command{}",
-                at(shown_url)
-            ));
-        }
-        if *code == SqlState::READ_ONLY_SQL_TRANSACTION {
-            return refused(format!(
-                "query is read-only and this statement would write: {}",
-                db.message()
-            ));
-        }
-        if db.message().contains("append-only") {
-            return refused(db.message().to_string());
-        }
-        if *code == SqlState::CHARACTER_NOT_IN_REPERTOIRE && db.message().contains("0x00") {
-            return crate::error::usage(
-                "the value holds a NUL byte, which PostgreSQL text cannot store; encode it (base64) first",
-            );
-        }
-        if crate::error::transient(&e) {
-            return busy(format!(
-                "the server ended the session ({}, {}); nothing was written, retry the command{}",
-                db.message(),
-                code.code(),
-                at(shown_url)
-            ));
-        }
-        return anyhow!(
-            "postgres: {} ({}){}",
-            db.message(),
-            code.code(),
-            at(shown_url)
-        );
-    }
-    // Connection-level errors can carry the connection string; never show it.
-    let text = if shown_url.is_empty() {
-        e.to_string()
-    } else {
-        e.to_string().replace(shown_url, "")
-    };
-    if crate::error::transient(&e) {
-        return busy(format!(
-            "lost the connection to the server ({text}); nothing was written, retry the command{}",
-            at(shown_url)
-        ));
-    }
-    anyhow!("postgres: {text}{}", at(shown_url))
-}
-
-/// `: URL` at the end of a message, when the URL is known.
-fn at(shown_url: &str) -> String {
-    if shown_url.is_empty() {
-        String::new()
-    } else {
-        format!(": {shown_url}")
-    }
-}
-
-/// Maps an error where the store's URL and busy timeout are not at hand (the helpers that
-/// run statements inside a store's transaction): same classification, shorter message.
-fn pg(e: postgres::Error) -> anyhow::Error {
-    map_err(e, "", 0)
-}
-
-/// The outcome of a COMMIT. A connection lost while committing leaves the outcome unknown:
-/// the write may or may not have been applied (exit 8).
-fn committed(
-    result: Result<(), postgres::Error>,
-    err: impl Fn(postgres::Error) -> anyhow::Error,
-) -> Result<()> {
-    match result {
-        Ok(()) => Ok(()),
-        Err(e) if crate::error::transient(&e) && e.as_db_error().is_none() => Err(crate::error::unknown(
-            "lost the connection to the server while committing: the write may or may not have been applied; check before retrying (bind, gates create, agent remember, imports add, finish and exec-append --key are safe to retry)",
-        )),
-        Err(e) => Err(err(e)),
-    }
 }
 
 impl PgStore {
@@ -346,7 +132,7 @@ impl PgStore {
             None => connect_client(url).map_err(|e| connect_error(&e, url, &shown_url))?,
         };
         let mut store = PgStore {
-            client: std::mem::ManuallyDrop::new(client),
+            client: super::Held::new(client),
             url: url.to_string(),
             run_id: run.map(str::to_string),
             shown_url,
@@ -409,15 +195,12 @@ impl PgStore {
 
     /// What a newer schema asks of readers and writers (recorded since schema 2).
     fn stamp(&mut self, version: i32) -> Result<super::Stamp> {
-        let row = self
-            .client
-            .query_one(
-                "SELECT min_reader, min_writer FROM openprose.schema_version
-                 ORDER BY version DESC LIMIT 1",
-                &[],
-            )
-            .map_err(self.err())?;
-        let (r, w): (Option<i32>, Option<i32>) = (row.get(0), row.get(1));
+        let (r, w): (Option<i32>, Option<i32>) = self.one(
+            "SELECT min_reader, min_writer FROM openprose.schema_version
+             ORDER BY version DESC LIMIT 1",
+            &[],
+            |row| (row.get(0), row.get(1)),
+        )?;
         Ok(super::Stamp {
             version: version as i64,
             min_reader: r.unwrap_or(version) as i64,
@@ -466,33 +249,34 @@ impl PgStore {
         let (shown, busy_ms) = (self.shown_url.clone(), self.busy_ms);
         let err = |e| map_err(e, &shown, busy_ms);
         let mut tx = self.client.transaction().map_err(err)?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
-            .map_err(err)?;
+        let mut on = On {
+            c: &mut tx,
+            url: &shown,
+            busy_ms,
+        };
+        on.exec("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
         // Another process may have done it while this one waited for the lock.
-        let table: bool = tx
-            .query_one(
-                "SELECT to_regclass('openprose.schema_version') IS NOT NULL",
+        let table: bool = on.one(
+            "SELECT to_regclass('openprose.schema_version') IS NOT NULL",
+            &[],
+            |r| r.get(0),
+        )?;
+        let current: Option<i32> = match table {
+            true => on.one(
+                "SELECT max(version) FROM openprose.schema_version",
                 &[],
-            )
-            .map_err(err)?
-            .get(0);
-        let current: Option<i32> = if table {
-            tx.query_one("SELECT max(version) FROM openprose.schema_version", &[])
-                .map_err(err)?
-                .get(0)
-        } else {
-            None
+                |r| r.get(0),
+            )?,
+            false => None,
         };
         if current.is_none_or(|v| v < POSTGRES_SCHEMA_VERSION) {
-            tx.batch_execute(SCHEMA).map_err(err)?;
-            tx.execute("DELETE FROM openprose.schema_version", &[])
-                .map_err(err)?;
-            tx.execute(
+            on.c.batch_execute(SCHEMA).map_err(err)?;
+            on.exec("DELETE FROM openprose.schema_version", &[])?;
+            on.exec(
                 "INSERT INTO openprose.schema_version (version, min_reader, min_writer)
                  VALUES ($1, $2, $3)",
                 &[&POSTGRES_SCHEMA_VERSION, &MIN_READER, &MIN_WRITER],
-            )
-            .map_err(err)?;
+            )?;
         }
         committed(tx.commit(), err)
     }
@@ -512,12 +296,16 @@ impl PgStore {
         let (shown_url, busy_ms) = (store.shown_url.clone(), store.busy_ms);
         let err = |e| map_err(e, &shown_url, busy_ms);
         let mut tx = store.client.transaction().map_err(err)?;
-        tx.execute(
+        On {
+            c: &mut tx,
+            url: &shown_url,
+            busy_ms,
+        }
+        .exec(
             "INSERT INTO openprose.run (id, program_path, program_source, started_at, updated_at, status, state_mode)
              VALUES ($1, $2, $3, ($4::text)::timestamptz, ($4::text)::timestamptz, 'running', 'postgres')",
             &[&run.id, &run.program_path, &run.program_source, &run.created_at],
-        )
-        .map_err(err)?;
+        )?;
         committed(tx.commit(), err)?;
         Ok(store)
     }
@@ -548,813 +336,77 @@ impl PgStore {
 
     /// The ids of every run on the server.
     pub fn run_ids(&mut self) -> Result<Vec<String>> {
-        let rows = self
-            .client
-            .query("SELECT id FROM openprose.run ORDER BY id", &[])
-            .map_err(self.err())?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        self.all("SELECT id FROM openprose.run ORDER BY id", &[], |r| {
+            r.get(0)
+        })
     }
 }
 
-/// Locks the run row (shared, or exclusive for operations that must be serialised) and
-/// returns its status.
-fn lock_run(tx: &mut Transaction, run_id: &str, kind: TxKind) -> Result<Option<String>> {
-    let sql = match kind {
-        TxKind::Serial => "SELECT status FROM openprose.run WHERE id = $1 FOR UPDATE",
-        TxKind::Write => "SELECT status FROM openprose.run WHERE id = $1 FOR SHARE",
-        TxKind::Import => {
-            tx.execute(
-                "SELECT pg_advisory_xact_lock($1, hashtext($2))",
-                &[&IMPORT_LOCK, &run_id],
-            )
-            .map_err(pg)?;
-            "SELECT status FROM openprose.run WHERE id = $1 FOR UPDATE"
-        }
-    };
-    match tx.query_opt(sql, &[&run_id]).map_err(pg)? {
-        Some(row) => Ok(Some(row.get(0))),
-        None if kind == TxKind::Import => Ok(None),
-        None => Err(not_found(format!("run not found: {}", shown(run_id)))),
-    }
-}
+/// How a PostgreSQL store and its transactions run a statement: each helper is one statement,
+/// its parameters and its row mapper, and maps the driver's error once, here (`map_err`, with
+/// the URL as shown and the busy timeout).
+trait Statements {
+    type Client: GenericClient;
+    /// The session (a connection, or a transaction on one), the URL as shown, the timeout.
+    fn session(&mut self) -> (&mut Self::Client, &str, u64);
 
-/// The advisory lock space of imports (two-key form), keyed by the run id's hash.
-const IMPORT_LOCK: i32 = 0x7072_6f69;
-
-/// A transaction on the server. A run's writes hold its row `FOR SHARE` (parallel branches
-/// never wait on each other) or `FOR UPDATE` (serialised: gates, the audit chain, finish);
-/// project-scoped agent memory has no run row to hold.
-pub struct PgTx<'a> {
-    tx: Transaction<'a>,
-    run_id: Option<String>,
-    /// The run's id and status, read when its row was locked.
-    run: Option<(String, Option<RunStatus>)>,
-    shown_url: &'a str,
-    busy_ms: u64,
-    /// Statements prepared in this transaction, for the ones a copy of a run runs once a row
-    /// (10,000 bindings: one round trip each instead of two).
-    prepared: std::collections::HashMap<&'static str, postgres::Statement>,
-}
-
-impl PgTx<'_> {
-    /// The error edge: every driver error of the transaction is mapped here.
-    fn err(&self) -> impl Fn(postgres::Error) -> anyhow::Error + '_ {
-        |e| map_err(e, self.shown_url, self.busy_ms)
+    /// Runs a statement that returns no rows.
+    fn exec<S>(&mut self, sql: &S, p: &[&(dyn ToSql + Sync)]) -> Result<()>
+    where
+        S: ?Sized + ToStatement,
+    {
+        let (c, url, busy_ms) = self.session();
+        c.execute(sql, p)
+            .map(drop)
+            .map_err(|e| map_err(e, url, busy_ms))
     }
 
-    /// `sql` prepared once in this transaction.
-    fn prepared(&mut self, sql: &'static str) -> Result<postgres::Statement> {
-        if let Some(s) = self.prepared.get(sql) {
-            return Ok(s.clone());
-        }
-        let s = self.tx.prepare(sql).map_err(self.err())?;
-        self.prepared.insert(sql, s.clone());
-        Ok(s)
-    }
-
-    fn run(&self) -> Result<String> {
-        self.run_id
-            .clone()
-            .ok_or_else(|| anyhow!("no run selected for this postgres store"))
-    }
-}
-
-impl Tx for PgTx<'_> {
-    fn run_row(&mut self) -> Result<Option<(String, Option<RunStatus>)>> {
-        Ok(self.run.clone())
-    }
-
-    fn set_run_status(&mut self, status: &RunStatus, error: Option<&str>, now: &str) -> Result<()> {
-        let run = self.run()?;
-        let (status_text, status) = (status.as_str(), status.clone());
-        self.tx
-            .execute(
-                "UPDATE openprose.run SET status = $2, updated_at = ($3::text)::timestamptz,
-                     error_message = COALESCE($4, error_message) WHERE id = $1",
-                &[&run, &status_text, &now, &error],
-            )
-            .map_err(self.err())?;
-        if let Some(r) = &mut self.run {
-            r.1 = Some(status);
-        }
-        Ok(())
-    }
-
-    fn binding_head(
+    /// The one row a statement returns.
+    fn one<S, T>(
         &mut self,
-        name: &str,
-        execution_id: Option<i64>,
-    ) -> Result<Option<super::BindingHead>> {
-        let run = self.run()?;
-        let scope_key = execution_id.unwrap_or(-1);
-        Ok(self
-            .tx
-            .query_opt(
-                "SELECT kind, attachment_path, version FROM openprose.bindings
-                 WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3 FOR UPDATE",
-                &[&run, &name, &scope_key],
-            )
-            .map_err(self.err())?
-            .map(|r| (r.get(0), r.get(1), r.get(2))))
+        sql: &S,
+        p: &[&(dyn ToSql + Sync)],
+        f: impl FnOnce(&Row) -> T,
+    ) -> Result<T>
+    where
+        S: ?Sized + ToStatement,
+    {
+        let (c, url, busy_ms) = self.session();
+        c.query_one(sql, p)
+            .map(|r| f(&r))
+            .map_err(|e| map_err(e, url, busy_ms))
     }
 
-    fn binding_value(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<String>> {
-        let run = self.run()?;
-        let scope_key = execution_id.unwrap_or(-1);
-        Ok(self
-            .tx
-            .query_opt(
-                "SELECT value FROM openprose.bindings
-                 WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3",
-                &[&run, &name, &scope_key],
-            )
-            .map_err(self.err())?
-            .and_then(|r| r.get(0)))
-    }
-
-    fn upsert_binding(&mut self, b: &NewBinding) -> Result<()> {
-        let run = self.run()?;
-        self.tx
-            .execute(
-                "INSERT INTO openprose.bindings (name, run_id, execution_id, kind, value, source_statement,
-                                                 attachment_path, created_at, updated_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, ($8::text)::timestamptz, ($8::text)::timestamptz)
-                 ON CONFLICT (name, run_id, (COALESCE(execution_id, -1))) DO UPDATE SET
-                     kind = excluded.kind, value = excluded.value,
-                     source_statement = excluded.source_statement,
-                     attachment_path = excluded.attachment_path, updated_at = excluded.updated_at",
-                &[
-                    &b.name,
-                    &run,
-                    &b.execution_id,
-                    &b.kind,
-                    &b.value,
-                    &b.source_statement,
-                    &b.attachment_path,
-                    &b.now,
-                ],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
-        let run = self.run()?;
-        attachment_referenced(&mut self.tx, &run, attachment_path)
-    }
-
-    fn set_attachment_path(
+    /// The row a statement returns, if any.
+    fn opt<S, T>(
         &mut self,
-        name: &str,
-        execution_id: Option<i64>,
-        attachment_path: &str,
-    ) -> Result<()> {
-        let run = self.run()?;
-        self.tx
-            .execute(
-                "UPDATE openprose.bindings SET attachment_path = $4
-                 WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3",
-                &[&run, &name, &execution_id.unwrap_or(-1), &attachment_path],
-            )
-            .map_err(self.err())?;
-        Ok(())
+        sql: &S,
+        p: &[&(dyn ToSql + Sync)],
+        f: impl FnOnce(&Row) -> T,
+    ) -> Result<Option<T>>
+    where
+        S: ?Sized + ToStatement,
+    {
+        let (c, url, busy_ms) = self.session();
+        c.query_opt(sql, p)
+            .map(|r| r.as_ref().map(f))
+            .map_err(|e| map_err(e, url, busy_ms))
     }
 
-    fn delete_blob(&mut self, blob: &str) -> Result<bool> {
-        let run = self.run()?;
-        blobs::delete(&mut self.tx, &run, blob)
-    }
-
-    fn keeps_ids(&self) -> bool {
-        false
-    }
-
-    fn put_run(&mut self, r: &RunRecord) -> Result<()> {
-        self.tx
-            .execute(
-                "INSERT INTO openprose.run (id, program_path, program_source, started_at,
-                     updated_at, status, error_message, state_mode)
-                 VALUES ($1, $2, $3, COALESCE(($4::text)::timestamptz, now()),
-                         COALESCE(($5::text)::timestamptz, now()), COALESCE($6, 'running'), $7,
-                         'postgres')
-                 ON CONFLICT (id) DO UPDATE SET program_path = EXCLUDED.program_path,
-                     program_source = EXCLUDED.program_source, started_at = EXCLUDED.started_at,
-                     updated_at = EXCLUDED.updated_at, status = EXCLUDED.status,
-                     error_message = EXCLUDED.error_message",
-                &[
-                    &r.id,
-                    &r.program_path,
-                    &r.program_source,
-                    &r.started_at,
-                    &r.updated_at,
-                    &r.status,
-                    &r.error_message,
-                ],
-            )
-            .map_err(self.err())?;
-        Ok(())
-    }
-
-    fn clear_run(&mut self) -> Result<()> {
-        let run = self.run()?;
-        for table in [
-            "gates",
-            "gate_instances",
-            "bindings",
-            "agent_segments",
-            "agents",
-            "imports",
-            "attachment_chunks",
-            "attachments",
-            "execution",
-        ] {
-            self.tx
-                .execute(
-                    &format!("DELETE FROM openprose.{table} WHERE run_id = $1"),
-                    &[&run],
-                )
-                .map_err(self.err())?;
-        }
-        Ok(())
-    }
-
-    fn put_execution(&mut self, e: &ExecRecord) -> Result<i64> {
-        let run = self.run()?;
-        let stmt = self.prepared(
-            "INSERT INTO openprose.execution (run_id, statement_index, statement_text, status,
-                     started_at, completed_at, error_message, parent_id, metadata,
-                     idempotency_key)
-                 VALUES ($1, $2, $3, $4, ($5::text)::timestamptz, ($6::text)::timestamptz, $7, $8,
-                         ($9::text)::jsonb, $10)
-                 RETURNING id",
-        )?;
-        Ok(self
-            .tx
-            .query_one(
-                &stmt,
-                &[
-                    &run,
-                    &e.statement_index,
-                    &e.statement_text,
-                    &e.status,
-                    &e.started_at,
-                    &e.completed_at,
-                    &e.error_message,
-                    &e.parent_id,
-                    &e.metadata,
-                    &e.idempotency_key,
-                ],
-            )
-            .map_err(self.err())?
-            .get(0))
-    }
-
-    fn put_binding(&mut self, b: &BindingRecord) -> Result<()> {
-        let run = self.run()?;
-        let value = match b.value.as_deref().map(std::str::from_utf8) {
-            None => None,
-            Some(Ok(v)) => Some(v),
-            Some(Err(_)) => {
-                return Err(refused(format!(
-                    "binding {} holds bytes that are not UTF-8 text, which PostgreSQL cannot store; nothing was imported",
-                    shown(b.name.as_deref().unwrap_or_default())
-                )))
-            }
-        };
-        let stmt = self.prepared(
-            "INSERT INTO openprose.bindings (name, run_id, execution_id, kind, value,
-                     source_statement, created_at, updated_at, attachment_path)
-                 VALUES ($1, $2, $3, $4, $5, $6, COALESCE(($7::text)::timestamptz, now()),
-                         COALESCE(($8::text)::timestamptz, now()), $9)",
-        )?;
-        self.tx
-            .execute(
-                &stmt,
-                &[
-                    &b.name,
-                    &run,
-                    &b.execution_id,
-                    &b.kind,
-                    &value,
-                    &b.source_statement,
-                    &b.created_at,
-                    &b.updated_at,
-                    &b.attachment_path,
-                ],
-            )
-            .map_err(self.err())?;
-        Ok(())
-    }
-
-    fn put_gate(&mut self, g: &GateRecord, run_id: &str, instance: bool) -> Result<()> {
-        let sql = if instance {
-            "INSERT INTO openprose.gate_instances (gate_id, instance, run_id, execution_id, prompt,
-                 allow, timeout, timeout_at, on_reject, status, created_at, resolved_at,
-                 resolved_by, resolution_comment, metadata)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, ($8::text)::timestamptz, $9, $10,
-                     ($11::text)::timestamptz, ($12::text)::timestamptz, $13, $14, $15)"
-        } else {
-            "INSERT INTO openprose.gates (id, instance, run_id, execution_id, prompt, allow,
-                 timeout, timeout_at, on_reject, status, created_at, resolved_at, resolved_by,
-                 resolution_comment, metadata)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, ($8::text)::timestamptz, $9,
-                     COALESCE($10, 'pending'), COALESCE(($11::text)::timestamptz, now()),
-                     ($12::text)::timestamptz, $13, $14, $15)"
-        };
-        let stmt = self.prepared(sql)?;
-        self.tx
-            .execute(
-                &stmt,
-                &[
-                    &g.id,
-                    &g.instance,
-                    &run_id,
-                    &g.execution_id,
-                    &g.prompt,
-                    &g.allow,
-                    &g.timeout,
-                    &g.timeout_at,
-                    &g.on_reject,
-                    &g.status,
-                    &g.created_at,
-                    &g.resolved_at,
-                    &g.resolved_by,
-                    &g.resolution_comment,
-                    &g.metadata,
-                ],
-            )
-            .map_err(self.err())?;
-        Ok(())
-    }
-
-    fn put_agent(&mut self, a: &AgentRecord) -> Result<()> {
-        let run = self.run()?;
-        let stmt = self.prepared(
-            "INSERT INTO openprose.agents (name, run_id, scope, memory, created_at, updated_at)
-                 VALUES ($1, $2, COALESCE($3, 'execution'), $4,
-                         COALESCE(($5::text)::timestamptz, now()),
-                         COALESCE(($6::text)::timestamptz, now()))",
-        )?;
-        self.tx
-            .execute(
-                &stmt,
-                &[
-                    &a.name,
-                    &run,
-                    &a.scope,
-                    &a.memory,
-                    &a.created_at,
-                    &a.updated_at,
-                ],
-            )
-            .map_err(self.err())?;
-        Ok(())
-    }
-
-    fn put_segment(&mut self, g: &SegmentRecord) -> Result<()> {
-        let run = self.run()?;
-        let stmt = self.prepared(
-            "INSERT INTO openprose.agent_segments (agent_name, run_id, segment_number,
-                     timestamp, prompt, summary)
-                 VALUES ($1, $2, $3, COALESCE(($4::text)::timestamptz, now()), $5, $6)",
-        )?;
-        self.tx
-            .execute(
-                &stmt,
-                &[
-                    &g.agent_name,
-                    &run,
-                    &g.segment_number,
-                    &g.timestamp,
-                    &g.prompt,
-                    &g.summary,
-                ],
-            )
-            .map_err(self.err())?;
-        Ok(())
-    }
-
-    fn put_import_record(&mut self, i: &ImportRecord) -> Result<()> {
-        let run = self.run()?;
-        let stmt = self.prepared(
-            "INSERT INTO openprose.imports (alias, run_id, source_url, fetched_at,
-                     inputs_schema, outputs_schema)
-                 VALUES ($1, $2, $3, ($4::text)::timestamptz, ($5::text)::jsonb,
-                         ($6::text)::jsonb)",
-        )?;
-        self.tx
-            .execute(
-                &stmt,
-                &[
-                    &i.alias,
-                    &run,
-                    &i.source_url,
-                    &i.fetched_at,
-                    &i.inputs_schema,
-                    &i.outputs_schema,
-                ],
-            )
-            .map_err(self.err())?;
-        Ok(())
-    }
-
-    fn audit_at_seq(&mut self, seq: i64) -> Result<Option<Option<String>>> {
-        let run = self.run()?;
-        Ok(self
-            .tx
-            .query_opt(
-                "SELECT hash FROM openprose.gate_audit_log WHERE run_id = $1 AND seq = $2",
-                &[&run, &seq],
-            )
-            .map_err(self.err())?
-            .map(|r| r.get(0)))
-    }
-
-    fn execution_exists(&mut self, id: i64) -> Result<bool> {
-        let run = self.run()?;
-        execution_exists(&mut self.tx, &run, id)
-    }
-
-    fn keyed_execution(&mut self, key: &str) -> Result<Option<KeyedExecution>> {
-        let run = self.run()?;
-        Ok(self
-            .tx
-            .query_opt(
-                "SELECT id, statement_index, statement_text, status, parent_id
-                 FROM openprose.execution WHERE run_id = $1 AND idempotency_key = $2",
-                &[&run, &key],
-            )
-            .map_err(self.err())?
-            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4))))
-    }
-
-    fn insert_execution(&mut self, rec: &NewExecution) -> Result<Option<i64>> {
-        let run = self.run()?;
-        // Writers of a run are not serialised: a concurrent insert with the same key waits
-        // for the first to commit, then does nothing.
-        Ok(self
-            .tx
-            .query_opt(
-                "INSERT INTO openprose.execution (run_id, statement_index, statement_text, status,
-                     started_at, completed_at, error_message, parent_id, metadata, idempotency_key)
-                 VALUES ($1, $2, $3, $4, ($5::text)::timestamptz, ($6::text)::timestamptz, $7, $8,
-                         ($9::text)::jsonb, $10)
-                 ON CONFLICT (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-                 RETURNING id",
-                &[
-                    &run,
-                    &rec.statement_index,
-                    &rec.statement_text,
-                    &rec.status,
-                    &rec.started_at,
-                    &rec.completed_at,
-                    &rec.error_message,
-                    &rec.parent_id,
-                    &rec.metadata,
-                    &rec.idempotency_key,
-                ],
-            )
-            .map_err(self.err())?
-            .map(|r| r.get(0)))
-    }
-
-    fn load_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
-        let run = self.run()?;
-        load_gate(&mut self.tx, &run, id)
-    }
-
-    fn overdue_gates(&mut self, now: &str) -> Result<Vec<GateRow>> {
-        let run = self.run()?;
-        Ok(self
-            .tx
-            .query(
-                &format!(
-                    "{GATE_SELECT} WHERE run_id = $1 AND {OVERDUE} ORDER BY created_at, id FOR UPDATE"
-                ),
-                &[&run, &now],
-            )
-            .map_err(self.err())?
-            .iter()
-            .map(gate_row)
-            .collect())
-    }
-
-    fn insert_gate(&mut self, g: &NewGate, run_id: &str, execution_id: i64) -> Result<()> {
-        self.tx
-            .execute(
-                "INSERT INTO openprose.gates (id, run_id, execution_id, prompt, allow, timeout, timeout_at,
-                                              on_reject, status, created_at, metadata)
-                 VALUES ($1, $2, $3, $4, $5, $6, ($7::text)::timestamptz, $8, 'pending',
-                         ($9::text)::timestamptz, $10)",
-                &[
-                    &g.id,
-                    &run_id,
-                    &execution_id,
-                    &g.prompt,
-                    &g.allow,
-                    &g.timeout,
-                    &g.timeout_at,
-                    &g.on_reject,
-                    &g.now,
-                    &g.metadata,
-                ],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn reopen_gate(&mut self, g: &NewGate, execution_id: i64) -> Result<()> {
-        let run = self.run()?;
-        self.tx
-            .execute(
-                "INSERT INTO openprose.gate_instances (gate_id, instance, run_id, execution_id,
-                     prompt, allow, timeout, timeout_at, on_reject, status, created_at,
-                     resolved_at, resolved_by, resolution_comment, metadata)
-                 SELECT id, instance, run_id, execution_id, prompt, allow, timeout, timeout_at,
-                        on_reject, status, created_at, resolved_at, resolved_by,
-                        resolution_comment, metadata
-                   FROM openprose.gates WHERE run_id = $1 AND id = $2",
-                &[&run, &g.id],
-            )
-            .map_err(self.err())?;
-        self.tx
-            .execute(
-                "UPDATE openprose.gates SET execution_id = $3, prompt = $4, allow = $5,
-                        timeout = $6, timeout_at = ($7::text)::timestamptz, on_reject = $8,
-                        status = 'pending', created_at = ($9::text)::timestamptz,
-                        resolved_at = NULL, resolved_by = NULL, resolution_comment = NULL,
-                        metadata = $10, instance = instance + 1
-                  WHERE run_id = $1 AND id = $2",
-                &[
-                    &run,
-                    &g.id,
-                    &execution_id,
-                    &g.prompt,
-                    &g.allow,
-                    &g.timeout,
-                    &g.timeout_at,
-                    &g.on_reject,
-                    &g.now,
-                    &g.metadata,
-                ],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn resolve_gate(
+    /// Every row a statement returns.
+    fn all<S, T>(
         &mut self,
-        id: &str,
-        status: &GateStatus,
-        by: &str,
-        comment: Option<&str>,
-        at: &str,
-    ) -> Result<()> {
-        let run = self.run()?;
-        let status = status.as_str();
-        self.tx
-            .execute(
-                "UPDATE openprose.gates SET status = $3, resolved_at = ($4::text)::timestamptz,
-                     resolved_by = $5, resolution_comment = $6
-                 WHERE run_id = $1 AND id = $2 AND status = 'pending'",
-                &[&run, &id, &status, &at, &by, &comment],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn pending_gate_ids(&mut self) -> Result<Vec<String>> {
-        let run = self.run()?;
-        Ok(self
-            .tx
-            .query(
-                "SELECT id FROM openprose.gates WHERE run_id = $1 AND status = 'pending'
-                 ORDER BY created_at, id",
-                &[&run],
-            )
-            .map_err(self.err())?
-            .iter()
-            .map(|r| r.get(0))
-            .collect())
-    }
-
-    fn gates_for_resume(&mut self) -> Result<Vec<GateResumeState>> {
-        let run = self.run()?;
-        Ok(self
-            .tx
-            .query(
-                "SELECT g.id, g.status,
-                   (SELECT MAX(a.id) FROM openprose.gate_audit_log a
-                     WHERE a.run_id = g.run_id AND a.gate_id = g.id AND a.event_type = 'resumed'),
-                   (SELECT MAX(a.id) FROM openprose.gate_audit_log a
-                     WHERE a.run_id = g.run_id AND a.gate_id = g.id
-                       AND a.event_type IN ('approved', 'rejected', 'timeout'))
-                 FROM openprose.gates g WHERE g.run_id = $1 ORDER BY g.created_at, g.id",
-                &[&run],
-            )
-            .map_err(self.err())?
-            .iter()
-            .map(|r| GateResumeState {
-                id: r.get(0),
-                status: GateStatus::parse(r.get(1)),
-                last_resumed: r.get(2),
-                last_decision: r.get(3),
-            })
-            .collect())
-    }
-
-    fn chain_head(&mut self) -> Result<(i64, String)> {
-        let run = self.run()?;
-        let row = self
-            .tx
-            .query_one(
-                "SELECT COALESCE((SELECT MAX(seq) FROM openprose.gate_audit_log WHERE run_id = $1), 0),
-                        COALESCE((SELECT hash FROM openprose.gate_audit_log
-                                   WHERE run_id = $1 AND seq IS NOT NULL ORDER BY seq DESC LIMIT 1),
-                                 (SELECT hash FROM openprose.gate_audit_log
-                                   WHERE run_id = $1 AND hash IS NOT NULL ORDER BY id DESC LIMIT 1), '')",
-                &[&run],
-            )
-            .map_err(self.err())?;
-        Ok((row.get(0), row.get(1)))
-    }
-
-    fn next_audit_id(&mut self) -> Result<i64> {
-        Ok(self
-            .tx
-            .query_one(
-                "SELECT nextval(pg_get_serial_sequence('openprose.gate_audit_log', 'id'))",
-                &[],
-            )
-            .map_err(self.err())?
-            .get(0))
-    }
-
-    fn insert_audit(&mut self, row: &AuditRow) -> Result<()> {
-        self.tx
-            .execute(
-                "INSERT INTO openprose.gate_audit_log
-                     (id, gate_id, run_id, event_type, principal, comment, timestamp, metadata,
-                      prev_hash, hash, seq, seal)
-                 VALUES ($1, $2, $3, $4, $5, $6, ($7::text)::timestamptz, $8, $9, $10, $11, $12)",
-                &[
-                    &row.id,
-                    &row.gate_id,
-                    &row.run_id,
-                    &row.event_type,
-                    &row.principal,
-                    &row.comment,
-                    &row.timestamp,
-                    &row.metadata,
-                    &row.prev_hash,
-                    &row.hash,
-                    &row.seq,
-                    &row.seal,
-                ],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn unsealed_audit(&mut self) -> Result<Vec<AuditRow>> {
-        let run = self.run()?;
-        Ok(self
-            .tx
-            .query(
-                &format!("{AUDIT_SELECT} WHERE run_id = $1 AND seq IS NULL ORDER BY id"),
-                &[&run],
-            )
-            .map_err(self.err())?
-            .iter()
-            .map(audit_row)
-            .collect())
-    }
-
-    fn gate_history(&mut self, gate_id: &str) -> Result<Vec<AuditRow>> {
-        let run = self.run()?;
-        Ok(self
-            .tx
-            .query(
-                &format!("{AUDIT_SELECT} WHERE run_id = $1 AND gate_id = $2 ORDER BY id"),
-                &[&run, &gate_id],
-            )
-            .map_err(self.err())?
-            .iter()
-            .map(audit_row)
-            .collect())
-    }
-
-    fn import(&mut self, alias: &str) -> Result<Option<ImportRow>> {
-        let run = self.run()?;
-        Ok(self
-            .tx
-            .query_opt(
-                concat!(
-                    "SELECT alias, source_url, ",
-                    ts!("fetched_at"),
-                    ", inputs_schema::text, outputs_schema::text
-                     FROM openprose.imports WHERE run_id = $1 AND alias = $2 FOR UPDATE"
-                ),
-                &[&run, &alias],
-            )
-            .map_err(self.err())?
-            .map(|r| ImportRow {
-                alias: r.get(0),
-                source_url: r.get(1),
-                fetched_at: r.get(2),
-                inputs_schema: r.get(3),
-                outputs_schema: r.get(4),
-            }))
-    }
-
-    fn put_import(&mut self, import: &ImportRow) -> Result<()> {
-        let run = self.run()?;
-        self.tx
-            .execute(
-                "INSERT INTO openprose.imports (alias, run_id, source_url, fetched_at, inputs_schema, outputs_schema)
-                 VALUES ($2, $1, $3, ($4::text)::timestamptz, ($5::text)::jsonb, ($6::text)::jsonb)
-                 ON CONFLICT (alias, run_id) DO UPDATE SET source_url = excluded.source_url,
-                     fetched_at = excluded.fetched_at, inputs_schema = excluded.inputs_schema,
-                     outputs_schema = excluded.outputs_schema",
-                &[
-                    &run,
-                    &import.alias,
-                    &import.source_url,
-                    &import.fetched_at,
-                    &import.inputs_schema,
-                    &import.outputs_schema,
-                ],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn put_agent_memory(&mut self, name: &str, scope: &str, memory: &str, now: &str) -> Result<()> {
-        let run = self.run_id.clone();
-        self.tx
-            .execute(
-                "INSERT INTO openprose.agents (name, run_id, scope, memory, created_at, updated_at)
-                 VALUES ($1, $2, $3, $4, ($5::text)::timestamptz, ($5::text)::timestamptz)
-                 ON CONFLICT (name, (COALESCE(run_id, '__project__'))) DO UPDATE SET
-                     scope = excluded.scope, memory = excluded.memory, updated_at = excluded.updated_at",
-                &[&name, &run, &scope, &memory, &now],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn touch_agent(&mut self, name: &str, scope: &str, now: &str) -> Result<()> {
-        let run = self.run_id.clone();
-        // The upsert locks the agent's row: appends to one agent are serialised, so the next
-        // number is never taken twice; other agents are not held up.
-        self.tx
-            .execute(
-                "INSERT INTO openprose.agents (name, run_id, scope, created_at, updated_at)
-                 VALUES ($1, $2, $3, ($4::text)::timestamptz, ($4::text)::timestamptz)
-                 ON CONFLICT (name, (COALESCE(run_id, '__project__'))) DO UPDATE SET
-                     updated_at = excluded.updated_at",
-                &[&name, &run, &scope, &now],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn next_segment_number(&mut self, name: &str) -> Result<i64> {
-        let run = self.run_id.clone();
-        Ok(self
-            .tx
-            .query_one(
-                "SELECT COALESCE(MAX(segment_number), 0) + 1 FROM openprose.agent_segments
-                 WHERE agent_name = $1 AND run_id IS NOT DISTINCT FROM $2",
-                &[&name, &run],
-            )
-            .map_err(self.err())?
-            .get(0))
-    }
-
-    fn insert_segment(
-        &mut self,
-        name: &str,
-        number: i64,
-        now: &str,
-        prompt: &str,
-        summary: &str,
-    ) -> Result<()> {
-        let run = self.run_id.clone();
-        self.tx
-            .execute(
-                "INSERT INTO openprose.agent_segments (agent_name, run_id, segment_number, timestamp, prompt, summary)
-                 VALUES ($1, $2, $3, ($4::text)::timestamptz, $5, $6)",
-                &[&name, &run, &number, &now, &prompt, &summary],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn commit(self: Box<Self>) -> Result<()> {
-        let (shown_url, busy_ms) = (self.shown_url, self.busy_ms);
-        committed(self.tx.commit(), |e| map_err(e, shown_url, busy_ms))?;
-        Ok(())
+        sql: &S,
+        p: &[&(dyn ToSql + Sync)],
+        f: impl FnMut(&Row) -> T,
+    ) -> Result<Vec<T>>
+    where
+        S: ?Sized + ToStatement,
+    {
+        let (c, url, busy_ms) = self.session();
+        c.query(sql, p)
+            .map(|rows| rows.iter().map(f).collect())
+            .map_err(|e| map_err(e, url, busy_ms))
     }
 }
 
@@ -1366,22 +418,9 @@ const OVERDUE_AT: &str = "g.status = 'pending' AND g.timeout_at IS NOT NULL
                           AND g.timeout_at <= ($2::text)::timestamptz";
 
 /// A gate's columns on `gates g`, in `gate_row`'s order.
-macro_rules! gate_columns {
-    () => {
-        concat!(
-            "g.id, g.run_id, g.execution_id, g.prompt, g.allow, g.timeout, ",
-            ts!("g.timeout_at"),
-            ", g.on_reject, g.status, ",
-            ts!("g.created_at"),
-            ", ",
-            ts!("g.resolved_at"),
-            ", g.resolved_by, g.resolution_comment, g.metadata, g.instance"
-        )
-    };
-}
-const GATE_COLUMNS: &str = gate_columns!();
+const GATE_COLUMNS: &str = gate_columns!("id");
 
-const GATE_SELECT: &str = concat!("SELECT ", gate_columns!(), " FROM openprose.gates g");
+const GATE_SELECT: &str = concat!("SELECT ", gate_columns!("id"), " FROM openprose.gates g");
 
 const AUDIT_SELECT: &str = concat!(
     "SELECT id, gate_id, run_id, event_type, principal, comment, ",
@@ -1397,20 +436,19 @@ const BINDING_SELECT: &str = concat!(
     ", b.attachment_path, b.version"
 );
 
-fn gate_row(r: &Row) -> GateRow {
-    let allow: Option<String> = r.get(4);
-    GateRow {
+/// A gates (or gate_instances) row in `gate_columns!`' order, as stored: the one mapper of a
+/// gate, for a copy of the run as for the rules.
+fn gate_record(r: &Row) -> GateRecord {
+    GateRecord {
         id: r.get(0),
         run_id: r.get(1),
         execution_id: r.get(2),
-        prompt: r.get::<_, Option<String>>(3).unwrap_or_default(),
-        allow: allow
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or_default(),
+        prompt: r.get(3),
+        allow: r.get(4),
         timeout: r.get(5),
         timeout_at: r.get(6),
         on_reject: r.get(7),
-        status: GateStatus::parse(r.get(8)),
+        status: r.get::<_, Option<&str>>(8).map(GateStatus::parse),
         created_at: r.get(9),
         resolved_at: r.get(10),
         resolved_by: r.get(11),
@@ -1418,6 +456,11 @@ fn gate_row(r: &Row) -> GateRow {
         metadata: r.get(13),
         instance: r.get::<_, Option<i64>>(14).unwrap_or(1),
     }
+}
+
+/// A gates row as the rules read it.
+fn gate_row(r: &Row) -> GateRow {
+    gate_record(r).into_row()
 }
 
 fn audit_row(r: &Row) -> AuditRow {
@@ -1452,81 +495,62 @@ fn binding_row(r: &Row) -> BindingRow {
 }
 
 fn attachment_referenced(
-    c: &mut impl GenericClient,
+    s: &mut impl Statements,
     run_id: &str,
     attachment_path: &str,
 ) -> Result<bool> {
-    Ok(c.query_one(
+    s.one(
         "SELECT EXISTS (SELECT 1 FROM openprose.bindings WHERE run_id = $1 AND attachment_path = $2)",
         &[&run_id, &attachment_path],
+        |r| r.get(0),
     )
-    .map_err(pg)?
-    .get(0))
 }
 
-fn execution_exists(c: &mut impl GenericClient, run_id: &str, id: i64) -> Result<bool> {
-    Ok(c.query_one(
+fn execution_exists(s: &mut impl Statements, run_id: &str, id: i64) -> Result<bool> {
+    s.one(
         "SELECT EXISTS (SELECT 1 FROM openprose.execution WHERE id = $1 AND run_id = $2)",
         &[&id, &run_id],
+        |r| r.get(0),
     )
-    .map_err(pg)?
-    .get(0))
 }
 
-fn load_gate(c: &mut impl GenericClient, run_id: &str, id: &str) -> Result<Option<GateRow>> {
-    Ok(c.query_opt(
+fn load_gate(s: &mut impl Statements, run_id: &str, id: &str) -> Result<Option<GateRow>> {
+    s.opt(
         &format!("{GATE_SELECT} WHERE run_id = $1 AND id = $2"),
         &[&run_id, &id],
+        gate_row,
     )
-    .map_err(pg)?
-    .map(|r| gate_row(&r)))
 }
 
-/// The roles a `query` session could act as that it must not: every role reachable by
-/// membership (pg_has_role's MEMBER, which follows memberships through any depth, with or
-/// without INHERIT) from session_user, current_user or the role the backend logged in as,
-/// that is a superuser, makes roles, replicates, is one of the server-file, server-program
-/// or signal roles, or may write a table of the openprose schema. The first column is the
-/// role the session runs as; the second, the offending roles (NULL when there are none).
-const QUERY_ROLE_GUARD: &str = "
-    SELECT current_user::text,
-           string_agg(DISTINCT r.rolname::text, ', ')
-      FROM pg_roles r
-     WHERE (pg_has_role(session_user, r.oid, 'MEMBER')
-            OR pg_has_role(current_user, r.oid, 'MEMBER')
-            OR pg_has_role((SELECT usesysid FROM pg_stat_activity WHERE pid = pg_backend_pid()),
-                           r.oid, 'MEMBER'))
-       AND (r.rolsuper OR r.rolcreaterole OR r.rolreplication
-            OR r.rolname IN ('pg_read_server_files', 'pg_write_server_files',
-                             'pg_execute_server_program', 'pg_signal_backend')
-            OR EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                        WHERE n.nspname = 'openprose' AND c.relkind IN ('r', 'p')
-                          AND has_table_privilege(r.oid, c.oid,
-                                                  'INSERT, UPDATE, DELETE, TRUNCATE')))";
-
-fn to_json(row: &Row, i: usize) -> serde_json::Value {
-    use serde_json::Value;
-    let ty = row.columns()[i].type_().clone();
-    macro_rules! get {
-        ($t:ty) => {
-            row.try_get::<_, Option<$t>>(i).ok().flatten()
-        };
+fn import_row(r: &Row) -> ImportRow {
+    ImportRow {
+        alias: r.get(0),
+        source_url: r.get(1),
+        fetched_at: r.get(2),
+        inputs_schema: r.get(3),
+        outputs_schema: r.get(4),
     }
-    let v: Option<Value> = match ty {
-        Type::BOOL => get!(bool).map(Value::from),
-        Type::INT2 => get!(i16).map(Value::from),
-        Type::INT4 => get!(i32).map(Value::from),
-        Type::INT8 => get!(i64).map(Value::from),
-        Type::FLOAT4 => get!(f32)
-            .and_then(|f| serde_json::Number::from_f64(f as f64))
-            .map(Value::Number),
-        Type::FLOAT8 => get!(f64)
-            .and_then(serde_json::Number::from_f64)
-            .map(Value::Number),
-        Type::JSON | Type::JSONB => get!(serde_json::Value),
-        _ => get!(String).map(Value::from),
-    };
-    v.unwrap_or(Value::Null)
+}
+
+/// A transaction held apart from its store (an upload's, a cleanup's), with its error edge.
+struct On<'a, C> {
+    c: &'a mut C,
+    url: &'a str,
+    busy_ms: u64,
+}
+
+impl<C: GenericClient> Statements for On<'_, C> {
+    type Client = C;
+    fn session(&mut self) -> (&mut C, &str, u64) {
+        (self.c, self.url, self.busy_ms)
+    }
+}
+
+impl Statements for PgStore {
+    type Client = Client;
+    fn session(&mut self) -> (&mut Client, &str, u64) {
+        (&mut self.client, &self.shown_url, self.busy_ms)
+    }
 }
 
 impl AgentStore for PgStore {
@@ -1539,62 +563,60 @@ impl AgentStore for PgStore {
             busy_ms,
             ..
         } = self;
-        let mut tx = client
+        let tx = client
             .transaction()
             .map_err(|e| map_err(e, shown_url, *busy_ms))?;
-        let run = match run_id.as_deref() {
-            Some(id) => lock_run(&mut tx, id, kind)?
-                .map(|status| (id.to_string(), Some(RunStatus::parse(&status)))),
-            None => None,
-        };
-        Ok(Box::new(PgTx {
+        let mut tx = PgTx {
             tx,
             run_id: run_id.clone(),
-            run,
+            run: None,
             shown_url,
             busy_ms: *busy_ms,
             prepared: std::collections::HashMap::new(),
-        }))
+        };
+        if let Some(id) = run_id.as_deref() {
+            tx.lock_run(id, kind)?;
+        }
+        Ok(Box::new(tx))
     }
 
     fn agent(&mut self, name: &str) -> Result<Option<AgentRow>> {
         let run = self.run_id.clone();
-        let row = self
-            .client
-            .query_opt(
-                agent_select!("WHERE a.run_id IS NOT DISTINCT FROM $1 AND a.name = $2"),
-                &[&run, &name],
-            )
-            .map_err(self.err())?;
-        Ok(row.as_ref().map(pg_agent_row))
+        self.opt(
+            agent_select!("WHERE a.run_id IS NOT DISTINCT FROM $1 AND a.name = $2"),
+            &[&run, &name],
+            agent_row,
+        )
     }
 
     fn agent_rows(&mut self) -> Result<Vec<AgentRow>> {
-        self.agent_query(agent_select!("WHERE a.run_id IS NOT DISTINCT FROM $1"))
+        let run = self.run_id.clone();
+        self.all(
+            agent_select!("WHERE a.run_id IS NOT DISTINCT FROM $1"),
+            &[&run],
+            agent_row,
+        )
     }
 
     fn segment_agents(&mut self) -> Result<Vec<AgentRow>> {
-        self.agent_query(concat!(
-            "SELECT s.agent_name, NULL, NULL, ",
-            ts!("MIN(s.timestamp)"),
-            ", ",
-            ts!("MAX(s.timestamp)"),
-            ", COUNT(*) FROM openprose.agent_segments s
-              WHERE s.run_id IS NOT DISTINCT FROM $1 AND s.agent_name IS NOT NULL
-              GROUP BY s.agent_name"
-        ))
-    }
-}
-
-impl PgStore {
-    fn agent_query(&mut self, sql: &str) -> Result<Vec<AgentRow>> {
         let run = self.run_id.clone();
-        let rows = self.client.query(sql, &[&run]).map_err(self.err())?;
-        Ok(rows.iter().map(pg_agent_row).collect())
+        self.all(
+            concat!(
+                "SELECT s.agent_name, NULL, NULL, ",
+                ts!("MIN(s.timestamp)"),
+                ", ",
+                ts!("MAX(s.timestamp)"),
+                ", COUNT(*) FROM openprose.agent_segments s
+                  WHERE s.run_id IS NOT DISTINCT FROM $1 AND s.agent_name IS NOT NULL
+                  GROUP BY s.agent_name"
+            ),
+            &[&run],
+            agent_row,
+        )
     }
 }
 
-fn pg_agent_row(r: &postgres::Row) -> AgentRow {
+fn agent_row(r: &Row) -> AgentRow {
     AgentRow {
         name: r.get(0),
         scope: r.get(1),
@@ -1630,356 +652,220 @@ impl Store for PgStore {
 
     fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
         let run = self.run()?.to_string();
-        attachment_referenced(&mut *self.client, &run, attachment_path)
+        attachment_referenced(self, &run, attachment_path)
     }
 
     fn execution_exists(&mut self, id: i64) -> Result<bool> {
         let run = self.run()?.to_string();
-        execution_exists(&mut *self.client, &run, id)
+        execution_exists(self, &run, id)
     }
 
     // Scope resolution, as in the SQLite store: nearest scope first, root scope last.
     fn resolve(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<Found>> {
         let run = self.run()?.to_string();
         if let Some(start) = execution_id {
-            let sql = format!(
-                "WITH RECURSIVE chain(id, parent_id, depth) AS (
-                     SELECT id, parent_id, 0 FROM openprose.execution WHERE id = $2 AND run_id = $3
-                     UNION ALL
-                     SELECT e.id, e.parent_id, c.depth + 1
-                     FROM chain c JOIN openprose.execution e ON e.id = c.parent_id
-                     WHERE c.depth < $4::int
-                 )
-                 SELECT {BINDING_SELECT}, c.depth FROM chain c JOIN openprose.bindings b
-                   ON b.run_id = $3 AND b.name = $1 AND COALESCE(b.execution_id, -1) = c.id
-                 ORDER BY c.depth LIMIT 1"
-            );
-            let found = self
-                .client
-                .query_opt(&sql, &[&name, &start, &run, &super::MAX_SCOPE_DEPTH])
-                .map_err(self.err())?;
-            if let Some(r) = found {
-                return Ok(Some(Found {
-                    row: binding_row(&r),
+            let found = self.opt(
+                &format!(
+                    "WITH RECURSIVE chain(id, parent_id, depth) AS (
+                         SELECT id, parent_id, 0 FROM openprose.execution WHERE id = $2 AND run_id = $3
+                         UNION ALL
+                         SELECT e.id, e.parent_id, c.depth + 1
+                         FROM chain c JOIN openprose.execution e ON e.id = c.parent_id
+                         WHERE c.depth < $4::int
+                     )
+                     SELECT {BINDING_SELECT}, c.depth FROM chain c JOIN openprose.bindings b
+                       ON b.run_id = $3 AND b.name = $1 AND COALESCE(b.execution_id, -1) = c.id
+                     ORDER BY c.depth LIMIT 1"
+                ),
+                &[&name, &start, &run, &super::MAX_SCOPE_DEPTH],
+                |r| Found {
+                    row: binding_row(r),
                     depth: Some(r.get::<_, i32>(9) as u64),
-                }));
+                },
+            )?;
+            if found.is_some() {
+                return Ok(found);
             }
         }
-        let sql = format!(
-            "SELECT {BINDING_SELECT} FROM openprose.bindings b
-             WHERE b.run_id = $2 AND b.name = $1 AND b.execution_id IS NULL"
-        );
-        Ok(self
-            .client
-            .query_opt(&sql, &[&name, &run])
-            .map_err(self.err())?
-            .map(|r| Found {
-                row: binding_row(&r),
+        self.opt(
+            &format!(
+                "SELECT {BINDING_SELECT} FROM openprose.bindings b
+                 WHERE b.run_id = $2 AND b.name = $1 AND b.execution_id IS NULL"
+            ),
+            &[&name, &run],
+            |r| Found {
+                row: binding_row(r),
                 depth: None,
-            }))
+            },
+        )
     }
 
     fn scope_chain(&mut self, execution_id: i64) -> Result<Vec<i64>> {
         let run = self.run()?.to_string();
-        let rows = self
-            .client
-            .query(
-                "WITH RECURSIVE chain(id, parent_id, depth) AS (
-                     SELECT id, parent_id, 0 FROM openprose.execution WHERE id = $1 AND run_id = $2
-                     UNION ALL
-                     SELECT e.id, e.parent_id, c.depth + 1
-                     FROM chain c JOIN openprose.execution e ON e.id = c.parent_id
-                     WHERE c.depth < $3::int
-                 )
-                 SELECT id FROM chain ORDER BY depth",
-                &[&execution_id, &run, &super::MAX_SCOPE_DEPTH],
-            )
-            .map_err(self.err())?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        self.all(
+            "WITH RECURSIVE chain(id, parent_id, depth) AS (
+                 SELECT id, parent_id, 0 FROM openprose.execution WHERE id = $1 AND run_id = $2
+                 UNION ALL
+                 SELECT e.id, e.parent_id, c.depth + 1
+                 FROM chain c JOIN openprose.execution e ON e.id = c.parent_id
+                 WHERE c.depth < $3::int
+             )
+             SELECT id FROM chain ORDER BY depth",
+            &[&execution_id, &run, &super::MAX_SCOPE_DEPTH],
+            |r| r.get(0),
+        )
     }
 
     fn query_readonly(&mut self, sql: &str, limit: std::time::Duration) -> Result<QueryResult> {
-        if sql.trim().is_empty() {
-            return Err(usage("empty query"));
-        }
-        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
-        let mut tx = self
-            .client
-            .build_transaction()
-            .read_only(true)
-            .start()
-            .map_err(|e| map_err(e, &shown_url, busy_ms))?;
-        tx.batch_execute(&format!(
-            "SET LOCAL statement_timeout = {}",
-            limit.as_millis().min(i32::MAX as u128)
-        ))
-        .map_err(|e| map_err(e, &shown_url, busy_ms))?;
-        let start = std::time::Instant::now();
-        let timed_out = || {
-            crate::error::timed_out(format!(
-                "query stopped after {}s (--timeout): {}",
-                limit.as_secs(),
-                shown(sql)
-            ))
-        };
-        let stopped = |e: postgres::Error| match e.code() {
-            Some(c) if *c == SqlState::QUERY_CANCELED => timed_out(),
-            Some(c)
-                if *c == SqlState::READ_ONLY_SQL_TRANSACTION
-                    || *c == SqlState::INSUFFICIENT_PRIVILEGE =>
-            {
-                refused(format!(
-                    "query is read-only and this statement would write ({}): {}",
-                    e.as_db_error().map_or("", |d| d.message()),
-                    shown(sql)
-                ))
-            }
-            _ => map_err(e, &shown_url, busy_ms),
-        };
-        let stmt = tx.prepare(sql).map_err(|e| match e.as_db_error() {
-            Some(db)
-                if db.code() == &SqlState::SYNTAX_ERROR
-                    || db.code() == &SqlState::UNDEFINED_TABLE
-                    || db.code() == &SqlState::UNDEFINED_COLUMN
-                    || db.message().contains("multiple commands") =>
-            {
-                usage(format!("invalid SQL ({}): {}", db.message(), shown(sql)))
-            }
-            _ => map_err(e, &shown_url, busy_ms),
-        })?;
-        // A READ ONLY transaction does not stop a superuser's COPY ... TO PROGRAM, nor
-        // pg_read_file, and a role may become any role it is a member of (SET ROLE,
-        // set_config('role', ...)) within the statement. So the guard is on every role this
-        // session can become, directly or through membership, from the role it logged in as
-        // (session_user, which SET ROLE always returns to) and the role it runs as: none may
-        // be a superuser, make roles or replicate, hold the server-file, server-program or
-        // signal roles, or write a table of the openprose schema. Then switching roles reaches
-        // nothing the guard did not vet, and pg_terminate_backend / pg_cancel_backend reach
-        // only sessions of roles this one has the privileges of: never one that can write
-        // the state.
-        let role = tx
-            .query_one(QUERY_ROLE_GUARD, &[])
-            .map_err(|e| map_err(e, &shown_url, busy_ms))?;
-        if let Some(roles) = role.get::<_, Option<String>>(1) {
-            return Err(refused(format!(
-                "query will not run as {}: it can become {} (a superuser, a role that makes roles or replicates, pg_read_server_files, pg_write_server_files, pg_execute_server_program, pg_signal_backend, or a role that can write the openprose tables), whose powers a READ ONLY transaction does not contain; connect as a role that can only read the openprose schema (see README, Threat model)",
-                shown(role.get::<_, &str>(0)),
-                crate::error::clip(&roles, 200)
-            )));
-        }
-        let columns: Vec<String> = stmt
-            .columns()
-            .iter()
-            .map(|c| c.name().to_string())
-            .collect();
-        // Rows are taken one by one as they arrive, against the result's bounds and the
-        // timeout, never collected first.
-        let mut budget = super::QueryBudget::new(&columns, start, limit);
-        let mut rows = Vec::new();
-        {
-            use postgres::fallible_iterator::FallibleIterator;
-            let mut it = tx
-                .query_raw(&stmt, std::iter::empty::<&(dyn ToSql + Sync)>())
-                .map_err(stopped)?;
-            while let Some(r) = it.next().map_err(stopped)? {
-                let mut values = Vec::with_capacity(columns.len());
-                for i in 0..columns.len() {
-                    let v = to_json(&r, i);
-                    budget.take(i, &v)?;
-                    values.push(v);
-                }
-                rows.push(values);
-                if budget.overdue() {
-                    return Err(timed_out());
-                }
-            }
-        }
-        tx.rollback().map_err(|e| map_err(e, &shown_url, busy_ms))?;
-        Ok(QueryResult { columns, rows })
+        self.sandboxed_query(sql, limit)
     }
 
     fn run_info(&mut self) -> Result<RunInfo> {
         let run = self.run()?.to_string();
-        let row = self
-            .client
-            .query_opt(
-                concat!(
-                    "SELECT id, program_path, status, ",
-                    ts!("started_at"),
-                    ", ",
-                    ts!("updated_at"),
-                    " FROM openprose.run WHERE id = $1"
-                ),
-                &[&run],
-            )
-            .map_err(self.err())?
-            .ok_or_else(|| not_found(format!("run not found: {}", shown(&run))))?;
-        Ok(RunInfo {
-            id: row.get(0),
-            program_path: row.get(1),
-            status: row.get::<_, Option<&str>>(2).map(RunStatus::parse),
-            started_at: row.get(3),
-            updated_at: row.get(4),
-        })
+        self.opt(
+            concat!(
+                "SELECT id, program_path, status, ",
+                ts!("started_at"),
+                ", ",
+                ts!("updated_at"),
+                " FROM openprose.run WHERE id = $1"
+            ),
+            &[&run],
+            |row| RunInfo {
+                id: row.get(0),
+                program_path: row.get(1),
+                status: row.get::<_, Option<&str>>(2).map(RunStatus::parse),
+                started_at: row.get(3),
+                updated_at: row.get(4),
+            },
+        )?
+        .ok_or_else(|| not_found(format!("run not found: {}", shown(&run))))
     }
 
     fn any_overdue(&mut self, now: &str) -> Result<bool> {
         let run = self.run()?.to_string();
-        Ok(self
-            .client
-            .query_one(
-                &format!(
-                    "SELECT EXISTS (SELECT 1 FROM openprose.gates WHERE run_id = $1 AND {OVERDUE})"
-                ),
-                &[&run, &now],
-            )
-            .map_err(self.err())?
-            .get(0))
+        self.one(
+            &format!(
+                "SELECT EXISTS (SELECT 1 FROM openprose.gates WHERE run_id = $1 AND {OVERDUE})"
+            ),
+            &[&run, &now],
+            |r| r.get(0),
+        )
     }
 
-    fn read_gates(&mut self, status: Option<&str>) -> Result<Vec<GateRow>> {
+    fn read_gates(&mut self, status: Option<&GateStatus>) -> Result<Vec<GateRow>> {
         let run = self.run()?.to_string();
-        let rows = self
-            .client
-            .query(
-                &format!(
-                    "{GATE_SELECT} WHERE run_id = $1 AND ($2::text IS NULL OR status = $2)
-                     ORDER BY created_at, id"
-                ),
-                &[&run, &status],
-            )
-            .map_err(self.err())?;
-        Ok(rows.iter().map(gate_row).collect())
+        let status = status.map(GateStatus::as_str);
+        self.all(
+            &format!(
+                "{GATE_SELECT} WHERE run_id = $1 AND ($2::text IS NULL OR status = $2)
+                 ORDER BY created_at, id"
+            ),
+            &[&run, &status],
+            gate_row,
+        )
     }
 
     fn read_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
         let run = self.run()?.to_string();
-        load_gate(&mut *self.client, &run, id)
+        load_gate(self, &run, id)
     }
 
     fn audit(&mut self, f: &AuditFilter) -> Result<Vec<AuditRow>> {
         let run = self.run()?.to_string();
-        let rows = self
-            .client
-            .query(
-                &format!(
-                    "{AUDIT_SELECT} WHERE run_id = $1 AND ($2::text IS NULL OR gate_id = $2)
-                       AND ($3::text IS NULL OR principal = $3)
-                       AND ($4::text IS NULL OR timestamp >= ($4::text)::timestamptz)
-                     ORDER BY id"
-                ),
-                &[&run, &f.gate_id, &f.principal, &f.since],
-            )
-            .map_err(self.err())?;
-        Ok(rows.iter().map(audit_row).collect())
+        self.all(
+            &format!(
+                "{AUDIT_SELECT} WHERE run_id = $1 AND ($2::text IS NULL OR gate_id = $2)
+                   AND ($3::text IS NULL OR principal = $3)
+                   AND ($4::text IS NULL OR timestamp >= ($4::text)::timestamptz)
+                 ORDER BY id"
+            ),
+            &[&run, &f.gate_id, &f.principal, &f.since],
+            audit_row,
+        )
     }
 
     fn chain_hash_at(&mut self, seq: i64) -> Result<Option<String>> {
         let run = self.run()?.to_string();
-        Ok(self
-            .client
-            .query_opt(
-                "SELECT hash FROM openprose.gate_audit_log WHERE run_id = $1 AND seq = $2",
-                &[&run, &seq],
-            )
-            .map_err(self.err())?
-            .and_then(|r| r.get(0)))
+        self.opt(
+            "SELECT hash FROM openprose.gate_audit_log WHERE run_id = $1 AND seq = $2",
+            &[&run, &seq],
+            |r| r.get(0),
+        )
+        .map(Option::flatten)
     }
 
     fn chain_tip(&mut self) -> Result<Option<super::ChainTip>> {
         let run = self.run()?.to_string();
-        Ok(self
-            .client
-            .query_opt(
-                "SELECT run_id, seq, hash, seal FROM openprose.gate_audit_log
-                  WHERE run_id = $1 AND seq IS NOT NULL ORDER BY seq DESC LIMIT 1",
-                &[&run],
-            )
-            .map_err(self.err())?
-            .map(|r| {
+        self.opt(
+            "SELECT run_id, seq, hash, seal FROM openprose.gate_audit_log
+              WHERE run_id = $1 AND seq IS NOT NULL ORDER BY seq DESC LIMIT 1",
+            &[&run],
+            |r| {
                 (
                     r.get(0),
                     r.get(1),
                     r.get::<_, Option<String>>(2).unwrap_or_default(),
                     r.get(3),
                 )
-            }))
+            },
+        )
     }
 
     fn run_summary(&mut self, now: &str) -> Result<RunSummary> {
         let info = self.run_info()?;
         let run = info.id.clone();
-        let row = self
-            .client
-            .query_one(
-                &format!(
-                    "SELECT (SELECT error_message FROM openprose.run WHERE id = $1),
-                            (SELECT {} FROM (SELECT MAX(COALESCE(completed_at, started_at)) AS t
-                               FROM openprose.execution WHERE run_id = $1) m),
-                            (SELECT COUNT(*) FROM openprose.gates
-                               WHERE run_id = $1 AND status = 'pending' AND NOT ({OVERDUE}))",
-                    ts!("m.t")
-                ),
-                &[&run, &now],
-            )
-            .map_err(self.err())?;
-        Ok(RunSummary {
-            run: info,
-            error_message: row.get(0),
-            last_event_at: row.get(1),
-            pending_gates: row.get(2),
-        })
+        self.one(
+            &format!(
+                "SELECT (SELECT error_message FROM openprose.run WHERE id = $1),
+                        (SELECT {} FROM (SELECT MAX(COALESCE(completed_at, started_at)) AS t
+                           FROM openprose.execution WHERE run_id = $1) m),
+                        (SELECT COUNT(*) FROM openprose.gates
+                           WHERE run_id = $1 AND status = 'pending' AND NOT ({OVERDUE}))",
+                ts!("m.t")
+            ),
+            &[&run, &now],
+            |row| RunSummary {
+                run: info,
+                error_message: row.get(0),
+                last_event_at: row.get(1),
+                pending_gates: row.get(2),
+            },
+        )
     }
 
     fn imports(&mut self) -> Result<Vec<ImportRow>> {
         let run = self.run()?.to_string();
-        let rows = self
-            .client
-            .query(
-                concat!(
-                    "SELECT alias, source_url, ",
-                    ts!("fetched_at"),
-                    ", inputs_schema::text, outputs_schema::text FROM openprose.imports
-                     WHERE run_id = $1 ORDER BY alias"
-                ),
-                &[&run],
-            )
-            .map_err(self.err())?;
-        Ok(rows
-            .iter()
-            .map(|r| ImportRow {
-                alias: r.get(0),
-                source_url: r.get(1),
-                fetched_at: r.get(2),
-                inputs_schema: r.get(3),
-                outputs_schema: r.get(4),
-            })
-            .collect())
+        self.all(
+            concat!(
+                "SELECT alias, source_url, ",
+                ts!("fetched_at"),
+                ", inputs_schema::text, outputs_schema::text FROM openprose.imports
+                 WHERE run_id = $1 ORDER BY alias"
+            ),
+            &[&run],
+            import_row,
+        )
     }
 
     fn executions_matching(&mut self, q: &super::ExecQuery) -> Result<Vec<ExecutionRow>> {
         let run = self.run()?.to_string();
         let (tail, params) = q.sql("run_id = $1 AND ", true, |i| format!("${}", i + 2));
-        let mut args: Vec<&(dyn postgres::types::ToSql + Sync)> = vec![&run];
-        args.extend(
-            params
-                .iter()
-                .map(|p| p as &(dyn postgres::types::ToSql + Sync)),
-        );
-        let sql = format!(
-            concat!(
-                "SELECT id, statement_index, statement_text, status, ",
-                ts!("started_at"),
-                ", ",
-                ts!("completed_at"),
-                ", error_message, parent_id, metadata::text FROM openprose.execution {}"
+        let mut args: Vec<&(dyn ToSql + Sync)> = vec![&run];
+        args.extend(params.iter().map(|p| p as &(dyn ToSql + Sync)));
+        self.all(
+            &format!(
+                concat!(
+                    "SELECT id, statement_index, statement_text, status, ",
+                    ts!("started_at"),
+                    ", ",
+                    ts!("completed_at"),
+                    ", error_message, parent_id, metadata::text FROM openprose.execution {}"
+                ),
+                tail
             ),
-            tail
-        );
-        let rows = self.client.query(&sql, &args).map_err(self.err())?;
-        Ok(rows
-            .iter()
-            .map(|r| ExecutionRow {
+            &args,
+            |r| ExecutionRow {
                 id: r.get(0),
                 statement_index: r.get(1),
                 statement_text: r.get(2),
@@ -1989,8 +875,8 @@ impl Store for PgStore {
                 error_message: r.get(6),
                 parent_id: r.get(7),
                 metadata: r.get(8),
-            })
-            .collect())
+            },
+        )
     }
 
     fn bindings_page(
@@ -2001,23 +887,20 @@ impl Store for PgStore {
     ) -> Result<Vec<BindingRow>> {
         let run = self.run()?.to_string();
         let scopes = super::scope_list(chain);
-        let rows = self
-            .client
-            .query(
-                &format!(
-                    "SELECT {BINDING_SELECT} FROM openprose.bindings b
-                     WHERE b.run_id = $1 AND COALESCE(b.execution_id, -1) IN ({scopes})
-                       AND b.name IN (
-                         SELECT DISTINCT name COLLATE \"C\" FROM openprose.bindings
-                         WHERE run_id = $1 AND COALESCE(execution_id, -1) IN ({scopes})
-                           AND name COLLATE \"C\" > $2
-                         ORDER BY name COLLATE \"C\" LIMIT $3)
-                     ORDER BY b.name COLLATE \"C\""
-                ),
-                &[&run, &after.unwrap_or(""), &names],
-            )
-            .map_err(self.err())?;
-        Ok(rows.iter().map(binding_row).collect())
+        self.all(
+            &format!(
+                "SELECT {BINDING_SELECT} FROM openprose.bindings b
+                 WHERE b.run_id = $1 AND COALESCE(b.execution_id, -1) IN ({scopes})
+                   AND b.name IN (
+                     SELECT DISTINCT name COLLATE \"C\" FROM openprose.bindings
+                     WHERE run_id = $1 AND COALESCE(execution_id, -1) IN ({scopes})
+                       AND name COLLATE \"C\" > $2
+                     ORDER BY name COLLATE \"C\" LIMIT $3)
+                 ORDER BY b.name COLLATE \"C\""
+            ),
+            &[&run, &after.unwrap_or(""), &names],
+            binding_row,
+        )
     }
 
     fn resume_counts(&mut self, chain: &[i64]) -> Result<super::ResumeCounts> {
@@ -2034,47 +917,43 @@ impl Store for PgStore {
                     .join(", ")
             )
         };
-        let r = self
-            .client
-            .query_one(
-                &format!(
-                    "SELECT (SELECT COUNT(*) FROM openprose.execution WHERE run_id = $1),
-                            (SELECT COUNT(*) FROM openprose.bindings WHERE run_id = $1),
-                            (SELECT COUNT(*) FROM openprose.bindings
-                             WHERE run_id = $1 AND execution_id IS NOT NULL),
-                            (SELECT COUNT(DISTINCT name) FROM openprose.bindings b
-                             WHERE b.run_id = $1 AND {in_chain} AND NOT EXISTS (
-                                 SELECT 1 FROM openprose.bindings r
-                                 WHERE r.run_id = $1 AND r.name = b.name
-                                   AND COALESCE(r.execution_id, -1) = -1)),
-                            (SELECT error_message FROM openprose.run WHERE id = $1)"
-                ),
-                &[&run],
-            )
-            .map_err(self.err())?;
-        let (records, bindings, scoped, chain_only): (i64, i64, i64, i64) =
-            (r.get(0), r.get(1), r.get(2), r.get(3));
-        Ok(super::ResumeCounts {
-            error_message: r.get(4),
-            records,
-            bindings,
-            bindings_visible: bindings - scoped + chain_only,
-        })
+        self.one(
+            &format!(
+                "SELECT (SELECT COUNT(*) FROM openprose.execution WHERE run_id = $1),
+                        (SELECT COUNT(*) FROM openprose.bindings WHERE run_id = $1),
+                        (SELECT COUNT(*) FROM openprose.bindings
+                         WHERE run_id = $1 AND execution_id IS NOT NULL),
+                        (SELECT COUNT(DISTINCT name) FROM openprose.bindings b
+                         WHERE b.run_id = $1 AND {in_chain} AND NOT EXISTS (
+                             SELECT 1 FROM openprose.bindings r
+                             WHERE r.run_id = $1 AND r.name = b.name
+                               AND COALESCE(r.execution_id, -1) = -1)),
+                        (SELECT error_message FROM openprose.run WHERE id = $1)"
+            ),
+            &[&run],
+            |r| {
+                let (records, bindings, scoped, chain_only): (i64, i64, i64, i64) =
+                    (r.get(0), r.get(1), r.get(2), r.get(3));
+                super::ResumeCounts {
+                    error_message: r.get(4),
+                    records,
+                    bindings,
+                    bindings_visible: bindings - scoped + chain_only,
+                }
+            },
+        )
     }
 
     fn bindings(&mut self) -> Result<Vec<BindingRow>> {
         let run = self.run()?.to_string();
-        let rows = self
-            .client
-            .query(
-                &format!(
-                    "SELECT {BINDING_SELECT} FROM openprose.bindings b WHERE b.run_id = $1
-                     ORDER BY COALESCE(b.execution_id, -1), b.name"
-                ),
-                &[&run],
-            )
-            .map_err(self.err())?;
-        Ok(rows.iter().map(binding_row).collect())
+        self.all(
+            &format!(
+                "SELECT {BINDING_SELECT} FROM openprose.bindings b WHERE b.run_id = $1
+                 ORDER BY COALESCE(b.execution_id, -1), b.name"
+            ),
+            &[&run],
+            binding_row,
+        )
     }
 
     fn stats(&mut self) -> Result<StoreStats> {
@@ -2091,16 +970,13 @@ impl Store for PgStore {
         // PostgreSQL keeps its own integrity and enforces the foreign keys; what can still go
         // wrong is rows written by other means pointing at executions that do not exist.
         let run = self.run()?.to_string();
-        let n: i64 = self
-            .client
-            .query_one(
-                "SELECT COUNT(*) FROM openprose.bindings b WHERE b.run_id = $1
-                   AND b.execution_id IS NOT NULL AND NOT EXISTS
-                   (SELECT 1 FROM openprose.execution e WHERE e.id = b.execution_id AND e.run_id = $1)",
-                &[&run],
-            )
-            .map_err(self.err())?
-            .get(0);
+        let n: i64 = self.one(
+            "SELECT COUNT(*) FROM openprose.bindings b WHERE b.run_id = $1
+               AND b.execution_id IS NOT NULL AND NOT EXISTS
+               (SELECT 1 FROM openprose.execution e WHERE e.id = b.execution_id AND e.run_id = $1)",
+            &[&run],
+            |r| r.get(0),
+        )?;
         Ok(if n > 0 {
             vec![format!(
                 "{n} bindings are scoped to executions that do not exist"
@@ -2197,6 +1073,11 @@ impl Store for PgStore {
         let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
         let err = |e| map_err(e, &shown_url, busy_ms);
         let mut tx = self.client.transaction().map_err(err)?;
+        let mut on = On {
+            c: &mut tx,
+            url: &shown_url,
+            busy_ms,
+        };
         // Agents and their segments have no foreign key to the run either (the spec's
         // project agents share the tables, with no run).
         for sql in [
@@ -2206,90 +1087,18 @@ impl Store for PgStore {
             "DELETE FROM openprose.agents WHERE run_id = $1",
             "DELETE FROM openprose.run WHERE id = $1",
         ] {
-            tx.execute(sql, &[&run]).map_err(err)?;
+            on.exec(sql, &[&run])?;
         }
         committed(tx.commit(), err)?;
         Ok(())
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::masked;
-
-    #[test]
-    fn passwords_never_show() {
-        assert_eq!(
-            masked("postgresql://user:secret@host:5432/db?sslmode=require"),
-            "postgresql://user:***@host:5432/db?sslmode=require"
-        );
-        assert_eq!(
-            masked("postgresql://user@host/db"),
-            "postgresql://user:***@host/db"
-        );
-        assert_eq!(
-            masked("postgres://u:p%40ss@h/db?password=x&sslmode=disable"),
-            "postgres://u:***@h/db?password=***&sslmode=disable"
-        );
-        assert_eq!(masked("postgresql:///db"), "postgresql:///db");
-        assert_eq!(
-            masked("postgresql://h/db?password=x"),
-            "postgresql://h/db?password=***"
-        );
-        assert_eq!(masked("host=h password=x"), "(a PostgreSQL URL)");
-        // Unencoded `/`, `?` and `@` in a password, which the driver accepts.
-        for url in [
-            "postgresql://alice:se/cr?et@db.example:5432/prod",
-            "postgresql://alice:p@ss/w?rd@db.example/prod?sslmode=require",
-            "postgresql://alice:secret?x@db.example/prod",
-        ] {
-            let shown = masked(url);
-            assert!(
-                shown.starts_with("postgresql://alice:***@db.example"),
-                "{shown}"
-            );
-            for part in ["se/cr", "cr?et", "p@ss", "w?rd", "secret"] {
-                assert!(!shown.contains(part), "{shown}");
-            }
-        }
-    }
-
-    #[test]
-    fn every_special_character_in_a_password_stays_hidden() {
-        // Each password's words must appear nowhere in what is shown, whatever the
-        // separators, encoded or not, in the userinfo or a `password` parameter.
-        let words = ["alpha", "bravo", "charlie", "delta"];
-        let passwords = [
-            "alpha/bravo?charlie",
-            "alpha@bravo@charlie",
-            "alpha:bravo#charlie",
-            "alpha%bravo%zzcharlie",
-            "alpha%2Fbravo%3Fcharlie%40delta",
-            "alpha%3Abravo%23charlie%25delta",
-            "alpha/bravo?charlie@delta:x#y%z",
-        ];
-        for pw in passwords {
-            for url in [
-                format!("postgresql://alice:{pw}@db.example:5432/prose?sslmode=require"),
-                format!("postgres://alice:{pw}@db.example/prose"),
-                format!("postgresql://db.example/prose?password={pw}&sslmode=disable"),
-                format!("postgresql://db.example/prose?sslmode=disable&pass%77ord={pw}"),
-                format!("postgresql://db.example/prose?PASSWORD={pw}"),
-            ] {
-                let shown = masked(&url);
-                for w in words {
-                    assert!(!shown.contains(w), "{url} -> {shown}");
-                }
-                assert!(shown.contains("***"), "{url} -> {shown}");
-            }
-        }
-    }
-}
-
 impl Drop for PgStore {
     fn drop(&mut self) {
-        // SAFETY: `client` is taken once, here, and the store is not used after drop.
-        let mut client = unsafe { std::mem::ManuallyDrop::take(&mut self.client) };
+        let Some(mut client) = self.client.take() else {
+            return;
+        };
         // No transaction is open here (a transaction borrows the client, and rolls back when
         // dropped) but a snapshot, ended here with any upload lock, and every open sets the
         // session up again. A session that cannot be put back in order is not kept.

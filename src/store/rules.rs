@@ -3,6 +3,7 @@
 //! closed; every audit event is chained to the last; the first decision wins and every
 //! refusal is logged; a retried keyed append is not appended twice.
 
+use super::dump::{AgentRecord, BindingRecord, ExecRecord, GateRecord, SegmentRecord};
 use super::effects as notify;
 use super::tx::{Tx, TxKind, Txn};
 use super::{
@@ -257,7 +258,16 @@ pub fn bind(
         ..*b
     };
     publish()?;
-    tx.upsert_binding(&written)?;
+    tx.put_binding(&BindingRecord {
+        name: Some(written.name.to_string()),
+        execution_id: written.execution_id,
+        kind: Some(written.kind.to_string()),
+        value: Some(written.value.as_bytes().to_vec()),
+        source_statement: written.source_statement.map(str::to_string),
+        created_at: Some(written.now.to_string()),
+        updated_at: Some(written.now.to_string()),
+        attachment_path: written.attachment_path.map(str::to_string),
+    })?;
     // The new version, for a caller that will compare-and-set again: every bind reports it
     // (README: `bind --json` shows the version), read in the write's own transaction.
     let version = tx.binding_head(b.name, b.execution_id)?.map(|h| h.2);
@@ -393,7 +403,7 @@ pub fn append_execution(mut tx: Txn<'_>, rec: &NewExecution) -> Result<i64> {
             return super::keyed_retry(key, existing, rec);
         }
     }
-    let id = match tx.insert_execution(rec)? {
+    let id = match tx.put_execution(None, &exec_record(rec))? {
         Some(id) => id,
         // Another writer took the key between the look and the insert.
         None => {
@@ -406,6 +416,23 @@ pub fn append_execution(mut tx: Txn<'_>, rec: &NewExecution) -> Result<i64> {
     };
     tx.commit()?;
     Ok(id)
+}
+
+/// The row a live append writes (the store gives it its id).
+fn exec_record(rec: &NewExecution) -> ExecRecord {
+    let text = |t: Option<&str>| t.map(str::to_string);
+    ExecRecord {
+        id: 0,
+        statement_index: rec.statement_index,
+        statement_text: Some(rec.statement_text.to_string()),
+        status: Some(rec.status.to_string()),
+        started_at: text(rec.started_at),
+        completed_at: text(rec.completed_at),
+        error_message: text(rec.error_message),
+        parent_id: rec.parent_id,
+        metadata: text(rec.metadata),
+        idempotency_key: text(rec.idempotency_key),
+    }
 }
 
 /// Creates a gate, with its `approve GATE:` execution record and its `created` audit event.
@@ -458,18 +485,19 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
     }
     let text = format!("approve {}:", g.id);
     let metadata = serde_json::json!({"gate_id": g.id}).to_string();
+    let record = exec_record(&NewExecution {
+        statement_index: g.statement_index,
+        statement_text: &text,
+        status: "pending",
+        started_at: Some(g.now),
+        completed_at: None,
+        error_message: None,
+        parent_id: g.parent_execution,
+        metadata: Some(&metadata),
+        idempotency_key: None,
+    });
     let execution_id = tx
-        .insert_execution(&NewExecution {
-            statement_index: g.statement_index,
-            statement_text: &text,
-            status: "pending",
-            started_at: Some(g.now),
-            completed_at: None,
-            error_message: None,
-            parent_id: g.parent_execution,
-            metadata: Some(&metadata),
-            idempotency_key: None,
-        })?
+        .put_execution(None, &record)?
         .ok_or_else(|| anyhow!("the gate's execution record was not appended"))?;
     let allow: serde_json::Value = serde_json::from_str(g.allow)?;
     append_audit(
@@ -490,9 +518,34 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
         },
     )?;
     if existing.is_some() {
+        // The opening that ends is kept, as it was, in `gate_instances`.
+        let ended = tx
+            .gate_record(g.id)?
+            .ok_or_else(|| anyhow!("gate vanished before it was opened again"))?;
+        tx.put_gate(&ended, true)?;
         tx.reopen_gate(g, execution_id)?;
     } else {
-        tx.insert_gate(g, &run_id, execution_id)?;
+        let text = |t: Option<&str>| t.map(str::to_string);
+        tx.put_gate(
+            &GateRecord {
+                id: g.id.to_string(),
+                run_id: Some(run_id.clone()),
+                instance: 1,
+                execution_id: Some(execution_id),
+                prompt: Some(g.prompt.to_string()),
+                allow: Some(g.allow.to_string()),
+                timeout: text(g.timeout),
+                timeout_at: text(g.timeout_at),
+                on_reject: text(g.on_reject),
+                status: Some(GateStatus::Pending),
+                created_at: Some(g.now.to_string()),
+                resolved_at: None,
+                resolved_by: None,
+                resolution_comment: None,
+                metadata: text(g.metadata),
+            },
+            false,
+        )?;
     }
     let row = tx
         .load_gate(g.id)?
@@ -709,7 +762,13 @@ pub fn add_import(mut tx: Txn<'_>, import: &ImportRow, replace: bool) -> Result<
 /// Replaces an agent's memory, creating the agent if needed.
 pub fn remember(mut tx: Txn<'_>, name: &str, scope: &str, memory: &str, now: &str) -> Result<()> {
     ensure_open(&mut *tx)?;
-    tx.put_agent_memory(name, scope, memory, now)?;
+    tx.put_agent(&AgentRecord {
+        name: name.to_string(),
+        scope: Some(scope.to_string()),
+        memory: Some(memory.to_string()),
+        created_at: Some(now.to_string()),
+        updated_at: Some(now.to_string()),
+    })?;
     tx.commit()
 }
 
@@ -726,7 +785,13 @@ pub fn append_segment(
     ensure_open(&mut *tx)?;
     tx.touch_agent(name, scope, now)?;
     let n = tx.next_segment_number(name)?;
-    tx.insert_segment(name, n, now, prompt, summary)?;
+    tx.put_segment(&SegmentRecord {
+        agent_name: Some(name.to_string()),
+        segment_number: Some(n),
+        timestamp: Some(now.to_string()),
+        prompt: Some(prompt.to_string()),
+        summary: Some(summary.to_string()),
+    })?;
     tx.commit()?;
     Ok(n)
 }
@@ -821,6 +886,7 @@ pub fn restore(mut tx: Txn<'_>, r: &Restore) -> Result<()> {
     use std::collections::HashMap;
     let d = r.dump;
     let run_id = d.run.id.as_str();
+    d.check_keys()?;
     if !r.fresh && tx.run_row()?.is_some() {
         if !r.replace {
             return Err(refused(format!(
@@ -848,7 +914,14 @@ pub fn restore(mut tx: Txn<'_>, r: &Restore) -> Result<()> {
     for e in &d.executions {
         let mut e2 = e.clone();
         e2.parent_id = moved(&ids, e.parent_id, &|| format!("execution {}", e.id))?;
-        let id = tx.put_execution(&e2)?;
+        let id = tx
+            .put_execution(keep.then_some(e.id), &e2)?
+            .ok_or_else(|| {
+                anyhow!(
+                "execution {}: its idempotency key is another record's too; nothing was imported",
+                e.id
+            )
+            })?;
         ids.insert(e.id, id);
     }
     for b in &d.bindings {
@@ -873,8 +946,9 @@ pub fn restore(mut tx: Txn<'_>, r: &Restore) -> Result<()> {
     for (gates, instance) in [(&d.gates, false), (&d.gate_instances, true)] {
         for g in gates {
             let mut g2 = g.clone();
+            g2.run_id = Some(run_id.to_string());
             g2.execution_id = moved(&ids, g.execution_id, &|| format!("gate {}", shown(&g.id)))?;
-            tx.put_gate(&g2, run_id, instance)?;
+            tx.put_gate(&g2, instance)?;
         }
     }
     for a in &d.agents {
@@ -884,7 +958,7 @@ pub fn restore(mut tx: Txn<'_>, r: &Restore) -> Result<()> {
         tx.put_segment(s)?;
     }
     for i in &d.imports {
-        tx.put_import_record(i)?;
+        tx.put_import(i)?;
     }
     let key = if r.reseal {
         Some(super::seal::key_for_writing()?)

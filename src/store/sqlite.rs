@@ -7,29 +7,26 @@
 //! Every write transaction begins IMMEDIATE, so a writer takes the lock before it reads and
 //! never fails half-way with a lock upgrade error.
 
-use super::dump::{
-    AgentRecord, BindingRecord, ExecRecord, GateRecord, ImportRecord, RunDump, RunRecord,
-    SegmentRecord,
-};
+use super::dump::RunDump;
 use super::sqlite_schema::{self, Schema};
-use super::tx::{GateResumeState, KeyedExecution, Tx, TxKind};
+use super::tx::{Tx, TxKind};
 use super::{
     Access, AgentRow, AgentStore, AuditFilter, AuditRow, BindingRow, Checkpointed, ExecutionRow,
-    Found, GateRow, ImportRow, Migration, NewBinding, NewExecution, NewGate, NewRun, OpenOptions,
-    QueryResult, RunInfo, RunSummary, Store, StoreStats,
+    Found, GateRow, ImportRow, Migration, NewRun, OpenOptions, QueryResult, RunInfo, RunSummary,
+    Store, StoreStats,
 };
 use crate::error::{not_found, refused, shown, usage};
-use crate::model::{ExecStatus, GateStatus, RunStatus};
+use crate::model::{ExecStatus, GateStatus};
 use anyhow::{anyhow, Context, Result};
 use rusqlite::config::DbConfig;
-use rusqlite::hooks::{AuthAction, AuthContext, Authorization};
 use rusqlite::types::ValueRef;
 use rusqlite::{
-    params, Connection, ErrorCode, OpenFlags, OptionalExtension, Row, TransactionBehavior,
+    params, Connection, OpenFlags, OptionalExtension, Params, Row, TransactionBehavior,
 };
 use std::path::{Path, PathBuf};
 
 pub(super) use super::sqlite_rows::{db_error, gate_row, run_info_at, GATE_COLUMNS};
+use super::sqlite_rows::{gate_record, lenient_int, lenient_text};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -89,8 +86,8 @@ pub const AGENTS: Schema = Schema {
 };
 
 pub struct SqliteStore {
-    /// Dropped by hand (see `Drop`): a long-lived process keeps it for the next open.
-    conn: std::mem::ManuallyDrop<Connection>,
+    /// Taken by `Drop`: a long-lived process keeps it for the next open.
+    conn: super::Held<Connection>,
     /// Whether the connection may be kept for the next open of the same file: it was opened
     /// on a current schema, and nothing changed the connection's own settings (`query` sets
     /// query_only and an authorizer; an older file's read shims are temporary views).
@@ -119,17 +116,13 @@ pub fn has_schema(db: &Path) -> bool {
     let Ok(c) = Connection::open_with_flags(db, flags) else {
         return true;
     };
-    c.row("SELECT COUNT(*) FROM sqlite_master", [], |r| {
+    c.query_row("SELECT COUNT(*) FROM sqlite_master", [], |r| {
         r.get::<_, i64>(0)
     })
     .map_or(true, |n| n > 0)
 }
 
 impl SqliteStore {
-    fn err(&self) -> impl Fn(rusqlite::Error) -> anyhow::Error + '_ {
-        |e| db_error(e, &self.path, self.busy_ms)
-    }
-
     fn connect(path: &Path, opts: OpenOptions, create: bool) -> Result<Self> {
         let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         if create {
@@ -156,7 +149,7 @@ impl SqliteStore {
         store
             .conn
             .set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
-            .map_err(store.err())?;
+            .map_err(|e| store.error(e))?;
         store
             .conn
             .execute_batch(if super::keeping() {
@@ -166,7 +159,7 @@ impl SqliteStore {
                 "PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;
                      PRAGMA journal_size_limit = 1048576; PRAGMA wal_autocheckpoint = 0;"
             })
-            .map_err(store.err())?;
+            .map_err(|e| store.error(e))?;
         Ok(store)
     }
 
@@ -174,7 +167,7 @@ impl SqliteStore {
     /// first: everything after it may meet a lock.
     fn over(conn: Connection, path: &Path, opts: OpenOptions) -> Result<Self> {
         let store = SqliteStore {
-            conn: std::mem::ManuallyDrop::new(conn),
+            conn: super::Held::new(conn),
             poolable: false,
             path: path.to_path_buf(),
             busy_ms: opts.busy_timeout.as_millis(),
@@ -188,7 +181,7 @@ impl SqliteStore {
         store
             .conn
             .busy_timeout(opts.busy_timeout)
-            .map_err(store.err())?;
+            .map_err(|e| store.error(e))?;
         Ok(store)
     }
 
@@ -204,7 +197,7 @@ impl SqliteStore {
         tx.execute_batch(&STATE.stored_sql()).map_err(err)?;
         tx.pragma_update(None, "user_version", STATE.stamp())
             .map_err(err)?;
-        tx.run(
+        tx.execute(
             "INSERT INTO run (id, program_path, program_source, started_at, updated_at, status, state_mode)
              VALUES (?1, ?2, ?3, ?4, ?4, 'running', 'sqlite')",
             params![run.id, run.program_path, run.program_source, run.created_at],
@@ -283,14 +276,14 @@ impl SqliteStore {
     /// A read of the database by a module of the store that keeps copies of its rows (the
     /// project catalog reads the facts it keeps), its errors mapped here.
     pub(super) fn read<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
-        f(&self.conn).map_err(self.err())
+        f(&self.conn).map_err(|e| self.error(e))
     }
 
     fn set_wal(&self) -> Result<()> {
         let mode: String = self
             .conn
             .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
-            .map_err(self.err())?;
+            .map_err(|e| self.error(e))?;
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(anyhow!(
                 "could not put the state db in WAL mode (it stayed {mode}): {}",
@@ -304,7 +297,7 @@ impl SqliteStore {
         let stamp: i64 = self
             .conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(self.err())?;
+            .map_err(|e| self.error(e))?;
         if stamp == self.schema.stamp() {
             return Ok(());
         }
@@ -331,13 +324,13 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// Makes the file writable by this build: the first write to an older file upgrades it;
-    /// a write to a newer file this build may not write is refused.
     /// Refuses every write from now on (exit 4, with `why`); reads go on.
     pub fn refuse_writes(&mut self, why: String) {
         self.writes_refused = Some(why);
     }
 
+    /// Makes the file writable by this build: the first write to an older file upgrades it;
+    /// a write to a newer file this build may not write is refused.
     fn prepare_write(&mut self) -> Result<()> {
         if let Some(why) = &self.writes_refused {
             return Err(refused(why.clone()));
@@ -354,805 +347,71 @@ impl SqliteStore {
     }
 }
 
-/// A write transaction on a SQLite store. Every kind begins IMMEDIATE: the write lock is
-/// taken before anything is read, so a writer never fails half-way on a lock upgrade, and
-/// writers to one file are serialised.
-pub struct SqliteTx<'a> {
-    tx: rusqlite::Transaction<'a>,
-    path: &'a Path,
-    busy_ms: u128,
-    /// A run's state.db (an agents.db has no run).
-    is_state: bool,
-    /// What watches the run's commits (the project catalog), for a run of a project.
-    watch: Option<&'a mut Box<dyn CommitWatch>>,
-    touched: &'a AtomicBool,
-}
+mod dump;
+mod query;
+mod tx;
 
-impl SqliteTx<'_> {
-    /// The error edge: every driver error of the transaction is mapped here.
-    fn err(&self) -> impl Fn(rusqlite::Error) -> anyhow::Error + '_ {
-        |e| db_error(e, self.path, self.busy_ms)
-    }
-}
+pub use tx::SqliteTx;
 
-impl Tx for SqliteTx<'_> {
-    fn run_row(&mut self) -> Result<Option<(String, Option<RunStatus>)>> {
-        if !self.is_state {
-            return Ok(None);
-        }
-        self.tx
-            .row("SELECT id, status FROM run LIMIT 1", [], |r| {
-                let status: Option<String> = r.get(1)?;
-                Ok((r.get(0)?, status.as_deref().map(RunStatus::parse)))
-            })
-            .optional()
-            .map_err(self.err())
-    }
+/// How a SQLite store and its transactions run a statement: each helper is one statement, its
+/// parameters and its row mapper, and maps the driver's error once, here (`db_error`). In a
+/// long-lived process (the MCP server, whose connections are kept) a statement goes through
+/// the connection's statement cache, so that it is compiled once rather than on every call; a
+/// command, which opens a state.db once, prepares it plainly (a cached statement is compiled
+/// as persistent, which costs more when it is used only once).
+trait Statements {
+    fn conn(&self) -> &Connection;
+    fn error(&self, e: rusqlite::Error) -> anyhow::Error;
 
-    fn set_run_status(&mut self, status: &RunStatus, error: Option<&str>, now: &str) -> Result<()> {
-        self.tx
-            .run(
-                "UPDATE run SET status = ?1, updated_at = ?2, error_message = IFNULL(?3, error_message)",
-                params![status.as_str(), now, error],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn binding_head(
-        &mut self,
-        name: &str,
-        execution_id: Option<i64>,
-    ) -> Result<Option<super::BindingHead>> {
-        self.tx
-            .row(
-                "SELECT kind, attachment_path, version FROM bindings
-                 WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2",
-                params![name, execution_id.unwrap_or(-1)],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .optional()
-            .map_err(self.err())
-    }
-
-    fn binding_value(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<String>> {
-        self.tx
-            .row(
-                "SELECT CAST(value AS TEXT) FROM bindings
-                 WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2",
-                params![name, execution_id.unwrap_or(-1)],
-                |r| r.get(0),
-            )
-            .optional()
-            .map(Option::flatten)
-            .map_err(self.err())
-    }
-
-    fn upsert_binding(&mut self, b: &NewBinding) -> Result<()> {
-        self.tx
-            .run(
-                "INSERT INTO bindings (name, execution_id, kind, value, source_statement,
-                                       attachment_path, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7)
-                 ON CONFLICT (name, IFNULL(execution_id, -1)) DO UPDATE SET
-                     kind = excluded.kind,
-                     value = excluded.value,
-                     source_statement = excluded.source_statement,
-                     attachment_path = excluded.attachment_path,
-                     updated_at = excluded.updated_at",
-                params![
-                    b.name,
-                    b.execution_id,
-                    b.kind,
-                    b.value,
-                    b.source_statement,
-                    b.attachment_path,
-                    b.now
-                ],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
-        attachment_referenced(&self.tx, attachment_path).map_err(self.err())
-    }
-
-    fn set_attachment_path(
-        &mut self,
-        name: &str,
-        execution_id: Option<i64>,
-        attachment_path: &str,
-    ) -> Result<()> {
-        self.tx
-            .run(
-                "UPDATE bindings SET attachment_path = ?3
-                 WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2",
-                params![name, execution_id.unwrap_or(-1), attachment_path],
-            )
-            .map(|_| ())
-            .map_err(self.err())
-    }
-
-    fn execution_exists(&mut self, id: i64) -> Result<bool> {
-        execution_exists(&self.tx, id).map_err(self.err())
-    }
-
-    fn keyed_execution(&mut self, key: &str) -> Result<Option<KeyedExecution>> {
-        self.tx
-            .row(
-                "SELECT id, statement_index, statement_text, status, parent_id
-                 FROM execution WHERE idempotency_key = ?1",
-                [key],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
-            )
-            .optional()
-            .map_err(self.err())
-    }
-
-    fn insert_execution(&mut self, rec: &NewExecution) -> Result<Option<i64>> {
-        // Writers are serialised here, so a key looked up absent stays absent.
-        self.tx
-            .run(
-                "INSERT INTO execution (statement_index, statement_text, status, started_at,
-                                        completed_at, error_message, parent_id, metadata,
-                                        idempotency_key)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                params![
-                    rec.statement_index,
-                    rec.statement_text,
-                    rec.status,
-                    rec.started_at,
-                    rec.completed_at,
-                    rec.error_message,
-                    rec.parent_id,
-                    rec.metadata,
-                    rec.idempotency_key
-                ],
-            )
-            .map_err(self.err())?;
-        Ok(Some(self.tx.last_insert_rowid()))
-    }
-
-    fn load_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
-        load_gate(&self.tx, id).map_err(self.err())
-    }
-
-    fn overdue_gates(&mut self, now: &str) -> Result<Vec<GateRow>> {
-        self.tx
-            .prepare(&format!(
-                "SELECT {GATE_COLUMNS} FROM gates WHERE {OVERDUE} ORDER BY created_at, id"
-            ))
-            .and_then(|mut s| s.query_map([now], gate_row)?.collect())
-            .map_err(self.err())
-    }
-
-    fn insert_gate(&mut self, g: &NewGate, run_id: &str, execution_id: i64) -> Result<()> {
-        self.tx
-            .run(
-                &format!("INSERT INTO gates ({GATE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'pending', ?9, NULL, NULL, NULL, ?10, 1)"),
-                params![
-                    g.id,
-                    run_id,
-                    execution_id,
-                    g.prompt,
-                    g.allow,
-                    g.timeout,
-                    g.timeout_at,
-                    g.on_reject,
-                    g.now,
-                    g.metadata
-                ],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn reopen_gate(&mut self, g: &NewGate, execution_id: i64) -> Result<()> {
-        self.tx
-            .run(
-                "INSERT INTO gate_instances (gate_id, instance, run_id, execution_id, prompt, allow,
-                     timeout, timeout_at, on_reject, status, created_at, resolved_at, resolved_by,
-                     resolution_comment, metadata)
-                 SELECT id, instance, run_id, execution_id, prompt, allow, timeout, timeout_at,
-                        on_reject, status, created_at, resolved_at, resolved_by,
-                        resolution_comment, metadata FROM gates WHERE id = ?1",
-                [g.id],
-            )
-            .map_err(self.err())?;
-        self.tx
-            .run(
-                "UPDATE gates SET execution_id = ?2, prompt = ?3, allow = ?4, timeout = ?5,
-                        timeout_at = ?6, on_reject = ?7, status = 'pending', created_at = ?8,
-                        resolved_at = NULL, resolved_by = NULL, resolution_comment = NULL,
-                        metadata = ?9, instance = instance + 1
-                  WHERE id = ?1",
-                params![
-                    g.id,
-                    execution_id,
-                    g.prompt,
-                    g.allow,
-                    g.timeout,
-                    g.timeout_at,
-                    g.on_reject,
-                    g.now,
-                    g.metadata
-                ],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn resolve_gate(
-        &mut self,
-        id: &str,
-        status: &GateStatus,
-        by: &str,
-        comment: Option<&str>,
-        at: &str,
-    ) -> Result<()> {
-        self.tx
-            .run(
-                "UPDATE gates SET status = ?2, resolved_at = ?3, resolved_by = ?4, resolution_comment = ?5
-                 WHERE id = ?1 AND status = 'pending'",
-                params![id, status.as_str(), at, by, comment],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn pending_gate_ids(&mut self) -> Result<Vec<String>> {
-        self.tx
-            .prepare("SELECT id FROM gates WHERE status = 'pending' ORDER BY created_at, id")
-            .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
-            .map_err(self.err())
-    }
-
-    fn gates_for_resume(&mut self) -> Result<Vec<GateResumeState>> {
-        self.tx
-            .prepare(
-                "SELECT g.id, g.status,
-                   (SELECT MAX(a.id) FROM gate_audit_log a
-                     WHERE a.gate_id = g.id AND a.event_type = 'resumed'),
-                   (SELECT MAX(a.id) FROM gate_audit_log a
-                     WHERE a.gate_id = g.id AND a.event_type IN ('approved', 'rejected', 'timeout'))
-                 FROM gates g ORDER BY g.created_at, g.id",
-            )
-            .and_then(|mut s| {
-                s.query_map([], |r| {
-                    Ok(GateResumeState {
-                        id: r.get(0)?,
-                        status: GateStatus::parse(
-                            &r.get::<_, Option<String>>(1)?.unwrap_or_default(),
-                        ),
-                        last_resumed: r.get(2)?,
-                        last_decision: r.get(3)?,
-                    })
-                })?
-                .collect()
-            })
-            .map_err(self.err())
-    }
-
-    fn chain_head(&mut self) -> Result<(i64, String)> {
-        self.tx
-            .row(
-                "SELECT IFNULL((SELECT seq FROM gate_audit_log WHERE seq IS NOT NULL
-                                ORDER BY seq DESC LIMIT 1), 0),
-                        COALESCE((SELECT hash FROM gate_audit_log WHERE seq IS NOT NULL
-                                   ORDER BY seq DESC LIMIT 1),
-                                 (SELECT hash FROM gate_audit_log WHERE hash IS NOT NULL
-                                   ORDER BY id DESC LIMIT 1), '')",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .map_err(self.err())
-    }
-
-    fn next_audit_id(&mut self) -> Result<i64> {
-        // AUTOINCREMENT's own counter too: an id is never reused, even after rows were cut.
-        self.tx
-            .row(
-                "SELECT MAX(IFNULL((SELECT MAX(id) FROM gate_audit_log), 0),
-                            IFNULL((SELECT seq FROM sqlite_sequence WHERE name = 'gate_audit_log'), 0)) + 1",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(self.err())
-    }
-
-    fn insert_audit(&mut self, row: &AuditRow) -> Result<()> {
-        self.tx
-            .run(
-                &format!("INSERT INTO gate_audit_log ({AUDIT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
-                params![
-                    row.id,
-                    row.gate_id,
-                    row.run_id,
-                    row.event_type,
-                    row.principal,
-                    row.comment,
-                    row.timestamp,
-                    row.metadata,
-                    row.prev_hash,
-                    row.hash,
-                    row.seq,
-                    row.seal
-                ],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn unsealed_audit(&mut self) -> Result<Vec<AuditRow>> {
-        self.tx
-            .prepare(&format!(
-                "SELECT {AUDIT_COLUMNS} FROM gate_audit_log WHERE seq IS NULL ORDER BY id"
-            ))
-            .and_then(|mut s| s.query_map([], audit_row)?.collect())
-            .map_err(self.err())
-    }
-
-    fn gate_history(&mut self, gate_id: &str) -> Result<Vec<AuditRow>> {
-        self.tx
-            .prepare(&format!(
-                "SELECT {AUDIT_COLUMNS} FROM gate_audit_log WHERE gate_id = ?1 ORDER BY id"
-            ))
-            .and_then(|mut s| s.query_map([gate_id], audit_row)?.collect())
-            .map_err(self.err())
-    }
-
-    fn import(&mut self, alias: &str) -> Result<Option<ImportRow>> {
-        self.tx
-            .row(
-                "SELECT alias, source_url, fetched_at, inputs_schema, outputs_schema
-                 FROM imports WHERE alias = ?1",
-                [alias],
-                import_row,
-            )
-            .optional()
-            .map_err(self.err())
-    }
-
-    fn put_import(&mut self, import: &ImportRow) -> Result<()> {
-        self.tx
-            .run(
-                "INSERT INTO imports (alias, source_url, fetched_at, inputs_schema, outputs_schema)
-                 VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (alias) DO UPDATE SET source_url = excluded.source_url,
-                     fetched_at = excluded.fetched_at, inputs_schema = excluded.inputs_schema,
-                     outputs_schema = excluded.outputs_schema",
-                params![
-                    import.alias,
-                    import.source_url,
-                    import.fetched_at,
-                    import.inputs_schema,
-                    import.outputs_schema
-                ],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn put_agent_memory(&mut self, name: &str, scope: &str, memory: &str, now: &str) -> Result<()> {
-        self.tx
-            .run(
-                "INSERT INTO agents (name, scope, memory, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?4)
-                 ON CONFLICT (name) DO UPDATE SET
-                     scope = excluded.scope, memory = excluded.memory, updated_at = excluded.updated_at",
-                params![name, scope, memory, now],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn touch_agent(&mut self, name: &str, scope: &str, now: &str) -> Result<()> {
-        self.tx
-            .run(
-                "INSERT INTO agents (name, scope, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)
-                 ON CONFLICT (name) DO UPDATE SET updated_at = excluded.updated_at",
-                params![name, scope, now],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn next_segment_number(&mut self, name: &str) -> Result<i64> {
-        self.tx
-            .row(
-                "SELECT IFNULL(MAX(segment_number), 0) + 1 FROM agent_segments WHERE agent_name = ?1",
-                [name],
-                |r| r.get(0),
-            )
-            .map_err(self.err())
-    }
-
-    fn insert_segment(
-        &mut self,
-        name: &str,
-        number: i64,
-        now: &str,
-        prompt: &str,
-        summary: &str,
-    ) -> Result<()> {
-        self.tx
-            .run(
-                "INSERT INTO agent_segments (agent_name, segment_number, timestamp, prompt, summary)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![name, number, now, prompt, summary],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn keeps_ids(&self) -> bool {
-        true
-    }
-
-    fn put_run(&mut self, r: &RunRecord) -> Result<()> {
-        self.tx
-            .run(
-                "INSERT INTO run (id, program_path, program_source, started_at, updated_at, status,
-                                  error_message)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-                 ON CONFLICT (id) DO UPDATE SET program_path = ?2, program_source = ?3,
-                     started_at = ?4, updated_at = ?5, status = ?6, error_message = ?7",
-                params![
-                    r.id,
-                    r.program_path,
-                    r.program_source,
-                    r.started_at,
-                    r.updated_at,
-                    r.status,
-                    r.error_message
-                ],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn clear_run(&mut self) -> Result<()> {
-        // A run's file is replaced whole (a new directory), never cleared in place.
-        Err(anyhow!("a SQLite run is replaced by a new directory"))
-    }
-
-    fn put_execution(&mut self, e: &ExecRecord) -> Result<i64> {
-        self.tx
-            .run(
-                "INSERT INTO execution (id, statement_index, statement_text, status, started_at,
-                                        completed_at, error_message, parent_id, metadata,
-                                        idempotency_key)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-                params![
-                    e.id,
-                    e.statement_index,
-                    e.statement_text,
-                    e.status,
-                    e.started_at,
-                    e.completed_at,
-                    e.error_message,
-                    e.parent_id,
-                    e.metadata,
-                    e.idempotency_key
-                ],
-            )
-            .map_err(self.err())?;
-        Ok(e.id)
-    }
-
-    fn put_binding(&mut self, b: &BindingRecord) -> Result<()> {
-        self.tx
-            .run(
-                "INSERT INTO bindings (name, execution_id, kind, value, source_statement,
-                                       created_at, updated_at, attachment_path)
-                 VALUES (?1, ?2, ?3, CAST(?4 AS TEXT), ?5, ?6, ?7, ?8)",
-                params![
-                    b.name,
-                    b.execution_id,
-                    b.kind,
-                    b.value,
-                    b.source_statement,
-                    b.created_at,
-                    b.updated_at,
-                    b.attachment_path
-                ],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn put_gate(&mut self, g: &GateRecord, run_id: &str, instance: bool) -> Result<()> {
-        let sql = if instance {
-            "INSERT INTO gate_instances (gate_id, instance, run_id, execution_id, prompt, allow,
-                 timeout, timeout_at, on_reject, status, created_at, resolved_at, resolved_by,
-                 resolution_comment, metadata)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
-        } else {
-            "INSERT INTO gates (id, instance, run_id, execution_id, prompt, allow, timeout,
-                 timeout_at, on_reject, status, created_at, resolved_at, resolved_by,
-                 resolution_comment, metadata)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
-        };
-        self.tx
-            .run(
-                sql,
-                params![
-                    g.id,
-                    g.instance,
-                    run_id,
-                    g.execution_id,
-                    g.prompt,
-                    g.allow,
-                    g.timeout,
-                    g.timeout_at,
-                    g.on_reject,
-                    g.status,
-                    g.created_at,
-                    g.resolved_at,
-                    g.resolved_by,
-                    g.resolution_comment,
-                    g.metadata
-                ],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn put_agent(&mut self, a: &AgentRecord) -> Result<()> {
-        self.tx
-            .run(
-                "INSERT INTO agents (name, scope, memory, created_at, updated_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![a.name, a.scope, a.memory, a.created_at, a.updated_at],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn put_segment(&mut self, g: &SegmentRecord) -> Result<()> {
-        self.tx
-            .run(
-                "INSERT INTO agent_segments (agent_name, segment_number, timestamp, prompt, summary)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![
-                    g.agent_name,
-                    g.segment_number,
-                    g.timestamp,
-                    g.prompt,
-                    g.summary
-                ],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn put_import_record(&mut self, i: &ImportRecord) -> Result<()> {
-        self.tx
-            .run(
-                "INSERT INTO imports (alias, source_url, fetched_at, inputs_schema, outputs_schema)
-                 VALUES (?1, ?2, ?3, ?4, ?5)",
-                params![
-                    i.alias,
-                    i.source_url,
-                    i.fetched_at,
-                    i.inputs_schema,
-                    i.outputs_schema
-                ],
-            )
-            .map(drop)
-            .map_err(self.err())
-    }
-
-    fn audit_at_seq(&mut self, seq: i64) -> Result<Option<Option<String>>> {
-        self.tx
-            .row(
-                "SELECT hash FROM gate_audit_log WHERE seq = ?1",
-                [seq],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(self.err())
-    }
-
-    fn commit(self: Box<Self>) -> Result<()> {
-        let SqliteTx {
-            tx,
-            path,
-            busy_ms,
-            mut watch,
-            touched,
-            ..
-        } = *self;
-        // Under the write lock, before the commit: a watcher (the catalog) takes what it needs
-        // to learn of the change even if this process dies right after the commit.
-        let watched = touched.load(Ordering::Relaxed);
-        if let (true, Some(w)) = (watched, watch.as_mut()) {
-            w.before_commit(&tx);
-        }
-        tx.commit().map_err(|e| db_error(e, path, busy_ms))?;
-        if let (true, Some(w)) = (watched, watch) {
-            w.after_commit();
-        }
-        Ok(())
-    }
-}
-
-/// Any stored value as text (raw SQL may put a number where text belongs).
-fn lenient_text(r: &Row, i: usize) -> rusqlite::Result<Option<String>> {
-    Ok(match r.get_ref(i)? {
-        ValueRef::Null => None,
-        ValueRef::Integer(n) => Some(n.to_string()),
-        ValueRef::Real(f) => Some(f.to_string()),
-        ValueRef::Text(t) | ValueRef::Blob(t) => Some(String::from_utf8_lossy(t).into_owned()),
-    })
-}
-
-/// Any stored value as a number, where it is one.
-fn lenient_int(r: &Row, i: usize) -> rusqlite::Result<Option<i64>> {
-    Ok(match r.get_ref(i)? {
-        ValueRef::Integer(n) => Some(n),
-        ValueRef::Text(t) => std::str::from_utf8(t).ok().and_then(|t| t.parse().ok()),
-        _ => None,
-    })
-}
-
-fn gate_record(r: &Row) -> rusqlite::Result<GateRecord> {
-    Ok(GateRecord {
-        id: lenient_text(r, 0)?.unwrap_or_default(),
-        instance: lenient_int(r, 1)?.unwrap_or(1),
-        execution_id: lenient_int(r, 2)?,
-        prompt: lenient_text(r, 3)?,
-        allow: lenient_text(r, 4)?,
-        timeout: lenient_text(r, 5)?,
-        timeout_at: lenient_text(r, 6)?,
-        on_reject: lenient_text(r, 7)?,
-        status: lenient_text(r, 8)?,
-        created_at: lenient_text(r, 9)?,
-        resolved_at: lenient_text(r, 10)?,
-        resolved_by: lenient_text(r, 11)?,
-        resolution_comment: lenient_text(r, 12)?,
-        metadata: lenient_text(r, 13)?,
-    })
-}
-
-/// Every row of a run's file (`Store::dump`), read in the caller's snapshot.
-fn dump_rows(c: &Connection) -> rusqlite::Result<RunDump> {
-    fn all<T>(
-        c: &Connection,
+    /// `f` over the statement `sql`, prepared.
+    fn prepared<T>(
+        &self,
         sql: &str,
-        f: impl FnMut(&Row) -> rusqlite::Result<T>,
-    ) -> rusqlite::Result<Vec<T>> {
-        c.prepare(sql)?.query_map([], f)?.collect()
+        f: impl FnOnce(&mut rusqlite::Statement) -> rusqlite::Result<T>,
+    ) -> Result<T> {
+        let c = self.conn();
+        let done = if pool::enabled() {
+            c.prepare_cached(sql).and_then(|mut s| f(&mut s))
+        } else {
+            c.prepare(sql).and_then(|mut s| f(&mut s))
+        };
+        done.map_err(|e| self.error(e))
     }
-    let run = c
-        .query_row(
-            "SELECT id, program_path, program_source, started_at, updated_at, status, error_message
-             FROM run ORDER BY rowid LIMIT 1",
-            [],
-            |r| {
-                Ok(RunRecord {
-                    id: lenient_text(r, 0)?.unwrap_or_default(),
-                    program_path: lenient_text(r, 1)?,
-                    program_source: lenient_text(r, 2)?,
-                    started_at: lenient_text(r, 3)?,
-                    updated_at: lenient_text(r, 4)?,
-                    status: lenient_text(r, 5)?,
-                    error_message: lenient_text(r, 6)?,
-                })
-            },
-        )
-        .optional()?
-        .unwrap_or_default();
-    let executions = all(
-        c,
-        "SELECT id, statement_index, statement_text, status, started_at, completed_at,
-                error_message, parent_id, metadata, idempotency_key FROM execution ORDER BY id",
-        |r| {
-            Ok(ExecRecord {
-                id: r.get(0)?,
-                statement_index: lenient_int(r, 1)?,
-                statement_text: lenient_text(r, 2)?,
-                status: lenient_text(r, 3)?,
-                started_at: lenient_text(r, 4)?,
-                completed_at: lenient_text(r, 5)?,
-                error_message: lenient_text(r, 6)?,
-                parent_id: lenient_int(r, 7)?,
-                metadata: lenient_text(r, 8)?,
-                idempotency_key: lenient_text(r, 9)?,
-            })
-        },
-    )?;
-    let bindings = all(
-        c,
-        "SELECT name, execution_id, kind, CAST(value AS BLOB), source_statement, created_at,
-                updated_at, attachment_path
-         FROM bindings ORDER BY IFNULL(execution_id, -1), name",
-        |r| {
-            Ok(BindingRecord {
-                name: lenient_text(r, 0)?,
-                execution_id: lenient_int(r, 1)?,
-                kind: lenient_text(r, 2)?,
-                value: r.get(3)?,
-                source_statement: lenient_text(r, 4)?,
-                created_at: lenient_text(r, 5)?,
-                updated_at: lenient_text(r, 6)?,
-                attachment_path: lenient_text(r, 7)?,
-            })
-        },
-    )?;
-    let agents = all(
-        c,
-        "SELECT name, scope, memory, created_at, updated_at FROM agents ORDER BY name",
-        |r| {
-            Ok(AgentRecord {
-                name: lenient_text(r, 0)?.unwrap_or_default(),
-                scope: lenient_text(r, 1)?,
-                memory: lenient_text(r, 2)?,
-                created_at: lenient_text(r, 3)?,
-                updated_at: lenient_text(r, 4)?,
-            })
-        },
-    )?;
-    let segments = all(
-        c,
-        "SELECT agent_name, segment_number, timestamp, prompt, summary
-         FROM agent_segments ORDER BY id",
-        |r| {
-            Ok(SegmentRecord {
-                agent_name: lenient_text(r, 0)?,
-                segment_number: lenient_int(r, 1)?,
-                timestamp: lenient_text(r, 2)?,
-                prompt: lenient_text(r, 3)?,
-                summary: lenient_text(r, 4)?,
-            })
-        },
-    )?;
-    let imports = all(
-        c,
-        "SELECT alias, source_url, fetched_at, inputs_schema, outputs_schema
-         FROM imports ORDER BY alias",
-        |r| {
-            Ok(ImportRecord {
-                alias: lenient_text(r, 0)?.unwrap_or_default(),
-                source_url: lenient_text(r, 1)?,
-                fetched_at: lenient_text(r, 2)?,
-                inputs_schema: lenient_text(r, 3)?,
-                outputs_schema: lenient_text(r, 4)?,
-            })
-        },
-    )?;
-    let gates = all(
-        c,
-        "SELECT id, instance, execution_id, prompt, allow, timeout, timeout_at, on_reject, status,
-                created_at, resolved_at, resolved_by, resolution_comment, metadata
-         FROM gates ORDER BY id",
-        gate_record,
-    )?;
-    let gate_instances = all(
-        c,
-        "SELECT gate_id, instance, execution_id, prompt, allow, timeout, timeout_at, on_reject,
-                status, created_at, resolved_at, resolved_by, resolution_comment, metadata
-         FROM gate_instances ORDER BY gate_id, instance",
-        gate_record,
-    )?;
-    let audit = all(
-        c,
-        &format!("SELECT {AUDIT_COLUMNS} FROM gate_audit_log ORDER BY id"),
-        audit_row,
-    )?;
-    Ok(RunDump {
-        run,
-        executions,
-        bindings,
-        agents,
-        segments,
-        imports,
-        gates,
-        gate_instances,
-        audit,
-        server_only: Vec::new(),
-    })
+
+    /// Runs a statement that returns no rows.
+    fn exec(&self, sql: &str, p: impl Params) -> Result<()> {
+        self.prepared(sql, |s| s.execute(p).map(drop))
+    }
+
+    /// The one row a statement returns.
+    fn one<T>(
+        &self,
+        sql: &str,
+        p: impl Params,
+        f: impl FnOnce(&Row) -> rusqlite::Result<T>,
+    ) -> Result<T> {
+        self.prepared(sql, |s| s.query_row(p, f))
+    }
+
+    /// The row a statement returns, if any.
+    fn opt<T>(
+        &self,
+        sql: &str,
+        p: impl Params,
+        f: impl FnOnce(&Row) -> rusqlite::Result<T>,
+    ) -> Result<Option<T>> {
+        self.prepared(sql, |s| s.query_row(p, f).optional())
+    }
+
+    /// Every row a statement returns.
+    fn all<T>(
+        &self,
+        sql: &str,
+        p: impl Params,
+        f: impl FnMut(&Row) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>> {
+        self.prepared(sql, |s| s.query_map(p, f)?.collect())
+    }
 }
 
 const BINDING_COLUMNS: &str = "b.name, b.execution_id, b.kind, b.value, b.source_statement, \
@@ -1176,86 +435,6 @@ fn binding_row(r: &Row) -> rusqlite::Result<BindingRow> {
         attachment_path: r.get(7)?,
         version: r.get(8)?,
     })
-}
-
-/// Whether `query` may run this pragma: one that only reports. Without a value, those that
-/// read a setting or describe the database; with one, only those whose argument names what to
-/// describe (`table_info(bindings)`). Any other, and any pragma given a value to set, is
-/// refused by the authorizer: SQLite's own read-only flag does not cover `PRAGMA x = y` on a
-/// connection setting (`query_only`, `foreign_keys`, `writable_schema`, `locking_mode`).
-fn reporting_pragma(name: &str, value: Option<&str>) -> bool {
-    const DESCRIBE: &[&str] = &[
-        "table_info",
-        "table_xinfo",
-        "table_list",
-        "index_info",
-        "index_xinfo",
-        "index_list",
-        "foreign_key_list",
-        "foreign_key_check",
-        "integrity_check",
-        "quick_check",
-    ];
-    const READ: &[&str] = &[
-        "application_id",
-        "auto_vacuum",
-        "automatic_index",
-        "busy_timeout",
-        "cache_size",
-        "cache_spill",
-        "cell_size_check",
-        "checkpoint_fullfsync",
-        "collation_list",
-        "compile_options",
-        "data_version",
-        "database_list",
-        "defer_foreign_keys",
-        "encoding",
-        "foreign_keys",
-        "freelist_count",
-        "fullfsync",
-        "function_list",
-        "hard_heap_limit",
-        "ignore_check_constraints",
-        "journal_mode",
-        "journal_size_limit",
-        "legacy_alter_table",
-        "locking_mode",
-        "max_page_count",
-        "mmap_size",
-        "module_list",
-        "page_count",
-        "page_size",
-        "pragma_list",
-        "query_only",
-        "read_uncommitted",
-        "recursive_triggers",
-        "reverse_unordered_selects",
-        "schema_version",
-        "secure_delete",
-        "soft_heap_limit",
-        "synchronous",
-        "temp_store",
-        "threads",
-        "trusted_schema",
-        "user_version",
-        "wal_autocheckpoint",
-        "writable_schema",
-    ];
-    let is = |list: &[&str]| list.iter().any(|p| p.eq_ignore_ascii_case(name));
-    is(DESCRIBE) || (value.is_none() && is(READ))
-}
-
-fn json_value(v: ValueRef) -> serde_json::Value {
-    match v {
-        ValueRef::Null => serde_json::Value::Null,
-        ValueRef::Integer(i) => i.into(),
-        // JSON has no Inf or NaN.
-        ValueRef::Real(f) => serde_json::Number::from_f64(f)
-            .map(serde_json::Value::Number)
-            .unwrap_or(serde_json::Value::Null),
-        ValueRef::Text(t) | ValueRef::Blob(t) => String::from_utf8_lossy(t).into_owned().into(),
-    }
 }
 
 const AUDIT_COLUMNS: &str = "id, gate_id, run_id, event_type, principal, comment, timestamp, \
@@ -1283,29 +462,28 @@ fn audit_row(r: &Row) -> rusqlite::Result<AuditRow> {
     })
 }
 
-fn attachment_referenced(c: &Connection, attachment_path: &str) -> rusqlite::Result<bool> {
-    c.row(
+fn attachment_referenced(s: &impl Statements, attachment_path: &str) -> Result<bool> {
+    s.one(
         "SELECT EXISTS (SELECT 1 FROM bindings WHERE attachment_path = ?1)",
         [attachment_path],
         |r| r.get(0),
     )
 }
 
-fn execution_exists(c: &Connection, id: i64) -> rusqlite::Result<bool> {
-    c.row(
+fn execution_exists(s: &impl Statements, id: i64) -> Result<bool> {
+    s.one(
         "SELECT EXISTS (SELECT 1 FROM execution WHERE id = ?1)",
         [id],
         |r| r.get(0),
     )
 }
 
-fn load_gate(c: &Connection, id: &str) -> rusqlite::Result<Option<GateRow>> {
-    c.row(
+fn load_gate(s: &impl Statements, id: &str) -> Result<Option<GateRow>> {
+    s.opt(
         &format!("SELECT {GATE_COLUMNS} FROM gates WHERE id = ?1"),
         [id],
         gate_row,
     )
-    .optional()
 }
 
 const AGENT_SELECT: &str = "SELECT a.name, a.scope, a.memory, a.created_at, a.updated_at,
@@ -1324,12 +502,22 @@ fn agent_row(r: &Row) -> rusqlite::Result<AgentRow> {
 
 fn import_row(r: &Row) -> rusqlite::Result<ImportRow> {
     Ok(ImportRow {
-        alias: r.get(0)?,
-        source_url: r.get(1)?,
-        fetched_at: r.get(2)?,
-        inputs_schema: r.get(3)?,
-        outputs_schema: r.get(4)?,
+        alias: lenient_text(r, 0)?.unwrap_or_default(),
+        source_url: lenient_text(r, 1)?,
+        fetched_at: lenient_text(r, 2)?,
+        inputs_schema: lenient_text(r, 3)?,
+        outputs_schema: lenient_text(r, 4)?,
     })
+}
+
+impl Statements for SqliteStore {
+    fn conn(&self) -> &Connection {
+        &self.conn
+    }
+
+    fn error(&self, e: rusqlite::Error) -> anyhow::Error {
+        db_error(e, &self.path, self.busy_ms)
+    }
 }
 
 impl AgentStore for SqliteStore {
@@ -1356,7 +544,7 @@ impl AgentStore for SqliteStore {
                         }
                     },
                 ))
-                .map_err(self.err())?;
+                .map_err(|e| self.error(e))?;
         }
         let SqliteStore {
             conn,
@@ -1380,36 +568,24 @@ impl AgentStore for SqliteStore {
     }
 
     fn agent(&mut self, name: &str) -> Result<Option<AgentRow>> {
-        self.conn
-            .row(
-                &format!("{AGENT_SELECT} WHERE a.name = ?1"),
-                [name],
-                agent_row,
-            )
-            .optional()
-            .map_err(self.err())
+        self.opt(
+            &format!("{AGENT_SELECT} WHERE a.name = ?1"),
+            [name],
+            agent_row,
+        )
     }
 
     fn agent_rows(&mut self) -> Result<Vec<AgentRow>> {
-        self.agent_query(AGENT_SELECT)
+        self.all(AGENT_SELECT, [], agent_row)
     }
 
     fn segment_agents(&mut self) -> Result<Vec<AgentRow>> {
-        self.agent_query(
+        self.all(
             "SELECT agent_name, NULL, NULL, MIN(timestamp), MAX(timestamp), COUNT(*)
                FROM agent_segments WHERE agent_name IS NOT NULL GROUP BY agent_name",
+            [],
+            agent_row,
         )
-    }
-}
-
-impl SqliteStore {
-    fn agent_query(&mut self, sql: &str) -> Result<Vec<AgentRow>> {
-        let mut stmt = self.conn.prepare(sql).map_err(self.err())?;
-        let rows = stmt
-            .query_map([], agent_row)
-            .and_then(|r| r.collect::<rusqlite::Result<Vec<_>>>())
-            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
-        Ok(rows)
     }
 }
 
@@ -1438,11 +614,11 @@ impl Store for SqliteStore {
     }
 
     fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
-        attachment_referenced(&self.conn, attachment_path).map_err(self.err())
+        attachment_referenced(self, attachment_path)
     }
 
     fn execution_exists(&mut self, id: i64) -> Result<bool> {
-        execution_exists(&self.conn, id).map_err(self.err())
+        execution_exists(self, id)
     }
 
     // Scope resolution, part of the contract: the nearest scope wins. The chain starts at
@@ -1452,292 +628,148 @@ impl Store for SqliteStore {
     // chain is one index probe.
     fn resolve(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<Found>> {
         if let Some(start) = execution_id {
-            let sql = format!(
-                "WITH RECURSIVE chain(id, parent_id, depth) AS (
-                     SELECT id, parent_id, 0 FROM execution WHERE id = ?2
-                     UNION ALL
-                     SELECT e.id, e.parent_id, c.depth + 1
-                     FROM chain c JOIN execution e ON e.id = c.parent_id
-                     WHERE c.depth < ?3
-                 )
-                 SELECT {BINDING_COLUMNS}, c.depth
-                 FROM chain c JOIN bindings b
-                   ON b.name = ?1 AND IFNULL(b.execution_id, -1) = c.id
-                 ORDER BY c.depth
-                 LIMIT 1"
-            );
-            let found = self
-                .conn
-                .prepare_cached(&sql)
-                .and_then(|mut s| {
-                    s.query_row(params![name, start, super::MAX_SCOPE_DEPTH], |r| {
-                        Ok(Found {
-                            row: binding_row(r)?,
-                            depth: Some(r.get::<_, i64>(9)? as u64),
-                        })
+            let found = self.opt(
+                &format!(
+                    "WITH RECURSIVE chain(id, parent_id, depth) AS (
+                         SELECT id, parent_id, 0 FROM execution WHERE id = ?2
+                         UNION ALL
+                         SELECT e.id, e.parent_id, c.depth + 1
+                         FROM chain c JOIN execution e ON e.id = c.parent_id
+                         WHERE c.depth < ?3
+                     )
+                     SELECT {BINDING_COLUMNS}, c.depth
+                     FROM chain c JOIN bindings b
+                       ON b.name = ?1 AND IFNULL(b.execution_id, -1) = c.id
+                     ORDER BY c.depth
+                     LIMIT 1"
+                ),
+                params![name, start, super::MAX_SCOPE_DEPTH],
+                |r| {
+                    Ok(Found {
+                        row: binding_row(r)?,
+                        depth: Some(r.get::<_, i64>(9)? as u64),
                     })
-                    .optional()
-                })
-                .map_err(self.err())?;
+                },
+            )?;
             if found.is_some() {
                 return Ok(found);
             }
         }
-        let sql = format!(
-            "SELECT {BINDING_COLUMNS} FROM bindings b
-             WHERE b.name = ?1 AND IFNULL(b.execution_id, -1) = -1"
-        );
-        self.conn
-            .row(&sql, [name], |r| {
+        self.opt(
+            &format!(
+                "SELECT {BINDING_COLUMNS} FROM bindings b
+                 WHERE b.name = ?1 AND IFNULL(b.execution_id, -1) = -1"
+            ),
+            [name],
+            |r| {
                 Ok(Found {
                     row: binding_row(r)?,
                     depth: None,
                 })
-            })
-            .optional()
-            .map_err(self.err())
+            },
+        )
     }
 
     fn scope_chain(&mut self, execution_id: i64) -> Result<Vec<i64>> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "WITH RECURSIVE chain(id, parent_id, depth) AS (
-                     SELECT id, parent_id, 0 FROM execution WHERE id = ?1
-                     UNION ALL
-                     SELECT e.id, e.parent_id, c.depth + 1
-                     FROM chain c JOIN execution e ON e.id = c.parent_id
-                     WHERE c.depth < ?2
-                 )
-                 SELECT id FROM chain ORDER BY depth",
-            )
-            .map_err(self.err())?;
-        let ids = stmt
-            .query_map(params![execution_id, super::MAX_SCOPE_DEPTH], |r| r.get(0))
-            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<i64>>>())
-            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
-        Ok(ids)
+        self.all(
+            "WITH RECURSIVE chain(id, parent_id, depth) AS (
+                 SELECT id, parent_id, 0 FROM execution WHERE id = ?1
+                 UNION ALL
+                 SELECT e.id, e.parent_id, c.depth + 1
+                 FROM chain c JOIN execution e ON e.id = c.parent_id
+                 WHERE c.depth < ?2
+             )
+             SELECT id FROM chain ORDER BY depth",
+            params![execution_id, super::MAX_SCOPE_DEPTH],
+            |r| r.get(0),
+        )
     }
 
     fn query_readonly(&mut self, sql: &str, limit: std::time::Duration) -> Result<QueryResult> {
-        if sql.trim().is_empty() {
-            return Err(usage("empty query"));
-        }
-        // The shape first, with no authorizer: more than one statement, or SQL that does
-        // not parse, is a usage error (exit 2) whatever the statements would do. Preparing
-        // runs nothing.
-        let invalid = |e: rusqlite::Error| match e {
-            rusqlite::Error::MultipleStatement => usage("query takes exactly one SQL statement"),
-            // SQLite itself refuses some functions (load_extension) when preparing.
-            rusqlite::Error::SqliteFailure(_, Some(msg))
-            | rusqlite::Error::SqlInputError { msg, .. }
-                if msg.starts_with("not authorized") =>
-            {
-                refused(format!("query may not use this ({msg}): {}", shown(sql)))
-            }
-            rusqlite::Error::SqlInputError { msg, .. } => {
-                usage(format!("invalid SQL ({msg}): {}", shown(sql)))
-            }
-            rusqlite::Error::SqliteFailure(f, Some(msg)) if f.code == ErrorCode::Unknown => {
-                usage(format!("invalid SQL ({msg}): {}", shown(sql)))
-            }
-            other => db_error(other, &self.path, self.busy_ms),
-        };
-        // The guards below change this connection for good: it is never kept.
-        self.poolable = false;
-        drop(self.conn.prepare(sql).map_err(invalid)?);
-        // Then three guards: an authorizer that lets a statement read and nothing else (it
-        // also stops ATTACH, which SQLite counts as read-only but which creates files, and
-        // load_extension, and it lets through only the pragmas that report: see
-        // `reporting_pragma`); the statement must be read-only; and the connection cannot
-        // write even if one slipped past (query_only makes SQLite refuse any change).
-        self.conn
-            .execute_batch("PRAGMA query_only = ON")
-            .map_err(self.err())?;
-        // SQLite counts some reporting pragmas (`PRAGMA journal_mode`) as statements that
-        // may write: the authorizer, which saw the pragma and its value, vouches for those.
-        let pragma = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let saw_pragma = std::sync::Arc::clone(&pragma);
-        self.conn
-            .authorizer(Some(move |ctx: AuthContext<'_>| match ctx.action {
-                AuthAction::Select | AuthAction::Read { .. } | AuthAction::Recursive => {
-                    Authorization::Allow
-                }
-                AuthAction::Pragma {
-                    pragma_name,
-                    pragma_value,
-                } if reporting_pragma(pragma_name, pragma_value) => {
-                    saw_pragma.store(true, std::sync::atomic::Ordering::Relaxed);
-                    Authorization::Allow
-                }
-                AuthAction::Function { function_name }
-                    if !function_name.eq_ignore_ascii_case("load_extension") =>
-                {
-                    Authorization::Allow
-                }
-                _ => Authorization::Deny,
-            }))
-            .map_err(self.err())?;
-        // No value longer than a whole result may be: a `randomblob(200000000)` fails at
-        // once rather than taking the memory first.
-        self.conn
-            .set_limit(
-                rusqlite::limits::Limit::SQLITE_LIMIT_LENGTH,
-                super::QUERY_MOST_BYTES as i32,
-            )
-            .map_err(self.err())?;
-        // The time limit: SQLite asks this every few thousand steps whether to go on.
-        let start = std::time::Instant::now();
-        self.conn
-            .progress_handler(10_000, Some(move || start.elapsed() > limit))
-            .map_err(self.err())?;
-        let mut stmt = self.conn.prepare(sql).map_err(|e| match e {
-            e if e.sqlite_error_code() == Some(ErrorCode::AuthorizationForStatementDenied) => {
-                refused(format!(
-                    "query is read-only and this statement would write, attach, load an extension or set a pragma: {}",
-                    shown(sql)
-                ))
-            }
-            other => invalid(other),
-        })?;
-        if !stmt.readonly() && !pragma.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(refused(format!(
-                "query is read-only and this statement would write: {}",
-                shown(sql)
-            )));
-        }
-        let columns: Vec<String> = stmt.column_names().map(|c| c.to_string()).collect();
-        let n = columns.len();
-        let mut out = Vec::new();
-        let timed_out = || {
-            crate::error::timed_out(format!(
-                "query stopped after {}s (--timeout): {}",
-                limit.as_secs(),
-                shown(sql)
-            ))
-        };
-        let stopped = |e: rusqlite::Error| match e.sqlite_error_code() {
-            Some(ErrorCode::OperationInterrupted) => timed_out(),
-            Some(ErrorCode::TooBig) => {
-                super::too_large(format!("a value over {} bytes", super::QUERY_MOST_BYTES))
-            }
-            _ => db_error(e, &self.path, self.busy_ms),
-        };
-        let mut budget = super::QueryBudget::new(&columns, start, limit);
-        let mut rows = stmt.query([]).map_err(stopped)?;
-        while let Some(row) = rows.next().map_err(stopped)? {
-            if budget.overdue() {
-                return Err(timed_out());
-            }
-            let mut values = Vec::with_capacity(n);
-            for i in 0..n {
-                let v = json_value(row.get_ref(i)?);
-                budget.take(i, &v)?;
-                values.push(v);
-            }
-            out.push(values);
-        }
-        Ok(QueryResult { columns, rows: out })
+        self.sandboxed_query(sql, limit)
     }
 
     fn run_info(&mut self) -> Result<RunInfo> {
-        self.conn
-            .row(
-                "SELECT id, program_path, status, started_at, updated_at FROM run LIMIT 1",
-                [],
-                |r| run_info_at(r, 0),
-            )
-            .optional()
-            .map_err(self.err())?
-            .ok_or_else(|| anyhow!("state db has no run row: {}", self.path.display()))
+        self.opt(
+            "SELECT id, program_path, status, started_at, updated_at FROM run LIMIT 1",
+            [],
+            |r| run_info_at(r, 0),
+        )?
+        .ok_or_else(|| anyhow!("state db has no run row: {}", self.path.display()))
     }
 
     fn any_overdue(&mut self, now: &str) -> Result<bool> {
-        self.conn
-            .row(
-                &format!("SELECT EXISTS (SELECT 1 FROM gates WHERE {OVERDUE})"),
-                [now],
-                |r| r.get(0),
-            )
-            .map_err(self.err())
+        self.one(
+            &format!("SELECT EXISTS (SELECT 1 FROM gates WHERE {OVERDUE})"),
+            [now],
+            |r| r.get(0),
+        )
     }
 
-    fn read_gates(&mut self, status: Option<&str>) -> Result<Vec<GateRow>> {
-        self.conn
-            .prepare_cached(&format!(
+    fn read_gates(&mut self, status: Option<&GateStatus>) -> Result<Vec<GateRow>> {
+        self.all(
+            &format!(
                 "SELECT {GATE_COLUMNS} FROM gates WHERE ?1 IS NULL OR status = ?1
                  ORDER BY created_at, id"
-            ))
-            .and_then(|mut s| s.query_map([status], gate_row)?.collect())
-            .map_err(self.err())
+            ),
+            [status.map(GateStatus::as_str)],
+            gate_row,
+        )
     }
 
     fn read_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
-        load_gate(&self.conn, id).map_err(self.err())
+        load_gate(self, id)
     }
 
     fn audit(&mut self, f: &AuditFilter) -> Result<Vec<AuditRow>> {
-        let mut stmt = self
-            .conn
-            .prepare(&format!(
+        self.all(
+            &format!(
                 "SELECT {AUDIT_COLUMNS} FROM gate_audit_log
                  WHERE (?1 IS NULL OR gate_id = ?1) AND (?2 IS NULL OR principal = ?2)
                    AND (?3 IS NULL OR datetime(timestamp) >= datetime(?3))
                  ORDER BY id"
-            ))
-            .map_err(self.err())?;
-        let rows = stmt
-            .query_map(params![f.gate_id, f.principal, f.since], audit_row)
-            .and_then(|r| r.collect::<rusqlite::Result<Vec<_>>>())
-            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
-        Ok(rows)
+            ),
+            params![f.gate_id, f.principal, f.since],
+            audit_row,
+        )
     }
 
     fn chain_hash_at(&mut self, seq: i64) -> Result<Option<String>> {
-        self.conn
-            .row(
-                "SELECT hash FROM gate_audit_log WHERE seq = ?1",
-                [seq],
-                |r| r.get(0),
-            )
-            .optional()
-            .map(Option::flatten)
-            .map_err(self.err())
+        self.opt(
+            "SELECT hash FROM gate_audit_log WHERE seq = ?1",
+            [seq],
+            |r| r.get(0),
+        )
+        .map(Option::flatten)
     }
 
     fn chain_tip(&mut self) -> Result<Option<super::ChainTip>> {
-        self.conn
-            .row(
-                "SELECT run_id, seq, hash, seal FROM gate_audit_log WHERE seq IS NOT NULL
-                  ORDER BY seq DESC LIMIT 1",
-                [],
-                |r| {
-                    Ok((
-                        r.get(0)?,
-                        r.get(1)?,
-                        r.get::<_, Option<String>>(2)?.unwrap_or_default(),
-                        r.get(3)?,
-                    ))
-                },
-            )
-            .optional()
-            .map_err(self.err())
+        self.opt(
+            "SELECT run_id, seq, hash, seal FROM gate_audit_log WHERE seq IS NOT NULL
+              ORDER BY seq DESC LIMIT 1",
+            [],
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get::<_, Option<String>>(2)?.unwrap_or_default(),
+                    r.get(3)?,
+                ))
+            },
+        )
     }
 
     fn run_summary(&mut self, now: &str) -> Result<RunSummary> {
         let run = self.run_info()?;
-        let (error_message, last_event_at, pending_gates) = self
-            .conn
-            .row(
-                &format!(
-                    "SELECT (SELECT error_message FROM run LIMIT 1),
-                            (SELECT MAX(COALESCE(completed_at, started_at)) FROM execution),
-                            (SELECT COUNT(*) FROM gates WHERE status = 'pending' AND NOT ({OVERDUE}))"
-                ),
-                [now],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )
-            .map_err(self.err())?;
+        let (error_message, last_event_at, pending_gates) = self.one(
+            &format!(
+                "SELECT (SELECT error_message FROM run LIMIT 1),
+                        (SELECT MAX(COALESCE(completed_at, started_at)) FROM execution),
+                        (SELECT COUNT(*) FROM gates WHERE status = 'pending' AND NOT ({OVERDUE}))"
+            ),
+            [now],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?;
         Ok(RunSummary {
             run,
             error_message,
@@ -1747,31 +779,23 @@ impl Store for SqliteStore {
     }
 
     fn imports(&mut self) -> Result<Vec<ImportRow>> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT alias, source_url, fetched_at, inputs_schema, outputs_schema
-                 FROM imports ORDER BY alias",
-            )
-            .map_err(self.err())?;
-        let rows = stmt
-            .query_map([], import_row)
-            .and_then(|r| r.collect::<rusqlite::Result<Vec<_>>>())
-            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
-        Ok(rows)
+        self.all(
+            "SELECT alias, source_url, fetched_at, inputs_schema, outputs_schema
+             FROM imports ORDER BY alias",
+            [],
+            import_row,
+        )
     }
 
     fn executions_matching(&mut self, q: &super::ExecQuery) -> Result<Vec<ExecutionRow>> {
         let (tail, params) = q.sql("", false, |i| format!("?{}", i + 1));
-        let mut stmt = self
-            .conn
-            .prepare(&format!(
+        self.all(
+            &format!(
                 "SELECT id, statement_index, statement_text, status, started_at, completed_at,
                         error_message, parent_id, metadata FROM execution {tail}"
-            ))
-            .map_err(self.err())?;
-        let rows = stmt
-            .query_map(rusqlite::params_from_iter(params), |r| {
+            ),
+            rusqlite::params_from_iter(params),
+            |r| {
                 Ok(ExecutionRow {
                     id: r.get(0)?,
                     statement_index: r.get(1)?,
@@ -1786,10 +810,8 @@ impl Store for SqliteStore {
                     parent_id: r.get(7)?,
                     metadata: r.get(8)?,
                 })
-            })
-            .and_then(|r| r.collect::<rusqlite::Result<Vec<_>>>())
-            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
-        Ok(rows)
+            },
+        )
     }
 
     fn bindings_page(
@@ -1801,22 +823,18 @@ impl Store for SqliteStore {
         // The scope key is the unique index's own expression, so the names are read from the
         // index in order and only the page's rows are fetched.
         let scopes = super::scope_list(chain);
-        let mut stmt = self
-            .conn
-            .prepare(&format!(
+        self.all(
+            &format!(
                 "SELECT {BINDING_COLUMNS} FROM bindings b
                  WHERE IFNULL(b.execution_id, -1) IN ({scopes}) AND b.name IN (
                      SELECT DISTINCT name FROM bindings
                      WHERE IFNULL(execution_id, -1) IN ({scopes}) AND name > ?1
                      ORDER BY name LIMIT ?2)
                  ORDER BY b.name"
-            ))
-            .map_err(self.err())?;
-        let rows = stmt
-            .query_map(params![after.unwrap_or(""), names], binding_row)
-            .and_then(|r| r.collect::<rusqlite::Result<Vec<_>>>())
-            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
-        Ok(rows)
+            ),
+            params![after.unwrap_or(""), names],
+            binding_row,
+        )
     }
 
     fn resume_counts(&mut self, chain: &[i64]) -> Result<super::ResumeCounts> {
@@ -1826,44 +844,38 @@ impl Store for SqliteStore {
             .map(i64::to_string)
             .collect::<Vec<_>>()
             .join(", ");
-        self.conn
-            .row(
-                &format!(
-                    "SELECT (SELECT COUNT(*) FROM execution), (SELECT COUNT(*) FROM bindings),
-                            (SELECT COUNT(*) FROM bindings WHERE execution_id IS NOT NULL),
-                            (SELECT COUNT(DISTINCT name) FROM bindings b
-                             WHERE b.execution_id IN ({chain_list}) AND NOT EXISTS (
-                                 SELECT 1 FROM bindings r
-                                 WHERE r.name = b.name AND IFNULL(r.execution_id, -1) = -1)),
-                            (SELECT error_message FROM run LIMIT 1)"
-                ),
-                [],
-                |r| {
-                    let (records, bindings, scoped, chain_only): (i64, i64, i64, i64) =
-                        (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
-                    Ok(super::ResumeCounts {
-                        error_message: r.get(4)?,
-                        records,
-                        bindings,
-                        bindings_visible: bindings - scoped + chain_only,
-                    })
-                },
-            )
-            .map_err(self.err())
+        self.one(
+            &format!(
+                "SELECT (SELECT COUNT(*) FROM execution), (SELECT COUNT(*) FROM bindings),
+                        (SELECT COUNT(*) FROM bindings WHERE execution_id IS NOT NULL),
+                        (SELECT COUNT(DISTINCT name) FROM bindings b
+                         WHERE b.execution_id IN ({chain_list}) AND NOT EXISTS (
+                             SELECT 1 FROM bindings r
+                             WHERE r.name = b.name AND IFNULL(r.execution_id, -1) = -1)),
+                        (SELECT error_message FROM run LIMIT 1)"
+            ),
+            [],
+            |r| {
+                let (records, bindings, scoped, chain_only): (i64, i64, i64, i64) =
+                    (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
+                Ok(super::ResumeCounts {
+                    error_message: r.get(4)?,
+                    records,
+                    bindings,
+                    bindings_visible: bindings - scoped + chain_only,
+                })
+            },
+        )
     }
 
     fn bindings(&mut self) -> Result<Vec<BindingRow>> {
-        let mut stmt = self
-            .conn
-            .prepare(&format!(
+        self.all(
+            &format!(
                 "SELECT {BINDING_COLUMNS} FROM bindings b ORDER BY IFNULL(b.execution_id, -1), b.name"
-            ))
-            .map_err(self.err())?;
-        let rows = stmt
-            .query_map([], binding_row)
-            .and_then(|r| r.collect::<rusqlite::Result<Vec<_>>>())
-            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
-        Ok(rows)
+            ),
+            [],
+            binding_row,
+        )
     }
 
     fn stats(&mut self) -> Result<StoreStats> {
@@ -1881,31 +893,23 @@ impl Store for SqliteStore {
         for table in super::STATS_TABLES {
             // Table names are this fixed list, never input.
             let n: i64 = self
-                .conn
-                .row(&format!("SELECT COUNT(*) FROM \"{table}\""), [], |r| {
+                .one(&format!("SELECT COUNT(*) FROM \"{table}\""), [], |r| {
                     r.get(0)
                 })
                 .unwrap_or(0);
             st.tables.insert(table.to_string(), n);
         }
-        let mut stmt = self
-            .conn
-            .prepare("SELECT IFNULL(status, '?'), COUNT(*) FROM execution GROUP BY 1 ORDER BY 1")
-            .map_err(self.err())?;
-        let rows: Vec<(String, i64)> = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .and_then(|r| r.collect())
-            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
-        drop(stmt);
+        let rows: Vec<(String, i64)> = self.all(
+            "SELECT IFNULL(status, '?'), COUNT(*) FROM execution GROUP BY 1 ORDER BY 1",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
         st.execution_status = rows.into_iter().collect();
-        st.binding_inline_bytes = self
-            .conn
-            .row(
-                "SELECT IFNULL(SUM(length(CAST(value AS BLOB))), 0) FROM bindings",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(self.err())?;
+        st.binding_inline_bytes = self.one(
+            "SELECT IFNULL(SUM(length(CAST(value AS BLOB))), 0) FROM bindings",
+            [],
+            |r| r.get(0),
+        )?;
         for pragma in [
             "journal_mode",
             "busy_timeout",
@@ -1913,16 +917,13 @@ impl Store for SqliteStore {
             "foreign_keys",
             "wal_autocheckpoint",
         ] {
-            let v: String = self
-                .conn
-                .row(&format!("PRAGMA {pragma}"), [], |r| {
-                    Ok(match r.get_ref(0)? {
-                        ValueRef::Integer(i) => i.to_string(),
-                        ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
-                        _ => String::new(),
-                    })
+            let v: String = self.one(&format!("PRAGMA {pragma}"), [], |r| {
+                Ok(match r.get_ref(0)? {
+                    ValueRef::Integer(i) => i.to_string(),
+                    ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
+                    _ => String::new(),
                 })
-                .map_err(self.err())?;
+            })?;
             let v = match (pragma, v.as_str()) {
                 ("synchronous", "2") => "2 (FULL)".to_string(),
                 ("synchronous", "1") => "1 (NORMAL)".to_string(),
@@ -1935,30 +936,16 @@ impl Store for SqliteStore {
     }
 
     fn health(&mut self) -> Result<Vec<String>> {
-        let mut problems = Vec::new();
-        let mut stmt = self
-            .conn
-            .prepare("PRAGMA integrity_check")
-            .map_err(self.err())?;
-        let lines: Vec<String> = stmt
-            .query_map([], |r| r.get(0))
-            .and_then(|r| r.collect())
-            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
-        drop(stmt);
-        problems.extend(
-            lines
-                .into_iter()
-                .filter(|l| l != "ok")
-                .map(|l| format!("integrity: {l}")),
-        );
-        let mut stmt = self
-            .conn
-            .prepare("PRAGMA foreign_key_check")
-            .map_err(self.err())?;
-        let fks: Vec<(String, Option<i64>, String)> = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .and_then(|r| r.collect())
-            .map_err(|e| db_error(e, &self.path, self.busy_ms))?;
+        let lines: Vec<String> = self.all("PRAGMA integrity_check", [], |r| r.get(0))?;
+        let mut problems: Vec<String> = lines
+            .into_iter()
+            .filter(|l| l != "ok")
+            .map(|l| format!("integrity: {l}"))
+            .collect();
+        let fks: Vec<(String, Option<i64>, String)> =
+            self.all("PRAGMA foreign_key_check", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?;
         problems.extend(fks.into_iter().map(|(table, rowid, parent)| {
             format!(
                 "foreign key: {table} row {} points at a missing {parent} row",
@@ -1974,12 +961,10 @@ impl Store for SqliteStore {
             return Err(usage(format!("unknown checkpoint mode: {}", shown(&mode))));
         }
         // The mode is one of four fixed words, checked above.
-        let (busy, log, done): (i64, i64, i64) = self
-            .conn
-            .row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
+        let (busy, log, done): (i64, i64, i64) =
+            self.one(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            })
-            .map_err(self.err())?;
+            })?;
         Ok(Checkpointed {
             mode: mode.to_ascii_lowercase(),
             busy: busy != 0,
@@ -1994,10 +979,10 @@ impl Store for SqliteStore {
         }
         let size = |p: &Path| std::fs::metadata(p).ok().map(|m| m.len());
         let before = size(&self.path);
-        self.conn.execute_batch("VACUUM").map_err(self.err())?;
-        let _ = self
-            .conn
-            .row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        self.conn
+            .execute_batch("VACUUM")
+            .map_err(|e| self.error(e))?;
+        let _ = self.one("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
         Ok((before, size(&self.path)))
     }
 
@@ -2036,7 +1021,7 @@ impl Store for SqliteStore {
             self.poolable = false;
             self.conn
                 .execute_batch("BEGIN DEFERRED; SELECT COUNT(*) FROM run;")
-                .map_err(self.err())?;
+                .map_err(|e| self.error(e))?;
         }
         Ok(())
     }
@@ -2050,7 +1035,7 @@ impl Store for SqliteStore {
                 self.path.display()
             )));
         }
-        dump_rows(&self.conn).map_err(self.err())
+        dump::dump_rows(self)
     }
 
     fn delete_run(&mut self) -> Result<()> {
@@ -2060,8 +1045,9 @@ impl Store for SqliteStore {
 
 impl Drop for SqliteStore {
     fn drop(&mut self) {
-        // SAFETY: `conn` is taken once, here, and the store is not used after drop.
-        let conn = unsafe { std::mem::ManuallyDrop::take(&mut self.conn) };
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
         // A connection in a transaction (an error left it open) is closed, which rolls it
         // back; so is one whose settings a command changed.
         if self.poolable && conn.is_autocommit() {
@@ -2111,43 +1097,6 @@ pub mod pool {
     pub fn give(path: &Path, conn: Connection) {
         if let Ok(file) = std::fs::metadata(path) {
             KEPT.give(key(path, &file).1, conn);
-        }
-    }
-}
-
-/// One statement, through the connection's statement cache in a long-lived process (the MCP
-/// server, whose connections are kept): each statement is compiled once rather than on every
-/// call. A command, which opens a state.db once, prepares it plainly: a cached statement is
-/// compiled as persistent, which costs more when it is used only once.
-trait Cached {
-    fn row<T, P: rusqlite::Params, F: FnOnce(&Row<'_>) -> rusqlite::Result<T>>(
-        &self,
-        sql: &str,
-        params: P,
-        f: F,
-    ) -> rusqlite::Result<T>;
-    fn run<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize>;
-}
-
-impl Cached for Connection {
-    fn row<T, P: rusqlite::Params, F: FnOnce(&Row<'_>) -> rusqlite::Result<T>>(
-        &self,
-        sql: &str,
-        params: P,
-        f: F,
-    ) -> rusqlite::Result<T> {
-        if pool::enabled() {
-            self.prepare_cached(sql)?.query_row(params, f)
-        } else {
-            self.query_row(sql, params, f)
-        }
-    }
-
-    fn run<P: rusqlite::Params>(&self, sql: &str, params: P) -> rusqlite::Result<usize> {
-        if pool::enabled() {
-            self.prepare_cached(sql)?.execute(params)
-        } else {
-            self.execute(sql, params)
         }
     }
 }

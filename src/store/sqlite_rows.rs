@@ -1,10 +1,12 @@
 //! The row mappers and the error edge that SQLite's stores share: a run's state.db
 //! (`sqlite`) and the project catalog (`catalog`), which keeps copies of the same rows.
 
+use super::dump::GateRecord;
 use super::{GateRow, RunInfo};
 use crate::error::busy;
 use crate::model::{GateStatus, RunStatus};
 use anyhow::anyhow;
+use rusqlite::types::ValueRef;
 use rusqlite::{ErrorCode, Row};
 use std::path::Path;
 
@@ -38,11 +40,6 @@ pub(super) const GATE_COLUMNS: &str =
                             on_reject, status, created_at, resolved_at, resolved_by, \
                             resolution_comment, metadata, instance";
 
-fn parse_allow(text: Option<String>) -> Vec<String> {
-    text.and_then(|t| serde_json::from_str::<Vec<String>>(&t).ok())
-        .unwrap_or_default()
-}
-
 /// A run's id, program path, status, started and updated times, from column `at` on.
 pub(super) fn run_info_at(r: &Row, at: usize) -> rusqlite::Result<RunInfo> {
     Ok(RunInfo {
@@ -57,22 +54,48 @@ pub(super) fn run_info_at(r: &Row, at: usize) -> rusqlite::Result<RunInfo> {
     })
 }
 
-pub(super) fn gate_row(r: &Row) -> rusqlite::Result<GateRow> {
-    Ok(GateRow {
-        id: r.get(0)?,
-        run_id: r.get(1)?,
-        execution_id: r.get(2)?,
-        prompt: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
-        allow: parse_allow(r.get(4)?),
-        timeout: r.get(5)?,
-        timeout_at: r.get(6)?,
-        on_reject: r.get(7)?,
-        status: GateStatus::parse(&r.get::<_, Option<String>>(8)?.unwrap_or_default()),
-        created_at: r.get(9)?,
-        resolved_at: r.get(10)?,
-        resolved_by: r.get(11)?,
-        resolution_comment: r.get(12)?,
-        metadata: r.get(13)?,
-        instance: r.get::<_, Option<i64>>(14)?.unwrap_or(1),
+/// Any stored value as text (raw SQL may put a number where text belongs).
+pub(super) fn lenient_text(r: &Row, i: usize) -> rusqlite::Result<Option<String>> {
+    Ok(match r.get_ref(i)? {
+        ValueRef::Null => None,
+        ValueRef::Integer(n) => Some(n.to_string()),
+        ValueRef::Real(f) => Some(f.to_string()),
+        ValueRef::Text(t) | ValueRef::Blob(t) => Some(String::from_utf8_lossy(t).into_owned()),
     })
+}
+
+/// Any stored value as a number, where it is one.
+pub(super) fn lenient_int(r: &Row, i: usize) -> rusqlite::Result<Option<i64>> {
+    Ok(match r.get_ref(i)? {
+        ValueRef::Integer(n) => Some(n),
+        ValueRef::Text(t) => std::str::from_utf8(t).ok().and_then(|t| t.parse().ok()),
+        _ => None,
+    })
+}
+
+/// A gates (or gate_instances) row in `GATE_COLUMNS`' order, as stored: the one mapper of a
+/// gate, for a copy of the run as for the rules.
+pub(super) fn gate_record(r: &Row) -> rusqlite::Result<GateRecord> {
+    Ok(GateRecord {
+        id: lenient_text(r, 0)?.unwrap_or_default(),
+        run_id: lenient_text(r, 1)?,
+        execution_id: lenient_int(r, 2)?,
+        prompt: lenient_text(r, 3)?,
+        allow: lenient_text(r, 4)?,
+        timeout: lenient_text(r, 5)?,
+        timeout_at: lenient_text(r, 6)?,
+        on_reject: lenient_text(r, 7)?,
+        status: lenient_text(r, 8)?.as_deref().map(GateStatus::parse),
+        created_at: lenient_text(r, 9)?,
+        resolved_at: lenient_text(r, 10)?,
+        resolved_by: lenient_text(r, 11)?,
+        resolution_comment: lenient_text(r, 12)?,
+        metadata: lenient_text(r, 13)?,
+        instance: lenient_int(r, 14)?.unwrap_or(1),
+    })
+}
+
+/// A gates row in `GATE_COLUMNS`' order, as the rules read it.
+pub(super) fn gate_row(r: &Row) -> rusqlite::Result<GateRow> {
+    gate_record(r).map(GateRecord::into_row)
 }

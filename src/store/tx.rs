@@ -4,11 +4,9 @@
 //! `FOR UPDATE`) and maps its driver's errors once, in its implementation of this trait. The
 //! rules themselves (`rules.rs`) are written once, above it.
 
-use super::dump::{
-    AgentRecord, BindingRecord, ExecRecord, GateRecord, ImportRecord, RunRecord, SegmentRecord,
-};
+use super::dump::{AgentRecord, BindingRecord, ExecRecord, GateRecord, RunRecord, SegmentRecord};
 use super::effects::{Event, Notice};
-use super::{AuditRow, GateRow, ImportRow, NewBinding, NewExecution, NewGate};
+use super::{AuditRow, GateRow, ImportRow, NewGate};
 use crate::model::RunStatus;
 use anyhow::Result;
 
@@ -47,7 +45,8 @@ pub struct GateResumeState {
 }
 
 /// One open transaction. Every method is one statement (or, where a dialect needs it, the
-/// few that make one step); none holds a rule.
+/// few that make one step); none holds a rule. Each table has one INSERT (a `put_` method),
+/// used alike by the live rules and by `rules::restore`, which writes a copy of a run.
 pub trait Tx {
     // The run.
     /// The run's id and status; None where the store has no run (an agents.db, project agents
@@ -65,8 +64,9 @@ pub trait Tx {
     ) -> Result<Option<super::BindingHead>>;
     /// The stored value of the binding of this name in this scope.
     fn binding_value(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<String>>;
-    /// Upserts by (name, scope), keeping `created_at`.
-    fn upsert_binding(&mut self, binding: &NewBinding) -> Result<()>;
+    /// Inserts a binding, or replaces the one of its name in its scope, keeping that one's
+    /// `created_at`.
+    fn put_binding(&mut self, binding: &BindingRecord) -> Result<()>;
     fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool>;
     /// Points the binding of this name in this scope at another attachment.
     fn set_attachment_path(
@@ -84,17 +84,22 @@ pub trait Tx {
     // The execution log.
     fn execution_exists(&mut self, id: i64) -> Result<bool>;
     fn keyed_execution(&mut self, key: &str) -> Result<Option<KeyedExecution>>;
-    /// Appends a record; None when its idempotency key was taken meanwhile by another writer.
-    fn insert_execution(&mut self, record: &NewExecution) -> Result<Option<i64>>;
+    /// Appends a record (its `id` ignored), as `id` where the store keeps the ids it is given
+    /// (`keeps_ids`), else numbered by the store. Its id; None when its idempotency key was
+    /// taken meanwhile by another writer.
+    fn put_execution(&mut self, id: Option<i64>, record: &ExecRecord) -> Result<Option<i64>>;
 
     // Gates.
     fn load_gate(&mut self, id: &str) -> Result<Option<GateRow>>;
+    /// The gates row of this id as stored (what `gate_instances` keeps of an opening).
+    fn gate_record(&mut self, id: &str) -> Result<Option<GateRecord>>;
     /// Pending gates past their deadline (an unparseable deadline counts as passed), oldest
     /// first, locked where the dialect locks rows.
     fn overdue_gates(&mut self, now: &str) -> Result<Vec<GateRow>>;
-    fn insert_gate(&mut self, gate: &NewGate, run_id: &str, execution_id: i64) -> Result<()>;
-    /// Keeps the gate's current instance in `gate_instances`, then makes the gates row the next
-    /// instance: pending, with this gate's prompt, allow list, deadline and record.
+    /// Inserts a gates row (`instance` false) or a gate_instances row (an earlier opening).
+    fn put_gate(&mut self, gate: &GateRecord, instance: bool) -> Result<()>;
+    /// Makes the gates row the gate's next instance: pending, with this gate's prompt, allow
+    /// list, deadline and record.
     fn reopen_gate(&mut self, gate: &NewGate, execution_id: i64) -> Result<()>;
     /// Sets a pending gate's outcome; `resolved_at` is `at`.
     fn resolve_gate(
@@ -122,21 +127,17 @@ pub trait Tx {
 
     // Imports.
     fn import(&mut self, alias: &str) -> Result<Option<ImportRow>>;
+    /// Inserts an import, or replaces the one of its alias.
     fn put_import(&mut self, import: &ImportRow) -> Result<()>;
 
     // Agents.
-    fn put_agent_memory(&mut self, name: &str, scope: &str, memory: &str, now: &str) -> Result<()>;
-    /// Creates the agent (no memory) or touches it; locks its row where the dialect does.
+    /// Inserts an agent, or sets the scope, memory and `updated_at` of the one of its name.
+    fn put_agent(&mut self, agent: &AgentRecord) -> Result<()>;
+    /// Creates the agent (no memory) or touches it (its scope and memory kept); locks its row
+    /// where the dialect does.
     fn touch_agent(&mut self, name: &str, scope: &str, now: &str) -> Result<()>;
     fn next_segment_number(&mut self, name: &str) -> Result<i64>;
-    fn insert_segment(
-        &mut self,
-        name: &str,
-        number: i64,
-        now: &str,
-        prompt: &str,
-        summary: &str,
-    ) -> Result<()>;
+    fn put_segment(&mut self, segment: &SegmentRecord) -> Result<()>;
 
     // Copies of a run (`import`, `export`).
     /// Whether rows keep the ids they are given (a run's own SQLite file); a server numbers
@@ -147,14 +148,6 @@ pub trait Tx {
     /// Deletes every row of the run but its own row and its audit log (append-only), its
     /// values included (`import --replace`).
     fn clear_run(&mut self) -> Result<()>;
-    /// Inserts an execution record as given (its id too, where ids are kept); its id.
-    fn put_execution(&mut self, e: &ExecRecord) -> Result<i64>;
-    fn put_binding(&mut self, b: &BindingRecord) -> Result<()>;
-    /// A gates row (`instance` false) or a gate_instances row.
-    fn put_gate(&mut self, g: &GateRecord, run_id: &str, instance: bool) -> Result<()>;
-    fn put_agent(&mut self, a: &AgentRecord) -> Result<()>;
-    fn put_segment(&mut self, s: &SegmentRecord) -> Result<()>;
-    fn put_import_record(&mut self, i: &ImportRecord) -> Result<()>;
     /// The run's audit row at this sequence number: None when there is none, else its hash.
     fn audit_at_seq(&mut self, seq: i64) -> Result<Option<Option<String>>>;
 

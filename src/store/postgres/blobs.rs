@@ -17,7 +17,7 @@
 //! objects need `lo_compat_privileges` or ownership), travel in `pg_dump` with the rest, and
 //! let a range read fetch only the chunks it needs.
 
-use super::{committed, map_err, PgStore};
+use super::{committed, map_err, On, PgStore, Statements};
 use crate::store::{BlobInfo, Upload};
 use anyhow::{anyhow, Result};
 use postgres::Transaction;
@@ -38,27 +38,22 @@ const UNLOCK: &str = "SELECT pg_advisory_unlock($1, hashtext($2 || '/' || $3))";
 const TRY_XACT_LOCK: &str = "SELECT pg_try_advisory_xact_lock($1, hashtext($2 || '/' || $3))";
 
 /// Deletes a blob inside a transaction, unless a live upload holds it; whether it is gone.
-pub fn delete(tx: &mut Transaction, run: &str, blob: &str) -> Result<bool> {
-    let free: bool = tx
-        .query_one(TRY_XACT_LOCK, &[&UPLOAD_LOCK, &run, &blob])
-        .map_err(super::pg)?
-        .get(0);
-    if !free {
-        return Ok(false);
+pub(super) fn delete(tx: &mut impl Statements, run: &str, blob: &str) -> Result<bool> {
+    let free: bool = tx.one(TRY_XACT_LOCK, &[&UPLOAD_LOCK, &run, &blob], |r| r.get(0))?;
+    if free {
+        delete_rows(tx, run, blob, "TRUE")?;
     }
-    delete_rows(tx, run, blob, "TRUE")?;
-    Ok(true)
+    Ok(free)
 }
 
 /// Deletes a blob's chunks and its `attachments` row, where `and` (SQL over `$1`, the run,
 /// and `$2`, the blob) holds: the one statement pair every way a blob goes uses.
-fn delete_rows(tx: &mut Transaction, run: &str, blob: &str, and: &str) -> Result<()> {
+fn delete_rows(tx: &mut impl Statements, run: &str, blob: &str, and: &str) -> Result<()> {
     for table in ["attachment_chunks", "attachments"] {
-        tx.execute(
+        tx.exec(
             &format!("DELETE FROM openprose.{table} WHERE run_id = $1 AND blob = $2 AND ({and})"),
             &[&run, &blob],
-        )
-        .map_err(super::pg)?;
+        )?;
     }
     Ok(())
 }
@@ -77,18 +72,30 @@ pub struct PgUpload<'a> {
     busy_ms: u64,
 }
 
+impl<'a> Statements for PgUpload<'a> {
+    type Client = Transaction<'a>;
+    fn session(&mut self) -> (&mut Transaction<'a>, &str, u64) {
+        (&mut self.tx, self.shown_url, self.busy_ms)
+    }
+}
+
 impl PgUpload<'_> {
     fn flush(&mut self) -> Result<()> {
         if self.buf.is_empty() {
             return Ok(());
         }
-        self.tx
-            .execute(
-                "INSERT INTO openprose.attachment_chunks (run_id, blob, seq, data)
-                 VALUES ($1, $2, $3, $4)",
-                &[&self.run, &self.blob, &self.seq, &self.buf],
-            )
-            .map_err(|e| map_err(e, self.shown_url, self.busy_ms))?;
+        let (run, blob, seq, buf) = (&self.run, &self.blob, self.seq, &self.buf);
+        let (tx, url, busy_ms) = (&mut self.tx, self.shown_url, self.busy_ms);
+        On {
+            c: tx,
+            url,
+            busy_ms,
+        }
+        .exec(
+            "INSERT INTO openprose.attachment_chunks (run_id, blob, seq, data)
+             VALUES ($1, $2, $3, $4)",
+            &[run, blob, &seq, buf],
+        )?;
         self.digest.update(&self.buf);
         self.bytes += self.buf.len() as i64;
         self.seq += 1;
@@ -116,16 +123,14 @@ impl Upload for PgUpload<'_> {
             "sha256:{}",
             crate::model::hex(&self.digest.clone().finalize())
         );
+        let (run, blob, bytes) = (self.run.clone(), self.blob.clone(), self.bytes);
+        self.exec(
+            "INSERT INTO openprose.attachments (run_id, blob, bytes, chunk_bytes, sha256)
+             VALUES ($1, $2, $3, $4, $5)",
+            &[&run, &blob, &bytes, &(CHUNK as i32), &sha],
+        )?;
         let (shown_url, busy_ms) = (self.shown_url, self.busy_ms);
-        let err = |e| map_err(e, shown_url, busy_ms);
-        self.tx
-            .execute(
-                "INSERT INTO openprose.attachments (run_id, blob, bytes, chunk_bytes, sha256)
-                 VALUES ($1, $2, $3, $4, $5)",
-                &[&self.run, &self.blob, &self.bytes, &(CHUNK as i32), &sha],
-            )
-            .map_err(err)?;
-        committed(self.tx.commit(), err)
+        committed(self.tx.commit(), |e| map_err(e, shown_url, busy_ms))
     }
 }
 
@@ -134,9 +139,7 @@ impl PgStore {
     pub(super) fn start_upload(&mut self, blob: &str) -> Result<Box<dyn Upload + '_>> {
         self.prepare_write()?;
         let run = self.run()?.to_string();
-        self.client
-            .execute(LOCK, &[&UPLOAD_LOCK, &run, &blob])
-            .map_err(self.err())?;
+        self.exec(LOCK, &[&UPLOAD_LOCK, &run, &blob])?;
         self.uploading = true;
         let PgStore {
             client,
@@ -168,7 +171,11 @@ impl PgStore {
             let mut tx = self.client.transaction().map_err(err)?;
             // Unless a row links it after all (a commit whose outcome was lost).
             delete_rows(
-                &mut tx,
+                &mut On {
+                    c: &mut tx,
+                    url: &shown_url,
+                    busy_ms,
+                },
                 &run,
                 blob,
                 &format!(
@@ -179,24 +186,18 @@ impl PgStore {
             )?;
             committed(tx.commit(), err)?;
         }
-        self.client
-            .execute(UNLOCK, &[&UPLOAD_LOCK, &run, &blob])
-            .map_err(self.err())?;
-        Ok(())
+        self.exec(UNLOCK, &[&UPLOAD_LOCK, &run, &blob])
     }
 
     /// A whole blob's length and chunk size.
     fn blob_head(&mut self, blob: &str) -> Result<Option<(i64, i32)>> {
         let run = self.run()?.to_string();
-        Ok(self
-            .client
-            .query_opt(
-                "SELECT bytes, chunk_bytes FROM openprose.attachments
-                 WHERE run_id = $1 AND blob = $2",
-                &[&run, &blob],
-            )
-            .map_err(self.err())?
-            .map(|r| (r.get(0), r.get(1))))
+        self.opt(
+            "SELECT bytes, chunk_bytes FROM openprose.attachments
+             WHERE run_id = $1 AND blob = $2",
+            &[&run, &blob],
+            |r| (r.get(0), r.get(1)),
+        )
     }
 
     pub(super) fn whole_blob_len(&mut self, blob: &str) -> Result<Option<u64>> {
@@ -206,18 +207,16 @@ impl PgStore {
     /// The chunks numbered `first..=last`, in order.
     fn chunks(&mut self, blob: &str, first: i32, last: i32) -> Result<Vec<Vec<u8>>> {
         let run = self.run()?.to_string();
-        let rows = self
-            .client
-            .query(
-                "SELECT data FROM openprose.attachment_chunks
-                 WHERE run_id = $1 AND blob = $2 AND seq BETWEEN $3 AND $4 ORDER BY seq",
-                &[&run, &blob, &first, &last],
-            )
-            .map_err(self.err())?;
+        let rows: Vec<Vec<u8>> = self.all(
+            "SELECT data FROM openprose.attachment_chunks
+             WHERE run_id = $1 AND blob = $2 AND seq BETWEEN $3 AND $4 ORDER BY seq",
+            &[&run, &blob, &first, &last],
+            |r| r.get(0),
+        )?;
         if rows.len() != (last - first + 1) as usize {
             return Err(incomplete(blob));
         }
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        Ok(rows)
     }
 
     pub(super) fn blob_range(&mut self, blob: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
@@ -245,28 +244,22 @@ impl PgStore {
 
     pub(super) fn all_blobs(&mut self) -> Result<Vec<BlobInfo>> {
         let run = self.run()?.to_string();
-        let rows = self
-            .client
-            .query(
-                // Outside a transaction, each lock taken here goes when the statement ends.
-                "SELECT b.blob, a.bytes, a.sha256,
-                        NOT pg_try_advisory_xact_lock($2, hashtext($1 || '/' || b.blob))
-                 FROM (SELECT DISTINCT blob FROM openprose.attachment_chunks WHERE run_id = $1
-                       UNION SELECT blob FROM openprose.attachments WHERE run_id = $1) b
-                 LEFT JOIN openprose.attachments a ON a.run_id = $1 AND a.blob = b.blob
-                 ORDER BY b.blob",
-                &[&run, &UPLOAD_LOCK],
-            )
-            .map_err(self.err())?;
-        Ok(rows
-            .iter()
-            .map(|r| BlobInfo {
+        self.all(
+            // Outside a transaction, each lock taken here goes when the statement ends.
+            "SELECT b.blob, a.bytes, a.sha256,
+                    NOT pg_try_advisory_xact_lock($2, hashtext($1 || '/' || b.blob))
+             FROM (SELECT DISTINCT blob FROM openprose.attachment_chunks WHERE run_id = $1
+                   UNION SELECT blob FROM openprose.attachments WHERE run_id = $1) b
+             LEFT JOIN openprose.attachments a ON a.run_id = $1 AND a.blob = b.blob
+             ORDER BY b.blob",
+            &[&run, &UPLOAD_LOCK],
+            |r| BlobInfo {
                 blob: r.get(0),
                 bytes: r.get(1),
                 sha256: r.get(2),
                 in_upload: r.get(3),
-            })
-            .collect())
+            },
+        )
     }
 
     pub(super) fn blob_reader(mut self: Box<Self>, blob: &str) -> Result<Box<dyn io::Read>> {
@@ -355,38 +348,39 @@ impl PgStore {
     /// Every value on the server whose run does not exist and that no live upload holds;
     /// with `remove`, each is deleted (under its upload lock, its run checked absent again).
     pub fn orphan_values(&mut self, remove: bool) -> Result<Vec<Orphan>> {
-        let rows = self
-            .client
-            .query(
-                "SELECT b.run_id, b.blob, a.bytes
-                 FROM (SELECT DISTINCT run_id, blob FROM openprose.attachment_chunks
-                       UNION SELECT run_id, blob FROM openprose.attachments) b
-                 LEFT JOIN openprose.attachments a ON a.run_id = b.run_id AND a.blob = b.blob
-                 WHERE NOT EXISTS (SELECT 1 FROM openprose.run r WHERE r.id = b.run_id)
-                   AND pg_try_advisory_xact_lock($1, hashtext(b.run_id || '/' || b.blob))
-                 ORDER BY 1, 2",
-                &[&UPLOAD_LOCK],
-            )
-            .map_err(self.err())?;
-        let mut out = Vec::new();
-        for r in rows {
-            let mut o = Orphan {
+        let mut orphans = self.all(
+            "SELECT b.run_id, b.blob, a.bytes
+             FROM (SELECT DISTINCT run_id, blob FROM openprose.attachment_chunks
+                   UNION SELECT run_id, blob FROM openprose.attachments) b
+             LEFT JOIN openprose.attachments a ON a.run_id = b.run_id AND a.blob = b.blob
+             WHERE NOT EXISTS (SELECT 1 FROM openprose.run r WHERE r.id = b.run_id)
+               AND pg_try_advisory_xact_lock($1, hashtext(b.run_id || '/' || b.blob))
+             ORDER BY 1, 2",
+            &[&UPLOAD_LOCK],
+            |r| Orphan {
                 run_id: r.get(0),
                 blob: r.get(1),
                 bytes: r.get(2),
                 removed: false,
-            };
-            if remove {
+            },
+        )?;
+        if remove {
+            for o in &mut orphans {
                 let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
                 let err = |e| map_err(e, &shown_url, busy_ms);
                 let mut tx = self.client.transaction().map_err(err)?;
-                let free: bool = tx
-                    .query_one(TRY_XACT_LOCK, &[&UPLOAD_LOCK, &o.run_id, &o.blob])
-                    .map_err(err)?
-                    .get(0);
+                let mut on = On {
+                    c: &mut tx,
+                    url: &shown_url,
+                    busy_ms,
+                };
+                let free: bool =
+                    on.one(TRY_XACT_LOCK, &[&UPLOAD_LOCK, &o.run_id, &o.blob], |r| {
+                        r.get(0)
+                    })?;
                 if free {
                     delete_rows(
-                        &mut tx,
+                        &mut on,
                         &o.run_id,
                         &o.blob,
                         "NOT EXISTS (SELECT 1 FROM openprose.run WHERE id = $1)",
@@ -395,8 +389,7 @@ impl PgStore {
                 committed(tx.commit(), err)?;
                 o.removed = free;
             }
-            out.push(o);
         }
-        Ok(out)
+        Ok(orphans)
     }
 }

@@ -1,13 +1,11 @@
 //! A run's rows read off the server (`Store::dump`), in the store's snapshot.
 
-use super::PgStore;
+use super::{gate_record, import_row, PgStore, Statements};
 use crate::store::dump::{
-    AgentRecord, BindingRecord, ExecRecord, GateRecord, ImportRecord, RunDump, RunRecord,
-    SegmentRecord,
+    AgentRecord, BindingRecord, ExecRecord, RunDump, RunRecord, SegmentRecord,
 };
 use crate::store::{AuditFilter, Store};
 use anyhow::Result;
-use postgres::Row;
 
 const RUN: &str = concat!(
     "SELECT id, program_path, program_source, ",
@@ -56,28 +54,16 @@ const IMPORTS: &str = concat!(
      ORDER BY alias"
 );
 
-/// The columns of a gate or gate instance, after its id column.
-macro_rules! gate_columns {
-    ($id:literal, $table:literal, $order:literal) => {
-        concat!(
-            "SELECT ",
-            $id,
-            ", instance, execution_id, prompt, allow, timeout, ",
-            ts!("timeout_at"),
-            ", on_reject, status, ",
-            ts!("created_at"),
-            ", ",
-            ts!("resolved_at"),
-            ", resolved_by, resolution_comment, metadata FROM openprose.",
-            $table,
-            " WHERE run_id = $1 ORDER BY ",
-            $order
-        )
-    };
-}
-
-const GATES: &str = gate_columns!("id", "gates", "id");
-const GATE_INSTANCES: &str = gate_columns!("gate_id", "gate_instances", "gate_id, instance");
+const GATES: &str = concat!(
+    "SELECT ",
+    gate_columns!("id"),
+    " FROM openprose.gates g WHERE run_id = $1 ORDER BY id"
+);
+const GATE_INSTANCES: &str = concat!(
+    "SELECT ",
+    gate_columns!("gate_id"),
+    " FROM openprose.gate_instances g WHERE run_id = $1 ORDER BY gate_id, instance"
+);
 
 /// What the spec's server-only columns hold for the run, where it is not their default.
 const SERVER_ONLY: &str = "SELECT
@@ -88,38 +74,11 @@ const SERVER_ONLY: &str = "SELECT
     (SELECT COUNT(*) FROM openprose.imports WHERE run_id = $1
         AND ((metadata IS NOT NULL AND metadata <> '{}'::jsonb) OR content_hash IS NOT NULL))";
 
-fn gate(r: &Row) -> GateRecord {
-    GateRecord {
-        id: r.get(0),
-        instance: r.get(1),
-        execution_id: r.get(2),
-        prompt: r.get(3),
-        allow: r.get(4),
-        timeout: r.get(5),
-        timeout_at: r.get(6),
-        on_reject: r.get(7),
-        status: r.get(8),
-        created_at: r.get(9),
-        resolved_at: r.get(10),
-        resolved_by: r.get(11),
-        resolution_comment: r.get(12),
-        metadata: r.get(13),
-    }
-}
-
 impl PgStore {
     pub(super) fn dump_rows(&mut self) -> Result<RunDump> {
         let run_id = self.run()?.to_string();
-        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
-        let client = &mut *self.client;
-        let mut all = |sql: &str| {
-            client
-                .query(sql, &[&run_id])
-                .map_err(|e| super::map_err(e, &shown_url, busy_ms))
-        };
-        let run = all(RUN)?
-            .first()
-            .map(|r| RunRecord {
+        let run = self
+            .opt(RUN, &[&run_id], |r| RunRecord {
                 id: r.get(0),
                 program_path: r.get(1),
                 program_source: r.get(2),
@@ -127,87 +86,63 @@ impl PgStore {
                 updated_at: r.get(4),
                 status: r.get(5),
                 error_message: r.get(6),
-            })
+            })?
             .unwrap_or_default();
-        let executions = all(EXECUTIONS)?
+        let executions = self.all(EXECUTIONS, &[&run_id], |r| ExecRecord {
+            id: r.get(0),
+            statement_index: r.get(1),
+            statement_text: r.get(2),
+            status: r.get(3),
+            started_at: r.get(4),
+            completed_at: r.get(5),
+            error_message: r.get(6),
+            parent_id: r.get(7),
+            metadata: r.get(8),
+            idempotency_key: r.get(9),
+        })?;
+        let bindings = self.all(BINDINGS, &[&run_id], |r| BindingRecord {
+            name: r.get(0),
+            execution_id: r.get(1),
+            kind: r.get(2),
+            value: r.get::<_, Option<String>>(3).map(String::into_bytes),
+            source_statement: r.get(4),
+            created_at: r.get(5),
+            updated_at: r.get(6),
+            attachment_path: r.get(7),
+        })?;
+        let agents = self.all(AGENTS, &[&run_id], |r| AgentRecord {
+            name: r.get(0),
+            scope: r.get(1),
+            memory: r.get(2),
+            created_at: r.get(3),
+            updated_at: r.get(4),
+        })?;
+        let segments = self.all(SEGMENTS, &[&run_id], |r| SegmentRecord {
+            agent_name: r.get(0),
+            segment_number: r.get(1),
+            timestamp: r.get(2),
+            prompt: r.get(3),
+            summary: r.get(4),
+        })?;
+        let imports = self.all(IMPORTS, &[&run_id], import_row)?;
+        let gates = self.all(GATES, &[&run_id], gate_record)?;
+        let gate_instances = self.all(GATE_INSTANCES, &[&run_id], gate_record)?;
+        let counts: Vec<i64> = self.one(SERVER_ONLY, &[&run_id], |r| {
+            (0..5).map(|i| r.get(i)).collect()
+        })?;
+        let what = [
+            "the run's metadata",
+            "bindings' metadata",
+            "agents' metadata",
+            "agent segments' metadata",
+            "imports' metadata or content_hash",
+        ];
+        let server_only = what
             .iter()
-            .map(|r| ExecRecord {
-                id: r.get(0),
-                statement_index: r.get(1),
-                statement_text: r.get(2),
-                status: r.get(3),
-                started_at: r.get(4),
-                completed_at: r.get(5),
-                error_message: r.get(6),
-                parent_id: r.get(7),
-                metadata: r.get(8),
-                idempotency_key: r.get(9),
-            })
+            .zip(counts)
+            .filter(|(_, n)| *n > 0)
+            .map(|(what, n)| format!("{what} ({n} rows)"))
             .collect();
-        let bindings = all(BINDINGS)?
-            .iter()
-            .map(|r| BindingRecord {
-                name: r.get(0),
-                execution_id: r.get(1),
-                kind: r.get(2),
-                value: r.get::<_, Option<String>>(3).map(String::into_bytes),
-                source_statement: r.get(4),
-                created_at: r.get(5),
-                updated_at: r.get(6),
-                attachment_path: r.get(7),
-            })
-            .collect();
-        let agents = all(AGENTS)?
-            .iter()
-            .map(|r| AgentRecord {
-                name: r.get(0),
-                scope: r.get(1),
-                memory: r.get(2),
-                created_at: r.get(3),
-                updated_at: r.get(4),
-            })
-            .collect();
-        let segments = all(SEGMENTS)?
-            .iter()
-            .map(|r| SegmentRecord {
-                agent_name: r.get(0),
-                segment_number: r.get(1),
-                timestamp: r.get(2),
-                prompt: r.get(3),
-                summary: r.get(4),
-            })
-            .collect();
-        let imports = all(IMPORTS)?
-            .iter()
-            .map(|r| ImportRecord {
-                alias: r.get(0),
-                source_url: r.get(1),
-                fetched_at: r.get(2),
-                inputs_schema: r.get(3),
-                outputs_schema: r.get(4),
-            })
-            .collect();
-        let gates = all(GATES)?.iter().map(gate).collect();
-        let gate_instances = all(GATE_INSTANCES)?.iter().map(gate).collect();
-        let counts = all(SERVER_ONLY)?;
-        let mut server_only = Vec::new();
-        if let Some(r) = counts.first() {
-            for (i, what) in [
-                "the run's metadata",
-                "bindings' metadata",
-                "agents' metadata",
-                "agent segments' metadata",
-                "imports' metadata or content_hash",
-            ]
-            .iter()
-            .enumerate()
-            {
-                let n: i64 = r.get(i);
-                if n > 0 {
-                    server_only.push(format!("{what} ({n} rows)"));
-                }
-            }
-        }
         let audit = self.audit(&AuditFilter::default())?;
         Ok(RunDump {
             run,

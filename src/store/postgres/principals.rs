@@ -1,7 +1,7 @@
 //! A PostgreSQL project's principals: `openprose.principals` and `openprose.settings`, one
 //! statement a method (see `store::principals`).
 
-use super::PgStore;
+use super::{PgStore, Statements};
 use crate::store::principals::{PrincipalBook, PrincipalRow};
 use anyhow::Result;
 use postgres::error::SqlState;
@@ -46,31 +46,28 @@ impl PrincipalBook for PgStore {
 
     fn add_principal(&mut self, p: &PrincipalRow) -> Result<bool> {
         self.prepare_write()?;
-        let n = self
-            .client
-            .execute(
-                "INSERT INTO openprose.principals (name, kind, token_hash, created_at, revoked_at)
-                 VALUES ($1, $2, $3, $4, NULL)
-                 ON CONFLICT (name) DO UPDATE SET kind = $2, token_hash = $3, created_at = $4,
-                     revoked_at = NULL
-                 WHERE openprose.principals.revoked_at IS NOT NULL",
-                &[&p.name, &p.kind, &p.token_hash, &p.created_at],
-            )
-            .map_err(self.err())?;
-        Ok(n == 1)
+        let n = self.all(
+            "INSERT INTO openprose.principals (name, kind, token_hash, created_at, revoked_at)
+             VALUES ($1, $2, $3, $4, NULL)
+             ON CONFLICT (name) DO UPDATE SET kind = $2, token_hash = $3, created_at = $4,
+                 revoked_at = NULL
+             WHERE openprose.principals.revoked_at IS NOT NULL
+             RETURNING 1",
+            &[&p.name, &p.kind, &p.token_hash, &p.created_at],
+            |_| (),
+        )?;
+        Ok(n.len() == 1)
     }
 
     fn revoke_principal(&mut self, name: &str, now: &str) -> Result<bool> {
         self.prepare_write()?;
-        let n = self
-            .client
-            .execute(
-                "UPDATE openprose.principals SET revoked_at = $2
-                 WHERE name = $1 AND revoked_at IS NULL",
-                &[&name, &now],
-            )
-            .map_err(self.err())?;
-        Ok(n == 1)
+        let n = self.all(
+            "UPDATE openprose.principals SET revoked_at = $2
+             WHERE name = $1 AND revoked_at IS NULL RETURNING 1",
+            &[&name, &now],
+            |_| (),
+        )?;
+        Ok(n.len() == 1)
     }
 
     fn setting(&mut self, key: &str) -> Result<Option<String>> {
@@ -86,14 +83,11 @@ impl PrincipalBook for PgStore {
 
     fn set_setting(&mut self, key: &str, value: &str) -> Result<()> {
         self.prepare_write()?;
-        self.client
-            .execute(
-                "INSERT INTO openprose.settings (key, value) VALUES ($1, $2)
-                 ON CONFLICT (key) DO UPDATE SET value = $2",
-                &[&key, &value],
-            )
-            .map_err(self.err())?;
-        Ok(())
+        self.exec(
+            "INSERT INTO openprose.settings (key, value) VALUES ($1, $2)
+             ON CONFLICT (key) DO UPDATE SET value = $2",
+            &[&key, &value],
+        )
     }
 
     fn book_place(&self) -> String {

@@ -1,0 +1,597 @@
+//! A transaction on the server: the single statements the rules run in it, each with its
+//! row mapping (see `store::tx`).
+
+use super::{
+    attachment_referenced, audit_row, blobs, committed, execution_exists, gate_record, gate_row,
+    import_row, load_gate, map_err, Statements, AUDIT_SELECT, GATE_SELECT, OVERDUE,
+};
+use crate::error::{not_found, refused, shown};
+use crate::model::{GateStatus, RunStatus};
+use crate::store::dump::{
+    AgentRecord, BindingRecord, ExecRecord, GateRecord, RunRecord, SegmentRecord,
+};
+use crate::store::tx::{GateResumeState, KeyedExecution, Tx, TxKind};
+use crate::store::{AuditRow, GateRow, ImportRow, NewGate};
+use anyhow::{anyhow, Result};
+use postgres::Transaction;
+
+/// The advisory lock space of imports (two-key form), keyed by the run id's hash.
+const IMPORT_LOCK: i32 = 0x7072_6f69;
+
+/// A transaction on the server. A run's writes hold its row `FOR SHARE` (parallel branches
+/// never wait on each other) or `FOR UPDATE` (serialised: gates, the audit chain, finish);
+/// project-scoped agent memory has no run row to hold.
+pub struct PgTx<'a> {
+    pub(super) tx: Transaction<'a>,
+    pub(super) run_id: Option<String>,
+    /// The run's id and status, read when its row was locked.
+    pub(super) run: Option<(String, Option<RunStatus>)>,
+    pub(super) shown_url: &'a str,
+    pub(super) busy_ms: u64,
+    /// Statements prepared in this transaction, for the ones a copy of a run runs once a row
+    /// (10,000 bindings: one round trip each instead of two).
+    pub(super) prepared: std::collections::HashMap<&'static str, postgres::Statement>,
+}
+
+impl PgTx<'_> {
+    /// `sql` prepared once in this transaction.
+    fn prepared(&mut self, sql: &'static str) -> Result<postgres::Statement> {
+        if let Some(s) = self.prepared.get(sql) {
+            return Ok(s.clone());
+        }
+        let s = self
+            .tx
+            .prepare(sql)
+            .map_err(|e| map_err(e, self.shown_url, self.busy_ms))?;
+        self.prepared.insert(sql, s.clone());
+        Ok(s)
+    }
+
+    fn run(&self) -> Result<String> {
+        self.run_id
+            .clone()
+            .ok_or_else(|| anyhow!("no run selected for this postgres store"))
+    }
+
+    /// Locks the run row (shared, or exclusive for operations that must be serialised) and
+    /// reads its status.
+    pub(super) fn lock_run(&mut self, run_id: &str, kind: TxKind) -> Result<()> {
+        let sql = match kind {
+            TxKind::Serial => "SELECT status FROM openprose.run WHERE id = $1 FOR UPDATE",
+            TxKind::Write => "SELECT status FROM openprose.run WHERE id = $1 FOR SHARE",
+            TxKind::Import => {
+                self.exec(
+                    "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+                    &[&IMPORT_LOCK, &run_id],
+                )?;
+                "SELECT status FROM openprose.run WHERE id = $1 FOR UPDATE"
+            }
+        };
+        let status = self.opt(sql, &[&run_id], |r| RunStatus::parse(r.get(0)))?;
+        self.run = match status {
+            Some(status) => Some((run_id.to_string(), Some(status))),
+            None if kind == TxKind::Import => None,
+            None => return Err(not_found(format!("run not found: {}", shown(run_id)))),
+        };
+        Ok(())
+    }
+}
+
+impl<'a> Statements for PgTx<'a> {
+    type Client = Transaction<'a>;
+    fn session(&mut self) -> (&mut Transaction<'a>, &str, u64) {
+        (&mut self.tx, self.shown_url, self.busy_ms)
+    }
+}
+
+impl Tx for PgTx<'_> {
+    fn run_row(&mut self) -> Result<Option<(String, Option<RunStatus>)>> {
+        Ok(self.run.clone())
+    }
+
+    fn set_run_status(&mut self, status: &RunStatus, error: Option<&str>, now: &str) -> Result<()> {
+        let run = self.run()?;
+        self.exec(
+            "UPDATE openprose.run SET status = $2, updated_at = ($3::text)::timestamptz,
+                 error_message = COALESCE($4, error_message) WHERE id = $1",
+            &[&run, &status.as_str(), &now, &error],
+        )?;
+        if let Some(r) = &mut self.run {
+            r.1 = Some(status.clone());
+        }
+        Ok(())
+    }
+
+    fn binding_head(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+    ) -> Result<Option<crate::store::BindingHead>> {
+        let run = self.run()?;
+        self.opt(
+            "SELECT kind, attachment_path, version FROM openprose.bindings
+             WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3 FOR UPDATE",
+            &[&run, &name, &execution_id.unwrap_or(-1)],
+            |r| (r.get(0), r.get(1), r.get(2)),
+        )
+    }
+
+    fn binding_value(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<String>> {
+        let run = self.run()?;
+        self.opt(
+            "SELECT value FROM openprose.bindings
+             WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3",
+            &[&run, &name, &execution_id.unwrap_or(-1)],
+            |r| r.get(0),
+        )
+        .map(Option::flatten)
+    }
+
+    fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
+        let run = self.run()?;
+        attachment_referenced(self, &run, attachment_path)
+    }
+
+    fn set_attachment_path(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+        attachment_path: &str,
+    ) -> Result<()> {
+        let run = self.run()?;
+        self.exec(
+            "UPDATE openprose.bindings SET attachment_path = $4
+             WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3",
+            &[&run, &name, &execution_id.unwrap_or(-1), &attachment_path],
+        )
+    }
+
+    fn delete_blob(&mut self, blob: &str) -> Result<bool> {
+        let run = self.run()?;
+        blobs::delete(self, &run, blob)
+    }
+
+    fn keeps_ids(&self) -> bool {
+        false
+    }
+
+    fn put_run(&mut self, r: &RunRecord) -> Result<()> {
+        self.exec(
+            "INSERT INTO openprose.run (id, program_path, program_source, started_at,
+                 updated_at, status, error_message, state_mode)
+             VALUES ($1, $2, $3, COALESCE(($4::text)::timestamptz, now()),
+                     COALESCE(($5::text)::timestamptz, now()), COALESCE($6, 'running'), $7,
+                     'postgres')
+             ON CONFLICT (id) DO UPDATE SET program_path = EXCLUDED.program_path,
+                 program_source = EXCLUDED.program_source, started_at = EXCLUDED.started_at,
+                 updated_at = EXCLUDED.updated_at, status = EXCLUDED.status,
+                 error_message = EXCLUDED.error_message",
+            &[
+                &r.id,
+                &r.program_path,
+                &r.program_source,
+                &r.started_at,
+                &r.updated_at,
+                &r.status,
+                &r.error_message,
+            ],
+        )
+    }
+
+    fn clear_run(&mut self) -> Result<()> {
+        let run = self.run()?;
+        for table in [
+            "gates",
+            "gate_instances",
+            "bindings",
+            "agent_segments",
+            "agents",
+            "imports",
+            "attachment_chunks",
+            "attachments",
+            "execution",
+        ] {
+            self.exec(
+                &format!("DELETE FROM openprose.{table} WHERE run_id = $1"),
+                &[&run],
+            )?;
+        }
+        Ok(())
+    }
+
+    fn put_execution(&mut self, _id: Option<i64>, e: &ExecRecord) -> Result<Option<i64>> {
+        let run = self.run()?;
+        // Writers of a run are not serialised: a concurrent insert with the same key waits
+        // for the first to commit, then does nothing.
+        let stmt = self.prepared(
+            "INSERT INTO openprose.execution (run_id, statement_index, statement_text, status,
+                 started_at, completed_at, error_message, parent_id, metadata, idempotency_key)
+             VALUES ($1, $2, $3, $4, ($5::text)::timestamptz, ($6::text)::timestamptz, $7, $8,
+                     ($9::text)::jsonb, $10)
+             ON CONFLICT (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+             RETURNING id",
+        )?;
+        self.opt(
+            &stmt,
+            &[
+                &run,
+                &e.statement_index,
+                &e.statement_text,
+                &e.status,
+                &e.started_at,
+                &e.completed_at,
+                &e.error_message,
+                &e.parent_id,
+                &e.metadata,
+                &e.idempotency_key,
+            ],
+            |r| r.get(0),
+        )
+    }
+
+    fn put_binding(&mut self, b: &BindingRecord) -> Result<()> {
+        let run = self.run()?;
+        let value = match b.value.as_deref().map(std::str::from_utf8) {
+            None => None,
+            Some(Ok(v)) => Some(v),
+            Some(Err(_)) => {
+                return Err(refused(format!(
+                    "binding {} holds bytes that are not UTF-8 text, which PostgreSQL cannot store; nothing was imported",
+                    shown(b.name.as_deref().unwrap_or_default())
+                )))
+            }
+        };
+        let stmt = self.prepared(
+            "INSERT INTO openprose.bindings (name, run_id, execution_id, kind, value,
+                 source_statement, created_at, updated_at, attachment_path)
+             VALUES ($1, $2, $3, $4, $5, $6, COALESCE(($7::text)::timestamptz, now()),
+                     COALESCE(($8::text)::timestamptz, now()), $9)
+             ON CONFLICT (name, run_id, (COALESCE(execution_id, -1))) DO UPDATE SET
+                 kind = excluded.kind, value = excluded.value,
+                 source_statement = excluded.source_statement,
+                 attachment_path = excluded.attachment_path, updated_at = excluded.updated_at",
+        )?;
+        self.exec(
+            &stmt,
+            &[
+                &b.name,
+                &run,
+                &b.execution_id,
+                &b.kind,
+                &value,
+                &b.source_statement,
+                &b.created_at,
+                &b.updated_at,
+                &b.attachment_path,
+            ],
+        )
+    }
+
+    fn put_gate(&mut self, g: &GateRecord, instance: bool) -> Result<()> {
+        let sql = if instance {
+            "INSERT INTO openprose.gate_instances (gate_id, instance, run_id, execution_id, prompt,
+                 allow, timeout, timeout_at, on_reject, status, created_at, resolved_at,
+                 resolved_by, resolution_comment, metadata)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, ($8::text)::timestamptz, $9, $10,
+                     ($11::text)::timestamptz, ($12::text)::timestamptz, $13, $14, $15)"
+        } else {
+            "INSERT INTO openprose.gates (id, instance, run_id, execution_id, prompt, allow,
+                 timeout, timeout_at, on_reject, status, created_at, resolved_at, resolved_by,
+                 resolution_comment, metadata)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, ($8::text)::timestamptz, $9,
+                     COALESCE($10, 'pending'), COALESCE(($11::text)::timestamptz, now()),
+                     ($12::text)::timestamptz, $13, $14, $15)"
+        };
+        let stmt = self.prepared(sql)?;
+        self.exec(
+            &stmt,
+            &[
+                &g.id,
+                &g.instance,
+                &g.run_id,
+                &g.execution_id,
+                &g.prompt,
+                &g.allow,
+                &g.timeout,
+                &g.timeout_at,
+                &g.on_reject,
+                &g.status.as_ref().map(GateStatus::as_str),
+                &g.created_at,
+                &g.resolved_at,
+                &g.resolved_by,
+                &g.resolution_comment,
+                &g.metadata,
+            ],
+        )
+    }
+
+    fn put_agent(&mut self, a: &AgentRecord) -> Result<()> {
+        let run = self.run_id.clone();
+        let stmt = self.prepared(
+            "INSERT INTO openprose.agents (name, run_id, scope, memory, created_at, updated_at)
+             VALUES ($1, $2, COALESCE($3, 'execution'), $4,
+                     COALESCE(($5::text)::timestamptz, now()),
+                     COALESCE(($6::text)::timestamptz, now()))
+             ON CONFLICT (name, (COALESCE(run_id, '__project__'))) DO UPDATE SET
+                 scope = excluded.scope, memory = excluded.memory, updated_at = excluded.updated_at",
+        )?;
+        self.exec(
+            &stmt,
+            &[
+                &a.name,
+                &run,
+                &a.scope,
+                &a.memory,
+                &a.created_at,
+                &a.updated_at,
+            ],
+        )
+    }
+
+    fn put_segment(&mut self, g: &SegmentRecord) -> Result<()> {
+        let run = self.run_id.clone();
+        let stmt = self.prepared(
+            "INSERT INTO openprose.agent_segments (agent_name, run_id, segment_number,
+                     timestamp, prompt, summary)
+                 VALUES ($1, $2, $3, COALESCE(($4::text)::timestamptz, now()), $5, $6)",
+        )?;
+        self.exec(
+            &stmt,
+            &[
+                &g.agent_name,
+                &run,
+                &g.segment_number,
+                &g.timestamp,
+                &g.prompt,
+                &g.summary,
+            ],
+        )
+    }
+
+    fn audit_at_seq(&mut self, seq: i64) -> Result<Option<Option<String>>> {
+        let run = self.run()?;
+        self.opt(
+            "SELECT hash FROM openprose.gate_audit_log WHERE run_id = $1 AND seq = $2",
+            &[&run, &seq],
+            |r| r.get(0),
+        )
+    }
+
+    fn execution_exists(&mut self, id: i64) -> Result<bool> {
+        let run = self.run()?;
+        execution_exists(self, &run, id)
+    }
+
+    fn keyed_execution(&mut self, key: &str) -> Result<Option<KeyedExecution>> {
+        let run = self.run()?;
+        self.opt(
+            "SELECT id, statement_index, statement_text, status, parent_id
+             FROM openprose.execution WHERE run_id = $1 AND idempotency_key = $2",
+            &[&run, &key],
+            |r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)),
+        )
+    }
+
+    fn load_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
+        let run = self.run()?;
+        load_gate(self, &run, id)
+    }
+
+    fn overdue_gates(&mut self, now: &str) -> Result<Vec<GateRow>> {
+        let run = self.run()?;
+        self.all(
+            &format!(
+                "{GATE_SELECT} WHERE run_id = $1 AND {OVERDUE} ORDER BY created_at, id FOR UPDATE"
+            ),
+            &[&run, &now],
+            gate_row,
+        )
+    }
+
+    fn gate_record(&mut self, id: &str) -> Result<Option<GateRecord>> {
+        let run = self.run()?;
+        self.opt(
+            &format!("{GATE_SELECT} WHERE run_id = $1 AND id = $2"),
+            &[&run, &id],
+            gate_record,
+        )
+    }
+
+    fn reopen_gate(&mut self, g: &NewGate, execution_id: i64) -> Result<()> {
+        let run = self.run()?;
+        self.exec(
+            "UPDATE openprose.gates SET execution_id = $3, prompt = $4, allow = $5,
+                    timeout = $6, timeout_at = ($7::text)::timestamptz, on_reject = $8,
+                    status = 'pending', created_at = ($9::text)::timestamptz,
+                    resolved_at = NULL, resolved_by = NULL, resolution_comment = NULL,
+                    metadata = $10, instance = instance + 1
+              WHERE run_id = $1 AND id = $2",
+            &[
+                &run,
+                &g.id,
+                &execution_id,
+                &g.prompt,
+                &g.allow,
+                &g.timeout,
+                &g.timeout_at,
+                &g.on_reject,
+                &g.now,
+                &g.metadata,
+            ],
+        )
+    }
+
+    fn resolve_gate(
+        &mut self,
+        id: &str,
+        status: &GateStatus,
+        by: &str,
+        comment: Option<&str>,
+        at: &str,
+    ) -> Result<()> {
+        let run = self.run()?;
+        self.exec(
+            "UPDATE openprose.gates SET status = $3, resolved_at = ($4::text)::timestamptz,
+                 resolved_by = $5, resolution_comment = $6
+             WHERE run_id = $1 AND id = $2 AND status = 'pending'",
+            &[&run, &id, &status.as_str(), &at, &by, &comment],
+        )
+    }
+
+    fn pending_gate_ids(&mut self) -> Result<Vec<String>> {
+        let run = self.run()?;
+        self.all(
+            "SELECT id FROM openprose.gates WHERE run_id = $1 AND status = 'pending'
+             ORDER BY created_at, id",
+            &[&run],
+            |r| r.get(0),
+        )
+    }
+
+    fn gates_for_resume(&mut self) -> Result<Vec<GateResumeState>> {
+        let run = self.run()?;
+        self.all(
+            "SELECT g.id, g.status,
+               (SELECT MAX(a.id) FROM openprose.gate_audit_log a
+                 WHERE a.run_id = g.run_id AND a.gate_id = g.id AND a.event_type = 'resumed'),
+               (SELECT MAX(a.id) FROM openprose.gate_audit_log a
+                 WHERE a.run_id = g.run_id AND a.gate_id = g.id
+                   AND a.event_type IN ('approved', 'rejected', 'timeout'))
+             FROM openprose.gates g WHERE g.run_id = $1 ORDER BY g.created_at, g.id",
+            &[&run],
+            |r| GateResumeState {
+                id: r.get(0),
+                status: GateStatus::parse(r.get(1)),
+                last_resumed: r.get(2),
+                last_decision: r.get(3),
+            },
+        )
+    }
+
+    fn chain_head(&mut self) -> Result<(i64, String)> {
+        let run = self.run()?;
+        self.one(
+            "SELECT COALESCE((SELECT MAX(seq) FROM openprose.gate_audit_log WHERE run_id = $1), 0),
+                    COALESCE((SELECT hash FROM openprose.gate_audit_log
+                               WHERE run_id = $1 AND seq IS NOT NULL ORDER BY seq DESC LIMIT 1),
+                             (SELECT hash FROM openprose.gate_audit_log
+                               WHERE run_id = $1 AND hash IS NOT NULL ORDER BY id DESC LIMIT 1), '')",
+            &[&run],
+            |r| (r.get(0), r.get(1)),
+        )
+    }
+
+    fn next_audit_id(&mut self) -> Result<i64> {
+        self.one(
+            "SELECT nextval(pg_get_serial_sequence('openprose.gate_audit_log', 'id'))",
+            &[],
+            |r| r.get(0),
+        )
+    }
+
+    fn insert_audit(&mut self, row: &AuditRow) -> Result<()> {
+        self.exec(
+            "INSERT INTO openprose.gate_audit_log
+                 (id, gate_id, run_id, event_type, principal, comment, timestamp, metadata,
+                  prev_hash, hash, seq, seal)
+             VALUES ($1, $2, $3, $4, $5, $6, ($7::text)::timestamptz, $8, $9, $10, $11, $12)",
+            &[
+                &row.id,
+                &row.gate_id,
+                &row.run_id,
+                &row.event_type,
+                &row.principal,
+                &row.comment,
+                &row.timestamp,
+                &row.metadata,
+                &row.prev_hash,
+                &row.hash,
+                &row.seq,
+                &row.seal,
+            ],
+        )
+    }
+
+    fn unsealed_audit(&mut self) -> Result<Vec<AuditRow>> {
+        let run = self.run()?;
+        self.all(
+            &format!("{AUDIT_SELECT} WHERE run_id = $1 AND seq IS NULL ORDER BY id"),
+            &[&run],
+            audit_row,
+        )
+    }
+
+    fn gate_history(&mut self, gate_id: &str) -> Result<Vec<AuditRow>> {
+        let run = self.run()?;
+        self.all(
+            &format!("{AUDIT_SELECT} WHERE run_id = $1 AND gate_id = $2 ORDER BY id"),
+            &[&run, &gate_id],
+            audit_row,
+        )
+    }
+
+    fn import(&mut self, alias: &str) -> Result<Option<ImportRow>> {
+        let run = self.run()?;
+        self.opt(
+            concat!(
+                "SELECT alias, source_url, ",
+                ts!("fetched_at"),
+                ", inputs_schema::text, outputs_schema::text
+                 FROM openprose.imports WHERE run_id = $1 AND alias = $2 FOR UPDATE"
+            ),
+            &[&run, &alias],
+            import_row,
+        )
+    }
+
+    fn put_import(&mut self, i: &ImportRow) -> Result<()> {
+        let run = self.run()?;
+        let stmt = self.prepared(
+            "INSERT INTO openprose.imports (alias, run_id, source_url, fetched_at,
+                 inputs_schema, outputs_schema)
+             VALUES ($1, $2, $3, ($4::text)::timestamptz, ($5::text)::jsonb, ($6::text)::jsonb)
+             ON CONFLICT (alias, run_id) DO UPDATE SET source_url = excluded.source_url,
+                 fetched_at = excluded.fetched_at, inputs_schema = excluded.inputs_schema,
+                 outputs_schema = excluded.outputs_schema",
+        )?;
+        self.exec(
+            &stmt,
+            &[
+                &i.alias,
+                &run,
+                &i.source_url,
+                &i.fetched_at,
+                &i.inputs_schema,
+                &i.outputs_schema,
+            ],
+        )
+    }
+
+    fn touch_agent(&mut self, name: &str, scope: &str, now: &str) -> Result<()> {
+        let run = self.run_id.clone();
+        // The upsert locks the agent's row: appends to one agent are serialised, so the next
+        // number is never taken twice; other agents are not held up.
+        self.exec(
+            "INSERT INTO openprose.agents (name, run_id, scope, created_at, updated_at)
+             VALUES ($1, $2, $3, ($4::text)::timestamptz, ($4::text)::timestamptz)
+             ON CONFLICT (name, (COALESCE(run_id, '__project__'))) DO UPDATE SET
+                 updated_at = excluded.updated_at",
+            &[&name, &run, &scope, &now],
+        )
+    }
+
+    fn next_segment_number(&mut self, name: &str) -> Result<i64> {
+        let run = self.run_id.clone();
+        self.one(
+            "SELECT COALESCE(MAX(segment_number), 0) + 1 FROM openprose.agent_segments
+             WHERE agent_name = $1 AND run_id IS NOT DISTINCT FROM $2",
+            &[&name, &run],
+            |r| r.get(0),
+        )
+    }
+
+    fn commit(self: Box<Self>) -> Result<()> {
+        let (shown_url, busy_ms) = (self.shown_url, self.busy_ms);
+        committed(self.tx.commit(), |e| map_err(e, shown_url, busy_ms))
+    }
+}

@@ -1,0 +1,457 @@
+//! A write transaction on a SQLite store: the single statements the rules run in it, each
+//! with its row mapping (see `store::tx`).
+
+use super::{
+    attachment_referenced, audit_row, db_error, execution_exists, gate_record, gate_row,
+    import_row, load_gate, CommitWatch, Statements, AUDIT_COLUMNS, GATE_COLUMNS, OVERDUE,
+};
+use crate::model::{GateStatus, RunStatus};
+use crate::store::dump::{
+    AgentRecord, BindingRecord, ExecRecord, GateRecord, RunRecord, SegmentRecord,
+};
+use crate::store::tx::{GateResumeState, KeyedExecution, Tx};
+use crate::store::{AuditRow, GateRow, ImportRow, NewGate};
+use anyhow::{anyhow, Result};
+use rusqlite::{params, Connection};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// A write transaction on a SQLite store. Every kind begins IMMEDIATE: the write lock is
+/// taken before anything is read, so a writer never fails half-way on a lock upgrade, and
+/// writers to one file are serialised.
+pub struct SqliteTx<'a> {
+    pub(super) tx: rusqlite::Transaction<'a>,
+    pub(super) path: &'a Path,
+    pub(super) busy_ms: u128,
+    /// A run's state.db (an agents.db has no run).
+    pub(super) is_state: bool,
+    /// What watches the run's commits (the project catalog), for a run of a project.
+    pub(super) watch: Option<&'a mut Box<dyn CommitWatch>>,
+    pub(super) touched: &'a AtomicBool,
+}
+
+impl Statements for SqliteTx<'_> {
+    fn conn(&self) -> &Connection {
+        &self.tx
+    }
+
+    fn error(&self, e: rusqlite::Error) -> anyhow::Error {
+        db_error(e, self.path, self.busy_ms)
+    }
+}
+
+impl Tx for SqliteTx<'_> {
+    fn run_row(&mut self) -> Result<Option<(String, Option<RunStatus>)>> {
+        if !self.is_state {
+            return Ok(None);
+        }
+        self.opt("SELECT id, status FROM run LIMIT 1", [], |r| {
+            let status: Option<String> = r.get(1)?;
+            Ok((r.get(0)?, status.as_deref().map(RunStatus::parse)))
+        })
+    }
+
+    fn set_run_status(&mut self, status: &RunStatus, error: Option<&str>, now: &str) -> Result<()> {
+        self.exec(
+            "UPDATE run SET status = ?1, updated_at = ?2, error_message = IFNULL(?3, error_message)",
+            params![status.as_str(), now, error],
+        )
+    }
+
+    fn binding_head(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+    ) -> Result<Option<crate::store::BindingHead>> {
+        self.opt(
+            "SELECT kind, attachment_path, version FROM bindings
+             WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2",
+            params![name, execution_id.unwrap_or(-1)],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+    }
+
+    fn binding_value(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<String>> {
+        self.opt(
+            "SELECT CAST(value AS TEXT) FROM bindings
+             WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2",
+            params![name, execution_id.unwrap_or(-1)],
+            |r| r.get(0),
+        )
+        .map(Option::flatten)
+    }
+
+    fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
+        attachment_referenced(self, attachment_path)
+    }
+
+    fn set_attachment_path(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+        attachment_path: &str,
+    ) -> Result<()> {
+        self.exec(
+            "UPDATE bindings SET attachment_path = ?3
+             WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2",
+            params![name, execution_id.unwrap_or(-1), attachment_path],
+        )
+    }
+
+    fn execution_exists(&mut self, id: i64) -> Result<bool> {
+        execution_exists(self, id)
+    }
+
+    fn keyed_execution(&mut self, key: &str) -> Result<Option<KeyedExecution>> {
+        self.opt(
+            "SELECT id, statement_index, statement_text, status, parent_id
+             FROM execution WHERE idempotency_key = ?1",
+            [key],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )
+    }
+
+    fn load_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
+        load_gate(self, id)
+    }
+
+    fn overdue_gates(&mut self, now: &str) -> Result<Vec<GateRow>> {
+        self.all(
+            &format!("SELECT {GATE_COLUMNS} FROM gates WHERE {OVERDUE} ORDER BY created_at, id"),
+            [now],
+            gate_row,
+        )
+    }
+
+    fn gate_record(&mut self, id: &str) -> Result<Option<GateRecord>> {
+        self.opt(
+            &format!("SELECT {GATE_COLUMNS} FROM gates WHERE id = ?1"),
+            [id],
+            gate_record,
+        )
+    }
+
+    fn reopen_gate(&mut self, g: &NewGate, execution_id: i64) -> Result<()> {
+        self.exec(
+            "UPDATE gates SET execution_id = ?2, prompt = ?3, allow = ?4, timeout = ?5,
+                    timeout_at = ?6, on_reject = ?7, status = 'pending', created_at = ?8,
+                    resolved_at = NULL, resolved_by = NULL, resolution_comment = NULL,
+                    metadata = ?9, instance = instance + 1
+              WHERE id = ?1",
+            params![
+                g.id,
+                execution_id,
+                g.prompt,
+                g.allow,
+                g.timeout,
+                g.timeout_at,
+                g.on_reject,
+                g.now,
+                g.metadata
+            ],
+        )
+    }
+
+    fn resolve_gate(
+        &mut self,
+        id: &str,
+        status: &GateStatus,
+        by: &str,
+        comment: Option<&str>,
+        at: &str,
+    ) -> Result<()> {
+        self.exec(
+            "UPDATE gates SET status = ?2, resolved_at = ?3, resolved_by = ?4, resolution_comment = ?5
+             WHERE id = ?1 AND status = 'pending'",
+            params![id, status.as_str(), at, by, comment],
+        )
+    }
+
+    fn pending_gate_ids(&mut self) -> Result<Vec<String>> {
+        self.all(
+            "SELECT id FROM gates WHERE status = 'pending' ORDER BY created_at, id",
+            [],
+            |r| r.get(0),
+        )
+    }
+
+    fn gates_for_resume(&mut self) -> Result<Vec<GateResumeState>> {
+        self.all(
+            "SELECT g.id, g.status,
+               (SELECT MAX(a.id) FROM gate_audit_log a
+                 WHERE a.gate_id = g.id AND a.event_type = 'resumed'),
+               (SELECT MAX(a.id) FROM gate_audit_log a
+                 WHERE a.gate_id = g.id AND a.event_type IN ('approved', 'rejected', 'timeout'))
+             FROM gates g ORDER BY g.created_at, g.id",
+            [],
+            |r| {
+                Ok(GateResumeState {
+                    id: r.get(0)?,
+                    status: GateStatus::parse(&r.get::<_, Option<String>>(1)?.unwrap_or_default()),
+                    last_resumed: r.get(2)?,
+                    last_decision: r.get(3)?,
+                })
+            },
+        )
+    }
+
+    fn chain_head(&mut self) -> Result<(i64, String)> {
+        self.one(
+            "SELECT IFNULL((SELECT seq FROM gate_audit_log WHERE seq IS NOT NULL
+                            ORDER BY seq DESC LIMIT 1), 0),
+                    COALESCE((SELECT hash FROM gate_audit_log WHERE seq IS NOT NULL
+                               ORDER BY seq DESC LIMIT 1),
+                             (SELECT hash FROM gate_audit_log WHERE hash IS NOT NULL
+                               ORDER BY id DESC LIMIT 1), '')",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+    }
+
+    fn next_audit_id(&mut self) -> Result<i64> {
+        // AUTOINCREMENT's own counter too: an id is never reused, even after rows were cut.
+        self.one(
+            "SELECT MAX(IFNULL((SELECT MAX(id) FROM gate_audit_log), 0),
+                        IFNULL((SELECT seq FROM sqlite_sequence WHERE name = 'gate_audit_log'), 0)) + 1",
+            [],
+            |r| r.get(0),
+        )
+    }
+
+    fn insert_audit(&mut self, row: &AuditRow) -> Result<()> {
+        self.exec(
+            &format!("INSERT INTO gate_audit_log ({AUDIT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
+            params![
+                row.id,
+                row.gate_id,
+                row.run_id,
+                row.event_type,
+                row.principal,
+                row.comment,
+                row.timestamp,
+                row.metadata,
+                row.prev_hash,
+                row.hash,
+                row.seq,
+                row.seal
+            ],
+        )
+    }
+
+    fn unsealed_audit(&mut self) -> Result<Vec<AuditRow>> {
+        self.all(
+            &format!("SELECT {AUDIT_COLUMNS} FROM gate_audit_log WHERE seq IS NULL ORDER BY id"),
+            [],
+            audit_row,
+        )
+    }
+
+    fn gate_history(&mut self, gate_id: &str) -> Result<Vec<AuditRow>> {
+        self.all(
+            &format!("SELECT {AUDIT_COLUMNS} FROM gate_audit_log WHERE gate_id = ?1 ORDER BY id"),
+            [gate_id],
+            audit_row,
+        )
+    }
+
+    fn import(&mut self, alias: &str) -> Result<Option<ImportRow>> {
+        self.opt(
+            "SELECT alias, source_url, fetched_at, inputs_schema, outputs_schema
+             FROM imports WHERE alias = ?1",
+            [alias],
+            import_row,
+        )
+    }
+
+    fn put_import(&mut self, import: &ImportRow) -> Result<()> {
+        self.exec(
+            "INSERT INTO imports (alias, source_url, fetched_at, inputs_schema, outputs_schema)
+             VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (alias) DO UPDATE SET source_url = excluded.source_url,
+                 fetched_at = excluded.fetched_at, inputs_schema = excluded.inputs_schema,
+                 outputs_schema = excluded.outputs_schema",
+            params![
+                import.alias,
+                import.source_url,
+                import.fetched_at,
+                import.inputs_schema,
+                import.outputs_schema
+            ],
+        )
+    }
+
+    fn touch_agent(&mut self, name: &str, scope: &str, now: &str) -> Result<()> {
+        self.exec(
+            "INSERT INTO agents (name, scope, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)
+             ON CONFLICT (name) DO UPDATE SET updated_at = excluded.updated_at",
+            params![name, scope, now],
+        )
+    }
+
+    fn next_segment_number(&mut self, name: &str) -> Result<i64> {
+        self.one(
+            "SELECT IFNULL(MAX(segment_number), 0) + 1 FROM agent_segments WHERE agent_name = ?1",
+            [name],
+            |r| r.get(0),
+        )
+    }
+
+    fn keeps_ids(&self) -> bool {
+        true
+    }
+
+    fn put_run(&mut self, r: &RunRecord) -> Result<()> {
+        self.exec(
+            "INSERT INTO run (id, program_path, program_source, started_at, updated_at, status,
+                              error_message)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (id) DO UPDATE SET program_path = ?2, program_source = ?3,
+                 started_at = ?4, updated_at = ?5, status = ?6, error_message = ?7",
+            params![
+                r.id,
+                r.program_path,
+                r.program_source,
+                r.started_at,
+                r.updated_at,
+                r.status,
+                r.error_message
+            ],
+        )
+    }
+
+    fn clear_run(&mut self) -> Result<()> {
+        // A run's file is replaced whole (a new directory), never cleared in place.
+        Err(anyhow!("a SQLite run is replaced by a new directory"))
+    }
+
+    fn put_execution(&mut self, id: Option<i64>, e: &ExecRecord) -> Result<Option<i64>> {
+        // Writers are serialised here, so a key looked up absent stays absent.
+        self.exec(
+            "INSERT INTO execution (id, statement_index, statement_text, status, started_at,
+                                    completed_at, error_message, parent_id, metadata,
+                                    idempotency_key)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            params![
+                id,
+                e.statement_index,
+                e.statement_text,
+                e.status,
+                e.started_at,
+                e.completed_at,
+                e.error_message,
+                e.parent_id,
+                e.metadata,
+                e.idempotency_key
+            ],
+        )?;
+        Ok(Some(self.tx.last_insert_rowid()))
+    }
+
+    fn put_binding(&mut self, b: &BindingRecord) -> Result<()> {
+        self.exec(
+            "INSERT INTO bindings (name, execution_id, kind, value, source_statement,
+                                   created_at, updated_at, attachment_path)
+             VALUES (?1, ?2, ?3, CAST(?4 AS TEXT), ?5, ?6, ?7, ?8)
+             ON CONFLICT (name, IFNULL(execution_id, -1)) DO UPDATE SET
+                 kind = excluded.kind,
+                 value = excluded.value,
+                 source_statement = excluded.source_statement,
+                 attachment_path = excluded.attachment_path,
+                 updated_at = excluded.updated_at",
+            params![
+                b.name,
+                b.execution_id,
+                b.kind,
+                b.value,
+                b.source_statement,
+                b.created_at,
+                b.updated_at,
+                b.attachment_path
+            ],
+        )
+    }
+
+    fn put_gate(&mut self, g: &GateRecord, instance: bool) -> Result<()> {
+        let table = if instance { "gate_instances" } else { "gates" };
+        let id = if instance { "gate_id" } else { "id" };
+        self.exec(
+            &format!(
+                "INSERT INTO {table} ({id}, instance, run_id, execution_id, prompt, allow,
+                     timeout, timeout_at, on_reject, status, created_at, resolved_at,
+                     resolved_by, resolution_comment, metadata)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
+            ),
+            params![
+                g.id,
+                g.instance,
+                g.run_id,
+                g.execution_id,
+                g.prompt,
+                g.allow,
+                g.timeout,
+                g.timeout_at,
+                g.on_reject,
+                g.status.as_ref().map(GateStatus::as_str),
+                g.created_at,
+                g.resolved_at,
+                g.resolved_by,
+                g.resolution_comment,
+                g.metadata
+            ],
+        )
+    }
+
+    fn put_agent(&mut self, a: &AgentRecord) -> Result<()> {
+        self.exec(
+            "INSERT INTO agents (name, scope, memory, created_at, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (name) DO UPDATE SET
+                 scope = excluded.scope, memory = excluded.memory, updated_at = excluded.updated_at",
+            params![a.name, a.scope, a.memory, a.created_at, a.updated_at],
+        )
+    }
+
+    fn put_segment(&mut self, g: &SegmentRecord) -> Result<()> {
+        self.exec(
+            "INSERT INTO agent_segments (agent_name, segment_number, timestamp, prompt, summary)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+            params![
+                g.agent_name,
+                g.segment_number,
+                g.timestamp,
+                g.prompt,
+                g.summary
+            ],
+        )
+    }
+
+    fn audit_at_seq(&mut self, seq: i64) -> Result<Option<Option<String>>> {
+        self.opt(
+            "SELECT hash FROM gate_audit_log WHERE seq = ?1",
+            [seq],
+            |r| r.get(0),
+        )
+    }
+
+    fn commit(self: Box<Self>) -> Result<()> {
+        let SqliteTx {
+            tx,
+            path,
+            busy_ms,
+            mut watch,
+            touched,
+            ..
+        } = *self;
+        // Under the write lock, before the commit: a watcher (the catalog) takes what it needs
+        // to learn of the change even if this process dies right after the commit.
+        let watched = touched.load(Ordering::Relaxed);
+        if let (true, Some(w)) = (watched, watch.as_mut()) {
+            w.before_commit(&tx);
+        }
+        tx.commit().map_err(|e| db_error(e, path, busy_ms))?;
+        if let (true, Some(w)) = (watched, watch) {
+            w.after_commit();
+        }
+        Ok(())
+    }
+}
