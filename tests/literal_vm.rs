@@ -38,13 +38,15 @@ struct Lines {
 }
 
 /// The command lines of a guide: the lines of its ```sh blocks.
-/// The lines of a guide's ```text blocks (an MCP prompt's tool calls).
-fn text_lines(md: &str) -> Vec<String> {
+/// The lines of a guide's fenced blocks of one kind: ```sh (command lines) or ```text (an MCP
+/// prompt's tool calls).
+fn fenced(md: &str, kind: &str) -> Vec<String> {
+    let open = format!("```{kind}");
     let mut lines = Vec::new();
     let mut inside = false;
     for l in md.lines() {
         match (inside, l.trim_end()) {
-            (false, "```text") => inside = true,
+            (false, l) if l == open => inside = true,
             (true, "```") => inside = false,
             (true, l) if !l.trim().is_empty() => lines.push(l.to_string()),
             _ => {}
@@ -54,17 +56,11 @@ fn text_lines(md: &str) -> Vec<String> {
 }
 
 fn sh_lines(md: &str) -> Vec<String> {
-    let mut lines = Vec::new();
-    let mut inside = false;
-    for l in md.lines() {
-        match (inside, l.trim_end()) {
-            (false, "```sh") => inside = true,
-            (true, "```") => inside = false,
-            (true, l) if !l.trim().is_empty() => lines.push(l.to_string()),
-            _ => {}
-        }
-    }
-    lines
+    fenced(md, "sh")
+}
+
+fn text_lines(md: &str) -> Vec<String> {
+    fenced(md, "text")
 }
 
 impl Lines {

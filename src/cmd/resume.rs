@@ -430,6 +430,18 @@ fn retries(rows: &[ExecutionRow]) -> Vec<Retry> {
     out
 }
 
+/// The run's agents, then those of the project and user scopes given.
+fn all_agents(
+    store: &mut dyn Store,
+    other_agents: Vec<(&str, Vec<AgentRow>)>,
+) -> Result<Vec<AgentInfo>> {
+    let mut agents: Vec<AgentInfo> = agent_infos("execution", store.agents()?).collect();
+    for (scope, rows) in other_agents {
+        agents.extend(agent_infos(scope, rows));
+    }
+    Ok(agents)
+}
+
 fn agent_infos(scope: &str, rows: Vec<AgentRow>) -> impl Iterator<Item = AgentInfo> + '_ {
     rows.into_iter().map(move |a| AgentInfo {
         memory_bytes: a.memory.as_ref().map(String::len),
@@ -516,10 +528,7 @@ fn full(
         .map(|b| binding_info(store, run, b))
         .collect();
 
-    let mut agents: Vec<AgentInfo> = agent_infos("execution", store.agents()?).collect();
-    for (scope, rows) in other_agents {
-        agents.extend(agent_infos(scope, rows));
-    }
+    let agents = all_agents(store, other_agents)?;
 
     let gates = gate_nexts(store, &now)?;
 
@@ -1073,10 +1082,7 @@ fn brief(
     }
     let counted = store.resume_counts(&chain)?;
 
-    let mut agents: Vec<AgentInfo> = agent_infos("execution", store.agents()?).collect();
-    for (scope, rows) in other_agents {
-        agents.extend(agent_infos(scope, rows));
-    }
+    let agents = all_agents(store, other_agents)?;
     let mut gates: Vec<GateNext> = gate_nexts(store, &now)?
         .into_iter()
         .map(|mut g| {
