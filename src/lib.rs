@@ -17,6 +17,7 @@ mod run;
 pub mod serve;
 mod services;
 mod store;
+mod team;
 mod term;
 
 /// What the property tests of the trust rules reach directly (tests/forgery.rs): the

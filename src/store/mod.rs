@@ -9,6 +9,7 @@ pub mod postgres;
 pub mod principals;
 pub mod rules;
 pub mod seal;
+pub mod book_log;
 pub mod signatures;
 pub mod sqlite;
 mod sqlite_rows;

@@ -1,0 +1,316 @@
+//! Approvals for teams, as rules over facts: which allow entries admit a principal (groups
+//! included), what an opening asks of its deciders (a quorum, a veto, separation of duties),
+//! and how its votes add up to a decision. The store runs them when a decision is taken (over
+//! the principals book's roster) and when a gate is derived from its sealed log (over what
+//! each sealed vote recorded), so both read the same rules.
+
+use crate::model::Principal;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The prefix of an allow entry that names a group; no principal may be named with it.
+pub const GROUP_PREFIX: &str = "group:";
+
+/// Whether an allow entry names a group.
+pub fn is_group(entry: &str) -> bool {
+    entry.starts_with(GROUP_PREFIX)
+}
+
+/// What an opening asks of its deciders, as its sealed `created` event records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quorum {
+    /// Distinct approvals that approve the gate; 1 is the first decision deciding it.
+    pub require: u32,
+    /// Whether one rejection rejects the gate (a veto) or rejections need `require` too.
+    pub veto: bool,
+    /// Separation of duties: the run's starter and the gate's creator may not approve.
+    pub separate: bool,
+    /// Who started the run and who created the gate, as recorded when the gate opened.
+    pub starter: Option<String>,
+    pub creator: Option<String>,
+}
+
+impl Default for Quorum {
+    fn default() -> Self {
+        Quorum {
+            require: 1,
+            veto: true,
+            separate: false,
+            starter: None,
+            creator: None,
+        }
+    }
+}
+
+impl Quorum {
+    /// Whether a decision must be authenticated (a token, or the page) to count: every rule
+    /// that depends on who decided does.
+    pub fn needs_authentication(&self, allow: &[String]) -> bool {
+        self.require > 1 || self.separate || allow.iter().any(|a| is_group(a))
+    }
+
+    /// Whether this opening uses anything a single-approver gate does not.
+    pub fn is_team(&self, allow: &[String]) -> bool {
+        self.needs_authentication(allow) || !self.veto
+    }
+
+    /// The principals separation of duties keeps from approving (never `unknown`, which
+    /// names no one).
+    pub fn excluded(&self) -> Vec<&str> {
+        if !self.separate {
+            return Vec::new();
+        }
+        [self.starter.as_deref(), self.creator.as_deref()]
+            .into_iter()
+            .flatten()
+            .filter(|p| *p != "unknown")
+            .collect()
+    }
+
+    /// Writes what differs from a single-approver gate into a `created` event's metadata, so
+    /// that such a gate's events are as they always were.
+    pub fn record(&self, m: &mut Value) {
+        if self.require != 1 {
+            m["require"] = self.require.into();
+        }
+        if !self.veto {
+            m["veto"] = false.into();
+        }
+        if self.separate {
+            m["separate_duties"] = json!({"starter": self.starter, "creator": self.creator});
+        }
+    }
+
+    /// Reads what [`Quorum::record`] wrote; a value no tool writes is an error.
+    pub fn from_created(m: &Value) -> Result<Self, String> {
+        let mut q = Quorum::default();
+        if let Some(r) = m.get("require") {
+            q.require = r
+                .as_u64()
+                .filter(|n| (1..=MAX_REQUIRE as u64).contains(n))
+                .ok_or("its created event's quorum is not a number from 1 to 100")?
+                as u32;
+        }
+        if let Some(v) = m.get("veto") {
+            q.veto = v.as_bool().ok_or("its created event's veto is not true or false")?;
+        }
+        if let Some(s) = m.get("separate_duties") {
+            let name = |k: &str| s.get(k).and_then(Value::as_str).map(str::to_string);
+            q.separate = true;
+            q.starter = name("starter");
+            q.creator = name("creator");
+        }
+        Ok(q)
+    }
+}
+
+/// The largest quorum a gate may ask for.
+pub const MAX_REQUIRE: u32 = 100;
+
+/// Who is in which group and whose token is revoked, as the principals book says when a
+/// decision is taken.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Roster {
+    /// Group name (without the prefix) → its members.
+    pub groups: BTreeMap<String, BTreeSet<String>>,
+    pub revoked: BTreeSet<String>,
+}
+
+impl Roster {
+    pub fn in_group(&self, principal: &str, group: &str) -> bool {
+        self.groups
+            .get(group)
+            .is_some_and(|m| m.contains(principal))
+    }
+
+    /// The groups a principal is in.
+    pub fn groups_of(&self, principal: &str) -> Vec<&str> {
+        self.groups
+            .iter()
+            .filter(|(_, m)| m.contains(principal))
+            .map(|(g, _)| g.as_str())
+            .collect()
+    }
+}
+
+/// The entries of `allow` that admit `p` now: its own name, `user` (anyone who is not an
+/// agent), and `group:G` for each group G the roster puts it in. Empty when none does. A
+/// revoked principal is admitted by no group.
+pub fn admitting(allow: &[String], p: &Principal, roster: &Roster) -> Vec<String> {
+    allow
+        .iter()
+        .filter(|a| match a.strip_prefix(GROUP_PREFIX) {
+            Some(g) => !roster.revoked.contains(p.as_str()) && roster.in_group(p.as_str(), g),
+            None => crate::model::principal_allowed(std::slice::from_ref(a), p),
+        })
+        .cloned()
+        .collect()
+}
+
+/// Whether a sealed vote's principal is allowed, from what the vote recorded: a group entry
+/// admits it when the vote says it was admitted through that group (the holder of the audit
+/// key sealed it), names and `user` are checked anew.
+pub fn admitted_as_recorded(allow: &[String], p: &Principal, via: &[String]) -> bool {
+    allow.iter().any(|a| {
+        if is_group(a) {
+            via.iter().any(|v| v == a)
+        } else {
+            crate::model::principal_allowed(std::slice::from_ref(a), p)
+        }
+    })
+}
+
+/// Where the votes of one opening stand.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Tally {
+    /// Distinct principals who approved, in the order they first did.
+    pub approvals: Vec<String>,
+    pub rejections: Vec<String>,
+}
+
+/// What a tally decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Pending,
+    Approved,
+    Rejected,
+}
+
+impl Tally {
+    /// Adds a vote; false when the principal had already voted that way (it counts once).
+    pub fn add(&mut self, principal: &str, approve: bool) -> bool {
+        let votes = if approve {
+            &mut self.approvals
+        } else {
+            &mut self.rejections
+        };
+        if votes.iter().any(|v| v == principal) {
+            return false;
+        }
+        votes.push(principal.to_string());
+        true
+    }
+
+    pub fn outcome(&self, q: &Quorum) -> Outcome {
+        let n = q.require as usize;
+        if !self.rejections.is_empty() && (q.veto || self.rejections.len() >= n) {
+            Outcome::Rejected
+        } else if self.approvals.len() >= n {
+            Outcome::Approved
+        } else {
+            Outcome::Pending
+        }
+    }
+
+    /// "2 of 3 approvals: alice, bob".
+    pub fn progress(&self, q: &Quorum) -> String {
+        let mut s = format!(
+            "{} of {} approval{}",
+            self.approvals.len(),
+            q.require,
+            if q.require == 1 { "" } else { "s" }
+        );
+        if !self.approvals.is_empty() {
+            s.push_str(": ");
+            s.push_str(&self.approvals.join(", "));
+        }
+        if !q.veto && !self.rejections.is_empty() {
+            s.push_str(&format!(
+                "; {} of {} rejections: {}",
+                self.rejections.len(),
+                q.require,
+                self.rejections.join(", ")
+            ));
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> Principal {
+        Principal::parse(s, "test").unwrap()
+    }
+
+    fn roster() -> Roster {
+        let mut r = Roster::default();
+        r.groups
+            .entry("release".into())
+            .or_default()
+            .extend(["alice".to_string(), "bob".to_string()]);
+        r
+    }
+
+    #[test]
+    fn groups_admit_their_members_and_no_one_revoked() {
+        let allow = vec!["group:release".to_string(), "carol".to_string()];
+        let mut r = roster();
+        assert_eq!(admitting(&allow, &p("alice"), &r), ["group:release"]);
+        assert_eq!(admitting(&allow, &p("carol"), &r), ["carol"]);
+        assert!(admitting(&allow, &p("dave"), &r).is_empty());
+        r.revoked.insert("alice".into());
+        assert!(admitting(&allow, &p("alice"), &r).is_empty());
+        // `user` admits people, never agents, as before.
+        let user = vec!["user".to_string()];
+        assert_eq!(admitting(&user, &p("dave"), &r), ["user"]);
+        assert!(admitting(&user, &p("agent:bot"), &r).is_empty());
+    }
+
+    #[test]
+    fn a_recorded_group_counts_only_when_the_allow_list_names_it() {
+        let allow = vec!["group:release".to_string()];
+        assert!(admitted_as_recorded(
+            &allow,
+            &p("alice"),
+            &["group:release".into()]
+        ));
+        assert!(!admitted_as_recorded(&allow, &p("alice"), &["group:ops".into()]));
+        assert!(!admitted_as_recorded(&allow, &p("alice"), &[]));
+    }
+
+    #[test]
+    fn votes_add_up_once_each_with_or_without_a_veto() {
+        let q = Quorum {
+            require: 3,
+            ..Quorum::default()
+        };
+        let mut t = Tally::default();
+        assert!(t.add("alice", true));
+        assert!(!t.add("alice", true));
+        assert!(t.add("bob", true));
+        assert_eq!(t.outcome(&q), Outcome::Pending);
+        assert_eq!(t.progress(&q), "2 of 3 approvals: alice, bob");
+        assert!(t.add("carol", true));
+        assert_eq!(t.outcome(&q), Outcome::Approved);
+        let mut t = Tally::default();
+        t.add("alice", true);
+        t.add("bob", false);
+        assert_eq!(t.outcome(&q), Outcome::Rejected);
+        let q = Quorum { veto: false, ..q };
+        assert_eq!(t.outcome(&q), Outcome::Pending);
+        t.add("carol", false);
+        t.add("dave", false);
+        assert_eq!(t.outcome(&q), Outcome::Rejected);
+    }
+
+    #[test]
+    fn a_quorum_is_recorded_only_where_it_differs_and_read_back() {
+        let mut m = json!({"allow": ["user"]});
+        Quorum::default().record(&mut m);
+        assert_eq!(m, json!({"allow": ["user"]}));
+        let q = Quorum {
+            require: 2,
+            veto: false,
+            separate: true,
+            starter: Some("alice".into()),
+            creator: None,
+        };
+        q.record(&mut m);
+        assert_eq!(Quorum::from_created(&m).unwrap(), q);
+        assert_eq!(q.excluded(), ["alice"]);
+        assert!(Quorum::from_created(&json!({"require": 0})).is_err());
+        assert!(Quorum::from_created(&json!({"require": "2"})).is_err());
+    }
+}
