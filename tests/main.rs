@@ -30,5 +30,6 @@ mod readme;
 mod schema;
 mod serve;
 mod small_lies;
+mod team;
 mod travel;
 mod vm_day;

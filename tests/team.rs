@@ -1,0 +1,349 @@
+//! Approvals for teams: N of M with or without a veto, groups from the principals book's
+//! sealed log, separation of duties, and only authenticated decisions counted; on both
+//! backends, each refusal leaving the state as it was but for its logged refusal.
+
+use crate::common::*;
+
+on_both!(
+    a_quorum_counts_each_principal_once_and_resolves_at_n,
+    twenty_concurrent_approvers_leave_exactly_the_quorum,
+    a_claim_is_not_counted_where_who_decides_matters,
+    a_veto_rejects_and_without_it_rejections_need_the_quorum,
+    groups_admit_members_and_a_removal_before_the_quorum_discounts,
+    the_starter_and_the_creator_may_not_approve_when_duties_are_separate,
+    raw_sql_adds_no_approval_no_member_and_no_policy,
+);
+
+/// Issues a token (with `principals add NAME EXTRA…`) and returns it.
+fn token(p: &Project, name: &str, extra: &[&str]) -> String {
+    let a = p
+        .cmd()
+        .args(["principals", "add", name])
+        .args(extra)
+        .assert()
+        .success();
+    String::from_utf8(a.get_output().stdout.clone())
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+fn create(run: &Run, id: &str, extra: &[&str]) -> serde_json::Value {
+    let a = run
+        .cmd()
+        .args(["gates", "create", id, "--prompt", "Deploy?", "--json"])
+        .args(extra)
+        .assert()
+        .success();
+    stdout_json(&a)
+}
+
+/// `approve`/`reject` with a token; the exit code and the JSON or error.
+fn decide(run: &Run, verb: &str, gate: &str, tok: &str) -> (i32, String) {
+    let mut c = run.cmd();
+    c.env("PROSE_TOKEN", tok).args([verb, gate, "--yes", "--json"]);
+    if verb == "reject" {
+        c.args(["--reason", "not yet"]);
+    }
+    let a = c.assert();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).to_string();
+    (code(&a), out + &stderr(&a))
+}
+
+fn kinds(run: &Run, gate: &str) -> Vec<(String, Option<String>)> {
+    run.view()
+        .events(gate)
+        .into_iter()
+        .filter(|e| e.0 != "viewed")
+        .map(|e| (e.0, e.1))
+        .collect()
+}
+
+fn wait_now(run: &Run, gate: &str) -> i32 {
+    code(
+        &run.cmd()
+            .args(["gates", "wait", gate, "--timeout", "0"])
+            .assert(),
+    )
+}
+
+fn a_quorum_counts_each_principal_once_and_resolves_at_n(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let alice = token(&p, "alice", &[]);
+    let bob = token(&p, "bob", &[]);
+    let carol = token(&p, "carol", &[]);
+    let g = create(&run, "deploy", &["--require", "3"]);
+    assert_eq!(g["require"], 3, "{g}");
+
+    let (c, out) = decide(&run, "approve", "deploy", &alice);
+    assert_eq!(c, 0, "{out}");
+    assert!(out.contains("1 of 3 approvals: alice"), "{out}");
+    assert_eq!(run.view().gate("deploy").0, "pending");
+    assert_eq!(wait_now(&run, "deploy"), 7, "one approval of three decides nothing");
+
+    // The same principal again counts once, is told so, and writes nothing.
+    let snapshot = run.snapshot();
+    let (c, out) = decide(&run, "approve", "deploy", &alice);
+    assert_eq!(c, 0, "{out}");
+    assert!(out.contains("already counted"), "{out}");
+    assert_eq!(run.snapshot(), snapshot, "a repeated approval wrote something");
+
+    let (c, out) = decide(&run, "approve", "deploy", &bob);
+    assert_eq!(c, 0, "{out}");
+    assert!(out.contains("2 of 3 approvals: alice, bob"), "{out}");
+    let shown = run
+        .cmd()
+        .args(["gates", "show", "deploy"])
+        .assert()
+        .success();
+    let shown = String::from_utf8_lossy(&shown.get_output().stdout).to_string();
+    assert!(shown.contains("2 of 3 approvals: alice, bob"), "{shown}");
+
+    let (c, out) = decide(&run, "approve", "deploy", &carol);
+    assert_eq!(c, 0, "{out}");
+    let (status, by, _, _) = run.view().gate("deploy");
+    assert_eq!((status.as_str(), by.as_deref()), ("approved", Some("carol")));
+    assert_eq!(
+        kinds(&run, "deploy"),
+        [
+            ("created".to_string(), Some("system".to_string())),
+            ("approval".into(), Some("alice".into())),
+            ("approval".into(), Some("bob".into())),
+            ("approved".into(), Some("carol".into())),
+        ]
+    );
+    let resolved = run.view().events("deploy").pop().unwrap().2;
+    assert_eq!(resolved["approvals"], serde_json::json!(["alice", "bob", "carol"]));
+    assert_eq!(wait_now(&run, "deploy"), 0);
+    run.cmd().args(["gates", "verify"]).assert().success();
+}
+
+fn twenty_concurrent_approvers_leave_exactly_the_quorum(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let tokens: Vec<String> = (0..20).map(|i| token(&p, &format!("p{i}"), &[])).collect();
+    for round in 0..3 {
+        let gate = format!("deploy{round}");
+        create(&run, &gate, &["--require", "3"]);
+        let children: Vec<_> = tokens
+            .iter()
+            .map(|t| {
+                run.std_cmd()
+                    .env("PROSE_TOKEN", t)
+                    .args(["approve", &gate, "--yes"])
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let codes: Vec<i32> = children
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap().status.code().unwrap())
+            .collect();
+        assert_eq!(codes.iter().filter(|c| **c == 0).count(), 3, "{codes:?}");
+        assert!(codes.iter().all(|c| *c == 0 || *c == 4), "{codes:?}");
+        let events = kinds(&run, &gate);
+        let approvals: Vec<_> = events.iter().filter(|e| e.0 == "approval").collect();
+        let resolved: Vec<_> = events.iter().filter(|e| e.0 == "approved").collect();
+        assert_eq!((approvals.len(), resolved.len()), (2, 1), "{events:?}");
+        let mut who: Vec<_> = approvals.iter().chain(&resolved).map(|e| &e.1).collect();
+        who.sort();
+        who.dedup();
+        assert_eq!(who.len(), 3, "three distinct approvers: {events:?}");
+        assert_eq!(run.view().gate(&gate).0, "approved");
+        assert_eq!(wait_now(&run, &gate), 0);
+    }
+    run.cmd().args(["gates", "verify"]).assert().success();
+}
+
+fn a_claim_is_not_counted_where_who_decides_matters(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    for extra in [
+        &["--require", "2"][..],
+        &["--allow", "group:release"][..],
+        &["--no-self-approve"][..],
+    ] {
+        let gate = format!("g{}", extra.len() + extra[0].len());
+        create(&run, &gate, extra);
+        let before = run.before_refusal(&gate);
+        let a = run
+            .cmd()
+            .args(["approve", &gate, "--yes", "--as", "alice"])
+            .assert()
+            .code(4);
+        assert!(stderr(&a).contains("authenticated"), "{}", stderr(&a));
+        let refused = run.refused(&before, 1, "an unauthenticated approval");
+        assert_eq!(refused[0].1.as_deref(), Some("alice"));
+    }
+}
+
+fn a_veto_rejects_and_without_it_rejections_need_the_quorum(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let t: Vec<String> = ["alice", "bob", "carol"]
+        .iter()
+        .map(|n| token(&p, n, &[]))
+        .collect();
+    create(&run, "veto", &["--require", "2"]);
+    assert_eq!(decide(&run, "approve", "veto", &t[0]).0, 0);
+    assert_eq!(decide(&run, "reject", "veto", &t[1]).0, 0);
+    assert_eq!(run.view().gate("veto").0, "rejected");
+    assert_eq!(wait_now(&run, "veto"), 5);
+
+    create(&run, "count", &["--require", "2", "--veto", "off"]);
+    let (c, out) = decide(&run, "reject", "count", &t[0]);
+    assert_eq!(c, 0, "{out}");
+    assert_eq!(run.view().gate("count").0, "pending");
+    assert_eq!(decide(&run, "approve", "count", &t[1]).0, 0);
+    assert_eq!(run.view().gate("count").0, "pending");
+    assert_eq!(decide(&run, "reject", "count", &t[2]).0, 0);
+    assert_eq!(run.view().gate("count").0, "rejected");
+    let events = kinds(&run, "count");
+    assert_eq!(
+        events.iter().map(|e| e.0.as_str()).collect::<Vec<_>>(),
+        ["created", "rejection", "approval", "rejected"]
+    );
+    assert_eq!(wait_now(&run, "count"), 5);
+    run.cmd().args(["gates", "verify"]).assert().success();
+}
+
+fn groups_admit_members_and_a_removal_before_the_quorum_discounts(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let alice = token(&p, "alice", &["--group", "release"]);
+    let bob = token(&p, "bob", &["--group", "release"]);
+    let carol = token(&p, "carol", &[]);
+    let listed = p
+        .cmd()
+        .args(["principals", "group", "list", "--json"])
+        .assert()
+        .success();
+    let listed = stdout_json(&listed);
+    assert_eq!(listed["release"], serde_json::json!(["alice", "bob"]), "{listed}");
+    // No principal may take the group prefix.
+    p.cmd()
+        .args(["principals", "add", "group:release"])
+        .assert()
+        .code(2);
+
+    create(&run, "ship", &["--allow", "group:release", "--require", "2"]);
+    let before = run.before_refusal("ship");
+    assert_eq!(decide(&run, "approve", "ship", &carol).0, 4);
+    run.refused(&before, 1, "a principal outside the group");
+
+    assert_eq!(decide(&run, "approve", "ship", &alice).0, 0);
+    let approval = run.view().events("ship").pop().unwrap().2;
+    assert_eq!(approval["via"], serde_json::json!(["group:release"]));
+    p.cmd()
+        .args(["principals", "group", "remove", "release", "alice"])
+        .assert()
+        .success();
+    let (c, out) = decide(&run, "approve", "ship", &bob);
+    assert_eq!(c, 0, "{out}");
+    assert_eq!(run.view().gate("ship").0, "pending", "alice's approval was discounted");
+    let last = run.view().events("ship").pop().unwrap().2;
+    assert_eq!(last["discounted"][0]["principal"], "alice", "{last}");
+    p.cmd()
+        .args(["principals", "group", "add", "release", "carol"])
+        .assert()
+        .success();
+    assert_eq!(decide(&run, "approve", "ship", &carol).0, 0);
+    let (status, by, _, _) = run.view().gate("ship");
+    assert_eq!((status.as_str(), by.as_deref()), ("approved", Some("carol")));
+    let resolved = run.view().events("ship").pop().unwrap().2;
+    assert_eq!(resolved["approvals"], serde_json::json!(["bob", "carol"]));
+    run.cmd().args(["gates", "verify"]).assert().success();
+}
+
+fn the_starter_and_the_creator_may_not_approve_when_duties_are_separate(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let alice = token(&p, "alice", &[]);
+    let bob = token(&p, "bob", &[]);
+    let carol = token(&p, "carol", &[]);
+    // alice starts the run, bob creates the gate.
+    let out = p
+        .cmd()
+        .env("PROSE_TOKEN", &alice)
+        .args(["init", "--json"])
+        .args(p.backend_flag())
+        .assert()
+        .success();
+    let run = p.run(stdout_json(&out)["run_id"].as_str().unwrap());
+    run.cmd()
+        .env("PROSE_TOKEN", &bob)
+        .args(["gates", "create", "deploy", "--prompt", "Deploy?", "--no-self-approve"])
+        .assert()
+        .success();
+    for (who, t) in [("alice", &alice), ("bob", &bob)] {
+        let before = run.before_refusal("deploy");
+        let (c, out) = decide(&run, "approve", "deploy", t);
+        assert_eq!(c, 4, "{who}: {out}");
+        assert!(out.contains("own"), "{who}: {out}");
+        run.refused(&before, 1, "a self-approval");
+    }
+    assert_eq!(decide(&run, "approve", "deploy", &carol).0, 0);
+    assert_eq!(run.view().gate("deploy").0, "approved");
+
+    // The project's policy does the same for every gate made after it is on.
+    p.cmd()
+        .args(["principals", "policy", "--separate-duties", "on"])
+        .assert()
+        .success();
+    run.cmd()
+        .env("PROSE_TOKEN", &bob)
+        .args(["gates", "create", "second", "--prompt", "Again?"])
+        .assert()
+        .success();
+    assert_eq!(decide(&run, "approve", "second", &alice).0, 4);
+    assert_eq!(decide(&run, "approve", "second", &bob).0, 4);
+    // A rejection is no approval: the starter may still stop their own run.
+    assert_eq!(decide(&run, "reject", "second", &alice).0, 0);
+    run.cmd().args(["gates", "verify"]).assert().success();
+}
+
+fn raw_sql_adds_no_approval_no_member_and_no_policy(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let alice = token(&p, "alice", &["--group", "release"]);
+    let mallory = token(&p, "mallory", &[]);
+    create(&run, "ship", &["--allow", "group:release", "--require", "2"]);
+    // A fake approval, written as the tool would write one but not sealed.
+    run.view().raw(
+        "INSERT INTO gate_audit_log (gate_id, run_id, event_type, principal, timestamp, metadata)
+         SELECT 'ship', id, 'approval', 'bob', datetime('now'),
+                '{\"instance\": 1, \"via\": [\"group:release\"], \"authenticated\": \"token\"}'
+         FROM run",
+        "INSERT INTO openprose.gate_audit_log (gate_id, run_id, event_type, principal, timestamp, metadata)
+         SELECT 'ship', id, 'approval', 'bob', now(),
+                '{\"instance\": 1, \"via\": [\"group:release\"], \"authenticated\": \"token\"}'
+         FROM openprose.run WHERE id = '$RUN'",
+    );
+    let (c, out) = decide(&run, "approve", "ship", &alice);
+    assert_eq!(c, 0, "{out}");
+    assert_eq!(run.view().gate("ship").0, "pending", "the unsealed approval counted");
+    assert!(out.contains("1 of 2 approvals: alice"), "{out}");
+
+    // A member written into the book behind the tool's back admits no one: the log is
+    // broken, so no group admits anyone, and the refusal is logged.
+    let fake = "INSERT INTO {t} (seq, at, actor, event, principal, grp, value, prev_hash, hash, seal)
+                VALUES (100, '2026-01-01 00:00:00', 'mallory', 'group_add', 'mallory', 'release',
+                        NULL, '', 'sha256:00', 'hmac-sha256:00:00')";
+    match &p.pg_url {
+        Some(url) => postgres::Client::connect(url, postgres::NoTls)
+            .unwrap()
+            .batch_execute(&fake.replace("{t}", "openprose.book_log"))
+            .unwrap(),
+        None => rusqlite::Connection::open(p.root().join(".prose/principals.db"))
+            .unwrap()
+            .execute_batch(&fake.replace("{t}", "book_log"))
+            .unwrap(),
+    }
+    let before = run.before_refusal("ship");
+    let (c, out) = decide(&run, "approve", "ship", &mallory);
+    assert_ne!(c, 0, "{out}");
+    run.refused(&before, 1, "a member the book's log does not seal");
+    assert_eq!(run.view().gate("ship").0, "pending");
+}
