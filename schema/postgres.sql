@@ -249,3 +249,18 @@ CREATE TABLE IF NOT EXISTS openprose.settings (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
+-- The principals book's sealed log (schema 7): groups, revocations and the
+-- separation-of-duties policy, chained and sealed with the audit key (see
+-- schema/principals.sql's book_log).
+CREATE TABLE IF NOT EXISTS openprose.book_log (
+    seq BIGINT PRIMARY KEY,
+    at TEXT NOT NULL,
+    actor TEXT,
+    event TEXT NOT NULL,
+    principal TEXT,
+    grp TEXT,
+    value TEXT,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    seal TEXT NOT NULL
+);

@@ -14,3 +14,21 @@ CREATE TABLE IF NOT EXISTS settings (
     key TEXT PRIMARY KEY,               -- require: '1' when every decision needs a token
     value TEXT NOT NULL
 );
+
+-- The book's sealed log (version 2): every token issued or revoked, every member added to or
+-- removed from a group, every change of the separation-of-duties policy, chained and sealed
+-- with the audit key as a run's gate events are. Groups and the policy are read from this log
+-- alone: a row written here by raw SQL breaks it, and a broken log admits no one through a
+-- group.
+CREATE TABLE IF NOT EXISTS book_log (
+    seq INTEGER PRIMARY KEY,            -- 1, 2, 3, ...: a missing number is a removed row
+    at TEXT NOT NULL,                   -- when (UTC)
+    actor TEXT,                         -- who ran the command (as claimed)
+    event TEXT NOT NULL,                -- add, revoke, group_add, group_remove, policy
+    principal TEXT,
+    grp TEXT,                           -- the group; for policy, the policy's name
+    value TEXT,                         -- for policy: on or off
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL,                 -- sha256 of ["prose-book-1", prev_hash, seq, event, principal, grp, value, actor, at]
+    seal TEXT NOT NULL                  -- hmac-sha256:KEYID:HEX of hash under the audit key
+);

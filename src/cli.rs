@@ -357,6 +357,12 @@ pub struct InitArgs {
     /// Print only the run id, for a shell to capture: RUN=$(prose-state init -q)
     #[arg(long, short = 'q')]
     pub quiet: bool,
+
+    /// Who starts the run, recorded in its sealed genesis (for separation of duties)
+    #[command(flatten)]
+    pub principal: PrincipalArg,
+    #[command(flatten)]
+    pub token: TokenArg,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -641,6 +647,28 @@ pub struct GateCreateArgs {
     /// A JSON object of additional data
     #[arg(long, value_name = "JSON")]
     pub metadata: Option<String>,
+
+    /// Approvals needed: the gate is approved when N distinct allowed principals approved
+    /// it, each authenticated (a token, or the approval page)
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub require: u32,
+
+    /// With `off`, a rejection needs N rejections too; by default one rejection by an
+    /// allowed principal rejects the gate
+    #[arg(long, value_name = "on|off", default_value = "on")]
+    pub veto: OnOff,
+
+    /// Neither the principal who started the run nor the one creating the gate may approve
+    /// it (so does the project's `principals policy --separate-duties on`)
+    #[arg(long)]
+    pub no_self_approve: bool,
+
+    /// Who creates the gate (recorded for separation of duties)
+    #[command(flatten)]
+    pub principal: PrincipalArg,
+    #[command(flatten)]
+    pub token: TokenArg,
 }
 
 /// `[RUN] GATE`: a gate, and the run it is in when that is not `--run` or PROSE_RUN.
@@ -767,7 +795,7 @@ pub struct RejectArgs {
 /// A decider's token: the principal it authenticates decides.
 #[derive(Debug, Args)]
 pub struct TokenArg {
-    /// Decide as the principal this token authenticates: a file holding the token
+    /// Act as the principal this token authenticates: a file holding the token
     /// `principals add` issued (without it: PROSE_TOKEN, if set)
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
@@ -792,6 +820,53 @@ pub enum PrincipalsCommand {
     /// Require a token for every decision (`approve`/`reject` refuse `--as` alone);
     /// --off lifts it
     Require(RequireArgs),
+    /// The groups an allow list names as group:G: add or remove members, or list them
+    /// (kept in the principals book's sealed log)
+    Group(GroupArgs),
+    /// The project's policy: with --separate-duties on, no gate made from then on may be
+    /// approved by the principal who started its run or created it (without an option: show it)
+    Policy(PolicyArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GroupArgs {
+    #[command(subcommand)]
+    pub command: GroupCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GroupCommand {
+    /// Add principals to GROUP (made by its first member)
+    Add(GroupMembersArgs),
+    /// Remove principals from GROUP: an approval they gave a gate that has not reached its
+    /// quorum stops counting
+    Remove(GroupMembersArgs),
+    /// Every group and its members
+    List,
+}
+
+#[derive(Debug, Args)]
+pub struct GroupMembersArgs {
+    /// The group, as an allow list names it after group:
+    pub group: String,
+    /// The principals
+    #[arg(required = true)]
+    pub principals: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    /// Separation of duties for gates made from now on: the run's starter and the gate's
+    /// creator may not approve it
+    #[arg(long, value_name = "on|off")]
+    pub separate_duties: Option<OnOff>,
+}
+
+/// A switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
 }
 
 #[derive(Debug, Args)]
@@ -801,6 +876,9 @@ pub struct PrincipalAddArgs {
     /// An agent: recorded as agent:NAME, which can never decide a `user` gate
     #[arg(long)]
     pub agent: bool,
+    /// Also add the principal to this group (repeatable)
+    #[arg(long = "group", value_name = "GROUP")]
+    pub groups: Vec<String>,
 }
 
 #[derive(Debug, Args)]

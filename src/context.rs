@@ -333,6 +333,20 @@ impl Context {
         crate::services::auth::decider(book.as_deref_mut(), token.as_deref(), claimed, page)
     }
 
+    /// Who starts a run or creates a gate, as it is recorded for separation of duties: the
+    /// token's principal when there is a token (`--token-file`, else PROSE_TOKEN; one that is
+    /// not valid is refused), else [`Context::principal`], else `unknown`.
+    pub fn actor(&self, arg: &PrincipalArg, token: &TokenArg) -> Result<String> {
+        let has_token = token.token_file.is_some()
+            || std::env::var("PROSE_TOKEN").is_ok_and(|t| !t.trim().is_empty());
+        if has_token {
+            return Ok(self.decider(arg, token, None)?.0.as_str().to_string());
+        }
+        Ok(self
+            .principal(arg)?
+            .map_or_else(|| "unknown".to_string(), |p| p.as_str().to_string()))
+    }
+
     /// The project's principals: on its server when it has one, else `.prose/principals.db`
     /// (None there until the first `principals add`, unless `create`).
     pub fn principal_book(

@@ -665,6 +665,9 @@ impl Principal {
         if Self::RESERVED.contains(&p.as_str()) {
             return Err(bad("reserved"));
         }
+        if p.starts_with(GROUP_PREFIX) {
+            return Err(bad("group: names a group, never a principal"));
+        }
         Ok(Principal(p))
     }
 
@@ -692,8 +695,26 @@ impl std::fmt::Display for Principal {
     }
 }
 
-/// Checks an allow list as given to `gates create`, and returns it normalised: `user`, or
-/// principals in the grammar of [`Principal`].
+/// The prefix of an allow entry that names a group of the principals book; no principal may
+/// be named with it.
+pub const GROUP_PREFIX: &str = "group:";
+
+/// A group's name, normalised as a principal's is (`group:` not included): NAME in the
+/// grammar of [`Principal`], never `agent:`.
+pub fn group_name(raw: &str, what: &str) -> Result<String> {
+    let n = Principal::normalise(raw);
+    let n = n.strip_prefix(GROUP_PREFIX).unwrap_or(&n);
+    match Principal::parse(n, what) {
+        Ok(p) if !p.is_agent() => Ok(p.0),
+        _ => Err(usage(format!(
+            "invalid group ({what}): {}: a group is NAME, in ASCII letters, digits and _ . - + @ :",
+            shown(raw)
+        ))),
+    }
+}
+
+/// Checks an allow list as given to `gates create`, and returns it normalised: `user`,
+/// `group:NAME`, or principals in the grammar of [`Principal`].
 pub fn normalise_allow(allow: &[String]) -> Result<Vec<String>> {
     if allow.is_empty() {
         return Err(usage("--allow needs at least one principal"));
@@ -701,8 +722,11 @@ pub fn normalise_allow(allow: &[String]) -> Result<Vec<String>> {
     allow
         .iter()
         .map(|a| {
-            if Principal::normalise(a) == "user" {
+            let n = Principal::normalise(a);
+            if n == "user" {
                 Ok("user".to_string())
+            } else if n.starts_with(GROUP_PREFIX) {
+                group_name(a, "--allow").map(|g| format!("{GROUP_PREFIX}{g}"))
             } else {
                 Principal::parse(a, "--allow").map(|p| p.0)
             }

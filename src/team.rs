@@ -8,8 +8,7 @@ use crate::model::Principal;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The prefix of an allow entry that names a group; no principal may be named with it.
-pub const GROUP_PREFIX: &str = "group:";
+pub use crate::model::GROUP_PREFIX;
 
 /// Whether an allow entry names a group.
 pub fn is_group(entry: &str) -> bool {
@@ -92,7 +91,9 @@ impl Quorum {
                 as u32;
         }
         if let Some(v) = m.get("veto") {
-            q.veto = v.as_bool().ok_or("its created event's veto is not true or false")?;
+            q.veto = v
+                .as_bool()
+                .ok_or("its created event's veto is not true or false")?;
         }
         if let Some(s) = m.get("separate_duties") {
             let name = |k: &str| s.get(k).and_then(Value::as_str).map(str::to_string);
@@ -140,7 +141,11 @@ pub fn admitting(allow: &[String], p: &Principal, roster: &Roster) -> Vec<String
     allow
         .iter()
         .filter(|a| match a.strip_prefix(GROUP_PREFIX) {
-            Some(g) => !roster.revoked.contains(p.as_str()) && roster.in_group(p.as_str(), g),
+            Some(g) => {
+                !p.is_agent()
+                    && !roster.revoked.contains(p.as_str())
+                    && roster.in_group(p.as_str(), g)
+            }
             None => crate::model::principal_allowed(std::slice::from_ref(a), p),
         })
         .cloned()
@@ -153,7 +158,7 @@ pub fn admitting(allow: &[String], p: &Principal, roster: &Roster) -> Vec<String
 pub fn admitted_as_recorded(allow: &[String], p: &Principal, via: &[String]) -> bool {
     allow.iter().any(|a| {
         if is_group(a) {
-            via.iter().any(|v| v == a)
+            !p.is_agent() && via.iter().any(|v| v == a)
         } else {
             crate::model::principal_allowed(std::slice::from_ref(a), p)
         }
@@ -266,7 +271,11 @@ mod tests {
             &p("alice"),
             &["group:release".into()]
         ));
-        assert!(!admitted_as_recorded(&allow, &p("alice"), &["group:ops".into()]));
+        assert!(!admitted_as_recorded(
+            &allow,
+            &p("alice"),
+            &["group:ops".into()]
+        ));
         assert!(!admitted_as_recorded(&allow, &p("alice"), &[]));
     }
 

@@ -41,7 +41,8 @@ fn create(run: &Run, id: &str, extra: &[&str]) -> serde_json::Value {
 /// `approve`/`reject` with a token; the exit code and the JSON or error.
 fn decide(run: &Run, verb: &str, gate: &str, tok: &str) -> (i32, String) {
     let mut c = run.cmd();
-    c.env("PROSE_TOKEN", tok).args([verb, gate, "--yes", "--json"]);
+    c.env("PROSE_TOKEN", tok)
+        .args([verb, gate, "--yes", "--json"]);
     if verb == "reject" {
         c.args(["--reason", "not yet"]);
     }
@@ -80,14 +81,22 @@ fn a_quorum_counts_each_principal_once_and_resolves_at_n(b: Backend) {
     assert_eq!(c, 0, "{out}");
     assert!(out.contains("1 of 3 approvals: alice"), "{out}");
     assert_eq!(run.view().gate("deploy").0, "pending");
-    assert_eq!(wait_now(&run, "deploy"), 7, "one approval of three decides nothing");
+    assert_eq!(
+        wait_now(&run, "deploy"),
+        7,
+        "one approval of three decides nothing"
+    );
 
     // The same principal again counts once, is told so, and writes nothing.
     let snapshot = run.snapshot();
     let (c, out) = decide(&run, "approve", "deploy", &alice);
     assert_eq!(c, 0, "{out}");
     assert!(out.contains("already counted"), "{out}");
-    assert_eq!(run.snapshot(), snapshot, "a repeated approval wrote something");
+    assert_eq!(
+        run.snapshot(),
+        snapshot,
+        "a repeated approval wrote something"
+    );
 
     let (c, out) = decide(&run, "approve", "deploy", &bob);
     assert_eq!(c, 0, "{out}");
@@ -103,7 +112,10 @@ fn a_quorum_counts_each_principal_once_and_resolves_at_n(b: Backend) {
     let (c, out) = decide(&run, "approve", "deploy", &carol);
     assert_eq!(c, 0, "{out}");
     let (status, by, _, _) = run.view().gate("deploy");
-    assert_eq!((status.as_str(), by.as_deref()), ("approved", Some("carol")));
+    assert_eq!(
+        (status.as_str(), by.as_deref()),
+        ("approved", Some("carol"))
+    );
     assert_eq!(
         kinds(&run, "deploy"),
         [
@@ -114,7 +126,10 @@ fn a_quorum_counts_each_principal_once_and_resolves_at_n(b: Backend) {
         ]
     );
     let resolved = run.view().events("deploy").pop().unwrap().2;
-    assert_eq!(resolved["approvals"], serde_json::json!(["alice", "bob", "carol"]));
+    assert_eq!(
+        resolved["approvals"],
+        serde_json::json!(["alice", "bob", "carol"])
+    );
     assert_eq!(wait_now(&run, "deploy"), 0);
     run.cmd().args(["gates", "verify"]).assert().success();
 }
@@ -222,14 +237,22 @@ fn groups_admit_members_and_a_removal_before_the_quorum_discounts(b: Backend) {
         .assert()
         .success();
     let listed = stdout_json(&listed);
-    assert_eq!(listed["release"], serde_json::json!(["alice", "bob"]), "{listed}");
+    assert_eq!(
+        listed["release"],
+        serde_json::json!(["alice", "bob"]),
+        "{listed}"
+    );
     // No principal may take the group prefix.
     p.cmd()
         .args(["principals", "add", "group:release"])
         .assert()
         .code(2);
 
-    create(&run, "ship", &["--allow", "group:release", "--require", "2"]);
+    create(
+        &run,
+        "ship",
+        &["--allow", "group:release", "--require", "2"],
+    );
     let before = run.before_refusal("ship");
     assert_eq!(decide(&run, "approve", "ship", &carol).0, 4);
     run.refused(&before, 1, "a principal outside the group");
@@ -243,7 +266,11 @@ fn groups_admit_members_and_a_removal_before_the_quorum_discounts(b: Backend) {
         .success();
     let (c, out) = decide(&run, "approve", "ship", &bob);
     assert_eq!(c, 0, "{out}");
-    assert_eq!(run.view().gate("ship").0, "pending", "alice's approval was discounted");
+    assert_eq!(
+        run.view().gate("ship").0,
+        "pending",
+        "alice's approval was discounted"
+    );
     let last = run.view().events("ship").pop().unwrap().2;
     assert_eq!(last["discounted"][0]["principal"], "alice", "{last}");
     p.cmd()
@@ -252,7 +279,10 @@ fn groups_admit_members_and_a_removal_before_the_quorum_discounts(b: Backend) {
         .success();
     assert_eq!(decide(&run, "approve", "ship", &carol).0, 0);
     let (status, by, _, _) = run.view().gate("ship");
-    assert_eq!((status.as_str(), by.as_deref()), ("approved", Some("carol")));
+    assert_eq!(
+        (status.as_str(), by.as_deref()),
+        ("approved", Some("carol"))
+    );
     let resolved = run.view().events("ship").pop().unwrap().2;
     assert_eq!(resolved["approvals"], serde_json::json!(["bob", "carol"]));
     run.cmd().args(["gates", "verify"]).assert().success();
@@ -274,7 +304,14 @@ fn the_starter_and_the_creator_may_not_approve_when_duties_are_separate(b: Backe
     let run = p.run(stdout_json(&out)["run_id"].as_str().unwrap());
     run.cmd()
         .env("PROSE_TOKEN", &bob)
-        .args(["gates", "create", "deploy", "--prompt", "Deploy?", "--no-self-approve"])
+        .args([
+            "gates",
+            "create",
+            "deploy",
+            "--prompt",
+            "Deploy?",
+            "--no-self-approve",
+        ])
         .assert()
         .success();
     for (who, t) in [("alice", &alice), ("bob", &bob)] {
@@ -309,7 +346,11 @@ fn raw_sql_adds_no_approval_no_member_and_no_policy(b: Backend) {
     let run = p.init();
     let alice = token(&p, "alice", &["--group", "release"]);
     let mallory = token(&p, "mallory", &[]);
-    create(&run, "ship", &["--allow", "group:release", "--require", "2"]);
+    create(
+        &run,
+        "ship",
+        &["--allow", "group:release", "--require", "2"],
+    );
     // A fake approval, written as the tool would write one but not sealed.
     run.view().raw(
         "INSERT INTO gate_audit_log (gate_id, run_id, event_type, principal, timestamp, metadata)
@@ -323,12 +364,17 @@ fn raw_sql_adds_no_approval_no_member_and_no_policy(b: Backend) {
     );
     let (c, out) = decide(&run, "approve", "ship", &alice);
     assert_eq!(c, 0, "{out}");
-    assert_eq!(run.view().gate("ship").0, "pending", "the unsealed approval counted");
+    assert_eq!(
+        run.view().gate("ship").0,
+        "pending",
+        "the unsealed approval counted"
+    );
     assert!(out.contains("1 of 2 approvals: alice"), "{out}");
 
     // A member written into the book behind the tool's back admits no one: the log is
     // broken, so no group admits anyone, and the refusal is logged.
-    let fake = "INSERT INTO {t} (seq, at, actor, event, principal, grp, value, prev_hash, hash, seal)
+    let fake =
+        "INSERT INTO {t} (seq, at, actor, event, principal, grp, value, prev_hash, hash, seal)
                 VALUES (100, '2026-01-01 00:00:00', 'mallory', 'group_add', 'mallory', 'release',
                         NULL, '', 'sha256:00', 'hmac-sha256:00:00')";
     match &p.pg_url {

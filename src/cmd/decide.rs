@@ -2,8 +2,9 @@
 //! refused attempt is audit-logged by the store.
 
 use crate::error::{not_found, refused, shown, usage};
-use crate::model::{check_gate_id, now, principal_allowed, sha256_tag};
+use crate::model::{check_gate_id, now, sha256_tag};
 use crate::output::Render;
+use crate::store::principals::PrincipalBook;
 use crate::store::{Decided, Decision, GateRow, Store};
 use anyhow::Result;
 use serde::Serialize;
@@ -21,6 +22,8 @@ pub struct DecideRequest<'a> {
     pub yes: bool,
     /// Whether a person can be asked (stdin is a terminal).
     pub interactive: bool,
+    /// Groups and revocations when the decision is taken (`roster`).
+    pub roster: &'a std::result::Result<crate::team::Roster, String>,
 }
 
 /// Asks the person at the terminal to confirm: given the gate and the action, returns
@@ -31,11 +34,33 @@ pub type Confirm<'a> = &'a mut dyn FnMut(&GateRow, &str) -> Result<bool>;
 pub struct DecisionMade {
     #[serde(flatten)]
     pub gate: GateRow,
+    /// A vote short of the gate's quorum: where the gate stands after it.
+    #[serde(flatten)]
+    pub vote: Option<Vote>,
+}
+
+/// A vote counted toward a gate's quorum, the gate still pending.
+#[derive(Debug, Serialize)]
+pub struct Vote {
+    /// `counted`, or `already counted` (the principal had voted so: nothing was written).
+    pub vote: &'static str,
+    pub require: u32,
+    pub approvals: Vec<String>,
+    pub rejections: Vec<String>,
+    /// "2 of 3 approvals: alice, bob".
+    pub progress: String,
 }
 
 impl Render for DecisionMade {
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
         let g = &self.gate;
+        if let Some(v) = &self.vote {
+            return writeln!(
+                w,
+                "Gate {} is still pending: your vote was {} ({})",
+                g.id, v.vote, v.progress
+            );
+        }
         writeln!(
             w,
             "Gate {} {} by {} at {}",
@@ -78,7 +103,14 @@ pub fn run(req: &DecideRequest, store: &mut dyn Store, confirm: Confirm) -> Resu
     })?;
     let action = if req.approve { "approve" } else { "reject" };
     // Ask only when the decision could be taken; otherwise let the store refuse (and log) it.
-    if gate.status.is_pending() && principal_allowed(&gate.allow, req.principal) && !req.yes {
+    let empty = crate::team::Roster::default();
+    let admitted = !crate::team::admitting(
+        &gate.allow,
+        req.principal,
+        req.roster.as_ref().unwrap_or(&empty),
+    )
+    .is_empty();
+    if gate.status.is_pending() && admitted && !req.yes {
         if !req.interactive {
             return Err(usage(format!(
                 "{action} needs confirmation and stdin is not a terminal: pass --yes"
@@ -103,6 +135,7 @@ pub fn run(req: &DecideRequest, store: &mut dyn Store, confirm: Confirm) -> Resu
         instance: Some(gate.instance),
         now: &crate::model::now(),
         signer: None,
+        roster: req.roster,
     };
     outcome(
         store.decide_gate(&decision)?,
@@ -110,7 +143,17 @@ pub fn run(req: &DecideRequest, store: &mut dyn Store, confirm: Confirm) -> Resu
         &run_id,
         req.gate,
     )
-    .map(|gate| DecisionMade { gate })
+}
+
+/// The roster a decision is counted against: the principals book's sealed log (no book, no
+/// groups), or why it cannot be trusted.
+pub fn roster(
+    book: Option<&mut dyn PrincipalBook>,
+) -> Result<std::result::Result<crate::team::Roster, String>> {
+    Ok(match book {
+        None => Ok(Default::default()),
+        Some(b) => crate::store::principals::book_state(b)?.map(|s| s.roster),
+    })
 }
 
 /// A rejection needs a reason, whoever decides: on the command line (exit 2) and on the
@@ -133,9 +176,35 @@ pub fn outcome(
     principal: &crate::model::Principal,
     run_id: &str,
     gate: &str,
-) -> Result<GateRow> {
+) -> Result<DecisionMade> {
     Err(match decided {
-        Decided::Done(g) => return Ok(g),
+        Decided::Done(g) => return Ok(DecisionMade { gate: g, vote: None }),
+        Decided::Counted {
+            gate,
+            quorum,
+            tally,
+            already,
+        } => {
+            return Ok(DecisionMade {
+                gate,
+                vote: Some(Vote {
+                    vote: if already { "already counted" } else { "counted" },
+                    require: quorum.require,
+                    progress: tally.progress(&quorum),
+                    approvals: tally.approvals,
+                    rejections: tally.rejections,
+                }),
+            })
+        }
+        Decided::NotAuthenticated(g) => refused(format!(
+            "gate {} counts only authenticated decisions (a token, or the approval page): pass --token-file FILE or PROSE_TOKEN; this attempt was logged",
+            g.id
+        )),
+        Decided::OwnGate(g, why) => refused(format!(
+            "{} may not decide gate {}: {why}; this attempt was logged",
+            shown(principal.as_str()),
+            g.id
+        )),
         Decided::NotFound => not_found(format!(
             "gate not found in run {run_id}: {}",
             shown(gate)
@@ -173,6 +242,12 @@ fn decide(
     req: &DecideRequest,
 ) -> Result<DecisionMade> {
     let (_, mut store) = ctx.open_run(run.or(ctx.run.as_deref()))?;
+    let mut book = ctx.principal_book(false)?;
+    let roster = roster(book.as_mut().map(|b| b.as_mut() as &mut dyn PrincipalBook))?;
+    let req = &DecideRequest {
+        roster: &roster,
+        ..*req
+    };
     self::run(req, store.as_mut(), &mut |g: &GateRow, action: &str| {
         crate::term::confirm(
             &crate::term::Asked {
@@ -243,6 +318,7 @@ impl super::Run for crate::cli::ApproveArgs {
             },
             yes: self.yes,
             interactive: crate::term::interactive(),
+            roster: &Ok(Default::default()),
         };
         decide(ctx, self.target.run(), &request)
     }
@@ -260,6 +336,7 @@ impl super::Run for crate::cli::RejectArgs {
             comment: Some(&self.reason),
             yes: self.yes,
             interactive: crate::term::interactive(),
+            roster: &Ok(Default::default()),
         };
         decide(ctx, self.target.run(), &request)
     }

@@ -11,6 +11,7 @@ use crate::model::{check_gate_id, check_metadata, now, now_plus, parse_duration,
 use crate::output::{human_duration, one_line, table, Render};
 use crate::store::chain::{ChainReport, Integrity};
 use crate::store::{AuditFilter, AuditRow, Created, GateRow, Store};
+use crate::team::Quorum;
 use anyhow::{Context as _, Result};
 use serde::Serialize;
 use std::io::{self, Write};
@@ -35,6 +36,41 @@ pub struct GateView {
     /// --scan` over the runs it opens); absent when it was listed from the catalog unchecked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub integrity: Option<IntegrityView>,
+    /// For a gate that asks more than one approval, a veto off or separation of duties:
+    /// what it asks, and its votes so far.
+    #[serde(flatten)]
+    pub team: Option<TeamView>,
+}
+
+/// What a team's gate asks of its deciders, and where its sealed votes stand.
+#[derive(Debug, Serialize)]
+pub struct TeamView {
+    pub require: u32,
+    pub veto: bool,
+    /// Who may not approve (the run's starter and the gate's creator), when duties are
+    /// separate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub separate_duties: Option<serde_json::Value>,
+    pub approvals: Vec<String>,
+    pub rejections: Vec<String>,
+    /// "2 of 3 approvals: alice, bob".
+    pub progress: String,
+}
+
+impl TeamView {
+    /// The view of a gate whose allow list is `allow`, when it is a team's gate.
+    pub fn of(q: &Quorum, tally: &crate::team::Tally, allow: &[String]) -> Option<Self> {
+        q.is_team(allow).then(|| TeamView {
+            require: q.require,
+            veto: q.veto,
+            separate_duties: q
+                .separate
+                .then(|| serde_json::json!({"starter": q.starter, "creator": q.creator})),
+            approvals: tally.approvals.clone(),
+            rejections: tally.rejections.clone(),
+            progress: tally.progress(q),
+        })
+    }
 }
 
 impl GateView {
@@ -45,6 +81,7 @@ impl GateView {
             program_path,
             time_left_seconds,
             integrity: None,
+            team: None,
         }
     }
 
@@ -182,6 +219,27 @@ impl Render for GateCreated {
         }
         writeln!(w, "Run: {}", g.run_id.as_deref().unwrap_or("-"))?;
         writeln!(w, "Allow: {}", g.allow.join(", "))?;
+        if let Some(t) = &self.gate.team {
+            writeln!(
+                w,
+                "Approvals: {}{}",
+                t.progress,
+                if t.veto {
+                    "; one rejection rejects it"
+                } else {
+                    ""
+                }
+            )?;
+            if let Some(s) = &t.separate_duties {
+                let who = |k: &str| s[k].as_str().unwrap_or("unknown").to_string();
+                writeln!(
+                    w,
+                    "Separation of duties: neither {} (started the run) nor {} (created the gate) may approve",
+                    who("starter"),
+                    who("creator")
+                )?;
+            }
+        }
         match &g.timeout_at {
             Some(at) => writeln!(w, "Deadline: {at} UTC (in {})", self.gate.left())?,
             None => writeln!(w, "Deadline: none")?,
@@ -195,7 +253,37 @@ impl Render for GateCreated {
     }
 }
 
-pub fn create(args: &GateCreateArgs, store: &mut dyn Store) -> Result<GateCreated> {
+/// What a gate made now asks of its deciders: its options, and the project's policy of
+/// separation of duties (a policy the book's log cannot vouch for is taken as on, with a
+/// warning: it fails closed).
+pub fn quorum(args: &GateCreateArgs, ctx: &crate::context::Context) -> Result<Quorum> {
+    let mut separate = args.no_self_approve;
+    if !separate {
+        if let Some(mut book) = ctx.principal_book(false)? {
+            match crate::store::principals::book_state(book.as_mut())? {
+                Ok(state) => separate = state.separate_duties,
+                Err(why) => {
+                    crate::output::warn(&format!(
+                        "{why}: separation of duties is applied to this gate"
+                    ));
+                    separate = true;
+                }
+            }
+        }
+    }
+    Ok(Quorum {
+        require: args.require,
+        veto: args.veto == crate::cli::OnOff::On,
+        separate,
+        starter: None,
+        creator: match separate {
+            true => Some(ctx.actor(&args.principal, &args.token)?),
+            false => None,
+        },
+    })
+}
+
+pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> Result<GateCreated> {
     check_gate_id(&args.gate_id)?;
     crate::model::check_prompt(&args.prompt)?;
     let allow = crate::model::normalise_allow(&args.allow)?;
@@ -226,16 +314,24 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store) -> Result<GateCreate
         prompt_hash: &sha256_tag(&args.prompt),
         reopen: args.reopen,
         now: &now,
+        quorum: quorum.clone(),
     })?;
     let program = store.run_info()?.program_path;
+    let view = |g: GateRow| {
+        let team = TeamView::of(&quorum, &Default::default(), &g.allow);
+        GateView {
+            team,
+            ..GateView::new(g, program.clone(), &now)
+        }
+    };
     match outcome {
         Created::New(g) => Ok(GateCreated {
             created: true,
-            gate: GateView::new(g, program, &now),
+            gate: view(g),
         }),
         Created::Retried(g) => Ok(GateCreated {
             created: false,
-            gate: GateView::new(g, program, &now),
+            gate: view(g),
         }),
         Created::Conflict(g) => Err(refused(format!(
             "gate already exists in this run ({}{}): {}",
@@ -337,6 +433,27 @@ impl Render for GateShown {
         }
         writeln!(w, "Status: {}", g.status)?;
         writeln!(w, "Allow: {}", g.allow.join(", "))?;
+        if let Some(t) = &self.gate.team {
+            writeln!(
+                w,
+                "Approvals: {}{}",
+                t.progress,
+                if t.veto {
+                    "; one rejection rejects it"
+                } else {
+                    ""
+                }
+            )?;
+            if let Some(s) = &t.separate_duties {
+                let who = |k: &str| s[k].as_str().unwrap_or("unknown").to_string();
+                writeln!(
+                    w,
+                    "Separation of duties: neither {} (started the run) nor {} (created the gate) may approve",
+                    who("starter"),
+                    who("creator")
+                )?;
+            }
+        }
         writeln!(w, "Created: {}", g.created_at.as_deref().unwrap_or("-"))?;
         match (&g.timeout, &g.timeout_at) {
             (Some(t), Some(at)) if g.status.is_pending() => writeln!(
@@ -403,9 +520,16 @@ pub fn show_to(
         .view_gate(gate, viewer, client, &now)?
         .ok_or_else(|| not_found(format!("gate not found in run {}: {}", run.id, shown(gate))))?;
     let report = store.verify_audit()?;
+    let team = report
+        .derived
+        .get(&row.id)
+        .and_then(|d| TeamView::of(&d.quorum, &d.tally_or_counted(), &row.allow));
     Ok(GateShown {
         integrity: IntegrityView::of(&report, &row.id),
-        gate: GateView::new(row, run.program_path, &now),
+        gate: GateView {
+            team,
+            ..GateView::new(row, run.program_path, &now)
+        },
         history,
     })
 }
@@ -826,7 +950,7 @@ impl Run for GatesArgs {
         Ok(match &self.command {
             None => GatesOutput::List(list(&self.list, ctx)?),
             Some(GatesCommand::Create(a)) => {
-                GatesOutput::Created(create(a, ctx.the_run()?.1.as_mut())?)
+                GatesOutput::Created(create(a, ctx.the_run()?.1.as_mut(), quorum(a, ctx)?)?)
             }
             Some(GatesCommand::Show(a)) => {
                 let (_, mut store) = ctx.open_run(a.target.run().or(ctx.run.as_deref()))?;

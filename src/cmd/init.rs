@@ -60,6 +60,9 @@ pub fn run(args: &InitArgs, ctx: &Context) -> Result<Initialized> {
         None => None,
     };
 
+    // Who starts the run, sealed in its genesis (a token that is not valid is refused here,
+    // before anything is written).
+    let starter = ctx.actor(&args.principal, &args.token)?;
     let runs = ctx.runs_dir().to_path_buf();
     fs::create_dir_all(&runs)
         .with_context(|| format!("could not create runs directory: {}", runs.display()))?;
@@ -84,7 +87,7 @@ pub fn run(args: &InitArgs, ctx: &Context) -> Result<Initialized> {
         // listing need not compare the directory's names with its rows.
         changing_runs(&runs, None, || fs::create_dir(&tmp))
             .with_context(|| format!("could not create run directory: {}", tmp.display()))?;
-        let built = build(args, &tmp, &id, program.as_ref(), ctx);
+        let built = build(args, &tmp, &id, program.as_ref(), ctx, &starter);
         let result = built.and_then(|(lock, location)| {
             sync_dir(&tmp)?;
             match changing_runs(&runs, Some(&id), || rename_noreplace(&tmp, &target.dir)) {
@@ -147,6 +150,7 @@ fn build(
     id: &str,
     program: Option<&(String, String)>,
     ctx: &Context,
+    starter: &str,
 ) -> Result<(fs::File, String)> {
     let lock = fs::File::open(dir)
         .with_context(|| format!("could not open run directory: {}", dir.display()))?;
@@ -187,7 +191,7 @@ fn build(
     // before the chain. Without a home for the audit key (no PROSE_HOME or HOME) the run is
     // made unsealed and sealed at its first gate event, which needs the key anyway.
     if crate::store::seal::prose_home().is_some() {
-        created.seal_run(&now())?;
+        created.seal_run(&now(), Some(starter))?;
     }
     // The schema is most of a new run's pages: folded into the file now, so that the first
     // open of every later command (a cross-run listing opens every run) has no log of it to

@@ -1,10 +1,11 @@
 //! `principals add|list|revoke|require`: who may decide with a token, and whether every
 //! decision needs one.
 
-use crate::cli::{PrincipalsArgs, PrincipalsCommand};
-use crate::error::{not_found, refused, shown};
-use crate::model::{now, Principal};
+use crate::cli::{GroupCommand, OnOff, PrincipalsArgs, PrincipalsCommand};
+use crate::error::{not_found, refused, shown, tampered, usage};
+use crate::model::{group_name, now, Principal};
 use crate::output::{table, Render};
+use crate::store::book_log::{self, Change};
 use crate::store::principals::{PrincipalBook, PrincipalRow, REQUIRE};
 use anyhow::Result;
 use serde::Serialize;
@@ -129,14 +130,103 @@ impl Render for Changed {
     }
 }
 
+/// The groups, as the book's sealed log says: group → members.
+#[derive(Debug, Serialize)]
+#[serde(transparent)]
+pub struct Groups(pub std::collections::BTreeMap<String, Vec<String>>);
+
+impl Render for Groups {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        if self.0.is_empty() {
+            return writeln!(w, "no groups");
+        }
+        for (g, members) in &self.0 {
+            writeln!(w, "group:{g}: {}", members.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// A change to the groups or the policy, and what the log says after it.
+#[derive(Debug, Serialize)]
+pub struct BookChanged {
+    /// `added`, `removed`, `unchanged` (every principal was already as asked) or `policy`.
+    pub change: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub members: Option<Vec<String>>,
+    pub separate_duties: bool,
+}
+
+impl Render for BookChanged {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        match (&self.group, &self.members) {
+            (Some(g), Some(m)) => writeln!(
+                w,
+                "group:{g} ({}): {}",
+                self.change,
+                if m.is_empty() {
+                    "no members".to_string()
+                } else {
+                    m.join(", ")
+                }
+            ),
+            _ => writeln!(
+                w,
+                "separation of duties (for gates made from now on): {}",
+                if self.separate_duties { "on" } else { "off" }
+            ),
+        }
+    }
+}
+
 crate::output::one_of!(
     /// What `principals` prints.
     PrincipalsOutput {
         List(PrincipalList),
         Issued(Issued),
         Changed(Changed),
+        Groups(Groups),
+        BookChanged(BookChanged),
     }
 );
+
+/// Who runs a change to the book, as claimed (the log records it; the book's writer is
+/// trusted, see docs/gates-and-trust.md).
+fn actor() -> Option<String> {
+    ["PROSE_PRINCIPAL", "USER", "LOGNAME"]
+        .iter()
+        .filter_map(|v| std::env::var(v).ok())
+        .find_map(|p| Principal::parse(&p, "actor").ok())
+        .map(|p| p.as_str().to_string())
+}
+
+/// What the book's sealed log says now; a log that cannot be trusted is exit 9.
+fn state(book: &mut dyn PrincipalBook) -> Result<book_log::BookState> {
+    crate::store::principals::book_state(book)?.map_err(tampered)
+}
+
+/// A member of a group: a person (agents never approve).
+fn member(raw: &str) -> Result<String> {
+    let p = Principal::parse(raw, "member")?;
+    if p.is_agent() {
+        return Err(usage(format!(
+            "an agent may not be in a group (agents never approve): {}",
+            shown(p.as_str())
+        )));
+    }
+    Ok(p.as_str().to_string())
+}
+
+fn members_of(state: &book_log::BookState, group: &str) -> Vec<String> {
+    state
+        .roster
+        .groups
+        .get(group)
+        .map(|m| m.iter().cloned().collect())
+        .unwrap_or_default()
+}
 
 fn list(book: Option<&mut (dyn PrincipalBook + 'static)>) -> Result<PrincipalList> {
     let Some(book) = book else {
@@ -157,10 +247,22 @@ fn list(book: Option<&mut (dyn PrincipalBook + 'static)>) -> Result<PrincipalLis
 impl super::Run for PrincipalsArgs {
     type Output = PrincipalsOutput;
     fn run(&self, ctx: &crate::context::Context) -> Result<PrincipalsOutput> {
-        let writes = matches!(
-            self.command,
-            Some(PrincipalsCommand::Add(_) | PrincipalsCommand::Require(_))
-        );
+        let writes = match &self.command {
+            Some(PrincipalsCommand::Add(_) | PrincipalsCommand::Require(_)) => true,
+            Some(PrincipalsCommand::Group(g)) => !matches!(g.command, GroupCommand::List),
+            Some(PrincipalsCommand::Policy(p)) => p.separate_duties.is_some(),
+            _ => false,
+        };
+        let now = now();
+        let actor = actor();
+        let change = |event, principal, grp, value| Change {
+            event,
+            principal,
+            grp,
+            value,
+            actor: actor.as_deref(),
+            at: &now,
+        };
         let mut book = ctx.principal_book(writes)?;
         Ok(match &self.command {
             None | Some(PrincipalsCommand::List) => {
@@ -173,14 +275,31 @@ impl super::Run for PrincipalsArgs {
                     a.name.clone()
                 };
                 let principal = Principal::parse(&raw, "principal")?;
+                let groups = a
+                    .groups
+                    .iter()
+                    .map(|g| group_name(g, "--group"))
+                    .collect::<Result<Vec<_>>>()?;
+                if principal.is_agent() && !groups.is_empty() {
+                    member(principal.as_str())?;
+                }
                 let mut book = book.expect("made for a write");
-                let (token, row) = crate::services::auth::issue(&principal, &now())?;
+                if !groups.is_empty() {
+                    state(book.as_mut())?;
+                }
+                let (token, row) = crate::services::auth::issue(&principal, &now)?;
                 if !book.add_principal(&row)? {
                     return Err(refused(format!(
                         "principal already has a token (revoke it first to issue another): {}",
                         shown(principal.as_str())
                     )));
                 }
+                let name = Some(principal.as_str());
+                let mut changes = vec![change(book_log::ADD, name, None, None)];
+                for g in &groups {
+                    changes.push(change(book_log::GROUP_ADD, name, Some(g), None));
+                }
+                crate::store::principals::record(book.as_mut(), &changes)?;
                 PrincipalsOutput::Issued(Issued {
                     principal: row.name,
                     kind: row.kind,
@@ -191,7 +310,7 @@ impl super::Run for PrincipalsArgs {
             Some(PrincipalsCommand::Revoke(a)) => {
                 let principal = Principal::parse(&a.name, "principal")?;
                 let revoked = match book.as_deref_mut() {
-                    Some(b) => b.revoke_principal(principal.as_str(), &now())?,
+                    Some(b) => b.revoke_principal(principal.as_str(), &now)?,
                     None => false,
                 };
                 if !revoked {
@@ -199,6 +318,13 @@ impl super::Run for PrincipalsArgs {
                         "no principal with a token to revoke: {}",
                         shown(principal.as_str())
                     )));
+                }
+                if let Some(b) = book.as_deref_mut() {
+                    let name = Some(principal.as_str());
+                    crate::store::principals::record(
+                        b,
+                        &[change(book_log::REVOKE, name, None, None)],
+                    )?;
                 }
                 PrincipalsOutput::Changed(Changed {
                     principal: Some(principal.as_str().to_string()),
@@ -232,6 +358,89 @@ impl super::Run for PrincipalsArgs {
                     revoked: None,
                     require: Some(!r.off),
                     signed_key: signed,
+                })
+            }
+            Some(PrincipalsCommand::Group(g)) => {
+                let Some(mut book) = book else {
+                    return Ok(PrincipalsOutput::Groups(Groups(Default::default())));
+                };
+                let before = state(book.as_mut())?;
+                let (group, names, add) = match &g.command {
+                    GroupCommand::List => {
+                        return Ok(PrincipalsOutput::Groups(Groups(
+                            before
+                                .roster
+                                .groups
+                                .iter()
+                                .map(|(g, m)| (g.clone(), m.iter().cloned().collect()))
+                                .collect(),
+                        )))
+                    }
+                    GroupCommand::Add(m) => (&m.group, &m.principals, true),
+                    GroupCommand::Remove(m) => (&m.group, &m.principals, false),
+                };
+                let group = group_name(group, "group")?;
+                let names = names
+                    .iter()
+                    .map(|n| member(n))
+                    .collect::<Result<Vec<_>>>()?;
+                let members = members_of(&before, &group);
+                if !add {
+                    if let Some(n) = names.iter().find(|n| !members.contains(n)) {
+                        return Err(not_found(format!("{} is not in group:{group}", shown(n))));
+                    }
+                }
+                let mut seen = std::collections::BTreeSet::new();
+                let changes: Vec<Change> = names
+                    .iter()
+                    .filter(|n| add != members.contains(n) && seen.insert(n.as_str()))
+                    .map(|n| {
+                        let event = if add {
+                            book_log::GROUP_ADD
+                        } else {
+                            book_log::GROUP_REMOVE
+                        };
+                        change(event, Some(n.as_str()), Some(group.as_str()), None)
+                    })
+                    .collect();
+                let what = match (changes.is_empty(), add) {
+                    (true, _) => "unchanged",
+                    (false, true) => "added",
+                    (false, false) => "removed",
+                };
+                crate::store::principals::record(book.as_mut(), &changes)?;
+                let after = state(book.as_mut())?;
+                PrincipalsOutput::BookChanged(BookChanged {
+                    change: what.into(),
+                    members: Some(members_of(&after, &group)),
+                    group: Some(group),
+                    separate_duties: after.separate_duties,
+                })
+            }
+            Some(PrincipalsCommand::Policy(pol)) => {
+                let before = match book.as_deref_mut() {
+                    Some(b) => state(b)?,
+                    None => Default::default(),
+                };
+                let wanted = pol.separate_duties.map(|v| v == OnOff::On);
+                let changed = wanted.is_some_and(|w| w != before.separate_duties);
+                if let (true, Some(w), Some(book)) = (changed, wanted, book.as_deref_mut()) {
+                    let value = if w { "on" } else { "off" };
+                    crate::store::principals::record(
+                        book,
+                        &[change(
+                            book_log::POLICY,
+                            None,
+                            Some(book_log::SEPARATE_DUTIES),
+                            Some(value),
+                        )],
+                    )?;
+                }
+                PrincipalsOutput::BookChanged(BookChanged {
+                    change: if changed { "policy" } else { "unchanged" }.into(),
+                    group: None,
+                    members: None,
+                    separate_duties: wanted.unwrap_or(before.separate_duties),
                 })
             }
         })

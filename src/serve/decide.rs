@@ -185,6 +185,7 @@ pub(super) async fn decide(
             })?;
             return Ok(Posted::Refused(reason, recorded));
         }
+        let roster = app2.with_book(|b| crate::cmd::decide::roster(Some(b)))?;
         let decision = Decision {
             gate_id: &gate2,
             approve,
@@ -199,6 +200,7 @@ pub(super) async fn decide(
             instance: shown,
             now: &now(),
             signer: Some(&app2.signer),
+            roster: &roster,
         };
         Ok(Posted::Decided(Box::new(store.decide_gate(&decision)?)))
     })
@@ -222,7 +224,7 @@ pub(super) async fn decide(
     // The command line's words; a lost race, a changed prompt or a reopened gate is a
     // conflict.
     let status = match &decided {
-        Decided::Done(_) => StatusCode::SEE_OTHER,
+        Decided::Done(_) | Decided::Counted { .. } => StatusCode::SEE_OTHER,
         Decided::NotFound => StatusCode::NOT_FOUND,
         Decided::NotAllowed(_) => StatusCode::FORBIDDEN,
         _ => StatusCode::CONFLICT,

@@ -399,9 +399,34 @@ pub struct Derived {
     pub timeout_at: Option<Option<String>>,
     /// The first sealed decision of that opening: its status, principal and audit row id.
     pub decision: Option<(GateStatus, String, i64)>,
+    /// What that opening asks of its deciders (its `created` event's quorum, veto and
+    /// separation of duties).
+    pub quorum: crate::team::Quorum,
+    /// Its sealed votes short of the decision (`approval` and `rejection` events).
+    pub tally: crate::team::Tally,
+    /// Who the decision counted (the approvals or rejections it records).
+    pub counted: Vec<String>,
 }
 
 impl Derived {
+    /// The votes as they stand: what the decision counted once there is one, else the
+    /// sealed votes so far.
+    pub fn tally_or_counted(&self) -> crate::team::Tally {
+        match &self.decision {
+            Some((status, _, _)) if !self.counted.is_empty() => crate::team::Tally {
+                approvals: match status {
+                    GateStatus::Approved => self.counted.clone(),
+                    _ => self.tally.approvals.clone(),
+                },
+                rejections: match status {
+                    GateStatus::Rejected => self.counted.clone(),
+                    _ => self.tally.rejections.clone(),
+                },
+            },
+            _ => self.tally.clone(),
+        }
+    }
+
     /// The derived status: the sealed decision's, else pending.
     pub fn status(&self) -> GateStatus {
         self.decision
@@ -428,7 +453,7 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
         // Views, refusals and resumptions decide nothing: their metadata is not read.
         if !matches!(
             r.event_type.as_str(),
-            "created" | "approved" | "rejected" | "timeout"
+            "created" | "approved" | "rejected" | "timeout" | VOTE_APPROVE | VOTE_REJECT
         ) {
             continue;
         }
@@ -478,7 +503,38 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                     on_reject: recorded("on_reject"),
                     timeout_at: recorded("timeout_at"),
                     decision: None,
+                    quorum: crate::team::Quorum::from_created(&m)?,
+                    tally: Default::default(),
+                    counted: Vec::new(),
                 };
+            }
+            kind @ (VOTE_APPROVE | VOTE_REJECT) if instance == d.instance => {
+                let approve = kind == VOTE_APPROVE;
+                if d.decision.is_some() {
+                    return Err(format!("its log has a {kind} event after its decision"));
+                }
+                let by = r.principal.clone().unwrap_or_default();
+                vote_allowed(&d, r, &m, &by, approve)?;
+                let short = if approve {
+                    d.quorum.require > 1
+                } else {
+                    !d.quorum.veto && d.quorum.require > 1
+                };
+                if !short || !d.tally.add(&by, approve) {
+                    return Err(format!(
+                        "its log has a {kind} event by {} that no rule writes",
+                        crate::error::shown(&by)
+                    ));
+                }
+            }
+            // As for a decision: a vote for an opening nothing here vouches for counts for
+            // nothing.
+            VOTE_APPROVE | VOTE_REJECT if instance > d.instance => {}
+            VOTE_APPROVE | VOTE_REJECT => {
+                return Err(format!(
+                    "its log has a vote for instance {instance}, in the opening of instance {}",
+                    d.instance
+                ));
             }
             // A decision for an opening nothing here vouches for (its `created` event sealed
             // on another machine, or from before the seal) decides nothing this machine can
@@ -500,17 +556,17 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                     ));
                 }
                 let by = r.principal.clone().unwrap_or_default();
-                let allowed = if kind == "timeout" {
-                    by == "system"
+                if kind == "timeout" {
+                    if by != "system" {
+                        return Err(format!(
+                            "its log has a timeout event by {}, whom its created event does not allow",
+                            crate::error::shown(&by)
+                        ));
+                    }
                 } else {
-                    crate::model::Principal::parse(&by, "principal")
-                        .is_ok_and(|p| crate::model::principal_allowed(&d.allow, &p))
-                };
-                if !allowed {
-                    return Err(format!(
-                        "its log has a {kind} event by {}, whom its created event does not allow",
-                        crate::error::shown(&by)
-                    ));
+                    let approve = kind == "approved";
+                    vote_allowed(&d, r, &m, &by, approve)?;
+                    d.counted = counted(&d, &m, &by, approve)?;
                 }
                 d.decision = Some((GateStatus::parse(kind), by, r.id));
             }
@@ -518,6 +574,98 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
         }
     }
     Ok(d)
+}
+
+/// A vote short of a gate's quorum: an approval (`approval`) or, without a veto, a rejection
+/// (`rejection`). Never `approved` or `rejected`, which older readers take as the decision.
+pub const VOTE_APPROVE: &str = "approval";
+pub const VOTE_REJECT: &str = "rejection";
+
+/// Whether a sealed vote or decision by `by` is one the opening allows: an allowed principal
+/// (through a group only as the vote recorded it), authenticated where the opening counts only
+/// authenticated decisions, and, approving, none that separation of duties excludes.
+fn vote_allowed(
+    d: &Derived,
+    r: &AuditRow,
+    m: &serde_json::Value,
+    by: &str,
+    approve: bool,
+) -> Result<(), String> {
+    let via: Vec<String> = m["via"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let kind = &r.event_type;
+    let allowed = crate::model::Principal::parse(by, "principal")
+        .is_ok_and(|p| crate::team::admitted_as_recorded(&d.allow, &p, &via));
+    if !allowed {
+        return Err(format!(
+            "its log has a {kind} event by {}, whom its created event does not allow",
+            crate::error::shown(by)
+        ));
+    }
+    if d.quorum.needs_authentication(&d.allow) && m.get("authenticated").is_none() {
+        return Err(format!(
+            "its log counts an unauthenticated {kind} event by {}",
+            crate::error::shown(by)
+        ));
+    }
+    if approve && d.quorum.excluded().contains(&by) {
+        return Err(format!(
+            "its log has a {kind} event by {}, whom separation of duties excludes",
+            crate::error::shown(by)
+        ));
+    }
+    Ok(())
+}
+
+/// Whom a sealed decision counts: the approvals (or, without a veto, rejections) it records,
+/// each a sealed vote of the opening or the decider's own, distinct and as many as the quorum
+/// asks. A decision of a single-approver gate counts its decider.
+fn counted(
+    d: &Derived,
+    m: &serde_json::Value,
+    by: &str,
+    approve: bool,
+) -> Result<Vec<String>, String> {
+    let key = if approve { "approvals" } else { "rejections" };
+    let single = if approve {
+        d.quorum.require == 1
+    } else {
+        d.quorum.veto || d.quorum.require == 1
+    };
+    let listed: Vec<String> = match m.get(key).and_then(serde_json::Value::as_array) {
+        Some(a) => a
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect::<Option<_>>()
+            .ok_or_else(|| format!("its decision's {key} are not principals"))?,
+        None if single => vec![by.to_string()],
+        None => return Err(format!("its decision records no {key}")),
+    };
+    let votes = if approve {
+        &d.tally.approvals
+    } else {
+        &d.tally.rejections
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    let fine = listed
+        .iter()
+        .all(|p| seen.insert(p.as_str()) && (p == by || votes.contains(p)))
+        && listed.iter().any(|p| p == by)
+        && (single || listed.len() >= d.quorum.require as usize);
+    if !fine {
+        return Err(format!(
+            "its decision counts {} where its sealed votes do not make a quorum of {}",
+            crate::error::shown(&listed.join(", ")),
+            d.quorum.require
+        ));
+    }
+    Ok(listed)
 }
 
 /// Where a gate's row stands against what its events derive: Attested when the row is the

@@ -1,6 +1,7 @@
 //! The only code that speaks SQL. Commands call a [`Store`] with typed values; each backend
 //! owns its connection settings, SQL text and row mapping.
 
+pub mod book_log;
 pub mod catalog;
 pub mod chain;
 pub mod dump;
@@ -9,7 +10,6 @@ pub mod postgres;
 pub mod principals;
 pub mod rules;
 pub mod seal;
-pub mod book_log;
 pub mod signatures;
 pub mod sqlite;
 mod sqlite_rows;
@@ -492,6 +492,9 @@ pub struct NewGate<'a> {
     pub parent_execution: Option<i64>,
     pub prompt_hash: &'a str,
     pub now: &'a str,
+    /// What the opening asks of its deciders. With separation of duties, its `creator` is
+    /// who creates it; the rule adds the run's starter from the run's sealed genesis.
+    pub quorum: crate::team::Quorum,
 }
 
 #[derive(Debug)]
@@ -522,6 +525,10 @@ pub struct Decision<'a> {
     pub now: &'a str,
     /// The approval page's key, which signs the decision (`sign`); None on the command line.
     pub signer: Option<&'a dyn signatures::SignsDecisions>,
+    /// Who is in which group and who is revoked, from the principals book's sealed log when
+    /// the decision is taken; Err says why the log cannot be trusted (then no group admits
+    /// anyone).
+    pub roster: &'a std::result::Result<crate::team::Roster, String>,
 }
 
 /// A decision refused before it reached the gate (see `rules::refuse_attempt`).
@@ -553,6 +560,18 @@ pub enum Decided {
     /// The gate's row contradicts its sealed events (its prompt, allow list, instance or
     /// status was changed behind the tool's back), with why.
     Tampered(GateRow, String),
+    /// A vote short of the gate's quorum was counted (`already`: it had been, and nothing
+    /// was written); the gate is still pending.
+    Counted {
+        gate: GateRow,
+        quorum: crate::team::Quorum,
+        tally: crate::team::Tally,
+        already: bool,
+    },
+    /// The gate counts only authenticated decisions, and this one was a claim; logged.
+    NotAuthenticated(GateRow),
+    /// Separation of duties: the principal started the run or created the gate; logged.
+    OwnGate(GateRow, String),
 }
 
 /// Which audit rows to read.
@@ -916,6 +935,12 @@ pub enum Refusal {
     PromptChanged,
     /// The gate's row contradicts its sealed events: it was changed behind the tool's back.
     Tampered,
+    /// The gate counts only authenticated decisions.
+    NotAuthenticated,
+    /// Separation of duties keeps the principal from approving.
+    OwnGate,
+    /// Without a veto, a principal who voted one way may not vote the other.
+    Voted,
 }
 
 /// Why a decision may not be taken on this gate (already decided or timed out, principal
@@ -925,6 +950,7 @@ pub fn refusal(
     gate: &GateRow,
     d: &Decision,
     tampered: Option<&str>,
+    admitted: bool,
 ) -> Option<(Refusal, serde_json::Value)> {
     let shown_hash = crate::model::sha256_tag(&gate.prompt);
     let (why, reason) = if let Some(t) = tampered {
@@ -942,7 +968,7 @@ pub fn refusal(
                 gate.instance
             ),
         )
-    } else if !crate::model::principal_allowed(&gate.allow, d.principal) {
+    } else if !admitted {
         (Refusal::NotAllowed, "principal not allowed".to_string())
     } else if shown_hash != d.prompt_hash {
         (
@@ -970,11 +996,14 @@ pub fn refused_outcome(gate: GateRow, why: Refusal, reason: &str) -> Decided {
         Refusal::NotAllowed => Decided::NotAllowed(gate),
         Refusal::PromptChanged => Decided::PromptChanged(gate),
         Refusal::Tampered => Decided::Tampered(gate, reason.to_string()),
+        Refusal::NotAuthenticated => Decided::NotAuthenticated(gate),
+        Refusal::OwnGate | Refusal::Voted => Decided::OwnGate(gate, reason.to_string()),
     }
 }
 
-/// The metadata of an `approved` or `rejected` audit event.
-pub fn decision_metadata(gate: &GateRow, d: &Decision) -> serde_json::Value {
+/// The metadata of an `approved` or `rejected` audit event, or of a vote short of the quorum
+/// (`kind` names which: what a signature signs).
+pub fn decision_metadata(gate: &GateRow, d: &Decision, kind: &str) -> serde_json::Value {
     let mut metadata = serde_json::json!({
         "client": d.client, "prompt_hash": d.prompt_hash, "instance": gate.instance
     });
@@ -998,7 +1027,7 @@ pub fn decision_metadata(gate: &GateRow, d: &Decision) -> serde_json::Value {
             gate: &gate.id,
             instance: gate.instance,
             prompt_hash: d.prompt_hash,
-            decision: if d.approve { "approved" } else { "rejected" },
+            decision: kind,
             principal: d.principal.as_str(),
             time: d.now,
         });
@@ -1322,8 +1351,8 @@ pub trait Store: AgentStore {
     }
 
     /// Seals a run not sealed yet: its genesis event (`rules::seal_run`).
-    fn seal_run(&mut self, now: &str) -> Result<()> {
-        rules::seal_run(self.txn(rules::GATE)?, now)
+    fn seal_run(&mut self, now: &str, started_by: Option<&str>) -> Result<()> {
+        rules::seal_run(self.txn(rules::GATE)?, now, started_by)
     }
 
     /// Sets the run's final status (`rules::finish`).

@@ -22,7 +22,7 @@ use postgres::ToStatement;
 use postgres::{Client, GenericClient, Row};
 
 /// The version in openprose.schema_version written by this build.
-pub const POSTGRES_SCHEMA_VERSION: i32 = 6;
+pub const POSTGRES_SCHEMA_VERSION: i32 = 7;
 
 /// What a binary must understand to read this build's schema, and to write it safely.
 const MIN_READER: i32 = 1;

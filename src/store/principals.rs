@@ -8,10 +8,17 @@ use anyhow::{Context as _, Result};
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
 use std::path::{Path, PathBuf};
 
+use super::book_log::{BookEvent, Change};
+use super::seal::Key;
+
+/// The log's columns, in [`BookEvent`]'s order.
+pub const BOOK_COLUMNS: &str =
+    "seq, at, actor, event, principal, grp, value, prev_hash, hash, seal";
+
 /// The file, under `.prose/`.
 pub const BOOK_FILE: &str = "principals.db";
 const SCHEMA: &str = include_str!("../../schema/principals.sql");
-const VERSION: i64 = 1;
+const VERSION: i64 = 2;
 
 /// The setting that makes every decision need a token.
 pub const REQUIRE: &str = "require";
@@ -40,6 +47,11 @@ pub trait PrincipalBook: Send {
     fn set_setting(&mut self, key: &str, value: &str) -> Result<()>;
     /// Where the book is, for messages.
     fn book_place(&self) -> String;
+    /// The book's sealed log (`book_log`), every row.
+    fn book_log(&mut self) -> Result<Vec<BookEvent>>;
+    /// Appends `changes` after the log's newest row, sealed with `key`, in one transaction
+    /// under the book's write lock.
+    fn append_book(&mut self, changes: &[Change], key: &Key) -> Result<()>;
 
     /// Whether a long-lived process (`serve`) may keep this book open between uses: a
     /// server's connection reads its rows afresh; a local file could be replaced under an
@@ -48,6 +60,39 @@ pub trait PrincipalBook: Send {
     fn keep_open(&self) -> bool {
         false
     }
+}
+
+/// What the book's sealed log says (groups, revocations, the policy), with the revocations
+/// its rows record added. The inner Err says why the log cannot be trusted: no group then
+/// admits anyone, and the policy cannot be read.
+pub fn book_state(
+    book: &mut dyn PrincipalBook,
+) -> Result<std::result::Result<super::book_log::BookState, String>> {
+    let rows = book.book_log()?;
+    let key = match rows.is_empty() {
+        true => None,
+        false => super::seal::key_for_reading()?,
+    };
+    let mut state = match super::book_log::replay(&rows, key) {
+        Ok(s) => s,
+        Err(why) => return Ok(Err(why)),
+    };
+    for p in book.principals()? {
+        if p.revoked_at.is_some() {
+            state.roster.revoked.insert(p.name);
+        }
+    }
+    Ok(Ok(state))
+}
+
+/// Records `changes` in the book's sealed log, with this machine's audit key (made if it
+/// has none).
+pub fn record(book: &mut dyn PrincipalBook, changes: &[Change]) -> Result<()> {
+    if changes.is_empty() {
+        return Ok(());
+    }
+    let key = super::seal::key_for_writing()?;
+    book.append_book(changes, key)
 }
 
 /// A SQLite project's book, `.prose/principals.db`.
@@ -114,6 +159,21 @@ fn row(r: &rusqlite::Row) -> rusqlite::Result<PrincipalRow> {
     })
 }
 
+fn book_row(r: &rusqlite::Row) -> rusqlite::Result<BookEvent> {
+    Ok(BookEvent {
+        seq: r.get(0)?,
+        at: r.get(1)?,
+        actor: r.get(2)?,
+        event: r.get(3)?,
+        principal: r.get(4)?,
+        grp: r.get(5)?,
+        value: r.get(6)?,
+        prev_hash: r.get(7)?,
+        hash: r.get(8)?,
+        seal: r.get(9)?,
+    })
+}
+
 const SELECT: &str = "SELECT name, kind, token_hash, created_at, revoked_at FROM principals";
 
 impl PrincipalBook for LocalBook {
@@ -170,5 +230,38 @@ impl PrincipalBook for LocalBook {
 
     fn book_place(&self) -> String {
         self.path.display().to_string()
+    }
+
+    fn book_log(&mut self) -> Result<Vec<BookEvent>> {
+        let mut s = self
+            .conn
+            .prepare(&format!("SELECT {BOOK_COLUMNS} FROM book_log ORDER BY seq"))?;
+        let rows = s
+            .query_map([], book_row)?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows)
+    }
+
+    fn append_book(&mut self, changes: &[Change], key: &Key) -> Result<()> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let mut tip = tx
+            .query_row(
+                &format!("SELECT {BOOK_COLUMNS} FROM book_log ORDER BY seq DESC LIMIT 1"),
+                [],
+                book_row,
+            )
+            .optional()?;
+        for c in changes {
+            let e = super::book_log::sealed(tip.as_ref(), c, key);
+            tx.execute(
+                &format!("INSERT INTO book_log ({BOOK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
+                params![e.seq, e.at, e.actor, e.event, e.principal, e.grp, e.value, e.prev_hash, e.hash, e.seal],
+            )?;
+            tip = Some(e);
+        }
+        tx.commit()?;
+        Ok(())
     }
 }

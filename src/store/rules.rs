@@ -96,7 +96,7 @@ pub fn append_audit(tx: &mut dyn Tx, e: &Event) -> Result<AuditRow> {
     // A run's first sealed row is its genesis: what came before is sealed as such, and
     // nothing unsealed after it is ever "from before the chain".
     if seq == 0 && e.event_type != super::dump::GENESIS {
-        genesis(tx, e.run_id, e.now)?;
+        genesis(tx, e.run_id, e.now, None)?;
         (seq, prev) = tx.chain_head()?;
     }
     let id = tx.next_audit_id()?;
@@ -127,7 +127,7 @@ pub fn append_audit(tx: &mut dyn Tx, e: &Event) -> Result<AuditRow> {
 /// row, whatever its id, is unattested, and one of them changed or removed breaks the log.
 /// Gates opened before the seal are not vouched for: nothing can tell one the program opened
 /// from one inserted the moment before, so their decisions stay unattested.
-fn genesis(tx: &mut dyn Tx, run_id: &str, now: &str) -> Result<AuditRow> {
+fn genesis(tx: &mut dyn Tx, run_id: &str, now: &str, started_by: Option<&str>) -> Result<AuditRow> {
     let before: Vec<String> = tx
         .unsealed_audit()?
         .iter()
@@ -141,22 +141,42 @@ fn genesis(tx: &mut dyn Tx, run_id: &str, now: &str) -> Result<AuditRow> {
             event_type: super::dump::GENESIS,
             principal: Some("system"),
             comment: None,
-            metadata: serde_json::json!({ "before_seal": before }),
+            metadata: match started_by {
+                Some(p) => serde_json::json!({ "before_seal": before, "started_by": p }),
+                None => serde_json::json!({ "before_seal": before }),
+            },
             now,
         },
     )
 }
 
-/// Seals a run that is not sealed yet (at `init`); nothing when it is.
-pub fn seal_run(mut tx: Txn<'_>, now: &str) -> Result<()> {
+/// Seals a run that is not sealed yet (at `init`), recording who started it; nothing when it
+/// is sealed.
+pub fn seal_run(mut tx: Txn<'_>, now: &str, started_by: Option<&str>) -> Result<()> {
     let (seq, _) = tx.chain_head()?;
     if seq == 0 {
         let (run_id, _) = tx
             .run_row()?
             .ok_or_else(|| anyhow!("the store has no run row"))?;
-        genesis(&mut *tx, &run_id, now)?;
+        genesis(&mut *tx, &run_id, now, started_by)?;
     }
     tx.commit()
+}
+
+/// Who started the run, as its sealed genesis records it: `unknown` when it records no one
+/// (a run sealed before this was recorded, or at its first sealed write) or is not sealed
+/// with this machine's key.
+fn starter(tx: &mut dyn Tx) -> Result<String> {
+    let key = super::seal::key_for_reading()?;
+    Ok(tx
+        .gate_history(super::dump::RUN_EVENT)?
+        .iter()
+        .filter(|r| r.event_type == super::dump::GENESIS)
+        .find(|r| super::chain::self_state(r, key) == super::chain::RowState::Attested)
+        .and_then(|r| r.metadata.as_deref())
+        .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
+        .and_then(|m| m["started_by"].as_str().map(str::to_string))
+        .unwrap_or_else(|| "unknown".to_string()))
 }
 
 /// Marks every pending gate past its deadline `timeout` (by `system`, resolved at the
@@ -463,7 +483,11 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
     }
     if let Some(existing) = &existing {
         if !g.reopen || existing.status.is_pending() {
-            let same = super::same_gate(existing, g);
+            let (_, derived) = disagreement(&mut *tx, existing)?;
+            let q = &derived.quorum;
+            let same = super::same_gate(existing, g)
+                && (q.require, q.veto, q.separate)
+                    == (g.quorum.require, g.quorum.veto, g.quorum.separate);
             let pending = existing.status.is_pending();
             tx.commit()?;
             let existing = existing.clone();
@@ -500,6 +524,16 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
         .put_execution(None, &record)?
         .ok_or_else(|| anyhow!("the gate's execution record was not appended"))?;
     let allow: serde_json::Value = serde_json::from_str(g.allow)?;
+    // What the gate is, sealed: the `gates` row is only its projection (`chain::derive`).
+    let mut metadata = serde_json::json!({
+        "prompt_hash": g.prompt_hash, "allow": allow, "instance": instance,
+        "on_reject": g.on_reject, "timeout_at": g.timeout_at
+    });
+    let mut quorum = g.quorum.clone();
+    if quorum.separate {
+        quorum.starter = Some(starter(&mut *tx)?);
+    }
+    quorum.record(&mut metadata);
     append_audit(
         &mut *tx,
         &Event {
@@ -508,12 +542,7 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
             event_type: "created",
             principal: Some("system"),
             comment: None,
-            // What the gate is, sealed: the `gates` row is only its projection
-            // (`chain::derive`).
-            metadata: serde_json::json!({
-                "prompt_hash": g.prompt_hash, "allow": allow, "instance": instance,
-                "on_reject": g.on_reject, "timeout_at": g.timeout_at
-            }),
+            metadata,
             now: g.now,
         },
     )?;
@@ -640,8 +669,25 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
     };
     let run_id = run_id_of(&mut *tx)?;
     // The gate as its sealed events make it: a row that contradicts them is not decided.
-    let (tampered, _) = disagreement(&mut *tx, &gate)?;
-    if let Some((why, metadata)) = super::refusal(&gate, d, tampered.as_deref()) {
+    let (mut tampered, derived) = disagreement(&mut *tx, &gate)?;
+    let q = &derived.quorum;
+    let empty = crate::team::Roster::default();
+    let roster = match d.roster {
+        Ok(r) => r,
+        Err(why) => {
+            // A book whose log cannot be trusted admits no one through a group.
+            if tampered.is_none() && gate.allow.iter().any(|a| crate::team::is_group(a)) {
+                tampered = Some(format!("{why}, so no group admits anyone"));
+            }
+            &empty
+        }
+    };
+    let via = crate::team::admitting(&gate.allow, d.principal, roster);
+    // A claim on a team's gate is told that it does not count, before whether it is allowed.
+    let claim = q.needs_authentication(&gate.allow) && !d.authenticated;
+    let refused = super::refusal(&gate, d, tampered.as_deref(), claim || !via.is_empty())
+        .or_else(|| team_refusal(&gate, d, &derived));
+    if let Some((why, metadata)) = refused {
         let reason = metadata["reason"].as_str().unwrap_or_default().to_string();
         append_audit(
             &mut *tx,
@@ -658,26 +704,88 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
         tx.commit()?;
         return Ok(super::refused_outcome(gate, why, &reason));
     }
+    let me = d.principal.as_str();
+    let prior = if d.approve {
+        &derived.tally.approvals
+    } else {
+        &derived.tally.rejections
+    };
+    // The same principal voting again counts once, and writes nothing.
+    if prior.iter().any(|p| p == me) {
+        let tally = recount(&gate, &derived, roster).0;
+        tx.commit()?;
+        return Ok(Decided::Counted {
+            gate,
+            quorum: q.clone(),
+            tally,
+            already: true,
+        });
+    }
+    // Earlier votes count while their principal is still allowed now.
+    let (mut tally, discounted) = recount(&gate, &derived, roster);
+    tally.add(me, d.approve);
+    let outcome = tally.outcome(q);
+    let resolves = outcome != crate::team::Outcome::Pending;
     let status = if d.approve {
         GateStatus::Approved
     } else {
         GateStatus::Rejected
     };
-    let metadata = super::decision_metadata(&gate, d);
+    let kind = match (resolves, d.approve) {
+        (true, _) => status.as_str(),
+        (false, true) => super::chain::VOTE_APPROVE,
+        (false, false) => super::chain::VOTE_REJECT,
+    };
+    let mut metadata = super::decision_metadata(&gate, d, kind);
+    if q.is_team(&gate.allow) {
+        metadata["via"] = via.into();
+        let votes = if d.approve {
+            &tally.approvals
+        } else {
+            &tally.rejections
+        };
+        let single = if d.approve {
+            q.require == 1
+        } else {
+            q.veto || q.require == 1
+        };
+        match (resolves, single) {
+            (true, true) => {}
+            (true, false) => {
+                metadata[if d.approve { "approvals" } else { "rejections" }] = votes.clone().into()
+            }
+            (false, _) => {
+                metadata["count"] = votes.len().into();
+                metadata["require"] = q.require.into();
+            }
+        }
+        if !discounted.is_empty() {
+            metadata["discounted"] = discounted.into();
+        }
+    }
     // The audit event is written before the gates row changes, in the same transaction.
     append_audit(
         &mut *tx,
         &Event {
             gate_id: d.gate_id,
             run_id: &run_id,
-            event_type: status.as_str(),
-            principal: Some(d.principal.as_str()),
+            event_type: kind,
+            principal: Some(me),
             comment: d.comment,
             metadata,
             now: d.now,
         },
     )?;
-    tx.resolve_gate(d.gate_id, &status, d.principal.as_str(), d.comment, d.now)?;
+    if !resolves {
+        tx.commit()?;
+        return Ok(Decided::Counted {
+            gate,
+            quorum: q.clone(),
+            tally,
+            already: false,
+        });
+    }
+    tx.resolve_gate(d.gate_id, &status, me, d.comment, d.now)?;
     let row = tx
         .load_gate(d.gate_id)?
         .ok_or_else(|| anyhow!("gate vanished during decision"))?;
@@ -691,6 +799,92 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
     );
     tx.commit()?;
     Ok(Decided::Done(row))
+}
+
+/// Why a team's rules refuse this decision (after the rules every gate has): a claim where
+/// only authenticated decisions count, an approval by the run's starter or the gate's
+/// creator under separation of duties, a vote changed without a veto.
+fn team_refusal(
+    gate: &super::GateRow,
+    d: &Decision,
+    derived: &super::chain::Derived,
+) -> Option<(super::Refusal, serde_json::Value)> {
+    let q = &derived.quorum;
+    let me = d.principal.as_str();
+    let (why, reason) = if q.needs_authentication(&gate.allow) && !d.authenticated {
+        (
+            super::Refusal::NotAuthenticated,
+            "this gate counts only authenticated decisions".to_string(),
+        )
+    } else if d.approve && q.excluded().contains(&me) {
+        let whose = if q.starter.as_deref() == Some(me) {
+            "started its run"
+        } else {
+            "created it"
+        };
+        (
+            super::Refusal::OwnGate,
+            format!("separation of duties: {me} {whose}, and may not approve their own gate"),
+        )
+    } else if !q.veto && {
+        let other = if d.approve {
+            &derived.tally.rejections
+        } else {
+            &derived.tally.approvals
+        };
+        other.iter().any(|p| p == me)
+    } {
+        (
+            super::Refusal::Voted,
+            format!(
+                "{me} already voted to {} this gate",
+                if d.approve { "reject" } else { "approve" }
+            ),
+        )
+    } else {
+        return None;
+    };
+    let mut metadata = serde_json::json!({
+        "client": d.client, "attempted": if d.approve { "approve" } else { "reject" },
+        "reason": reason, "prompt_hash": d.prompt_hash, "instance": gate.instance
+    });
+    if d.authenticated {
+        metadata["authenticated"] = "token".into();
+    }
+    Some((why, metadata))
+}
+
+/// The sealed votes of the gate's opening that still count: each by a principal the allow
+/// list admits now (a group member still in the group, a principal not revoked), and, for
+/// an approval, not excluded by separation of duties. Those that no longer count, with why.
+fn recount(
+    gate: &super::GateRow,
+    derived: &super::chain::Derived,
+    roster: &crate::team::Roster,
+) -> (crate::team::Tally, Vec<serde_json::Value>) {
+    let mut tally = crate::team::Tally::default();
+    let mut discounted = Vec::new();
+    let votes = derived
+        .tally
+        .approvals
+        .iter()
+        .map(|p| (p, true))
+        .chain(derived.tally.rejections.iter().map(|p| (p, false)));
+    for (p, approve) in votes {
+        let still = crate::model::Principal::parse(p, "principal")
+            .is_ok_and(|pp| !crate::team::admitting(&gate.allow, &pp, roster).is_empty());
+        if still {
+            tally.add(p, approve);
+        } else {
+            let why = if roster.revoked.contains(p) {
+                "revoked"
+            } else {
+                "no longer allowed"
+            };
+            discounted.push(serde_json::json!({"principal": p, "why": why}));
+        }
+    }
+    (tally, discounted)
 }
 
 /// Sets the run's final status. A `completed` or `failed` run is closed and keeps its status;

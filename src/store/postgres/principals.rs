@@ -2,7 +2,9 @@
 //! statement a method (see `store::principals`).
 
 use super::{PgStore, Statements};
-use crate::store::principals::{PrincipalBook, PrincipalRow};
+use crate::store::book_log::{BookEvent, Change};
+use crate::store::principals::{PrincipalBook, PrincipalRow, BOOK_COLUMNS};
+use crate::store::seal::Key;
 use anyhow::Result;
 use postgres::error::SqlState;
 
@@ -16,6 +18,21 @@ fn row(r: &postgres::Row) -> PrincipalRow {
         token_hash: r.get(2),
         created_at: r.get(3),
         revoked_at: r.get(4),
+    }
+}
+
+fn book_row(r: &postgres::Row) -> BookEvent {
+    BookEvent {
+        seq: r.get(0),
+        at: r.get(1),
+        actor: r.get(2),
+        event: r.get(3),
+        principal: r.get(4),
+        grp: r.get(5),
+        value: r.get(6),
+        prev_hash: r.get(7),
+        hash: r.get(8),
+        seal: r.get(9),
     }
 }
 
@@ -96,5 +113,58 @@ impl PrincipalBook for PgStore {
 
     fn keep_open(&self) -> bool {
         true
+    }
+
+    fn book_log(&mut self) -> Result<Vec<BookEvent>> {
+        match self.client.query(
+            &format!("SELECT {BOOK_COLUMNS} FROM openprose.book_log ORDER BY seq"),
+            &[],
+        ) {
+            Ok(rows) => Ok(rows.iter().map(book_row).collect()),
+            Err(e) if absent(&e) => Ok(Vec::new()),
+            Err(e) => Err(self.err()(e)),
+        }
+    }
+
+    fn append_book(&mut self, changes: &[Change], key: &Key) -> Result<()> {
+        self.prepare_write()?;
+        let done = (|| {
+            let mut tx = self.client.transaction()?;
+            // One writer at a time: each row chains to the one before it.
+            tx.batch_execute("LOCK TABLE openprose.book_log IN EXCLUSIVE MODE")?;
+            let mut tip = tx
+                .query_opt(
+                    &format!(
+                        "SELECT {BOOK_COLUMNS} FROM openprose.book_log ORDER BY seq DESC LIMIT 1"
+                    ),
+                    &[],
+                )?
+                .as_ref()
+                .map(book_row);
+            for c in changes {
+                let e = crate::store::book_log::sealed(tip.as_ref(), c, key);
+                tx.execute(
+                    &format!(
+                        "INSERT INTO openprose.book_log ({BOOK_COLUMNS})
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
+                    ),
+                    &[
+                        &e.seq,
+                        &e.at,
+                        &e.actor,
+                        &e.event,
+                        &e.principal,
+                        &e.grp,
+                        &e.value,
+                        &e.prev_hash,
+                        &e.hash,
+                        &e.seal,
+                    ],
+                )?;
+                tip = Some(e);
+            }
+            tx.commit()
+        })();
+        done.map_err(self.err())
     }
 }
