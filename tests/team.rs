@@ -393,3 +393,26 @@ fn raw_sql_adds_no_approval_no_member_and_no_policy(b: Backend) {
     run.refused(&before, 1, "a member the book's log does not seal");
     assert_eq!(run.view().gate("ship").0, "pending");
 }
+
+/// A run that holds a team's gate asks every reader and writer to know team approvals
+/// (schema 8): an older binary refuses it rather than take its votes for tampering.
+#[test]
+fn a_run_with_a_teams_gate_is_stamped_for_readers_that_know_quorums() {
+    let p = Project::new();
+    let run = p.init();
+    let stamp = |run: &Run| -> i64 {
+        run.conn()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(stamp(&run), 1_005_008);
+    create(&run, "plain", &[]);
+    assert_eq!(
+        stamp(&run),
+        1_005_008,
+        "a single-approver gate asks nothing new"
+    );
+    create(&run, "team", &["--require", "2"]);
+    assert_eq!(stamp(&run), 8_008_008);
+    run.cmd().args(["gates", "verify"]).assert().success();
+}

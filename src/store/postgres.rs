@@ -26,7 +26,12 @@ pub const POSTGRES_SCHEMA_VERSION: i32 = 7;
 
 /// What a binary must understand to read this build's schema, and to write it safely.
 const MIN_READER: i32 = 1;
-const MIN_WRITER: i32 = 3;
+// Schema 7 (team approvals): a writer from before them would decide a team's gate at its
+// first approval.
+const MIN_WRITER: i32 = 7;
+/// What the stamp asks of readers once a team's gate is on the server: a reader from before
+/// team approvals would take a quorum's votes for tampering.
+pub const TEAM_READER: i32 = 7;
 
 const SCHEMA: &str = include_str!("../../schema/postgres.sql");
 

@@ -163,6 +163,19 @@ pub fn seal_run(mut tx: Txn<'_>, now: &str, started_by: Option<&str>) -> Result<
     tx.commit()
 }
 
+/// Whether an audit row opens a team's gate (see `Tx::require_team_readers`).
+fn is_team_opening(row: &AuditRow) -> bool {
+    let Some(m) = (row.event_type == "created")
+        .then(|| row.metadata.as_deref())
+        .flatten()
+        .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
+    else {
+        return false;
+    };
+    let allow: Vec<String> = serde_json::from_value(m["allow"].clone()).unwrap_or_default();
+    crate::team::Quorum::from_created(&m).is_ok_and(|q| q.is_team(&allow))
+}
+
 /// Who started the run, as its sealed genesis records it: `unknown` when it records no one
 /// (a run sealed before this was recorded, or at its first sealed write) or is not sealed
 /// with this machine's key.
@@ -534,6 +547,9 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
         quorum.starter = Some(starter(&mut *tx)?);
     }
     quorum.record(&mut metadata);
+    if quorum.is_team(&serde_json::from_value::<Vec<String>>(allow.clone())?) {
+        tx.require_team_readers()?;
+    }
     append_audit(
         &mut *tx,
         &Event {
@@ -1181,6 +1197,9 @@ pub fn restore(mut tx: Txn<'_>, r: &Restore) -> Result<()> {
             }
         }
         let mut row2 = row.clone();
+        if is_team_opening(row) {
+            tx.require_team_readers()?;
+        }
         row2.id = if keep { row.id } else { tx.next_audit_id()? };
         if let (Some(k), Some(hash), Some(_)) = (&key, &row.hash, row.seq) {
             row2.seal = Some(k.seal(hash));

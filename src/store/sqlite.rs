@@ -58,7 +58,7 @@ pub fn watch_commits(watcher: Watcher) {
 const LOG_MOST: u64 = 256 * 1024;
 
 /// The version stamped in a state.db's `PRAGMA user_version` by this build.
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// The same for agents.db (project and user agent memory).
 pub const AGENTS_SCHEMA_VERSION: i64 = 1;
@@ -73,6 +73,14 @@ pub const STATE: Schema = Schema {
     what: "prose state db",
     core: &["run", "execution", "bindings"],
     empty_is_new: false,
+};
+
+/// The stamp of a run that holds a team's gate (a quorum, a veto off, a group or separation
+/// of duties): only a binary that knows team approvals (schema 8) may read or write it.
+pub const TEAM: Schema = Schema {
+    min_reader: 8,
+    min_writer: 8,
+    ..STATE
 };
 
 pub const AGENTS: Schema = Schema {

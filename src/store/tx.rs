@@ -151,6 +151,14 @@ pub trait Tx {
     /// The run's audit row at this sequence number: None when there is none, else its hash.
     fn audit_at_seq(&mut self, seq: i64) -> Result<Option<Option<String>>>;
 
+    /// Marks the store as holding a team's gate (`team::Quorum::is_team`): a binary from
+    /// before team approvals may then neither read it (it would take a quorum's votes for
+    /// tampering) nor write it (it would decide at the first approval). SQLite raises the
+    /// file's stamp; PostgreSQL the server's (whose writers are asked for it already).
+    fn require_team_readers(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     fn commit(self: Box<Self>) -> Result<()>;
 }
 

@@ -85,6 +85,15 @@ impl<'a> Statements for PgTx<'a> {
 }
 
 impl Tx for PgTx<'_> {
+    /// The server's stamp asks every writer to know team approvals; once a team's gate is on
+    /// it, every reader too (a plain server keeps older readers).
+    fn require_team_readers(&mut self) -> Result<()> {
+        self.exec(
+            "UPDATE openprose.schema_version SET min_reader = $1 WHERE min_reader < $1",
+            &[&crate::store::postgres::TEAM_READER],
+        )
+    }
+
     fn run_row(&mut self) -> Result<Option<(String, Option<RunStatus>)>> {
         Ok(self.run.clone())
     }

@@ -41,6 +41,17 @@ impl Statements for SqliteTx<'_> {
 }
 
 impl Tx for SqliteTx<'_> {
+    fn require_team_readers(&mut self) -> Result<()> {
+        let team = super::TEAM.stamp();
+        let raw: i64 = self.one("PRAGMA user_version", [], |r| r.get(0))?;
+        if self.is_state
+            && crate::store::sqlite_schema::decode(raw).min_reader < super::TEAM.min_reader
+        {
+            self.exec(&format!("PRAGMA user_version = {team}"), [])?;
+        }
+        Ok(())
+    }
+
     fn run_row(&mut self) -> Result<Option<(String, Option<RunStatus>)>> {
         if !self.is_state {
             return Ok(None);
