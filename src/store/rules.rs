@@ -166,7 +166,7 @@ pub fn seal_run(mut tx: Txn<'_>, now: &str, started_by: Option<&str>) -> Result<
 /// Whether an audit row opens a team's gate (see `Tx::require_team_readers`).
 fn is_team_opening(row: &AuditRow) -> bool {
     let Some(m) = (row.event_type == "created")
-        .then(|| row.metadata.as_deref())
+        .then_some(row.metadata.as_deref())
         .flatten()
         .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
     else {
