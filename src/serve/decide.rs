@@ -141,6 +141,7 @@ pub(super) async fn decide(
     };
     let comment = form.comment.trim().to_string();
     let (app2, who2, run2, gate2) = (app.clone(), principal.clone(), run.clone(), gate.clone());
+    let header_csrf = csrf.clone();
     let posted = blocking(move || {
         // The run first: a URL naming no run of this project learns nothing more.
         let (_, mut store) = page_run(&app2.ctx, &run2)?;
@@ -229,8 +230,16 @@ pub(super) async fn decide(
         Decided::NotAllowed(_) => StatusCode::FORBIDDEN,
         _ => StatusCode::CONFLICT,
     };
-    crate::cmd::decide::outcome(decided, &principal, &run, &gate)
-        .map_err(|e| PageError::new(status, format!("{e:#}")))?;
+    let back = format!("/runs/{}/gates/{}", enc(&run), enc(&gate));
+    crate::cmd::decide::outcome(decided, &principal, &run, &gate).map_err(|e| {
+        PageError::Decision {
+            status,
+            message: format!("{e:#}"),
+            principal: principal.clone(),
+            csrf: header_csrf.clone(),
+            back: back.clone(),
+        }
+    })?;
     Ok(secured(
         (
             status,

@@ -28,19 +28,20 @@ const WHOLE_MOST: u64 = 16 * 1024 * 1024;
 fn pending_table(list: &crate::cmd::gates::GateList) -> Markup {
     html! {
         table #pending {
-            thead { tr { th { "Run" } th { "Gate" } th { "Prompt" } th { "May decide" } th { "Time left" } th { "Created" } } }
+            thead { tr { th { "Run" } th { "Program" } th { "Gate" } th { "Prompt" } th { "May decide" } th { "Time left" } th { "Created" } } }
             tbody {
                 @if list.gates.is_empty() {
-                    tr { td colspan="6" { "Nothing is waiting." } }
+                    tr { td colspan="7" { "Nothing is waiting." } }
                 }
                 @for g in &list.gates {
                     tr {
                         td { (visible(g.gate.run_id.as_deref().unwrap_or("-"))) }
+                        td { (visible(g.program_path.as_deref().unwrap_or("-"))) }
                         td { a href=(gate_link(&g.gate)) { (visible(&g.gate.id)) } }
                         td { (visible(&crate::output::one_line(&g.gate.prompt, 80))) }
                         td { (visible(&g.gate.allow.join(", "))) }
                         td data-deadline=[g.gate.timeout_at.as_deref()] { (left(g.time_left_seconds)) }
-                        td { (g.gate.created_at.as_deref().unwrap_or("-")) }
+                        td { (g.gate.created_at.as_deref().map_or_else(|| "-".to_string(), |t| format!("{t} UTC"))) }
                     }
                 }
             }
@@ -221,6 +222,8 @@ struct GateViewData {
     shown: crate::cmd::gates::GateShown,
     recent: Vec<ExecutionRow>,
     bindings: Vec<BindingRow>,
+    /// Groups and revocations now (who may decide through a group).
+    roster: crate::team::Roster,
 }
 
 /// The bindings a gate's execution sees: for each name, the one nearest its scope (the root
@@ -273,10 +276,16 @@ pub(super) async fn gate_page(
         })?;
         recent.reverse();
         let bindings = visible_bindings(store.as_mut(), shown.gate.gate.execution_id)?;
+        // A book whose log cannot be trusted admits no one through a group (the decision's
+        // own rule): the page offers no form on that account.
+        let roster = app2
+            .with_book(|b| crate::cmd::decide::roster(Some(b)))?
+            .unwrap_or_default();
         Ok(GateViewData {
             shown,
             recent,
             bindings,
+            roster,
         })
     })
     .await?;
@@ -288,7 +297,20 @@ fn gate_markup(app: &App, d: &GateViewData, user: &SignedIn) -> Markup {
     let principal = &user.principal;
     let run = g.run_id.as_deref().unwrap_or("");
     let hash = crate::model::sha256_tag(&g.prompt);
-    let may = crate::model::principal_allowed(&g.allow, principal);
+    let may = !crate::team::admitting(&g.allow, principal, &d.roster).is_empty();
+    let team = d.shown.gate.team.as_ref();
+    let me = principal.as_str().to_string();
+    let voted = team.is_some_and(|t| t.approvals.contains(&me) || t.rejections.contains(&me));
+    let own = team.and_then(|t| t.separate_duties.as_ref()).and_then(|s| {
+        if s["starter"].as_str() == Some(me.as_str()) {
+            Some("you started its run")
+        } else if s["creator"].as_str() == Some(me.as_str()) {
+            Some("you created it")
+        } else {
+            None
+        }
+    });
+    let utc = |t: Option<&str>| t.map_or_else(|| "-".to_string(), |t| format!("{t} UTC"));
     layout(
         &g.id,
         Some((principal, &user.csrf)),
@@ -297,17 +319,36 @@ fn gate_markup(app: &App, d: &GateViewData, user: &SignedIn) -> Markup {
             h1 { "Gate " (visible(&g.id)) }
             dl {
                 dt { "Status" } dd #status { (g.status.to_string()) }
-                dt { "May decide" } dd { (visible(&g.allow.join(", "))) }
+                dt { "May decide" } dd {
+                    (visible(&g.allow.join(", ")))
+                    @if g.allow.iter().any(|a| a == "user") {
+                        " (user: any person, never an agent)"
+                    }
+                }
+                @if let Some(t) = team {
+                    dt { "Approvals" } dd #progress {
+                        (visible(&t.progress))
+                        @if g.status.is_pending() { "; waiting for " (visible(&g.allow.join(", "))) }
+                        @if t.veto { "; one rejection rejects it" }
+                    }
+                    @if let Some(s) = &t.separate_duties {
+                        dt { "Separation of duties" } dd {
+                            "neither " (visible(s["starter"].as_str().unwrap_or("unknown")))
+                            " (started the run) nor " (visible(s["creator"].as_str().unwrap_or("unknown")))
+                            " (created the gate) may approve"
+                        }
+                    }
+                }
                 dt { "On reject" } dd { (visible(g.on_reject.as_deref().unwrap_or("-"))) }
                 dt { "Deadline" } dd {
-                    (g.timeout_at.as_deref().unwrap_or("none"))
+                    (g.timeout_at.as_deref().map_or_else(|| "none".to_string(), |t| format!("{t} UTC")))
                     @if g.status.is_pending() && g.timeout_at.is_some() {
                         " (" span #countdown data-deadline=[g.timeout_at.as_deref()] { (left(d.shown.gate.time_left_seconds)) } " left)"
                     }
                 }
-                dt { "Created" } dd { (g.created_at.as_deref().unwrap_or("-")) }
+                dt { "Created" } dd { (utc(g.created_at.as_deref())) }
                 @if let Some(by) = &g.resolved_by {
-                    dt { "Decided by" } dd #decided-by { (visible(by)) " at " (g.resolved_at.as_deref().unwrap_or("-")) }
+                    dt { "Decided by" } dd #decided-by { (visible(by)) " at " (utc(g.resolved_at.as_deref())) }
                     dt { "Comment" } dd { (visible(g.resolution_comment.as_deref().unwrap_or("-"))) }
                 }
                 dt { "Audit" } dd { (d.shown.integrity.state) (d.shown.integrity.detail.as_deref().map(|x| format!(": {x}")).unwrap_or_default()) }
@@ -315,20 +356,26 @@ fn gate_markup(app: &App, d: &GateViewData, user: &SignedIn) -> Markup {
             h2 { "Prompt" }
             pre #prompt { (visible(&g.prompt)) }
             p.hash { "SHA-256 of the prompt: " code #prompt-hash { (hash) } }
-            @if g.status.is_pending() && d.shown.integrity.state == "tampered" {
-                // The gate as re-derived from its sealed log disagrees with its row: no form.
-                p.note #tampered { "This gate disagrees with its sealed log; it cannot be decided here." }
-            } @else if g.status.is_pending() {
-                @if may {
-                    (decide::forms(app, user, g))
-                } @else {
-                    p.note { (principal.as_str()) " may not decide this gate." }
-                }
-            }
             h2 { "Bindings in scope" }
             @if d.bindings.is_empty() { p { "None." } }
             @for b in &d.bindings {
                 (binding_markup(run, b))
+            }
+            // What a reviewer must read comes first: the decision follows it.
+            @if g.status.is_pending() && d.shown.integrity.state == "tampered" {
+                // The gate as re-derived from its sealed log disagrees with its row: no form.
+                p.note #tampered { "This gate disagrees with its sealed log; it cannot be decided here." }
+            } @else if g.status.is_pending() {
+                @if !may {
+                    p.note { (principal.as_str()) " may not decide this gate." }
+                } @else if voted {
+                    p.note #voted { "You have already voted on this gate; your vote is counted (" (visible(team.map(|t| t.progress.as_str()).unwrap_or(""))) ")." }
+                } @else {
+                    @if let Some(why) = own {
+                        p.note #own { "You may not approve this gate: " (why) " (separation of duties). You may still reject it." }
+                    }
+                    (decide::forms(app, user, g))
+                }
             }
             h2 { "Recent log" }
             (log_table(&d.recent))
@@ -341,7 +388,7 @@ fn gate_markup(app: &App, d: &GateViewData, user: &SignedIn) -> Markup {
                             td { (visible(&a.event_type)) }
                             td { (visible(a.principal.as_deref().unwrap_or("-"))) }
                             td { (visible(a.comment.as_deref().unwrap_or("-"))) }
-                            td { (a.timestamp.as_deref().unwrap_or("-")) }
+                            td { (utc(a.timestamp.as_deref())) }
                         }
                     }
                 }

@@ -110,6 +110,51 @@ pub fn problem(
     let Some(metadata) = metadata else {
         return unsigned("not signed: its decision is not in its log");
     };
+    if let Some(p) = signature_problem(&metadata, &what, pinned) {
+        return Some(p);
+    }
+    // A team's decision counts several votes: each is signed on its own.
+    let Some(d) = derived else { return None };
+    let vote = if status == "approved" {
+        super::chain::VOTE_APPROVE
+    } else {
+        super::chain::VOTE_REJECT
+    };
+    for principal in d
+        .counted
+        .iter()
+        .filter(|p| Some(p.as_str()) != gate.resolved_by.as_deref())
+    {
+        let found = rows.iter().find_map(|r| {
+            let m = serde_json::from_str::<serde_json::Value>(r.metadata.as_deref()?).ok()?;
+            (r.event_type == vote
+                && r.principal.as_deref() == Some(principal.as_str())
+                && m["instance"].as_i64().unwrap_or(1) == gate.instance)
+                .then(|| (m, r.timestamp.clone().unwrap_or_default()))
+        });
+        let Some((m, time)) = found else {
+            return unsigned("not signed: a vote it counts is not in its log");
+        };
+        let what = Signed {
+            decision: vote,
+            principal,
+            time: &time,
+            ..what
+        };
+        if let Some(p) = signature_problem(&m, &what, pinned) {
+            return Some(p);
+        }
+    }
+    None
+}
+
+/// Why one sealed decision or vote's signature does not stand over `what`, if it does not.
+fn signature_problem(
+    metadata: &serde_json::Value,
+    what: &Signed,
+    pinned: &VerifyingKey,
+) -> Option<Integrity> {
+    let unsigned = |why: &str| Some(Integrity::Unattested(why.to_string()));
     let sig = &metadata["signature"];
     if sig.is_null() {
         let client = metadata["client"].as_str().unwrap_or("another tool");
