@@ -12,6 +12,7 @@ use std::net::TcpStream;
 use std::process::{Child, Stdio};
 
 on_both!(
+    every_vote_a_quorum_counts_must_be_signed,
     a_signed_in_principal_lists_reads_and_decides_a_gate,
     refusals_over_http_change_nothing,
     a_revoked_token_ends_its_sessions_and_guesses_are_limited,
@@ -1318,6 +1319,186 @@ fn a_person_approves_in_a_real_browser() {
     assert_eq!(approved.2["client"], "web");
     assert_eq!(approved.2["authenticated"], "token");
     assert_eq!(approved.2["signature"]["key"], key.as_str());
+}
+
+/// Two people approve a gate that needs both (`--require 2`), each in a real browser of their
+/// own: after the first, the page says the vote is counted and the gate still waits; after the
+/// second it is approved. Every vote is signed, so `gates wait --require-signed` exits 0.
+#[test]
+fn two_people_approve_a_quorum_in_real_browsers() {
+    let Some(python) = browser() else { return };
+    let p = Project::new();
+    let run = p.init();
+    let alice = add(&p, "alice");
+    let bob = add(&p, "bob");
+    p.cmd()
+        .args(["principals", "require", "--signed"])
+        .assert()
+        .success();
+    run.cmd()
+        .args([
+            "gates",
+            "create",
+            "deploy",
+            "--prompt",
+            "Ship v2?",
+            "--require",
+            "2",
+        ])
+        .assert()
+        .success();
+    let s = Server::start(&p);
+    let script =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/quorum.py");
+    let out = std::process::Command::new(&python)
+        .arg(&script)
+        .args([
+            &format!("http://127.0.0.1:{}", s.port),
+            &gate_path(&run, "deploy"),
+            &alice,
+            &bob,
+        ])
+        .output()
+        .unwrap();
+    let lines = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{lines}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        lines.contains("PROGRESS 1 of 2 approvals: alice; waiting for user"),
+        "{lines}"
+    );
+    assert!(lines.contains("VOTED You have already voted"), "{lines}");
+    assert!(
+        lines.contains("PROGRESS 2 of 2 approvals: alice, bob"),
+        "{lines}"
+    );
+    assert!(lines.contains("DONE"), "{lines}");
+    drop(s);
+    run.cmd()
+        .args(["gates", "wait", "deploy", "--require-signed"])
+        .assert()
+        .success();
+    let events = run.view().events("deploy");
+    let kinds: Vec<_> = events
+        .iter()
+        .filter(|e| e.0 != "viewed")
+        .map(|e| (e.0.as_str(), e.1.as_deref()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("created", Some("system")),
+            ("approval", Some("alice")),
+            ("approved", Some("bob"))
+        ]
+    );
+    for e in events.iter().filter(|e| e.0.starts_with("approv")) {
+        assert_eq!(e.2["client"], "web");
+        assert!(e.2["signature"]["sig"].is_string(), "{e:?}");
+    }
+}
+
+/// A team's decision is signed only when every vote it counts is: two votes on the page pass
+/// `gates wait --require-signed`; one on the page and one on the command line do not (exit
+/// 10), and a signature altered on a vote is tampering (9).
+fn every_vote_a_quorum_counts_must_be_signed(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let alice = add(&p, "alice");
+    let bob = add(&p, "bob");
+    let carol = add(&p, "carol");
+    for g in ["both", "mixed", "unsigned_vote"] {
+        run.cmd()
+            .args(["gates", "create", g, "--prompt", "Ship?", "--require", "2"])
+            .assert()
+            .success();
+    }
+    let key = String::from_utf8(
+        p.cmd()
+            .args(["serve", "--show-key"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone(),
+    )
+    .unwrap()
+    .trim()
+    .to_string();
+    let s = Server::start(&p);
+    let approve = |token: &str, g: &str| {
+        let cookie = s.login(token);
+        let page = s.get(&gate_path(&run, g), Some(&cookie));
+        let at = page.body.find("name=\"prompt_hash\" value=\"").unwrap() + 26;
+        let hash = page.body[at..at + 71].to_string();
+        let r = decide(
+            &s,
+            &cookie,
+            &run,
+            g,
+            &[
+                ("csrf", &csrf_of(&page.body)),
+                ("action", "approve"),
+                ("comment", ""),
+                ("prompt_hash", &hash),
+                ("instance", &view_of(&page.body).0),
+                ("view", &view_of(&page.body).1),
+            ],
+        );
+        assert_eq!(r.status, 303, "{}", r.body);
+        s.get(&gate_path(&run, g), Some(&cookie)).body
+    };
+    let after_one = approve(&alice, "both");
+    assert!(after_one.contains("1 of 2 approvals: alice"), "{after_one}");
+    assert!(after_one.contains("id=\"voted\""), "{after_one}");
+    approve(&bob, "both");
+    approve(&alice, "mixed");
+    // The other way round: the vote through the command line, the decision on the page.
+    run.cmd()
+        .env("PROSE_TOKEN", &carol)
+        .args(["approve", "unsigned_vote", "--yes"])
+        .assert()
+        .success();
+    approve(&alice, "unsigned_vote");
+    drop(s);
+    run.cmd()
+        .env("PROSE_TOKEN", &carol)
+        .args(["approve", "mixed", "--yes"])
+        .assert()
+        .success();
+    let wait = |g: &str| {
+        code(
+            &run.cmd()
+                .args([
+                    "gates",
+                    "wait",
+                    g,
+                    "--require-signed",
+                    "--key",
+                    &key,
+                    "--timeout",
+                    "0",
+                ])
+                .assert(),
+        )
+    };
+    assert_eq!(run.view().gate("both").0, "approved");
+    assert_eq!(wait("both"), 0);
+    assert_eq!(run.view().gate("mixed").0, "approved");
+    assert_eq!(
+        wait("mixed"),
+        10,
+        "a decision through the command line is not signed"
+    );
+    assert_eq!(run.view().gate("unsigned_vote").0, "approved");
+    assert_eq!(
+        wait("unsigned_vote"),
+        10,
+        "a vote through the command line is not signed"
+    );
 }
 
 /// The page checks every request's token against the principals as they are now, through
