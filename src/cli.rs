@@ -703,10 +703,21 @@ pub struct GateShowArgs {
 
 /// clap would print `<RUN> [GATE]...` for the optional run before the gate.
 #[derive(Debug, Args)]
-#[command(override_usage = "prose-state gates wait [OPTIONS] [RUN] GATE")]
+#[command(
+    override_usage = "prose-state gates wait [OPTIONS] [RUN] GATE\n       prose-state gates wait --all|--any [OPTIONS] GATE GATE..."
+)]
 pub struct GateWaitArgs {
-    #[command(flatten)]
-    pub target: RunGate,
+    /// [RUN] GATE: the run (id, directory or state.db path; default: --run, else PROSE_RUN),
+    /// then the gate id; with --all or --any, every argument is a gate of the run --run or
+    /// PROSE_RUN names
+    #[arg(value_name = "GATE", num_args = 1.., required = true)]
+    pub ids: Vec<String>,
+    /// Wait for every gate: exit 0 when all are approved, and fail as soon as one fails
+    #[arg(long, conflicts_with_all = ["any", "instance"])]
+    pub all: bool,
+    /// Wait for any gate: exit 0 as soon as one is approved, and fail only when all failed
+    #[arg(long, conflicts_with = "instance")]
+    pub any: bool,
     /// Stop waiting after this long (default: until the gate is decided or times out); 0
     /// looks once and answers at once (exit 7 while the gate is pending)
     #[arg(long, value_name = "DUR")]

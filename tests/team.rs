@@ -12,6 +12,7 @@ on_both!(
     groups_admit_members_and_a_removal_before_the_quorum_discounts,
     the_starter_and_the_creator_may_not_approve_when_duties_are_separate,
     raw_sql_adds_no_approval_no_member_and_no_policy,
+    waiting_on_several_gates_reports_each_and_the_most_serious,
 );
 
 /// Issues a token (with `principals add NAME EXTRA…`) and returns it.
@@ -415,4 +416,73 @@ fn a_run_with_a_teams_gate_is_stamped_for_readers_that_know_quorums() {
     create(&run, "team", &["--require", "2"]);
     assert_eq!(stamp(&run), 8_008_008);
     run.cmd().args(["gates", "verify"]).assert().success();
+}
+
+fn waiting_on_several_gates_reports_each_and_the_most_serious(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    for g in ["a", "b", "c", "e"] {
+        create(&run, g, &[]);
+    }
+    create(&run, "d", &["--timeout", "1s"]);
+    run.cmd()
+        .args(["approve", "a", "--yes", "--as", "alice"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["reject", "b", "--yes", "--as", "alice", "--reason", "no"])
+        .assert()
+        .success();
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let wait = |extra: &[&str]| {
+        let a = run
+            .cmd()
+            .args(["gates", "wait", "--json"])
+            .args(extra)
+            .assert();
+        let json = match a.get_output().stdout.is_empty() {
+            true => serde_json::Value::Null,
+            false => stdout_json(&a),
+        };
+        (code(&a), json)
+    };
+    // --all fails as soon as one fails, without waiting for the pending one.
+    let (c, v) = wait(&["--all", "a", "b", "c"]);
+    assert_eq!(c, 5, "{v}");
+    assert_eq!(v["mode"], "all");
+    assert_eq!(v["not_settled"], serde_json::json!(["c"]), "{v}");
+    let outcomes: Vec<_> = v["gates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| (g["id"].as_str().unwrap(), g["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(outcomes, [("a", "approved"), ("b", "rejected")]);
+    assert_eq!(wait(&["--all", "a"]).0, 0);
+    assert_eq!(
+        wait(&["--all", "a", "d"]).0,
+        6,
+        "a timed-out gate fails --all"
+    );
+    assert_eq!(wait(&["--all", "a", "c", "--timeout", "0"]).0, 7);
+    // --any succeeds as soon as one is approved, fails only when all failed.
+    assert_eq!(wait(&["--any", "c", "a"]).0, 0);
+    assert_eq!(
+        wait(&["--any", "b", "d"]).0,
+        5,
+        "rejected is more serious than timed out"
+    );
+    assert_eq!(wait(&["--any", "b", "c", "--timeout", "0"]).0, 5);
+    // A gate whose row was changed behind the tool's back is the most serious of all.
+    run.view().raw(
+        "UPDATE gates SET status = 'approved', resolved_by = 'mallory' WHERE id = 'e'",
+        "UPDATE openprose.gates SET status = 'approved', resolved_by = 'mallory'
+         WHERE run_id = '$RUN' AND id = 'e'",
+    );
+    assert_eq!(wait(&["--any", "e", "b"]).0, 9);
+    assert_eq!(wait(&["--all", "a", "e"]).0, 9);
+    // Several gates need --all or --any; those need the run named by --run or PROSE_RUN.
+    assert_eq!(wait(&["a", "b", "c"]).0, 2);
+    let a = p.cmd().args(["gates", "wait", "--all", "a", "b"]).assert();
+    assert_eq!(code(&a), 2, "{}", stderr(&a));
 }

@@ -608,8 +608,26 @@ impl Render for GateWaited {
 /// `open`; a look that fails with a conflict or a lost connection (exit 75: a server
 /// restarting, an outage) is retried on a new connection at the next poll, so the wait
 /// lives through outages. Other errors end it.
-pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<GateWaited> {
-    check_gate_id(args.target.gate())?;
+pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
+    let several = args.all || args.any;
+    let (run_arg, gates): (Option<&str>, Vec<&str>) = match (several, args.ids.as_slice()) {
+        (false, [gate]) => (ctx.run.as_deref(), vec![gate.as_str()]),
+        (false, [run, gate]) => (Some(run.as_str()), vec![gate.as_str()]),
+        (false, _) => {
+            return Err(usage(
+                "gates wait takes [RUN] GATE; to wait on several gates pass --all or --any",
+            ))
+        }
+        (true, ids) => (ctx.run.as_deref(), ids.iter().map(String::as_str).collect()),
+    };
+    for g in &gates {
+        check_gate_id(g)?;
+    }
+    if several && run_arg.is_none() {
+        return Err(usage(
+            "gates wait --all/--any waits on gates of one run: name it with --run or PROSE_RUN",
+        ));
+    }
     let poll = std::time::Duration::from_secs(parse_duration(&args.poll)? as u64);
     let limit = match args.timeout.as_deref() {
         // One look, no wait: what a VM that must not block asks.
@@ -622,14 +640,15 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<GateWaited> {
     } else {
         None
     };
-    let run_arg = args.target.run().or(ctx.run.as_deref());
     let open = || ctx.open_run(run_arg).map(|(_, s)| s);
     let start = std::time::Instant::now();
     let mut store: Option<Box<dyn Store>> = None;
     let mut run: Option<crate::store::RunInfo> = None;
+    let mut settled: Vec<Option<GateWaited>> = gates.iter().map(|_| None).collect();
     loop {
         let now = now();
-        let look = (|| -> Result<Option<GateRow>> {
+        let out_of_time = limit.is_some_and(|l| start.elapsed() >= l);
+        let look = (|| -> Result<()> {
             if store.is_none() {
                 store = Some(open()?);
             }
@@ -637,54 +656,88 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<GateWaited> {
             if run.is_none() {
                 run = Some(s.run_info()?);
             }
-            let gate = s.gate(args.target.gate(), &now)?;
-            // The row another id answers for (a collation changed by SQL) is not this gate.
-            if let Some(g) = gate.as_ref().filter(|g| g.id != args.target.gate()) {
-                return Err(crate::error::tampered(format!(
-                    "looking up gate {} found gate {}: the gates table was changed behind prose-state's back",
-                    shown(args.target.gate()),
-                    shown(&g.id)
-                )));
-            }
-            Ok(gate)
-        })();
-        let out_of_time = limit.is_some_and(|l| start.elapsed() >= l);
-        match look {
-            Ok(gate) => {
-                let run = run.clone().context("run")?;
-                let gate = gate.ok_or_else(|| {
-                    not_found(format!(
-                        "gate not found in run {}: {}",
-                        run.id,
-                        shown(args.target.gate())
-                    ))
+            let run = run.clone().context("run")?;
+            let mut ready = Vec::new();
+            for (i, id) in gates.iter().enumerate() {
+                if settled[i].is_some() {
+                    continue;
+                }
+                let gate = s.gate(id, &now)?.ok_or_else(|| {
+                    not_found(format!("gate not found in run {}: {}", run.id, shown(id)))
                 })?;
+                // The row another id answers for (a collation changed by SQL) is not this gate.
+                if gate.id != *id {
+                    return Err(crate::error::tampered(format!(
+                        "looking up gate {} found gate {}: the gates table was changed behind prose-state's back",
+                        shown(id),
+                        shown(&gate.id)
+                    )));
+                }
                 let reopened = args.instance.is_some_and(|w| gate.instance != w);
                 if !gate.status.is_pending() || out_of_time || reopened {
-                    // A decision counts only if its log attests it.
-                    let s = store.as_mut().map(|s| s.as_mut()).context("store")?;
-                    let mut report = s.verify_signed(signed.as_ref())?;
-                    // Waiting on one opening: a newer one (whoever opened it) is not its answer.
-                    if let Some(want) = args.instance {
-                        let newest = report.derived.get(&gate.id).map_or(0, |d| d.instance);
-                        if newest != want
-                            && !matches!(report.gate(&gate.id), Integrity::Tampered(_))
-                        {
-                            report.gates.retain(|(g, _)| g != &gate.id);
-                            report.gates.push((
-                                gate.id.clone(),
-                                Integrity::Tampered(format!(
-                                    "it was waited on as instance {want}, but its sealed log's newest opening is instance {newest}: opened again since"
-                                )),
-                            ));
-                        }
+                    ready.push((i, gate));
+                }
+            }
+            if ready.is_empty() {
+                return Ok(());
+            }
+            // A decision counts only if its log attests it.
+            let mut report = s.verify_signed(signed.as_ref())?;
+            for (i, gate) in ready {
+                // Waiting on one opening: a newer one (whoever opened it) is not its answer.
+                if let Some(want) = args.instance {
+                    let newest = report.derived.get(&gate.id).map_or(0, |d| d.instance);
+                    if newest != want && !matches!(report.gate(&gate.id), Integrity::Tampered(_)) {
+                        report.gates.retain(|(g, _)| g != &gate.id);
+                        report.gates.push((
+                            gate.id.clone(),
+                            Integrity::Tampered(format!(
+                                "it was waited on as instance {want}, but its sealed log's newest opening is instance {newest}: opened again since"
+                            )),
+                        ));
                     }
-                    return Ok(GateWaited {
-                        integrity: IntegrityView::of(&report, &gate.id),
-                        gate: GateView::new(gate, run.program_path, &now),
-                        waited_seconds: start.elapsed().as_secs(),
-                        accept_unattested: args.accept_unattested,
-                    });
+                }
+                let team = report
+                    .derived
+                    .get(&gate.id)
+                    .and_then(|d| TeamView::of(&d.quorum, &d.tally_or_counted(), &gate.allow));
+                settled[i] = Some(GateWaited {
+                    integrity: IntegrityView::of(&report, &gate.id),
+                    gate: GateView {
+                        team,
+                        ..GateView::new(gate, run.program_path.clone(), &now)
+                    },
+                    waited_seconds: start.elapsed().as_secs(),
+                    accept_unattested: args.accept_unattested,
+                });
+            }
+            Ok(())
+        })();
+        match look {
+            Ok(()) => {
+                let codes: Vec<Code> = settled.iter().flatten().map(|w| w.exit_code()).collect();
+                let all_settled = codes.len() == gates.len();
+                let done = all_settled
+                    || (args.all && codes.iter().any(|c| *c != Code::Ok))
+                    || (args.any && codes.contains(&Code::Ok));
+                if done {
+                    let mut waited: Vec<GateWaited> = settled.into_iter().flatten().collect();
+                    if !several {
+                        return Ok(WaitOutput::One(waited.remove(0)));
+                    }
+                    // Gates not looked at to the end are reported as they are now: pending.
+                    let waited_ids: Vec<&str> =
+                        waited.iter().map(|w| w.gate.gate.id.as_str()).collect();
+                    let not_settled = gates
+                        .iter()
+                        .filter(|g| !waited_ids.contains(g))
+                        .map(|g| g.to_string())
+                        .collect();
+                    return Ok(WaitOutput::Several(SeveralWaited {
+                        mode: if args.all { "all" } else { "any" },
+                        gates: waited,
+                        not_settled,
+                    }));
                 }
             }
             Err(e) if crate::error::is_retryable(&e) && !out_of_time => {
@@ -700,6 +753,75 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<GateWaited> {
         std::thread::sleep(nap);
     }
 }
+
+/// `gates wait --all|--any`: each gate's own outcome, as far as the wait looked.
+#[derive(Debug, Serialize)]
+pub struct SeveralWaited {
+    /// `all` or `any`.
+    pub mode: &'static str,
+    /// The gates whose outcome the wait settled, in the order they were named.
+    pub gates: Vec<GateWaited>,
+    /// The named gates still pending when the wait had its answer (it did not wait for them).
+    pub not_settled: Vec<String>,
+}
+
+impl Render for SeveralWaited {
+    fn warnings(&self) -> Vec<String> {
+        self.gates.iter().flat_map(|g| g.warnings()).collect()
+    }
+
+    /// `--all`: 0 when every gate is approved; `--any`: 0 when one is. Otherwise the most
+    /// serious of the gates' own codes, in the order 9, 10, 5, 6, 7.
+    fn exit_code(&self) -> Code {
+        let codes: Vec<Code> = self.gates.iter().map(|g| g.exit_code()).collect();
+        let ok = match self.mode {
+            "all" => self.not_settled.is_empty() && codes.iter().all(|c| *c == Code::Ok),
+            _ => codes.contains(&Code::Ok),
+        };
+        if ok {
+            return Code::Ok;
+        }
+        [
+            Code::Tampered,
+            Code::Unattested,
+            Code::Rejected,
+            Code::TimedOut,
+            Code::StillPending,
+        ]
+        .into_iter()
+        .find(|c| codes.contains(c))
+        .unwrap_or(Code::StillPending)
+    }
+
+    fn text(self, w: &mut dyn Write, tty: bool) -> io::Result<()> {
+        let code = self.exit_code();
+        let mode = self.mode;
+        for g in self.gates {
+            g.text(w, tty)?;
+        }
+        for g in &self.not_settled {
+            writeln!(w, "{g}: still pending, not waited on further")?;
+        }
+        writeln!(
+            w,
+            "{}: exit {}",
+            if mode == "all" {
+                "all of them"
+            } else {
+                "any of them"
+            },
+            code as i32
+        )
+    }
+}
+
+crate::output::one_of!(
+    /// What `gates wait` prints: one gate's outcome, or several's.
+    WaitOutput {
+        One(GateWaited),
+        Several(SeveralWaited),
+    }
+);
 
 #[derive(Debug, Serialize)]
 #[serde(transparent)]
@@ -938,7 +1060,7 @@ crate::output::one_of!(
         List(GateList),
         Created(GateCreated),
         Shown(GateShown),
-        Waited(GateWaited),
+        Waited(WaitOutput),
         Audit(AuditList),
         Verified(Verified),
     }
