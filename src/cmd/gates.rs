@@ -723,7 +723,7 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                 if done {
                     let mut waited: Vec<GateWaited> = settled.into_iter().flatten().collect();
                     if !several {
-                        return Ok(WaitOutput::One(waited.remove(0)));
+                        return Ok(WaitOutput::One(Box::new(waited.remove(0))));
                     }
                     // Gates not looked at to the end are reported as they are now: pending.
                     let waited_ids: Vec<&str> =
@@ -818,7 +818,7 @@ impl Render for SeveralWaited {
 crate::output::one_of!(
     /// What `gates wait` prints: one gate's outcome, or several's.
     WaitOutput {
-        One(GateWaited),
+        One(Box<GateWaited>),
         Several(SeveralWaited),
     }
 );

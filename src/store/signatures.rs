@@ -114,7 +114,7 @@ pub fn problem(
         return Some(p);
     }
     // A team's decision counts several votes: each is signed on its own.
-    let Some(d) = derived else { return None };
+    let d = derived?;
     let vote = if status == "approved" {
         super::chain::VOTE_APPROVE
     } else {
