@@ -456,6 +456,29 @@ fn build(p: &Project, timed: bool) -> (Run, Truth) {
     ok(&["approve", "reapproved", "--as", "carol", "--yes"]);
     create("narrow", "carol", &[]);
     ok(&["approve", "narrow", "--as", "carol", "--yes"]);
+    // Team gates: one a vote short of its quorum, one decided by its quorum.
+    let token = |name: &str| {
+        // A project builds several fixtures: each issues its tokens anew.
+        p.cmd().args(["principals", "revoke", name]).assert();
+        let a = p.cmd().args(["principals", "add", name]).assert().success();
+        String::from_utf8(a.get_output().stdout.clone())
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let (dana, erin) = (token("dana"), token("erin"));
+    let vote = |gate: &str, tok: &str| {
+        run.cmd()
+            .env("PROSE_TOKEN", tok)
+            .args(["approve", gate, "--yes"])
+            .assert()
+            .success();
+    };
+    create("quorum", "user", &["--require", "2"]);
+    vote("quorum", &dana);
+    create("teamed", "user", &["--require", "2"]);
+    vote("teamed", &dana);
+    vote("teamed", &erin);
     if timed {
         std::thread::sleep(std::time::Duration::from_millis(1100));
         // Any gate operation sweeps the overdue gate first.
@@ -465,6 +488,7 @@ fn build(p: &Project, timed: bool) -> (Run, Truth) {
         ("approved", 1, "alice"),
         ("reapproved", 2, "carol"),
         ("narrow", 1, "carol"),
+        ("teamed", 1, "erin"),
     ]
     .into_iter()
     .map(|(g, i, by)| (g.to_string(), (i, by.to_string())))
@@ -1103,7 +1127,7 @@ fn no_raw_sql_makes_gates_wait_accept_a_decision(b: Backend) {
         let gates = gate_rows(&run, "gates");
         // Most mutations aim at one gate, which the tool may then be asked to decide.
         let focus = if rng.random_bool(0.6) {
-            pick(&mut rng, &["pending", "reopened"]).to_string()
+            pick(&mut rng, &["pending", "reopened", "quorum"]).to_string()
         } else {
             pick(&mut rng, &gates).id.clone()
         };
