@@ -58,6 +58,25 @@ pub struct TeamView {
 }
 
 impl TeamView {
+    /// Its lines in a gate's text: the progress, and who may not approve.
+    fn write(&self, w: &mut dyn Write) -> io::Result<()> {
+        let veto = if self.veto {
+            "; one rejection rejects it"
+        } else {
+            ""
+        };
+        writeln!(w, "Approvals: {}{veto}", self.progress)?;
+        if let Some(s) = &self.separate_duties {
+            writeln!(
+                w,
+                "Separation of duties: neither {} (started the run) nor {} (created the gate) may approve",
+                s["starter"].as_str().unwrap_or("the run's starter"),
+                s["creator"].as_str().unwrap_or("unknown")
+            )?;
+        }
+        Ok(())
+    }
+
     /// The view of a gate whose allow list is `allow`, when it is a team's gate.
     pub fn of(q: &Quorum, tally: &crate::team::Tally, allow: &[String]) -> Option<Self> {
         q.is_team(allow).then(|| TeamView {
@@ -220,25 +239,7 @@ impl Render for GateCreated {
         writeln!(w, "Run: {}", g.run_id.as_deref().unwrap_or("-"))?;
         writeln!(w, "Allow: {}", g.allow.join(", "))?;
         if let Some(t) = &self.gate.team {
-            writeln!(
-                w,
-                "Approvals: {}{}",
-                t.progress,
-                if t.veto {
-                    "; one rejection rejects it"
-                } else {
-                    ""
-                }
-            )?;
-            if let Some(s) = &t.separate_duties {
-                let who = |k: &str| s[k].as_str().unwrap_or("unknown").to_string();
-                writeln!(
-                    w,
-                    "Separation of duties: neither {} (started the run) nor {} (created the gate) may approve",
-                    who("starter"),
-                    who("creator")
-                )?;
-            }
+            t.write(w)?;
         }
         match &g.timeout_at {
             Some(at) => writeln!(w, "Deadline: {at} UTC (in {})", self.gate.left())?,
@@ -434,25 +435,7 @@ impl Render for GateShown {
         writeln!(w, "Status: {}", g.status)?;
         writeln!(w, "Allow: {}", g.allow.join(", "))?;
         if let Some(t) = &self.gate.team {
-            writeln!(
-                w,
-                "Approvals: {}{}",
-                t.progress,
-                if t.veto {
-                    "; one rejection rejects it"
-                } else {
-                    ""
-                }
-            )?;
-            if let Some(s) = &t.separate_duties {
-                let who = |k: &str| s[k].as_str().unwrap_or("unknown").to_string();
-                writeln!(
-                    w,
-                    "Separation of duties: neither {} (started the run) nor {} (created the gate) may approve",
-                    who("starter"),
-                    who("creator")
-                )?;
-            }
+            t.write(w)?;
         }
         writeln!(w, "Created: {}", g.created_at.as_deref().unwrap_or("-"))?;
         match (&g.timeout, &g.timeout_at) {

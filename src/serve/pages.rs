@@ -333,7 +333,7 @@ fn gate_markup(app: &App, d: &GateViewData, user: &SignedIn) -> Markup {
                     }
                     @if let Some(s) = &t.separate_duties {
                         dt { "Separation of duties" } dd {
-                            "neither " (visible(s["starter"].as_str().unwrap_or("unknown")))
+                            "neither " (visible(s["starter"].as_str().unwrap_or("the run's starter")))
                             " (started the run) nor " (visible(s["creator"].as_str().unwrap_or("unknown")))
                             " (created the gate) may approve"
                         }
