@@ -1452,6 +1452,69 @@ fn gate_race(root: &Path, rounds: usize, rows: &mut Vec<Row>) {
     });
 }
 
+/// An approval in a team's gate (`--require 3`, every approver with a token) beside a
+/// single-approver decision with a token, interleaved in one run: the first approval of the
+/// three (a vote), the third (the one that decides, counting the sealed votes), and the
+/// single decision. Issue 30's target: at most 10 % over the single decision.
+fn team_rows(root: &Path, rounds: usize, rows: &mut Vec<Row>) {
+    let project = root.join("team");
+    std::fs::create_dir_all(&project).unwrap();
+    let token = |name: &str| {
+        let out = Command::new(BIN)
+            .current_dir(&project)
+            .env("PROSE_ROOT", &project)
+            .args(["principals", "add", name])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let tokens = [token("alice"), token("bob"), token("carol")];
+    init(&project, "team");
+    let approve = |gate: &str, t: &str| {
+        let (d, ok) = timed(
+            prose(&project, "team")
+                .env("PROSE_TOKEN", t)
+                .args(["approve", gate, "--yes"]),
+        );
+        assert!(ok, "approve {gate}");
+        d
+    };
+    let create = |gate: &str, extra: &[&str]| {
+        let (_, ok) = timed(
+            prose(&project, "team")
+                .args(["gates", "create", gate, "--prompt", "Deploy?"])
+                .args(extra),
+        );
+        assert!(ok);
+    };
+    let (mut single, mut first, mut deciding) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..rounds {
+        let (s, t) = (format!("single{i}"), format!("team{i}"));
+        create(&s, &[]);
+        create(&t, &["--require", "3"]);
+        single.push(approve(&s, &tokens[0]));
+        first.push(approve(&t, &tokens[0]));
+        approve(&t, &tokens[1]);
+        deciding.push(approve(&t, &tokens[2]));
+    }
+    let base = median(single);
+    for (what, d) in [
+        ("a vote short of the quorum", median(first)),
+        ("the approval that decides (3 of 3)", median(deciding)),
+    ] {
+        let ratio = d.as_secs_f64() / base.as_secs_f64();
+        rows.push(Row {
+            what: format!("approval in an N = 3 gate, {what}, vs a single-approver decision (token, median of {rounds})"),
+            ours: ms(d),
+            raw: ms(base),
+            ratio: format!("{ratio:.2}"),
+            target: "≤ 1.10".into(),
+            met: if ratio <= 1.10 { "yes" } else { "no" }.into(),
+        });
+    }
+}
+
 /// What one durable SQLite commit costs on this disk, in-process with nothing else around it:
 /// a connection kept open on a WAL database with `synchronous = FULL` (as prose-state's), one
 /// small INSERT a transaction, median of 200. This is the "one fsync" every durable write pays,
@@ -1931,6 +1994,10 @@ fn main() {
         gates_listing(root, 1000, 10, &mut rows);
         eprintln!("gate race…");
         gate_race(root, 5, &mut rows);
+    }
+    if wanted("team") {
+        eprintln!("team approvals…");
+        team_rows(root, 60, &mut rows);
     }
     if wanted("big") {
         eprintln!("large value ({big_mb} MiB)…");

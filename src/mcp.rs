@@ -144,6 +144,9 @@ const SERVED: &[Served] = &[
     },
     Served {
         roles: VM_ONLY,
+        // Waiting on several gates (`--all`/`--any`) is the command line's for now: one gate a
+        // call here.
+        skip: &["all", "any"],
         about: "Wait for a gate to be decided: class ok (approved), rejected, timed_out, or \
                 still_pending when this call's `timeout` ran out (call again to go on waiting).",
         ..Served::new("gates_wait", &["gates", "wait"], true)
