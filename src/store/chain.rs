@@ -668,3 +668,51 @@ fn instance_of(row: &AuditRow) -> i64 {
         .and_then(|m| m.get("instance").and_then(serde_json::Value::as_i64))
         .unwrap_or(1)
 }
+
+/// What moving this machine's anchor of a run's chain comes to, once the transaction `tx`
+/// that sealed events commits: to the run's newest row, when that row is sealed with this
+/// machine's key. Read in the transaction, done after its commit (`tx::Txn::commit`), so
+/// that an anchor never names a row a reader cannot see yet. An anchor that cannot be
+/// written costs a warning, never the committed write.
+pub(crate) fn anchor_move(tx: &mut dyn super::Tx, place: String) -> Box<dyn FnOnce()> {
+    let warn = |why: String| -> Box<dyn FnOnce()> { Box::new(move || crate::output::warn(&why)) };
+    let stay = || -> Box<dyn FnOnce()> { Box::new(|| ()) };
+    let (_, seq, hash, seal) = match tx.chain_tip() {
+        Ok(Some(t)) => t,
+        Ok(None) => return stay(),
+        Err(e) => return warn(format!("could not read the audit chain's head: {e:#}")),
+    };
+    let Ok(Some(key)) = super::seal::key_for_reading() else {
+        return stay();
+    };
+    if key.check(&hash, seal.as_deref()) != SealCheck::Valid {
+        return stay();
+    }
+    // Anchored under the run's own id (a row's `run_id` is what a writer of the database
+    // chose), as `verify_signed` reads it.
+    let Ok(Some((run_id, _))) = tx.run_row() else {
+        return stay();
+    };
+    // Never past a break: if the row this machine anchored is gone or changed, the anchor
+    // stays where it is, and the break is remembered outside the run, so that a log put
+    // back afterwards still fails verification here.
+    if let Some(old) = super::seal::anchored(&place, &run_id) {
+        if old.seq < seq && tx.audit_at_seq(old.seq).ok().flatten().flatten() != Some(old.hash) {
+            return Box::new(move || {
+                let why = format!(
+                    "this machine saw the row it anchored (seq {}) changed or gone",
+                    old.seq
+                );
+                let _ = super::seal::mark_broken(&place, &run_id, &why);
+                crate::output::warn(
+                    "the audit log no longer holds the row this machine anchored: run `prose-state gates verify`",
+                );
+            });
+        }
+    }
+    Box::new(move || {
+        if let Err(e) = super::seal::anchor(&place, &run_id, &Anchor { seq, hash }) {
+            crate::output::warn(&format!("could not anchor the audit chain: {e:#}"));
+        }
+    })
+}

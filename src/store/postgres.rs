@@ -785,33 +785,6 @@ impl Store for PgStore {
         )
     }
 
-    fn chain_hash_at(&mut self, seq: i64) -> Result<Option<String>> {
-        let run = self.run()?.to_string();
-        self.opt(
-            "SELECT hash FROM openprose.gate_audit_log WHERE run_id = $1 AND seq = $2",
-            &[&run, &seq],
-            |r| r.get(0),
-        )
-        .map(Option::flatten)
-    }
-
-    fn chain_tip(&mut self) -> Result<Option<super::ChainTip>> {
-        let run = self.run()?.to_string();
-        self.opt(
-            "SELECT run_id, seq, hash, seal FROM openprose.gate_audit_log
-              WHERE run_id = $1 AND seq IS NOT NULL ORDER BY seq DESC LIMIT 1",
-            &[&run],
-            |r| {
-                (
-                    r.get(0),
-                    r.get(1),
-                    r.get::<_, Option<String>>(2).unwrap_or_default(),
-                    r.get(3),
-                )
-            },
-        )
-    }
-
     fn run_summary(&mut self, now: &str) -> Result<RunSummary> {
         let info = self.run_info()?;
         let run = info.id.clone();

@@ -400,7 +400,7 @@ pub fn append_execution(mut tx: Txn<'_>, rec: &NewExecution) -> Result<i64> {
     }
     if let Some(key) = rec.idempotency_key {
         if let Some(existing) = tx.keyed_execution(key)? {
-            return super::keyed_retry(key, existing, rec);
+            return keyed_retry(key, existing, rec);
         }
     }
     let id = match tx.put_execution(None, &exec_record(rec))? {
@@ -411,11 +411,29 @@ pub fn append_execution(mut tx: Txn<'_>, rec: &NewExecution) -> Result<i64> {
             let existing = tx
                 .keyed_execution(key)?
                 .ok_or_else(|| anyhow!("execution record was not appended"))?;
-            return super::keyed_retry(key, existing, rec);
+            return keyed_retry(key, existing, rec);
         }
     };
     tx.commit()?;
     Ok(id)
+}
+
+/// The record already appended under an idempotency key: its id when it is the same record
+/// (a retry), a refusal when the key was used for another.
+fn keyed_retry(key: &str, existing: super::tx::KeyedExecution, rec: &NewExecution) -> Result<i64> {
+    let (id, index, text, status, parent) = existing;
+    if index == rec.statement_index
+        && text.as_deref() == Some(rec.statement_text)
+        && status.as_deref() == Some(rec.status)
+        && parent == rec.parent_id
+    {
+        Ok(id)
+    } else {
+        Err(refused(format!(
+            "--key was already used for another record (execution {id}): {}",
+            shown(key)
+        )))
+    }
 }
 
 /// The row a live append writes (the store gives it its id).
@@ -463,7 +481,13 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
     }
     if let Some(existing) = &existing {
         if !g.reopen || existing.status.is_pending() {
-            let same = super::same_gate(existing, g);
+            // The same call again: a safe retry.
+            let same = existing.prompt == g.prompt
+                && existing.allow
+                    == serde_json::from_str::<Vec<String>>(g.allow).unwrap_or_default()
+                && existing.timeout.as_deref() == g.timeout
+                && existing.on_reject.as_deref() == g.on_reject
+                && existing.metadata.as_deref() == g.metadata;
             let pending = existing.status.is_pending();
             tx.commit()?;
             let existing = existing.clone();
@@ -608,19 +632,7 @@ pub fn refuse_attempt(mut tx: Txn<'_>, a: &super::Attempt) -> Result<bool> {
             event_type: "refused",
             principal: a.principal,
             comment: None,
-            metadata: {
-                let mut m = serde_json::json!({
-                    "client": a.client,
-                    "attempted": if a.approve { "approve" } else { "reject" },
-                    "reason": a.reason,
-                    "instance": gate.instance,
-                });
-                // As a decision records it (`decision_metadata`).
-                if a.authenticated {
-                    m["authenticated"] = "token".into();
-                }
-                m
-            },
+            metadata: refused_metadata(a.client, &gate, a.authenticated, a.approve, a.reason),
             now: a.now,
         },
     )?;
@@ -641,8 +653,9 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
     let run_id = run_id_of(&mut *tx)?;
     // The gate as its sealed events make it: a row that contradicts them is not decided.
     let (tampered, _) = disagreement(&mut *tx, &gate)?;
-    if let Some((why, metadata)) = super::refusal(&gate, d, tampered.as_deref()) {
-        let reason = metadata["reason"].as_str().unwrap_or_default().to_string();
+    if let Some((outcome, reason)) = refusal(&gate, d, tampered) {
+        let mut metadata = refused_metadata(d.client, &gate, d.authenticated, d.approve, &reason);
+        metadata["prompt_hash"] = d.prompt_hash.into();
         append_audit(
             &mut *tx,
             &Event {
@@ -656,14 +669,14 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
             },
         )?;
         tx.commit()?;
-        return Ok(super::refused_outcome(gate, why, &reason));
+        return Ok(outcome);
     }
     let status = if d.approve {
         GateStatus::Approved
     } else {
         GateStatus::Rejected
     };
-    let metadata = super::decision_metadata(&gate, d);
+    let metadata = decision_metadata(&gate, d);
     // The audit event is written before the gates row changes, in the same transaction.
     append_audit(
         &mut *tx,
@@ -693,6 +706,93 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
     Ok(Decided::Done(row))
 }
 
+/// Why a decision may not be taken on this gate (its row contradicts its sealed events, it is
+/// decided already or timed out, it was reopened or its prompt changed since it was shown,
+/// the principal is not allowed): what the caller is told, and the reason its `refused` event
+/// records. None when it may.
+fn refusal(
+    gate: &super::GateRow,
+    d: &Decision,
+    tampered: Option<String>,
+) -> Option<(Decided, String)> {
+    let g = gate.clone();
+    Some(if let Some(t) = tampered {
+        let reason = format!("the gate disagrees with its sealed log: {t}");
+        (Decided::Tampered(g, reason.clone()), reason)
+    } else if !gate.status.is_pending() {
+        (
+            Decided::AlreadyResolved(g),
+            format!("already {}", gate.status),
+        )
+    } else if let Some(shown) = d.instance.filter(|i| *i != gate.instance) {
+        let reason = format!(
+            "gate reopened after it was shown (instance {shown} shown, {} now)",
+            gate.instance
+        );
+        (Decided::PromptChanged(g), reason)
+    } else if !crate::model::principal_allowed(&gate.allow, d.principal) {
+        (Decided::NotAllowed(g), "principal not allowed".to_string())
+    } else if crate::model::sha256_tag(&gate.prompt) != d.prompt_hash {
+        let reason = "prompt changed after it was shown".to_string();
+        (Decided::PromptChanged(g), reason)
+    } else {
+        return None;
+    })
+}
+
+/// What every decision's audit event records, taken or refused: where it was taken, the
+/// gate's opening, and whether a token authenticated the principal.
+fn client_metadata(client: &str, gate: &super::GateRow, authenticated: bool) -> serde_json::Value {
+    let mut metadata = serde_json::json!({ "client": client, "instance": gate.instance });
+    if authenticated {
+        metadata["authenticated"] = "token".into();
+    }
+    metadata
+}
+
+/// The metadata of a `refused` event: what was attempted, and why it was refused.
+fn refused_metadata(
+    client: &str,
+    gate: &super::GateRow,
+    authenticated: bool,
+    approve: bool,
+    reason: &str,
+) -> serde_json::Value {
+    let mut metadata = client_metadata(client, gate, authenticated);
+    metadata["attempted"] = if approve { "approve" } else { "reject" }.into();
+    metadata["reason"] = reason.into();
+    metadata
+}
+
+/// The metadata of an `approved` or `rejected` audit event.
+fn decision_metadata(gate: &super::GateRow, d: &Decision) -> serde_json::Value {
+    let mut metadata = client_metadata(d.client, gate, d.authenticated);
+    metadata["prompt_hash"] = d.prompt_hash.into();
+    if d.approve {
+        if let Some(s) = gate
+            .created_at
+            .as_deref()
+            .and_then(|c| crate::model::seconds_between(c, d.now))
+        {
+            metadata["approval_time_seconds"] = s.into();
+        }
+    } else {
+        metadata["on_reject"] = gate.on_reject.clone().into();
+    }
+    if let Some(signer) = d.signer {
+        metadata["signature"] = signer.sign(&super::signatures::Signed {
+            run: gate.run_id.as_deref().unwrap_or_default(),
+            gate: &gate.id,
+            instance: gate.instance,
+            prompt_hash: d.prompt_hash,
+            decision: if d.approve { "approved" } else { "rejected" },
+            principal: d.principal.as_str(),
+            time: d.now,
+        });
+    }
+    metadata
+}
+
 /// Sets the run's final status. A `completed` or `failed` run is closed and keeps its status;
 /// completing a run with a pending gate is refused. Overdue gates are swept first.
 pub fn finish(
@@ -701,13 +801,18 @@ pub fn finish(
     error: Option<&str>,
     now: &str,
 ) -> Result<Finished> {
-    sweep(&mut tx, now)?;
+    let swept = sweep(&mut tx, now)?;
     let (id, current) = tx
         .run_row()?
         .ok_or_else(|| anyhow!("the store has no run row"))?;
     let current = current.unwrap_or(RunStatus::Running);
     if current.is_finished() {
         if current == *status {
+            // Nothing written (a sweep of a finished run is not kept); the commit only moves
+            // the anchor, as every gate operation's does.
+            if swept == 0 {
+                tx.commit()?;
+            }
             return Ok(Finished::Unchanged);
         }
         return Err(refused(format!(
@@ -805,6 +910,8 @@ pub fn record_resume(mut tx: Txn<'_>, now: &str) -> Result<Resumed> {
         .ok_or_else(|| anyhow!("the store has no run row"))?;
     let status = status.unwrap_or(RunStatus::Running);
     if status.is_finished() {
+        // Nothing written: the commit only moves the anchor.
+        tx.commit()?;
         return Ok(Resumed {
             previous_status: status.clone(),
             status,

@@ -734,31 +734,6 @@ impl Store for SqliteStore {
         )
     }
 
-    fn chain_hash_at(&mut self, seq: i64) -> Result<Option<String>> {
-        self.opt(
-            "SELECT hash FROM gate_audit_log WHERE seq = ?1",
-            [seq],
-            |r| r.get(0),
-        )
-        .map(Option::flatten)
-    }
-
-    fn chain_tip(&mut self) -> Result<Option<super::ChainTip>> {
-        self.opt(
-            "SELECT run_id, seq, hash, seal FROM gate_audit_log WHERE seq IS NOT NULL
-              ORDER BY seq DESC LIMIT 1",
-            [],
-            |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get::<_, Option<String>>(2)?.unwrap_or_default(),
-                    r.get(3)?,
-                ))
-            },
-        )
-    }
-
     fn run_summary(&mut self, now: &str) -> Result<RunSummary> {
         let run = self.run_info()?;
         let (error_message, last_event_at, pending_gates) = self.one(

@@ -10,7 +10,7 @@ use crate::model::{GateStatus, RunStatus};
 use crate::store::dump::{
     AgentRecord, BindingRecord, ExecRecord, GateRecord, RunRecord, SegmentRecord,
 };
-use crate::store::tx::{GateResumeState, KeyedExecution, Tx, TxKind};
+use crate::store::tx::{ChainTip, GateResumeState, KeyedExecution, Tx, TxKind};
 use crate::store::{AuditRow, GateRow, ImportRow, NewGate};
 use anyhow::{anyhow, Result};
 use postgres::Transaction;
@@ -518,6 +518,23 @@ impl Tx for PgTx<'_> {
             &format!("{AUDIT_SELECT} WHERE run_id = $1 AND seq IS NULL ORDER BY id"),
             &[&run],
             audit_row,
+        )
+    }
+
+    fn chain_tip(&mut self) -> Result<Option<ChainTip>> {
+        let run = self.run()?;
+        self.opt(
+            "SELECT run_id, seq, hash, seal FROM openprose.gate_audit_log
+              WHERE run_id = $1 AND seq IS NOT NULL ORDER BY seq DESC LIMIT 1",
+            &[&run],
+            |r| {
+                (
+                    r.get(0),
+                    r.get(1),
+                    r.get::<_, Option<String>>(2).unwrap_or_default(),
+                    r.get(3),
+                )
+            },
         )
     }
 

@@ -9,7 +9,7 @@ use crate::model::{GateStatus, RunStatus};
 use crate::store::dump::{
     AgentRecord, BindingRecord, ExecRecord, GateRecord, RunRecord, SegmentRecord,
 };
-use crate::store::tx::{GateResumeState, KeyedExecution, Tx};
+use crate::store::tx::{ChainTip, GateResumeState, KeyedExecution, Tx};
 use crate::store::{AuditRow, GateRow, ImportRow, NewGate};
 use anyhow::{anyhow, Result};
 use rusqlite::{params, Connection};
@@ -243,6 +243,22 @@ impl Tx for SqliteTx<'_> {
             &format!("SELECT {AUDIT_COLUMNS} FROM gate_audit_log WHERE seq IS NULL ORDER BY id"),
             [],
             audit_row,
+        )
+    }
+
+    fn chain_tip(&mut self) -> Result<Option<ChainTip>> {
+        self.opt(
+            "SELECT run_id, seq, hash, seal FROM gate_audit_log WHERE seq IS NOT NULL
+              ORDER BY seq DESC LIMIT 1",
+            [],
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get::<_, Option<String>>(2)?.unwrap_or_default(),
+                    r.get(3)?,
+                ))
+            },
         )
     }
 
