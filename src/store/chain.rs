@@ -483,9 +483,7 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
             // A decision for an opening nothing here vouches for (its `created` event sealed
             // on another machine, or from before the seal) decides nothing this machine can
             // stand behind: the row's instance then has no sealed opening (unattested).
-            kind @ ("approved" | "rejected" | "timeout") if instance > d.instance => {
-                let _ = kind;
-            }
+            "approved" | "rejected" | "timeout" if instance > d.instance => {}
             kind @ ("approved" | "rejected" | "timeout") => {
                 if instance != d.instance {
                     return Err(format!(

@@ -107,7 +107,7 @@ pub use tx::{Tx, TxKind};
 
 use crate::model::{ExecStatus, RunStatus};
 use anyhow::Result;
-use serde::ser::{SerializeMap, Serializer};
+use serde::ser::Serializer;
 use serde::Serialize;
 use std::path::Path;
 use std::time::Duration;
@@ -262,11 +262,7 @@ impl Serialize for QueryResult {
         struct Row<'a>(&'a [String], &'a [serde_json::Value]);
         impl Serialize for Row<'_> {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                let mut map = s.serialize_map(Some(self.0.len()))?;
-                for (k, v) in self.0.iter().zip(self.1) {
-                    map.serialize_entry(k, v)?;
-                }
-                map.end()
+                s.collect_map(self.0.iter().zip(self.1))
             }
         }
         s.collect_seq(self.rows.iter().map(|r| Row(&self.columns, r)))

@@ -19,7 +19,7 @@ use anyhow::{anyhow, Result};
 use postgres::error::SqlState;
 use postgres::types::{ToSql, Type};
 use postgres::ToStatement;
-use postgres::{Client, GenericClient, Row};
+use postgres::{Client, GenericClient, Row, Transaction};
 
 /// The version in openprose.schema_version written by this build.
 pub const POSTGRES_SCHEMA_VERSION: i32 = 6;
@@ -246,39 +246,49 @@ impl PgStore {
     /// Creates the openprose schema, or brings it up to this build's version, under an
     /// advisory lock so that concurrent first uses do not race.
     fn ensure_schema(&mut self) -> Result<()> {
-        let (shown, busy_ms) = (self.shown_url.clone(), self.busy_ms);
-        let err = |e| map_err(e, &shown, busy_ms);
-        let mut tx = self.client.transaction().map_err(err)?;
-        let mut on = On {
-            c: &mut tx,
-            url: &shown,
-            busy_ms,
-        };
-        on.exec("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
-        // Another process may have done it while this one waited for the lock.
-        let table: bool = on.one(
-            "SELECT to_regclass('openprose.schema_version') IS NOT NULL",
-            &[],
-            |r| r.get(0),
-        )?;
-        let current: Option<i32> = match table {
-            true => on.one(
-                "SELECT max(version) FROM openprose.schema_version",
+        self.in_tx(|on| {
+            on.exec("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+            // Another process may have done it while this one waited for the lock.
+            let table: bool = on.one(
+                "SELECT to_regclass('openprose.schema_version') IS NOT NULL",
                 &[],
                 |r| r.get(0),
-            )?,
-            false => None,
-        };
-        if current.is_none_or(|v| v < POSTGRES_SCHEMA_VERSION) {
-            on.c.batch_execute(SCHEMA).map_err(err)?;
-            on.exec("DELETE FROM openprose.schema_version", &[])?;
-            on.exec(
-                "INSERT INTO openprose.schema_version (version, min_reader, min_writer)
-                 VALUES ($1, $2, $3)",
-                &[&POSTGRES_SCHEMA_VERSION, &MIN_READER, &MIN_WRITER],
             )?;
-        }
-        committed(tx.commit(), err)
+            let current: Option<i32> = match table {
+                true => on.one(
+                    "SELECT max(version) FROM openprose.schema_version",
+                    &[],
+                    |r| r.get(0),
+                )?,
+                false => None,
+            };
+            if current.is_none_or(|v| v < POSTGRES_SCHEMA_VERSION) {
+                on.c.batch_execute(SCHEMA)
+                    .map_err(|e| map_err(e, on.url, on.busy_ms))?;
+                on.exec("DELETE FROM openprose.schema_version", &[])?;
+                on.exec(
+                    "INSERT INTO openprose.schema_version (version, min_reader, min_writer)
+                 VALUES ($1, $2, $3)",
+                    &[&POSTGRES_SCHEMA_VERSION, &MIN_READER, &MIN_WRITER],
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    /// `f` in a plain transaction of this session (no run row held), committed when it
+    /// succeeds.
+    fn in_tx<T>(&mut self, f: impl FnOnce(&mut On<'_, Transaction<'_>>) -> Result<T>) -> Result<T> {
+        let (url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
+        let err = |e| map_err(e, &url, busy_ms);
+        let mut tx = self.client.transaction().map_err(err)?;
+        let done = f(&mut On {
+            c: &mut tx,
+            url: &url,
+            busy_ms,
+        })?;
+        committed(tx.commit(), err)?;
+        Ok(done)
     }
 
     /// Creates a run's row.
@@ -293,20 +303,11 @@ impl PgStore {
         }
         // The run's own row is not there to lock yet: a plain transaction.
         store.prepare_write()?;
-        let (shown_url, busy_ms) = (store.shown_url.clone(), store.busy_ms);
-        let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = store.client.transaction().map_err(err)?;
-        On {
-            c: &mut tx,
-            url: &shown_url,
-            busy_ms,
-        }
-        .exec(
+        store.in_tx(|on| on.exec(
             "INSERT INTO openprose.run (id, program_path, program_source, started_at, updated_at, status, state_mode)
              VALUES ($1, $2, $3, ($4::text)::timestamptz, ($4::text)::timestamptz, 'running', 'postgres')",
             &[&run.id, &run.program_path, &run.program_source, &run.created_at],
-        )?;
-        committed(tx.commit(), err)?;
+        ))?;
         Ok(store)
     }
 
@@ -1043,27 +1044,20 @@ impl Store for PgStore {
     fn delete_run(&mut self) -> Result<()> {
         let run = self.run()?.to_string();
         // The run's values have no foreign key to it (see the schema): deleted with it here.
-        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
-        let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.client.transaction().map_err(err)?;
-        let mut on = On {
-            c: &mut tx,
-            url: &shown_url,
-            busy_ms,
-        };
         // Agents and their segments have no foreign key to the run either (the spec's
         // project agents share the tables, with no run).
-        for sql in [
-            "DELETE FROM openprose.attachment_chunks WHERE run_id = $1",
-            "DELETE FROM openprose.attachments WHERE run_id = $1",
-            "DELETE FROM openprose.agent_segments WHERE run_id = $1",
-            "DELETE FROM openprose.agents WHERE run_id = $1",
-            "DELETE FROM openprose.run WHERE id = $1",
-        ] {
-            on.exec(sql, &[&run])?;
-        }
-        committed(tx.commit(), err)?;
-        Ok(())
+        self.in_tx(|on| {
+            for sql in [
+                "DELETE FROM openprose.attachment_chunks WHERE run_id = $1",
+                "DELETE FROM openprose.attachments WHERE run_id = $1",
+                "DELETE FROM openprose.agent_segments WHERE run_id = $1",
+                "DELETE FROM openprose.agents WHERE run_id = $1",
+                "DELETE FROM openprose.run WHERE id = $1",
+            ] {
+                on.exec(sql, &[&run])?;
+            }
+            Ok(())
+        })
     }
 }
 

@@ -33,13 +33,11 @@ fn finished(tx: &mut dyn Tx) -> Result<Option<String>> {
     })
 }
 
-/// The run's own id, from its row: what every audit event of it names (a gate row's
-/// `run_id` is what a writer of the database left there).
-fn run_id_of(tx: &mut dyn Tx) -> Result<String> {
-    Ok(tx
-        .run_row()?
-        .ok_or_else(|| anyhow!("the store has no run row"))?
-        .0)
+/// The run's own id and status, from its row. The id is what every audit event of it names
+/// (a gate row's `run_id` is what a writer of the database left there).
+fn run_of(tx: &mut dyn Tx) -> Result<(String, Option<RunStatus>)> {
+    tx.run_row()?
+        .ok_or_else(|| anyhow!("the store has no run row"))
 }
 
 /// The gate stored under exactly `id`, if any: a row another id answers for (a collation
@@ -151,9 +149,7 @@ fn genesis(tx: &mut dyn Tx, run_id: &str, now: &str) -> Result<AuditRow> {
 pub fn seal_run(mut tx: Txn<'_>, now: &str) -> Result<()> {
     let (seq, _) = tx.chain_head()?;
     if seq == 0 {
-        let (run_id, _) = tx
-            .run_row()?
-            .ok_or_else(|| anyhow!("the store has no run row"))?;
+        let (run_id, _) = run_of(&mut *tx)?;
         genesis(&mut *tx, &run_id, now)?;
     }
     tx.commit()
@@ -168,7 +164,7 @@ pub fn sweep(tx: &mut Txn<'_>, now: &str) -> Result<usize> {
     let run_id = if overdue.is_empty() {
         String::new()
     } else {
-        run_id_of(&mut **tx)?
+        run_of(&mut **tx)?.0
     };
     for gate in &overdue {
         // The deadline is when it timed out (one that does not parse: now), and both the
@@ -499,9 +495,7 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
         }
     }
     let instance = existing.as_ref().map_or(1, |e| e.instance + 1);
-    let (run_id, _) = tx
-        .run_row()?
-        .ok_or_else(|| anyhow!("the store has no run row"))?;
+    let (run_id, _) = run_of(&mut *tx)?;
     if let Some(parent) = g.parent_execution {
         if !tx.execution_exists(parent)? {
             return Err(not_found(format!("execution not found: {parent}")));
@@ -592,7 +586,7 @@ pub fn view_gate(
         tx.commit()?;
         return Ok(None);
     };
-    let run_id = run_id_of(&mut *tx)?;
+    let run_id = run_of(&mut *tx)?.0;
     append_audit(
         &mut *tx,
         &Event {
@@ -623,7 +617,7 @@ pub fn refuse_attempt(mut tx: Txn<'_>, a: &super::Attempt) -> Result<bool> {
         tx.commit()?;
         return Ok(false);
     };
-    let run_id = run_id_of(&mut *tx)?;
+    let run_id = run_of(&mut *tx)?.0;
     append_audit(
         &mut *tx,
         &Event {
@@ -650,7 +644,7 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
         tx.commit()?;
         return Ok(Decided::NotFound);
     };
-    let run_id = run_id_of(&mut *tx)?;
+    let run_id = run_of(&mut *tx)?.0;
     // The gate as its sealed events make it: a row that contradicts them is not decided.
     let (tampered, _) = disagreement(&mut *tx, &gate)?;
     if let Some((outcome, reason)) = refusal(&gate, d, tampered) {
@@ -802,9 +796,7 @@ pub fn finish(
     now: &str,
 ) -> Result<Finished> {
     let swept = sweep(&mut tx, now)?;
-    let (id, current) = tx
-        .run_row()?
-        .ok_or_else(|| anyhow!("the store has no run row"))?;
+    let (id, current) = run_of(&mut *tx)?;
     let current = current.unwrap_or(RunStatus::Running);
     if current.is_finished() {
         if current == *status {
@@ -905,9 +897,7 @@ pub fn append_segment(
 /// since the last resume, and an `interrupted` run set back to `running`. A finished run is
 /// only read.
 pub fn record_resume(mut tx: Txn<'_>, now: &str) -> Result<Resumed> {
-    let (run_id, status) = tx
-        .run_row()?
-        .ok_or_else(|| anyhow!("the store has no run row"))?;
+    let (run_id, status) = run_of(&mut *tx)?;
     let status = status.unwrap_or(RunStatus::Running);
     if status.is_finished() {
         // Nothing written: the commit only moves the anchor.
