@@ -756,9 +756,13 @@ pub struct ResumeCounts {
 /// The scope condition of a narrow bindings read: the root, and the given scopes (ids from the
 /// database, written as literals).
 pub fn scope_list(chain: &[i64]) -> String {
-    std::iter::once(-1)
-        .chain(chain.iter().copied())
-        .map(|i| i.to_string())
+    id_list(&[&[-1], chain].concat())
+}
+
+/// Ids from the database, written as a list of SQL literals.
+pub fn id_list(ids: &[i64]) -> String {
+    ids.iter()
+        .map(i64::to_string)
         .collect::<Vec<_>>()
         .join(", ")
 }

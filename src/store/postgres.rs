@@ -882,14 +882,7 @@ impl Store for PgStore {
         let in_chain = if chain.is_empty() {
             "FALSE".to_string()
         } else {
-            format!(
-                "b.execution_id IN ({})",
-                chain
-                    .iter()
-                    .map(i64::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
+            format!("b.execution_id IN ({})", super::id_list(chain))
         };
         self.one(
             &format!(
@@ -993,13 +986,14 @@ impl Store for PgStore {
             self.access = Access::Current;
             self.version = POSTGRES_SCHEMA_VERSION as i64;
         }
+        let to = if older {
+            POSTGRES_SCHEMA_VERSION as i64
+        } else {
+            from
+        };
         Ok(super::Migration {
             from,
-            to: if older {
-                POSTGRES_SCHEMA_VERSION as i64
-            } else {
-                from
-            },
+            to,
             steps,
             applied,
         })

@@ -814,11 +814,7 @@ impl Store for SqliteStore {
 
     fn resume_counts(&mut self, chain: &[i64]) -> Result<super::ResumeCounts> {
         // Visible: every root binding, and the names of the chain's scopes the root lacks.
-        let chain_list = chain
-            .iter()
-            .map(i64::to_string)
-            .collect::<Vec<_>>()
-            .join(", ");
+        let chain_list = super::id_list(chain);
         self.one(
             &format!(
                 "SELECT (SELECT COUNT(*) FROM execution), (SELECT COUNT(*) FROM bindings),
@@ -962,28 +958,25 @@ impl Store for SqliteStore {
     }
 
     fn migrate(&mut self, apply: bool) -> Result<Migration> {
-        let from = self.version;
-        let steps: Vec<String> = match self.access {
-            Access::Older => sqlite_schema::plan(&self.conn, self.schema)?
+        let (from, older) = (self.version, self.access == Access::Older);
+        let steps: Vec<String> = match older {
+            true => sqlite_schema::plan(&self.conn, self.schema)?
                 .into_iter()
                 .map(|s| s.action)
                 .collect(),
-            _ => Vec::new(),
+            false => Vec::new(),
         };
-        let applied = apply && self.access == Access::Older;
+        let applied = apply && older;
         if applied {
             if let Some(why) = &self.writes_refused {
                 return Err(refused(why.clone()));
             }
             self.upgrade(true)?;
         }
+        let to = if older { self.schema.version } else { from };
         Ok(Migration {
             from,
-            to: if self.access == Access::Older || applied {
-                self.schema.version
-            } else {
-                from
-            },
+            to,
             steps,
             applied,
         })
