@@ -515,14 +515,6 @@ fn execution_exists(s: &mut impl Statements, run_id: &str, id: i64) -> Result<bo
     )
 }
 
-fn load_gate(s: &mut impl Statements, run_id: &str, id: &str) -> Result<Option<GateRow>> {
-    s.opt(
-        &format!("{GATE_SELECT} WHERE run_id = $1 AND id = $2"),
-        &[&run_id, &id],
-        gate_row,
-    )
-}
-
 fn import_row(r: &Row) -> ImportRow {
     ImportRow {
         alias: r.get(0),
@@ -769,7 +761,11 @@ impl Store for PgStore {
 
     fn read_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
         let run = self.run()?.to_string();
-        load_gate(self, &run, id)
+        self.opt(
+            &format!("{GATE_SELECT} WHERE run_id = $1 AND id = $2"),
+            &[&run, &id],
+            gate_row,
+        )
     }
 
     fn audit(&mut self, f: &AuditFilter) -> Result<Vec<AuditRow>> {

@@ -478,14 +478,6 @@ fn execution_exists(s: &impl Statements, id: i64) -> Result<bool> {
     )
 }
 
-fn load_gate(s: &impl Statements, id: &str) -> Result<Option<GateRow>> {
-    s.opt(
-        &format!("SELECT {GATE_COLUMNS} FROM gates WHERE id = ?1"),
-        [id],
-        gate_row,
-    )
-}
-
 const AGENT_SELECT: &str = "SELECT a.name, a.scope, a.memory, a.created_at, a.updated_at,
         (SELECT COUNT(*) FROM agent_segments s WHERE s.agent_name = a.name) FROM agents a";
 
@@ -718,7 +710,11 @@ impl Store for SqliteStore {
     }
 
     fn read_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
-        load_gate(self, id)
+        self.opt(
+            &format!("SELECT {GATE_COLUMNS} FROM gates WHERE id = ?1"),
+            [id],
+            gate_row,
+        )
     }
 
     fn audit(&mut self, f: &AuditFilter) -> Result<Vec<AuditRow>> {

@@ -93,9 +93,12 @@ pub trait Tx {
     fn put_execution(&mut self, id: Option<i64>, record: &ExecRecord) -> Result<Option<i64>>;
 
     // Gates.
-    fn load_gate(&mut self, id: &str) -> Result<Option<GateRow>>;
     /// The gates row of this id as stored (what `gate_instances` keeps of an opening).
     fn gate_record(&mut self, id: &str) -> Result<Option<GateRecord>>;
+    /// The same row as the rules read it.
+    fn load_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
+        Ok(self.gate_record(id)?.map(GateRecord::into_row))
+    }
     /// Pending gates past their deadline (an unparseable deadline counts as passed), oldest
     /// first, locked where the dialect locks rows.
     fn overdue_gates(&mut self, now: &str) -> Result<Vec<GateRow>>;

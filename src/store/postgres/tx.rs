@@ -3,7 +3,7 @@
 
 use super::{
     attachment_referenced, audit_row, blobs, committed, execution_exists, gate_record, gate_row,
-    import_row, load_gate, map_err, Statements, AUDIT_SELECT, GATE_SELECT, OVERDUE,
+    import_row, map_err, Statements, AUDIT_SELECT, GATE_SELECT, OVERDUE,
 };
 use crate::error::{not_found, refused, shown};
 use crate::model::{GateStatus, RunStatus};
@@ -370,11 +370,6 @@ impl Tx for PgTx<'_> {
             &[&run, &key],
             |r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)),
         )
-    }
-
-    fn load_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
-        let run = self.run()?;
-        load_gate(self, &run, id)
     }
 
     fn overdue_gates(&mut self, now: &str) -> Result<Vec<GateRow>> {

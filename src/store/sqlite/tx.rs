@@ -3,7 +3,7 @@
 
 use super::{
     attachment_referenced, audit_row, db_error, execution_exists, gate_record, gate_row,
-    import_row, load_gate, CommitWatch, Statements, AUDIT_COLUMNS, GATE_COLUMNS, OVERDUE,
+    import_row, CommitWatch, Statements, AUDIT_COLUMNS, GATE_COLUMNS, OVERDUE,
 };
 use crate::model::{GateStatus, RunStatus};
 use crate::store::dump::{
@@ -109,10 +109,6 @@ impl Tx for SqliteTx<'_> {
             [key],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
         )
-    }
-
-    fn load_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
-        load_gate(self, id)
     }
 
     fn overdue_gates(&mut self, now: &str) -> Result<Vec<GateRow>> {
