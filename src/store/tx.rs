@@ -201,7 +201,7 @@ impl<'a> Txn<'a> {
         let anchor = self
             .anchor
             .take()
-            .map(|place| super::chain::anchor_move(&mut *self.tx, place));
+            .and_then(|place| super::chain::anchor_move(&mut *self.tx, place));
         self.tx.commit()?;
         super::effects::deliver(self.notices);
         if let Some(move_anchor) = anchor {
