@@ -673,7 +673,7 @@ fn instance_of(row: &AuditRow) -> i64 {
 /// (`tx::Txn::commit`), so that an anchor never names a row a reader cannot see yet. An
 /// anchor that cannot be written costs a warning, never the committed write.
 pub(crate) fn anchor_move(tx: &mut dyn super::Tx, place: String) -> Option<Box<dyn FnOnce()>> {
-    let (_, seq, hash, seal) = match tx.chain_tip() {
+    let (seq, hash, seal) = match tx.chain_tip() {
         Ok(tip) => tip?,
         Err(e) => {
             let why = format!("could not read the audit chain's head: {e:#}");

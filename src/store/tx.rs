@@ -26,8 +26,8 @@ pub enum TxKind {
     Import,
 }
 
-/// The newest sequenced audit row of a run: its run id, seq, hash and seal.
-pub type ChainTip = (String, i64, String, Option<String>);
+/// The newest sequenced audit row of a run: its seq, hash and seal.
+pub type ChainTip = (i64, String, Option<String>);
 
 /// An execution record stored under an idempotency key: id, index, text, status, parent.
 pub type KeyedExecution = (

@@ -519,15 +519,14 @@ impl Tx for PgTx<'_> {
     fn chain_tip(&mut self) -> Result<Option<ChainTip>> {
         let run = self.run()?;
         self.opt(
-            "SELECT run_id, seq, hash, seal FROM openprose.gate_audit_log
+            "SELECT seq, hash, seal FROM openprose.gate_audit_log
               WHERE run_id = $1 AND seq IS NOT NULL ORDER BY seq DESC LIMIT 1",
             &[&run],
             |r| {
                 (
                     r.get(0),
-                    r.get(1),
-                    r.get::<_, Option<String>>(2).unwrap_or_default(),
-                    r.get(3),
+                    r.get::<_, Option<String>>(1).unwrap_or_default(),
+                    r.get(2),
                 )
             },
         )

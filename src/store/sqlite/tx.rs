@@ -244,15 +244,14 @@ impl Tx for SqliteTx<'_> {
 
     fn chain_tip(&mut self) -> Result<Option<ChainTip>> {
         self.opt(
-            "SELECT run_id, seq, hash, seal FROM gate_audit_log WHERE seq IS NOT NULL
+            "SELECT seq, hash, seal FROM gate_audit_log WHERE seq IS NOT NULL
               ORDER BY seq DESC LIMIT 1",
             [],
             |r| {
                 Ok((
                     r.get(0)?,
-                    r.get(1)?,
-                    r.get::<_, Option<String>>(2)?.unwrap_or_default(),
-                    r.get(3)?,
+                    r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                    r.get(2)?,
                 ))
             },
         )
