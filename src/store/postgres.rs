@@ -213,18 +213,21 @@ impl PgStore {
     fn prepare_write(&mut self) -> Result<()> {
         match self.access {
             Access::Current | Access::NewerWritable => Ok(()),
-            Access::Older => {
-                self.ensure_schema()?;
-                self.access = Access::Current;
-                self.version = POSTGRES_SCHEMA_VERSION as i64;
-                Ok(())
-            }
+            Access::Older => self.upgrade(),
             Access::NewerReadOnly => Err(super::refuse_write(
                 self.version,
                 POSTGRES_SCHEMA_VERSION as i64,
                 &self.shown_url,
             )),
         }
+    }
+
+    /// Brings an older schema to this build's.
+    fn upgrade(&mut self) -> Result<()> {
+        self.ensure_schema()?;
+        self.access = Access::Current;
+        self.version = POSTGRES_SCHEMA_VERSION as i64;
+        Ok(())
     }
 
     /// The session settings, the schema version and whether the run exists, in one statement.
@@ -940,13 +943,8 @@ impl Store for PgStore {
             &[&run],
             |r| r.get(0),
         )?;
-        Ok(if n > 0 {
-            vec![format!(
-                "{n} bindings are scoped to executions that do not exist"
-            )]
-        } else {
-            Vec::new()
-        })
+        let problem = format!("{n} bindings are scoped to executions that do not exist");
+        Ok((n > 0).then_some(problem).into_iter().collect())
     }
 
     fn checkpoint(&mut self, _mode: &str) -> Result<Checkpointed> {
@@ -967,26 +965,17 @@ impl Store for PgStore {
     }
 
     fn migrate(&mut self, apply: bool) -> Result<super::Migration> {
-        let from = self.version;
-        let older = self.access == Access::Older;
-        let steps = if older {
-            vec![format!(
-                "apply the openprose schema of version {POSTGRES_SCHEMA_VERSION} (idempotent; adds what version {from} lacks)"
-            )]
-        } else {
-            Vec::new()
-        };
+        let (from, older) = (self.version, self.access == Access::Older);
+        let step = format!(
+            "apply the openprose schema of version {POSTGRES_SCHEMA_VERSION} (idempotent; adds what version {from} lacks)"
+        );
+        let steps = older.then_some(step).into_iter().collect();
         let applied = apply && older;
         if applied {
-            self.ensure_schema()?;
-            self.access = Access::Current;
-            self.version = POSTGRES_SCHEMA_VERSION as i64;
+            self.upgrade()?;
         }
-        let to = if older {
-            POSTGRES_SCHEMA_VERSION as i64
-        } else {
-            from
-        };
+        let ours = POSTGRES_SCHEMA_VERSION as i64;
+        let to = if older { ours } else { from };
         Ok(super::Migration {
             from,
             to,

@@ -1057,11 +1057,7 @@ pub fn restore(mut tx: Txn<'_>, r: &Restore) -> Result<()> {
     for i in &d.imports {
         tx.put_import(i)?;
     }
-    let key = if r.reseal {
-        Some(super::seal::key_for_writing()?)
-    } else {
-        None
-    };
+    let key = r.reseal.then(super::seal::key_for_writing).transpose()?;
     for row in &d.audit {
         if !keep && row.seq.is_none() && row.hash.is_some() {
             return Err(refused(format!(
