@@ -127,7 +127,6 @@ fn linked(path: &Path) -> anyhow::Error {
 /// (exit 4) when it is a symlink or not a plain file.
 fn read_plain(path: &Path) -> Result<Option<Vec<u8>>> {
     use std::io::Read as _;
-    use std::os::unix::fs::OpenOptionsExt;
     match fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => {
@@ -143,17 +142,13 @@ fn read_plain(path: &Path) -> Result<Option<Vec<u8>>> {
         Ok(_) => {}
     }
     // Opened without following a link, in case one replaced the file since it was looked at.
-    let mut file = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(libc::ELOOP) {
-                linked(path)
-            } else {
-                anyhow::Error::new(e).context(format!("could not read {}", named(path)))
-            }
-        })?;
+    let mut file = crate::services::attach::open_nofollow(path).map_err(|e| {
+        if e.raw_os_error() == Some(libc::ELOOP) {
+            linked(path)
+        } else {
+            anyhow::Error::new(e).context(format!("could not read {}", named(path)))
+        }
+    })?;
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)
         .with_context(|| format!("could not read {}", named(path)))?;

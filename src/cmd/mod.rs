@@ -138,6 +138,11 @@ fn value_from_file(file: Option<&Path>) -> Result<(Box<dyn Read>, bool)> {
     Ok((Box::new(file), false))
 }
 
+/// A table's header, from its column names.
+fn header(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| s.to_string()).collect()
+}
+
 /// Applies `f` to every run of a command that visits each (`listing::visit_runs`): a run
 /// that cannot be read is a warning when there are several runs, and the error when there is
 /// one.

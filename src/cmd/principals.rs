@@ -54,10 +54,7 @@ impl Render for PrincipalList {
         if self.principals.is_empty() {
             return writeln!(w, "no principals");
         }
-        let header: Vec<String> = ["PRINCIPAL", "KIND", "ISSUED", "REVOKED"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let header = super::header(&["PRINCIPAL", "KIND", "ISSUED", "REVOKED"]);
         let rows: Vec<Vec<String>> = self
             .principals
             .iter()

@@ -39,10 +39,7 @@ pub struct Pruned {
 
 impl Render for Pruned {
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
-        let header: Vec<String> = ["RUN", "STATUS", "STARTED", "BYTES", "ACTION"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let header = super::header(&["RUN", "STATUS", "STARTED", "BYTES", "ACTION"]);
         let rows: Vec<Vec<String>> = self
             .runs
             .iter()
