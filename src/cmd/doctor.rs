@@ -155,22 +155,18 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
                     );
                 }
                 Ok(_) => {}
-                Err(attach::OpenError::Missing(_)) if on_server => problem(
-                    "missing attachment",
-                    format!(
-                        "binding {} ({scope}) points at {rel}, which is not on this machine (run `prose-state doctor --fix` on the machine that bound it, to upload it)",
+                Err(attach::OpenError::Missing(_)) => {
+                    let which = if on_server {
+                        "is not on this machine (run `prose-state doctor --fix` on the machine that bound it, to upload it)"
+                    } else {
+                        "is missing"
+                    };
+                    let detail = format!(
+                        "binding {} ({scope}) points at {rel}, which {which}",
                         b.name
-                    ),
-                    false,
-                ),
-                Err(attach::OpenError::Missing(_)) => problem(
-                    "missing attachment",
-                    format!(
-                        "binding {} ({scope}) points at {rel}, which is missing",
-                        b.name
-                    ),
-                    false,
-                ),
+                    );
+                    problem("missing attachment", detail, false)
+                }
                 Err(attach::OpenError::Refused(e) | attach::OpenError::Other(e)) => problem(
                     "unsafe attachment",
                     format!("binding {} ({scope}): {e:#}", b.name),

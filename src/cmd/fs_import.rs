@@ -759,21 +759,18 @@ fn agents_outside_the_run(
         let Some(mut store) = store else { continue };
         let now = crate::model::now();
         for a in agents {
-            let have = store.agent(&a.name)?;
             let mine: Vec<&SegmentRecord> = segments
                 .iter()
                 .filter(|s| s.agent_name.as_deref() == Some(a.name.as_str()))
                 .collect();
-            match have {
-                Some(h) if h.memory == a.memory && h.segments == mine.len() as i64 => continue,
-                Some(_) => {
+            if let Some(h) = store.agent(&a.name)? {
+                if h.memory != a.memory || h.segments != mine.len() as i64 {
                     unmapped.push(format!(
                         "{what} agent {}: already there with other memory or segments; left as it is",
                         shown(&a.name)
                     ));
-                    continue;
                 }
-                None => {}
+                continue;
             }
             if let Some(memory) = &a.memory {
                 store.remember(&a.name, what, memory, &now)?;

@@ -69,6 +69,8 @@ fn counts(map: &BTreeMap<String, i64>) -> String {
 
 impl Render for Stats {
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        // One run's counts are the totals'.
+        let t = &self.totals;
         if let [one] = self.runs.as_slice() {
             let s = &one.store;
             kv(w, "run", &one.run_id)?;
@@ -80,26 +82,11 @@ impl Render for Stats {
             if let Some(b) = s.wal_bytes {
                 kv(w, "wal bytes", b)?;
             }
-            kv(w, "rows", counts(&s.tables))?;
-            kv(w, "execution statuses", counts(&s.execution_status))?;
-            kv(w, "binding bytes inline", s.binding_inline_bytes)?;
-            kv(
-                w,
-                "attachments",
-                format!(
-                    "{} files, {} bytes",
-                    one.attachment_files, one.attachment_bytes
-                ),
-            )?;
-            for (k, v) in &s.settings {
-                kv(w, k, v)?;
-            }
-            return Ok(());
+        } else {
+            kv(w, "runs", t.runs)?;
+            kv(w, "db bytes", t.db_bytes)?;
+            kv(w, "wal bytes", t.wal_bytes)?;
         }
-        let t = &self.totals;
-        kv(w, "runs", t.runs)?;
-        kv(w, "db bytes", t.db_bytes)?;
-        kv(w, "wal bytes", t.wal_bytes)?;
         kv(w, "rows", counts(&t.tables))?;
         kv(w, "execution statuses", counts(&t.execution_status))?;
         kv(w, "binding bytes inline", t.binding_inline_bytes)?;
@@ -108,7 +95,11 @@ impl Render for Stats {
             "attachments",
             format!("{} files, {} bytes", t.attachment_files, t.attachment_bytes),
         )?;
-        if !self.runs.is_empty() {
+        if let [one] = self.runs.as_slice() {
+            for (k, v) in &one.store.settings {
+                kv(w, k, v)?;
+            }
+        } else if !self.runs.is_empty() {
             writeln!(w)?;
             let header = super::header(&[
                 "RUN",
