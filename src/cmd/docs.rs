@@ -174,13 +174,11 @@ fn shown(arg: &clap::Arg) -> bool {
 /// One list item: the argument as it is typed, its help, and its possible values, default
 /// and environment variable.
 fn arg_item(arg: &clap::Arg) -> String {
-    let mut names = Vec::new();
-    if let Some(s) = arg.get_short() {
-        names.push(format!("-{s}"));
-    }
-    if let Some(l) = arg.get_long() {
-        names.push(format!("--{l}"));
-    }
+    let short = arg.get_short().map(|s| format!("-{s}"));
+    let names: Vec<String> = short
+        .into_iter()
+        .chain(arg.get_long().map(|l| format!("--{l}")))
+        .collect();
     let value_names: Vec<String> = arg
         .get_value_names()
         .map(|v| v.iter().map(|n| n.to_string()).collect())

@@ -79,13 +79,11 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
     for (dir, why) in &leftovers {
         let fixed = req.fix && std::fs::remove_dir_all(dir).is_ok();
         let name = dir.file_name().map(|n| n.to_string_lossy().into_owned());
-        let detail = format!("{}: {why}", dir.display());
-        problems.push(Problem::new(
+        let (name, detail) = (
             name.unwrap_or_default(),
-            "incomplete run",
-            detail,
-            fixed,
-        ));
+            format!("{}: {why}", dir.display()),
+        );
+        problems.push(Problem::new(name, "incomplete run", detail, fixed));
     }
     let runs: Vec<RunPaths> = runs
         .iter()
@@ -310,12 +308,8 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
                 o.blob,
                 size(o.bytes)
             );
-            problems.push(Problem::new(
-                o.run_id,
-                "unreferenced value",
-                detail,
-                o.removed,
-            ));
+            let kind = "unreferenced value";
+            problems.push(Problem::new(o.run_id, kind, detail, o.removed));
         }
     }
     // The project catalog against the runs, when every run is checked: what differs (a raw

@@ -127,11 +127,10 @@ fn linked(path: &Path) -> anyhow::Error {
 /// (exit 4) when it is a symlink or not a plain file.
 fn read_plain(path: &Path) -> Result<Option<Vec<u8>>> {
     use std::io::Read as _;
+    let cannot = || format!("could not read {}", named(path));
     match fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(anyhow::Error::new(e).context(format!("could not read {}", named(path))))
-        }
+        Err(e) => return Err(anyhow::Error::new(e).context(cannot())),
         Ok(m) if m.file_type().is_symlink() => return Err(linked(path)),
         Ok(m) if !m.is_file() => {
             return Err(refused(format!(
@@ -146,12 +145,11 @@ fn read_plain(path: &Path) -> Result<Option<Vec<u8>>> {
         if e.raw_os_error() == Some(libc::ELOOP) {
             linked(path)
         } else {
-            anyhow::Error::new(e).context(format!("could not read {}", named(path)))
+            anyhow::Error::new(e).context(cannot())
         }
     })?;
     let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)
-        .with_context(|| format!("could not read {}", named(path)))?;
+    file.read_to_end(&mut bytes).with_context(cannot)?;
     Ok(Some(bytes))
 }
 
@@ -250,13 +248,9 @@ fn read_run(dir: &Path, unmapped: &mut Vec<String>) -> Result<RunDump> {
             continue;
         }
         if let Some(rest) = text.strip_prefix("# run:") {
-            let mut parts = rest.splitn(2, char::is_whitespace);
-            let id = parts.next().unwrap_or_default().to_string();
-            let program = parts
-                .next()
-                .map(|p| p.trim().to_string())
-                .filter(|p| !p.is_empty());
-            header = Some((id, program));
+            let (id, program) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+            let program = Some(program.trim().to_string()).filter(|p| !p.is_empty());
+            header = Some((id.to_string(), program));
             continue;
         }
         if log.event(text, line_no).is_none() {

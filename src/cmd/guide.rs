@@ -67,11 +67,8 @@ impl GuideArgs {
             Some(id) => (format!(" --execution-id {id}"), format!("execution {id}")),
             None => (String::new(), "the root scope".to_string()),
         };
-        if let Some(name) = &self.name {
+        for name in self.name.iter().chain(&self.agent) {
             crate::model::check_name(name)?;
-        }
-        if let Some(agent) = &self.agent {
-            crate::model::check_name(agent)?;
         }
         // The persistent agent's part is there only for a persistent agent.
         let text = match (text.split_once("{{#agent}}\n"), &self.agent) {
