@@ -332,16 +332,9 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
     // `--agent NAME` or `--agent agent:NAME`: a principal of the agent kind either way, its
     // name normalised and checked as every principal's is.
     let given = Principal::parse(&args.agent, "--agent")?;
-    let agent = if given.as_str().starts_with("agent:") {
-        given
-    } else {
-        Principal::parse(&format!("agent:{}", given.as_str()), "--agent")?
-    };
-    let agent_name = agent
-        .as_str()
-        .strip_prefix("agent:")
-        .unwrap_or(agent.as_str())
-        .to_string();
+    let name = given.as_str();
+    let agent_name = name.strip_prefix("agent:").unwrap_or(name).to_string();
+    let agent = Principal::parse(&format!("agent:{agent_name}"), "--agent")?;
     // The role is the operator's, never the model's: without it no session starts, so that
     // no configuration silently keeps or loses tools.
     let Some(role) = args.role else {
@@ -501,28 +494,16 @@ fn paging(served: &Served) -> Vec<(&'static str, Value)> {
                "description": format!("At most this many {what} (default {default}, at most {max})")})
     };
     match served.page {
-        Page::List => vec![
-            (
-                "cursor",
-                json!({"type": "integer", "minimum": 0, "default": 0,
-                       "description": "Where the page starts: a previous answer's `next_cursor` (0: the first)"}),
-            ),
-            (
-                "limit",
-                limit(pages::LIST_DEFAULT, pages::LIST_MAX, served.wrap),
-            ),
-        ],
-        Page::History => vec![
-            (
-                "cursor",
-                json!({"type": "integer", "minimum": 0, "default": 0,
-                       "description": "Where the history's page starts: a previous answer's `next_cursor` (0: the first event)"}),
-            ),
-            (
-                "limit",
-                limit(pages::LIST_DEFAULT, pages::LIST_MAX, "history events"),
-            ),
-        ],
+        Page::List | Page::History => {
+            let (page, first, items) = match served.page {
+                Page::List => ("page", "", served.wrap),
+                _ => ("history's page", " event", "history events"),
+            };
+            let cursor = json!({"type": "integer", "minimum": 0, "default": 0, "description": format!(
+                "Where the {page} starts: a previous answer's `next_cursor` (0: the first{first})")});
+            let limit = limit(pages::LIST_DEFAULT, pages::LIST_MAX, items);
+            vec![("cursor", cursor), ("limit", limit)]
+        }
         Page::Log => vec![("limit", limit(pages::LOG_DEFAULT, pages::LOG_MAX, "events"))],
         Page::Memory => vec![
             (
@@ -831,15 +812,11 @@ impl Server {
                         Some(Value::Array(events)) => events,
                         _ => Vec::new(),
                     };
-                    if let Value::Object(page) = pages::list(history, "history", cursor, limit) {
-                        for (field, value) in page {
-                            let field = if field == "total" {
-                                "history_total".into()
-                            } else {
-                                field
-                            };
-                            gate.insert(field, value);
-                        }
+                    if let Value::Object(mut page) = pages::list(history, "history", cursor, limit)
+                    {
+                        let total = page.remove("total").unwrap_or_default();
+                        gate.insert("history_total".into(), total);
+                        gate.extend(page);
                     }
                     outcome.set(Value::Object(gate));
                 }
@@ -985,7 +962,6 @@ fn named_offset(args: &JsonObject, key: &str) -> Option<u64> {
     args.get(key).and_then(Value::as_u64)
 }
 
-/// A value given to an option or positional, as its text.
 /// `gates_wait`'s arguments with its timeout as the command line takes it: a whole number
 /// of seconds (`"timeout": 30`, what a client is likely to send) becomes `30s`; any other
 /// number is refused, naming the forms taken.
@@ -1002,6 +978,7 @@ fn wait_timeout_in_words(args: &JsonObject) -> Result<JsonObject> {
     Ok(args)
 }
 
+/// A value given to an option or positional, as its text.
 fn text(value: &Value, property: &str) -> Result<String> {
     match value {
         Value::String(s) => Ok(s.clone()),
@@ -1136,17 +1113,13 @@ impl ServerHandler for Handler {
             env!("CARGO_PKG_VERSION"),
         ))
         .with_instructions(format!(
-            "The durable state of an OpenProse run, acting as {} in the {} role. Each tool \
+            "The durable state of an OpenProse run, acting as {} in the {role} role. Each tool \
                  is a prose-state command and returns its JSON; a failed call carries its exit \
                  class (usage, not_found, refused, busy, ...). Busy means nothing was written: \
                  retry. Long answers come in pages: each says whether it was cut (`truncated`) \
-                 and gives the cursor to continue. The protocol is this server's prompt `{}`.",
+                 and gives the cursor to continue. The protocol is this server's prompt `{role}`.",
             self.0.agent.as_str(),
-            match self.0.role {
-                Role::Vm => "vm",
-                Role::Subagent => "subagent",
-            },
-            match self.0.role {
+            role = match self.0.role {
                 Role::Vm => "vm",
                 Role::Subagent => "subagent",
             },
