@@ -4,6 +4,26 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
+/// A value enum each variant of which is one word: clap reads the variant by it, `as_str`
+/// gives it back.
+macro_rules! words {
+    ($(#[$m:meta])* $name:ident { $($(#[$v:meta])* $variant:ident => $word:literal,)* }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+        pub enum $name {
+            $($(#[$v])* #[value(name = $word)] $variant,)*
+        }
+
+        impl $name {
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $word,)*
+                }
+            }
+        }
+    };
+}
+
 /// The end of every `--help`, the top level's and each subcommand's (src/parse.rs adds it to
 /// the subcommands).
 pub const EXIT_CODES: &str =
@@ -197,13 +217,14 @@ pub struct McpArgs {
     pub execution_id: Option<i64>,
 }
 
-/// The roles an MCP session may play.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum McpRole {
-    /// The orchestrating VM: every served tool
-    Vm,
-    /// A subagent: read, bind in its scope, its own agent's memory and segments
-    Subagent,
+words! {
+    /// The roles an MCP session may play.
+    McpRole {
+        /// The orchestrating VM: every served tool
+        Vm => "vm",
+        /// A subagent: read, bind in its scope, its own agent's memory and segments
+        Subagent => "subagent",
+    }
 }
 
 #[derive(Debug, Args)]
@@ -276,22 +297,12 @@ pub struct DoctorArgs {
     pub fix: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CheckpointMode {
-    Passive,
-    Full,
-    Restart,
-    Truncate,
-}
-
-impl CheckpointMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CheckpointMode::Passive => "passive",
-            CheckpointMode::Full => "full",
-            CheckpointMode::Restart => "restart",
-            CheckpointMode::Truncate => "truncate",
-        }
+words! {
+    CheckpointMode {
+        Passive => "passive",
+        Full => "full",
+        Restart => "restart",
+        Truncate => "truncate",
     }
 }
 
@@ -491,29 +502,31 @@ pub struct QueryArgs {
     pub timeout: String,
 }
 
-/// The kinds a binding may have (the spec's `bindings.kind`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Kind {
-    Input,
-    Output,
-    Let,
-    Const,
+words! {
+    /// The kinds a binding may have (the spec's `bindings.kind`).
+    Kind {
+        Input => "input",
+        Output => "output",
+        Let => "let",
+        Const => "const",
+    }
 }
 
-/// Execution record statuses: the spec's schema comment plus the ones its append-only
-/// examples write (started, iteration, joined, exited, retry).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Status {
-    Pending,
-    Executing,
-    Started,
-    Completed,
-    Failed,
-    Skipped,
-    Iteration,
-    Joined,
-    Exited,
-    Retry,
+words! {
+    /// Execution record statuses: the spec's schema comment plus the ones its append-only
+    /// examples write (started, iteration, joined, exited, retry).
+    Status {
+        Pending => "pending",
+        Executing => "executing",
+        Started => "started",
+        Completed => "completed",
+        Failed => "failed",
+        Skipped => "skipped",
+        Iteration => "iteration",
+        Joined => "joined",
+        Exited => "exited",
+        Retry => "retry",
+    }
 }
 
 /// Who is acting: `--as NAME`, else PROSE_PRINCIPAL, else the login name.
@@ -824,23 +837,14 @@ pub struct RequireArgs {
     pub key: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum AgentScope {
-    /// The run's state.db (needs --run)
-    Execution,
-    /// <root>/.prose/agents.db
-    Project,
-    /// ~/.prose/agents.db (PROSE_HOME overrides the home directory)
-    User,
-}
-
-impl AgentScope {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AgentScope::Execution => "execution",
-            AgentScope::Project => "project",
-            AgentScope::User => "user",
-        }
+words! {
+    AgentScope {
+        /// The run's state.db (needs --run)
+        Execution => "execution",
+        /// <root>/.prose/agents.db
+        Project => "project",
+        /// ~/.prose/agents.db (PROSE_HOME overrides the home directory)
+        User => "user",
     }
 }
 
@@ -943,11 +947,12 @@ pub struct ImportAddArgs {
     pub replace: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum FinalStatus {
-    Completed,
-    Failed,
-    Interrupted,
+words! {
+    FinalStatus {
+        Completed => "completed",
+        Failed => "failed",
+        Interrupted => "interrupted",
+    }
 }
 
 #[derive(Debug, Args)]
@@ -960,12 +965,13 @@ pub struct FinishArgs {
     pub error: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RunStatus {
-    Running,
-    Completed,
-    Failed,
-    Interrupted,
+words! {
+    RunStatus {
+        Running => "running",
+        Completed => "completed",
+        Failed => "failed",
+        Interrupted => "interrupted",
+    }
 }
 
 #[derive(Debug, Args)]

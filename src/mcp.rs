@@ -1119,10 +1119,7 @@ impl ServerHandler for Handler {
                  retry. Long answers come in pages: each says whether it was cut (`truncated`) \
                  and gives the cursor to continue. The protocol is this server's prompt `{role}`.",
             self.0.agent.as_str(),
-            role = match self.0.role {
-                Role::Vm => "vm",
-                Role::Subagent => "subagent",
-            },
+            role = self.0.role.as_str(),
         ))
     }
 

@@ -1,38 +1,12 @@
 //! The domain's vocabulary, shared by commands and stores: binding kinds, execution statuses,
 //! the rules for names and run ids, and the one timestamp format.
 
-use crate::cli::{Kind, Status};
+use crate::cli::Status;
 use crate::error::{shown, usage};
 use anyhow::Result;
 pub use chrono::Timelike;
 
-impl Kind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Input => "input",
-            Kind::Output => "output",
-            Kind::Let => "let",
-            Kind::Const => "const",
-        }
-    }
-}
-
 impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Pending => "pending",
-            Status::Executing => "executing",
-            Status::Started => "started",
-            Status::Completed => "completed",
-            Status::Failed => "failed",
-            Status::Skipped => "skipped",
-            Status::Iteration => "iteration",
-            Status::Joined => "joined",
-            Status::Exited => "exited",
-            Status::Retry => "retry",
-        }
-    }
-
     /// Whether the record marks something ending (its time goes to `completed_at`) rather
     /// than beginning or waiting (its time goes to `started_at`). Every record prose-state
     /// appends carries exactly one of the two, so an event's time is
@@ -258,24 +232,13 @@ stored_status! {
 
 impl From<crate::cli::RunStatus> for RunStatus {
     fn from(s: crate::cli::RunStatus) -> Self {
-        use crate::cli::RunStatus as Flag;
-        match s {
-            Flag::Running => RunStatus::Running,
-            Flag::Completed => RunStatus::Completed,
-            Flag::Failed => RunStatus::Failed,
-            Flag::Interrupted => RunStatus::Interrupted,
-        }
+        RunStatus::parse(s.as_str())
     }
 }
 
 impl From<crate::cli::FinalStatus> for RunStatus {
     fn from(s: crate::cli::FinalStatus) -> Self {
-        use crate::cli::FinalStatus as Flag;
-        match s {
-            Flag::Completed => RunStatus::Completed,
-            Flag::Failed => RunStatus::Failed,
-            Flag::Interrupted => RunStatus::Interrupted,
-        }
+        RunStatus::parse(s.as_str())
     }
 }
 
