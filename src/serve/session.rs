@@ -5,7 +5,6 @@
 
 use crate::model::Principal;
 use axum::http::{header, HeaderMap, HeaderValue};
-use rand::RngCore;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -42,13 +41,13 @@ impl Sessions {
     /// Opens a session for a principal signed in with the token `token_hash` is the hash
     /// of; returns its id.
     pub(super) fn open(&self, principal: Principal, token_hash: String) -> String {
-        let id = random_hex(32);
+        let id = random_hex();
         self.lock().insert(
             id.clone(),
             Session {
                 principal,
                 token_hash,
-                csrf: random_hex(32),
+                csrf: random_hex(),
                 used: Instant::now(),
             },
         );
@@ -77,10 +76,9 @@ impl Sessions {
     }
 }
 
-fn random_hex(bytes: usize) -> String {
-    let mut b = vec![0u8; bytes];
-    rand::rng().fill_bytes(&mut b);
-    b.iter().map(|x| format!("{x:02x}")).collect()
+/// 32 random bytes, in hex.
+fn random_hex() -> String {
+    crate::model::hex(&rand::random::<[u8; 32]>())
 }
 
 /// The session a request's cookie names.
