@@ -52,7 +52,7 @@ fn pending_table(list: &crate::cmd::gates::GateList) -> Markup {
 }
 
 async fn pending_list(app: &Arc<App>) -> Result<crate::cmd::gates::GateList> {
-    blocking(&app, |app| {
+    blocking(app, |app| {
         let args = crate::cli::GatesListArgs {
             status: crate::cli::GateStatus::Pending,
             pending: true,

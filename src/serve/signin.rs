@@ -38,7 +38,7 @@ impl FromRequestParts<Arc<App>> for SignedIn {
         let found = app.sessions.used(&id).ok_or(SIGN_IN)?;
         let name = found.principal.as_str().to_string();
         let hash = found.token_hash;
-        let live = blocking(&app, move |app| {
+        let live = blocking(app, move |app| {
             app.with_book(|book| {
                 Ok(book
                     .principal(&name)?
