@@ -53,10 +53,10 @@ pub fn get(
     name: &str,
     args: &Map<String, Value>,
 ) -> Result<GetPromptResult, ErrorData> {
-    let Some((_, _, _)) = GUIDES
+    if !GUIDES
         .iter()
-        .find(|(n, roles, _)| *n == name && roles.contains(&server.role))
-    else {
+        .any(|(n, roles, _)| *n == name && roles.contains(&server.role))
+    {
         return Err(invalid(format!(
             "no such prompt: {}",
             crate::error::shown(name)

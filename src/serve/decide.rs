@@ -76,20 +76,16 @@ pub(super) fn forms(app: &App, user: &SignedIn, g: &GateRow) -> Markup {
     }
 }
 
-#[derive(Deserialize)]
+/// A decision form's fields; one left out is empty.
+#[derive(Deserialize, Default)]
+#[serde(default)]
 pub(super) struct DecideForm {
-    #[serde(default)]
     csrf: String,
-    #[serde(default)]
     action: String,
-    #[serde(default)]
     comment: String,
-    #[serde(default)]
     prompt_hash: String,
     /// The gate instance the page showed, and the view's tag over it (`view_tag`).
-    #[serde(default)]
     instance: String,
-    #[serde(default)]
     view: String,
 }
 

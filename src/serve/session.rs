@@ -15,16 +15,15 @@ const COOKIE: &str = "prose_session";
 const IDLE: Duration = Duration::from_secs(8 * 3600);
 
 struct Session {
-    principal: Principal,
-    /// The token hash the session was opened with: a revoked or reissued token ends it.
-    token_hash: String,
-    csrf: String,
+    found: Found,
     used: Instant,
 }
 
 /// A session as a request finds it.
+#[derive(Clone)]
 pub(super) struct Found {
     pub principal: Principal,
+    /// The token hash the session was opened with: a revoked or reissued token ends it.
     pub token_hash: String,
     pub csrf: String,
 }
@@ -45,9 +44,11 @@ impl Sessions {
         self.lock().insert(
             id.clone(),
             Session {
-                principal,
-                token_hash,
-                csrf: random_hex(),
+                found: Found {
+                    principal,
+                    token_hash,
+                    csrf: random_hex(),
+                },
                 used: Instant::now(),
             },
         );
@@ -64,11 +65,7 @@ impl Sessions {
             return None;
         }
         s.used = Instant::now();
-        Some(Found {
-            principal: s.principal.clone(),
-            token_hash: s.token_hash.clone(),
-            csrf: s.csrf.clone(),
-        })
+        Some(s.found.clone())
     }
 
     pub(super) fn end(&self, id: &str) {
