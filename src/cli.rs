@@ -442,13 +442,11 @@ pub struct GetArgs {
     pub explain: bool,
 
     /// Only the value's bytes from this offset (a large value read in parts)
-    #[arg(long, value_name = "BYTES", conflicts_with = "explain",
-          value_parser = clap::value_parser!(u64))]
+    #[arg(long, value_name = "BYTES", conflicts_with = "explain")]
     pub offset: Option<u64>,
 
     /// At most this many bytes of the value (from --offset, or from the start)
-    #[arg(long, value_name = "BYTES", conflicts_with = "explain",
-          value_parser = clap::value_parser!(u64))]
+    #[arg(long, value_name = "BYTES", conflicts_with = "explain")]
     pub length: Option<u64>,
 }
 

@@ -445,14 +445,12 @@ fn tools(role: Role, run_pinned: bool, execution_pinned: bool) -> Vec<ToolSpec> 
                     params.push(p);
                 }
             }
-            for p in &params {
-                if p.level == 0 && !p.hidden {
-                    properties.insert(
-                        p.property.clone(),
-                        json!({"type": "string", "description":
-                            "The run's id (default: the session's run: the server's --run, or the run `init` made)"}),
-                    );
-                }
+            if let Some(p) = params.iter().find(|p| p.level == 0 && !p.hidden) {
+                properties.insert(
+                    p.property.clone(),
+                    json!({"type": "string", "description":
+                        "The run's id (default: the session's run: the server's --run, or the run `init` made)"}),
+                );
             }
             for (property, schema) in paging(served) {
                 properties.insert(property.into(), schema);
@@ -821,15 +819,15 @@ impl Server {
                     outcome.set(Value::Object(gate));
                 }
             }
+            // `cursor` and `limit` are the offset and the length.
             Page::Memory => {
-                let (offset, length) = (cursor, limit);
                 if let Value::Object(mut memory) = outcome.value.take() {
                     let whole = memory
                         .get("memory")
                         .and_then(Value::as_str)
                         .unwrap_or_default()
                         .to_string();
-                    let (page, start, len) = pages::text(whole.as_bytes(), offset, length);
+                    let (page, start, len) = pages::text(whole.as_bytes(), cursor, limit);
                     memory.insert("memory".into(), Value::String(page));
                     pages::text_fields(&mut memory, start, len, whole.len() as u64);
                     outcome.set(Value::Object(memory));
