@@ -654,7 +654,9 @@ pub struct GateCreateArgs {
     pub metadata: Option<String>,
 }
 
-/// `[RUN] GATE`: a gate, and the run it is in when that is not `--run` or PROSE_RUN.
+/// `[RUN] GATE`: a gate, and the run it is in when that is not `--run` or PROSE_RUN. A
+/// command that takes it overrides its usage line: clap would print `<RUN> [GATE]...` for the
+/// optional run before the gate.
 #[derive(Debug, Args)]
 pub struct RunGate {
     /// [RUN] GATE: the run (id, directory or state.db path; default: --run, else PROSE_RUN),
@@ -674,7 +676,6 @@ impl RunGate {
     }
 }
 
-/// clap would print `<RUN> [GATE]...` for the optional run before the gate.
 #[derive(Debug, Args)]
 #[command(override_usage = "prose-state gates show [OPTIONS] [RUN] GATE")]
 pub struct GateShowArgs {
@@ -684,7 +685,6 @@ pub struct GateShowArgs {
     pub principal: PrincipalArg,
 }
 
-/// clap would print `<RUN> [GATE]...` for the optional run before the gate.
 #[derive(Debug, Args)]
 #[command(override_usage = "prose-state gates wait [OPTIONS] [RUN] GATE")]
 pub struct GateWaitArgs {
@@ -730,7 +730,6 @@ pub struct GateAuditArgs {
     pub since: Option<String>,
 }
 
-/// clap would print `<RUN> [GATE]...` for the optional run before the gate.
 #[derive(Debug, Args)]
 #[command(override_usage = "prose-state approve [OPTIONS] [RUN] GATE")]
 pub struct ApproveArgs {
@@ -757,7 +756,6 @@ pub struct ApproveArgs {
     pub token: TokenArg,
 }
 
-/// clap would print `<RUN> [GATE]...` for the optional run before the gate.
 #[derive(Debug, Args)]
 #[command(override_usage = "prose-state reject [OPTIONS] [RUN] GATE")]
 pub struct RejectArgs {
