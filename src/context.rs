@@ -362,17 +362,13 @@ impl Context {
 ///   among the project's runs under a name that is not its id.
 pub fn read_only(paths: &RunPaths, store: &mut SqliteStore) -> Option<String> {
     use crate::store::Store as _;
-    if std::fs::symlink_metadata(&paths.dir).is_ok_and(|m| m.file_type().is_symlink()) {
-        return Some(format!(
-            "the run directory is a symlink; prose-state reads through it but never writes through it: {}",
-            paths.dir.display()
-        ));
-    }
-    if std::fs::symlink_metadata(&paths.db).is_ok_and(|m| m.file_type().is_symlink()) {
-        return Some(format!(
-            "state.db is a symlink; prose-state reads through it but never writes through it (replace it with the database itself): {}",
-            paths.db.display()
-        ));
+    for (path, what) in [
+        (&paths.dir, "the run directory is a symlink; prose-state reads through it but never writes through it"),
+        (&paths.db, "state.db is a symlink; prose-state reads through it but never writes through it (replace it with the database itself)"),
+    ] {
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Some(format!("{what}: {}", path.display()));
+        }
     }
     let (_, dir_id) = crate::store::catalog::of_state_db(&paths.db)?;
     let recorded = store.run_info().ok()?.id;

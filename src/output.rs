@@ -220,7 +220,7 @@ macro_rules! one_of {
                 }
             }
 
-                        fn escapes_itself(&self) -> bool {
+            fn escapes_itself(&self) -> bool {
                 match self {
                     $(Self::$variant(o) => o.escapes_itself()),*
                 }
