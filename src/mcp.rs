@@ -553,7 +553,6 @@ fn defaults_to_agent(served: &Served, p: &Param) -> bool {
 }
 
 fn schema(arg: &clap::Arg, p: &Param, served: &Served) -> Value {
-    let mut s = Map::new();
     let values: Vec<Value> = arg
         .get_possible_values()
         .iter()
@@ -567,12 +566,11 @@ fn schema(arg: &clap::Arg, p: &Param, served: &Served) -> Value {
         Kind::Text | Kind::List if !values.is_empty() => json!({"type": "string", "enum": values}),
         Kind::Text | Kind::List => json!({"type": "string"}),
     };
-    if p.kind == Kind::List {
-        s.insert("type".into(), json!("array"));
-        s.insert("items".into(), item);
-    } else if let Value::Object(item) = item {
-        s.extend(item);
-    }
+    let mut s = if p.kind == Kind::List {
+        json!({"type": "array", "items": item})
+    } else {
+        item
+    };
     let mut help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
     if defaults_to_agent(served, p) {
         help.push_str(" (default: this server's agent)");
@@ -594,7 +592,7 @@ fn schema(arg: &clap::Arg, p: &Param, served: &Served) -> Value {
         help = (*text).into();
     }
     if !help.is_empty() {
-        s.insert("description".into(), Value::String(help));
+        s["description"] = Value::String(help);
     }
     let defaults: Vec<String> = arg
         .get_default_values()
@@ -602,16 +600,15 @@ fn schema(arg: &clap::Arg, p: &Param, served: &Served) -> Value {
         .map(|d| d.to_string_lossy().into_owned())
         .collect();
     if p.kind == Kind::List && !defaults.is_empty() {
-        s.insert("default".into(), json!(defaults));
+        s["default"] = json!(defaults);
     } else if let [d] = defaults.as_slice() {
-        let d = match p.kind {
+        s["default"] = match p.kind {
             Kind::Integer => d.parse::<i64>().map_or(json!(d), Value::from),
             Kind::Number => d.parse::<f64>().map_or(json!(d), Value::from),
             _ => json!(d),
         };
-        s.insert("default".into(), d);
     }
-    Value::Object(s)
+    s
 }
 
 impl Server {
@@ -711,10 +708,10 @@ impl Server {
         match spec.served.name {
             // A value is read in pages: the first one unless another is asked for.
             "get" if args.get("explain") != Some(&Value::Bool(true)) => {
-                if named_offset(args, "offset").is_none() {
+                if args.get("offset").and_then(Value::as_u64).is_none() {
                     argv.push("--offset=0".into());
                 }
-                match named_offset(args, "length") {
+                match args.get("length").and_then(Value::as_u64) {
                     None => argv.push(format!("--length={}", pages::TEXT_DEFAULT)),
                     Some(n) if n > pages::TEXT_MAX => {
                         return Err(usage(format!(
@@ -953,11 +950,6 @@ fn value_page(args: &crate::cli::GetArgs, ctx: &Context) -> Result<Outcome> {
     out.insert("summary".into(), json!(summary));
     pages::text_fields(&mut out, start, keep as u64, total);
     Ok(Outcome::of(Value::Object(out)))
-}
-
-/// A whole number a call gave for `key`, if it gave one.
-fn named_offset(args: &JsonObject, key: &str) -> Option<u64> {
-    args.get(key).and_then(Value::as_u64)
 }
 
 /// `gates_wait`'s arguments with its timeout as the command line takes it: a whole number
