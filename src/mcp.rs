@@ -642,14 +642,11 @@ impl Server {
         argv.push(format!("--busy-timeout={}", self.busy_timeout));
         let named = |p: &Param| args.get(&p.property).filter(|v| !v.is_null());
         let named = |p: &Param| named(p).filter(|_| !p.hidden);
-        match spec.params.iter().find(|p| p.level == 0).and_then(named) {
-            Some(run) => argv.push(format!("--run={}", text(run, "run")?)),
-            None => {
-                if let Some(run) = self.session_run().filter(|_| spec.served.name != "init") {
-                    argv.push(format!("--run={run}"));
-                }
-            }
-        }
+        let run = match spec.params.iter().find(|p| p.level == 0).and_then(named) {
+            Some(run) => Some(text(run, "run")?),
+            None => self.session_run().filter(|_| spec.served.name != "init"),
+        };
+        argv.extend(run.map(|run| format!("--run={run}")));
         let mut positionals = Vec::new();
         for (level, name) in spec.served.path.iter().enumerate() {
             argv.push(name.to_string());

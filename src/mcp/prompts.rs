@@ -90,11 +90,10 @@ pub fn get(
     }
     // A subagent session's own run and execution are its, whatever is asked.
     let pinned_run = server.pinned_run();
-    let run = match (pinned_run.clone(), given("run")?) {
-        (Some(run), _) => Some(run),
-        (None, Some(run)) => Some(run),
-        (None, None) => server.session_run(),
-    };
+    let run = pinned_run
+        .clone()
+        .or(given("run")?)
+        .or_else(|| server.session_run());
     if let Some(run) = &run {
         argv.push(format!("--run={run}"));
     }
