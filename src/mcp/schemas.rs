@@ -126,15 +126,10 @@ pub fn output(tool: &str) -> Value {
                        "detail": nullable("string")}),
                 &["state"],
             );
-            g["required"] = json!([
-                "id",
-                "run_id",
-                "status",
-                "history",
-                "history_total",
-                "next_cursor",
-                "truncated"
-            ]);
+            let more = ["history", "history_total", "next_cursor", "truncated"];
+            if let Some(required) = g["required"].as_array_mut() {
+                required.extend(more.map(Value::from));
+            }
             g
         }
         "agent_memory" => text_page(
