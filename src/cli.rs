@@ -4,6 +4,11 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
+/// A whole number from `min` up (an id, an index).
+fn at_least(min: i64) -> clap::builder::RangedI64ValueParser<i64> {
+    clap::value_parser!(i64).range(min..)
+}
+
 /// A value enum each variant of which is one word: clap reads the variant by it, `as_str`
 /// gives it back.
 macro_rules! words {
@@ -212,8 +217,7 @@ pub struct McpArgs {
     #[arg(long, value_enum, value_name = "ROLE")]
     pub role: Option<McpRole>,
     /// A subagent session's execution: it binds and reads in this execution's scope only
-    #[arg(long, value_name = "N", allow_hyphen_values = true,
-          value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = at_least(1))]
     pub execution_id: Option<i64>,
 }
 
@@ -272,8 +276,7 @@ pub struct GuideArgs {
     #[arg(value_enum, default_value_t = GuideFor::Vm)]
     pub who: GuideFor,
     /// The execution the subagent works in (fills in its guide)
-    #[arg(long, value_name = "N", allow_hyphen_values = true,
-          value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = at_least(1))]
     pub execution_id: Option<i64>,
     /// The binding the subagent writes (fills in its guide)
     #[arg(long, value_name = "NAME")]
@@ -339,8 +342,7 @@ pub struct LogArgs {
           value_parser = clap::value_parser!(u64).range(50..=60_000))]
     pub poll_ms: u64,
     /// Only the events after this one (an event's `id`): what a reader has not seen yet
-    #[arg(long, value_name = "ID", default_value_t = 0,
-          value_parser = clap::value_parser!(i64).range(0..))]
+    #[arg(long, value_name = "ID", default_value_t = 0, value_parser = at_least(0))]
     pub since: i64,
 }
 
@@ -390,8 +392,7 @@ pub struct BindArgs {
     pub file: Option<PathBuf>,
 
     /// Bind in this execution's scope (omitted: the root scope)
-    #[arg(long, value_name = "N", allow_hyphen_values = true,
-          value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = at_least(1))]
     pub execution_id: Option<i64>,
 
     /// What kind of binding this is; a const cannot be rebound in its scope
@@ -433,8 +434,7 @@ pub struct GetArgs {
     pub name: String,
 
     /// Start the lookup in this execution's scope and walk up to the root
-    #[arg(long, value_name = "N", allow_hyphen_values = true,
-          value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = at_least(1))]
     pub execution_id: Option<i64>,
 
     /// Print the scope chain walked and where the binding was found, not the value
@@ -453,8 +453,7 @@ pub struct GetArgs {
 #[derive(Debug, Args)]
 pub struct ExecAppendArgs {
     /// Statement index in the program
-    #[arg(long, value_name = "N", allow_hyphen_values = true,
-          value_parser = clap::value_parser!(i64).range(0..))]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = at_least(0))]
     pub index: i64,
 
     /// Statement text, e.g. 'session "Research AI safety"' or 'parallel:a'
@@ -466,8 +465,7 @@ pub struct ExecAppendArgs {
     pub status: Status,
 
     /// Id of the enclosing execution record (for nested blocks)
-    #[arg(long, value_name = "ID", allow_hyphen_values = true,
-          value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, value_name = "ID", allow_hyphen_values = true, value_parser = at_least(1))]
     pub parent: Option<i64>,
 
     /// A JSON object, e.g. '{"parallel_id": "p1", "branch": "a"}'
@@ -640,13 +638,11 @@ pub struct GateCreateArgs {
     pub on_reject: Option<String>,
 
     /// The enclosing execution: parent of the `approve GATE_ID:` record appended
-    #[arg(long, value_name = "N", allow_hyphen_values = true,
-          value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = at_least(1))]
     pub execution_id: Option<i64>,
 
     /// Statement index of the `approve` statement, for the appended record
-    #[arg(long, value_name = "N", allow_hyphen_values = true,
-          value_parser = clap::value_parser!(i64).range(0..))]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = at_least(0))]
     pub index: Option<i64>,
 
     /// A JSON object of additional data
@@ -713,7 +709,7 @@ pub struct GateWaitArgs {
     /// Wait for the decision of this opening of the gate (the `instance` that `gates create`
     /// printed): if the gate was opened again since, whoever did, exit 9 instead of taking
     /// the new opening's decision for it
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = at_least(1))]
     pub instance: Option<i64>,
 }
 
