@@ -53,22 +53,16 @@ pub fn get(
     name: &str,
     args: &Map<String, Value>,
 ) -> Result<GetPromptResult, ErrorData> {
-    if !GUIDES
-        .iter()
-        .any(|(n, roles, _)| *n == name && roles.contains(&server.role))
-    {
+    // The arguments a prompt takes are the ones it is listed with.
+    let Some(prompt) = list(server.role).into_iter().find(|p| p.name == name) else {
         return Err(invalid(format!(
             "no such prompt: {}",
             crate::error::shown(name)
         )));
     };
-    let allowed: &[&str] = if name == "subagent" {
-        &["run", "execution_id", "name", "agent", "via", "offset"]
-    } else {
-        &["run", "offset"]
-    };
+    let allowed = prompt.arguments.unwrap_or_default();
     for key in args.keys() {
-        if !allowed.contains(&key.as_str()) {
+        if !allowed.iter().any(|a| a.name == *key) {
             return Err(invalid(format!(
                 "unknown argument for prompt {name}: {}",
                 crate::error::shown(key)
