@@ -82,25 +82,31 @@ pub struct SegmentRecord {
 }
 
 /// A gates row, or a `gate_instances` row (an earlier opening), as stored: `allow` is the
-/// stored text, not parsed.
-#[derive(Debug, Clone, PartialEq)]
+/// stored text, not parsed. The catalog's log carries a run's pending gates in this form.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct GateRecord {
     pub id: String,
     /// The run the row names (a copy is written under the run's own id).
     pub run_id: Option<String>,
-    pub instance: i64,
     pub execution_id: Option<i64>,
     pub prompt: Option<String>,
     pub allow: Option<String>,
     pub timeout: Option<String>,
     pub timeout_at: Option<String>,
     pub on_reject: Option<String>,
+    #[serde(deserialize_with = "status_text")]
     pub status: Option<GateStatus>,
     pub created_at: Option<String>,
     pub resolved_at: Option<String>,
     pub resolved_by: Option<String>,
     pub resolution_comment: Option<String>,
     pub metadata: Option<String>,
+    pub instance: i64,
+}
+
+fn status_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<GateStatus>, D::Error> {
+    let text: Option<String> = serde::Deserialize::deserialize(d)?;
+    Ok(text.as_deref().map(GateStatus::parse))
 }
 
 impl GateRecord {
@@ -108,11 +114,7 @@ impl GateRecord {
     /// nobody).
     pub fn into_row(self) -> GateRow {
         GateRow {
-            allow: self
-                .allow
-                .as_deref()
-                .and_then(|a| serde_json::from_str::<Vec<String>>(a).ok())
-                .unwrap_or_default(),
+            allow: self.allow_list(),
             status: self.status.unwrap_or_else(|| GateStatus::parse("")),
             id: self.id,
             run_id: self.run_id,
@@ -128,6 +130,14 @@ impl GateRecord {
             metadata: self.metadata,
             instance: self.instance,
         }
+    }
+
+    /// Who the allow list admits (nobody, when it is not a JSON array of strings).
+    pub fn allow_list(&self) -> Vec<String> {
+        self.allow
+            .as_deref()
+            .and_then(|a| serde_json::from_str::<Vec<String>>(a).ok())
+            .unwrap_or_default()
     }
 
     /// The row as the rules read it, as a row of the run `run_id`.
