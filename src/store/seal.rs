@@ -111,7 +111,7 @@ pub fn key_for_writing() -> Result<&'static Key> {
     })?;
     let key = match read_key(&home)? {
         Some(k) => k,
-        None => create_key(&home)?,
+        None => Key::from_bytes(create_secret(&home, KEY_FILE, "the audit key")?),
     };
     Ok(KEY.get_or_init(|| key))
 }
@@ -148,10 +148,6 @@ fn private_dir(dir: &std::path::Path) -> Result<()> {
 /// The audit key kept in `home` (a prose directory), if any.
 pub fn read_key(home: &std::path::Path) -> Result<Option<Key>> {
     Ok(read_secret(home, KEY_FILE, "the audit key")?.map(Key::from_bytes))
-}
-
-fn create_key(home: &std::path::Path) -> Result<Key> {
-    create_secret(home, KEY_FILE, "the audit key").map(Key::from_bytes)
 }
 
 /// A secret of the user's prose home (`what` names it in errors): 32 or more bytes of hex in

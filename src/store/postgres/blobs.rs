@@ -39,9 +39,15 @@ const TRY_XACT_LOCK: &str = "SELECT pg_try_advisory_xact_lock($1, hashtext($2 ||
 
 /// Deletes a blob inside a transaction, unless a live upload holds it; whether it is gone.
 pub(super) fn delete(tx: &mut impl Statements, run: &str, blob: &str) -> Result<bool> {
+    delete_unless_held(tx, run, blob, "TRUE")
+}
+
+/// Deletes a blob's rows where `and` holds (see `delete_rows`), unless a live upload holds
+/// it; whether no upload did.
+fn delete_unless_held(tx: &mut impl Statements, run: &str, blob: &str, and: &str) -> Result<bool> {
     let free: bool = tx.one(TRY_XACT_LOCK, &[&UPLOAD_LOCK, &run, &blob], |r| r.get(0))?;
     if free {
-        delete_rows(tx, run, blob, "TRUE")?;
+        delete_rows(tx, run, blob, and)?;
     }
     Ok(free)
 }
@@ -371,17 +377,9 @@ impl PgStore {
         )?;
         if remove {
             for o in &mut orphans {
-                o.removed = self.in_transaction(|tx| {
-                    let free: bool =
-                        tx.one(TRY_XACT_LOCK, &[&UPLOAD_LOCK, &o.run_id, &o.blob], |r| {
-                            r.get(0)
-                        })?;
-                    if free {
-                        let absent = "NOT EXISTS (SELECT 1 FROM openprose.run WHERE id = $1)";
-                        delete_rows(tx, &o.run_id, &o.blob, absent)?;
-                    }
-                    Ok(free)
-                })?;
+                let absent = "NOT EXISTS (SELECT 1 FROM openprose.run WHERE id = $1)";
+                o.removed =
+                    self.in_transaction(|tx| delete_unless_held(tx, &o.run_id, &o.blob, absent))?;
             }
         }
         Ok(orphans)
