@@ -374,17 +374,7 @@ impl ProjectCatalog {
     fn db(&self) -> Option<&Connection> {
         self.conn.as_ref()
     }
-}
 
-impl Drop for ProjectCatalog {
-    fn drop(&mut self) {
-        if let Some(c) = self.conn.take() {
-            close(c, &self.prose);
-        }
-    }
-}
-
-impl ProjectCatalog {
     fn state_db(&self, id: &str) -> PathBuf {
         self.runs_dir.join(id).join(crate::run::DB_FILE)
     }
@@ -392,6 +382,14 @@ impl ProjectCatalog {
     fn wanted(runs: &RunFilter, id: &str) -> bool {
         runs.only.as_ref().is_none_or(|o| o.iter().any(|r| r == id))
             && !runs.except.iter().any(|r| r == id)
+    }
+}
+
+impl Drop for ProjectCatalog {
+    fn drop(&mut self) {
+        if let Some(c) = self.conn.take() {
+            close(c, &self.prose);
+        }
     }
 }
 

@@ -153,31 +153,22 @@ impl ProjectCatalog {
         if !dir.is_dir() {
             return forget(c, id).map_err(err);
         }
-        if !paths.exists() {
-            // A directory with no run (yet): looked at again by every listing.
-            c.execute(
-                "UPDATE runs SET kind = 'none', stale = 0, problem = NULL WHERE id = ?1",
-                [id],
-            )
-            .map_err(err)?;
+        // A directory with no run (yet), looked at again by every listing; or a record of a
+        // run kept on the server: no facts of its own.
+        let other = match paths.exists().then(|| paths.backend()) {
+            None => Some("UPDATE runs SET kind = 'none', stale = 0, problem = NULL WHERE id = ?1"),
+            Some(Ok(crate::store::Backend::Postgres)) => Some(
+                "INSERT INTO runs (id, kind) VALUES (?1, 'server')
+                 ON CONFLICT (id) DO UPDATE SET kind = 'server', stale = 0, problem = NULL",
+            ),
+            Some(Ok(crate::store::Backend::Sqlite)) => None,
+            Some(Err(e)) => return self.unreadable(id, &e),
+        };
+        if let Some(other) = other {
+            c.execute(other, [id]).map_err(err)?;
             c.execute("DELETE FROM gates WHERE run = ?1", [id])
                 .map_err(err)?;
             return Ok(());
-        }
-        match paths.backend() {
-            Ok(crate::store::Backend::Sqlite) => {}
-            Ok(crate::store::Backend::Postgres) => {
-                c.execute(
-                    "INSERT INTO runs (id, kind) VALUES (?1, 'server')
-                     ON CONFLICT (id) DO UPDATE SET kind = 'server', stale = 0, problem = NULL",
-                    [id],
-                )
-                .map_err(err)?;
-                c.execute("DELETE FROM gates WHERE run = ?1", [id])
-                    .map_err(err)?;
-                return Ok(());
-            }
-            Err(e) => return self.unreadable(id, &e),
         }
         let stale_was: i64 = c
             .query_row("SELECT stale FROM runs WHERE id = ?1", [id], |r| r.get(0))
