@@ -67,6 +67,14 @@ fn append(prose: &Path, line: &[u8]) -> std::io::Result<u64> {
     Err(std::io::Error::other("the catalog's log kept being moved"))
 }
 
+/// Marks every row stale (see `STALE_FILE`): for a write that could not log its ticket.
+pub(super) fn mark_stale(prose: &Path) {
+    let _ = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(prose.join(STALE_FILE));
+}
+
 /// The writer's side: held by a run's store, used only by the transactions that change a
 /// fact the catalog keeps. It never opens the catalog's database: a ticket and its facts are
 /// lines of the catalog's log, folded in by the next listing.
@@ -100,14 +108,6 @@ impl Link {
         line
     }
 
-    /// Marks every row stale (see `STALE_FILE`): for a write that could not log its ticket.
-    fn stale(&self) {
-        let _ = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.prose.join(STALE_FILE));
-    }
-
     /// Takes a ticket: called inside the run's write transaction, before its commit. None
     /// when there is no catalog (the first listing builds it, reading this run under its
     /// lock), or when the ticket could not be logged: then the stale mark is made instead,
@@ -123,7 +123,7 @@ impl Link {
         match append(&self.prose, &self.line('T', &ticket, None)) {
             Ok(_) => Some(ticket),
             Err(_) => {
-                self.stale();
+                mark_stale(&self.prose);
                 None
             }
         }

@@ -395,10 +395,7 @@ pub fn while_replacing<T>(db: &Path, opts: OpenOptions, exchange: impl FnOnce() 
         Err(_) => false,
     };
     if !marked {
-        let _ = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(prose.join(STALE_FILE));
+        super::log::mark_stale(&prose);
     }
     let done = exchange();
     if let Some(mut s) = old {
