@@ -281,63 +281,47 @@ impl RunDump {
                 ])
             })
             .collect();
-        let mut bindings: Vec<Value> = self
-            .bindings
-            .iter()
-            .map(|b| {
-                let value = match &b.attachment_path {
-                    Some(p) => json!({ "attachment": values.get(p) }),
-                    None => json!({ "value": b.value.as_deref().map(crate::model::hex) }),
-                };
-                json!([
-                    b.name,
-                    exec(b.execution_id),
-                    b.kind,
-                    value,
-                    b.source_statement,
-                    b.created_at,
-                    b.updated_at,
-                    // An attachment's summary names where the value is kept, which a copy
-                    // changes: compared with that left out.
-                    b.attachment_path.as_ref().map(|p| summary_without(b, p))
-                ])
-            })
-            .collect();
-        bindings.sort_by_key(|v| v.to_string());
-        let mut agents: Vec<Value> = self
-            .agents
-            .iter()
-            .map(|a| json!([a.name, a.scope, a.memory, a.created_at, a.updated_at]))
-            .collect();
-        agents.sort_by_key(|v| v.to_string());
-        let mut segments: Vec<Value> = self
-            .segments
-            .iter()
-            .map(|s| {
-                json!([
-                    s.agent_name,
-                    s.segment_number,
-                    s.timestamp,
-                    s.prompt,
-                    s.summary
-                ])
-            })
-            .collect();
-        segments.sort_by_key(|v| v.to_string());
-        let mut imports: Vec<Value> = self
-            .imports
-            .iter()
-            .map(|i| {
-                json!([
-                    i.alias,
-                    i.source_url,
-                    i.fetched_at,
-                    as_json(&i.inputs_schema),
-                    as_json(&i.outputs_schema)
-                ])
-            })
-            .collect();
-        imports.sort_by_key(|v| v.to_string());
+        let bindings = sorted(self.bindings.iter().map(|b| {
+            let value = match &b.attachment_path {
+                Some(p) => json!({ "attachment": values.get(p) }),
+                None => json!({ "value": b.value.as_deref().map(crate::model::hex) }),
+            };
+            json!([
+                b.name,
+                exec(b.execution_id),
+                b.kind,
+                value,
+                b.source_statement,
+                b.created_at,
+                b.updated_at,
+                // An attachment's summary names where the value is kept, which a copy
+                // changes: compared with that left out.
+                b.attachment_path.as_ref().map(|p| summary_without(b, p))
+            ])
+        }));
+        let agents = sorted(
+            self.agents
+                .iter()
+                .map(|a| json!([a.name, a.scope, a.memory, a.created_at, a.updated_at])),
+        );
+        let segments = sorted(self.segments.iter().map(|s| {
+            json!([
+                s.agent_name,
+                s.segment_number,
+                s.timestamp,
+                s.prompt,
+                s.summary
+            ])
+        }));
+        let imports = sorted(self.imports.iter().map(|i| {
+            json!([
+                i.alias,
+                i.source_url,
+                i.fetched_at,
+                as_json(&i.inputs_schema),
+                as_json(&i.outputs_schema)
+            ])
+        }));
         let gate = |g: &GateRecord| {
             json!([
                 g.id,
@@ -356,10 +340,8 @@ impl RunDump {
                 g.metadata
             ])
         };
-        let mut gates: Vec<Value> = self.gates.iter().map(gate).collect();
-        gates.sort_by_key(|v| v.to_string());
-        let mut instances: Vec<Value> = self.gate_instances.iter().map(gate).collect();
-        instances.sort_by_key(|v| v.to_string());
+        let gates = sorted(self.gates.iter().map(gate));
+        let instances = sorted(self.gate_instances.iter().map(gate));
         let audit: Vec<Value> = self
             .audit
             .iter()
@@ -413,6 +395,13 @@ impl RunDump {
             ("audit_events", self.audit.len()),
         ])
     }
+}
+
+/// Rows in an order of their own (their JSON text's), whatever order the store gave them.
+fn sorted(rows: impl Iterator<Item = Value>) -> Vec<Value> {
+    let mut rows: Vec<Value> = rows.collect();
+    rows.sort_by_key(|v| v.to_string());
+    rows
 }
 
 /// An attachment's summary (its row's value) with its own path left out.
