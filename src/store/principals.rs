@@ -5,7 +5,7 @@
 //! hash; what a token is and how it is checked is `crate::services::auth`'s.
 
 use anyhow::{Context as _, Result};
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 
 /// The file, under `.prose/`.
@@ -26,7 +26,8 @@ pub struct PrincipalRow {
     pub revoked_at: Option<String>,
 }
 
-/// Where a project's principals are: each method one statement.
+/// Where a project's principals are: each method one statement, written once for both
+/// stores (see [`BookStatements`]).
 pub trait PrincipalBook: Send {
     /// Every principal, by name.
     fn principals(&mut self) -> Result<Vec<PrincipalRow>>;
@@ -45,8 +46,91 @@ pub trait PrincipalBook: Send {
     /// server's connection reads its rows afresh; a local file could be replaced under an
     /// open connection (a book removed by hand would go on authenticating), so it is opened
     /// again each time.
+    fn keep_open(&self) -> bool;
+}
+
+/// How a store runs the book's statements: `{p}` stands before each table's name (a server's
+/// are in `openprose.`), `$n` for the parameters, and every column is text.
+pub(crate) trait BookStatements: Send {
+    /// The rows a read returns; none when the book's tables are not there yet (a read never
+    /// makes them).
+    fn read(&mut self, sql: &str, args: &[&str]) -> Result<Vec<Vec<Option<String>>>>;
+    /// Runs a write; how many rows it changed.
+    fn write(&mut self, sql: &str, args: &[&str]) -> Result<usize>;
+    fn place(&self) -> String;
+    /// See [`PrincipalBook::keep_open`].
+    fn keep(&self) -> bool;
+}
+
+const SELECT: &str = "SELECT name, kind, token_hash, created_at, revoked_at FROM {p}principals";
+
+/// A principal's row from `SELECT`'s columns (each NOT NULL but `revoked_at`).
+fn principal_row(cells: Vec<Option<String>>) -> PrincipalRow {
+    let mut cells = cells.into_iter();
+    let mut text = || cells.next().flatten();
+    PrincipalRow {
+        name: text().unwrap_or_default(),
+        kind: text().unwrap_or_default(),
+        token_hash: text().unwrap_or_default(),
+        created_at: text().unwrap_or_default(),
+        revoked_at: text(),
+    }
+}
+
+impl<B: BookStatements> PrincipalBook for B {
+    fn principals(&mut self) -> Result<Vec<PrincipalRow>> {
+        let rows = self.read(&format!("{SELECT} ORDER BY name"), &[])?;
+        Ok(rows.into_iter().map(principal_row).collect())
+    }
+
+    fn principal(&mut self, name: &str) -> Result<Option<PrincipalRow>> {
+        let rows = self.read(&format!("{SELECT} WHERE name = $1"), &[name])?;
+        Ok(rows.into_iter().next().map(principal_row))
+    }
+
+    fn add_principal(&mut self, p: &PrincipalRow) -> Result<bool> {
+        let n = self.write(
+            "INSERT INTO {p}principals (name, kind, token_hash, created_at, revoked_at)
+             VALUES ($1, $2, $3, $4, NULL)
+             ON CONFLICT (name) DO UPDATE SET kind = $2, token_hash = $3, created_at = $4,
+                 revoked_at = NULL
+             WHERE {p}principals.revoked_at IS NOT NULL",
+            &[&p.name, &p.kind, &p.token_hash, &p.created_at],
+        )?;
+        Ok(n == 1)
+    }
+
+    fn revoke_principal(&mut self, name: &str, now: &str) -> Result<bool> {
+        let n = self.write(
+            "UPDATE {p}principals SET revoked_at = $2 WHERE name = $1 AND revoked_at IS NULL",
+            &[name, now],
+        )?;
+        Ok(n == 1)
+    }
+
+    fn setting(&mut self, key: &str) -> Result<Option<String>> {
+        let rows = self.read("SELECT value FROM {p}settings WHERE key = $1", &[key])?;
+        Ok(rows
+            .into_iter()
+            .next()
+            .and_then(|r| r.into_iter().next().flatten()))
+    }
+
+    fn set_setting(&mut self, key: &str, value: &str) -> Result<()> {
+        self.write(
+            "INSERT INTO {p}settings (key, value) VALUES ($1, $2)
+             ON CONFLICT (key) DO UPDATE SET value = $2",
+            &[key, value],
+        )
+        .map(drop)
+    }
+
+    fn book_place(&self) -> String {
+        self.place()
+    }
+
     fn keep_open(&self) -> bool {
-        false
+        self.keep()
     }
 }
 
@@ -104,71 +188,34 @@ impl LocalBook {
     }
 }
 
-fn row(r: &rusqlite::Row) -> rusqlite::Result<PrincipalRow> {
-    Ok(PrincipalRow {
-        name: r.get(0)?,
-        kind: r.get(1)?,
-        token_hash: r.get(2)?,
-        created_at: r.get(3)?,
-        revoked_at: r.get(4)?,
-    })
-}
-
-const SELECT: &str = "SELECT name, kind, token_hash, created_at, revoked_at FROM principals";
-
-impl PrincipalBook for LocalBook {
-    fn principals(&mut self) -> Result<Vec<PrincipalRow>> {
-        let mut s = self.conn.prepare(&format!("{SELECT} ORDER BY name"))?;
-        let rows = s.query_map([], row)?.collect::<rusqlite::Result<_>>()?;
+impl BookStatements for LocalBook {
+    fn read(&mut self, sql: &str, args: &[&str]) -> Result<Vec<Vec<Option<String>>>> {
+        let mut s = self.conn.prepare(&local(sql))?;
+        let n = s.column_count();
+        let rows = s
+            .query_map(rusqlite::params_from_iter(args), |r| {
+                (0..n).map(|i| r.get(i)).collect()
+            })?
+            .collect::<rusqlite::Result<_>>()?;
         Ok(rows)
     }
 
-    fn principal(&mut self, name: &str) -> Result<Option<PrincipalRow>> {
+    fn write(&mut self, sql: &str, args: &[&str]) -> Result<usize> {
         Ok(self
             .conn
-            .query_row(&format!("{SELECT} WHERE name = ?1"), [name], row)
-            .optional()?)
+            .execute(&local(sql), rusqlite::params_from_iter(args))?)
     }
 
-    fn add_principal(&mut self, p: &PrincipalRow) -> Result<bool> {
-        let n = self.conn.execute(
-            "INSERT INTO principals (name, kind, token_hash, created_at, revoked_at)
-             VALUES (?1, ?2, ?3, ?4, NULL)
-             ON CONFLICT (name) DO UPDATE SET kind = ?2, token_hash = ?3, created_at = ?4,
-                 revoked_at = NULL
-             WHERE principals.revoked_at IS NOT NULL",
-            params![p.name, p.kind, p.token_hash, p.created_at],
-        )?;
-        Ok(n == 1)
-    }
-
-    fn revoke_principal(&mut self, name: &str, now: &str) -> Result<bool> {
-        let n = self.conn.execute(
-            "UPDATE principals SET revoked_at = ?2 WHERE name = ?1 AND revoked_at IS NULL",
-            params![name, now],
-        )?;
-        Ok(n == 1)
-    }
-
-    fn setting(&mut self, key: &str) -> Result<Option<String>> {
-        Ok(self
-            .conn
-            .query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| {
-                r.get(0)
-            })
-            .optional()?)
-    }
-
-    fn set_setting(&mut self, key: &str, value: &str) -> Result<()> {
-        self.conn.execute(
-            "INSERT INTO settings (key, value) VALUES (?1, ?2)
-             ON CONFLICT (key) DO UPDATE SET value = ?2",
-            params![key, value],
-        )?;
-        Ok(())
-    }
-
-    fn book_place(&self) -> String {
+    fn place(&self) -> String {
         self.path.display().to_string()
     }
+
+    fn keep(&self) -> bool {
+        false
+    }
+}
+
+/// A book statement as SQLite takes it: its tables in the file's main schema, `?n` parameters.
+fn local(sql: &str) -> String {
+    sql.replace("{p}", "").replace('$', "?")
 }
