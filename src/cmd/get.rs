@@ -109,6 +109,15 @@ impl Render for Explained {
     }
 }
 
+/// The kind of scope a binding is in: `execution`, or `root`.
+pub(super) fn scope_name(in_execution: bool) -> &'static str {
+    if in_execution {
+        "execution"
+    } else {
+        "root"
+    }
+}
+
 fn describe_chain(chain: &[i64]) -> String {
     let mut parts: Vec<String> = if chain.len() > 8 {
         let mut p: Vec<String> = chain[..4]
@@ -160,11 +169,7 @@ pub fn explain(args: &GetArgs, store: &mut dyn Store) -> Result<Explained> {
         start: args.execution_id,
         chain,
         found_execution_id: found.row.execution_id,
-        scope: if found.depth.is_some() {
-            "execution"
-        } else {
-            "root"
-        },
+        scope: scope_name(found.depth.is_some()),
         depth: found.depth,
         kind: found.row.kind,
     })
@@ -254,11 +259,7 @@ pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got>
         return Ok(Got {
             offset,
             length,
-            scope: if found.depth.is_some() {
-                "execution"
-            } else {
-                "root"
-            },
+            scope: scope_name(found.depth.is_some()),
             depth: found.depth,
             bytes,
             attachment,

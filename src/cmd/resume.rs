@@ -70,7 +70,7 @@ pub struct Position {
     pub last_event: Option<Event>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct Parallel {
     pub parallel_id: String,
     pub statement_index: Option<i64>,
@@ -82,7 +82,7 @@ pub struct Parallel {
     pub joined: bool,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct Loop {
     pub loop_id: String,
     pub statement_index: Option<i64>,
@@ -174,10 +174,6 @@ pub fn on_reject_step(on_reject: Option<&str>) -> NextStep {
         let rest = rest.trim();
         (!rest.is_empty()).then(|| rest.to_string())
     };
-    let step = |action: &str, argument| NextStep {
-        action: action.into(),
-        argument,
-    };
     let word = text.split_whitespace().next().unwrap_or("");
     match word {
         "" => step("throw", None),
@@ -189,16 +185,17 @@ pub fn on_reject_step(on_reject: Option<&str>) -> NextStep {
     }
 }
 
+fn step(action: &str, argument: Option<String>) -> NextStep {
+    NextStep {
+        action: action.into(),
+        argument,
+    }
+}
+
 fn next_step(g: &GateRow) -> NextStep {
     match g.status.as_str() {
-        "approved" => NextStep {
-            action: "continue".into(),
-            argument: None,
-        },
-        "pending" => NextStep {
-            action: "wait".into(),
-            argument: None,
-        },
+        "approved" => step("continue", None),
+        "pending" => step("wait", None),
         _ => on_reject_step(g.on_reject.as_deref()),
     }
 }
@@ -290,8 +287,33 @@ fn branch_list(m: &Value) -> Vec<String> {
     }
 }
 
-impl Parallel {
-    /// Takes in one record that carries this parallel's id (`m` its metadata).
+/// A `parallel:` block or a loop, gathered from the records that carry its id.
+trait Construct: Sized {
+    /// The metadata key that carries its id.
+    const ID: &'static str;
+    /// The statuses of the records that can change it (None: any).
+    const ONLY: Option<&'static [&'static str]>;
+    /// Begins it from the first record that carries its id (`m` its metadata).
+    fn new(id: String, statement_index: Option<i64>, m: &Value) -> Self;
+    /// Takes in one record that carries its id (`m` its metadata).
+    fn record(&mut self, r: &ExecutionRow, m: &Value);
+    /// Done reading: fills in what follows from the records, and says whether it is open.
+    fn finish(&mut self) -> bool;
+}
+
+impl Construct for Parallel {
+    const ID: &'static str = "parallel_id";
+    const ONLY: Option<&'static [&'static str]> = None;
+
+    fn new(parallel_id: String, statement_index: Option<i64>, m: &Value) -> Self {
+        Parallel {
+            parallel_id,
+            statement_index,
+            branches: branch_list(m),
+            ..Default::default()
+        }
+    }
+
     fn record(&mut self, r: &ExecutionRow, m: &Value) {
         if m.get("branches").is_some() {
             self.branches = branch_list(m);
@@ -314,17 +336,30 @@ impl Parallel {
         }
     }
 
-    fn outstanding_branches(&self) -> Vec<String> {
-        self.branches
+    fn finish(&mut self) -> bool {
+        self.outstanding = self
+            .branches
             .iter()
             .filter(|b| !self.completed.contains(b) && !self.failed.contains(b))
             .cloned()
-            .collect()
+            .collect();
+        !self.joined
     }
 }
 
-impl Loop {
-    /// Takes in one record that carries this loop's id (`m` its metadata).
+impl Construct for Loop {
+    const ID: &'static str = "loop_id";
+    const ONLY: Option<&'static [&'static str]> = Some(&["iteration", "exited"]);
+
+    fn new(loop_id: String, statement_index: Option<i64>, m: &Value) -> Self {
+        Loop {
+            loop_id,
+            statement_index,
+            max: m.get("max").and_then(Value::as_i64),
+            ..Default::default()
+        }
+    }
+
     fn record(&mut self, r: &ExecutionRow, m: &Value) {
         // Only the loop's own records count iterations done: a body record that carries the
         // loop's id is inside an iteration, not the end of one.
@@ -340,64 +375,31 @@ impl Loop {
             self.reason = str_of(m, "reason");
         }
     }
+
+    fn finish(&mut self) -> bool {
+        self.current = (!self.exited).then(|| self.iteration.unwrap_or(0) + 1);
+        !self.exited
+    }
 }
 
-fn parallels(rows: &[ExecutionRow]) -> Vec<Parallel> {
-    let mut by_id: BTreeMap<String, Parallel> = BTreeMap::new();
+/// Every construct of a kind in `rows`, by id.
+fn constructs<T: Construct>(rows: &[ExecutionRow]) -> Vec<T> {
+    let mut by_id: BTreeMap<String, T> = BTreeMap::new();
     for r in rows {
         let Some(m) = meta(r) else { continue };
-        let Some(pid) = str_of(&m, "parallel_id") else {
+        let Some(id) = str_of(&m, T::ID) else {
             continue;
         };
         by_id
-            .entry(pid.clone())
-            .or_insert_with(|| Parallel {
-                parallel_id: pid,
-                statement_index: r.statement_index,
-                branches: Vec::new(),
-                completed: Vec::new(),
-                failed: Vec::new(),
-                outstanding: Vec::new(),
-                joined: false,
-            })
+            .entry(id.clone())
+            .or_insert_with(|| T::new(id, r.statement_index, &m))
             .record(r, &m);
     }
-    by_id
-        .into_values()
-        .map(|mut p| {
-            p.outstanding = p.outstanding_branches();
-            p
-        })
-        .collect()
-}
-
-fn loops(rows: &[ExecutionRow]) -> Vec<Loop> {
-    let mut by_id: BTreeMap<String, Loop> = BTreeMap::new();
-    for r in rows {
-        let Some(m) = meta(r) else { continue };
-        let Some(lid) = str_of(&m, "loop_id") else {
-            continue;
-        };
-        by_id
-            .entry(lid.clone())
-            .or_insert_with(|| Loop {
-                loop_id: lid,
-                statement_index: r.statement_index,
-                iteration: None,
-                current: None,
-                max: None,
-                exited: false,
-                reason: None,
-            })
-            .record(r, &m);
+    let mut all: Vec<T> = by_id.into_values().collect();
+    for c in &mut all {
+        c.finish();
     }
-    by_id
-        .into_values()
-        .map(|mut l| {
-            l.current = (!l.exited).then(|| l.iteration.unwrap_or(0) + 1);
-            l
-        })
-        .collect()
+    all
 }
 
 fn retry_of(r: &ExecutionRow, last_error: Option<String>) -> Retry {
@@ -465,10 +467,7 @@ fn gate_nexts(store: &mut dyn Store, now: &str) -> Result<Vec<GateNext>> {
                 v if v.state == "tampered"
                     || (v.state == "unattested" && !g.status.is_pending()) =>
                 {
-                    NextStep {
-                        action: "stop".into(),
-                        argument: v.detail,
-                    }
+                    step("stop", v.detail)
                 }
                 _ => next_step(&g),
             },
@@ -489,11 +488,7 @@ fn binding_info(store: &mut dyn Store, run: &RunPaths, b: crate::store::BindingR
         None => value.len() as u64,
     };
     BindingInfo {
-        scope: if b.execution_id.is_some() {
-            "execution"
-        } else {
-            "root"
-        },
+        scope: super::get::scope_name(b.execution_id.is_some()),
         first_line: one_line(&value, 100),
         bytes,
         name: b.name,
@@ -515,12 +510,10 @@ fn full(
     let summary = store.run_summary(&now)?;
     let rows = store.executions()?;
 
-    let mut statements: BTreeMap<i64, Event> = BTreeMap::new();
-    for r in &rows {
-        if let Some(i) = r.statement_index {
-            statements.insert(i, Event::from(r));
-        }
-    }
+    let statements: BTreeMap<i64, Event> = rows
+        .iter()
+        .filter_map(|r| Some((r.statement_index?, Event::from(r))))
+        .collect();
 
     let bindings = store
         .bindings()?
@@ -542,8 +535,8 @@ fn full(
         },
         position: position(&rows),
         statements: statements.into_values().collect(),
-        parallel: parallels(&rows),
-        loops: loops(&rows),
+        parallel: constructs(&rows),
+        loops: constructs(&rows),
         retries: retries(&rows),
         bindings,
         agents,
@@ -565,7 +558,19 @@ fn describe(e: &Event) -> String {
     )
 }
 
-fn position_lines(w: &mut dyn Write, p: &Position) -> io::Result<()> {
+fn run_lines(w: &mut dyn Write, r: &RunPart, p: &Position) -> io::Result<()> {
+    let was = if r.previous_status != r.status {
+        format!(" (was {})", r.previous_status)
+    } else {
+        String::new()
+    };
+    writeln!(
+        w,
+        "run {}: {}{was}, program {}",
+        r.id,
+        r.status,
+        r.program_path.as_deref().unwrap_or("-")
+    )?;
     for e in p.open.iter().take(p.open.len().saturating_sub(1)) {
         writeln!(w, "in: {}", describe(e))?;
     }
@@ -581,23 +586,6 @@ fn position_lines(w: &mut dyn Write, p: &Position) -> io::Result<()> {
     if let Some(e) = &p.last_event {
         writeln!(w, "last: {}", describe(e))?;
     }
-    Ok(())
-}
-
-fn run_lines(w: &mut dyn Write, r: &RunPart, position: &Position) -> io::Result<()> {
-    let was = if r.previous_status != r.status {
-        format!(" (was {})", r.previous_status)
-    } else {
-        String::new()
-    };
-    writeln!(
-        w,
-        "run {}: {}{was}, program {}",
-        r.id,
-        r.status,
-        r.program_path.as_deref().unwrap_or("-")
-    )?;
-    position_lines(w, position)?;
     Ok(())
 }
 
@@ -800,22 +788,13 @@ pub struct ResumeBrief {
     pub gates_logged_resumed: Vec<String>,
 }
 
-/// What `resume` answers: bounded by default, everything with `--all`.
-#[derive(Debug, Serialize)]
-#[serde(untagged)]
-pub enum ResumeAnswer {
-    Brief(Box<ResumeBrief>),
-    All(Box<ResumeDoc>),
-}
-
-impl Render for ResumeAnswer {
-    fn text(self, w: &mut dyn Write, tty: bool) -> io::Result<()> {
-        match self {
-            ResumeAnswer::All(doc) => doc.text(w, tty),
-            ResumeAnswer::Brief(b) => b.text(w, tty),
-        }
+crate::output::one_of!(
+    /// What `resume` answers: bounded by default, everything with `--all`.
+    ResumeAnswer {
+        Brief(Box<ResumeBrief>),
+        All(Box<ResumeDoc>),
     }
-}
+);
 
 impl Render for ResumeBrief {
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
@@ -934,63 +913,39 @@ fn narrow_position(store: &mut dyn Store) -> Result<Position> {
 /// The `parallel:` blocks and loops still open (their start record is open), from the records
 /// written since they started.
 fn open_constructs(store: &mut dyn Store, open: &[Event]) -> Result<(Vec<Parallel>, Vec<Loop>)> {
-    let mut parallel = Vec::new();
-    let mut loops = Vec::new();
+    let (mut parallel, mut loops) = (Vec::new(), Vec::new());
     for start in open {
         let Some(m) = &start.metadata else { continue };
-        if let Some(pid) = str_of(m, "parallel_id") {
-            let mut p = Parallel {
-                parallel_id: pid.clone(),
-                statement_index: start.statement_index,
-                branches: branch_list(m),
-                completed: Vec::new(),
-                failed: Vec::new(),
-                outstanding: Vec::new(),
-                joined: false,
-            };
-            let since = store.executions_matching(&ExecQuery {
-                after: start.id,
-                with_metadata: true,
-                ..Default::default()
-            })?;
-            for r in &since {
-                let Some(m) = meta(r) else { continue };
-                if str_of(&m, "parallel_id").as_deref() == Some(pid.as_str()) {
-                    p.record(r, &m);
-                }
-            }
-            if !p.joined {
-                p.outstanding = p.outstanding_branches();
-                parallel.push(p);
-            }
-        } else if let Some(lid) = str_of(m, "loop_id") {
-            let mut l = Loop {
-                loop_id: lid.clone(),
-                statement_index: start.statement_index,
-                iteration: None,
-                current: None,
-                max: m.get("max").and_then(Value::as_i64),
-                exited: false,
-                reason: None,
-            };
-            let since = store.executions_matching(&ExecQuery {
-                after: start.id,
-                only: Some(&["iteration", "exited"]),
-                ..Default::default()
-            })?;
-            for r in &since {
-                let Some(m) = meta(r) else { continue };
-                if str_of(&m, "loop_id").as_deref() == Some(lid.as_str()) {
-                    l.record(r, &m);
-                }
-            }
-            if !l.exited {
-                l.current = Some(l.iteration.unwrap_or(0) + 1);
-                loops.push(l);
-            }
+        if let Some(id) = str_of(m, Parallel::ID) {
+            parallel.extend(open_construct(store, start, id, m)?);
+        } else if let Some(id) = str_of(m, Loop::ID) {
+            loops.extend(open_construct(store, start, id, m)?);
         }
     }
     Ok((parallel, loops))
+}
+
+/// The construct `id` that the open record `start` (metadata `m`) begins, if it is still open.
+fn open_construct<T: Construct>(
+    store: &mut dyn Store,
+    start: &Event,
+    id: String,
+    m: &Value,
+) -> Result<Option<T>> {
+    let mut c = T::new(id.clone(), start.statement_index, m);
+    let since = ExecQuery {
+        after: start.id,
+        only: T::ONLY,
+        with_metadata: true,
+        ..Default::default()
+    };
+    for r in &store.executions_matching(&since)? {
+        let Some(m) = meta(r) else { continue };
+        if str_of(&m, T::ID).as_deref() == Some(id.as_str()) {
+            c.record(r, &m);
+        }
+    }
+    Ok(c.finish().then_some(c))
 }
 
 /// The statements whose latest record is `retry`, read from the retry records and the records
@@ -1066,11 +1021,8 @@ fn brief(
         let Some(r) = rank(b.execution_id) else {
             continue;
         };
-        match visible.get(&b.name) {
-            Some((have, _)) if *have <= r => {}
-            _ => {
-                visible.insert(b.name.clone(), (r, b));
-            }
+        if visible.get(&b.name).is_none_or(|(have, _)| r < *have) {
+            visible.insert(b.name.clone(), (r, b));
         }
     }
     let more = visible.len() > limit;
