@@ -157,10 +157,7 @@ impl Render for AgentList {
         if self.0.is_empty() {
             return writeln!(w, "no agents");
         }
-        let header: Vec<String> = ["AGENT", "SCOPE", "SEGMENTS", "MEMORY", "UPDATED"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let header = ["AGENT", "SCOPE", "SEGMENTS", "MEMORY", "UPDATED"].map(String::from);
         let rows: Vec<Vec<String>> = self
             .0
             .iter()

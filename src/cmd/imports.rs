@@ -76,10 +76,7 @@ impl Render for ImportList {
         if self.0.is_empty() {
             return writeln!(w, "no imports");
         }
-        let header: Vec<String> = ["ALIAS", "SOURCE", "FETCHED"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let header = ["ALIAS", "SOURCE", "FETCHED"].map(String::from);
         let rows: Vec<Vec<String>> = self
             .0
             .iter()

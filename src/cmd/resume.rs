@@ -47,7 +47,7 @@ impl From<&ExecutionRow> for Event {
     }
 }
 
-fn meta(r: &ExecutionRow) -> Option<Value> {
+pub(super) fn meta(r: &ExecutionRow) -> Option<Value> {
     r.metadata
         .as_deref()
         .and_then(|m| serde_json::from_str(m).ok())
@@ -217,7 +217,7 @@ fn key(r: &ExecutionRow) -> StatementKey {
     (r.statement_index, r.statement_text.clone(), r.parent_id)
 }
 
-fn str_of(v: &Value, k: &str) -> Option<String> {
+pub(super) fn str_of(v: &Value, k: &str) -> Option<String> {
     match v.get(k)? {
         Value::String(s) => Some(s.clone()),
         Value::Null => None,
@@ -277,7 +277,7 @@ fn position(rows: &[ExecutionRow]) -> Position {
     }
 }
 
-fn branch_list(m: &Value) -> Vec<String> {
+pub(super) fn branch_list(m: &Value) -> Vec<String> {
     match m.get("branches") {
         Some(Value::Array(bs)) => bs
             .iter()

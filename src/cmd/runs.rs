@@ -47,7 +47,7 @@ impl Render for RunList {
         if self.runs.is_empty() {
             return writeln!(w, "no runs");
         }
-        let header: Vec<String> = [
+        let header = [
             "RUN",
             "STATUS",
             "PROGRAM",
@@ -55,9 +55,7 @@ impl Render for RunList {
             "LAST EVENT",
             "PENDING GATES",
         ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        .map(String::from);
         let rows: Vec<Vec<String>> = self
             .runs
             .iter()
