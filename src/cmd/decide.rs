@@ -1,6 +1,7 @@
 //! `approve` and `reject`: one decision on a pending gate. The first decision wins; every
 //! refused attempt is audit-logged by the store.
 
+use crate::cli::RunGate;
 use crate::error::{not_found, refused, shown, usage};
 use crate::model::{check_gate_id, now, principal_allowed, sha256_tag};
 use crate::output::Render;
@@ -162,28 +163,8 @@ pub fn outcome(
 }
 
 /// The page of the gate a command names, when the project says where its approval page is.
-fn page(ctx: &crate::context::Context, target: &crate::cli::RunGate) -> Option<String> {
+fn page(ctx: &crate::context::Context, target: &RunGate) -> Option<String> {
     crate::services::notify::gate_page(target.run().or(ctx.run.as_deref())?, target.gate())
-}
-
-/// Decides on the gate a command names, in the run it names.
-fn decide(
-    ctx: &crate::context::Context,
-    run: Option<&str>,
-    req: &DecideRequest,
-) -> Result<DecisionMade> {
-    let (_, mut store) = ctx.open_run(run.or(ctx.run.as_deref()))?;
-    self::run(req, store.as_mut(), &mut |g: &GateRow, action: &str| {
-        crate::term::confirm(
-            &crate::term::Asked {
-                gate: &g.id,
-                run: g.run_id.as_deref().unwrap_or("-"),
-                prompt: &g.prompt,
-                timeout_at: g.timeout_at.as_deref(),
-            },
-            action,
-        )
-    })
 }
 
 /// Who decides (`Context::decider`). A decision refused there (a token that is not valid, a
@@ -193,7 +174,7 @@ fn decider(
     ctx: &crate::context::Context,
     arg: &crate::cli::PrincipalArg,
     token: &crate::cli::TokenArg,
-    target: &crate::cli::RunGate,
+    target: &RunGate,
     approve: bool,
 ) -> Result<(crate::model::Principal, bool)> {
     let e = match ctx.decider(arg, token, page(ctx, target)) {
@@ -221,46 +202,59 @@ fn decider(
     })
 }
 
+/// Decides on the gate a command names, in the run it names, as the principal it gives.
+fn decide(
+    ctx: &crate::context::Context,
+    (arg, token, target): (&crate::cli::PrincipalArg, &crate::cli::TokenArg, &RunGate),
+    approve: bool,
+    comment: Option<&str>,
+    yes: bool,
+) -> Result<DecisionMade> {
+    let (who, authenticated) = decider(ctx, arg, token, target, approve)?;
+    let request = DecideRequest {
+        gate: target.gate(),
+        approve,
+        principal: &who,
+        authenticated,
+        comment,
+        yes,
+        interactive: crate::term::interactive(),
+    };
+    let (_, mut store) = ctx.open_run(target.run().or(ctx.run.as_deref()))?;
+    self::run(
+        &request,
+        store.as_mut(),
+        &mut |g: &GateRow, action: &str| {
+            crate::term::confirm(
+                &crate::term::Asked {
+                    gate: &g.id,
+                    run: g.run_id.as_deref().unwrap_or("-"),
+                    prompt: &g.prompt,
+                    timeout_at: g.timeout_at.as_deref(),
+                },
+                action,
+            )
+        },
+    )
+}
+
 impl super::Run for crate::cli::ApproveArgs {
     type Output = DecisionMade;
     fn run(&self, ctx: &crate::context::Context) -> Result<DecisionMade> {
-        let (who, authenticated) = decider(
-            ctx,
-            &self.principal,
-            &self.token,
-            &self.target,
-            !self.reject,
-        )?;
-        let request = DecideRequest {
-            gate: self.target.gate(),
-            approve: !self.reject,
-            principal: &who,
-            authenticated,
-            comment: if self.reject {
-                self.reason.as_deref()
-            } else {
-                self.comment.as_deref()
-            },
-            yes: self.yes,
-            interactive: crate::term::interactive(),
+        let comment = if self.reject {
+            self.reason.as_deref()
+        } else {
+            self.comment.as_deref()
         };
-        decide(ctx, self.target.run(), &request)
+        let who = (&self.principal, &self.token, &self.target);
+        decide(ctx, who, !self.reject, comment, self.yes)
     }
 }
 
 impl super::Run for crate::cli::RejectArgs {
     type Output = DecisionMade;
     fn run(&self, ctx: &crate::context::Context) -> Result<DecisionMade> {
-        let (who, authenticated) = decider(ctx, &self.principal, &self.token, &self.target, false)?;
-        let request = DecideRequest {
-            gate: self.target.gate(),
-            approve: false,
-            principal: &who,
-            authenticated,
-            comment: Some(&self.reason),
-            yes: self.yes,
-            interactive: crate::term::interactive(),
-        };
-        decide(ctx, self.target.run(), &request)
+        let who = (&self.principal, &self.token, &self.target);
+        decide(ctx, who, false, Some(&self.reason), self.yes)
     }
 }
