@@ -256,27 +256,6 @@ fn open_starts(rows: &[ExecutionRow]) -> (Vec<&ExecutionRow>, HashMap<i64, Optio
     (open, level)
 }
 
-fn position(rows: &[ExecutionRow]) -> Position {
-    let (open, level) = open_starts(rows);
-    let current = open.last().copied();
-    let scope = current.map(|c| c.id);
-    let after = rows
-        .iter()
-        .rev()
-        .take_while(|r| current.is_none_or(|c| r.id > c.id))
-        .find(|r| {
-            let parent = level.get(&r.id).copied().unwrap_or(r.parent_id);
-            parent == scope && !is_start(r.status.as_ref())
-        })
-        .map(Event::from);
-    Position {
-        current: current.map(Event::from),
-        open: open.into_iter().map(Event::from).collect(),
-        after,
-        last_event: rows.last().map(Event::from),
-    }
-}
-
 pub(super) fn branch_list(m: &Value) -> Vec<String> {
     match m.get("branches") {
         Some(Value::Array(bs)) => bs
@@ -414,24 +393,6 @@ fn retry_of(r: &ExecutionRow, last_error: Option<String>) -> Retry {
     }
 }
 
-fn retries(rows: &[ExecutionRow]) -> Vec<Retry> {
-    let mut latest: HashMap<StatementKey, &ExecutionRow> = HashMap::new();
-    let mut last_error: HashMap<StatementKey, String> = HashMap::new();
-    for r in rows {
-        if let (Some(S::Failed), Some(e)) = (&r.status, &r.error_message) {
-            last_error.insert(key(r), e.clone());
-        }
-        latest.insert(key(r), r);
-    }
-    let mut out: Vec<Retry> = latest
-        .values()
-        .filter(|r| r.status == Some(S::Retry))
-        .map(|r| retry_of(r, last_error.get(&key(r)).cloned()))
-        .collect();
-    out.sort_by_key(|r| r.id);
-    out
-}
-
 /// The run's agents, then those of the project and user scopes given.
 fn all_agents(
     store: &mut dyn Store,
@@ -498,7 +459,8 @@ fn binding_info(store: &mut dyn Store, run: &RunPaths, b: crate::store::BindingR
     }
 }
 
-/// `resume --all`: the full answer, from every record. `other_agents`: project- and
+/// `resume --all`: the full answer, from every record (the position and the retries are read
+/// as the bounded answer reads them: the same answer). `other_agents`: project- and
 /// user-scope agents, where their databases exist.
 fn full(
     run: &RunPaths,
@@ -533,11 +495,11 @@ fn full(
             program_path: summary.run.program_path,
             error_message: summary.error_message,
         },
-        position: position(&rows),
+        position: narrow_position(store)?,
         statements: statements.into_values().collect(),
         parallel: constructs(&rows),
         loops: constructs(&rows),
-        retries: retries(&rows),
+        retries: outstanding_retries(store)?,
         bindings,
         agents,
         gates,
