@@ -1,8 +1,9 @@
 //! `approve` and `reject`: one decision on a pending gate. The first decision wins; every
 //! refused attempt is audit-logged by the store.
 
+use super::gates::gate_not_found;
 use crate::cli::RunGate;
-use crate::error::{not_found, refused, shown, usage};
+use crate::error::{refused, shown, usage};
 use crate::model::{check_gate_id, now, principal_allowed, sha256_tag};
 use crate::output::Render;
 use crate::store::{Decided, Decision, GateRow, Store};
@@ -71,12 +72,9 @@ pub fn run(req: &DecideRequest, store: &mut dyn Store, confirm: Confirm) -> Resu
     reason_given(req.approve, req.comment, Some("--reason TEXT"))?;
     let now = now();
     let run_id = store.run_info()?.id;
-    let gate = store.gate(req.gate, &now)?.ok_or_else(|| {
-        not_found(format!(
-            "gate not found in run {run_id}: {}",
-            shown(req.gate)
-        ))
-    })?;
+    let gate = store
+        .gate(req.gate, &now)?
+        .ok_or_else(|| gate_not_found(&run_id, req.gate))?;
     let action = if req.approve { "approve" } else { "reject" };
     // Ask only when the decision could be taken; otherwise let the store refuse (and log) it.
     if gate.status.is_pending() && principal_allowed(&gate.allow, req.principal) && !req.yes {
@@ -137,10 +135,7 @@ pub fn outcome(
 ) -> Result<GateRow> {
     Err(match decided {
         Decided::Done(g) => return Ok(g),
-        Decided::NotFound => not_found(format!(
-            "gate not found in run {run_id}: {}",
-            shown(gate)
-        )),
+        Decided::NotFound => gate_not_found(run_id, gate),
         Decided::AlreadyResolved(g) => refused(format!(
             "{}; this attempt was logged",
             resolved_by(&g)

@@ -15,6 +15,11 @@ use anyhow::{Context as _, Result};
 use serde::Serialize;
 use std::io::{self, Write};
 
+/// The error for a gate the run does not have (exit 3).
+pub(super) fn gate_not_found(run_id: &str, gate: &str) -> anyhow::Error {
+    not_found(format!("gate not found in run {run_id}: {}", shown(gate)))
+}
+
 /// Seconds from `now` until `timeout_at`, for a pending gate with a readable deadline.
 fn time_left(gate: &GateRow, now: &str) -> Option<i64> {
     if !gate.status.is_pending() {
@@ -152,9 +157,10 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
                 .checked
                 .as_deref()
                 .map(|report| IntegrityView::of(report, &found.gate.id));
-            let mut view = GateView::new(found.gate, found.program_path, &now);
-            view.integrity = integrity;
-            view
+            GateView {
+                integrity,
+                ..GateView::new(found.gate, found.program_path, &now)
+            }
         })
         .collect();
     Ok(GateList { gates, warnings })
@@ -400,7 +406,7 @@ pub fn show_to(
     let run = store.run_info()?;
     let (row, history) = store
         .view_gate(gate, viewer, client, &now)?
-        .ok_or_else(|| not_found(format!("gate not found in run {}: {}", run.id, shown(gate))))?;
+        .ok_or_else(|| gate_not_found(&run.id, gate))?;
     let report = store.verify_audit()?;
     Ok(GateShown {
         integrity: IntegrityView::of(&report, &row.id),
@@ -508,13 +514,7 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<GateWaited> {
         match look {
             Ok(gate) => {
                 let run = run.clone().context("run")?;
-                let gate = gate.ok_or_else(|| {
-                    not_found(format!(
-                        "gate not found in run {}: {}",
-                        run.id,
-                        shown(args.target.gate())
-                    ))
-                })?;
+                let gate = gate.ok_or_else(|| gate_not_found(&run.id, args.target.gate()))?;
                 let reopened = args.instance.is_some_and(|w| gate.instance != w);
                 if !gate.status.is_pending() || out_of_time || reopened {
                     // A decision counts only if its log attests it.

@@ -92,10 +92,6 @@ impl Render for ImportList {
     }
 }
 
-pub fn list(store: &mut dyn Store) -> Result<ImportList> {
-    Ok(ImportList(store.imports()?))
-}
-
 crate::output::one_of!(
     /// What `imports` and `imports add` print.
     ImportsOutput {
@@ -109,7 +105,7 @@ impl super::Run for ImportsArgs {
     fn run(&self, ctx: &crate::context::Context) -> Result<ImportsOutput> {
         let (_, mut store) = ctx.the_run()?;
         Ok(match &self.command {
-            None => ImportsOutput::List(list(store.as_mut())?),
+            None => ImportsOutput::List(ImportList(store.imports()?)),
             Some(ImportsCommand::Add(a)) => ImportsOutput::Added(add(a, store.as_mut())?),
         })
     }
