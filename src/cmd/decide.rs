@@ -6,28 +6,10 @@ use crate::cli::RunGate;
 use crate::error::{refused, shown, usage};
 use crate::model::{check_gate_id, now, principal_allowed, sha256_tag};
 use crate::output::Render;
-use crate::store::{Decided, Decision, GateRow, Store};
+use crate::store::{Decided, Decision, GateRow};
 use anyhow::Result;
 use serde::Serialize;
 use std::io::{self, Write};
-
-/// What a decision needs, whichever command asked for it.
-pub struct DecideRequest<'a> {
-    pub gate: &'a str,
-    pub approve: bool,
-    pub principal: &'a crate::model::Principal,
-    /// Whether a token authenticated the principal (recorded with the decision).
-    pub authenticated: bool,
-    /// The approval comment or the rejection reason.
-    pub comment: Option<&'a str>,
-    pub yes: bool,
-    /// Whether a person can be asked (stdin is a terminal).
-    pub interactive: bool,
-}
-
-/// Asks the person at the terminal to confirm: given the gate and the action, returns
-/// whether they said yes (`term::confirm`; tests of this module could pass another).
-pub type Confirm<'a> = &'a mut dyn FnMut(&GateRow, &str) -> Result<bool>;
 
 #[derive(Debug, Serialize)]
 pub struct DecisionMade {
@@ -65,51 +47,6 @@ fn resolved_by(g: &GateRow) -> String {
         g.resolved_by.as_deref().unwrap_or("-"),
         g.resolved_at.as_deref().unwrap_or("-")
     )
-}
-
-pub fn run(req: &DecideRequest, store: &mut dyn Store, confirm: Confirm) -> Result<DecisionMade> {
-    check_gate_id(req.gate)?;
-    reason_given(req.approve, req.comment, Some("--reason TEXT"))?;
-    let now = now();
-    let run_id = store.run_info()?.id;
-    let gate = store
-        .gate(req.gate, &now)?
-        .ok_or_else(|| gate_not_found(&run_id, req.gate))?;
-    let action = if req.approve { "approve" } else { "reject" };
-    // Ask only when the decision could be taken; otherwise let the store refuse (and log) it.
-    if gate.status.is_pending() && principal_allowed(&gate.allow, req.principal) && !req.yes {
-        if !req.interactive {
-            return Err(usage(format!(
-                "{action} needs confirmation and stdin is not a terminal: pass --yes"
-            )));
-        }
-        if !confirm(&gate, action)? {
-            return Err(refused(format!(
-                "not confirmed; gate {} left {}",
-                gate.id, gate.status
-            )));
-        }
-    }
-    let decision = Decision {
-        gate_id: req.gate,
-        approve: req.approve,
-        principal: req.principal,
-        authenticated: req.authenticated,
-        client: "cli",
-        comment: req.comment,
-        // The prompt as it was shown (or, with --yes, as it was read) just now.
-        prompt_hash: &sha256_tag(&gate.prompt),
-        instance: Some(gate.instance),
-        now: &crate::model::now(),
-        signer: None,
-    };
-    outcome(
-        store.decide_gate(&decision)?,
-        req.principal,
-        &run_id,
-        req.gate,
-    )
-    .map(|gate| DecisionMade { gate })
 }
 
 /// A rejection needs a reason, whoever decides: on the command line (exit 2) and on the
@@ -205,32 +142,52 @@ fn decide(
     comment: Option<&str>,
     yes: bool,
 ) -> Result<DecisionMade> {
-    let (who, authenticated) = decider(ctx, arg, token, target, approve)?;
-    let request = DecideRequest {
-        gate: target.gate(),
-        approve,
-        principal: &who,
-        authenticated,
-        comment,
-        yes,
-        interactive: crate::term::interactive(),
-    };
+    let (principal, authenticated) = decider(ctx, arg, token, target, approve)?;
     let (_, mut store) = ctx.open_run(target.run().or(ctx.run.as_deref()))?;
-    self::run(
-        &request,
-        store.as_mut(),
-        &mut |g: &GateRow, action: &str| {
-            crate::term::confirm(
-                &crate::term::Asked {
-                    gate: &g.id,
-                    run: g.run_id.as_deref().unwrap_or("-"),
-                    prompt: &g.prompt,
-                    timeout_at: g.timeout_at.as_deref(),
-                },
-                action,
-            )
-        },
-    )
+    let gate_id = target.gate();
+    check_gate_id(gate_id)?;
+    reason_given(approve, comment, Some("--reason TEXT"))?;
+    let now = now();
+    let run_id = store.run_info()?.id;
+    let gate = store
+        .gate(gate_id, &now)?
+        .ok_or_else(|| gate_not_found(&run_id, gate_id))?;
+    let action = if approve { "approve" } else { "reject" };
+    // Ask only when the decision could be taken; otherwise let the store refuse (and log) it.
+    if gate.status.is_pending() && principal_allowed(&gate.allow, &principal) && !yes {
+        if !crate::term::interactive() {
+            return Err(usage(format!(
+                "{action} needs confirmation and stdin is not a terminal: pass --yes"
+            )));
+        }
+        let asked = crate::term::Asked {
+            gate: &gate.id,
+            run: gate.run_id.as_deref().unwrap_or("-"),
+            prompt: &gate.prompt,
+            timeout_at: gate.timeout_at.as_deref(),
+        };
+        if !crate::term::confirm(&asked, action)? {
+            return Err(refused(format!(
+                "not confirmed; gate {} left {}",
+                gate.id, gate.status
+            )));
+        }
+    }
+    let decision = Decision {
+        gate_id,
+        approve,
+        principal: &principal,
+        authenticated,
+        client: "cli",
+        comment,
+        // The prompt as it was shown (or, with --yes, as it was read) just now.
+        prompt_hash: &sha256_tag(&gate.prompt),
+        instance: Some(gate.instance),
+        now: &crate::model::now(),
+        signer: None,
+    };
+    let decided = store.decide_gate(&decision)?;
+    outcome(decided, &principal, &run_id, gate_id).map(|gate| DecisionMade { gate })
 }
 
 impl super::Run for crate::cli::ApproveArgs {
