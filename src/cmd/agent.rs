@@ -33,11 +33,7 @@ impl Render for Memory {
 
 pub fn memory(name: &str, scope: &str, store: Option<&mut dyn AgentStore>) -> Result<Memory> {
     check_agent(name)?;
-    let agent = match store {
-        Some(s) => s.agent(name)?,
-        None => None,
-    };
-    match agent {
+    match store.map(|s| s.agent(name)).transpose()?.flatten() {
         Some(a) if a.memory.is_some() => Ok(Memory { agent: a }),
         _ => Err(not_found(format!(
             "agent has no memory in {scope} scope: {}",
@@ -176,10 +172,7 @@ impl Render for AgentList {
 }
 
 pub fn list(store: Option<&mut dyn AgentStore>) -> Result<AgentList> {
-    let rows = match store {
-        Some(s) => s.agents()?,
-        None => Vec::new(),
-    };
+    let rows = store.map(|s| s.agents()).transpose()?.unwrap_or_default();
     Ok(AgentList(
         rows.into_iter().map(AgentSummary::from).collect(),
     ))

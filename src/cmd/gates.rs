@@ -390,11 +390,7 @@ impl Render for GateShown {
     }
 }
 
-pub fn show(gate: &str, viewer: Option<&str>, store: &mut dyn Store) -> Result<GateShown> {
-    show_to(gate, viewer, "cli", store)
-}
-
-/// [`show`], for a viewer through `client` (`cli`, `web`), as the audit log records it.
+/// `gates show`, for a viewer through `client` (`cli`, `web`), as the audit log records it.
 pub fn show_to(
     gate: &str,
     viewer: Option<&str>,
@@ -811,9 +807,10 @@ impl Run for GatesArgs {
             Some(GatesCommand::Show(a)) => {
                 let (_, mut store) = ctx.open_run(a.target.run().or(ctx.run.as_deref()))?;
                 let viewer = ctx.principal(&a.principal)?;
-                GatesOutput::Shown(show(
+                GatesOutput::Shown(show_to(
                     a.target.gate(),
                     viewer.as_ref().map(|v| v.as_str()),
+                    "cli",
                     store.as_mut(),
                 )?)
             }

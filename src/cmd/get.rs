@@ -119,17 +119,13 @@ pub(super) fn scope_name(in_execution: bool) -> &'static str {
 }
 
 fn describe_chain(chain: &[i64]) -> String {
-    let mut parts: Vec<String> = if chain.len() > 8 {
-        let mut p: Vec<String> = chain[..4]
-            .iter()
-            .map(|id| format!("execution {id}"))
-            .collect();
-        p.push(format!("… ({} executions)", chain.len()));
-        p.push(format!("execution {}", chain[chain.len() - 1]));
-        p
-    } else {
-        chain.iter().map(|id| format!("execution {id}")).collect()
-    };
+    let mut parts: Vec<String> = chain.iter().map(|id| format!("execution {id}")).collect();
+    if chain.len() > 8 {
+        parts.splice(
+            4..chain.len() - 1,
+            [format!("… ({} executions)", chain.len())],
+        );
+    }
     parts.push("root".to_string());
     parts.join(" → ")
 }

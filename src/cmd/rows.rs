@@ -2,7 +2,7 @@
 //! serialisation of their own: each field's JSON name is written here, once, so that renaming
 //! a store field cannot silently change what `--json` prints (the compiler stops it here).
 
-use crate::store::{AgentRow, AuditRow, BindingRow, GateRow, ImportRow};
+use crate::store::{AgentRow, AuditRow, BindingRow, GateRow, ImportRow, RunSummary};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
 impl Serialize for BindingRow {
@@ -29,13 +29,13 @@ impl Serialize for BindingRow {
 }
 
 /// `impl Serialize` for a row type written field by field: `Type as "Name" { "json": field,
-/// ... }`, in this order.
+/// ... }` (a field may be a path, `run.id`), in this order.
 macro_rules! as_written {
-    ($ty:ty as $name:literal { $($json:literal: $field:ident),* $(,)? }) => {
+    ($ty:ty as $name:literal { $($json:literal: $($field:ident).+),* $(,)? }) => {
         impl Serialize for $ty {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 let mut r = s.serialize_struct($name, [$($json),*].len())?;
-                $(r.serialize_field($json, &self.$field)?;)*
+                $(r.serialize_field($json, &self.$($field).+)?;)*
                 r.end()
             }
         }
@@ -63,4 +63,11 @@ as_written! { AgentRow as "Agent" {
 as_written! { ImportRow as "Import" {
     "alias": alias, "source_url": source_url, "fetched_at": fetched_at,
     "inputs_schema": inputs_schema, "outputs_schema": outputs_schema,
+} }
+
+// `runs`: a run's row, with what the listing adds to it.
+as_written! { RunSummary as "Run" {
+    "id": run.id, "program_path": run.program_path, "status": run.status,
+    "started_at": run.started_at, "updated_at": run.updated_at, "error_message": error_message,
+    "last_event_at": last_event_at, "pending_gates": pending_gates,
 } }
