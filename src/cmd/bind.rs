@@ -85,8 +85,8 @@ impl super::Run for BindArgs {
                 .unwrap_or_else(|| attach::summary(bytes, rel));
             (summary.clone(), summary, bytes)
         };
-        let (value, summary, bytes, mut file, blob) = if update.is_some() {
-            (String::new(), String::new(), 0, None, None)
+        let ((value, summary, bytes), mut file, blob) = if update.is_some() {
+            ((String::new(), String::new(), 0), None, None)
         } else {
             let (mut input, from_stdin) =
                 super::value_source(self.value.as_deref(), self.file.as_deref())?;
@@ -109,16 +109,10 @@ impl super::Run for BindArgs {
                 Staged::Inline(text) => {
                     let summary = self.summary.clone().unwrap_or_else(|| one_line(&text, 100));
                     let bytes = text.len() as u64;
-                    (text, summary, bytes, None, None)
+                    ((text, summary, bytes), None, None)
                 }
-                Staged::File(f) => {
-                    let (value, summary, bytes) = attached(f.bytes, &f.rel);
-                    (value, summary, bytes, Some(f), None)
-                }
-                Staged::Server(b) => {
-                    let (value, summary, bytes) = attached(b.bytes, &b.rel);
-                    (value, summary, bytes, None, Some(b))
-                }
+                Staged::File(f) => (attached(f.bytes, &f.rel), Some(f), None),
+                Staged::Server(b) => (attached(b.bytes, &b.rel), None, Some(b)),
             }
         };
         let attachment_path = file

@@ -398,20 +398,16 @@ fn all_agents(
     store: &mut dyn Store,
     other_agents: Vec<(&str, Vec<AgentRow>)>,
 ) -> Result<Vec<AgentInfo>> {
-    let mut agents: Vec<AgentInfo> = agent_infos("execution", store.agents()?).collect();
-    for (scope, rows) in other_agents {
-        agents.extend(agent_infos(scope, rows));
+    let mut agents = Vec::new();
+    for (scope, rows) in std::iter::once(("execution", store.agents()?)).chain(other_agents) {
+        agents.extend(rows.into_iter().map(|a| AgentInfo {
+            memory_bytes: a.memory.as_ref().map(String::len),
+            name: a.name,
+            scope: a.scope.unwrap_or_else(|| scope.to_string()),
+            segments: a.segments,
+        }));
     }
     Ok(agents)
-}
-
-fn agent_infos(scope: &str, rows: Vec<AgentRow>) -> impl Iterator<Item = AgentInfo> + '_ {
-    rows.into_iter().map(move |a| AgentInfo {
-        memory_bytes: a.memory.as_ref().map(String::len),
-        name: a.name,
-        scope: a.scope.unwrap_or_else(|| scope.to_string()),
-        segments: a.segments,
-    })
 }
 
 /// Every gate with its next step, checked against the audit log.
