@@ -732,7 +732,6 @@ impl Render for Verified {
                     writeln!(w, "{}: BROKEN at row {}: {}", r.run_id, b.id, b.reason)?
                 }
                 (Some(b), _) => writeln!(w, "{}: BROKEN: {}", r.run_id, b.reason)?,
-                (None, "intact") => writeln!(w, "{}: intact ({} rows{notes})", r.run_id, r.rows)?,
                 (None, verdict) => writeln!(w, "{}: {verdict} ({} rows{notes})", r.run_id, r.rows)?,
             }
             for g in &r.gates {

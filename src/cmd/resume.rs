@@ -847,11 +847,11 @@ fn narrow_position(store: &mut dyn Store) -> Result<Position> {
         }
         before = page.last().map(|r| r.id);
     };
-    let after = match (direct, named) {
-        (Some(d), Some(n)) if n.id > d.id => Some(Event::from(n)),
-        (Some(d), _) => Some(Event::from(&d)),
-        (None, n) => n.map(Event::from),
-    };
+    let after = direct
+        .iter()
+        .chain(named)
+        .max_by_key(|r| r.id)
+        .map(Event::from);
     let last_event = store
         .executions_matching(&ExecQuery {
             newest_first: true,
