@@ -4,6 +4,31 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
+/// A whole number from `min` up (an id, an index).
+fn at_least(min: i64) -> clap::builder::RangedI64ValueParser<i64> {
+    clap::value_parser!(i64).range(min..)
+}
+
+/// A value enum each variant of which is one word: clap reads the variant by it, `as_str`
+/// gives it back.
+macro_rules! words {
+    ($(#[$m:meta])* $name:ident { $($(#[$v:meta])* $variant:ident => $word:literal,)* }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+        pub enum $name {
+            $($(#[$v])* #[value(name = $word)] $variant,)*
+        }
+
+        impl $name {
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $word,)*
+                }
+            }
+        }
+    };
+}
+
 /// The end of every `--help`, the top level's and each subcommand's (src/parse.rs adds it to
 /// the subcommands).
 pub const EXIT_CODES: &str =
@@ -192,18 +217,18 @@ pub struct McpArgs {
     #[arg(long, value_enum, value_name = "ROLE")]
     pub role: Option<McpRole>,
     /// A subagent session's execution: it binds and reads in this execution's scope only
-    #[arg(long, value_name = "N", allow_hyphen_values = true,
-          value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = at_least(1))]
     pub execution_id: Option<i64>,
 }
 
-/// The roles an MCP session may play.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum McpRole {
-    /// The orchestrating VM: every served tool
-    Vm,
-    /// A subagent: read, bind in its scope, its own agent's memory and segments
-    Subagent,
+words! {
+    /// The roles an MCP session may play.
+    McpRole {
+        /// The orchestrating VM: every served tool
+        Vm => "vm",
+        /// A subagent: read, bind in its scope, its own agent's memory and segments
+        Subagent => "subagent",
+    }
 }
 
 #[derive(Debug, Args)]
@@ -251,8 +276,7 @@ pub struct GuideArgs {
     #[arg(value_enum, default_value_t = GuideFor::Vm)]
     pub who: GuideFor,
     /// The execution the subagent works in (fills in its guide)
-    #[arg(long, value_name = "N", allow_hyphen_values = true,
-          value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = at_least(1))]
     pub execution_id: Option<i64>,
     /// The binding the subagent writes (fills in its guide)
     #[arg(long, value_name = "NAME")]
@@ -276,22 +300,12 @@ pub struct DoctorArgs {
     pub fix: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum CheckpointMode {
-    Passive,
-    Full,
-    Restart,
-    Truncate,
-}
-
-impl CheckpointMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CheckpointMode::Passive => "passive",
-            CheckpointMode::Full => "full",
-            CheckpointMode::Restart => "restart",
-            CheckpointMode::Truncate => "truncate",
-        }
+words! {
+    CheckpointMode {
+        Passive => "passive",
+        Full => "full",
+        Restart => "restart",
+        Truncate => "truncate",
     }
 }
 
@@ -328,8 +342,7 @@ pub struct LogArgs {
           value_parser = clap::value_parser!(u64).range(50..=60_000))]
     pub poll_ms: u64,
     /// Only the events after this one (an event's `id`): what a reader has not seen yet
-    #[arg(long, value_name = "ID", default_value_t = 0,
-          value_parser = clap::value_parser!(i64).range(0..))]
+    #[arg(long, value_name = "ID", default_value_t = 0, value_parser = at_least(0))]
     pub since: i64,
 }
 
@@ -385,8 +398,7 @@ pub struct BindArgs {
     pub file: Option<PathBuf>,
 
     /// Bind in this execution's scope (omitted: the root scope)
-    #[arg(long, value_name = "N", allow_hyphen_values = true,
-          value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = at_least(1))]
     pub execution_id: Option<i64>,
 
     /// What kind of binding this is; a const cannot be rebound in its scope
@@ -428,8 +440,7 @@ pub struct GetArgs {
     pub name: String,
 
     /// Start the lookup in this execution's scope and walk up to the root
-    #[arg(long, value_name = "N", allow_hyphen_values = true,
-          value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = at_least(1))]
     pub execution_id: Option<i64>,
 
     /// Print the scope chain walked and where the binding was found, not the value
@@ -437,21 +448,18 @@ pub struct GetArgs {
     pub explain: bool,
 
     /// Only the value's bytes from this offset (a large value read in parts)
-    #[arg(long, value_name = "BYTES", conflicts_with = "explain",
-          value_parser = clap::value_parser!(u64))]
+    #[arg(long, value_name = "BYTES", conflicts_with = "explain")]
     pub offset: Option<u64>,
 
     /// At most this many bytes of the value (from --offset, or from the start)
-    #[arg(long, value_name = "BYTES", conflicts_with = "explain",
-          value_parser = clap::value_parser!(u64))]
+    #[arg(long, value_name = "BYTES", conflicts_with = "explain")]
     pub length: Option<u64>,
 }
 
 #[derive(Debug, Args)]
 pub struct ExecAppendArgs {
     /// Statement index in the program
-    #[arg(long, value_name = "N", allow_hyphen_values = true,
-          value_parser = clap::value_parser!(i64).range(0..))]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = at_least(0))]
     pub index: i64,
 
     /// Statement text, e.g. 'session "Research AI safety"' or 'parallel:a'
@@ -463,8 +471,7 @@ pub struct ExecAppendArgs {
     pub status: Status,
 
     /// Id of the enclosing execution record (for nested blocks)
-    #[arg(long, value_name = "ID", allow_hyphen_values = true,
-          value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, value_name = "ID", allow_hyphen_values = true, value_parser = at_least(1))]
     pub parent: Option<i64>,
 
     /// A JSON object, e.g. '{"parallel_id": "p1", "branch": "a"}'
@@ -497,29 +504,31 @@ pub struct QueryArgs {
     pub timeout: String,
 }
 
-/// The kinds a binding may have (the spec's `bindings.kind`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Kind {
-    Input,
-    Output,
-    Let,
-    Const,
+words! {
+    /// The kinds a binding may have (the spec's `bindings.kind`).
+    Kind {
+        Input => "input",
+        Output => "output",
+        Let => "let",
+        Const => "const",
+    }
 }
 
-/// Execution record statuses: the spec's schema comment plus the ones its append-only
-/// examples write (started, iteration, joined, exited, retry).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Status {
-    Pending,
-    Executing,
-    Started,
-    Completed,
-    Failed,
-    Skipped,
-    Iteration,
-    Joined,
-    Exited,
-    Retry,
+words! {
+    /// Execution record statuses: the spec's schema comment plus the ones its append-only
+    /// examples write (started, iteration, joined, exited, retry).
+    Status {
+        Pending => "pending",
+        Executing => "executing",
+        Started => "started",
+        Completed => "completed",
+        Failed => "failed",
+        Skipped => "skipped",
+        Iteration => "iteration",
+        Joined => "joined",
+        Exited => "exited",
+        Retry => "retry",
+    }
 }
 
 /// Who is acting: `--as NAME`, else PROSE_PRINCIPAL, else the login name.
@@ -635,13 +644,11 @@ pub struct GateCreateArgs {
     pub on_reject: Option<String>,
 
     /// The enclosing execution: parent of the `approve GATE_ID:` record appended
-    #[arg(long, value_name = "N", allow_hyphen_values = true,
-          value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = at_least(1))]
     pub execution_id: Option<i64>,
 
     /// Statement index of the `approve` statement, for the appended record
-    #[arg(long, value_name = "N", allow_hyphen_values = true,
-          value_parser = clap::value_parser!(i64).range(0..))]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = at_least(0))]
     pub index: Option<i64>,
 
     /// A JSON object of additional data
@@ -671,7 +678,9 @@ pub struct GateCreateArgs {
     pub token: TokenArg,
 }
 
-/// `[RUN] GATE`: a gate, and the run it is in when that is not `--run` or PROSE_RUN.
+/// `[RUN] GATE`: a gate, and the run it is in when that is not `--run` or PROSE_RUN. A
+/// command that takes it overrides its usage line: clap would print `<RUN> [GATE]...` for the
+/// optional run before the gate.
 #[derive(Debug, Args)]
 pub struct RunGate {
     /// [RUN] GATE: the run (id, directory or state.db path; default: --run, else PROSE_RUN),
@@ -691,7 +700,6 @@ impl RunGate {
     }
 }
 
-/// clap would print `<RUN> [GATE]...` for the optional run before the gate.
 #[derive(Debug, Args)]
 #[command(override_usage = "prose-state gates show [OPTIONS] [RUN] GATE")]
 pub struct GateShowArgs {
@@ -701,7 +709,6 @@ pub struct GateShowArgs {
     pub principal: PrincipalArg,
 }
 
-/// clap would print `<RUN> [GATE]...` for the optional run before the gate.
 #[derive(Debug, Args)]
 #[command(
     override_usage = "prose-state gates wait [OPTIONS] [RUN] GATE\n       prose-state gates wait --all|--any [OPTIONS] GATE GATE..."
@@ -741,7 +748,7 @@ pub struct GateWaitArgs {
     /// Wait for the decision of this opening of the gate (the `instance` that `gates create`
     /// printed): if the gate was opened again since, whoever did, exit 9 instead of taking
     /// the new opening's decision for it
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(1..))]
+    #[arg(long, value_name = "N", value_parser = at_least(1))]
     pub instance: Option<i64>,
 }
 
@@ -758,7 +765,6 @@ pub struct GateAuditArgs {
     pub since: Option<String>,
 }
 
-/// clap would print `<RUN> [GATE]...` for the optional run before the gate.
 #[derive(Debug, Args)]
 #[command(override_usage = "prose-state approve [OPTIONS] [RUN] GATE")]
 pub struct ApproveArgs {
@@ -785,7 +791,6 @@ pub struct ApproveArgs {
     pub token: TokenArg,
 }
 
-/// clap would print `<RUN> [GATE]...` for the optional run before the gate.
 #[derive(Debug, Args)]
 #[command(override_usage = "prose-state reject [OPTIONS] [RUN] GATE")]
 pub struct RejectArgs {
@@ -913,23 +918,14 @@ pub struct RequireArgs {
     pub key: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum AgentScope {
-    /// The run's state.db (needs --run)
-    Execution,
-    /// <root>/.prose/agents.db
-    Project,
-    /// ~/.prose/agents.db (PROSE_HOME overrides the home directory)
-    User,
-}
-
-impl AgentScope {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AgentScope::Execution => "execution",
-            AgentScope::Project => "project",
-            AgentScope::User => "user",
-        }
+words! {
+    AgentScope {
+        /// The run's state.db (needs --run)
+        Execution => "execution",
+        /// <root>/.prose/agents.db
+        Project => "project",
+        /// ~/.prose/agents.db (PROSE_HOME overrides the home directory)
+        User => "user",
     }
 }
 
@@ -1032,11 +1028,12 @@ pub struct ImportAddArgs {
     pub replace: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum FinalStatus {
-    Completed,
-    Failed,
-    Interrupted,
+words! {
+    FinalStatus {
+        Completed => "completed",
+        Failed => "failed",
+        Interrupted => "interrupted",
+    }
 }
 
 #[derive(Debug, Args)]
@@ -1049,12 +1046,13 @@ pub struct FinishArgs {
     pub error: Option<String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum RunStatus {
-    Running,
-    Completed,
-    Failed,
-    Interrupted,
+words! {
+    RunStatus {
+        Running => "running",
+        Completed => "completed",
+        Failed => "failed",
+        Interrupted => "interrupted",
+    }
 }
 
 #[derive(Debug, Args)]

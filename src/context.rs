@@ -223,10 +223,12 @@ impl Context {
 
     /// The project's server, for reading many of its runs at once.
     pub fn server_catalog(&self) -> Result<Box<dyn crate::store::ServerCatalog>> {
-        Ok(Box::new(PgStore::open_project(
-            &self.postgres_url()?,
-            self.opts,
-        )?))
+        Ok(Box::new(self.project_server()?))
+    }
+
+    /// The project's server, for what it keeps of the project (not of one run).
+    fn project_server(&self) -> Result<PgStore> {
+        PgStore::open_project(&self.postgres_url()?, self.opts)
     }
 
     /// Deletes a run created on the server by an `init` that could not finish.
@@ -247,16 +249,12 @@ impl Context {
         let db = match scope {
             AgentScope::Execution => {
                 let (paths, store) = self.the_run()?;
-                let store: Box<dyn AgentStore> = store;
                 return Ok((Some(store), paths.db.display().to_string()));
             }
             AgentScope::Project if self.uses_postgres() => {
-                let store: Box<dyn AgentStore> =
-                    Box::new(PgStore::open_project(&self.postgres_url()?, self.opts)?);
-                return Ok((
-                    Some(store),
-                    "postgres (openprose.agents, run_id NULL)".to_string(),
-                ));
+                let store = Box::new(self.project_server()?);
+                let location = "postgres (openprose.agents, run_id NULL)";
+                return Ok((Some(store), location.to_string()));
             }
             AgentScope::Project => self.prose_dir.join("agents.db"),
             AgentScope::User => {
@@ -293,8 +291,6 @@ impl Context {
         Ok(others)
     }
 
-    /// The principal acting: `--as`/PROSE_PRINCIPAL as given (an empty one is then refused),
-    /// else the login name.
     /// Who is acting: `--as` or PROSE_PRINCIPAL (refused, exit 2, when outside the grammar),
     /// else the login name (USER, then LOGNAME) when it is in the grammar, else no one. No
     /// principal is ever invented: commands that decide refuse to act as no one.
@@ -354,10 +350,7 @@ impl Context {
         create: bool,
     ) -> Result<Option<Box<dyn crate::store::principals::PrincipalBook>>> {
         if self.uses_postgres() {
-            return Ok(Some(Box::new(PgStore::open_project(
-                &self.postgres_url()?,
-                self.opts,
-            )?)));
+            return Ok(Some(Box::new(self.project_server()?)));
         }
         Ok(
             crate::store::principals::LocalBook::open(&self.prose_dir, create)?
@@ -383,17 +376,13 @@ impl Context {
 ///   among the project's runs under a name that is not its id.
 pub fn read_only(paths: &RunPaths, store: &mut SqliteStore) -> Option<String> {
     use crate::store::Store as _;
-    if std::fs::symlink_metadata(&paths.dir).is_ok_and(|m| m.file_type().is_symlink()) {
-        return Some(format!(
-            "the run directory is a symlink; prose-state reads through it but never writes through it: {}",
-            paths.dir.display()
-        ));
-    }
-    if std::fs::symlink_metadata(&paths.db).is_ok_and(|m| m.file_type().is_symlink()) {
-        return Some(format!(
-            "state.db is a symlink; prose-state reads through it but never writes through it (replace it with the database itself): {}",
-            paths.db.display()
-        ));
+    for (path, what) in [
+        (&paths.dir, "the run directory is a symlink; prose-state reads through it but never writes through it"),
+        (&paths.db, "state.db is a symlink; prose-state reads through it but never writes through it (replace it with the database itself)"),
+    ] {
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Some(format!("{what}: {}", path.display()));
+        }
     }
     let (_, dir_id) = crate::store::catalog::of_state_db(&paths.db)?;
     let recorded = store.run_info().ok()?.id;

@@ -58,32 +58,23 @@ fn coded(code: Code, message: impl Into<String>) -> anyhow::Error {
     })
 }
 
-pub fn usage(message: impl Into<String>) -> anyhow::Error {
-    coded(Code::Usage, message)
+/// One constructor an exit code: `usage("...")` is an error that exits 2.
+macro_rules! constructors {
+    ($($name:ident => $code:ident,)*) => {
+        $(pub fn $name(message: impl Into<String>) -> anyhow::Error {
+            coded(Code::$code, message)
+        })*
+    };
 }
 
-pub fn not_found(message: impl Into<String>) -> anyhow::Error {
-    coded(Code::NotFound, message)
-}
-
-pub fn refused(message: impl Into<String>) -> anyhow::Error {
-    coded(Code::Refused, message)
-}
-
-pub fn unknown(message: impl Into<String>) -> anyhow::Error {
-    coded(Code::Unknown, message)
-}
-
-pub fn tampered(message: impl Into<String>) -> anyhow::Error {
-    coded(Code::Tampered, message)
-}
-
-pub fn timed_out(message: impl Into<String>) -> anyhow::Error {
-    coded(Code::TimedOut, message)
-}
-
-pub fn busy(message: impl Into<String>) -> anyhow::Error {
-    coded(Code::Busy, message)
+constructors! {
+    usage => Usage,
+    not_found => NotFound,
+    refused => Refused,
+    unknown => Unknown,
+    tampered => Tampered,
+    timed_out => TimedOut,
+    busy => Busy,
 }
 
 /// Quotes a user-supplied value for an error message: escaped (so it stays on one line) and

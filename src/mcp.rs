@@ -335,16 +335,9 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
     // `--agent NAME` or `--agent agent:NAME`: a principal of the agent kind either way, its
     // name normalised and checked as every principal's is.
     let given = Principal::parse(&args.agent, "--agent")?;
-    let agent = if given.as_str().starts_with("agent:") {
-        given
-    } else {
-        Principal::parse(&format!("agent:{}", given.as_str()), "--agent")?
-    };
-    let agent_name = agent
-        .as_str()
-        .strip_prefix("agent:")
-        .unwrap_or(agent.as_str())
-        .to_string();
+    let name = given.as_str();
+    let agent_name = name.strip_prefix("agent:").unwrap_or(name).to_string();
+    let agent = Principal::parse(&format!("agent:{agent_name}"), "--agent")?;
     // The role is the operator's, never the model's: without it no session starts, so that
     // no configuration silently keeps or loses tools.
     let Some(role) = args.role else {
@@ -455,14 +448,12 @@ fn tools(role: Role, run_pinned: bool, execution_pinned: bool) -> Vec<ToolSpec> 
                     params.push(p);
                 }
             }
-            for p in &params {
-                if p.level == 0 && !p.hidden {
-                    properties.insert(
-                        p.property.clone(),
-                        json!({"type": "string", "description":
-                            "The run's id (default: the session's run: the server's --run, or the run `init` made)"}),
-                    );
-                }
+            if let Some(p) = params.iter().find(|p| p.level == 0 && !p.hidden) {
+                properties.insert(
+                    p.property.clone(),
+                    json!({"type": "string", "description":
+                        "The run's id (default: the session's run: the server's --run, or the run `init` made)"}),
+                );
             }
             for (property, schema) in paging(served) {
                 properties.insert(property.into(), schema);
@@ -504,28 +495,16 @@ fn paging(served: &Served) -> Vec<(&'static str, Value)> {
                "description": format!("At most this many {what} (default {default}, at most {max})")})
     };
     match served.page {
-        Page::List => vec![
-            (
-                "cursor",
-                json!({"type": "integer", "minimum": 0, "default": 0,
-                       "description": "Where the page starts: a previous answer's `next_cursor` (0: the first)"}),
-            ),
-            (
-                "limit",
-                limit(pages::LIST_DEFAULT, pages::LIST_MAX, served.wrap),
-            ),
-        ],
-        Page::History => vec![
-            (
-                "cursor",
-                json!({"type": "integer", "minimum": 0, "default": 0,
-                       "description": "Where the history's page starts: a previous answer's `next_cursor` (0: the first event)"}),
-            ),
-            (
-                "limit",
-                limit(pages::LIST_DEFAULT, pages::LIST_MAX, "history events"),
-            ),
-        ],
+        Page::List | Page::History => {
+            let (page, first, items) = match served.page {
+                Page::List => ("page", "", served.wrap),
+                _ => ("history's page", " event", "history events"),
+            };
+            let cursor = json!({"type": "integer", "minimum": 0, "default": 0, "description": format!(
+                "Where the {page} starts: a previous answer's `next_cursor` (0: the first{first})")});
+            let limit = limit(pages::LIST_DEFAULT, pages::LIST_MAX, items);
+            vec![("cursor", cursor), ("limit", limit)]
+        }
         Page::Log => vec![("limit", limit(pages::LOG_DEFAULT, pages::LOG_MAX, "events"))],
         Page::Memory => vec![
             (
@@ -577,7 +556,6 @@ fn defaults_to_agent(served: &Served, p: &Param) -> bool {
 }
 
 fn schema(arg: &clap::Arg, p: &Param, served: &Served) -> Value {
-    let mut s = Map::new();
     let values: Vec<Value> = arg
         .get_possible_values()
         .iter()
@@ -591,12 +569,11 @@ fn schema(arg: &clap::Arg, p: &Param, served: &Served) -> Value {
         Kind::Text | Kind::List if !values.is_empty() => json!({"type": "string", "enum": values}),
         Kind::Text | Kind::List => json!({"type": "string"}),
     };
-    if p.kind == Kind::List {
-        s.insert("type".into(), json!("array"));
-        s.insert("items".into(), item);
-    } else if let Value::Object(item) = item {
-        s.extend(item);
-    }
+    let mut s = if p.kind == Kind::List {
+        json!({"type": "array", "items": item})
+    } else {
+        item
+    };
     let mut help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
     if defaults_to_agent(served, p) {
         help.push_str(" (default: this server's agent)");
@@ -618,7 +595,7 @@ fn schema(arg: &clap::Arg, p: &Param, served: &Served) -> Value {
         help = (*text).into();
     }
     if !help.is_empty() {
-        s.insert("description".into(), Value::String(help));
+        s["description"] = Value::String(help);
     }
     let defaults: Vec<String> = arg
         .get_default_values()
@@ -626,16 +603,15 @@ fn schema(arg: &clap::Arg, p: &Param, served: &Served) -> Value {
         .map(|d| d.to_string_lossy().into_owned())
         .collect();
     if p.kind == Kind::List && !defaults.is_empty() {
-        s.insert("default".into(), json!(defaults));
+        s["default"] = json!(defaults);
     } else if let [d] = defaults.as_slice() {
-        let d = match p.kind {
+        s["default"] = match p.kind {
             Kind::Integer => d.parse::<i64>().map_or(json!(d), Value::from),
             Kind::Number => d.parse::<f64>().map_or(json!(d), Value::from),
             _ => json!(d),
         };
-        s.insert("default".into(), d);
     }
-    Value::Object(s)
+    s
 }
 
 impl Server {
@@ -669,14 +645,11 @@ impl Server {
         argv.push(format!("--busy-timeout={}", self.busy_timeout));
         let named = |p: &Param| args.get(&p.property).filter(|v| !v.is_null());
         let named = |p: &Param| named(p).filter(|_| !p.hidden);
-        match spec.params.iter().find(|p| p.level == 0).and_then(named) {
-            Some(run) => argv.push(format!("--run={}", text(run, "run")?)),
-            None => {
-                if let Some(run) = self.session_run().filter(|_| spec.served.name != "init") {
-                    argv.push(format!("--run={run}"));
-                }
-            }
-        }
+        let run = match spec.params.iter().find(|p| p.level == 0).and_then(named) {
+            Some(run) => Some(text(run, "run")?),
+            None => self.session_run().filter(|_| spec.served.name != "init"),
+        };
+        argv.extend(run.map(|run| format!("--run={run}")));
         let mut positionals = Vec::new();
         for (level, name) in spec.served.path.iter().enumerate() {
             argv.push(name.to_string());
@@ -735,10 +708,10 @@ impl Server {
         match spec.served.name {
             // A value is read in pages: the first one unless another is asked for.
             "get" if args.get("explain") != Some(&Value::Bool(true)) => {
-                if named_offset(args, "offset").is_none() {
+                if args.get("offset").and_then(Value::as_u64).is_none() {
                     argv.push("--offset=0".into());
                 }
-                match named_offset(args, "length") {
+                match args.get("length").and_then(Value::as_u64) {
                     None => argv.push(format!("--length={}", pages::TEXT_DEFAULT)),
                     Some(n) if n > pages::TEXT_MAX => {
                         return Err(usage(format!(
@@ -834,28 +807,24 @@ impl Server {
                         Some(Value::Array(events)) => events,
                         _ => Vec::new(),
                     };
-                    if let Value::Object(page) = pages::list(history, "history", cursor, limit) {
-                        for (field, value) in page {
-                            let field = if field == "total" {
-                                "history_total".into()
-                            } else {
-                                field
-                            };
-                            gate.insert(field, value);
-                        }
+                    if let Value::Object(mut page) = pages::list(history, "history", cursor, limit)
+                    {
+                        let total = page.remove("total").unwrap_or_default();
+                        gate.insert("history_total".into(), total);
+                        gate.extend(page);
                     }
                     outcome.set(Value::Object(gate));
                 }
             }
+            // `cursor` and `limit` are the offset and the length.
             Page::Memory => {
-                let (offset, length) = (cursor, limit);
                 if let Value::Object(mut memory) = outcome.value.take() {
                     let whole = memory
                         .get("memory")
                         .and_then(Value::as_str)
                         .unwrap_or_default()
                         .to_string();
-                    let (page, start, len) = pages::text(whole.as_bytes(), offset, length);
+                    let (page, start, len) = pages::text(whole.as_bytes(), cursor, limit);
                     memory.insert("memory".into(), Value::String(page));
                     pages::text_fields(&mut memory, start, len, whole.len() as u64);
                     outcome.set(Value::Object(memory));
@@ -983,12 +952,6 @@ fn value_page(args: &crate::cli::GetArgs, ctx: &Context) -> Result<Outcome> {
     Ok(Outcome::of(Value::Object(out)))
 }
 
-/// A whole number a call gave for `key`, if it gave one.
-fn named_offset(args: &JsonObject, key: &str) -> Option<u64> {
-    args.get(key).and_then(Value::as_u64)
-}
-
-/// A value given to an option or positional, as its text.
 /// `gates_wait`'s arguments with its timeout as the command line takes it: a whole number
 /// of seconds (`"timeout": 30`, what a client is likely to send) becomes `30s`; any other
 /// number is refused, naming the forms taken.
@@ -1005,6 +968,7 @@ fn wait_timeout_in_words(args: &JsonObject) -> Result<JsonObject> {
     Ok(args)
 }
 
+/// A value given to an option or positional, as its text.
 fn text(value: &Value, property: &str) -> Result<String> {
     match value {
         Value::String(s) => Ok(s.clone()),
@@ -1139,20 +1103,13 @@ impl ServerHandler for Handler {
             env!("CARGO_PKG_VERSION"),
         ))
         .with_instructions(format!(
-            "The durable state of an OpenProse run, acting as {} in the {} role. Each tool \
+            "The durable state of an OpenProse run, acting as {} in the {role} role. Each tool \
                  is a prose-state command and returns its JSON; a failed call carries its exit \
                  class (usage, not_found, refused, busy, ...). Busy means nothing was written: \
                  retry. Long answers come in pages: each says whether it was cut (`truncated`) \
-                 and gives the cursor to continue. The protocol is this server's prompt `{}`.",
+                 and gives the cursor to continue. The protocol is this server's prompt `{role}`.",
             self.0.agent.as_str(),
-            match self.0.role {
-                Role::Vm => "vm",
-                Role::Subagent => "subagent",
-            },
-            match self.0.role {
-                Role::Vm => "vm",
-                Role::Subagent => "subagent",
-            },
+            role = self.0.role.as_str(),
         ))
     }
 

@@ -1,38 +1,12 @@
 //! The domain's vocabulary, shared by commands and stores: binding kinds, execution statuses,
 //! the rules for names and run ids, and the one timestamp format.
 
-use crate::cli::{Kind, Status};
+use crate::cli::Status;
 use crate::error::{shown, usage};
 use anyhow::Result;
 pub use chrono::Timelike;
 
-impl Kind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Input => "input",
-            Kind::Output => "output",
-            Kind::Let => "let",
-            Kind::Const => "const",
-        }
-    }
-}
-
 impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Pending => "pending",
-            Status::Executing => "executing",
-            Status::Started => "started",
-            Status::Completed => "completed",
-            Status::Failed => "failed",
-            Status::Skipped => "skipped",
-            Status::Iteration => "iteration",
-            Status::Joined => "joined",
-            Status::Exited => "exited",
-            Status::Retry => "retry",
-        }
-    }
-
     /// Whether the record marks something ending (its time goes to `completed_at`) rather
     /// than beginning or waiting (its time goes to `started_at`). Every record prose-state
     /// appends carries exactly one of the two, so an event's time is
@@ -155,12 +129,7 @@ pub const MAX_SEGMENT_BYTES: usize = 255;
 pub fn path_in(dir: &std::path::Path, name: &str, kind: PathName) -> Result<std::path::PathBuf> {
     match kind {
         PathName::Binding => check_name(name)?,
-        PathName::Agent => check_name(name).map_err(|_| {
-            usage(format!(
-                "invalid agent name (a letter or _ first, then letters, digits, _ . -): {}",
-                shown(name)
-            ))
-        })?,
+        PathName::Agent => check_name_as(name, "agent name")?,
         PathName::Run => check_run_id(name)?,
         PathName::File => {}
     }
@@ -258,24 +227,13 @@ stored_status! {
 
 impl From<crate::cli::RunStatus> for RunStatus {
     fn from(s: crate::cli::RunStatus) -> Self {
-        use crate::cli::RunStatus as Flag;
-        match s {
-            Flag::Running => RunStatus::Running,
-            Flag::Completed => RunStatus::Completed,
-            Flag::Failed => RunStatus::Failed,
-            Flag::Interrupted => RunStatus::Interrupted,
-        }
+        RunStatus::parse(s.as_str())
     }
 }
 
 impl From<crate::cli::FinalStatus> for RunStatus {
     fn from(s: crate::cli::FinalStatus) -> Self {
-        use crate::cli::FinalStatus as Flag;
-        match s {
-            Flag::Completed => RunStatus::Completed,
-            Flag::Failed => RunStatus::Failed,
-            Flag::Interrupted => RunStatus::Interrupted,
-        }
+        RunStatus::parse(s.as_str())
     }
 }
 
@@ -444,87 +402,6 @@ fn json_type(v: &serde_json::Value) -> &'static str {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names() {
-        for ok in [
-            "research",
-            "anon_001",
-            "research.findings",
-            "_x",
-            "résumé",
-            "a-b",
-        ] {
-            assert!(check_name(ok).is_ok(), "{ok}");
-        }
-        for bad in [
-            "", "../x", "a/b", "a\\b", "a..b", ".hidden", "a\0b", "a\nb", "1abc", "a b",
-        ] {
-            assert!(check_name(bad).is_err(), "{bad:?}");
-        }
-        assert!(check_name(&"a".repeat(MAX_NAME_BYTES + 1)).is_err());
-    }
-
-    #[test]
-    fn names_become_paths_only_inside_their_directory() {
-        use super::{path_in, PathName};
-        let dir = std::path::Path::new("/runs/r/attachments");
-        for kind in [
-            PathName::Binding,
-            PathName::Agent,
-            PathName::Run,
-            PathName::File,
-        ] {
-            for bad in [
-                "",
-                ".",
-                "..",
-                "../x",
-                "a/b",
-                "a\\b",
-                "/abs",
-                ".hidden",
-                "a\0b",
-                "a\u{1b}b",
-                "a\u{202e}b",
-                "a\u{200b}b",
-                "a\u{2066}b",
-                "a\u{feff}b",
-                "a\nb",
-            ] {
-                assert!(path_in(dir, bad, kind).is_err(), "{kind:?} {bad:?}");
-            }
-            assert!(path_in(dir, &"a".repeat(256), kind).is_err());
-        }
-        assert_eq!(
-            path_in(dir, "report", PathName::Binding).unwrap(),
-            dir.join("report")
-        );
-        assert!(path_in(dir, "20261122-143052-a7b3c9", PathName::Run).is_ok());
-        assert!(path_in(dir, "report@root.00ff.md", PathName::File).is_ok());
-    }
-
-    #[test]
-    fn run_ids() {
-        assert!(check_run_id(&new_run_id()).is_ok());
-        assert_eq!(new_run_id().len(), "20260116-143052-a7b3c9".len());
-        for bad in ["", "..", "../x", "a/b", "-x", ".x", "a..b"] {
-            assert!(check_run_id(bad).is_err(), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn metadata() {
-        assert!(check_metadata(r#"{"a": 1}"#).is_ok());
-        for bad in ["[]", "1", "\"x\"", "{", "null", ""] {
-            assert!(check_metadata(bad).is_err(), "{bad:?}");
-        }
-    }
-}
-
 /// Parses a gate duration: a positive number of `d`, `h`, `m`, `s` units in descending order,
 /// each at most once (`30s`, `4h`, `7d`, `2h30m`, `1d12h`). Returns seconds. Zero, negative,
 /// unitless, repeated or out-of-order units, and anything beyond 100 years are refused.
@@ -582,10 +459,15 @@ pub fn parse_duration(text: &str) -> Result<i64> {
 
 /// Checks a gate id: the same rules as a binding name (it names a gate in the language).
 pub fn check_gate_id(id: &str) -> Result<()> {
-    check_name(id).map_err(|_| {
+    check_name_as(id, "gate id")
+}
+
+/// [`check_name`]'s grammar for another kind of name, refused as `what`.
+fn check_name_as(name: &str, what: &str) -> Result<()> {
+    check_name(name).map_err(|_| {
         usage(format!(
-            "invalid gate id (a letter or _ first, then letters, digits, _ . -): {}",
-            shown(id)
+            "invalid {what} (a letter or _ first, then letters, digits, _ . -): {}",
+            shown(name)
         ))
     })
 }
@@ -770,9 +652,93 @@ pub fn now_plus(seconds: i64) -> String {
     Timestamp::now().plus_seconds(seconds).to_string()
 }
 
+/// Where a run's state is kept; recorded in the run directory (`backend.json`) when it is
+/// not the default SQLite, so later commands on the run need no flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
 #[cfg(test)]
-mod duration_tests {
+mod tests {
     use super::*;
+
+    #[test]
+    fn names() {
+        for ok in [
+            "research",
+            "anon_001",
+            "research.findings",
+            "_x",
+            "résumé",
+            "a-b",
+        ] {
+            assert!(check_name(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "", "../x", "a/b", "a\\b", "a..b", ".hidden", "a\0b", "a\nb", "1abc", "a b",
+        ] {
+            assert!(check_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_name(&"a".repeat(MAX_NAME_BYTES + 1)).is_err());
+    }
+
+    #[test]
+    fn names_become_paths_only_inside_their_directory() {
+        use super::{path_in, PathName};
+        let dir = std::path::Path::new("/runs/r/attachments");
+        for kind in [
+            PathName::Binding,
+            PathName::Agent,
+            PathName::Run,
+            PathName::File,
+        ] {
+            for bad in [
+                "",
+                ".",
+                "..",
+                "../x",
+                "a/b",
+                "a\\b",
+                "/abs",
+                ".hidden",
+                "a\0b",
+                "a\u{1b}b",
+                "a\u{202e}b",
+                "a\u{200b}b",
+                "a\u{2066}b",
+                "a\u{feff}b",
+                "a\nb",
+            ] {
+                assert!(path_in(dir, bad, kind).is_err(), "{kind:?} {bad:?}");
+            }
+            assert!(path_in(dir, &"a".repeat(256), kind).is_err());
+        }
+        assert_eq!(
+            path_in(dir, "report", PathName::Binding).unwrap(),
+            dir.join("report")
+        );
+        assert!(path_in(dir, "20261122-143052-a7b3c9", PathName::Run).is_ok());
+        assert!(path_in(dir, "report@root.00ff.md", PathName::File).is_ok());
+    }
+
+    #[test]
+    fn run_ids() {
+        assert!(check_run_id(&new_run_id()).is_ok());
+        assert_eq!(new_run_id().len(), "20260116-143052-a7b3c9".len());
+        for bad in ["", "..", "../x", "a/b", "-x", ".x", "a..b"] {
+            assert!(check_run_id(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn metadata() {
+        assert!(check_metadata(r#"{"a": 1}"#).is_ok());
+        for bad in ["[]", "1", "\"x\"", "{", "null", ""] {
+            assert!(check_metadata(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn durations() {
@@ -876,12 +842,4 @@ mod duration_tests {
         );
         assert!(!p("agents:x").is_agent());
     }
-}
-
-/// Where a run's state is kept; recorded in the run directory (`backend.json`) when it is
-/// not the default SQLite, so later commands on the run need no flag.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Backend {
-    Sqlite,
-    Postgres,
 }

@@ -148,22 +148,19 @@ pub fn one_line(text: &str, max: usize) -> String {
 /// Writes rows as an aligned table with a header, for humans.
 pub fn table(w: &mut dyn Write, header: &[String], rows: &[Vec<String>]) -> io::Result<()> {
     // Every cell is shown visible: cells hold stored strings.
-    let header: Vec<String> = header
-        .iter()
-        .map(|c| visible_line(c).into_owned())
-        .collect();
-    let rows: Vec<Vec<String>> = rows
-        .iter()
+    let mut lines: Vec<Vec<String>> = std::iter::once(header)
+        .chain(rows.iter().map(Vec::as_slice))
         .map(|r| r.iter().map(|c| visible_line(c).into_owned()).collect())
         .collect();
-    let (header, rows) = (&header, &rows);
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
+    let mut widths = vec![0; header.len()];
+    for row in &lines {
         for (i, cell) in row.iter().enumerate() {
             widths[i] = widths[i].max(cell.chars().count());
         }
     }
-    let line = |w: &mut dyn Write, cells: &[String]| -> io::Result<()> {
+    // The rule under the header.
+    lines.insert(1, widths.iter().map(|&n| "-".repeat(n)).collect());
+    for cells in lines {
         let mut out = String::new();
         for (i, cell) in cells.iter().enumerate() {
             if i > 0 {
@@ -174,13 +171,7 @@ pub fn table(w: &mut dyn Write, header: &[String], rows: &[Vec<String>]) -> io::
                 out.extend(std::iter::repeat_n(' ', widths[i] - cell.chars().count()));
             }
         }
-        writeln!(w, "{out}")
-    };
-    line(w, header)?;
-    let rule: Vec<String> = widths.iter().map(|&n| "-".repeat(n)).collect();
-    line(w, &rule)?;
-    for row in rows {
-        line(w, row)?;
+        writeln!(w, "{out}")?;
     }
     Ok(())
 }
@@ -229,7 +220,7 @@ macro_rules! one_of {
                 }
             }
 
-                        fn escapes_itself(&self) -> bool {
+            fn escapes_itself(&self) -> bool {
                 match self {
                     $(Self::$variant(o) => o.escapes_itself()),*
                 }

@@ -33,11 +33,7 @@ impl Render for Memory {
 
 pub fn memory(name: &str, scope: &str, store: Option<&mut dyn AgentStore>) -> Result<Memory> {
     check_agent(name)?;
-    let agent = match store {
-        Some(s) => s.agent(name)?,
-        None => None,
-    };
-    match agent {
+    match store.map(|s| s.agent(name)).transpose()?.flatten() {
         Some(a) if a.memory.is_some() => Ok(Memory { agent: a }),
         _ => Err(not_found(format!(
             "agent has no memory in {scope} scope: {}",
@@ -157,10 +153,7 @@ impl Render for AgentList {
         if self.0.is_empty() {
             return writeln!(w, "no agents");
         }
-        let header: Vec<String> = ["AGENT", "SCOPE", "SEGMENTS", "MEMORY", "UPDATED"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let header = ["AGENT", "SCOPE", "SEGMENTS", "MEMORY", "UPDATED"].map(String::from);
         let rows: Vec<Vec<String>> = self
             .0
             .iter()
@@ -179,10 +172,7 @@ impl Render for AgentList {
 }
 
 pub fn list(store: Option<&mut dyn AgentStore>) -> Result<AgentList> {
-    let rows = match store {
-        Some(s) => s.agents()?,
-        None => Vec::new(),
-    };
+    let rows = store.map(|s| s.agents()).transpose()?.unwrap_or_default();
     Ok(AgentList(
         rows.into_iter().map(AgentSummary::from).collect(),
     ))

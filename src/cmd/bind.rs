@@ -2,9 +2,8 @@ use crate::cli::BindArgs;
 use crate::error::{not_found, shown, usage};
 use crate::model::{check_name, now};
 use crate::output::{one_line, Render};
-use crate::run::RunPaths;
 use crate::services::attach::{self, Staged};
-use crate::store::{NewBinding, Store, Update};
+use crate::store::{NewBinding, Update};
 use anyhow::Result;
 use serde::Serialize;
 use std::io::{self, Write};
@@ -39,140 +38,131 @@ impl Render for Bound {
     }
 }
 
-pub fn run(args: &BindArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Bound> {
-    check_name(&args.name)?;
-    if let Some(summary) = &args.summary {
-        if summary.contains('\0') {
-            return Err(usage("--summary contains a NUL byte"));
-        }
-    }
-    if let Some(id) = args.execution_id {
-        if !store.execution_exists(id)? {
-            return Err(not_found(format!(
-                "execution not found: {id} (a scoped binding needs its execution record; omit --execution-id for the root scope)"
-            )));
-        }
-    }
-
-    // An update computes its value in the store, from the stored one: nothing is read here.
-    let update = match (&args.append, &args.merge) {
-        (Some(item), _) => Some(Update::Append(
-            serde_json::from_str(item).unwrap_or_else(|_| serde_json::Value::String(item.clone())),
-        )),
-        (None, Some(patch)) => match serde_json::from_str(patch) {
-            Ok(p @ serde_json::Value::Object(_)) => Some(Update::Merge(p)),
-            _ => {
-                return Err(usage(format!(
-                    "--merge needs a JSON object: {}",
-                    shown(patch)
-                )))
-            }
-        },
-        (None, None) => None,
-    };
-    if update.is_some() && args.summary.is_some() {
-        return Err(usage(
-            "--summary applies to a value given whole, not to --append or --merge",
-        ));
-    }
-    let attached = |bytes: u64, rel: &str| {
-        let summary = args
-            .summary
-            .clone()
-            .unwrap_or_else(|| attach::summary(bytes, rel));
-        (summary.clone(), summary, bytes)
-    };
-    let (value, summary, bytes, mut file, blob) = if update.is_some() {
-        (String::new(), String::new(), 0, None, None)
-    } else {
-        let (mut input, from_stdin) =
-            super::value_source(args.value.as_deref(), args.file.as_deref())?;
-        // A large value goes where the store keeps them: on a server, into the server (every
-        // machine reads it); else a file in the run directory.
-        let dest = if store.keeps_values() {
-            attach::Dest::Store(&mut *store)
-        } else {
-            attach::Dest::Dir(&run.dir)
-        };
-        let staged = attach::stage(
-            &mut input,
-            args.attach_over,
-            dest,
-            &args.name,
-            args.execution_id,
-            from_stdin,
-        )?;
-        match staged {
-            Staged::Inline(text) => {
-                let summary = args.summary.clone().unwrap_or_else(|| one_line(&text, 100));
-                let bytes = text.len() as u64;
-                (text, summary, bytes, None, None)
-            }
-            Staged::File(f) => {
-                let (value, summary, bytes) = attached(f.bytes, &f.rel);
-                (value, summary, bytes, Some(f), None)
-            }
-            Staged::Server(b) => {
-                let (value, summary, bytes) = attached(b.bytes, &b.rel);
-                (value, summary, bytes, None, Some(b))
-            }
-        }
-    };
-    let attachment_path = file
-        .as_ref()
-        .map(|f| f.rel.clone())
-        .or(blob.as_ref().map(|b| b.rel.clone()));
-    let outcome = store.bind(
-        &NewBinding {
-            name: &args.name,
-            execution_id: args.execution_id,
-            kind: args.kind.as_str(),
-            value: &value,
-            source_statement: args.source.as_deref(),
-            attachment_path: attachment_path.as_deref(),
-            update: update.as_ref(),
-            if_version: args.if_version,
-            now: &now(),
-        },
-        &mut || match file.as_mut() {
-            Some(f) => f.publish(),
-            None => Ok(()),
-        },
-    );
-    if let Some(b) = &blob {
-        // Linked, or refused: a refused bind leaves nothing of its value behind.
-        let _ = store.end_upload(&b.blob, outcome.is_ok());
-    }
-    let outcome = outcome?;
-    if let Some(old) = outcome.replaced_attachment {
-        // The bind has committed; the previous version's file is referenced by no row now. One
-        // that cannot be removed is only clutter that `doctor --fix` collects, never a wrong
-        // value, so this is best effort.
-        let _ = store.release_attachment(&old, &mut || attach::remove(&run.dir, &old));
-    }
-    // Only now, after the commit, does the new file's lock go.
-    drop(file);
-    let (summary, bytes) = match &outcome.written {
-        Some(v) => (one_line(v, 100), v.len() as u64),
-        None => (summary, bytes),
-    };
-    Ok(Bound {
-        name: args.name.clone(),
-        execution_id: args.execution_id,
-        version: outcome.version,
-        kind: args.kind.as_str(),
-        db: store.location(),
-        location: store.binding_location(&args.name, args.execution_id),
-        attachment_path,
-        bytes,
-        summary,
-    })
-}
-
 impl super::Run for BindArgs {
     type Output = Bound;
     fn run(&self, ctx: &crate::context::Context) -> Result<Bound> {
-        let (paths, mut store) = ctx.the_run()?;
-        run(self, &paths, store.as_mut())
+        let (run, mut store) = ctx.the_run()?;
+        check_name(&self.name)?;
+        if let Some(summary) = &self.summary {
+            if summary.contains('\0') {
+                return Err(usage("--summary contains a NUL byte"));
+            }
+        }
+        if let Some(id) = self.execution_id {
+            if !store.execution_exists(id)? {
+                return Err(not_found(format!(
+                    "execution not found: {id} (a scoped binding needs its execution record; omit --execution-id for the root scope)"
+                )));
+            }
+        }
+
+        // An update computes its value in the store, from the stored one: nothing is read here.
+        let update = match (&self.append, &self.merge) {
+            (Some(item), _) => Some(Update::Append(
+                serde_json::from_str(item)
+                    .unwrap_or_else(|_| serde_json::Value::String(item.clone())),
+            )),
+            (None, Some(patch)) => match serde_json::from_str(patch) {
+                Ok(p @ serde_json::Value::Object(_)) => Some(Update::Merge(p)),
+                _ => {
+                    return Err(usage(format!(
+                        "--merge needs a JSON object: {}",
+                        shown(patch)
+                    )))
+                }
+            },
+            (None, None) => None,
+        };
+        if update.is_some() && self.summary.is_some() {
+            return Err(usage(
+                "--summary applies to a value given whole, not to --append or --merge",
+            ));
+        }
+        let attached = |bytes: u64, rel: &str| {
+            let summary = self
+                .summary
+                .clone()
+                .unwrap_or_else(|| attach::summary(bytes, rel));
+            (summary.clone(), summary, bytes)
+        };
+        let ((value, summary, bytes), mut file, blob) = if update.is_some() {
+            ((String::new(), String::new(), 0), None, None)
+        } else {
+            let (mut input, from_stdin) =
+                super::value_source(self.value.as_deref(), self.file.as_deref())?;
+            // A large value goes where the store keeps them: on a server, into the server (every
+            // machine reads it); else a file in the run directory.
+            let dest = if store.keeps_values() {
+                attach::Dest::Store(&mut *store)
+            } else {
+                attach::Dest::Dir(&run.dir)
+            };
+            let staged = attach::stage(
+                &mut input,
+                self.attach_over,
+                dest,
+                &self.name,
+                self.execution_id,
+                from_stdin,
+            )?;
+            match staged {
+                Staged::Inline(text) => {
+                    let summary = self.summary.clone().unwrap_or_else(|| one_line(&text, 100));
+                    let bytes = text.len() as u64;
+                    ((text, summary, bytes), None, None)
+                }
+                Staged::File(f) => (attached(f.bytes, &f.rel), Some(f), None),
+                Staged::Server(b) => (attached(b.bytes, &b.rel), None, Some(b)),
+            }
+        };
+        let attachment_path = file
+            .as_ref()
+            .map(|f| f.rel.clone())
+            .or(blob.as_ref().map(|b| b.rel.clone()));
+        let outcome = store.bind(
+            &NewBinding {
+                name: &self.name,
+                execution_id: self.execution_id,
+                kind: self.kind.as_str(),
+                value: &value,
+                source_statement: self.source.as_deref(),
+                attachment_path: attachment_path.as_deref(),
+                update: update.as_ref(),
+                if_version: self.if_version,
+                now: &now(),
+            },
+            &mut || match file.as_mut() {
+                Some(f) => f.publish(),
+                None => Ok(()),
+            },
+        );
+        if let Some(b) = &blob {
+            // Linked, or refused: a refused bind leaves nothing of its value behind.
+            let _ = store.end_upload(&b.blob, outcome.is_ok());
+        }
+        let outcome = outcome?;
+        if let Some(old) = outcome.replaced_attachment {
+            // The bind has committed; the previous version's file is referenced by no row now. One
+            // that cannot be removed is only clutter that `doctor --fix` collects, never a wrong
+            // value, so this is best effort.
+            let _ = store.release_attachment(&old, &mut || attach::remove(&run.dir, &old));
+        }
+        // Only now, after the commit, does the new file's lock go.
+        drop(file);
+        let (summary, bytes) = match &outcome.written {
+            Some(v) => (one_line(v, 100), v.len() as u64),
+            None => (summary, bytes),
+        };
+        Ok(Bound {
+            name: self.name.clone(),
+            execution_id: self.execution_id,
+            version: outcome.version,
+            kind: self.kind.as_str(),
+            db: store.location(),
+            location: store.binding_location(&self.name, self.execution_id),
+            attachment_path,
+            bytes,
+            summary,
+        })
     }
 }

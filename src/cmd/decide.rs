@@ -1,34 +1,16 @@
 //! `approve` and `reject`: one decision on a pending gate. The first decision wins; every
 //! refused attempt is audit-logged by the store.
 
-use crate::error::{not_found, refused, shown, usage};
+use super::gates::gate_not_found;
+use crate::cli::RunGate;
+use crate::error::{refused, shown, usage};
 use crate::model::{check_gate_id, now, sha256_tag};
 use crate::output::Render;
 use crate::store::principals::PrincipalBook;
-use crate::store::{Decided, Decision, GateRow, Store};
+use crate::store::{Decided, Decision, GateRow};
 use anyhow::Result;
 use serde::Serialize;
 use std::io::{self, Write};
-
-/// What a decision needs, whichever command asked for it.
-pub struct DecideRequest<'a> {
-    pub gate: &'a str,
-    pub approve: bool,
-    pub principal: &'a crate::model::Principal,
-    /// Whether a token authenticated the principal (recorded with the decision).
-    pub authenticated: bool,
-    /// The approval comment or the rejection reason.
-    pub comment: Option<&'a str>,
-    pub yes: bool,
-    /// Whether a person can be asked (stdin is a terminal).
-    pub interactive: bool,
-    /// Groups and revocations when the decision is taken (`roster`).
-    pub roster: &'a std::result::Result<crate::team::Roster, String>,
-}
-
-/// Asks the person at the terminal to confirm: given the gate and the action, returns
-/// whether they said yes (`term::confirm`; tests of this module could pass another).
-pub type Confirm<'a> = &'a mut dyn FnMut(&GateRow, &str) -> Result<bool>;
 
 #[derive(Debug, Serialize)]
 pub struct DecisionMade {
@@ -90,72 +72,6 @@ fn resolved_by(g: &GateRow) -> String {
     )
 }
 
-pub fn run(req: &DecideRequest, store: &mut dyn Store, confirm: Confirm) -> Result<DecisionMade> {
-    check_gate_id(req.gate)?;
-    reason_given(req.approve, req.comment, Some("--reason TEXT"))?;
-    let now = now();
-    let run_id = store.run_info()?.id;
-    let gate = store.gate(req.gate, &now)?.ok_or_else(|| {
-        not_found(format!(
-            "gate not found in run {run_id}: {}",
-            shown(req.gate)
-        ))
-    })?;
-    let action = if req.approve { "approve" } else { "reject" };
-    // Ask only when the decision could be taken; otherwise let the store refuse (and log) it.
-    let empty = crate::team::Roster::default();
-    let admitted = !crate::team::admitting(
-        &gate.allow,
-        req.principal,
-        req.roster.as_ref().unwrap_or(&empty),
-    )
-    .is_empty();
-    if gate.status.is_pending() && admitted && !req.yes {
-        if !req.interactive {
-            return Err(usage(format!(
-                "{action} needs confirmation and stdin is not a terminal: pass --yes"
-            )));
-        }
-        if !confirm(&gate, action)? {
-            return Err(refused(format!(
-                "not confirmed; gate {} left {}",
-                gate.id, gate.status
-            )));
-        }
-    }
-    let decision = Decision {
-        gate_id: req.gate,
-        approve: req.approve,
-        principal: req.principal,
-        authenticated: req.authenticated,
-        client: "cli",
-        comment: req.comment,
-        // The prompt as it was shown (or, with --yes, as it was read) just now.
-        prompt_hash: &sha256_tag(&gate.prompt),
-        instance: Some(gate.instance),
-        now: &crate::model::now(),
-        signer: None,
-        roster: req.roster,
-    };
-    outcome(
-        store.decide_gate(&decision)?,
-        req.principal,
-        &run_id,
-        req.gate,
-    )
-}
-
-/// The roster a decision is counted against: the principals book's sealed log (no book, no
-/// groups), or why it cannot be trusted.
-pub fn roster(
-    book: Option<&mut dyn PrincipalBook>,
-) -> Result<std::result::Result<crate::team::Roster, String>> {
-    Ok(match book {
-        None => Ok(Default::default()),
-        Some(b) => crate::store::principals::book_state(b)?.map(|s| s.roster),
-    })
-}
-
 /// A rejection needs a reason, whoever decides: on the command line (exit 2) and on the
 /// approval page (400) alike, checked before the gate is read. `how` says how to give one,
 /// after the rule's own words.
@@ -205,10 +121,7 @@ pub fn outcome(
             shown(principal.as_str()),
             g.id
         )),
-        Decided::NotFound => not_found(format!(
-            "gate not found in run {run_id}: {}",
-            shown(gate)
-        )),
+        Decided::NotFound => gate_not_found(run_id, gate),
         Decided::AlreadyResolved(g) => refused(format!(
             "{}; this attempt was logged",
             resolved_by(&g)
@@ -230,35 +143,20 @@ pub fn outcome(
     })
 }
 
-/// The page of the gate a command names, when the project says where its approval page is.
-fn page(ctx: &crate::context::Context, target: &crate::cli::RunGate) -> Option<String> {
-    crate::services::notify::gate_page(target.run().or(ctx.run.as_deref())?, target.gate())
+/// The roster a decision is counted against: the principals book's sealed log (no book, no
+/// groups), or why it cannot be trusted.
+pub fn roster(
+    book: Option<&mut dyn PrincipalBook>,
+) -> Result<std::result::Result<crate::team::Roster, String>> {
+    Ok(match book {
+        None => Ok(Default::default()),
+        Some(b) => crate::store::principals::book_state(b)?.map(|s| s.roster),
+    })
 }
 
-/// Decides on the gate a command names, in the run it names.
-fn decide(
-    ctx: &crate::context::Context,
-    run: Option<&str>,
-    req: &DecideRequest,
-) -> Result<DecisionMade> {
-    let (_, mut store) = ctx.open_run(run.or(ctx.run.as_deref()))?;
-    let mut book = ctx.principal_book(false)?;
-    let roster = roster(book.as_mut().map(|b| b.as_mut() as &mut dyn PrincipalBook))?;
-    let req = &DecideRequest {
-        roster: &roster,
-        ..*req
-    };
-    self::run(req, store.as_mut(), &mut |g: &GateRow, action: &str| {
-        crate::term::confirm(
-            &crate::term::Asked {
-                gate: &g.id,
-                run: g.run_id.as_deref().unwrap_or("-"),
-                prompt: &g.prompt,
-                timeout_at: g.timeout_at.as_deref(),
-            },
-            action,
-        )
-    })
+/// The page of the gate a command names, when the project says where its approval page is.
+fn page(ctx: &crate::context::Context, target: &RunGate) -> Option<String> {
+    crate::services::notify::gate_page(target.run().or(ctx.run.as_deref())?, target.gate())
 }
 
 /// Who decides (`Context::decider`). A decision refused there (a token that is not valid, a
@@ -268,7 +166,7 @@ fn decider(
     ctx: &crate::context::Context,
     arg: &crate::cli::PrincipalArg,
     token: &crate::cli::TokenArg,
-    target: &crate::cli::RunGate,
+    target: &RunGate,
     approve: bool,
 ) -> Result<(crate::model::Principal, bool)> {
     let e = match ctx.decider(arg, token, page(ctx, target)) {
@@ -296,48 +194,86 @@ fn decider(
     })
 }
 
+/// Decides on the gate a command names, in the run it names, as the principal it gives.
+fn decide(
+    ctx: &crate::context::Context,
+    (arg, token, target): (&crate::cli::PrincipalArg, &crate::cli::TokenArg, &RunGate),
+    approve: bool,
+    comment: Option<&str>,
+    yes: bool,
+) -> Result<DecisionMade> {
+    let (principal, authenticated) = decider(ctx, arg, token, target, approve)?;
+    let (_, mut store) = ctx.open_run(target.run().or(ctx.run.as_deref()))?;
+    let gate_id = target.gate();
+    check_gate_id(gate_id)?;
+    reason_given(approve, comment, Some("--reason TEXT"))?;
+    let now = now();
+    let run_id = store.run_info()?.id;
+    let gate = store
+        .gate(gate_id, &now)?
+        .ok_or_else(|| gate_not_found(&run_id, gate_id))?;
+    let mut book = ctx.principal_book(false)?;
+    let roster = roster(book.as_mut().map(|b| b.as_mut() as &mut dyn PrincipalBook))?;
+    let empty = crate::team::Roster::default();
+    let admitted =
+        !crate::team::admitting(&gate.allow, &principal, roster.as_ref().unwrap_or(&empty))
+            .is_empty();
+    let action = if approve { "approve" } else { "reject" };
+    // Ask only when the decision could be taken; otherwise let the store refuse (and log) it.
+    if gate.status.is_pending() && admitted && !yes {
+        if !crate::term::interactive() {
+            return Err(usage(format!(
+                "{action} needs confirmation and stdin is not a terminal: pass --yes"
+            )));
+        }
+        let asked = crate::term::Asked {
+            gate: &gate.id,
+            run: gate.run_id.as_deref().unwrap_or("-"),
+            prompt: &gate.prompt,
+            timeout_at: gate.timeout_at.as_deref(),
+        };
+        if !crate::term::confirm(&asked, action)? {
+            return Err(refused(format!(
+                "not confirmed; gate {} left {}",
+                gate.id, gate.status
+            )));
+        }
+    }
+    let decision = Decision {
+        gate_id,
+        approve,
+        principal: &principal,
+        authenticated,
+        client: "cli",
+        comment,
+        // The prompt as it was shown (or, with --yes, as it was read) just now.
+        prompt_hash: &sha256_tag(&gate.prompt),
+        instance: Some(gate.instance),
+        now: &crate::model::now(),
+        signer: None,
+        roster: &roster,
+    };
+    let decided = store.decide_gate(&decision)?;
+    outcome(decided, &principal, &run_id, gate_id)
+}
+
 impl super::Run for crate::cli::ApproveArgs {
     type Output = DecisionMade;
     fn run(&self, ctx: &crate::context::Context) -> Result<DecisionMade> {
-        let (who, authenticated) = decider(
-            ctx,
-            &self.principal,
-            &self.token,
-            &self.target,
-            !self.reject,
-        )?;
-        let request = DecideRequest {
-            gate: self.target.gate(),
-            approve: !self.reject,
-            principal: &who,
-            authenticated,
-            comment: if self.reject {
-                self.reason.as_deref()
-            } else {
-                self.comment.as_deref()
-            },
-            yes: self.yes,
-            interactive: crate::term::interactive(),
-            roster: &Ok(Default::default()),
+        let comment = if self.reject {
+            self.reason.as_deref()
+        } else {
+            self.comment.as_deref()
         };
-        decide(ctx, self.target.run(), &request)
+        let who = (&self.principal, &self.token, &self.target);
+        decide(ctx, who, !self.reject, comment, self.yes)
     }
 }
 
 impl super::Run for crate::cli::RejectArgs {
     type Output = DecisionMade;
     fn run(&self, ctx: &crate::context::Context) -> Result<DecisionMade> {
-        let (who, authenticated) = decider(ctx, &self.principal, &self.token, &self.target, false)?;
-        let request = DecideRequest {
-            gate: self.target.gate(),
-            approve: false,
-            principal: &who,
-            authenticated,
-            comment: Some(&self.reason),
-            yes: self.yes,
-            interactive: crate::term::interactive(),
-            roster: &Ok(Default::default()),
-        };
-        decide(ctx, self.target.run(), &request)
+        let who = (&self.principal, &self.token, &self.target);
+        decide(ctx, who, false, Some(&self.reason), self.yes)
     }
 }

@@ -80,12 +80,7 @@ pub fn reference() -> String {
     collect(&root, root_globals, &mut commands);
     out.push_str("## Commands\n\n");
     for (path, cmd, _) in &commands {
-        let about = cmd.get_about().map(|a| a.to_string()).unwrap_or_default();
-        out.push_str(&format!(
-            "- [`{path}`](#{}): {}\n",
-            slug(path),
-            markdown(&one_line(&about))
-        ));
+        out.push_str(&link(path, path, cmd));
     }
     out.push_str("\n## Global options\n\nAccepted by every command, before or after its name:\n\n");
     for arg in root.get_arguments().filter(|a| shown(a)) {
@@ -102,26 +97,16 @@ pub fn reference() -> String {
         out.push_str(&format!("```text\n{}\n```\n", usage.trim_end()));
         // Options a parent defines for all its subcommands are listed once, at the parent.
         let own = |a: &&clap::Arg| shown(a) && !inherited.iter().any(|i| i == a.get_id().as_str());
-        let positional: Vec<_> = cmd
+        let (positional, options): (Vec<_>, Vec<_>) = cmd
             .get_arguments()
             .filter(own)
-            .filter(|a| a.is_positional())
-            .collect();
-        let options: Vec<_> = cmd
-            .get_arguments()
-            .filter(own)
-            .filter(|a| !a.is_positional())
-            .collect();
-        if !positional.is_empty() {
-            out.push_str("\nArguments:\n\n");
-            for arg in positional {
-                out.push_str(&arg_item(arg));
-            }
-        }
-        if !options.is_empty() {
-            out.push_str("\nOptions:\n\n");
-            for arg in options {
-                out.push_str(&arg_item(arg));
+            .partition(|a| a.is_positional());
+        for (title, args) in [("Arguments", positional), ("Options", options)] {
+            if !args.is_empty() {
+                out.push_str(&format!("\n{title}:\n\n"));
+                for arg in args {
+                    out.push_str(&arg_item(arg));
+                }
             }
         }
         let subs: Vec<_> = cmd.get_subcommands().filter(|s| listed(s)).collect();
@@ -129,13 +114,7 @@ pub fn reference() -> String {
             out.push_str("\nSubcommands:\n\n");
             for sub in subs {
                 let sub_path = format!("{path} {}", sub.get_name());
-                let about = sub.get_about().map(|a| a.to_string()).unwrap_or_default();
-                out.push_str(&format!(
-                    "- [`{}`](#{}): {}\n",
-                    sub.get_name(),
-                    slug(&sub_path),
-                    markdown(&one_line(&about))
-                ));
+                out.push_str(&link(sub.get_name(), &sub_path, sub));
             }
         }
     }
@@ -171,6 +150,16 @@ fn collect(
     }
 }
 
+/// A list item naming a command (`name`), linked to its section (`path`), with what it does.
+fn link(name: &str, path: &str, cmd: &clap::Command) -> String {
+    let about = cmd.get_about().map(|a| a.to_string()).unwrap_or_default();
+    format!(
+        "- [`{name}`](#{}): {}\n",
+        slug(path),
+        markdown(&one_line(&about))
+    )
+}
+
 /// A subcommand the reference lists: not hidden, and not clap's own `help`.
 fn listed(cmd: &clap::Command) -> bool {
     !cmd.is_hide_set() && cmd.get_name() != "help"
@@ -185,13 +174,11 @@ fn shown(arg: &clap::Arg) -> bool {
 /// One list item: the argument as it is typed, its help, and its possible values, default
 /// and environment variable.
 fn arg_item(arg: &clap::Arg) -> String {
-    let mut names = Vec::new();
-    if let Some(s) = arg.get_short() {
-        names.push(format!("-{s}"));
-    }
-    if let Some(l) = arg.get_long() {
-        names.push(format!("--{l}"));
-    }
+    let short = arg.get_short().map(|s| format!("-{s}"));
+    let names: Vec<String> = short
+        .into_iter()
+        .chain(arg.get_long().map(|l| format!("--{l}")))
+        .collect();
     let value_names: Vec<String> = arg
         .get_value_names()
         .map(|v| v.iter().map(|n| n.to_string()).collect())

@@ -51,26 +51,39 @@ impl Render for Diagnosis {
     }
 }
 
-fn hours_since(at: &str, now: &str) -> Option<f64> {
-    Some(crate::model::seconds_between(at, now)? as f64 / 3600.0)
+impl Problem {
+    fn new(run_id: impl Into<String>, kind: &'static str, detail: String, fixed: bool) -> Self {
+        let run_id = run_id.into();
+        Problem {
+            run_id,
+            kind,
+            detail,
+            fixed,
+        }
+    }
+}
+
+/// The size of a value on the server, as a problem names it.
+fn size(bytes: Option<i64>) -> String {
+    bytes.map_or("an incomplete upload".to_string(), |b| format!("{b} bytes"))
 }
 
 pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnosis> {
     let now = crate::model::now();
+    // Whether every run is checked (no `--run`).
+    let all_runs = ctx.run_flag().is_none();
     // What killed inits left: never a run, so checked apart from the runs and removed whole
     // (remove_dir_all removes a symlink inside, never what it points at).
     let leftovers = crate::run::leftovers(ctx.root.as_deref(), &crate::store::sqlite::has_schema);
     let mut problems = Vec::new();
     for (dir, why) in &leftovers {
         let fixed = req.fix && std::fs::remove_dir_all(dir).is_ok();
-        problems.push(Problem {
-            run_id: dir
-                .file_name()
-                .map_or_else(String::new, |n| n.to_string_lossy().into_owned()),
-            kind: "incomplete run",
-            detail: format!("{}: {why}", dir.display()),
-            fixed,
-        });
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned());
+        let (name, detail) = (
+            name.unwrap_or_default(),
+            format!("{}: {why}", dir.display()),
+        );
+        problems.push(Problem::new(name, "incomplete run", detail, fixed));
     }
     let runs: Vec<RunPaths> = runs
         .iter()
@@ -83,14 +96,7 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
             .map(|r| r.id)
             .unwrap_or_else(|_| run.id.clone());
         let mut found = Vec::new();
-        let mut problem = |kind, detail: String, fixed| {
-            found.push(Problem {
-                run_id: id.clone(),
-                kind,
-                detail,
-                fixed,
-            })
-        };
+        let mut problem = |kind, detail, fixed| found.push(Problem::new(&id, kind, detail, fixed));
         for p in store.health()? {
             problem("database", p, false);
         }
@@ -147,22 +153,18 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
                     );
                 }
                 Ok(_) => {}
-                Err(attach::OpenError::Missing(_)) if on_server => problem(
-                    "missing attachment",
-                    format!(
-                        "binding {} ({scope}) points at {rel}, which is not on this machine (run `prose-state doctor --fix` on the machine that bound it, to upload it)",
+                Err(attach::OpenError::Missing(_)) => {
+                    let which = if on_server {
+                        "is not on this machine (run `prose-state doctor --fix` on the machine that bound it, to upload it)"
+                    } else {
+                        "is missing"
+                    };
+                    let detail = format!(
+                        "binding {} ({scope}) points at {rel}, which {which}",
                         b.name
-                    ),
-                    false,
-                ),
-                Err(attach::OpenError::Missing(_)) => problem(
-                    "missing attachment",
-                    format!(
-                        "binding {} ({scope}) points at {rel}, which is missing",
-                        b.name
-                    ),
-                    false,
-                ),
+                    );
+                    problem("missing attachment", detail, false)
+                }
                 Err(attach::OpenError::Refused(e) | attach::OpenError::Other(e)) => problem(
                     "unsafe attachment",
                     format!("binding {} ({scope}): {e:#}", b.name),
@@ -239,12 +241,12 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
                 !store.attachment_referenced(&rel)?
             };
             if unreferenced {
-                let size = blob
-                    .bytes
-                    .map_or("an incomplete upload".to_string(), |b| format!("{b} bytes"));
                 problem(
                     "unreferenced value",
-                    format!("{rel} ({size}) on the server is linked by no binding"),
+                    format!(
+                        "{rel} ({}) on the server is linked by no binding",
+                        size(blob.bytes)
+                    ),
                     unreferenced && req.fix,
                 );
             }
@@ -256,7 +258,8 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
                 .last_event_at
                 .clone()
                 .or(summary.run.started_at.clone());
-            if let Some(h) = last.as_deref().and_then(|l| hours_since(l, &now)) {
+            let seconds = last.and_then(|l| crate::model::seconds_between(&l, &now));
+            if let Some(h) = seconds.map(|s| s as f64 / 3600.0) {
                 if h >= req.stale {
                     let why = format!("running with no event for {h:.1} h");
                     let fixed = req.fix
@@ -296,28 +299,23 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
     problems.extend(per_run.into_iter().flatten());
     // Values on the project's server that belong to no run (an import killed between its
     // uploads and its rows): checked when every run is.
-    if ctx.uses_postgres() && req_all_runs(ctx) {
+    if ctx.uses_postgres() && all_runs {
         let mut server =
             crate::store::postgres::PgStore::open_project(&ctx.postgres_url()?, ctx.opts)?;
         for o in server.orphan_values(req.fix)? {
-            let size = o
-                .bytes
-                .map_or("an incomplete upload".to_string(), |b| format!("{b} bytes"));
-            problems.push(Problem {
-                run_id: o.run_id.clone(),
-                kind: "unreferenced value",
-                detail: format!(
-                    "{SERVER_PREFIX}{} ({size}) on the server belongs to no run",
-                    o.blob
-                ),
-                fixed: o.removed,
-            });
+            let detail = format!(
+                "{SERVER_PREFIX}{} ({}) on the server belongs to no run",
+                o.blob,
+                size(o.bytes)
+            );
+            let kind = "unreferenced value";
+            problems.push(Problem::new(o.run_id, kind, detail, o.removed));
         }
     }
     // The project catalog against the runs, when every run is checked: what differs (a raw
     // write behind prose-state's back, a run it has not seen) is reported, and `--fix`
     // builds it anew from the runs.
-    if req_all_runs(ctx) {
+    if all_runs {
         match Listing::project_catalog(ctx) {
             Ok(Some(mut catalog)) => {
                 // What the catalog would learn by itself first (new runs, dead writers).
@@ -329,30 +327,15 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
                 let rebuilt = req.fix && !check.differences.is_empty() && catalog.rebuild().is_ok();
                 for (id, d) in check.differences {
                     let fixed = rebuilt || catalog.repair(&id).is_ok();
-                    problems.push(Problem {
-                        run_id: id,
-                        kind: "catalog",
-                        detail: d,
-                        fixed,
-                    });
+                    problems.push(Problem::new(id, "catalog", d, fixed));
                 }
             }
             Ok(None) => {}
-            Err(e) => problems.push(Problem {
-                run_id: "-".into(),
-                kind: "catalog",
-                detail: format!("{e:#}"),
-                fixed: false,
-            }),
+            Err(e) => problems.push(Problem::new("-", "catalog", format!("{e:#}"), false)),
         }
     }
     for w in warnings {
-        problems.push(Problem {
-            run_id: "-".into(),
-            kind: "unreadable run",
-            detail: w,
-            fixed: false,
-        });
+        problems.push(Problem::new("-", "unreadable run", w, false));
     }
     Ok(Diagnosis {
         runs_checked: runs.len(),
@@ -380,11 +363,6 @@ fn upload_local(
         return Ok(true);
     }
     Ok(false)
-}
-
-/// Whether the command looks at every run (no `--run`).
-fn req_all_runs(ctx: &Context) -> bool {
-    ctx.run_flag().is_none()
 }
 
 impl Run for DoctorArgs {

@@ -41,15 +41,6 @@ impl Render for Exported {
     }
 }
 
-pub fn run(args: &ExportArgs, ctx: &Context) -> Result<Exported> {
-    let (paths, store) = ctx.the_run()?;
-    let out = args
-        .output
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(&paths.id));
-    copy_out(ctx, &paths, store, &out)
-}
-
 /// Writes the run at `paths` (its store open in `store`) as a new run directory `out`.
 pub fn copy_out(
     ctx: &Context,
@@ -129,7 +120,14 @@ pub fn copy_out(
 impl super::Run for ExportArgs {
     type Output = Exported;
     fn run(&self, ctx: &Context) -> Result<Exported> {
-        run(self, ctx).map_err(|e| {
+        let copied = ctx.the_run().and_then(|(paths, store)| {
+            let out = self
+                .output
+                .clone()
+                .unwrap_or_else(|| paths.id.clone().into());
+            copy_out(ctx, &paths, store, &out)
+        });
+        copied.map_err(|e| {
             if crate::error::code_of(&e).is_some() {
                 e
             } else {

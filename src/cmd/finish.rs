@@ -4,7 +4,7 @@ use crate::cli::FinishArgs;
 use crate::error::usage;
 use crate::model::{now, RunStatus};
 use crate::output::Render;
-use crate::store::{Finished, Store};
+use crate::store::Finished;
 use anyhow::Result;
 use serde::Serialize;
 use std::io::{self, Write};
@@ -27,29 +27,26 @@ impl Render for RunFinished {
     }
 }
 
-pub fn run(args: &FinishArgs, store: &mut dyn Store) -> Result<RunFinished> {
-    let status = RunStatus::from(args.status);
-    if let Some(e) = &args.error {
-        if e.trim().is_empty() {
-            return Err(usage("--error is empty"));
-        }
-    }
-    let run_id = store.run_info()?.id;
-    let previous_status = match store.finish(&status, args.error.as_deref(), &now())? {
-        Finished::Done { previous_status } => Some(previous_status),
-        Finished::Unchanged => None,
-    };
-    Ok(RunFinished {
-        run_id,
-        status,
-        previous_status,
-        error: args.error.clone(),
-    })
-}
-
 impl super::Run for FinishArgs {
     type Output = RunFinished;
     fn run(&self, ctx: &crate::context::Context) -> Result<RunFinished> {
-        run(self, ctx.the_run()?.1.as_mut())
+        let (_, mut store) = ctx.the_run()?;
+        let status = RunStatus::from(self.status);
+        if let Some(e) = &self.error {
+            if e.trim().is_empty() {
+                return Err(usage("--error is empty"));
+            }
+        }
+        let run_id = store.run_info()?.id;
+        let previous_status = match store.finish(&status, self.error.as_deref(), &now())? {
+            Finished::Done { previous_status } => Some(previous_status),
+            Finished::Unchanged => None,
+        };
+        Ok(RunFinished {
+            run_id,
+            status,
+            previous_status,
+            error: self.error.clone(),
+        })
     }
 }

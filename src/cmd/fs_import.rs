@@ -29,6 +29,7 @@ use super::import::{checked, land, Imported};
 use crate::cli::{AgentScope, ImportArgs};
 use crate::context::Context;
 use crate::error::{not_found, refused, shown};
+use crate::model::PathName;
 use crate::services::transfer;
 use crate::store::dump::{
     AgentRecord, BindingRecord, ExecRecord, ImportRecord, RunDump, RunRecord, SegmentRecord,
@@ -73,10 +74,7 @@ pub fn run(args: &ImportArgs, ctx: &Context) -> Result<Imported> {
             };
             let name = b.name.clone().unwrap_or_default();
             let file = crate::services::attach::file_name(&name, b.execution_id)?;
-            fs::write(
-                crate::model::path_in(&files, &file, crate::model::PathName::File)?,
-                value,
-            )?;
+            fs::write(crate::model::path_in(&files, &file, PathName::File)?, value)?;
             let rel = format!("{}/{file}", crate::run::ATTACHMENTS_DIR);
             b.value = Some(crate::services::attach::summary(value.len() as u64, &rel).into_bytes());
             b.attachment_path = Some(rel.clone());
@@ -129,12 +127,10 @@ fn linked(path: &Path) -> anyhow::Error {
 /// (exit 4) when it is a symlink or not a plain file.
 fn read_plain(path: &Path) -> Result<Option<Vec<u8>>> {
     use std::io::Read as _;
-    use std::os::unix::fs::OpenOptionsExt;
+    let cannot = || format!("could not read {}", named(path));
     match fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(anyhow::Error::new(e).context(format!("could not read {}", named(path))))
-        }
+        Err(e) => return Err(anyhow::Error::new(e).context(cannot())),
         Ok(m) if m.file_type().is_symlink() => return Err(linked(path)),
         Ok(m) if !m.is_file() => {
             return Err(refused(format!(
@@ -145,20 +141,15 @@ fn read_plain(path: &Path) -> Result<Option<Vec<u8>>> {
         Ok(_) => {}
     }
     // Opened without following a link, in case one replaced the file since it was looked at.
-    let mut file = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(libc::ELOOP) {
-                linked(path)
-            } else {
-                anyhow::Error::new(e).context(format!("could not read {}", named(path)))
-            }
-        })?;
+    let mut file = crate::services::attach::open_nofollow(path).map_err(|e| {
+        if e.raw_os_error() == Some(libc::ELOOP) {
+            linked(path)
+        } else {
+            anyhow::Error::new(e).context(cannot())
+        }
+    })?;
     let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)
-        .with_context(|| format!("could not read {}", named(path)))?;
+    file.read_to_end(&mut bytes).with_context(cannot)?;
     Ok(Some(bytes))
 }
 
@@ -168,22 +159,30 @@ fn read_text(path: &Path) -> Result<Option<String>> {
     Ok(read_plain(path)?.and_then(|b| String::from_utf8(b).ok()))
 }
 
-/// The entries of a directory of the source, sorted, never through a symlink: None when it is
-/// absent; refused (exit 4) when it is a symlink.
-fn list_plain(dir: &Path) -> Result<Option<Vec<PathBuf>>> {
+/// The entries of a directory of the source, sorted, with their names, never through a
+/// symlink: None when it is absent; refused (exit 4) when it is a symlink.
+fn list_plain(dir: &Path) -> Result<Option<Vec<(PathBuf, String)>>> {
     match fs::symlink_metadata(dir) {
         Err(_) => return Ok(None),
         Ok(m) if m.file_type().is_symlink() => return Err(linked(dir)),
         Ok(m) if !m.is_dir() => return Ok(None),
         Ok(_) => {}
     }
-    let mut entries: Vec<PathBuf> = fs::read_dir(dir)
+    let mut entries: Vec<(PathBuf, String)> = fs::read_dir(dir)
         .with_context(|| format!("could not read {}", named(dir)))?
         .flatten()
-        .map(|e| e.path())
+        .map(|e| (e.path(), e.file_name().to_string_lossy().into_owned()))
         .collect();
     entries.sort();
     Ok(Some(entries))
+}
+
+/// A name that could not be a binding's or an agent's (`what`) is refused, as in every import
+/// source; `shown` is the file it came from.
+fn refuse_name(dir: &Path, name: &str, what: PathName, shown: &str) -> Result<()> {
+    crate::model::path_in(dir, name, what)
+        .map(drop)
+        .map_err(|e| crate::error::usage(format!("{shown} is refused (nothing was imported): {e}")))
 }
 
 /// A file's modification time, in the form every timestamp is stored in (of a link itself,
@@ -238,7 +237,10 @@ fn read_run(dir: &Path, unmapped: &mut Vec<String>) -> Result<RunDump> {
         .or_else(|| mtime(dir))
         .unwrap_or_else(crate::model::now);
     let mut header: Option<(String, Option<String>)> = None;
-    let mut log = Log::new(at.clone());
+    let mut log = Log {
+        at: at.clone(),
+        ..Default::default()
+    };
     for (n, line) in state.lines().enumerate() {
         let line_no = n + 1;
         let text = line.trim();
@@ -246,16 +248,12 @@ fn read_run(dir: &Path, unmapped: &mut Vec<String>) -> Result<RunDump> {
             continue;
         }
         if let Some(rest) = text.strip_prefix("# run:") {
-            let mut parts = rest.splitn(2, char::is_whitespace);
-            let id = parts.next().unwrap_or_default().to_string();
-            let program = parts
-                .next()
-                .map(|p| p.trim().to_string())
-                .filter(|p| !p.is_empty());
-            header = Some((id, program));
+            let (id, program) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+            let program = Some(program.trim().to_string()).filter(|p| !p.is_empty());
+            header = Some((id.to_string(), program));
             continue;
         }
-        if !log.event(text, line_no) {
+        if log.event(text, line_no).is_none() {
             unmapped.push(format!("state.md line {line_no}: {}", shown(text)));
         }
         if log.blocks.len() > MAX_BLOCK_DEPTH {
@@ -267,11 +265,8 @@ fn read_run(dir: &Path, unmapped: &mut Vec<String>) -> Result<RunDump> {
     }
     let id = run_id(dir, header.as_ref().map(|(id, _)| id.as_str()))?;
     let program_source = read_text(&dir.join(crate::run::PROGRAM_FILE))?;
-    let (status, ended, error) = match &log.end {
-        Some((status, when, error)) => (status.clone(), when.clone(), error.clone()),
-        None => ("interrupted".to_string(), None, None),
-    };
-    for id in log.open_blocks() {
+    let (status, ended, error) = log.end.take().unwrap_or(("interrupted".into(), None, None));
+    for (id, _) in &log.blocks {
         unmapped.push(format!(
             "state.md: block #{id} has no `#{id} done` (its record stays started)"
         ));
@@ -290,35 +285,27 @@ fn read_run(dir: &Path, unmapped: &mut Vec<String>) -> Result<RunDump> {
     };
     read_bindings(dir, &mut log, &mut dump, unmapped)?;
     dump.executions = log.records;
-    let (agents, segments) = read_agents(&dir.join("agents"), "execution", unmapped)?;
-    dump.agents = agents;
-    dump.segments = segments;
-    if let Some(entries) = list_plain(&dir.join("imports"))? {
-        let names: Vec<String> = entries
-            .iter()
-            .filter_map(|e| e.file_name())
-            .map(|n| n.to_string_lossy().into_owned())
-            .collect();
-        for name in names {
-            let alias = name.split("--").next().unwrap_or(&name).to_string();
-            unmapped.push(format!(
-                "{}: registered as import {}; the nested program's own state is not imported (import it as a run of its own)",
-                shown(&format!("imports/{name}")),
-                shown(&alias)
-            ));
-            dump.imports.push(ImportRecord {
-                alias,
-                source_url: Some(format!("filesystem:imports/{name}")),
-                fetched_at: Some(at.clone()),
-                inputs_schema: None,
-                outputs_schema: None,
-            });
-        }
+    (dump.agents, dump.segments) = read_agents(&dir.join("agents"), "execution", unmapped)?;
+    for (_, name) in list_plain(&dir.join("imports"))?.unwrap_or_default() {
+        let alias = name.split("--").next().unwrap_or(&name).to_string();
+        unmapped.push(format!(
+            "{}: registered as import {}; the nested program's own state is not imported (import it as a run of its own)",
+            shown(&format!("imports/{name}")),
+            shown(&alias)
+        ));
+        dump.imports.push(ImportRecord {
+            alias,
+            source_url: Some(format!("filesystem:imports/{name}")),
+            fetched_at: Some(at.clone()),
+            inputs_schema: None,
+            outputs_schema: None,
+        });
     }
     Ok(dump)
 }
 
 /// The execution log being read from `state.md`.
+#[derive(Default)]
 struct Log {
     records: Vec<ExecRecord>,
     /// Open blocks, innermost last: (the block's own ID, its record's id).
@@ -333,21 +320,6 @@ struct Log {
 }
 
 impl Log {
-    fn new(at: String) -> Self {
-        Log {
-            records: Vec::new(),
-            blocks: Vec::new(),
-            block_records: HashMap::new(),
-            parallels: HashMap::new(),
-            at,
-            end: None,
-        }
-    }
-
-    fn open_blocks(&self) -> Vec<i64> {
-        self.blocks.iter().map(|(id, _)| *id).collect()
-    }
-
     /// Appends a record; its id.
     fn push(
         &mut self,
@@ -376,15 +348,12 @@ impl Log {
         id
     }
 
-    /// Reads one event line; false when it is none the format has.
-    fn event(&mut self, text: &str, line: usize) -> bool {
+    /// Reads one event line; None when it is none the format has.
+    fn event(&mut self, text: &str, line: usize) -> Option<()> {
         if let Some(rest) = text.strip_prefix("---end") {
-            self.end = Some((
-                "completed".into(),
-                crate::model::canonical_time(rest.trim()),
-                None,
-            ));
-            return true;
+            let when = crate::model::canonical_time(rest.trim());
+            self.end = Some(("completed".into(), when, None));
+            return Some(());
         }
         if let Some(rest) = text.strip_prefix("---error") {
             let rest = rest.trim();
@@ -394,191 +363,103 @@ impl Log {
                 crate::model::canonical_time(when),
                 Some(why.trim().to_string()).filter(|w| !w.is_empty()),
             ));
-            return true;
+            return Some(());
         }
-        let Some((label, body)) = text.split_once('→') else {
-            return false;
-        };
-        let label = label.trim();
-        let body = body.trim();
+        let (label, body) = text.split_once('→')?;
+        let (label, body) = (label.trim(), body.trim());
         let digits: String = label.chars().take_while(char::is_ascii_digit).collect();
         let branch = &label[digits.len()..];
-        let Ok(index) = digits.parse::<i64>() else {
-            return false;
-        };
+        let index = digits.parse::<i64>().ok()?;
         if !branch.chars().all(|c| c.is_ascii_lowercase()) {
-            return false;
+            return None;
         }
-        let meta = |extra: serde_json::Value| {
-            let mut m = json!({ "source": "state.md", "line": line, "event": text });
-            if let (Some(m), Some(extra)) = (m.as_object_mut(), extra.as_object()) {
-                m.extend(extra.clone());
-            }
-            m
-        };
-        if !branch.is_empty() {
+        let statement = || format!("statement {index}");
+        // The record the line is: its text, status, parent (None: the innermost open block),
+        // what its metadata adds to the line's, and its error; and the block it opens.
+        let mut opens = None;
+        let (name, status, parent, extra, error) = if !branch.is_empty() {
             // A parallel branch, under its block's record.
+            let name = completion(body)?.unwrap_or_else(|| format!("branch {branch}"));
             let parent = self.parallels.get(&digits).copied();
-            let (name, ok) = completion(body);
-            if !ok {
-                return false;
-            }
-            let text = name.unwrap_or_else(|| format!("branch {branch}"));
-            self.push(
-                Some(index),
-                text,
-                "completed",
-                parent,
-                meta(json!({ "branch": branch })),
-                None,
-            );
-            return true;
-        }
-        if let Some(list) = body.strip_prefix("∥start") {
+            (name, "completed", parent, json!({ "branch": branch }), None)
+        } else if let Some(list) = body.strip_prefix("∥start") {
             let branches: Vec<&str> = list
                 .split(',')
                 .map(str::trim)
                 .filter(|b| !b.is_empty())
                 .collect();
-            let id = self.push(
-                Some(index),
-                "parallel".into(),
-                "started",
-                None,
-                meta(json!({ "parallel": true, "branches": branches })),
-                None,
-            );
-            self.parallels.insert(digits, id);
-            return true;
-        }
-        if body == "∥done" {
+            // The record pushed below.
+            self.parallels.insert(digits, self.records.len() as i64 + 1);
+            let extra = json!({ "parallel": true, "branches": branches });
+            ("parallel".into(), "started", None, extra, None)
+        } else if body == "∥done" {
             let parent = self.parallels.remove(&digits);
-            self.push(
-                Some(index),
-                "parallel".into(),
-                "joined",
-                parent,
-                meta(json!({ "parallel": true })),
-                None,
-            );
-            return true;
-        }
-        if let Some(rest) = body.strip_prefix("loop:") {
+            let extra = json!({ "parallel": true });
+            ("parallel".into(), "joined", parent, extra, None)
+        } else if let Some(rest) = body.strip_prefix("loop:") {
             let (count, exit) = match rest.split_once(" exit(") {
                 Some((c, why)) => (c.trim(), Some(why.trim_end_matches(')').to_string())),
                 None => (rest.trim(), None),
             };
-            let Some((i, max)) = count.split_once('/') else {
-                return false;
-            };
-            let (Ok(i), Ok(max)) = (i.parse::<i64>(), max.parse::<i64>()) else {
-                return false;
-            };
+            let (i, max) = count.split_once('/')?;
+            let (i, max) = (i.parse::<i64>().ok()?, max.parse::<i64>().ok()?);
             let status = if exit.is_some() {
                 "exited"
             } else {
                 "iteration"
             };
-            self.push(
-                Some(index),
-                "loop".into(),
-                status,
-                None,
-                meta(json!({ "iteration": i, "max": max, "reason": exit })),
-                None,
-            );
-            return true;
-        }
-        if let Some(rest) = body.strip_prefix("block:") {
-            let Some((name, id)) = rest.rsplit_once('#') else {
-                return false;
-            };
-            let Ok(block) = id.trim().parse::<i64>() else {
-                return false;
-            };
-            let record = self.push(
-                Some(index),
+            let extra = json!({ "iteration": i, "max": max, "reason": exit });
+            ("loop".into(), status, None, extra, None)
+        } else if let Some(rest) = body.strip_prefix("block:") {
+            let (name, id) = rest.rsplit_once('#')?;
+            let block = id.trim().parse::<i64>().ok()?;
+            opens = Some(block);
+            let extra = json!({ "execution_id": block });
+            (
                 format!("block:{}", name.trim()),
                 "started",
                 None,
-                meta(json!({ "execution_id": block })),
+                extra,
                 None,
-            );
-            self.blocks.push((block, record));
-            self.block_records.insert(block, record);
-            return true;
-        }
-        if let Some(rest) = body.strip_prefix('#') {
-            let Some(block) = rest
-                .strip_suffix("done")
-                .and_then(|b| b.trim().parse::<i64>().ok())
-            else {
-                return false;
-            };
+            )
+        } else if let Some(rest) = body.strip_prefix('#') {
+            let block = rest.strip_suffix("done")?.trim().parse::<i64>().ok()?;
             // The block's own completion sits beside its start, not inside it.
-            let Some(at) = self.blocks.iter().rposition(|(b, _)| *b == block) else {
-                return false;
-            };
+            let at = self.blocks.iter().rposition(|(b, _)| *b == block)?;
             let (_, record) = self.blocks[at];
             self.blocks.truncate(at);
             let parent = self.records[(record - 1) as usize].parent_id;
-            self.push(
-                Some(index),
-                format!("#{block} done"),
-                "completed",
-                parent,
-                meta(json!({ "execution_id": block })),
-                None,
-            );
-            return true;
+            let extra = json!({ "execution_id": block });
+            (format!("#{block} done"), "completed", parent, extra, None)
+        } else if let Some(why) = body.strip_prefix('✗') {
+            let why = Some(why.trim().to_string());
+            (statement(), "failed", None, json!({}), why)
+        } else if let Some(rest) = body.strip_prefix("retry:") {
+            let (a, max) = rest.trim().split_once('/')?;
+            let (a, max) = (a.parse::<i64>().ok()?, max.parse::<i64>().ok()?);
+            let extra = json!({ "attempt": a, "max": max });
+            (statement(), "retry", None, extra, None)
+        } else {
+            let name = completion(body)?.unwrap_or_else(statement);
+            (name, "completed", None, json!({}), None)
+        };
+        let mut meta = json!({ "source": "state.md", "line": line, "event": text });
+        if let (Some(m), Some(extra)) = (meta.as_object_mut(), extra.as_object()) {
+            m.extend(extra.clone());
         }
-        if let Some(why) = body.strip_prefix('✗') {
-            self.push(
-                Some(index),
-                format!("statement {index}"),
-                "failed",
-                None,
-                meta(json!({})),
-                Some(why.trim().to_string()),
-            );
-            return true;
+        let record = self.push(Some(index), name, status, parent, meta, error);
+        if let Some(block) = opens {
+            self.blocks.push((block, record));
+            self.block_records.insert(block, record);
         }
-        if let Some(rest) = body.strip_prefix("retry:") {
-            let Some((a, max)) = rest.trim().split_once('/') else {
-                return false;
-            };
-            let (Ok(a), Ok(max)) = (a.parse::<i64>(), max.parse::<i64>()) else {
-                return false;
-            };
-            self.push(
-                Some(index),
-                format!("statement {index}"),
-                "retry",
-                None,
-                meta(json!({ "attempt": a, "max": max })),
-                None,
-            );
-            return true;
-        }
-        let (name, ok) = completion(body);
-        if !ok {
-            return false;
-        }
-        let text = name.unwrap_or_else(|| format!("statement {index}"));
-        self.push(Some(index), text, "completed", None, meta(json!({})), None);
-        true
+        Some(())
     }
 }
 
-/// `name ✓` or `✓`: the name, and whether it is a completion at all.
-fn completion(body: &str) -> (Option<String>, bool) {
-    match body.strip_suffix('✓') {
-        Some(name) => {
-            let name = name.trim();
-            ((!name.is_empty()).then(|| name.to_string()), true)
-        }
-        None => (None, false),
-    }
+/// `name ✓` or `✓`: None when it is no completion; else its name, if it has one.
+fn completion(body: &str) -> Option<Option<String>> {
+    let name = body.strip_suffix('✓')?.trim();
+    Some((!name.is_empty()).then(|| name.to_string()))
 }
 
 /// A binding file: its kind, scope, source and value.
@@ -650,14 +531,7 @@ fn read_bindings(
     dump: &mut RunDump,
     unmapped: &mut Vec<String>,
 ) -> Result<()> {
-    let Some(files) = list_plain(&dir.join("bindings"))? else {
-        return Ok(());
-    };
-    for path in files {
-        let file = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+    for (path, file) in list_plain(&dir.join("bindings"))?.unwrap_or_default() {
         let shown_file = shown(&format!("bindings/{file}"));
         let Some(stem) = file.strip_suffix(".md") else {
             unmapped.push(format!("{shown_file}: not a binding file (no .md)"));
@@ -674,15 +548,9 @@ fn read_bindings(
             Some((name, id)) if id.parse::<i64>().is_ok() => (name, id.parse::<i64>().ok()),
             _ => (stem, None),
         };
-        // A name that could not be a binding's is refused, as in every import source.
-        crate::model::path_in(dir, name, crate::model::PathName::Binding).map_err(|e| {
-            crate::error::usage(format!(
-                "{shown_file} is refused (nothing was imported): {e}"
-            ))
-        })?;
+        refuse_name(dir, name, PathName::Binding, &shown_file)?;
         let bytes = read_plain(&path)?.unwrap_or_default();
-        let parsed = parse_binding(&bytes);
-        let (kind, value, source, said_scope) = match parsed {
+        let (kind, value, source, said_scope) = match parse_binding(&bytes) {
             Some(b) => (b.kind, b.value, b.source, b.execution_id),
             None => {
                 unmapped.push(format!(
@@ -707,28 +575,22 @@ fn read_bindings(
             None => "let".to_string(),
         };
         let scope = scope.or(said_scope);
-        let execution_id = match scope {
-            None => None,
-            Some(block) => Some(match log.block_records.get(&block) {
-                Some(record) => *record,
-                None => {
-                    // A scope state.md never opened: a record of its own keeps the binding.
-                    unmapped.push(format!(
-                        "{shown_file}: block #{block} is not in state.md; a started record stands in for it"
-                    ));
-                    let record = log.push(
-                        None,
-                        format!("block #{block}"),
-                        "started",
-                        None,
-                        json!({ "source": "bindings", "execution_id": block }),
-                        None,
-                    );
-                    log.block_records.insert(block, record);
-                    record
-                }
-            }),
-        };
+        if let Some(block) = scope.filter(|b| !log.block_records.contains_key(b)) {
+            // A scope state.md never opened: a record of its own keeps the binding.
+            unmapped.push(format!(
+                "{shown_file}: block #{block} is not in state.md; a started record stands in for it"
+            ));
+            let record = log.push(
+                None,
+                format!("block #{block}"),
+                "started",
+                None,
+                json!({ "source": "bindings", "execution_id": block }),
+                None,
+            );
+            log.block_records.insert(block, record);
+        }
+        let execution_id = scope.map(|block| log.block_records[&block]);
         let at = mtime(&path);
         dump.bindings.push(BindingRecord {
             name: Some(name.to_string()),
@@ -751,14 +613,7 @@ fn read_agents(
     unmapped: &mut Vec<String>,
 ) -> Result<(Vec<AgentRecord>, Vec<SegmentRecord>)> {
     let (mut agents, mut segments) = (Vec::new(), Vec::new());
-    let Some(dirs) = list_plain(dir)? else {
-        return Ok((agents, segments));
-    };
-    for agent_dir in dirs {
-        let name = agent_dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+    for (agent_dir, name) in list_plain(dir)?.unwrap_or_default() {
         if agent_dir.is_symlink() {
             return Err(linked(&agent_dir));
         }
@@ -766,22 +621,12 @@ fn read_agents(
             unmapped.push(format!("{}: not an agent directory", named(&agent_dir)));
             continue;
         }
-        // A name that could not be an agent's is refused, as in every import source.
-        crate::model::path_in(dir, &name, crate::model::PathName::Agent).map_err(|e| {
-            crate::error::usage(format!(
-                "{} is refused (nothing was imported): {e}",
-                named(&agent_dir)
-            ))
-        })?;
+        refuse_name(dir, &name, PathName::Agent, &named(&agent_dir))?;
         let memory_path = agent_dir.join("memory.md");
         let memory = read_text(&memory_path)?;
         let files = list_plain(&agent_dir)?.unwrap_or_default();
         let mut found = Vec::new();
-        for f in files {
-            let file = f
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
+        for (f, file) in files {
             if file == "memory.md" {
                 continue;
             }
@@ -888,12 +733,7 @@ fn agents_around_the_run(
         let Some(found) = found.filter(|d| fs::symlink_metadata(d).is_ok()) else {
             continue;
         };
-        let what = if scope == AgentScope::Project {
-            "project"
-        } else {
-            "user"
-        };
-        let (agents, segments) = read_agents(&found, what, unmapped)?;
+        let (agents, segments) = read_agents(&found, scope.as_str(), unmapped)?;
         if !agents.is_empty() {
             out.push((scope, agents, segments));
         }
@@ -908,30 +748,23 @@ fn agents_outside_the_run(
     unmapped: &mut Vec<String>,
 ) -> Result<()> {
     for (scope, agents, segments) in found {
-        let what = if scope == AgentScope::Project {
-            "project"
-        } else {
-            "user"
-        };
+        let what = scope.as_str();
         let (store, _) = ctx.agent_store(scope, None, true)?;
         let Some(mut store) = store else { continue };
         let now = crate::model::now();
         for a in agents {
-            let have = store.agent(&a.name)?;
             let mine: Vec<&SegmentRecord> = segments
                 .iter()
                 .filter(|s| s.agent_name.as_deref() == Some(a.name.as_str()))
                 .collect();
-            match have {
-                Some(h) if h.memory == a.memory && h.segments == mine.len() as i64 => continue,
-                Some(_) => {
+            if let Some(h) = store.agent(&a.name)? {
+                if h.memory != a.memory || h.segments != mine.len() as i64 {
                     unmapped.push(format!(
                         "{what} agent {}: already there with other memory or segments; left as it is",
                         shown(&a.name)
                     ));
-                    continue;
                 }
-                None => {}
+                continue;
             }
             if let Some(memory) = &a.memory {
                 store.remember(&a.name, what, memory, &now)?;

@@ -16,6 +16,11 @@ use anyhow::{Context as _, Result};
 use serde::Serialize;
 use std::io::{self, Write};
 
+/// The error for a gate the run does not have (exit 3).
+pub(super) fn gate_not_found(run_id: &str, gate: &str) -> anyhow::Error {
+    not_found(format!("gate not found in run {run_id}: {}", shown(gate)))
+}
+
 /// Seconds from `now` until `timeout_at`, for a pending gate with a readable deadline.
 fn time_left(gate: &GateRow, now: &str) -> Option<i64> {
     if !gate.status.is_pending() {
@@ -126,7 +131,7 @@ impl Render for GateList {
         if self.gates.is_empty() {
             return writeln!(w, "no gates");
         }
-        let header: Vec<String> = [
+        let header = [
             "RUN",
             "GATE",
             "STATUS",
@@ -135,9 +140,7 @@ impl Render for GateList {
             "PROGRAM",
             "PROMPT",
         ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        .map(String::from);
         let rows: Vec<Vec<String>> = self
             .gates
             .iter()
@@ -175,12 +178,14 @@ impl Render for GateList {
     }
 }
 
+/// The time a duration from now comes.
+fn in_future(duration: &str) -> Result<String> {
+    parse_duration(duration).map(now_plus)
+}
+
 pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
     let now = now();
-    let horizon = match &args.expiring {
-        Some(d) => Some(now_plus(parse_duration(d)?)),
-        None => None,
-    };
+    let horizon = args.expiring.as_deref().map(in_future).transpose()?;
     let status = match (args.status, &horizon) {
         (_, Some(_)) | (GateStatus::Pending, None) => Some("pending"),
         (GateStatus::Approved, None) => Some("approved"),
@@ -208,9 +213,10 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
                 .checked
                 .as_deref()
                 .map(|report| IntegrityView::of(report, &found.gate.id));
-            let mut view = GateView::new(found.gate, found.program_path, &now);
-            view.integrity = integrity;
-            view
+            GateView {
+                integrity,
+                ..GateView::new(found.gate, found.program_path, &now)
+            }
         })
         .collect();
     Ok(GateList { gates, warnings })
@@ -296,10 +302,7 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> R
             return Err(usage("--on-reject is empty"));
         }
     }
-    let timeout_at = match &args.timeout {
-        Some(t) => Some(now_plus(parse_duration(t)?)),
-        None => None,
-    };
+    let timeout_at = args.timeout.as_deref().map(in_future).transpose()?;
     let now = now();
     let allow = serde_json::to_string(&allow)?;
     let outcome = store.create_gate(&crate::store::NewGate {
@@ -318,33 +321,30 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> R
         quorum: quorum.clone(),
     })?;
     let program = store.run_info()?.program_path;
-    let view = |g: GateRow| {
-        let team = TeamView::of(&quorum, &Default::default(), &g.allow);
-        GateView {
-            team,
-            ..GateView::new(g, program.clone(), &now)
+    let (created, g) = match outcome {
+        Created::New(g) => (true, g),
+        Created::Retried(g) => (false, g),
+        Created::Conflict(g) => {
+            return Err(refused(format!(
+                "gate already exists in this run ({}{}): {}",
+                g.status,
+                if g.status.is_pending() {
+                    ", with different settings; a pending gate is not opened again"
+                } else {
+                    "; pass --reopen to open its next instance"
+                },
+                shown(&g.id)
+            )))
         }
     };
-    match outcome {
-        Created::New(g) => Ok(GateCreated {
-            created: true,
-            gate: view(g),
-        }),
-        Created::Retried(g) => Ok(GateCreated {
-            created: false,
-            gate: view(g),
-        }),
-        Created::Conflict(g) => Err(refused(format!(
-            "gate already exists in this run ({}{}): {}",
-            g.status,
-            if g.status.is_pending() {
-                ", with different settings; a pending gate is not opened again"
-            } else {
-                "; pass --reopen to open its next instance"
-            },
-            shown(&g.id)
-        ))),
-    }
+    let team = TeamView::of(&quorum, &Default::default(), &g.allow);
+    Ok(GateCreated {
+        created,
+        gate: GateView {
+            team,
+            ..GateView::new(g, program, &now)
+        },
+    })
 }
 
 #[derive(Debug, Serialize)]
@@ -389,14 +389,28 @@ impl IntegrityView {
         }
     }
 
-    fn warning(&self, gate: &str) -> Option<String> {
+    fn warnings(&self, gate: &str) -> Vec<String> {
         let detail = self.detail.as_deref().unwrap_or("");
         match self.state {
-            "tampered" => Some(format!("gate {gate} is TAMPERED: {detail}")),
-            "unattested" => Some(format!("gate {gate} is unattested: {detail}")),
-            _ => None,
+            "tampered" => vec![format!("gate {gate} is TAMPERED: {detail}")],
+            "unattested" => vec![format!("gate {gate} is unattested: {detail}")],
+            _ => Vec::new(),
         }
     }
+}
+
+/// How a gate was decided: `approved by P at T: comment`.
+fn resolution(g: &GateRow) -> String {
+    format!(
+        "{} by {} at {}{}",
+        g.status,
+        g.resolved_by.as_deref().unwrap_or("-"),
+        g.resolved_at.as_deref().unwrap_or("-"),
+        g.resolution_comment
+            .as_deref()
+            .map(|c| format!(": {c}"))
+            .unwrap_or_default()
+    )
 }
 
 fn audit_table(w: &mut dyn Write, rows: &[AuditRow], with_run: bool) -> io::Result<()> {
@@ -452,17 +466,8 @@ impl Render for GateShown {
             "On reject: {}",
             g.on_reject.as_deref().unwrap_or("throw")
         )?;
-        if let Some(by) = &g.resolved_by {
-            writeln!(
-                w,
-                "Resolved: {} by {by} at {}{}",
-                g.status,
-                g.resolved_at.as_deref().unwrap_or("-"),
-                g.resolution_comment
-                    .as_deref()
-                    .map(|c| format!(": {c}"))
-                    .unwrap_or_default()
-            )?;
+        if g.resolved_by.is_some() {
+            writeln!(w, "Resolved: {}", resolution(g))?;
         }
         writeln!(w, "Prompt:")?;
         for line in g.prompt.lines() {
@@ -478,18 +483,11 @@ impl Render for GateShown {
     }
 
     fn warnings(&self) -> Vec<String> {
-        self.integrity
-            .warning(&self.gate.gate.id)
-            .into_iter()
-            .collect()
+        self.integrity.warnings(&self.gate.gate.id)
     }
 }
 
-pub fn show(gate: &str, viewer: Option<&str>, store: &mut dyn Store) -> Result<GateShown> {
-    show_to(gate, viewer, "cli", store)
-}
-
-/// [`show`], for a viewer through `client` (`cli`, `web`), as the audit log records it.
+/// `gates show`, for a viewer through `client` (`cli`, `web`), as the audit log records it.
 pub fn show_to(
     gate: &str,
     viewer: Option<&str>,
@@ -501,7 +499,7 @@ pub fn show_to(
     let run = store.run_info()?;
     let (row, history) = store
         .view_gate(gate, viewer, client, &now)?
-        .ok_or_else(|| not_found(format!("gate not found in run {}: {}", run.id, shown(gate))))?;
+        .ok_or_else(|| gate_not_found(&run.id, gate))?;
     let report = store.verify_audit()?;
     let team = report
         .derived
@@ -529,10 +527,7 @@ pub struct GateWaited {
 
 impl Render for GateWaited {
     fn warnings(&self) -> Vec<String> {
-        self.integrity
-            .warning(&self.gate.gate.id)
-            .into_iter()
-            .collect()
+        self.integrity.warnings(&self.gate.gate.id)
     }
 
     /// 0 approved, 5 rejected, 6 timed out, 7 still pending; 9 when the gate disagrees with
@@ -553,36 +548,21 @@ impl Render for GateWaited {
         let g = &self.gate.gate;
         // A decision that does not stand is not shown as one: stdout says so too.
         let detail = self.integrity.detail.as_deref().unwrap_or("");
-        match self.integrity.code(self.accept_unattested) {
-            Some(Code::Tampered) => {
-                return writeln!(
-                    w,
-                    "{}: TAMPERED, no decision stands ({} in its row): {detail}",
-                    g.id, g.status
-                )
-            }
-            Some(_) => {
-                return writeln!(
-                    w,
-                    "{}: UNATTESTED, no decision stands ({} in its row): {detail}",
-                    g.id, g.status
-                )
-            }
-            None => {}
+        if let Some(code) = self.integrity.code(self.accept_unattested) {
+            let word = if code == Code::Tampered {
+                "TAMPERED"
+            } else {
+                "UNATTESTED"
+            };
+            return writeln!(
+                w,
+                "{}: {word}, no decision stands ({} in its row): {detail}",
+                g.id, g.status
+            );
         }
         match g.status.as_str() {
             "pending" => writeln!(w, "{}: still pending after {}s", g.id, self.waited_seconds),
-            status => writeln!(
-                w,
-                "{}: {status} by {} at {}{}",
-                g.id,
-                g.resolved_by.as_deref().unwrap_or("-"),
-                g.resolved_at.as_deref().unwrap_or("-"),
-                g.resolution_comment
-                    .as_deref()
-                    .map(|c| format!(": {c}"))
-                    .unwrap_or_default()
-            ),
+            _ => writeln!(w, "{}: {}", g.id, resolution(g)),
         }
     }
 }
@@ -618,11 +598,10 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
         Some(t) => Some(std::time::Duration::from_secs(parse_duration(t)? as u64)),
         None => None,
     };
-    let signed = if args.require_signed {
-        Some(pinned_key(ctx, args.key.as_deref())?)
-    } else {
-        None
-    };
+    let signed = args
+        .require_signed
+        .then(|| pinned_key(ctx, args.key.as_deref()))
+        .transpose()?;
     let open = || ctx.open_run(run_arg).map(|(_, s)| s);
     let start = std::time::Instant::now();
     let mut store: Option<Box<dyn Store>> = None;
@@ -645,9 +624,9 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                 if settled[i].is_some() {
                     continue;
                 }
-                let gate = s.gate(id, &now)?.ok_or_else(|| {
-                    not_found(format!("gate not found in run {}: {}", run.id, shown(id)))
-                })?;
+                let gate = s
+                    .gate(id, &now)?
+                    .ok_or_else(|| gate_not_found(&run.id, id))?;
                 // The row another id answers for (a collation changed by SQL) is not this gate.
                 if gate.id != *id {
                     return Err(crate::error::tampered(format!(
@@ -831,10 +810,11 @@ pub fn audit(args: &GateAuditArgs, ctx: &Context) -> Result<AuditList> {
     if let Some(g) = &args.gate {
         check_gate_id(g)?;
     }
-    let since = match &args.since {
-        Some(d) => Some(now_plus(-parse_duration(d)?)),
-        None => None,
-    };
+    let since = args
+        .since
+        .as_deref()
+        .map(|d| parse_duration(d).map(|s| now_plus(-s)))
+        .transpose()?;
     // The filter names a principal as decisions record it: normalised.
     let principal = args
         .principal
@@ -984,7 +964,6 @@ impl Render for Verified {
                     writeln!(w, "{}: BROKEN at row {}: {}", r.run_id, b.id, b.reason)?
                 }
                 (Some(b), _) => writeln!(w, "{}: BROKEN: {}", r.run_id, b.reason)?,
-                (None, "intact") => writeln!(w, "{}: intact ({} rows{notes})", r.run_id, r.rows)?,
                 (None, verdict) => writeln!(w, "{}: {verdict} ({} rows{notes})", r.run_id, r.rows)?,
             }
             for g in &r.gates {
@@ -1024,11 +1003,10 @@ fn pinned_key(ctx: &Context, given: Option<&str>) -> Result<ed25519_dalek::Verif
 }
 
 pub fn verify(args: &crate::cli::GateVerifyArgs, ctx: &Context) -> Result<Verified> {
-    let signed = if args.signed {
-        Some(pinned_key(ctx, args.key.as_deref())?)
-    } else {
-        None
-    };
+    let signed = args
+        .signed
+        .then(|| pinned_key(ctx, args.key.as_deref()))
+        .transpose()?;
     let (chains, warnings) = Listing::chains(ctx, signed.as_ref())?;
     let runs = chains
         .into_iter()
@@ -1060,9 +1038,10 @@ impl Run for GatesArgs {
             Some(GatesCommand::Show(a)) => {
                 let (_, mut store) = ctx.open_run(a.target.run().or(ctx.run.as_deref()))?;
                 let viewer = ctx.principal(&a.principal)?;
-                GatesOutput::Shown(show(
+                GatesOutput::Shown(show_to(
                     a.target.gate(),
                     viewer.as_ref().map(|v| v.as_str()),
+                    "cli",
                     store.as_mut(),
                 )?)
             }

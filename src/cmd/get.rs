@@ -109,18 +109,23 @@ impl Render for Explained {
     }
 }
 
-fn describe_chain(chain: &[i64]) -> String {
-    let mut parts: Vec<String> = if chain.len() > 8 {
-        let mut p: Vec<String> = chain[..4]
-            .iter()
-            .map(|id| format!("execution {id}"))
-            .collect();
-        p.push(format!("… ({} executions)", chain.len()));
-        p.push(format!("execution {}", chain[chain.len() - 1]));
-        p
+/// The kind of scope a binding is in: `execution`, or `root`.
+pub(super) fn scope_name(in_execution: bool) -> &'static str {
+    if in_execution {
+        "execution"
     } else {
-        chain.iter().map(|id| format!("execution {id}")).collect()
-    };
+        "root"
+    }
+}
+
+fn describe_chain(chain: &[i64]) -> String {
+    let mut parts: Vec<String> = chain.iter().map(|id| format!("execution {id}")).collect();
+    if chain.len() > 8 {
+        parts.splice(
+            4..chain.len() - 1,
+            [format!("… ({} executions)", chain.len())],
+        );
+    }
     parts.push("root".to_string());
     parts.join(" → ")
 }
@@ -160,11 +165,7 @@ pub fn explain(args: &GetArgs, store: &mut dyn Store) -> Result<Explained> {
         start: args.execution_id,
         chain,
         found_execution_id: found.row.execution_id,
-        scope: if found.depth.is_some() {
-            "execution"
-        } else {
-            "root"
-        },
+        scope: scope_name(found.depth.is_some()),
         depth: found.depth,
         kind: found.row.kind,
     })
@@ -254,11 +255,7 @@ pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got>
         return Ok(Got {
             offset,
             length,
-            scope: if found.depth.is_some() {
-                "execution"
-            } else {
-                "root"
-            },
+            scope: scope_name(found.depth.is_some()),
             depth: found.depth,
             bytes,
             attachment,

@@ -67,11 +67,8 @@ impl GuideArgs {
             Some(id) => (format!(" --execution-id {id}"), format!("execution {id}")),
             None => (String::new(), "the root scope".to_string()),
         };
-        if let Some(name) = &self.name {
+        for name in self.name.iter().chain(&self.agent) {
             crate::model::check_name(name)?;
-        }
-        if let Some(agent) = &self.agent {
-            crate::model::check_name(agent)?;
         }
         // The persistent agent's part is there only for a persistent agent.
         let text = match (text.split_once("{{#agent}}\n"), &self.agent) {
@@ -88,6 +85,11 @@ impl GuideArgs {
             AgentScope::User => (" --scope user", "your user's home (`~/.prose/agents.db`)"),
         };
         let json = |s: &str| serde_json::Value::from(s).to_string();
+        let name = self.name.as_deref();
+        let agent = self
+            .agent
+            .as_deref()
+            .map_or("\"$AGENT\"".into(), shell_word);
         let pinned = matches!(flavor, Flavor::Mcp { pinned: true });
         let scope_json = match (self.execution_id, pinned) {
             (Some(id), false) => format!(", \"execution_id\": {id}"),
@@ -113,30 +115,15 @@ impl GuideArgs {
                 agent_scope_json.trim_start_matches(", "),
             )
             .replace("{{agent_scope_json}}", agent_scope_json)
-            .replace(
-                "{{name_json}}",
-                &self.name.as_deref().map_or(json("NAME"), json),
-            )
+            .replace("{{name_json}}", &name.map_or(json("NAME"), json))
             .replace("{{agent_scope}}", agent_scope)
             .replace("{{agent_where}}", agent_where)
             .replace("{{version}}", env!("CARGO_PKG_VERSION"))
             .replace("{{run}}", run.as_deref().unwrap_or("\"$PROSE_RUN\""))
             .replace("{{scope}}", &scope)
             .replace("{{where}}", &place)
-            .replace(
-                "{{name}}",
-                self.name
-                    .as_deref()
-                    .map_or("\"$NAME\"".into(), shell_word)
-                    .as_str(),
-            )
-            .replace(
-                "{{agent}}",
-                self.agent
-                    .as_deref()
-                    .map_or("\"$AGENT\"".into(), shell_word)
-                    .as_str(),
-            );
+            .replace("{{name}}", &name.map_or("\"$NAME\"".into(), shell_word))
+            .replace("{{agent}}", &agent);
         Ok(Guide {
             guide,
             version: env!("CARGO_PKG_VERSION"),

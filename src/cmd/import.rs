@@ -69,18 +69,14 @@ impl Render for Imported {
             if self.renumbered {
                 writeln!(w, "Ids: execution and audit ids numbered by the server")?;
             }
-            if self.sealed_elsewhere > 0 && self.vouched {
-                writeln!(
-                    w,
-                    "Audit: {} rows sealed on another machine, vouched for and sealed here",
-                    self.sealed_elsewhere
-                )?;
-            } else if self.sealed_elsewhere > 0 {
-                writeln!(
-                    w,
-                    "Audit: {} rows sealed on another machine, kept as they came: their decisions are unattested here (import --vouch to vouch for them)",
-                    self.sealed_elsewhere
-                )?;
+            if self.sealed_elsewhere > 0 {
+                let how = if self.vouched {
+                    "vouched for and sealed here"
+                } else {
+                    "kept as they came: their decisions are unattested here (import --vouch to vouch for them)"
+                };
+                let n = self.sealed_elsewhere;
+                writeln!(w, "Audit: {n} rows sealed on another machine, {how}")?;
             }
         }
         for n in &self.not_carried {
@@ -223,11 +219,9 @@ pub fn checked<'a>(
 
 /// Writes a checked copy into the project's backend (or `--backend`).
 pub fn land(mut c: Incoming, args: &ImportArgs, ctx: &Context) -> Result<Imported> {
-    let postgres = match args.backend {
-        Some(BackendArg::Postgres) => true,
-        Some(BackendArg::Sqlite) => false,
-        None => ctx.uses_postgres(),
-    };
+    let postgres = args
+        .backend
+        .map_or_else(|| ctx.uses_postgres(), |b| b == BackendArg::Postgres);
     let principal = ctx.principal(&args.principal)?.map(|p| p.to_string());
     let tip = c
         .dump

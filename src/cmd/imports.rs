@@ -76,10 +76,7 @@ impl Render for ImportList {
         if self.0.is_empty() {
             return writeln!(w, "no imports");
         }
-        let header: Vec<String> = ["ALIAS", "SOURCE", "FETCHED"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let header = ["ALIAS", "SOURCE", "FETCHED"].map(String::from);
         let rows: Vec<Vec<String>> = self
             .0
             .iter()
@@ -95,10 +92,6 @@ impl Render for ImportList {
     }
 }
 
-pub fn list(store: &mut dyn Store) -> Result<ImportList> {
-    Ok(ImportList(store.imports()?))
-}
-
 crate::output::one_of!(
     /// What `imports` and `imports add` print.
     ImportsOutput {
@@ -112,7 +105,7 @@ impl super::Run for ImportsArgs {
     fn run(&self, ctx: &crate::context::Context) -> Result<ImportsOutput> {
         let (_, mut store) = ctx.the_run()?;
         Ok(match &self.command {
-            None => ImportsOutput::List(list(store.as_mut())?),
+            None => ImportsOutput::List(ImportList(store.imports()?)),
             Some(ImportsCommand::Add(a)) => ImportsOutput::Added(add(a, store.as_mut())?),
         })
     }

@@ -73,53 +73,42 @@ pub fn run(args: &InitArgs, ctx: &Context) -> Result<Initialized> {
     let (paths, location) = loop {
         let id = args.run_id.clone().unwrap_or_else(new_run_id);
         let target = RunPaths::in_dir(runs.join(&id));
-        let taken = || refused(format!("run already exists: {}", shown(&id)));
-        if target.dir.symlink_metadata().is_ok() {
-            attempts += 1;
-            if args.run_id.is_some() || attempts >= 5 {
-                return Err(taken());
+        if target.dir.symlink_metadata().is_err() {
+            let suffix: u64 = rand::random();
+            let tmp = runs.join(format!("{INIT_PREFIX}{id}-{suffix:016x}"));
+            // Both changes to the runs directory are announced to the catalog, so that the
+            // next listing need not compare the directory's names with its rows.
+            changing_runs(&runs, None, || fs::create_dir(&tmp))
+                .with_context(|| format!("could not create run directory: {}", tmp.display()))?;
+            let built = build(args, &tmp, &id, program.as_ref(), ctx, &starter);
+            let result = built.and_then(|(lock, location)| {
+                sync_dir(&tmp)?;
+                match changing_runs(&runs, Some(&id), || rename_noreplace(&tmp, &target.dir)) {
+                    Ok(()) => {
+                        drop(lock);
+                        sync_dir(&runs)?;
+                        Ok(Some(location))
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
+                    Err(e) => Err(anyhow::Error::new(e).context(format!(
+                        "could not move the new run into place: {}",
+                        target.dir.display()
+                    ))),
+                }
+            });
+            if let Ok(Some(location)) = result {
+                break (target, location);
             }
-            continue;
+            let _ = fs::remove_dir_all(&tmp);
+            result?;
+            // Made meanwhile by another init with the same id.
+            if matches!(args.backend, BackendArg::Postgres) {
+                let _ = ctx.discard_server_run(&id);
+            }
         }
-        let suffix: u64 = rand::random();
-        let tmp = runs.join(format!("{INIT_PREFIX}{id}-{suffix:016x}"));
-        // Both changes to the runs directory are announced to the catalog, so that the next
-        // listing need not compare the directory's names with its rows.
-        changing_runs(&runs, None, || fs::create_dir(&tmp))
-            .with_context(|| format!("could not create run directory: {}", tmp.display()))?;
-        let built = build(args, &tmp, &id, program.as_ref(), ctx, &starter);
-        let result = built.and_then(|(lock, location)| {
-            sync_dir(&tmp)?;
-            match changing_runs(&runs, Some(&id), || rename_noreplace(&tmp, &target.dir)) {
-                Ok(()) => {
-                    drop(lock);
-                    sync_dir(&runs)?;
-                    Ok(Some(location))
-                }
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(None),
-                Err(e) => Err(anyhow::Error::new(e).context(format!(
-                    "could not move the new run into place: {}",
-                    target.dir.display()
-                ))),
-            }
-        });
-        match result {
-            Ok(Some(location)) => break (target, location),
-            Ok(None) => {
-                // Made meanwhile by another init with the same id.
-                let _ = fs::remove_dir_all(&tmp);
-                if matches!(args.backend, BackendArg::Postgres) {
-                    let _ = ctx.discard_server_run(&id);
-                }
-                attempts += 1;
-                if args.run_id.is_some() || attempts >= 5 {
-                    return Err(taken());
-                }
-            }
-            Err(e) => {
-                let _ = fs::remove_dir_all(&tmp);
-                return Err(e);
-            }
+        attempts += 1;
+        if args.run_id.is_some() || attempts >= 5 {
+            return Err(refused(format!("run already exists: {}", shown(&id))));
         }
     };
     // An anchor left by an earlier run of this id at this place (pruned, then the id used

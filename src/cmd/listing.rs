@@ -124,10 +124,12 @@ pub struct RunsRead<T> {
 }
 
 impl<'c> Listing<'c> {
-    /// Plans a listing. The catalog is used only for `Reading::Catalog` and with no `--run`;
-    /// when it cannot be used (of a newer prose-state, or unreadable) every run is visited,
-    /// and the listing says so first.
-    fn plan(ctx: &'c Context, reading: Reading) -> Result<Self> {
+    /// Plans a listing that reads as `reading` says, or as `Reading::Scan` with `scan`. The
+    /// catalog is used only for `Reading::Catalog` and with no `--run`; when it cannot be used
+    /// (of a newer prose-state, or unreadable) every run is visited, and the listing says so
+    /// first.
+    fn plan(ctx: &'c Context, scan: bool, reading: Reading) -> Result<Self> {
+        let reading = if scan { Reading::Scan } else { reading };
         if reading == Reading::Scan {
             rescan_catalog(ctx);
         }
@@ -263,46 +265,36 @@ impl<'c> Listing<'c> {
     /// the runs with one are opened). The catalog keeps only pending gates: other statuses are
     /// read from the server and from every run visited.
     pub fn gates(ctx: &'c Context, q: &GateQuery) -> Result<(Vec<ListedGate>, Vec<String>)> {
-        let reading = if q.scan {
-            Reading::Scan
-        } else if q.status == Some("pending") {
+        let reading = if q.status == Some("pending") {
             Reading::Catalog
         } else {
             Reading::Visit
         };
-        let unchecked = |(gate, program_path)| ListedGate {
-            gate,
-            program_path,
-            checked: None,
+        let unchecked = |found: Vec<(GateRow, Option<String>)>| {
+            let listed = |(gate, program_path)| ListedGate {
+                gate,
+                program_path,
+                checked: None,
+            };
+            found.into_iter().map(listed).collect()
         };
         // With a deadline to meet, the limit applies after it: every gate is read.
         let limit = q.limit.filter(|_| q.due_by.is_none()).map(|n| n as i64);
-        let (mut gates, warnings) = Self::plan(ctx, reading)?.gather(
+        let (mut gates, warnings) = Self::plan(ctx, q.scan, reading)?.gather(
             |local| {
                 let all = RunFilter::default();
                 local.sweep_overdue(&all, q.now)?;
-                Ok(local
-                    .pending_gates_of(&all, limit)?
-                    .into_iter()
-                    .map(unchecked)
-                    .collect())
+                Ok(unchecked(local.pending_gates_of(&all, limit)?))
             },
             |server, runs| {
                 server.sweep_overdue(runs, q.now)?;
-                Ok(server
-                    .gates_of(runs, q.status, limit)?
-                    .into_iter()
-                    .map(unchecked)
-                    .collect())
+                Ok(unchecked(server.gates_of(runs, q.status, limit)?))
             },
             |run, store| {
                 let program = store.run_info()?.program_path;
                 // With `scan`, each gate is checked against its sealed log (the run read whole).
-                let checked = if q.scan {
-                    Some(Arc::new(store.verify_audit()?))
-                } else {
-                    None
-                };
+                let checked = q.scan.then(|| store.verify_audit().map(Arc::new));
+                let checked = checked.transpose()?;
                 let gates = store.gates(
                     q.status.map(crate::model::GateStatus::parse).as_ref(),
                     q.now,
@@ -335,16 +327,11 @@ impl<'c> Listing<'c> {
     /// The runs `q` asks for, newest first (by start, then id). The catalog and the server
     /// each answer in one query, limited there; only the runs of the page are read whole.
     pub fn runs(ctx: &'c Context, q: &RunQuery) -> Result<(Vec<RunSummary>, Vec<String>)> {
-        let reading = if q.scan {
-            Reading::Scan
-        } else {
-            Reading::Catalog
-        };
         let status = q.status.map(RunStatus::as_str);
         let page = |c: &mut dyn Catalog, runs: &RunFilter| {
             c.summaries_of(runs, q.now, status, q.since, Some(q.limit as i64))
         };
-        let (mut runs, warnings) = Self::plan(ctx, reading)?.gather(
+        let (mut runs, warnings) = Self::plan(ctx, q.scan, Reading::Catalog)?.gather(
             |local| page(local, &RunFilter::default()),
             |server, runs| page(server, runs),
             |run, store| {
@@ -367,12 +354,7 @@ impl<'c> Listing<'c> {
     /// SQLite run of the catalog opened only when its files changed since its stats were
     /// kept, the server's in a few grouped queries; with `scan`, every run opened.
     pub fn stats(ctx: &'c Context, scan: bool) -> Result<(Vec<RunStats>, Vec<String>)> {
-        let reading = if scan {
-            Reading::Scan
-        } else {
-            Reading::Catalog
-        };
-        let (mut keyed, warnings) = Self::plan(ctx, reading)?.gather(
+        let (mut keyed, warnings) = Self::plan(ctx, scan, Reading::Catalog)?.gather(
             |local| local.stats_of(&RunFilter::default()),
             |server, runs| {
                 let mut keyed = server.stats_of(runs)?;
@@ -397,7 +379,7 @@ impl<'c> Listing<'c> {
     /// The audit rows `filter` keeps, by run, each run's in their order: the server's in one
     /// query, every other run visited (the catalog keeps no audit rows).
     pub fn audits(ctx: &'c Context, filter: &AuditFilter) -> Result<(Vec<AuditRow>, Vec<String>)> {
-        let (mut rows, warnings) = Self::plan(ctx, Reading::Visit)?.gather(
+        let (mut rows, warnings) = Self::plan(ctx, false, Reading::Visit)?.gather(
             // The catalog keeps no audit rows: this plan reads none.
             |_| Ok(Vec::new()),
             |server, runs| server.audits_of(runs, filter),
@@ -415,7 +397,7 @@ impl<'c> Listing<'c> {
         ctx: &'c Context,
         signed: Option<&ed25519_dalek::VerifyingKey>,
     ) -> Result<(Vec<CheckedChain>, Vec<String>)> {
-        let (mut chains, warnings) = Self::plan(ctx, Reading::Visit)?.gather(
+        let (mut chains, warnings) = Self::plan(ctx, false, Reading::Visit)?.gather(
             // The catalog keeps no audit rows: this plan reads none.
             |_| Ok(Vec::new()),
             |server, runs| {
@@ -478,7 +460,7 @@ impl<'c> Listing<'c> {
     /// could not read, those on the project's server (each opened, as a plan acts on each),
     /// and, without the catalog, every run.
     pub fn every_run(ctx: &'c Context) -> Result<EveryRun<'c>> {
-        let mut listing = Self::plan(ctx, Reading::Catalog)?;
+        let mut listing = Self::plan(ctx, false, Reading::Catalog)?;
         if let Some(filter) = listing.server.take() {
             for id in ctx.server_catalog()?.ids_of(&filter)? {
                 if crate::model::check_run_id(&id).is_ok()

@@ -1,6 +1,7 @@
 //! `log`: the execution log, one line an event, in the spec's compact narration
 //! (`3→ research ✓`, `∥ [a b c] done`, `loop:2/5 exit`), or JSON Lines with `--json`.
 
+use super::resume::{branch_list, meta, str_of};
 use crate::model::{ExecStatus, ExecStatus as S};
 use crate::output::{one_line, visible_line, Render};
 use crate::store::{ExecutionRow, Store};
@@ -76,14 +77,6 @@ pub struct Log {
     loop_of: HashMap<i64, String>,
 }
 
-fn meta_str(m: &Value, k: &str) -> Option<String> {
-    match m.get(k)? {
-        Value::String(s) => Some(s.clone()),
-        Value::Null => None,
-        other => Some(other.to_string()),
-    }
-}
-
 impl Log {
     /// The events appended since the last call.
     pub fn next(&mut self, store: &mut dyn Store) -> Result<Vec<LogLine>> {
@@ -91,12 +84,16 @@ impl Log {
         Ok(rows.into_iter().map(|r| self.narrate(r)).collect())
     }
 
+    /// A loop's `max`, or `?` while none was recorded.
+    fn max_of(&self, lid: &str) -> String {
+        self.loop_max
+            .get(lid)
+            .map_or("?".to_string(), |m| m.to_string())
+    }
+
     fn narrate(&mut self, r: ExecutionRow) -> LogLine {
         self.last_id = self.last_id.max(r.id);
-        let meta: Option<Value> = r
-            .metadata
-            .as_deref()
-            .and_then(|m| serde_json::from_str(m).ok());
+        let meta = meta(&r);
         let m = meta.clone().unwrap_or(Value::Null);
         let status = r.status.clone().unwrap_or_else(|| S::Other("?".into()));
         let text = one_line(r.statement_text.as_deref().unwrap_or(""), 50);
@@ -113,39 +110,32 @@ impl Log {
             S::Executing | S::Started => (Mark::Plain, "…".to_string()),
             other => (Mark::Plain, other.to_string()),
         };
-        let narration = if let Some(pid) = meta_str(&m, "parallel_id") {
-            if let Some(Value::Array(bs)) = m.get("branches") {
-                let names: Vec<String> = bs
-                    .iter()
-                    .map(|b| b.as_str().map_or_else(|| b.to_string(), str::to_string))
-                    .collect();
-                self.branches.insert(pid.clone(), names);
+        let narration = if let Some(pid) = str_of(&m, "parallel_id") {
+            if let Some(Value::Array(_)) = m.get("branches") {
+                self.branches.insert(pid.clone(), branch_list(&m));
             }
             let all = self
                 .branches
                 .get(&pid)
                 .map(|b| b.join(" "))
                 .unwrap_or(pid.clone());
-            match (&status, meta_str(&m, "branch")) {
+            match (&status, str_of(&m, "branch")) {
                 (S::Joined, _) => format!("∥ [{all}] done"),
                 (_, Some(branch)) => format!("∥ {branch} {tick}"),
                 (S::Started | S::Executing, None) => format!("∥ [{all}] start"),
                 (_, None) => format!("∥ [{all}] {tick}"),
             }
-        } else if let Some(lid) = meta_str(&m, "loop_id") {
+        } else if let Some(lid) = str_of(&m, "loop_id") {
             if let Some(max) = m.get("max").and_then(Value::as_i64) {
                 self.loop_max.insert(lid.clone(), max);
             }
-            let max = self
-                .loop_max
-                .get(&lid)
-                .map_or("?".to_string(), |m| m.to_string());
+            let max = self.max_of(&lid);
             let done = self.loop_done.get(&lid).copied().unwrap_or(0);
             let i = m.get("iteration").and_then(Value::as_i64);
             let started = self.loop_of.values().any(|l| *l == lid);
             match status {
                 S::Exited => {
-                    let why = meta_str(&m, "reason")
+                    let why = str_of(&m, "reason")
                         .map(|r| format!(" ({r})"))
                         .unwrap_or_default();
                     format!("loop:{}/{max} exit{why}", i.unwrap_or(done))
@@ -166,24 +156,18 @@ impl Log {
                 ),
             }
         } else if status == S::Retry {
-            let attempt = m
-                .get("attempt")
-                .and_then(Value::as_i64)
-                .map_or("?".into(), |a| a.to_string());
-            let max = m
-                .get("max")
-                .and_then(Value::as_i64)
-                .map_or("?".into(), |a| a.to_string());
+            let [attempt, max] = ["attempt", "max"].map(|k| {
+                m.get(k)
+                    .and_then(Value::as_i64)
+                    .map_or("?".into(), |a| a.to_string())
+            });
             format!("{idx}→ {text} ↻ {attempt}/{max}")
-        } else if meta_str(&m, "gate_id").is_some() && status == S::Pending {
+        } else if str_of(&m, "gate_id").is_some() && status == S::Pending {
             format!("⏸ {text} waiting")
         } else if let Some(lid) = r.parent_id.and_then(|p| self.loop_of.get(&p)) {
             // A record of a loop's body (parented on the loop's start): its iteration.
             let done = self.loop_done.get(lid).copied().unwrap_or(0);
-            let max = self
-                .loop_max
-                .get(lid)
-                .map_or("?".to_string(), |m| m.to_string());
+            let max = self.max_of(lid);
             format!("{idx}→ {text} {tick} · loop:{}/{max}", done + 1)
         } else {
             format!("{idx}→ {text} {tick}")

@@ -1,11 +1,11 @@
-//! `stats`, `checkpoint` and `vacuum`: looking after the stores of one run or all of them.
+//! `stats`, `checkpoint`, `vacuum` and `migrate`: looking after the stores of one run or all of them.
 
 use super::listing::Listing;
 use super::{over_runs, Run};
 use crate::context::Context;
 use crate::output::{table, Render};
 use crate::run::RunPaths;
-use crate::store::{Checkpointed, RunStats};
+use crate::store::RunStats;
 use anyhow::Result;
 use serde::ser::{SerializeStruct, Serializer};
 use serde::Serialize;
@@ -69,6 +69,8 @@ fn counts(map: &BTreeMap<String, i64>) -> String {
 
 impl Render for Stats {
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        // One run's counts are the totals'.
+        let t = &self.totals;
         if let [one] = self.runs.as_slice() {
             let s = &one.store;
             kv(w, "run", &one.run_id)?;
@@ -80,26 +82,11 @@ impl Render for Stats {
             if let Some(b) = s.wal_bytes {
                 kv(w, "wal bytes", b)?;
             }
-            kv(w, "rows", counts(&s.tables))?;
-            kv(w, "execution statuses", counts(&s.execution_status))?;
-            kv(w, "binding bytes inline", s.binding_inline_bytes)?;
-            kv(
-                w,
-                "attachments",
-                format!(
-                    "{} files, {} bytes",
-                    one.attachment_files, one.attachment_bytes
-                ),
-            )?;
-            for (k, v) in &s.settings {
-                kv(w, k, v)?;
-            }
-            return Ok(());
+        } else {
+            kv(w, "runs", t.runs)?;
+            kv(w, "db bytes", t.db_bytes)?;
+            kv(w, "wal bytes", t.wal_bytes)?;
         }
-        let t = &self.totals;
-        kv(w, "runs", t.runs)?;
-        kv(w, "db bytes", t.db_bytes)?;
-        kv(w, "wal bytes", t.wal_bytes)?;
         kv(w, "rows", counts(&t.tables))?;
         kv(w, "execution statuses", counts(&t.execution_status))?;
         kv(w, "binding bytes inline", t.binding_inline_bytes)?;
@@ -108,39 +95,31 @@ impl Render for Stats {
             "attachments",
             format!("{} files, {} bytes", t.attachment_files, t.attachment_bytes),
         )?;
-        if !self.runs.is_empty() {
+        if let [one] = self.runs.as_slice() {
+            for (k, v) in &one.store.settings {
+                kv(w, k, v)?;
+            }
+        } else if !self.runs.is_empty() {
             writeln!(w)?;
-            let header: Vec<String> = [
+            let header = super::header(&[
                 "RUN",
                 "BACKEND",
                 "DB BYTES",
                 "EXECUTIONS",
                 "BINDINGS",
                 "ATTACHMENT BYTES",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+            ]);
             let rows: Vec<Vec<String>> = self
                 .runs
                 .iter()
                 .map(|r| {
+                    let rows = |t: &str| r.store.tables.get(t).copied().unwrap_or(0).to_string();
                     vec![
                         r.run_id.clone(),
                         r.store.backend.to_string(),
                         r.store.db_bytes.map_or("-".into(), |b| b.to_string()),
-                        r.store
-                            .tables
-                            .get("execution")
-                            .copied()
-                            .unwrap_or(0)
-                            .to_string(),
-                        r.store
-                            .tables
-                            .get("bindings")
-                            .copied()
-                            .unwrap_or(0)
-                            .to_string(),
+                        rows("execution"),
+                        rows("bindings"),
                         r.attachment_bytes.to_string(),
                     ]
                 })
@@ -155,190 +134,65 @@ impl Render for Stats {
     }
 }
 
-/// The stats of the runs the command covers: `--run`'s alone, or every run, read from the
-/// project catalog (a SQLite run opened only when its files changed since) and from the
-/// server's tables in a few queries; with `scan`, every run opened.
-pub fn stats(ctx: &Context, scan: bool) -> Result<Stats> {
-    let (runs, warnings) = Listing::stats(ctx, scan)?;
-    let mut t = Totals {
-        runs: runs.len(),
-        ..Default::default()
-    };
-    for r in &runs {
-        t.db_bytes += r.store.db_bytes.unwrap_or(0);
-        t.wal_bytes += r.store.wal_bytes.unwrap_or(0);
-        for (k, v) in &r.store.tables {
-            *t.tables.entry(k.clone()).or_default() += v;
-        }
-        for (k, v) in &r.store.execution_status {
-            *t.execution_status.entry(k.clone()).or_default() += v;
-        }
-        t.binding_inline_bytes += r.store.binding_inline_bytes;
-        t.attachment_files += r.attachment_files;
-        t.attachment_bytes += r.attachment_bytes;
-    }
-    Ok(Stats {
-        totals: t,
-        runs,
-        warnings,
-    })
-}
-
-#[derive(Debug)]
-pub struct RunCheckpoint {
-    pub run_id: String,
-    pub result: Checkpointed,
-}
-
-impl Serialize for RunCheckpoint {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let c = &self.result;
-        let mut r = s.serialize_struct("RunCheckpoint", 5)?;
-        r.serialize_field("run_id", &self.run_id)?;
-        r.serialize_field("mode", &c.mode)?;
-        r.serialize_field("busy", &c.busy)?;
-        r.serialize_field("wal_frames", &c.wal_frames)?;
-        r.serialize_field("checkpointed_frames", &c.checkpointed_frames)?;
-        r.end()
-    }
-}
-
-#[derive(Debug, Serialize)]
-#[serde(transparent)]
-pub struct CheckpointList {
-    pub runs: Vec<RunCheckpoint>,
-    #[serde(skip)]
-    pub warnings: Vec<String>,
-}
-
-impl Render for CheckpointList {
-    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
-        for r in &self.runs {
-            writeln!(
-                w,
-                "{}: {} checkpoint, {} of {} WAL frames moved{}",
-                r.run_id,
-                r.result.mode,
-                r.result.checkpointed_frames,
-                r.result.wal_frames,
-                if r.result.busy {
-                    " (busy: a reader or writer was active; retry)"
-                } else {
-                    ""
-                }
-            )?;
-        }
-        Ok(())
-    }
-
-    fn warnings(&self) -> Vec<String> {
-        self.warnings.clone()
-    }
-}
-
-pub fn checkpoint(mode: &str, runs: &[RunPaths], ctx: &Context) -> Result<CheckpointList> {
-    let (runs, warnings) = over_runs(runs, ctx, |run, store| {
-        Ok(RunCheckpoint {
-            run_id: run.id.clone(),
-            result: store.checkpoint(mode)?,
-        })
-    })?;
-    Ok(CheckpointList { runs, warnings })
-}
-
-#[derive(Debug, Serialize)]
-pub struct RunVacuum {
-    pub run_id: String,
-    pub bytes_before: Option<u64>,
-    pub bytes_after: Option<u64>,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(transparent)]
-pub struct VacuumList {
-    pub runs: Vec<RunVacuum>,
-    #[serde(skip)]
-    pub warnings: Vec<String>,
-}
-
-impl Render for VacuumList {
-    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
-        for r in &self.runs {
-            match (r.bytes_before, r.bytes_after) {
-                (Some(b), Some(a)) => writeln!(w, "{}: {b} -> {a} bytes", r.run_id)?,
-                _ => writeln!(w, "{}: vacuumed", r.run_id)?,
+impl Run for crate::cli::StatsArgs {
+    type Output = Stats;
+    /// The stats of the runs the command covers: `--run`'s alone, or every run, read from the
+    /// project catalog (a SQLite run opened only when its files changed since) and from the
+    /// server's tables in a few queries; with `--scan`, every run opened.
+    fn run(&self, ctx: &Context) -> Result<Stats> {
+        let (runs, warnings) = Listing::stats(ctx, self.scan)?;
+        let mut t = Totals {
+            runs: runs.len(),
+            ..Default::default()
+        };
+        for r in &runs {
+            t.db_bytes += r.store.db_bytes.unwrap_or(0);
+            t.wal_bytes += r.store.wal_bytes.unwrap_or(0);
+            for (k, v) in &r.store.tables {
+                *t.tables.entry(k.clone()).or_default() += v;
             }
+            for (k, v) in &r.store.execution_status {
+                *t.execution_status.entry(k.clone()).or_default() += v;
+            }
+            t.binding_inline_bytes += r.store.binding_inline_bytes;
+            t.attachment_files += r.attachment_files;
+            t.attachment_bytes += r.attachment_bytes;
         }
-        Ok(())
-    }
-
-    fn warnings(&self) -> Vec<String> {
-        self.warnings.clone()
-    }
-}
-
-pub fn vacuum(runs: &[RunPaths], ctx: &Context) -> Result<VacuumList> {
-    let (runs, warnings) = over_runs(runs, ctx, |run, store| {
-        let (bytes_before, bytes_after) = store.vacuum()?;
-        Ok(RunVacuum {
-            run_id: run.id.clone(),
-            bytes_before,
-            bytes_after,
+        Ok(Stats {
+            totals: t,
+            runs,
+            warnings,
         })
-    })?;
-    Ok(VacuumList { runs, warnings })
-}
-
-#[derive(Debug)]
-pub struct RunMigration {
-    pub run_id: String,
-    pub migration: crate::store::Migration,
-}
-
-impl Serialize for RunMigration {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let m = &self.migration;
-        let mut r = s.serialize_struct("RunMigration", 5)?;
-        r.serialize_field("run_id", &self.run_id)?;
-        r.serialize_field("from", &m.from)?;
-        r.serialize_field("to", &m.to)?;
-        r.serialize_field("steps", &m.steps)?;
-        r.serialize_field("applied", &m.applied)?;
-        r.end()
     }
 }
 
+/// What `checkpoint`, `vacuum` and `migrate` return: a row for each run they visit, and the
+/// runs that could not be read (said on stderr).
 #[derive(Debug, Serialize)]
 #[serde(transparent)]
-pub struct MigrationList {
-    pub runs: Vec<RunMigration>,
+pub struct PerRun<T> {
+    pub runs: Vec<T>,
     #[serde(skip)]
     pub warnings: Vec<String>,
+    /// `migrate` without `--yes`: what it would do.
     #[serde(skip)]
     pub dry_run: bool,
 }
 
-impl Render for MigrationList {
+/// A row of [`PerRun`]: its text, and whether it waits for `--yes`.
+pub trait RunLine {
+    fn line(&self, w: &mut dyn Write) -> io::Result<()>;
+    fn pending(&self) -> bool {
+        false
+    }
+}
+
+impl<T: RunLine + Serialize> Render for PerRun<T> {
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
-        let mut pending = 0;
         for r in &self.runs {
-            let m = &r.migration;
-            if m.steps.is_empty() {
-                writeln!(w, "{}: schema {}, nothing to do", r.run_id, m.from)?;
-                continue;
-            }
-            let verb = if m.applied {
-                "migrated"
-            } else {
-                "would migrate"
-            };
-            writeln!(w, "{}: {verb} schema {} -> {}:", r.run_id, m.from, m.to)?;
-            for step in &m.steps {
-                writeln!(w, "  {step}")?;
-            }
-            pending += usize::from(!m.applied);
+            r.line(w)?;
         }
-        if self.dry_run && pending > 0 {
+        if self.dry_run && self.runs.iter().any(T::pending) {
             writeln!(
                 w,
                 "dry run: pass --yes to migrate, each run in one transaction"
@@ -352,32 +206,74 @@ impl Render for MigrationList {
     }
 }
 
-/// `migrate`: shows what upgrading each run's schema does, and with `yes` does it.
-pub fn migrate(yes: bool, runs: &[RunPaths], ctx: &Context) -> Result<MigrationList> {
-    let (runs, warnings) = over_runs(runs, ctx, |run, store| {
-        Ok(RunMigration {
-            run_id: run.id.clone(),
-            migration: store.migrate(yes)?,
-        })
-    })?;
-    Ok(MigrationList {
+/// Applies `f` to every run the command covers.
+fn per_run<T: Send>(
+    ctx: &Context,
+    dry_run: bool,
+    f: impl Fn(&RunPaths, &mut dyn crate::store::Store) -> Result<T> + Sync,
+) -> Result<PerRun<T>> {
+    let (runs, warnings) = over_runs(&Listing::runs_to_visit(ctx)?, ctx, f)?;
+    Ok(PerRun {
         runs,
         warnings,
-        dry_run: !yes,
+        dry_run,
     })
 }
 
-impl Run for crate::cli::StatsArgs {
-    type Output = Stats;
-    fn run(&self, ctx: &Context) -> Result<Stats> {
-        stats(ctx, self.scan)
+#[derive(Debug, Serialize)]
+pub struct RunCheckpoint {
+    pub run_id: String,
+    pub mode: String,
+    pub busy: bool,
+    pub wal_frames: i64,
+    pub checkpointed_frames: i64,
+}
+
+impl RunLine for RunCheckpoint {
+    fn line(&self, w: &mut dyn Write) -> io::Result<()> {
+        let busy = if self.busy {
+            " (busy: a reader or writer was active; retry)"
+        } else {
+            ""
+        };
+        writeln!(
+            w,
+            "{}: {} checkpoint, {} of {} WAL frames moved{busy}",
+            self.run_id, self.mode, self.checkpointed_frames, self.wal_frames
+        )
     }
 }
 
 impl Run for crate::cli::CheckpointArgs {
-    type Output = CheckpointList;
-    fn run(&self, ctx: &Context) -> Result<CheckpointList> {
-        checkpoint(self.mode.as_str(), &Listing::runs_to_visit(ctx)?, ctx)
+    type Output = PerRun<RunCheckpoint>;
+    fn run(&self, ctx: &Context) -> Result<Self::Output> {
+        let mode = self.mode.as_str();
+        per_run(ctx, false, |run, store| {
+            let c = store.checkpoint(mode)?;
+            Ok(RunCheckpoint {
+                run_id: run.id.clone(),
+                mode: c.mode,
+                busy: c.busy,
+                wal_frames: c.wal_frames,
+                checkpointed_frames: c.checkpointed_frames,
+            })
+        })
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunVacuum {
+    pub run_id: String,
+    pub bytes_before: Option<u64>,
+    pub bytes_after: Option<u64>,
+}
+
+impl RunLine for RunVacuum {
+    fn line(&self, w: &mut dyn Write) -> io::Result<()> {
+        match (self.bytes_before, self.bytes_after) {
+            (Some(b), Some(a)) => writeln!(w, "{}: {b} -> {a} bytes", self.run_id),
+            _ => writeln!(w, "{}: vacuumed", self.run_id),
+        }
     }
 }
 
@@ -385,15 +281,67 @@ impl Run for crate::cli::CheckpointArgs {
 pub struct VacuumCmd;
 
 impl Run for VacuumCmd {
-    type Output = VacuumList;
-    fn run(&self, ctx: &Context) -> Result<VacuumList> {
-        vacuum(&Listing::runs_to_visit(ctx)?, ctx)
+    type Output = PerRun<RunVacuum>;
+    fn run(&self, ctx: &Context) -> Result<Self::Output> {
+        per_run(ctx, false, |run, store| {
+            let (bytes_before, bytes_after) = store.vacuum()?;
+            Ok(RunVacuum {
+                run_id: run.id.clone(),
+                bytes_before,
+                bytes_after,
+            })
+        })
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunMigration {
+    pub run_id: String,
+    pub from: i64,
+    pub to: i64,
+    pub steps: Vec<String>,
+    pub applied: bool,
+}
+
+impl RunLine for RunMigration {
+    fn line(&self, w: &mut dyn Write) -> io::Result<()> {
+        if self.steps.is_empty() {
+            return writeln!(w, "{}: schema {}, nothing to do", self.run_id, self.from);
+        }
+        let verb = if self.applied {
+            "migrated"
+        } else {
+            "would migrate"
+        };
+        writeln!(
+            w,
+            "{}: {verb} schema {} -> {}:",
+            self.run_id, self.from, self.to
+        )?;
+        for step in &self.steps {
+            writeln!(w, "  {step}")?;
+        }
+        Ok(())
+    }
+
+    fn pending(&self) -> bool {
+        !self.steps.is_empty() && !self.applied
     }
 }
 
 impl Run for crate::cli::MigrateArgs {
-    type Output = MigrationList;
-    fn run(&self, ctx: &Context) -> Result<MigrationList> {
-        migrate(self.yes, &Listing::runs_to_visit(ctx)?, ctx)
+    type Output = PerRun<RunMigration>;
+    /// Shows what upgrading each run's schema does, and with `--yes` does it.
+    fn run(&self, ctx: &Context) -> Result<Self::Output> {
+        per_run(ctx, !self.yes, |run, store| {
+            let m = store.migrate(self.yes)?;
+            Ok(RunMigration {
+                run_id: run.id.clone(),
+                from: m.from,
+                to: m.to,
+                steps: m.steps,
+                applied: m.applied,
+            })
+        })
     }
 }

@@ -47,36 +47,24 @@ pub trait Sink {
 /// Runs a command that returns its output through `sink`. None for the commands that write
 /// their own (`log`, `completions`, `man`) and for the server (`mcp`): their callers run those.
 pub fn dispatch<S: Sink>(command: &Command, ctx: &Context, sink: &mut S) -> Option<S::Out> {
-    Some(match command {
-        Command::Init(a) => sink.take(a, ctx),
-        Command::Bind(a) => sink.take(a, ctx),
-        Command::Get(a) => sink.take(a, ctx),
-        Command::ExecAppend(a) => sink.take(a, ctx),
-        Command::Query(a) => sink.take(a, ctx),
-        Command::Gates(a) => sink.take(a, ctx),
-        Command::Approve(a) => sink.take(a, ctx),
-        Command::Reject(a) => sink.take(a, ctx),
-        Command::Principals(a) => sink.take(a, ctx),
-        Command::Agent(a) => sink.take(a, ctx),
-        Command::Imports(a) => sink.take(a, ctx),
-        Command::Finish(a) => sink.take(a, ctx),
-        Command::Runs(a) => sink.take(a, ctx),
-        Command::Resume(a) => sink.take(a, ctx),
-        Command::Stats(a) => sink.take(a, ctx),
-        Command::Doctor(a) => sink.take(a, ctx),
-        Command::Checkpoint(a) => sink.take(a, ctx),
-        Command::Vacuum => sink.take(&maintain::VacuumCmd, ctx),
-        Command::Migrate(a) => sink.take(a, ctx),
-        Command::Prune(a) => sink.take(a, ctx),
-        Command::Guide(a) => sink.take(a, ctx),
-        Command::Export(a) => sink.take(a, ctx),
-        Command::Import(a) => sink.take(a, ctx),
-        Command::Log(_)
-        | Command::Completions(_)
-        | Command::Man
-        | Command::Mcp(_)
-        | Command::Serve(_) => return None,
-    })
+    // The commands whose args are their `Run`, then the others (the match stays exhaustive).
+    macro_rules! by_args {
+        ($($command:ident),*) => {
+            match command {
+                $(Command::$command(a) => sink.take(a, ctx),)*
+                Command::Vacuum => sink.take(&maintain::VacuumCmd, ctx),
+                Command::Log(_)
+                | Command::Completions(_)
+                | Command::Man
+                | Command::Mcp(_)
+                | Command::Serve(_) => return None,
+            }
+        };
+    }
+    Some(by_args!(
+        Init, Bind, Get, ExecAppend, Query, Gates, Approve, Reject, Principals, Agent, Imports,
+        Finish, Runs, Resume, Stats, Doctor, Checkpoint, Migrate, Prune, Guide, Export, Import
+    ))
 }
 
 /// Set by the MCP server, whose stdin carries the protocol: no value is ever read from it, and
@@ -99,20 +87,12 @@ pub trait Run {
 /// comes from stdin, where an input that ends before its first byte means no value was given
 /// (`/dev/null`, an empty pipe): an intentionally empty value is VALUE `""`.
 pub fn value_source(value: Option<&str>, file: Option<&Path>) -> Result<(Box<dyn Read>, bool)> {
-    if STDIN_IS_PROTOCOL.load(std::sync::atomic::Ordering::SeqCst) {
-        return match (file, value) {
-            (None, Some(value)) => {
-                Ok((Box::new(io::Cursor::new(value.as_bytes().to_vec())), false))
-            }
-            (Some(_), _) => value_from_file(file),
-            (None, None) => Err(usage("no value given: give value or file")),
-        };
-    }
-    let from_stdin = matches!(value, None | Some("-"));
+    let protocol = STDIN_IS_PROTOCOL.load(std::sync::atomic::Ordering::SeqCst);
     let reader: Box<dyn Read> = match (file, value) {
-        (Some(_), _) => return value_from_file(file),
-        (None, Some("-")) => Box::new(io::stdin().lock()),
+        (Some(path), _) => return value_from_file(path),
+        (None, Some("-")) if !protocol => Box::new(io::stdin().lock()),
         (None, Some(value)) => Box::new(io::Cursor::new(value.as_bytes().to_vec())),
+        (None, None) if protocol => return Err(usage("no value given: give value or file")),
         (None, None) if !io::stdin().is_terminal() => Box::new(io::stdin().lock()),
         (None, None) => {
             return Err(usage(
@@ -120,14 +100,11 @@ pub fn value_source(value: Option<&str>, file: Option<&Path>) -> Result<(Box<dyn
             ))
         }
     };
-    Ok((reader, from_stdin))
+    Ok((reader, !protocol && matches!(value, None | Some("-"))))
 }
 
 /// The value of `--file PATH`.
-fn value_from_file(file: Option<&Path>) -> Result<(Box<dyn Read>, bool)> {
-    let Some(path) = file else {
-        return Err(usage("no file given"));
-    };
+fn value_from_file(path: &Path) -> Result<(Box<dyn Read>, bool)> {
     if path.is_dir() {
         return Err(usage(format!("--file is a directory: {}", path.display())));
     }
@@ -136,6 +113,11 @@ fn value_from_file(file: Option<&Path>) -> Result<(Box<dyn Read>, bool)> {
         _ => anyhow::Error::new(e).context(format!("could not read --file {}", path.display())),
     })?;
     Ok((Box::new(file), false))
+}
+
+/// A table's header, from its column names.
+fn header(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| s.to_string()).collect()
 }
 
 /// Applies `f` to every run of a command that visits each (`listing::visit_runs`): a run

@@ -20,17 +20,6 @@ pub struct Listed {
     pub revoked_at: Option<String>,
 }
 
-impl From<PrincipalRow> for Listed {
-    fn from(r: PrincipalRow) -> Self {
-        Listed {
-            name: r.name,
-            kind: r.kind,
-            created_at: r.created_at,
-            revoked_at: r.revoked_at,
-        }
-    }
-}
-
 #[derive(Debug, Serialize)]
 pub struct PrincipalList {
     pub require: bool,
@@ -39,26 +28,28 @@ pub struct PrincipalList {
     pub principals: Vec<Listed>,
 }
 
-impl Render for PrincipalList {
-    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+/// What the project requires of a decision, as `principals` says it.
+fn policy(w: &mut dyn Write, require: Option<bool>, signed_key: Option<&str>) -> io::Result<()> {
+    if let Some(r) = require {
+        let yes = if r { "yes" } else { "no" };
+        writeln!(w, "decisions need a token: {yes}")?;
+    }
+    if let Some(k) = signed_key {
         writeln!(
             w,
-            "decisions need a token: {}",
-            if self.require { "yes" } else { "no" }
+            "decisions must be signed by the approval page's key: {k}"
         )?;
-        if let Some(k) = &self.signed_key {
-            writeln!(
-                w,
-                "decisions must be signed by the approval page's key: {k}"
-            )?;
-        }
+    }
+    Ok(())
+}
+
+impl Render for PrincipalList {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        policy(w, Some(self.require), self.signed_key.as_deref())?;
         if self.principals.is_empty() {
             return writeln!(w, "no principals");
         }
-        let header: Vec<String> = ["PRINCIPAL", "KIND", "ISSUED", "REVOKED"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let header = super::header(&["PRINCIPAL", "KIND", "ISSUED", "REVOKED"]);
         let rows: Vec<Vec<String>> = self
             .principals
             .iter()
@@ -113,20 +104,7 @@ impl Render for Changed {
         if let Some(p) = &self.principal {
             writeln!(w, "revoked: {p}")?;
         }
-        if let Some(r) = self.require {
-            writeln!(
-                w,
-                "decisions need a token: {}",
-                if r { "yes" } else { "no" }
-            )?;
-        }
-        if let Some(k) = &self.signed_key {
-            writeln!(
-                w,
-                "decisions must be signed by the approval page's key: {k}"
-            )?;
-        }
-        Ok(())
+        policy(w, self.require, self.signed_key.as_deref())
     }
 }
 
@@ -240,7 +218,16 @@ fn list(book: Option<&mut (dyn PrincipalBook + 'static)>) -> Result<PrincipalLis
         require: crate::services::auth::required(book)?,
         signed_key: crate::services::sign::pinned(book)?
             .map(|k| crate::services::sign::public_tag(&k)),
-        principals: book.principals()?.into_iter().map(Listed::from).collect(),
+        principals: book
+            .principals()?
+            .into_iter()
+            .map(|r: PrincipalRow| Listed {
+                name: r.name,
+                kind: r.kind,
+                created_at: r.created_at,
+                revoked_at: r.revoked_at,
+            })
+            .collect(),
     })
 }
 
@@ -335,16 +322,11 @@ impl super::Run for PrincipalsArgs {
             }
             Some(PrincipalsCommand::Require(r)) => {
                 let mut book = book.expect("made for a write");
-                let signed = if r.signed {
-                    let key = match &r.key {
-                        Some(k) => crate::services::sign::public_tag(
-                            &crate::services::sign::parse_public(k)?,
-                        ),
-                        None => crate::services::sign::Signer::load_or_create()?.public,
-                    };
-                    Some(key)
-                } else {
-                    None
+                use crate::services::sign::{parse_public, public_tag, Signer};
+                let signed = match (&r.key, r.signed) {
+                    (_, false) => None,
+                    (Some(k), true) => Some(public_tag(&parse_public(k)?)),
+                    (None, true) => Some(Signer::load_or_create()?.public),
                 };
                 book.set_setting(REQUIRE, if r.off { "0" } else { "1" })?;
                 if r.off || signed.is_some() {

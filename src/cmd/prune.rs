@@ -39,10 +39,7 @@ pub struct Pruned {
 
 impl Render for Pruned {
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
-        let header: Vec<String> = ["RUN", "STATUS", "STARTED", "BYTES", "ACTION"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let header = super::header(&["RUN", "STATUS", "STARTED", "BYTES", "ACTION"]);
         let rows: Vec<Vec<String>> = self
             .runs
             .iter()
@@ -93,19 +90,13 @@ fn dir_size(dir: &Path) -> u64 {
         .sum()
 }
 
-fn days_since(at: Option<&str>, now: &str) -> Option<f64> {
-    Some(crate::model::seconds_between(at?, now)? as f64 / 86_400.0)
-}
-
 /// Prunes every run of the project (`every`: planned, not yet read).
 pub fn run(req: &PruneArgs, every: EveryRun, ctx: &Context) -> Result<Pruned> {
-    if let Some(a) = &req.archive {
-        if a.exists() && !a.is_dir() {
-            return Err(usage(format!(
-                "--archive is not a directory: {}",
-                a.display()
-            )));
-        }
+    if let Some(a) = req.archive.as_ref().filter(|a| a.exists() && !a.is_dir()) {
+        return Err(usage(format!(
+            "--archive is not a directory: {}",
+            a.display()
+        )));
     }
     let now = crate::model::now();
     // What the run takes: its directory, and what it keeps on a server.
@@ -168,11 +159,10 @@ pub fn run(req: &PruneArgs, every: EveryRun, ctx: &Context) -> Result<Pruned> {
     let mut freed = 0;
     let mut plan = Vec::new();
     for (i, (paths, (s, bytes))) in summaries.into_iter().enumerate() {
-        let status = s.run.status.clone();
-        let age = days_since(
-            s.run.updated_at.as_deref().or(s.run.started_at.as_deref()),
-            &now,
-        );
+        let status = &s.run.status;
+        let last = s.run.updated_at.as_deref().or(s.run.started_at.as_deref());
+        let age = last.and_then(|at| crate::model::seconds_between(at, &now));
+        let age = age.map(|s| s as f64 / 86_400.0);
         let reason = if (i as u64) < req.keep_n {
             Some(format!("among the newest {}", req.keep_n))
         } else if !status.as_ref().is_some_and(|s| s.is_finished()) {
@@ -187,7 +177,7 @@ pub fn run(req: &PruneArgs, every: EveryRun, ctx: &Context) -> Result<Pruned> {
         } else {
             None
         };
-        plan.push((paths, s, bytes, status, reason));
+        plan.push((paths, s, bytes, reason));
     }
     // Every destination is checked before anything moves: one conflict refuses the prune.
     if let (Some(dir), true) = (&req.archive, req.yes) {
@@ -206,7 +196,7 @@ pub fn run(req: &PruneArgs, every: EveryRun, ctx: &Context) -> Result<Pruned> {
             )));
         }
     }
-    for (paths, s, bytes, status, mut reason) in plan {
+    for (paths, s, bytes, mut reason) in plan {
         let mut done = false;
         if reason.is_none() && req.yes {
             // Read from the run itself before it goes: the catalog is not the truth.
@@ -221,8 +211,8 @@ pub fn run(req: &PruneArgs, every: EveryRun, ctx: &Context) -> Result<Pruned> {
         }
         out.push(PruneEntry {
             run_id: paths.id.clone(),
-            status,
-            started_at: s.run.started_at.clone(),
+            status: s.run.status,
+            started_at: s.run.started_at,
             bytes,
             action: if reason.is_some() { "keep" } else { action },
             reason,

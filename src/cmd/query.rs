@@ -1,6 +1,6 @@
 use crate::cli::QueryArgs;
 use crate::output::{one_line, table, Render};
-use crate::store::{QueryResult, Store};
+use crate::store::QueryResult;
 use anyhow::Result;
 use serde::Serialize;
 use std::io::{self, Write};
@@ -46,14 +46,12 @@ impl Render for Queried {
     }
 }
 
-pub fn run(args: &QueryArgs, store: &mut dyn Store) -> Result<Queried> {
-    let limit = std::time::Duration::from_secs(crate::model::parse_duration(&args.timeout)? as u64);
-    Ok(Queried(store.query_readonly(&args.sql, limit)?))
-}
-
 impl super::Run for QueryArgs {
     type Output = Queried;
     fn run(&self, ctx: &crate::context::Context) -> Result<Queried> {
-        run(self, ctx.the_run()?.1.as_mut())
+        let (_, mut store) = ctx.the_run()?;
+        let limit =
+            std::time::Duration::from_secs(crate::model::parse_duration(&self.timeout)? as u64);
+        Ok(Queried(store.query_readonly(&self.sql, limit)?))
     }
 }

@@ -47,7 +47,7 @@ impl From<&ExecutionRow> for Event {
     }
 }
 
-fn meta(r: &ExecutionRow) -> Option<Value> {
+pub(super) fn meta(r: &ExecutionRow) -> Option<Value> {
     r.metadata
         .as_deref()
         .and_then(|m| serde_json::from_str(m).ok())
@@ -70,7 +70,7 @@ pub struct Position {
     pub last_event: Option<Event>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct Parallel {
     pub parallel_id: String,
     pub statement_index: Option<i64>,
@@ -82,7 +82,7 @@ pub struct Parallel {
     pub joined: bool,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct Loop {
     pub loop_id: String,
     pub statement_index: Option<i64>,
@@ -174,10 +174,6 @@ pub fn on_reject_step(on_reject: Option<&str>) -> NextStep {
         let rest = rest.trim();
         (!rest.is_empty()).then(|| rest.to_string())
     };
-    let step = |action: &str, argument| NextStep {
-        action: action.into(),
-        argument,
-    };
     let word = text.split_whitespace().next().unwrap_or("");
     match word {
         "" => step("throw", None),
@@ -189,16 +185,17 @@ pub fn on_reject_step(on_reject: Option<&str>) -> NextStep {
     }
 }
 
+fn step(action: &str, argument: Option<String>) -> NextStep {
+    NextStep {
+        action: action.into(),
+        argument,
+    }
+}
+
 fn next_step(g: &GateRow) -> NextStep {
     match g.status.as_str() {
-        "approved" => NextStep {
-            action: "continue".into(),
-            argument: None,
-        },
-        "pending" => NextStep {
-            action: "wait".into(),
-            argument: None,
-        },
+        "approved" => step("continue", None),
+        "pending" => step("wait", None),
         _ => on_reject_step(g.on_reject.as_deref()),
     }
 }
@@ -220,7 +217,7 @@ fn key(r: &ExecutionRow) -> StatementKey {
     (r.statement_index, r.statement_text.clone(), r.parent_id)
 }
 
-fn str_of(v: &Value, k: &str) -> Option<String> {
+pub(super) fn str_of(v: &Value, k: &str) -> Option<String> {
     match v.get(k)? {
         Value::String(s) => Some(s.clone()),
         Value::Null => None,
@@ -259,28 +256,7 @@ fn open_starts(rows: &[ExecutionRow]) -> (Vec<&ExecutionRow>, HashMap<i64, Optio
     (open, level)
 }
 
-fn position(rows: &[ExecutionRow]) -> Position {
-    let (open, level) = open_starts(rows);
-    let current = open.last().copied();
-    let scope = current.map(|c| c.id);
-    let after = rows
-        .iter()
-        .rev()
-        .take_while(|r| current.is_none_or(|c| r.id > c.id))
-        .find(|r| {
-            let parent = level.get(&r.id).copied().unwrap_or(r.parent_id);
-            parent == scope && !is_start(r.status.as_ref())
-        })
-        .map(Event::from);
-    Position {
-        current: current.map(Event::from),
-        open: open.into_iter().map(Event::from).collect(),
-        after,
-        last_event: rows.last().map(Event::from),
-    }
-}
-
-fn branch_list(m: &Value) -> Vec<String> {
+pub(super) fn branch_list(m: &Value) -> Vec<String> {
     match m.get("branches") {
         Some(Value::Array(bs)) => bs
             .iter()
@@ -290,8 +266,33 @@ fn branch_list(m: &Value) -> Vec<String> {
     }
 }
 
-impl Parallel {
-    /// Takes in one record that carries this parallel's id (`m` its metadata).
+/// A `parallel:` block or a loop, gathered from the records that carry its id.
+trait Construct: Sized {
+    /// The metadata key that carries its id.
+    const ID: &'static str;
+    /// The statuses of the records that can change it (None: any).
+    const ONLY: Option<&'static [&'static str]>;
+    /// Begins it from the first record that carries its id (`m` its metadata).
+    fn new(id: String, statement_index: Option<i64>, m: &Value) -> Self;
+    /// Takes in one record that carries its id (`m` its metadata).
+    fn record(&mut self, r: &ExecutionRow, m: &Value);
+    /// Done reading: fills in what follows from the records, and says whether it is open.
+    fn finish(&mut self) -> bool;
+}
+
+impl Construct for Parallel {
+    const ID: &'static str = "parallel_id";
+    const ONLY: Option<&'static [&'static str]> = None;
+
+    fn new(parallel_id: String, statement_index: Option<i64>, m: &Value) -> Self {
+        Parallel {
+            parallel_id,
+            statement_index,
+            branches: branch_list(m),
+            ..Default::default()
+        }
+    }
+
     fn record(&mut self, r: &ExecutionRow, m: &Value) {
         if m.get("branches").is_some() {
             self.branches = branch_list(m);
@@ -314,17 +315,30 @@ impl Parallel {
         }
     }
 
-    fn outstanding_branches(&self) -> Vec<String> {
-        self.branches
+    fn finish(&mut self) -> bool {
+        self.outstanding = self
+            .branches
             .iter()
             .filter(|b| !self.completed.contains(b) && !self.failed.contains(b))
             .cloned()
-            .collect()
+            .collect();
+        !self.joined
     }
 }
 
-impl Loop {
-    /// Takes in one record that carries this loop's id (`m` its metadata).
+impl Construct for Loop {
+    const ID: &'static str = "loop_id";
+    const ONLY: Option<&'static [&'static str]> = Some(&["iteration", "exited"]);
+
+    fn new(loop_id: String, statement_index: Option<i64>, m: &Value) -> Self {
+        Loop {
+            loop_id,
+            statement_index,
+            max: m.get("max").and_then(Value::as_i64),
+            ..Default::default()
+        }
+    }
+
     fn record(&mut self, r: &ExecutionRow, m: &Value) {
         // Only the loop's own records count iterations done: a body record that carries the
         // loop's id is inside an iteration, not the end of one.
@@ -340,64 +354,31 @@ impl Loop {
             self.reason = str_of(m, "reason");
         }
     }
+
+    fn finish(&mut self) -> bool {
+        self.current = (!self.exited).then(|| self.iteration.unwrap_or(0) + 1);
+        !self.exited
+    }
 }
 
-fn parallels(rows: &[ExecutionRow]) -> Vec<Parallel> {
-    let mut by_id: BTreeMap<String, Parallel> = BTreeMap::new();
+/// Every construct of a kind in `rows`, by id.
+fn constructs<T: Construct>(rows: &[ExecutionRow]) -> Vec<T> {
+    let mut by_id: BTreeMap<String, T> = BTreeMap::new();
     for r in rows {
         let Some(m) = meta(r) else { continue };
-        let Some(pid) = str_of(&m, "parallel_id") else {
+        let Some(id) = str_of(&m, T::ID) else {
             continue;
         };
         by_id
-            .entry(pid.clone())
-            .or_insert_with(|| Parallel {
-                parallel_id: pid,
-                statement_index: r.statement_index,
-                branches: Vec::new(),
-                completed: Vec::new(),
-                failed: Vec::new(),
-                outstanding: Vec::new(),
-                joined: false,
-            })
+            .entry(id.clone())
+            .or_insert_with(|| T::new(id, r.statement_index, &m))
             .record(r, &m);
     }
-    by_id
-        .into_values()
-        .map(|mut p| {
-            p.outstanding = p.outstanding_branches();
-            p
-        })
-        .collect()
-}
-
-fn loops(rows: &[ExecutionRow]) -> Vec<Loop> {
-    let mut by_id: BTreeMap<String, Loop> = BTreeMap::new();
-    for r in rows {
-        let Some(m) = meta(r) else { continue };
-        let Some(lid) = str_of(&m, "loop_id") else {
-            continue;
-        };
-        by_id
-            .entry(lid.clone())
-            .or_insert_with(|| Loop {
-                loop_id: lid,
-                statement_index: r.statement_index,
-                iteration: None,
-                current: None,
-                max: None,
-                exited: false,
-                reason: None,
-            })
-            .record(r, &m);
+    let mut all: Vec<T> = by_id.into_values().collect();
+    for c in &mut all {
+        c.finish();
     }
-    by_id
-        .into_values()
-        .map(|mut l| {
-            l.current = (!l.exited).then(|| l.iteration.unwrap_or(0) + 1);
-            l
-        })
-        .collect()
+    all
 }
 
 fn retry_of(r: &ExecutionRow, last_error: Option<String>) -> Retry {
@@ -412,43 +393,21 @@ fn retry_of(r: &ExecutionRow, last_error: Option<String>) -> Retry {
     }
 }
 
-fn retries(rows: &[ExecutionRow]) -> Vec<Retry> {
-    let mut latest: HashMap<StatementKey, &ExecutionRow> = HashMap::new();
-    let mut last_error: HashMap<StatementKey, String> = HashMap::new();
-    for r in rows {
-        if let (Some(S::Failed), Some(e)) = (&r.status, &r.error_message) {
-            last_error.insert(key(r), e.clone());
-        }
-        latest.insert(key(r), r);
-    }
-    let mut out: Vec<Retry> = latest
-        .values()
-        .filter(|r| r.status == Some(S::Retry))
-        .map(|r| retry_of(r, last_error.get(&key(r)).cloned()))
-        .collect();
-    out.sort_by_key(|r| r.id);
-    out
-}
-
 /// The run's agents, then those of the project and user scopes given.
 fn all_agents(
     store: &mut dyn Store,
     other_agents: Vec<(&str, Vec<AgentRow>)>,
 ) -> Result<Vec<AgentInfo>> {
-    let mut agents: Vec<AgentInfo> = agent_infos("execution", store.agents()?).collect();
-    for (scope, rows) in other_agents {
-        agents.extend(agent_infos(scope, rows));
+    let mut agents = Vec::new();
+    for (scope, rows) in std::iter::once(("execution", store.agents()?)).chain(other_agents) {
+        agents.extend(rows.into_iter().map(|a| AgentInfo {
+            memory_bytes: a.memory.as_ref().map(String::len),
+            name: a.name,
+            scope: a.scope.unwrap_or_else(|| scope.to_string()),
+            segments: a.segments,
+        }));
     }
     Ok(agents)
-}
-
-fn agent_infos(scope: &str, rows: Vec<AgentRow>) -> impl Iterator<Item = AgentInfo> + '_ {
-    rows.into_iter().map(move |a| AgentInfo {
-        memory_bytes: a.memory.as_ref().map(String::len),
-        name: a.name,
-        scope: a.scope.unwrap_or_else(|| scope.to_string()),
-        segments: a.segments,
-    })
 }
 
 /// Every gate with its next step, checked against the audit log.
@@ -465,10 +424,7 @@ fn gate_nexts(store: &mut dyn Store, now: &str) -> Result<Vec<GateNext>> {
                 v if v.state == "tampered"
                     || (v.state == "unattested" && !g.status.is_pending()) =>
                 {
-                    NextStep {
-                        action: "stop".into(),
-                        argument: v.detail,
-                    }
+                    step("stop", v.detail)
                 }
                 _ => next_step(&g),
             },
@@ -489,11 +445,7 @@ fn binding_info(store: &mut dyn Store, run: &RunPaths, b: crate::store::BindingR
         None => value.len() as u64,
     };
     BindingInfo {
-        scope: if b.execution_id.is_some() {
-            "execution"
-        } else {
-            "root"
-        },
+        scope: super::get::scope_name(b.execution_id.is_some()),
         first_line: one_line(&value, 100),
         bytes,
         name: b.name,
@@ -503,7 +455,8 @@ fn binding_info(store: &mut dyn Store, run: &RunPaths, b: crate::store::BindingR
     }
 }
 
-/// `resume --all`: the full answer, from every record. `other_agents`: project- and
+/// `resume --all`: the full answer, from every record (the position and the retries are read
+/// as the bounded answer reads them: the same answer). `other_agents`: project- and
 /// user-scope agents, where their databases exist.
 fn full(
     run: &RunPaths,
@@ -515,12 +468,10 @@ fn full(
     let summary = store.run_summary(&now)?;
     let rows = store.executions()?;
 
-    let mut statements: BTreeMap<i64, Event> = BTreeMap::new();
-    for r in &rows {
-        if let Some(i) = r.statement_index {
-            statements.insert(i, Event::from(r));
-        }
-    }
+    let statements: BTreeMap<i64, Event> = rows
+        .iter()
+        .filter_map(|r| Some((r.statement_index?, Event::from(r))))
+        .collect();
 
     let bindings = store
         .bindings()?
@@ -540,11 +491,11 @@ fn full(
             program_path: summary.run.program_path,
             error_message: summary.error_message,
         },
-        position: position(&rows),
+        position: narrow_position(store)?,
         statements: statements.into_values().collect(),
-        parallel: parallels(&rows),
-        loops: loops(&rows),
-        retries: retries(&rows),
+        parallel: constructs(&rows),
+        loops: constructs(&rows),
+        retries: outstanding_retries(store)?,
         bindings,
         agents,
         gates,
@@ -565,7 +516,19 @@ fn describe(e: &Event) -> String {
     )
 }
 
-fn position_lines(w: &mut dyn Write, p: &Position) -> io::Result<()> {
+fn run_lines(w: &mut dyn Write, r: &RunPart, p: &Position) -> io::Result<()> {
+    let was = if r.previous_status != r.status {
+        format!(" (was {})", r.previous_status)
+    } else {
+        String::new()
+    };
+    writeln!(
+        w,
+        "run {}: {}{was}, program {}",
+        r.id,
+        r.status,
+        r.program_path.as_deref().unwrap_or("-")
+    )?;
     for e in p.open.iter().take(p.open.len().saturating_sub(1)) {
         writeln!(w, "in: {}", describe(e))?;
     }
@@ -581,23 +544,6 @@ fn position_lines(w: &mut dyn Write, p: &Position) -> io::Result<()> {
     if let Some(e) = &p.last_event {
         writeln!(w, "last: {}", describe(e))?;
     }
-    Ok(())
-}
-
-fn run_lines(w: &mut dyn Write, r: &RunPart, position: &Position) -> io::Result<()> {
-    let was = if r.previous_status != r.status {
-        format!(" (was {})", r.previous_status)
-    } else {
-        String::new()
-    };
-    writeln!(
-        w,
-        "run {}: {}{was}, program {}",
-        r.id,
-        r.status,
-        r.program_path.as_deref().unwrap_or("-")
-    )?;
-    position_lines(w, position)?;
     Ok(())
 }
 
@@ -800,22 +746,13 @@ pub struct ResumeBrief {
     pub gates_logged_resumed: Vec<String>,
 }
 
-/// What `resume` answers: bounded by default, everything with `--all`.
-#[derive(Debug, Serialize)]
-#[serde(untagged)]
-pub enum ResumeAnswer {
-    Brief(Box<ResumeBrief>),
-    All(Box<ResumeDoc>),
-}
-
-impl Render for ResumeAnswer {
-    fn text(self, w: &mut dyn Write, tty: bool) -> io::Result<()> {
-        match self {
-            ResumeAnswer::All(doc) => doc.text(w, tty),
-            ResumeAnswer::Brief(b) => b.text(w, tty),
-        }
+crate::output::one_of!(
+    /// What `resume` answers: bounded by default, everything with `--all`.
+    ResumeAnswer {
+        Brief(Box<ResumeBrief>),
+        All(Box<ResumeDoc>),
     }
-}
+);
 
 impl Render for ResumeBrief {
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
@@ -910,11 +847,11 @@ fn narrow_position(store: &mut dyn Store) -> Result<Position> {
         }
         before = page.last().map(|r| r.id);
     };
-    let after = match (direct, named) {
-        (Some(d), Some(n)) if n.id > d.id => Some(Event::from(n)),
-        (Some(d), _) => Some(Event::from(&d)),
-        (None, n) => n.map(Event::from),
-    };
+    let after = direct
+        .iter()
+        .chain(named)
+        .max_by_key(|r| r.id)
+        .map(Event::from);
     let last_event = store
         .executions_matching(&ExecQuery {
             newest_first: true,
@@ -934,63 +871,39 @@ fn narrow_position(store: &mut dyn Store) -> Result<Position> {
 /// The `parallel:` blocks and loops still open (their start record is open), from the records
 /// written since they started.
 fn open_constructs(store: &mut dyn Store, open: &[Event]) -> Result<(Vec<Parallel>, Vec<Loop>)> {
-    let mut parallel = Vec::new();
-    let mut loops = Vec::new();
+    let (mut parallel, mut loops) = (Vec::new(), Vec::new());
     for start in open {
         let Some(m) = &start.metadata else { continue };
-        if let Some(pid) = str_of(m, "parallel_id") {
-            let mut p = Parallel {
-                parallel_id: pid.clone(),
-                statement_index: start.statement_index,
-                branches: branch_list(m),
-                completed: Vec::new(),
-                failed: Vec::new(),
-                outstanding: Vec::new(),
-                joined: false,
-            };
-            let since = store.executions_matching(&ExecQuery {
-                after: start.id,
-                with_metadata: true,
-                ..Default::default()
-            })?;
-            for r in &since {
-                let Some(m) = meta(r) else { continue };
-                if str_of(&m, "parallel_id").as_deref() == Some(pid.as_str()) {
-                    p.record(r, &m);
-                }
-            }
-            if !p.joined {
-                p.outstanding = p.outstanding_branches();
-                parallel.push(p);
-            }
-        } else if let Some(lid) = str_of(m, "loop_id") {
-            let mut l = Loop {
-                loop_id: lid.clone(),
-                statement_index: start.statement_index,
-                iteration: None,
-                current: None,
-                max: m.get("max").and_then(Value::as_i64),
-                exited: false,
-                reason: None,
-            };
-            let since = store.executions_matching(&ExecQuery {
-                after: start.id,
-                only: Some(&["iteration", "exited"]),
-                ..Default::default()
-            })?;
-            for r in &since {
-                let Some(m) = meta(r) else { continue };
-                if str_of(&m, "loop_id").as_deref() == Some(lid.as_str()) {
-                    l.record(r, &m);
-                }
-            }
-            if !l.exited {
-                l.current = Some(l.iteration.unwrap_or(0) + 1);
-                loops.push(l);
-            }
+        if let Some(id) = str_of(m, Parallel::ID) {
+            parallel.extend(open_construct(store, start, id, m)?);
+        } else if let Some(id) = str_of(m, Loop::ID) {
+            loops.extend(open_construct(store, start, id, m)?);
         }
     }
     Ok((parallel, loops))
+}
+
+/// The construct `id` that the open record `start` (metadata `m`) begins, if it is still open.
+fn open_construct<T: Construct>(
+    store: &mut dyn Store,
+    start: &Event,
+    id: String,
+    m: &Value,
+) -> Result<Option<T>> {
+    let mut c = T::new(id.clone(), start.statement_index, m);
+    let since = ExecQuery {
+        after: start.id,
+        only: T::ONLY,
+        with_metadata: true,
+        ..Default::default()
+    };
+    for r in &store.executions_matching(&since)? {
+        let Some(m) = meta(r) else { continue };
+        if str_of(&m, T::ID).as_deref() == Some(id.as_str()) {
+            c.record(r, &m);
+        }
+    }
+    Ok(c.finish().then_some(c))
 }
 
 /// The statements whose latest record is `retry`, read from the retry records and the records
@@ -1066,11 +979,8 @@ fn brief(
         let Some(r) = rank(b.execution_id) else {
             continue;
         };
-        match visible.get(&b.name) {
-            Some((have, _)) if *have <= r => {}
-            _ => {
-                visible.insert(b.name.clone(), (r, b));
-            }
+        if visible.get(&b.name).is_none_or(|(have, _)| r < *have) {
+            visible.insert(b.name.clone(), (r, b));
         }
     }
     let more = visible.len() > limit;

@@ -2,7 +2,7 @@
 //! serialisation of their own: each field's JSON name is written here, once, so that renaming
 //! a store field cannot silently change what `--json` prints (the compiler stops it here).
 
-use crate::store::{AgentRow, AuditRow, BindingRow, GateRow, ImportRow};
+use crate::store::{AgentRow, AuditRow, BindingRow, GateRow, ImportRow, RunSummary};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
 impl Serialize for BindingRow {
@@ -28,68 +28,46 @@ impl Serialize for BindingRow {
     }
 }
 
-impl Serialize for GateRow {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut r = s.serialize_struct("Gate", 15)?;
-        r.serialize_field("id", &self.id)?;
-        r.serialize_field("run_id", &self.run_id)?;
-        r.serialize_field("execution_id", &self.execution_id)?;
-        r.serialize_field("prompt", &self.prompt)?;
-        r.serialize_field("allow", &self.allow)?;
-        r.serialize_field("timeout", &self.timeout)?;
-        r.serialize_field("timeout_at", &self.timeout_at)?;
-        r.serialize_field("on_reject", &self.on_reject)?;
-        r.serialize_field("status", &self.status)?;
-        r.serialize_field("created_at", &self.created_at)?;
-        r.serialize_field("resolved_at", &self.resolved_at)?;
-        r.serialize_field("resolved_by", &self.resolved_by)?;
-        r.serialize_field("resolution_comment", &self.resolution_comment)?;
-        r.serialize_field("metadata", &self.metadata)?;
-        r.serialize_field("instance", &self.instance)?;
-        r.end()
-    }
+/// `impl Serialize` for a row type written field by field: `Type as "Name" { "json": field,
+/// ... }` (a field may be a path, `run.id`), in this order.
+macro_rules! as_written {
+    ($ty:ty as $name:literal { $($json:literal: $($field:ident).+),* $(,)? }) => {
+        impl Serialize for $ty {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut r = s.serialize_struct($name, [$($json),*].len())?;
+                $(r.serialize_field($json, &self.$($field).+)?;)*
+                r.end()
+            }
+        }
+    };
 }
 
-impl Serialize for AuditRow {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut r = s.serialize_struct("AuditEvent", 12)?;
-        r.serialize_field("id", &self.id)?;
-        r.serialize_field("gate_id", &self.gate_id)?;
-        r.serialize_field("run_id", &self.run_id)?;
-        r.serialize_field("event_type", &self.event_type)?;
-        r.serialize_field("principal", &self.principal)?;
-        r.serialize_field("comment", &self.comment)?;
-        r.serialize_field("timestamp", &self.timestamp)?;
-        r.serialize_field("metadata", &self.metadata)?;
-        r.serialize_field("prev_hash", &self.prev_hash)?;
-        r.serialize_field("hash", &self.hash)?;
-        r.serialize_field("seq", &self.seq)?;
-        r.serialize_field("seal", &self.seal)?;
-        r.end()
-    }
-}
+as_written! { GateRow as "Gate" {
+    "id": id, "run_id": run_id, "execution_id": execution_id, "prompt": prompt, "allow": allow,
+    "timeout": timeout, "timeout_at": timeout_at, "on_reject": on_reject, "status": status,
+    "created_at": created_at, "resolved_at": resolved_at, "resolved_by": resolved_by,
+    "resolution_comment": resolution_comment, "metadata": metadata, "instance": instance,
+} }
 
-impl Serialize for AgentRow {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut r = s.serialize_struct("Agent", 6)?;
-        r.serialize_field("name", &self.name)?;
-        r.serialize_field("scope", &self.scope)?;
-        r.serialize_field("memory", &self.memory)?;
-        r.serialize_field("created_at", &self.created_at)?;
-        r.serialize_field("updated_at", &self.updated_at)?;
-        r.serialize_field("segments", &self.segments)?;
-        r.end()
-    }
-}
+as_written! { AuditRow as "AuditEvent" {
+    "id": id, "gate_id": gate_id, "run_id": run_id, "event_type": event_type,
+    "principal": principal, "comment": comment, "timestamp": timestamp, "metadata": metadata,
+    "prev_hash": prev_hash, "hash": hash, "seq": seq, "seal": seal,
+} }
 
-impl Serialize for ImportRow {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut r = s.serialize_struct("Import", 5)?;
-        r.serialize_field("alias", &self.alias)?;
-        r.serialize_field("source_url", &self.source_url)?;
-        r.serialize_field("fetched_at", &self.fetched_at)?;
-        r.serialize_field("inputs_schema", &self.inputs_schema)?;
-        r.serialize_field("outputs_schema", &self.outputs_schema)?;
-        r.end()
-    }
-}
+as_written! { AgentRow as "Agent" {
+    "name": name, "scope": scope, "memory": memory, "created_at": created_at,
+    "updated_at": updated_at, "segments": segments,
+} }
+
+as_written! { ImportRow as "Import" {
+    "alias": alias, "source_url": source_url, "fetched_at": fetched_at,
+    "inputs_schema": inputs_schema, "outputs_schema": outputs_schema,
+} }
+
+// `runs`: a run's row, with what the listing adds to it.
+as_written! { RunSummary as "Run" {
+    "id": run.id, "program_path": run.program_path, "status": run.status,
+    "started_at": run.started_at, "updated_at": run.updated_at, "error_message": error_message,
+    "last_event_at": last_event_at, "pending_gates": pending_gates,
+} }

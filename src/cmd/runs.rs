@@ -8,38 +8,17 @@ use crate::model::{now, RunStatus};
 use crate::output::{one_line, table, Render};
 use crate::store::RunSummary;
 use anyhow::Result;
-use serde::ser::{SerializeStruct, Serializer};
 use serde::Serialize;
 use std::io::{self, Write};
 
-#[derive(Debug)]
+/// The JSON shape of `runs`: an array of the runs' rows (written out in `rows.rs`, so that the
+/// store's field names are not the command line's contract).
+#[derive(Debug, Serialize)]
+#[serde(transparent)]
 pub struct RunList {
     pub runs: Vec<RunSummary>,
+    #[serde(skip)]
     pub warnings: Vec<String>,
-}
-
-/// The JSON shape of `runs`: an array of the runs' rows, written out here so that the store's
-/// field names are not the command line's contract.
-impl Serialize for RunList {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        struct Row<'a>(&'a RunSummary);
-        impl Serialize for Row<'_> {
-            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                let (sum, run) = (self.0, &self.0.run);
-                let mut r = s.serialize_struct("Run", 8)?;
-                r.serialize_field("id", &run.id)?;
-                r.serialize_field("program_path", &run.program_path)?;
-                r.serialize_field("status", &run.status)?;
-                r.serialize_field("started_at", &run.started_at)?;
-                r.serialize_field("updated_at", &run.updated_at)?;
-                r.serialize_field("error_message", &sum.error_message)?;
-                r.serialize_field("last_event_at", &sum.last_event_at)?;
-                r.serialize_field("pending_gates", &sum.pending_gates)?;
-                r.end()
-            }
-        }
-        s.collect_seq(self.runs.iter().map(Row))
-    }
 }
 
 impl Render for RunList {
@@ -47,7 +26,7 @@ impl Render for RunList {
         if self.runs.is_empty() {
             return writeln!(w, "no runs");
         }
-        let header: Vec<String> = [
+        let header = [
             "RUN",
             "STATUS",
             "PROGRAM",
@@ -55,9 +34,7 @@ impl Render for RunList {
             "LAST EVENT",
             "PENDING GATES",
         ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        .map(String::from);
         let rows: Vec<Vec<String>> = self
             .runs
             .iter()

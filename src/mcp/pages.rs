@@ -37,13 +37,10 @@ pub fn list(items: Vec<Value>, field: &str, cursor: u64, limit: u64) -> Value {
         page.push(item);
     }
     let next = start + page.len();
-    let mut out = serde_json::Map::new();
-    out.insert(field.into(), Value::Array(page));
-    out.insert("total".into(), json!(total));
-    out.insert("cursor".into(), json!(start));
-    out.insert("next_cursor".into(), json!((next < total).then_some(next)));
-    out.insert("truncated".into(), json!(next < total));
-    Value::Object(out)
+    let mut out = json!({"total": total, "cursor": start,
+                         "next_cursor": (next < total).then_some(next), "truncated": next < total});
+    out[field] = Value::Array(page);
+    out
 }
 
 /// How many of `part`'s bytes end on a whole character: a page that would end inside a

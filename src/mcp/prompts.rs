@@ -53,22 +53,16 @@ pub fn get(
     name: &str,
     args: &Map<String, Value>,
 ) -> Result<GetPromptResult, ErrorData> {
-    let Some((_, _, _)) = GUIDES
-        .iter()
-        .find(|(n, roles, _)| *n == name && roles.contains(&server.role))
-    else {
+    // The arguments a prompt takes are the ones it is listed with.
+    let Some(prompt) = list(server.role).into_iter().find(|p| p.name == name) else {
         return Err(invalid(format!(
             "no such prompt: {}",
             crate::error::shown(name)
         )));
     };
-    let allowed: &[&str] = if name == "subagent" {
-        &["run", "execution_id", "name", "agent", "via", "offset"]
-    } else {
-        &["run", "offset"]
-    };
+    let allowed = prompt.arguments.unwrap_or_default();
     for key in args.keys() {
-        if !allowed.contains(&key.as_str()) {
+        if !allowed.iter().any(|a| a.name == *key) {
             return Err(invalid(format!(
                 "unknown argument for prompt {name}: {}",
                 crate::error::shown(key)
@@ -90,11 +84,10 @@ pub fn get(
     }
     // A subagent session's own run and execution are its, whatever is asked.
     let pinned_run = server.pinned_run();
-    let run = match (pinned_run.clone(), given("run")?) {
-        (Some(run), _) => Some(run),
-        (None, Some(run)) => Some(run),
-        (None, None) => server.session_run(),
-    };
+    let run = pinned_run
+        .clone()
+        .or(given("run")?)
+        .or_else(|| server.session_run());
     if let Some(run) = &run {
         argv.push(format!("--run={run}"));
     }

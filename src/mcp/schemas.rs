@@ -14,61 +14,41 @@ fn object(properties: Value, required: &[&str]) -> Value {
 
 /// The page fields of a list tool, around its items under `field`.
 fn list(field: &str, item: Value) -> Value {
-    let mut properties = serde_json::Map::new();
-    properties.insert(field.into(), json!({"type": "array", "items": item}));
-    properties.insert(
-        "total".into(),
-        json!({"type": "integer", "description": "Items in the whole list"}),
-    );
-    properties.insert(
-        "cursor".into(),
-        json!({"type": "integer", "description": "Where this page starts"}),
-    );
-    properties.insert(
-        "next_cursor".into(),
-        json!({"type": ["integer", "null"], "description": "Pass as `cursor` for the next page; null at the end"}),
-    );
-    properties.insert(
-        "truncated".into(),
-        json!({"type": "boolean", "description": "Whether more follows this page"}),
-    );
-    object(
-        Value::Object(properties),
+    let mut page = object(
+        json!({
+            "total": {"type": "integer", "description": "Items in the whole list"},
+            "cursor": {"type": "integer", "description": "Where this page starts"},
+            "next_cursor": {"type": ["integer", "null"],
+                "description": "Pass as `cursor` for the next page; null at the end"},
+            "truncated": {"type": "boolean", "description": "Whether more follows this page"},
+        }),
         &[field, "total", "next_cursor", "truncated"],
-    )
+    );
+    page["properties"][field] = json!({"type": "array", "items": item});
+    page
 }
 
-/// The page fields of a text read in parts.
-fn text_page(mut properties: serde_json::Map<String, Value>, field: &str) -> Value {
-    properties.insert(
-        field.into(),
-        json!({"type": "string", "description": "This page's bytes, as text"}),
-    );
-    properties.insert("offset".into(), json!({"type": "integer"}));
-    properties.insert(
-        "length".into(),
-        json!({"type": "integer", "description": "This page's length in bytes"}),
-    );
-    properties.insert(
-        "total_bytes".into(),
-        json!({"type": "integer", "description": "The whole text's length in bytes"}),
-    );
-    properties.insert(
-        "next_offset".into(),
-        json!({"type": ["integer", "null"], "description": "Pass as `offset` for the next page; null at the end"}),
-    );
-    properties.insert("truncated".into(), json!({"type": "boolean"}));
-    object(
-        Value::Object(properties),
-        &[
-            field,
-            "offset",
-            "length",
-            "total_bytes",
-            "next_offset",
-            "truncated",
-        ],
-    )
+/// The page fields of a text read in parts, besides the object's own `properties`.
+fn text_page(properties: Value, field: &str) -> Value {
+    let required = [
+        field,
+        "offset",
+        "length",
+        "total_bytes",
+        "next_offset",
+        "truncated",
+    ];
+    let mut page = object(properties, &required);
+    let p = &mut page["properties"];
+    p[field] = json!({"type": "string", "description": "This page's bytes, as text"});
+    p["offset"] = json!({"type": "integer"});
+    p["length"] = json!({"type": "integer", "description": "This page's length in bytes"});
+    p["total_bytes"] =
+        json!({"type": "integer", "description": "The whole text's length in bytes"});
+    p["next_offset"] = json!({"type": ["integer", "null"],
+        "description": "Pass as `offset` for the next page; null at the end"});
+    p["truncated"] = json!({"type": "boolean"});
+    page
 }
 
 fn gate() -> Value {
@@ -101,7 +81,7 @@ pub fn output(tool: &str) -> Value {
             &["name", "bytes"],
         ),
         "get" => {
-            let Value::Object(p) = json!({
+            let p = json!({
                 "name": {"type": "string"}, "execution_id": nullable("integer"),
                 "kind": nullable("string"), "source_statement": nullable("string"),
                 "version": nullable("integer"),
@@ -112,9 +92,7 @@ pub fn output(tool: &str) -> Value {
                 "attachment": nullable("string"), "attachment_path": nullable("string"),
                 // With `explain`: the scope chain walked instead of the value.
                 "chain": {"type": "array", "items": {"type": "integer"}},
-            }) else {
-                unreachable!()
-            };
+            });
             let mut page = text_page(p, "value");
             // An explained lookup has no value: only the name is always there.
             page["required"] = json!(["name"]);
@@ -148,26 +126,17 @@ pub fn output(tool: &str) -> Value {
                        "detail": nullable("string")}),
                 &["state"],
             );
-            g["required"] = json!([
-                "id",
-                "run_id",
-                "status",
-                "history",
-                "history_total",
-                "next_cursor",
-                "truncated"
-            ]);
+            let more = ["history", "history_total", "next_cursor", "truncated"];
+            if let Some(required) = g["required"].as_array_mut() {
+                required.extend(more.map(Value::from));
+            }
             g
         }
-        "agent_memory" => {
-            let Value::Object(p) = json!({
-                "name": {"type": "string"}, "scope": {"type": "string"},
-                "segments": {"type": "integer"}, "updated_at": nullable("string"),
-            }) else {
-                unreachable!()
-            };
-            text_page(p, "memory")
-        }
+        "agent_memory" => text_page(
+            json!({"name": {"type": "string"}, "scope": {"type": "string"},
+                   "segments": {"type": "integer"}, "updated_at": nullable("string")}),
+            "memory",
+        ),
         "agent_remember" => object(
             json!({"name": {"type": "string"}, "scope": {"type": "string"}, "bytes": {"type": "integer"}}),
             &["name", "scope"],

@@ -9,8 +9,7 @@ use crate::error::{code_of, Code};
 use crate::store::principals::PrincipalBook;
 use crate::store::Store;
 use anyhow::{anyhow, Result};
-use rand::RngCore;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 pub(super) struct App {
     pub ctx: Context,
@@ -41,11 +40,7 @@ impl App {
             sessions: Sessions::default(),
             attempts: Mutex::new(Attempts::default()),
             books: Mutex::new(Vec::new()),
-            view_key: {
-                let mut k = [0u8; 32];
-                rand::rng().fill_bytes(&mut k);
-                k
-            },
+            view_key: rand::random(),
         }
     }
 
@@ -113,11 +108,13 @@ pub(super) fn page_run(ctx: &Context, run: &str) -> Result<(crate::run::RunPaths
     }
 }
 
-/// Runs blocking store work off the server's threads.
+/// Runs blocking store work off the server's threads, with the server's state.
 pub(super) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T> + Send + 'static,
+    app: &Arc<App>,
+    f: impl FnOnce(&App) -> Result<T> + Send + 'static,
 ) -> Result<T> {
-    tokio::task::spawn_blocking(f)
+    let app = Arc::clone(app);
+    tokio::task::spawn_blocking(move || f(&app))
         .await
         .map_err(|e| anyhow!("a request failed: {e}"))?
 }

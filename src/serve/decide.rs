@@ -56,44 +56,36 @@ pub(super) fn forms(app: &App, user: &SignedIn, g: &GateRow) -> Markup {
     let (principal, csrf) = (&user.principal, &user.csrf);
     html! {
         div.decide {
-            form #approve method="post" action=(action) {
-                input type="hidden" name="csrf" value=(csrf);
-                input type="hidden" name="prompt_hash" value=(hash);
-                input type="hidden" name="instance" value=(g.instance);
-                input type="hidden" name="view" value=(view);
-                input type="hidden" name="action" value="approve";
-                label for="approve-comment" { "Comment (optional)" }
-                input #approve-comment type="text" name="comment" maxlength="4000";
-                button type="submit" { "Approve as " (principal.as_str()) }
-            }
-            form #reject method="post" action=(action) {
-                input type="hidden" name="csrf" value=(csrf);
-                input type="hidden" name="prompt_hash" value=(hash);
-                input type="hidden" name="instance" value=(g.instance);
-                input type="hidden" name="view" value=(view);
-                input type="hidden" name="action" value="reject";
-                label for="reject-reason" { "Reason (required)" }
-                input #reject-reason type="text" name="comment" maxlength="4000" required;
-                button type="submit" { "Reject as " (principal.as_str()) }
+            // Each form: its action, its comment field's id and label, its button.
+            @for (verb, field, label, button) in [
+                ("approve", "approve-comment", "Comment (optional)", "Approve as "),
+                ("reject", "reject-reason", "Reason (required)", "Reject as "),
+            ] {
+                form #(verb) method="post" action=(action) {
+                    input type="hidden" name="csrf" value=(csrf);
+                    input type="hidden" name="prompt_hash" value=(hash);
+                    input type="hidden" name="instance" value=(g.instance);
+                    input type="hidden" name="view" value=(view);
+                    input type="hidden" name="action" value=(verb);
+                    label for=(field) { (label) }
+                    input #(field) type="text" name="comment" maxlength="4000" required[verb == "reject"];
+                    button type="submit" { (button) (principal.as_str()) }
+                }
             }
         }
     }
 }
 
-#[derive(Deserialize)]
+/// A decision form's fields; one left out is empty.
+#[derive(Deserialize, Default)]
+#[serde(default)]
 pub(super) struct DecideForm {
-    #[serde(default)]
     csrf: String,
-    #[serde(default)]
     action: String,
-    #[serde(default)]
     comment: String,
-    #[serde(default)]
     prompt_hash: String,
     /// The gate instance the page showed, and the view's tag over it (`view_tag`).
-    #[serde(default)]
     instance: String,
-    #[serde(default)]
     view: String,
 }
 
@@ -140,9 +132,9 @@ pub(super) async fn decide(
         }
     };
     let comment = form.comment.trim().to_string();
-    let (app2, who2, run2, gate2) = (app.clone(), principal.clone(), run.clone(), gate.clone());
+    let (who2, run2, gate2) = (principal.clone(), run.clone(), gate.clone());
     let header_csrf = csrf.clone();
-    let posted = blocking(move || {
+    let posted = blocking(&app, move |app2| {
         // The run first: a URL naming no run of this project learns nothing more.
         let (_, mut store) = page_run(&app2.ctx, &run2)?;
         crate::model::check_gate_id(&gate2)?;

@@ -10,24 +10,20 @@ use maud::{html, Markup, DOCTYPE};
 /// Headers every response carries: nothing from elsewhere, no inline script, no framing, no
 /// caching of pages that show a run's state.
 pub(super) fn secured(mut r: Response) -> Response {
-    let h = r.headers_mut();
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
+    for (name, value) in [
+        (
+            header::CONTENT_SECURITY_POLICY,
             "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
              img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
         ),
-    );
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(
-        header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
-    );
-    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "no-referrer"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (header::CACHE_CONTROL, "no-store"),
+    ] {
+        r.headers_mut()
+            .insert(name, HeaderValue::from_static(value));
+    }
     r
 }
 

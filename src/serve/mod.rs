@@ -13,23 +13,14 @@
 //!
 //! An ordinary axum application: a handler takes `signin::SignedIn` (an extractor whose
 //! rejection is the sign-in page) and returns `Result<_, error::PageError>` (which shows an
-//! error with the status of its exit class), so it ends its calls in `?`. The files:
-//! - `app.rs`: the server's state, and how a handler reaches a run (`page_run`: a run in a
-//!   URL is a run id of this project, never a path);
-//! - `session.rs` and `signin.rs`: sessions (in this process only: an `HttpOnly`,
-//!   `SameSite=Strict` cookie naming 32 random bytes, a CSRF token per session carried by
-//!   every form, the principal's token hash checked again on every request, so a revoked or
-//!   replaced token ends its sessions), signing in and out;
-//! - `limits.rs`: sign-ins limited per client address and per principal name, counted
-//!   before the hash (`Attempts`);
-//! - `listen.rs` and `tls.rs`: slow clients closed and connections capped (`accept_loop`),
-//!   HTTPS;
-//! - `layout.rs`, `error.rs`, `form.rs`: what every page shares, the error pages, the forms
-//!   as a request carries them;
-//! - `pages.rs`: the pages; `decide.rs`: the decision forms and the decision, taken by the
-//!   store's own rules, as the signed-in principal (never a form field), authenticated,
-//!   against the prompt hash and the gate instance the page showed (`view_tag`): the first
-//!   decision wins across the web and the command line, and a refused one is audit-logged.
+//! error with the status of its exit class), so it ends its calls in `?`. Each file's header
+//! says what it holds: `app.rs` (the state; `page_run`: a run in a URL is a run id of this
+//! project, never a path), `session.rs` and `signin.rs` (sessions, signing in and out),
+//! `limits.rs` (sign-in attempts), `listen.rs` and `tls.rs` (connections, HTTPS), `layout.rs`,
+//! `error.rs` and `form.rs` (what every page shares), `pages.rs` (the pages) and `decide.rs`
+//! (the decision, taken by the store's own rules as the signed-in principal, never a form
+//! field, against the prompt hash and the gate instance the page showed: the first decision
+//! wins across the web and the command line, and a refused one is audit-logged).
 
 mod app;
 mod decide;

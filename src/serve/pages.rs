@@ -53,8 +53,7 @@ fn pending_table(list: &crate::cmd::gates::GateList) -> Markup {
 }
 
 async fn pending_list(app: &Arc<App>) -> Result<crate::cmd::gates::GateList> {
-    let app = app.clone();
-    blocking(move || {
+    blocking(app, |app| {
         let args = crate::cli::GatesListArgs {
             status: crate::cli::GateStatus::Pending,
             pending: true,
@@ -95,15 +94,14 @@ pub(super) async fn runs_page(
     State(app): State<Arc<App>>,
     user: SignedIn,
 ) -> Result<Page, PageError> {
-    let app2 = app.clone();
-    let list = blocking(move || {
+    let list = blocking(&app, |app| {
         let args = crate::cli::RunsArgs {
             status: None,
             limit: 200,
             since: None,
             scan: false,
         };
-        crate::cmd::runs::run(&args, &app2.ctx)
+        crate::cmd::runs::run(&args, &app.ctx)
     })
     .await?;
     Ok(Page(layout(
@@ -152,6 +150,17 @@ fn log_table(rows: &[ExecutionRow]) -> Markup {
     }
 }
 
+/// The newest `n` records of the run's log, in order.
+fn newest(store: &mut dyn Store, n: usize) -> Result<Vec<ExecutionRow>> {
+    let mut log = store.executions_matching(&crate::store::ExecQuery {
+        newest_first: true,
+        limit: Some(n as i64),
+        ..Default::default()
+    })?;
+    log.reverse();
+    Ok(log)
+}
+
 struct RunView {
     info: crate::store::RunInfo,
     log: Vec<ExecutionRow>,
@@ -163,23 +172,13 @@ pub(super) async fn run_page(
     Path(run): Path<String>,
     user: SignedIn,
 ) -> Result<Page, PageError> {
-    let app2 = app.clone();
-    let v = blocking(move || {
-        let (_, mut store) = page_run(&app2.ctx, &run)?;
-        let now = now();
+    let v = blocking(&app, move |app| {
+        let (_, mut store) = page_run(&app.ctx, &run)?;
         Ok(RunView {
             info: store.run_info()?,
-            // The newest records, one more than shown, to know whether any were left out.
-            log: {
-                let mut log = store.executions_matching(&crate::store::ExecQuery {
-                    newest_first: true,
-                    limit: Some(RUN_LOG as i64 + 1),
-                    ..Default::default()
-                })?;
-                log.reverse();
-                log
-            },
-            gates: store.gates(None, &now)?,
+            // One more than shown, to know whether any were left out.
+            log: newest(store.as_mut(), RUN_LOG + 1)?,
+            gates: store.gates(None, &now())?,
         })
     })
     .await?;
@@ -263,29 +262,19 @@ pub(super) async fn gate_page(
     Path((run, gate)): Path<(String, String)>,
     user: SignedIn,
 ) -> Result<Page, PageError> {
-    let app2 = app.clone();
     let viewer = user.principal.as_str().to_string();
-    let d = blocking(move || {
-        let (_, mut store) = page_run(&app2.ctx, &run)?;
+    let d = blocking(&app, move |app| {
+        let (_, mut store) = page_run(&app.ctx, &run)?;
         let shown = crate::cmd::gates::show_to(&gate, Some(&viewer), "web", store.as_mut())?;
-        // The newest records only, read newest first and put back in order.
-        let mut recent = store.executions_matching(&crate::store::ExecQuery {
-            newest_first: true,
-            limit: Some(RECENT as i64),
-            ..Default::default()
-        })?;
-        recent.reverse();
-        let bindings = visible_bindings(store.as_mut(), shown.gate.gate.execution_id)?;
-        // A book whose log cannot be trusted admits no one through a group (the decision's
-        // own rule): the page offers no form on that account.
-        let roster = app2
-            .with_book(|b| crate::cmd::decide::roster(Some(b)))?
-            .unwrap_or_default();
         Ok(GateViewData {
+            recent: newest(store.as_mut(), RECENT)?,
+            bindings: visible_bindings(store.as_mut(), shown.gate.gate.execution_id)?,
             shown,
-            recent,
-            bindings,
-            roster,
+            // A book whose log cannot be trusted admits no one through a group (the
+            // decision's own rule): the page offers no form on that account.
+            roster: app
+                .with_book(|b| crate::cmd::decide::roster(Some(b)))?
+                .unwrap_or_default(),
         })
     })
     .await?;
@@ -436,9 +425,8 @@ pub(super) async fn binding_value(
                 .map_err(|_| PageError::new(StatusCode::NOT_FOUND, "no such scope"))?,
         )
     };
-    let app2 = app.clone();
-    let value = blocking(move || {
-        let (paths, mut store) = page_run(&app2.ctx, &run)?;
+    let value = blocking(&app, move |app| {
+        let (paths, mut store) = page_run(&app.ctx, &run)?;
         // The binding at exactly that scope: its own scope is the nearest to it.
         if !store
             .bindings()?

@@ -5,7 +5,6 @@
 
 use crate::model::Principal;
 use axum::http::{header, HeaderMap, HeaderValue};
-use rand::RngCore;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -16,16 +15,15 @@ const COOKIE: &str = "prose_session";
 const IDLE: Duration = Duration::from_secs(8 * 3600);
 
 struct Session {
-    principal: Principal,
-    /// The token hash the session was opened with: a revoked or reissued token ends it.
-    token_hash: String,
-    csrf: String,
+    found: Found,
     used: Instant,
 }
 
 /// A session as a request finds it.
+#[derive(Clone)]
 pub(super) struct Found {
     pub principal: Principal,
+    /// The token hash the session was opened with: a revoked or reissued token ends it.
     pub token_hash: String,
     pub csrf: String,
 }
@@ -42,13 +40,15 @@ impl Sessions {
     /// Opens a session for a principal signed in with the token `token_hash` is the hash
     /// of; returns its id.
     pub(super) fn open(&self, principal: Principal, token_hash: String) -> String {
-        let id = random_hex(32);
+        let id = random_hex();
         self.lock().insert(
             id.clone(),
             Session {
-                principal,
-                token_hash,
-                csrf: random_hex(32),
+                found: Found {
+                    principal,
+                    token_hash,
+                    csrf: random_hex(),
+                },
                 used: Instant::now(),
             },
         );
@@ -65,11 +65,7 @@ impl Sessions {
             return None;
         }
         s.used = Instant::now();
-        Some(Found {
-            principal: s.principal.clone(),
-            token_hash: s.token_hash.clone(),
-            csrf: s.csrf.clone(),
-        })
+        Some(s.found.clone())
     }
 
     pub(super) fn end(&self, id: &str) {
@@ -77,10 +73,9 @@ impl Sessions {
     }
 }
 
-fn random_hex(bytes: usize) -> String {
-    let mut b = vec![0u8; bytes];
-    rand::rng().fill_bytes(&mut b);
-    b.iter().map(|x| format!("{x:02x}")).collect()
+/// 32 random bytes, in hex.
+fn random_hex() -> String {
+    crate::model::hex(&rand::random::<[u8; 32]>())
 }
 
 /// The session a request's cookie names.

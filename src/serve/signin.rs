@@ -36,11 +36,10 @@ impl FromRequestParts<Arc<App>> for SignedIn {
     async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, PageError> {
         let id = cookie_of(&parts.headers).ok_or(SIGN_IN)?;
         let found = app.sessions.used(&id).ok_or(SIGN_IN)?;
-        let app2 = app.clone();
         let name = found.principal.as_str().to_string();
         let hash = found.token_hash;
-        let live = blocking(move || {
-            app2.with_book(|book| {
+        let live = blocking(app, move |app| {
+            app.with_book(|book| {
                 Ok(book
                     .principal(&name)?
                     .is_some_and(|row| row.revoked_at.is_none() && row.token_hash == hash))
@@ -97,9 +96,8 @@ pub(super) async fn login(
             "too many failed sign-ins from this address or for this principal: wait a minute",
         ));
     }
-    let app2 = app.clone();
-    let checked = blocking(move || {
-        app2.with_book(|book| {
+    let checked = blocking(&app, move |app| {
+        app.with_book(|book| {
             let p = crate::services::auth::authenticate(book, &token)?;
             let row = book
                 .principal(p.as_str())?

@@ -220,7 +220,8 @@ pub enum OpenError {
     Other(anyhow::Error),
 }
 
-fn open_nofollow(path: &Path) -> io::Result<File> {
+/// Opens a file for reading, never through a symlink (ELOOP when `path` is one).
+pub fn open_nofollow(path: &Path) -> io::Result<File> {
     fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -387,13 +388,19 @@ pub fn owned_by_live_writer(path: &Path) -> bool {
 /// Removes a temporary file left by a killed writer: only a plain file whose lock nobody
 /// holds. Returns whether it is gone.
 pub fn remove_temp(path: &Path) -> bool {
+    matches!(remove_unowned(path), Ok(true))
+}
+
+/// Removes `path` when it is a plain file (never through a symlink) whose lock nobody holds;
+/// whether it did.
+fn remove_unowned(path: &Path) -> io::Result<bool> {
     let Ok(handle) = open_nofollow(path) else {
-        return false;
+        return Ok(false);
     };
     if !handle.metadata().is_ok_and(|m| m.is_file()) || handle.try_lock().is_err() {
-        return false;
+        return Ok(false);
     }
-    fs::remove_file(path).is_ok()
+    fs::remove_file(path).map(|()| true)
 }
 
 /// Removes an attachment file that no row references any more: only a plain file inside the
@@ -406,17 +413,8 @@ pub fn remove(run_dir: &Path, rel: &str) -> Result<()> {
     let Ok(dir) = dir(run_dir, false) else {
         return Ok(());
     };
-    let path = dir.join(file);
-    let handle = match open_nofollow(&path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        // A symlink or something unreadable: left alone.
-        Err(_) => return Ok(()),
-    };
-    if !handle.metadata().is_ok_and(|m| m.is_file()) || handle.try_lock().is_err() {
-        return Ok(());
-    }
-    match fs::remove_file(&path) {
+    // A symlink, something unreadable, or a file a live writer holds: left alone.
+    match remove_unowned(&dir.join(file)) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => {
             Err(anyhow::Error::new(e).context(format!("could not remove old attachment: {rel}")))
         }

@@ -17,16 +17,8 @@ const SECRET_BYTES: usize = 32;
 
 /// A new token for `principal`, and the row that keeps its hash.
 pub fn issue(principal: &Principal, now: &str) -> Result<(String, PrincipalRow)> {
-    let mut secret = [0u8; SECRET_BYTES];
-    rand::rng().fill_bytes(&mut secret);
-    let secret: String = secret.iter().map(|b| format!("{b:02x}")).collect();
-    let mut salt = [0u8; 16];
-    rand::rng().fill_bytes(&mut salt);
-    let salt = SaltString::encode_b64(&salt).map_err(|e| anyhow!("token salt: {e}"))?;
-    let hash = Argon2::default()
-        .hash_password(secret.as_bytes(), &salt)
-        .map_err(|e| anyhow!("could not hash the token: {e}"))?
-        .to_string();
+    let secret = crate::model::hex(&random::<SECRET_BYTES>());
+    let hash = hash(secret.as_bytes())?;
     let name = principal.as_str().to_string();
     let kind = if name.starts_with("agent:") {
         "agent"
@@ -43,6 +35,21 @@ pub fn issue(principal: &Principal, now: &str) -> Result<(String, PrincipalRow)>
             revoked_at: None,
         },
     ))
+}
+
+/// `N` random bytes.
+fn random<const N: usize>() -> [u8; N] {
+    let mut bytes = [0u8; N];
+    rand::rng().fill_bytes(&mut bytes);
+    bytes
+}
+
+/// The Argon2id hash (a PHC string) of `secret`, with a salt of its own.
+fn hash(secret: &[u8]) -> Result<String> {
+    let salt = SaltString::encode_b64(&random::<16>()).map_err(|e| anyhow!("token salt: {e}"))?;
+    let hash = Argon2::default().hash_password(secret, &salt);
+    let hash = hash.map_err(|e| anyhow!("could not hash the token: {e}"))?;
+    Ok(hash.to_string())
 }
 
 /// The principal a token authenticates; refused (exit 4) when it does not, with one message
@@ -76,33 +83,18 @@ fn secret_matches(secret: &str, hash: Option<&str>) -> bool {
     CHECKS.with(|c| c.set(c.get() + 1));
     let parsed = hash.and_then(|h| PasswordHash::new(h).ok());
     let real = parsed.is_some();
-    let checked = match parsed {
-        Some(h) => Argon2::default().verify_password(secret.as_bytes(), &h),
-        None => match PasswordHash::new(no_token_hash()) {
-            Ok(h) => Argon2::default().verify_password(secret.as_bytes(), &h),
-            Err(e) => Err(e),
-        },
-    };
-    real && checked.is_ok()
+    let argon2 = Argon2::default();
+    let checked = parsed
+        .or_else(|| PasswordHash::new(no_token_hash()).ok())
+        .is_some_and(|h| argon2.verify_password(secret.as_bytes(), &h).is_ok());
+    real && checked
 }
 
 /// The hash of a secret nobody holds, made once with the parameters `issue` uses, so that
 /// checking it costs what checking a real token's hash does.
 fn no_token_hash() -> &'static str {
     static HASH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    HASH.get_or_init(|| {
-        let mut secret = [0u8; SECRET_BYTES];
-        rand::rng().fill_bytes(&mut secret);
-        let mut salt = [0u8; 16];
-        rand::rng().fill_bytes(&mut salt);
-        let Ok(salt) = SaltString::encode_b64(&salt) else {
-            return String::new();
-        };
-        Argon2::default()
-            .hash_password(&secret, &salt)
-            .map(|h| h.to_string())
-            .unwrap_or_default()
-    })
+    HASH.get_or_init(|| hash(&random::<SECRET_BYTES>()).unwrap_or_default())
 }
 
 #[cfg(test)]

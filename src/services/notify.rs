@@ -56,16 +56,17 @@ fn deliver(notices: Vec<Notice>) {
     let prose = std::path::absolute(&prose).unwrap_or(prose);
     let Some(command) = hook(&prose) else { return };
     for n in &notices {
-        if let Err(e) = spawn(&prose, &command, n) {
-            log(
-                &prose,
-                &format!(
-                    "{} on-gate {} run {} gate {}: could not start: {e:#}",
-                    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ"),
-                    n.event.as_str(),
-                    n.gate.run_id.as_deref().unwrap_or(""),
-                    n.gate.id
-                ),
+        let Err(e) = spawn(&prose, &command, n) else {
+            continue;
+        };
+        if let Ok(mut log) = open_log(&prose) {
+            let _ = writeln!(
+                log,
+                "{} on-gate {} run {} gate {}: could not start: {e:#}",
+                chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ"),
+                n.event.as_str(),
+                n.gate.run_id.as_deref().unwrap_or(""),
+                n.gate.id
             );
         }
     }
@@ -165,12 +166,6 @@ fn open_log(prose: &Path) -> std::io::Result<std::fs::File> {
         .create(true)
         .append(true)
         .open(path)
-}
-
-fn log(prose: &Path, line: &str) {
-    if let Ok(mut f) = open_log(prose) {
-        let _ = writeln!(f, "{line}");
-    }
 }
 
 /// A gate's page on the approval page (`prose-state serve`), when the project says where it

@@ -539,9 +539,7 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
             // A decision for an opening nothing here vouches for (its `created` event sealed
             // on another machine, or from before the seal) decides nothing this machine can
             // stand behind: the row's instance then has no sealed opening (unattested).
-            kind @ ("approved" | "rejected" | "timeout") if instance > d.instance => {
-                let _ = kind;
-            }
+            "approved" | "rejected" | "timeout" if instance > d.instance => {}
             kind @ ("approved" | "rejected" | "timeout") => {
                 if instance != d.instance {
                     return Err(format!(
@@ -815,4 +813,48 @@ fn instance_of(row: &AuditRow) -> i64 {
         .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
         .and_then(|m| m.get("instance").and_then(serde_json::Value::as_i64))
         .unwrap_or(1)
+}
+
+/// What moving this machine's anchor of a run's chain comes to, once the transaction `tx`
+/// that sealed events commits: to the run's newest row, when that row is sealed with this
+/// machine's key; None when it stays. Read in the transaction, done after its commit
+/// (`tx::Txn::commit`), so that an anchor never names a row a reader cannot see yet. An
+/// anchor that cannot be written costs a warning, never the committed write.
+pub(crate) fn anchor_move(tx: &mut dyn super::Tx, place: String) -> Option<Box<dyn FnOnce()>> {
+    let (seq, hash, seal) = match tx.chain_tip() {
+        Ok(tip) => tip?,
+        Err(e) => {
+            let why = format!("could not read the audit chain's head: {e:#}");
+            return Some(Box::new(move || crate::output::warn(&why)));
+        }
+    };
+    let key = super::seal::key_for_reading().ok()??;
+    if key.check(&hash, seal.as_deref()) != SealCheck::Valid {
+        return None;
+    }
+    // Anchored under the run's own id (a row's `run_id` is what a writer of the database
+    // chose), as `verify_signed` reads it.
+    let (run_id, _) = tx.run_row().ok()??;
+    // Never past a break: if the row this machine anchored is gone or changed, the anchor
+    // stays where it is, and the break is remembered outside the run, so that a log put
+    // back afterwards still fails verification here.
+    if let Some(old) = super::seal::anchored(&place, &run_id) {
+        if old.seq < seq && tx.audit_at_seq(old.seq).ok().flatten().flatten() != Some(old.hash) {
+            return Some(Box::new(move || {
+                let why = format!(
+                    "this machine saw the row it anchored (seq {}) changed or gone",
+                    old.seq
+                );
+                let _ = super::seal::mark_broken(&place, &run_id, &why);
+                crate::output::warn(
+                    "the audit log no longer holds the row this machine anchored: run `prose-state gates verify`",
+                );
+            }));
+        }
+    }
+    Some(Box::new(move || {
+        if let Err(e) = super::seal::anchor(&place, &run_id, &Anchor { seq, hash }) {
+            crate::output::warn(&format!("could not anchor the audit chain: {e:#}"));
+        }
+    }))
 }

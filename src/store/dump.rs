@@ -82,25 +82,31 @@ pub struct SegmentRecord {
 }
 
 /// A gates row, or a `gate_instances` row (an earlier opening), as stored: `allow` is the
-/// stored text, not parsed.
-#[derive(Debug, Clone, PartialEq)]
+/// stored text, not parsed. The catalog's log carries a run's pending gates in this form.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct GateRecord {
     pub id: String,
     /// The run the row names (a copy is written under the run's own id).
     pub run_id: Option<String>,
-    pub instance: i64,
     pub execution_id: Option<i64>,
     pub prompt: Option<String>,
     pub allow: Option<String>,
     pub timeout: Option<String>,
     pub timeout_at: Option<String>,
     pub on_reject: Option<String>,
+    #[serde(deserialize_with = "status_text")]
     pub status: Option<GateStatus>,
     pub created_at: Option<String>,
     pub resolved_at: Option<String>,
     pub resolved_by: Option<String>,
     pub resolution_comment: Option<String>,
     pub metadata: Option<String>,
+    pub instance: i64,
+}
+
+fn status_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<GateStatus>, D::Error> {
+    let text: Option<String> = serde::Deserialize::deserialize(d)?;
+    Ok(text.as_deref().map(GateStatus::parse))
 }
 
 impl GateRecord {
@@ -108,11 +114,7 @@ impl GateRecord {
     /// nobody).
     pub fn into_row(self) -> GateRow {
         GateRow {
-            allow: self
-                .allow
-                .as_deref()
-                .and_then(|a| serde_json::from_str::<Vec<String>>(a).ok())
-                .unwrap_or_default(),
+            allow: self.allow_list(),
             status: self.status.unwrap_or_else(|| GateStatus::parse("")),
             id: self.id,
             run_id: self.run_id,
@@ -128,6 +130,14 @@ impl GateRecord {
             metadata: self.metadata,
             instance: self.instance,
         }
+    }
+
+    /// Who the allow list admits (nobody, when it is not a JSON array of strings).
+    pub fn allow_list(&self) -> Vec<String> {
+        self.allow
+            .as_deref()
+            .and_then(|a| serde_json::from_str::<Vec<String>>(a).ok())
+            .unwrap_or_default()
     }
 
     /// The row as the rules read it, as a row of the run `run_id`.
@@ -271,63 +281,47 @@ impl RunDump {
                 ])
             })
             .collect();
-        let mut bindings: Vec<Value> = self
-            .bindings
-            .iter()
-            .map(|b| {
-                let value = match &b.attachment_path {
-                    Some(p) => json!({ "attachment": values.get(p) }),
-                    None => json!({ "value": b.value.as_deref().map(crate::model::hex) }),
-                };
-                json!([
-                    b.name,
-                    exec(b.execution_id),
-                    b.kind,
-                    value,
-                    b.source_statement,
-                    b.created_at,
-                    b.updated_at,
-                    // An attachment's summary names where the value is kept, which a copy
-                    // changes: compared with that left out.
-                    b.attachment_path.as_ref().map(|p| summary_without(b, p))
-                ])
-            })
-            .collect();
-        bindings.sort_by_key(|v| v.to_string());
-        let mut agents: Vec<Value> = self
-            .agents
-            .iter()
-            .map(|a| json!([a.name, a.scope, a.memory, a.created_at, a.updated_at]))
-            .collect();
-        agents.sort_by_key(|v| v.to_string());
-        let mut segments: Vec<Value> = self
-            .segments
-            .iter()
-            .map(|s| {
-                json!([
-                    s.agent_name,
-                    s.segment_number,
-                    s.timestamp,
-                    s.prompt,
-                    s.summary
-                ])
-            })
-            .collect();
-        segments.sort_by_key(|v| v.to_string());
-        let mut imports: Vec<Value> = self
-            .imports
-            .iter()
-            .map(|i| {
-                json!([
-                    i.alias,
-                    i.source_url,
-                    i.fetched_at,
-                    as_json(&i.inputs_schema),
-                    as_json(&i.outputs_schema)
-                ])
-            })
-            .collect();
-        imports.sort_by_key(|v| v.to_string());
+        let bindings = sorted(self.bindings.iter().map(|b| {
+            let value = match &b.attachment_path {
+                Some(p) => json!({ "attachment": values.get(p) }),
+                None => json!({ "value": b.value.as_deref().map(crate::model::hex) }),
+            };
+            json!([
+                b.name,
+                exec(b.execution_id),
+                b.kind,
+                value,
+                b.source_statement,
+                b.created_at,
+                b.updated_at,
+                // An attachment's summary names where the value is kept, which a copy
+                // changes: compared with that left out.
+                b.attachment_path.as_ref().map(|p| summary_without(b, p))
+            ])
+        }));
+        let agents = sorted(
+            self.agents
+                .iter()
+                .map(|a| json!([a.name, a.scope, a.memory, a.created_at, a.updated_at])),
+        );
+        let segments = sorted(self.segments.iter().map(|s| {
+            json!([
+                s.agent_name,
+                s.segment_number,
+                s.timestamp,
+                s.prompt,
+                s.summary
+            ])
+        }));
+        let imports = sorted(self.imports.iter().map(|i| {
+            json!([
+                i.alias,
+                i.source_url,
+                i.fetched_at,
+                as_json(&i.inputs_schema),
+                as_json(&i.outputs_schema)
+            ])
+        }));
         let gate = |g: &GateRecord| {
             json!([
                 g.id,
@@ -346,10 +340,8 @@ impl RunDump {
                 g.metadata
             ])
         };
-        let mut gates: Vec<Value> = self.gates.iter().map(gate).collect();
-        gates.sort_by_key(|v| v.to_string());
-        let mut instances: Vec<Value> = self.gate_instances.iter().map(gate).collect();
-        instances.sort_by_key(|v| v.to_string());
+        let gates = sorted(self.gates.iter().map(gate));
+        let instances = sorted(self.gate_instances.iter().map(gate));
         let audit: Vec<Value> = self
             .audit
             .iter()
@@ -403,6 +395,13 @@ impl RunDump {
             ("audit_events", self.audit.len()),
         ])
     }
+}
+
+/// Rows in an order of their own (their JSON text's), whatever order the store gave them.
+fn sorted(rows: impl Iterator<Item = Value>) -> Vec<Value> {
+    let mut rows: Vec<Value> = rows.collect();
+    rows.sort_by_key(|v| v.to_string());
+    rows
 }
 
 /// An attachment's summary (its row's value) with its own path left out.

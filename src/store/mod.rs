@@ -108,7 +108,7 @@ pub use tx::{Tx, TxKind};
 
 use crate::model::{ExecStatus, RunStatus};
 use anyhow::Result;
-use serde::ser::{SerializeMap, Serializer};
+use serde::ser::Serializer;
 use serde::Serialize;
 use std::path::Path;
 use std::time::Duration;
@@ -225,34 +225,6 @@ pub struct NewExecution<'a> {
     pub idempotency_key: Option<&'a str>,
 }
 
-/// The record already appended under an idempotency key: its id when it is the same record
-/// (a retry), a refusal when the key was used for another.
-pub fn keyed_retry(
-    key: &str,
-    existing: (
-        i64,
-        Option<i64>,
-        Option<String>,
-        Option<String>,
-        Option<i64>,
-    ),
-    rec: &NewExecution,
-) -> Result<i64> {
-    let (id, index, text, status, parent) = existing;
-    if index == rec.statement_index
-        && text.as_deref() == Some(rec.statement_text)
-        && status.as_deref() == Some(rec.status)
-        && parent == rec.parent_id
-    {
-        Ok(id)
-    } else {
-        Err(crate::error::refused(format!(
-            "--key was already used for another record (execution {id}): {}",
-            crate::error::shown(key)
-        )))
-    }
-}
-
 /// A bindings row as stored. Rows written by raw SQL may hold NULLs anywhere and a value
 /// that is not valid UTF-8, so the value is kept as bytes.
 #[derive(Debug, Clone)]
@@ -291,11 +263,7 @@ impl Serialize for QueryResult {
         struct Row<'a>(&'a [String], &'a [serde_json::Value]);
         impl Serialize for Row<'_> {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                let mut map = s.serialize_map(Some(self.0.len()))?;
-                for (k, v) in self.0.iter().zip(self.1) {
-                    map.serialize_entry(k, v)?;
-                }
-                map.end()
+                s.collect_map(self.0.iter().zip(self.1))
             }
         }
         s.collect_seq(self.rows.iter().map(|r| Row(&self.columns, r)))
@@ -808,9 +776,13 @@ pub struct ResumeCounts {
 /// The scope condition of a narrow bindings read: the root, and the given scopes (ids from the
 /// database, written as literals).
 pub fn scope_list(chain: &[i64]) -> String {
-    std::iter::once(-1)
-        .chain(chain.iter().copied())
-        .map(|i| i.to_string())
+    id_list(&[&[-1], chain].concat())
+}
+
+/// Ids from the database, written as a list of SQL literals.
+pub fn id_list(ids: &[i64]) -> String {
+    ids.iter()
+        .map(i64::to_string)
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -909,130 +881,6 @@ pub struct Checkpointed {
     pub busy: bool,
     pub wal_frames: i64,
     pub checkpointed_frames: i64,
-}
-
-/// Whether `gates create` repeats an existing gate exactly (a safe retry).
-pub fn same_gate(existing: &GateRow, g: &NewGate) -> bool {
-    existing.prompt == g.prompt
-        && existing.allow == serde_json::from_str::<Vec<String>>(g.allow).unwrap_or_default()
-        && existing.timeout.as_deref() == g.timeout
-        && existing.on_reject.as_deref() == g.on_reject
-        && existing.metadata.as_deref() == g.metadata
-}
-
-/// The newest sequenced audit row of a run: its run id, seq, hash and seal.
-pub type ChainTip = (String, i64, String, Option<String>);
-
-/// Why a decision is refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
-    /// Decided already, or timed out.
-    AlreadyResolved,
-    /// The principal is not in the allow list.
-    NotAllowed,
-    /// The stored prompt is not the one the decider was shown, or the gate was reopened
-    /// since it was shown.
-    PromptChanged,
-    /// The gate's row contradicts its sealed events: it was changed behind the tool's back.
-    Tampered,
-    /// The gate counts only authenticated decisions.
-    NotAuthenticated,
-    /// Separation of duties keeps the principal from approving.
-    OwnGate,
-    /// Without a veto, a principal who voted one way may not vote the other.
-    Voted,
-}
-
-/// Why a decision may not be taken on this gate (already decided or timed out, principal
-/// not allowed, prompt changed since it was shown), with the metadata of its `refused`
-/// audit event; None when it may.
-pub fn refusal(
-    gate: &GateRow,
-    d: &Decision,
-    tampered: Option<&str>,
-    admitted: bool,
-) -> Option<(Refusal, serde_json::Value)> {
-    let shown_hash = crate::model::sha256_tag(&gate.prompt);
-    let (why, reason) = if let Some(t) = tampered {
-        (
-            Refusal::Tampered,
-            format!("the gate disagrees with its sealed log: {t}"),
-        )
-    } else if !gate.status.is_pending() {
-        (Refusal::AlreadyResolved, format!("already {}", gate.status))
-    } else if let Some(shown) = d.instance.filter(|i| *i != gate.instance) {
-        (
-            Refusal::PromptChanged,
-            format!(
-                "gate reopened after it was shown (instance {shown} shown, {} now)",
-                gate.instance
-            ),
-        )
-    } else if !admitted {
-        (Refusal::NotAllowed, "principal not allowed".to_string())
-    } else if shown_hash != d.prompt_hash {
-        (
-            Refusal::PromptChanged,
-            "prompt changed after it was shown".to_string(),
-        )
-    } else {
-        return None;
-    };
-    let attempted = if d.approve { "approve" } else { "reject" };
-    let mut metadata = serde_json::json!({
-        "client": d.client, "attempted": attempted, "reason": reason, "prompt_hash": d.prompt_hash,
-        "instance": gate.instance
-    });
-    if d.authenticated {
-        metadata["authenticated"] = "token".into();
-    }
-    Some((why, metadata))
-}
-
-/// What a refused decision tells the caller.
-pub fn refused_outcome(gate: GateRow, why: Refusal, reason: &str) -> Decided {
-    match why {
-        Refusal::AlreadyResolved => Decided::AlreadyResolved(gate),
-        Refusal::NotAllowed => Decided::NotAllowed(gate),
-        Refusal::PromptChanged => Decided::PromptChanged(gate),
-        Refusal::Tampered => Decided::Tampered(gate, reason.to_string()),
-        Refusal::NotAuthenticated => Decided::NotAuthenticated(gate),
-        Refusal::OwnGate | Refusal::Voted => Decided::OwnGate(gate, reason.to_string()),
-    }
-}
-
-/// The metadata of an `approved` or `rejected` audit event, or of a vote short of the quorum
-/// (`kind` names which: what a signature signs).
-pub fn decision_metadata(gate: &GateRow, d: &Decision, kind: &str) -> serde_json::Value {
-    let mut metadata = serde_json::json!({
-        "client": d.client, "prompt_hash": d.prompt_hash, "instance": gate.instance
-    });
-    if d.authenticated {
-        metadata["authenticated"] = "token".into();
-    }
-    if d.approve {
-        if let Some(s) = gate
-            .created_at
-            .as_deref()
-            .and_then(|c| crate::model::seconds_between(c, d.now))
-        {
-            metadata["approval_time_seconds"] = s.into();
-        }
-    } else {
-        metadata["on_reject"] = gate.on_reject.clone().into();
-    }
-    if let Some(signer) = d.signer {
-        metadata["signature"] = signer.sign(&signatures::Signed {
-            run: gate.run_id.as_deref().unwrap_or_default(),
-            gate: &gate.id,
-            instance: gate.instance,
-            prompt_hash: d.prompt_hash,
-            decision: kind,
-            principal: d.principal.as_str(),
-            time: d.now,
-        });
-    }
-    metadata
 }
 
 fn not_kept(blob: &str) -> anyhow::Error {
@@ -1179,77 +1027,34 @@ pub trait Store: AgentStore {
         if !self.any_overdue(now)? {
             return Ok(0);
         }
-        let mut tx = self.txn(rules::GATE)?;
+        let mut tx = self.sealing(rules::GATE)?;
         let n = rules::sweep(&mut tx, now)?;
         tx.commit()?;
-        self.anchor_chain();
         Ok(n)
     }
 
     /// Creates a gate with its `created` audit event and its `approve GATE:` execution record.
     fn create_gate(&mut self, gate: &NewGate) -> Result<Created> {
-        let created = rules::create_gate(self.txn(rules::GATE)?, gate)?;
-        self.anchor_chain();
-        Ok(created)
+        rules::create_gate(self.sealing(rules::GATE)?, gate)
     }
 
     /// Where this run's state is, as one stable string: a state.db's canonical path, or the
     /// server and database (no password). Names the run's anchor on this machine.
     fn place(&self) -> String;
 
-    /// The newest sequenced audit row of the run (a read).
-    fn chain_tip(&mut self) -> Result<Option<ChainTip>>;
-
-    /// The hash of the run's audit row with this sequence number (a read).
-    fn chain_hash_at(&mut self, seq: i64) -> Result<Option<String>>;
+    /// A transaction for a rule that seals audit events: once it commits, this machine's
+    /// anchor of the run's chain moves to its newest row ([`tx::Txn::commit`]).
+    fn sealing(&mut self, kind: TxKind) -> Result<tx::Txn<'_>> {
+        let place = self.place();
+        Ok(self.txn(kind)?.anchoring(place))
+    }
 
     /// Moves this machine's anchor of the run's chain to its newest row, when that row is
-    /// sealed with this machine's key (after every write that appends audit events). An
-    /// anchor that cannot be written costs a warning, never the committed write.
+    /// sealed with this machine's key (what a rule's commit does, for a copy of a run once it
+    /// is where it stays). An anchor that cannot be moved costs a warning.
     fn anchor_chain(&mut self) {
-        let tip = match self.chain_tip() {
-            Ok(Some(t)) => t,
-            Ok(None) => return,
-            Err(e) => {
-                return crate::output::warn(&format!(
-                    "could not read the audit chain's head: {e:#}"
-                ))
-            }
-        };
-        let Ok(Some(key)) = seal::key_for_reading() else {
-            return;
-        };
-        let (_, seq, hash, seal) = tip;
-        if key.check(&hash, seal.as_deref()) != seal::SealCheck::Valid {
-            return;
-        }
-        // Anchored under the run's own id (a row's `run_id` is what a writer of the database
-        // chose), as `verify_signed` reads it.
-        let Ok(run_id) = self.run_info().map(|r| r.id) else {
-            return;
-        };
-        // Never past a break: if the row this machine anchored is gone or changed, the anchor
-        // stays where it is, and the break is remembered outside the run, so that a log put
-        // back afterwards still fails verification here.
-        let place = self.place();
-        if let Some(old) = seal::anchored(&place, &run_id) {
-            if old.seq < seq && self.chain_hash_at(old.seq).ok().flatten() != Some(old.hash) {
-                let _ = seal::mark_broken(
-                    &place,
-                    &run_id,
-                    &format!(
-                        "this machine saw the row it anchored (seq {}) changed or gone",
-                        old.seq
-                    ),
-                );
-                return crate::output::warn(
-                    "the audit log no longer holds the row this machine anchored: run `prose-state gates verify`",
-                );
-            }
-        }
-        let anchor = seal::Anchor { seq, hash };
-        if let Err(e) = seal::anchor(&place, &run_id, &anchor) {
-            crate::output::warn(&format!("could not anchor the audit chain: {e:#}"));
+        if let Err(e) = self.sealing(TxKind::Serial).and_then(tx::Txn::commit) {
+            crate::output::warn(&format!("could not read the audit chain's head: {e:#}"));
         }
     }
 
@@ -1285,24 +1090,18 @@ pub trait Store: AgentStore {
         client: &str,
         now: &str,
     ) -> Result<Option<(GateRow, Vec<AuditRow>)>> {
-        let viewed = rules::view_gate(self.txn(rules::GATE)?, id, viewer, client, now)?;
-        self.anchor_chain();
-        Ok(viewed)
+        rules::view_gate(self.sealing(rules::GATE)?, id, viewer, client, now)
     }
 
     /// Approves or rejects a pending gate; of concurrent decisions exactly one wins.
     fn decide_gate(&mut self, decision: &Decision) -> Result<Decided> {
-        let decided = rules::decide_gate(self.txn(rules::GATE)?, decision)?;
-        self.anchor_chain();
-        Ok(decided)
+        rules::decide_gate(self.sealing(rules::GATE)?, decision)
     }
 
     /// Records a decision refused before it reached the gate; whether it was recorded (the
     /// gate exists and the run takes writes).
     fn refuse_attempt(&mut self, attempt: &Attempt) -> Result<bool> {
-        let recorded = rules::refuse_attempt(self.txn(rules::GATE)?, attempt)?;
-        self.anchor_chain();
-        Ok(recorded)
+        rules::refuse_attempt(self.sealing(rules::GATE)?, attempt)
     }
 
     /// The audit trail, oldest first.
@@ -1362,9 +1161,7 @@ pub trait Store: AgentStore {
         error: Option<&str>,
         now: &str,
     ) -> Result<Finished> {
-        let finished = rules::finish(self.txn(rules::FINISH)?, status, error, now)?;
-        self.anchor_chain();
-        Ok(finished)
+        rules::finish(self.sealing(rules::FINISH)?, status, error, now)
     }
 
     /// The run row, its last event and its pending gates (read only).
@@ -1431,9 +1228,7 @@ pub trait Store: AgentStore {
 
     /// Records a resume (`rules::record_resume`).
     fn record_resume(&mut self, now: &str) -> Result<Resumed> {
-        let resumed = rules::record_resume(self.txn(rules::RESUME)?, now)?;
-        self.anchor_chain();
-        Ok(resumed)
+        rules::record_resume(self.sealing(rules::RESUME)?, now)
     }
 }
 

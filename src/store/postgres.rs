@@ -19,7 +19,7 @@ use anyhow::{anyhow, Result};
 use postgres::error::SqlState;
 use postgres::types::{ToSql, Type};
 use postgres::ToStatement;
-use postgres::{Client, GenericClient, Row};
+use postgres::{Client, GenericClient, Row, Transaction};
 
 /// The version in openprose.schema_version written by this build.
 pub const POSTGRES_SCHEMA_VERSION: i32 = 7;
@@ -218,18 +218,21 @@ impl PgStore {
     fn prepare_write(&mut self) -> Result<()> {
         match self.access {
             Access::Current | Access::NewerWritable => Ok(()),
-            Access::Older => {
-                self.ensure_schema()?;
-                self.access = Access::Current;
-                self.version = POSTGRES_SCHEMA_VERSION as i64;
-                Ok(())
-            }
+            Access::Older => self.upgrade(),
             Access::NewerReadOnly => Err(super::refuse_write(
                 self.version,
                 POSTGRES_SCHEMA_VERSION as i64,
                 &self.shown_url,
             )),
         }
+    }
+
+    /// Brings an older schema to this build's.
+    fn upgrade(&mut self) -> Result<()> {
+        self.ensure_schema()?;
+        self.access = Access::Current;
+        self.version = POSTGRES_SCHEMA_VERSION as i64;
+        Ok(())
     }
 
     /// The session settings, the schema version and whether the run exists, in one statement.
@@ -251,39 +254,49 @@ impl PgStore {
     /// Creates the openprose schema, or brings it up to this build's version, under an
     /// advisory lock so that concurrent first uses do not race.
     fn ensure_schema(&mut self) -> Result<()> {
-        let (shown, busy_ms) = (self.shown_url.clone(), self.busy_ms);
-        let err = |e| map_err(e, &shown, busy_ms);
-        let mut tx = self.client.transaction().map_err(err)?;
-        let mut on = On {
-            c: &mut tx,
-            url: &shown,
-            busy_ms,
-        };
-        on.exec("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
-        // Another process may have done it while this one waited for the lock.
-        let table: bool = on.one(
-            "SELECT to_regclass('openprose.schema_version') IS NOT NULL",
-            &[],
-            |r| r.get(0),
-        )?;
-        let current: Option<i32> = match table {
-            true => on.one(
-                "SELECT max(version) FROM openprose.schema_version",
+        self.in_tx(|on| {
+            on.exec("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+            // Another process may have done it while this one waited for the lock.
+            let table: bool = on.one(
+                "SELECT to_regclass('openprose.schema_version') IS NOT NULL",
                 &[],
                 |r| r.get(0),
-            )?,
-            false => None,
-        };
-        if current.is_none_or(|v| v < POSTGRES_SCHEMA_VERSION) {
-            on.c.batch_execute(SCHEMA).map_err(err)?;
-            on.exec("DELETE FROM openprose.schema_version", &[])?;
-            on.exec(
-                "INSERT INTO openprose.schema_version (version, min_reader, min_writer)
-                 VALUES ($1, $2, $3)",
-                &[&POSTGRES_SCHEMA_VERSION, &MIN_READER, &MIN_WRITER],
             )?;
-        }
-        committed(tx.commit(), err)
+            let current: Option<i32> = match table {
+                true => on.one(
+                    "SELECT max(version) FROM openprose.schema_version",
+                    &[],
+                    |r| r.get(0),
+                )?,
+                false => None,
+            };
+            if current.is_none_or(|v| v < POSTGRES_SCHEMA_VERSION) {
+                on.c.batch_execute(SCHEMA)
+                    .map_err(|e| map_err(e, on.url, on.busy_ms))?;
+                on.exec("DELETE FROM openprose.schema_version", &[])?;
+                on.exec(
+                    "INSERT INTO openprose.schema_version (version, min_reader, min_writer)
+                 VALUES ($1, $2, $3)",
+                    &[&POSTGRES_SCHEMA_VERSION, &MIN_READER, &MIN_WRITER],
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    /// `f` in a plain transaction of this session (no run row held), committed when it
+    /// succeeds.
+    fn in_tx<T>(&mut self, f: impl FnOnce(&mut On<'_, Transaction<'_>>) -> Result<T>) -> Result<T> {
+        let (url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
+        let err = |e| map_err(e, &url, busy_ms);
+        let mut tx = self.client.transaction().map_err(err)?;
+        let done = f(&mut On {
+            c: &mut tx,
+            url: &url,
+            busy_ms,
+        })?;
+        committed(tx.commit(), err)?;
+        Ok(done)
     }
 
     /// Creates a run's row.
@@ -298,20 +311,11 @@ impl PgStore {
         }
         // The run's own row is not there to lock yet: a plain transaction.
         store.prepare_write()?;
-        let (shown_url, busy_ms) = (store.shown_url.clone(), store.busy_ms);
-        let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = store.client.transaction().map_err(err)?;
-        On {
-            c: &mut tx,
-            url: &shown_url,
-            busy_ms,
-        }
-        .exec(
+        store.in_tx(|on| on.exec(
             "INSERT INTO openprose.run (id, program_path, program_source, started_at, updated_at, status, state_mode)
              VALUES ($1, $2, $3, ($4::text)::timestamptz, ($4::text)::timestamptz, 'running', 'postgres')",
             &[&run.id, &run.program_path, &run.program_source, &run.created_at],
-        )?;
-        committed(tx.commit(), err)?;
+        ))?;
         Ok(store)
     }
 
@@ -516,14 +520,6 @@ fn execution_exists(s: &mut impl Statements, run_id: &str, id: i64) -> Result<bo
         "SELECT EXISTS (SELECT 1 FROM openprose.execution WHERE id = $1 AND run_id = $2)",
         &[&id, &run_id],
         |r| r.get(0),
-    )
-}
-
-fn load_gate(s: &mut impl Statements, run_id: &str, id: &str) -> Result<Option<GateRow>> {
-    s.opt(
-        &format!("{GATE_SELECT} WHERE run_id = $1 AND id = $2"),
-        &[&run_id, &id],
-        gate_row,
     )
 }
 
@@ -773,7 +769,11 @@ impl Store for PgStore {
 
     fn read_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
         let run = self.run()?.to_string();
-        load_gate(self, &run, id)
+        self.opt(
+            &format!("{GATE_SELECT} WHERE run_id = $1 AND id = $2"),
+            &[&run, &id],
+            gate_row,
+        )
     }
 
     fn audit(&mut self, f: &AuditFilter) -> Result<Vec<AuditRow>> {
@@ -787,33 +787,6 @@ impl Store for PgStore {
             ),
             &[&run, &f.gate_id, &f.principal, &f.since],
             audit_row,
-        )
-    }
-
-    fn chain_hash_at(&mut self, seq: i64) -> Result<Option<String>> {
-        let run = self.run()?.to_string();
-        self.opt(
-            "SELECT hash FROM openprose.gate_audit_log WHERE run_id = $1 AND seq = $2",
-            &[&run, &seq],
-            |r| r.get(0),
-        )
-        .map(Option::flatten)
-    }
-
-    fn chain_tip(&mut self) -> Result<Option<super::ChainTip>> {
-        let run = self.run()?.to_string();
-        self.opt(
-            "SELECT run_id, seq, hash, seal FROM openprose.gate_audit_log
-              WHERE run_id = $1 AND seq IS NOT NULL ORDER BY seq DESC LIMIT 1",
-            &[&run],
-            |r| {
-                (
-                    r.get(0),
-                    r.get(1),
-                    r.get::<_, Option<String>>(2).unwrap_or_default(),
-                    r.get(3),
-                )
-            },
         )
     }
 
@@ -913,14 +886,7 @@ impl Store for PgStore {
         let in_chain = if chain.is_empty() {
             "FALSE".to_string()
         } else {
-            format!(
-                "b.execution_id IN ({})",
-                chain
-                    .iter()
-                    .map(i64::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
+            format!("b.execution_id IN ({})", super::id_list(chain))
         };
         self.one(
             &format!(
@@ -982,13 +948,8 @@ impl Store for PgStore {
             &[&run],
             |r| r.get(0),
         )?;
-        Ok(if n > 0 {
-            vec![format!(
-                "{n} bindings are scoped to executions that do not exist"
-            )]
-        } else {
-            Vec::new()
-        })
+        let problem = format!("{n} bindings are scoped to executions that do not exist");
+        Ok((n > 0).then_some(problem).into_iter().collect())
     }
 
     fn checkpoint(&mut self, _mode: &str) -> Result<Checkpointed> {
@@ -1009,28 +970,20 @@ impl Store for PgStore {
     }
 
     fn migrate(&mut self, apply: bool) -> Result<super::Migration> {
-        let from = self.version;
-        let older = self.access == Access::Older;
-        let steps = if older {
-            vec![format!(
-                "apply the openprose schema of version {POSTGRES_SCHEMA_VERSION} (idempotent; adds what version {from} lacks)"
-            )]
-        } else {
-            Vec::new()
-        };
+        let (from, older) = (self.version, self.access == Access::Older);
+        let step = format!(
+            "apply the openprose schema of version {POSTGRES_SCHEMA_VERSION} (idempotent; adds what version {from} lacks)"
+        );
+        let steps = older.then_some(step).into_iter().collect();
         let applied = apply && older;
         if applied {
-            self.ensure_schema()?;
-            self.access = Access::Current;
-            self.version = POSTGRES_SCHEMA_VERSION as i64;
+            self.upgrade()?;
         }
+        let ours = POSTGRES_SCHEMA_VERSION as i64;
+        let to = if older { ours } else { from };
         Ok(super::Migration {
             from,
-            to: if older {
-                POSTGRES_SCHEMA_VERSION as i64
-            } else {
-                from
-            },
+            to,
             steps,
             applied,
         })
@@ -1075,27 +1028,20 @@ impl Store for PgStore {
     fn delete_run(&mut self) -> Result<()> {
         let run = self.run()?.to_string();
         // The run's values have no foreign key to it (see the schema): deleted with it here.
-        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
-        let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.client.transaction().map_err(err)?;
-        let mut on = On {
-            c: &mut tx,
-            url: &shown_url,
-            busy_ms,
-        };
         // Agents and their segments have no foreign key to the run either (the spec's
         // project agents share the tables, with no run).
-        for sql in [
-            "DELETE FROM openprose.attachment_chunks WHERE run_id = $1",
-            "DELETE FROM openprose.attachments WHERE run_id = $1",
-            "DELETE FROM openprose.agent_segments WHERE run_id = $1",
-            "DELETE FROM openprose.agents WHERE run_id = $1",
-            "DELETE FROM openprose.run WHERE id = $1",
-        ] {
-            on.exec(sql, &[&run])?;
-        }
-        committed(tx.commit(), err)?;
-        Ok(())
+        self.in_tx(|on| {
+            for sql in [
+                "DELETE FROM openprose.attachment_chunks WHERE run_id = $1",
+                "DELETE FROM openprose.attachments WHERE run_id = $1",
+                "DELETE FROM openprose.agent_segments WHERE run_id = $1",
+                "DELETE FROM openprose.agents WHERE run_id = $1",
+                "DELETE FROM openprose.run WHERE id = $1",
+            ] {
+                on.exec(sql, &[&run])?;
+            }
+            Ok(())
+        })
     }
 }
 

@@ -5,15 +5,15 @@
 //! hash; what a token is and how it is checked is `crate::services::auth`'s.
 
 use anyhow::{Context as _, Result};
-use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
+use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 
 use super::book_log::{BookEvent, Change};
 use super::seal::Key;
 
-/// The log's columns, in [`BookEvent`]'s order.
-pub const BOOK_COLUMNS: &str =
-    "seq, at, actor, event, principal, grp, value, prev_hash, hash, seal";
+/// The log's columns, in [`BookEvent`]'s order (`seq` read as text, as every book column is).
+const BOOK_SELECT: &str = "SELECT CAST(seq AS TEXT), at, actor, event, principal, grp, value,
+    prev_hash, hash, seal FROM {p}book_log";
 
 /// The file, under `.prose/`.
 pub const BOOK_FILE: &str = "principals.db";
@@ -33,7 +33,8 @@ pub struct PrincipalRow {
     pub revoked_at: Option<String>,
 }
 
-/// Where a project's principals are: each method one statement.
+/// Where a project's principals are: each method one statement, written once for both
+/// stores (see [`BookStatements`]).
 pub trait PrincipalBook: Send {
     /// Every principal, by name.
     fn principals(&mut self) -> Result<Vec<PrincipalRow>>;
@@ -57,8 +58,160 @@ pub trait PrincipalBook: Send {
     /// server's connection reads its rows afresh; a local file could be replaced under an
     /// open connection (a book removed by hand would go on authenticating), so it is opened
     /// again each time.
+    fn keep_open(&self) -> bool;
+}
+
+/// How a store runs the book's statements: `{p}` stands before each table's name (a server's
+/// are in `openprose.`), `$n` for the parameters, and every column is text.
+pub(crate) trait BookStatements: Send {
+    /// The rows a read returns; none when the book's tables are not there yet (a read never
+    /// makes them).
+    fn read(&mut self, sql: &str, args: &[&str]) -> Result<Vec<Vec<Option<String>>>>;
+    /// Runs a write; how many rows it changed.
+    fn write(&mut self, sql: &str, args: &[&str]) -> Result<usize>;
+    fn place(&self) -> String;
+    /// See [`PrincipalBook::keep_open`].
+    fn keep(&self) -> bool;
+}
+
+const SELECT: &str = "SELECT name, kind, token_hash, created_at, revoked_at FROM {p}principals";
+
+/// A row of the book's log from `BOOK_SELECT`'s columns.
+fn book_row(cells: Vec<Option<String>>) -> BookEvent {
+    let mut cells = cells.into_iter();
+    let mut text = || cells.next().flatten();
+    BookEvent {
+        seq: text().and_then(|s| s.parse().ok()).unwrap_or_default(),
+        at: text().unwrap_or_default(),
+        actor: text(),
+        event: text().unwrap_or_default(),
+        principal: text(),
+        grp: text(),
+        value: text(),
+        prev_hash: text().unwrap_or_default(),
+        hash: text().unwrap_or_default(),
+        seal: text().unwrap_or_default(),
+    }
+}
+
+/// A principal's row from `SELECT`'s columns (each NOT NULL but `revoked_at`).
+fn principal_row(cells: Vec<Option<String>>) -> PrincipalRow {
+    let mut cells = cells.into_iter();
+    let mut text = || cells.next().flatten();
+    PrincipalRow {
+        name: text().unwrap_or_default(),
+        kind: text().unwrap_or_default(),
+        token_hash: text().unwrap_or_default(),
+        created_at: text().unwrap_or_default(),
+        revoked_at: text(),
+    }
+}
+
+impl<B: BookStatements> PrincipalBook for B {
+    fn principals(&mut self) -> Result<Vec<PrincipalRow>> {
+        let rows = self.read(&format!("{SELECT} ORDER BY name"), &[])?;
+        Ok(rows.into_iter().map(principal_row).collect())
+    }
+
+    fn principal(&mut self, name: &str) -> Result<Option<PrincipalRow>> {
+        let rows = self.read(&format!("{SELECT} WHERE name = $1"), &[name])?;
+        Ok(rows.into_iter().next().map(principal_row))
+    }
+
+    fn add_principal(&mut self, p: &PrincipalRow) -> Result<bool> {
+        let n = self.write(
+            "INSERT INTO {p}principals (name, kind, token_hash, created_at, revoked_at)
+             VALUES ($1, $2, $3, $4, NULL)
+             ON CONFLICT (name) DO UPDATE SET kind = $2, token_hash = $3, created_at = $4,
+                 revoked_at = NULL
+             WHERE {p}principals.revoked_at IS NOT NULL",
+            &[&p.name, &p.kind, &p.token_hash, &p.created_at],
+        )?;
+        Ok(n == 1)
+    }
+
+    fn revoke_principal(&mut self, name: &str, now: &str) -> Result<bool> {
+        let n = self.write(
+            "UPDATE {p}principals SET revoked_at = $2 WHERE name = $1 AND revoked_at IS NULL",
+            &[name, now],
+        )?;
+        Ok(n == 1)
+    }
+
+    fn setting(&mut self, key: &str) -> Result<Option<String>> {
+        let rows = self.read("SELECT value FROM {p}settings WHERE key = $1", &[key])?;
+        Ok(rows
+            .into_iter()
+            .next()
+            .and_then(|r| r.into_iter().next().flatten()))
+    }
+
+    fn set_setting(&mut self, key: &str, value: &str) -> Result<()> {
+        self.write(
+            "INSERT INTO {p}settings (key, value) VALUES ($1, $2)
+             ON CONFLICT (key) DO UPDATE SET value = $2",
+            &[key, value],
+        )
+        .map(drop)
+    }
+
+    fn book_place(&self) -> String {
+        self.place()
+    }
+
+    fn book_log(&mut self) -> Result<Vec<BookEvent>> {
+        let rows = self.read(&format!("{BOOK_SELECT} ORDER BY seq"), &[])?;
+        Ok(rows.into_iter().map(book_row).collect())
+    }
+
+    fn append_book(&mut self, changes: &[Change], key: &Key) -> Result<()> {
+        for c in changes {
+            // Chained after the newest row: a writer that loses the race for its number (the
+            // primary key) reads the new newest row and chains after that.
+            loop {
+                let tip = self
+                    .read(&format!("{BOOK_SELECT} ORDER BY seq DESC LIMIT 1"), &[])?
+                    .into_iter()
+                    .next()
+                    .map(book_row);
+                let e = super::book_log::sealed(tip.as_ref(), c, key);
+                let seq = e.seq.to_string();
+                let cell = |v: &Option<String>| v.clone().unwrap_or_default();
+                let (actor, principal, grp, value) = (
+                    cell(&e.actor),
+                    cell(&e.principal),
+                    cell(&e.grp),
+                    cell(&e.value),
+                );
+                let n = self.write(
+                    "INSERT INTO {p}book_log
+                         (seq, at, actor, event, principal, grp, value, prev_hash, hash, seal)
+                     VALUES (CAST(CAST($1 AS TEXT) AS BIGINT), $2, NULLIF($3, ''), $4,
+                             NULLIF($5, ''), NULLIF($6, ''), NULLIF($7, ''), $8, $9, $10)
+                     ON CONFLICT (seq) DO NOTHING",
+                    &[
+                        &seq,
+                        &e.at,
+                        &actor,
+                        &e.event,
+                        &principal,
+                        &grp,
+                        &value,
+                        &e.prev_hash,
+                        &e.hash,
+                        &e.seal,
+                    ],
+                )?;
+                if n == 1 {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn keep_open(&self) -> bool {
-        false
+        self.keep()
     }
 }
 
@@ -149,119 +302,34 @@ impl LocalBook {
     }
 }
 
-fn row(r: &rusqlite::Row) -> rusqlite::Result<PrincipalRow> {
-    Ok(PrincipalRow {
-        name: r.get(0)?,
-        kind: r.get(1)?,
-        token_hash: r.get(2)?,
-        created_at: r.get(3)?,
-        revoked_at: r.get(4)?,
-    })
-}
-
-fn book_row(r: &rusqlite::Row) -> rusqlite::Result<BookEvent> {
-    Ok(BookEvent {
-        seq: r.get(0)?,
-        at: r.get(1)?,
-        actor: r.get(2)?,
-        event: r.get(3)?,
-        principal: r.get(4)?,
-        grp: r.get(5)?,
-        value: r.get(6)?,
-        prev_hash: r.get(7)?,
-        hash: r.get(8)?,
-        seal: r.get(9)?,
-    })
-}
-
-const SELECT: &str = "SELECT name, kind, token_hash, created_at, revoked_at FROM principals";
-
-impl PrincipalBook for LocalBook {
-    fn principals(&mut self) -> Result<Vec<PrincipalRow>> {
-        let mut s = self.conn.prepare(&format!("{SELECT} ORDER BY name"))?;
-        let rows = s.query_map([], row)?.collect::<rusqlite::Result<_>>()?;
-        Ok(rows)
-    }
-
-    fn principal(&mut self, name: &str) -> Result<Option<PrincipalRow>> {
-        Ok(self
-            .conn
-            .query_row(&format!("{SELECT} WHERE name = ?1"), [name], row)
-            .optional()?)
-    }
-
-    fn add_principal(&mut self, p: &PrincipalRow) -> Result<bool> {
-        let n = self.conn.execute(
-            "INSERT INTO principals (name, kind, token_hash, created_at, revoked_at)
-             VALUES (?1, ?2, ?3, ?4, NULL)
-             ON CONFLICT (name) DO UPDATE SET kind = ?2, token_hash = ?3, created_at = ?4,
-                 revoked_at = NULL
-             WHERE principals.revoked_at IS NOT NULL",
-            params![p.name, p.kind, p.token_hash, p.created_at],
-        )?;
-        Ok(n == 1)
-    }
-
-    fn revoke_principal(&mut self, name: &str, now: &str) -> Result<bool> {
-        let n = self.conn.execute(
-            "UPDATE principals SET revoked_at = ?2 WHERE name = ?1 AND revoked_at IS NULL",
-            params![name, now],
-        )?;
-        Ok(n == 1)
-    }
-
-    fn setting(&mut self, key: &str) -> Result<Option<String>> {
-        Ok(self
-            .conn
-            .query_row("SELECT value FROM settings WHERE key = ?1", [key], |r| {
-                r.get(0)
-            })
-            .optional()?)
-    }
-
-    fn set_setting(&mut self, key: &str, value: &str) -> Result<()> {
-        self.conn.execute(
-            "INSERT INTO settings (key, value) VALUES (?1, ?2)
-             ON CONFLICT (key) DO UPDATE SET value = ?2",
-            params![key, value],
-        )?;
-        Ok(())
-    }
-
-    fn book_place(&self) -> String {
-        self.path.display().to_string()
-    }
-
-    fn book_log(&mut self) -> Result<Vec<BookEvent>> {
-        let mut s = self
-            .conn
-            .prepare(&format!("SELECT {BOOK_COLUMNS} FROM book_log ORDER BY seq"))?;
+impl BookStatements for LocalBook {
+    fn read(&mut self, sql: &str, args: &[&str]) -> Result<Vec<Vec<Option<String>>>> {
+        let mut s = self.conn.prepare(&local(sql))?;
+        let n = s.column_count();
         let rows = s
-            .query_map([], book_row)?
+            .query_map(rusqlite::params_from_iter(args), |r| {
+                (0..n).map(|i| r.get(i)).collect()
+            })?
             .collect::<rusqlite::Result<_>>()?;
         Ok(rows)
     }
 
-    fn append_book(&mut self, changes: &[Change], key: &Key) -> Result<()> {
-        let tx = self
+    fn write(&mut self, sql: &str, args: &[&str]) -> Result<usize> {
+        Ok(self
             .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let mut tip = tx
-            .query_row(
-                &format!("SELECT {BOOK_COLUMNS} FROM book_log ORDER BY seq DESC LIMIT 1"),
-                [],
-                book_row,
-            )
-            .optional()?;
-        for c in changes {
-            let e = super::book_log::sealed(tip.as_ref(), c, key);
-            tx.execute(
-                &format!("INSERT INTO book_log ({BOOK_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
-                params![e.seq, e.at, e.actor, e.event, e.principal, e.grp, e.value, e.prev_hash, e.hash, e.seal],
-            )?;
-            tip = Some(e);
-        }
-        tx.commit()?;
-        Ok(())
+            .execute(&local(sql), rusqlite::params_from_iter(args))?)
     }
+
+    fn place(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn keep(&self) -> bool {
+        false
+    }
+}
+
+/// A book statement as SQLite takes it: its tables in the file's main schema, `?n` parameters.
+fn local(sql: &str) -> String {
+    sql.replace("{p}", "").replace('$', "?")
 }

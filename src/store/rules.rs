@@ -33,13 +33,11 @@ fn finished(tx: &mut dyn Tx) -> Result<Option<String>> {
     })
 }
 
-/// The run's own id, from its row: what every audit event of it names (a gate row's
-/// `run_id` is what a writer of the database left there).
-fn run_id_of(tx: &mut dyn Tx) -> Result<String> {
-    Ok(tx
-        .run_row()?
-        .ok_or_else(|| anyhow!("the store has no run row"))?
-        .0)
+/// The run's own id and status, from its row. The id is what every audit event of it names
+/// (a gate row's `run_id` is what a writer of the database left there).
+fn run_of(tx: &mut dyn Tx) -> Result<(String, Option<RunStatus>)> {
+    tx.run_row()?
+        .ok_or_else(|| anyhow!("the store has no run row"))
 }
 
 /// The gate stored under exactly `id`, if any: a row another id answers for (a collation
@@ -155,9 +153,7 @@ fn genesis(tx: &mut dyn Tx, run_id: &str, now: &str, started_by: Option<&str>) -
 pub fn seal_run(mut tx: Txn<'_>, now: &str, started_by: Option<&str>) -> Result<()> {
     let (seq, _) = tx.chain_head()?;
     if seq == 0 {
-        let (run_id, _) = tx
-            .run_row()?
-            .ok_or_else(|| anyhow!("the store has no run row"))?;
+        let (run_id, _) = run_of(&mut *tx)?;
         genesis(&mut *tx, &run_id, now, started_by)?;
     }
     tx.commit()
@@ -201,7 +197,7 @@ pub fn sweep(tx: &mut Txn<'_>, now: &str) -> Result<usize> {
     let run_id = if overdue.is_empty() {
         String::new()
     } else {
-        run_id_of(&mut **tx)?
+        run_of(&mut **tx)?.0
     };
     for gate in &overdue {
         // The deadline is when it timed out (one that does not parse: now), and both the
@@ -433,7 +429,7 @@ pub fn append_execution(mut tx: Txn<'_>, rec: &NewExecution) -> Result<i64> {
     }
     if let Some(key) = rec.idempotency_key {
         if let Some(existing) = tx.keyed_execution(key)? {
-            return super::keyed_retry(key, existing, rec);
+            return keyed_retry(key, existing, rec);
         }
     }
     let id = match tx.put_execution(None, &exec_record(rec))? {
@@ -444,11 +440,29 @@ pub fn append_execution(mut tx: Txn<'_>, rec: &NewExecution) -> Result<i64> {
             let existing = tx
                 .keyed_execution(key)?
                 .ok_or_else(|| anyhow!("execution record was not appended"))?;
-            return super::keyed_retry(key, existing, rec);
+            return keyed_retry(key, existing, rec);
         }
     };
     tx.commit()?;
     Ok(id)
+}
+
+/// The record already appended under an idempotency key: its id when it is the same record
+/// (a retry), a refusal when the key was used for another.
+fn keyed_retry(key: &str, existing: super::tx::KeyedExecution, rec: &NewExecution) -> Result<i64> {
+    let (id, index, text, status, parent) = existing;
+    if index == rec.statement_index
+        && text.as_deref() == Some(rec.statement_text)
+        && status.as_deref() == Some(rec.status)
+        && parent == rec.parent_id
+    {
+        Ok(id)
+    } else {
+        Err(refused(format!(
+            "--key was already used for another record (execution {id}): {}",
+            shown(key)
+        )))
+    }
 }
 
 /// The row a live append writes (the store gives it its id).
@@ -496,9 +510,15 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
     }
     if let Some(existing) = &existing {
         if !g.reopen || existing.status.is_pending() {
+            // The same call again: a safe retry (its quorum too, which its sealed log keeps).
             let (_, derived) = disagreement(&mut *tx, existing)?;
             let q = &derived.quorum;
-            let same = super::same_gate(existing, g)
+            let same = existing.prompt == g.prompt
+                && existing.allow
+                    == serde_json::from_str::<Vec<String>>(g.allow).unwrap_or_default()
+                && existing.timeout.as_deref() == g.timeout
+                && existing.on_reject.as_deref() == g.on_reject
+                && existing.metadata.as_deref() == g.metadata
                 && (q.require, q.veto, q.separate)
                     == (g.quorum.require, g.quorum.veto, g.quorum.separate);
             let pending = existing.status.is_pending();
@@ -512,9 +532,7 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
         }
     }
     let instance = existing.as_ref().map_or(1, |e| e.instance + 1);
-    let (run_id, _) = tx
-        .run_row()?
-        .ok_or_else(|| anyhow!("the store has no run row"))?;
+    let (run_id, _) = run_of(&mut *tx)?;
     if let Some(parent) = g.parent_execution {
         if !tx.execution_exists(parent)? {
             return Err(not_found(format!("execution not found: {parent}")));
@@ -613,7 +631,7 @@ pub fn view_gate(
         tx.commit()?;
         return Ok(None);
     };
-    let run_id = run_id_of(&mut *tx)?;
+    let run_id = run_of(&mut *tx)?.0;
     append_audit(
         &mut *tx,
         &Event {
@@ -644,7 +662,7 @@ pub fn refuse_attempt(mut tx: Txn<'_>, a: &super::Attempt) -> Result<bool> {
         tx.commit()?;
         return Ok(false);
     };
-    let run_id = run_id_of(&mut *tx)?;
+    let run_id = run_of(&mut *tx)?.0;
     append_audit(
         &mut *tx,
         &Event {
@@ -653,19 +671,7 @@ pub fn refuse_attempt(mut tx: Txn<'_>, a: &super::Attempt) -> Result<bool> {
             event_type: "refused",
             principal: a.principal,
             comment: None,
-            metadata: {
-                let mut m = serde_json::json!({
-                    "client": a.client,
-                    "attempted": if a.approve { "approve" } else { "reject" },
-                    "reason": a.reason,
-                    "instance": gate.instance,
-                });
-                // As a decision records it (`decision_metadata`).
-                if a.authenticated {
-                    m["authenticated"] = "token".into();
-                }
-                m
-            },
+            metadata: refused_metadata(a.client, &gate, a.authenticated, a.approve, a.reason),
             now: a.now,
         },
     )?;
@@ -683,7 +689,7 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
         tx.commit()?;
         return Ok(Decided::NotFound);
     };
-    let run_id = run_id_of(&mut *tx)?;
+    let run_id = run_of(&mut *tx)?.0;
     // The gate as its sealed events make it: a row that contradicts them is not decided.
     let (mut tampered, derived) = disagreement(&mut *tx, &gate)?;
     let q = &derived.quorum;
@@ -701,10 +707,11 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
     let via = crate::team::admitting(&gate.allow, d.principal, roster);
     // A claim on a team's gate is told that it does not count, before whether it is allowed.
     let claim = q.needs_authentication(&gate.allow) && !d.authenticated;
-    let refused = super::refusal(&gate, d, tampered.as_deref(), claim || !via.is_empty())
+    let refused = refusal(&gate, d, tampered, claim || !via.is_empty())
         .or_else(|| team_refusal(&gate, d, &derived));
-    if let Some((why, metadata)) = refused {
-        let reason = metadata["reason"].as_str().unwrap_or_default().to_string();
+    if let Some((outcome, reason)) = refused {
+        let mut metadata = refused_metadata(d.client, &gate, d.authenticated, d.approve, &reason);
+        metadata["prompt_hash"] = d.prompt_hash.into();
         append_audit(
             &mut *tx,
             &Event {
@@ -718,7 +725,7 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
             },
         )?;
         tx.commit()?;
-        return Ok(super::refused_outcome(gate, why, &reason));
+        return Ok(outcome);
     }
     let me = d.principal.as_str();
     let prior = if d.approve {
@@ -752,7 +759,7 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
         (false, true) => super::chain::VOTE_APPROVE,
         (false, false) => super::chain::VOTE_REJECT,
     };
-    let mut metadata = super::decision_metadata(&gate, d, kind);
+    let mut metadata = decision_metadata(&gate, d, kind);
     if q.is_team(&gate.allow) {
         metadata["via"] = via.into();
         let votes = if d.approve {
@@ -817,6 +824,95 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
     Ok(Decided::Done(row))
 }
 
+/// Why a decision may not be taken on this gate (its row contradicts its sealed events, it is
+/// decided already or timed out, it was reopened or its prompt changed since it was shown,
+/// the principal is not allowed): what the caller is told, and the reason its `refused` event
+/// records. None when it may.
+fn refusal(
+    gate: &super::GateRow,
+    d: &Decision,
+    tampered: Option<String>,
+    admitted: bool,
+) -> Option<(Decided, String)> {
+    let g = gate.clone();
+    Some(if let Some(t) = tampered {
+        let reason = format!("the gate disagrees with its sealed log: {t}");
+        (Decided::Tampered(g, reason.clone()), reason)
+    } else if !gate.status.is_pending() {
+        (
+            Decided::AlreadyResolved(g),
+            format!("already {}", gate.status),
+        )
+    } else if let Some(shown) = d.instance.filter(|i| *i != gate.instance) {
+        let reason = format!(
+            "gate reopened after it was shown (instance {shown} shown, {} now)",
+            gate.instance
+        );
+        (Decided::PromptChanged(g), reason)
+    } else if !admitted {
+        (Decided::NotAllowed(g), "principal not allowed".to_string())
+    } else if crate::model::sha256_tag(&gate.prompt) != d.prompt_hash {
+        let reason = "prompt changed after it was shown".to_string();
+        (Decided::PromptChanged(g), reason)
+    } else {
+        return None;
+    })
+}
+
+/// What every decision's audit event records, taken or refused: where it was taken, the
+/// gate's opening, and whether a token authenticated the principal.
+fn client_metadata(client: &str, gate: &super::GateRow, authenticated: bool) -> serde_json::Value {
+    let mut metadata = serde_json::json!({ "client": client, "instance": gate.instance });
+    if authenticated {
+        metadata["authenticated"] = "token".into();
+    }
+    metadata
+}
+
+/// The metadata of a `refused` event: what was attempted, and why it was refused.
+fn refused_metadata(
+    client: &str,
+    gate: &super::GateRow,
+    authenticated: bool,
+    approve: bool,
+    reason: &str,
+) -> serde_json::Value {
+    let mut metadata = client_metadata(client, gate, authenticated);
+    metadata["attempted"] = if approve { "approve" } else { "reject" }.into();
+    metadata["reason"] = reason.into();
+    metadata
+}
+
+/// The metadata of an `approved` or `rejected` audit event, or of a vote short of the quorum
+/// (`kind` names which: what a signature signs).
+fn decision_metadata(gate: &super::GateRow, d: &Decision, kind: &str) -> serde_json::Value {
+    let mut metadata = client_metadata(d.client, gate, d.authenticated);
+    metadata["prompt_hash"] = d.prompt_hash.into();
+    if d.approve {
+        if let Some(s) = gate
+            .created_at
+            .as_deref()
+            .and_then(|c| crate::model::seconds_between(c, d.now))
+        {
+            metadata["approval_time_seconds"] = s.into();
+        }
+    } else {
+        metadata["on_reject"] = gate.on_reject.clone().into();
+    }
+    if let Some(signer) = d.signer {
+        metadata["signature"] = signer.sign(&super::signatures::Signed {
+            run: gate.run_id.as_deref().unwrap_or_default(),
+            gate: &gate.id,
+            instance: gate.instance,
+            prompt_hash: d.prompt_hash,
+            decision: kind,
+            principal: d.principal.as_str(),
+            time: d.now,
+        });
+    }
+    metadata
+}
+
 /// Why a team's rules refuse this decision (after the rules every gate has): a claim where
 /// only authenticated decisions count, an approval by the run's starter or the gate's
 /// creator under separation of duties, a vote changed without a veto.
@@ -824,12 +920,13 @@ fn team_refusal(
     gate: &super::GateRow,
     d: &Decision,
     derived: &super::chain::Derived,
-) -> Option<(super::Refusal, serde_json::Value)> {
+) -> Option<(Decided, String)> {
     let q = &derived.quorum;
     let me = d.principal.as_str();
-    let (why, reason) = if q.needs_authentication(&gate.allow) && !d.authenticated {
+    let g = gate.clone();
+    Some(if q.needs_authentication(&gate.allow) && !d.authenticated {
         (
-            super::Refusal::NotAuthenticated,
+            Decided::NotAuthenticated(g),
             "this gate counts only authenticated decisions".to_string(),
         )
     } else if d.approve && q.excluded().contains(&me) {
@@ -838,10 +935,9 @@ fn team_refusal(
         } else {
             "created it"
         };
-        (
-            super::Refusal::OwnGate,
-            format!("separation of duties: {me} {whose}, and may not approve their own gate"),
-        )
+        let reason =
+            format!("separation of duties: {me} {whose}, and may not approve their own gate");
+        (Decided::OwnGate(g, reason.clone()), reason)
     } else if !q.veto && {
         let other = if d.approve {
             &derived.tally.rejections
@@ -850,24 +946,14 @@ fn team_refusal(
         };
         other.iter().any(|p| p == me)
     } {
-        (
-            super::Refusal::Voted,
-            format!(
-                "{me} already voted to {} this gate",
-                if d.approve { "reject" } else { "approve" }
-            ),
-        )
+        let reason = format!(
+            "{me} already voted to {} this gate",
+            if d.approve { "reject" } else { "approve" }
+        );
+        (Decided::OwnGate(g, reason.clone()), reason)
     } else {
         return None;
-    };
-    let mut metadata = serde_json::json!({
-        "client": d.client, "attempted": if d.approve { "approve" } else { "reject" },
-        "reason": reason, "prompt_hash": d.prompt_hash, "instance": gate.instance
-    });
-    if d.authenticated {
-        metadata["authenticated"] = "token".into();
-    }
-    Some((why, metadata))
+    })
 }
 
 /// The sealed votes of the gate's opening that still count: each by a principal the allow
@@ -911,13 +997,16 @@ pub fn finish(
     error: Option<&str>,
     now: &str,
 ) -> Result<Finished> {
-    sweep(&mut tx, now)?;
-    let (id, current) = tx
-        .run_row()?
-        .ok_or_else(|| anyhow!("the store has no run row"))?;
+    let swept = sweep(&mut tx, now)?;
+    let (id, current) = run_of(&mut *tx)?;
     let current = current.unwrap_or(RunStatus::Running);
     if current.is_finished() {
         if current == *status {
+            // Nothing written (a sweep of a finished run is not kept); the commit only moves
+            // the anchor, as every gate operation's does.
+            if swept == 0 {
+                tx.commit()?;
+            }
             return Ok(Finished::Unchanged);
         }
         return Err(refused(format!(
@@ -1010,11 +1099,11 @@ pub fn append_segment(
 /// since the last resume, and an `interrupted` run set back to `running`. A finished run is
 /// only read.
 pub fn record_resume(mut tx: Txn<'_>, now: &str) -> Result<Resumed> {
-    let (run_id, status) = tx
-        .run_row()?
-        .ok_or_else(|| anyhow!("the store has no run row"))?;
+    let (run_id, status) = run_of(&mut *tx)?;
     let status = status.unwrap_or(RunStatus::Running);
     if status.is_finished() {
+        // Nothing written: the commit only moves the anchor.
+        tx.commit()?;
         return Ok(Resumed {
             previous_status: status.clone(),
             status,
@@ -1170,11 +1259,7 @@ pub fn restore(mut tx: Txn<'_>, r: &Restore) -> Result<()> {
     for i in &d.imports {
         tx.put_import(i)?;
     }
-    let key = if r.reseal {
-        Some(super::seal::key_for_writing()?)
-    } else {
-        None
-    };
+    let key = r.reseal.then(super::seal::key_for_writing).transpose()?;
     for row in &d.audit {
         if !keep && row.seq.is_none() && row.hash.is_some() {
             return Err(refused(format!(

@@ -58,15 +58,16 @@ impl Key {
         Key { id, bytes }
     }
 
-    fn mac(&self, hash: &str) -> String {
+    fn mac(&self, hash: &str) -> Hmac<Sha256> {
         let mut mac = Hmac::<Sha256>::new_from_slice(&self.bytes).expect("HMAC takes any key");
         mac.update(hash.as_bytes());
-        crate::model::hex(&mac.finalize().into_bytes())
+        mac
     }
 
     /// The seal of a row's hash: `hmac-sha256:{key id}:{hex}`.
     pub fn seal(&self, hash: &str) -> String {
-        format!("{SEAL_PREFIX}{}:{}", self.id, self.mac(hash))
+        let tag = crate::model::hex(&self.mac(hash).finalize().into_bytes());
+        format!("{SEAL_PREFIX}{}:{tag}", self.id)
     }
 
     pub fn check(&self, hash: &str, seal: Option<&str>) -> SealCheck {
@@ -80,10 +81,8 @@ impl Key {
             return SealCheck::OtherKey;
         }
         // Constant-time comparison, through the MAC's own verify.
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.bytes).expect("HMAC takes any key");
-        mac.update(hash.as_bytes());
         match hex_bytes(tag) {
-            Some(t) if mac.verify_slice(&t).is_ok() => SealCheck::Valid,
+            Some(t) if self.mac(hash).verify_slice(&t).is_ok() => SealCheck::Valid,
             _ => SealCheck::Invalid,
         }
     }
@@ -112,7 +111,7 @@ pub fn key_for_writing() -> Result<&'static Key> {
     })?;
     let key = match read_key(&home)? {
         Some(k) => k,
-        None => create_key(&home)?,
+        None => Key::from_bytes(create_secret(&home, KEY_FILE, "the audit key")?),
     };
     Ok(KEY.get_or_init(|| key))
 }
@@ -137,13 +136,18 @@ pub fn owner_only() -> fs::OpenOptions {
     o
 }
 
+/// Makes a directory of the user's prose home (and its parents), mode 0700.
+fn private_dir(dir: &std::path::Path) -> Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("could not create {}", dir.display()))
+}
+
 /// The audit key kept in `home` (a prose directory), if any.
 pub fn read_key(home: &std::path::Path) -> Result<Option<Key>> {
     Ok(read_secret(home, KEY_FILE, "the audit key")?.map(Key::from_bytes))
-}
-
-fn create_key(home: &std::path::Path) -> Result<Key> {
-    create_secret(home, KEY_FILE, "the audit key").map(Key::from_bytes)
 }
 
 /// A secret of the user's prose home (`what` names it in errors): 32 or more bytes of hex in
@@ -194,11 +198,7 @@ pub fn read_secret(home: &std::path::Path, file: &str, what: &str) -> Result<Opt
 /// Makes a secret of 32 random bytes in `file` of the user's prose home (mode 0600, in a
 /// 0700 directory), or reads the one made meanwhile by another first use.
 pub fn create_secret(home: &std::path::Path, file: &str, what: &str) -> Result<Vec<u8>> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(home)
-        .with_context(|| format!("could not create {}", home.display()))?;
+    private_dir(home)?;
     let bytes: [u8; 32] = rand::random();
     let path = home.join(file);
     let tmp = home.join(format!(".{file}.{:016x}", rand::random::<u64>()));
@@ -249,12 +249,7 @@ pub fn anchored(place: &str, run_id: &str) -> Option<Anchor> {
 /// a newer row). Under an exclusive lock on the anchor file.
 pub fn anchor(place: &str, run_id: &str, head: &Anchor) -> Result<()> {
     let path = anchor_path(place, run_id).ok_or_else(|| anyhow!("no prose home for anchors"))?;
-    let dir = path.parent().expect("anchors have a directory");
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .with_context(|| format!("could not create {}", dir.display()))?;
+    private_dir(path.parent().expect("anchors have a directory"))?;
     let mut file = owner_only()
         .read(true)
         .write(true)
@@ -295,12 +290,7 @@ pub fn mark_broken(place: &str, run_id: &str, why: &str) -> Result<()> {
     let path = anchor_path(place, run_id)
         .ok_or_else(|| anyhow!("no prose home for anchors"))?
         .with_extension("broken");
-    if let Some(dir) = path.parent() {
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)?;
-    }
+    private_dir(path.parent().expect("anchors have a directory"))?;
     let mut file = owner_only()
         .write(true)
         .create(true)

@@ -486,14 +486,6 @@ fn execution_exists(s: &impl Statements, id: i64) -> Result<bool> {
     )
 }
 
-fn load_gate(s: &impl Statements, id: &str) -> Result<Option<GateRow>> {
-    s.opt(
-        &format!("SELECT {GATE_COLUMNS} FROM gates WHERE id = ?1"),
-        [id],
-        gate_row,
-    )
-}
-
 const AGENT_SELECT: &str = "SELECT a.name, a.scope, a.memory, a.created_at, a.updated_at,
         (SELECT COUNT(*) FROM agent_segments s WHERE s.agent_name = a.name) FROM agents a";
 
@@ -726,7 +718,11 @@ impl Store for SqliteStore {
     }
 
     fn read_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
-        load_gate(self, id)
+        self.opt(
+            &format!("SELECT {GATE_COLUMNS} FROM gates WHERE id = ?1"),
+            [id],
+            gate_row,
+        )
     }
 
     fn audit(&mut self, f: &AuditFilter) -> Result<Vec<AuditRow>> {
@@ -739,31 +735,6 @@ impl Store for SqliteStore {
             ),
             params![f.gate_id, f.principal, f.since],
             audit_row,
-        )
-    }
-
-    fn chain_hash_at(&mut self, seq: i64) -> Result<Option<String>> {
-        self.opt(
-            "SELECT hash FROM gate_audit_log WHERE seq = ?1",
-            [seq],
-            |r| r.get(0),
-        )
-        .map(Option::flatten)
-    }
-
-    fn chain_tip(&mut self) -> Result<Option<super::ChainTip>> {
-        self.opt(
-            "SELECT run_id, seq, hash, seal FROM gate_audit_log WHERE seq IS NOT NULL
-              ORDER BY seq DESC LIMIT 1",
-            [],
-            |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get(1)?,
-                    r.get::<_, Option<String>>(2)?.unwrap_or_default(),
-                    r.get(3)?,
-                ))
-            },
         )
     }
 
@@ -847,11 +818,7 @@ impl Store for SqliteStore {
 
     fn resume_counts(&mut self, chain: &[i64]) -> Result<super::ResumeCounts> {
         // Visible: every root binding, and the names of the chain's scopes the root lacks.
-        let chain_list = chain
-            .iter()
-            .map(i64::to_string)
-            .collect::<Vec<_>>()
-            .join(", ");
+        let chain_list = super::id_list(chain);
         self.one(
             &format!(
                 "SELECT (SELECT COUNT(*) FROM execution), (SELECT COUNT(*) FROM bindings),
@@ -995,28 +962,25 @@ impl Store for SqliteStore {
     }
 
     fn migrate(&mut self, apply: bool) -> Result<Migration> {
-        let from = self.version;
-        let steps: Vec<String> = match self.access {
-            Access::Older => sqlite_schema::plan(&self.conn, self.schema)?
+        let (from, older) = (self.version, self.access == Access::Older);
+        let steps: Vec<String> = match older {
+            true => sqlite_schema::plan(&self.conn, self.schema)?
                 .into_iter()
                 .map(|s| s.action)
                 .collect(),
-            _ => Vec::new(),
+            false => Vec::new(),
         };
-        let applied = apply && self.access == Access::Older;
+        let applied = apply && older;
         if applied {
             if let Some(why) = &self.writes_refused {
                 return Err(refused(why.clone()));
             }
             self.upgrade(true)?;
         }
+        let to = if older { self.schema.version } else { from };
         Ok(Migration {
             from,
-            to: if self.access == Access::Older || applied {
-                self.schema.version
-            } else {
-                from
-            },
+            to,
             steps,
             applied,
         })

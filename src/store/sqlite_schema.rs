@@ -101,6 +101,31 @@ fn quoted(ident: &str) -> String {
     format!("\"{}\"", ident.replace('"', "\"\""))
 }
 
+/// The columns of `ours` that `present` lacks.
+fn missing<'a>(ours: &'a [ColumnDef], present: &[ColumnDef]) -> Vec<&'a ColumnDef> {
+    ours.iter()
+        .filter(|c| !present.iter().any(|p| p.name.eq_ignore_ascii_case(&c.name)))
+        .collect()
+}
+
+/// `ALTER TABLE ... ADD COLUMN` of `col` on `table`, with its type and `default` (DDL).
+fn add_column(table: &str, col: &ColumnDef, default: Option<String>) -> String {
+    let mut ddl = format!(
+        "ALTER TABLE main.{} ADD COLUMN {}",
+        quoted(table),
+        quoted(&col.name)
+    );
+    if !col.decl_type.is_empty() {
+        ddl.push(' ');
+        ddl.push_str(&col.decl_type);
+    }
+    if let Some(default) = default {
+        ddl.push_str(" DEFAULT ");
+        ddl.push_str(&default);
+    }
+    ddl
+}
+
 /// The embedded schema's tables (name, CREATE statement and columns), and its indexes and
 /// triggers (kind, name and table).
 struct Expected {
@@ -222,10 +247,7 @@ pub fn install_read_shims(conn: &Connection, schema: &Schema) -> Result<()> {
     let mut ddl = String::new();
     for (table, _, cols) in &expected.tables {
         let present = columns(conn, "main", table)?;
-        let missing: Vec<&ColumnDef> = cols
-            .iter()
-            .filter(|c| !present.iter().any(|p| p.name.eq_ignore_ascii_case(&c.name)))
-            .collect();
+        let missing = missing(cols, &present);
         if missing.is_empty() {
             continue;
         }
@@ -296,10 +318,7 @@ fn plan_against(conn: &Connection, expected: &Expected) -> Result<Vec<Step>> {
             });
             continue;
         }
-        let missing: Vec<&ColumnDef> = cols
-            .iter()
-            .filter(|c| !present.iter().any(|p| p.name.eq_ignore_ascii_case(&c.name)))
-            .collect();
+        let missing = missing(cols, &present);
         if missing.is_empty() {
             continue;
         }
@@ -391,52 +410,32 @@ fn upgrade_in_transaction(
         Access::Older => {}
         _ => return Ok(false),
     }
-    if !allow_rebuild {
-        let rebuilds: Vec<String> = plan_against(&tx, expected)?
-            .into_iter()
-            .filter(|s| s.rebuild)
-            .map(|s| s.table)
-            .collect();
-        if !rebuilds.is_empty() {
-            return Err(refused(format!(
-                "this db needs tables rebuilt ({}) to reach schema {}; run `prose-state migrate --yes` (see what it does without --yes), the db was left unchanged: {}",
-                rebuilds.join(", "),
-                schema.version,
-                path.display()
-            )));
-        }
+    let rebuilds: Vec<String> = plan_against(&tx, expected)?
+        .into_iter()
+        .filter(|s| s.rebuild)
+        .map(|s| s.table)
+        .collect();
+    if !allow_rebuild && !rebuilds.is_empty() {
+        return Err(refused(format!(
+            "this db needs tables rebuilt ({}) to reach schema {}; run `prose-state migrate --yes` (see what it does without --yes), the db was left unchanged: {}",
+            rebuilds.join(", "),
+            schema.version,
+            path.display()
+        )));
     }
     for (table, create_sql, cols) in &expected.tables {
         let present = columns(&tx, "main", table).map_err(err)?;
         if present.is_empty() {
             continue; // created whole by the schema below
         }
-        let missing: Vec<&ColumnDef> = cols
-            .iter()
-            .filter(|c| !present.iter().any(|p| p.name.eq_ignore_ascii_case(&c.name)))
-            .collect();
+        let missing = missing(cols, &present);
         if missing.is_empty() {
             continue;
         }
-        let alterable = missing
-            .iter()
-            .all(|c| !c.pk && c.default.as_deref().is_none_or(is_literal));
-        if alterable {
+        if !rebuilds.contains(table) {
             for col in missing {
                 // Identifiers come from the embedded schema, never from input.
-                let mut ddl = format!(
-                    "ALTER TABLE main.{} ADD COLUMN {}",
-                    quoted(table),
-                    quoted(&col.name)
-                );
-                if !col.decl_type.is_empty() {
-                    ddl.push(' ');
-                    ddl.push_str(&col.decl_type);
-                }
-                if let Some(default) = &col.default {
-                    ddl.push_str(" DEFAULT ");
-                    ddl.push_str(&default_ddl(default));
-                }
+                let ddl = add_column(table, col, col.default.as_deref().map(default_ddl));
                 tx.execute_batch(&ddl)
                     .map_err(err)
                     .with_context(|| format!("could not add column {table}.{}", col.name))?;
@@ -476,20 +475,12 @@ fn rebuild(
     {
         // A user column keeps its type and a literal default; an expression default cannot
         // be given to ALTER TABLE, so such a column is kept without it.
-        let mut ddl = format!(
-            "ALTER TABLE main.{} ADD COLUMN {}",
-            quoted(&new),
-            quoted(&col.name)
-        );
-        if !col.decl_type.is_empty() {
-            ddl.push(' ');
-            ddl.push_str(&col.decl_type);
-        }
-        if let Some(d) = col.default.as_deref().filter(|d| is_literal(d)) {
-            ddl.push_str(" DEFAULT ");
-            ddl.push_str(d.trim());
-        }
-        tx.execute_batch(&ddl)?;
+        let default = col.default.as_deref().filter(|d| is_literal(d));
+        tx.execute_batch(&add_column(
+            &new,
+            col,
+            default.map(|d| d.trim().to_string()),
+        ))?;
     }
     let saved: Vec<String> = tx
         .prepare(

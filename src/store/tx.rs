@@ -26,6 +26,9 @@ pub enum TxKind {
     Import,
 }
 
+/// The newest sequenced audit row of a run: its seq, hash and seal.
+pub type ChainTip = (i64, String, Option<String>);
+
 /// An execution record stored under an idempotency key: id, index, text, status, parent.
 pub type KeyedExecution = (
     i64,
@@ -90,9 +93,12 @@ pub trait Tx {
     fn put_execution(&mut self, id: Option<i64>, record: &ExecRecord) -> Result<Option<i64>>;
 
     // Gates.
-    fn load_gate(&mut self, id: &str) -> Result<Option<GateRow>>;
     /// The gates row of this id as stored (what `gate_instances` keeps of an opening).
     fn gate_record(&mut self, id: &str) -> Result<Option<GateRecord>>;
+    /// The same row as the rules read it.
+    fn load_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
+        Ok(self.gate_record(id)?.map(GateRecord::into_row))
+    }
     /// Pending gates past their deadline (an unparseable deadline counts as passed), oldest
     /// first, locked where the dialect locks rows.
     fn overdue_gates(&mut self, now: &str) -> Result<Vec<GateRow>>;
@@ -124,6 +130,8 @@ pub trait Tx {
     fn gate_history(&mut self, gate_id: &str) -> Result<Vec<AuditRow>>;
     /// The run's audit rows outside the sealed sequence, in id order (what a genesis seals).
     fn unsealed_audit(&mut self) -> Result<Vec<AuditRow>>;
+    /// The newest sequenced audit row of the run (what this machine anchors).
+    fn chain_tip(&mut self) -> Result<Option<ChainTip>>;
 
     // Imports.
     fn import(&mut self, alias: &str) -> Result<Option<ImportRow>>;
@@ -163,11 +171,14 @@ pub trait Tx {
 }
 
 /// A transaction as the rules hold it: the backend's, and what its commit must cause beyond
-/// its rows (gate notices). Those are handed over once it commits, in [`Txn::commit`], and
-/// never for a transaction that does not: dropped uncommitted, it takes them with it.
+/// its rows: gate notices, and for a rule that seals audit events, this machine's anchor of
+/// the run's chain moved to its newest row. Those happen once it commits, in [`Txn::commit`],
+/// and never for a transaction that does not: dropped uncommitted, it takes them with it.
 pub struct Txn<'a> {
     tx: Box<dyn Tx + 'a>,
     notices: Vec<Notice>,
+    /// Where the run's anchor is kept (`Store::place`), when its commit moves it.
+    anchor: Option<String>,
 }
 
 impl<'a> Txn<'a> {
@@ -175,7 +186,14 @@ impl<'a> Txn<'a> {
         Txn {
             tx,
             notices: Vec::new(),
+            anchor: None,
         }
+    }
+
+    /// This transaction, moving the run's anchor kept for `place` when it commits.
+    pub fn anchoring(self, place: String) -> Self {
+        let anchor = Some(place);
+        Txn { anchor, ..self }
     }
 
     /// A gate this transaction changed, as it leaves it: announced if it commits.
@@ -187,9 +205,16 @@ impl<'a> Txn<'a> {
     }
 
     /// Commits, then causes what the transaction queued.
-    pub fn commit(self) -> Result<()> {
+    pub fn commit(mut self) -> Result<()> {
+        let anchor = self
+            .anchor
+            .take()
+            .and_then(|place| super::chain::anchor_move(&mut *self.tx, place));
         self.tx.commit()?;
         super::effects::deliver(self.notices);
+        if let Some(move_anchor) = anchor {
+            move_anchor();
+        }
         Ok(())
     }
 }

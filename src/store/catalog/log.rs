@@ -2,8 +2,8 @@
 //! the runs directory's announced changes, and folding the lines into the catalog.
 
 use super::{
-    dir_stamp, of_state_db, put_facts, read_facts, stamp_of, FactRows, Facts, ProjectCatalog,
-    Ticket, CATALOG_FILE, CATALOG_VERSION, LOG_FILE, STALE_FILE,
+    dir_stamp, of_state_db, put_facts, read_facts, stamp_of, Facts, ProjectCatalog, Ticket,
+    CATALOG_FILE, CATALOG_VERSION, LOG_FILE, STALE_FILE,
 };
 use crate::store::OpenOptions;
 use anyhow::Result;
@@ -33,7 +33,7 @@ struct LogLine {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     s: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    f: Option<FactRows>,
+    f: Option<Facts>,
     /// `D`: the runs directory's modification time before and after a change prose-state
     /// made to it (see [`changing_runs`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -67,6 +67,14 @@ fn append(prose: &Path, line: &[u8]) -> std::io::Result<u64> {
     Err(std::io::Error::other("the catalog's log kept being moved"))
 }
 
+/// Marks every row stale (see `STALE_FILE`): for a write that could not log its ticket.
+pub(super) fn mark_stale(prose: &Path) {
+    let _ = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(prose.join(STALE_FILE));
+}
+
 /// The writer's side: held by a run's store, used only by the transactions that change a
 /// fact the catalog keeps. It never opens the catalog's database: a ticket and its facts are
 /// lines of the catalog's log, folded in by the next listing.
@@ -83,7 +91,7 @@ impl Link {
         Some(Link { prose, run, busy })
     }
 
-    fn line(&self, kind: char, ticket: &str, facts: Option<(String, FactRows)>) -> Vec<u8> {
+    fn line(&self, kind: char, ticket: &str, facts: Option<(String, Facts)>) -> Vec<u8> {
         let (s, f) = facts.map_or((None, None), |(s, f)| (Some(s), Some(f)));
         let mut line = serde_json::to_vec(&LogLine {
             v: CATALOG_VERSION,
@@ -98,14 +106,6 @@ impl Link {
         .unwrap_or_default();
         line.push(b'\n');
         line
-    }
-
-    /// Marks every row stale (see `STALE_FILE`): for a write that could not log its ticket.
-    fn stale(&self) {
-        let _ = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.prose.join(STALE_FILE));
     }
 
     /// Takes a ticket: called inside the run's write transaction, before its commit. None
@@ -123,7 +123,7 @@ impl Link {
         match append(&self.prose, &self.line('T', &ticket, None)) {
             Ok(_) => Some(ticket),
             Err(_) => {
-                self.stale();
+                mark_stale(&self.prose);
                 None
             }
         }
@@ -132,7 +132,7 @@ impl Link {
     /// Logs the facts a transaction committed under `ticket`: after the run's commit. Best
     /// effort: a facts line not written (too large, or a failure) leaves the ticket, and the
     /// next listing reads the run again. A log grown past `FOLD_AT` is folded in here.
-    pub fn apply(&mut self, ticket: Ticket, facts: &Facts) {
+    pub fn apply(&mut self, ticket: Ticket, facts: Facts) {
         let stamp = stamp_of(
             &self
                 .prose
@@ -140,7 +140,7 @@ impl Link {
                 .join(&self.run)
                 .join(crate::run::DB_FILE),
         );
-        let line = self.line('F', &ticket, Some((stamp, FactRows::of(facts))));
+        let line = self.line('F', &ticket, Some((stamp, facts)));
         if line.len() > LINE_MOST {
             return;
         }
@@ -182,7 +182,7 @@ impl crate::store::sqlite::CommitWatch for Watch {
             std::thread::sleep(Duration::from_millis(ms));
         }
         if let Some(facts) = facts {
-            self.link.apply(ticket, &facts);
+            self.link.apply(ticket, facts);
         }
     }
 }

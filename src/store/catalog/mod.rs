@@ -40,8 +40,9 @@ pub use log::{changing_runs, watch};
 pub use queries::copy_warning;
 pub use refresh::{forget_run, while_replacing};
 
-use super::sqlite_rows::{db_error, gate_row, run_info_at, GATE_COLUMNS};
-use super::{GateRow, OpenOptions, RunFilter, RunInfo};
+use super::dump::GateRecord;
+use super::sqlite_rows::{db_error, gate_record, GATE_COLUMNS};
+use super::{OpenOptions, RunFilter};
 use anyhow::{anyhow, Result};
 use rusqlite::config::DbConfig;
 use rusqlite::{params, Connection, OpenFlags, OptionalExtension};
@@ -62,11 +63,36 @@ const LOG_MOST: u64 = 256 * 1024;
 /// prefix (`catalog.log.N`).
 pub const LOG_FILE: &str = "catalog.log";
 
-/// The facts of one run that the catalog keeps, read from its state.db.
-#[derive(Debug, Clone, Default)]
+/// The facts of one run that the catalog keeps, read from its state.db: its run row's
+/// columns and its pending gates, as a writer's facts line carries them (see `log`) and as
+/// `put_facts` writes them.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Facts {
-    pub run: Option<(RunInfo, Option<String>)>,
-    pub pending: Vec<GateRow>,
+    run: Option<RunFacts>,
+    pending: Vec<GateRecord>,
+}
+
+/// A run row's columns the catalog keeps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct RunFacts {
+    id: String,
+    program_path: Option<String>,
+    status: Option<String>,
+    started_at: Option<String>,
+    updated_at: Option<String>,
+    error_message: Option<String>,
+}
+
+/// A run's facts, from a row of these columns in `RunFacts`' order.
+fn run_facts(r: &rusqlite::Row) -> rusqlite::Result<RunFacts> {
+    Ok(RunFacts {
+        id: r.get(0)?,
+        program_path: r.get(1)?,
+        status: r.get(2)?,
+        started_at: r.get(3)?,
+        updated_at: r.get(4)?,
+        error_message: r.get(5)?,
+    })
 }
 
 /// Reads a run's facts (inside the caller's transaction, when it has one).
@@ -75,14 +101,14 @@ pub(super) fn read_facts(c: &Connection) -> rusqlite::Result<Facts> {
         .query_row(
             "SELECT id, program_path, status, started_at, updated_at, error_message FROM run LIMIT 1",
             [],
-            |r| Ok((run_info_at(r, 0)?, r.get(5)?)),
+            run_facts,
         )
         .optional()?;
     let pending = c
         .prepare_cached(&format!(
             "SELECT {GATE_COLUMNS} FROM gates WHERE status = 'pending' ORDER BY created_at, id"
         ))?
-        .query_map([], gate_row)?
+        .query_map([], gate_record)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(Facts { run, pending })
 }
@@ -195,7 +221,7 @@ fn put_facts(
     c: &Connection,
     run: &str,
     ticket: i64,
-    facts: &FactRows,
+    facts: &Facts,
     stamp: &str,
 ) -> rusqlite::Result<bool> {
     let applied: Option<i64> = c
@@ -207,7 +233,11 @@ fn put_facts(
         return Ok(false);
     }
     let info = facts.run.as_ref();
-    let deadline = facts.pending.iter().filter_map(|g| g.6.as_deref()).min();
+    let deadline = facts
+        .pending
+        .iter()
+        .filter_map(|g| g.timeout_at.as_deref())
+        .min();
     c.prepare_cached(
         "INSERT INTO runs (id, kind, run_id, program_path, status, started_at, updated_at,
                            error_message, pending, next_deadline, applied, problem, stamp)
@@ -218,12 +248,12 @@ fn put_facts(
     )?
     .execute(params![
         run,
-        info.map(|i| &i.0),
-        info.and_then(|i| i.1.as_deref()),
-        info.and_then(|i| i.2.as_deref()),
-        info.and_then(|i| i.3.as_deref()),
-        info.and_then(|i| i.4.as_deref()),
-        info.and_then(|i| i.5.as_deref()),
+        info.map(|i| &i.id),
+        info.and_then(|i| i.program_path.as_deref()),
+        info.and_then(|i| i.status.as_deref()),
+        info.and_then(|i| i.started_at.as_deref()),
+        info.and_then(|i| i.updated_at.as_deref()),
+        info.and_then(|i| i.error_message.as_deref()),
         facts.pending.len() as i64,
         deadline,
         ticket,
@@ -239,8 +269,26 @@ fn put_facts(
                  CASE WHEN ?8 IS NULL THEN NULL ELSE IFNULL(datetime(?8), '') END)",
     )?;
     for g in &facts.pending {
+        // The prompt and allow list as the rules read them (see `GateRecord::into_row`).
+        let allow = serde_json::to_string(&g.allow_list()).unwrap_or_default();
+        let status = g.status.as_ref().map_or("", |s| s.as_str());
         insert.execute(params![
-            run, g.0, g.1, g.2, g.3, g.4, g.5, g.6, g.7, g.8, g.9, g.10, g.11, g.12, g.13, g.14,
+            run,
+            g.id,
+            g.run_id,
+            g.execution_id,
+            g.prompt.as_deref().unwrap_or_default(),
+            allow,
+            g.timeout,
+            g.timeout_at,
+            g.on_reject,
+            status,
+            g.created_at,
+            g.resolved_at,
+            g.resolved_by,
+            g.resolution_comment,
+            g.metadata,
+            g.instance,
         ])?;
     }
     Ok(true)
@@ -248,83 +296,6 @@ fn put_facts(
 
 /// A fact-changing write's ticket: the nonce its two log lines share.
 pub type Ticket = String;
-
-/// The rows a run's facts become in the catalog, as a writer's facts line carries them (and
-/// as `put_facts` writes them): the run row's columns, and each pending gate's.
-#[derive(Serialize, Deserialize)]
-struct FactRows {
-    /// id, program_path, status, started_at, updated_at, error_message
-    run: Option<RunColumns>,
-    pending: Vec<GateColumns>,
-}
-
-type RunColumns = (
-    String,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-);
-/// id, run_id, execution_id, prompt, allow (JSON), timeout, timeout_at, on_reject, status,
-/// created_at, resolved_at, resolved_by, resolution_comment, metadata, instance
-type GateColumns = (
-    String,
-    Option<String>,
-    Option<i64>,
-    String,
-    String,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    String,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    i64,
-);
-
-impl FactRows {
-    fn of(facts: &Facts) -> FactRows {
-        FactRows {
-            run: facts.run.as_ref().map(|(i, e)| {
-                (
-                    i.id.clone(),
-                    i.program_path.clone(),
-                    i.status.as_ref().map(|s| s.as_str().to_string()),
-                    i.started_at.clone(),
-                    i.updated_at.clone(),
-                    e.clone(),
-                )
-            }),
-            pending: facts
-                .pending
-                .iter()
-                .map(|g| {
-                    (
-                        g.id.clone(),
-                        g.run_id.clone(),
-                        g.execution_id,
-                        g.prompt.clone(),
-                        serde_json::to_string(&g.allow).unwrap_or_default(),
-                        g.timeout.clone(),
-                        g.timeout_at.clone(),
-                        g.on_reject.clone(),
-                        g.status.to_string(),
-                        g.created_at.clone(),
-                        g.resolved_at.clone(),
-                        g.resolved_by.clone(),
-                        g.resolution_comment.clone(),
-                        g.metadata.clone(),
-                        g.instance,
-                    )
-                })
-                .collect(),
-        }
-    }
-}
 
 /// The runs directory's modification time, in nanoseconds (the catalog's `runs_mtime`).
 fn dir_stamp(dir: &Path) -> Option<(SystemTime, String)> {
@@ -403,17 +374,7 @@ impl ProjectCatalog {
     fn db(&self) -> Option<&Connection> {
         self.conn.as_ref()
     }
-}
 
-impl Drop for ProjectCatalog {
-    fn drop(&mut self) {
-        if let Some(c) = self.conn.take() {
-            close(c, &self.prose);
-        }
-    }
-}
-
-impl ProjectCatalog {
     fn state_db(&self, id: &str) -> PathBuf {
         self.runs_dir.join(id).join(crate::run::DB_FILE)
     }
@@ -421,6 +382,14 @@ impl ProjectCatalog {
     fn wanted(runs: &RunFilter, id: &str) -> bool {
         runs.only.as_ref().is_none_or(|o| o.iter().any(|r| r == id))
             && !runs.except.iter().any(|r| r == id)
+    }
+}
+
+impl Drop for ProjectCatalog {
+    fn drop(&mut self) {
+        if let Some(c) = self.conn.take() {
+            close(c, &self.prose);
+        }
     }
 }
 

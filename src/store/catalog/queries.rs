@@ -8,23 +8,16 @@ use anyhow::Result;
 use rusqlite::{params, Connection};
 
 impl ProjectCatalog {
-    /// The runs kept on the project's server (directories here holding only a record).
-    pub fn server_runs(&self) -> Result<Vec<String>> {
-        self.ids_of_kind("server")
-    }
-
     /// The runs that could not be read (reported in `warnings`).
     pub fn unreadable_runs(&self) -> Result<Vec<String>> {
-        self.ids_of_kind("unreadable")
-    }
-
-    fn ids_of_kind(&self, kind: &str) -> Result<Vec<String>> {
         let Some(c) = self.db() else {
             return Ok(Vec::new());
         };
-        c.prepare_cached("SELECT id FROM runs WHERE kind <> 'sqlite' AND kind = ?1 ORDER BY id")
-            .and_then(|mut s| s.query_map([kind], |r| r.get(0))?.collect())
-            .map_err(self.err())
+        c.prepare_cached(
+            "SELECT id FROM runs WHERE kind <> 'sqlite' AND kind = 'unreadable' ORDER BY id",
+        )
+        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
+        .map_err(self.err())
     }
 }
 

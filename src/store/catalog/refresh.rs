@@ -3,9 +3,9 @@
 
 use super::{
     close, dir_stamp, file_id, forget, in_parallel, of_state_db, open_db, put_facts, read_facts,
-    stamp_of, CatalogCheck, FactRows, Facts, ProjectCatalog, CATALOG_FILE, STALE_FILE,
+    run_facts, stamp_of, CatalogCheck, Facts, ProjectCatalog, CATALOG_FILE, STALE_FILE,
 };
-use crate::store::sqlite_rows::{db_error, gate_row, run_info_at, GATE_COLUMNS};
+use crate::store::sqlite_rows::{db_error, gate_record, GATE_COLUMNS};
 use crate::store::OpenOptions;
 use anyhow::{anyhow, Result};
 use rusqlite::{params, OptionalExtension};
@@ -153,31 +153,22 @@ impl ProjectCatalog {
         if !dir.is_dir() {
             return forget(c, id).map_err(err);
         }
-        if !paths.exists() {
-            // A directory with no run (yet): looked at again by every listing.
-            c.execute(
-                "UPDATE runs SET kind = 'none', stale = 0, problem = NULL WHERE id = ?1",
-                [id],
-            )
-            .map_err(err)?;
+        // A directory with no run (yet), looked at again by every listing; or a record of a
+        // run kept on the server: no facts of its own.
+        let other = match paths.exists().then(|| paths.backend()) {
+            None => Some("UPDATE runs SET kind = 'none', stale = 0, problem = NULL WHERE id = ?1"),
+            Some(Ok(crate::store::Backend::Postgres)) => Some(
+                "INSERT INTO runs (id, kind) VALUES (?1, 'server')
+                 ON CONFLICT (id) DO UPDATE SET kind = 'server', stale = 0, problem = NULL",
+            ),
+            Some(Ok(crate::store::Backend::Sqlite)) => None,
+            Some(Err(e)) => return self.unreadable(id, &e),
+        };
+        if let Some(other) = other {
+            c.execute(other, [id]).map_err(err)?;
             c.execute("DELETE FROM gates WHERE run = ?1", [id])
                 .map_err(err)?;
             return Ok(());
-        }
-        match paths.backend() {
-            Ok(crate::store::Backend::Sqlite) => {}
-            Ok(crate::store::Backend::Postgres) => {
-                c.execute(
-                    "INSERT INTO runs (id, kind) VALUES (?1, 'server')
-                     ON CONFLICT (id) DO UPDATE SET kind = 'server', stale = 0, problem = NULL",
-                    [id],
-                )
-                .map_err(err)?;
-                c.execute("DELETE FROM gates WHERE run = ?1", [id])
-                    .map_err(err)?;
-                return Ok(());
-            }
-            Err(e) => return self.unreadable(id, &e),
         }
         let stale_was: i64 = c
             .query_row("SELECT stale FROM runs WHERE id = ?1", [id], |r| r.get(0))
@@ -215,7 +206,7 @@ impl ProjectCatalog {
         };
         let tx = rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)
             .map_err(err)?;
-        put_facts(&tx, id, ticket, &FactRows::of(&facts), &stamp).map_err(err)?;
+        put_facts(&tx, id, ticket, &facts, &stamp).map_err(err)?;
         if locked {
             // Every writer with an older ticket has committed or died.
             tx.execute(
@@ -343,7 +334,7 @@ impl ProjectCatalog {
                 "SELECT run_id, program_path, status, started_at, updated_at, error_message
                  FROM runs WHERE id = ?1 AND run_id IS NOT NULL",
                 [id],
-                |r| Ok((run_info_at(r, 0)?, r.get(5)?)),
+                run_facts,
             )
             .optional()
             .map_err(self.err())?;
@@ -351,7 +342,7 @@ impl ProjectCatalog {
             .prepare_cached(&format!(
                 "SELECT {GATE_COLUMNS} FROM gates WHERE run = ?1 ORDER BY created_at, id"
             ))
-            .and_then(|mut s| s.query_map([id], gate_row)?.collect())
+            .and_then(|mut s| s.query_map([id], gate_record)?.collect())
             .map_err(self.err())?;
         Ok(Facts { run, pending })
     }
@@ -359,11 +350,7 @@ impl ProjectCatalog {
 
 /// What differs between a row's facts and the run's, in a few words; None when they agree.
 fn differ(kept: &Facts, now: &Facts) -> Option<String> {
-    let status = |f: &Facts| {
-        f.run
-            .as_ref()
-            .and_then(|(i, _)| i.status.as_ref().map(|s| s.as_str().to_string()))
-    };
+    let status = |f: &Facts| f.run.as_ref().and_then(|r| r.status.clone());
     if status(kept) != status(now) {
         return Some(format!(
             "status {:?}, the run {:?}",
@@ -384,18 +371,8 @@ fn differ(kept: &Facts, now: &Facts) -> Option<String> {
             now.pending.len()
         ));
     }
-    let other = |f: &Facts| {
-        f.run.as_ref().map(|(i, e)| {
-            (
-                i.id.clone(),
-                i.program_path.clone(),
-                i.started_at.clone(),
-                i.updated_at.clone(),
-                e.clone(),
-            )
-        })
-    };
-    (other(kept) != other(now)).then(|| "other run details than the run's".to_string())
+    // The status agrees: any other difference is in the run's other details.
+    (kept.run != now.run).then(|| "other run details than the run's".to_string())
 }
 
 /// Runs `exchange`, which puts another run directory in the place of the one of `db`, while
@@ -418,10 +395,7 @@ pub fn while_replacing<T>(db: &Path, opts: OpenOptions, exchange: impl FnOnce() 
         Err(_) => false,
     };
     if !marked {
-        let _ = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(prose.join(STALE_FILE));
+        super::log::mark_stale(&prose);
     }
     let done = exchange();
     if let Some(mut s) = old {

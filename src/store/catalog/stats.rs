@@ -8,10 +8,23 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// A SQLite run's stats as the catalog keeps them (`run_stats.stats`).
+/// A SQLite run's stats as the catalog keeps them (`run_stats.stats`): every figure but the
+/// backend, in one JSON object.
 #[derive(Serialize, Deserialize)]
+#[serde(remote = "RunStats")]
 struct KeptStats {
     run_id: String,
+    #[serde(flatten, with = "KeptStore")]
+    store: StoreStats,
+    attachment_files: u64,
+    attachment_bytes: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "StoreStats")]
+struct KeptStore {
+    #[serde(skip, default = "sqlite")]
+    backend: &'static str,
     schema_version: i64,
     db_bytes: Option<u64>,
     wal_bytes: Option<u64>,
@@ -19,43 +32,10 @@ struct KeptStats {
     execution_status: BTreeMap<String, i64>,
     binding_inline_bytes: i64,
     settings: BTreeMap<String, String>,
-    attachment_files: u64,
-    attachment_bytes: u64,
 }
 
-impl KeptStats {
-    fn of(st: &RunStats) -> KeptStats {
-        KeptStats {
-            run_id: st.run_id.clone(),
-            schema_version: st.store.schema_version,
-            db_bytes: st.store.db_bytes,
-            wal_bytes: st.store.wal_bytes,
-            tables: st.store.tables.clone(),
-            execution_status: st.store.execution_status.clone(),
-            binding_inline_bytes: st.store.binding_inline_bytes,
-            settings: st.store.settings.clone(),
-            attachment_files: st.attachment_files,
-            attachment_bytes: st.attachment_bytes,
-        }
-    }
-
-    fn stats(self) -> RunStats {
-        RunStats {
-            run_id: self.run_id,
-            store: StoreStats {
-                backend: "sqlite",
-                schema_version: self.schema_version,
-                db_bytes: self.db_bytes,
-                wal_bytes: self.wal_bytes,
-                tables: self.tables,
-                execution_status: self.execution_status,
-                binding_inline_bytes: self.binding_inline_bytes,
-                settings: self.settings,
-            },
-            attachment_files: self.attachment_files,
-            attachment_bytes: self.attachment_bytes,
-        }
-    }
+fn sqlite() -> &'static str {
+    "sqlite"
 }
 
 /// What a run's stats are read from: its state.db and log (`stamp_of`), and its attachments
@@ -102,8 +82,11 @@ impl ProjectCatalog {
         let mut changed = Vec::new();
         for ((id, files, stats), before) in kept.into_iter().zip(now) {
             if files.as_deref() == Some(before.as_str()) {
-                if let Some(k) = stats.and_then(|s| serde_json::from_str::<KeptStats>(&s).ok()) {
-                    out.push((id, k.stats()));
+                let kept = stats.and_then(|s| {
+                    KeptStats::deserialize(&mut serde_json::Deserializer::from_str(&s)).ok()
+                });
+                if let Some(k) = kept {
+                    out.push((id, k));
                     continue;
                 }
             }
@@ -122,7 +105,9 @@ impl ProjectCatalog {
                     // Kept under the files read only if they did not change meanwhile (the
                     // first open may make the log): otherwise read again next time.
                     if stats_files(&dir) == before {
-                        let json = serde_json::to_string(&KeptStats::of(&st))?;
+                        let mut json = Vec::new();
+                        KeptStats::serialize(&st, &mut serde_json::Serializer::new(&mut json))?;
+                        let json = String::from_utf8(json)?;
                         read.push((id.clone(), before, json));
                     }
                     out.push((id, st));

@@ -39,9 +39,15 @@ const TRY_XACT_LOCK: &str = "SELECT pg_try_advisory_xact_lock($1, hashtext($2 ||
 
 /// Deletes a blob inside a transaction, unless a live upload holds it; whether it is gone.
 pub(super) fn delete(tx: &mut impl Statements, run: &str, blob: &str) -> Result<bool> {
+    delete_unless_held(tx, run, blob, "TRUE")
+}
+
+/// Deletes a blob's rows where `and` holds (see `delete_rows`), unless a live upload holds
+/// it; whether no upload did.
+fn delete_unless_held(tx: &mut impl Statements, run: &str, blob: &str, and: &str) -> Result<bool> {
     let free: bool = tx.one(TRY_XACT_LOCK, &[&UPLOAD_LOCK, &run, &blob], |r| r.get(0))?;
     if free {
-        delete_rows(tx, run, blob, "TRUE")?;
+        delete_rows(tx, run, blob, and)?;
     }
     Ok(free)
 }
@@ -166,25 +172,13 @@ impl PgStore {
     pub(super) fn finish_upload(&mut self, blob: &str, linked: bool) -> Result<()> {
         let run = self.run()?.to_string();
         if !linked {
-            let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
-            let err = |e| map_err(e, &shown_url, busy_ms);
-            let mut tx = self.client.transaction().map_err(err)?;
             // Unless a row links it after all (a commit whose outcome was lost).
-            delete_rows(
-                &mut On {
-                    c: &mut tx,
-                    url: &shown_url,
-                    busy_ms,
-                },
-                &run,
-                blob,
-                &format!(
-                    "NOT EXISTS (SELECT 1 FROM openprose.bindings
-                                 WHERE run_id = $1 AND attachment_path = '{}' || $2)",
-                    crate::store::SERVER_PREFIX
-                ),
-            )?;
-            committed(tx.commit(), err)?;
+            let linked = format!(
+                "NOT EXISTS (SELECT 1 FROM openprose.bindings
+                             WHERE run_id = $1 AND attachment_path = '{}' || $2)",
+                crate::store::SERVER_PREFIX
+            );
+            self.in_transaction(|tx| delete_rows(tx, &run, blob, &linked))?;
         }
         self.exec(UNLOCK, &[&UPLOAD_LOCK, &run, &blob])
     }
@@ -273,6 +267,23 @@ impl PgStore {
             chunk: Vec::new(),
             at: 0,
         }))
+    }
+
+    /// `f` in a transaction of its own, committed (see `committed`) when it succeeds.
+    fn in_transaction<T>(
+        &mut self,
+        f: impl FnOnce(&mut On<'_, Transaction<'_>>) -> Result<T>,
+    ) -> Result<T> {
+        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
+        let err = |e| map_err(e, &shown_url, busy_ms);
+        let mut tx = self.client.transaction().map_err(err)?;
+        let done = f(&mut On {
+            c: &mut tx,
+            url: &shown_url,
+            busy_ms,
+        })?;
+        committed(tx.commit(), err)?;
+        Ok(done)
     }
 
     /// Starts the read-only snapshot every later read of this store sees.
@@ -366,28 +377,9 @@ impl PgStore {
         )?;
         if remove {
             for o in &mut orphans {
-                let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
-                let err = |e| map_err(e, &shown_url, busy_ms);
-                let mut tx = self.client.transaction().map_err(err)?;
-                let mut on = On {
-                    c: &mut tx,
-                    url: &shown_url,
-                    busy_ms,
-                };
-                let free: bool =
-                    on.one(TRY_XACT_LOCK, &[&UPLOAD_LOCK, &o.run_id, &o.blob], |r| {
-                        r.get(0)
-                    })?;
-                if free {
-                    delete_rows(
-                        &mut on,
-                        &o.run_id,
-                        &o.blob,
-                        "NOT EXISTS (SELECT 1 FROM openprose.run WHERE id = $1)",
-                    )?;
-                }
-                committed(tx.commit(), err)?;
-                o.removed = free;
+                let absent = "NOT EXISTS (SELECT 1 FROM openprose.run WHERE id = $1)";
+                o.removed =
+                    self.in_transaction(|tx| delete_unless_held(tx, &o.run_id, &o.blob, absent))?;
             }
         }
         Ok(orphans)

@@ -2,13 +2,14 @@
 //! listing is one query (and a sweep touches only the runs that have an overdue gate), over
 //! one connection, never one connection a run.
 
-use super::{audit_row, gate_row, PgStore, AUDIT_SELECT, GATE_COLUMNS, OVERDUE_AT};
+use super::{audit_row, gate_row, PgStore, Statements, AUDIT_SELECT, GATE_COLUMNS, OVERDUE_AT};
 use crate::model::RunStatus;
 use crate::store::{
     AuditFilter, AuditRow, Catalog, GateRow, RunFilter, RunInfo, RunStats, RunSummary,
-    ServerCatalog, Store, StoreStats,
+    ServerCatalog, Store, StoreStats, STATS_TABLES,
 };
 use anyhow::Result;
+use postgres::types::ToSql;
 use std::collections::BTreeMap;
 
 impl PgStore {
@@ -18,10 +19,7 @@ impl PgStore {
         StoreStats {
             backend: "postgres",
             schema_version: self.version,
-            tables: crate::store::STATS_TABLES
-                .iter()
-                .map(|t| (t.to_string(), 0))
-                .collect(),
+            tables: STATS_TABLES.iter().map(|t| (t.to_string(), 0)).collect(),
             ..Default::default()
         }
     }
@@ -39,84 +37,66 @@ impl PgStore {
             "lock_timeout",
             "default_transaction_isolation",
         ] {
-            let v: String = self
-                .client
-                .query_one("SELECT current_setting($1)", &[&name])
-                .map_err(self.err())?
-                .get(0);
+            let v: String = self.one("SELECT current_setting($1)", &[&name], |r| r.get(0))?;
             settings.insert(name.to_string(), v);
         }
         settings.insert("server".to_string(), self.shown_url.clone());
+        let filter: [&(dyn ToSql + Sync); 2] = [&runs.only, &runs.except];
+        let ids: Vec<String> = self.all(
+            "SELECT id FROM openprose.run
+             WHERE ($1::text[] IS NULL OR id = ANY($1)) AND NOT id = ANY($2)",
+            &filter,
+            |r| r.get(0),
+        )?;
         let mut all: BTreeMap<String, StoreStats> = BTreeMap::new();
-        for r in self
-            .client
-            .query(
-                "SELECT id FROM openprose.run
-                 WHERE ($1::text[] IS NULL OR id = ANY($1)) AND NOT id = ANY($2)",
-                &[&runs.only, &runs.except],
-            )
-            .map_err(self.err())?
-        {
+        for id in ids {
             let mut st = self.no_stats();
             st.settings = settings.clone();
-            all.insert(r.get(0), st);
+            all.insert(id, st);
         }
-        let grouped = |key: &str, what: &str, table: &str, by: &str| {
-            // Names and expressions are this file's constants, never input.
-            format!(
-                "SELECT {key}{by}, {what} FROM openprose.{table}
+        // Each figure: the table's key, what its rows are grouped by besides the run, what is
+        // summed, the table, and where it goes. Names and expressions are constants, never input.
+        type Put = fn(&mut StoreStats, String, i64);
+        let count: Put = |st, table, n| st.tables.extend([(table, n)]);
+        let status: Put = |st, status, n| st.execution_status.extend([(status, n)]);
+        let bytes: Put = |st, _, n| st.binding_inline_bytes = n;
+        let figures = STATS_TABLES.iter().map(|t| {
+            let key = if *t == "run" { "id" } else { "run_id" };
+            (key, format!("'{t}'::text"), "COUNT(*)", *t, count)
+        });
+        let figures = figures.chain([
+            (
+                "run_id",
+                "COALESCE(status, '?')".into(),
+                "COUNT(*)",
+                "execution",
+                status,
+            ),
+            (
+                "run_id",
+                "''::text".into(),
+                "COALESCE(SUM(octet_length(value)), 0)::bigint",
+                "bindings",
+                bytes,
+            ),
+        ]);
+        for (key, by, what, table, put) in figures {
+            let sql = format!(
+                "SELECT {key}, {by}, {what} FROM openprose.{table}
                  WHERE ($1::text[] IS NULL OR {key} = ANY($1)) AND NOT {key} = ANY($2)
-                 GROUP BY {key}{by}"
-            )
-        };
-        for table in crate::store::STATS_TABLES {
-            let key = if table == "run" { "id" } else { "run_id" };
-            for r in self
-                .client
-                .query(
-                    &grouped(key, "COUNT(*)", table, ""),
-                    &[&runs.only, &runs.except],
-                )
-                .map_err(self.err())?
-            {
-                if let Some(st) = r.get::<_, Option<&str>>(0).and_then(|id| all.get_mut(id)) {
-                    st.tables.insert(table.to_string(), r.get(1));
+                 GROUP BY 1, 2"
+            );
+            let rows: Vec<(Option<String>, String, i64)> =
+                self.all(&sql, &filter, |r| (r.get(0), r.get(1), r.get(2)))?;
+            for (id, by, n) in rows {
+                if let Some(st) = id.and_then(|id| all.get_mut(&id)) {
+                    put(st, by, n);
                 }
-            }
-        }
-        for r in self
-            .client
-            .query(
-                &grouped("run_id", "COUNT(*)", "execution", ", COALESCE(status, '?')"),
-                &[&runs.only, &runs.except],
-            )
-            .map_err(self.err())?
-        {
-            if let Some(st) = r.get::<_, Option<&str>>(0).and_then(|id| all.get_mut(id)) {
-                st.execution_status.insert(r.get(1), r.get(2));
-            }
-        }
-        for r in self
-            .client
-            .query(
-                &grouped(
-                    "run_id",
-                    "COALESCE(SUM(octet_length(value)), 0)::bigint",
-                    "bindings",
-                    "",
-                ),
-                &[&runs.only, &runs.except],
-            )
-            .map_err(self.err())?
-        {
-            if let Some(st) = r.get::<_, Option<&str>>(0).and_then(|id| all.get_mut(id)) {
-                st.binding_inline_bytes = r.get(1);
             }
         }
         Ok(all)
     }
 }
-
 impl Catalog for PgStore {
     fn stats_of(&mut self, runs: &RunFilter) -> Result<Vec<(String, RunStats)>> {
         Ok(self
@@ -135,19 +115,16 @@ impl Catalog for PgStore {
     }
 
     fn sweep_overdue(&mut self, runs: &RunFilter, now: &str) -> Result<usize> {
-        let rows = self
-            .client
-            .query(
-                &format!(
-                    "SELECT DISTINCT run_id FROM openprose.gates g
-                     WHERE ($1::text[] IS NULL OR run_id = ANY($1)) AND NOT run_id = ANY($3)
-                       AND {OVERDUE_AT}
-                     ORDER BY run_id"
-                ),
-                &[&runs.only, &now, &runs.except],
-            )
-            .map_err(self.err())?;
-        let overdue: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+        let overdue: Vec<String> = self.all(
+            &format!(
+                "SELECT DISTINCT run_id FROM openprose.gates g
+                 WHERE ($1::text[] IS NULL OR run_id = ANY($1)) AND NOT run_id = ANY($3)
+                   AND {OVERDUE_AT}
+                 ORDER BY run_id"
+            ),
+            &[&runs.only, &now, &runs.except],
+            |r| r.get(0),
+        )?;
         let mine = self.run_id.take();
         let mut swept = 0;
         for id in &overdue {
@@ -188,36 +165,30 @@ impl Catalog for PgStore {
         limit: Option<i64>,
     ) -> Result<Vec<RunSummary>> {
         // Newest first, limited before the per-run figures are computed.
-        let rows = self
-            .client
-            .query(
-                concat!(
-                    "SELECT r.id, r.program_path, r.status, ",
-                    ts!("r.started_at"),
-                    ", ",
-                    ts!("r.updated_at"),
-                    ", r.error_message,
-                     (SELECT ",
-                    ts!("max(COALESCE(e.completed_at, e.started_at))"),
-                    " FROM openprose.execution e WHERE e.run_id = r.id),
-                     (SELECT COUNT(*) FROM openprose.gates g WHERE g.run_id = r.id
-                        AND g.status = 'pending'
-                        AND NOT (g.timeout_at IS NOT NULL
-                                 AND g.timeout_at <= ($2::text)::timestamptz))
-                     FROM (SELECT * FROM openprose.run
-                           WHERE ($1::text[] IS NULL OR id = ANY($1)) AND NOT id = ANY($5)
-                             AND ($3::text IS NULL OR status = $3)
-                             AND ($6::text IS NULL OR started_at >= ($6::text)::timestamptz)
-                           ORDER BY started_at DESC, id DESC
-                           LIMIT $4) r
-                     ORDER BY r.started_at DESC, r.id DESC"
-                ),
-                &[&runs.only, &now, &status, &limit, &runs.except, &since],
-            )
-            .map_err(self.err())?;
-        Ok(rows
-            .iter()
-            .map(|r| RunSummary {
+        self.all(
+            concat!(
+                "SELECT r.id, r.program_path, r.status, ",
+                ts!("r.started_at"),
+                ", ",
+                ts!("r.updated_at"),
+                ", r.error_message,
+                 (SELECT ",
+                ts!("max(COALESCE(e.completed_at, e.started_at))"),
+                " FROM openprose.execution e WHERE e.run_id = r.id),
+                 (SELECT COUNT(*) FROM openprose.gates g WHERE g.run_id = r.id
+                    AND g.status = 'pending'
+                    AND NOT (g.timeout_at IS NOT NULL
+                             AND g.timeout_at <= ($2::text)::timestamptz))
+                 FROM (SELECT * FROM openprose.run
+                       WHERE ($1::text[] IS NULL OR id = ANY($1)) AND NOT id = ANY($5)
+                         AND ($3::text IS NULL OR status = $3)
+                         AND ($6::text IS NULL OR started_at >= ($6::text)::timestamptz)
+                       ORDER BY started_at DESC, id DESC
+                       LIMIT $4) r
+                 ORDER BY r.started_at DESC, r.id DESC"
+            ),
+            &[&runs.only, &now, &status, &limit, &runs.except, &since],
+            |r| RunSummary {
                 run: RunInfo {
                     id: r.get(0),
                     program_path: r.get(1),
@@ -228,8 +199,8 @@ impl Catalog for PgStore {
                 error_message: r.get(5),
                 last_event_at: r.get(6),
                 pending_gates: r.get(7),
-            })
-            .collect())
+            },
+        )
     }
 }
 
@@ -240,52 +211,43 @@ impl ServerCatalog for PgStore {
         status: Option<&str>,
         limit: Option<i64>,
     ) -> Result<Vec<(GateRow, Option<String>)>> {
-        let rows = self
-            .client
-            .query(
-                &format!(
-                    "SELECT {GATE_COLUMNS}, r.program_path
-                     FROM openprose.gates g JOIN openprose.run r ON r.id = g.run_id
-                     WHERE ($1::text[] IS NULL OR g.run_id = ANY($1)) AND NOT g.run_id = ANY($3)
-                       AND ($2::text IS NULL OR g.status = $2)
-                     ORDER BY g.created_at, g.run_id, g.id
-                     LIMIT $4"
-                ),
-                &[&runs.only, &status, &runs.except, &limit],
-            )
-            .map_err(self.err())?;
-        Ok(rows.iter().map(|r| (gate_row(r), r.get(15))).collect())
+        self.all(
+            &format!(
+                "SELECT {GATE_COLUMNS}, r.program_path
+                 FROM openprose.gates g JOIN openprose.run r ON r.id = g.run_id
+                 WHERE ($1::text[] IS NULL OR g.run_id = ANY($1)) AND NOT g.run_id = ANY($3)
+                   AND ($2::text IS NULL OR g.status = $2)
+                 ORDER BY g.created_at, g.run_id, g.id
+                 LIMIT $4"
+            ),
+            &[&runs.only, &status, &runs.except, &limit],
+            |r| (gate_row(r), r.get(15)),
+        )
     }
 
     fn ids_of(&mut self, runs: &RunFilter) -> Result<Vec<String>> {
-        let rows = self
-            .client
-            .query(
-                "SELECT id FROM openprose.run
-                 WHERE ($1::text[] IS NULL OR id = ANY($1)) AND NOT id = ANY($2) ORDER BY id",
-                &[&runs.only, &runs.except],
-            )
-            .map_err(self.err())?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        self.all(
+            "SELECT id FROM openprose.run
+             WHERE ($1::text[] IS NULL OR id = ANY($1)) AND NOT id = ANY($2) ORDER BY id",
+            &[&runs.only, &runs.except],
+            |r| r.get(0),
+        )
     }
 
     fn audits_of(&mut self, runs: &RunFilter, f: &AuditFilter) -> Result<Vec<AuditRow>> {
         // The filter as `Store::audit` applies it to one run.
-        let rows = self
-            .client
-            .query(
-                &format!(
-                    "{AUDIT_SELECT}
-                     WHERE ($1::text[] IS NULL OR run_id = ANY($1)) AND NOT run_id = ANY($2)
-                       AND ($3::text IS NULL OR gate_id = $3)
-                       AND ($4::text IS NULL OR principal = $4)
-                       AND ($5::text IS NULL OR timestamp >= ($5::text)::timestamptz)
-                     ORDER BY run_id, id"
-                ),
-                &[&runs.only, &runs.except, &f.gate_id, &f.principal, &f.since],
-            )
-            .map_err(self.err())?;
-        Ok(rows.iter().map(audit_row).collect())
+        self.all(
+            &format!(
+                "{AUDIT_SELECT}
+                 WHERE ($1::text[] IS NULL OR run_id = ANY($1)) AND NOT run_id = ANY($2)
+                   AND ($3::text IS NULL OR gate_id = $3)
+                   AND ($4::text IS NULL OR principal = $4)
+                   AND ($5::text IS NULL OR timestamp >= ($5::text)::timestamptz)
+                 ORDER BY run_id, id"
+            ),
+            &[&runs.only, &runs.except, &f.gate_id, &f.principal, &f.since],
+            audit_row,
+        )
     }
 
     fn catalog_place(&self) -> String {

@@ -42,7 +42,10 @@ fn mask_password_parameters(text: &str) -> String {
         let Some(eq) = rest.find('=') else { continue };
         let name = &rest[..eq];
         if !name.contains(['?', '&', '@', '/'])
-            && percent_decoded(name).eq_ignore_ascii_case("password")
+            // Decoded as the driver decodes URL parts (invalid escapes kept as written).
+            && percent_encoding::percent_decode_str(name)
+                .decode_utf8_lossy()
+                .eq_ignore_ascii_case("password")
         {
             let end = rest.find('&').unwrap_or(rest.len());
             out.push_str(name);
@@ -52,31 +55,6 @@ fn mask_password_parameters(text: &str) -> String {
     }
     out.push_str(rest);
     out
-}
-
-/// `%XX` escapes decoded, as the driver decodes URL parts (invalid escapes kept as written).
-fn percent_decoded(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match (
-            bytes[i],
-            bytes.get(i + 1).and_then(|&b| hex(b)),
-            bytes.get(i + 2).and_then(|&b| hex(b)),
-        ) {
-            (b'%', Some(h), Some(l)) => {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-            }
-            (b, _, _) => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The password as the driver parses it from the URL, when there is one worth hiding.

@@ -1,6 +1,6 @@
 //! A run's rows read off the server (`Store::dump`), in the store's snapshot.
 
-use super::{gate_record, import_row, PgStore, Statements};
+use super::{gate_record, PgStore, Statements, GATE_SELECT};
 use crate::store::dump::{
     AgentRecord, BindingRecord, ExecRecord, RunDump, RunRecord, SegmentRecord,
 };
@@ -24,15 +24,6 @@ const EXECUTIONS: &str = concat!(
      FROM openprose.execution WHERE run_id = $1 ORDER BY id"
 );
 
-const BINDINGS: &str = concat!(
-    "SELECT name, execution_id, kind, value, source_statement, ",
-    ts!("created_at"),
-    ", ",
-    ts!("updated_at"),
-    ", attachment_path FROM openprose.bindings WHERE run_id = $1
-     ORDER BY COALESCE(execution_id, -1), name"
-);
-
 const AGENTS: &str = concat!(
     "SELECT name, scope, memory, ",
     ts!("created_at"),
@@ -47,18 +38,6 @@ const SEGMENTS: &str = concat!(
     ", prompt, summary FROM openprose.agent_segments WHERE run_id = $1 ORDER BY id"
 );
 
-const IMPORTS: &str = concat!(
-    "SELECT alias, source_url, ",
-    ts!("fetched_at"),
-    ", inputs_schema::text, outputs_schema::text FROM openprose.imports WHERE run_id = $1
-     ORDER BY alias"
-);
-
-const GATES: &str = concat!(
-    "SELECT ",
-    gate_columns!("id"),
-    " FROM openprose.gates g WHERE run_id = $1 ORDER BY id"
-);
 const GATE_INSTANCES: &str = concat!(
     "SELECT ",
     gate_columns!("gate_id"),
@@ -100,16 +79,20 @@ impl PgStore {
             metadata: r.get(8),
             idempotency_key: r.get(9),
         })?;
-        let bindings = self.all(BINDINGS, &[&run_id], |r| BindingRecord {
-            name: r.get(0),
-            execution_id: r.get(1),
-            kind: r.get(2),
-            value: r.get::<_, Option<String>>(3).map(String::into_bytes),
-            source_statement: r.get(4),
-            created_at: r.get(5),
-            updated_at: r.get(6),
-            attachment_path: r.get(7),
-        })?;
+        let bindings = self
+            .bindings()?
+            .into_iter()
+            .map(|b| BindingRecord {
+                name: Some(b.name),
+                execution_id: b.execution_id,
+                kind: b.kind,
+                value: b.value,
+                source_statement: b.source_statement,
+                created_at: b.created_at,
+                updated_at: b.updated_at,
+                attachment_path: b.attachment_path,
+            })
+            .collect();
         let agents = self.all(AGENTS, &[&run_id], |r| AgentRecord {
             name: r.get(0),
             scope: r.get(1),
@@ -124,8 +107,12 @@ impl PgStore {
             prompt: r.get(3),
             summary: r.get(4),
         })?;
-        let imports = self.all(IMPORTS, &[&run_id], import_row)?;
-        let gates = self.all(GATES, &[&run_id], gate_record)?;
+        let imports = self.imports()?;
+        let gates = self.all(
+            &format!("{GATE_SELECT} WHERE run_id = $1 ORDER BY id"),
+            &[&run_id],
+            gate_record,
+        )?;
         let gate_instances = self.all(GATE_INSTANCES, &[&run_id], gate_record)?;
         let counts: Vec<i64> = self.one(SERVER_ONLY, &[&run_id], |r| {
             (0..5).map(|i| r.get(i)).collect()

@@ -3,14 +3,14 @@
 
 use super::{
     attachment_referenced, audit_row, blobs, committed, execution_exists, gate_record, gate_row,
-    import_row, load_gate, map_err, Statements, AUDIT_SELECT, GATE_SELECT, OVERDUE,
+    import_row, map_err, Statements, AUDIT_SELECT, GATE_SELECT, OVERDUE,
 };
 use crate::error::{not_found, refused, shown};
 use crate::model::{GateStatus, RunStatus};
 use crate::store::dump::{
     AgentRecord, BindingRecord, ExecRecord, GateRecord, RunRecord, SegmentRecord,
 };
-use crate::store::tx::{GateResumeState, KeyedExecution, Tx, TxKind};
+use crate::store::tx::{ChainTip, GateResumeState, KeyedExecution, Tx, TxKind};
 use crate::store::{AuditRow, GateRow, ImportRow, NewGate};
 use anyhow::{anyhow, Result};
 use postgres::Transaction;
@@ -381,11 +381,6 @@ impl Tx for PgTx<'_> {
         )
     }
 
-    fn load_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
-        let run = self.run()?;
-        load_gate(self, &run, id)
-    }
-
     fn overdue_gates(&mut self, now: &str) -> Result<Vec<GateRow>> {
         let run = self.run()?;
         self.all(
@@ -527,6 +522,22 @@ impl Tx for PgTx<'_> {
             &format!("{AUDIT_SELECT} WHERE run_id = $1 AND seq IS NULL ORDER BY id"),
             &[&run],
             audit_row,
+        )
+    }
+
+    fn chain_tip(&mut self) -> Result<Option<ChainTip>> {
+        let run = self.run()?;
+        self.opt(
+            "SELECT seq, hash, seal FROM openprose.gate_audit_log
+              WHERE run_id = $1 AND seq IS NOT NULL ORDER BY seq DESC LIMIT 1",
+            &[&run],
+            |r| {
+                (
+                    r.get(0),
+                    r.get::<_, Option<String>>(1).unwrap_or_default(),
+                    r.get(2),
+                )
+            },
         )
     }
 

@@ -142,65 +142,20 @@ impl SqliteStore {
 /// refused by the authorizer: SQLite's own read-only flag does not cover `PRAGMA x = y` on a
 /// connection setting (`query_only`, `foreign_keys`, `writable_schema`, `locking_mode`).
 fn reporting_pragma(name: &str, value: Option<&str>) -> bool {
-    const DESCRIBE: &[&str] = &[
-        "table_info",
-        "table_xinfo",
-        "table_list",
-        "index_info",
-        "index_xinfo",
-        "index_list",
-        "foreign_key_list",
-        "foreign_key_check",
-        "integrity_check",
-        "quick_check",
-    ];
-    const READ: &[&str] = &[
-        "application_id",
-        "auto_vacuum",
-        "automatic_index",
-        "busy_timeout",
-        "cache_size",
-        "cache_spill",
-        "cell_size_check",
-        "checkpoint_fullfsync",
-        "collation_list",
-        "compile_options",
-        "data_version",
-        "database_list",
-        "defer_foreign_keys",
-        "encoding",
-        "foreign_keys",
-        "freelist_count",
-        "fullfsync",
-        "function_list",
-        "hard_heap_limit",
-        "ignore_check_constraints",
-        "journal_mode",
-        "journal_size_limit",
-        "legacy_alter_table",
-        "locking_mode",
-        "max_page_count",
-        "mmap_size",
-        "module_list",
-        "page_count",
-        "page_size",
-        "pragma_list",
-        "query_only",
-        "read_uncommitted",
-        "recursive_triggers",
-        "reverse_unordered_selects",
-        "schema_version",
-        "secure_delete",
-        "soft_heap_limit",
-        "synchronous",
-        "temp_store",
-        "threads",
-        "trusted_schema",
-        "user_version",
-        "wal_autocheckpoint",
-        "writable_schema",
-    ];
-    let is = |list: &[&str]| list.iter().any(|p| p.eq_ignore_ascii_case(name));
+    const DESCRIBE: &str = "table_info table_xinfo table_list index_info index_xinfo index_list
+        foreign_key_list foreign_key_check integrity_check quick_check";
+    const READ: &str = "application_id auto_vacuum automatic_index busy_timeout cache_size
+        cache_spill cell_size_check checkpoint_fullfsync collation_list compile_options
+        data_version database_list defer_foreign_keys encoding foreign_keys freelist_count
+        fullfsync function_list hard_heap_limit ignore_check_constraints journal_mode
+        journal_size_limit legacy_alter_table locking_mode max_page_count mmap_size module_list
+        page_count page_size pragma_list query_only read_uncommitted recursive_triggers
+        reverse_unordered_selects schema_version secure_delete soft_heap_limit synchronous
+        temp_store threads trusted_schema user_version wal_autocheckpoint writable_schema";
+    let is = |list: &str| {
+        list.split_whitespace()
+            .any(|p| p.eq_ignore_ascii_case(name))
+    };
     is(DESCRIBE) || (value.is_none() && is(READ))
 }
 

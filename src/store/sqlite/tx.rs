@@ -3,13 +3,13 @@
 
 use super::{
     attachment_referenced, audit_row, db_error, execution_exists, gate_record, gate_row,
-    import_row, load_gate, CommitWatch, Statements, AUDIT_COLUMNS, GATE_COLUMNS, OVERDUE,
+    import_row, CommitWatch, Statements, AUDIT_COLUMNS, GATE_COLUMNS, OVERDUE,
 };
 use crate::model::{GateStatus, RunStatus};
 use crate::store::dump::{
     AgentRecord, BindingRecord, ExecRecord, GateRecord, RunRecord, SegmentRecord,
 };
-use crate::store::tx::{GateResumeState, KeyedExecution, Tx};
+use crate::store::tx::{ChainTip, GateResumeState, KeyedExecution, Tx};
 use crate::store::{AuditRow, GateRow, ImportRow, NewGate};
 use anyhow::{anyhow, Result};
 use rusqlite::{params, Connection};
@@ -120,10 +120,6 @@ impl Tx for SqliteTx<'_> {
             [key],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
         )
-    }
-
-    fn load_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
-        load_gate(self, id)
     }
 
     fn overdue_gates(&mut self, now: &str) -> Result<Vec<GateRow>> {
@@ -254,6 +250,21 @@ impl Tx for SqliteTx<'_> {
             &format!("SELECT {AUDIT_COLUMNS} FROM gate_audit_log WHERE seq IS NULL ORDER BY id"),
             [],
             audit_row,
+        )
+    }
+
+    fn chain_tip(&mut self) -> Result<Option<ChainTip>> {
+        self.opt(
+            "SELECT seq, hash, seal FROM gate_audit_log WHERE seq IS NOT NULL
+              ORDER BY seq DESC LIMIT 1",
+            [],
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                    r.get(2)?,
+                ))
+            },
         )
     }
 
