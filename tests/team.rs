@@ -14,6 +14,7 @@ on_both!(
     raw_sql_adds_no_approval_no_member_and_no_policy,
     waiting_on_several_gates_reports_each_and_the_most_serious,
     the_worked_example_runs_as_written,
+    the_books_log_chains_past_its_tenth_row,
 );
 
 /// Issues a token (with `principals add NAME EXTRA…`) and returns it.
@@ -538,4 +539,23 @@ fn the_worked_example_runs_as_written(b: Backend) {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.contains("1 of 2 approvals: bob"), "{text}");
+}
+
+/// The book's log is chained by number, not by its text (row 10 follows row 9).
+fn the_books_log_chains_past_its_tenth_row(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    for i in 0..12 {
+        token(&p, &format!("p{i}"), &["--group", "many"]);
+    }
+    let listed = stdout_json(
+        &p.cmd()
+            .args(["principals", "group", "list", "--json"])
+            .assert()
+            .success(),
+    );
+    assert_eq!(
+        listed["many"].as_array().map(Vec::len),
+        Some(12),
+        "{listed}"
+    );
 }

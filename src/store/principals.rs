@@ -12,8 +12,8 @@ use super::book_log::{BookEvent, Change};
 use super::seal::Key;
 
 /// The log's columns, in [`BookEvent`]'s order (`seq` read as text, as every book column is).
-const BOOK_SELECT: &str = "SELECT CAST(seq AS TEXT), at, actor, event, principal, grp, value,
-    prev_hash, hash, seal FROM {p}book_log";
+const BOOK_SELECT: &str = "SELECT CAST(seq AS TEXT) AS seq_text, at, actor, event, principal,
+    grp, value, prev_hash, hash, seal FROM {p}book_log";
 
 /// The file, under `.prose/`.
 pub const BOOK_FILE: &str = "principals.db";
@@ -166,9 +166,15 @@ impl<B: BookStatements> PrincipalBook for B {
 
     fn append_book(&mut self, changes: &[Change], key: &Key) -> Result<()> {
         for c in changes {
-            // Chained after the newest row: a writer that loses the race for its number (the
-            // primary key) reads the new newest row and chains after that.
-            loop {
+            // Chained after the newest row (by number: `seq_text` is not what is ordered): a
+            // writer that loses the race for its number (the primary key) reads the new newest
+            // row and chains after that.
+            for attempt in 0.. {
+                if attempt == 100 {
+                    return Err(crate::error::busy(
+                        "the principals book's log kept changing under this write; try again",
+                    ));
+                }
                 let tip = self
                     .read(&format!("{BOOK_SELECT} ORDER BY seq DESC LIMIT 1"), &[])?
                     .into_iter()
