@@ -297,6 +297,28 @@ pub(crate) fn gate_path(run: &Run, gate: &str) -> String {
     format!("/runs/{}/gates/{gate}", run.id)
 }
 
+/// Approves a gate with the form its page shows this session, as a person would: 303.
+fn approve_as_shown(s: &Server, cookie: &str, run: &Run, g: &str) {
+    let page = s.get(&gate_path(run, g), Some(cookie));
+    let at = page.body.find("name=\"prompt_hash\" value=\"").unwrap() + 26;
+    let hash = page.body[at..at + 71].to_string();
+    let r = decide(
+        s,
+        cookie,
+        run,
+        g,
+        &[
+            ("csrf", &csrf_of(&page.body)),
+            ("action", "approve"),
+            ("comment", ""),
+            ("prompt_hash", &hash),
+            ("instance", &view_of(&page.body).0),
+            ("view", &view_of(&page.body).1),
+        ],
+    );
+    assert_eq!(r.status, 303, "{}", r.body);
+}
+
 pub(crate) fn decide(
     s: &Server,
     cookie: &str,
@@ -936,24 +958,7 @@ fn signed_decisions_verify_and_unsigned_or_altered_ones_do_not(b: Backend) {
     let s = Server::start(&p);
     let cookie = s.login(&alice);
     for g in ["one", "four"] {
-        let page = s.get(&gate_path(&run, g), Some(&cookie));
-        let at = page.body.find("name=\"prompt_hash\" value=\"").unwrap() + 26;
-        let hash = page.body[at..at + 71].to_string();
-        let r = decide(
-            &s,
-            &cookie,
-            &run,
-            g,
-            &[
-                ("csrf", &csrf_of(&page.body)),
-                ("action", "approve"),
-                ("comment", ""),
-                ("prompt_hash", &hash),
-                ("instance", &view_of(&page.body).0),
-                ("view", &view_of(&page.body).1),
-            ],
-        );
-        assert_eq!(r.status, 303, "{}", r.body);
+        approve_as_shown(&s, &cookie, &run, g);
     }
     drop(s);
     let events = run.view().events("one");
@@ -1431,24 +1436,7 @@ fn every_vote_a_quorum_counts_must_be_signed(b: Backend) {
     let s = Server::start(&p);
     let approve = |token: &str, g: &str| {
         let cookie = s.login(token);
-        let page = s.get(&gate_path(&run, g), Some(&cookie));
-        let at = page.body.find("name=\"prompt_hash\" value=\"").unwrap() + 26;
-        let hash = page.body[at..at + 71].to_string();
-        let r = decide(
-            &s,
-            &cookie,
-            &run,
-            g,
-            &[
-                ("csrf", &csrf_of(&page.body)),
-                ("action", "approve"),
-                ("comment", ""),
-                ("prompt_hash", &hash),
-                ("instance", &view_of(&page.body).0),
-                ("view", &view_of(&page.body).1),
-            ],
-        );
-        assert_eq!(r.status, 303, "{}", r.body);
+        approve_as_shown(&s, &cookie, &run, g);
         s.get(&gate_path(&run, g), Some(&cookie)).body
     };
     let after_one = approve(&alice, "both");
