@@ -170,16 +170,6 @@ crate::output::one_of!(
     }
 );
 
-/// Who runs a change to the book, as claimed (the log records it; the book's writer is
-/// trusted, see docs/gates-and-trust.md).
-fn actor() -> Option<String> {
-    ["PROSE_PRINCIPAL", "USER", "LOGNAME"]
-        .iter()
-        .filter_map(|v| std::env::var(v).ok())
-        .find_map(|p| Principal::parse(&p, "actor").ok())
-        .map(|p| p.as_str().to_string())
-}
-
 /// What the book's sealed log says now; a log that cannot be trusted is exit 9.
 fn state(book: &mut dyn PrincipalBook) -> Result<book_log::BookState> {
     crate::store::principals::book_state(book)?.map_err(tampered)
@@ -241,7 +231,16 @@ impl super::Run for PrincipalsArgs {
             _ => false,
         };
         let now = now();
-        let actor = actor();
+        // Who runs the change, as `Context::principal` names anyone (a claim: the book's
+        // writer is trusted); a name outside the grammar records no one.
+        let claimed = crate::cli::PrincipalArg {
+            principal: std::env::var("PROSE_PRINCIPAL").ok(),
+        };
+        let actor = ctx
+            .principal(&claimed)
+            .ok()
+            .flatten()
+            .map(|p| p.to_string());
         let change = |event, principal, grp, value| Change {
             event,
             principal,
