@@ -136,6 +136,8 @@ CREATE TABLE IF NOT EXISTS openprose.gates (
 );
 -- Which opening of the gate the row is, and the earlier openings (schema 3).
 ALTER TABLE openprose.gates ADD COLUMN IF NOT EXISTS instance BIGINT NOT NULL DEFAULT 1;
+-- When the gate's next reminder is due (schema 8).
+ALTER TABLE openprose.gates ADD COLUMN IF NOT EXISTS remind_at TIMESTAMPTZ;
 CREATE TABLE IF NOT EXISTS openprose.gate_instances (
     gate_id TEXT NOT NULL,
     instance BIGINT NOT NULL,

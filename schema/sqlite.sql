@@ -122,7 +122,8 @@ CREATE TABLE IF NOT EXISTS gates (
     resolved_by TEXT,
     resolution_comment TEXT,
     metadata TEXT,
-    instance INTEGER NOT NULL DEFAULT 1  -- which opening of the gate this row is (schema 5)
+    instance INTEGER NOT NULL DEFAULT 1, -- which opening of the gate this row is (schema 5)
+    remind_at TEXT                       -- when its next reminder is due (schema 9)
 );
 -- Earlier openings of gates opened again (`gates create --reopen`), each as it ended (schema 5).
 CREATE TABLE IF NOT EXISTS gate_instances (

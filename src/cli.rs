@@ -671,6 +671,20 @@ pub struct GateCreateArgs {
     #[arg(long)]
     pub no_self_approve: bool,
 
+    /// A reminder this long before the deadline (repeatable): the on-gate hook hears
+    /// `reminder` once for each, before each deadline the gate has. Needs --timeout
+    #[arg(long, value_name = "DUR")]
+    pub remind: Vec<String>,
+
+    /// At the deadline the gate does not time out: once, it opens to this allow entry as well
+    /// (`group:G` or a principal), audited as `escalated`, with a new deadline. Needs --timeout
+    #[arg(long, value_name = "ENTRY")]
+    pub escalate_to: Option<String>,
+
+    /// The new deadline after an escalation, from the old one (default: --timeout again)
+    #[arg(long, value_name = "DUR", requires = "escalate_to")]
+    pub escalate_timeout: Option<String>,
+
     /// Who creates the gate (recorded for separation of duties)
     #[command(flatten)]
     pub principal: PrincipalArg,

@@ -27,6 +27,13 @@ pub struct Quorum {
     /// Who started the run and who created the gate, as recorded when the gate opened.
     pub starter: Option<String>,
     pub creator: Option<String>,
+    /// Its schedule: reminders, each this many seconds before a deadline (largest first)...
+    pub remind: Vec<i64>,
+    /// ...and, when the deadline passes, the allow entry (`group:G` or a principal) it opens
+    /// to once instead of timing out, with a new deadline this many seconds later (None: the
+    /// gate's own timeout again).
+    pub escalate_to: Option<String>,
+    pub escalate_after: Option<i64>,
 }
 
 impl Default for Quorum {
@@ -37,6 +44,9 @@ impl Default for Quorum {
             separate: false,
             starter: None,
             creator: None,
+            remind: Vec::new(),
+            escalate_to: None,
+            escalate_after: None,
         }
     }
 }
@@ -50,7 +60,18 @@ impl Quorum {
 
     /// Whether this opening uses anything a single-approver gate does not.
     pub fn is_team(&self, allow: &[String]) -> bool {
-        self.needs_authentication(allow) || !self.veto
+        self.needs_authentication(allow) || !self.veto || self.escalate_to.is_some()
+    }
+
+    /// The allow list after an escalation: the opening's, and the escalation's entry.
+    pub fn escalated_allow(&self, allow: &[String]) -> Vec<String> {
+        let mut all = allow.to_vec();
+        if let Some(to) = &self.escalate_to {
+            if !all.contains(to) {
+                all.push(to.clone());
+            }
+        }
+        all
     }
 
     /// The principals separation of duties keeps from approving (never `unknown`, which
@@ -78,6 +99,12 @@ impl Quorum {
         if self.separate {
             m["separate_duties"] = json!({"starter": self.starter, "creator": self.creator});
         }
+        if !self.remind.is_empty() {
+            m["remind"] = self.remind.clone().into();
+        }
+        if let Some(to) = &self.escalate_to {
+            m["escalate"] = json!({"to": to, "after": self.escalate_after});
+        }
     }
 
     /// Reads what [`Quorum::record`] wrote; a value no tool writes is an error.
@@ -101,8 +128,66 @@ impl Quorum {
             q.starter = name("starter");
             q.creator = name("creator");
         }
+        if let Some(r) = m.get("remind") {
+            q.remind = r
+                .as_array()
+                .and_then(|a| a.iter().map(|v| v.as_i64().filter(|s| *s > 0)).collect())
+                .ok_or("its created event's reminders are not positive numbers of seconds")?;
+        }
+        if let Some(e) = m.get("escalate") {
+            q.escalate_to = Some(
+                e["to"]
+                    .as_str()
+                    .ok_or("its created event's escalation names no one")?
+                    .to_string(),
+            );
+            q.escalate_after = match &e["after"] {
+                Value::Null => None,
+                v => Some(
+                    v.as_i64()
+                        .filter(|s| *s > 0)
+                        .ok_or("its created event's escalation timeout is not a number")?,
+                ),
+            };
+        }
         Ok(q)
     }
+}
+
+/// The reminders of a period of a gate (from `start` to `deadline`): for each `remind` (seconds
+/// before the deadline), the time it is due, when that is inside the period; earliest first.
+pub fn reminders(remind: &[i64], deadline: &str, start: &str) -> Vec<(i64, String)> {
+    let (Some(end), Some(begin)) = (
+        crate::model::Timestamp::parse_lenient(deadline),
+        crate::model::Timestamp::parse_lenient(start),
+    ) else {
+        return Vec::new();
+    };
+    let mut due: Vec<(i64, String)> = remind
+        .iter()
+        .map(|r| (*r, end.plus_seconds(-r)))
+        .filter(|(_, at)| at.seconds_since(begin) > 0)
+        .map(|(r, at)| (r, at.to_string()))
+        .collect();
+    due.sort_by(|a, b| a.1.cmp(&b.1));
+    due.dedup_by(|a, b| a.1 == b.1);
+    due
+}
+
+/// When the next reminder of the period is due: the earliest after `now` not yet announced.
+pub fn next_reminder(
+    remind: &[i64],
+    deadline: &str,
+    start: &str,
+    announced: &[String],
+    now: &str,
+) -> Option<String> {
+    reminders(remind, deadline, start)
+        .into_iter()
+        .map(|(_, at)| at)
+        .find(|at| {
+            !announced.contains(at) && crate::model::seconds_between(now, at).is_some_and(|s| s > 0)
+        })
 }
 
 /// The largest quorum a gate may ask for.
@@ -315,11 +400,16 @@ mod tests {
             separate: true,
             starter: Some("alice".into()),
             creator: None,
+            remind: vec![3600, 600],
+            escalate_to: Some("group:oncall".into()),
+            escalate_after: Some(7200),
         };
         q.record(&mut m);
         assert_eq!(Quorum::from_created(&m).unwrap(), q);
         assert_eq!(q.excluded(), ["alice"]);
         assert!(Quorum::from_created(&json!({"require": 0})).is_err());
         assert!(Quorum::from_created(&json!({"require": "2"})).is_err());
+        assert!(Quorum::from_created(&json!({"remind": [0]})).is_err());
+        assert!(Quorum::from_created(&json!({"escalate": {"after": 5}})).is_err());
     }
 }

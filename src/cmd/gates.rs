@@ -278,6 +278,48 @@ pub fn quorum(args: &GateCreateArgs, ctx: &crate::context::Context) -> Result<Qu
             }
         }
     }
+    let timeout = args.timeout.as_deref().map(parse_duration).transpose()?;
+    let needs_deadline = |flag: &str| {
+        usage(format!(
+            "{flag} needs --timeout: reminders and escalation are counted from the deadline"
+        ))
+    };
+    let escalate_to = match &args.escalate_to {
+        None => None,
+        Some(_) if timeout.is_none() => return Err(needs_deadline("--escalate-to")),
+        Some(e) => {
+            let entry = crate::model::normalise_allow(std::slice::from_ref(e))
+                .map_err(|err| usage(format!("--escalate-to: {err:#}")))?
+                .remove(0);
+            if crate::model::normalise_allow(&args.allow)?.contains(&entry) {
+                return Err(usage(format!(
+                    "--escalate-to {} is already in --allow: the escalation would add no one",
+                    shown(&entry)
+                )));
+            }
+            Some(entry)
+        }
+    };
+    let escalate_after = match &args.escalate_timeout {
+        Some(d) => Some(parse_duration(d)?),
+        None => escalate_to.as_ref().and(timeout),
+    };
+    let mut remind = Vec::new();
+    for r in &args.remind {
+        let (secs, Some(t)) = (parse_duration(r)?, timeout) else {
+            return Err(needs_deadline("--remind"));
+        };
+        if secs >= t && escalate_after.is_none_or(|a| secs >= a) {
+            return Err(usage(format!(
+                "--remind {} is not before the deadline: the gate opens {} before it",
+                shown(r),
+                args.timeout.as_deref().unwrap_or_default()
+            )));
+        }
+        remind.push(secs);
+    }
+    remind.sort_unstable_by(|a, b| b.cmp(a));
+    remind.dedup();
     Ok(Quorum {
         require: args.require,
         veto: args.veto == crate::cli::OnOff::On,
@@ -287,6 +329,9 @@ pub fn quorum(args: &GateCreateArgs, ctx: &crate::context::Context) -> Result<Qu
             true => Some(ctx.actor(&args.principal, &args.token)?),
             false => None,
         },
+        remind,
+        escalate_to,
+        escalate_after,
     })
 }
 

@@ -406,6 +406,11 @@ pub struct Derived {
     pub tally: crate::team::Tally,
     /// Who the decision counted (the approvals or rejections it records).
     pub counted: Vec<String>,
+    /// Whether a sealed `escalated` event opened it to its escalation entry (which `allow`
+    /// then includes, with the new deadline in `timeout_at`).
+    pub escalated: bool,
+    /// The times of the reminders its sealed `reminder` events announced.
+    pub reminded: Vec<String>,
 }
 
 impl Derived {
@@ -453,7 +458,14 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
         // Views, refusals and resumptions decide nothing: their metadata is not read.
         if !matches!(
             r.event_type.as_str(),
-            "created" | "approved" | "rejected" | "timeout" | VOTE_APPROVE | VOTE_REJECT
+            "created"
+                | "approved"
+                | "rejected"
+                | "timeout"
+                | VOTE_APPROVE
+                | VOTE_REJECT
+                | ESCALATED
+                | REMINDER
         ) {
             continue;
         }
@@ -506,7 +518,47 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                     quorum: crate::team::Quorum::from_created(&m)?,
                     tally: Default::default(),
                     counted: Vec::new(),
+                    escalated: false,
+                    reminded: Vec::new(),
                 };
+            }
+            kind @ (ESCALATED | REMINDER) if instance == d.instance => {
+                if r.principal.as_deref() != Some("system") || d.decision.is_some() {
+                    return Err(format!(
+                        "its log has an {kind} event that no rule writes (by {}, or after its decision)",
+                        crate::error::shown(r.principal.as_deref().unwrap_or(""))
+                    ));
+                }
+                if kind == REMINDER {
+                    let at = m["at"].as_str().unwrap_or_default().to_string();
+                    if d.reminded.contains(&at) {
+                        return Err(format!("its log announces the reminder at {at} twice"));
+                    }
+                    d.reminded.push(at);
+                    continue;
+                }
+                let expected = escalation(&d).ok_or_else(|| {
+                    "its log escalates a gate that has no escalation, or escalates it twice"
+                        .to_string()
+                })?;
+                if m["to"].as_str() != d.quorum.escalate_to.as_deref()
+                    || m["timeout_at"].as_str() != Some(expected.as_str())
+                {
+                    return Err(
+                        "its escalated event is not the escalation its created event asks for"
+                            .into(),
+                    );
+                }
+                d.allow = d.quorum.escalated_allow(&d.allow);
+                d.timeout_at = Some(Some(expected));
+                d.escalated = true;
+            }
+            ESCALATED | REMINDER if instance > d.instance => {}
+            kind @ (ESCALATED | REMINDER) => {
+                return Err(format!(
+                    "its log has an {kind} event for instance {instance}, in the opening of instance {}",
+                    d.instance
+                ));
             }
             kind @ (VOTE_APPROVE | VOTE_REJECT) if instance == d.instance => {
                 let approve = kind == VOTE_APPROVE;
@@ -572,6 +624,25 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
         }
     }
     Ok(d)
+}
+
+/// The sealed events of a gate's schedule: its escalation (once, at its deadline) and each
+/// reminder before a deadline. Both by `system`, and neither decides anything.
+pub const ESCALATED: &str = "escalated";
+pub const REMINDER: &str = "reminder";
+
+/// The deadline an escalation of this opening sets: its sealed deadline plus the escalation's
+/// timeout. None when it has no escalation, no deadline, or escalated already.
+pub fn escalation(d: &Derived) -> Option<String> {
+    let after = d.quorum.escalate_after?;
+    let at = d.timeout_at.as_ref()?.as_deref()?;
+    d.quorum.escalate_to.as_ref()?;
+    (!d.escalated).then_some(())?;
+    Some(
+        crate::model::Timestamp::parse_lenient(at)?
+            .plus_seconds(after)
+            .to_string(),
+    )
 }
 
 /// A vote short of a gate's quorum: an approval (`approval`) or, without a veto, a rejection

@@ -13,6 +13,10 @@ pub enum Event {
     Approved,
     Rejected,
     TimedOut,
+    /// A reminder before its deadline, for a gate still pending.
+    Reminder,
+    /// Its deadline passed and it opened to its escalation entry, with a new deadline.
+    Escalated,
 }
 
 impl Event {
@@ -22,6 +26,8 @@ impl Event {
             Event::Approved => "approved",
             Event::Rejected => "rejected",
             Event::TimedOut => "timeout",
+            Event::Reminder => "reminder",
+            Event::Escalated => "escalated",
         }
     }
 }

@@ -1021,11 +1021,12 @@ pub trait Store: AgentStore {
     /// to do takes no write lock).
     fn any_overdue(&mut self, now: &str) -> Result<bool>;
 
-    /// Marks every pending gate past its deadline `timeout` (`rules::sweep`), in one
-    /// transaction. Every gate operation below does this first, inside its own transaction.
-    fn sweep_timeouts(&mut self, now: &str) -> Result<usize> {
+    /// Does what is due on the run's pending gates (`rules::sweep`: timeouts, escalations and
+    /// reminders), in one transaction. Every gate operation below does this first, inside its
+    /// own transaction.
+    fn sweep_timeouts(&mut self, now: &str) -> Result<rules::Swept> {
         if !self.any_overdue(now)? {
-            return Ok(0);
+            return Ok(rules::Swept::default());
         }
         let mut tx = self.sealing(rules::GATE)?;
         let n = rules::sweep(&mut tx, now)?;
@@ -1243,9 +1244,10 @@ pub struct RunFilter {
 /// run: a server's tables hold every run of the project; a SQLite project keeps a catalog of
 /// its runs (`catalog/`).
 pub trait Catalog {
-    /// Sweeps the overdue gates of the runs that have any, among `runs`, each under its own
-    /// run's rules; how many runs were swept.
-    fn sweep_overdue(&mut self, runs: &RunFilter, now: &str) -> Result<usize>;
+    /// Sweeps the gates with something due (a deadline, a reminder) of the runs that have
+    /// any, among `runs`, each under its own run's rules; how many runs were swept, and what
+    /// was done.
+    fn sweep_overdue(&mut self, runs: &RunFilter, now: &str) -> Result<(usize, rules::Swept)>;
     /// The pending gates of `runs`, each with its run's program path, oldest first (by
     /// creation, then run, then id); at most `limit`.
     fn pending_gates_of(

@@ -22,7 +22,7 @@ use postgres::ToStatement;
 use postgres::{Client, GenericClient, Row, Transaction};
 
 /// The version in openprose.schema_version written by this build.
-pub const POSTGRES_SCHEMA_VERSION: i32 = 7;
+pub const POSTGRES_SCHEMA_VERSION: i32 = 8;
 
 /// What a binary must understand to read this build's schema, and to write it safely.
 const MIN_READER: i32 = 1;
@@ -30,8 +30,9 @@ const MIN_READER: i32 = 1;
 // first approval.
 const MIN_WRITER: i32 = 7;
 /// What the stamp asks of readers once a team's gate is on the server: a reader from before
-/// team approvals would take a quorum's votes for tampering.
-pub const TEAM_READER: i32 = 7;
+/// team approvals (7) would take a quorum's votes for tampering, and one from before
+/// escalations (8) an escalated gate's wider allow list.
+pub const TEAM_READER: i32 = 8;
 
 const SCHEMA: &str = include_str!("../../schema/postgres.sql");
 
@@ -422,9 +423,14 @@ trait Statements {
 /// Pending gates of run $1 past their deadline at $2.
 const OVERDUE: &str = "status = 'pending' AND timeout_at IS NOT NULL
                        AND timeout_at <= ($2::text)::timestamptz";
-/// The same, on `gates g`.
-const OVERDUE_AT: &str = "g.status = 'pending' AND g.timeout_at IS NOT NULL
-                          AND g.timeout_at <= ($2::text)::timestamptz";
+/// Pending gates of run $1 with something due at $2: past their deadline, or a reminder.
+const DUE: &str = "status = 'pending' AND (timeout_at IS NOT NULL
+                       AND timeout_at <= ($2::text)::timestamptz
+                       OR remind_at <= ($2::text)::timestamptz)";
+/// The same, or a reminder due, on `gates g`.
+const OVERDUE_AT: &str = "g.status = 'pending' AND (g.timeout_at IS NOT NULL
+                          AND g.timeout_at <= ($2::text)::timestamptz
+                          OR g.remind_at <= ($2::text)::timestamptz)";
 
 /// A gate's columns on `gates g`, in `gate_row`'s order.
 const GATE_COLUMNS: &str = gate_columns!("id");
@@ -746,9 +752,7 @@ impl Store for PgStore {
     fn any_overdue(&mut self, now: &str) -> Result<bool> {
         let run = self.run()?.to_string();
         self.one(
-            &format!(
-                "SELECT EXISTS (SELECT 1 FROM openprose.gates WHERE run_id = $1 AND {OVERDUE})"
-            ),
+            &format!("SELECT EXISTS (SELECT 1 FROM openprose.gates WHERE run_id = $1 AND {DUE})"),
             &[&run, &now],
             |r| r.get(0),
         )

@@ -188,50 +188,195 @@ fn starter(tx: &mut dyn Tx) -> Result<String> {
         .unwrap_or_else(|| "unknown".to_string()))
 }
 
-/// Marks every pending gate past its deadline `timeout` (by `system`, resolved at the
-/// deadline), its audit event first. Every gate operation runs this first, inside its own
-/// transaction: a gate past its deadline can never be approved, whether or not anything swept
-/// it.
-pub fn sweep(tx: &mut Txn<'_>, now: &str) -> Result<usize> {
-    let overdue = tx.overdue_gates(now)?;
-    let run_id = if overdue.is_empty() {
+/// What a sweep did: gates timed out, escalated, and reminders announced.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Swept {
+    pub timed_out: usize,
+    pub escalated: usize,
+    pub reminders: usize,
+}
+
+impl Swept {
+    pub fn total(&self) -> usize {
+        self.timed_out + self.escalated + self.reminders
+    }
+
+    pub fn add(&mut self, o: Swept) {
+        self.timed_out += o.timed_out;
+        self.escalated += o.escalated;
+        self.reminders += o.reminders;
+    }
+}
+
+/// Does what is due on every pending gate, each with its sealed audit event first. Every gate
+/// operation runs this first, inside its own transaction, so a gate past its deadline can never
+/// be approved, whether or not anything swept it:
+/// - past its deadline, a gate with an escalation its sealed log has not made is escalated
+///   (`escalated`: its escalation entry joins the allow list, with a new deadline), once, and
+///   only when its sealed deadline has passed; any other is marked `timeout` by `system`,
+///   resolved at its deadline;
+/// - each reminder due before its current deadline that its sealed log has not announced is
+///   announced (`reminder`), once: what was announced is read from the sealed log, never from
+///   the row's `remind_at`, which only says when to look.
+pub fn sweep(tx: &mut Txn<'_>, now: &str) -> Result<Swept> {
+    let due = tx.overdue_gates(now)?;
+    let mut swept = Swept::default();
+    let run_id = if due.is_empty() {
         String::new()
     } else {
         run_of(&mut **tx)?.0
     };
-    for gate in &overdue {
-        // The deadline is when it timed out (one that does not parse: now), and both the
-        // gate's `resolved_at` and its `timeout` event say so; when the sweep saw it is
-        // `swept_at` in the event's metadata.
-        let at = gate
-            .timeout_at
-            .as_deref()
-            .and_then(crate::model::canonical_time)
-            .unwrap_or_else(|| now.to_string());
+    let passed = |t: Option<&str>| {
+        t.is_some_and(|t| crate::model::seconds_between(now, t).is_none_or(|s| s <= 0))
+    };
+    for gate in &due {
+        let (tampered, d) = disagreement(&mut **tx, gate)?;
+        let sound = tampered.is_none() && d.instance == gate.instance && d.instance > 0;
+        let sealed_deadline = d.timeout_at.clone().flatten();
+        let mut gate = gate.clone();
+        if sound && passed(sealed_deadline.as_deref()) {
+            if let Some(new_deadline) = super::chain::escalation(&d) {
+                let at = crate::model::canonical_time(sealed_deadline.as_deref().unwrap_or(now))
+                    .unwrap_or_else(|| now.to_string());
+                let allow = d.quorum.escalated_allow(&d.allow);
+                append_audit(
+                    &mut **tx,
+                    &Event {
+                        gate_id: &gate.id,
+                        run_id: &run_id,
+                        event_type: super::chain::ESCALATED,
+                        principal: Some("system"),
+                        comment: None,
+                        metadata: serde_json::json!({
+                            "instance": gate.instance, "to": d.quorum.escalate_to,
+                            "timeout_at": new_deadline, "deadline_was": sealed_deadline,
+                            "swept_at": now
+                        }),
+                        now: &at,
+                    },
+                )?;
+                let remind_at =
+                    crate::team::next_reminder(&d.quorum.remind, &new_deadline, &at, &[], now);
+                tx.set_gate_schedule(
+                    &gate.id,
+                    Some((&serde_json::to_string(&allow)?, &new_deadline)),
+                    remind_at.as_deref(),
+                )?;
+                gate = load_exact(&mut **tx, &gate.id)?
+                    .ok_or_else(|| anyhow!("gate vanished while it was escalated"))?;
+                tx.notice(notify::Event::Escalated, &gate);
+                swept.escalated += 1;
+                if !passed(Some(&new_deadline)) {
+                    swept.reminders += remind(tx, &gate, &d, &run_id, now, Some(&at))?;
+                    continue;
+                }
+            }
+        }
+        if passed(gate.timeout_at.as_deref()) {
+            time_out(tx, &gate, &run_id, now)?;
+            swept.timed_out += 1;
+        } else if sound {
+            swept.reminders += remind(tx, &gate, &d, &run_id, now, None)?;
+        } else {
+            // A reminder the sealed log cannot vouch for is not announced; nothing is due.
+            tx.set_gate_schedule(&gate.id, None, None)?;
+        }
+    }
+    Ok(swept)
+}
+
+/// Marks a gate past its deadline `timeout`. The deadline is when it timed out (one that does
+/// not parse: now), and both the gate's `resolved_at` and its `timeout` event say so; when the
+/// sweep saw it is `swept_at` in the event's metadata.
+fn time_out(tx: &mut Txn<'_>, gate: &super::GateRow, run_id: &str, now: &str) -> Result<()> {
+    let at = gate
+        .timeout_at
+        .as_deref()
+        .and_then(crate::model::canonical_time)
+        .unwrap_or_else(|| now.to_string());
+    append_audit(
+        &mut **tx,
+        &Event {
+            gate_id: &gate.id,
+            run_id,
+            event_type: "timeout",
+            principal: Some("system"),
+            comment: None,
+            metadata: serde_json::json!({
+                "timeout_at": gate.timeout_at, "on_reject": gate.on_reject, "swept_at": now,
+                "instance": gate.instance
+            }),
+            now: &at,
+        },
+    )?;
+    tx.resolve_gate(&gate.id, &GateStatus::Timeout, "system", None, &at)?;
+    let mut timed_out = gate.clone();
+    timed_out.status = GateStatus::Timeout;
+    timed_out.resolved_at = Some(at);
+    timed_out.resolved_by = Some("system".into());
+    timed_out.resolution_comment = None;
+    tx.notice(notify::Event::TimedOut, &timed_out);
+    Ok(())
+}
+
+/// Announces each reminder of a pending gate that is due and that its sealed log has not
+/// announced, then sets when the next one is due. `escalated_at`: the escalation this sweep
+/// just made (its deadline is the period's start). How many it announced.
+fn remind(
+    tx: &mut Txn<'_>,
+    gate: &super::GateRow,
+    d: &super::chain::Derived,
+    run_id: &str,
+    now: &str,
+    escalated_at: Option<&str>,
+) -> Result<usize> {
+    let Some(deadline) = gate
+        .timeout_at
+        .as_deref()
+        .and_then(crate::model::canonical_time)
+    else {
+        tx.set_gate_schedule(&gate.id, None, None)?;
+        return Ok(0);
+    };
+    // Reminders count before the deadline of the period they are in: from the gate's opening,
+    // or from its escalation.
+    let start = match (escalated_at, d.escalated) {
+        (Some(at), _) => at.to_string(),
+        (None, true) => {
+            let after = d.quorum.escalate_after.unwrap_or_default();
+            crate::model::Timestamp::parse_lenient(&deadline)
+                .map(|t| t.plus_seconds(-after).to_string())
+                .unwrap_or_default()
+        }
+        (None, false) => gate.created_at.clone().unwrap_or_default(),
+    };
+    let mut announced = 0;
+    for (before, at) in crate::team::reminders(&d.quorum.remind, &deadline, &start) {
+        if d.reminded.contains(&at) || crate::model::seconds_between(now, &at).is_none_or(|s| s > 0)
+        {
+            continue;
+        }
         append_audit(
             &mut **tx,
             &Event {
                 gate_id: &gate.id,
-                run_id: &run_id,
-                event_type: "timeout",
+                run_id,
+                event_type: super::chain::REMINDER,
                 principal: Some("system"),
                 comment: None,
                 metadata: serde_json::json!({
-                    "timeout_at": gate.timeout_at, "on_reject": gate.on_reject, "swept_at": now,
-                    "instance": gate.instance
+                    "instance": gate.instance, "at": at, "before": before,
+                    "timeout_at": deadline
                 }),
-                now: &at,
+                now,
             },
         )?;
-        tx.resolve_gate(&gate.id, &GateStatus::Timeout, "system", None, &at)?;
-        let mut timed_out = gate.clone();
-        timed_out.status = GateStatus::Timeout;
-        timed_out.resolved_at = Some(at);
-        timed_out.resolved_by = Some("system".into());
-        timed_out.resolution_comment = None;
-        tx.notice(notify::Event::TimedOut, &timed_out);
+        tx.notice(notify::Event::Reminder, gate);
+        announced += 1;
     }
-    Ok(overdue.len())
+    let next = crate::team::next_reminder(&d.quorum.remind, &deadline, &start, &d.reminded, now);
+    tx.set_gate_schedule(&gate.id, None, next.as_deref())?;
+    Ok(announced)
 }
 
 /// Upserts a binding. A `const` is not rebound in its scope. `publish` puts the attachment
@@ -520,7 +665,13 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
                 && existing.on_reject.as_deref() == g.on_reject
                 && existing.metadata.as_deref() == g.metadata
                 && (q.require, q.veto, q.separate)
-                    == (g.quorum.require, g.quorum.veto, g.quorum.separate);
+                    == (g.quorum.require, g.quorum.veto, g.quorum.separate)
+                && (&q.remind, &q.escalate_to, q.escalate_after)
+                    == (
+                        &g.quorum.remind,
+                        &g.quorum.escalate_to,
+                        g.quorum.escalate_after,
+                    );
             let pending = existing.status.is_pending();
             tx.commit()?;
             let existing = existing.clone();
@@ -610,6 +761,11 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
             false,
         )?;
     }
+    // When its first reminder is due (none: NULL, also over a reopened gate's old one).
+    let remind_at = g.timeout_at.and_then(|deadline| {
+        crate::team::next_reminder(&quorum.remind, deadline, g.now, &[], g.now)
+    });
+    tx.set_gate_schedule(g.id, None, remind_at.as_deref())?;
     let row = tx
         .load_gate(g.id)?
         .ok_or_else(|| anyhow!("gate vanished after insert"))?;
@@ -1004,7 +1160,7 @@ pub fn finish(
         if current == *status {
             // Nothing written (a sweep of a finished run is not kept); the commit only moves
             // the anchor, as every gate operation's does.
-            if swept == 0 {
+            if swept.total() == 0 {
                 tx.commit()?;
             }
             return Ok(Finished::Unchanged);

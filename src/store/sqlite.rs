@@ -58,7 +58,7 @@ pub fn watch_commits(watcher: Watcher) {
 const LOG_MOST: u64 = 256 * 1024;
 
 /// The version stamped in a state.db's `PRAGMA user_version` by this build.
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// The same for agents.db (project and user agent memory).
 pub const AGENTS_SCHEMA_VERSION: i64 = 1;
@@ -75,11 +75,12 @@ pub const STATE: Schema = Schema {
     empty_is_new: false,
 };
 
-/// The stamp of a run that holds a team's gate (a quorum, a veto off, a group or separation
-/// of duties): only a binary that knows team approvals (schema 8) may read or write it.
+/// The stamp of a run that holds a team's gate (a quorum, a veto off, a group, separation of
+/// duties or an escalation): only a binary that knows team approvals (schema 8) and their
+/// escalations (schema 9) may read or write it.
 pub const TEAM: Schema = Schema {
-    min_reader: 8,
-    min_writer: 8,
+    min_reader: 9,
+    min_writer: 9,
     ..STATE
 };
 
@@ -453,6 +454,11 @@ const AUDIT_COLUMNS: &str = "id, gate_id, run_id, event_type, principal, comment
 pub(super) const OVERDUE: &str = "status = 'pending' AND timeout_at IS NOT NULL
                        AND (datetime(timeout_at) IS NULL OR datetime(timeout_at) <= datetime(?1))";
 
+/// Pending gates with something due: past their deadline, or a reminder to announce.
+pub(super) const DUE: &str = "status = 'pending' AND (timeout_at IS NOT NULL
+                       AND (datetime(timeout_at) IS NULL OR datetime(timeout_at) <= datetime(?1))
+                       OR remind_at IS NOT NULL AND datetime(remind_at) <= datetime(?1))";
+
 fn audit_row(r: &Row) -> rusqlite::Result<AuditRow> {
     Ok(AuditRow {
         id: r.get(0)?,
@@ -700,7 +706,7 @@ impl Store for SqliteStore {
 
     fn any_overdue(&mut self, now: &str) -> Result<bool> {
         self.one(
-            &format!("SELECT EXISTS (SELECT 1 FROM gates WHERE {OVERDUE})"),
+            &format!("SELECT EXISTS (SELECT 1 FROM gates WHERE {DUE})"),
             [now],
             |r| r.get(0),
         )

@@ -550,16 +550,16 @@ mod tests {
     fn stamps_round_trip() {
         use super::decode;
         let s = decode(super::super::sqlite::STATE.stamp());
-        assert_eq!((s.version, s.min_reader, s.min_writer), (8, 1, 5));
+        assert_eq!((s.version, s.min_reader, s.min_writer), (9, 1, 5));
         let s = decode(super::super::sqlite::TEAM.stamp());
-        assert_eq!((s.version, s.min_reader, s.min_writer), (8, 8, 8));
+        assert_eq!((s.version, s.min_reader, s.min_writer), (9, 9, 9));
         for old in 0..=3 {
             let s = decode(old);
             assert_eq!((s.version, s.min_reader, s.min_writer), (old, 0, 0));
         }
         // A newer bare version asks for itself.
-        let s = decode(9);
-        assert_eq!((s.version, s.min_reader, s.min_writer), (9, 9, 9));
+        let s = decode(10);
+        assert_eq!((s.version, s.min_reader, s.min_writer), (10, 10, 10));
         let s = decode(1_006_005);
         assert_eq!((s.version, s.min_reader, s.min_writer), (5, 1, 6));
     }

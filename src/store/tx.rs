@@ -116,6 +116,14 @@ pub trait Tx {
         comment: Option<&str>,
         at: &str,
     ) -> Result<()>;
+    /// Moves a pending gate's schedule: its allow list and deadline (when given, as an
+    /// escalation does) and the time its next reminder is due (None: none is).
+    fn set_gate_schedule(
+        &mut self,
+        id: &str,
+        widened: Option<(&str, &str)>,
+        remind_at: Option<&str>,
+    ) -> Result<()>;
     fn pending_gate_ids(&mut self) -> Result<Vec<String>>;
     fn gates_for_resume(&mut self) -> Result<Vec<GateResumeState>>;
 

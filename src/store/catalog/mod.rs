@@ -70,6 +70,9 @@ pub const LOG_FILE: &str = "catalog.log";
 pub struct Facts {
     run: Option<RunFacts>,
     pending: Vec<GateRecord>,
+    /// When each pending gate's next reminder is due (by gate id; none: not listed).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    reminders: std::collections::BTreeMap<String, String>,
 }
 
 /// A run row's columns the catalog keeps.
@@ -110,7 +113,18 @@ pub(super) fn read_facts(c: &Connection) -> rusqlite::Result<Facts> {
         ))?
         .query_map([], gate_record)?
         .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(Facts { run, pending })
+    // A file from before reminders (schema 9) has none to list.
+    let reminders = c
+        .prepare_cached(
+            "SELECT id, remind_at FROM gates WHERE status = 'pending' AND remind_at IS NOT NULL",
+        )
+        .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
+        .unwrap_or_default();
+    Ok(Facts {
+        run,
+        pending,
+        reminders,
+    })
 }
 
 /// The project directory (`.prose/`) and run id of a state.db at `<.prose>/runs/<id>/state.db`;
@@ -266,7 +280,9 @@ fn put_facts(
              timeout_at, on_reject, status, created_at, resolved_at, resolved_by,
              resolution_comment, metadata, instance, due)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                 CASE WHEN ?8 IS NULL THEN NULL ELSE IFNULL(datetime(?8), '') END)",
+                 CASE WHEN ?8 IS NULL THEN datetime(?17)
+                      WHEN ?17 IS NULL THEN IFNULL(datetime(?8), '')
+                      ELSE min(IFNULL(datetime(?8), ''), IFNULL(datetime(?17), '')) END)",
     )?;
     for g in &facts.pending {
         // The prompt and allow list as the rules read them (see `GateRecord::into_row`).
@@ -289,6 +305,7 @@ fn put_facts(
             g.resolution_comment,
             g.metadata,
             g.instance,
+            facts.reminders.get(&g.id),
         ])?;
     }
     Ok(true)

@@ -22,8 +22,14 @@ impl ProjectCatalog {
 }
 
 impl Catalog for ProjectCatalog {
-    fn sweep_overdue(&mut self, runs: &RunFilter, now: &str) -> Result<usize> {
-        let Some(c) = self.db() else { return Ok(0) };
+    fn sweep_overdue(
+        &mut self,
+        runs: &RunFilter,
+        now: &str,
+    ) -> Result<(usize, crate::store::rules::Swept)> {
+        let Some(c) = self.db() else {
+            return Ok(Default::default());
+        };
         let overdue: Vec<String> = c
             .prepare_cached(
                 "SELECT DISTINCT g.run
@@ -33,20 +39,23 @@ impl Catalog for ProjectCatalog {
             )
             .and_then(|mut s| s.query_map([now], |r| r.get(0))?.collect())
             .map_err(self.err())?;
-        let mut swept = 0;
+        let (mut swept, mut done_all) = (0, crate::store::rules::Swept::default());
         for id in overdue.iter().filter(|id| Self::wanted(runs, id)) {
             // Through the run's own rules: its store marks and updates the catalog.
             let done = crate::store::sqlite::SqliteStore::open(&self.state_db(id), self.opts)
                 .and_then(|mut s| s.sweep_timeouts(now));
             match done {
-                Ok(_) => swept += 1,
+                Ok(d) => {
+                    swept += 1;
+                    done_all.add(d);
+                }
                 Err(e) => {
                     self.problems.push(format!("skipped run {id}: {e:#}"));
                     self.unswept.insert(id.clone());
                 }
             }
         }
-        Ok(swept)
+        Ok((swept, done_all))
     }
 
     fn pending_gates_of(

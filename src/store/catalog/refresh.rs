@@ -344,7 +344,12 @@ impl ProjectCatalog {
             ))
             .and_then(|mut s| s.query_map([id], gate_record)?.collect())
             .map_err(self.err())?;
-        Ok(Facts { run, pending })
+        // Reminders are not compared (`differ`): only when to look again.
+        Ok(Facts {
+            run,
+            pending,
+            reminders: Default::default(),
+        })
     }
 }
 

@@ -114,7 +114,11 @@ impl Catalog for PgStore {
             .collect())
     }
 
-    fn sweep_overdue(&mut self, runs: &RunFilter, now: &str) -> Result<usize> {
+    fn sweep_overdue(
+        &mut self,
+        runs: &RunFilter,
+        now: &str,
+    ) -> Result<(usize, crate::store::rules::Swept)> {
         let overdue: Vec<String> = self.all(
             &format!(
                 "SELECT DISTINCT run_id FROM openprose.gates g
@@ -126,18 +130,20 @@ impl Catalog for PgStore {
             |r| r.get(0),
         )?;
         let mine = self.run_id.take();
-        let mut swept = 0;
+        let (mut swept, mut done_all) = (0, crate::store::rules::Swept::default());
         for id in &overdue {
             self.run_id = Some(id.clone());
-            let done = self.sweep_timeouts(now);
-            if let Err(e) = done {
-                self.run_id = mine;
-                return Err(e);
+            match self.sweep_timeouts(now) {
+                Ok(d) => done_all.add(d),
+                Err(e) => {
+                    self.run_id = mine;
+                    return Err(e);
+                }
             }
             swept += 1;
         }
         self.run_id = mine;
-        Ok(swept)
+        Ok((swept, done_all))
     }
 
     fn pending_gates_of(

@@ -3,7 +3,7 @@
 
 use super::{
     attachment_referenced, audit_row, blobs, committed, execution_exists, gate_record, gate_row,
-    import_row, map_err, Statements, AUDIT_SELECT, GATE_SELECT, OVERDUE,
+    import_row, map_err, Statements, AUDIT_SELECT, DUE, GATE_SELECT,
 };
 use crate::error::{not_found, refused, shown};
 use crate::model::{GateStatus, RunStatus};
@@ -385,7 +385,7 @@ impl Tx for PgTx<'_> {
         let run = self.run()?;
         self.all(
             &format!(
-                "{GATE_SELECT} WHERE run_id = $1 AND {OVERDUE} ORDER BY created_at, id FOR UPDATE"
+                "{GATE_SELECT} WHERE run_id = $1 AND {DUE} ORDER BY created_at, id FOR UPDATE"
             ),
             &[&run, &now],
             gate_row,
@@ -439,6 +439,23 @@ impl Tx for PgTx<'_> {
                  resolved_by = $5, resolution_comment = $6
              WHERE run_id = $1 AND id = $2 AND status = 'pending'",
             &[&run, &id, &status.as_str(), &at, &by, &comment],
+        )
+    }
+
+    fn set_gate_schedule(
+        &mut self,
+        id: &str,
+        widened: Option<(&str, &str)>,
+        remind_at: Option<&str>,
+    ) -> Result<()> {
+        let run = self.run()?;
+        let (allow, timeout_at) = widened.unzip();
+        self.exec(
+            "UPDATE openprose.gates SET allow = COALESCE($3, allow),
+                 timeout_at = COALESCE(($4::text)::timestamptz, timeout_at),
+                 remind_at = ($5::text)::timestamptz
+             WHERE run_id = $1 AND id = $2 AND status = 'pending'",
+            &[&run, &id, &allow, &timeout_at, &remind_at],
         )
     }
 

@@ -3,7 +3,7 @@
 
 use super::{
     attachment_referenced, audit_row, db_error, execution_exists, gate_record, gate_row,
-    import_row, CommitWatch, Statements, AUDIT_COLUMNS, GATE_COLUMNS, OVERDUE,
+    import_row, CommitWatch, Statements, AUDIT_COLUMNS, DUE, GATE_COLUMNS,
 };
 use crate::model::{GateStatus, RunStatus};
 use crate::store::dump::{
@@ -124,7 +124,7 @@ impl Tx for SqliteTx<'_> {
 
     fn overdue_gates(&mut self, now: &str) -> Result<Vec<GateRow>> {
         self.all(
-            &format!("SELECT {GATE_COLUMNS} FROM gates WHERE {OVERDUE} ORDER BY created_at, id"),
+            &format!("SELECT {GATE_COLUMNS} FROM gates WHERE {DUE} ORDER BY created_at, id"),
             [now],
             gate_row,
         )
@@ -171,6 +171,21 @@ impl Tx for SqliteTx<'_> {
             "UPDATE gates SET status = ?2, resolved_at = ?3, resolved_by = ?4, resolution_comment = ?5
              WHERE id = ?1 AND status = 'pending'",
             params![id, status.as_str(), at, by, comment],
+        )
+    }
+
+    fn set_gate_schedule(
+        &mut self,
+        id: &str,
+        widened: Option<(&str, &str)>,
+        remind_at: Option<&str>,
+    ) -> Result<()> {
+        let (allow, timeout_at) = widened.unzip();
+        self.exec(
+            "UPDATE gates SET allow = IFNULL(?2, allow), timeout_at = IFNULL(?3, timeout_at),
+                 remind_at = ?4
+             WHERE id = ?1 AND status = 'pending'",
+            params![id, allow, timeout_at, remind_at],
         )
     }
 
