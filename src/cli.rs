@@ -596,6 +596,9 @@ pub enum GatesCommand {
     Audit(GateAuditArgs),
     /// Recompute the audit log's hash chain; exit 0 intact, 9 broken, 10 unattested
     Verify(GateVerifyArgs),
+    /// Do what is due on every run's pending gates (of --run only, when given): timeouts,
+    /// escalations and reminders, each once. For a cron job where nothing else reads the gates
+    Sweep,
 }
 
 #[derive(Debug, Args)]

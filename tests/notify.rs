@@ -11,6 +11,7 @@ on_both!(
     a_failing_missing_or_hanging_hook_never_fails_the_write,
     a_rolled_back_sweep_is_not_announced,
     concurrent_sweepers_announce_a_timeout_once,
+    concurrent_readers_announce_a_reminder_and_an_escalation_once,
 );
 
 /// Installs a hook that files each notice (stdin) and its environment in `events/`.
@@ -356,4 +357,86 @@ fn concurrent_sweepers_announce_a_timeout_once(b: Backend) {
         heard(&events, 2),
         pairs(&[("opened", "late"), ("timeout", "late")])
     );
+}
+
+/// Ten processes reading at once, as a reminder and then an escalation fall due: each is
+/// sealed once and heard once, and a `gates sweep` afterwards finds nothing more to do.
+fn concurrent_readers_announce_a_reminder_and_an_escalation_once(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let events = recording_hook(&p);
+    let started = Instant::now();
+    run.cmd()
+        .args([
+            "gates", "create", "late", "--prompt", "Go?", "--allow", "alice",
+        ])
+        .args(["--timeout", "6s", "--remind", "5s", "--remind", "30m"])
+        .args(["--escalate-to", "group:oncall", "--escalate-timeout", "1h"])
+        .assert()
+        .success();
+    let readers = |p: &Project| {
+        let children: Vec<_> = (0..10)
+            .map(|i| {
+                // `gates show` names the run; listings and sweeps read the project, or the run.
+                let mut c = if i % 3 == 1 || i % 2 == 0 {
+                    run.std_cmd()
+                } else {
+                    p.std_cmd()
+                };
+                c.args(match i % 3 {
+                    0 => vec!["gates"],
+                    1 => vec!["gates", "show", "late"],
+                    _ => vec!["gates", "sweep"],
+                })
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+            })
+            .collect();
+        for c in children {
+            let out = c.wait_with_output().unwrap();
+            assert!(
+                out.status.success(),
+                "{:?}: {}",
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    };
+    // The 5s reminder is due a second after the gate opened; the 30m one, before it opened,
+    // is never due in the first period.
+    std::thread::sleep(Duration::from_millis(1500).saturating_sub(started.elapsed()));
+    readers(&p);
+    assert_eq!(
+        heard(&events, 2),
+        pairs(&[("opened", "late"), ("reminder", "late")])
+    );
+    std::thread::sleep(Duration::from_millis(6500).saturating_sub(started.elapsed()));
+    readers(&p);
+    assert_eq!(
+        heard(&events, 3),
+        pairs(&[
+            ("escalated", "late"),
+            ("opened", "late"),
+            ("reminder", "late")
+        ])
+    );
+    let status = run.view().gate("late").0;
+    assert_eq!(status, "pending", "an escalated gate does not time out");
+    let sealed: Vec<String> = run
+        .view()
+        .events("late")
+        .into_iter()
+        .map(|e| e.0)
+        .filter(|k| k != "viewed")
+        .collect();
+    assert_eq!(sealed, ["created", "reminder", "escalated"]);
+    let a = p
+        .cmd()
+        .args(["gates", "sweep", "--json"])
+        .assert()
+        .success();
+    assert_eq!(stdout_json(&a)["runs"], 0, "nothing more is due");
+    run.cmd().args(["gates", "verify"]).assert().success();
 }

@@ -1060,6 +1060,49 @@ pub fn verify(args: &crate::cli::GateVerifyArgs, ctx: &Context) -> Result<Verifi
     Ok(Verified { runs, warnings })
 }
 
+/// What `gates sweep` did.
+#[derive(Serialize)]
+pub struct SweptGates {
+    /// Runs that had something due.
+    pub runs: usize,
+    #[serde(flatten)]
+    pub done: crate::store::rules::Swept,
+    #[serde(skip)]
+    pub warnings: Vec<String>,
+}
+
+impl Render for SweptGates {
+    /// 1 when a run could not be swept.
+    fn exit_code(&self) -> Code {
+        if self.warnings.is_empty() {
+            Code::Ok
+        } else {
+            Code::Error
+        }
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.warnings.clone()
+    }
+
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        let d = &self.done;
+        if self.runs == 0 {
+            return writeln!(w, "nothing due");
+        }
+        writeln!(
+            w,
+            "swept {} run{}: {} timed out, {} escalated, {} reminder{} announced",
+            self.runs,
+            if self.runs == 1 { "" } else { "s" },
+            d.timed_out,
+            d.escalated,
+            d.reminders,
+            if d.reminders == 1 { "" } else { "s" }
+        )
+    }
+}
+
 crate::output::one_of!(
     /// What `gates` and its subcommands print.
     GatesOutput {
@@ -1069,6 +1112,7 @@ crate::output::one_of!(
         Waited(WaitOutput),
         Audit(AuditList),
         Verified(Verified),
+        Swept(SweptGates),
     }
 );
 
@@ -1093,6 +1137,14 @@ impl Run for GatesArgs {
             Some(GatesCommand::Wait(a)) => GatesOutput::Waited(wait(a, ctx)?),
             Some(GatesCommand::Audit(a)) => GatesOutput::Audit(audit(a, ctx)?),
             Some(GatesCommand::Verify(a)) => GatesOutput::Verified(verify(a, ctx)?),
+            Some(GatesCommand::Sweep) => {
+                let (runs, done, warnings) = Listing::sweep(ctx, &now())?;
+                GatesOutput::Swept(SweptGates {
+                    runs,
+                    done,
+                    warnings,
+                })
+            }
         })
     }
 }

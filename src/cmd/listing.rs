@@ -261,6 +261,30 @@ impl<'c> Listing<'c> {
         Ok((found, warnings))
     }
 
+    /// Does what is due on the pending gates of every run (timeouts, escalations, reminders):
+    /// the runs with something due, as the catalog and the server say, and every run that must
+    /// be visited. How many runs had something done, and what.
+    pub fn sweep(
+        ctx: &'c Context,
+        now: &str,
+    ) -> Result<(usize, crate::store::rules::Swept, Vec<String>)> {
+        let (found, warnings) = Self::plan(ctx, false, Reading::Catalog)?.gather(
+            |local| Ok(vec![local.sweep_overdue(&RunFilter::default(), now)?]),
+            |server, runs| Ok(vec![server.sweep_overdue(runs, now)?]),
+            |_, store| {
+                let done = store.sweep_timeouts(now)?;
+                Ok([(usize::from(done.total() > 0), done)])
+            },
+        )?;
+        let mut all = crate::store::rules::Swept::default();
+        let mut runs = 0;
+        for (n, done) in found {
+            runs += n;
+            all.add(done);
+        }
+        Ok((runs, all, warnings))
+    }
+
     /// The gates of `q.status`, oldest first across runs. Overdue gates are swept first (only
     /// the runs with one are opened). The catalog keeps only pending gates: other statuses are
     /// read from the server and from every run visited.
