@@ -71,7 +71,7 @@ fn an_older_database_is_upgraded_forward_keeping_user_data() {
     let version: i64 = c
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 1_005_008, "schema 8, readers 1, writers 5");
+    assert_eq!(version, 1_005_009, "schema 9, readers 1, writers 5");
     let mode: String = c
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
@@ -177,7 +177,7 @@ fn a_newer_database_is_refused_byte_for_byte_unchanged() {
     {
         let c = rusqlite::Connection::open(&run.db).unwrap();
         // A bare newer version: from no release that says what it asks, so it asks for itself.
-        c.pragma_update(None, "user_version", 9).unwrap();
+        c.pragma_update(None, "user_version", 10).unwrap();
     }
     let bytes = std::fs::read(&run.db).unwrap();
     for args in [
@@ -198,7 +198,7 @@ fn a_newer_database_is_refused_byte_for_byte_unchanged() {
         assert_eq!(code(&a), 4, "{args:?}");
         let err = stderr(&a);
         assert!(
-            err.contains("schema version 9, which needs prose-state schema 9 or later to read"),
+            err.contains("schema version 10, which needs prose-state schema 10 or later to read"),
             "{err}"
         );
         assert_eq!(std::fs::read(&run.db).unwrap(), bytes, "{args:?}");
@@ -359,7 +359,7 @@ fn every_raw_shape_upgrades_with_every_default_of_the_embedded_schema() {
             );
             let a = run.cmd().args(["migrate"]).assert().success();
             let plan = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
-            assert!(plan.contains("would migrate schema 0 -> 8"), "{plan}");
+            assert!(plan.contains("would migrate schema 0 -> 9"), "{plan}");
             assert!(plan.contains("rebuild table bindings to add"), "{plan}");
             assert!(plan.contains("created_at, updated_at"), "{plan}");
             assert!(
@@ -373,7 +373,7 @@ fn every_raw_shape_upgrades_with_every_default_of_the_embedded_schema() {
                 .success();
             let v = stdout_json(&a);
             assert_eq!(v[0]["applied"], true);
-            assert_eq!(v[0]["to"], 8);
+            assert_eq!(v[0]["to"], 9);
         }
         run.bind("after_upgrade", "written", None);
         let got = column_defs(&run.db);
@@ -385,7 +385,7 @@ fn every_raw_shape_upgrades_with_every_default_of_the_embedded_schema() {
         let v: i64 = c
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(v, 1_005_008, "{fixture}");
+        assert_eq!(v, 1_005_009, "{fixture}");
         let mode: String = c
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .unwrap();
@@ -520,7 +520,7 @@ fn migrate_on_a_current_run_has_nothing_to_do() {
     let before = run.snapshot();
     let a = run.cmd().args(["migrate", "--yes"]).assert().success();
     let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
-    assert!(out.contains("schema 8, nothing to do"), "{out}");
+    assert!(out.contains("schema 9, nothing to do"), "{out}");
     assert_eq!(run.snapshot(), before);
 }
 
@@ -557,7 +557,7 @@ fn the_postgres_schema_never_strands_a_team() {
     run.cmd().args(["log"]).assert().success();
     assert!(!has_key_column(&mut c), "a read upgraded the schema");
     let a = run.cmd().args(["migrate"]).assert().success();
-    assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("would migrate schema 1 -> 7"));
+    assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("would migrate schema 1 -> 8"));
     assert!(!has_key_column(&mut c), "a dry run upgraded the schema");
     // The first write upgrades it.
     run.cmd()
@@ -579,17 +579,17 @@ fn the_postgres_schema_never_strands_a_team() {
         .query_one("SELECT max(version) FROM openprose.schema_version", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 7);
+    assert_eq!(v, 8);
     // Newer, and writable by this build.
     c.batch_execute(
-        "UPDATE openprose.schema_version SET version = 8, min_reader = 1, min_writer = 4",
+        "UPDATE openprose.schema_version SET version = 9, min_reader = 1, min_writer = 4",
     )
     .unwrap();
     run.bind("newer", "ok", None);
     assert_eq!(run.get("newer", None), b"ok");
     // Newer, and not writable: reads work, writes are refused and change nothing.
     c.batch_execute(
-        "UPDATE openprose.schema_version SET version = 9, min_reader = 1, min_writer = 9",
+        "UPDATE openprose.schema_version SET version = 10, min_reader = 1, min_writer = 10",
     )
     .unwrap();
     assert_eq!(run.get("keep", None), b"me");
@@ -643,7 +643,7 @@ fn a_schema_5_run_gains_the_audit_index_on_its_first_write() {
     run.cmd().args(["gates", "verify"]).assert().success();
     let a = run.cmd().args(["migrate"]).assert().success();
     let plan = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
-    assert!(plan.contains("would migrate schema 5 -> 8"), "{plan}");
+    assert!(plan.contains("would migrate schema 5 -> 9"), "{plan}");
     assert!(
         plan.contains("create index idx_gate_audit_seq_alone on gate_audit_log"),
         "{plan}"
@@ -657,7 +657,7 @@ fn a_schema_5_run_gains_the_audit_index_on_its_first_write() {
     let version: i64 = c
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 1_005_008);
+    assert_eq!(version, 1_005_009);
     assert_eq!(index(&c), 1, "the first write added the index");
     run.cmd().args(["gates", "verify"]).assert().success();
     let rows: i64 = c
@@ -689,7 +689,7 @@ fn a_schema_6_run_gains_the_resume_indexes_on_its_first_write() {
     }
     let a = run.cmd().args(["migrate"]).assert().success();
     let plan = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
-    assert!(plan.contains("would migrate schema 6 -> 8"), "{plan}");
+    assert!(plan.contains("would migrate schema 6 -> 9"), "{plan}");
     for n in names {
         assert!(plan.contains(&format!("create index {n}")), "{plan}");
     }
@@ -701,7 +701,7 @@ fn a_schema_6_run_gains_the_resume_indexes_on_its_first_write() {
     let version: i64 = c
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 1_005_008, "resume records itself: a write");
+    assert_eq!(version, 1_005_009, "resume records itself: a write");
     for n in names {
         let found: i64 = c
             .query_row(

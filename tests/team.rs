@@ -15,6 +15,8 @@ on_both!(
     waiting_on_several_gates_reports_each_and_the_most_serious,
     the_worked_example_runs_as_written,
     the_books_log_chains_past_its_tenth_row,
+    an_escalation_admits_its_group_only_after_the_deadline,
+    reminders_and_escalations_are_checked_before_anything_is_written,
 );
 
 /// Issues a token (with `principals add NAME EXTRA…`) and returns it.
@@ -398,7 +400,7 @@ fn raw_sql_adds_no_approval_no_member_and_no_policy(b: Backend) {
 }
 
 /// A run that holds a team's gate asks every reader and writer to know team approvals
-/// (schema 8): an older binary refuses it rather than take its votes for tampering.
+/// (schema 9, with escalations): an older binary refuses it rather than take its votes for tampering.
 #[test]
 fn a_run_with_a_teams_gate_is_stamped_for_readers_that_know_quorums() {
     let p = Project::new();
@@ -408,15 +410,15 @@ fn a_run_with_a_teams_gate_is_stamped_for_readers_that_know_quorums() {
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap()
     };
-    assert_eq!(stamp(&run), 1_005_008);
+    assert_eq!(stamp(&run), 1_005_009);
     create(&run, "plain", &[]);
     assert_eq!(
         stamp(&run),
-        1_005_008,
+        1_005_009,
         "a single-approver gate asks nothing new"
     );
     create(&run, "team", &["--require", "2"]);
-    assert_eq!(stamp(&run), 8_008_008);
+    assert_eq!(stamp(&run), 9_009_009);
     run.cmd().args(["gates", "verify"]).assert().success();
 }
 
@@ -558,4 +560,119 @@ fn the_books_log_chains_past_its_tenth_row(b: Backend) {
         Some(12),
         "{listed}"
     );
+}
+
+/// Before the deadline the escalation group decides nothing, whatever raw SQL says; past it,
+/// the gate does not time out but opens to the group, with the new deadline, once.
+fn an_escalation_admits_its_group_only_after_the_deadline(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let bob = token(&p, "bob", &["--group", "oncall"]);
+    let started = std::time::Instant::now();
+    let made = create(
+        &run,
+        "ship",
+        &[
+            "--allow",
+            "alice",
+            "--timeout",
+            "3s",
+            "--escalate-to",
+            "group:oncall",
+        ],
+    );
+    assert_eq!(
+        made["escalation"],
+        serde_json::json!({"to": "group:oncall", "after_seconds": 3, "escalated": false}),
+        "{made}"
+    );
+    let before = run.before_refusal("ship");
+    assert_eq!(decide(&run, "approve", "ship", &bob).0, 4);
+    run.refused(&before, 1, "the escalation group before the deadline");
+    // An escalation written behind the tool's back (unsealed) opens the gate to no one.
+    run.view().raw(
+        "INSERT INTO gate_audit_log (gate_id, run_id, event_type, principal, timestamp, metadata)
+         SELECT 'ship', id, 'escalated', 'system', datetime('now'),
+                '{\"instance\": 1, \"to\": \"group:oncall\"}' FROM run",
+        "INSERT INTO openprose.gate_audit_log (gate_id, run_id, event_type, principal, timestamp, metadata)
+         SELECT 'ship', id, 'escalated', 'system', now(),
+                '{\"instance\": 1, \"to\": \"group:oncall\"}'
+         FROM openprose.run WHERE id = '$RUN'",
+    );
+    let before = run.before_refusal("ship");
+    assert_eq!(decide(&run, "approve", "ship", &bob).0, 4);
+    run.refused(&before, 1, "an unsealed escalation");
+    std::thread::sleep(std::time::Duration::from_millis(3500).saturating_sub(started.elapsed()));
+    let shown = run
+        .cmd()
+        .args(["gates", "show", "ship", "--json"])
+        .assert()
+        .success();
+    let shown = stdout_json(&shown);
+    assert_eq!(shown["status"], "pending", "{shown}");
+    assert_eq!(shown["allow"], serde_json::json!(["alice", "group:oncall"]));
+    assert_eq!(shown["escalation"]["escalated"], true, "{shown}");
+    let (c, out) = decide(&run, "approve", "ship", &bob);
+    assert_eq!(c, 0, "{out}");
+    let (status, by, _, _) = run.view().gate("ship");
+    assert_eq!((status.as_str(), by.as_deref()), ("approved", Some("bob")));
+    let sealed: Vec<_> = kinds(&run, "ship").into_iter().map(|e| e.0).collect();
+    assert_eq!(
+        sealed.iter().filter(|k| *k == "escalated").count(),
+        2,
+        "the sealed escalation and the unsealed fake: {sealed:?}"
+    );
+    // Only the sealed one counts: the chain verifies, the fake reported as unattested.
+    let v = run.cmd().args(["gates", "verify"]).assert();
+    assert!(matches!(code(&v), 0 | 10), "{}", stderr(&v));
+}
+
+/// Reminders and escalations that cannot work are refused with a usage error, the run as it
+/// was.
+fn reminders_and_escalations_are_checked_before_anything_is_written(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let before = run.snapshot();
+    for (args, says) in [
+        (vec!["--remind", "5m"], "needs --timeout"),
+        (
+            vec!["--timeout", "1m", "--remind", "2m"],
+            "is not before the deadline",
+        ),
+        (vec!["--escalate-to", "group:oncall"], "needs --timeout"),
+        (
+            vec![
+                "--timeout",
+                "1m",
+                "--allow",
+                "alice",
+                "--escalate-to",
+                "alice",
+            ],
+            "already in --allow",
+        ),
+        (
+            vec!["--timeout", "1m", "--escalate-to", "group:"],
+            "--escalate-to",
+        ),
+        (
+            vec!["--timeout", "1m", "--escalate-timeout", "1h"],
+            "--escalate-to",
+        ),
+        (
+            vec!["--timeout", "1m", "--remind", "soon"],
+            "invalid duration",
+        ),
+    ] {
+        let a = run
+            .cmd()
+            .args(["gates", "create", "g", "--prompt", "Go?"])
+            .args(&args)
+            .assert()
+            .code(2);
+        let err = stderr(&a);
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert_eq!(run.snapshot(), before, "{args:?} wrote something");
+    }
 }

@@ -60,6 +60,14 @@ pub struct TeamView {
     pub rejections: Vec<String>,
     /// "2 of 3 approvals: alice, bob".
     pub progress: String,
+    /// The allow entries through which a decision may still come (those who approved aside).
+    pub waiting_for: Vec<String>,
+    /// Where the gate escalates at its deadline, and whether it has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<serde_json::Value>,
+    /// When the next reminder is due (UTC).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_reminder: Option<String>,
 }
 
 impl TeamView {
@@ -71,6 +79,22 @@ impl TeamView {
             ""
         };
         writeln!(w, "Approvals: {}{veto}", self.progress)?;
+        if !self.waiting_for.is_empty() {
+            writeln!(w, "Waiting for: {}", self.waiting_for.join(", "))?;
+        }
+        if let Some(e) = &self.escalation {
+            let to = e["to"].as_str().unwrap_or_default();
+            match e["escalated"].as_bool() {
+                Some(true) => writeln!(w, "Escalated: to {to}, at its first deadline")?,
+                _ => writeln!(
+                    w,
+                    "Escalation: to {to} at the deadline, instead of timing out"
+                )?,
+            }
+        }
+        if let Some(at) = &self.next_reminder {
+            writeln!(w, "Next reminder: {at} UTC")?;
+        }
         if let Some(s) = &self.separate_duties {
             writeln!(
                 w,
@@ -82,9 +106,17 @@ impl TeamView {
         Ok(())
     }
 
-    /// The view of a gate whose allow list is `allow`, when it is a team's gate.
-    pub fn of(q: &Quorum, tally: &crate::team::Tally, allow: &[String]) -> Option<Self> {
-        q.is_team(allow).then(|| TeamView {
+    /// The view of a gate whose allow list is `allow`, when it is a team's gate or has
+    /// reminders: `escalated` and `next_reminder` as its sealed log says.
+    pub fn of(
+        q: &Quorum,
+        tally: &crate::team::Tally,
+        allow: &[String],
+        escalated: bool,
+        next_reminder: Option<String>,
+    ) -> Option<Self> {
+        let shown = q.is_team(allow) || !q.remind.is_empty();
+        shown.then(|| TeamView {
             require: q.require,
             veto: q.veto,
             separate_duties: q
@@ -93,6 +125,17 @@ impl TeamView {
             approvals: tally.approvals.clone(),
             rejections: tally.rejections.clone(),
             progress: tally.progress(q),
+            waiting_for: allow
+                .iter()
+                .filter(|a| !tally.approvals.contains(a) && !tally.rejections.contains(a))
+                .cloned()
+                .collect(),
+            escalation: q.escalate_to.as_ref().map(|to| {
+                serde_json::json!({
+                    "to": to, "after_seconds": q.escalate_after, "escalated": escalated
+                })
+            }),
+            next_reminder,
         })
     }
 }
@@ -382,7 +425,11 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> R
             )))
         }
     };
-    let team = TeamView::of(&quorum, &Default::default(), &g.allow);
+    let next = g
+        .timeout_at
+        .as_deref()
+        .and_then(|deadline| crate::team::next_reminder(&quorum.remind, deadline, &now, &[], &now));
+    let team = TeamView::of(&quorum, &Default::default(), &g.allow, false, next);
     Ok(GateCreated {
         created,
         gate: GateView {
@@ -546,10 +593,16 @@ pub fn show_to(
         .view_gate(gate, viewer, client, &now)?
         .ok_or_else(|| gate_not_found(&run.id, gate))?;
     let report = store.verify_audit()?;
-    let team = report
-        .derived
-        .get(&row.id)
-        .and_then(|d| TeamView::of(&d.quorum, &d.tally_or_counted(), &row.allow));
+    let team = report.derived.get(&row.id).and_then(|d| {
+        let next = crate::store::rules::next_reminder_of(&row, d, &now);
+        TeamView::of(
+            &d.quorum,
+            &d.tally_or_counted(),
+            &row.allow,
+            d.escalated,
+            next,
+        )
+    });
     Ok(GateShown {
         integrity: IntegrityView::of(&report, &row.id),
         gate: GateView {
@@ -704,10 +757,11 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                         ));
                     }
                 }
-                let team = report
-                    .derived
-                    .get(&gate.id)
-                    .and_then(|d| TeamView::of(&d.quorum, &d.tally_or_counted(), &gate.allow));
+                let team = report.derived.get(&gate.id).and_then(|d| {
+                    let next = crate::store::rules::next_reminder_of(&gate, d, &now);
+                    let t = d.tally_or_counted();
+                    TeamView::of(&d.quorum, &t, &gate.allow, d.escalated, next)
+                });
                 settled[i] = Some(GateWaited {
                     integrity: IntegrityView::of(&report, &gate.id),
                     gate: GateView {

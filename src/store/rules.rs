@@ -319,6 +319,36 @@ fn time_out(tx: &mut Txn<'_>, gate: &super::GateRow, run_id: &str, now: &str) ->
     Ok(())
 }
 
+/// Where the gate's current period begins: reminders count before the deadline of the period
+/// they are in, from the gate's opening or from its escalation.
+fn period_start(gate: &super::GateRow, d: &super::chain::Derived, deadline: &str) -> String {
+    if d.escalated {
+        let after = d.quorum.escalate_after.unwrap_or_default();
+        crate::model::Timestamp::parse_lenient(deadline)
+            .map(|t| t.plus_seconds(-after).to_string())
+            .unwrap_or_default()
+    } else {
+        gate.created_at.clone().unwrap_or_default()
+    }
+}
+
+/// When a pending gate's next reminder is due, as its sealed log and schedule say.
+pub fn next_reminder_of(
+    gate: &super::GateRow,
+    d: &super::chain::Derived,
+    now: &str,
+) -> Option<String> {
+    let deadline = gate
+        .timeout_at
+        .as_deref()
+        .and_then(crate::model::canonical_time)?;
+    let start = period_start(gate, d, &deadline);
+    gate.status
+        .is_pending()
+        .then(|| crate::team::next_reminder(&d.quorum.remind, &deadline, &start, &d.reminded, now))
+        .flatten()
+}
+
 /// Announces each reminder of a pending gate that is due and that its sealed log has not
 /// announced, then sets when the next one is due. `escalated_at`: the escalation this sweep
 /// just made (its deadline is the period's start). How many it announced.
@@ -338,17 +368,9 @@ fn remind(
         tx.set_gate_schedule(&gate.id, None, None)?;
         return Ok(0);
     };
-    // Reminders count before the deadline of the period they are in: from the gate's opening,
-    // or from its escalation.
-    let start = match (escalated_at, d.escalated) {
-        (Some(at), _) => at.to_string(),
-        (None, true) => {
-            let after = d.quorum.escalate_after.unwrap_or_default();
-            crate::model::Timestamp::parse_lenient(&deadline)
-                .map(|t| t.plus_seconds(-after).to_string())
-                .unwrap_or_default()
-        }
-        (None, false) => gate.created_at.clone().unwrap_or_default(),
+    let start = match escalated_at {
+        Some(at) => at.to_string(),
+        None => period_start(gate, d, &deadline),
     };
     let mut announced = 0;
     for (before, at) in crate::team::reminders(&d.quorum.remind, &deadline, &start) {
