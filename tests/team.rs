@@ -589,6 +589,15 @@ fn an_escalation_admits_its_group_only_after_the_deadline(b: Backend) {
     let before = run.before_refusal("ship");
     assert_eq!(decide(&run, "approve", "ship", &bob).0, 4);
     run.refused(&before, 1, "the escalation group before the deadline");
+    // `resume` tells the VM to wait, and why.
+    let resumed = stdout_json(&run.cmd().args(["resume", "--json"]).assert().success());
+    let g = &resumed["gates"][0];
+    assert_eq!(g["next_step"]["action"], "wait", "{g}");
+    assert_eq!(
+        g["progress"],
+        "0 of 1 approval; waiting for alice; escalates to group:oncall at the deadline",
+        "{g}"
+    );
     // An escalation written behind the tool's back (unsealed) opens the gate to no one.
     run.view().raw(
         "INSERT INTO gate_audit_log (gate_id, run_id, event_type, principal, timestamp, metadata)

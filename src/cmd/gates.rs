@@ -106,6 +106,25 @@ impl TeamView {
         Ok(())
     }
 
+    /// Its votes and schedule in one line, for `resume`.
+    pub fn summary(&self) -> String {
+        let mut s = self.progress.clone();
+        if !self.waiting_for.is_empty() {
+            s += &format!("; waiting for {}", self.waiting_for.join(", "));
+        }
+        if let Some(e) = &self.escalation {
+            let to = e["to"].as_str().unwrap_or_default();
+            s += &match e["escalated"].as_bool() {
+                Some(true) => format!("; escalated to {to}"),
+                _ => format!("; escalates to {to} at the deadline"),
+            };
+        }
+        if let Some(at) = &self.next_reminder {
+            s += &format!("; next reminder {at} UTC");
+        }
+        s
+    }
+
     /// The view of a gate whose allow list is `allow`, when it is a team's gate or has
     /// reminders: `escalated` and `next_reminder` as its sealed log says.
     pub fn of(

@@ -148,6 +148,10 @@ pub struct GateNext {
     /// Where the gate stands against its audit log (as `gates show` reports it). A tampered
     /// gate's next step is `stop`, whatever its status says.
     pub integrity: IntegrityView,
+    /// A pending team's gate's votes and schedule, in one line ("1 of 2 approvals: bob;
+    /// waiting for group:release; escalates to group:oncall at the deadline").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -418,6 +422,16 @@ fn gate_nexts(store: &mut dyn Store, now: &str) -> Result<Vec<GateNext>> {
         .into_iter()
         .map(|g| GateNext {
             integrity: IntegrityView::of(&report, &g.id),
+            progress: report
+                .derived
+                .get(&g.id)
+                .filter(|_| g.status.is_pending())
+                .and_then(|d| {
+                    let next = crate::store::rules::next_reminder_of(&g, d, now);
+                    let t = d.tally_or_counted();
+                    super::gates::TeamView::of(&d.quorum, &t, &g.allow, d.escalated, next)
+                })
+                .map(|t| t.summary()),
             // A decision that does not stand is no decision: the VM stops, whatever the row
             // says (a pending gate nothing sealed is still only waited on).
             next_step: match IntegrityView::of(&report, &g.id) {
@@ -649,9 +663,14 @@ fn gate_lines(w: &mut dyn Write, gates: &[GateNext]) -> io::Result<()> {
             "attested" => String::new(),
             other => format!(" [{}]", other.to_uppercase()),
         };
+        let progress = g
+            .progress
+            .as_deref()
+            .map(|p| format!(" [{p}]"))
+            .unwrap_or_default();
         writeln!(
             w,
-            "gate {} {}{integrity}{left} → {}{arg}",
+            "gate {} {}{integrity}{left}{progress} → {}{arg}",
             g.id, g.status, g.next_step.action
         )?;
     }
