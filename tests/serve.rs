@@ -13,6 +13,7 @@ use std::process::{Child, Stdio};
 
 on_both!(
     every_vote_a_quorum_counts_must_be_signed,
+    the_page_refuses_a_self_approval_and_logs_it,
     a_signed_in_principal_lists_reads_and_decides_a_gate,
     refusals_over_http_change_nothing,
     a_revoked_token_ends_its_sessions_and_guesses_are_limited,
@@ -2215,4 +2216,50 @@ fn a_gate_shows_the_nearest_binding_of_each_name_its_execution_sees(b: Backend) 
         Some(&cookie),
     );
     assert_eq!((whole.status, whole.body.as_str()), (200, "x at inner"));
+}
+
+/// Separation of duties on the page: the gate's creator is told she may not approve it, an
+/// approval she posts anyway is refused with a page that says why, and the database changes
+/// only by the logged refusal; another allowed principal approves it.
+fn the_page_refuses_a_self_approval_and_logs_it(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let alice = add(&p, "alice");
+    let bob = add(&p, "bob");
+    run.cmd()
+        .env("PROSE_TOKEN", &alice)
+        .args(["gates", "create", "ship", "--prompt", "Ship?"])
+        .args(["--allow", "alice,bob", "--no-self-approve"])
+        .assert()
+        .success();
+    let s = Server::start(&p);
+    let cookie = s.login(&alice);
+    let page = s.get(&gate_path(&run, "ship"), Some(&cookie));
+    assert!(page.body.contains("id=\"own\""), "{}", page.body);
+    let at = page.body.find("name=\"prompt_hash\" value=\"").unwrap() + 26;
+    let hash = page.body[at..at + 71].to_string();
+    let before = run.before_refusal("ship");
+    let r = decide(
+        &s,
+        &cookie,
+        &run,
+        "ship",
+        &[
+            ("csrf", &csrf_of(&page.body)),
+            ("action", "approve"),
+            ("comment", ""),
+            ("prompt_hash", &hash),
+            ("instance", &view_of(&page.body).0),
+            ("view", &view_of(&page.body).1),
+        ],
+    );
+    assert_ne!(r.status, 303, "{}", r.body);
+    assert!(r.body.contains("separation of duties"), "{}", r.body);
+    let refused = run.refused(&before, 1, "a self-approval on the page");
+    assert_eq!(refused[0].1.as_deref(), Some("alice"));
+    assert_eq!(run.view().gate("ship").0, "pending");
+    let cookie = s.login(&bob);
+    approve_as_shown(&s, &cookie, &run, "ship");
+    let (status, by, _, _) = run.view().gate("ship");
+    assert_eq!((status.as_str(), by.as_deref()), ("approved", Some("bob")));
 }
