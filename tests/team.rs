@@ -91,6 +91,17 @@ fn a_quorum_counts_each_principal_once_and_resolves_at_n(b: Backend) {
         7,
         "one approval of three decides nothing"
     );
+    // A listing that reads the sealed logs (`--scan`) shows the votes; one from the catalog
+    // vouches for nothing and shows none.
+    let listed = stdout_json(
+        &p.cmd()
+            .args(["gates", "--scan", "--json"])
+            .assert()
+            .success(),
+    );
+    assert_eq!(listed[0]["progress"], "1 of 3 approvals: alice", "{listed}");
+    let listed = stdout_json(&p.cmd().args(["gates", "--json"]).assert().success());
+    assert!(listed[0].get("progress").is_none(), "{listed}");
 
     // The same principal again counts once, is told so, and writes nothing.
     let snapshot = run.snapshot();

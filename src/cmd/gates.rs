@@ -193,7 +193,7 @@ impl Render for GateList {
         if self.gates.is_empty() {
             return writeln!(w, "no gates");
         }
-        let header = [
+        let mut header = [
             "RUN",
             "GATE",
             "STATUS",
@@ -202,7 +202,13 @@ impl Render for GateList {
             "PROGRAM",
             "PROMPT",
         ]
-        .map(String::from);
+        .map(String::from)
+        .to_vec();
+        // The votes of team's gates, when the listing derived them (`--scan`).
+        let teams = self.gates.iter().any(|g| g.team.is_some());
+        if teams {
+            header.insert(6, "PROGRESS".into());
+        }
         let rows: Vec<Vec<String>> = self
             .gates
             .iter()
@@ -221,6 +227,14 @@ impl Render for GateList {
                     g.program_path.clone().unwrap_or_else(|| "-".into()),
                     one_line(&g.gate.prompt, 50),
                 ]
+            })
+            .zip(&self.gates)
+            .map(|(mut row, g)| {
+                if teams {
+                    let progress = g.team.as_ref().map_or("-".into(), |t| t.progress.clone());
+                    row.insert(6, progress);
+                }
+                row
             })
             .collect();
         table(w, &header, &rows)
@@ -268,6 +282,20 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
             now: &now,
         },
     )?;
+    // `--scan` checks every gate against its sealed log: the runs the server listed are opened
+    // and checked here (each once), as the SQLite runs were while they were read.
+    let mut found = found;
+    if args.scan {
+        let mut checked: std::collections::HashMap<String, std::sync::Arc<_>> = Default::default();
+        for f in found.iter_mut().filter(|f| f.checked.is_none()) {
+            let run = f.gate.run_id.clone().unwrap_or_default();
+            if !checked.contains_key(&run) {
+                let (_, mut store) = ctx.open_run(Some(&run))?;
+                checked.insert(run.clone(), std::sync::Arc::new(store.verify_audit()?));
+            }
+            f.checked = checked.get(&run).cloned();
+        }
+    }
     let gates = found
         .into_iter()
         .map(|found| {
@@ -275,8 +303,21 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
                 .checked
                 .as_deref()
                 .map(|report| IntegrityView::of(report, &found.gate.id));
+            // Checked (`--scan`), a team's gate shows its votes and schedule as its sealed
+            // log derives them.
+            let g = &found.gate;
+            let team = found
+                .checked
+                .as_deref()
+                .and_then(|report| report.derived.get(&g.id))
+                .and_then(|d| {
+                    let next = crate::store::rules::next_reminder_of(g, d, &now);
+                    let t = d.tally_or_counted();
+                    TeamView::of(&d.quorum, &t, &g.allow, d.escalated, next)
+                });
             GateView {
                 integrity,
+                team,
                 ..GateView::new(found.gate, found.program_path, &now)
             }
         })
