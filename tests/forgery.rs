@@ -371,9 +371,26 @@ fn the_allow_list_is_the_sealed_one(b: Backend) {
     assert_eq!(code, 9, "{said}");
 }
 
-const PRINCIPALS: [&str; 6] = ["alice", "bob", "carol", "agent:sbot", "system", "mallory"];
-const EVENTS: [&str; 7] = [
-    "created", "approved", "rejected", "timeout", "viewed", "refused", "resumed",
+const PRINCIPALS: [&str; 7] = [
+    "alice",
+    "bob",
+    "carol",
+    "agent:sbot",
+    "system",
+    "mallory",
+    "frank",
+];
+const EVENTS: [&str; 10] = [
+    "created",
+    "approved",
+    "rejected",
+    "timeout",
+    "viewed",
+    "refused",
+    "resumed",
+    "escalated",
+    "reminder",
+    "approval",
 ];
 
 /// What was really decided: for each gate approved, the instance and the principal.
@@ -479,16 +496,41 @@ fn build(p: &Project, timed: bool) -> (Run, Truth) {
     create("teamed", "user", &["--require", "2"]);
     vote("teamed", &dana);
     vote("teamed", &erin);
+    // Escalations: frank (of group:oncall) may decide only after a sealed escalation. One gate
+    // will never have escalated; with `timed`, another escalates and frank approves it.
+    let _ = p.cmd().args(["principals", "revoke", "frank"]).output();
+    let frank = {
+        let mut c = p.cmd();
+        let a = c.args(["principals", "add", "frank", "--group", "oncall"]);
+        let a = a.assert().success();
+        String::from_utf8(a.get_output().stdout.clone())
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let escalating = ["--escalate-to", "group:oncall", "--escalate-timeout", "1h"];
+    create(
+        "onduty",
+        "alice",
+        &[&["--timeout", "1h"][..], &escalating[..]].concat(),
+    );
     if timed {
+        create(
+            "escalated",
+            "alice",
+            &[&["--timeout", "1s"][..], &escalating[..]].concat(),
+        );
         std::thread::sleep(std::time::Duration::from_millis(1100));
         // Any gate operation sweeps the overdue gate first.
         run.cmd().args(["gates", "show", "late"]).assert().success();
+        vote("escalated", &frank);
     }
     let truth = [
         ("approved", 1, "alice"),
         ("reapproved", 2, "carol"),
         ("narrow", 1, "carol"),
         ("teamed", 1, "erin"),
+        ("escalated", 1, "frank"),
     ]
     .into_iter()
     .map(|(g, i, by)| (g.to_string(), (i, by.to_string())))
@@ -732,6 +774,13 @@ fn metadata(rng: &mut StdRng, gates: &[GateRow]) -> String {
     }
     if rng.random_bool(0.6) {
         m["allow"] = serde_json::json!([pick(rng, &["user", "agent:sbot", "mallory"])]);
+    }
+    // An escalation's or a vote's fields, as the tool writes them.
+    if rng.random_bool(0.3) {
+        m["to"] = "group:oncall".into();
+        m["via"] = serde_json::json!(["group:oncall"]);
+        m["authenticated"] = "token".into();
+        m["timeout_at"] = g.timeout_at.clone().into();
     }
     m.to_string()
 }
@@ -1456,7 +1505,7 @@ fn the_batterys_reproductions_fail_closed() {
     let said = battery(
         r#"$P gates create deploy --prompt "DROP PROD" --allow user >/dev/null
         $P gates create DEPLOY --prompt noop --allow agent:x >/dev/null; $P approve DEPLOY --as agent:x --yes >/dev/null
-        sqlite3 $DB "PRAGMA foreign_keys=OFF; BEGIN; CREATE TABLE g2 (id TEXT COLLATE NOCASE, run_id TEXT, execution_id INTEGER, prompt TEXT, allow TEXT, timeout TEXT, timeout_at TEXT, on_reject TEXT, status TEXT, created_at TEXT, resolved_at TEXT, resolved_by TEXT, resolution_comment TEXT, metadata TEXT, instance INTEGER NOT NULL DEFAULT 1);
+        sqlite3 $DB "PRAGMA foreign_keys=OFF; BEGIN; CREATE TABLE g2 (id TEXT COLLATE NOCASE, run_id TEXT, execution_id INTEGER, prompt TEXT, allow TEXT, timeout TEXT, timeout_at TEXT, on_reject TEXT, status TEXT, created_at TEXT, resolved_at TEXT, resolved_by TEXT, resolution_comment TEXT, metadata TEXT, instance INTEGER NOT NULL DEFAULT 1, remind_at TEXT);
           INSERT INTO g2 SELECT * FROM gates WHERE id='DEPLOY'; INSERT INTO g2 SELECT * FROM gates WHERE id='deploy'; DROP TABLE gates; ALTER TABLE g2 RENAME TO gates; COMMIT;"
         $P gates wait deploy --timeout 0 >/dev/null 2>&1; echo wait=$?
         $P gates show deploy >/dev/null 2>&1; echo show=$?"#,
