@@ -1498,6 +1498,52 @@ fn team_rows(root: &Path, rounds: usize, rows: &mut Vec<Row>) {
         approve(&t, &tokens[1]);
         deciding.push(approve(&t, &tokens[2]));
     }
+    // Creating a gate, side by side: in this project (a principals book, whose policy a
+    // create reads from its sealed log) and in one without a book; and with a schedule
+    // (reminders and an escalation) against a plain deadline, in this project.
+    let bare = root.join("team-bare");
+    std::fs::create_dir_all(&bare).unwrap();
+    init(&bare, "bare");
+    let made = |dir: &Path, run: &str, gate: &str, extra: &[&str]| {
+        let (d, ok) = timed(
+            prose(dir, run)
+                .args(["gates", "create", gate, "--prompt", "Deploy?", "--timeout", "4h"])
+                .args(extra),
+        );
+        assert!(ok, "create {gate}");
+        d
+    };
+    let (mut with_book, mut no_book, mut scheduled) = (Vec::new(), Vec::new(), Vec::new());
+    let schedule = ["--remind", "1h", "--remind", "10m", "--escalate-to", "group:oncall"];
+    for i in 0..rounds {
+        with_book.push(made(&project, "team", &format!("plain{i}"), &[]));
+        no_book.push(made(&bare, "bare", &format!("plain{i}"), &[]));
+        scheduled.push(made(&project, "team", &format!("sched{i}"), &schedule));
+    }
+    for (what, d, base, vs) in [
+        (
+            "`gates create` in a project with a principals book (its policy read from the book's sealed log)",
+            median(with_book.clone()),
+            median(no_book),
+            "a project without one",
+        ),
+        (
+            "`gates create --remind 1h --remind 10m --escalate-to group:oncall` (a team's gate, its schedule sealed)",
+            median(scheduled),
+            median(with_book),
+            "a plain `gates create --timeout 4h`",
+        ),
+    ] {
+        let ratio = d.as_secs_f64() / base.as_secs_f64();
+        rows.push(Row {
+            what: format!("{what}, median of {rounds}"),
+            ours: ms(d),
+            raw: format!("{} ({vs})", ms(base)),
+            ratio: format!("{ratio:.2}"),
+            target: "≤ 1.10".into(),
+            met: if ratio <= 1.10 { "yes" } else { "no" }.into(),
+        });
+    }
     let base = median(single);
     for (what, d) in [
         ("a vote short of the quorum", median(first)),
