@@ -1507,14 +1507,29 @@ fn team_rows(root: &Path, rounds: usize, rows: &mut Vec<Row>) {
     let made = |dir: &Path, run: &str, gate: &str, extra: &[&str]| {
         let (d, ok) = timed(
             prose(dir, run)
-                .args(["gates", "create", gate, "--prompt", "Deploy?", "--timeout", "4h"])
+                .args([
+                    "gates",
+                    "create",
+                    gate,
+                    "--prompt",
+                    "Deploy?",
+                    "--timeout",
+                    "4h",
+                ])
                 .args(extra),
         );
         assert!(ok, "create {gate}");
         d
     };
     let (mut with_book, mut no_book, mut scheduled) = (Vec::new(), Vec::new(), Vec::new());
-    let schedule = ["--remind", "1h", "--remind", "10m", "--escalate-to", "group:oncall"];
+    let schedule = [
+        "--remind",
+        "1h",
+        "--remind",
+        "10m",
+        "--escalate-to",
+        "group:oncall",
+    ];
     for i in 0..rounds {
         with_book.push(made(&project, "team", &format!("plain{i}"), &[]));
         no_book.push(made(&bare, "bare", &format!("plain{i}"), &[]));

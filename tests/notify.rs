@@ -12,6 +12,7 @@ on_both!(
     a_rolled_back_sweep_is_not_announced,
     concurrent_sweepers_announce_a_timeout_once,
     concurrent_readers_announce_a_reminder_and_an_escalation_once,
+    an_imported_run_keeps_its_reminders,
 );
 
 /// Installs a hook that files each notice (stdin) and its environment in `events/`.
@@ -439,4 +440,38 @@ fn concurrent_readers_announce_a_reminder_and_an_escalation_once(b: Backend) {
         .success();
     assert_eq!(stdout_json(&a)["runs"], 0, "nothing more is due");
     run.cmd().args(["gates", "verify"]).assert().success();
+}
+
+/// A copy carries no `remind_at`: the import reads each pending gate's next reminder from its
+/// sealed log again, so the reminder is still announced, once, where the run now is.
+fn an_imported_run_keeps_its_reminders(b: Backend) {
+    let Some(dest) = Project::on(b) else { return };
+    let home = Project::new();
+    let run = home.init();
+    let started = Instant::now();
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "Go?", "--timeout", "1h"])
+        .args(["--remind", "3599s", "--remind", "30m"])
+        .assert()
+        .success();
+    let e = home.root().join("export");
+    run.cmd().args(["export", "-o"]).arg(&e).assert().success();
+    dest.init();
+    let events = recording_hook(&dest);
+    dest.cmd()
+        .args(["import", "--vouch", "--as", "alice"])
+        .arg(&e)
+        .assert()
+        .success();
+    std::thread::sleep(Duration::from_millis(1500).saturating_sub(started.elapsed()));
+    let landed = dest.run(&run.id);
+    landed.cmd().args(["gates", "show", "g"]).assert().success();
+    landed.cmd().args(["gates", "show", "g"]).assert().success();
+    assert_eq!(heard(&events, 1), pairs(&[("reminder", "g")]));
+    let kinds: Vec<String> = landed.view().events("g").into_iter().map(|e| e.0).collect();
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "reminder").count(),
+        1,
+        "{kinds:?}"
+    );
 }

@@ -1469,6 +1469,26 @@ pub fn restore(mut tx: Txn<'_>, r: &Restore) -> Result<()> {
         }
         tx.insert_audit(&row2)?;
     }
+    // A copy carries no `remind_at` (only when to look): each pending gate's next reminder is
+    // read again from its sealed log, as it stands here.
+    for g in d
+        .gates
+        .iter()
+        .filter(|g| g.status.as_ref().is_some_and(|s| s.is_pending()))
+    {
+        let Some(row) = load_exact(&mut *tx, &g.id)? else {
+            continue;
+        };
+        let (tampered, derived) = disagreement(&mut *tx, &row)?;
+        // The earliest not yet announced, due or not: the next reader announces a due one.
+        let next = match tampered {
+            None => next_reminder_of(&row, &derived, "1970-01-01 00:00:00"),
+            Some(_) => None,
+        };
+        if next.is_some() {
+            tx.set_gate_schedule(&row.id, None, next.as_deref())?;
+        }
+    }
     if let Some((principal, metadata)) = &r.event {
         append_audit(
             &mut *tx,
