@@ -1501,9 +1501,20 @@ fn team_rows(root: &Path, rounds: usize, rows: &mut Vec<Row>) {
     // Creating a gate, side by side: in this project (a principals book, whose policy a
     // create reads from its sealed log) and in one without a book; and with a schedule
     // (reminders and an escalation) against a plain deadline, in this project.
+    // Two fresh projects alike but for the book (one principal, in one group).
     let bare = root.join("team-bare");
-    std::fs::create_dir_all(&bare).unwrap();
-    init(&bare, "bare");
+    let booked = root.join("team-booked");
+    for dir in [&bare, &booked] {
+        std::fs::create_dir_all(dir).unwrap();
+        init(dir, "bare");
+    }
+    let added = Command::new(BIN)
+        .current_dir(&booked)
+        .env("PROSE_ROOT", &booked)
+        .args(["principals", "add", "dana", "--group", "oncall"])
+        .output()
+        .unwrap();
+    assert!(added.status.success());
     let made = |dir: &Path, run: &str, gate: &str, extra: &[&str]| {
         let (d, ok) = timed(
             prose(dir, run)
@@ -1531,9 +1542,11 @@ fn team_rows(root: &Path, rounds: usize, rows: &mut Vec<Row>) {
         "group:oncall",
     ];
     for i in 0..rounds {
-        with_book.push(made(&project, "team", &format!("plain{i}"), &[]));
+        with_book.push(made(&booked, "bare", &format!("plain{i}"), &[]));
         no_book.push(made(&bare, "bare", &format!("plain{i}"), &[]));
-        scheduled.push(made(&project, "team", &format!("sched{i}"), &schedule));
+        scheduled.push(made(&booked, "bare", &format!("sched{i}"), &schedule));
+        // As many gates in each run.
+        made(&bare, "bare", &format!("sched{i}"), &[]);
     }
     for (what, d, base, vs) in [
         (
