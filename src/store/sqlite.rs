@@ -25,8 +25,9 @@ use rusqlite::{
 };
 use std::path::{Path, PathBuf};
 
+use super::dump::Cells;
+use super::sqlite_rows::gate_record;
 pub(super) use super::sqlite_rows::{db_error, gate_row, run_info_at, GATE_COLUMNS};
-use super::sqlite_rows::{gate_record, lenient_int, lenient_text};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -426,17 +427,11 @@ const BINDING_COLUMNS: &str = "b.name, b.execution_id, b.kind, b.value, b.source
                                b.created_at, b.updated_at, b.attachment_path, b.version";
 
 fn binding_row(r: &Row) -> rusqlite::Result<BindingRow> {
-    let value = match r.get_ref(3)? {
-        ValueRef::Null => None,
-        ValueRef::Integer(i) => Some(i.to_string().into_bytes()),
-        ValueRef::Real(f) => Some(f.to_string().into_bytes()),
-        ValueRef::Text(t) | ValueRef::Blob(t) => Some(t.to_vec()),
-    };
     Ok(BindingRow {
         name: r.get(0)?,
         execution_id: r.get(1)?,
         kind: r.get(2)?,
-        value,
+        value: r.bytes(3),
         source_statement: r.get(4)?,
         created_at: r.get(5)?,
         updated_at: r.get(6)?,
@@ -501,13 +496,7 @@ fn agent_row(r: &Row) -> rusqlite::Result<AgentRow> {
 }
 
 fn import_row(r: &Row) -> rusqlite::Result<ImportRow> {
-    Ok(ImportRow {
-        alias: lenient_text(r, 0)?.unwrap_or_default(),
-        source_url: lenient_text(r, 1)?,
-        fetched_at: lenient_text(r, 2)?,
-        inputs_schema: lenient_text(r, 3)?,
-        outputs_schema: lenient_text(r, 4)?,
-    })
+    Ok(ImportRow::read(r))
 }
 
 impl Statements for SqliteStore {

@@ -3,7 +3,7 @@
 
 use super::{
     attachment_referenced, audit_row, blobs, committed, execution_exists, gate_record, gate_row,
-    import_row, map_err, Statements, AUDIT_SELECT, GATE_SELECT, OVERDUE,
+    gate_select, import_row, map_err, Statements, AUDIT_SELECT, OVERDUE,
 };
 use crate::error::{not_found, refused, shown};
 use crate::model::{GateStatus, RunStatus};
@@ -39,10 +39,7 @@ impl PgTx<'_> {
         if let Some(s) = self.prepared.get(sql) {
             return Ok(s.clone());
         }
-        let s = self
-            .tx
-            .prepare(sql)
-            .map_err(|e| map_err(e, self.shown_url, self.busy_ms))?;
+        let s = self.on(|c| c.prepare(sql))?;
         self.prepared.insert(sql, s.clone());
         Ok(s)
     }
@@ -385,7 +382,8 @@ impl Tx for PgTx<'_> {
         let run = self.run()?;
         self.all(
             &format!(
-                "{GATE_SELECT} WHERE run_id = $1 AND {OVERDUE} ORDER BY created_at, id FOR UPDATE"
+                "{} WHERE run_id = $1 AND {OVERDUE} ORDER BY created_at, id FOR UPDATE",
+                gate_select()
             ),
             &[&run, &now],
             gate_row,
@@ -395,7 +393,7 @@ impl Tx for PgTx<'_> {
     fn gate_record(&mut self, id: &str) -> Result<Option<GateRecord>> {
         let run = self.run()?;
         self.opt(
-            &format!("{GATE_SELECT} WHERE run_id = $1 AND id = $2"),
+            &format!("{} WHERE run_id = $1 AND id = $2", gate_select()),
             &[&run, &id],
             gate_record,
         )
