@@ -419,6 +419,15 @@ const AUDIT_SELECT: &str = concat!(
     ", metadata, prev_hash, hash, seq, seal FROM openprose.gate_audit_log"
 );
 
+/// The scope chain of execution $1 of run $2 (itself, its parent, ...; at most $3 links up):
+/// `chain`'s id and depth.
+const CHAIN: &str = "WITH RECURSIVE chain(id, parent_id, depth) AS (
+        SELECT id, parent_id, 0 FROM openprose.execution WHERE id = $1 AND run_id = $2
+        UNION ALL
+        SELECT e.id, e.parent_id, c.depth + 1
+        FROM chain c JOIN openprose.execution e ON e.id = c.parent_id
+        WHERE c.depth < $3::int)";
+
 const BINDING_SELECT: &str = concat!(
     "b.name, b.execution_id, b.kind, b.value, b.source_statement, ",
     ts!("b.created_at"),
@@ -641,18 +650,11 @@ impl Store for PgStore {
         if let Some(start) = execution_id {
             let found = self.opt(
                 &format!(
-                    "WITH RECURSIVE chain(id, parent_id, depth) AS (
-                         SELECT id, parent_id, 0 FROM openprose.execution WHERE id = $2 AND run_id = $3
-                         UNION ALL
-                         SELECT e.id, e.parent_id, c.depth + 1
-                         FROM chain c JOIN openprose.execution e ON e.id = c.parent_id
-                         WHERE c.depth < $4::int
-                     )
-                     SELECT {BINDING_SELECT}, c.depth FROM chain c JOIN openprose.bindings b
-                       ON b.run_id = $3 AND b.name = $1 AND COALESCE(b.execution_id, -1) = c.id
+                    "{CHAIN} SELECT {BINDING_SELECT}, c.depth FROM chain c JOIN openprose.bindings b
+                       ON b.run_id = $2 AND b.name = $4 AND COALESCE(b.execution_id, -1) = c.id
                      ORDER BY c.depth LIMIT 1"
                 ),
-                &[&name, &start, &run, &super::MAX_SCOPE_DEPTH],
+                &[&start, &run, &super::MAX_SCOPE_DEPTH, &name],
                 |r| Found {
                     row: binding_row(r),
                     depth: Some(r.get::<_, i32>(9) as u64),
@@ -678,14 +680,7 @@ impl Store for PgStore {
     fn scope_chain(&mut self, execution_id: i64) -> Result<Vec<i64>> {
         let run = self.run()?.to_string();
         self.all(
-            "WITH RECURSIVE chain(id, parent_id, depth) AS (
-                 SELECT id, parent_id, 0 FROM openprose.execution WHERE id = $1 AND run_id = $2
-                 UNION ALL
-                 SELECT e.id, e.parent_id, c.depth + 1
-                 FROM chain c JOIN openprose.execution e ON e.id = c.parent_id
-                 WHERE c.depth < $3::int
-             )
-             SELECT id FROM chain ORDER BY depth",
+            &format!("{CHAIN} SELECT id FROM chain ORDER BY depth"),
             &[&execution_id, &run, &super::MAX_SCOPE_DEPTH],
             |r| r.get(0),
         )

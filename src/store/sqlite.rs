@@ -440,6 +440,15 @@ fn binding_row(r: &Row) -> rusqlite::Result<BindingRow> {
     })
 }
 
+/// The scope chain of execution ?1 (itself, its parent, ...; at most ?2 links up): `chain`'s
+/// id and depth.
+const CHAIN: &str = "WITH RECURSIVE chain(id, parent_id, depth) AS (
+        SELECT id, parent_id, 0 FROM execution WHERE id = ?1
+        UNION ALL
+        SELECT e.id, e.parent_id, c.depth + 1
+        FROM chain c JOIN execution e ON e.id = c.parent_id
+        WHERE c.depth < ?2)";
+
 const AUDIT_COLUMNS: &str = "id, gate_id, run_id, event_type, principal, comment, timestamp, \
                              metadata, prev_hash, hash, seq, seal";
 
@@ -619,20 +628,13 @@ impl Store for SqliteStore {
         if let Some(start) = execution_id {
             let found = self.opt(
                 &format!(
-                    "WITH RECURSIVE chain(id, parent_id, depth) AS (
-                         SELECT id, parent_id, 0 FROM execution WHERE id = ?2
-                         UNION ALL
-                         SELECT e.id, e.parent_id, c.depth + 1
-                         FROM chain c JOIN execution e ON e.id = c.parent_id
-                         WHERE c.depth < ?3
-                     )
-                     SELECT {BINDING_COLUMNS}, c.depth
+                    "{CHAIN} SELECT {BINDING_COLUMNS}, c.depth
                      FROM chain c JOIN bindings b
-                       ON b.name = ?1 AND IFNULL(b.execution_id, -1) = c.id
+                       ON b.name = ?3 AND IFNULL(b.execution_id, -1) = c.id
                      ORDER BY c.depth
                      LIMIT 1"
                 ),
-                params![name, start, super::MAX_SCOPE_DEPTH],
+                params![start, super::MAX_SCOPE_DEPTH, name],
                 |r| {
                     Ok(Found {
                         row: binding_row(r)?,
@@ -661,14 +663,7 @@ impl Store for SqliteStore {
 
     fn scope_chain(&mut self, execution_id: i64) -> Result<Vec<i64>> {
         self.all(
-            "WITH RECURSIVE chain(id, parent_id, depth) AS (
-                 SELECT id, parent_id, 0 FROM execution WHERE id = ?1
-                 UNION ALL
-                 SELECT e.id, e.parent_id, c.depth + 1
-                 FROM chain c JOIN execution e ON e.id = c.parent_id
-                 WHERE c.depth < ?2
-             )
-             SELECT id FROM chain ORDER BY depth",
+            &format!("{CHAIN} SELECT id FROM chain ORDER BY depth"),
             params![execution_id, super::MAX_SCOPE_DEPTH],
             |r| r.get(0),
         )
