@@ -19,7 +19,6 @@ use crate::error::{not_found, refused, shown, usage};
 use crate::model::{ExecStatus, GateStatus};
 use anyhow::{anyhow, Context, Result};
 use rusqlite::config::DbConfig;
-use rusqlite::types::ValueRef;
 use rusqlite::{
     params, Connection, OpenFlags, OptionalExtension, Params, Row, TransactionBehavior,
 };
@@ -877,11 +876,7 @@ impl Store for SqliteStore {
             "wal_autocheckpoint",
         ] {
             let v: String = self.one(&format!("PRAGMA {pragma}"), [], |r| {
-                Ok(match r.get_ref(0)? {
-                    ValueRef::Integer(i) => i.to_string(),
-                    ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
-                    _ => String::new(),
-                })
+                Ok(r.text(0).unwrap_or_default())
             })?;
             let v = match (pragma, v.as_str()) {
                 ("synchronous", "2") => "2 (FULL)".to_string(),
