@@ -110,6 +110,28 @@ fn status_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<GateStat
 }
 
 impl GateRecord {
+    /// A gates (or gate_instances) row in its table's column order, as stored: the one mapper
+    /// of a gate, for a copy of the run as for the rules.
+    pub fn read(c: &dyn Cells) -> Self {
+        GateRecord {
+            id: c.text(0).unwrap_or_default(),
+            run_id: c.text(1),
+            execution_id: c.int(2),
+            prompt: c.text(3),
+            allow: c.text(4),
+            timeout: c.text(5),
+            timeout_at: c.text(6),
+            on_reject: c.text(7),
+            status: c.text(8).as_deref().map(GateStatus::parse),
+            created_at: c.text(9),
+            resolved_at: c.text(10),
+            resolved_by: c.text(11),
+            resolution_comment: c.text(12),
+            metadata: c.text(13),
+            instance: c.int(14).unwrap_or(1),
+        }
+    }
+
     /// The row as the rules read it (an allow list that is not a JSON array of strings admits
     /// nobody).
     pub fn into_row(self) -> GateRow {
@@ -169,6 +191,172 @@ pub struct RunDump {
     pub server_only: Vec<String>,
 }
 
+/// A stored row of either backend, read column by column as stored, never failing: a value
+/// raw SQL gave another type reads as text, and as a number where it spells one.
+pub trait Cells {
+    fn text(&self, i: usize) -> Option<String>;
+    fn int(&self, i: usize) -> Option<i64>;
+    /// A value's bytes (SQLite may hold text that is not UTF-8).
+    fn bytes(&self, i: usize) -> Option<Vec<u8>>;
+}
+
+/// A table of a run as a copy reads it: its columns in its record's order, named as stored
+/// (each backend selects a time, a column named `*_at` or `timestamp`, a JSON column,
+/// `metadata` or `*_schema`, and a binding's `value` in the one form both give), and the
+/// order of its rows (empty: the run's own row, the first there is).
+pub struct Table {
+    pub name: &'static str,
+    pub order: &'static str,
+    pub columns: &'static str,
+}
+
+/// Each column of a list (a [`Table`]'s), and whether it is a time and whether it is JSON.
+pub fn columns(list: &str) -> impl Iterator<Item = (&str, bool, bool)> {
+    list.split(", ").map(|c| {
+        let time = c.ends_with("_at") || c == "timestamp";
+        (c, time, c == "metadata" || c.ends_with("_schema"))
+    })
+}
+
+/// A gate's columns, in [`GateRecord::read`]'s order.
+pub const GATE_COLUMNS: &str = "id, run_id, execution_id, prompt, allow, timeout, timeout_at, \
+    on_reject, status, created_at, resolved_at, resolved_by, resolution_comment, metadata, instance";
+
+/// The tables a copy of a run reads (its audit log aside), in [`RunDump::read`]'s order.
+pub const TABLES: [Table; 8] = [
+    Table {
+        name: "run",
+        order: "",
+        columns: "id, program_path, program_source, started_at, updated_at, status, error_message",
+    },
+    Table {
+        name: "execution",
+        order: "id",
+        columns: "id, statement_index, statement_text, status, started_at, completed_at, \
+            error_message, parent_id, metadata, idempotency_key",
+    },
+    Table {
+        name: "bindings",
+        order: "COALESCE(execution_id, -1), name",
+        columns: "name, execution_id, kind, value, source_statement, created_at, updated_at, \
+            attachment_path",
+    },
+    Table {
+        name: "agents",
+        order: "name",
+        columns: "name, scope, memory, created_at, updated_at",
+    },
+    Table {
+        name: "agent_segments",
+        order: "id",
+        columns: "agent_name, segment_number, timestamp, prompt, summary",
+    },
+    Table {
+        name: "imports",
+        order: "alias",
+        columns: "alias, source_url, fetched_at, inputs_schema, outputs_schema",
+    },
+    Table {
+        name: "gates",
+        order: "id",
+        columns: GATE_COLUMNS,
+    },
+    Table {
+        name: "gate_instances",
+        order: "gate_id, instance",
+        columns: "gate_id, run_id, execution_id, prompt, allow, timeout, timeout_at, on_reject, \
+            status, created_at, resolved_at, resolved_by, resolution_comment, metadata, instance",
+    },
+];
+
+/// What reads a run's tables for a copy of it: a backend's `dump`.
+pub trait TableSource {
+    /// Every row of `table`, in its order, each through `read`.
+    fn rows<T>(&mut self, table: &Table, read: fn(&dyn Cells) -> T) -> anyhow::Result<Vec<T>>;
+}
+
+impl RunRecord {
+    pub fn read(c: &dyn Cells) -> Self {
+        RunRecord {
+            id: c.text(0).unwrap_or_default(),
+            program_path: c.text(1),
+            program_source: c.text(2),
+            started_at: c.text(3),
+            updated_at: c.text(4),
+            status: c.text(5),
+            error_message: c.text(6),
+        }
+    }
+}
+
+impl ExecRecord {
+    pub fn read(c: &dyn Cells) -> Self {
+        ExecRecord {
+            id: c.int(0).unwrap_or_default(),
+            statement_index: c.int(1),
+            statement_text: c.text(2),
+            status: c.text(3),
+            started_at: c.text(4),
+            completed_at: c.text(5),
+            error_message: c.text(6),
+            parent_id: c.int(7),
+            metadata: c.text(8),
+            idempotency_key: c.text(9),
+        }
+    }
+}
+
+impl BindingRecord {
+    pub fn read(c: &dyn Cells) -> Self {
+        BindingRecord {
+            name: c.text(0),
+            execution_id: c.int(1),
+            kind: c.text(2),
+            value: c.bytes(3),
+            source_statement: c.text(4),
+            created_at: c.text(5),
+            updated_at: c.text(6),
+            attachment_path: c.text(7),
+        }
+    }
+}
+
+impl AgentRecord {
+    pub fn read(c: &dyn Cells) -> Self {
+        AgentRecord {
+            name: c.text(0).unwrap_or_default(),
+            scope: c.text(1),
+            memory: c.text(2),
+            created_at: c.text(3),
+            updated_at: c.text(4),
+        }
+    }
+}
+
+impl SegmentRecord {
+    pub fn read(c: &dyn Cells) -> Self {
+        SegmentRecord {
+            agent_name: c.text(0),
+            segment_number: c.int(1),
+            timestamp: c.text(2),
+            prompt: c.text(3),
+            summary: c.text(4),
+        }
+    }
+}
+
+impl ImportRecord {
+    pub fn read(c: &dyn Cells) -> Self {
+        ImportRecord {
+            alias: c.text(0).unwrap_or_default(),
+            source_url: c.text(1),
+            fetched_at: c.text(2),
+            inputs_schema: c.text(3),
+            outputs_schema: c.text(4),
+        }
+    }
+}
+
 /// A JSON column's value compared as JSON (a server's jsonb reorders keys and spacing); text
 /// that is not JSON as itself.
 fn as_json(text: &Option<String>) -> Value {
@@ -179,6 +367,28 @@ fn as_json(text: &Option<String>) -> Value {
 }
 
 impl RunDump {
+    /// Every row of the run but its audit log (which, and what only a server keeps, the
+    /// backend's own `dump` adds).
+    pub fn read(s: &mut impl TableSource) -> anyhow::Result<RunDump> {
+        let [run, executions, bindings, agents, segments, imports, gates, instances] = &TABLES;
+        Ok(RunDump {
+            run: s
+                .rows(run, RunRecord::read)?
+                .into_iter()
+                .next()
+                .unwrap_or_default(),
+            executions: s.rows(executions, ExecRecord::read)?,
+            bindings: s.rows(bindings, BindingRecord::read)?,
+            agents: s.rows(agents, AgentRecord::read)?,
+            segments: s.rows(segments, SegmentRecord::read)?,
+            imports: s.rows(imports, ImportRecord::read)?,
+            gates: s.rows(gates, GateRecord::read)?,
+            gate_instances: s.rows(instances, GateRecord::read)?,
+            audit: Vec::new(),
+            server_only: Vec::new(),
+        })
+    }
+
     /// Refuses (exit 2, naming it) a run holding a name that could not become a path under it:
     /// a binding or agent name, from wherever the rows came (an import's source, or a live
     /// run's rows that raw SQL wrote). Checked before anything is written, so such a copy is

@@ -6,7 +6,7 @@
 //! each other) and check it is not finished; gate operations, which must be serialised
 //! (first decision wins, one audit chain per run), and `finish` take it `FOR UPDATE`.
 
-use super::dump::GateRecord;
+use super::dump::{Cells, GateRecord};
 use super::tx::{Tx, TxKind};
 use super::{
     Access, AgentRow, AgentStore, AuditFilter, AuditRow, BindingRow, Checkpointed, ExecutionRow,
@@ -50,23 +50,6 @@ macro_rules! ts {
     };
 }
 
-/// A gate's columns on `gates g` (or `gate_instances g`, whose id column is `gate_id`), in
-/// `gate_record`'s order.
-macro_rules! gate_columns {
-    ($id:literal) => {
-        concat!(
-            "g.",
-            $id,
-            ", g.run_id, g.execution_id, g.prompt, g.allow, g.timeout, ",
-            ts!("g.timeout_at"),
-            ", g.on_reject, g.status, ",
-            ts!("g.created_at"),
-            ", ",
-            ts!("g.resolved_at"),
-            ", g.resolved_by, g.resolution_comment, g.metadata, g.instance"
-        )
-    };
-}
 mod blobs;
 mod catalog;
 mod connect;
@@ -272,8 +255,7 @@ impl PgStore {
                 false => None,
             };
             if current.is_none_or(|v| v < POSTGRES_SCHEMA_VERSION) {
-                on.c.batch_execute(SCHEMA)
-                    .map_err(|e| map_err(e, on.url, on.busy_ms))?;
+                on.on(|c| c.batch_execute(SCHEMA))?;
                 on.exec("DELETE FROM openprose.schema_version", &[])?;
                 on.exec(
                     "INSERT INTO openprose.schema_version (version, min_reader, min_writer)
@@ -346,9 +328,7 @@ impl PgStore {
 
     /// The ids of every run on the server.
     pub fn run_ids(&mut self) -> Result<Vec<String>> {
-        self.all("SELECT id FROM openprose.run ORDER BY id", &[], |r| {
-            r.get(0)
-        })
+        super::ServerCatalog::ids_of(self, &super::RunFilter::default())
     }
 }
 
@@ -360,88 +340,99 @@ trait Statements {
     /// The session (a connection, or a transaction on one), the URL as shown, the timeout.
     fn session(&mut self) -> (&mut Self::Client, &str, u64);
 
-    /// Runs a statement that returns no rows.
-    fn exec<S>(&mut self, sql: &S, p: &[&(dyn ToSql + Sync)]) -> Result<()>
-    where
-        S: ?Sized + ToStatement,
-    {
+    /// `f` over the session, its error mapped.
+    fn on<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self::Client) -> Result<T, postgres::Error>,
+    ) -> Result<T> {
         let (c, url, busy_ms) = self.session();
-        c.execute(sql, p)
-            .map(drop)
-            .map_err(|e| map_err(e, url, busy_ms))
+        f(c).map_err(|e| map_err(e, url, busy_ms))
+    }
+
+    /// Runs a statement that returns no rows.
+    fn exec<S: ?Sized + ToStatement>(&mut self, sql: &S, p: Params) -> Result<()> {
+        self.on(|c| c.execute(sql, p).map(drop))
     }
 
     /// The one row a statement returns.
-    fn one<S, T>(
+    fn one<S: ?Sized + ToStatement, T>(
         &mut self,
         sql: &S,
-        p: &[&(dyn ToSql + Sync)],
+        p: Params,
         f: impl FnOnce(&Row) -> T,
-    ) -> Result<T>
-    where
-        S: ?Sized + ToStatement,
-    {
-        let (c, url, busy_ms) = self.session();
-        c.query_one(sql, p)
-            .map(|r| f(&r))
-            .map_err(|e| map_err(e, url, busy_ms))
+    ) -> Result<T> {
+        self.on(|c| c.query_one(sql, p).map(|r| f(&r)))
     }
 
     /// The row a statement returns, if any.
-    fn opt<S, T>(
+    fn opt<S: ?Sized + ToStatement, T>(
         &mut self,
         sql: &S,
-        p: &[&(dyn ToSql + Sync)],
+        p: Params,
         f: impl FnOnce(&Row) -> T,
-    ) -> Result<Option<T>>
-    where
-        S: ?Sized + ToStatement,
-    {
-        let (c, url, busy_ms) = self.session();
-        c.query_opt(sql, p)
-            .map(|r| r.as_ref().map(f))
-            .map_err(|e| map_err(e, url, busy_ms))
+    ) -> Result<Option<T>> {
+        self.on(|c| c.query_opt(sql, p).map(|r| r.as_ref().map(f)))
     }
 
     /// Every row a statement returns.
-    fn all<S, T>(
+    fn all<S: ?Sized + ToStatement, T>(
         &mut self,
         sql: &S,
-        p: &[&(dyn ToSql + Sync)],
+        p: Params,
         f: impl FnMut(&Row) -> T,
-    ) -> Result<Vec<T>>
-    where
-        S: ?Sized + ToStatement,
-    {
-        let (c, url, busy_ms) = self.session();
-        c.query(sql, p)
-            .map(|rows| rows.iter().map(f).collect())
-            .map_err(|e| map_err(e, url, busy_ms))
+    ) -> Result<Vec<T>> {
+        self.on(|c| c.query(sql, p).map(|rows| rows.iter().map(f).collect()))
     }
 }
+
+/// A statement's parameters.
+type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
 
 /// Pending gates of run $1 past their deadline at $2.
 const OVERDUE: &str = "status = 'pending' AND timeout_at IS NOT NULL
                        AND timeout_at <= ($2::text)::timestamptz";
-/// Pending gates of run $1 with something due at $2: past their deadline, or a reminder.
+/// Pending gates of run $1 with something due at $2: past their deadline, or a reminder (on
+/// `gates` or on `gates g`, unqualified).
 const DUE: &str = "status = 'pending' AND (timeout_at IS NOT NULL
                        AND timeout_at <= ($2::text)::timestamptz
                        OR remind_at <= ($2::text)::timestamptz)";
-/// The same, or a reminder due, on `gates g`.
-const OVERDUE_AT: &str = "g.status = 'pending' AND (g.timeout_at IS NOT NULL
-                          AND g.timeout_at <= ($2::text)::timestamptz
-                          OR g.remind_at <= ($2::text)::timestamptz)";
 
-/// A gate's columns on `gates g`, in `gate_row`'s order.
-const GATE_COLUMNS: &str = gate_columns!("id");
+/// Columns of a list (a `dump::Table`'s) as the server gives them in the form both backends
+/// share (times as `datetime('now')` text, JSON as text), each named after `prefix`.
+fn select_list(list: &str, prefix: &str) -> String {
+    let columns: Vec<String> = super::dump::columns(list)
+        .map(|(c, time, json)| match (time, json) {
+            (true, _) => format!(ts!("{}{}"), prefix, c),
+            (_, true) => format!("{prefix}{c}::text"),
+            _ => format!("{prefix}{c}"),
+        })
+        .collect();
+    columns.join(", ")
+}
 
-const GATE_SELECT: &str = concat!("SELECT ", gate_columns!("id"), " FROM openprose.gates g");
+/// A gate's columns on `gates g`, in `gate_record`'s order.
+fn gate_columns() -> String {
+    select_list(super::dump::GATE_COLUMNS, "g.")
+}
+
+fn gate_select() -> String {
+    format!("SELECT {} FROM openprose.gates g", gate_columns())
+}
 
 const AUDIT_SELECT: &str = concat!(
     "SELECT id, gate_id, run_id, event_type, principal, comment, ",
     ts!("timestamp"),
     ", metadata, prev_hash, hash, seq, seal FROM openprose.gate_audit_log"
 );
+
+/// The scope chain of execution $1 of run $2 (itself, its parent, ...; at most $3 links up):
+/// `chain`'s id and depth.
+const CHAIN: &str = "WITH RECURSIVE chain(id, parent_id, depth) AS (
+        SELECT id, parent_id, 0 FROM openprose.execution WHERE id = $1 AND run_id = $2
+        UNION ALL
+        SELECT e.id, e.parent_id, c.depth + 1
+        FROM chain c JOIN openprose.execution e ON e.id = c.parent_id
+        WHERE c.depth < $3::int)";
 
 const BINDING_SELECT: &str = concat!(
     "b.name, b.execution_id, b.kind, b.value, b.source_statement, ",
@@ -451,25 +442,23 @@ const BINDING_SELECT: &str = concat!(
     ", b.attachment_path, b.version"
 );
 
-/// A gates (or gate_instances) row in `gate_columns!`' order, as stored: the one mapper of a
-/// gate, for a copy of the run as for the rules.
+/// A gates (or gate_instances) row in `gate_columns()`' order, as stored.
 fn gate_record(r: &Row) -> GateRecord {
-    GateRecord {
-        id: r.get(0),
-        run_id: r.get(1),
-        execution_id: r.get(2),
-        prompt: r.get(3),
-        allow: r.get(4),
-        timeout: r.get(5),
-        timeout_at: r.get(6),
-        on_reject: r.get(7),
-        status: r.get::<_, Option<&str>>(8).map(GateStatus::parse),
-        created_at: r.get(9),
-        resolved_at: r.get(10),
-        resolved_by: r.get(11),
-        resolution_comment: r.get(12),
-        metadata: r.get(13),
-        instance: r.get::<_, Option<i64>>(14).unwrap_or(1),
+    GateRecord::read(r)
+}
+
+/// A row of the server, whose columns hold the types the schema gives them.
+impl Cells for Row {
+    fn text(&self, i: usize) -> Option<String> {
+        self.get(i)
+    }
+
+    fn int(&self, i: usize) -> Option<i64> {
+        self.get(i)
+    }
+
+    fn bytes(&self, i: usize) -> Option<Vec<u8>> {
+        self.get::<_, Option<String>>(i).map(String::into_bytes)
     }
 }
 
@@ -500,7 +489,7 @@ fn binding_row(r: &Row) -> BindingRow {
         name: r.get(0),
         execution_id: r.get(1),
         kind: r.get(2),
-        value: r.get::<_, Option<String>>(3).map(String::into_bytes),
+        value: r.bytes(3),
         source_statement: r.get(4),
         created_at: r.get(5),
         updated_at: r.get(6),
@@ -530,13 +519,7 @@ fn execution_exists(s: &mut impl Statements, run_id: &str, id: i64) -> Result<bo
 }
 
 fn import_row(r: &Row) -> ImportRow {
-    ImportRow {
-        alias: r.get(0),
-        source_url: r.get(1),
-        fetched_at: r.get(2),
-        inputs_schema: r.get(3),
-        outputs_schema: r.get(4),
-    }
+    ImportRow::read(r)
 }
 
 /// A transaction held apart from its store (an upload's, a cleanup's), with its error edge.
@@ -673,18 +656,11 @@ impl Store for PgStore {
         if let Some(start) = execution_id {
             let found = self.opt(
                 &format!(
-                    "WITH RECURSIVE chain(id, parent_id, depth) AS (
-                         SELECT id, parent_id, 0 FROM openprose.execution WHERE id = $2 AND run_id = $3
-                         UNION ALL
-                         SELECT e.id, e.parent_id, c.depth + 1
-                         FROM chain c JOIN openprose.execution e ON e.id = c.parent_id
-                         WHERE c.depth < $4::int
-                     )
-                     SELECT {BINDING_SELECT}, c.depth FROM chain c JOIN openprose.bindings b
-                       ON b.run_id = $3 AND b.name = $1 AND COALESCE(b.execution_id, -1) = c.id
+                    "{CHAIN} SELECT {BINDING_SELECT}, c.depth FROM chain c JOIN openprose.bindings b
+                       ON b.run_id = $2 AND b.name = $4 AND COALESCE(b.execution_id, -1) = c.id
                      ORDER BY c.depth LIMIT 1"
                 ),
-                &[&name, &start, &run, &super::MAX_SCOPE_DEPTH],
+                &[&start, &run, &super::MAX_SCOPE_DEPTH, &name],
                 |r| Found {
                     row: binding_row(r),
                     depth: Some(r.get::<_, i32>(9) as u64),
@@ -710,14 +686,7 @@ impl Store for PgStore {
     fn scope_chain(&mut self, execution_id: i64) -> Result<Vec<i64>> {
         let run = self.run()?.to_string();
         self.all(
-            "WITH RECURSIVE chain(id, parent_id, depth) AS (
-                 SELECT id, parent_id, 0 FROM openprose.execution WHERE id = $1 AND run_id = $2
-                 UNION ALL
-                 SELECT e.id, e.parent_id, c.depth + 1
-                 FROM chain c JOIN openprose.execution e ON e.id = c.parent_id
-                 WHERE c.depth < $3::int
-             )
-             SELECT id FROM chain ORDER BY depth",
+            &format!("{CHAIN} SELECT id FROM chain ORDER BY depth"),
             &[&execution_id, &run, &super::MAX_SCOPE_DEPTH],
             |r| r.get(0),
         )
@@ -763,8 +732,9 @@ impl Store for PgStore {
         let status = status.map(GateStatus::as_str);
         self.all(
             &format!(
-                "{GATE_SELECT} WHERE run_id = $1 AND ($2::text IS NULL OR status = $2)
-                 ORDER BY created_at, id"
+                "{} WHERE run_id = $1 AND ($2::text IS NULL OR status = $2)
+                 ORDER BY created_at, id",
+                gate_select()
             ),
             &[&run, &status],
             gate_row,
@@ -774,7 +744,7 @@ impl Store for PgStore {
     fn read_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
         let run = self.run()?.to_string();
         self.opt(
-            &format!("{GATE_SELECT} WHERE run_id = $1 AND id = $2"),
+            &format!("{} WHERE run_id = $1 AND id = $2", gate_select()),
             &[&run, &id],
             gate_row,
         )

@@ -19,14 +19,14 @@ use crate::error::{not_found, refused, shown, usage};
 use crate::model::{ExecStatus, GateStatus};
 use anyhow::{anyhow, Context, Result};
 use rusqlite::config::DbConfig;
-use rusqlite::types::ValueRef;
 use rusqlite::{
     params, Connection, OpenFlags, OptionalExtension, Params, Row, TransactionBehavior,
 };
 use std::path::{Path, PathBuf};
 
+use super::dump::Cells;
+use super::sqlite_rows::gate_record;
 pub(super) use super::sqlite_rows::{db_error, gate_row, run_info_at, GATE_COLUMNS};
-use super::sqlite_rows::{gate_record, lenient_int, lenient_text};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -427,17 +427,11 @@ const BINDING_COLUMNS: &str = "b.name, b.execution_id, b.kind, b.value, b.source
                                b.created_at, b.updated_at, b.attachment_path, b.version";
 
 fn binding_row(r: &Row) -> rusqlite::Result<BindingRow> {
-    let value = match r.get_ref(3)? {
-        ValueRef::Null => None,
-        ValueRef::Integer(i) => Some(i.to_string().into_bytes()),
-        ValueRef::Real(f) => Some(f.to_string().into_bytes()),
-        ValueRef::Text(t) | ValueRef::Blob(t) => Some(t.to_vec()),
-    };
     Ok(BindingRow {
         name: r.get(0)?,
         execution_id: r.get(1)?,
         kind: r.get(2)?,
-        value,
+        value: r.bytes(3),
         source_statement: r.get(4)?,
         created_at: r.get(5)?,
         updated_at: r.get(6)?,
@@ -445,6 +439,15 @@ fn binding_row(r: &Row) -> rusqlite::Result<BindingRow> {
         version: r.get(8)?,
     })
 }
+
+/// The scope chain of execution ?1 (itself, its parent, ...; at most ?2 links up): `chain`'s
+/// id and depth.
+const CHAIN: &str = "WITH RECURSIVE chain(id, parent_id, depth) AS (
+        SELECT id, parent_id, 0 FROM execution WHERE id = ?1
+        UNION ALL
+        SELECT e.id, e.parent_id, c.depth + 1
+        FROM chain c JOIN execution e ON e.id = c.parent_id
+        WHERE c.depth < ?2)";
 
 const AUDIT_COLUMNS: &str = "id, gate_id, run_id, event_type, principal, comment, timestamp, \
                              metadata, prev_hash, hash, seq, seal";
@@ -507,13 +510,7 @@ fn agent_row(r: &Row) -> rusqlite::Result<AgentRow> {
 }
 
 fn import_row(r: &Row) -> rusqlite::Result<ImportRow> {
-    Ok(ImportRow {
-        alias: lenient_text(r, 0)?.unwrap_or_default(),
-        source_url: lenient_text(r, 1)?,
-        fetched_at: lenient_text(r, 2)?,
-        inputs_schema: lenient_text(r, 3)?,
-        outputs_schema: lenient_text(r, 4)?,
-    })
+    Ok(ImportRow::read(r))
 }
 
 impl Statements for SqliteStore {
@@ -636,20 +633,13 @@ impl Store for SqliteStore {
         if let Some(start) = execution_id {
             let found = self.opt(
                 &format!(
-                    "WITH RECURSIVE chain(id, parent_id, depth) AS (
-                         SELECT id, parent_id, 0 FROM execution WHERE id = ?2
-                         UNION ALL
-                         SELECT e.id, e.parent_id, c.depth + 1
-                         FROM chain c JOIN execution e ON e.id = c.parent_id
-                         WHERE c.depth < ?3
-                     )
-                     SELECT {BINDING_COLUMNS}, c.depth
+                    "{CHAIN} SELECT {BINDING_COLUMNS}, c.depth
                      FROM chain c JOIN bindings b
-                       ON b.name = ?1 AND IFNULL(b.execution_id, -1) = c.id
+                       ON b.name = ?3 AND IFNULL(b.execution_id, -1) = c.id
                      ORDER BY c.depth
                      LIMIT 1"
                 ),
-                params![name, start, super::MAX_SCOPE_DEPTH],
+                params![start, super::MAX_SCOPE_DEPTH, name],
                 |r| {
                     Ok(Found {
                         row: binding_row(r)?,
@@ -678,14 +668,7 @@ impl Store for SqliteStore {
 
     fn scope_chain(&mut self, execution_id: i64) -> Result<Vec<i64>> {
         self.all(
-            "WITH RECURSIVE chain(id, parent_id, depth) AS (
-                 SELECT id, parent_id, 0 FROM execution WHERE id = ?1
-                 UNION ALL
-                 SELECT e.id, e.parent_id, c.depth + 1
-                 FROM chain c JOIN execution e ON e.id = c.parent_id
-                 WHERE c.depth < ?2
-             )
-             SELECT id FROM chain ORDER BY depth",
+            &format!("{CHAIN} SELECT id FROM chain ORDER BY depth"),
             params![execution_id, super::MAX_SCOPE_DEPTH],
             |r| r.get(0),
         )
@@ -899,11 +882,7 @@ impl Store for SqliteStore {
             "wal_autocheckpoint",
         ] {
             let v: String = self.one(&format!("PRAGMA {pragma}"), [], |r| {
-                Ok(match r.get_ref(0)? {
-                    ValueRef::Integer(i) => i.to_string(),
-                    ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
-                    _ => String::new(),
-                })
+                Ok(r.text(0).unwrap_or_default())
             })?;
             let v = match (pragma, v.as_str()) {
                 ("synchronous", "2") => "2 (FULL)".to_string(),

@@ -1,10 +1,10 @@
 //! The row mappers and the error edge that SQLite's stores share: a run's state.db
 //! (`sqlite`) and the project catalog (`catalog`), which keeps copies of the same rows.
 
-use super::dump::GateRecord;
+use super::dump::{Cells, GateRecord};
 use super::{GateRow, RunInfo};
 use crate::error::busy;
-use crate::model::{GateStatus, RunStatus};
+use crate::model::RunStatus;
 use anyhow::anyhow;
 use rusqlite::types::ValueRef;
 use rusqlite::{ErrorCode, Row};
@@ -35,10 +35,7 @@ pub(super) fn db_error(e: rusqlite::Error, path: &Path, busy_ms: u128) -> anyhow
     }
 }
 
-pub(super) const GATE_COLUMNS: &str =
-    "id, run_id, execution_id, prompt, allow, timeout, timeout_at, \
-                            on_reject, status, created_at, resolved_at, resolved_by, \
-                            resolution_comment, metadata, instance";
+pub(super) use super::dump::GATE_COLUMNS;
 
 /// A run's id, program path, status, started and updated times, from column `at` on.
 pub(super) fn run_info_at(r: &Row, at: usize) -> rusqlite::Result<RunInfo> {
@@ -54,45 +51,37 @@ pub(super) fn run_info_at(r: &Row, at: usize) -> rusqlite::Result<RunInfo> {
     })
 }
 
-/// Any stored value as text (raw SQL may put a number where text belongs).
-pub(super) fn lenient_text(r: &Row, i: usize) -> rusqlite::Result<Option<String>> {
-    Ok(match r.get_ref(i)? {
-        ValueRef::Null => None,
-        ValueRef::Integer(n) => Some(n.to_string()),
-        ValueRef::Real(f) => Some(f.to_string()),
-        ValueRef::Text(t) | ValueRef::Blob(t) => Some(String::from_utf8_lossy(t).into_owned()),
-    })
+/// Any stored value: as text (raw SQL may put a number where text belongs), as a number
+/// where it is one.
+impl Cells for Row<'_> {
+    fn text(&self, i: usize) -> Option<String> {
+        match self.get_ref(i).ok()? {
+            ValueRef::Null => None,
+            ValueRef::Integer(n) => Some(n.to_string()),
+            ValueRef::Real(f) => Some(f.to_string()),
+            ValueRef::Text(t) | ValueRef::Blob(t) => Some(String::from_utf8_lossy(t).into_owned()),
+        }
+    }
+
+    fn int(&self, i: usize) -> Option<i64> {
+        match self.get_ref(i).ok()? {
+            ValueRef::Integer(n) => Some(n),
+            ValueRef::Text(t) => std::str::from_utf8(t).ok().and_then(|t| t.parse().ok()),
+            _ => None,
+        }
+    }
+
+    fn bytes(&self, i: usize) -> Option<Vec<u8>> {
+        match self.get_ref(i).ok()? {
+            ValueRef::Text(t) | ValueRef::Blob(t) => Some(t.to_vec()),
+            _ => self.text(i).map(String::into_bytes),
+        }
+    }
 }
 
-/// Any stored value as a number, where it is one.
-pub(super) fn lenient_int(r: &Row, i: usize) -> rusqlite::Result<Option<i64>> {
-    Ok(match r.get_ref(i)? {
-        ValueRef::Integer(n) => Some(n),
-        ValueRef::Text(t) => std::str::from_utf8(t).ok().and_then(|t| t.parse().ok()),
-        _ => None,
-    })
-}
-
-/// A gates (or gate_instances) row in `GATE_COLUMNS`' order, as stored: the one mapper of a
-/// gate, for a copy of the run as for the rules.
+/// A gates (or gate_instances) row in `GATE_COLUMNS`' order, as stored.
 pub(super) fn gate_record(r: &Row) -> rusqlite::Result<GateRecord> {
-    Ok(GateRecord {
-        id: lenient_text(r, 0)?.unwrap_or_default(),
-        run_id: lenient_text(r, 1)?,
-        execution_id: lenient_int(r, 2)?,
-        prompt: lenient_text(r, 3)?,
-        allow: lenient_text(r, 4)?,
-        timeout: lenient_text(r, 5)?,
-        timeout_at: lenient_text(r, 6)?,
-        on_reject: lenient_text(r, 7)?,
-        status: lenient_text(r, 8)?.as_deref().map(GateStatus::parse),
-        created_at: lenient_text(r, 9)?,
-        resolved_at: lenient_text(r, 10)?,
-        resolved_by: lenient_text(r, 11)?,
-        resolution_comment: lenient_text(r, 12)?,
-        metadata: lenient_text(r, 13)?,
-        instance: lenient_int(r, 14)?.unwrap_or(1),
-    })
+    Ok(GateRecord::read(r))
 }
 
 /// A gates row in `GATE_COLUMNS`' order, as the rules read it.

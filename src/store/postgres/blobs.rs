@@ -17,7 +17,7 @@
 //! objects need `lo_compat_privileges` or ownership), travel in `pg_dump` with the rest, and
 //! let a range read fetch only the chunks it needs.
 
-use super::{committed, map_err, On, PgStore, Statements};
+use super::{committed, map_err, PgStore, Statements};
 use crate::store::{BlobInfo, Upload};
 use anyhow::{anyhow, Result};
 use postgres::Transaction;
@@ -90,21 +90,17 @@ impl PgUpload<'_> {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let (run, blob, seq, buf) = (&self.run, &self.blob, self.seq, &self.buf);
-        let (tx, url, busy_ms) = (&mut self.tx, self.shown_url, self.busy_ms);
-        On {
-            c: tx,
-            url,
-            busy_ms,
-        }
-        .exec(
+        let (run, blob, seq) = (self.run.clone(), self.blob.clone(), self.seq);
+        let buf = std::mem::take(&mut self.buf);
+        self.exec(
             "INSERT INTO openprose.attachment_chunks (run_id, blob, seq, data)
              VALUES ($1, $2, $3, $4)",
-            &[run, blob, &seq, buf],
+            &[&run, &blob, &seq, &buf],
         )?;
-        self.digest.update(&self.buf);
-        self.bytes += self.buf.len() as i64;
+        self.digest.update(&buf);
+        self.bytes += buf.len() as i64;
         self.seq += 1;
+        self.buf = buf;
         self.buf.clear();
         Ok(())
     }
@@ -178,7 +174,7 @@ impl PgStore {
                              WHERE run_id = $1 AND attachment_path = '{}' || $2)",
                 crate::store::SERVER_PREFIX
             );
-            self.in_transaction(|tx| delete_rows(tx, &run, blob, &linked))?;
+            self.in_tx(|tx| delete_rows(tx, &run, blob, &linked))?;
         }
         self.exec(UNLOCK, &[&UPLOAD_LOCK, &run, &blob])
     }
@@ -267,23 +263,6 @@ impl PgStore {
             chunk: Vec::new(),
             at: 0,
         }))
-    }
-
-    /// `f` in a transaction of its own, committed (see `committed`) when it succeeds.
-    fn in_transaction<T>(
-        &mut self,
-        f: impl FnOnce(&mut On<'_, Transaction<'_>>) -> Result<T>,
-    ) -> Result<T> {
-        let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
-        let err = |e| map_err(e, &shown_url, busy_ms);
-        let mut tx = self.client.transaction().map_err(err)?;
-        let done = f(&mut On {
-            c: &mut tx,
-            url: &shown_url,
-            busy_ms,
-        })?;
-        committed(tx.commit(), err)?;
-        Ok(done)
     }
 
     /// Starts the read-only snapshot every later read of this store sees.
@@ -378,8 +357,7 @@ impl PgStore {
         if remove {
             for o in &mut orphans {
                 let absent = "NOT EXISTS (SELECT 1 FROM openprose.run WHERE id = $1)";
-                o.removed =
-                    self.in_transaction(|tx| delete_unless_held(tx, &o.run_id, &o.blob, absent))?;
+                o.removed = self.in_tx(|tx| delete_unless_held(tx, &o.run_id, &o.blob, absent))?;
             }
         }
         Ok(orphans)

@@ -2,7 +2,7 @@
 //! listing is one query (and a sweep touches only the runs that have an overdue gate), over
 //! one connection, never one connection a run.
 
-use super::{audit_row, gate_row, PgStore, Statements, AUDIT_SELECT, GATE_COLUMNS, OVERDUE_AT};
+use super::{audit_row, gate_columns, gate_row, PgStore, Statements, AUDIT_SELECT, DUE};
 use crate::model::RunStatus;
 use crate::store::{
     AuditFilter, AuditRow, Catalog, GateRow, RunFilter, RunInfo, RunStats, RunSummary,
@@ -123,7 +123,7 @@ impl Catalog for PgStore {
             &format!(
                 "SELECT DISTINCT run_id FROM openprose.gates g
                  WHERE ($1::text[] IS NULL OR run_id = ANY($1)) AND NOT run_id = ANY($3)
-                   AND {OVERDUE_AT}
+                   AND {DUE}
                  ORDER BY run_id"
             ),
             &[&runs.only, &now, &runs.except],
@@ -219,12 +219,13 @@ impl ServerCatalog for PgStore {
     ) -> Result<Vec<(GateRow, Option<String>)>> {
         self.all(
             &format!(
-                "SELECT {GATE_COLUMNS}, r.program_path
+                "SELECT {}, r.program_path
                  FROM openprose.gates g JOIN openprose.run r ON r.id = g.run_id
                  WHERE ($1::text[] IS NULL OR g.run_id = ANY($1)) AND NOT g.run_id = ANY($3)
                    AND ($2::text IS NULL OR g.status = $2)
                  ORDER BY g.created_at, g.run_id, g.id
-                 LIMIT $4"
+                 LIMIT $4",
+                gate_columns()
             ),
             &[&runs.only, &status, &runs.except, &limit],
             |r| (gate_row(r), r.get(15)),

@@ -3,7 +3,7 @@
 
 use super::{
     attachment_referenced, audit_row, blobs, committed, execution_exists, gate_record, gate_row,
-    import_row, map_err, Statements, AUDIT_SELECT, DUE, GATE_SELECT,
+    gate_select, import_row, map_err, Params, Statements, AUDIT_SELECT, DUE,
 };
 use crate::error::{not_found, refused, shown};
 use crate::model::{GateStatus, RunStatus};
@@ -39,12 +39,15 @@ impl PgTx<'_> {
         if let Some(s) = self.prepared.get(sql) {
             return Ok(s.clone());
         }
-        let s = self
-            .tx
-            .prepare(sql)
-            .map_err(|e| map_err(e, self.shown_url, self.busy_ms))?;
+        let s = self.on(|c| c.prepare(sql))?;
         self.prepared.insert(sql, s.clone());
         Ok(s)
+    }
+
+    /// Runs `sql`, prepared once in this transaction.
+    fn exec_prepared(&mut self, sql: &'static str, p: Params) -> Result<()> {
+        let stmt = self.prepared(sql)?;
+        self.exec(&stmt, p)
     }
 
     fn run(&self) -> Result<String> {
@@ -250,7 +253,7 @@ impl Tx for PgTx<'_> {
                 )))
             }
         };
-        let stmt = self.prepared(
+        self.exec_prepared(
             "INSERT INTO openprose.bindings (name, run_id, execution_id, kind, value,
                  source_statement, created_at, updated_at, attachment_path)
              VALUES ($1, $2, $3, $4, $5, $6, COALESCE(($7::text)::timestamptz, now()),
@@ -259,9 +262,6 @@ impl Tx for PgTx<'_> {
                  kind = excluded.kind, value = excluded.value,
                  source_statement = excluded.source_statement,
                  attachment_path = excluded.attachment_path, updated_at = excluded.updated_at",
-        )?;
-        self.exec(
-            &stmt,
             &[
                 &b.name,
                 &run,
@@ -291,9 +291,8 @@ impl Tx for PgTx<'_> {
                      COALESCE($10, 'pending'), COALESCE(($11::text)::timestamptz, now()),
                      ($12::text)::timestamptz, $13, $14, $15)"
         };
-        let stmt = self.prepared(sql)?;
-        self.exec(
-            &stmt,
+        self.exec_prepared(
+            sql,
             &[
                 &g.id,
                 &g.instance,
@@ -316,16 +315,13 @@ impl Tx for PgTx<'_> {
 
     fn put_agent(&mut self, a: &AgentRecord) -> Result<()> {
         let run = self.run_id.clone();
-        let stmt = self.prepared(
+        self.exec_prepared(
             "INSERT INTO openprose.agents (name, run_id, scope, memory, created_at, updated_at)
              VALUES ($1, $2, COALESCE($3, 'execution'), $4,
                      COALESCE(($5::text)::timestamptz, now()),
                      COALESCE(($6::text)::timestamptz, now()))
              ON CONFLICT (name, (COALESCE(run_id, '__project__'))) DO UPDATE SET
                  scope = excluded.scope, memory = excluded.memory, updated_at = excluded.updated_at",
-        )?;
-        self.exec(
-            &stmt,
             &[
                 &a.name,
                 &run,
@@ -339,13 +335,10 @@ impl Tx for PgTx<'_> {
 
     fn put_segment(&mut self, g: &SegmentRecord) -> Result<()> {
         let run = self.run_id.clone();
-        let stmt = self.prepared(
+        self.exec_prepared(
             "INSERT INTO openprose.agent_segments (agent_name, run_id, segment_number,
                      timestamp, prompt, summary)
                  VALUES ($1, $2, $3, COALESCE(($4::text)::timestamptz, now()), $5, $6)",
-        )?;
-        self.exec(
-            &stmt,
             &[
                 &g.agent_name,
                 &run,
@@ -385,7 +378,8 @@ impl Tx for PgTx<'_> {
         let run = self.run()?;
         self.all(
             &format!(
-                "{GATE_SELECT} WHERE run_id = $1 AND {DUE} ORDER BY created_at, id FOR UPDATE"
+                "{} WHERE run_id = $1 AND {DUE} ORDER BY created_at, id FOR UPDATE",
+                gate_select()
             ),
             &[&run, &now],
             gate_row,
@@ -395,7 +389,7 @@ impl Tx for PgTx<'_> {
     fn gate_record(&mut self, id: &str) -> Result<Option<GateRecord>> {
         let run = self.run()?;
         self.opt(
-            &format!("{GATE_SELECT} WHERE run_id = $1 AND id = $2"),
+            &format!("{} WHERE run_id = $1 AND id = $2", gate_select()),
             &[&run, &id],
             gate_record,
         )
@@ -583,16 +577,13 @@ impl Tx for PgTx<'_> {
 
     fn put_import(&mut self, i: &ImportRow) -> Result<()> {
         let run = self.run()?;
-        let stmt = self.prepared(
+        self.exec_prepared(
             "INSERT INTO openprose.imports (alias, run_id, source_url, fetched_at,
                  inputs_schema, outputs_schema)
              VALUES ($1, $2, $3, ($4::text)::timestamptz, ($5::text)::jsonb, ($6::text)::jsonb)
              ON CONFLICT (alias, run_id) DO UPDATE SET source_url = excluded.source_url,
                  fetched_at = excluded.fetched_at, inputs_schema = excluded.inputs_schema,
                  outputs_schema = excluded.outputs_schema",
-        )?;
-        self.exec(
-            &stmt,
             &[
                 &i.alias,
                 &run,
