@@ -2,8 +2,8 @@
 //! the runs directory's announced changes, and folding the lines into the catalog.
 
 use super::{
-    dir_stamp, of_state_db, put_facts, read_facts, stamp_of, Facts, ProjectCatalog, Ticket,
-    CATALOG_FILE, CATALOG_VERSION, LOG_FILE, STALE_FILE,
+    begin, dir_stamp, meta, of_state_db, put_facts, read_facts, set_meta, stamp_of, Facts,
+    ProjectCatalog, Ticket, CATALOG_FILE, CATALOG_VERSION, LOG_FILE, STALE_FILE,
 };
 use crate::store::OpenOptions;
 use anyhow::Result;
@@ -21,7 +21,7 @@ const LINE_MOST: usize = 256 * 1024;
 /// One line of the catalog's log (`.prose/catalog.log`), JSON: a ticket (`T`), appended
 /// under the run's write lock before its commit, or the facts a ticket's write committed
 /// (`F`), appended after the commit.
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize, Deserialize, Default)]
 struct LogLine {
     /// The catalog version that wrote the line: a line of another is not guessed at (every
     /// row is read again instead).
@@ -40,6 +40,15 @@ struct LogLine {
     b: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     a: Option<String>,
+}
+
+impl LogLine {
+    /// The line as the log keeps it: JSON, then a newline.
+    fn bytes(&self) -> Vec<u8> {
+        let mut line = serde_json::to_vec(self).unwrap_or_default();
+        line.push(b'\n');
+        line
+    }
 }
 
 /// Appends one line to the catalog's log: under a shared lock of the log file, and to the
@@ -92,20 +101,18 @@ impl Link {
     }
 
     fn line(&self, kind: char, ticket: &str, facts: Option<(String, Facts)>) -> Vec<u8> {
-        let (s, f) = facts.map_or((None, None), |(s, f)| (Some(s), Some(f)));
-        let mut line = serde_json::to_vec(&LogLine {
+        let (s, f) = facts.unzip();
+        let (run, n) = (self.run.clone(), ticket.to_string());
+        LogLine {
             v: CATALOG_VERSION,
             t: kind,
-            run: self.run.clone(),
-            n: ticket.to_string(),
+            run,
+            n,
             s,
             f,
-            b: None,
-            a: None,
-        })
-        .unwrap_or_default();
-        line.push(b'\n');
-        line
+            ..LogLine::default()
+        }
+        .bytes()
     }
 
     /// Takes a ticket: called inside the run's write transaction, before its commit. None
@@ -226,16 +233,9 @@ fn apply_line(c: &Connection, line: LogLine) -> rusqlite::Result<()> {
         ('D', _) => {
             // The chain of announced changes: while each starts where the last ended, the
             // directory holds nothing unannounced, and its names need not be compared.
-            let recorded: Option<String> = c
-                .prepare_cached("SELECT value FROM meta WHERE key = 'runs_mtime'")?
-                .query_row([], |r| r.get(0))
-                .optional()?;
-            if let (Some(recorded), Some(b), Some(a)) = (recorded, &line.b, &line.a) {
+            if let (Some(recorded), Some(b), Some(a)) = (meta(c, "runs_mtime")?, &line.b, &line.a) {
                 if &recorded == b {
-                    c.prepare_cached(
-                        "INSERT OR REPLACE INTO meta (key, value) VALUES ('runs_mtime', ?1)",
-                    )?
-                    .execute([a])?;
+                    set_meta(c, "runs_mtime", a)?;
                 }
             }
             if !line.run.is_empty() {
@@ -276,20 +276,18 @@ pub fn changing_runs<T>(
     let before = dir_stamp(runs_dir);
     let done = change()?;
     if let (Some((_, b)), Some((_, a))) = (before, dir_stamp(runs_dir)) {
-        let mut line = serde_json::to_vec(&LogLine {
+        let run = added.unwrap_or_default().to_string();
+        let (b, a) = (Some(b), Some(a));
+        let line = LogLine {
             v: CATALOG_VERSION,
             t: 'D',
-            run: added.unwrap_or_default().to_string(),
-            n: String::new(),
-            s: None,
-            f: None,
-            b: Some(b),
-            a: Some(a),
-        })
-        .unwrap_or_default();
-        line.push(b'\n');
+            run,
+            b,
+            a,
+            ..LogLine::default()
+        };
         // Not logged: the chain breaks, and the next listing compares the names.
-        let _ = append(prose, &line);
+        let _ = append(prose, &line.bytes());
     }
     drop(lock);
     Ok(done)
@@ -344,13 +342,8 @@ impl ProjectCatalog {
         if aside.is_empty() && log.is_err() {
             return Ok(());
         }
-        let tx = rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)
-            .map_err(&err)?;
-        let folded: i64 = tx
-            .query_row("SELECT value FROM meta WHERE key = 'log_folded'", [], |r| {
-                r.get::<_, String>(0)
-            })
-            .optional()
+        let tx = begin(c).map_err(&err)?;
+        let folded: i64 = meta(&tx, "log_folded")
             .map_err(&err)?
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
@@ -382,11 +375,7 @@ impl ProjectCatalog {
             tx.execute("UPDATE runs SET stale = stale + 1", [])
                 .map_err(&err)?;
         }
-        tx.execute(
-            "INSERT OR REPLACE INTO meta (key, value) VALUES ('log_folded', ?1)",
-            [newest.to_string()],
-        )
-        .map_err(&err)?;
+        set_meta(&tx, "log_folded", &newest.to_string()).map_err(&err)?;
         tx.commit().map_err(&err)?;
         for (_, path) in aside.iter().filter(|a| a.0 <= newest) {
             let _ = std::fs::remove_file(path);

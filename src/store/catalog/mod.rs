@@ -97,20 +97,57 @@ fn run_facts(r: &rusqlite::Row) -> rusqlite::Result<RunFacts> {
 
 /// Reads a run's facts (inside the caller's transaction, when it has one).
 pub(super) fn read_facts(c: &Connection) -> rusqlite::Result<Facts> {
-    let run = c
-        .query_row(
-            "SELECT id, program_path, status, started_at, updated_at, error_message FROM run LIMIT 1",
-            [],
-            run_facts,
-        )
-        .optional()?;
-    let pending = c
-        .prepare_cached(&format!(
-            "SELECT {GATE_COLUMNS} FROM gates WHERE status = 'pending' ORDER BY created_at, id"
-        ))?
-        .query_map([], gate_record)?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    Ok(Facts { run, pending })
+    facts(
+        c,
+        "SELECT id, program_path, status, started_at, updated_at, error_message FROM run LIMIT 1",
+        "status = 'pending'",
+        [],
+    )
+}
+
+/// The facts of one run: its run row (`run_sql`, columns in `RunFacts`' order) and the
+/// gates `gates_where` picks, both with `p`.
+fn facts<P: rusqlite::Params + Copy>(
+    c: &Connection,
+    run_sql: &str,
+    gates_where: &str,
+    p: P,
+) -> rusqlite::Result<Facts> {
+    let gates =
+        format!("SELECT {GATE_COLUMNS} FROM gates WHERE {gates_where} ORDER BY created_at, id");
+    Ok(Facts {
+        run: c.query_row(run_sql, p, run_facts).optional()?,
+        pending: all(c, &gates, p, gate_record)?,
+    })
+}
+
+/// Every row of `sql` with `p`, mapped by `f`.
+fn all<T>(
+    c: &Connection,
+    sql: &str,
+    p: impl rusqlite::Params,
+    f: impl FnMut(&rusqlite::Row) -> rusqlite::Result<T>,
+) -> rusqlite::Result<Vec<T>> {
+    c.prepare_cached(sql)?.query_map(p, f)?.collect()
+}
+
+/// A value of the catalog's `meta` table.
+fn meta(c: &Connection, key: &str) -> rusqlite::Result<Option<String>> {
+    c.prepare_cached("SELECT value FROM meta WHERE key = ?1")?
+        .query_row([key], |r| r.get(0))
+        .optional()
+}
+
+/// Sets a value of the catalog's `meta` table.
+fn set_meta(c: &Connection, key: &str, value: &str) -> rusqlite::Result<()> {
+    c.prepare_cached("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)")?
+        .execute([key, value])
+        .map(drop)
+}
+
+/// A write transaction of the catalog, its write lock taken now.
+fn begin(c: &Connection) -> rusqlite::Result<rusqlite::Transaction<'_>> {
+    rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)
 }
 
 /// The project directory (`.prose/`) and run id of a state.db at `<.prose>/runs/<id>/state.db`;
@@ -354,7 +391,7 @@ impl ProjectCatalog {
         }))
     }
 
-    fn err(&self) -> impl Fn(rusqlite::Error) -> anyhow::Error + '_ {
+    fn err(&self) -> impl Fn(rusqlite::Error) -> anyhow::Error {
         let path = self.prose.join(CATALOG_FILE);
         let busy = self.opts.busy_timeout.as_millis();
         move |e| db_error(e, &path, busy)
@@ -363,12 +400,16 @@ impl ProjectCatalog {
     /// Each row's kind, by run.
     fn row_kinds(&self) -> Result<HashMap<String, String>> {
         let c = self.db().expect("a catalog");
-        c.prepare_cached("SELECT id, kind FROM runs")
-            .and_then(|mut s| {
-                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-                    .collect::<rusqlite::Result<_>>()
-            })
-            .map_err(self.err())
+        let kinds = all(c, "SELECT id, kind FROM runs", [], |r| r.try_into());
+        Ok(kinds.map_err(self.err())?.into_iter().collect())
+    }
+
+    /// The names in the runs directory, but the staging directories (`.`-names).
+    fn run_names(&self) -> std::io::Result<impl Iterator<Item = String>> {
+        Ok(std::fs::read_dir(&self.runs_dir)?
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .filter(|n| !n.starts_with('.')))
     }
 
     fn db(&self) -> Option<&Connection> {

@@ -1,7 +1,7 @@
 //! The runs' stats the catalog keeps, each under the files it was read from: a run is
 //! opened only when its files changed since.
 
-use super::{in_parallel, stamp_of, ProjectCatalog};
+use super::{all, begin, in_parallel, stamp_of, ProjectCatalog};
 use crate::store::{RunFilter, RunStats, StoreStats};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -62,17 +62,11 @@ impl ProjectCatalog {
         let Some(c) = self.db() else {
             return Ok(Vec::new());
         };
-        let kept: Vec<(String, Option<String>, Option<String>)> = c
-            .prepare_cached(
-                "SELECT r.id, s.files, s.stats FROM runs r LEFT JOIN run_stats s ON s.id = r.id
-                 WHERE +r.kind = 'sqlite' ORDER BY r.id",
-            )
-            .and_then(|mut s| {
-                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-                    .collect()
-            })
-            .map_err(self.err())?;
-        let kept: Vec<_> = kept
+        let sql = "SELECT r.id, s.files, s.stats FROM runs r LEFT JOIN run_stats s ON s.id = r.id
+                   WHERE +r.kind = 'sqlite' ORDER BY r.id";
+        type Kept = (String, Option<String>, Option<String>);
+        let kept: Vec<Kept> = all::<Kept>(c, sql, [], |r| r.try_into())
+            .map_err(self.err())?
             .into_iter()
             .filter(|(id, ..)| Self::wanted(runs, id))
             .collect();
@@ -117,9 +111,7 @@ impl ProjectCatalog {
         }
         if !read.is_empty() {
             let c = self.db().expect("checked above");
-            let tx =
-                rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)
-                    .map_err(self.err())?;
+            let tx = begin(c).map_err(self.err())?;
             for (id, files, json) in &read {
                 tx.prepare_cached(
                     "INSERT OR REPLACE INTO run_stats (id, files, stats) VALUES (?1, ?2, ?3)",
