@@ -84,22 +84,18 @@ pub(super) fn mark_stale(prose: &Path) {
         .open(prose.join(STALE_FILE));
 }
 
-/// The writer's side: held by a run's store, used only by the transactions that change a
-/// fact the catalog keeps. It never opens the catalog's database: a ticket and its facts are
-/// lines of the catalog's log, folded in by the next listing.
-pub struct Link {
+/// The writer's side: a run's writes, watched for the catalog (`sqlite::CommitWatch`): a
+/// ticket taken under the run's write lock before the commit, with the facts being
+/// committed; both logged after it. It never opens the catalog's database: a ticket and its
+/// facts are lines of the catalog's log, folded in by the next listing.
+struct Watch {
     prose: PathBuf,
     run: String,
     busy: Duration,
+    pending: Option<(Ticket, Option<Facts>)>,
 }
 
-impl Link {
-    /// The catalog of the project a state.db belongs to, if it is a project's run.
-    pub fn for_state_db(db: &Path, busy: Duration) -> Option<Link> {
-        let (prose, run) = of_state_db(db)?;
-        Some(Link { prose, run, busy })
-    }
-
+impl Watch {
     fn line(&self, kind: char, ticket: &str, facts: Option<(String, Facts)>) -> Vec<u8> {
         let (s, f) = facts.unzip();
         let (run, n) = (self.run.clone(), ticket.to_string());
@@ -119,7 +115,7 @@ impl Link {
     /// when there is no catalog (the first listing builds it, reading this run under its
     /// lock), or when the ticket could not be logged: then the stale mark is made instead,
     /// and the next listing reads every run again.
-    pub fn mark(&mut self) -> Option<Ticket> {
+    fn mark(&mut self) -> Option<Ticket> {
         if !self.prose.join(CATALOG_FILE).is_file() {
             return None;
         }
@@ -139,7 +135,7 @@ impl Link {
     /// Logs the facts a transaction committed under `ticket`: after the run's commit. Best
     /// effort: a facts line not written (too large, or a failure) leaves the ticket, and the
     /// next listing reads the run again. A log grown past `FOLD_AT` is folded in here.
-    pub fn apply(&mut self, ticket: Ticket, facts: Facts) {
+    fn apply(&mut self, ticket: Ticket, facts: Facts) {
         let stamp = stamp_of(
             &self
                 .prose
@@ -164,17 +160,10 @@ impl Link {
     }
 }
 
-/// A run's writes, watched for the catalog (`sqlite::CommitWatch`): a ticket taken under the
-/// run's write lock before the commit, with the facts being committed; both logged after it.
-struct Watch {
-    link: Link,
-    pending: Option<(Ticket, Option<Facts>)>,
-}
-
 impl crate::store::sqlite::CommitWatch for Watch {
     fn before_commit(&mut self, conn: &Connection) {
         // Unreadable facts leave the ticket: the next listing reads the run again.
-        self.pending = self.link.mark().map(|t| (t, read_facts(conn).ok()));
+        self.pending = self.mark().map(|t| (t, read_facts(conn).ok()));
     }
 
     fn after_commit(&mut self) {
@@ -189,7 +178,7 @@ impl crate::store::sqlite::CommitWatch for Watch {
             std::thread::sleep(Duration::from_millis(ms));
         }
         if let Some(facts) = facts {
-            self.link.apply(ticket, facts);
+            self.apply(ticket, facts);
         }
     }
 }
@@ -197,12 +186,14 @@ impl crate::store::sqlite::CommitWatch for Watch {
 /// The catalog's watcher of a run's state.db (installed by `Context`), if the run is a
 /// project's.
 pub fn watch(db: &Path, busy: Duration) -> Option<Box<dyn crate::store::sqlite::CommitWatch>> {
-    Link::for_state_db(db, busy).map(|link| {
-        Box::new(Watch {
-            link,
-            pending: None,
-        }) as Box<dyn crate::store::sqlite::CommitWatch>
-    })
+    let (prose, run) = of_state_db(db)?;
+    let pending = None;
+    Some(Box::new(Watch {
+        prose,
+        run,
+        busy,
+        pending,
+    }))
 }
 
 /// Applies one line of the catalog's log (see `ProjectCatalog::fold`).
@@ -294,7 +285,7 @@ pub fn changing_runs<T>(
 }
 
 impl ProjectCatalog {
-    /// Folds the catalog's log in (see `Link`). Under the catalog's write lock, the live log
+    /// Folds the catalog's log in (see `Watch`). Under the catalog's write lock, the live log
     /// is renamed aside (`catalog.log.N`) under the log's exclusive lock, so that no writer
     /// is mid-line in it and none writes to it after; then every aside log not yet folded is
     /// applied, oldest first, and the newest one folded is recorded in the same transaction,

@@ -7,9 +7,9 @@
 //! - **Writers.** A run's write transaction that changes a fact kept here (the run's status,
 //!   a gate opened or resolved, a copy restored) appends a *ticket* line to the catalog's log
 //!   (`.prose/catalog.log`) before its run commit, while it holds the run's write lock
-//!   ([`log::Link::mark`]). Tickets of a run are therefore logged in the order of its commits.
+//!   (`log::Watch::mark`). Tickets of a run are therefore logged in the order of its commits.
 //!   After the commit it appends the facts it committed, read inside its own transaction
-//!   ([`log::Link::apply`]). Writers never open the catalog's database: the next listing folds
+//!   (`log::Watch::apply`). Writers never open the catalog's database: the next listing folds
 //!   the log in ([`ProjectCatalog::fold`]), giving each ticket its place in one sequence. A
 //!   row keeps the facts of its newest ticket: an older writer arriving late changes nothing.
 //! - **A writer that cannot log its ticket** creates `.prose/catalog.stale` while it still
@@ -59,8 +59,8 @@ pub const CATALOG_VERSION: i64 = 6;
 const SCHEMA: &str = include_str!("../../../schema/catalog.sql");
 /// A write-ahead log past this is folded in when a connection closes (see `sqlite::connect`).
 const LOG_MOST: u64 = 256 * 1024;
-/// The catalog's log of writers' tickets and facts (see `Link`), and its folded-in copies'
-/// prefix (`catalog.log.N`).
+/// The catalog's log of writers' tickets and facts (see `log::Watch`), and its folded-in
+/// copies' prefix (`catalog.log.N`).
 pub const LOG_FILE: &str = "catalog.log";
 
 /// The facts of one run that the catalog keeps, read from its state.db: its run row's
