@@ -370,17 +370,14 @@ impl ProjectCatalog {
             .parent()
             .map_or_else(|| PathBuf::from(".prose"), Path::to_path_buf);
         // No runs: nothing to catalog, and no directory to make.
-        let conn = if runs_dir.is_dir() {
+        let mut conn = None;
+        if runs_dir.is_dir() {
             let opened = open_db(&prose, opts.busy_timeout, true).map_err(|e| {
                 e.context(format!("catalog: {}", prose.join(CATALOG_FILE).display()))
             })?;
-            match opened {
-                Some(c) => Some(c),
-                None => return Ok(None),
-            }
-        } else {
-            None
-        };
+            let Some(c) = opened else { return Ok(None) };
+            conn = Some(c);
+        }
         Ok(Some(ProjectCatalog {
             conn,
             prose,
