@@ -304,14 +304,10 @@ impl ProjectCatalog {
         let live = self.prose.join(LOG_FILE);
         // Never followed: a symlink (or anything but a file) in its place is removed, and
         // the writers that could not log meanwhile have left the stale mark.
-        if let Ok(m) = std::fs::symlink_metadata(&live) {
-            if !m.is_file() {
-                if m.is_dir() {
-                    let _ = std::fs::remove_dir(&live);
-                } else {
-                    let _ = std::fs::remove_file(&live);
-                }
-            }
+        match std::fs::symlink_metadata(&live) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir(&live).unwrap_or_default(),
+            Ok(m) if !m.is_file() => std::fs::remove_file(&live).unwrap_or_default(),
+            _ => {}
         }
         let mut aside: Vec<(i64, PathBuf)> = std::fs::read_dir(&self.prose)
             .map_err(|e| io(e, &self.prose))?

@@ -433,24 +433,26 @@ impl Drop for ProjectCatalog {
 
 /// What a state.db and its write-ahead log are now: identity, size and modification time.
 fn stamp_of(db: &Path) -> String {
-    use std::os::unix::fs::MetadataExt;
     let mut log = db.as_os_str().to_owned();
     log.push("-wal");
     [db, Path::new(&log)]
         .iter()
-        .map(|f| match std::fs::metadata(f) {
-            Ok(m) => format!(
-                "{}:{}:{}:{}.{}",
-                m.dev(),
-                m.ino(),
-                m.len(),
-                m.mtime(),
-                m.mtime_nsec()
-            ),
-            Err(_) => "-".into(),
-        })
+        .map(|f| file_stamp(std::fs::metadata(f), |m| m.len()))
         .collect::<Vec<_>>()
         .join("/")
+}
+
+/// A file's identity, `what` of it (its size, its kind) and its modification time; `-` when
+/// it could not be read.
+fn file_stamp<T: std::fmt::Display>(
+    m: std::io::Result<std::fs::Metadata>,
+    what: impl Fn(&std::fs::Metadata) -> T,
+) -> String {
+    use std::os::unix::fs::MetadataExt;
+    m.map_or("-".into(), |m| {
+        let (dev, ino, what) = (m.dev(), m.ino(), what(&m));
+        format!("{dev}:{ino}:{what}:{}.{}", m.mtime(), m.mtime_nsec())
+    })
 }
 
 /// `f` of every item, in order. Many items (a listing of every gate stats each run's files)

@@ -1,7 +1,7 @@
 //! The runs' stats the catalog keeps, each under the files it was read from: a run is
 //! opened only when its files changed since.
 
-use super::{all, begin, in_parallel, stamp_of, ProjectCatalog};
+use super::{all, begin, file_stamp, in_parallel, stamp_of, ProjectCatalog};
 use crate::store::{RunFilter, RunStats, StoreStats};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -41,18 +41,8 @@ fn sqlite() -> &'static str {
 /// What a run's stats are read from: its state.db and log (`stamp_of`), and its attachments
 /// directory (identity and modification time: a file added, replaced or removed changes it).
 fn stats_files(dir: &Path) -> String {
-    use std::os::unix::fs::MetadataExt;
-    let attachments = match std::fs::symlink_metadata(dir.join(crate::run::ATTACHMENTS_DIR)) {
-        Ok(m) => format!(
-            "{}:{}:{}:{}.{}",
-            m.dev(),
-            m.ino(),
-            m.file_type().is_dir(),
-            m.mtime(),
-            m.mtime_nsec()
-        ),
-        Err(_) => "-".into(),
-    };
+    let attachments = std::fs::symlink_metadata(dir.join(crate::run::ATTACHMENTS_DIR));
+    let attachments = file_stamp(attachments, |m| m.file_type().is_dir());
     format!("{}/{attachments}", stamp_of(&dir.join(crate::run::DB_FILE)))
 }
 
