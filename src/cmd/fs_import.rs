@@ -141,13 +141,10 @@ fn read_plain(path: &Path) -> Result<Option<Vec<u8>>> {
         Ok(_) => {}
     }
     // Opened without following a link, in case one replaced the file since it was looked at.
-    let mut file = crate::services::attach::open_nofollow(path).map_err(|e| {
-        if e.raw_os_error() == Some(libc::ELOOP) {
-            linked(path)
-        } else {
-            anyhow::Error::new(e).context(cannot())
-        }
-    })?;
+    let mut file = match crate::services::attach::open_nofollow(path) {
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(linked(path)),
+        file => file.with_context(cannot)?,
+    };
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).with_context(cannot)?;
     Ok(Some(bytes))

@@ -7,7 +7,7 @@ use super::{
     STALE_FILE,
 };
 use crate::store::OpenOptions;
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context as _, Result};
 use rusqlite::{params, OptionalExtension};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -75,13 +75,12 @@ impl ProjectCatalog {
         if !full && stamp.is_some() && recorded == stamp {
             return Ok(());
         }
+        let dir = &self.runs_dir;
         let names: HashSet<String> = match self.run_names() {
-            Ok(names) => names.collect(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => {
-                return Err(anyhow::Error::new(e)
-                    .context(format!("could not list runs: {}", self.runs_dir.display())))
-            }
+            names => names
+                .with_context(|| format!("could not list runs: {}", dir.display()))?
+                .collect(),
         };
         let known: HashMap<String, String> = self.row_kinds()?;
         let tx = begin(c).map_err(self.err())?;
