@@ -136,14 +136,12 @@ impl Watch {
     /// effort: a facts line not written (too large, or a failure) leaves the ticket, and the
     /// next listing reads the run again. A log grown past `FOLD_AT` is folded in here.
     fn apply(&mut self, ticket: Ticket, facts: Facts) {
-        let stamp = stamp_of(
-            &self
-                .prose
-                .join("runs")
-                .join(&self.run)
-                .join(crate::run::DB_FILE),
-        );
-        let line = self.line('F', &ticket, Some((stamp, facts)));
+        let db = self
+            .prose
+            .join("runs")
+            .join(&self.run)
+            .join(crate::run::DB_FILE);
+        let line = self.line('F', &ticket, Some((stamp_of(&db), facts)));
         if line.len() > LINE_MOST {
             return;
         }
@@ -254,16 +252,15 @@ pub fn changing_runs<T>(
     added: Option<&str>,
     change: impl FnOnce() -> std::io::Result<T>,
 ) -> std::io::Result<T> {
-    let prose = match runs_dir.parent() {
-        Some(p) if p.join(CATALOG_FILE).is_file() => p,
-        _ => return change(),
-    };
-    let Ok(lock) = std::fs::File::open(runs_dir) else {
+    let Some(prose) = runs_dir.parent().filter(|p| p.join(CATALOG_FILE).is_file()) else {
         return change();
     };
-    if lock.lock().is_err() {
+    let Some(lock) = std::fs::File::open(runs_dir)
+        .ok()
+        .filter(|l| l.lock().is_ok())
+    else {
         return change();
-    }
+    };
     let before = dir_stamp(runs_dir);
     let done = change()?;
     if let (Some((_, b)), Some((_, a))) = (before, dir_stamp(runs_dir)) {

@@ -259,10 +259,8 @@ impl ProjectCatalog {
                 // Read again by the next listing.
                 continue;
             }
-            let Ok(store) = crate::store::sqlite::SqliteStore::open(&paths.db, self.opts) else {
-                continue;
-            };
-            let Ok(facts) = store.read(read_facts) else {
+            let store = crate::store::sqlite::SqliteStore::open(&paths.db, self.opts);
+            let Ok(facts) = store.and_then(|s| s.read(read_facts)) else {
                 continue;
             };
             let kept = self.kept_facts(name)?;
