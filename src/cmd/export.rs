@@ -5,7 +5,7 @@ use crate::context::Context;
 use crate::error::{refused, shown};
 use crate::output::Render;
 use crate::services::transfer::{self, Moved};
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -27,13 +27,7 @@ impl Render for Exported {
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
         writeln!(w, "Run exported: {}", self.run_id)?;
         writeln!(w, "Directory: {}", self.dir)?;
-        let rows: Vec<String> = self.rows.iter().map(|(k, v)| format!("{v} {k}")).collect();
-        writeln!(w, "Rows: {}", rows.join(", "))?;
-        writeln!(
-            w,
-            "Values: {} ({} bytes)",
-            self.moved.values, self.moved.value_bytes
-        )?;
+        self.moved.text(w, &self.rows)?;
         for n in &self.not_carried {
             writeln!(w, "Not carried (no such column in SQLite): {n}")?;
         }
@@ -66,7 +60,11 @@ pub fn copy_out(
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let now = crate::model::now();
+    let how = transfer::How {
+        reseal: false,
+        event: None,
+        now: crate::model::now(),
+    };
     let mut tries = 0;
     loop {
         // One snapshot of the run: rows and values as they were at one moment, however many
@@ -75,45 +73,30 @@ pub fn copy_out(
         // A name raw SQL wrote that could leave the copy's directory: the whole export is
         // refused, before anything is written.
         dump.check_names()?;
-        let (tmp, lock) = transfer::temp_dir(&parent, &format!(".{name}.prose-export-"))?;
-        let how = transfer::How {
-            reseal: false,
-            event: None,
-            now: now.clone(),
-        };
-        let built = transfer::build_dir(store.as_mut(), &paths.dir, &dump, &tmp, ctx.opts, &how);
-        let moved = match built {
-            Ok(moved) => moved,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&tmp);
-                // A file replaced after the snapshot was taken: again, with a new snapshot.
-                if transfer::value_gone(&e) && tries < 5 {
-                    tries += 1;
-                    store = ctx.open(paths)?;
-                    continue;
-                }
-                return Err(e);
+        let moved = transfer::build_and_place(
+            &parent,
+            &format!(".{name}.prose-export-"),
+            |tmp| transfer::build_dir(store.as_mut(), &paths.dir, &dump, tmp, ctx.opts, &how),
+            |tmp| crate::run::rename_noreplace(tmp, &out),
+            exists,
+            &format!("the copy to {}", out.display()),
+        );
+        match moved {
+            // A file replaced after the snapshot was taken: again, with a new snapshot.
+            Err(e) if transfer::value_gone(&e) && tries < 5 => {
+                tries += 1;
+                store = ctx.open(paths)?;
             }
-        };
-        if let Err(e) = crate::run::rename_noreplace(&tmp, &out) {
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(if e.kind() == io::ErrorKind::AlreadyExists {
-                exists()
-            } else {
-                anyhow::Error::new(e)
-                    .context(format!("could not move the copy to {}", out.display()))
-            });
+            moved => {
+                return Ok(Exported {
+                    run_id: dump.run.id.clone(),
+                    dir: out.display().to_string(),
+                    moved: moved?,
+                    rows: dump.counts(),
+                    not_carried: dump.server_only.clone(),
+                })
+            }
         }
-        drop(lock);
-        crate::run::sync_dir(&parent)
-            .with_context(|| format!("could not sync {}", parent.display()))?;
-        return Ok(Exported {
-            run_id: dump.run.id.clone(),
-            dir: out.display().to_string(),
-            moved,
-            rows: dump.counts(),
-            not_carried: dump.server_only.clone(),
-        });
     }
 }
 

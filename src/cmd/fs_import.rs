@@ -141,13 +141,10 @@ fn read_plain(path: &Path) -> Result<Option<Vec<u8>>> {
         Ok(_) => {}
     }
     // Opened without following a link, in case one replaced the file since it was looked at.
-    let mut file = crate::services::attach::open_nofollow(path).map_err(|e| {
-        if e.raw_os_error() == Some(libc::ELOOP) {
-            linked(path)
-        } else {
-            anyhow::Error::new(e).context(cannot())
-        }
-    })?;
+    let mut file = match crate::services::attach::open_nofollow(path) {
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(linked(path)),
+        file => file.with_context(cannot)?,
+    };
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).with_context(cannot)?;
     Ok(Some(bytes))
@@ -403,25 +400,16 @@ impl Log {
             };
             let (i, max) = count.split_once('/')?;
             let (i, max) = (i.parse::<i64>().ok()?, max.parse::<i64>().ok()?);
-            let status = if exit.is_some() {
-                "exited"
-            } else {
-                "iteration"
-            };
+            let status = exit.as_ref().map_or("iteration", |_| "exited");
             let extra = json!({ "iteration": i, "max": max, "reason": exit });
             ("loop".into(), status, None, extra, None)
         } else if let Some(rest) = body.strip_prefix("block:") {
             let (name, id) = rest.rsplit_once('#')?;
             let block = id.trim().parse::<i64>().ok()?;
             opens = Some(block);
+            let name = format!("block:{}", name.trim());
             let extra = json!({ "execution_id": block });
-            (
-                format!("block:{}", name.trim()),
-                "started",
-                None,
-                extra,
-                None,
-            )
+            (name, "started", None, extra, None)
         } else if let Some(rest) = body.strip_prefix('#') {
             let block = rest.strip_suffix("done")?.trim().parse::<i64>().ok()?;
             // The block's own completion sits beside its start, not inside it.
@@ -638,10 +626,7 @@ fn read_agents(
             if f.is_symlink() {
                 return Err(linked(&f));
             }
-            let text = match number {
-                Some(_) => read_text(&f)?,
-                None => None,
-            };
+            let text = number.map(|_| read_text(&f)).transpose()?.flatten();
             let (Some(number), Some(text)) = (number, text) else {
                 unmapped.push(format!(
                     "{}: not a segment file ({name}-NNN.md) of agent {}",

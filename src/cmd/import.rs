@@ -11,7 +11,7 @@ use crate::store::postgres::PgStore;
 use crate::store::rules::Restore;
 use crate::store::sqlite::SqliteStore;
 use crate::store::Store;
-use anyhow::{Context as _, Result};
+use anyhow::Result;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
@@ -59,13 +59,7 @@ impl Render for Imported {
                 "imported"
             };
             writeln!(w, "Run {how}: {} ({})", self.run_id, self.backend)?;
-            let rows: Vec<String> = self.rows.iter().map(|(k, v)| format!("{v} {k}")).collect();
-            writeln!(w, "Rows: {}", rows.join(", "))?;
-            writeln!(
-                w,
-                "Values: {} ({} bytes)",
-                self.moved.values, self.moved.value_bytes
-            )?;
+            self.moved.text(w, &self.rows)?;
             if self.renumbered {
                 writeln!(w, "Ids: execution and audit ids numbered by the server")?;
             }
@@ -183,8 +177,7 @@ fn reidentify(c: &mut Incoming, new: &str) -> Result<()> {
         r.seal = None;
         prev = hash;
     }
-    let digests = transfer::value_digests(c.src, c.src_dir, &c.dump)?;
-    c.digest = c.dump.digest(&digests);
+    c.digest = transfer::digest(c.src, c.src_dir, &c.dump)?;
     c.label = format!("{} (run {} re-identified)", c.label, old);
     Ok(())
 }
@@ -204,8 +197,7 @@ pub fn checked<'a>(
     })?;
     dump.check_names()?;
     let report = transfer::verify(&dump)?;
-    let digests = transfer::value_digests(src, src_dir, &dump)?;
-    let digest = dump.digest(&digests);
+    let digest = transfer::digest(src, src_dir, &dump)?;
     Ok(Incoming {
         label: src_dir.display().to_string(),
         src,
@@ -273,11 +265,26 @@ pub fn land(mut c: Incoming, args: &ImportArgs, ctx: &Context) -> Result<Importe
     Ok(out)
 }
 
-/// Whether the run already here is the same run: its digest is the copy's.
-fn same_run(store: &mut dyn Store, dir: &Path, digest: &str) -> Result<bool> {
-    let have = transfer::read(store)?;
-    let values = transfer::value_digests(store, dir, &have)?;
-    Ok(have.digest(&values) == digest)
+/// Whether the run already here (`have`, its directory `dir`) is the copy's: then nothing is
+/// written. Else the copy replaces it only with `--replace`, and never rolls it back.
+fn already_here(
+    have: &mut dyn Store,
+    dir: &Path,
+    c: &Incoming,
+    args: &ImportArgs,
+    out: &mut Imported,
+) -> Result<bool> {
+    let here = transfer::read(have)?;
+    if transfer::digest(have, dir, &here)? == c.digest {
+        out.unchanged = true;
+        return Ok(true);
+    }
+    if !args.replace {
+        return Err(other_content(&c.dump.run.id));
+    }
+    refuse_rollback(have, &c.dump.run.id, &c.dump)?;
+    out.replaced = true;
+    Ok(false)
 }
 
 fn into_server(
@@ -293,15 +300,9 @@ fn into_server(
     if exists {
         // Compared on a connection of its own (a snapshot is read-only).
         let (mut probe, _) = PgStore::open_maybe(&url, &id, ctx.opts)?;
-        if same_run(&mut probe, &ctx.runs_dir().join(&id), &c.digest)? {
-            out.unchanged = true;
+        if already_here(&mut probe, &ctx.runs_dir().join(&id), c, args, out)? {
             return Ok(());
         }
-        if !args.replace {
-            return Err(other_content(&id));
-        }
-        refuse_rollback(&mut probe, &id, &c.dump)?;
-        out.replaced = true;
     }
     // The values first, each in a transaction of its own; then the rows, in one.
     let mut staged = Vec::new();
@@ -352,59 +353,30 @@ fn into_dir(
     let runs = ctx.runs_dir().to_path_buf();
     let target = runs.join(&id);
     let exists = target.symlink_metadata().is_ok();
-    if exists {
-        let paths = RunPaths::in_dir(target.clone());
-        let mut have = ctx.open(&paths)?;
-        if same_run(have.as_mut(), &target, &c.digest)? {
-            out.unchanged = true;
-            return Ok(());
-        }
-        if !args.replace {
-            return Err(other_content(&id));
-        }
-        refuse_rollback(have.as_mut(), &id, &c.dump)?;
-        out.replaced = true;
+    let paths = RunPaths::in_dir(target.clone());
+    if exists && already_here(ctx.open(&paths)?.as_mut(), &target, c, args, out)? {
+        return Ok(());
     }
     // Built whole beside the runs (a killed import leaves a directory `doctor --fix` removes),
     // then moved into place in one step.
-    let (tmp, lock) = transfer::temp_dir(&runs, &format!("{INIT_PREFIX}{id}-"))?;
-    let built = transfer::build_dir(c.src, c.src_dir, &c.dump, &tmp, ctx.opts, how);
-    let moved = match built {
-        Ok(m) => m,
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(e);
-        }
-    };
-    out.moved = moved;
-    let placed = if exists {
-        // The catalog's row is read again once the run is exchanged.
-        let db = RunPaths::in_dir(target.clone()).db;
-        crate::store::catalog::while_replacing(&db, ctx.opts, || {
-            crate::run::rename_exchange(&tmp, &target)
-        })
-    } else {
-        crate::run::rename_noreplace(&tmp, &target)
-    };
-    if let Err(e) = placed {
-        let _ = std::fs::remove_dir_all(&tmp);
-        return Err(if e.kind() == io::ErrorKind::AlreadyExists {
-            other_content(&id)
-        } else {
-            anyhow::Error::new(e).context(format!(
-                "could not move the run into place: {}",
-                target.display()
-            ))
-        });
-    }
-    // After an exchange, the temporary name holds the run that was replaced.
-    if exists {
-        let _ = std::fs::remove_dir_all(&tmp);
-    }
-    drop(lock);
-    crate::run::sync_dir(&runs).with_context(|| format!("could not sync {}", runs.display()))?;
+    out.moved = transfer::build_and_place(
+        &runs,
+        &format!("{INIT_PREFIX}{id}-"),
+        |tmp| transfer::build_dir(c.src, c.src_dir, &c.dump, tmp, ctx.opts, how),
+        |tmp| {
+            if !exists {
+                return crate::run::rename_noreplace(tmp, &target);
+            }
+            // The catalog's row is read again once the run is exchanged.
+            crate::store::catalog::while_replacing(&paths.db, ctx.opts, || {
+                crate::run::rename_exchange(tmp, &target)
+            })
+        },
+        || other_content(&id),
+        &format!("the run into place: {}", target.display()),
+    )?;
     // The chain is anchored where the run now is.
-    let mut store = ctx.open(&RunPaths::in_dir(target))?;
+    let mut store = ctx.open(&paths)?;
     crate::store::seal::forget(&store.place(), &id);
     store.anchor_chain();
     Ok(())

@@ -26,15 +26,14 @@ impl Render for RunList {
         if self.runs.is_empty() {
             return writeln!(w, "no runs");
         }
-        let header = [
+        let header = super::header(&[
             "RUN",
             "STATUS",
             "PROGRAM",
             "STARTED",
             "LAST EVENT",
             "PENDING GATES",
-        ]
-        .map(String::from);
+        ]);
         let rows: Vec<Vec<String>> = self
             .runs
             .iter()

@@ -76,21 +76,13 @@ impl StagedFile {
     /// Moves the file to its own unique name and syncs the directory. Called inside the
     /// transaction, just before the row that references it is written.
     pub fn publish(&mut self) -> Result<()> {
-        fs::rename(&self.tmp, &self.dest).with_context(|| {
-            format!(
-                "could not move attachment into place: {}",
-                self.dest.display()
-            )
-        })?;
+        let dest = &self.dest;
+        fs::rename(&self.tmp, dest)
+            .with_context(|| format!("could not move attachment into place: {}", dest.display()))?;
         self.published = true;
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .with_context(|| {
-                format!(
-                    "could not sync attachments directory: {}",
-                    self.dir.display()
-                )
-            })?;
+        let dir = &self.dir;
+        crate::run::sync_dir(dir)
+            .with_context(|| format!("could not sync attachments directory: {}", dir.display()))?;
         Ok(())
     }
 }

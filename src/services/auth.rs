@@ -174,23 +174,16 @@ pub fn read_token_file(path: &std::path::Path) -> Result<String> {
         }
         _ => anyhow!("could not read --token-file {}: {e}", shown()),
     })?;
+    let bad = |why: &str| usage(format!("--token-file is {why}: {}", shown()));
     let mut bytes = Vec::new();
     f.take(4097).read_to_end(&mut bytes)?;
     if bytes.len() > 4096 {
-        return Err(usage(format!(
-            "--token-file is not a token (over 4 KiB): {}",
-            shown()
-        )));
+        return Err(bad("not a token (over 4 KiB)"));
     }
-    let text = String::from_utf8(bytes).map_err(|_| {
-        usage(format!(
-            "--token-file is not a token (not UTF-8): {}",
-            shown()
-        ))
-    })?;
+    let text = String::from_utf8(bytes).map_err(|_| bad("not a token (not UTF-8)"))?;
     let token = text.lines().next().unwrap_or("").trim().to_string();
     if token.is_empty() {
-        return Err(usage(format!("--token-file is empty: {}", shown())));
+        return Err(bad("empty"));
     }
     Ok(token)
 }

@@ -11,7 +11,7 @@ use crate::store::sqlite::SqliteStore;
 use crate::store::{server_blob, NewRun, OpenOptions, Store};
 use anyhow::{anyhow, Context as _, Result};
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -146,13 +146,9 @@ pub fn value<'a>(
     }
 }
 
-/// The sha256 of every value the run's bindings keep outside their rows, by path (what
-/// [`RunDump::digest`] compares).
-pub fn value_digests(
-    store: &mut dyn Store,
-    run_dir: &Path,
-    d: &RunDump,
-) -> Result<HashMap<String, String>> {
+/// The content digest of the run of `d` (see [`RunDump::digest`]), over the sha256 of every
+/// value its bindings keep outside their rows.
+pub fn digest(store: &mut dyn Store, run_dir: &Path, d: &RunDump) -> Result<String> {
     let on_server: HashMap<String, String> = store
         .blobs()?
         .into_iter()
@@ -175,7 +171,7 @@ pub fn value_digests(
         };
         out.insert(path.clone(), digest);
     }
-    Ok(out)
+    Ok(d.digest(&out))
 }
 
 /// How a copy is written: resealed with an `imported` event (an import), or as it was (an
@@ -192,6 +188,15 @@ pub struct How {
 pub struct Moved {
     pub values: usize,
     pub value_bytes: u64,
+}
+
+impl Moved {
+    /// The copy's rows (`rows`) and values, as `export` and `import` print them.
+    pub fn text(&self, w: &mut dyn Write, rows: &BTreeMap<&str, usize>) -> io::Result<()> {
+        let rows: Vec<String> = rows.iter().map(|(k, v)| format!("{v} {k}")).collect();
+        writeln!(w, "Rows: {}", rows.join(", "))?;
+        writeln!(w, "Values: {} ({} bytes)", self.values, self.value_bytes)
+    }
 }
 
 /// Builds a run directory in `dir` (new and empty): its values as files in `attachments/`,
@@ -271,6 +276,31 @@ pub fn write_db(
     drop(store);
     crate::run::sync_dir(dir)?;
     Ok(())
+}
+
+/// Builds a run directory with `build` in a new temporary directory in `parent` (see
+/// [`temp_dir`]), then puts it in its place with `place`. The temporary directory is removed
+/// whatever happened (after an exchange it holds the run replaced), and `parent` synced. A
+/// place already taken is the error `taken`; another failure to move names `target`.
+pub fn build_and_place<T>(
+    parent: &Path,
+    prefix: &str,
+    build: impl FnOnce(&Path) -> Result<T>,
+    place: impl FnOnce(&Path) -> io::Result<()>,
+    taken: impl FnOnce() -> anyhow::Error,
+    target: &str,
+) -> Result<T> {
+    let (tmp, lock) = temp_dir(parent, prefix)?;
+    let built = build(&tmp).and_then(|done| match place(&tmp) {
+        Ok(()) => Ok(done),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(taken()),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("could not move {target}"))),
+    });
+    let _ = fs::remove_dir_all(&tmp);
+    let done = built?;
+    drop(lock);
+    crate::run::sync_dir(parent).with_context(|| format!("could not sync {}", parent.display()))?;
+    Ok(done)
 }
 
 /// A new temporary directory beside `target`, named after it, and its lock (so `doctor` can

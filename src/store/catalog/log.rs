@@ -2,8 +2,8 @@
 //! the runs directory's announced changes, and folding the lines into the catalog.
 
 use super::{
-    dir_stamp, of_state_db, put_facts, read_facts, stamp_of, Facts, ProjectCatalog, Ticket,
-    CATALOG_FILE, CATALOG_VERSION, LOG_FILE, STALE_FILE,
+    begin, dir_stamp, meta, of_state_db, put_facts, read_facts, set_meta, stamp_of, Facts,
+    ProjectCatalog, Ticket, CATALOG_FILE, CATALOG_VERSION, LOG_FILE, STALE_FILE,
 };
 use crate::store::OpenOptions;
 use anyhow::Result;
@@ -21,7 +21,7 @@ const LINE_MOST: usize = 256 * 1024;
 /// One line of the catalog's log (`.prose/catalog.log`), JSON: a ticket (`T`), appended
 /// under the run's write lock before its commit, or the facts a ticket's write committed
 /// (`F`), appended after the commit.
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize, Deserialize, Default)]
 struct LogLine {
     /// The catalog version that wrote the line: a line of another is not guessed at (every
     /// row is read again instead).
@@ -40,6 +40,15 @@ struct LogLine {
     b: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     a: Option<String>,
+}
+
+impl LogLine {
+    /// The line as the log keeps it: JSON, then a newline.
+    fn bytes(&self) -> Vec<u8> {
+        let mut line = serde_json::to_vec(self).unwrap_or_default();
+        line.push(b'\n');
+        line
+    }
 }
 
 /// Appends one line to the catalog's log: under a shared lock of the log file, and to the
@@ -75,44 +84,38 @@ pub(super) fn mark_stale(prose: &Path) {
         .open(prose.join(STALE_FILE));
 }
 
-/// The writer's side: held by a run's store, used only by the transactions that change a
-/// fact the catalog keeps. It never opens the catalog's database: a ticket and its facts are
-/// lines of the catalog's log, folded in by the next listing.
-pub struct Link {
+/// The writer's side: a run's writes, watched for the catalog (`sqlite::CommitWatch`): a
+/// ticket taken under the run's write lock before the commit, with the facts being
+/// committed; both logged after it. It never opens the catalog's database: a ticket and its
+/// facts are lines of the catalog's log, folded in by the next listing.
+struct Watch {
     prose: PathBuf,
     run: String,
     busy: Duration,
+    pending: Option<(Ticket, Option<Facts>)>,
 }
 
-impl Link {
-    /// The catalog of the project a state.db belongs to, if it is a project's run.
-    pub fn for_state_db(db: &Path, busy: Duration) -> Option<Link> {
-        let (prose, run) = of_state_db(db)?;
-        Some(Link { prose, run, busy })
-    }
-
+impl Watch {
     fn line(&self, kind: char, ticket: &str, facts: Option<(String, Facts)>) -> Vec<u8> {
-        let (s, f) = facts.map_or((None, None), |(s, f)| (Some(s), Some(f)));
-        let mut line = serde_json::to_vec(&LogLine {
+        let (s, f) = facts.unzip();
+        let (run, n) = (self.run.clone(), ticket.to_string());
+        LogLine {
             v: CATALOG_VERSION,
             t: kind,
-            run: self.run.clone(),
-            n: ticket.to_string(),
+            run,
+            n,
             s,
             f,
-            b: None,
-            a: None,
-        })
-        .unwrap_or_default();
-        line.push(b'\n');
-        line
+            ..LogLine::default()
+        }
+        .bytes()
     }
 
     /// Takes a ticket: called inside the run's write transaction, before its commit. None
     /// when there is no catalog (the first listing builds it, reading this run under its
     /// lock), or when the ticket could not be logged: then the stale mark is made instead,
     /// and the next listing reads every run again.
-    pub fn mark(&mut self) -> Option<Ticket> {
+    fn mark(&mut self) -> Option<Ticket> {
         if !self.prose.join(CATALOG_FILE).is_file() {
             return None;
         }
@@ -132,15 +135,13 @@ impl Link {
     /// Logs the facts a transaction committed under `ticket`: after the run's commit. Best
     /// effort: a facts line not written (too large, or a failure) leaves the ticket, and the
     /// next listing reads the run again. A log grown past `FOLD_AT` is folded in here.
-    pub fn apply(&mut self, ticket: Ticket, facts: Facts) {
-        let stamp = stamp_of(
-            &self
-                .prose
-                .join("runs")
-                .join(&self.run)
-                .join(crate::run::DB_FILE),
-        );
-        let line = self.line('F', &ticket, Some((stamp, facts)));
+    fn apply(&mut self, ticket: Ticket, facts: Facts) {
+        let db = self
+            .prose
+            .join("runs")
+            .join(&self.run)
+            .join(crate::run::DB_FILE);
+        let line = self.line('F', &ticket, Some((stamp_of(&db), facts)));
         if line.len() > LINE_MOST {
             return;
         }
@@ -157,17 +158,10 @@ impl Link {
     }
 }
 
-/// A run's writes, watched for the catalog (`sqlite::CommitWatch`): a ticket taken under the
-/// run's write lock before the commit, with the facts being committed; both logged after it.
-struct Watch {
-    link: Link,
-    pending: Option<(Ticket, Option<Facts>)>,
-}
-
 impl crate::store::sqlite::CommitWatch for Watch {
     fn before_commit(&mut self, conn: &Connection) {
         // Unreadable facts leave the ticket: the next listing reads the run again.
-        self.pending = self.link.mark().map(|t| (t, read_facts(conn).ok()));
+        self.pending = self.mark().map(|t| (t, read_facts(conn).ok()));
     }
 
     fn after_commit(&mut self) {
@@ -182,7 +176,7 @@ impl crate::store::sqlite::CommitWatch for Watch {
             std::thread::sleep(Duration::from_millis(ms));
         }
         if let Some(facts) = facts {
-            self.link.apply(ticket, facts);
+            self.apply(ticket, facts);
         }
     }
 }
@@ -190,12 +184,14 @@ impl crate::store::sqlite::CommitWatch for Watch {
 /// The catalog's watcher of a run's state.db (installed by `Context`), if the run is a
 /// project's.
 pub fn watch(db: &Path, busy: Duration) -> Option<Box<dyn crate::store::sqlite::CommitWatch>> {
-    Link::for_state_db(db, busy).map(|link| {
-        Box::new(Watch {
-            link,
-            pending: None,
-        }) as Box<dyn crate::store::sqlite::CommitWatch>
-    })
+    let (prose, run) = of_state_db(db)?;
+    let pending = None;
+    Some(Box::new(Watch {
+        prose,
+        run,
+        busy,
+        pending,
+    }))
 }
 
 /// Applies one line of the catalog's log (see `ProjectCatalog::fold`).
@@ -226,16 +222,9 @@ fn apply_line(c: &Connection, line: LogLine) -> rusqlite::Result<()> {
         ('D', _) => {
             // The chain of announced changes: while each starts where the last ended, the
             // directory holds nothing unannounced, and its names need not be compared.
-            let recorded: Option<String> = c
-                .prepare_cached("SELECT value FROM meta WHERE key = 'runs_mtime'")?
-                .query_row([], |r| r.get(0))
-                .optional()?;
-            if let (Some(recorded), Some(b), Some(a)) = (recorded, &line.b, &line.a) {
+            if let (Some(recorded), Some(b), Some(a)) = (meta(c, "runs_mtime")?, &line.b, &line.a) {
                 if &recorded == b {
-                    c.prepare_cached(
-                        "INSERT OR REPLACE INTO meta (key, value) VALUES ('runs_mtime', ?1)",
-                    )?
-                    .execute([a])?;
+                    set_meta(c, "runs_mtime", a)?;
                 }
             }
             if !line.run.is_empty() {
@@ -263,40 +252,37 @@ pub fn changing_runs<T>(
     added: Option<&str>,
     change: impl FnOnce() -> std::io::Result<T>,
 ) -> std::io::Result<T> {
-    let prose = match runs_dir.parent() {
-        Some(p) if p.join(CATALOG_FILE).is_file() => p,
-        _ => return change(),
-    };
-    let Ok(lock) = std::fs::File::open(runs_dir) else {
+    let Some(prose) = runs_dir.parent().filter(|p| p.join(CATALOG_FILE).is_file()) else {
         return change();
     };
-    if lock.lock().is_err() {
+    let Some(lock) = std::fs::File::open(runs_dir)
+        .ok()
+        .filter(|l| l.lock().is_ok())
+    else {
         return change();
-    }
+    };
     let before = dir_stamp(runs_dir);
     let done = change()?;
     if let (Some((_, b)), Some((_, a))) = (before, dir_stamp(runs_dir)) {
-        let mut line = serde_json::to_vec(&LogLine {
+        let run = added.unwrap_or_default().to_string();
+        let (b, a) = (Some(b), Some(a));
+        let line = LogLine {
             v: CATALOG_VERSION,
             t: 'D',
-            run: added.unwrap_or_default().to_string(),
-            n: String::new(),
-            s: None,
-            f: None,
-            b: Some(b),
-            a: Some(a),
-        })
-        .unwrap_or_default();
-        line.push(b'\n');
+            run,
+            b,
+            a,
+            ..LogLine::default()
+        };
         // Not logged: the chain breaks, and the next listing compares the names.
-        let _ = append(prose, &line);
+        let _ = append(prose, &line.bytes());
     }
     drop(lock);
     Ok(done)
 }
 
 impl ProjectCatalog {
-    /// Folds the catalog's log in (see `Link`). Under the catalog's write lock, the live log
+    /// Folds the catalog's log in (see `Watch`). Under the catalog's write lock, the live log
     /// is renamed aside (`catalog.log.N`) under the log's exclusive lock, so that no writer
     /// is mid-line in it and none writes to it after; then every aside log not yet folded is
     /// applied, oldest first, and the newest one folded is recorded in the same transaction,
@@ -315,14 +301,10 @@ impl ProjectCatalog {
         let live = self.prose.join(LOG_FILE);
         // Never followed: a symlink (or anything but a file) in its place is removed, and
         // the writers that could not log meanwhile have left the stale mark.
-        if let Ok(m) = std::fs::symlink_metadata(&live) {
-            if !m.is_file() {
-                if m.is_dir() {
-                    let _ = std::fs::remove_dir(&live);
-                } else {
-                    let _ = std::fs::remove_file(&live);
-                }
-            }
+        match std::fs::symlink_metadata(&live) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir(&live).unwrap_or_default(),
+            Ok(m) if !m.is_file() => std::fs::remove_file(&live).unwrap_or_default(),
+            _ => {}
         }
         let mut aside: Vec<(i64, PathBuf)> = std::fs::read_dir(&self.prose)
             .map_err(|e| io(e, &self.prose))?
@@ -344,13 +326,8 @@ impl ProjectCatalog {
         if aside.is_empty() && log.is_err() {
             return Ok(());
         }
-        let tx = rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)
-            .map_err(&err)?;
-        let folded: i64 = tx
-            .query_row("SELECT value FROM meta WHERE key = 'log_folded'", [], |r| {
-                r.get::<_, String>(0)
-            })
-            .optional()
+        let tx = begin(c).map_err(&err)?;
+        let folded: i64 = meta(&tx, "log_folded")
             .map_err(&err)?
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
@@ -382,11 +359,7 @@ impl ProjectCatalog {
             tx.execute("UPDATE runs SET stale = stale + 1", [])
                 .map_err(&err)?;
         }
-        tx.execute(
-            "INSERT OR REPLACE INTO meta (key, value) VALUES ('log_folded', ?1)",
-            [newest.to_string()],
-        )
-        .map_err(&err)?;
+        set_meta(&tx, "log_folded", &newest.to_string()).map_err(&err)?;
         tx.commit().map_err(&err)?;
         for (_, path) in aside.iter().filter(|a| a.0 <= newest) {
             let _ = std::fs::remove_file(path);

@@ -7,9 +7,9 @@
 //! - **Writers.** A run's write transaction that changes a fact kept here (the run's status,
 //!   a gate opened or resolved, a copy restored) appends a *ticket* line to the catalog's log
 //!   (`.prose/catalog.log`) before its run commit, while it holds the run's write lock
-//!   ([`log::Link::mark`]). Tickets of a run are therefore logged in the order of its commits.
+//!   (`log::Watch::mark`). Tickets of a run are therefore logged in the order of its commits.
 //!   After the commit it appends the facts it committed, read inside its own transaction
-//!   ([`log::Link::apply`]). Writers never open the catalog's database: the next listing folds
+//!   (`log::Watch::apply`). Writers never open the catalog's database: the next listing folds
 //!   the log in ([`ProjectCatalog::fold`]), giving each ticket its place in one sequence. A
 //!   row keeps the facts of its newest ticket: an older writer arriving late changes nothing.
 //! - **A writer that cannot log its ticket** creates `.prose/catalog.stale` while it still
@@ -59,8 +59,8 @@ pub const CATALOG_VERSION: i64 = 6;
 const SCHEMA: &str = include_str!("../../../schema/catalog.sql");
 /// A write-ahead log past this is folded in when a connection closes (see `sqlite::connect`).
 const LOG_MOST: u64 = 256 * 1024;
-/// The catalog's log of writers' tickets and facts (see `Link`), and its folded-in copies'
-/// prefix (`catalog.log.N`).
+/// The catalog's log of writers' tickets and facts (see `log::Watch`), and its folded-in
+/// copies' prefix (`catalog.log.N`).
 pub const LOG_FILE: &str = "catalog.log";
 
 /// The facts of one run that the catalog keeps, read from its state.db: its run row's
@@ -100,31 +100,69 @@ fn run_facts(r: &rusqlite::Row) -> rusqlite::Result<RunFacts> {
 
 /// Reads a run's facts (inside the caller's transaction, when it has one).
 pub(super) fn read_facts(c: &Connection) -> rusqlite::Result<Facts> {
-    let run = c
-        .query_row(
-            "SELECT id, program_path, status, started_at, updated_at, error_message FROM run LIMIT 1",
-            [],
-            run_facts,
-        )
-        .optional()?;
-    let pending = c
-        .prepare_cached(&format!(
-            "SELECT {GATE_COLUMNS} FROM gates WHERE status = 'pending' ORDER BY created_at, id"
-        ))?
-        .query_map([], gate_record)?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let mut f = facts(
+        c,
+        "SELECT id, program_path, status, started_at, updated_at, error_message FROM run LIMIT 1",
+        "status = 'pending'",
+        [],
+    )?;
     // A file from before reminders (schema 9) has none to list.
-    let reminders = c
-        .prepare_cached(
-            "SELECT id, remind_at FROM gates WHERE status = 'pending' AND remind_at IS NOT NULL",
-        )
-        .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
-        .unwrap_or_default();
+    f.reminders = all(
+        c,
+        "SELECT id, remind_at FROM gates WHERE status = 'pending' AND remind_at IS NOT NULL",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )
+    .map(|v| v.into_iter().collect())
+    .unwrap_or_default();
+    Ok(f)
+}
+
+/// The facts of one run: its run row (`run_sql`, columns in `RunFacts`' order) and the
+/// gates `gates_where` picks, both with `p`.
+fn facts<P: rusqlite::Params + Copy>(
+    c: &Connection,
+    run_sql: &str,
+    gates_where: &str,
+    p: P,
+) -> rusqlite::Result<Facts> {
+    let gates =
+        format!("SELECT {GATE_COLUMNS} FROM gates WHERE {gates_where} ORDER BY created_at, id");
     Ok(Facts {
-        run,
-        pending,
-        reminders,
+        run: c.query_row(run_sql, p, run_facts).optional()?,
+        pending: all(c, &gates, p, gate_record)?,
+        // Not kept by the catalog's rows, nor compared (`differ`): only when to look again.
+        reminders: Default::default(),
     })
+}
+
+/// Every row of `sql` with `p`, mapped by `f`.
+fn all<T>(
+    c: &Connection,
+    sql: &str,
+    p: impl rusqlite::Params,
+    f: impl FnMut(&rusqlite::Row) -> rusqlite::Result<T>,
+) -> rusqlite::Result<Vec<T>> {
+    c.prepare_cached(sql)?.query_map(p, f)?.collect()
+}
+
+/// A value of the catalog's `meta` table.
+fn meta(c: &Connection, key: &str) -> rusqlite::Result<Option<String>> {
+    c.prepare_cached("SELECT value FROM meta WHERE key = ?1")?
+        .query_row([key], |r| r.get(0))
+        .optional()
+}
+
+/// Sets a value of the catalog's `meta` table.
+fn set_meta(c: &Connection, key: &str, value: &str) -> rusqlite::Result<()> {
+    c.prepare_cached("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)")?
+        .execute([key, value])
+        .map(drop)
+}
+
+/// A write transaction of the catalog, its write lock taken now.
+fn begin(c: &Connection) -> rusqlite::Result<rusqlite::Transaction<'_>> {
+    rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)
 }
 
 /// The project directory (`.prose/`) and run id of a state.db at `<.prose>/runs/<id>/state.db`;
@@ -350,17 +388,14 @@ impl ProjectCatalog {
             .parent()
             .map_or_else(|| PathBuf::from(".prose"), Path::to_path_buf);
         // No runs: nothing to catalog, and no directory to make.
-        let conn = if runs_dir.is_dir() {
+        let mut conn = None;
+        if runs_dir.is_dir() {
             let opened = open_db(&prose, opts.busy_timeout, true).map_err(|e| {
                 e.context(format!("catalog: {}", prose.join(CATALOG_FILE).display()))
             })?;
-            match opened {
-                Some(c) => Some(c),
-                None => return Ok(None),
-            }
-        } else {
-            None
-        };
+            let Some(c) = opened else { return Ok(None) };
+            conn = Some(c);
+        }
         Ok(Some(ProjectCatalog {
             conn,
             prose,
@@ -371,7 +406,7 @@ impl ProjectCatalog {
         }))
     }
 
-    fn err(&self) -> impl Fn(rusqlite::Error) -> anyhow::Error + '_ {
+    fn err(&self) -> impl Fn(rusqlite::Error) -> anyhow::Error {
         let path = self.prose.join(CATALOG_FILE);
         let busy = self.opts.busy_timeout.as_millis();
         move |e| db_error(e, &path, busy)
@@ -380,12 +415,16 @@ impl ProjectCatalog {
     /// Each row's kind, by run.
     fn row_kinds(&self) -> Result<HashMap<String, String>> {
         let c = self.db().expect("a catalog");
-        c.prepare_cached("SELECT id, kind FROM runs")
-            .and_then(|mut s| {
-                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-                    .collect::<rusqlite::Result<_>>()
-            })
-            .map_err(self.err())
+        let kinds = all(c, "SELECT id, kind FROM runs", [], |r| r.try_into());
+        Ok(kinds.map_err(self.err())?.into_iter().collect())
+    }
+
+    /// The names in the runs directory, but the staging directories (`.`-names).
+    fn run_names(&self) -> std::io::Result<impl Iterator<Item = String>> {
+        Ok(std::fs::read_dir(&self.runs_dir)?
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .filter(|n| !n.starts_with('.')))
     }
 
     fn db(&self) -> Option<&Connection> {
@@ -412,24 +451,26 @@ impl Drop for ProjectCatalog {
 
 /// What a state.db and its write-ahead log are now: identity, size and modification time.
 fn stamp_of(db: &Path) -> String {
-    use std::os::unix::fs::MetadataExt;
     let mut log = db.as_os_str().to_owned();
     log.push("-wal");
     [db, Path::new(&log)]
         .iter()
-        .map(|f| match std::fs::metadata(f) {
-            Ok(m) => format!(
-                "{}:{}:{}:{}.{}",
-                m.dev(),
-                m.ino(),
-                m.len(),
-                m.mtime(),
-                m.mtime_nsec()
-            ),
-            Err(_) => "-".into(),
-        })
+        .map(|f| file_stamp(std::fs::metadata(f), |m| m.len()))
         .collect::<Vec<_>>()
         .join("/")
+}
+
+/// A file's identity, `what` of it (its size, its kind) and its modification time; `-` when
+/// it could not be read.
+fn file_stamp<T: std::fmt::Display>(
+    m: std::io::Result<std::fs::Metadata>,
+    what: impl Fn(&std::fs::Metadata) -> T,
+) -> String {
+    use std::os::unix::fs::MetadataExt;
+    m.map_or("-".into(), |m| {
+        let (dev, ino, what) = (m.dev(), m.ino(), what(&m));
+        format!("{dev}:{ino}:{what}:{}.{}", m.mtime(), m.mtime_nsec())
+    })
 }
 
 /// `f` of every item, in order. Many items (a listing of every gate stats each run's files)

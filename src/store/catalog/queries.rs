@@ -1,11 +1,14 @@
 //! What a listing reads from the catalog: the `Catalog` questions, each one query, with the
 //! runs it shows checked against their files.
 
-use super::ProjectCatalog;
+use super::{all, ProjectCatalog};
 use crate::store::sqlite_rows::{gate_row, run_info_at, GATE_COLUMNS};
 use crate::store::{Catalog, GateRow, RunFilter, RunStats, RunSummary, Store};
 use anyhow::Result;
 use rusqlite::{params, Connection};
+
+/// A run and the stamp its facts were read under (see `ProjectCatalog::fresh`).
+type Kept = (String, Option<String>);
 
 impl ProjectCatalog {
     /// The runs that could not be read (reported in `warnings`).
@@ -13,11 +16,25 @@ impl ProjectCatalog {
         let Some(c) = self.db() else {
             return Ok(Vec::new());
         };
-        c.prepare_cached(
-            "SELECT id FROM runs WHERE kind <> 'sqlite' AND kind = 'unreadable' ORDER BY id",
-        )
-        .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
-        .map_err(self.err())
+        let sql = "SELECT id FROM runs WHERE kind <> 'sqlite' AND kind = 'unreadable' ORDER BY id";
+        all(c, sql, [], |r| r.get(0)).map_err(self.err())
+    }
+
+    /// The rows of `read`, read again when any of the runs `kept` names of them changed since
+    /// their facts were read (see `fresh`); none without a catalog.
+    fn read_fresh<T>(
+        &mut self,
+        read: impl Fn(&Connection) -> rusqlite::Result<Vec<T>>,
+        kept: impl Fn(&[T]) -> Vec<Kept>,
+    ) -> Result<Vec<T>> {
+        let Some(c) = self.db() else {
+            return Ok(Vec::new());
+        };
+        let rows = read(c).map_err(self.err())?;
+        if !self.fresh(&kept(&rows))? {
+            return Ok(rows);
+        }
+        read(self.db().expect("a catalog")).map_err(self.err())
     }
 }
 
@@ -30,15 +47,16 @@ impl Catalog for ProjectCatalog {
         let Some(c) = self.db() else {
             return Ok(Default::default());
         };
-        let overdue: Vec<String> = c
-            .prepare_cached(
-                "SELECT DISTINCT g.run
-                 FROM gates g INDEXED BY catalog_gates_due JOIN runs r ON r.id = g.run
-                 WHERE g.due IS NOT NULL AND g.due <= datetime(?1) AND +r.kind = 'sqlite'
-                 ORDER BY g.run",
-            )
-            .and_then(|mut s| s.query_map([now], |r| r.get(0))?.collect())
-            .map_err(self.err())?;
+        let overdue: Vec<String> = all(
+            c,
+            "SELECT DISTINCT g.run
+             FROM gates g INDEXED BY catalog_gates_due JOIN runs r ON r.id = g.run
+             WHERE g.due IS NOT NULL AND g.due <= datetime(?1) AND +r.kind = 'sqlite'
+             ORDER BY g.run",
+            [now],
+            |r| r.get(0),
+        )
+        .map_err(self.err())?;
         let (mut swept, mut done_all) = (0, crate::store::rules::Swept::default());
         for id in overdue.iter().filter(|id| Self::wanted(runs, id)) {
             // Through the run's own rules: its store marks and updates the catalog.
@@ -63,9 +81,6 @@ impl Catalog for ProjectCatalog {
         runs: &RunFilter,
         limit: Option<i64>,
     ) -> Result<Vec<(GateRow, Option<String>)>> {
-        let Some(c) = self.db() else {
-            return Ok(Vec::new());
-        };
         let cols = GATE_COLUMNS
             .split(", ")
             .map(|col| format!("g.{}", col.trim()))
@@ -76,25 +91,21 @@ impl Catalog for ProjectCatalog {
              FROM gates g INDEXED BY catalog_gates_order JOIN runs r ON r.id = g.run
              WHERE +r.kind = 'sqlite' ORDER BY g.created_at, g.run, g.id LIMIT ?1"
         );
-        type Shown = (String, Option<String>, GateRow, Option<String>);
-        let read = |c: &Connection| -> rusqlite::Result<Vec<Shown>> {
-            c.prepare_cached(&sql)?
-                .query_map([limit.unwrap_or(-1)], |r| {
-                    Ok((r.get(16)?, r.get(17)?, gate_row(r)?, r.get(15)?))
-                })?
-                .collect()
+        let read = |c: &Connection| {
+            all(c, &sql, [limit.unwrap_or(-1)], |r| {
+                Ok((r.get(16)?, r.get(17)?, gate_row(r)?, r.get(15)?))
+            })
         };
-        let mut rows = read(c).map_err(self.err())?;
         // The runs shown, checked against their files; read again if they changed.
-        let mut shown: Vec<(String, Option<String>)> = rows
-            .iter()
-            .map(|(run, stamp, ..)| (run.clone(), stamp.clone()))
-            .collect();
-        shown.sort_unstable();
-        shown.dedup();
-        if self.fresh(&shown)? {
-            rows = read(self.db().expect("a catalog")).map_err(self.err())?;
-        }
+        let rows = self.read_fresh(read, |rows: &[(String, Option<String>, GateRow, _)]| {
+            let mut shown: Vec<Kept> = rows
+                .iter()
+                .map(|(r, s, ..)| (r.clone(), s.clone()))
+                .collect();
+            shown.sort_unstable();
+            shown.dedup();
+            shown
+        })?;
         // A gate is listed under the run directory that holds it, whatever its row says (a
         // copied directory's rows name the original): a decision goes where it is shown.
         Ok(rows
@@ -115,25 +126,18 @@ impl Catalog for ProjectCatalog {
         since: Option<&str>,
         limit: Option<i64>,
     ) -> Result<Vec<RunSummary>> {
-        let Some(c) = self.db() else {
-            return Ok(Vec::new());
-        };
         // The page from the catalog, newest first; each run of it read whole from its store.
-        let read = |c: &Connection| -> rusqlite::Result<Vec<(String, Option<String>)>> {
-            c.prepare_cached(
+        let read = |c: &Connection| {
+            all(
+                c,
                 "SELECT id, stamp FROM runs INDEXED BY catalog_runs_started WHERE +kind = 'sqlite'
                    AND (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR started_at >= ?2)
                  ORDER BY started_at DESC, id DESC LIMIT ?3",
-            )?
-            .query_map(params![status, since, limit.unwrap_or(-1)], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })?
-            .collect()
+                params![status, since, limit.unwrap_or(-1)],
+                |r| r.try_into(),
+            )
         };
-        let mut ids = read(c).map_err(self.err())?;
-        if self.fresh(&ids)? {
-            ids = read(self.db().expect("a catalog")).map_err(self.err())?;
-        }
+        let ids: Vec<Kept> = self.read_fresh(read, <[Kept]>::to_vec)?;
         let mut out = Vec::new();
         for (id, _) in ids.iter().filter(|(id, _)| Self::wanted(runs, id)) {
             match crate::store::sqlite::SqliteStore::open(&self.state_db(id), self.opts)
@@ -151,9 +155,6 @@ impl Catalog for ProjectCatalog {
     }
 
     fn runs_of(&mut self, runs: &RunFilter, now: &str) -> Result<Vec<(String, RunSummary)>> {
-        let Some(c) = self.db() else {
-            return Ok(Vec::new());
-        };
         let sql = "SELECT r.id, r.id, r.program_path, r.status, r.started_at, r.updated_at,
                     r.error_message,
                     (SELECT COUNT(*) FROM gates g WHERE g.run = r.id
@@ -161,32 +162,25 @@ impl Catalog for ProjectCatalog {
                     r.stamp
              FROM runs r INDEXED BY catalog_runs_started WHERE +r.kind = 'sqlite'
              ORDER BY r.started_at DESC, r.id DESC";
-        type Planned = (String, RunSummary, Option<String>);
-        let read = |c: &Connection| -> rusqlite::Result<Vec<Planned>> {
-            c.prepare_cached(sql)?
-                .query_map([now], |r| {
-                    Ok((
-                        r.get(0)?,
-                        RunSummary {
-                            run: run_info_at(r, 1)?,
-                            error_message: r.get(6)?,
-                            last_event_at: None,
-                            pending_gates: r.get(7)?,
-                        },
-                        r.get(8)?,
-                    ))
-                })?
-                .collect()
+        let read = |c: &Connection| {
+            all(c, sql, [now], |r| {
+                let run = run_info_at(r, 1)?;
+                let (error_message, pending_gates) = (r.get(6)?, r.get(7)?);
+                let s = RunSummary {
+                    run,
+                    error_message,
+                    last_event_at: None,
+                    pending_gates,
+                };
+                Ok((r.get(0)?, s, r.get(8)?))
+            })
         };
-        let mut rows = read(c).map_err(self.err())?;
         // Every run is planned from: each checked against its files (a stat, not an open).
-        let kept: Vec<(String, Option<String>)> = rows
-            .iter()
-            .map(|(id, _, stamp)| (id.clone(), stamp.clone()))
-            .collect();
-        if self.fresh(&kept)? {
-            rows = read(self.db().expect("a catalog")).map_err(self.err())?;
-        }
+        let rows = self.read_fresh(read, |rows: &[(String, RunSummary, Option<String>)]| {
+            rows.iter()
+                .map(|(id, _, s)| (id.clone(), s.clone()))
+                .collect()
+        })?;
         Ok(rows
             .into_iter()
             .filter(|(id, ..)| Self::wanted(runs, id))
@@ -213,13 +207,9 @@ impl ProjectCatalog {
         let Some(c) = self.db() else {
             return Vec::new();
         };
-        let found: rusqlite::Result<Vec<(String, String)>> = c
-            .prepare_cached(
-                "SELECT id, run_id FROM runs INDEXED BY catalog_runs_copies
-                 WHERE run_id <> id AND kind = 'sqlite' ORDER BY id",
-            )
-            .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect());
-        found
+        let sql = "SELECT id, run_id FROM runs INDEXED BY catalog_runs_copies
+                   WHERE run_id <> id AND kind = 'sqlite' ORDER BY id";
+        all::<(String, String)>(c, sql, [], |r| r.try_into())
             .unwrap_or_default()
             .into_iter()
             .map(|(dir, recorded)| copy_warning(&dir, &recorded))

@@ -2,12 +2,12 @@
 //! re-read one by one under their lock, and `doctor`'s comparison of every row.
 
 use super::{
-    close, dir_stamp, file_id, forget, in_parallel, of_state_db, open_db, put_facts, read_facts,
-    run_facts, stamp_of, CatalogCheck, Facts, ProjectCatalog, CATALOG_FILE, STALE_FILE,
+    all, begin, close, dir_stamp, facts, file_id, forget, in_parallel, meta, of_state_db, open_db,
+    put_facts, read_facts, set_meta, stamp_of, CatalogCheck, Facts, ProjectCatalog, CATALOG_FILE,
+    STALE_FILE,
 };
-use crate::store::sqlite_rows::{db_error, gate_record, GATE_COLUMNS};
 use crate::store::OpenOptions;
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, Context as _, Result};
 use rusqlite::{params, OptionalExtension};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -33,13 +33,7 @@ impl ProjectCatalog {
         let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
             .map(|b| b.trim().to_string())
             .unwrap_or_default();
-        let booted: Option<String> = c
-            .query_row("SELECT value FROM meta WHERE key = 'boot_id'", [], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map_err(&err)?;
-        let rebooted = booted.as_deref() != Some(boot.as_str());
+        let rebooted = meta(c, "boot_id").map_err(&err)?.as_deref() != Some(boot.as_str());
         if full || stale.exists() {
             // Every row, then the mark: a writer that makes it again after this is read by
             // the next listing (it holds its run's lock until its commit, and the repairs
@@ -50,32 +44,22 @@ impl ProjectCatalog {
         }
         drop(err);
         if rebooted {
-            let kept: Vec<(String, Option<String>)> = self
-                .db()
-                .expect("checked above")
-                .prepare("SELECT id, stamp FROM runs WHERE +kind = 'sqlite'")
-                .and_then(|mut s| s.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect())
-                .map_err(self.err())?;
-            self.fresh(&kept)?;
-            self.db()
-                .expect("checked above")
-                .execute(
-                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('boot_id', ?1)",
-                    [&boot],
-                )
-                .map_err(self.err())?;
+            let sql = "SELECT id, stamp FROM runs WHERE +kind = 'sqlite'";
+            let kept = all(self.db().expect("checked above"), sql, [], |r| r.try_into());
+            self.fresh(&kept.map_err(self.err())?)?;
+            set_meta(self.db().expect("checked above"), "boot_id", &boot).map_err(self.err())?;
         }
         self.reconcile(full)?;
-        let c = self.db().expect("checked above");
-        let dirty: Vec<String> = c
-            .prepare(
-                "SELECT id FROM runs INDEXED BY catalog_runs_stale WHERE stale <> 0
-                 UNION SELECT id FROM runs INDEXED BY catalog_runs_odd
-                       WHERE kind <> 'sqlite' AND kind IN ('unreadable', 'none')
-                 UNION SELECT run FROM tickets",
-            )
-            .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
-            .map_err(self.err())?;
+        let dirty: Vec<String> = all(
+            self.db().expect("checked above"),
+            "SELECT id FROM runs INDEXED BY catalog_runs_stale WHERE stale <> 0
+             UNION SELECT id FROM runs INDEXED BY catalog_runs_odd
+                   WHERE kind <> 'sqlite' AND kind IN ('unreadable', 'none')
+             UNION SELECT run FROM tickets",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(self.err())?;
         for id in dirty {
             self.repair(&id)?;
         }
@@ -87,31 +71,19 @@ impl ProjectCatalog {
     fn reconcile(&mut self, full: bool) -> Result<()> {
         let c = self.db().expect("a catalog");
         let (mtime, stamp) = dir_stamp(&self.runs_dir).unzip();
-        let recorded: Option<String> = c
-            .query_row("SELECT value FROM meta WHERE key = 'runs_mtime'", [], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map_err(self.err())?;
+        let recorded = meta(c, "runs_mtime").map_err(self.err())?;
         if !full && stamp.is_some() && recorded == stamp {
             return Ok(());
         }
-        let entries = match std::fs::read_dir(&self.runs_dir) {
-            Ok(e) => e,
+        let dir = &self.runs_dir;
+        let names: HashSet<String> = match self.run_names() {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => {
-                return Err(anyhow::Error::new(e)
-                    .context(format!("could not list runs: {}", self.runs_dir.display())))
-            }
+            names => names
+                .with_context(|| format!("could not list runs: {}", dir.display()))?
+                .collect(),
         };
-        let names: HashSet<String> = entries
-            .flatten()
-            .filter_map(|e| e.file_name().to_str().map(str::to_string))
-            .filter(|n| !n.starts_with('.'))
-            .collect();
         let known: HashMap<String, String> = self.row_kinds()?;
-        let tx = rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)
-            .map_err(self.err())?;
+        let tx = begin(c).map_err(self.err())?;
         for gone in known.keys().filter(|k| !names.contains(*k)) {
             forget(&tx, gone).map_err(self.err())?;
         }
@@ -128,11 +100,7 @@ impl ProjectCatalog {
             .and_then(|m| SystemTime::now().duration_since(m).ok())
             .is_some_and(|age| age > SETTLED);
         if let (Some(stamp), true) = (&stamp, settled) {
-            tx.execute(
-                "INSERT OR REPLACE INTO meta (key, value) VALUES ('runs_mtime', ?1)",
-                [stamp],
-            )
-            .map_err(self.err())?;
+            set_meta(&tx, "runs_mtime", stamp).map_err(self.err())?;
         }
         tx.commit().map_err(self.err())?;
         Ok(())
@@ -143,15 +111,9 @@ impl ProjectCatalog {
         let dir = self.runs_dir.join(id);
         let paths = crate::run::RunPaths::in_dir(dir.clone());
         let c = self.conn.as_ref().expect("a catalog");
-        let err = |e| {
-            db_error(
-                e,
-                &self.prose.join(CATALOG_FILE),
-                self.opts.busy_timeout.as_millis(),
-            )
-        };
+        let err = self.err();
         if !dir.is_dir() {
-            return forget(c, id).map_err(err);
+            return forget(c, id).map_err(&err);
         }
         // A directory with no run (yet), looked at again by every listing; or a record of a
         // run kept on the server: no facts of its own.
@@ -165,15 +127,15 @@ impl ProjectCatalog {
             Some(Err(e)) => return self.unreadable(id, &e),
         };
         if let Some(other) = other {
-            c.execute(other, [id]).map_err(err)?;
+            c.execute(other, [id]).map_err(&err)?;
             c.execute("DELETE FROM gates WHERE run = ?1", [id])
-                .map_err(err)?;
+                .map_err(&err)?;
             return Ok(());
         }
         let stale_was: i64 = c
             .query_row("SELECT stale FROM runs WHERE id = ?1", [id], |r| r.get(0))
             .optional()
-            .map_err(err)?
+            .map_err(&err)?
             .unwrap_or(0);
         let read = (|| {
             // The file read must be the one at the path once its lock is held: a run being
@@ -190,7 +152,7 @@ impl ProjectCatalog {
                 let ticket = c
                     .execute("INSERT INTO tickets (run) VALUES (?1)", [id])
                     .map(|_| c.last_insert_rowid())
-                    .map_err(err)?;
+                    .map_err(&err)?;
                 let facts = store.read(read_facts);
                 let stamp = stamp_of(&paths.db);
                 store.unlock();
@@ -204,35 +166,33 @@ impl ProjectCatalog {
             Ok(r) => r,
             Err(e) => return self.unreadable(id, &e),
         };
-        let tx = rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)
-            .map_err(err)?;
-        put_facts(&tx, id, ticket, &facts, &stamp).map_err(err)?;
+        let tx = begin(c).map_err(&err)?;
+        put_facts(&tx, id, ticket, &facts, &stamp).map_err(&err)?;
         if locked {
             // Every writer with an older ticket has committed or died.
             tx.execute(
                 "DELETE FROM tickets WHERE run = ?1 AND id <= ?2",
                 params![id, ticket],
             )
-            .map_err(err)?;
+            .map_err(&err)?;
             tx.execute(
                 "UPDATE runs SET stale = 0 WHERE id = ?1 AND stale = ?2",
                 params![id, stale_was],
             )
-            .map_err(err)?;
+            .map_err(&err)?;
         } else {
             // Read without the lock (a read-only file): read again by the next listing.
             tx.execute("DELETE FROM tickets WHERE id = ?1", [ticket])
-                .map_err(err)?;
+                .map_err(&err)?;
         }
-        tx.commit().map_err(err)
+        tx.commit().map_err(&err)
     }
 
     /// Records a run that could not be read: every listing tries it again, and reports it.
     fn unreadable(&mut self, id: &str, e: &anyhow::Error) -> Result<()> {
         let c = self.conn.as_ref().expect("a catalog");
         let why = format!("{e:#}");
-        let tx = rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)
-            .map_err(self.err())?;
+        let tx = begin(c).map_err(self.err())?;
         tx.execute(
             "INSERT INTO runs (id, kind, problem) VALUES (?1, 'unreadable', ?2)
              ON CONFLICT (id) DO UPDATE SET kind = 'unreadable', problem = ?2",
@@ -275,20 +235,15 @@ impl ProjectCatalog {
         self.fold()?;
         let mut out = CatalogCheck::default();
         let Some(c) = self.db() else { return Ok(out) };
-        let names: Vec<String> = match std::fs::read_dir(&self.runs_dir) {
-            Ok(e) => e
-                .flatten()
-                .filter_map(|e| e.file_name().to_str().map(str::to_string))
-                .filter(|n| !n.starts_with('.'))
-                .collect(),
-            Err(_) => Vec::new(),
-        };
-        // Each row's kind, by run.
+        let names: Vec<String> = self
+            .run_names()
+            .map_or_else(|_| Vec::new(), Iterator::collect);
         let rows: HashMap<String, String> = self.row_kinds()?;
-        let dirty: HashSet<String> = c
-            .prepare("SELECT run FROM tickets UNION SELECT id FROM runs WHERE stale <> 0")
-            .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
-            .map_err(self.err())?;
+        let dirty = "SELECT run FROM tickets UNION SELECT id FROM runs WHERE stale <> 0";
+        let dirty: HashSet<String> = all(c, dirty, [], |r| r.get(0))
+            .map_err(self.err())?
+            .into_iter()
+            .collect();
         for name in &names {
             let paths = crate::run::RunPaths::in_dir(self.runs_dir.join(name));
             if !paths.exists() || !matches!(paths.backend(), Ok(crate::store::Backend::Sqlite)) {
@@ -304,10 +259,8 @@ impl ProjectCatalog {
                 // Read again by the next listing.
                 continue;
             }
-            let Ok(store) = crate::store::sqlite::SqliteStore::open(&paths.db, self.opts) else {
-                continue;
-            };
-            let Ok(facts) = store.read(read_facts) else {
+            let store = crate::store::sqlite::SqliteStore::open(&paths.db, self.opts);
+            let Ok(facts) = store.and_then(|s| s.read(read_facts)) else {
                 continue;
             };
             let kept = self.kept_facts(name)?;
@@ -328,28 +281,10 @@ impl ProjectCatalog {
 
     /// The facts a row holds.
     fn kept_facts(&self, id: &str) -> Result<Facts> {
+        let run = "SELECT run_id, program_path, status, started_at, updated_at, error_message
+                   FROM runs WHERE id = ?1 AND run_id IS NOT NULL";
         let c = self.db().expect("a catalog");
-        let run = c
-            .query_row(
-                "SELECT run_id, program_path, status, started_at, updated_at, error_message
-                 FROM runs WHERE id = ?1 AND run_id IS NOT NULL",
-                [id],
-                run_facts,
-            )
-            .optional()
-            .map_err(self.err())?;
-        let pending = c
-            .prepare_cached(&format!(
-                "SELECT {GATE_COLUMNS} FROM gates WHERE run = ?1 ORDER BY created_at, id"
-            ))
-            .and_then(|mut s| s.query_map([id], gate_record)?.collect())
-            .map_err(self.err())?;
-        // Reminders are not compared (`differ`): only when to look again.
-        Ok(Facts {
-            run,
-            pending,
-            reminders: Default::default(),
-        })
+        facts(c, run, "run = ?1", [id]).map_err(self.err())
     }
 }
 

@@ -1,7 +1,7 @@
 //! The runs' stats the catalog keeps, each under the files it was read from: a run is
 //! opened only when its files changed since.
 
-use super::{in_parallel, stamp_of, ProjectCatalog};
+use super::{all, begin, file_stamp, in_parallel, stamp_of, ProjectCatalog};
 use crate::store::{RunFilter, RunStats, StoreStats};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
@@ -41,18 +41,8 @@ fn sqlite() -> &'static str {
 /// What a run's stats are read from: its state.db and log (`stamp_of`), and its attachments
 /// directory (identity and modification time: a file added, replaced or removed changes it).
 fn stats_files(dir: &Path) -> String {
-    use std::os::unix::fs::MetadataExt;
-    let attachments = match std::fs::symlink_metadata(dir.join(crate::run::ATTACHMENTS_DIR)) {
-        Ok(m) => format!(
-            "{}:{}:{}:{}.{}",
-            m.dev(),
-            m.ino(),
-            m.file_type().is_dir(),
-            m.mtime(),
-            m.mtime_nsec()
-        ),
-        Err(_) => "-".into(),
-    };
+    let attachments = std::fs::symlink_metadata(dir.join(crate::run::ATTACHMENTS_DIR));
+    let attachments = file_stamp(attachments, |m| m.file_type().is_dir());
     format!("{}/{attachments}", stamp_of(&dir.join(crate::run::DB_FILE)))
 }
 
@@ -62,17 +52,11 @@ impl ProjectCatalog {
         let Some(c) = self.db() else {
             return Ok(Vec::new());
         };
-        let kept: Vec<(String, Option<String>, Option<String>)> = c
-            .prepare_cached(
-                "SELECT r.id, s.files, s.stats FROM runs r LEFT JOIN run_stats s ON s.id = r.id
-                 WHERE +r.kind = 'sqlite' ORDER BY r.id",
-            )
-            .and_then(|mut s| {
-                s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-                    .collect()
-            })
-            .map_err(self.err())?;
-        let kept: Vec<_> = kept
+        let sql = "SELECT r.id, s.files, s.stats FROM runs r LEFT JOIN run_stats s ON s.id = r.id
+                   WHERE +r.kind = 'sqlite' ORDER BY r.id";
+        type Kept = (String, Option<String>, Option<String>);
+        let kept: Vec<Kept> = all::<Kept>(c, sql, [], |r| r.try_into())
+            .map_err(self.err())?
             .into_iter()
             .filter(|(id, ..)| Self::wanted(runs, id))
             .collect();
@@ -117,9 +101,7 @@ impl ProjectCatalog {
         }
         if !read.is_empty() {
             let c = self.db().expect("checked above");
-            let tx =
-                rusqlite::Transaction::new_unchecked(c, rusqlite::TransactionBehavior::Immediate)
-                    .map_err(self.err())?;
+            let tx = begin(c).map_err(self.err())?;
             for (id, files, json) in &read {
                 tx.prepare_cached(
                     "INSERT OR REPLACE INTO run_stats (id, files, stats) VALUES (?1, ?2, ?3)",
