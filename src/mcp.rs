@@ -458,23 +458,20 @@ fn tools(role: Role, run_pinned: bool, execution_pinned: bool) -> Vec<ToolSpec> 
             for (property, schema) in paging(served) {
                 properties.insert(property.into(), schema);
             }
-            let mut input = Map::new();
-            input.insert("type".into(), json!("object"));
-            input.insert("properties".into(), Value::Object(properties));
+            let mut input = json!({"type": "object", "properties": properties,
+                                   "additionalProperties": false});
             if !required.is_empty() {
-                input.insert("required".into(), Value::Array(required));
+                input["required"] = Value::Array(required);
             }
-            input.insert("additionalProperties".into(), json!(false));
             let mut annotations = ToolAnnotations::new().read_only(served.read_only);
             if !served.read_only {
                 annotations = annotations.destructive(false);
             }
-            let Value::Object(output) = schemas::output(served.name) else {
-                unreachable!("an output schema is an object")
-            };
-            let tool = Tool::new(served.name, served.about, Arc::new(input))
+            // A schema as rmcp holds it (each is an object).
+            let object = |v| Arc::new(serde_json::from_value::<JsonObject>(v).unwrap_or_default());
+            let tool = Tool::new(served.name, served.about, object(input))
                 .annotate(annotations)
-                .with_raw_output_schema(Arc::new(output));
+                .with_raw_output_schema(object(schemas::output(served.name)));
             let parser = crate::parse::command_for(served.path[0])
                 .unwrap_or_else(|| panic!("served subcommand missing: {}", served.path[0]));
             ToolSpec {
@@ -643,8 +640,7 @@ impl Server {
             argv.push(format!("--root={}", root.display()));
         }
         argv.push(format!("--busy-timeout={}", self.busy_timeout));
-        let named = |p: &Param| args.get(&p.property).filter(|v| !v.is_null());
-        let named = |p: &Param| named(p).filter(|_| !p.hidden);
+        let named = |p: &Param| args.get(&p.property).filter(|v| !v.is_null() && !p.hidden);
         let run = match spec.params.iter().find(|p| p.level == 0).and_then(named) {
             Some(run) => Some(text(run, "run")?),
             None => self.session_run().filter(|_| spec.served.name != "init"),
@@ -767,30 +763,25 @@ impl Server {
             .iter()
             .any(|p| p.level == 0 && args.get(&p.property).is_some_and(|v| !v.is_null()));
         let ctx = if client_run { ctx.run_ids_only() } else { ctx };
+        // The page asked for is checked before the command runs (showing a gate writes), each
+        // argument against the bounds its schema states: where a page starts, then its size.
+        let counts = paging(spec.served)
+            .iter()
+            .map(|(key, schema)| count_arg(args, key, schema))
+            .collect::<Result<Vec<u64>>>()?;
+        let (cursor, limit) = match counts[..] {
+            [start, size] => (start, size),
+            [size] => (0, size),
+            _ => (0, 0),
+        };
         if let crate::cli::Command::Log(a) = &cli.command {
-            return log_page(
-                a,
-                &ctx,
-                count_arg(args, "limit", pages::LOG_DEFAULT, 1, pages::LOG_MAX)?,
-            );
+            return log_page(a, &ctx, limit);
         }
         if let crate::cli::Command::Get(a) = &cli.command {
             if !a.explain {
                 return value_page(a, &ctx);
             }
         }
-        // The page asked for is checked before the command runs: showing a gate writes.
-        let (cursor, limit) = match spec.served.page {
-            Page::List | Page::History => (
-                count_arg(args, "cursor", 0, 0, u64::MAX)?,
-                count_arg(args, "limit", pages::LIST_DEFAULT, 1, pages::LIST_MAX)?,
-            ),
-            Page::Memory => (
-                count_arg(args, "offset", 0, 0, u64::MAX)?,
-                count_arg(args, "length", pages::TEXT_DEFAULT, 0, pages::TEXT_MAX)?,
-            ),
-            Page::Whole | Page::Log | Page::Value => (0, 0),
-        };
         let mut outcome = cmd::dispatch(&cli.command, &ctx, &mut Json)
             .unwrap_or_else(|| Err(usage(format!("not a tool: {}", spec.served.name))))?;
         match spec.served.page {
@@ -824,9 +815,7 @@ impl Server {
                         .and_then(Value::as_str)
                         .unwrap_or_default()
                         .to_string();
-                    let (page, start, len) = pages::text(whole.as_bytes(), cursor, limit);
-                    memory.insert("memory".into(), Value::String(page));
-                    pages::text_fields(&mut memory, start, len, whole.len() as u64);
+                    pages::put_page(&mut memory, "memory", whole.as_bytes(), cursor, limit);
                     outcome.set(Value::Object(memory));
                 }
             }
@@ -844,10 +833,13 @@ impl Server {
     }
 }
 
-/// A whole-number paging argument: `default` when not given; refused outside `min..=max`.
-fn count_arg(args: &JsonObject, key: &str, default: u64, min: u64, max: u64) -> Result<u64> {
+/// A whole-number paging argument: its schema's `default` when not given; refused outside
+/// its `minimum..=maximum`.
+fn count_arg(args: &JsonObject, key: &str, schema: &Value) -> Result<u64> {
+    let bound = |k: &str, or: u64| schema[k].as_u64().unwrap_or(or);
+    let (min, max) = (bound("minimum", 0), bound("maximum", u64::MAX));
     match args.get(key) {
-        None | Some(Value::Null) => Ok(default),
+        None | Some(Value::Null) => Ok(bound("default", 0)),
         Some(v) => match v.as_u64() {
             Some(n) if (min..=max).contains(&n) => Ok(n),
             _ => Err(usage(format!(
@@ -934,21 +926,14 @@ fn value_page(args: &crate::cli::GetArgs, ctx: &Context) -> Result<Outcome> {
             ));
         }
     };
-    let total = got.bytes;
-    let part = got.row.value.clone().unwrap_or_default();
-    let start = got.offset.unwrap_or(0);
-    let keep = pages::whole_chars(&part, start + part.len() as u64 >= total);
     let mut out = match serde_json::to_value(&got)? {
         Value::Object(out) => out,
         _ => Map::new(),
     };
     out.remove("bytes");
-    out.insert(
-        "value".into(),
-        Value::String(String::from_utf8_lossy(&part[..keep]).into_owned()),
-    );
     out.insert("summary".into(), json!(summary));
-    pages::text_fields(&mut out, start, keep as u64, total);
+    let part = got.row.value.unwrap_or_default();
+    pages::put_part(&mut out, "value", &part, got.offset.unwrap_or(0), got.bytes);
     Ok(Outcome::of(Value::Object(out)))
 }
 
