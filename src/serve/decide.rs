@@ -4,15 +4,15 @@
 use super::app::{blocking, page_run, App};
 use super::error::PageError;
 use super::form::PageForm;
-use super::layout::{enc, gate_link, secured};
+use super::layout::{enc, gate_link, redirect};
 use super::listen::Peer;
 use super::session::same;
 use super::signin::SignedIn;
 use crate::model::{now, sha256_tag};
 use crate::store::{Decided, Decision, GateRow};
 use axum::extract::{ConnectInfo, Path, State};
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::Response;
 use maud::{html, Markup};
 use serde::Deserialize;
 use std::sync::Arc;
@@ -87,15 +87,6 @@ pub(super) struct DecideForm {
     /// The gate instance the page showed, and the view's tag over it (`view_tag`).
     instance: String,
     view: String,
-}
-
-/// What a decision posted to the page came to, before it is put in words.
-enum Posted {
-    /// Refused by the page itself (a CSRF token or a form it did not show), and whether
-    /// the refusal was recorded on the gate.
-    Refused(&'static str, bool),
-    /// The store's answer.
-    Decided(Box<Decided>),
 }
 
 /// A decision, taken as the signed-in principal (never a form field), through the store's
@@ -176,7 +167,11 @@ pub(super) async fn decide(
                 reason,
                 now: &now(),
             })?;
-            return Ok(Posted::Refused(reason, recorded));
+            let mut refused = format!("{reason}: reload the gate's page");
+            if recorded {
+                refused.push_str("; this attempt was logged");
+            }
+            return Ok(Err(refused));
         }
         let roster = app2.with_book(|b| crate::cmd::decide::roster(Some(b)))?;
         let decision = Decision {
@@ -195,25 +190,11 @@ pub(super) async fn decide(
             signer: Some(&app2.signer),
             roster: &roster,
         };
-        Ok(Posted::Decided(Box::new(store.decide_gate(&decision)?)))
+        Ok(Ok(store.decide_gate(&decision)?))
     })
     .await?;
-    let decided = match posted {
-        Posted::Decided(d) => *d,
-        Posted::Refused(reason, recorded) => {
-            return Err(PageError::new(
-                StatusCode::FORBIDDEN,
-                format!(
-                    "{reason}: reload the gate's page{}",
-                    if recorded {
-                        "; this attempt was logged"
-                    } else {
-                        ""
-                    }
-                ),
-            ))
-        }
-    };
+    // Refused by the page itself (a CSRF token or a form it did not show).
+    let decided = posted.map_err(|refused| PageError::new(StatusCode::FORBIDDEN, refused))?;
     // The command line's words; a lost race, a changed prompt or a reopened gate is a
     // conflict.
     let status = match &decided {
@@ -232,14 +213,5 @@ pub(super) async fn decide(
             back: back.clone(),
         }
     })?;
-    Ok(secured(
-        (
-            status,
-            [(
-                header::LOCATION,
-                format!("/runs/{}/gates/{}", enc(&run), enc(&gate)),
-            )],
-        )
-            .into_response(),
-    ))
+    Ok(redirect(status, &back, None))
 }

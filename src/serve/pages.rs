@@ -13,7 +13,7 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use maud::{html, Markup};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Recent log entries shown on a gate's page.
@@ -236,7 +236,8 @@ fn visible_bindings(store: &mut dyn Store, execution: Option<i64>) -> Result<Vec
         Some(id) => store.scope_chain(id)?,
         None => Vec::new(),
     };
-    let mut best: HashMap<String, (usize, BindingRow)> = HashMap::new();
+    // By name: the nearest of each, in name order.
+    let mut best: BTreeMap<String, (usize, BindingRow)> = BTreeMap::new();
     for b in store.bindings_page(&chain, None, i64::MAX)? {
         let rank = match b.execution_id {
             None => chain.len(),
@@ -245,16 +246,11 @@ fn visible_bindings(store: &mut dyn Store, execution: Option<i64>) -> Result<Vec
                 None => continue,
             },
         };
-        match best.get(&b.name) {
-            Some((r, _)) if *r <= rank => {}
-            _ => {
-                best.insert(b.name.clone(), (rank, b));
-            }
+        if best.get(&b.name).is_none_or(|(r, _)| rank < *r) {
+            best.insert(b.name.clone(), (rank, b));
         }
     }
-    let mut out: Vec<BindingRow> = best.into_values().map(|(_, b)| b).collect();
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(out)
+    Ok(best.into_values().map(|(_, b)| b).collect())
 }
 
 pub(super) async fn gate_page(
