@@ -39,13 +39,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// One tool: the subcommand it serves, the roles whose sessions have it, what a model reads
-/// about it, how its answer is bounded, and what its result is called when the command's
-/// JSON is not an object (a tool's structured result must be one).
+/// about it, and how its answer is bounded.
 struct Served {
     name: &'static str,
     path: &'static [&'static str],
     read_only: bool,
-    wrap: &'static str,
     roles: &'static [Role],
     about: &'static str,
     page: Page,
@@ -58,8 +56,8 @@ struct Served {
 enum Page {
     /// Small by nature: one record, one gate, one number.
     Whole,
-    /// A list, under `wrap`: `cursor` and `limit`.
-    List,
+    /// A list, under this name: `cursor` and `limit`.
+    List(&'static str),
     /// One gate with a page of its audit history: `cursor` and `limit` over the events.
     History,
     /// The log: `since` and `limit`.
@@ -107,8 +105,7 @@ const SERVED: &[Served] = &[
         ..Served::new("exec_append", &["exec-append"], false)
     },
     Served {
-        wrap: "rows",
-        page: Page::List,
+        page: Page::List("rows"),
         about: "Run one read-only SQL statement on the run and get its rows (as `sqlite3 -json` \
                 gives them), in pages: at most `limit` rows (default 50, at most 500) and about \
                 32 KiB from row `cursor`; `next_cursor` continues (each page runs the statement \
@@ -116,8 +113,7 @@ const SERVED: &[Served] = &[
         ..Served::new("query", &["query"], true)
     },
     Served {
-        wrap: "gates",
-        page: Page::List,
+        page: Page::List("gates"),
         skip: &["pending", "limit"],
         about: "List gates, read-only: the pending ones unless `status` says otherwise, of the \
                 session's run (of every run of the project when the session has none), oldest \
@@ -169,23 +165,20 @@ const SERVED: &[Served] = &[
         ..Served::new("agent_segment", &["agent", "segment"], false)
     },
     Served {
-        wrap: "agents",
-        page: Page::List,
+        page: Page::List("agents"),
         about: "List the persistent agents of a scope (`scope`: execution, the run's; project; \
                 user), with their segment counts and memory sizes. Paged by `cursor` and `limit`.",
         ..Served::new("agents_list", &["agent", "list"], true)
     },
     Served {
-        wrap: "imports",
-        page: Page::List,
+        page: Page::List("imports"),
         about: "List the run's import registry: each alias and where it came from. Paged by \
                 `cursor` and `limit`.",
         ..Served::new("imports_list", &["imports"], true)
     },
     Served {
         roles: VM_ONLY,
-        wrap: "runs",
-        page: Page::List,
+        page: Page::List("runs"),
         skip: &["limit"],
         about: "List the project's runs, newest first, with their status and pending gates. \
                 Paged by `cursor` and `limit`.",
@@ -209,7 +202,6 @@ const SERVED: &[Served] = &[
         ..Served::new("finish", &["finish"], false)
     },
     Served {
-        wrap: "events",
         page: Page::Log,
         about: "Read the run's execution log after event `since` (0: from the start), in pages \
                 of at most `limit` events (default 100, at most 1000) and about 32 KiB. Pass \
@@ -225,7 +217,6 @@ impl Served {
             name,
             path,
             read_only,
-            wrap: "result",
             roles: BOTH,
             about: "",
             page: Page::Whole,
@@ -408,16 +399,22 @@ fn tools(role: Role, run_pinned: bool, execution_pinned: bool) -> Vec<ToolSpec> 
             let mut params = Vec::new();
             let mut takes_principal = false;
             let mut command = &root;
-            // The top level gives only --run (and for init, nothing: it makes the run).
-            for arg in root.get_arguments() {
-                if arg.get_id() == "run" && served.name != "init" {
-                    let mut p = param(arg, 0);
-                    p.hidden = hidden(&p);
-                    params.push(p);
-                }
-            }
             let mut properties = Map::new();
             let mut required = Vec::new();
+            // The top level gives only --run (and for init, nothing: it makes the run).
+            let run = root.get_arguments().find(|arg| arg.get_id() == "run");
+            if let Some(arg) = run.filter(|_| served.name != "init") {
+                let mut p = param(arg, 0);
+                p.hidden = hidden(&p);
+                if !p.hidden {
+                    properties.insert(
+                        p.property.clone(),
+                        json!({"type": "string", "description":
+                            "The run's id (default: the session's run: the server's --run, or the run `init` made)"}),
+                    );
+                }
+                params.push(p);
+            }
             for (level, name) in served.path.iter().enumerate() {
                 command = command
                     .find_subcommand(name)
@@ -447,13 +444,6 @@ fn tools(role: Role, run_pinned: bool, execution_pinned: bool) -> Vec<ToolSpec> 
                     }
                     params.push(p);
                 }
-            }
-            if let Some(p) = params.iter().find(|p| p.level == 0 && !p.hidden) {
-                properties.insert(
-                    p.property.clone(),
-                    json!({"type": "string", "description":
-                        "The run's id (default: the session's run: the server's --run, or the run `init` made)"}),
-                );
             }
             for (property, schema) in paging(served) {
                 properties.insert(property.into(), schema);
@@ -492,9 +482,9 @@ fn paging(served: &Served) -> Vec<(&'static str, Value)> {
                "description": format!("At most this many {what} (default {default}, at most {max})")})
     };
     match served.page {
-        Page::List | Page::History => {
+        Page::List(_) | Page::History => {
             let (page, first, items) = match served.page {
-                Page::List => ("page", "", served.wrap),
+                Page::List(items) => ("page", "", items),
                 _ => ("history's page", " event", "history events"),
             };
             let cursor = json!({"type": "integer", "minimum": 0, "default": 0, "description": format!(
@@ -785,12 +775,12 @@ impl Server {
         let mut outcome = cmd::dispatch(&cli.command, &ctx, &mut Json)
             .unwrap_or_else(|| Err(usage(format!("not a tool: {}", spec.served.name))))?;
         match spec.served.page {
-            Page::List => {
+            Page::List(field) => {
                 let items = match outcome.value.take() {
                     Value::Array(items) => items,
                     other => vec![other],
                 };
-                outcome.set(pages::list(items, spec.served.wrap, cursor, limit));
+                outcome.set(pages::list(items, field, cursor, limit));
             }
             Page::History => {
                 if let Value::Object(mut gate) = outcome.value.take() {
@@ -1037,12 +1027,13 @@ fn meta(code: Code, warnings: &[String]) -> MetaObject {
     MetaObject(m)
 }
 
-fn result(spec: &ToolSpec, outcome: Result<Outcome>) -> CallToolResult {
+fn result(outcome: Result<Outcome>) -> CallToolResult {
     match outcome {
         Ok(o) => {
+            // A tool's structured result must be an object.
             let structured = match o.value {
                 Value::Object(_) => o.value,
-                other => json!({ spec.served.wrap: other }),
+                other => json!({ "result": other }),
             };
             // A decision the command reports with a non-zero exit (a gate rejected, timed
             // out or still pending; a tampered gate) is a result, not a failure: its class
@@ -1189,12 +1180,10 @@ impl ServerHandler for Handler {
         // flight (a gate wait polls for minutes) do not hold one another up, and a call that
         // panics is answered with an error rather than never.
         let server = Arc::clone(&self.0);
-        let outcome = tokio::task::spawn_blocking(move || {
-            let spec = &server.tools[index];
-            result(spec, server.call(spec, &args))
-        })
-        .await
-        .map_err(|e| ErrorData::internal_error(format!("tool call failed: {e}"), None))?;
+        let outcome =
+            tokio::task::spawn_blocking(move || result(server.call(&server.tools[index], &args)))
+                .await
+                .map_err(|e| ErrorData::internal_error(format!("tool call failed: {e}"), None))?;
         Ok(outcome.into())
     }
 }
