@@ -4,7 +4,7 @@
 use super::app::{blocking, page_run, App};
 use super::error::PageError;
 use super::form::PageForm;
-use super::layout::{enc, gate_link, redirect};
+use super::layout::{enc, gate_link, layout, page, redirect, visible};
 use super::listen::Peer;
 use super::session::same;
 use super::signin::SignedIn;
@@ -18,21 +18,14 @@ use serde::Deserialize;
 use std::sync::Arc;
 
 /// What binds a decision form to the view that showed it: a MAC, under the server's
-/// `view_key`, of the session, the run, the gate, its instance and its prompt's hash. A form
-/// carries the instance and this tag; a decision is taken only on that instance (the store
-/// refuses another, in the decision's own transaction), so a form replayed after the gate
-/// was reopened, with the same prompt or not, decides nothing.
-fn view_tag(
-    key: &[u8; 32],
-    session: &str,
-    run: &str,
-    gate: &str,
-    instance: i64,
-    prompt_hash: &str,
-) -> String {
+/// `view_key`, of `parts`: the session, the run, the gate, its instance and its prompt's hash,
+/// in that order. A form carries the instance and this tag; a decision is taken only on that
+/// instance (the store refuses another, in the decision's own transaction), so a form
+/// replayed after the gate was reopened, with the same prompt or not, decides nothing.
+fn view_tag(key: &[u8; 32], parts: [&str; 5]) -> String {
     use hmac::Mac;
     let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes any key");
-    for part in [session, run, gate, &instance.to_string(), prompt_hash] {
+    for part in parts {
         // Each part with its length: no two tuples give the same input.
         mac.update(&(part.len() as u64).to_be_bytes());
         mac.update(part.as_bytes());
@@ -44,14 +37,8 @@ fn view_tag(
 /// CSRF token, the prompt's hash, the gate's instance and the view's tag over them.
 pub(super) fn forms(app: &App, user: &SignedIn, g: &GateRow) -> Markup {
     let hash = sha256_tag(&g.prompt);
-    let view = view_tag(
-        &app.view_key,
-        &user.session,
-        g.run_id.as_deref().unwrap_or(""),
-        &g.id,
-        g.instance,
-        &hash,
-    );
+    let (run, instance) = (g.run_id.as_deref().unwrap_or(""), g.instance.to_string());
+    let view = view_tag(&app.view_key, [&user.session, run, &g.id, &instance, &hash]);
     let action = format!("{}/decide", gate_link(g));
     let (principal, csrf) = (&user.principal, &user.csrf);
     html! {
@@ -135,16 +122,10 @@ pub(super) async fn decide(
         // the store's own refusals. (An attempt without a session is not: anyone who can
         // reach the page could fill a run's append-only log; serve's log reports it.)
         let shown = form.instance.parse::<i64>().ok().filter(|i| {
+            let parts = [&session, &run2, &gate2, &i.to_string(), &form.prompt_hash];
             same(
                 &form.view,
-                &view_tag(
-                    &app2.view_key,
-                    &session,
-                    &run2,
-                    &gate2,
-                    *i,
-                    &form.prompt_hash,
-                ),
+                &view_tag(&app2.view_key, parts.map(String::as_str)),
             )
         });
         let refusal = if !same(&form.csrf, &csrf) {
@@ -204,14 +185,21 @@ pub(super) async fn decide(
         _ => StatusCode::CONFLICT,
     };
     let back = format!("/runs/{}/gates/{}", enc(&run), enc(&gate));
-    crate::cmd::decide::outcome(decided, &principal, &run, &gate).map_err(|e| {
-        PageError::Decision {
+    match crate::cmd::decide::outcome(decided, &principal, &run, &gate) {
+        Ok(_) => Ok(redirect(status, &back, None)),
+        // What did not go through (a race lost, a refusal): its words, under the signed-in
+        // header, with a link back to the gate.
+        Err(e) => Ok(page(
             status,
-            message: format!("{e:#}"),
-            principal: principal.clone(),
-            csrf: header_csrf.clone(),
-            back: back.clone(),
-        }
-    })?;
-    Ok(redirect(status, &back, None))
+            layout(
+                "Not decided",
+                Some((&principal, &header_csrf)),
+                html! {
+                    h1 { "Not decided" }
+                    p.error #outcome { (visible(&format!("{e:#}"))) }
+                    p { a #back href=(back) { "Back to the gate" } }
+                },
+            ),
+        )),
+    }
 }
