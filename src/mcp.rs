@@ -319,6 +319,11 @@ impl Server {
     pub(crate) fn pinned_run(&self) -> Option<String> {
         self.run_pinned.then(|| self.session_run()).flatten()
     }
+
+    /// Which of the session's tools is called `name`.
+    fn tool(&self, name: &str) -> Option<usize> {
+        self.tools.iter().position(|t| t.tool.name == name)
+    }
 }
 
 /// Serves until the client closes stdin.
@@ -1151,11 +1156,7 @@ impl ServerHandler for Handler {
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.0
-            .tools
-            .iter()
-            .find(|t| t.tool.name == name)
-            .map(|t| t.tool.clone())
+        Some(self.0.tools[self.0.tool(name)?].tool.clone())
     }
 
     async fn call_tool(
@@ -1163,12 +1164,7 @@ impl ServerHandler for Handler {
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let Some(index) = self
-            .0
-            .tools
-            .iter()
-            .position(|t| t.tool.name == request.name)
-        else {
+        let Some(index) = self.0.tool(&request.name) else {
             return Err(ErrorData::invalid_params(
                 format!("no such tool: {}", request.name),
                 None,

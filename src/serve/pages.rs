@@ -403,15 +403,10 @@ pub(super) async fn binding_value(
     Path((run, execution, name)): Path<(String, String, String)>,
     _: SignedIn,
 ) -> Result<Response, PageError> {
-    let execution = if execution == "root" {
-        None
-    } else {
-        Some(
-            execution
-                .parse::<i64>()
-                .map_err(|_| PageError::new(StatusCode::NOT_FOUND, "no such scope"))?,
-        )
-    };
+    let execution = (execution != "root").then(|| execution.parse::<i64>());
+    let execution = execution
+        .transpose()
+        .map_err(|_| PageError::new(StatusCode::NOT_FOUND, "no such scope"))?;
     let value = blocking(&app, move |app| {
         let (paths, mut store) = page_run(&app.ctx, &run)?;
         // The binding at exactly that scope: its own scope is the nearest to it.
