@@ -39,13 +39,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// One tool: the subcommand it serves, the roles whose sessions have it, what a model reads
-/// about it, how its answer is bounded, and what its result is called when the command's
-/// JSON is not an object (a tool's structured result must be one).
+/// about it, and how its answer is bounded.
 struct Served {
     name: &'static str,
     path: &'static [&'static str],
     read_only: bool,
-    wrap: &'static str,
     roles: &'static [Role],
     about: &'static str,
     page: Page,
@@ -58,8 +56,8 @@ struct Served {
 enum Page {
     /// Small by nature: one record, one gate, one number.
     Whole,
-    /// A list, under `wrap`: `cursor` and `limit`.
-    List,
+    /// A list, under this name: `cursor` and `limit`.
+    List(&'static str),
     /// One gate with a page of its audit history: `cursor` and `limit` over the events.
     History,
     /// The log: `since` and `limit`.
@@ -107,8 +105,7 @@ const SERVED: &[Served] = &[
         ..Served::new("exec_append", &["exec-append"], false)
     },
     Served {
-        wrap: "rows",
-        page: Page::List,
+        page: Page::List("rows"),
         about: "Run one read-only SQL statement on the run and get its rows (as `sqlite3 -json` \
                 gives them), in pages: at most `limit` rows (default 50, at most 500) and about \
                 32 KiB from row `cursor`; `next_cursor` continues (each page runs the statement \
@@ -116,8 +113,7 @@ const SERVED: &[Served] = &[
         ..Served::new("query", &["query"], true)
     },
     Served {
-        wrap: "gates",
-        page: Page::List,
+        page: Page::List("gates"),
         skip: &["pending", "limit"],
         about: "List gates, read-only: the pending ones unless `status` says otherwise, of the \
                 session's run (of every run of the project when the session has none), oldest \
@@ -169,23 +165,20 @@ const SERVED: &[Served] = &[
         ..Served::new("agent_segment", &["agent", "segment"], false)
     },
     Served {
-        wrap: "agents",
-        page: Page::List,
+        page: Page::List("agents"),
         about: "List the persistent agents of a scope (`scope`: execution, the run's; project; \
                 user), with their segment counts and memory sizes. Paged by `cursor` and `limit`.",
         ..Served::new("agents_list", &["agent", "list"], true)
     },
     Served {
-        wrap: "imports",
-        page: Page::List,
+        page: Page::List("imports"),
         about: "List the run's import registry: each alias and where it came from. Paged by \
                 `cursor` and `limit`.",
         ..Served::new("imports_list", &["imports"], true)
     },
     Served {
         roles: VM_ONLY,
-        wrap: "runs",
-        page: Page::List,
+        page: Page::List("runs"),
         skip: &["limit"],
         about: "List the project's runs, newest first, with their status and pending gates. \
                 Paged by `cursor` and `limit`.",
@@ -209,7 +202,6 @@ const SERVED: &[Served] = &[
         ..Served::new("finish", &["finish"], false)
     },
     Served {
-        wrap: "events",
         page: Page::Log,
         about: "Read the run's execution log after event `since` (0: from the start), in pages \
                 of at most `limit` events (default 100, at most 1000) and about 32 KiB. Pass \
@@ -225,7 +217,6 @@ impl Served {
             name,
             path,
             read_only,
-            wrap: "result",
             roles: BOTH,
             about: "",
             page: Page::Whole,
@@ -328,6 +319,11 @@ impl Server {
     pub(crate) fn pinned_run(&self) -> Option<String> {
         self.run_pinned.then(|| self.session_run()).flatten()
     }
+
+    /// Which of the session's tools is called `name`.
+    fn tool(&self, name: &str) -> Option<usize> {
+        self.tools.iter().position(|t| t.tool.name == name)
+    }
 }
 
 /// Serves until the client closes stdin.
@@ -408,16 +404,22 @@ fn tools(role: Role, run_pinned: bool, execution_pinned: bool) -> Vec<ToolSpec> 
             let mut params = Vec::new();
             let mut takes_principal = false;
             let mut command = &root;
-            // The top level gives only --run (and for init, nothing: it makes the run).
-            for arg in root.get_arguments() {
-                if arg.get_id() == "run" && served.name != "init" {
-                    let mut p = param(arg, 0);
-                    p.hidden = hidden(&p);
-                    params.push(p);
-                }
-            }
             let mut properties = Map::new();
             let mut required = Vec::new();
+            // The top level gives only --run (and for init, nothing: it makes the run).
+            let run = root.get_arguments().find(|arg| arg.get_id() == "run");
+            if let Some(arg) = run.filter(|_| served.name != "init") {
+                let mut p = param(arg, 0);
+                p.hidden = hidden(&p);
+                if !p.hidden {
+                    properties.insert(
+                        p.property.clone(),
+                        json!({"type": "string", "description":
+                            "The run's id (default: the session's run: the server's --run, or the run `init` made)"}),
+                    );
+                }
+                params.push(p);
+            }
             for (level, name) in served.path.iter().enumerate() {
                 command = command
                     .find_subcommand(name)
@@ -448,33 +450,23 @@ fn tools(role: Role, run_pinned: bool, execution_pinned: bool) -> Vec<ToolSpec> 
                     params.push(p);
                 }
             }
-            if let Some(p) = params.iter().find(|p| p.level == 0 && !p.hidden) {
-                properties.insert(
-                    p.property.clone(),
-                    json!({"type": "string", "description":
-                        "The run's id (default: the session's run: the server's --run, or the run `init` made)"}),
-                );
-            }
             for (property, schema) in paging(served) {
                 properties.insert(property.into(), schema);
             }
-            let mut input = Map::new();
-            input.insert("type".into(), json!("object"));
-            input.insert("properties".into(), Value::Object(properties));
+            let mut input = json!({"type": "object", "properties": properties,
+                                   "additionalProperties": false});
             if !required.is_empty() {
-                input.insert("required".into(), Value::Array(required));
+                input["required"] = Value::Array(required);
             }
-            input.insert("additionalProperties".into(), json!(false));
             let mut annotations = ToolAnnotations::new().read_only(served.read_only);
             if !served.read_only {
                 annotations = annotations.destructive(false);
             }
-            let Value::Object(output) = schemas::output(served.name) else {
-                unreachable!("an output schema is an object")
-            };
-            let tool = Tool::new(served.name, served.about, Arc::new(input))
+            // A schema as rmcp holds it (each is an object).
+            let object = |v| Arc::new(serde_json::from_value::<JsonObject>(v).unwrap_or_default());
+            let tool = Tool::new(served.name, served.about, object(input))
                 .annotate(annotations)
-                .with_raw_output_schema(Arc::new(output));
+                .with_raw_output_schema(object(schemas::output(served.name)));
             let parser = crate::parse::command_for(served.path[0])
                 .unwrap_or_else(|| panic!("served subcommand missing: {}", served.path[0]));
             ToolSpec {
@@ -495,9 +487,9 @@ fn paging(served: &Served) -> Vec<(&'static str, Value)> {
                "description": format!("At most this many {what} (default {default}, at most {max})")})
     };
     match served.page {
-        Page::List | Page::History => {
+        Page::List(_) | Page::History => {
             let (page, first, items) = match served.page {
-                Page::List => ("page", "", served.wrap),
+                Page::List(items) => ("page", "", items),
                 _ => ("history's page", " event", "history events"),
             };
             let cursor = json!({"type": "integer", "minimum": 0, "default": 0, "description": format!(
@@ -643,8 +635,7 @@ impl Server {
             argv.push(format!("--root={}", root.display()));
         }
         argv.push(format!("--busy-timeout={}", self.busy_timeout));
-        let named = |p: &Param| args.get(&p.property).filter(|v| !v.is_null());
-        let named = |p: &Param| named(p).filter(|_| !p.hidden);
+        let named = |p: &Param| args.get(&p.property).filter(|v| !v.is_null() && !p.hidden);
         let run = match spec.params.iter().find(|p| p.level == 0).and_then(named) {
             Some(run) => Some(text(run, "run")?),
             None => self.session_run().filter(|_| spec.served.name != "init"),
@@ -767,39 +758,34 @@ impl Server {
             .iter()
             .any(|p| p.level == 0 && args.get(&p.property).is_some_and(|v| !v.is_null()));
         let ctx = if client_run { ctx.run_ids_only() } else { ctx };
+        // The page asked for is checked before the command runs (showing a gate writes), each
+        // argument against the bounds its schema states: where a page starts, then its size.
+        let counts = paging(spec.served)
+            .iter()
+            .map(|(key, schema)| count_arg(args, key, schema))
+            .collect::<Result<Vec<u64>>>()?;
+        let (cursor, limit) = match counts[..] {
+            [start, size] => (start, size),
+            [size] => (0, size),
+            _ => (0, 0),
+        };
         if let crate::cli::Command::Log(a) = &cli.command {
-            return log_page(
-                a,
-                &ctx,
-                count_arg(args, "limit", pages::LOG_DEFAULT, 1, pages::LOG_MAX)?,
-            );
+            return log_page(a, &ctx, limit);
         }
         if let crate::cli::Command::Get(a) = &cli.command {
             if !a.explain {
                 return value_page(a, &ctx);
             }
         }
-        // The page asked for is checked before the command runs: showing a gate writes.
-        let (cursor, limit) = match spec.served.page {
-            Page::List | Page::History => (
-                count_arg(args, "cursor", 0, 0, u64::MAX)?,
-                count_arg(args, "limit", pages::LIST_DEFAULT, 1, pages::LIST_MAX)?,
-            ),
-            Page::Memory => (
-                count_arg(args, "offset", 0, 0, u64::MAX)?,
-                count_arg(args, "length", pages::TEXT_DEFAULT, 0, pages::TEXT_MAX)?,
-            ),
-            Page::Whole | Page::Log | Page::Value => (0, 0),
-        };
         let mut outcome = cmd::dispatch(&cli.command, &ctx, &mut Json)
             .unwrap_or_else(|| Err(usage(format!("not a tool: {}", spec.served.name))))?;
         match spec.served.page {
-            Page::List => {
+            Page::List(field) => {
                 let items = match outcome.value.take() {
                     Value::Array(items) => items,
                     other => vec![other],
                 };
-                outcome.set(pages::list(items, spec.served.wrap, cursor, limit));
+                outcome.set(pages::list(items, field, cursor, limit));
             }
             Page::History => {
                 if let Value::Object(mut gate) = outcome.value.take() {
@@ -824,9 +810,7 @@ impl Server {
                         .and_then(Value::as_str)
                         .unwrap_or_default()
                         .to_string();
-                    let (page, start, len) = pages::text(whole.as_bytes(), cursor, limit);
-                    memory.insert("memory".into(), Value::String(page));
-                    pages::text_fields(&mut memory, start, len, whole.len() as u64);
+                    pages::put_page(&mut memory, "memory", whole.as_bytes(), cursor, limit);
                     outcome.set(Value::Object(memory));
                 }
             }
@@ -844,10 +828,13 @@ impl Server {
     }
 }
 
-/// A whole-number paging argument: `default` when not given; refused outside `min..=max`.
-fn count_arg(args: &JsonObject, key: &str, default: u64, min: u64, max: u64) -> Result<u64> {
+/// A whole-number paging argument: its schema's `default` when not given; refused outside
+/// its `minimum..=maximum`.
+fn count_arg(args: &JsonObject, key: &str, schema: &Value) -> Result<u64> {
+    let bound = |k: &str, or: u64| schema[k].as_u64().unwrap_or(or);
+    let (min, max) = (bound("minimum", 0), bound("maximum", u64::MAX));
     match args.get(key) {
-        None | Some(Value::Null) => Ok(default),
+        None | Some(Value::Null) => Ok(bound("default", 0)),
         Some(v) => match v.as_u64() {
             Some(n) if (min..=max).contains(&n) => Ok(n),
             _ => Err(usage(format!(
@@ -934,21 +921,14 @@ fn value_page(args: &crate::cli::GetArgs, ctx: &Context) -> Result<Outcome> {
             ));
         }
     };
-    let total = got.bytes;
-    let part = got.row.value.clone().unwrap_or_default();
-    let start = got.offset.unwrap_or(0);
-    let keep = pages::whole_chars(&part, start + part.len() as u64 >= total);
     let mut out = match serde_json::to_value(&got)? {
         Value::Object(out) => out,
         _ => Map::new(),
     };
     out.remove("bytes");
-    out.insert(
-        "value".into(),
-        Value::String(String::from_utf8_lossy(&part[..keep]).into_owned()),
-    );
     out.insert("summary".into(), json!(summary));
-    pages::text_fields(&mut out, start, keep as u64, total);
+    let part = got.row.value.unwrap_or_default();
+    pages::put_part(&mut out, "value", &part, got.offset.unwrap_or(0), got.bytes);
     Ok(Outcome::of(Value::Object(out)))
 }
 
@@ -1052,12 +1032,13 @@ fn meta(code: Code, warnings: &[String]) -> MetaObject {
     MetaObject(m)
 }
 
-fn result(spec: &ToolSpec, outcome: Result<Outcome>) -> CallToolResult {
+fn result(outcome: Result<Outcome>) -> CallToolResult {
     match outcome {
         Ok(o) => {
+            // A tool's structured result must be an object.
             let structured = match o.value {
                 Value::Object(_) => o.value,
-                other => json!({ spec.served.wrap: other }),
+                other => json!({ "result": other }),
             };
             // A decision the command reports with a non-zero exit (a gate rejected, timed
             // out or still pending; a tampered gate) is a result, not a failure: its class
@@ -1175,11 +1156,7 @@ impl ServerHandler for Handler {
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.0
-            .tools
-            .iter()
-            .find(|t| t.tool.name == name)
-            .map(|t| t.tool.clone())
+        Some(self.0.tools[self.0.tool(name)?].tool.clone())
     }
 
     async fn call_tool(
@@ -1187,12 +1164,7 @@ impl ServerHandler for Handler {
         request: CallToolRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let Some(index) = self
-            .0
-            .tools
-            .iter()
-            .position(|t| t.tool.name == request.name)
-        else {
+        let Some(index) = self.0.tool(&request.name) else {
             return Err(ErrorData::invalid_params(
                 format!("no such tool: {}", request.name),
                 None,
@@ -1204,12 +1176,10 @@ impl ServerHandler for Handler {
         // flight (a gate wait polls for minutes) do not hold one another up, and a call that
         // panics is answered with an error rather than never.
         let server = Arc::clone(&self.0);
-        let outcome = tokio::task::spawn_blocking(move || {
-            let spec = &server.tools[index];
-            result(spec, server.call(spec, &args))
-        })
-        .await
-        .map_err(|e| ErrorData::internal_error(format!("tool call failed: {e}"), None))?;
+        let outcome =
+            tokio::task::spawn_blocking(move || result(server.call(&server.tools[index], &args)))
+                .await
+                .map_err(|e| ErrorData::internal_error(format!("tool call failed: {e}"), None))?;
         Ok(outcome.into())
     }
 }

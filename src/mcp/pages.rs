@@ -2,7 +2,7 @@
 //! it. A model's context is the scarcest thing it has: no answer is longer than its bound,
 //! each one says when it was cut, and the cursor it gives reaches the rest.
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 /// Lists (gates, runs, agents, imports, query rows): items a page by default, and at most.
 pub const LIST_DEFAULT: u64 = 50;
@@ -46,7 +46,7 @@ pub fn list(items: Vec<Value>, field: &str, cursor: u64, limit: u64) -> Value {
 /// How many of `part`'s bytes end on a whole character: a page that would end inside a
 /// UTF-8 sequence ends before it instead, and the next page starts with the whole character.
 /// At the value's end, or where the bytes are not text at all, the part is kept as it is.
-pub fn whole_chars(part: &[u8], at_end: bool) -> usize {
+fn whole_chars(part: &[u8], at_end: bool) -> usize {
     if at_end {
         return part.len();
     }
@@ -56,29 +56,34 @@ pub fn whole_chars(part: &[u8], at_end: bool) -> usize {
     }
 }
 
-/// The page fields of a text read in parts: `offset`, `length`, `total_bytes`, `next_offset`
-/// (null at the end) and `truncated` (whether more follows).
-pub fn text_fields(out: &mut serde_json::Map<String, Value>, offset: u64, length: u64, total: u64) {
-    let next = offset + length;
+/// Puts a page of a text read in parts in `out`: `part`, the bytes from `offset` of a text of
+/// `total` bytes (cut back to a whole character), as `field`, with the page fields: `offset`,
+/// `length`, `total_bytes`, `next_offset` (null at the end) and `truncated` (whether more
+/// follows).
+pub fn put_part(out: &mut Map<String, Value>, field: &str, part: &[u8], offset: u64, total: u64) {
+    let keep = whole_chars(part, offset + part.len() as u64 >= total);
+    let text = String::from_utf8_lossy(&part[..keep]).into_owned();
+    out.insert(field.into(), Value::String(text));
+    let next = offset + keep as u64;
     out.insert("offset".into(), json!(offset));
-    out.insert("length".into(), json!(length));
+    out.insert("length".into(), json!(keep));
     out.insert("total_bytes".into(), json!(total));
     out.insert("next_offset".into(), json!((next < total).then_some(next)));
     out.insert("truncated".into(), json!(next < total));
 }
 
-/// A page of `bytes` from `offset`, at most `length` long (cut back to a whole character).
-pub fn text(bytes: &[u8], offset: u64, length: u64) -> (String, u64, u64) {
+/// Puts the page of `bytes` from `offset`, at most `length` long, in `out` (see [`put_part`]).
+pub fn put_page(out: &mut Map<String, Value>, field: &str, bytes: &[u8], offset: u64, length: u64) {
     let total = bytes.len() as u64;
     let start = offset.min(total);
     let end = start.saturating_add(length).min(total);
-    let part = &bytes[start as usize..end as usize];
-    let keep = whole_chars(part, end == total);
-    (
-        String::from_utf8_lossy(&part[..keep]).into_owned(),
+    put_part(
+        out,
+        field,
+        &bytes[start as usize..end as usize],
         start,
-        keep as u64,
-    )
+        total,
+    );
 }
 
 #[cfg(test)]
@@ -115,10 +120,12 @@ mod tests {
         let mut at = 0;
         let mut back = String::new();
         while at < s.len() as u64 {
-            let (part, start, len) = text(s.as_bytes(), at, 5);
-            assert_eq!(start, at);
+            let mut page = Map::new();
+            put_page(&mut page, "text", s.as_bytes(), at, 5);
+            assert_eq!(page["offset"], json!(at));
+            let len = page["length"].as_u64().unwrap();
             assert!(len > 0);
-            back.push_str(&part);
+            back.push_str(page["text"].as_str().unwrap());
             at += len;
         }
         assert_eq!(back, s);

@@ -88,9 +88,7 @@ pub fn get(
         .clone()
         .or(given("run")?)
         .or_else(|| server.session_run());
-    if let Some(run) = &run {
-        argv.push(format!("--run={run}"));
-    }
+    argv.extend(run.map(|run| format!("--run={run}")));
     argv.push("guide".into());
     argv.push(name.into());
     if name == "subagent" {
@@ -98,19 +96,13 @@ pub fn get(
             .execution_id
             .map(|id| id.to_string())
             .or(given("execution_id")?);
-        if let Some(id) = execution {
-            argv.push(format!("--execution-id={id}"));
-        }
-        if let Some(binding) = given("name")? {
-            argv.push(format!("--name={binding}"));
-        }
+        argv.extend(execution.map(|id| format!("--execution-id={id}")));
+        argv.extend(given("name")?.map(|binding| format!("--name={binding}")));
         let agent = match server.role {
             Role::Subagent => Some(server.agent_name.clone()),
             Role::Vm => given("agent")?,
         };
-        if let Some(agent) = agent {
-            argv.push(format!("--agent={agent}"));
-        }
+        argv.extend(agent.map(|agent| format!("--agent={agent}")));
     }
     let offset: usize = match given("offset")? {
         None => 0,

@@ -4,35 +4,28 @@
 use super::app::{blocking, page_run, App};
 use super::error::PageError;
 use super::form::PageForm;
-use super::layout::{enc, gate_link, secured};
+use super::layout::{enc, gate_link, layout, page, redirect, visible};
 use super::listen::Peer;
 use super::session::same;
 use super::signin::SignedIn;
 use crate::model::{now, sha256_tag};
 use crate::store::{Decided, Decision, GateRow};
 use axum::extract::{ConnectInfo, Path, State};
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::Response;
 use maud::{html, Markup};
 use serde::Deserialize;
 use std::sync::Arc;
 
 /// What binds a decision form to the view that showed it: a MAC, under the server's
-/// `view_key`, of the session, the run, the gate, its instance and its prompt's hash. A form
-/// carries the instance and this tag; a decision is taken only on that instance (the store
-/// refuses another, in the decision's own transaction), so a form replayed after the gate
-/// was reopened, with the same prompt or not, decides nothing.
-fn view_tag(
-    key: &[u8; 32],
-    session: &str,
-    run: &str,
-    gate: &str,
-    instance: i64,
-    prompt_hash: &str,
-) -> String {
+/// `view_key`, of `parts`: the session, the run, the gate, its instance and its prompt's hash,
+/// in that order. A form carries the instance and this tag; a decision is taken only on that
+/// instance (the store refuses another, in the decision's own transaction), so a form
+/// replayed after the gate was reopened, with the same prompt or not, decides nothing.
+fn view_tag(key: &[u8; 32], parts: [&str; 5]) -> String {
     use hmac::Mac;
     let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).expect("HMAC takes any key");
-    for part in [session, run, gate, &instance.to_string(), prompt_hash] {
+    for part in parts {
         // Each part with its length: no two tuples give the same input.
         mac.update(&(part.len() as u64).to_be_bytes());
         mac.update(part.as_bytes());
@@ -44,14 +37,8 @@ fn view_tag(
 /// CSRF token, the prompt's hash, the gate's instance and the view's tag over them.
 pub(super) fn forms(app: &App, user: &SignedIn, g: &GateRow) -> Markup {
     let hash = sha256_tag(&g.prompt);
-    let view = view_tag(
-        &app.view_key,
-        &user.session,
-        g.run_id.as_deref().unwrap_or(""),
-        &g.id,
-        g.instance,
-        &hash,
-    );
+    let (run, instance) = (g.run_id.as_deref().unwrap_or(""), g.instance.to_string());
+    let view = view_tag(&app.view_key, [&user.session, run, &g.id, &instance, &hash]);
     let action = format!("{}/decide", gate_link(g));
     let (principal, csrf) = (&user.principal, &user.csrf);
     html! {
@@ -87,15 +74,6 @@ pub(super) struct DecideForm {
     /// The gate instance the page showed, and the view's tag over it (`view_tag`).
     instance: String,
     view: String,
-}
-
-/// What a decision posted to the page came to, before it is put in words.
-enum Posted {
-    /// Refused by the page itself (a CSRF token or a form it did not show), and whether
-    /// the refusal was recorded on the gate.
-    Refused(&'static str, bool),
-    /// The store's answer.
-    Decided(Box<Decided>),
 }
 
 /// A decision, taken as the signed-in principal (never a form field), through the store's
@@ -144,16 +122,10 @@ pub(super) async fn decide(
         // the store's own refusals. (An attempt without a session is not: anyone who can
         // reach the page could fill a run's append-only log; serve's log reports it.)
         let shown = form.instance.parse::<i64>().ok().filter(|i| {
+            let parts = [&session, &run2, &gate2, &i.to_string(), &form.prompt_hash];
             same(
                 &form.view,
-                &view_tag(
-                    &app2.view_key,
-                    &session,
-                    &run2,
-                    &gate2,
-                    *i,
-                    &form.prompt_hash,
-                ),
+                &view_tag(&app2.view_key, parts.map(String::as_str)),
             )
         });
         let refusal = if !same(&form.csrf, &csrf) {
@@ -176,7 +148,11 @@ pub(super) async fn decide(
                 reason,
                 now: &now(),
             })?;
-            return Ok(Posted::Refused(reason, recorded));
+            let mut refused = format!("{reason}: reload the gate's page");
+            if recorded {
+                refused.push_str("; this attempt was logged");
+            }
+            return Ok(Err(refused));
         }
         let roster = app2.with_book(|b| crate::cmd::decide::roster(Some(b)))?;
         let decision = Decision {
@@ -195,25 +171,11 @@ pub(super) async fn decide(
             signer: Some(&app2.signer),
             roster: &roster,
         };
-        Ok(Posted::Decided(Box::new(store.decide_gate(&decision)?)))
+        Ok(Ok(store.decide_gate(&decision)?))
     })
     .await?;
-    let decided = match posted {
-        Posted::Decided(d) => *d,
-        Posted::Refused(reason, recorded) => {
-            return Err(PageError::new(
-                StatusCode::FORBIDDEN,
-                format!(
-                    "{reason}: reload the gate's page{}",
-                    if recorded {
-                        "; this attempt was logged"
-                    } else {
-                        ""
-                    }
-                ),
-            ))
-        }
-    };
+    // Refused by the page itself (a CSRF token or a form it did not show).
+    let decided = posted.map_err(|refused| PageError::new(StatusCode::FORBIDDEN, refused))?;
     // The command line's words; a lost race, a changed prompt or a reopened gate is a
     // conflict.
     let status = match &decided {
@@ -223,23 +185,21 @@ pub(super) async fn decide(
         _ => StatusCode::CONFLICT,
     };
     let back = format!("/runs/{}/gates/{}", enc(&run), enc(&gate));
-    crate::cmd::decide::outcome(decided, &principal, &run, &gate).map_err(|e| {
-        PageError::Decision {
+    match crate::cmd::decide::outcome(decided, &principal, &run, &gate) {
+        Ok(_) => Ok(redirect(status, &back, None)),
+        // What did not go through (a race lost, a refusal): its words, under the signed-in
+        // header, with a link back to the gate.
+        Err(e) => Ok(page(
             status,
-            message: format!("{e:#}"),
-            principal: principal.clone(),
-            csrf: header_csrf.clone(),
-            back: back.clone(),
-        }
-    })?;
-    Ok(secured(
-        (
-            status,
-            [(
-                header::LOCATION,
-                format!("/runs/{}/gates/{}", enc(&run), enc(&gate)),
-            )],
-        )
-            .into_response(),
-    ))
+            layout(
+                "Not decided",
+                Some((&principal, &header_csrf)),
+                html! {
+                    h1 { "Not decided" }
+                    p.error #outcome { (visible(&format!("{e:#}"))) }
+                    p { a #back href=(back) { "Back to the gate" } }
+                },
+            ),
+        )),
+    }
 }

@@ -14,15 +14,6 @@ pub(super) enum PageError {
     SignIn(&'static str),
     /// An error page with this status and message.
     Page(StatusCode, String),
-    /// A decision that did not go through (a race lost, a refusal): its words, under the
-    /// signed-in header, with a link back to the gate.
-    Decision {
-        status: StatusCode,
-        message: String,
-        principal: crate::model::Principal,
-        csrf: String,
-        back: String,
-    },
 }
 
 impl PageError {
@@ -61,24 +52,6 @@ impl IntoResponse for PageError {
             PageError::SignIn(note) => page(
                 StatusCode::UNAUTHORIZED,
                 layout("Sign in", None, login_form(Some(note))),
-            ),
-            PageError::Decision {
-                status,
-                message,
-                principal,
-                csrf,
-                back,
-            } => page(
-                status,
-                layout(
-                    "Not decided",
-                    Some((&principal, &csrf)),
-                    html! {
-                        h1 { "Not decided" }
-                        p.error #outcome { (visible(&message)) }
-                        p { a #back href=(back) { "Back to the gate" } }
-                    },
-                ),
             ),
             PageError::Page(status, message) => page(
                 status,

@@ -44,6 +44,15 @@ pub(super) fn page(status: StatusCode, markup: Markup) -> Response {
     )
 }
 
+/// A redirect to `to`, setting the session cookie `cookie` when given.
+pub(super) fn redirect(status: StatusCode, to: &str, cookie: Option<HeaderValue>) -> Response {
+    let mut r = (status, [(header::LOCATION, to)]).into_response();
+    if let Some(v) = cookie {
+        r.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    secured(r)
+}
+
 /// A page a handler shows (200).
 pub(super) struct Page(pub Markup);
 

@@ -7,13 +7,13 @@ use super::error::PageError;
 use super::layout::{enc, gate_link, layout, left, secured, visible, Page};
 use super::signin::SignedIn;
 use crate::model::now;
-use crate::store::{BindingRow, ExecutionRow, GateRow, Store};
+use crate::store::{BindingRow, ExecutionRow, Store};
 use anyhow::Result;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use maud::{html, Markup};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Recent log entries shown on a gate's page.
@@ -161,43 +161,35 @@ fn newest(store: &mut dyn Store, n: usize) -> Result<Vec<ExecutionRow>> {
     Ok(log)
 }
 
-struct RunView {
-    info: crate::store::RunInfo,
-    log: Vec<ExecutionRow>,
-    gates: Vec<GateRow>,
-}
-
 pub(super) async fn run_page(
     State(app): State<Arc<App>>,
     Path(run): Path<String>,
     user: SignedIn,
 ) -> Result<Page, PageError> {
-    let v = blocking(&app, move |app| {
+    let (info, log, gates) = blocking(&app, move |app| {
         let (_, mut store) = page_run(&app.ctx, &run)?;
-        Ok(RunView {
-            info: store.run_info()?,
-            // One more than shown, to know whether any were left out.
-            log: newest(store.as_mut(), RUN_LOG + 1)?,
-            gates: store.gates(None, &now())?,
-        })
+        let info = store.run_info()?;
+        // One more than shown, to know whether any were left out.
+        let log = newest(store.as_mut(), RUN_LOG + 1)?;
+        Ok((info, log, store.gates(None, &now())?))
     })
     .await?;
     Ok(Page(layout(
-        &v.info.id,
+        &info.id,
         Some((&user.principal, &user.csrf)),
         html! {
-            h1 { "Run " (visible(&v.info.id)) }
+            h1 { "Run " (visible(&info.id)) }
             dl {
-                dt { "Status" } dd { (v.info.status.as_ref().map_or("-", |s| s.as_str())) }
-                dt { "Program" } dd { (visible(v.info.program_path.as_deref().unwrap_or("-"))) }
-                dt { "Started" } dd { (v.info.started_at.as_deref().unwrap_or("-")) }
-                dt { "Updated" } dd { (v.info.updated_at.as_deref().unwrap_or("-")) }
+                dt { "Status" } dd { (info.status.as_ref().map_or("-", |s| s.as_str())) }
+                dt { "Program" } dd { (visible(info.program_path.as_deref().unwrap_or("-"))) }
+                dt { "Started" } dd { (info.started_at.as_deref().unwrap_or("-")) }
+                dt { "Updated" } dd { (info.updated_at.as_deref().unwrap_or("-")) }
             }
             h2 { "Gates" }
             table {
                 thead { tr { th { "Gate" } th { "Status" } th { "Decided by" } th { "Prompt" } } }
                 tbody {
-                    @for g in &v.gates {
+                    @for g in &gates {
                         tr {
                             td { a href=(gate_link(g)) { (visible(&g.id)) } }
                             td { (g.status.to_string()) }
@@ -208,11 +200,11 @@ pub(super) async fn run_page(
                 }
             }
             h2 { "Execution log" }
-            @if v.log.len() > RUN_LOG {
+            @if log.len() > RUN_LOG {
                 p { "The newest " (RUN_LOG) " records; the whole log: "
-                    code { "prose-state log --run " (visible(&v.info.id)) } }
+                    code { "prose-state log --run " (visible(&info.id)) } }
             }
-            (log_table(&v.log[v.log.len().saturating_sub(RUN_LOG)..]))
+            (log_table(&log[log.len().saturating_sub(RUN_LOG)..]))
         },
     )))
 }
@@ -236,7 +228,8 @@ fn visible_bindings(store: &mut dyn Store, execution: Option<i64>) -> Result<Vec
         Some(id) => store.scope_chain(id)?,
         None => Vec::new(),
     };
-    let mut best: HashMap<String, (usize, BindingRow)> = HashMap::new();
+    // By name: the nearest of each, in name order.
+    let mut best: BTreeMap<String, (usize, BindingRow)> = BTreeMap::new();
     for b in store.bindings_page(&chain, None, i64::MAX)? {
         let rank = match b.execution_id {
             None => chain.len(),
@@ -245,16 +238,11 @@ fn visible_bindings(store: &mut dyn Store, execution: Option<i64>) -> Result<Vec
                 None => continue,
             },
         };
-        match best.get(&b.name) {
-            Some((r, _)) if *r <= rank => {}
-            _ => {
-                best.insert(b.name.clone(), (rank, b));
-            }
+        if best.get(&b.name).is_none_or(|(r, _)| rank < *r) {
+            best.insert(b.name.clone(), (rank, b));
         }
     }
-    let mut out: Vec<BindingRow> = best.into_values().map(|(_, b)| b).collect();
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(out)
+    Ok(best.into_values().map(|(_, b)| b).collect())
 }
 
 pub(super) async fn gate_page(
@@ -290,15 +278,14 @@ fn gate_markup(app: &App, d: &GateViewData, user: &SignedIn) -> Markup {
     let team = d.shown.gate.team.as_ref();
     let me = principal.as_str().to_string();
     let voted = team.is_some_and(|t| t.approvals.contains(&me) || t.rejections.contains(&me));
-    let own = team.and_then(|t| t.separate_duties.as_ref()).and_then(|s| {
-        if s["starter"].as_str() == Some(me.as_str()) {
-            Some("you started its run")
-        } else if s["creator"].as_str() == Some(me.as_str()) {
-            Some("you created it")
-        } else {
-            None
-        }
-    });
+    let duties = team.and_then(|t| t.separate_duties.as_ref());
+    let own = [
+        ("starter", "you started its run"),
+        ("creator", "you created it"),
+    ]
+    .into_iter()
+    .find(|(role, _)| duties.is_some_and(|s| s[role].as_str() == Some(me.as_str())))
+    .map(|(_, why)| why);
     let utc = |t: Option<&str>| t.map_or_else(|| "-".to_string(), |t| format!("{t} UTC"));
     layout(
         &g.id,
@@ -416,15 +403,10 @@ pub(super) async fn binding_value(
     Path((run, execution, name)): Path<(String, String, String)>,
     _: SignedIn,
 ) -> Result<Response, PageError> {
-    let execution = if execution == "root" {
-        None
-    } else {
-        Some(
-            execution
-                .parse::<i64>()
-                .map_err(|_| PageError::new(StatusCode::NOT_FOUND, "no such scope"))?,
-        )
-    };
+    let execution = (execution != "root").then(|| execution.parse::<i64>());
+    let execution = execution
+        .transpose()
+        .map_err(|_| PageError::new(StatusCode::NOT_FOUND, "no such scope"))?;
     let value = blocking(&app, move |app| {
         let (paths, mut store) = page_run(&app.ctx, &run)?;
         // The binding at exactly that scope: its own scope is the nearest to it.

@@ -3,7 +3,7 @@
 use super::app::{blocking, App};
 use super::error::{PageError, SIGN_IN};
 use super::form::PageForm;
-use super::layout::{layout, login_form, secured, Page};
+use super::layout::{layout, login_form, redirect, Page};
 use super::limits::Attempts;
 use super::listen::Peer;
 use super::session::{cleared, cookie, cookie_of, same};
@@ -11,8 +11,8 @@ use crate::error::{code_of, Code};
 use crate::model::Principal;
 use axum::extract::{ConnectInfo, FromRequestParts, State};
 use axum::http::request::Parts;
-use axum::http::{header, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::Response;
 use serde::Deserialize;
 use std::sync::Arc;
 use std::time::Instant;
@@ -116,11 +116,11 @@ pub(super) async fn login(
         .unwrap_or_else(|e| e.into_inner())
         .give_back(&who);
     let id = app.sessions.open(principal, token_hash);
-    let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, "/")]).into_response();
-    if let Some(v) = cookie(&id, app.secure) {
-        r.headers_mut().insert(header::SET_COOKIE, v);
-    }
-    Ok(secured(r))
+    Ok(redirect(
+        StatusCode::SEE_OTHER,
+        "/",
+        cookie(&id, app.secure),
+    ))
 }
 
 #[derive(Deserialize)]
@@ -142,7 +142,5 @@ pub(super) async fn logout(
         ));
     }
     app.sessions.end(&user.session);
-    let mut r = (StatusCode::SEE_OTHER, [(header::LOCATION, "/login")]).into_response();
-    r.headers_mut().insert(header::SET_COOKIE, cleared());
-    Ok(secured(r))
+    Ok(redirect(StatusCode::SEE_OTHER, "/login", Some(cleared())))
 }
