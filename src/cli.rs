@@ -598,7 +598,16 @@ pub enum GatesCommand {
     Verify(GateVerifyArgs),
     /// Do what is due on every run's pending gates (of --run only, when given): timeouts,
     /// escalations and reminders, each once. For a cron job where nothing else reads the gates
-    Sweep,
+    Sweep(GateSweepArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GateSweepArgs {
+    /// Read every run from its own database (the catalog brought up to date), not only those
+    /// the catalog says have something due: for deadlines raw SQL changed behind prose-state's
+    /// back
+    #[arg(long)]
+    pub scan: bool,
 }
 
 #[derive(Debug, Args)]

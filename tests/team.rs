@@ -17,6 +17,7 @@ on_both!(
     the_books_log_chains_past_its_tenth_row,
     an_escalation_admits_its_group_only_after_the_deadline,
     reminders_and_escalations_are_checked_before_anything_is_written,
+    a_reader_that_cannot_vouch_leaves_an_escalation_to_one_that_can,
 );
 
 /// Issues a token (with `principals add NAME EXTRA…`) and returns it.
@@ -669,7 +670,7 @@ fn reminders_and_escalations_are_checked_before_anything_is_written(b: Backend) 
                 "--escalate-to",
                 "alice",
             ],
-            "already in --allow",
+            "already allowed by --allow",
         ),
         (
             vec!["--timeout", "1m", "--escalate-to", "group:"],
@@ -683,6 +684,51 @@ fn reminders_and_escalations_are_checked_before_anything_is_written(b: Backend) 
             vec!["--timeout", "1m", "--remind", "soon"],
             "invalid duration",
         ),
+        (
+            vec!["--timeout", "1m", "--escalate-to", "agent:bot"],
+            "agents never approve",
+        ),
+        (
+            vec![
+                "--timeout",
+                "1m",
+                "--allow",
+                "user",
+                "--escalate-to",
+                "dana",
+            ],
+            "already allowed",
+        ),
+        (
+            [
+                "--timeout",
+                "1h",
+                "--remind",
+                "1m",
+                "--remind",
+                "2m",
+                "--remind",
+                "3m",
+                "--remind",
+                "4m",
+                "--remind",
+                "5m",
+                "--remind",
+                "6m",
+                "--remind",
+                "7m",
+                "--remind",
+                "8m",
+                "--remind",
+                "9m",
+                "--remind",
+                "10m",
+                "--remind",
+                "11m",
+            ]
+            .to_vec(),
+            "at most 10 --remind",
+        ),
     ] {
         let a = run
             .cmd()
@@ -695,4 +741,134 @@ fn reminders_and_escalations_are_checked_before_anything_is_written(b: Backend) 
         assert_eq!(err.trim().lines().count(), 1, "{err}");
         assert_eq!(run.snapshot(), before, "{args:?} wrote something");
     }
+}
+
+/// A reader whose key cannot vouch for a gate (another machine's, or none) leaves its
+/// escalation and reminders to one that can: it does not time the gate out. A retry of the
+/// same `gates create` after the escalation is still a safe retry.
+fn a_reader_that_cannot_vouch_leaves_an_escalation_to_one_that_can(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let started = std::time::Instant::now();
+    let made = [
+        "--allow",
+        "alice",
+        "--timeout",
+        "2s",
+        "--escalate-to",
+        "group:oncall",
+        "--escalate-timeout",
+        "1h",
+    ];
+    create(&run, "ship", &made);
+    std::thread::sleep(std::time::Duration::from_millis(2500).saturating_sub(started.elapsed()));
+    let elsewhere = p.root().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let a = run
+        .cmd()
+        .env("HOME", &elsewhere)
+        .args(["gates", "sweep", "--json"])
+        .assert()
+        .success();
+    assert_eq!(stdout_json(&a)["timed_out"], 0, "{}", stderr(&a));
+    assert_eq!(run.view().gate("ship").0, "pending");
+    // The machine that sealed it escalates it.
+    let shown = stdout_json(
+        &run.cmd()
+            .args(["gates", "show", "ship", "--json"])
+            .assert()
+            .success(),
+    );
+    assert_eq!(shown["escalation"]["escalated"], true, "{shown}");
+    assert_eq!(shown["status"], "pending");
+    let again = create(&run, "ship", &made);
+    assert_eq!(again["created"], false, "an identical retry: {again}");
+}
+
+/// An `escalated` event sealed in another run (genuinely, by this machine, for a decoy gate
+/// made to match) copied into a run whose gate has not reached its deadline opens it to no
+/// one: a run's gates are derived from its own events. SQLite alone: the server's gate history
+/// is read by run already, and a copied row names the other run.
+#[test]
+fn an_escalation_copied_from_another_run_admits_no_one() {
+    let p = Project::new();
+    let dana = token(&p, "dana", &["--group", "oncall"]);
+    let target = p.init();
+    create(
+        &target,
+        "g",
+        &[
+            "--allow",
+            "alice",
+            "--timeout",
+            "1h",
+            "--escalate-to",
+            "group:oncall",
+            "--escalate-timeout",
+            "2h",
+        ],
+    );
+    let deadline = |run: &Run| -> String {
+        run.conn()
+            .query_row("SELECT timeout_at FROM gates WHERE id = 'g'", [], |r| {
+                r.get(0)
+            })
+            .unwrap()
+    };
+    let at = |t: &str| chrono::NaiveDateTime::parse_from_str(t, "%Y-%m-%d %H:%M:%S").unwrap();
+    let wanted = at(&deadline(&target)) + chrono::Duration::hours(2);
+    // The decoy: its escalation's new deadline is the one the target's would have.
+    let mut made = false;
+    for _ in 0..3 {
+        // The same gate id: the event's hash covers it.
+        let decoy = p.init();
+        let id = "g".to_string();
+        let d_guess = chrono::Utc::now().naive_utc() + chrono::Duration::seconds(2);
+        let after =
+            (wanted - chrono::Timelike::with_nanosecond(&d_guess, 0).unwrap()).num_seconds();
+        create(
+            &decoy,
+            &id,
+            &[
+                "--allow",
+                "alice",
+                "--timeout",
+                "2s",
+                "--escalate-to",
+                "group:oncall",
+                "--escalate-timeout",
+                &format!("{after}s"),
+            ],
+        );
+        let d: String = decoy
+            .conn()
+            .query_row("SELECT timeout_at FROM gates WHERE id = ?1", [&id], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        if at(&d) + chrono::Duration::seconds(after) == wanted {
+            std::thread::sleep(std::time::Duration::from_millis(2500));
+            decoy.cmd().args(["gates", "show", &id]).assert().success();
+            decoy
+                .conn()
+                .execute_batch(&format!(
+                    "ATTACH '{}' AS t;
+                     INSERT INTO t.gate_audit_log (gate_id, run_id, event_type, principal, comment,
+                         timestamp, metadata, prev_hash, hash, seq, seal)
+                     SELECT gate_id, run_id, event_type, principal, comment, timestamp, metadata,
+                            prev_hash, hash, seq, seal
+                     FROM main.gate_audit_log WHERE gate_id = '{id}' AND event_type = 'escalated';
+                     UPDATE t.gates SET allow = '[\"alice\",\"group:oncall\"]', timeout_at = '{}';",
+                    target.db.display(),
+                    wanted.format("%Y-%m-%d %H:%M:%S")
+                ))
+                .unwrap();
+            made = true;
+            break;
+        }
+    }
+    assert!(made, "the decoy's deadline never matched");
+    let (c, out) = decide(&target, "approve", "g", &dana);
+    assert_ne!(c, 0, "{out}");
+    assert_eq!(target.view().gate("g").0, "pending");
 }

@@ -68,6 +68,9 @@ pub struct TeamView {
     /// When the next reminder is due (UTC).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_reminder: Option<String>,
+    /// Whether the gate is decided (nothing is due, no one waited for).
+    #[serde(skip)]
+    pub settled: bool,
 }
 
 impl TeamView {
@@ -84,12 +87,13 @@ impl TeamView {
         }
         if let Some(e) = &self.escalation {
             let to = e["to"].as_str().unwrap_or_default();
-            match e["escalated"].as_bool() {
-                Some(true) => writeln!(w, "Escalated: to {to}, at its first deadline")?,
-                _ => writeln!(
+            match (e["escalated"].as_bool(), self.settled) {
+                (Some(true), _) => writeln!(w, "Escalated: to {to}, at its first deadline")?,
+                (_, false) => writeln!(
                     w,
                     "Escalation: to {to} at the deadline, instead of timing out"
                 )?,
+                (_, true) => writeln!(w, "Escalation: to {to}, not reached")?,
             }
         }
         if let Some(at) = &self.next_reminder {
@@ -104,6 +108,16 @@ impl TeamView {
             )?;
         }
         Ok(())
+    }
+
+    /// For a gate no longer pending: no one is waited for, and nothing is due.
+    pub fn settled(mut self, status: &crate::model::GateStatus) -> Self {
+        if !status.is_pending() {
+            self.waiting_for.clear();
+            self.next_reminder = None;
+            self.settled = true;
+        }
+        self
     }
 
     /// Its votes and schedule in one line, for `resume`.
@@ -155,6 +169,7 @@ impl TeamView {
                 })
             }),
             next_reminder,
+            settled: false,
         })
     }
 }
@@ -314,6 +329,7 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
                     let next = crate::store::rules::next_reminder_of(g, d, &now);
                     let t = d.tally_or_counted();
                     TeamView::of(&d.quorum, &t, &g.allow, d.escalated, next)
+                        .map(|v| v.settled(&g.status))
                 });
             GateView {
                 integrity,
@@ -363,6 +379,9 @@ impl Render for GateCreated {
     }
 }
 
+/// The most reminders a gate may have (each runs the hook once before each deadline).
+const MAX_REMINDERS: usize = 10;
+
 /// What a gate made now asks of its deciders: its options, and the project's policy of
 /// separation of duties (a policy the book's log cannot vouch for is taken as on, with a
 /// warning: it fails closed).
@@ -394,10 +413,18 @@ pub fn quorum(args: &GateCreateArgs, ctx: &crate::context::Context) -> Result<Qu
             let entry = crate::model::normalise_allow(std::slice::from_ref(e))
                 .map_err(|err| usage(format!("--escalate-to: {err:#}")))?
                 .remove(0);
-            if crate::model::normalise_allow(&args.allow)?.contains(&entry) {
+            if entry.starts_with("agent:") {
                 return Err(usage(format!(
-                    "--escalate-to {} is already in --allow: the escalation would add no one",
+                    "--escalate-to {}: agents never approve, so the escalation would add no one",
                     shown(&entry)
+                )));
+            }
+            let allow = crate::model::normalise_allow(&args.allow)?;
+            if allow.contains(&entry) || (allow.iter().any(|a| a == "user") && entry != "user") {
+                return Err(usage(format!(
+                    "--escalate-to {} is already allowed by --allow {}: the escalation would add no one",
+                    shown(&entry),
+                    shown(&allow.join(","))
                 )));
             }
             Some(entry)
@@ -407,6 +434,12 @@ pub fn quorum(args: &GateCreateArgs, ctx: &crate::context::Context) -> Result<Qu
         Some(d) => Some(parse_duration(d)?),
         None => escalate_to.as_ref().and(timeout),
     };
+    if args.remind.len() > MAX_REMINDERS {
+        return Err(usage(format!(
+            "at most {MAX_REMINDERS} --remind a gate ({} given)",
+            args.remind.len()
+        )));
+    }
     let mut remind = Vec::new();
     for r in &args.remind {
         let (secs, Some(t)) = (parse_duration(r)?, timeout) else {
@@ -662,6 +695,7 @@ pub fn show_to(
             d.escalated,
             next,
         )
+        .map(|v| v.settled(&row.status))
     });
     Ok(GateShown {
         integrity: IntegrityView::of(&report, &row.id),
@@ -821,6 +855,7 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                     let next = crate::store::rules::next_reminder_of(&gate, d, &now);
                     let t = d.tally_or_counted();
                     TeamView::of(&d.quorum, &t, &gate.allow, d.escalated, next)
+                        .map(|v| v.settled(&gate.status))
                 });
                 settled[i] = Some(GateWaited {
                     integrity: IntegrityView::of(&report, &gate.id),
@@ -1202,7 +1237,10 @@ impl Render for SweptGates {
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
         let d = &self.done;
         if self.runs == 0 {
-            return writeln!(w, "nothing due");
+            return match self.warnings.len() {
+                0 => writeln!(w, "nothing due"),
+                n => writeln!(w, "nothing due in the runs read ({n} could not be read)"),
+            };
         }
         writeln!(
             w,
@@ -1251,8 +1289,8 @@ impl Run for GatesArgs {
             Some(GatesCommand::Wait(a)) => GatesOutput::Waited(wait(a, ctx)?),
             Some(GatesCommand::Audit(a)) => GatesOutput::Audit(audit(a, ctx)?),
             Some(GatesCommand::Verify(a)) => GatesOutput::Verified(verify(a, ctx)?),
-            Some(GatesCommand::Sweep) => {
-                let (runs, done, warnings) = Listing::sweep(ctx, &now())?;
+            Some(GatesCommand::Sweep(a)) => {
+                let (runs, done, warnings) = Listing::sweep(ctx, &now(), a.scan)?;
                 GatesOutput::Swept(SweptGates {
                     runs,
                     done,

@@ -267,8 +267,9 @@ impl<'c> Listing<'c> {
     pub fn sweep(
         ctx: &'c Context,
         now: &str,
+        scan: bool,
     ) -> Result<(usize, crate::store::rules::Swept, Vec<String>)> {
-        let (found, warnings) = Self::plan(ctx, false, Reading::Catalog)?.gather(
+        let (found, warnings) = Self::plan(ctx, scan, Reading::Catalog)?.gather(
             |local| Ok(vec![local.sweep_overdue(&RunFilter::default(), now)?]),
             |server, runs| Ok(vec![server.sweep_overdue(runs, now)?]),
             |_, store| {

@@ -868,13 +868,21 @@ pub fn self_state(r: &AuditRow, key: Option<&Key>) -> RowState {
 }
 
 /// A gate checked against its own history by [`self_state`], with what its events derive.
+/// A sealed row that names another run (copied in from one, its seal genuine there) is broken
+/// here: a run's gates are derived from its own events alone.
 pub fn gate_against_history(
     gate: &GateRow,
+    run_id: &str,
     history: &[AuditRow],
     key: Option<&Key>,
 ) -> (Integrity, Derived) {
-    let events: Vec<(&AuditRow, RowState)> =
-        history.iter().map(|r| (r, self_state(r, key))).collect();
+    let events: Vec<(&AuditRow, RowState)> = history
+        .iter()
+        .map(|r| match self_state(r, key) {
+            RowState::Attested if r.run_id != run_id => (r, RowState::Broken),
+            state => (r, state),
+        })
+        .collect();
     gate_integrity(gate, &events)
 }
 

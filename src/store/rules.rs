@@ -60,8 +60,10 @@ fn disagreement(
     tx: &mut dyn Tx,
     gate: &super::GateRow,
 ) -> Result<(Option<String>, super::chain::Derived)> {
+    let run = run_of(tx)?.0;
     let (integrity, derived) = super::chain::gate_against_history(
         gate,
+        &run,
         &tx.gate_history(&gate.id)?,
         super::seal::key_for_reading()?,
     );
@@ -232,6 +234,13 @@ pub fn sweep(tx: &mut Txn<'_>, now: &str) -> Result<Swept> {
     for gate in &due {
         let (tampered, d) = disagreement(&mut **tx, gate)?;
         let sound = tampered.is_none() && d.instance == gate.instance && d.instance > 0;
+        // A reader that cannot vouch for the gate's opening (its seal is another machine's,
+        // or this one has no key) leaves a schedule it claims to one that can: it neither
+        // times out a gate that may escalate nor drops its reminders. Tampered, it fails
+        // closed as ever.
+        if !sound && tampered.is_none() && claims_schedule(&mut **tx, &gate)? {
+            continue;
+        }
         let sealed_deadline = d.timeout_at.clone().flatten();
         let mut gate = gate.clone();
         if sound && passed(sealed_deadline.as_deref()) {
@@ -283,6 +292,20 @@ pub fn sweep(tx: &mut Txn<'_>, now: &str) -> Result<Swept> {
         }
     }
     Ok(swept)
+}
+
+/// Whether the newest `created` event of a gate's current opening, sealed or not, asks for
+/// reminders or an escalation.
+fn claims_schedule(tx: &mut dyn Tx, gate: &super::GateRow) -> Result<bool> {
+    Ok(tx
+        .gate_history(&gate.id)?
+        .iter()
+        .rev()
+        .filter(|r| r.event_type == "created")
+        .filter_map(|r| r.metadata.as_deref())
+        .filter_map(|m| serde_json::from_str::<serde_json::Value>(m).ok())
+        .find(|m| m["instance"].as_i64().unwrap_or(1) == gate.instance)
+        .is_some_and(|m| m.get("escalate").is_some() || m.get("remind").is_some()))
 }
 
 /// Marks a gate past its deadline `timeout`. The deadline is when it timed out (one that does
@@ -680,9 +703,13 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
             // The same call again: a safe retry (its quorum too, which its sealed log keeps).
             let (_, derived) = disagreement(&mut *tx, existing)?;
             let q = &derived.quorum;
+            // An escalated gate's row allows its escalation entry too.
+            let mut given: Vec<String> = serde_json::from_str(g.allow).unwrap_or_default();
+            if derived.escalated {
+                given = q.escalated_allow(&given);
+            }
             let same = existing.prompt == g.prompt
-                && existing.allow
-                    == serde_json::from_str::<Vec<String>>(g.allow).unwrap_or_default()
+                && existing.allow == given
                 && existing.timeout.as_deref() == g.timeout
                 && existing.on_reject.as_deref() == g.on_reject
                 && existing.metadata.as_deref() == g.metadata
