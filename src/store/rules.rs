@@ -238,7 +238,7 @@ pub fn sweep(tx: &mut Txn<'_>, now: &str) -> Result<Swept> {
         // or this one has no key) leaves a schedule it claims to one that can: it neither
         // times out a gate that may escalate nor drops its reminders. Tampered, it fails
         // closed as ever.
-        if !sound && tampered.is_none() && claims_schedule(&mut **tx, &gate)? {
+        if !sound && tampered.is_none() && claims_schedule(&mut **tx, gate)? {
             continue;
         }
         let sealed_deadline = d.timeout_at.clone().flatten();
