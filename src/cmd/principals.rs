@@ -11,21 +11,13 @@ use anyhow::Result;
 use serde::Serialize;
 use std::io::{self, Write};
 
-/// A principal as listed: never its token, nor the token's hash.
-#[derive(Debug, Serialize)]
-pub struct Listed {
-    pub name: String,
-    pub kind: String,
-    pub created_at: String,
-    pub revoked_at: Option<String>,
-}
-
 #[derive(Debug, Serialize)]
 pub struct PrincipalList {
     pub require: bool,
     /// The approval page's public key every decision must be signed by, when pinned.
     pub signed_key: Option<String>,
-    pub principals: Vec<Listed>,
+    /// As listed (`cmd::rows`): never its token, nor the token's hash.
+    pub principals: Vec<PrincipalRow>,
 }
 
 /// What the project requires of a decision, as `principals` says it.
@@ -208,16 +200,7 @@ fn list(book: Option<&mut (dyn PrincipalBook + 'static)>) -> Result<PrincipalLis
         require: crate::services::auth::required(book)?,
         signed_key: crate::services::sign::pinned(book)?
             .map(|k| crate::services::sign::public_tag(&k)),
-        principals: book
-            .principals()?
-            .into_iter()
-            .map(|r: PrincipalRow| Listed {
-                name: r.name,
-                kind: r.kind,
-                created_at: r.created_at,
-                revoked_at: r.revoked_at,
-            })
-            .collect(),
+        principals: book.principals()?,
     })
 }
 
