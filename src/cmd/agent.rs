@@ -3,7 +3,7 @@
 use crate::cli::{AgentArgs, AgentCommand};
 use crate::error::{not_found, shown, usage};
 use crate::model::{check_name, now};
-use crate::output::{one_line, table, Render};
+use crate::output::{one_line, Render};
 use crate::store::{AgentRow, AgentStore};
 use anyhow::Result;
 use serde::Serialize;
@@ -153,21 +153,16 @@ impl Render for AgentList {
         if self.0.is_empty() {
             return writeln!(w, "no agents");
         }
-        let header = ["AGENT", "SCOPE", "SEGMENTS", "MEMORY", "UPDATED"].map(String::from);
-        let rows: Vec<Vec<String>> = self
-            .0
-            .iter()
-            .map(|a| {
-                vec![
-                    one_line(&a.name, 40),
-                    a.scope.clone().unwrap_or_default(),
-                    a.segments.to_string(),
-                    a.memory_bytes.map_or("none".into(), |b| format!("{b} B")),
-                    a.updated_at.clone().unwrap_or_default(),
-                ]
-            })
-            .collect();
-        table(w, &header, &rows)
+        let header = ["AGENT", "SCOPE", "SEGMENTS", "MEMORY", "UPDATED"];
+        super::table_of(w, &header, &self.0, |a| {
+            vec![
+                one_line(&a.name, 40),
+                a.scope.clone().unwrap_or_default(),
+                a.segments.to_string(),
+                a.memory_bytes.map_or("none".into(), |b| format!("{b} B")),
+                a.updated_at.clone().unwrap_or_default(),
+            ]
+        })
     }
 }
 

@@ -3,7 +3,7 @@
 use super::listing::Listing;
 use super::{over_runs, Run};
 use crate::context::Context;
-use crate::output::{table, Render};
+use crate::output::Render;
 use crate::store::{Checkpointed, Migration, RunStats};
 use anyhow::Result;
 use serde::Serialize;
@@ -78,30 +78,25 @@ impl Render for Stats {
             }
         } else if !self.runs.is_empty() {
             writeln!(w)?;
-            let header = super::header(&[
+            let header = [
                 "RUN",
                 "BACKEND",
                 "DB BYTES",
                 "EXECUTIONS",
                 "BINDINGS",
                 "ATTACHMENT BYTES",
-            ]);
-            let rows: Vec<Vec<String>> = self
-                .runs
-                .iter()
-                .map(|r| {
-                    let rows = |t: &str| r.store.tables.get(t).copied().unwrap_or(0).to_string();
-                    vec![
-                        r.run_id.clone(),
-                        r.store.backend.to_string(),
-                        r.store.db_bytes.map_or("-".into(), |b| b.to_string()),
-                        rows("execution"),
-                        rows("bindings"),
-                        r.attachment_bytes.to_string(),
-                    ]
-                })
-                .collect();
-            table(w, &header, &rows)?;
+            ];
+            super::table_of(w, &header, &self.runs, |r| {
+                let rows = |t: &str| r.store.tables.get(t).copied().unwrap_or(0).to_string();
+                vec![
+                    r.run_id.clone(),
+                    r.store.backend.to_string(),
+                    r.store.db_bytes.map_or("-".into(), |b| b.to_string()),
+                    rows("execution"),
+                    rows("bindings"),
+                    r.attachment_bytes.to_string(),
+                ]
+            })?;
         }
         Ok(())
     }

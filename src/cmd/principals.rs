@@ -4,7 +4,7 @@
 use crate::cli::{GroupCommand, OnOff, PrincipalsArgs, PrincipalsCommand};
 use crate::error::{not_found, refused, shown, tampered, usage};
 use crate::model::{group_name, now, Principal};
-use crate::output::{table, Render};
+use crate::output::Render;
 use crate::store::book_log::{self, Change};
 use crate::store::principals::{PrincipalBook, PrincipalRow, REQUIRE};
 use anyhow::Result;
@@ -41,20 +41,15 @@ impl Render for PrincipalList {
         if self.principals.is_empty() {
             return writeln!(w, "no principals");
         }
-        let header = super::header(&["PRINCIPAL", "KIND", "ISSUED", "REVOKED"]);
-        let rows: Vec<Vec<String>> = self
-            .principals
-            .iter()
-            .map(|p| {
-                vec![
-                    p.name.clone(),
-                    p.kind.clone(),
-                    p.created_at.clone(),
-                    p.revoked_at.clone().unwrap_or_else(|| "-".into()),
-                ]
-            })
-            .collect();
-        table(w, &header, &rows)
+        let header = ["PRINCIPAL", "KIND", "ISSUED", "REVOKED"];
+        super::table_of(w, &header, &self.principals, |p| {
+            vec![
+                p.name.clone(),
+                p.kind.clone(),
+                p.created_at.clone(),
+                p.revoked_at.clone().unwrap_or_else(|| "-".into()),
+            ]
+        })
     }
 }
 

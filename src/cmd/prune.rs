@@ -5,7 +5,7 @@ use super::Run;
 use crate::cli::PruneArgs;
 use crate::context::Context;
 use crate::error::{refused, usage};
-use crate::output::{table, Render};
+use crate::output::Render;
 use crate::run::RunPaths;
 use crate::store::RunSummary;
 use anyhow::{Context as _, Result};
@@ -39,27 +39,22 @@ pub struct Pruned {
 
 impl Render for Pruned {
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
-        let header = super::header(&["RUN", "STATUS", "STARTED", "BYTES", "ACTION"]);
-        let rows: Vec<Vec<String>> = self
-            .runs
-            .iter()
-            .map(|e| {
-                let action = match (&e.reason, e.done) {
-                    (Some(r), _) => format!("keep: {r}"),
-                    (None, true) if e.action == "archive" => "archived".to_string(),
-                    (None, true) => "removed".to_string(),
-                    (None, false) => format!("would {}", e.action),
-                };
-                vec![
-                    e.run_id.clone(),
-                    e.status.as_ref().map_or("", |s| s.as_str()).to_string(),
-                    e.started_at.clone().unwrap_or_default(),
-                    e.bytes.to_string(),
-                    action,
-                ]
-            })
-            .collect();
-        table(w, &header, &rows)?;
+        let header = ["RUN", "STATUS", "STARTED", "BYTES", "ACTION"];
+        super::table_of(w, &header, &self.runs, |e| {
+            let action = match (&e.reason, e.done) {
+                (Some(r), _) => format!("keep: {r}"),
+                (None, true) if e.action == "archive" => "archived".to_string(),
+                (None, true) => "removed".to_string(),
+                (None, false) => format!("would {}", e.action),
+            };
+            vec![
+                e.run_id.clone(),
+                e.status.as_ref().map_or("", |s| s.as_str()).to_string(),
+                e.started_at.clone().unwrap_or_default(),
+                e.bytes.to_string(),
+                action,
+            ]
+        })?;
         if self.dry_run {
             writeln!(
                 w,
