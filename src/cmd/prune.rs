@@ -124,7 +124,7 @@ pub fn run(req: &PruneArgs, every: EveryRun, ctx: &Context) -> Result<Pruned> {
     )?;
     // A run that cannot be read is never pruned blind: it is kept, with the reason, and the
     // others are pruned as usual.
-    let mut out = Vec::new();
+    let mut plan = Vec::new();
     for run in &visit {
         if summaries.iter().any(|(r, _)| r.dir == run.dir) {
             continue;
@@ -133,15 +133,8 @@ pub fn run(req: &PruneArgs, every: EveryRun, ctx: &Context) -> Result<Pruned> {
             .iter()
             .find(|w| w.starts_with(&format!("skipped run {}:", run.id)))
             .map_or("unreadable", String::as_str);
-        out.push(PruneEntry {
-            run_id: run.id.clone(),
-            status: None,
-            started_at: None,
-            bytes: dir_size(&run.dir),
-            action: "keep",
-            reason: Some(format!("unreadable, never pruned blind ({why})")),
-            done: false,
-        });
+        let reason = format!("unreadable, never pruned blind ({why})");
+        plan.push((run.clone(), None, dir_size(&run.dir), Some(reason)));
     }
     let mut summaries: Vec<(RunPaths, (RunSummary, u64))> = summaries;
     summaries
@@ -151,8 +144,6 @@ pub fn run(req: &PruneArgs, every: EveryRun, ctx: &Context) -> Result<Pruned> {
     } else {
         "remove"
     };
-    let mut freed = 0;
-    let mut plan = Vec::new();
     for (i, (paths, (s, bytes))) in summaries.into_iter().enumerate() {
         let status = &s.run.status;
         let last = s.run.updated_at.as_deref().or(s.run.started_at.as_deref());
@@ -172,7 +163,7 @@ pub fn run(req: &PruneArgs, every: EveryRun, ctx: &Context) -> Result<Pruned> {
         } else {
             None
         };
-        plan.push((paths, s, bytes, reason));
+        plan.push((paths, Some(s), bytes, reason));
     }
     // Every destination is checked before anything moves: one conflict refuses the prune.
     if let (Some(dir), true) = (&req.archive, req.yes) {
@@ -191,6 +182,7 @@ pub fn run(req: &PruneArgs, every: EveryRun, ctx: &Context) -> Result<Pruned> {
             )));
         }
     }
+    let (mut out, mut freed) = (Vec::new(), 0);
     for (paths, s, bytes, mut reason) in plan {
         let mut done = false;
         if reason.is_none() && req.yes {
@@ -204,10 +196,11 @@ pub fn run(req: &PruneArgs, every: EveryRun, ctx: &Context) -> Result<Pruned> {
                 done = true;
             }
         }
+        let (status, started_at) = s.map_or((None, None), |s| (s.run.status, s.run.started_at));
         out.push(PruneEntry {
             run_id: paths.id.clone(),
-            status: s.run.status,
-            started_at: s.run.started_at,
+            status,
+            started_at,
             bytes,
             action: if reason.is_some() { "keep" } else { action },
             reason,
