@@ -125,16 +125,12 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
             let scope = b
                 .execution_id
                 .map_or("root".into(), |e| format!("execution {e}"));
+            let binding = format!("binding {} ({scope})", b.name);
             if let Some(blob) = server_blob(rel) {
                 if store.blob_len(blob)?.is_none() {
-                    problem(
-                        "missing attachment",
-                        format!(
-                            "binding {} ({scope}) points at {rel}, which the server does not hold whole",
-                            b.name
-                        ),
-                        false,
-                    );
+                    let detail =
+                        format!("{binding} points at {rel}, which the server does not hold whole");
+                    problem("missing attachment", detail, false);
                 }
                 continue;
             }
@@ -143,14 +139,8 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
                 // uploads it and points the binding at the server's copy.
                 Ok((mut file, path)) if on_server => {
                     let fixed = req.fix && upload_local(store, b, rel, &mut file, &path, run)?;
-                    problem(
-                        "local attachment",
-                        format!(
-                            "binding {} ({scope}) is kept in {rel} on this machine only; other machines cannot read it",
-                            b.name
-                        ),
-                        fixed,
-                    );
+                    let detail = format!("{binding} is kept in {rel} on this machine only; other machines cannot read it");
+                    problem("local attachment", detail, fixed);
                 }
                 Ok(_) => {}
                 Err(attach::OpenError::Missing(_)) => {
@@ -159,17 +149,12 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
                     } else {
                         "is missing"
                     };
-                    let detail = format!(
-                        "binding {} ({scope}) points at {rel}, which {which}",
-                        b.name
-                    );
+                    let detail = format!("{binding} points at {rel}, which {which}");
                     problem("missing attachment", detail, false)
                 }
-                Err(attach::OpenError::Refused(e) | attach::OpenError::Other(e)) => problem(
-                    "unsafe attachment",
-                    format!("binding {} ({scope}): {e:#}", b.name),
-                    false,
-                ),
+                Err(attach::OpenError::Refused(e) | attach::OpenError::Other(e)) => {
+                    problem("unsafe attachment", format!("{binding}: {e:#}"), false)
+                }
             }
         }
         match attach::dir(&run.dir, false) {
@@ -284,15 +269,12 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
             problem("audit chain", format!("{at}: {}", b.reason), false);
         }
         for (gate, integrity) in &chain.gates {
-            match integrity {
-                Integrity::Tampered(d) => {
-                    problem("tampered gate", format!("gate {gate}: {d}"), false)
-                }
-                Integrity::Unattested(d) => {
-                    problem("unattested gate", format!("gate {gate}: {d}"), false)
-                }
-                Integrity::Attested => {}
-            }
+            let (kind, d) = match integrity {
+                Integrity::Tampered(d) => ("tampered gate", d),
+                Integrity::Unattested(d) => ("unattested gate", d),
+                Integrity::Attested => continue,
+            };
+            problem(kind, format!("gate {gate}: {d}"), false);
         }
         Ok(found)
     })?;
