@@ -143,33 +143,20 @@ impl<'c> Listing<'c> {
         let mut local = match opened {
             Ok(Some(c)) => c,
             Ok(None) => {
-                return Self::visiting(
-                    ctx,
-                    vec![format!(
-                        "the project catalog is of a newer prose-state: every run visited ({})",
-                        ctx.prose_dir()
-                            .join(crate::store::catalog::CATALOG_FILE)
-                            .display()
-                    )],
-                )
+                let file = ctx.prose_dir().join(crate::store::catalog::CATALOG_FILE);
+                let why = "the project catalog is of a newer prose-state: every run visited";
+                return Self::visiting(ctx, vec![format!("{why} ({})", file.display())]);
             }
             Err(e) => {
-                return Self::visiting(
-                    ctx,
-                    vec![format!(
-                        "the project catalog cannot be used, every run visited: {e:#}"
-                    )],
-                )
+                let why = format!("the project catalog cannot be used, every run visited: {e:#}");
+                return Self::visiting(ctx, vec![why]);
             }
         };
-        let server = if ctx.uses_postgres() {
-            Some(RunFilter {
-                only: None,
-                except: local.unreadable_runs()?,
-            })
-        } else {
-            None
-        };
+        let server = ctx
+            .uses_postgres()
+            .then(|| local.unreadable_runs())
+            .transpose()?
+            .map(|except| RunFilter { only: None, except });
         let warnings = Catalog::warnings(&mut local);
         Ok(Listing {
             ctx,
