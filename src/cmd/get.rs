@@ -34,16 +34,6 @@ pub struct Got {
     blob: Option<String>,
 }
 
-impl std::fmt::Debug for Got {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Got")
-            .field("row", &self.row)
-            .field("bytes", &self.bytes)
-            .field("blob", &self.blob)
-            .finish_non_exhaustive()
-    }
-}
-
 impl Render for Got {
     /// The value exactly as stored, with nothing added; an attachment is streamed. On a
     /// terminal, where a person reads it, it is made visible instead.
