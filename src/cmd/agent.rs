@@ -31,7 +31,7 @@ impl Render for Memory {
     }
 }
 
-pub fn memory(name: &str, scope: &str, store: Option<&mut dyn AgentStore>) -> Result<Memory> {
+pub fn memory(name: &str, scope: &str, store: Option<&mut Box<dyn AgentStore>>) -> Result<Memory> {
     check_agent(name)?;
     match store.map(|s| s.agent(name)).transpose()?.flatten() {
         Some(a) if a.memory.is_some() => Ok(Memory { agent: a }),
@@ -166,7 +166,7 @@ impl Render for AgentList {
     }
 }
 
-pub fn list(store: Option<&mut dyn AgentStore>) -> Result<AgentList> {
+pub fn list(store: Option<&mut Box<dyn AgentStore>>) -> Result<AgentList> {
     let rows = store.map(|s| s.agents()).transpose()?.unwrap_or_default();
     Ok(AgentList(
         rows.into_iter().map(AgentSummary::from).collect(),
@@ -192,17 +192,15 @@ impl super::Run for AgentArgs {
         );
         let scope = self.scope.as_str();
         let (mut store, location) = ctx.agent_store(self.scope, self.home.as_deref(), writes)?;
-        let store_ref: Option<&mut dyn AgentStore> = match store.as_mut() {
-            Some(s) => Some(&mut **s),
-            None => None,
-        };
         let opened = || anyhow::anyhow!("agents db was not opened");
         Ok(match &self.command {
-            AgentCommand::Memory { name } => AgentOutput::Memory(memory(name, scope, store_ref)?),
-            AgentCommand::List => AgentOutput::List(list(store_ref)?),
+            AgentCommand::Memory { name } => {
+                AgentOutput::Memory(memory(name, scope, store.as_mut())?)
+            }
+            AgentCommand::List => AgentOutput::List(list(store.as_mut())?),
             AgentCommand::Remember { name, value, file } => {
                 let input = super::value_source(value.as_deref(), file.as_deref())?;
-                let store = store_ref.ok_or_else(opened)?;
+                let store = store.as_deref_mut().ok_or_else(opened)?;
                 AgentOutput::Remembered(remember(name, scope, input, &location, store)?)
             }
             AgentCommand::Segment {
@@ -210,7 +208,7 @@ impl super::Run for AgentArgs {
                 prompt,
                 summary,
             } => {
-                let store = store_ref.ok_or_else(opened)?;
+                let store = store.as_deref_mut().ok_or_else(opened)?;
                 AgentOutput::Segment(segment(name, scope, prompt, summary, store)?)
             }
         })
