@@ -6,7 +6,7 @@ use crate::error::{not_found, refused, shown, tampered, usage};
 use crate::model::{group_name, now, Principal};
 use crate::output::Render;
 use crate::store::book_log::{self, Change};
-use crate::store::principals::{PrincipalBook, PrincipalRow, REQUIRE};
+use crate::store::principals::{record, PrincipalBook, PrincipalRow, REQUIRE};
 use anyhow::Result;
 use serde::Serialize;
 use std::io::{self, Write};
@@ -263,7 +263,7 @@ impl super::Run for PrincipalsArgs {
                 for g in &groups {
                     changes.push(change(book_log::GROUP_ADD, name, Some(g), None));
                 }
-                crate::store::principals::record(book.as_mut(), &changes)?;
+                record(book.as_mut(), &changes)?;
                 PrincipalsOutput::Issued(Issued {
                     principal: row.name,
                     kind: row.kind,
@@ -285,10 +285,7 @@ impl super::Run for PrincipalsArgs {
                 }
                 if let Some(b) = book.as_deref_mut() {
                     let name = Some(principal.as_str());
-                    crate::store::principals::record(
-                        b,
-                        &[change(book_log::REVOKE, name, None, None)],
-                    )?;
+                    record(b, &[change(book_log::REVOKE, name, None, None)])?;
                 }
                 PrincipalsOutput::Changed(Changed {
                     principal: Some(principal.as_str().to_string()),
@@ -326,14 +323,9 @@ impl super::Run for PrincipalsArgs {
                 let before = state(book.as_mut())?;
                 let (group, names, add) = match &g.command {
                     GroupCommand::List => {
-                        return Ok(PrincipalsOutput::Groups(Groups(
-                            before
-                                .roster
-                                .groups
-                                .iter()
-                                .map(|(g, m)| (g.clone(), m.iter().cloned().collect()))
-                                .collect(),
-                        )))
+                        let groups = before.roster.groups.keys();
+                        let all = groups.map(|g| (g.clone(), members_of(&before, g)));
+                        return Ok(PrincipalsOutput::Groups(Groups(all.collect())));
                     }
                     GroupCommand::Add(m) => (&m.group, &m.principals, true),
                     GroupCommand::Remove(m) => (&m.group, &m.principals, false),
@@ -349,25 +341,23 @@ impl super::Run for PrincipalsArgs {
                         return Err(not_found(format!("{} is not in group:{group}", shown(n))));
                     }
                 }
+                let event = if add {
+                    book_log::GROUP_ADD
+                } else {
+                    book_log::GROUP_REMOVE
+                };
                 let mut seen = std::collections::BTreeSet::new();
                 let changes: Vec<Change> = names
                     .iter()
                     .filter(|n| add != members.contains(n) && seen.insert(n.as_str()))
-                    .map(|n| {
-                        let event = if add {
-                            book_log::GROUP_ADD
-                        } else {
-                            book_log::GROUP_REMOVE
-                        };
-                        change(event, Some(n.as_str()), Some(group.as_str()), None)
-                    })
+                    .map(|n| change(event, Some(n.as_str()), Some(group.as_str()), None))
                     .collect();
                 let what = match (changes.is_empty(), add) {
                     (true, _) => "unchanged",
                     (false, true) => "added",
                     (false, false) => "removed",
                 };
-                crate::store::principals::record(book.as_mut(), &changes)?;
+                record(book.as_mut(), &changes)?;
                 let after = state(book.as_mut())?;
                 PrincipalsOutput::BookChanged(BookChanged {
                     change: what.into(),
@@ -384,16 +374,9 @@ impl super::Run for PrincipalsArgs {
                 let wanted = pol.separate_duties.map(|v| v == OnOff::On);
                 let changed = wanted.is_some_and(|w| w != before.separate_duties);
                 if let (true, Some(w), Some(book)) = (changed, wanted, book.as_deref_mut()) {
-                    let value = if w { "on" } else { "off" };
-                    crate::store::principals::record(
-                        book,
-                        &[change(
-                            book_log::POLICY,
-                            None,
-                            Some(book_log::SEPARATE_DUTIES),
-                            Some(value),
-                        )],
-                    )?;
+                    let value = Some(if w { "on" } else { "off" });
+                    let duties = Some(book_log::SEPARATE_DUTIES);
+                    record(book, &[change(book_log::POLICY, None, duties, value)])?;
                 }
                 PrincipalsOutput::BookChanged(BookChanged {
                     change: if changed { "policy" } else { "unchanged" }.into(),
