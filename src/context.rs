@@ -227,7 +227,7 @@ impl Context {
     }
 
     /// The project's server, for what it keeps of the project (not of one run).
-    fn project_server(&self) -> Result<PgStore> {
+    pub fn project_server(&self) -> Result<PgStore> {
         PgStore::open_project(&self.postgres_url()?, self.opts)
     }
 

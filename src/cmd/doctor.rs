@@ -282,9 +282,7 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
     // Values on the project's server that belong to no run (an import killed between its
     // uploads and its rows): checked when every run is.
     if ctx.uses_postgres() && all_runs {
-        let mut server =
-            crate::store::postgres::PgStore::open_project(&ctx.postgres_url()?, ctx.opts)?;
-        for o in server.orphan_values(req.fix)? {
+        for o in ctx.project_server()?.orphan_values(req.fix)? {
             let detail = format!(
                 "{SERVER_PREFIX}{} ({}) on the server belongs to no run",
                 o.blob,

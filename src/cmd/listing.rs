@@ -16,7 +16,6 @@ use crate::model::RunStatus;
 use crate::run::RunPaths;
 use crate::store::catalog::ProjectCatalog;
 use crate::store::chain::ChainReport;
-use crate::store::postgres::PgStore;
 use crate::store::sqlite::SqliteStore;
 use crate::store::{
     AuditFilter, AuditRow, Backend, Catalog, GateRow, RunFilter, RunStats, RunSummary,
@@ -539,7 +538,7 @@ fn rescan_catalog(ctx: &Context) {
 fn all_runs(ctx: &Context) -> Result<Vec<RunPaths>> {
     let mut runs = crate::run::all_runs(ctx.root.as_deref())?;
     if ctx.uses_postgres() {
-        let ids = PgStore::open_project(&ctx.postgres_url()?, ctx.opts)?.run_ids()?;
+        let ids = ctx.project_server()?.run_ids()?;
         for id in ids {
             // An id written on the server by other means must not become a path.
             let Ok(dir) = crate::model::path_in(ctx.runs_dir(), &id, crate::model::PathName::Run)
