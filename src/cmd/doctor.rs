@@ -78,11 +78,10 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
     let mut problems = Vec::new();
     for (dir, why) in &leftovers {
         let fixed = req.fix && std::fs::remove_dir_all(dir).is_ok();
-        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned());
-        let (name, detail) = (
-            name.unwrap_or_default(),
-            format!("{}: {why}", dir.display()),
-        );
+        let name = dir
+            .file_name()
+            .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+        let detail = format!("{}: {why}", dir.display());
         problems.push(Problem::new(name, "incomplete run", detail, fixed));
     }
     let runs: Vec<RunPaths> = runs
@@ -244,19 +243,13 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
                 .clone()
                 .or(summary.run.started_at.clone());
             let seconds = last.and_then(|l| crate::model::seconds_between(&l, &now));
-            if let Some(h) = seconds.map(|s| s as f64 / 3600.0) {
-                if h >= req.stale {
-                    let why = format!("running with no event for {h:.1} h");
-                    let fixed = req.fix
-                        && store
-                            .finish(
-                                &crate::model::RunStatus::Interrupted,
-                                Some(&format!("marked interrupted by doctor: {why}")),
-                                &now,
-                            )
-                            .is_ok();
-                    problem("stale run", why, fixed);
-                }
+            let hours = seconds.map(|s| s as f64 / 3600.0);
+            if let Some(h) = hours.filter(|h| *h >= req.stale) {
+                let why = format!("running with no event for {h:.1} h");
+                let interrupted = crate::model::RunStatus::Interrupted;
+                let note = format!("marked interrupted by doctor: {why}");
+                let fixed = req.fix && store.finish(&interrupted, Some(&note), &now).is_ok();
+                problem("stale run", why, fixed);
             }
         }
         let chain = store.verify_audit()?;
