@@ -498,16 +498,12 @@ impl EveryRun<'_> {
         let mut read = Vec::new();
         let mut warnings = Vec::new();
         if let Some(mut local) = local {
+            let at = |dir: String| RunPaths::in_dir(ctx.runs_dir().join(dir));
             for (dir, s) in local.runs_of(&RunFilter::default(), now)? {
-                read.push(from_catalog(RunPaths::in_dir(ctx.runs_dir().join(dir)), s));
+                read.push(from_catalog(at(dir), s));
             }
-            let mut unread: Vec<RunPaths> = local
-                .unreadable_runs()?
-                .into_iter()
-                .map(|id| RunPaths::in_dir(ctx.runs_dir().join(id)))
-                .collect();
-            unread.append(&mut visit);
-            visit = unread;
+            // The runs it could not read are visited first.
+            visit.splice(0..0, local.unreadable_runs()?.into_iter().map(at));
             warnings = local.warnings();
         }
         let several = visit.len() > 1 || catalogued;
