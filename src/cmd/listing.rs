@@ -448,15 +448,8 @@ impl<'c> Listing<'c> {
     pub fn every_run(ctx: &'c Context) -> Result<EveryRun<'c>> {
         let mut listing = Self::plan(ctx, false, Reading::Catalog)?;
         if let Some(filter) = listing.server.take() {
-            for id in ctx.server_catalog()?.ids_of(&filter)? {
-                if crate::model::check_run_id(&id).is_ok()
-                    && !listing.visit.iter().any(|r| r.id == id)
-                {
-                    listing
-                        .visit
-                        .push(RunPaths::in_dir(ctx.runs_dir().join(&id)));
-                }
-            }
+            let ids = ctx.server_catalog()?.ids_of(&filter)?;
+            add_server_runs(ctx, &mut listing.visit, ids);
         }
         Ok(EveryRun(listing))
     }
@@ -534,20 +527,24 @@ fn rescan_catalog(ctx: &Context) {
 fn all_runs(ctx: &Context) -> Result<Vec<RunPaths>> {
     let mut runs = crate::run::all_runs(ctx.root.as_deref())?;
     if ctx.uses_postgres() {
-        let ids = ctx.project_server()?.run_ids()?;
-        for id in ids {
-            // An id written on the server by other means must not become a path.
-            let Ok(dir) = crate::model::path_in(ctx.runs_dir(), &id, crate::model::PathName::Run)
-            else {
-                continue;
-            };
-            if !runs.iter().any(|r| r.id == id) {
-                runs.push(RunPaths::in_dir(dir));
-            }
-        }
+        add_server_runs(ctx, &mut runs, ctx.project_server()?.run_ids()?);
         runs.sort_by(|a, b| a.id.cmp(&b.id));
     }
     Ok(runs)
+}
+
+/// Adds to `runs` each run of `ids`, on the project's server, that is not among them yet.
+fn add_server_runs(ctx: &Context, runs: &mut Vec<RunPaths>, ids: Vec<String>) {
+    for id in ids {
+        // An id written on the server by other means must not become a path.
+        let Ok(dir) = crate::model::path_in(ctx.runs_dir(), &id, crate::model::PathName::Run)
+        else {
+            continue;
+        };
+        if !runs.iter().any(|r| r.id == id) {
+            runs.push(RunPaths::in_dir(dir));
+        }
+    }
 }
 
 /// Applies `f` to each of `runs`, a few runs at a time on worker threads (each with its own
