@@ -184,7 +184,7 @@ fn arg_item(arg: &clap::Arg) -> String {
         .map(|v| v.iter().map(|n| n.to_string()).collect())
         .unwrap_or_else(|| vec![arg.get_id().as_str().to_uppercase()]);
     let takes_value = arg.get_action().takes_values();
-    let mut typed = if arg.is_positional() {
+    let typed = if arg.is_positional() {
         let multiple = arg.get_num_args().is_some_and(|n| n.max_values() > 1);
         let name = value_names.join(" ");
         let name = if arg.is_required_set() {
@@ -198,13 +198,9 @@ fn arg_item(arg: &clap::Arg) -> String {
             name
         }
     } else {
-        names.join(", ")
+        let values = value_names.iter().filter(|_| takes_value);
+        names.join(", ") + &values.map(|v| format!(" <{v}>")).collect::<String>()
     };
-    if takes_value && !arg.is_positional() {
-        for v in &value_names {
-            typed.push_str(&format!(" <{v}>"));
-        }
-    }
     let help = arg
         .get_long_help()
         .or(arg.get_help())
@@ -228,10 +224,8 @@ fn arg_item(arg: &clap::Arg) -> String {
             .collect();
         facts.push(format!("default `{}`", defaults.join(",")));
     }
-    if let Some(env) = arg.get_env() {
-        if !arg.is_hide_env_set() {
-            facts.push(format!("env `{}`", env.to_string_lossy()));
-        }
+    if let Some(env) = arg.get_env().filter(|_| !arg.is_hide_env_set()) {
+        facts.push(format!("env `{}`", env.to_string_lossy()));
     }
     if !facts.is_empty() {
         item.push_str(&format!(" ({})", facts.join("; ")));
