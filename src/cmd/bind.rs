@@ -43,10 +43,8 @@ impl super::Run for BindArgs {
     fn run(&self, ctx: &crate::context::Context) -> Result<Bound> {
         let (run, mut store) = ctx.the_run()?;
         check_name(&self.name)?;
-        if let Some(summary) = &self.summary {
-            if summary.contains('\0') {
-                return Err(usage("--summary contains a NUL byte"));
-            }
+        if self.summary.as_ref().is_some_and(|s| s.contains('\0')) {
+            return Err(usage("--summary contains a NUL byte"));
         }
         if let Some(id) = self.execution_id {
             if !store.execution_exists(id)? {
