@@ -11,7 +11,7 @@ use anyhow::Result;
 use serde::Serialize;
 use std::io::{self, Write};
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct PrincipalList {
     pub require: bool,
     /// The approval page's public key every decision must be signed by, when pinned.
@@ -185,11 +185,7 @@ fn members_of(state: &book_log::BookState, group: &str) -> Vec<String> {
 
 fn list(book: Option<&mut (dyn PrincipalBook + 'static)>) -> Result<PrincipalList> {
     let Some(book) = book else {
-        return Ok(PrincipalList {
-            require: false,
-            signed_key: None,
-            principals: Vec::new(),
-        });
+        return Ok(PrincipalList::default());
     };
     Ok(PrincipalList {
         require: crate::services::auth::required(book)?,
