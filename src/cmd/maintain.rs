@@ -67,11 +67,8 @@ impl Render for Stats {
         kv(w, "rows", counts(&t.tables))?;
         kv(w, "execution statuses", counts(&t.execution_status))?;
         kv(w, "binding bytes inline", t.binding_inline_bytes)?;
-        kv(
-            w,
-            "attachments",
-            format!("{} files, {} bytes", t.attachment_files, t.attachment_bytes),
-        )?;
+        let files = format!("{} files, {} bytes", t.attachment_files, t.attachment_bytes);
+        kv(w, "attachments", files)?;
         if let [one] = self.runs.as_slice() {
             for (k, v) in &one.store.settings {
                 kv(w, k, v)?;

@@ -116,17 +116,17 @@ pub fn run(req: &PruneArgs, every: EveryRun, ctx: &Context) -> Result<Pruned> {
         warnings,
     } = every.read(
         &now,
-        |paths, s| {
-            let bytes = dir_size(&paths.dir);
-            (paths, (s, bytes))
+        |paths, s| (dir_size(&paths.dir), paths, s),
+        |run, store| {
+            let summary = store.run_summary(&now)?;
+            Ok((size(run, store)?, run.clone(), summary))
         },
-        |run, store| Ok((run.clone(), (store.run_summary(&now)?, size(run, store)?))),
     )?;
     // A run that cannot be read is never pruned blind: it is kept, with the reason, and the
     // others are pruned as usual.
     let mut plan = Vec::new();
     for run in &visit {
-        if summaries.iter().any(|(r, _)| r.dir == run.dir) {
+        if summaries.iter().any(|(_, r, _)| r.dir == run.dir) {
             continue;
         }
         let why = warnings
@@ -136,15 +136,14 @@ pub fn run(req: &PruneArgs, every: EveryRun, ctx: &Context) -> Result<Pruned> {
         let reason = format!("unreadable, never pruned blind ({why})");
         plan.push((run.clone(), None, dir_size(&run.dir), Some(reason)));
     }
-    let mut summaries: Vec<(RunPaths, (RunSummary, u64))> = summaries;
-    summaries
-        .sort_by(|a, b| (&b.1 .0.run.started_at, &b.0.id).cmp(&(&a.1 .0.run.started_at, &a.0.id)));
+    let mut summaries: Vec<(u64, RunPaths, RunSummary)> = summaries;
+    summaries.sort_by(|a, b| (&b.2.run.started_at, &b.1.id).cmp(&(&a.2.run.started_at, &a.1.id)));
     let action = if req.archive.is_some() {
         "archive"
     } else {
         "remove"
     };
-    for (i, (paths, (s, bytes))) in summaries.into_iter().enumerate() {
+    for (i, (bytes, paths, s)) in summaries.into_iter().enumerate() {
         let status = &s.run.status;
         let last = s.run.updated_at.as_deref().or(s.run.started_at.as_deref());
         let age = last.and_then(|at| crate::model::seconds_between(at, &now));
