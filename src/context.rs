@@ -129,8 +129,7 @@ impl Context {
     /// of the backend that holds its state; a run id with no directory here is looked up on
     /// the project's server, when it has one.
     pub fn open(&self, paths: &RunPaths) -> Result<Box<dyn Store>> {
-        let here = paths.exists();
-        let backend = if here {
+        let backend = if paths.exists() {
             paths.backend()?
         } else if self.uses_postgres() && crate::model::check_run_id(&paths.id).is_ok() {
             Backend::Postgres

@@ -129,10 +129,7 @@ impl super::Run for BindArgs {
                 if_version: self.if_version,
                 now: &now(),
             },
-            &mut || match file.as_mut() {
-                Some(f) => f.publish(),
-                None => Ok(()),
-            },
+            &mut || file.as_mut().map_or(Ok(()), |f| f.publish()),
         );
         if let Some(b) = &blob {
             // Linked, or refused: a refused bind leaves nothing of its value behind.

@@ -269,20 +269,18 @@ impl super::Run for PrincipalsArgs {
             }
             Some(PrincipalsCommand::Revoke(a)) => {
                 let principal = Principal::parse(&a.name, "principal")?;
-                let revoked = match book.as_deref_mut() {
-                    Some(b) => b.revoke_principal(principal.as_str(), &now)?,
-                    None => false,
+                let gone = || {
+                    let name = shown(principal.as_str());
+                    not_found(format!("no principal with a token to revoke: {name}"))
                 };
-                if !revoked {
-                    return Err(not_found(format!(
-                        "no principal with a token to revoke: {}",
-                        shown(principal.as_str())
-                    )));
+                let Some(b) = book.as_deref_mut() else {
+                    return Err(gone());
+                };
+                if !b.revoke_principal(principal.as_str(), &now)? {
+                    return Err(gone());
                 }
-                if let Some(b) = book.as_deref_mut() {
-                    let name = Some(principal.as_str());
-                    record(b, &[change(book_log::REVOKE, name, None, None)])?;
-                }
+                let name = Some(principal.as_str());
+                record(b, &[change(book_log::REVOKE, name, None, None)])?;
                 PrincipalsOutput::Changed(Changed {
                     principal: Some(principal.as_str().to_string()),
                     revoked: Some(true),

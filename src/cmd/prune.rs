@@ -238,8 +238,7 @@ fn still_prunable(ctx: &Context, paths: &RunPaths, now: &str) -> std::result::Re
 /// is; a run on a server is exported there first (a run directory of its own), and its rows
 /// and values go only once the copy is whole.
 fn prune_one(req: &PruneArgs, paths: &RunPaths, ctx: &Context) -> Result<()> {
-    let here = paths.exists();
-    let on_server = !here || paths.backend()? != crate::store::Backend::Sqlite;
+    let on_server = !paths.exists() || paths.backend()? != crate::store::Backend::Sqlite;
     if let Some(dir) = &req.archive {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("could not create {}", dir.display()))?;
