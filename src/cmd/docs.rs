@@ -71,13 +71,8 @@ pub fn reference() -> String {
          commands do in depth, and the rules behind them, is in the topic pages listed in the \
          [README](../README.md#where-to-read-next).\n\n",
     );
-    let root_globals: Vec<String> = root
-        .get_arguments()
-        .filter(|a| a.is_global_set())
-        .map(|a| a.get_id().to_string())
-        .collect();
     let mut commands = Vec::new();
-    collect(&root, root_globals, &mut commands);
+    collect(&root, globals(&root).collect(), &mut commands);
     out.push_str("## Commands\n\n");
     for (path, cmd, _) in &commands {
         out.push_str(&link(path, path, cmd));
@@ -138,16 +133,18 @@ fn collect(
             sub.get_name()
         );
         let mut below = inherited.clone();
-        below.extend(
-            sub.get_arguments()
-                .filter(|a| a.is_global_set())
-                .map(|a| a.get_id().to_string()),
-        );
+        below.extend(globals(sub));
         below.sort();
         below.dedup();
         out.push((path, sub.clone(), inherited.clone()));
         collect(sub, below, out);
     }
+}
+
+/// The ids of the global options `cmd` defines.
+fn globals(cmd: &clap::Command) -> impl Iterator<Item = String> + '_ {
+    let global = cmd.get_arguments().filter(|a| a.is_global_set());
+    global.map(|a| a.get_id().to_string())
 }
 
 /// A list item naming a command (`name`), linked to its section (`path`), with what it does.
