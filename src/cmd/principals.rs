@@ -5,6 +5,7 @@ use crate::cli::{GroupCommand, OnOff, PrincipalsArgs, PrincipalsCommand};
 use crate::error::{not_found, refused, shown, tampered, usage};
 use crate::model::{group_name, now, Principal};
 use crate::output::Render;
+use crate::services::sign::{self, parse_public, public_tag, Signer, PINNED};
 use crate::store::book_log::{self, Change};
 use crate::store::principals::{record, PrincipalBook, PrincipalRow, REQUIRE};
 use anyhow::Result;
@@ -189,8 +190,7 @@ fn list(book: Option<&mut (dyn PrincipalBook + 'static)>) -> Result<PrincipalLis
     };
     Ok(PrincipalList {
         require: crate::services::auth::required(book)?,
-        signed_key: crate::services::sign::pinned(book)?
-            .map(|k| crate::services::sign::public_tag(&k)),
+        signed_key: sign::pinned(book)?.map(|k| public_tag(&k)),
         principals: book.principals()?,
     })
 }
@@ -290,7 +290,6 @@ impl super::Run for PrincipalsArgs {
             }
             Some(PrincipalsCommand::Require(r)) => {
                 let mut book = book.expect("made for a write");
-                use crate::services::sign::{parse_public, public_tag, Signer};
                 let signed = match (&r.key, r.signed) {
                     (_, false) => None,
                     (Some(k), true) => Some(public_tag(&parse_public(k)?)),
@@ -298,10 +297,7 @@ impl super::Run for PrincipalsArgs {
                 };
                 book.set_setting(REQUIRE, if r.off { "0" } else { "1" })?;
                 if r.off || signed.is_some() {
-                    book.set_setting(
-                        crate::services::sign::PINNED,
-                        signed.as_deref().unwrap_or(""),
-                    )?;
+                    book.set_setting(PINNED, signed.as_deref().unwrap_or(""))?;
                 }
                 PrincipalsOutput::Changed(Changed {
                     principal: None,
