@@ -12,13 +12,13 @@
 //! sits with the commands, not in the store.
 
 use crate::context::Context;
-use crate::model::RunStatus;
+use crate::model::{GateStatus, RunStatus};
 use crate::run::RunPaths;
 use crate::store::catalog::ProjectCatalog;
-use crate::store::chain::ChainReport;
+use crate::store::chain::{self, ChainReport};
 use crate::store::sqlite::SqliteStore;
 use crate::store::{
-    AuditFilter, AuditRow, Backend, Catalog, GateRow, RunFilter, RunStats, RunSummary,
+    run_stats, AuditFilter, AuditRow, Backend, Catalog, GateRow, RunFilter, RunStats, RunSummary,
     ServerCatalog, Store,
 };
 use anyhow::Result;
@@ -281,10 +281,7 @@ impl<'c> Listing<'c> {
                 // With `scan`, each gate is checked against its sealed log (the run read whole).
                 let checked = q.scan.then(|| store.verify_audit().map(Arc::new));
                 let checked = checked.transpose()?;
-                let gates = store.gates(
-                    q.status.map(crate::model::GateStatus::parse).as_ref(),
-                    q.now,
-                )?;
+                let gates = store.gates(q.status.map(GateStatus::parse).as_ref(), q.now)?;
                 Ok(gates
                     .into_iter()
                     .map(|mut gate| {
@@ -351,12 +348,7 @@ impl<'c> Listing<'c> {
                 }
                 Ok(keyed)
             },
-            |run, store| {
-                Ok([(
-                    run.id.clone(),
-                    crate::store::run_stats(store, &run.dir, &run.id)?,
-                )])
-            },
+            |run, store| Ok([(run.id.clone(), run_stats(store, &run.dir, &run.id)?)]),
         )?;
         keyed.sort_by(|a, b| a.0.cmp(&b.0));
         Ok((keyed.into_iter().map(|(_, st)| st).collect(), warnings))
@@ -410,8 +402,7 @@ impl<'c> Listing<'c> {
                 for (id, anchor) in ids.into_iter().zip(anchors) {
                     let rows = audits.get(&id).map_or(&[][..], Vec::as_slice);
                     let gates = gates.get(&id).map_or(&[][..], Vec::as_slice);
-                    let mut report =
-                        crate::store::chain::check(rows, gates, Some(&id), key, anchor.as_ref());
+                    let mut report = chain::check(rows, gates, Some(&id), key, anchor.as_ref());
                     if let Some(signed) = signed {
                         crate::services::sign::check(&mut report, rows, gates, signed);
                     }
