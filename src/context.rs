@@ -5,10 +5,11 @@
 //! for where a run lives. Which runs a listing reads, and where, is `cmd::listing`'s.
 
 use crate::cli::{AgentScope, Global, PrincipalArg, TokenArg};
-use crate::error::{not_found, usage};
-use crate::model::Principal;
+use crate::error::{not_found, shown, usage};
+use crate::model::{check_run_id, path_in, PathName, Principal};
 use crate::run::{self, RunPaths};
 use crate::store::postgres::PgStore;
+use crate::store::principals::{LocalBook, PrincipalBook};
 use crate::store::sqlite::SqliteStore;
 use crate::store::{AgentStore, Backend, NewRun, OpenOptions, Store};
 use anyhow::{Context as _, Result};
@@ -129,16 +130,12 @@ impl Context {
     /// of the backend that holds its state; a run id with no directory here is looked up on
     /// the project's server, when it has one.
     pub fn open(&self, paths: &RunPaths) -> Result<Box<dyn Store>> {
-        let here = paths.exists();
-        let backend = if here {
+        let backend = if paths.exists() {
             paths.backend()?
-        } else if self.uses_postgres() && crate::model::check_run_id(&paths.id).is_ok() {
+        } else if self.uses_postgres() && check_run_id(&paths.id).is_ok() {
             Backend::Postgres
         } else {
-            return Err(not_found(format!(
-                "run not found: {}",
-                crate::error::shown(&paths.id)
-            )));
+            return Err(not_found(format!("run not found: {}", shown(&paths.id))));
         };
         Ok(match backend {
             Backend::Sqlite => {
@@ -175,11 +172,10 @@ impl Context {
             Err(e) => match run_arg {
                 Some(id)
                     if crate::error::code_of(&e) == Some(crate::error::Code::NotFound)
-                        && crate::model::check_run_id(id).is_ok()
+                        && check_run_id(id).is_ok()
                         && self.uses_postgres() =>
                 {
-                    crate::model::path_in(&self.runs_dir, id, crate::model::PathName::Run)
-                        .map(RunPaths::in_dir)
+                    path_in(&self.runs_dir, id, PathName::Run).map(RunPaths::in_dir)
                 }
                 _ => Err(e),
             },
@@ -190,9 +186,8 @@ impl Context {
     /// boundary for names that become paths), or the project's server.
     fn locate_id(&self, run_arg: Option<&str>) -> Result<RunPaths> {
         let id = run_arg.ok_or_else(|| usage("no run given: pass run (a run id)"))?;
-        let gone = || not_found(format!("run not found: {}", crate::error::shown(id)));
-        let dir = crate::model::path_in(&self.runs_dir, id, crate::model::PathName::Run)
-            .map_err(|_| gone())?;
+        let gone = || not_found(format!("run not found: {}", shown(id)));
+        let dir = path_in(&self.runs_dir, id, PathName::Run).map_err(|_| gone())?;
         let paths = RunPaths::in_dir(dir);
         if paths.exists() || self.uses_postgres() {
             Ok(paths)
@@ -227,7 +222,7 @@ impl Context {
     }
 
     /// The project's server, for what it keeps of the project (not of one run).
-    fn project_server(&self) -> Result<PgStore> {
+    pub fn project_server(&self) -> Result<PgStore> {
         PgStore::open_project(&self.postgres_url()?, self.opts)
     }
 
@@ -345,17 +340,12 @@ impl Context {
 
     /// The project's principals: on its server when it has one, else `.prose/principals.db`
     /// (None there until the first `principals add`, unless `create`).
-    pub fn principal_book(
-        &self,
-        create: bool,
-    ) -> Result<Option<Box<dyn crate::store::principals::PrincipalBook>>> {
+    pub fn principal_book(&self, create: bool) -> Result<Option<Box<dyn PrincipalBook>>> {
         if self.uses_postgres() {
             return Ok(Some(Box::new(self.project_server()?)));
         }
-        Ok(
-            crate::store::principals::LocalBook::open(&self.prose_dir, create)?
-                .map(|b| Box::new(b) as Box<dyn crate::store::principals::PrincipalBook>),
-        )
+        let book = LocalBook::open(&self.prose_dir, create)?;
+        Ok(book.map(|b| Box::new(b) as Box<dyn PrincipalBook>))
     }
 
     /// The home directory for user-scoped agents: `--home` / PROSE_HOME, else HOME.
@@ -394,8 +384,8 @@ pub fn copy_refusal(dir: &Path, recorded: &str) -> String {
     format!(
                 "run directory {} is a copy of run {} (its name is not the id it records): nothing is decided or written in it; act on the run itself (--run {}), or give the copy an id of its own (`import {} --run-id NEW_ID --vouch`, then remove the copy)",
         dir.display(),
-        crate::error::shown(recorded),
-        crate::error::shown(recorded),
+        shown(recorded),
+        shown(recorded),
         dir.display()
     )
 }

@@ -3,7 +3,7 @@
 use crate::cli::{AgentArgs, AgentCommand};
 use crate::error::{not_found, shown, usage};
 use crate::model::{check_name, now};
-use crate::output::{one_line, table, Render};
+use crate::output::{one_line, Render};
 use crate::store::{AgentRow, AgentStore};
 use anyhow::Result;
 use serde::Serialize;
@@ -31,7 +31,7 @@ impl Render for Memory {
     }
 }
 
-pub fn memory(name: &str, scope: &str, store: Option<&mut dyn AgentStore>) -> Result<Memory> {
+pub fn memory(name: &str, scope: &str, store: Option<&mut Box<dyn AgentStore>>) -> Result<Memory> {
     check_agent(name)?;
     match store.map(|s| s.agent(name)).transpose()?.flatten() {
         Some(a) if a.memory.is_some() => Ok(Memory { agent: a }),
@@ -153,25 +153,20 @@ impl Render for AgentList {
         if self.0.is_empty() {
             return writeln!(w, "no agents");
         }
-        let header = ["AGENT", "SCOPE", "SEGMENTS", "MEMORY", "UPDATED"].map(String::from);
-        let rows: Vec<Vec<String>> = self
-            .0
-            .iter()
-            .map(|a| {
-                vec![
-                    one_line(&a.name, 40),
-                    a.scope.clone().unwrap_or_default(),
-                    a.segments.to_string(),
-                    a.memory_bytes.map_or("none".into(), |b| format!("{b} B")),
-                    a.updated_at.clone().unwrap_or_default(),
-                ]
-            })
-            .collect();
-        table(w, &header, &rows)
+        let header = ["AGENT", "SCOPE", "SEGMENTS", "MEMORY", "UPDATED"];
+        super::table_of(w, &header, &self.0, |a| {
+            vec![
+                one_line(&a.name, 40),
+                a.scope.clone().unwrap_or_default(),
+                a.segments.to_string(),
+                a.memory_bytes.map_or("none".into(), |b| format!("{b} B")),
+                a.updated_at.clone().unwrap_or_default(),
+            ]
+        })
     }
 }
 
-pub fn list(store: Option<&mut dyn AgentStore>) -> Result<AgentList> {
+pub fn list(store: Option<&mut Box<dyn AgentStore>>) -> Result<AgentList> {
     let rows = store.map(|s| s.agents()).transpose()?.unwrap_or_default();
     Ok(AgentList(
         rows.into_iter().map(AgentSummary::from).collect(),
@@ -197,17 +192,15 @@ impl super::Run for AgentArgs {
         );
         let scope = self.scope.as_str();
         let (mut store, location) = ctx.agent_store(self.scope, self.home.as_deref(), writes)?;
-        let store_ref: Option<&mut dyn AgentStore> = match store.as_mut() {
-            Some(s) => Some(&mut **s),
-            None => None,
-        };
         let opened = || anyhow::anyhow!("agents db was not opened");
         Ok(match &self.command {
-            AgentCommand::Memory { name } => AgentOutput::Memory(memory(name, scope, store_ref)?),
-            AgentCommand::List => AgentOutput::List(list(store_ref)?),
+            AgentCommand::Memory { name } => {
+                AgentOutput::Memory(memory(name, scope, store.as_mut())?)
+            }
+            AgentCommand::List => AgentOutput::List(list(store.as_mut())?),
             AgentCommand::Remember { name, value, file } => {
                 let input = super::value_source(value.as_deref(), file.as_deref())?;
-                let store = store_ref.ok_or_else(opened)?;
+                let store = store.as_deref_mut().ok_or_else(opened)?;
                 AgentOutput::Remembered(remember(name, scope, input, &location, store)?)
             }
             AgentCommand::Segment {
@@ -215,7 +208,7 @@ impl super::Run for AgentArgs {
                 prompt,
                 summary,
             } => {
-                let store = store_ref.ok_or_else(opened)?;
+                let store = store.as_deref_mut().ok_or_else(opened)?;
                 AgentOutput::Segment(segment(name, scope, prompt, summary, store)?)
             }
         })

@@ -43,10 +43,8 @@ impl super::Run for BindArgs {
     fn run(&self, ctx: &crate::context::Context) -> Result<Bound> {
         let (run, mut store) = ctx.the_run()?;
         check_name(&self.name)?;
-        if let Some(summary) = &self.summary {
-            if summary.contains('\0') {
-                return Err(usage("--summary contains a NUL byte"));
-            }
+        if self.summary.as_ref().is_some_and(|s| s.contains('\0')) {
+            return Err(usage("--summary contains a NUL byte"));
         }
         if let Some(id) = self.execution_id {
             if !store.execution_exists(id)? {
@@ -131,10 +129,7 @@ impl super::Run for BindArgs {
                 if_version: self.if_version,
                 now: &now(),
             },
-            &mut || match file.as_mut() {
-                Some(f) => f.publish(),
-                None => Ok(()),
-            },
+            &mut || file.as_mut().map_or(Ok(()), |f| f.publish()),
         );
         if let Some(b) = &blob {
             // Linked, or refused: a refused bind leaves nothing of its value behind.

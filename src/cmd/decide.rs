@@ -2,9 +2,10 @@
 //! refused attempt is audit-logged by the store.
 
 use super::gates::gate_not_found;
-use crate::cli::RunGate;
+use crate::cli::{PrincipalArg, RunGate, TokenArg};
+use crate::context::Context;
 use crate::error::{refused, shown, usage};
-use crate::model::{check_gate_id, now, sha256_tag};
+use crate::model::{check_gate_id, now, sha256_tag, GateStatus, Principal};
 use crate::output::Render;
 use crate::store::principals::PrincipalBook;
 use crate::store::{Decided, Decision, GateRow};
@@ -62,7 +63,7 @@ fn resolved_by(g: &GateRow) -> String {
     format!(
         "gate {} was already {} by {} at {}",
         g.id,
-        if g.status == crate::model::GateStatus::Timeout {
+        if g.status == GateStatus::Timeout {
             "timed out"
         } else {
             g.status.as_str()
@@ -89,7 +90,7 @@ pub fn reason_given(approve: bool, reason: Option<&str>, how: Option<&str>) -> R
 /// its exit code: the same words on the command line and on the approval page.
 pub fn outcome(
     decided: Decided,
-    principal: &crate::model::Principal,
+    principal: &Principal,
     run_id: &str,
     gate: &str,
 ) -> Result<DecisionMade> {
@@ -155,7 +156,7 @@ pub fn roster(
 }
 
 /// The page of the gate a command names, when the project says where its approval page is.
-fn page(ctx: &crate::context::Context, target: &RunGate) -> Option<String> {
+fn page(ctx: &Context, target: &RunGate) -> Option<String> {
     crate::services::notify::gate_page(target.run().or(ctx.run.as_deref())?, target.gate())
 }
 
@@ -163,12 +164,12 @@ fn page(ctx: &crate::context::Context, target: &RunGate) -> Option<String> {
 /// token or a signature the project requires) is audit-logged on the gate like the refusals
 /// the store makes, as the principal claimed, unauthenticated.
 fn decider(
-    ctx: &crate::context::Context,
-    arg: &crate::cli::PrincipalArg,
-    token: &crate::cli::TokenArg,
+    ctx: &Context,
+    arg: &PrincipalArg,
+    token: &TokenArg,
     target: &RunGate,
     approve: bool,
-) -> Result<(crate::model::Principal, bool)> {
+) -> Result<(Principal, bool)> {
     let e = match ctx.decider(arg, token, page(ctx, target)) {
         Ok(found) => return Ok(found),
         Err(e) if crate::error::code_of(&e) == Some(crate::error::Code::Refused) => e,
@@ -196,8 +197,8 @@ fn decider(
 
 /// Decides on the gate a command names, in the run it names, as the principal it gives.
 fn decide(
-    ctx: &crate::context::Context,
-    (arg, token, target): (&crate::cli::PrincipalArg, &crate::cli::TokenArg, &RunGate),
+    ctx: &Context,
+    (arg, token, target): (&PrincipalArg, &TokenArg, &RunGate),
     approve: bool,
     comment: Option<&str>,
     yes: bool,
@@ -259,7 +260,7 @@ fn decide(
 
 impl super::Run for crate::cli::ApproveArgs {
     type Output = DecisionMade;
-    fn run(&self, ctx: &crate::context::Context) -> Result<DecisionMade> {
+    fn run(&self, ctx: &Context) -> Result<DecisionMade> {
         let comment = if self.reject {
             self.reason.as_deref()
         } else {
@@ -272,7 +273,7 @@ impl super::Run for crate::cli::ApproveArgs {
 
 impl super::Run for crate::cli::RejectArgs {
     type Output = DecisionMade;
-    fn run(&self, ctx: &crate::context::Context) -> Result<DecisionMade> {
+    fn run(&self, ctx: &Context) -> Result<DecisionMade> {
         let who = (&self.principal, &self.token, &self.target);
         decide(ctx, who, false, Some(&self.reason), self.yes)
     }

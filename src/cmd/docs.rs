@@ -71,13 +71,8 @@ pub fn reference() -> String {
          commands do in depth, and the rules behind them, is in the topic pages listed in the \
          [README](../README.md#where-to-read-next).\n\n",
     );
-    let root_globals: Vec<String> = root
-        .get_arguments()
-        .filter(|a| a.is_global_set())
-        .map(|a| a.get_id().to_string())
-        .collect();
     let mut commands = Vec::new();
-    collect(&root, root_globals, &mut commands);
+    collect(&root, globals(&root).collect(), &mut commands);
     out.push_str("## Commands\n\n");
     for (path, cmd, _) in &commands {
         out.push_str(&link(path, path, cmd));
@@ -138,16 +133,18 @@ fn collect(
             sub.get_name()
         );
         let mut below = inherited.clone();
-        below.extend(
-            sub.get_arguments()
-                .filter(|a| a.is_global_set())
-                .map(|a| a.get_id().to_string()),
-        );
+        below.extend(globals(sub));
         below.sort();
         below.dedup();
         out.push((path, sub.clone(), inherited.clone()));
         collect(sub, below, out);
     }
+}
+
+/// The ids of the global options `cmd` defines.
+fn globals(cmd: &clap::Command) -> impl Iterator<Item = String> + '_ {
+    let global = cmd.get_arguments().filter(|a| a.is_global_set());
+    global.map(|a| a.get_id().to_string())
 }
 
 /// A list item naming a command (`name`), linked to its section (`path`), with what it does.
@@ -184,7 +181,7 @@ fn arg_item(arg: &clap::Arg) -> String {
         .map(|v| v.iter().map(|n| n.to_string()).collect())
         .unwrap_or_else(|| vec![arg.get_id().as_str().to_uppercase()]);
     let takes_value = arg.get_action().takes_values();
-    let mut typed = if arg.is_positional() {
+    let typed = if arg.is_positional() {
         let multiple = arg.get_num_args().is_some_and(|n| n.max_values() > 1);
         let name = value_names.join(" ");
         let name = if arg.is_required_set() {
@@ -198,13 +195,9 @@ fn arg_item(arg: &clap::Arg) -> String {
             name
         }
     } else {
-        names.join(", ")
+        let values = value_names.iter().filter(|_| takes_value);
+        names.join(", ") + &values.map(|v| format!(" <{v}>")).collect::<String>()
     };
-    if takes_value && !arg.is_positional() {
-        for v in &value_names {
-            typed.push_str(&format!(" <{v}>"));
-        }
-    }
     let help = arg
         .get_long_help()
         .or(arg.get_help())
@@ -228,10 +221,8 @@ fn arg_item(arg: &clap::Arg) -> String {
             .collect();
         facts.push(format!("default `{}`", defaults.join(",")));
     }
-    if let Some(env) = arg.get_env() {
-        if !arg.is_hide_env_set() {
-            facts.push(format!("env `{}`", env.to_string_lossy()));
-        }
+    if let Some(env) = arg.get_env().filter(|_| !arg.is_hide_env_set()) {
+        facts.push(format!("env `{}`", env.to_string_lossy()));
     }
     if !facts.is_empty() {
         item.push_str(&format!(" ({})", facts.join("; ")));

@@ -78,11 +78,10 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
     let mut problems = Vec::new();
     for (dir, why) in &leftovers {
         let fixed = req.fix && std::fs::remove_dir_all(dir).is_ok();
-        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned());
-        let (name, detail) = (
-            name.unwrap_or_default(),
-            format!("{}: {why}", dir.display()),
-        );
+        let name = dir
+            .file_name()
+            .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+        let detail = format!("{}: {why}", dir.display());
         problems.push(Problem::new(name, "incomplete run", detail, fixed));
     }
     let runs: Vec<RunPaths> = runs
@@ -125,16 +124,12 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
             let scope = b
                 .execution_id
                 .map_or("root".into(), |e| format!("execution {e}"));
+            let binding = format!("binding {} ({scope})", b.name);
             if let Some(blob) = server_blob(rel) {
                 if store.blob_len(blob)?.is_none() {
-                    problem(
-                        "missing attachment",
-                        format!(
-                            "binding {} ({scope}) points at {rel}, which the server does not hold whole",
-                            b.name
-                        ),
-                        false,
-                    );
+                    let detail =
+                        format!("{binding} points at {rel}, which the server does not hold whole");
+                    problem("missing attachment", detail, false);
                 }
                 continue;
             }
@@ -143,14 +138,8 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
                 // uploads it and points the binding at the server's copy.
                 Ok((mut file, path)) if on_server => {
                     let fixed = req.fix && upload_local(store, b, rel, &mut file, &path, run)?;
-                    problem(
-                        "local attachment",
-                        format!(
-                            "binding {} ({scope}) is kept in {rel} on this machine only; other machines cannot read it",
-                            b.name
-                        ),
-                        fixed,
-                    );
+                    let detail = format!("{binding} is kept in {rel} on this machine only; other machines cannot read it");
+                    problem("local attachment", detail, fixed);
                 }
                 Ok(_) => {}
                 Err(attach::OpenError::Missing(_)) => {
@@ -159,17 +148,12 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
                     } else {
                         "is missing"
                     };
-                    let detail = format!(
-                        "binding {} ({scope}) points at {rel}, which {which}",
-                        b.name
-                    );
+                    let detail = format!("{binding} points at {rel}, which {which}");
                     problem("missing attachment", detail, false)
                 }
-                Err(attach::OpenError::Refused(e) | attach::OpenError::Other(e)) => problem(
-                    "unsafe attachment",
-                    format!("binding {} ({scope}): {e:#}", b.name),
-                    false,
-                ),
+                Err(attach::OpenError::Refused(e) | attach::OpenError::Other(e)) => {
+                    problem("unsafe attachment", format!("{binding}: {e:#}"), false)
+                }
             }
         }
         match attach::dir(&run.dir, false) {
@@ -259,19 +243,13 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
                 .clone()
                 .or(summary.run.started_at.clone());
             let seconds = last.and_then(|l| crate::model::seconds_between(&l, &now));
-            if let Some(h) = seconds.map(|s| s as f64 / 3600.0) {
-                if h >= req.stale {
-                    let why = format!("running with no event for {h:.1} h");
-                    let fixed = req.fix
-                        && store
-                            .finish(
-                                &crate::model::RunStatus::Interrupted,
-                                Some(&format!("marked interrupted by doctor: {why}")),
-                                &now,
-                            )
-                            .is_ok();
-                    problem("stale run", why, fixed);
-                }
+            let hours = seconds.map(|s| s as f64 / 3600.0);
+            if let Some(h) = hours.filter(|h| *h >= req.stale) {
+                let why = format!("running with no event for {h:.1} h");
+                let interrupted = crate::model::RunStatus::Interrupted;
+                let note = format!("marked interrupted by doctor: {why}");
+                let fixed = req.fix && store.finish(&interrupted, Some(&note), &now).is_ok();
+                problem("stale run", why, fixed);
             }
         }
         let chain = store.verify_audit()?;
@@ -284,15 +262,12 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
             problem("audit chain", format!("{at}: {}", b.reason), false);
         }
         for (gate, integrity) in &chain.gates {
-            match integrity {
-                Integrity::Tampered(d) => {
-                    problem("tampered gate", format!("gate {gate}: {d}"), false)
-                }
-                Integrity::Unattested(d) => {
-                    problem("unattested gate", format!("gate {gate}: {d}"), false)
-                }
-                Integrity::Attested => {}
-            }
+            let (kind, d) = match integrity {
+                Integrity::Tampered(d) => ("tampered gate", d),
+                Integrity::Unattested(d) => ("unattested gate", d),
+                Integrity::Attested => continue,
+            };
+            problem(kind, format!("gate {gate}: {d}"), false);
         }
         Ok(found)
     })?;
@@ -300,9 +275,7 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
     // Values on the project's server that belong to no run (an import killed between its
     // uploads and its rows): checked when every run is.
     if ctx.uses_postgres() && all_runs {
-        let mut server =
-            crate::store::postgres::PgStore::open_project(&ctx.postgres_url()?, ctx.opts)?;
-        for o in server.orphan_values(req.fix)? {
+        for o in ctx.project_server()?.orphan_values(req.fix)? {
             let detail = format!(
                 "{SERVER_PREFIX}{} ({}) on the server belongs to no run",
                 o.blob,

@@ -26,12 +26,8 @@ impl super::Run for ExecAppendArgs {
     type Output = Appended;
     fn run(&self, ctx: &crate::context::Context) -> Result<Appended> {
         let (_, mut store) = ctx.the_run()?;
-        if let Some(metadata) = &self.metadata {
-            check_metadata(metadata)?;
-        }
-        if let Some(key) = &self.key {
-            check_key(key)?;
-        }
+        self.metadata.as_deref().map(check_metadata).transpose()?;
+        self.key.as_deref().map(check_key).transpose()?;
         let at = now();
         let (started_at, completed_at) = if self.status.is_ending() {
             (None, Some(at.as_str()))

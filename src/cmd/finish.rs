@@ -32,10 +32,8 @@ impl super::Run for FinishArgs {
     fn run(&self, ctx: &crate::context::Context) -> Result<RunFinished> {
         let (_, mut store) = ctx.the_run()?;
         let status = RunStatus::from(self.status);
-        if let Some(e) = &self.error {
-            if e.trim().is_empty() {
-                return Err(usage("--error is empty"));
-            }
+        if self.error.as_ref().is_some_and(|e| e.trim().is_empty()) {
+            return Err(usage("--error is empty"));
         }
         let run_id = store.run_info()?.id;
         let previous_status = match store.finish(&status, self.error.as_deref(), &now())? {

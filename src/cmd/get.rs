@@ -4,7 +4,7 @@ use crate::output::{visible, Render};
 use crate::run::RunPaths;
 use crate::services::attach::{self, OpenError};
 use crate::store::{server_blob, BindingRow, Store, SERVER_PREFIX};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde::Serialize;
 use std::io::{self, Read, Write};
 
@@ -32,16 +32,6 @@ pub struct Got {
     /// A value kept in the store, to stream from it once the command is done with the store.
     #[serde(skip)]
     blob: Option<String>,
-}
-
-impl std::fmt::Debug for Got {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Got")
-            .field("row", &self.row)
-            .field("bytes", &self.bytes)
-            .field("blob", &self.blob)
-            .finish_non_exhaustive()
-    }
 }
 
 impl Render for Got {
@@ -130,10 +120,7 @@ fn describe_chain(chain: &[i64]) -> String {
     parts.join(" → ")
 }
 
-fn lookup(
-    args: &GetArgs,
-    store: &mut dyn Store,
-) -> Result<(Option<crate::store::Found>, Vec<i64>)> {
+fn lookup(args: &GetArgs, store: &mut dyn Store) -> Result<(crate::store::Found, Vec<i64>)> {
     crate::model::check_name(&args.name)?;
     if let Some(id) = args.execution_id {
         if !store.execution_exists(id)? {
@@ -147,19 +134,18 @@ fn lookup(
         (Some(id), true) => store.scope_chain(id)?,
         _ => Vec::new(),
     };
-    if found.is_none() {
+    let Some(found) = found else {
         return Err(not_found(format!(
             "binding not found (searched {}): {}",
             describe_chain(&chain),
             shown(&args.name)
         )));
-    }
+    };
     Ok((found, chain))
 }
 
 pub fn explain(args: &GetArgs, store: &mut dyn Store) -> Result<Explained> {
     let (found, chain) = lookup(args, store)?;
-    let found = found.context("binding vanished during lookup")?;
     Ok(Explained {
         name: args.name.clone(),
         start: args.execution_id,
@@ -179,7 +165,6 @@ pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got>
     let mut snapshot = false;
     loop {
         let (found, _) = lookup(args, store)?;
-        let found = found.context("binding vanished during lookup")?;
         let mut row = found.row;
         let rel = row.attachment_path.clone().filter(|r| !r.is_empty());
         let blob = rel.as_deref().and_then(server_blob).map(str::to_string);

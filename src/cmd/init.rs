@@ -41,9 +41,7 @@ impl Render for Initialized {
 }
 
 pub fn run(args: &InitArgs, ctx: &Context) -> Result<Initialized> {
-    if let Some(id) = &args.run_id {
-        check_run_id(id)?;
-    }
+    args.run_id.as_deref().map(check_run_id).transpose()?;
     let program = match &args.program {
         Some(path) => {
             let bytes = fs::read(path).map_err(|e| match e.kind() {

@@ -12,14 +12,13 @@
 //! sits with the commands, not in the store.
 
 use crate::context::Context;
-use crate::model::RunStatus;
+use crate::model::{GateStatus, RunStatus};
 use crate::run::RunPaths;
 use crate::store::catalog::ProjectCatalog;
-use crate::store::chain::ChainReport;
-use crate::store::postgres::PgStore;
+use crate::store::chain::{self, ChainReport};
 use crate::store::sqlite::SqliteStore;
 use crate::store::{
-    AuditFilter, AuditRow, Backend, Catalog, GateRow, RunFilter, RunStats, RunSummary,
+    run_stats, AuditFilter, AuditRow, Backend, Catalog, GateRow, RunFilter, RunStats, RunSummary,
     ServerCatalog, Store,
 };
 use anyhow::Result;
@@ -143,33 +142,20 @@ impl<'c> Listing<'c> {
         let mut local = match opened {
             Ok(Some(c)) => c,
             Ok(None) => {
-                return Self::visiting(
-                    ctx,
-                    vec![format!(
-                        "the project catalog is of a newer prose-state: every run visited ({})",
-                        ctx.prose_dir()
-                            .join(crate::store::catalog::CATALOG_FILE)
-                            .display()
-                    )],
-                )
+                let file = ctx.prose_dir().join(crate::store::catalog::CATALOG_FILE);
+                let why = "the project catalog is of a newer prose-state: every run visited";
+                return Self::visiting(ctx, vec![format!("{why} ({})", file.display())]);
             }
             Err(e) => {
-                return Self::visiting(
-                    ctx,
-                    vec![format!(
-                        "the project catalog cannot be used, every run visited: {e:#}"
-                    )],
-                )
+                let why = format!("the project catalog cannot be used, every run visited: {e:#}");
+                return Self::visiting(ctx, vec![why]);
             }
         };
-        let server = if ctx.uses_postgres() {
-            Some(RunFilter {
-                only: None,
-                except: local.unreadable_runs()?,
-            })
-        } else {
-            None
-        };
+        let server = ctx
+            .uses_postgres()
+            .then(|| local.unreadable_runs())
+            .transpose()?
+            .map(|except| RunFilter { only: None, except });
         let warnings = Catalog::warnings(&mut local);
         Ok(Listing {
             ctx,
@@ -320,10 +306,7 @@ impl<'c> Listing<'c> {
                 // With `scan`, each gate is checked against its sealed log (the run read whole).
                 let checked = q.scan.then(|| store.verify_audit().map(Arc::new));
                 let checked = checked.transpose()?;
-                let gates = store.gates(
-                    q.status.map(crate::model::GateStatus::parse).as_ref(),
-                    q.now,
-                )?;
+                let gates = store.gates(q.status.map(GateStatus::parse).as_ref(), q.now)?;
                 Ok(gates
                     .into_iter()
                     .map(|mut gate| {
@@ -390,12 +373,7 @@ impl<'c> Listing<'c> {
                 }
                 Ok(keyed)
             },
-            |run, store| {
-                Ok([(
-                    run.id.clone(),
-                    crate::store::run_stats(store, &run.dir, &run.id)?,
-                )])
-            },
+            |run, store| Ok([(run.id.clone(), run_stats(store, &run.dir, &run.id)?)]),
         )?;
         keyed.sort_by(|a, b| a.0.cmp(&b.0));
         Ok((keyed.into_iter().map(|(_, st)| st).collect(), warnings))
@@ -449,8 +427,7 @@ impl<'c> Listing<'c> {
                 for (id, anchor) in ids.into_iter().zip(anchors) {
                     let rows = audits.get(&id).map_or(&[][..], Vec::as_slice);
                     let gates = gates.get(&id).map_or(&[][..], Vec::as_slice);
-                    let mut report =
-                        crate::store::chain::check(rows, gates, Some(&id), key, anchor.as_ref());
+                    let mut report = chain::check(rows, gates, Some(&id), key, anchor.as_ref());
                     if let Some(signed) = signed {
                         crate::services::sign::check(&mut report, rows, gates, signed);
                     }
@@ -487,15 +464,8 @@ impl<'c> Listing<'c> {
     pub fn every_run(ctx: &'c Context) -> Result<EveryRun<'c>> {
         let mut listing = Self::plan(ctx, false, Reading::Catalog)?;
         if let Some(filter) = listing.server.take() {
-            for id in ctx.server_catalog()?.ids_of(&filter)? {
-                if crate::model::check_run_id(&id).is_ok()
-                    && !listing.visit.iter().any(|r| r.id == id)
-                {
-                    listing
-                        .visit
-                        .push(RunPaths::in_dir(ctx.runs_dir().join(&id)));
-                }
-            }
+            let ids = ctx.server_catalog()?.ids_of(&filter)?;
+            add_server_runs(ctx, &mut listing.visit, ids);
         }
         Ok(EveryRun(listing))
     }
@@ -537,16 +507,12 @@ impl EveryRun<'_> {
         let mut read = Vec::new();
         let mut warnings = Vec::new();
         if let Some(mut local) = local {
+            let at = |dir: String| RunPaths::in_dir(ctx.runs_dir().join(dir));
             for (dir, s) in local.runs_of(&RunFilter::default(), now)? {
-                read.push(from_catalog(RunPaths::in_dir(ctx.runs_dir().join(dir)), s));
+                read.push(from_catalog(at(dir), s));
             }
-            let mut unread: Vec<RunPaths> = local
-                .unreadable_runs()?
-                .into_iter()
-                .map(|id| RunPaths::in_dir(ctx.runs_dir().join(id)))
-                .collect();
-            unread.append(&mut visit);
-            visit = unread;
+            // The runs it could not read are visited first.
+            visit.splice(0..0, local.unreadable_runs()?.into_iter().map(at));
             warnings = local.warnings();
         }
         let several = visit.len() > 1 || catalogued;
@@ -577,20 +543,24 @@ fn rescan_catalog(ctx: &Context) {
 fn all_runs(ctx: &Context) -> Result<Vec<RunPaths>> {
     let mut runs = crate::run::all_runs(ctx.root.as_deref())?;
     if ctx.uses_postgres() {
-        let ids = PgStore::open_project(&ctx.postgres_url()?, ctx.opts)?.run_ids()?;
-        for id in ids {
-            // An id written on the server by other means must not become a path.
-            let Ok(dir) = crate::model::path_in(ctx.runs_dir(), &id, crate::model::PathName::Run)
-            else {
-                continue;
-            };
-            if !runs.iter().any(|r| r.id == id) {
-                runs.push(RunPaths::in_dir(dir));
-            }
-        }
+        add_server_runs(ctx, &mut runs, ctx.project_server()?.run_ids()?);
         runs.sort_by(|a, b| a.id.cmp(&b.id));
     }
     Ok(runs)
+}
+
+/// Adds to `runs` each run of `ids`, on the project's server, that is not among them yet.
+fn add_server_runs(ctx: &Context, runs: &mut Vec<RunPaths>, ids: Vec<String>) {
+    for id in ids {
+        // An id written on the server by other means must not become a path.
+        let Ok(dir) = crate::model::path_in(ctx.runs_dir(), &id, crate::model::PathName::Run)
+        else {
+            continue;
+        };
+        if !runs.iter().any(|r| r.id == id) {
+            runs.push(RunPaths::in_dir(dir));
+        }
+    }
 }
 
 /// Applies `f` to each of `runs`, a few runs at a time on worker threads (each with its own

@@ -110,6 +110,7 @@ impl Log {
             S::Executing | S::Started => (Mark::Plain, "…".to_string()),
             other => (Mark::Plain, other.to_string()),
         };
+        let plain = format!("{idx}→ {text} {tick}");
         let narration = if let Some(pid) = str_of(&m, "parallel_id") {
             if let Some(Value::Array(_)) = m.get("branches") {
                 self.branches.insert(pid.clone(), branch_list(&m));
@@ -150,10 +151,7 @@ impl Log {
                     format!("loop:0/{max} start")
                 }
                 // A record of the loop's body that names the loop: the iteration it is in.
-                _ => format!(
-                    "{idx}→ {text} {tick} · loop:{}/{max}",
-                    i.unwrap_or(done + 1)
-                ),
+                _ => format!("{plain} · loop:{}/{max}", i.unwrap_or(done + 1)),
             }
         } else if status == S::Retry {
             let [attempt, max] = ["attempt", "max"].map(|k| {
@@ -168,9 +166,9 @@ impl Log {
             // A record of a loop's body (parented on the loop's start): its iteration.
             let done = self.loop_done.get(lid).copied().unwrap_or(0);
             let max = self.max_of(lid);
-            format!("{idx}→ {text} {tick} · loop:{}/{max}", done + 1)
+            format!("{plain} · loop:{}/{max}", done + 1)
         } else {
-            format!("{idx}→ {text} {tick}")
+            plain
         };
         LogLine {
             id: r.id,

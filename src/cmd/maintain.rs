@@ -3,35 +3,12 @@
 use super::listing::Listing;
 use super::{over_runs, Run};
 use crate::context::Context;
-use crate::output::{table, Render};
-use crate::run::RunPaths;
-use crate::store::RunStats;
+use crate::output::Render;
+use crate::store::{Checkpointed, Migration, RunStats};
 use anyhow::Result;
-use serde::ser::{SerializeStruct, Serializer};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::{self, Write};
-
-/// The JSON shape of a run's stats, written out here so that the store's field names are not
-/// the command line's contract.
-impl Serialize for RunStats {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let st = &self.store;
-        let mut r = s.serialize_struct("RunStats", 11)?;
-        r.serialize_field("run_id", &self.run_id)?;
-        r.serialize_field("backend", st.backend)?;
-        r.serialize_field("schema_version", &st.schema_version)?;
-        r.serialize_field("db_bytes", &st.db_bytes)?;
-        r.serialize_field("wal_bytes", &st.wal_bytes)?;
-        r.serialize_field("tables", &st.tables)?;
-        r.serialize_field("execution_status", &st.execution_status)?;
-        r.serialize_field("binding_inline_bytes", &st.binding_inline_bytes)?;
-        r.serialize_field("settings", &st.settings)?;
-        r.serialize_field("attachment_files", &self.attachment_files)?;
-        r.serialize_field("attachment_bytes", &self.attachment_bytes)?;
-        r.end()
-    }
-}
 
 #[derive(Debug, Default, Serialize)]
 pub struct Totals {
@@ -90,41 +67,33 @@ impl Render for Stats {
         kv(w, "rows", counts(&t.tables))?;
         kv(w, "execution statuses", counts(&t.execution_status))?;
         kv(w, "binding bytes inline", t.binding_inline_bytes)?;
-        kv(
-            w,
-            "attachments",
-            format!("{} files, {} bytes", t.attachment_files, t.attachment_bytes),
-        )?;
+        let files = format!("{} files, {} bytes", t.attachment_files, t.attachment_bytes);
+        kv(w, "attachments", files)?;
         if let [one] = self.runs.as_slice() {
             for (k, v) in &one.store.settings {
                 kv(w, k, v)?;
             }
         } else if !self.runs.is_empty() {
             writeln!(w)?;
-            let header = super::header(&[
+            let header = [
                 "RUN",
                 "BACKEND",
                 "DB BYTES",
                 "EXECUTIONS",
                 "BINDINGS",
                 "ATTACHMENT BYTES",
-            ]);
-            let rows: Vec<Vec<String>> = self
-                .runs
-                .iter()
-                .map(|r| {
-                    let rows = |t: &str| r.store.tables.get(t).copied().unwrap_or(0).to_string();
-                    vec![
-                        r.run_id.clone(),
-                        r.store.backend.to_string(),
-                        r.store.db_bytes.map_or("-".into(), |b| b.to_string()),
-                        rows("execution"),
-                        rows("bindings"),
-                        r.attachment_bytes.to_string(),
-                    ]
-                })
-                .collect();
-            table(w, &header, &rows)?;
+            ];
+            super::table_of(w, &header, &self.runs, |r| {
+                let rows = |t: &str| r.store.tables.get(t).copied().unwrap_or(0).to_string();
+                vec![
+                    r.run_id.clone(),
+                    r.store.backend.to_string(),
+                    r.store.db_bytes.map_or("-".into(), |b| b.to_string()),
+                    rows("execution"),
+                    rows("bindings"),
+                    r.attachment_bytes.to_string(),
+                ]
+            })?;
         }
         Ok(())
     }
@@ -206,13 +175,16 @@ impl<T: RunLine + Serialize> Render for PerRun<T> {
     }
 }
 
-/// Applies `f` to every run the command covers.
+/// Applies `f` to every run the command covers, each answer under its run's id.
 fn per_run<T: Send>(
     ctx: &Context,
     dry_run: bool,
-    f: impl Fn(&RunPaths, &mut dyn crate::store::Store) -> Result<T> + Sync,
-) -> Result<PerRun<T>> {
-    let (runs, warnings) = over_runs(&Listing::runs_to_visit(ctx)?, ctx, f)?;
+    f: impl Fn(&mut dyn crate::store::Store) -> Result<T> + Sync,
+) -> Result<PerRun<Visited<T>>> {
+    let (runs, warnings) = over_runs(&Listing::runs_to_visit(ctx)?, ctx, |run, store| {
+        let run_id = run.id.clone();
+        f(store).map(|done| Visited { run_id, done })
+    })?;
     Ok(PerRun {
         runs,
         warnings,
@@ -220,18 +192,18 @@ fn per_run<T: Send>(
     })
 }
 
+/// A run's row of [`PerRun`]: its id, then what the store answered.
 #[derive(Debug, Serialize)]
-pub struct RunCheckpoint {
+pub struct Visited<T> {
     pub run_id: String,
-    pub mode: String,
-    pub busy: bool,
-    pub wal_frames: i64,
-    pub checkpointed_frames: i64,
+    #[serde(flatten)]
+    pub done: T,
 }
 
-impl RunLine for RunCheckpoint {
+impl RunLine for Visited<Checkpointed> {
     fn line(&self, w: &mut dyn Write) -> io::Result<()> {
-        let busy = if self.busy {
+        let c = &self.done;
+        let busy = if c.busy {
             " (busy: a reader or writer was active; retry)"
         } else {
             ""
@@ -239,38 +211,28 @@ impl RunLine for RunCheckpoint {
         writeln!(
             w,
             "{}: {} checkpoint, {} of {} WAL frames moved{busy}",
-            self.run_id, self.mode, self.checkpointed_frames, self.wal_frames
+            self.run_id, c.mode, c.checkpointed_frames, c.wal_frames
         )
     }
 }
 
 impl Run for crate::cli::CheckpointArgs {
-    type Output = PerRun<RunCheckpoint>;
+    type Output = PerRun<Visited<Checkpointed>>;
     fn run(&self, ctx: &Context) -> Result<Self::Output> {
-        let mode = self.mode.as_str();
-        per_run(ctx, false, |run, store| {
-            let c = store.checkpoint(mode)?;
-            Ok(RunCheckpoint {
-                run_id: run.id.clone(),
-                mode: c.mode,
-                busy: c.busy,
-                wal_frames: c.wal_frames,
-                checkpointed_frames: c.checkpointed_frames,
-            })
-        })
+        per_run(ctx, false, |store| store.checkpoint(self.mode.as_str()))
     }
 }
 
+/// What `vacuum` answers: the size before and after, where known.
 #[derive(Debug, Serialize)]
-pub struct RunVacuum {
-    pub run_id: String,
+pub struct Vacuumed {
     pub bytes_before: Option<u64>,
     pub bytes_after: Option<u64>,
 }
 
-impl RunLine for RunVacuum {
+impl RunLine for Visited<Vacuumed> {
     fn line(&self, w: &mut dyn Write) -> io::Result<()> {
-        match (self.bytes_before, self.bytes_after) {
+        match (self.done.bytes_before, self.done.bytes_after) {
             (Some(b), Some(a)) => writeln!(w, "{}: {b} -> {a} bytes", self.run_id),
             _ => writeln!(w, "{}: vacuumed", self.run_id),
         }
@@ -281,12 +243,11 @@ impl RunLine for RunVacuum {
 pub struct VacuumCmd;
 
 impl Run for VacuumCmd {
-    type Output = PerRun<RunVacuum>;
+    type Output = PerRun<Visited<Vacuumed>>;
     fn run(&self, ctx: &Context) -> Result<Self::Output> {
-        per_run(ctx, false, |run, store| {
+        per_run(ctx, false, |store| {
             let (bytes_before, bytes_after) = store.vacuum()?;
-            Ok(RunVacuum {
-                run_id: run.id.clone(),
+            Ok(Vacuumed {
                 bytes_before,
                 bytes_after,
             })
@@ -294,54 +255,33 @@ impl Run for VacuumCmd {
     }
 }
 
-#[derive(Debug, Serialize)]
-pub struct RunMigration {
-    pub run_id: String,
-    pub from: i64,
-    pub to: i64,
-    pub steps: Vec<String>,
-    pub applied: bool,
-}
-
-impl RunLine for RunMigration {
+impl RunLine for Visited<Migration> {
     fn line(&self, w: &mut dyn Write) -> io::Result<()> {
-        if self.steps.is_empty() {
-            return writeln!(w, "{}: schema {}, nothing to do", self.run_id, self.from);
+        let m = &self.done;
+        if m.steps.is_empty() {
+            return writeln!(w, "{}: schema {}, nothing to do", self.run_id, m.from);
         }
-        let verb = if self.applied {
+        let verb = if m.applied {
             "migrated"
         } else {
             "would migrate"
         };
-        writeln!(
-            w,
-            "{}: {verb} schema {} -> {}:",
-            self.run_id, self.from, self.to
-        )?;
-        for step in &self.steps {
+        writeln!(w, "{}: {verb} schema {} -> {}:", self.run_id, m.from, m.to)?;
+        for step in &m.steps {
             writeln!(w, "  {step}")?;
         }
         Ok(())
     }
 
     fn pending(&self) -> bool {
-        !self.steps.is_empty() && !self.applied
+        !self.done.steps.is_empty() && !self.done.applied
     }
 }
 
 impl Run for crate::cli::MigrateArgs {
-    type Output = PerRun<RunMigration>;
+    type Output = PerRun<Visited<Migration>>;
     /// Shows what upgrading each run's schema does, and with `--yes` does it.
     fn run(&self, ctx: &Context) -> Result<Self::Output> {
-        per_run(ctx, !self.yes, |run, store| {
-            let m = store.migrate(self.yes)?;
-            Ok(RunMigration {
-                run_id: run.id.clone(),
-                from: m.from,
-                to: m.to,
-                steps: m.steps,
-                applied: m.applied,
-            })
-        })
+        per_run(ctx, !self.yes, |store| store.migrate(self.yes))
     }
 }

@@ -115,9 +115,16 @@ fn value_from_file(path: &Path) -> Result<(Box<dyn Read>, bool)> {
     Ok((Box::new(file), false))
 }
 
-/// A table's header, from its column names.
-fn header(names: &[&str]) -> Vec<String> {
-    names.iter().map(|s| s.to_string()).collect()
+/// A table with a header of `names` and a row of cells for each of `items`.
+fn table_of<T>(
+    w: &mut dyn io::Write,
+    names: &[impl AsRef<str>],
+    items: &[T],
+    row: impl Fn(&T) -> Vec<String>,
+) -> io::Result<()> {
+    let header: Vec<String> = names.iter().map(|s| s.as_ref().to_string()).collect();
+    let rows: Vec<Vec<String>> = items.iter().map(row).collect();
+    crate::output::table(w, &header, &rows)
 }
 
 /// Applies `f` to every run of a command that visits each (`listing::visit_runs`): a run

@@ -4,28 +4,21 @@
 use crate::cli::{GroupCommand, OnOff, PrincipalsArgs, PrincipalsCommand};
 use crate::error::{not_found, refused, shown, tampered, usage};
 use crate::model::{group_name, now, Principal};
-use crate::output::{table, Render};
+use crate::output::Render;
+use crate::services::sign::{self, parse_public, public_tag, Signer, PINNED};
 use crate::store::book_log::{self, Change};
-use crate::store::principals::{PrincipalBook, PrincipalRow, REQUIRE};
+use crate::store::principals::{record, PrincipalBook, PrincipalRow, REQUIRE};
 use anyhow::Result;
 use serde::Serialize;
 use std::io::{self, Write};
 
-/// A principal as listed: never its token, nor the token's hash.
-#[derive(Debug, Serialize)]
-pub struct Listed {
-    pub name: String,
-    pub kind: String,
-    pub created_at: String,
-    pub revoked_at: Option<String>,
-}
-
-#[derive(Debug, Serialize)]
+#[derive(Debug, Default, Serialize)]
 pub struct PrincipalList {
     pub require: bool,
     /// The approval page's public key every decision must be signed by, when pinned.
     pub signed_key: Option<String>,
-    pub principals: Vec<Listed>,
+    /// As listed (`cmd::rows`): never its token, nor the token's hash.
+    pub principals: Vec<PrincipalRow>,
 }
 
 /// What the project requires of a decision, as `principals` says it.
@@ -49,20 +42,15 @@ impl Render for PrincipalList {
         if self.principals.is_empty() {
             return writeln!(w, "no principals");
         }
-        let header = super::header(&["PRINCIPAL", "KIND", "ISSUED", "REVOKED"]);
-        let rows: Vec<Vec<String>> = self
-            .principals
-            .iter()
-            .map(|p| {
-                vec![
-                    p.name.clone(),
-                    p.kind.clone(),
-                    p.created_at.clone(),
-                    p.revoked_at.clone().unwrap_or_else(|| "-".into()),
-                ]
-            })
-            .collect();
-        table(w, &header, &rows)
+        let header = ["PRINCIPAL", "KIND", "ISSUED", "REVOKED"];
+        super::table_of(w, &header, &self.principals, |p| {
+            vec![
+                p.name.clone(),
+                p.kind.clone(),
+                p.created_at.clone(),
+                p.revoked_at.clone().unwrap_or_else(|| "-".into()),
+            ]
+        })
     }
 }
 
@@ -198,26 +186,12 @@ fn members_of(state: &book_log::BookState, group: &str) -> Vec<String> {
 
 fn list(book: Option<&mut (dyn PrincipalBook + 'static)>) -> Result<PrincipalList> {
     let Some(book) = book else {
-        return Ok(PrincipalList {
-            require: false,
-            signed_key: None,
-            principals: Vec::new(),
-        });
+        return Ok(PrincipalList::default());
     };
     Ok(PrincipalList {
         require: crate::services::auth::required(book)?,
-        signed_key: crate::services::sign::pinned(book)?
-            .map(|k| crate::services::sign::public_tag(&k)),
-        principals: book
-            .principals()?
-            .into_iter()
-            .map(|r: PrincipalRow| Listed {
-                name: r.name,
-                kind: r.kind,
-                created_at: r.created_at,
-                revoked_at: r.revoked_at,
-            })
-            .collect(),
+        signed_key: sign::pinned(book)?.map(|k| public_tag(&k)),
+        principals: book.principals()?,
     })
 }
 
@@ -285,7 +259,7 @@ impl super::Run for PrincipalsArgs {
                 for g in &groups {
                     changes.push(change(book_log::GROUP_ADD, name, Some(g), None));
                 }
-                crate::store::principals::record(book.as_mut(), &changes)?;
+                record(book.as_mut(), &changes)?;
                 PrincipalsOutput::Issued(Issued {
                     principal: row.name,
                     kind: row.kind,
@@ -295,23 +269,18 @@ impl super::Run for PrincipalsArgs {
             }
             Some(PrincipalsCommand::Revoke(a)) => {
                 let principal = Principal::parse(&a.name, "principal")?;
-                let revoked = match book.as_deref_mut() {
-                    Some(b) => b.revoke_principal(principal.as_str(), &now)?,
-                    None => false,
+                let gone = || {
+                    let name = shown(principal.as_str());
+                    not_found(format!("no principal with a token to revoke: {name}"))
                 };
-                if !revoked {
-                    return Err(not_found(format!(
-                        "no principal with a token to revoke: {}",
-                        shown(principal.as_str())
-                    )));
+                let Some(b) = book.as_deref_mut() else {
+                    return Err(gone());
+                };
+                if !b.revoke_principal(principal.as_str(), &now)? {
+                    return Err(gone());
                 }
-                if let Some(b) = book.as_deref_mut() {
-                    let name = Some(principal.as_str());
-                    crate::store::principals::record(
-                        b,
-                        &[change(book_log::REVOKE, name, None, None)],
-                    )?;
-                }
+                let name = Some(principal.as_str());
+                record(b, &[change(book_log::REVOKE, name, None, None)])?;
                 PrincipalsOutput::Changed(Changed {
                     principal: Some(principal.as_str().to_string()),
                     revoked: Some(true),
@@ -321,7 +290,6 @@ impl super::Run for PrincipalsArgs {
             }
             Some(PrincipalsCommand::Require(r)) => {
                 let mut book = book.expect("made for a write");
-                use crate::services::sign::{parse_public, public_tag, Signer};
                 let signed = match (&r.key, r.signed) {
                     (_, false) => None,
                     (Some(k), true) => Some(public_tag(&parse_public(k)?)),
@@ -329,10 +297,7 @@ impl super::Run for PrincipalsArgs {
                 };
                 book.set_setting(REQUIRE, if r.off { "0" } else { "1" })?;
                 if r.off || signed.is_some() {
-                    book.set_setting(
-                        crate::services::sign::PINNED,
-                        signed.as_deref().unwrap_or(""),
-                    )?;
+                    book.set_setting(PINNED, signed.as_deref().unwrap_or(""))?;
                 }
                 PrincipalsOutput::Changed(Changed {
                     principal: None,
@@ -348,14 +313,9 @@ impl super::Run for PrincipalsArgs {
                 let before = state(book.as_mut())?;
                 let (group, names, add) = match &g.command {
                     GroupCommand::List => {
-                        return Ok(PrincipalsOutput::Groups(Groups(
-                            before
-                                .roster
-                                .groups
-                                .iter()
-                                .map(|(g, m)| (g.clone(), m.iter().cloned().collect()))
-                                .collect(),
-                        )))
+                        let groups = before.roster.groups.keys();
+                        let all = groups.map(|g| (g.clone(), members_of(&before, g)));
+                        return Ok(PrincipalsOutput::Groups(Groups(all.collect())));
                     }
                     GroupCommand::Add(m) => (&m.group, &m.principals, true),
                     GroupCommand::Remove(m) => (&m.group, &m.principals, false),
@@ -371,25 +331,23 @@ impl super::Run for PrincipalsArgs {
                         return Err(not_found(format!("{} is not in group:{group}", shown(n))));
                     }
                 }
+                let event = if add {
+                    book_log::GROUP_ADD
+                } else {
+                    book_log::GROUP_REMOVE
+                };
                 let mut seen = std::collections::BTreeSet::new();
                 let changes: Vec<Change> = names
                     .iter()
                     .filter(|n| add != members.contains(n) && seen.insert(n.as_str()))
-                    .map(|n| {
-                        let event = if add {
-                            book_log::GROUP_ADD
-                        } else {
-                            book_log::GROUP_REMOVE
-                        };
-                        change(event, Some(n.as_str()), Some(group.as_str()), None)
-                    })
+                    .map(|n| change(event, Some(n.as_str()), Some(group.as_str()), None))
                     .collect();
                 let what = match (changes.is_empty(), add) {
                     (true, _) => "unchanged",
                     (false, true) => "added",
                     (false, false) => "removed",
                 };
-                crate::store::principals::record(book.as_mut(), &changes)?;
+                record(book.as_mut(), &changes)?;
                 let after = state(book.as_mut())?;
                 PrincipalsOutput::BookChanged(BookChanged {
                     change: what.into(),
@@ -406,16 +364,9 @@ impl super::Run for PrincipalsArgs {
                 let wanted = pol.separate_duties.map(|v| v == OnOff::On);
                 let changed = wanted.is_some_and(|w| w != before.separate_duties);
                 if let (true, Some(w), Some(book)) = (changed, wanted, book.as_deref_mut()) {
-                    let value = if w { "on" } else { "off" };
-                    crate::store::principals::record(
-                        book,
-                        &[change(
-                            book_log::POLICY,
-                            None,
-                            Some(book_log::SEPARATE_DUTIES),
-                            Some(value),
-                        )],
-                    )?;
+                    let value = Some(if w { "on" } else { "off" });
+                    let duties = Some(book_log::SEPARATE_DUTIES);
+                    record(book, &[change(book_log::POLICY, None, duties, value)])?;
                 }
                 PrincipalsOutput::BookChanged(BookChanged {
                     change: if changed { "policy" } else { "unchanged" }.into(),

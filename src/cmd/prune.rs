@@ -5,7 +5,7 @@ use super::Run;
 use crate::cli::PruneArgs;
 use crate::context::Context;
 use crate::error::{refused, usage};
-use crate::output::{table, Render};
+use crate::output::Render;
 use crate::run::RunPaths;
 use crate::store::RunSummary;
 use anyhow::{Context as _, Result};
@@ -39,27 +39,22 @@ pub struct Pruned {
 
 impl Render for Pruned {
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
-        let header = super::header(&["RUN", "STATUS", "STARTED", "BYTES", "ACTION"]);
-        let rows: Vec<Vec<String>> = self
-            .runs
-            .iter()
-            .map(|e| {
-                let action = match (&e.reason, e.done) {
-                    (Some(r), _) => format!("keep: {r}"),
-                    (None, true) if e.action == "archive" => "archived".to_string(),
-                    (None, true) => "removed".to_string(),
-                    (None, false) => format!("would {}", e.action),
-                };
-                vec![
-                    e.run_id.clone(),
-                    e.status.as_ref().map_or("", |s| s.as_str()).to_string(),
-                    e.started_at.clone().unwrap_or_default(),
-                    e.bytes.to_string(),
-                    action,
-                ]
-            })
-            .collect();
-        table(w, &header, &rows)?;
+        let header = ["RUN", "STATUS", "STARTED", "BYTES", "ACTION"];
+        super::table_of(w, &header, &self.runs, |e| {
+            let action = match (&e.reason, e.done) {
+                (Some(r), _) => format!("keep: {r}"),
+                (None, true) if e.action == "archive" => "archived".to_string(),
+                (None, true) => "removed".to_string(),
+                (None, false) => format!("would {}", e.action),
+            };
+            vec![
+                e.run_id.clone(),
+                e.status.as_ref().map_or("", |s| s.as_str()).to_string(),
+                e.started_at.clone().unwrap_or_default(),
+                e.bytes.to_string(),
+                action,
+            ]
+        })?;
         if self.dry_run {
             writeln!(
                 w,
@@ -121,44 +116,34 @@ pub fn run(req: &PruneArgs, every: EveryRun, ctx: &Context) -> Result<Pruned> {
         warnings,
     } = every.read(
         &now,
-        |paths, s| {
-            let bytes = dir_size(&paths.dir);
-            (paths, (s, bytes))
+        |paths, s| (dir_size(&paths.dir), paths, s),
+        |run, store| {
+            let summary = store.run_summary(&now)?;
+            Ok((size(run, store)?, run.clone(), summary))
         },
-        |run, store| Ok((run.clone(), (store.run_summary(&now)?, size(run, store)?))),
     )?;
     // A run that cannot be read is never pruned blind: it is kept, with the reason, and the
     // others are pruned as usual.
-    let mut out = Vec::new();
+    let mut plan = Vec::new();
     for run in &visit {
-        if summaries.iter().any(|(r, _)| r.dir == run.dir) {
+        if summaries.iter().any(|(_, r, _)| r.dir == run.dir) {
             continue;
         }
         let why = warnings
             .iter()
             .find(|w| w.starts_with(&format!("skipped run {}:", run.id)))
             .map_or("unreadable", String::as_str);
-        out.push(PruneEntry {
-            run_id: run.id.clone(),
-            status: None,
-            started_at: None,
-            bytes: dir_size(&run.dir),
-            action: "keep",
-            reason: Some(format!("unreadable, never pruned blind ({why})")),
-            done: false,
-        });
+        let reason = format!("unreadable, never pruned blind ({why})");
+        plan.push((run.clone(), None, dir_size(&run.dir), Some(reason)));
     }
-    let mut summaries: Vec<(RunPaths, (RunSummary, u64))> = summaries;
-    summaries
-        .sort_by(|a, b| (&b.1 .0.run.started_at, &b.0.id).cmp(&(&a.1 .0.run.started_at, &a.0.id)));
+    let mut summaries: Vec<(u64, RunPaths, RunSummary)> = summaries;
+    summaries.sort_by(|a, b| (&b.2.run.started_at, &b.1.id).cmp(&(&a.2.run.started_at, &a.1.id)));
     let action = if req.archive.is_some() {
         "archive"
     } else {
         "remove"
     };
-    let mut freed = 0;
-    let mut plan = Vec::new();
-    for (i, (paths, (s, bytes))) in summaries.into_iter().enumerate() {
+    for (i, (bytes, paths, s)) in summaries.into_iter().enumerate() {
         let status = &s.run.status;
         let last = s.run.updated_at.as_deref().or(s.run.started_at.as_deref());
         let age = last.and_then(|at| crate::model::seconds_between(at, &now));
@@ -177,7 +162,7 @@ pub fn run(req: &PruneArgs, every: EveryRun, ctx: &Context) -> Result<Pruned> {
         } else {
             None
         };
-        plan.push((paths, s, bytes, reason));
+        plan.push((paths, Some(s), bytes, reason));
     }
     // Every destination is checked before anything moves: one conflict refuses the prune.
     if let (Some(dir), true) = (&req.archive, req.yes) {
@@ -196,6 +181,7 @@ pub fn run(req: &PruneArgs, every: EveryRun, ctx: &Context) -> Result<Pruned> {
             )));
         }
     }
+    let (mut out, mut freed) = (Vec::new(), 0);
     for (paths, s, bytes, mut reason) in plan {
         let mut done = false;
         if reason.is_none() && req.yes {
@@ -209,10 +195,11 @@ pub fn run(req: &PruneArgs, every: EveryRun, ctx: &Context) -> Result<Pruned> {
                 done = true;
             }
         }
+        let (status, started_at) = s.map_or((None, None), |s| (s.run.status, s.run.started_at));
         out.push(PruneEntry {
             run_id: paths.id.clone(),
-            status: s.run.status,
-            started_at: s.run.started_at,
+            status,
+            started_at,
             bytes,
             action: if reason.is_some() { "keep" } else { action },
             reason,
@@ -251,8 +238,7 @@ fn still_prunable(ctx: &Context, paths: &RunPaths, now: &str) -> std::result::Re
 /// is; a run on a server is exported there first (a run directory of its own), and its rows
 /// and values go only once the copy is whole.
 fn prune_one(req: &PruneArgs, paths: &RunPaths, ctx: &Context) -> Result<()> {
-    let here = paths.exists();
-    let on_server = !here || paths.backend()? != crate::store::Backend::Sqlite;
+    let on_server = !paths.exists() || paths.backend()? != crate::store::Backend::Sqlite;
     if let Some(dir) = &req.archive {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("could not create {}", dir.display()))?;

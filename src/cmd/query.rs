@@ -1,5 +1,5 @@
 use crate::cli::QueryArgs;
-use crate::output::{one_line, table, Render};
+use crate::output::{one_line, Render};
 use crate::store::QueryResult;
 use anyhow::Result;
 use serde::Serialize;
@@ -17,21 +17,16 @@ impl Render for Queried {
             crate::output::write_json(w, &self)?;
             return writeln!(w);
         }
-        let rows: Vec<Vec<String>> = self
-            .0
-            .rows
-            .iter()
-            .map(|r| {
-                r.iter()
-                    .map(|v| match v {
-                        serde_json::Value::Null => String::new(),
-                        serde_json::Value::String(s) => one_line(s, 60),
-                        other => other.to_string(),
-                    })
-                    .collect()
-            })
-            .collect();
-        table(w, &self.0.columns, &rows)?;
+        let rows = &self.0.rows;
+        super::table_of(w, &self.0.columns, rows, |r| {
+            r.iter()
+                .map(|v| match v {
+                    serde_json::Value::Null => String::new(),
+                    serde_json::Value::String(s) => one_line(s, 60),
+                    other => other.to_string(),
+                })
+                .collect()
+        })?;
         writeln!(
             w,
             "({} row{})",

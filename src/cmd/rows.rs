@@ -2,7 +2,11 @@
 //! serialisation of their own: each field's JSON name is written here, once, so that renaming
 //! a store field cannot silently change what `--json` prints (the compiler stops it here).
 
-use crate::store::{AgentRow, AuditRow, BindingRow, GateRow, ImportRow, RunSummary};
+use crate::store::principals::PrincipalRow;
+use crate::store::{
+    AgentRow, AuditRow, BindingRow, Checkpointed, GateRow, ImportRow, Migration, RunStats,
+    RunSummary,
+};
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
 impl Serialize for BindingRow {
@@ -70,4 +74,28 @@ as_written! { RunSummary as "Run" {
     "id": run.id, "program_path": run.program_path, "status": run.status,
     "started_at": run.started_at, "updated_at": run.updated_at, "error_message": error_message,
     "last_event_at": last_event_at, "pending_gates": pending_gates,
+} }
+
+// `stats`: a run's figures.
+as_written! { RunStats as "RunStats" {
+    "run_id": run_id, "backend": store.backend, "schema_version": store.schema_version,
+    "db_bytes": store.db_bytes, "wal_bytes": store.wal_bytes, "tables": store.tables,
+    "execution_status": store.execution_status,
+    "binding_inline_bytes": store.binding_inline_bytes, "settings": store.settings,
+    "attachment_files": attachment_files, "attachment_bytes": attachment_bytes,
+} }
+
+// `principals list`: a principal, never its token's hash.
+as_written! { PrincipalRow as "Listed" {
+    "name": name, "kind": kind, "created_at": created_at, "revoked_at": revoked_at,
+} }
+
+// `checkpoint` and `migrate`: what each run's store answered.
+as_written! { Checkpointed as "Checkpointed" {
+    "mode": mode, "busy": busy, "wal_frames": wal_frames,
+    "checkpointed_frames": checkpointed_frames,
+} }
+
+as_written! { Migration as "Migration" {
+    "from": from, "to": to, "steps": steps, "applied": applied,
 } }
