@@ -5,7 +5,7 @@ use super::Run;
 use crate::cli::RunsArgs;
 use crate::context::Context;
 use crate::model::{now, RunStatus};
-use crate::output::{one_line, table, Render};
+use crate::output::{one_line, Render};
 use crate::store::RunSummary;
 use anyhow::Result;
 use serde::Serialize;
@@ -26,29 +26,24 @@ impl Render for RunList {
         if self.runs.is_empty() {
             return writeln!(w, "no runs");
         }
-        let header = super::header(&[
+        let header = [
             "RUN",
             "STATUS",
             "PROGRAM",
             "STARTED",
             "LAST EVENT",
             "PENDING GATES",
-        ]);
-        let rows: Vec<Vec<String>> = self
-            .runs
-            .iter()
-            .map(|r| {
-                vec![
-                    r.run.id.clone(),
-                    r.run.status.as_ref().map_or("", |s| s.as_str()).to_string(),
-                    one_line(r.run.program_path.as_deref().unwrap_or("-"), 40),
-                    r.run.started_at.clone().unwrap_or_default(),
-                    r.last_event_at.clone().unwrap_or_else(|| "-".into()),
-                    r.pending_gates.to_string(),
-                ]
-            })
-            .collect();
-        table(w, &header, &rows)
+        ];
+        super::table_of(w, &header, &self.runs, |r| {
+            vec![
+                r.run.id.clone(),
+                r.run.status.as_ref().map_or("", |s| s.as_str()).to_string(),
+                one_line(r.run.program_path.as_deref().unwrap_or("-"), 40),
+                r.run.started_at.clone().unwrap_or_default(),
+                r.last_event_at.clone().unwrap_or_else(|| "-".into()),
+                r.pending_gates.to_string(),
+            ]
+        })
     }
 
     fn warnings(&self) -> Vec<String> {
