@@ -140,11 +140,13 @@ const SERVED: &[Served] = &[
     },
     Served {
         roles: VM_ONLY,
-        // Waiting on several gates (`--all`/`--any`) is the command line's for now: one gate a
-        // call here.
-        skip: &["all", "any"],
         about: "Wait for a gate to be decided: class ok (approved), rejected, timed_out, or \
-                still_pending when this call's `timeout` ran out (call again to go on waiting).",
+                still_pending when this call's `timeout` ran out (call again to go on waiting). \
+                To wait on several gates, give their ids as `gates` (instead of `gate`) with \
+                `all` (ok when every one is approved; fails as soon as one fails) or `any` (ok \
+                as soon as one is approved; fails only when all have failed): the result lists \
+                each settled gate's outcome (`gates`) and the ones not waited for \
+                (`not_settled`).",
         ..Served::new("gates_wait", &["gates", "wait"], true)
     },
     Served {
@@ -253,6 +255,10 @@ const NOT_SERVED: &[&str] = &[
     "poll_ms",
     "quiet",
 ];
+
+/// `gates_wait`'s property for several gates (the command line's positionals with --all or
+/// --any).
+const SEVERAL: &str = "gates";
 
 /// How long `gates_wait` may block a call: by default, and at most.
 const WAIT_DEFAULT: &str = "60s";
@@ -453,6 +459,15 @@ fn tools(role: Role, run_pinned: bool, execution_pinned: bool) -> Vec<ToolSpec> 
             for (property, schema) in paging(served) {
                 properties.insert(property.into(), schema);
             }
+            if served.name == "gates_wait" {
+                // One gate (`gate`), or several (`gates`) with `all` or `any`.
+                properties.insert(
+                    SEVERAL.into(),
+                    json!({"type": "array", "items": {"type": "string"}, "minItems": 1,
+                           "description": "Several gate ids, instead of `gate`: give `all` or `any` too"}),
+                );
+                required.retain(|r| r != "gate");
+            }
             let mut input = json!({"type": "object", "properties": properties,
                                    "additionalProperties": false});
             if !required.is_empty() {
@@ -614,7 +629,8 @@ impl Server {
         let paging = paging(spec.served);
         for key in args.keys() {
             let offered = spec.params.iter().any(|p| &p.property == key && !p.hidden)
-                || paging.iter().any(|(property, _)| property == key);
+                || paging.iter().any(|(property, _)| property == key)
+                || (spec.served.name == "gates_wait" && key == SEVERAL);
             if !offered {
                 return Err(usage(format!(
                     "unknown argument for tool {}: {}",
@@ -630,6 +646,28 @@ impl Server {
         } else {
             args
         };
+        // `gates`: each id a positional of its own, after `--`.
+        let several: Vec<String> = match args.get(SEVERAL) {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(ids)) if !ids.is_empty() && args.get("gate").is_none() => ids
+                .iter()
+                .map(|id| text(id, SEVERAL))
+                .collect::<Result<_>>()?,
+            Some(_) => {
+                return Err(usage(
+                    "gates is a non-empty array of gate ids, given instead of gate",
+                ))
+            }
+        };
+        if spec.served.name == "gates_wait" && several.is_empty() && args.get("gate").is_none() {
+            return Err(usage(
+                "gate (one gate id) or gates (several, with all or any) is needed",
+            ));
+        }
+        let mode = |m: &str| args.get(m) == Some(&Value::Bool(true));
+        if !several.is_empty() && !mode("all") && !mode("any") {
+            return Err(usage("gates (several gate ids) needs all or any: true"));
+        }
         let mut argv = vec!["prose-state".to_string(), "--json".to_string()];
         if let Some(root) = &self.root {
             argv.push(format!("--root={}", root.display()));
@@ -682,7 +720,10 @@ impl Server {
         }
         if spec.served.name == "gates_wait" {
             let given = args.get("timeout").and_then(Value::as_str);
-            let seconds = crate::model::parse_duration(given.unwrap_or(WAIT_DEFAULT))?;
+            let seconds = match given {
+                Some("0") => 0,
+                other => crate::model::parse_duration(other.unwrap_or(WAIT_DEFAULT))?,
+            };
             if seconds > WAIT_MAX_SECONDS {
                 return Err(usage(format!(
                     "a tool call waits at most {}m: call gates_wait again to go on waiting",
@@ -732,7 +773,7 @@ impl Server {
                 )));
             }
         }
-        let positionals: Vec<String> = positionals.into_iter().flatten().collect();
+        let positionals: Vec<String> = positionals.into_iter().flatten().chain(several).collect();
         if !positionals.is_empty() {
             argv.push("--".into());
             argv.extend(positionals);
@@ -943,7 +984,12 @@ fn wait_timeout_in_words(args: &JsonObject) -> Result<JsonObject> {
                 "timeout must be a duration (30s, 5m) or a whole number of seconds: {n}"
             )));
         };
-        args.insert("timeout".into(), Value::String(format!("{seconds}s")));
+        // 0: look once and answer at once, as `gates wait --timeout 0` does.
+        let words = match seconds {
+            0 => "0".to_string(),
+            s => format!("{s}s"),
+        };
+        args.insert("timeout".into(), Value::String(words));
     }
     Ok(args)
 }

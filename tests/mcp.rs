@@ -387,7 +387,8 @@ fn a_wait_does_not_hold_up_other_calls(backend: Backend) {
 
 on_both!(
     a_wait_does_not_hold_up_other_calls,
-    gates_wait_takes_a_number_of_seconds
+    gates_wait_takes_a_number_of_seconds,
+    gates_wait_waits_on_several_gates
 );
 
 /// `gates_wait`'s timeout as a client is likely to send it, a number (`"timeout": 30`), is
@@ -981,8 +982,11 @@ fn answers_are_bounded_with_a_cursor(backend: Backend) {
                 assert!(!text.contains(lie), "{}: {lie}: {text}", t.name);
             }
             assert!(t.output_schema.is_some(), "{}", t.name);
-            // No answer is unbounded on request (`resume --all` is the command line's).
-            assert!(!t.input_schema["properties"].as_object().unwrap().contains_key("all"), "{}", t.name);
+            // No answer is unbounded on request (`resume --all` is the command line's);
+            // `gates_wait`'s `all` waits on every gate it names, a list the caller bounds.
+            if t.name != "gates_wait" {
+                assert!(!t.input_schema["properties"].as_object().unwrap().contains_key("all"), "{}", t.name);
+            }
         }
         for i in 0..150 {
             let r = call(&client, "exec_append", json!({"index": i, "text": format!("s{i}"), "status": "completed"})).await;
@@ -1266,6 +1270,68 @@ fn the_guides_are_prompts() {
             )
             .await;
         assert!(bad.is_err());
+        client.cancel().await.unwrap();
+    });
+}
+
+/// `gates_wait` with `gates` and `all` or `any`: the command line's `gates wait --all|--any`,
+/// with each settled gate's outcome; `gate` and `gates` together, or neither, refused.
+fn gates_wait_waits_on_several_gates(backend: Backend) {
+    let Some(p) = Project::on(backend) else {
+        return;
+    };
+    let run = p.init();
+    for g in ["a", "b", "c"] {
+        run.cmd()
+            .args(["gates", "create", g, "--prompt", "Go?"])
+            .assert()
+            .success();
+    }
+    run.cmd()
+        .args(["approve", "a", "--as", "alice", "-y"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["reject", "c", "--as", "alice", "-y", "--reason", "no"])
+        .assert()
+        .success();
+    runtime().block_on(async {
+        let client = connect(&p, "w", &run).await;
+        let r = call(
+            &client,
+            "gates_wait",
+            json!({"gates": ["a", "b"], "any": true}),
+        )
+        .await;
+        assert_eq!(class(&r), "ok", "{r:?}");
+        let v = r.structured_content.clone().unwrap();
+        assert_eq!(v["mode"], "any", "{v}");
+        assert_eq!(v["gates"][0]["id"], "a", "{v}");
+        let r = call(
+            &client,
+            "gates_wait",
+            json!({"gates": ["a", "b"], "all": true, "timeout": 0}),
+        )
+        .await;
+        assert_eq!(class(&r), "still_pending", "{r:?}");
+        let v = r.structured_content.clone().unwrap();
+        assert_eq!(v["gates"][1]["status"], "pending", "{v}");
+        let r = call(
+            &client,
+            "gates_wait",
+            json!({"gates": ["a", "c"], "all": true}),
+        )
+        .await;
+        assert_eq!(class(&r), "rejected", "{r:?}");
+        for bad in [
+            json!({"gates": ["a", "b"], "gate": "a", "all": true}),
+            json!({"all": true}),
+            json!({"gates": [], "all": true}),
+            json!({"gates": ["a", "b"]}),
+        ] {
+            let r = call(&client, "gates_wait", bad.clone()).await;
+            assert_eq!(class(&r), "usage", "{bad}: {r:?}");
+        }
         client.cancel().await.unwrap();
     });
 }

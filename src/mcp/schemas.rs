@@ -61,6 +61,18 @@ fn gate() -> Value {
             "status": {"type": "string", "enum": ["pending", "approved", "rejected", "timed_out"]},
             "resolved_by": nullable("string"), "resolution_comment": nullable("string"),
             "instance": {"type": "integer"},
+            // A team's gate (a quorum, a group, separation of duties, an escalation) or one
+            // with reminders: what it asks, and where its sealed votes stand.
+            "require": {"type": "integer"}, "veto": {"type": "boolean"},
+            "approvals": {"type": "array", "items": {"type": "string"}},
+            "rejections": {"type": "array", "items": {"type": "string"}},
+            "progress": {"type": "string", "description": "The votes so far, e.g. \"1 of 2 approvals: bob\""},
+            "waiting_for": {"type": "array", "items": {"type": "string"},
+                "description": "The allow entries a decision may still come through"},
+            "escalation": {"type": "object", "description":
+                "Where the gate opens at its deadline instead of timing out (`to`), and whether it has (`escalated`)"},
+            "next_reminder": {"type": "string", "description": "When the next reminder is due (UTC)"},
+            "separate_duties": {"type": "object"},
         }),
         &["id", "run_id", "status"],
     )
@@ -105,7 +117,21 @@ pub fn output(tool: &str) -> Value {
         ),
         "query" => list("rows", json!({"type": "object"})),
         "gates_list" => list("gates", gate()),
-        "gates_create" | "gates_wait" => gate(),
+        "gates_create" => gate(),
+        "gates_wait" => {
+            // One gate's outcome, or with `gates` and `all`/`any` each settled gate's.
+            let mut s = gate();
+            let p = &mut s["properties"];
+            p["mode"] = json!({"type": "string", "enum": ["all", "any"]});
+            p["gates"] = json!({"type": "array", "items": gate(),
+                "description": "With several gates: each settled gate's outcome, in the order named"});
+            p["not_settled"] = json!({"type": "array", "items": {"type": "string"},
+                "description": "With several gates: those still pending when the wait had its answer"});
+            s["required"] = json!([]);
+            s["anyOf"] = json!([{"required": ["id", "run_id", "status"]},
+                                {"required": ["mode", "gates", "not_settled"]}]);
+            s
+        }
         "gates_show" => {
             let mut g = gate();
             let p = &mut g["properties"];
