@@ -14,6 +14,7 @@ use std::process::{Child, Stdio};
 on_both!(
     every_vote_a_quorum_counts_must_be_signed,
     the_page_refuses_a_self_approval_and_logs_it,
+    the_page_shows_a_gates_escalation_and_next_reminder,
     a_signed_in_principal_lists_reads_and_decides_a_gate,
     refusals_over_http_change_nothing,
     a_revoked_token_ends_its_sessions_and_guesses_are_limited,
@@ -2262,4 +2263,35 @@ fn the_page_refuses_a_self_approval_and_logs_it(b: Backend) {
     approve_as_shown(&s, &cookie, &run, "ship");
     let (status, by, _, _) = run.view().gate("ship");
     assert_eq!((status.as_str(), by.as_deref()), ("approved", Some("bob")));
+}
+
+/// A gate's page says where it escalates at its deadline, when its next reminder is due, and
+/// through whom a decision may still come.
+fn the_page_shows_a_gates_escalation_and_next_reminder(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let alice = add(&p, "alice");
+    run.cmd()
+        .args([
+            "gates", "create", "ship", "--prompt", "Ship?", "--allow", "alice",
+        ])
+        .args([
+            "--timeout",
+            "4h",
+            "--remind",
+            "1h",
+            "--escalate-to",
+            "group:oncall",
+        ])
+        .assert()
+        .success();
+    let s = Server::start(&p);
+    let cookie = s.login(&alice);
+    let page = s.get(&gate_path(&run, "ship"), Some(&cookie)).body;
+    assert!(
+        page.contains("to group:oncall at the deadline, instead of timing out"),
+        "{page}"
+    );
+    assert!(page.contains("id=\"reminder\""), "{page}");
+    assert!(page.contains("waiting for alice"), "{page}");
 }

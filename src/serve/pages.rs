@@ -304,8 +304,19 @@ fn gate_markup(app: &App, d: &GateViewData, user: &SignedIn) -> Markup {
                 @if let Some(t) = team {
                     dt { "Approvals" } dd #progress {
                         (visible(&t.progress))
-                        @if g.status.is_pending() { "; waiting for " (visible(&g.allow.join(", "))) }
+                        @if !t.waiting_for.is_empty() { "; waiting for " (visible(&t.waiting_for.join(", "))) }
                         @if t.veto { "; one rejection rejects it" }
+                    }
+                    @if let Some(e) = &t.escalation {
+                        dt { "Escalation" } dd #escalation {
+                            @let to = visible(e["to"].as_str().unwrap_or_default());
+                            @if e["escalated"] == true { "escalated to " (to) " at its first deadline" }
+                            @else if g.status.is_pending() { "to " (to) " at the deadline, instead of timing out" }
+                            @else { "to " (to) ", not reached" }
+                        }
+                    }
+                    @if let Some(at) = &t.next_reminder {
+                        dt { "Next reminder" } dd #reminder { (at) " UTC" }
                     }
                     @if let Some(s) = &t.separate_duties {
                         dt { "Separation of duties" } dd {
