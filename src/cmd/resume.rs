@@ -985,26 +985,10 @@ fn brief(
     };
     let scope = position.current.as_ref().map(|e| e.id);
     // The nearest binding of each name, from the innermost scope up to the root.
-    let chain = match scope {
-        Some(id) => store.scope_chain(id)?,
-        None => Vec::new(),
-    };
-    let rank = |e: Option<i64>| match e {
-        None => Some(chain.len()),
-        Some(id) => chain.iter().position(|c| *c == id),
-    };
-    let mut visible: BTreeMap<String, (usize, crate::store::BindingRow)> = BTreeMap::new();
-    for b in store.bindings_page(&chain, cursor, limit as i64 + 1)? {
-        let Some(r) = rank(b.execution_id) else {
-            continue;
-        };
-        if visible.get(&b.name).is_none_or(|(have, _)| r < *have) {
-            visible.insert(b.name.clone(), (r, b));
-        }
-    }
+    let (chain, visible) = super::get::nearest_bindings(store, scope, cursor, limit as i64 + 1)?;
     let more = visible.len() > limit;
     let mut page = Vec::new();
-    for (_, b) in visible.into_values().take(limit) {
+    for b in visible.into_iter().take(limit) {
         let mut b = binding_info(store, run, b);
         b.attachment_path = slim_text(b.attachment_path.take());
         page.push(b);

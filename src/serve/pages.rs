@@ -13,7 +13,6 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use maud::{html, Markup};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Recent log entries shown on a gate's page.
@@ -217,34 +216,6 @@ struct GateViewData {
     roster: crate::team::Roster,
 }
 
-/// The bindings a gate's execution sees: for each name, the one nearest its scope (the root
-/// scope last); every root binding for a gate with no execution. Only the rows of the scope
-/// chain and the root are read (`bindings_page`, as `resume` reads them); the nearest of
-/// each name is chosen here, as `resume` chooses it, since the store has no read of every
-/// name's nearest binding (`resolve` finds one name's).
-fn visible_bindings(store: &mut dyn Store, execution: Option<i64>) -> Result<Vec<BindingRow>> {
-    // An execution that does not exist has no chain: the root alone.
-    let chain = match execution {
-        Some(id) => store.scope_chain(id)?,
-        None => Vec::new(),
-    };
-    // By name: the nearest of each, in name order.
-    let mut best: BTreeMap<String, (usize, BindingRow)> = BTreeMap::new();
-    for b in store.bindings_page(&chain, None, i64::MAX)? {
-        let rank = match b.execution_id {
-            None => chain.len(),
-            Some(e) => match chain.iter().position(|c| *c == e) {
-                Some(i) => i,
-                None => continue,
-            },
-        };
-        if best.get(&b.name).is_none_or(|(r, _)| rank < *r) {
-            best.insert(b.name.clone(), (rank, b));
-        }
-    }
-    Ok(best.into_values().map(|(_, b)| b).collect())
-}
-
 pub(super) async fn gate_page(
     State(app): State<Arc<App>>,
     Path((run, gate)): Path<(String, String)>,
@@ -256,7 +227,15 @@ pub(super) async fn gate_page(
         let shown = crate::cmd::gates::show_to(&gate, Some(&viewer), "web", store.as_mut())?;
         Ok(GateViewData {
             recent: newest(store.as_mut(), RECENT)?,
-            bindings: visible_bindings(store.as_mut(), shown.gate.gate.execution_id)?,
+            // The bindings its execution sees (an execution that does not exist has no
+            // chain: the root alone); every root binding for a gate with no execution.
+            bindings: crate::cmd::get::nearest_bindings(
+                store.as_mut(),
+                shown.gate.gate.execution_id,
+                None,
+                i64::MAX,
+            )?
+            .1,
             shown,
             // A book whose log cannot be trusted admits no one through a group (the
             // decision's own rule): the page offers no form on that account.
