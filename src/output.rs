@@ -208,28 +208,17 @@ macro_rules! one_of {
                 }
             }
 
-            fn warnings(&self) -> Vec<String> {
-                match self {
-                    $(Self::$variant(o) => o.warnings()),*
-                }
-            }
-
-            fn exit_code(&self) -> $crate::error::Code {
-                match self {
-                    $(Self::$variant(o) => o.exit_code()),*
-                }
-            }
-
-            fn escapes_itself(&self) -> bool {
-                match self {
-                    $(Self::$variant(o) => o.escapes_itself()),*
-                }
-            }
-
-            fn notes(&self) -> Vec<String> {
-                match self {
-                    $(Self::$variant(o) => o.notes()),*
-                }
+            $crate::output::one_of!(@ask [$($variant)*] warnings -> Vec<String>);
+            $crate::output::one_of!(@ask [$($variant)*] exit_code -> $crate::error::Code);
+            $crate::output::one_of!(@ask [$($variant)*] escapes_itself -> bool);
+            $crate::output::one_of!(@ask [$($variant)*] notes -> Vec<String>);
+        }
+    };
+    // One of `Render`'s questions, answered by the output held.
+    (@ask [$($variant:ident)*] $method:ident -> $answer:ty) => {
+        fn $method(&self) -> $answer {
+            match self {
+                $(Self::$variant(o) => o.$method()),*
             }
         }
     };
