@@ -204,17 +204,6 @@ fn next_step(g: &GateRow) -> NextStep {
     }
 }
 
-fn is_start(status: Option<&S>) -> bool {
-    matches!(status, Some(S::Executing | S::Started))
-}
-
-fn is_end(status: Option<&S>) -> bool {
-    matches!(
-        status,
-        Some(S::Completed | S::Failed | S::Skipped | S::Joined | S::Exited)
-    )
-}
-
 type StatementKey = (Option<i64>, Option<String>, Option<i64>);
 
 fn key(r: &ExecutionRow) -> StatementKey {
@@ -240,11 +229,16 @@ fn open_starts(rows: &[ExecutionRow]) -> (Vec<&ExecutionRow>, HashMap<i64, Optio
     let same = |a: &ExecutionRow, b: &ExecutionRow| {
         a.statement_index == b.statement_index && a.statement_text == b.statement_text
     };
+    // Starts and ends as the narrow reads select them (`STARTS`, `ENDS`).
+    let among = |list: &[&str], r: &ExecutionRow| {
+        r.status
+            .as_ref()
+            .is_some_and(|s| list.contains(&s.as_str()))
+    };
     for r in rows {
-        let status = r.status.as_ref();
-        if is_start(status) {
+        if among(STARTS, r) {
             open.push(r);
-        } else if is_end(status) {
+        } else if among(ENDS, r) {
             let named = r
                 .parent_id
                 .and_then(|p| open.iter().rposition(|o| o.id == p && same(o, r)));
