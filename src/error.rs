@@ -102,11 +102,6 @@ pub fn clip(message: &str, max: usize) -> String {
     format!("{head}…{tail} ({} bytes)", message.len())
 }
 
-/// Whether an error is one a retry may clear (exit 75), whichever layer it came through.
-pub fn is_retryable(e: &anyhow::Error) -> bool {
-    code_of(e) == Some(Code::Busy)
-}
-
 /// The exit code an error carries: its own, or what its cause makes it (a conflict or lost
 /// connection a retry may clear is 75); None for a plain error (exit 1).
 pub fn code_of(e: &anyhow::Error) -> Option<Code> {

@@ -208,28 +208,17 @@ macro_rules! one_of {
                 }
             }
 
-            fn warnings(&self) -> Vec<String> {
-                match self {
-                    $(Self::$variant(o) => o.warnings()),*
-                }
-            }
-
-            fn exit_code(&self) -> $crate::error::Code {
-                match self {
-                    $(Self::$variant(o) => o.exit_code()),*
-                }
-            }
-
-            fn escapes_itself(&self) -> bool {
-                match self {
-                    $(Self::$variant(o) => o.escapes_itself()),*
-                }
-            }
-
-            fn notes(&self) -> Vec<String> {
-                match self {
-                    $(Self::$variant(o) => o.notes()),*
-                }
+            $crate::output::one_of!(@ask [$($variant)*] warnings -> Vec<String>);
+            $crate::output::one_of!(@ask [$($variant)*] exit_code -> $crate::error::Code);
+            $crate::output::one_of!(@ask [$($variant)*] escapes_itself -> bool);
+            $crate::output::one_of!(@ask [$($variant)*] notes -> Vec<String>);
+        }
+    };
+    // One of `Render`'s questions, answered by the output held.
+    (@ask [$($variant:ident)*] $method:ident -> $answer:ty) => {
+        fn $method(&self) -> $answer {
+            match self {
+                $(Self::$variant(o) => o.$method()),*
             }
         }
     };
@@ -238,9 +227,14 @@ pub(crate) use one_of;
 
 /// Writes a one-line warning to stderr, made visible.
 pub fn warn(message: &str) {
+    say("warning", message);
+}
+
+/// Writes one line of `kind` (a warning, an error) to stderr, made visible.
+fn say(kind: &str, message: &str) {
     let _ = writeln!(
         io::stderr().lock(),
-        "prose-state: warning: {}",
+        "prose-state: {kind}: {}",
         visible_line(message)
     );
 }
@@ -249,12 +243,7 @@ pub fn warn(message: &str) {
 /// written (a full disk under a redirect), and the exit code must still reach the caller.
 pub fn report(message: &str) {
     // Clipped, because a message may quote an argument of up to 128 KiB (a path, a name).
-    let message = crate::error::clip(message, 500);
-    let _ = writeln!(
-        io::stderr().lock(),
-        "prose-state: error: {}",
-        visible_line(&message)
-    );
+    say("error", &crate::error::clip(message, 500));
 }
 
 /// Renders a command's output and returns its exit code; an error is reported here, as one

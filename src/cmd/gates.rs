@@ -896,7 +896,7 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                     }));
                 }
             }
-            Err(e) if crate::error::is_retryable(&e) && !out_of_time => {
+            Err(e) if crate::error::code_of(&e) == Some(Code::Busy) && !out_of_time => {
                 // A new connection at the next poll.
                 store = None;
             }

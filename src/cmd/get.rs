@@ -38,19 +38,15 @@ impl Render for Got {
     /// The value exactly as stored, with nothing added; an attachment is streamed. On a
     /// terminal, where a person reads it, it is made visible instead.
     fn text(self, w: &mut dyn Write, tty: bool) -> io::Result<()> {
-        match (self.content, tty) {
-            (Some(mut file), false) => io::copy(&mut file, w).map(|_| ()),
-            (None, false) => w.write_all(self.row.value.as_deref().unwrap_or_default()),
-            (Some(mut file), true) => {
-                let mut bytes = Vec::new();
-                file.read_to_end(&mut bytes)?;
-                w.write_all(visible(&String::from_utf8_lossy(&bytes)).as_bytes())
-            }
-            (None, true) => {
-                let bytes = self.row.value.as_deref().unwrap_or_default();
-                w.write_all(visible(&String::from_utf8_lossy(bytes)).as_bytes())
-            }
+        let mut content = self
+            .content
+            .unwrap_or_else(|| Box::new(io::Cursor::new(self.row.value.unwrap_or_default())));
+        if !tty {
+            return io::copy(&mut content, w).map(|_| ());
         }
+        let mut bytes = Vec::new();
+        content.read_to_end(&mut bytes)?;
+        w.write_all(visible(&String::from_utf8_lossy(&bytes)).as_bytes())
     }
 
     fn escapes_itself(&self) -> bool {
@@ -106,6 +102,37 @@ pub(super) fn scope_name(in_execution: bool) -> &'static str {
     } else {
         "root"
     }
+}
+
+/// The bindings visible from `scope` (None: the root alone), a page of `names` names after
+/// `after`: for each name, the one nearest the scope (the root last), in name order; with the
+/// chain walked from it. Only the rows of the chain and the root are read (`bindings_page`);
+/// the nearest of each name is chosen here, since the store has no read of every name's
+/// nearest binding (`resolve` finds one name's). `resume` and the gate page both see by it.
+pub fn nearest_bindings(
+    store: &mut dyn Store,
+    scope: Option<i64>,
+    after: Option<&str>,
+    names: i64,
+) -> Result<(Vec<i64>, Vec<BindingRow>)> {
+    let chain = match scope {
+        Some(id) => store.scope_chain(id)?,
+        None => Vec::new(),
+    };
+    let mut nearest: std::collections::BTreeMap<String, (usize, BindingRow)> = Default::default();
+    for b in store.bindings_page(&chain, after, names)? {
+        let rank = match b.execution_id {
+            None => chain.len(),
+            Some(e) => match chain.iter().position(|c| *c == e) {
+                Some(i) => i,
+                None => continue,
+            },
+        };
+        if nearest.get(&b.name).is_none_or(|(r, _)| rank < *r) {
+            nearest.insert(b.name.clone(), (rank, b));
+        }
+    }
+    Ok((chain, nearest.into_values().map(|(_, b)| b).collect()))
 }
 
 fn describe_chain(chain: &[i64]) -> String {

@@ -3,7 +3,7 @@
 use crate::cli::{ImportAddArgs, ImportsArgs, ImportsCommand};
 use crate::error::{refused, shown, usage};
 use crate::model::{check_name, now};
-use crate::output::{one_line, table, Render};
+use crate::output::{one_line, Render};
 use crate::store::{ImportAdded, ImportRow, Store};
 use anyhow::Result;
 use serde::Serialize;
@@ -76,19 +76,14 @@ impl Render for ImportList {
         if self.0.is_empty() {
             return writeln!(w, "no imports");
         }
-        let header = ["ALIAS", "SOURCE", "FETCHED"].map(String::from);
-        let rows: Vec<Vec<String>> = self
-            .0
-            .iter()
-            .map(|i| {
-                vec![
-                    i.alias.clone(),
-                    one_line(i.source_url.as_deref().unwrap_or(""), 60),
-                    i.fetched_at.clone().unwrap_or_default(),
-                ]
-            })
-            .collect();
-        table(w, &header, &rows)
+        let header = ["ALIAS", "SOURCE", "FETCHED"];
+        super::table_of(w, &header, &self.0, |i| {
+            vec![
+                i.alias.clone(),
+                one_line(i.source_url.as_deref().unwrap_or(""), 60),
+                i.fetched_at.clone().unwrap_or_default(),
+            ]
+        })
     }
 }
 

@@ -204,17 +204,6 @@ fn next_step(g: &GateRow) -> NextStep {
     }
 }
 
-fn is_start(status: Option<&S>) -> bool {
-    matches!(status, Some(S::Executing | S::Started))
-}
-
-fn is_end(status: Option<&S>) -> bool {
-    matches!(
-        status,
-        Some(S::Completed | S::Failed | S::Skipped | S::Joined | S::Exited)
-    )
-}
-
 type StatementKey = (Option<i64>, Option<String>, Option<i64>);
 
 fn key(r: &ExecutionRow) -> StatementKey {
@@ -240,11 +229,16 @@ fn open_starts(rows: &[ExecutionRow]) -> (Vec<&ExecutionRow>, HashMap<i64, Optio
     let same = |a: &ExecutionRow, b: &ExecutionRow| {
         a.statement_index == b.statement_index && a.statement_text == b.statement_text
     };
+    // Starts and ends as the narrow reads select them (`STARTS`, `ENDS`).
+    let among = |list: &[&str], r: &ExecutionRow| {
+        r.status
+            .as_ref()
+            .is_some_and(|s| list.contains(&s.as_str()))
+    };
     for r in rows {
-        let status = r.status.as_ref();
-        if is_start(status) {
+        if among(STARTS, r) {
             open.push(r);
-        } else if is_end(status) {
+        } else if among(ENDS, r) {
             let named = r
                 .parent_id
                 .and_then(|p| open.iter().rposition(|o| o.id == p && same(o, r)));
@@ -985,26 +979,10 @@ fn brief(
     };
     let scope = position.current.as_ref().map(|e| e.id);
     // The nearest binding of each name, from the innermost scope up to the root.
-    let chain = match scope {
-        Some(id) => store.scope_chain(id)?,
-        None => Vec::new(),
-    };
-    let rank = |e: Option<i64>| match e {
-        None => Some(chain.len()),
-        Some(id) => chain.iter().position(|c| *c == id),
-    };
-    let mut visible: BTreeMap<String, (usize, crate::store::BindingRow)> = BTreeMap::new();
-    for b in store.bindings_page(&chain, cursor, limit as i64 + 1)? {
-        let Some(r) = rank(b.execution_id) else {
-            continue;
-        };
-        if visible.get(&b.name).is_none_or(|(have, _)| r < *have) {
-            visible.insert(b.name.clone(), (r, b));
-        }
-    }
+    let (chain, visible) = super::get::nearest_bindings(store, scope, cursor, limit as i64 + 1)?;
     let more = visible.len() > limit;
     let mut page = Vec::new();
-    for (_, b) in visible.into_values().take(limit) {
+    for b in visible.into_iter().take(limit) {
         let mut b = binding_info(store, run, b);
         b.attachment_path = slim_text(b.attachment_path.take());
         page.push(b);

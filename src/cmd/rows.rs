@@ -9,42 +9,36 @@ use crate::store::{
 };
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
-impl Serialize for BindingRow {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut r = s.serialize_struct("Binding", 9)?;
-        r.serialize_field("name", &self.name)?;
-        r.serialize_field("execution_id", &self.execution_id)?;
-        r.serialize_field("kind", &self.kind)?;
-        // Rows written by raw SQL may hold bytes that are not UTF-8: shown lossily.
-        r.serialize_field(
-            "value",
-            &self
-                .value
-                .as_deref()
-                .map(|v| String::from_utf8_lossy(v).into_owned()),
-        )?;
-        r.serialize_field("source_statement", &self.source_statement)?;
-        r.serialize_field("created_at", &self.created_at)?;
-        r.serialize_field("updated_at", &self.updated_at)?;
-        r.serialize_field("attachment_path", &self.attachment_path)?;
-        r.serialize_field("version", &self.version)?;
-        r.end()
-    }
-}
-
 /// `impl Serialize` for a row type written field by field: `Type as "Name" { "json": field,
-/// ... }` (a field may be a path, `run.id`), in this order.
+/// ... }` (a field may be a path, `run.id`, and shown through a wrapper, `value as Lossy`),
+/// in this order.
 macro_rules! as_written {
-    ($ty:ty as $name:literal { $($json:literal: $($field:ident).+),* $(,)? }) => {
+    ($ty:ty as $name:literal { $($json:literal: $($field:ident).+ $(as $wrap:ident)?),* $(,)? }) => {
         impl Serialize for $ty {
             fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 let mut r = s.serialize_struct($name, [$($json),*].len())?;
-                $(r.serialize_field($json, &self.$($field).+)?;)*
+                $(r.serialize_field($json, &$($wrap)?(&self.$($field).+))?;)*
                 r.end()
             }
         }
     };
 }
+
+/// A binding's value as JSON shows it: rows written by raw SQL may hold bytes that are not
+/// UTF-8, shown lossily.
+struct Lossy<'a>(&'a Option<Vec<u8>>);
+
+impl Serialize for Lossy<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.0.as_deref().map(String::from_utf8_lossy).serialize(s)
+    }
+}
+
+as_written! { BindingRow as "Binding" {
+    "name": name, "execution_id": execution_id, "kind": kind, "value": value as Lossy,
+    "source_statement": source_statement, "created_at": created_at, "updated_at": updated_at,
+    "attachment_path": attachment_path, "version": version,
+} }
 
 as_written! { GateRow as "Gate" {
     "id": id, "run_id": run_id, "execution_id": execution_id, "prompt": prompt, "allow": allow,

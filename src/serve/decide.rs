@@ -132,11 +132,9 @@ pub(super) async fn decide(
             Some("the form's CSRF token is missing or wrong")
         } else {
             crate::cmd::decide::reason_given(approve, Some(&comment), None)?;
-            if shown.is_none() {
-                Some("the form is not one this page showed for this gate")
-            } else {
-                None
-            }
+            shown
+                .is_none()
+                .then_some("the form is not one this page showed for this gate")
         };
         if let Some(reason) = refusal {
             let recorded = store.refuse_attempt(&crate::store::Attempt {

@@ -13,7 +13,6 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use maud::{html, Markup};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Recent log entries shown on a gate's page.
@@ -109,21 +108,14 @@ pub(super) async fn runs_page(
         Some((&user.principal, &user.csrf)),
         html! {
             h1 { "Runs" }
-            table {
-                thead { tr { th { "Run" } th { "Status" } th { "Program" } th { "Started" } th { "Last event" } th { "Pending gates" } } }
-                tbody {
-                    @for r in &list.runs {
-                        tr {
-                            td { a href=(format!("/runs/{}", enc(&r.run.id))) { (visible(&r.run.id)) } }
-                            td { (r.run.status.as_ref().map_or("-", |s| s.as_str())) }
-                            td { (visible(r.run.program_path.as_deref().unwrap_or("-"))) }
-                            td { (r.run.started_at.as_deref().unwrap_or("-")) }
-                            td { (r.last_event_at.as_deref().unwrap_or("-")) }
-                            td { (r.pending_gates) }
-                        }
-                    }
-                }
-            }
+            (grid(&["Run", "Status", "Program", "Started", "Last event", "Pending gates"], &list.runs, |r| html! {
+                td { a href=(format!("/runs/{}", enc(&r.run.id))) { (visible(&r.run.id)) } }
+                td { (r.run.status.as_ref().map_or("-", |s| s.as_str())) }
+                td { (visible(r.run.program_path.as_deref().unwrap_or("-"))) }
+                td { (r.run.started_at.as_deref().unwrap_or("-")) }
+                td { (r.last_event_at.as_deref().unwrap_or("-")) }
+                td { (r.pending_gates) }
+            }))
             @if !list.warnings.is_empty() {
                 ul.warnings { @for w in &list.warnings { li { (visible(w)) } } }
             }
@@ -131,23 +123,26 @@ pub(super) async fn runs_page(
     )))
 }
 
-fn log_table(rows: &[ExecutionRow]) -> Markup {
+/// A table with a header of `heads`, and a row of `cells` for each of `items`.
+fn grid<T>(heads: &[&str], items: &[T], cells: impl Fn(&T) -> Markup) -> Markup {
     html! {
         table {
-            thead { tr { th { "#" } th { "Statement" } th { "Status" } th { "At" } th { "Parent" } } }
-            tbody {
-                @for e in rows {
-                    tr {
-                        td { (e.id) }
-                        td { (visible(&crate::output::one_line(e.statement_text.as_deref().unwrap_or("-"), 100))) }
-                        td { (e.status.as_ref().map_or("-".to_string(), |s| s.to_string())) }
-                        td { (e.at().unwrap_or("-")) }
-                        td { (e.parent_id.map_or("-".to_string(), |p| p.to_string())) }
-                    }
-                }
-            }
+            thead { tr { @for h in heads { th { (h) } } } }
+            tbody { @for i in items { tr { (cells(i)) } } }
         }
     }
+}
+
+fn log_table(rows: &[ExecutionRow]) -> Markup {
+    grid(&["#", "Statement", "Status", "At", "Parent"], rows, |e| {
+        html! {
+            td { (e.id) }
+            td { (visible(&crate::output::one_line(e.statement_text.as_deref().unwrap_or("-"), 100))) }
+            td { (e.status.as_ref().map_or("-".to_string(), |s| s.to_string())) }
+            td { (e.at().unwrap_or("-")) }
+            td { (e.parent_id.map_or("-".to_string(), |p| p.to_string())) }
+        }
+    })
 }
 
 /// The newest `n` records of the run's log, in order.
@@ -186,19 +181,12 @@ pub(super) async fn run_page(
                 dt { "Updated" } dd { (info.updated_at.as_deref().unwrap_or("-")) }
             }
             h2 { "Gates" }
-            table {
-                thead { tr { th { "Gate" } th { "Status" } th { "Decided by" } th { "Prompt" } } }
-                tbody {
-                    @for g in &gates {
-                        tr {
-                            td { a href=(gate_link(g)) { (visible(&g.id)) } }
-                            td { (g.status.to_string()) }
-                            td { (visible(g.resolved_by.as_deref().unwrap_or("-"))) }
-                            td { (visible(&crate::output::one_line(&g.prompt, 80))) }
-                        }
-                    }
-                }
-            }
+            (grid(&["Gate", "Status", "Decided by", "Prompt"], &gates, |g| html! {
+                td { a href=(gate_link(g)) { (visible(&g.id)) } }
+                td { (g.status.to_string()) }
+                td { (visible(g.resolved_by.as_deref().unwrap_or("-"))) }
+                td { (visible(&crate::output::one_line(&g.prompt, 80))) }
+            }))
             h2 { "Execution log" }
             @if log.len() > RUN_LOG {
                 p { "The newest " (RUN_LOG) " records; the whole log: "
@@ -217,34 +205,6 @@ struct GateViewData {
     roster: crate::team::Roster,
 }
 
-/// The bindings a gate's execution sees: for each name, the one nearest its scope (the root
-/// scope last); every root binding for a gate with no execution. Only the rows of the scope
-/// chain and the root are read (`bindings_page`, as `resume` reads them); the nearest of
-/// each name is chosen here, as `resume` chooses it, since the store has no read of every
-/// name's nearest binding (`resolve` finds one name's).
-fn visible_bindings(store: &mut dyn Store, execution: Option<i64>) -> Result<Vec<BindingRow>> {
-    // An execution that does not exist has no chain: the root alone.
-    let chain = match execution {
-        Some(id) => store.scope_chain(id)?,
-        None => Vec::new(),
-    };
-    // By name: the nearest of each, in name order.
-    let mut best: BTreeMap<String, (usize, BindingRow)> = BTreeMap::new();
-    for b in store.bindings_page(&chain, None, i64::MAX)? {
-        let rank = match b.execution_id {
-            None => chain.len(),
-            Some(e) => match chain.iter().position(|c| *c == e) {
-                Some(i) => i,
-                None => continue,
-            },
-        };
-        if best.get(&b.name).is_none_or(|(r, _)| rank < *r) {
-            best.insert(b.name.clone(), (rank, b));
-        }
-    }
-    Ok(best.into_values().map(|(_, b)| b).collect())
-}
-
 pub(super) async fn gate_page(
     State(app): State<Arc<App>>,
     Path((run, gate)): Path<(String, String)>,
@@ -256,7 +216,15 @@ pub(super) async fn gate_page(
         let shown = crate::cmd::gates::show_to(&gate, Some(&viewer), "web", store.as_mut())?;
         Ok(GateViewData {
             recent: newest(store.as_mut(), RECENT)?,
-            bindings: visible_bindings(store.as_mut(), shown.gate.gate.execution_id)?,
+            // The bindings its execution sees (an execution that does not exist has no
+            // chain: the root alone); every root binding for a gate with no execution.
+            bindings: crate::cmd::get::nearest_bindings(
+                store.as_mut(),
+                shown.gate.gate.execution_id,
+                None,
+                i64::MAX,
+            )?
+            .1,
             shown,
             // A book whose log cannot be trusted admits no one through a group (the
             // decision's own rule): the page offers no form on that account.
@@ -367,19 +335,12 @@ fn gate_markup(app: &App, d: &GateViewData, user: &SignedIn) -> Markup {
             h2 { "Recent log" }
             (log_table(&d.recent))
             h2 { "History" }
-            table {
-                thead { tr { th { "Event" } th { "Principal" } th { "Comment" } th { "At" } } }
-                tbody {
-                    @for a in &d.shown.history {
-                        tr {
-                            td { (visible(&a.event_type)) }
-                            td { (visible(a.principal.as_deref().unwrap_or("-"))) }
-                            td { (visible(a.comment.as_deref().unwrap_or("-"))) }
-                            td { (utc(a.timestamp.as_deref())) }
-                        }
-                    }
-                }
-            }
+            (grid(&["Event", "Principal", "Comment", "At"], &d.shown.history, |a| html! {
+                td { (visible(&a.event_type)) }
+                td { (visible(a.principal.as_deref().unwrap_or("-"))) }
+                td { (visible(a.comment.as_deref().unwrap_or("-"))) }
+                td { (utc(a.timestamp.as_deref())) }
+            }))
         },
     )
 }
