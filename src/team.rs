@@ -74,6 +74,12 @@ impl Quorum {
         all
     }
 
+    /// Whether one vote decides: an approval where one is required, a rejection then or with
+    /// a veto.
+    pub fn decided_by_one(&self, approve: bool) -> bool {
+        self.require == 1 || (!approve && self.veto)
+    }
+
     /// The principals separation of duties keeps from approving (never `unknown`, which
     /// names no one).
     pub fn excluded(&self) -> Vec<&str> {
@@ -279,6 +285,15 @@ impl Tally {
         }
         votes.push(principal.to_string());
         true
+    }
+
+    /// The approvals, or the rejections.
+    pub fn votes(&self, approve: bool) -> &Vec<String> {
+        if approve {
+            &self.approvals
+        } else {
+            &self.rejections
+        }
     }
 
     pub fn outcome(&self, q: &Quorum) -> Outcome {

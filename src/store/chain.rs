@@ -478,7 +478,26 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
             .get("instance")
             .and_then(serde_json::Value::as_i64)
             .unwrap_or(1);
-        match r.event_type.as_str() {
+        let kind = r.event_type.as_str();
+        // An event for an opening nothing here vouches for (its `created` event sealed on
+        // another machine, or from before the seal) decides nothing this machine can stand
+        // behind: the row's instance then has no sealed opening (unattested). One for an
+        // earlier opening contradicts the log.
+        if kind != "created" && instance != d.instance {
+            if instance > d.instance {
+                continue;
+            }
+            let what = match kind {
+                ESCALATED | REMINDER => format!("an {kind} event"),
+                VOTE_APPROVE | VOTE_REJECT => "a vote".to_string(),
+                _ => format!("a {kind} event"),
+            };
+            return Err(format!(
+                "its log has {what} for instance {instance}, in the opening of instance {}",
+                d.instance
+            ));
+        }
+        match kind {
             "created" => {
                 if instance != d.instance + 1 {
                     return Err(format!(
@@ -522,7 +541,7 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                     reminded: Vec::new(),
                 };
             }
-            kind @ (ESCALATED | REMINDER) if instance == d.instance => {
+            ESCALATED | REMINDER => {
                 if r.principal.as_deref() != Some("system") || d.decision.is_some() {
                     return Err(format!(
                         "its log has an {kind} event that no rule writes (by {}, or after its decision)",
@@ -553,52 +572,21 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                 d.timeout_at = Some(Some(expected));
                 d.escalated = true;
             }
-            ESCALATED | REMINDER if instance > d.instance => {}
-            kind @ (ESCALATED | REMINDER) => {
-                return Err(format!(
-                    "its log has an {kind} event for instance {instance}, in the opening of instance {}",
-                    d.instance
-                ));
-            }
-            kind @ (VOTE_APPROVE | VOTE_REJECT) if instance == d.instance => {
+            VOTE_APPROVE | VOTE_REJECT => {
                 let approve = kind == VOTE_APPROVE;
                 if d.decision.is_some() {
                     return Err(format!("its log has a {kind} event after its decision"));
                 }
                 let by = r.principal.clone().unwrap_or_default();
                 vote_allowed(&d, r, &m, &by, approve)?;
-                let short = if approve {
-                    d.quorum.require > 1
-                } else {
-                    !d.quorum.veto && d.quorum.require > 1
-                };
-                if !short || !d.tally.add(&by, approve) {
+                if d.quorum.decided_by_one(approve) || !d.tally.add(&by, approve) {
                     return Err(format!(
                         "its log has a {kind} event by {} that no rule writes",
                         crate::error::shown(&by)
                     ));
                 }
             }
-            // As for a decision: a vote for an opening nothing here vouches for counts for
-            // nothing.
-            VOTE_APPROVE | VOTE_REJECT if instance > d.instance => {}
-            VOTE_APPROVE | VOTE_REJECT => {
-                return Err(format!(
-                    "its log has a vote for instance {instance}, in the opening of instance {}",
-                    d.instance
-                ));
-            }
-            // A decision for an opening nothing here vouches for (its `created` event sealed
-            // on another machine, or from before the seal) decides nothing this machine can
-            // stand behind: the row's instance then has no sealed opening (unattested).
-            "approved" | "rejected" | "timeout" if instance > d.instance => {}
-            kind @ ("approved" | "rejected" | "timeout") => {
-                if instance != d.instance {
-                    return Err(format!(
-                        "its log has a {kind} event for instance {instance}, in the opening of instance {}",
-                        d.instance
-                    ));
-                }
+            "approved" | "rejected" | "timeout" => {
                 if let Some((status, by, _)) = &d.decision {
                     return Err(format!(
                         "its log decides instance {instance} twice ({status} by {}, then {kind})",
@@ -702,11 +690,7 @@ fn counted(
     approve: bool,
 ) -> Result<Vec<String>, String> {
     let key = if approve { "approvals" } else { "rejections" };
-    let single = if approve {
-        d.quorum.require == 1
-    } else {
-        d.quorum.veto || d.quorum.require == 1
-    };
+    let single = d.quorum.decided_by_one(approve);
     let listed: Vec<String> = match m.get(key).and_then(serde_json::Value::as_array) {
         Some(a) => a
             .iter()
@@ -716,11 +700,7 @@ fn counted(
         None if single => vec![by.to_string()],
         None => return Err(format!("its decision records no {key}")),
     };
-    let votes = if approve {
-        &d.tally.approvals
-    } else {
-        &d.tally.rejections
-    };
+    let votes = d.tally.votes(approve);
     let mut seen = std::collections::BTreeSet::new();
     let fine = listed
         .iter()

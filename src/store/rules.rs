@@ -898,13 +898,8 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
         return Ok(outcome);
     }
     let me = d.principal.as_str();
-    let prior = if d.approve {
-        &derived.tally.approvals
-    } else {
-        &derived.tally.rejections
-    };
     // The same principal voting again counts once, and writes nothing.
-    if prior.iter().any(|p| p == me) {
+    if derived.tally.votes(d.approve).iter().any(|p| p == me) {
         let tally = recount(&gate, &derived, roster).0;
         tx.commit()?;
         return Ok(Decided::Counted {
@@ -932,17 +927,8 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
     let mut metadata = decision_metadata(&gate, d, kind);
     if q.is_team(&gate.allow) {
         metadata["via"] = via.into();
-        let votes = if d.approve {
-            &tally.approvals
-        } else {
-            &tally.rejections
-        };
-        let single = if d.approve {
-            q.require == 1
-        } else {
-            q.veto || q.require == 1
-        };
-        match (resolves, single) {
+        let votes = tally.votes(d.approve);
+        match (resolves, q.decided_by_one(d.approve)) {
             (true, true) => {}
             (true, false) => {
                 metadata[if d.approve { "approvals" } else { "rejections" }] = votes.clone().into()
@@ -1098,14 +1084,7 @@ fn team_refusal(
         let reason =
             format!("separation of duties: {me} {whose}, and may not approve their own gate");
         (Decided::OwnGate(g, reason.clone()), reason)
-    } else if !q.veto && {
-        let other = if d.approve {
-            &derived.tally.rejections
-        } else {
-            &derived.tally.approvals
-        };
-        other.iter().any(|p| p == me)
-    } {
+    } else if !q.veto && derived.tally.votes(!d.approve).iter().any(|p| p == me) {
         let reason = format!(
             "{me} already voted to {} this gate",
             if d.approve { "reject" } else { "approve" }
