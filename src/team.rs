@@ -214,15 +214,6 @@ impl Roster {
             .get(group)
             .is_some_and(|m| m.contains(principal))
     }
-
-    /// The groups a principal is in.
-    pub fn groups_of(&self, principal: &str) -> Vec<&str> {
-        self.groups
-            .iter()
-            .filter(|(_, m)| m.contains(principal))
-            .map(|(g, _)| g.as_str())
-            .collect()
-    }
 }
 
 /// The entries of `allow` that admit `p` now: its own name, `user` (anyone who is not an

@@ -84,6 +84,13 @@ impl ChainReport {
                 .any(|(_, i)| matches!(i, Integrity::Unattested(_)))
     }
 
+    /// Records a break, unless an earlier one is recorded: only the first is reported.
+    pub fn broken(&mut self, id: i64, reason: String) {
+        if self.first_broken.is_none() {
+            self.first_broken = Some(BrokenLink { id, reason });
+        }
+    }
+
     /// Where one gate stands.
     pub fn gate(&self, id: &str) -> Integrity {
         self.gates
@@ -111,15 +118,11 @@ pub fn check(
     // another run (or under a run id a writer of the database chose) and proves nothing here.
     if let Some(run) = run_id {
         if let Some(r) = rows.iter().find(|r| r.seq.is_some() && r.run_id != run) {
-            if report.first_broken.is_none() {
-                report.first_broken = Some(BrokenLink {
-                    id: r.id,
-                    reason: format!(
-                        "a sealed row names run {}, not this run",
-                        crate::error::shown(&r.run_id)
-                    ),
-                });
-            }
+            let shown = crate::error::shown(&r.run_id);
+            report.broken(
+                r.id,
+                format!("a sealed row names run {shown}, not this run"),
+            );
             states.insert(r.id, RowState::Broken);
         }
     }
@@ -225,11 +228,11 @@ fn apply_genesis(rows: &[AuditRow], states: &mut HashMap<i64, RowState>, report:
             }
         }
     }
-    if left.values().any(|n| *n > 0) && report.first_broken.is_none() {
-        report.first_broken = Some(BrokenLink {
-            id: genesis.id,
-            reason: "a row from before the seal was changed or removed".into(),
-        });
+    if left.values().any(|n| *n > 0) {
+        report.broken(
+            genesis.id,
+            "a row from before the seal was changed or removed".into(),
+        );
     }
 }
 
@@ -241,12 +244,6 @@ fn row_states(
 ) -> HashMap<i64, RowState> {
     let mut states = HashMap::new();
     let first_seq_id = rows.iter().find(|r| r.seq.is_some()).map(|r| r.id);
-    let broken = |report: &mut ChainReport, id: i64, reason: String| {
-        if report.first_broken.is_none() {
-            report.first_broken = Some(BrokenLink { id, reason });
-        }
-    };
-
     // The older chain, unsealed: rows before the first sequenced one.
     let mut prev: Option<String> = None;
     for row in rows
@@ -263,15 +260,8 @@ fn row_states(
                 let expected = prev.clone().unwrap_or_default();
                 if report.first_broken.is_some() {
                     RowState::Broken
-                } else if row.prev_hash.as_deref().unwrap_or_default() != expected {
-                    broken(report, row.id, "prev_hash does not match the previous row's hash (a row was removed or inserted)".into());
-                    RowState::Broken
-                } else if row.chain_hash(&expected) != *hash {
-                    broken(
-                        report,
-                        row.id,
-                        "content does not match its hash (the row was edited)".into(),
-                    );
+                } else if let Some(why) = link_problem(row, &expected, hash) {
+                    report.broken(row.id, why);
                     RowState::Broken
                 } else {
                     prev = Some(hash.clone());
@@ -285,8 +275,7 @@ fn row_states(
     // The sealed chain, in sequence order.
     let Some(first) = first_seq_id else {
         if let Some(a) = anchor {
-            broken(
-                report,
+            report.broken(
                 0,
                 format!("the log has no sealed rows, but this machine sealed up to seq {}: rows were cut", a.seq),
             );
@@ -311,18 +300,11 @@ fn row_states(
             } else {
                 format!("seq {expected_seq} is missing: rows were deleted")
             })
-        } else if row.prev_hash.as_deref().unwrap_or_default() != prev {
-            Some(
-                "prev_hash does not match the previous row's hash (a row was removed or inserted)"
-                    .into(),
-            )
-        } else if row.chain_hash(&prev) != hash {
-            Some("content does not match its hash (the row was edited)".into())
         } else {
-            None
+            link_problem(row, &prev, &hash)
         };
         if let Some(reason) = fail {
-            broken(report, row.id, reason);
+            report.broken(row.id, reason);
             states.insert(row.id, RowState::Broken);
             continue;
         }
@@ -337,8 +319,7 @@ fn row_states(
                 RowState::Unattested
             }
             Some(SealCheck::Invalid | SealCheck::Missing) => {
-                broken(
-                    report,
+                report.broken(
                     row.id,
                     "its seal does not match: the row was forged, or changed and re-chained".into(),
                 );
@@ -353,8 +334,7 @@ fn row_states(
     // Rows after the sequence began that are not in it.
     for row in rows.iter().filter(|r| r.id > first && r.seq.is_none()) {
         let state = if row.hash.is_some() || row.seal.is_some() {
-            broken(
-                report,
+            report.broken(
                 row.id,
                 "a row outside the sequence claims a hash or seal (forged)".into(),
             );
@@ -367,13 +347,11 @@ fn row_states(
     if let (Some(a), None) = (anchor, &report.first_broken) {
         let last = expected_seq - 1;
         match by_seq.get(&a.seq) {
-            None => broken(
-                report,
+            None => report.broken(
                 0,
                 format!("the log ends at seq {last}, but this machine sealed up to seq {}: rows were cut from its end", a.seq),
             ),
-            Some(h) if *h != a.hash => broken(
-                report,
+            Some(h) if *h != a.hash => report.broken(
                 0,
                 format!("the row at seq {} is not the one this machine sealed", a.seq),
             ),
@@ -381,6 +359,20 @@ fn row_states(
         }
     }
     states
+}
+
+/// Why a row does not chain to `prev` under `hash`, if it does not.
+fn link_problem(row: &AuditRow, prev: &str, hash: &str) -> Option<String> {
+    if row.prev_hash.as_deref().unwrap_or_default() != prev {
+        Some(
+            "prev_hash does not match the previous row's hash (a row was removed or inserted)"
+                .into(),
+        )
+    } else if row.chain_hash(prev) != hash {
+        Some("content does not match its hash (the row was edited)".into())
+    } else {
+        None
+    }
 }
 
 /// A gate as its sealed events make it: the one account of a gate that only the holder of the

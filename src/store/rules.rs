@@ -672,28 +672,25 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
     // An existing gate is a safe retry or a conflict, unless it is decided and asked to
     // open again: then this is its next instance.
     let existing = load_exact(&mut *tx, g.id)?;
-    if let (Some(existing), true) = (&existing, g.reopen) {
+    if let Some(existing) = &existing {
+        let (tampered, derived) = disagreement(&mut *tx, existing)?;
         // Opened again only when its sealed log says its opening was decided: a row set to
         // "decided" by SQL reopens nothing (the new opening could name anyone it likes).
-        let (tampered, derived) = disagreement(&mut *tx, existing)?;
-        if let Some(why) = tampered {
+        if let (Some(why), true) = (&tampered, g.reopen) {
             return Err(crate::error::tampered(format!(
                 "gate {} disagrees with its sealed log ({why}): it is not opened again",
                 shown(g.id)
             )));
         }
-        if !existing.status.is_pending() && derived.decision.is_none() {
+        if g.reopen && !existing.status.is_pending() && derived.decision.is_none() {
             return Err(refused(format!(
                 "gate {} is {} only in its row: no sealed decision stands (written by another tool?), so it is not opened again",
                 shown(g.id),
                 existing.status
             )));
         }
-    }
-    if let Some(existing) = &existing {
         if !g.reopen || existing.status.is_pending() {
             // The same call again: a safe retry (its quorum too, which its sealed log keeps).
-            let (_, derived) = disagreement(&mut *tx, existing)?;
             let q = &derived.quorum;
             // An escalated gate's row allows its escalation entry too.
             let mut given: Vec<String> = serde_json::from_str(g.allow).unwrap_or_default();
@@ -898,16 +895,17 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
         return Ok(outcome);
     }
     let me = d.principal.as_str();
+    let counted = |gate, tally, already| Decided::Counted {
+        gate,
+        quorum: q.clone(),
+        tally,
+        already,
+    };
     // The same principal voting again counts once, and writes nothing.
     if derived.tally.votes(d.approve).iter().any(|p| p == me) {
         let tally = recount(&gate, &derived, roster).0;
         tx.commit()?;
-        return Ok(Decided::Counted {
-            gate,
-            quorum: q.clone(),
-            tally,
-            already: true,
-        });
+        return Ok(counted(gate, tally, true));
     }
     // Earlier votes count while their principal is still allowed now.
     let (mut tally, discounted) = recount(&gate, &derived, roster);
@@ -947,12 +945,7 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
     append_audit(&mut *tx, &e.by(Some(me), d.comment), metadata)?;
     if !resolves {
         tx.commit()?;
-        return Ok(Decided::Counted {
-            gate,
-            quorum: q.clone(),
-            tally,
-            already: false,
-        });
+        return Ok(counted(gate, tally, false));
     }
     tx.resolve_gate(d.gate_id, &status, me, d.comment, d.now)?;
     let row = tx
