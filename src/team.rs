@@ -74,6 +74,12 @@ impl Quorum {
         all
     }
 
+    /// Whether one vote decides: an approval where one is required, a rejection then or with
+    /// a veto.
+    pub fn decided_by_one(&self, approve: bool) -> bool {
+        self.require == 1 || (!approve && self.veto)
+    }
+
     /// The principals separation of duties keeps from approving (never `unknown`, which
     /// names no one).
     pub fn excluded(&self) -> Vec<&str> {
@@ -208,15 +214,6 @@ impl Roster {
             .get(group)
             .is_some_and(|m| m.contains(principal))
     }
-
-    /// The groups a principal is in.
-    pub fn groups_of(&self, principal: &str) -> Vec<&str> {
-        self.groups
-            .iter()
-            .filter(|(_, m)| m.contains(principal))
-            .map(|(g, _)| g.as_str())
-            .collect()
-    }
 }
 
 /// The entries of `allow` that admit `p` now: its own name, `user` (anyone who is not an
@@ -279,6 +276,15 @@ impl Tally {
         }
         votes.push(principal.to_string());
         true
+    }
+
+    /// The approvals, or the rejections.
+    pub fn votes(&self, approve: bool) -> &Vec<String> {
+        if approve {
+            &self.approvals
+        } else {
+            &self.rejections
+        }
     }
 
     pub fn outcome(&self, q: &Quorum) -> Outcome {

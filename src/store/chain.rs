@@ -84,6 +84,13 @@ impl ChainReport {
                 .any(|(_, i)| matches!(i, Integrity::Unattested(_)))
     }
 
+    /// Records a break, unless an earlier one is recorded: only the first is reported.
+    pub fn broken(&mut self, id: i64, reason: String) {
+        if self.first_broken.is_none() {
+            self.first_broken = Some(BrokenLink { id, reason });
+        }
+    }
+
     /// Where one gate stands.
     pub fn gate(&self, id: &str) -> Integrity {
         self.gates
@@ -111,15 +118,11 @@ pub fn check(
     // another run (or under a run id a writer of the database chose) and proves nothing here.
     if let Some(run) = run_id {
         if let Some(r) = rows.iter().find(|r| r.seq.is_some() && r.run_id != run) {
-            if report.first_broken.is_none() {
-                report.first_broken = Some(BrokenLink {
-                    id: r.id,
-                    reason: format!(
-                        "a sealed row names run {}, not this run",
-                        crate::error::shown(&r.run_id)
-                    ),
-                });
-            }
+            let shown = crate::error::shown(&r.run_id);
+            report.broken(
+                r.id,
+                format!("a sealed row names run {shown}, not this run"),
+            );
             states.insert(r.id, RowState::Broken);
         }
     }
@@ -225,11 +228,11 @@ fn apply_genesis(rows: &[AuditRow], states: &mut HashMap<i64, RowState>, report:
             }
         }
     }
-    if left.values().any(|n| *n > 0) && report.first_broken.is_none() {
-        report.first_broken = Some(BrokenLink {
-            id: genesis.id,
-            reason: "a row from before the seal was changed or removed".into(),
-        });
+    if left.values().any(|n| *n > 0) {
+        report.broken(
+            genesis.id,
+            "a row from before the seal was changed or removed".into(),
+        );
     }
 }
 
@@ -241,12 +244,6 @@ fn row_states(
 ) -> HashMap<i64, RowState> {
     let mut states = HashMap::new();
     let first_seq_id = rows.iter().find(|r| r.seq.is_some()).map(|r| r.id);
-    let broken = |report: &mut ChainReport, id: i64, reason: String| {
-        if report.first_broken.is_none() {
-            report.first_broken = Some(BrokenLink { id, reason });
-        }
-    };
-
     // The older chain, unsealed: rows before the first sequenced one.
     let mut prev: Option<String> = None;
     for row in rows
@@ -263,15 +260,8 @@ fn row_states(
                 let expected = prev.clone().unwrap_or_default();
                 if report.first_broken.is_some() {
                     RowState::Broken
-                } else if row.prev_hash.as_deref().unwrap_or_default() != expected {
-                    broken(report, row.id, "prev_hash does not match the previous row's hash (a row was removed or inserted)".into());
-                    RowState::Broken
-                } else if row.chain_hash(&expected) != *hash {
-                    broken(
-                        report,
-                        row.id,
-                        "content does not match its hash (the row was edited)".into(),
-                    );
+                } else if let Some(why) = link_problem(row, &expected, hash) {
+                    report.broken(row.id, why);
                     RowState::Broken
                 } else {
                     prev = Some(hash.clone());
@@ -285,8 +275,7 @@ fn row_states(
     // The sealed chain, in sequence order.
     let Some(first) = first_seq_id else {
         if let Some(a) = anchor {
-            broken(
-                report,
+            report.broken(
                 0,
                 format!("the log has no sealed rows, but this machine sealed up to seq {}: rows were cut", a.seq),
             );
@@ -311,18 +300,11 @@ fn row_states(
             } else {
                 format!("seq {expected_seq} is missing: rows were deleted")
             })
-        } else if row.prev_hash.as_deref().unwrap_or_default() != prev {
-            Some(
-                "prev_hash does not match the previous row's hash (a row was removed or inserted)"
-                    .into(),
-            )
-        } else if row.chain_hash(&prev) != hash {
-            Some("content does not match its hash (the row was edited)".into())
         } else {
-            None
+            link_problem(row, &prev, &hash)
         };
         if let Some(reason) = fail {
-            broken(report, row.id, reason);
+            report.broken(row.id, reason);
             states.insert(row.id, RowState::Broken);
             continue;
         }
@@ -337,8 +319,7 @@ fn row_states(
                 RowState::Unattested
             }
             Some(SealCheck::Invalid | SealCheck::Missing) => {
-                broken(
-                    report,
+                report.broken(
                     row.id,
                     "its seal does not match: the row was forged, or changed and re-chained".into(),
                 );
@@ -353,8 +334,7 @@ fn row_states(
     // Rows after the sequence began that are not in it.
     for row in rows.iter().filter(|r| r.id > first && r.seq.is_none()) {
         let state = if row.hash.is_some() || row.seal.is_some() {
-            broken(
-                report,
+            report.broken(
                 row.id,
                 "a row outside the sequence claims a hash or seal (forged)".into(),
             );
@@ -367,13 +347,11 @@ fn row_states(
     if let (Some(a), None) = (anchor, &report.first_broken) {
         let last = expected_seq - 1;
         match by_seq.get(&a.seq) {
-            None => broken(
-                report,
+            None => report.broken(
                 0,
                 format!("the log ends at seq {last}, but this machine sealed up to seq {}: rows were cut from its end", a.seq),
             ),
-            Some(h) if *h != a.hash => broken(
-                report,
+            Some(h) if *h != a.hash => report.broken(
                 0,
                 format!("the row at seq {} is not the one this machine sealed", a.seq),
             ),
@@ -381,6 +359,20 @@ fn row_states(
         }
     }
     states
+}
+
+/// Why a row does not chain to `prev` under `hash`, if it does not.
+fn link_problem(row: &AuditRow, prev: &str, hash: &str) -> Option<String> {
+    if row.prev_hash.as_deref().unwrap_or_default() != prev {
+        Some(
+            "prev_hash does not match the previous row's hash (a row was removed or inserted)"
+                .into(),
+        )
+    } else if row.chain_hash(prev) != hash {
+        Some("content does not match its hash (the row was edited)".into())
+    } else {
+        None
+    }
 }
 
 /// A gate as its sealed events make it: the one account of a gate that only the holder of the
@@ -478,7 +470,26 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
             .get("instance")
             .and_then(serde_json::Value::as_i64)
             .unwrap_or(1);
-        match r.event_type.as_str() {
+        let kind = r.event_type.as_str();
+        // An event for an opening nothing here vouches for (its `created` event sealed on
+        // another machine, or from before the seal) decides nothing this machine can stand
+        // behind: the row's instance then has no sealed opening (unattested). One for an
+        // earlier opening contradicts the log.
+        if kind != "created" && instance != d.instance {
+            if instance > d.instance {
+                continue;
+            }
+            let what = match kind {
+                ESCALATED | REMINDER => format!("an {kind} event"),
+                VOTE_APPROVE | VOTE_REJECT => "a vote".to_string(),
+                _ => format!("a {kind} event"),
+            };
+            return Err(format!(
+                "its log has {what} for instance {instance}, in the opening of instance {}",
+                d.instance
+            ));
+        }
+        match kind {
             "created" => {
                 if instance != d.instance + 1 {
                     return Err(format!(
@@ -522,7 +533,7 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                     reminded: Vec::new(),
                 };
             }
-            kind @ (ESCALATED | REMINDER) if instance == d.instance => {
+            ESCALATED | REMINDER => {
                 if r.principal.as_deref() != Some("system") || d.decision.is_some() {
                     return Err(format!(
                         "its log has an {kind} event that no rule writes (by {}, or after its decision)",
@@ -553,52 +564,21 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                 d.timeout_at = Some(Some(expected));
                 d.escalated = true;
             }
-            ESCALATED | REMINDER if instance > d.instance => {}
-            kind @ (ESCALATED | REMINDER) => {
-                return Err(format!(
-                    "its log has an {kind} event for instance {instance}, in the opening of instance {}",
-                    d.instance
-                ));
-            }
-            kind @ (VOTE_APPROVE | VOTE_REJECT) if instance == d.instance => {
+            VOTE_APPROVE | VOTE_REJECT => {
                 let approve = kind == VOTE_APPROVE;
                 if d.decision.is_some() {
                     return Err(format!("its log has a {kind} event after its decision"));
                 }
                 let by = r.principal.clone().unwrap_or_default();
                 vote_allowed(&d, r, &m, &by, approve)?;
-                let short = if approve {
-                    d.quorum.require > 1
-                } else {
-                    !d.quorum.veto && d.quorum.require > 1
-                };
-                if !short || !d.tally.add(&by, approve) {
+                if d.quorum.decided_by_one(approve) || !d.tally.add(&by, approve) {
                     return Err(format!(
                         "its log has a {kind} event by {} that no rule writes",
                         crate::error::shown(&by)
                     ));
                 }
             }
-            // As for a decision: a vote for an opening nothing here vouches for counts for
-            // nothing.
-            VOTE_APPROVE | VOTE_REJECT if instance > d.instance => {}
-            VOTE_APPROVE | VOTE_REJECT => {
-                return Err(format!(
-                    "its log has a vote for instance {instance}, in the opening of instance {}",
-                    d.instance
-                ));
-            }
-            // A decision for an opening nothing here vouches for (its `created` event sealed
-            // on another machine, or from before the seal) decides nothing this machine can
-            // stand behind: the row's instance then has no sealed opening (unattested).
-            "approved" | "rejected" | "timeout" if instance > d.instance => {}
-            kind @ ("approved" | "rejected" | "timeout") => {
-                if instance != d.instance {
-                    return Err(format!(
-                        "its log has a {kind} event for instance {instance}, in the opening of instance {}",
-                        d.instance
-                    ));
-                }
+            "approved" | "rejected" | "timeout" => {
                 if let Some((status, by, _)) = &d.decision {
                     return Err(format!(
                         "its log decides instance {instance} twice ({status} by {}, then {kind})",
@@ -702,11 +682,7 @@ fn counted(
     approve: bool,
 ) -> Result<Vec<String>, String> {
     let key = if approve { "approvals" } else { "rejections" };
-    let single = if approve {
-        d.quorum.require == 1
-    } else {
-        d.quorum.veto || d.quorum.require == 1
-    };
+    let single = d.quorum.decided_by_one(approve);
     let listed: Vec<String> = match m.get(key).and_then(serde_json::Value::as_array) {
         Some(a) => a
             .iter()
@@ -716,11 +692,7 @@ fn counted(
         None if single => vec![by.to_string()],
         None => return Err(format!("its decision records no {key}")),
     };
-    let votes = if approve {
-        &d.tally.approvals
-    } else {
-        &d.tally.rejections
-    };
+    let votes = d.tally.votes(approve);
     let mut seen = std::collections::BTreeSet::new();
     let fine = listed
         .iter()

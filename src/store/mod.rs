@@ -1135,8 +1135,8 @@ pub trait Store: AgentStore {
             self.containment()
                 .map(|why| format!("not verified here: {why}"))
         });
-        if let (Some(reason), None) = (doubt, &report.first_broken) {
-            report.first_broken = Some(chain::BrokenLink { id: 0, reason });
+        if let Some(reason) = doubt {
+            report.broken(0, reason);
         }
         if let Some(signed) = signed {
             signatures::check(&mut report, &rows, &gates, signed);

@@ -78,20 +78,42 @@ fn disagreement(
     Ok((why, derived))
 }
 
-/// One audit event to append.
+/// One audit event to append (its metadata beside it).
 pub struct Event<'a> {
     pub gate_id: &'a str,
     pub run_id: &'a str,
     pub event_type: &'a str,
     pub principal: Option<&'a str>,
     pub comment: Option<&'a str>,
-    pub metadata: serde_json::Value,
     pub now: &'a str,
+}
+
+impl<'a> Event<'a> {
+    /// An event the tool makes itself: by `system`, with no comment.
+    pub fn system(gate_id: &'a str, run_id: &'a str, event_type: &'a str, now: &'a str) -> Self {
+        Event {
+            gate_id,
+            run_id,
+            event_type,
+            principal: Some("system"),
+            comment: None,
+            now,
+        }
+    }
+
+    /// The same event, by `principal`, with `comment`.
+    pub fn by(self, principal: Option<&'a str>, comment: Option<&'a str>) -> Self {
+        Event {
+            principal,
+            comment,
+            ..self
+        }
+    }
 }
 
 /// Appends an audit row chained to the run's last one. The id and the previous hash are read
 /// and the row written in the same serialised transaction.
-pub fn append_audit(tx: &mut dyn Tx, e: &Event) -> Result<AuditRow> {
+pub fn append_audit(tx: &mut dyn Tx, e: &Event, metadata: serde_json::Value) -> Result<AuditRow> {
     let (mut seq, mut prev) = tx.chain_head()?;
     // A run's first sealed row is its genesis: what came before is sealed as such, and
     // nothing unsealed after it is ever "from before the chain".
@@ -108,7 +130,7 @@ pub fn append_audit(tx: &mut dyn Tx, e: &Event) -> Result<AuditRow> {
         principal: e.principal.map(str::to_string),
         comment: e.comment.map(str::to_string),
         timestamp: Some(e.now.to_string()),
-        metadata: Some(e.metadata.to_string()),
+        metadata: Some(metadata.to_string()),
         prev_hash: Some(prev.clone()),
         hash: None,
         seq: Some(seq + 1),
@@ -133,21 +155,12 @@ fn genesis(tx: &mut dyn Tx, run_id: &str, now: &str, started_by: Option<&str>) -
         .iter()
         .map(super::chain::pre_seal_digest)
         .collect();
-    append_audit(
-        tx,
-        &Event {
-            gate_id: super::dump::RUN_EVENT,
-            run_id,
-            event_type: super::dump::GENESIS,
-            principal: Some("system"),
-            comment: None,
-            metadata: match started_by {
-                Some(p) => serde_json::json!({ "before_seal": before, "started_by": p }),
-                None => serde_json::json!({ "before_seal": before }),
-            },
-            now,
-        },
-    )
+    let metadata = match started_by {
+        Some(p) => serde_json::json!({ "before_seal": before, "started_by": p }),
+        None => serde_json::json!({ "before_seal": before }),
+    };
+    let e = Event::system(super::dump::RUN_EVENT, run_id, super::dump::GENESIS, now);
+    append_audit(tx, &e, metadata)
 }
 
 /// Seals a run that is not sealed yet (at `init`), recording who started it; nothing when it
@@ -250,19 +263,12 @@ pub fn sweep(tx: &mut Txn<'_>, now: &str) -> Result<Swept> {
                 let allow = d.quorum.escalated_allow(&d.allow);
                 append_audit(
                     &mut **tx,
-                    &Event {
-                        gate_id: &gate.id,
-                        run_id: &run_id,
-                        event_type: super::chain::ESCALATED,
-                        principal: Some("system"),
-                        comment: None,
-                        metadata: serde_json::json!({
-                            "instance": gate.instance, "to": d.quorum.escalate_to,
-                            "timeout_at": new_deadline, "deadline_was": sealed_deadline,
-                            "swept_at": now
-                        }),
-                        now: &at,
-                    },
+                    &Event::system(&gate.id, &run_id, super::chain::ESCALATED, &at),
+                    serde_json::json!({
+                        "instance": gate.instance, "to": d.quorum.escalate_to,
+                        "timeout_at": new_deadline, "deadline_was": sealed_deadline,
+                        "swept_at": now
+                    }),
                 )?;
                 let remind_at =
                     crate::team::next_reminder(&d.quorum.remind, &new_deadline, &at, &[], now);
@@ -319,18 +325,11 @@ fn time_out(tx: &mut Txn<'_>, gate: &super::GateRow, run_id: &str, now: &str) ->
         .unwrap_or_else(|| now.to_string());
     append_audit(
         &mut **tx,
-        &Event {
-            gate_id: &gate.id,
-            run_id,
-            event_type: "timeout",
-            principal: Some("system"),
-            comment: None,
-            metadata: serde_json::json!({
-                "timeout_at": gate.timeout_at, "on_reject": gate.on_reject, "swept_at": now,
-                "instance": gate.instance
-            }),
-            now: &at,
-        },
+        &Event::system(&gate.id, run_id, "timeout", &at),
+        serde_json::json!({
+            "timeout_at": gate.timeout_at, "on_reject": gate.on_reject, "swept_at": now,
+            "instance": gate.instance
+        }),
     )?;
     tx.resolve_gate(&gate.id, &GateStatus::Timeout, "system", None, &at)?;
     let mut timed_out = gate.clone();
@@ -403,18 +402,11 @@ fn remind(
         }
         append_audit(
             &mut **tx,
-            &Event {
-                gate_id: &gate.id,
-                run_id,
-                event_type: super::chain::REMINDER,
-                principal: Some("system"),
-                comment: None,
-                metadata: serde_json::json!({
-                    "instance": gate.instance, "at": at, "before": before,
-                    "timeout_at": deadline
-                }),
-                now,
-            },
+            &Event::system(&gate.id, run_id, super::chain::REMINDER, now),
+            serde_json::json!({
+                "instance": gate.instance, "at": at, "before": before,
+                "timeout_at": deadline
+            }),
         )?;
         tx.notice(notify::Event::Reminder, gate);
         announced += 1;
@@ -680,28 +672,25 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
     // An existing gate is a safe retry or a conflict, unless it is decided and asked to
     // open again: then this is its next instance.
     let existing = load_exact(&mut *tx, g.id)?;
-    if let (Some(existing), true) = (&existing, g.reopen) {
+    if let Some(existing) = &existing {
+        let (tampered, derived) = disagreement(&mut *tx, existing)?;
         // Opened again only when its sealed log says its opening was decided: a row set to
         // "decided" by SQL reopens nothing (the new opening could name anyone it likes).
-        let (tampered, derived) = disagreement(&mut *tx, existing)?;
-        if let Some(why) = tampered {
+        if let (Some(why), true) = (&tampered, g.reopen) {
             return Err(crate::error::tampered(format!(
                 "gate {} disagrees with its sealed log ({why}): it is not opened again",
                 shown(g.id)
             )));
         }
-        if !existing.status.is_pending() && derived.decision.is_none() {
+        if g.reopen && !existing.status.is_pending() && derived.decision.is_none() {
             return Err(refused(format!(
                 "gate {} is {} only in its row: no sealed decision stands (written by another tool?), so it is not opened again",
                 shown(g.id),
                 existing.status
             )));
         }
-    }
-    if let Some(existing) = &existing {
         if !g.reopen || existing.status.is_pending() {
             // The same call again: a safe retry (its quorum too, which its sealed log keeps).
-            let (_, derived) = disagreement(&mut *tx, existing)?;
             let q = &derived.quorum;
             // An escalated gate's row allows its escalation entry too.
             let mut given: Vec<String> = serde_json::from_str(g.allow).unwrap_or_default();
@@ -770,15 +759,8 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
     }
     append_audit(
         &mut *tx,
-        &Event {
-            gate_id: g.id,
-            run_id: &run_id,
-            event_type: "created",
-            principal: Some("system"),
-            comment: None,
-            metadata,
-            now: g.now,
-        },
+        &Event::system(g.id, &run_id, "created", g.now),
+        metadata,
     )?;
     if existing.is_some() {
         // The opening that ends is kept, as it was, in `gate_instances`.
@@ -839,15 +821,8 @@ pub fn view_gate(
     let run_id = run_of(&mut *tx)?.0;
     append_audit(
         &mut *tx,
-        &Event {
-            gate_id: id,
-            run_id: &run_id,
-            event_type: "viewed",
-            principal: viewer,
-            comment: None,
-            metadata: serde_json::json!({"client": client}),
-            now,
-        },
+        &Event::system(id, &run_id, "viewed", now).by(viewer, None),
+        serde_json::json!({"client": client}),
     )?;
     let history = tx.gate_history(id)?;
     tx.commit()?;
@@ -870,15 +845,8 @@ pub fn refuse_attempt(mut tx: Txn<'_>, a: &super::Attempt) -> Result<bool> {
     let run_id = run_of(&mut *tx)?.0;
     append_audit(
         &mut *tx,
-        &Event {
-            gate_id: a.gate_id,
-            run_id: &run_id,
-            event_type: "refused",
-            principal: a.principal,
-            comment: None,
-            metadata: refused_metadata(a.client, &gate, a.authenticated, a.approve, a.reason),
-            now: a.now,
-        },
+        &Event::system(a.gate_id, &run_id, "refused", a.now).by(a.principal, None),
+        refused_metadata(a.client, &gate, a.authenticated, a.approve, a.reason),
     )?;
     tx.commit()?;
     Ok(true)
@@ -917,37 +885,27 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
     if let Some((outcome, reason)) = refused {
         let mut metadata = refused_metadata(d.client, &gate, d.authenticated, d.approve, &reason);
         metadata["prompt_hash"] = d.prompt_hash.into();
+        let e = Event::system(d.gate_id, &run_id, "refused", d.now);
         append_audit(
             &mut *tx,
-            &Event {
-                gate_id: d.gate_id,
-                run_id: &run_id,
-                event_type: "refused",
-                principal: Some(d.principal.as_str()),
-                comment: d.comment,
-                metadata,
-                now: d.now,
-            },
+            &e.by(Some(d.principal.as_str()), d.comment),
+            metadata,
         )?;
         tx.commit()?;
         return Ok(outcome);
     }
     let me = d.principal.as_str();
-    let prior = if d.approve {
-        &derived.tally.approvals
-    } else {
-        &derived.tally.rejections
+    let counted = |gate, tally, already| Decided::Counted {
+        gate,
+        quorum: q.clone(),
+        tally,
+        already,
     };
     // The same principal voting again counts once, and writes nothing.
-    if prior.iter().any(|p| p == me) {
+    if derived.tally.votes(d.approve).iter().any(|p| p == me) {
         let tally = recount(&gate, &derived, roster).0;
         tx.commit()?;
-        return Ok(Decided::Counted {
-            gate,
-            quorum: q.clone(),
-            tally,
-            already: true,
-        });
+        return Ok(counted(gate, tally, true));
     }
     // Earlier votes count while their principal is still allowed now.
     let (mut tally, discounted) = recount(&gate, &derived, roster);
@@ -967,17 +925,8 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
     let mut metadata = decision_metadata(&gate, d, kind);
     if q.is_team(&gate.allow) {
         metadata["via"] = via.into();
-        let votes = if d.approve {
-            &tally.approvals
-        } else {
-            &tally.rejections
-        };
-        let single = if d.approve {
-            q.require == 1
-        } else {
-            q.veto || q.require == 1
-        };
-        match (resolves, single) {
+        let votes = tally.votes(d.approve);
+        match (resolves, q.decided_by_one(d.approve)) {
             (true, true) => {}
             (true, false) => {
                 metadata[if d.approve { "approvals" } else { "rejections" }] = votes.clone().into()
@@ -992,26 +941,11 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
         }
     }
     // The audit event is written before the gates row changes, in the same transaction.
-    append_audit(
-        &mut *tx,
-        &Event {
-            gate_id: d.gate_id,
-            run_id: &run_id,
-            event_type: kind,
-            principal: Some(me),
-            comment: d.comment,
-            metadata,
-            now: d.now,
-        },
-    )?;
+    let e = Event::system(d.gate_id, &run_id, kind, d.now);
+    append_audit(&mut *tx, &e.by(Some(me), d.comment), metadata)?;
     if !resolves {
         tx.commit()?;
-        return Ok(Decided::Counted {
-            gate,
-            quorum: q.clone(),
-            tally,
-            already: false,
-        });
+        return Ok(counted(gate, tally, false));
     }
     tx.resolve_gate(d.gate_id, &status, me, d.comment, d.now)?;
     let row = tx
@@ -1143,14 +1077,7 @@ fn team_refusal(
         let reason =
             format!("separation of duties: {me} {whose}, and may not approve their own gate");
         (Decided::OwnGate(g, reason.clone()), reason)
-    } else if !q.veto && {
-        let other = if d.approve {
-            &derived.tally.rejections
-        } else {
-            &derived.tally.approvals
-        };
-        other.iter().any(|p| p == me)
-    } {
+    } else if !q.veto && derived.tally.votes(!d.approve).iter().any(|p| p == me) {
         let reason = format!(
             "{me} already voted to {} this gate",
             if d.approve { "reject" } else { "approve" }
@@ -1322,17 +1249,10 @@ pub fn record_resume(mut tx: Txn<'_>, now: &str) -> Result<Resumed> {
         if g.status.is_pending() || decided_since {
             append_audit(
                 &mut *tx,
-                &Event {
-                    gate_id: &g.id,
-                    run_id: &run_id,
-                    event_type: "resumed",
-                    principal: Some("system"),
-                    comment: None,
-                    metadata: serde_json::json!({
-                        "resume_source": "cli", "previous_status": g.status.as_str()
-                    }),
-                    now,
-                },
+                &Event::system(&g.id, &run_id, "resumed", now),
+                serde_json::json!({
+                    "resume_source": "cli", "previous_status": g.status.as_str()
+                }),
             )?;
             logged.push(g.id);
         }
@@ -1517,18 +1437,8 @@ pub fn restore(mut tx: Txn<'_>, r: &Restore) -> Result<()> {
         }
     }
     if let Some((principal, metadata)) = &r.event {
-        append_audit(
-            &mut *tx,
-            &Event {
-                gate_id: RUN_EVENT,
-                run_id,
-                event_type: IMPORTED,
-                principal: *principal,
-                comment: None,
-                metadata: metadata.clone(),
-                now: r.now,
-            },
-        )?;
+        let e = Event::system(RUN_EVENT, run_id, IMPORTED, r.now).by(*principal, None);
+        append_audit(&mut *tx, &e, metadata.clone())?;
     }
     tx.commit()
 }
