@@ -187,7 +187,14 @@ impl Tx for PgTx<'_> {
                 &r.status,
                 &r.error_message,
             ],
-        )
+        )?;
+        // The run row as this transaction now holds it (a restore's rules read it next).
+        let status = r
+            .status
+            .as_deref()
+            .map_or(RunStatus::Running, RunStatus::parse);
+        self.run = Some((r.id.clone(), Some(status)));
+        Ok(())
     }
 
     fn clear_run(&mut self) -> Result<()> {
