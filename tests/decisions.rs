@@ -760,7 +760,9 @@ fn verify_over_all_runs_fails_when_one_cannot_be_read() {
     let good = p.init();
     gate(&good, "g", &[]);
     let bad = p.init();
-    bad.conn().execute_batch("PRAGMA user_version = 10").unwrap();
+    bad.conn()
+        .execute_batch("PRAGMA user_version = 10")
+        .unwrap();
     let a = p
         .cmd()
         .args(["--json", "gates", "verify"])
