@@ -270,12 +270,11 @@ pub fn sweep(tx: &mut Txn<'_>, now: &str) -> Result<Swept> {
                         "swept_at": now
                     }),
                 )?;
-                let remind_at =
-                    crate::team::next_reminder(&d.quorum.remind, &new_deadline, &at, &[], now);
+                // The new period's reminders are set by `remind` below (or the timeout ends it).
                 tx.set_gate_schedule(
                     &gate.id,
                     Some((&serde_json::to_string(&allow)?, &new_deadline)),
-                    remind_at.as_deref(),
+                    None,
                 )?;
                 gate = load_exact(&mut **tx, &gate.id)?
                     .ok_or_else(|| anyhow!("gate vanished while it was escalated"))?;
