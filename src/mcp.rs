@@ -259,6 +259,8 @@ const NOT_SERVED: &[&str] = &[
 /// `gates_wait`'s property for several gates (the command line's positionals with --all or
 /// --any).
 const SEVERAL: &str = "gates";
+/// The most gates one `gates_wait` call waits on.
+const SEVERAL_MAX: usize = 16;
 
 /// How long `gates_wait` may block a call: by default, and at most.
 const WAIT_DEFAULT: &str = "60s";
@@ -464,7 +466,8 @@ fn tools(role: Role, run_pinned: bool, execution_pinned: bool) -> Vec<ToolSpec> 
                 properties.insert(
                     SEVERAL.into(),
                     json!({"type": "array", "items": {"type": "string"}, "minItems": 1,
-                           "description": "Several gate ids, instead of `gate`: give `all` or `any` too"}),
+                           "maxItems": SEVERAL_MAX,
+                           "description": "Several gate ids (at most 16), instead of `gate`: give `all` or `any` too"}),
                 );
                 required.retain(|r| r != "gate");
             }
@@ -663,6 +666,13 @@ impl Server {
             return Err(usage(
                 "gate (one gate id) or gates (several, with all or any) is needed",
             ));
+        }
+        // Each settled gate is in the answer: a bounded list keeps it within an answer's size.
+        if several.len() > SEVERAL_MAX {
+            return Err(usage(format!(
+                "gates names at most {SEVERAL_MAX} gates a call ({} given)",
+                several.len()
+            )));
         }
         let mode = |m: &str| args.get(m) == Some(&Value::Bool(true));
         if !several.is_empty() && !mode("all") && !mode("any") {

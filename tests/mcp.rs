@@ -1328,6 +1328,7 @@ fn gates_wait_waits_on_several_gates(backend: Backend) {
             json!({"all": true}),
             json!({"gates": [], "all": true}),
             json!({"gates": ["a", "b"]}),
+            json!({"gates": vec!["a"; 17], "all": true}),
         ] {
             let r = call(&client, "gates_wait", bad.clone()).await;
             assert_eq!(class(&r), "usage", "{bad}: {r:?}");
