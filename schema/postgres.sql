@@ -79,6 +79,71 @@ DROP TRIGGER IF EXISTS bindings_version ON openprose.bindings;
 CREATE TRIGGER bindings_version BEFORE INSERT OR UPDATE ON openprose.bindings
     FOR EACH ROW EXECUTE FUNCTION openprose.bindings_version();
 
+-- (schema 9) Every version of every binding, the current one included, in write order
+-- (`seq`), kept by triggers so that raw writers' changes are kept too; as in the SQLite
+-- schema (binding_history there says what each column means). No foreign key to the run: a
+-- run's history is deleted with it by prose-state, after its bindings (whose deletion
+-- records tombstones).
+CREATE TABLE IF NOT EXISTS openprose.binding_history (
+    seq BIGSERIAL PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    name TEXT,
+    execution_id BIGINT,
+    n BIGINT NOT NULL,
+    kind TEXT,
+    value TEXT,
+    delta TEXT,
+    attachment_path TEXT,
+    source_statement TEXT,
+    written_at TIMESTAMPTZ,
+    at_record BIGINT,
+    principal TEXT,
+    deleted BOOLEAN NOT NULL DEFAULT FALSE,
+    gap BOOLEAN NOT NULL DEFAULT FALSE
+);
+CREATE INDEX IF NOT EXISTS idx_binding_history_name
+    ON openprose.binding_history (run_id, name, (COALESCE(execution_id, -1)), n);
+CREATE INDEX IF NOT EXISTS idx_binding_history_attachment
+    ON openprose.binding_history (run_id, attachment_path) WHERE attachment_path IS NOT NULL;
+-- Who appended each record (schema 9); NULL for a raw writer.
+ALTER TABLE openprose.execution ADD COLUMN IF NOT EXISTS principal TEXT;
+-- The newest record of a run, found by a lookup (what a history row records).
+CREATE INDEX IF NOT EXISTS idx_execution_run_id_id ON openprose.execution(run_id, id);
+CREATE OR REPLACE FUNCTION openprose.binding_history_keep() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    b openprose.bindings;
+BEGIN
+    IF TG_OP = 'DELETE' THEN b := OLD; ELSE b := NEW; END IF;
+    INSERT INTO openprose.binding_history (run_id, name, execution_id, n, kind, value,
+        attachment_path, source_statement, written_at, at_record, deleted)
+    VALUES (b.run_id, b.name, b.execution_id,
+        (SELECT COALESCE(MAX(h.n), 0) + 1 FROM openprose.binding_history h
+          WHERE h.run_id = b.run_id AND h.name = b.name
+            AND COALESCE(h.execution_id, -1) = COALESCE(b.execution_id, -1)),
+        b.kind,
+        CASE WHEN TG_OP = 'DELETE' THEN NULL ELSE b.value END,
+        CASE WHEN TG_OP = 'DELETE' THEN NULL ELSE b.attachment_path END,
+        CASE WHEN TG_OP = 'DELETE' THEN NULL ELSE b.source_statement END,
+        now(),
+        (SELECT MAX(e.id) FROM openprose.execution e WHERE e.run_id = b.run_id),
+        TG_OP = 'DELETE');
+    RETURN NULL;
+END;
+$$;
+DROP TRIGGER IF EXISTS binding_history_keep ON openprose.bindings;
+CREATE TRIGGER binding_history_keep AFTER INSERT OR UPDATE OR DELETE ON openprose.bindings
+    FOR EACH ROW EXECUTE FUNCTION openprose.binding_history_keep();
+-- A server from before schema 9: each binding's current value is its first version kept.
+INSERT INTO openprose.binding_history (run_id, name, execution_id, n, kind, value,
+    attachment_path, source_statement, written_at, gap)
+SELECT b.run_id, b.name, b.execution_id, 1, b.kind, b.value, b.attachment_path,
+       b.source_statement, b.updated_at, TRUE
+  FROM openprose.bindings b
+ WHERE NOT EXISTS (SELECT 1 FROM openprose.binding_history h
+                    WHERE h.run_id = b.run_id AND h.name = b.name
+                      AND COALESCE(h.execution_id, -1) = COALESCE(b.execution_id, -1));
+
 CREATE TABLE IF NOT EXISTS openprose.agents (
     name TEXT NOT NULL,
     run_id TEXT,  -- NULL for project-scoped agents

@@ -10,6 +10,8 @@
 --   * (schema 3) run.error_message, set by `finish --error`.
 --   * (schema 4) execution.idempotency_key, so a retried `exec-append --key` is safe.
 --   * (schema 7) indexes for `resume`'s narrow reads.
+--   * (schema 10) binding_history, every version of every binding, kept by triggers; who
+--     wrote each execution record (execution.principal).
 --
 -- Every statement is idempotent (IF NOT EXISTS): the same text creates a new database and
 -- completes an older one during the forward upgrade (src/store/sqlite_schema.rs), which runs
@@ -39,7 +41,8 @@ CREATE TABLE IF NOT EXISTS execution (
     error_message TEXT,
     parent_id INTEGER REFERENCES execution(id),
     metadata TEXT,  -- JSON object
-    idempotency_key TEXT  -- exec-append --key: a retry with the same key is not appended twice (schema 4)
+    idempotency_key TEXT, -- exec-append --key: a retry with the same key is not appended twice (schema 4)
+    principal TEXT        -- who appended it; NULL for a raw writer (schema 10)
 );
 CREATE INDEX IF NOT EXISTS idx_execution_parent ON execution(parent_id);
 CREATE UNIQUE INDEX IF NOT EXISTS idx_execution_key ON execution(idempotency_key)
@@ -80,6 +83,65 @@ BEGIN
     UPDATE bindings SET version = (SELECT IFNULL(MAX(version), 0) + 1 FROM bindings)
      WHERE rowid = NEW.rowid;
 END;
+
+-- (schema 10) Every version of every binding, the current one included, in write order
+-- (`seq`), kept by triggers so that raw writers' changes are kept too. The spec's
+-- `INSERT OR REPLACE` deletes and re-inserts; without recursive_triggers its delete fires no
+-- trigger, and its insert takes a new version like any other. `n` numbers a binding's
+-- versions 1, 2, 3, ... in its scope; `at_record` is the newest execution record when it was
+-- written (what `get --as-of` and `fork --at` order by); `principal` is set by prose-state
+-- in the write's own transaction (NULL: a raw writer); a `--append`/`--merge` step is kept
+-- as its `delta` (the item, the patch) with `value` NULL; `deleted` marks a DELETE; `gap`
+-- marks the oldest version kept when older ones were pruned or never kept.
+CREATE TABLE IF NOT EXISTS binding_history (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT,
+    execution_id INTEGER,
+    n INTEGER NOT NULL,
+    kind TEXT,
+    value TEXT,
+    delta TEXT,
+    attachment_path TEXT,
+    source_statement TEXT,
+    written_at TEXT,
+    at_record INTEGER,
+    principal TEXT,
+    deleted INTEGER NOT NULL DEFAULT 0,
+    gap INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS idx_binding_history_name
+    ON binding_history(name, IFNULL(execution_id, -1), n);
+CREATE INDEX IF NOT EXISTS idx_binding_history_attachment
+    ON binding_history(attachment_path) WHERE attachment_path IS NOT NULL;
+-- A new version: every version bump (an insert's and an update's, raw ones too).
+CREATE TRIGGER IF NOT EXISTS binding_history_version AFTER UPDATE OF version ON bindings
+WHEN NEW.version IS NOT OLD.version
+BEGIN
+    INSERT INTO binding_history (name, execution_id, n, kind, value, attachment_path,
+                                 source_statement, written_at, at_record)
+    VALUES (NEW.name, NEW.execution_id,
+            (SELECT IFNULL(MAX(n), 0) + 1 FROM binding_history
+              WHERE name = NEW.name AND IFNULL(execution_id, -1) = IFNULL(NEW.execution_id, -1)),
+            NEW.kind, NEW.value, NEW.attachment_path, NEW.source_statement, datetime('now'),
+            (SELECT MAX(id) FROM execution));
+END;
+CREATE TRIGGER IF NOT EXISTS binding_history_delete AFTER DELETE ON bindings
+BEGIN
+    INSERT INTO binding_history (name, execution_id, n, kind, written_at, at_record, deleted)
+    VALUES (OLD.name, OLD.execution_id,
+            (SELECT IFNULL(MAX(n), 0) + 1 FROM binding_history
+              WHERE name = OLD.name AND IFNULL(execution_id, -1) = IFNULL(OLD.execution_id, -1)),
+            OLD.kind, datetime('now'), (SELECT MAX(id) FROM execution), 1);
+END;
+-- A database from before schema 10: each binding's current value is its first version kept.
+INSERT INTO binding_history (name, execution_id, n, kind, value, attachment_path,
+                             source_statement, written_at, gap)
+SELECT b.name, b.execution_id, 1, b.kind, b.value, b.attachment_path, b.source_statement,
+       b.updated_at, 1
+  FROM bindings b
+ WHERE NOT EXISTS (SELECT 1 FROM binding_history h
+                    WHERE h.name = b.name
+                      AND IFNULL(h.execution_id, -1) = IFNULL(b.execution_id, -1));
 
 CREATE TABLE IF NOT EXISTS agents (
     name TEXT PRIMARY KEY,

@@ -432,6 +432,9 @@ pub struct BindArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 102_400, allow_hyphen_values = true,
           value_parser = clap::value_parser!(u64).range(0..=268_435_456))]
     pub attach_over: u64,
+
+    #[command(flatten)]
+    pub principal: PrincipalArg,
 }
 
 #[derive(Debug, Args)]
@@ -486,6 +489,9 @@ pub struct ExecAppendArgs {
     /// first one's id (safe after a lost connection); the same key on another record is refused
     #[arg(long, value_name = "KEY")]
     pub key: Option<String>,
+
+    #[command(flatten)]
+    pub principal: PrincipalArg,
 }
 
 #[derive(Debug, Args)]

@@ -300,6 +300,14 @@ impl Context {
             .and_then(|p| Principal::parse(&p, "login name").ok()))
     }
 
+    /// Who writes, as a run's history records it (claimed, not proved): [`Context::principal`],
+    /// else `unknown`.
+    pub fn writer(&self, arg: &PrincipalArg) -> Result<String> {
+        Ok(self
+            .principal(arg)?
+            .map_or_else(|| "unknown".to_string(), |p| p.as_str().to_string()))
+    }
+
     /// The principal a decision is taken as, and whether a token authenticated it
     /// (`auth::decider`): the token's (`--token-file`, else PROSE_TOKEN) when there is one,
     /// else [`Context::principal`], which must be someone, unless the project requires a token.

@@ -43,6 +43,7 @@ impl super::Run for BindArgs {
     fn run(&self, ctx: &crate::context::Context) -> Result<Bound> {
         let (run, mut store) = ctx.the_run()?;
         check_name(&self.name)?;
+        let writer = ctx.writer(&self.principal)?;
         if self.summary.as_ref().is_some_and(|s| s.contains('\0')) {
             return Err(usage("--summary contains a NUL byte"));
         }
@@ -128,6 +129,7 @@ impl super::Run for BindArgs {
                 update: update.as_ref(),
                 if_version: self.if_version,
                 now: &now(),
+                principal: &writer,
             },
             &mut || file.as_mut().map_or(Ok(()), |f| f.publish()),
         );

@@ -26,6 +26,7 @@ impl super::Run for ExecAppendArgs {
     type Output = Appended;
     fn run(&self, ctx: &crate::context::Context) -> Result<Appended> {
         let (_, mut store) = ctx.the_run()?;
+        let writer = ctx.writer(&self.principal)?;
         self.metadata.as_deref().map(check_metadata).transpose()?;
         self.key.as_deref().map(check_key).transpose()?;
         let at = now();
@@ -44,6 +45,7 @@ impl super::Run for ExecAppendArgs {
             parent_id: self.parent,
             metadata: self.metadata.as_deref(),
             idempotency_key: self.key.as_deref(),
+            principal: &writer,
         })?;
         Ok(Appended {
             id,

@@ -341,6 +341,7 @@ impl Log {
             parent_id: parent,
             metadata: Some(metadata.to_string()),
             idempotency_key: None,
+            principal: None,
         });
         id
     }

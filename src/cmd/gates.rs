@@ -461,10 +461,14 @@ pub fn quorum(args: &GateCreateArgs, ctx: &crate::context::Context) -> Result<Qu
         veto: args.veto == crate::cli::OnOff::On,
         separate,
         starter: None,
-        creator: match separate {
-            true => Some(ctx.actor(&args.principal, &args.token)?),
-            false => None,
-        },
+        // Recorded as the one who opened it (the gate's execution record names it); sealed
+        // only under separation of duties, where a token proves it.
+        creator: Some(match separate {
+            true => ctx.actor(&args.principal, &args.token)?,
+            false => ctx
+                .principal(&args.principal)?
+                .map_or_else(|| "unknown".to_string(), |p| p.as_str().to_string()),
+        }),
         remind,
         escalate_to,
         escalate_after,

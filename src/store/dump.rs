@@ -48,6 +48,8 @@ pub struct ExecRecord {
     /// JSON; a server stores it as jsonb, so it is compared as JSON.
     pub metadata: Option<String>,
     pub idempotency_key: Option<String>,
+    /// Who appended it (schema 10); None for a raw writer.
+    pub principal: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -233,7 +235,7 @@ pub const TABLES: [Table; 8] = [
         name: "execution",
         order: "id",
         columns: "id, statement_index, statement_text, status, started_at, completed_at, \
-            error_message, parent_id, metadata, idempotency_key",
+            error_message, parent_id, metadata, idempotency_key, principal",
     },
     Table {
         name: "bindings",
@@ -302,6 +304,7 @@ impl ExecRecord {
             parent_id: c.int(7),
             metadata: c.text(8),
             idempotency_key: c.text(9),
+            principal: c.text(10),
         }
     }
 }

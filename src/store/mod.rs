@@ -6,6 +6,7 @@ pub mod catalog;
 pub mod chain;
 pub mod dump;
 pub mod effects;
+pub mod history;
 pub mod postgres;
 pub mod principals;
 pub mod rules;
@@ -151,6 +152,8 @@ pub struct NewBinding<'a> {
     /// Compare-and-set: written only if the binding's version is this one (0: absent).
     pub if_version: Option<i64>,
     pub now: &'a str,
+    /// Who writes it, recorded in its history (`unknown` when no one is known).
+    pub principal: &'a str,
 }
 
 /// A read-modify-write of a binding's JSON value, done inside the write transaction so that
@@ -223,6 +226,8 @@ pub struct NewExecution<'a> {
     pub metadata: Option<&'a str>,
     /// A retry with the same key appends nothing (exec-append --key).
     pub idempotency_key: Option<&'a str>,
+    /// Who appends it (`--as`, PROSE_PRINCIPAL, the MCP agent; `unknown` when no one).
+    pub principal: &'a str,
 }
 
 /// A bindings row as stored. Rows written by raw SQL may hold NULLs anywhere and a value
@@ -997,6 +1002,17 @@ pub trait Store: AgentStore {
 
     /// Whether an execution row with this id exists.
     fn execution_exists(&mut self, id: i64) -> Result<bool>;
+
+    /// Every kept version of the binding of this name in exactly this scope (None: the
+    /// root), oldest first.
+    fn binding_history(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+    ) -> Result<Vec<history::HistoryRow>>;
+
+    /// The scopes that have any kept version of a binding of this name.
+    fn history_scopes(&mut self, name: &str) -> Result<Vec<Option<i64>>>;
 
     /// Resolves `name` through the scope chain starting at `execution_id` (nearest scope
     /// first, root scope last), or in the root scope alone when it is `None`.

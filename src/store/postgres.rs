@@ -22,13 +22,14 @@ use postgres::ToStatement;
 use postgres::{Client, GenericClient, Row, Transaction};
 
 /// The version in openprose.schema_version written by this build.
-pub const POSTGRES_SCHEMA_VERSION: i32 = 8;
+pub const POSTGRES_SCHEMA_VERSION: i32 = 9;
 
 /// What a binary must understand to read this build's schema, and to write it safely.
 const MIN_READER: i32 = 1;
 // Schema 7 (team approvals): a writer from before them would decide a team's gate at its
-// first approval.
-const MIN_WRITER: i32 = 7;
+// first approval. Schema 9 (binding history): an older writer would delete a replaced value
+// that an older version still names, and record no writer.
+const MIN_WRITER: i32 = 9;
 /// What the stamp asks of readers once a team's gate is on the server: a reader from before
 /// team approvals (7) would take a quorum's votes for tampering, and one from before
 /// escalations (8) an escalated gate's wider allow list.
@@ -504,7 +505,9 @@ fn attachment_referenced(
     attachment_path: &str,
 ) -> Result<bool> {
     s.one(
-        "SELECT EXISTS (SELECT 1 FROM openprose.bindings WHERE run_id = $1 AND attachment_path = $2)",
+        "SELECT EXISTS (SELECT 1 FROM openprose.bindings WHERE run_id = $1 AND attachment_path = $2)
+             OR EXISTS (SELECT 1 FROM openprose.binding_history
+                        WHERE run_id = $1 AND attachment_path = $2)",
         &[&run_id, &attachment_path],
         |r| r.get(0),
     )
@@ -648,6 +651,50 @@ impl Store for PgStore {
     fn execution_exists(&mut self, id: i64) -> Result<bool> {
         let run = self.run()?.to_string();
         execution_exists(self, &run, id)
+    }
+
+    fn binding_history(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+    ) -> Result<Vec<super::history::HistoryRow>> {
+        let run = self.run()?.to_string();
+        self.all(
+            concat!(
+                "SELECT seq, name, execution_id, n, kind, value, delta, attachment_path, ",
+                "source_statement, ",
+                ts!("written_at"),
+                ", at_record, principal, deleted, gap FROM openprose.binding_history ",
+                "WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3 ORDER BY n"
+            ),
+            &[&run, &name, &execution_id.unwrap_or(-1)],
+            |r| super::history::HistoryRow {
+                seq: r.get(0),
+                name: r.get(1),
+                execution_id: r.get(2),
+                n: r.get(3),
+                kind: r.get(4),
+                value: r.bytes(5),
+                delta: r.get(6),
+                attachment_path: r.get(7),
+                source_statement: r.get(8),
+                written_at: r.get(9),
+                at_record: r.get(10),
+                principal: r.get(11),
+                deleted: r.get(12),
+                gap: r.get(13),
+            },
+        )
+    }
+
+    fn history_scopes(&mut self, name: &str) -> Result<Vec<Option<i64>>> {
+        let run = self.run()?.to_string();
+        self.all(
+            "SELECT DISTINCT execution_id FROM openprose.binding_history
+             WHERE run_id = $1 AND name = $2",
+            &[&run, &name],
+            |r| r.get(0),
+        )
     }
 
     // Scope resolution, as in the SQLite store: nearest scope first, root scope last.
@@ -1011,6 +1058,8 @@ impl Store for PgStore {
                 "DELETE FROM openprose.agent_segments WHERE run_id = $1",
                 "DELETE FROM openprose.agents WHERE run_id = $1",
                 "DELETE FROM openprose.run WHERE id = $1",
+                // After the run's bindings, whose deletion recorded their tombstones.
+                "DELETE FROM openprose.binding_history WHERE run_id = $1",
             ] {
                 on.exec(sql, &[&run])?;
             }

@@ -446,6 +446,7 @@ pub fn bind(
             )));
         }
     }
+    let mut delta = None;
     let (computed, kind) = match b.update {
         Some(update) => {
             if existing.as_ref().is_some_and(|h| h.1.is_some()) {
@@ -456,6 +457,12 @@ pub fn bind(
             }
             let current = tx.binding_value(b.name, b.execution_id)?;
             let value = apply_update(update, current.as_deref(), b.name)?;
+            // History keeps the step, not the whole value again (which would grow with the
+            // square of the steps), after a version it applies to.
+            delta = existing.as_ref().map(|_| match update {
+                super::Update::Append(item) => serde_json::json!({ "append": item }),
+                super::Update::Merge(patch) => serde_json::json!({ "merge": patch }),
+            });
             // An update keeps the binding's kind.
             let kind = existing.as_ref().and_then(|h| h.0.clone());
             (Some(value), kind)
@@ -478,6 +485,12 @@ pub fn bind(
         updated_at: Some(written.now.to_string()),
         attachment_path: written.attachment_path.map(str::to_string),
     })?;
+    tx.attribute_binding(
+        b.name,
+        b.execution_id,
+        b.principal,
+        delta.map(|d| d.to_string()).as_deref(),
+    )?;
     // The new version, for a caller that will compare-and-set again: every bind reports it
     // (README: `bind --json` shows the version), read in the write's own transaction.
     let version = tx.binding_head(b.name, b.execution_id)?.map(|h| h.2);
@@ -494,7 +507,11 @@ pub fn bind(
 
 /// The value an update writes, from the stored one: an array with one more item, or an object
 /// with the patch merged in (RFC 7396). A stored value of the wrong shape is refused.
-fn apply_update(update: &super::Update, current: Option<&str>, name: &str) -> Result<String> {
+pub(super) fn apply_update(
+    update: &super::Update,
+    current: Option<&str>,
+    name: &str,
+) -> Result<String> {
     use serde_json::Value;
     let stored = |empty: Value| -> Result<Value> {
         match current {
@@ -660,6 +677,7 @@ fn exec_record(rec: &NewExecution) -> ExecRecord {
         parent_id: rec.parent_id,
         metadata: text(rec.metadata),
         idempotency_key: text(rec.idempotency_key),
+        principal: Some(rec.principal.to_string()),
     }
 }
 
@@ -738,6 +756,7 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
         parent_id: g.parent_execution,
         metadata: Some(&metadata),
         idempotency_key: None,
+        principal: g.quorum.creator.as_deref().unwrap_or("unknown"),
     });
     let execution_id = tx
         .put_execution(None, &record)?

@@ -58,7 +58,7 @@ pub fn watch_commits(watcher: Watcher) {
 const LOG_MOST: u64 = 256 * 1024;
 
 /// The version stamped in a state.db's `PRAGMA user_version` by this build.
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// The same for agents.db (project and user agent memory).
 pub const AGENTS_SCHEMA_VERSION: i64 = 1;
@@ -66,10 +66,10 @@ pub const AGENTS_SCHEMA_VERSION: i64 = 1;
 pub const STATE: Schema = Schema {
     sql: include_str!("../../schema/sqlite.sql"),
     version: SCHEMA_VERSION,
-    // Any prose-state reads it; a writer must know the sealed, sequenced audit chain
-    // (schema 5), or it would append rows the chain cannot attest.
+    // Any prose-state reads it; a writer must know binding history (schema 10), or it would
+    // delete a replaced attachment that an older version still names, and record no writer.
     min_reader: 1,
-    min_writer: 5,
+    min_writer: 10,
     what: "prose state db",
     core: &["run", "execution", "bindings"],
     empty_is_new: false,
@@ -77,10 +77,11 @@ pub const STATE: Schema = Schema {
 
 /// The stamp of a run that holds a team's gate (a quorum, a veto off, a group, separation of
 /// duties or an escalation): only a binary that knows team approvals (schema 8) and their
-/// escalations (schema 9) may read or write it.
+/// escalations (schema 9) may read it, and one that also knows binding history (schema 10)
+/// write it.
 pub const TEAM: Schema = Schema {
     min_reader: 9,
-    min_writer: 9,
+    min_writer: 10,
     ..STATE
 };
 
@@ -481,7 +482,8 @@ fn audit_row(r: &Row) -> rusqlite::Result<AuditRow> {
 
 fn attachment_referenced(s: &impl Statements, attachment_path: &str) -> Result<bool> {
     s.one(
-        "SELECT EXISTS (SELECT 1 FROM bindings WHERE attachment_path = ?1)",
+        "SELECT EXISTS (SELECT 1 FROM bindings WHERE attachment_path = ?1)
+             OR EXISTS (SELECT 1 FROM binding_history WHERE attachment_path = ?1)",
         [attachment_path],
         |r| r.get(0),
     )
@@ -622,6 +624,46 @@ impl Store for SqliteStore {
 
     fn execution_exists(&mut self, id: i64) -> Result<bool> {
         execution_exists(self, id)
+    }
+
+    fn binding_history(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+    ) -> Result<Vec<super::history::HistoryRow>> {
+        self.all(
+            "SELECT seq, name, execution_id, n, kind, value, delta, attachment_path,
+                    source_statement, written_at, at_record, principal, deleted, gap
+             FROM binding_history WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2
+             ORDER BY n",
+            params![name, execution_id.unwrap_or(-1)],
+            |r| {
+                Ok(super::history::HistoryRow {
+                    seq: r.get(0)?,
+                    name: r.get(1)?,
+                    execution_id: r.get(2)?,
+                    n: r.get(3)?,
+                    kind: r.get(4)?,
+                    value: r.bytes(5),
+                    delta: r.get(6)?,
+                    attachment_path: r.get(7)?,
+                    source_statement: r.get(8)?,
+                    written_at: r.get(9)?,
+                    at_record: r.get(10)?,
+                    principal: r.get(11)?,
+                    deleted: r.get::<_, Option<i64>>(12)?.unwrap_or(0) != 0,
+                    gap: r.get::<_, Option<i64>>(13)?.unwrap_or(0) != 0,
+                })
+            },
+        )
+    }
+
+    fn history_scopes(&mut self, name: &str) -> Result<Vec<Option<i64>>> {
+        self.all(
+            "SELECT DISTINCT execution_id FROM binding_history WHERE name = ?1",
+            [name],
+            |r| r.get(0),
+        )
     }
 
     // Scope resolution, part of the contract: the nearest scope wins. The chain starts at

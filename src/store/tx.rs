@@ -71,6 +71,17 @@ pub trait Tx {
     /// `created_at`.
     fn put_binding(&mut self, binding: &BindingRecord) -> Result<()>;
     fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool>;
+    /// Completes the newest version of the binding's history, which its trigger has just
+    /// written: who wrote it, and for a `--append`/`--merge` step the step itself in place of
+    /// the whole value (`delta`, the value left NULL). A version a raw writer made is never
+    /// completed: its `principal` stays NULL.
+    fn attribute_binding(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+        principal: &str,
+        delta: Option<&str>,
+    ) -> Result<()>;
     /// Points the binding of this name in this scope at another attachment.
     fn set_attachment_path(
         &mut self,

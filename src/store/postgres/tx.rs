@@ -144,6 +144,25 @@ impl Tx for PgTx<'_> {
         attachment_referenced(self, &run, attachment_path)
     }
 
+    fn attribute_binding(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+        principal: &str,
+        delta: Option<&str>,
+    ) -> Result<()> {
+        let run = self.run()?;
+        self.exec(
+            "UPDATE openprose.binding_history SET principal = $4, delta = $5,
+                 value = CASE WHEN $5::text IS NULL THEN value END
+             WHERE seq = (SELECT seq FROM openprose.binding_history
+                           WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3
+                           ORDER BY n DESC LIMIT 1)
+               AND principal IS NULL",
+            &[&run, &name, &execution_id.unwrap_or(-1), &principal, &delta],
+        )
+    }
+
     fn set_attachment_path(
         &mut self,
         name: &str,
@@ -203,6 +222,7 @@ impl Tx for PgTx<'_> {
             "gates",
             "gate_instances",
             "bindings",
+            "binding_history",
             "agent_segments",
             "agents",
             "imports",
@@ -224,9 +244,10 @@ impl Tx for PgTx<'_> {
         // for the first to commit, then does nothing.
         let stmt = self.prepared(
             "INSERT INTO openprose.execution (run_id, statement_index, statement_text, status,
-                 started_at, completed_at, error_message, parent_id, metadata, idempotency_key)
+                 started_at, completed_at, error_message, parent_id, metadata, idempotency_key,
+                 principal)
              VALUES ($1, $2, $3, $4, ($5::text)::timestamptz, ($6::text)::timestamptz, $7, $8,
-                     ($9::text)::jsonb, $10)
+                     ($9::text)::jsonb, $10, $11)
              ON CONFLICT (run_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
              RETURNING id",
         )?;
@@ -243,6 +264,7 @@ impl Tx for PgTx<'_> {
                 &e.parent_id,
                 &e.metadata,
                 &e.idempotency_key,
+                &e.principal,
             ],
             |r| r.get(0),
         )

@@ -96,6 +96,24 @@ impl Tx for SqliteTx<'_> {
         attachment_referenced(self, attachment_path)
     }
 
+    fn attribute_binding(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+        principal: &str,
+        delta: Option<&str>,
+    ) -> Result<()> {
+        self.exec(
+            "UPDATE binding_history SET principal = ?3, delta = ?4,
+                 value = CASE WHEN ?4 IS NULL THEN value END
+             WHERE seq = (SELECT seq FROM binding_history
+                           WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2
+                           ORDER BY n DESC LIMIT 1)
+               AND principal IS NULL",
+            params![name, execution_id.unwrap_or(-1), principal, delta],
+        )
+    }
+
     fn set_attachment_path(
         &mut self,
         name: &str,
@@ -366,8 +384,8 @@ impl Tx for SqliteTx<'_> {
         self.exec(
             "INSERT INTO execution (id, statement_index, statement_text, status, started_at,
                                     completed_at, error_message, parent_id, metadata,
-                                    idempotency_key)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                                    idempotency_key, principal)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             params![
                 id,
                 e.statement_index,
@@ -378,7 +396,8 @@ impl Tx for SqliteTx<'_> {
                 e.error_message,
                 e.parent_id,
                 e.metadata,
-                e.idempotency_key
+                e.idempotency_key,
+                e.principal
             ],
         )?;
         Ok(Some(self.tx.last_insert_rowid()))

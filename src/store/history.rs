@@ -1,0 +1,201 @@
+//! Every version of a binding, as the `binding_history` table keeps it (filled by triggers, so
+//! raw writers' changes are kept too), and the one rule that reads a version back: a
+//! `--append`/`--merge` step is kept as its delta, and is rebuilt from the version before it.
+//!
+//! What a history row proves: nothing by itself. Rows are not sealed, and raw SQL may change
+//! them; `verify` reports them as unattested. What is sealed is what a decision seals about
+//! its inputs, and a fork's origin, both in the run's audit chain.
+
+use super::BindingRow;
+use crate::error::{not_found, refused, shown};
+use anyhow::Result;
+use serde::Serialize;
+
+/// One row of `binding_history`, as stored.
+#[derive(Debug, Clone, Serialize)]
+pub struct HistoryRow {
+    /// The write sequence: the order of every write of the run.
+    pub seq: i64,
+    pub name: String,
+    pub execution_id: Option<i64>,
+    /// The binding's version in its scope: 1, 2, 3, ...
+    pub n: i64,
+    pub kind: Option<String>,
+    #[serde(skip)]
+    pub value: Option<Vec<u8>>,
+    /// A `--append`/`--merge` step: `{"append": item}` or `{"merge": patch}`, the value being
+    /// the previous version's with it applied.
+    pub delta: Option<String>,
+    pub attachment_path: Option<String>,
+    pub source_statement: Option<String>,
+    pub written_at: Option<String>,
+    /// The newest execution record when it was written.
+    pub at_record: Option<i64>,
+    /// Who wrote it; None for a raw writer.
+    pub principal: Option<String>,
+    /// A DELETE of the binding.
+    pub deleted: bool,
+    /// Versions before this one are not kept (pruned, or written before schema 10).
+    pub gap: bool,
+}
+
+/// A point in a run's past.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AsOf {
+    /// Just after this execution record was appended, before the next one.
+    Record(i64),
+    /// At this time (`datetime('now')` form, UTC; one-second resolution).
+    Time(String),
+}
+
+impl std::fmt::Display for AsOf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AsOf::Record(r) => write!(f, "record {r}"),
+            AsOf::Time(t) => write!(f, "{t}"),
+        }
+    }
+}
+
+/// What a binding's history says of one scope at a point in the past.
+#[derive(Debug, PartialEq)]
+pub enum Then {
+    /// The version that stood (an index into the rows).
+    Stood(usize),
+    /// No version stood: the binding did not exist, or was deleted.
+    Absent,
+    /// Not known: the versions of then were pruned or never kept.
+    Unknown,
+}
+
+/// Whether row `r` was written at or before `at`.
+fn written_by(r: &HistoryRow, at: &AsOf) -> Option<bool> {
+    match at {
+        AsOf::Record(id) => r.at_record.map(|w| w <= *id).or(Some(true)),
+        AsOf::Time(t) => r.written_at.as_deref().map(|w| w <= t.as_str()),
+    }
+}
+
+/// Which version of one scope's rows (in write order) stood at `at`.
+pub fn then(rows: &[HistoryRow], at: &AsOf) -> Then {
+    let mut stood = None;
+    for (i, r) in rows.iter().enumerate() {
+        match written_by(r, at) {
+            Some(true) => {}
+            Some(false) => break,
+            None => return Then::Unknown,
+        }
+        // A version written before history was kept (no record then): known only as of now.
+        if r.gap && r.at_record.is_none() && matches!(at, AsOf::Record(_)) && i == 0 {
+            return Then::Unknown;
+        }
+        stood = Some(i);
+    }
+    match stood {
+        Some(i) if rows[i].deleted => Then::Absent,
+        Some(i) => Then::Stood(i),
+        None if rows.first().is_some_and(|r| r.gap) => Then::Unknown,
+        None => Then::Absent,
+    }
+}
+
+/// The index of version `n` among the rows.
+pub fn index_of(rows: &[HistoryRow], n: i64) -> Option<usize> {
+    rows.iter().position(|r| r.n == n)
+}
+
+/// The value version `rows[i]` holds: its own, or for a delta the previous version's with the
+/// step applied (back to the nearest whole value).
+pub fn value_at(rows: &[HistoryRow], i: usize) -> Result<Option<Vec<u8>>> {
+    let mut base = i;
+    while rows[base].delta.is_some() {
+        if base == 0 || rows[base - 1].n != rows[base].n - 1 {
+            return Err(refused(format!(
+                "version {} of binding {} is kept as a step from version {}, which is not kept",
+                rows[i].n,
+                shown(&rows[i].name),
+                rows[base].n - 1
+            )));
+        }
+        base -= 1;
+    }
+    if base == i {
+        return Ok(rows[i].value.clone());
+    }
+    let mut current = match &rows[base] {
+        r if r.deleted => None,
+        r => r
+            .value
+            .as_deref()
+            .map(|v| String::from_utf8_lossy(v).into_owned()),
+    };
+    for r in &rows[base + 1..=i] {
+        let delta: serde_json::Value = serde_json::from_str(r.delta.as_deref().unwrap_or("null"))
+            .map_err(|_| {
+            refused(format!(
+                "version {} of binding {} holds a step that is not JSON (changed behind prose-state's back?)",
+                r.n,
+                shown(&r.name)
+            ))
+        })?;
+        let update = match (delta.get("append"), delta.get("merge")) {
+            (Some(item), None) => super::Update::Append(item.clone()),
+            (None, Some(patch)) => super::Update::Merge(patch.clone()),
+            _ => {
+                return Err(refused(format!(
+                    "version {} of binding {} holds a step that is neither an append nor a merge",
+                    r.n,
+                    shown(&r.name)
+                )))
+            }
+        };
+        current = Some(super::rules::apply_update(
+            &update,
+            current.as_deref(),
+            &r.name,
+        )?);
+    }
+    Ok(current.map(String::into_bytes))
+}
+
+/// Version `rows[i]` as a bindings row (what `get` reads), its value rebuilt.
+pub fn as_row(rows: &[HistoryRow], i: usize) -> Result<BindingRow> {
+    let r = &rows[i];
+    Ok(BindingRow {
+        name: r.name.clone(),
+        execution_id: r.execution_id,
+        kind: r.kind.clone(),
+        value: value_at(rows, i)?,
+        source_statement: r.source_statement.clone(),
+        created_at: rows.first().and_then(|f| f.written_at.clone()),
+        updated_at: r.written_at.clone(),
+        attachment_path: r.attachment_path.clone(),
+        version: None,
+    })
+}
+
+/// Version `n` of one scope's rows, as a bindings row.
+pub fn version(rows: &[HistoryRow], name: &str, n: i64) -> Result<BindingRow> {
+    let Some(i) = index_of(rows, n) else {
+        let kept = match (rows.first(), rows.last()) {
+            (Some(f), Some(l)) => format!("versions {} to {} are kept", f.n, l.n),
+            _ => "it has no history".to_string(),
+        };
+        return Err(not_found(format!(
+            "binding {} has no version {n} ({kept})",
+            shown(name)
+        )));
+    };
+    if rows[i].deleted {
+        return Err(not_found(format!(
+            "version {n} of binding {} is its deletion: it holds no value",
+            shown(name)
+        )));
+    }
+    as_row(rows, i)
+}
+
+/// Who wrote a version, as shown: the principal, or `unknown` for a raw writer.
+pub fn writer(r: &HistoryRow) -> &str {
+    r.principal.as_deref().unwrap_or("unknown")
+}
