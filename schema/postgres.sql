@@ -98,8 +98,8 @@ CREATE TABLE IF NOT EXISTS openprose.binding_history (
     written_at TIMESTAMPTZ,
     at_record BIGINT,
     principal TEXT,
-    deleted BOOLEAN NOT NULL DEFAULT FALSE,
-    gap BOOLEAN NOT NULL DEFAULT FALSE
+    deleted BIGINT NOT NULL DEFAULT 0,
+    gap BIGINT NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS idx_binding_history_name
     ON openprose.binding_history (run_id, name, (COALESCE(execution_id, -1)), n);
@@ -127,7 +127,7 @@ BEGIN
         CASE WHEN TG_OP = 'DELETE' THEN NULL ELSE b.source_statement END,
         now(),
         (SELECT MAX(e.id) FROM openprose.execution e WHERE e.run_id = b.run_id),
-        TG_OP = 'DELETE');
+        CASE WHEN TG_OP = 'DELETE' THEN 1 ELSE 0 END);
     RETURN NULL;
 END;
 $$;
@@ -138,7 +138,7 @@ CREATE TRIGGER binding_history_keep AFTER INSERT OR UPDATE OR DELETE ON openpros
 INSERT INTO openprose.binding_history (run_id, name, execution_id, n, kind, value,
     attachment_path, source_statement, written_at, gap)
 SELECT b.run_id, b.name, b.execution_id, 1, b.kind, b.value, b.attachment_path,
-       b.source_statement, b.updated_at, TRUE
+       b.source_statement, b.updated_at, 1
   FROM openprose.bindings b
  WHERE NOT EXISTS (SELECT 1 FROM openprose.binding_history h
                     WHERE h.run_id = b.run_id AND h.name = b.name

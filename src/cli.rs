@@ -96,8 +96,10 @@ pub enum Command {
     Init(InitArgs),
     /// Write a binding (a named value) in the root scope or an execution's scope
     Bind(BindArgs),
-    /// Read a binding, resolving it through the scope chain
+    /// Read a binding, resolving it through the scope chain (--version, --as-of: as it was)
     Get(GetArgs),
+    /// Every kept version of a binding: when, from which record, and who wrote it
+    History(HistoryArgs),
     /// Append one record to the execution log (append-only)
     ExecAppend(ExecAppendArgs),
     /// Run one read-only SQL statement and print the rows (JSON like `sqlite3 -json`)
@@ -457,6 +459,36 @@ pub struct GetArgs {
     /// At most this many bytes of the value (from --offset, or from the start)
     #[arg(long, value_name = "BYTES", conflicts_with = "explain")]
     pub length: Option<u64>,
+
+    /// Read this version of the binding (1, 2, 3, ... in its scope; `history NAME` lists them)
+    #[arg(long, value_name = "V", value_parser = at_least(1), conflicts_with_all = ["explain", "as_of"])]
+    pub version: Option<i64>,
+
+    /// Read the binding as it was just after this execution record was appended (a record id,
+    /// as `log` shows it), or at this UTC time ('2026-11-24 10:15:00'), looked up through the
+    /// scope chain as `get` would have then
+    #[arg(long, value_name = "RECORD|TIME", conflicts_with = "explain")]
+    pub as_of: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    /// Binding name
+    pub name: String,
+
+    /// The binding of this execution's scope, or of the nearest scope above it that has one
+    /// (omitted: the root scope)
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = at_least(1))]
+    pub execution_id: Option<i64>,
+
+    /// At most this many versions, newest first (1 to 100)
+    #[arg(long, value_name = "N", default_value_t = 20,
+          value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub limit: u64,
+
+    /// Only versions older than this one (to page back through a long history)
+    #[arg(long, value_name = "V", value_parser = at_least(1))]
+    pub before: Option<i64>,
 }
 
 #[derive(Debug, Args)]

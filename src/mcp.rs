@@ -94,8 +94,18 @@ const SERVED: &[Served] = &[
                 262144) from `offset`; `total_bytes` is the whole value's size, `next_offset` \
                 where the next page starts (null at the end) and `truncated` whether more \
                 follows. A large value's one-line summary is in `summary`, never in `value`. \
-                `explain` gives the scope chain walked instead.",
+                `explain` gives the scope chain walked instead. `version` reads an earlier \
+                version (numbers from `history`); `as_of` reads the binding as it was just \
+                after an execution record (its id) or at a UTC time.",
         ..Served::new("get", &["get"], true)
+    },
+    Served {
+        about: "List a binding's kept versions, newest first: each one's `version` number, \
+                when it was written, the execution record it followed (`after_record`), who \
+                wrote it (`by`, `unknown` for raw SQL), and the start of its value. At most \
+                `limit` (default 20, at most 100); pass `next_before` as `before` for older \
+                ones. Read one in full with `get` and its `version`.",
+        ..Served::new("history", &["history"], true)
     },
     Served {
         roles: VM_ONLY,
@@ -956,6 +966,8 @@ fn value_page(args: &crate::cli::GetArgs, ctx: &Context) -> Result<Outcome> {
             explain: false,
             offset: None,
             length: None,
+            version: args.version,
+            as_of: args.as_of.clone(),
         })?;
         if whole.row.version == got.row.version {
             let summary = whole

@@ -121,6 +121,7 @@ fn one_subcommand(name: &str) -> Option<clap::Command> {
         "init" => cli::InitArgs::augment_args(C::new("init")),
         "bind" => cli::BindArgs::augment_args(C::new("bind")),
         "get" => cli::GetArgs::augment_args(C::new("get")),
+        "history" => cli::HistoryArgs::augment_args(C::new("history")),
         "exec-append" => cli::ExecAppendArgs::augment_args(C::new("exec-append")),
         "query" => cli::QueryArgs::augment_args(C::new("query")),
         "gates" => cli::GatesArgs::augment_args(C::new("gates")),

@@ -154,6 +154,15 @@ fn lookup(args: &GetArgs, store: &mut dyn Store) -> Result<(crate::store::Found,
             return Err(not_found(format!("execution not found: {id}")));
         }
     }
+    // A version of the past, from the binding's history.
+    if let Some(n) = args.version {
+        return Ok((super::history::version(store, &args.name, args.execution_id, n)?, Vec::new()));
+    }
+    if let Some(at) = &args.as_of {
+        let at = super::history::parse_as_of(store, at)?;
+        let found = super::history::as_of(store, &args.name, args.execution_id, &at)?;
+        return Ok((found, Vec::new()));
+    }
     let found = store.resolve(&args.name, args.execution_id)?;
     // The chain itself is walked again only when it is shown: to explain, or to say where a
     // missing binding was looked for.

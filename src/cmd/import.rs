@@ -308,16 +308,12 @@ fn into_server(
     let mut staged = Vec::new();
     let mut paths = HashMap::new();
     let mut upload = || -> Result<()> {
-        for b in &c.dump.bindings {
-            let Some(path) = &b.attachment_path else {
-                continue;
-            };
-            let name = b.name.as_deref().unwrap_or_default();
+        for (path, name, execution_id) in c.dump.values() {
             let mut reader = transfer::value(c.src, c.src_dir, path, name)?;
-            let s = crate::services::attach::upload(&mut reader, &mut dst, name, b.execution_id)?;
+            let s = crate::services::attach::upload(&mut reader, &mut dst, name, execution_id)?;
             out.moved.values += 1;
             out.moved.value_bytes += s.bytes;
-            paths.insert(path.clone(), s.rel.clone());
+            paths.insert(path.to_string(), s.rel.clone());
             staged.push(s);
         }
         Ok(())

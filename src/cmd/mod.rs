@@ -13,6 +13,7 @@ pub mod fs_import;
 pub mod gates;
 pub mod get;
 pub mod guide;
+pub mod history;
 pub mod import;
 pub mod imports;
 pub mod init;
@@ -62,7 +63,7 @@ pub fn dispatch<S: Sink>(command: &Command, ctx: &Context, sink: &mut S) -> Opti
         };
     }
     Some(by_args!(
-        Init, Bind, Get, ExecAppend, Query, Gates, Approve, Reject, Principals, Agent, Imports,
+        Init, Bind, Get, History, ExecAppend, Query, Gates, Approve, Reject, Principals, Agent, Imports,
         Finish, Runs, Resume, Stats, Doctor, Checkpoint, Migrate, Prune, Guide, Export, Import
     ))
 }

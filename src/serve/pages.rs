@@ -395,6 +395,8 @@ pub(super) async fn binding_value(
             explain: false,
             offset: Some(0),
             length: Some(WHOLE_MOST),
+            version: None,
+            as_of: None,
         };
         let got = crate::cmd::get::run(&args, &paths, store.as_mut())?;
         Ok(got.row.value.unwrap_or_default())

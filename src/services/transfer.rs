@@ -155,21 +155,17 @@ pub fn digest(store: &mut dyn Store, run_dir: &Path, d: &RunDump) -> Result<Stri
         .filter_map(|b| Some((b.blob, b.sha256?)))
         .collect();
     let mut out = HashMap::new();
-    for b in &d.bindings {
-        let Some(path) = &b.attachment_path else {
-            continue;
-        };
+    for (path, name, _) in d.values() {
         let digest = match server_blob(path).and_then(|blob| on_server.get(blob)) {
             Some(sha) => sha.clone(),
             None => {
-                let name = b.name.as_deref().unwrap_or_default();
                 let mut reader = value(store, run_dir, path, name)?;
                 let mut h = Sha256::new();
                 io::copy(&mut reader, &mut h)?;
                 format!("sha256:{}", crate::model::hex(&h.finalize()))
             }
         };
-        out.insert(path.clone(), digest);
+        out.insert(path.to_string(), digest);
     }
     Ok(d.digest(&out))
 }
@@ -218,12 +214,8 @@ pub fn build_dir(
     }
     let mut moved = Moved::default();
     let mut paths = HashMap::new();
-    for b in &d.bindings {
-        let Some(path) = &b.attachment_path else {
-            continue;
-        };
-        let name = b.name.as_deref().unwrap_or_default();
-        let file_name = attach::file_name(name, b.execution_id)?;
+    for (path, name, execution_id) in d.values() {
+        let file_name = attach::file_name(name, execution_id)?;
         let target = crate::model::path_in(&files, &file_name, crate::model::PathName::File)?;
         let mut reader = value(src, src_dir, path, name)?;
         let mut out = fs::File::create_new(&target)
@@ -234,7 +226,7 @@ pub fn build_dir(
         out.sync_all()?;
         moved.values += 1;
         paths.insert(
-            path.clone(),
+            path.to_string(),
             format!("{}/{file_name}", crate::run::ATTACHMENTS_DIR),
         );
     }

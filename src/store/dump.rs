@@ -187,6 +187,9 @@ pub struct RunDump {
     pub gate_instances: Vec<GateRecord>,
     /// By id.
     pub audit: Vec<AuditRow>,
+    /// Every kept version of every binding, in write order (schema 10; empty for a copy made
+    /// before it).
+    pub history: Vec<super::history::HistoryRow>,
     /// Values in columns only a server has (the spec's `metadata` jsonb columns, an import's
     /// `content_hash`), which prose-state never writes: named here, so that a copy into a
     /// store without them says what it leaves behind.
@@ -225,7 +228,7 @@ pub const GATE_COLUMNS: &str = "id, run_id, execution_id, prompt, allow, timeout
     on_reject, status, created_at, resolved_at, resolved_by, resolution_comment, metadata, instance";
 
 /// The tables a copy of a run reads (its audit log aside), in [`RunDump::read`]'s order.
-pub const TABLES: [Table; 8] = [
+pub const TABLES: [Table; 9] = [
     Table {
         name: "run",
         order: "",
@@ -268,6 +271,11 @@ pub const TABLES: [Table; 8] = [
         order: "gate_id, instance",
         columns: "gate_id, run_id, execution_id, prompt, allow, timeout, timeout_at, on_reject, \
             status, created_at, resolved_at, resolved_by, resolution_comment, metadata, instance",
+    },
+    Table {
+        name: "binding_history",
+        order: "seq",
+        columns: super::history::COLUMNS,
     },
 ];
 
@@ -373,7 +381,8 @@ impl RunDump {
     /// Every row of the run but its audit log (which, and what only a server keeps, the
     /// backend's own `dump` adds).
     pub fn read(s: &mut impl TableSource) -> anyhow::Result<RunDump> {
-        let [run, executions, bindings, agents, segments, imports, gates, instances] = &TABLES;
+        let [run, executions, bindings, agents, segments, imports, gates, instances, history] =
+            &TABLES;
         Ok(RunDump {
             run: s
                 .rows(run, RunRecord::read)?
@@ -387,6 +396,7 @@ impl RunDump {
             imports: s.rows(imports, ImportRecord::read)?,
             gates: s.rows(gates, GateRecord::read)?,
             gate_instances: s.rows(instances, GateRecord::read)?,
+            history: s.rows(history, super::history::HistoryRow::read)?,
             audit: Vec::new(),
             server_only: Vec::new(),
         })
@@ -405,13 +415,9 @@ impl RunDump {
                 crate::error::shown(&self.run.id)
             ))
         };
-        for b in &self.bindings {
-            path_in(
-                here,
-                b.name.as_deref().unwrap_or_default(),
-                PathName::Binding,
-            )
-            .map_err(refuse)?;
+        let history = self.history.iter().map(|h| Some(h.name.as_str()));
+        for name in self.bindings.iter().map(|b| b.name.as_deref()).chain(history) {
+            path_in(here, name.unwrap_or_default(), PathName::Binding).map_err(refuse)?;
         }
         let agents = self.agents.iter().map(|a| Some(a.name.as_str()));
         let segments = self.segments.iter().map(|s| s.agent_name.as_deref());
@@ -553,6 +559,32 @@ impl RunDump {
                 g.metadata
             ])
         };
+        let history = sorted(self.history.iter().map(|h| {
+            let value = match &h.attachment_path {
+                Some(p) => json!({ "attachment": values.get(p) }),
+                None => json!({ "value": h.value.as_deref().map(crate::model::hex) }),
+            };
+            let summary = h.attachment_path.as_ref().and_then(|p| {
+                h.value
+                    .as_deref()
+                    .map(|v| String::from_utf8_lossy(v).replace(p.as_str(), ""))
+            });
+            json!([
+                h.name,
+                exec(h.execution_id),
+                h.n,
+                h.kind,
+                value,
+                h.delta,
+                summary,
+                h.source_statement,
+                h.written_at,
+                exec(h.at_record),
+                h.principal,
+                h.deleted,
+                h.gap
+            ])
+        }));
         let gates = sorted(self.gates.iter().map(gate));
         let instances = sorted(self.gate_instances.iter().map(gate));
         let audit: Vec<Value> = self
@@ -584,6 +616,7 @@ impl RunDump {
             "gates": gates,
             "gate_instances": instances,
             "audit": audit,
+            "history": history,
         });
         crate::model::sha256_tag(&whole.to_string())
     }
@@ -606,7 +639,28 @@ impl RunDump {
             ("gates", self.gates.len()),
             ("gate_instances", self.gate_instances.len()),
             ("audit_events", self.audit.len()),
+            ("binding_versions", self.history.len()),
         ])
+    }
+
+    /// Every value the run keeps outside its rows, once each: the bindings' and their earlier
+    /// versions' attachments, with the binding each belongs to.
+    pub fn values(&self) -> Vec<(&str, &str, Option<i64>)> {
+        let mut seen = std::collections::HashSet::new();
+        let current = self.bindings.iter().filter_map(|b| {
+            Some((
+                b.attachment_path.as_deref()?,
+                b.name.as_deref().unwrap_or_default(),
+                b.execution_id,
+            ))
+        });
+        let earlier = self.history.iter().filter_map(|h| {
+            Some((h.attachment_path.as_deref()?, h.name.as_str(), h.execution_id))
+        });
+        current
+            .chain(earlier)
+            .filter(|(p, _, _)| seen.insert(*p))
+            .collect()
     }
 }
 

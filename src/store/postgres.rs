@@ -681,8 +681,8 @@ impl Store for PgStore {
                 written_at: r.get(9),
                 at_record: r.get(10),
                 principal: r.get(11),
-                deleted: r.get(12),
-                gap: r.get(13),
+                deleted: r.get::<_, i64>(12) != 0,
+                gap: r.get::<_, i64>(13) != 0,
             },
         )
     }

@@ -1385,6 +1385,32 @@ pub fn restore(mut tx: Txn<'_>, r: &Restore) -> Result<()> {
         }
         tx.put_binding(&b2)?;
     }
+    // Every version as the copy kept it (the bindings' writes above made their own); a copy
+    // that carries none (made before history was kept) starts each binding's here.
+    if d.history.is_empty() {
+        tx.mark_history_gap()?;
+    } else {
+        tx.clear_history()?;
+        for h in &d.history {
+            let mut h2 = h.clone();
+            let name = || format!("a version of binding {}", shown(&h.name));
+            h2.execution_id = moved(&ids, h.execution_id, &name)?;
+            h2.at_record = moved(&ids, h.at_record, &name)?;
+            if let Some(old) = &h.attachment_path {
+                let new = r
+                    .paths
+                    .get(old)
+                    .ok_or_else(|| anyhow!("{}: its value was not copied", name()))?;
+                h2.value = h.value.as_deref().map(|v| {
+                    String::from_utf8_lossy(v)
+                        .replace(old.as_str(), new)
+                        .into_bytes()
+                });
+                h2.attachment_path = Some(new.clone());
+            }
+            tx.put_history(&h2)?;
+        }
+    }
     for (gates, instance) in [(&d.gates, false), (&d.gate_instances, true)] {
         for g in gates {
             let mut g2 = g.clone();

@@ -175,6 +175,13 @@ pub trait Tx {
     /// Deletes every row of the run but its own row and its audit log (append-only), its
     /// values included (`import --replace`).
     fn clear_run(&mut self) -> Result<()>;
+    /// Deletes every kept version of the run's bindings (a copy writes its own after).
+    fn clear_history(&mut self) -> Result<()>;
+    /// Inserts a kept version as given (its `seq` ignored: the store numbers the writes).
+    fn put_history(&mut self, row: &super::history::HistoryRow) -> Result<()>;
+    /// Marks each binding's oldest kept version as having unknown versions before it (a copy
+    /// that carries no history: what the bindings held before it is not known).
+    fn mark_history_gap(&mut self) -> Result<()>;
     /// The run's audit row at this sequence number: None when there is none, else its hash.
     fn audit_at_seq(&mut self, seq: i64) -> Result<Option<Option<String>>>;
 

@@ -238,6 +238,55 @@ impl Tx for PgTx<'_> {
         Ok(())
     }
 
+    fn clear_history(&mut self) -> Result<()> {
+        let run = self.run()?;
+        self.exec(
+            "DELETE FROM openprose.binding_history WHERE run_id = $1",
+            &[&run],
+        )
+    }
+
+    fn put_history(&mut self, h: &crate::store::history::HistoryRow) -> Result<()> {
+        let run = self.run()?;
+        let value = h
+            .value
+            .as_deref()
+            .map(|v| String::from_utf8_lossy(v).into_owned());
+        self.exec(
+            "INSERT INTO openprose.binding_history (run_id, name, execution_id, n, kind, value,
+                 delta, attachment_path, source_statement, written_at, at_record, principal,
+                 deleted, gap)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, ($10::text)::timestamptz, $11, $12,
+                     $13, $14)",
+            &[
+                &run,
+                &h.name,
+                &h.execution_id,
+                &h.n,
+                &h.kind,
+                &value,
+                &h.delta,
+                &h.attachment_path,
+                &h.source_statement,
+                &h.written_at,
+                &h.at_record,
+                &h.principal,
+                &(h.deleted as i64),
+                &(h.gap as i64),
+            ],
+        )
+    }
+
+    fn mark_history_gap(&mut self) -> Result<()> {
+        let run = self.run()?;
+        self.exec(
+            "UPDATE openprose.binding_history SET gap = 1 WHERE seq IN
+                 (SELECT MIN(seq) FROM openprose.binding_history WHERE run_id = $1
+                   GROUP BY name, COALESCE(execution_id, -1))",
+            &[&run],
+        )
+    }
+
     fn put_execution(&mut self, _id: Option<i64>, e: &ExecRecord) -> Result<Option<i64>> {
         let run = self.run()?;
         // Writers of a run are not serialised: a concurrent insert with the same key waits

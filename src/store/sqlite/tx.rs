@@ -379,6 +379,41 @@ impl Tx for SqliteTx<'_> {
         Err(anyhow!("a SQLite run is replaced by a new directory"))
     }
 
+    fn clear_history(&mut self) -> Result<()> {
+        self.exec("DELETE FROM binding_history", [])
+    }
+
+    fn put_history(&mut self, h: &crate::store::history::HistoryRow) -> Result<()> {
+        self.exec(
+            "INSERT INTO binding_history (name, execution_id, n, kind, value, delta,
+                 attachment_path, source_statement, written_at, at_record, principal, deleted, gap)
+             VALUES (?1, ?2, ?3, ?4, CAST(?5 AS TEXT), ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+            params![
+                h.name,
+                h.execution_id,
+                h.n,
+                h.kind,
+                h.value,
+                h.delta,
+                h.attachment_path,
+                h.source_statement,
+                h.written_at,
+                h.at_record,
+                h.principal,
+                h.deleted as i64,
+                h.gap as i64
+            ],
+        )
+    }
+
+    fn mark_history_gap(&mut self) -> Result<()> {
+        self.exec(
+            "UPDATE binding_history SET gap = 1 WHERE seq IN
+                 (SELECT MIN(seq) FROM binding_history GROUP BY name, IFNULL(execution_id, -1))",
+            [],
+        )
+    }
+
     fn put_execution(&mut self, id: Option<i64>, e: &ExecRecord) -> Result<Option<i64>> {
         // Writers are serialised here, so a key looked up absent stays absent.
         self.exec(

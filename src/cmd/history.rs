@@ -1,0 +1,276 @@
+//! `history NAME`: every kept version of a binding, newest first, with when, from which
+//! record and by whom; and the reads of the past that `get --version` and `get --as-of` make.
+
+use crate::cli::HistoryArgs;
+use crate::error::{not_found, refused, shown, usage};
+use crate::output::{visible, Render};
+use crate::store::history::{self, AsOf, HistoryRow, Then};
+use crate::store::{Found, Store};
+use anyhow::Result;
+use serde::Serialize;
+use std::io::{self, Write};
+
+/// How much of a version's value a listing shows.
+const PREVIEW_CHARS: usize = 80;
+
+/// One version, as listed.
+#[derive(Serialize)]
+pub struct Version {
+    /// Its number in its scope: 1, 2, 3, ...
+    pub version: i64,
+    pub kind: Option<String>,
+    /// When it was written (UTC, to the second).
+    pub written_at: Option<String>,
+    /// The newest execution record when it was written (null: before the first).
+    pub after_record: Option<i64>,
+    /// Who wrote it: the principal it was written as, or `unknown` (raw SQL, or no one
+    /// given). Claimed, not proved.
+    pub by: String,
+    /// `set` (a whole value), `append` or `merge` (a step from the version before), or
+    /// `deleted`.
+    pub change: &'static str,
+    /// The start of its value (an attachment's summary), at most 80 characters.
+    pub preview: String,
+    /// Its value's length in bytes (for a step, the step's).
+    pub bytes: u64,
+    /// Where its value is kept, for one kept as an attachment.
+    pub attachment: Option<String>,
+    pub source_statement: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct History {
+    pub name: String,
+    /// The scope whose versions these are: null for the root.
+    pub execution_id: Option<i64>,
+    /// How many versions are kept.
+    pub total: usize,
+    /// Versions before the oldest one kept were pruned, or written before history was kept.
+    pub older_not_kept: bool,
+    /// Newest first, at most `--limit`.
+    pub versions: Vec<Version>,
+    /// Pass as `--before` for the next page (null: no older version is kept).
+    pub next_before: Option<i64>,
+}
+
+impl Render for History {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        let scope = match self.execution_id {
+            Some(id) => format!("execution {id}"),
+            None => "the root scope".to_string(),
+        };
+        writeln!(
+            w,
+            "{} in {scope}: {} version{} kept",
+            visible(&self.name),
+            self.total,
+            if self.total == 1 { "" } else { "s" }
+        )?;
+        super::table_of(
+            w,
+            &["VERSION", "WRITTEN", "RECORD", "BY", "CHANGE", "VALUE"],
+            &self.versions,
+            |v| {
+                vec![
+                    v.version.to_string(),
+                    v.written_at.clone().unwrap_or_default(),
+                    v.after_record.map_or("-".to_string(), |r| r.to_string()),
+                    visible(&v.by).into_owned(),
+                    v.change.to_string(),
+                    visible(&v.preview).into_owned(),
+                ]
+            },
+        )?;
+        if let Some(before) = self.next_before {
+            writeln!(w, "older versions: --before {before}")?;
+        } else if self.older_not_kept {
+            writeln!(
+                w,
+                "versions before the oldest shown are not kept (pruned, or written before history was kept)"
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn change(r: &HistoryRow) -> &'static str {
+    if r.deleted {
+        return "deleted";
+    }
+    match r.delta.as_deref().map(|d| d.starts_with("{\"append\"")) {
+        Some(true) => "append",
+        Some(false) => "merge",
+        None => "set",
+    }
+}
+
+fn version_of(r: &HistoryRow) -> Version {
+    let shown_bytes = r
+        .delta
+        .as_deref()
+        .map(str::as_bytes)
+        .or(r.value.as_deref())
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(shown_bytes);
+    let mut preview: String = text.chars().take(PREVIEW_CHARS).collect();
+    if text.chars().nth(PREVIEW_CHARS).is_some() {
+        preview.push('…');
+    }
+    Version {
+        version: r.n,
+        kind: r.kind.clone(),
+        written_at: r.written_at.clone(),
+        after_record: r.at_record,
+        by: history::writer(r).to_string(),
+        change: change(r),
+        preview,
+        bytes: shown_bytes.len() as u64,
+        attachment: r.attachment_path.clone(),
+        source_statement: r.source_statement.clone(),
+    }
+}
+
+/// The scopes a lookup from `start` walks, nearest first, the root last.
+fn walk(store: &mut dyn Store, start: Option<i64>) -> Result<Vec<Option<i64>>> {
+    let mut scopes: Vec<Option<i64>> = match start {
+        Some(id) => {
+            if !store.execution_exists(id)? {
+                return Err(not_found(format!("execution not found: {id}")));
+            }
+            store.scope_chain(id)?.into_iter().map(Some).collect()
+        }
+        None => Vec::new(),
+    };
+    scopes.push(None);
+    Ok(scopes)
+}
+
+/// The scope whose history `history NAME` and `get --version` read: the nearest one from
+/// `start` (the root last) that has kept any version of the name, deleted ones included.
+pub fn scope_of(store: &mut dyn Store, name: &str, start: Option<i64>) -> Result<Option<i64>> {
+    crate::model::check_name(name)?;
+    let kept = store.history_scopes(name)?;
+    walk(store, start)?
+        .into_iter()
+        .find(|s| kept.contains(s))
+        .ok_or_else(|| {
+            not_found(format!(
+                "binding has no history (it was never written here): {}",
+                shown(name)
+            ))
+        })
+}
+
+/// Version `n` of the binding a lookup from `start` finds, as a bindings row.
+pub fn version(store: &mut dyn Store, name: &str, start: Option<i64>, n: i64) -> Result<Found> {
+    let scope = scope_of(store, name, start)?;
+    let rows = store.binding_history(name, scope)?;
+    let row = history::version(&rows, name, n)?;
+    Ok(found(store, start, scope, row)?)
+}
+
+fn found(
+    store: &mut dyn Store,
+    start: Option<i64>,
+    scope: Option<i64>,
+    row: crate::store::BindingRow,
+) -> Result<Found> {
+    let depth = match (start, scope) {
+        (Some(s), Some(e)) => store
+            .scope_chain(s)?
+            .iter()
+            .position(|c| *c == e)
+            .map(|d| d as u64),
+        _ => None,
+    };
+    Ok(Found { row, depth })
+}
+
+/// `--as-of RECORD|TIME`: a record id of the run, or a time.
+pub fn parse_as_of(store: &mut dyn Store, text: &str) -> Result<AsOf> {
+    let t = text.trim();
+    if !t.is_empty() && t.chars().all(|c| c.is_ascii_digit()) {
+        let id: i64 = t
+            .parse()
+            .map_err(|_| usage(format!("--as-of record is out of range: {}", shown(t))))?;
+        if !store.execution_exists(id)? {
+            return Err(not_found(format!(
+                "--as-of names no execution record of this run: {id}"
+            )));
+        }
+        return Ok(AsOf::Record(id));
+    }
+    crate::model::Timestamp::parse_lenient(t)
+        .map(|at| AsOf::Time(at.to_string()))
+        .ok_or_else(|| {
+            usage(format!(
+                "--as-of is neither a record id nor a time ('2026-11-24 10:15:00'): {}",
+                shown(text)
+            ))
+        })
+}
+
+/// The binding a lookup from `start` would have found at `at`.
+pub fn as_of(store: &mut dyn Store, name: &str, start: Option<i64>, at: &AsOf) -> Result<Found> {
+    crate::model::check_name(name)?;
+    let kept = store.history_scopes(name)?;
+    for scope in walk(store, start)? {
+        if !kept.contains(&scope) {
+            continue;
+        }
+        let rows = store.binding_history(name, scope)?;
+        match history::then(&rows, at) {
+            Then::Stood(i) => {
+                let row = history::as_row(&rows, i)?;
+                return found(store, start, scope, row);
+            }
+            Then::Absent => {}
+            Then::Unknown => {
+                let place = match scope {
+                    Some(id) => format!("execution {id}'s scope"),
+                    None => "the root scope".to_string(),
+                };
+                return Err(refused(format!(
+                    "binding {} in {place} as of {at} is not known: its versions of then are not kept (pruned, or written before history was kept)",
+                    shown(name)
+                )));
+            }
+        }
+    }
+    Err(not_found(format!(
+        "binding did not exist as of {at}: {}",
+        shown(name)
+    )))
+}
+
+impl super::Run for HistoryArgs {
+    type Output = History;
+    fn run(&self, ctx: &crate::context::Context) -> Result<History> {
+        let (_, mut store) = ctx.the_run()?;
+        let store = store.as_mut();
+        let scope = scope_of(store, &self.name, self.execution_id)?;
+        let rows = store.binding_history(&self.name, scope)?;
+        let older_not_kept = rows.first().is_some_and(|r| r.gap);
+        let total = rows.len();
+        let mut page: Vec<&HistoryRow> = rows
+            .iter()
+            .rev()
+            .filter(|r| self.before.is_none_or(|b| r.n < b))
+            .take(self.limit as usize + 1)
+            .collect();
+        let more = page.len() > self.limit as usize;
+        page.truncate(self.limit as usize);
+        Ok(History {
+            name: self.name.clone(),
+            execution_id: scope,
+            total,
+            older_not_kept,
+            next_before: if more {
+                page.last().map(|r| r.n)
+            } else {
+                None
+            },
+            versions: page.into_iter().map(version_of).collect(),
+        })
+    }
+}
