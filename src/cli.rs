@@ -321,11 +321,16 @@ pub struct CheckpointArgs {
 #[derive(Debug, Args)]
 pub struct PruneArgs {
     /// Keep runs finished within this many days
-    #[arg(long, value_name = "N")]
-    pub keep_days: u64,
+    #[arg(long, value_name = "N", required_unless_present = "history")]
+    pub keep_days: Option<u64>,
     /// Always keep the newest M runs, whatever their age
-    #[arg(long, value_name = "M")]
-    pub keep_n: u64,
+    #[arg(long, value_name = "M", required_unless_present = "history")]
+    pub keep_n: Option<u64>,
+    /// Prune binding history instead of runs: keep the newest KEEP versions of each binding
+    /// (of --run, or of every run), delete the older ones and the values only they named
+    #[arg(long, value_name = "KEEP", conflicts_with_all = ["keep_days", "keep_n", "archive"],
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub history: Option<u64>,
     /// Really prune (without it, only show what would go)
     #[arg(long, short = 'y')]
     pub yes: bool,

@@ -156,7 +156,10 @@ fn lookup(args: &GetArgs, store: &mut dyn Store) -> Result<(crate::store::Found,
     }
     // A version of the past, from the binding's history.
     if let Some(n) = args.version {
-        return Ok((super::history::version(store, &args.name, args.execution_id, n)?, Vec::new()));
+        return Ok((
+            super::history::version(store, &args.name, args.execution_id, n)?,
+            Vec::new(),
+        ));
     }
     if let Some(at) = &args.as_of {
         let at = super::history::parse_as_of(store, at)?;

@@ -265,11 +265,7 @@ impl super::Run for HistoryArgs {
             execution_id: scope,
             total,
             older_not_kept,
-            next_before: if more {
-                page.last().map(|r| r.n)
-            } else {
-                None
-            },
+            next_before: if more { page.last().map(|r| r.n) } else { None },
             versions: page.into_iter().map(version_of).collect(),
         })
     }

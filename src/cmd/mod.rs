@@ -63,8 +63,9 @@ pub fn dispatch<S: Sink>(command: &Command, ctx: &Context, sink: &mut S) -> Opti
         };
     }
     Some(by_args!(
-        Init, Bind, Get, History, ExecAppend, Query, Gates, Approve, Reject, Principals, Agent, Imports,
-        Finish, Runs, Resume, Stats, Doctor, Checkpoint, Migrate, Prune, Guide, Export, Import
+        Init, Bind, Get, History, ExecAppend, Query, Gates, Approve, Reject, Principals, Agent,
+        Imports, Finish, Runs, Resume, Stats, Doctor, Checkpoint, Migrate, Prune, Guide, Export,
+        Import
     ))
 }
 

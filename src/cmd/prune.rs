@@ -148,8 +148,9 @@ pub fn run(req: &PruneArgs, every: EveryRun, ctx: &Context) -> Result<Pruned> {
         let last = s.run.updated_at.as_deref().or(s.run.started_at.as_deref());
         let age = last.and_then(|at| crate::model::seconds_between(at, &now));
         let age = age.map(|s| s as f64 / 86_400.0);
-        let reason = if (i as u64) < req.keep_n {
-            Some(format!("among the newest {}", req.keep_n))
+        let (keep_n, keep_days) = (req.keep_n.unwrap_or(0), req.keep_days.unwrap_or(0));
+        let reason = if (i as u64) < keep_n {
+            Some(format!("among the newest {keep_n}"))
         } else if !status.as_ref().is_some_and(|s| s.is_finished()) {
             Some(format!(
                 "{} (only completed and failed runs are pruned)",
@@ -157,8 +158,8 @@ pub fn run(req: &PruneArgs, every: EveryRun, ctx: &Context) -> Result<Pruned> {
             ))
         } else if s.pending_gates > 0 {
             Some(format!("{} pending gates", s.pending_gates))
-        } else if age.is_none_or(|d| d < req.keep_days as f64) {
-            Some(format!("newer than {} days", req.keep_days))
+        } else if age.is_none_or(|d| d < keep_days as f64) {
+            Some(format!("newer than {keep_days} days"))
         } else {
             None
         };
@@ -267,11 +268,107 @@ fn prune_one(req: &PruneArgs, paths: &RunPaths, ctx: &Context) -> Result<()> {
     Ok(())
 }
 
+/// What `prune --history` did to one run.
+#[derive(Debug, Serialize)]
+pub struct HistoryEntry {
+    pub run_id: String,
+    #[serde(flatten)]
+    pub pruned: crate::store::rules::HistoryPruned,
+    /// Values kept outside the rows (attachment files, values on the server) deleted with
+    /// the versions that alone named them.
+    pub values_released: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct HistoryPrunedOut {
+    pub dry_run: bool,
+    /// The versions kept of each binding.
+    pub keep: u64,
+    pub runs: Vec<HistoryEntry>,
+    #[serde(skip)]
+    pub warnings: Vec<String>,
+}
+
+impl Render for HistoryPrunedOut {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        let header = ["RUN", "BINDINGS", "VERSIONS", "BYTES", "VALUES"];
+        super::table_of(w, &header, &self.runs, |e| {
+            vec![
+                e.run_id.clone(),
+                e.pruned.bindings.to_string(),
+                e.pruned.versions.to_string(),
+                e.pruned.bytes.to_string(),
+                e.values_released.to_string(),
+            ]
+        })?;
+        let versions: usize = self.runs.iter().map(|e| e.pruned.versions).sum();
+        if self.dry_run {
+            writeln!(
+                w,
+                "dry run: {versions} versions would go, the newest {} of each binding kept; pass --yes to prune",
+                self.keep
+            )
+        } else {
+            writeln!(
+                w,
+                "{versions} versions pruned, the newest {} of each binding kept",
+                self.keep
+            )
+        }
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.warnings.clone()
+    }
+}
+
+/// `prune --history KEEP`: each run's bindings keep their newest KEEP versions; the values
+/// only the deleted versions named are released after the commit, under the run's write lock.
+fn prune_history(req: &PruneArgs, keep: u64, ctx: &Context) -> Result<HistoryPrunedOut> {
+    let runs = Listing::runs_to_visit(ctx)?;
+    let (runs, warnings) = super::over_runs(&runs, ctx, |run, store| {
+        let pruned = store.prune_history(keep as i64, req.yes)?;
+        let mut values_released = 0;
+        if req.yes {
+            for rel in &pruned.released {
+                let released = store.release_attachment(rel, &mut || {
+                    crate::services::attach::remove(&run.dir, rel)
+                })?;
+                values_released += usize::from(released);
+            }
+        } else {
+            values_released = pruned.released.len();
+        }
+        Ok(HistoryEntry {
+            run_id: run.id.clone(),
+            pruned,
+            values_released,
+        })
+    })?;
+    Ok(HistoryPrunedOut {
+        dry_run: !req.yes,
+        keep,
+        runs,
+        warnings,
+    })
+}
+
+crate::output::one_of!(
+    /// Runs pruned, or with `--history` the versions of bindings.
+    PruneOut {
+        Runs(Pruned),
+        History(HistoryPrunedOut),
+    }
+);
+
 impl Run for PruneArgs {
-    type Output = Pruned;
-    fn run(&self, ctx: &Context) -> Result<Pruned> {
+    type Output = PruneOut;
+    fn run(&self, ctx: &Context) -> Result<PruneOut> {
+        if let Some(keep) = self.history {
+            return prune_history(self, keep, ctx).map(PruneOut::History);
+        }
         // Every run: the project catalog's, those with a directory here the catalog does not
         // read (on a server, unreadable), and those only on the project's server.
-        run(self, Listing::every_run(ctx)?, ctx)
+        run(self, Listing::every_run(ctx)?, ctx).map(PruneOut::Runs)
     }
 }

@@ -416,7 +416,12 @@ impl RunDump {
             ))
         };
         let history = self.history.iter().map(|h| Some(h.name.as_str()));
-        for name in self.bindings.iter().map(|b| b.name.as_deref()).chain(history) {
+        for name in self
+            .bindings
+            .iter()
+            .map(|b| b.name.as_deref())
+            .chain(history)
+        {
             path_in(here, name.unwrap_or_default(), PathName::Binding).map_err(refuse)?;
         }
         let agents = self.agents.iter().map(|a| Some(a.name.as_str()));
@@ -655,7 +660,11 @@ impl RunDump {
             ))
         });
         let earlier = self.history.iter().filter_map(|h| {
-            Some((h.attachment_path.as_deref()?, h.name.as_str(), h.execution_id))
+            Some((
+                h.attachment_path.as_deref()?,
+                h.name.as_str(),
+                h.execution_id,
+            ))
         });
         current
             .chain(earlier)

@@ -1000,6 +1000,11 @@ pub trait Store: AgentStore {
         rules::relink(self.txn(rules::BIND)?, name, execution_id, old, new)
     }
 
+    /// Keeps the newest `keep` versions of each binding (`rules::prune_history`).
+    fn prune_history(&mut self, keep: i64, apply: bool) -> Result<rules::HistoryPruned> {
+        rules::prune_history(self.txn(TxKind::Serial)?, keep, apply)
+    }
+
     /// Whether an execution row with this id exists.
     fn execution_exists(&mut self, id: i64) -> Result<bool>;
 

@@ -513,6 +513,24 @@ fn attachment_referenced(
     )
 }
 
+/// Every kept version of the binding of this name in exactly this scope, oldest first.
+fn binding_history(
+    s: &mut impl Statements,
+    run_id: &str,
+    name: &str,
+    execution_id: Option<i64>,
+) -> Result<Vec<super::history::HistoryRow>> {
+    s.all(
+        &format!(
+            "SELECT {} FROM openprose.binding_history
+             WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3 ORDER BY n",
+            select_list(super::history::COLUMNS, "")
+        ),
+        &[&run_id, &name, &execution_id.unwrap_or(-1)],
+        |r| super::history::HistoryRow::read(r),
+    )
+}
+
 fn execution_exists(s: &mut impl Statements, run_id: &str, id: i64) -> Result<bool> {
     s.one(
         "SELECT EXISTS (SELECT 1 FROM openprose.execution WHERE id = $1 AND run_id = $2)",
@@ -659,32 +677,7 @@ impl Store for PgStore {
         execution_id: Option<i64>,
     ) -> Result<Vec<super::history::HistoryRow>> {
         let run = self.run()?.to_string();
-        self.all(
-            concat!(
-                "SELECT seq, name, execution_id, n, kind, value, delta, attachment_path, ",
-                "source_statement, ",
-                ts!("written_at"),
-                ", at_record, principal, deleted, gap FROM openprose.binding_history ",
-                "WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3 ORDER BY n"
-            ),
-            &[&run, &name, &execution_id.unwrap_or(-1)],
-            |r| super::history::HistoryRow {
-                seq: r.get(0),
-                name: r.get(1),
-                execution_id: r.get(2),
-                n: r.get(3),
-                kind: r.get(4),
-                value: r.bytes(5),
-                delta: r.get(6),
-                attachment_path: r.get(7),
-                source_statement: r.get(8),
-                written_at: r.get(9),
-                at_record: r.get(10),
-                principal: r.get(11),
-                deleted: r.get::<_, i64>(12) != 0,
-                gap: r.get::<_, i64>(13) != 0,
-            },
-        )
+        binding_history(self, &run, name, execution_id)
     }
 
     fn history_scopes(&mut self, name: &str) -> Result<Vec<Option<i64>>> {

@@ -593,6 +593,67 @@ pub fn release_attachment(
     Ok(released)
 }
 
+/// What pruning a run's binding history did (or, in a dry run, would do).
+#[derive(Debug, Default, serde::Serialize)]
+pub struct HistoryPruned {
+    /// Versions deleted.
+    pub versions: usize,
+    /// Bindings that lost versions.
+    pub bindings: usize,
+    /// The bytes of the values kept in rows that went.
+    pub bytes: u64,
+    /// Values kept outside the rows that only the deleted versions named: released after the
+    /// commit, unless something names them again by then.
+    #[serde(skip)]
+    pub released: Vec<String>,
+}
+
+/// Keeps the newest `keep` versions of each binding of the run (at least 1: the current one)
+/// and deletes the older ones, in one transaction. The oldest version kept becomes whole (a
+/// step is rebuilt into its value) and is marked as having versions before it that are not
+/// kept, so that a read of a time before it says so instead of finding nothing. A finished
+/// run is pruned too: this is upkeep, not a write of its state. Without `apply`, nothing is
+/// written.
+pub fn prune_history(mut tx: Txn<'_>, keep: i64, apply: bool) -> Result<HistoryPruned> {
+    let mut out = HistoryPruned::default();
+    for (name, scope) in tx.history_over(keep.max(1))? {
+        let rows = tx.binding_history(&name, scope)?;
+        let cut = rows.len().saturating_sub(keep.max(1) as usize);
+        if cut == 0 {
+            continue;
+        }
+        let gone = &rows[..cut];
+        out.bindings += 1;
+        out.versions += gone.len();
+        out.bytes += gone
+            .iter()
+            .map(|r| r.value.as_ref().map_or(0, Vec::len) + r.delta.as_ref().map_or(0, String::len))
+            .sum::<usize>() as u64;
+        out.released
+            .extend(gone.iter().filter_map(|r| r.attachment_path.clone()));
+        let oldest = &rows[cut];
+        let whole = match oldest.delta {
+            Some(_) => Some(super::history::value_at(&rows, cut)?),
+            None => None,
+        };
+        tx.cut_history(&name, scope, oldest.n, whole.as_ref().map(|v| v.as_deref()))?;
+    }
+    out.released.sort();
+    out.released.dedup();
+    // Only those nothing names any more (the current value or a version kept may share one).
+    let mut released = Vec::new();
+    for rel in std::mem::take(&mut out.released) {
+        if !tx.attachment_referenced(&rel)? {
+            released.push(rel);
+        }
+    }
+    out.released = released;
+    if apply {
+        tx.commit()?;
+    }
+    Ok(out)
+}
+
 /// Moves a binding's value to where it is now kept (`doctor --fix` uploading a local
 /// attachment file to the server): the row of (name, scope) is pointed at `new` only if it
 /// still points at `old`, so a rebind that came first is never undone. The value is the same

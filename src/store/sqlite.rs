@@ -489,6 +489,23 @@ fn attachment_referenced(s: &impl Statements, attachment_path: &str) -> Result<b
     )
 }
 
+/// Every kept version of the binding of this name in exactly this scope, oldest first.
+fn binding_history(
+    s: &impl Statements,
+    name: &str,
+    execution_id: Option<i64>,
+) -> Result<Vec<super::history::HistoryRow>> {
+    s.all(
+        &format!(
+            "SELECT {} FROM binding_history WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2
+             ORDER BY n",
+            super::history::COLUMNS
+        ),
+        params![name, execution_id.unwrap_or(-1)],
+        |r| Ok(super::history::HistoryRow::read(r)),
+    )
+}
+
 fn execution_exists(s: &impl Statements, id: i64) -> Result<bool> {
     s.one(
         "SELECT EXISTS (SELECT 1 FROM execution WHERE id = ?1)",
@@ -631,31 +648,7 @@ impl Store for SqliteStore {
         name: &str,
         execution_id: Option<i64>,
     ) -> Result<Vec<super::history::HistoryRow>> {
-        self.all(
-            "SELECT seq, name, execution_id, n, kind, value, delta, attachment_path,
-                    source_statement, written_at, at_record, principal, deleted, gap
-             FROM binding_history WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2
-             ORDER BY n",
-            params![name, execution_id.unwrap_or(-1)],
-            |r| {
-                Ok(super::history::HistoryRow {
-                    seq: r.get(0)?,
-                    name: r.get(1)?,
-                    execution_id: r.get(2)?,
-                    n: r.get(3)?,
-                    kind: r.get(4)?,
-                    value: r.bytes(5),
-                    delta: r.get(6)?,
-                    attachment_path: r.get(7)?,
-                    source_statement: r.get(8)?,
-                    written_at: r.get(9)?,
-                    at_record: r.get(10)?,
-                    principal: r.get(11)?,
-                    deleted: r.get::<_, Option<i64>>(12)?.unwrap_or(0) != 0,
-                    gap: r.get::<_, Option<i64>>(13)?.unwrap_or(0) != 0,
-                })
-            },
-        )
+        binding_history(self, name, execution_id)
     }
 
     fn history_scopes(&mut self, name: &str) -> Result<Vec<Option<i64>>> {

@@ -175,6 +175,24 @@ pub trait Tx {
     /// Deletes every row of the run but its own row and its audit log (append-only), its
     /// values included (`import --replace`).
     fn clear_run(&mut self) -> Result<()>;
+    /// Every kept version of the binding of this name in exactly this scope, oldest first.
+    fn binding_history(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+    ) -> Result<Vec<super::history::HistoryRow>>;
+    /// The bindings (name, scope) with more than `keep` versions kept.
+    fn history_over(&mut self, keep: i64) -> Result<Vec<(String, Option<i64>)>>;
+    /// Deletes the binding's versions older than version `n`, and makes version `n` the
+    /// oldest kept: whole (`value`, when it was a step) and marked as having versions before
+    /// it that are not kept.
+    fn cut_history(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+        n: i64,
+        value: Option<Option<&[u8]>>,
+    ) -> Result<()>;
     /// Deletes every kept version of the run's bindings (a copy writes its own after).
     fn clear_history(&mut self) -> Result<()>;
     /// Inserts a kept version as given (its `seq` ignored: the store numbers the writes).

@@ -2,8 +2,8 @@
 //! row mapping (see `store::tx`).
 
 use super::{
-    attachment_referenced, audit_row, blobs, committed, execution_exists, gate_record, gate_row,
-    gate_select, import_row, map_err, Params, Statements, AUDIT_SELECT, DUE,
+    attachment_referenced, audit_row, binding_history, blobs, committed, execution_exists,
+    gate_record, gate_row, gate_select, import_row, map_err, Params, Statements, AUDIT_SELECT, DUE,
 };
 use crate::error::{not_found, refused, shown};
 use crate::model::{GateStatus, RunStatus};
@@ -236,6 +236,53 @@ impl Tx for PgTx<'_> {
             )?;
         }
         Ok(())
+    }
+
+    fn binding_history(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+    ) -> Result<Vec<crate::store::history::HistoryRow>> {
+        let run = self.run()?;
+        binding_history(self, &run, name, execution_id)
+    }
+
+    fn history_over(&mut self, keep: i64) -> Result<Vec<(String, Option<i64>)>> {
+        let run = self.run()?;
+        self.all(
+            "SELECT name, execution_id FROM openprose.binding_history WHERE run_id = $1
+             GROUP BY name, execution_id HAVING COUNT(*) > $2
+             ORDER BY name COLLATE \"C\", COALESCE(execution_id, -1)",
+            &[&run, &keep],
+            |r| (r.get(0), r.get(1)),
+        )
+    }
+
+    fn cut_history(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+        n: i64,
+        value: Option<Option<&[u8]>>,
+    ) -> Result<()> {
+        let run = self.run()?;
+        let scope = execution_id.unwrap_or(-1);
+        self.exec(
+            "DELETE FROM openprose.binding_history
+             WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3 AND n < $4",
+            &[&run, &name, &scope, &n],
+        )?;
+        let whole = value.is_some();
+        let text = value
+            .flatten()
+            .map(|v| String::from_utf8_lossy(v).into_owned());
+        self.exec(
+            "UPDATE openprose.binding_history SET gap = 1,
+                 value = CASE WHEN $5 THEN $6 ELSE value END,
+                 delta = CASE WHEN $5 THEN NULL ELSE delta END
+             WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3 AND n = $4",
+            &[&run, &name, &scope, &n, &whole, &text],
+        )
     }
 
     fn clear_history(&mut self) -> Result<()> {

@@ -2,8 +2,8 @@
 //! with its row mapping (see `store::tx`).
 
 use super::{
-    attachment_referenced, audit_row, db_error, execution_exists, gate_record, gate_row,
-    import_row, CommitWatch, Statements, AUDIT_COLUMNS, DUE, GATE_COLUMNS,
+    attachment_referenced, audit_row, binding_history, db_error, execution_exists, gate_record,
+    gate_row, import_row, CommitWatch, Statements, AUDIT_COLUMNS, DUE, GATE_COLUMNS,
 };
 use crate::model::{GateStatus, RunStatus};
 use crate::store::dump::{
@@ -377,6 +377,46 @@ impl Tx for SqliteTx<'_> {
     fn clear_run(&mut self) -> Result<()> {
         // A run's file is replaced whole (a new directory), never cleared in place.
         Err(anyhow!("a SQLite run is replaced by a new directory"))
+    }
+
+    fn binding_history(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+    ) -> Result<Vec<crate::store::history::HistoryRow>> {
+        binding_history(self, name, execution_id)
+    }
+
+    fn history_over(&mut self, keep: i64) -> Result<Vec<(String, Option<i64>)>> {
+        self.all(
+            "SELECT name, execution_id FROM binding_history
+             GROUP BY name, IFNULL(execution_id, -1) HAVING COUNT(*) > ?1
+             ORDER BY name, IFNULL(execution_id, -1)",
+            [keep],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+    }
+
+    fn cut_history(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+        n: i64,
+        value: Option<Option<&[u8]>>,
+    ) -> Result<()> {
+        let scope = execution_id.unwrap_or(-1);
+        self.exec(
+            "DELETE FROM binding_history
+             WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2 AND n < ?3",
+            params![name, scope, n],
+        )?;
+        self.exec(
+            "UPDATE binding_history SET gap = 1,
+                 value = CASE WHEN ?4 THEN CAST(?5 AS TEXT) ELSE value END,
+                 delta = CASE WHEN ?4 THEN NULL ELSE delta END
+             WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2 AND n = ?3",
+            params![name, scope, n, value.is_some(), value.flatten()],
+        )
     }
 
     fn clear_history(&mut self) -> Result<()> {
