@@ -418,14 +418,19 @@ fn attachments_above_the_threshold_only(b: Backend) {
     }
     assert_eq!(v["attachment_path"], scoped.as_str());
 
-    // rebinding small removes the old file; rebinding big again replaces it
+    // rebinding small keeps the old file for the version that names it; rebinding big again
+    // gives the new version a file of its own
     run.cmd()
         .args(["bind", "big", "now small"])
         .assert()
         .success();
-    assert_eq!(run.attachments(), std::slice::from_ref(&scoped));
+    let mut both = vec![big_path.clone(), scoped.clone()];
+    both.sort();
+    assert_eq!(run.attachments(), both);
     assert!(row(&run, "big", None).unwrap().4.is_none());
     assert_eq!(run.get("big", None), b"now small");
+    let a = run.cmd().args(["get", "big", "--version", "1"]).assert().success();
+    assert_eq!(a.get_output().stdout, over.as_bytes(), "the old version reads whole");
     run.cmd()
         .args([
             "bind",
@@ -439,11 +444,20 @@ fn attachments_above_the_threshold_only(b: Backend) {
         .assert()
         .success();
     assert_eq!(run.get("big", Some(e)), b"replaced");
-    // The new version has a file of its own; the old one is gone.
+    // The new version has a file of its own; the old ones stay until history is pruned.
     let replaced = row(&run, "big", Some(e)).unwrap().4.unwrap();
     assert!(is_attachment_of(&replaced, "big", Some(e)), "{replaced}");
     assert_ne!(replaced, scoped);
+    assert_eq!(run.attachments().len(), 3);
+    run.cmd()
+        .args(["prune", "--history", "1", "--yes"])
+        .assert()
+        .success();
     assert_eq!(run.attachments(), [replaced]);
+    run.cmd()
+        .args(["get", "big", "--version", "1"])
+        .assert()
+        .code(3);
 }
 
 /// SQLite only: it lists rows with raw SQLite SQL.

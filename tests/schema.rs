@@ -71,7 +71,7 @@ fn an_older_database_is_upgraded_forward_keeping_user_data() {
     let version: i64 = c
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 1_005_009, "schema 9, readers 1, writers 5");
+    assert_eq!(version, 1_010_010, "schema 10, readers 1, writers 10");
     let mode: String = c
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
@@ -177,7 +177,7 @@ fn a_newer_database_is_refused_byte_for_byte_unchanged() {
     {
         let c = rusqlite::Connection::open(&run.db).unwrap();
         // A bare newer version: from no release that says what it asks, so it asks for itself.
-        c.pragma_update(None, "user_version", 10).unwrap();
+        c.pragma_update(None, "user_version", 11).unwrap();
     }
     let bytes = std::fs::read(&run.db).unwrap();
     for args in [
@@ -385,7 +385,7 @@ fn every_raw_shape_upgrades_with_every_default_of_the_embedded_schema() {
         let v: i64 = c
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(v, 1_005_009, "{fixture}");
+        assert_eq!(v, 1_010_010, "{fixture}");
         let mode: String = c
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .unwrap();
@@ -468,9 +468,9 @@ fn every_raw_shape_upgrades_with_every_default_of_the_embedded_schema() {
 fn a_newer_database_is_used_as_far_as_its_stamp_allows() {
     let p = Project::new();
     for (version, min_reader, min_writer, reads, writes) in [
-        (9, 1, 2, true, true),
-        (10, 1, 10, true, false),
-        (11, 11, 11, false, false),
+        (11, 1, 2, true, true),
+        (11, 1, 11, true, false),
+        (12, 12, 12, false, false),
     ] {
         let run = p.init();
         run.bind("keep", "me", None);
@@ -520,7 +520,7 @@ fn migrate_on_a_current_run_has_nothing_to_do() {
     let before = run.snapshot();
     let a = run.cmd().args(["migrate", "--yes"]).assert().success();
     let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
-    assert!(out.contains("schema 9, nothing to do"), "{out}");
+    assert!(out.contains("schema 10, nothing to do"), "{out}");
     assert_eq!(run.snapshot(), before);
 }
 
@@ -557,7 +557,7 @@ fn the_postgres_schema_never_strands_a_team() {
     run.cmd().args(["log"]).assert().success();
     assert!(!has_key_column(&mut c), "a read upgraded the schema");
     let a = run.cmd().args(["migrate"]).assert().success();
-    assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("would migrate schema 1 -> 8"));
+    assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("would migrate schema 1 -> 9"));
     assert!(!has_key_column(&mut c), "a dry run upgraded the schema");
     // The first write upgrades it.
     run.cmd()
@@ -643,7 +643,7 @@ fn a_schema_5_run_gains_the_audit_index_on_its_first_write() {
     run.cmd().args(["gates", "verify"]).assert().success();
     let a = run.cmd().args(["migrate"]).assert().success();
     let plan = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
-    assert!(plan.contains("would migrate schema 5 -> 9"), "{plan}");
+    assert!(plan.contains("would migrate schema 5 -> 10"), "{plan}");
     assert!(
         plan.contains("create index idx_gate_audit_seq_alone on gate_audit_log"),
         "{plan}"
@@ -657,7 +657,7 @@ fn a_schema_5_run_gains_the_audit_index_on_its_first_write() {
     let version: i64 = c
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 1_005_009);
+    assert_eq!(version, 1_010_010);
     assert_eq!(index(&c), 1, "the first write added the index");
     run.cmd().args(["gates", "verify"]).assert().success();
     let rows: i64 = c
@@ -689,7 +689,7 @@ fn a_schema_6_run_gains_the_resume_indexes_on_its_first_write() {
     }
     let a = run.cmd().args(["migrate"]).assert().success();
     let plan = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
-    assert!(plan.contains("would migrate schema 6 -> 9"), "{plan}");
+    assert!(plan.contains("would migrate schema 6 -> 10"), "{plan}");
     for n in names {
         assert!(plan.contains(&format!("create index {n}")), "{plan}");
     }
@@ -701,7 +701,7 @@ fn a_schema_6_run_gains_the_resume_indexes_on_its_first_write() {
     let version: i64 = c
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 1_005_009, "resume records itself: a write");
+    assert_eq!(version, 1_010_010, "resume records itself: a write");
     for n in names {
         let found: i64 = c
             .query_row(

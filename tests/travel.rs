@@ -166,11 +166,18 @@ fn server_values_are_replaced_refused_and_pruned_whole() {
     assert_eq!(first.len(), 1);
     bind_big("v", 2, &[]).success();
     let second = run.attachments();
-    assert_eq!(second.len(), 1, "the replaced value's chunks are gone");
-    assert_ne!(first, second);
+    assert_eq!(second.len(), 2, "the replaced value stays, for its version");
+    assert!(second.contains(&first[0]));
     assert_eq!(run.get("v", None), text_value(200_000, 2));
-    // Rebound small: the large value goes.
+    let a = run.cmd().args(["get", "v", "--version", "1"]).assert().success();
+    assert_eq!(a.get_output().stdout, text_value(200_000, 1));
+    // Rebound small, then history pruned to the current version: the large values go.
     run.bind("v", "small", None);
+    assert_eq!(run.attachments().len(), 2);
+    run.cmd()
+        .args(["prune", "--history", "1", "--yes"])
+        .assert()
+        .success();
     assert!(run.attachments().is_empty());
 
     // Refusals leave the server as it was: nothing uploaded stays.
@@ -346,6 +353,8 @@ fn killed_uploads_leave_nothing_doctor_cannot_collect() {
     let linked: Vec<String> = c
         .query(
             "SELECT attachment_path FROM openprose.bindings
+             WHERE run_id = $1 AND attachment_path IS NOT NULL
+             UNION SELECT attachment_path FROM openprose.binding_history
              WHERE run_id = $1 AND attachment_path IS NOT NULL ORDER BY 1",
             &[&run.id],
         )

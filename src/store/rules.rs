@@ -668,6 +668,7 @@ pub fn relink(
     let moved = match tx.binding_head(name, execution_id)? {
         Some((_, Some(path), _)) if path == old => {
             tx.set_attachment_path(name, execution_id, new)?;
+            tx.relink_history(name, execution_id, old, new)?;
             true
         }
         _ => false,

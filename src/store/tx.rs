@@ -193,6 +193,15 @@ pub trait Tx {
         n: i64,
         value: Option<Option<&[u8]>>,
     ) -> Result<()>;
+    /// A value moved (`relink`): every kept version that named it at `old` names it at `new`,
+    /// and the version the move itself made is dropped: a move is not a write.
+    fn relink_history(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+        old: &str,
+        new: &str,
+    ) -> Result<()>;
     /// Deletes every kept version of the run's bindings (a copy writes its own after).
     fn clear_history(&mut self) -> Result<()>;
     /// Inserts a kept version as given (its `seq` ignored: the store numbers the writes).

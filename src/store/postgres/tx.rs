@@ -285,6 +285,30 @@ impl Tx for PgTx<'_> {
         )
     }
 
+    fn relink_history(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+        old: &str,
+        new: &str,
+    ) -> Result<()> {
+        let run = self.run()?;
+        self.exec(
+            "DELETE FROM openprose.binding_history
+             WHERE seq = (SELECT seq FROM openprose.binding_history
+                           WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3
+                           ORDER BY n DESC LIMIT 1)
+               AND principal IS NULL AND attachment_path = $4",
+            &[&run, &name, &execution_id.unwrap_or(-1), &new],
+        )?;
+        self.exec(
+            "UPDATE openprose.binding_history SET attachment_path = $3,
+                 value = replace(value, $2, $3)
+             WHERE run_id = $1 AND attachment_path = $2",
+            &[&run, &old, &new],
+        )
+    }
+
     fn clear_history(&mut self) -> Result<()> {
         let run = self.run()?;
         self.exec(

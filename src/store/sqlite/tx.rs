@@ -419,6 +419,28 @@ impl Tx for SqliteTx<'_> {
         )
     }
 
+    fn relink_history(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+        old: &str,
+        new: &str,
+    ) -> Result<()> {
+        self.exec(
+            "DELETE FROM binding_history
+             WHERE seq = (SELECT seq FROM binding_history
+                           WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2
+                           ORDER BY n DESC LIMIT 1)
+               AND principal IS NULL AND attachment_path = ?4",
+            params![name, execution_id.unwrap_or(-1), old, new],
+        )?;
+        self.exec(
+            "UPDATE binding_history SET attachment_path = ?2, value = replace(value, ?1, ?2)
+             WHERE attachment_path = ?1",
+            params![old, new],
+        )
+    }
+
     fn clear_history(&mut self) -> Result<()> {
         self.exec("DELETE FROM binding_history", [])
     }
