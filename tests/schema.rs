@@ -198,7 +198,7 @@ fn a_newer_database_is_refused_byte_for_byte_unchanged() {
         assert_eq!(code(&a), 4, "{args:?}");
         let err = stderr(&a);
         assert!(
-            err.contains("schema version 10, which needs prose-state schema 10 or later to read"),
+            err.contains("schema version 11, which needs prose-state schema 11 or later to read"),
             "{err}"
         );
         assert_eq!(std::fs::read(&run.db).unwrap(), bytes, "{args:?}");
@@ -359,7 +359,7 @@ fn every_raw_shape_upgrades_with_every_default_of_the_embedded_schema() {
             );
             let a = run.cmd().args(["migrate"]).assert().success();
             let plan = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
-            assert!(plan.contains("would migrate schema 0 -> 9"), "{plan}");
+            assert!(plan.contains("would migrate schema 0 -> 10"), "{plan}");
             assert!(plan.contains("rebuild table bindings to add"), "{plan}");
             assert!(plan.contains("created_at, updated_at"), "{plan}");
             assert!(
@@ -579,17 +579,17 @@ fn the_postgres_schema_never_strands_a_team() {
         .query_one("SELECT max(version) FROM openprose.schema_version", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 8);
+    assert_eq!(v, 9);
     // Newer, and writable by this build.
     c.batch_execute(
-        "UPDATE openprose.schema_version SET version = 9, min_reader = 1, min_writer = 4",
+        "UPDATE openprose.schema_version SET version = 10, min_reader = 1, min_writer = 4",
     )
     .unwrap();
     run.bind("newer", "ok", None);
     assert_eq!(run.get("newer", None), b"ok");
     // Newer, and not writable: reads work, writes are refused and change nothing.
     c.batch_execute(
-        "UPDATE openprose.schema_version SET version = 10, min_reader = 1, min_writer = 10",
+        "UPDATE openprose.schema_version SET version = 11, min_reader = 1, min_writer = 11",
     )
     .unwrap();
     assert_eq!(run.get("keep", None), b"me");
@@ -600,7 +600,7 @@ fn the_postgres_schema_never_strands_a_team() {
     assert_eq!(count_rows(&p, &run, "bindings", "true"), before);
     // Newer, and not even readable.
     c.batch_execute(
-        "UPDATE openprose.schema_version SET version = 10, min_reader = 10, min_writer = 10",
+        "UPDATE openprose.schema_version SET version = 11, min_reader = 11, min_writer = 11",
     )
     .unwrap();
     let a = run.cmd().args(["get", "keep"]).assert().failure();
@@ -609,7 +609,7 @@ fn the_postgres_schema_never_strands_a_team() {
         .query_one("SELECT max(version) FROM openprose.schema_version", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 10, "never downgraded");
+    assert_eq!(v, 11, "never downgraded");
 }
 
 /// A run written by a schema-5 build (the audit log without its index on `seq` alone): read
