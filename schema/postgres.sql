@@ -168,6 +168,71 @@ CREATE TABLE IF NOT EXISTS openprose.agent_segments (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS agent_segments_key
     ON openprose.agent_segments (agent_name, (COALESCE(run_id, '__project__')), segment_number);
+-- (schema 9) The newest execution record of the run when a segment was appended.
+ALTER TABLE openprose.agent_segments ADD COLUMN IF NOT EXISTS at_record BIGINT;
+CREATE OR REPLACE FUNCTION openprose.agent_segments_at_record() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.at_record IS NULL AND NEW.run_id IS NOT NULL THEN
+        NEW.at_record := (SELECT MAX(e.id) FROM openprose.execution e WHERE e.run_id = NEW.run_id);
+    END IF;
+    RETURN NEW;
+END;
+$$;
+DROP TRIGGER IF EXISTS agent_segments_at_record ON openprose.agent_segments;
+CREATE TRIGGER agent_segments_at_record BEFORE INSERT ON openprose.agent_segments
+    FOR EACH ROW EXECUTE FUNCTION openprose.agent_segments_at_record();
+-- (schema 9) Every version of every run-scoped agent's memory, as binding_history keeps
+-- bindings' (the same columns: `kind` holds the scope, `value` the memory).
+CREATE TABLE IF NOT EXISTS openprose.agent_history (
+    seq BIGSERIAL PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    name TEXT,
+    execution_id BIGINT,
+    n BIGINT NOT NULL,
+    kind TEXT,
+    value TEXT,
+    delta TEXT,
+    attachment_path TEXT,
+    source_statement TEXT,
+    written_at TIMESTAMPTZ,
+    at_record BIGINT,
+    principal TEXT,
+    deleted BIGINT NOT NULL DEFAULT 0,
+    gap BIGINT NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS idx_agent_history_name ON openprose.agent_history (run_id, name, n);
+CREATE OR REPLACE FUNCTION openprose.agent_history_keep() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    a openprose.agents;
+BEGIN
+    IF TG_OP = 'DELETE' THEN a := OLD; ELSE a := NEW; END IF;
+    IF a.run_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'UPDATE' AND NEW.memory IS NOT DISTINCT FROM OLD.memory
+        AND NEW.scope IS NOT DISTINCT FROM OLD.scope AND NEW.name = OLD.name THEN
+        RETURN NULL;
+    END IF;
+    INSERT INTO openprose.agent_history (run_id, name, n, kind, value, written_at, at_record,
+        deleted)
+    VALUES (a.run_id, a.name,
+        (SELECT COALESCE(MAX(h.n), 0) + 1 FROM openprose.agent_history h
+          WHERE h.run_id = a.run_id AND h.name = a.name),
+        a.scope, CASE WHEN TG_OP = 'DELETE' THEN NULL ELSE a.memory END, now(),
+        (SELECT MAX(e.id) FROM openprose.execution e WHERE e.run_id = a.run_id),
+        CASE WHEN TG_OP = 'DELETE' THEN 1 ELSE 0 END);
+    RETURN NULL;
+END;
+$$;
+DROP TRIGGER IF EXISTS agent_history_keep ON openprose.agents;
+CREATE TRIGGER agent_history_keep AFTER INSERT OR UPDATE OR DELETE ON openprose.agents
+    FOR EACH ROW EXECUTE FUNCTION openprose.agent_history_keep();
+INSERT INTO openprose.agent_history (run_id, name, n, kind, value, written_at, gap)
+SELECT a.run_id, a.name, 1, a.scope, a.memory, a.updated_at, 1 FROM openprose.agents a
+ WHERE a.run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM openprose.agent_history h
+                    WHERE h.run_id = a.run_id AND h.name = a.name);
 
 CREATE TABLE IF NOT EXISTS openprose.imports (
     alias TEXT NOT NULL,

@@ -158,8 +158,56 @@ CREATE TABLE IF NOT EXISTS agent_segments (
     timestamp TEXT DEFAULT (datetime('now')),
     prompt TEXT,
     summary TEXT,
+    at_record INTEGER,  -- the newest execution record when it was appended (schema 10)
     UNIQUE(agent_name, segment_number)
 );
+CREATE TRIGGER IF NOT EXISTS agent_segments_at_record AFTER INSERT ON agent_segments
+WHEN NEW.at_record IS NULL
+BEGIN
+    UPDATE agent_segments SET at_record = (SELECT MAX(id) FROM execution) WHERE id = NEW.id;
+END;
+-- (schema 10) Every version of every run-scoped agent's memory, kept as binding_history keeps
+-- bindings' (the same columns: `kind` holds the scope, `value` the memory): what a fork
+-- rebuilds the agents from. A touch that changes neither makes no version.
+CREATE TABLE IF NOT EXISTS agent_history (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT,
+    execution_id INTEGER,
+    n INTEGER NOT NULL,
+    kind TEXT,
+    value TEXT,
+    delta TEXT,
+    attachment_path TEXT,
+    source_statement TEXT,
+    written_at TEXT,
+    at_record INTEGER,
+    principal TEXT,
+    deleted INTEGER NOT NULL DEFAULT 0,
+    gap INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS idx_agent_history_name ON agent_history(name, n);
+CREATE TRIGGER IF NOT EXISTS agent_history_insert AFTER INSERT ON agents
+BEGIN
+    INSERT INTO agent_history (name, n, kind, value, written_at, at_record)
+    VALUES (NEW.name, (SELECT IFNULL(MAX(n), 0) + 1 FROM agent_history WHERE name = NEW.name),
+            NEW.scope, NEW.memory, datetime('now'), (SELECT MAX(id) FROM execution));
+END;
+CREATE TRIGGER IF NOT EXISTS agent_history_update AFTER UPDATE ON agents
+WHEN NEW.memory IS NOT OLD.memory OR NEW.scope IS NOT OLD.scope OR NEW.name IS NOT OLD.name
+BEGIN
+    INSERT INTO agent_history (name, n, kind, value, written_at, at_record)
+    VALUES (NEW.name, (SELECT IFNULL(MAX(n), 0) + 1 FROM agent_history WHERE name = NEW.name),
+            NEW.scope, NEW.memory, datetime('now'), (SELECT MAX(id) FROM execution));
+END;
+CREATE TRIGGER IF NOT EXISTS agent_history_delete AFTER DELETE ON agents
+BEGIN
+    INSERT INTO agent_history (name, n, kind, written_at, at_record, deleted)
+    VALUES (OLD.name, (SELECT IFNULL(MAX(n), 0) + 1 FROM agent_history WHERE name = OLD.name),
+            OLD.scope, datetime('now'), (SELECT MAX(id) FROM execution), 1);
+END;
+INSERT INTO agent_history (name, n, kind, value, written_at, gap)
+SELECT a.name, 1, a.scope, a.memory, a.updated_at, 1 FROM agents a
+ WHERE NOT EXISTS (SELECT 1 FROM agent_history h WHERE h.name = a.name);
 
 CREATE TABLE IF NOT EXISTS imports (
     alias TEXT PRIMARY KEY,

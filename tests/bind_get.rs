@@ -429,8 +429,16 @@ fn attachments_above_the_threshold_only(b: Backend) {
     assert_eq!(run.attachments(), both);
     assert!(row(&run, "big", None).unwrap().4.is_none());
     assert_eq!(run.get("big", None), b"now small");
-    let a = run.cmd().args(["get", "big", "--version", "1"]).assert().success();
-    assert_eq!(a.get_output().stdout, over.as_bytes(), "the old version reads whole");
+    let a = run
+        .cmd()
+        .args(["get", "big", "--version", "1"])
+        .assert()
+        .success();
+    assert_eq!(
+        a.get_output().stdout,
+        over.as_bytes(),
+        "the old version reads whole"
+    );
     run.cmd()
         .args([
             "bind",

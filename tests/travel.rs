@@ -169,7 +169,11 @@ fn server_values_are_replaced_refused_and_pruned_whole() {
     assert_eq!(second.len(), 2, "the replaced value stays, for its version");
     assert!(second.contains(&first[0]));
     assert_eq!(run.get("v", None), text_value(200_000, 2));
-    let a = run.cmd().args(["get", "v", "--version", "1"]).assert().success();
+    let a = run
+        .cmd()
+        .args(["get", "v", "--version", "1"])
+        .assert()
+        .success();
     assert_eq!(a.get_output().stdout, text_value(200_000, 1));
     // Rebound small, then history pruned to the current version: the large values go.
     run.bind("v", "small", None);

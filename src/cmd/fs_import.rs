@@ -656,6 +656,7 @@ fn read_agents(
                 timestamp,
                 prompt,
                 summary: Some(summary),
+                at_record: None,
             });
         }
         let at = mtime(&memory_path).or_else(|| mtime(&agent_dir));

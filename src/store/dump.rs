@@ -81,6 +81,8 @@ pub struct SegmentRecord {
     pub timestamp: Option<String>,
     pub prompt: Option<String>,
     pub summary: Option<String>,
+    /// The newest execution record when it was appended (schema 10).
+    pub at_record: Option<i64>,
 }
 
 /// A gates row, or a `gate_instances` row (an earlier opening), as stored: `allow` is the
@@ -190,6 +192,8 @@ pub struct RunDump {
     /// Every kept version of every binding, in write order (schema 10; empty for a copy made
     /// before it).
     pub history: Vec<super::history::HistoryRow>,
+    /// Every kept version of every run-scoped agent's memory, in write order (schema 10).
+    pub agent_history: Vec<super::history::HistoryRow>,
     /// Values in columns only a server has (the spec's `metadata` jsonb columns, an import's
     /// `content_hash`), which prose-state never writes: named here, so that a copy into a
     /// store without them says what it leaves behind.
@@ -228,7 +232,7 @@ pub const GATE_COLUMNS: &str = "id, run_id, execution_id, prompt, allow, timeout
     on_reject, status, created_at, resolved_at, resolved_by, resolution_comment, metadata, instance";
 
 /// The tables a copy of a run reads (its audit log aside), in [`RunDump::read`]'s order.
-pub const TABLES: [Table; 9] = [
+pub const TABLES: [Table; 10] = [
     Table {
         name: "run",
         order: "",
@@ -254,7 +258,7 @@ pub const TABLES: [Table; 9] = [
     Table {
         name: "agent_segments",
         order: "id",
-        columns: "agent_name, segment_number, timestamp, prompt, summary",
+        columns: "agent_name, segment_number, timestamp, prompt, summary, at_record",
     },
     Table {
         name: "imports",
@@ -274,6 +278,11 @@ pub const TABLES: [Table; 9] = [
     },
     Table {
         name: "binding_history",
+        order: "seq",
+        columns: super::history::COLUMNS,
+    },
+    Table {
+        name: "agent_history",
         order: "seq",
         columns: super::history::COLUMNS,
     },
@@ -352,6 +361,7 @@ impl SegmentRecord {
             timestamp: c.text(2),
             prompt: c.text(3),
             summary: c.text(4),
+            at_record: c.int(5),
         }
     }
 }
@@ -381,7 +391,7 @@ impl RunDump {
     /// Every row of the run but its audit log (which, and what only a server keeps, the
     /// backend's own `dump` adds).
     pub fn read(s: &mut impl TableSource) -> anyhow::Result<RunDump> {
-        let [run, executions, bindings, agents, segments, imports, gates, instances, history] =
+        let [run, executions, bindings, agents, segments, imports, gates, instances, history, agent_history] =
             &TABLES;
         Ok(RunDump {
             run: s
@@ -397,6 +407,7 @@ impl RunDump {
             gates: s.rows(gates, GateRecord::read)?,
             gate_instances: s.rows(instances, GateRecord::read)?,
             history: s.rows(history, super::history::HistoryRow::read)?,
+            agent_history: s.rows(agent_history, super::history::HistoryRow::read)?,
             audit: Vec::new(),
             server_only: Vec::new(),
         })
@@ -534,7 +545,8 @@ impl RunDump {
                 s.segment_number,
                 s.timestamp,
                 s.prompt,
-                s.summary
+                s.summary,
+                exec(s.at_record)
             ])
         }));
         let imports = sorted(self.imports.iter().map(|i| {
@@ -564,7 +576,7 @@ impl RunDump {
                 g.metadata
             ])
         };
-        let history = sorted(self.history.iter().map(|h| {
+        let version = |h: &super::history::HistoryRow| {
             let value = match &h.attachment_path {
                 Some(p) => json!({ "attachment": values.get(p) }),
                 None => json!({ "value": h.value.as_deref().map(crate::model::hex) }),
@@ -589,7 +601,9 @@ impl RunDump {
                 h.deleted,
                 h.gap
             ])
-        }));
+        };
+        let history = sorted(self.history.iter().map(version));
+        let agent_history = sorted(self.agent_history.iter().map(version));
         let gates = sorted(self.gates.iter().map(gate));
         let instances = sorted(self.gate_instances.iter().map(gate));
         let audit: Vec<Value> = self
@@ -622,6 +636,7 @@ impl RunDump {
             "gate_instances": instances,
             "audit": audit,
             "history": history,
+            "agent_history": agent_history,
         });
         crate::model::sha256_tag(&whole.to_string())
     }

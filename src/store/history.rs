@@ -39,6 +39,23 @@ pub struct HistoryRow {
     pub gap: bool,
 }
 
+/// Which history: bindings' (`binding_history`), or run-scoped agents' memory
+/// (`agent_history`, the same columns: `kind` holds the scope, `value` the memory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    Bindings,
+    Agents,
+}
+
+impl Kept {
+    pub fn table(self) -> &'static str {
+        match self {
+            Kept::Bindings => "binding_history",
+            Kept::Agents => "agent_history",
+        }
+    }
+}
+
 /// The columns of a history row, in [`HistoryRow::read`]'s order.
 pub const COLUMNS: &str = "seq, name, execution_id, n, kind, value, delta, attachment_path, \
     source_statement, written_at, at_record, principal, deleted, gap";

@@ -513,18 +513,21 @@ fn attachment_referenced(
     )
 }
 
-/// Every kept version of the binding of this name in exactly this scope, oldest first.
-fn binding_history(
+/// Every kept version of the binding (or agent) of this name in exactly this scope, oldest
+/// first.
+fn kept_versions(
     s: &mut impl Statements,
+    kept: super::history::Kept,
     run_id: &str,
     name: &str,
     execution_id: Option<i64>,
 ) -> Result<Vec<super::history::HistoryRow>> {
     s.all(
         &format!(
-            "SELECT {} FROM openprose.binding_history
+            "SELECT {} FROM openprose.{}
              WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3 ORDER BY n",
-            select_list(super::history::COLUMNS, "")
+            select_list(super::history::COLUMNS, ""),
+            kept.table()
         ),
         &[&run_id, &name, &execution_id.unwrap_or(-1)],
         |r| super::history::HistoryRow::read(r),
@@ -677,7 +680,13 @@ impl Store for PgStore {
         execution_id: Option<i64>,
     ) -> Result<Vec<super::history::HistoryRow>> {
         let run = self.run()?.to_string();
-        binding_history(self, &run, name, execution_id)
+        kept_versions(
+            self,
+            super::history::Kept::Bindings,
+            &run,
+            name,
+            execution_id,
+        )
     }
 
     fn history_scopes(&mut self, name: &str) -> Result<Vec<Option<i64>>> {
@@ -1050,6 +1059,7 @@ impl Store for PgStore {
                 "DELETE FROM openprose.attachments WHERE run_id = $1",
                 "DELETE FROM openprose.agent_segments WHERE run_id = $1",
                 "DELETE FROM openprose.agents WHERE run_id = $1",
+                "DELETE FROM openprose.agent_history WHERE run_id = $1",
                 "DELETE FROM openprose.run WHERE id = $1",
                 // After the run's bindings, whose deletion recorded their tombstones.
                 "DELETE FROM openprose.binding_history WHERE run_id = $1",

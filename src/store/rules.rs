@@ -615,9 +615,19 @@ pub struct HistoryPruned {
 /// run is pruned too: this is upkeep, not a write of its state. Without `apply`, nothing is
 /// written.
 pub fn prune_history(mut tx: Txn<'_>, keep: i64, apply: bool) -> Result<HistoryPruned> {
+    use super::history::Kept;
     let mut out = HistoryPruned::default();
-    for (name, scope) in tx.history_over(keep.max(1))? {
-        let rows = tx.binding_history(&name, scope)?;
+    let over = [Kept::Bindings, Kept::Agents]
+        .into_iter()
+        .map(|k| {
+            Ok(tx
+                .history_over(k, keep.max(1))?
+                .into_iter()
+                .map(move |b| (k, b)))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for (kept, (name, scope)) in over.into_iter().flatten() {
+        let rows = tx.kept_versions(kept, &name, scope)?;
         let cut = rows.len().saturating_sub(keep.max(1) as usize);
         if cut == 0 {
             continue;
@@ -636,7 +646,13 @@ pub fn prune_history(mut tx: Txn<'_>, keep: i64, apply: bool) -> Result<HistoryP
             Some(_) => Some(super::history::value_at(&rows, cut)?),
             None => None,
         };
-        tx.cut_history(&name, scope, oldest.n, whole.as_ref().map(|v| v.as_deref()))?;
+        tx.cut_history(
+            kept,
+            &name,
+            scope,
+            oldest.n,
+            whole.as_ref().map(|v| v.as_deref()),
+        )?;
     }
     out.released.sort();
     out.released.dedup();
@@ -1302,6 +1318,8 @@ pub fn append_segment(
         timestamp: Some(now.to_string()),
         prompt: Some(prompt.to_string()),
         summary: Some(summary.to_string()),
+        // A run's store records the newest record itself (a trigger).
+        at_record: None,
     })?;
     tx.commit()?;
     Ok(n)
@@ -1449,10 +1467,11 @@ pub fn restore(mut tx: Txn<'_>, r: &Restore) -> Result<()> {
     }
     // Every version as the copy kept it (the bindings' writes above made their own); a copy
     // that carries none (made before history was kept) starts each binding's here.
+    use super::history::Kept;
     if d.history.is_empty() {
-        tx.mark_history_gap()?;
+        tx.mark_history_gap(Kept::Bindings)?;
     } else {
-        tx.clear_history()?;
+        tx.clear_history(Kept::Bindings)?;
         for h in &d.history {
             let mut h2 = h.clone();
             let name = || format!("a version of binding {}", shown(&h.name));
@@ -1470,7 +1489,7 @@ pub fn restore(mut tx: Txn<'_>, r: &Restore) -> Result<()> {
                 });
                 h2.attachment_path = Some(new.clone());
             }
-            tx.put_history(&h2)?;
+            tx.put_history(Kept::Bindings, &h2)?;
         }
     }
     for (gates, instance) in [(&d.gates, false), (&d.gate_instances, true)] {
@@ -1484,8 +1503,22 @@ pub fn restore(mut tx: Txn<'_>, r: &Restore) -> Result<()> {
     for a in &d.agents {
         tx.put_agent(a)?;
     }
+    if d.agent_history.is_empty() {
+        tx.mark_history_gap(Kept::Agents)?;
+    } else {
+        tx.clear_history(Kept::Agents)?;
+        for h in &d.agent_history {
+            let mut h2 = h.clone();
+            h2.at_record = moved(&ids, h.at_record, &|| {
+                format!("a version of agent {}", shown(&h.name))
+            })?;
+            tx.put_history(Kept::Agents, &h2)?;
+        }
+    }
     for s in &d.segments {
-        tx.put_segment(s)?;
+        let mut s2 = s.clone();
+        s2.at_record = moved(&ids, s.at_record, &|| "an agent segment".to_string())?;
+        tx.put_segment(&s2)?;
     }
     for i in &d.imports {
         tx.put_import(i)?;

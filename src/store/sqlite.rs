@@ -489,17 +489,19 @@ fn attachment_referenced(s: &impl Statements, attachment_path: &str) -> Result<b
     )
 }
 
-/// Every kept version of the binding of this name in exactly this scope, oldest first.
-fn binding_history(
+/// Every kept version of the binding (or agent) of this name in exactly this scope, oldest
+/// first.
+fn kept_versions(
     s: &impl Statements,
+    kept: super::history::Kept,
     name: &str,
     execution_id: Option<i64>,
 ) -> Result<Vec<super::history::HistoryRow>> {
     s.all(
         &format!(
-            "SELECT {} FROM binding_history WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2
-             ORDER BY n",
-            super::history::COLUMNS
+            "SELECT {} FROM {} WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2 ORDER BY n",
+            super::history::COLUMNS,
+            kept.table()
         ),
         params![name, execution_id.unwrap_or(-1)],
         |r| Ok(super::history::HistoryRow::read(r)),
@@ -648,7 +650,7 @@ impl Store for SqliteStore {
         name: &str,
         execution_id: Option<i64>,
     ) -> Result<Vec<super::history::HistoryRow>> {
-        binding_history(self, name, execution_id)
+        kept_versions(self, super::history::Kept::Bindings, name, execution_id)
     }
 
     fn history_scopes(&mut self, name: &str) -> Result<Vec<Option<i64>>> {

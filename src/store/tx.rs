@@ -6,6 +6,7 @@
 
 use super::dump::{AgentRecord, BindingRecord, ExecRecord, GateRecord, RunRecord, SegmentRecord};
 use super::effects::{Event, Notice};
+use super::history::Kept;
 use super::{AuditRow, GateRow, ImportRow, NewGate};
 use crate::model::RunStatus;
 use anyhow::Result;
@@ -175,19 +176,22 @@ pub trait Tx {
     /// Deletes every row of the run but its own row and its audit log (append-only), its
     /// values included (`import --replace`).
     fn clear_run(&mut self) -> Result<()>;
-    /// Every kept version of the binding of this name in exactly this scope, oldest first.
-    fn binding_history(
+    /// Every kept version of the binding (or agent) of this name in exactly this scope,
+    /// oldest first.
+    fn kept_versions(
         &mut self,
+        kept: Kept,
         name: &str,
         execution_id: Option<i64>,
     ) -> Result<Vec<super::history::HistoryRow>>;
-    /// The bindings (name, scope) with more than `keep` versions kept.
-    fn history_over(&mut self, keep: i64) -> Result<Vec<(String, Option<i64>)>>;
+    /// The bindings (or agents) (name, scope) with more than `keep` versions kept.
+    fn history_over(&mut self, kept: Kept, keep: i64) -> Result<Vec<(String, Option<i64>)>>;
     /// Deletes the binding's versions older than version `n`, and makes version `n` the
     /// oldest kept: whole (`value`, when it was a step) and marked as having versions before
     /// it that are not kept.
     fn cut_history(
         &mut self,
+        kept: Kept,
         name: &str,
         execution_id: Option<i64>,
         n: i64,
@@ -203,12 +207,12 @@ pub trait Tx {
         new: &str,
     ) -> Result<()>;
     /// Deletes every kept version of the run's bindings (a copy writes its own after).
-    fn clear_history(&mut self) -> Result<()>;
+    fn clear_history(&mut self, kept: Kept) -> Result<()>;
     /// Inserts a kept version as given (its `seq` ignored: the store numbers the writes).
-    fn put_history(&mut self, row: &super::history::HistoryRow) -> Result<()>;
+    fn put_history(&mut self, kept: Kept, row: &super::history::HistoryRow) -> Result<()>;
     /// Marks each binding's oldest kept version as having unknown versions before it (a copy
     /// that carries no history: what the bindings held before it is not known).
-    fn mark_history_gap(&mut self) -> Result<()>;
+    fn mark_history_gap(&mut self, kept: Kept) -> Result<()>;
     /// The run's audit row at this sequence number: None when there is none, else its hash.
     fn audit_at_seq(&mut self, seq: i64) -> Result<Option<Option<String>>>;
 

@@ -2,14 +2,15 @@
 //! row mapping (see `store::tx`).
 
 use super::{
-    attachment_referenced, audit_row, binding_history, blobs, committed, execution_exists,
-    gate_record, gate_row, gate_select, import_row, map_err, Params, Statements, AUDIT_SELECT, DUE,
+    attachment_referenced, audit_row, blobs, committed, execution_exists, gate_record, gate_row,
+    gate_select, import_row, kept_versions, map_err, Params, Statements, AUDIT_SELECT, DUE,
 };
 use crate::error::{not_found, refused, shown};
 use crate::model::{GateStatus, RunStatus};
 use crate::store::dump::{
     AgentRecord, BindingRecord, ExecRecord, GateRecord, RunRecord, SegmentRecord,
 };
+use crate::store::history::Kept;
 use crate::store::tx::{ChainTip, GateResumeState, KeyedExecution, Tx, TxKind};
 use crate::store::{AuditRow, GateRow, ImportRow, NewGate};
 use anyhow::{anyhow, Result};
@@ -225,6 +226,7 @@ impl Tx for PgTx<'_> {
             "binding_history",
             "agent_segments",
             "agents",
+            "agent_history",
             "imports",
             "attachment_chunks",
             "attachments",
@@ -238,21 +240,25 @@ impl Tx for PgTx<'_> {
         Ok(())
     }
 
-    fn binding_history(
+    fn kept_versions(
         &mut self,
+        kept: Kept,
         name: &str,
         execution_id: Option<i64>,
     ) -> Result<Vec<crate::store::history::HistoryRow>> {
         let run = self.run()?;
-        binding_history(self, &run, name, execution_id)
+        kept_versions(self, kept, &run, name, execution_id)
     }
 
-    fn history_over(&mut self, keep: i64) -> Result<Vec<(String, Option<i64>)>> {
+    fn history_over(&mut self, kept: Kept, keep: i64) -> Result<Vec<(String, Option<i64>)>> {
         let run = self.run()?;
         self.all(
-            "SELECT name, execution_id FROM openprose.binding_history WHERE run_id = $1
-             GROUP BY name, execution_id HAVING COUNT(*) > $2
-             ORDER BY name COLLATE \"C\", COALESCE(execution_id, -1)",
+            &format!(
+                "SELECT name, execution_id FROM openprose.{} WHERE run_id = $1
+                 GROUP BY name, execution_id HAVING COUNT(*) > $2
+                 ORDER BY name COLLATE \"C\", COALESCE(execution_id, -1)",
+                kept.table()
+            ),
             &[&run, &keep],
             |r| (r.get(0), r.get(1)),
         )
@@ -260,6 +266,7 @@ impl Tx for PgTx<'_> {
 
     fn cut_history(
         &mut self,
+        kept: Kept,
         name: &str,
         execution_id: Option<i64>,
         n: i64,
@@ -267,9 +274,12 @@ impl Tx for PgTx<'_> {
     ) -> Result<()> {
         let run = self.run()?;
         let scope = execution_id.unwrap_or(-1);
+        let table = kept.table();
         self.exec(
-            "DELETE FROM openprose.binding_history
-             WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3 AND n < $4",
+            &format!(
+                "DELETE FROM openprose.{table}
+                 WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3 AND n < $4"
+            ),
             &[&run, &name, &scope, &n],
         )?;
         let whole = value.is_some();
@@ -277,10 +287,12 @@ impl Tx for PgTx<'_> {
             .flatten()
             .map(|v| String::from_utf8_lossy(v).into_owned());
         self.exec(
-            "UPDATE openprose.binding_history SET gap = 1,
-                 value = CASE WHEN $5 THEN $6 ELSE value END,
-                 delta = CASE WHEN $5 THEN NULL ELSE delta END
-             WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3 AND n = $4",
+            &format!(
+                "UPDATE openprose.{table} SET gap = 1,
+                     value = CASE WHEN $5 THEN $6 ELSE value END,
+                     delta = CASE WHEN $5 THEN NULL ELSE delta END
+                 WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3 AND n = $4"
+            ),
             &[&run, &name, &scope, &n, &whole, &text],
         )
     }
@@ -309,26 +321,29 @@ impl Tx for PgTx<'_> {
         )
     }
 
-    fn clear_history(&mut self) -> Result<()> {
+    fn clear_history(&mut self, kept: Kept) -> Result<()> {
         let run = self.run()?;
         self.exec(
-            "DELETE FROM openprose.binding_history WHERE run_id = $1",
+            &format!("DELETE FROM openprose.{} WHERE run_id = $1", kept.table()),
             &[&run],
         )
     }
 
-    fn put_history(&mut self, h: &crate::store::history::HistoryRow) -> Result<()> {
+    fn put_history(&mut self, kept: Kept, h: &crate::store::history::HistoryRow) -> Result<()> {
         let run = self.run()?;
         let value = h
             .value
             .as_deref()
             .map(|v| String::from_utf8_lossy(v).into_owned());
         self.exec(
-            "INSERT INTO openprose.binding_history (run_id, name, execution_id, n, kind, value,
-                 delta, attachment_path, source_statement, written_at, at_record, principal,
-                 deleted, gap)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, ($10::text)::timestamptz, $11, $12,
-                     $13, $14)",
+            &format!(
+                "INSERT INTO openprose.{} (run_id, name, execution_id, n, kind, value, delta,
+                     attachment_path, source_statement, written_at, at_record, principal,
+                     deleted, gap)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, ($10::text)::timestamptz, $11, $12,
+                         $13, $14)",
+                kept.table()
+            ),
             &[
                 &run,
                 &h.name,
@@ -348,12 +363,15 @@ impl Tx for PgTx<'_> {
         )
     }
 
-    fn mark_history_gap(&mut self) -> Result<()> {
+    fn mark_history_gap(&mut self, kept: Kept) -> Result<()> {
         let run = self.run()?;
+        let table = kept.table();
         self.exec(
-            "UPDATE openprose.binding_history SET gap = 1 WHERE seq IN
-                 (SELECT MIN(seq) FROM openprose.binding_history WHERE run_id = $1
-                   GROUP BY name, COALESCE(execution_id, -1))",
+            &format!(
+                "UPDATE openprose.{table} SET gap = 1 WHERE seq IN
+                     (SELECT MIN(seq) FROM openprose.{table} WHERE run_id = $1
+                       GROUP BY name, COALESCE(execution_id, -1))"
+            ),
             &[&run],
         )
     }
@@ -486,8 +504,8 @@ impl Tx for PgTx<'_> {
         let run = self.run_id.clone();
         self.exec_prepared(
             "INSERT INTO openprose.agent_segments (agent_name, run_id, segment_number,
-                     timestamp, prompt, summary)
-                 VALUES ($1, $2, $3, COALESCE(($4::text)::timestamptz, now()), $5, $6)",
+                     timestamp, prompt, summary, at_record)
+                 VALUES ($1, $2, $3, COALESCE(($4::text)::timestamptz, now()), $5, $6, $7)",
             &[
                 &g.agent_name,
                 &run,
@@ -495,6 +513,7 @@ impl Tx for PgTx<'_> {
                 &g.timestamp,
                 &g.prompt,
                 &g.summary,
+                &g.at_record,
             ],
         )
     }

@@ -2,13 +2,14 @@
 //! with its row mapping (see `store::tx`).
 
 use super::{
-    attachment_referenced, audit_row, binding_history, db_error, execution_exists, gate_record,
-    gate_row, import_row, CommitWatch, Statements, AUDIT_COLUMNS, DUE, GATE_COLUMNS,
+    attachment_referenced, audit_row, db_error, execution_exists, gate_record, gate_row,
+    import_row, kept_versions, CommitWatch, Statements, AUDIT_COLUMNS, DUE, GATE_COLUMNS,
 };
 use crate::model::{GateStatus, RunStatus};
 use crate::store::dump::{
     AgentRecord, BindingRecord, ExecRecord, GateRecord, RunRecord, SegmentRecord,
 };
+use crate::store::history::Kept;
 use crate::store::tx::{ChainTip, GateResumeState, KeyedExecution, Tx};
 use crate::store::{AuditRow, GateRow, ImportRow, NewGate};
 use anyhow::{anyhow, Result};
@@ -379,19 +380,23 @@ impl Tx for SqliteTx<'_> {
         Err(anyhow!("a SQLite run is replaced by a new directory"))
     }
 
-    fn binding_history(
+    fn kept_versions(
         &mut self,
+        kept: Kept,
         name: &str,
         execution_id: Option<i64>,
     ) -> Result<Vec<crate::store::history::HistoryRow>> {
-        binding_history(self, name, execution_id)
+        kept_versions(self, kept, name, execution_id)
     }
 
-    fn history_over(&mut self, keep: i64) -> Result<Vec<(String, Option<i64>)>> {
+    fn history_over(&mut self, kept: Kept, keep: i64) -> Result<Vec<(String, Option<i64>)>> {
         self.all(
-            "SELECT name, execution_id FROM binding_history
-             GROUP BY name, IFNULL(execution_id, -1) HAVING COUNT(*) > ?1
-             ORDER BY name, IFNULL(execution_id, -1)",
+            &format!(
+                "SELECT name, execution_id FROM {}
+                 GROUP BY name, IFNULL(execution_id, -1) HAVING COUNT(*) > ?1
+                 ORDER BY name, IFNULL(execution_id, -1)",
+                kept.table()
+            ),
             [keep],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
@@ -399,22 +404,27 @@ impl Tx for SqliteTx<'_> {
 
     fn cut_history(
         &mut self,
+        kept: Kept,
         name: &str,
         execution_id: Option<i64>,
         n: i64,
         value: Option<Option<&[u8]>>,
     ) -> Result<()> {
         let scope = execution_id.unwrap_or(-1);
+        let table = kept.table();
         self.exec(
-            "DELETE FROM binding_history
-             WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2 AND n < ?3",
+            &format!(
+                "DELETE FROM {table} WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2 AND n < ?3"
+            ),
             params![name, scope, n],
         )?;
         self.exec(
-            "UPDATE binding_history SET gap = 1,
+            &format!(
+                "UPDATE {table} SET gap = 1,
                  value = CASE WHEN ?4 THEN CAST(?5 AS TEXT) ELSE value END,
                  delta = CASE WHEN ?4 THEN NULL ELSE delta END
-             WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2 AND n = ?3",
+             WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2 AND n = ?3"
+            ),
             params![name, scope, n, value.is_some(), value.flatten()],
         )
     }
@@ -441,15 +451,18 @@ impl Tx for SqliteTx<'_> {
         )
     }
 
-    fn clear_history(&mut self) -> Result<()> {
-        self.exec("DELETE FROM binding_history", [])
+    fn clear_history(&mut self, kept: Kept) -> Result<()> {
+        self.exec(&format!("DELETE FROM {}", kept.table()), [])
     }
 
-    fn put_history(&mut self, h: &crate::store::history::HistoryRow) -> Result<()> {
+    fn put_history(&mut self, kept: Kept, h: &crate::store::history::HistoryRow) -> Result<()> {
         self.exec(
-            "INSERT INTO binding_history (name, execution_id, n, kind, value, delta,
-                 attachment_path, source_statement, written_at, at_record, principal, deleted, gap)
-             VALUES (?1, ?2, ?3, ?4, CAST(?5 AS TEXT), ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+            &format!(
+                "INSERT INTO {} (name, execution_id, n, kind, value, delta, attachment_path,
+                     source_statement, written_at, at_record, principal, deleted, gap)
+                 VALUES (?1, ?2, ?3, ?4, CAST(?5 AS TEXT), ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
+                kept.table()
+            ),
             params![
                 h.name,
                 h.execution_id,
@@ -468,10 +481,13 @@ impl Tx for SqliteTx<'_> {
         )
     }
 
-    fn mark_history_gap(&mut self) -> Result<()> {
+    fn mark_history_gap(&mut self, kept: Kept) -> Result<()> {
+        let table = kept.table();
         self.exec(
-            "UPDATE binding_history SET gap = 1 WHERE seq IN
-                 (SELECT MIN(seq) FROM binding_history GROUP BY name, IFNULL(execution_id, -1))",
+            &format!(
+                "UPDATE {table} SET gap = 1 WHERE seq IN
+                     (SELECT MIN(seq) FROM {table} GROUP BY name, IFNULL(execution_id, -1))"
+            ),
             [],
         )
     }
@@ -565,16 +581,27 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn put_segment(&mut self, g: &SegmentRecord) -> Result<()> {
+        // An agents.db (project and user memory) has no `at_record`: it belongs to no run.
         self.exec(
-            "INSERT INTO agent_segments (agent_name, segment_number, timestamp, prompt, summary)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
+            if g.at_record.is_some() {
+                "INSERT INTO agent_segments (agent_name, segment_number, timestamp, prompt,
+                                             summary, at_record)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+            } else {
+                "INSERT INTO agent_segments (agent_name, segment_number, timestamp, prompt,
+                                             summary)
+                 VALUES (?1, ?2, ?3, ?4, ?5)"
+            },
             params![
                 g.agent_name,
                 g.segment_number,
                 g.timestamp,
                 g.prompt,
-                g.summary
-            ],
+                g.summary,
+                g.at_record
+            ]
+            .get(..if g.at_record.is_some() { 6 } else { 5 })
+            .unwrap_or_default(),
         )
     }
 
