@@ -373,7 +373,7 @@ fn every_raw_shape_upgrades_with_every_default_of_the_embedded_schema() {
                 .success();
             let v = stdout_json(&a);
             assert_eq!(v[0]["applied"], true);
-            assert_eq!(v[0]["to"], 9);
+            assert_eq!(v[0]["to"], 10);
         }
         run.bind("after_upgrade", "written", None);
         let got = column_defs(&run.db);

@@ -113,7 +113,15 @@ impl<'a> Event<'a> {
 
 /// Appends an audit row chained to the run's last one. The id and the previous hash are read
 /// and the row written in the same serialised transaction.
-pub fn append_audit(tx: &mut dyn Tx, e: &Event, metadata: serde_json::Value) -> Result<AuditRow> {
+pub fn append_audit(
+    tx: &mut dyn Tx,
+    e: &Event,
+    mut metadata: serde_json::Value,
+) -> Result<AuditRow> {
+    // Where in the log it happened, sealed with it: what a fork at a record carries.
+    if let Some(m) = metadata.as_object_mut() {
+        m.insert("after_record".into(), tx.newest_record()?.into());
+    }
     let (mut seq, mut prev) = tx.chain_head()?;
     // A run's first sealed row is its genesis: what came before is sealed as such, and
     // nothing unsealed after it is ever "from before the chain".

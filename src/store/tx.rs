@@ -146,6 +146,9 @@ pub trait Tx {
     fn chain_head(&mut self) -> Result<(i64, String)>;
     /// The id the next audit row takes.
     fn next_audit_id(&mut self) -> Result<i64>;
+    /// The run's newest execution record (None before the first): where in the log an event
+    /// happened, which its sealed metadata records (`after_record`).
+    fn newest_record(&mut self) -> Result<Option<i64>>;
     fn insert_audit(&mut self, row: &AuditRow) -> Result<()>;
     fn gate_history(&mut self, gate_id: &str) -> Result<Vec<AuditRow>>;
     /// The run's audit rows outside the sealed sequence, in id order (what a genesis seals).

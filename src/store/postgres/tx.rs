@@ -672,6 +672,15 @@ impl Tx for PgTx<'_> {
         )
     }
 
+    fn newest_record(&mut self) -> Result<Option<i64>> {
+        let run = self.run()?;
+        self.one(
+            "SELECT MAX(id) FROM openprose.execution WHERE run_id = $1",
+            &[&run],
+            |r| r.get(0),
+        )
+    }
+
     fn insert_audit(&mut self, row: &AuditRow) -> Result<()> {
         self.exec(
             "INSERT INTO openprose.gate_audit_log

@@ -259,6 +259,10 @@ impl Tx for SqliteTx<'_> {
         )
     }
 
+    fn newest_record(&mut self) -> Result<Option<i64>> {
+        self.one("SELECT MAX(id) FROM execution", [], |r| r.get(0))
+    }
+
     fn insert_audit(&mut self, row: &AuditRow) -> Result<()> {
         self.exec(
             &format!("INSERT INTO gate_audit_log ({AUDIT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"),
