@@ -364,7 +364,8 @@ pub struct DiffArgs {
     /// [default: where the project finds the run]
     #[arg(long, value_enum, value_name = "BACKEND")]
     pub backend_b: Option<BackendArg>,
-    /// Compare only the bindings of this name (in every scope); records and gates as ever
+    /// Compare only the bindings of this name (in every scope); records and gates are
+    /// compared whole still
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
     /// At most this many entries in each list: the differing bindings, each run's records

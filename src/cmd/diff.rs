@@ -826,7 +826,7 @@ impl Render for Diffed {
         }
         let r = &self.records;
         if r.a.after_common == 0 && r.b.after_common == 0 {
-            writeln!(w, "Records: the same {} in both", r.common)?;
+            writeln!(w, "Records: the same {} in both", count(r.common, "record"))?;
         } else {
             let shared = match r.common {
                 0 => "they differ from the first record on".to_string(),
