@@ -127,6 +127,9 @@ pub enum Command {
     Resume(ResumeArgs),
     /// The execution log, one line an event (JSON Lines with --json); --follow keeps printing
     Log(LogArgs),
+    /// Compare two runs (a fork and its source, or any two): the bindings, execution records
+    /// and gates that differ, read-only, a bounded number of each
+    Diff(DiffArgs),
     /// Print a shell completion script: prose-state completions bash > /etc/bash_completion.d/prose-state
     Completions(CompletionsArgs),
     /// Print the man page (roff): prose-state man > prose-state.1
@@ -351,6 +354,42 @@ pub struct LogArgs {
     /// Only the events after this one (an event's `id`): what a reader has not seen yet
     #[arg(long, value_name = "ID", default_value_t = 0, value_parser = at_least(0))]
     pub since: i64,
+}
+
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The first run: a run id, a run directory or the path of its state.db
+    pub run_a: String,
+    /// The second run, compared with the first: what only it has is "added", what only
+    /// RUN_A has is "removed"
+    pub run_b: String,
+    /// Read RUN_A from this backend (for a run id kept both here and on the server)
+    /// [default: where the project finds the run]
+    #[arg(long, value_enum, value_name = "BACKEND")]
+    pub backend_a: Option<BackendArg>,
+    /// Read RUN_B from this backend (for a run id kept both here and on the server)
+    /// [default: where the project finds the run]
+    #[arg(long, value_enum, value_name = "BACKEND")]
+    pub backend_b: Option<BackendArg>,
+    /// Compare only the bindings of this name (in every scope); records and gates are
+    /// compared whole still
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// At most this many entries in each list: the differing bindings, each run's records
+    /// after the part they share, the differing gates (each list also stays within about
+    /// 7 KiB)
+    #[arg(long, value_name = "N", default_value_t = 20,
+          value_parser = clap::value_parser!(u32).range(1..=500))]
+    pub limit: u32,
+    /// The differing bindings from this one on (the `next_cursor` of the previous answer)
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub cursor: u64,
+    /// Every difference, unbounded
+    #[arg(long, conflicts_with_all = ["limit", "cursor"])]
+    pub all: bool,
+    /// Exit 1 when the runs differ, as `git diff --exit-code` does (without it, 0 either way)
+    #[arg(long)]
+    pub exit_code: bool,
 }
 
 #[derive(Debug, Args)]

@@ -153,6 +153,34 @@ impl Context {
         })
     }
 
+    /// The run at `paths` read from `backend`, whichever [`Context::open`]'s rule would
+    /// choose: for a run id kept in both places (a run imported to the server, and its
+    /// directory still here), the copy named (`diff --backend-a/--backend-b`).
+    pub fn open_in(&self, paths: &RunPaths, backend: Backend) -> Result<Box<dyn Store>> {
+        match backend {
+            Backend::Sqlite if paths.db.is_file() => {
+                let mut store = SqliteStore::open(&paths.db, self.opts)?;
+                if let Some(why) = read_only(paths, &mut store) {
+                    store.refuse_writes(why);
+                }
+                Ok(Box::new(store))
+            }
+            Backend::Sqlite => Err(not_found(format!(
+                "run not found in SQLite here (no state.db): {}",
+                shown(&paths.id)
+            ))),
+            Backend::Postgres => {
+                check_run_id(&paths.id)
+                    .map_err(|_| not_found(format!("run not found: {}", shown(&paths.id))))?;
+                Ok(Box::new(PgStore::open_run(
+                    &self.postgres_url()?,
+                    &paths.id,
+                    self.opts,
+                )?))
+            }
+        }
+    }
+
     /// The run `--run` names (or `run_arg`, for commands that take it as an argument): a run
     /// id, a run directory or a state.db path, or an id known only to the server.
     pub fn open_run(&self, run_arg: Option<&str>) -> Result<(RunPaths, Box<dyn Store>)> {

@@ -221,6 +221,18 @@ const SERVED: &[Served] = &[
                 there. It returns at once: call again to see new events.",
         ..Served::new("log_since", &["log"], true)
     },
+    Served {
+        roles: VM_ONLY,
+        skip: &["all", "exit_code"],
+        about: "Compare two runs of the project, read-only (a fork and its source, or any two): \
+                the bindings (by name and scope, values by their content), the execution \
+                records (how many both logs begin with alike, then each run's own) and the \
+                gates that differ. Each list holds at most `limit` entries (default 20) and \
+                about 7 KiB, with counts of what was left out: pass `bindings.next_cursor` as \
+                `cursor` for the next bindings, or `name` for one name's; read a run's further \
+                records with `log_since` from its `next_since`.",
+        ..Served::new("diff", &["diff"], true)
+    },
 ];
 
 impl Served {
@@ -250,6 +262,9 @@ const DESCRIBED: &[(&str, &str, &str)] = &[
     ("get", "length", "At most this many bytes of the value (default 16384, at most 262144)"),
     ("get", "explain", "Give the scope chain walked and where the binding was found, not the value"),
     ("log_since", "since", "Only the events after this one (an event's `id`; 0: from the start)"),
+    ("diff", "run_a", "The first run's id"),
+    ("diff", "run_b", "The second run's id, compared with the first: what only it has is `added`, what only the first has is `removed`"),
+    ("diff", "cursor", "The differing bindings from this one on: a previous answer's `bindings.next_cursor` (default 0)"),
 ];
 
 /// Arguments no tool takes: the server decides where the project is, who acts and how the
@@ -424,9 +439,10 @@ fn tools(role: Role, run_pinned: bool, execution_pinned: bool) -> Vec<ToolSpec> 
             let mut command = &root;
             let mut properties = Map::new();
             let mut required = Vec::new();
-            // The top level gives only --run (and for init, nothing: it makes the run).
+            // The top level gives only --run (and for init, nothing: it makes the run; diff
+            // names its two runs itself).
             let run = root.get_arguments().find(|arg| arg.get_id() == "run");
-            if let Some(arg) = run.filter(|_| served.name != "init") {
+            if let Some(arg) = run.filter(|_| !matches!(served.name, "init" | "diff")) {
                 let mut p = param(arg, 0);
                 p.hidden = hidden(&p);
                 if !p.hidden {
@@ -696,7 +712,9 @@ impl Server {
         let named = |p: &Param| args.get(&p.property).filter(|v| !v.is_null() && !p.hidden);
         let run = match spec.params.iter().find(|p| p.level == 0).and_then(named) {
             Some(run) => Some(text(run, "run")?),
-            None => self.session_run().filter(|_| spec.served.name != "init"),
+            None => self
+                .session_run()
+                .filter(|_| !matches!(spec.served.name, "init" | "diff")),
         };
         argv.extend(run.map(|run| format!("--run={run}")));
         let mut positionals = Vec::new();
@@ -813,11 +831,13 @@ impl Server {
                 .map_err(crate::error::usage)?
         };
         let ctx = Context::resolve(&cli.global);
-        // A run the client names is a run id of this project (or its server), never a path.
-        let client_run = spec
-            .params
-            .iter()
-            .any(|p| p.level == 0 && args.get(&p.property).is_some_and(|v| !v.is_null()));
+        // A run the client names is a run id of this project (or its server), never a path:
+        // `diff` names two.
+        let client_run = spec.served.name == "diff"
+            || spec
+                .params
+                .iter()
+                .any(|p| p.level == 0 && args.get(&p.property).is_some_and(|v| !v.is_null()));
         let ctx = if client_run { ctx.run_ids_only() } else { ctx };
         // The page asked for is checked before the command runs (showing a gate writes), each
         // argument against the bounds its schema states: where a page starts, then its size.

@@ -8,6 +8,7 @@ mod catalog;
 mod concurrency;
 mod contract;
 mod decisions;
+mod diff;
 mod exec_append;
 mod faults;
 mod forgery;

@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod bind;
 pub mod decide;
+pub mod diff;
 pub mod docs;
 pub mod doctor;
 pub mod exec_append;
@@ -64,8 +65,8 @@ pub fn dispatch<S: Sink>(command: &Command, ctx: &Context, sink: &mut S) -> Opti
     }
     Some(by_args!(
         Init, Bind, Get, History, ExecAppend, Query, Gates, Approve, Reject, Principals, Agent,
-        Imports, Finish, Runs, Resume, Stats, Doctor, Checkpoint, Migrate, Prune, Guide, Export,
-        Import
+        Imports, Finish, Runs, Resume, Diff, Stats, Doctor, Checkpoint, Migrate, Prune, Guide,
+        Export, Import
     ))
 }
 

@@ -213,6 +213,83 @@ pub fn output(tool: &str) -> Value {
             }),
             &["events", "next_since", "truncated"],
         ),
+        "diff" => {
+            let int = || json!({"type": "integer"});
+            let or_null = |v: Value| json!({"anyOf": [v, {"type": "null"}]});
+            let change = || json!({"type": "string", "enum": ["added", "removed", "changed"]});
+            let differs = || json!({"type": "array", "items": {"type": "string"}});
+            let run = object(
+                json!({"run": {"type": "string"}, "backend": {"type": "string", "enum": ["sqlite", "postgres"]},
+                       "records": int(), "bindings": int(), "gates": int()}),
+                &["run", "backend", "records", "bindings", "gates"],
+            );
+            let value = object(
+                json!({"kind": nullable("string"), "bytes": int(), "attachment": {"type": "boolean"},
+                       "preview": {"type": "string", "description": "The value's first characters (at most 60)"}}),
+                &["kind", "bytes", "attachment", "preview"],
+            );
+            let binding = object(
+                json!({"change": change(), "name": {"type": "string"},
+                       "scope": {"type": "string", "enum": ["root", "execution"]},
+                       "position": {"type": ["integer", "null"],
+                           "description": "The scope's record by its place in the log (1: the first)"},
+                       "execution_id_a": nullable("integer"), "execution_id_b": nullable("integer"),
+                       "differs": differs(), "a": or_null(value.clone()), "b": or_null(value)}),
+                &["change", "name", "scope", "position", "differs", "a", "b"],
+            );
+            let record = object(
+                json!({"position": int(), "id": int(), "statement_index": nullable("integer"),
+                       "statement_text": nullable("string"), "status": nullable("string"),
+                       "parent_position": nullable("integer"), "parent_id": nullable("integer")}),
+                &["position", "id"],
+            );
+            let tail = object(
+                json!({"after_common": int(), "shown": {"type": "array", "items": record},
+                       "left_out": int(), "next_since": {"type": ["integer", "null"],
+                           "description": "With records left out: pass as `since` to `log_since` (with this run as `run`)"}}),
+                &["after_common", "shown", "left_out", "next_since"],
+            );
+            let gate_side = object(
+                json!({"status": {"type": "string"}, "resolved_by": nullable("string"), "instance": int()}),
+                &["status", "resolved_by", "instance"],
+            );
+            let gate = object(
+                json!({"change": change(), "id": {"type": "string"}, "differs": differs(),
+                       "a": or_null(gate_side.clone()), "b": or_null(gate_side)}),
+                &["change", "id", "differs", "a", "b"],
+            );
+            let counts = ["differ", "added", "removed", "changed", "shown", "left_out"];
+            let mut bindings = object(
+                json!({"differ": int(), "added": int(), "removed": int(), "changed": int(),
+                       "cursor": int(), "shown": {"type": "array", "items": binding},
+                       "left_out": int(), "next_cursor": {"type": ["integer", "null"],
+                           "description": "Pass as `cursor` for the next bindings; null on the last"}}),
+                &counts,
+            );
+            if let Some(required) = bindings["required"].as_array_mut() {
+                required.push(json!("next_cursor"));
+            }
+            object(
+                json!({
+                    "a": run.clone(), "b": run,
+                    "identical": {"type": "boolean", "description": "Whether nothing compared differs"},
+                    "name": nullable("string"),
+                    "bindings": bindings,
+                    "records": object(
+                        json!({"common": {"type": "integer",
+                                   "description": "How many records both logs begin with, the same"},
+                               "a": tail.clone(), "b": tail}),
+                        &["common", "a", "b"],
+                    ),
+                    "gates": object(
+                        json!({"differ": int(), "added": int(), "removed": int(), "changed": int(),
+                               "shown": {"type": "array", "items": gate}, "left_out": int()}),
+                        &counts,
+                    ),
+                }),
+                &["a", "b", "identical", "bindings", "records", "gates"],
+            )
+        }
         _ => json!({"type": "object"}),
     }
 }
