@@ -136,9 +136,10 @@ CREATE TRIGGER binding_history_keep AFTER INSERT OR UPDATE OR DELETE ON openpros
     FOR EACH ROW EXECUTE FUNCTION openprose.binding_history_keep();
 -- A server from before schema 9: each binding's current value is its first version kept.
 INSERT INTO openprose.binding_history (run_id, name, execution_id, n, kind, value,
-    attachment_path, source_statement, written_at, gap)
+    attachment_path, source_statement, written_at, at_record, gap)
 SELECT b.run_id, b.name, b.execution_id, 1, b.kind, b.value, b.attachment_path,
-       b.source_statement, b.updated_at, 1
+       b.source_statement, b.updated_at,
+       (SELECT MAX(e.id) FROM openprose.execution e WHERE e.run_id = b.run_id), 1
   FROM openprose.bindings b
  WHERE NOT EXISTS (SELECT 1 FROM openprose.binding_history h
                     WHERE h.run_id = b.run_id AND h.name = b.name
@@ -229,8 +230,10 @@ $$;
 DROP TRIGGER IF EXISTS agent_history_keep ON openprose.agents;
 CREATE TRIGGER agent_history_keep AFTER INSERT OR UPDATE OR DELETE ON openprose.agents
     FOR EACH ROW EXECUTE FUNCTION openprose.agent_history_keep();
-INSERT INTO openprose.agent_history (run_id, name, n, kind, value, written_at, gap)
-SELECT a.run_id, a.name, 1, a.scope, a.memory, a.updated_at, 1 FROM openprose.agents a
+INSERT INTO openprose.agent_history (run_id, name, n, kind, value, written_at, at_record, gap)
+SELECT a.run_id, a.name, 1, a.scope, a.memory, a.updated_at,
+       (SELECT MAX(e.id) FROM openprose.execution e WHERE e.run_id = a.run_id), 1
+  FROM openprose.agents a
  WHERE a.run_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM openprose.agent_history h
                     WHERE h.run_id = a.run_id AND h.name = a.name);
 

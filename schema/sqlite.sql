@@ -133,11 +133,12 @@ BEGIN
               WHERE name = OLD.name AND IFNULL(execution_id, -1) = IFNULL(OLD.execution_id, -1)),
             OLD.kind, datetime('now'), (SELECT MAX(id) FROM execution), 1);
 END;
--- A database from before schema 10: each binding's current value is its first version kept.
+-- A database from before schema 10: each binding's current value is its first version kept,
+-- known to stand from the newest record of the upgrade on.
 INSERT INTO binding_history (name, execution_id, n, kind, value, attachment_path,
-                             source_statement, written_at, gap)
+                             source_statement, written_at, at_record, gap)
 SELECT b.name, b.execution_id, 1, b.kind, b.value, b.attachment_path, b.source_statement,
-       b.updated_at, 1
+       b.updated_at, (SELECT MAX(id) FROM execution), 1
   FROM bindings b
  WHERE NOT EXISTS (SELECT 1 FROM binding_history h
                     WHERE h.name = b.name
@@ -205,8 +206,9 @@ BEGIN
     VALUES (OLD.name, (SELECT IFNULL(MAX(n), 0) + 1 FROM agent_history WHERE name = OLD.name),
             OLD.scope, datetime('now'), (SELECT MAX(id) FROM execution), 1);
 END;
-INSERT INTO agent_history (name, n, kind, value, written_at, gap)
-SELECT a.name, 1, a.scope, a.memory, a.updated_at, 1 FROM agents a
+INSERT INTO agent_history (name, n, kind, value, written_at, at_record, gap)
+SELECT a.name, 1, a.scope, a.memory, a.updated_at, (SELECT MAX(id) FROM execution), 1
+  FROM agents a
  WHERE NOT EXISTS (SELECT 1 FROM agent_history h WHERE h.name = a.name);
 
 CREATE TABLE IF NOT EXISTS imports (

@@ -155,6 +155,10 @@ pub enum Command {
     /// Bring a run into this project's backend: an exported or plain run directory, or
     /// (--from filesystem) a run of OpenProse's filesystem state mode
     Import(ImportArgs),
+    /// Make a new run whose state is --run's as of one execution record (--at): its records up
+    /// to it, bindings and agent memory as they were, and the gates opened by then; --bind
+    /// replaces an input. The source is untouched
+    Fork(ForkArgs),
     /// Serve the agent's commands as Model Context Protocol tools on stdio, acting as
     /// agent:NAME (no tool decides a gate)
     Mcp(McpArgs),
@@ -207,6 +211,27 @@ pub struct ImportArgs {
     /// original run and no longer verify as signed
     #[arg(long, value_name = "ID")]
     pub run_id: Option<String>,
+    #[command(flatten)]
+    pub principal: PrincipalArg,
+}
+
+#[derive(Debug, Args)]
+pub struct ForkArgs {
+    /// The execution record to fork at (its id, as `log` shows it): the fork holds the
+    /// records up to it and the state as it was just after it
+    #[arg(long, value_name = "RECORD", value_parser = at_least(1))]
+    pub at: i64,
+    /// The new run's id [default: a new {YYYYMMDD}-{HHMMSS}-{random6}]
+    #[arg(long, value_name = "ID")]
+    pub run_id: Option<String>,
+    /// Replace a root-scope binding at the fork point (repeatable), e.g. --bind topic=quantum:
+    /// how a run is retried with a corrected input
+    #[arg(long, value_name = "NAME=VALUE")]
+    pub bind: Vec<String>,
+    /// Where the fork is kept [default: the project's: PostgreSQL when it has a server URL,
+    /// else SQLite]
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendArg>,
     #[command(flatten)]
     pub principal: PrincipalArg,
 }

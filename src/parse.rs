@@ -144,6 +144,7 @@ fn one_subcommand(name: &str) -> Option<clap::Command> {
         "guide" => cli::GuideArgs::augment_args(C::new("guide")),
         "export" => cli::ExportArgs::augment_args(C::new("export")),
         "import" => cli::ImportArgs::augment_args(C::new("import")),
+        "fork" => cli::ForkArgs::augment_args(C::new("fork")),
         "resume" => cli::ResumeArgs::augment_args(C::new("resume")),
         "man" => C::new("man"),
         "stats" => cli::StatsArgs::augment_args(C::new("stats")),

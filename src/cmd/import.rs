@@ -258,9 +258,9 @@ pub fn land(mut c: Incoming, args: &ImportArgs, ctx: &Context) -> Result<Importe
         unmapped: std::mem::take(&mut c.unmapped),
     };
     if postgres {
-        into_server(&mut c, args, ctx, &how, &mut out)?;
+        into_server(&mut c, args.replace, ctx, &how, &mut out)?;
     } else {
-        into_dir(&mut c, args, ctx, &how, &mut out)?;
+        into_dir(&mut c, args.replace, ctx, &how, &mut out)?;
     }
     Ok(out)
 }
@@ -271,7 +271,7 @@ fn already_here(
     have: &mut dyn Store,
     dir: &Path,
     c: &Incoming,
-    args: &ImportArgs,
+    replace: bool,
     out: &mut Imported,
 ) -> Result<bool> {
     let here = transfer::read(have)?;
@@ -279,7 +279,7 @@ fn already_here(
         out.unchanged = true;
         return Ok(true);
     }
-    if !args.replace {
+    if !replace {
         return Err(other_content(&c.dump.run.id));
     }
     refuse_rollback(have, &c.dump.run.id, &c.dump)?;
@@ -287,9 +287,9 @@ fn already_here(
     Ok(false)
 }
 
-fn into_server(
+pub fn into_server(
     c: &mut Incoming,
-    args: &ImportArgs,
+    replace: bool,
     ctx: &Context,
     how: &How,
     out: &mut Imported,
@@ -300,7 +300,7 @@ fn into_server(
     if exists {
         // Compared on a connection of its own (a snapshot is read-only).
         let (mut probe, _) = PgStore::open_maybe(&url, &id, ctx.opts)?;
-        if already_here(&mut probe, &ctx.runs_dir().join(&id), c, args, out)? {
+        if already_here(&mut probe, &ctx.runs_dir().join(&id), c, replace, out)? {
             return Ok(());
         }
     }
@@ -324,7 +324,7 @@ fn into_server(
             dump: &c.dump,
             paths: &paths,
             fresh: false,
-            replace: args.replace,
+            replace,
             reseal: how.reseal,
             event: how.event.as_ref().map(|(p, m)| (p.as_deref(), m.clone())),
             now: &how.now,
@@ -338,9 +338,9 @@ fn into_server(
     Ok(())
 }
 
-fn into_dir(
+pub fn into_dir(
     c: &mut Incoming,
-    args: &ImportArgs,
+    replace: bool,
     ctx: &Context,
     how: &How,
     out: &mut Imported,
@@ -350,7 +350,7 @@ fn into_dir(
     let target = runs.join(&id);
     let exists = target.symlink_metadata().is_ok();
     let paths = RunPaths::in_dir(target.clone());
-    if exists && already_here(ctx.open(&paths)?.as_mut(), &target, c, args, out)? {
+    if exists && already_here(ctx.open(&paths)?.as_mut(), &target, c, replace, out)? {
         return Ok(());
     }
     // Built whole beside the runs (a killed import leaves a directory `doctor --fix` removes),

@@ -10,6 +10,7 @@ pub mod doctor;
 pub mod exec_append;
 pub mod export;
 pub mod finish;
+pub mod fork;
 pub mod fs_import;
 pub mod gates;
 pub mod get;
@@ -66,7 +67,7 @@ pub fn dispatch<S: Sink>(command: &Command, ctx: &Context, sink: &mut S) -> Opti
     Some(by_args!(
         Init, Bind, Get, History, ExecAppend, Query, Gates, Approve, Reject, Principals, Agent,
         Imports, Finish, Runs, Resume, Diff, Stats, Doctor, Checkpoint, Migrate, Prune, Guide,
-        Export, Import
+        Export, Import, Fork
     ))
 }
 

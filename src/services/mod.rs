@@ -5,6 +5,7 @@
 
 pub mod attach;
 pub mod auth;
+pub mod fork;
 pub mod notify;
 pub mod sign;
 pub mod transfer;

@@ -129,10 +129,6 @@ pub fn then(rows: &[HistoryRow], at: &AsOf) -> Then {
             Some(false) => break,
             None => return Then::Unknown,
         }
-        // A version written before history was kept (no record then): known only as of now.
-        if r.gap && r.at_record.is_none() && matches!(at, AsOf::Record(_)) && i == 0 {
-            return Then::Unknown;
-        }
         stood = Some(i);
     }
     match stood {

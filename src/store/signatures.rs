@@ -110,6 +110,12 @@ pub fn problem(
     let Some(metadata) = metadata else {
         return unsigned("not signed: its decision is not in its log");
     };
+    // A decision a fork carried was signed in the run it was made in, which its sealed copy
+    // names (only prose-state, holding the audit key, writes that copy).
+    let made_in = metadata["carried"]["run"].as_str().map(str::to_string);
+    if let Some(run) = &made_in {
+        what.run = run;
+    }
     if let Some(p) = signature_problem(&metadata, &what, pinned) {
         return Some(p);
     }
