@@ -691,6 +691,7 @@ pub enum GateStatus {
 }
 
 #[derive(Debug, Subcommand)]
+#[allow(clippy::large_enum_variant)] // parsed once, never moved about
 pub enum GatesCommand {
     /// Create a pending gate in the run (--run), with its audit event and execution record
     Create(GateCreateArgs),
@@ -752,6 +753,13 @@ pub struct GateCreateArgs {
         default_value = "user"
     )]
     pub allow: Vec<String>,
+
+    /// The bindings the decision is about, comma-separated (at most 16), looked up from the
+    /// gate's scope: shown beside the prompt, their content sealed with the decision. A change
+    /// of one after the decision and before the VM consumes it makes the decision stale (exit
+    /// 11). Default: none, so the program's own writes never make a decision stale
+    #[arg(long, value_name = "NAME,NAME", value_delimiter = ',')]
+    pub inputs: Vec<String>,
 
     /// Deadline from now: 30s, 30m, 4h, 7d, 2h30m, 1d12h; past it the gate times out
     #[arg(long, value_name = "DUR")]

@@ -31,6 +31,9 @@ pub enum Code {
     /// A decision (or a log row) that nothing attests: written by another tool with the
     /// spec's own SQL, or sealed with a key this machine does not hold.
     Unattested = 10,
+    /// A decision about inputs that changed after it was made and before the VM consumed it
+    /// (`gates create --inputs`): it no longer stands; the gate is to be opened again.
+    Stale = 11,
     /// A conflict that a retry may clear: the database stayed locked by another writer past
     /// the busy timeout, or the server connection was lost before anything was committed.
     Busy = 75,

@@ -1106,6 +1106,7 @@ pub fn class(code: Code) -> &'static str {
         Code::Unknown => "unknown",
         Code::Tampered => "tampered",
         Code::Unattested => "unattested",
+        Code::Stale => "stale",
         Code::Busy => "busy",
     }
 }

@@ -204,7 +204,7 @@ fn decide(
     yes: bool,
 ) -> Result<DecisionMade> {
     let (principal, authenticated) = decider(ctx, arg, token, target, approve)?;
-    let (_, mut store) = ctx.open_run(target.run().or(ctx.run.as_deref()))?;
+    let (paths, mut store) = ctx.open_run(target.run().or(ctx.run.as_deref()))?;
     let gate_id = target.gate();
     check_gate_id(gate_id)?;
     reason_given(approve, comment, Some("--reason TEXT"))?;
@@ -240,11 +240,16 @@ fn decide(
             )));
         }
     }
+    // What the decision is about, as it is now (what a person at a terminal was just shown).
+    let derived = crate::services::inputs::derived(store.as_mut(), &gate)?;
+    let inputs = crate::services::inputs::read(store.as_mut(), &paths.dir, &gate, &derived.inputs)?;
+    let digests = crate::services::inputs::digests(&inputs);
     let decision = Decision {
         gate_id,
         approve,
         principal: &principal,
         authenticated,
+        inputs: (!derived.inputs.is_empty()).then_some(&digests),
         client: "cli",
         comment,
         // The prompt as it was shown (or, with --yes, as it was read) just now.

@@ -488,6 +488,18 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> R
         }
     }
     let timeout_at = args.timeout.as_deref().map(in_future).transpose()?;
+    let mut inputs = args.inputs.clone();
+    for name in &inputs {
+        crate::model::check_name(name).map_err(|e| usage(format!("--inputs: {e:#}")))?;
+    }
+    inputs.sort();
+    inputs.dedup();
+    if inputs.len() > 16 {
+        return Err(usage(format!(
+            "--inputs names at most 16 bindings, not {}",
+            inputs.len()
+        )));
+    }
     let now = now();
     let allow = serde_json::to_string(&allow)?;
     let outcome = store.create_gate(&crate::store::NewGate {
@@ -501,6 +513,7 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> R
         statement_index: args.index,
         parent_execution: args.execution_id,
         prompt_hash: &sha256_tag(&args.prompt),
+        inputs: &inputs,
         reopen: args.reopen,
         now: &now,
         quorum: quorum.clone(),
@@ -542,6 +555,13 @@ pub struct GateShown {
     pub gate: GateView,
     pub history: Vec<AuditRow>,
     pub integrity: IntegrityView,
+    /// The bindings the decision is about, as they are now (`gates create --inputs`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<crate::services::inputs::InputNow>,
+    /// Why the decision no longer stands: an input changed after it and before the VM
+    /// consumed it (exit 11). Open the gate again (`gates create --reopen`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale: Option<String>,
 }
 
 /// Where a gate stands against its audit log, as outputs show it.
@@ -658,21 +678,50 @@ impl Render for GateShown {
         if g.resolved_by.is_some() {
             writeln!(w, "Resolved: {}", resolution(g))?;
         }
+        if let Some(why) = &self.stale {
+            writeln!(w, "STALE: {why}: reopen it (gates create --reopen)")?;
+        }
         writeln!(w, "Prompt:")?;
         for line in g.prompt.lines() {
             writeln!(w, "  {line}")?;
+        }
+        if !self.inputs.is_empty() {
+            writeln!(w, "Inputs:")?;
+            for i in &self.inputs {
+                match &i.digest {
+                    Some(_) => writeln!(
+                        w,
+                        "  {} ({} bytes): {}",
+                        i.name,
+                        i.bytes,
+                        one_line(&i.preview, 80)
+                    )?,
+                    None => writeln!(w, "  {}: (not bound)", i.name)?,
+                }
+            }
         }
         writeln!(w, "History:")?;
         audit_table(w, &self.history, false)
     }
 
-    /// 9 when the gate disagrees with its log, 10 when its decision is unattested.
+    /// 9 when the gate disagrees with its log, 10 when its decision is unattested, 11 when it
+    /// is stale.
     fn exit_code(&self) -> Code {
-        self.integrity.code(false).unwrap_or(Code::Ok)
+        self.integrity
+            .code(false)
+            .or(self.stale.as_ref().map(|_| Code::Stale))
+            .unwrap_or(Code::Ok)
     }
 
     fn warnings(&self) -> Vec<String> {
-        self.integrity.warnings(&self.gate.gate.id)
+        let mut w = self.integrity.warnings(&self.gate.gate.id);
+        if let Some(why) = &self.stale {
+            w.push(format!(
+                "gate {}'s decision is stale: {why}",
+                self.gate.gate.id
+            ));
+        }
+        w
     }
 }
 
@@ -682,6 +731,7 @@ pub fn show_to(
     viewer: Option<&str>,
     client: &str,
     store: &mut dyn Store,
+    run_dir: &std::path::Path,
 ) -> Result<GateShown> {
     check_gate_id(gate)?;
     let now = now();
@@ -701,7 +751,13 @@ pub fn show_to(
         )
         .map(|v| v.settled(&row.status))
     });
+    let (stale, inputs) = match report.derived.get(&row.id) {
+        Some(d) => crate::services::inputs::stale(store, run_dir, &row, d)?,
+        None => (None, Vec::new()),
+    };
     Ok(GateShown {
+        inputs,
+        stale,
         integrity: IntegrityView::of(&report, &row.id),
         gate: GateView {
             team,
@@ -717,6 +773,10 @@ pub struct GateWaited {
     pub gate: GateView,
     pub waited_seconds: u64,
     pub integrity: IntegrityView,
+    /// Why the decision no longer stands: an input changed after it and before it was
+    /// consumed (exit 11). Open the gate again (`gates create --reopen`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale: Option<String>,
     #[serde(skip)]
     pub accept_unattested: bool,
 }
@@ -727,10 +787,13 @@ impl Render for GateWaited {
     }
 
     /// 0 approved, 5 rejected, 6 timed out, 7 still pending; 9 when the gate disagrees with
-    /// its log, 10 when its decision is unattested (unless accepted).
+    /// its log, 10 when its decision is unattested (unless accepted), 11 when it is stale.
     fn exit_code(&self) -> Code {
         if let Some(code) = self.integrity.code(self.accept_unattested) {
             return code;
+        }
+        if self.stale.is_some() {
+            return Code::Stale;
         }
         match self.gate.gate.status.as_str() {
             "approved" => Code::Ok,
@@ -754,6 +817,15 @@ impl Render for GateWaited {
                 w,
                 "{}: {word}, no decision stands ({} in its row): {detail}",
                 g.id, g.status
+            );
+        }
+        if let Some(why) = &self.stale {
+            return writeln!(
+                w,
+                "{}: STALE, no decision stands ({}): {why}; open it again as it was created (gates create {} --reopen, with its prompt, --allow and --inputs)",
+                g.id,
+                resolution(g),
+                g.id
             );
         }
         match g.status.as_str() {
@@ -798,9 +870,10 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
         .require_signed
         .then(|| pinned_key(ctx, args.key.as_deref()))
         .transpose()?;
-    let open = || ctx.open_run(run_arg).map(|(_, s)| s);
+    let open = || ctx.open_run(run_arg);
     let start = std::time::Instant::now();
     let mut store: Option<Box<dyn Store>> = None;
+    let mut run_dir = std::path::PathBuf::new();
     let mut run: Option<crate::store::RunInfo> = None;
     let mut settled: Vec<Option<GateWaited>> = gates.iter().map(|_| None).collect();
     loop {
@@ -808,7 +881,9 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
         let out_of_time = limit.is_some_and(|l| start.elapsed() >= l);
         let look = (|| -> Result<()> {
             if store.is_none() {
-                store = Some(open()?);
+                let (paths, s) = open()?;
+                run_dir = paths.dir;
+                store = Some(s);
             }
             let s = store.as_mut().map(|s| s.as_mut()).context("store")?;
             if run.is_none() {
@@ -861,8 +936,18 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                     TeamView::of(&d.quorum, &t, &gate.allow, d.escalated, next)
                         .map(|v| v.settled(&gate.status))
                 });
+                let integrity = IntegrityView::of(&report, &gate.id);
+                // A decision about inputs: stale if one changed before it was consumed;
+                // else this wait hands it to the VM, which consumes it.
+                let stale = match report.derived.get(&gate.id) {
+                    Some(d) if integrity.code(args.accept_unattested).is_none() => {
+                        crate::services::inputs::settle(s, &run_dir, &gate, d)?
+                    }
+                    _ => None,
+                };
                 settled[i] = Some(GateWaited {
-                    integrity: IntegrityView::of(&report, &gate.id),
+                    stale,
+                    integrity,
                     gate: GateView {
                         team,
                         ..GateView::new(gate, run.program_path.clone(), &now)
@@ -931,7 +1016,7 @@ impl Render for SeveralWaited {
     }
 
     /// `--all`: 0 when every gate is approved; `--any`: 0 when one is. Otherwise the most
-    /// serious of the gates' own codes, in the order 9, 10, 5, 6, 7.
+    /// serious of the gates' own codes, in the order 9, 10, 11, 5, 6, 7.
     fn exit_code(&self) -> Code {
         let codes: Vec<Code> = self.gates.iter().map(|g| g.exit_code()).collect();
         let ok = match self.mode {
@@ -944,6 +1029,7 @@ impl Render for SeveralWaited {
         [
             Code::Tampered,
             Code::Unattested,
+            Code::Stale,
             Code::Rejected,
             Code::TimedOut,
             Code::StillPending,
@@ -1281,13 +1367,14 @@ impl Run for GatesArgs {
                 GatesOutput::Created(create(a, ctx.the_run()?.1.as_mut(), quorum(a, ctx)?)?)
             }
             Some(GatesCommand::Show(a)) => {
-                let (_, mut store) = ctx.open_run(a.target.run().or(ctx.run.as_deref()))?;
+                let (paths, mut store) = ctx.open_run(a.target.run().or(ctx.run.as_deref()))?;
                 let viewer = ctx.principal(&a.principal)?;
                 GatesOutput::Shown(show_to(
                     a.target.gate(),
                     viewer.as_ref().map(|v| v.as_str()),
                     "cli",
                     store.as_mut(),
+                    &paths.dir,
                 )?)
             }
             Some(GatesCommand::Wait(a)) => GatesOutput::Waited(wait(a, ctx)?),

@@ -166,7 +166,7 @@ pub fn version(store: &mut dyn Store, name: &str, start: Option<i64>, n: i64) ->
     let scope = scope_of(store, name, start)?;
     let rows = store.binding_history(name, scope)?;
     let row = history::version(&rows, name, n)?;
-    Ok(found(store, start, scope, row)?)
+    found(store, start, scope, row)
 }
 
 fn found(

@@ -130,7 +130,8 @@ pub struct AgentInfo {
 #[derive(Debug, Serialize)]
 pub struct NextStep {
     /// continue, wait, throw, retry or session; `stop` for a gate that disagrees with its
-    /// sealed log, or whose decision nothing attests (its decision cannot be relied on)
+    /// sealed log, or whose decision nothing attests (its decision cannot be relied on);
+    /// `reopen` for a stale decision (open the gate again, and wait for the new decision)
     pub action: String,
     /// The message, label or prompt the action carries, as written.
     pub argument: Option<String>,
@@ -152,6 +153,10 @@ pub struct GateNext {
     /// waiting for group:release; escalates to group:oncall at the deadline").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub progress: Option<String>,
+    /// Why its decision no longer stands (an input changed before it was consumed): its next
+    /// step is `reopen`, and `resume` exits 11.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -408,13 +413,32 @@ fn all_agents(
     Ok(agents)
 }
 
-/// Every gate with its next step, checked against the audit log.
-fn gate_nexts(store: &mut dyn Store, now: &str) -> Result<Vec<GateNext>> {
+/// Every gate with its next step, checked against the audit log. A decision about inputs
+/// that changed before it was consumed is stale: its next step is `reopen`; one that stands
+/// is consumed by this report.
+fn gate_nexts(
+    store: &mut dyn Store,
+    run_dir: &std::path::Path,
+    now: &str,
+) -> Result<Vec<GateNext>> {
     let gates = store.gates(None, now)?;
     let report = store.verify_audit()?;
+    let mut stale = std::collections::HashMap::new();
+    for g in &gates {
+        let Some(d) = report.derived.get(&g.id) else {
+            continue;
+        };
+        if IntegrityView::of(&report, &g.id).state != "attested" {
+            continue;
+        }
+        if let Some(why) = crate::services::inputs::settle(store, run_dir, g, d)? {
+            stale.insert(g.id.clone(), why);
+        }
+    }
     Ok(gates
         .into_iter()
         .map(|g| GateNext {
+            stale: stale.get(&g.id).cloned(),
             integrity: IntegrityView::of(&report, &g.id),
             progress: report
                 .derived
@@ -434,6 +458,13 @@ fn gate_nexts(store: &mut dyn Store, now: &str) -> Result<Vec<GateNext>> {
                 {
                     step("stop", v.detail)
                 }
+                _ if stale.contains_key(&g.id) => step(
+                    "reopen",
+                    Some(format!(
+                        "its decision is stale ({}): open it again as it was created (gates create {} --reopen, with its prompt, --allow and --inputs) and wait for the new decision",
+                        stale[&g.id], g.id
+                    )),
+                ),
                 _ => next_step(&g),
             },
             id: g.id,
@@ -489,7 +520,7 @@ fn full(
 
     let agents = all_agents(store, other_agents)?;
 
-    let gates = gate_nexts(store, &now)?;
+    let gates = gate_nexts(store, &run.dir, &now)?;
 
     Ok(ResumeDoc {
         run: RunPart {
@@ -685,7 +716,20 @@ fn agent_lines(w: &mut dyn Write, agents: &[AgentInfo]) -> io::Result<()> {
     Ok(())
 }
 
+/// 11 when a gate's decision is stale (its next step is `reopen`).
+fn stale_code(gates: &[GateNext]) -> crate::error::Code {
+    if gates.iter().any(|g| g.stale.is_some()) {
+        crate::error::Code::Stale
+    } else {
+        crate::error::Code::Ok
+    }
+}
+
 impl Render for ResumeDoc {
+    fn exit_code(&self) -> crate::error::Code {
+        stale_code(&self.gates)
+    }
+
     /// The spec's compact narration, one line a fact.
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
         run_lines(w, &self.run, &self.position)?;
@@ -768,6 +812,10 @@ crate::output::one_of!(
 );
 
 impl Render for ResumeBrief {
+    fn exit_code(&self) -> crate::error::Code {
+        stale_code(&self.gates)
+    }
+
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
         run_lines(w, &self.run, &self.position)?;
         construct_lines(w, &self.parallel, &self.loops, &self.retries)?;
@@ -990,7 +1038,7 @@ fn brief(
     let counted = store.resume_counts(&chain)?;
 
     let agents = all_agents(store, other_agents)?;
-    let mut gates: Vec<GateNext> = gate_nexts(store, &now)?
+    let mut gates: Vec<GateNext> = gate_nexts(store, &run.dir, &now)?
         .into_iter()
         .map(|mut g| {
             g.on_reject = slim_text(g.on_reject);

@@ -35,8 +35,16 @@ fn view_tag(key: &[u8; 32], parts: [&str; 5]) -> String {
 
 /// The approve and reject forms of gate `g` as `user` is shown it: each carries the session's
 /// CSRF token, the prompt's hash, the gate's instance and the view's tag over them.
-pub(super) fn forms(app: &App, user: &SignedIn, g: &GateRow) -> Markup {
+pub(super) fn forms(
+    app: &App,
+    user: &SignedIn,
+    g: &GateRow,
+    inputs: &[crate::services::inputs::InputNow],
+) -> Markup {
     let hash = sha256_tag(&g.prompt);
+    // What the page showed of the decision's inputs: a change since is refused.
+    let inputs_hash =
+        crate::store::signatures::inputs_digest(&crate::services::inputs::digests(inputs));
     let (run, instance) = (g.run_id.as_deref().unwrap_or(""), g.instance.to_string());
     let view = view_tag(&app.view_key, [&user.session, run, &g.id, &instance, &hash]);
     let action = format!("{}/decide", gate_link(g));
@@ -51,6 +59,7 @@ pub(super) fn forms(app: &App, user: &SignedIn, g: &GateRow) -> Markup {
                 form #(verb) method="post" action=(action) {
                     input type="hidden" name="csrf" value=(csrf);
                     input type="hidden" name="prompt_hash" value=(hash);
+                    input type="hidden" name="inputs_hash" value=(inputs_hash);
                     input type="hidden" name="instance" value=(g.instance);
                     input type="hidden" name="view" value=(view);
                     input type="hidden" name="action" value=(verb);
@@ -71,6 +80,8 @@ pub(super) struct DecideForm {
     action: String,
     comment: String,
     prompt_hash: String,
+    /// The digest of the decision's inputs as the page showed them.
+    inputs_hash: String,
     /// The gate instance the page showed, and the view's tag over it (`view_tag`).
     instance: String,
     view: String,
@@ -114,7 +125,7 @@ pub(super) async fn decide(
     let header_csrf = csrf.clone();
     let posted = blocking(&app, move |app2| {
         // The run first: a URL naming no run of this project learns nothing more.
-        let (_, mut store) = page_run(&app2.ctx, &run2)?;
+        let (paths, mut store) = page_run(&app2.ctx, &run2)?;
         crate::model::check_gate_id(&gate2)?;
         // The form must carry this session's CSRF token, and be one this page showed, in
         // this session, for this gate instance and prompt (`view_tag`): otherwise the
@@ -128,13 +139,31 @@ pub(super) async fn decide(
                 &view_tag(&app2.view_key, parts.map(String::as_str)),
             )
         });
+        // What the decision is about, as it is now: it must be what the page showed.
+        let (derived, inputs) = match store.gate(&gate2, &now())? {
+            Some(row) => {
+                let d = crate::services::inputs::derived(store.as_mut(), &row)?;
+                let now_inputs =
+                    crate::services::inputs::read(store.as_mut(), &paths.dir, &row, &d.inputs)?;
+                (d, crate::services::inputs::digests(&now_inputs))
+            }
+            None => Default::default(),
+        };
+        let inputs_changed = !derived.inputs.is_empty()
+            && !same(
+                &form.inputs_hash,
+                &crate::store::signatures::inputs_digest(&inputs),
+            );
         let refusal = if !same(&form.csrf, &csrf) {
             Some("the form's CSRF token is missing or wrong")
         } else {
             crate::cmd::decide::reason_given(approve, Some(&comment), None)?;
-            shown
-                .is_none()
-                .then_some("the form is not one this page showed for this gate")
+            if shown.is_none() {
+                Some("the form is not one this page showed for this gate")
+            } else {
+                inputs_changed
+                    .then_some("what the decision is about changed since the page showed it")
+            }
         };
         if let Some(reason) = refusal {
             let recorded = store.refuse_attempt(&crate::store::Attempt {
@@ -168,6 +197,7 @@ pub(super) async fn decide(
             now: &now(),
             signer: Some(&app2.signer),
             roster: &roster,
+            inputs: (!derived.inputs.is_empty()).then_some(&inputs),
         };
         Ok(Ok(store.decide_gate(&decision)?))
     })

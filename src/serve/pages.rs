@@ -212,8 +212,9 @@ pub(super) async fn gate_page(
 ) -> Result<Page, PageError> {
     let viewer = user.principal.as_str().to_string();
     let d = blocking(&app, move |app| {
-        let (_, mut store) = page_run(&app.ctx, &run)?;
-        let shown = crate::cmd::gates::show_to(&gate, Some(&viewer), "web", store.as_mut())?;
+        let (paths, mut store) = page_run(&app.ctx, &run)?;
+        let shown =
+            crate::cmd::gates::show_to(&gate, Some(&viewer), "web", store.as_mut(), &paths.dir)?;
         Ok(GateViewData {
             recent: newest(store.as_mut(), RECENT)?,
             // The bindings its execution sees (an execution that does not exist has no
@@ -308,9 +309,20 @@ fn gate_markup(app: &App, d: &GateViewData, user: &SignedIn) -> Markup {
                 }
                 dt { "Audit" } dd { (d.shown.integrity.state) (d.shown.integrity.detail.as_deref().map(|x| format!(": {x}")).unwrap_or_default()) }
             }
+            @if let Some(why) = &d.shown.stale {
+                p.note #stale { "This decision is stale: " (visible(why)) ". It no longer stands; the run opens the gate again." }
+            }
             h2 { "Prompt" }
             pre #prompt { (visible(&g.prompt)) }
             p.hash { "SHA-256 of the prompt: " code #prompt-hash { (hash) } }
+            @if !d.shown.inputs.is_empty() {
+                h2 { "What this decision is about" }
+                (grid(&["Binding", "Bytes", "Value (its start)"], &d.shown.inputs, |i| html! {
+                    td { (visible(&i.name)) }
+                    td { (i.bytes) }
+                    td.input { @if i.digest.is_some() { (visible(&i.preview)) } @else { "not bound" } }
+                }))
+            }
             h2 { "Bindings in scope" }
             @if d.bindings.is_empty() { p { "None." } }
             @for b in &d.bindings {
@@ -329,7 +341,7 @@ fn gate_markup(app: &App, d: &GateViewData, user: &SignedIn) -> Markup {
                     @if let Some(why) = own {
                         p.note #own { "You may not approve this gate: " (why) " (separation of duties). You may still reject it." }
                     }
-                    (decide::forms(app, user, g))
+                    (decide::forms(app, user, g, &d.shown.inputs))
                 }
             }
             h2 { "Recent log" }

@@ -360,7 +360,16 @@ pub fn build(src: &RunDump, report: &ChainReport, plan: &Plan) -> Result<(RunDum
                     ..i.clone()
                 }),
         );
-        events.extend(then);
+        // A decision whose inputs the fork rebinds is carried unconsumed: in the fork it
+        // stands only if its inputs still hold what it sealed (else it is stale, exit 11).
+        let rebinds_input = d
+            .inputs
+            .iter()
+            .any(|i| plan.binds.iter().any(|(n, _)| n == i));
+        events.extend(
+            then.into_iter()
+                .filter(|r| !(rebinds_input && r.event_type == crate::store::chain::CONSUMED)),
+        );
     }
     events.sort_by_key(|r| r.seq);
     for r in events {

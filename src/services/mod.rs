@@ -6,6 +6,7 @@
 pub mod attach;
 pub mod auth;
 pub mod fork;
+pub mod inputs;
 pub mod notify;
 pub mod sign;
 pub mod transfer;

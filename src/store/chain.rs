@@ -403,6 +403,43 @@ pub struct Derived {
     pub escalated: bool,
     /// The times of the reminders its sealed `reminder` events announced.
     pub reminded: Vec<String>,
+    /// The bindings its decision is about (`gates create --inputs`), as its `created` event
+    /// names them.
+    pub inputs: Vec<String>,
+    /// The content digest of each input when the decision was made, as the decision sealed
+    /// it (None: the input did not exist).
+    pub decided_inputs: Option<std::collections::BTreeMap<String, Option<String>>>,
+    /// Whether the VM consumed the decision (a sealed `consumed` event after it): later
+    /// changes of its inputs are the program's own business.
+    pub consumed: bool,
+}
+
+/// The event that records a decision consumed by the VM (`gates wait` returning it, `resume`
+/// reporting it), for a gate with inputs.
+pub const CONSUMED: &str = "consumed";
+
+/// Why a decision no longer stands because its inputs changed, if so: it has inputs, it was
+/// not consumed yet, and an input's content now (`now`, by name) is not what it sealed.
+pub fn stale(
+    d: &Derived,
+    now: &std::collections::BTreeMap<String, Option<String>>,
+) -> Option<String> {
+    let decided = d.decided_inputs.as_ref()?;
+    if d.consumed || d.inputs.is_empty() {
+        return None;
+    }
+    let changed: Vec<&str> = d
+        .inputs
+        .iter()
+        .filter(|name| decided.get(*name) != now.get(*name))
+        .map(String::as_str)
+        .collect();
+    (!changed.is_empty()).then(|| {
+        format!(
+            "{} changed after the decision and before it was consumed",
+            crate::error::shown(&changed.join(", "))
+        )
+    })
 }
 
 impl Derived {
@@ -458,6 +495,7 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                 | VOTE_REJECT
                 | ESCALATED
                 | REMINDER
+                | CONSUMED
         ) {
             continue;
         }
@@ -481,6 +519,7 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
             }
             let what = match kind {
                 ESCALATED | REMINDER => format!("an {kind} event"),
+                CONSUMED => "a consumed event".to_string(),
                 VOTE_APPROVE | VOTE_REJECT => "a vote".to_string(),
                 _ => format!("a {kind} event"),
             };
@@ -531,7 +570,26 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                     counted: Vec::new(),
                     escalated: false,
                     reminded: Vec::new(),
+                    inputs: m["inputs"]
+                        .as_array()
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|v| v.as_str().map(str::to_string))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    decided_inputs: None,
+                    consumed: false,
                 };
+            }
+            CONSUMED => {
+                if r.principal.as_deref() != Some("system") || d.decision.is_none() || d.consumed {
+                    return Err(
+                        "its log has a consumed event that no rule writes (before its decision, twice, or not by system)"
+                            .into(),
+                    );
+                }
+                d.consumed = true;
             }
             ESCALATED | REMINDER => {
                 if r.principal.as_deref() != Some("system") || d.decision.is_some() {
@@ -597,6 +655,9 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                     let approve = kind == "approved";
                     vote_allowed(&d, r, &m, &by, approve)?;
                     d.counted = counted(&d, &m, &by, approve)?;
+                }
+                if !d.inputs.is_empty() {
+                    d.decided_inputs = serde_json::from_value(m["inputs"].clone()).ok();
                 }
                 d.decision = Some((GateStatus::parse(kind), by, r.id));
             }

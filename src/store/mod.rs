@@ -464,6 +464,8 @@ pub struct NewGate<'a> {
     /// The enclosing execution: parent of the appended record.
     pub parent_execution: Option<i64>,
     pub prompt_hash: &'a str,
+    /// The bindings a decision is about (`--inputs`), sealed in its `created` event.
+    pub inputs: &'a [String],
     pub now: &'a str,
     /// What the opening asks of its deciders. With separation of duties, its `creator` is
     /// who creates it; the rule adds the run's starter from the run's sealed genesis.
@@ -478,6 +480,10 @@ pub enum Created {
     /// The id is taken by a different gate, or one no longer pending.
     Conflict(GateRow),
 }
+
+/// A gate input as a reader found it: its name, and where (scope) and at which write version
+/// (None: not bound).
+pub type InputAt = (String, Option<(Option<i64>, i64)>);
 
 /// An approve or reject.
 #[derive(Debug)]
@@ -498,6 +504,10 @@ pub struct Decision<'a> {
     pub now: &'a str,
     /// The approval page's key, which signs the decision (`sign`); None on the command line.
     pub signer: Option<&'a dyn signatures::SignsDecisions>,
+    /// The content digest of each of the gate's inputs as the decider was shown them (read
+    /// by the front end: an attachment's value is a file or a blob), sealed with the
+    /// decision. Required for a gate with inputs.
+    pub inputs: Option<&'a std::collections::BTreeMap<String, Option<String>>>,
     /// Who is in which group and who is revoked, from the principals book's sealed log when
     /// the decision is taken; Err says why the log cannot be trusted (then no group admits
     /// anyone).
@@ -998,6 +1008,17 @@ pub trait Store: AgentStore {
         new: &str,
     ) -> Result<bool> {
         rules::relink(self.txn(rules::BIND)?, name, execution_id, old, new)
+    }
+
+    /// Records that the VM consumed a gate's decision (`rules::consume`).
+    fn consume_decision(
+        &mut self,
+        gate_id: &str,
+        instance: i64,
+        inputs: &[InputAt],
+        now: &str,
+    ) -> Result<bool> {
+        rules::consume(self.txn(rules::GATE)?, gate_id, instance, inputs, now)
     }
 
     /// Keeps the newest `keep` versions of each binding (`rules::prune_history`).

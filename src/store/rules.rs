@@ -801,6 +801,7 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
                 given = q.escalated_allow(&given);
             }
             let same = existing.prompt == g.prompt
+                && derived.inputs == g.inputs
                 && existing.allow == given
                 && existing.timeout.as_deref() == g.timeout
                 && existing.on_reject.as_deref() == g.on_reject
@@ -858,6 +859,9 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
         quorum.starter = Some(starter(&mut *tx)?);
     }
     quorum.record(&mut metadata);
+    if !g.inputs.is_empty() {
+        metadata["inputs"] = g.inputs.into();
+    }
     if quorum.is_team(&serde_json::from_value::<Vec<String>>(allow.clone())?) {
         tx.require_team_readers()?;
     }
@@ -998,6 +1002,25 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
         tx.commit()?;
         return Ok(outcome);
     }
+    // A decision about inputs seals what they held as the decider saw them.
+    let inputs = match (derived.inputs.is_empty(), d.inputs) {
+        (true, _) => None,
+        (false, Some(map))
+            if map.keys().eq(derived
+                .inputs
+                .iter()
+                .collect::<std::collections::BTreeSet<_>>()) =>
+        {
+            Some(map)
+        }
+        (false, _) => {
+            return Err(anyhow!(
+                "gate {} is about inputs ({}) that were not read for this decision",
+                shown(d.gate_id),
+                derived.inputs.join(", ")
+            ))
+        }
+    };
     let me = d.principal.as_str();
     let counted = |gate, tally, already| Decided::Counted {
         gate,
@@ -1026,7 +1049,7 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
         (false, true) => super::chain::VOTE_APPROVE,
         (false, false) => super::chain::VOTE_REJECT,
     };
-    let mut metadata = decision_metadata(&gate, d, kind);
+    let mut metadata = decision_metadata(&gate, d, kind, inputs);
     if q.is_team(&gate.allow) {
         metadata["via"] = via.into();
         let votes = tally.votes(d.approve);
@@ -1128,9 +1151,18 @@ fn refused_metadata(
 
 /// The metadata of an `approved` or `rejected` audit event, or of a vote short of the quorum
 /// (`kind` names which: what a signature signs).
-fn decision_metadata(gate: &super::GateRow, d: &Decision, kind: &str) -> serde_json::Value {
+fn decision_metadata(
+    gate: &super::GateRow,
+    d: &Decision,
+    kind: &str,
+    inputs: Option<&std::collections::BTreeMap<String, Option<String>>>,
+) -> serde_json::Value {
     let mut metadata = client_metadata(d.client, gate, d.authenticated);
     metadata["prompt_hash"] = d.prompt_hash.into();
+    let inputs_digest = inputs.map(super::signatures::inputs_digest);
+    if let Some(map) = inputs {
+        metadata["inputs"] = serde_json::to_value(map).unwrap_or_default();
+    }
     if d.approve {
         if let Some(s) = gate
             .created_at
@@ -1151,6 +1183,7 @@ fn decision_metadata(gate: &super::GateRow, d: &Decision, kind: &str) -> serde_j
             decision: kind,
             principal: d.principal.as_str(),
             time: d.now,
+            inputs: inputs_digest.as_deref(),
         });
     }
     metadata
@@ -1375,6 +1408,48 @@ pub fn record_resume(mut tx: Txn<'_>, now: &str) -> Result<Resumed> {
         status: new_status,
         gates_logged: logged,
     })
+}
+
+/// Records that the VM consumed the decision of a gate with inputs (`gates wait` returned it,
+/// `resume` reported it): a sealed `consumed` event, once, after which a change of its inputs
+/// no longer makes it stale. Written only while each input is still at the version the
+/// caller read its content at (`inputs`: name, and where it was found and at which version;
+/// None: not bound), so that a change between that read and this write is never consumed
+/// unseen. Whether it was written.
+pub fn consume(
+    mut tx: Txn<'_>,
+    gate_id: &str,
+    instance: i64,
+    inputs: &[super::InputAt],
+    now: &str,
+) -> Result<bool> {
+    if finished(&mut *tx)?.is_some() {
+        return Ok(false);
+    }
+    let Some(gate) = load_exact(&mut *tx, gate_id)? else {
+        return Ok(false);
+    };
+    let (tampered, d) = disagreement(&mut *tx, &gate)?;
+    if tampered.is_some() || d.instance != instance || d.decision.is_none() || d.consumed {
+        return Ok(false);
+    }
+    for (name, at) in inputs {
+        let Some((scope, version)) = at else {
+            continue;
+        };
+        if tx.binding_head(name, *scope)?.map(|h| h.2) != Some(*version) {
+            return Ok(false);
+        }
+    }
+    let run_id = run_of(&mut *tx)?.0;
+    let decision = d.decision.as_ref().map(|(_, _, id)| *id);
+    append_audit(
+        &mut *tx,
+        &Event::system(gate_id, &run_id, super::chain::CONSUMED, now),
+        serde_json::json!({"instance": instance, "decision": decision}),
+    )?;
+    tx.commit()?;
+    Ok(true)
 }
 
 /// The transaction kind each rule needs, named once.

@@ -26,11 +26,33 @@ pub struct Signed<'a> {
     pub decision: &'a str,
     pub principal: &'a str,
     pub time: &'a str,
+    /// The digest of the decision's inputs (`inputs_digest`), for a gate with inputs.
+    pub inputs: Option<&'a str>,
+}
+
+/// What a signature covers of a decision's inputs: the digest of their content digests, by
+/// name.
+pub fn inputs_digest(map: &std::collections::BTreeMap<String, Option<String>>) -> String {
+    crate::model::sha256_tag(&serde_json::to_string(map).unwrap_or_default())
 }
 
 impl Signed<'_> {
     /// The signed bytes: a JSON array, so that no field can run into the next.
     pub fn message(&self) -> Vec<u8> {
+        if let Some(inputs) = self.inputs {
+            return serde_json::to_vec(&(
+                "prose-state signed decision v2",
+                self.run,
+                self.gate,
+                self.instance,
+                self.prompt_hash,
+                self.decision,
+                self.principal,
+                self.time,
+                inputs,
+            ))
+            .unwrap_or_default();
+        }
         serde_json::to_vec(&(
             "prose-state signed decision v1",
             self.run,
@@ -54,6 +76,7 @@ impl Signed<'_> {
             decision: gate.status.as_str(),
             principal: gate.resolved_by.as_deref()?,
             time: gate.resolved_at.as_deref()?,
+            inputs: None,
         })
     }
 }
@@ -116,6 +139,12 @@ pub fn problem(
     if let Some(run) = &made_in {
         what.run = run;
     }
+    let inputs = serde_json::from_value::<std::collections::BTreeMap<String, Option<String>>>(
+        metadata["inputs"].clone(),
+    )
+    .ok()
+    .map(|m| inputs_digest(&m));
+    what.inputs = inputs.as_deref();
     if let Some(p) = signature_problem(&metadata, &what, pinned) {
         return Some(p);
     }
@@ -141,10 +170,17 @@ pub fn problem(
         let Some((m, time)) = found else {
             return unsigned("not signed: a vote it counts is not in its log");
         };
+        // Each vote signed the inputs as its voter saw them.
+        let vote_inputs = serde_json::from_value::<
+            std::collections::BTreeMap<String, Option<String>>,
+        >(m["inputs"].clone())
+        .ok()
+        .map(|m| inputs_digest(&m));
         let what = Signed {
             decision: vote,
             principal,
             time: &time,
+            inputs: vote_inputs.as_deref(),
             ..what
         };
         if let Some(p) = signature_problem(&m, &what, pinned) {

@@ -1,0 +1,154 @@
+//! The inputs a gate's decision is about (`gates create --inputs`): what each holds now, read
+//! where it is kept (inline, a file, a blob on the server), as the content digest a decision
+//! seals and a stale check compares.
+
+use crate::store::chain::Derived;
+use crate::store::{AuditFilter, GateRow, Store};
+use anyhow::Result;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Each input's content digest, by name (None: no such binding).
+pub type Digests = BTreeMap<String, Option<String>>;
+
+/// How much of an input's value is shown beside a prompt.
+const PREVIEW_CHARS: usize = 200;
+
+/// One input as it is now.
+#[derive(Debug, Clone, Serialize)]
+pub struct InputNow {
+    pub name: String,
+    /// `sha256:...` of its value's bytes; None when no binding of the name is in scope.
+    pub digest: Option<String>,
+    /// The start of its value, or an attachment's summary.
+    pub preview: String,
+    pub bytes: u64,
+    /// Where it was found, and its write version there: what a consumption checks has not
+    /// moved in its own transaction.
+    #[serde(skip)]
+    pub at: Option<(Option<i64>, i64)>,
+}
+
+/// The gate's inputs as they are now, looked up from the gate's own record up to the root.
+pub fn read(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    gate: &GateRow,
+    names: &[String],
+) -> Result<Vec<InputNow>> {
+    let mut out = Vec::new();
+    for name in names {
+        let Some(found) = store.resolve(name, gate.execution_id)? else {
+            out.push(InputNow {
+                name: name.clone(),
+                digest: None,
+                preview: String::new(),
+                bytes: 0,
+                at: None,
+            });
+            continue;
+        };
+        let row = found.row;
+        let text = String::from_utf8_lossy(row.value.as_deref().unwrap_or_default()).into_owned();
+        let (digest, bytes) = match row.attachment_path.as_deref().filter(|p| !p.is_empty()) {
+            Some(path) => {
+                let mut reader = super::transfer::value(store, run_dir, path, name)?;
+                let mut h = Sha256::new();
+                let n = std::io::copy(&mut reader, &mut h)?;
+                (h.finalize(), n)
+            }
+            None => {
+                let v = row.value.as_deref().unwrap_or_default();
+                (Sha256::digest(v), v.len() as u64)
+            }
+        };
+        let mut preview: String = text.chars().take(PREVIEW_CHARS).collect();
+        if text.chars().nth(PREVIEW_CHARS).is_some() {
+            preview.push('…');
+        }
+        out.push(InputNow {
+            name: name.clone(),
+            digest: Some(format!("sha256:{}", crate::model::hex(&digest))),
+            preview,
+            bytes,
+            at: row.version.map(|v| (row.execution_id, v)),
+        });
+    }
+    Ok(out)
+}
+
+pub fn digests(inputs: &[InputNow]) -> Digests {
+    inputs
+        .iter()
+        .map(|i| (i.name.clone(), i.digest.clone()))
+        .collect()
+}
+
+/// The gate as its own sealed events make it (what it is about, its decision, whether the
+/// decision was consumed), read from its log alone.
+pub fn derived(store: &mut dyn Store, gate: &GateRow) -> Result<Derived> {
+    let rows = store.audit(&AuditFilter {
+        gate_id: Some(&gate.id),
+        ..Default::default()
+    })?;
+    let run = store.run_info()?.id;
+    let key = crate::store::seal::key_for_reading()?;
+    Ok(crate::store::chain::gate_against_history(gate, &run, &rows, key).1)
+}
+
+/// What a consumption checks has not moved: each input's name, where it was found and at
+/// which version.
+pub fn positions(inputs: &[InputNow]) -> Vec<crate::store::InputAt> {
+    inputs.iter().map(|i| (i.name.clone(), i.at)).collect()
+}
+
+/// A decided gate's decision, checked against its inputs as they are now: stale (why), or
+/// standing, in which case the VM has now consumed it (recorded once). What a reader that
+/// hands the decision to the VM (`gates wait`, `resume`) calls.
+pub fn settle(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    gate: &GateRow,
+    d: &Derived,
+) -> Result<Option<String>> {
+    if d.inputs.is_empty() || d.decision.is_none() || d.consumed {
+        return Ok(None);
+    }
+    for _ in 0..3 {
+        let (stale, now) = stale(store, run_dir, gate, d)?;
+        if stale.is_some() {
+            return Ok(stale);
+        }
+        let at = crate::model::now();
+        if store.consume_decision(&gate.id, d.instance, &positions(&now), &at)? {
+            return Ok(None);
+        }
+        // An input moved between the read and the write: read it again. (Or another reader
+        // consumed it first, or the run finished: then the next read says so.)
+        let fresh = derived(store, gate)?;
+        if fresh.consumed || fresh.decision.is_none() {
+            return Ok(None);
+        }
+    }
+    Err(crate::error::busy(format!(
+        "the inputs of gate {} kept changing while its decision was read: read it again",
+        crate::error::shown(&gate.id)
+    )))
+}
+
+/// Whether the gate's decision no longer stands because an input changed (see
+/// `chain::stale`), and its inputs as they are now.
+pub fn stale(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    gate: &GateRow,
+    d: &Derived,
+) -> Result<(Option<String>, Vec<InputNow>)> {
+    if d.inputs.is_empty() {
+        return Ok((None, Vec::new()));
+    }
+    let now = read(store, run_dir, gate, &d.inputs)?;
+    Ok((crate::store::chain::stale(d, &digests(&now)), now))
+}
