@@ -22,6 +22,9 @@ pub struct LogLine {
     pub at: Option<String>,
     pub error_message: Option<String>,
     pub metadata: Option<Value>,
+    /// Who appended it (`--as`, PROSE_PRINCIPAL, the MCP agent); null for a raw writer or a
+    /// record from before this was recorded. Claimed, not proved.
+    pub by: Option<String>,
     /// The compact narration of this event.
     pub narration: String,
     #[serde(skip)]
@@ -50,9 +53,13 @@ impl Render for LogLine {
             (true, Mark::Bad) => ("\x1b[31m", "\x1b[0m"),
             _ => ("", ""),
         };
+        let by = match self.by.as_deref() {
+            Some(p) if p != "unknown" => format!(" · {}", visible_line(p)),
+            _ => String::new(),
+        };
         writeln!(
             w,
-            "{} {on}{}{off}",
+            "{} {on}{}{off}{by}",
             visible_line(time),
             visible_line(&self.narration)
         )
@@ -179,6 +186,7 @@ impl Log {
             parent_id: r.parent_id,
             error_message: r.error_message,
             metadata: meta,
+            by: r.principal,
             narration,
             mark,
         }

@@ -31,6 +31,9 @@ pub struct Event {
     pub parent_id: Option<i64>,
     pub at: Option<String>,
     pub metadata: Option<Value>,
+    /// Who appended it; omitted when not recorded (a raw writer, an older record).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
 }
 
 impl From<&ExecutionRow> for Event {
@@ -43,6 +46,7 @@ impl From<&ExecutionRow> for Event {
             parent_id: r.parent_id,
             at: r.at().map(str::to_string),
             metadata: meta(r),
+            by: r.principal.clone(),
         }
     }
 }
@@ -544,13 +548,17 @@ fn full(
 
 fn describe(e: &Event) -> String {
     format!(
-        "{} {} ({}, record {}{})",
+        "{} {} ({}, record {}{}{})",
         e.statement_index.map_or("-".into(), |i| i.to_string()),
         one_line(e.statement_text.as_deref().unwrap_or(""), 50),
         e.status.as_ref().map_or("?", S::as_str),
         e.id,
         e.at.as_deref()
             .map(|a| format!(", {a}"))
+            .unwrap_or_default(),
+        e.by.as_deref()
+            .filter(|p| *p != "unknown")
+            .map(|p| format!(", by {}", one_line(p, 40)))
             .unwrap_or_default()
     )
 }

@@ -665,6 +665,8 @@ pub struct ExecutionRow {
     pub error_message: Option<String>,
     pub parent_id: Option<i64>,
     pub metadata: Option<String>,
+    /// Who appended it (schema 10); None for a raw writer, or a record from before.
+    pub principal: Option<String>,
 }
 
 /// The statuses that open a construct, and those that close one (`resume`'s record shapes).

@@ -861,7 +861,7 @@ impl Store for PgStore {
                     ts!("started_at"),
                     ", ",
                     ts!("completed_at"),
-                    ", error_message, parent_id, metadata::text FROM openprose.execution {}"
+                    ", error_message, parent_id, metadata::text, principal FROM openprose.execution {}"
                 ),
                 tail
             ),
@@ -876,6 +876,7 @@ impl Store for PgStore {
                 error_message: r.get(6),
                 parent_id: r.get(7),
                 metadata: r.get(8),
+                principal: r.get(9),
             },
         )
     }

@@ -797,7 +797,7 @@ impl Store for SqliteStore {
         self.all(
             &format!(
                 "SELECT id, statement_index, statement_text, status, started_at, completed_at,
-                        error_message, parent_id, metadata FROM execution {tail}"
+                        error_message, parent_id, metadata, principal FROM execution {tail}"
             ),
             rusqlite::params_from_iter(params),
             |r| {
@@ -814,6 +814,7 @@ impl Store for SqliteStore {
                     error_message: r.get(6)?,
                     parent_id: r.get(7)?,
                     metadata: r.get(8)?,
+                    principal: r.get(9)?,
                 })
             },
         )
