@@ -233,6 +233,17 @@ const SERVED: &[Served] = &[
                 records with `log_since` from its `next_since`.",
         ..Served::new("diff", &["diff"], true)
     },
+    Served {
+        roles: VM_ONLY,
+        about: "Make a new run whose state is this run's as of one execution record `at` (its \
+                id, as `log_since` shows it): the records up to it, every binding and agent \
+                memory as it was then, and the gates opened by then (a decision made by then \
+                is carried and counts). `bind` replaces root-scope inputs at the fork point, as \
+                an array of `NAME=VALUE` strings: how a run is retried with a corrected input; \
+                a decision about a rebound input is then stale. The source is untouched. The \
+                new run does not become this session's run: name it as `run` in later calls.",
+        ..Served::new("fork", &["fork"], false)
+    },
 ];
 
 impl Served {
@@ -262,6 +273,9 @@ const DESCRIBED: &[(&str, &str, &str)] = &[
     ("get", "length", "At most this many bytes of the value (default 16384, at most 262144)"),
     ("get", "explain", "Give the scope chain walked and where the binding was found, not the value"),
     ("log_since", "since", "Only the events after this one (an event's `id`; 0: from the start)"),
+    ("fork", "bind", "Root-scope bindings to replace at the fork point, one `NAME=VALUE` an item"),
+    ("fork", "run_id", "The new run's id (default: a new one, returned as `run_id`)"),
+    ("gates_create", "inputs", "The bindings the decision is about, one name an item: their content is sealed with the decision, and a change before the decision is consumed makes it stale"),
     ("diff", "run_a", "The first run's id"),
     ("diff", "run_b", "The second run's id, compared with the first: what only it has is `added`, what only the first has is `removed`"),
     ("diff", "cursor", "The differing bindings from this one on: a previous answer's `bindings.next_cursor` (default 0)"),
@@ -431,7 +445,7 @@ fn tools(role: Role, run_pinned: bool, execution_pinned: bool) -> Vec<ToolSpec> 
                     && ((p.level == 0 && run_pinned)
                         || (p.property == "execution_id"
                             && execution_pinned
-                            && matches!(served.name, "bind" | "get"))
+                            && matches!(served.name, "bind" | "get" | "history"))
                         || (served.path[0] == "agent" && matches!(p.property.as_str(), "name" | "home")))
             };
             let mut params = Vec::new();

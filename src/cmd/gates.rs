@@ -1291,11 +1291,35 @@ pub fn verify(args: &crate::cli::GateVerifyArgs, ctx: &Context) -> Result<Verifi
         .signed
         .then(|| pinned_key(ctx, args.key.as_deref()))
         .transpose()?;
-    let (chains, warnings) = Listing::chains(ctx, signed.as_ref())?;
-    let runs = chains
-        .into_iter()
-        .map(|c| RunChain::new(c.run_id, c.db.display().to_string(), c.report))
-        .collect();
+    let (chains, mut warnings) = Listing::chains(ctx, signed.as_ref())?;
+    let mut runs = Vec::new();
+    for mut c in chains {
+        // The versions sealed decisions were made about, against the bindings' history.
+        if c.report
+            .derived
+            .values()
+            .any(|d| d.decided_inputs.is_some())
+        {
+            let dir =
+                c.db.parent()
+                    .map_or_else(|| ctx.runs_dir().join(&c.run_id), |d| d.to_path_buf());
+            let paths = crate::run::RunPaths::in_dir(dir);
+            let checked = ctx.open(&paths).and_then(|mut store| {
+                crate::services::inputs::check_sealed(store.as_mut(), &paths.dir, &mut c.report)
+            });
+            if let Err(e) = checked {
+                warnings.push(format!(
+                    "run {}: its decisions' inputs could not be checked against history: {e:#}",
+                    c.run_id
+                ));
+            }
+        }
+        runs.push(RunChain::new(
+            c.run_id,
+            c.db.display().to_string(),
+            c.report,
+        ));
+    }
     Ok(Verified { runs, warnings })
 }
 

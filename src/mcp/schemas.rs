@@ -213,6 +213,35 @@ pub fn output(tool: &str) -> Value {
             }),
             &["events", "next_since", "truncated"],
         ),
+        "history" => object(
+            json!({
+                "name": {"type": "string"},
+                "execution_id": nullable("integer"),
+                "total": {"type": "integer", "description": "Versions kept"},
+                "older_not_kept": {"type": "boolean"},
+                "versions": {"type": "array", "items": object(
+                    json!({"version": {"type": "integer"}, "written_at": nullable("string"),
+                           "after_record": nullable("integer"), "by": {"type": "string"},
+                           "change": {"type": "string", "enum": ["set", "append", "merge", "deleted"]},
+                           "preview": {"type": "string"}, "bytes": {"type": "integer"}}),
+                    &["version", "by", "change", "preview", "bytes"])},
+                "next_before": {"type": ["integer", "null"],
+                    "description": "Pass as `before` for older versions; null: none"},
+            }),
+            &["name", "total", "versions", "next_before"],
+        ),
+        "fork" => object(
+            json!({
+                "run_id": {"type": "string", "description": "The new run"},
+                "source": {"type": "string"}, "at": {"type": "integer"},
+                "records": {"type": "integer"}, "bindings": {"type": "integer"},
+                "gates_decided": {"type": "array", "items": {"type": "string"}},
+                "gates_pending": {"type": "array", "items": {"type": "string"}},
+                "gates_not_carried": {"type": "array", "items": {"type": "string"}},
+                "rebound": {"type": "array", "items": {"type": "string"}},
+            }),
+            &["run_id", "source", "at", "records", "bindings"],
+        ),
         "diff" => {
             let int = || json!({"type": "integer"});
             let or_null = |v: Value| json!({"anyOf": [v, {"type": "null"}]});

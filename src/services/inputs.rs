@@ -138,6 +138,76 @@ pub fn settle(
     )))
 }
 
+/// Checks every sealed decision about inputs against the bindings' history (`gates verify`):
+/// the version each decision sealed must still be there, unchanged. History rows are not
+/// sealed themselves; a decision's digest is, so an edit of the version a decision was made
+/// about is found (tampered), and one whose versions were pruned is unattested. Adds what it
+/// finds to the report, for gates that have no finding yet.
+pub fn check_sealed(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    report: &mut crate::store::chain::ChainReport,
+) -> Result<()> {
+    use crate::store::chain::Integrity;
+    let mut findings = Vec::new();
+    for (gate, d) in &report.derived {
+        let Some(sealed) = &d.decided_inputs else {
+            continue;
+        };
+        if report.gates.iter().any(|(g, _)| g == gate) {
+            continue;
+        }
+        for (name, digest) in sealed {
+            let Some(digest) = digest else { continue };
+            let mut kept = false;
+            let mut pruned = false;
+            for scope in store.history_scopes(name)? {
+                let rows = store.binding_history(name, scope)?;
+                pruned |= rows.first().is_some_and(|r| r.gap);
+                for i in 0..rows.len() {
+                    if rows[i].deleted {
+                        continue;
+                    }
+                    let row = crate::store::history::as_row(&rows, i)?;
+                    let bytes = match row.attachment_path.as_deref().filter(|p| !p.is_empty()) {
+                        Some(path) => {
+                            let mut reader = super::transfer::value(store, run_dir, path, name)?;
+                            let mut h = Sha256::new();
+                            std::io::copy(&mut reader, &mut h)?;
+                            h.finalize()
+                        }
+                        None => Sha256::digest(row.value.as_deref().unwrap_or_default()),
+                    };
+                    if format!("sha256:{}", crate::model::hex(&bytes)) == *digest {
+                        kept = true;
+                        break;
+                    }
+                }
+                if kept {
+                    break;
+                }
+            }
+            if !kept {
+                let why = if pruned {
+                    Integrity::Unattested(format!(
+                        "the version of its input {} that its decision sealed is not kept (pruned, or written before history was kept)",
+                        crate::error::shown(name)
+                    ))
+                } else {
+                    Integrity::Tampered(format!(
+                        "the version of its input {} that its decision sealed is in no kept version of it: the binding's history was changed behind prose-state's back",
+                        crate::error::shown(name)
+                    ))
+                };
+                findings.push((gate.clone(), why));
+                break;
+            }
+        }
+    }
+    report.gates.extend(findings);
+    Ok(())
+}
+
 /// Whether the gate's decision no longer stands because an input changed (see
 /// `chain::stale`), and its inputs as they are now.
 pub fn stale(
