@@ -34,3 +34,4 @@ mod small_lies;
 mod team;
 mod travel;
 mod vm_day;
+mod worked;

@@ -465,8 +465,8 @@ fn gate_nexts(
                 _ if stale.contains_key(&g.id) => step(
                     "reopen",
                     Some(format!(
-                        "its decision is stale ({}): open it again as it was created (gates create {} --reopen, with its prompt, --allow and --inputs) and wait for the new decision",
-                        stale[&g.id], g.id
+                        "gates create {} --reopen (with its prompt, --allow and --inputs), then wait",
+                        g.id
                     )),
                 ),
                 _ => next_step(&g),
