@@ -36,7 +36,8 @@ pub const EXIT_CODES: &str =
 conflict; 5 gate rejected; 6 gate timed out, or query past --timeout; 7 gate still pending when \
 the wait ran out; 8 a write's outcome unknown (connection lost while committing); 9 tampered \
 (a gate or audit log that disagrees with what was sealed); 10 unattested (a decision nothing \
-attests); 75 busy or disconnected, nothing written: retry.";
+attests); 11 stale (a decision whose inputs changed before it was consumed); 75 busy or \
+disconnected, nothing written: retry.";
 
 /// Durable state for OpenProse runs: bindings, the execution log, agent memory and approval
 /// gates, kept in each run's SQLite state.db.
