@@ -480,7 +480,9 @@ fn tools(role: Role, run_pinned: bool, execution_pinned: bool) -> Vec<ToolSpec> 
                     }
                     // A parent's own options (the gate listing's filters) are not the tool's;
                     // its global ones (the agent scope) are.
-                    if NOT_SERVED.contains(&id)
+                    // (`get --version V` takes a value: it is not clap's own --version flag.)
+                    let own_version = id == "version" && arg.get_action().takes_values();
+                    if (NOT_SERVED.contains(&id) && !own_version)
                         || served.skip.contains(&id)
                         || arg.is_hide_set()
                         || (!leaf && !arg.is_global_set())

@@ -135,6 +135,12 @@ fn bind_get_scopes_and_attachments(b: Backend) {
         1
     );
     run.bind("big", "small now", None);
+    // The replaced value stays for the version that names it, until history is pruned.
+    assert_eq!(run.stored(&big_path).unwrap(), big.as_bytes());
+    run.cmd()
+        .args(["prune", "--history", "1", "--yes"])
+        .assert()
+        .success();
     assert!(run.stored(&big_path).is_none());
     assert!(run.attachments().is_empty());
     // const

@@ -864,6 +864,7 @@ fn a_subagent_session_has_only_its_tools(backend: Backend) {
                 "bind",
                 "gates_list",
                 "get",
+                "history",
                 "imports_list",
                 "log_since",
                 "query"

@@ -158,7 +158,12 @@ fn killed_large_rebinds_never_show_uncommitted_bytes(b: Backend) {
     let _ = p.cmd().args(["doctor", "--fix"]).assert();
     let a = p.cmd().args(["doctor"]).assert().success();
     assert!(String::from_utf8_lossy(&a.get_output().stdout).starts_with("healthy"));
-    // Only the committed version is left: its file, or on the server its chunks.
+    // Only committed versions are left; with history pruned to the current one, only its
+    // file, or on the server its chunks.
+    run.cmd()
+        .args(["prune", "--history", "1", "--yes"])
+        .assert()
+        .success();
     let kept = run.attachments();
     assert_eq!(kept.len(), 1, "{kept:?}");
     let path = run.view().binding("big", None).unwrap().4.unwrap();
@@ -773,6 +778,12 @@ fn attachments_named_by_older_versions_stay_readable() {
         .assert()
         .success();
     assert_eq!(run.get("old", None), b"a new, larger value");
+    // The older file stays for the version that names it, until history is pruned.
+    assert!(run.dir.join("attachments/old.md").exists());
+    run.cmd()
+        .args(["prune", "--history", "1", "--yes"])
+        .assert()
+        .success();
     assert!(!run.dir.join("attachments/old.md").exists());
     assert_eq!(run.get("old", Some(e)), b"scoped value, old naming");
 }

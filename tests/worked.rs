@@ -45,10 +45,18 @@ fn the_history_worked_example_runs_as_written(b: Backend) {
                 .map_or(0, |c| c.split(':').next().unwrap().trim().parse().unwrap())
         })
         .collect();
-    assert_eq!(codes, want, "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        codes,
+        want,
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // What the page says the example shows.
     assert!(text.contains("agent:writer"), "{text}");
-    assert!(text.contains("12→ let draft = session: writer ✓ · agent:vm"), "{text}");
+    assert!(
+        text.contains("12→ let draft = session: writer ✓ · agent:vm"),
+        "{text}"
+    );
     assert!(text.contains("Gates decided by then: review"), "{text}");
     assert!(text.contains("STALE"), "{text}");
     assert!(text.contains("→ reopen"), "{text}");
