@@ -156,8 +156,10 @@ const SERVED: &[Served] = &[
                 `all` (ok when every one is approved; fails as soon as one fails) or `any` (ok \
                 as soon as one is approved; fails only when all have failed): the result lists \
                 each settled gate's outcome (`gates`) and the ones not waited for \
-                (`not_settled`).",
-        ..Served::new("gates_wait", &["gates", "wait"], true)
+                (`not_settled`). A decision about inputs (`gates_create` with `inputs`) whose \
+                input changed since is class stale: open the gate again; one that stands is \
+                recorded as consumed by this call.",
+        ..Served::new("gates_wait", &["gates", "wait"], false)
     },
     Served {
         page: Page::Memory,

@@ -126,7 +126,10 @@ fn version_of(r: &HistoryRow) -> Version {
         preview,
         bytes: shown_bytes.len() as u64,
         attachment: r.attachment_path.clone(),
-        source_statement: r.source_statement.clone(),
+        source_statement: r
+            .source_statement
+            .as_deref()
+            .map(|s| crate::output::one_line(s, PREVIEW_CHARS)),
     }
 }
 
