@@ -507,50 +507,13 @@ fn waiting_on_several_gates_reports_each_and_the_most_serious(b: Backend) {
 /// binary first on PATH), each line's exit code the one its comment says (0 when it says none).
 fn the_worked_example_runs_as_written(b: Backend) {
     let Some(p) = Project::on(b) else { return };
-    let doc = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/gates-and-trust.md"),
-    )
-    .unwrap();
-    let at = doc
-        .find("**A worked example: a deploy that needs two of release")
-        .expect("the worked example");
-    let block = doc[at..]
-        .split("```sh\n")
-        .nth(1)
-        .and_then(|b| b.split("```").next())
-        .unwrap();
-    let lines: Vec<String> = block
-        .replace("\\\n", " ")
-        .lines()
-        .map(str::to_string)
-        .filter(|l| !l.trim().is_empty())
-        .collect();
-    let mut script = String::from("PATH=\"$(dirname \"$BIN\"):$PATH\"\n");
-    for l in &lines {
-        script += &format!("{l}\necho \"EXIT $?\"\n");
-    }
     // On PostgreSQL the principals book is the project's server's (its `.prose/.env`); the run
     // is the one `init` makes by default.
-    let out = sh(p.root(), &script).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let codes: Vec<i32> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("EXIT "))
-        .map(|c| c.trim().parse().unwrap())
-        .collect();
-    let want: Vec<i32> = lines
-        .iter()
-        .map(|l| {
-            l.split("# exit ")
-                .nth(1)
-                .map_or(0, |c| c.split(':').next().unwrap().trim().parse().unwrap())
-        })
-        .collect();
-    assert_eq!(
-        codes,
-        want,
-        "{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let text = run_documented(
+        p.root(),
+        "docs/gates-and-trust.md",
+        "**A worked example: a deploy that needs two of release",
+        false,
     );
     assert!(text.contains("1 of 2 approvals: bob"), "{text}");
 }

@@ -892,3 +892,51 @@ pub fn on_terminal(p: &Project, command: &str, input: &str) -> Option<(i32, Stri
         String::from_utf8_lossy(&out.stdout).into_owned(),
     ))
 }
+
+/// A documented example run as it is written: the first ```sh block after `marker` in `doc`
+/// (a path from the checkout), line by line in `dir` with the binary first on PATH (each
+/// line's stdout dropped when `quiet`), each line's exit code checked against the one its
+/// comment says (`# exit N`; 0 when it says none). Returns what the lines printed.
+pub fn run_documented(dir: &Path, doc: &str, marker: &str, quiet: bool) -> String {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(doc)).unwrap();
+    let at = text
+        .find(marker)
+        .unwrap_or_else(|| panic!("{doc}: no {marker}"));
+    let lines: Vec<String> = text[at..]
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .unwrap()
+        .replace("\\\n", " ")
+        .lines()
+        .map(str::to_string)
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    let mut script = String::from("PATH=\"$(dirname \"$BIN\"):$PATH\"\n");
+    let drop = if quiet { " >/dev/null" } else { "" };
+    for l in &lines {
+        script += &format!("{l}{drop}\necho \"EXIT $?\"\n");
+    }
+    let out = sh(dir, &script).output().unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    let codes: Vec<i32> = printed
+        .lines()
+        .filter_map(|l| l.strip_prefix("EXIT "))
+        .map(|c| c.trim().parse().unwrap())
+        .collect();
+    let want: Vec<i32> = lines
+        .iter()
+        .map(|l| {
+            l.split("# exit ")
+                .nth(1)
+                .map_or(0, |c| c.split(':').next().unwrap().trim().parse().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        codes,
+        want,
+        "{printed}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    printed
+}
