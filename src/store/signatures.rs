@@ -39,22 +39,13 @@ pub fn inputs_digest(map: &std::collections::BTreeMap<String, Option<String>>) -
 impl Signed<'_> {
     /// The signed bytes: a JSON array, so that no field can run into the next.
     pub fn message(&self) -> Vec<u8> {
-        if let Some(inputs) = self.inputs {
-            return serde_json::to_vec(&(
-                "prose-state signed decision v2",
-                self.run,
-                self.gate,
-                self.instance,
-                self.prompt_hash,
-                self.decision,
-                self.principal,
-                self.time,
-                inputs,
-            ))
-            .unwrap_or_default();
-        }
-        serde_json::to_vec(&(
-            "prose-state signed decision v1",
+        // v2 adds the inputs' digest, for a decision about inputs; v1 is every other's.
+        let version = match self.inputs {
+            Some(_) => "prose-state signed decision v2",
+            None => "prose-state signed decision v1",
+        };
+        let mut fields = serde_json::json!([
+            version,
             self.run,
             self.gate,
             self.instance,
@@ -62,8 +53,11 @@ impl Signed<'_> {
             self.decision,
             self.principal,
             self.time,
-        ))
-        .unwrap_or_default()
+        ]);
+        if let (Some(inputs), Some(a)) = (self.inputs, fields.as_array_mut()) {
+            a.push(inputs.into());
+        }
+        serde_json::to_vec(&fields).unwrap_or_default()
     }
 
     /// What the decided `gate` row says was decided.
