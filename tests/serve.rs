@@ -12,6 +12,7 @@ use std::net::TcpStream;
 use std::process::{Child, Stdio};
 
 on_both!(
+    a_signed_decision_about_inputs_is_carried_into_a_fork,
     every_vote_a_quorum_counts_must_be_signed,
     the_page_refuses_a_self_approval_and_logs_it,
     the_page_shows_a_gates_escalation_and_next_reminder,
@@ -302,23 +303,162 @@ pub(crate) fn gate_path(run: &Run, gate: &str) -> String {
 /// Approves a gate with the form its page shows this session, as a person would: 303.
 fn approve_as_shown(s: &Server, cookie: &str, run: &Run, g: &str) {
     let page = s.get(&gate_path(run, g), Some(cookie));
-    let at = page.body.find("name=\"prompt_hash\" value=\"").unwrap() + 26;
-    let hash = page.body[at..at + 71].to_string();
-    let r = decide(
+    let r = post_as_shown(s, cookie, run, g, &page.body);
+    assert_eq!(r.status, 303, "{}", r.body);
+}
+
+/// An approval posted with the form a page showed (`page`), whenever it is posted.
+fn post_as_shown(s: &Server, cookie: &str, run: &Run, g: &str, page: &str) -> Reply {
+    let at = page.find("name=\"prompt_hash\" value=\"").unwrap() + 26;
+    let hash = page[at..at + 71].to_string();
+    let inputs = page
+        .find("name=\"inputs_hash\" value=\"")
+        .map(|at| page[at + 26..at + 26 + 71].to_string())
+        .unwrap_or_default();
+    decide(
         s,
         cookie,
         run,
         g,
         &[
-            ("csrf", &csrf_of(&page.body)),
+            ("csrf", &csrf_of(page)),
             ("action", "approve"),
             ("comment", ""),
             ("prompt_hash", &hash),
-            ("instance", &view_of(&page.body).0),
-            ("view", &view_of(&page.body).1),
+            ("inputs_hash", &inputs),
+            ("instance", &view_of(page).0),
+            ("view", &view_of(page).1),
         ],
+    )
+}
+
+/// A decision about inputs, signed on the page: the page shows the inputs and refuses a
+/// decision on inputs changed since it showed them (logged); the signature covers them; a
+/// fork carries the decision, which verifies there under `--require-signed` against the run
+/// it was made in; a fork that rebinds the input finds it stale (exit 11).
+fn a_signed_decision_about_inputs_is_carried_into_a_fork(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let alice = add(&p, "alice");
+    p.cmd()
+        .args(["principals", "require", "--signed"])
+        .assert()
+        .success();
+    run.bind("topic", "quantum", None);
+    let at = run
+        .cmd()
+        .args([
+            "exec-append",
+            "--index",
+            "1",
+            "--text",
+            "plan",
+            "--status",
+            "completed",
+        ])
+        .assert()
+        .success();
+    let _ = at;
+    run.cmd()
+        .args([
+            "gates",
+            "create",
+            "review",
+            "--prompt",
+            "Topic ok?",
+            "--inputs",
+            "topic",
+        ])
+        .assert()
+        .success();
+    let record: i64 = stdout_json(
+        &run.cmd()
+            .args(["--json", "gates", "show", "review", "--as", "x"])
+            .assert()
+            .success(),
+    )["execution_id"]
+        .as_i64()
+        .unwrap();
+    let s = Server::start(&p);
+    let cookie = s.login(&alice);
+    let page = s.get(&gate_path(&run, "review"), Some(&cookie));
+    assert!(
+        page.body.contains("What this decision is about"),
+        "{}",
+        page.body
     );
-    assert_eq!(r.status, 303, "{}", r.body);
+    assert!(page.body.contains("quantum"), "{}", page.body);
+    // The input changes after the page showed it: the decision is refused, and logged.
+    run.bind("topic", "cooking", None);
+    let before = run.before_refusal("review");
+    let r = post_as_shown(&s, &cookie, &run, "review", &page.body);
+    assert_eq!(r.status, 403, "{}", r.body);
+    run.refused(
+        &before,
+        1,
+        "what the decision is about changed since the page showed it",
+    );
+    // Shown again, approved: signed over the inputs as shown.
+    approve_as_shown(&s, &cookie, &run, "review");
+    drop(s);
+    let approved = run
+        .view()
+        .events("review")
+        .into_iter()
+        .find(|e| e.0 == "approved")
+        .unwrap();
+    assert!(approved.2["inputs"]["topic"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+    assert!(approved.2["signature"].is_object());
+    let wait = |r: &str| {
+        let a = p
+            .cmd()
+            .args([
+                "--run",
+                r,
+                "gates",
+                "wait",
+                "review",
+                "--timeout",
+                "0",
+                "--require-signed",
+            ])
+            .assert();
+        (code(&a), stderr(&a))
+    };
+    let fork = |id: &str, bind: &[&str]| {
+        run.cmd()
+            .args(["fork", "--at", &record.to_string(), "--run-id", id])
+            .args(bind)
+            .assert()
+            .success();
+    };
+    // Forked before the wait: carried unconsumed, and the input is what it sealed.
+    fork("same", &[]);
+    fork("changed", &["--bind", "topic=gardening"]);
+    assert_eq!(
+        wait(&run.id),
+        (0, String::new()),
+        "the source's decision stands"
+    );
+    assert_eq!(
+        wait("same").0,
+        0,
+        "carried, signed for the source run, it stands"
+    );
+    assert_eq!(
+        wait("changed").0,
+        11,
+        "its input rebound by the fork: stale"
+    );
+    for r in ["same", "changed"] {
+        p.cmd()
+            .args(["--run", r, "gates", "verify", "--signed"])
+            .assert()
+            .success();
+    }
 }
 
 pub(crate) fn decide(
