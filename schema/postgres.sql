@@ -399,3 +399,28 @@ CREATE TABLE IF NOT EXISTS openprose.book_log (
     hash TEXT NOT NULL,
     seal TEXT NOT NULL
 );
+
+-- (schema 9) Waiters woken by the commit (src/store/wake.rs): a change to a run's gates, its
+-- audit log or its execution log notifies `openprose_change` with the run's id, inside the
+-- committing transaction, so it is heard only if the write commits; raw writers' too. A
+-- transaction's notifications of one run are sent once.
+CREATE OR REPLACE FUNCTION openprose.notify_change() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        PERFORM pg_notify('openprose_change', OLD.run_id);
+    ELSE
+        PERFORM pg_notify('openprose_change', NEW.run_id);
+    END IF;
+    RETURN NULL;
+END;
+$$;
+DROP TRIGGER IF EXISTS gates_notify ON openprose.gates;
+CREATE TRIGGER gates_notify AFTER INSERT OR UPDATE OR DELETE ON openprose.gates
+    FOR EACH ROW EXECUTE FUNCTION openprose.notify_change();
+DROP TRIGGER IF EXISTS gate_audit_log_notify ON openprose.gate_audit_log;
+CREATE TRIGGER gate_audit_log_notify AFTER INSERT ON openprose.gate_audit_log
+    FOR EACH ROW EXECUTE FUNCTION openprose.notify_change();
+DROP TRIGGER IF EXISTS execution_notify ON openprose.execution;
+CREATE TRIGGER execution_notify AFTER INSERT OR UPDATE ON openprose.execution
+    FOR EACH ROW EXECUTE FUNCTION openprose.notify_change();

@@ -373,10 +373,11 @@ pub struct LogArgs {
     /// Keep printing new events until interrupted
     #[arg(long, short = 'f')]
     pub follow: bool,
-    /// How often to look for new events with --follow, in milliseconds
-    #[arg(long, value_name = "MS", default_value_t = 500,
-          value_parser = clap::value_parser!(u64).range(50..=60_000))]
-    pub poll_ms: u64,
+    /// How often to look for new events with --follow, in milliseconds [default: 500; 30000
+    /// when new events wake it, as they do unless PROSE_STATE_WAKE=poll or no listening
+    /// connection or file watch can be had]
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(50..=60_000))]
+    pub poll_ms: Option<u64>,
     /// Only the events after this one (an event's `id`): what a reader has not seen yet
     #[arg(long, value_name = "ID", default_value_t = 0, value_parser = at_least(0))]
     pub since: i64,
@@ -871,9 +872,10 @@ pub struct GateWaitArgs {
     /// looks once and answers at once (exit 7 while the gate is pending)
     #[arg(long, value_name = "DUR")]
     pub timeout: Option<String>,
-    /// How often to look
-    #[arg(long, value_name = "DUR", default_value = "1s")]
-    pub poll: String,
+    /// How often to look [default: 1s; 30s when the wait is woken by the commit, as it is
+    /// unless PROSE_STATE_WAKE=poll or no listening connection or file watch can be had]
+    #[arg(long, value_name = "DUR")]
+    pub poll: Option<String>,
     /// Treat a decision nothing attests (written with the spec's own SQL by another tool, or
     /// sealed on another machine) as made, instead of exiting 10
     #[arg(long, conflicts_with = "require_signed")]

@@ -34,4 +34,5 @@ mod small_lies;
 mod team;
 mod travel;
 mod vm_day;
+mod wake;
 mod worked;

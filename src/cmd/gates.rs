@@ -859,7 +859,13 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
             "gates wait --all/--any waits on gates of one run: name it with --run or PROSE_RUN",
         ));
     }
-    let poll = std::time::Duration::from_secs(parse_duration(&args.poll)? as u64);
+    let poll = args
+        .poll
+        .as_deref()
+        .map(|p| parse_duration(p).map(|s| std::time::Duration::from_secs(s as u64)))
+        .transpose()?;
+    // Woken by the commit that decides a gate; else it looks every --poll (default 1s).
+    let mut changes: Option<Box<dyn crate::store::wake::Changes>> = None;
     let limit = match args.timeout.as_deref() {
         // One look, no wait: what a VM that must not block asks.
         Some("0" | "0s") => Some(std::time::Duration::ZERO),
@@ -883,6 +889,9 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
             if store.is_none() {
                 let (paths, s) = open()?;
                 run_dir = paths.dir;
+                if changes.is_none() {
+                    changes = Some(s.changes());
+                }
                 store = Some(s);
             }
             let s = store.as_mut().map(|s| s.as_mut()).context("store")?;
@@ -991,11 +1000,13 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
             }
             Err(e) => return Err(e),
         }
-        let mut nap = poll;
+        let mut polling = crate::store::wake::Polling;
+        let waker = changes.as_deref_mut().unwrap_or(&mut polling);
+        let mut nap = crate::store::wake::interval(poll, waker, std::time::Duration::from_secs(1));
         if let Some(l) = limit {
             nap = nap.min(l.saturating_sub(start.elapsed()));
         }
-        std::thread::sleep(nap);
+        waker.wait(nap);
     }
 }
 

@@ -206,13 +206,20 @@ pub fn follow(
         last_id: args.since,
         ..Log::default()
     };
+    // Woken by each commit; else looks every --poll-ms.
+    let mut changes = args.follow.then(|| store.changes());
     loop {
         for line in log.next(store.as_mut())? {
             out(line)?;
         }
-        if !args.follow {
+        let Some(changes) = changes.as_mut() else {
             return Ok(());
-        }
-        std::thread::sleep(std::time::Duration::from_millis(args.poll_ms));
+        };
+        let every = crate::store::wake::interval(
+            args.poll_ms.map(std::time::Duration::from_millis),
+            changes.as_ref(),
+            std::time::Duration::from_millis(500),
+        );
+        changes.wait(every);
     }
 }

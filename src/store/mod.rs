@@ -104,6 +104,7 @@ impl<C> std::ops::DerefMut for Held<C> {
 
 pub mod sqlite_schema;
 pub mod tx;
+pub mod wake;
 
 pub use tx::{Tx, TxKind};
 
@@ -1021,6 +1022,12 @@ pub trait Store: AgentStore {
         now: &str,
     ) -> Result<bool> {
         rules::consume(self.txn(rules::GATE)?, gate_id, instance, inputs, now)
+    }
+
+    /// What wakes a waiter on this run when a change may have committed (`wake`): the
+    /// process's one listening connection or file watch, else polling.
+    fn changes(&self) -> Box<dyn wake::Changes> {
+        Box::new(wake::Polling)
     }
 
     /// Keeps the newest `keep` versions of each binding (`rules::prune_history`).

@@ -64,6 +64,11 @@ pub use tx::PgTx;
 pub use connect::masked;
 use connect::{committed, connect_client, connect_error, map_err};
 
+/// A connection of its own to the server at `url`, for listening (`wake`).
+pub(super) fn listening_client(url: &str) -> Result<Client> {
+    Ok(connect_client(url)?)
+}
+
 /// The agents rows with their segment counts, under a WHERE clause (`$1` is the run).
 macro_rules! agent_select {
     ($where:literal) => {
@@ -672,6 +677,13 @@ impl Store for PgStore {
     fn execution_exists(&mut self, id: i64) -> Result<bool> {
         let run = self.run()?.to_string();
         execution_exists(self, &run, id)
+    }
+
+    fn changes(&self) -> Box<dyn super::wake::Changes> {
+        match self.run_id.as_deref() {
+            Some(run) => super::wake::listen(&self.url, run),
+            None => Box::new(super::wake::Polling),
+        }
     }
 
     fn binding_history(

@@ -645,6 +645,10 @@ impl Store for SqliteStore {
         execution_exists(self, id)
     }
 
+    fn changes(&self) -> Box<dyn super::wake::Changes> {
+        super::wake::watch(&self.path)
+    }
+
     fn binding_history(
         &mut self,
         name: &str,

@@ -1,0 +1,336 @@
+//! Waiters woken by the commit: a process that waits for a run to change (`gates wait`,
+//! `log --follow`, the MCP server, the page) learns of a commit within milliseconds, and costs
+//! almost nothing while idle.
+//!
+//! - On PostgreSQL, a trigger in the committing transaction sends `NOTIFY openprose_change`
+//!   with the run's id (schema 9), so it is heard only if the write commits, and raw writers
+//!   wake waiters too. One connection per process listens, for every waiter of the process.
+//! - On SQLite, one file watch per process (inotify, through the `notify` crate) on the run
+//!   directories its waiters wait on; a change of `state.db` or its write-ahead log wakes the
+//!   run's waiters, who confirm it with `PRAGMA data_version` (a checkpoint, or the waiter's own
+//!   process, changes nothing they would see).
+//!
+//! A signal missed or coalesced only delays a waiter until its next look: every waiter still
+//! looks at its safety-net interval. Where a listening connection or a watch cannot be had
+//! (the server's `max_connections`, the kernel's inotify instances, `PROSE_STATE_WAKE=poll`),
+//! waiters poll, as before.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The channel the schema's trigger notifies, with the run's id as payload.
+pub const CHANNEL: &str = "openprose_change";
+
+/// How a waiter learns that its run may have changed.
+pub trait Changes: Send {
+    /// Blocks until a change to the run may have committed, or `max` has passed. True when
+    /// woken by a change (the waiter looks again either way).
+    fn wait(&mut self, max: Duration) -> bool;
+    /// `listen` (PostgreSQL NOTIFY), `watch` (a file watch) or `poll`.
+    fn how(&self) -> &'static str;
+}
+
+/// Sleeps the whole interval: what every waiter falls back to.
+pub struct Polling;
+
+impl Changes for Polling {
+    fn wait(&mut self, max: Duration) -> bool {
+        std::thread::sleep(max);
+        false
+    }
+
+    fn how(&self) -> &'static str {
+        "poll"
+    }
+}
+
+/// How long a waiter woken by the commit sleeps at most between looks (the safety net for a
+/// signal missed), unless told otherwise.
+pub const SAFETY_NET: Duration = Duration::from_secs(30);
+
+/// The interval a waiter looks at: `given`, else the safety net when `changes` wake it, else
+/// `polling`.
+pub fn interval(given: Option<Duration>, changes: &dyn Changes, polling: Duration) -> Duration {
+    given.unwrap_or(if changes.how() == "poll" {
+        polling
+    } else {
+        SAFETY_NET
+    })
+}
+
+/// Whether wake-ups are turned off (`PROSE_STATE_WAKE=poll`): every waiter polls.
+pub fn disabled() -> bool {
+    std::env::var("PROSE_STATE_WAKE").is_ok_and(|v| v == "poll")
+}
+
+/// Changes heard by one process, by key (a run id, or a run directory): a count each key's
+/// waiters compare with the one they saw, and whether the hub still hears anything.
+struct Hub {
+    state: Mutex<(HashMap<String, u64>, bool)>,
+    cond: Condvar,
+}
+
+impl Hub {
+    fn new() -> Arc<Hub> {
+        Arc::new(Hub {
+            state: Mutex::new((HashMap::new(), true)),
+            cond: Condvar::new(),
+        })
+    }
+
+    fn bump(&self, key: &str) {
+        if let Ok(mut s) = self.state.lock() {
+            *s.0.entry(key.to_string()).or_default() += 1;
+        }
+        self.cond.notify_all();
+    }
+
+    fn die(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.1 = false;
+        }
+        self.cond.notify_all();
+    }
+
+    fn seen(&self, key: &str) -> u64 {
+        self.state
+            .lock()
+            .map(|s| s.0.get(key).copied().unwrap_or(0))
+            .unwrap_or(0)
+    }
+
+    /// Waits until the key's count passes `seen`, or `until`; the new count when it did.
+    /// None when the hub stopped hearing (the caller then sleeps what is left).
+    fn wait(&self, key: &str, seen: u64, until: Instant) -> Option<Option<u64>> {
+        let mut s = self.state.lock().ok()?;
+        loop {
+            if !s.1 {
+                return None;
+            }
+            let now = s.0.get(key).copied().unwrap_or(0);
+            if now != seen {
+                return Some(Some(now));
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Some(None);
+            }
+            s = self.cond.wait_timeout(s, left).ok()?.0;
+        }
+    }
+}
+
+/// A waiter on one hub's key.
+struct Waiter {
+    hub: Arc<Hub>,
+    key: String,
+    seen: u64,
+    how: &'static str,
+    /// SQLite: a connection of the waiter's own, whose `data_version` says whether another
+    /// connection committed since it last looked.
+    confirm: Option<(rusqlite::Connection, i64)>,
+}
+
+impl Waiter {
+    fn committed_elsewhere(&mut self) -> bool {
+        let Some((conn, last)) = &mut self.confirm else {
+            return true;
+        };
+        match conn.pragma_query_value(None, "data_version", |r| r.get::<_, i64>(0)) {
+            Ok(v) if v != *last => {
+                *last = v;
+                true
+            }
+            Ok(_) => false,
+            Err(_) => true,
+        }
+    }
+}
+
+impl Changes for Waiter {
+    fn wait(&mut self, max: Duration) -> bool {
+        let until = Instant::now() + max;
+        loop {
+            match self.hub.wait(&self.key, self.seen, until) {
+                Some(Some(now)) => {
+                    self.seen = now;
+                    // The log's bytes are written before the commit marks them committed (in
+                    // shared memory, which no watch sees): looked at again, briefly.
+                    for _ in 0..20 {
+                        if self.committed_elsewhere() {
+                            return true;
+                        }
+                        if self.confirm.is_none() || Instant::now() >= until {
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                }
+                Some(None) => return false,
+                None => {
+                    std::thread::sleep(until.saturating_duration_since(Instant::now()));
+                    return false;
+                }
+            }
+        }
+    }
+
+    fn how(&self) -> &'static str {
+        self.how
+    }
+}
+
+/// The process's listening connections, by server URL.
+fn pg_hubs() -> &'static Mutex<HashMap<String, Arc<Hub>>> {
+    static HUBS: OnceLock<Mutex<HashMap<String, Arc<Hub>>>> = OnceLock::new();
+    HUBS.get_or_init(Default::default)
+}
+
+/// A waiter on run `run` of the server at `url`, through the process's one listening
+/// connection to it (opened on first use, on a thread of its own). Polling when it cannot be
+/// had.
+pub fn listen(url: &str, run: &str) -> Box<dyn Changes> {
+    if disabled() {
+        return Box::new(Polling);
+    }
+    let hub = {
+        let Ok(mut hubs) = pg_hubs().lock() else {
+            return Box::new(Polling);
+        };
+        match hubs.get(url) {
+            Some(h) if h.state.lock().is_ok_and(|s| s.1) => h.clone(),
+            _ => {
+                let Ok(mut client) = super::postgres::listening_client(url) else {
+                    return Box::new(Polling);
+                };
+                if client.batch_execute(&format!("LISTEN {CHANNEL}")).is_err() {
+                    return Box::new(Polling);
+                }
+                let hub = Hub::new();
+                let heard = hub.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("prose-listen".into())
+                    .spawn(move || loop {
+                        use postgres::fallible_iterator::FallibleIterator as _;
+                        let next = client
+                            .notifications()
+                            .timeout_iter(Duration::from_secs(30))
+                            .next();
+                        match next {
+                            Ok(Some(note)) => heard.bump(note.payload()),
+                            Err(_) => return heard.die(),
+                            // Quiet for a while: the connection is checked, then listened on.
+                            Ok(None) => {
+                                if client.is_closed() || client.simple_query("").is_err() {
+                                    return heard.die();
+                                }
+                            }
+                        }
+                    });
+                if spawned.is_err() {
+                    return Box::new(Polling);
+                }
+                hubs.insert(url.to_string(), hub.clone());
+                hub
+            }
+        }
+    };
+    let seen = hub.seen(run);
+    Box::new(Waiter {
+        hub,
+        key: run.to_string(),
+        seen,
+        how: "listen",
+        confirm: None,
+    })
+}
+
+/// The process's one file watch, and the hub of the run directories it watches.
+struct FileWatch {
+    watcher: Mutex<notify::RecommendedWatcher>,
+    watched: Mutex<Vec<PathBuf>>,
+    hub: Arc<Hub>,
+}
+
+fn file_watch() -> Option<&'static FileWatch> {
+    static WATCH: OnceLock<Option<FileWatch>> = OnceLock::new();
+    WATCH
+        .get_or_init(|| {
+            let hub = Hub::new();
+            let heard = hub.clone();
+            let watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
+                let Ok(ev) = ev else { return };
+                // A write, or a writer closing the file (after its commit); not a reader.
+                use notify::event::{AccessKind, AccessMode, EventKind};
+                if matches!(ev.kind, EventKind::Access(a) if a != AccessKind::Close(AccessMode::Write)) {
+                    return;
+                }
+                for p in &ev.paths {
+                    let db = p
+                        .file_name()
+                        .and_then(|f| f.to_str())
+                        .is_some_and(|f| f.starts_with("state.db"));
+                    if let (true, Some(dir)) = (db, p.parent()) {
+                        heard.bump(&dir.to_string_lossy());
+                    }
+                }
+            })
+            .ok()?;
+            Some(FileWatch {
+                watcher: Mutex::new(watcher),
+                watched: Mutex::new(Vec::new()),
+                hub,
+            })
+        })
+        .as_ref()
+}
+
+/// A waiter on the SQLite run whose database is `db`, through the process's one file watch.
+/// Polling when the watch cannot be had (the kernel's inotify limits).
+pub fn watch(db: &Path) -> Box<dyn Changes> {
+    use notify::Watcher as _;
+    if disabled() {
+        return Box::new(Polling);
+    }
+    let (Some(w), Some(dir)) = (file_watch(), db.parent()) else {
+        return Box::new(Polling);
+    };
+    // The key is the directory as the watch reports it: absolute.
+    let Ok(dir) = std::fs::canonicalize(dir) else {
+        return Box::new(Polling);
+    };
+    {
+        let Ok(mut watched) = w.watched.lock() else {
+            return Box::new(Polling);
+        };
+        if !watched.contains(&dir) {
+            let added = w.watcher.lock().map_err(|_| ()).and_then(|mut x| {
+                x.watch(&dir, notify::RecursiveMode::NonRecursive)
+                    .map_err(|_| ())
+            });
+            if added.is_err() {
+                return Box::new(Polling);
+            }
+            watched.push(dir.clone());
+        }
+    }
+    let flags =
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let Ok(conn) = rusqlite::Connection::open_with_flags(db, flags) else {
+        return Box::new(Polling);
+    };
+    let Ok(version) = conn.pragma_query_value(None, "data_version", |r| r.get::<_, i64>(0)) else {
+        return Box::new(Polling);
+    };
+    let key = dir.to_string_lossy().into_owned();
+    let seen = w.hub.seen(&key);
+    Box::new(Waiter {
+        hub: w.hub.clone(),
+        key,
+        seen,
+        how: "watch",
+        confirm: Some((conn, version)),
+    })
+}
