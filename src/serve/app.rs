@@ -26,7 +26,12 @@ pub(super) struct App {
     /// Binds a decision form to the view that showed it (`decide::view_tag`); made at start,
     /// so a form outlives neither its session nor the server.
     pub view_key: [u8; 32],
+    /// The event streams open at once (`pages::gate_events`), bounded on their own.
+    pub events: Arc<tokio::sync::Semaphore>,
 }
+
+/// At most this many event streams at once; a page past it refreshes by polling instead.
+pub(super) const EVENT_STREAMS: usize = 64;
 
 /// At most this many books are kept open (one per request served at once, up to it).
 const BOOKS_KEPT: usize = 8;
@@ -41,6 +46,7 @@ impl App {
             attempts: Mutex::new(Attempts::default()),
             books: Mutex::new(Vec::new()),
             view_key: rand::random(),
+            events: Arc::new(tokio::sync::Semaphore::new(EVENT_STREAMS)),
         }
     }
 

@@ -41,13 +41,16 @@ pub(super) async fn accept_loop(
             }
         };
         let (tls, router) = (tls.clone(), router.clone());
+        // An event stream gives its slot back (`Slot::release`): it is long-lived by design,
+        // and bounded on its own.
+        let slot = Slot(Arc::new(std::sync::Mutex::new(Some(slot))));
         tokio::spawn(async move {
             match tls {
-                None => serve_connection(stream, peer, router, limits).await,
+                None => serve_connection(stream, peer, router, limits, slot.clone()).await,
                 Some(acceptor) => {
                     let shake = tokio::time::timeout(limits.header_time, acceptor.accept(stream));
                     if let Ok(Ok(stream)) = shake.await {
-                        serve_connection(stream, peer, router, limits).await;
+                        serve_connection(stream, peer, router, limits, slot.clone()).await;
                     }
                 }
             }
@@ -57,14 +60,20 @@ pub(super) async fn accept_loop(
 }
 
 /// One connection, over HTTP/1.1, with the client's address for the handlers (`Peer`).
-async fn serve_connection<S>(stream: S, peer: SocketAddr, router: Router, limits: Limits)
-where
+async fn serve_connection<S>(
+    stream: S,
+    peer: SocketAddr,
+    router: Router,
+    limits: Limits,
+    slot: Slot,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let service = hyper_util::service::TowerToHyperService::new(router);
     let with_peer =
         hyper::service::service_fn(move |mut req: axum::http::Request<hyper::body::Incoming>| {
             req.extensions_mut().insert(ConnectInfo(Peer(peer)));
+            req.extensions_mut().insert(slot.clone());
             hyper::service::Service::call(&service, req)
         });
     let _ = hyper::server::conn::http1::Builder::new()
@@ -72,6 +81,20 @@ where
         .header_read_timeout(limits.header_time)
         .serve_connection(hyper_util::rt::TokioIo::new(stream), with_peer)
         .await;
+}
+
+/// A connection's place under the connection cap, which an event stream gives back.
+#[derive(Clone)]
+pub(super) struct Slot(Arc<std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>>);
+
+impl Slot {
+    /// Frees the connection's place under the cap (it then counts under the event streams'
+    /// own bound).
+    pub(super) fn release(&self) {
+        if let Ok(mut s) = self.0.lock() {
+            s.take();
+        }
+    }
 }
 
 /// The address a connection came from (failed sign-ins are counted by it), over TLS or not.

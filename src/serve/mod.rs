@@ -133,6 +133,7 @@ fn router(app: Arc<app::App>) -> Router {
         .route("/runs/{run}", get(pages::run_page))
         .route("/runs/{run}/gates/{gate}", get(pages::gate_page))
         .route("/runs/{run}/gates/{gate}/decide", post(decide::decide))
+        .route("/runs/{run}/events", get(pages::run_events))
         .route(
             "/runs/{run}/bindings/{execution}/{name}",
             get(pages::binding_value),

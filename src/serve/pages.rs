@@ -422,3 +422,55 @@ pub(super) async fn binding_value(
     );
     Ok(r)
 }
+
+/// A run's changes, as server-sent events: `change` each time a commit to the run may have
+/// changed what its pages show (woken by the commit: `store::wake`), `ping` at least every
+/// 25 seconds. The gate page's script looks again at each `change`. An event stream is
+/// long-lived by design: it gives its place under the connection cap back, and counts under a
+/// bound of its own instead (`EVENT_STREAMS`); past it, 503, and the page polls.
+pub(super) async fn run_events(
+    State(app): State<Arc<App>>,
+    Path(run): Path<String>,
+    _: SignedIn,
+    axum::Extension(slot): axum::Extension<super::listen::Slot>,
+) -> Result<Response, PageError> {
+    use axum::response::sse::{Event, Sse};
+    let Ok(permit) = app.events.clone().try_acquire_owned() else {
+        return Err(PageError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many event streams: this page refreshes by polling",
+        ));
+    };
+    // The run first, as every page names it: one not of this project learns nothing.
+    let changes = blocking(&app, move |app| {
+        let (_, store) = page_run(&app.ctx, &run)?;
+        Ok(store.changes())
+    })
+    .await?;
+    slot.release();
+    let (tx, rx) = tokio::sync::mpsc::channel::<&'static str>(1);
+    std::thread::Builder::new()
+        .name("prose-events".into())
+        .spawn(move || {
+            let _permit = permit;
+            let mut changes = changes;
+            loop {
+                let woke = changes.wait(std::time::Duration::from_secs(25));
+                let event = if woke { "change" } else { "ping" };
+                // A full channel: the client has a change to read already.
+                match tx.try_send(event) {
+                    Ok(()) | Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {}
+                    Err(_) => return,
+                }
+            }
+        })
+        .map_err(|e| anyhow::anyhow!("could not start an event stream: {e}"))?;
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        let event = rx.recv().await?;
+        Some((
+            Ok::<_, std::convert::Infallible>(Event::default().event(event).data(event)),
+            rx,
+        ))
+    });
+    Ok(Sse::new(stream).into_response())
+}
