@@ -808,7 +808,7 @@ fn prune_history_keeps_the_newest_whole(b: Backend) {
     let docs = versions(&run, "doc", None);
     assert_eq!(docs.iter().map(|v| v.n).collect::<Vec<_>>(), [3, 4, 5]);
     // File A only pruned versions named: gone. File B a kept version names: kept, and read.
-    assert_eq!(run.attachments(), [file_b.clone()]);
+    assert_eq!(run.attachments(), std::slice::from_ref(&file_b));
     assert_eq!(
         get_with(&run, "doc", &["--version", "3"]).unwrap(),
         big(2, 5000)
