@@ -298,6 +298,7 @@ fn a_fork_at_every_record_is_its_source_as_it_stood_then(b: Backend) {
     run.bind("acc", "[]", None);
     exec_noting(&run, &mut records, &mut agents_then, 2, "loop", None);
     append("a");
+    run.bind("temp", "first temp", None);
     remember("memory one", "first");
     let scope = exec_noting(
         &run,
@@ -309,6 +310,10 @@ fn a_fork_at_every_record_is_its_source_as_it_stood_then(b: Backend) {
     );
     run.bind("note", "inner one", Some(scope));
     bind_stdin(&run, "big", &big1, &[]);
+    run.view().raw(
+        "DELETE FROM bindings WHERE name = 'temp'",
+        "DELETE FROM openprose.bindings WHERE run_id = '$RUN' AND name = 'temp'",
+    );
     run.cmd()
         .args([
             "gates", "create", "approved", "--prompt", "Go?", "--inputs", "topic",
@@ -330,6 +335,7 @@ fn a_fork_at_every_record_is_its_source_as_it_stood_then(b: Backend) {
     );
     assert_eq!(wait(&run, "approved").0, 0, "consumed in the source");
     remember("memory two", "second");
+    run.bind("temp", "second temp", None);
     bind_stdin(&run, "big", &big2, &[]);
     run.cmd()
         .args(["gates", "create", "pending", "--prompt", "Later?"])
@@ -369,7 +375,7 @@ fn a_fork_at_every_record_is_its_source_as_it_stood_then(b: Backend) {
 
     checkpoint(&run);
     let before = source_bytes(&run);
-    let names = ["topic", "acc", "big", "note"];
+    let names = ["topic", "acc", "big", "note", "temp"];
     for (place, r) in records.iter().enumerate() {
         let id = format!("f{place}");
         let out = fork(&run, &["--at", &r.to_string(), "--run-id", &id]);
@@ -419,6 +425,17 @@ fn a_fork_at_every_record_is_its_source_as_it_stood_then(b: Backend) {
             _ => Some(&big2),
         };
         assert_eq!(get_with(&f, "big", &[]).as_ref(), want_big, "big at {r}");
+        let want_temp: Option<&[u8]> = match place {
+            0 => None,
+            1 => Some(b"first temp"),
+            2 | 3 => None,
+            _ => Some(b"second temp"),
+        };
+        assert_eq!(
+            get_with(&f, "temp", &[]).as_deref(),
+            want_temp,
+            "temp at {r}"
+        );
         // Its history: the versions up to then, each still read whole.
         let n = versions(&f, "acc", None).len();
         for v in 1..=n {
@@ -876,12 +893,14 @@ fn refused_forks_write_nothing(b: Backend) {
     let r = run.exec(1, "start", "completed", None);
     run.bind("x", "one", None);
     let other = p.init();
+    // A record of another run (on a server, ids are numbered across runs) is no point of this.
+    let foreign = other.exec(1, "elsewhere", "completed", None).to_string();
     let before = state(&run);
     let other_before = state(&other);
     let runs = run_ids(&p);
     let r = r.to_string();
     let missing = (r.parse::<i64>().unwrap() + 1000).to_string();
-    for (args, want, says) in [
+    let mut cases = vec![
         (
             vec!["--at", &missing, "--run-id", "nf"],
             3,
@@ -912,7 +931,15 @@ fn refused_forks_write_nothing(b: Backend) {
             other.id.as_str(),
         ),
         (vec!["--at", &r, "--run-id", &run.id], 4, run.id.as_str()),
-    ] {
+    ];
+    if b == Backend::Postgres {
+        cases.push((
+            vec!["--at", &foreign, "--run-id", "nf"],
+            3,
+            foreign.as_str(),
+        ));
+    }
+    for (args, want, says) in cases {
         let a = run.cmd().arg("fork").args(&args).assert();
         let err = stderr(&a);
         assert_eq!(code(&a), want, "{args:?}: {err}");

@@ -15,6 +15,7 @@ on_both!(
     as_of_a_record_is_what_get_returned_then,
     prune_history_keeps_the_newest_whole,
     reads_of_the_past_refused_change_nothing,
+    refused_writes_keep_no_version,
     hostile_values_in_history_are_shown_safely,
     a_decision_is_stale_only_if_an_input_changed_before_it_was_consumed,
 );
@@ -353,6 +354,31 @@ fn sixteen_writers_lose_no_version_and_each_is_attributed(b: Backend) {
         .map(|v| (v.n, v.principal.clone().unwrap()))
         .collect();
     assert_eq!(shown, want);
+    // Paged back with --before, every version once, newest first.
+    let mut paged = Vec::new();
+    let mut before: Option<i64> = None;
+    loop {
+        let mut args = vec!["--limit".to_string(), "50".to_string()];
+        if let Some(b) = before {
+            args.extend(["--before".to_string(), b.to_string()]);
+        }
+        let page = stdout_json(
+            &run.cmd()
+                .args(["--json", "history", "acc"])
+                .args(&args)
+                .assert()
+                .success(),
+        );
+        let vs = page["versions"].as_array().unwrap();
+        assert!(vs.len() <= 50);
+        paged.extend(vs.iter().map(|v| v["version"].as_i64().unwrap()));
+        match page["next_before"].as_i64() {
+            Some(b) => before = Some(b),
+            None => break,
+        }
+    }
+    let want: Vec<i64> = (1..=vs.len() as i64).rev().collect();
+    assert_eq!(paged, want);
     // Records name their writer too.
     let recs = records(&run);
     assert_eq!(recs.len(), WRITERS * ROUNDS.div_ceil(4));
@@ -420,8 +446,10 @@ fn raw_sql_writes_are_kept_and_shown_as_unknown(b: Backend) {
         "DELETE FROM openprose.bindings WHERE run_id = '$RUN' AND name = 'x'",
     );
     run.cmd().args(["get", "x"]).assert().code(3);
+    // Who writes may be named by the environment too.
     run.cmd()
-        .args(["bind", "x", "after", "--as", "bob"])
+        .args(["bind", "x", "after"])
+        .env("PROSE_PRINCIPAL", "bob")
         .assert()
         .success();
 
@@ -868,9 +896,12 @@ fn reads_of_the_past_refused_change_nothing(b: Backend) {
     let r = run.exec(1, "start", "executing", None);
     run.bind("x", "one", None);
     run.bind("x", "two", None);
+    // A record of another run (on a server, ids are numbered across runs) is no point of this.
+    let other = p.init();
+    let foreign = other.exec(1, "elsewhere", "completed", None).to_string();
     let before = state(&run);
     let missing = (r + 1000).to_string();
-    for (args, want, says) in [
+    let mut cases = vec![
         (vec!["get", "x", "--version", "0"], 2, "--version"),
         (vec!["get", "x", "--version", "-1"], 2, "-1"),
         (vec!["get", "x", "--version", "3"], 3, "no version 3"),
@@ -886,7 +917,11 @@ fn reads_of_the_past_refused_change_nothing(b: Backend) {
         (vec!["history", "nope"], 3, "nope"),
         (vec!["history", "x", "--limit", "0"], 2, "--limit"),
         (vec!["history", "bad name!"], 2, "bad name"),
-    ] {
+    ];
+    if b == Backend::Postgres {
+        cases.push((vec!["get", "x", "--as-of", &foreign], 3, &foreign));
+    }
+    for (args, want, says) in cases {
         let a = run.cmd().args(&args).assert();
         let err = stderr(&a);
         assert_eq!(code(&a), want, "{args:?}: {err}");
@@ -896,6 +931,36 @@ fn reads_of_the_past_refused_change_nothing(b: Backend) {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
     assert_eq!(state(&run), before, "a refused read changed the run");
+}
+
+/// Issue 31: a history row is never written for a refused write: a const rebound, a stale
+/// `--if-version`, an `--append` to a value that is no array, a `--merge` into one that is no
+/// object, a name that is not one. The run is as it was.
+fn refused_writes_keep_no_version(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.exec(1, "start", "executing", None);
+    run.cmd()
+        .args(["bind", "k", "fixed", "--kind", "const"])
+        .assert()
+        .success();
+    run.bind("s", "a string", None);
+    let before = state(&run);
+    for (args, want) in [
+        (vec!["bind", "k", "again"], 4),
+        (vec!["bind", "s", "x", "--if-version", "1"], 4),
+        (vec!["bind", "s", "--append", "item"], 4),
+        (vec!["bind", "s", "--merge", r#"{"a":1}"#], 4),
+        (vec!["bind", "s", "--merge", "not json"], 2),
+        (vec!["bind", "bad name!", "x"], 2),
+    ] {
+        let a = run.cmd().args(&args).assert();
+        assert_eq!(code(&a), want, "{args:?}: {}", stderr(&a));
+        assert_eq!(stderr(&a).trim_end().lines().count(), 1, "{}", stderr(&a));
+    }
+    assert_eq!(state(&run), before, "a refused write changed the run");
+    assert_eq!(versions(&run, "k", None).len(), 1);
+    assert_eq!(versions(&run, "s", None).len(), 1);
 }
 
 /// Values with control and bidirectional characters, and a writer's name set by raw SQL,
@@ -1071,6 +1136,25 @@ fn a_decision_is_stale_only_if_an_input_changed_before_it_was_consumed(b: Backen
     let outcome = run.view().gate("publish");
     assert_eq!(outcome.0, "approved");
 
+    // (b) again, consumed by `resume` reporting the decision: one `consumed` event, and a
+    // later rebind is the program's own business.
+    let run = p.init();
+    run.bind("draft", "version one", None);
+    gate_on(&run, "publish", Some("draft"));
+    approve(&run, "publish");
+    let (c, g) = resume(&run, "publish");
+    assert_eq!(c, 0, "{g}");
+    assert_eq!(
+        consumed(&run, "publish"),
+        1,
+        "{:?}",
+        event_types(&run, "publish")
+    );
+    run.bind("draft", "version two", None);
+    assert_eq!(wait(&run, "publish").0, 0);
+    assert_eq!(show(&run, "publish"), 0);
+    assert_eq!(consumed(&run, "publish"), 1);
+
     // (d)
     let run = p.init();
     run.bind("draft", "version one", None);
@@ -1101,6 +1185,11 @@ fn a_decision_is_stale_only_if_an_input_changed_before_it_was_consumed(b: Backen
           WHERE run_id = '$RUN' AND name = 'draft'",
     );
     assert_eq!(show(&run, "publish"), 11);
+    // Removing the traces from history hides nothing: the content is what is compared.
+    run.view().raw(
+        "DELETE FROM binding_history WHERE name = 'draft'",
+        "DELETE FROM openprose.binding_history WHERE run_id = '$RUN' AND name = 'draft'",
+    );
     let (c, out) = wait(&run, "publish");
     assert_eq!(c, 11, "{out}");
     assert_eq!(consumed(&run, "publish"), 0);
