@@ -516,6 +516,18 @@ fn a_fork_at_every_record_is_its_source_as_it_stood_then(b: Backend) {
         if place + 1 == records.len() {
             assert_eq!(d["bindings"]["differ"], json!(0), "{d}");
             assert!(shown.is_empty());
+            // The past carried with it: the fork read as of each of its records (its own ids,
+            // which a server renumbers) is the source as of the same place.
+            for (q, (fork_id, _)) in flog.iter().enumerate() {
+                for name in ["topic", "acc", "big", "temp"] {
+                    assert_eq!(
+                        get_with(&f, name, &["--as-of", &fork_id.to_string()]),
+                        get_with(&run, name, &["--as-of", &records[q].to_string()]),
+                        "{name} as of the fork's record {fork_id} (the source's {})",
+                        records[q]
+                    );
+                }
+            }
         }
     }
     // A carried decision on unchanged inputs stands: the one decided at record 4 is not
