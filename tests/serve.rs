@@ -12,6 +12,7 @@ use std::net::TcpStream;
 use std::process::{Child, Stdio};
 
 on_both!(
+    a_decision_made_elsewhere_reaches_an_open_page_by_its_event_stream,
     a_signed_decision_about_inputs_is_carried_into_a_fork,
     every_vote_a_quorum_counts_must_be_signed,
     the_page_refuses_a_self_approval_and_logs_it,
@@ -2434,4 +2435,75 @@ fn the_page_shows_a_gates_escalation_and_next_reminder(b: Backend) {
     );
     assert!(page.contains("id=\"reminder\""), "{page}");
     assert!(page.contains("waiting for alice"), "{page}");
+}
+
+/// An open gate page hears of a decision made on the command line through its run's event
+/// stream (woken by the commit), and asks what changed without logging a view. The stream is
+/// outside the connection cap: with `--max-connections 2`, three streams and a page are served.
+fn a_decision_made_elsewhere_reaches_an_open_page_by_its_event_stream(b: Backend) {
+    use std::io::{BufRead, BufReader, Write as _};
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let alice = add(&p, "alice");
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "Ship?"])
+        .assert()
+        .success();
+    let s = Server::of(
+        p.std_cmd()
+            .args(["serve", "--listen", "127.0.0.1:0", "--max-connections", "2"]),
+        "http",
+    );
+    let cookie = s.login(&alice);
+    let page = s.get(&gate_path(&run, "g"), Some(&cookie));
+    let events = format!("/runs/{}/events", run.id);
+    assert!(
+        page.body.contains(&format!("data-events=\"{events}\"")),
+        "{}",
+        page.body
+    );
+    let views = run.view().events("g").len();
+    let open = || {
+        let mut c = TcpStream::connect(("127.0.0.1", s.port)).unwrap();
+        write!(
+            c,
+            "GET {events} HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\nAccept: text/event-stream\r\n\r\n"
+        )
+        .unwrap();
+        c.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+            .unwrap();
+        let mut r = BufReader::new(c);
+        let mut line = String::new();
+        r.read_line(&mut line).unwrap();
+        assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+        r
+    };
+    // Three streams at once, past the cap of two connections, and the page still served.
+    let mut streams: Vec<_> = (0..3).map(|_| open()).collect();
+    assert_eq!(s.get(&gate_path(&run, "g"), Some(&cookie)).status, 200);
+    run.cmd()
+        .args(["approve", "g", "--as", "bob", "--yes"])
+        .assert()
+        .success();
+    for r in &mut streams {
+        let mut heard = String::new();
+        let mut line = String::new();
+        while !heard.contains("event: change") {
+            line.clear();
+            if r.read_line(&mut line).unwrap_or(0) == 0 {
+                break;
+            }
+            heard.push_str(&line);
+        }
+        assert!(heard.contains("event: change"), "{heard}");
+    }
+    let status = s.get(&format!("{}/status", gate_path(&run, "g")), Some(&cookie));
+    assert_eq!(status.status, 200);
+    assert!(status.body.contains("status approved"), "{}", status.body);
+    assert!(status.body.contains("decided_by bob"), "{}", status.body);
+    // Asking logs no view: the gate's events are its views so far, its decision and the
+    // second page view.
+    let now: Vec<String> = run.view().events("g").into_iter().map(|e| e.0).collect();
+    assert_eq!(now.len(), views + 2, "{now:?}");
+    drop(streams);
 }

@@ -11,6 +11,41 @@
       } catch (e) { /* the next tick tries again */ }
     }, 2000);
   }
+  // A gate's page: each commit to its run (server-sent events, woken by the commit) asks
+  // what may have changed, without logging a view; a decision made elsewhere shows at once,
+  // and its forms go. Without events (an old browser, the server's bound reached), the page
+  // stays as it was loaded, as it always did.
+  const facts = document.getElementById("facts");
+  if (facts && facts.dataset.events && window.EventSource) {
+    const es = new EventSource(facts.dataset.events);
+    let asking = false;
+    es.addEventListener("change", async () => {
+      if (asking) return;
+      asking = true;
+      try {
+        const r = await fetch(facts.dataset.status, { credentials: "same-origin", cache: "no-store" });
+        if (!r.ok) return;
+        const got = {};
+        for (const line of (await r.text()).split("\n")) {
+          const at = line.indexOf(" ");
+          if (at > 0) got[line.slice(0, at)] = line.slice(at + 1);
+        }
+        const status = document.getElementById("status");
+        if (status && got.status && status.textContent !== got.status) {
+          status.textContent = got.status;
+          if (got.status !== "pending") {
+            for (const form of document.querySelectorAll("div.decide")) form.remove();
+            const note = document.createElement("p");
+            note.className = "note";
+            note.id = "decided-elsewhere";
+            note.textContent = "Decided" + (got.decided_by ? " by " + got.decided_by : "") +
+              " while this page was open; reload it for the whole history.";
+            status.closest("dl").after(note);
+          }
+        }
+      } catch (e) { /* the next change asks again */ } finally { asking = false; }
+    });
+  }
   // Deadline countdowns: the time left, each second, from the deadline the server gave.
   const human = (s) => {
     if (s <= 0) return "0s";

@@ -134,6 +134,7 @@ fn router(app: Arc<app::App>) -> Router {
         .route("/runs/{run}/gates/{gate}", get(pages::gate_page))
         .route("/runs/{run}/gates/{gate}/decide", post(decide::decide))
         .route("/runs/{run}/events", get(pages::run_events))
+        .route("/runs/{run}/gates/{gate}/status", get(pages::gate_status))
         .route(
             "/runs/{run}/bindings/{execution}/{name}",
             get(pages::binding_value),

@@ -262,7 +262,7 @@ fn gate_markup(app: &App, d: &GateViewData, user: &SignedIn) -> Markup {
         html! {
             p { a href=(format!("/runs/{}", enc(run))) { "Run " (visible(run)) } }
             h1 { "Gate " (visible(&g.id)) }
-            dl {
+            dl #facts data-events=(format!("/runs/{}/events", enc(run))) data-status=(format!("{}/status", gate_link(g))) {
                 dt { "Status" } dd #status { (g.status.to_string()) }
                 dt { "May decide" } dd {
                     (visible(&g.allow.join(", ")))
@@ -473,4 +473,39 @@ pub(super) async fn run_events(
         ))
     });
     Ok(Sse::new(stream).into_response())
+}
+
+/// What may change on a gate's page while it is open, read without writing anything (a view
+/// is not logged: this is what the page's script asks at each `change` event): the status, who
+/// decided, and whether the decision is stale. Plain text lines `status`, `decided_by`,
+/// `stale`.
+pub(super) async fn gate_status(
+    State(app): State<Arc<App>>,
+    Path((run, gate)): Path<(String, String)>,
+    _: SignedIn,
+) -> Result<Response, PageError> {
+    let text = blocking(&app, move |app| {
+        let (paths, mut store) = page_run(&app.ctx, &run)?;
+        crate::model::check_gate_id(&gate)?;
+        let Some(row) = store.gate(&gate, &now())? else {
+            return Err(crate::error::not_found("no such gate"));
+        };
+        let d = crate::services::inputs::derived(store.as_mut(), &row)?;
+        let (stale, _) = crate::services::inputs::stale(store.as_mut(), &paths.dir, &row, &d)?;
+        Ok(format!(
+            "status {}\ndecided_by {}\nstale {}\n",
+            row.status,
+            row.resolved_by.as_deref().map(visible).unwrap_or_default(),
+            stale.as_deref().map(visible).unwrap_or_default()
+        ))
+    })
+    .await?;
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        )],
+        text,
+    )
+        .into_response())
 }
