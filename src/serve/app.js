@@ -1,15 +1,25 @@
 // prose-state serve: live updates only; every page works without this script.
 "use strict";
 (function () {
-  // The pending list: fetched again every 2 seconds and swapped in.
+  // The pending list: fetched again and swapped in at each change committed (server-sent
+  // events); every 2 seconds instead where events are not to be had.
   const live = document.getElementById("live");
   if (live && live.dataset.src) {
-    setInterval(async () => {
+    const refresh = async () => {
       try {
         const r = await fetch(live.dataset.src, { credentials: "same-origin", cache: "no-store" });
         if (r.ok) live.innerHTML = await r.text();
-      } catch (e) { /* the next tick tries again */ }
-    }, 2000);
+      } catch (e) { /* the next change, or tick, tries again */ }
+    };
+    let polling = null;
+    const poll = () => { if (!polling) polling = setInterval(refresh, 2000); };
+    if (window.EventSource && live.dataset.events) {
+      const es = new EventSource(live.dataset.events);
+      es.addEventListener("change", refresh);
+      es.onerror = () => { if (es.readyState === EventSource.CLOSED) poll(); };
+    } else {
+      poll();
+    }
   }
   // A gate's page: each commit to its run (server-sent events, woken by the commit) asks
   // what may have changed, without logging a view; a decision made elsewhere shows at once,

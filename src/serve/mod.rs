@@ -127,6 +127,7 @@ fn router(app: Arc<app::App>) -> Router {
     Router::new()
         .route("/", get(pages::pending_page))
         .route("/pending", get(pages::pending_rows))
+        .route("/events", get(pages::pending_events))
         .route("/login", get(signin::login_page).post(signin::login))
         .route("/logout", post(signin::logout))
         .route("/runs", get(pages::runs_page))

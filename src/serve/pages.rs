@@ -75,8 +75,8 @@ pub(super) async fn pending_page(
         Some((&user.principal, &user.csrf)),
         html! {
             h1 { "Pending gates" }
-            p.note { "Oldest first. This list refreshes itself every 2 seconds." }
-            div #live data-src="/pending" { (pending_table(&list)) }
+            p.note { "Oldest first. This list follows every change as it is committed." }
+            div #live data-src="/pending" data-events="/events" { (pending_table(&list)) }
         },
     )))
 }
@@ -434,7 +434,6 @@ pub(super) async fn run_events(
     _: SignedIn,
     axum::Extension(slot): axum::Extension<super::listen::Slot>,
 ) -> Result<Response, PageError> {
-    use axum::response::sse::{Event, Sse};
     let Ok(permit) = app.events.clone().try_acquire_owned() else {
         return Err(PageError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -447,6 +446,43 @@ pub(super) async fn run_events(
         Ok(store.changes())
     })
     .await?;
+    event_stream(changes, permit, slot)
+}
+
+/// Changes to any run of the project, as server-sent events (the pending list's): on a
+/// server, every run's commits; on SQLite, the project catalog's, which each run's commit of
+/// its gates updates (a raw write to a run's gates reaches the list at the next look).
+pub(super) async fn pending_events(
+    State(app): State<Arc<App>>,
+    _: SignedIn,
+    axum::Extension(slot): axum::Extension<super::listen::Slot>,
+) -> Result<Response, PageError> {
+    let Ok(permit) = app.events.clone().try_acquire_owned() else {
+        return Err(PageError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many event streams: this page refreshes by polling",
+        ));
+    };
+    let changes = blocking(&app, move |app| {
+        Ok(if app.ctx.uses_postgres() {
+            crate::store::wake::listen_all(&app.ctx.postgres_url()?)
+        } else {
+            let prose = app.ctx.runs_dir().parent().unwrap_or(app.ctx.runs_dir());
+            crate::store::wake::watch_catalog(prose)
+        })
+    })
+    .await?;
+    event_stream(changes, permit, slot)
+}
+
+/// An event stream of `changes` (see `run_events`), holding `permit` while it lasts and
+/// giving `slot` back.
+fn event_stream(
+    changes: Box<dyn crate::store::wake::Changes>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    slot: super::listen::Slot,
+) -> Result<Response, PageError> {
+    use axum::response::sse::{Event, Sse};
     slot.release();
     let (tx, rx) = tokio::sync::mpsc::channel::<&'static str>(1);
     std::thread::Builder::new()

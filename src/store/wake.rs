@@ -188,6 +188,14 @@ fn pg_hubs() -> &'static Mutex<HashMap<String, Arc<Hub>>> {
     HUBS.get_or_init(Default::default)
 }
 
+/// The key every change of a server's runs also bumps: what a waiter on any run waits on.
+const ANY_RUN: &str = "*";
+
+/// A waiter on any run of the server at `url` (the page's pending list).
+pub fn listen_all(url: &str) -> Box<dyn Changes> {
+    listen(url, ANY_RUN)
+}
+
 /// A waiter on run `run` of the server at `url`, through the process's one listening
 /// connection to it (opened on first use, on a thread of its own). Polling when it cannot be
 /// had.
@@ -219,7 +227,10 @@ pub fn listen(url: &str, run: &str) -> Box<dyn Changes> {
                             .timeout_iter(Duration::from_secs(30))
                             .next();
                         match next {
-                            Ok(Some(note)) => heard.bump(note.payload()),
+                            Ok(Some(note)) => {
+                                heard.bump(note.payload());
+                                heard.bump(ANY_RUN);
+                            }
                             Err(_) => return heard.die(),
                             // Quiet for a while: the connection is checked, then listened on.
                             Ok(None) => {
@@ -268,10 +279,11 @@ fn file_watch() -> Option<&'static FileWatch> {
                     return;
                 }
                 for p in &ev.paths {
+                    // A run's database, or the project catalog that every run's commit updates.
                     let db = p
                         .file_name()
                         .and_then(|f| f.to_str())
-                        .is_some_and(|f| f.starts_with("state.db"));
+                        .is_some_and(|f| f.starts_with("state.db") || f.starts_with("catalog"));
                     if let (true, Some(dir)) = (db, p.parent()) {
                         heard.bump(&dir.to_string_lossy());
                     }
@@ -287,14 +299,28 @@ fn file_watch() -> Option<&'static FileWatch> {
         .as_ref()
 }
 
+/// A waiter on the project catalog in `prose_dir` (`.prose/`), which each SQLite run's commit
+/// of its run or gates updates: the page's pending list.
+pub fn watch_catalog(prose_dir: &Path) -> Box<dyn Changes> {
+    watch_in(prose_dir, None)
+}
+
 /// A waiter on the SQLite run whose database is `db`, through the process's one file watch.
 /// Polling when the watch cannot be had (the kernel's inotify limits).
 pub fn watch(db: &Path) -> Box<dyn Changes> {
+    match db.parent() {
+        Some(dir) => watch_in(dir, Some(db)),
+        None => Box::new(Polling),
+    }
+}
+
+/// A waiter on the files of `dir`, confirmed by `db`'s `data_version` when there is one.
+fn watch_in(dir: &Path, db: Option<&Path>) -> Box<dyn Changes> {
     use notify::Watcher as _;
     if disabled() {
         return Box::new(Polling);
     }
-    let (Some(w), Some(dir)) = (file_watch(), db.parent()) else {
+    let Some(w) = file_watch() else {
         return Box::new(Polling);
     };
     // The key is the directory as the watch reports it: absolute.
@@ -316,13 +342,20 @@ pub fn watch(db: &Path) -> Box<dyn Changes> {
             watched.push(dir.clone());
         }
     }
-    let flags =
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let Ok(conn) = rusqlite::Connection::open_with_flags(db, flags) else {
-        return Box::new(Polling);
-    };
-    let Ok(version) = conn.pragma_query_value(None, "data_version", |r| r.get::<_, i64>(0)) else {
-        return Box::new(Polling);
+    let confirm = match db {
+        None => None,
+        Some(db) => {
+            let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
+                | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            let Ok(conn) = rusqlite::Connection::open_with_flags(db, flags) else {
+                return Box::new(Polling);
+            };
+            let Ok(version) = conn.pragma_query_value(None, "data_version", |r| r.get::<_, i64>(0))
+            else {
+                return Box::new(Polling);
+            };
+            Some((conn, version))
+        }
     };
     let key = dir.to_string_lossy().into_owned();
     let seen = w.hub.seen(&key);
@@ -331,6 +364,6 @@ pub fn watch(db: &Path) -> Box<dyn Changes> {
         key,
         seen,
         how: "watch",
-        confirm: Some((conn, version)),
+        confirm,
     })
 }
