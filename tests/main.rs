@@ -2,6 +2,7 @@
 
 mod common;
 
+mod attack31;
 mod bad_input;
 mod bind_get;
 mod catalog;
