@@ -219,7 +219,8 @@ pub struct ImportArgs {
 #[derive(Debug, Args)]
 pub struct ForkArgs {
     /// The execution record to fork at (its id, as `log` shows it): the fork holds the
-    /// records up to it and the state as it was just after it
+    /// records up to it and the state as it stood when the next record was appended (for the
+    /// newest record: as it is now)
     #[arg(long, value_name = "RECORD", value_parser = at_least(1))]
     pub at: i64,
     /// The new run's id [default: a new {YYYYMMDD}-{HHMMSS}-{random6}]
@@ -535,7 +536,7 @@ pub struct GetArgs {
     #[arg(long, value_name = "V", value_parser = at_least(1), conflicts_with_all = ["explain", "as_of"])]
     pub version: Option<i64>,
 
-    /// Read the binding as it was just after this execution record was appended (a record id,
+    /// Read the binding as it stood when the record after this one was appended (a record id,
     /// as `log` shows it), or at this UTC time ('2026-11-24 10:15:00'), looked up through the
     /// scope chain as `get` would have then
     #[arg(long, value_name = "RECORD|TIME", conflicts_with = "explain")]

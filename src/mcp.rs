@@ -95,8 +95,8 @@ const SERVED: &[Served] = &[
                 where the next page starts (null at the end) and `truncated` whether more \
                 follows. A large value's one-line summary is in `summary`, never in `value`. \
                 `explain` gives the scope chain walked instead. `version` reads an earlier \
-                version (numbers from `history`); `as_of` reads the binding as it was just \
-                after an execution record (its id) or at a UTC time.",
+                version (numbers from `history`); `as_of` reads the binding as it stood when \
+                the execution record after `as_of` (a record id) was appended, or at a UTC time.",
         ..Served::new("get", &["get"], true)
     },
     Served {
@@ -239,7 +239,7 @@ const SERVED: &[Served] = &[
         roles: VM_ONLY,
         about: "Make a new run whose state is this run's as of one execution record `at` (its \
                 id, as `log_since` shows it): the records up to it, every binding and agent \
-                memory as it was then, and the gates opened by then (a decision made by then \
+                memory as they stood when the next record was appended, and the gates opened by then (a decision made by then \
                 is carried and counts). `bind` replaces root-scope inputs at the fork point, as \
                 an array of `NAME=VALUE` strings: how a run is retried with a corrected input; \
                 a decision about a rebound input is then stale. The source is untouched. The \

@@ -1,7 +1,9 @@
 //! An adversary's battery against issue 31 (binding history, forks, decisions about inputs).
 //!
-//! Each `bug_` test FAILS while the bug it shows is there: it states what the promise is and
-//! asserts it. Each `holds_` test is an attack that was repelled. Every test drives the real
+//! Each test states a promise and asserts it (`holds_`). The battery first found six bugs,
+//! since fixed: an input looked up from a scope no sealed event named, a consumption racing
+//! the first bind of an absent input, `history` answers past their budget, a version
+//! attributed to prose-state after its trigger was dropped, and "as of" worded wrongly. Every test drives the real
 //! binary and reads the database itself; raw SQL is written the way another tool (or the
 //! spec's own VM) would write it.
 
@@ -11,14 +13,14 @@ use sha2::{Digest, Sha256};
 use std::time::Duration;
 
 on_both!(
-    bug_a_binding_in_the_gates_own_scope_hides_a_changed_input,
-    bug_raw_sql_hides_a_stale_decision_property,
+    holds_a_binding_in_the_gates_own_scope_hides_no_changed_input,
+    holds_raw_sql_hides_no_stale_decision_even_in_nearer_scopes_property,
     holds_raw_sql_in_the_inputs_scope_never_hides_a_stale_decision_property,
-    bug_consumption_races_the_first_bind_of_an_absent_input,
+    holds_consumption_never_races_the_first_bind_of_an_absent_input,
     holds_consumption_never_races_a_rebind_where_the_input_was_found,
     holds_concurrent_rebinds_never_slip_past_consumption,
-    bug_history_answers_exceed_the_budget_with_raw_long_fields,
-    bug_a_dropped_history_trigger_makes_prose_state_sign_a_version_it_did_not_write,
+    holds_history_answers_keep_the_budget_with_raw_long_fields,
+    holds_a_dropped_history_trigger_refuses_the_write,
     holds_raw_writers_are_kept_in_history,
     holds_hostile_values_are_read_back_exactly_and_shown_safely,
     holds_forks_at_every_record_are_the_source_as_of_then,
@@ -27,7 +29,7 @@ on_both!(
     holds_a_fork_is_one_moment_while_writers_go_on,
     holds_prune_during_appends_loses_nothing_and_refuses_the_pruned_past,
     holds_verify_finds_an_edited_sealed_version,
-    bug_get_as_of_is_not_what_get_returned_just_after_the_record,
+    holds_get_as_of_is_the_state_just_before_the_next_record,
 );
 
 // ---------------------------------------------------------------------------------------
@@ -252,7 +254,7 @@ impl Rng {
 /// record, finds the approved content, and consumes the decision: the program, at the root,
 /// then reads EVIL under an approval of "A". docs/history.md: "raw SQL that changes an input
 /// cannot hide the change".
-fn bug_a_binding_in_the_gates_own_scope_hides_a_changed_input(b: Backend) {
+fn holds_a_binding_in_the_gates_own_scope_hides_no_changed_input(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
     bind(&run, "topic", b"A");
@@ -429,7 +431,7 @@ fn holds_raw_sql_in_the_inputs_scope_never_hides_a_stale_decision_property(b: Ba
     property(b, false, 150);
 }
 
-fn bug_raw_sql_hides_a_stale_decision_property(b: Backend) {
+fn holds_raw_sql_hides_no_stale_decision_even_in_nearer_scopes_property(b: Backend) {
     property(b, true, 150);
 }
 
@@ -471,7 +473,7 @@ fn wait_around(run: &Run, gate: &str, lite: &str, pg: &str) -> i32 {
 /// skips inputs that were absent when read, so the decision is consumed with topic bound to
 /// content it never sealed. (Deterministic here by holding the write lock; a concurrent
 /// `bind` hits the same window by chance.)
-fn bug_consumption_races_the_first_bind_of_an_absent_input(b: Backend) {
+fn holds_consumption_never_races_the_first_bind_of_an_absent_input(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
     gate_about(&run, "review", "topic");
@@ -601,7 +603,7 @@ fn holds_concurrent_rebinds_never_slip_past_consumption(b: Backend) {
 /// fields the spec's own SQL may write (SQLite: a long `kind`; either: a long principal in
 /// `binding_history`) make `history --json` (and the MCP `history` tool, which answers with
 /// the same document) hundreds of KiB.
-fn bug_history_answers_exceed_the_budget_with_raw_long_fields(b: Backend) {
+fn holds_history_answers_keep_the_budget_with_raw_long_fields(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
     bind(&run, "k", b"v0");
@@ -673,7 +675,7 @@ fn mcp_history_answer(p: &Project, run: &Run, args: Value) -> usize {
 /// and its attribution step (an UPDATE of the binding's newest history row whose principal is
 /// NULL) signs the raw writer's version with the binder's name. History then says mallory
 /// wrote a value mallory never wrote; nothing (bind, doctor) reports the missing trigger.
-fn bug_a_dropped_history_trigger_makes_prose_state_sign_a_version_it_did_not_write(b: Backend) {
+fn holds_a_dropped_history_trigger_refuses_the_write(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
     run.cmd()
@@ -687,22 +689,19 @@ fn bug_a_dropped_history_trigger_makes_prose_state_sign_a_version_it_did_not_wri
         "UPDATE openprose.bindings SET value = 'raw' WHERE run_id = '$RUN' AND name = 'x';
          DROP TRIGGER binding_history_keep ON openprose.bindings;",
     );
-    run.cmd()
+    // A write that would keep no version is refused (tampering, exit 9), and writes nothing.
+    let a = run
+        .cmd()
         .args(["bind", "x", "v2", "--as", "mallory"])
         .assert()
-        .success();
+        .failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
+    assert_eq!(run.get("x", None), b"raw");
     let by = db.one(
         "SELECT principal FROM binding_history WHERE name = 'x' AND value = 'raw'",
         "SELECT principal FROM openprose.binding_history WHERE run_id = '$RUN' AND name = 'x' AND value = 'raw'",
     );
-    let kept_v2 = db.int(
-        "SELECT COUNT(*) FROM binding_history WHERE name = 'x' AND value = 'v2'",
-        "SELECT COUNT(*)::text FROM openprose.binding_history WHERE run_id = '$RUN' AND name = 'x' AND value = 'v2'",
-    );
-    assert!(
-        by.as_deref() != Some(b"mallory".as_slice()),
-        "the raw writer's version \"raw\" is now attributed to mallory (v2 kept: {kept_v2})"
-    );
+    assert_eq!(by, None, "the raw writer's version stays unattributed");
 }
 
 /// Raw writers' changes: kept as history.md says (UPDATE, the spec's INSERT OR REPLACE,
@@ -814,7 +813,7 @@ fn holds_hostile_values_are_read_back_exactly_and_shown_safely(b: Backend) {
             .stdout
             .clone()
     };
-    // "As of" a record runs up to the next record (see bug_get_as_of_...).
+    // "As of" a record runs up to the next record (holds_get_as_of_is_the_state_just_...).
     let same = |what: &str, got: Vec<u8>, want: &[u8]| {
         assert!(
             got == want,
@@ -1400,25 +1399,26 @@ fn holds_verify_finds_an_edited_sealed_version(b: Backend) {
 /// then its result) is "as of R". Either the words or the reading is wrong; a model reading
 /// the guide literally gets the other value. (The same makes a fork at the newest record of a
 /// run still being written differ from a later `get --as-of` of that record.)
-fn bug_get_as_of_is_not_what_get_returned_just_after_the_record(b: Backend) {
+fn holds_get_as_of_is_the_state_just_before_the_next_record(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
     bind(&run, "x", b"before");
     let r1 = exec(&run, 1);
-    let just_after = run.get("x", None);
     bind(&run, "x", b"after");
+    // The newest record: as the run stands now.
+    let as_of = |r: i64| {
+        run.cmd()
+            .args(["get", "x", "--as-of", &r.to_string()])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone()
+    };
+    assert_eq!(as_of(r1), b"after");
     exec(&run, 2);
-    let as_of = run
-        .cmd()
-        .args(["get", "x", "--as-of", &r1.to_string()])
-        .assert()
-        .success()
-        .get_output()
-        .stdout
-        .clone();
-    assert_eq!(
-        String::from_utf8_lossy(&as_of),
-        String::from_utf8_lossy(&just_after),
-        "get --as-of {r1} is not what get returned just after record {r1} was appended"
-    );
+    bind(&run, "x", b"later");
+    // As of record 1: what stood when record 2 was appended (the write after record 1
+    // included), whatever came after.
+    assert_eq!(as_of(r1), b"after");
 }

@@ -242,7 +242,7 @@ fn decide(
     }
     // What the decision is about, as it is now (what a person at a terminal was just shown).
     let derived = crate::services::inputs::derived(store.as_mut(), &gate)?;
-    let inputs = crate::services::inputs::read(store.as_mut(), &paths.dir, &gate, &derived.inputs)?;
+    let inputs = crate::services::inputs::read(store.as_mut(), &paths.dir, &derived)?;
     let digests = crate::services::inputs::digests(&inputs);
     let decision = Decision {
         gate_id,

@@ -752,7 +752,7 @@ pub fn show_to(
         .map(|v| v.settled(&row.status))
     });
     let (stale, inputs) = match report.derived.get(&row.id) {
-        Some(d) => crate::services::inputs::stale(store, run_dir, &row, d)?,
+        Some(d) => crate::services::inputs::stale(store, run_dir, d)?,
         None => (None, Vec::new()),
     };
     Ok(GateShown {

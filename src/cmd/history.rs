@@ -116,20 +116,30 @@ fn version_of(r: &HistoryRow) -> Version {
     if text.chars().nth(PREVIEW_CHARS).is_some() {
         preview.push('…');
     }
+    // Every text a row holds is bounded, whatever raw SQL wrote there: the answer stays
+    // within an MCP answer's size. Cut, not escaped: the text output escapes it, the JSON
+    // keeps it exact.
+    let short = |t: &str, n: usize| -> String {
+        let mut s: String = t.chars().take(n).collect();
+        if t.chars().nth(n).is_some() {
+            s.push('…');
+        }
+        s
+    };
     Version {
         version: r.n,
-        kind: r.kind.clone(),
-        written_at: r.written_at.clone(),
+        kind: r.kind.as_deref().map(|k| short(k, 20)),
+        written_at: r.written_at.as_deref().map(|w| short(w, 32)),
         after_record: r.at_record,
-        by: history::writer(r).to_string(),
+        by: short(history::writer(r), 80),
         change: change(r),
         preview,
         bytes: shown_bytes.len() as u64,
-        attachment: r.attachment_path.clone(),
+        attachment: r.attachment_path.as_deref().map(|a| short(a, 120)),
         source_statement: r
             .source_statement
             .as_deref()
-            .map(|s| crate::output::one_line(s, PREVIEW_CHARS)),
+            .map(|s| short(s, PREVIEW_CHARS)),
     }
 }
 

@@ -143,8 +143,7 @@ pub(super) async fn decide(
         let (derived, inputs) = match store.gate(&gate2, &now())? {
             Some(row) => {
                 let d = crate::services::inputs::derived(store.as_mut(), &row)?;
-                let now_inputs =
-                    crate::services::inputs::read(store.as_mut(), &paths.dir, &row, &d.inputs)?;
+                let now_inputs = crate::services::inputs::read(store.as_mut(), &paths.dir, &d)?;
                 (d, crate::services::inputs::digests(&now_inputs))
             }
             None => Default::default(),

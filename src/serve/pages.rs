@@ -527,7 +527,7 @@ pub(super) async fn gate_status(
             return Err(crate::error::not_found("no such gate"));
         };
         let d = crate::services::inputs::derived(store.as_mut(), &row)?;
-        let (stale, _) = crate::services::inputs::stale(store.as_mut(), &paths.dir, &row, &d)?;
+        let (stale, _) = crate::services::inputs::stale(store.as_mut(), &paths.dir, &d)?;
         Ok(format!(
             "status {}\ndecided_by {}\nstale {}\n",
             row.status,

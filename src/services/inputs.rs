@@ -31,16 +31,22 @@ pub struct InputNow {
     pub at: Option<(Option<i64>, i64)>,
 }
 
-/// The gate's inputs as they are now, looked up from the gate's own record up to the root.
-pub fn read(
-    store: &mut dyn Store,
-    run_dir: &Path,
-    gate: &GateRow,
-    names: &[String],
-) -> Result<Vec<InputNow>> {
+/// The scopes an input lookup from `scope` walks, nearest first, the root last.
+pub fn chain(store: &mut dyn Store, scope: Option<i64>) -> Result<Vec<Option<i64>>> {
+    let mut chain: Vec<Option<i64>> = match scope {
+        Some(id) => store.scope_chain(id)?.into_iter().map(Some).collect(),
+        None => Vec::new(),
+    };
+    chain.push(None);
+    Ok(chain)
+}
+
+/// A gate's inputs as they are now, looked up from the scope its `created` event sealed (the
+/// execution it was opened in, where the program goes on) up to the root.
+pub fn read(store: &mut dyn Store, run_dir: &Path, d: &Derived) -> Result<Vec<InputNow>> {
     let mut out = Vec::new();
-    for name in names {
-        let Some(found) = store.resolve(name, gate.execution_id)? else {
+    for name in &d.inputs {
+        let Some(found) = store.resolve(name, d.inputs_scope)? else {
             out.push(InputNow {
                 name: name.clone(),
                 digest: None,
@@ -116,13 +122,14 @@ pub fn settle(
     if d.inputs.is_empty() || d.decision.is_none() || d.consumed {
         return Ok(None);
     }
+    let walked = chain(store, d.inputs_scope)?;
     for _ in 0..3 {
-        let (stale, now) = stale(store, run_dir, gate, d)?;
+        let (stale, now) = stale(store, run_dir, d)?;
         if stale.is_some() {
             return Ok(stale);
         }
         let at = crate::model::now();
-        if store.consume_decision(&gate.id, d.instance, &positions(&now), &at)? {
+        if store.consume_decision(&gate.id, d.instance, &positions(&now), &walked, &at)? {
             return Ok(None);
         }
         // An input moved between the read and the write: read it again. (Or another reader
@@ -213,12 +220,11 @@ pub fn check_sealed(
 pub fn stale(
     store: &mut dyn Store,
     run_dir: &Path,
-    gate: &GateRow,
     d: &Derived,
 ) -> Result<(Option<String>, Vec<InputNow>)> {
     if d.inputs.is_empty() {
         return Ok((None, Vec::new()));
     }
-    let now = read(store, run_dir, gate, &d.inputs)?;
+    let now = read(store, run_dir, d)?;
     Ok((crate::store::chain::stale(d, &digests(&now)), now))
 }

@@ -406,6 +406,9 @@ pub struct Derived {
     /// The bindings its decision is about (`gates create --inputs`), as its `created` event
     /// names them.
     pub inputs: Vec<String>,
+    /// The scope they are looked up from, as its `created` event seals it: the execution the
+    /// gate was opened in (None: the root), where the program goes on.
+    pub inputs_scope: Option<i64>,
     /// The content digest of each input when the decision was made, as the decision sealed
     /// it (None: the input did not exist).
     pub decided_inputs: Option<std::collections::BTreeMap<String, Option<String>>>,
@@ -578,6 +581,7 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                                 .collect()
                         })
                         .unwrap_or_default(),
+                    inputs_scope: m["inputs_scope"].as_i64(),
                     decided_inputs: None,
                     consumed: false,
                 };

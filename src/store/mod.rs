@@ -1019,9 +1019,17 @@ pub trait Store: AgentStore {
         gate_id: &str,
         instance: i64,
         inputs: &[InputAt],
+        chain: &[Option<i64>],
         now: &str,
     ) -> Result<bool> {
-        rules::consume(self.txn(rules::GATE)?, gate_id, instance, inputs, now)
+        rules::consume(
+            self.txn(rules::GATE)?,
+            gate_id,
+            instance,
+            inputs,
+            chain,
+            now,
+        )
     }
 
     /// What wakes a waiter on this run when a change may have committed (`wake`): the

@@ -483,6 +483,7 @@ pub fn bind(
         ..*b
     };
     publish()?;
+    let head = tx.history_head(b.name, b.execution_id)?;
     tx.put_binding(&BindingRecord {
         name: Some(written.name.to_string()),
         execution_id: written.execution_id,
@@ -493,12 +494,20 @@ pub fn bind(
         updated_at: Some(written.now.to_string()),
         attachment_path: written.attachment_path.map(str::to_string),
     })?;
-    tx.attribute_binding(
+    let kept = tx.attribute_binding(
         b.name,
         b.execution_id,
+        head,
         b.principal,
         delta.map(|d| d.to_string()).as_deref(),
     )?;
+    if !kept {
+        // Every write keeps a version: without its trigger, none is written.
+        return Err(crate::error::tampered(format!(
+            "binding {} was not written: its write kept no version, so the history trigger was dropped behind prose-state's back",
+            shown(b.name)
+        )));
+    }
     // The new version, for a caller that will compare-and-set again: every bind reports it
     // (README: `bind --json` shows the version), read in the write's own transaction.
     let version = tx.binding_head(b.name, b.execution_id)?.map(|h| h.2);
@@ -861,6 +870,8 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
     quorum.record(&mut metadata);
     if !g.inputs.is_empty() {
         metadata["inputs"] = g.inputs.into();
+        // Where they are looked up from, sealed: a row's `execution_id` is only a row.
+        metadata["inputs_scope"] = g.parent_execution.into();
     }
     if quorum.is_team(&serde_json::from_value::<Vec<String>>(allow.clone())?) {
         tx.require_team_readers()?;
@@ -1421,6 +1432,7 @@ pub fn consume(
     gate_id: &str,
     instance: i64,
     inputs: &[super::InputAt],
+    chain: &[Option<i64>],
     now: &str,
 ) -> Result<bool> {
     if finished(&mut *tx)?.is_some() {
@@ -1433,11 +1445,18 @@ pub fn consume(
     if tampered.is_some() || d.instance != instance || d.decision.is_none() || d.consumed {
         return Ok(false);
     }
+    // Each input as the lookup finds it now, walking the same scopes (nearest first, the root
+    // last): the same binding at the same version, or still none (a first bind anywhere on
+    // the way, or one in a nearer scope, is a change).
     for (name, at) in inputs {
-        let Some((scope, version)) = at else {
-            continue;
-        };
-        if tx.binding_head(name, *scope)?.map(|h| h.2) != Some(*version) {
+        let mut now_at = None;
+        for scope in chain {
+            if let Some(head) = tx.binding_head(name, *scope)? {
+                now_at = Some((*scope, head.2));
+                break;
+            }
+        }
+        if now_at != *at {
             return Ok(false);
         }
     }

@@ -72,17 +72,22 @@ pub trait Tx {
     /// `created_at`.
     fn put_binding(&mut self, binding: &BindingRecord) -> Result<()>;
     fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool>;
-    /// Completes the newest version of the binding's history, which its trigger has just
-    /// written: who wrote it, and for a `--append`/`--merge` step the step itself in place of
-    /// the whole value (`delta`, the value left NULL). A version a raw writer made is never
-    /// completed: its `principal` stays NULL.
+    /// Completes the version of the binding's history its trigger has just written (newer
+    /// than `after`, the head before the write): who wrote it, and for a `--append`/`--merge`
+    /// step the step itself in place of the whole value (`delta`, the value left NULL). A
+    /// version a raw writer made is never completed: its `principal` stays NULL. Whether there
+    /// was such a version (none: the trigger was dropped).
     fn attribute_binding(
         &mut self,
         name: &str,
         execution_id: Option<i64>,
+        after: Option<i64>,
         principal: &str,
         delta: Option<&str>,
-    ) -> Result<()>;
+    ) -> Result<bool>;
+    /// The newest kept version of the binding (its write sequence), before a write: what
+    /// tells the version that write makes from one a raw writer made.
+    fn history_head(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<i64>>;
     /// Points the binding of this name in this scope at another attachment.
     fn set_attachment_path(
         &mut self,

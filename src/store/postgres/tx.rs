@@ -145,23 +145,45 @@ impl Tx for PgTx<'_> {
         attachment_referenced(self, &run, attachment_path)
     }
 
+    fn history_head(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<i64>> {
+        let run = self.run()?;
+        self.one(
+            "SELECT MAX(seq) FROM openprose.binding_history
+             WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3",
+            &[&run, &name, &execution_id.unwrap_or(-1)],
+            |r| r.get(0),
+        )
+    }
+
     fn attribute_binding(
         &mut self,
         name: &str,
         execution_id: Option<i64>,
+        after: Option<i64>,
         principal: &str,
         delta: Option<&str>,
-    ) -> Result<()> {
+    ) -> Result<bool> {
         let run = self.run()?;
-        self.exec(
-            "UPDATE openprose.binding_history SET principal = $4, delta = $5,
-                 value = CASE WHEN $5::text IS NULL THEN value END
-             WHERE seq = (SELECT seq FROM openprose.binding_history
-                           WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3
-                           ORDER BY n DESC LIMIT 1)
-               AND principal IS NULL",
-            &[&run, &name, &execution_id.unwrap_or(-1), &principal, &delta],
-        )
+        let changed: i64 = self.one(
+            "WITH done AS (
+                 UPDATE openprose.binding_history SET principal = $4, delta = $5,
+                     value = CASE WHEN $5::text IS NULL THEN value END
+                 WHERE seq = (SELECT MAX(seq) FROM openprose.binding_history
+                               WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3)
+                   AND seq > COALESCE($6::bigint, 0) AND principal IS NULL
+                 RETURNING 1)
+             SELECT COUNT(*) FROM done",
+            &[
+                &run,
+                &name,
+                &execution_id.unwrap_or(-1),
+                &principal,
+                &delta,
+                &after,
+            ],
+            |r| r.get(0),
+        )?;
+        Ok(changed == 1)
     }
 
     fn set_attachment_path(

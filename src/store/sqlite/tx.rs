@@ -97,22 +97,39 @@ impl Tx for SqliteTx<'_> {
         attachment_referenced(self, attachment_path)
     }
 
+    fn history_head(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<i64>> {
+        self.one(
+            "SELECT MAX(seq) FROM binding_history WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2",
+            params![name, execution_id.unwrap_or(-1)],
+            |r| r.get(0),
+        )
+    }
+
     fn attribute_binding(
         &mut self,
         name: &str,
         execution_id: Option<i64>,
+        after: Option<i64>,
         principal: &str,
         delta: Option<&str>,
-    ) -> Result<()> {
-        self.exec(
+    ) -> Result<bool> {
+        let changed = self.prepared(
             "UPDATE binding_history SET principal = ?3, delta = ?4,
                  value = CASE WHEN ?4 IS NULL THEN value END
-             WHERE seq = (SELECT seq FROM binding_history
-                           WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2
-                           ORDER BY n DESC LIMIT 1)
-               AND principal IS NULL",
-            params![name, execution_id.unwrap_or(-1), principal, delta],
-        )
+             WHERE seq = (SELECT MAX(seq) FROM binding_history
+                           WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2)
+               AND seq > IFNULL(?5, 0) AND principal IS NULL",
+            |s| {
+                s.execute(params![
+                    name,
+                    execution_id.unwrap_or(-1),
+                    principal,
+                    delta,
+                    after
+                ])
+            },
+        )?;
+        Ok(changed == 1)
     }
 
     fn set_attachment_path(
