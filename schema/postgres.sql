@@ -105,6 +105,9 @@ CREATE INDEX IF NOT EXISTS idx_binding_history_name
     ON openprose.binding_history (run_id, name, (COALESCE(execution_id, -1)), n);
 CREATE INDEX IF NOT EXISTS idx_binding_history_attachment
     ON openprose.binding_history (run_id, attachment_path) WHERE attachment_path IS NOT NULL;
+-- Versions kept of each binding of the run (schema 9), or NULL: all; set at `init` from the
+-- project's default (`prune --history KEEP --default`).
+ALTER TABLE openprose.run ADD COLUMN IF NOT EXISTS history_keep BIGINT;
 -- Who appended each record (schema 9); NULL for a raw writer.
 ALTER TABLE openprose.execution ADD COLUMN IF NOT EXISTS principal TEXT;
 -- The newest record of a run, found by a lookup (what a history row records).

@@ -28,7 +28,8 @@ CREATE TABLE IF NOT EXISTS run (
     updated_at TEXT DEFAULT (datetime('now')),
     status TEXT DEFAULT 'running',  -- running, completed, failed, interrupted
     state_mode TEXT DEFAULT 'sqlite',
-    error_message TEXT              -- why a run failed or was interrupted (schema 3)
+    error_message TEXT,             -- why a run failed or was interrupted (schema 3)
+    history_keep INTEGER            -- versions kept of each binding, or NULL: all (schema 10)
 );
 
 CREATE TABLE IF NOT EXISTS execution (

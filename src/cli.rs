@@ -361,6 +361,10 @@ pub struct PruneArgs {
     #[arg(long, value_name = "KEEP", conflicts_with_all = ["keep_days", "keep_n", "archive"],
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub history: Option<u64>,
+    /// With --history: also make KEEP the project's default, which every run made from now on
+    /// keeps to as it writes (a binding's older versions go once it holds twice as many)
+    #[arg(long = "default", requires = "history")]
+    pub history_default: bool,
     /// Really prune (without it, only show what would go)
     #[arg(long, short = 'y')]
     pub yes: bool,

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::process::Stdio;
 
 on_both!(
+    a_projects_default_bounds_history_as_runs_write,
     sixteen_writers_lose_no_version_and_each_is_attributed,
     raw_sql_writes_are_kept_and_shown_as_unknown,
     as_of_a_record_is_what_get_returned_then,
@@ -1203,4 +1204,64 @@ fn a_decision_is_stale_only_if_an_input_changed_before_it_was_consumed(b: Backen
         "DELETE FROM openprose.bindings WHERE run_id = '$RUN' AND name = 'draft'",
     );
     assert_eq!(wait(&run, "publish").0, 11);
+}
+
+/// `prune --history KEEP --default` makes KEEP the project's default: a run made afterwards
+/// keeps at most twice KEEP versions of a binding as it writes (then cuts to KEEP, the oldest
+/// kept made whole), an append accumulator still reads right at every kept version, and the
+/// values only cut versions named go. A run made before keeps everything. A dry run sets
+/// nothing.
+fn a_projects_default_bounds_history_as_runs_write(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let before = p.init();
+    p.cmd()
+        .args(["prune", "--history", "2", "--default"])
+        .assert()
+        .success();
+    let unbounded = p.init();
+    p.cmd()
+        .args(["prune", "--history", "2", "--default", "--yes"])
+        .assert()
+        .success();
+    let run = p.init();
+    for r in [&before, &unbounded, &run] {
+        for i in 0..9 {
+            r.cmd()
+                .args(["bind", "acc", "--append", &i.to_string()])
+                .assert()
+                .success();
+        }
+    }
+    assert_eq!(versions(&before, "acc", None).len(), 9);
+    assert_eq!(
+        versions(&unbounded, "acc", None).len(),
+        9,
+        "a dry run set no default"
+    );
+    let kept = versions(&run, "acc", None);
+    assert!(kept.len() <= 4, "{}", kept.len());
+    assert!(kept[0].gap, "the oldest kept says older ones are not kept");
+    for v in &kept {
+        let got = get_with(&run, "acc", &["--version", &v.n.to_string()]).unwrap();
+        let want: Vec<i64> = (0..v.n).collect();
+        assert_eq!(
+            String::from_utf8(got).unwrap(),
+            serde_json::json!(want).to_string()
+        );
+    }
+    // Large values: the files of cut versions go, the kept ones stay readable.
+    for i in 0..7 {
+        run.cmd()
+            .args(["bind", "big", "--attach-over", "10"])
+            .write_stdin(format!("a large value, number {i}"))
+            .assert()
+            .success();
+    }
+    let big = versions(&run, "big", None);
+    assert!(big.len() <= 4, "{}", big.len());
+    assert_eq!(run.attachments().len(), big.len());
+    for v in &big {
+        let got = get_with(&run, "big", &["--version", &v.n.to_string()]).unwrap();
+        assert_eq!(got, format!("a large value, number {}", v.n - 1).as_bytes());
+    }
 }

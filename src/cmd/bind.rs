@@ -138,11 +138,12 @@ impl super::Run for BindArgs {
             let _ = store.end_upload(&b.blob, outcome.is_ok());
         }
         let outcome = outcome?;
-        if let Some(old) = outcome.replaced_attachment {
-            // The bind has committed; the previous version's file is referenced by no row now. One
-            // that cannot be removed is only clutter that `doctor --fix` collects, never a wrong
-            // value, so this is best effort.
-            let _ = store.release_attachment(&old, &mut || attach::remove(&run.dir, &old));
+        for old in &outcome.released {
+            // The bind has committed; a value no row or kept version names any more goes (a
+            // kept version still names the replaced one, unless the run's bound cut it). One
+            // that cannot be removed is only clutter that `doctor --fix` collects, never a
+            // wrong value, so this is best effort.
+            let _ = store.release_attachment(old, &mut || attach::remove(&run.dir, old));
         }
         // Only now, after the commit, does the new file's lock go.
         drop(file);

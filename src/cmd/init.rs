@@ -171,6 +171,7 @@ fn build(
             program_path: program.map(|(p, _)| p.as_str()),
             program_source: program.map(|(_, s)| s.as_str()),
             created_at: &now(),
+            history_keep: history_default(ctx)?,
         },
     )?;
     let location = created.location();
@@ -195,4 +196,20 @@ impl super::Run for InitArgs {
     fn run(&self, ctx: &Context) -> Result<Initialized> {
         run(self, ctx)
     }
+}
+
+/// The setting of the project's default bound on binding history (`prune --history KEEP
+/// --default`), in its principals book's settings.
+pub const HISTORY_KEEP: &str = "history-keep";
+
+/// The project's default bound on versions kept of each binding, which a new run records:
+/// None (all) unless `prune --history KEEP --default` set one.
+fn history_default(ctx: &crate::context::Context) -> Result<Option<i64>> {
+    let Some(mut book) = ctx.principal_book(false)? else {
+        return Ok(None);
+    };
+    Ok(book
+        .setting(HISTORY_KEEP)?
+        .and_then(|v| v.parse::<i64>().ok())
+        .filter(|k| *k > 0))
 }

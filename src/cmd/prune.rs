@@ -284,6 +284,8 @@ pub struct HistoryPrunedOut {
     pub dry_run: bool,
     /// The versions kept of each binding.
     pub keep: u64,
+    /// Whether KEEP became the project's default (`--default --yes`).
+    pub default_set: bool,
     pub runs: Vec<HistoryEntry>,
     #[serde(skip)]
     pub warnings: Vec<String>,
@@ -302,6 +304,13 @@ impl Render for HistoryPrunedOut {
             ]
         })?;
         let versions: usize = self.runs.iter().map(|e| e.pruned.versions).sum();
+        if self.default_set {
+            writeln!(
+                w,
+                "the project's default is now {}: runs made from now on keep to it as they write",
+                self.keep
+            )?;
+        }
         if self.dry_run {
             writeln!(
                 w,
@@ -325,6 +334,12 @@ impl Render for HistoryPrunedOut {
 /// `prune --history KEEP`: each run's bindings keep their newest KEEP versions; the values
 /// only the deleted versions named are released after the commit, under the run's write lock.
 fn prune_history(req: &PruneArgs, keep: u64, ctx: &Context) -> Result<HistoryPrunedOut> {
+    if req.history_default && req.yes {
+        let mut book = ctx
+            .principal_book(true)?
+            .ok_or_else(|| anyhow::anyhow!("the project's settings could not be opened"))?;
+        book.set_setting(super::init::HISTORY_KEEP, &keep.to_string())?;
+    }
     let runs = Listing::runs_to_visit(ctx)?;
     let (runs, warnings) = super::over_runs(&runs, ctx, |run, store| {
         let pruned = store.prune_history(keep as i64, req.yes)?;
@@ -348,6 +363,7 @@ fn prune_history(req: &PruneArgs, keep: u64, ctx: &Context) -> Result<HistoryPru
     Ok(HistoryPrunedOut {
         dry_run: !req.yes,
         keep,
+        default_set: req.history_default && req.yes,
         runs,
         warnings,
     })

@@ -251,6 +251,8 @@ pub fn write_db(
             program_path: d.run.program_path.as_deref(),
             program_source: d.run.program_source.as_deref(),
             created_at: d.run.started_at.as_deref().unwrap_or_default(),
+            // A copy keeps every version it carries; `prune --history` bounds it.
+            history_keep: None,
         },
         opts,
     )?;

@@ -134,6 +134,8 @@ pub struct NewRun<'a> {
     pub program_path: Option<&'a str>,
     pub program_source: Option<&'a str>,
     pub created_at: &'a str,
+    /// Versions kept of each binding (the project's default at `init`); None: all.
+    pub history_keep: Option<i64>,
 }
 
 /// One binding to upsert by (name, scope).
@@ -171,9 +173,9 @@ pub enum Update {
 /// What a successful bind did.
 #[derive(Debug, Default)]
 pub struct BindOutcome {
-    /// The attachment the previous row of this (name, scope) pointed at, if it differs from
-    /// the new one: the caller may release it.
-    pub replaced_attachment: Option<String>,
+    /// Attachments this write may have left unnamed (the replaced value's, and those of
+    /// versions the run's bound cut): the caller releases each that nothing names any more.
+    pub released: Vec<String>,
     /// The value written, when it was computed (`update`).
     pub written: Option<String>,
     /// The binding's version after the write.

@@ -300,11 +300,15 @@ impl PgStore {
         }
         // The run's own row is not there to lock yet: a plain transaction.
         store.prepare_write()?;
-        store.in_tx(|on| on.exec(
-            "INSERT INTO openprose.run (id, program_path, program_source, started_at, updated_at, status, state_mode)
-             VALUES ($1, $2, $3, ($4::text)::timestamptz, ($4::text)::timestamptz, 'running', 'postgres')",
-            &[&run.id, &run.program_path, &run.program_source, &run.created_at],
-        ))?;
+        store.in_tx(|on| {
+            on.exec(
+            "INSERT INTO openprose.run (id, program_path, program_source, started_at, updated_at,
+                 status, state_mode, history_keep)
+             VALUES ($1, $2, $3, ($4::text)::timestamptz, ($4::text)::timestamptz, 'running',
+                     'postgres', $5)",
+            &[&run.id, &run.program_path, &run.program_source, &run.created_at, &run.history_keep],
+        )
+        })?;
         Ok(store)
     }
 
@@ -589,6 +593,7 @@ impl AgentStore for PgStore {
             tx,
             run_id: run_id.clone(),
             run: None,
+            history_keep: None,
             shown_url,
             busy_ms: *busy_ms,
             prepared: std::collections::HashMap::new(),

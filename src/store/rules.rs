@@ -508,6 +508,29 @@ pub fn bind(
             shown(b.name)
         )));
     }
+    // The run's bound on versions kept (the project's default at `init`): once a binding
+    // holds twice as many, the older ones go in this write's transaction, so that the bound
+    // costs a cut now and then, not one at every write.
+    let mut released = Vec::new();
+    if let Some(keep) = tx.history_keep()?.filter(|k| *k > 0) {
+        let rows = tx.kept_versions(super::history::Kept::Bindings, b.name, b.execution_id)?;
+        if rows.len() as i64 > 2 * keep {
+            let cut = rows.len() - keep as usize;
+            let whole = match rows[cut].delta {
+                Some(_) => Some(super::history::value_at(&rows, cut)?),
+                None => None,
+            };
+            let kind = super::history::Kept::Bindings;
+            tx.cut_history(
+                kind,
+                b.name,
+                b.execution_id,
+                rows[cut].n,
+                whole.as_ref().map(|v| v.as_deref()),
+            )?;
+            released.extend(rows[..cut].iter().filter_map(|r| r.attachment_path.clone()));
+        }
+    }
     // The new version, for a caller that will compare-and-set again: every bind reports it
     // (README: `bind --json` shows the version), read in the write's own transaction.
     let version = tx.binding_head(b.name, b.execution_id)?.map(|h| h.2);
@@ -515,8 +538,11 @@ pub fn bind(
     let replaced_attachment = existing
         .and_then(|(_, old, _)| old)
         .filter(|old| Some(old.as_str()) != b.attachment_path);
+    released.extend(replaced_attachment);
+    released.sort();
+    released.dedup();
     Ok(BindOutcome {
-        replaced_attachment,
+        released,
         written: computed,
         version,
     })

@@ -208,9 +208,16 @@ impl SqliteStore {
         tx.pragma_update(None, "user_version", STATE.stamp())
             .map_err(err)?;
         tx.execute(
-            "INSERT INTO run (id, program_path, program_source, started_at, updated_at, status, state_mode)
-             VALUES (?1, ?2, ?3, ?4, ?4, 'running', 'sqlite')",
-            params![run.id, run.program_path, run.program_source, run.created_at],
+            "INSERT INTO run (id, program_path, program_source, started_at, updated_at, status,
+                              state_mode, history_keep)
+             VALUES (?1, ?2, ?3, ?4, ?4, 'running', 'sqlite', ?5)",
+            params![
+                run.id,
+                run.program_path,
+                run.program_source,
+                run.created_at,
+                run.history_keep
+            ],
         )
         .map_err(err)?;
         tx.commit().map_err(err)?;

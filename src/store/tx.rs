@@ -57,6 +57,8 @@ pub trait Tx {
     /// on the server) or the run row is missing.
     fn run_row(&mut self) -> Result<Option<(String, Option<RunStatus>)>>;
     fn set_run_status(&mut self, status: &RunStatus, error: Option<&str>, now: &str) -> Result<()>;
+    /// How many versions of each binding the run keeps (`run.history_keep`); None: all.
+    fn history_keep(&mut self) -> Result<Option<i64>>;
 
     // Bindings.
     /// The kind, attachment path and version of the binding of this name in this scope,

@@ -27,6 +27,8 @@ pub struct PgTx<'a> {
     pub(super) run_id: Option<String>,
     /// The run's id and status, read when its row was locked.
     pub(super) run: Option<(String, Option<RunStatus>)>,
+    /// The run's `history_keep`, read with it.
+    pub(super) history_keep: Option<i64>,
     pub(super) shown_url: &'a str,
     pub(super) busy_ms: u64,
     /// Statements prepared in this transaction, for the ones a copy of a run runs once a row
@@ -61,17 +63,25 @@ impl PgTx<'_> {
     /// reads its status.
     pub(super) fn lock_run(&mut self, run_id: &str, kind: TxKind) -> Result<()> {
         let sql = match kind {
-            TxKind::Serial => "SELECT status FROM openprose.run WHERE id = $1 FOR UPDATE",
-            TxKind::Write => "SELECT status FROM openprose.run WHERE id = $1 FOR SHARE",
+            TxKind::Serial => {
+                "SELECT status, history_keep FROM openprose.run WHERE id = $1 FOR UPDATE"
+            }
+            TxKind::Write => {
+                "SELECT status, history_keep FROM openprose.run WHERE id = $1 FOR SHARE"
+            }
             TxKind::Import => {
                 self.exec(
                     "SELECT pg_advisory_xact_lock($1, hashtext($2))",
                     &[&IMPORT_LOCK, &run_id],
                 )?;
-                "SELECT status FROM openprose.run WHERE id = $1 FOR UPDATE"
+                "SELECT status, history_keep FROM openprose.run WHERE id = $1 FOR UPDATE"
             }
         };
-        let status = self.opt(sql, &[&run_id], |r| RunStatus::parse(r.get(0)))?;
+        let row = self.opt(sql, &[&run_id], |r| {
+            (RunStatus::parse(r.get(0)), r.get::<_, Option<i64>>(1))
+        })?;
+        self.history_keep = row.as_ref().and_then(|r| r.1);
+        let status = row.map(|r| r.0);
         self.run = match status {
             Some(status) => Some((run_id.to_string(), Some(status))),
             None if kind == TxKind::Import => None,
@@ -100,6 +110,10 @@ impl Tx for PgTx<'_> {
 
     fn run_row(&mut self) -> Result<Option<(String, Option<RunStatus>)>> {
         Ok(self.run.clone())
+    }
+
+    fn history_keep(&mut self) -> Result<Option<i64>> {
+        Ok(self.history_keep)
     }
 
     fn set_run_status(&mut self, status: &RunStatus, error: Option<&str>, now: &str) -> Result<()> {

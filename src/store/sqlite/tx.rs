@@ -63,6 +63,17 @@ impl Tx for SqliteTx<'_> {
         })
     }
 
+    fn history_keep(&mut self) -> Result<Option<i64>> {
+        if !self.is_state {
+            return Ok(None);
+        }
+        Ok(self
+            .opt("SELECT history_keep FROM run LIMIT 1", [], |r| {
+                r.get::<_, Option<i64>>(0)
+            })?
+            .flatten())
+    }
+
     fn set_run_status(&mut self, status: &RunStatus, error: Option<&str>, now: &str) -> Result<()> {
         self.exec(
             "UPDATE run SET status = ?1, updated_at = ?2, error_message = IFNULL(?3, error_message)",
