@@ -465,7 +465,8 @@ pub(super) async fn pending_events(
     };
     let changes = blocking(&app, move |app| {
         Ok(if app.ctx.uses_postgres() {
-            crate::store::wake::listen_all(&app.ctx.postgres_url()?)
+            let url = app.ctx.postgres_url()?;
+            crate::store::wake::listen_all(&url, || crate::store::postgres::listening_client(&url))
         } else {
             let prose = app.ctx.runs_dir().parent().unwrap_or(app.ctx.runs_dir());
             crate::store::wake::watch_catalog(prose)

@@ -701,3 +701,26 @@ fn summary_without(b: &BindingRecord, path: &str) -> Option<String> {
         .as_deref()
         .map(|v| String::from_utf8_lossy(v).replace(path, "<attachment>"))
 }
+
+impl super::history::HistoryRow {
+    /// A row in [`COLUMNS`]' order, as stored: the one mapper of a version, for a copy of the
+    /// run as for its reads.
+    pub fn read(c: &dyn Cells) -> Self {
+        super::history::HistoryRow {
+            seq: c.int(0).unwrap_or_default(),
+            name: c.text(1).unwrap_or_default(),
+            execution_id: c.int(2),
+            n: c.int(3).unwrap_or_default(),
+            kind: c.text(4),
+            value: c.bytes(5),
+            delta: c.text(6),
+            attachment_path: c.text(7),
+            source_statement: c.text(8),
+            written_at: c.text(9),
+            at_record: c.int(10),
+            principal: c.text(11),
+            deleted: c.int(12).unwrap_or(0) != 0,
+            gap: c.int(13).unwrap_or(0) != 0,
+        }
+    }
+}

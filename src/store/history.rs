@@ -60,29 +60,6 @@ impl Kept {
 pub const COLUMNS: &str = "seq, name, execution_id, n, kind, value, delta, attachment_path, \
     source_statement, written_at, at_record, principal, deleted, gap";
 
-impl HistoryRow {
-    /// A row in [`COLUMNS`]' order, as stored: the one mapper of a version, for a copy of the
-    /// run as for its reads.
-    pub fn read(c: &dyn super::dump::Cells) -> Self {
-        HistoryRow {
-            seq: c.int(0).unwrap_or_default(),
-            name: c.text(1).unwrap_or_default(),
-            execution_id: c.int(2),
-            n: c.int(3).unwrap_or_default(),
-            kind: c.text(4),
-            value: c.bytes(5),
-            delta: c.text(6),
-            attachment_path: c.text(7),
-            source_statement: c.text(8),
-            written_at: c.text(9),
-            at_record: c.int(10),
-            principal: c.text(11),
-            deleted: c.int(12).unwrap_or(0) != 0,
-            gap: c.int(13).unwrap_or(0) != 0,
-        }
-    }
-}
-
 /// A point in a run's past.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AsOf {
@@ -189,11 +166,7 @@ pub fn value_at(rows: &[HistoryRow], i: usize) -> Result<Option<Vec<u8>>> {
                 )))
             }
         };
-        current = Some(super::rules::apply_update(
-            &update,
-            current.as_deref(),
-            &r.name,
-        )?);
+        current = Some(apply_update(&update, current.as_deref(), &r.name)?);
     }
     Ok(current.map(String::into_bytes))
 }
@@ -238,4 +211,70 @@ pub fn version(rows: &[HistoryRow], name: &str, n: i64) -> Result<BindingRow> {
 /// Who wrote a version, as shown: the principal, or `unknown` for a raw writer.
 pub fn writer(r: &HistoryRow) -> &str {
     r.principal.as_deref().unwrap_or("unknown")
+}
+
+/// The value an update writes, from the stored one: an array with one more item, or an object
+/// with the patch merged in (RFC 7396). A stored value of the wrong shape is refused.
+pub(super) fn apply_update(
+    update: &super::Update,
+    current: Option<&str>,
+    name: &str,
+) -> Result<String> {
+    use serde_json::Value;
+    let stored = |empty: Value| -> Result<Value> {
+        match current {
+            None => Ok(empty),
+            Some(text) => serde_json::from_str(text).map_err(|_| {
+                refused(format!(
+                    "binding {} does not hold JSON, so it cannot be updated in place",
+                    shown(name)
+                ))
+            }),
+        }
+    };
+    let value = match update {
+        super::Update::Append(item) => match stored(Value::Array(Vec::new()))? {
+            Value::Array(mut items) => {
+                items.push(item.clone());
+                Value::Array(items)
+            }
+            _ => {
+                return Err(refused(format!(
+                    "binding {} is not a JSON array: --append needs one",
+                    shown(name)
+                )))
+            }
+        },
+        super::Update::Merge(patch) => match stored(Value::Object(Default::default()))? {
+            target @ Value::Object(_) => merge_patch(target, patch),
+            _ => {
+                return Err(refused(format!(
+                    "binding {} is not a JSON object: --merge needs one",
+                    shown(name)
+                )))
+            }
+        },
+    };
+    Ok(value.to_string())
+}
+
+/// JSON Merge Patch (RFC 7396).
+fn merge_patch(target: serde_json::Value, patch: &serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    let Value::Object(patch) = patch else {
+        return patch.clone();
+    };
+    let mut target = match target {
+        Value::Object(map) => map,
+        _ => Default::default(),
+    };
+    for (key, value) in patch {
+        if value.is_null() {
+            target.remove(key);
+        } else {
+            let old = target.remove(key).unwrap_or(Value::Null);
+            target.insert(key.clone(), merge_patch(old, value));
+        }
+    }
+    Value::Object(target)
 }

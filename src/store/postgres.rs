@@ -65,7 +65,7 @@ pub use connect::masked;
 use connect::{committed, connect_client, connect_error, map_err};
 
 /// A connection of its own to the server at `url`, for listening (`wake`).
-pub(super) fn listening_client(url: &str) -> Result<Client> {
+pub fn listening_client(url: &str) -> Result<Client> {
     Ok(connect_client(url)?)
 }
 
@@ -686,7 +686,7 @@ impl Store for PgStore {
 
     fn changes(&self) -> Box<dyn super::wake::Changes> {
         match self.run_id.as_deref() {
-            Some(run) => super::wake::listen(&self.url, run),
+            Some(run) => super::wake::listen(&self.url, run, || listening_client(&self.url)),
             None => Box::new(super::wake::Polling),
         }
     }

@@ -464,7 +464,7 @@ pub fn bind(
                 )));
             }
             let current = tx.binding_value(b.name, b.execution_id)?;
-            let value = apply_update(update, current.as_deref(), b.name)?;
+            let value = super::history::apply_update(update, current.as_deref(), b.name)?;
             // History keeps the step, not the whole value again (which would grow with the
             // square of the steps), after a version it applies to.
             delta = existing.as_ref().map(|_| match update {
@@ -546,72 +546,6 @@ pub fn bind(
         written: computed,
         version,
     })
-}
-
-/// The value an update writes, from the stored one: an array with one more item, or an object
-/// with the patch merged in (RFC 7396). A stored value of the wrong shape is refused.
-pub(super) fn apply_update(
-    update: &super::Update,
-    current: Option<&str>,
-    name: &str,
-) -> Result<String> {
-    use serde_json::Value;
-    let stored = |empty: Value| -> Result<Value> {
-        match current {
-            None => Ok(empty),
-            Some(text) => serde_json::from_str(text).map_err(|_| {
-                refused(format!(
-                    "binding {} does not hold JSON, so it cannot be updated in place",
-                    shown(name)
-                ))
-            }),
-        }
-    };
-    let value = match update {
-        super::Update::Append(item) => match stored(Value::Array(Vec::new()))? {
-            Value::Array(mut items) => {
-                items.push(item.clone());
-                Value::Array(items)
-            }
-            _ => {
-                return Err(refused(format!(
-                    "binding {} is not a JSON array: --append needs one",
-                    shown(name)
-                )))
-            }
-        },
-        super::Update::Merge(patch) => match stored(Value::Object(Default::default()))? {
-            target @ Value::Object(_) => merge_patch(target, patch),
-            _ => {
-                return Err(refused(format!(
-                    "binding {} is not a JSON object: --merge needs one",
-                    shown(name)
-                )))
-            }
-        },
-    };
-    Ok(value.to_string())
-}
-
-/// JSON Merge Patch (RFC 7396).
-fn merge_patch(target: serde_json::Value, patch: &serde_json::Value) -> serde_json::Value {
-    use serde_json::Value;
-    let Value::Object(patch) = patch else {
-        return patch.clone();
-    };
-    let mut target = match target {
-        Value::Object(map) => map,
-        _ => Default::default(),
-    };
-    for (key, value) in patch {
-        if value.is_null() {
-            target.remove(key);
-        } else {
-            let old = target.remove(key).unwrap_or(Value::Null);
-            target.insert(key.clone(), merge_patch(old, value));
-        }
-    }
-    Value::Object(target)
 }
 
 /// Runs `remove` if no binding references the attachment any more, in a serialised

@@ -191,15 +191,23 @@ fn pg_hubs() -> &'static Mutex<HashMap<String, Arc<Hub>>> {
 /// The key every change of a server's runs also bumps: what a waiter on any run waits on.
 const ANY_RUN: &str = "*";
 
-/// A waiter on any run of the server at `url` (the page's pending list).
-pub fn listen_all(url: &str) -> Box<dyn Changes> {
-    listen(url, ANY_RUN)
+/// A waiter on any run of the server at `url` (the page's pending list), connecting with
+/// `connect` if the process does not listen to it yet.
+pub fn listen_all(
+    url: &str,
+    connect: impl FnOnce() -> anyhow::Result<postgres::Client>,
+) -> Box<dyn Changes> {
+    listen(url, ANY_RUN, connect)
 }
 
 /// A waiter on run `run` of the server at `url`, through the process's one listening
 /// connection to it (opened on first use, on a thread of its own). Polling when it cannot be
 /// had.
-pub fn listen(url: &str, run: &str) -> Box<dyn Changes> {
+pub fn listen(
+    url: &str,
+    run: &str,
+    connect: impl FnOnce() -> anyhow::Result<postgres::Client>,
+) -> Box<dyn Changes> {
     if disabled() {
         return Box::new(Polling);
     }
@@ -210,7 +218,7 @@ pub fn listen(url: &str, run: &str) -> Box<dyn Changes> {
         match hubs.get(url) {
             Some(h) if h.state.lock().is_ok_and(|s| s.1) => h.clone(),
             _ => {
-                let Ok(mut client) = super::postgres::listening_client(url) else {
+                let Ok(mut client) = connect() else {
                     return Box::new(Polling);
                 };
                 if client.batch_execute(&format!("LISTEN {CHANNEL}")).is_err() {
