@@ -2014,6 +2014,812 @@ fn resume_rows(root: &Path, sizes: &[usize], rows: &mut Vec<Row>) {
     }
 }
 
+/// A number from the environment, else `default`.
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+/// `calls` rounds of the same call made two ways, which goes first alternating round by round
+/// so that drift hits both; each call a whole process, timed spawn to exit. The medians.
+fn side_by_side(
+    calls: usize,
+    a: &dyn Fn(usize) -> Command,
+    b: &dyn Fn(usize) -> Command,
+) -> (Duration, Duration) {
+    let (mut ta, mut tb) = (Vec::new(), Vec::new());
+    for i in 0..calls {
+        for turn in 0..2 {
+            let first = (i + turn) % 2 == 0;
+            let mut c = if first { a(i) } else { b(i) };
+            let (d, ok) = timed(&mut c);
+            assert!(ok, "{c:?} failed");
+            if first { &mut ta } else { &mut tb }.push(d);
+        }
+    }
+    (median(ta), median(tb))
+}
+
+/// A value of exactly 100 bytes, different for each `i`.
+fn hundred_bytes(i: usize) -> String {
+    format!("{i:06} {}", "v".repeat(93))
+}
+
+/// An item for `bind --append` (a JSON object of 38 bytes), different for each `i`.
+fn append_item(i: usize) -> String {
+    format!(r#"{{"step":"{i:06}","note":"abcdefghij"}}"#)
+}
+
+/// Fills a SQLite run made by `prose-state init` straight through SQLite, in one transaction
+/// (not a process a write), the history triggers keeping every version as they do for any
+/// writer: `records` execution records, and every `records / bindings` records a new root
+/// binding of 100 bytes; half-way between two new bindings, when they are 2 or more records
+/// apart, an earlier binding rebound (binding `j / 2` after the `j`-th), so that history holds
+/// older versions the way a run's loops leave them. The newest record's id.
+fn fill_sqlite_run(db: &Path, records: usize, bindings: usize) -> i64 {
+    let mut c = rusqlite::Connection::open(db).unwrap();
+    let tx = c.transaction().unwrap();
+    {
+        let mut record = tx
+            .prepare(
+                "INSERT INTO execution (statement_index, statement_text, status, started_at,
+                                        completed_at, principal)
+                 VALUES (?1, ?2, 'completed', datetime('now'), datetime('now'), 'bench')",
+            )
+            .unwrap();
+        let mut bind = tx
+            .prepare(
+                "INSERT INTO bindings (name, execution_id, kind, value, source_statement)
+                 VALUES (?1, NULL, 'let', ?2, ?3)",
+            )
+            .unwrap();
+        let mut rebind = tx
+            .prepare(
+                "UPDATE bindings SET value = ?2, updated_at = datetime('now')
+                 WHERE name = ?1 AND execution_id IS NULL",
+            )
+            .unwrap();
+        let every = (records / bindings.max(1)).max(1);
+        let mut written = 0;
+        for k in 1..=records {
+            let text = format!("let b = session \"step {k}\"");
+            record.execute(rusqlite::params![k as i64, text]).unwrap();
+            if written < bindings && k % every == 0 {
+                bind.execute(rusqlite::params![
+                    format!("b{written:06}"),
+                    hundred_bytes(k),
+                    text
+                ])
+                .unwrap();
+                written += 1;
+            } else if every >= 2 && k % every == every / 2 && written > 0 {
+                rebind
+                    .execute(rusqlite::params![
+                        format!("b{:06}", (written - 1) / 2),
+                        hundred_bytes(k)
+                    ])
+                    .unwrap();
+            }
+        }
+    }
+    tx.commit().unwrap();
+    c.query_row("SELECT MAX(id) FROM execution", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// Drops a SQLite run's binding history triggers: the run as it was before history.
+fn drop_history_sqlite(db: &Path) {
+    rusqlite::Connection::open(db)
+        .unwrap()
+        .execute_batch("DROP TRIGGER binding_history_version; DROP TRIGGER binding_history_delete;")
+        .unwrap();
+}
+
+fn count_sqlite(db: &Path, sql: &str) -> i64 {
+    rusqlite::Connection::open(db)
+        .unwrap()
+        .query_row(sql, [], |r| r.get(0))
+        .unwrap()
+}
+
+fn count_pg(url: &str, sql: &str) -> i64 {
+    postgres::Client::connect(url, postgres::NoTls)
+        .unwrap()
+        .query_one(sql, &[])
+        .unwrap()
+        .get(0)
+}
+
+/// Issue 31, a write with history against one without: `bind x VALUE` (a rebind of 100 bytes)
+/// and `bind acc --append ITEM` in two runs alike but for the history triggers, dropped in the
+/// second (today: the attribute UPDATE still runs there and finds no row). `on`, `off`: the
+/// command of each run. Checks afterwards that the run with history kept every write,
+/// attributed, and the other none (else the comparison would be void).
+#[allow(clippy::too_many_arguments)]
+fn history_write_cost(
+    backend: &str,
+    setting: &str,
+    calls: usize,
+    on: &dyn Fn() -> Command,
+    off: &dyn Fn() -> Command,
+    kept: &dyn Fn(&str) -> (i64, i64),
+    rows: &mut Vec<Row>,
+) {
+    let (with, without) = side_by_side(
+        calls,
+        &|i| {
+            let mut c = on();
+            c.args(["bind", "x", &hundred_bytes(i)]);
+            c
+        },
+        &|i| {
+            let mut c = off();
+            c.args(["bind", "x", &hundred_bytes(i)]);
+            c
+        },
+    );
+    let (with_append, without_append) = side_by_side(
+        calls,
+        &|i| {
+            let mut c = on();
+            c.args(["bind", "acc", "--append", &append_item(i)]);
+            c
+        },
+        &|i| {
+            let mut c = off();
+            c.args(["bind", "acc", "--append", &append_item(i)]);
+            c
+        },
+    );
+    for name in ["x", "acc"] {
+        let (on_rows, off_rows) = kept(name);
+        assert_eq!(
+            on_rows, calls as i64,
+            "{backend}: history kept {on_rows} attributed versions of {name}, not {calls}"
+        );
+        assert_eq!(
+            off_rows, 0,
+            "{backend}: the run without triggers kept history"
+        );
+    }
+    for (what, a, b) in [
+        ("`bind x VALUE`, a rebind of 100 bytes", with, without),
+        (
+            "`bind acc --append ITEM` (38 bytes; history keeps the step as a delta)",
+            with_append,
+            without_append,
+        ),
+    ] {
+        let ratio = a.as_secs_f64() / b.as_secs_f64();
+        rows.push(Row {
+            what: format!(
+                "{what} with history kept, vs the same run with the history triggers dropped (today), {backend} ({setting}), median of {calls}"
+            ),
+            ours: ms(a),
+            raw: format!("{} (triggers dropped)", ms(b)),
+            ratio: format!("{ratio:.3}"),
+            target: "≤ 1.10".into(),
+            met: if ratio <= 1.10 { "yes" } else { "no" }.into(),
+        });
+    }
+}
+
+/// Issue 31's performance rows: what history costs a write, a read and the disk, and `fork`
+/// against `export` + `import` of a large run. Both backends, SQLite's rows first.
+fn history_rows(root: &Path, calls: usize, rows: &mut Vec<Row>) {
+    let project = root.join("history");
+    std::fs::create_dir_all(&project).unwrap();
+    let seed = (1_000, 1_000);
+    let setting = "a run of 1,000 records and 1,000 bindings";
+
+    // 1. A rebind and an append, SQLite.
+    eprintln!("  a write with history and without, SQLite…");
+    let on_db = init(&project, "on");
+    let off_db = init(&project, "off");
+    for db in [&on_db, &off_db] {
+        fill_sqlite_run(db, seed.0, seed.1);
+    }
+    drop_history_sqlite(&off_db);
+    history_write_cost(
+        "SQLite",
+        setting,
+        calls,
+        &|| prose(&project, "on"),
+        &|| prose(&project, "off"),
+        &|name| {
+            let q = |db: &Path| {
+                count_sqlite(
+                    db,
+                    &format!(
+                        "SELECT COUNT(*) FROM binding_history WHERE name = '{name}' AND principal IS NOT NULL"
+                    ),
+                )
+            };
+            (
+                q(&on_db),
+                count_sqlite(
+                    &off_db,
+                    &format!("SELECT COUNT(*) FROM binding_history WHERE name = '{name}'"),
+                ),
+            )
+        },
+        rows,
+    );
+
+    // 2. `get` of a binding with 1,000 versions against one with 1, SQLite: the versions
+    // written straight through SQLite (the triggers keep them as any writer's).
+    eprintln!("  get with history, SQLite…");
+    {
+        let c = rusqlite::Connection::open(&on_db).unwrap();
+        c.execute_batch("BEGIN").unwrap();
+        for (name, versions) in [("many", 1_000), ("one", 1)] {
+            c.execute(
+                "INSERT INTO bindings (name, kind, value) VALUES (?1, 'let', ?2)",
+                rusqlite::params![name, hundred_bytes(0)],
+            )
+            .unwrap();
+            for i in 1..versions {
+                c.execute(
+                    "UPDATE bindings SET value = ?2 WHERE name = ?1 AND execution_id IS NULL",
+                    rusqlite::params![name, hundred_bytes(i)],
+                )
+                .unwrap();
+            }
+        }
+        c.execute_batch("COMMIT").unwrap();
+    }
+    assert_eq!(
+        count_sqlite(
+            &on_db,
+            "SELECT COUNT(*) FROM binding_history WHERE name = 'many'"
+        ),
+        1_000
+    );
+    let get_row = |backend: &str, many: Duration, one: Duration| {
+        let ratio = many.as_secs_f64() / one.as_secs_f64();
+        Row {
+            what: format!(
+                "`get` of a binding with 1,000 versions in history, vs one with 1 version, {backend} (same run), median of {calls}"
+            ),
+            ours: ms(many),
+            raw: format!("{} (1 version)", ms(one)),
+            ratio: format!("{ratio:.3}"),
+            target: "≈ 1.00 (`get` stays where it is)".into(),
+            met: if ratio <= 1.10 { "yes" } else { "no" }.into(),
+        }
+    };
+    let (many, one) = side_by_side(
+        calls,
+        &|_| {
+            let mut c = prose(&project, "on");
+            c.args(["get", "many"]);
+            c
+        },
+        &|_| {
+            let mut c = prose(&project, "on");
+            c.args(["get", "one"]);
+            c
+        },
+    );
+    rows.push(get_row("SQLite", many, one));
+
+    // 1 and 2 on PostgreSQL: two fresh databases of the server, the triggers dropped in one.
+    let what = "a write with history and without, and `get`, on PostgreSQL";
+    let pg_on = pg_project(root, "pg-history-on", what, rows);
+    let pg_off = pg_on
+        .as_ref()
+        .and_then(|_| pg_project(root, "pg-history-off", what, rows));
+    if let (Some((p_on, u_on)), Some((p_off, u_off))) = (pg_on, pg_off) {
+        eprintln!("  a write with history and without, PostgreSQL…");
+        for (p, u) in [(&p_on, &u_on), (&p_off, &u_off)] {
+            let ok = Command::new(BIN)
+                .current_dir(p)
+                .env("PROSE_ROOT", p)
+                .args(["init", "--backend", "postgres", "--run-id", "h"])
+                .stdout(Stdio::null())
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok, "init on postgres failed");
+            let mut c = postgres::Client::connect(u, postgres::NoTls).unwrap();
+            c.batch_execute(&format!(
+                "INSERT INTO openprose.execution (run_id, statement_index, statement_text, status,
+                                                  started_at, completed_at, principal)
+                   SELECT 'h', i, 'let b = session \"step ' || i || '\"', 'completed', now(), now(), 'bench'
+                   FROM generate_series(1, {}) i;
+                 INSERT INTO openprose.bindings (name, run_id, kind, value)
+                   SELECT 'b' || lpad(i::text, 6, '0'), 'h', 'let', rpad(lpad(i::text, 6, '0') || ' ', 100, 'v')
+                   FROM generate_series(1, {}) i;
+                 ANALYZE;",
+                seed.0, seed.1
+            ))
+            .unwrap();
+        }
+        postgres::Client::connect(&u_off, postgres::NoTls)
+            .unwrap()
+            .batch_execute("DROP TRIGGER binding_history_keep ON openprose.bindings")
+            .unwrap();
+        history_write_cost(
+            "PostgreSQL",
+            setting,
+            calls,
+            &|| prose(&p_on, "h"),
+            &|| prose(&p_off, "h"),
+            &|name| {
+                (
+                    count_pg(&u_on, &format!(
+                        "SELECT COUNT(*) FROM openprose.binding_history WHERE run_id = 'h' AND name = '{name}' AND principal IS NOT NULL"
+                    )),
+                    count_pg(&u_off, &format!(
+                        "SELECT COUNT(*) FROM openprose.binding_history WHERE run_id = 'h' AND name = '{name}'"
+                    )),
+                )
+            },
+            rows,
+        );
+        eprintln!("  get with history, PostgreSQL…");
+        let mut c = postgres::Client::connect(&u_on, postgres::NoTls).unwrap();
+        c.batch_execute(
+            "INSERT INTO openprose.bindings (name, run_id, kind, value)
+               VALUES ('many', 'h', 'let', rpad('000000 ', 100, 'v')),
+                      ('one', 'h', 'let', rpad('000000 ', 100, 'v'));
+             DO $$ BEGIN
+               FOR i IN 1..999 LOOP
+                 UPDATE openprose.bindings SET value = rpad(lpad(i::text, 6, '0') || ' ', 100, 'v')
+                  WHERE run_id = 'h' AND name = 'many';
+               END LOOP;
+             END $$;
+             ANALYZE;",
+        )
+        .unwrap();
+        assert_eq!(
+            count_pg(
+                &u_on,
+                "SELECT COUNT(*) FROM openprose.binding_history WHERE run_id = 'h' AND name = 'many'"
+            ),
+            1_000
+        );
+        let (many, one) = side_by_side(
+            calls,
+            &|_| {
+                let mut c = prose(&p_on, "h");
+                c.args(["get", "many"]);
+                c
+            },
+            &|_| {
+                let mut c = prose(&p_on, "h");
+                c.args(["get", "one"]);
+                c
+            },
+        );
+        rows.push(get_row("PostgreSQL", many, one));
+    }
+
+    // 4. Disk.
+    eprintln!("  history's disk cost…");
+    history_disk(root, env_usize("PROSE_BENCH_HISTORY_VERSIONS", 1_000), rows);
+
+    // 3. Fork against export + import.
+    history_fork(root, rows);
+}
+
+/// A SQLite database's size once its log is checkpointed into it and it is vacuumed.
+fn compacted_size(db: &Path) -> u64 {
+    let c = rusqlite::Connection::open(db).unwrap();
+    let checkpoint = || {
+        c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .unwrap()
+    };
+    checkpoint();
+    c.execute_batch("VACUUM").unwrap();
+    checkpoint();
+    drop(c);
+    std::fs::metadata(db).unwrap().len()
+}
+
+/// History's disk cost per version: `n` rebinds of a 100-byte value, and `n` appends of a
+/// 38-byte item, through the binary. SQLite: the state.db (checkpointed and vacuumed) against a
+/// run that took the same writes with the history triggers dropped. PostgreSQL:
+/// `pg_total_relation_size('openprose.binding_history')` (table and indexes) on a fresh
+/// database, grown by the writes, as written and after `VACUUM FULL`.
+fn history_disk(root: &Path, n: usize, rows: &mut Vec<Row>) {
+    let project = root.join("history-disk");
+    std::fs::create_dir_all(&project).unwrap();
+    let db = |id: &str| init(&project, id);
+    let (rb_on, rb_off, ap_on, ap_off) = (db("rb-on"), db("rb-off"), db("ap-on"), db("ap-off"));
+    drop_history_sqlite(&rb_off);
+    drop_history_sqlite(&ap_off);
+    let run = |id: &str, args: &[&str]| {
+        let (_, ok) = timed(prose(&project, id).args(args));
+        assert!(ok, "{id}: {args:?} failed");
+    };
+    for i in 0..n {
+        for id in ["rb-on", "rb-off"] {
+            run(id, &["bind", "x", &hundred_bytes(i)]);
+        }
+        for id in ["ap-on", "ap-off"] {
+            run(id, &["bind", "acc", "--append", &append_item(i)]);
+        }
+    }
+    let kept = count_sqlite(
+        &rb_on,
+        "SELECT COUNT(*) FROM binding_history WHERE name = 'x'",
+    );
+    assert_eq!(
+        kept, n as i64,
+        "history kept {kept} versions of {n} rebinds"
+    );
+    let deltas = count_sqlite(
+        &ap_on,
+        "SELECT COUNT(*) FROM binding_history WHERE name = 'acc' AND delta IS NOT NULL",
+    );
+    assert_eq!(
+        deltas,
+        n as i64 - 1,
+        "every append after the first kept as a delta"
+    );
+    let final_len = count_sqlite(
+        &ap_on,
+        "SELECT LENGTH(value) FROM bindings WHERE name = 'acc'",
+    );
+    let delta_len = count_sqlite(
+        &ap_on,
+        "SELECT SUM(LENGTH(delta)) / COUNT(*) FROM binding_history WHERE delta IS NOT NULL",
+    );
+    let per = |on: &Path, off: &Path| {
+        let (a, b) = (compacted_size(on), compacted_size(off));
+        (a, b, (a as f64 - b as f64) / n as f64)
+    };
+    let (a, b, rebind) = per(&rb_on, &rb_off);
+    rows.push(Row {
+        what: format!(
+            "history's disk cost a version: a rebind of a 100-byte value, {n} versions, SQLite (state.db checkpointed and vacuumed, against the same writes with the triggers dropped)"
+        ),
+        ours: format!("{rebind:.0} B a version"),
+        raw: format!("state.db {a} B with history, {b} B without"),
+        ratio: String::new(),
+        target: "reported".into(),
+        met: String::new(),
+    });
+    let (a, b, step) = per(&ap_on, &ap_off);
+    rows.push(Row {
+        what: format!(
+            "history's disk cost a step of a `bind --append` accumulator: {n} appends of a 38-byte item (each kept as a {delta_len}-byte delta), SQLite (as above)"
+        ),
+        ours: format!("{step:.0} B a step"),
+        raw: format!(
+            "state.db {a} B with history, {b} B without; whole values kept would average {} B a step (the array is {final_len} B at the end)",
+            final_len / 2
+        ),
+        ratio: String::new(),
+        target: "reported".into(),
+        met: String::new(),
+    });
+
+    let what = "history's disk cost a version on PostgreSQL";
+    let Some((p, url)) = pg_project(root, "pg-history-disk", what, rows) else {
+        return;
+    };
+    let ok = Command::new(BIN)
+        .current_dir(&p)
+        .env("PROSE_ROOT", &p)
+        .args(["init", "--backend", "postgres", "--run-id", "d"])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "init on postgres failed");
+    let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+    let mut size = || -> (i64, i64) {
+        let r = c
+            .query_one(
+                "SELECT pg_total_relation_size('openprose.binding_history'),
+                        (SELECT COUNT(*) FROM openprose.binding_history)",
+                &[],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    let vacuum = || {
+        postgres::Client::connect(&url, postgres::NoTls)
+            .unwrap()
+            .batch_execute("VACUUM FULL openprose.binding_history")
+            .unwrap();
+    };
+    // Marginal costs: the first `n` versions pay for the table's and indexes' first pages.
+    let rebinds = |from: usize| {
+        for i in from..from + n {
+            let (_, ok) = timed(prose(&p, "d").args(["bind", "x", &hundred_bytes(i)]));
+            assert!(ok);
+        }
+    };
+    rebinds(0);
+    vacuum();
+    let (first, _) = size();
+    rebinds(n);
+    let (written, count) = size();
+    vacuum();
+    let (full, _) = size();
+    for i in 0..n {
+        let (_, ok) = timed(prose(&p, "d").args(["bind", "acc", "--append", &append_item(i)]));
+        assert!(ok);
+    }
+    let (written2, count2) = size();
+    vacuum();
+    let (full2, _) = size();
+    assert_eq!(count, 2 * n as i64);
+    assert_eq!(count2, 3 * n as i64);
+    let deltas = count_pg(
+        &url,
+        "SELECT COUNT(*) FROM openprose.binding_history WHERE name = 'acc' AND delta IS NOT NULL",
+    );
+    assert_eq!(
+        deltas,
+        n as i64 - 1,
+        "every append after the first kept as a delta"
+    );
+    let b = |from: i64, to: i64| (to - from) as f64 / n as f64;
+    rows.push(Row {
+        what: format!(
+            "history's disk cost a version on PostgreSQL, a rebind of a 100-byte value: `pg_total_relation_size('openprose.binding_history')` (table and indexes) grown by {n} versions past the first {n}"
+        ),
+        ours: format!("{:.0} B a version after `VACUUM FULL`", b(first, full)),
+        raw: format!("{:.0} B a version as written (before any VACUUM)", b(first, written)),
+        ratio: String::new(),
+        target: "reported".into(),
+        met: String::new(),
+    });
+    rows.push(Row {
+        what: format!(
+            "history's disk cost a step of a `bind --append` accumulator on PostgreSQL, {n} appends of a 38-byte item (as above)"
+        ),
+        ours: format!("{:.0} B a step after `VACUUM FULL`", b(full, full2)),
+        raw: format!("{:.0} B a step as written", b(full, written2)),
+        ratio: String::new(),
+        target: "reported".into(),
+        met: String::new(),
+    });
+}
+
+/// `fork --at` the newest record (and at the middle one) of a SQLite run of `records`
+/// execution records and `bindings` bindings, against `export` + `import --run-id NEW
+/// --vouch` of the same run, which lands a copy the way a fork does; three rounds, which goes
+/// first alternating; then the same on PostgreSQL, the run brought in there by `import`.
+fn history_fork(root: &Path, rows: &mut Vec<Row>) {
+    let records = env_usize("PROSE_BENCH_FORK_RECORDS", 200_000);
+    let bindings = env_usize("PROSE_BENCH_FORK_BINDINGS", 10_000);
+    let rounds = env_usize("PROSE_BENCH_FORK_ROUNDS", 3);
+    let project = root.join("fork");
+    std::fs::create_dir_all(&project).unwrap();
+    let db = init(&project, "source");
+    let made = Instant::now();
+    let last = fill_sqlite_run(&db, records, bindings);
+    let versions = count_sqlite(&db, "SELECT COUNT(*) FROM binding_history");
+    let mid = count_sqlite(
+        &db,
+        &format!(
+            "SELECT id FROM execution ORDER BY id LIMIT 1 OFFSET {}",
+            records / 2 - 1
+        ),
+    );
+    let size = compacted_size(&db);
+    eprintln!(
+        "  the fork's source: {records} records, {bindings} bindings, {versions} versions, {:.1} MB, made in {:.1} s",
+        size as f64 / 1e6,
+        made.elapsed().as_secs_f64()
+    );
+    let setting = format!(
+        "a run of {records} records and {bindings} bindings ({versions} versions in history, state.db {:.0} MB)",
+        size as f64 / 1e6
+    );
+    let cmd = |p: &Path, args: &[&str]| {
+        let mut c = Command::new(BIN);
+        c.current_dir(p).env("PROSE_ROOT", p).args(args);
+        c
+    };
+    let runs = project.join(".prose/runs");
+    let carried = |id: &str| {
+        let db = runs.join(id).join("state.db");
+        (
+            count_sqlite(&db, "SELECT COUNT(*) FROM execution"),
+            count_sqlite(&db, "SELECT COUNT(*) FROM bindings"),
+            count_sqlite(&db, "SELECT COUNT(*) FROM binding_history"),
+        )
+    };
+    let (mut fork, mut half, mut export, mut import) = (vec![], vec![], vec![], vec![]);
+    let mut history_carried = (0, 0);
+    for i in 0..rounds {
+        let out = root.join(format!("fork-export-{i}"));
+        for turn in 0..2 {
+            if (i + turn) % 2 == 0 {
+                let at = last.to_string();
+                let (d, ok) = timed(&mut cmd(
+                    &project,
+                    &[
+                        "--run",
+                        "source",
+                        "fork",
+                        "--at",
+                        &at,
+                        "--run-id",
+                        &format!("fork{i}"),
+                    ],
+                ));
+                assert!(ok, "fork failed");
+                fork.push(d);
+                let at = mid.to_string();
+                let (d, ok) = timed(&mut cmd(
+                    &project,
+                    &[
+                        "--run",
+                        "source",
+                        "fork",
+                        "--at",
+                        &at,
+                        "--run-id",
+                        &format!("half{i}"),
+                    ],
+                ));
+                assert!(ok, "fork at the middle failed");
+                half.push(d);
+            } else {
+                let mut c = cmd(&project, &["--run", "source", "export", "-o"]);
+                let (d, ok) = timed(c.arg(&out));
+                assert!(ok, "export failed");
+                export.push(d);
+                let mut c = cmd(&project, &["import"]);
+                c.arg(&out)
+                    .args(["--run-id", &format!("copy{i}"), "--vouch"]);
+                let (d, ok) = timed(&mut c);
+                assert!(ok, "import failed");
+                import.push(d);
+            }
+        }
+        let (f, c) = (carried(&format!("fork{i}")), carried(&format!("copy{i}")));
+        assert_eq!(
+            (f.0, f.1),
+            (records as i64, bindings as i64),
+            "the fork's content"
+        );
+        assert_eq!(
+            (c.0, c.1),
+            (records as i64, bindings as i64),
+            "the copy's content"
+        );
+        let h = carried(&format!("half{i}"));
+        assert_eq!(h.0, records as i64 / 2, "the fork at the middle's records");
+        history_carried = (f.2, c.2);
+        for id in [format!("fork{i}"), format!("half{i}"), format!("copy{i}")] {
+            std::fs::remove_dir_all(runs.join(id)).unwrap();
+        }
+        if i > 0 {
+            std::fs::remove_dir_all(&out).unwrap();
+        }
+    }
+    let (fork, half, export, import) = (median(fork), median(half), median(export), median(import));
+    let copy = export + import;
+    let vs = format!(
+        "{} (`export` {} + `import --run-id NEW --vouch` {})",
+        ms(copy),
+        ms(export),
+        ms(import)
+    );
+    rows.push(Row {
+        what: format!(
+            "`fork --at` the newest record of {setting}, SQLite (the fork holds {} history rows, the copy {}), median of {rounds}",
+            history_carried.0, history_carried.1
+        ),
+        ours: ms(fork),
+        raw: vs.clone(),
+        ratio: format!("{:.2}", fork.as_secs_f64() / copy.as_secs_f64()),
+        target: "reported".into(),
+        met: String::new(),
+    });
+    rows.push(Row {
+        what: format!(
+            "`fork --at` the middle record of the same run (half its records), SQLite, median of {rounds}"
+        ),
+        ours: ms(half),
+        raw: vs,
+        ratio: format!("{:.2}", half.as_secs_f64() / copy.as_secs_f64()),
+        target: "reported".into(),
+        met: String::new(),
+    });
+
+    // PostgreSQL: the run brought in by `import`, then forked there and copied there.
+    let what = format!("`fork` of {setting} on PostgreSQL");
+    let Some((p, url)) = pg_project(root, "pg-fork", &what, rows) else {
+        return;
+    };
+    let mut c = cmd(&p, &["import"]);
+    c.arg(root.join("fork-export-0"))
+        .args(["--run-id", "source", "--vouch"]);
+    let (brought, ok) = timed(&mut c);
+    assert!(ok, "import into postgres failed");
+    eprintln!(
+        "  the source brought into PostgreSQL in {:.1} s",
+        brought.as_secs_f64()
+    );
+    let pg_last = count_pg(
+        &url,
+        "SELECT MAX(id) FROM openprose.execution WHERE run_id = 'source'",
+    );
+    let pg_rounds = env_usize("PROSE_BENCH_FORK_PG_ROUNDS", rounds);
+    let (mut fork, mut export, mut import) = (vec![], vec![], vec![]);
+    let pg_count = |table: &str, run: &str| {
+        count_pg(
+            &url,
+            &format!("SELECT COUNT(*) FROM openprose.{table} WHERE run_id = '{run}'"),
+        )
+    };
+    for i in 0..pg_rounds {
+        let out = root.join(format!("pg-fork-export-{i}"));
+        for turn in 0..2 {
+            if (i + turn) % 2 == 0 {
+                let at = pg_last.to_string();
+                let (d, ok) = timed(&mut cmd(
+                    &p,
+                    &[
+                        "--run",
+                        "source",
+                        "fork",
+                        "--at",
+                        &at,
+                        "--run-id",
+                        &format!("fork{i}"),
+                    ],
+                ));
+                assert!(ok, "fork on postgres failed");
+                fork.push(d);
+            } else {
+                let mut c = cmd(&p, &["--run", "source", "export", "-o"]);
+                let (d, ok) = timed(c.arg(&out));
+                assert!(ok, "export from postgres failed");
+                export.push(d);
+                let mut c = cmd(&p, &["import"]);
+                c.arg(&out)
+                    .args(["--run-id", &format!("copy{i}"), "--vouch"]);
+                let (d, ok) = timed(&mut c);
+                assert!(ok, "import into postgres failed");
+                import.push(d);
+            }
+        }
+        for run in [format!("fork{i}"), format!("copy{i}")] {
+            assert_eq!(
+                pg_count("execution", &run),
+                records as i64,
+                "{run}'s records"
+            );
+            assert_eq!(
+                pg_count("bindings", &run),
+                bindings as i64,
+                "{run}'s bindings"
+            );
+        }
+        std::fs::remove_dir_all(&out).unwrap();
+    }
+    let (fork, export, import) = (median(fork), median(export), median(import));
+    let copy = export + import;
+    rows.push(Row {
+        what: format!(
+            "`fork --at` the newest record of the same run on PostgreSQL (brought in by `import`: {}), median of {pg_rounds}",
+            ms(brought)
+        ),
+        ours: ms(fork),
+        raw: format!(
+            "{} (`export` {} + `import --run-id NEW --vouch` {})",
+            ms(copy),
+            ms(export),
+            ms(import)
+        ),
+        ratio: format!("{:.2}", fork.as_secs_f64() / copy.as_secs_f64()),
+        target: "reported".into(),
+        met: String::new(),
+    });
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo bench -- --list` and test discovery: nothing to list
@@ -2114,6 +2920,15 @@ fn main() {
     if wanted("transfer") {
         eprintln!("export and import…");
         transfer_rows(root, &mut rows);
+    }
+    if wanted("history") {
+        eprintln!("binding history and fork…");
+        let calls = env_usize("PROSE_BENCH_HISTORY_CALLS", 200);
+        history_rows(root, calls, &mut rows);
+    }
+    if only.as_deref() == Some("history-fork") {
+        eprintln!("fork against export + import…");
+        history_fork(root, &mut rows);
     }
 
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
