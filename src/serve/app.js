@@ -15,7 +15,11 @@
     const poll = () => { if (!polling) polling = setInterval(refresh, 2000); };
     if (window.EventSource && live.dataset.events) {
       const es = new EventSource(live.dataset.events);
+      // Read once the stream is open (what changed between the page and the stream), at
+      // each change, and at each ping (the safety net for a change not heard).
+      es.addEventListener("open", refresh);
       es.addEventListener("change", refresh);
+      es.addEventListener("ping", refresh);
       es.onerror = () => { if (es.readyState === EventSource.CLOSED) poll(); };
     } else {
       poll();
@@ -29,7 +33,7 @@
   if (facts && facts.dataset.events && window.EventSource) {
     const es = new EventSource(facts.dataset.events);
     let asking = false;
-    es.addEventListener("change", async () => {
+    const ask = async () => {
       if (asking) return;
       asking = true;
       try {
@@ -54,7 +58,10 @@
           }
         }
       } catch (e) { /* the next change asks again */ } finally { asking = false; }
-    });
+    };
+    // Asked once the stream is open (what changed since the page was made), at each change,
+    // and at each ping (the safety net for a change not heard).
+    for (const kind of ["open", "change", "ping"]) es.addEventListener(kind, ask);
   }
   // Deadline countdowns: the time left, each second, from the deadline the server gave.
   const human = (s) => {

@@ -287,11 +287,13 @@ fn file_watch() -> Option<&'static FileWatch> {
                     return;
                 }
                 for p in &ev.paths {
-                    // A run's database, or the project catalog that every run's commit updates.
+                    // A run's database, or the project catalog's log, which every run's commit
+                    // of its gates appends to (not the catalog itself: a reader applying the
+                    // log writes that, and would wake itself).
                     let db = p
                         .file_name()
                         .and_then(|f| f.to_str())
-                        .is_some_and(|f| f.starts_with("state.db") || f.starts_with("catalog"));
+                        .is_some_and(|f| f.starts_with("state.db") || f == "catalog.log");
                     if let (true, Some(dir)) = (db, p.parent()) {
                         heard.bump(&dir.to_string_lossy());
                     }
