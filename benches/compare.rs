@@ -2047,10 +2047,6 @@ fn hundred_bytes(i: usize) -> String {
     format!("{i:06} {}", "v".repeat(93))
 }
 
-/// An item for `bind --append` (a JSON object of 38 bytes), different for each `i`.
-fn append_item(i: usize) -> String {
-    format!(r#"{{"step":"{i:06}","note":"abcdefghij"}}"#)
-}
 
 /// Fills a SQLite run made by `prose-state init` straight through SQLite, in one transaction
 /// (not a process a write), the history triggers keeping every version as they do for any
@@ -2109,13 +2105,6 @@ fn fill_sqlite_run(db: &Path, records: usize, bindings: usize) -> i64 {
         .unwrap()
 }
 
-/// Drops a SQLite run's binding history triggers: the run as it was before history.
-fn drop_history_sqlite(db: &Path) {
-    rusqlite::Connection::open(db)
-        .unwrap()
-        .execute_batch("DROP TRIGGER binding_history_version; DROP TRIGGER binding_history_delete;")
-        .unwrap();
-}
 
 fn count_sqlite(db: &Path, sql: &str) -> i64 {
     rusqlite::Connection::open(db)
@@ -2132,79 +2121,6 @@ fn count_pg(url: &str, sql: &str) -> i64 {
         .get(0)
 }
 
-/// Issue 31, a write with history against one without: `bind x VALUE` (a rebind of 100 bytes)
-/// and `bind acc --append ITEM` in two runs alike but for the history triggers, dropped in the
-/// second (today: the attribute UPDATE still runs there and finds no row). `on`, `off`: the
-/// command of each run. Checks afterwards that the run with history kept every write,
-/// attributed, and the other none (else the comparison would be void).
-#[allow(clippy::too_many_arguments)]
-fn history_write_cost(
-    backend: &str,
-    setting: &str,
-    calls: usize,
-    on: &dyn Fn() -> Command,
-    off: &dyn Fn() -> Command,
-    kept: &dyn Fn(&str) -> (i64, i64),
-    rows: &mut Vec<Row>,
-) {
-    let (with, without) = side_by_side(
-        calls,
-        &|i| {
-            let mut c = on();
-            c.args(["bind", "x", &hundred_bytes(i)]);
-            c
-        },
-        &|i| {
-            let mut c = off();
-            c.args(["bind", "x", &hundred_bytes(i)]);
-            c
-        },
-    );
-    let (with_append, without_append) = side_by_side(
-        calls,
-        &|i| {
-            let mut c = on();
-            c.args(["bind", "acc", "--append", &append_item(i)]);
-            c
-        },
-        &|i| {
-            let mut c = off();
-            c.args(["bind", "acc", "--append", &append_item(i)]);
-            c
-        },
-    );
-    for name in ["x", "acc"] {
-        let (on_rows, off_rows) = kept(name);
-        assert_eq!(
-            on_rows, calls as i64,
-            "{backend}: history kept {on_rows} attributed versions of {name}, not {calls}"
-        );
-        assert_eq!(
-            off_rows, 0,
-            "{backend}: the run without triggers kept history"
-        );
-    }
-    for (what, a, b) in [
-        ("`bind x VALUE`, a rebind of 100 bytes", with, without),
-        (
-            "`bind acc --append ITEM` (38 bytes; history keeps the step as a delta)",
-            with_append,
-            without_append,
-        ),
-    ] {
-        let ratio = a.as_secs_f64() / b.as_secs_f64();
-        rows.push(Row {
-            what: format!(
-                "{what} with history kept, vs the same run with the history triggers dropped (today), {backend} ({setting}), median of {calls}"
-            ),
-            ours: ms(a),
-            raw: format!("{} (triggers dropped)", ms(b)),
-            ratio: format!("{ratio:.3}"),
-            target: "≤ 1.10".into(),
-            met: if ratio <= 1.10 { "yes" } else { "no" }.into(),
-        });
-    }
-}
 
 /// Issue 31's performance rows: what history costs a write, a read and the disk, and `fork`
 /// against `export` + `import` of a large run. Both backends, SQLite's rows first.
@@ -2212,41 +2128,15 @@ fn history_rows(root: &Path, calls: usize, rows: &mut Vec<Row>) {
     let project = root.join("history");
     std::fs::create_dir_all(&project).unwrap();
     let seed = (1_000, 1_000);
-    let setting = "a run of 1,000 records and 1,000 bindings";
 
     // 1. A rebind and an append, SQLite.
     eprintln!("  a write with history and without, SQLite…");
     let on_db = init(&project, "on");
-    let off_db = init(&project, "off");
-    for db in [&on_db, &off_db] {
-        fill_sqlite_run(db, seed.0, seed.1);
-    }
-    drop_history_sqlite(&off_db);
-    history_write_cost(
-        "SQLite",
-        setting,
-        calls,
-        &|| prose(&project, "on"),
-        &|| prose(&project, "off"),
-        &|name| {
-            let q = |db: &Path| {
-                count_sqlite(
-                    db,
-                    &format!(
-                        "SELECT COUNT(*) FROM binding_history WHERE name = '{name}' AND principal IS NOT NULL"
-                    ),
-                )
-            };
-            (
-                q(&on_db),
-                count_sqlite(
-                    &off_db,
-                    &format!("SELECT COUNT(*) FROM binding_history WHERE name = '{name}'"),
-                ),
-            )
-        },
-        rows,
-    );
+    fill_sqlite_run(&on_db, seed.0, seed.1);
+    // What a write costs against today is measured against the release before history,
+    // not against this binary with its history triggers dropped: such a write is refused now
+    // (exit 9), rather than recorded wrongly. Not measured here: see benches/RESULTS.md.
+    eprintln!("  (a write's cost against today: needs the release before history; not measured)");
 
     // 2. `get` of a binding with 1,000 versions against one with 1, SQLite: the versions
     // written straight through SQLite (the triggers keep them as any writer's).
@@ -2337,28 +2227,6 @@ fn history_rows(root: &Path, calls: usize, rows: &mut Vec<Row>) {
             ))
             .unwrap();
         }
-        postgres::Client::connect(&u_off, postgres::NoTls)
-            .unwrap()
-            .batch_execute("DROP TRIGGER binding_history_keep ON openprose.bindings")
-            .unwrap();
-        history_write_cost(
-            "PostgreSQL",
-            setting,
-            calls,
-            &|| prose(&p_on, "h"),
-            &|| prose(&p_off, "h"),
-            &|name| {
-                (
-                    count_pg(&u_on, &format!(
-                        "SELECT COUNT(*) FROM openprose.binding_history WHERE run_id = 'h' AND name = '{name}' AND principal IS NOT NULL"
-                    )),
-                    count_pg(&u_off, &format!(
-                        "SELECT COUNT(*) FROM openprose.binding_history WHERE run_id = 'h' AND name = '{name}'"
-                    )),
-                )
-            },
-            rows,
-        );
         eprintln!("  get with history, PostgreSQL…");
         let mut c = postgres::Client::connect(&u_on, postgres::NoTls).unwrap();
         c.batch_execute(
@@ -2397,9 +2265,8 @@ fn history_rows(root: &Path, calls: usize, rows: &mut Vec<Row>) {
         rows.push(get_row("PostgreSQL", many, one));
     }
 
-    // 4. Disk.
-    eprintln!("  history's disk cost…");
-    history_disk(root, env_usize("PROSE_BENCH_HISTORY_VERSIONS", 1_000), rows);
+    // 4. Disk: measured against runs written with the triggers dropped, which a write now
+    // refuses (see above); the last figures stand in benches/RESULTS.md.
 
     // 3. Fork against export + import.
     history_fork(root, rows);
@@ -2419,169 +2286,6 @@ fn compacted_size(db: &Path) -> u64 {
     std::fs::metadata(db).unwrap().len()
 }
 
-/// History's disk cost per version: `n` rebinds of a 100-byte value, and `n` appends of a
-/// 38-byte item, through the binary. SQLite: the state.db (checkpointed and vacuumed) against a
-/// run that took the same writes with the history triggers dropped. PostgreSQL:
-/// `pg_total_relation_size('openprose.binding_history')` (table and indexes) on a fresh
-/// database, grown by the writes, as written and after `VACUUM FULL`.
-fn history_disk(root: &Path, n: usize, rows: &mut Vec<Row>) {
-    let project = root.join("history-disk");
-    std::fs::create_dir_all(&project).unwrap();
-    let db = |id: &str| init(&project, id);
-    let (rb_on, rb_off, ap_on, ap_off) = (db("rb-on"), db("rb-off"), db("ap-on"), db("ap-off"));
-    drop_history_sqlite(&rb_off);
-    drop_history_sqlite(&ap_off);
-    let run = |id: &str, args: &[&str]| {
-        let (_, ok) = timed(prose(&project, id).args(args));
-        assert!(ok, "{id}: {args:?} failed");
-    };
-    for i in 0..n {
-        for id in ["rb-on", "rb-off"] {
-            run(id, &["bind", "x", &hundred_bytes(i)]);
-        }
-        for id in ["ap-on", "ap-off"] {
-            run(id, &["bind", "acc", "--append", &append_item(i)]);
-        }
-    }
-    let kept = count_sqlite(
-        &rb_on,
-        "SELECT COUNT(*) FROM binding_history WHERE name = 'x'",
-    );
-    assert_eq!(
-        kept, n as i64,
-        "history kept {kept} versions of {n} rebinds"
-    );
-    let deltas = count_sqlite(
-        &ap_on,
-        "SELECT COUNT(*) FROM binding_history WHERE name = 'acc' AND delta IS NOT NULL",
-    );
-    assert_eq!(
-        deltas,
-        n as i64 - 1,
-        "every append after the first kept as a delta"
-    );
-    let final_len = count_sqlite(
-        &ap_on,
-        "SELECT LENGTH(value) FROM bindings WHERE name = 'acc'",
-    );
-    let delta_len = count_sqlite(
-        &ap_on,
-        "SELECT SUM(LENGTH(delta)) / COUNT(*) FROM binding_history WHERE delta IS NOT NULL",
-    );
-    let per = |on: &Path, off: &Path| {
-        let (a, b) = (compacted_size(on), compacted_size(off));
-        (a, b, (a as f64 - b as f64) / n as f64)
-    };
-    let (a, b, rebind) = per(&rb_on, &rb_off);
-    rows.push(Row {
-        what: format!(
-            "history's disk cost a version: a rebind of a 100-byte value, {n} versions, SQLite (state.db checkpointed and vacuumed, against the same writes with the triggers dropped)"
-        ),
-        ours: format!("{rebind:.0} B a version"),
-        raw: format!("state.db {a} B with history, {b} B without"),
-        ratio: String::new(),
-        target: "reported".into(),
-        met: String::new(),
-    });
-    let (a, b, step) = per(&ap_on, &ap_off);
-    rows.push(Row {
-        what: format!(
-            "history's disk cost a step of a `bind --append` accumulator: {n} appends of a 38-byte item (each kept as a {delta_len}-byte delta), SQLite (as above)"
-        ),
-        ours: format!("{step:.0} B a step"),
-        raw: format!(
-            "state.db {a} B with history, {b} B without; whole values kept would average {} B a step (the array is {final_len} B at the end)",
-            final_len / 2
-        ),
-        ratio: String::new(),
-        target: "reported".into(),
-        met: String::new(),
-    });
-
-    let what = "history's disk cost a version on PostgreSQL";
-    let Some((p, url)) = pg_project(root, "pg-history-disk", what, rows) else {
-        return;
-    };
-    let ok = Command::new(BIN)
-        .current_dir(&p)
-        .env("PROSE_ROOT", &p)
-        .args(["init", "--backend", "postgres", "--run-id", "d"])
-        .stdout(Stdio::null())
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "init on postgres failed");
-    let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
-    let mut size = || -> (i64, i64) {
-        let r = c
-            .query_one(
-                "SELECT pg_total_relation_size('openprose.binding_history'),
-                        (SELECT COUNT(*) FROM openprose.binding_history)",
-                &[],
-            )
-            .unwrap();
-        (r.get(0), r.get(1))
-    };
-    let vacuum = || {
-        postgres::Client::connect(&url, postgres::NoTls)
-            .unwrap()
-            .batch_execute("VACUUM FULL openprose.binding_history")
-            .unwrap();
-    };
-    // Marginal costs: the first `n` versions pay for the table's and indexes' first pages.
-    let rebinds = |from: usize| {
-        for i in from..from + n {
-            let (_, ok) = timed(prose(&p, "d").args(["bind", "x", &hundred_bytes(i)]));
-            assert!(ok);
-        }
-    };
-    rebinds(0);
-    vacuum();
-    let (first, _) = size();
-    rebinds(n);
-    let (written, count) = size();
-    vacuum();
-    let (full, _) = size();
-    for i in 0..n {
-        let (_, ok) = timed(prose(&p, "d").args(["bind", "acc", "--append", &append_item(i)]));
-        assert!(ok);
-    }
-    let (written2, count2) = size();
-    vacuum();
-    let (full2, _) = size();
-    assert_eq!(count, 2 * n as i64);
-    assert_eq!(count2, 3 * n as i64);
-    let deltas = count_pg(
-        &url,
-        "SELECT COUNT(*) FROM openprose.binding_history WHERE name = 'acc' AND delta IS NOT NULL",
-    );
-    assert_eq!(
-        deltas,
-        n as i64 - 1,
-        "every append after the first kept as a delta"
-    );
-    let b = |from: i64, to: i64| (to - from) as f64 / n as f64;
-    rows.push(Row {
-        what: format!(
-            "history's disk cost a version on PostgreSQL, a rebind of a 100-byte value: `pg_total_relation_size('openprose.binding_history')` (table and indexes) grown by {n} versions past the first {n}"
-        ),
-        ours: format!("{:.0} B a version after `VACUUM FULL`", b(first, full)),
-        raw: format!("{:.0} B a version as written (before any VACUUM)", b(first, written)),
-        ratio: String::new(),
-        target: "reported".into(),
-        met: String::new(),
-    });
-    rows.push(Row {
-        what: format!(
-            "history's disk cost a step of a `bind --append` accumulator on PostgreSQL, {n} appends of a 38-byte item (as above)"
-        ),
-        ours: format!("{:.0} B a step after `VACUUM FULL`", b(full, full2)),
-        raw: format!("{:.0} B a step as written", b(full, written2)),
-        ratio: String::new(),
-        target: "reported".into(),
-        met: String::new(),
-    });
-}
 
 /// `fork --at` the newest record (and at the middle one) of a SQLite run of `records`
 /// execution records and `bindings` bindings, against `export` + `import --run-id NEW
