@@ -2047,7 +2047,6 @@ fn hundred_bytes(i: usize) -> String {
     format!("{i:06} {}", "v".repeat(93))
 }
 
-
 /// Fills a SQLite run made by `prose-state init` straight through SQLite, in one transaction
 /// (not a process a write), the history triggers keeping every version as they do for any
 /// writer: `records` execution records, and every `records / bindings` records a new root
@@ -2105,7 +2104,6 @@ fn fill_sqlite_run(db: &Path, records: usize, bindings: usize) -> i64 {
         .unwrap()
 }
 
-
 fn count_sqlite(db: &Path, sql: &str) -> i64 {
     rusqlite::Connection::open(db)
         .unwrap()
@@ -2120,7 +2118,6 @@ fn count_pg(url: &str, sql: &str) -> i64 {
         .unwrap()
         .get(0)
 }
-
 
 /// Issue 31's performance rows: what history costs a write, a read and the disk, and `fork`
 /// against `export` + `import` of a large run. Both backends, SQLite's rows first.
@@ -2285,7 +2282,6 @@ fn compacted_size(db: &Path) -> u64 {
     drop(c);
     std::fs::metadata(db).unwrap().len()
 }
-
 
 /// `fork --at` the newest record (and at the middle one) of a SQLite run of `records`
 /// execution records and `bindings` bindings, against `export` + `import --run-id NEW
