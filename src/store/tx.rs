@@ -220,8 +220,9 @@ pub trait Tx {
     fn clear_history(&mut self, kept: Kept) -> Result<()>;
     /// Inserts a kept version as given (its `seq` ignored: the store numbers the writes).
     fn put_history(&mut self, kept: Kept, row: &super::history::HistoryRow) -> Result<()>;
-    /// Marks each binding's oldest kept version as having unknown versions before it (a copy
-    /// that carries no history: what the bindings held before it is not known).
+    /// Marks each binding's oldest kept version as having unknown versions before it, and no
+    /// known time (a copy that carries no history: what the bindings held before it, and when
+    /// it was written, are not known; the time of the copy would make two copies differ).
     fn mark_history_gap(&mut self, kept: Kept) -> Result<()>;
     /// The run's audit row at this sequence number: None when there is none, else its hash.
     fn audit_at_seq(&mut self, seq: i64) -> Result<Option<Option<String>>>;

@@ -395,7 +395,7 @@ impl Tx for PgTx<'_> {
         let table = kept.table();
         self.exec(
             &format!(
-                "UPDATE openprose.{table} SET gap = 1 WHERE seq IN
+                "UPDATE openprose.{table} SET gap = 1, written_at = NULL WHERE seq IN
                      (SELECT MIN(seq) FROM openprose.{table} WHERE run_id = $1
                        GROUP BY name, COALESCE(execution_id, -1))"
             ),

@@ -517,7 +517,7 @@ impl Tx for SqliteTx<'_> {
         let table = kept.table();
         self.exec(
             &format!(
-                "UPDATE {table} SET gap = 1 WHERE seq IN
+                "UPDATE {table} SET gap = 1, written_at = NULL WHERE seq IN
                      (SELECT MIN(seq) FROM {table} GROUP BY name, IFNULL(execution_id, -1))"
             ),
             [],
