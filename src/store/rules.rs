@@ -513,22 +513,11 @@ pub fn bind(
     // costs a cut now and then, not one at every write.
     let mut released = Vec::new();
     if let Some(keep) = tx.history_keep()?.filter(|k| *k > 0) {
-        let rows = tx.kept_versions(super::history::Kept::Bindings, b.name, b.execution_id)?;
+        let kind = super::history::Kept::Bindings;
+        let rows = tx.kept_versions(kind, b.name, b.execution_id)?;
         if rows.len() as i64 > 2 * keep {
-            let cut = rows.len() - keep as usize;
-            let whole = match rows[cut].delta {
-                Some(_) => Some(super::history::value_at(&rows, cut)?),
-                None => None,
-            };
-            let kind = super::history::Kept::Bindings;
-            tx.cut_history(
-                kind,
-                b.name,
-                b.execution_id,
-                rows[cut].n,
-                whole.as_ref().map(|v| v.as_deref()),
-            )?;
-            released.extend(rows[..cut].iter().filter_map(|r| r.attachment_path.clone()));
+            let gone = cut_to(&mut *tx, kind, b.name, b.execution_id, &rows, keep as usize)?;
+            released.extend(gone.iter().filter_map(|r| r.attachment_path.clone()));
         }
     }
     // The new version, for a caller that will compare-and-set again: every bind reports it
@@ -570,6 +559,35 @@ pub fn release_attachment(
     Ok(released)
 }
 
+/// Cuts one binding's (or agent's) kept versions `rows` to its newest `keep`: the oldest kept
+/// made whole (a step rebuilt into its value) and marked as having older versions not kept.
+/// The versions that went (none when it holds no more than `keep`).
+fn cut_to<'r>(
+    tx: &mut dyn Tx,
+    kept: super::history::Kept,
+    name: &str,
+    scope: Option<i64>,
+    rows: &'r [super::history::HistoryRow],
+    keep: usize,
+) -> Result<&'r [super::history::HistoryRow]> {
+    let cut = rows.len().saturating_sub(keep);
+    if cut == 0 {
+        return Ok(&[]);
+    }
+    let whole = match rows[cut].delta {
+        Some(_) => Some(super::history::value_at(rows, cut)?),
+        None => None,
+    };
+    tx.cut_history(
+        kept,
+        name,
+        scope,
+        rows[cut].n,
+        whole.as_ref().map(|v| v.as_deref()),
+    )?;
+    Ok(&rows[..cut])
+}
+
 /// What pruning a run's binding history did (or, in a dry run, would do).
 #[derive(Debug, Default, serde::Serialize)]
 pub struct HistoryPruned {
@@ -605,11 +623,10 @@ pub fn prune_history(mut tx: Txn<'_>, keep: i64, apply: bool) -> Result<HistoryP
         .collect::<Result<Vec<_>>>()?;
     for (kept, (name, scope)) in over.into_iter().flatten() {
         let rows = tx.kept_versions(kept, &name, scope)?;
-        let cut = rows.len().saturating_sub(keep.max(1) as usize);
-        if cut == 0 {
+        let gone = cut_to(&mut *tx, kept, &name, scope, &rows, keep.max(1) as usize)?;
+        if gone.is_empty() {
             continue;
         }
-        let gone = &rows[..cut];
         out.bindings += 1;
         out.versions += gone.len();
         out.bytes += gone
@@ -618,18 +635,6 @@ pub fn prune_history(mut tx: Txn<'_>, keep: i64, apply: bool) -> Result<HistoryP
             .sum::<usize>() as u64;
         out.released
             .extend(gone.iter().filter_map(|r| r.attachment_path.clone()));
-        let oldest = &rows[cut];
-        let whole = match oldest.delta {
-            Some(_) => Some(super::history::value_at(&rows, cut)?),
-            None => None,
-        };
-        tx.cut_history(
-            kept,
-            &name,
-            scope,
-            oldest.n,
-            whole.as_ref().map(|v| v.as_deref()),
-        )?;
     }
     out.released.sort();
     out.released.dedup();
