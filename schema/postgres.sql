@@ -112,24 +112,36 @@ ALTER TABLE openprose.run ADD COLUMN IF NOT EXISTS history_keep BIGINT;
 ALTER TABLE openprose.execution ADD COLUMN IF NOT EXISTS principal TEXT;
 -- The newest record of a run, found by a lookup (what a history row records).
 CREATE INDEX IF NOT EXISTS idx_execution_run_id_id ON openprose.execution(run_id, id);
+-- (schema 10) prose-state's own write says who wrote it, and for an --append/--merge step the
+-- step itself, in two settings local to its transaction that its upsert sets
+-- (`openprose.principal`, `openprose.delta`): the trigger takes them for the version it keeps
+-- (the step in place of the whole value) and clears them, so they name that one version and
+-- never a later statement's. A raw writer sets neither: its version's principal stays NULL.
 CREATE OR REPLACE FUNCTION openprose.binding_history_keep() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     b openprose.bindings;
+    who TEXT := NULLIF(current_setting('openprose.principal', true), '');
+    step TEXT := NULLIF(current_setting('openprose.delta', true), '');
 BEGIN
     IF TG_OP = 'DELETE' THEN b := OLD; ELSE b := NEW; END IF;
-    INSERT INTO openprose.binding_history (run_id, name, execution_id, n, kind, value,
-        attachment_path, source_statement, written_at, at_record, deleted)
+    IF who IS NOT NULL THEN
+        PERFORM set_config('openprose.principal', '', true), set_config('openprose.delta', '', true);
+    END IF;
+    INSERT INTO openprose.binding_history (run_id, name, execution_id, n, kind, value, delta,
+        attachment_path, source_statement, written_at, at_record, principal, deleted)
     VALUES (b.run_id, b.name, b.execution_id,
         (SELECT COALESCE(MAX(h.n), 0) + 1 FROM openprose.binding_history h
           WHERE h.run_id = b.run_id AND h.name = b.name
             AND COALESCE(h.execution_id, -1) = COALESCE(b.execution_id, -1)),
         b.kind,
-        CASE WHEN TG_OP = 'DELETE' THEN NULL ELSE b.value END,
+        CASE WHEN TG_OP = 'DELETE' OR step IS NOT NULL THEN NULL ELSE b.value END,
+        step,
         CASE WHEN TG_OP = 'DELETE' THEN NULL ELSE b.attachment_path END,
         CASE WHEN TG_OP = 'DELETE' THEN NULL ELSE b.source_statement END,
         now(),
         (SELECT MAX(e.id) FROM openprose.execution e WHERE e.run_id = b.run_id),
+        who,
         CASE WHEN TG_OP = 'DELETE' THEN 1 ELSE 0 END);
     RETURN NULL;
 END;

@@ -22,13 +22,14 @@ use postgres::ToStatement;
 use postgres::{Client, GenericClient, Row, Transaction};
 
 /// The version in openprose.schema_version written by this build.
-pub const POSTGRES_SCHEMA_VERSION: i32 = 9;
+pub const POSTGRES_SCHEMA_VERSION: i32 = 10;
 
 /// What a binary must understand to read this build's schema, and to write it safely.
 const MIN_READER: i32 = 1;
 // Schema 7 (team approvals): a writer from before them would decide a team's gate at its
 // first approval. Schema 9 (binding history): an older writer would delete a replaced value
-// that an older version still names, and record no writer.
+// that an older version still names, and record no writer. Schema 10 (a write's principal
+// and step handed to the history trigger in settings) changes no row a writer of 9 writes.
 const MIN_WRITER: i32 = 9;
 /// What the stamp asks of readers once a team's gate is on the server: a reader from before
 /// team approvals (7) would take a quorum's votes for tampering, and one from before
@@ -382,6 +383,20 @@ trait Statements {
         f: impl FnOnce(&Row) -> T,
     ) -> Result<Option<T>> {
         self.on(|c| c.query_opt(sql, p).map(|r| r.as_ref().map(f)))
+    }
+
+    /// The row a statement returns, if any, its parameters' types given: one round trip,
+    /// with no statement prepared first (for the statements of a one-shot command's hot path).
+    fn opt_typed<T>(
+        &mut self,
+        sql: &str,
+        p: &[(&(dyn ToSql + Sync), Type)],
+        f: impl FnOnce(&Row) -> T,
+    ) -> Result<Option<T>> {
+        self.on(|c| {
+            let rows = c.query_typed(sql, p)?;
+            Ok(rows.first().map(f))
+        })
     }
 
     /// Every row a statement returns.

@@ -483,8 +483,7 @@ pub fn bind(
         ..*b
     };
     publish()?;
-    let head = tx.history_head(b.name, b.execution_id)?;
-    tx.put_binding(&BindingRecord {
+    let record = BindingRecord {
         name: Some(written.name.to_string()),
         execution_id: written.execution_id,
         kind: Some(written.kind.to_string()),
@@ -493,21 +492,15 @@ pub fn bind(
         created_at: Some(written.now.to_string()),
         updated_at: Some(written.now.to_string()),
         attachment_path: written.attachment_path.map(str::to_string),
-    })?;
-    let kept = tx.attribute_binding(
-        b.name,
-        b.execution_id,
-        head,
-        b.principal,
-        delta.map(|d| d.to_string()).as_deref(),
-    )?;
-    if !kept {
+    };
+    let delta = delta.map(|d| d.to_string());
+    let Some(version) = tx.put_binding_as(&record, b.principal, delta.as_deref())? else {
         // Every write keeps a version: without its trigger, none is written.
         return Err(crate::error::tampered(format!(
             "binding {} was not written: its write kept no version, so the history trigger was dropped behind prose-state's back",
             shown(b.name)
         )));
-    }
+    };
     // The run's bound on versions kept (the project's default at `init`): once a binding
     // holds twice as many, the older ones go in this write's transaction, so that the bound
     // costs a cut now and then, not one at every write.
@@ -520,9 +513,6 @@ pub fn bind(
             released.extend(gone.iter().filter_map(|r| r.attachment_path.clone()));
         }
     }
-    // The new version, for a caller that will compare-and-set again: every bind reports it
-    // (README: `bind --json` shows the version), read in the write's own transaction.
-    let version = tx.binding_head(b.name, b.execution_id)?.map(|h| h.2);
     tx.commit()?;
     let replaced_attachment = existing
         .and_then(|(_, old, _)| old)
@@ -533,7 +523,9 @@ pub fn bind(
     Ok(BindOutcome {
         released,
         written: computed,
-        version,
+        // The new version, for a caller that will compare-and-set again: every bind reports
+        // it (README: `bind --json` shows the version).
+        version: Some(version),
     })
 }
 

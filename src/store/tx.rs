@@ -74,22 +74,18 @@ pub trait Tx {
     /// `created_at`.
     fn put_binding(&mut self, binding: &BindingRecord) -> Result<()>;
     fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool>;
-    /// Completes the version of the binding's history its trigger has just written (newer
-    /// than `after`, the head before the write): who wrote it, and for a `--append`/`--merge`
-    /// step the step itself in place of the whole value (`delta`, the value left NULL). A
-    /// version a raw writer made is never completed: its `principal` stays NULL. Whether there
-    /// was such a version (none: the trigger was dropped).
-    fn attribute_binding(
+    /// `put_binding` as `principal`'s write, which its history trigger keeps as a version
+    /// of the binding: who wrote it, and for a `--append`/`--merge` step the step itself in
+    /// place of the whole value (`delta`; the version's value left NULL). The binding's new
+    /// version number; None when the write kept no version in its history (the trigger was
+    /// dropped behind prose-state's back), for the caller to refuse it. A version a raw
+    /// writer made is never attributed: its `principal` stays NULL.
+    fn put_binding_as(
         &mut self,
-        name: &str,
-        execution_id: Option<i64>,
-        after: Option<i64>,
+        binding: &BindingRecord,
         principal: &str,
         delta: Option<&str>,
-    ) -> Result<bool>;
-    /// The newest kept version of the binding (its write sequence), before a write: what
-    /// tells the version that write makes from one a raw writer made.
-    fn history_head(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<i64>>;
+    ) -> Result<Option<i64>>;
     /// Points the binding of this name in this scope at another attachment.
     fn set_attachment_path(
         &mut self,

@@ -14,6 +14,7 @@ use crate::store::history::Kept;
 use crate::store::tx::{ChainTip, GateResumeState, KeyedExecution, Tx, TxKind};
 use crate::store::{AuditRow, GateRow, ImportRow, NewGate};
 use anyhow::{anyhow, Result};
+use postgres::types::Type;
 use postgres::Transaction;
 
 /// The advisory lock space of imports (two-key form), keyed by the run id's hash.
@@ -77,7 +78,7 @@ impl PgTx<'_> {
                 "SELECT status, history_keep FROM openprose.run WHERE id = $1 FOR UPDATE"
             }
         };
-        let row = self.opt(sql, &[&run_id], |r| {
+        let row = self.opt_typed(sql, &[(&run_id, Type::TEXT)], |r| {
             (RunStatus::parse(r.get(0)), r.get::<_, Option<i64>>(1))
         })?;
         self.history_keep = row.as_ref().and_then(|r| r.1);
@@ -135,20 +136,28 @@ impl Tx for PgTx<'_> {
         execution_id: Option<i64>,
     ) -> Result<Option<crate::store::BindingHead>> {
         let run = self.run()?;
-        self.opt(
+        self.opt_typed(
             "SELECT kind, attachment_path, version FROM openprose.bindings
              WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3 FOR UPDATE",
-            &[&run, &name, &execution_id.unwrap_or(-1)],
+            &[
+                (&run, Type::TEXT),
+                (&name, Type::TEXT),
+                (&execution_id.unwrap_or(-1), Type::INT8),
+            ],
             |r| (r.get(0), r.get(1), r.get(2)),
         )
     }
 
     fn binding_value(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<String>> {
         let run = self.run()?;
-        self.opt(
+        self.opt_typed(
             "SELECT value FROM openprose.bindings
              WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3",
-            &[&run, &name, &execution_id.unwrap_or(-1)],
+            &[
+                (&run, Type::TEXT),
+                (&name, Type::TEXT),
+                (&execution_id.unwrap_or(-1), Type::INT8),
+            ],
             |r| r.get(0),
         )
         .map(Option::flatten)
@@ -159,36 +168,54 @@ impl Tx for PgTx<'_> {
         attachment_referenced(self, &run, attachment_path)
     }
 
-    /// Not read: the version this transaction's write made is told by its `xmin` (see
-    /// `attribute_binding`), which costs no round trip.
-    fn history_head(&mut self, _name: &str, _execution_id: Option<i64>) -> Result<Option<i64>> {
-        Ok(None)
-    }
-
-    fn attribute_binding(
+    /// One statement: the upsert hands its principal and step to the history trigger in
+    /// two settings of this transaction (`openprose.principal`, `openprose.delta`), which the
+    /// trigger takes for the version it keeps and clears; then one look at the principal's
+    /// setting: still set, no trigger took it, and no version was kept.
+    fn put_binding_as(
         &mut self,
-        name: &str,
-        execution_id: Option<i64>,
-        _after: Option<i64>,
+        b: &BindingRecord,
         principal: &str,
         delta: Option<&str>,
-    ) -> Result<bool> {
+    ) -> Result<Option<i64>> {
         let run = self.run()?;
-        let changed: i64 = self.one(
-            "WITH done AS (
-                 UPDATE openprose.binding_history SET principal = $4, delta = $5,
-                     value = CASE WHEN $5::text IS NULL THEN value END
-                 WHERE seq = (SELECT MAX(seq) FROM openprose.binding_history
-                               WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3)
-                   AND principal IS NULL
-                   -- Written by this transaction: its trigger's row, never a raw writer's.
-                   AND xmin::text::bigint = txid_current() % 4294967296
-                 RETURNING 1)
-             SELECT COUNT(*) FROM done",
-            &[&run, &name, &execution_id.unwrap_or(-1), &principal, &delta],
-            |r| r.get(0),
+        let value = text_value(b)?;
+        let delta = delta.unwrap_or_default();
+        let version = self.opt_typed(
+            "INSERT INTO openprose.bindings (name, run_id, execution_id, kind, value,
+                 source_statement, created_at, updated_at, attachment_path)
+             SELECT $1, $2, $3, $4, $5, $6, COALESCE(($7::text)::timestamptz, now()),
+                    COALESCE(($8::text)::timestamptz, now()), $9
+               FROM (SELECT set_config('openprose.principal', $10, true),
+                            set_config('openprose.delta', $11, true)) AS attributed
+             ON CONFLICT (name, run_id, (COALESCE(execution_id, -1))) DO UPDATE SET
+                 kind = excluded.kind, value = excluded.value,
+                 source_statement = excluded.source_statement,
+                 attachment_path = excluded.attachment_path, updated_at = excluded.updated_at
+             RETURNING version",
+            &[
+                (&b.name, Type::TEXT),
+                (&run, Type::TEXT),
+                (&b.execution_id, Type::INT8),
+                (&b.kind, Type::TEXT),
+                (&value, Type::TEXT),
+                (&b.source_statement, Type::TEXT),
+                (&b.created_at, Type::TEXT),
+                (&b.updated_at, Type::TEXT),
+                (&b.attachment_path, Type::TEXT),
+                (&principal, Type::TEXT),
+                (&delta, Type::TEXT),
+            ],
+            |r| r.get::<_, i64>(0),
         )?;
-        Ok(changed == 1)
+        let left: Option<String> = self
+            .opt_typed(
+                "SELECT current_setting('openprose.principal', true)",
+                &[],
+                |r| r.get(0),
+            )?
+            .flatten();
+        Ok(version.filter(|_| left.as_deref().unwrap_or_default().is_empty()))
     }
 
     fn set_attachment_path(
@@ -437,16 +464,7 @@ impl Tx for PgTx<'_> {
 
     fn put_binding(&mut self, b: &BindingRecord) -> Result<()> {
         let run = self.run()?;
-        let value = match b.value.as_deref().map(std::str::from_utf8) {
-            None => None,
-            Some(Ok(v)) => Some(v),
-            Some(Err(_)) => {
-                return Err(refused(format!(
-                    "binding {} holds bytes that are not UTF-8 text, which PostgreSQL cannot store; nothing was imported",
-                    shown(b.name.as_deref().unwrap_or_default())
-                )))
-            }
-        };
+        let value = text_value(b)?;
         self.exec_prepared(
             "INSERT INTO openprose.bindings (name, run_id, execution_id, kind, value,
                  source_statement, created_at, updated_at, attachment_path)
@@ -825,5 +843,17 @@ impl Tx for PgTx<'_> {
     fn commit(self: Box<Self>) -> Result<()> {
         let (shown_url, busy_ms) = (self.shown_url, self.busy_ms);
         committed(self.tx.commit(), |e| map_err(e, shown_url, busy_ms))
+    }
+}
+
+/// A binding's value as the text PostgreSQL stores; bytes that are not UTF-8 are refused.
+fn text_value(b: &BindingRecord) -> Result<Option<&str>> {
+    match b.value.as_deref().map(std::str::from_utf8) {
+        None => Ok(None),
+        Some(Ok(v)) => Ok(Some(v)),
+        Some(Err(_)) => Err(refused(format!(
+            "binding {} holds bytes that are not UTF-8 text, which PostgreSQL cannot store; nothing was imported",
+            shown(b.name.as_deref().unwrap_or_default())
+        ))),
     }
 }

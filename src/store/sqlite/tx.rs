@@ -108,22 +108,21 @@ impl Tx for SqliteTx<'_> {
         attachment_referenced(self, attachment_path)
     }
 
-    fn history_head(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<i64>> {
-        self.one(
+    /// The write, then its version completed: the newest version of the binding's history,
+    /// if newer than the head before the write (the trigger's, never a raw writer's).
+    fn put_binding_as(
+        &mut self,
+        binding: &BindingRecord,
+        principal: &str,
+        delta: Option<&str>,
+    ) -> Result<Option<i64>> {
+        let (name, execution_id) = (binding.name.as_deref().unwrap_or_default(), binding.execution_id);
+        let head: Option<i64> = self.one(
             "SELECT MAX(seq) FROM binding_history WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2",
             params![name, execution_id.unwrap_or(-1)],
             |r| r.get(0),
-        )
-    }
-
-    fn attribute_binding(
-        &mut self,
-        name: &str,
-        execution_id: Option<i64>,
-        after: Option<i64>,
-        principal: &str,
-        delta: Option<&str>,
-    ) -> Result<bool> {
+        )?;
+        self.put_binding(binding)?;
         let changed = self.prepared(
             "UPDATE binding_history SET principal = ?3, delta = ?4,
                  value = CASE WHEN ?4 IS NULL THEN value END
@@ -136,11 +135,14 @@ impl Tx for SqliteTx<'_> {
                     execution_id.unwrap_or(-1),
                     principal,
                     delta,
-                    after
+                    head
                 ])
             },
         )?;
-        Ok(changed == 1)
+        if changed != 1 {
+            return Ok(None);
+        }
+        Ok(self.binding_head(name, execution_id)?.map(|h| h.2))
     }
 
     fn set_attachment_path(
