@@ -137,8 +137,8 @@ pub enum Command {
     Man,
     /// Sizes, row counts, execution statuses and settings of a run (--run) or of all runs
     Stats(StatsArgs),
-    /// Check runs for problems: integrity, attachments, stale runs, the audit chain; exit 1
-    /// if any. --fix repairs what is safe
+    /// Check runs for problems: integrity, attachments, stale runs, the audit chain, dropped
+    /// triggers; exit 1 if any. --fix repairs what is safe
     Doctor(DoctorArgs),
     /// Move SQLite's write-ahead log into the database (of --run, or of every run)
     Checkpoint(CheckpointArgs),
@@ -326,8 +326,8 @@ pub struct DoctorArgs {
     /// A run `running` with no event for this many hours is reported stale
     #[arg(long, value_name = "HOURS", default_value_t = 24.0)]
     pub stale: f64,
-    /// Repair what is safe: mark stale runs interrupted, delete leftover temporary and
-    /// unreferenced attachment files
+    /// Repair what is safe: mark stale runs interrupted, make dropped schema triggers again,
+    /// delete leftover temporary and unreferenced attachment files
     #[arg(long)]
     pub fix: bool,
 }

@@ -673,8 +673,9 @@ fn mcp_history_answer(p: &Project, run: &Run, args: Value) -> usize {
 
 /// A raw `DROP TRIGGER` of the history trigger: prose-state's own binds then keep no version,
 /// and its attribution step (an UPDATE of the binding's newest history row whose principal is
-/// NULL) signs the raw writer's version with the binder's name. History then says mallory
-/// wrote a value mallory never wrote; nothing (bind, doctor) reports the missing trigger.
+/// NULL) signed the raw writer's version with the binder's name; nothing (bind, doctor)
+/// reported the missing trigger. Now the bind is refused, doctor names the trigger, and
+/// `doctor --fix` makes it again, history going on from a version marked as following a gap.
 fn holds_a_dropped_history_trigger_refuses_the_write(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
@@ -682,7 +683,23 @@ fn holds_a_dropped_history_trigger_refuses_the_write(b: Backend) {
         .args(["bind", "x", "v1", "--as", "alice"])
         .assert()
         .success();
+    run.cmd()
+        .args([
+            "exec-append",
+            "--index",
+            "1",
+            "--text",
+            "s",
+            "--status",
+            "completed",
+        ])
+        .assert()
+        .success();
     let mut db = Db::open(&run);
+    let record = db.int(
+        "SELECT MAX(id) FROM execution",
+        "SELECT MAX(id)::text FROM openprose.execution WHERE run_id = '$RUN'",
+    );
     db.exec(
         "UPDATE bindings SET value = 'raw' WHERE name = 'x';
          DROP TRIGGER binding_history_version;",
@@ -702,6 +719,90 @@ fn holds_a_dropped_history_trigger_refuses_the_write(b: Backend) {
         "SELECT principal FROM openprose.binding_history WHERE run_id = '$RUN' AND name = 'x' AND value = 'raw'",
     );
     assert_eq!(by, None, "the raw writer's version stays unattributed");
+
+    // doctor names the missing trigger and changes nothing; --fix makes it again, and each
+    // binding's history goes on from a version marked as following a time it was not kept.
+    let versions = |db: &mut Db| {
+        db.int(
+            "SELECT COUNT(*) FROM binding_history",
+            "SELECT COUNT(*)::text FROM openprose.binding_history WHERE run_id = '$RUN'",
+        )
+    };
+    let before = versions(&mut db);
+    let a = run.cmd().args(["--json", "doctor"]).assert().failure();
+    assert_eq!(code(&a), 1, "{}", stderr(&a));
+    let d: Value = serde_json::from_slice(&a.get_output().stdout).unwrap();
+    let trigger = if db.is_pg() {
+        "binding_history_keep"
+    } else {
+        "binding_history_version"
+    };
+    let found: Vec<&Value> = d["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["kind"] == "missing trigger")
+        .collect();
+    assert_eq!(found.len(), 1, "{d}");
+    assert!(
+        found[0]["detail"].as_str().unwrap().contains(trigger),
+        "{d}"
+    );
+    assert_eq!(found[0]["fixed"], false);
+    assert_eq!(versions(&mut db), before, "doctor without --fix wrote");
+    // A record after the raw write, before the fix: as of record 1, x is not known.
+    run.cmd()
+        .args([
+            "exec-append",
+            "--index",
+            "2",
+            "--text",
+            "t",
+            "--status",
+            "completed",
+        ])
+        .assert()
+        .success();
+    let a = run.cmd().args(["--json", "doctor", "--fix"]).assert();
+    let d: Value = serde_json::from_slice(&a.get_output().stdout).unwrap();
+    assert!(
+        d["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["kind"] == "missing trigger" && p["fixed"] == true),
+        "{d}"
+    );
+    run.cmd().args(["doctor"]).assert().success();
+    // x goes on from a version marked as following the gap, holding what the raw write left.
+    let out = run
+        .cmd()
+        .args(["--json", "history", "x"])
+        .assert()
+        .success();
+    let h: Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let newest = &h["versions"][0];
+    assert_eq!(newest["older_not_kept"], true, "{h}");
+    assert_eq!(newest["preview"], "raw", "{h}");
+    assert_eq!(h["versions"][1]["older_not_kept"], false, "{h}");
+    // Binds work again, and are attributed.
+    run.cmd()
+        .args(["bind", "x", "v3", "--as", "alice"])
+        .assert()
+        .success();
+    let by = db.one(
+        "SELECT principal FROM binding_history WHERE name = 'x' AND value = 'v3'",
+        "SELECT principal FROM openprose.binding_history WHERE run_id = '$RUN' AND name = 'x' AND value = 'v3'",
+    );
+    assert_eq!(by.as_deref(), Some(&b"alice"[..]));
+    // After record 1 and before the fix, x may have changed without a trace: reading it as
+    // of then is refused, never answered with a value history did not see.
+    let a = run
+        .cmd()
+        .args(["get", "x", "--as-of", &record.to_string()])
+        .assert()
+        .failure();
+    assert!(stderr(&a).contains("is not known"), "{}", stderr(&a));
 }
 
 /// Raw writers' changes: kept as history.md says (UPDATE, the spec's INSERT OR REPLACE,

@@ -557,7 +557,9 @@ fn the_postgres_schema_never_strands_a_team() {
     run.cmd().args(["log"]).assert().success();
     assert!(!has_key_column(&mut c), "a read upgraded the schema");
     let a = run.cmd().args(["migrate"]).assert().success();
-    assert!(String::from_utf8_lossy(&a.get_output().stdout).contains("would migrate schema 1 -> 10"));
+    assert!(
+        String::from_utf8_lossy(&a.get_output().stdout).contains("would migrate schema 1 -> 10")
+    );
     assert!(!has_key_column(&mut c), "a dry run upgraded the schema");
     // The first write upgrades it.
     run.cmd()

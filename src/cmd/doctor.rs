@@ -64,6 +64,46 @@ impl Problem {
 }
 
 /// The size of a value on the server, as a problem names it.
+/// The schema's triggers the database does not hold, each with what its absence means, made
+/// again with `fix`: (name, detail, made again).
+fn triggers(store: &mut dyn Store, fix: bool) -> Result<Vec<(String, String, bool)>> {
+    let missing = store.missing_triggers()?;
+    let made = match fix && !missing.is_empty() {
+        true => store.restore_triggers()?,
+        false => Vec::new(),
+    };
+    Ok(missing
+        .into_iter()
+        .map(|t| {
+            use crate::store::history::Kept;
+            let meaning = if Kept::Bindings.keeps_by(&t) {
+                "bindings' writes are not kept in history, and `bind` refuses to write"
+            } else if Kept::Agents.keeps_by(&t) {
+                "agents' memory writes are not kept in history"
+            } else if t.starts_with("gate_audit_log") {
+                "the gate audit log is not append-only"
+            } else if t.ends_with("_notify") {
+                "waiters are not woken by commits (they look every 30 s)"
+            } else {
+                "the schema's rule it keeps is not kept"
+            };
+            let keeps_history = Kept::Bindings.keeps_by(&t) || Kept::Agents.keeps_by(&t);
+            let again = if made.contains(&t) && keeps_history {
+                "made again, and the history it keeps marked as not known before now"
+            } else if made.contains(&t) {
+                "made again"
+            } else {
+                "`prose-state doctor --fix` makes it again"
+            };
+            let detail = format!(
+                "trigger {t} is missing (dropped behind prose-state's back): {meaning}; {again}"
+            );
+            let fixed = made.contains(&t);
+            (t, detail, fixed)
+        })
+        .collect())
+}
+
 fn size(bytes: Option<i64>) -> String {
     bytes.map_or("an incomplete upload".to_string(), |b| format!("{b} bytes"))
 }
@@ -89,6 +129,7 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
         .filter(|r| !leftovers.iter().any(|(d, _)| *d == r.dir))
         .cloned()
         .collect();
+    let saw_server = std::sync::atomic::AtomicBool::new(false);
     let (per_run, warnings) = over_runs(&runs, ctx, |run, store| {
         let id = store
             .run_info()
@@ -98,6 +139,14 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
         let mut problem = |kind, detail, fixed| found.push(Problem::new(&id, kind, detail, fixed));
         for p in store.health()? {
             problem("database", p, false);
+        }
+        // A server's triggers are every run's: checked once, after the runs.
+        if store.keeps_values() {
+            saw_server.store(true, std::sync::atomic::Ordering::Relaxed);
+        } else {
+            for (_, detail, fixed) in triggers(store, req.fix)? {
+                problem("missing trigger", detail, fixed);
+            }
         }
         // The state.db itself must be a plain file: a symlink may point anywhere.
         if std::fs::symlink_metadata(&run.db).is_ok_and(|m| m.file_type().is_symlink()) {
@@ -272,6 +321,12 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
         Ok(found)
     })?;
     problems.extend(per_run.into_iter().flatten());
+    if saw_server.load(std::sync::atomic::Ordering::Relaxed) || (ctx.uses_postgres() && all_runs) {
+        let mut server = ctx.project_server()?;
+        for (_, detail, fixed) in triggers(&mut server, req.fix)? {
+            problems.push(Problem::new("(server)", "missing trigger", detail, fixed));
+        }
+    }
     // Values on the project's server that belong to no run (an import killed between its
     // uploads and its rows): checked when every run is.
     if ctx.uses_postgres() && all_runs {

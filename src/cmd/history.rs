@@ -36,6 +36,10 @@ pub struct Version {
     /// Where its value is kept, for one kept as an attachment.
     pub attachment: Option<String>,
     pub source_statement: Option<String>,
+    /// Writes before this version may not all be kept: it is the oldest kept (pruned, or a
+    /// copy without history), or it follows a time when its history's trigger was missing
+    /// (made again by `doctor --fix`). Reading or forking before it is refused.
+    pub older_not_kept: bool,
 }
 
 #[derive(Serialize)]
@@ -81,6 +85,13 @@ impl Render for History {
                 ]
             },
         )?;
+        for v in self.versions.iter().filter(|v| v.older_not_kept) {
+            if self.next_before.is_some()
+                || Some(v.version) != self.versions.last().map(|l| l.version)
+            {
+                writeln!(w, "writes before version {} may not all be kept (its history was not kept for a while)", v.version)?;
+            }
+        }
         if let Some(before) = self.next_before {
             writeln!(w, "older versions: --before {before}")?;
         } else if self.older_not_kept {
@@ -140,6 +151,7 @@ fn version_of(r: &HistoryRow) -> Version {
             .source_statement
             .as_deref()
             .map(|s| short(s, PREVIEW_CHARS)),
+        older_not_kept: r.gap,
     }
 }
 
@@ -244,7 +256,7 @@ pub fn as_of(store: &mut dyn Store, name: &str, start: Option<i64>, at: &AsOf) -
                     None => "the root scope".to_string(),
                 };
                 return Err(refused(format!(
-                    "binding {} in {place} as of {at} is not known: its versions of then are not kept (pruned, or written before history was kept)",
+                    "binding {} in {place} as of {at} is not known: its versions of then are not kept (pruned, written before history was kept, or while its history's trigger was missing)",
                     shown(name)
                 )));
             }

@@ -54,6 +54,17 @@ impl Kept {
             Kept::Agents => "agent_history",
         }
     }
+
+    /// Whether the schema's trigger of this name keeps this history: its own triggers, and
+    /// on SQLite the bindings' version bump whose change of `version` fires them.
+    pub fn keeps_by(self, trigger: &str) -> bool {
+        match self {
+            Kept::Bindings => {
+                trigger.starts_with("binding_history") || trigger.starts_with("bindings_version")
+            }
+            Kept::Agents => trigger.starts_with("agent_history"),
+        }
+    }
 }
 
 /// The columns of a history row, in [`HistoryRow::read`]'s order.
@@ -103,6 +114,9 @@ pub fn then(rows: &[HistoryRow], at: &AsOf) -> Then {
     for (i, r) in rows.iter().enumerate() {
         match written_by(r, at) {
             Some(true) => {}
+            // Writes before a gap version may not have been kept (pruned, a copy without
+            // history, a trigger dropped for a while): what stood before it is not known.
+            Some(false) if r.gap => return Then::Unknown,
             Some(false) => break,
             None => return Then::Unknown,
         }

@@ -1273,6 +1273,16 @@ pub trait Store: AgentStore {
 
     /// Database-level problems (SQLite: integrity_check and foreign_key_check), one line each.
     fn health(&mut self) -> Result<Vec<String>>;
+    /// The triggers this build's schema makes that the database does not hold: dropped
+    /// behind prose-state's back (a database at an older schema is not asked: it is upgraded
+    /// by its first write). On PostgreSQL they are the server's, shared by every run.
+    fn missing_triggers(&mut self) -> Result<Vec<String>>;
+    /// Makes the missing triggers again, as the schema does, and starts the history of every
+    /// binding and agent memory they keep again with a version marked as following a time
+    /// when writes may not have been kept; the triggers made again.
+    fn restore_triggers(&mut self) -> Result<Vec<String>> {
+        rules::restore_triggers(self.txn(TxKind::Serial)?, &crate::model::now())
+    }
 
     /// Moves the write-ahead log into the database (SQLite only).
     fn checkpoint(&mut self, mode: &str) -> Result<Checkpointed>;
@@ -1379,6 +1389,33 @@ pub struct Migration {
     pub applied: bool,
 }
 
+/// The triggers a schema script creates, by name, each with its own statement as the script
+/// holds it (to the `END;` of a body, or the statement's `;`): what a database at that schema
+/// must hold, and how each is made again, read from the schema itself.
+pub fn schema_triggers(sql: &str) -> Vec<(&str, &str)> {
+    let mut found = Vec::new();
+    let mut rest = sql;
+    let mut at = 0;
+    while let Some(i) = rest.find("CREATE TRIGGER ") {
+        let start = at + i;
+        let head = &sql[start + "CREATE TRIGGER ".len()..];
+        let head = head.strip_prefix("IF NOT EXISTS ").unwrap_or(head);
+        let name = head.split_whitespace().next().unwrap_or_default();
+        let first_semicolon = sql[start..].find(';').map_or(sql.len(), |e| start + e + 1);
+        let body = sql[start..first_semicolon].find("\nBEGIN");
+        let end = match body {
+            Some(_) => sql[start..]
+                .find("\nEND;")
+                .map_or(sql.len(), |e| start + e + 5),
+            None => first_semicolon,
+        };
+        found.push((name, &sql[start..end]));
+        at = end;
+        rest = &sql[end..];
+    }
+    found
+}
+
 /// What this binary may do with a database, by its stamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
@@ -1416,3 +1453,43 @@ pub fn refuse_write(stamp_version: i64, ours: i64, location: &str) -> anyhow::Er
 }
 
 pub use crate::model::Backend;
+
+#[cfg(test)]
+mod tests {
+    /// Every trigger each schema makes is read whole from it: a SQLite body to its `END;`, a
+    /// PostgreSQL statement to its `;`, and no other statement taken for one.
+    #[test]
+    fn schema_triggers_reads_each_trigger_whole() {
+        let lite = super::schema_triggers(include_str!("../../schema/sqlite.sql"));
+        let names: Vec<&str> = lite.iter().map(|(n, _)| *n).collect();
+        assert_eq!(
+            names,
+            [
+                "bindings_version_insert",
+                "bindings_version_update",
+                "binding_history_version",
+                "binding_history_delete",
+                "agent_segments_at_record",
+                "agent_history_insert",
+                "agent_history_update",
+                "agent_history_delete",
+                "gate_audit_log_no_update",
+                "gate_audit_log_no_delete"
+            ]
+        );
+        for (name, sql) in &lite {
+            assert!(sql.starts_with("CREATE TRIGGER IF NOT EXISTS "), "{name}");
+            assert!(sql.ends_with("\nEND;"), "{name}: {sql}");
+            assert_eq!(sql.matches("CREATE ").count(), 1, "{name}");
+        }
+        let pg = super::schema_triggers(include_str!("../../schema/postgres.sql"));
+        assert_eq!(pg.len(), 8);
+        for (name, sql) in &pg {
+            assert!(
+                sql.starts_with(&format!("CREATE TRIGGER {name} ")),
+                "{name}"
+            );
+            assert!(sql.ends_with(");"), "{name}: {sql}");
+        }
+    }
+}

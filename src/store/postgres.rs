@@ -1008,6 +1008,13 @@ impl Store for PgStore {
         Ok((n > 0).then_some(problem).into_iter().collect())
     }
 
+    fn missing_triggers(&mut self) -> Result<Vec<String>> {
+        if self.access != Access::Current {
+            return Ok(Vec::new());
+        }
+        missing_triggers(self)
+    }
+
     fn checkpoint(&mut self, _mode: &str) -> Result<Checkpointed> {
         Err(usage(
             "checkpoint applies to SQLite's write-ahead log; PostgreSQL manages its own",
@@ -1142,4 +1149,21 @@ mod pool {
     pub fn give(url: &str, client: Client) {
         KEPT.give(url.to_string(), client);
     }
+}
+
+/// The triggers of the schema the server does not hold (on the openprose tables).
+fn missing_triggers(on: &mut impl Statements) -> Result<Vec<String>> {
+    let held: Vec<String> = on.all(
+        "SELECT t.tgname::text FROM pg_trigger t
+           JOIN pg_class c ON c.oid = t.tgrelid
+           JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE n.nspname = 'openprose' AND NOT t.tgisinternal",
+        &[],
+        |r| r.get(0),
+    )?;
+    Ok(super::schema_triggers(SCHEMA)
+        .into_iter()
+        .map(|(name, _)| name.to_string())
+        .filter(|name| !held.contains(name))
+        .collect())
 }

@@ -1640,3 +1640,23 @@ pub fn restore(mut tx: Txn<'_>, r: &Restore) -> Result<()> {
     }
     tx.commit()
 }
+
+/// Makes the schema's missing triggers again (doctor --fix) and, where a history's trigger
+/// was missing, starts each binding's (or memory's) history again at a version marked as
+/// following a time when writes may not have been kept: reading or forking before it is then
+/// "not known", never a value history did not see.
+pub fn restore_triggers(mut tx: Txn<'_>, now: &str) -> Result<Vec<String>> {
+    use super::history::Kept;
+    let missing = tx.missing_triggers()?;
+    if missing.is_empty() {
+        return Ok(missing);
+    }
+    tx.make_triggers(&missing)?;
+    for kept in [Kept::Bindings, Kept::Agents] {
+        if missing.iter().any(|t| kept.keeps_by(t)) {
+            tx.resume_history(kept, now)?;
+        }
+    }
+    tx.commit()?;
+    Ok(missing)
+}

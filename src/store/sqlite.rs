@@ -964,6 +964,14 @@ impl Store for SqliteStore {
         Ok(problems)
     }
 
+    fn missing_triggers(&mut self) -> Result<Vec<String>> {
+        // An older file is upgraded by its first write; a newer one's triggers are its own.
+        if self.access != Access::Current {
+            return Ok(Vec::new());
+        }
+        tx::missing_triggers(&self.conn, self.schema.sql).map_err(|e| self.error(e))
+    }
+
     fn checkpoint(&mut self, mode: &str) -> Result<Checkpointed> {
         let mode = mode.to_ascii_uppercase();
         if !matches!(mode.as_str(), "PASSIVE" | "FULL" | "RESTART" | "TRUNCATE") {

@@ -220,6 +220,14 @@ pub trait Tx {
     /// known time (a copy that carries no history: what the bindings held before it, and when
     /// it was written, are not known; the time of the copy would make two copies differ).
     fn mark_history_gap(&mut self, kept: Kept) -> Result<()>;
+    /// The triggers of the schema the database does not hold.
+    fn missing_triggers(&mut self) -> Result<Vec<String>>;
+    /// Makes the schema's missing triggers again.
+    fn make_triggers(&mut self, missing: &[String]) -> Result<()>;
+    /// A version of every binding (or memory) as it stands, and a deletion of each one whose
+    /// newest version is not one, written `now` and marked `gap`: writes before it may not
+    /// have been kept (its history's trigger was missing).
+    fn resume_history(&mut self, kept: Kept, now: &str) -> Result<()>;
     /// The run's audit row at this sequence number: None when there is none, else its hash.
     fn audit_at_seq(&mut self, seq: i64) -> Result<Option<Option<String>>>;
 

@@ -417,6 +417,75 @@ impl Tx for PgTx<'_> {
         )
     }
 
+    fn missing_triggers(&mut self) -> Result<Vec<String>> {
+        super::missing_triggers(self)
+    }
+
+    /// The schema again, whole, as an upgrade runs it (under its lock): it makes its
+    /// functions and triggers as they are, and nothing else changes.
+    fn make_triggers(&mut self, _missing: &[String]) -> Result<()> {
+        self.exec(
+            "SELECT pg_advisory_xact_lock($1)",
+            &[&super::MIGRATION_LOCK],
+        )?;
+        self.on(|c| c.batch_execute(super::SCHEMA))
+    }
+
+    /// Every run's: a trigger of the server is every run's.
+    fn resume_history(&mut self, kept: Kept, now: &str) -> Result<()> {
+        let [gone, current] = match kept {
+            Kept::Bindings => [
+                "INSERT INTO openprose.binding_history (run_id, name, execution_id, n, kind,
+                     written_at, at_record, deleted, gap)
+                 SELECT h.run_id, h.name, h.execution_id, h.n + 1, h.kind,
+                        ($1::text)::timestamptz,
+                        (SELECT MAX(e.id) FROM openprose.execution e WHERE e.run_id = h.run_id),
+                        1, 1
+                 FROM openprose.binding_history h
+                 WHERE h.deleted = 0
+                   AND h.n = (SELECT MAX(h2.n) FROM openprose.binding_history h2
+                               WHERE h2.run_id = h.run_id AND h2.name = h.name
+                                 AND COALESCE(h2.execution_id, -1) = COALESCE(h.execution_id, -1))
+                   AND NOT EXISTS (SELECT 1 FROM openprose.bindings c
+                                    WHERE c.run_id = h.run_id AND c.name = h.name
+                                      AND COALESCE(c.execution_id, -1) = COALESCE(h.execution_id, -1))",
+                "INSERT INTO openprose.binding_history (run_id, name, execution_id, n, kind, value,
+                     attachment_path, source_statement, written_at, at_record, gap)
+                 SELECT c.run_id, c.name, c.execution_id,
+                        (SELECT COALESCE(MAX(h.n), 0) + 1 FROM openprose.binding_history h
+                          WHERE h.run_id = c.run_id AND h.name = c.name
+                            AND COALESCE(h.execution_id, -1) = COALESCE(c.execution_id, -1)),
+                        c.kind, c.value, c.attachment_path, c.source_statement,
+                        ($1::text)::timestamptz,
+                        (SELECT MAX(e.id) FROM openprose.execution e WHERE e.run_id = c.run_id), 1
+                 FROM openprose.bindings c",
+            ],
+            Kept::Agents => [
+                "INSERT INTO openprose.agent_history (run_id, name, n, kind, written_at,
+                     at_record, deleted, gap)
+                 SELECT h.run_id, h.name, h.n + 1, h.kind, ($1::text)::timestamptz,
+                        (SELECT MAX(e.id) FROM openprose.execution e WHERE e.run_id = h.run_id),
+                        1, 1
+                 FROM openprose.agent_history h
+                 WHERE h.deleted = 0
+                   AND h.n = (SELECT MAX(h2.n) FROM openprose.agent_history h2
+                               WHERE h2.run_id = h.run_id AND h2.name = h.name)
+                   AND NOT EXISTS (SELECT 1 FROM openprose.agents c
+                                    WHERE c.run_id = h.run_id AND c.name = h.name)",
+                "INSERT INTO openprose.agent_history (run_id, name, n, kind, value, written_at,
+                     at_record, gap)
+                 SELECT c.run_id, c.name,
+                        (SELECT COALESCE(MAX(h.n), 0) + 1 FROM openprose.agent_history h
+                          WHERE h.run_id = c.run_id AND h.name = c.name),
+                        c.scope, c.memory, ($1::text)::timestamptz,
+                        (SELECT MAX(e.id) FROM openprose.execution e WHERE e.run_id = c.run_id), 1
+                 FROM openprose.agents c WHERE c.run_id IS NOT NULL",
+            ],
+        };
+        self.exec(gone, &[&now])?;
+        self.exec(current, &[&now])
+    }
+
     fn mark_history_gap(&mut self, kept: Kept) -> Result<()> {
         let run = self.run()?;
         let table = kept.table();

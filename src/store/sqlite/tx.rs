@@ -116,7 +116,10 @@ impl Tx for SqliteTx<'_> {
         principal: &str,
         delta: Option<&str>,
     ) -> Result<Option<i64>> {
-        let (name, execution_id) = (binding.name.as_deref().unwrap_or_default(), binding.execution_id);
+        let (name, execution_id) = (
+            binding.name.as_deref().unwrap_or_default(),
+            binding.execution_id,
+        );
         let head: Option<i64> = self.one(
             "SELECT MAX(seq) FROM binding_history WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2",
             params![name, execution_id.unwrap_or(-1)],
@@ -526,6 +529,72 @@ impl Tx for SqliteTx<'_> {
         )
     }
 
+    fn missing_triggers(&mut self) -> Result<Vec<String>> {
+        let sql = if self.is_state {
+            super::STATE.sql
+        } else {
+            super::AGENTS.sql
+        };
+        missing_triggers(self.conn(), sql).map_err(|e| self.error(e))
+    }
+
+    fn make_triggers(&mut self, missing: &[String]) -> Result<()> {
+        let sql = if self.is_state {
+            super::STATE.sql
+        } else {
+            super::AGENTS.sql
+        };
+        for (name, statement) in crate::store::schema_triggers(sql) {
+            if missing.iter().any(|m| m == name) {
+                self.exec(statement, [])?;
+            }
+        }
+        Ok(())
+    }
+
+    fn resume_history(&mut self, kept: Kept, now: &str) -> Result<()> {
+        let [current, gone] = match kept {
+            Kept::Bindings => [
+                "INSERT INTO binding_history (name, execution_id, n, kind, value, attachment_path,
+                                              source_statement, written_at, at_record, gap)
+                 SELECT c.name, c.execution_id,
+                        (SELECT IFNULL(MAX(h.n), 0) + 1 FROM binding_history h
+                          WHERE h.name = c.name
+                            AND IFNULL(h.execution_id, -1) = IFNULL(c.execution_id, -1)),
+                        c.kind, c.value, c.attachment_path, c.source_statement, ?1,
+                        (SELECT MAX(id) FROM execution), 1
+                 FROM bindings c",
+                "INSERT INTO binding_history (name, execution_id, n, kind, written_at, at_record,
+                                              deleted, gap)
+                 SELECT h.name, h.execution_id, h.n + 1, h.kind, ?1,
+                        (SELECT MAX(id) FROM execution), 1, 1
+                 FROM binding_history h
+                 WHERE h.deleted = 0
+                   AND h.n = (SELECT MAX(h2.n) FROM binding_history h2 WHERE h2.name = h.name
+                               AND IFNULL(h2.execution_id, -1) = IFNULL(h.execution_id, -1))
+                   AND NOT EXISTS (SELECT 1 FROM bindings c WHERE c.name = h.name
+                                     AND IFNULL(c.execution_id, -1) = IFNULL(h.execution_id, -1))",
+            ],
+            Kept::Agents => [
+                "INSERT INTO agent_history (name, n, kind, value, written_at, at_record, gap)
+                 SELECT c.name,
+                        (SELECT IFNULL(MAX(h.n), 0) + 1 FROM agent_history h
+                          WHERE h.name = c.name),
+                        c.scope, c.memory, ?1, (SELECT MAX(id) FROM execution), 1
+                 FROM agents c",
+                "INSERT INTO agent_history (name, n, kind, written_at, at_record, deleted, gap)
+                 SELECT h.name, h.n + 1, h.kind, ?1, (SELECT MAX(id) FROM execution), 1, 1
+                 FROM agent_history h
+                 WHERE h.deleted = 0
+                   AND h.n = (SELECT MAX(h2.n) FROM agent_history h2 WHERE h2.name = h.name)
+                   AND NOT EXISTS (SELECT 1 FROM agents c WHERE c.name = h.name)",
+            ],
+        };
+        // Deletions first: a name held now is never one the second statement would see gone.
+        self.exec(gone, [now])?;
+        self.exec(current, [now])
+    }
+
     fn put_execution(&mut self, id: Option<i64>, e: &ExecRecord) -> Result<Option<i64>> {
         // Writers are serialised here, so a key looked up absent stays absent.
         self.exec(
@@ -668,4 +737,20 @@ impl Tx for SqliteTx<'_> {
         }
         Ok(())
     }
+}
+
+/// The triggers of `schema_sql` that `c`'s database does not hold.
+pub(in crate::store) fn missing_triggers(
+    c: &Connection,
+    schema_sql: &str,
+) -> rusqlite::Result<Vec<String>> {
+    let mut held = c.prepare("SELECT name FROM sqlite_master WHERE type = 'trigger'")?;
+    let held: Vec<String> = held
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
+    Ok(crate::store::schema_triggers(schema_sql)
+        .into_iter()
+        .map(|(name, _)| name.to_string())
+        .filter(|name| !held.contains(name))
+        .collect())
 }
