@@ -460,6 +460,43 @@ fn a_signed_decision_about_inputs_is_carried_into_a_fork(b: Backend) {
             .assert()
             .success();
     }
+    // A fork of the fork: at its newest record the decision is carried again, still signed
+    // for the run it was made in; at its first record (before the gate) nothing of the gate
+    // is carried. (PostgreSQL numbers a copy's records anew: a copy places its events by how
+    // many records preceded them, not by the source's ids.)
+    let same = p.run("same");
+    let ids: Vec<i64> = same
+        .cmd()
+        .args(["--json", "log"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .split(|c| *c == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            serde_json::from_slice::<serde_json::Value>(l).unwrap()["id"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    let (first, last) = (ids[0], *ids.last().unwrap());
+    for (id, at) in [("again", last), ("early", first)] {
+        same.cmd()
+            .args(["fork", "--at", &at.to_string(), "--run-id", id])
+            .assert()
+            .success();
+    }
+    assert_eq!(
+        wait("again").0,
+        0,
+        "carried twice, signed where it was made"
+    );
+    p.cmd()
+        .args(["--run", "again", "gates", "verify", "--signed"])
+        .assert()
+        .success();
+    assert_eq!(wait("early").0, 3, "no gate before its record");
 }
 
 pub(crate) fn decide(

@@ -58,12 +58,20 @@ pub struct Carried {
 /// Whether a sealed event happened by record `at`: as its metadata records (`after_record`,
 /// sealed with it), else, for an event from before that was recorded, by its time against
 /// the next record's (strictly earlier; none: the point is the newest record).
-fn by_point(r: &AuditRow, at: i64, next_time: Option<&str>) -> bool {
+///
+/// A copy a fork carried says where it stood among the records of the run it was made in
+/// (`carried.after_records`: how many preceded it): a fork holds those records first, in the
+/// same order, whatever its ids (PostgreSQL numbers a copy's records anew), so it is by the
+/// point when that many of this run's records are (`records_by_then`).
+fn by_point(r: &AuditRow, at: i64, records_by_then: usize, next_time: Option<&str>) -> bool {
     let m: Value = r
         .metadata
         .as_deref()
         .and_then(|m| serde_json::from_str(m).ok())
         .unwrap_or(Value::Null);
+    if let Some(k) = m["carried"]["after_records"].as_u64() {
+        return k as usize <= records_by_then;
+    }
     match m.get("after_record") {
         Some(Value::Null) => true,
         Some(v) => v.as_i64().is_some_and(|a| a <= at),
@@ -300,7 +308,7 @@ pub fn build(src: &RunDump, report: &ChainReport, plan: &Plan) -> Result<(RunDum
         let then: Vec<&AuditRow> = mine
             .iter()
             .copied()
-            .take_while(|r| by_point(r, at, next_time.as_deref()))
+            .take_while(|r| by_point(r, at, point + 1, next_time.as_deref()))
             .collect();
         if !then.iter().any(|r| r.event_type == "created") {
             continue;
@@ -378,10 +386,17 @@ pub fn build(src: &RunDump, report: &ChainReport, plan: &Plan) -> Result<(RunDum
             .as_deref()
             .and_then(|m| serde_json::from_str(m).ok())
             .unwrap_or_else(|| json!({}));
-        if let Some(o) = m.as_object_mut() {
+        // A copy names the event it copies where that was made: a copy of a copy (a fork of
+        // a fork) keeps what its source's copy names, so a signature made there still
+        // verifies against that run, and it still knows how many records preceded it.
+        if let Some(o) = m.as_object_mut().filter(|o| !o.contains_key("carried")) {
+            let after_records = o.get("after_record").map(|a| match a.as_i64() {
+                Some(a) => src.executions.iter().filter(|e| e.id <= a).count(),
+                None => 0,
+            });
             o.insert(
                 "carried".into(),
-                json!({"run": src.run.id, "seq": r.seq, "hash": r.hash}),
+                json!({"run": src.run.id, "seq": r.seq, "hash": r.hash, "after_records": after_records}),
             );
         }
         audit.push(AuditRow {
