@@ -476,8 +476,13 @@ pub(super) async fn pending_events(
     event_stream(changes, permit, slot)
 }
 
-/// An event stream of `changes` (see `run_events`), holding `permit` while it lasts and
-/// giving `slot` back.
+/// An event stream's `ping`, at least this often (the page's safety net for a change not heard).
+const PING: std::time::Duration = std::time::Duration::from_secs(25);
+/// How often an event stream looks whether its client is gone.
+const STREAM_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// An event stream of `changes` (see `run_events`), holding `permit` while it lasts (given
+/// back within `STREAM_CHECK` of its client closing it) and giving `slot` back.
 fn event_stream(
     changes: Box<dyn crate::store::wake::Changes>,
     permit: tokio::sync::OwnedSemaphorePermit,
@@ -491,9 +496,20 @@ fn event_stream(
         .spawn(move || {
             let _permit = permit;
             let mut changes = changes;
+            let mut sent = std::time::Instant::now();
             loop {
-                let woke = changes.wait(std::time::Duration::from_secs(25));
-                let event = if woke { "change" } else { "ping" };
+                // Waited in slices of a second: a stream its client closed gives its place
+                // under the bound back within one, not at its next ping.
+                let woke = changes.wait(STREAM_CHECK);
+                if tx.is_closed() {
+                    return;
+                }
+                let event = match (woke, sent.elapsed() >= PING) {
+                    (true, _) => "change",
+                    (false, true) => "ping",
+                    (false, false) => continue,
+                };
+                sent = std::time::Instant::now();
                 // A full channel: the client has a change to read already.
                 match tx.try_send(event) {
                     Ok(()) | Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {}
