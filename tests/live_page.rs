@@ -8,7 +8,7 @@
 
 use crate::common::*;
 use crate::serve::{
-    add, browser, closed_by_server, connections_held, gate_path, urlencode, Server,
+    add, browser, closed_by_server, connections_held, csrf_of, gate_path, urlencode, Server,
 };
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -24,6 +24,7 @@ on_both!(
     past_64_streams_the_server_answers_503_and_still_serves_pages,
     slow_clients_on_the_event_endpoints_hold_up_no_one,
     streams_end_when_serve_shuts_down,
+    a_stream_ends_with_its_session,
 );
 
 /// `events`: the browser's own `EventSource`.
@@ -157,7 +158,7 @@ fn stream(port: u16, path: &str, cookie: Option<&str>) -> (String, BufReader<Tcp
         .unwrap_or_default();
     write!(
         c,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{cookie}Accept: text/event-stream\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{cookie}Accept: text/event-stream\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
@@ -506,6 +507,77 @@ fn streams_end_when_serve_shuts_down(b: Backend) {
         while s.child.try_wait().unwrap().is_none() {
             assert!(Instant::now() < until, "SIG{signal}: serve still running");
             std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A stream lasts no longer than the session it was opened in: once the session ends (its
+/// person signs out, or the token is revoked), the stream's next event ends it instead of
+/// being sent (here the event of a commit, not the next ping), so a revoked token learns
+/// nothing more of when a run changes. Another person's stream hears the same commit.
+fn a_stream_ends_with_its_session(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let alice = add(&p, "alice");
+    let bob = add(&p, "bob");
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "Ship?"])
+        .assert()
+        .success();
+    let s = Server::start(&p);
+    let run_events = format!("/runs/{}/events", run.id);
+    for ending in ["sign-out", "revoke"] {
+        let cookie = s.login(&alice);
+        let others = s.login(&bob);
+        let mine: Vec<_> = ["/events", run_events.as_str()]
+            .iter()
+            .map(|path| stream(s.port, path, Some(&cookie)))
+            .inspect(|(status, _)| assert!(status.starts_with("HTTP/1.1 200"), "{status}"))
+            .map(|(_, r)| r)
+            .collect();
+        let (status, mut theirs) = stream(s.port, &run_events, Some(&others));
+        assert!(status.starts_with("HTTP/1.1 200"), "{status}");
+        if ending == "sign-out" {
+            let page = s.get("/", Some(&cookie));
+            let r = s.request(
+                "POST",
+                "/logout",
+                Some(&cookie),
+                &[("csrf", &csrf_of(&page.body))],
+            );
+            assert_eq!(r.status, 303, "{}", r.body);
+        } else {
+            p.cmd()
+                .args(["principals", "revoke", "alice"])
+                .assert()
+                .success();
+        }
+        run.cmd()
+            .args([
+                "gates",
+                "create",
+                &format!("g_{}", ending.replace('-', "_")),
+                "--prompt",
+                "More?",
+            ])
+            .assert()
+            .success();
+        let mut heard = String::new();
+        let mut line = String::new();
+        while !heard.contains("event: change") && theirs.read_line(&mut line).unwrap_or(0) > 0 {
+            heard.push_str(&line);
+            line.clear();
+        }
+        assert!(heard.contains("event: change"), "{heard}");
+        for (i, mut r) in mine.into_iter().enumerate() {
+            // The headers were read up to the status line; the rest, to the connection's end.
+            let mut rest = String::new();
+            r.read_to_string(&mut rest)
+                .unwrap_or_else(|e| panic!("{ending}: stream {i} left open: {e}"));
+            assert!(
+                !rest.contains("event: change"),
+                "{ending}: stream {i} went on: {rest}"
+            );
         }
     }
 }

@@ -157,7 +157,7 @@ impl Server {
         Server { child, port }
     }
 
-    fn request(
+    pub(crate) fn request(
         &self,
         method: &str,
         path: &str,
@@ -281,7 +281,7 @@ impl Server {
 }
 
 /// The CSRF token a page's forms carry.
-fn csrf_of(body: &str) -> String {
+pub(crate) fn csrf_of(body: &str) -> String {
     let at = body
         .find("name=\"csrf\" value=\"")
         .expect("a form with a CSRF token")
