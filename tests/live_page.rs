@@ -139,7 +139,7 @@ fn in_a_browser(b: Backend, mode: &str) {
     }
     // For information only: how long each page took to show the decision.
     for l in lines.iter().filter(|l| l.contains("_AFTER")) {
-        println!("{b:?} {mode}: {l}");
+        measured(&format!("{b:?} {mode}: {l}"));
     }
     let (gate, by, _, _) = run.view().gate("deploy");
     assert_eq!((gate.as_str(), by.as_deref()), ("approved", Some("bob")));
@@ -147,6 +147,12 @@ fn in_a_browser(b: Backend, mode: &str) {
     // Asking the gate's status logs no view, and the page was never loaded again.
     assert_eq!(views(&run), 1, "{:?}", run.view().events("deploy"));
     drop(held);
+}
+
+/// A time measured, for information only: written to stderr directly, so that it shows in the
+/// normal `cargo test` output (the harness captures only the print macros), never asserted.
+fn measured(what: &str) {
+    let _ = writeln!(std::io::stderr(), "MEASURED: {what}");
 }
 
 /// Opens an event stream at `path` (signed in with `cookie`, if any): the status line, and the
@@ -384,10 +390,10 @@ fn past_64_streams_the_server_answers_503_and_still_serves_pages(b: Backend) {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    println!(
+    measured(&format!(
         "{b:?}: 64 streams served again {:.3} s after 64 were closed",
         closed.elapsed().as_secs_f64()
-    );
+    ));
     refused();
     // The connection cap is untouched: more pages than it, one after another, each served.
     for _ in 0..4 {
