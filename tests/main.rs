@@ -22,6 +22,7 @@ mod interop;
 mod json_record;
 mod lifecycle;
 mod literal_vm;
+mod live_page;
 mod mcp;
 mod nothing_lost;
 mod notify;

@@ -84,8 +84,8 @@ fn the_page_rederives_a_gate_before_it_offers_a_decision(b: Backend) {
 
 /// A `serve` process on a free loopback port, killed when dropped.
 pub(crate) struct Server {
-    child: Child,
-    port: u16,
+    pub(crate) child: Child,
+    pub(crate) port: u16,
 }
 
 impl Drop for Server {
@@ -102,7 +102,7 @@ pub(crate) struct Reply {
 }
 
 impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
@@ -110,7 +110,7 @@ impl Reply {
     }
 }
 
-fn urlencode(s: &str) -> String {
+pub(crate) fn urlencode(s: &str) -> String {
     s.bytes()
         .map(|b| {
             if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
@@ -145,7 +145,7 @@ impl Server {
     }
 
     /// A server spawned as `cmd` says (on 127.0.0.1, port 0), reached with `scheme`.
-    fn of(cmd: &mut std::process::Command, scheme: &str) -> Server {
+    pub(crate) fn of(cmd: &mut std::process::Command, scheme: &str) -> Server {
         let (child, line) = launch(cmd);
         let port = line
             .trim()
@@ -157,7 +157,7 @@ impl Server {
         Server { child, port }
     }
 
-    fn request(
+    pub(crate) fn request(
         &self,
         method: &str,
         path: &str,
@@ -281,7 +281,7 @@ impl Server {
 }
 
 /// The CSRF token a page's forms carry.
-fn csrf_of(body: &str) -> String {
+pub(crate) fn csrf_of(body: &str) -> String {
     let at = body
         .find("name=\"csrf\" value=\"")
         .expect("a form with a CSRF token")
@@ -1386,7 +1386,7 @@ fn serve_over_tls() {
 /// The Python with pinned `selenium` that `.ci/run` installs (with the MCP client), Debian's
 /// `chromium` and `chromium-driver`: all there, or the browser test is skipped, visibly, and
 /// under CI=true fails.
-fn browser() -> Option<std::path::PathBuf> {
+pub(crate) fn browser() -> Option<std::path::PathBuf> {
     let python = std::env::var_os("PROSE_STATE_TEST_PYTHON")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| {
@@ -2133,7 +2133,7 @@ fn sign_ins_are_counted_before_the_hash_per_address_and_per_name(b: Backend) {
 /// Client connections the server process `pid` holds open on `port`: its own sockets that
 /// are established connections to that port (one still in the listen queue, not yet
 /// accepted, belongs to no process).
-fn connections_held(pid: u32, port: u16) -> usize {
+pub(crate) fn connections_held(pid: u32, port: u16) -> usize {
     let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
@@ -2162,7 +2162,7 @@ fn connections_held(pid: u32, port: u16) -> usize {
 }
 
 /// Reads a connection to its end: the server closed it (a timeout error means it did not).
-fn closed_by_server(mut c: impl Read) -> Result<(), std::io::Error> {
+pub(crate) fn closed_by_server(mut c: impl Read) -> Result<(), std::io::Error> {
     let mut buf = Vec::new();
     match c.read_to_end(&mut buf) {
         Ok(_) => Ok(()),

@@ -27,11 +27,10 @@
   }
   // A gate's page: each commit to its run (server-sent events, woken by the commit) asks
   // what may have changed, without logging a view; a decision made elsewhere shows at once,
-  // and its forms go. Without events (an old browser, the server's bound reached), the page
-  // stays as it was loaded, as it always did.
+  // and its forms go. Without events (an old browser, the server's bound reached), it asks
+  // every 2 seconds instead.
   const facts = document.getElementById("facts");
-  if (facts && facts.dataset.events && window.EventSource) {
-    const es = new EventSource(facts.dataset.events);
+  if (facts && facts.dataset.status) {
     let asking = false;
     const ask = async () => {
       if (asking) return;
@@ -59,9 +58,17 @@
         }
       } catch (e) { /* the next change asks again */ } finally { asking = false; }
     };
-    // Asked once the stream is open (what changed since the page was made), at each change,
-    // and at each ping (the safety net for a change not heard).
-    for (const kind of ["open", "change", "ping"]) es.addEventListener(kind, ask);
+    let polling = null;
+    const poll = () => { if (!polling) polling = setInterval(ask, 2000); };
+    if (window.EventSource && facts.dataset.events) {
+      const es = new EventSource(facts.dataset.events);
+      // Asked once the stream is open (what changed since the page was made), at each change,
+      // and at each ping (the safety net for a change not heard).
+      for (const kind of ["open", "change", "ping"]) es.addEventListener(kind, ask);
+      es.onerror = () => { if (es.readyState === EventSource.CLOSED) poll(); };
+    } else {
+      poll();
+    }
   }
   // Deadline countdowns: the time left, each second, from the deadline the server gave.
   const human = (s) => {

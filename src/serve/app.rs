@@ -26,7 +26,8 @@ pub(super) struct App {
     /// Binds a decision form to the view that showed it (`decide::view_tag`); made at start,
     /// so a form outlives neither its session nor the server.
     pub view_key: [u8; 32],
-    /// The event streams open at once (`pages::gate_events`), bounded on their own.
+    /// The event streams open at once (`pages::run_events`, `pages::pending_events`), bounded
+    /// on their own.
     pub events: Arc<tokio::sync::Semaphore>,
 }
 

@@ -3,8 +3,9 @@
 //!
 //! What it serves, to a person logged in with a principal's token (`principals add`):
 //! - `/`: the pending gates of every run of the project, SQLite and server runs alike, read
-//!   the way `gates` reads them (the project catalog, one query on PostgreSQL), updated every
-//!   2 s by a small script of its own (`/app.js`); the page works without it;
+//!   the way `gates` reads them (the project catalog, one query on PostgreSQL), read again by
+//!   a small script of its own (`/app.js`) at each change its event stream (`/events`) hears,
+//!   or every 2 s without one; the page works without it;
 //! - `/runs/{run}/gates/{gate}`: the prompt exactly as stored (escaped, control and
 //!   direction characters made visible), its hash, who may decide, `on_reject`, the time
 //!   left, the run's recent log and the bindings visible from the gate's execution scope,

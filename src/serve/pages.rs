@@ -431,7 +431,7 @@ pub(super) async fn binding_value(
 pub(super) async fn run_events(
     State(app): State<Arc<App>>,
     Path(run): Path<String>,
-    _: SignedIn,
+    user: SignedIn,
     axum::Extension(slot): axum::Extension<super::listen::Slot>,
 ) -> Result<Response, PageError> {
     let Ok(permit) = app.events.clone().try_acquire_owned() else {
@@ -446,7 +446,7 @@ pub(super) async fn run_events(
         Ok(store.changes())
     })
     .await?;
-    event_stream(changes, permit, slot)
+    event_stream(&app, user.session, changes, permit, slot)
 }
 
 /// Changes to any run of the project, as server-sent events (the pending list's): on a
@@ -454,7 +454,7 @@ pub(super) async fn run_events(
 /// its gates updates (a raw write to a run's gates reaches the list at the next look).
 pub(super) async fn pending_events(
     State(app): State<Arc<App>>,
-    _: SignedIn,
+    user: SignedIn,
     axum::Extension(slot): axum::Extension<super::listen::Slot>,
 ) -> Result<Response, PageError> {
     let Ok(permit) = app.events.clone().try_acquire_owned() else {
@@ -473,12 +473,21 @@ pub(super) async fn pending_events(
         })
     })
     .await?;
-    event_stream(changes, permit, slot)
+    event_stream(&app, user.session, changes, permit, slot)
 }
 
-/// An event stream of `changes` (see `run_events`), holding `permit` while it lasts and
-/// giving `slot` back.
+/// An event stream's `ping`, at least this often (the page's safety net for a change not heard).
+const PING: std::time::Duration = std::time::Duration::from_secs(25);
+/// How often an event stream looks whether its client is gone.
+const STREAM_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// An event stream of `changes` (see `run_events`) for `session`, holding `permit` while it
+/// lasts (given back within `STREAM_CHECK` of its client closing it) and giving `slot` back.
+/// It lasts no longer than the session: each event is sent only if the session is still
+/// signed in (not signed out, idle or its token revoked or replaced); otherwise the stream ends.
 fn event_stream(
+    app: &Arc<App>,
+    session: String,
     changes: Box<dyn crate::store::wake::Changes>,
     permit: tokio::sync::OwnedSemaphorePermit,
     slot: super::listen::Slot,
@@ -491,9 +500,20 @@ fn event_stream(
         .spawn(move || {
             let _permit = permit;
             let mut changes = changes;
+            let mut sent = std::time::Instant::now();
             loop {
-                let woke = changes.wait(std::time::Duration::from_secs(25));
-                let event = if woke { "change" } else { "ping" };
+                // Waited in slices of a second: a stream its client closed gives its place
+                // under the bound back within one, not at its next ping.
+                let woke = changes.wait(STREAM_CHECK);
+                if tx.is_closed() {
+                    return;
+                }
+                let event = match (woke, sent.elapsed() >= PING) {
+                    (true, _) => "change",
+                    (false, true) => "ping",
+                    (false, false) => continue,
+                };
+                sent = std::time::Instant::now();
                 // A full channel: the client has a change to read already.
                 match tx.try_send(event) {
                     Ok(()) | Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {}
@@ -502,11 +522,13 @@ fn event_stream(
             }
         })
         .map_err(|e| anyhow::anyhow!("could not start an event stream: {e}"))?;
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+    let state = (rx, Arc::clone(app), session);
+    let stream = futures_util::stream::unfold(state, |(mut rx, app, session)| async move {
         let event = rx.recv().await?;
+        super::signin::still_signed_in(&app, &session).await.ok()?;
         Some((
             Ok::<_, std::convert::Infallible>(Event::default().event(event).data(event)),
-            rx,
+            (rx, app, session),
         ))
     });
     Ok(Sse::new(stream).into_response())

@@ -68,6 +68,19 @@ impl Sessions {
         Some(s.found.clone())
     }
 
+    /// The session `id` names, not counted as used (an open event stream does not keep its
+    /// session from idling out); None if there is none, or it was idle past `IDLE` (it is
+    /// ended).
+    pub(super) fn peek(&self, id: &str) -> Option<Found> {
+        let mut sessions = self.lock();
+        let s = sessions.get(id)?;
+        if s.used.elapsed() > IDLE {
+            sessions.remove(id);
+            return None;
+        }
+        Some(s.found.clone())
+    }
+
     pub(super) fn end(&self, id: &str) {
         self.lock().remove(id);
     }

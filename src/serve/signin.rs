@@ -6,7 +6,7 @@ use super::form::PageForm;
 use super::layout::{layout, login_form, redirect, Page};
 use super::limits::Attempts;
 use super::listen::Peer;
-use super::session::{cleared, cookie, cookie_of, same};
+use super::session::{cleared, cookie, cookie_of, same, Found};
 use crate::error::{code_of, Code};
 use crate::model::Principal;
 use axum::extract::{ConnectInfo, FromRequestParts, State};
@@ -36,33 +36,46 @@ impl FromRequestParts<Arc<App>> for SignedIn {
     async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, PageError> {
         let id = cookie_of(&parts.headers).ok_or(SIGN_IN)?;
         let found = app.sessions.used(&id).ok_or(SIGN_IN)?;
-        let name = found.principal.as_str().to_string();
-        let hash = found.token_hash;
-        let live = blocking(app, move |app| {
-            app.with_book(|book| {
-                Ok(book
-                    .principal(&name)?
-                    .is_some_and(|row| row.revoked_at.is_none() && row.token_hash == hash))
-            })
-        })
-        .await;
-        // A book gone (removed by hand) authenticates nobody: the session ends, as on
-        // revocation.
-        let live = match live {
-            Ok(live) => live,
-            Err(e) if code_of(&e) == Some(Code::Refused) => false,
-            Err(e) => return Err(e.into()),
-        };
-        if !live {
-            app.sessions.end(&id);
-            return Err(SIGN_IN);
-        }
-        Ok(SignedIn {
-            session: id,
-            principal: found.principal,
-            csrf: found.csrf,
-        })
+        checked(app, id, found).await
     }
+}
+
+/// Whether session `id` is still signed in (as `SignedIn` checks a request), without counting
+/// as its use: what an event stream asks before each event it sends.
+pub(super) async fn still_signed_in(app: &Arc<App>, id: &str) -> Result<SignedIn, PageError> {
+    let found = app.sessions.peek(id).ok_or(SIGN_IN)?;
+    checked(app, id.to_string(), found).await
+}
+
+/// The session `id`, found as `found`, if its token is still the one it was opened with;
+/// otherwise it is ended.
+async fn checked(app: &Arc<App>, id: String, found: Found) -> Result<SignedIn, PageError> {
+    let name = found.principal.as_str().to_string();
+    let hash = found.token_hash;
+    let live = blocking(app, move |app| {
+        app.with_book(|book| {
+            Ok(book
+                .principal(&name)?
+                .is_some_and(|row| row.revoked_at.is_none() && row.token_hash == hash))
+        })
+    })
+    .await;
+    // A book gone (removed by hand) authenticates nobody: the session ends, as on
+    // revocation.
+    let live = match live {
+        Ok(live) => live,
+        Err(e) if code_of(&e) == Some(Code::Refused) => false,
+        Err(e) => return Err(e.into()),
+    };
+    if !live {
+        app.sessions.end(&id);
+        return Err(SIGN_IN);
+    }
+    Ok(SignedIn {
+        session: id,
+        principal: found.principal,
+        csrf: found.csrf,
+    })
 }
 
 pub(super) async fn login_page() -> Page {
