@@ -131,6 +131,9 @@ struct Waiter {
     /// SQLite: a connection of the waiter's own, whose `data_version` says whether another
     /// connection committed since it last looked.
     confirm: Option<(rusqlite::Connection, i64)>,
+    /// A wake-up whose look was cut short by the end of a wait: the next wait looks first,
+    /// so a commit that became visible just after is never left to the safety net.
+    unconfirmed: bool,
 }
 
 impl Waiter {
@@ -152,6 +155,9 @@ impl Waiter {
 impl Changes for Waiter {
     fn wait(&mut self, max: Duration) -> bool {
         let until = Instant::now() + max;
+        if std::mem::take(&mut self.unconfirmed) && self.committed_elsewhere() {
+            return true;
+        }
         loop {
             match self.hub.wait(&self.key, self.seen, until) {
                 Some(Some(now)) => {
@@ -162,7 +168,11 @@ impl Changes for Waiter {
                         if self.committed_elsewhere() {
                             return true;
                         }
-                        if self.confirm.is_none() || Instant::now() >= until {
+                        if self.confirm.is_none() {
+                            break;
+                        }
+                        if Instant::now() >= until {
+                            self.unconfirmed = true;
                             break;
                         }
                         std::thread::sleep(Duration::from_millis(5));
@@ -263,6 +273,7 @@ pub fn listen(
         seen,
         how: "listen",
         confirm: None,
+        unconfirmed: false,
     })
 }
 
@@ -375,5 +386,46 @@ fn watch_in(dir: &Path, db: Option<&Path>) -> Box<dyn Changes> {
         seen,
         how: "watch",
         confirm,
+        unconfirmed: false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file event heard before its commit is visible, at the very end of a wait: the wait
+    /// ends unconfirmed, and the next one looks first, so the commit (now visible) wakes it
+    /// with no further event.
+    #[test]
+    fn a_wake_cut_short_by_the_deadline_is_looked_at_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("state.db");
+        let writer = rusqlite::Connection::open(&db).unwrap();
+        writer
+            .execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t (x)")
+            .unwrap();
+        let reader = rusqlite::Connection::open(&db).unwrap();
+        let version = reader
+            .pragma_query_value(None, "data_version", |r| r.get::<_, i64>(0))
+            .unwrap();
+        let hub = Hub::new();
+        let mut w = Waiter {
+            hub: hub.clone(),
+            key: "k".into(),
+            seen: hub.seen("k"),
+            how: "watch",
+            confirm: Some((reader, version)),
+            unconfirmed: false,
+        };
+        // The event, with nothing committed yet, and no time left to look again.
+        hub.bump("k");
+        assert!(!w.wait(Duration::ZERO));
+        assert!(w.unconfirmed);
+        writer.execute("INSERT INTO t VALUES (1)", []).unwrap();
+        // No new event: the commit is seen by the look the cut-short wake left owed.
+        assert!(w.wait(Duration::from_millis(1)));
+        // Owed once: an idle wait after it hears nothing.
+        assert!(!w.wait(Duration::from_millis(1)));
+    }
 }
