@@ -23,6 +23,7 @@ mod json_record;
 mod lifecycle;
 mod literal_vm;
 mod mcp;
+mod mcp_tasks;
 mod nothing_lost;
 mod notify;
 mod operate;
