@@ -251,6 +251,41 @@ fn an_answer_to_the_elicitation_is_never_a_decision(b: Backend) {
     );
 }
 
+/// A cancelled task's wait writes nothing: a decision about inputs committed after the cancel
+/// (which wakes the stopped wait) is not recorded as consumed; the next wait consumes it.
+fn a_cancelled_task_writes_nothing(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let Some(python) = python(false) else { return };
+    let run = p.init();
+    run.cmd().args(["bind", "draft", "v1"]).assert().success();
+    run.cmd()
+        .args([
+            "gates", "create", "deploy", "--prompt", "Ship?", "--inputs", "draft",
+        ])
+        .assert()
+        .success();
+    let out = fixture(
+        &p,
+        &python,
+        &["cancel", &run.id, "deploy"],
+        Some("http://127.0.0.1:9"),
+    );
+    assert_eq!(out["ended"], "cancelled");
+    let events = run.view().events("deploy");
+    assert_eq!(run.view().gate("deploy").0, "approved");
+    assert!(!events.iter().any(|e| e.0 == "consumed"), "{events:?}");
+    run.cmd()
+        .args(["gates", "wait", "deploy", "--timeout", "0"])
+        .assert()
+        .success();
+    let events = run.view().events("deploy");
+    assert_eq!(
+        events.iter().filter(|e| e.0 == "consumed").count(),
+        1,
+        "{events:?}"
+    );
+}
+
 /// Without PROSE_SERVE_URL a task is never `input_required`, and a `timeout` it is given still
 /// ends it (still_pending); a decision through the command line, unsigned, completes a
 /// `require_signed` task as unattested, not approved; a client without the tasks extension gets
@@ -284,5 +319,6 @@ fn without_the_page_or_tasks_the_wait_is_the_tools(b: Backend) {
 on_both!(
     a_person_decides_a_task_on_the_page_it_links,
     an_answer_to_the_elicitation_is_never_a_decision,
+    a_cancelled_task_writes_nothing,
     without_the_page_or_tasks_the_wait_is_the_tools,
 );
