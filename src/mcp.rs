@@ -162,8 +162,9 @@ const SERVED: &[Served] = &[
                 recorded as consumed by this call. A client that declared MCP tasks gets this \
                 call as a task, with no default and no cap on `timeout` (without it, the task \
                 waits until the gate is decided or times out by its own deadline); while a gate \
-                is pending, a client that takes URL elicitation is asked once to open the gate's \
-                page, where a person decides it: an answer to that request decides nothing.",
+                is pending and the server knows the approval page (PROSE_SERVE_URL), a client \
+                that takes URL elicitation is asked once to open the gate's page, where a \
+                person decides it: an answer to that request decides nothing.",
         ..Served::new("gates_wait", &["gates", "wait"], false)
     },
     Served {

@@ -217,8 +217,9 @@ fn a_person_decides_a_task_on_the_page_it_links(b: Backend) {
 }
 
 /// Whatever a host answers to the URL elicitation (accept with form content, decline,
-/// cancel) decides nothing: each task keeps waiting, is not asked again, and is cancelled;
-/// the database is exactly as it was, the gate still pending.
+/// cancel) decides nothing: each task keeps waiting, is not asked again, and is cancelled (a
+/// task on two gates asks for each one's page); the database is exactly as it was, the gates
+/// still pending.
 fn an_answer_to_the_elicitation_is_never_a_decision(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let Some(python) = python(false) else { return };
@@ -227,12 +228,16 @@ fn an_answer_to_the_elicitation_is_never_a_decision(b: Backend) {
         .args(["gates", "create", "deploy", "--prompt", "Ship?"])
         .assert()
         .success();
+    run.cmd()
+        .args(["gates", "create", "notes", "--prompt", "Publish the notes?"])
+        .assert()
+        .success();
     let before = run.snapshot();
     // The page's address: nobody opens it here.
     let out = fixture(
         &p,
         &python,
-        &["answers", &run.id, "deploy"],
+        &["answers", &run.id, "deploy", "notes"],
         Some("http://127.0.0.1:9"),
     );
     assert_eq!(
@@ -241,9 +246,10 @@ fn an_answer_to_the_elicitation_is_never_a_decision(b: Backend) {
     );
     assert_eq!(
         out["ended"],
-        serde_json::json!(["cancelled", "cancelled", "cancelled"])
+        serde_json::json!(["cancelled", "cancelled", "cancelled", "cancelled"])
     );
     assert_eq!(run.view().gate("deploy").0, "pending");
+    assert_eq!(run.view().gate("notes").0, "pending");
     assert_eq!(
         run.snapshot(),
         before,
@@ -287,7 +293,7 @@ fn a_cancelled_task_writes_nothing(b: Backend) {
 }
 
 /// Without PROSE_SERVE_URL a task is never `input_required`, and a `timeout` it is given still
-/// ends it (still_pending); a decision through the command line, unsigned, completes a
+/// ends it (still_pending), as does the gate's own deadline (timed_out); a decision through the command line, unsigned, completes a
 /// `require_signed` task as unattested, not approved; a client without the tasks extension gets
 /// the bounded tool (its 10-minute cap included).
 fn without_the_page_or_tasks_the_wait_is_the_tools(b: Backend) {
@@ -303,8 +309,26 @@ fn without_the_page_or_tasks_the_wait_is_the_tools(b: Backend) {
         .args(["gates", "create", "deploy", "--prompt", "Ship?"])
         .assert()
         .success();
-    let out = fixture(&p, &python, &["plain", &run.id, "deploy", &key], None);
+    run.cmd()
+        .args([
+            "gates",
+            "create",
+            "soon",
+            "--prompt",
+            "Now?",
+            "--timeout",
+            "2s",
+        ])
+        .assert()
+        .success();
+    let out = fixture(
+        &p,
+        &python,
+        &["plain", &run.id, "deploy", &key, "soon"],
+        None,
+    );
     assert_eq!(out["unsigned"], "unattested");
+    assert_eq!(run.view().gate("soon").0, "timeout");
     let (status, by, _, _) = run.view().gate("deploy");
     assert_eq!(status, "approved");
     assert_eq!(by.as_deref(), Some("alice"));

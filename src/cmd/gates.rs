@@ -841,7 +841,8 @@ impl Render for GateWaited {
 /// the wait writes nothing. After each look that leaves it waiting, `on_pending` is given the
 /// run's id and the gates it still waits for.
 pub struct Stop {
-    stopped: std::sync::Mutex<bool>,
+    /// Whether the wait was stopped; whether it wrote.
+    state: std::sync::Mutex<(bool, bool)>,
     on_pending: Box<OnPending>,
 }
 
@@ -851,27 +852,34 @@ type OnPending = dyn Fn(&str, &[&str]) + Send + Sync;
 impl Stop {
     pub fn new(on_pending: impl Fn(&str, &[&str]) + Send + Sync + 'static) -> Self {
         Stop {
-            stopped: std::sync::Mutex::new(false),
+            state: std::sync::Mutex::new((false, false)),
             on_pending: Box::new(on_pending),
         }
     }
 
     /// Stops the wait: once this returns, it writes nothing more (a write in progress is
-    /// waited for).
-    pub fn stop(&self) {
-        if let Ok(mut stopped) = self.stopped.lock() {
-            *stopped = true;
+    /// waited for). True when it had written (settled a look) before.
+    pub fn stop(&self) -> bool {
+        match self.state.lock() {
+            Ok(mut state) => {
+                state.0 = true;
+                state.1
+            }
+            Err(_) => false,
         }
     }
 
     fn stopped(&self) -> bool {
-        self.stopped.lock().map(|s| *s).unwrap_or(true)
+        self.state.lock().map(|s| s.0).unwrap_or(true)
     }
 
     /// Leave to write, held while writing; an error once the wait was stopped.
-    fn permit(&self) -> Result<std::sync::MutexGuard<'_, bool>> {
-        match self.stopped.lock() {
-            Ok(stopped) if !*stopped => Ok(stopped),
+    fn permit(&self) -> Result<std::sync::MutexGuard<'_, (bool, bool)>> {
+        match self.state.lock() {
+            Ok(mut state) if !state.0 => {
+                state.1 = true;
+                Ok(state)
+            }
             _ => Err(anyhow::anyhow!("the wait was stopped: nothing was written")),
         }
     }

@@ -15,9 +15,10 @@
 //! decision committed by the page or the command line ends it. Without `PROSE_SERVE_URL`, or
 //! for a client without URL elicitation, the task stays `working`.
 //!
-//! `tasks/cancel` stops the wait: the task is `cancelled` and the wait writes nothing (a
-//! decision it was already recording as consumed is recorded first, and then the task completes
-//! with it instead).
+//! `tasks/cancel` stops the wait: the task is `cancelled` and the wait writes nothing more (a
+//! write it had begun, a decision about inputs recorded as consumed, is finished first, and a
+//! wait that thereby had its answer completes the task with it instead). The stopped wait's
+//! blocking thread ends at its next look: the next commit to the run, or the safety net.
 
 use super::{result, text, Outcome, Server, ToolSpec, SEVERAL};
 use crate::cmd::gates::{stoppable, Stop};
@@ -91,7 +92,7 @@ pub(super) fn start(
         .with_status_message(format!("waiting for {} to be decided", gates_named(&named)));
     let waiter = Arc::clone(&server);
     let task = server.tasks.0.spawn(options, move |ctx| {
-        Box::pin(run(waiter, index, args, url_mode.then_some(()), ctx))
+        Box::pin(run(waiter, index, args, url_mode, ctx))
     });
     CallToolResponse::Task(CreateTaskResult::new(task))
 }
@@ -118,12 +119,12 @@ impl Drop for Aborting {
 type Pending = Option<(String, Vec<String>)>;
 
 /// The task: the tool's wait on the blocking pool, stoppable by `tasks/cancel`; the person
-/// asked to open the page meanwhile (`ask`: the client takes URL elicitation).
+/// asked to open the page meanwhile, when the client takes URL elicitation (`url_mode`).
 async fn run(
     server: Arc<Server>,
     index: usize,
     args: JsonObject,
-    ask: Option<()>,
+    url_mode: bool,
     ctx: TaskContext,
 ) -> Result<CallToolResult, TaskExit> {
     let (looked, pending) = watch::channel::<Pending>(None);
@@ -138,7 +139,7 @@ async fn run(
             changed
         });
     }));
-    let _asking = ask.map(|()| Aborting(tokio::spawn(ask_to_open(ctx.clone(), pending))));
+    let _asking = url_mode.then(|| Aborting(tokio::spawn(ask_to_open(ctx.clone(), pending))));
     let waiting = {
         let stop = Arc::clone(&stop);
         tokio::task::spawn_blocking(move || {
@@ -152,12 +153,18 @@ async fn run(
         Either::Right(((), waiting)) => {
             // Stopped: once `stop` returns the wait writes nothing (a write under way ends first).
             let stopping = Arc::clone(&stop);
-            let _ = tokio::task::spawn_blocking(move || stopping.stop()).await;
-            // A wait that had its answer before it was stopped gives it.
-            if waiting.is_finished() {
-                if let Ok(Ok(outcome)) = waiting.await {
-                    return Ok(result(Ok(outcome)));
-                }
+            let wrote = tokio::task::spawn_blocking(move || stopping.stop())
+                .await
+                .unwrap_or(false);
+            // A wait that had its answer before it was stopped gives it: one that settled a
+            // look (and may have recorded a decision as consumed) is given a moment to return.
+            let grace = if wrote {
+                std::time::Duration::from_secs(2)
+            } else {
+                std::time::Duration::ZERO
+            };
+            if let Ok(Ok(Ok(outcome))) = tokio::time::timeout(grace, waiting).await {
+                return Ok(result(Ok(outcome)));
             }
             Err(TaskExit::Cancelled)
         }
