@@ -892,10 +892,16 @@ thread_local! {
 
 /// Runs `f` (a `gates wait`) on this thread so that `stop` can stop it.
 pub fn stoppable<T>(stop: std::sync::Arc<Stop>, f: impl FnOnce() -> T) -> T {
+    /// Takes the stop off the thread however `f` ends (a pool's thread runs other calls next).
+    struct Unset;
+    impl Drop for Unset {
+        fn drop(&mut self) {
+            STOP.with(|s| *s.borrow_mut() = None);
+        }
+    }
     STOP.with(|s| *s.borrow_mut() = Some(stop));
-    let out = f();
-    STOP.with(|s| *s.borrow_mut() = None);
-    out
+    let _unset = Unset;
+    f()
 }
 
 /// Waits for a gate to be decided. Each look is a short statement on a store opened by
