@@ -17,6 +17,7 @@ mod pages;
 mod prompts;
 mod request_limit;
 mod schemas;
+mod tasks;
 
 pub(crate) use crate::cli::McpRole as Role;
 use crate::cli::{Cli, Global, McpArgs};
@@ -158,7 +159,12 @@ const SERVED: &[Served] = &[
                 each settled gate's outcome (`gates`) and the ones not waited for \
                 (`not_settled`). A decision about inputs (`gates_create` with `inputs`) whose \
                 input changed since is class stale: open the gate again; one that stands is \
-                recorded as consumed by this call.",
+                recorded as consumed by this call. A client that declared MCP tasks gets this \
+                call as a task, with no default and no cap on `timeout` (without it, the task \
+                waits until the gate is decided or times out by its own deadline); while a gate \
+                is pending and the server knows the approval page (PROSE_SERVE_URL), a client \
+                that takes URL elicitation is asked once to open the gate's page, where a \
+                person decides it: an answer to that request decides nothing.",
         ..Served::new("gates_wait", &["gates", "wait"], false)
     },
     Served {
@@ -358,6 +364,8 @@ pub(crate) struct Server {
     run_pinned: bool,
     /// A subagent session's execution: it binds and reads in that scope only.
     execution_id: Option<i64>,
+    /// `gates_wait` calls running as MCP tasks (see [`tasks`]).
+    tasks: tasks::Tasks,
 }
 
 impl Server {
@@ -409,6 +417,7 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
         run: std::sync::Mutex::new(ctx.run.clone()),
         run_pinned,
         execution_id: args.execution_id,
+        tasks: tasks::Tasks::default(),
     }));
     // The runtime exists for this command alone: no other command starts one.
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -635,7 +644,8 @@ fn schema(arg: &clap::Arg, p: &Param, served: &Served) -> Value {
     if served.name == "gates_wait" && p.property == "timeout" {
         help = format!(
             "How long to wait: a duration (30s, 5m) or a whole number of seconds (default \
-             {WAIT_DEFAULT}, at most {}m); exit class still_pending when it runs out",
+             {WAIT_DEFAULT}, at most {}m; as a task, no default and no cap); exit class \
+             still_pending when it runs out",
             WAIT_MAX_SECONDS / 60
         );
     }
@@ -672,7 +682,8 @@ impl Server {
     /// The argv a call stands for: the server's global options, the subcommand, each option
     /// as `--long=value` (so that no value is ever read as an option), then `--` and the
     /// positionals in order.
-    fn argv(&self, spec: &ToolSpec, args: &JsonObject) -> Result<Vec<String>> {
+    /// A `gates_wait` run as a task is not `bounded`: no default `timeout`, no 10-minute cap.
+    fn argv(&self, spec: &ToolSpec, args: &JsonObject, bounded: bool) -> Result<Vec<String>> {
         let paging = paging(spec.served);
         for key in args.keys() {
             let offered = spec.params.iter().any(|p| &p.property == key && !p.hidden)
@@ -774,7 +785,7 @@ impl Server {
                 }
             }
         }
-        if spec.served.name == "gates_wait" {
+        if spec.served.name == "gates_wait" && bounded {
             let given = args.get("timeout").and_then(Value::as_str);
             let seconds = match given {
                 Some("0") => 0,
@@ -839,7 +850,12 @@ impl Server {
 
     /// Runs one call: its argv parsed by clap, the command run as it runs on its own.
     fn call(&self, spec: &ToolSpec, args: &JsonObject) -> Result<Outcome> {
-        let argv = self.argv(spec, args)?;
+        self.call_with(spec, args, true)
+    }
+
+    /// A call, `bounded` as a tool call is or not (a `gates_wait` task, see [`tasks`]).
+    fn call_with(&self, spec: &ToolSpec, args: &JsonObject, bounded: bool) -> Result<Outcome> {
+        let argv = self.argv(spec, args, bounded)?;
         let cli = {
             let mut parser = spec
                 .parser
@@ -1184,6 +1200,8 @@ impl ServerHandler for Handler {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_prompts()
+                // `gates_wait` as a task (src/mcp/tasks.rs).
+                .enable_tasks()
                 .build(),
         )
         .with_server_info(Implementation::new(
@@ -1269,7 +1287,7 @@ impl ServerHandler for Handler {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let Some(index) = self.0.tool(&request.name) else {
             return Err(ErrorData::invalid_params(
@@ -1278,6 +1296,11 @@ impl ServerHandler for Handler {
             ));
         };
         let args = request.arguments.unwrap_or_default();
+        // Gates as MCP tasks (src/mcp/tasks.rs): `gates_wait` from a client that declared
+        // the tasks extension runs as a task.
+        if tasks::wanted(&self.0.tools[index], &context) {
+            return Ok(tasks::start(Arc::clone(&self.0), index, args, &context));
+        }
         // The commands are blocking code, and the PostgreSQL client runs a runtime of its own:
         // each call runs on the blocking pool, never on the runtime's thread, so calls in
         // flight (a gate wait polls for minutes) do not hold one another up, and a call that
@@ -1288,5 +1311,33 @@ impl ServerHandler for Handler {
                 .await
                 .map_err(|e| ErrorData::internal_error(format!("tool call failed: {e}"), None))?;
         Ok(outcome.into())
+    }
+
+    // Gates as MCP tasks (src/mcp/tasks.rs): the task's state, the client's answers to its
+    // input requests, its cancellation.
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, ErrorData> {
+        self.0.tasks.get(&request.task_id)
+    }
+
+    async fn update_task(
+        &self,
+        request: rmcp::model::UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.0
+            .tasks
+            .update(&request.task_id, request.input_responses)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.0.tasks.cancel(&request.task_id)
     }
 }

@@ -58,7 +58,7 @@ fn gate() -> Value {
             "execution_id": nullable("integer"), "prompt": {"type": "string"},
             "allow": {"type": "array", "items": {"type": "string"}},
             "timeout_at": nullable("string"), "on_reject": nullable("string"),
-            "status": {"type": "string", "enum": ["pending", "approved", "rejected", "timed_out"]},
+            "status": {"type": "string", "enum": ["pending", "approved", "rejected", "timeout"]},
             "resolved_by": nullable("string"), "resolution_comment": nullable("string"),
             "instance": {"type": "integer"},
             // A team's gate (a quorum, a group, separation of duties, an escalation) or one

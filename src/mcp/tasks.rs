@@ -1,0 +1,242 @@
+//! Gates as MCP tasks (the tasks extension, `io.modelcontextprotocol/tasks`, of protocol
+//! revision 2026-07-28, as rmcp's task manager implements it).
+//!
+//! A client that declares the tasks extension gets `gates_wait` as a task: the call answers at
+//! once with a task, and the wait runs in the background, exactly the wait the tool runs (the
+//! same argv, command and result; woken by the commit), except that it is not bounded by the
+//! tool's 60-second default and 10-minute cap: without `timeout` it waits until the gate
+//! settles (decided, or timed out by its own deadline; escalation runs as for any wait). The
+//! task completes with the tool's result, `require_signed` and exit class included.
+//!
+//! While a gate is pending, a client that declared URL-mode elicitation is asked, once per gate
+//! and task, to open the gate's page on the approval page (`PROSE_SERVE_URL`): the task is
+//! `input_required` until the client answers. Whatever it answers (accept, decline, cancel, or
+//! any content) decides nothing and is not asked again: the task goes on waiting, and only a
+//! decision committed by the page or the command line ends it. Without `PROSE_SERVE_URL`, or
+//! for a client without URL elicitation, the task stays `working`.
+//!
+//! `tasks/cancel` stops the wait: the task is `cancelled` and the wait writes nothing more (a
+//! write it had begun, a decision about inputs recorded as consumed, is finished first, and a
+//! wait that thereby had its answer completes the task with it instead). The stopped wait's
+//! blocking thread ends at its next look: the next commit to the run, or the safety net.
+
+use super::{result, text, Outcome, Server, ToolSpec, SEVERAL};
+use crate::cmd::gates::{stoppable, Stop};
+use crate::error::shown;
+use futures_util::future::{select, Either};
+use rmcp::model::{
+    CallToolResponse, CallToolResult, CreateTaskResult, ElicitRequest, ElicitRequestParams,
+    GetTaskResult, InputRequest, InputResponses, JsonObject,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::task_manager::{TaskContext, TaskExit, TaskManager, TaskOptions};
+use rmcp::ErrorData;
+use serde_json::Value;
+use std::collections::HashSet;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// The session's tasks.
+#[derive(Default)]
+pub(super) struct Tasks(TaskManager);
+
+impl Tasks {
+    pub(super) fn get(&self, id: &str) -> Result<GetTaskResult, ErrorData> {
+        Ok(GetTaskResult::new(self.0.get_task(id)?))
+    }
+
+    /// The client's answers to the task's input requests: handed to the request, which reads
+    /// nothing in them.
+    pub(super) fn update(&self, id: &str, answers: InputResponses) -> Result<(), ErrorData> {
+        self.0.update_task(id, answers)
+    }
+
+    pub(super) fn cancel(&self, id: &str) -> Result<(), ErrorData> {
+        self.0.cancel_task(id)
+    }
+}
+
+/// Whether a call runs as a task: `gates_wait`, from a client that declared the extension.
+pub(super) fn wanted(spec: &ToolSpec, context: &RequestContext<RoleServer>) -> bool {
+    spec.served.name == "gates_wait"
+        && context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks())
+}
+
+/// Starts `gates_wait` as a task; a call the tool would refuse is answered at once, as the tool
+/// answers it.
+pub(super) fn start(
+    server: Arc<Server>,
+    index: usize,
+    args: JsonObject,
+    context: &RequestContext<RoleServer>,
+) -> CallToolResponse {
+    if let Err(e) = server.argv(&server.tools[index], &args, false) {
+        return result(Err(e)).into();
+    }
+    let url_mode = context
+        .client_capabilities()
+        .and_then(|c| c.elicitation)
+        .is_some_and(|e| e.url.is_some());
+    let named: Vec<String> = match (args.get("gate"), args.get(SEVERAL)) {
+        (Some(gate), _) => text(gate, "gate").into_iter().collect(),
+        (None, Some(Value::Array(gates))) => {
+            gates.iter().filter_map(|g| text(g, SEVERAL).ok()).collect()
+        }
+        _ => Vec::new(),
+    };
+    let options = TaskOptions::new()
+        // A person may take days; the gate's own deadline, not the task's, ends the wait.
+        .with_ttl_ms(None)
+        .with_status_message(format!("waiting for {} to be decided", gates_named(&named)));
+    let waiter = Arc::clone(&server);
+    let task = server.tasks.0.spawn(options, move |ctx| {
+        Box::pin(run(waiter, index, args, url_mode, ctx))
+    });
+    CallToolResponse::Task(CreateTaskResult::new(task))
+}
+
+/// "gate \"a\"" or "gates \"a\", \"b\"", each id as errors show it.
+fn gates_named(gates: &[String]) -> String {
+    let ids: Vec<String> = gates.iter().map(|g| shown(g)).collect();
+    match ids.as_slice() {
+        [one] => format!("gate {one}"),
+        _ => format!("gates {}", ids.join(", ")),
+    }
+}
+
+/// Aborts a spawned future when dropped: the asking ends with the task, however it ends.
+struct Aborting(tokio::task::JoinHandle<()>);
+
+impl Drop for Aborting {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The run and the gates a wait still waits for, after its last look.
+type Pending = Option<(String, Vec<String>)>;
+
+/// The task: the tool's wait on the blocking pool, stoppable by `tasks/cancel`; the person
+/// asked to open the page meanwhile, when the client takes URL elicitation (`url_mode`).
+async fn run(
+    server: Arc<Server>,
+    index: usize,
+    args: JsonObject,
+    url_mode: bool,
+    ctx: TaskContext,
+) -> Result<CallToolResult, TaskExit> {
+    let (looked, pending) = watch::channel::<Pending>(None);
+    let stop = Arc::new(Stop::new(move |run, gates| {
+        let now = Some((
+            run.to_string(),
+            gates.iter().map(|g| g.to_string()).collect(),
+        ));
+        looked.send_if_modified(|seen| {
+            let changed = *seen != now;
+            *seen = now.clone();
+            changed
+        });
+    }));
+    let _asking = url_mode.then(|| Aborting(tokio::spawn(ask_to_open(ctx.clone(), pending))));
+    let waiting = {
+        let stop = Arc::clone(&stop);
+        tokio::task::spawn_blocking(move || {
+            stoppable(stop, || {
+                server.call_with(&server.tools[index], &args, false)
+            })
+        })
+    };
+    match select(waiting, Box::pin(ctx.cancelled())).await {
+        Either::Left((outcome, _)) => answer(outcome),
+        Either::Right(((), waiting)) => {
+            // Stopped: once `stop` returns the wait writes nothing (a write under way ends first).
+            let stopping = Arc::clone(&stop);
+            let wrote = tokio::task::spawn_blocking(move || stopping.stop())
+                .await
+                .unwrap_or(false);
+            // A wait that had its answer before it was stopped gives it: one that settled a
+            // look (and may have recorded a decision as consumed) is given a moment to return.
+            let grace = if wrote {
+                std::time::Duration::from_secs(2)
+            } else {
+                std::time::Duration::ZERO
+            };
+            if let Ok(Ok(Ok(outcome))) = tokio::time::timeout(grace, waiting).await {
+                return Ok(result(Ok(outcome)));
+            }
+            Err(TaskExit::Cancelled)
+        }
+    }
+}
+
+fn answer(
+    outcome: Result<anyhow::Result<Outcome>, tokio::task::JoinError>,
+) -> Result<CallToolResult, TaskExit> {
+    match outcome {
+        Ok(outcome) => Ok(result(outcome)),
+        Err(e) => Err(TaskExit::Error(ErrorData::internal_error(
+            format!("gates_wait failed: {e}"),
+            None,
+        ))),
+    }
+}
+
+/// Asks the client, once per gate, to open the page of each gate the wait finds pending (none
+/// without `PROSE_SERVE_URL`). An answer decides nothing: it only changes the task's status
+/// message, and the gate is not asked about again.
+async fn ask_to_open(ctx: TaskContext, mut pending: watch::Receiver<Pending>) {
+    let mut asked = HashSet::new();
+    let mut asking = tokio::task::JoinSet::new();
+    while pending.changed().await.is_ok() {
+        let Some((run, gates)) = pending.borrow_and_update().clone() else {
+            continue;
+        };
+        ctx.set_status_message(format!(
+            "waiting for {} of run {} to be decided",
+            gates_named(&gates),
+            shown(&run)
+        ));
+        for gate in gates {
+            if !asked.insert(gate.clone()) {
+                continue;
+            }
+            let Some(url) = crate::services::notify::gate_page(&run, &gate) else {
+                continue;
+            };
+            let ctx = ctx.clone();
+            let run = run.clone();
+            asking.spawn(async move {
+                let key = format!("page:{gate}");
+                let request = InputRequest::Elicitation(ElicitRequest::new(
+                    ElicitRequestParams::UrlElicitationParams {
+                        meta: None,
+                        message: format!(
+                            "Gate {} of run {} is waiting for a person's decision. Open the \
+                             approval page to read it and decide it there, signed in. Answering \
+                             here decides nothing.",
+                            shown(&gate),
+                            shown(&run)
+                        ),
+                        url,
+                        elicitation_id: key.clone(),
+                    },
+                ));
+                // Cancelled (the task ended) or answered: either way nothing is decided here.
+                if let Ok(answer) = ctx.request_input(key, request).await {
+                    let how = match answer["action"].as_str() {
+                        Some("accept") => "the client accepted opening its page",
+                        _ => "the client declined to open its page; it is not asked again",
+                    };
+                    ctx.set_status_message(format!(
+                        "waiting for gate {} of run {} to be decided on the approval page or \
+                         with the command line ({how})",
+                        shown(&gate),
+                        shown(&run)
+                    ));
+                }
+            });
+        }
+    }
+}
