@@ -23,6 +23,7 @@ mod json_record;
 mod lifecycle;
 mod literal_vm;
 mod mcp;
+mod mcp_resources;
 mod nothing_lost;
 mod notify;
 mod operate;

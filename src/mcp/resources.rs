@@ -426,12 +426,15 @@ fn read(server: &Server, uri: &Uri) -> Result<Value> {
         }
         What::Gates { query } => {
             let spec = tool(server, "gates_list", uri)?;
+            // A listing of a run the server does not hold is empty: the run must exist.
+            open(server, uri)?;
             args.insert("status".into(), json!("all"));
             args.extend(query.clone());
             called(server, spec, &args)
         }
         What::Gate { id } => {
             let spec = tool(server, "gates_list", uri)?;
+            open(server, uri)?;
             args.insert("status".into(), json!("all"));
             args.insert("limit".into(), json!(pages::LIST_MAX));
             let mut cursor = 0;
@@ -675,12 +678,10 @@ fn register(
     }
     let mut subs = Vec::new();
     for (text, uri) in uris {
-        let read = read(server, &uri);
-        if let Err(e) = &read {
-            if code_of(e) != Some(Code::Busy) {
-                return Err(anyhow::anyhow!("{text}: {e:#}"));
-            }
-        }
+        let read = match read(server, &uri) {
+            Err(e) if code_of(&e) != Some(Code::Busy) => return Err(e.context(text)),
+            read => read,
+        };
         subs.push(Sub {
             stream,
             last: digest(&read),
@@ -863,13 +864,17 @@ pub fn accept(server: &Server, requested: &SubscriptionFilter) -> SubscriptionFi
 }
 
 /// One `subscriptions/listen` stream: its URIs registered (each read once; a first read that
-/// fails ends the stream with that error), updates sent on the stream until it is cancelled.
+/// fails ends the stream with that error), one update sent for each, then an update at each
+/// change until the stream is cancelled.
 pub async fn listen(server: Arc<Server>, context: SubscriptionContext) -> Result<(), ErrorData> {
-    let uris: Vec<String> = context
-        .accepted()
-        .resource_subscriptions
-        .clone()
-        .unwrap_or_default();
+    // The acknowledgment repeats a URI asked twice: it is one subscription.
+    let mut uris: Vec<String> = Vec::new();
+    for uri in context.accepted().resource_subscriptions.iter().flatten() {
+        if !uris.contains(uri) {
+            uris.push(uri.clone());
+        }
+    }
+    let accepted = uris.clone();
     let stream = {
         let mut st = lock();
         st.reserved = st.reserved.saturating_sub(uris.len());
@@ -892,6 +897,13 @@ pub async fn listen(server: Arc<Server>, context: SubscriptionContext) -> Result
     if let Err(e) = registered {
         lock().subs.retain(|s| s.stream != Some(stream));
         return Err(e);
+    }
+    // The acknowledgment went out before the first reads: what committed in between is not
+    // missed, because each URI gets one update now (read it again).
+    for uri in accepted {
+        if context.sink().notify_resource_updated(uri).await.is_err() {
+            break;
+        }
     }
     context.cancelled().await;
     lock().subs.retain(|s| s.stream != Some(stream));
