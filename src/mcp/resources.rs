@@ -691,88 +691,120 @@ fn register(
         });
     }
     let mut start = Vec::new();
+    let mut touched = Vec::new();
     {
         let mut st = lock();
+        // A `resources/subscribe` checked the bound before its first read: checked again
+        // here, where it takes its place (a listen stream's places were taken when accepted).
+        if stream.is_none() {
+            subs.retain(|s| !st.subs.iter().any(|h| h.stream.is_none() && h.uri == s.uri));
+            let held = st.subs.len() + st.reserved;
+            if held + subs.len() > MAX_SUBSCRIPTIONS {
+                return Err(too_many(held));
+            }
+        }
         for sub in subs {
             let run = sub.parsed.run.clone();
+            touched.push((run.clone(), sub.uri.clone()));
             st.subs.push(sub);
             if st.watched.insert(run.clone()) {
-                let changes: Box<dyn crate::store::wake::Changes> = match waiters.remove(&run) {
-                    Some(c) => c,
-                    None => Box::new(crate::store::wake::Polling),
-                };
-                start.push((run, changes));
+                start.push((run.clone(), waiters.remove(&run)));
             }
         }
     }
     for (run, changes) in start {
         watch(Arc::clone(server), runtime.clone(), run, changes);
     }
+    // A thread already waiting may have looked after a commit and before these subscriptions
+    // were there: each is read once more, and an update sent if it changed since its first
+    // read.
+    for (run, uri) in touched {
+        look(server, runtime, &run, Some(&uri));
+    }
     Ok(())
+}
+
+/// Reads again the session's subscriptions to `run` (only `uri`'s, when given), one read a
+/// URI, and sends an update for each whose read changed.
+fn look(server: &Server, runtime: &tokio::runtime::Handle, run: &str, uri: Option<&str>) {
+    let mine: Vec<(String, Uri)> = lock()
+        .subs
+        .iter()
+        .filter(|s| s.parsed.run == run && uri.is_none_or(|u| s.uri == u))
+        .map(|s| (s.uri.clone(), s.parsed.clone()))
+        .collect();
+    let mut now: HashMap<String, Option<u64>> = HashMap::new();
+    for (text, parsed) in mine {
+        now.entry(text)
+            .or_insert_with(|| digest(&read(server, &parsed)));
+    }
+    let mut send = Vec::new();
+    {
+        let mut st = lock();
+        for sub in st.subs.iter_mut().filter(|s| s.parsed.run == run) {
+            if let Some(Some(d)) = now.get(&sub.uri) {
+                if sub.last != Some(*d) {
+                    sub.last = Some(*d);
+                    send.push((sub.uri.clone(), sub.to.clone()));
+                }
+            }
+        }
+    }
+    for (uri, to) in send {
+        runtime.spawn(async move {
+            // A stream or session gone is ended by its own request: nothing to do here.
+            let _ = match to {
+                To::Session(peer) => peer
+                    .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                    .await
+                    .map_err(|_| ()),
+                To::Stream(sink) => sink.notify_resource_updated(uri).await.map_err(|_| ()),
+            };
+        });
+    }
 }
 
 /// The thread that waits on one run for the session's subscriptions to it: at each wake (or
 /// the safety net's interval) each subscribed resource is read again, and an update sent for
-/// each that changed. It ends at its next wake once no subscription to the run is left.
+/// each that changed. It ends at its next wake once no subscription to the run is left. Given
+/// no waiter, it makes its own and looks once before it first waits.
 fn watch(
     server: Arc<Server>,
     runtime: tokio::runtime::Handle,
     run: String,
-    mut changes: Box<dyn crate::store::wake::Changes>,
+    changes: Option<Box<dyn crate::store::wake::Changes>>,
 ) {
     let name = run.clone();
     let spawned = std::thread::Builder::new()
         .name("prose-subscribe".into())
-        .spawn(move || loop {
-            let every = crate::store::wake::interval(
-                None,
-                changes.as_ref(),
-                std::time::Duration::from_secs(1),
-            );
-            changes.wait(every);
-            let look: Vec<(String, Uri)> = {
-                let mut st = lock();
-                let mine: Vec<(String, Uri)> = st
-                    .subs
-                    .iter()
-                    .filter(|s| s.parsed.run == run)
-                    .map(|s| (s.uri.clone(), s.parsed.clone()))
-                    .collect();
-                if mine.is_empty() {
-                    st.watched.remove(&run);
-                    return;
+        .spawn(move || {
+            let mut changes = match changes {
+                Some(c) => c,
+                None => {
+                    let uri = Uri {
+                        run: run.clone(),
+                        what: What::Run,
+                    };
+                    let c = open(&server, &uri).map(|(_, store)| store.changes());
+                    look(&server, &runtime, &run, None);
+                    c.unwrap_or_else(|_| Box::new(crate::store::wake::Polling))
                 }
-                mine
             };
-            // One read a URI, whoever subscribed to it.
-            let mut now: HashMap<String, Option<u64>> = HashMap::new();
-            for (text, uri) in look {
-                now.entry(text)
-                    .or_insert_with(|| digest(&read(&server, &uri)));
-            }
-            let mut send = Vec::new();
-            {
-                let mut st = lock();
-                for sub in st.subs.iter_mut().filter(|s| s.parsed.run == run) {
-                    if let Some(Some(d)) = now.get(&sub.uri) {
-                        if sub.last != Some(*d) {
-                            sub.last = Some(*d);
-                            send.push((sub.uri.clone(), sub.to.clone()));
-                        }
+            loop {
+                let every = crate::store::wake::interval(
+                    None,
+                    changes.as_ref(),
+                    std::time::Duration::from_secs(1),
+                );
+                changes.wait(every);
+                {
+                    let mut st = lock();
+                    if !st.subs.iter().any(|s| s.parsed.run == run) {
+                        st.watched.remove(&run);
+                        return;
                     }
                 }
-            }
-            for (uri, to) in send {
-                runtime.spawn(async move {
-                    // A stream or session gone is ended by its own request; nothing to do.
-                    let _ = match to {
-                        To::Session(peer) => peer
-                            .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
-                            .await
-                            .map_err(|_| ()),
-                        To::Stream(sink) => sink.notify_resource_updated(uri).await.map_err(|_| ()),
-                    };
-                });
+                look(&server, &runtime, &run, None);
             }
         });
     // A thread that could not be started leaves its run unwatched: the next subscription to
