@@ -35,7 +35,8 @@ fn python() -> Option<PathBuf> {
 
 /// Templates, every kind of resource read and paged, hostile URIs refused in one line; a
 /// subscription in each protocol form updated when a CLI `approve` (another process) commits
-/// and when raw SQL writes behind the tools' back; the session's bound; a subagent that
+/// and when raw SQL writes behind the tools' back, and a binding's rebinding (on PostgreSQL
+/// found by the safety net's look, within 30 s); the session's bound; a subagent that
 /// cannot read another run, another execution's binding or the run itself, and whose reads
 /// leave the run as it was.
 fn an_agent_reads_and_subscribes_to_a_run(backend: Backend) {
@@ -52,6 +53,10 @@ fn an_agent_reads_and_subscribes_to_a_run(backend: Backend) {
     let mut c = Command::new(python);
     c.arg(script)
         .args([BIN, &run.id, &other.id])
+        .arg(match backend {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        })
         .current_dir(p.root())
         .env("HOME", common::test_home(p.root()))
         .stdin(Stdio::piped())
