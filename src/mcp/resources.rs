@@ -941,3 +941,51 @@ pub async fn listen(server: Arc<Server>, context: SubscriptionContext) -> Result
     lock().subs.retain(|s| s.stream != Some(stream));
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn class_of(uri: &str) -> &'static str {
+        match parse(uri) {
+            Ok(_) => "ok",
+            Err(e) => super::super::class(code_of(&e).unwrap_or(Code::Error)),
+        }
+    }
+
+    #[test]
+    fn a_uri_is_decoded_once_and_its_names_checked() {
+        let u =
+            parse("prose://runs/r1/bindings/research.findings?execution_id=4&offset=0").unwrap();
+        assert_eq!(u.run, "r1");
+        let What::Binding { name, query } = u.what else {
+            panic!("a binding")
+        };
+        assert_eq!(name, "research.findings");
+        assert_eq!(query["execution_id"], json!(4));
+        // `%41` is `A`; `%252F` is `%2F` once decoded, which no gate id holds.
+        assert!(
+            matches!(parse("prose://runs/r1/gates/%41b").unwrap().what, What::Gate { id } if id == "Ab")
+        );
+        for (uri, want) in [
+            ("prose://runs/r1/gates/a%252Fb", "usage"),
+            ("prose://runs/r1/gates/a%2Fb", "usage"),
+            ("prose://runs/..%2F..%2Fetc", "usage"),
+            ("prose://runs/r1/bindings/%ZZ", "usage"),
+            ("prose://runs/r1/bindings/%", "usage"),
+            ("prose://runs/r1/bindings/%FF", "usage"),
+            ("prose://runs/r1/gates?status=all&status=pending", "usage"),
+            ("prose://runs/r1/gates?limit=-1", "usage"),
+            ("prose://runs/r1/gates/g?cursor=1", "usage"),
+            ("prose://runs/r1/log#x", "usage"),
+            ("prose://runs/", "usage"),
+            ("file:///etc/passwd", "usage"),
+            ("prose://runs/r1/secrets", "not_found"),
+            ("prose://runs/r1/gates/g/more", "not_found"),
+            ("prose://runs/r1/log?since=3&limit=10", "ok"),
+            ("prose://runs/r1", "ok"),
+        ] {
+            assert_eq!(class_of(uri), want, "{uri}");
+        }
+    }
+}
