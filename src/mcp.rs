@@ -16,6 +16,7 @@
 mod pages;
 mod prompts;
 mod request_limit;
+mod resources;
 mod schemas;
 mod tasks;
 
@@ -1202,6 +1203,9 @@ impl ServerHandler for Handler {
                 .enable_prompts()
                 // `gates_wait` as a task (src/mcp/tasks.rs).
                 .enable_tasks()
+                // Resources and their subscriptions: src/mcp/resources.rs.
+                .enable_resources()
+                .enable_resources_subscribe()
                 .build(),
         )
         .with_server_info(Implementation::new(
@@ -1279,6 +1283,64 @@ impl ServerHandler for Handler {
             .map_err(|e| ErrorData::internal_error(format!("prompt failed: {e}"), None))?
             .map(Into::into)
     }
+
+    // ---- Resources and subscriptions (src/mcp/resources.rs) ----
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, ErrorData> {
+        resources::list_resources(Arc::clone(&self.0)).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourceTemplatesResult, ErrorData> {
+        Ok(resources::templates(&self.0))
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, ErrorData> {
+        resources::read_resource(Arc::clone(&self.0), request.uri)
+            .await
+            .map(Into::into)
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        Some(resources::accept(&self.0, requested))
+    }
+
+    async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), ErrorData> {
+        resources::listen(Arc::clone(&self.0), context).await
+    }
+
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        resources::subscribe(Arc::clone(&self.0), request.uri, context.peer).await
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        resources::unsubscribe(&request.uri);
+        Ok(())
+    }
+
+    // ---- end of resources ----
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
         Some(self.0.tools[self.0.tool(name)?].tool.clone())

@@ -24,6 +24,7 @@ mod lifecycle;
 mod literal_vm;
 mod live_page;
 mod mcp;
+mod mcp_resources;
 mod mcp_tasks;
 mod nothing_lost;
 mod notify;
