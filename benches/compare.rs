@@ -4,7 +4,15 @@
 //!
 //! Environment:
 //! - `PROSE_BENCH_RESULTS=FILE` also writes the report (Markdown) to FILE;
-//! - `PROSE_BENCH_BIG_MB=N` sizes the large-value row (default 1024, i.e. 1 GiB).
+//! - `PROSE_BENCH_BIG_MB=N` sizes the large-value row (default 1024, i.e. 1 GiB);
+//! - `PROSE_BENCH_BASELINE_BIN=PATH`: the release before binding history, which the `history`
+//!   group measures a write and its disk cost against (its rows are skipped without it);
+//!   `PROSE_BENCH_HISTORY_CALLS` (default 200) and `PROSE_BENCH_HISTORY_VERSIONS` (1000) size them;
+//! - the `live` group: `PROSE_BENCH_LIVE_ROUNDS` (decisions a latency row, default 100),
+//!   `PROSE_BENCH_LIVE_SETTLE_MS` (300), `PROSE_BENCH_LIVE_WAITERS` (idle waits in one MCP
+//!   server, 1000, capped as its row says), `PROSE_BENCH_LIVE_PROCESSES` (idle CLI waiters, 50),
+//!   `PROSE_BENCH_LIVE_WINDOW_S` (the idle window, 60) after `PROSE_BENCH_LIVE_OFFSET_S` (15),
+//!   `PROSE_BENCH_LIVE_NOTIFY_CALLS` (approvals each side of the NOTIFY row, 200).
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
@@ -2057,12 +2065,26 @@ fn fill_sqlite_run(db: &Path, records: usize, bindings: usize) -> i64 {
     let mut c = rusqlite::Connection::open(db).unwrap();
     let tx = c.transaction().unwrap();
     {
-        let mut record = tx
-            .prepare(
-                "INSERT INTO execution (statement_index, statement_text, status, started_at,
-                                        completed_at, principal)
-                 VALUES (?1, ?2, 'completed', datetime('now'), datetime('now'), 'bench')",
+        // A run of a release before records had a principal (the baseline's) has no column
+        // for it.
+        let principal: i64 = tx
+            .query_row(
+                "SELECT COUNT(*) FROM pragma_table_info('execution') WHERE name = 'principal'",
+                [],
+                |r| r.get(0),
             )
+            .unwrap();
+        let (column, value) = if principal > 0 {
+            (", principal", ", 'bench'")
+        } else {
+            ("", "")
+        };
+        let mut record = tx
+            .prepare(&format!(
+                "INSERT INTO execution (statement_index, statement_text, status, started_at,
+                                        completed_at{column})
+                 VALUES (?1, ?2, 'completed', datetime('now'), datetime('now'){value})"
+            ))
             .unwrap();
         let mut bind = tx
             .prepare(
@@ -2119,6 +2141,390 @@ fn count_pg(url: &str, sql: &str) -> i64 {
         .get(0)
 }
 
+/// An item for `bind --append` (a JSON object of 38 bytes), different for each `i`.
+fn append_item(i: usize) -> String {
+    format!(r#"{{"step":"{i:06}","note":"abcdefghij"}}"#)
+}
+
+/// `prose(root, run)` with another binary.
+fn prose_with(bin: &Path, root: &Path, run: &str) -> Command {
+    let mut c = Command::new(bin);
+    c.current_dir(root)
+        .env("PROSE_ROOT", root)
+        .env_remove("PROSE_RUN")
+        .args(["--run", run]);
+    c
+}
+
+/// `init --run-id RUN` with `bin` in `project`, on PostgreSQL when `postgres` (the project's
+/// .prose/.env names the server).
+fn init_with(bin: &Path, project: &Path, run: &str, postgres: bool) {
+    std::fs::create_dir_all(project).unwrap();
+    let mut c = Command::new(bin);
+    c.current_dir(project)
+        .env("PROSE_ROOT", project)
+        .env_remove("PROSE_RUN")
+        .arg("init");
+    if postgres {
+        c.args(["--backend", "postgres"]);
+    }
+    let ok = c
+        .args(["--run-id", run])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "{} init in {} failed", bin.display(), project.display());
+}
+
+/// This build's binary and the baseline's, copied into one directory of the bench's own:
+/// where a binary lives changes its start-up (see benches/tools/ab_startup.py), so neither is
+/// timed from where it was built. (ours, baseline).
+fn binaries_side_by_side(root: &Path, baseline: &Path) -> (PathBuf, PathBuf) {
+    let dir = root.join("binaries");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ours, old) = (dir.join("prose-state"), dir.join("prose-state-baseline"));
+    std::fs::copy(BIN, &ours).unwrap();
+    std::fs::copy(baseline, &old).unwrap();
+    (ours, old)
+}
+
+/// Fills a PostgreSQL run straight through SQL (as `history_rows` does): `records` records and
+/// `bindings` bindings of 100 bytes. A release before records had a principal has no column
+/// for it.
+fn fill_pg_run(url: &str, run: &str, records: usize, bindings: usize) {
+    let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let principal: bool = c
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM information_schema.columns
+              WHERE table_schema = 'openprose' AND table_name = 'execution'
+                AND column_name = 'principal')",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    let (column, value) = if principal {
+        (", principal", ", 'bench'")
+    } else {
+        ("", "")
+    };
+    c.batch_execute(&format!(
+        "INSERT INTO openprose.execution (run_id, statement_index, statement_text, status,
+                                          started_at, completed_at{column})
+           SELECT '{run}', i, 'let b = session \"step ' || i || '\"', 'completed', now(), now(){value}
+           FROM generate_series(1, {records}) i;
+         INSERT INTO openprose.bindings (name, run_id, kind, value)
+           SELECT 'b' || lpad(i::text, 6, '0'), '{run}', 'let', rpad(lpad(i::text, 6, '0') || ' ', 100, 'v')
+           FROM generate_series(1, {bindings}) i;
+         ANALYZE;"
+    ))
+    .unwrap();
+}
+
+/// Issue 31, what history costs a write against the release before history (the binary at
+/// PROSE_BENCH_BASELINE_BIN): `bind x VALUE` (a rebind of 100 bytes) and `bind acc --append
+/// ITEM` (38 bytes), each binary on a run it made itself (the baseline writes its own, older
+/// schema) seeded alike with 1,000 records and 1,000 bindings, taking turns (`side_by_side`);
+/// then what a version costs on disk. Both backends. Skipped, with a row saying so, when
+/// PROSE_BENCH_BASELINE_BIN is unset.
+fn history_vs_baseline(root: &Path, calls: usize, rows: &mut Vec<Row>) {
+    let Some(baseline) = std::env::var_os("PROSE_BENCH_BASELINE_BIN").map(PathBuf::from) else {
+        eprintln!(
+            "  (a write's cost against the release before history: set PROSE_BENCH_BASELINE_BIN to that release's binary; skipped)"
+        );
+        rows.push(Row {
+            what: "a rebind and an append against the release before history".into(),
+            ours: "skipped: PROSE_BENCH_BASELINE_BIN unset".into(),
+            raw: "".into(),
+            ratio: "".into(),
+            target: "".into(),
+            met: "n/a".into(),
+        });
+        return;
+    };
+    assert!(
+        baseline.is_file(),
+        "PROSE_BENCH_BASELINE_BIN={} is not a file",
+        baseline.display()
+    );
+    let name = baseline
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let (ours, old) = binaries_side_by_side(root, &baseline);
+    let seed = (1_000, 1_000);
+    let setting = "a run of 1,000 records and 1,000 bindings";
+
+    // SQLite: a project of each binary.
+    eprintln!("  a write with history vs the release before it ({name}), SQLite…");
+    let (p_new, p_old) = (root.join("history-new"), root.join("history-old"));
+    init_with(&ours, &p_new, "w", false);
+    init_with(&old, &p_old, "w", false);
+    let db_new = p_new.join(".prose/runs/w/state.db");
+    let db_old = p_old.join(".prose/runs/w/state.db");
+    fill_sqlite_run(&db_new, seed.0, seed.1);
+    fill_sqlite_run(&db_old, seed.0, seed.1);
+    assert_eq!(
+        count_sqlite(
+            &db_old,
+            "SELECT COUNT(*) FROM sqlite_master WHERE name = 'binding_history'"
+        ),
+        0,
+        "the baseline {name} keeps binding history: it is not the release before history"
+    );
+    write_cost_vs_baseline(
+        "SQLite",
+        setting,
+        &name,
+        calls,
+        &|| prose_with(&ours, &p_new, "w"),
+        &|| prose_with(&old, &p_old, "w"),
+        &|n| {
+            count_sqlite(
+                &db_new,
+                &format!("SELECT COUNT(*) FROM binding_history WHERE name = '{n}'"),
+            )
+        },
+        rows,
+    );
+
+    // PostgreSQL: a database of each binary.
+    let what = format!("a rebind and an append against {name}, PostgreSQL");
+    let pg_new = pg_project(root, "pg-history-new", &what, rows);
+    let pg_old = pg_new
+        .as_ref()
+        .and_then(|_| pg_project(root, "pg-history-old", &what, rows));
+    let mut pg = None;
+    if let (Some((p_new, u_new)), Some((p_old, u_old))) = (pg_new, pg_old) {
+        eprintln!("  a write with history vs the release before it ({name}), PostgreSQL…");
+        init_with(&ours, &p_new, "w", true);
+        init_with(&old, &p_old, "w", true);
+        fill_pg_run(&u_new, "w", seed.0, seed.1);
+        fill_pg_run(&u_old, "w", seed.0, seed.1);
+        assert_eq!(
+            count_pg(
+                &u_old,
+                "SELECT COUNT(*) FROM pg_class WHERE relname = 'binding_history'"
+            ),
+            0,
+            "the baseline {name} keeps binding history: it is not the release before history"
+        );
+        write_cost_vs_baseline(
+            "PostgreSQL",
+            setting,
+            &name,
+            calls,
+            &|| prose_with(&ours, &p_new, "w"),
+            &|| prose_with(&old, &p_old, "w"),
+            &|n| {
+                count_pg(
+                    &u_new,
+                    &format!(
+                        "SELECT COUNT(*) FROM openprose.binding_history WHERE run_id = 'w' AND name = '{n}'"
+                    ),
+                )
+            },
+            rows,
+        );
+        pg = Some((p_new, u_new, p_old, u_old));
+    }
+
+    // Disk.
+    let n = env_usize("PROSE_BENCH_HISTORY_VERSIONS", 1_000);
+    eprintln!("  history's disk cost a version vs {name} ({n} versions), SQLite…");
+    let (d_new, d_old) = (root.join("history-disk-new"), root.join("history-disk-old"));
+    init_with(&ours, &d_new, "d", false);
+    init_with(&old, &d_old, "d", false);
+    let sqlite_size = |p: &Path| {
+        let db = p.join(".prose/runs/d/state.db");
+        move || (compacted_size(&db) as i64, None)
+    };
+    let a = disk_growth(&|| prose_with(&ours, &d_new, "d"), n, &sqlite_size(&d_new));
+    let b = disk_growth(&|| prose_with(&old, &d_old, "d"), n, &sqlite_size(&d_old));
+    disk_rows(
+        "SQLite (state.db checkpointed and vacuumed)",
+        &name,
+        n,
+        a,
+        b,
+        rows,
+    );
+    if let Some((p_new, u_new, p_old, u_old)) = pg {
+        eprintln!("  history's disk cost a version vs {name} ({n} versions), PostgreSQL…");
+        // A run of its own in each database, beside the timed one.
+        init_with(&ours, &p_new, "d", true);
+        init_with(&old, &p_old, "d", true);
+        let pg_size = |url: &str| {
+            let url = url.to_string();
+            move || {
+                let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+                let q = "SELECT (pg_total_relation_size('openprose.bindings')
+                        + COALESCE(pg_total_relation_size(to_regclass('openprose.binding_history')), 0))::bigint";
+                let written: i64 = c.query_one(q, &[]).unwrap().get(0);
+                c.batch_execute("VACUUM FULL openprose.bindings").unwrap();
+                let history: bool = c
+                    .query_one(
+                        "SELECT to_regclass('openprose.binding_history') IS NOT NULL",
+                        &[],
+                    )
+                    .unwrap()
+                    .get(0);
+                if history {
+                    c.batch_execute("VACUUM FULL openprose.binding_history")
+                        .unwrap();
+                }
+                let full: i64 = c.query_one(q, &[]).unwrap().get(0);
+                (full, Some(written))
+            }
+        };
+        let a = disk_growth(&|| prose_with(&ours, &p_new, "d"), n, &pg_size(&u_new));
+        let b = disk_growth(&|| prose_with(&old, &p_old, "d"), n, &pg_size(&u_old));
+        disk_rows(
+            "PostgreSQL (`pg_total_relation_size` of bindings + binding_history, tables and indexes, after `VACUUM FULL`; as written before it in brackets)",
+            &name,
+            n,
+            a,
+            b,
+            rows,
+        );
+    }
+}
+
+/// The rebind and append rows of `history_vs_baseline` on one backend; `kept(name)`: how many
+/// versions of the binding this build's run holds in history (checked afterwards: else the
+/// comparison would be void).
+#[allow(clippy::too_many_arguments)]
+fn write_cost_vs_baseline(
+    backend: &str,
+    setting: &str,
+    baseline: &str,
+    calls: usize,
+    ours: &dyn Fn() -> Command,
+    old: &dyn Fn() -> Command,
+    kept: &dyn Fn(&str) -> i64,
+    rows: &mut Vec<Row>,
+) {
+    // Every timed `bind x` a rebind, every timed append onto an existing array.
+    for make in [ours, old] {
+        assert!(timed(make().args(["bind", "x", &hundred_bytes(0)])).1);
+        assert!(timed(make().args(["bind", "acc", "--append", &append_item(0)])).1);
+    }
+    let rebind = |make: &dyn Fn() -> Command, i: usize| {
+        let mut c = make();
+        c.args(["bind", "x", &hundred_bytes(i + 1)]);
+        c
+    };
+    let append = |make: &dyn Fn() -> Command, i: usize| {
+        let mut c = make();
+        c.args(["bind", "acc", "--append", &append_item(i + 1)]);
+        c
+    };
+    let (new_rebind, old_rebind) = side_by_side(calls, &|i| rebind(ours, i), &|i| rebind(old, i));
+    let (new_append, old_append) = side_by_side(calls, &|i| append(ours, i), &|i| append(old, i));
+    for name in ["x", "acc"] {
+        let versions = kept(name);
+        assert!(
+            versions > calls as i64,
+            "{backend}: history kept {versions} versions of {name} after {calls} timed writes"
+        );
+    }
+    for (what, a, b) in [
+        (
+            "`bind x VALUE`, a rebind of 100 bytes",
+            new_rebind,
+            old_rebind,
+        ),
+        (
+            "`bind acc --append ITEM` (38 bytes; history keeps the step as a delta)",
+            new_append,
+            old_append,
+        ),
+    ] {
+        let ratio = a.as_secs_f64() / b.as_secs_f64();
+        rows.push(Row {
+            what: format!(
+                "{what}, {backend} ({setting}): this build, history kept, vs the release before history ({baseline}), each on a run it made, median of {calls}"
+            ),
+            ours: ms(a),
+            raw: format!("{} ({baseline})", ms(b)),
+            ratio: format!("{ratio:.3}"),
+            target: "≤ 1.10".into(),
+            met: if ratio <= 1.10 { "yes" } else { "no" }.into(),
+        });
+    }
+}
+
+/// A run's size as `size` reads it (compacted; and as written, where that differs) after `n`
+/// rebinds of a 100-byte value, after `n` more, after `n` appends of a 38-byte item, and after
+/// `n` more: the second `n` of each are the marginal cost (the first pay for the tables' first
+/// pages). ((rebinds from, to), (appends from, to)), each (compacted, as written).
+#[allow(clippy::type_complexity)]
+fn disk_growth(
+    make: &dyn Fn() -> Command,
+    n: usize,
+    size: &dyn Fn() -> (i64, Option<i64>),
+) -> ((i64, (i64, Option<i64>)), (i64, (i64, Option<i64>))) {
+    let write = |args: &[&str]| assert!(timed(make().args(args)).1, "{args:?} failed");
+    for i in 0..n {
+        write(&["bind", "x", &hundred_bytes(i)]);
+    }
+    let rebind_from = size().0;
+    for i in n..2 * n {
+        write(&["bind", "x", &hundred_bytes(i)]);
+    }
+    let rebind_to = size();
+    for i in 0..n {
+        write(&["bind", "acc", "--append", &append_item(i)]);
+    }
+    let append_from = size().0;
+    for i in n..2 * n {
+        write(&["bind", "acc", "--append", &append_item(i)]);
+    }
+    let append_to = size();
+    ((rebind_from, rebind_to), (append_from, append_to))
+}
+
+/// The disk rows: what a version and an append step add, this build against the baseline.
+#[allow(clippy::type_complexity)]
+fn disk_rows(
+    how: &str,
+    baseline: &str,
+    n: usize,
+    ours: ((i64, (i64, Option<i64>)), (i64, (i64, Option<i64>))),
+    old: ((i64, (i64, Option<i64>)), (i64, (i64, Option<i64>))),
+    rows: &mut Vec<Row>,
+) {
+    let per = |(from, (to, written)): (i64, (i64, Option<i64>))| {
+        let b = |to: i64| (to - from) as f64 / n as f64;
+        match written {
+            Some(w) => format!("{:.0} B a write ({:.0} B as written)", b(to), b(w)),
+            None => format!("{:.0} B a write", b(to)),
+        }
+    };
+    let diff = |a: (i64, (i64, Option<i64>)), b: (i64, (i64, Option<i64>))| {
+        ((a.1 .0 - a.0) - (b.1 .0 - b.0)) as f64 / n as f64
+    };
+    for (what, a, b) in [
+        ("a version of a 100-byte value (a rebind)", ours.0, old.0),
+        (
+            "a step of a `bind --append` accumulator (38-byte item)",
+            ours.1,
+            old.1,
+        ),
+    ] {
+        rows.push(Row {
+            what: format!(
+                "disk, {what}: growth over {n} writes past the first {n}, this build vs {baseline}, {how}"
+            ),
+            ours: per(a),
+            raw: format!("{} ({baseline})", per(b)),
+            ratio: format!("+{:.0} B a write", diff(a, b)),
+            target: "reported".into(),
+            met: String::new(),
+        });
+    }
+}
+
 /// Issue 31's performance rows: what history costs a write, a read and the disk, and `fork`
 /// against `export` + `import` of a large run. Both backends, SQLite's rows first.
 fn history_rows(root: &Path, calls: usize, rows: &mut Vec<Row>) {
@@ -2127,13 +2533,13 @@ fn history_rows(root: &Path, calls: usize, rows: &mut Vec<Row>) {
     let seed = (1_000, 1_000);
 
     // 1. A rebind and an append, SQLite.
-    eprintln!("  a write with history and without, SQLite…");
+    eprintln!("  a run of 1,000 records and 1,000 bindings, SQLite…");
     let on_db = init(&project, "on");
     fill_sqlite_run(&on_db, seed.0, seed.1);
     // What a write costs against today is measured against the release before history,
     // not against this binary with its history triggers dropped: such a write is refused now
-    // (exit 9), rather than recorded wrongly. Not measured here: see benches/RESULTS.md.
-    eprintln!("  (a write's cost against today: needs the release before history; not measured)");
+    // (exit 9), rather than recorded wrongly.
+    history_vs_baseline(root, calls, rows);
 
     // 2. `get` of a binding with 1,000 versions against one with 1, SQLite: the versions
     // written straight through SQLite (the triggers keep them as any writer's).
@@ -2199,7 +2605,7 @@ fn history_rows(root: &Path, calls: usize, rows: &mut Vec<Row>) {
         .as_ref()
         .and_then(|_| pg_project(root, "pg-history-off", what, rows));
     if let (Some((p_on, u_on)), Some((p_off, u_off))) = (pg_on, pg_off) {
-        eprintln!("  a write with history and without, PostgreSQL…");
+        eprintln!("  two runs of 1,000 records and 1,000 bindings, PostgreSQL…");
         for (p, u) in [(&p_on, &u_on), (&p_off, &u_off)] {
             let ok = Command::new(BIN)
                 .current_dir(p)
@@ -2262,8 +2668,7 @@ fn history_rows(root: &Path, calls: usize, rows: &mut Vec<Row>) {
         rows.push(get_row("PostgreSQL", many, one));
     }
 
-    // 4. Disk: measured against runs written with the triggers dropped, which a write now
-    // refuses (see above); the last figures stand in benches/RESULTS.md.
+    // 4. Disk: against the release before history, in `history_vs_baseline` above.
 
     // 3. Fork against export + import.
     history_fork(root, rows);
@@ -2520,6 +2925,912 @@ fn history_fork(root: &Path, rows: &mut Vec<Row>) {
     });
 }
 
+// Issue 32, live state: how soon a waiter hears of a decision, what idle waiters cost, and
+// what the NOTIFY adds to a decision's commit.
+
+/// A command of the live group: `prose(project, run)` with HOME in the project (where
+/// `principals add` and `serve` keep what they keep), woken by the commit (`poll` false) or
+/// polling as before (`PROSE_STATE_WAKE=poll`), whatever the bench's own environment says.
+fn live_cmd(project: &Path, run: &str, poll: bool) -> Command {
+    let mut c = prose(project, run);
+    c.env("HOME", project);
+    if poll {
+        c.env("PROSE_STATE_WAKE", "poll");
+    } else {
+        c.env_remove("PROSE_STATE_WAKE");
+    }
+    c
+}
+
+fn how(poll: bool) -> &'static str {
+    if poll {
+        "polling (`PROSE_STATE_WAKE=poll`, the default 1 s `--poll`)"
+    } else {
+        "woken by the commit"
+    }
+}
+
+/// `gates create GATE` in the run, due in a day.
+fn create_gate(project: &Path, run: &str, gate: &str) {
+    let (_, ok) = timed(live_cmd(project, run, false).args([
+        "gates",
+        "create",
+        gate,
+        "--prompt",
+        "Ship it?",
+        "--timeout",
+        "1d",
+    ]));
+    assert!(ok, "gates create {gate} failed");
+}
+
+/// `approve GATE --yes --as alice`: when the process was started and when it had exited (the
+/// decision committed before the exit, after the start).
+fn approve_at(project: &Path, run: &str, gate: &str) -> (Instant, Instant) {
+    let mut c = live_cmd(project, run, false);
+    c.args(["approve", gate, "--yes", "--as", "alice"]);
+    let start = Instant::now();
+    let (_, ok) = timed(&mut c);
+    let end = Instant::now();
+    assert!(ok, "approve {gate} failed");
+    (start, end)
+}
+
+/// How long a waiter is left waiting before the decision: the settle time (the waiter has
+/// started, looked once and set up its wake-up), plus a uniformly random part of a poll
+/// interval (1 s), so that a polling waiter is caught at every point of its interval.
+fn before_deciding(settle_ms: u64) -> Duration {
+    Duration::from_millis(settle_ms + rand::random_range(0..1000u64))
+}
+
+/// `later - earlier` in milliseconds, negative when `later` came first.
+fn signed_ms(later: Instant, earlier: Instant) -> f64 {
+    if later >= earlier {
+        (later - earlier).as_secs_f64() * 1e3
+    } else {
+        -((earlier - later).as_secs_f64() * 1e3)
+    }
+}
+
+/// One decision-to-wake round, in ms to the waiter's answer: from the `approve` process's exit
+/// and from its start. The commit lies between the two, so the first is a lower bound of the
+/// latency (short of it by the approve's own exit after its commit: on PostgreSQL a few ms,
+/// enough to make it negative at times) and the second an upper bound (long by the approve's
+/// start-up, connection and work before its commit). The database keeps no finer time of the
+/// decision to measure from (its timestamps are whole seconds).
+struct Sample {
+    exit: f64,
+    start: f64,
+}
+
+/// The round's sample: the approve's (start, exit) and the answer's arrival.
+fn sample((t0, t1): (Instant, Instant), at: Instant) -> Sample {
+    Sample {
+        exit: signed_ms(at, t1),
+        start: signed_ms(at, t0),
+    }
+}
+
+/// The `q` quantile of `v` (nearest rank).
+fn quantile(v: &[f64], q: f64) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.total_cmp(b));
+    s[((s.len() as f64 * q).ceil() as usize).clamp(1, s.len()) - 1]
+}
+
+/// One decision-to-wake row: p50 and p99 of the lower bound (from the approve's exit), on
+/// which the target is judged, and of the upper bound (from its start); see `Sample`.
+fn wake_row(who: &str, backend: &str, poll: bool, samples: &[Sample]) -> Row {
+    let q = |f: &dyn Fn(&Sample) -> f64| {
+        let v: Vec<f64> = samples.iter().map(f).collect();
+        (quantile(&v, 0.50), quantile(&v, 0.99))
+    };
+    let (exit, start) = (q(&|s| s.exit), q(&|s| s.start));
+    Row {
+        what: format!(
+            "decision-to-wake, {who}, {backend}, {}: an `approve` process decides, {} rounds; p50 / p99 from the approve's exit to the waiter's answer (a lower bound: the commit came before the exit); from the approve's start in the next column (an upper bound)",
+            how(poll),
+            samples.len()
+        ),
+        ours: format!("{:.1} / {:.1} ms", exit.0, exit.1),
+        raw: format!("{:.1} / {:.1} ms from the approve's start", start.0, start.1),
+        ratio: String::new(),
+        target: if poll {
+            "(today: up to a poll interval)".into()
+        } else {
+            "p99 ≤ 50 ms".into()
+        },
+        met: if poll {
+            String::new()
+        } else if exit.1 <= 50.0 {
+            "yes".into()
+        } else {
+            "no".into()
+        },
+    }
+}
+
+/// A CLI `gates wait GATE` process waiting, each round a gate of its own: from the decision to
+/// the first byte of the waiter's answer on its stdout.
+fn wake_cli(project: &Path, run: &str, poll: bool, rounds: usize, settle: u64) -> Vec<Sample> {
+    let tag = if poll { "poll" } else { "wake" };
+    (0..rounds)
+        .map(|i| {
+            let gate = format!("cli-{tag}-{i}");
+            create_gate(project, run, &gate);
+            let mut child = live_cmd(project, run, poll)
+                .args(["gates", "wait", &gate, "--timeout", "120s"])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let mut out = child.stdout.take().unwrap();
+            let reader = std::thread::spawn(move || {
+                let mut first = [0u8; 1];
+                let n = out.read(&mut first).unwrap_or(0);
+                let at = Instant::now();
+                let mut rest = Vec::new();
+                let _ = out.read_to_end(&mut rest);
+                rest.insert(0, first[0]);
+                (at, n, String::from_utf8_lossy(&rest).into_owned())
+            });
+            std::thread::sleep(before_deciding(settle));
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "the waiter of {gate} ended before the decision"
+            );
+            let (t0, t1) = approve_at(project, run, &gate);
+            let (at, n, text) = reader.join().unwrap();
+            assert!(
+                child.wait().unwrap().success() && n == 1 && text.contains("approved"),
+                "the waiter of {gate} did not report the approval: {text}"
+            );
+            sample((t0, t1), at)
+        })
+        .collect()
+}
+
+/// `serve` on the project (HOME in it), its port once it listens.
+fn start_serve(project: &Path) -> (std::process::Child, u16) {
+    let mut child = Command::new(BIN)
+        .current_dir(project)
+        .env("PROSE_ROOT", project)
+        .env("HOME", project)
+        .env_remove("PROSE_STATE_WAKE")
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let port: u16 = line
+        .trim()
+        .trim_start_matches("listening on http://127.0.0.1:")
+        .trim_end_matches('/')
+        .parse()
+        .unwrap_or_else(|_| panic!("serve said: {line}"));
+    (child, port)
+}
+
+/// The page's event stream: `serve` running, one signed-in client holding
+/// `/runs/{run}/events` over a raw HTTP/1.1 connection; each round a gate of its own in the
+/// run, decided by an `approve` process: from the decision to the `change` event it brings.
+/// (A gate's create brings one too: the events before the decision are let pass.)
+fn wake_page(project: &Path, run: &str, rounds: usize, settle: u64) -> Vec<Sample> {
+    let token = String::from_utf8(
+        live_cmd(project, run, false)
+            .args(["principals", "add", "alice"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap()
+    .trim()
+    .to_string();
+    let (mut serve, port) = start_serve(project);
+    let (code, _, text) = http(port, "POST", "/login", None, &format!("token={token}"));
+    assert_eq!(code, 303, "{text}");
+    let cookie = text
+        .lines()
+        .find(|l| l.to_ascii_lowercase().starts_with("set-cookie:"))
+        .and_then(|l| l.split(':').nth(1))
+        .and_then(|v| v.split(';').next())
+        .unwrap()
+        .trim()
+        .to_string();
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        stream,
+        "GET /runs/{run}/events HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\nCookie: {cookie}\r\n\r\n"
+    )
+    .unwrap();
+    // The reader: the moment of each `change` event, once the answer's head said 200.
+    let (tx, rx) = std::sync::mpsc::channel::<Result<Instant, String>>();
+    std::thread::spawn(move || {
+        let mut seen = String::new();
+        let (mut head, mut changes) = (false, 0);
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = match stream.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            let at = Instant::now();
+            seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+            if !head {
+                let Some(end) = seen.find("\r\n\r\n") else {
+                    continue;
+                };
+                if !seen.starts_with("HTTP/1.1 200") {
+                    let _ = tx.send(Err(seen.clone()));
+                    return;
+                }
+                head = true;
+                seen.drain(..end + 4);
+                if tx.send(Ok(at)).is_err() {
+                    return;
+                }
+            }
+            let now = seen.matches("event: change").count();
+            for _ in changes..now {
+                if tx.send(Ok(at)).is_err() {
+                    return;
+                }
+            }
+            changes = now;
+        }
+    });
+    let opened = rx.recv_timeout(Duration::from_secs(10));
+    assert!(
+        matches!(opened, Ok(Ok(_))),
+        "the event stream did not open: {opened:?}"
+    );
+    let samples = (0..rounds)
+        .map(|i| {
+            let gate = format!("page-{i}");
+            create_gate(project, run, &gate);
+            std::thread::sleep(before_deciding(settle));
+            while rx.try_recv().is_ok() {}
+            let (t0, t1) = approve_at(project, run, &gate);
+            loop {
+                let at = rx
+                    .recv_timeout(Duration::from_secs(60))
+                    .unwrap_or_else(|e| panic!("no change event after approving {gate}: {e}"))
+                    .unwrap();
+                if at >= t0 {
+                    break sample((t0, t1), at);
+                }
+            }
+        })
+        .collect();
+    let _ = serve.kill();
+    let _ = serve.wait();
+    samples
+}
+
+/// A session of rmcp's client with `prose-state mcp` and these options, woken by the commit or
+/// polling; the server's process id.
+async fn mcp_session_live(
+    project: &Path,
+    run: &str,
+    options: &[&str],
+    poll: bool,
+) -> (
+    rmcp::service::RunningService<rmcp::service::RoleClient, ()>,
+    u32,
+) {
+    use rmcp::ServiceExt;
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.current_dir(project)
+        .env("PROSE_ROOT", project)
+        .env("HOME", project)
+        .env_remove("PROSE_RUN")
+        .args(["--run", run, "mcp"])
+        .args(options)
+        .stderr(Stdio::null());
+    if poll {
+        cmd.env("PROSE_STATE_WAKE", "poll");
+    } else {
+        cmd.env_remove("PROSE_STATE_WAKE");
+    }
+    let transport = rmcp::transport::TokioChildProcess::new(cmd).unwrap();
+    let pid = transport.id().unwrap();
+    (().serve(transport).await.unwrap(), pid)
+}
+
+/// How an MCP client waits for a gate's decision. Today: the bounded `gates_wait` tool call.
+/// When `gates_wait` runs as an MCP task (issue 32), add its variant here and in
+/// `mcp_wait_for`: `wake_mcp` and its rows then measure it as they measure the tool.
+#[derive(Clone, Copy)]
+enum McpWait {
+    /// `tools/call gates_wait {gate, timeout}`, answered when the gate is decided.
+    BoundedTool,
+}
+
+impl McpWait {
+    fn label(self) -> &'static str {
+        match self {
+            McpWait::BoundedTool => {
+                "an MCP `gates_wait` tool call (bounded) in one `prose-state mcp` session"
+            }
+        }
+    }
+}
+
+/// Starts waiting on `gate` in the session, `timeout` seconds at most; the task ends when the
+/// decision reached the client: the moment it did, and whether the answer was the approval
+/// (else the answer).
+fn mcp_wait_for(
+    peer: &rmcp::service::Peer<rmcp::service::RoleClient>,
+    how: McpWait,
+    gate: &str,
+    timeout: u64,
+) -> tokio::task::JoinHandle<(Instant, Result<(), String>)> {
+    let peer = peer.clone();
+    let gate = gate.to_string();
+    match how {
+        McpWait::BoundedTool => tokio::spawn(async move {
+            let serde_json::Value::Object(args) =
+                serde_json::json!({"gate": gate, "timeout": format!("{timeout}s")})
+            else {
+                unreachable!()
+            };
+            let r = peer
+                .call_tool(
+                    rmcp::model::CallToolRequestParams::new("gates_wait").with_arguments(args),
+                )
+                .await;
+            let at = Instant::now();
+            let outcome = match r {
+                Ok(r) => {
+                    let text = serde_json::to_string(&r).unwrap_or_default();
+                    if r.is_error != Some(true) && text.contains("approved") {
+                        Ok(())
+                    } else {
+                        Err(text)
+                    }
+                }
+                Err(e) => Err(e.to_string()),
+            };
+            (at, outcome)
+        }),
+    }
+}
+
+/// The MCP server's wait: each round a gate of its own, waited on the `how` way in one VM
+/// session, decided by an `approve` process: from the decision to the answer's arrival.
+fn wake_mcp(
+    rt: &tokio::runtime::Runtime,
+    project: &Path,
+    run: &str,
+    how: McpWait,
+    poll: bool,
+    rounds: usize,
+    settle: u64,
+) -> Vec<Sample> {
+    let tag = if poll { "poll" } else { "wake" };
+    rt.block_on(async {
+        let (client, _) =
+            mcp_session_live(project, run, &["--role", "vm", "--agent", "vm"], poll).await;
+        let mut samples = Vec::new();
+        for i in 0..rounds {
+            let gate = format!("mcp-{tag}-{i}");
+            tokio::task::block_in_place(|| create_gate(project, run, &gate));
+            let call = mcp_wait_for(client.peer(), how, &gate, 120);
+            tokio::time::sleep(before_deciding(settle)).await;
+            assert!(
+                !call.is_finished(),
+                "the MCP wait on {gate} ended before the decision"
+            );
+            let (t0, t1) = tokio::task::block_in_place(|| approve_at(project, run, &gate));
+            let (at, outcome) = call.await.unwrap();
+            if let Err(e) = outcome {
+                panic!("the MCP wait on {gate} did not answer the approval: {e}");
+            }
+            samples.push(sample((t0, t1), at));
+        }
+        let _ = client.cancel().await;
+        samples
+    })
+}
+
+/// Runs `f` on a thread of its own, outside the runtime: the PostgreSQL client's blocking calls
+/// start a runtime of their own, which tokio refuses inside another.
+fn off_runtime<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| s.spawn(f).join().unwrap())
+}
+
+/// The threads of a process now.
+fn tasks(pid: u32) -> Vec<PathBuf> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|d| d.filter_map(|e| Some(e.ok()?.path())).collect())
+        .unwrap_or_default()
+}
+
+/// A process's CPU time so far, all its threads: the nanoseconds on a CPU of each
+/// (/proc/PID/task/TID/schedstat, exact: /proc/PID/stat's utime + stime count 10 ms ticks, too
+/// coarse for a waiter's few short looks); /proc/PID/stat's where schedstat is missing.
+fn cpu_seconds(pid: u32) -> f64 {
+    let exact: Option<u64> = tasks(pid)
+        .iter()
+        .map(|t| {
+            std::fs::read_to_string(t.join("schedstat"))
+                .ok()?
+                .split_whitespace()
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    if let Some(ns) = exact {
+        return ns as f64 / 1e9;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the command's closing parenthesis: state is the 3rd field, utime the 14th.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+        .split_whitespace()
+        .collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+/// How often a process's threads have slept and been woken so far: their voluntary context
+/// switches (/proc/PID/task/TID/status).
+fn wakeups(pid: u32) -> u64 {
+    tasks(pid)
+        .iter()
+        .filter_map(|t| {
+            std::fs::read_to_string(t.join("status"))
+                .ok()?
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))?
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// A process's thread count (/proc/PID/status).
+fn threads(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Transactions committed and rolled back in the database at `url` so far, as the statistics
+/// collector has them (a backend reports its counts at most every second while busy, and
+/// within seconds once idle: the measuring window starts and ends well away from bursts).
+fn transactions(url: &str) -> i64 {
+    count_pg(
+        url,
+        "SELECT (xact_commit + xact_rollback)::bigint FROM pg_stat_database WHERE datname = current_database()",
+    )
+}
+
+/// Connections open to the database at `url`, other than the one asking.
+fn connections(url: &str) -> i64 {
+    count_pg(
+        url,
+        "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+}
+
+/// What idle waiters cost over the window, for the processes `pids`.
+struct Idle {
+    cpu: f64,
+    /// PostgreSQL: transactions in the database over the window.
+    transactions: Option<i64>,
+    wakeups: u64,
+    window: f64,
+    /// Waits that ended before the window did (an error: a wait was to last beyond it).
+    ended: usize,
+    /// What shows the waiters were all waiting (threads of the server, connections).
+    evidence: String,
+}
+
+impl Idle {
+    fn per_hour(&self, v: f64) -> f64 {
+        v / self.window * 3600.0
+    }
+
+    fn shown(&self) -> String {
+        let mut s = format!(
+            "{:.2} CPU s/h ({:.4} % of a core), {:.0} wake-ups/h",
+            self.per_hour(self.cpu),
+            self.cpu / self.window * 100.0,
+            self.per_hour(self.wakeups as f64)
+        );
+        if let Some(t) = self.transactions {
+            write!(s, ", {:.0} transactions/h", self.per_hour(t as f64)).unwrap();
+        }
+        if self.ended > 0 {
+            write!(s, "; **{} waits ended early**", self.ended).unwrap();
+        }
+        write!(s, " [{}]", self.evidence).unwrap();
+        s
+    }
+}
+
+/// The measuring window over processes `pids` (and the database at `url`): `offset` seconds
+/// after the waiters were started (the woken waiters' safety-net looks, every 30 s, then fall
+/// inside it away from its edges), for `window` seconds.
+fn idle_window(pids: &[u32], url: Option<&str>, offset: u64, window: u64) -> (Idle, String) {
+    std::thread::sleep(Duration::from_secs(offset));
+    let evidence = match url {
+        Some(u) => format!("{} connections to the database", connections(u)),
+        None => String::new(),
+    };
+    let cpu0: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
+    let wake0: u64 = pids.iter().map(|p| wakeups(*p)).sum();
+    let tx0 = url.map(transactions);
+    let start = Instant::now();
+    std::thread::sleep(Duration::from_secs(window));
+    let cpu1: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
+    let wake1: u64 = pids.iter().map(|p| wakeups(*p)).sum();
+    let tx1 = url.map(transactions);
+    let window = start.elapsed().as_secs_f64();
+    (
+        Idle {
+            cpu: cpu1 - cpu0,
+            transactions: tx0.zip(tx1).map(|(a, b)| b - a),
+            wakeups: wake1 - wake0,
+            window,
+            ended: 0,
+            evidence: String::new(),
+        },
+        evidence,
+    )
+}
+
+/// The most blocking threads a tokio runtime runs at once by default (the MCP server runs
+/// each tool call on one: a call past them waits, queued, for one to be free).
+const TOKIO_BLOCKING_THREADS: usize = 512;
+
+/// `n` gates_wait calls at once in one `prose-state mcp` session, on gates `gates`, idle over
+/// the window.
+fn idle_mcp(
+    rt: &tokio::runtime::Runtime,
+    project: &Path,
+    run: &str,
+    url: Option<&str>,
+    gates: &[String],
+    poll: bool,
+    (offset, window): (u64, u64),
+) -> Idle {
+    rt.block_on(async {
+        let (client, pid) =
+            mcp_session_live(project, run, &["--role", "vm", "--agent", "vm"], poll).await;
+        let timeout = offset + window + 60;
+        let calls: Vec<_> = gates
+            .iter()
+            .map(|g| mcp_wait_for(client.peer(), McpWait::BoundedTool, g, timeout))
+            .collect();
+        let (mut idle, evidence) = off_runtime(|| idle_window(&[pid], url, offset, window));
+        idle.ended = calls.iter().filter(|c| c.is_finished()).count();
+        idle.evidence = format!(
+            "{} threads in the server{}",
+            threads(pid),
+            if evidence.is_empty() {
+                String::new()
+            } else {
+                format!(", {evidence}")
+            }
+        );
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        for c in calls {
+            c.abort();
+        }
+        let _ = client.cancel().await;
+        idle
+    })
+}
+
+/// `gates.len()` CLI `gates wait` processes, each on its gate, idle over the window.
+fn idle_cli(
+    project: &Path,
+    run: &str,
+    url: Option<&str>,
+    gates: &[String],
+    poll: bool,
+    (offset, window): (u64, u64),
+) -> Idle {
+    let timeout = format!("{}s", offset + window + 60);
+    let mut children: Vec<std::process::Child> = gates
+        .iter()
+        .map(|g| {
+            live_cmd(project, run, poll)
+                .args(["gates", "wait", g, "--timeout", &timeout])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let pids: Vec<u32> = children.iter().map(|c| c.id()).collect();
+    let (mut idle, evidence) = idle_window(&pids, url, offset, window);
+    for c in &mut children {
+        idle.ended += usize::from(c.try_wait().unwrap().is_some());
+    }
+    idle.evidence = if evidence.is_empty() {
+        format!("{} processes", pids.len())
+    } else {
+        format!("{} processes, {evidence}", pids.len())
+    };
+    for mut c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    idle
+}
+
+/// One idle row: woken by the commit against polling.
+fn idle_row(what: String, wake: &Idle, poll: &Idle) -> Row {
+    Row {
+        what,
+        ours: format!("woken by the commit: {}", wake.shown()),
+        raw: format!("polling: {}", poll.shown()),
+        ratio: format!("{:.3} (CPU)", wake.cpu / poll.cpu.max(1e-9)),
+        target: "reported (far under polling)".into(),
+        met: String::new(),
+    }
+}
+
+/// The cost of the NOTIFY on a decision's commit (PostgreSQL; SQLite has none): `approve` in
+/// a database with the notify triggers (`gates_notify`, `gate_audit_log_notify`,
+/// `execution_notify`) against one of its own where they are dropped, taking turns; one
+/// connection `LISTEN`s in each (as a waiter's would), and afterwards it is checked that one
+/// heard the decisions and the other nothing.
+fn notify_cost(root: &Path, calls: usize, rows: &mut Vec<Row>) {
+    use postgres::fallible_iterator::FallibleIterator;
+    let what = "the NOTIFY on a decision's commit, PostgreSQL";
+    let Some((p_on, u_on)) = pg_project(root, "live-notify-on", what, rows) else {
+        return;
+    };
+    let Some((p_off, u_off)) = pg_project(root, "live-notify-off", what, rows) else {
+        return;
+    };
+    for p in [&p_on, &p_off] {
+        init_with(Path::new(BIN), p, "n", true);
+    }
+    postgres::Client::connect(&u_off, postgres::NoTls)
+        .unwrap()
+        .batch_execute(
+            "DROP TRIGGER gates_notify ON openprose.gates;
+             DROP TRIGGER gate_audit_log_notify ON openprose.gate_audit_log;
+             DROP TRIGGER execution_notify ON openprose.execution;",
+        )
+        .unwrap();
+    // An approve without the triggers is not refused (else there is nothing to compare).
+    for p in [&p_on, &p_off] {
+        create_gate(p, "n", "probe");
+        approve_at(p, "n", "probe");
+    }
+    eprintln!("  creating {calls} gates in each database…");
+    for i in 0..calls {
+        for p in [&p_on, &p_off] {
+            create_gate(p, "n", &format!("g{i}"));
+        }
+    }
+    let mut listeners: Vec<postgres::Client> = [&u_on, &u_off]
+        .iter()
+        .map(|u| {
+            let mut c = postgres::Client::connect(u, postgres::NoTls).unwrap();
+            c.batch_execute("LISTEN openprose_change").unwrap();
+            c
+        })
+        .collect();
+    eprintln!("  approve with the NOTIFY and without…");
+    let approve = |p: &Path, i: usize| {
+        let mut c = live_cmd(p, "n", false);
+        c.args(["approve", &format!("g{i}"), "--yes", "--as", "alice"]);
+        c
+    };
+    let (with, without) = side_by_side(calls, &|i| approve(&p_on, i), &|i| approve(&p_off, i));
+    let heard: Vec<usize> = listeners
+        .iter_mut()
+        .map(|c| {
+            c.notifications()
+                .timeout_iter(Duration::from_secs(2))
+                .iterator()
+                .filter(|n| n.as_ref().is_ok_and(|n| n.payload() == "n"))
+                .count()
+        })
+        .collect();
+    assert!(
+        heard[0] >= calls && heard[1] == 0,
+        "the LISTENing connections heard {} notifications with the triggers and {} without, of {calls} decisions",
+        heard[0],
+        heard[1]
+    );
+    for u in [&u_on, &u_off] {
+        assert_eq!(
+            count_pg(
+                u,
+                "SELECT COUNT(*) FROM openprose.gates WHERE run_id = 'n' AND status = 'approved'"
+            ),
+            calls as i64 + 1
+        );
+    }
+    let ratio = with.as_secs_f64() / without.as_secs_f64();
+    rows.push(Row {
+        what: format!(
+            "`approve` with the notify triggers (a NOTIFY at the commit; {} heard by a LISTENing connection) vs a database of its own with them dropped, PostgreSQL, median of {calls}",
+            heard[0]
+        ),
+        ours: ms(with),
+        raw: format!("{} (triggers dropped)", ms(without)),
+        ratio: format!("{ratio:.3}"),
+        target: "within noise (≤ 1.05)".into(),
+        met: if ratio <= 1.05 { "yes" } else { "no" }.into(),
+    });
+}
+
+/// Issue 32's performance rows (`PROSE_BENCH_ONLY=live`), on SQLite then PostgreSQL:
+/// decision-to-wake latency of a CLI `gates wait`, an MCP wait and the page's event stream;
+/// what idle waiters cost in one MCP server and as CLI processes, woken by the commit against
+/// polling; and (PostgreSQL) what the NOTIFY adds to a decision.
+fn live_rows(root: &Path, rows: &mut Vec<Row>) {
+    let rounds = env_usize("PROSE_BENCH_LIVE_ROUNDS", 100);
+    let settle = env_usize("PROSE_BENCH_LIVE_SETTLE_MS", 300) as u64;
+    let waiters = env_usize("PROSE_BENCH_LIVE_WAITERS", 1_000);
+    let processes = env_usize("PROSE_BENCH_LIVE_PROCESSES", 50);
+    let window = env_usize("PROSE_BENCH_LIVE_WINDOW_S", 60) as u64;
+    let offset = env_usize("PROSE_BENCH_LIVE_OFFSET_S", 15) as u64;
+    let notify_calls = env_usize("PROSE_BENCH_LIVE_NOTIFY_CALLS", 200);
+    assert!(
+        offset + window + 60 <= 600,
+        "an MCP gates_wait call waits at most 600 s: PROSE_BENCH_LIVE_OFFSET_S + PROSE_BENCH_LIVE_WINDOW_S must be at most 540"
+    );
+    // Hundreds of waiting calls in one server hold a database connection each (three files
+    // on SQLite): the soft limit on open files raised to the hard one, for the bench and the
+    // processes it starts.
+    unsafe {
+        let mut l = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
+            l.rlim_cur = l.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let sqlite = root.join("live-sqlite");
+    init_with(Path::new(BIN), &sqlite, "live", false);
+    let mut backends = vec![("SQLite", sqlite, None)];
+    if let Some((p, url)) = pg_project(root, "live-pg", "live state on PostgreSQL", rows) {
+        init_with(Path::new(BIN), &p, "live", true);
+        backends.push(("PostgreSQL", p, Some(url)));
+    }
+    for (backend, project, url) in &backends {
+        let run = "live";
+        for poll in [false, true] {
+            eprintln!("  decision-to-wake, CLI, {backend}, {}…", how(poll));
+            let s = wake_cli(project, run, poll, rounds, settle);
+            rows.push(wake_row("a CLI `gates wait` process", backend, poll, &s));
+        }
+        for poll in [false, true] {
+            let m = McpWait::BoundedTool;
+            eprintln!("  decision-to-wake, MCP, {backend}, {}…", how(poll));
+            let s = wake_mcp(&rt, project, run, m, poll, rounds, settle);
+            rows.push(wake_row(m.label(), backend, poll, &s));
+        }
+        eprintln!("  decision-to-wake, the page's event stream, {backend}…");
+        let s = wake_page(project, run, rounds, settle);
+        let mut row = wake_row(
+            "the page's event stream (`serve`, `/runs/{run}/events`, a signed-in raw HTTP client; the `change` event)",
+            backend,
+            false,
+            &s,
+        );
+        row.target +=
+            " (the page polled every 2 s before; a stream without wake-ups only pings every 25 s)";
+        rows.push(row);
+
+        // Idle waiters: gates of their own, pending all along.
+        let mut n = waiters.min(TOKIO_BLOCKING_THREADS);
+        let mut cap = if n < waiters {
+            format!(
+                "{n} of the {waiters} asked: a call runs on one of tokio's {TOKIO_BLOCKING_THREADS} blocking threads, the rest would wait queued"
+            )
+        } else {
+            format!("all {n} asked")
+        };
+        if let Some(u) = url {
+            // Each waiting call holds a connection of its own (and the process one to listen).
+            let free = count_pg(
+                u,
+                "SELECT (current_setting('max_connections')::int - (SELECT COUNT(*) FROM pg_stat_activity))::bigint",
+            ) as usize;
+            let room = free.saturating_sub(20);
+            if room < n {
+                n = room;
+                cap = format!(
+                    "{n} of the {waiters} asked: each waiting call holds a connection, and the server allows {} more (max_connections), less 20 kept free",
+                    free
+                );
+            }
+        }
+        eprintln!("  creating {} idle gates, {backend}…", n.max(processes));
+        let gates: Vec<String> = (0..n.max(processes)).map(|i| format!("idle-{i}")).collect();
+        std::thread::scope(|s| {
+            for part in 0..2 {
+                let gates = &gates;
+                s.spawn(move || {
+                    for g in gates.iter().skip(part).step_by(2) {
+                        create_gate(project, run, g);
+                    }
+                });
+            }
+        });
+        let span = (offset, window);
+        let mut idle = Vec::new();
+        for poll in [false, true] {
+            eprintln!(
+                "  {n} idle MCP waits, {backend}, {} ({window} s)…",
+                how(poll)
+            );
+            idle.push(idle_mcp(
+                &rt,
+                project,
+                run,
+                url.as_deref(),
+                &gates[..n],
+                poll,
+                span,
+            ));
+        }
+        rows.push(idle_row(
+            format!(
+                "{n} idle `gates_wait` calls at once in one `prose-state mcp` session ({cap}), {backend}: CPU time of the server process (all its threads, /proc/PID/task/*/schedstat), its wake-ups (voluntary context switches) and {}, over a {window} s window extrapolated to an hour",
+                if url.is_some() { "transactions in the database (pg_stat_database xact_commit + xact_rollback)" } else { "no queries (SQLite has no server to count them at)" }
+            ),
+            &idle[0],
+            &idle[1],
+        ));
+        let mut idle = Vec::new();
+        for poll in [false, true] {
+            eprintln!(
+                "  {processes} idle CLI waiters, {backend}, {} ({window} s)…",
+                how(poll)
+            );
+            idle.push(idle_cli(
+                project,
+                run,
+                url.as_deref(),
+                &gates[..processes],
+                poll,
+                span,
+            ));
+        }
+        rows.push(idle_row(
+            format!(
+                "{processes} idle CLI `gates wait` processes, {backend}: their CPU time and wake-ups (summed, as above) and {}, over a {window} s window extrapolated to an hour",
+                if url.is_some() { "transactions in the database (pg_stat_database)" } else { "no queries (SQLite has no server to count them at)" }
+            ),
+            &idle[0],
+            &idle[1],
+        ));
+    }
+    eprintln!("  the NOTIFY on a decision's commit…");
+    notify_cost(root, notify_calls, rows);
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return; // `cargo bench -- --list` and test discovery: nothing to list
@@ -2625,6 +3936,10 @@ fn main() {
         eprintln!("binding history and fork…");
         let calls = env_usize("PROSE_BENCH_HISTORY_CALLS", 200);
         history_rows(root, calls, &mut rows);
+    }
+    if wanted("live") {
+        eprintln!("live state: decision-to-wake, idle waiters, the NOTIFY…");
+        live_rows(root, &mut rows);
     }
     if only.as_deref() == Some("history-fork") {
         eprintln!("fork against export + import…");
