@@ -143,6 +143,9 @@ BEGIN
         (SELECT MAX(e.id) FROM openprose.execution e WHERE e.run_id = b.run_id),
         who,
         CASE WHEN TG_OP = 'DELETE' THEN 1 ELSE 0 END);
+    -- (schema 10) A binding's change wakes the run's waiters (MCP resource subscriptions),
+    -- as gates' and records' do (openprose.notify_change, below), without a trigger more.
+    PERFORM pg_notify('openprose_change', b.run_id);
     RETURN NULL;
 END;
 $$;

@@ -1217,7 +1217,9 @@ impl ServerHandler for Handler {
                  is a prose-state command and returns its JSON; a failed call carries its exit \
                  class (usage, not_found, refused, busy, ...). Busy means nothing was written: \
                  retry. Long answers come in pages: each says whether it was cut (`truncated`) \
-                 and gives the cursor to continue. The protocol is this server's prompt `{role}`.",
+                 and gives the cursor to continue. The run's state is also served as resources \
+                 (`prose://runs/{{run}}/...`, see resources/templates/list) that can be \
+                 subscribed to. The protocol is this server's prompt `{role}`.",
             self.0.agent.as_str(),
             role = self.0.role.as_str(),
         ))

@@ -35,8 +35,8 @@ fn python() -> Option<PathBuf> {
 
 /// Templates, every kind of resource read and paged, hostile URIs refused in one line; a
 /// subscription in each protocol form updated when a CLI `approve` (another process) commits
-/// and when raw SQL writes behind the tools' back, and a binding's rebinding (on PostgreSQL
-/// found by the safety net's look, within 30 s); the session's bound; a subagent that
+/// and when raw SQL writes behind the tools' back, and a binding's rebinding, each within
+/// 20 s, less than the safety net's 30 s; the session's bound; a subagent that
 /// cannot read another run, another execution's binding or the run itself, and whose reads
 /// leave the run as it was.
 fn an_agent_reads_and_subscribes_to_a_run(backend: Backend) {
