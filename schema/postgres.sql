@@ -68,16 +68,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS bindings_scope_key
 -- included, for `bind --if-version` (schema 3).
 ALTER TABLE openprose.bindings ADD COLUMN IF NOT EXISTS version BIGINT NOT NULL DEFAULT 0;
 CREATE SEQUENCE IF NOT EXISTS openprose.binding_version_seq;
-CREATE OR REPLACE FUNCTION openprose.bindings_version() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    NEW.version := nextval('openprose.binding_version_seq');
-    RETURN NEW;
-END;
-$$;
-DROP TRIGGER IF EXISTS bindings_version ON openprose.bindings;
-CREATE TRIGGER bindings_version BEFORE INSERT OR UPDATE ON openprose.bindings
-    FOR EACH ROW EXECUTE FUNCTION openprose.bindings_version();
+-- The trigger that takes it (`bindings_version`) is made below, with binding_history's.
 
 -- (schema 9) Every version of every binding, the current one included, in write order
 -- (`seq`), kept by triggers so that raw writers' changes are kept too; as in the SQLite
@@ -114,17 +105,35 @@ ALTER TABLE openprose.execution ADD COLUMN IF NOT EXISTS principal TEXT;
 CREATE INDEX IF NOT EXISTS idx_execution_run_id_id ON openprose.execution(run_id, id);
 -- (schema 10) prose-state's own write says who wrote it, and for an --append/--merge step the
 -- step itself, in two settings local to its transaction that its upsert sets
--- (`openprose.principal`, `openprose.delta`): the trigger takes them for the version it keeps
+-- (`openprose.principal`, `openprose.delta`): the function takes them for the version it keeps
 -- (the step in place of the whole value) and clears them, so they name that one version and
 -- never a later statement's. A raw writer sets neither: its version's principal stays NULL.
-CREATE OR REPLACE FUNCTION openprose.binding_history_keep() RETURNS trigger
+--
+-- (schema 11) One function serves both triggers of a write: `bindings_version`, BEFORE an
+-- insert or update, takes the version number and keeps an update's version; and
+-- `binding_history_keep`, AFTER an insert or a delete, keeps theirs. An insert's version is
+-- kept after it, because an upsert's insert that meets its row becomes an update (firing the
+-- BEFORE trigger twice, once for each). So a rebind runs one trigger function, and its
+-- upsert's RETURNING already sees the settings cleared. `at_record` is the position of the
+-- execution records' id sequence, the newest record of any run when the version was written:
+-- readers take the run's newest record at or below it (`history`, `export`, `fork`), which is
+-- the run's newest record then, without a lookup of `execution` at every write.
+CREATE OR REPLACE FUNCTION openprose.bindings_write() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     b openprose.bindings;
-    who TEXT := NULLIF(current_setting('openprose.principal', true), '');
-    step TEXT := NULLIF(current_setting('openprose.delta', true), '');
+    who TEXT;
+    step TEXT;
 BEGIN
+    IF TG_WHEN = 'BEFORE' THEN
+        NEW.version := nextval('openprose.binding_version_seq');
+        IF TG_OP = 'INSERT' THEN
+            RETURN NEW;
+        END IF;
+    END IF;
     IF TG_OP = 'DELETE' THEN b := OLD; ELSE b := NEW; END IF;
+    who := NULLIF(current_setting('openprose.principal', true), '');
+    step := NULLIF(current_setting('openprose.delta', true), '');
     IF who IS NOT NULL THEN
         PERFORM set_config('openprose.principal', '', true), set_config('openprose.delta', '', true);
     END IF;
@@ -140,18 +149,27 @@ BEGIN
         CASE WHEN TG_OP = 'DELETE' THEN NULL ELSE b.attachment_path END,
         CASE WHEN TG_OP = 'DELETE' THEN NULL ELSE b.source_statement END,
         now(),
-        (SELECT MAX(e.id) FROM openprose.execution e WHERE e.run_id = b.run_id),
+        (SELECT CASE WHEN s.is_called THEN s.last_value END FROM openprose.execution_id_seq s),
         who,
         CASE WHEN TG_OP = 'DELETE' THEN 1 ELSE 0 END);
     -- (schema 10) A binding's change wakes the run's waiters (MCP resource subscriptions),
     -- as gates' and records' do (openprose.notify_change, below), without a trigger more.
     PERFORM pg_notify('openprose_change', b.run_id);
+    IF TG_WHEN = 'BEFORE' THEN
+        RETURN NEW;
+    END IF;
     RETURN NULL;
 END;
 $$;
+DROP TRIGGER IF EXISTS bindings_version ON openprose.bindings;
+CREATE TRIGGER bindings_version BEFORE INSERT OR UPDATE ON openprose.bindings
+    FOR EACH ROW EXECUTE FUNCTION openprose.bindings_write();
 DROP TRIGGER IF EXISTS binding_history_keep ON openprose.bindings;
-CREATE TRIGGER binding_history_keep AFTER INSERT OR UPDATE OR DELETE ON openprose.bindings
-    FOR EACH ROW EXECUTE FUNCTION openprose.binding_history_keep();
+CREATE TRIGGER binding_history_keep AFTER INSERT OR DELETE ON openprose.bindings
+    FOR EACH ROW EXECUTE FUNCTION openprose.bindings_write();
+-- The functions of schemas 3 to 10, which these replace.
+DROP FUNCTION IF EXISTS openprose.bindings_version();
+DROP FUNCTION IF EXISTS openprose.binding_history_keep();
 -- A server from before schema 9: each binding's current value is its first version kept.
 INSERT INTO openprose.binding_history (run_id, name, execution_id, n, kind, value,
     attachment_path, source_statement, written_at, at_record, gap)
@@ -187,13 +205,15 @@ CREATE TABLE IF NOT EXISTS openprose.agent_segments (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS agent_segments_key
     ON openprose.agent_segments (agent_name, (COALESCE(run_id, '__project__')), segment_number);
--- (schema 9) The newest execution record of the run when a segment was appended.
+-- (schema 9) The newest execution record of the run when a segment was appended; from
+-- schema 11 the id sequence's position then, read as binding_history's `at_record` is.
 ALTER TABLE openprose.agent_segments ADD COLUMN IF NOT EXISTS at_record BIGINT;
 CREATE OR REPLACE FUNCTION openprose.agent_segments_at_record() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.at_record IS NULL AND NEW.run_id IS NOT NULL THEN
-        NEW.at_record := (SELECT MAX(e.id) FROM openprose.execution e WHERE e.run_id = NEW.run_id);
+        NEW.at_record := (SELECT CASE WHEN s.is_called THEN s.last_value END
+                           FROM openprose.execution_id_seq s);
     END IF;
     RETURN NEW;
 END;
@@ -240,7 +260,7 @@ BEGIN
         (SELECT COALESCE(MAX(h.n), 0) + 1 FROM openprose.agent_history h
           WHERE h.run_id = a.run_id AND h.name = a.name),
         a.scope, CASE WHEN TG_OP = 'DELETE' THEN NULL ELSE a.memory END, now(),
-        (SELECT MAX(e.id) FROM openprose.execution e WHERE e.run_id = a.run_id),
+        (SELECT CASE WHEN s.is_called THEN s.last_value END FROM openprose.execution_id_seq s),
         CASE WHEN TG_OP = 'DELETE' THEN 1 ELSE 0 END);
     RETURN NULL;
 END;

@@ -8,6 +8,7 @@
 //! spec's own VM) would write it.
 
 use crate::common::{self, *};
+use crate::history::history_json;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::time::Duration;
@@ -704,7 +705,7 @@ fn holds_a_dropped_history_trigger_refuses_the_write(b: Backend) {
         "UPDATE bindings SET value = 'raw' WHERE name = 'x';
          DROP TRIGGER binding_history_version;",
         "UPDATE openprose.bindings SET value = 'raw' WHERE run_id = '$RUN' AND name = 'x';
-         DROP TRIGGER binding_history_keep ON openprose.bindings;",
+         DROP TRIGGER bindings_version ON openprose.bindings;",
     );
     // A write that would keep no version is refused (tampering, exit 9), and writes nothing.
     let a = run
@@ -732,8 +733,9 @@ fn holds_a_dropped_history_trigger_refuses_the_write(b: Backend) {
     let a = run.cmd().args(["--json", "doctor"]).assert().failure();
     assert_eq!(code(&a), 1, "{}", stderr(&a));
     let d: Value = serde_json::from_slice(&a.get_output().stdout).unwrap();
+    // On PostgreSQL the trigger that numbers an update keeps its version (schema 11).
     let trigger = if db.is_pg() {
-        "binding_history_keep"
+        "bindings_version"
     } else {
         "binding_history_version"
     };
@@ -1522,4 +1524,128 @@ fn holds_get_as_of_is_the_state_just_before_the_next_record(b: Backend) {
     // As of record 1: what stood when record 2 was appended (the write after record 1
     // included), whatever came after.
     assert_eq!(as_of(r1), b"after");
+}
+
+// ---------------------------------------------------------------------------------------
+// PostgreSQL only: the server's runs share one sequence of record ids.
+
+/// Appends a record to `run` and returns its id.
+fn record(run: &Run, index: u32) -> i64 {
+    let v: Value = serde_json::from_slice(
+        &run.cmd()
+            .args(["--json", "exec-append", "--index", &index.to_string()])
+            .args(["--text", "s", "--status", "completed"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    )
+    .unwrap();
+    v["id"].as_i64().unwrap_or_else(|| panic!("{v}"))
+}
+
+/// On a server, a version records the record id sequence's position when it was written
+/// (schema 11: no lookup of `execution` at every write), which other runs move on too. What
+/// `history`, `get --as-of` and `fork --at` read is the run's own newest record then.
+#[test]
+fn holds_a_versions_record_is_its_own_runs_on_a_shared_server() {
+    let Some(p) = Project::on(Backend::Postgres) else {
+        return;
+    };
+    let (a, b) = (p.init(), p.init());
+    let first = record(&a, 1);
+    for i in 1..=3 {
+        record(&b, i);
+    }
+    a.cmd().args(["bind", "x", "v1"]).assert().success();
+    for i in 4..=5 {
+        record(&b, i);
+    }
+    let second = record(&a, 2);
+    a.cmd().args(["bind", "x", "v2"]).assert().success();
+    // The positions kept are other runs' ids: the mapping is what is tested.
+    let mut db = Db::open(&a);
+    let kept: Vec<i64> = db
+        .rows(
+            "",
+            "SELECT at_record::text FROM openprose.binding_history
+              WHERE run_id = '$RUN' AND name = 'x' ORDER BY n",
+        )
+        .into_iter()
+        .map(|r| {
+            String::from_utf8(r[0].clone().unwrap())
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(kept.len(), 2);
+    assert!(
+        kept[0] > first && kept[1] >= second,
+        "{kept:?} {first} {second}"
+    );
+
+    let h = history_json(&a, "x", &[]);
+    let after: Vec<Value> = h["versions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{h}"))
+        .iter()
+        .map(|v| v["after_record"].clone())
+        .collect();
+    assert_eq!(after, vec![json!(second), json!(first)], "{h}");
+    let as_of = |r: i64| {
+        a.cmd()
+            .args(["get", "x", "--as-of", &r.to_string()])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone()
+    };
+    assert_eq!(as_of(first), b"v1");
+    assert_eq!(as_of(second), b"v2");
+    let f = crate::fork::fork(&a, &["--at", &first.to_string()]);
+    let forked = p.run(f["run_id"].as_str().unwrap_or_else(|| panic!("{f}")));
+    assert_eq!(forked.get("x", None), b"v1");
+}
+
+/// On a server an update's version is kept by the trigger that numbers it, and an insert's
+/// or a delete's by `binding_history_keep`: with that one dropped, a first write of a
+/// binding is refused and writes nothing; a rebind is still kept, attributed.
+#[test]
+fn holds_a_dropped_insert_trigger_refuses_a_new_binding_on_a_server() {
+    let Some(p) = Project::on(Backend::Postgres) else {
+        return;
+    };
+    let run = p.init();
+    run.cmd().args(["bind", "x", "v1"]).assert().success();
+    let mut db = Db::open(&run);
+    db.exec(
+        "",
+        "DROP TRIGGER binding_history_keep ON openprose.bindings;",
+    );
+    let a = run
+        .cmd()
+        .args(["bind", "y", "new", "--as", "mallory"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
+    let count = |db: &mut Db, sql: &str| db.int("", sql);
+    assert_eq!(
+        count(
+            &mut db,
+            "SELECT COUNT(*)::text FROM openprose.bindings WHERE run_id = '$RUN' AND name = 'y'"
+        ),
+        0
+    );
+    run.cmd()
+        .args(["bind", "x", "v2", "--as", "alice"])
+        .assert()
+        .success();
+    let by = db.one(
+        "",
+        "SELECT principal FROM openprose.binding_history
+          WHERE run_id = '$RUN' AND name = 'x' AND value = 'v2'",
+    );
+    assert_eq!(by.as_deref(), Some(&b"alice"[..]));
 }

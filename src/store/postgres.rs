@@ -22,14 +22,16 @@ use postgres::ToStatement;
 use postgres::{Client, GenericClient, Row, Transaction};
 
 /// The version in openprose.schema_version written by this build.
-pub const POSTGRES_SCHEMA_VERSION: i32 = 10;
+pub const POSTGRES_SCHEMA_VERSION: i32 = 11;
 
 /// What a binary must understand to read this build's schema, and to write it safely.
 const MIN_READER: i32 = 1;
 // Schema 7 (team approvals): a writer from before them would decide a team's gate at its
 // first approval. Schema 9 (binding history): an older writer would delete a replaced value
 // that an older version still names, and record no writer. Schema 10 (a write's principal
-// and step handed to the history trigger in settings) changes no row a writer of 9 writes.
+// and step handed to the history trigger in settings) changes no row a writer of 9 writes;
+// nor does schema 11 (an update's version kept by the BEFORE trigger; `at_record` the id
+// sequence's position, which readers map to the run's record).
 const MIN_WRITER: i32 = 9;
 /// What the stamp asks of readers once a team's gate is on the server: a reader from before
 /// team approvals (7) would take a quorum's votes for tampering, and one from before
@@ -423,12 +425,22 @@ const DUE: &str = "status = 'pending' AND (timeout_at IS NOT NULL
                        OR remind_at <= ($2::text)::timestamptz)";
 
 /// Columns of a list (a `dump::Table`'s) as the server gives them in the form both backends
-/// share (times as `datetime('now')` text, JSON as text), each named after `prefix`.
+/// share (times as `datetime('now')` text, JSON as text), each named after `prefix`, the
+/// alias of a table of runs' rows (`run_id`).
+///
+/// `at_record`, which the triggers take from the execution id sequence's position when they
+/// keep a version (schema 11: no lookup of `execution` at every write), is given as what it
+/// means: the newest record of the row's run at or below that position (the run's newest
+/// record when the version was written), as SQLite's triggers record it.
 fn select_list(list: &str, prefix: &str) -> String {
     let columns: Vec<String> = super::dump::columns(list)
         .map(|(c, time, json)| match (time, json) {
             (true, _) => format!(ts!("{}{}"), prefix, c),
             (_, true) => format!("{prefix}{c}::text"),
+            _ if c == "at_record" => format!(
+                "(SELECT MAX(e.id) FROM openprose.execution e \
+                  WHERE e.run_id = {prefix}run_id AND e.id <= {prefix}at_record)"
+            ),
             _ => format!("{prefix}{c}"),
         })
         .collect();
@@ -548,9 +560,9 @@ fn kept_versions(
 ) -> Result<Vec<super::history::HistoryRow>> {
     s.all(
         &format!(
-            "SELECT {} FROM openprose.{}
+            "SELECT {} FROM openprose.{} h
              WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3 ORDER BY n",
-            select_list(super::history::COLUMNS, ""),
+            select_list(super::history::COLUMNS, "h."),
             kept.table()
         ),
         &[&run_id, &name, &execution_id.unwrap_or(-1)],

@@ -22,8 +22,8 @@ impl TableSource for PgStore {
             order => ("run_id", order),
         };
         let sql = format!(
-            "SELECT {} FROM openprose.{} WHERE {key} = $1 ORDER BY {order}",
-            select_list(table.columns, ""),
+            "SELECT {} FROM openprose.{} t WHERE {key} = $1 ORDER BY {order}",
+            select_list(table.columns, "t."),
             table.name
         );
         self.all(&sql, &[&run_id], |r| read(r))

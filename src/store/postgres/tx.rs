@@ -170,8 +170,10 @@ impl Tx for PgTx<'_> {
 
     /// One statement: the upsert hands its principal and step to the history trigger in
     /// two settings of this transaction (`openprose.principal`, `openprose.delta`), which the
-    /// trigger takes for the version it keeps and clears; then one look at the principal's
-    /// setting: still set, no trigger took it, and no version was kept.
+    /// trigger takes for the version it keeps and clears. The setting still set once the
+    /// write is done means no trigger took it, and no version was kept: an update's shows in
+    /// the upsert's own RETURNING (its version is kept BEFORE the row is written, schema 11);
+    /// an insert's takes one look more.
     fn put_binding_as(
         &mut self,
         b: &BindingRecord,
@@ -192,7 +194,7 @@ impl Tx for PgTx<'_> {
                  kind = excluded.kind, value = excluded.value,
                  source_statement = excluded.source_statement,
                  attachment_path = excluded.attachment_path, updated_at = excluded.updated_at
-             RETURNING version",
+             RETURNING version, current_setting('openprose.principal', true)",
             &[
                 (&b.name, Type::TEXT),
                 (&run, Type::TEXT),
@@ -206,16 +208,24 @@ impl Tx for PgTx<'_> {
                 (&principal, Type::TEXT),
                 (&delta, Type::TEXT),
             ],
-            |r| r.get::<_, i64>(0),
+            |r| (r.get::<_, i64>(0), r.get::<_, Option<String>>(1)),
         )?;
-        let left: Option<String> = self
-            .opt_typed(
-                "SELECT current_setting('openprose.principal', true)",
-                &[],
-                |r| r.get(0),
-            )?
-            .flatten();
-        Ok(version.filter(|_| left.as_deref().unwrap_or_default().is_empty()))
+        let Some((version, left)) = version else {
+            return Ok(None);
+        };
+        // The trigger that kept the version cleared the principal: an update's, BEFORE the row
+        // is written, is seen by RETURNING; an insert's, AFTER it, only by the next statement.
+        let left = match left.filter(|l| !l.is_empty()) {
+            None => None,
+            Some(_) => self
+                .opt_typed(
+                    "SELECT current_setting('openprose.principal', true)",
+                    &[],
+                    |r| r.get::<_, Option<String>>(0),
+                )?
+                .flatten(),
+        };
+        Ok(Some(version).filter(|_| left.unwrap_or_default().is_empty()))
     }
 
     fn set_attachment_path(
