@@ -595,6 +595,7 @@ impl AgentStore for SqliteStore {
             is_state,
             watch: watch.as_mut(),
             touched,
+            seen: Default::default(),
         }))
     }
 

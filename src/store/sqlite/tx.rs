@@ -29,6 +29,18 @@ pub struct SqliteTx<'a> {
     /// What watches the run's commits (the project catalog), for a run of a project.
     pub(super) watch: Option<&'a mut Box<dyn CommitWatch>>,
     pub(super) touched: &'a AtomicBool,
+    /// What this transaction's reads already learned, for the writes after them (a bind's
+    /// statements are few, and each one a process prepares costs it).
+    pub(super) seen: Seen,
+}
+
+/// Reads a bind makes once, kept for the statements that follow them in its transaction.
+#[derive(Default)]
+pub(super) struct Seen {
+    /// The run's bound on versions kept, read with the run's status.
+    history_keep: Option<Option<i64>>,
+    /// A binding's newest history row before the write (name, scope, seq), read with its head.
+    history_head: Option<(String, i64, Option<i64>)>,
 }
 
 impl Statements for SqliteTx<'_> {
@@ -57,15 +69,27 @@ impl Tx for SqliteTx<'_> {
         if !self.is_state {
             return Ok(None);
         }
-        self.opt("SELECT id, status FROM run LIMIT 1", [], |r| {
-            let status: Option<String> = r.get(1)?;
-            Ok((r.get(0)?, status.as_deref().map(RunStatus::parse)))
-        })
+        let row = self.opt(
+            "SELECT id, status, history_keep FROM run LIMIT 1",
+            [],
+            |r| {
+                let status: Option<String> = r.get(1)?;
+                Ok((
+                    (r.get(0)?, status.as_deref().map(RunStatus::parse)),
+                    r.get::<_, Option<i64>>(2)?,
+                ))
+            },
+        )?;
+        self.seen.history_keep = Some(row.as_ref().and_then(|r| r.1));
+        Ok(row.map(|r| r.0))
     }
 
     fn history_keep(&mut self) -> Result<Option<i64>> {
         if !self.is_state {
             return Ok(None);
+        }
+        if let Some(keep) = self.seen.history_keep {
+            return Ok(keep);
         }
         Ok(self
             .opt("SELECT history_keep FROM run LIMIT 1", [], |r| {
@@ -86,12 +110,28 @@ impl Tx for SqliteTx<'_> {
         name: &str,
         execution_id: Option<i64>,
     ) -> Result<Option<crate::store::BindingHead>> {
-        self.opt(
-            "SELECT kind, attachment_path, version FROM bindings
-             WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2",
-            params![name, execution_id.unwrap_or(-1)],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )
+        let scope = execution_id.unwrap_or(-1);
+        // One row, the binding or not: its head, and its history's newest row (for the
+        // write that may follow: see `put_binding_as`).
+        let (head, kept) = self
+            .opt(
+                "SELECT b.kind, b.attachment_path, b.version, h.seq
+                   FROM (SELECT MAX(seq) AS seq FROM binding_history
+                          WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2) h
+                   LEFT JOIN bindings b ON b.name = ?1 AND IFNULL(b.execution_id, -1) = ?2",
+                params![name, scope],
+                |r| {
+                    let version: Option<i64> = r.get(2)?;
+                    let head = match version {
+                        Some(v) => Some((r.get(0)?, r.get(1)?, v)),
+                        None => None,
+                    };
+                    Ok((head, r.get::<_, Option<i64>>(3)?))
+                },
+            )?
+            .unwrap_or((None, None));
+        self.seen.history_head = Some((name.to_string(), scope, kept));
+        Ok(head)
     }
 
     fn binding_value(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<String>> {
@@ -120,32 +160,33 @@ impl Tx for SqliteTx<'_> {
             binding.name.as_deref().unwrap_or_default(),
             binding.execution_id,
         );
-        let head: Option<i64> = self.one(
-            "SELECT MAX(seq) FROM binding_history WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2",
-            params![name, execution_id.unwrap_or(-1)],
-            |r| r.get(0),
-        )?;
+        let scope = execution_id.unwrap_or(-1);
+        // The history's newest row before the write, as the bind's read of the head found it
+        // in this transaction (else read now).
+        let head = match self.seen.history_head.take() {
+            Some((n, s, head)) if n == name && s == scope => head,
+            _ => self.one(
+                "SELECT MAX(seq) FROM binding_history
+                  WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2",
+                params![name, scope],
+                |r| r.get(0),
+            )?,
+        };
         self.put_binding(binding)?;
-        let changed = self.prepared(
+        // The version the trigger kept for this write, attributed; none (a dropped trigger):
+        // no row, and the write is refused by the caller.
+        let version = self.opt(
             "UPDATE binding_history SET principal = ?3, delta = ?4,
                  value = CASE WHEN ?4 IS NULL THEN value END
              WHERE seq = (SELECT MAX(seq) FROM binding_history
                            WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2)
-               AND seq > IFNULL(?5, 0) AND principal IS NULL",
-            |s| {
-                s.execute(params![
-                    name,
-                    execution_id.unwrap_or(-1),
-                    principal,
-                    delta,
-                    head
-                ])
-            },
+               AND seq > IFNULL(?5, 0) AND principal IS NULL
+             RETURNING (SELECT version FROM bindings
+                         WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2)",
+            params![name, scope, principal, delta, head],
+            |r| r.get::<_, Option<i64>>(0),
         )?;
-        if changed != 1 {
-            return Ok(None);
-        }
-        Ok(self.binding_head(name, execution_id)?.map(|h| h.2))
+        Ok(version.flatten())
     }
 
     fn set_attachment_path(
