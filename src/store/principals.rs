@@ -285,6 +285,7 @@ impl LocalBook {
                     .with_context(|| format!("could not create {}", path.display()))?;
             }
         }
+        crate::store::sqlite::configure();
         let conn = Connection::open_with_flags(
             &path,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,

@@ -132,8 +132,28 @@ pub fn has_schema(db: &Path) -> bool {
     .map_or(true, |n| n > 0)
 }
 
+/// SQLite's process-wide settings, before its first connection: no count of the memory it
+/// holds (`SQLITE_CONFIG_MEMSTATUS`), which nothing here reads and which takes a mutex at every
+/// allocation (a command's start-up makes thousands, parsing the schema: 9 % of a bind's
+/// instructions). Set too late (a connection already opened), SQLite refuses it and keeps
+/// counting: slower, never wrong.
+pub fn configure() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: the option takes one int; before the first connection SQLite takes it, after
+        // it refuses it (SQLITE_MISUSE) and changes nothing.
+        unsafe {
+            rusqlite::ffi::sqlite3_config(
+                rusqlite::ffi::SQLITE_CONFIG_MEMSTATUS,
+                0 as std::os::raw::c_int,
+            );
+        }
+    });
+}
+
 impl SqliteStore {
     fn connect(path: &Path, opts: OpenOptions, create: bool) -> Result<Self> {
+        configure();
         let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
         if create {
             flags |= OpenFlags::SQLITE_OPEN_CREATE;

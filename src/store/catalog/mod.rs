@@ -221,6 +221,7 @@ fn try_open(path: &Path, busy: Duration, create: bool) -> Result<Option<Connecti
     if create {
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
     }
+    crate::store::sqlite::configure();
     let c = Connection::open_with_flags(path, flags)?;
     c.busy_timeout(busy)?;
     // Kept between processes, like a run's log; NORMAL: the catalog can always be rebuilt.
