@@ -507,8 +507,8 @@ pub fn bind(
     let mut released = Vec::new();
     if let Some(keep) = tx.history_keep()?.filter(|k| *k > 0) {
         let kind = super::history::Kept::Bindings;
-        let rows = tx.kept_versions(kind, b.name, b.execution_id)?;
-        if rows.len() as i64 > 2 * keep {
+        if tx.versions_kept(kind, b.name, b.execution_id)? > 2 * keep {
+            let rows = tx.kept_versions(kind, b.name, b.execution_id)?;
             let gone = cut_to(&mut *tx, kind, b.name, b.execution_id, &rows, keep as usize)?;
             released.extend(gone.iter().filter_map(|r| r.attachment_path.clone()));
         }

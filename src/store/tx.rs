@@ -190,6 +190,9 @@ pub trait Tx {
         name: &str,
         execution_id: Option<i64>,
     ) -> Result<Vec<super::history::HistoryRow>>;
+    /// How many versions of the binding (or agent) of this name in exactly this scope are
+    /// kept (what a write under a bound on versions counts, without reading them).
+    fn versions_kept(&mut self, kept: Kept, name: &str, execution_id: Option<i64>) -> Result<i64>;
     /// The bindings (or agents) (name, scope) with more than `keep` versions kept.
     fn history_over(&mut self, kept: Kept, keep: i64) -> Result<Vec<(String, Option<i64>)>>;
     /// Deletes the binding's versions older than version `n`, and makes version `n` the

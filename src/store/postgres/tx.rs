@@ -314,6 +314,19 @@ impl Tx for PgTx<'_> {
         kept_versions(self, kept, &run, name, execution_id)
     }
 
+    fn versions_kept(&mut self, kept: Kept, name: &str, execution_id: Option<i64>) -> Result<i64> {
+        let run = self.run()?;
+        self.one(
+            &format!(
+                "SELECT COUNT(*) FROM openprose.{}
+                  WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3",
+                kept.table()
+            ),
+            &[&run, &name, &execution_id.unwrap_or(-1)],
+            |r| r.get(0),
+        )
+    }
+
     fn history_over(&mut self, kept: Kept, keep: i64) -> Result<Vec<(String, Option<i64>)>> {
         let run = self.run()?;
         self.all(

@@ -467,6 +467,17 @@ impl Tx for SqliteTx<'_> {
         kept_versions(self, kept, name, execution_id)
     }
 
+    fn versions_kept(&mut self, kept: Kept, name: &str, execution_id: Option<i64>) -> Result<i64> {
+        self.one(
+            &format!(
+                "SELECT COUNT(*) FROM {} WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2",
+                kept.table()
+            ),
+            params![name, execution_id.unwrap_or(-1)],
+            |r| r.get(0),
+        )
+    }
+
     fn history_over(&mut self, kept: Kept, keep: i64) -> Result<Vec<(String, Option<i64>)>> {
         self.all(
             &format!(
