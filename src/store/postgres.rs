@@ -25,13 +25,17 @@ use postgres::{Client, GenericClient, Row, Transaction};
 pub const POSTGRES_SCHEMA_VERSION: i32 = 11;
 
 /// What a binary must understand to read this build's schema, and to write it safely.
-const MIN_READER: i32 = 1;
+/// Schema 11: `at_record` (of history and segments) is the record id sequence's position,
+/// which a reader must map to the run's own record; an older reader takes it for the record
+/// itself, and reads, exports and forks the past wrongly without a word (`get --as-of` a
+/// binding "did not exist", a fork without it). So readers of 11 only.
+const MIN_READER: i32 = 11;
 // Schema 7 (team approvals): a writer from before them would decide a team's gate at its
 // first approval. Schema 9 (binding history): an older writer would delete a replaced value
 // that an older version still names, and record no writer. Schema 10 (a write's principal
 // and step handed to the history trigger in settings) changes no row a writer of 9 writes;
-// nor does schema 11 (an update's version kept by the BEFORE trigger; `at_record` the id
-// sequence's position, which readers map to the run's record).
+// nor does schema 11 (an update's version kept by the BEFORE trigger), but a writer is a
+// reader too: MIN_READER refuses writers before 11.
 const MIN_WRITER: i32 = 9;
 /// What the stamp asks of readers once a team's gate is on the server: a reader from before
 /// team approvals (7) would take a quorum's votes for tampering, and one from before
