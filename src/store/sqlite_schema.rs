@@ -134,7 +134,6 @@ struct Expected {
 }
 
 fn expected(schema: &Schema) -> Result<Expected> {
-    crate::store::sqlite::configure();
     let conn = Connection::open_in_memory()?;
     conn.execute_batch(&schema.stored_sql())?;
     let mut stmt = conn.prepare(
