@@ -232,6 +232,17 @@ fn exec(run: &Run, index: i64) -> i64 {
     run.exec(index, &format!("step {index}"), "completed", None)
 }
 
+/// `get NAME --as-of RECORD`'s value.
+fn get_as_of(run: &Run, name: &str, record: i64) -> Vec<u8> {
+    run.cmd()
+        .args(["get", name, "--as-of", &record.to_string()])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone()
+}
+
 /// A small deterministic generator (xorshift), so a failure names a reproducible case.
 struct Rng(u64);
 impl Rng {
@@ -1509,15 +1520,7 @@ fn holds_get_as_of_is_the_state_just_before_the_next_record(b: Backend) {
     let r1 = exec(&run, 1);
     bind(&run, "x", b"after");
     // The newest record: as the run stands now.
-    let as_of = |r: i64| {
-        run.cmd()
-            .args(["get", "x", "--as-of", &r.to_string()])
-            .assert()
-            .success()
-            .get_output()
-            .stdout
-            .clone()
-    };
+    let as_of = |r: i64| get_as_of(&run, "x", r);
     assert_eq!(as_of(r1), b"after");
     exec(&run, 2);
     bind(&run, "x", b"later");
@@ -1529,21 +1532,6 @@ fn holds_get_as_of_is_the_state_just_before_the_next_record(b: Backend) {
 // ---------------------------------------------------------------------------------------
 // PostgreSQL only: the server's runs share one sequence of record ids.
 
-/// Appends a record to `run` and returns its id.
-fn record(run: &Run, index: u32) -> i64 {
-    let v: Value = serde_json::from_slice(
-        &run.cmd()
-            .args(["--json", "exec-append", "--index", &index.to_string()])
-            .args(["--text", "s", "--status", "completed"])
-            .assert()
-            .success()
-            .get_output()
-            .stdout,
-    )
-    .unwrap();
-    v["id"].as_i64().unwrap_or_else(|| panic!("{v}"))
-}
-
 /// On a server, a version records the record id sequence's position when it was written
 /// (schema 11: no lookup of `execution` at every write), which other runs move on too. What
 /// `history`, `get --as-of` and `fork --at` read is the run's own newest record then.
@@ -1553,15 +1541,15 @@ fn holds_a_versions_record_is_its_own_runs_on_a_shared_server() {
         return;
     };
     let (a, b) = (p.init(), p.init());
-    let first = record(&a, 1);
+    let first = exec(&a, 1);
     for i in 1..=3 {
-        record(&b, i);
+        exec(&b, i);
     }
     a.cmd().args(["bind", "x", "v1"]).assert().success();
     for i in 4..=5 {
-        record(&b, i);
+        exec(&b, i);
     }
-    let second = record(&a, 2);
+    let second = exec(&a, 2);
     a.cmd().args(["bind", "x", "v2"]).assert().success();
     // The positions kept are other runs' ids: the mapping is what is tested.
     let mut db = Db::open(&a);
@@ -1593,17 +1581,8 @@ fn holds_a_versions_record_is_its_own_runs_on_a_shared_server() {
         .map(|v| v["after_record"].clone())
         .collect();
     assert_eq!(after, vec![json!(second), json!(first)], "{h}");
-    let as_of = |r: i64| {
-        a.cmd()
-            .args(["get", "x", "--as-of", &r.to_string()])
-            .assert()
-            .success()
-            .get_output()
-            .stdout
-            .clone()
-    };
-    assert_eq!(as_of(first), b"v1");
-    assert_eq!(as_of(second), b"v2");
+    assert_eq!(get_as_of(&a, "x", first), b"v1");
+    assert_eq!(get_as_of(&a, "x", second), b"v2");
     let f = crate::fork::fork(&a, &["--at", &first.to_string()]);
     let forked = p.run(f["run_id"].as_str().unwrap_or_else(|| panic!("{f}")));
     assert_eq!(forked.get("x", None), b"v1");
