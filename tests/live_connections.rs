@@ -309,3 +309,76 @@ fn a_kept_connection_ended_while_a_wait_sleeps_is_not_handed_out_broken() {
         ("rejected", Some("bob"))
     );
 }
+
+/// What the caller's SQL leaves on a session outlives its read-only transaction (here a
+/// session advisory lock, which `query` does not refuse): the server does not keep that
+/// session for its next calls, so the lock ends with it, and no later call (a wait's look
+/// included) runs on a session holding it.
+#[test]
+fn a_session_that_ran_the_callers_sql_is_not_kept() {
+    let Some(p) = Project::on(Backend::Postgres) else {
+        return;
+    };
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "q", "--prompt", "Go?", "--timeout", "1d"])
+        .assert()
+        .success();
+    let admin = p.pg_url.clone().unwrap();
+    // `query` runs as a role that may only read (it refuses a superuser).
+    let reader = common::pg::as_reader(&admin);
+    p.write(
+        ".prose/.env",
+        format!("OPENPROSE_POSTGRES_URL={reader}\n").as_bytes(),
+    );
+    let held = |url: &str| -> i64 {
+        let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+        c.query_one(
+            "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242",
+            &[],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (client, _pid) = connect(&p, &run).await;
+        let Value::Object(args) = json!({"sql": "SELECT pg_advisory_lock(4242)::text AS locked"})
+        else {
+            unreachable!()
+        };
+        let r = client
+            .call_tool(CallToolRequestParams::new("query").with_arguments(args))
+            .await
+            .unwrap();
+        assert_eq!(class(&r), "ok", "{r:?}");
+        // The session it ran on is closed, its lock with it (the server may take a moment to
+        // see the close).
+        let admin2 = admin.clone();
+        let left = tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            while held(&admin2) > 0 && started.elapsed() < Duration::from_secs(30) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            held(&admin2)
+        })
+        .await
+        .unwrap();
+        assert_eq!(left, 0, "the caller's advisory lock outlived its call");
+        // Later calls still work, a wait among them.
+        let Value::Object(args) = json!({"gate": "q", "timeout": 0}) else {
+            unreachable!()
+        };
+        let r = client
+            .call_tool(CallToolRequestParams::new("gates_wait").with_arguments(args))
+            .await
+            .unwrap();
+        assert_eq!(class(&r), "still_pending", "{r:?}");
+        client.cancel().await.unwrap();
+    });
+    assert_eq!(held(&admin), 0);
+}
