@@ -3492,9 +3492,9 @@ fn idle_window(pids: &[u32], url: Option<&str>, offset: u64, window: u64) -> (Id
     )
 }
 
-/// The most blocking threads a tokio runtime runs at once by default (the MCP server runs
-/// each tool call on one: a call past them waits, queued, for one to be free).
-const TOKIO_BLOCKING_THREADS: usize = 512;
+/// The most tool calls an MCP server runs at once (src/mcp.rs `MOST_CALLS_AT_ONCE`: each
+/// runs on a blocking thread of its own; a call past them waits, queued, for one to be free).
+const MCP_CALLS_AT_ONCE: usize = 2048;
 
 /// `n` gates_wait calls at once in one `prose-state mcp` session, on gates `gates`, idle over
 /// the window.
@@ -3692,8 +3692,8 @@ fn live_rows(root: &Path, rows: &mut Vec<Row>) {
         offset + window + 60 <= 600,
         "an MCP gates_wait call waits at most 600 s: PROSE_BENCH_LIVE_OFFSET_S + PROSE_BENCH_LIVE_WINDOW_S must be at most 540"
     );
-    // Hundreds of waiting calls in one server hold a database connection each (three files
-    // on SQLite): the soft limit on open files raised to the hard one, for the bench and the
+    // A thousand waiting calls in one server on SQLite hold two database connections each (its
+    // store's and its watch's `data_version` check, three files each): the soft limit on open files raised to the hard one, for the bench and the
     // processes it starts.
     unsafe {
         let mut l = libc::rlimit {
@@ -3742,30 +3742,28 @@ fn live_rows(root: &Path, rows: &mut Vec<Row>) {
             " (the page polled every 2 s before; a stream without wake-ups only pings every 25 s)";
         rows.push(row);
 
-        // Idle waiters: gates of their own, pending all along.
-        let mut n = waiters.min(TOKIO_BLOCKING_THREADS);
-        let mut cap = if n < waiters {
+        // Idle waiters: gates of their own, pending all along. On PostgreSQL a sleeping call
+        // woken by the commit holds no connection (the server's connections are counted at
+        // the window's start: its listening one, and those it keeps); polling, each holds one,
+        // so the polling side is bounded by the server's max_connections.
+        let n = waiters.min(MCP_CALLS_AT_ONCE);
+        let cap = if n < waiters {
             format!(
-                "{n} of the {waiters} asked: a call runs on one of tokio's {TOKIO_BLOCKING_THREADS} blocking threads, the rest would wait queued"
+                "{n} of the {waiters} asked: the server runs at most {MCP_CALLS_AT_ONCE} calls at once, the rest would wait queued"
             )
         } else {
             format!("all {n} asked")
         };
-        if let Some(u) = url {
-            // Each waiting call holds a connection of its own (and the process one to listen).
-            let free = count_pg(
-                u,
-                "SELECT (current_setting('max_connections')::int - (SELECT COUNT(*) FROM pg_stat_activity))::bigint",
-            ) as usize;
-            let room = free.saturating_sub(20);
-            if room < n {
-                n = room;
-                cap = format!(
-                    "{n} of the {waiters} asked: each waiting call holds a connection, and the server allows {} more (max_connections), less 20 kept free",
-                    free
-                );
+        let n_polling = match url {
+            Some(u) => {
+                let free = count_pg(
+                    u,
+                    "SELECT (current_setting('max_connections')::int - (SELECT COUNT(*) FROM pg_stat_activity))::bigint",
+                ) as usize;
+                n.min(free.saturating_sub(20))
             }
-        }
+            None => n,
+        };
         eprintln!("  creating {} idle gates, {backend}…", n.max(processes));
         let gates: Vec<String> = (0..n.max(processes)).map(|i| format!("idle-{i}")).collect();
         std::thread::scope(|s| {
@@ -3781,6 +3779,7 @@ fn live_rows(root: &Path, rows: &mut Vec<Row>) {
         let span = (offset, window);
         let mut idle = Vec::new();
         for poll in [false, true] {
+            let n = if poll { n_polling } else { n };
             eprintln!(
                 "  {n} idle MCP waits, {backend}, {} ({window} s)…",
                 how(poll)
@@ -3795,14 +3794,29 @@ fn live_rows(root: &Path, rows: &mut Vec<Row>) {
                 span,
             ));
         }
-        rows.push(idle_row(
+        let polled = if n_polling < n {
             format!(
-                "{n} idle `gates_wait` calls at once in one `prose-state mcp` session ({cap}), {backend}: CPU time of the server process (all its threads, /proc/PID/task/*/schedstat), its wake-ups (voluntary context switches) and {}, over a {window} s window extrapolated to an hour",
-                if url.is_some() { "transactions in the database (pg_stat_database xact_commit + xact_rollback)" } else { "no queries (SQLite has no server to count them at)" }
+                "; polling, {n_polling} calls: each polling call holds a connection, and the server allowed only that many more (max_connections, less 20 kept free)"
+            )
+        } else {
+            String::new()
+        };
+        let mut row = idle_row(
+            format!(
+                "{n} idle `gates_wait` calls at once in one `prose-state mcp` session ({cap}{polled}), {backend}: CPU time of the server process (all its threads, /proc/PID/task/*/schedstat), its wake-ups (voluntary context switches) and {}, over a {window} s window extrapolated to an hour",
+                if url.is_some() { "transactions in the database (pg_stat_database xact_commit + xact_rollback) and the connections the server holds to it (pg_stat_activity, at the window's start)" } else { "no queries (SQLite has no server to count them at)" }
             ),
             &idle[0],
             &idle[1],
-        ));
+        );
+        if n_polling < n {
+            let per = |i: &Idle, k: usize| i.cpu / k.max(1) as f64;
+            row.ratio = format!(
+                "{:.3} (CPU per call)",
+                per(&idle[0], n) / per(&idle[1], n_polling).max(1e-12)
+            );
+        }
+        rows.push(row);
         let mut idle = Vec::new();
         for poll in [false, true] {
             eprintln!(

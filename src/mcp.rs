@@ -421,7 +421,11 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
         tasks: tasks::Tasks::default(),
     }));
     // The runtime exists for this command alone: no other command starts one.
+    // Each call runs on a blocking thread (`call_tool`), and a waiting `gates_wait` holds its
+    // thread while it sleeps: room for a thousand waits at once and the calls beside them
+    // (tokio's default is 512; a call past the bound waits, queued, for a thread).
     let runtime = tokio::runtime::Builder::new_current_thread()
+        .max_blocking_threads(MOST_CALLS_AT_ONCE)
         .enable_all()
         .build()?;
     runtime.block_on(async move {
@@ -440,6 +444,9 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
     runtime.shutdown_background();
     Ok(())
 }
+
+/// The most tool calls (and tasks) a session runs at once; more wait, queued, for one to end.
+pub const MOST_CALLS_AT_ONCE: usize = 2048;
 
 /// The tools of a session of this role, read off the command line's definition.
 fn tools(role: Role, run_pinned: bool, execution_pinned: bool) -> Vec<ToolSpec> {

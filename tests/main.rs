@@ -22,6 +22,7 @@ mod interop;
 mod json_record;
 mod lifecycle;
 mod literal_vm;
+mod live_connections;
 mod live_page;
 mod mcp;
 mod mcp_resources;

@@ -908,6 +908,12 @@ pub fn stoppable<T>(stop: std::sync::Arc<Stop>, f: impl FnOnce() -> T) -> T {
 /// `open`; a look that fails with a conflict or a lost connection (exit 75: a server
 /// restarting, an outage) is retried on a new connection at the next poll, so the wait
 /// lives through outages. Other errors end it.
+///
+/// Looks take turns ([`crate::store::wake::turn`]): at most a few of a process's waiters look
+/// at once. Woken by the commit in a process that keeps connections (the MCP server), a
+/// PostgreSQL wait holds no connection while asleep: its store is put back, kept for the next
+/// open, before it sleeps, and its next look takes one. Polling, or on SQLite, or in a
+/// command (which keeps none), the wait keeps its store between looks.
 pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
     let several = args.all || args.any;
     let (run_arg, gates): (Option<&str>, Vec<&str>) = match (several, args.ids.as_slice()) {
@@ -958,6 +964,9 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
         }
         let now = now();
         let out_of_time = limit.is_some_and(|l| start.elapsed() >= l);
+        // Held until the store is put back (below), so that no more stores than turns are
+        // open for looks at once.
+        let turn = crate::store::wake::turn();
         let look = (|| -> Result<()> {
             if store.is_none() {
                 let (paths, s) = open()?;
@@ -1050,6 +1059,8 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                     || (args.all && codes.iter().any(|c| *c != Code::Ok))
                     || (args.any && codes.contains(&Code::Ok));
                 if done {
+                    drop(store.take());
+                    drop(turn);
                     let mut waited: Vec<GateWaited> = settled.into_iter().flatten().collect();
                     if !several {
                         return Ok(WaitOutput::One(Box::new(waited.remove(0))));
@@ -1082,10 +1093,23 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                 // A new connection at the next poll.
                 store = None;
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                drop(store.take());
+                drop(turn);
+                return Err(e);
+            }
         }
         let mut polling = crate::store::wake::Polling;
         let waker = changes.as_deref_mut().unwrap_or(&mut polling);
+        // Asleep until a commit wakes it, a wait in the MCP server holds no connection: its
+        // store goes back to the kept ones. A polling wait, which looks every second, keeps
+        // its own; so does a command's (it keeps none: each look would connect anew), and a
+        // SQLite wait, which has no server connection to give back (its file watch and
+        // `data_version` confirmation are the waker's, not the store's).
+        if waker.how() == "listen" && crate::store::keeping() {
+            store = None;
+        }
+        drop(turn);
         let mut nap = crate::store::wake::interval(poll, waker, std::time::Duration::from_secs(1));
         if let Some(l) = limit {
             nap = nap.min(l.saturating_sub(start.elapsed()));

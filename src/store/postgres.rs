@@ -109,6 +109,8 @@ pub struct PgStore {
     uploading: bool,
     /// A read-only snapshot is open on this session (`Store::snapshot`).
     in_snapshot: bool,
+    /// The session ran a statement of the caller's (`query`): never kept (see `Drop`).
+    ran_foreign_sql: bool,
 }
 
 impl PgStore {
@@ -143,19 +145,17 @@ impl PgStore {
             version: POSTGRES_SCHEMA_VERSION as i64,
             uploading: false,
             in_snapshot: false,
+            ran_foreign_sql: false,
         };
         // Every open sets the session up again (time zone, lock timeout), kept or not.
         let started = store.start();
         let (version, run_exists) = match started {
-            // A kept connection the server has closed since (restarted, or the session
-            // terminated: its first statement may read the termination notice, 57P01, before
-            // the socket shows closed): a new one, as if none had been kept.
-            Err(e)
-                if was_kept
-                    && (e.is_closed()
-                        || store.client.is_closed()
-                        || e.code() == Some(&SqlState::ADMIN_SHUTDOWN)) =>
-            {
+            // A kept connection the server has closed since (restarted, the session
+            // terminated, or ended idle: its first statement may read the termination notice,
+            // 57P01 or 57P05, before the socket shows closed), or one the network lost: a new
+            // one, as if none had been kept (the next kept one first; at most every kept one
+            // is tried, then a new connection, whose error is the answer).
+            Err(e) if was_kept && (store.client.is_closed() || lost(&e)) => {
                 drop(store);
                 return Self::connect(url, run, opts);
             }
@@ -815,13 +815,21 @@ impl Store for PgStore {
         .ok_or_else(|| not_found(format!("run not found: {}", shown(&run))))
     }
 
+    // A waiter's look is these two statements (`gate`): each is one round trip and one
+    // transaction on the server, its parameters' types given, with no statement prepared
+    // first (a prepared one costs another round trip, and a transaction, for its Parse).
     fn any_overdue(&mut self, now: &str) -> Result<bool> {
         let run = self.run()?.to_string();
-        self.one(
-            &format!("SELECT EXISTS (SELECT 1 FROM openprose.gates WHERE run_id = $1 AND {DUE})"),
-            &[&run, &now],
-            |r| r.get(0),
-        )
+        let now = now.to_string();
+        Ok(self
+            .opt_typed(
+                &format!(
+                    "SELECT EXISTS (SELECT 1 FROM openprose.gates WHERE run_id = $1 AND {DUE})"
+                ),
+                &[(&run, Type::TEXT), (&now, Type::TEXT)],
+                |r| r.get(0),
+            )?
+            .unwrap_or(false))
     }
 
     fn read_gates(&mut self, status: Option<&GateStatus>) -> Result<Vec<GateRow>> {
@@ -840,9 +848,10 @@ impl Store for PgStore {
 
     fn read_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
         let run = self.run()?.to_string();
-        self.opt(
+        let id = id.to_string();
+        self.opt_typed(
             &format!("{} WHERE run_id = $1 AND id = $2", gate_select()),
-            &[&run, &id],
+            &[(&run, Type::TEXT), (&id, Type::TEXT)],
             gate_row,
         )
     }
@@ -1134,8 +1143,9 @@ impl Drop for PgStore {
         };
         // No transaction is open here (a transaction borrows the client, and rolls back when
         // dropped) but a snapshot, ended here with any upload lock, and every open sets the
-        // session up again. A session that cannot be put back in order is not kept.
-        if super::keeping() && !client.is_closed() {
+        // session up again. A session that cannot be put back in order is not kept, nor one
+        // that ran the caller's SQL (`query`).
+        if super::keeping() && !client.is_closed() && !self.ran_foreign_sql {
             let mut clean = Ok(());
             if self.in_snapshot {
                 clean = client.batch_execute("ROLLBACK");
@@ -1150,12 +1160,43 @@ impl Drop for PgStore {
     }
 }
 
-/// Server connections kept for the next open in a long-lived process (the MCP server), per
+/// Whether a statement's error says the session is gone: the connection closed or failed, or
+/// the server ended the session (class 08, connection exception; class 57P, the operator or
+/// the server: shut down, terminated, or `idle_session_timeout`).
+fn lost(e: &postgres::Error) -> bool {
+    match e.code() {
+        Some(c) => c.code().starts_with("08") || c.code().starts_with("57P"),
+        None => e.is_closed() || e.as_db_error().is_none(),
+    }
+}
+
+/// Server connections kept for the next open in a long-lived process (the MCP server), by
 /// URL: a connection (and its TLS session) costs several round trips, most of a small call.
+///
+/// The URL is the whole key: the user, password, host, database, TLS (`sslmode`) and any
+/// session options it carries (`options=-c search_path=...`) are all in it, and no other
+/// setting makes a session (the busy timeout is set by every open, see `start`). What a
+/// session carries from one user to the next is what `Drop` and `start` put in order: no
+/// transaction (a `Transaction` rolls back when dropped; a snapshot is rolled back), no
+/// session advisory lock (an upload's are released), the settings `start` sets at every open
+/// (time zone, lock timeout, messages); settings a transaction sets are local to it, and no
+/// statement is left prepared (the driver closes a prepared statement when it drops; the
+/// typed statements are unnamed). A session that ran SQL of the caller's (`query`), which a
+/// read-only transaction does not stop taking a session advisory lock or preparing a
+/// statement by name, is closed instead. LISTEN is never sent on them: the listening
+/// connection is one of its own (`listening_client`), never kept here.
 mod pool {
     use postgres::Client;
 
-    static KEPT: crate::store::Kept<Client> = crate::store::Kept::new(8);
+    /// At most this many kept, over all URLs, the newest: the number of waiters' looks a
+    /// process runs at once ([`crate::store::wake::LOOKS_AT_ONCE`]), so that waiters woken
+    /// together take kept connections instead of opening new ones, and enough for the MCP
+    /// server's calls in flight at once on a machine of a few cores; few enough that a
+    /// process holds at most that many idle sessions of a server whose `max_connections`
+    /// (100 by default) many processes share.
+    const MOST: usize = crate::store::wake::LOOKS_AT_ONCE;
+
+    static KEPT: crate::store::Kept<Client> = crate::store::Kept::new(MOST);
 
     /// A kept connection to this server, if any; those the server has closed are dropped.
     pub fn take(url: &str) -> Option<Client> {

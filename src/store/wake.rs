@@ -60,6 +60,43 @@ pub fn interval(given: Option<Duration>, changes: &dyn Changes, polling: Duratio
     })
 }
 
+/// How many waiters of one process look at once (each look holds its store: on PostgreSQL,
+/// a server connection). Waiters woken together (a commit to their run wakes all of them)
+/// take turns, this many at a time, so that a process with a thousand waiters never opens a
+/// thousand connections at once; a look is a few statements, milliseconds. The PostgreSQL
+/// backend keeps as many idle connections for the next open, so these looks reuse them.
+pub const LOOKS_AT_ONCE: usize = 8;
+
+/// A waiter's turn to look, held while it looks (and, on PostgreSQL, until its store is put
+/// back): at most [`LOOKS_AT_ONCE`] in the process at once.
+pub struct Turn(());
+
+/// Waits for a turn to look.
+pub fn turn() -> Turn {
+    let (count, freed) = looks();
+    let mut n = count.lock().unwrap_or_else(|p| p.into_inner());
+    while *n >= LOOKS_AT_ONCE {
+        n = freed.wait(n).unwrap_or_else(|p| p.into_inner());
+    }
+    *n += 1;
+    Turn(())
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let (count, freed) = looks();
+        let mut n = count.lock().unwrap_or_else(|p| p.into_inner());
+        *n -= 1;
+        freed.notify_one();
+    }
+}
+
+/// The looks under way in this process, and the signal that one ended.
+fn looks() -> &'static (Mutex<usize>, Condvar) {
+    static LOOKS: OnceLock<(Mutex<usize>, Condvar)> = OnceLock::new();
+    LOOKS.get_or_init(|| (Mutex::new(0), Condvar::new()))
+}
+
 /// Whether wake-ups are turned off (`PROSE_STATE_WAKE=poll`): every waiter polls.
 pub fn disabled() -> bool {
     std::env::var("PROSE_STATE_WAKE").is_ok_and(|v| v == "poll")

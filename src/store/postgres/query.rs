@@ -18,6 +18,9 @@ impl PgStore {
             return Err(usage("empty query"));
         }
         let (shown_url, busy_ms) = (self.shown_url.clone(), self.busy_ms);
+        // What the caller's SQL leaves on the session outlives its transaction (a session
+        // advisory lock, a statement prepared by name): the session is not kept.
+        self.ran_foreign_sql = true;
         let mut tx = self
             .client
             .build_transaction()
