@@ -11,6 +11,7 @@ use std::process::Stdio;
 
 on_both!(
     a_projects_default_bounds_history_as_runs_write,
+    every_version_reads_back_from_the_nearest_whole_one,
     sixteen_writers_lose_no_version_and_each_is_attributed,
     raw_sql_writes_are_kept_and_shown_as_unknown,
     as_of_a_record_is_what_get_returned_then,
@@ -1264,4 +1265,71 @@ fn a_projects_default_bounds_history_as_runs_write(b: Backend) {
         let got = get_with(&run, "big", &["--version", &v.n.to_string()]).unwrap();
         assert_eq!(got, format!("a large value, number {}", v.n - 1).as_bytes());
     }
+}
+
+/// `get --version V` reads version V and those it is rebuilt from, back to the nearest one
+/// kept whole, and `history` reads one page: a binding that mixes whole writes and steps
+/// reads back, version by version and page by page, as it was written.
+fn every_version_reads_back_from_the_nearest_whole_one(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let mut want: Vec<String> = Vec::new();
+    let mut current: Vec<i64> = Vec::new();
+    for i in 1..=12i64 {
+        if i % 5 == 1 {
+            current = vec![i * 100];
+            run.cmd()
+                .args(["bind", "acc", &serde_json::json!(current).to_string()])
+                .assert()
+                .success();
+        } else {
+            current.push(i);
+            run.cmd()
+                .args(["bind", "acc", "--append", &i.to_string()])
+                .assert()
+                .success();
+        }
+        want.push(serde_json::json!(current).to_string());
+    }
+    for (i, w) in want.iter().enumerate() {
+        let v = (i + 1).to_string();
+        let got = get_with(&run, "acc", &["--version", &v]).unwrap();
+        assert_eq!(String::from_utf8(got).unwrap(), *w, "version {v}");
+    }
+    let a = run
+        .cmd()
+        .args(["get", "acc", "--version", "13"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 3, "{}", stderr(&a));
+    assert!(
+        stderr(&a).contains("versions 1 to 12 are kept"),
+        "{}",
+        stderr(&a)
+    );
+    let mut seen = Vec::new();
+    let mut before: Option<i64> = None;
+    loop {
+        let mut args = vec!["--limit", "5"];
+        let b = before.map(|b| b.to_string());
+        if let Some(b) = &b {
+            args.extend(["--before", b]);
+        }
+        let page = stdout_json(
+            &run.cmd()
+                .args(["--json", "history", "acc"])
+                .args(&args)
+                .assert()
+                .success(),
+        );
+        assert_eq!(page["total"], 12, "{page}");
+        let vs = page["versions"].as_array().unwrap();
+        assert!(vs.len() <= 5, "{page}");
+        seen.extend(vs.iter().map(|v| v["version"].as_i64().unwrap()));
+        match page["next_before"].as_i64() {
+            Some(n) => before = Some(n),
+            None => break,
+        }
+    }
+    assert_eq!(seen, (1..=12).rev().collect::<Vec<i64>>());
 }

@@ -189,8 +189,8 @@ pub fn scope_of(store: &mut dyn Store, name: &str, start: Option<i64>) -> Result
 /// Version `n` of the binding a lookup from `start` finds, as a bindings row.
 pub fn version(store: &mut dyn Store, name: &str, start: Option<i64>, n: i64) -> Result<Found> {
     let scope = scope_of(store, name, start)?;
-    let rows = store.binding_history(name, scope)?;
-    let row = history::version(&rows, name, n)?;
+    let span = store.binding_versions(name, scope, history::Versions::Rebuilding(n))?;
+    let row = history::version(&span, name, n)?;
     found(store, start, scope, row)
 }
 
@@ -274,21 +274,23 @@ impl super::Run for HistoryArgs {
         let (_, mut store) = ctx.the_run()?;
         let store = store.as_mut();
         let scope = scope_of(store, &self.name, self.execution_id)?;
-        let rows = store.binding_history(&self.name, scope)?;
-        let older_not_kept = rows.first().is_some_and(|r| r.gap);
-        let total = rows.len();
-        let mut page: Vec<&HistoryRow> = rows
-            .iter()
-            .rev()
-            .filter(|r| self.before.is_none_or(|b| r.n < b))
-            .take(self.limit as usize + 1)
-            .collect();
+        // The page and one more (is there an older page?), newest first: no other version read.
+        let span = store.binding_versions(
+            &self.name,
+            scope,
+            history::Versions::Page {
+                before: self.before,
+                limit: self.limit as i64 + 1,
+            },
+        )?;
+        let older_not_kept = span.first.as_ref().is_some_and(|r| r.gap);
+        let mut page: Vec<&HistoryRow> = span.rows.iter().collect();
         let more = page.len() > self.limit as usize;
         page.truncate(self.limit as usize);
         Ok(History {
             name: self.name.clone(),
             execution_id: scope,
-            total,
+            total: span.total as usize,
             older_not_kept,
             next_before: if more { page.last().map(|r| r.n) } else { None },
             versions: page.into_iter().map(version_of).collect(),

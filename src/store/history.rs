@@ -194,6 +194,11 @@ pub fn value_at(rows: &[HistoryRow], i: usize) -> Result<Option<Vec<u8>>> {
 
 /// Version `rows[i]` as a bindings row (what `get` reads), its value rebuilt.
 pub fn as_row(rows: &[HistoryRow], i: usize) -> Result<BindingRow> {
+    row_at(rows, i, rows.first().and_then(|f| f.written_at.clone()))
+}
+
+/// `rows[i]` as a bindings row, the binding created when its oldest kept version was written.
+fn row_at(rows: &[HistoryRow], i: usize, created_at: Option<String>) -> Result<BindingRow> {
     let r = &rows[i];
     Ok(BindingRow {
         name: r.name.clone(),
@@ -201,18 +206,55 @@ pub fn as_row(rows: &[HistoryRow], i: usize) -> Result<BindingRow> {
         kind: r.kind.clone(),
         value: value_at(rows, i)?,
         source_statement: r.source_statement.clone(),
-        created_at: rows.first().and_then(|f| f.written_at.clone()),
+        created_at,
         updated_at: r.written_at.clone(),
         attachment_path: r.attachment_path.clone(),
         version: None,
     })
 }
 
-/// Version `n` of one scope's rows, as a bindings row.
-pub fn version(rows: &[HistoryRow], name: &str, n: i64) -> Result<BindingRow> {
+/// Which of one scope's kept versions a reader reads (`Store::binding_versions`), so that a
+/// page of `history` or one version reads those rows, not every version kept.
+#[derive(Debug, Clone, Copy)]
+pub enum Versions {
+    /// At most `limit` of the newest, older than version `before` if given.
+    Page { before: Option<i64>, limit: i64 },
+    /// Version `n` and those it is rebuilt from: back to the nearest one kept whole.
+    Rebuilding(i64),
+}
+
+/// Some of one scope's kept versions (in `rows`: oldest first, or newest first for a page),
+/// with what the whole of its history says.
+#[derive(Debug, Default)]
+pub struct Span {
+    pub rows: Vec<HistoryRow>,
+    /// How many versions are kept.
+    pub total: i64,
+    /// The oldest kept version (its number, when written, and whether older ones are not
+    /// kept), and the newest one's number.
+    pub first: Option<HistoryRow>,
+    pub last_n: Option<i64>,
+}
+
+impl Span {
+    /// Every kept version (oldest first), as a span.
+    pub fn whole(rows: Vec<HistoryRow>) -> Span {
+        Span {
+            total: rows.len() as i64,
+            first: rows.first().cloned(),
+            last_n: rows.last().map(|r| r.n),
+            rows,
+        }
+    }
+}
+
+/// Version `n` as a bindings row, from a span read with [`Versions::Rebuilding`] (or
+/// [`Span::whole`]).
+pub fn version(span: &Span, name: &str, n: i64) -> Result<BindingRow> {
+    let (rows, first, last_n) = (&span.rows, span.first.as_ref(), span.last_n);
     let Some(i) = index_of(rows, n) else {
-        let kept = match (rows.first(), rows.last()) {
-            (Some(f), Some(l)) => format!("versions {} to {} are kept", f.n, l.n),
+        let kept = match (first, last_n) {
+            (Some(f), Some(l)) => format!("versions {} to {l} are kept", f.n),
             _ => "it has no history".to_string(),
         };
         return Err(not_found(format!(
@@ -226,7 +268,7 @@ pub fn version(rows: &[HistoryRow], name: &str, n: i64) -> Result<BindingRow> {
             shown(name)
         )));
     }
-    as_row(rows, i)
+    row_at(rows, i, first.and_then(|f| f.written_at.clone()))
 }
 
 /// Who wrote a version, as shown: the principal, or `unknown` for a raw writer.

@@ -1056,6 +1056,15 @@ pub trait Store: AgentStore {
         execution_id: Option<i64>,
     ) -> Result<Vec<history::HistoryRow>>;
 
+    /// Some of the kept versions of the binding of this name in exactly this scope (see
+    /// [`history::Versions`]), with the count and ends of all of them: reads those rows only.
+    fn binding_versions(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+        which: history::Versions,
+    ) -> Result<history::Span>;
+
     /// The scopes that have any kept version of a binding of this name.
     fn history_scopes(&mut self, name: &str) -> Result<Vec<Option<i64>>>;
 

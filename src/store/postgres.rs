@@ -722,6 +722,59 @@ impl Store for PgStore {
         }
     }
 
+    fn binding_versions(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+        which: super::history::Versions,
+    ) -> Result<super::history::Span> {
+        use super::history::{HistoryRow, Span, Versions, COLUMNS};
+        const KEY: &str = "h.run_id = $1 AND h.name = $2 AND COALESCE(h.execution_id, -1) = $3";
+        let run = self.run()?.to_string();
+        let scope = execution_id.unwrap_or(-1);
+        let columns = select_list(COLUMNS, "h.");
+        let (total, last_n): (i64, Option<i64>) = self.one(
+            &format!("SELECT COUNT(*), MAX(h.n) FROM openprose.binding_history h WHERE {KEY}"),
+            &[&run, &name, &scope],
+            |r| (r.get(0), r.get(1)),
+        )?;
+        let first = self.opt(
+            &format!(
+                "SELECT {columns} FROM openprose.binding_history h WHERE {KEY} ORDER BY h.n LIMIT 1"
+            ),
+            &[&run, &name, &scope],
+            |r| HistoryRow::read(r),
+        )?;
+        let rows = match which {
+            Versions::Page { before, limit } => self.all(
+                &format!(
+                    "SELECT {columns} FROM openprose.binding_history h
+                      WHERE {KEY} AND ($4::bigint IS NULL OR h.n < $4)
+                      ORDER BY h.n DESC LIMIT $5"
+                ),
+                &[&run, &name, &scope, &before, &limit],
+                |r| HistoryRow::read(r),
+            )?,
+            Versions::Rebuilding(n) => self.all(
+                &format!(
+                    "SELECT {columns} FROM openprose.binding_history h
+                      WHERE {KEY} AND h.n <= $4
+                        AND h.n >= COALESCE((SELECT MAX(h.n) FROM openprose.binding_history h
+                                              WHERE {KEY} AND h.n <= $4 AND h.delta IS NULL), 0)
+                      ORDER BY h.n"
+                ),
+                &[&run, &name, &scope, &n],
+                |r| HistoryRow::read(r),
+            )?,
+        };
+        Ok(Span {
+            rows,
+            total,
+            first,
+            last_n,
+        })
+    }
+
     fn binding_history(
         &mut self,
         name: &str,

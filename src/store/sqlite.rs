@@ -685,6 +685,55 @@ impl Store for SqliteStore {
         kept_versions(self, super::history::Kept::Bindings, name, execution_id)
     }
 
+    fn binding_versions(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+        which: super::history::Versions,
+    ) -> Result<super::history::Span> {
+        use super::history::{HistoryRow, Span, Versions, COLUMNS};
+        const KEY: &str = "name = ?1 AND IFNULL(execution_id, -1) = ?2";
+        let scope = execution_id.unwrap_or(-1);
+        let read = |r: &Row| Ok(HistoryRow::read(r));
+        let (total, last_n): (i64, Option<i64>) = self.one(
+            &format!("SELECT COUNT(*), MAX(n) FROM binding_history WHERE {KEY}"),
+            params![name, scope],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        let first = self.opt(
+            &format!("SELECT {COLUMNS} FROM binding_history WHERE {KEY} ORDER BY n LIMIT 1"),
+            params![name, scope],
+            read,
+        )?;
+        let rows = match which {
+            Versions::Page { before, limit } => self.all(
+                &format!(
+                    "SELECT {COLUMNS} FROM binding_history
+                      WHERE {KEY} AND (?3 IS NULL OR n < ?3) ORDER BY n DESC LIMIT ?4"
+                ),
+                params![name, scope, before, limit],
+                read,
+            )?,
+            Versions::Rebuilding(n) => self.all(
+                &format!(
+                    "SELECT {COLUMNS} FROM binding_history
+                      WHERE {KEY} AND n <= ?3
+                        AND n >= IFNULL((SELECT MAX(n) FROM binding_history
+                                          WHERE {KEY} AND n <= ?3 AND delta IS NULL), 0)
+                      ORDER BY n"
+                ),
+                params![name, scope, n],
+                read,
+            )?,
+        };
+        Ok(Span {
+            rows,
+            total,
+            first,
+            last_n,
+        })
+    }
+
     fn history_scopes(&mut self, name: &str) -> Result<Vec<Option<i64>>> {
         self.all(
             "SELECT DISTINCT execution_id FROM binding_history WHERE name = ?1",
