@@ -15,6 +15,21 @@
 //! decision committed by the page or the command line ends it. Without `PROSE_SERVE_URL`, or
 //! for a client without URL elicitation, the task stays `working`.
 //!
+//! How soon the host learns the decision: the wait is woken by the commit, but the task's new
+//! status is not pushed. The extension sends `notifications/tasks` only on a
+//! `subscriptions/listen` stream whose filter names the task (`taskIds`), and rmcp 3.11 can do
+//! neither: its `SubscriptionFilter` has no `taskIds` (the request's are dropped when it is
+//! read, so the acknowledgment cannot list them) and its subscription sink refuses
+//! `notifications/tasks`. A host learns the decision at its next `tasks/get`, at the
+//! `pollIntervalMs` the task suggests: [`POLL_INTERVAL_MS`], 1000 ms, chosen so: a `tasks/get`
+//! is answered from memory (no database query), but each is a request, and 1,000 waiting tasks
+//! polled every 50 ms would be 20,000 requests a second (every 1000 ms: 1,000); a person's
+//! decision takes seconds to days, so a second more is little, and a host that needs it at once
+//! subscribes to the gate's resource (`prose://runs/{run}/gates/{gate}`) and calls `tasks/get`
+//! on the update. For that `tasks/get` to find the task complete, a resource update of a run
+//! waits first ([`Tasks::settle`], at most [`SETTLE_LIMIT`]) for the session's tasks the change
+//! ends: a wait that has not looked yet, or that waits for a gate now decided.
+//!
 //! `tasks/cancel` stops the wait: the task is `cancelled` and the wait writes nothing more (a
 //! write it had begun, a decision about inputs recorded as consumed, is finished first, and a
 //! wait that thereby had its answer completes the task with it instead). The stopped wait's
