@@ -3245,14 +3245,13 @@ async fn mcp_session_live(
     (().serve(transport).await.unwrap(), pid)
 }
 
-/// A session of rmcp's client with `prose-state mcp --role vm`, woken by the commit, from a
-/// client that declares the tasks extension (`io.modelcontextprotocol/tasks`): its
+/// A session of rmcp's client with `prose-state mcp --role vm` at protocol 2026-07-28, woken
+/// by the commit, from a client that declares the tasks extension (`io.modelcontextprotocol/tasks`): its
 /// `gates_wait` calls run as MCP tasks.
 async fn mcp_session_tasks(
     project: &Path,
     run: &str,
 ) -> rmcp::service::RunningService<rmcp::service::RoleClient, rmcp::model::ClientConfig> {
-    use rmcp::ServiceExt;
     let mut cmd = tokio::process::Command::new(BIN);
     cmd.current_dir(project)
         .env("PROSE_ROOT", project)
@@ -3269,7 +3268,17 @@ async fn mcp_session_tasks(
             .build(),
         rmcp::model::Implementation::new("prose-bench", "0"),
     );
-    info.serve(transport).await.unwrap()
+    // Protocol 2026-07-28 (`server/discover`): the tasks extension's revision, where
+    // `subscriptions/listen` is served.
+    use rmcp::service::ClientServiceExt;
+    info.serve_with_lifecycle(
+        transport,
+        rmcp::service::ClientLifecycleMode::Discover {
+            preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+        },
+    )
+    .await
+    .unwrap()
 }
 
 /// How an MCP client waits for a gate's decision: the bounded `gates_wait` tool call, or
@@ -3484,10 +3493,10 @@ fn wake_mcp(
             tokio::task::block_in_place(|| create_gate(project, run, &gate));
             let call = mcp_wait_for(&peer_of, how, &gate, 120);
             tokio::time::sleep(before_deciding(settle)).await;
-            assert!(
-                !call.is_finished(),
-                "the MCP wait on {gate} ended before the decision"
-            );
+            if call.is_finished() {
+                let (_, outcome) = call.await.unwrap();
+                panic!("the MCP wait on {gate} ended before the decision: {outcome:?}");
+            }
             let (t0, t1) = tokio::task::block_in_place(|| approve_at(project, run, &gate));
             let (at, outcome) = call.await.unwrap();
             if let Err(e) = outcome {
