@@ -773,8 +773,8 @@ fn look(server: &Server, runtime: &tokio::runtime::Handle, run: &str, uri: Optio
     }
 }
 
-/// Whether the store now holds gate `gate` of `run` as no longer pending (decided, timed out,
-/// escalated past waiting); a read that fails says no.
+/// Whether the store now holds gate `gate` of `run` as no longer pending (approved, rejected
+/// or timed out); a read that fails says no.
 fn decided(server: &Server, run: &str, gate: &str) -> bool {
     let uri = Uri {
         run: run.to_string(),
