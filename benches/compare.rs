@@ -12,7 +12,8 @@
 //!   `PROSE_BENCH_LIVE_SETTLE_MS` (300), `PROSE_BENCH_LIVE_WAITERS` (idle waits in one MCP
 //!   server, 1000, capped as its row says), `PROSE_BENCH_LIVE_PROCESSES` (idle CLI waiters, 50),
 //!   `PROSE_BENCH_LIVE_WINDOW_S` (the idle window, 60) after `PROSE_BENCH_LIVE_OFFSET_S` (15),
-//!   `PROSE_BENCH_LIVE_NOTIFY_CALLS` (approvals each side of the NOTIFY row, 200).
+//!   `PROSE_BENCH_LIVE_NOTIFY_CALLS` (approvals each side of the NOTIFY row, 200);
+//!   `PROSE_BENCH_ONLY=live-mcp-task` runs only the MCP task's decision-to-wake rows.
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
@@ -3244,14 +3245,62 @@ async fn mcp_session_live(
     (().serve(transport).await.unwrap(), pid)
 }
 
-/// How an MCP client waits for a gate's decision. Today: the bounded `gates_wait` tool call.
-/// When `gates_wait` runs as an MCP task (issue 32), add its variant here and in
-/// `mcp_wait_for`: `wake_mcp` and its rows then measure it as they measure the tool.
+/// A session of rmcp's client with `prose-state mcp --role vm` at protocol 2026-07-28, woken
+/// by the commit, from a client that declares the tasks extension (`io.modelcontextprotocol/tasks`): its
+/// `gates_wait` calls run as MCP tasks.
+async fn mcp_session_tasks(
+    project: &Path,
+    run: &str,
+) -> rmcp::service::RunningService<rmcp::service::RoleClient, rmcp::model::ClientConfig> {
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.current_dir(project)
+        .env("PROSE_ROOT", project)
+        .env("HOME", project)
+        .env_remove("PROSE_RUN")
+        .env_remove("PROSE_STATE_WAKE")
+        .env_remove("PROSE_SERVE_URL")
+        .args(["--run", run, "mcp", "--role", "vm", "--agent", "vm"])
+        .stderr(Stdio::null());
+    let transport = rmcp::transport::TokioChildProcess::new(cmd).unwrap();
+    let info = rmcp::model::ClientConfig::new(
+        rmcp::model::ClientCapabilities::builder()
+            .enable_tasks()
+            .build(),
+        rmcp::model::Implementation::new("prose-bench", "0"),
+    );
+    // Protocol 2026-07-28 (`server/discover`): the tasks extension's revision, where
+    // `subscriptions/listen` is served.
+    use rmcp::service::ClientServiceExt;
+    info.serve_with_lifecycle(
+        transport,
+        rmcp::service::ClientLifecycleMode::Discover {
+            preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// How an MCP client waits for a gate's decision: the bounded `gates_wait` tool call, or
+/// `gates_wait` as an MCP task followed one of three ways. A variant added here and in
+/// `mcp_wait_for` is measured by `wake_mcp` as the others are.
 #[derive(Clone, Copy)]
 enum McpWait {
     /// `tools/call gates_wait {gate, timeout}`, answered when the gate is decided.
     BoundedTool,
+    /// `gates_wait` as a task; `tasks/get` every `pollIntervalMs` the server suggests (what a
+    /// host that follows the hint sees).
+    TaskPolled,
+    /// `gates_wait` as a task, the host subscribed to the gate's resource in `run`
+    /// (`subscriptions/listen`): `tasks/get` on each update (and at `pollIntervalMs` after an
+    /// update that found the task still working).
+    TaskSubscribed { run: &'static str },
+    /// `gates_wait` as a task; `tasks/get` back to back: the server's own part, bounded.
+    TaskTight,
 }
+
+/// Updates (subscribed tasks) whose `tasks/get` found the task still working, so far.
+static STILL_WORKING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 impl McpWait {
     fn label(self) -> &'static str {
@@ -3259,7 +3308,34 @@ impl McpWait {
             McpWait::BoundedTool => {
                 "an MCP `gates_wait` tool call (bounded) in one `prose-state mcp` session"
             }
+            McpWait::TaskPolled => {
+                "an MCP task (`gates_wait` from a client declaring the tasks extension; rmcp's client), `tasks/get` every `pollIntervalMs` the server suggests (1000 ms), from the task's creation"
+            }
+            McpWait::TaskSubscribed { .. } => {
+                "an MCP task whose host subscribed to the gate's resource (`subscriptions/listen`, `prose://runs/{run}/gates/{gate}`) and calls `tasks/get` on its update"
+            }
+            McpWait::TaskTight => {
+                "an MCP task, `tasks/get` back to back (the bound on the server's own part; against the spec's SHOULD on `pollIntervalMs`)"
+            }
         }
+    }
+
+    fn task(self) -> bool {
+        !matches!(self, McpWait::BoundedTool)
+    }
+}
+
+/// Whether a `tasks/get` answer (as JSON) is terminal; then Ok if its result is the approval.
+fn task_ended(got: &serde_json::Value) -> Option<Result<(), String>> {
+    match got["status"].as_str() {
+        Some("working") | Some("input_required") => None,
+        Some("completed")
+            if got["result"]["isError"] != serde_json::Value::Bool(true)
+                && got["result"].to_string().contains("approved") =>
+        {
+            Some(Ok(()))
+        }
+        _ => Some(Err(got.to_string())),
     }
 }
 
@@ -3274,18 +3350,16 @@ fn mcp_wait_for(
 ) -> tokio::task::JoinHandle<(Instant, Result<(), String>)> {
     let peer = peer.clone();
     let gate = gate.to_string();
+    let serde_json::Value::Object(args) = (match how {
+        McpWait::BoundedTool => serde_json::json!({"gate": gate, "timeout": format!("{timeout}s")}),
+        _ => serde_json::json!({"gate": gate}),
+    }) else {
+        unreachable!()
+    };
+    let call = rmcp::model::CallToolRequestParams::new("gates_wait").with_arguments(args);
     match how {
         McpWait::BoundedTool => tokio::spawn(async move {
-            let serde_json::Value::Object(args) =
-                serde_json::json!({"gate": gate, "timeout": format!("{timeout}s")})
-            else {
-                unreachable!()
-            };
-            let r = peer
-                .call_tool(
-                    rmcp::model::CallToolRequestParams::new("gates_wait").with_arguments(args),
-                )
-                .await;
+            let r = peer.call_tool(call).await;
             let at = Instant::now();
             let outcome = match r {
                 Ok(r) => {
@@ -3300,6 +3374,80 @@ fn mcp_wait_for(
             };
             (at, outcome)
         }),
+        McpWait::TaskPolled | McpWait::TaskTight | McpWait::TaskSubscribed { .. } => {
+            tokio::spawn(async move {
+                let fail = |e: String| (Instant::now(), Err(e));
+                // The subscription first, as docs/mcp.md has a host do it; its first update is
+                // the gate as it is now.
+                let mut sub = None;
+                if let McpWait::TaskSubscribed { run } = how {
+                    let uri = format!("prose://runs/{run}/gates/{gate}");
+                    let filter = rmcp::model::SubscriptionFilter::builder()
+                        .resource_subscription(uri)
+                        .build();
+                    let mut s = match peer.listen(filter).await {
+                        Ok(s) => s,
+                        Err(e) => return fail(format!("listen: {e}")),
+                    };
+                    match s.next().await {
+                        Ok(Some(_)) => {}
+                        other => return fail(format!("the stream's first update: {other:?}")),
+                    }
+                    sub = Some(s);
+                }
+                let created = match peer.call_tool_once(call).await {
+                    Ok(rmcp::model::CallToolResponse::Task(t)) => t,
+                    other => return fail(format!("not a task: {other:?}")),
+                };
+                let id = created.task.task_id.clone();
+                let every = Duration::from_millis(created.task.poll_interval_ms.unwrap_or(1_000));
+                let get = || {
+                    let peer = peer.clone();
+                    let id = id.clone();
+                    async move {
+                        let got = peer
+                            .get_task(rmcp::model::GetTaskParams::new(id))
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        Ok::<_, String>((Instant::now(), serde_json::to_value(&got).unwrap()))
+                    }
+                };
+                let mut after_update = false;
+                loop {
+                    match (how, sub.as_mut()) {
+                        (McpWait::TaskPolled, _) => tokio::time::sleep(every).await,
+                        (McpWait::TaskSubscribed { .. }, Some(s)) => {
+                            // The next update; after one that found the task working, also
+                            // the poll interval.
+                            let wait = if after_update {
+                                every
+                            } else {
+                                Duration::from_secs(600)
+                            };
+                            match tokio::time::timeout(wait, s.next()).await {
+                                Ok(Ok(Some(_))) | Err(_) => {}
+                                Ok(other) => return fail(format!("the stream ended: {other:?}")),
+                            }
+                        }
+                        _ => tokio::task::yield_now().await,
+                    }
+                    let (at, got) = match get().await {
+                        Ok(g) => g,
+                        Err(e) => return fail(e),
+                    };
+                    if let Some(outcome) = task_ended(&got) {
+                        if let Some(mut s) = sub {
+                            let _ = s.cancel().await;
+                        }
+                        return (at, outcome);
+                    }
+                    if sub.is_some() {
+                        after_update = true;
+                        STILL_WORKING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            })
+        }
     }
 }
 
@@ -3316,18 +3464,39 @@ fn wake_mcp(
 ) -> Vec<Sample> {
     let tag = if poll { "poll" } else { "wake" };
     rt.block_on(async {
-        let (client, _) =
-            mcp_session_live(project, run, &["--role", "vm", "--agent", "vm"], poll).await;
+        let peer_of;
+        let closing: std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
+        if how.task() {
+            assert!(!poll, "an MCP task is measured woken by the commit only");
+            let client = mcp_session_tasks(project, run).await;
+            peer_of = client.peer().clone();
+            closing = Box::pin(async move {
+                let _ = client.cancel().await;
+            });
+        } else {
+            let (client, _) =
+                mcp_session_live(project, run, &["--role", "vm", "--agent", "vm"], poll).await;
+            peer_of = client.peer().clone();
+            closing = Box::pin(async move {
+                let _ = client.cancel().await;
+            });
+        }
+        let label = match how {
+            McpWait::BoundedTool => "mcp",
+            McpWait::TaskPolled => "task-polled",
+            McpWait::TaskSubscribed { .. } => "task-subscribed",
+            McpWait::TaskTight => "task-tight",
+        };
         let mut samples = Vec::new();
         for i in 0..rounds {
-            let gate = format!("mcp-{tag}-{i}");
+            let gate = format!("{label}-{tag}-{i}");
             tokio::task::block_in_place(|| create_gate(project, run, &gate));
-            let call = mcp_wait_for(client.peer(), how, &gate, 120);
+            let call = mcp_wait_for(&peer_of, how, &gate, 120);
             tokio::time::sleep(before_deciding(settle)).await;
-            assert!(
-                !call.is_finished(),
-                "the MCP wait on {gate} ended before the decision"
-            );
+            if call.is_finished() {
+                let (_, outcome) = call.await.unwrap();
+                panic!("the MCP wait on {gate} ended before the decision: {outcome:?}");
+            }
             let (t0, t1) = tokio::task::block_in_place(|| approve_at(project, run, &gate));
             let (at, outcome) = call.await.unwrap();
             if let Err(e) = outcome {
@@ -3335,9 +3504,69 @@ fn wake_mcp(
             }
             samples.push(sample((t0, t1), at));
         }
-        let _ = client.cancel().await;
+        closing.await;
         samples
     })
+}
+
+/// The MCP task's decision-to-wake rows on one backend, woken by the commit: polled at the
+/// suggested interval, subscribed to the gate's resource, and a tight `tasks/get` loop.
+fn mcp_task_rows(
+    rt: &tokio::runtime::Runtime,
+    backend: &str,
+    project: &Path,
+    run: &'static str,
+    rounds: usize,
+    settle: u64,
+    rows: &mut Vec<Row>,
+) {
+    for m in [
+        McpWait::TaskPolled,
+        McpWait::TaskSubscribed { run },
+        McpWait::TaskTight,
+    ] {
+        eprintln!("  decision-to-wake, {}, {backend}…", m.label());
+        STILL_WORKING.store(0, std::sync::atomic::Ordering::Relaxed);
+        let s = wake_mcp(rt, project, run, m, false, rounds, settle);
+        let mut row = wake_row(m.label(), backend, false, &s);
+        match m {
+            McpWait::TaskPolled => {
+                row.target = "(a host following `pollIntervalMs`: up to 1000 ms by design; the subscribed row is the ≤ 50 ms way)".into();
+                row.met = String::new();
+            }
+            McpWait::TaskSubscribed { .. } => {
+                let n = STILL_WORKING.load(std::sync::atomic::Ordering::Relaxed);
+                row.raw += &format!(
+                    "; {n} of the {rounds} rounds' updates found the task still working (then one more `tasks/get`)"
+                );
+            }
+            _ => {}
+        }
+        rows.push(row);
+    }
+}
+
+/// `PROSE_BENCH_ONLY=live-mcp-task`: the MCP task's decision-to-wake rows alone, on SQLite
+/// then PostgreSQL, sized by `PROSE_BENCH_LIVE_ROUNDS` and `PROSE_BENCH_LIVE_SETTLE_MS` as
+/// the `live` group (which runs them too).
+fn live_mcp_task_only(root: &Path, rows: &mut Vec<Row>) {
+    let rounds = env_usize("PROSE_BENCH_LIVE_ROUNDS", 100);
+    let settle = env_usize("PROSE_BENCH_LIVE_SETTLE_MS", 300) as u64;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let sqlite = root.join("live-task-sqlite");
+    init_with(Path::new(BIN), &sqlite, "live", false);
+    let mut backends = vec![("SQLite", sqlite)];
+    if let Some((p, _)) = pg_project(root, "live-task-pg", "the MCP task on PostgreSQL", rows) {
+        init_with(Path::new(BIN), &p, "live", true);
+        backends.push(("PostgreSQL", p));
+    }
+    for (backend, project) in &backends {
+        mcp_task_rows(&rt, backend, project, "live", rounds, settle, rows);
+    }
 }
 
 /// Runs `f` on a thread of its own, outside the runtime: the PostgreSQL client's blocking calls
@@ -3730,6 +3959,7 @@ fn live_rows(root: &Path, rows: &mut Vec<Row>) {
             let s = wake_mcp(&rt, project, run, m, poll, rounds, settle);
             rows.push(wake_row(m.label(), backend, poll, &s));
         }
+        mcp_task_rows(&rt, backend, project, run, rounds, settle, rows);
         eprintln!("  decision-to-wake, the page's event stream, {backend}…");
         let s = wake_page(project, run, rounds, settle);
         let mut row = wake_row(
@@ -3954,6 +4184,10 @@ fn main() {
     if wanted("live") {
         eprintln!("live state: decision-to-wake, idle waiters, the NOTIFY…");
         live_rows(root, &mut rows);
+    }
+    if only.as_deref() == Some("live-mcp-task") {
+        eprintln!("live state: the MCP task's decision-to-wake…");
+        live_mcp_task_only(root, &mut rows);
     }
     if only.as_deref() == Some("history-fork") {
         eprintln!("fork against export + import…");

@@ -340,7 +340,36 @@ fn without_the_page_or_tasks_the_wait_is_the_tools(b: Backend) {
     );
 }
 
+/// docs/mcp.md's way for a host to learn a task's decision at once, followed literally by the
+/// reference client: it subscribes to the gate's resource (`prose://runs/{run}/gates/{gate}`,
+/// `subscriptions/listen`), opens the task, a CLI `approve` decides, and the `tasks/get` it
+/// sends on the update finds the task completed with the approval (the server sends the
+/// update once the task it completes is complete). The database holds the one approval.
+fn a_host_subscribed_to_the_gate_learns_the_decision_on_its_update(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let Some(python) = python(false) else { return };
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "deploy", "--prompt", "Ship?"])
+        .assert()
+        .success();
+    let out = fixture(&p, &python, &["subscribed", &run.id, "deploy"], None);
+    assert_eq!(out["status"], "completed", "{out}");
+    assert_eq!(out["result"]["status"], "approved", "{out}");
+    assert_eq!(out["gets_after_update"], 1, "{out}");
+    let (status, by, _, _) = run.view().gate("deploy");
+    assert_eq!(status, "approved");
+    assert_eq!(by.as_deref(), Some("alice"));
+    let events = run.view().events("deploy");
+    assert_eq!(
+        events.iter().filter(|e| e.0 == "approved").count(),
+        1,
+        "{events:?}"
+    );
+}
+
 on_both!(
+    a_host_subscribed_to_the_gate_learns_the_decision_on_its_update,
     a_person_decides_a_task_on_the_page_it_links,
     an_answer_to_the_elicitation_is_never_a_decision,
     a_cancelled_task_writes_nothing,

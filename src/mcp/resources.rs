@@ -750,6 +750,15 @@ fn look(server: &Server, runtime: &tokio::runtime::Handle, run: &str, uri: Optio
             }
         }
     }
+    if !send.is_empty() {
+        // A gate task of this session that this change completes is complete before the
+        // update goes out: a host that asks `tasks/get` on the update finds the decision.
+        server.tasks.settle(
+            run,
+            |gate| decided(server, run, gate),
+            super::tasks::SETTLE_LIMIT,
+        );
+    }
     for (uri, to) in send {
         runtime.spawn(async move {
             // A stream or session gone is ended by its own request: nothing to do here.
@@ -762,6 +771,18 @@ fn look(server: &Server, runtime: &tokio::runtime::Handle, run: &str, uri: Optio
             };
         });
     }
+}
+
+/// Whether the store now holds gate `gate` of `run` as no longer pending (approved, rejected
+/// or timed out); a read that fails says no.
+fn decided(server: &Server, run: &str, gate: &str) -> bool {
+    let uri = Uri {
+        run: run.to_string(),
+        what: What::Gate {
+            id: gate.to_string(),
+        },
+    };
+    read(server, &uri).is_ok_and(|g| g["status"].as_str().is_some_and(|s| s != "pending"))
 }
 
 /// The thread that waits on one run for the session's subscriptions to it: at each wake (or

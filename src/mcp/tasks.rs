@@ -15,6 +15,21 @@
 //! decision committed by the page or the command line ends it. Without `PROSE_SERVE_URL`, or
 //! for a client without URL elicitation, the task stays `working`.
 //!
+//! How soon the host learns the decision: the wait is woken by the commit, but the task's new
+//! status is not pushed. The extension sends `notifications/tasks` only on a
+//! `subscriptions/listen` stream whose filter names the task (`taskIds`), and rmcp 3.11 can do
+//! neither: its `SubscriptionFilter` has no `taskIds` (the request's are dropped when it is
+//! read, so the acknowledgment cannot list them) and its subscription sink refuses
+//! `notifications/tasks`. A host learns the decision at its next `tasks/get`, at the
+//! `pollIntervalMs` the task suggests: [`POLL_INTERVAL_MS`], 1000 ms, chosen so: a `tasks/get`
+//! is answered from memory (no database query), but each is a request, and 1,000 waiting tasks
+//! polled every 50 ms would be 20,000 requests a second (every 1000 ms: 1,000); a person's
+//! decision takes seconds to days, so a second more is little, and a host that needs it at once
+//! subscribes to the gate's resource (`prose://runs/{run}/gates/{gate}`) and calls `tasks/get`
+//! on the update. For that `tasks/get` to find the task complete, a resource update of a run
+//! waits first ([`Tasks::settle`], at most [`SETTLE_LIMIT`]) for the session's tasks the change
+//! ends: a wait that has not looked yet, or that waits for a gate now decided.
+//!
 //! `tasks/cancel` stops the wait: the task is `cancelled` and the wait writes nothing more (a
 //! write it had begun, a decision about inputs recorded as consumed, is finished first, and a
 //! wait that thereby had its answer completes the task with it instead). The stopped wait's
@@ -32,27 +47,93 @@ use rmcp::service::{RequestContext, RoleServer};
 use rmcp::task_manager::{TaskContext, TaskExit, TaskManager, TaskOptions};
 use rmcp::ErrorData;
 use serde_json::Value;
-use std::collections::HashSet;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-/// The session's tasks.
+/// The `pollIntervalMs` a gate task suggests: how often a host following the hint asks
+/// `tasks/get`, so the longest a plain host learns a decision after the task has it. See the
+/// module's documentation for why 1000 ms.
+pub(super) const POLL_INTERVAL_MS: u64 = 1_000;
+
+/// How long a resource update waits for the gate tasks it concerns to complete first (see
+/// [`Tasks::settle`]): past it, the update goes out anyway.
+pub(super) const SETTLE_LIMIT: Duration = Duration::from_secs(2);
+
+/// The session's tasks, and the gates each running one still waits for.
 #[derive(Default)]
-pub(super) struct Tasks(TaskManager);
+pub(super) struct Tasks {
+    manager: TaskManager,
+    /// Task id: the run and the gates its wait found pending at its last look (None until its
+    /// first look).
+    waiting: Mutex<HashMap<String, Waiting>>,
+}
+
+type Waiting = Option<(String, Vec<String>)>;
 
 impl Tasks {
     pub(super) fn get(&self, id: &str) -> Result<GetTaskResult, ErrorData> {
-        Ok(GetTaskResult::new(self.0.get_task(id)?))
+        Ok(GetTaskResult::new(self.manager.get_task(id)?))
     }
 
     /// The client's answers to the task's input requests: handed to the request, which reads
     /// nothing in them.
     pub(super) fn update(&self, id: &str, answers: InputResponses) -> Result<(), ErrorData> {
-        self.0.update_task(id, answers)
+        self.manager.update_task(id, answers)
     }
 
     pub(super) fn cancel(&self, id: &str) -> Result<(), ErrorData> {
-        self.0.cancel_task(id)
+        self.manager.cancel_task(id)
+    }
+
+    fn waiting(&self) -> std::sync::MutexGuard<'_, HashMap<String, Waiting>> {
+        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether the task has ended (or is gone): its `tasks/get` gives its final state.
+    fn ended(&self, id: &str) -> bool {
+        self.manager
+            .get_task(id)
+            .map_or(true, |t| t.status().is_terminal())
+    }
+
+    /// Waits (on the calling thread, at most `limit`) until no running task may be about to
+    /// end on a change of `run` the caller has read: each task whose wait has not looked yet
+    /// has looked, and each task waiting on `run` for a gate `decided` says is decided has
+    /// ended (its `tasks/get` gives the decision) or looked again and no longer waits for it
+    /// (a `--all` wait on other gates). Called before a resource update of `run` is sent, so
+    /// that a host that calls `tasks/get` on the update finds the task complete. `decided`
+    /// reads the store; it is asked once a gate.
+    pub(super) fn settle(&self, run: &str, decided: impl Fn(&str) -> bool, limit: Duration) {
+        let until = Instant::now() + limit;
+        let mut known: HashMap<String, bool> = HashMap::new();
+        loop {
+            let now: Vec<(String, Waiting)> = {
+                let mut waiting = self.waiting();
+                waiting.retain(|id, _| !self.ended(id));
+                waiting
+                    .iter()
+                    .filter(|(_, w)| w.as_ref().is_none_or(|(r, _)| r == run))
+                    .map(|(id, w)| (id.clone(), w.clone()))
+                    .collect()
+            };
+            let mut left = false;
+            for (_, w) in &now {
+                let Some((_, gates)) = w else {
+                    left = true;
+                    continue;
+                };
+                for gate in gates {
+                    let done = *known.entry(gate.clone()).or_insert_with(|| decided(gate));
+                    left |= done;
+                }
+            }
+            if !left || Instant::now() >= until {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }
 
@@ -86,14 +167,26 @@ pub(super) fn start(
         }
         _ => Vec::new(),
     };
+    // Tasks that ended leave the list of waits here (else it is pruned at a resource update).
+    server
+        .tasks
+        .waiting()
+        .retain(|id, _| !server.tasks.ended(id));
     let options = TaskOptions::new()
         // A person may take days; the gate's own deadline, not the task's, ends the wait.
         .with_ttl_ms(None)
+        .with_poll_interval_ms(POLL_INTERVAL_MS)
         .with_status_message(format!("waiting for {} to be decided", gates_named(&named)));
     let waiter = Arc::clone(&server);
-    let task = server.tasks.0.spawn(options, move |ctx| {
+    let task = server.tasks.manager.spawn(options, move |ctx| {
         Box::pin(run(waiter, index, args, url_mode, ctx))
     });
+    // Not looked yet (its first look may have come first: then it stays as that look left it).
+    server
+        .tasks
+        .waiting()
+        .entry(task.task_id.clone())
+        .or_insert(None);
     CallToolResponse::Task(CreateTaskResult::new(task))
 }
 
@@ -128,7 +221,16 @@ async fn run(
     ctx: TaskContext,
 ) -> Result<CallToolResult, TaskExit> {
     let (looked, pending) = watch::channel::<Pending>(None);
+    let id = ctx.task_id().to_string();
+    let registry = Arc::clone(&server);
     let stop = Arc::new(Stop::new(move |run, gates| {
+        registry.tasks.waiting().insert(
+            id.clone(),
+            Some((
+                run.to_string(),
+                gates.iter().map(|g| g.to_string()).collect(),
+            )),
+        );
         let now = Some((
             run.to_string(),
             gates.iter().map(|g| g.to_string()).collect(),
