@@ -13,7 +13,8 @@
 //!   server, 1000, capped as its row says), `PROSE_BENCH_LIVE_PROCESSES` (idle CLI waiters, 50),
 //!   `PROSE_BENCH_LIVE_WINDOW_S` (the idle window, 60) after `PROSE_BENCH_LIVE_OFFSET_S` (15),
 //!   `PROSE_BENCH_LIVE_NOTIFY_CALLS` (approvals each side of the NOTIFY row, 200);
-//!   `PROSE_BENCH_ONLY=live-mcp-task` runs only the MCP task's decision-to-wake rows.
+//!   `PROSE_BENCH_ONLY=live-mcp-task` runs only the MCP task's decision-to-wake rows,
+//!   `PROSE_BENCH_ONLY=live-notify` only the NOTIFY's cost.
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
@@ -4188,6 +4189,11 @@ fn main() {
     if only.as_deref() == Some("live-mcp-task") {
         eprintln!("live state: the MCP task's decision-to-wake…");
         live_mcp_task_only(root, &mut rows);
+    }
+    if only.as_deref() == Some("live-notify") {
+        eprintln!("live state: the NOTIFY on a decision's commit…");
+        let calls = env_usize("PROSE_BENCH_LIVE_NOTIFY_CALLS", 200);
+        notify_cost(root, calls, &mut rows);
     }
     if only.as_deref() == Some("history-fork") {
         eprintln!("fork against export + import…");
