@@ -8,7 +8,7 @@
 
 use crate::common::*;
 use crate::serve::{
-    add, browser, closed_by_server, connections_held, csrf_of, gate_path, urlencode, Server,
+    add, closed_by_server, connections_held, csrf_of, gate_path, urlencode, Server,
 };
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -47,7 +47,11 @@ fn past_the_stream_bound_an_open_page_shows_a_decision_by_polling(b: Backend) {
 /// and loses its forms, and the list drops the gate and keeps the other, neither reloaded
 /// (the page's marks survive; the gate's one view is its only one in the audit log).
 fn in_a_browser(b: Backend, mode: &str) {
-    let Some(python) = browser() else { return };
+    let Some(python) =
+        crate::common::test_python("the browser test", crate::common::Needs::Browser)
+    else {
+        return;
+    };
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
     let token = add(&p, "alice");

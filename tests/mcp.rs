@@ -9,30 +9,6 @@ use rmcp::ServiceExt;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
-/// The Python with the `mcp` package that `.ci/run` installs (PROSE_STATE_TEST_PYTHON
-/// overrides). Missing, the test is skipped, visibly, and under CI=true it fails.
-fn python() -> Option<PathBuf> {
-    let python = std::env::var_os("PROSE_STATE_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/mcp-venv/bin/python")
-        });
-    let works = std::process::Command::new(&python)
-        .args(["-c", "import mcp"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if works {
-        return Some(python);
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "no Python with the mcp package at {} under CI",
-        python.display()
-    );
-    common::skipped("the MCP reference-client test: no Python with the `mcp` package (bash .ci/run makes target/mcp-venv)");
-    None
-}
-
 /// The reference Python SDK spawns the server, lists its tools and runs a small program
 /// through them (tests/fixtures/mcp_client.py: every call's class, the refusals); then the
 /// database shows exactly what the program did, and who did it.
@@ -40,7 +16,8 @@ fn reference_client_drives_a_program(backend: Backend) {
     let Some(p) = Project::on(backend) else {
         return;
     };
-    let Some(python) = python() else {
+    let Some(python) = common::test_python("the MCP reference-client test", common::Needs::Mcp)
+    else {
         return;
     };
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp_client.py");

@@ -10,29 +10,6 @@ use std::process::{Command, Stdio};
 
 on_both!(an_agent_reads_and_subscribes_to_a_run);
 
-/// The Python with the `mcp` package (as tests/mcp.rs finds it).
-fn python() -> Option<PathBuf> {
-    let python = std::env::var_os("PROSE_STATE_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/mcp-venv/bin/python")
-        });
-    let works = Command::new(&python)
-        .args(["-c", "import mcp"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if works {
-        return Some(python);
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "no Python with the mcp package at {} under CI",
-        python.display()
-    );
-    common::skipped("the MCP resources test: no Python with the `mcp` package (bash .ci/run makes target/mcp-venv)");
-    None
-}
-
 /// Templates, every kind of resource read and paged, hostile URIs refused in one line; a
 /// subscription in each protocol form updated when a CLI `approve` (another process) commits
 /// and when raw SQL writes behind the tools' back, and a binding's rebinding, each within
@@ -43,7 +20,7 @@ fn an_agent_reads_and_subscribes_to_a_run(backend: Backend) {
     let Some(p) = Project::on(backend) else {
         return;
     };
-    let Some(python) = python() else {
+    let Some(python) = common::test_python("the MCP resources test", common::Needs::Mcp) else {
         return;
     };
     let run = p.init();

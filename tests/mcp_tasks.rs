@@ -11,50 +11,6 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The Python with the `mcp` package (PROSE_STATE_TEST_PYTHON overrides); missing, the test
-/// is skipped, visibly, and under CI=true it fails.
-fn python(with_browser: bool) -> Option<PathBuf> {
-    let python = std::env::var_os("PROSE_STATE_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/mcp-venv/bin/python")
-        });
-    let imports = |module: &str| {
-        Command::new(&python)
-            .args(["-c", &format!("import {module}")])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    let mut missing = Vec::new();
-    if !imports("mcp") {
-        missing.push("Python with the `mcp` package in target/mcp-venv");
-    }
-    if with_browser {
-        if !imports("selenium") {
-            missing.push("Python selenium in target/mcp-venv");
-        }
-        if !std::path::Path::new("/usr/bin/chromium").exists() {
-            missing.push("/usr/bin/chromium");
-        }
-        if !std::path::Path::new("/usr/bin/chromedriver").exists() {
-            missing.push("/usr/bin/chromedriver");
-        }
-    }
-    if missing.is_empty() {
-        return Some(python);
-    }
-    let why = format!(
-        "the MCP task test needs {} (bash .ci/run installs them)",
-        missing.join(", ")
-    );
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{why}, under CI"
-    );
-    common::skipped(&why);
-    None
-}
-
 /// `serve` on a free port of 127.0.0.1, stopped when dropped.
 struct Page {
     child: Child,
@@ -150,7 +106,10 @@ fn pinned_key(p: &Project) -> String {
 /// database holds it: approved by alice, her comment, the page's signature.
 fn a_person_decides_a_task_on_the_page_it_links(b: Backend) {
     let Some(p) = Project::on(b) else { return };
-    let Some(python) = python(true) else { return };
+    let Some(python) = common::test_python("the MCP task test", common::Needs::McpAndBrowser)
+    else {
+        return;
+    };
     let run = p.init();
     let token = add(&p, "alice");
     let key = pinned_key(&p);
@@ -222,7 +181,9 @@ fn a_person_decides_a_task_on_the_page_it_links(b: Backend) {
 /// still pending.
 fn an_answer_to_the_elicitation_is_never_a_decision(b: Backend) {
     let Some(p) = Project::on(b) else { return };
-    let Some(python) = python(false) else { return };
+    let Some(python) = common::test_python("the MCP task test", common::Needs::Mcp) else {
+        return;
+    };
     let run = p.init();
     run.cmd()
         .args(["gates", "create", "deploy", "--prompt", "Ship?"])
@@ -261,7 +222,9 @@ fn an_answer_to_the_elicitation_is_never_a_decision(b: Backend) {
 /// (which wakes the stopped wait) is not recorded as consumed; the next wait consumes it.
 fn a_cancelled_task_writes_nothing(b: Backend) {
     let Some(p) = Project::on(b) else { return };
-    let Some(python) = python(false) else { return };
+    let Some(python) = common::test_python("the MCP task test", common::Needs::Mcp) else {
+        return;
+    };
     let run = p.init();
     run.cmd().args(["bind", "draft", "v1"]).assert().success();
     run.cmd()
@@ -298,7 +261,9 @@ fn a_cancelled_task_writes_nothing(b: Backend) {
 /// the bounded tool (its 10-minute cap included).
 fn without_the_page_or_tasks_the_wait_is_the_tools(b: Backend) {
     let Some(p) = Project::on(b) else { return };
-    let Some(python) = python(false) else { return };
+    let Some(python) = common::test_python("the MCP task test", common::Needs::Mcp) else {
+        return;
+    };
     let run = p.init();
     let out = p.cmd().args(["serve", "--show-key"]).assert().success();
     let key = String::from_utf8(out.get_output().stdout.clone())
@@ -347,7 +312,9 @@ fn without_the_page_or_tasks_the_wait_is_the_tools(b: Backend) {
 /// update once the task it completes is complete). The database holds the one approval.
 fn a_host_subscribed_to_the_gate_learns_the_decision_on_its_update(b: Backend) {
     let Some(p) = Project::on(b) else { return };
-    let Some(python) = python(false) else { return };
+    let Some(python) = common::test_python("the MCP task test", common::Needs::Mcp) else {
+        return;
+    };
     let run = p.init();
     run.cmd()
         .args(["gates", "create", "deploy", "--prompt", "Ship?"])

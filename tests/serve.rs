@@ -1383,42 +1383,6 @@ fn serve_over_tls() {
     assert!(!e.contains("PRIVATE KEY"));
 }
 
-/// The Python with pinned `selenium` that `.ci/run` installs (with the MCP client), Debian's
-/// `chromium` and `chromium-driver`: all there, or the browser test is skipped, visibly, and
-/// under CI=true fails.
-pub(crate) fn browser() -> Option<std::path::PathBuf> {
-    let python = std::env::var_os("PROSE_STATE_TEST_PYTHON")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/mcp-venv/bin/python")
-        });
-    let selenium = std::process::Command::new(&python)
-        .args(["-c", "import selenium"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    let chromium = std::path::Path::new("/usr/bin/chromium").exists();
-    let driver = std::path::Path::new("/usr/bin/chromedriver").exists();
-    if selenium && chromium && driver {
-        return Some(python);
-    }
-    let why = format!(
-        "the browser test needs {}{}{} (bash .ci/run installs them)",
-        if selenium {
-            ""
-        } else {
-            "Python selenium in target/mcp-venv "
-        },
-        if chromium { "" } else { "/usr/bin/chromium " },
-        if driver { "" } else { "/usr/bin/chromedriver" }
-    );
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{why}, under CI"
-    );
-    crate::common::skipped(&why);
-    None
-}
-
 /// A person in a real browser (Chromium, driven through WebDriver by Selenium): signs in with
 /// a token, sees a gate appear in the pending list without reloading, opens it, reads the
 /// prompt as stored (markup shown as text), approves with a comment. Then `gates wait
@@ -1426,7 +1390,11 @@ pub(crate) fn browser() -> Option<std::path::PathBuf> {
 /// and a signature by the pinned key.
 #[test]
 fn a_person_approves_in_a_real_browser() {
-    let Some(python) = browser() else { return };
+    let Some(python) =
+        crate::common::test_python("the browser test", crate::common::Needs::Browser)
+    else {
+        return;
+    };
     let p = Project::new();
     let run = p.init();
     let token = add(&p, "alice");
@@ -1511,7 +1479,11 @@ fn a_person_approves_in_a_real_browser() {
 /// second it is approved. Every vote is signed, so `gates wait --require-signed` exits 0.
 #[test]
 fn two_people_approve_a_quorum_in_real_browsers() {
-    let Some(python) = browser() else { return };
+    let Some(python) =
+        crate::common::test_python("the browser test", crate::common::Needs::Browser)
+    else {
+        return;
+    };
     let p = Project::new();
     let run = p.init();
     let alice = add(&p, "alice");

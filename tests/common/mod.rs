@@ -32,6 +32,60 @@ pub fn skipped(why: &str) {
     let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
 }
 
+/// What a test driving a client no one here wrote needs (`.ci/run` installs it all).
+#[derive(Clone, Copy, PartialEq)]
+pub enum Needs {
+    /// The reference MCP client: Python with the `mcp` package.
+    Mcp,
+    /// A real browser: Python with `selenium`, Debian's `chromium` and `chromium-driver`.
+    Browser,
+    /// Both.
+    McpAndBrowser,
+}
+
+/// The Python of target/mcp-venv (PROSE_STATE_TEST_PYTHON overrides) with what `test` needs;
+/// anything missing, `test` is skipped, visibly, and under CI=true it fails.
+pub fn test_python(test: &str, needs: Needs) -> Option<PathBuf> {
+    let python = std::env::var_os("PROSE_STATE_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/mcp-venv/bin/python")
+        });
+    let imports = |module: &str| {
+        std::process::Command::new(&python)
+            .args(["-c", &format!("import {module}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let mut missing = Vec::new();
+    if needs != Needs::Browser && !imports("mcp") {
+        missing.push("Python with the `mcp` package in target/mcp-venv");
+    }
+    if needs != Needs::Mcp {
+        if !imports("selenium") {
+            missing.push("Python selenium in target/mcp-venv");
+        }
+        for binary in ["/usr/bin/chromium", "/usr/bin/chromedriver"] {
+            if !Path::new(binary).exists() {
+                missing.push(binary);
+            }
+        }
+    }
+    if missing.is_empty() {
+        return Some(python);
+    }
+    let why = format!(
+        "{test} needs {} (bash .ci/run installs them)",
+        missing.join(", ")
+    );
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{why}, under CI"
+    );
+    skipped(&why);
+    None
+}
+
 /// The home a test's commands see: inside its project, so that the audit key and anchors a
 /// test makes are its own (and the caller's `~/.prose` is never touched).
 pub fn test_home(root: &Path) -> PathBuf {
