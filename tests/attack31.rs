@@ -564,6 +564,10 @@ fn holds_concurrent_rebinds_never_slip_past_consumption(b: Backend) {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
+        // The binds start 0-40 ms after the wait, varied, so that some iterations race the
+        // wait's consumption and some find it done: a fast machine's binds must not win
+        // every race and leave nothing checked.
+        std::thread::sleep(std::time::Duration::from_millis(10 * (i % 5) as u64));
         let mut binds: Vec<_> = ["B", "A", "C"]
             .iter()
             .map(|v| {
