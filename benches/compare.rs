@@ -2549,18 +2549,26 @@ fn history_rows(root: &Path, calls: usize, rows: &mut Vec<Row>) {
     {
         let c = rusqlite::Connection::open(&on_db).unwrap();
         c.execute_batch("BEGIN").unwrap();
-        for (name, versions) in [("many", 1_000), ("one", 1)] {
+        for (name, versions) in [
+            ("many", 1_000),
+            ("one", 1),
+            ("deep", 10_000),
+            ("shallow", 1),
+        ] {
             c.execute(
                 "INSERT INTO bindings (name, kind, value) VALUES (?1, 'let', ?2)",
                 rusqlite::params![name, hundred_bytes(0)],
             )
             .unwrap();
-            for i in 1..versions {
-                c.execute(
+            let mut update = c
+                .prepare_cached(
                     "UPDATE bindings SET value = ?2 WHERE name = ?1 AND execution_id IS NULL",
-                    rusqlite::params![name, hundred_bytes(i)],
                 )
                 .unwrap();
+            for i in 1..versions {
+                update
+                    .execute(rusqlite::params![name, hundred_bytes(i)])
+                    .unwrap();
             }
         }
         c.execute_batch("COMMIT").unwrap();
@@ -2599,6 +2607,11 @@ fn history_rows(root: &Path, calls: usize, rows: &mut Vec<Row>) {
         },
     );
     rows.push(get_row("SQLite", many, one));
+    rows.push(deep_rebind_row(calls, "SQLite", &|name, i| {
+        let mut c = prose(&project, "on");
+        c.args(["bind", name, &hundred_bytes(i)]);
+        c
+    }));
 
     // 1 and 2 on PostgreSQL: two fresh databases of the server, the triggers dropped in one.
     let what = "a write with history and without, and `get`, on PostgreSQL";
@@ -2637,11 +2650,17 @@ fn history_rows(root: &Path, calls: usize, rows: &mut Vec<Row>) {
         c.batch_execute(
             "INSERT INTO openprose.bindings (name, run_id, kind, value)
                VALUES ('many', 'h', 'let', rpad('000000 ', 100, 'v')),
-                      ('one', 'h', 'let', rpad('000000 ', 100, 'v'));
+                      ('one', 'h', 'let', rpad('000000 ', 100, 'v')),
+                      ('deep', 'h', 'let', rpad('000000 ', 100, 'v')),
+                      ('shallow', 'h', 'let', rpad('000000 ', 100, 'v'));
              DO $$ BEGIN
                FOR i IN 1..999 LOOP
                  UPDATE openprose.bindings SET value = rpad(lpad(i::text, 6, '0') || ' ', 100, 'v')
                   WHERE run_id = 'h' AND name = 'many';
+               END LOOP;
+               FOR i IN 1..9999 LOOP
+                 UPDATE openprose.bindings SET value = rpad(lpad(i::text, 6, '0') || ' ', 100, 'v')
+                  WHERE run_id = 'h' AND name = 'deep';
                END LOOP;
              END $$;
              ANALYZE;",
@@ -2668,12 +2687,36 @@ fn history_rows(root: &Path, calls: usize, rows: &mut Vec<Row>) {
             },
         );
         rows.push(get_row("PostgreSQL", many, one));
+        rows.push(deep_rebind_row(calls, "PostgreSQL", &|name, i| {
+            let mut c = prose(&p_on, "h");
+            c.args(["bind", name, &hundred_bytes(i)]);
+            c
+        }));
     }
 
     // 4. Disk: against the release before history, in `history_vs_baseline` above.
 
     // 3. Fork against export + import.
     history_fork(root, rows);
+}
+
+/// A rebind of a binding with 10,000 versions in history against one of a binding that had
+/// one (`bind(name, i)`: the command for the `i`-th call): a write looks at the history's newest
+/// version only, so it must not cost more the more often the binding was rebound.
+fn deep_rebind_row(calls: usize, backend: &str, bind: &dyn Fn(&str, usize) -> Command) -> Row {
+    eprintln!("  a rebind of a binding with 10,000 versions, {backend}…");
+    let (deep, shallow) = side_by_side(calls, &|i| bind("deep", i), &|i| bind("shallow", i));
+    let ratio = deep.as_secs_f64() / shallow.as_secs_f64();
+    Row {
+        what: format!(
+            "`bind` rebinding a binding with 10,000 versions in history, vs one that had 1 before the first call, {backend} (same run), median of {calls}"
+        ),
+        ours: ms(deep),
+        raw: format!("{} (1 version, then one more a call)", ms(shallow)),
+        ratio: format!("{ratio:.3}"),
+        target: "≈ 1.00 (a write does not grow with its binding's history)".into(),
+        met: if ratio <= 1.10 { "yes" } else { "no" }.into(),
+    }
 }
 
 /// A SQLite database's size once its log is checkpointed into it and it is vacuumed.

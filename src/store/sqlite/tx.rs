@@ -112,12 +112,15 @@ impl Tx for SqliteTx<'_> {
     ) -> Result<Option<crate::store::BindingHead>> {
         let scope = execution_id.unwrap_or(-1);
         // One row, the binding or not: its head, and its history's newest row (for the
-        // write that may follow: see `put_binding_as`).
+        // write that may follow: see `put_binding_as`). The newest row is the one of the
+        // highest `n`, which the index on (name, scope, n) finds in one seek: `MAX(seq)` read
+        // every version of the binding, so a write cost more the more it had been rebound.
         let (head, kept) = self
             .opt(
                 "SELECT b.kind, b.attachment_path, b.version, h.seq
-                   FROM (SELECT MAX(seq) AS seq FROM binding_history
-                          WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2) h
+                   FROM (SELECT (SELECT seq FROM binding_history
+                                  WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2
+                                  ORDER BY n DESC LIMIT 1) AS seq) h
                    LEFT JOIN bindings b ON b.name = ?1 AND IFNULL(b.execution_id, -1) = ?2",
                 params![name, scope],
                 |r| {
@@ -166,8 +169,9 @@ impl Tx for SqliteTx<'_> {
         let head = match self.seen.history_head.take() {
             Some((n, s, head)) if n == name && s == scope => head,
             _ => self.one(
-                "SELECT MAX(seq) FROM binding_history
-                  WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2",
+                "SELECT (SELECT seq FROM binding_history
+                          WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2
+                          ORDER BY n DESC LIMIT 1)",
                 params![name, scope],
                 |r| r.get(0),
             )?,
@@ -178,8 +182,9 @@ impl Tx for SqliteTx<'_> {
         let version = self.opt(
             "UPDATE binding_history SET principal = ?3, delta = ?4,
                  value = CASE WHEN ?4 IS NULL THEN value END
-             WHERE seq = (SELECT MAX(seq) FROM binding_history
-                           WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2)
+             WHERE seq = (SELECT seq FROM binding_history
+                           WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2
+                           ORDER BY n DESC LIMIT 1)
                AND seq > IFNULL(?5, 0) AND principal IS NULL
              RETURNING (SELECT version FROM bindings
                          WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2)",
