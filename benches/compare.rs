@@ -14,7 +14,8 @@
 //!   `PROSE_BENCH_LIVE_WINDOW_S` (the idle window, 60) after `PROSE_BENCH_LIVE_OFFSET_S` (15),
 //!   `PROSE_BENCH_LIVE_NOTIFY_CALLS` (approvals each side of the NOTIFY row, 200);
 //!   `PROSE_BENCH_ONLY=live-mcp-task` runs only the MCP task's decision-to-wake rows,
-//!   `PROSE_BENCH_ONLY=live-notify` only the NOTIFY's cost.
+//!   `PROSE_BENCH_ONLY=live-notify` only the NOTIFY's cost; `PROSE_BENCH_ONLY=history-write`
+//!   only the `history` group's write and disk cost against `PROSE_BENCH_BASELINE_BIN`.
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
@@ -4224,6 +4225,11 @@ fn main() {
         eprintln!("binding history and fork…");
         let calls = env_usize("PROSE_BENCH_HISTORY_CALLS", 200);
         history_rows(root, calls, &mut rows);
+    }
+    if only.as_deref() == Some("history-write") {
+        eprintln!("a write with history against the release before it…");
+        let calls = env_usize("PROSE_BENCH_HISTORY_CALLS", 200);
+        history_vs_baseline(root, calls, &mut rows);
     }
     if wanted("live") {
         eprintln!("live state: decision-to-wake, idle waiters, the NOTIFY…");
