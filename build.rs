@@ -3,8 +3,9 @@
 //!
 //! Every command is a process of its own, so start-up is the hot path. A position-independent
 //! binary is relocated as it starts: about 10,800 relative relocations, 260 KiB of table read
-//! at every start. Packed, the table is 2.7 KiB, and a `bind` is about 10 % faster (36 page
-//! faults fewer; `benches/RESULTS.md`, 2026-11-25).
+//! at every start. Packed, the table is 2.7 KiB: a `bind` run again and again takes 36 page
+//! faults fewer (2.02 -> 1.79 ms); run after other programs, about 5 fewer, within the noise
+//! in time (`benches/RESULTS.md`, 2026-11-24 23:59).
 //!
 //! glibc applies packed relocations from 2.36 on. An older glibc, statically linked, would start
 //! a binary whose pointers were never relocated, so the flag is passed only when the glibc this
