@@ -340,11 +340,7 @@ fn past_64_streams_the_server_answers_503_and_still_serves_pages(b: Backend) {
         .args(["gates", "create", "g", "--prompt", "Ship?"])
         .assert()
         .success();
-    let s = Server::of(
-        p.std_cmd()
-            .args(["serve", "--listen", "127.0.0.1:0", "--max-connections", "2"]),
-        "http",
-    );
+    let s = Server::with(&p, &["--max-connections", "2"]);
     let cookie = s.login(&alice);
     let run_events = format!("/runs/{}/events", run.id);
     let open = || -> Vec<_> {
@@ -431,18 +427,7 @@ fn slow_clients_on_the_event_endpoints_hold_up_no_one(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
     let alice = add(&p, "alice");
-    let s = Server::of(
-        p.std_cmd().args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--max-connections",
-            "2",
-            "--header-timeout",
-            "1",
-        ]),
-        "http",
-    );
+    let s = Server::with(&p, &["--max-connections", "2", "--header-timeout", "1"]);
     let cookie = s.login(&alice);
     // Streams opened and never read.
     let unread: Vec<_> = (0..4)

@@ -4,48 +4,11 @@
 //! database itself is checked.
 
 use crate::common::{self, on_both, Backend, Project, BIN};
-use crate::serve::add;
+use crate::serve::{add, pinned_key, show_key, Server};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// `serve` on a free port of 127.0.0.1, stopped when dropped.
-struct Page {
-    child: Child,
-    url: String,
-}
-
-impl Page {
-    fn start(p: &Project) -> Page {
-        let mut child = p
-            .std_cmd()
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("no address in {line:?}"))
-            .trim_end_matches('/')
-            .to_string();
-        Page { child, url }
-    }
-}
-
-impl Drop for Page {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Runs the fixture in the project root, killed if it has not ended within four minutes
 /// (each of its own waits is bounded well within that); its one JSON line.
@@ -87,19 +50,6 @@ fn fixture(p: &Project, python: &PathBuf, args: &[&str], serve_url: Option<&str>
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// The page's key, pinned (`principals require --signed`): decisions must be signed by it.
-fn pinned_key(p: &Project) -> String {
-    p.cmd()
-        .args(["principals", "require", "--signed"])
-        .assert()
-        .success();
-    let out = p.cmd().args(["serve", "--show-key"]).assert().success();
-    String::from_utf8(out.get_output().stdout.clone())
-        .unwrap()
-        .trim()
-        .to_string()
-}
-
 /// A task-mode `gates_wait` (with `require_signed`) is `input_required` with a URL
 /// elicitation of the gate's page; the client's handler opens it in Chromium, where alice
 /// signs in with her token and approves. The task completes with the signed decision, and the
@@ -123,7 +73,8 @@ fn a_person_decides_a_task_on_the_page_it_links(b: Backend) {
         ])
         .assert()
         .success();
-    let page = Page::start(&p);
+    let page = Server::start(&p);
+    let page_url = format!("http://127.0.0.1:{}", page.port);
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/task_approve.py");
     let out = fixture(
         &p,
@@ -135,7 +86,7 @@ fn a_person_decides_a_task_on_the_page_it_links(b: Backend) {
             script.to_str().unwrap(),
             &token,
         ],
-        Some(&page.url),
+        Some(&page_url),
     );
     drop(page);
     assert_eq!(out["result"]["status"], "approved", "{out}");
@@ -265,11 +216,7 @@ fn without_the_page_or_tasks_the_wait_is_the_tools(b: Backend) {
         return;
     };
     let run = p.init();
-    let out = p.cmd().args(["serve", "--show-key"]).assert().success();
-    let key = String::from_utf8(out.get_output().stdout.clone())
-        .unwrap()
-        .trim()
-        .to_string();
+    let key = show_key(&p);
     run.cmd()
         .args(["gates", "create", "deploy", "--prompt", "Ship?"])
         .assert()

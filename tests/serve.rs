@@ -138,8 +138,15 @@ fn launch(cmd: &mut std::process::Command) -> (Child, String) {
 
 impl Server {
     pub(crate) fn start(p: &Project) -> Server {
+        Server::with(p, &[])
+    }
+
+    /// `serve --listen 127.0.0.1:0` in `p` with these further arguments, reached over http.
+    pub(crate) fn with(p: &Project, args: &[&str]) -> Server {
         Server::of(
-            p.std_cmd().args(["serve", "--listen", "127.0.0.1:0"]),
+            p.std_cmd()
+                .args(["serve", "--listen", "127.0.0.1:0"])
+                .args(args),
             "http",
         )
     }
@@ -289,6 +296,30 @@ pub(crate) fn csrf_of(body: &str) -> String {
     body[at..at + 64].to_string()
 }
 
+/// The page's key, as `serve --show-key` prints it.
+pub(crate) fn show_key(p: &Project) -> String {
+    let out = p.cmd().args(["serve", "--show-key"]).assert().success();
+    String::from_utf8(out.get_output().stdout.clone())
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// The page's key, pinned (`principals require --signed`): decisions must be signed by it.
+pub(crate) fn pinned_key(p: &Project) -> String {
+    p.cmd()
+        .args(["principals", "require", "--signed"])
+        .assert()
+        .success();
+    show_key(p)
+}
+
+/// The prompt hash a page's decision form carries.
+fn prompt_hash_of(body: &str) -> String {
+    let at = body.find("name=\"prompt_hash\" value=\"").unwrap() + 26;
+    body[at..at + 71].to_string()
+}
+
 pub(crate) fn add(p: &Project, name: &str) -> String {
     let a = p.cmd().args(["principals", "add", name]).assert().success();
     String::from_utf8(a.get_output().stdout.clone())
@@ -310,8 +341,7 @@ fn approve_as_shown(s: &Server, cookie: &str, run: &Run, g: &str) {
 
 /// An approval posted with the form a page showed (`page`), whenever it is posted.
 fn post_as_shown(s: &Server, cookie: &str, run: &Run, g: &str, page: &str) -> Reply {
-    let at = page.find("name=\"prompt_hash\" value=\"").unwrap() + 26;
-    let hash = page[at..at + 71].to_string();
+    let hash = prompt_hash_of(page);
     let inputs = page
         .find("name=\"inputs_hash\" value=\"")
         .map(|at| page[at + 26..at + 26 + 71].to_string())
@@ -329,6 +359,34 @@ fn post_as_shown(s: &Server, cookie: &str, run: &Run, g: &str, page: &str) -> Re
             ("inputs_hash", &inputs),
             ("instance", &view_of(page).0),
             ("view", &view_of(page).1),
+        ],
+    )
+}
+
+/// A decision posted with the form a page showed (`page`): its CSRF token, prompt hash,
+/// instance and view, with `action` and `comment` (and no inputs hash).
+fn decide_as_shown(
+    s: &Server,
+    cookie: &str,
+    run: &Run,
+    g: &str,
+    page: &str,
+    action: &str,
+    comment: &str,
+) -> Reply {
+    let (instance, view) = view_of(page);
+    decide(
+        s,
+        cookie,
+        run,
+        g,
+        &[
+            ("csrf", &csrf_of(page)),
+            ("action", action),
+            ("comment", comment),
+            ("prompt_hash", &prompt_hash_of(page)),
+            ("instance", &instance),
+            ("view", &view),
         ],
     )
 }
@@ -571,10 +629,7 @@ fn a_signed_in_principal_lists_reads_and_decides_a_gate(b: Backend) {
     assert!(page.body.contains("approve deploy"), "the run's recent log");
     assert!(page.body.contains("data-deadline="), "the countdown");
     let csrf = csrf_of(&page.body);
-    let hash = {
-        let at = page.body.find("name=\"prompt_hash\" value=\"").unwrap() + 26;
-        page.body[at..at + 71].to_string()
-    };
+    let hash = prompt_hash_of(&page.body);
     assert!(hash.starts_with("sha256:"), "{hash}");
     let (instance, view) = view_of(&page.body);
     // A principal field in the form is not who decides: the session's principal is.
@@ -718,10 +773,7 @@ fn refusals_over_http_change_nothing(b: Backend) {
     let cookie = s.login(&alice);
     let page = s.get(&gate_path(&run, "mine"), Some(&cookie));
     let csrf = csrf_of(&page.body);
-    let hash = {
-        let at = page.body.find("name=\"prompt_hash\" value=\"").unwrap() + 26;
-        page.body[at..at + 71].to_string()
-    };
+    let hash = prompt_hash_of(&page.body);
     // (The page's view is audit-logged, as a `gates show` is.)
     assert_eq!(run.view().events("mine").last().unwrap().2["client"], "web");
     // CSRF: missing, wrong, another session's. Refused, and audit-logged on the gate as
@@ -964,8 +1016,7 @@ fn twenty_deciders(b: Backend, signed: bool) {
         .map(|t| {
             let cookie = s.login(t);
             let page = s.get(&gate_path(&run, "race"), Some(&cookie));
-            let at = page.body.find("name=\"prompt_hash\" value=\"").unwrap() + 26;
-            let hash = page.body[at..at + 71].to_string();
+            let hash = prompt_hash_of(&page.body);
             (cookie, csrf_of(&page.body), hash, view_of(&page.body))
         })
         .collect();
@@ -1196,22 +1247,7 @@ fn signed_decisions_verify_and_unsigned_or_altered_ones_do_not(b: Backend) {
     );
     let cookie = other.login(&alice);
     let page = other.get(&gate_path(&run, "three"), Some(&cookie));
-    let at = page.body.find("name=\"prompt_hash\" value=\"").unwrap() + 26;
-    let hash = page.body[at..at + 71].to_string();
-    let r = decide(
-        &other,
-        &cookie,
-        &run,
-        "three",
-        &[
-            ("csrf", &csrf_of(&page.body)),
-            ("action", "reject"),
-            ("comment", "no"),
-            ("prompt_hash", &hash),
-            ("instance", &view_of(&page.body).0),
-            ("view", &view_of(&page.body).1),
-        ],
-    );
+    let r = decide_as_shown(&other, &cookie, &run, "three", &page.body, "reject", "no");
     assert_eq!(r.status, 303, "{}", r.body);
     drop(other);
     assert_eq!(wait("three", &["--key", &key]), 10);
@@ -1398,22 +1434,7 @@ fn a_person_approves_in_a_real_browser() {
     let p = Project::new();
     let run = p.init();
     let token = add(&p, "alice");
-    p.cmd()
-        .args(["principals", "require", "--signed"])
-        .assert()
-        .success();
-    let key = String::from_utf8(
-        p.cmd()
-            .args(["serve", "--show-key"])
-            .assert()
-            .success()
-            .get_output()
-            .stdout
-            .clone(),
-    )
-    .unwrap()
-    .trim()
-    .to_string();
+    let key = pinned_key(&p);
     let s = Server::start(&p);
     let script =
         std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/approve.py");
@@ -1573,18 +1594,7 @@ fn every_vote_a_quorum_counts_must_be_signed(b: Backend) {
             .assert()
             .success();
     }
-    let key = String::from_utf8(
-        p.cmd()
-            .args(["serve", "--show-key"])
-            .assert()
-            .success()
-            .get_output()
-            .stdout
-            .clone(),
-    )
-    .unwrap()
-    .trim()
-    .to_string();
+    let key = show_key(&p);
     let s = Server::start(&p);
     let approve = |token: &str, g: &str| {
         let cookie = s.login(token);
@@ -2163,18 +2173,7 @@ fn slow_clients_are_timed_out_and_connections_capped(b: Backend) {
         let a = p.cmd().arg("serve").args(bad).assert();
         assert_eq!(code(&a), 2, "{bad:?}");
     }
-    let s = Server::of(
-        p.std_cmd().args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--max-connections",
-            "4",
-            "--header-timeout",
-            "1",
-        ]),
-        "http",
-    );
+    let s = Server::with(&p, &["--max-connections", "4", "--header-timeout", "1"]);
     let cookie = s.login(&alice);
     let before = run.snapshot();
     let pid = s.child.id();
@@ -2387,23 +2386,8 @@ fn the_page_refuses_a_self_approval_and_logs_it(b: Backend) {
     let cookie = s.login(&alice);
     let page = s.get(&gate_path(&run, "ship"), Some(&cookie));
     assert!(page.body.contains("id=\"own\""), "{}", page.body);
-    let at = page.body.find("name=\"prompt_hash\" value=\"").unwrap() + 26;
-    let hash = page.body[at..at + 71].to_string();
     let before = run.before_refusal("ship");
-    let r = decide(
-        &s,
-        &cookie,
-        &run,
-        "ship",
-        &[
-            ("csrf", &csrf_of(&page.body)),
-            ("action", "approve"),
-            ("comment", ""),
-            ("prompt_hash", &hash),
-            ("instance", &view_of(&page.body).0),
-            ("view", &view_of(&page.body).1),
-        ],
-    );
+    let r = decide_as_shown(&s, &cookie, &run, "ship", &page.body, "approve", "");
     assert_ne!(r.status, 303, "{}", r.body);
     assert!(r.body.contains("separation of duties"), "{}", r.body);
     let refused = run.refused(&before, 1, "a self-approval on the page");
@@ -2458,11 +2442,7 @@ fn a_decision_made_elsewhere_reaches_an_open_page_by_its_event_stream(b: Backend
         .args(["gates", "create", "g", "--prompt", "Ship?"])
         .assert()
         .success();
-    let s = Server::of(
-        p.std_cmd()
-            .args(["serve", "--listen", "127.0.0.1:0", "--max-connections", "2"]),
-        "http",
-    );
+    let s = Server::with(&p, &["--max-connections", "2"]);
     let cookie = s.login(&alice);
     let page = s.get(&gate_path(&run, "g"), Some(&cookie));
     let events = format!("/runs/{}/events", run.id);
