@@ -8,7 +8,8 @@
 
 use crate::common::*;
 use crate::serve::{
-    add, closed_by_server, connections_held, csrf_of, gate_path, urlencode, Server,
+    add, closed_by_server, connections_held, csrf_of, gate_g_for_alice, gate_path,
+    heard_until_change, in_browser, urlencode, Server,
 };
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -90,29 +91,19 @@ fn in_a_browser(b: Backend, mode: &str) {
             .filter(|e| e.0 == "viewed")
             .count()
     };
-    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/live.py");
-    let mut child = std::process::Command::new(&python)
-        .arg(&script)
-        .args([
+    let (lines, err) = in_browser(
+        &python,
+        "live.py",
+        &[
             &format!("http://127.0.0.1:{}", s.port),
             &token,
             &run.id,
             "deploy",
             "other",
             mode,
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut lines = Vec::new();
-    let mut line = String::new();
-    while out.read_line(&mut line).unwrap() > 0 {
-        lines.push(line.trim_end().to_string());
-        if line.trim_end() == "READY" {
+        ],
+        Stdio::piped(),
+        |stdin| {
             assert_eq!(views(&run), 1, "the gate's page was loaded once");
             run.cmd()
                 .args(["approve", "deploy", "--as", "bob", "--yes"])
@@ -121,18 +112,8 @@ fn in_a_browser(b: Backend, mode: &str) {
             if let Some(mut i) = stdin.take() {
                 writeln!(i, "APPROVED").unwrap();
             }
-        }
-        line.clear();
-    }
-    let status = child.wait().unwrap();
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    assert!(status.success(), "{lines:?}\n{err}");
+        },
+    );
     for want in [
         "GATE_PAGE approved",
         "NOTE Decided by bob while this page was open; reload it for the whole history.",
@@ -217,13 +198,9 @@ fn error_line(body: &str) -> &str {
 /// (401), the same for a run that exists and one that does not: nothing names a run, no
 /// stream is opened, nothing is written.
 fn streams_without_a_session_are_refused_and_name_no_run(b: Backend) {
-    let Some(p) = Project::on(b) else { return };
-    let run = p.init();
-    add(&p, "alice");
-    run.cmd()
-        .args(["gates", "create", "g", "--prompt", "Ship?"])
-        .assert()
-        .success();
+    let Some((p, run, _)) = gate_g_for_alice(b, "Ship?") else {
+        return;
+    };
     let s = Server::start(&p);
     let before = run.snapshot();
     let mut bodies = std::collections::BTreeSet::new();
@@ -256,13 +233,9 @@ fn streams_without_a_session_are_refused_and_name_no_run(b: Backend) {
 /// with one line; a control character raw in the request is 400 before any page is reached.
 /// Nothing is written, and every refused stream gave its place back.
 fn a_run_in_a_stream_url_is_a_run_id_and_nothing_else(b: Backend) {
-    let Some(p) = Project::on(b) else { return };
-    let run = p.init();
-    let alice = add(&p, "alice");
-    run.cmd()
-        .args(["gates", "create", "g", "--prompt", "Ship?"])
-        .assert()
-        .success();
+    let Some((p, run, alice)) = gate_g_for_alice(b, "Ship?") else {
+        return;
+    };
     let s = Server::start(&p);
     let cookie = s.login(&alice);
     let before = run.snapshot();
@@ -333,13 +306,9 @@ fn a_run_in_a_stream_url_is_a_run_id_and_nothing_else(b: Backend) {
 /// all 64 are served again soon after (how soon is printed, not asserted; at most 15 s, less
 /// than a ping's 25, is waited). Every one of the 64 hears the decision made elsewhere.
 fn past_64_streams_the_server_answers_503_and_still_serves_pages(b: Backend) {
-    let Some(p) = Project::on(b) else { return };
-    let run = p.init();
-    let alice = add(&p, "alice");
-    run.cmd()
-        .args(["gates", "create", "g", "--prompt", "Ship?"])
-        .assert()
-        .success();
+    let Some((p, run, alice)) = gate_g_for_alice(b, "Ship?") else {
+        return;
+    };
     let s = Server::with(&p, &["--max-connections", "2"]);
     let cookie = s.login(&alice);
     let run_events = format!("/runs/{}/events", run.id);
@@ -405,15 +374,7 @@ fn past_64_streams_the_server_answers_503_and_still_serves_pages(b: Backend) {
         .assert()
         .success();
     for (i, r) in streams.iter_mut().enumerate() {
-        let mut heard = String::new();
-        let mut line = String::new();
-        while !heard.contains("event: change") {
-            line.clear();
-            if r.read_line(&mut line).unwrap_or(0) == 0 {
-                break;
-            }
-            heard.push_str(&line);
-        }
+        let heard = heard_until_change(r);
         assert!(heard.contains("event: change"), "stream {i}: {heard}");
     }
 }
@@ -566,12 +527,7 @@ fn a_stream_ends_with_its_session(b: Backend) {
             ])
             .assert()
             .success();
-        let mut heard = String::new();
-        let mut line = String::new();
-        while !heard.contains("event: change") && theirs.read_line(&mut line).unwrap_or(0) > 0 {
-            heard.push_str(&line);
-            line.clear();
-        }
+        let heard = heard_until_change(&mut theirs);
         assert!(heard.contains("event: change"), "{heard}");
         for (i, mut r) in mine.into_iter().enumerate() {
             // The headers were read up to the status line; the rest, to the connection's end.

@@ -296,6 +296,78 @@ pub(crate) fn csrf_of(body: &str) -> String {
     body[at..at + 64].to_string()
 }
 
+/// A project on `b` with one run, alice's token, and a gate `g` (`prompt`) waiting in the
+/// run: None when the backend cannot be had.
+pub(crate) fn gate_g_for_alice(b: Backend, prompt: &str) -> Option<(Project, Run, String)> {
+    let p = Project::on(b)?;
+    let run = p.init();
+    let alice = add(&p, "alice");
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", prompt])
+        .assert()
+        .success();
+    Some((p, run, alice))
+}
+
+/// What an event stream sends up to its first `change` event, or to its end if none comes.
+pub(crate) fn heard_until_change(r: &mut impl BufRead) -> String {
+    let mut heard = String::new();
+    let mut line = String::new();
+    while !heard.contains("event: change") {
+        line.clear();
+        if r.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        heard.push_str(&line);
+    }
+    heard
+}
+
+/// Runs tests/browser/`script` with the test Python `python` and `args`, `stdin` as given,
+/// calling `on_ready` (with the script's stdin, if piped) each time it prints READY; once it
+/// has ended, well (else the test fails with what it printed), its stdout's lines and its
+/// stderr.
+pub(crate) fn in_browser(
+    python: &std::path::Path,
+    script: &str,
+    args: &[&str],
+    stdin: Stdio,
+    mut on_ready: impl FnMut(&mut Option<std::process::ChildStdin>),
+) -> (Vec<String>, String) {
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/browser")
+        .join(script);
+    let mut child = std::process::Command::new(python)
+        .arg(&script)
+        .args(args)
+        .stdin(stdin)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    while out.read_line(&mut line).unwrap() > 0 {
+        lines.push(line.trim_end().to_string());
+        if line.trim_end() == "READY" {
+            on_ready(&mut stdin);
+        }
+        line.clear();
+    }
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(status.success(), "{lines:?}\n{err}");
+    (lines, err)
+}
+
 /// The page's key, as `serve --show-key` prints it.
 pub(crate) fn show_key(p: &Project) -> String {
     let out = p.cmd().args(["serve", "--show-key"]).assert().success();
@@ -1436,21 +1508,12 @@ fn a_person_approves_in_a_real_browser() {
     let token = add(&p, "alice");
     let key = pinned_key(&p);
     let s = Server::start(&p);
-    let script =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/approve.py");
-    let mut child = std::process::Command::new(&python)
-        .arg(&script)
-        .args([&format!("http://127.0.0.1:{}", s.port), &token, "deploy"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut lines = Vec::new();
-    let mut line = String::new();
-    while out.read_line(&mut line).unwrap() > 0 {
-        lines.push(line.trim_end().to_string());
-        if line.trim_end() == "READY" {
+    let (lines, err) = in_browser(
+        &python,
+        "approve.py",
+        &[&format!("http://127.0.0.1:{}", s.port), &token, "deploy"],
+        Stdio::inherit(),
+        |_| {
             run.cmd()
                 .args([
                     "gates",
@@ -1461,18 +1524,8 @@ fn a_person_approves_in_a_real_browser() {
                 ])
                 .assert()
                 .success();
-        }
-        line.clear();
-    }
-    let status = child.wait().unwrap();
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    assert!(status.success(), "{lines:?}\n{err}");
+        },
+    );
     assert!(lines.contains(&"DONE".to_string()), "{lines:?}\n{err}");
     assert!(
         lines.contains(&"PROMPT Ship <b>v2</b> to production?".to_string()),
@@ -1824,13 +1877,9 @@ fn a_run_in_a_url_is_a_run_id_of_this_project(b: Backend) {
 /// type, a body that is not a form, one too large. Each is 400 (413 too large) with a line
 /// saying why, as docs/approval-page.md says, and writes nothing.
 fn malformed_forms_are_400_and_change_nothing(b: Backend) {
-    let Some(p) = Project::on(b) else { return };
-    let run = p.init();
-    let alice = add(&p, "alice");
-    run.cmd()
-        .args(["gates", "create", "g", "--prompt", "Go?"])
-        .assert()
-        .success();
+    let Some((p, run, alice)) = gate_g_for_alice(b, "Go?") else {
+        return;
+    };
     let s = Server::start(&p);
     let cookie = s.login(&alice);
     let page = s.get(&gate_path(&run, "g"), Some(&cookie));
@@ -2435,13 +2484,9 @@ fn the_page_shows_a_gates_escalation_and_next_reminder(b: Backend) {
 /// outside the connection cap: with `--max-connections 2`, three streams and a page are served.
 fn a_decision_made_elsewhere_reaches_an_open_page_by_its_event_stream(b: Backend) {
     use std::io::{BufRead, BufReader, Write as _};
-    let Some(p) = Project::on(b) else { return };
-    let run = p.init();
-    let alice = add(&p, "alice");
-    run.cmd()
-        .args(["gates", "create", "g", "--prompt", "Ship?"])
-        .assert()
-        .success();
+    let Some((p, run, alice)) = gate_g_for_alice(b, "Ship?") else {
+        return;
+    };
     let s = Server::with(&p, &["--max-connections", "2"]);
     let cookie = s.login(&alice);
     let page = s.get(&gate_path(&run, "g"), Some(&cookie));
@@ -2475,15 +2520,7 @@ fn a_decision_made_elsewhere_reaches_an_open_page_by_its_event_stream(b: Backend
         .assert()
         .success();
     for r in &mut streams {
-        let mut heard = String::new();
-        let mut line = String::new();
-        while !heard.contains("event: change") {
-            line.clear();
-            if r.read_line(&mut line).unwrap_or(0) == 0 {
-                break;
-            }
-            heard.push_str(&line);
-        }
+        let heard = heard_until_change(r);
         assert!(heard.contains("event: change"), "{heard}");
     }
     let status = s.get(&format!("{}/status", gate_path(&run, "g")), Some(&cookie));
