@@ -20,20 +20,14 @@ fn reference_client_drives_a_program(backend: Backend) {
     else {
         return;
     };
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp_client.py");
-    let mut c = std::process::Command::new(python);
-    c.arg(script)
+    let out = common::mcp_client(&p, &python, "mcp_client.py")
         .arg(BIN)
         .arg(match backend {
             Backend::Sqlite => "sqlite",
             Backend::Postgres => "postgres",
         })
-        .current_dir(p.root())
-        .env("HOME", common::test_home(p.root()));
-    for var in common::CLEARED_ENV {
-        c.env_remove(var);
-    }
-    let out = c.output().unwrap();
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "client failed:\n{}\n{}",

@@ -5,7 +5,6 @@
 use crate::common::{self, count_rows, on_both, Backend, Project, BIN};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 on_both!(an_agent_reads_and_subscribes_to_a_run);
@@ -25,24 +24,17 @@ fn an_agent_reads_and_subscribes_to_a_run(backend: Backend) {
     };
     let run = p.init();
     let other = p.init();
-    let script =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp_resources_client.py");
-    let mut c = Command::new(python);
-    c.arg(script)
+    let mut child = common::mcp_client(&p, &python, "mcp_resources_client.py")
         .args([BIN, &run.id, &other.id])
         .arg(match backend {
             Backend::Sqlite => "sqlite",
             Backend::Postgres => "postgres",
         })
-        .current_dir(p.root())
-        .env("HOME", common::test_home(p.root()))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for var in common::CLEARED_ENV {
-        c.env_remove(var);
-    }
-    let mut child = c.spawn().unwrap();
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     // The client bounds its own waits; this bounds the whole, should it hang anyway.
     let killer = {
         let id = child.id();

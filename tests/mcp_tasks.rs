@@ -7,27 +7,19 @@ use crate::common::{self, on_both, Backend, Project, BIN};
 use crate::serve::{add, pinned_key, show_key, Server};
 use serde_json::Value;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// Runs the fixture in the project root, killed if it has not ended within four minutes
 /// (each of its own waits is bounded well within that); its one JSON line.
-fn fixture(p: &Project, python: &PathBuf, args: &[&str], serve_url: Option<&str>) -> Value {
-    let script =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mcp_task_client.py");
-    let mut c = Command::new(python);
-    c.arg(script)
-        .arg(args[0])
+fn fixture(p: &Project, python: &std::path::Path, args: &[&str], serve_url: Option<&str>) -> Value {
+    let mut c = common::mcp_client(p, python, "mcp_task_client.py");
+    c.arg(args[0])
         .arg(BIN)
         .args(&args[1..])
-        .current_dir(p.root())
-        .env("HOME", common::test_home(p.root()))
         .env_remove("PROSE_SERVE_URL")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    for var in common::CLEARED_ENV {
-        c.env_remove(var);
-    }
     if let Some(url) = serve_url {
         c.env("PROSE_SERVE_URL", url);
     }

@@ -86,6 +86,24 @@ pub fn test_python(test: &str, needs: Needs) -> Option<PathBuf> {
     None
 }
 
+/// The test Python (see [`test_python`]) running tests/fixtures/`script`, a client built on
+/// the reference MCP SDK, in `p`'s root: HOME the project's [`test_home`], [`CLEARED_ENV`]
+/// cleared. The caller adds the script's arguments and its pipes.
+pub fn mcp_client(p: &Project, python: &Path, script: &str) -> std::process::Command {
+    let mut c = std::process::Command::new(python);
+    c.arg(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(script),
+    )
+    .current_dir(p.root())
+    .env("HOME", test_home(p.root()));
+    for var in CLEARED_ENV {
+        c.env_remove(var);
+    }
+    c
+}
+
 /// The home a test's commands see: inside its project, so that the audit key and anchors a
 /// test makes are its own (and the caller's `~/.prose` is never touched).
 pub fn test_home(root: &Path) -> PathBuf {
