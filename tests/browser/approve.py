@@ -6,27 +6,23 @@ comment, and waits for the page to show it approved. Prints READY once signed in
 watching (the test then opens the gate), PROMPT <text> as the page shows it, and DONE.
 """
 
+import os
 import sys
 
-from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
-from selenium.webdriver.chrome.options import Options
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+# The shared steps (prose_browser.py) sit beside this script; importing them leaves no
+# __pycache__ in the checkout.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True
+from prose_browser import approve_shown, chromium, sign_in  # noqa: E402
+
 base, token, gate = sys.argv[1:4]
-options = Options()
-options.binary_location = "/usr/bin/chromium"
-for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
-    options.add_argument(flag)
-# The Debian driver, never one fetched from the network.
-driver = webdriver.Chrome(service=Service(executable_path="/usr/bin/chromedriver"), options=options)
+driver = chromium()
 try:
-    driver.get(base + "/login")
-    driver.find_element(By.ID, "token").send_keys(token)
-    driver.find_element(By.CSS_SELECTOR, "form[action='/login'] button").click()
-    WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.ID, "live"))
+    sign_in(driver, base, token)
     assert "Nothing is waiting" in driver.find_element(By.ID, "pending").text
     # A mark on this page: still there when the gate shows up, so the page was not reloaded.
     driver.execute_script("window.__watching = true;")
@@ -44,13 +40,6 @@ try:
     href = WebDriverWait(driver, 30, poll_frequency=0.2).until(gate_link)
     assert driver.execute_script("return window.__watching === true;"), "the list was reloaded"
     driver.get(href)
-    WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.ID, "approve"))
-    print("PROMPT " + driver.find_element(By.ID, "prompt").text, flush=True)
-    driver.find_element(By.ID, "approve-comment").send_keys("checked in the browser")
-    driver.find_element(By.CSS_SELECTOR, "#approve button").click()
-    WebDriverWait(driver, 20).until(
-        lambda d: not d.find_elements(By.ID, "approve") and "approved" in d.page_source
-    )
-    print("DONE", flush=True)
+    approve_shown(driver, "checked in the browser")
 finally:
     driver.quit()

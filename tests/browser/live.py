@@ -18,15 +18,19 @@ was committed (SHOWN_AFTER / DROPPED_AFTER, for information only: nothing assert
 and DONE.
 """
 
+import os
 import sys
 import time
 
-from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
-from selenium.webdriver.chrome.options import Options
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
+
+# The shared steps (prose_browser.py) sit beside this script; importing them leaves no
+# __pycache__ in the checkout.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True
+from prose_browser import chromium, sign_in  # noqa: E402
 
 base, token, run, gate, other, mode = sys.argv[1:7]
 assert mode in ("events", "no-eventsource", "bound"), mode
@@ -46,12 +50,7 @@ else:
       })();
     """
 
-options = Options()
-options.binary_location = "/usr/bin/chromium"
-for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
-    options.add_argument(flag)
-# The Debian driver, never one fetched from the network.
-driver = webdriver.Chrome(service=Service(executable_path="/usr/bin/chromedriver"), options=options)
+driver = chromium()
 
 
 def prepare():
@@ -78,10 +77,7 @@ def listed(d):
 
 try:
     prepare()
-    driver.get(base + "/login")
-    driver.find_element(By.ID, "token").send_keys(token)
-    driver.find_element(By.CSS_SELECTOR, "form[action='/login'] button").click()
-    WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.ID, "live"))
+    sign_in(driver, base, token)
     # Both gates listed (the list is swapped as its stream opens, or at each poll).
     WebDriverWait(driver, 20, poll_frequency=0.1).until(lambda d: listed(d) == sorted([gate, other]))
     WebDriverWait(driver, 20, poll_frequency=0.1).until(streams_settled)

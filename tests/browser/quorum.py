@@ -7,33 +7,25 @@ first person's vote is counted and the gate waits for one more (prints PROGRESS 
 VOTED <note>); after the second it shows the gate approved. Prints DONE at the end.
 """
 
+import os
 import sys
 
-from selenium import webdriver
-from selenium.webdriver.chrome.options import Options
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
+
+# The shared steps (prose_browser.py) sit beside this script; importing them leaves no
+# __pycache__ in the checkout.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True
+from prose_browser import chromium, sign_in  # noqa: E402
 
 base, path, *tokens = sys.argv[1:]
 
 
-def browser():
-    options = Options()
-    options.binary_location = "/usr/bin/chromium"
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
-        options.add_argument(flag)
-    # The Debian driver, never one fetched from the network.
-    return webdriver.Chrome(service=Service(executable_path="/usr/bin/chromedriver"), options=options)
-
-
 for n, token in enumerate(tokens):
-    driver = browser()
+    driver = chromium()
     try:
-        driver.get(base + "/login")
-        driver.find_element(By.ID, "token").send_keys(token)
-        driver.find_element(By.CSS_SELECTOR, "form[action='/login'] button").click()
-        WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.ID, "live"))
+        sign_in(driver, base, token)
         driver.get(base + path)
         WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.ID, "approve"))
         driver.find_element(By.ID, "approve-comment").send_keys("approved by person %d" % (n + 1))

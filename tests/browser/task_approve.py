@@ -6,24 +6,23 @@ to show it approved.
 Arguments: URL TOKEN. Prints SIGNED-IN, PROMPT <text> as the page shows it, and DONE.
 """
 
+import os
 import sys
 from urllib.parse import urlsplit
 
-from selenium import webdriver
-from selenium.webdriver.chrome.options import Options
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
+
+# The shared steps (prose_browser.py) sit beside this script; importing them leaves no
+# __pycache__ in the checkout.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True
+from prose_browser import approve_shown, chromium, enter_token  # noqa: E402
 
 url, token = sys.argv[1:3]
 parts = urlsplit(url)
 base = f"{parts.scheme}://{parts.netloc}"
-options = Options()
-options.binary_location = "/usr/bin/chromium"
-for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
-    options.add_argument(flag)
-# The Debian driver, never one fetched from the network.
-driver = webdriver.Chrome(service=Service(executable_path="/usr/bin/chromedriver"), options=options)
+driver = chromium()
 driver.set_page_load_timeout(30)
 try:
     # The link as the host opened it: a person not signed in is asked to sign in first.
@@ -31,18 +30,10 @@ try:
     if not driver.find_elements(By.ID, "approve"):
         if not driver.find_elements(By.ID, "token"):
             driver.get(base + "/login")
-        driver.find_element(By.ID, "token").send_keys(token)
-        driver.find_element(By.CSS_SELECTOR, "form[action='/login'] button").click()
+        enter_token(driver, token)
         WebDriverWait(driver, 20).until(lambda d: not d.find_elements(By.ID, "token"))
         print("SIGNED-IN", flush=True)
         driver.get(url)
-    WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.ID, "approve"))
-    print("PROMPT " + driver.find_element(By.ID, "prompt").text, flush=True)
-    driver.find_element(By.ID, "approve-comment").send_keys("approved from the task's link")
-    driver.find_element(By.CSS_SELECTOR, "#approve button").click()
-    WebDriverWait(driver, 20).until(
-        lambda d: not d.find_elements(By.ID, "approve") and "approved" in d.page_source
-    )
-    print("DONE", flush=True)
+    approve_shown(driver, "approved from the task's link")
 finally:
     driver.quit()
