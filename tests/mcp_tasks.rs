@@ -3,12 +3,34 @@
 //! gate's page it is sent to is opened in a real browser, where a person decides. Then the
 //! database itself is checked.
 
-use crate::common::{self, on_both, Backend, Project, BIN};
+use crate::common::{self, on_both, Backend, Project, Run, BIN};
 use crate::serve::{add, pinned_key, show_key, Server};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
+
+/// A project on `b` with one run, and the test Python with what `needs`; None (the test
+/// skipped) when either cannot be had.
+fn project_and_client(b: Backend, needs: common::Needs) -> Option<(Project, PathBuf, Run)> {
+    let p = Project::on(b)?;
+    let python = common::test_python("the MCP task test", needs)?;
+    let run = p.init();
+    Some((p, python, run))
+}
+
+/// The gate `deploy` is approved by alice, by one approval in its log.
+fn approved_once_by_alice(run: &Run) {
+    let (status, by, _, _) = run.view().gate("deploy");
+    assert_eq!(status, "approved");
+    assert_eq!(by.as_deref(), Some("alice"));
+    let events = run.view().events("deploy");
+    assert_eq!(
+        events.iter().filter(|e| e.0 == "approved").count(),
+        1,
+        "{events:?}"
+    );
+}
 
 /// Runs the fixture in the project root, killed if it has not ended within four minutes
 /// (each of its own waits is bounded well within that); its one JSON line.
@@ -47,12 +69,9 @@ fn fixture(p: &Project, python: &std::path::Path, args: &[&str], serve_url: Opti
 /// signs in with her token and approves. The task completes with the signed decision, and the
 /// database holds it: approved by alice, her comment, the page's signature.
 fn a_person_decides_a_task_on_the_page_it_links(b: Backend) {
-    let Some(p) = Project::on(b) else { return };
-    let Some(python) = common::test_python("the MCP task test", common::Needs::McpAndBrowser)
-    else {
+    let Some((p, python, run)) = project_and_client(b, common::Needs::McpAndBrowser) else {
         return;
     };
-    let run = p.init();
     let token = add(&p, "alice");
     let key = pinned_key(&p);
     run.cmd()
@@ -123,11 +142,9 @@ fn a_person_decides_a_task_on_the_page_it_links(b: Backend) {
 /// task on two gates asks for each one's page); the database is exactly as it was, the gates
 /// still pending.
 fn an_answer_to_the_elicitation_is_never_a_decision(b: Backend) {
-    let Some(p) = Project::on(b) else { return };
-    let Some(python) = common::test_python("the MCP task test", common::Needs::Mcp) else {
+    let Some((p, python, run)) = project_and_client(b, common::Needs::Mcp) else {
         return;
     };
-    let run = p.init();
     run.cmd()
         .args(["gates", "create", "deploy", "--prompt", "Ship?"])
         .assert()
@@ -164,11 +181,9 @@ fn an_answer_to_the_elicitation_is_never_a_decision(b: Backend) {
 /// A cancelled task's wait writes nothing: a decision about inputs committed after the cancel
 /// (which wakes the stopped wait) is not recorded as consumed; the next wait consumes it.
 fn a_cancelled_task_writes_nothing(b: Backend) {
-    let Some(p) = Project::on(b) else { return };
-    let Some(python) = common::test_python("the MCP task test", common::Needs::Mcp) else {
+    let Some((p, python, run)) = project_and_client(b, common::Needs::Mcp) else {
         return;
     };
-    let run = p.init();
     run.cmd().args(["bind", "draft", "v1"]).assert().success();
     run.cmd()
         .args([
@@ -203,11 +218,9 @@ fn a_cancelled_task_writes_nothing(b: Backend) {
 /// `require_signed` task as unattested, not approved; a client without the tasks extension gets
 /// the bounded tool (its 10-minute cap included).
 fn without_the_page_or_tasks_the_wait_is_the_tools(b: Backend) {
-    let Some(p) = Project::on(b) else { return };
-    let Some(python) = common::test_python("the MCP task test", common::Needs::Mcp) else {
+    let Some((p, python, run)) = project_and_client(b, common::Needs::Mcp) else {
         return;
     };
-    let run = p.init();
     let key = show_key(&p);
     run.cmd()
         .args(["gates", "create", "deploy", "--prompt", "Ship?"])
@@ -233,15 +246,7 @@ fn without_the_page_or_tasks_the_wait_is_the_tools(b: Backend) {
     );
     assert_eq!(out["unsigned"], "unattested");
     assert_eq!(run.view().gate("soon").0, "timeout");
-    let (status, by, _, _) = run.view().gate("deploy");
-    assert_eq!(status, "approved");
-    assert_eq!(by.as_deref(), Some("alice"));
-    let events = run.view().events("deploy");
-    assert_eq!(
-        events.iter().filter(|e| e.0 == "approved").count(),
-        1,
-        "{events:?}"
-    );
+    approved_once_by_alice(&run);
 }
 
 /// docs/mcp.md's way for a host to learn a task's decision at once, followed literally by the
@@ -250,11 +255,9 @@ fn without_the_page_or_tasks_the_wait_is_the_tools(b: Backend) {
 /// sends on the update finds the task completed with the approval (the server sends the
 /// update once the task it completes is complete). The database holds the one approval.
 fn a_host_subscribed_to_the_gate_learns_the_decision_on_its_update(b: Backend) {
-    let Some(p) = Project::on(b) else { return };
-    let Some(python) = common::test_python("the MCP task test", common::Needs::Mcp) else {
+    let Some((p, python, run)) = project_and_client(b, common::Needs::Mcp) else {
         return;
     };
-    let run = p.init();
     run.cmd()
         .args(["gates", "create", "deploy", "--prompt", "Ship?"])
         .assert()
@@ -263,15 +266,7 @@ fn a_host_subscribed_to_the_gate_learns_the_decision_on_its_update(b: Backend) {
     assert_eq!(out["status"], "completed", "{out}");
     assert_eq!(out["result"]["status"], "approved", "{out}");
     assert_eq!(out["gets_after_update"], 1, "{out}");
-    let (status, by, _, _) = run.view().gate("deploy");
-    assert_eq!(status, "approved");
-    assert_eq!(by.as_deref(), Some("alice"));
-    let events = run.view().events("deploy");
-    assert_eq!(
-        events.iter().filter(|e| e.0 == "approved").count(),
-        1,
-        "{events:?}"
-    );
+    approved_once_by_alice(&run);
 }
 
 on_both!(
