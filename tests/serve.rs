@@ -122,6 +122,14 @@ pub(crate) fn urlencode(s: &str) -> String {
         .collect()
 }
 
+/// A form's fields, encoded as a browser posts them (`application/x-www-form-urlencoded`).
+fn form_body<K: AsRef<str>, V: AsRef<str>>(form: &[(K, V)]) -> String {
+    form.iter()
+        .map(|(k, v)| format!("{}={}", urlencode(k.as_ref()), urlencode(v.as_ref())))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
 /// Spawns `serve` as `cmd` says, and reads the line it prints once listening.
 fn launch(cmd: &mut std::process::Command) -> (Child, String) {
     let mut child = cmd
@@ -171,11 +179,7 @@ impl Server {
         cookie: Option<&str>,
         form: &[(&str, &str)],
     ) -> Reply {
-        let body: String = form
-            .iter()
-            .map(|(k, v)| format!("{}={}", urlencode(k), urlencode(v)))
-            .collect::<Vec<_>>()
-            .join("&");
+        let body = form_body(form);
         let kind = (method == "POST").then_some("application/x-www-form-urlencoded");
         self.send(method, path, cookie, kind, &body)
     }
@@ -213,11 +217,7 @@ impl Server {
             .into_std()
             .unwrap();
         stream.set_nonblocking(false).unwrap();
-        let body: String = form
-            .iter()
-            .map(|(k, v)| format!("{}={}", urlencode(k), urlencode(v)))
-            .collect::<Vec<_>>()
-            .join("&");
+        let body = form_body(form);
         let kind = Some("application/x-www-form-urlencoded");
         self.send_from(stream, "POST", path, None, kind, &body)
     }
@@ -1887,11 +1887,7 @@ fn malformed_forms_are_400_and_change_nothing(b: Backend) {
     let form = hidden_fields(&page.body, "approve");
     let before = run.snapshot();
     let decide = format!("{}/decide", gate_path(&run, "g"));
-    let good: String = form
-        .iter()
-        .map(|(k, v)| format!("{}={}", urlencode(k), urlencode(v)))
-        .collect::<Vec<_>>()
-        .join("&");
+    let good = form_body(&form);
     let form_type = Some("application/x-www-form-urlencoded");
     let json = serde_json::to_string(
         &form
