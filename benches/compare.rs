@@ -15,7 +15,8 @@
 //!   `PROSE_BENCH_LIVE_NOTIFY_CALLS` (approvals each side of the NOTIFY row, 200);
 //!   `PROSE_BENCH_ONLY=live-mcp-task` runs only the MCP task's decision-to-wake rows,
 //!   `PROSE_BENCH_ONLY=live-notify` only the NOTIFY's cost; `PROSE_BENCH_ONLY=history-write`
-//!   only the `history` group's write and disk cost against `PROSE_BENCH_BASELINE_BIN`.
+//!   only the `history` group's write and disk cost against `PROSE_BENCH_BASELINE_BIN`
+//!   (and an MCP rebind against the baseline's MCP server, `PROSE_BENCH_BASELINE_MCP=PATH`).
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
@@ -24,6 +25,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_prose-state");
+const MCP_BIN: &str = env!("CARGO_BIN_EXE_prose-state-mcp");
 
 // The tests' PostgreSQL helper: PROSE_STATE_TEST_PG_URL, or a throwaway cluster.
 #[path = "../tests/common/pg.rs"]
@@ -2290,6 +2292,7 @@ fn history_vs_baseline(root: &Path, calls: usize, rows: &mut Vec<Row>) {
         },
         rows,
     );
+    mcp_write_vs_baseline("SQLite", setting, calls, (&p_new, &p_old), rows);
 
     // PostgreSQL: a database of each binary.
     let what = format!("a rebind and an append against {name}, PostgreSQL");
@@ -2329,6 +2332,7 @@ fn history_vs_baseline(root: &Path, calls: usize, rows: &mut Vec<Row>) {
             },
             rows,
         );
+        mcp_write_vs_baseline("PostgreSQL", setting, calls, (&p_new, &p_old), rows);
         pg = Some((p_new, u_new, p_old, u_old));
     }
 
@@ -2455,6 +2459,107 @@ fn write_cost_vs_baseline(
             met: if ratio <= 1.10 { "yes" } else { "no" }.into(),
         });
     }
+}
+
+/// A rebind through MCP against the release before history: this build's MCP server and the
+/// baseline's (`PROSE_BENCH_BASELINE_MCP` names its `prose-state-mcp`; the row is skipped
+/// without it), one session each on the run it made (`projects`: this build's, the
+/// baseline's), the calls alternating. A server keeps its connection, so it parses the schema
+/// and compiles its statements once a session, where a command does at every write.
+fn mcp_write_vs_baseline(
+    backend: &str,
+    setting: &str,
+    calls: usize,
+    projects: (&Path, &Path),
+    rows: &mut Vec<Row>,
+) {
+    let what = format!("MCP `bind` tool call rebinding a 100-byte value, {backend} ({setting})");
+    let Some(old_mcp) = std::env::var_os("PROSE_BENCH_BASELINE_MCP").map(PathBuf::from) else {
+        eprintln!(
+            "  ({what}: set PROSE_BENCH_BASELINE_MCP to the baseline's prose-state-mcp; skipped)"
+        );
+        rows.push(Row {
+            what,
+            ours: "skipped: PROSE_BENCH_BASELINE_MCP unset".into(),
+            raw: "".into(),
+            ratio: "".into(),
+            target: "".into(),
+            met: "n/a".into(),
+        });
+        return;
+    };
+    assert!(
+        old_mcp.is_file(),
+        "PROSE_BENCH_BASELINE_MCP={} is not a file",
+        old_mcp.display()
+    );
+    eprintln!("  a rebind through MCP vs the release before history, {backend}…");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (mut new_times, mut old_times) = (Vec::new(), Vec::new());
+    rt.block_on(async {
+        use rmcp::ServiceExt;
+        let session = |bin: &Path, root: &Path| {
+            let mut cmd = tokio::process::Command::new(bin);
+            cmd.current_dir(root)
+                .env("PROSE_ROOT", root)
+                .env_remove("PROSE_RUN")
+                .args([
+                    "--run", "w", "mcp", "--role", "subagent", "--agent", "bench",
+                ])
+                .stderr(Stdio::null());
+            ().serve(rmcp::transport::TokioChildProcess::new(cmd).unwrap())
+        };
+        let new = session(Path::new(MCP_BIN), projects.0).await.unwrap();
+        let old = session(&old_mcp, projects.1).await.unwrap();
+        let bind = |i: usize| serde_json::json!({"name": "mx", "value": hundred_bytes(i)});
+        // The first calls open the run and compile the statements: not timed.
+        for i in 0..5 {
+            assert!(
+                mcp_call(&new, "bind", bind(i)).await,
+                "this build's MCP bind failed"
+            );
+            assert!(
+                mcp_call(&old, "bind", bind(i)).await,
+                "the baseline's MCP bind failed"
+            );
+        }
+        for i in 0..calls {
+            for turn in 0..2 {
+                let first = (i + turn) % 2 == 0;
+                let client = if first { &new } else { &old };
+                let start = Instant::now();
+                assert!(mcp_call(client, "bind", bind(i + 5)).await);
+                if first {
+                    &mut new_times
+                } else {
+                    &mut old_times
+                }
+                .push(start.elapsed());
+            }
+        }
+        new.cancel().await.unwrap();
+        old.cancel().await.unwrap();
+    });
+    let (a, b) = (median(new_times), median(old_times));
+    let ratio = a.as_secs_f64() / b.as_secs_f64();
+    let name = old_mcp
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    rows.push(Row {
+        what: format!(
+            "{what}: this build, history kept, vs the release before history ({name}), one session each, median of {calls}"
+        ),
+        ours: ms(a),
+        raw: format!("{} ({name})", ms(b)),
+        ratio: format!("{ratio:.3}"),
+        target: "≤ 1.10".into(),
+        met: if ratio <= 1.10 { "yes" } else { "no" }.into(),
+    });
 }
 
 /// A run's size as `size` reads it (compacted; and as written, where that differs) after `n`
