@@ -2233,29 +2233,14 @@ fn fill_pg_run(url: &str, run: &str, records: usize, bindings: usize) {
 /// then what a version costs on disk. Both backends. Skipped, with a row saying so, when
 /// PROSE_BENCH_BASELINE_BIN is unset.
 fn history_vs_baseline(root: &Path, calls: usize, rows: &mut Vec<Row>) {
-    let Some(baseline) = std::env::var_os("PROSE_BENCH_BASELINE_BIN").map(PathBuf::from) else {
-        eprintln!(
-            "  (a write's cost against the release before history: set PROSE_BENCH_BASELINE_BIN to that release's binary; skipped)"
-        );
-        rows.push(Row {
-            what: "a rebind and an append against the release before history".into(),
-            ours: "skipped: PROSE_BENCH_BASELINE_BIN unset".into(),
-            raw: "".into(),
-            ratio: "".into(),
-            target: "".into(),
-            met: "n/a".into(),
-        });
+    let Some((baseline, name)) = baseline_from_env(
+        "PROSE_BENCH_BASELINE_BIN",
+        "a rebind and an append against the release before history",
+        "that release's binary",
+        rows,
+    ) else {
         return;
     };
-    assert!(
-        baseline.is_file(),
-        "PROSE_BENCH_BASELINE_BIN={} is not a file",
-        baseline.display()
-    );
-    let name = baseline
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
     let (ours, old) = binaries_side_by_side(root, &baseline);
     let seed = (1_000, 1_000);
     let setting = "a run of 1,000 records and 1,000 bindings";
@@ -2461,6 +2446,34 @@ fn write_cost_vs_baseline(
     }
 }
 
+/// The baseline binary the environment variable `var` names, and its file name; None, with a
+/// row saying `what` was skipped (set `var` to `wanted`), when it is unset.
+fn baseline_from_env(
+    var: &str,
+    what: &str,
+    wanted: &str,
+    rows: &mut Vec<Row>,
+) -> Option<(PathBuf, String)> {
+    let Some(path) = std::env::var_os(var).map(PathBuf::from) else {
+        eprintln!("  ({what}: set {var} to {wanted}; skipped)");
+        rows.push(Row {
+            what: what.into(),
+            ours: format!("skipped: {var} unset"),
+            raw: "".into(),
+            ratio: "".into(),
+            target: "".into(),
+            met: "n/a".into(),
+        });
+        return None;
+    };
+    assert!(path.is_file(), "{var}={} is not a file", path.display());
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Some((path, name))
+}
+
 /// A rebind through MCP against the release before history: this build's MCP server and the
 /// baseline's (`PROSE_BENCH_BASELINE_MCP` names its `prose-state-mcp`; the row is skipped
 /// without it), one session each on the run it made (`projects`: this build's, the
@@ -2474,25 +2487,14 @@ fn mcp_write_vs_baseline(
     rows: &mut Vec<Row>,
 ) {
     let what = format!("MCP `bind` tool call rebinding a 100-byte value, {backend} ({setting})");
-    let Some(old_mcp) = std::env::var_os("PROSE_BENCH_BASELINE_MCP").map(PathBuf::from) else {
-        eprintln!(
-            "  ({what}: set PROSE_BENCH_BASELINE_MCP to the baseline's prose-state-mcp; skipped)"
-        );
-        rows.push(Row {
-            what,
-            ours: "skipped: PROSE_BENCH_BASELINE_MCP unset".into(),
-            raw: "".into(),
-            ratio: "".into(),
-            target: "".into(),
-            met: "n/a".into(),
-        });
+    let Some((old_mcp, name)) = baseline_from_env(
+        "PROSE_BENCH_BASELINE_MCP",
+        &what,
+        "the baseline's prose-state-mcp",
+        rows,
+    ) else {
         return;
     };
-    assert!(
-        old_mcp.is_file(),
-        "PROSE_BENCH_BASELINE_MCP={} is not a file",
-        old_mcp.display()
-    );
     eprintln!("  a rebind through MCP vs the release before history, {backend}…");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -2546,10 +2548,6 @@ fn mcp_write_vs_baseline(
     });
     let (a, b) = (median(new_times), median(old_times));
     let ratio = a.as_secs_f64() / b.as_secs_f64();
-    let name = old_mcp
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
     rows.push(Row {
         what: format!(
             "{what}: this build, history kept, vs the release before history ({name}), one session each, median of {calls}"
