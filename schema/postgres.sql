@@ -103,11 +103,12 @@ ALTER TABLE openprose.run ADD COLUMN IF NOT EXISTS history_keep BIGINT;
 ALTER TABLE openprose.execution ADD COLUMN IF NOT EXISTS principal TEXT;
 -- The newest record of a run, found by a lookup (what a history row records).
 CREATE INDEX IF NOT EXISTS idx_execution_run_id_id ON openprose.execution(run_id, id);
--- (schema 10) prose-state's own write says who wrote it, and for an --append/--merge step the
--- step itself, in two settings local to its transaction that its upsert sets
+-- (schema 10) A writer of schemas 10 and 11 says who wrote it, and for an --append/--merge
+-- step the step itself, in two settings local to its transaction that its upsert sets
 -- (`openprose.principal`, `openprose.delta`): the function takes them for the version it keeps
 -- (the step in place of the whole value) and clears them, so they name that one version and
 -- never a later statement's. A raw writer sets neither: its version's principal stays NULL.
+-- (From schema 12 prose-state keeps its own versions, and fires none of these triggers.)
 --
 -- (schema 11) One function serves both triggers of a write: `bindings_version`, BEFORE an
 -- insert or update, takes the version number and keeps an update's version; and
@@ -118,6 +119,12 @@ CREATE INDEX IF NOT EXISTS idx_execution_run_id_id ON openprose.execution(run_id
 -- execution records' id sequence, the newest record of any run when the version was written:
 -- readers take the run's newest record at or below it (`history`, `export`, `fork`), which is
 -- the run's newest record then, without a lookup of `execution` at every write.
+-- (schema 12) prose-state keeps its own writes' versions in the write's own transaction,
+-- attributed (src/store/postgres/tx.rs, `write_binding`), and its sessions set
+-- `openprose.writer` to 'prose-state' when they start: the history triggers (these two, and
+-- agents' and segments' below) keep every other writer's (raw SQL, and a writer of schema
+-- 11, which hands its principal and step in the settings above) and fire for none of
+-- prose-state's, so no version is kept twice, and a write of prose-state's runs no PL/pgSQL.
 CREATE OR REPLACE FUNCTION openprose.bindings_write() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -163,10 +170,12 @@ END;
 $$;
 DROP TRIGGER IF EXISTS bindings_version ON openprose.bindings;
 CREATE TRIGGER bindings_version BEFORE INSERT OR UPDATE ON openprose.bindings
-    FOR EACH ROW EXECUTE FUNCTION openprose.bindings_write();
+    FOR EACH ROW WHEN (current_setting('openprose.writer', true) IS DISTINCT FROM 'prose-state')
+    EXECUTE FUNCTION openprose.bindings_write();
 DROP TRIGGER IF EXISTS binding_history_keep ON openprose.bindings;
 CREATE TRIGGER binding_history_keep AFTER INSERT OR DELETE ON openprose.bindings
-    FOR EACH ROW EXECUTE FUNCTION openprose.bindings_write();
+    FOR EACH ROW WHEN (current_setting('openprose.writer', true) IS DISTINCT FROM 'prose-state')
+    EXECUTE FUNCTION openprose.bindings_write();
 -- The functions of schemas 3 to 10, which these replace.
 DROP FUNCTION IF EXISTS openprose.bindings_version();
 DROP FUNCTION IF EXISTS openprose.binding_history_keep();
@@ -220,7 +229,8 @@ END;
 $$;
 DROP TRIGGER IF EXISTS agent_segments_at_record ON openprose.agent_segments;
 CREATE TRIGGER agent_segments_at_record BEFORE INSERT ON openprose.agent_segments
-    FOR EACH ROW EXECUTE FUNCTION openprose.agent_segments_at_record();
+    FOR EACH ROW WHEN (current_setting('openprose.writer', true) IS DISTINCT FROM 'prose-state')
+    EXECUTE FUNCTION openprose.agent_segments_at_record();
 -- (schema 9) Every version of every run-scoped agent's memory, as binding_history keeps
 -- bindings' (the same columns: `kind` holds the scope, `value` the memory).
 CREATE TABLE IF NOT EXISTS openprose.agent_history (
@@ -267,7 +277,8 @@ END;
 $$;
 DROP TRIGGER IF EXISTS agent_history_keep ON openprose.agents;
 CREATE TRIGGER agent_history_keep AFTER INSERT OR UPDATE OR DELETE ON openprose.agents
-    FOR EACH ROW EXECUTE FUNCTION openprose.agent_history_keep();
+    FOR EACH ROW WHEN (current_setting('openprose.writer', true) IS DISTINCT FROM 'prose-state')
+    EXECUTE FUNCTION openprose.agent_history_keep();
 INSERT INTO openprose.agent_history (run_id, name, n, kind, value, written_at, at_record, gap)
 SELECT a.run_id, a.name, 1, a.scope, a.memory, a.updated_at,
        (SELECT MAX(e.id) FROM openprose.execution e WHERE e.run_id = a.run_id), 1

@@ -70,8 +70,10 @@ CREATE INDEX IF NOT EXISTS idx_bindings_execution ON bindings(execution_id);
 
 -- Every insert or update of a binding takes a new version, higher than any before in the
 -- database (a REPLACE that deletes and re-inserts included), so `bind --if-version` cannot be
--- fooled by two writes in one second, or by a value written back (schema 5). The same
--- triggers serve prose-state's writes and raw writers'.
+-- fooled by two writes in one second, or by a value written back (schema 5). Every trigger
+-- here is for raw writers: prose-state's connections fire none, and its writes take their
+-- version and keep their history themselves, in the same transaction (src/store/sqlite/tx.rs,
+-- `write_binding`; docs/database.md, "Triggers and prose-state's own writes").
 CREATE INDEX IF NOT EXISTS idx_bindings_version ON bindings(version);
 CREATE TRIGGER IF NOT EXISTS bindings_version_insert AFTER INSERT ON bindings
 BEGIN
@@ -86,12 +88,12 @@ BEGIN
 END;
 
 -- (schema 10) Every version of every binding, the current one included, in write order
--- (`seq`), kept by triggers so that raw writers' changes are kept too. The spec's
+-- (`seq`): prose-state writes its own writes' versions, and triggers keep raw writers'. The spec's
 -- `INSERT OR REPLACE` deletes and re-inserts; without recursive_triggers its delete fires no
 -- trigger, and its insert takes a new version like any other. `n` numbers a binding's
 -- versions 1, 2, 3, ... in its scope; `at_record` is the newest execution record when it was
--- written (what `get --as-of` and `fork --at` order by); `principal` is set by prose-state
--- in the write's own transaction (NULL: a raw writer); a `--append`/`--merge` step is kept
+-- written (what `get --as-of` and `fork --at` order by); `principal` is who wrote it (NULL: a
+-- raw writer); a `--append`/`--merge` step is kept
 -- as its `delta` (the item, the patch) with `value` NULL; `deleted` marks a DELETE; `gap`
 -- marks the oldest version kept when older ones were pruned or never kept.
 CREATE TABLE IF NOT EXISTS binding_history (

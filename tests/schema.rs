@@ -558,7 +558,7 @@ fn the_postgres_schema_never_strands_a_team() {
     assert!(!has_key_column(&mut c), "a read upgraded the schema");
     let a = run.cmd().args(["migrate"]).assert().success();
     assert!(
-        String::from_utf8_lossy(&a.get_output().stdout).contains("would migrate schema 1 -> 11")
+        String::from_utf8_lossy(&a.get_output().stdout).contains("would migrate schema 1 -> 12")
     );
     assert!(!has_key_column(&mut c), "a dry run upgraded the schema");
     // The first write upgrades it.
@@ -581,17 +581,17 @@ fn the_postgres_schema_never_strands_a_team() {
         .query_one("SELECT max(version) FROM openprose.schema_version", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 11);
+    assert_eq!(v, 12);
     // Newer, and writable by this build.
     c.batch_execute(
-        "UPDATE openprose.schema_version SET version = 12, min_reader = 1, min_writer = 4",
+        "UPDATE openprose.schema_version SET version = 13, min_reader = 1, min_writer = 4",
     )
     .unwrap();
     run.bind("newer", "ok", None);
     assert_eq!(run.get("newer", None), b"ok");
     // Newer, and not writable: reads work, writes are refused and change nothing.
     c.batch_execute(
-        "UPDATE openprose.schema_version SET version = 13, min_reader = 1, min_writer = 13",
+        "UPDATE openprose.schema_version SET version = 14, min_reader = 1, min_writer = 14",
     )
     .unwrap();
     assert_eq!(run.get("keep", None), b"me");
@@ -602,7 +602,7 @@ fn the_postgres_schema_never_strands_a_team() {
     assert_eq!(count_rows(&p, &run, "bindings", "true"), before);
     // Newer, and not even readable.
     c.batch_execute(
-        "UPDATE openprose.schema_version SET version = 13, min_reader = 13, min_writer = 13",
+        "UPDATE openprose.schema_version SET version = 14, min_reader = 14, min_writer = 14",
     )
     .unwrap();
     let a = run.cmd().args(["get", "keep"]).assert().failure();
@@ -611,7 +611,7 @@ fn the_postgres_schema_never_strands_a_team() {
         .query_one("SELECT max(version) FROM openprose.schema_version", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 13, "never downgraded");
+    assert_eq!(v, 14, "never downgraded");
 }
 
 /// A run written by a schema-5 build (the audit log without its index on `seq` alone): read

@@ -22,7 +22,7 @@ use postgres::ToStatement;
 use postgres::{Client, GenericClient, Row, Transaction};
 
 /// The version in openprose.schema_version written by this build.
-pub const POSTGRES_SCHEMA_VERSION: i32 = 11;
+pub const POSTGRES_SCHEMA_VERSION: i32 = 12;
 
 /// What a binary must understand to read this build's schema, and to write it safely.
 /// Schema 11: `at_record` (of history and segments) is the record id sequence's position,
@@ -34,8 +34,10 @@ const MIN_READER: i32 = 11;
 // first approval. Schema 9 (binding history): an older writer would delete a replaced value
 // that an older version still names, and record no writer. Schema 10 (a write's principal
 // and step handed to the history trigger in settings) changes no row a writer of 9 writes;
-// nor does schema 11 (an update's version kept by the BEFORE trigger), but a writer is a
-// reader too: MIN_READER refuses writers before 11.
+// nor does schema 11 (an update's version kept by the BEFORE trigger), nor schema 12 (the
+// history triggers fire only for sessions that are not prose-state's: a writer of 11 sets no
+// `openprose.writer`, and its versions are kept by them as before), but a writer is a reader
+// too: MIN_READER refuses writers before 11.
 const MIN_WRITER: i32 = 9;
 /// What the stamp asks of readers once a team's gate is on the server: a reader from before
 /// team approvals (7) would take a quorum's votes for tampering, and one from before
@@ -233,11 +235,14 @@ impl PgStore {
     }
 
     /// The session settings, the schema version and whether the run exists, in one statement.
+    /// `openprose.writer` tells the history triggers that this session keeps its own writes'
+    /// versions (schema 12): they fire for other writers only.
     fn start(&mut self) -> Result<(Option<i32>, bool), postgres::Error> {
         let busy = self.busy_ms.to_string();
         let run = self.run_id.clone().unwrap_or_default();
         let row = self.client.query_typed(
             "SELECT set_config('TimeZone', 'UTC', false),
+                    set_config('openprose.writer', 'prose-state', false),
                     set_config('lock_timeout', $1, false),
                     set_config('client_min_messages', 'warning', false),
                     (SELECT max(version) FROM openprose.schema_version),
@@ -245,7 +250,7 @@ impl PgStore {
             &[(&busy, Type::TEXT), (&run, Type::TEXT)],
         )?;
         let row = &row[0];
-        Ok((row.get(3), row.get(4)))
+        Ok((row.get(4), row.get(5)))
     }
 
     /// Creates the openprose schema, or brings it up to this build's version, under an

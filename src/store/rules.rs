@@ -494,13 +494,7 @@ pub fn bind(
         attachment_path: written.attachment_path.map(str::to_string),
     };
     let delta = delta.map(|d| d.to_string());
-    let Some(version) = tx.put_binding_as(&record, b.principal, delta.as_deref())? else {
-        // Every write keeps a version: without its trigger, none is written.
-        return Err(crate::error::tampered(format!(
-            "binding {} was not written: its write kept no version, so the history trigger was dropped behind prose-state's back",
-            shown(b.name)
-        )));
-    };
+    let version = tx.put_binding_as(&record, b.principal, delta.as_deref())?;
     // The run's bound on versions kept (the project's default at `init`): once a binding
     // holds twice as many, the older ones go in this write's transaction, so that the bound
     // costs a cut now and then, not one at every write.
@@ -658,7 +652,7 @@ pub fn relink(
     let moved = match tx.binding_head(name, execution_id)? {
         Some((_, Some(path), _)) if path == old => {
             tx.set_attachment_path(name, execution_id, new)?;
-            tx.relink_history(name, execution_id, old, new)?;
+            tx.relink_history(old, new)?;
             true
         }
         _ => false,

@@ -192,6 +192,15 @@ impl SqliteStore {
             .conn
             .set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)
             .map_err(|e| store.error(e))?;
+        // The schema's triggers keep raw writers' changes (a binding's version and its
+        // history, an agent's memory, a segment's record): prose-state keeps its own writes'
+        // in the same transaction, attributed (`SqliteTx::write_binding`), so its connections
+        // fire none. That also spares every process compiling them into its writes (a
+        // rebind's upsert compiled five trigger programs: 0.3 million instructions).
+        store
+            .conn
+            .set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_TRIGGER, false)
+            .map_err(|e| store.error(e))?;
         store
             .conn
             .execute_batch(if super::keeping() {

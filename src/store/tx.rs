@@ -71,22 +71,24 @@ pub trait Tx {
     /// The stored value of the binding of this name in this scope.
     fn binding_value(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<String>>;
     /// Inserts a binding, or replaces the one of its name in its scope, keeping that one's
-    /// `created_at`.
+    /// `created_at`, and keeps the write as the binding's next version (unattributed: a
+    /// copy's write).
     fn put_binding(&mut self, binding: &BindingRecord) -> Result<()>;
     fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool>;
-    /// `put_binding` as `principal`'s write, which its history trigger keeps as a version
-    /// of the binding: who wrote it, and for a `--append`/`--merge` step the step itself in
+    /// `put_binding` as `principal`'s write, kept as the binding's next version by the same
+    /// transaction: who wrote it, and for a `--append`/`--merge` step the step itself in
     /// place of the whole value (`delta`; the version's value left NULL). The binding's new
-    /// version number; None when the write kept no version in its history (the trigger was
-    /// dropped behind prose-state's back), for the caller to refuse it. A version a raw
-    /// writer made is never attributed: its `principal` stays NULL.
+    /// version number. prose-state keeps its own writes' versions: the schema's history
+    /// triggers keep raw writers' (whose `principal` stays NULL) and do not fire for
+    /// prose-state's sessions, so no version is kept twice or attributed to another writer.
     fn put_binding_as(
         &mut self,
         binding: &BindingRecord,
         principal: &str,
         delta: Option<&str>,
-    ) -> Result<Option<i64>>;
-    /// Points the binding of this name in this scope at another attachment.
+    ) -> Result<i64>;
+    /// Points the binding of this name in this scope at another attachment: the same bytes
+    /// kept elsewhere, not a new version.
     fn set_attachment_path(
         &mut self,
         name: &str,
@@ -206,15 +208,9 @@ pub trait Tx {
         n: i64,
         value: Option<Option<&[u8]>>,
     ) -> Result<()>;
-    /// A value moved (`relink`): every kept version that named it at `old` names it at `new`,
-    /// and the version the move itself made is dropped: a move is not a write.
-    fn relink_history(
-        &mut self,
-        name: &str,
-        execution_id: Option<i64>,
-        old: &str,
-        new: &str,
-    ) -> Result<()>;
+    /// A value moved (`relink`): every kept version that named it at `old` names it at `new`.
+    /// A move is not a write: it makes no version.
+    fn relink_history(&mut self, old: &str, new: &str) -> Result<()>;
     /// Deletes every kept version of the run's bindings (a copy writes its own after).
     fn clear_history(&mut self, kept: Kept) -> Result<()>;
     /// Inserts a kept version as given (its `seq` ignored: the store numbers the writes).

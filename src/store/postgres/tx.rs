@@ -54,6 +54,146 @@ impl PgTx<'_> {
         self.exec(&stmt, p)
     }
 
+    /// A binding's write and the version it takes: the version number from the sequence
+    /// every write of the server draws on, and the history row that keeps it, attributed
+    /// (`principal`; none: a copy's write), holding the step (`delta`) in place of the whole
+    /// value for an `--append` or `--merge`, and the run's waiters told. prose-state keeps its
+    /// own writes' versions here, in the write's own transaction: the schema's triggers, which
+    /// keep raw writers' versions, do not fire for its sessions (`openprose.writer`, set when
+    /// a session starts), so a version is never kept twice or left unattributed, and a write
+    /// loads no PL/pgSQL. Two statements: the version's number is taken after the upsert
+    /// holds the binding's row, by a statement that sees a concurrent writer's version
+    /// committed before it. A copy's writes (many a transaction) are prepared once.
+    fn write_binding(
+        &mut self,
+        b: &BindingRecord,
+        principal: Option<&str>,
+        delta: Option<&str>,
+    ) -> Result<i64> {
+        const UPSERT: &str = "INSERT INTO openprose.bindings (name, run_id, execution_id, kind,
+                 value, source_statement, created_at, updated_at, attachment_path, version)
+             VALUES ($1, $2, $3, $4, $5, $6, COALESCE(($7::text)::timestamptz, now()),
+                     COALESCE(($8::text)::timestamptz, now()), $9,
+                     nextval('openprose.binding_version_seq'))
+             ON CONFLICT (name, run_id, (COALESCE(execution_id, -1))) DO UPDATE SET
+                 kind = excluded.kind, value = excluded.value,
+                 source_statement = excluded.source_statement,
+                 attachment_path = excluded.attachment_path, updated_at = excluded.updated_at,
+                 version = excluded.version
+             RETURNING version";
+        const VERSION: &str = "INSERT INTO openprose.binding_history (run_id, name,
+                 execution_id, n, kind, value, delta, attachment_path, source_statement,
+                 written_at, at_record, principal)
+             SELECT $1::text, $2::text, $3::bigint,
+                    (SELECT COALESCE(MAX(h.n), 0) + 1 FROM openprose.binding_history h
+                      WHERE h.run_id = $1 AND h.name = $2
+                        AND COALESCE(h.execution_id, -1) = COALESCE($3, -1)),
+                    $4::text, CASE WHEN $6::text IS NULL THEN $5::text END, $6, $7::text,
+                    $8::text, now(),
+                    (SELECT CASE WHEN s.is_called THEN s.last_value END
+                       FROM openprose.execution_id_seq s),
+                    $9::text
+               FROM (SELECT pg_notify('openprose_change', $1)) AS woken
+             RETURNING n";
+        let run = self.run()?;
+        let value = text_value(b)?;
+        let copy = principal.is_none();
+        let version = if copy {
+            let stmt = self.prepared(UPSERT)?;
+            self.one(
+                &stmt,
+                &[
+                    &b.name,
+                    &run,
+                    &b.execution_id,
+                    &b.kind,
+                    &value,
+                    &b.source_statement,
+                    &b.created_at,
+                    &b.updated_at,
+                    &b.attachment_path,
+                ],
+                |r| r.get::<_, i64>(0),
+            )?
+        } else {
+            self.opt_typed(
+                UPSERT,
+                &[
+                    (&b.name, Type::TEXT),
+                    (&run, Type::TEXT),
+                    (&b.execution_id, Type::INT8),
+                    (&b.kind, Type::TEXT),
+                    (&value, Type::TEXT),
+                    (&b.source_statement, Type::TEXT),
+                    (&b.created_at, Type::TEXT),
+                    (&b.updated_at, Type::TEXT),
+                    (&b.attachment_path, Type::TEXT),
+                ],
+                |r| r.get::<_, i64>(0),
+            )?
+            .ok_or_else(|| anyhow!("the upsert of a binding returned no row"))?
+        };
+        if copy {
+            let stmt = self.prepared(VERSION)?;
+            self.one(
+                &stmt,
+                &[
+                    &run,
+                    &b.name,
+                    &b.execution_id,
+                    &b.kind,
+                    &value,
+                    &delta,
+                    &b.attachment_path,
+                    &b.source_statement,
+                    &principal,
+                ],
+                |_| (),
+            )?;
+        } else {
+            self.opt_typed(
+                VERSION,
+                &[
+                    (&run, Type::TEXT),
+                    (&b.name, Type::TEXT),
+                    (&b.execution_id, Type::INT8),
+                    (&b.kind, Type::TEXT),
+                    (&value, Type::TEXT),
+                    (&delta, Type::TEXT),
+                    (&b.attachment_path, Type::TEXT),
+                    (&b.source_statement, Type::TEXT),
+                    (&principal, Type::TEXT),
+                ],
+                |_| (),
+            )?;
+        }
+        Ok(version)
+    }
+
+    /// A run-scoped agent's version after prose-state wrote its row: kept when the agent is
+    /// new, or its memory or scope differs from its newest version (what the schema's agent
+    /// trigger keeps for a raw writer). Project-scoped memory keeps no history.
+    fn keep_agent_version(&mut self, name: &str) -> Result<()> {
+        let Some(run) = self.run_id.clone() else {
+            return Ok(());
+        };
+        self.exec_prepared(
+            "INSERT INTO openprose.agent_history (run_id, name, n, kind, value, written_at,
+                 at_record)
+             SELECT a.run_id, a.name, COALESCE(h.n, 0) + 1, a.scope, a.memory, now(),
+                    (SELECT CASE WHEN s.is_called THEN s.last_value END
+                       FROM openprose.execution_id_seq s)
+               FROM openprose.agents a
+               LEFT JOIN LATERAL (SELECT n, kind, value, deleted FROM openprose.agent_history
+                                   WHERE run_id = a.run_id AND name = a.name
+                                   ORDER BY n DESC LIMIT 1) h ON true
+              WHERE a.run_id = $1 AND a.name = $2
+                AND (h.n IS NULL OR h.deleted = 1 OR h.kind IS DISTINCT FROM a.scope
+                     OR h.value IS DISTINCT FROM a.memory)",
+            &[&run, &name],
+        )
+    }
+
     fn run(&self) -> Result<String> {
         self.run_id
             .clone()
@@ -168,64 +308,13 @@ impl Tx for PgTx<'_> {
         attachment_referenced(self, &run, attachment_path)
     }
 
-    /// One statement: the upsert hands its principal and step to the history trigger in
-    /// two settings of this transaction (`openprose.principal`, `openprose.delta`), which the
-    /// trigger takes for the version it keeps and clears. The setting still set once the
-    /// write is done means no trigger took it, and no version was kept: an update's shows in
-    /// the upsert's own RETURNING (its version is kept BEFORE the row is written, schema 11);
-    /// an insert's takes one look more.
     fn put_binding_as(
         &mut self,
         b: &BindingRecord,
         principal: &str,
         delta: Option<&str>,
-    ) -> Result<Option<i64>> {
-        let run = self.run()?;
-        let value = text_value(b)?;
-        let delta = delta.unwrap_or_default();
-        let version = self.opt_typed(
-            "INSERT INTO openprose.bindings (name, run_id, execution_id, kind, value,
-                 source_statement, created_at, updated_at, attachment_path)
-             SELECT $1, $2, $3, $4, $5, $6, COALESCE(($7::text)::timestamptz, now()),
-                    COALESCE(($8::text)::timestamptz, now()), $9
-               FROM (SELECT set_config('openprose.principal', $10, true),
-                            set_config('openprose.delta', $11, true)) AS attributed
-             ON CONFLICT (name, run_id, (COALESCE(execution_id, -1))) DO UPDATE SET
-                 kind = excluded.kind, value = excluded.value,
-                 source_statement = excluded.source_statement,
-                 attachment_path = excluded.attachment_path, updated_at = excluded.updated_at
-             RETURNING version, current_setting('openprose.principal', true)",
-            &[
-                (&b.name, Type::TEXT),
-                (&run, Type::TEXT),
-                (&b.execution_id, Type::INT8),
-                (&b.kind, Type::TEXT),
-                (&value, Type::TEXT),
-                (&b.source_statement, Type::TEXT),
-                (&b.created_at, Type::TEXT),
-                (&b.updated_at, Type::TEXT),
-                (&b.attachment_path, Type::TEXT),
-                (&principal, Type::TEXT),
-                (&delta, Type::TEXT),
-            ],
-            |r| (r.get::<_, i64>(0), r.get::<_, Option<String>>(1)),
-        )?;
-        let Some((version, left)) = version else {
-            return Ok(None);
-        };
-        // The trigger that kept the version cleared the principal: an update's, BEFORE the row
-        // is written, is seen by RETURNING; an insert's, AFTER it, only by the next statement.
-        let left = match left.filter(|l| !l.is_empty()) {
-            None => None,
-            Some(_) => self
-                .opt_typed(
-                    "SELECT current_setting('openprose.principal', true)",
-                    &[],
-                    |r| r.get::<_, Option<String>>(0),
-                )?
-                .flatten(),
-        };
-        Ok(Some(version).filter(|_| left.unwrap_or_default().is_empty()))
+    ) -> Result<i64> {
+        self.write_binding(b, Some(principal), delta)
     }
 
     fn set_attachment_path(
@@ -235,8 +324,11 @@ impl Tx for PgTx<'_> {
         attachment_path: &str,
     ) -> Result<()> {
         let run = self.run()?;
+        // The same bytes kept elsewhere: not a new version (the triggers, which would have
+        // made it one, do not fire for prose-state's sessions). The run's waiters are told.
         self.exec(
             "UPDATE openprose.bindings SET attachment_path = $4
+             FROM (SELECT pg_notify('openprose_change', $1)) AS woken
              WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3",
             &[&run, &name, &execution_id.unwrap_or(-1), &attachment_path],
         )
@@ -374,22 +466,8 @@ impl Tx for PgTx<'_> {
         )
     }
 
-    fn relink_history(
-        &mut self,
-        name: &str,
-        execution_id: Option<i64>,
-        old: &str,
-        new: &str,
-    ) -> Result<()> {
+    fn relink_history(&mut self, old: &str, new: &str) -> Result<()> {
         let run = self.run()?;
-        self.exec(
-            "DELETE FROM openprose.binding_history
-             WHERE seq = (SELECT seq FROM openprose.binding_history
-                           WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3
-                           ORDER BY n DESC LIMIT 1)
-               AND principal IS NULL AND attachment_path = $4",
-            &[&run, &name, &execution_id.unwrap_or(-1), &new],
-        )?;
         self.exec(
             "UPDATE openprose.binding_history SET attachment_path = $3,
                  value = replace(value, $2, $3)
@@ -555,29 +633,7 @@ impl Tx for PgTx<'_> {
     }
 
     fn put_binding(&mut self, b: &BindingRecord) -> Result<()> {
-        let run = self.run()?;
-        let value = text_value(b)?;
-        self.exec_prepared(
-            "INSERT INTO openprose.bindings (name, run_id, execution_id, kind, value,
-                 source_statement, created_at, updated_at, attachment_path)
-             VALUES ($1, $2, $3, $4, $5, $6, COALESCE(($7::text)::timestamptz, now()),
-                     COALESCE(($8::text)::timestamptz, now()), $9)
-             ON CONFLICT (name, run_id, (COALESCE(execution_id, -1))) DO UPDATE SET
-                 kind = excluded.kind, value = excluded.value,
-                 source_statement = excluded.source_statement,
-                 attachment_path = excluded.attachment_path, updated_at = excluded.updated_at",
-            &[
-                &b.name,
-                &run,
-                &b.execution_id,
-                &b.kind,
-                &value,
-                &b.source_statement,
-                &b.created_at,
-                &b.updated_at,
-                &b.attachment_path,
-            ],
-        )
+        self.write_binding(b, None, None).map(drop)
     }
 
     fn put_gate(&mut self, g: &GateRecord, instance: bool) -> Result<()> {
@@ -634,7 +690,8 @@ impl Tx for PgTx<'_> {
                 &a.created_at,
                 &a.updated_at,
             ],
-        )
+        )?;
+        self.keep_agent_version(&a.name)
     }
 
     fn put_segment(&mut self, g: &SegmentRecord) -> Result<()> {
@@ -642,7 +699,10 @@ impl Tx for PgTx<'_> {
         self.exec_prepared(
             "INSERT INTO openprose.agent_segments (agent_name, run_id, segment_number,
                      timestamp, prompt, summary, at_record)
-                 VALUES ($1, $2, $3, COALESCE(($4::text)::timestamptz, now()), $5, $6, $7)",
+                 VALUES ($1, $2, $3, COALESCE(($4::text)::timestamptz, now()), $5, $6,
+                         COALESCE($7, CASE WHEN $2::text IS NOT NULL THEN
+                             (SELECT CASE WHEN s.is_called THEN s.last_value END
+                                FROM openprose.execution_id_seq s) END))",
             &[
                 &g.agent_name,
                 &run,
@@ -919,7 +979,8 @@ impl Tx for PgTx<'_> {
              ON CONFLICT (name, (COALESCE(run_id, '__project__'))) DO UPDATE SET
                  updated_at = excluded.updated_at",
             &[&name, &run, &scope, &now],
-        )
+        )?;
+        self.keep_agent_version(name)
     }
 
     fn next_segment_number(&mut self, name: &str) -> Result<i64> {

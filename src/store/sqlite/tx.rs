@@ -39,7 +39,8 @@ pub struct SqliteTx<'a> {
 pub(super) struct Seen {
     /// The run's bound on versions kept, read with the run's status.
     history_keep: Option<Option<i64>>,
-    /// A binding's newest history row before the write (name, scope, seq), read with its head.
+    /// The number of a binding's newest version before the write (name, scope, n), read with
+    /// its head.
     history_head: Option<(String, i64, Option<i64>)>,
 }
 
@@ -50,6 +51,102 @@ impl Statements for SqliteTx<'_> {
 
     fn error(&self, e: rusqlite::Error) -> anyhow::Error {
         db_error(e, self.path, self.busy_ms)
+    }
+}
+
+impl SqliteTx<'_> {
+    /// A binding's write and the version it takes: the version number, higher than any in
+    /// the file, and the history row that keeps it, attributed (`principal`; none: a copy's
+    /// write), holding the step (`delta`) in place of the whole value for an `--append` or
+    /// `--merge`. prose-state keeps its own writes' versions here, in the write's own
+    /// transaction: the schema's triggers, which keep raw writers' versions, do not fire on
+    /// its connections (`SqliteStore::connect`), so a version is never kept twice, never
+    /// left unattributed, and a dropped trigger loses no write of prose-state's.
+    fn write_binding(
+        &mut self,
+        b: &BindingRecord,
+        principal: Option<&str>,
+        delta: Option<&str>,
+    ) -> Result<i64> {
+        let name = b.name.as_deref().unwrap_or_default();
+        let scope = b.execution_id.unwrap_or(-1);
+        // The number of the binding's newest version, as the bind's read of its head found
+        // it in this transaction (else read now): writers are serialised, so it stands.
+        let newest = match self.seen.history_head.take() {
+            Some((n, s, newest)) if n == name && s == scope => newest,
+            _ => self.one(
+                "SELECT (SELECT n FROM binding_history
+                          WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2
+                          ORDER BY n DESC LIMIT 1)",
+                params![name, scope],
+                |r| r.get(0),
+            )?,
+        };
+        let version = self.one(
+            "INSERT INTO bindings (name, execution_id, kind, value, source_statement,
+                                   created_at, updated_at, attachment_path, version)
+             VALUES (?1, ?2, ?3, CAST(?4 AS TEXT), ?5, ?6, ?7, ?8,
+                     (SELECT IFNULL(MAX(version), 0) + 1 FROM bindings))
+             ON CONFLICT (name, IFNULL(execution_id, -1)) DO UPDATE SET
+                 kind = excluded.kind,
+                 value = excluded.value,
+                 source_statement = excluded.source_statement,
+                 attachment_path = excluded.attachment_path,
+                 updated_at = excluded.updated_at,
+                 version = excluded.version
+             RETURNING version",
+            params![
+                b.name,
+                b.execution_id,
+                b.kind,
+                b.value,
+                b.source_statement,
+                b.created_at,
+                b.updated_at,
+                b.attachment_path
+            ],
+            |r| r.get::<_, i64>(0),
+        )?;
+        self.exec(
+            "INSERT INTO binding_history (name, execution_id, n, kind, value, delta,
+                                          attachment_path, source_statement, written_at,
+                                          at_record, principal)
+             VALUES (?1, ?2, ?3, ?4, CASE WHEN ?6 IS NULL THEN CAST(?5 AS TEXT) END, ?6, ?7, ?8,
+                     datetime('now'), (SELECT MAX(id) FROM execution), ?9)",
+            params![
+                b.name,
+                b.execution_id,
+                newest.unwrap_or(0) + 1,
+                b.kind,
+                b.value,
+                delta,
+                b.attachment_path,
+                b.source_statement,
+                principal
+            ],
+        )?;
+        Ok(version)
+    }
+
+    /// A run-scoped agent's version after prose-state wrote its row: kept when the agent is
+    /// new, or its memory or scope differs from its newest version (what the schema's agent
+    /// triggers keep for a raw writer). An agents.db keeps no history.
+    fn keep_agent_version(&mut self, name: &str) -> Result<()> {
+        if !self.is_state {
+            return Ok(());
+        }
+        self.exec(
+            "INSERT INTO agent_history (name, n, kind, value, written_at, at_record)
+             SELECT a.name, IFNULL(h.n, 0) + 1, a.scope, a.memory, datetime('now'),
+                    (SELECT MAX(id) FROM execution)
+               FROM agents a
+               LEFT JOIN (SELECT n, kind, value, deleted FROM agent_history
+                           WHERE name = ?1 ORDER BY n DESC LIMIT 1) h ON 1
+              WHERE a.name = ?1
+                AND (h.n IS NULL OR h.deleted = 1 OR h.kind IS NOT a.scope
+                     OR h.value IS NOT a.memory)",
+            [name],
+        )
     }
 }
 
@@ -111,16 +208,15 @@ impl Tx for SqliteTx<'_> {
         execution_id: Option<i64>,
     ) -> Result<Option<crate::store::BindingHead>> {
         let scope = execution_id.unwrap_or(-1);
-        // One row, the binding or not: its head, and its history's newest row (for the
-        // write that may follow: see `put_binding_as`). The newest row is the one of the
-        // highest `n`, which the index on (name, scope, n) finds in one seek: `MAX(seq)` read
-        // every version of the binding, so a write cost more the more it had been rebound.
-        let (head, kept) = self
+        // One row, the binding or not: its head, and the number of its newest version (for
+        // the write that may follow: see `write_binding`), which the index on (name, scope, n)
+        // finds in one seek.
+        let (head, newest) = self
             .opt(
-                "SELECT b.kind, b.attachment_path, b.version, h.seq
-                   FROM (SELECT (SELECT seq FROM binding_history
+                "SELECT b.kind, b.attachment_path, b.version, h.n
+                   FROM (SELECT (SELECT n FROM binding_history
                                   WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2
-                                  ORDER BY n DESC LIMIT 1) AS seq) h
+                                  ORDER BY n DESC LIMIT 1) AS n) h
                    LEFT JOIN bindings b ON b.name = ?1 AND IFNULL(b.execution_id, -1) = ?2",
                 params![name, scope],
                 |r| {
@@ -133,7 +229,7 @@ impl Tx for SqliteTx<'_> {
                 },
             )?
             .unwrap_or((None, None));
-        self.seen.history_head = Some((name.to_string(), scope, kept));
+        self.seen.history_head = Some((name.to_string(), scope, newest));
         Ok(head)
     }
 
@@ -151,47 +247,13 @@ impl Tx for SqliteTx<'_> {
         attachment_referenced(self, attachment_path)
     }
 
-    /// The write, then its version completed: the newest version of the binding's history,
-    /// if newer than the head before the write (the trigger's, never a raw writer's).
     fn put_binding_as(
         &mut self,
         binding: &BindingRecord,
         principal: &str,
         delta: Option<&str>,
-    ) -> Result<Option<i64>> {
-        let (name, execution_id) = (
-            binding.name.as_deref().unwrap_or_default(),
-            binding.execution_id,
-        );
-        let scope = execution_id.unwrap_or(-1);
-        // The history's newest row before the write, as the bind's read of the head found it
-        // in this transaction (else read now).
-        let head = match self.seen.history_head.take() {
-            Some((n, s, head)) if n == name && s == scope => head,
-            _ => self.one(
-                "SELECT (SELECT seq FROM binding_history
-                          WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2
-                          ORDER BY n DESC LIMIT 1)",
-                params![name, scope],
-                |r| r.get(0),
-            )?,
-        };
-        self.put_binding(binding)?;
-        // The version the trigger kept for this write, attributed; none (a dropped trigger):
-        // no row, and the write is refused by the caller.
-        let version = self.opt(
-            "UPDATE binding_history SET principal = ?3, delta = ?4,
-                 value = CASE WHEN ?4 IS NULL THEN value END
-             WHERE seq = (SELECT seq FROM binding_history
-                           WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2
-                           ORDER BY n DESC LIMIT 1)
-               AND seq > IFNULL(?5, 0) AND principal IS NULL
-             RETURNING (SELECT version FROM bindings
-                         WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2)",
-            params![name, scope, principal, delta, head],
-            |r| r.get::<_, Option<i64>>(0),
-        )?;
-        Ok(version.flatten())
+    ) -> Result<i64> {
+        self.write_binding(binding, Some(principal), delta)
     }
 
     fn set_attachment_path(
@@ -200,6 +262,8 @@ impl Tx for SqliteTx<'_> {
         execution_id: Option<i64>,
         attachment_path: &str,
     ) -> Result<()> {
+        // The same bytes kept elsewhere: not a new version (the triggers, which would have
+        // made it one, do not fire for prose-state's connections).
         self.exec(
             "UPDATE bindings SET attachment_path = ?3
              WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2",
@@ -424,7 +488,8 @@ impl Tx for SqliteTx<'_> {
             "INSERT INTO agents (name, scope, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)
              ON CONFLICT (name) DO UPDATE SET updated_at = excluded.updated_at",
             params![name, scope, now],
-        )
+        )?;
+        self.keep_agent_version(name)
     }
 
     fn next_segment_number(&mut self, name: &str) -> Result<i64> {
@@ -523,21 +588,7 @@ impl Tx for SqliteTx<'_> {
         )
     }
 
-    fn relink_history(
-        &mut self,
-        name: &str,
-        execution_id: Option<i64>,
-        old: &str,
-        new: &str,
-    ) -> Result<()> {
-        self.exec(
-            "DELETE FROM binding_history
-             WHERE seq = (SELECT seq FROM binding_history
-                           WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2
-                           ORDER BY n DESC LIMIT 1)
-               AND principal IS NULL AND attachment_path = ?4",
-            params![name, execution_id.unwrap_or(-1), old, new],
-        )?;
+    fn relink_history(&mut self, old: &str, new: &str) -> Result<()> {
         self.exec(
             "UPDATE binding_history SET attachment_path = ?2, value = replace(value, ?1, ?2)
              WHERE attachment_path = ?1",
@@ -677,27 +728,7 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn put_binding(&mut self, b: &BindingRecord) -> Result<()> {
-        self.exec(
-            "INSERT INTO bindings (name, execution_id, kind, value, source_statement,
-                                   created_at, updated_at, attachment_path)
-             VALUES (?1, ?2, ?3, CAST(?4 AS TEXT), ?5, ?6, ?7, ?8)
-             ON CONFLICT (name, IFNULL(execution_id, -1)) DO UPDATE SET
-                 kind = excluded.kind,
-                 value = excluded.value,
-                 source_statement = excluded.source_statement,
-                 attachment_path = excluded.attachment_path,
-                 updated_at = excluded.updated_at",
-            params![
-                b.name,
-                b.execution_id,
-                b.kind,
-                b.value,
-                b.source_statement,
-                b.created_at,
-                b.updated_at,
-                b.attachment_path
-            ],
-        )
+        self.write_binding(b, None, None).map(drop)
     }
 
     fn put_gate(&mut self, g: &GateRecord, instance: bool) -> Result<()> {
@@ -737,16 +768,18 @@ impl Tx for SqliteTx<'_> {
              ON CONFLICT (name) DO UPDATE SET
                  scope = excluded.scope, memory = excluded.memory, updated_at = excluded.updated_at",
             params![a.name, a.scope, a.memory, a.created_at, a.updated_at],
-        )
+        )?;
+        self.keep_agent_version(&a.name)
     }
 
     fn put_segment(&mut self, g: &SegmentRecord) -> Result<()> {
-        // An agents.db (project and user memory) has no `at_record`: it belongs to no run.
+        // An agents.db (project and user memory) has no `at_record`: it belongs to no run. A
+        // run's segment records the newest record when it was appended, unless a copy says.
         self.exec(
-            if g.at_record.is_some() {
+            if self.is_state {
                 "INSERT INTO agent_segments (agent_name, segment_number, timestamp, prompt,
                                              summary, at_record)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+                 VALUES (?1, ?2, ?3, ?4, ?5, IFNULL(?6, (SELECT MAX(id) FROM execution)))"
             } else {
                 "INSERT INTO agent_segments (agent_name, segment_number, timestamp, prompt,
                                              summary)
@@ -760,7 +793,7 @@ impl Tx for SqliteTx<'_> {
                 g.summary,
                 g.at_record
             ]
-            .get(..if g.at_record.is_some() { 6 } else { 5 })
+            .get(..if self.is_state { 6 } else { 5 })
             .unwrap_or_default(),
         )
     }
