@@ -32,6 +32,7 @@ on_both!(
     holds_verify_finds_an_edited_sealed_version,
     holds_get_as_of_is_the_state_just_before_the_next_record,
     holds_every_write_is_kept_once_whoever_wrote_it_property,
+    holds_concurrent_writers_number_every_version_once,
 );
 
 // ---------------------------------------------------------------------------------------
@@ -2035,5 +2036,75 @@ fn holds_every_write_is_kept_once_whoever_wrote_it_property(b: Backend) {
                 out.failure();
             }
         }
+    }
+}
+
+/// Concurrent writers of one binding, and of bindings none of them has written yet (each
+/// name's first write raced by three processes): every write is kept once, the numbers of
+/// each binding's versions are 1, 2, 3 … without a gap or a repeat, and its newest version is
+/// what it holds. On a server the number is taken by a statement that sees every version
+/// committed before it (a rebind's in one statement, holding the row; a first write's after
+/// its upsert), which is what this races.
+fn holds_concurrent_writers_number_every_version_once(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    bind(&run, "x", b"0");
+    let writers = 6;
+    let rounds = 8;
+    let children: Vec<_> = (0..writers)
+        .map(|w| {
+            let mut script = String::new();
+            for r in 0..rounds {
+                script.push_str(&format!(
+                    "\"$B\" bind x w{w}r{r} --as w{w} >/dev/null && \"$B\" bind fresh{r} w{w} --as w{w} >/dev/null || exit 1\n"
+                ));
+            }
+            let mut c = std::process::Command::new("sh");
+            let probe = run.std_cmd();
+            c.arg("-c").arg(script).env("B", probe.get_program());
+            for (k, v) in probe.get_envs() {
+                match v {
+                    Some(v) => c.env(k, v),
+                    None => c.env_remove(k),
+                };
+            }
+            if let Some(dir) = probe.get_current_dir() {
+                c.current_dir(dir);
+            }
+            c.env("PROSE_RUN", &run.id);
+            c.spawn().unwrap()
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    let mut db = Db::open(&run);
+    let mut names = vec!["x".to_string()];
+    names.extend((0..rounds).map(|r| format!("fresh{r}")));
+    for name in &names {
+        let ns = db.rows(
+            &format!("SELECT n FROM binding_history WHERE name = '{name}' ORDER BY n"),
+            &format!("SELECT h.n::text FROM openprose.binding_history h WHERE run_id = '$RUN' AND name = '{name}' ORDER BY h.n"),
+        );
+        let want = if name == "x" {
+            1 + writers * rounds
+        } else {
+            writers
+        };
+        let got: Vec<String> = ns
+            .iter()
+            .map(|r| String::from_utf8(r[0].clone().unwrap()).unwrap())
+            .collect();
+        let expected: Vec<String> = (1..=want).map(|n| n.to_string()).collect();
+        assert_eq!(got, expected, "{name}'s versions");
+        let newest = db.one(
+            &format!("SELECT value FROM binding_history WHERE name = '{name}' ORDER BY n DESC LIMIT 1"),
+            &format!("SELECT value FROM openprose.binding_history WHERE run_id = '$RUN' AND name = '{name}' ORDER BY n DESC LIMIT 1"),
+        );
+        assert_eq!(
+            newest.as_deref(),
+            Some(run.get(name, None).as_slice()),
+            "{name}"
+        );
     }
 }

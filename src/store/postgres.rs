@@ -633,6 +633,7 @@ impl AgentStore for PgStore {
             shown_url,
             busy_ms: *busy_ms,
             prepared: std::collections::HashMap::new(),
+            held: None,
         };
         if let Some(id) = run_id.as_deref() {
             tx.lock_run(id, kind)?;
@@ -1184,7 +1185,8 @@ impl Store for PgStore {
                 "DELETE FROM openprose.agents WHERE run_id = $1",
                 "DELETE FROM openprose.agent_history WHERE run_id = $1",
                 "DELETE FROM openprose.run WHERE id = $1",
-                // After the run's bindings, whose deletion recorded their tombstones.
+                // After the run's bindings (deleted with the run), whose history goes with
+                // them: a raw writer's deletion would have recorded tombstones in it.
                 "DELETE FROM openprose.binding_history WHERE run_id = $1",
             ] {
                 on.exec(sql, &[&run])?;

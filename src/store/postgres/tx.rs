@@ -35,6 +35,9 @@ pub struct PgTx<'a> {
     /// Statements prepared in this transaction, for the ones a copy of a run runs once a row
     /// (10,000 bindings: one round trip each instead of two).
     pub(super) prepared: std::collections::HashMap<&'static str, postgres::Statement>,
+    /// The binding (name, scope) whose row this transaction holds `FOR UPDATE` (read by
+    /// `binding_head`): its writers wait for this one, and this one saw theirs committed.
+    pub(super) held: Option<(String, i64)>,
 }
 
 impl PgTx<'_> {
@@ -61,9 +64,10 @@ impl PgTx<'_> {
     /// own writes' versions here, in the write's own transaction: the schema's triggers, which
     /// keep raw writers' versions, do not fire for its sessions (`openprose.writer`, set when
     /// a session starts), so a version is never kept twice or left unattributed, and a write
-    /// loads no PL/pgSQL. Two statements: the version's number is taken after the upsert
-    /// holds the binding's row, by a statement that sees a concurrent writer's version
-    /// committed before it. A copy's writes (many a transaction) are prepared once.
+    /// loads no PL/pgSQL. The version's number is taken by a statement that sees every
+    /// version committed before it: one statement when `binding_head` already holds the row
+    /// (a rebind), else a second after the upsert holds it (a first write may meet a
+    /// concurrent one). A copy's writes (many a transaction) are prepared once.
     fn write_binding(
         &mut self,
         b: &BindingRecord,
@@ -98,6 +102,61 @@ impl PgTx<'_> {
         let run = self.run()?;
         let value = text_value(b)?;
         let copy = principal.is_none();
+        let scope = b.execution_id.unwrap_or(-1);
+        let held = self
+            .held
+            .as_ref()
+            .is_some_and(|(n, s)| Some(n.as_str()) == b.name.as_deref() && *s == scope);
+        if held && !copy {
+            // A rebind whose row this transaction already holds: every writer of the binding
+            // before it has committed, so one statement (one round trip) sees their versions.
+            const REBIND: &str = "WITH written AS (
+                 INSERT INTO openprose.bindings (name, run_id, execution_id, kind, value,
+                     source_statement, created_at, updated_at, attachment_path, version)
+                 VALUES ($1, $2, $3, $4, $5, $6, COALESCE(($7::text)::timestamptz, now()),
+                         COALESCE(($8::text)::timestamptz, now()), $9,
+                         nextval('openprose.binding_version_seq'))
+                 ON CONFLICT (name, run_id, (COALESCE(execution_id, -1))) DO UPDATE SET
+                     kind = excluded.kind, value = excluded.value,
+                     source_statement = excluded.source_statement,
+                     attachment_path = excluded.attachment_path,
+                     updated_at = excluded.updated_at, version = excluded.version
+                 RETURNING version),
+             kept AS (
+                 INSERT INTO openprose.binding_history (run_id, name, execution_id, n, kind,
+                     value, delta, attachment_path, source_statement, written_at, at_record,
+                     principal)
+                 SELECT $2, $1, $3,
+                        (SELECT COALESCE(MAX(h.n), 0) + 1 FROM openprose.binding_history h
+                          WHERE h.run_id = $2 AND h.name = $1
+                            AND COALESCE(h.execution_id, -1) = COALESCE($3, -1)),
+                        $4, CASE WHEN $10::text IS NULL THEN $5 END, $10, $9, $6, now(),
+                        (SELECT CASE WHEN s.is_called THEN s.last_value END
+                           FROM openprose.execution_id_seq s),
+                        $11
+                   FROM written, (SELECT pg_notify('openprose_change', $2)) AS woken
+                 RETURNING n)
+             SELECT written.version FROM written, kept";
+            return self
+                .opt_typed(
+                    REBIND,
+                    &[
+                        (&b.name, Type::TEXT),
+                        (&run, Type::TEXT),
+                        (&b.execution_id, Type::INT8),
+                        (&b.kind, Type::TEXT),
+                        (&value, Type::TEXT),
+                        (&b.source_statement, Type::TEXT),
+                        (&b.created_at, Type::TEXT),
+                        (&b.updated_at, Type::TEXT),
+                        (&b.attachment_path, Type::TEXT),
+                        (&delta, Type::TEXT),
+                        (&principal, Type::TEXT),
+                    ],
+                    |r| r.get::<_, i64>(0),
+                )?
+                .ok_or_else(|| anyhow!("the write of a binding kept no version"));
+        }
         let version = if copy {
             let stmt = self.prepared(UPSERT)?;
             self.one(
@@ -276,7 +335,7 @@ impl Tx for PgTx<'_> {
         execution_id: Option<i64>,
     ) -> Result<Option<crate::store::BindingHead>> {
         let run = self.run()?;
-        self.opt_typed(
+        let head = self.opt_typed(
             "SELECT kind, attachment_path, version FROM openprose.bindings
              WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3 FOR UPDATE",
             &[
@@ -285,7 +344,11 @@ impl Tx for PgTx<'_> {
                 (&execution_id.unwrap_or(-1), Type::INT8),
             ],
             |r| (r.get(0), r.get(1), r.get(2)),
-        )
+        )?;
+        if head.is_some() {
+            self.held = Some((name.to_string(), execution_id.unwrap_or(-1)));
+        }
+        Ok(head)
     }
 
     fn binding_value(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<String>> {
