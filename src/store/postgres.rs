@@ -113,7 +113,13 @@ pub struct PgStore {
     in_snapshot: bool,
     /// The session ran a statement of the caller's (`query`): never kept (see `Drop`).
     ran_foreign_sql: bool,
+    /// Statements prepared on this session for the writes a long-lived process makes again
+    /// and again (kept with the session: see `pool`).
+    kept_statements: Prepared,
 }
+
+/// Statements prepared on a session, by their text.
+pub(super) type Prepared = std::collections::HashMap<&'static str, postgres::Statement>;
 
 impl PgStore {
     fn err(&self) -> impl Fn(postgres::Error) -> anyhow::Error + '_ {
@@ -133,9 +139,12 @@ impl PgStore {
         let busy_ms = opts.busy_timeout.as_millis() as u64;
         let kept = pool::take(url);
         let was_kept = kept.is_some();
-        let client = match kept {
-            Some(client) => client,
-            None => connect_client(url).map_err(|e| connect_error(&e, url, &shown_url))?,
+        let (client, kept_statements) = match kept {
+            Some(kept) => kept,
+            None => (
+                connect_client(url).map_err(|e| connect_error(&e, url, &shown_url))?,
+                Prepared::new(),
+            ),
         };
         let mut store = PgStore {
             client: super::Held::new(client),
@@ -148,6 +157,7 @@ impl PgStore {
             uploading: false,
             in_snapshot: false,
             ran_foreign_sql: false,
+            kept_statements,
         };
         // Every open sets the session up again (time zone, lock timeout), kept or not.
         let started = store.start();
@@ -620,6 +630,7 @@ impl AgentStore for PgStore {
             run_id,
             shown_url,
             busy_ms,
+            kept_statements,
             ..
         } = self;
         let tx = client
@@ -634,6 +645,7 @@ impl AgentStore for PgStore {
             busy_ms: *busy_ms,
             prepared: std::collections::HashMap::new(),
             held: None,
+            kept: super::keeping().then_some(kept_statements),
         };
         if let Some(id) = run_id.as_deref() {
             tx.lock_run(id, kind)?;
@@ -1214,7 +1226,7 @@ impl Drop for PgStore {
                 clean = client.batch_execute("SELECT pg_advisory_unlock_all()");
             }
             if clean.is_ok() {
-                pool::give(&self.url, client);
+                pool::give(&self.url, client, std::mem::take(&mut self.kept_statements));
             }
         }
     }
@@ -1239,13 +1251,15 @@ fn lost(e: &postgres::Error) -> bool {
 /// session carries from one user to the next is what `Drop` and `start` put in order: no
 /// transaction (a `Transaction` rolls back when dropped; a snapshot is rolled back), no
 /// session advisory lock (an upload's are released), the settings `start` sets at every open
-/// (time zone, lock timeout, messages); settings a transaction sets are local to it, and no
-/// statement is left prepared (the driver closes a prepared statement when it drops; the
-/// typed statements are unnamed). A session that ran SQL of the caller's (`query`), which a
+/// (time zone, lock timeout, messages); settings a transaction sets are local to it, and the
+/// only statements left prepared are prose-state's own, kept with the session (a bind's
+/// write, planned once a session instead of at every call; the driver names them, and closes
+/// any other when it drops; the typed statements are unnamed). A session that ran SQL of the caller's (`query`), which a
 /// read-only transaction does not stop taking a session advisory lock or preparing a
 /// statement by name, is closed instead. LISTEN is never sent on them: the listening
 /// connection is one of its own (`listening_client`), never kept here.
 mod pool {
+    use super::Prepared;
     use postgres::Client;
 
     /// At most this many kept, over all URLs, the newest: the number of waiters' looks a
@@ -1256,15 +1270,16 @@ mod pool {
     /// (100 by default) many processes share.
     const MOST: usize = crate::store::wake::LOOKS_AT_ONCE;
 
-    static KEPT: crate::store::Kept<Client> = crate::store::Kept::new(MOST);
+    static KEPT: crate::store::Kept<(Client, Prepared)> = crate::store::Kept::new(MOST);
 
-    /// A kept connection to this server, if any; those the server has closed are dropped.
-    pub fn take(url: &str) -> Option<Client> {
-        KEPT.take(url, |_, c| c.is_closed())
+    /// A kept connection to this server, if any, with the statements prepared on it; those
+    /// the server has closed are dropped.
+    pub fn take(url: &str) -> Option<(Client, Prepared)> {
+        KEPT.take(url, |_, c| c.0.is_closed())
     }
 
-    pub fn give(url: &str, client: Client) {
-        KEPT.give(url.to_string(), client);
+    pub fn give(url: &str, client: Client, prepared: Prepared) {
+        KEPT.give(url.to_string(), (client, prepared));
     }
 }
 

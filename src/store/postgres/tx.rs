@@ -14,8 +14,8 @@ use crate::store::history::Kept;
 use crate::store::tx::{ChainTip, GateResumeState, KeyedExecution, Tx, TxKind};
 use crate::store::{AuditRow, GateRow, ImportRow, NewGate};
 use anyhow::{anyhow, Result};
-use postgres::types::Type;
-use postgres::Transaction;
+use postgres::types::{ToSql, Type};
+use postgres::{Row, Transaction};
 
 /// The advisory lock space of imports (two-key form), keyed by the run id's hash.
 const IMPORT_LOCK: i32 = 0x7072_6f69;
@@ -38,6 +38,10 @@ pub struct PgTx<'a> {
     /// The binding (name, scope) whose row this transaction holds `FOR UPDATE` (read by
     /// `binding_head`): its writers wait for this one, and this one saw theirs committed.
     pub(super) held: Option<(String, i64)>,
+    /// In a long-lived process, the statements kept prepared on the session: a write it
+    /// makes again and again is planned once (a one-shot command's statements are typed and
+    /// unnamed instead, one round trip each).
+    pub(super) kept: Option<&'a mut super::Prepared>,
 }
 
 impl PgTx<'_> {
@@ -138,7 +142,7 @@ impl PgTx<'_> {
                  RETURNING n)
              SELECT written.version FROM written, kept";
             return self
-                .opt_typed(
+                .opt_hot(
                     REBIND,
                     &[
                         (&b.name, Type::TEXT),
@@ -175,7 +179,7 @@ impl PgTx<'_> {
                 |r| r.get::<_, i64>(0),
             )?
         } else {
-            self.opt_typed(
+            self.opt_hot(
                 UPSERT,
                 &[
                     (&b.name, Type::TEXT),
@@ -210,7 +214,7 @@ impl PgTx<'_> {
                 |_| (),
             )?;
         } else {
-            self.opt_typed(
+            self.opt_hot(
                 VERSION,
                 &[
                     (&run, Type::TEXT),
@@ -251,6 +255,35 @@ impl PgTx<'_> {
                      OR h.value IS DISTINCT FROM a.memory)",
             &[&run, &name],
         )
+    }
+
+    /// The row a write of the hot path returns, if any: prepared once a session in a
+    /// long-lived process (kept with it), else typed and unnamed (one round trip).
+    fn opt_hot<T>(
+        &mut self,
+        sql: &'static str,
+        p: &[(&(dyn ToSql + Sync), Type)],
+        f: impl FnOnce(&Row) -> T,
+    ) -> Result<Option<T>> {
+        let Some(kept) = self.kept.as_deref_mut() else {
+            return self.opt_typed(sql, p, f);
+        };
+        let stmt = match kept.get(sql) {
+            Some(s) => s.clone(),
+            None => {
+                let types: Vec<Type> = p.iter().map(|(_, t)| t.clone()).collect();
+                let s = self
+                    .tx
+                    .prepare_typed(sql, &types)
+                    .map_err(|e| map_err(e, self.shown_url, self.busy_ms))?;
+                if let Some(kept) = self.kept.as_deref_mut() {
+                    kept.insert(sql, s.clone());
+                }
+                s
+            }
+        };
+        let values: Vec<&(dyn ToSql + Sync)> = p.iter().map(|(v, _)| *v).collect();
+        self.opt(&stmt, &values, f)
     }
 
     fn run(&self) -> Result<String> {
