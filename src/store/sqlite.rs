@@ -1168,8 +1168,24 @@ impl Drop for SqliteStore {
             let _ = conn.busy_timeout(std::time::Duration::ZERO);
             let _ = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
         }
+        // A command (a process of its own) leaves its first few connections to its exit,
+        // which frees what they hold at once: closing one frees its parsed schema object by
+        // object (0.16 million instructions, 7 % of a `bind`) for a process about to end.
+        // Nothing durable waits on a close: every commit was synced, the log is not
+        // checkpointed at a close (`connect`), and the locks go with the process. A command
+        // that opens many stores (`doctor`, a listing) closes the rest as they go.
+        if !super::keeping()
+            && conn.is_autocommit()
+            && LEFT_TO_EXIT.fetch_add(1, Ordering::Relaxed) < LEFT_MOST
+        {
+            std::mem::forget(conn);
+        }
     }
 }
+
+/// How many connections a command leaves to its exit (see `Drop for SqliteStore`).
+const LEFT_MOST: usize = 4;
+static LEFT_TO_EXIT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// Connections kept for the next open of the same state.db, in a long-lived process (the MCP
 /// server): opening one parses the whole schema, which is most of what a small `get` costs.
