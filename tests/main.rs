@@ -3,6 +3,7 @@
 mod common;
 
 mod attack31;
+mod attack41;
 mod bad_input;
 mod bind_get;
 mod catalog;

@@ -256,7 +256,7 @@ pub fn as_of(store: &mut dyn Store, name: &str, start: Option<i64>, at: &AsOf) -
                     None => "the root scope".to_string(),
                 };
                 return Err(refused(format!(
-                    "binding {} in {place} as of {at} is not known: its versions of then are not kept (pruned, written before history was kept, or while its history's trigger was missing)",
+                    "binding {} in {place} as of {at} is not known: its versions of then are not kept (pruned, written before history was kept, while its history's trigger was missing, or before raw SQL deleted the log's newest records)",
                     shown(name)
                 )));
             }

@@ -117,6 +117,16 @@ pub fn then(rows: &[HistoryRow], at: &AsOf) -> Then {
             // Writes before a gap version may not have been kept (pruned, a copy without
             // history, a trigger dropped for a while): what stood before it is not known.
             Some(false) if r.gap => return Then::Unknown,
+            // A later version written by then: the records went backwards in write order (raw
+            // SQL deleted the log's newest records, whose ids a version had recorded), so
+            // which version stood then is not known.
+            Some(false)
+                if rows[i + 1..]
+                    .iter()
+                    .any(|l| written_by(l, at) == Some(true)) =>
+            {
+                return Then::Unknown
+            }
             Some(false) => break,
             None => return Then::Unknown,
         }

@@ -56,9 +56,9 @@ impl Statements for SqliteTx<'_> {
 
 impl SqliteTx<'_> {
     /// A binding's write and the version it takes: the version number, higher than any in
-    /// the file, and the history row that keeps it, with the newest record (the highest id
-    /// the append-only log has given, which the row the insert already reads holds: no walk
-    /// down the log's table), attributed (`principal`; none: a copy's
+    /// the file, and the history row that keeps it, with the newest record (`MAX(id)`, as
+    /// every other writer of a version and the raw writers' triggers take it: readers order
+    /// versions by it, so all writers must agree), attributed (`principal`; none: a copy's
     /// write), holding the step (`delta`) in place of the whole value for an `--append` or
     /// `--merge`. prose-state keeps its own writes' versions here, in the write's own
     /// transaction: the schema's triggers, which keep raw writers' versions, do not fire on
@@ -114,10 +114,7 @@ impl SqliteTx<'_> {
                                           attachment_path, source_statement, written_at,
                                           at_record, principal)
              VALUES (?1, ?2, ?3, ?4, CASE WHEN ?6 IS NULL THEN CAST(?5 AS TEXT) END, ?6, ?7, ?8,
-                     datetime('now'),
-                     IFNULL((SELECT seq FROM sqlite_sequence WHERE name = 'execution'),
-                            (SELECT MAX(id) FROM execution)),
-                     ?9)",
+                     datetime('now'), (SELECT MAX(id) FROM execution), ?9)",
             params![
                 b.name,
                 b.execution_id,
