@@ -157,29 +157,13 @@ impl PgTx<'_> {
                         (&delta, Type::TEXT),
                         (&principal, Type::TEXT),
                     ],
+                    false,
                     |r| r.get::<_, i64>(0),
                 )?
                 .ok_or_else(|| anyhow!("the write of a binding kept no version"));
         }
-        let version = if copy {
-            let stmt = self.prepared(UPSERT)?;
-            self.one(
-                &stmt,
-                &[
-                    &b.name,
-                    &run,
-                    &b.execution_id,
-                    &b.kind,
-                    &value,
-                    &b.source_statement,
-                    &b.created_at,
-                    &b.updated_at,
-                    &b.attachment_path,
-                ],
-                |r| r.get::<_, i64>(0),
-            )?
-        } else {
-            self.opt_hot(
+        let version = self
+            .opt_hot(
                 UPSERT,
                 &[
                     (&b.name, Type::TEXT),
@@ -192,44 +176,26 @@ impl PgTx<'_> {
                     (&b.updated_at, Type::TEXT),
                     (&b.attachment_path, Type::TEXT),
                 ],
+                copy,
                 |r| r.get::<_, i64>(0),
             )?
-            .ok_or_else(|| anyhow!("the upsert of a binding returned no row"))?
-        };
-        if copy {
-            let stmt = self.prepared(VERSION)?;
-            self.one(
-                &stmt,
-                &[
-                    &run,
-                    &b.name,
-                    &b.execution_id,
-                    &b.kind,
-                    &value,
-                    &delta,
-                    &b.attachment_path,
-                    &b.source_statement,
-                    &principal,
-                ],
-                |_| (),
-            )?;
-        } else {
-            self.opt_hot(
-                VERSION,
-                &[
-                    (&run, Type::TEXT),
-                    (&b.name, Type::TEXT),
-                    (&b.execution_id, Type::INT8),
-                    (&b.kind, Type::TEXT),
-                    (&value, Type::TEXT),
-                    (&delta, Type::TEXT),
-                    (&b.attachment_path, Type::TEXT),
-                    (&b.source_statement, Type::TEXT),
-                    (&principal, Type::TEXT),
-                ],
-                |_| (),
-            )?;
-        }
+            .ok_or_else(|| anyhow!("the upsert of a binding returned no row"))?;
+        self.opt_hot(
+            VERSION,
+            &[
+                (&run, Type::TEXT),
+                (&b.name, Type::TEXT),
+                (&b.execution_id, Type::INT8),
+                (&b.kind, Type::TEXT),
+                (&value, Type::TEXT),
+                (&delta, Type::TEXT),
+                (&b.attachment_path, Type::TEXT),
+                (&b.source_statement, Type::TEXT),
+                (&principal, Type::TEXT),
+            ],
+            copy,
+            |_| (),
+        )?;
         Ok(version)
     }
 
@@ -258,32 +224,38 @@ impl PgTx<'_> {
     }
 
     /// The row a write of the hot path returns, if any: prepared once a session in a
-    /// long-lived process (kept with it), else typed and unnamed (one round trip).
+    /// long-lived process (kept with it); else, for a statement this transaction runs `many`
+    /// times (a copy's rows), prepared once in it; else typed and unnamed (one round trip).
     fn opt_hot<T>(
         &mut self,
         sql: &'static str,
         p: &[(&(dyn ToSql + Sync), Type)],
+        many: bool,
         f: impl FnOnce(&Row) -> T,
     ) -> Result<Option<T>> {
-        let Some(kept) = self.kept.as_deref_mut() else {
-            return self.opt_typed(sql, p, f);
-        };
-        let stmt = match kept.get(sql) {
-            Some(s) => s.clone(),
-            None => {
-                let types: Vec<Type> = p.iter().map(|(_, t)| t.clone()).collect();
-                let s = self
-                    .tx
-                    .prepare_typed(sql, &types)
-                    .map_err(|e| map_err(e, self.shown_url, self.busy_ms))?;
-                if let Some(kept) = self.kept.as_deref_mut() {
-                    kept.insert(sql, s.clone());
-                }
-                s
-            }
-        };
         let values: Vec<&(dyn ToSql + Sync)> = p.iter().map(|(v, _)| *v).collect();
-        self.opt(&stmt, &values, f)
+        if let Some(kept) = self.kept.as_deref_mut() {
+            let stmt = match kept.get(sql) {
+                Some(s) => s.clone(),
+                None => {
+                    let types: Vec<Type> = p.iter().map(|(_, t)| t.clone()).collect();
+                    let s = self
+                        .tx
+                        .prepare_typed(sql, &types)
+                        .map_err(|e| map_err(e, self.shown_url, self.busy_ms))?;
+                    if let Some(kept) = self.kept.as_deref_mut() {
+                        kept.insert(sql, s.clone());
+                    }
+                    s
+                }
+            };
+            return self.opt(&stmt, &values, f);
+        }
+        if many {
+            let stmt = self.prepared(sql)?;
+            return self.opt(&stmt, &values, f);
+        }
+        self.opt_typed(sql, p, f)
     }
 
     fn run(&self) -> Result<String> {
