@@ -78,44 +78,12 @@ impl PgTx<'_> {
         principal: Option<&str>,
         delta: Option<&str>,
     ) -> Result<i64> {
-        const UPSERT: &str = "INSERT INTO openprose.bindings (name, run_id, execution_id, kind,
-                 value, source_statement, created_at, updated_at, attachment_path, version)
-             VALUES ($1, $2, $3, $4, $5, $6, COALESCE(($7::text)::timestamptz, now()),
-                     COALESCE(($8::text)::timestamptz, now()), $9,
-                     nextval('openprose.binding_version_seq'))
-             ON CONFLICT (name, run_id, (COALESCE(execution_id, -1))) DO UPDATE SET
-                 kind = excluded.kind, value = excluded.value,
-                 source_statement = excluded.source_statement,
-                 attachment_path = excluded.attachment_path, updated_at = excluded.updated_at,
-                 version = excluded.version
-             RETURNING version";
-        const VERSION: &str = "INSERT INTO openprose.binding_history (run_id, name,
-                 execution_id, n, kind, value, delta, attachment_path, source_statement,
-                 written_at, at_record, principal)
-             SELECT $1::text, $2::text, $3::bigint,
-                    (SELECT COALESCE(MAX(h.n), 0) + 1 FROM openprose.binding_history h
-                      WHERE h.run_id = $1 AND h.name = $2
-                        AND COALESCE(h.execution_id, -1) = COALESCE($3, -1)),
-                    $4::text, CASE WHEN $6::text IS NULL THEN $5::text END, $6, $7::text,
-                    $8::text, now(),
-                    (SELECT CASE WHEN s.is_called THEN s.last_value END
-                       FROM openprose.execution_id_seq s),
-                    $9::text
-               FROM (SELECT pg_notify('openprose_change', $1)) AS woken
-             RETURNING n";
-        let run = self.run()?;
-        let value = text_value(b)?;
-        let copy = principal.is_none();
-        let scope = b.execution_id.unwrap_or(-1);
-        let held = self
-            .held
-            .as_ref()
-            .is_some_and(|(n, s)| Some(n.as_str()) == b.name.as_deref() && *s == scope);
-        if held && !copy {
-            // A rebind whose row this transaction already holds: every writer of the binding
-            // before it has committed, so one statement (one round trip) sees their versions.
-            const REBIND: &str = "WITH written AS (
-                 INSERT INTO openprose.bindings (name, run_id, execution_id, kind, value,
+        // One parameter list for the three statements: $1 name, $2 run, $3 scope, $4 kind,
+        // $5 value, $6 source statement, $7 created, $8 updated, $9 attachment (the upsert's),
+        // $10 step, $11 principal (the version's).
+        macro_rules! upsert {
+            () => {
+                "INSERT INTO openprose.bindings (name, run_id, execution_id, kind, value,
                      source_statement, created_at, updated_at, attachment_path, version)
                  VALUES ($1, $2, $3, $4, $5, $6, COALESCE(($7::text)::timestamptz, now()),
                          COALESCE(($8::text)::timestamptz, now()), $9,
@@ -125,77 +93,72 @@ impl PgTx<'_> {
                      source_statement = excluded.source_statement,
                      attachment_path = excluded.attachment_path,
                      updated_at = excluded.updated_at, version = excluded.version
-                 RETURNING version),
-             kept AS (
-                 INSERT INTO openprose.binding_history (run_id, name, execution_id, n, kind,
-                     value, delta, attachment_path, source_statement, written_at, at_record,
-                     principal)
-                 SELECT $2, $1, $3,
-                        (SELECT COALESCE(MAX(h.n), 0) + 1 FROM openprose.binding_history h
-                          WHERE h.run_id = $2 AND h.name = $1
-                            AND COALESCE(h.execution_id, -1) = COALESCE($3, -1)),
-                        $4, CASE WHEN $10::text IS NULL THEN $5 END, $10, $9, $6, now(),
-                        (SELECT CASE WHEN s.is_called THEN s.last_value END
-                           FROM openprose.execution_id_seq s),
-                        $11
-                   FROM written, (SELECT pg_notify('openprose_change', $2)) AS woken
-                 RETURNING n)
-             SELECT written.version FROM written, kept";
+                 RETURNING version"
+            };
+        }
+        macro_rules! keep_version {
+            ($from:literal) => {
+                concat!(
+                    "INSERT INTO openprose.binding_history (run_id, name, execution_id, n, kind,
+                         value, delta, attachment_path, source_statement, written_at, at_record,
+                         principal)
+                     SELECT $2::text, $1::text, $3::bigint,
+                            (SELECT COALESCE(MAX(h.n), 0) + 1 FROM openprose.binding_history h
+                              WHERE h.run_id = $2 AND h.name = $1
+                                AND COALESCE(h.execution_id, -1) = COALESCE($3, -1)),
+                            $4::text, CASE WHEN $10::text IS NULL THEN $5::text END, $10::text,
+                            $9::text, $6::text, now(),
+                            (SELECT CASE WHEN s.is_called THEN s.last_value END
+                               FROM openprose.execution_id_seq s),
+                            $11::text
+                       FROM ",
+                    $from,
+                    "(SELECT pg_notify('openprose_change', $2)) AS woken
+                     RETURNING n"
+                )
+            };
+        }
+        const UPSERT: &str = upsert!();
+        const VERSION: &str = keep_version!("");
+        // A rebind whose row this transaction already holds: every writer of the binding
+        // before it has committed, so one statement (one round trip) sees their versions.
+        const REBIND: &str = concat!(
+            "WITH written AS (",
+            upsert!(),
+            "), kept AS (",
+            keep_version!("written, "),
+            ") SELECT written.version FROM written, kept"
+        );
+        let run = self.run()?;
+        let value = text_value(b)?;
+        let copy = principal.is_none();
+        let scope = b.execution_id.unwrap_or(-1);
+        let held = self
+            .held
+            .as_ref()
+            .is_some_and(|(n, s)| Some(n.as_str()) == b.name.as_deref() && *s == scope);
+        let p: [(&(dyn ToSql + Sync), Type); 11] = [
+            (&b.name, Type::TEXT),
+            (&run, Type::TEXT),
+            (&b.execution_id, Type::INT8),
+            (&b.kind, Type::TEXT),
+            (&value, Type::TEXT),
+            (&b.source_statement, Type::TEXT),
+            (&b.created_at, Type::TEXT),
+            (&b.updated_at, Type::TEXT),
+            (&b.attachment_path, Type::TEXT),
+            (&delta, Type::TEXT),
+            (&principal, Type::TEXT),
+        ];
+        if held && !copy {
             return self
-                .opt_hot(
-                    REBIND,
-                    &[
-                        (&b.name, Type::TEXT),
-                        (&run, Type::TEXT),
-                        (&b.execution_id, Type::INT8),
-                        (&b.kind, Type::TEXT),
-                        (&value, Type::TEXT),
-                        (&b.source_statement, Type::TEXT),
-                        (&b.created_at, Type::TEXT),
-                        (&b.updated_at, Type::TEXT),
-                        (&b.attachment_path, Type::TEXT),
-                        (&delta, Type::TEXT),
-                        (&principal, Type::TEXT),
-                    ],
-                    false,
-                    |r| r.get::<_, i64>(0),
-                )?
+                .opt_hot(REBIND, &p, false, |r| r.get::<_, i64>(0))?
                 .ok_or_else(|| anyhow!("the write of a binding kept no version"));
         }
         let version = self
-            .opt_hot(
-                UPSERT,
-                &[
-                    (&b.name, Type::TEXT),
-                    (&run, Type::TEXT),
-                    (&b.execution_id, Type::INT8),
-                    (&b.kind, Type::TEXT),
-                    (&value, Type::TEXT),
-                    (&b.source_statement, Type::TEXT),
-                    (&b.created_at, Type::TEXT),
-                    (&b.updated_at, Type::TEXT),
-                    (&b.attachment_path, Type::TEXT),
-                ],
-                copy,
-                |r| r.get::<_, i64>(0),
-            )?
+            .opt_hot(UPSERT, &p[..9], copy, |r| r.get::<_, i64>(0))?
             .ok_or_else(|| anyhow!("the upsert of a binding returned no row"))?;
-        self.opt_hot(
-            VERSION,
-            &[
-                (&run, Type::TEXT),
-                (&b.name, Type::TEXT),
-                (&b.execution_id, Type::INT8),
-                (&b.kind, Type::TEXT),
-                (&value, Type::TEXT),
-                (&delta, Type::TEXT),
-                (&b.attachment_path, Type::TEXT),
-                (&b.source_statement, Type::TEXT),
-                (&principal, Type::TEXT),
-            ],
-            copy,
-            |_| (),
-        )?;
+        self.opt_hot(VERSION, &p, copy, |_| ())?;
         Ok(version)
     }
 
@@ -233,29 +196,28 @@ impl PgTx<'_> {
         many: bool,
         f: impl FnOnce(&Row) -> T,
     ) -> Result<Option<T>> {
+        let cached = match (self.kept.as_deref(), many) {
+            (Some(kept), _) => kept.get(sql).cloned(),
+            (None, true) => self.prepared.get(sql).cloned(),
+            (None, false) => return self.opt_typed(sql, p, f),
+        };
+        let stmt = match cached {
+            Some(s) => s,
+            None => {
+                let types: Vec<Type> = p.iter().map(|(_, t)| t.clone()).collect();
+                let s = self
+                    .tx
+                    .prepare_typed(sql, &types)
+                    .map_err(|e| map_err(e, self.shown_url, self.busy_ms))?;
+                match self.kept.as_deref_mut() {
+                    Some(kept) => kept.insert(sql, s.clone()),
+                    None => self.prepared.insert(sql, s.clone()),
+                };
+                s
+            }
+        };
         let values: Vec<&(dyn ToSql + Sync)> = p.iter().map(|(v, _)| *v).collect();
-        if let Some(kept) = self.kept.as_deref_mut() {
-            let stmt = match kept.get(sql) {
-                Some(s) => s.clone(),
-                None => {
-                    let types: Vec<Type> = p.iter().map(|(_, t)| t.clone()).collect();
-                    let s = self
-                        .tx
-                        .prepare_typed(sql, &types)
-                        .map_err(|e| map_err(e, self.shown_url, self.busy_ms))?;
-                    if let Some(kept) = self.kept.as_deref_mut() {
-                        kept.insert(sql, s.clone());
-                    }
-                    s
-                }
-            };
-            return self.opt(&stmt, &values, f);
-        }
-        if many {
-            let stmt = self.prepared(sql)?;
-            return self.opt(&stmt, &values, f);
-        }
-        self.opt_typed(sql, p, f)
+        self.opt(&stmt, &values, f)
     }
 
     fn run(&self) -> Result<String> {
