@@ -34,6 +34,11 @@ pub struct Quorum {
     /// gate's own timeout again).
     pub escalate_to: Option<String>,
     pub escalate_after: Option<i64>,
+    /// Whether its `created` event says that only authenticated decisions count, beyond what
+    /// the rules above imply: set on every gate opened with `--veto off` or an escalation
+    /// since the release that made them count only authenticated decisions (openings sealed
+    /// before it keep the rule they were opened under).
+    pub authenticated_only: bool,
 }
 
 impl Default for Quorum {
@@ -47,15 +52,28 @@ impl Default for Quorum {
             remind: Vec::new(),
             escalate_to: None,
             escalate_after: None,
+            authenticated_only: false,
         }
     }
 }
 
 impl Quorum {
-    /// Whether a decision must be authenticated (a token, or the page) to count: every rule
-    /// that depends on who decided does.
+    /// The one rule for whether a decision must be authenticated (a token, or the page) to
+    /// count: every rule that depends on who decided does (a quorum, groups, separation of
+    /// duties), and so do a gate without a veto and an escalating one (`authenticated_only`,
+    /// which every such opening records).
     pub fn needs_authentication(&self, allow: &[String]) -> bool {
-        self.require > 1 || self.separate || allow.iter().any(|a| is_group(a))
+        self.require > 1
+            || self.separate
+            || self.authenticated_only
+            || allow.iter().any(|a| is_group(a))
+    }
+
+    /// What a new opening asks: only authenticated decisions once anything a team's rules
+    /// read is in play, a missing veto and an escalation included.
+    pub fn opened_now(mut self) -> Self {
+        self.authenticated_only = !self.veto || self.escalate_to.is_some();
+        self
     }
 
     /// Whether this opening uses anything a single-approver gate does not.
@@ -111,6 +129,9 @@ impl Quorum {
         if let Some(to) = &self.escalate_to {
             m["escalate"] = json!({"to": to, "after": self.escalate_after});
         }
+        if self.authenticated_only {
+            m["authenticated_only"] = true.into();
+        }
     }
 
     /// Reads what [`Quorum::record`] wrote; a value no tool writes is an error.
@@ -155,6 +176,11 @@ impl Quorum {
                         .ok_or("its created event's escalation timeout is not a number")?,
                 ),
             };
+        }
+        if let Some(a) = m.get("authenticated_only") {
+            q.authenticated_only = a
+                .as_bool()
+                .ok_or("its created event's authenticated_only is not true or false")?;
         }
         Ok(q)
     }
@@ -409,6 +435,7 @@ mod tests {
             remind: vec![3600, 600],
             escalate_to: Some("group:oncall".into()),
             escalate_after: Some(7200),
+            authenticated_only: true,
         };
         q.record(&mut m);
         assert_eq!(Quorum::from_created(&m).unwrap(), q);

@@ -1426,8 +1426,10 @@ fn the_batterys_reproductions_fail_closed() {
         "{said}"
     );
 
-    // 1b. A genuine timeout (deadline moved earlier by SQL), then the agent reopens for itself
-    // and approves: the VM waiting on the opening it made is told, not approved.
+    // 1b. The deadline moved earlier by SQL, then the agent reopens for itself and approves.
+    // Since every deadline but the sealed one is tampering (issue 43), the gate is not timed
+    // out by the row nor reopened: the VM waiting on the opening it made is told, not
+    // approved.
     let said = battery(
         r#"$P gates create deploy --prompt "DROP PROD" --allow user >/dev/null
         sqlite3 $DB "UPDATE gates SET timeout_at='2000-01-01 00:00:00'"
@@ -1436,7 +1438,7 @@ fn the_batterys_reproductions_fail_closed() {
         $P gates wait deploy --instance 1 --timeout 0 >/dev/null 2>&1; echo wait=$?"#,
     );
     assert!(
-        said.contains("reopen=0") && said.contains("wait=9"),
+        said.contains("reopen=9") && said.contains("wait=9"),
         "{said}"
     );
 

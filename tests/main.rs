@@ -9,6 +9,7 @@ mod bind_get;
 mod catalog;
 mod concurrency;
 mod contract;
+mod decision43;
 mod decisions;
 mod diff;
 mod exec_append;

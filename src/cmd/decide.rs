@@ -8,7 +8,7 @@ use crate::error::{refused, shown, usage};
 use crate::model::{check_gate_id, now, sha256_tag, GateStatus, Principal};
 use crate::output::Render;
 use crate::store::principals::PrincipalBook;
-use crate::store::{Decided, Decision, GateRow};
+use crate::store::{Decided, GateRow};
 use anyhow::Result;
 use serde::Serialize;
 use std::io::{self, Write};
@@ -240,26 +240,27 @@ fn decide(
             )));
         }
     }
-    // What the decision is about, as it is now (what a person at a terminal was just shown).
-    let derived = crate::services::inputs::derived(store.as_mut(), &gate)?;
-    let inputs = crate::services::inputs::read(store.as_mut(), &paths.dir, &derived)?;
-    let digests = crate::services::inputs::digests(&inputs);
-    let decision = Decision {
-        gate_id,
-        approve,
-        principal: &principal,
-        authenticated,
-        inputs: (!derived.inputs.is_empty()).then_some(&digests),
-        client: "cli",
-        comment,
-        // The prompt as it was shown (or, with --yes, as it was read) just now.
-        prompt_hash: &sha256_tag(&gate.prompt),
-        instance: Some(gate.instance),
-        now: &crate::model::now(),
-        signer: None,
-        roster: &roster,
-    };
-    let decided = store.decide_gate(&decision)?;
+    // What the decision is about is read with it, as it is now (what a person at a terminal
+    // was just shown), on the one path every front end decides through.
+    let decided = crate::services::decide::decide(
+        store.as_mut(),
+        &paths.dir,
+        &crate::services::decide::Request {
+            gate_id,
+            approve,
+            principal: &principal,
+            authenticated,
+            client: "cli",
+            comment,
+            // The prompt as it was shown (or, with --yes, as it was read) just now.
+            prompt_hash: &sha256_tag(&gate.prompt),
+            instance: Some(gate.instance),
+            shown_inputs: None,
+            signer: None,
+            roster: &roster,
+        },
+    )?
+    .map_err(|why| refused(format!("{why}; this attempt was logged")))?;
     outcome(decided, &principal, &run_id, gate_id)
 }
 

@@ -22,6 +22,55 @@ pub(super) fn gate_not_found(run_id: &str, gate: &str) -> anyhow::Error {
 }
 
 /// Seconds from `now` until `timeout_at`, for a pending gate with a readable deadline.
+/// The principals book's roster, read once and only if a gate's progress needs it: Err
+/// inside says why the book's log cannot be trusted (then no group admits anyone, as when a
+/// decision is taken).
+pub struct LazyRoster<'a> {
+    ctx: &'a Context,
+    got: Option<std::result::Result<crate::team::Roster, String>>,
+}
+
+impl<'a> LazyRoster<'a> {
+    pub fn new(ctx: &'a Context) -> Self {
+        LazyRoster { ctx, got: None }
+    }
+
+    fn get(&mut self) -> Result<crate::team::Roster> {
+        if self.got.is_none() {
+            let read = match self.ctx.principal_book(false)? {
+                None => Ok(Default::default()),
+                Some(mut b) => crate::store::principals::book_state(b.as_mut())?.map(|s| s.roster),
+            };
+            self.got = Some(read);
+        }
+        Ok(self
+            .got
+            .as_ref()
+            .and_then(|r| r.as_ref().ok())
+            .cloned()
+            .unwrap_or_default())
+    }
+}
+
+/// A team's gate's votes and schedule, as the store counts them: the sealed votes that still
+/// count (a revoked principal's or a departed member's do not), or whom its decision counted.
+/// The one way every reader (list, show, wait, resume, the page) shows a gate's progress.
+pub fn team_view(
+    g: &GateRow,
+    d: &crate::store::chain::Derived,
+    now: &str,
+    roster: &mut LazyRoster,
+) -> Result<Option<TeamView>> {
+    let next = crate::store::rules::next_reminder_of(g, d, now);
+    let voted = !d.tally.approvals.is_empty() || !d.tally.rejections.is_empty();
+    let t = if d.decision.is_none() && voted {
+        crate::store::rules::standing_tally(g, d, &roster.get()?)
+    } else {
+        d.tally_or_counted()
+    };
+    Ok(TeamView::of(&d.quorum, &t, &g.allow, d.escalated, next).map(|v| v.settled(&g.status)))
+}
+
 fn time_left(gate: &GateRow, now: &str) -> Option<i64> {
     if !gate.status.is_pending() {
         return None;
@@ -311,6 +360,7 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
             f.checked = checked.get(&run).cloned();
         }
     }
+    let mut roster = LazyRoster::new(ctx);
     let gates = found
         .into_iter()
         .map(|found| {
@@ -321,23 +371,21 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
             // Checked (`--scan`), a team's gate shows its votes and schedule as its sealed
             // log derives them.
             let g = &found.gate;
-            let team = found
+            let team = match found
                 .checked
                 .as_deref()
                 .and_then(|report| report.derived.get(&g.id))
-                .and_then(|d| {
-                    let next = crate::store::rules::next_reminder_of(g, d, &now);
-                    let t = d.tally_or_counted();
-                    TeamView::of(&d.quorum, &t, &g.allow, d.escalated, next)
-                        .map(|v| v.settled(&g.status))
-                });
-            GateView {
+            {
+                Some(d) => team_view(g, d, &now, &mut roster)?,
+                None => None,
+            };
+            Ok(GateView {
                 integrity,
                 team,
                 ..GateView::new(found.gate, found.program_path, &now)
-            }
+            })
         })
-        .collect();
+        .collect::<Result<_>>()?;
     Ok(GateList { gates, warnings })
 }
 
@@ -419,6 +467,12 @@ pub fn quorum(args: &GateCreateArgs, ctx: &crate::context::Context) -> Result<Qu
                     shown(&entry)
                 )));
             }
+            // `user` is anyone at all: an escalation is to a named principal or a group.
+            if entry == "user" {
+                return Err(usage(
+                    "--escalate-to user: `user` is reserved (anyone at all); escalate to a principal or group:NAME",
+                ));
+            }
             let allow = crate::model::normalise_allow(&args.allow)?;
             if allow.contains(&entry) || (allow.iter().any(|a| a == "user") && entry != "user") {
                 return Err(usage(format!(
@@ -472,7 +526,9 @@ pub fn quorum(args: &GateCreateArgs, ctx: &crate::context::Context) -> Result<Qu
         remind,
         escalate_to,
         escalate_after,
-    })
+        authenticated_only: false,
+    }
+    .opened_now())
 }
 
 pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> Result<GateCreated> {
@@ -493,7 +549,9 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> R
         crate::model::check_name(name).map_err(|e| usage(format!("--inputs: {e:#}")))?;
     }
     inputs.sort();
-    inputs.dedup();
+    if let Some(twice) = inputs.windows(2).find(|w| w[0] == w[1]) {
+        return Err(usage(format!("--inputs names {} twice", shown(&twice[0]))));
+    }
     if inputs.len() > 16 {
         return Err(usage(format!(
             "--inputs names at most 16 bindings, not {}",
@@ -732,6 +790,7 @@ pub fn show_to(
     client: &str,
     store: &mut dyn Store,
     run_dir: &std::path::Path,
+    roster: &mut LazyRoster,
 ) -> Result<GateShown> {
     check_gate_id(gate)?;
     let now = now();
@@ -740,17 +799,10 @@ pub fn show_to(
         .view_gate(gate, viewer, client, &now)?
         .ok_or_else(|| gate_not_found(&run.id, gate))?;
     let report = store.verify_audit()?;
-    let team = report.derived.get(&row.id).and_then(|d| {
-        let next = crate::store::rules::next_reminder_of(&row, d, &now);
-        TeamView::of(
-            &d.quorum,
-            &d.tally_or_counted(),
-            &row.allow,
-            d.escalated,
-            next,
-        )
-        .map(|v| v.settled(&row.status))
-    });
+    let team = match report.derived.get(&row.id) {
+        Some(d) => team_view(&row, d, &now, roster)?,
+        None => None,
+    };
     let (stale, inputs) = match report.derived.get(&row.id) {
         Some(d) => crate::services::inputs::stale(store, run_dir, d)?,
         None => (None, Vec::new()),
@@ -1009,6 +1061,29 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
             let _permit = stop.as_ref().map(|s| s.permit()).transpose()?;
             // A decision counts only if its log attests it.
             let mut report = s.verify_signed(signed.as_ref())?;
+            // A decision about inputs stands on the very versions it pinned.
+            let about_inputs = ready.iter().any(|(_, g)| {
+                report
+                    .derived
+                    .get(&g.id)
+                    .is_some_and(|d| d.decided_inputs.is_some())
+            });
+            if about_inputs {
+                crate::services::inputs::check_sealed(s, &run_dir, &mut report)?;
+            }
+            // Waiting on several, a gate tampered with is settled as such now, even pending:
+            // the wait never returns past it.
+            if several {
+                for (i, id) in gates.iter().enumerate() {
+                    let tampered = matches!(report.gate(id), Integrity::Tampered(_))
+                        || report.first_broken.is_some();
+                    if settled[i].is_none() && tampered && !ready.iter().any(|(j, _)| *j == i) {
+                        if let Some(gate) = s.gate(id, &now)? {
+                            ready.push((i, gate));
+                        }
+                    }
+                }
+            }
             for (i, gate) in ready {
                 // Waiting on one opening: a newer one (whoever opened it) is not its answer.
                 if let Some(want) = args.instance {
@@ -1023,12 +1098,10 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                         ));
                     }
                 }
-                let team = report.derived.get(&gate.id).and_then(|d| {
-                    let next = crate::store::rules::next_reminder_of(&gate, d, &now);
-                    let t = d.tally_or_counted();
-                    TeamView::of(&d.quorum, &t, &gate.allow, d.escalated, next)
-                        .map(|v| v.settled(&gate.status))
-                });
+                let team = match report.derived.get(&gate.id) {
+                    Some(d) => team_view(&gate, d, &now, &mut LazyRoster::new(ctx))?,
+                    None => None,
+                };
                 let integrity = IntegrityView::of(&report, &gate.id);
                 // A decision about inputs: stale if one changed before it was consumed;
                 // else this wait hands it to the VM, which consumes it.
@@ -1056,6 +1129,7 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                 let codes: Vec<Code> = settled.iter().flatten().map(|w| w.exit_code()).collect();
                 let all_settled = codes.len() == gates.len();
                 let done = all_settled
+                    || codes.contains(&Code::Tampered)
                     || (args.all && codes.iter().any(|c| *c != Code::Ok))
                     || (args.any && codes.contains(&Code::Ok));
                 if done {
@@ -1138,6 +1212,10 @@ impl Render for SeveralWaited {
     /// serious of the gates' own codes, in the order 9, 10, 11, 5, 6, 7.
     fn exit_code(&self) -> Code {
         let codes: Vec<Code> = self.gates.iter().map(|g| g.exit_code()).collect();
+        // A named gate tampered with fails the wait, whatever another gate's outcome.
+        if codes.contains(&Code::Tampered) {
+            return Code::Tampered;
+        }
         let ok = match self.mode {
             "all" => self.not_settled.is_empty() && codes.iter().all(|c| *c == Code::Ok),
             _ => codes.contains(&Code::Ok),
@@ -1518,6 +1596,7 @@ impl Run for GatesArgs {
                     "cli",
                     store.as_mut(),
                     &paths.dir,
+                    &mut LazyRoster::new(ctx),
                 )?)
             }
             Some(GatesCommand::Wait(a)) => GatesOutput::Waited(wait(a, ctx)?),

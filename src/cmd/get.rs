@@ -202,8 +202,20 @@ pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got>
     // value kept in the store is read in one snapshot with its row instead: never gone.
     let mut tries = 0;
     let mut snapshot = false;
+    let mut checked = false;
     loop {
         let (found, _) = lookup(args, store)?;
+        // A version a sealed decision was about is read only as it was decided.
+        if let (Some(n), false) = (args.version, checked) {
+            crate::services::inputs::check_decided_version(
+                store,
+                &run.dir,
+                &args.name,
+                found.row.execution_id,
+                n,
+            )?;
+            checked = true;
+        }
         let mut row = found.row;
         let rel = row.attachment_path.clone().filter(|r| !r.is_empty());
         let blob = rel.as_deref().and_then(server_blob).map(str::to_string);

@@ -424,6 +424,7 @@ fn gate_nexts(
     store: &mut dyn Store,
     run_dir: &std::path::Path,
     now: &str,
+    roster: &mut super::gates::LazyRoster,
 ) -> Result<Vec<GateNext>> {
     let gates = store.gates(None, now)?;
     let report = store.verify_audit()?;
@@ -439,21 +440,15 @@ fn gate_nexts(
             stale.insert(g.id.clone(), why);
         }
     }
-    Ok(gates
+    gates
         .into_iter()
-        .map(|g| GateNext {
+        .map(|g| Ok(GateNext {
             stale: stale.get(&g.id).cloned(),
             integrity: IntegrityView::of(&report, &g.id),
-            progress: report
-                .derived
-                .get(&g.id)
-                .filter(|_| g.status.is_pending())
-                .and_then(|d| {
-                    let next = crate::store::rules::next_reminder_of(&g, d, now);
-                    let t = d.tally_or_counted();
-                    super::gates::TeamView::of(&d.quorum, &t, &g.allow, d.escalated, next)
-                })
-                .map(|t| t.summary()),
+            progress: match report.derived.get(&g.id).filter(|_| g.status.is_pending()) {
+                Some(d) => super::gates::team_view(&g, d, now, roster)?.map(|t| t.summary()),
+                None => None,
+            },
             // A decision that does not stand is no decision: the VM stops, whatever the row
             // says (a pending gate nothing sealed is still only waited on).
             next_step: match IntegrityView::of(&report, &g.id) {
@@ -477,8 +472,8 @@ fn gate_nexts(
             resolved_by: g.resolved_by,
             resolved_at: g.resolved_at,
             timeout_at: g.timeout_at,
-        })
-        .collect())
+        }))
+        .collect()
 }
 
 fn binding_info(store: &mut dyn Store, run: &RunPaths, b: crate::store::BindingRow) -> BindingInfo {
@@ -505,6 +500,7 @@ fn full(
     run: &RunPaths,
     store: &mut dyn Store,
     other_agents: Vec<(&str, Vec<AgentRow>)>,
+    roster: &mut super::gates::LazyRoster,
 ) -> Result<ResumeDoc> {
     let now = now();
     let resumed = store.record_resume(&now)?;
@@ -524,7 +520,7 @@ fn full(
 
     let agents = all_agents(store, other_agents)?;
 
-    let gates = gate_nexts(store, &run.dir, &now)?;
+    let gates = gate_nexts(store, &run.dir, &now, roster)?;
 
     Ok(ResumeDoc {
         run: RunPart {
@@ -1020,6 +1016,7 @@ fn brief(
     other_agents: Vec<(&str, Vec<AgentRow>)>,
     cursor: Option<&str>,
     limit: usize,
+    roster: &mut super::gates::LazyRoster,
 ) -> Result<ResumeBrief> {
     let now = now();
     let resumed = store.record_resume(&now)?;
@@ -1046,7 +1043,7 @@ fn brief(
     let counted = store.resume_counts(&chain)?;
 
     let agents = all_agents(store, other_agents)?;
-    let mut gates: Vec<GateNext> = gate_nexts(store, &run.dir, &now)?
+    let mut gates: Vec<GateNext> = gate_nexts(store, &run.dir, &now, roster)?
         .into_iter()
         .map(|mut g| {
             g.on_reject = slim_text(g.on_reject);
@@ -1160,7 +1157,8 @@ impl super::Run for crate::cli::ResumeArgs {
         // Project and user agents too, where their stores exist (never created here).
         let others = ctx.other_agents()?;
         if self.all {
-            let doc = full(&paths, store.as_mut(), others)?;
+            let mut roster = super::gates::LazyRoster::new(ctx);
+            let doc = full(&paths, store.as_mut(), others, &mut roster)?;
             return Ok(ResumeAnswer::All(Box::new(doc)));
         }
         let limit = self.limit.map_or(DEFAULT_BINDINGS, |l| l as usize);
@@ -1170,6 +1168,7 @@ impl super::Run for crate::cli::ResumeArgs {
             others,
             self.cursor.as_deref(),
             limit,
+            &mut super::gates::LazyRoster::new(ctx),
         )?)))
     }
 }

@@ -9,7 +9,7 @@ use super::listen::Peer;
 use super::session::same;
 use super::signin::SignedIn;
 use crate::model::{now, sha256_tag};
-use crate::store::{Decided, Decision, GateRow};
+use crate::store::{Decided, GateRow};
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -139,30 +139,13 @@ pub(super) async fn decide(
                 &view_tag(&app2.view_key, parts.map(String::as_str)),
             )
         });
-        // What the decision is about, as it is now: it must be what the page showed.
-        let (derived, inputs) = match store.gate(&gate2, &now())? {
-            Some(row) => {
-                let d = crate::services::inputs::derived(store.as_mut(), &row)?;
-                let now_inputs = crate::services::inputs::read(store.as_mut(), &paths.dir, &d)?;
-                (d, crate::services::inputs::digests(&now_inputs))
-            }
-            None => Default::default(),
-        };
-        let inputs_changed = !derived.inputs.is_empty()
-            && !same(
-                &form.inputs_hash,
-                &crate::store::signatures::inputs_digest(&inputs),
-            );
         let refusal = if !same(&form.csrf, &csrf) {
             Some("the form's CSRF token is missing or wrong")
         } else {
             crate::cmd::decide::reason_given(approve, Some(&comment), None)?;
-            if shown.is_none() {
-                Some("the form is not one this page showed for this gate")
-            } else {
-                inputs_changed
-                    .then_some("what the decision is about changed since the page showed it")
-            }
+            shown
+                .is_none()
+                .then_some("the form is not one this page showed for this gate")
         };
         if let Some(reason) = refusal {
             let recorded = store.refuse_attempt(&crate::store::Attempt {
@@ -181,24 +164,29 @@ pub(super) async fn decide(
             return Ok(Err(refused));
         }
         let roster = app2.with_book(|b| crate::cmd::decide::roster(Some(b)))?;
-        let decision = Decision {
-            gate_id: &gate2,
-            approve,
-            principal: &who2,
-            authenticated: true,
-            client: "web",
-            comment: (!comment.is_empty()).then_some(comment.as_str()),
-            // The prompt as the page showed it: a prompt changed since is refused.
-            prompt_hash: &form.prompt_hash,
-            // The instance the page showed: a gate reopened since is refused, in the
-            // decision's own transaction.
-            instance: shown,
-            now: &now(),
-            signer: Some(&app2.signer),
-            roster: &roster,
-            inputs: (!derived.inputs.is_empty()).then_some(&inputs),
-        };
-        Ok(Ok(store.decide_gate(&decision)?))
+        // The one decision path: the inputs as the page showed them must be what they are.
+        let decided = crate::services::decide::decide(
+            store.as_mut(),
+            &paths.dir,
+            &crate::services::decide::Request {
+                gate_id: &gate2,
+                approve,
+                principal: &who2,
+                authenticated: true,
+                client: "web",
+                comment: (!comment.is_empty()).then_some(comment.as_str()),
+                // The prompt as the page showed it: a prompt changed since is refused.
+                prompt_hash: &form.prompt_hash,
+                // The instance the page showed: a gate reopened since is refused, in the
+                // decision's own transaction.
+                instance: shown,
+                shown_inputs: Some(&form.inputs_hash),
+                signer: Some(&app2.signer),
+                roster: &roster,
+            },
+        )?;
+        Ok(decided
+            .map_err(|reason| format!("{reason}: reload the gate's page; this attempt was logged")))
     })
     .await?;
     // Refused by the page itself (a CSRF token or a form it did not show).

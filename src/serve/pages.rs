@@ -213,8 +213,14 @@ pub(super) async fn gate_page(
     let viewer = user.principal.as_str().to_string();
     let d = blocking(&app, move |app| {
         let (paths, mut store) = page_run(&app.ctx, &run)?;
-        let shown =
-            crate::cmd::gates::show_to(&gate, Some(&viewer), "web", store.as_mut(), &paths.dir)?;
+        let shown = crate::cmd::gates::show_to(
+            &gate,
+            Some(&viewer),
+            "web",
+            store.as_mut(),
+            &paths.dir,
+            &mut crate::cmd::gates::LazyRoster::new(&app.ctx),
+        )?;
         Ok(GateViewData {
             recent: newest(store.as_mut(), RECENT)?,
             // The bindings its execution sees (an execution that does not exist has no

@@ -2,7 +2,7 @@
 //! where it is kept (inline, a file, a blob on the server), as the content digest a decision
 //! seals and a stale check compares.
 
-use crate::store::chain::Derived;
+use crate::store::chain::{Derived, Pin};
 use crate::store::{AuditFilter, GateRow, Store};
 use anyhow::Result;
 use serde::Serialize;
@@ -29,6 +29,75 @@ pub struct InputNow {
     /// moved in its own transaction.
     #[serde(skip)]
     pub at: Option<(Option<i64>, i64)>,
+    /// The version it is, in its frame: what a decision about it pins (None: not found, or
+    /// its history does not keep the version it holds).
+    #[serde(skip)]
+    pub pin: Option<Pin>,
+}
+
+/// The content digest of a binding row's value (`sha256:...`), read where it is kept, and its
+/// size.
+fn digest_of(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    name: &str,
+    row: &crate::store::BindingRow,
+) -> Result<(String, u64)> {
+    let (digest, bytes) = match row.attachment_path.as_deref().filter(|p| !p.is_empty()) {
+        Some(path) => {
+            let mut reader = super::transfer::value(store, run_dir, path, name)?;
+            let mut h = Sha256::new();
+            let n = std::io::copy(&mut reader, &mut h)?;
+            (h.finalize(), n)
+        }
+        None => {
+            let v = row.value.as_deref().unwrap_or_default();
+            (Sha256::digest(v), v.len() as u64)
+        }
+    };
+    Ok((format!("sha256:{}", crate::model::hex(&digest)), bytes))
+}
+
+/// The version of `name` in `scope` that holds `digest`: the newest kept one that does (the
+/// binding's own number, as `history` lists it).
+fn version_holding(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    name: &str,
+    scope: Option<i64>,
+    digest: &str,
+) -> Result<Option<i64>> {
+    let rows = store.binding_history(name, scope)?;
+    for i in (0..rows.len()).rev() {
+        if rows[i].deleted {
+            continue;
+        }
+        let row = crate::store::history::as_row(&rows, i)?;
+        if digest_of(store, run_dir, name, &row)?.0 == digest {
+            return Ok(Some(rows[i].n));
+        }
+    }
+    Ok(None)
+}
+
+/// The digest of version `n` of `name` in `scope`, as its history keeps it: Ok(None) when
+/// that version is not kept (pruned, or from before history), and whether versions before
+/// the oldest kept one were pruned.
+pub fn digest_of_version(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    name: &str,
+    pin: &Pin,
+) -> Result<(Option<String>, bool)> {
+    let rows = store.binding_history(name, pin.scope)?;
+    let pruned = rows.first().is_some_and(|r| r.gap);
+    match rows.iter().position(|r| r.n == pin.version && !r.deleted) {
+        Some(i) => {
+            let row = crate::store::history::as_row(&rows, i)?;
+            Ok((Some(digest_of(store, run_dir, name, &row)?.0), pruned))
+        }
+        None => Ok((None, pruned)),
+    }
 }
 
 /// The scopes an input lookup from `scope` walks, nearest first, the root last.
@@ -44,6 +113,21 @@ pub fn chain(store: &mut dyn Store, scope: Option<i64>) -> Result<Vec<Option<i64
 /// A gate's inputs as they are now, looked up from the scope its `created` event sealed (the
 /// execution it was opened in, where the program goes on) up to the root.
 pub fn read(store: &mut dyn Store, run_dir: &Path, d: &Derived) -> Result<Vec<InputNow>> {
+    read_for(store, run_dir, d, false)
+}
+
+/// [`read`], for a decision: with the version of each input in its frame, which the
+/// decision pins.
+pub fn read_to_decide(store: &mut dyn Store, run_dir: &Path, d: &Derived) -> Result<Vec<InputNow>> {
+    read_for(store, run_dir, d, true)
+}
+
+fn read_for(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    d: &Derived,
+    pin_versions: bool,
+) -> Result<Vec<InputNow>> {
     let mut out = Vec::new();
     for name in &d.inputs {
         let Some(found) = store.resolve(name, d.inputs_scope)? else {
@@ -53,22 +137,20 @@ pub fn read(store: &mut dyn Store, run_dir: &Path, d: &Derived) -> Result<Vec<In
                 preview: String::new(),
                 bytes: 0,
                 at: None,
+                pin: None,
             });
             continue;
         };
         let row = found.row;
         let text = String::from_utf8_lossy(row.value.as_deref().unwrap_or_default()).into_owned();
-        let (digest, bytes) = match row.attachment_path.as_deref().filter(|p| !p.is_empty()) {
-            Some(path) => {
-                let mut reader = super::transfer::value(store, run_dir, path, name)?;
-                let mut h = Sha256::new();
-                let n = std::io::copy(&mut reader, &mut h)?;
-                (h.finalize(), n)
-            }
-            None => {
-                let v = row.value.as_deref().unwrap_or_default();
-                (Sha256::digest(v), v.len() as u64)
-            }
+        let (digest, bytes) = digest_of(store, run_dir, name, &row)?;
+        let pin = if pin_versions {
+            version_holding(store, run_dir, name, row.execution_id, &digest)?.map(|version| Pin {
+                scope: row.execution_id,
+                version,
+            })
+        } else {
+            None
         };
         let mut preview: String = text.chars().take(PREVIEW_CHARS).collect();
         if text.chars().nth(PREVIEW_CHARS).is_some() {
@@ -76,10 +158,11 @@ pub fn read(store: &mut dyn Store, run_dir: &Path, d: &Derived) -> Result<Vec<In
         }
         out.push(InputNow {
             name: name.clone(),
-            digest: Some(format!("sha256:{}", crate::model::hex(&digest))),
+            digest: Some(digest),
             preview,
             bytes,
             at: row.version.map(|v| (row.execution_id, v)),
+            pin,
         });
     }
     Ok(out)
@@ -89,6 +172,15 @@ pub fn digests(inputs: &[InputNow]) -> Digests {
     inputs
         .iter()
         .map(|i| (i.name.clone(), i.digest.clone()))
+        .collect()
+}
+
+/// The versions a decision about these inputs pins: each found input whose version its
+/// history keeps.
+pub fn pins(inputs: &[InputNow]) -> BTreeMap<String, Pin> {
+    inputs
+        .iter()
+        .filter_map(|i| Some((i.name.clone(), i.pin.clone()?)))
         .collect()
 }
 
@@ -166,6 +258,15 @@ pub fn check_sealed(
         }
         for (name, digest) in sealed {
             let Some(digest) = digest else { continue };
+            // A pinned decision is about one version: that version, and no other, must hold
+            // what it sealed.
+            if let Some(pin) = d.pinned.as_ref().and_then(|p| p.get(name)) {
+                if let Some(why) = pinned_problem(store, run_dir, name, pin, digest)? {
+                    findings.push((gate.clone(), why));
+                    break;
+                }
+                continue;
+            }
             let mut kept = false;
             let mut pruned = false;
             for scope in store.history_scopes(name)? {
@@ -212,6 +313,75 @@ pub fn check_sealed(
         }
     }
     report.gates.extend(findings);
+    Ok(())
+}
+
+/// Why version `pin` of input `name` does not hold what a decision sealed (`digest`), if it
+/// does not: tampered when it is kept and differs (or is gone though nothing was pruned),
+/// unattested when it was pruned.
+pub fn pinned_problem(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    name: &str,
+    pin: &Pin,
+    digest: &str,
+) -> Result<Option<crate::store::chain::Integrity>> {
+    use crate::store::chain::Integrity;
+    let (kept, pruned) = digest_of_version(store, run_dir, name, pin)?;
+    Ok(match kept {
+        Some(k) if k == digest => None,
+        Some(_) => Some(Integrity::Tampered(format!(
+            "version {} of its input {}, which its decision sealed, does not hold what was decided: the binding's history was changed behind prose-state's back",
+            pin.version,
+            crate::error::shown(name)
+        ))),
+        None if pruned => Some(Integrity::Unattested(format!(
+            "version {} of its input {}, which its decision sealed, is not kept (pruned)",
+            pin.version,
+            crate::error::shown(name)
+        ))),
+        None => Some(Integrity::Tampered(format!(
+            "version {} of its input {}, which its decision sealed, is gone from its history",
+            pin.version,
+            crate::error::shown(name)
+        ))),
+    })
+}
+
+/// Refuses (exit 9) to read version `n` of `name` in `scope` when a sealed decision pinned
+/// that version and it no longer holds what was decided.
+pub fn check_decided_version(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    name: &str,
+    scope: Option<i64>,
+    n: i64,
+) -> Result<()> {
+    let report = store.verify_audit()?;
+    let want = Pin { scope, version: n };
+    for (gate, d) in &report.derived {
+        let pinned = d.pinned.as_ref().and_then(|p| p.get(name));
+        let sealed = d
+            .decided_inputs
+            .as_ref()
+            .and_then(|i| i.get(name))
+            .cloned()
+            .flatten();
+        let (Some(pin), Some(digest)) = (pinned, sealed) else {
+            continue;
+        };
+        if *pin != want {
+            continue;
+        }
+        if let Some(crate::store::chain::Integrity::Tampered(why)) =
+            pinned_problem(store, run_dir, name, pin, &digest)?
+        {
+            return Err(crate::error::tampered(format!(
+                "gate {} decided on this version, and {why}",
+                crate::error::shown(gate)
+            )));
+        }
+    }
     Ok(())
 }
 

@@ -5,6 +5,7 @@
 
 pub mod attach;
 pub mod auth;
+pub mod decide;
 pub mod fork;
 pub mod inputs;
 pub mod notify;

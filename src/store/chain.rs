@@ -415,6 +415,29 @@ pub struct Derived {
     /// Whether the VM consumed the decision (a sealed `consumed` event after it): later
     /// changes of its inputs are the program's own business.
     pub consumed: bool,
+    /// The run its `created` event names, and when that event opened it.
+    pub run_id: String,
+    pub created_at: Option<String>,
+    /// What its `created` event recorded of the rest of the row, from this release on (None:
+    /// not recorded, so the row's value is shown as the row's): the timeout as given, the
+    /// gate's execution record, and the digest of its metadata (None inside: no metadata).
+    pub timeout: Option<Option<String>>,
+    pub execution_id: Option<Option<i64>>,
+    pub metadata_hash: Option<Option<String>>,
+    /// The sealed decision's time and comment (a rejection's reason).
+    pub decided_at: Option<String>,
+    pub comment: Option<String>,
+    /// Each input's version the decision was about, as the decision pinned it: its frame (None:
+    /// the root) and the binding's own version number there, as `history` lists it. None for
+    /// decisions sealed before versions were pinned (their digest is found in any version).
+    pub pinned: Option<std::collections::BTreeMap<String, Pin>>,
+}
+
+/// Where a decided input's version lives: its frame and its own version number there.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Pin {
+    pub scope: Option<i64>,
+    pub version: i64,
 }
 
 /// The event that records a decision consumed by the VM (`gates wait` returning it, `resume`
@@ -584,6 +607,16 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                     inputs_scope: m["inputs_scope"].as_i64(),
                     decided_inputs: None,
                     consumed: false,
+                    run_id: r.run_id.clone(),
+                    created_at: r.timestamp.clone(),
+                    timeout: m.get("timeout").map(|v| v.as_str().map(str::to_string)),
+                    execution_id: m.get("execution_id").map(serde_json::Value::as_i64),
+                    metadata_hash: m
+                        .get("metadata_hash")
+                        .map(|v| v.as_str().map(str::to_string)),
+                    decided_at: None,
+                    comment: None,
+                    pinned: None,
                 };
             }
             CONSUMED => {
@@ -662,7 +695,16 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                 }
                 if !d.inputs.is_empty() {
                     d.decided_inputs = serde_json::from_value(m["inputs"].clone()).ok();
+                    d.pinned = match m.get("pinned") {
+                        None => None,
+                        Some(p) => Some(serde_json::from_value(p.clone()).map_err(|_| {
+                            "its decision's pinned versions are not what a decision writes"
+                                .to_string()
+                        })?),
+                    };
                 }
+                d.decided_at = r.timestamp.clone();
+                d.comment = r.comment.clone();
                 d.decision = Some((GateStatus::parse(kind), by, r.id));
             }
             _ => {}
@@ -774,13 +816,53 @@ fn counted(
     Ok(listed)
 }
 
+/// Whether a row's time is the sealed one: the same text, or the sealed time in the one form
+/// the stores read times back in (PostgreSQL's `timestamptz` reads back as
+/// `YYYY-MM-DD HH:MM:SS`). Any other form, even one SQLite's `datetime()` or PostgreSQL reads
+/// as the same instant (an offset, `Z`, `24:00`, a Julian day, stray spaces, a fraction),
+/// differs: the tool never writes it, so a writer of the database did.
+pub fn same_time(row: Option<&str>, sealed: Option<&str>) -> bool {
+    match (row, sealed) {
+        (None, None) => true,
+        (Some(r), Some(s)) => {
+            r == s
+                || crate::model::Timestamp::parse(s)
+                    .or_else(|| crate::model::Timestamp::parse_lenient(s))
+                    .is_some_and(|t| t.to_string() == r)
+        }
+        _ => false,
+    }
+}
+
 /// Where a gate's row stands against what its events derive: Attested when the row is the
 /// derivation's projection; Tampered when it contradicts a sealed event; Unattested when
 /// only unsealed rows explain it (the spec's own SQL deciding or creating a gate), or when
 /// nothing sealed the gate at all.
+///
+/// Every column of the row is compared (the destructuring below names each one, so a column
+/// added to [`GateRow`] does not compile until it is either derived or said to be no part of
+/// a decision): whatever any reader shows or acts on of an attested gate is what its sealed
+/// events say.
 pub fn compare(gate: &GateRow, d: &Derived, events: &[(&AuditRow, RowState)]) -> Integrity {
+    let GateRow {
+        id: _,              // what the events were gathered by
+        run_id,             // the run its created event names
+        execution_id,       // recorded by created events from this release on
+        prompt,             // its hash is sealed
+        allow,              // sealed (widened by a sealed escalation)
+        timeout,            // recorded by created events from this release on
+        timeout_at,         // sealed: the one deadline
+        on_reject,          // sealed
+        status,             // the sealed decision's
+        created_at,         // the created event's time
+        resolved_at,        // the sealed decision's time
+        resolved_by,        // the sealed decision's principal
+        resolution_comment, // the sealed decision's comment
+        metadata,           // its digest, recorded by created events from this release on
+        instance,           // the newest sealed opening
+    } = gate;
     // Nothing sealed opened it: pending, it claims nothing; decided, no decision of it stands.
-    if d.instance == 0 && gate.status.is_pending() {
+    if d.instance == 0 && status.is_pending() {
         return Integrity::Attested;
     }
     if d.instance == 0 {
@@ -789,65 +871,94 @@ pub fn compare(gate: &GateRow, d: &Derived, events: &[(&AuditRow, RowState)]) ->
                 .into(),
         );
     }
-    if gate.instance < d.instance {
+    if *instance < d.instance {
         return Integrity::Tampered(format!(
-            "its row is instance {}, but its log opened instance {} (rolled back)",
-            gate.instance, d.instance
+            "its row is instance {instance}, but its log opened instance {} (rolled back)",
+            d.instance
         ));
     }
-    if gate.instance > d.instance {
+    if *instance > d.instance {
         return Integrity::Unattested(format!(
-            "its instance {} has no sealed created event",
-            gate.instance
+            "its instance {instance} has no sealed created event"
         ));
     }
-    if d.prompt_hash.as_deref() != Some(sha256_tag(&gate.prompt).as_str()) {
+    if d.prompt_hash.as_deref() != Some(sha256_tag(prompt).as_str()) {
         return Integrity::Tampered(
             "its prompt is not the one it was created with (rewritten)".into(),
         );
     }
-    if gate.allow != d.allow {
+    if *allow != d.allow {
         return Integrity::Tampered(format!(
             "its allow list ({}) is not the one it was created with ({})",
-            crate::error::shown(&gate.allow.join(", ")),
+            crate::error::shown(&allow.join(", ")),
             crate::error::shown(&d.allow.join(", "))
         ));
     }
-    if d.on_reject.as_ref().is_some_and(|o| *o != gate.on_reject) {
-        return Integrity::Tampered("its on_reject is not the one it was created with".into());
+    let changed = |what: &str| {
+        Integrity::Tampered(format!("its {what} is not the one its sealed log gives it"))
+    };
+    if d.on_reject.as_ref().is_some_and(|o| o != on_reject) {
+        return changed("on_reject");
     }
-    // A deadline moved earlier (or added) only makes the gate fail closed sooner; one moved
-    // later or removed is a change.
-    if let Some(Some(at)) = &d.timeout_at {
-        let later = gate.timeout_at.as_deref().is_none_or(|g| {
-            crate::model::canonical_time(g).unwrap_or_default()
-                > crate::model::canonical_time(at).unwrap_or_default()
-        });
-        if later {
-            return Integrity::Tampered(
-                "its deadline is later than the one it was created with".into(),
-            );
+    // One deadline: the sealed one, exactly (in any other form, earlier or later, it is a
+    // change; the overdue query reads the row, so only the sealed text may stand there).
+    if let Some(sealed) = &d.timeout_at {
+        if !same_time(timeout_at.as_deref(), sealed.as_deref()) {
+            return changed("deadline");
         }
     }
-    let status = gate.status.as_str();
-    let by = gate.resolved_by.as_deref().unwrap_or("");
+    if d.timeout.as_ref().is_some_and(|t| t != timeout) {
+        return changed("timeout");
+    }
+    if d.execution_id.is_some_and(|e| e != *execution_id) {
+        return changed("execution record");
+    }
+    if d.metadata_hash
+        .as_ref()
+        .is_some_and(|h| *h != metadata.as_deref().map(sha256_tag))
+    {
+        return changed("metadata");
+    }
+    if run_id.as_deref().is_some_and(|r| r != d.run_id) {
+        return changed("run");
+    }
+    if !same_time(created_at.as_deref(), d.created_at.as_deref()) {
+        return changed("opening time");
+    }
+    let shown_status = status.as_str();
+    let by = resolved_by.as_deref().unwrap_or("");
     if let Some((st, who, _)) = &d.decision {
-        return if gate.status == *st && by == who {
-            Integrity::Attested
-        } else {
-            Integrity::Tampered(format!(
-                "its log says {st} by {} but the gate says {status}{}",
+        if *status != *st || by != who {
+            return Integrity::Tampered(format!(
+                "its log says {st} by {} but the gate says {shown_status}{}",
                 crate::error::shown(who),
-                if gate.status.is_pending() {
+                if status.is_pending() {
                     String::new()
                 } else {
                     format!(" by {}", crate::error::shown(by))
                 }
-            ))
-        };
+            ));
+        }
+        if !same_time(resolved_at.as_deref(), d.decided_at.as_deref()) {
+            return changed("decision time");
+        }
+        if *resolution_comment != d.comment {
+            return changed("decision's comment");
+        }
+        return Integrity::Attested;
     }
-    match &gate.status {
-        GateStatus::Pending => return Integrity::Attested,
+    match status {
+        GateStatus::Pending => {
+            // Pending, it has no decision to show: a decider, time or comment is made up.
+            return if resolved_by.is_some() || resolved_at.is_some() || resolution_comment.is_some()
+            {
+                Integrity::Tampered(
+                    "it is pending, but its row shows a decider, decision time or comment".into(),
+                )
+            } else {
+                Integrity::Attested
+            };
+        }
         GateStatus::Other(s) => {
             return Integrity::Tampered(format!("its status {s:?} is none a gate can have"))
         }
@@ -856,18 +967,18 @@ pub fn compare(gate: &GateRow, d: &Derived, events: &[(&AuditRow, RowState)]) ->
     let explained = events.iter().any(|(r, s)| {
         *s != RowState::Attested
             && *s != RowState::Broken
-            && r.event_type == status
+            && r.event_type == shown_status
             && r.principal.as_deref() == Some(by)
-            && instance_of(r) == gate.instance
+            && instance_of(r) == *instance
     });
     if explained {
         Integrity::Unattested(format!(
-            "its {status} event by {} is not sealed (written by another tool, from before the chain, or sealed elsewhere)",
+            "its {shown_status} event by {} is not sealed (written by another tool, from before the chain, or sealed elsewhere)",
             crate::error::shown(by)
         ))
     } else {
         Integrity::Tampered(format!(
-            "it is {status} by {}, but its log has no {status} event by them",
+            "it is {shown_status} by {}, but its log has no {shown_status} event by them",
             crate::error::shown(by)
         ))
     }

@@ -511,6 +511,9 @@ pub struct Decision<'a> {
     /// by the front end: an attachment's value is a file or a blob), sealed with the
     /// decision. Required for a gate with inputs.
     pub inputs: Option<&'a std::collections::BTreeMap<String, Option<String>>>,
+    /// The version of each input, in its frame, that the decider was shown: sealed with the
+    /// decision, so that `verify`, `gates wait` and `get --version` check that very version.
+    pub pins: Option<&'a std::collections::BTreeMap<String, chain::Pin>>,
     /// Who is in which group and who is revoked, from the principals book's sealed log when
     /// the decision is taken; Err says why the log cannot be trusted (then no group admits
     /// anyone).

@@ -294,15 +294,29 @@ pub fn sweep(tx: &mut Txn<'_>, now: &str) -> Result<Swept> {
                 }
             }
         }
-        if passed(gate.timeout_at.as_deref()) {
-            time_out(tx, &gate, &run_id, now)?;
+        // Acted on by the sealed deadline where its opening is sealed (a row's deadline in
+        // another form, tampered, neither times it out early nor keeps it open late); by the
+        // row's only where nothing sealed one (an opening from before deadlines were sealed).
+        let sealed_opening = d.instance > 0 && d.instance == gate.instance;
+        let deadline = match (&d.timeout_at, sealed_opening) {
+            (Some(sealed), true) => sealed.clone(),
+            _ => gate.timeout_at.clone(),
+        };
+        if passed(deadline.as_deref()) {
+            let at = deadline
+                .as_deref()
+                .and_then(crate::model::canonical_time)
+                .unwrap_or_else(|| now.to_string());
+            time_out_at(tx, &gate, &run_id, now, at)?;
             swept.timed_out += 1;
         } else if sound {
             swept.reminders += remind(tx, &gate, &d, &run_id, now, None)?;
-        } else {
+        } else if tampered.is_none() {
             // A reminder the sealed log cannot vouch for is not announced; nothing is due.
             tx.set_gate_schedule(&gate.id, None, None)?;
         }
+        // Tampered and not past its sealed deadline: left as it is (every decision on it is
+        // refused, every wait on it exits 9).
     }
     Ok(swept)
 }
@@ -321,15 +335,27 @@ fn claims_schedule(tx: &mut dyn Tx, gate: &super::GateRow) -> Result<bool> {
         .is_some_and(|m| m.get("escalate").is_some() || m.get("remind").is_some()))
 }
 
-/// Marks a gate past its deadline `timeout`. The deadline is when it timed out (one that does
-/// not parse: now), and both the gate's `resolved_at` and its `timeout` event say so; when the
-/// sweep saw it is `swept_at` in the event's metadata.
-fn time_out(tx: &mut Txn<'_>, gate: &super::GateRow, run_id: &str, now: &str) -> Result<()> {
-    let at = gate
-        .timeout_at
-        .as_deref()
-        .and_then(crate::model::canonical_time)
-        .unwrap_or_else(|| now.to_string());
+/// Whether a pending opening's sealed deadline has passed at `now`, with nothing left to
+/// escalate to: "too late" is decided by the sealed deadline alone, whatever the row says.
+fn sealed_deadline_passed(d: &super::chain::Derived, now: &str) -> bool {
+    let Some(Some(deadline)) = &d.timeout_at else {
+        return false;
+    };
+    d.decision.is_none()
+        && super::chain::escalation(d).is_none()
+        && crate::model::seconds_between(now, deadline).is_none_or(|s| s <= 0)
+}
+
+/// Marks a gate past its deadline `timeout`. The deadline `at` is when it timed out (the
+/// sealed one; one that does not parse: now), and both the gate's `resolved_at` and its
+/// `timeout` event say so; when the sweep saw it is `swept_at` in the event's metadata.
+fn time_out_at(
+    tx: &mut Txn<'_>,
+    gate: &super::GateRow,
+    run_id: &str,
+    now: &str,
+    at: String,
+) -> Result<()> {
     append_audit(
         &mut **tx,
         &Event::system(&gate.id, run_id, "timeout", &at),
@@ -812,7 +838,10 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
     // What the gate is, sealed: the `gates` row is only its projection (`chain::derive`).
     let mut metadata = serde_json::json!({
         "prompt_hash": g.prompt_hash, "allow": allow, "instance": instance,
-        "on_reject": g.on_reject, "timeout_at": g.timeout_at
+        "on_reject": g.on_reject, "timeout_at": g.timeout_at,
+        // The rest of the row, so that every column of it is derived (`chain::compare`).
+        "timeout": g.timeout, "execution_id": execution_id,
+        "metadata_hash": g.metadata.map(crate::model::sha256_tag)
     });
     let mut quorum = g.quorum.clone();
     if quorum.separate {
@@ -934,7 +963,18 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
     };
     let run_id = run_of(&mut *tx)?.0;
     // The gate as its sealed events make it: a row that contradicts them is not decided.
-    let (mut tampered, derived) = disagreement(&mut *tx, &gate)?;
+    let (mut tampered, mut derived) = disagreement(&mut *tx, &gate)?;
+    // Too late by the sealed deadline (which the sweep above finds through the row, to the
+    // second): timed out now, as the sweep would, and the decision refused as late.
+    let mut gate = gate;
+    if tampered.is_none() && gate.status.is_pending() && sealed_deadline_passed(&derived, d.now) {
+        let deadline = derived.timeout_at.clone().flatten().unwrap_or_default();
+        let at = crate::model::canonical_time(&deadline).unwrap_or_else(|| d.now.to_string());
+        time_out_at(&mut tx, &gate, &run_id, d.now, at)?;
+        gate = load_exact(&mut *tx, d.gate_id)?
+            .ok_or_else(|| anyhow!("gate vanished while it timed out"))?;
+        (tampered, derived) = disagreement(&mut *tx, &gate)?;
+    }
     let q = &derived.quorum;
     let empty = crate::team::Roster::default();
     let roster = match d.roster {
@@ -1012,6 +1052,9 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
         (false, false) => super::chain::VOTE_REJECT,
     };
     let mut metadata = decision_metadata(&gate, d, kind, inputs);
+    if let (Some(_), Some(pins)) = (inputs, d.pins) {
+        metadata["pinned"] = serde_json::to_value(pins)?;
+    }
     if q.is_team(&gate.allow) {
         metadata["via"] = via.into();
         let votes = tally.votes(d.approve);
@@ -1185,6 +1228,20 @@ fn team_refusal(
     } else {
         return None;
     })
+}
+
+/// The votes of a gate as they stand: for an opening still pending, its sealed votes that
+/// still count under the roster (what the next decision counts); once decided, whom the
+/// decision counted. What every reader shows as the gate's progress.
+pub fn standing_tally(
+    gate: &super::GateRow,
+    derived: &super::chain::Derived,
+    roster: &crate::team::Roster,
+) -> crate::team::Tally {
+    match derived.decision {
+        None => recount(gate, derived, roster).0,
+        Some(_) => derived.tally_or_counted(),
+    }
 }
 
 /// The sealed votes of the gate's opening that still count: each by a principal the allow

@@ -1,0 +1,98 @@
+//! Deciding a gate: the one path the command line and the approval page take. It reads what
+//! the decision is about (the gate's inputs, their digests and the versions it pins), refuses
+//! and logs a decision whose inputs changed since the decider was shown them, and hands the
+//! decision to the store's one rule (`rules::decide_gate`: the sealed log, the quorum,
+//! refusals). A front end keeps only its own form checks (a terminal's confirmation, a page's
+//! CSRF token and view tag).
+
+use crate::model::Principal;
+use crate::store::signatures::SignsDecisions;
+use crate::store::{Decided, Decision, Store};
+use crate::team::Roster;
+use anyhow::Result;
+use std::path::Path;
+
+/// A decision as a front end asks for it.
+pub struct Request<'a> {
+    pub gate_id: &'a str,
+    pub approve: bool,
+    pub principal: &'a Principal,
+    /// Whether a token (or the page's sign-in) authenticated the principal.
+    pub authenticated: bool,
+    /// `cli` or `web`.
+    pub client: &'a str,
+    pub comment: Option<&'a str>,
+    /// The hash of the prompt the decider was shown.
+    pub prompt_hash: &'a str,
+    /// The opening the decider was shown (None: whichever is there).
+    pub instance: Option<i64>,
+    /// The digest of the inputs as the decider was shown them, where a front end showed them
+    /// before this call (the page); None where they are read for the decision now.
+    pub shown_inputs: Option<&'a str>,
+    pub signer: Option<&'a dyn SignsDecisions>,
+    /// The principals book's roster, or why its log cannot be trusted.
+    pub roster: &'a std::result::Result<Roster, String>,
+}
+
+/// Why a decision was refused before it reached the gate (logged on the gate).
+pub const INPUTS_CHANGED: &str = "what the decision is about changed since the page showed it";
+
+/// Takes a decision: Ok(Err(reason)) when it was refused here (and logged), before the store's
+/// rule saw it.
+pub fn decide(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    r: &Request,
+) -> Result<std::result::Result<Decided, &'static str>> {
+    let now = crate::model::now();
+    let (derived, inputs) = match store.gate(r.gate_id, &now)? {
+        Some(row) => {
+            let d = super::inputs::derived(store, &row)?;
+            let inputs = super::inputs::read_to_decide(store, run_dir, &d)?;
+            (d, inputs)
+        }
+        None => Default::default(),
+    };
+    let digests = super::inputs::digests(&inputs);
+    let pins = super::inputs::pins(&inputs);
+    let about_inputs = !derived.inputs.is_empty();
+    if let (Some(shown), true) = (r.shown_inputs, about_inputs) {
+        if !constant_time_eq(shown, &crate::store::signatures::inputs_digest(&digests)) {
+            store.refuse_attempt(&crate::store::Attempt {
+                gate_id: r.gate_id,
+                approve: r.approve,
+                principal: Some(r.principal.as_str()),
+                authenticated: r.authenticated,
+                client: r.client,
+                reason: INPUTS_CHANGED,
+                now: &now,
+            })?;
+            return Ok(Err(INPUTS_CHANGED));
+        }
+    }
+    let decision = Decision {
+        gate_id: r.gate_id,
+        approve: r.approve,
+        principal: r.principal,
+        authenticated: r.authenticated,
+        client: r.client,
+        comment: r.comment,
+        prompt_hash: r.prompt_hash,
+        instance: r.instance,
+        now: &crate::model::now(),
+        signer: r.signer,
+        roster: r.roster,
+        inputs: about_inputs.then_some(&digests),
+        pins: about_inputs.then_some(&pins),
+    };
+    Ok(Ok(store.decide_gate(&decision)?))
+}
+
+/// Whether two strings are equal, in time that does not depend on where they differ.
+fn constant_time_eq(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
