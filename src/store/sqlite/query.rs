@@ -48,6 +48,20 @@ impl SqliteStore {
         self.conn
             .execute_batch("PRAGMA query_only = ON")
             .map_err(|e| self.error(e))?;
+        // The functions SQLite marks SQLITE_DIRECTONLY, its mark for a function with an effect
+        // beyond its result (so that no trigger or view may call it): load_extension,
+        // fts3_tokenizer (which registers a tokenizer on the connection), sqlite_log (which
+        // writes to the error log). Read from SQLite's own list, not named here.
+        let direct_only: std::collections::HashSet<String> = {
+            let mut list = self
+                .conn
+                .prepare("SELECT DISTINCT lower(name) FROM pragma_function_list WHERE flags & ?1")
+                .map_err(|e| self.error(e))?;
+            let names = list
+                .query_map([SQLITE_DIRECTONLY], |r| r.get::<_, String>(0))
+                .and_then(|rows| rows.collect::<rusqlite::Result<_>>());
+            names.map_err(|e| self.error(e))?
+        };
         // SQLite counts some reporting pragmas (`PRAGMA journal_mode`) as statements that
         // may write: the authorizer, which saw the pragma and its value, vouches for those.
         let pragma = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -65,7 +79,8 @@ impl SqliteStore {
                     Authorization::Allow
                 }
                 AuthAction::Function { function_name }
-                    if !function_name.eq_ignore_ascii_case("load_extension") =>
+                    if !direct_only.contains(&function_name.to_ascii_lowercase())
+                        && !function_name.eq_ignore_ascii_case("load_extension") =>
                 {
                     Authorization::Allow
                 }
@@ -135,6 +150,9 @@ impl SqliteStore {
         Ok(QueryResult { columns, rows: out })
     }
 }
+
+/// `SQLITE_DIRECTONLY` (sqlite3.h): the flag of a function that may have side effects.
+const SQLITE_DIRECTONLY: i64 = 0x0008_0000;
 
 /// Whether `query` may run this pragma: one that only reports. Without a value, those that
 /// read a setting or describe the database; with one, only those whose argument names what to
