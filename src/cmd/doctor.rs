@@ -124,11 +124,23 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
         let detail = format!("{}: {why}", dir.display());
         problems.push(Problem::new(name, "incomplete run", detail, fixed));
     }
-    let runs: Vec<RunPaths> = runs
+    // A run directory that is a symbolic link is named as the link it is, never as the run
+    // it leads to (that run, when it is one of the project's, is checked under its own
+    // name), and is not followed: prose-state reads through such a link but never writes
+    // through it, so whatever is found there could not be repaired there.
+    let (links, runs): (Vec<RunPaths>, Vec<RunPaths>) = runs
         .iter()
         .filter(|r| !leftovers.iter().any(|(d, _)| *d == r.dir))
         .cloned()
-        .collect();
+        .partition(|r| std::fs::symlink_metadata(&r.dir).is_ok_and(|m| m.is_symlink()));
+    for link in &links {
+        problems.push(Problem::new(
+            link.id.clone(),
+            "symlink",
+            symlinked_run(link, ctx.runs_dir()),
+            false,
+        ));
+    }
     let saw_server = std::sync::atomic::AtomicBool::new(false);
     let (per_run, warnings) = over_runs(&runs, ctx, |run, store| {
         let id = store
@@ -369,6 +381,30 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
         runs_checked: runs.len(),
         problems,
     })
+}
+
+/// What a run directory that is a symbolic link is: `LINK -> TARGET: ...`, saying whether it
+/// leads to another run of the project (by its id) or somewhere else.
+fn symlinked_run(link: &RunPaths, runs_dir: &std::path::Path) -> String {
+    let target =
+        std::fs::read_link(&link.dir).map_or_else(|_| "?".to_string(), |t| t.display().to_string());
+    let resolved = std::fs::canonicalize(&link.dir).ok();
+    let other_run = resolved.as_ref().and_then(|t| {
+        let here = std::fs::canonicalize(runs_dir).ok()?;
+        let name = t.file_name()?.to_string_lossy().into_owned();
+        (t.parent() == Some(here.as_path()) && RunPaths::in_dir(t.clone()).exists()).then_some(name)
+    });
+    let what = match other_run {
+        Some(id) => format!(
+            "a symbolic link to another run's directory (run {}, checked under its own name)",
+            crate::error::shown(&id)
+        ),
+        None => "a symbolic link to a directory that is not a run of this project".to_string(),
+    };
+    format!(
+        "{} -> {target}: {what}; not followed: prose-state reads through it but never writes through it (remove the link, or act on the run where it is)",
+        link.dir.display()
+    )
 }
 
 /// Uploads a binding's local attachment file to the server and points the binding at it; the
