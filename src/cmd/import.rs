@@ -83,8 +83,23 @@ impl Render for Imported {
     }
 }
 
-/// The run directory and state.db that PATH names.
+/// The run directory and state.db that PATH names. A state.db that is a symbolic link is
+/// refused (exit 4), as every symlink in a copy is: read through it, the database would be
+/// another run's, read with this directory's attachments (or none), and a dangling one would
+/// look like no run at all.
 fn source(path: &Path) -> Result<(PathBuf, PathBuf)> {
+    let db = match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => path.join("state.db"),
+        _ => path.to_path_buf(),
+    };
+    if std::fs::symlink_metadata(&db).is_ok_and(|m| m.is_symlink()) {
+        let target =
+            std::fs::read_link(&db).map_or_else(|_| "?".to_string(), |t| t.display().to_string());
+        return Err(refused(format!(
+            "{} is a symbolic link (to {target}), which import does not follow (nothing was imported): import the run directory it points into",
+            db.display()
+        )));
+    }
     let meta = std::fs::metadata(path)
         .map_err(|_| not_found(format!("nothing to import at {}", path.display())))?;
     if meta.is_dir() {
