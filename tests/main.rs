@@ -26,6 +26,7 @@ mod lifecycle;
 mod literal_vm;
 mod live_connections;
 mod live_page;
+mod lows43;
 mod mcp;
 mod mcp_resources;
 mod mcp_tasks;
