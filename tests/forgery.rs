@@ -525,7 +525,14 @@ fn build(p: &Project, timed: bool) -> (Run, Truth) {
         run.cmd().args(["gates", "show", "late"]).assert().success();
         vote("escalated", &frank);
     }
+    // A decision about an input, consumed, then the input rebound: its version 1 is pinned.
+    run.bind("topic", "good", None);
+    create("about", "user", &["--inputs", "topic"]);
+    ok(&["approve", "about", "--as", "alice", "--yes"]);
+    ok(&["gates", "wait", "about", "--timeout", "0"]);
+    run.bind("topic", "second", None);
     let truth = [
+        ("about", 1, "alice"),
         ("approved", 1, "alice"),
         ("reapproved", 2, "carol"),
         ("narrow", 1, "carol"),
@@ -849,7 +856,14 @@ fn mutate(
     instances: &[GateRow],
     run_id: &str,
 ) {
-    match rng.random_range(0..9) {
+    match rng.random_range(0..12) {
+        9..=11 => {
+            // Any column of a gate, to any value of its type: times in every form the
+            // databases read.
+            let g = rng.random_range(0..gates.len());
+            let other = pick(rng, gates).clone();
+            mutate_column(rng, &mut gates[g], &other);
+        }
         0 => {
             let g = rng.random_range(0..gates.len());
             let status = *pick(rng, &["pending", "approved", "rejected", "timeout"]);
@@ -922,6 +936,178 @@ fn mutate(
         }
     }
     rows.sort_by_key(|r| r.id);
+}
+
+/// A time in one of the forms SQLite's date functions or PostgreSQL's `timestamptz` input
+/// read, generated from their grammars (SQLite: `YYYY-MM-DD[ T]HH:MM[:SS[.SSS]]` with an
+/// optional `[+-]HH:MM` or `Z`, a bare date or time, `now`, a Julian day or Unix number;
+/// PostgreSQL besides: `infinity`, `-infinity`, `epoch`, `today`, `J`-prefixed Julian days,
+/// `24:00:00`), around `base` (a stored time) or anywhere, with stray spaces.
+pub fn time_form(rng: &mut StdRng, base: Option<&str>) -> String {
+    let base = base
+        .and_then(|b| chrono::NaiveDateTime::parse_from_str(b.trim(), "%Y-%m-%d %H:%M:%S").ok())
+        .unwrap_or_else(|| {
+            chrono::DateTime::from_timestamp(rng.random_range(0..4_102_444_800), 0)
+                .unwrap()
+                .naive_utc()
+        });
+    let shift = *pick(
+        rng,
+        &[0i64, 0, 1, -1, 3600, -3600, 86_400 * 365, -86_400 * 365],
+    );
+    let t = base + chrono::Duration::seconds(shift);
+    let date = t.format("%Y-%m-%d").to_string();
+    let hms = t.format("%H:%M:%S").to_string();
+    let sep = *pick(rng, &[" ", "T"]);
+    let tz = *pick(
+        rng,
+        &[
+            "", "", "Z", "+00:00", "-00:00", " +00:00", "+01:00", "-05:30", "+00",
+        ],
+    );
+    let frac = *pick(rng, &["", "", ".000", ".5", ".999999"]);
+    let julian = 2_440_587.5 + t.and_utc().timestamp() as f64 / 86_400.0;
+    let text = match rng.random_range(0..14) {
+        0 => format!("{date}{sep}{hms}{frac}{tz}"),
+        1 => format!("{date}{sep}{}{tz}", t.format("%H:%M")),
+        2 => date.clone(),
+        3 => hms.clone(),
+        4 => format!("{julian}"),
+        5 => format!("J{}", julian.floor() as i64),
+        6 => format!("{}", t.and_utc().timestamp()),
+        7 => pick(
+            rng,
+            &["now", "infinity", "-infinity", "epoch", "today", "tomorrow"],
+        )
+        .to_string(),
+        8 => {
+            // The day before at 24:00, the same instant as midnight.
+            let before = (t - chrono::Duration::days(1)).format("%Y-%m-%d");
+            format!("{before} 24:00:00{tz}")
+        }
+        9 => format!("{date} {hms}"),
+        10 => t.format("%B %-d, %Y %H:%M:%S").to_string(),
+        11 => format!("{date}{sep}{hms}{frac}"),
+        12 => String::new(),
+        _ => format!("{date} {hms}{tz}"),
+    };
+    match rng.random_range(0..6) {
+        0 => format!(" {text}"),
+        1 => format!("{text} "),
+        _ => text,
+    }
+}
+
+/// Sets one column of a gate row to another value of its type (or NULL), or to another
+/// gate's value.
+fn mutate_column(rng: &mut StdRng, g: &mut GateRow, other: &GateRow) {
+    let time = |rng: &mut StdRng, t: &Option<String>| -> Option<String> {
+        match rng.random_range(0..8) {
+            0 => None,
+            1 => other.timeout_at.clone(),
+            _ => Some(time_form(rng, t.as_deref())),
+        }
+    };
+    let text = |rng: &mut StdRng, was: &Option<String>| -> Option<String> {
+        match rng.random_range(0..5) {
+            0 => None,
+            1 => Some(String::new()),
+            2 => was.as_ref().map(|w| format!("{w} ")),
+            3 => Some("LGTM, ship to prod too".into()),
+            _ => Some(pick(rng, &PRINCIPALS).to_string()),
+        }
+    };
+    match rng.random_range(0..15) {
+        0 => g.run_id = text(rng, &g.run_id),
+        1 => {
+            g.execution_id =
+                (*pick(rng, &[None, Some(0), Some(1), Some(2), Some(99)])).or(other.execution_id)
+        }
+        2 => g.prompt = text(rng, &Some(g.prompt.clone())).unwrap_or_default(),
+        3 => g.allow = other.allow.clone(),
+        4 => g.timeout = text(rng, &g.timeout),
+        5 | 6 => g.timeout_at = time(rng, &g.timeout_at),
+        7 => g.on_reject = text(rng, &g.on_reject),
+        8 => {
+            const STATUSES: [&str; 6] =
+                ["pending", "approved", "rejected", "timeout", "Approved", ""];
+            g.status = GateStatus::parse(*pick(rng, &STATUSES))
+        }
+        9 => g.created_at = time(rng, &g.created_at),
+        10 => g.resolved_at = time(rng, &g.resolved_at),
+        11 => g.resolved_by = text(rng, &g.resolved_by),
+        12 => g.resolution_comment = text(rng, &g.resolution_comment),
+        13 => g.metadata = text(rng, &g.metadata),
+        _ => g.instance = other.instance,
+    }
+}
+
+/// Every column of a gate row, as text: what any reader shows or acts on.
+fn shown_columns(g: &GateRow) -> Vec<(&'static str, String)> {
+    let GateRow {
+        id,
+        run_id,
+        execution_id,
+        prompt,
+        allow,
+        timeout,
+        timeout_at,
+        on_reject,
+        status,
+        created_at,
+        resolved_at,
+        resolved_by,
+        resolution_comment,
+        metadata,
+        instance,
+    } = g;
+    vec![
+        ("id", id.clone()),
+        ("run_id", format!("{run_id:?}")),
+        ("execution_id", format!("{execution_id:?}")),
+        ("prompt", prompt.clone()),
+        ("allow", format!("{allow:?}")),
+        ("timeout", format!("{timeout:?}")),
+        ("timeout_at", format!("{timeout_at:?}")),
+        ("on_reject", format!("{on_reject:?}")),
+        ("status", status.as_str().to_string()),
+        ("created_at", format!("{created_at:?}")),
+        ("resolved_at", format!("{resolved_at:?}")),
+        ("resolved_by", format!("{resolved_by:?}")),
+        ("resolution_comment", format!("{resolution_comment:?}")),
+        ("metadata", format!("{metadata:?}")),
+        ("instance", instance.to_string()),
+    ]
+}
+
+/// Whether an attested gate on an intact log shows anything its sealed log does not: each of
+/// its columns against the row as the binary wrote it (every fixture gate was made by the
+/// binary, so as built each column is what was sealed).
+fn shown_differs(report: &t::ChainReport, gates: &[GateRow], built: &[GateRow]) -> Option<String> {
+    if report.is_broken() {
+        return None;
+    }
+    for g in gates {
+        if report.gate(&g.id) != t::Integrity::Attested {
+            continue;
+        }
+        // A gate the fixture made through the binary, and that nothing sealed, claims nothing.
+        let Some(b) = built.iter().find(|b| b.id == g.id) else {
+            continue;
+        };
+        if report.derived.get(&g.id).is_none_or(|d| d.instance == 0) {
+            continue;
+        }
+        for ((name, now), (_, was)) in shown_columns(g).into_iter().zip(shown_columns(b)) {
+            if now != was {
+                return Some(format!(
+                    "gate {} is shown as attested with its {name} {now} where the binary wrote {was}",
+                    g.id
+                ));
+            }
+        }
+    }
+    None
 }
 
 /// Checks the promise for one mutated run: (what failed, if anything).
@@ -1050,7 +1236,9 @@ fn no_mutation_of_the_rows_makes_a_decision_stand(b: Backend) {
                 x.status == GateStatus::Approved && report.gate(&x.id) == t::Integrity::Attested
             })
             .count();
-        if let Some(why) = violation(&report, &g, &truth, changed) {
+        let why =
+            violation(&report, &g, &truth, changed).or_else(|| shown_differs(&report, &g, &gates));
+        if let Some(why) = why {
             if fixed {
                 eprintln!("rows before: {rows:#?}\nrows after: {r:#?}\nreport: {report:#?}");
             }
@@ -1100,7 +1288,50 @@ fn raw_mutation(
     } else {
         pick(rng, gates).id.clone()
     };
-    match rng.random_range(0..10) {
+    match rng.random_range(0..14) {
+        10 | 11 => {
+            // A time column, in any form the database reads.
+            let col = *pick(rng, &["timeout_at", "created_at", "resolved_at"]);
+            let was = gates.iter().find(|x| x.id == g).and_then(|x| match col {
+                "timeout_at" => x.timeout_at.clone(),
+                "created_at" => x.created_at.clone(),
+                _ => x.resolved_at.clone(),
+            });
+            let form = time_form(rng, was.as_deref());
+            // A form PostgreSQL does not read is an error there, which writes nothing.
+            if pg {
+                format!(
+                    "DO $$ BEGIN UPDATE {gt} SET {col} = '{form}' WHERE id = '{g}' AND {run_is};
+                     EXCEPTION WHEN others THEN NULL; END $$;"
+                )
+            } else {
+                format!("UPDATE {gt} SET {col} = '{form}' WHERE id = '{g}' AND {run_is};")
+            }
+        }
+        12 => {
+            let col = *pick(rng, &["resolution_comment", "timeout", "metadata", "resolved_by", "execution_id"]);
+            let value = match col {
+                "execution_id" => "NULL".to_string(),
+                "metadata" => "'{\"x\": 1}'".to_string(),
+                _ => "'LGTM, ship to prod too'".to_string(),
+            };
+            format!("UPDATE {gt} SET {col} = {value} WHERE id = '{g}' AND {run_is};")
+        }
+        13 => {
+            // The history of the decided input, rewritten so that another version holds
+            // what was decided.
+            let (h, b) = if pg {
+                ("openprose.binding_history", "openprose.bindings")
+            } else {
+                ("binding_history", "bindings")
+            };
+            let run_is = if pg { format!(" AND {run_is}") } else { String::new() };
+            format!(
+                "UPDATE {h} SET value = 'EVIL: deploy to prod' WHERE name = 'topic' AND n = 1{run_is};
+                 UPDATE {h} SET value = 'good' WHERE name = 'topic' AND n = 2{run_is};
+                 UPDATE {b} SET value = 'good' WHERE name = 'topic'{run_is};"
+            )
+        }
         0 | 1 => {
             let status = *pick(rng, &["pending", "approved", "rejected", "timeout"]);
             let by = *pick(rng, &PRINCIPALS);
@@ -1243,10 +1474,66 @@ fn no_raw_sql_makes_gates_wait_accept_a_decision(b: Backend) {
                     "{b:?}: seed {seed}: gates wait accepted gate {} after: {sql}",
                     g.id
                 );
+                // What it shows of the decision is what the binary wrote (a gate decided in
+                // this case through the tool is new, and has nothing to compare with).
+                if let Some(built) = gates
+                    .iter()
+                    .find(|x| x.id == g.id && !x.status.is_pending())
+                {
+                    for col in [
+                        "resolved_at",
+                        "resolution_comment",
+                        "timeout_at",
+                        "created_at",
+                        "timeout",
+                        "metadata",
+                        "execution_id",
+                        "run_id",
+                    ] {
+                        let was = shown_columns(built)
+                            .into_iter()
+                            .find(|(n, _)| *n == col)
+                            .unwrap()
+                            .1;
+                        let shown = shown_columns(&GateRow {
+                            resolved_at: v["resolved_at"].as_str().map(str::to_string),
+                            resolution_comment: v["resolution_comment"]
+                                .as_str()
+                                .map(str::to_string),
+                            timeout_at: v["timeout_at"].as_str().map(str::to_string),
+                            created_at: v["created_at"].as_str().map(str::to_string),
+                            timeout: v["timeout"].as_str().map(str::to_string),
+                            metadata: v["metadata"].as_str().map(str::to_string),
+                            execution_id: v["execution_id"].as_i64(),
+                            run_id: v["run_id"].as_str().map(str::to_string),
+                            ..built.clone()
+                        })
+                        .into_iter()
+                        .find(|(n, _)| *n == col)
+                        .unwrap()
+                        .1;
+                        assert_eq!(shown, was, "{b:?}: seed {seed}: gate {} accepted showing a {col} the binary did not write, after: {sql}", g.id);
+                    }
+                }
                 genuine_exit_0 += 1;
             }
         }
-        if changed {
+        // The decided version of the input reads as decided, or not at all (exit 9).
+        let got = run
+            .cmd()
+            .args(["get", "topic", "--version", "1"])
+            .output()
+            .unwrap();
+        if got.status.code() == Some(0) {
+            assert_eq!(
+                String::from_utf8_lossy(&got.stdout),
+                "good",
+                "{b:?}: seed {seed}: the decided version reads otherwise after: {sql}"
+            );
+        } else {
+            assert_eq!(got.status.code(), Some(9), "{b:?}: seed {seed}: {sql}");
+        }
+        if changed || sql.contains("binding_history") {
             let code = run
                 .cmd()
                 .args(["gates", "verify"])

@@ -358,6 +358,12 @@ pub fn check_decided_version(
     n: i64,
 ) -> Result<()> {
     let report = store.verify_audit()?;
+    // A log that does not verify cannot say which versions were decided: none is read.
+    if report.is_broken() && report.derived.values().any(|d| d.instance == 0) {
+        return Err(crate::error::tampered(
+            "the run's audit log does not verify (see `gates verify`): which versions its decisions were about cannot be told, so no past version is read",
+        ));
+    }
     let want = Pin { scope, version: n };
     for (gate, d) in &report.derived {
         let pinned = d.pinned.as_ref().and_then(|p| p.get(name));

@@ -919,7 +919,7 @@ pub fn compare(gate: &GateRow, d: &Derived, events: &[(&AuditRow, RowState)]) ->
     {
         return changed("metadata");
     }
-    if run_id.as_deref().is_some_and(|r| r != d.run_id) {
+    if run_id.as_deref() != Some(d.run_id.as_str()) {
         return changed("run");
     }
     if !same_time(created_at.as_deref(), d.created_at.as_deref()) {
