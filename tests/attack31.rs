@@ -1520,7 +1520,8 @@ fn holds_verify_finds_an_edited_sealed_version(b: Backend) {
         "UPDATE binding_history SET gap = 1 WHERE name = 'topic' AND n = 1",
         "UPDATE openprose.binding_history SET gap = 1 WHERE run_id = '$RUN' AND name = 'topic' AND n = 1",
     );
-    assert_eq!(verify(), 10, "faked as pruned: still not intact");
+    // The decision pinned version 1: kept, it must hold what was decided (tampered, 9).
+    assert_eq!(verify(), 9, "faked as pruned: still not intact");
     db.exec(
         "UPDATE binding_history SET value = 'A', gap = 0 WHERE name = 'topic' AND n = 1",
         "UPDATE openprose.binding_history SET value = 'A', gap = 0 WHERE run_id = '$RUN' AND name = 'topic' AND n = 1",

@@ -11,7 +11,92 @@ on_both!(
     a_decided_version_rewritten_in_history_is_tampering,
     progress_never_counts_a_revoked_approver,
     waiting_on_several_never_passes_over_a_tampered_gate,
+    found_by_the_battery_run_on_the_merged_binary,
 );
+
+/// What the independent battery found on the merged binary: a revoked approver named directly
+/// in the allow list counted toward a quorum; `gates show` called a decision attested whose
+/// pinned input was rewritten; a deleted gates row went unnoticed by `verify`; an agent's
+/// `bind --file` read the audit key into the run.
+fn found_by_the_battery_run_on_the_merged_binary(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let token = |name: &str| {
+        let a = p.cmd().args(["principals", "add", name]).assert().success();
+        String::from_utf8_lossy(&a.get_output().stdout)
+            .trim()
+            .to_string()
+    };
+    let (alice, bob) = (token("alice"), token("bob"));
+    token("carol");
+    create(&run, "e", &["--allow", "alice,bob,carol", "--require", "2"]);
+    run.cmd()
+        .env("PROSE_TOKEN", &alice)
+        .args(["approve", "e", "--yes"])
+        .assert()
+        .success();
+    p.cmd()
+        .args(["principals", "revoke", "alice"])
+        .assert()
+        .success();
+    let v = stdout_json(
+        &run.cmd()
+            .env("PROSE_TOKEN", &bob)
+            .args(["--json", "approve", "e", "--yes"])
+            .assert()
+            .success(),
+    );
+    assert_eq!(v["progress"], "1 of 2 approvals: bob", "{v}");
+    assert_eq!(wait0(&run, "e"), 7);
+
+    // A pinned input rewritten: every reader says tampered.
+    run.bind("topic", "v1", None);
+    create(&run, "g", &["--allow", "alice2", "--inputs", "topic"]);
+    run.cmd()
+        .args(["approve", "g", "--as", "alice2", "--yes"])
+        .assert()
+        .success();
+    run.view().raw(
+        "UPDATE binding_history SET value = 'v1 EVIL' WHERE name = 'topic' AND n = 1",
+        "UPDATE openprose.binding_history SET value = 'v1 EVIL'
+          WHERE run_id = '$RUN' AND name = 'topic' AND n = 1",
+    );
+    let shown = stdout_json(&run.cmd().args(["--json", "gates", "show", "g"]).assert());
+    assert_eq!(shown["integrity"]["state"], "tampered", "{shown}");
+    let resume = stdout_json(&run.cmd().args(["--json", "resume"]).assert());
+    let g = resume["gates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["id"] == "g")
+        .unwrap();
+    assert_eq!(g["next_step"]["action"], "stop", "{g}");
+
+    // A gates row deleted: verify finds it.
+    create(&run, "c", &[]);
+    run.view().raw(
+        "DELETE FROM gates WHERE id = 'c'",
+        "DELETE FROM openprose.gates WHERE run_id = '$RUN' AND id = 'c'",
+    );
+    assert_eq!(verify(&run), 9);
+
+    // The audit key is never read as a value, directly or through a link.
+    let key = test_home(p.root()).join(".prose/audit.key");
+    assert!(key.exists());
+    let link = p.root().join("notes.txt");
+    std::os::unix::fs::symlink(&key, &link).unwrap();
+    let before = run.snapshot();
+    for path in [key.clone(), link] {
+        let a = run
+            .cmd()
+            .args(["bind", "notes", "--file"])
+            .arg(&path)
+            .assert();
+        assert_eq!(code(&a), 4, "{}", stderr(&a));
+        assert!(stderr(&a).contains("prose directory"), "{}", stderr(&a));
+    }
+    assert_eq!(run.snapshot(), before, "a refused bind wrote something");
+}
 
 fn create(run: &Run, id: &str, extra: &[&str]) {
     run.cmd()

@@ -298,15 +298,24 @@ fn a_gate_past_its_deadline_fails_closed_with_no_sweeper(b: Backend) {
         .failure();
     assert_eq!(code(&a), 6);
 
-    // a gate whose deadline raw SQL set in the past is just as closed, even to a listing
+    // a gate whose deadline raw SQL set in the past is tampered (one deadline: the sealed
+    // one): never approved, never timed out early by the row, and every wait exits 9
     create(&run, "raw", &["--timeout", "1h"]);
     run.view().raw(
         "UPDATE gates SET timeout_at = '2000-01-01 00:00:00' WHERE id = 'raw'",
         "UPDATE openprose.gates SET timeout_at = '2000-01-01 00:00:00+00' WHERE run_id = '$RUN' AND id = 'raw'",
     );
-    let a = p.cmd().args(["--json", "gates"]).assert().success();
-    assert_eq!(stdout_json(&a), serde_json::json!([]));
-    assert_eq!(run.view().gate("raw").0, "timeout");
+    let a = p
+        .cmd()
+        .args(["approve", &run.id, "raw", "--yes", "--as", "raymond"])
+        .assert();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
+    let a = p
+        .cmd()
+        .args(["gates", "wait", &run.id, "raw", "--timeout", "0"])
+        .assert();
+    assert_eq!(code(&a), 9);
+    assert_eq!(run.view().gate("raw").0, "pending");
 }
 
 fn wait_gives_up_with_exit_7_and_sees_a_decision_made_meanwhile(b: Backend) {

@@ -798,7 +798,15 @@ pub fn show_to(
     let (row, history) = store
         .view_gate(gate, viewer, client, &now)?
         .ok_or_else(|| gate_not_found(&run.id, gate))?;
-    let report = store.verify_audit()?;
+    let mut report = store.verify_audit()?;
+    // A decision about inputs stands on the versions it pinned: every reader says the same.
+    if report
+        .derived
+        .get(&row.id)
+        .is_some_and(|d| d.decided_inputs.is_some())
+    {
+        crate::services::inputs::check_sealed(store, run_dir, &mut report)?;
+    }
     let team = match report.derived.get(&row.id) {
         Some(d) => team_view(&row, d, &now, roster)?,
         None => None,

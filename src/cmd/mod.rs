@@ -116,6 +116,22 @@ fn value_from_file(path: &Path) -> Result<(Box<dyn Read>, bool)> {
         io::ErrorKind::NotFound => not_found(format!("--file not found: {}", path.display())),
         _ => anyhow::Error::new(e).context(format!("could not read --file {}", path.display())),
     })?;
+    // The user's prose directory holds the audit key, the page's signing key and the anchors:
+    // no value is ever read from there (an agent's `bind --file ~/.prose/audit.key` would put
+    // the key where every agent reads it). Checked on the file opened, whatever links led to it.
+    if let Some(home) = crate::store::seal::prose_home().and_then(|h| h.canonicalize().ok()) {
+        use std::os::fd::AsRawFd;
+        let opened = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+            .or_else(|_| path.canonicalize())
+            .ok();
+        if opened.is_none_or(|o| o.starts_with(&home)) {
+            return Err(crate::error::refused(format!(
+                "--file {} is in the user's prose directory ({}), which holds keys: it is never read as a value",
+                path.display(),
+                home.display()
+            )));
+        }
+    }
     Ok((Box::new(file), false))
 }
 

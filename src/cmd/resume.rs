@@ -427,7 +427,11 @@ fn gate_nexts(
     roster: &mut super::gates::LazyRoster,
 ) -> Result<Vec<GateNext>> {
     let gates = store.gates(None, now)?;
-    let report = store.verify_audit()?;
+    let mut report = store.verify_audit()?;
+    // A decision about inputs stands on the versions it pinned, before it is consumed here.
+    if report.derived.values().any(|d| d.decided_inputs.is_some()) {
+        crate::services::inputs::check_sealed(store, run_dir, &mut report)?;
+    }
     let mut stale = std::collections::HashMap::new();
     for g in &gates {
         let Some(d) = report.derived.get(&g.id) else {

@@ -151,6 +151,24 @@ pub fn check(
         }
         report.derived.insert(gate.id.clone(), derived);
     }
+    // A gate its sealed log opened has a row: one deleted is tampering, not nothing.
+    let mut gone: Vec<&str> = by_gate
+        .iter()
+        .filter(|(id, events)| {
+            !id.is_empty()
+                && events
+                    .iter()
+                    .any(|(r, s)| *s == RowState::Attested && r.event_type == "created")
+        })
+        .map(|(id, _)| *id)
+        .collect();
+    gone.sort_unstable();
+    for id in gone {
+        report.gates.push((
+            id.to_string(),
+            Integrity::Tampered("its sealed log opened it, but its gates row is gone".into()),
+        ));
+    }
     report
 }
 
@@ -419,10 +437,9 @@ pub struct Derived {
     pub run_id: String,
     pub created_at: Option<String>,
     /// What its `created` event recorded of the rest of the row, from this release on (None:
-    /// not recorded, so the row's value is shown as the row's): the timeout as given, the
-    /// gate's execution record, and the digest of its metadata (None inside: no metadata).
+    /// not recorded, so the row's value is shown as the row's): the timeout as given and the
+    /// digest of its metadata (None inside: no metadata).
     pub timeout: Option<Option<String>>,
-    pub execution_id: Option<Option<i64>>,
     pub metadata_hash: Option<Option<String>>,
     /// The sealed decision's time and comment (a rejection's reason).
     pub decided_at: Option<String>,
@@ -610,7 +627,6 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                     run_id: r.run_id.clone(),
                     created_at: r.timestamp.clone(),
                     timeout: m.get("timeout").map(|v| v.as_str().map(str::to_string)),
-                    execution_id: m.get("execution_id").map(serde_json::Value::as_i64),
                     metadata_hash: m
                         .get("metadata_hash")
                         .map(|v| v.as_str().map(str::to_string)),
@@ -847,7 +863,7 @@ pub fn compare(gate: &GateRow, d: &Derived, events: &[(&AuditRow, RowState)]) ->
     let GateRow {
         id: _,              // what the events were gathered by
         run_id,             // the run its created event names
-        execution_id,       // recorded by created events from this release on
+        execution_id: _,    // a number each store assigns: a run moved is renumbered
         prompt,             // its hash is sealed
         allow,              // sealed (widened by a sealed escalation)
         timeout,            // recorded by created events from this release on
@@ -909,9 +925,6 @@ pub fn compare(gate: &GateRow, d: &Derived, events: &[(&AuditRow, RowState)]) ->
     }
     if d.timeout.as_ref().is_some_and(|t| t != timeout) {
         return changed("timeout");
-    }
-    if d.execution_id.is_some_and(|e| e != *execution_id) {
-        return changed("execution record");
     }
     if d.metadata_hash
         .as_ref()

@@ -840,7 +840,7 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
         "prompt_hash": g.prompt_hash, "allow": allow, "instance": instance,
         "on_reject": g.on_reject, "timeout_at": g.timeout_at,
         // The rest of the row, so that every column of it is derived (`chain::compare`).
-        "timeout": g.timeout, "execution_id": execution_id,
+        "timeout": g.timeout,
         "metadata_hash": g.metadata.map(crate::model::sha256_tag)
     });
     let mut quorum = g.quorum.clone();
@@ -1261,8 +1261,10 @@ fn recount(
         .map(|p| (p, true))
         .chain(derived.tally.rejections.iter().map(|p| (p, false)));
     for (p, approve) in votes {
-        let still = crate::model::Principal::parse(p, "principal")
-            .is_ok_and(|pp| !crate::team::admitting(&gate.allow, &pp, roster).is_empty());
+        // A revoked principal's vote counts for nothing, whichever entry admitted it.
+        let still = !roster.revoked.contains(p)
+            && crate::model::Principal::parse(p, "principal")
+                .is_ok_and(|pp| !crate::team::admitting(&gate.allow, &pp, roster).is_empty());
         if still {
             tally.add(p, approve);
         } else {
