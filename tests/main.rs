@@ -6,6 +6,7 @@ mod attack31;
 mod attack41;
 mod bad_input;
 mod bind_get;
+mod book44;
 mod catalog;
 mod concurrency;
 mod contract;

@@ -172,9 +172,17 @@ fn decider(
 ) -> Result<(Principal, bool)> {
     let e = match ctx.decider(arg, token, page(ctx, target)) {
         Ok(found) => return Ok(found),
-        Err(e) if crate::error::code_of(&e) == Some(crate::error::Code::Refused) => e,
+        Err(e)
+            if matches!(
+                crate::error::code_of(&e),
+                Some(crate::error::Code::Refused | crate::error::Code::Tampered)
+            ) =>
+        {
+            e
+        }
         Err(e) => return Err(e),
     };
+    let tampered = crate::error::code_of(&e) == Some(crate::error::Code::Tampered);
     let claimed = ctx.principal(arg).ok().flatten();
     let reason = format!("{e:#}");
     let recorded = check_gate_id(target.gate()).and_then(|()| {
@@ -190,6 +198,9 @@ fn decider(
         })
     });
     Err(match recorded {
+        Ok(true) if tampered => {
+            crate::error::tampered(format!("{reason}; this attempt was logged"))
+        }
         Ok(true) => refused(format!("{reason}; this attempt was logged")),
         _ => e,
     })

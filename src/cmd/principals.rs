@@ -255,7 +255,10 @@ impl super::Run for PrincipalsArgs {
                     )));
                 }
                 let name = Some(principal.as_str());
-                let mut changes = vec![change(book_log::ADD, name, None, None)];
+                // The issuance seals the digest of the token's hash: a hash replaced in the
+                // book's rows is no token the log issued.
+                let digest = crate::model::sha256_tag(&row.token_hash);
+                let mut changes = vec![change(book_log::ADD, name, None, Some(digest.as_str()))];
                 for g in &groups {
                     changes.push(change(book_log::GROUP_ADD, name, Some(g), None));
                 }

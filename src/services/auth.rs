@@ -73,6 +73,37 @@ pub fn authenticate(book: &mut dyn PrincipalBook, token: &str) -> Result<Princip
         return Err(invalid());
     }
     let row = row.ok_or_else(invalid)?;
+    // The token must be one the book's sealed log issued and did not revoke: a row written,
+    // re-issued or un-revoked behind prose-state's back is no token.
+    let state = match crate::store::principals::book_state(book)? {
+        Ok(state) => state,
+        // A reader that cannot check the log (the approval page run as another user, without
+        // the audit key) takes the rows as they are, as before; see docs/gates-and-trust.md.
+        Err(why) if crate::store::book_log::uncheckable(&why) => {
+            return Principal::parse(&row.name, "principal of the token")
+        }
+        Err(why) => {
+            return Err(crate::error::tampered(format!(
+                "{why}: no token is accepted until it is put right"
+            )))
+        }
+    };
+    match state.tokens.get(&row.name) {
+        Some(sealed) if !state.roster.revoked.contains(&row.name) => {
+            if sealed
+                .as_ref()
+                .is_some_and(|d| *d != crate::model::sha256_tag(&row.token_hash))
+            {
+                return Err(invalid());
+            }
+        }
+        _ => {
+            return Err(refused(format!(
+                "the token of {} is not one the principals book's sealed log issued (written behind prose-state's back, revoked, or issued before issuances were logged): issue it again with `prose-state principals revoke` and `principals add`",
+                crate::error::shown(&row.name)
+            )))
+        }
+    }
     Principal::parse(&row.name, "principal of the token")
 }
 

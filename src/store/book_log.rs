@@ -82,10 +82,19 @@ pub fn sealed(tip: Option<&BookEvent>, c: &Change, key: &Key) -> BookEvent {
     }
 }
 
+/// Whether `why` (a [`replay`] error) says only that this machine cannot check the log (no
+/// audit key, or rows sealed with another machine's), rather than that the log is broken.
+pub fn uncheckable(why: &str) -> bool {
+    why.contains("cannot be checked")
+}
+
 /// What the log says now.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BookState {
     pub roster: Roster,
+    /// Each principal with a token the log issued and did not revoke, with the digest of its
+    /// token's hash as the issuance sealed it (None: issued before issuances sealed one).
+    pub tokens: std::collections::BTreeMap<String, Option<String>>,
     pub separate_duties: bool,
     /// Rows read.
     pub events: usize,
@@ -148,8 +157,10 @@ pub fn replay(rows: &[BookEvent], key: Option<&Key>) -> Result<BookState, String
         match r.event.as_str() {
             ADD => {
                 roster.revoked.remove(&who);
+                state.tokens.insert(who, r.value.clone());
             }
             REVOKE => {
+                state.tokens.remove(&who);
                 roster.revoked.insert(who);
             }
             GROUP_ADD => {

@@ -228,6 +228,16 @@ pub fn book_state(
     book: &mut dyn PrincipalBook,
 ) -> Result<std::result::Result<super::book_log::BookState, String>> {
     let rows = book.book_log()?;
+    // Anchored: the row this machine last sealed must still be there, so a log cut at its end
+    // (or removed whole) is found by whoever holds the anchor.
+    if let Some(a) = super::seal::anchored(&book.book_place(), BOOK_ANCHOR) {
+        if !rows.iter().any(|r| r.seq == a.seq && r.hash == a.hash) {
+            return Ok(Err(format!(
+                "the principals book's log no longer holds row {} as this machine sealed it: rows were cut or changed",
+                a.seq
+            )));
+        }
+    }
     let key = match rows.is_empty() {
         true => None,
         false => super::seal::key_for_reading()?,
@@ -251,8 +261,29 @@ pub fn record(book: &mut dyn PrincipalBook, changes: &[Change]) -> Result<()> {
         return Ok(());
     }
     let key = super::seal::key_for_writing()?;
-    book.append_book(changes, key)
+    // A book whose log is empty begins anew here (made where none was): no earlier anchor
+    // speaks for it.
+    if book.book_log()?.is_empty() {
+        super::seal::forget_anchor(&book.book_place(), BOOK_ANCHOR);
+    }
+    book.append_book(changes, key)?;
+    // The anchor moves to the newest row, outside the book (`~/.prose/anchors/`).
+    if let Some(tip) = book.book_log()?.into_iter().max_by_key(|r| r.seq) {
+        let head = super::seal::Anchor {
+            seq: tip.seq,
+            hash: tip.hash,
+        };
+        if let Err(e) = super::seal::anchor(&book.book_place(), BOOK_ANCHOR, &head) {
+            crate::output::warn(&format!(
+                "could not anchor the principals book's log: {e:#}"
+            ));
+        }
+    }
+    Ok(())
 }
+
+/// The name the book's anchor is kept under, beside the runs' (`seal::anchor`).
+const BOOK_ANCHOR: &str = "principals-book";
 
 /// A SQLite project's book, `.prose/principals.db`.
 pub struct LocalBook {

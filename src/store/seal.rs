@@ -239,6 +239,14 @@ fn anchor_path(place: &str, run_id: &str) -> Option<PathBuf> {
     Some(prose_home()?.join(ANCHORS_DIR).join(&name[..32]))
 }
 
+/// Forgets an anchor: for a chain that begins anew at its place (a principals book made where
+/// none was), which no earlier anchor speaks for.
+pub fn forget_anchor(place: &str, run_id: &str) {
+    if let Some(path) = anchor_path(place, run_id) {
+        let _ = fs::remove_file(&path);
+    }
+}
+
 /// The anchor of a run's chain on this machine, if any.
 pub fn anchored(place: &str, run_id: &str) -> Option<Anchor> {
     let text = fs::read_to_string(anchor_path(place, run_id)?).ok()?;
