@@ -342,6 +342,16 @@ pub fn seconds_between(earlier: &str, later: &str) -> Option<i64> {
     Some(read(later)?.seconds_since(read(earlier)?))
 }
 
+/// Whether two strings are equal, in time that does not depend on where they differ (tokens,
+/// tags and digests a client sent).
+pub fn same_secret(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
 /// A time in any form SQLite's `datetime()` reads, in the stored form.
 pub fn canonical_time(text: &str) -> Option<String> {
     Timestamp::parse_lenient(text).map(|t| t.to_string())

@@ -57,7 +57,7 @@ pub fn decide(
     let pins = super::inputs::pins(&inputs);
     let about_inputs = !derived.inputs.is_empty();
     if let (Some(shown), true) = (r.shown_inputs, about_inputs) {
-        if !constant_time_eq(shown, &crate::store::signatures::inputs_digest(&digests)) {
+        if !crate::model::same_secret(shown, &crate::store::signatures::inputs_digest(&digests)) {
             store.refuse_attempt(&crate::store::Attempt {
                 gate_id: r.gate_id,
                 approve: r.approve,
@@ -86,13 +86,4 @@ pub fn decide(
         pins: about_inputs.then_some(&pins),
     };
     Ok(Ok(store.decide_gate(&decision)?))
-}
-
-/// Whether two strings are equal, in time that does not depend on where they differ.
-fn constant_time_eq(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
 }

@@ -277,16 +277,7 @@ pub fn check_sealed(
                         continue;
                     }
                     let row = crate::store::history::as_row(&rows, i)?;
-                    let bytes = match row.attachment_path.as_deref().filter(|p| !p.is_empty()) {
-                        Some(path) => {
-                            let mut reader = super::transfer::value(store, run_dir, path, name)?;
-                            let mut h = Sha256::new();
-                            std::io::copy(&mut reader, &mut h)?;
-                            h.finalize()
-                        }
-                        None => Sha256::digest(row.value.as_deref().unwrap_or_default()),
-                    };
-                    if format!("sha256:{}", crate::model::hex(&bytes)) == *digest {
+                    if digest_of(store, run_dir, name, &row)?.0 == *digest {
                         kept = true;
                         break;
                     }
