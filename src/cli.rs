@@ -991,6 +991,10 @@ pub enum PrincipalsCommand {
     /// The project's policy: with --separate-duties on, no gate made from then on may be
     /// approved by the principal who started its run or created it (without an option: show it)
     Policy(PolicyArgs),
+    /// Bind the book to this project (or server database) after moving or restoring it on
+    /// purpose: a book bound elsewhere admits no one here. Signed by the pinned key's holder
+    /// when one is pinned
+    Rebind,
 }
 
 #[derive(Debug, Args)]

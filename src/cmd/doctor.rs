@@ -124,6 +124,9 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
         let detail = format!("{}: {why}", dir.display());
         problems.push(Problem::new(name, "incomplete run", detail, fixed));
     }
+    if all_runs {
+        problems.extend(book_problems(ctx)?);
+    }
     // A run directory that is a symbolic link is named as the link it is, never as the run
     // it leads to (that run, when it is one of the project's, is checked under its own
     // name), and is not followed: prose-state reads through such a link but never writes
@@ -427,6 +430,33 @@ fn upload_local(
         return Ok(true);
     }
     Ok(false)
+}
+
+/// What is wrong with the project's principals book, as its sealed log says: broken, cut,
+/// bound elsewhere, not bound, or not checkable here (none of which `--fix` repairs: each
+/// needs a person who may change the book).
+fn book_problems(ctx: &Context) -> Result<Vec<Problem>> {
+    let Some(mut book) = ctx.principal_book(false)? else {
+        return Ok(Vec::new());
+    };
+    let kind = "principals book";
+    let problem = |detail: String| Problem::new("principals", kind, detail, false);
+    let state = match crate::store::principals::book_state(book.as_mut())? {
+        Ok(s) => s,
+        Err(why) => return Ok(vec![problem(format!("{why}; it admits no one"))]),
+    };
+    let mut found = Vec::new();
+    if state.events > 0 && state.bound.is_none() {
+        found.push(problem(
+            "not bound to this project (made before books were bound): its next change binds it, or `prose-state principals rebind`".into(),
+        ));
+    }
+    if let Some(why) = state.unchecked {
+        found.push(problem(format!(
+            "{why}: its tokens and groups are read as its log chains, which holds against no one who can write the book; pin the approval page's key (`prose-state principals require --signed`, as the approver)"
+        )));
+    }
+    Ok(found)
 }
 
 impl Run for DoctorArgs {

@@ -64,6 +64,10 @@ pub fn run(args: &InitArgs, ctx: &Context) -> Result<Initialized> {
     let runs = ctx.runs_dir().to_path_buf();
     fs::create_dir_all(&runs)
         .with_context(|| format!("could not create runs directory: {}", runs.display()))?;
+    // The project's id, which its principals book is bound to (made once).
+    if !ctx.uses_postgres() {
+        crate::store::principals::project_id(ctx.prose_dir(), true)?;
+    }
     // The run is built whole in a temporary directory beside the runs, locked while this
     // process lives, and renamed into place complete: a killed init leaves nothing under a
     // run id, only a temporary directory that `doctor --fix` removes.

@@ -158,6 +158,11 @@ crate::output::one_of!(
     }
 );
 
+/// The signer a change is vouched for with, when the book is pinned to its key.
+fn signer_of(s: &Option<Signer>) -> Option<&dyn crate::store::signatures::SignsBook> {
+    s.as_ref().map(|s| s as _)
+}
+
 /// What the book's sealed log says now; a log that cannot be trusted is exit 9.
 fn state(book: &mut dyn PrincipalBook) -> Result<book_log::BookState> {
     crate::store::principals::book_state(book)?.map_err(tampered)
@@ -188,9 +193,23 @@ fn list(book: Option<&mut (dyn PrincipalBook + 'static)>) -> Result<PrincipalLis
     let Some(book) = book else {
         return Ok(PrincipalList::default());
     };
+    // The rows are listed even when the log cannot be trusted, so that it can be put right;
+    // what the project requires is the log's, and then unknown.
+    let (require, signed_key) = match crate::store::principals::book_state(book)? {
+        Ok(_) => (
+            crate::services::auth::required(book)?,
+            sign::pinned(book)?.map(|k| public_tag(&k)),
+        ),
+        Err(why) => {
+            crate::output::warn(&format!(
+                "{why}: no token is accepted until it is put right"
+            ));
+            (true, None)
+        }
+    };
     Ok(PrincipalList {
-        require: crate::services::auth::required(book)?,
-        signed_key: sign::pinned(book)?.map(|k| public_tag(&k)),
+        require,
+        signed_key,
         principals: book.principals()?,
     })
 }
@@ -199,7 +218,11 @@ impl super::Run for PrincipalsArgs {
     type Output = PrincipalsOutput;
     fn run(&self, ctx: &crate::context::Context) -> Result<PrincipalsOutput> {
         let writes = match &self.command {
-            Some(PrincipalsCommand::Add(_) | PrincipalsCommand::Require(_)) => true,
+            Some(
+                PrincipalsCommand::Add(_)
+                | PrincipalsCommand::Require(_)
+                | PrincipalsCommand::Rebind,
+            ) => true,
             Some(PrincipalsCommand::Group(g)) => !matches!(g.command, GroupCommand::List),
             Some(PrincipalsCommand::Policy(p)) => p.separate_duties.is_some(),
             _ => false,
@@ -244,16 +267,19 @@ impl super::Run for PrincipalsArgs {
                     member(principal.as_str())?;
                 }
                 let mut book = book.expect("made for a write");
-                if !groups.is_empty() {
-                    state(book.as_mut())?;
-                }
-                let (token, row) = crate::services::auth::issue(&principal, &now)?;
-                if !book.add_principal(&row)? {
-                    return Err(refused(format!(
+                let taken = || {
+                    refused(format!(
                         "principal already has a token (revoke it first to issue another): {}",
                         shown(principal.as_str())
-                    )));
+                    ))
+                };
+                if book
+                    .principal(principal.as_str())?
+                    .is_some_and(|r| r.revoked_at.is_none())
+                {
+                    return Err(taken());
                 }
+                let (token, row) = crate::services::auth::issue(&principal, &now)?;
                 let name = Some(principal.as_str());
                 // The issuance seals the digest of the token's hash: a hash replaced in the
                 // book's rows is no token the log issued.
@@ -262,7 +288,17 @@ impl super::Run for PrincipalsArgs {
                 for g in &groups {
                     changes.push(change(book_log::GROUP_ADD, name, Some(g), None));
                 }
-                record(book.as_mut(), &changes)?;
+                let signer = Signer::load()?;
+                record(
+                    book.as_mut(),
+                    &changes,
+                    signer_of(&signer),
+                    false,
+                    &mut |b| match b.add_principal(&row)? {
+                        true => Ok(()),
+                        false => Err(taken()),
+                    },
+                )?;
                 PrincipalsOutput::Issued(Issued {
                     principal: row.name,
                     kind: row.kind,
@@ -279,11 +315,18 @@ impl super::Run for PrincipalsArgs {
                 let Some(b) = book.as_deref_mut() else {
                     return Err(gone());
                 };
-                if !b.revoke_principal(principal.as_str(), &now)? {
+                let live = b
+                    .principal(principal.as_str())?
+                    .is_some_and(|r| r.revoked_at.is_none());
+                if !live && !state(b)?.tokens.contains_key(principal.as_str()) {
                     return Err(gone());
                 }
                 let name = Some(principal.as_str());
-                record(b, &[change(book_log::REVOKE, name, None, None)])?;
+                let signer = Signer::load()?;
+                let changes = [change(book_log::REVOKE, name, None, None)];
+                record(b, &changes, signer_of(&signer), false, &mut |b| {
+                    b.revoke_principal(principal.as_str(), &now).map(drop)
+                })?;
                 PrincipalsOutput::Changed(Changed {
                     principal: Some(principal.as_str().to_string()),
                     revoked: Some(true),
@@ -293,20 +336,78 @@ impl super::Run for PrincipalsArgs {
             }
             Some(PrincipalsCommand::Require(r)) => {
                 let mut book = book.expect("made for a write");
+                let before = state(book.as_mut())?;
                 let signed = match (&r.key, r.signed) {
                     (_, false) => None,
                     (Some(k), true) => Some(public_tag(&parse_public(k)?)),
                     (None, true) => Some(Signer::load_or_create()?.public),
                 };
-                book.set_setting(REQUIRE, if r.off { "0" } else { "1" })?;
-                if r.off || signed.is_some() {
-                    book.set_setting(PINNED, signed.as_deref().unwrap_or(""))?;
+                // A pin is signed by the key it pins: this user must hold it.
+                let signer = match signed {
+                    Some(_) => Signer::load()?,
+                    None if before.pinned.is_some() => Signer::load()?,
+                    None => None,
+                };
+                let on = if r.off { "off" } else { "on" };
+                let mut changes = vec![change(
+                    book_log::POLICY,
+                    None,
+                    Some(book_log::REQUIRE),
+                    Some(on),
+                )];
+                let pin = signed.as_deref().unwrap_or("");
+                // Lifted: a `signed_key` row with no value (the log keeps no empty text).
+                if signed.is_some() || (r.off && before.pinned.is_some()) {
+                    changes.push(change(
+                        book_log::POLICY,
+                        None,
+                        Some(book_log::SIGNED_KEY),
+                        signed.as_deref(),
+                    ));
                 }
+                record(
+                    book.as_mut(),
+                    &changes,
+                    signer_of(&signer),
+                    false,
+                    &mut |b| {
+                        b.set_setting(REQUIRE, if r.off { "0" } else { "1" })?;
+                        if r.off || signed.is_some() {
+                            b.set_setting(PINNED, pin)?;
+                        }
+                        Ok(())
+                    },
+                )?;
                 PrincipalsOutput::Changed(Changed {
                     principal: None,
                     revoked: None,
                     require: Some(!r.off),
                     signed_key: signed,
+                })
+            }
+            Some(PrincipalsCommand::Rebind) => {
+                let mut book = book.expect("made for a write");
+                let here = book.identity(true)?;
+                let signer = Signer::load()?;
+                let bound_before = match crate::store::principals::book_state(book.as_mut())? {
+                    Ok(s) => s.bound,
+                    Err(_) => None,
+                };
+                let changed = bound_before.is_none() || bound_before != here;
+                if changed {
+                    record(
+                        book.as_mut(),
+                        &[],
+                        signer_of(&signer),
+                        true,
+                        &mut |_| Ok(()),
+                    )?;
+                }
+                PrincipalsOutput::BookChanged(BookChanged {
+                    change: if changed { "bound" } else { "unchanged" }.into(),
+                    group: None,
+                    members: None,
+                    separate_duties: state(book.as_mut())?.separate_duties,
                 })
             }
             Some(PrincipalsCommand::Group(g)) => {
@@ -350,7 +451,14 @@ impl super::Run for PrincipalsArgs {
                     (false, true) => "added",
                     (false, false) => "removed",
                 };
-                record(book.as_mut(), &changes)?;
+                let signer = Signer::load()?;
+                record(
+                    book.as_mut(),
+                    &changes,
+                    signer_of(&signer),
+                    false,
+                    &mut |_| Ok(()),
+                )?;
                 let after = state(book.as_mut())?;
                 PrincipalsOutput::BookChanged(BookChanged {
                     change: what.into(),
@@ -369,7 +477,9 @@ impl super::Run for PrincipalsArgs {
                 if let (true, Some(w), Some(book)) = (changed, wanted, book.as_deref_mut()) {
                     let value = Some(if w { "on" } else { "off" });
                     let duties = Some(book_log::SEPARATE_DUTIES);
-                    record(book, &[change(book_log::POLICY, None, duties, value)])?;
+                    let signer = Signer::load()?;
+                    let changes = [change(book_log::POLICY, None, duties, value)];
+                    record(book, &changes, signer_of(&signer), false, &mut |_| Ok(()))?;
                 }
                 PrincipalsOutput::BookChanged(BookChanged {
                     change: if changed { "policy" } else { "unchanged" }.into(),

@@ -88,11 +88,17 @@ pub fn serve(args: &ServeArgs, _global: &Global, ctx: Context) -> Result<()> {
         if pinned != signer.public {
             return Err(crate::error::refused(format!(
                 "this server signs with {}, and the project requires decisions signed by {pinned}: \
-                 run serve as the user that key belongs to, or pin this one \
-                 (`prose-state principals require --signed --key {}`)",
-                signer.public, signer.public
+                 run serve as the user that key belongs to (whose `prose-state principals require --signed` \
+                 may pin another)",
+                signer.public
             )));
         }
+    } else if let Ok(Some(why)) = crate::store::principals::book_state(book.as_mut())
+        .map(|s| s.ok().and_then(|s| s.unchecked))
+    {
+        crate::output::report(&format!(
+            "warning: {why}: tokens are read from the principals book's log as it chains, which holds against no one who can write the book; pin this server's key, as this user (`prose-state principals require --signed`), so that only its holder changes the book"
+        ));
     }
     let app = Arc::new(app::App::new(ctx, signer, tls.is_some()));
     app.keep(book);

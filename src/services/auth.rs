@@ -84,36 +84,17 @@ fn authenticate_against(
         return Err(invalid());
     }
     let row = row.ok_or_else(invalid)?;
-    // The token must be one the book's sealed log issued and did not revoke: a row written,
-    // re-issued or un-revoked behind prose-state's back is no token.
-    let state = match log {
-        Ok(state) => state,
-        // A reader that cannot check the log (the approval page run as another user, without
-        // the audit key) takes the rows as they are, as before; see docs/gates-and-trust.md.
-        Err(why) if crate::store::book_log::uncheckable(&why) => {
-            return Principal::parse(&row.name, "principal of the token")
-        }
-        Err(why) => {
-            return Err(crate::error::tampered(format!(
-                "{why}: no token is accepted until it is put right"
-            )))
-        }
-    };
-    match state.tokens.get(&row.name) {
-        Some(sealed) if !state.roster.revoked.contains(&row.name) => {
-            if sealed
-                .as_ref()
-                .is_some_and(|d| *d != crate::model::sha256_tag(&row.token_hash))
-            {
-                return Err(invalid());
-            }
-        }
-        _ => {
-            return Err(refused(format!(
-                "the token of {} is not one the principals book's sealed log issued (written behind prose-state's back, revoked, or issued before issuances were logged): issue it again with `prose-state principals revoke` and `principals add`",
-                crate::error::shown(&row.name)
-            )))
-        }
+    // The token must be one the book's sealed log issued, with this hash, and did not revoke:
+    // a row written, re-issued or un-revoked behind prose-state's back is no token.
+    let state = log.map_err(|why| {
+        crate::error::tampered(format!("{why}: no token is accepted until it is put right"))
+    })?;
+    use crate::store::principals::{unissued, Unissued};
+    match unissued(&state, &row) {
+        None => {}
+        // A hash that is not the one issued: as any wrong token, one message.
+        Some(Unissued::OtherHash) => return Err(invalid()),
+        Some(Unissued::NotIssued(why)) => return Err(refused(why)),
     }
     Principal::parse(&row.name, "principal of the token")
 }
@@ -145,9 +126,15 @@ thread_local! {
     static CHECKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-/// Whether the project requires a token for every decision.
+/// Whether the project requires a token for every decision, as the book's sealed log says
+/// (a book from before the log kept it: as its setting says). A log that cannot be trusted
+/// cannot say, and is exit 9.
 pub fn required(book: &mut dyn PrincipalBook) -> Result<bool> {
-    Ok(book.setting(REQUIRE)?.as_deref() == Some("1"))
+    let state = crate::store::principals::book_state(book)?.map_err(crate::error::tampered)?;
+    Ok(match state.require {
+        Some(r) => r,
+        None => book.setting(REQUIRE)?.as_deref() == Some("1"),
+    })
 }
 
 /// Who decides on the command line: nobody when the project requires signed decisions (the

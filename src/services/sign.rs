@@ -48,6 +48,30 @@ impl Signer {
     }
 }
 
+impl Signer {
+    /// The key of the user running this process, if it has one (nothing is made).
+    pub fn load() -> Result<Option<Signer>> {
+        let Some(home) = crate::store::seal::prose_home() else {
+            return Ok(None);
+        };
+        match crate::store::seal::read_secret(&home, KEY_FILE, "the signing key")? {
+            Some(_) => Signer::load_or_create().map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+impl crate::store::signatures::SignsBook for Signer {
+    fn public(&self) -> &str {
+        &self.public
+    }
+
+    fn sign_book(&self, hash: &str) -> String {
+        let sig = self.key.sign(&crate::store::signatures::book_message(hash));
+        format!("ed25519:{}", crate::model::hex(&sig.to_bytes()))
+    }
+}
+
 impl SignsDecisions for Signer {
     /// The signature of a decision, as its audit row keeps it.
     fn sign(&self, what: &Signed) -> serde_json::Value {
@@ -60,18 +84,19 @@ impl SignsDecisions for Signer {
     }
 }
 
-/// The public key the project pinned, if it requires signed decisions.
+/// The public key the project pinned, if it requires signed decisions, as the book's sealed
+/// log says. A log that cannot be trusted is exit 9; a pin from before the log kept it (the
+/// setting alone) is refused until it is pinned again, so that no row stands for a key.
 pub fn pinned(book: &mut dyn PrincipalBook) -> Result<Option<VerifyingKey>> {
-    book.setting(PINNED)?
-        .filter(|tag| !tag.is_empty())
-        .map(|tag| {
-            parse_public(&tag).map_err(|_| {
-                crate::error::tampered(format!(
-                    "the pinned signing key is not an Ed25519 public key: {}",
-                    crate::error::shown(&tag)
-                ))
-            })
-        })
+    let state = crate::store::principals::book_state(book)?.map_err(crate::error::tampered)?;
+    if !state.pin_logged && book.setting(PINNED)?.is_some_and(|t| !t.is_empty()) {
+        return Err(crate::error::refused(
+            "this project pinned a signing key before the principals book's log kept the pin: pin it again, as the approver (`prose-state principals require --signed`)",
+        ));
+    }
+    state
+        .pinned
+        .map(|tag| parse_public(&tag).map_err(|e| crate::error::tampered(format!("{e:#}"))))
         .transpose()
 }
 

@@ -1,12 +1,21 @@
 //! The principals book's sealed log. Every change to who may decide (a token issued or
-//! revoked, a member added to or removed from a group, the separation-of-duties policy) is a
-//! row chained and sealed with the audit key, as a run's gate events are. Groups and the
-//! policy are read from this log alone: a member, a group or a policy written into the book
-//! by raw SQL counts for nothing, and a row changed, removed or forged breaks the log, which
-//! then admits no one through a group (decisions that need it fail closed).
+//! revoked, a member added to or removed from a group, the policies, the pinned signing key,
+//! the place the book is bound to) is a row chained after the one before. Tokens, groups, the
+//! policies and the pin are read from this log alone: a row of the book that disagrees with it
+//! counts for nothing, and a row changed, removed or forged breaks the log, which then admits
+//! no one (decisions that need it fail closed).
+//!
+//! What vouches for a row (its `seal` column) is one of two things:
+//! - the audit key's seal (`hmac-sha256:…`), in a book with no pinned key;
+//! - once a signing key is pinned, that key's signature (`ed25519:…`) over the row's hash, and
+//!   nothing else: a change made without the key (an agent holding only the audit key) breaks
+//!   the log. The pin itself is signed by the key it pins. A signature vouches for every row
+//!   before it too, since each row's hash chains the one before, so a reader holding no audit
+//!   key (the approval page run as another user) checks a signed book whole.
 
 use super::seal::{Key, SealCheck};
 use crate::team::Roster;
+use ed25519_dalek::VerifyingKey;
 
 /// One row of the log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -16,11 +25,12 @@ pub struct BookEvent {
     pub at: String,
     /// Who made the change, as the command was run (a claim: the book's writer is trusted).
     pub actor: Option<String>,
-    /// `add`, `revoke`, `group_add`, `group_remove` or `policy`.
+    /// `add`, `revoke`, `group_add`, `group_remove`, `policy` or `bind`.
     pub event: String,
     pub principal: Option<String>,
     pub grp: Option<String>,
-    /// The policy's new value (`on` or `off`), for `policy`.
+    /// For `add`, the digest of the token's hash; for `policy`, its new value (`on` or `off`,
+    /// or for `signed_key` the key, empty to lift it); for `bind`, the place's identity.
     pub value: Option<String>,
     pub prev_hash: String,
     pub hash: String,
@@ -32,8 +42,15 @@ pub const REVOKE: &str = "revoke";
 pub const GROUP_ADD: &str = "group_add";
 pub const GROUP_REMOVE: &str = "group_remove";
 pub const POLICY: &str = "policy";
-/// The one policy the log keeps: separation of duties.
+/// Binds the book to its place (a project's id, a server database): see [`BookState::bound`].
+pub const BIND: &str = "bind";
+/// The policies the log keeps (a `policy` row's `grp`): separation of duties, …
 pub const SEPARATE_DUTIES: &str = "separate_duties";
+/// … whether every decision needs a token (`principals require`), …
+pub const REQUIRE: &str = "require";
+/// … and the signing key every decision and every later change of the book must be signed by
+/// (`principals require --signed`; empty: none).
+pub const SIGNED_KEY: &str = "signed_key";
 
 /// A change to append: what [`sealed`] chains after the log's newest row.
 #[derive(Debug, Clone, Copy)]
@@ -63,8 +80,35 @@ fn hash_of(prev: &str, seq: i64, c: &Change) -> String {
     )
 }
 
-/// The row that records `c` after `tip` (the log's newest row), sealed with `key`.
-pub fn sealed(tip: Option<&BookEvent>, c: &Change, key: &Key) -> BookEvent {
+/// What vouches for a row as it is appended: the audit key, or the pinned signing key.
+#[derive(Clone, Copy)]
+pub enum Voucher<'a> {
+    Audit(&'a Key),
+    Signing(&'a dyn super::signatures::SignsBook),
+}
+
+impl Voucher<'_> {
+    fn vouch(&self, hash: &str) -> String {
+        match self {
+            Voucher::Audit(k) => k.seal(hash),
+            Voucher::Signing(s) => s.sign_book(hash),
+        }
+    }
+}
+
+/// The row that records `c` after `tip` (the log's newest row), vouched for by `by`.
+pub fn sealed(tip: Option<&BookEvent>, c: &Change, by: Voucher) -> BookEvent {
+    // Empty text is kept as NULL, so it is hashed as none.
+    fn none_if_empty(t: Option<&str>) -> Option<&str> {
+        t.filter(|t| !t.is_empty())
+    }
+    let c = &Change {
+        principal: none_if_empty(c.principal),
+        grp: none_if_empty(c.grp),
+        value: none_if_empty(c.value),
+        actor: none_if_empty(c.actor),
+        ..*c
+    };
     let (seq, prev) = tip.map_or((1, String::new()), |t| (t.seq + 1, t.hash.clone()));
     let hash = hash_of(&prev, seq, c);
     let text = |t: Option<&str>| t.map(str::to_string);
@@ -77,15 +121,17 @@ pub fn sealed(tip: Option<&BookEvent>, c: &Change, key: &Key) -> BookEvent {
         grp: text(c.grp),
         value: text(c.value),
         prev_hash: prev,
-        seal: key.seal(&hash),
+        seal: by.vouch(&hash),
         hash,
     }
 }
 
-/// Whether `why` (a [`replay`] error) says only that this machine cannot check the log (no
-/// audit key, or rows sealed with another machine's), rather than that the log is broken.
-pub fn uncheckable(why: &str) -> bool {
-    why.contains("cannot be checked")
+/// Whether `c` pins a signing key (a `signed_key` policy with a key), and which.
+pub fn pins<'a>(event: &str, grp: Option<&str>, value: Option<&'a str>) -> Option<&'a str> {
+    (event == POLICY && grp == Some(SIGNED_KEY))
+        .then_some(value)
+        .flatten()
+        .filter(|v| !v.is_empty())
 }
 
 /// What the log says now.
@@ -96,18 +142,38 @@ pub struct BookState {
     /// token's hash as the issuance sealed it (None: issued before issuances sealed one).
     pub tokens: std::collections::BTreeMap<String, Option<String>>,
     pub separate_duties: bool,
+    /// `principals require`, as the log last set it (None: never, a book from before the log
+    /// kept it).
+    pub require: Option<bool>,
+    /// The pinned signing key (`ed25519:HEX`), as the log last set it.
+    pub pinned: Option<String>,
+    /// Whether the log ever set the pin (a book from before the log kept it has none).
+    pub pin_logged: bool,
+    /// The identity of the place the book is bound to, as its newest `bind` row says (None: a
+    /// book from before books were bound).
+    pub bound: Option<String>,
+    /// Why some rows could not be checked here (no audit key, or rows sealed with another
+    /// user's), when no signature by the pinned key vouches for them either: such a log is read
+    /// as it chains, and holds against no one who can write it. None: every row checked.
+    pub unchecked: Option<String>,
     /// Rows read.
     pub events: usize,
+    /// The newest row: its number and hash (what an anchor holds).
+    pub tip: Option<(i64, String)>,
 }
 
 /// Reads the log (in any order) into the book's state. Err, with why, when it cannot be
-/// trusted: a number missing or repeated, a row whose hash or seal does not match, a seal
-/// this machine cannot check (another key, or no key at all).
+/// trusted: a number missing or repeated, a row whose hash does not chain, a seal that names
+/// this machine's audit key and does not match, a row after the pin that the pinned key did
+/// not sign, a pin not signed by the key it pins. Rows this machine cannot check (no audit key,
+/// another user's) are read as they chain and named in [`BookState::unchecked`], unless a later
+/// signature by the pinned key vouches for them.
 pub fn replay(rows: &[BookEvent], key: Option<&Key>) -> Result<BookState, String> {
     let mut rows: Vec<&BookEvent> = rows.iter().collect();
     rows.sort_by_key(|r| r.seq);
     let mut state = BookState::default();
     let mut prev = String::new();
+    let mut pinned: Option<VerifyingKey> = None;
     for (i, r) in rows.iter().enumerate() {
         let expected = i as i64 + 1;
         if r.seq != expected {
@@ -129,44 +195,73 @@ pub fn replay(rows: &[BookEvent], key: Option<&Key>) -> Result<BookState, String
                 r.seq
             ));
         }
-        match key.map(|k| k.check(&r.hash, Some(&r.seal))) {
-            Some(SealCheck::Valid) => {}
-            None => {
-                return Err(
-                    "the principals book's log cannot be checked: this machine has no audit key"
-                        .into(),
+        let pin = pins(&r.event, r.grp.as_deref(), r.value.as_deref());
+        // Who must vouch for this row: the pinned key once one is; a pin, the key it pins.
+        let signer = match (&pinned, pin) {
+            (Some(k), _) => Some(*k),
+            (None, Some(tag)) => Some(super::signatures::parse_public(tag).map_err(|_| {
+                format!(
+                    "the principals book's log is broken at row {}: it pins a value that is not an Ed25519 public key",
+                    r.seq
                 )
+            })?),
+            (None, None) => None,
+        };
+        match signer {
+            Some(k) => {
+                if !super::signatures::book_signature_valid(&k, &r.hash, &r.seal) {
+                    return Err(format!(
+                        "the principals book's log is broken at row {}: {} is not signed by {} (a change made without the approver's signing key)",
+                        r.seq,
+                        if pinned.is_some() { "a change after the signing key was pinned" } else { "the pin" },
+                        super::signatures::public_tag(&k)
+                    ));
+                }
+                // The signature vouches for this row and, through the chain, every one before.
+                state.unchecked = None;
             }
-            Some(SealCheck::OtherKey) => {
-                return Err(format!(
-                    "the principals book's log cannot be checked: row {} is sealed with another machine's audit key",
-                    r.seq
-                ))
-            }
-            Some(_) => {
-                return Err(format!(
-                    "the principals book's log is broken at row {}: its seal does not match (forged)",
-                    r.seq
-                ))
-            }
+            None => match key.map(|k| k.check(&r.hash, Some(&r.seal))) {
+                Some(SealCheck::Valid) => {}
+                None => {
+                    state.unchecked.get_or_insert_with(|| {
+                        "this machine has no audit key to check the principals book's log with"
+                            .to_string()
+                    });
+                }
+                Some(SealCheck::OtherKey) => {
+                    state.unchecked.get_or_insert_with(|| {
+                        format!(
+                            "row {} of the principals book's log is sealed with another user's audit key, which this machine cannot check",
+                            r.seq
+                        )
+                    });
+                }
+                Some(_) => {
+                    return Err(format!(
+                        "the principals book's log is broken at row {}: its seal does not match (forged)",
+                        r.seq
+                    ))
+                }
+            },
         }
         prev = r.hash.clone();
         let who = r.principal.clone().unwrap_or_default();
         let group = r.grp.clone().unwrap_or_default();
         let roster = &mut state.roster;
-        match r.event.as_str() {
-            ADD => {
+        let on = r.value.as_deref() == Some("on");
+        match (r.event.as_str(), r.grp.as_deref()) {
+            (ADD, _) => {
                 roster.revoked.remove(&who);
                 state.tokens.insert(who, r.value.clone());
             }
-            REVOKE => {
+            (REVOKE, _) => {
                 state.tokens.remove(&who);
                 roster.revoked.insert(who);
             }
-            GROUP_ADD => {
+            (GROUP_ADD, _) => {
                 roster.groups.entry(group).or_default().insert(who);
             }
-            GROUP_REMOVE => {
+            (GROUP_REMOVE, _) => {
                 if let Some(m) = roster.groups.get_mut(&group) {
                     m.remove(&who);
                     if m.is_empty() {
@@ -174,11 +269,20 @@ pub fn replay(rows: &[BookEvent], key: Option<&Key>) -> Result<BookState, String
                     }
                 }
             }
-            POLICY if r.grp.as_deref() == Some(SEPARATE_DUTIES) => {
-                state.separate_duties = r.value.as_deref() == Some("on");
+            (POLICY, Some(SEPARATE_DUTIES)) => state.separate_duties = on,
+            (POLICY, Some(REQUIRE)) => state.require = Some(on),
+            (POLICY, Some(SIGNED_KEY)) => {
+                state.pin_logged = true;
+                state.pinned = pin.map(str::to_string);
+                pinned = match pin {
+                    Some(tag) => super::signatures::parse_public(tag).ok(),
+                    None => None,
+                };
             }
+            (BIND, _) => state.bound = r.value.clone(),
             _ => {}
         }
+        state.tip = Some((r.seq, r.hash.clone()));
     }
     state.events = rows.len();
     Ok(state)

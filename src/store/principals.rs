@@ -8,8 +8,8 @@ use anyhow::{Context as _, Result};
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 
-use super::book_log::{BookEvent, Change};
-use super::seal::Key;
+use super::book_log::{BookEvent, BookState, Change, Voucher};
+use super::signatures::SignsBook;
 
 /// The log's columns, in [`BookEvent`]'s order (`seq` read as text, as every book column is).
 const BOOK_SELECT: &str = "SELECT CAST(seq AS TEXT) AS seq_text, at, actor, event, principal,
@@ -50,9 +50,12 @@ pub trait PrincipalBook: Send {
     fn book_place(&self) -> String;
     /// The book's sealed log (`book_log`), every row.
     fn book_log(&mut self) -> Result<Vec<BookEvent>>;
-    /// Appends `changes` after the log's newest row, sealed with `key`, in one transaction
-    /// under the book's write lock.
-    fn append_book(&mut self, changes: &[Change], key: &Key) -> Result<()>;
+    /// Appends `change` after the log's newest row, vouched for by `by`.
+    fn append_book(&mut self, change: &Change, by: Voucher) -> Result<()>;
+    /// The identity of the book's place, which its log binds it to: the project's id for a
+    /// SQLite project (`.prose/project-id`, made when `create` and missing), the server's
+    /// `system_identifier` and the database's name on PostgreSQL.
+    fn identity(&mut self, create: bool) -> Result<Option<String>>;
 
     /// Whether a long-lived process (`serve`) may keep this book open between uses: a
     /// server's connection reads its rows afresh; a local file could be replaced under an
@@ -72,6 +75,8 @@ pub(crate) trait BookStatements: Send {
     fn place(&self) -> String;
     /// See [`PrincipalBook::keep_open`].
     fn keep(&self) -> bool;
+    /// See [`PrincipalBook::identity`].
+    fn place_identity(&mut self, create: bool) -> Result<Option<String>>;
 }
 
 const SELECT: &str = "SELECT name, kind, token_hash, created_at, revoked_at FROM {p}principals";
@@ -164,56 +169,58 @@ impl<B: BookStatements> PrincipalBook for B {
         Ok(rows.into_iter().map(book_row).collect())
     }
 
-    fn append_book(&mut self, changes: &[Change], key: &Key) -> Result<()> {
-        for c in changes {
-            // Chained after the newest row (by number: `seq_text` is not what is ordered): a
-            // writer that loses the race for its number (the primary key) reads the new newest
-            // row and chains after that.
-            for attempt in 0.. {
-                if attempt == 100 {
-                    return Err(crate::error::busy(
-                        "the principals book's log kept changing under this write; try again",
-                    ));
-                }
-                let tip = self
-                    .read(&format!("{BOOK_SELECT} ORDER BY seq DESC LIMIT 1"), &[])?
-                    .into_iter()
-                    .next()
-                    .map(book_row);
-                let e = super::book_log::sealed(tip.as_ref(), c, key);
-                let seq = e.seq.to_string();
-                let cell = |v: &Option<String>| v.clone().unwrap_or_default();
-                let (actor, principal, grp, value) = (
-                    cell(&e.actor),
-                    cell(&e.principal),
-                    cell(&e.grp),
-                    cell(&e.value),
-                );
-                let n = self.write(
-                    "INSERT INTO {p}book_log
-                         (seq, at, actor, event, principal, grp, value, prev_hash, hash, seal)
-                     VALUES (CAST(CAST($1 AS TEXT) AS BIGINT), $2, NULLIF($3, ''), $4,
-                             NULLIF($5, ''), NULLIF($6, ''), NULLIF($7, ''), $8, $9, $10)
-                     ON CONFLICT (seq) DO NOTHING",
-                    &[
-                        &seq,
-                        &e.at,
-                        &actor,
-                        &e.event,
-                        &principal,
-                        &grp,
-                        &value,
-                        &e.prev_hash,
-                        &e.hash,
-                        &e.seal,
-                    ],
-                )?;
-                if n == 1 {
-                    break;
-                }
+    fn append_book(&mut self, c: &Change, by: Voucher) -> Result<()> {
+        // Chained after the newest row (by number: `seq_text` is not what is ordered): a
+        // writer that loses the race for its number (the primary key) reads the new newest
+        // row and chains after that.
+        for attempt in 0.. {
+            if attempt == 100 {
+                return Err(crate::error::busy(
+                    "the principals book's log kept changing under this write; try again",
+                ));
+            }
+            let tip = self
+                .read(&format!("{BOOK_SELECT} ORDER BY seq DESC LIMIT 1"), &[])?
+                .into_iter()
+                .next()
+                .map(book_row);
+            let e = super::book_log::sealed(tip.as_ref(), c, by);
+            let seq = e.seq.to_string();
+            let cell = |v: &Option<String>| v.clone().unwrap_or_default();
+            let (actor, principal, grp, value) = (
+                cell(&e.actor),
+                cell(&e.principal),
+                cell(&e.grp),
+                cell(&e.value),
+            );
+            let n = self.write(
+                "INSERT INTO {p}book_log
+                     (seq, at, actor, event, principal, grp, value, prev_hash, hash, seal)
+                 VALUES (CAST(CAST($1 AS TEXT) AS BIGINT), $2, NULLIF($3, ''), $4,
+                         NULLIF($5, ''), NULLIF($6, ''), NULLIF($7, ''), $8, $9, $10)
+                 ON CONFLICT (seq) DO NOTHING",
+                &[
+                    &seq,
+                    &e.at,
+                    &actor,
+                    &e.event,
+                    &principal,
+                    &grp,
+                    &value,
+                    &e.prev_hash,
+                    &e.hash,
+                    &e.seal,
+                ],
+            )?;
+            if n == 1 {
+                break;
             }
         }
         Ok(())
+    }
+
+    fn identity(&mut self, create: bool) -> Result<Option<String>> {
+        self.place_identity(create)
     }
 
     fn keep_open(&self) -> bool {
@@ -221,59 +228,216 @@ impl<B: BookStatements> PrincipalBook for B {
     }
 }
 
-/// What the book's sealed log says (groups, revocations, the policy), with the revocations
-/// its rows record added. The inner Err says why the log cannot be trusted: no group then
-/// admits anyone, and the policy cannot be read.
-pub fn book_state(
-    book: &mut dyn PrincipalBook,
-) -> Result<std::result::Result<super::book_log::BookState, String>> {
-    let rows = book.book_log()?;
-    // Anchored: the row this machine last sealed must still be there, so a log cut at its end
-    // (or removed whole) is found by whoever holds the anchor.
-    if let Some(a) = super::seal::anchored(&book.book_place(), BOOK_ANCHOR) {
-        if !rows.iter().any(|r| r.seq == a.seq && r.hash == a.hash) {
-            return Ok(Err(format!(
-                "the principals book's log no longer holds row {} as this machine sealed it: rows were cut or changed",
-                a.seq
-            )));
-        }
+/// What the book's sealed log says (tokens, groups, revocations, the policies, the pin),
+/// with the revocations its rows record added (a row may take a token away, never give one).
+/// The inner Err says why the log cannot be trusted here: broken, cut at its end (it no
+/// longer holds the row this user anchored), or bound to another place (copied here). Such a
+/// book admits no one, and nothing that needs it can be read.
+pub fn book_state(book: &mut dyn PrincipalBook) -> Result<std::result::Result<BookState, String>> {
+    let state = match read_log(book)? {
+        Ok(s) => s,
+        Err(why) => return Ok(Err(why)),
+    };
+    let here = book.identity(false)?;
+    Ok(bound_here(&state, here.as_deref()).map(|()| state))
+}
+
+/// Whether a book whose log says `state` may be read at the place whose identity is `here`:
+/// a book bound elsewhere may not (one never bound, from before books were, may).
+pub fn bound_here(state: &BookState, here: Option<&str>) -> std::result::Result<(), String> {
+    match &state.bound {
+        Some(bound) if here != Some(bound.as_str()) => Err(format!(
+            "the principals book is bound to {} and this is {}: it was copied or moved here (if it was moved or restored on purpose, re-bind it with `prose-state principals rebind`)",
+            crate::error::shown(bound),
+            here.map_or("a project with no id".to_string(), crate::error::shown),
+        )),
+        _ => Ok(()),
     }
+}
+
+/// The log as [`book_state`] reads it, before its binding is checked.
+fn read_log(book: &mut dyn PrincipalBook) -> Result<std::result::Result<BookState, String>> {
+    let rows = book.book_log()?;
+    let place = book.book_place();
+    let anchor = super::seal::anchored(&place, BOOK_ANCHOR);
     let key = match rows.is_empty() {
         true => None,
         false => super::seal::key_for_reading()?,
     };
-    let mut state = match super::book_log::replay(&rows, key) {
+    let state = match judge(&rows, &book.principals()?, key, anchor.as_ref()) {
         Ok(s) => s,
         Err(why) => return Ok(Err(why)),
     };
-    for p in book.principals()? {
-        if p.revoked_at.is_some() {
-            state.roster.revoked.insert(p.name);
+    // A reader moves its anchor forward to a tip it checked whole: the approval page, run as
+    // the approver, anchors a signed book it never wrote.
+    if let (None, Some((seq, hash))) = (&state.unchecked, &state.tip) {
+        if anchor.as_ref().is_none_or(|a| a.seq < *seq) {
+            let head = super::seal::Anchor {
+                seq: *seq,
+                hash: hash.clone(),
+            };
+            let _ = super::seal::anchor(&place, BOOK_ANCHOR, &head);
         }
     }
     Ok(Ok(state))
 }
 
-/// Records `changes` in the book's sealed log, with this machine's audit key (made if it
-/// has none).
-pub fn record(book: &mut dyn PrincipalBook, changes: &[Change]) -> Result<()> {
-    if changes.is_empty() {
+/// What a book's log (`rows`) says, read with `key` (None: this user has no audit key)
+/// against `anchor` (the row this user last saw vouched for), with the revocations the
+/// book's `principals` rows add. Err, with why, when the log cannot be trusted.
+pub fn judge(
+    rows: &[BookEvent],
+    principals: &[PrincipalRow],
+    key: Option<&super::seal::Key>,
+    anchor: Option<&super::seal::Anchor>,
+) -> std::result::Result<BookState, String> {
+    // Anchored: the row this user last saw vouched for must still be there, so a log cut at
+    // its end (or removed whole) is found by whoever holds the anchor.
+    if let Some(a) = anchor {
+        if !rows.iter().any(|r| r.seq == a.seq && r.hash == a.hash) {
+            return Err(format!(
+                "the principals book's log no longer holds row {} as this user last saw it: rows were cut or changed",
+                a.seq
+            ));
+        }
+    }
+    let mut state = super::book_log::replay(rows, key)?;
+    for p in principals {
+        if p.revoked_at.is_some() {
+            state.roster.revoked.insert(p.name.clone());
+        }
+    }
+    Ok(state)
+}
+
+/// Why a book's row is no token its log issued.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unissued {
+    /// The log issued the principal a token, with another hash: as any wrong token.
+    OtherHash,
+    /// The log issued the principal no live token; why, to say.
+    NotIssued(String),
+}
+
+/// Why the book's row `row` is no token the log (`state`) issued, if it is not: the log must
+/// have issued that principal a token with this hash's digest, and not revoked it. (Whether
+/// a secret matches the hash is the caller's one Argon2 check.)
+pub fn unissued(state: &BookState, row: &PrincipalRow) -> Option<Unissued> {
+    let digest = crate::model::sha256_tag(&row.token_hash);
+    match state.tokens.get(&row.name) {
+        Some(Some(sealed))
+            if !state.roster.revoked.contains(&row.name)
+                && row.revoked_at.is_none()
+                && crate::model::same_secret(sealed, &digest) =>
+        {
+            None
+        }
+        Some(Some(_)) if !state.roster.revoked.contains(&row.name) && row.revoked_at.is_none() => {
+            Some(Unissued::OtherHash)
+        }
+        _ => Some(Unissued::NotIssued(format!(
+            "the token of {} is not one the principals book's sealed log issued (written behind prose-state's back, revoked, or issued before issuances were logged): issue it again with `prose-state principals revoke` and `principals add`",
+            crate::error::shown(&row.name)
+        ))),
+    }
+}
+
+/// Records `changes` in the book's sealed log, each vouched for as the log requires: by the
+/// pinned key's holder (`signer`) once a key is pinned, and a pin by the key it pins; by this
+/// user's audit key (made if none) otherwise. Refused, before anything is written, when this
+/// process cannot vouch for them (exit 4) or the log cannot be trusted (exit 9; a book whose
+/// log is foreign may only be re-bound, `rebind`). A book not yet bound to its place (a new
+/// one, or one from before books were bound) is bound first. `rows` writes the book's rows,
+/// after every check and before the log: a log append that fails then leaves rows the log
+/// does not vouch for, which count for nothing.
+pub fn record(
+    book: &mut dyn PrincipalBook,
+    changes: &[Change],
+    signer: Option<&dyn SignsBook>,
+    rebind: bool,
+    rows: &mut dyn FnMut(&mut dyn PrincipalBook) -> Result<()>,
+) -> Result<()> {
+    if changes.is_empty() && !rebind {
         return Ok(());
     }
-    let key = super::seal::key_for_writing()?;
+    let place = book.book_place();
+    let empty = book.book_log()?.is_empty();
     // A book whose log is empty begins anew here (made where none was): no earlier anchor
     // speaks for it.
-    if book.book_log()?.is_empty() {
-        super::seal::forget_anchor(&book.book_place(), BOOK_ANCHOR);
+    if empty {
+        super::seal::forget_anchor(&place, BOOK_ANCHOR);
     }
-    book.append_book(changes, key)?;
+    let state = match if rebind {
+        read_log(book)?
+    } else {
+        book_state(book)?
+    } {
+        Ok(s) => s,
+        Err(why) => {
+            return Err(crate::error::tampered(format!(
+                "{why}: the principals book cannot be changed until it is put right"
+            )))
+        }
+    };
+    let here = book.identity(true)?.ok_or_else(|| {
+        anyhow::anyhow!("the principals book's place has no identity to bind it to")
+    })?;
+    let mut all: Vec<Change> = Vec::new();
+    let at = changes.first().map_or("", |c| c.at);
+    let actor = changes.first().and_then(|c| c.actor);
+    if state.bound.as_deref() != Some(here.as_str()) {
+        all.push(Change {
+            event: super::book_log::BIND,
+            principal: None,
+            grp: None,
+            value: Some(&here),
+            actor,
+            at,
+        });
+    }
+    all.extend_from_slice(changes);
+    // Who vouches for each row, decided before anything is written.
+    let mut pinned = state.pinned.clone();
+    let mut audit = None;
+    let mut plan = Vec::with_capacity(all.len());
+    for c in &all {
+        let pin = super::book_log::pins(c.event, c.grp, c.value);
+        let needs = pinned.as_deref().or(pin);
+        let by = match needs {
+            Some(key) => match signer.filter(|s| s.public() == key) {
+                Some(s) => Voucher::Signing(s),
+                None => {
+                    return Err(crate::error::refused(format!(
+                        "{}: it must be signed by {key}, which this user does not hold; run it as the user the approval page runs as (`prose-state serve --show-key` prints its key)",
+                        if pinned.is_some() {
+                            "the principals book is pinned to a signing key, and every change to it is the key holder's"
+                        } else {
+                            "a signing key is pinned by its holder"
+                        }
+                    )))
+                }
+            },
+            None => Voucher::Audit(match audit {
+                Some(k) => k,
+                None => *audit.insert(super::seal::key_for_writing()?),
+            }),
+        };
+        if c.event == super::book_log::POLICY && c.grp == Some(super::book_log::SIGNED_KEY) {
+            pinned = pin.map(str::to_string);
+        }
+        plan.push((c, by));
+    }
+    rows(book)?;
+    for (c, by) in plan {
+        book.append_book(c, by)?;
+    }
     // The anchor moves to the newest row, outside the book (`~/.prose/anchors/`).
     if let Some(tip) = book.book_log()?.into_iter().max_by_key(|r| r.seq) {
         let head = super::seal::Anchor {
             seq: tip.seq,
             hash: tip.hash,
         };
-        if let Err(e) = super::seal::anchor(&book.book_place(), BOOK_ANCHOR, &head) {
+        if let Err(e) = super::seal::anchor(&place, BOOK_ANCHOR, &head) {
             crate::output::warn(&format!(
                 "could not anchor the principals book's log: {e:#}"
             ));
@@ -364,6 +528,60 @@ impl BookStatements for LocalBook {
 
     fn keep(&self) -> bool {
         false
+    }
+
+    fn place_identity(&mut self, create: bool) -> Result<Option<String>> {
+        let prose = self.path.parent().unwrap_or(Path::new("."));
+        project_id(prose, create)
+    }
+}
+
+/// The file under `.prose/` that names the project: a random id made by `init` (or the
+/// principals book's first change), which the book binds itself to.
+pub const PROJECT_ID_FILE: &str = "project-id";
+
+/// The project's id (`project:` and 32 hex digits) from `.prose/project-id`; made when
+/// `create` and there is none. A file that does not hold one names no project.
+pub fn project_id(prose: &Path, create: bool) -> Result<Option<String>> {
+    let path = prose.join(PROJECT_ID_FILE);
+    let valid = |t: &str| {
+        let t = t.trim();
+        (t.strip_prefix("project:").is_some_and(|h| {
+            h.len() == 32
+                && h.bytes()
+                    .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        }))
+        .then(|| t.to_string())
+    };
+    if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(crate::error::refused(format!(
+            "the project's id file is a symlink: {}",
+            path.display()
+        )));
+    }
+    match std::fs::read_to_string(&path) {
+        Ok(t) => return Ok(valid(&t)),
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(anyhow::anyhow!("could not read {}: {e}", path.display()))
+        }
+        Err(_) if !create => return Ok(None),
+        Err(_) => {}
+    }
+    std::fs::create_dir_all(prose)
+        .with_context(|| format!("could not create {}", prose.display()))?;
+    let mut bytes = [0u8; 16];
+    rand::RngCore::fill_bytes(&mut rand::rng(), &mut bytes);
+    let id = format!("project:{}", crate::model::hex(&bytes));
+    // Made whole or not at all, and never over one another process made first.
+    let tmp = prose.join(format!(".{PROJECT_ID_FILE}.{}", std::process::id()));
+    std::fs::write(&tmp, format!("{id}\n"))
+        .with_context(|| format!("could not write {}", tmp.display()))?;
+    let linked = std::fs::hard_link(&tmp, &path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(Some(id)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => project_id(prose, false),
+        Err(e) => Err(anyhow::anyhow!("could not write {}: {e}", path.display())),
     }
 }
 

@@ -234,3 +234,29 @@ pub fn check(
         }
     }
 }
+
+/// What signs a change to the principals book once a key is pinned (the approver's key).
+pub trait SignsBook {
+    /// `ed25519:HEX`, the public key.
+    fn public(&self) -> &str;
+    /// The signature over a book row's hash, as its `seal` column keeps it: `ed25519:SIGHEX`.
+    fn sign_book(&self, hash: &str) -> String;
+}
+
+/// The bytes a book row's signature covers.
+pub fn book_message(hash: &str) -> Vec<u8> {
+    [
+        b"prose-state principals book v1\0".as_slice(),
+        hash.as_bytes(),
+    ]
+    .concat()
+}
+
+/// Whether `seal` is `key`'s signature over a book row's `hash`.
+pub fn book_signature_valid(key: &VerifyingKey, hash: &str, seal: &str) -> bool {
+    seal.strip_prefix(PREFIX)
+        .and_then(super::seal::hex_bytes)
+        .and_then(|b| <[u8; 64]>::try_from(b).ok())
+        .map(|b| Signature::from_bytes(&b))
+        .is_some_and(|s| key.verify_strict(&book_message(hash), &s).is_ok())
+}

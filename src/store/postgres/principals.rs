@@ -41,4 +41,18 @@ impl BookStatements for PgStore {
     fn keep(&self) -> bool {
         true
     }
+
+    /// The server (its `system_identifier`, made by `initdb`) and the database's name: a book
+    /// copied into another database, or restored onto another server, is not bound there.
+    fn place_identity(&mut self, _create: bool) -> Result<Option<String>> {
+        let row = self
+            .client
+            .query_one(
+                "SELECT system_identifier::text, current_database()::text FROM pg_control_system()",
+                &[],
+            )
+            .map_err(self.err())?;
+        let (system, db): (String, String) = (row.get(0), row.get(1));
+        Ok(Some(format!("postgres:{system}/{db}")))
+    }
 }
