@@ -419,7 +419,7 @@ pub fn record(
             },
             None => Voucher::Audit(match audit {
                 Some(k) => k,
-                None => *audit.insert(super::seal::key_for_writing()?),
+                None => audit.insert(super::seal::key_for_writing()?),
             }),
         };
         if c.event == super::book_log::POLICY && c.grp == Some(super::book_log::SIGNED_KEY) {
