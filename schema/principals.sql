@@ -11,24 +11,25 @@ CREATE TABLE IF NOT EXISTS principals (
 );
 
 CREATE TABLE IF NOT EXISTS settings (
-    key TEXT PRIMARY KEY,               -- require: '1' when every decision needs a token
-    value TEXT NOT NULL
+    key TEXT PRIMARY KEY,               -- require: '1' when every decision needs a token;
+    value TEXT NOT NULL                 -- signed_key: the pinned key (shown; the log's counts)
 );
 
--- The book's sealed log (version 2): every token issued or revoked, every member added to or
--- removed from a group, every change of the separation-of-duties policy, chained and sealed
--- with the audit key as a run's gate events are. Groups and the policy are read from this log
--- alone: a row written here by raw SQL breaks it, and a broken log admits no one through a
--- group.
+-- The book's sealed log (version 2): every token issued (with the digest of its hash) or
+-- revoked, every member added to or removed from a group, every policy (require, separation
+-- of duties), the pinned signing key, and the place the book is bound to, chained as a run's
+-- gate events are. Tokens, groups, the policies and the pin are read from this log alone: a
+-- row of the book that disagrees with it counts for nothing, and a row written here by raw SQL
+-- breaks it, after which it admits no one (docs/gates-and-trust.md).
 CREATE TABLE IF NOT EXISTS book_log (
     seq INTEGER PRIMARY KEY,            -- 1, 2, 3, ...: a missing number is a removed row
     at TEXT NOT NULL,                   -- when (UTC)
     actor TEXT,                         -- who ran the command (as claimed)
-    event TEXT NOT NULL,                -- add, revoke, group_add, group_remove, policy
+    event TEXT NOT NULL,                -- add, revoke, group_add, group_remove, policy, bind
     principal TEXT,
     grp TEXT,                           -- the group; for policy, the policy's name
-    value TEXT,                         -- for policy: on or off
+    value TEXT,                         -- add: the token hash's digest; policy: on, off or the key; bind: the place
     prev_hash TEXT NOT NULL,
     hash TEXT NOT NULL,                 -- sha256 of ["prose-book-1", prev_hash, seq, event, principal, grp, value, actor, at]
-    seal TEXT NOT NULL                  -- hmac-sha256:KEYID:HEX of hash under the audit key
+    seal TEXT NOT NULL                  -- hmac-sha256:KEYID:HEX of hash under the audit key, or once a key is pinned ed25519:SIG (its signature)
 );

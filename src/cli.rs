@@ -982,8 +982,8 @@ pub enum PrincipalsCommand {
     List,
     /// Revoke NAME's token: it no longer authenticates anything
     Revoke(PrincipalNameArgs),
-    /// Require a token for every decision (`approve`/`reject` refuse `--as` alone);
-    /// --off lifts it
+    /// Require a token for every decision (`approve`/`reject` refuse `--as` alone), or with
+    /// --signed a decision signed by the approval page; --off lifts it
     Require(RequireArgs),
     /// The groups an allow list names as group:G: add or remove members, or list them
     /// (kept in the principals book's sealed log)
@@ -1062,11 +1062,13 @@ pub struct RequireArgs {
     #[arg(long, conflicts_with_all = ["signed", "key"])]
     pub off: bool,
     /// Also require every decision to be signed by the approval page (`serve`): pins its
-    /// public key; the command line may then not decide
+    /// public key, signed by that key, so run it as the user serve runs as; the command line
+    /// may then not decide, and every later change to the book is that key's holder's
     #[arg(long)]
     pub signed: bool,
-    /// The page's public key to pin (ed25519:HEX, as `serve --show-key` prints it); default:
-    /// the key of the user running this command, made if it has none
+    /// The key to pin (ed25519:HEX, as `serve --show-key` prints it), which this user must
+    /// hold, or, with a key pinned, whose holder re-pins it; default: this user's serve key,
+    /// made if it has none
     #[arg(long, value_name = "KEY", requires = "signed")]
     pub key: Option<String>,
 }

@@ -28,6 +28,12 @@ pub mod testing {
     pub use crate::store::chain::{check, ChainReport, Derived, Integrity};
     pub use crate::store::seal::{read_key, Anchor, Key};
     pub use crate::store::{AuditRow, GateRow};
+    /// The principals book's log and how it is judged (tests/book_forgery.rs).
+    pub mod book {
+        pub use crate::store::book_log::{replay, sealed, BookEvent, BookState, Change, Voucher};
+        pub use crate::store::principals::{bound_here, judge, unissued, Binding, PrincipalRow};
+        pub use crate::store::signatures::{book_message, SignsBook};
+    }
 
     /// [`check`]'s report, with every approval and rejection checked for a signature by the
     /// page's public key (`ed25519:HEX`), as `gates verify --signed` checks them.

@@ -432,6 +432,12 @@ fn signed_gate(p: &Project, run: &Run) -> String {
         ])
         .assert()
         .success();
+    // The page signs for a project pinned to its key; the pin is lifted after, as the
+    // fixture's other gates are decided on the command line.
+    p.cmd()
+        .args(["principals", "require", "--signed"])
+        .assert()
+        .success();
     let s = Server::start(p);
     let cookie = s.login(&alice);
     let page = s.get(&gate_path(run, "signed"), Some(&cookie));
@@ -439,6 +445,11 @@ fn signed_gate(p: &Project, run: &Run) -> String {
     let fields: Vec<(&str, &str)> = form.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let r = decide(&s, &cookie, run, "signed", &fields);
     assert_eq!(r.status, 303, "{}", r.body);
+    drop(s);
+    p.cmd()
+        .args(["principals", "require", "--off"])
+        .assert()
+        .success();
     let shown = p.cmd().args(["serve", "--show-key"]).assert().success();
     String::from_utf8_lossy(&shown.get_output().stdout)
         .trim()

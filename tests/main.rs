@@ -7,6 +7,7 @@ mod attack41;
 mod bad_input;
 mod bind_get;
 mod book44;
+mod book_forgery;
 mod catalog;
 mod concurrency;
 mod contract;

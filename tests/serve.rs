@@ -405,14 +405,14 @@ pub(crate) fn gate_path(run: &Run, gate: &str) -> String {
 }
 
 /// Approves a gate with the form its page shows this session, as a person would: 303.
-fn approve_as_shown(s: &Server, cookie: &str, run: &Run, g: &str) {
+pub(crate) fn approve_as_shown(s: &Server, cookie: &str, run: &Run, g: &str) {
     let page = s.get(&gate_path(run, g), Some(cookie));
     let r = post_as_shown(s, cookie, run, g, &page.body);
     assert_eq!(r.status, 303, "{}", r.body);
 }
 
 /// An approval posted with the form a page showed (`page`), whenever it is posted.
-fn post_as_shown(s: &Server, cookie: &str, run: &Run, g: &str, page: &str) -> Reply {
+pub(crate) fn post_as_shown(s: &Server, cookie: &str, run: &Run, g: &str, page: &str) -> Reply {
     let hash = prompt_hash_of(page);
     let inputs = page
         .find("name=\"inputs_hash\" value=\"")
@@ -1667,7 +1667,17 @@ fn every_vote_a_quorum_counts_must_be_signed(b: Backend) {
             .assert()
             .success();
     }
+    // The page signs while its key is pinned; the command line decides while it is not.
+    let pin = |on: bool| {
+        let args: &[&str] = if on { &["--signed"] } else { &["--off"] };
+        p.cmd()
+            .args(["principals", "require"])
+            .args(args)
+            .assert()
+            .success();
+    };
     let key = show_key(&p);
+    pin(true);
     let s = Server::start(&p);
     let approve = |token: &str, g: &str| {
         let cookie = s.login(token);
@@ -1679,19 +1689,24 @@ fn every_vote_a_quorum_counts_must_be_signed(b: Backend) {
     assert!(after_one.contains("id=\"voted\""), "{after_one}");
     approve(&bob, "both");
     approve(&alice, "mixed");
+    drop(s);
     // The other way round: the vote through the command line, the decision on the page.
+    pin(false);
     run.cmd()
         .env("PROSE_TOKEN", &carol)
         .args(["approve", "unsigned_vote", "--yes"])
         .assert()
         .success();
-    approve(&alice, "unsigned_vote");
-    drop(s);
     run.cmd()
         .env("PROSE_TOKEN", &carol)
         .args(["approve", "mixed", "--yes"])
         .assert()
         .success();
+    pin(true);
+    let s = Server::start(&p);
+    let cookie = s.login(&alice);
+    approve_as_shown(&s, &cookie, &run, "unsigned_vote");
+    drop(s);
     let wait = |g: &str| {
         code(
             &run.cmd()
@@ -1764,6 +1779,12 @@ fn sessions_are_checked_against_the_book_as_it_is_now(b: Backend) {
             let book = p.root().join(".prose/principals.db");
             std::fs::rename(&book, p.root().join("aside.db")).unwrap();
             assert_eq!(s.get("/", Some(&cookie)).status, 401, "no book, nobody");
+            // A book made anew where this user anchored one is refused until it is
+            // accepted on purpose (`rebind`).
+            let a = p.cmd().args(["principals", "add", "alice"]).assert();
+            assert_eq!(code(&a), 9, "{}", stderr(&a));
+            assert!(stderr(&a).contains("principals rebind"), "{}", stderr(&a));
+            p.cmd().args(["principals", "rebind"]).assert().success();
             let again = add(&p, "alice");
             assert_eq!(
                 s.get("/", Some(&cookie)).status,

@@ -164,6 +164,12 @@ pub(super) async fn decide(
             return Ok(Err(refused));
         }
         let roster = app2.with_book(|b| crate::cmd::decide::roster(Some(b)))?;
+        // The page signs only for a project whose sealed book is pinned to its key: a book
+        // that is not (made anew, cut, or never pinned) is one whoever can write it controls,
+        // and a signature would vouch for it.
+        let pinned = app2.with_book(|b| crate::services::sign::pinned(b))?;
+        let signs =
+            pinned.is_some_and(|k| crate::services::sign::public_tag(&k) == app2.signer.public);
         // The one decision path: the inputs as the page showed them must be what they are.
         let decided = crate::services::decide::decide(
             store.as_mut(),
@@ -181,7 +187,7 @@ pub(super) async fn decide(
                 // decision's own transaction.
                 instance: shown,
                 shown_inputs: Some(&form.inputs_hash),
-                signer: Some(&app2.signer),
+                signer: signs.then_some(&app2.signer as _),
                 roster: &roster,
             },
         )?;

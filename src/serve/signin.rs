@@ -54,9 +54,15 @@ async fn checked(app: &Arc<App>, id: String, found: Found) -> Result<SignedIn, P
     let hash = found.token_hash;
     let live = blocking(app, move |app| {
         app.with_book(|book| {
-            Ok(book
-                .principal(&name)?
-                .is_some_and(|row| row.revoked_at.is_none() && row.token_hash == hash))
+            // The token as the book's sealed log says it now: a row un-revoked or re-hashed
+            // behind the tool's back, or a log broken, cut or bound elsewhere, ends the
+            // session as a revocation does.
+            let Ok(state) = crate::store::principals::book_state(book)? else {
+                return Ok(false);
+            };
+            Ok(book.principal(&name)?.is_some_and(|row| {
+                row.token_hash == hash && crate::store::principals::unissued(&state, &row).is_none()
+            }))
         })
     })
     .await;

@@ -174,6 +174,14 @@ pub fn replay(rows: &[BookEvent], key: Option<&Key>) -> Result<BookState, String
     let mut state = BookState::default();
     let mut prev = String::new();
     let mut pinned: Option<VerifyingKey> = None;
+    // A seal by this user's key vouches for its row and, through the chain, every one before
+    // it (as a signature does). After the last row it sealed, a row that names another key is
+    // forged (its seal made up by someone without the key), not another user's: what this
+    // user's key seals, it seals alone.
+    let last_ours = key.and_then(|k| {
+        rows.iter()
+            .rposition(|r| k.check(&r.hash, Some(&r.seal)) == SealCheck::Valid)
+    });
     for (i, r) in rows.iter().enumerate() {
         let expected = i as i64 + 1;
         if r.seq != expected {
@@ -221,14 +229,16 @@ pub fn replay(rows: &[BookEvent], key: Option<&Key>) -> Result<BookState, String
                 state.unchecked = None;
             }
             None => match key.map(|k| k.check(&r.hash, Some(&r.seal))) {
-                Some(SealCheck::Valid) => {}
+                Some(SealCheck::Valid) => state.unchecked = None,
+                // Vouched for by a later row this user's key sealed.
+                Some(SealCheck::OtherKey) if last_ours.is_some_and(|l| i < l) => {}
                 None => {
                     state.unchecked.get_or_insert_with(|| {
                         "this machine has no audit key to check the principals book's log with"
                             .to_string()
                     });
                 }
-                Some(SealCheck::OtherKey) => {
+                Some(SealCheck::OtherKey) if last_ours.is_none() => {
                     state.unchecked.get_or_insert_with(|| {
                         format!(
                             "row {} of the principals book's log is sealed with another user's audit key, which this machine cannot check",

@@ -48,6 +48,13 @@ pub trait PrincipalBook: Send {
     fn set_setting(&mut self, key: &str, value: &str) -> Result<()>;
     /// Where the book is, for messages.
     fn book_place(&self) -> String;
+    /// What the book's anchor is named by: the identity of its place (see [`identity`]),
+    /// which no spelling of a path or a URL changes, and which a book copied or rolled back to
+    /// another directory with its project's id keeps; a SQLite project with no id yet, the
+    /// book's canonical path.
+    ///
+    /// [`identity`]: PrincipalBook::identity
+    fn anchor_place(&mut self) -> Result<String>;
     /// The book's sealed log (`book_log`), every row.
     fn book_log(&mut self) -> Result<Vec<BookEvent>>;
     /// Appends `change` after the log's newest row, vouched for by `by`.
@@ -73,6 +80,10 @@ pub(crate) trait BookStatements: Send {
     /// Runs a write; how many rows it changed.
     fn write(&mut self, sql: &str, args: &[&str]) -> Result<usize>;
     fn place(&self) -> String;
+    /// Where the book is when its place has no identity (see [`PrincipalBook::anchor_place`]).
+    fn anchored_place(&self) -> String {
+        self.place()
+    }
     /// See [`PrincipalBook::keep_open`].
     fn keep(&self) -> bool;
     /// See [`PrincipalBook::identity`].
@@ -164,6 +175,13 @@ impl<B: BookStatements> PrincipalBook for B {
         self.place()
     }
 
+    fn anchor_place(&mut self) -> Result<String> {
+        Ok(match self.place_identity(false)? {
+            Some(id) => id,
+            None => self.anchored_place(),
+        })
+    }
+
     fn book_log(&mut self) -> Result<Vec<BookEvent>> {
         let rows = self.read(&format!("{BOOK_SELECT} ORDER BY seq"), &[])?;
         Ok(rows.into_iter().map(book_row).collect())
@@ -234,12 +252,17 @@ impl<B: BookStatements> PrincipalBook for B {
 /// longer holds the row this user anchored), or bound to another place (copied here). Such a
 /// book admits no one, and nothing that needs it can be read.
 pub fn book_state(book: &mut dyn PrincipalBook) -> Result<std::result::Result<BookState, String>> {
-    let state = match read_log(book)? {
-        Ok(s) => s,
-        Err(why) => return Ok(Err(why)),
-    };
     let here = book.identity(false)?;
-    Ok(bound_here(&state, here.as_deref()).map(|()| state))
+    read_log(book, Binding::Here(here.as_deref()))
+}
+
+/// Where a book is read, as its binding is checked.
+#[derive(Debug, Clone, Copy)]
+pub enum Binding<'a> {
+    /// At the place with this identity (None: a project with no id).
+    Here(Option<&'a str>),
+    /// Anywhere, and against no anchor: a re-binding, which accepts the book as it is here.
+    Rebinding,
 }
 
 /// Whether a book whose log says `state` may be read at the place whose identity is `here`:
@@ -255,22 +278,28 @@ pub fn bound_here(state: &BookState, here: Option<&str>) -> std::result::Result<
     }
 }
 
-/// The log as [`book_state`] reads it, before its binding is checked.
-fn read_log(book: &mut dyn PrincipalBook) -> Result<std::result::Result<BookState, String>> {
+/// The log as [`book_state`] reads it.
+fn read_log(
+    book: &mut dyn PrincipalBook,
+    binding: Binding,
+) -> Result<std::result::Result<BookState, String>> {
     let rows = book.book_log()?;
-    let place = book.book_place();
-    let anchor = super::seal::anchored(&place, BOOK_ANCHOR);
+    let place = book.anchor_place()?;
+    let anchor = match binding {
+        Binding::Here(_) => super::seal::anchored(&place, BOOK_ANCHOR),
+        Binding::Rebinding => None,
+    };
     let key = match rows.is_empty() {
         true => None,
         false => super::seal::key_for_reading()?,
     };
-    let state = match judge(&rows, &book.principals()?, key, anchor.as_ref()) {
+    let state = match judge(&rows, &book.principals()?, key, anchor.as_ref(), binding) {
         Ok(s) => s,
         Err(why) => return Ok(Err(why)),
     };
     // A reader moves its anchor forward to a tip it checked whole: the approval page, run as
     // the approver, anchors a signed book it never wrote.
-    if let (None, Some((seq, hash))) = (&state.unchecked, &state.tip) {
+    if let (Binding::Here(_), None, Some((seq, hash))) = (binding, &state.unchecked, &state.tip) {
         if anchor.as_ref().is_none_or(|a| a.seq < *seq) {
             let head = super::seal::Anchor {
                 seq: *seq,
@@ -282,26 +311,31 @@ fn read_log(book: &mut dyn PrincipalBook) -> Result<std::result::Result<BookStat
     Ok(Ok(state))
 }
 
-/// What a book's log (`rows`) says, read with `key` (None: this user has no audit key)
-/// against `anchor` (the row this user last saw vouched for), with the revocations the
-/// book's `principals` rows add. Err, with why, when the log cannot be trusted.
+/// What a book's log (`rows`) says, read with `key` (None: this user has no audit key), at
+/// the place `binding` names, against `anchor` (the row this user last saw vouched for), with
+/// the revocations the book's `principals` rows add. Err, with why, when the log cannot be
+/// trusted there: broken, bound elsewhere, or cut below the anchor.
 pub fn judge(
     rows: &[BookEvent],
     principals: &[PrincipalRow],
     key: Option<&super::seal::Key>,
     anchor: Option<&super::seal::Anchor>,
+    binding: Binding,
 ) -> std::result::Result<BookState, String> {
+    let mut state = super::book_log::replay(rows, key)?;
+    if let Binding::Here(here) = binding {
+        bound_here(&state, here)?;
+    }
     // Anchored: the row this user last saw vouched for must still be there, so a log cut at
     // its end (or removed whole) is found by whoever holds the anchor.
     if let Some(a) = anchor {
         if !rows.iter().any(|r| r.seq == a.seq && r.hash == a.hash) {
             return Err(format!(
-                "the principals book's log no longer holds row {} as this user last saw it: rows were cut or changed",
+                "the principals book's log no longer holds row {} as this user last saw it: rows were cut or changed (a book emptied, restored or made anew on purpose is accepted as it is by `prose-state principals rebind`)",
                 a.seq
             ));
         }
     }
-    let mut state = super::book_log::replay(rows, key)?;
     for p in principals {
         if p.revoked_at.is_some() {
             state.roster.revoked.insert(p.name.clone());
@@ -360,18 +394,17 @@ pub fn record(
     if changes.is_empty() && !rebind {
         return Ok(());
     }
-    let place = book.book_place();
-    let empty = book.book_log()?.is_empty();
-    // A book whose log is empty begins anew here (made where none was): no earlier anchor
-    // speaks for it.
-    if empty {
-        super::seal::forget_anchor(&place, BOOK_ANCHOR);
-    }
-    let state = match if rebind {
-        read_log(book)?
+    // A book emptied behind this user's back is found by its anchor (below), never begun
+    // anew: only a re-binding forgets the anchor.
+    // A re-binding accepts the book as it is here, moved or restored on purpose by someone
+    // who may change it: its log must still be whole (chained, sealed or signed), but no
+    // earlier anchor or binding of this place speaks for it.
+    let state = if rebind {
+        read_log(book, Binding::Rebinding)?
     } else {
         book_state(book)?
-    } {
+    };
+    let state = match state {
         Ok(s) => s,
         Err(why) => {
             return Err(crate::error::tampered(format!(
@@ -382,9 +415,13 @@ pub fn record(
     let here = book.identity(true)?.ok_or_else(|| {
         anyhow::anyhow!("the principals book's place has no identity to bind it to")
     })?;
+    let place = book.anchor_place()?;
     let mut all: Vec<Change> = Vec::new();
     let at = changes.first().map_or("", |c| c.at);
     let actor = changes.first().and_then(|c| c.actor);
+    // A pin goes first, so that every row after it is its key's (a binding included).
+    let pins = |c: &&Change| super::book_log::pins(c.event, c.grp, c.value).is_some();
+    all.extend(changes.iter().filter(pins));
     if state.bound.as_deref() != Some(here.as_str()) {
         all.push(Change {
             event: super::book_log::BIND,
@@ -395,7 +432,7 @@ pub fn record(
             at,
         });
     }
-    all.extend_from_slice(changes);
+    all.extend(changes.iter().filter(|c| !pins(c)));
     // Who vouches for each row, decided before anything is written.
     let mut pinned = state.pinned.clone();
     let mut audit = None;
@@ -428,6 +465,9 @@ pub fn record(
         plan.push((c, by));
     }
     rows(book)?;
+    if rebind {
+        super::seal::forget_anchor(&place, BOOK_ANCHOR);
+    }
     for (c, by) in plan {
         book.append_book(c, by)?;
     }
@@ -506,7 +546,13 @@ impl LocalBook {
 
 impl BookStatements for LocalBook {
     fn read(&mut self, sql: &str, args: &[&str]) -> Result<Vec<Vec<Option<String>>>> {
-        let mut s = self.conn.prepare(&local(sql))?;
+        // A table that is not there (dropped by hand) holds nothing, as on a server: its log
+        // then no longer holds the anchored row.
+        let mut s = match self.conn.prepare(&local(sql)) {
+            Ok(s) => s,
+            Err(e) if e.to_string().starts_with("no such table") => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
         let n = s.column_count();
         let rows = s
             .query_map(rusqlite::params_from_iter(args), |r| {
@@ -524,6 +570,13 @@ impl BookStatements for LocalBook {
 
     fn place(&self) -> String {
         self.path.display().to_string()
+    }
+
+    fn anchored_place(&self) -> String {
+        std::fs::canonicalize(&self.path)
+            .unwrap_or_else(|_| self.path.clone())
+            .display()
+            .to_string()
     }
 
     fn keep(&self) -> bool {
