@@ -158,6 +158,17 @@ crate::output::one_of!(
     }
 );
 
+/// Records `changes` (and writes the book's rows with `rows`), signed by this user's serve
+/// key where the book is pinned to it (see `principals::record`).
+fn change_book(
+    book: &mut dyn PrincipalBook,
+    changes: &[Change],
+    mut rows: impl FnMut(&mut dyn PrincipalBook) -> Result<()>,
+) -> Result<()> {
+    let signer = Signer::load()?;
+    record(book, changes, signer_of(&signer), false, &mut rows)
+}
+
 /// The signer a change is vouched for with, when the book is pinned to its key.
 fn signer_of(s: &Option<Signer>) -> Option<&dyn crate::store::signatures::SignsBook> {
     s.as_ref().map(|s| s as _)
@@ -288,17 +299,12 @@ impl super::Run for PrincipalsArgs {
                 for g in &groups {
                     changes.push(change(book_log::GROUP_ADD, name, Some(g), None));
                 }
-                let signer = Signer::load()?;
-                record(
-                    book.as_mut(),
-                    &changes,
-                    signer_of(&signer),
-                    false,
-                    &mut |b| match b.add_principal(&row)? {
-                        true => Ok(()),
-                        false => Err(taken()),
-                    },
-                )?;
+                change_book(book.as_mut(), &changes, |b: &mut dyn PrincipalBook| match b
+                    .add_principal(&row)?
+                {
+                    true => Ok(()),
+                    false => Err(taken()),
+                })?;
                 PrincipalsOutput::Issued(Issued {
                     principal: row.name,
                     kind: row.kind,
@@ -322,9 +328,8 @@ impl super::Run for PrincipalsArgs {
                     return Err(gone());
                 }
                 let name = Some(principal.as_str());
-                let signer = Signer::load()?;
                 let changes = [change(book_log::REVOKE, name, None, None)];
-                record(b, &changes, signer_of(&signer), false, &mut |b| {
+                change_book(b, &changes, |b: &mut dyn PrincipalBook| {
                     b.revoke_principal(principal.as_str(), &now).map(drop)
                 })?;
                 PrincipalsOutput::Changed(Changed {
@@ -451,14 +456,7 @@ impl super::Run for PrincipalsArgs {
                     (false, true) => "added",
                     (false, false) => "removed",
                 };
-                let signer = Signer::load()?;
-                record(
-                    book.as_mut(),
-                    &changes,
-                    signer_of(&signer),
-                    false,
-                    &mut |_| Ok(()),
-                )?;
+                change_book(book.as_mut(), &changes, |_: &mut dyn PrincipalBook| Ok(()))?;
                 let after = state(book.as_mut())?;
                 PrincipalsOutput::BookChanged(BookChanged {
                     change: what.into(),
@@ -477,9 +475,8 @@ impl super::Run for PrincipalsArgs {
                 if let (true, Some(w), Some(book)) = (changed, wanted, book.as_deref_mut()) {
                     let value = Some(if w { "on" } else { "off" });
                     let duties = Some(book_log::SEPARATE_DUTIES);
-                    let signer = Signer::load()?;
                     let changes = [change(book_log::POLICY, None, duties, value)];
-                    record(book, &changes, signer_of(&signer), false, &mut |_| Ok(()))?;
+                    change_book(book, &changes, |_: &mut dyn PrincipalBook| Ok(()))?;
                 }
                 PrincipalsOutput::BookChanged(BookChanged {
                     change: if changed { "policy" } else { "unchanged" }.into(),
