@@ -24,6 +24,7 @@ on_both!(
     a_page_session_ends_when_the_log_no_longer_issues_its_token,
     a_seal_naming_another_key_after_this_users_is_forged,
     the_page_signs_only_for_a_book_pinned_to_its_key,
+    concurrent_signed_changes_keep_the_log_whole,
 );
 
 /// Runs raw SQL on the project's principals book (SQLite's `.prose/principals.db`, or the
@@ -749,4 +750,57 @@ fn the_page_signs_only_for_a_book_pinned_to_its_key(b: Backend) {
         ])
         .assert();
     assert_eq!(code(&w), 10, "{}", stderr(&w));
+}
+
+/// Changes to a signed book made at once, by the approver in eight processes, each chain
+/// after the newest row and are signed: the log stays whole, and every change is in it.
+fn concurrent_signed_changes_keep_the_log_whole(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    p.init();
+    let names: Vec<String> = (0..8).map(|i| format!("u{i}")).collect();
+    for n in &names {
+        issue(&p, n, &[]);
+    }
+    p.cmd()
+        .args(["principals", "require", "--signed"])
+        .assert()
+        .success();
+    let children: Vec<_> = names
+        .iter()
+        .map(|n| {
+            p.std_cmd()
+                .args(["principals", "group", "add", "ops", n])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let a = p
+        .cmd()
+        .args(["--json", "principals", "group", "list"])
+        .assert()
+        .success();
+    let members: Vec<String> = stdout_json(&a)["ops"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(members, names);
+    let d = p.cmd().args(["doctor"]).assert();
+    assert_eq!(
+        code(&d),
+        0,
+        "{}",
+        String::from_utf8_lossy(&d.get_output().stdout)
+    );
 }
