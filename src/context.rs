@@ -254,6 +254,17 @@ impl Context {
         PgStore::open_project(&self.postgres_url()?, self.opts)
     }
 
+    /// The identity of the project's place, which its principals book is bound to and a
+    /// signed decision names (`PrincipalBook::identity`): None for a SQLite project with no
+    /// id yet (nothing is made).
+    pub fn place_identity(&self) -> Result<Option<String>> {
+        use crate::store::principals::PrincipalBook as _;
+        if self.uses_postgres() {
+            return self.project_server()?.identity(false);
+        }
+        crate::store::principals::project_id(&self.prose_dir, false)
+    }
+
     /// Deletes a run created on the server by an `init` that could not finish.
     pub fn discard_server_run(&self, id: &str) -> Result<()> {
         PgStore::open_run(&self.postgres_url()?, id, self.opts)?.delete_run()

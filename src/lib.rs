@@ -36,15 +36,21 @@ pub mod testing {
     }
 
     /// [`check`]'s report, with every approval and rejection checked for a signature by the
-    /// page's public key (`ed25519:HEX`), as `gates verify --signed` checks them.
+    /// page's public key (`ed25519:HEX`) for the project at `place`, as `gates verify
+    /// --signed` checks them.
     pub fn check_signed(
         report: &mut ChainReport,
         rows: &[AuditRow],
         gates: &[GateRow],
         public: &str,
+        place: &str,
     ) -> anyhow::Result<()> {
-        let key = crate::services::sign::parse_public(public)?;
-        crate::services::sign::check(report, rows, gates, &key);
+        let by = crate::store::signatures::SignedBy {
+            key: crate::services::sign::parse_public(public)?,
+            place: Some(place.to_string()),
+            accept_carried: false,
+        };
+        crate::services::sign::check(report, rows, gates, &by);
         Ok(())
     }
 }

@@ -25,6 +25,7 @@ on_both!(
     a_seal_naming_another_key_after_this_users_is_forged,
     the_page_signs_only_for_a_book_pinned_to_its_key,
     concurrent_signed_changes_keep_the_log_whole,
+    a_signed_decision_stands_only_in_its_run_and_project,
 );
 
 /// Runs raw SQL on the project's principals book (SQLite's `.prose/principals.db`, or the
@@ -406,7 +407,16 @@ fn a_signed_book_is_out_of_an_agents_reach(b: Backend) {
 fn a_book_copied_elsewhere_admits_no_one_until_rebound(b: Backend) {
     let Some(p1) = Project::on(b) else { return };
     let Some(p2) = Project::on(b) else { return };
-    let alice = issue(&p1, "alice", &[]);
+    // One user's two projects (one audit key): p1's book is sealed as p2's would be.
+    let a = p1
+        .cmd()
+        .env("HOME", test_home(p2.root()))
+        .args(["principals", "add", "alice"])
+        .assert()
+        .success();
+    let alice = String::from_utf8_lossy(&a.get_output().stdout)
+        .trim()
+        .to_string();
     let bob = issue(&p2, "bob", &[]);
     let run = p2.init();
     for g in ["g1", "g2"] {
@@ -467,7 +477,11 @@ fn a_book_copied_elsewhere_admits_no_one_until_rebound(b: Backend) {
     assert_eq!(stdout_json(&a)["change"], "bound");
     assert_eq!(approve(&run, "g2", &alice), 0);
     // And p1's own book is untouched by all this.
-    p1.cmd().args(["principals", "list"]).assert().success();
+    p1.cmd()
+        .env("HOME", test_home(p2.root()))
+        .args(["principals", "list"])
+        .assert()
+        .success();
 }
 
 /// The approval page run as another user, with no audit key: the pin it signs vouches for
@@ -480,6 +494,22 @@ fn an_approver_without_the_audit_key_holds_a_signed_book(b: Backend) {
     let alice = issue(&p, "alice", &[]);
     let approver = other_user(&p, ".approver", false);
     let as_approver = |args: &[&str]| p.cmd().env("HOME", &approver).args(args).assert();
+    // Unauthorized, the approver's pin is refused; the project's user (the audit key's
+    // holder) authorizes the approver's key, which the approver then pins.
+    let a = as_approver(&["principals", "require", "--signed"]);
+    assert_eq!(code(&a), 4, "{}", stderr(&a));
+    let approver_key = String::from_utf8_lossy(
+        &as_approver(&["serve", "--show-key"])
+            .success()
+            .get_output()
+            .stdout,
+    )
+    .trim()
+    .to_string();
+    p.cmd()
+        .args(["principals", "require", "--signed", "--key", &approver_key])
+        .assert()
+        .success();
     let pinned = as_approver(&["--json", "principals", "require", "--signed"]).success();
     let key = stdout_json(&pinned)["signed_key"]
         .as_str()
@@ -803,4 +833,98 @@ fn concurrent_signed_changes_keep_the_log_whole(b: Backend) {
         "{}",
         String::from_utf8_lossy(&d.get_output().stdout)
     );
+}
+
+/// A page-signed decision stands only for the run and project it was made in: a fork of
+/// another run, made (by an agent holding the audit key) under the id a VM waits on, carries
+/// that run's signed decision, which `gates wait --require-signed --key K` refuses (10) unless
+/// the VM says it forked on purpose (`--accept-carried`); carried into another project pinned
+/// to the same key, it does not verify even then (its signature names its project). (Second
+/// battery, finding 1.)
+fn a_signed_decision_stands_only_in_its_run_and_project(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let source = p.init();
+    let bob = issue(&p, "bob", &[]);
+    let a = p
+        .cmd()
+        .args(["--json", "principals", "require", "--signed"])
+        .assert()
+        .success();
+    let key = stdout_json(&a)["signed_key"].as_str().unwrap().to_string();
+    source
+        .cmd()
+        .args(["gates", "create", "deploy", "--prompt", "Deploy build 41?"])
+        .assert()
+        .success();
+    // The record the gate was opened at, where a fork carries it from.
+    let record = stdout_json(
+        &source
+            .cmd()
+            .args(["--json", "gates", "show", "deploy", "--as", "x"])
+            .assert()
+            .success(),
+    )["execution_id"]
+        .as_i64()
+        .unwrap()
+        .to_string();
+    let s = Server::start(&p);
+    let cookie = s.login(&bob);
+    approve_as_shown(&s, &cookie, &source, "deploy");
+    drop(s);
+    let wait = |run: &str, root: &std::path::Path, extra: &[&str]| {
+        let a = p
+            .cmd()
+            .current_dir(root)
+            .args(["--run", run, "gates", "wait", "deploy", "--timeout", "0"])
+            .args(["--require-signed", "--key", &key])
+            .args(extra)
+            .assert();
+        (code(&a), stderr(&a))
+    };
+    assert_eq!(wait(&source.id, p.root(), &[]).0, 0);
+    // The agent's fork, under the id the VM waits on.
+    source
+        .cmd()
+        .args(["fork", "--at", &record, "--run-id", "vm-run"])
+        .assert()
+        .success();
+    let (c, why) = wait("vm-run", p.root(), &[]);
+    assert_eq!(c, 10, "{why}");
+    assert!(why.contains("carried"), "{why}");
+    let a = p
+        .cmd()
+        .args([
+            "--run", "vm-run", "gates", "verify", "--signed", "--key", &key,
+        ])
+        .assert();
+    assert_eq!(code(&a), 10);
+    assert_eq!(wait("vm-run", p.root(), &["--accept-carried"]).0, 0);
+    // Another project of the same user, pinned to the same key: a fork of this project's
+    // run carried into it does not verify there.
+    if p.pg_url.is_none() {
+        let other = Project::new();
+        other.init();
+        let home = test_home(p.root());
+        let in_other = |args: &[&str]| {
+            other.cmd().env("HOME", &home).args(args).assert().success();
+        };
+        in_other(&["principals", "add", "carol"]);
+        in_other(&["principals", "require", "--signed"]);
+        in_other(&[
+            "--run",
+            source.dir.to_str().unwrap(),
+            "fork",
+            "--at",
+            &record,
+            "--run-id",
+            "x1",
+        ]);
+        let a = other
+            .cmd()
+            .env("HOME", &home)
+            .args(["--run", "x1", "gates", "wait", "deploy", "--timeout", "0"])
+            .args(["--require-signed", "--key", &key, "--accept-carried"])
+            .assert();
+        assert_eq!(code(&a), 9, "{}", stderr(&a));
+    }
 }

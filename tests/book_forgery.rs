@@ -27,10 +27,50 @@
 //! and `PROSE_BOOK_SEED=S` replays that one case.
 
 use crate::common::*;
+use prose_state::testing::book::SignsBook;
 use prose_state::testing::book::{
     bound_here, judge, sealed, unissued, Binding, BookEvent, Change, PrincipalRow, Voucher,
 };
 use prose_state::testing::{read_key, Anchor, Key};
+
+/// A signing key of the attacker's own.
+struct Attacking {
+    key: ed25519_dalek::SigningKey,
+    public: String,
+}
+
+impl SignsBook for Attacking {
+    fn public(&self) -> &str {
+        &self.public
+    }
+
+    fn sign_book(&self, hash: &str) -> String {
+        use ed25519_dalek::Signer as _;
+        let sig = self
+            .key
+            .sign(&prose_state::testing::book::book_message(hash));
+        format!(
+            "ed25519:{}",
+            sig.to_bytes()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        )
+    }
+}
+
+static ATTACKER: std::sync::LazyLock<Attacking> = std::sync::LazyLock::new(|| {
+    let key = ed25519_dalek::SigningKey::from_bytes(&[7u8; 32]);
+    let public = format!(
+        "ed25519:{}",
+        key.verifying_key()
+            .as_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    );
+    Attacking { key, public }
+});
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, BTreeSet};
@@ -370,7 +410,7 @@ fn mutate(
     key: &Key,
 ) {
     let log = &mut book.log;
-    match rng.random_range(0..12) {
+    match rng.random_range(0..14) {
         // A principals row: any column.
         0 | 1 if !book.principals.is_empty() => {
             let i = rng.random_range(0..book.principals.len());
@@ -456,7 +496,33 @@ fn mutate(
             }
         }
         // Read at another project's place.
-        _ => book.here = other.here.clone(),
+        11 => book.here = other.here.clone(),
+        // Every audit seal relabelled with a key id no one has (what a seal this reader cannot
+        // check would be).
+        12 => {
+            let id = format!("{:016x}", rng.random::<u64>());
+            for r in log
+                .iter_mut()
+                .filter(|r| r.seal.starts_with("hmac-sha256:"))
+            {
+                r.seal = format!("hmac-sha256:{id}:{}", "0".repeat(64));
+            }
+        }
+        // A pin of the attacker's own key, signed by it, after rows it made up.
+        _ => {
+            let row = BookEvent {
+                event: "policy".into(),
+                grp: Some("signed_key".into()),
+                value: Some(ATTACKER.public().to_string()),
+                ..random_change_row(rng, v)
+            };
+            log.push(row);
+            let n = log.len();
+            log[n - 1].seq = n as i64;
+            rechain(log, n - 1, who, key, rng, v);
+            let c = log[n - 1].clone();
+            log[n - 1].seal = ATTACKER.sign_book(&c.hash);
+        }
     }
 }
 
@@ -468,12 +534,15 @@ fn violation(
     anchor: &Anchor,
     truth: &Truth,
 ) -> (bool, Option<String>) {
+    // The reader's own serve key: the approver's is the pinned one.
+    let trusted = || truth.pinned.clone();
     let Ok(state) = judge(
         &book.log,
         &book.principals,
         key,
         Some(anchor),
         Binding::Here(Some(&book.here)),
+        &trusted,
     ) else {
         return (false, None);
     };

@@ -1220,7 +1220,8 @@ fn no_mutation_of_the_rows_makes_a_decision_stand(b: Backend) {
         .map(|(g, v)| (g.clone(), v.clone()))
         .collect();
     let mut report = t::check(&rows, &gates, Some(&run.id), Some(&key), Some(&anchor));
-    t::check_signed(&mut report, &rows, &gates, &page_key).unwrap();
+    let place = place_of(&p);
+    t::check_signed(&mut report, &rows, &gates, &page_key, &place).unwrap();
     assert_eq!(
         violation_of(&report, &gates, &signed_truth, &truth, false),
         None
@@ -1268,7 +1269,7 @@ fn no_mutation_of_the_rows_makes_a_decision_stand(b: Backend) {
         }
         // As `gates wait --require-signed` sees it: only the page's own decision may stand.
         let mut signed = t::check(&r, &g, Some(&run.id), Some(&key), Some(&anchor));
-        t::check_signed(&mut signed, &r, &g, &page_key).unwrap();
+        t::check_signed(&mut signed, &r, &g, &page_key, &place).unwrap();
         if let Some(why) = violation_of(&signed, &g, &signed_truth, &truth, changed) {
             panic!("{b:?}: seed {seed} (replay with PROSE_FORGERY_SEED={seed}), signed: {why}");
         }
@@ -1278,6 +1279,25 @@ fn no_mutation_of_the_rows_makes_a_decision_stand(b: Backend) {
         approvals_seen > 0,
         "no case kept a genuine approval standing"
     );
+}
+
+/// The identity of the project's place, which a page's signature names: its id, or its
+/// server and database (read by the test itself).
+pub fn place_of(p: &Project) -> String {
+    match &p.pg_url {
+        Some(url) => postgres::Client::connect(url, postgres::NoTls)
+            .unwrap()
+            .query_one(
+                "SELECT 'postgres:' || system_identifier::text || '/' || current_database() FROM pg_control_system()",
+                &[],
+            )
+            .unwrap()
+            .get(0),
+        None => std::fs::read_to_string(p.root().join(".prose/project-id"))
+            .unwrap()
+            .trim()
+            .to_string(),
+    }
 }
 
 /// A mutation as raw SQL on the run's own database (triggers dropped first).

@@ -232,10 +232,18 @@ fn a_project_that_requires_tokens_refuses_as_alone(b: Backend) {
         .code(4);
     assert!(!stderr(&a).contains("logged"), "{}", stderr(&a));
     assert_eq!(run.snapshot(), before);
-    // On PostgreSQL the team's principals are the server's: another machine is held to the
+    // On PostgreSQL the team's principals are the server's: another machine, given the
+    // team's audit key (as machines that attest each other's decisions are), is held to the
     // same rule and accepts the same token.
     let other = p.elsewhere();
     if b == Backend::Postgres {
+        let home = test_home(other.root()).join(".prose");
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::copy(
+            test_home(p.root()).join(".prose/audit.key"),
+            home.join("audit.key"),
+        )
+        .unwrap();
         let there = other.run(&run.id);
         there
             .cmd()

@@ -1009,7 +1009,7 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
     };
     let signed = args
         .require_signed
-        .then(|| pinned_key(ctx, args.key.as_deref()))
+        .then(|| signed_by(ctx, args.key.as_deref(), args.accept_carried))
         .transpose()?;
     let open = || ctx.open_run(run_arg);
     let start = std::time::Instant::now();
@@ -1472,8 +1472,21 @@ impl Render for Verified {
     }
 }
 
-/// The key decisions must be signed by (`--signed`, `--require-signed`): `--key`, else the
-/// one the project pinned; a usage error when there is none.
+/// What decisions must be signed by (`--signed`, `--require-signed`): the key (`--key`, else
+/// the one the project pinned; a usage error when there is none), for this project's place.
+fn signed_by(
+    ctx: &Context,
+    given: Option<&str>,
+    accept_carried: bool,
+) -> Result<crate::store::signatures::SignedBy> {
+    Ok(crate::store::signatures::SignedBy {
+        key: pinned_key(ctx, given)?,
+        place: ctx.place_identity()?,
+        accept_carried,
+    })
+}
+
+/// The key decisions must be signed by: `--key`, else the one the project pinned.
 fn pinned_key(ctx: &Context, given: Option<&str>) -> Result<ed25519_dalek::VerifyingKey> {
     if let Some(k) = given {
         return crate::services::sign::parse_public(k);
@@ -1494,7 +1507,7 @@ fn pinned_key(ctx: &Context, given: Option<&str>) -> Result<ed25519_dalek::Verif
 pub fn verify(args: &crate::cli::GateVerifyArgs, ctx: &Context) -> Result<Verified> {
     let signed = args
         .signed
-        .then(|| pinned_key(ctx, args.key.as_deref()))
+        .then(|| signed_by(ctx, args.key.as_deref(), args.accept_carried))
         .transpose()?;
     let (chains, mut warnings) = Listing::chains(ctx, signed.as_ref())?;
     let mut runs = Vec::new();

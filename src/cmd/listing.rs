@@ -398,7 +398,7 @@ impl<'c> Listing<'c> {
     /// checks one; every other run is visited. By run id.
     pub fn chains(
         ctx: &'c Context,
-        signed: Option<&ed25519_dalek::VerifyingKey>,
+        signed: Option<&crate::store::signatures::SignedBy>,
     ) -> Result<(Vec<CheckedChain>, Vec<String>)> {
         let (mut chains, warnings) = Self::plan(ctx, false, Reading::Visit)?.gather(
             // The catalog keeps no audit rows: this plan reads none.

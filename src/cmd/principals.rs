@@ -85,6 +85,9 @@ pub struct Changed {
     /// The pinned public key, when `require --signed` pinned one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signed_key: Option<String>,
+    /// A key authorized to be pinned, which its holder has yet to pin.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub authorized_key: Option<String>,
 }
 
 impl Render for Changed {
@@ -92,7 +95,14 @@ impl Render for Changed {
         if let Some(p) = &self.principal {
             writeln!(w, "revoked: {p}")?;
         }
-        policy(w, self.require, self.signed_key.as_deref())
+        policy(w, self.require, self.signed_key.as_deref())?;
+        if let Some(k) = &self.authorized_key {
+            writeln!(
+                w,
+                "signing key authorized: {k}; its holder pins it with `prose-state principals require --signed`, run as the user the approval page runs as"
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -337,6 +347,7 @@ impl super::Run for PrincipalsArgs {
                     revoked: Some(true),
                     require: None,
                     signed_key: None,
+                    authorized_key: None,
                 })
             }
             Some(PrincipalsCommand::Require(r)) => {
@@ -347,29 +358,51 @@ impl super::Run for PrincipalsArgs {
                     (Some(k), true) => Some(public_tag(&parse_public(k)?)),
                     (None, true) => Some(Signer::load_or_create()?.public),
                 };
-                // A pin is signed by the key it pins: this user must hold it.
-                let signer = match signed {
-                    Some(_) => Signer::load()?,
-                    None if before.pinned.is_some() => Signer::load()?,
-                    None => None,
-                };
+                let signer = Signer::load()?;
+                // A first pin is the work of two: the audit key's holder authorizes the key
+                // (sealed with the audit key), and the key's holder pins it (signed by it). A
+                // user who holds both does both at once; one who holds only the audit key
+                // authorizes, and the approver, run as itself, pins.
+                let holds = |k: &str| signer.as_ref().is_some_and(|s| s.public == k);
+                let authorize = signed
+                    .as_deref()
+                    .filter(|k| before.pinned.is_none() && !before.authorized.contains(*k));
+                if let (Some(_), None) = (authorize, crate::store::seal::key_for_reading()?) {
+                    return Err(refused(format!(
+                        "the signing key {} is not authorized yet: the holder of the project's audit key authorizes it first (`prose-state principals require --signed --key {}`, run as the project's user), then its holder pins it with this command",
+                        signed.as_deref().unwrap_or_default(),
+                        signed.as_deref().unwrap_or_default(),
+                    )));
+                }
+                let pins = signed
+                    .as_deref()
+                    .filter(|k| holds(k) || before.pinned.is_some());
                 let on = if r.off { "off" } else { "on" };
-                let mut changes = vec![change(
-                    book_log::POLICY,
-                    None,
-                    Some(book_log::REQUIRE),
-                    Some(on),
-                )];
-                let pin = signed.as_deref().unwrap_or("");
+                let mut changes = Vec::new();
+                if let Some(k) = authorize {
+                    changes.push(change(
+                        book_log::POLICY,
+                        None,
+                        Some(book_log::KEY_AUTHORIZED),
+                        Some(k),
+                    ));
+                }
                 // Lifted: a `signed_key` row with no value (the log keeps no empty text).
-                if signed.is_some() || (r.off && before.pinned.is_some()) {
+                if pins.is_some() || (r.off && before.pinned.is_some()) {
                     changes.push(change(
                         book_log::POLICY,
                         None,
                         Some(book_log::SIGNED_KEY),
-                        signed.as_deref(),
+                        pins,
                     ));
                 }
+                changes.push(change(
+                    book_log::POLICY,
+                    None,
+                    Some(book_log::REQUIRE),
+                    Some(on),
+                ));
+                let pin = pins.unwrap_or("");
                 record(
                     book.as_mut(),
                     &changes,
@@ -377,7 +410,7 @@ impl super::Run for PrincipalsArgs {
                     false,
                     &mut |b| {
                         b.set_setting(REQUIRE, if r.off { "0" } else { "1" })?;
-                        if r.off || signed.is_some() {
+                        if r.off || pins.is_some() {
                             b.set_setting(PINNED, pin)?;
                         }
                         Ok(())
@@ -387,7 +420,8 @@ impl super::Run for PrincipalsArgs {
                     principal: None,
                     revoked: None,
                     require: Some(!r.off),
-                    signed_key: signed,
+                    signed_key: pins.map(str::to_string),
+                    authorized_key: signed.clone().filter(|_| pins.is_none()),
                 })
             }
             Some(PrincipalsCommand::Rebind) => {

@@ -96,10 +96,15 @@ pub fn serve(args: &ServeArgs, _global: &Global, ctx: Context) -> Result<()> {
     } else if let Ok(Some(why)) = crate::store::principals::book_state(book.as_mut())
         .map(|s| s.ok().and_then(|s| s.unchecked))
     {
-        crate::output::report(&format!(
-            "warning: {why}: tokens are read from the principals book's log as it chains, which holds against no one who can write the book; pin this server's key, as this user (`prose-state principals require --signed`), so that only its holder changes the book"
+        crate::output::warn(&format!(
+            "{why}: tokens are read from the principals book's log as it chains, which holds against no one who can write the book; pin this server's key, as this user (`prose-state principals require --signed`), so that only its holder changes the book"
         ));
     }
+    // Every decision the page signs names the project's place, so it stands in no other.
+    let mut signer = signer;
+    signer.place = Some(book.identity(true)?.ok_or_else(|| {
+        anyhow!("the project's place has no identity for the page's signatures to name")
+    })?);
     let app = Arc::new(app::App::new(ctx, signer, tls.is_some()));
     app.keep(book);
     let runtime = tokio::runtime::Builder::new_multi_thread()

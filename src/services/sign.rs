@@ -16,8 +16,7 @@ pub use crate::store::signatures::{check, parse_public, public_tag, Signed};
 use anyhow::{anyhow, Result};
 use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
 
-/// The signing key's file in the prose home of the user running `serve`.
-pub const KEY_FILE: &str = "serve-signing.key";
+pub use crate::store::signatures::KEY_FILE;
 /// The principals book's setting holding the pinned public key (`ed25519:HEX`).
 pub const PINNED: &str = "signed_key";
 
@@ -26,6 +25,8 @@ pub struct Signer {
     key: SigningKey,
     /// `ed25519:HEX` of the public key.
     pub public: String,
+    /// The project's place its decisions are signed for (`Signed::place`): set by `serve`.
+    pub place: Option<String>,
 }
 
 impl Signer {
@@ -44,7 +45,11 @@ impl Signer {
             .map_err(|_| anyhow!("{what} is not 32 bytes"))?;
         let key = SigningKey::from_bytes(&secret);
         let public = public_tag(&key.verifying_key());
-        Ok(Signer { key, public })
+        Ok(Signer {
+            key,
+            public,
+            place: None,
+        })
     }
 }
 
@@ -75,12 +80,20 @@ impl crate::store::signatures::SignsBook for Signer {
 impl SignsDecisions for Signer {
     /// The signature of a decision, as its audit row keeps it.
     fn sign(&self, what: &Signed) -> serde_json::Value {
+        let what = Signed {
+            place: self.place.as_deref(),
+            ..*what
+        };
         let sig = self.key.sign(&what.message());
-        serde_json::json!({
+        let mut signature = serde_json::json!({
             "alg": "ed25519",
             "key": self.public,
             "sig": crate::model::hex(&sig.to_bytes()),
-        })
+        });
+        if self.place.is_some() {
+            signature["v"] = crate::store::signatures::PLACED.into();
+        }
+        signature
     }
 }
 

@@ -49,8 +49,13 @@ pub const SEPARATE_DUTIES: &str = "separate_duties";
 /// … whether every decision needs a token (`principals require`), …
 pub const REQUIRE: &str = "require";
 /// … and the signing key every decision and every later change of the book must be signed by
-/// (`principals require --signed`; empty: none).
+/// (`principals require --signed`; empty: none). A first pin must be signed by the key it
+/// pins, and, for a reader holding the audit key, follow …
 pub const SIGNED_KEY: &str = "signed_key";
+/// … the audit key's holder's authorization of that key (`principals require --signed --key
+/// K`, sealed with the audit key): so a pin is the work of both, and no one holding neither can
+/// pin a key of their own over the book.
+pub const KEY_AUTHORIZED: &str = "key_authorized";
 
 /// A change to append: what [`sealed`] chains after the log's newest row.
 #[derive(Debug, Clone, Copy)]
@@ -149,6 +154,8 @@ pub struct BookState {
     pub pinned: Option<String>,
     /// Whether the log ever set the pin (a book from before the log kept it has none).
     pub pin_logged: bool,
+    /// The signing keys the audit key's holder authorized to be pinned.
+    pub authorized: std::collections::BTreeSet<String>,
     /// The identity of the place the book is bound to, as its newest `bind` row says (None: a
     /// book from before books were bound).
     pub bound: Option<String>,
@@ -164,24 +171,28 @@ pub struct BookState {
 
 /// Reads the log (in any order) into the book's state. Err, with why, when it cannot be
 /// trusted: a number missing or repeated, a row whose hash does not chain, a seal that names
-/// this machine's audit key and does not match, a row after the pin that the pinned key did
-/// not sign, a pin not signed by the key it pins. Rows this machine cannot check (no audit key,
-/// another user's) are read as they chain and named in [`BookState::unchecked`], unless a later
-/// signature by the pinned key vouches for them.
-pub fn replay(rows: &[BookEvent], key: Option<&Key>) -> Result<BookState, String> {
+/// this user's audit key and does not match, a row after the pin that the pinned key did not
+/// sign, a pin not signed by the key it pins, and, for a reader holding an audit key, a row
+/// sealed with another key that nothing this reader holds vouches for (a later row its key
+/// sealed or the pinned key signed): a seal it cannot check is one anyone can make up. Only
+/// `other_keys` (a re-binding, which accepts a book moved from another user as it is) reads
+/// such rows as they chain. A reader with no audit key at all reads them so too, named in
+/// [`BookState::unchecked`].
+pub fn replay(
+    rows: &[BookEvent],
+    key: Option<&Key>,
+    other_keys: bool,
+    trusted: &dyn Fn() -> Option<String>,
+) -> Result<BookState, String> {
     let mut rows: Vec<&BookEvent> = rows.iter().collect();
     rows.sort_by_key(|r| r.seq);
     let mut state = BookState::default();
     let mut prev = String::new();
     let mut pinned: Option<VerifyingKey> = None;
-    // A seal by this user's key vouches for its row and, through the chain, every one before
-    // it (as a signature does). After the last row it sealed, a row that names another key is
-    // forged (its seal made up by someone without the key), not another user's: what this
-    // user's key seals, it seals alone.
-    let last_ours = key.and_then(|k| {
-        rows.iter()
-            .rposition(|r| k.check(&r.hash, Some(&r.seal)) == SealCheck::Valid)
-    });
+    // The first row nothing this reader holds has vouched for yet, and why: a later row its
+    // key seals, or the pinned key signs, vouches for it (and, through the chain, for every
+    // row before it).
+    let mut pending: Option<String> = None;
     for (i, r) in rows.iter().enumerate() {
         let expected = i as i64 + 1;
         if r.seq != expected {
@@ -225,25 +236,38 @@ pub fn replay(rows: &[BookEvent], key: Option<&Key>) -> Result<BookState, String
                         super::signatures::public_tag(&k)
                     ));
                 }
-                // The signature vouches for this row and, through the chain, every one before.
-                state.unchecked = None;
+                // A first pin stands, for a reader holding the audit key, on that key's
+                // authorization before it, with every row before it vouched for; or on the
+                // reader's own serve key being the one pinned (the approver). A reader with no
+                // audit key trusts the pinned key as it checks its decisions. Else anyone could
+                // pin a key of their own over the book.
+                if pinned.is_none() && key.is_some() && !other_keys {
+                    let tag = super::signatures::public_tag(&k);
+                    let authorized = pending.is_none() && state.authorized.contains(&tag);
+                    if !authorized && trusted().as_deref() != Some(tag.as_str()) {
+                        return Err(format!(
+                            "the principals book's log is broken at row {}: it pins {tag}, which the audit key's holder did not authorize{}",
+                            r.seq,
+                            pending.map(|p| format!(" ({p})")).unwrap_or_default()
+                        ));
+                    }
+                }
+                pending = None;
             }
             None => match key.map(|k| k.check(&r.hash, Some(&r.seal))) {
-                Some(SealCheck::Valid) => state.unchecked = None,
-                // Vouched for by a later row this user's key sealed.
-                Some(SealCheck::OtherKey) if last_ours.is_some_and(|l| i < l) => {}
-                None => {
-                    state.unchecked.get_or_insert_with(|| {
-                        "this machine has no audit key to check the principals book's log with"
-                            .to_string()
-                    });
-                }
-                Some(SealCheck::OtherKey) if last_ours.is_none() => {
-                    state.unchecked.get_or_insert_with(|| {
+                Some(SealCheck::Valid) => pending = None,
+                Some(SealCheck::OtherKey) => {
+                    pending.get_or_insert_with(|| {
                         format!(
-                            "row {} of the principals book's log is sealed with another user's audit key, which this machine cannot check",
+                            "row {} of the principals book's log is sealed with an audit key this user does not hold",
                             r.seq
                         )
+                    });
+                }
+                None => {
+                    pending.get_or_insert_with(|| {
+                        "this user has no audit key to check the principals book's log with"
+                            .to_string()
                     });
                 }
                 Some(_) => {
@@ -281,6 +305,9 @@ pub fn replay(rows: &[BookEvent], key: Option<&Key>) -> Result<BookState, String
             }
             (POLICY, Some(SEPARATE_DUTIES)) => state.separate_duties = on,
             (POLICY, Some(REQUIRE)) => state.require = Some(on),
+            (POLICY, Some(KEY_AUTHORIZED)) => {
+                state.authorized.extend(r.value.clone());
+            }
             (POLICY, Some(SIGNED_KEY)) => {
                 state.pin_logged = true;
                 state.pinned = pin.map(str::to_string);
@@ -293,6 +320,17 @@ pub fn replay(rows: &[BookEvent], key: Option<&Key>) -> Result<BookState, String
             _ => {}
         }
         state.tip = Some((r.seq, r.hash.clone()));
+    }
+    // What nothing vouches for: a reader holding an audit key takes it for forged (a seal it
+    // cannot check is one anyone can make up), unless it accepts a book moved from another
+    // user as it is (`other_keys`); one with no audit key reads it as it chains.
+    if let Some(why) = pending {
+        if key.is_some() && !other_keys {
+            return Err(format!(
+                "the principals book's log is broken: {why}, and nothing this user holds vouches for it (share the audit key, or pin the approval page's key; a book moved here on purpose is accepted by `prose-state principals rebind`)"
+            ));
+        }
+        state.unchecked = Some(why);
     }
     state.events = rows.len();
     Ok(state)

@@ -1191,7 +1191,7 @@ pub trait Store: AgentStore {
     /// a signature by that key (`sign::check`).
     fn verify_signed(
         &mut self,
-        signed: Option<&ed25519_dalek::VerifyingKey>,
+        signed: Option<&signatures::SignedBy>,
     ) -> Result<chain::ChainReport> {
         // The anchor before the log: an anchor is moved only after its rows commit, so the
         // log read after it holds every row it names. Read the other way round, a writer

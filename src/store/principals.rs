@@ -48,13 +48,9 @@ pub trait PrincipalBook: Send {
     fn set_setting(&mut self, key: &str, value: &str) -> Result<()>;
     /// Where the book is, for messages.
     fn book_place(&self) -> String;
-    /// What the book's anchor is named by: the identity of its place (see [`identity`]),
-    /// which no spelling of a path or a URL changes, and which a book copied or rolled back to
-    /// another directory with its project's id keeps; a SQLite project with no id yet, the
-    /// book's canonical path.
-    ///
-    /// [`identity`]: PrincipalBook::identity
-    fn anchor_place(&mut self) -> Result<String>;
+    /// Where the book is when its place has no identity (a SQLite project with no id yet):
+    /// its canonical path. See [`anchor_name`].
+    fn path_place(&self) -> String;
     /// The book's sealed log (`book_log`), every row.
     fn book_log(&mut self) -> Result<Vec<BookEvent>>;
     /// Appends `change` after the log's newest row, vouched for by `by`.
@@ -80,7 +76,7 @@ pub(crate) trait BookStatements: Send {
     /// Runs a write; how many rows it changed.
     fn write(&mut self, sql: &str, args: &[&str]) -> Result<usize>;
     fn place(&self) -> String;
-    /// Where the book is when its place has no identity (see [`PrincipalBook::anchor_place`]).
+    /// Where the book is when its place has no identity (see [`PrincipalBook::path_place`]).
     fn anchored_place(&self) -> String {
         self.place()
     }
@@ -175,11 +171,8 @@ impl<B: BookStatements> PrincipalBook for B {
         self.place()
     }
 
-    fn anchor_place(&mut self) -> Result<String> {
-        Ok(match self.place_identity(false)? {
-            Some(id) => id,
-            None => self.anchored_place(),
-        })
+    fn path_place(&self) -> String {
+        self.anchored_place()
     }
 
     fn book_log(&mut self) -> Result<Vec<BookEvent>> {
@@ -253,7 +246,16 @@ impl<B: BookStatements> PrincipalBook for B {
 /// book admits no one, and nothing that needs it can be read.
 pub fn book_state(book: &mut dyn PrincipalBook) -> Result<std::result::Result<BookState, String>> {
     let here = book.identity(false)?;
-    read_log(book, Binding::Here(here.as_deref()))
+    let place = anchor_name(book, here.as_deref());
+    read_log(book, &place, Binding::Here(here.as_deref()))
+}
+
+/// What the book's anchor is named by: the identity of its place (`here`, see
+/// [`PrincipalBook::identity`]), which no spelling of a path or a URL changes, and which a
+/// book copied or rolled back to another directory with its project's id keeps; for a SQLite
+/// project with no id yet, the book's canonical path.
+fn anchor_name(book: &dyn PrincipalBook, here: Option<&str>) -> String {
+    here.map_or_else(|| book.path_place(), str::to_string)
 }
 
 /// Where a book is read, as its binding is checked.
@@ -281,19 +283,30 @@ pub fn bound_here(state: &BookState, here: Option<&str>) -> std::result::Result<
 /// The log as [`book_state`] reads it.
 fn read_log(
     book: &mut dyn PrincipalBook,
+    place: &str,
     binding: Binding,
 ) -> Result<std::result::Result<BookState, String>> {
-    let rows = book.book_log()?;
-    let place = book.anchor_place()?;
+    // The anchor before the log: an anchor is moved only after the rows it names commit, so
+    // the log read after it holds them. Read the other way round, a writer appending and
+    // anchoring between the two reads would look like rows cut from the end.
     let anchor = match binding {
-        Binding::Here(_) => super::seal::anchored(&place, BOOK_ANCHOR),
+        Binding::Here(_) => super::seal::anchored(place, BOOK_ANCHOR),
         Binding::Rebinding => None,
     };
+    let rows = book.book_log()?;
     let key = match rows.is_empty() {
         true => None,
         false => super::seal::key_for_reading()?,
     };
-    let state = match judge(&rows, &book.principals()?, key, anchor.as_ref(), binding) {
+    let trusted = super::signatures::own_public;
+    let state = match judge(
+        &rows,
+        &book.principals()?,
+        key,
+        anchor.as_ref(),
+        binding,
+        &trusted,
+    ) {
         Ok(s) => s,
         Err(why) => return Ok(Err(why)),
     };
@@ -305,15 +318,16 @@ fn read_log(
                 seq: *seq,
                 hash: hash.clone(),
             };
-            let _ = super::seal::anchor(&place, BOOK_ANCHOR, &head);
+            let _ = super::seal::anchor(place, BOOK_ANCHOR, &head);
         }
     }
     Ok(Ok(state))
 }
 
 /// What a book's log (`rows`) says, read with `key` (None: this user has no audit key), at
-/// the place `binding` names, against `anchor` (the row this user last saw vouched for), with
-/// the revocations the book's `principals` rows add. Err, with why, when the log cannot be
+/// the place `binding` names, against `anchor` (the row this user last saw vouched for), by a
+/// reader whose own serve key is `trusted()`, with the revocations the book's `principals`
+/// rows add. Err, with why, when the log cannot be
 /// trusted there: broken, bound elsewhere, or cut below the anchor.
 pub fn judge(
     rows: &[BookEvent],
@@ -321,8 +335,10 @@ pub fn judge(
     key: Option<&super::seal::Key>,
     anchor: Option<&super::seal::Anchor>,
     binding: Binding,
+    trusted: &dyn Fn() -> Option<String>,
 ) -> std::result::Result<BookState, String> {
-    let mut state = super::book_log::replay(rows, key)?;
+    let rebinding = matches!(binding, Binding::Rebinding);
+    let mut state = super::book_log::replay(rows, key, rebinding, trusted)?;
     if let Binding::Here(here) = binding {
         bound_here(&state, here)?;
     }
@@ -400,7 +416,8 @@ pub fn record(
     // who may change it: its log must still be whole (chained, sealed or signed), but no
     // earlier anchor or binding of this place speaks for it.
     let state = if rebind {
-        read_log(book, Binding::Rebinding)?
+        let place = book.path_place();
+        read_log(book, &place, Binding::Rebinding)?
     } else {
         book_state(book)?
     };
@@ -415,12 +432,17 @@ pub fn record(
     let here = book.identity(true)?.ok_or_else(|| {
         anyhow::anyhow!("the principals book's place has no identity to bind it to")
     })?;
-    let place = book.anchor_place()?;
+    let place = anchor_name(book, Some(&here));
     let mut all: Vec<Change> = Vec::new();
     let at = changes.first().map_or("", |c| c.at);
     let actor = changes.first().and_then(|c| c.actor);
-    // A pin goes first, so that every row after it is its key's (a binding included).
+    // An authorization, then a pin, go first, so that every row after the pin is its key's
+    // (a binding included).
     let pins = |c: &&Change| super::book_log::pins(c.event, c.grp, c.value).is_some();
+    let authorizes = |c: &&Change| {
+        c.event == super::book_log::POLICY && c.grp == Some(super::book_log::KEY_AUTHORIZED)
+    };
+    all.extend(changes.iter().filter(authorizes));
     all.extend(changes.iter().filter(pins));
     if state.bound.as_deref() != Some(here.as_str()) {
         all.push(Change {
@@ -432,7 +454,7 @@ pub fn record(
             at,
         });
     }
-    all.extend(changes.iter().filter(|c| !pins(c)));
+    all.extend(changes.iter().filter(|c| !pins(c) && !authorizes(c)));
     // Who vouches for each row, decided before anything is written.
     let mut pinned = state.pinned.clone();
     let mut audit = None;

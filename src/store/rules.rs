@@ -1189,6 +1189,7 @@ fn decision_metadata(
             principal: d.principal.as_str(),
             time: d.now,
             inputs: inputs_digest.as_deref(),
+            place: None,
         });
     }
     metadata

@@ -17,6 +17,7 @@ pub trait SignsDecisions: std::fmt::Debug {
 }
 
 /// What a signature covers, as the gate row and its decision say it.
+#[derive(Debug, Clone, Copy)]
 pub struct Signed<'a> {
     pub run: &'a str,
     pub gate: &'a str,
@@ -28,6 +29,24 @@ pub struct Signed<'a> {
     pub time: &'a str,
     /// The digest of the decision's inputs (`inputs_digest`), for a gate with inputs.
     pub inputs: Option<&'a str>,
+    /// The identity of the project's place (its principals book's binding: a project's id, or
+    /// a server and database), which a signature from this release names (`"v": 3`), so that a
+    /// decision signed for one project stands in no other.
+    pub place: Option<&'a str>,
+}
+
+/// The signature format that names the project's place.
+pub const PLACED: i64 = 3;
+
+/// What a decision's signature is checked against (`gates wait --require-signed`, `gates
+/// verify --signed`).
+#[derive(Debug, Clone)]
+pub struct SignedBy {
+    pub key: VerifyingKey,
+    /// This project's place (see [`Signed::place`]); None: it has none (a project with no id).
+    pub place: Option<String>,
+    /// Whether a decision a fork carried from another run counts (`--accept-carried`).
+    pub accept_carried: bool,
 }
 
 /// What a signature covers of a decision's inputs: the digest of their content digests, by
@@ -39,6 +58,22 @@ pub fn inputs_digest(map: &std::collections::BTreeMap<String, Option<String>>) -
 impl Signed<'_> {
     /// The signed bytes: a JSON array, so that no field can run into the next.
     pub fn message(&self) -> Vec<u8> {
+        // v3 names the project's place (and the inputs' digest, or null).
+        if let Some(place) = self.place {
+            return serde_json::to_vec(&serde_json::json!([
+                "prose-state signed decision v3",
+                self.run,
+                self.gate,
+                self.instance,
+                self.prompt_hash,
+                self.decision,
+                self.principal,
+                self.time,
+                self.inputs,
+                place,
+            ]))
+            .unwrap_or_default();
+        }
         // v2 adds the inputs' digest, for a decision about inputs; v1 is every other's.
         let version = match self.inputs {
             Some(_) => "prose-state signed decision v2",
@@ -71,6 +106,7 @@ impl Signed<'_> {
             principal: gate.resolved_by.as_deref()?,
             time: gate.resolved_at.as_deref()?,
             inputs: None,
+            place: None,
         })
     }
 }
@@ -98,13 +134,15 @@ pub fn parse_public(tag: &str) -> Result<VerifyingKey> {
 }
 
 /// Why a decided gate's signature does not stand, if it does not: its decision (the sealed
-/// event `derived` names, of the gate's newest sealed opening) must carry a signature by
-/// `pinned` over what the gate row says was decided, with the hash of the gate's prompt.
+/// event `derived` names, of the gate's newest sealed opening) must carry a signature by the
+/// pinned key over what the gate row says was decided, with the hash of the gate's prompt,
+/// for this project's place; a decision carried from another run counts only where `by`
+/// accepts carried decisions.
 pub fn problem(
     gate: &GateRow,
     rows: &[AuditRow],
     derived: Option<&Derived>,
-    pinned: &VerifyingKey,
+    by: &SignedBy,
 ) -> Option<Integrity> {
     let status = gate.status.as_str();
     if status != "approved" && status != "rejected" {
@@ -131,6 +169,14 @@ pub fn problem(
     // names (only prose-state, holding the audit key, writes that copy).
     let made_in = metadata["carried"]["run"].as_str().map(str::to_string);
     if let Some(run) = &made_in {
+        // A fork of another run, made under this run's id, would carry that run's decisions
+        // here: one counts only where the waiter says it forked on purpose.
+        if !by.accept_carried {
+            return Some(Integrity::Unattested(format!(
+                "its decision was made in run {} and carried here by a fork: pass --accept-carried to accept a decision made in another run",
+                crate::error::shown(run)
+            )));
+        }
         what.run = run;
     }
     let inputs = serde_json::from_value::<std::collections::BTreeMap<String, Option<String>>>(
@@ -139,7 +185,7 @@ pub fn problem(
     .ok()
     .map(|m| inputs_digest(&m));
     what.inputs = inputs.as_deref();
-    if let Some(p) = signature_problem(&metadata, &what, pinned) {
+    if let Some(p) = signature_problem(&metadata, &what, by) {
         return Some(p);
     }
     // A team's decision counts several votes: each is signed on its own.
@@ -177,7 +223,7 @@ pub fn problem(
             inputs: vote_inputs.as_deref(),
             ..what
         };
-        if let Some(p) = signature_problem(&m, &what, pinned) {
+        if let Some(p) = signature_problem(&m, &what, by) {
             return Some(p);
         }
     }
@@ -188,8 +234,9 @@ pub fn problem(
 fn signature_problem(
     metadata: &serde_json::Value,
     what: &Signed,
-    pinned: &VerifyingKey,
+    by: &SignedBy,
 ) -> Option<Integrity> {
+    let pinned = &by.key;
     let unsigned = |why: &str| Some(Integrity::Unattested(why.to_string()));
     let sig = &metadata["signature"];
     if sig.is_null() {
@@ -202,6 +249,18 @@ fn signature_problem(
     if sig["key"].as_str() != Some(public_tag(pinned).as_str()) {
         return unsigned("signed by a key that is not the pinned one");
     }
+    // A signature names the project it was made for; one from before signatures did could
+    // stand in any project pinned to the same key.
+    if sig["v"].as_i64() != Some(PLACED) {
+        return unsigned("signed by a release before signatures named their project: decide it again on the page");
+    }
+    let Some(place) = by.place.as_deref() else {
+        return unsigned("this project has no id to check the signature's project against");
+    };
+    let what = &Signed {
+        place: Some(place),
+        ..*what
+    };
     let valid = sig["sig"]
         .as_str()
         .and_then(super::seal::hex_bytes)
@@ -219,20 +278,29 @@ fn signature_problem(
 
 /// Adds to a run's report every decided gate whose signature does not stand (a gate already
 /// reported keeps its first finding).
-pub fn check(
-    report: &mut ChainReport,
-    rows: &[AuditRow],
-    gates: &[GateRow],
-    pinned: &VerifyingKey,
-) {
+pub fn check(report: &mut ChainReport, rows: &[AuditRow], gates: &[GateRow], by: &SignedBy) {
     for gate in gates {
         if report.gates.iter().any(|(g, _)| g == &gate.id) {
             continue;
         }
-        if let Some(p) = problem(gate, rows, report.derived.get(&gate.id), pinned) {
+        if let Some(p) = problem(gate, rows, report.derived.get(&gate.id), by) {
             report.gates.push((gate.id.clone(), p));
         }
     }
+}
+
+/// The signing key's file in the prose home of the user running `serve`.
+pub const KEY_FILE: &str = "serve-signing.key";
+
+/// The public key (`ed25519:HEX`) of this user's serve key, if it has one (nothing is made,
+/// nothing refused: a key that cannot be read is none).
+pub fn own_public() -> Option<String> {
+    let home = super::seal::prose_home()?;
+    let bytes = super::seal::read_secret(&home, KEY_FILE, "the signing key").ok()??;
+    let secret: [u8; 32] = bytes.get(..32)?.try_into().ok()?;
+    Some(public_tag(
+        &ed25519_dalek::SigningKey::from_bytes(&secret).verifying_key(),
+    ))
 }
 
 /// What signs a change to the principals book once a key is pinned (the approver's key).
