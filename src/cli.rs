@@ -736,11 +736,11 @@ pub struct GateVerifyArgs {
     /// pinned: for a checker that trusts nothing its agents can write
     #[arg(long, value_name = "KEY", requires = "signed")]
     pub key: Option<String>,
-    /// Count a signed decision that a fork carried from the run it was made in (otherwise
-    /// unattested, exit 10: a fork of another run made under a run's id would carry that
-    /// run's decisions)
-    #[arg(long, requires = "signed")]
-    pub accept_carried: bool,
+    /// Count a signed decision that a fork carried from RUN, the run it was made in
+    /// (otherwise unattested, exit 10: a fork of another run made under a run's id would carry
+    /// that run's decisions)
+    #[arg(long, value_name = "RUN", requires = "signed")]
+    pub accept_carried_from: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -899,11 +899,11 @@ pub struct GateWaitArgs {
     /// pinned: for a waiter that trusts nothing its agents can write
     #[arg(long, value_name = "KEY", requires = "require_signed")]
     pub key: Option<String>,
-    /// Count a signed decision that a fork carried from the run it was made in, for a VM
-    /// that forked the run itself (otherwise unattested, exit 10: a fork of another run made
-    /// under this run's id would carry that run's decisions)
-    #[arg(long, requires = "require_signed")]
-    pub accept_carried: bool,
+    /// Count a signed decision that a fork carried from RUN, the run it was made in, for a
+    /// VM that forked that run itself (otherwise unattested, exit 10: a fork of another run
+    /// made under this run's id would carry that run's decisions)
+    #[arg(long, value_name = "RUN", requires = "require_signed")]
+    pub accept_carried_from: Option<String>,
     /// Wait for the decision of this opening of the gate (the `instance` that `gates create`
     /// printed): if the gate was opened again since, whoever did, exit 9 instead of taking
     /// the new opening's decision for it

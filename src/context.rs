@@ -254,15 +254,21 @@ impl Context {
         PgStore::open_project(&self.postgres_url()?, self.opts)
     }
 
-    /// The identity of the project's place, which its principals book is bound to and a
-    /// signed decision names (`PrincipalBook::identity`): None for a SQLite project with no
-    /// id yet (nothing is made).
-    pub fn place_identity(&self) -> Result<Option<String>> {
+    /// The place a signed decision names (`Signed::place`): on PostgreSQL the server and
+    /// database (`PrincipalBook::identity`); for a SQLite project its id and where it is (the
+    /// canonical path of its `.prose/`), since every file in it, its id's included, is the
+    /// agents' to write: a decision signed for one directory stands in no other. None for a
+    /// SQLite project with no id (nothing is made unless `create`).
+    pub fn signature_place(&self, create: bool) -> Result<Option<String>> {
         use crate::store::principals::PrincipalBook as _;
         if self.uses_postgres() {
             return self.project_server()?.identity(false);
         }
-        crate::store::principals::project_id(&self.prose_dir, false)
+        let Some(id) = crate::store::principals::project_id(&self.prose_dir, create)? else {
+            return Ok(None);
+        };
+        let at = std::fs::canonicalize(&self.prose_dir).unwrap_or_else(|_| self.prose_dir.clone());
+        Ok(Some(format!("{id} at {}", at.display())))
     }
 
     /// Deletes a run created on the server by an `init` that could not finish.

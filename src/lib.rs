@@ -48,7 +48,7 @@ pub mod testing {
         let by = crate::store::signatures::SignedBy {
             key: crate::services::sign::parse_public(public)?,
             place: Some(place.to_string()),
-            accept_carried: false,
+            accept_carried: None,
         };
         crate::services::sign::check(report, rows, gates, &by);
         Ok(())

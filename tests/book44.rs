@@ -28,6 +28,13 @@ on_both!(
     a_signed_decision_stands_only_in_its_run_and_project,
 );
 
+#[test]
+fn a_servers_identity_is_not_answered_by_a_function_on_the_search_path() {
+    if let Some(p) = Project::on(Backend::Postgres) {
+        the_servers_identity_is_its_own(&p);
+    }
+}
+
 /// Runs raw SQL on the project's principals book (SQLite's `.prose/principals.db`, or the
 /// server's `openprose` tables).
 fn book_sql(p: &Project, sqlite: &str, postgres: &str) {
@@ -838,9 +845,10 @@ fn concurrent_signed_changes_keep_the_log_whole(b: Backend) {
 /// A page-signed decision stands only for the run and project it was made in: a fork of
 /// another run, made (by an agent holding the audit key) under the id a VM waits on, carries
 /// that run's signed decision, which `gates wait --require-signed --key K` refuses (10) unless
-/// the VM says it forked on purpose (`--accept-carried`); carried into another project pinned
-/// to the same key, it does not verify even then (its signature names its project). (Second
-/// battery, finding 1.)
+/// the VM names the run it forked from (`--accept-carried-from RUN`; another run's name does
+/// not do); carried into another project pinned to the same key, it does not verify even then
+/// (its signature names its project: 10), nor with that project's id written over this one's.
+/// (Second battery, finding 1; third, findings 1 and 3.)
 fn a_signed_decision_stands_only_in_its_run_and_project(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let source = p.init();
@@ -898,7 +906,14 @@ fn a_signed_decision_stands_only_in_its_run_and_project(b: Backend) {
         ])
         .assert();
     assert_eq!(code(&a), 10);
-    assert_eq!(wait("vm-run", p.root(), &["--accept-carried"]).0, 0);
+    assert_eq!(
+        wait("vm-run", p.root(), &["--accept-carried-from", "elsewhere"]).0,
+        10
+    );
+    assert_eq!(
+        wait("vm-run", p.root(), &["--accept-carried-from", &source.id]).0,
+        0
+    );
     // Another project of the same user, pinned to the same key: a fork of this project's
     // run carried into it does not verify there.
     if p.pg_url.is_none() {
@@ -919,12 +934,57 @@ fn a_signed_decision_stands_only_in_its_run_and_project(b: Backend) {
             "--run-id",
             "x1",
         ]);
-        let a = other
-            .cmd()
-            .env("HOME", &home)
-            .args(["--run", "x1", "gates", "wait", "deploy", "--timeout", "0"])
-            .args(["--require-signed", "--key", &key, "--accept-carried"])
-            .assert();
-        assert_eq!(code(&a), 9, "{}", stderr(&a));
+        let other_wait = || {
+            other
+                .cmd()
+                .env("HOME", &home)
+                .args(["--run", "x1", "gates", "wait", "deploy", "--timeout", "0"])
+                .args(["--require-signed", "--key", &key])
+                .args(["--accept-carried-from", &source.id])
+                .assert()
+        };
+        let a = other_wait();
+        assert_eq!(code(&a), 10, "{}", stderr(&a));
+        assert!(stderr(&a).contains("another project"), "{}", stderr(&a));
+        // This project's id written over the other's: it is still another directory.
+        std::fs::copy(
+            p.root().join(".prose/project-id"),
+            other.root().join(".prose/project-id"),
+        )
+        .unwrap();
+        assert_eq!(code(&other_wait()), 10);
     }
+}
+
+/// On PostgreSQL the book's place (and a signature's) is the server's `system_identifier` and
+/// the database's name, read from `pg_catalog` by name: functions of the same names put
+/// earlier on the database's search path answer nothing, so a book (or a signed decision) of
+/// another database does not pass for this one's. (Third battery, finding 2.)
+fn the_servers_identity_is_its_own(p: &Project) {
+    p.init();
+    let token = issue(p, "alice", &[]);
+    let url = p.pg_url.as_ref().unwrap();
+    let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    let db: String = c
+        .query_one("SELECT current_database()::text", &[])
+        .unwrap()
+        .get(0);
+    c.batch_execute(&format!(
+        "CREATE SCHEMA shadow;
+         CREATE FUNCTION shadow.current_database() RETURNS name LANGUAGE sql STABLE
+             AS $$ SELECT 'elsewhere'::name $$;
+         CREATE FUNCTION shadow.pg_control_system()
+             RETURNS TABLE (system_identifier bigint) LANGUAGE sql STABLE
+             AS $$ SELECT 42::bigint $$;
+         ALTER DATABASE \"{db}\" SET search_path = shadow, pg_catalog, public;"
+    ))
+    .unwrap();
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "ship?"])
+        .assert()
+        .success();
+    // Bound to the server and database as they are: the shadows change nothing.
+    p.cmd().args(["principals", "list"]).assert().success();
+    assert_eq!(approve(&run, "g", &token), 0);
 }

@@ -543,8 +543,8 @@ fn a_signed_decision_about_inputs_is_carried_into_a_fork(b: Backend) {
         .unwrap()
         .starts_with("sha256:"));
     assert!(approved.2["signature"].is_object());
-    // A VM that forked the run itself accepts decisions the fork carried (`--accept-carried`);
-    // its source run's own wait does not need to.
+    // A VM that forked the run itself accepts decisions the fork carried from it
+    // (`--accept-carried-from RUN`); the source run's own wait does not need to.
     let wait_as = |r: &str, carried: bool| {
         let a = p
             .cmd()
@@ -559,9 +559,9 @@ fn a_signed_decision_about_inputs_is_carried_into_a_fork(b: Backend) {
                 "--require-signed",
             ])
             .args(if carried {
-                &["--accept-carried"][..]
+                vec!["--accept-carried-from", run.id.as_str()]
             } else {
-                &[]
+                vec![]
             })
             .assert();
         (code(&a), stderr(&a))
@@ -589,7 +589,7 @@ fn a_signed_decision_about_inputs_is_carried_into_a_fork(b: Backend) {
     );
     let (code_of_same, why) = wait_as("same", false);
     assert_eq!(code_of_same, 10, "carried, without --accept-carried: {why}");
-    assert!(why.contains("--accept-carried"), "{why}");
+    assert!(why.contains("--accept-carried-from"), "{why}");
     assert_eq!(
         wait("changed").0,
         11,
@@ -603,7 +603,8 @@ fn a_signed_decision_about_inputs_is_carried_into_a_fork(b: Backend) {
                 "gates",
                 "verify",
                 "--signed",
-                "--accept-carried",
+                "--accept-carried-from",
+                &run.id,
             ])
             .assert()
             .success();
@@ -647,7 +648,8 @@ fn a_signed_decision_about_inputs_is_carried_into_a_fork(b: Backend) {
             "gates",
             "verify",
             "--signed",
-            "--accept-carried",
+            "--accept-carried-from",
+            &run.id,
         ])
         .assert()
         .success();

@@ -1009,7 +1009,7 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
     };
     let signed = args
         .require_signed
-        .then(|| signed_by(ctx, args.key.as_deref(), args.accept_carried))
+        .then(|| signed_by(ctx, args.key.as_deref(), args.accept_carried_from.clone()))
         .transpose()?;
     let open = || ctx.open_run(run_arg);
     let start = std::time::Instant::now();
@@ -1477,11 +1477,11 @@ impl Render for Verified {
 fn signed_by(
     ctx: &Context,
     given: Option<&str>,
-    accept_carried: bool,
+    accept_carried: Option<String>,
 ) -> Result<crate::store::signatures::SignedBy> {
     Ok(crate::store::signatures::SignedBy {
         key: pinned_key(ctx, given)?,
-        place: ctx.place_identity()?,
+        place: ctx.signature_place(false)?,
         accept_carried,
     })
 }
@@ -1507,7 +1507,7 @@ fn pinned_key(ctx: &Context, given: Option<&str>) -> Result<ed25519_dalek::Verif
 pub fn verify(args: &crate::cli::GateVerifyArgs, ctx: &Context) -> Result<Verified> {
     let signed = args
         .signed
-        .then(|| signed_by(ctx, args.key.as_deref(), args.accept_carried))
+        .then(|| signed_by(ctx, args.key.as_deref(), args.accept_carried_from.clone()))
         .transpose()?;
     let (chains, mut warnings) = Listing::chains(ctx, signed.as_ref())?;
     let mut runs = Vec::new();

@@ -102,7 +102,7 @@ pub fn serve(args: &ServeArgs, _global: &Global, ctx: Context) -> Result<()> {
     }
     // Every decision the page signs names the project's place, so it stands in no other.
     let mut signer = signer;
-    signer.place = Some(book.identity(true)?.ok_or_else(|| {
+    signer.place = Some(ctx.signature_place(true)?.ok_or_else(|| {
         anyhow!("the project's place has no identity for the page's signatures to name")
     })?);
     let app = Arc::new(app::App::new(ctx, signer, tls.is_some()));

@@ -90,8 +90,9 @@ impl SignsDecisions for Signer {
             "key": self.public,
             "sig": crate::model::hex(&sig.to_bytes()),
         });
-        if self.place.is_some() {
+        if let Some(place) = &self.place {
             signature["v"] = crate::store::signatures::PLACED.into();
+            signature["place"] = place.as_str().into();
         }
         signature
     }

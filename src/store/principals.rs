@@ -263,6 +263,9 @@ fn anchor_name(book: &dyn PrincipalBook, here: Option<&str>) -> String {
 pub enum Binding<'a> {
     /// At the place with this identity (None: a project with no id).
     Here(Option<&'a str>),
+    /// There, by the key's holder about to pin it: rows sealed with an audit key this reader
+    /// does not hold are taken as they chain, since the pin's signature vouches for them.
+    Pinning(Option<&'a str>),
     /// Anywhere, and against no anchor: a re-binding, which accepts the book as it is here.
     Rebinding,
 }
@@ -290,7 +293,7 @@ fn read_log(
     // the log read after it holds them. Read the other way round, a writer appending and
     // anchoring between the two reads would look like rows cut from the end.
     let anchor = match binding {
-        Binding::Here(_) => super::seal::anchored(place, BOOK_ANCHOR),
+        Binding::Here(_) | Binding::Pinning(_) => super::seal::anchored(place, BOOK_ANCHOR),
         Binding::Rebinding => None,
     };
     let rows = book.book_log()?;
@@ -337,9 +340,9 @@ pub fn judge(
     binding: Binding,
     trusted: &dyn Fn() -> Option<String>,
 ) -> std::result::Result<BookState, String> {
-    let rebinding = matches!(binding, Binding::Rebinding);
-    let mut state = super::book_log::replay(rows, key, rebinding, trusted)?;
-    if let Binding::Here(here) = binding {
+    let other_keys = matches!(binding, Binding::Rebinding | Binding::Pinning(_));
+    let mut state = super::book_log::replay(rows, key, other_keys, trusted)?;
+    if let Binding::Here(here) | Binding::Pinning(here) = binding {
         bound_here(&state, here)?;
     }
     // Anchored: the row this user last saw vouched for must still be there, so a log cut at
@@ -415,9 +418,16 @@ pub fn record(
     // A re-binding accepts the book as it is here, moved or restored on purpose by someone
     // who may change it: its log must still be whole (chained, sealed or signed), but no
     // earlier anchor or binding of this place speaks for it.
+    let pinning = changes
+        .iter()
+        .any(|c| super::book_log::pins(c.event, c.grp, c.value).is_some());
     let state = if rebind {
         let place = book.path_place();
         read_log(book, &place, Binding::Rebinding)?
+    } else if pinning {
+        let here = book.identity(false)?;
+        let place = anchor_name(book, here.as_deref());
+        read_log(book, &place, Binding::Pinning(here.as_deref()))?
     } else {
         book_state(book)?
     };

@@ -45,8 +45,9 @@ pub struct SignedBy {
     pub key: VerifyingKey,
     /// This project's place (see [`Signed::place`]); None: it has none (a project with no id).
     pub place: Option<String>,
-    /// Whether a decision a fork carried from another run counts (`--accept-carried`).
-    pub accept_carried: bool,
+    /// The run whose decisions, carried here by a fork, count (`--accept-carried-from RUN`):
+    /// the run the VM forked from, where the decision was made.
+    pub accept_carried: Option<String>,
 }
 
 /// What a signature covers of a decision's inputs: the digest of their content digests, by
@@ -171,9 +172,10 @@ pub fn problem(
     if let Some(run) = &made_in {
         // A fork of another run, made under this run's id, would carry that run's decisions
         // here: one counts only where the waiter says it forked on purpose.
-        if !by.accept_carried {
+        if by.accept_carried.as_deref() != Some(run.as_str()) {
             return Some(Integrity::Unattested(format!(
-                "its decision was made in run {} and carried here by a fork: pass --accept-carried to accept a decision made in another run",
+                "its decision was made in run {} and carried here by a fork: a VM that forked that run itself accepts it with --accept-carried-from {}",
+                crate::error::shown(run),
                 crate::error::shown(run)
             )));
         }
@@ -257,6 +259,13 @@ fn signature_problem(
     let Some(place) = by.place.as_deref() else {
         return unsigned("this project has no id to check the signature's project against");
     };
+    if let Some(signed_for) = sig["place"].as_str().filter(|p| *p != place) {
+        return Some(Integrity::Unattested(format!(
+            "signed for another project ({}), not this one ({})",
+            crate::error::shown(signed_for),
+            crate::error::shown(place)
+        )));
+    }
     let what = &Signed {
         place: Some(place),
         ..*what

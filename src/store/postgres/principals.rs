@@ -48,7 +48,10 @@ impl BookStatements for PgStore {
         let row = self
             .client
             .query_one(
-                "SELECT system_identifier::text, current_database()::text FROM pg_control_system()",
+                // Qualified: a function of the same name earlier on a search_path some role
+                // set would otherwise answer for the server's own.
+                "SELECT system_identifier::pg_catalog.text, pg_catalog.current_database()::pg_catalog.text
+                   FROM pg_catalog.pg_control_system()",
                 &[],
             )
             .map_err(self.err())?;
