@@ -26,6 +26,7 @@ on_both!(
     the_page_signs_only_for_a_book_pinned_to_its_key,
     concurrent_signed_changes_keep_the_log_whole,
     a_signed_decision_stands_only_in_its_run_and_project,
+    signed_mode_as_documented_passes_a_page_decision,
 );
 
 #[test]
@@ -987,4 +988,105 @@ fn the_servers_identity_is_its_own(p: &Project) {
     // Bound to the server and database as they are: the shadows change nothing.
     p.cmd().args(["principals", "list"]).assert().success();
     assert_eq!(approve(&run, "g", &token), 0);
+}
+
+/// Signed mode set up as docs/approval-page.md says, with the approver a user of its own
+/// holding a copy of the project's audit key: the page's approval passes the VM's
+/// `gates wait --require-signed --key K` (0). An approver that holds an audit key of its own
+/// (not the project's) still pins, and reads the book it pinned. (Third battery, findings 4
+/// and 5.)
+fn signed_mode_as_documented_passes_a_page_decision(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    issue(&p, "alice", &[]);
+    let approver = other_user(&p, ".approver", true);
+    let as_approver = |args: &[&str]| p.cmd().env("HOME", &approver).args(args).assert();
+    let key = String::from_utf8_lossy(
+        &as_approver(&["serve", "--show-key"])
+            .success()
+            .get_output()
+            .stdout,
+    )
+    .trim()
+    .to_string();
+    p.cmd()
+        .args(["principals", "require", "--signed", "--key", &key])
+        .assert()
+        .success();
+    as_approver(&["principals", "require", "--signed"]).success();
+    let bob = String::from_utf8_lossy(
+        &as_approver(&["principals", "add", "bob"])
+            .success()
+            .get_output()
+            .stdout,
+    )
+    .trim()
+    .to_string();
+    run.cmd()
+        .args(["gates", "create", "deploy", "--prompt", "ship?"])
+        .assert()
+        .success();
+    let mut c = p.std_cmd();
+    c.env("HOME", &approver)
+        .args(["serve", "--listen", "127.0.0.1:0"]);
+    let s = Server::of(&mut c, "http");
+    let cookie = s.login(&bob);
+    approve_as_shown(&s, &cookie, &run, "deploy");
+    drop(s);
+    let w = run
+        .cmd()
+        .args([
+            "gates",
+            "wait",
+            "deploy",
+            "--timeout",
+            "0",
+            "--require-signed",
+            "--key",
+            &key,
+        ])
+        .assert();
+    assert_eq!(code(&w), 0, "{}", stderr(&w));
+    // An approver with an audit key of its own pins another project of this user's.
+    let Some(q) = Project::on(b) else { return };
+    q.init();
+    q.cmd()
+        .env("HOME", test_home(p.root()))
+        .args(["principals", "add", "carol"])
+        .assert()
+        .success();
+    let own = other_user(&p, ".approver-own-key", false);
+    std::fs::write(own.join(".prose/audit.key"), "11".repeat(32)).unwrap();
+    std::fs::set_permissions(
+        own.join(".prose/audit.key"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let own_key = String::from_utf8_lossy(
+        &q.cmd()
+            .env("HOME", &own)
+            .args(["serve", "--show-key"])
+            .assert()
+            .success()
+            .get_output()
+            .stdout,
+    )
+    .trim()
+    .to_string();
+    q.cmd()
+        .env("HOME", test_home(p.root()))
+        .args(["principals", "require", "--signed", "--key", &own_key])
+        .assert()
+        .success();
+    for args in [
+        &["principals", "require", "--signed"][..],
+        &["principals", "list"],
+    ] {
+        q.cmd().env("HOME", &own).args(args).assert().success();
+    }
+    q.cmd()
+        .env("HOME", test_home(p.root()))
+        .args(["principals", "list"])
+        .assert()
+        .success();
 }

@@ -352,13 +352,21 @@ impl super::Run for PrincipalsArgs {
             }
             Some(PrincipalsCommand::Require(r)) => {
                 let mut book = book.expect("made for a write");
-                let before = state(book.as_mut())?;
                 let signed = match (&r.key, r.signed) {
                     (_, false) => None,
                     (Some(k), true) => Some(public_tag(&parse_public(k)?)),
                     (None, true) => Some(Signer::load_or_create()?.public),
                 };
                 let signer = Signer::load()?;
+                // About to pin its own key: read as the key's holder reads a book it will
+                // vouch for.
+                let before = match signer.as_ref().zip(signed.as_deref()) {
+                    Some((s, k)) if s.public == k => {
+                        crate::store::principals::book_state_to_pin(book.as_mut())?
+                            .map_err(tampered)?
+                    }
+                    _ => state(book.as_mut())?,
+                };
                 // A first pin is the work of two: the audit key's holder authorizes the key
                 // (sealed with the audit key), and the key's holder pins it (signed by it). A
                 // user who holds both does both at once; one who holds only the audit key

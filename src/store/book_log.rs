@@ -186,6 +186,14 @@ pub fn replay(
 ) -> Result<BookState, String> {
     let mut rows: Vec<&BookEvent> = rows.iter().collect();
     rows.sort_by_key(|r| r.seq);
+    // Rows sealed with another key are taken as they chain only in a book this reader's key
+    // sealed none of (moved here from another user): in one it seals, what names another key
+    // after its last row is made up.
+    let other_keys = other_keys
+        && !key.is_some_and(|k| {
+            rows.iter()
+                .any(|r| k.check(&r.hash, Some(&r.seal)) == SealCheck::Valid)
+        });
     let mut state = BookState::default();
     let mut prev = String::new();
     let mut pinned: Option<VerifyingKey> = None;

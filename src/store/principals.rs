@@ -250,6 +250,16 @@ pub fn book_state(book: &mut dyn PrincipalBook) -> Result<std::result::Result<Bo
     read_log(book, &place, Binding::Here(here.as_deref()))
 }
 
+/// [`book_state`], as the holder of a signing key about to pin it reads the book: rows sealed
+/// with an audit key it does not hold are taken as they chain (its pin will vouch for them).
+pub fn book_state_to_pin(
+    book: &mut dyn PrincipalBook,
+) -> Result<std::result::Result<BookState, String>> {
+    let here = book.identity(false)?;
+    let place = anchor_name(book, here.as_deref());
+    read_log(book, &place, Binding::Pinning(here.as_deref()))
+}
+
 /// What the book's anchor is named by: the identity of its place (`here`, see
 /// [`PrincipalBook::identity`]), which no spelling of a path or a URL changes, and which a
 /// book copied or rolled back to another directory with its project's id keeps; for a SQLite
@@ -425,9 +435,7 @@ pub fn record(
         let place = book.path_place();
         read_log(book, &place, Binding::Rebinding)?
     } else if pinning {
-        let here = book.identity(false)?;
-        let place = anchor_name(book, here.as_deref());
-        read_log(book, &place, Binding::Pinning(here.as_deref()))?
+        book_state_to_pin(book)?
     } else {
         book_state(book)?
     };
