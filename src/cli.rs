@@ -1071,14 +1071,15 @@ pub struct RequireArgs {
     /// Lift the requirement (of a token, and of signed decisions)
     #[arg(long, conflicts_with_all = ["signed", "key"])]
     pub off: bool,
-    /// Also require every decision to be signed by the approval page (`serve`): pins its
-    /// public key, signed by that key, so run it as the user serve runs as; the command line
-    /// may then not decide, and every later change to the book is that key's holder's
+    /// Also require every decision to be signed by the approval page (`serve`): authorizes
+    /// its key (as the audit key's holder) and pins it (as the key's holder: run as the user
+    /// serve runs as); the command line may then not decide, and every later change to the
+    /// book is that key's holder's
     #[arg(long)]
     pub signed: bool,
-    /// The key to pin (ed25519:HEX, as `serve --show-key` prints it), which this user must
-    /// hold, or, with a key pinned, whose holder re-pins it; default: this user's serve key,
-    /// made if it has none
+    /// The key (ed25519:HEX, as `serve --show-key` prints it): authorized only, when this
+    /// user does not hold it (its holder then pins it); with a key pinned, re-pinned by the
+    /// pinned key's holder; default: this user's serve key, made if it has none
     #[arg(long, value_name = "KEY", requires = "signed")]
     pub key: Option<String>,
 }
