@@ -1281,8 +1281,8 @@ fn no_mutation_of_the_rows_makes_a_decision_stand(b: Backend) {
     );
 }
 
-/// The identity of the project's place, which a page's signature names: its id, or its
-/// server and database (read by the test itself).
+/// The place a page's signature names: a SQLite project's id and path, or its server and
+/// database (read by the test itself).
 pub fn place_of(p: &Project) -> String {
     match &p.pg_url {
         Some(url) => postgres::Client::connect(url, postgres::NoTls)
@@ -1293,10 +1293,16 @@ pub fn place_of(p: &Project) -> String {
             )
             .unwrap()
             .get(0),
-        None => std::fs::read_to_string(p.root().join(".prose/project-id"))
-            .unwrap()
-            .trim()
-            .to_string(),
+        // A SQLite project's id, and where its `.prose/` is.
+        None => format!(
+            "{} at {}",
+            std::fs::read_to_string(p.root().join(".prose/project-id"))
+                .unwrap()
+                .trim(),
+            std::fs::canonicalize(p.root().join(".prose"))
+                .unwrap()
+                .display()
+        ),
     }
 }
 
