@@ -57,31 +57,12 @@ pub fn inputs_digest(map: &std::collections::BTreeMap<String, Option<String>>) -
 }
 
 impl Signed<'_> {
-    /// The signed bytes: a JSON array, so that no field can run into the next.
+    /// The signed bytes: a JSON array, so that no field can run into the next. Only v3 is
+    /// made and checked (a signature without the place it names is unattested before its
+    /// bytes are read); with no place the array holds null there, which no check accepts.
     pub fn message(&self) -> Vec<u8> {
-        // v3 names the project's place (and the inputs' digest, or null).
-        if let Some(place) = self.place {
-            return serde_json::to_vec(&serde_json::json!([
-                "prose-state signed decision v3",
-                self.run,
-                self.gate,
-                self.instance,
-                self.prompt_hash,
-                self.decision,
-                self.principal,
-                self.time,
-                self.inputs,
-                place,
-            ]))
-            .unwrap_or_default();
-        }
-        // v2 adds the inputs' digest, for a decision about inputs; v1 is every other's.
-        let version = match self.inputs {
-            Some(_) => "prose-state signed decision v2",
-            None => "prose-state signed decision v1",
-        };
-        let mut fields = serde_json::json!([
-            version,
+        serde_json::to_vec(&serde_json::json!([
+            "prose-state signed decision v3",
             self.run,
             self.gate,
             self.instance,
@@ -89,11 +70,10 @@ impl Signed<'_> {
             self.decision,
             self.principal,
             self.time,
-        ]);
-        if let (Some(inputs), Some(a)) = (self.inputs, fields.as_array_mut()) {
-            a.push(inputs.into());
-        }
-        serde_json::to_vec(&fields).unwrap_or_default()
+            self.inputs,
+            self.place,
+        ]))
+        .unwrap_or_default()
     }
 
     /// What the decided `gate` row says was decided.
