@@ -475,9 +475,20 @@ pub struct BindArgs {
     #[arg(long, value_name = "PATH")]
     pub file: Option<PathBuf>,
 
-    /// Bind in this execution's scope (omitted: the root scope)
+    /// Bind in the frame of this execution record (a block invocation or a branch; a record
+    /// inside one binds in it; omitted: the root)
     #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = at_least(1))]
     pub execution_id: Option<i64>,
+
+    /// An assignment (`x = ...`): write the binding `get` reads from here, in whatever frame
+    /// holds it (exit 3 if none does)
+    #[arg(long, conflicts_with = "local")]
+    pub assign: bool,
+
+    /// Bind at the --execution-id record itself: a name its construct declares for its body
+    /// alone (a loop variable, `catch as err`)
+    #[arg(long, requires = "execution_id")]
+    pub local: bool,
 
     /// What kind of binding this is; a const cannot be rebound in its scope
     #[arg(long, value_enum, default_value_t = Kind::Let)]
@@ -569,13 +580,25 @@ pub struct HistoryArgs {
 
 #[derive(Debug, Args)]
 pub struct ExecAppendArgs {
-    /// Statement index in the program
-    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = at_least(0))]
-    pub index: i64,
+    /// Statement index in the program (taken from the start with --ends)
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = at_least(0),
+          required_unless_present = "ends")]
+    pub index: Option<i64>,
 
-    /// Statement text, e.g. 'session "Research AI safety"' or 'parallel:a'
-    #[arg(long, value_name = "STMT")]
-    pub text: String,
+    /// Statement text, e.g. 'session "Research AI safety"' (taken from the start with --ends)
+    #[arg(long, value_name = "STMT", required_unless_present = "ends")]
+    pub text: Option<String>,
+
+    /// End the construct that record ID started: its index, text and parent are the start's,
+    /// and it ends once (again: the same id)
+    #[arg(long, value_name = "ID", allow_hyphen_values = true, value_parser = at_least(1),
+          conflicts_with = "key")]
+    pub ends: Option<i64>,
+
+    /// What a start opens, where its text is not the program's own (`branch` for a branch of
+    /// a parallel); read from the text's leading keyword otherwise
+    #[arg(long, value_name = "KIND", value_parser = construct_kinds())]
+    pub construct: Option<String>,
 
     /// Record status
     #[arg(long, value_enum)]
@@ -600,6 +623,16 @@ pub struct ExecAppendArgs {
 
     #[command(flatten)]
     pub principal: PrincipalArg,
+}
+
+/// The constructs `exec-append --construct` names: those with a start record.
+fn construct_kinds() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(
+        crate::language::NAMES
+            .iter()
+            .filter(|(_, k)| k.opens())
+            .map(|(n, _)| *n),
+    )
 }
 
 #[derive(Debug, Args)]

@@ -9,6 +9,7 @@ pub mod cli;
 pub mod cmd;
 pub mod context;
 mod error;
+pub mod language;
 pub mod mcp;
 mod model;
 pub mod output;

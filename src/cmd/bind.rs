@@ -1,9 +1,9 @@
 use crate::cli::BindArgs;
-use crate::error::{not_found, shown, usage};
+use crate::error::{not_found, refused, shown, usage};
 use crate::model::{check_name, now};
 use crate::output::{one_line, Render};
 use crate::services::attach::{self, Staged};
-use crate::store::{NewBinding, Update};
+use crate::store::{NewBinding, Store, Update};
 use anyhow::Result;
 use serde::Serialize;
 use std::io::{self, Write};
@@ -38,6 +38,62 @@ impl Render for Bound {
     }
 }
 
+impl BindArgs {
+    /// Where the binding is written: the language's frame of `--execution-id` (the root
+    /// without one); with `--assign`, the binding `get` would read; with `--local`, the record
+    /// itself. A binding an older run already wrote between the record and its frame (in a
+    /// loop's or a `try:`'s scope) is written where it is, so that reads keep finding it.
+    fn scope(&self, store: &mut dyn Store) -> Result<Option<i64>> {
+        let Some(at) = self.execution_id else {
+            return self.assigned(store, None, None);
+        };
+        if self.local {
+            return Ok(Some(at));
+        }
+        let found = store.resolve(&self.name, Some(at))?;
+        if self.assign {
+            return self.assigned(store, Some(at), found);
+        }
+        let frame = crate::store::frame_of(store, at)?;
+        if let Some(e) = found.as_ref().and_then(|f| f.row.execution_id) {
+            let chain = store.scope_chain(at)?;
+            let below = chain.iter().take_while(|c| Some(**c) != frame);
+            if below.into_iter().any(|c| *c == e) {
+                return Ok(Some(e));
+            }
+        }
+        Ok(frame)
+    }
+
+    /// `--assign`: the scope of the binding `get` would read from `at`.
+    fn assigned(
+        &self,
+        store: &mut dyn Store,
+        at: Option<i64>,
+        found: Option<crate::store::Found>,
+    ) -> Result<Option<i64>> {
+        if !self.assign {
+            return Ok(at);
+        }
+        let found = match (at, found) {
+            (Some(_), f) => f,
+            (None, _) => store.resolve(&self.name, None)?,
+        };
+        match found {
+            Some(f) if f.row.kind.as_deref() == Some("const") => Err(refused(format!(
+                "{} is a const: an assignment cannot change it",
+                shown(&self.name)
+            ))),
+            Some(f) => Ok(f.row.execution_id),
+            None => Err(not_found(format!(
+                "{} is not bound in any frame visible here: an assignment needs its `let` first ({})",
+                shown(&self.name),
+                at.map_or("the root".into(), |a| format!("from execution {a}"))
+            ))),
+        }
+    }
+}
+
 impl super::Run for BindArgs {
     type Output = Bound;
     fn run(&self, ctx: &crate::context::Context) -> Result<Bound> {
@@ -54,6 +110,7 @@ impl super::Run for BindArgs {
                 )));
             }
         }
+        let scope = self.scope(store.as_mut())?;
 
         // An update computes its value in the store, from the stored one: nothing is read here.
         let update = match (&self.append, &self.merge) {
@@ -101,7 +158,7 @@ impl super::Run for BindArgs {
                 self.attach_over,
                 dest,
                 &self.name,
-                self.execution_id,
+                scope,
                 from_stdin,
             )?;
             match staged {
@@ -121,7 +178,7 @@ impl super::Run for BindArgs {
         let outcome = store.bind(
             &NewBinding {
                 name: &self.name,
-                execution_id: self.execution_id,
+                execution_id: scope,
                 kind: self.kind.as_str(),
                 value: &value,
                 source_statement: self.source.as_deref(),
@@ -153,11 +210,11 @@ impl super::Run for BindArgs {
         };
         Ok(Bound {
             name: self.name.clone(),
-            execution_id: self.execution_id,
+            execution_id: scope,
             version: outcome.version,
             kind: self.kind.as_str(),
             db: store.location(),
-            location: store.binding_location(&self.name, self.execution_id),
+            location: store.binding_location(&self.name, scope),
             attachment_path,
             bytes,
             summary,

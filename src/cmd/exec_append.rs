@@ -1,9 +1,11 @@
 use crate::cli::ExecAppendArgs;
+use crate::error::{not_found, refused, shown, usage};
 use crate::model::{check_key, check_metadata, now};
 use crate::output::Render;
-use crate::store::NewExecution;
+use crate::store::{ExecQuery, NewExecution, ENDS, STARTS};
 use anyhow::Result;
 use serde::Serialize;
+use serde_json::Value;
 use std::io::{self, Write};
 
 #[derive(Debug, Serialize)]
@@ -22,6 +24,100 @@ impl Render for Appended {
     }
 }
 
+/// What an end takes from its start (`--ends`): the statement, the parent, and the ids of
+/// the construct it belongs to.
+struct Start {
+    index: i64,
+    text: String,
+    parent: Option<i64>,
+    metadata: serde_json::Map<String, Value>,
+}
+
+/// The start record `id` that `--ends` names, checked against what else the line gives.
+fn start_of(store: &mut dyn crate::store::Store, args: &ExecAppendArgs, id: i64) -> Result<Start> {
+    let Some(r) = crate::store::record(store, id)? else {
+        return Err(not_found(format!("--ends names no record: {id}")));
+    };
+    let status = r.status.as_ref().map_or("", |s| s.as_str());
+    if !STARTS.contains(&status) {
+        return Err(usage(format!(
+            "--ends {id} names a `{status}` record, not a start (`executing` or `started`): name the record that opened the construct"
+        )));
+    }
+    if !args.status.is_ending() || args.status == crate::cli::Status::Iteration {
+        return Err(usage(format!(
+            "--ends takes an ending status (completed, failed, skipped, joined, exited), not {}",
+            args.status.as_str()
+        )));
+    }
+    let index = r.statement_index.unwrap_or_default();
+    let text = r.statement_text.clone().unwrap_or_default();
+    let differs = |what: &str, given: String, start: String| {
+        usage(format!(
+            "--{what} {} differs from the start's ({}): leave it out with --ends",
+            shown(&given),
+            shown(&start)
+        ))
+    };
+    if let Some(i) = args.index.filter(|i| *i != index) {
+        return Err(differs("index", i.to_string(), index.to_string()));
+    }
+    if let Some(t) = args.text.as_ref().filter(|t| **t != text) {
+        return Err(differs("text", t.clone(), text));
+    }
+    if let Some(p) = args.parent.filter(|p| Some(*p) != r.parent_id) {
+        return Err(differs(
+            "parent",
+            p.to_string(),
+            r.parent_id.map_or("none".into(), |p| p.to_string()),
+        ));
+    }
+    // The ids that tie an end to its construct (a branch's `parallel_id` and `branch`, a
+    // loop's `loop_id`) come with it, so that readers of either shape count it.
+    let mut metadata = serde_json::Map::new();
+    if let Some(Value::Object(m)) = r
+        .metadata
+        .as_deref()
+        .and_then(|m| serde_json::from_str(m).ok())
+    {
+        for k in ["parallel_id", "branch", "loop_id"] {
+            if let Some(v) = m.get(k) {
+                metadata.insert(k.to_string(), v.clone());
+            }
+        }
+    }
+    // An end already appended: the same one again is its id (the implicit key makes it so);
+    // another is refused.
+    let ends = store.executions_matching(&ExecQuery {
+        after: id,
+        only: Some(ENDS),
+        statement: Some(r.statement_index),
+        with_metadata: true,
+        ..Default::default()
+    })?;
+    for e in ends {
+        let named = e
+            .metadata
+            .as_deref()
+            .and_then(|m| serde_json::from_str::<Value>(m).ok())
+            .and_then(|m| m.get("ends").and_then(Value::as_i64));
+        let same = e.status.as_ref().map(|s| s.as_str()) == Some(args.status.as_str());
+        if named == Some(id) && !same {
+            return Err(refused(format!(
+                "record {id} was already ended by record {} ({})",
+                e.id,
+                e.status.as_ref().map_or("?", |s| s.as_str())
+            )));
+        }
+    }
+    Ok(Start {
+        index,
+        text,
+        parent: r.parent_id,
+        metadata,
+    })
+}
+
 impl super::Run for ExecAppendArgs {
     type Output = Appended;
     fn run(&self, ctx: &crate::context::Context) -> Result<Appended> {
@@ -29,6 +125,58 @@ impl super::Run for ExecAppendArgs {
         let writer = ctx.writer(&self.principal)?;
         self.metadata.as_deref().map(check_metadata).transpose()?;
         self.key.as_deref().map(check_key).transpose()?;
+        let mut metadata = match self.metadata.as_deref() {
+            Some(m) => match serde_json::from_str(m)? {
+                Value::Object(m) => m,
+                _ => unreachable!("checked above"),
+            },
+            None => serde_json::Map::new(),
+        };
+        for k in ["ends", "construct"] {
+            if metadata.contains_key(k) {
+                return Err(usage(format!(
+                    "--metadata may not set \"{k}\": give --{k} instead"
+                )));
+            }
+        }
+        if let Some(kind) = &self.construct {
+            if !STARTS.contains(&self.status.as_str()) {
+                return Err(usage(format!(
+                    "--construct names what a start opens: give it with --status started or executing, not {}",
+                    self.status.as_str()
+                )));
+            }
+            metadata.insert("construct".into(), Value::String(kind.clone()));
+        }
+        let (index, text, parent, key) = match self.ends {
+            Some(id) => {
+                let start = start_of(store.as_mut(), self, id)?;
+                for (k, v) in start.metadata {
+                    metadata.entry(k).or_insert(v);
+                }
+                metadata.insert("ends".into(), Value::from(id));
+                (
+                    start.index,
+                    start.text,
+                    start.parent,
+                    Some(format!("ends {id}")),
+                )
+            }
+            None => (
+                self.index.expect("clap requires --index without --ends"),
+                self.text
+                    .clone()
+                    .expect("clap requires --text without --ends"),
+                self.parent,
+                self.key.clone(),
+            ),
+        };
+        // As given, unless something was added to it.
+        let metadata = if self.ends.is_none() && self.construct.is_none() {
+            self.metadata.clone()
+        } else {
+            Some(Value::Object(metadata).to_string())
+        };
         let at = now();
         let (started_at, completed_at) = if self.status.is_ending() {
             (None, Some(at.as_str()))
@@ -36,22 +184,22 @@ impl super::Run for ExecAppendArgs {
             (Some(at.as_str()), None)
         };
         let id = store.append_execution(&NewExecution {
-            statement_index: Some(self.index),
-            statement_text: &self.text,
+            statement_index: Some(index),
+            statement_text: &text,
             status: self.status.as_str(),
             started_at,
             completed_at,
             error_message: self.error.as_deref(),
-            parent_id: self.parent,
-            metadata: self.metadata.as_deref(),
-            idempotency_key: self.key.as_deref(),
+            parent_id: parent,
+            metadata: metadata.as_deref(),
+            idempotency_key: key.as_deref(),
             principal: &writer,
         })?;
         Ok(Appended {
             id,
-            statement_index: self.index,
+            statement_index: index,
             status: self.status.as_str(),
-            parent_id: self.parent,
+            parent_id: parent,
             at,
         })
     }

@@ -248,19 +248,41 @@ fn open_starts(rows: &[ExecutionRow]) -> (Vec<&ExecutionRow>, HashMap<i64, Optio
         if among(STARTS, r) {
             open.push(r);
         } else if among(ENDS, r) {
+            // An end that names its start (`exec-append --ends`) closes exactly that start,
+            // and is never read by its text.
+            if let Some(start) = ends_of(r) {
+                if let Some(i) = open.iter().rposition(|o| o.id == start) {
+                    open.remove(i);
+                }
+                continue;
+            }
+            // An end of the guide's shape: the latest open start of the same statement at the
+            // same level. It comes first: a start cannot end while a start inside it is still
+            // open, so where the end also fits the older shape (its parent a start of the same
+            // statement, as in a recursive call), it ends the inner one.
+            let sibling = open.iter().rposition(|o| key(o) == key(r));
             let named = r
                 .parent_id
                 .and_then(|p| open.iter().rposition(|o| o.id == p && same(o, r)));
-            if let Some(i) = named {
-                level.insert(r.id, open[i].parent_id);
-            }
-            let closed = named.or_else(|| open.iter().rposition(|o| key(o) == key(r)));
+            let closed = match (sibling, named) {
+                (Some(s), Some(n)) if s > n => Some(s),
+                (_, Some(n)) => {
+                    level.insert(r.id, open[n].parent_id);
+                    Some(n)
+                }
+                (s, None) => s,
+            };
             if let Some(i) = closed {
                 open.remove(i);
             }
         }
     }
     (open, level)
+}
+
+/// The start an end names (`exec-append --ends`), if it names one.
+fn ends_of(r: &ExecutionRow) -> Option<i64> {
+    meta(r)?.get("ends")?.as_i64()
 }
 
 pub(super) fn branch_list(m: &Value) -> Vec<String> {

@@ -679,6 +679,41 @@ pub struct ExecutionRow {
 pub const STARTS: &[&str] = &["executing", "started"];
 pub const ENDS: &[&str] = &["completed", "failed", "skipped", "joined", "exited"];
 
+/// One execution record, by id.
+pub fn record(store: &mut dyn Store, id: i64) -> Result<Option<ExecutionRow>> {
+    Ok(store
+        .executions_matching(&ExecQuery {
+            after: id - 1,
+            before: Some(id + 1),
+            ..Default::default()
+        })?
+        .pop())
+}
+
+/// The frame a binding made at record `id` lives in (`None`: the root): the nearest record,
+/// from `id` up its parents, that opens a frame ([`crate::language::is_frame`]).
+pub fn frame_of(store: &mut dyn Store, id: i64) -> Result<Option<i64>> {
+    let mut at = Some(id);
+    while let Some(id) = at {
+        let Some(r) = record(store, id)? else {
+            return Ok(None);
+        };
+        let m = r
+            .metadata
+            .as_deref()
+            .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok());
+        let kind = crate::language::construct_of(r.statement_text.as_deref(), m.as_ref());
+        let status = r.status.as_ref().map(|s| s.as_str());
+        if STARTS.contains(&status.unwrap_or("")) && crate::language::is_frame(kind, status) {
+            return Ok(Some(id));
+        }
+        // Parents come before their children (`exec-append` checks it); a raw row that
+        // points forward ends the walk at the root rather than going round.
+        at = r.parent_id.filter(|p| *p < id);
+    }
+    Ok(None)
+}
+
 /// A narrow read of the execution log: `resume` reads only the records its answer holds, so
 /// that it costs the same on a run of a thousand records and of a million. Every condition is
 /// optional; the SQL is written here once, for both backends.

@@ -1,0 +1,835 @@
+//! The OpenProse language as the state protocol sees it: one entry for every statement form of
+//! the VM's condensed grammar (`src/grammar.txt`, kept verbatim from the VM's specification),
+//! saying what the VM appends, which frame a binding made in it lives in, and what `resume`
+//! says after a crash inside it. `guide vm`, the MCP `vm` prompt, `docs/language.md`,
+//! `resume` and the frames `bind` and `get` resolve are all read from [`TABLE`]; a test fails
+//! when a form of the grammar has no entry.
+//!
+//! Frames are the language's: the root and each block invocation hold bindings, and so does
+//! each branch of a `parallel:`, a `parallel for` or a `pmap` (so that concurrent branches
+//! never share one). An `if`, a `choice`, a loop or a `try:` record is no frame: a binding made
+//! in its body belongs to the frame around it and is readable after it.
+
+use serde::Serialize;
+
+/// A statement form: what a start record opens, or what a statement is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    Use,
+    Input,
+    Output,
+    Agent,
+    Block,
+    Comment,
+    Session,
+    Resume,
+    Let,
+    Const,
+    Assign,
+    Invoke,
+    Do,
+    Arrow,
+    Call,
+    Parallel,
+    Branch,
+    ParallelFor,
+    Repeat,
+    For,
+    Loop,
+    Map,
+    Filter,
+    Pmap,
+    Reduce,
+    Try,
+    Catch,
+    Finally,
+    Throw,
+    Choice,
+    Option,
+    If,
+    Elif,
+    Else,
+    Approve,
+}
+
+/// Whether, and how, a construct holds bindings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Frame {
+    /// Bindings made in it are its enclosing frame's.
+    No,
+    /// It is a frame: what its body declares lives in it (a block invocation, a branch).
+    Yes,
+    /// No frame, but it declares a name for its body alone (a loop variable, `catch as`),
+    /// bound with `bind NAME --local` at its record.
+    Declares,
+}
+
+/// One statement form and its place in the protocol.
+#[derive(Debug, Serialize)]
+pub struct Entry {
+    pub kind: Kind,
+    /// The grammar's rule (or rule alternative) it covers, as `src/grammar.txt` names it.
+    pub rule: &'static str,
+    /// How it is written.
+    pub form: &'static str,
+    /// The status of its start record; `None`: it is logged on completion only.
+    pub start: Option<&'static str>,
+    pub frame: Frame,
+    /// The records the VM appends, in order.
+    pub records: &'static str,
+    /// Who binds what, and where.
+    pub binds: &'static str,
+    /// What `resume` shows after a crash inside it, and what the VM does then.
+    pub resume: &'static str,
+}
+
+const STATEMENT: &str = "`completed` when it completes (`failed --error` if it fails)";
+
+/// Every statement form of the grammar, once. The order is the guide's.
+pub const TABLE: &[Entry] = &[
+    Entry {
+        kind: Kind::Session,
+        rule: "session",
+        form: "session \"…\" / session: agent",
+        start: None,
+        frame: Frame::No,
+        records: STATEMENT,
+        binds: "the subagent, when the statement binds a name",
+        resume: "a binding newer than its frame's last record is `unlogged`: log it, do not run the session again",
+    },
+    Entry {
+        kind: Kind::Resume,
+        rule: "resumeStmt",
+        form: "resume: agent",
+        start: None,
+        frame: Frame::No,
+        records: STATEMENT,
+        binds: "the subagent, with its memory (`guide subagent --agent NAME`); no memory yet is an error (`agent memory NAME` exits 3)",
+        resume: "as a session",
+    },
+    Entry {
+        kind: Kind::Let,
+        rule: "letBinding",
+        form: "let x = …",
+        start: None,
+        frame: Frame::No,
+        records: STATEMENT,
+        binds: "`bind x` in the innermost record's frame (the subagent, or you for `let a = b`: `get b | bind a -`)",
+        resume: "as a session",
+    },
+    Entry {
+        kind: Kind::Const,
+        rule: "constBinding",
+        form: "const x = …",
+        start: None,
+        frame: Frame::No,
+        records: STATEMENT,
+        binds: "`bind x --kind const`, as `let`",
+        resume: "as a session",
+    },
+    Entry {
+        kind: Kind::Assign,
+        rule: "assignment",
+        form: "x = …",
+        start: None,
+        frame: Frame::No,
+        records: STATEMENT,
+        binds: "`bind x --assign`: the binding `get x` reads, in whatever frame declared it",
+        resume: "as a session",
+    },
+    Entry {
+        kind: Kind::Output,
+        rule: "outputBinding",
+        form: "output x = …",
+        start: None,
+        frame: Frame::No,
+        records: STATEMENT,
+        binds: "`bind x --kind output` at the root",
+        resume: "as a session",
+    },
+    Entry {
+        kind: Kind::Input,
+        rule: "inputDecl",
+        form: "input x: \"prompt\"",
+        start: None,
+        frame: Frame::No,
+        records: STATEMENT,
+        binds: "you, with the user's answer: `bind x --kind input` at the root",
+        resume: "an input already bound is not asked again",
+    },
+    Entry {
+        kind: Kind::Invoke,
+        rule: "doBlock",
+        form: "do name(args) / let x = do name(args)",
+        start: Some("executing"),
+        frame: Frame::Yes,
+        records: "`executing` ($CALL); each argument `bind PARAM --kind const --execution-id $CALL`; the body with `--parent $CALL`; `--ends $CALL --status completed`",
+        binds: "its body's names live in its frame (one per call: recursion gets one each); `let x = do …` binds x in the caller's frame after the end",
+        resume: "the call is in `position.open`; continue after `after` inside it",
+    },
+    Entry {
+        kind: Kind::Do,
+        rule: "doBlock",
+        form: "do:",
+        start: Some("started"),
+        frame: Frame::No,
+        records: "`started` ($DO); the body with `--parent $DO`; `--ends $DO --status completed`",
+        binds: "the enclosing frame",
+        resume: "as a block",
+    },
+    Entry {
+        kind: Kind::Arrow,
+        rule: "arrowExpr",
+        form: "session … -> session …",
+        start: Some("started"),
+        frame: Frame::No,
+        records: "`started` ($ARROW); each session `completed --parent $ARROW`; `--ends $ARROW --status completed`",
+        binds: "the last session's result, in the enclosing frame",
+        resume: "continue with the session after `after`",
+    },
+    Entry {
+        kind: Kind::Call,
+        rule: "programCall",
+        form: "name(key: value)",
+        start: Some("started"),
+        frame: Frame::No,
+        records: "`started` ($PROG); the program's records with `--parent $PROG`; `--ends $PROG --status completed`",
+        binds: "its names as `ALIAS.name` (`imports add` first)",
+        resume: "as a block",
+    },
+    Entry {
+        kind: Kind::Parallel,
+        rule: "parallelBlock",
+        form: "parallel (\"first\" | \"any\", count: N, on-fail: …):",
+        start: Some("started"),
+        frame: Frame::No,
+        records: "`started` ($PAR) with `{\"parallel_id\", \"branches\"}` (and `strategy`, `count`, `on_fail` as written); each branch as `branch`; `--ends $PAR --status joined` (a branch cut short by `first`/`any`: `--ends $BR --status skipped`)",
+        binds: "a named branch `a = …` binds a with `--execution-id $PAR`: readable after the join",
+        resume: "`parallel` lists each branch: completed, failed, outstanding; run only the outstanding ones",
+    },
+    Entry {
+        kind: Kind::Branch,
+        rule: "parallelBranch",
+        form: "a branch of parallel, parallel for or pmap",
+        start: Some("started"),
+        frame: Frame::Yes,
+        records: "`started --construct branch --parent $PAR` with `{\"parallel_id\", \"branch\"}` ($BR); its body with `--parent $BR`; `--ends $BR --status completed` (or `failed --error`)",
+        binds: "what the branch declares (its `let`s, a `parallel for`'s variable) lives in its frame",
+        resume: "an open branch is outstanding; continue it after `after` inside it",
+    },
+    Entry {
+        kind: Kind::ParallelFor,
+        rule: "forEachBlock",
+        form: "parallel for x in items:",
+        start: Some("started"),
+        frame: Frame::No,
+        records: "as `parallel:`, one branch per item (`\"branches\"`: the items' positions); `bind x ITEM --kind const --execution-id $BR` in each",
+        binds: "as `parallel:`",
+        resume: "as `parallel:`",
+    },
+    Entry {
+        kind: Kind::Repeat,
+        rule: "repeatBlock",
+        form: "repeat N (as i):",
+        start: Some("started"),
+        frame: Frame::Declares,
+        records: "`started` ($LOOP) with `{\"loop_id\", \"max\": N}`; per iteration `bind i N --local --execution-id $LOOP`, the body with `--parent $LOOP`, then `iteration` with `{\"loop_id\", \"iteration\": n}`; `--ends $LOOP --status exited` with `{\"reason\"}`",
+        binds: "the body's names: the enclosing frame (readable after); `i` only inside",
+        resume: "`loops` gives the iteration in progress; continue after `after` inside it",
+    },
+    Entry {
+        kind: Kind::For,
+        rule: "forEachBlock",
+        form: "for x in items:",
+        start: Some("started"),
+        frame: Frame::Declares,
+        records: "as `repeat`, binding x each iteration with `--local`",
+        binds: "as `repeat`",
+        resume: "as `repeat`",
+    },
+    Entry {
+        kind: Kind::Loop,
+        rule: "loopBlock",
+        form: "loop until|while **…** (max: N) (as i):",
+        start: Some("started"),
+        frame: Frame::Declares,
+        records: "as `repeat`; the condition is judged before each iteration; `exited` with `{\"reason\": \"condition_satisfied\"|\"max\"}`",
+        binds: "as `repeat`: an assignment in the body (`x = …`) is `bind x --assign`, read by the condition",
+        resume: "as `repeat`",
+    },
+    Entry {
+        kind: Kind::Map,
+        rule: "pipeOp",
+        form: "items | map:",
+        start: Some("started"),
+        frame: Frame::Declares,
+        records: "as `for` (`item` bound `--local`); each result `bind RESULT --append V --key $LOOP-n`",
+        binds: "the result list in the enclosing frame",
+        resume: "as `repeat`; an item appended before the crash is not appended again (same `--key`)",
+    },
+    Entry {
+        kind: Kind::Filter,
+        rule: "pipeOp",
+        form: "items | filter:",
+        start: Some("started"),
+        frame: Frame::Declares,
+        records: "as `map`, appending the items kept",
+        binds: "as `map`",
+        resume: "as `map`",
+    },
+    Entry {
+        kind: Kind::Pmap,
+        rule: "pipeOp",
+        form: "items | pmap:",
+        start: Some("started"),
+        frame: Frame::No,
+        records: "as `parallel for`; each branch appends its result with `--key $BR`",
+        binds: "as `map`",
+        resume: "as `parallel:`",
+    },
+    Entry {
+        kind: Kind::Reduce,
+        rule: "pipeOp",
+        form: "items | reduce(acc, item):",
+        start: Some("started"),
+        frame: Frame::Declares,
+        records: "as `for`, `acc` and `item` bound `--local`",
+        binds: "the final `acc` bound to the result in the enclosing frame",
+        resume: "as `repeat`",
+    },
+    Entry {
+        kind: Kind::Try,
+        rule: "tryBlock",
+        form: "try:",
+        start: Some("started"),
+        frame: Frame::No,
+        records: "`started` ($TRY); the body with `--parent $TRY`; the failing statement `failed --error`; then `catch` and `finally`; `--ends $TRY --status completed` (`failed --error` when the error leaves it)",
+        binds: "the enclosing frame",
+        resume: "a `failed` record inside it with no `catch` after: run the catch",
+    },
+    Entry {
+        kind: Kind::Catch,
+        rule: "catch",
+        form: "catch (as err):",
+        start: Some("started"),
+        frame: Frame::Declares,
+        records: "`started --parent $TRY` ($CATCH); `bind err MSG --local --execution-id $CATCH`; its body with `--parent $CATCH`; `--ends $CATCH --status completed`",
+        binds: "err only inside; the rest the enclosing frame",
+        resume: "as a block",
+    },
+    Entry {
+        kind: Kind::Finally,
+        rule: "finally",
+        form: "finally:",
+        start: Some("started"),
+        frame: Frame::No,
+        records: "`started --parent $TRY` ($FIN); its body with `--parent $FIN`; `--ends $FIN --status completed`",
+        binds: "the enclosing frame",
+        resume: "as a block",
+    },
+    Entry {
+        kind: Kind::Throw,
+        rule: "throwStatement",
+        form: "throw \"msg\"",
+        start: None,
+        frame: Frame::No,
+        records: "`failed --error MSG`; the nearest open `try:` catches it, else `finish --status failed --error MSG`",
+        binds: "nothing",
+        resume: "as a failure: `position.handler` says what handles it",
+    },
+    Entry {
+        kind: Kind::Choice,
+        rule: "choiceBlock",
+        form: "choice **…**:",
+        start: Some("started"),
+        frame: Frame::No,
+        records: "choose, then `started` ($CHOICE) with `{\"taken\": \"OPTION\"}`; the option's body with `--parent $CHOICE`; `--ends $CHOICE --status completed`",
+        binds: "the enclosing frame",
+        resume: "`taken` is in the open record: do not choose again",
+    },
+    Entry {
+        kind: Kind::Option,
+        rule: "option",
+        form: "option \"…\":",
+        start: None,
+        frame: Frame::No,
+        records: "none of its own: the choice's `taken`",
+        binds: "the enclosing frame",
+        resume: "as `choice`",
+    },
+    Entry {
+        kind: Kind::If,
+        rule: "ifStatement",
+        form: "if **…**:",
+        start: Some("started"),
+        frame: Frame::No,
+        records: "judge the conditions, then `started` ($IF) with `{\"taken\": \"if\"|\"elif N\"|\"else\"|\"none\"}`; the taken body with `--parent $IF`; `--ends $IF --status completed`",
+        binds: "the enclosing frame: readable after the `if`",
+        resume: "`taken` is in the open record: do not judge again",
+    },
+    Entry {
+        kind: Kind::Elif,
+        rule: "elif",
+        form: "elif **…**:",
+        start: None,
+        frame: Frame::No,
+        records: "none of its own: the `if`'s `taken` (`elif 1` is the first)",
+        binds: "the enclosing frame",
+        resume: "as `if`",
+    },
+    Entry {
+        kind: Kind::Else,
+        rule: "else",
+        form: "else:",
+        start: None,
+        frame: Frame::No,
+        records: "none of its own: the `if`'s `taken`",
+        binds: "the enclosing frame",
+        resume: "as `if`",
+    },
+    Entry {
+        kind: Kind::Approve,
+        rule: "approve",
+        form: "approve name: (prompt, allow, timeout, on_reject)",
+        start: None,
+        frame: Frame::No,
+        records: "`gates create` (it appends `approve`); `gates wait --instance N`; `completed`, or on a rejection or timeout its `on_reject`: `throw` is `failed --error MSG`",
+        binds: "nothing",
+        resume: "`gates` gives the instance and `next_step`",
+    },
+    Entry {
+        kind: Kind::Use,
+        rule: "useStatement",
+        form: "use \"…\" as alias",
+        start: None,
+        frame: Frame::No,
+        records: "none: `imports add ALIAS --source SOURCE` once",
+        binds: "nothing",
+        resume: "`imports` lists it",
+    },
+    Entry {
+        kind: Kind::Agent,
+        rule: "agentDef",
+        form: "agent name:",
+        start: None,
+        frame: Frame::No,
+        records: "none (a definition); a persistent agent's memory is its subagent's",
+        binds: "nothing",
+        resume: "`agents` lists those with memory",
+    },
+    Entry {
+        kind: Kind::Block,
+        rule: "blockDef",
+        form: "block name(params):",
+        start: None,
+        frame: Frame::No,
+        records: "none (a definition)",
+        binds: "nothing",
+        resume: "-",
+    },
+    Entry {
+        kind: Kind::Comment,
+        rule: "comment",
+        form: "# …",
+        start: None,
+        frame: Frame::No,
+        records: "none",
+        binds: "nothing",
+        resume: "-",
+    },
+];
+
+impl Kind {
+    /// Its entry in [`TABLE`].
+    pub fn entry(self) -> &'static Entry {
+        TABLE
+            .iter()
+            .find(|e| e.kind == self)
+            .expect("every kind has an entry (tested)")
+    }
+
+    /// Its name, as `--construct` takes it and `resume` shows it.
+    pub fn name(self) -> &'static str {
+        NAMES
+            .iter()
+            .find(|(_, k)| *k == self)
+            .map(|(n, _)| *n)
+            .expect("every kind has a name (tested)")
+    }
+
+    pub fn parse(name: &str) -> Option<Kind> {
+        NAMES.iter().find(|(n, _)| *n == name).map(|(_, k)| *k)
+    }
+
+    /// A construct with a start record (and so an end that names it).
+    pub fn opens(self) -> bool {
+        self.entry().start.is_some()
+    }
+}
+
+/// The names `--construct` takes.
+pub const NAMES: &[(&str, Kind)] = &[
+    ("use", Kind::Use),
+    ("input", Kind::Input),
+    ("output", Kind::Output),
+    ("agent", Kind::Agent),
+    ("block", Kind::Block),
+    ("comment", Kind::Comment),
+    ("session", Kind::Session),
+    ("resume", Kind::Resume),
+    ("let", Kind::Let),
+    ("const", Kind::Const),
+    ("assign", Kind::Assign),
+    ("invoke", Kind::Invoke),
+    ("do", Kind::Do),
+    ("arrow", Kind::Arrow),
+    ("call", Kind::Call),
+    ("parallel", Kind::Parallel),
+    ("branch", Kind::Branch),
+    ("parallel-for", Kind::ParallelFor),
+    ("repeat", Kind::Repeat),
+    ("for", Kind::For),
+    ("loop", Kind::Loop),
+    ("map", Kind::Map),
+    ("filter", Kind::Filter),
+    ("pmap", Kind::Pmap),
+    ("reduce", Kind::Reduce),
+    ("try", Kind::Try),
+    ("catch", Kind::Catch),
+    ("finally", Kind::Finally),
+    ("throw", Kind::Throw),
+    ("choice", Kind::Choice),
+    ("option", Kind::Option),
+    ("if", Kind::If),
+    ("elif", Kind::Elif),
+    ("else", Kind::Else),
+    ("approve", Kind::Approve),
+];
+
+/// A name as the grammar's IDENTIFIER (letters, digits, `_`, `.` for imports; not first a digit).
+fn identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c.is_alphabetic() || c == '_')
+        && chars.all(|c| c.is_alphanumeric() || c == '_' || c == '.')
+}
+
+/// The first word of `s` (up to a space, `:`, `(` or `"`), and the rest.
+fn first_word(s: &str) -> (&str, &str) {
+    let s = s.trim_start();
+    let end = s
+        .find(|c: char| c.is_whitespace() || matches!(c, ':' | '(' | '"' | '='))
+        .unwrap_or(s.len());
+    (&s[..end], &s[end..])
+}
+
+/// What an expression opens, if anything (`do name(…)`, `parallel:`, a loop, a pipeline, an
+/// arrow, a program call), else `None`.
+fn expression(e: &str) -> Option<Kind> {
+    let e = e.trim();
+    let (word, rest) = first_word(e);
+    let opened = match word {
+        "do" if rest.trim_start().starts_with(':') => Some(Kind::Do),
+        "do" => Some(Kind::Invoke),
+        "parallel" if first_word(rest).0 == "for" => Some(Kind::ParallelFor),
+        "parallel" => Some(Kind::Parallel),
+        "repeat" => Some(Kind::Repeat),
+        "for" => Some(Kind::For),
+        "loop" => Some(Kind::Loop),
+        _ => None,
+    };
+    if opened.is_some() {
+        return opened;
+    }
+    // A pipeline: the first operation after a `|` outside quotes.
+    if let Some(op) = pipe_op(e) {
+        return Some(op);
+    }
+    if word == "session" || word == "resume" {
+        return e.contains("->").then_some(Kind::Arrow);
+    }
+    (identifier(word) && rest.trim_start().starts_with('(')).then_some(Kind::Call)
+}
+
+/// The first pipeline operation of `e` (`| map:`, `| filter:`, `| pmap:`, `| reduce(`).
+fn pipe_op(e: &str) -> Option<Kind> {
+    let mut quoted = false;
+    for (i, c) in e.char_indices() {
+        match c {
+            '"' => quoted = !quoted,
+            '|' if !quoted => {
+                return match first_word(&e[i + 1..]).0 {
+                    "map" => Some(Kind::Map),
+                    "filter" => Some(Kind::Filter),
+                    "pmap" => Some(Kind::Pmap),
+                    "reduce" => Some(Kind::Reduce),
+                    _ => None,
+                };
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The statement form of a record's text, by the grammar's leading keyword. A binding whose
+/// expression opens a construct (`let x = do refine(…)`, `a = parallel:`) is that construct.
+/// `None`: the text is not the program's own (say `loop`, or `parallel:a` as older guides
+/// wrote a branch's end).
+pub fn classify(text: &str) -> Option<Kind> {
+    let t = text.trim_start();
+    if t.starts_with('#') {
+        return Some(Kind::Comment);
+    }
+    let (word, rest) = first_word(t);
+    let after_eq = |r: &str| r.split_once('=').map(|(_, e)| e.to_string());
+    let binding = |kind: Kind, r: &str| match after_eq(r) {
+        Some(e) => Some(expression(&e).unwrap_or(kind)),
+        None => None,
+    };
+    match word {
+        "use" => Some(Kind::Use),
+        "input" => Some(Kind::Input),
+        "agent" => Some(Kind::Agent),
+        "block" => Some(Kind::Block),
+        "session" => Some(expression(t).unwrap_or(Kind::Session)),
+        "resume" if rest.trim_start().starts_with(':') => {
+            Some(expression(t).unwrap_or(Kind::Resume))
+        }
+        "let" => binding(Kind::Let, rest),
+        "const" => binding(Kind::Const, rest),
+        "output" => binding(Kind::Output, rest),
+        "try" => Some(Kind::Try),
+        "catch" => Some(Kind::Catch),
+        "finally" => Some(Kind::Finally),
+        "throw" => Some(Kind::Throw),
+        "choice" => Some(Kind::Choice),
+        "option" => Some(Kind::Option),
+        "if" => Some(Kind::If),
+        "elif" => Some(Kind::Elif),
+        "else" => Some(Kind::Else),
+        "approve" => Some(Kind::Approve),
+        "do" | "parallel" | "repeat" | "for" | "loop" => {
+            // `loop` alone, or `parallel:a` (an older guide's branch), is not the program's
+            // text: only a form the grammar writes is classified.
+            let k = expression(t)?;
+            let well_formed = match k {
+                Kind::Parallel => {
+                    let r = rest.trim_start();
+                    r.starts_with('(') || r == ":" || r.starts_with(":\n")
+                }
+                Kind::Loop => t.trim_end().ends_with(':'),
+                _ => true,
+            };
+            well_formed.then_some(k)
+        }
+        w if identifier(w)
+            && rest.trim_start().starts_with('=')
+            && !rest.trim_start().starts_with("==") =>
+        {
+            binding(Kind::Assign, rest)
+        }
+        _ => expression(t),
+    }
+}
+
+/// Whether a start record opens a frame: a block invocation or a branch (as `--construct`
+/// named it, or as its text reads); or, for a record whose text is not the program's own, a
+/// start with the status older guides gave block invocations (`executing`).
+pub fn is_frame(construct: Option<Kind>, status: Option<&str>) -> bool {
+    match construct {
+        Some(k) => k.entry().frame == Frame::Yes && k.opens(),
+        None => status == Some("executing"),
+    }
+}
+
+/// The construct a record names or reads as: its metadata's `construct` (set by
+/// `exec-append --construct`) if any, else its text's.
+pub fn construct_of(text: Option<&str>, metadata: Option<&serde_json::Value>) -> Option<Kind> {
+    metadata
+        .and_then(|m| m.get("construct"))
+        .and_then(|c| c.as_str())
+        .and_then(Kind::parse)
+        .or_else(|| text.and_then(classify))
+}
+
+/// The grammar the table is checked against: the VM specification's condensed grammar.
+pub const GRAMMAR: &str = include_str!("grammar.txt");
+
+/// The guide's table of record shapes, from [`TABLE`]: one row per construct that has records
+/// of its own.
+pub fn guide_table() -> String {
+    let mut out =
+        String::from("| construct | records you append | its bindings |\n|---|---|---|\n");
+    for e in TABLE {
+        if matches!(
+            e.kind,
+            Kind::Const
+                | Kind::Output
+                | Kind::Option
+                | Kind::Elif
+                | Kind::Else
+                | Kind::Agent
+                | Kind::Block
+                | Kind::Comment
+                | Kind::Filter
+                | Kind::For
+        ) {
+            continue;
+        }
+        out.push_str(&format!("| `{}` | {} | {} |\n", e.form, e.records, e.binds));
+    }
+    out
+}
+
+/// The whole table, for `docs/language.md`.
+pub fn docs_table() -> String {
+    let mut out = String::from(
+        "| construct | `--construct` | start | frame | records the VM appends | bindings | after a crash inside it |\n|---|---|---|---|---|---|---|\n",
+    );
+    for e in TABLE {
+        let frame = match e.frame {
+            Frame::No => "no",
+            Frame::Yes => "yes",
+            Frame::Declares => "declares a name",
+        };
+        out.push_str(&format!(
+            "| `{}` | `{}` | {} | {frame} | {} | {} | {} |\n",
+            e.form,
+            e.kind.name(),
+            e.start.map_or("-".to_string(), |s| format!("`{s}`")),
+            e.records,
+            e.binds,
+            e.resume
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every rule of the grammar that is a statement form (the alternatives of `statement`, the
+    /// clauses of compound statements, `branch`, the pipeline operations, arrow sequences and
+    /// program calls), as the grammar text names them.
+    fn grammar_forms() -> Vec<String> {
+        let mut rules = Vec::new();
+        for line in GRAMMAR.lines() {
+            if let Some((name, _)) = line.split_once(":=") {
+                rules.push(name.trim().to_string());
+            }
+        }
+        let statement = GRAMMAR
+            .split("statement :=")
+            .nth(1)
+            .and_then(|s| s.split("\n\n").next())
+            .expect("the grammar has a statement rule");
+        let mut forms: Vec<String> = statement
+            .split('|')
+            .map(|a| a.trim().to_string())
+            .filter(|a| !a.is_empty())
+            .collect();
+        // The clauses and the expressions that hold statements.
+        for r in [
+            "catch",
+            "finally",
+            "option",
+            "elif",
+            "else",
+            "branch",
+            "pipeOp",
+            "arrowExpr",
+            "programCall",
+        ] {
+            assert!(rules.iter().any(|n| n == r), "the grammar has no rule {r}");
+            forms.push(r.to_string());
+        }
+        forms
+    }
+
+    #[test]
+    fn every_form_of_the_grammar_has_an_entry() {
+        let forms = grammar_forms();
+        assert!(forms.len() > 25, "read {} forms", forms.len());
+        for f in forms {
+            let rule = match f.as_str() {
+                "branch" => "parallelBranch",
+                other => other,
+            };
+            assert!(
+                TABLE.iter().any(|e| e.rule == rule),
+                "the grammar's {f} has no entry in the construct table"
+            );
+        }
+        for (name, kind) in NAMES {
+            assert_eq!(kind.name(), *name);
+            kind.entry();
+        }
+        assert_eq!(NAMES.len(), TABLE.len());
+    }
+
+    #[test]
+    fn classified_by_the_leading_keyword() {
+        let cases = [
+            ("do refine(improved, depth - 1)", Some(Kind::Invoke)),
+            ("let x = do refine(a)", Some(Kind::Invoke)),
+            ("do:", Some(Kind::Do)),
+            ("parallel:", Some(Kind::Parallel)),
+            ("parallel (\"first\"):", Some(Kind::Parallel)),
+            ("parallel:a", None),
+            ("parallel for x in items:", Some(Kind::ParallelFor)),
+            ("repeat 3 as i:", Some(Kind::Repeat)),
+            ("for x in items:", Some(Kind::For)),
+            ("loop until **done** (max: 5):", Some(Kind::Loop)),
+            ("loop", None),
+            ("try:", Some(Kind::Try)),
+            ("catch as err:", Some(Kind::Catch)),
+            ("finally:", Some(Kind::Finally)),
+            ("throw \"no\"", Some(Kind::Throw)),
+            ("choice **best**:", Some(Kind::Choice)),
+            ("if **x**:", Some(Kind::If)),
+            ("elif **y**:", Some(Kind::Elif)),
+            ("else:", Some(Kind::Else)),
+            ("let a = session \"x\"", Some(Kind::Let)),
+            ("const a = \"x\"", Some(Kind::Const)),
+            ("a = session \"x\"", Some(Kind::Assign)),
+            ("a = parallel:", Some(Kind::Parallel)),
+            ("let r = items | map:", Some(Kind::Map)),
+            ("let r = items | pmap:", Some(Kind::Pmap)),
+            ("let r = items | reduce(acc, x):", Some(Kind::Reduce)),
+            ("let r = items | filter:", Some(Kind::Filter)),
+            ("let r = session \"a\" -> session \"b\"", Some(Kind::Arrow)),
+            ("let r = research(topic: t)", Some(Kind::Call)),
+            ("session \"a | b\"", Some(Kind::Session)),
+            ("resume: captain", Some(Kind::Resume)),
+            ("output r = session \"x\"", Some(Kind::Output)),
+            ("input topic: \"What?\"", Some(Kind::Input)),
+            ("use \"x/y\" as y", Some(Kind::Use)),
+            ("approve deploy:", Some(Kind::Approve)),
+            ("# note", Some(Kind::Comment)),
+            ("process(chunk)", Some(Kind::Call)),
+        ];
+        for (text, want) in cases {
+            assert_eq!(classify(text), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn frames_are_invocations_and_branches() {
+        assert!(is_frame(Some(Kind::Invoke), Some("executing")));
+        assert!(is_frame(Some(Kind::Branch), Some("started")));
+        for k in [
+            Kind::If,
+            Kind::Loop,
+            Kind::Try,
+            Kind::Choice,
+            Kind::Parallel,
+        ] {
+            assert!(!is_frame(Some(k), Some("started")));
+        }
+        assert!(is_frame(None, Some("executing")));
+        assert!(!is_frame(None, Some("started")));
+    }
+}
