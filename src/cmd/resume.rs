@@ -34,18 +34,31 @@ pub struct Event {
     /// Who appended it; omitted when not recorded (a raw writer, an older record).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub by: Option<String>,
+    /// What a start opens (`exec-append --construct`, or its text's leading keyword; see
+    /// `docs/language.md`); omitted for other records, and for a start whose text is not the
+    /// program's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub construct: Option<crate::language::Kind>,
 }
 
 impl From<&ExecutionRow> for Event {
     fn from(r: &ExecutionRow) -> Self {
+        let m = meta(r);
+        let start = r
+            .status
+            .as_ref()
+            .is_some_and(|s| STARTS.contains(&s.as_str()));
         Event {
+            construct: start
+                .then(|| crate::language::construct_of(r.statement_text.as_deref(), m.as_ref()))
+                .flatten(),
             id: r.id,
             statement_index: r.statement_index,
             statement_text: r.statement_text.clone(),
             status: r.status.clone(),
             parent_id: r.parent_id,
             at: r.at().map(str::to_string),
-            metadata: meta(r),
+            metadata: m,
             by: r.principal.clone(),
         }
     }
@@ -104,10 +117,24 @@ pub struct Retry {
     pub id: i64,
     pub statement_index: Option<i64>,
     pub statement_text: Option<String>,
+    /// The attempt the latest record is about: in progress after `retry`, failed after
+    /// `failed`.
     pub attempt: Option<i64>,
     pub max: Option<i64>,
-    /// The error of the last failure before this retry.
+    /// The error of the last failure.
     pub last_error: Option<String>,
+    /// `running` (a `retry` record: the attempt is under way), `next` (an attempt failed and
+    /// attempts are left: append `retry` with `next_attempt`, after the backoff), or
+    /// `exhausted` (the last attempt failed: `handler` takes the failure).
+    pub state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_attempt: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<String>,
+    /// What takes an exhausted failure: the catch of an open `try:`, a parallel's `on-fail`
+    /// policy, or the program failing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handler: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -120,6 +147,10 @@ pub struct BindingInfo {
     pub bytes: u64,
     pub attachment_path: Option<String>,
     pub first_line: String,
+    /// Written after the newest record of its frame: the statement that wrote it was not
+    /// logged before the VM stopped. Log that statement's completion; do not run it again.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unlogged: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -412,16 +443,61 @@ fn constructs<T: Construct>(rows: &[ExecutionRow]) -> Vec<T> {
 
 fn retry_of(r: &ExecutionRow, last_error: Option<String>) -> Retry {
     let m = meta(r).unwrap_or(Value::Null);
+    let attempt = m.get("attempt").and_then(Value::as_i64);
+    let max = m.get("max").and_then(Value::as_i64);
+    let failed = r.status == Some(S::Failed);
+    let state = match (failed, attempt, max) {
+        (false, _, _) => "running",
+        (true, Some(a), Some(m)) if a < m => "next",
+        _ => "exhausted",
+    };
     Retry {
         id: r.id,
         statement_index: r.statement_index,
         statement_text: r.statement_text.clone(),
-        attempt: m.get("attempt").and_then(Value::as_i64),
-        max: m.get("max").and_then(Value::as_i64),
-        last_error,
+        attempt,
+        max,
+        last_error: if failed {
+            r.error_message.clone().or(last_error)
+        } else {
+            last_error
+        },
+        state,
+        next_attempt: (state == "next").then(|| attempt.unwrap_or(0) + 1),
+        backoff: str_of(&m, "backoff").filter(|_| state == "next"),
+        handler: None,
     }
 }
 
+/// What takes a failure at record `r`: the nearest open `try:` around it, a branch's
+/// parallel's `on-fail` policy, or the program.
+fn handler_of(store: &mut dyn Store, r: &ExecutionRow, open: &[Event]) -> Result<String> {
+    let mut at = r.parent_id;
+    while let Some(id) = at {
+        let Some(p) = open.iter().find(|o| o.id == id) else {
+            // A start that has ended is not around it any more; go up through it.
+            at = crate::store::record(store, id)?.and_then(|p| p.parent_id.filter(|q| *q < id));
+            continue;
+        };
+        use crate::language::Kind;
+        match p.construct {
+            Some(Kind::Try) => return Ok(format!("the catch of try: (record {id})")),
+            Some(Kind::Branch) => {
+                let parallel = p.parent_id.and_then(|q| open.iter().find(|o| o.id == q));
+                let policy = parallel
+                    .and_then(|q| q.metadata.as_ref())
+                    .and_then(|m| str_of(m, "on_fail"))
+                    .unwrap_or_else(|| "fail-fast".into());
+                return Ok(format!(
+                    "the parallel's on-fail: {policy} (branch record {id})"
+                ));
+            }
+            _ => {}
+        }
+        at = p.parent_id;
+    }
+    Ok("the program: finish --status failed --error MSG".into())
+}
 /// The run's agents, then those of the project and user scopes given.
 fn all_agents(
     store: &mut dyn Store,
@@ -502,6 +578,40 @@ fn gate_nexts(
         .collect()
 }
 
+/// Whether binding `b` was written after the newest record of its frame (the records inside
+/// its frame's record, at any depth; every record for the root): no record was logged since.
+/// Looks at most at the 32 records that followed it.
+fn unlogged(store: &mut dyn Store, b: &crate::store::BindingRow, newest: i64) -> Result<bool> {
+    let span = store.binding_versions(
+        &b.name,
+        b.execution_id,
+        crate::store::history::Versions::Page {
+            before: None,
+            limit: 1,
+        },
+    )?;
+    let Some(at) = span.rows.first().and_then(|r| r.at_record) else {
+        return Ok(false);
+    };
+    if at >= newest {
+        return Ok(true);
+    }
+    let Some(frame) = b.execution_id else {
+        return Ok(false);
+    };
+    let after = store.executions_matching(&ExecQuery {
+        after: at,
+        limit: Some(32),
+        ..Default::default()
+    })?;
+    for r in &after {
+        if r.id == frame || store.scope_chain(r.id)?.contains(&frame) {
+            return Ok(false);
+        }
+    }
+    Ok(after.len() == 32).map(|full| !full)
+}
+
 fn binding_info(store: &mut dyn Store, run: &RunPaths, b: crate::store::BindingRow) -> BindingInfo {
     let value = String::from_utf8_lossy(b.value.as_deref().unwrap_or_default()).into_owned();
     let bytes = match &b.attachment_path {
@@ -509,6 +619,7 @@ fn binding_info(store: &mut dyn Store, run: &RunPaths, b: crate::store::BindingR
         None => value.len() as u64,
     };
     BindingInfo {
+        unlogged: false,
         scope: super::get::scope_name(b.execution_id.is_some()),
         first_line: one_line(&value, 100),
         bytes,
@@ -538,11 +649,15 @@ fn full(
         .filter_map(|r| Some((r.statement_index?, Event::from(r))))
         .collect();
 
-    let bindings = store
-        .bindings()?
-        .into_iter()
-        .map(|b| binding_info(store, run, b))
-        .collect();
+    let newest = rows.last().map_or(0, |r| r.id);
+    let mut bindings = Vec::new();
+    for b in store.bindings()? {
+        let late = unlogged(store, &b, newest)?;
+        bindings.push(BindingInfo {
+            unlogged: late,
+            ..binding_info(store, run, b)
+        });
+    }
 
     let agents = all_agents(store, other_agents)?;
 
@@ -560,7 +675,10 @@ fn full(
         statements: statements.into_values().collect(),
         parallel: constructs(&rows),
         loops: constructs(&rows),
-        retries: outstanding_retries(store)?,
+        retries: {
+            let open = narrow_position(store)?.open;
+            outstanding_retries(store, &open)?
+        },
         bindings,
         agents,
         gates,
@@ -569,11 +687,20 @@ fn full(
 }
 
 fn describe(e: &Event) -> String {
+    let taken = e
+        .metadata
+        .as_ref()
+        .and_then(|m| str_of(m, "taken"))
+        .map(|t| format!(", taken: {}", one_line(&t, 40)))
+        .unwrap_or_default();
     format!(
-        "{} {} ({}, record {}{}{})",
+        "{} {} ({}{}{taken}, record {}{}{})",
         e.statement_index.map_or("-".into(), |i| i.to_string()),
         one_line(e.statement_text.as_deref().unwrap_or(""), 50),
         e.status.as_ref().map_or("?", S::as_str),
+        e.construct
+            .map(|k| format!(" {}", k.name()))
+            .unwrap_or_default(),
         e.id,
         e.at.as_deref()
             .map(|a| format!(", {a}"))
@@ -665,9 +792,24 @@ fn construct_lines(
         )?;
     }
     for t in retries {
+        let then = match t.state {
+            "next" => format!(
+                " failed → attempt {}{}",
+                t.next_attempt.unwrap_or_default(),
+                t.backoff
+                    .as_deref()
+                    .map(|b| format!(" after {b} backoff"))
+                    .unwrap_or_default()
+            ),
+            "exhausted" => format!(
+                " failed, none left → {}",
+                t.handler.as_deref().unwrap_or("the program")
+            ),
+            _ => String::new(),
+        };
         writeln!(
             w,
-            "retry {} {}: attempt {}/{}",
+            "retry {} {}: attempt {}/{}{then}",
             t.statement_index.unwrap_or_default(),
             one_line(t.statement_text.as_deref().unwrap_or(""), 40),
             t.attempt.map_or("?".into(), |a| a.to_string()),
@@ -682,10 +824,11 @@ fn binding_lines(w: &mut dyn Write, bindings: &[BindingInfo]) -> io::Result<()> 
         let scope = b
             .execution_id
             .map_or("root".into(), |e| format!("exec {e}"));
-        let att = if b.attachment_path.is_some() {
-            ", attachment"
-        } else {
-            ""
+        let att = match (b.attachment_path.is_some(), b.unlogged) {
+            (true, true) => ", attachment, unlogged",
+            (true, false) => ", attachment",
+            (false, true) => ", unlogged",
+            (false, false) => "",
         };
         writeln!(
             w,
@@ -997,13 +1140,25 @@ fn open_construct<T: Construct>(
     Ok(c.finish().then_some(c))
 }
 
-/// The statements whose latest record is `retry`, read from the retry records and the records
-/// of those statements after them.
-fn outstanding_retries(store: &mut dyn Store) -> Result<Vec<Retry>> {
-    let all = store.executions_matching(&ExecQuery {
+/// The statements with `(retry: N)` still in play: those whose latest record is `retry` (an
+/// attempt under way), or a `failed` record that carries its attempt (`{"attempt", "max"}`):
+/// the next attempt, or, after the last, what handles the failure.
+fn outstanding_retries(store: &mut dyn Store, open: &[Event]) -> Result<Vec<Retry>> {
+    let mut all = store.executions_matching(&ExecQuery {
         only: Some(&["retry"]),
         ..Default::default()
     })?;
+    all.extend(
+        store
+            .executions_matching(&ExecQuery {
+                only: Some(&["failed"]),
+                with_metadata: true,
+                ..Default::default()
+            })?
+            .into_iter()
+            .filter(|r| meta(r).is_some_and(|m| m.get("attempt").is_some())),
+    );
+    all.sort_by_key(|r| r.id);
     let mut latest: BTreeMap<StatementKey, &ExecutionRow> = BTreeMap::new();
     for r in &all {
         latest.insert(key(r), r);
@@ -1029,7 +1184,11 @@ fn outstanding_retries(store: &mut dyn Store) -> Result<Vec<Retry>> {
             .iter()
             .find(|f| key(f) == key(r) && f.error_message.is_some())
             .and_then(|f| f.error_message.clone());
-        out.push(retry_of(r, last_error));
+        let mut retry = retry_of(r, last_error);
+        if retry.state == "exhausted" {
+            retry.handler = Some(handler_of(store, r, open)?);
+        }
+        out.push(retry);
     }
     out.sort_by_key(|r| r.id);
     Ok(out)
@@ -1048,8 +1207,9 @@ fn brief(
     let resumed = store.record_resume(&now)?;
     let info = store.run_info()?;
     let full = narrow_position(store)?;
+    let full_last = full.last_event.as_ref().map(|e| e.id);
     let (parallel, loops) = open_constructs(store, &full.open)?;
-    let retries = outstanding_retries(store)?;
+    let retries = outstanding_retries(store, &full.open)?;
     let position = Position {
         current: full.current.map(slim),
         open: full.open.into_iter().map(slim).collect(),
@@ -1061,8 +1221,11 @@ fn brief(
     let (chain, visible) = super::get::nearest_bindings(store, scope, cursor, limit as i64 + 1)?;
     let more = visible.len() > limit;
     let mut page = Vec::new();
+    let newest = full_last.unwrap_or(0);
     for b in visible.into_iter().take(limit) {
+        let late = unlogged(store, &b, newest)?;
         let mut b = binding_info(store, run, b);
+        b.unlogged = late;
         b.attachment_path = slim_text(b.attachment_path.take());
         page.push(b);
     }
