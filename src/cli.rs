@@ -507,6 +507,11 @@ pub struct BindArgs {
     #[arg(long, value_name = "VALUE", conflicts_with_all = ["file", "merge"])]
     pub append: Option<String>,
 
+    /// An --append's (or --merge's) key: one whose key a kept version already carries is not
+    /// applied again (a step run again after a crash adds nothing twice)
+    #[arg(long, value_name = "KEY")]
+    pub key: Option<String>,
+
     /// Merge this JSON object into the one the binding holds (RFC 7396: a null member
     /// removes the key; an absent binding is {}), in one transaction
     #[arg(long, value_name = "JSON", conflicts_with = "file")]

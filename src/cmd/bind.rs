@@ -129,6 +129,14 @@ impl super::Run for BindArgs {
             },
             (None, None) => None,
         };
+        if let Some(key) = &self.key {
+            if update.is_none() {
+                return Err(usage(
+                    "--key applies to --append or --merge: a whole value is simply written again",
+                ));
+            }
+            crate::model::check_key(key)?;
+        }
         if update.is_some() && self.summary.is_some() {
             return Err(usage(
                 "--summary applies to a value given whole, not to --append or --merge",
@@ -187,6 +195,7 @@ impl super::Run for BindArgs {
                 if_version: self.if_version,
                 now: &now(),
                 principal: &writer,
+                key: self.key.as_deref(),
             },
             &mut || file.as_mut().map_or(Ok(()), |f| f.publish()),
         );

@@ -157,6 +157,9 @@ pub struct NewBinding<'a> {
     pub now: &'a str,
     /// Who writes it, recorded in its history (`unknown` when no one is known).
     pub principal: &'a str,
+    /// An update's key (`bind --append V --key K`): an update whose key a kept version of
+    /// the binding already carries is not applied again.
+    pub key: Option<&'a str>,
 }
 
 /// A read-modify-write of a binding's JSON value, done inside the write transaction so that

@@ -480,6 +480,24 @@ pub fn bind(
             )));
         }
     }
+    // A keyed update already applied (a step run again after a crash) is not applied twice.
+    if let (Some(key), Some(_), Some(head)) = (b.key, b.update, &existing) {
+        let kept = tx.kept_versions(super::history::Kept::Bindings, b.name, b.execution_id)?;
+        let carries = |r: &super::history::HistoryRow| {
+            r.delta
+                .as_deref()
+                .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+                .is_some_and(|d| d.get("key").and_then(|k| k.as_str()) == Some(key))
+        };
+        if kept.iter().any(carries) {
+            let current = tx.binding_value(b.name, b.execution_id)?;
+            return Ok(BindOutcome {
+                released: Vec::new(),
+                written: current,
+                version: Some(head.2),
+            });
+        }
+    }
     let mut delta = None;
     let (computed, kind) = match b.update {
         Some(update) => {
@@ -493,10 +511,35 @@ pub fn bind(
             let value = super::history::apply_update(update, current.as_deref(), b.name)?;
             // History keeps the step, not the whole value again (which would grow with the
             // square of the steps), after a version it applies to.
-            delta = existing.as_ref().map(|_| match update {
+            let mut step = match update {
                 super::Update::Append(item) => serde_json::json!({ "append": item }),
                 super::Update::Merge(patch) => serde_json::json!({ "merge": patch }),
-            });
+            };
+            if let Some(key) = b.key {
+                step["key"] = serde_json::Value::from(key);
+                // The key is kept with the step: a binding made by a keyed update starts as
+                // its empty value (a version of its own), so that the first step is one too.
+                if existing.is_none() {
+                    let empty = match update {
+                        super::Update::Append(_) => "[]",
+                        super::Update::Merge(_) => "{}",
+                    };
+                    let first = BindingRecord {
+                        name: Some(b.name.to_string()),
+                        execution_id: b.execution_id,
+                        kind: Some(b.kind.to_string()),
+                        value: Some(empty.as_bytes().to_vec()),
+                        source_statement: b.source_statement.map(str::to_string),
+                        created_at: Some(b.now.to_string()),
+                        updated_at: Some(b.now.to_string()),
+                        attachment_path: None,
+                    };
+                    tx.put_binding_as(&first, b.principal, None)?;
+                }
+                delta = Some(step);
+            } else {
+                delta = existing.as_ref().map(|_| step);
+            }
             // An update keeps the binding's kind.
             let kind = existing.as_ref().and_then(|h| h.0.clone());
             (Some(value), kind)
