@@ -657,28 +657,37 @@ pub fn construct_of(text: Option<&str>, metadata: Option<&serde_json::Value>) ->
 /// The grammar the table is checked against: the VM specification's condensed grammar.
 pub const GRAMMAR: &str = include_str!("grammar.txt");
 
-/// The guide's table of record shapes, from [`TABLE`]: one row per construct that has records
-/// of its own.
+/// A table cell: `|` escaped, so that `items | map:` stays one cell.
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|")
+}
+
+/// The guide's table of record shapes, from [`TABLE`]: the plain statements in one row, then
+/// one row per construct with records of its own (those that read "as …" another are left to
+/// `docs/language.md`).
 pub fn guide_table() -> String {
     let mut out =
         String::from("| construct | records you append | its bindings |\n|---|---|---|\n");
+    let plain: Vec<String> = TABLE
+        .iter()
+        .filter(|e| e.records == STATEMENT)
+        .map(|e| format!("`{}`", cell(e.form)))
+        .collect();
+    out.push_str(&format!(
+        "| {} | {} | `let`/`const`: the innermost record's frame; `x = …`: `--assign`; `output`, `input`: the root |\n",
+        plain.join(", "),
+        STATEMENT
+    ));
     for e in TABLE {
-        if matches!(
-            e.kind,
-            Kind::Const
-                | Kind::Output
-                | Kind::Option
-                | Kind::Elif
-                | Kind::Else
-                | Kind::Agent
-                | Kind::Block
-                | Kind::Comment
-                | Kind::Filter
-                | Kind::For
-        ) {
+        if e.records == STATEMENT || e.records.starts_with("as ") || e.records.starts_with("none") {
             continue;
         }
-        out.push_str(&format!("| `{}` | {} | {} |\n", e.form, e.records, e.binds));
+        out.push_str(&format!(
+            "| `{}` | {} | {} |\n",
+            cell(e.form),
+            cell(e.records),
+            cell(e.binds)
+        ));
     }
     out
 }
@@ -696,12 +705,12 @@ pub fn docs_table() -> String {
         };
         out.push_str(&format!(
             "| `{}` | `{}` | {} | {frame} | {} | {} | {} |\n",
-            e.form,
+            cell(e.form),
             e.kind.name(),
             e.start.map_or("-".to_string(), |s| format!("`{s}`")),
-            e.records,
-            e.binds,
-            e.resume
+            cell(e.records),
+            cell(e.binds),
+            cell(e.resume)
         ));
     }
     out

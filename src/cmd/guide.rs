@@ -118,6 +118,7 @@ impl GuideArgs {
             .replace("{{name_json}}", &name.map_or(json("NAME"), json))
             .replace("{{agent_scope}}", agent_scope)
             .replace("{{agent_where}}", agent_where)
+            .replace("{{constructs}}", &crate::language::guide_table())
             .replace("{{version}}", env!("CARGO_PKG_VERSION"))
             .replace("{{run}}", run.as_deref().unwrap_or("\"$PROSE_RUN\""))
             .replace("{{scope}}", &scope)
