@@ -165,7 +165,7 @@ pub const TABLE: &[Entry] = &[
         form: "do name(args) / let x = do name(args)",
         start: Some("executing"),
         frame: Frame::Yes,
-        records: "`executing` ($CALL); each argument `bind PARAM --kind const --execution-id $CALL`; the body with `--parent $CALL`; `--ends $CALL --status completed`",
+        records: "`executing` ($CALL); its arguments `bind P --kind const --execution-id $CALL`; the body `--parent $CALL`; `--ends $CALL --status completed`",
         binds: "its body's names live in its frame (one per call: recursion gets one each); `let x = do …` binds x in the caller's frame after the end",
         resume: "the call is in `position.open`; continue after `after` inside it",
     },
@@ -175,7 +175,7 @@ pub const TABLE: &[Entry] = &[
         form: "do:",
         start: Some("started"),
         frame: Frame::No,
-        records: "`started` ($DO); the body with `--parent $DO`; `--ends $DO --status completed`",
+        records: "`started` ($DO); the body `--parent $DO`; `--ends $DO`",
         binds: "the enclosing frame",
         resume: "as a block",
     },
@@ -185,7 +185,7 @@ pub const TABLE: &[Entry] = &[
         form: "session … -> session …",
         start: Some("started"),
         frame: Frame::No,
-        records: "`started` ($ARROW); each session `completed --parent $ARROW`; `--ends $ARROW --status completed`",
+        records: "`started` ($ARROW); each session `completed --parent $ARROW`; `--ends $ARROW`",
         binds: "the last session's result, in the enclosing frame",
         resume: "continue with the session after `after`",
     },
@@ -195,7 +195,7 @@ pub const TABLE: &[Entry] = &[
         form: "name(key: value)",
         start: Some("started"),
         frame: Frame::No,
-        records: "`started` ($PROG); the program's records with `--parent $PROG`; `--ends $PROG --status completed`",
+        records: "`started` ($PROG); its records `--parent $PROG`; `--ends $PROG`",
         binds: "its names as `ALIAS.name` (`imports add` first)",
         resume: "as a block",
     },
@@ -205,7 +205,7 @@ pub const TABLE: &[Entry] = &[
         form: "parallel (\"first\" | \"any\", count: N, on-fail: …):",
         start: Some("started"),
         frame: Frame::No,
-        records: "`started` ($PAR) with `{\"parallel_id\", \"branches\"}` (and `strategy`, `count`, `on_fail` as written); each branch as `branch`; `--ends $PAR --status joined` (a branch cut short by `first`/`any`: `--ends $BR --status skipped`)",
+        records: "`started` ($PAR) with `{\"parallel_id\", \"branches\"}` (and `strategy`, `count`, `on_fail`); each branch; `--ends $PAR --status joined`",
         binds: "a named branch `a = …` binds a with `--execution-id $PAR`: readable after the join",
         resume: "`parallel` lists each branch: completed, failed, outstanding; run only the outstanding ones",
     },
@@ -215,7 +215,7 @@ pub const TABLE: &[Entry] = &[
         form: "a branch of parallel, parallel for or pmap",
         start: Some("started"),
         frame: Frame::Yes,
-        records: "`started --construct branch --parent $PAR` with `{\"parallel_id\", \"branch\"}` ($BR); its body with `--parent $BR`; `--ends $BR --status completed` (or `failed --error`)",
+        records: "`started --construct branch --parent $PAR` with `{\"parallel_id\", \"branch\"}` ($BR); its body `--parent $BR`; `--ends $BR` (`completed`, `failed`, or `skipped` when `first`/`any` stops it)",
         binds: "what the branch declares (its `let`s, a `parallel for`'s variable) lives in its frame",
         resume: "an open branch is outstanding; continue it after `after` inside it",
     },
@@ -235,7 +235,7 @@ pub const TABLE: &[Entry] = &[
         form: "repeat N (as i):",
         start: Some("started"),
         frame: Frame::Declares,
-        records: "`started` ($LOOP) with `{\"loop_id\", \"max\": N}`; per iteration `bind i N --local --execution-id $LOOP`, the body with `--parent $LOOP`, then `iteration` with `{\"loop_id\", \"iteration\": n}`; `--ends $LOOP --status exited` with `{\"reason\"}`",
+        records: "`started` ($LOOP) with `{\"loop_id\", \"max\"}`; each iteration: `bind i N --local`, the body, `iteration` with `{\"iteration\": n}`, all `--parent $LOOP`; `--ends $LOOP --status exited` with `{\"reason\"}`",
         binds: "the body's names: the enclosing frame (readable after); `i` only inside",
         resume: "`loops` gives the iteration in progress; continue after `after` inside it",
     },
@@ -305,7 +305,7 @@ pub const TABLE: &[Entry] = &[
         form: "try:",
         start: Some("started"),
         frame: Frame::No,
-        records: "`started` ($TRY); the body with `--parent $TRY`; the failing statement `failed --error`; then `catch` and `finally`; `--ends $TRY --status completed` (`failed --error` when the error leaves it)",
+        records: "`started` ($TRY); the body `--parent $TRY`, a failure `failed --error`; `catch`, `finally`; `--ends $TRY` (`failed` if the error leaves it)",
         binds: "the enclosing frame",
         resume: "a `failed` record inside it with no `catch` after: run the catch",
     },
@@ -315,7 +315,7 @@ pub const TABLE: &[Entry] = &[
         form: "catch (as err):",
         start: Some("started"),
         frame: Frame::Declares,
-        records: "`started --parent $TRY` ($CATCH); `bind err MSG --local --execution-id $CATCH`; its body with `--parent $CATCH`; `--ends $CATCH --status completed`",
+        records: "`started --parent $TRY` ($CATCH); `bind err MSG --local --execution-id $CATCH`; its body `--parent $CATCH`; `--ends $CATCH`",
         binds: "err only inside; the rest the enclosing frame",
         resume: "as a block",
     },
@@ -325,7 +325,7 @@ pub const TABLE: &[Entry] = &[
         form: "finally:",
         start: Some("started"),
         frame: Frame::No,
-        records: "`started --parent $TRY` ($FIN); its body with `--parent $FIN`; `--ends $FIN --status completed`",
+        records: "`started --parent $TRY` ($FIN); its body `--parent $FIN`; `--ends $FIN`",
         binds: "the enclosing frame",
         resume: "as a block",
     },
@@ -345,7 +345,7 @@ pub const TABLE: &[Entry] = &[
         form: "choice **…**:",
         start: Some("started"),
         frame: Frame::No,
-        records: "choose, then `started` ($CHOICE) with `{\"taken\": \"OPTION\"}`; the option's body with `--parent $CHOICE`; `--ends $CHOICE --status completed`",
+        records: "choose, then `started` ($CHOICE) with `{\"taken\": \"OPTION\"}`; its body `--parent $CHOICE`; `--ends $CHOICE`",
         binds: "the enclosing frame",
         resume: "`taken` is in the open record: do not choose again",
     },
@@ -365,7 +365,7 @@ pub const TABLE: &[Entry] = &[
         form: "if **…**:",
         start: Some("started"),
         frame: Frame::No,
-        records: "judge the conditions, then `started` ($IF) with `{\"taken\": \"if\"|\"elif N\"|\"else\"|\"none\"}`; the taken body with `--parent $IF`; `--ends $IF --status completed`",
+        records: "judge, then `started` ($IF) with `{\"taken\": \"if\"|\"elif N\"|\"else\"|\"none\"}`; its body `--parent $IF`; `--ends $IF`",
         binds: "the enclosing frame: readable after the `if`",
         resume: "`taken` is in the open record: do not judge again",
     },
@@ -395,7 +395,7 @@ pub const TABLE: &[Entry] = &[
         form: "approve name: (prompt, allow, timeout, on_reject)",
         start: None,
         frame: Frame::No,
-        records: "`gates create` (it appends `approve`); `gates wait --instance N`; `completed`, or on a rejection or timeout its `on_reject`: `throw` is `failed --error MSG`",
+        records: "`gates create` (it logs `approve`), `gates wait --instance N`, `completed`; rejected or timed out: its `on_reject` (`throw`: `failed --error MSG`)",
         binds: "nothing",
         resume: "`gates` gives the instance and `next_step`",
     },
@@ -663,31 +663,21 @@ fn cell(text: &str) -> String {
 }
 
 /// The guide's table of record shapes, from [`TABLE`]: the plain statements in one row, then
-/// one row per construct with records of its own (those that read "as …" another are left to
-/// `docs/language.md`).
+/// one row per construct with records of its own (those that read "as …" another, and the
+/// bindings, are left to `docs/language.md` and the guide's own words).
 pub fn guide_table() -> String {
-    let mut out =
-        String::from("| construct | records you append | its bindings |\n|---|---|---|\n");
+    let mut out = String::from("| construct | records you append |\n|---|---|\n");
     let plain: Vec<String> = TABLE
         .iter()
         .filter(|e| e.records == STATEMENT)
         .map(|e| format!("`{}`", cell(e.form)))
         .collect();
-    out.push_str(&format!(
-        "| {} | {} | `let`/`const`: the innermost record's frame; `x = …`: `--assign`; `output`, `input`: the root |\n",
-        plain.join(", "),
-        STATEMENT
-    ));
+    out.push_str(&format!("| {} | {} |\n", plain.join(", "), STATEMENT));
     for e in TABLE {
         if e.records == STATEMENT || e.records.starts_with("as ") || e.records.starts_with("none") {
             continue;
         }
-        out.push_str(&format!(
-            "| `{}` | {} | {} |\n",
-            cell(e.form),
-            cell(e.records),
-            cell(e.binds)
-        ));
+        out.push_str(&format!("| `{}` | {} |\n", cell(e.form), cell(e.records)));
     }
     out
 }

@@ -219,17 +219,24 @@ fn the_guides_block_recipe_leaves_no_block_open() {
     p.write("program.prose", b"do process(chunk)\n");
     let vm = guide(&p, "vm");
     let mut lines = section_lines(&vm, "Start");
-    lines.extend(section_lines(&vm, "Blocks and scopes"));
+    lines.extend(section_lines(&vm, "Blocks and frames"));
     lines.push("prose-state --json resume".into());
     let out = play(&p, &lines);
     let doc: serde_json::Value =
         serde_json::from_str(out.lines().rfind(|l| l.starts_with('{')).unwrap()).unwrap();
+    // The block and the `if` after it are both ended, and what the `if`'s body bound is
+    // read at the root (issue 45, items 1 and 4).
     assert!(doc["position"]["current"].is_null(), "{doc}");
+    assert!(
+        doc["position"]["open"].as_array().unwrap().is_empty(),
+        "{doc}"
+    );
     assert_eq!(
         doc["position"]["after"]["statement_text"],
-        "do process(chunk)"
+        "if **the plan needs work**:"
     );
     assert_eq!(doc["position"]["after"]["status"], "completed");
+    assert!(out.contains("Ship as planned"), "{out}");
 }
 
 /// Issue 28, item 2: the guides name only the language's on_reject actions (a bare string is
