@@ -313,6 +313,9 @@ pub struct GuideArgs {
     /// The binding the subagent writes (fills in its guide)
     #[arg(long, value_name = "NAME")]
     pub name: Option<String>,
+    /// The binding is an assignment (`x = ...`): written where the program declared it
+    #[arg(long, requires = "name")]
+    pub assign: bool,
     /// The persistent agent the subagent is (fills in its guide)
     #[arg(long, value_name = "NAME")]
     pub agent: Option<String>,

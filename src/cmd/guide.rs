@@ -109,6 +109,23 @@ impl GuideArgs {
                     ""
                 },
             )
+            .replace(
+                "{{assign_note}}",
+                if self.assign {
+                    " (an assignment: it is written where the program declared it)"
+                } else {
+                    ""
+                },
+            )
+            .replace(
+                "{{assign_json}}",
+                if self.assign {
+                    ", \"assign\": true"
+                } else {
+                    ""
+                },
+            )
+            .replace("{{assign}}", if self.assign { " --assign" } else { "" })
             .replace("{{scope_json}}", &scope_json)
             .replace(
                 "{{agent_scope_first}}",

@@ -32,6 +32,7 @@ pub fn list(role: Role) -> Vec<Prompt> {
             if *name == "subagent" {
                 args.push(argument("execution_id", "The execution the subagent works in (default: the session's)"));
                 args.push(argument("name", "The binding the subagent writes"));
+                args.push(argument("assign", "true: the binding is an assignment (`x = ...`), written where the program declared it"));
                 args.push(argument("agent", "The persistent agent the subagent is (default: a subagent session's own agent)"));
                 args.push(argument("via", "How the subagent reaches its state: mcp (its own subagent session's tools) or shell (command lines)"));
             }
@@ -98,6 +99,13 @@ pub fn get(
             .or(given("execution_id")?);
         argv.extend(execution.map(|id| format!("--execution-id={id}")));
         argv.extend(given("name")?.map(|binding| format!("--name={binding}")));
+        match args.get("assign") {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+            Some(Value::Bool(true)) => argv.push("--assign".into()),
+            Some(Value::String(s)) if s == "true" => argv.push("--assign".into()),
+            Some(Value::String(s)) if s == "false" || s.is_empty() => {}
+            Some(_) => return Err(invalid("assign must be true or false".into())),
+        }
         let agent = match server.role {
             Role::Subagent => Some(server.agent_name.clone()),
             Role::Vm => given("agent")?,
