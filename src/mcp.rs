@@ -81,10 +81,12 @@ const SERVED: &[Served] = &[
         ..Served::new("init", &["init"], false)
     },
     Served {
-        about: "Write a binding (a named value) in the root scope or an execution's scope. \
-                `value` is stored exactly as given, `-` included; `file` reads \
+        about: "Write a binding (a named value) in the root or in the frame of `execution_id` \
+                (a block invocation or branch; a record inside one binds in it). `assign`: write \
+                the binding `get` reads (an assignment); `local`: at that record itself (a loop \
+                variable). `value` is stored exactly as given, `-` included; `file` reads \
                 a file on the server's machine. `append` and `merge` update a JSON array or object \
-                in one transaction; `if_version` writes only if the binding is at that version. \
+                in one transaction (`key`: once per key); `if_version` writes only if the binding is at that version. \
                 A value over `attach_over` bytes is kept as an attachment, with `summary` as its \
                 one-line description.",
         ..Served::new("bind", &["bind"], false)
@@ -112,8 +114,10 @@ const SERVED: &[Served] = &[
     Served {
         roles: VM_ONLY,
         about: "Append one record to the run's execution log (append-only): the statement's \
-                `index`, `text` and `status`, its enclosing record as `parent`. A `key` makes a \
-                retried append land once. Returns the record's id.",
+                `index`, `text` and `status`, its enclosing record as `parent`. `ends`: the start \
+                record this ends (its index, text and parent are taken; it lands once); \
+                `construct`: what a start opens when its text does not say (`branch`). A `key` \
+                makes a retried append land once. Returns the record's id.",
         ..Served::new("exec_append", &["exec-append"], false)
     },
     Served {

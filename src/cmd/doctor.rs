@@ -155,6 +155,24 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
         for p in store.health()? {
             problem("database", p, false);
         }
+        // A finished run with a construct never ended: the VM skipped an end, or ended the
+        // wrong start (resume would still show it in progress).
+        let finished = store
+            .run_info()
+            .is_ok_and(|r| r.status.is_some_and(|s| s.is_finished()));
+        if finished {
+            let open = super::resume::open_records(store)?;
+            if let Some(inner) = open.last() {
+                let detail = format!(
+                    "the run is finished, but {} construct{} never ended (innermost: record {}, {})",
+                    open.len(),
+                    if open.len() == 1 { "" } else { "s" },
+                    inner.id,
+                    crate::output::one_line(inner.statement_text.as_deref().unwrap_or(""), 60)
+                );
+                problem("open construct", detail, false);
+            }
+        }
         // A server's triggers are every run's: checked once, after the runs.
         if store.keeps_values() {
             saw_server.store(true, std::sync::atomic::Ordering::Relaxed);

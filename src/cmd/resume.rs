@@ -1102,6 +1102,12 @@ fn narrow_position(store: &mut dyn Store) -> Result<Position> {
     })
 }
 
+/// The records that started a construct not ended yet, outermost first (what `doctor` checks
+/// of a finished run).
+pub(super) fn open_records(store: &mut dyn Store) -> Result<Vec<Event>> {
+    Ok(narrow_position(store)?.open)
+}
+
 /// The `parallel:` blocks and loops still open (their start record is open), from the records
 /// written since they started.
 fn open_constructs(store: &mut dyn Store, open: &[Event]) -> Result<(Vec<Parallel>, Vec<Loop>)> {
