@@ -24,6 +24,7 @@ mod history;
 mod init;
 mod interop;
 mod json_record;
+mod language45;
 mod lifecycle;
 mod literal_vm;
 mod live_connections;

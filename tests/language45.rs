@@ -1,0 +1,860 @@
+//! Issue 45: the whole language. Each finding of the literal VM runs, as a test through the
+//! binary on both backends:
+//! 1. recursion: an end names its start (`exec-append --ends`), so closing the inner call
+//!    never re-opens it; a run written the older way reads right too, and `doctor` flags a
+//!    finished run with a construct never ended;
+//! 2. a retry survives a crash: a failed attempt carries its number, and `resume` names the
+//!    next attempt, or what handles the last failure;
+//! 3. an accumulator is not doubled: `bind --append --key` applies a step once;
+//! 4. bindings go where the program reads them: frames are the language's (`if`, loops and
+//!    `try:` are no frames), `--assign` writes where the name was declared, `--local` keeps a
+//!    loop variable to its body, and branches of a parallel are frames of their own;
+//! 6. an `if` records the branch it took, and each open start its construct;
+//! 7. a binding written after its frame's last record is `unlogged`.
+//!
+//! The generated programs played by a literal VM are tests/language_property.rs.
+
+use crate::common::*;
+use serde_json::{json, Value};
+
+on_both!(
+    recursion_ends_name_their_starts,
+    an_older_runs_recursion_reads_right,
+    ends_are_checked_and_land_once,
+    a_retry_survives_a_crash,
+    keyed_appends_land_once,
+    bindings_live_in_the_languages_frames,
+    assignment_writes_where_the_name_was_declared,
+    branches_are_frames_of_their_own,
+    taken_branches_and_constructs_are_shown,
+    a_binding_after_its_frames_last_record_is_unlogged,
+    a_finished_run_with_an_open_construct_is_a_problem,
+);
+
+fn project(b: Backend) -> Option<(Project, Run)> {
+    let p = Project::on(b)?;
+    let run = p.init();
+    Some((p, run))
+}
+
+/// `exec-append` with these arguments: the new record's id.
+fn append(run: &Run, args: &[&str]) -> i64 {
+    let out = run.cmd().arg("exec-append").args(args).assert().success();
+    String::from_utf8(out.get_output().stdout.clone())
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn end(run: &Run, start: i64, status: &str) -> i64 {
+    append(run, &["--ends", &start.to_string(), "--status", status])
+}
+
+fn resume(run: &Run) -> Value {
+    stdout_json(&run.cmd().args(["--json", "resume"]).assert().success())
+}
+
+fn open_ids(doc: &Value) -> Vec<i64> {
+    doc["position"]["open"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["id"].as_i64().unwrap())
+        .collect()
+}
+
+fn value(run: &Run, name: &str, at: Option<i64>) -> String {
+    String::from_utf8(run.get(name, at)).unwrap()
+}
+
+fn recursion_ends_name_their_starts(b: Backend) {
+    let Some((_p, run)) = project(b) else { return };
+    // do refine(draft, 5) at the top; the same statement at every depth below it.
+    let top = append(
+        &run,
+        &[
+            "--index",
+            "3",
+            "--text",
+            "do refine(draft, 5)",
+            "--status",
+            "executing",
+        ],
+    );
+    let mut calls = vec![top];
+    for _ in 0..4 {
+        let parent = calls.last().unwrap().to_string();
+        calls.push(append(
+            &run,
+            &[
+                "--index",
+                "2",
+                "--text",
+                "output do refine(improved, depth - 1)",
+                "--status",
+                "executing",
+                "--parent",
+                &parent,
+            ],
+        ));
+    }
+    assert_eq!(open_ids(&resume(&run)), calls);
+    // The calls end innermost first; after each, the caller is where the VM is, and the
+    // finished call is what it did last there.
+    while let Some(inner) = calls.pop() {
+        end(&run, inner, "completed");
+        let doc = resume(&run);
+        assert_eq!(open_ids(&doc), calls, "{doc}");
+        assert_eq!(
+            doc["position"]["after"]["metadata"]["ends"],
+            json!(inner),
+            "{doc}"
+        );
+        match calls.last() {
+            Some(caller) => assert_eq!(doc["position"]["current"]["id"], json!(caller)),
+            None => assert!(doc["position"]["current"].is_null()),
+        }
+    }
+    run.cmd()
+        .args(["finish", "--status", "completed"])
+        .assert()
+        .success();
+    assert!(open_ids(&resume(&run)).is_empty());
+    run.cmd().arg("doctor").assert().success();
+}
+
+/// The log of the finding, as the guide before `--ends` had it written: each call's
+/// `completed` at its own level (same index, text and parent as its start). The end of the
+/// depth-3 call also fits the older shape's end of the depth-2 call (its parent is a start of
+/// the same statement); the inner call ends first.
+fn an_older_runs_recursion_reads_right(b: Backend) {
+    let Some((_p, run)) = project(b) else { return };
+    let text = "do refine(improved, depth - 1)";
+    let d1 = run.exec(3, "do refine(draft, 4)", "executing", None);
+    let d2 = run.exec(2, text, "executing", Some(d1));
+    let d3 = run.exec(2, text, "executing", Some(d2));
+    let d4 = run.exec(2, text, "executing", Some(d3));
+    run.exec(2, text, "completed", Some(d3)); // ends d4
+    let doc = resume(&run);
+    assert_eq!(open_ids(&doc), vec![d1, d2, d3], "{doc}");
+    run.exec(2, text, "completed", Some(d2)); // ends d3
+    let doc = resume(&run);
+    assert_eq!(open_ids(&doc), vec![d1, d2], "{doc}");
+    assert_eq!(doc["position"]["current"]["id"], json!(d2));
+    let _ = d4;
+}
+
+fn ends_are_checked_and_land_once(b: Backend) {
+    let Some((_p, run)) = project(b) else { return };
+    let start = append(
+        &run,
+        &["--index", "1", "--text", "try:", "--status", "started"],
+    );
+    let inside = append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "session \"a\"",
+            "--status",
+            "completed",
+            "--parent",
+            &start.to_string(),
+        ],
+    );
+    let first = end(&run, start, "completed");
+    // The same end again is the same record.
+    assert_eq!(end(&run, start, "completed"), first);
+    let before = run.snapshot();
+    let refuse = |args: &[&str], code_wanted: i32, says: &str| {
+        let out = run.cmd().arg("exec-append").args(args).assert();
+        assert_eq!(code(&out), code_wanted, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+        assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+        assert_eq!(run.snapshot(), before, "{args:?} changed the run");
+    };
+    let s = start.to_string();
+    refuse(
+        &["--ends", &s, "--status", "failed"],
+        4,
+        "already ended by record",
+    );
+    refuse(
+        &["--ends", &inside.to_string(), "--status", "completed"],
+        2,
+        "not a start",
+    );
+    refuse(
+        &["--ends", "999", "--status", "completed"],
+        3,
+        "names no record",
+    );
+    refuse(&["--ends", &s, "--status", "started"], 2, "ending status");
+    refuse(
+        &["--ends", &s, "--status", "completed", "--index", "7"],
+        2,
+        "differs from the start",
+    );
+    refuse(
+        &[
+            "--ends",
+            &s,
+            "--status",
+            "completed",
+            "--parent",
+            &inside.to_string(),
+        ],
+        2,
+        "differs from the start",
+    );
+    refuse(
+        &[
+            "--index",
+            "1",
+            "--text",
+            "x",
+            "--status",
+            "completed",
+            "--metadata",
+            r#"{"ends": 1}"#,
+        ],
+        2,
+        "give --ends",
+    );
+    refuse(
+        &[
+            "--index",
+            "1",
+            "--text",
+            "x",
+            "--status",
+            "completed",
+            "--construct",
+            "branch",
+        ],
+        2,
+        "--construct",
+    );
+    refuse(
+        &["--ends", &s, "--status", "completed", "--key", "k"],
+        2,
+        "cannot be used with",
+    );
+}
+
+fn a_retry_survives_a_crash(b: Backend) {
+    let Some((_p, run)) = project(b) else { return };
+    let meta = r#"{"attempt": 1, "max": 3, "backoff": "exponential"}"#;
+    append(
+        &run,
+        &[
+            "--index",
+            "4",
+            "--text",
+            "session \"Flaky\"",
+            "--status",
+            "failed",
+            "--error",
+            "HTTP 502",
+            "--metadata",
+            meta,
+        ],
+    );
+    // The VM died before appending `retry`: resume names the next attempt.
+    let doc = resume(&run);
+    let r = &doc["retries"][0];
+    assert_eq!(r["state"], "next", "{doc}");
+    assert_eq!(r["next_attempt"], 2);
+    assert_eq!(r["backoff"], "exponential");
+    assert_eq!(r["last_error"], "HTTP 502");
+    let text = String::from_utf8(
+        run.cmd()
+            .arg("resume")
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone(),
+    )
+    .unwrap();
+    assert!(
+        text.contains("attempt 1/3 failed → attempt 2 after exponential backoff"),
+        "{text}"
+    );
+    // The retry and its failure, then the last attempt fails too: inside a try:, its catch
+    // takes it; outside any, the program.
+    append(
+        &run,
+        &[
+            "--index",
+            "4",
+            "--text",
+            "session \"Flaky\"",
+            "--status",
+            "retry",
+            "--metadata",
+            r#"{"attempt": 2, "max": 3}"#,
+        ],
+    );
+    assert_eq!(resume(&run)["retries"][0]["state"], "running");
+    append(
+        &run,
+        &[
+            "--index",
+            "4",
+            "--text",
+            "session \"Flaky\"",
+            "--status",
+            "failed",
+            "--error",
+            "HTTP 502",
+            "--metadata",
+            r#"{"attempt": 3, "max": 3}"#,
+        ],
+    );
+    let doc = resume(&run);
+    assert_eq!(doc["retries"][0]["state"], "exhausted", "{doc}");
+    assert!(
+        doc["retries"][0]["handler"]
+            .as_str()
+            .unwrap()
+            .starts_with("the program"),
+        "{doc}"
+    );
+    let try_ = append(
+        &run,
+        &["--index", "5", "--text", "try:", "--status", "started"],
+    );
+    append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "session \"Other\"",
+            "--status",
+            "failed",
+            "--error",
+            "boom",
+            "--parent",
+            &try_.to_string(),
+            "--metadata",
+            r#"{"attempt": 2, "max": 2}"#,
+        ],
+    );
+    let doc = resume(&run);
+    let r = doc["retries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["statement_text"] == "session \"Other\"")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        r["handler"],
+        json!(format!("the catch of try: (record {try_})")),
+        "{doc}"
+    );
+    // Handled: a later record of the statement ends it.
+    append(
+        &run,
+        &[
+            "--index",
+            "4",
+            "--text",
+            "session \"Flaky\"",
+            "--status",
+            "skipped",
+        ],
+    );
+    assert!(resume(&run)["retries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["statement_text"] != "session \"Flaky\""));
+}
+
+fn keyed_appends_land_once(b: Backend) {
+    let Some((_p, run)) = project(b) else { return };
+    let add = |i: usize| {
+        run.cmd()
+            .args([
+                "bind",
+                "findings",
+                "--append",
+                &format!("\"item {i}\""),
+                "--key",
+                &format!("item-{i}"),
+            ])
+            .assert()
+            .success();
+    };
+    // 12 of 21 appended, the VM dies, and the step runs again from the start.
+    for i in 0..12 {
+        add(i);
+    }
+    for i in 0..21 {
+        add(i);
+    }
+    let list: Vec<String> = serde_json::from_str(&value(&run, "findings", None)).unwrap();
+    let want: Vec<String> = (0..21).map(|i| format!("item {i}")).collect();
+    assert_eq!(list, want);
+    // Unkeyed appends still all land; a key on a whole value is bad input.
+    let before = run.snapshot();
+    let out = run.cmd().args(["bind", "x", "v", "--key", "k"]).assert();
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert_eq!(run.snapshot(), before);
+}
+
+fn bindings_live_in_the_languages_frames(b: Backend) {
+    let Some((_p, run)) = project(b) else { return };
+    // if ... else: a `let` in the else is readable after the if, by the next statement.
+    let r#if = append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "if **the plan is sound**:",
+            "--status",
+            "started",
+            "--metadata",
+            r#"{"taken": "else"}"#,
+        ],
+    );
+    let bound = stdout_json(
+        &run.cmd()
+            .args([
+                "--json",
+                "bind",
+                "revised_plan",
+                "v2",
+                "--execution-id",
+                &r#if.to_string(),
+            ])
+            .assert()
+            .success(),
+    );
+    assert_eq!(bound["execution_id"], Value::Null, "{bound}");
+    end(&run, r#if, "completed");
+    assert_eq!(value(&run, "revised_plan", None), "v2");
+    // Inside a block: a try: and a loop inside it are no frames; the block is.
+    let call = append(
+        &run,
+        &[
+            "--index",
+            "2",
+            "--text",
+            "do review(draft)",
+            "--status",
+            "executing",
+        ],
+    );
+    let try_ = append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "try:",
+            "--status",
+            "started",
+            "--parent",
+            &call.to_string(),
+        ],
+    );
+    let lp = append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "repeat 2 as i:",
+            "--status",
+            "started",
+            "--parent",
+            &try_.to_string(),
+            "--metadata",
+            r#"{"loop_id": "l1", "max": 2}"#,
+        ],
+    );
+    let at = |name: &str, v: &str, id: i64, extra: &[&str]| {
+        stdout_json(
+            &run.cmd()
+                .args(["--json", "bind", name, v, "--execution-id", &id.to_string()])
+                .args(extra)
+                .assert()
+                .success(),
+        )["execution_id"]
+            .clone()
+    };
+    assert_eq!(at("notes", "n", lp, &[]), json!(call));
+    assert_eq!(at("i", "1", lp, &["--local"]), json!(lp));
+    // The loop variable is seen inside the loop, not after it; `notes` after it, in the block.
+    assert_eq!(value(&run, "i", Some(lp)), "1");
+    let out = run
+        .cmd()
+        .args(["get", "i", "--execution-id", &call.to_string()])
+        .assert();
+    assert_eq!(code(&out), 3, "{}", stderr(&out));
+    assert_eq!(value(&run, "notes", Some(call)), "n");
+    // And not at the root.
+    let out = run.cmd().args(["get", "notes"]).assert();
+    assert_eq!(code(&out), 3);
+    // A binding an older run wrote in the loop's own scope is written where it is.
+    run.view().raw(
+        &format!("INSERT INTO bindings (name, execution_id, kind, value) VALUES ('old', {lp}, 'let', 'o1')"),
+        &format!("INSERT INTO openprose.bindings (run_id, name, execution_id, kind, value) VALUES ('{}', 'old', {lp}, 'let', 'o1')", run.id),
+    );
+    assert_eq!(at("old", "o2", lp, &[]), json!(lp));
+    assert_eq!(value(&run, "old", Some(lp)), "o2");
+}
+
+fn assignment_writes_where_the_name_was_declared(b: Backend) {
+    let Some((_p, run)) = project(b) else { return };
+    // let test_results = "2 failing"; loop until **all tests pass**: test_results = ...
+    run.bind("test_results", "2 failing", None);
+    let lp = append(
+        &run,
+        &[
+            "--index",
+            "2",
+            "--text",
+            "loop until **all tests pass** (max: 3):",
+            "--status",
+            "started",
+            "--metadata",
+            r#"{"loop_id": "l", "max": 3}"#,
+        ],
+    );
+    let assigned = stdout_json(
+        &run.cmd()
+            .args([
+                "--json",
+                "bind",
+                "test_results",
+                "All 14 tests pass",
+                "--assign",
+                "--execution-id",
+                &lp.to_string(),
+            ])
+            .assert()
+            .success(),
+    );
+    assert_eq!(assigned["execution_id"], Value::Null);
+    assert_eq!(value(&run, "test_results", None), "All 14 tests pass");
+    // Inside a block, an assignment to a name the root declared writes the root's.
+    let call = append(
+        &run,
+        &[
+            "--index",
+            "3",
+            "--text",
+            "do fix()",
+            "--status",
+            "executing",
+        ],
+    );
+    run.cmd()
+        .args([
+            "bind",
+            "test_results",
+            "0 failing",
+            "--assign",
+            "--execution-id",
+            &call.to_string(),
+        ])
+        .assert()
+        .success();
+    assert_eq!(value(&run, "test_results", None), "0 failing");
+    // A const, or a name no frame holds: refused, nothing written.
+    run.cmd()
+        .args(["bind", "limit", "3", "--kind", "const"])
+        .assert()
+        .success();
+    let before = run.snapshot();
+    for (args, wanted) in [
+        (vec!["bind", "limit", "4", "--assign"], 4),
+        (vec!["bind", "nowhere", "x", "--assign"], 3),
+        (
+            vec![
+                "bind",
+                "nowhere",
+                "x",
+                "--assign",
+                "--execution-id",
+                &*call.to_string(),
+            ],
+            3,
+        ),
+        (vec!["bind", "x", "v", "--local"], 2),
+        (
+            vec![
+                "bind",
+                "x",
+                "v",
+                "--local",
+                "--assign",
+                "--execution-id",
+                "1",
+            ],
+            2,
+        ),
+    ] {
+        let out = run.cmd().args(&args).assert();
+        assert_eq!(code(&out), wanted, "{args:?}: {}", stderr(&out));
+        assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+        assert_eq!(run.snapshot(), before, "{args:?}");
+    }
+}
+
+fn branches_are_frames_of_their_own(b: Backend) {
+    let Some((_p, run)) = project(b) else { return };
+    let par = append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "parallel for topic in topics:",
+            "--status",
+            "started",
+            "--metadata",
+            r#"{"parallel_id": "p", "branches": ["1", "2"]}"#,
+        ],
+    );
+    let branch = |n: &str| {
+        append(
+            &run,
+            &[
+                "--index",
+                "1",
+                "--text",
+                "let summary = session \"Summarize\"",
+                "--status",
+                "started",
+                "--construct",
+                "branch",
+                "--parent",
+                &par.to_string(),
+                "--metadata",
+                &format!(r#"{{"parallel_id": "p", "branch": "{n}"}}"#),
+            ],
+        )
+    };
+    let (a, c) = (branch("1"), branch("2"));
+    // Each branch's variable and `let` are its own.
+    for (id, v) in [(a, "one"), (c, "two")] {
+        run.cmd()
+            .args([
+                "bind",
+                "topic",
+                v,
+                "--kind",
+                "const",
+                "--execution-id",
+                &id.to_string(),
+            ])
+            .assert()
+            .success();
+        run.cmd()
+            .args([
+                "bind",
+                "summary",
+                &format!("about {v}"),
+                "--execution-id",
+                &id.to_string(),
+            ])
+            .assert()
+            .success();
+    }
+    assert_eq!(value(&run, "summary", Some(a)), "about one");
+    assert_eq!(value(&run, "summary", Some(c)), "about two");
+    // A named result is bound at the parallel's record: readable after the join.
+    let out = stdout_json(
+        &run.cmd()
+            .args([
+                "--json",
+                "bind",
+                "all",
+                "both",
+                "--execution-id",
+                &par.to_string(),
+            ])
+            .assert()
+            .success(),
+    );
+    assert_eq!(out["execution_id"], Value::Null);
+    end(&run, a, "completed");
+    let doc = resume(&run);
+    assert_eq!(doc["parallel"][0]["completed"], json!(["1"]), "{doc}");
+    assert_eq!(doc["parallel"][0]["outstanding"], json!(["2"]), "{doc}");
+    assert_eq!(doc["position"]["current"]["id"], json!(c), "{doc}");
+    assert_eq!(doc["position"]["current"]["construct"], "branch");
+    end(&run, c, "skipped");
+    end(&run, par, "joined");
+    let doc = resume(&run);
+    assert!(doc["parallel"].as_array().unwrap().is_empty(), "{doc}");
+    assert_eq!(value(&run, "all", None), "both");
+}
+
+fn taken_branches_and_constructs_are_shown(b: Backend) {
+    let Some((_p, run)) = project(b) else { return };
+    let c = append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "choice **the best option**:",
+            "--status",
+            "started",
+            "--metadata",
+            r#"{"taken": "Ship it"}"#,
+        ],
+    );
+    let i = append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "if **tests fail**:",
+            "--status",
+            "started",
+            "--parent",
+            &c.to_string(),
+            "--metadata",
+            r#"{"taken": "elif 1"}"#,
+        ],
+    );
+    let doc = resume(&run);
+    let open = doc["position"]["open"].as_array().unwrap();
+    assert_eq!(open[0]["construct"], "choice");
+    assert_eq!(open[1]["construct"], "if");
+    assert_eq!(open[1]["metadata"]["taken"], "elif 1");
+    let text = String::from_utf8(
+        run.cmd()
+            .arg("resume")
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone(),
+    )
+    .unwrap();
+    assert!(text.contains("(started choice, taken: Ship it"), "{text}");
+    assert!(text.contains("(started if, taken: elif 1"), "{text}");
+    let _ = i;
+}
+
+fn a_binding_after_its_frames_last_record_is_unlogged(b: Backend) {
+    let Some((_p, run)) = project(b) else { return };
+    let unlogged = |doc: &Value, name: &str| {
+        doc["bindings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == name)
+            .unwrap()["unlogged"]
+            == json!(true)
+    };
+    append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "let a = session \"A\"",
+            "--status",
+            "completed",
+        ],
+    );
+    run.bind("a", "A", None);
+    // The session of statement 1 wrote its output; the VM died before logging it.
+    assert!(unlogged(&resume(&run), "a"));
+    append(
+        &run,
+        &[
+            "--index",
+            "2",
+            "--text",
+            "let a = session \"A\"",
+            "--status",
+            "completed",
+        ],
+    );
+    assert!(!unlogged(&resume(&run), "a"));
+    // In a block: a later record elsewhere does not log it; one inside the block does.
+    let call = append(
+        &run,
+        &[
+            "--index",
+            "3",
+            "--text",
+            "do inner()",
+            "--status",
+            "executing",
+        ],
+    );
+    append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "let s = session \"S\"",
+            "--status",
+            "completed",
+            "--parent",
+            &call.to_string(),
+        ],
+    );
+    run.bind("s", "S", Some(call));
+    let doc = stdout_json(
+        &run.cmd()
+            .args(["--json", "resume", "--all"])
+            .assert()
+            .success(),
+    );
+    assert!(unlogged(&doc, "s"), "{doc}");
+    append(
+        &run,
+        &[
+            "--index",
+            "2",
+            "--text",
+            "let t = session \"T\"",
+            "--status",
+            "completed",
+            "--parent",
+            &call.to_string(),
+        ],
+    );
+    assert!(!unlogged(&resume(&run), "s"));
+}
+
+fn a_finished_run_with_an_open_construct_is_a_problem(b: Backend) {
+    let Some((_p, run)) = project(b) else { return };
+    let call = append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "do refine(x)",
+            "--status",
+            "executing",
+        ],
+    );
+    run.cmd()
+        .args(["finish", "--status", "completed"])
+        .assert()
+        .success();
+    let out = run.cmd().arg("doctor").assert();
+    assert_eq!(code(&out), 1);
+    let said = String::from_utf8(out.get_output().stdout.clone()).unwrap();
+    assert!(said.contains(&format!("open construct: the run is finished, but 1 construct never ended (innermost: record {call}")), "{said}");
+}
