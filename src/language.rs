@@ -644,14 +644,16 @@ pub fn is_frame(construct: Option<Kind>, status: Option<&str>) -> bool {
     }
 }
 
-/// The construct a record names or reads as: its metadata's `construct` (set by
-/// `exec-append --construct`) if any, else its text's.
+/// The construct a start record opens: its metadata's `construct` (set by `exec-append
+/// --construct`) if any, else its text's. `None` when neither names a construct that opens
+/// (a start whose text is a plain statement, or not the program's own).
 pub fn construct_of(text: Option<&str>, metadata: Option<&serde_json::Value>) -> Option<Kind> {
     metadata
         .and_then(|m| m.get("construct"))
         .and_then(|c| c.as_str())
         .and_then(Kind::parse)
         .or_else(|| text.and_then(classify))
+        .filter(|k| k.opens())
 }
 
 /// The grammar the table is checked against: the VM specification's condensed grammar.
