@@ -858,3 +858,73 @@ fn a_finished_run_with_an_open_construct_is_a_problem(b: Backend) {
     let said = String::from_utf8(out.get_output().stdout.clone()).unwrap();
     assert!(said.contains(&format!("open construct: the run is finished, but 1 construct never ended (innermost: record {call}")), "{said}");
 }
+
+on_both!(the_language_through_mcp);
+
+/// The same through a VM's MCP session (rmcp's own client): an end names its start and lands
+/// once, a branch is a frame, `assign` writes where the name was declared, a keyed append
+/// lands once, and `resume` shows each open start's construct.
+fn the_language_through_mcp(b: Backend) {
+    use rmcp::model::CallToolRequestParams;
+    use rmcp::transport::TokioChildProcess;
+    use rmcp::ServiceExt;
+    let Some((p, run)) = project(b) else { return };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut cmd = tokio::process::Command::new(BIN);
+        cmd.args(["--run", &run.id, "mcp", "--role", "vm", "--agent", "vm"])
+            .current_dir(p.root())
+            .env("HOME", test_home(p.root()))
+            .stderr(std::process::Stdio::null());
+        for var in CLEARED_ENV {
+            cmd.env_remove(var);
+        }
+        let client = ().serve(TokioChildProcess::new(cmd).unwrap()).await.unwrap();
+        let call = |tool: &'static str, args: Value| {
+            let client = &client;
+            async move {
+                let Value::Object(args) = args else { panic!() };
+                let r = client
+                    .call_tool(CallToolRequestParams::new(tool).with_arguments(args))
+                    .await
+                    .unwrap();
+                (r.is_error == Some(true), r.structured_content.unwrap_or(Value::Null), r.meta)
+            }
+        };
+        let (err, par, _) = call("exec_append", json!({"index": 1, "text": "parallel:", "status": "started", "metadata": "{\"parallel_id\": \"p\", \"branches\": [\"a\"]}"})).await;
+        assert!(!err, "{par}");
+        let par = par["id"].as_i64().unwrap();
+        let (_, br, _) = call("exec_append", json!({"index": 1, "text": "let s = session \"S\"", "status": "started", "construct": "branch", "parent": par, "metadata": "{\"parallel_id\": \"p\", \"branch\": \"a\"}"})).await;
+        let br = br["id"].as_i64().unwrap();
+        let (_, bound, _) = call("bind", json!({"name": "s", "value": "in a", "execution_id": br})).await;
+        assert_eq!(bound["execution_id"], json!(br));
+        let (_, bound, _) = call("bind", json!({"name": "a", "value": "done", "execution_id": par})).await;
+        assert_eq!(bound["execution_id"], Value::Null);
+        for _ in 0..2 {
+            let (err, out, _) = call("bind", json!({"name": "acc", "append": "\"x\"", "key": "k1"})).await;
+            assert!(!err, "{out}");
+        }
+        let (_, doc, _) = call("resume", json!({})).await;
+        assert_eq!(doc["position"]["current"]["construct"], "branch", "{doc}");
+        assert_eq!(doc["position"]["open"][0]["construct"], "parallel", "{doc}");
+        let (_, e1, _) = call("exec_append", json!({"ends": br, "status": "completed"})).await;
+        let (_, e2, _) = call("exec_append", json!({"ends": br, "status": "completed"})).await;
+        assert_eq!(e1["id"], e2["id"]);
+        let (err, _, meta) = call("exec_append", json!({"ends": br, "status": "failed"})).await;
+        assert!(err);
+        assert_eq!(meta.unwrap()["exit_code"], 4);
+        call("exec_append", json!({"ends": par, "status": "joined"})).await;
+        let (err, _, meta) = call("bind", json!({"name": "nowhere", "value": "v", "assign": true})).await;
+        assert!(err);
+        assert_eq!(meta.unwrap()["exit_code"], 3);
+        call("bind", json!({"name": "a", "value": "again", "assign": true, "execution_id": par})).await;
+        client.cancel().await.unwrap();
+    });
+    assert_eq!(value(&run, "a", None), "again");
+    assert_eq!(value(&run, "acc", None), "[\"x\"]");
+    assert!(open_ids(&resume(&run)).is_empty());
+}
