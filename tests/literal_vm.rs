@@ -31,10 +31,10 @@ on_both!(
 );
 
 /// The guide lines the harness plays, found by what they are.
-struct Lines {
-    all: Vec<String>,
-    approve: String,
-    reject: String,
+pub(crate) struct Lines {
+    pub(crate) all: Vec<String>,
+    pub(crate) approve: String,
+    pub(crate) reject: String,
 }
 
 /// The command lines of a guide: the lines of its ```sh blocks.
@@ -55,16 +55,16 @@ fn fenced(md: &str, kind: &str) -> Vec<String> {
     lines
 }
 
-fn sh_lines(md: &str) -> Vec<String> {
+pub(crate) fn sh_lines(md: &str) -> Vec<String> {
     fenced(md, "sh")
 }
 
-fn text_lines(md: &str) -> Vec<String> {
+pub(crate) fn text_lines(md: &str) -> Vec<String> {
     fenced(md, "text")
 }
 
 impl Lines {
-    fn read(via: &mut Via, run: &Run) -> Lines {
+    pub(crate) fn read(via: &mut Via, run: &Run) -> Lines {
         let all = sh_lines(&via.guide(run, "vm"));
         let approver = sh_lines(&via.guide(run, "approver"));
         let find = |lines: &[String], what: &str, p: &dyn Fn(&str) -> bool| {
@@ -86,7 +86,7 @@ impl Lines {
     }
 
     /// The first VM line with all of these pieces.
-    fn with(&self, pieces: &[&str]) -> String {
+    pub(crate) fn with(&self, pieces: &[&str]) -> String {
         self.all
             .iter()
             .find(|l| pieces.iter().all(|p| l.contains(p)))
@@ -97,7 +97,7 @@ impl Lines {
 
 /// A shell line as words: single and double quotes, `$(...)` around the command and
 /// `VAR=$(` before it taken off. Variables stay as written (`$BLOCK`), to be put in.
-fn words(line: &str) -> Vec<String> {
+pub(crate) fn words(line: &str) -> Vec<String> {
     let line = line.split("   #").next().unwrap().trim();
     let line = match line.split_once("=$(") {
         Some((var, rest)) if !var.contains(' ') => rest.strip_suffix(')').unwrap(),
@@ -132,7 +132,11 @@ fn words(line: &str) -> Vec<String> {
 /// A guide line's words with the program's values put in: each `--option` named in `set`
 /// gets that value (an option the guide line does not have is not added: the guide decides
 /// the shape); `$VAR`s are replaced from `vars`.
-fn fill(line: &str, set: &[(&str, String)], vars: &HashMap<&str, String>) -> Vec<String> {
+pub(crate) fn fill(
+    line: &str,
+    set: &[(&str, String)],
+    vars: &HashMap<&str, String>,
+) -> Vec<String> {
     let mut w = words(line);
     assert_eq!(w[0], "prose-state", "{line}");
     w.remove(0);
@@ -153,6 +157,50 @@ fn fill(line: &str, set: &[(&str, String)], vars: &HashMap<&str, String>) -> Vec
         w.drain(i..i + 2);
     }
     w
+}
+
+/// The guide's names for a construct's record: the innermost open one, unless a step names
+/// another.
+pub(crate) const CONSTRUCT_VARS: [&str; 10] = [
+    "BLOCK", "CALL", "IF", "TRY", "CATCH", "FIN", "LOOP", "PAR", "BRANCH", "CHOICE",
+];
+
+/// The options of the lines the harness plays that take no value.
+const FLAGS: &[&str] = &[
+    "--local",
+    "--assign",
+    "--reopen",
+    "--json",
+    "--yes",
+    "--explain",
+    "--require-signed",
+];
+
+/// A filled line with its positionals (the words after its command that are no option nor an
+/// option's value: a binding's name and value, a gate's id) put in, in order.
+pub(crate) fn with_positionals(mut argv: Vec<String>, values: &[&str]) -> Vec<String> {
+    let mut i = if matches!(argv[0].as_str(), "gates" | "agent") {
+        2
+    } else {
+        1
+    };
+    let mut values = values.iter();
+    while i < argv.len() {
+        if argv[i].starts_with("--") {
+            i += if FLAGS.contains(&argv[i].as_str()) {
+                1
+            } else {
+                2
+            };
+            continue;
+        }
+        match values.next() {
+            Some(v) => argv[i] = v.to_string(),
+            None => break,
+        }
+        i += 1;
+    }
+    argv
 }
 
 /// The tool the MCP server serves for each command the harness runs (README, "mcp": the
@@ -182,14 +230,14 @@ const VM_ONLY: &[&str] = &[
 /// What a step gave: its exit code (through MCP, the `exit_code` of the result's `_meta`),
 /// its JSON (a command run with `--json`, or the tool's structured result) and the record id
 /// it printed (exec-append's stdout, or the tool's `id`).
-struct Sent {
-    code: i64,
-    json: Value,
-    id: Option<i64>,
+pub(crate) struct Sent {
+    pub(crate) code: i64,
+    pub(crate) json: Value,
+    pub(crate) id: Option<i64>,
 }
 
 /// One MCP session: the server's process and what its `tools/list` gave.
-struct McpSession {
+pub(crate) struct McpSession {
     client: RunningService<RoleClient, ()>,
     pid: i32,
     /// Each listed tool's input properties (its schema's `properties`).
@@ -349,7 +397,7 @@ impl McpSession {
 }
 
 /// The MCP side: the VM's session, and the runtime its client runs on.
-struct Mcp {
+pub(crate) struct Mcp {
     vm: Option<McpSession>,
     rt: tokio::runtime::Runtime,
     /// Sessions started (the VM's first one, one after each kill, one per subagent).
@@ -386,7 +434,7 @@ impl Drop for Mcp {
 }
 
 /// How the VM's steps are sent.
-enum Via {
+pub(crate) enum Via {
     /// Each step a command line of `guide vm`.
     Cli,
     /// Each step a tool call of the VM's MCP session, from its `vm` prompt.
@@ -394,7 +442,7 @@ enum Via {
 }
 
 impl Via {
-    fn mcp(run: &Run) -> Via {
+    pub(crate) fn mcp(run: &Run) -> Via {
         let mut m = Mcp {
             vm: None,
             rt: tokio::runtime::Builder::new_multi_thread()
@@ -409,7 +457,7 @@ impl Via {
         Via::Mcp(Box::new(m))
     }
 
-    fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Via::Cli => "the command line",
             Via::Mcp(_) => "MCP",
@@ -419,7 +467,7 @@ impl Via {
     /// The kill lands this many microseconds at most after the step is sent: about the time a
     /// step takes (a debug binary's start-up and its write; a tool call on a running server),
     /// so that some kills land before the write and some after.
-    fn kill_window(&self) -> u64 {
+    pub(crate) fn kill_window(&self) -> u64 {
         match self {
             Via::Cli => 30_000,
             Via::Mcp(_) => 4_000,
@@ -427,7 +475,7 @@ impl Via {
     }
 
     /// A guide's text: the `guide` command's, or the VM session's prompt.
-    fn guide(&mut self, run: &Run, who: &str) -> String {
+    pub(crate) fn guide(&mut self, run: &Run, who: &str) -> String {
         match self {
             Via::Cli => {
                 let out = run.cmd().args(["guide", who]).assert().success();
@@ -438,7 +486,7 @@ impl Via {
     }
 
     /// Sends one step: runs the command, or calls its tool.
-    fn send(&mut self, run: &Run, argv: &[String]) -> Sent {
+    pub(crate) fn send(&mut self, run: &Run, argv: &[String]) -> Sent {
         match self {
             Via::Cli => {
                 let out = run.cmd().args(argv).output().unwrap();
@@ -458,7 +506,7 @@ impl Via {
 
     /// Sends one step and SIGKILLs the VM's process `delay` later: the command, or the VM's
     /// MCP server (then a new session is started, as a restarted VM's client does).
-    fn killed(&mut self, run: &Run, argv: &[String], delay: Duration) {
+    pub(crate) fn killed(&mut self, run: &Run, argv: &[String], delay: Duration) {
         let kill_at = move |pid: i32| {
             std::thread::spawn(move || {
                 std::thread::sleep(delay);
@@ -507,7 +555,21 @@ impl Via {
     /// line's execution and agent, reads its own `subagent` prompt, and sends the prompt's
     /// `bind` line with the output as its value.
     fn subagent(&mut self, run: &Run, argv: &[String], output: &str) {
+        self.subagent_as(run, argv, output, None)
+    }
+
+    /// As [`Via::subagent`]; a persistent agent's session (`memory`: what it keeps) also runs
+    /// its guide's agent lines: reads its memory (none yet the first time), replaces it, and
+    /// records a segment. An assignment (`--assign` on the VM's line) is bound as one.
+    pub(crate) fn subagent_as(
+        &mut self,
+        run: &Run,
+        argv: &[String],
+        output: &str,
+        memory: Option<&str>,
+    ) {
         let vars = HashMap::from([("PROSE_RUN", run.id.clone())]);
+        let assign = argv.iter().any(|w| w == "--assign");
         let given = |option: &str| {
             let at = argv.iter().position(|w| w == option)?;
             Some(argv[at + 1].clone())
@@ -526,6 +588,33 @@ impl Via {
                 run.cmd()
                     .args(fill(bind, &[], &vars))
                     .write_stdin(output.to_string())
+                    .assert()
+                    .success();
+                let Some(memory) = memory else { return };
+                let agent_line = |what: &str| {
+                    sh_lines(&md)
+                        .into_iter()
+                        .find(|l| l.contains(&format!(" agent {what} ")))
+                        .unwrap_or_else(|| panic!("no subagent line for agent {what}"))
+                };
+                // `agent memory NAME || echo 'no memory yet'`: exit 3 the first time.
+                let read = agent_line("memory");
+                let (read, _) = read.split_once(" ||").unwrap();
+                let code = run.cmd().args(fill(read, &[], &vars)).output().unwrap();
+                assert!(matches!(code.status.code(), Some(0 | 3)), "{read}");
+                let keep = agent_line("remember");
+                let (_, keep) = keep.split_once("| ").unwrap();
+                run.cmd()
+                    .args(fill(keep, &[], &vars))
+                    .write_stdin(memory.to_string())
+                    .assert()
+                    .success();
+                let set = [
+                    ("--prompt", format!("the session writing {name}")),
+                    ("--summary", output.trim_end().to_string()),
+                ];
+                run.cmd()
+                    .args(fill(&agent_line("segment"), &set, &vars))
                     .assert()
                     .success();
             }
@@ -547,9 +636,11 @@ impl Via {
                 for t in VM_ONLY {
                     assert!(!session.tools.contains_key(*t), "a subagent lists {t}");
                 }
-                let md = m.rt.block_on(
-                    session.prompt("subagent", Map::from_iter([("name".into(), json!(name))])),
-                );
+                let mut prompt_args = Map::from_iter([("name".into(), json!(name))]);
+                if assign {
+                    prompt_args.insert("assign".into(), json!("true"));
+                }
+                let md = m.rt.block_on(session.prompt("subagent", prompt_args));
                 // The prompt writes each step as this session's tool call: a tool, then its
                 // arguments as JSON. Every such line names a tool the session lists, with
                 // arguments it takes.
@@ -592,9 +683,39 @@ impl Via {
                 let tool = tool.to_string();
                 assert_eq!(tool, "bind");
                 assert_eq!(args["name"], json!(name), "{line}");
+                assert_eq!(args.get("assign").is_some(), assign, "{line}");
                 args.insert("value".into(), json!(output));
                 let sent = m.rt.block_on(session.call(&tool, args));
                 assert_eq!(sent.code, 0, "{}", sent.json);
+                if let Some(memory) = memory {
+                    // The agent lines, each a call of this session's own agent's tools.
+                    let call = |tool: &str| {
+                        let line = text_lines(&md)
+                            .into_iter()
+                            .find(|l| l.starts_with(&format!("{tool} {{")))
+                            .unwrap_or_else(|| panic!("no subagent line for {tool}"));
+                        let (_, a) = line.split_once(' ').unwrap();
+                        let Ok(Value::Object(a)) = serde_json::from_str::<Value>(a) else {
+                            panic!("not JSON arguments: {line}")
+                        };
+                        a
+                    };
+                    let read =
+                        m.rt.block_on(session.call("agent_memory", call("agent_memory")));
+                    assert!(matches!(read.code, 0 | 3), "{}", read.json);
+                    let mut keep = call("agent_remember");
+                    keep.insert("value".into(), json!(memory));
+                    let sent = m.rt.block_on(session.call("agent_remember", keep));
+                    assert_eq!(sent.code, 0, "{}", sent.json);
+                    let mut seg = call("agent_segment");
+                    seg.insert(
+                        "prompt".into(),
+                        json!(format!("the session writing {name}")),
+                    );
+                    seg.insert("summary".into(), json!(output.trim_end()));
+                    let sent = m.rt.block_on(session.call("agent_segment", seg));
+                    assert_eq!(sent.code, 0, "{}", sent.json);
+                }
                 m.rt.block_on(session.client.cancel()).unwrap();
             }
         }
@@ -606,7 +727,8 @@ enum Node {
     Stmt(&'static str),
     /// A subagent's session: it writes its output binding, then the VM logs the statement.
     Session(&'static str, &'static str),
-    Block(&'static str, Vec<Node>),
+    /// `do name(args)`: the arguments (param, value) are bound const in its frame.
+    Block(&'static str, Vec<(&'static str, &'static str)>, Vec<Node>),
     /// try: the body, a statement that fails, the catch's statements.
     Try(Vec<Node>, &'static str, Vec<Node>),
     /// A statement with `(retry: 3)` that fails this many times first.
@@ -639,9 +761,14 @@ fn corpus() -> Vec<(&'static str, Vec<Node>)> {
                 Stmt("let a = session: s"),
                 Block(
                     "do outer(a)",
+                    vec![("x", "from a")],
                     vec![
                         Stmt("let b = session: t"),
-                        Block("do inner(b)", vec![Stmt("session \"deep\"")]),
+                        Block(
+                            "do inner(b)",
+                            vec![("y", "from b")],
+                            vec![Stmt("session \"deep\"")],
+                        ),
                         Stmt("session \"after inner\""),
                     ],
                 ),
@@ -672,6 +799,7 @@ fn corpus() -> Vec<(&'static str, Vec<Node>)> {
                 Parallel(vec!["x", "y"]),
                 Block(
                     "do merge(x, y)",
+                    vec![("left", "x"), ("right", "y")],
                     vec![Session("let m = session: merger", "m")],
                 ),
             ],
@@ -682,7 +810,11 @@ fn corpus() -> Vec<(&'static str, Vec<Node>)> {
                 3,
                 vec![
                     Stmt("session \"draft\""),
-                    Block("do check(draft)", vec![Stmt("session \"review\"")]),
+                    Block(
+                        "do check(draft)",
+                        vec![("d", "draft")],
+                        vec![Stmt("session \"review\"")],
+                    ),
                 ],
             )],
         ),
@@ -699,7 +831,7 @@ fn corpus() -> Vec<(&'static str, Vec<Node>)> {
             vec![Loop(
                 2,
                 vec![Try(
-                    vec![Block("do step()", vec![Stmt("session \"one\"")])],
+                    vec![Block("do step()", vec![], vec![Stmt("session \"one\"")])],
                     "session \"two\"",
                     vec![Stmt("session \"recover\"")],
                 )],
@@ -715,6 +847,7 @@ fn corpus() -> Vec<(&'static str, Vec<Node>)> {
                 Session("let r = session: researcher", "r"),
                 Block(
                     "do process(r)",
+                    vec![("chunk", "r")],
                     vec![Parallel(vec!["p", "q"]), Retry("session \"call\"", 1)],
                 ),
                 Loop(1, vec![Approve("each", 0)]),
@@ -792,9 +925,10 @@ impl Vm<'_> {
     fn vars(&self) -> HashMap<&'static str, String> {
         let mut v = HashMap::new();
         v.insert("PROSE_RUN", self.run.id.clone());
-        // The innermost open block, try or loop is what the guide's $BLOCK/$TRY/$LOOP name.
+        // The innermost open construct is what the guide's $CALL/$TRY/$LOOP/... name (and
+        // $BLOCK, the subagent line's): a step that names another gives it (`with`).
         if let Some(o) = self.stack.last() {
-            for k in ["BLOCK", "TRY", "LOOP"] {
+            for k in CONSTRUCT_VARS {
                 v.insert(k, o.id.to_string());
             }
         }
@@ -898,7 +1032,10 @@ impl Vm<'_> {
     /// Appends a record with a guide line. Inside a construct every record names it as
     /// parent (the guide's table: "the body's records with --parent"): a line that has no
     /// `--parent` gets one.
-    fn append(
+    /// An end (`--ends`) takes its index, text and parent from its start: the line gives none
+    /// of them, and `with` names the start.
+    #[allow(clippy::too_many_arguments)]
+    fn append_with(
         &mut self,
         line: &str,
         index: i64,
@@ -906,6 +1043,7 @@ impl Vm<'_> {
         status: &'static str,
         meta: Option<String>,
         err: bool,
+        with: &[(&'static str, i64)],
     ) -> i64 {
         let mut set = vec![
             ("--index", index.to_string()),
@@ -918,13 +1056,57 @@ impl Vm<'_> {
         if err {
             set.push(("--error", "it failed".to_string()));
         }
-        let mut argv = fill(line, &set, &self.vars());
-        if let (Some(id), false) = (self.scope(), argv.iter().any(|w| w == "--parent")) {
+        let mut vars = self.vars();
+        for (k, v) in with {
+            vars.insert(k, v.to_string());
+        }
+        let mut argv = fill(line, &set, &vars);
+        let ends = argv.iter().any(|w| w == "--ends");
+        if let (Some(id), false) = (self.scope(), ends || argv.iter().any(|w| w == "--parent")) {
             argv.extend(["--parent".to_string(), id.to_string()]);
         }
         let id = self.step(argv, true, &Self::last_is(text, status));
         self.stored(id, text, status, self.scope());
         id
+    }
+
+    fn append(
+        &mut self,
+        line: &str,
+        index: i64,
+        text: &str,
+        status: &'static str,
+        meta: Option<String>,
+        err: bool,
+    ) -> i64 {
+        self.append_with(line, index, text, status, meta, err, &[])
+    }
+
+    /// Ends the innermost open construct (`exec-append --ends`, the guide's line for it), and
+    /// takes it off the stack.
+    fn end(&mut self, line: &str, status: &'static str, meta: Option<String>) -> i64 {
+        let open = self.stack.pop().expect("a construct to end");
+        let vars: Vec<(&'static str, i64)> = CONSTRUCT_VARS.iter().map(|k| (*k, open.id)).collect();
+        let id = self.append_with(line, 0, &open.text, status, meta, false, &vars);
+        self.done(&open.text);
+        id
+    }
+
+    /// A binding step of the guide (not killed: it is no record), its values put in.
+    fn bind(
+        &mut self,
+        line: &str,
+        positionals: &[&str],
+        set: &[(&str, String)],
+        with: &[(&'static str, i64)],
+    ) {
+        let mut vars = self.vars();
+        for (k, v) in with {
+            vars.insert(k, v.to_string());
+        }
+        let argv = with_positionals(fill(line, set, &vars), positionals);
+        let sent = self.via.send(self.run, &argv);
+        assert_eq!(sent.code, 0, "{argv:?}: {}", sent.json);
     }
 
     /// A subagent's session writes its output binding in the innermost construct's scope,
@@ -941,12 +1123,26 @@ impl Vm<'_> {
         let argv = fill(&line, &set, &self.vars());
         let output = format!("{name}: the output\n");
         self.via.subagent(self.run, &argv, &output);
-        let (at, _, value, _, _) = self
-            .run
-            .view()
-            .binding(name, scope)
-            .unwrap_or_else(|| panic!("no binding {name} in scope {scope:?}"));
-        assert_eq!((at, value.as_deref()), (scope, Some(output.as_str())));
+        // It lands in the frame of the innermost construct (the root, if that is a loop or a
+        // try at the top level), where the program reads it.
+        assert_eq!(
+            self.visible(name),
+            Some(output),
+            "{name} from scope {scope:?}"
+        );
+    }
+
+    /// The value of `name` as `get` reads it from the innermost open construct.
+    fn visible(&self, name: &str) -> Option<String> {
+        let mut get = self.run.cmd();
+        get.args(["get", name]);
+        if let Some(id) = self.scope() {
+            get.args(["--execution-id", &id.to_string()]);
+        }
+        let out = get.output().unwrap();
+        out.status
+            .success()
+            .then(|| String::from_utf8(out.stdout).unwrap())
     }
 
     /// A gate of the run as listed (`gates --status all`).
@@ -970,10 +1166,23 @@ impl Vm<'_> {
         self.index
     }
 
+    /// A body: `--index` counts from 1 in every body.
     fn play(&mut self, nodes: &[Node]) {
+        let outer = std::mem::take(&mut self.index);
         for n in nodes {
             self.node(n);
         }
+        self.index = outer;
+    }
+
+    /// A construct's start appended: it is the innermost open one.
+    fn open(&mut self, text: &str, id: i64) {
+        self.stack.push(Open {
+            text: text.to_string(),
+            id,
+            after: None,
+        });
+        self.check(text);
     }
 
     fn node(&mut self, n: &Node) {
@@ -992,42 +1201,52 @@ impl Vm<'_> {
                 self.done(text);
                 self.check(text);
             }
-            Block(text, body) => {
-                let start = l.with(&["BLOCK=$(", "--status executing"]);
+            Block(text, args, body) => {
+                let start = l.with(&["CALL=$(", "--status executing"]);
                 let id = self.append(&start, at, text, "executing", None, false);
-                self.stack.push(Open {
-                    text: text.to_string(),
-                    id,
-                    after: None,
-                });
-                self.check(text);
+                self.open(text, id);
+                // Each argument is a const of the call's frame.
+                let param = l.with(&["bind", "--kind const", "--execution-id \"$CALL\""]);
+                for (name, value) in args {
+                    self.bind(
+                        &param,
+                        &[name, value],
+                        &[("--source", text.to_string())],
+                        &[],
+                    );
+                    let (_, _, got, _, _) = self.run.view().binding(name, Some(id)).unwrap();
+                    assert_eq!(got.as_deref(), Some(*value), "{name}");
+                }
                 self.play(body);
-                let end = l.with(&["'do process(chunk)' --status completed"]);
-                self.stack.pop();
-                self.append(&end, at, text, "completed", None, false);
-                self.done(text);
+                let end = l.with(&["--ends \"$CALL\" --status completed"]);
+                self.end(&end, "completed", None);
                 self.check(text);
             }
             Try(body, failing, catch) => {
                 let start = l.with(&["TRY=$("]);
                 let id = self.append(&start, at, "try:", "started", None, false);
-                self.stack.push(Open {
-                    text: "try:".into(),
-                    id,
-                    after: None,
-                });
-                self.check("try:");
+                self.open("try:", id);
                 self.play(body);
                 let fail = l.with(&["--status failed", "\"$TRY\""]);
-                let fat = self.next_index();
+                let fat = body.len() as i64 + 1;
                 self.append(&fail, fat, failing, "failed", None, true);
                 self.done(failing);
                 self.check(failing);
+                // The catch: its own start inside the try, `err` bound at it alone.
+                let cat = fat + 1;
+                let start = l.with(&["CATCH=$("]);
+                let cid = self.append(&start, cat, "catch as err:", "started", None, false);
+                self.open("catch as err:", cid);
+                let err = l.with(&["bind err", "--local"]);
+                self.bind(&err, &["err", "it failed"], &[], &[]);
+                let bound = self.run.view().binding("err", Some(cid));
+                assert!(bound.is_some(), "err is bound at the catch's record");
                 self.play(catch);
-                self.stack.pop();
-                let end = l.with(&["--text 'try:' --status completed"]);
-                self.append(&end, at, "try:", "completed", None, false);
-                self.done("try:");
+                let end = l.with(&["--ends \"$CATCH\" --status completed"]);
+                self.end(&end, "completed", None);
+                self.check("end of catch");
+                let end = l.with(&["--ends \"$TRY\" --status completed"]);
+                self.end(&end, "completed", None);
                 self.check("end of try");
             }
             Retry(text, failures) => {
@@ -1035,70 +1254,101 @@ impl Vm<'_> {
                 let retry = l.with(&["'session \"Flaky\"' --status retry"]);
                 let ok = l.with(&["'session \"Flaky\"' --status completed"]);
                 for attempt in 1..=*failures {
-                    self.append(&fail, at, text, "failed", None, true);
+                    let meta = format!(r#"{{"attempt": {attempt}, "max": 3}}"#);
+                    self.append(&fail, at, text, "failed", Some(meta), true);
                     self.done(text);
                     self.check(text);
+                    // resume names the next attempt.
+                    let doc = self.resume();
+                    let r = &doc["retries"][0];
+                    assert_eq!(r["state"], "next", "{doc}");
+                    assert_eq!(r["next_attempt"], attempt + 1, "{doc}");
                     let meta = format!(r#"{{"attempt": {}, "max": 3}}"#, attempt + 1);
                     self.append(&retry, at, text, "retry", Some(meta), false);
                     self.done(text);
                     self.check(text);
                     let doc = self.resume();
-                    assert_eq!(doc["retries"][0]["attempt"], attempt + 1, "{doc}");
+                    let r = &doc["retries"][0];
+                    assert_eq!(
+                        (&r["state"], &r["attempt"]),
+                        (&json!("running"), &json!(attempt + 1)),
+                        "{doc}"
+                    );
                 }
                 let meta = format!(r#"{{"attempt": {}}}"#, failures + 1);
                 self.append(&ok, at, text, "completed", Some(meta), false);
                 self.done(text);
                 self.check(text);
+                let doc = self.resume();
+                assert_eq!(doc["retries"], json!([]), "{doc}");
             }
             Parallel(branches) => {
                 let pid = format!("p{at}");
-                let start = l.with(&["'parallel:' --status started"]);
+                let start = l.with(&["PAR=$("]);
                 let all: Vec<String> = branches.iter().map(|b| format!("\"{b}\"")).collect();
                 let meta = format!(
                     r#"{{"parallel_id": "{pid}", "branches": [{}]}}"#,
                     all.join(", ")
                 );
                 let id = self.append(&start, at, "parallel:", "started", Some(meta), false);
-                self.stack.push(Open {
-                    text: "parallel:".into(),
-                    id,
-                    after: None,
-                });
-                self.check("parallel:");
-                let branch = l.with(&["'parallel:a' --status completed"]);
+                self.open("parallel:", id);
+                let branch = l.with(&["BRANCH=$(", "--construct branch"]);
+                let named = l.with(&["bind", "--execution-id \"$PAR\""]);
+                let append = l.with(&["bind", "--append", "--key \"$BRANCH\""]);
+                let end = l.with(&["--ends \"$BRANCH\" --status completed"]);
                 for (i, b) in branches.iter().enumerate() {
-                    let text = format!("parallel:{b}");
+                    // Each branch is a frame of its own, started inside the parallel.
+                    let text = format!("{b} = session \"Branch {b}\"");
                     let meta = format!(r#"{{"parallel_id": "{pid}", "branch": "{b}"}}"#);
-                    self.append(&branch, at, &text, "completed", Some(meta), false);
+                    let bid =
+                        self.append(&branch, i as i64 + 1, &text, "started", Some(meta), false);
+                    self.open(&text, bid);
+                    let with = [("PAR", id), ("BRANCH", bid)];
+                    let value = format!("{b}: found");
+                    self.bind(&named, &[b, &value], &[], &with);
+                    self.bind(
+                        &append,
+                        &["findings"],
+                        &[("--append", format!("\"{b}\""))],
+                        &with,
+                    );
+                    // Sent again, as after a crash: the key keeps it once.
+                    self.bind(
+                        &append,
+                        &["findings"],
+                        &[("--append", format!("\"{b}\""))],
+                        &with,
+                    );
+                    self.end(&end, "completed", None);
                     let doc = self.resume();
                     let outstanding = doc["parallel"][0]["outstanding"].as_array().unwrap().len();
                     assert_eq!(outstanding, branches.len() - i - 1, "{doc}");
                 }
-                let join = l.with(&["'parallel:' --status joined"]);
-                self.stack.pop();
-                self.append(
-                    &join,
-                    at,
-                    "parallel:",
-                    "joined",
-                    Some(format!(r#"{{"parallel_id": "{pid}"}}"#)),
-                    false,
-                );
-                self.done("parallel:");
+                let join = l.with(&["--ends \"$PAR\" --status joined"]);
+                self.end(&join, "joined", None);
                 self.check("join");
+                // The named branches are readable after the join, and the list holds each once.
+                for b in branches {
+                    let got = self.visible(b).unwrap_or_default();
+                    assert_eq!(got.trim_end(), format!("{b}: found"), "{b}");
+                }
+                let got = self.visible("findings").unwrap();
+                let got: Value = serde_json::from_str(&got).unwrap();
+                for b in branches {
+                    let n = got.as_array().unwrap().iter().filter(|x| *x == b).count();
+                    assert_eq!(n, 1, "{b} in {got}");
+                }
             }
             Loop(n, body) => {
                 let lid = format!("l{at}");
+                let text = format!("repeat {n} as i:");
                 let start = l.with(&["LOOP=$("]);
                 let meta = format!(r#"{{"loop_id": "{lid}", "max": {n}}}"#);
-                let id = self.append(&start, at, "loop", "started", Some(meta), false);
-                self.stack.push(Open {
-                    text: "loop".into(),
-                    id,
-                    after: None,
-                });
-                self.check("loop");
+                let id = self.append(&start, at, &text, "started", Some(meta), false);
+                self.open(&text, id);
+                let var = l.with(&["bind i", "--local", "\"$LOOP\""]);
                 for i in 1..=*n {
+                    self.bind(&var, &["i", &i.to_string()], &[], &[]);
                     self.play(body);
                     let doc = self.resume();
                     let l1 = doc["loops"]
@@ -1111,17 +1361,13 @@ impl Vm<'_> {
                     assert_eq!(l1["current"], i, "{doc}");
                     let it = l.with(&["--status iteration"]);
                     let meta = format!(r#"{{"loop_id": "{lid}", "iteration": {i}}}"#);
-                    self.append(&it, at, "loop", "iteration", Some(meta), false);
-                    self.done("loop");
+                    self.append(&it, at, &text, "iteration", Some(meta), false);
+                    self.done(&text);
                     self.check("iteration");
                 }
-                let exit = l.with(&["--status exited"]);
-                self.stack.pop();
-                let meta = format!(
-                    r#"{{"loop_id": "{lid}", "iteration": {n}, "reason": "condition_satisfied"}}"#
-                );
-                self.append(&exit, at, "loop", "exited", Some(meta), false);
-                self.done("loop");
+                let exit = l.with(&["--ends \"$LOOP\" --status exited"]);
+                let meta = format!(r#"{{"iteration": {n}, "reason": "max"}}"#);
+                self.end(&exit, "exited", Some(meta));
                 self.check("loop exit");
             }
             Approve(gate, rejections) => {
