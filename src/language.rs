@@ -584,10 +584,7 @@ pub fn classify(text: &str) -> Option<Kind> {
     }
     let (word, rest) = first_word(t);
     let after_eq = |r: &str| r.split_once('=').map(|(_, e)| e.to_string());
-    let binding = |kind: Kind, r: &str| match after_eq(r) {
-        Some(e) => Some(expression(&e).unwrap_or(kind)),
-        None => None,
-    };
+    let binding = |kind: Kind, r: &str| after_eq(r).map(|e| expression(&e).unwrap_or(kind));
     match word {
         "use" => Some(Kind::Use),
         "input" => Some(Kind::Input),
