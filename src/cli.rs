@@ -905,8 +905,8 @@ pub struct GateWaitArgs {
     #[arg(long, value_name = "RUN", requires = "require_signed")]
     pub accept_carried_from: Option<String>,
     /// Wait for the decision of this opening of the gate (the `instance` that `gates create`
-    /// printed): if the gate was opened again since, whoever did, exit 9 instead of taking
-    /// the new opening's decision for it
+    /// printed, or `resume` gives): if the gate was opened again since, the answer is that
+    /// opening's own outcome, never the new opening's decision
     #[arg(long, value_name = "N", value_parser = at_least(1))]
     pub instance: Option<i64>,
 }

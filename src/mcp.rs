@@ -160,8 +160,11 @@ const SERVED: &[Served] = &[
                 each settled gate's outcome (`gates`) and the ones not waited for \
                 (`not_settled`). A decision about inputs (`gates_create` with `inputs`) whose \
                 input changed since is class stale: open the gate again; one that stands is \
-                recorded as consumed by this call. A client that declared MCP tasks gets this \
-                call as a task, with no default and no cap on `timeout` (without it, the task \
+                recorded as consumed by this call. With `instance` (as `gates_create` or \
+                `resume` gives it), a gate opened again since answers with that opening's own \
+                outcome (`superseded_by` names the newer instance). A client that declared MCP \
+                tasks gets this call as a task, with no default and no cap on `timeout` \
+                (without it, the task \
                 waits until the gate is decided or times out by its own deadline); while a gate \
                 is pending and the server knows the approval page (PROSE_SERVE_URL), a client \
                 that takes URL elicitation is asked once to open the gate's page, where a \

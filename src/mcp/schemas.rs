@@ -127,6 +127,8 @@ pub fn output(tool: &str) -> Value {
                 "description": "With several gates: each settled gate's outcome, in the order named"});
             p["not_settled"] = json!({"type": "array", "items": {"type": "string"},
                 "description": "With several gates: those still pending when the wait had its answer"});
+            p["superseded_by"] = json!({"type": "integer", "description":
+                "Waited on an earlier `instance` that a reopening superseded: the newest instance (the outcome given is the earlier opening's own)"});
             s["required"] = json!([]);
             s["anyOf"] = json!([{"required": ["id", "run_id", "status"]},
                                 {"required": ["mode", "gates", "not_settled"]}]);

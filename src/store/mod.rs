@@ -1139,6 +1139,10 @@ pub trait Store: AgentStore {
     /// One gate as stored.
     fn read_gate(&mut self, id: &str) -> Result<Option<GateRow>>;
 
+    /// An earlier opening of a gate, as `gate_instances` keeps it: a projection, compared with
+    /// that opening's sealed events and never trusted (`chain::opening_integrity`).
+    fn read_gate_opening(&mut self, id: &str, instance: i64) -> Result<Option<GateRow>>;
+
     /// Gates of this run after the sweep.
     fn gates(
         &mut self,

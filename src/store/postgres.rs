@@ -927,6 +927,24 @@ impl Store for PgStore {
         )
     }
 
+    fn read_gate_opening(&mut self, id: &str, instance: i64) -> Result<Option<GateRow>> {
+        let run = self.run()?.to_string();
+        let id = id.to_string();
+        self.opt_typed(
+            &format!(
+                "SELECT {} FROM openprose.gate_instances g
+                  WHERE g.run_id = $1 AND g.gate_id = $2 AND g.instance = $3",
+                select_list(super::dump::INSTANCE_COLUMNS, "g.")
+            ),
+            &[
+                (&run, Type::TEXT),
+                (&id, Type::TEXT),
+                (&instance, Type::INT8),
+            ],
+            gate_row,
+        )
+    }
+
     fn audit(&mut self, f: &AuditFilter) -> Result<Vec<AuditRow>> {
         let run = self.run()?.to_string();
         self.all(

@@ -853,6 +853,17 @@ impl Store for SqliteStore {
         )
     }
 
+    fn read_gate_opening(&mut self, id: &str, instance: i64) -> Result<Option<GateRow>> {
+        self.opt(
+            &format!(
+                "SELECT {} FROM gate_instances WHERE gate_id = ?1 AND instance = ?2",
+                super::dump::INSTANCE_COLUMNS
+            ),
+            params![id, instance],
+            gate_row,
+        )
+    }
+
     fn audit(&mut self, f: &AuditFilter) -> Result<Vec<AuditRow>> {
         self.all(
             &format!(
