@@ -212,7 +212,8 @@ const SERVED: &[Served] = &[
         roles: VM_ONLY,
         skip: &["all"],
         about: "Everything a VM needs to continue the run after losing its context, within \
-                16 KiB: the run, the position, what is outstanding, the gates, `counts` of \
+                16 KiB: the run, the position, what is outstanding, the gates (each with the \
+                `instance` to wait on and its `next_step`), `counts` of \
                 everything, and a page of the bindings visible from the current scope (at most \
                 `limit`, default 64): pass `next_cursor` as `cursor` for the next page (null \
                 on the last). `truncated` says something besides the bindings was left out to \
