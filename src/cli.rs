@@ -501,8 +501,9 @@ pub struct BindArgs {
     #[arg(long, value_name = "JSON", conflicts_with = "file")]
     pub merge: Option<String>,
 
-    /// Write only if the binding is still at this version (`get --json` shows it; 0: the
-    /// binding does not exist yet); otherwise exit 4 and write nothing
+    /// Write only if the binding is still at this version, its own (`get --json` shows it,
+    /// `history` lists it; 0: the binding does not exist yet); otherwise exit 4 and write
+    /// nothing
     #[arg(long, value_name = "N")]
     pub if_version: Option<i64>,
 

@@ -278,7 +278,7 @@ impl Served {
 const DESCRIBED: &[(&str, &str, &str)] = &[
     ("bind", "value", "The value, stored exactly as given (`-` is the one character `-`)"),
     ("bind", "file", "Read the value from this file on the server's machine"),
-    ("bind", "if_version", "Write only if the binding is still at this version (`get` shows it; 0: the binding does not exist yet); otherwise class refused and nothing is written"),
+    ("bind", "if_version", "Write only if the binding is still at this version, its own (`get` shows it, `history` lists it; 0: the binding does not exist yet); otherwise class refused and nothing is written"),
     ("agent_remember", "value", "The new memory, stored exactly as given"),
     ("agent_remember", "file", "Read the memory from this file on the server's machine"),
     ("gates_create", "allow", "Principals who may decide, one an item; `user` admits anyone not `agent:...`"),
