@@ -1008,7 +1008,7 @@ fn log_page(args: &crate::cli::LogArgs, ctx: &Context, limit: u64) -> Result<Out
 fn value_page(args: &crate::cli::GetArgs, ctx: &Context) -> Result<Outcome> {
     use crate::cmd::get::Lookup;
     let found = |args: &crate::cli::GetArgs| match args.run(ctx)? {
-        Lookup::Value(got) => Ok(got),
+        Lookup::Value(got) => Ok(*got),
         Lookup::Explained(_) => Err(anyhow::anyhow!("get gave no value")),
     };
     let mut tries = 0;

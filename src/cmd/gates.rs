@@ -919,22 +919,18 @@ impl Render for GateWaited {
 
 /// `gates wait --instance N` on an opening a later one superseded: that opening's own outcome,
 /// as its sealed events (`d`, kept in the gate's derivation) made it, against the row
-/// `gate_instances` keeps of it. Never the newer opening's decision, and nothing is consumed
-/// (a consumption is the newest opening's); a decision about inputs is still stale if one
+/// `gate_instances` keeps of it: where it stands, why its decision is stale (if it is), and
+/// the row to show. Never the newer opening's decision, and nothing is consumed (a
+/// consumption is the newest opening's); a decision about inputs is still stale if one
 /// changed before it was consumed.
-#[allow(clippy::too_many_arguments)]
 fn superseded(
     store: &mut dyn Store,
     run_dir: &std::path::Path,
     report: &ChainReport,
     gate: &str,
     d: &crate::store::chain::Derived,
-    newest: i64,
-    program: Option<String>,
-    now: &str,
-    roster: &mut LazyRoster,
     accept_unattested: bool,
-) -> Result<GateWaited> {
+) -> Result<(IntegrityView, Option<String>, GateRow)> {
     let row = store.read_gate_opening(gate, d.instance)?;
     let mut found = crate::store::chain::opening_integrity(report, gate, row.as_ref(), d);
     if found == Integrity::Attested {
@@ -965,18 +961,7 @@ fn superseded(
         metadata: None,
         instance: d.instance,
     });
-    let team = team_view(&row, d, now, roster)?;
-    Ok(GateWaited {
-        stale,
-        integrity,
-        gate: GateView {
-            team,
-            ..GateView::new(row, program, now)
-        },
-        waited_seconds: 0,
-        superseded_by: Some(newest),
-        accept_unattested,
-    })
+    Ok((integrity, stale, row))
 }
 
 /// A wait another thread may stop (an MCP task its client cancelled), and told of as it goes:
@@ -1188,20 +1173,20 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                         .and_then(|d| d.opening(want))
                         .cloned();
                     if let Some(d) = earlier {
-                        let mut waited = superseded(
-                            s,
-                            &run_dir,
-                            &report,
-                            &gate.id,
-                            &d,
-                            newest,
-                            run.program_path.clone(),
-                            &now,
-                            &mut LazyRoster::new(ctx),
-                            args.accept_unattested,
-                        )?;
-                        waited.waited_seconds = start.elapsed().as_secs();
-                        settled[i] = Some(waited);
+                        let (integrity, stale, row) =
+                            superseded(s, &run_dir, &report, &gate.id, &d, args.accept_unattested)?;
+                        let team = team_view(&row, &d, &now, &mut LazyRoster::new(ctx))?;
+                        settled[i] = Some(GateWaited {
+                            stale,
+                            integrity,
+                            gate: GateView {
+                                team,
+                                ..GateView::new(row, run.program_path.clone(), &now)
+                            },
+                            waited_seconds: start.elapsed().as_secs(),
+                            superseded_by: Some(newest),
+                            accept_unattested: args.accept_unattested,
+                        });
                         continue;
                     }
                     if newest != want && !matches!(report.gate(&gate.id), Integrity::Tampered(_)) {
