@@ -520,8 +520,9 @@ pub struct BindArgs {
     #[arg(long, value_name = "JSON", conflicts_with = "file")]
     pub merge: Option<String>,
 
-    /// Write only if the binding is still at this version (`get --json` shows it; 0: the
-    /// binding does not exist yet); otherwise exit 4 and write nothing
+    /// Write only if the binding is still at this version, its own (`get --json` shows it,
+    /// `history` lists it; 0: the binding does not exist yet); otherwise exit 4 and write
+    /// nothing
     #[arg(long, value_name = "N")]
     pub if_version: Option<i64>,
 
@@ -946,8 +947,8 @@ pub struct GateWaitArgs {
     #[arg(long, value_name = "RUN", requires = "require_signed")]
     pub accept_carried_from: Option<String>,
     /// Wait for the decision of this opening of the gate (the `instance` that `gates create`
-    /// printed): if the gate was opened again since, whoever did, exit 9 instead of taking
-    /// the new opening's decision for it
+    /// printed, or `resume` gives): if the gate was opened again since, the answer is that
+    /// opening's own outcome, never the new opening's decision
     #[arg(long, value_name = "N", value_parser = at_least(1))]
     pub instance: Option<i64>,
 }

@@ -164,8 +164,11 @@ const SERVED: &[Served] = &[
                 each settled gate's outcome (`gates`) and the ones not waited for \
                 (`not_settled`). A decision about inputs (`gates_create` with `inputs`) whose \
                 input changed since is class stale: open the gate again; one that stands is \
-                recorded as consumed by this call. A client that declared MCP tasks gets this \
-                call as a task, with no default and no cap on `timeout` (without it, the task \
+                recorded as consumed by this call. With `instance` (as `gates_create` or \
+                `resume` gives it), a gate opened again since answers with that opening's own \
+                outcome (`superseded_by` names the newer instance). A client that declared MCP \
+                tasks gets this call as a task, with no default and no cap on `timeout` \
+                (without it, the task \
                 waits until the gate is decided or times out by its own deadline); while a gate \
                 is pending and the server knows the approval page (PROSE_SERVE_URL), a client \
                 that takes URL elicitation is asked once to open the gate's page, where a \
@@ -213,7 +216,8 @@ const SERVED: &[Served] = &[
         roles: VM_ONLY,
         skip: &["all"],
         about: "Everything a VM needs to continue the run after losing its context, within \
-                16 KiB: the run, the position, what is outstanding, the gates, `counts` of \
+                16 KiB: the run, the position, what is outstanding, the gates (each with the \
+                `instance` to wait on and its `next_step`), `counts` of \
                 everything, and a page of the bindings visible from the current scope (at most \
                 `limit`, default 64): pass `next_cursor` as `cursor` for the next page (null \
                 on the last). `truncated` says something besides the bindings was left out to \
@@ -278,7 +282,7 @@ impl Served {
 const DESCRIBED: &[(&str, &str, &str)] = &[
     ("bind", "value", "The value, stored exactly as given (`-` is the one character `-`)"),
     ("bind", "file", "Read the value from this file on the server's machine"),
-    ("bind", "if_version", "Write only if the binding is still at this version (`get` shows it; 0: the binding does not exist yet); otherwise class refused and nothing is written"),
+    ("bind", "if_version", "Write only if the binding is still at this version, its own (`get` shows it, `history` lists it; 0: the binding does not exist yet); otherwise class refused and nothing is written"),
     ("agent_remember", "value", "The new memory, stored exactly as given"),
     ("agent_remember", "file", "Read the memory from this file on the server's machine"),
     ("gates_create", "allow", "Principals who may decide, one an item; `user` admits anyone not `agent:...`"),
@@ -1008,7 +1012,7 @@ fn log_page(args: &crate::cli::LogArgs, ctx: &Context, limit: u64) -> Result<Out
 fn value_page(args: &crate::cli::GetArgs, ctx: &Context) -> Result<Outcome> {
     use crate::cmd::get::Lookup;
     let found = |args: &crate::cli::GetArgs| match args.run(ctx)? {
-        Lookup::Value(got) => Ok(got),
+        Lookup::Value(got) => Ok(*got),
         Lookup::Explained(_) => Err(anyhow::anyhow!("get gave no value")),
     };
     let mut tries = 0;

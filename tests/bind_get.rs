@@ -7,6 +7,7 @@ on_both!(
     missing_binding_in_root_scope_is_exit_3,
     attachments_above_the_threshold_only,
     get_streams_large_attachments_to_a_closed_pipe_quietly,
+    the_version_shown_is_the_bindings_own,
 );
 use std::io::Write;
 use std::process::Stdio;
@@ -580,4 +581,146 @@ fn get_streams_large_attachments_to_a_closed_pipe_quietly(b: Backend) {
         String::from_utf8_lossy(&result.stderr)
     );
     assert!(result.stderr.is_empty());
+}
+
+/// Issue 45: one number is called version. `bind --json` and `get --json` report the
+/// binding's own version (1, 2, 3, ... in its scope), the one `history` lists, `get --version`
+/// reads and `bind --if-version` compares; a first write reports 1 however many bindings the
+/// run has.
+fn the_version_shown_is_the_bindings_own(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let bound = |args: &[&str]| {
+        let a = run.cmd().arg("--json").arg("bind").args(args).assert();
+        let out = a.get_output().clone();
+        (
+            out.status.code().unwrap_or(-1),
+            serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_default(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let history = || {
+        stdout_json(
+            &run.cmd()
+                .args(["--json", "history", "x"])
+                .assert()
+                .success(),
+        )
+    };
+    // Other bindings first, so that a counter the run's bindings share is well past 2.
+    for i in 0..12 {
+        run.bind(&format!("other{i}"), "v", None);
+    }
+    run.bind("other0", "again", None);
+    let (code, v, err) = bound(&["x", "one"]);
+    assert_eq!(
+        (code, &v["version"]),
+        (0, &serde_json::json!(1)),
+        "{v} {err}"
+    );
+    let (code, v, err) = bound(&["x", "two"]);
+    assert_eq!(
+        (code, &v["version"]),
+        (0, &serde_json::json!(2)),
+        "{v} {err}"
+    );
+
+    let got = stdout_json(&run.cmd().args(["--json", "get", "x"]).assert().success());
+    assert_eq!(
+        (&got["version"], &got["value"]),
+        (&serde_json::json!(2), &serde_json::json!("two"))
+    );
+    let h = history();
+    assert_eq!(h["versions"][0]["version"], 2, "{h}");
+    assert_eq!(h["versions"][1]["version"], 1, "{h}");
+    let old = stdout_json(
+        &run.cmd()
+            .args(["--json", "get", "x", "--version", "2"])
+            .assert()
+            .success(),
+    );
+    assert_eq!(
+        (&old["version"], &old["value"]),
+        (&serde_json::json!(2), &serde_json::json!("two"))
+    );
+    let old = stdout_json(
+        &run.cmd()
+            .args(["--json", "get", "x", "--version", "1"])
+            .assert()
+            .success(),
+    );
+    assert_eq!(
+        (&old["version"], &old["value"]),
+        (&serde_json::json!(1), &serde_json::json!("one"))
+    );
+
+    // Compare-and-set on that number: 2 writes (and becomes 3), 2 again is refused.
+    let (code, v, err) = bound(&["x", "three", "--if-version", "2"]);
+    assert_eq!(
+        (code, &v["version"]),
+        (0, &serde_json::json!(3)),
+        "{v} {err}"
+    );
+    let before = run.snapshot();
+    let listed = history();
+    let (code, _, err) = bound(&["x", "four", "--if-version", "2"]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("is at version 3, not 2"), "{err}");
+    assert_eq!(
+        run.snapshot(),
+        before,
+        "a refused compare-and-set changed the run"
+    );
+    assert_eq!(history(), listed);
+    assert_eq!(run.get("x", None), b"three");
+    // In an execution's scope, the binding of the same name has versions of its own.
+    let e = run.exec(1, "let x = session: w", "executing", None);
+    let (code, v, err) = bound(&[
+        "x",
+        "inner",
+        "--execution-id",
+        &e.to_string(),
+        "--if-version",
+        "0",
+    ]);
+    assert_eq!(
+        (code, &v["version"]),
+        (0, &serde_json::json!(1)),
+        "{v} {err}"
+    );
+    let got = stdout_json(
+        &run.cmd()
+            .args(["--json", "get", "x", "--execution-id", &e.to_string()])
+            .assert()
+            .success(),
+    );
+    assert_eq!(got["version"], 1, "{got}");
+    // A raw writer's write is a version too (kept by the schema's trigger): the number moves.
+    run.view().raw(
+        "UPDATE bindings SET value = 'raw' WHERE name = 'x' AND execution_id IS NULL",
+        "UPDATE openprose.bindings SET value = 'raw' WHERE run_id = '$RUN' AND name = 'x' AND execution_id IS NULL",
+    );
+    let got = stdout_json(&run.cmd().args(["--json", "get", "x"]).assert().success());
+    assert_eq!(
+        (&got["version"], &got["value"]),
+        (&serde_json::json!(4), &serde_json::json!("raw"))
+    );
+    let before = run.snapshot();
+    let (code, _, err) = bound(&["x", "lost", "--if-version", "3"]);
+    assert_eq!(code, 4, "{err}");
+    assert_eq!(run.snapshot(), before);
+    // Pruned to its newest version, a binding's numbers go on from where they were.
+    run.cmd()
+        .args(["prune", "--history", "1", "--yes"])
+        .assert()
+        .success();
+    let (code, v, err) = bound(&["x", "five", "--if-version", "4"]);
+    assert_eq!(
+        (code, &v["version"]),
+        (0, &serde_json::json!(5)),
+        "{v} {err}"
+    );
+    let h = history();
+    assert_eq!(h["versions"][0]["version"], 5, "{h}");
+    assert_eq!(h["versions"][1]["version"], 4, "{h}");
 }

@@ -40,6 +40,7 @@ on_both!(
     a_raw_decision_below_the_chain_is_never_a_decision,
     a_reopened_gate_rolled_back_is_tampered,
     the_allow_list_is_the_sealed_one,
+    a_gate_opened_again_before_its_decision_is_tampered,
 );
 
 /// A run sealed by the release before genesis events (schema 6, sealed rows from seq 1)
@@ -343,6 +344,108 @@ fn a_reopened_gate_rolled_back_is_tampered(b: Backend) {
         .failure();
     assert_eq!(code_of(&a), 9, "{}", stderr(&a));
     run.refused(&before, 1, "the refused decision");
+}
+
+/// Issue 45: an opening superseded while still pending is one no rule writes (`--reopen`
+/// refuses a pending gate). A sealed log that says so, written by a holder of the audit key,
+/// is tampered for every reader: a wait on the first instance, as on the second, exits 9 with
+/// why, and changes nothing.
+fn a_gate_opened_again_before_its_decision_is_tampered(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "deploy", "--prompt", "Ship it?"])
+        .assert()
+        .success();
+    // A `created` event of instance 2, sealed with the key and chained after the log's end.
+    let rows = audit_rows(&run);
+    let last = rows.iter().max_by_key(|r| r.seq).unwrap();
+    let created = rows
+        .iter()
+        .find(|r| r.gate_id == "deploy" && r.event_type == "created")
+        .unwrap();
+    let mut m: serde_json::Value =
+        serde_json::from_str(created.metadata.as_deref().unwrap()).unwrap();
+    m["instance"] = 2.into();
+    let mut forged = AuditRow {
+        id: last.id + 1,
+        metadata: Some(m.to_string()),
+        prev_hash: last.hash.clone(),
+        seq: Some(last.seq.unwrap() + 1),
+        ..created.clone()
+    };
+    let hash = forged.chain_hash(last.hash.as_deref().unwrap());
+    forged.seal = Some(key(&run).seal(&hash));
+    forged.hash = Some(hash);
+    let lit = |v: &Option<String>| match v {
+        Some(s) => format!("'{}'", s.replace('\'', "''")),
+        None => "NULL".into(),
+    };
+    let values = |ts: String| {
+        format!(
+            "{}, {}, {}, {}, {}, {ts}, {}, {}, {}, {}, {}",
+            lit(&Some(forged.gate_id.clone())),
+            lit(&Some(forged.run_id.clone())),
+            lit(&Some(forged.event_type.clone())),
+            lit(&forged.principal),
+            lit(&forged.comment),
+            lit(&forged.metadata),
+            lit(&forged.prev_hash),
+            lit(&forged.hash),
+            forged.seq.unwrap(),
+            lit(&forged.seal),
+        )
+    };
+    let cols = "gate_id, run_id, event_type, principal, comment, timestamp, metadata, prev_hash, \
+                hash, seq, seal";
+    let ts = forged.timestamp.clone().unwrap();
+    run.view().raw(
+        &format!(
+            "INSERT INTO gate_audit_log ({cols}) VALUES ({});
+             INSERT INTO gate_instances SELECT id, instance, run_id, execution_id, prompt, allow,
+                    timeout, timeout_at, on_reject, status, created_at, resolved_at, resolved_by,
+                    resolution_comment, metadata FROM gates WHERE id = 'deploy';
+             UPDATE gates SET instance = 2 WHERE id = 'deploy';",
+            values(format!("'{ts}'"))
+        ),
+        &format!(
+            "INSERT INTO openprose.gate_audit_log ({cols}) VALUES ({});
+             INSERT INTO openprose.gate_instances (gate_id, instance, run_id, execution_id, prompt,
+                    allow, timeout, timeout_at, on_reject, status, created_at, resolved_at,
+                    resolved_by, resolution_comment, metadata)
+             SELECT id, instance, run_id, execution_id, prompt, allow, timeout, timeout_at,
+                    on_reject, status, created_at, resolved_at, resolved_by, resolution_comment,
+                    metadata FROM openprose.gates WHERE run_id = '$RUN' AND id = 'deploy';
+             UPDATE openprose.gates SET instance = 2 WHERE run_id = '$RUN' AND id = 'deploy';",
+            values(format!("'{ts}+00'"))
+        ),
+    );
+    let before = run.snapshot();
+    for instance in ["1", "2"] {
+        let a = run
+            .cmd()
+            .args([
+                "gates",
+                "wait",
+                "deploy",
+                "--instance",
+                instance,
+                "--timeout",
+                "0",
+            ])
+            .assert()
+            .failure();
+        assert_eq!(code_of(&a), 9, "instance {instance}: {}", stderr(&a));
+        let said = String::from_utf8(a.get_output().stdout.clone()).unwrap();
+        assert!(
+            said.contains("TAMPERED")
+                && said.contains("opens instance 2 while instance 1 has no sealed decision"),
+            "instance {instance}: {said}"
+        );
+    }
+    let a = run.cmd().args(["gates", "verify"]).assert().failure();
+    assert_eq!(code_of(&a), 9);
+    assert_eq!(run.snapshot(), before, "a wait changed the run");
 }
 
 fn code_of(a: &assert_cmd::assert::Assert) -> i32 {

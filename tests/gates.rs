@@ -14,6 +14,7 @@ on_both!(
     audit_filters_by_gate_principal_and_time,
     listing_across_runs_oldest_first_with_filters,
     a_status_raw_sql_invented_fails_closed,
+    a_reopened_gate_answers_each_instance_with_its_own_outcome,
 );
 
 fn create(run: &Run, id: &str, extra: &[&str]) -> serde_json::Value {
@@ -858,4 +859,190 @@ fn a_status_raw_sql_invented_fails_closed(b: Backend) {
         .assert()
         .success();
     assert_eq!(stdout_json(&a)[0]["status"], "paused");
+}
+
+/// Issue 45: a gate rejected, opened again as instance 2, and the VM gone. `resume` names the
+/// instance to wait on (the sealed log's newest) and the wait; waiting on instance 1, as the
+/// VM made it, answers with instance 1's own rejection, never "tampered"; instance 2 is still
+/// pending; nothing any of the waits does changes the run, and the log verifies.
+fn a_reopened_gate_answers_each_instance_with_its_own_outcome(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let first = create(&run, "deploy", &["--on-reject", "retry build"]);
+    assert_eq!(first["instance"], 1);
+    run.cmd()
+        .args([
+            "reject", "deploy", "--yes", "--as", "bob", "--reason", "not yet",
+        ])
+        .assert()
+        .success();
+    let second = create(&run, "deploy", &["--on-reject", "retry build", "--reopen"]);
+    assert_eq!(second["instance"], 2);
+
+    // `resume`: the bounded answer and --all, in JSON and in text.
+    for all in [false, true] {
+        let mut c = run.cmd();
+        c.args(["--json", "resume"]);
+        if all {
+            c.arg("--all");
+        }
+        let doc = stdout_json(&c.assert().success());
+        let g = doc["gates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["id"] == "deploy")
+            .unwrap()
+            .clone();
+        assert_eq!(g["status"], "pending", "{g}");
+        assert_eq!(g["instance"], 2, "{g}");
+        assert_eq!(
+            g["next_step"],
+            serde_json::json!({"action": "wait", "argument": "gates wait deploy --instance 2"}),
+            "{g}"
+        );
+        let mut c = run.cmd();
+        c.arg("resume");
+        if all {
+            c.arg("--all");
+        }
+        let text = String::from_utf8(c.assert().success().get_output().stdout.clone()).unwrap();
+        assert!(
+            text.contains("gate deploy pending (instance 2) → wait gates wait deploy --instance 2"),
+            "{text}"
+        );
+    }
+
+    let before = run.snapshot();
+    // Instance 1, as the guide's example waits on it: its own rejection (5), at once.
+    let a = run
+        .cmd()
+        .args([
+            "gates",
+            "wait",
+            "deploy",
+            "--instance",
+            "1",
+            "--timeout",
+            "30s",
+        ])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 5, "{}", stderr(&a));
+    let said = String::from_utf8(a.get_output().stdout.clone()).unwrap();
+    assert!(
+        said.starts_with("deploy: rejected by bob at ")
+            && said.contains(": not yet")
+            && said.contains("(instance 1; opened again since as instance 2"),
+        "{said}"
+    );
+    assert!(
+        !said.contains("TAMPERED") && !stderr(&a).contains("TAMPERED"),
+        "{said}"
+    );
+    let a = run
+        .cmd()
+        .args([
+            "--json",
+            "gates",
+            "wait",
+            "deploy",
+            "--instance",
+            "1",
+            "--timeout",
+            "0",
+        ])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 5);
+    let v = stdout_json(&a);
+    assert_eq!(
+        (
+            &v["status"],
+            &v["resolved_by"],
+            &v["resolution_comment"],
+            &v["instance"],
+            &v["superseded_by"],
+            &v["integrity"]["state"]
+        ),
+        (
+            &serde_json::json!("rejected"),
+            &serde_json::json!("bob"),
+            &serde_json::json!("not yet"),
+            &serde_json::json!(1),
+            &serde_json::json!(2),
+            &serde_json::json!("attested")
+        ),
+        "{v}"
+    );
+    assert!(v["resolved_at"].is_string(), "{v}");
+    // Instance 2: still pending when the wait runs out (7).
+    let a = run
+        .cmd()
+        .args([
+            "gates",
+            "wait",
+            "deploy",
+            "--instance",
+            "2",
+            "--timeout",
+            "1s",
+        ])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 7, "{}", stderr(&a));
+    // No instance 3 was ever opened: that is no opening of this gate's sealed log (9).
+    let a = run
+        .cmd()
+        .args([
+            "gates",
+            "wait",
+            "deploy",
+            "--instance",
+            "3",
+            "--timeout",
+            "0",
+        ])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
+    run.cmd().args(["gates", "verify"]).assert().success();
+    assert_eq!(run.snapshot(), before, "a wait changed the run");
+
+    // Instance 2 approved, and opened again as instance 3: each answers with its own.
+    run.cmd()
+        .args(["approve", "deploy", "--yes", "--as", "alice"])
+        .assert()
+        .success();
+    run.cmd()
+        .args([
+            "gates",
+            "wait",
+            "deploy",
+            "--instance",
+            "2",
+            "--timeout",
+            "0",
+        ])
+        .assert()
+        .success();
+    create(&run, "deploy", &["--on-reject", "retry build", "--reopen"]);
+    let before = run.snapshot();
+    for (instance, expected) in [("1", 5), ("2", 0), ("3", 7)] {
+        let a = run
+            .cmd()
+            .args([
+                "gates",
+                "wait",
+                "deploy",
+                "--instance",
+                instance,
+                "--timeout",
+                "0",
+            ])
+            .assert();
+        assert_eq!(code(&a), expected, "instance {instance}: {}", stderr(&a));
+    }
+    run.cmd().args(["gates", "verify"]).assert().success();
+    assert_eq!(run.snapshot(), before, "a wait changed the run");
 }

@@ -950,7 +950,8 @@ fn refused_writes_keep_no_version(b: Backend) {
     let before = state(&run);
     for (args, want) in [
         (vec!["bind", "k", "again"], 4),
-        (vec!["bind", "s", "x", "--if-version", "1"], 4),
+        // Read as absent, and bound since (it is at its own version 1).
+        (vec!["bind", "s", "x", "--if-version", "0"], 4),
         (vec!["bind", "s", "--append", "item"], 4),
         (vec!["bind", "s", "--merge", r#"{"a":1}"#], 4),
         (vec!["bind", "s", "--merge", "not json"], 2),

@@ -796,7 +796,8 @@ fn resume_tells_a_vm_everything_it_needs(b: Backend) {
         "∥ p1 [a b c] 2/3 waiting on [c]",
         "loop l1:2/5 running (iteration 3)",
         "1→ let research = session \"Research\" ✓",
-        "gate g_rejected rejected → retry draft",
+        "gate g_rejected rejected (instance 1) → retry draft",
+        "gate g_pending pending (instance 1) → wait gates wait g_pending --instance 1",
     ] {
         assert!(text.contains(want), "missing {want:?} in:\n{text}");
     }

@@ -359,7 +359,8 @@ fn a_wait_does_not_hold_up_other_calls(backend: Backend) {
 on_both!(
     a_wait_does_not_hold_up_other_calls,
     gates_wait_takes_a_number_of_seconds,
-    gates_wait_waits_on_several_gates
+    gates_wait_waits_on_several_gates,
+    versions_and_instances_through_the_tools
 );
 
 /// `gates_wait`'s timeout as a client is likely to send it, a number (`"timeout": 30`), is
@@ -1305,6 +1306,130 @@ fn gates_wait_waits_on_several_gates(backend: Backend) {
             let r = call(&client, "gates_wait", bad.clone()).await;
             assert_eq!(class(&r), "usage", "{bad}: {r:?}");
         }
+        client.cancel().await.unwrap();
+    });
+}
+
+/// Issue 45 through the tools: `bind` and `get` give the binding's own version (what `history`
+/// lists and `if_version` compares); `resume` gives a reopened gate's instance and the wait to
+/// run, and `gates_wait` on the earlier instance answers with its own rejection.
+fn versions_and_instances_through_the_tools(backend: Backend) {
+    let Some(p) = Project::on(backend) else {
+        return;
+    };
+    let run = p.init();
+    for i in 0..5 {
+        run.bind(&format!("other{i}"), "v", None);
+    }
+    run.cmd()
+        .args(["gates", "create", "deploy", "--prompt", "Ship it?"])
+        .assert()
+        .success();
+    run.cmd()
+        .args([
+            "reject", "deploy", "--as", "bob", "-y", "--reason", "not yet",
+        ])
+        .assert()
+        .success();
+    run.cmd()
+        .args([
+            "gates", "create", "deploy", "--prompt", "Ship it?", "--reopen",
+        ])
+        .assert()
+        .success();
+    // Read inside the runtime, on a thread it lets block (the server's client is blocking).
+    let snapshot = || {
+        tokio::task::block_in_place(|| match &p.pg_url {
+            Some(url) => common::snapshot_pg(url, &run.id),
+            None => common::snapshot_db(&run.db),
+        })
+    };
+    runtime().block_on(async {
+        let client = connect(&p, "w", &run).await;
+        let content = |r: &CallToolResult| r.structured_content.clone().unwrap();
+        for (value, version) in [("one", 1), ("two", 2)] {
+            let r = call(&client, "bind", json!({"name": "x", "value": value})).await;
+            assert_eq!(class(&r), "ok", "{r:?}");
+            assert_eq!(content(&r)["version"], version, "{r:?}");
+        }
+        let r = call(&client, "get", json!({"name": "x"})).await;
+        assert_eq!(content(&r)["version"], 2, "{r:?}");
+        let r = call(&client, "history", json!({"name": "x"})).await;
+        assert_eq!(content(&r)["versions"][0]["version"], 2, "{r:?}");
+        let r = call(&client, "get", json!({"name": "x", "version": 1})).await;
+        let v = content(&r);
+        assert_eq!(
+            (&v["version"], &v["value"]),
+            (&json!(1), &json!("one")),
+            "{v}"
+        );
+        let r = call(
+            &client,
+            "bind",
+            json!({"name": "x", "value": "three", "if_version": 2}),
+        )
+        .await;
+        assert_eq!(
+            (class(&r), &content(&r)["version"]),
+            ("ok", &json!(3)),
+            "{r:?}"
+        );
+        let before = snapshot();
+        let r = call(
+            &client,
+            "bind",
+            json!({"name": "x", "value": "four", "if_version": 2}),
+        )
+        .await;
+        assert_eq!(class(&r), "refused", "{r:?}");
+        assert_eq!(
+            snapshot(),
+            before,
+            "a refused compare-and-set changed the run"
+        );
+
+        let r = call(&client, "resume", json!({})).await;
+        let doc = content(&r);
+        let g = doc["gates"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["id"] == "deploy")
+            .unwrap()
+            .clone();
+        assert_eq!(g["instance"], 2, "{g}");
+        assert_eq!(
+            g["next_step"],
+            json!({"action": "wait", "argument": "gates wait deploy --instance 2"}),
+            "{g}"
+        );
+        let before = snapshot();
+        let r = call(
+            &client,
+            "gates_wait",
+            json!({"gate": "deploy", "instance": 1, "timeout": 0}),
+        )
+        .await;
+        assert_eq!(class(&r), "rejected", "{r:?}");
+        let v = content(&r);
+        assert_eq!(
+            (
+                &v["status"],
+                &v["resolved_by"],
+                &v["instance"],
+                &v["superseded_by"]
+            ),
+            (&json!("rejected"), &json!("bob"), &json!(1), &json!(2)),
+            "{v}"
+        );
+        let r = call(
+            &client,
+            "gates_wait",
+            json!({"gate": "deploy", "instance": 2, "timeout": 1}),
+        )
+        .await;
+        assert_eq!(class(&r), "still_pending", "{r:?}");
+        assert_eq!(snapshot(), before, "a wait changed the run");
         client.cancel().await.unwrap();
     });
 }

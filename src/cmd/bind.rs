@@ -17,7 +17,8 @@ pub struct Bound {
     pub attachment_path: Option<String>,
     pub bytes: u64,
     pub summary: String,
-    /// The binding's version after this write (for `bind --if-version`).
+    /// The binding's own version after this write: its number in its scope, as `history`
+    /// lists it and `bind --if-version` compares it.
     pub version: Option<i64>,
     #[serde(skip)]
     location: String,

@@ -633,19 +633,17 @@ pub struct IntegrityView {
 impl IntegrityView {
     /// The gate's standing in a run's report; any break in the run's log taints every gate.
     pub fn of(report: &ChainReport, gate: &str) -> Self {
-        let (state, detail) = match report.gate(gate) {
-            Integrity::Tampered(d) => ("tampered", Some(d)),
-            _ if report.first_broken.is_some() => (
-                "tampered",
-                report
+        match report.gate(gate) {
+            Integrity::Tampered(d) => Self::from(Integrity::Tampered(d)),
+            _ if report.first_broken.is_some() => IntegrityView {
+                state: "tampered",
+                detail: report
                     .first_broken
                     .as_ref()
                     .map(|b| format!("the run's audit log is broken: {}", b.reason)),
-            ),
-            Integrity::Unattested(d) => ("unattested", Some(d)),
-            Integrity::Attested => ("attested", None),
-        };
-        IntegrityView { state, detail }
+            },
+            other => Self::from(other),
+        }
     }
 
     fn code(&self, accept_unattested: bool) -> Option<Code> {
@@ -663,6 +661,17 @@ impl IntegrityView {
             "unattested" => vec![format!("gate {gate} is unattested: {detail}")],
             _ => Vec::new(),
         }
+    }
+}
+
+impl From<Integrity> for IntegrityView {
+    fn from(i: Integrity) -> Self {
+        let (state, detail) = match i {
+            Integrity::Tampered(d) => ("tampered", Some(d)),
+            Integrity::Unattested(d) => ("unattested", Some(d)),
+            Integrity::Attested => ("attested", None),
+        };
+        IntegrityView { state, detail }
     }
 }
 
@@ -837,6 +846,10 @@ pub struct GateWaited {
     /// consumed (exit 11). Open the gate again (`gates create --reopen`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stale: Option<String>,
+    /// Waited on as an earlier opening (`--instance N`) that the gate's newest opening, this
+    /// one, superseded: the outcome shown is that earlier opening's own.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<i64>,
     #[serde(skip)]
     pub accept_unattested: bool,
 }
@@ -888,11 +901,67 @@ impl Render for GateWaited {
                 g.id
             );
         }
+        let superseded = self
+            .superseded_by
+            .map(|n| {
+                format!(
+                    " (instance {}; opened again since as instance {n}, which `gates wait {} --instance {n}` waits on)",
+                    g.instance, g.id
+                )
+            })
+            .unwrap_or_default();
         match g.status.as_str() {
             "pending" => writeln!(w, "{}: still pending after {}s", g.id, self.waited_seconds),
-            _ => writeln!(w, "{}: {}", g.id, resolution(g)),
+            _ => writeln!(w, "{}: {}{superseded}", g.id, resolution(g)),
         }
     }
+}
+
+/// `gates wait --instance N` on an opening a later one superseded: that opening's own outcome,
+/// as its sealed events (`d`, kept in the gate's derivation) made it, against the row
+/// `gate_instances` keeps of it: where it stands, why its decision is stale (if it is), and
+/// the row to show. Never the newer opening's decision, and nothing is consumed (a
+/// consumption is the newest opening's); a decision about inputs is still stale if one
+/// changed before it was consumed.
+fn superseded(
+    store: &mut dyn Store,
+    run_dir: &std::path::Path,
+    report: &ChainReport,
+    gate: &str,
+    d: &crate::store::chain::Derived,
+    accept_unattested: bool,
+) -> Result<(IntegrityView, Option<String>, GateRow)> {
+    let row = store.read_gate_opening(gate, d.instance)?;
+    let mut found = crate::store::chain::opening_integrity(report, gate, row.as_ref(), d);
+    if found == Integrity::Attested {
+        if let Some(why) = crate::services::inputs::sealed_problem(store, run_dir, d)? {
+            found = why;
+        }
+    }
+    let integrity = IntegrityView::from(found);
+    let stale = match integrity.code(accept_unattested) {
+        None => crate::services::inputs::stale(store, run_dir, d)?.0,
+        Some(_) => None,
+    };
+    // Its row, as `compare` found it; gone, the opening as its events make it (tampered).
+    let row = row.unwrap_or_else(|| GateRow {
+        id: gate.to_string(),
+        run_id: Some(d.run_id.clone()),
+        execution_id: None,
+        prompt: String::new(),
+        allow: d.allow.clone(),
+        timeout: d.timeout.clone().flatten(),
+        timeout_at: d.timeout_at.clone().flatten(),
+        on_reject: d.on_reject.clone().flatten(),
+        status: d.status(),
+        created_at: d.created_at.clone(),
+        resolved_at: d.decided_at.clone(),
+        resolved_by: d.decision.as_ref().map(|(_, by, _)| by.clone()),
+        resolution_comment: d.comment.clone(),
+        metadata: None,
+        instance: d.instance,
+    });
+    Ok((integrity, stale, row))
 }
 
 /// A wait another thread may stop (an MCP task its client cancelled), and told of as it goes:
@@ -1096,12 +1165,36 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                 // Waiting on one opening: a newer one (whoever opened it) is not its answer.
                 if let Some(want) = args.instance {
                     let newest = report.derived.get(&gate.id).map_or(0, |d| d.instance);
+                    // One a later opening superseded answers with its own outcome.
+                    let earlier = report
+                        .derived
+                        .get(&gate.id)
+                        .filter(|_| want < newest)
+                        .and_then(|d| d.opening(want))
+                        .cloned();
+                    if let Some(d) = earlier {
+                        let (integrity, stale, row) =
+                            superseded(s, &run_dir, &report, &gate.id, &d, args.accept_unattested)?;
+                        let team = team_view(&row, &d, &now, &mut LazyRoster::new(ctx))?;
+                        settled[i] = Some(GateWaited {
+                            stale,
+                            integrity,
+                            gate: GateView {
+                                team,
+                                ..GateView::new(row, run.program_path.clone(), &now)
+                            },
+                            waited_seconds: start.elapsed().as_secs(),
+                            superseded_by: Some(newest),
+                            accept_unattested: args.accept_unattested,
+                        });
+                        continue;
+                    }
                     if newest != want && !matches!(report.gate(&gate.id), Integrity::Tampered(_)) {
                         report.gates.retain(|(g, _)| g != &gate.id);
                         report.gates.push((
                             gate.id.clone(),
                             Integrity::Tampered(format!(
-                                "it was waited on as instance {want}, but its sealed log's newest opening is instance {newest}: opened again since"
+                                "it was waited on as instance {want}, but its sealed log's newest opening is instance {newest}"
                             )),
                         ));
                     }
@@ -1127,6 +1220,7 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                         ..GateView::new(gate, run.program_path.clone(), &now)
                     },
                     waited_seconds: start.elapsed().as_secs(),
+                    superseded_by: None,
                     accept_unattested: args.accept_unattested,
                 });
             }

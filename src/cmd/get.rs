@@ -305,7 +305,7 @@ pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got>
 crate::output::one_of!(
     /// A value, or with `--explain` the scope chain walked.
     Lookup {
-        Value(Got),
+        Value(Box<Got>),
         Explained(Explained),
     }
 );
@@ -322,7 +322,7 @@ impl super::Run for GetArgs {
             if let Some(blob) = got.blob.take() {
                 got.content = Some(store.into_blob_reader(&blob)?);
             }
-            Lookup::Value(got)
+            Lookup::Value(Box::new(got))
         })
     }
 }

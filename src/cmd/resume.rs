@@ -176,6 +176,9 @@ pub struct NextStep {
 pub struct GateNext {
     pub id: String,
     pub status: crate::model::GateStatus,
+    /// The gate's newest opening, as its sealed log says (the instance `gates wait
+    /// --instance` takes); null when nothing sealed opened it.
+    pub instance: Option<i64>,
     pub next_step: NextStep,
     pub on_reject: Option<String>,
     pub resolved_by: Option<String>,
@@ -236,10 +239,18 @@ fn step(action: &str, argument: Option<String>) -> NextStep {
     }
 }
 
-fn next_step(g: &GateRow) -> NextStep {
+/// The next step for a gate whose newest sealed opening is `instance`: a pending one is
+/// waited on as that opening.
+fn next_step(g: &GateRow, instance: Option<i64>) -> NextStep {
     match g.status.as_str() {
         "approved" => step("continue", None),
-        "pending" => step("wait", None),
+        "pending" => step(
+            "wait",
+            Some(match instance {
+                Some(n) => format!("gates wait {} --instance {n}", g.id),
+                None => format!("gates wait {}", g.id),
+            }),
+        ),
         _ => on_reject_step(g.on_reject.as_deref()),
     }
 }
@@ -544,7 +555,15 @@ fn gate_nexts(
     }
     gates
         .into_iter()
-        .map(|g| Ok(GateNext {
+        .map(|g| {
+            // The opening to wait on is the sealed log's newest, never the row's.
+            let instance = report
+                .derived
+                .get(&g.id)
+                .map(|d| d.instance)
+                .filter(|n| *n > 0);
+            Ok(GateNext {
+            instance,
             stale: stale.get(&g.id).cloned(),
             integrity: IntegrityView::of(&report, &g.id),
             progress: match report.derived.get(&g.id).filter(|_| g.status.is_pending()) {
@@ -566,7 +585,7 @@ fn gate_nexts(
                         g.id
                     )),
                 ),
-                _ => next_step(&g),
+                _ => next_step(&g, instance),
             },
             id: g.id,
             status: g.status,
@@ -574,7 +593,8 @@ fn gate_nexts(
             resolved_by: g.resolved_by,
             resolved_at: g.resolved_at,
             timeout_at: g.timeout_at,
-        }))
+        })
+        })
         .collect()
 }
 
@@ -866,9 +886,13 @@ fn gate_lines(w: &mut dyn Write, gates: &[GateNext]) -> io::Result<()> {
             .as_deref()
             .map(|p| format!(" [{p}]"))
             .unwrap_or_default();
+        let instance = g
+            .instance
+            .map(|n| format!(" (instance {n})"))
+            .unwrap_or_default();
         writeln!(
             w,
-            "gate {} {}{integrity}{left}{progress} → {}{arg}",
+            "gate {} {}{instance}{integrity}{left}{progress} → {}{arg}",
             g.id, g.status, g.next_step.action
         )?;
     }

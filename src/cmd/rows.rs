@@ -37,7 +37,7 @@ impl Serialize for Lossy<'_> {
 as_written! { BindingRow as "Binding" {
     "name": name, "execution_id": execution_id, "kind": kind, "value": value as Lossy,
     "source_statement": source_statement, "created_at": created_at, "updated_at": updated_at,
-    "attachment_path": attachment_path, "version": version,
+    "attachment_path": attachment_path, "version": own_version,
 } }
 
 as_written! { GateRow as "Gate" {

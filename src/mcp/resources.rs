@@ -513,7 +513,7 @@ fn read(server: &Server, uri: &Uri) -> Result<Value> {
                         "scope": if b.execution_id.is_some() { "execution" } else { "root" },
                         "execution_id": b.execution_id,
                         "kind": b.kind,
-                        "version": b.version,
+                        "version": b.own_version,
                         "bytes": bytes,
                         "attachment_path": b.attachment_path,
                         "first_line": crate::output::one_line(&value, 100),

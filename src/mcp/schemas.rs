@@ -51,6 +51,12 @@ fn text_page(properties: Value, field: &str) -> Value {
     page
 }
 
+/// A binding's own version, as `bind` and `get` give it.
+fn own_version() -> Value {
+    json!({"type": ["integer", "null"], "description":
+        "The binding's own version in its scope (1, 2, 3, ...): what `history` lists, `get` with `version` reads and `bind`'s `if_version` compares"})
+}
+
 fn gate() -> Value {
     object(
         json!({
@@ -89,14 +95,14 @@ pub fn output(tool: &str) -> Value {
             json!({"name": {"type": "string"}, "execution_id": nullable("integer"),
                    "kind": nullable("string"), "attachment_path": nullable("string"),
                    "bytes": {"type": "integer"}, "summary": nullable("string"),
-                   "version": nullable("integer")}),
+                   "version": own_version()}),
             &["name", "bytes"],
         ),
         "get" => {
             let p = json!({
                 "name": {"type": "string"}, "execution_id": nullable("integer"),
                 "kind": nullable("string"), "source_statement": nullable("string"),
-                "version": nullable("integer"),
+                "version": own_version(),
                 "scope": {"type": "string", "enum": ["root", "execution"]},
                 "depth": nullable("integer"),
                 "summary": {"type": ["string", "null"],
@@ -127,6 +133,8 @@ pub fn output(tool: &str) -> Value {
                 "description": "With several gates: each settled gate's outcome, in the order named"});
             p["not_settled"] = json!({"type": "array", "items": {"type": "string"},
                 "description": "With several gates: those still pending when the wait had its answer"});
+            p["superseded_by"] = json!({"type": "integer", "description":
+                "Waited on an earlier `instance` that a reopening superseded: the newest instance (the outcome given is the earlier opening's own)"});
             s["required"] = json!([]);
             s["anyOf"] = json!([{"required": ["id", "run_id", "status"]},
                                 {"required": ["mode", "gates", "not_settled"]}]);

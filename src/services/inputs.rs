@@ -247,64 +247,75 @@ pub fn check_sealed(
     run_dir: &Path,
     report: &mut crate::store::chain::ChainReport,
 ) -> Result<()> {
-    use crate::store::chain::Integrity;
     let mut findings = Vec::new();
     for (gate, d) in &report.derived {
-        let Some(sealed) = &d.decided_inputs else {
-            continue;
-        };
-        if report.gates.iter().any(|(g, _)| g == gate) {
+        if d.decided_inputs.is_none() || report.gates.iter().any(|(g, _)| g == gate) {
             continue;
         }
-        for (name, digest) in sealed {
-            let Some(digest) = digest else { continue };
-            // A pinned decision is about one version: that version, and no other, must hold
-            // what it sealed.
-            if let Some(pin) = d.pinned.as_ref().and_then(|p| p.get(name)) {
-                if let Some(why) = pinned_problem(store, run_dir, name, pin, digest)? {
-                    findings.push((gate.clone(), why));
-                    break;
-                }
-                continue;
-            }
-            let mut kept = false;
-            let mut pruned = false;
-            for scope in store.history_scopes(name)? {
-                let rows = store.binding_history(name, scope)?;
-                pruned |= rows.first().is_some_and(|r| r.gap);
-                for i in 0..rows.len() {
-                    if rows[i].deleted {
-                        continue;
-                    }
-                    let row = crate::store::history::as_row(&rows, i)?;
-                    if digest_of(store, run_dir, name, &row)?.0 == *digest {
-                        kept = true;
-                        break;
-                    }
-                }
-                if kept {
-                    break;
-                }
-            }
-            if !kept {
-                let why = if pruned {
-                    Integrity::Unattested(format!(
-                        "the version of its input {} that its decision sealed is not kept (pruned, or written before history was kept)",
-                        crate::error::shown(name)
-                    ))
-                } else {
-                    Integrity::Tampered(format!(
-                        "the version of its input {} that its decision sealed is in no kept version of it: the binding's history was changed behind prose-state's back",
-                        crate::error::shown(name)
-                    ))
-                };
-                findings.push((gate.clone(), why));
-                break;
-            }
+        if let Some(why) = sealed_problem(store, run_dir, d)? {
+            findings.push((gate.clone(), why));
         }
     }
     report.gates.extend(findings);
     Ok(())
+}
+
+/// Why one opening's sealed decision about inputs (`d`: the newest opening of a gate, or an
+/// earlier one) does not stand against the bindings' history, if it does not (see
+/// [`check_sealed`]).
+pub fn sealed_problem(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    d: &Derived,
+) -> Result<Option<crate::store::chain::Integrity>> {
+    use crate::store::chain::Integrity;
+    let Some(sealed) = &d.decided_inputs else {
+        return Ok(None);
+    };
+    for (name, digest) in sealed {
+        let Some(digest) = digest else { continue };
+        // A pinned decision is about one version: that version, and no other, must hold
+        // what it sealed.
+        if let Some(pin) = d.pinned.as_ref().and_then(|p| p.get(name)) {
+            if let Some(why) = pinned_problem(store, run_dir, name, pin, digest)? {
+                return Ok(Some(why));
+            }
+            continue;
+        }
+        let mut kept = false;
+        let mut pruned = false;
+        for scope in store.history_scopes(name)? {
+            let rows = store.binding_history(name, scope)?;
+            pruned |= rows.first().is_some_and(|r| r.gap);
+            for i in 0..rows.len() {
+                if rows[i].deleted {
+                    continue;
+                }
+                let row = crate::store::history::as_row(&rows, i)?;
+                if digest_of(store, run_dir, name, &row)?.0 == *digest {
+                    kept = true;
+                    break;
+                }
+            }
+            if kept {
+                break;
+            }
+        }
+        if !kept {
+            return Ok(Some(if pruned {
+                Integrity::Unattested(format!(
+                    "the version of its input {} that its decision sealed is not kept (pruned, or written before history was kept)",
+                    crate::error::shown(name)
+                ))
+            } else {
+                Integrity::Tampered(format!(
+                    "the version of its input {} that its decision sealed is in no kept version of it: the binding's history was changed behind prose-state's back",
+                    crate::error::shown(name)
+                ))
+            }));
+        }
+    }
+    Ok(None)
 }
 
 /// Why version `pin` of input `name` does not hold what a decision sealed (`digest`), if it

@@ -65,6 +65,9 @@ pub struct ChainReport {
     pub gates: Vec<(String, Integrity)>,
     /// Each gate as its sealed events make it.
     pub derived: HashMap<String, Derived>,
+    /// Earlier openings (superseded by a reopen) whose decision a check found does not stand,
+    /// by gate and instance: their signatures, when decisions must be signed.
+    pub earlier: Vec<(String, i64, Integrity)>,
 }
 
 impl ChainReport {
@@ -448,6 +451,10 @@ pub struct Derived {
     /// the root) and the binding's own version number there, as `history` lists it. None for
     /// decisions sealed before versions were pinned (their digest is found in any version).
     pub pinned: Option<std::collections::BTreeMap<String, Pin>>,
+    /// The openings before this one, oldest first, each as its own sealed events made it
+    /// when the next opened (a decided opening is never changed by a later one): what a wait
+    /// on an earlier instance answers with.
+    pub earlier: Vec<Derived>,
 }
 
 /// Where a decided input's version lives: its frame and its own version number there.
@@ -509,6 +516,15 @@ impl Derived {
         self.decision
             .as_ref()
             .map_or(GateStatus::Pending, |(s, _, _)| s.clone())
+    }
+
+    /// Opening `instance` as its sealed events made it: this one, or an earlier one that a
+    /// later opening superseded. None when the log opened no such instance.
+    pub fn opening(&self, instance: i64) -> Option<&Derived> {
+        if instance == self.instance && instance > 0 {
+            return Some(self);
+        }
+        self.earlier.iter().find(|d| d.instance == instance)
     }
 }
 
@@ -601,6 +617,11 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                         .and(m.get(k))
                         .map(|v| v.as_str().map(str::to_string))
                 };
+                // The opening that ends is kept as it ended.
+                let mut earlier = std::mem::take(&mut d.earlier);
+                if d.instance > 0 {
+                    earlier.push(std::mem::take(&mut d));
+                }
                 d = Derived {
                     instance,
                     allow,
@@ -633,6 +654,7 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                     decided_at: None,
                     comment: None,
                     pinned: None,
+                    earlier,
                 };
             }
             CONSUMED => {
@@ -994,6 +1016,45 @@ pub fn compare(gate: &GateRow, d: &Derived, events: &[(&AuditRow, RowState)]) ->
             "it is {shown_status} by {}, but its log has no {shown_status} event by them",
             crate::error::shown(by)
         ))
+    }
+}
+
+/// Where an earlier opening of gate `gate` stands, one a later opening superseded: `d`, its
+/// own sealed events as [`Derived::earlier`] keeps them, against `row`, what `gate_instances`
+/// keeps of it (compared as a current gate's row is, by [`compare`]), and what a check of its
+/// decision's signature found (`report.earlier`). The run's log broken, its row gone, or an
+/// opening superseded before it was decided (no rule reopens a pending gate) is tampered.
+pub fn opening_integrity(
+    report: &ChainReport,
+    gate: &str,
+    row: Option<&GateRow>,
+    d: &Derived,
+) -> Integrity {
+    if let Some(b) = &report.first_broken {
+        return Integrity::Tampered(format!("the run's audit log is broken: {}", b.reason));
+    }
+    if d.decision.is_none() {
+        return Integrity::Tampered(format!(
+            "its log opens it again while instance {} has no sealed decision",
+            d.instance
+        ));
+    }
+    let Some(row) = row else {
+        return Integrity::Tampered(format!(
+            "its log opened instance {}, but the row gate_instances keeps of it is gone",
+            d.instance
+        ));
+    };
+    match compare(row, d, &[]) {
+        Integrity::Attested => report
+            .earlier
+            .iter()
+            .find(|(g, i, _)| g == gate && *i == d.instance)
+            .map_or(Integrity::Attested, |(_, _, why)| why.clone()),
+        Integrity::Tampered(why) => Integrity::Tampered(format!("instance {}: {why}", d.instance)),
+        Integrity::Unattested(why) => {
+            Integrity::Unattested(format!("instance {}: {why}", d.instance))
+        }
     }
 }
 

@@ -227,6 +227,12 @@ pub fn columns(list: &str) -> impl Iterator<Item = (&str, bool, bool)> {
     })
 }
 
+/// A `gate_instances` row's columns, in [`GATE_COLUMNS`]' order (its `gate_id` where a gate
+/// has its `id`), so that one mapper reads both.
+pub const INSTANCE_COLUMNS: &str = "gate_id, run_id, execution_id, prompt, allow, timeout, \
+    timeout_at, on_reject, status, created_at, resolved_at, resolved_by, resolution_comment, \
+    metadata, instance";
+
 /// A gate's columns, in [`GateRecord::read`]'s order.
 pub const GATE_COLUMNS: &str = "id, run_id, execution_id, prompt, allow, timeout, timeout_at, \
     on_reject, status, created_at, resolved_at, resolved_by, resolution_comment, metadata, instance";
@@ -273,8 +279,7 @@ pub const TABLES: [Table; 10] = [
     Table {
         name: "gate_instances",
         order: "gate_id, instance",
-        columns: "gate_id, run_id, execution_id, prompt, allow, timeout, timeout_at, on_reject, \
-            status, created_at, resolved_at, resolved_by, resolution_comment, metadata, instance",
+        columns: INSTANCE_COLUMNS,
     },
     Table {
         name: "binding_history",

@@ -220,6 +220,7 @@ fn row_at(rows: &[HistoryRow], i: usize, created_at: Option<String>) -> Result<B
         updated_at: r.written_at.clone(),
         attachment_path: r.attachment_path.clone(),
         version: None,
+        own_version: Some(r.n),
     })
 }
 

@@ -181,7 +181,7 @@ pub struct BindOutcome {
     pub released: Vec<String>,
     /// The value written, when it was computed (`update`).
     pub written: Option<String>,
-    /// The binding's version after the write.
+    /// The binding's own version after the write (its history's `n`).
     pub version: Option<i64>,
 }
 
@@ -248,8 +248,14 @@ pub struct BindingRow {
     pub created_at: Option<String>,
     pub updated_at: Option<String>,
     pub attachment_path: Option<String>,
-    /// Bumped by every write (schema 5); None on rows read through an older file.
+    /// Bumped by every write (schema 5), from a counter shared by the run's bindings; None on
+    /// rows read through an older file. Stored for the spec's SQL and raw writers, and what a
+    /// consumption checks has not moved; never shown as the binding's version.
     pub version: Option<i64>,
+    /// The binding's own version: the newest `n` its history keeps in its scope (1, 2, 3, ...),
+    /// what `history` lists, `get --version` reads and `bind --if-version` compares; None where
+    /// its history keeps none.
+    pub own_version: Option<i64>,
 }
 
 /// Where a scope lookup found its binding.
@@ -1176,6 +1182,10 @@ pub trait Store: AgentStore {
 
     /// One gate as stored.
     fn read_gate(&mut self, id: &str) -> Result<Option<GateRow>>;
+
+    /// An earlier opening of a gate, as `gate_instances` keeps it: a projection, compared with
+    /// that opening's sealed events and never trusted (`chain::opening_integrity`).
+    fn read_gate_opening(&mut self, id: &str, instance: i64) -> Result<Option<GateRow>>;
 
     /// Gates of this run after the sweep.
     fn gates(

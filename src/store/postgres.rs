@@ -495,7 +495,10 @@ const BINDING_SELECT: &str = concat!(
     ts!("b.created_at"),
     ", ",
     ts!("b.updated_at"),
-    ", b.attachment_path, b.version"
+    ", b.attachment_path, b.version, ",
+    // The binding's own version: the newest `n` of its history (one seek of its index).
+    "(SELECT MAX(h.n) FROM openprose.binding_history h WHERE h.run_id = b.run_id \
+       AND h.name = b.name AND COALESCE(h.execution_id, -1) = COALESCE(b.execution_id, -1))"
 );
 
 /// A gates (or gate_instances) row in `gate_columns()`' order, as stored.
@@ -551,6 +554,7 @@ fn binding_row(r: &Row) -> BindingRow {
         updated_at: r.get(6),
         attachment_path: r.get(7),
         version: r.get(8),
+        own_version: r.get(9),
     }
 }
 
@@ -831,7 +835,7 @@ impl Store for PgStore {
                 &[&start, &run, &super::MAX_SCOPE_DEPTH, &name],
                 |r| Found {
                     row: binding_row(r),
-                    depth: Some(r.get::<_, i32>(9) as u64),
+                    depth: Some(r.get::<_, i32>(10) as u64),
                 },
             )?;
             if found.is_some() {
@@ -923,6 +927,24 @@ impl Store for PgStore {
         self.opt_typed(
             &format!("{} WHERE run_id = $1 AND id = $2", gate_select()),
             &[(&run, Type::TEXT), (&id, Type::TEXT)],
+            gate_row,
+        )
+    }
+
+    fn read_gate_opening(&mut self, id: &str, instance: i64) -> Result<Option<GateRow>> {
+        let run = self.run()?.to_string();
+        let id = id.to_string();
+        self.opt_typed(
+            &format!(
+                "SELECT {} FROM openprose.gate_instances g
+                  WHERE g.run_id = $1 AND g.gate_id = $2 AND g.instance = $3",
+                select_list(super::dump::INSTANCE_COLUMNS, "g.")
+            ),
+            &[
+                (&run, Type::TEXT),
+                (&id, Type::TEXT),
+                (&instance, Type::INT8),
+            ],
             gate_row,
         )
     }

@@ -459,13 +459,28 @@ pub fn bind(
 ) -> Result<BindOutcome> {
     ensure_open(&mut *tx)?;
     let existing = tx.binding_head(b.name, b.execution_id)?;
+    // Compare-and-set on the binding's own version, as `history` numbers it (0: no binding of
+    // the name in this scope). Versions are never renumbered (pruning keeps the newest), so
+    // a version once read is never seen again after a write.
     if let Some(want) = b.if_version {
-        let have = existing.as_ref().map_or(0, |h| h.2);
-        if have != want {
-            return Err(refused(format!(
-                "binding {} is at version {have}, not {want}: it changed since it was read (read it again, then retry)",
-                shown(b.name)
-            )));
+        let have = match &existing {
+            None => Some(0),
+            Some(_) => tx.binding_own_version(b.name, b.execution_id)?,
+        };
+        match have {
+            Some(have) if have == want => {}
+            Some(have) => {
+                return Err(refused(format!(
+                    "binding {} is at version {have}, not {want}: it changed since it was read (read it again, then retry)",
+                    shown(b.name)
+                )))
+            }
+            None => {
+                return Err(refused(format!(
+                    "binding {} has no version in its history (written while its history was not kept: `prose-state doctor --fix` starts it again), so it is not at version {want}",
+                    shown(b.name)
+                )))
+            }
         }
     }
     if let Some((Some(kind), _, _)) = &existing {
@@ -586,8 +601,8 @@ pub fn bind(
     Ok(BindOutcome {
         released,
         written: computed,
-        // The new version, for a caller that will compare-and-set again: every bind reports
-        // it (README: `bind --json` shows the version).
+        // The binding's own new version, for a caller that will compare-and-set again: every
+        // bind reports it (`bind --json` shows it, `history` lists it).
         version: Some(version),
     })
 }

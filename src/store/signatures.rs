@@ -129,7 +129,6 @@ pub fn problem(
     if status != "approved" && status != "rejected" {
         return None;
     }
-    let unsigned = |why: &str| Some(Integrity::Unattested(why.to_string()));
     let Some(mut what) = Signed::of_gate(gate) else {
         return Some(Integrity::Tampered(
             "decided with no principal or time".into(),
@@ -137,12 +136,60 @@ pub fn problem(
     };
     let hash = crate::model::sha256_tag(&gate.prompt);
     what.prompt_hash = &hash;
+    decision_problem(what, rows, derived, by)
+}
+
+/// [`problem`] for an earlier opening of gate `gate`, one a later opening superseded: what
+/// its decision was, as its own sealed events (`d`) make it.
+pub fn opening_problem(
+    gate: &str,
+    d: &Derived,
+    rows: &[AuditRow],
+    by: &SignedBy,
+) -> Option<Integrity> {
+    let (status, principal, _) = d.decision.as_ref()?;
+    let decision = status.as_str();
+    if decision != "approved" && decision != "rejected" {
+        return None;
+    }
+    let (Some(prompt_hash), Some(time)) = (d.prompt_hash.as_deref(), d.decided_at.as_deref())
+    else {
+        return Some(Integrity::Tampered(
+            "decided with no prompt or time sealed".into(),
+        ));
+    };
+    let what = Signed {
+        run: &d.run_id,
+        gate,
+        instance: d.instance,
+        prompt_hash,
+        decision,
+        principal,
+        time,
+        inputs: None,
+        place: None,
+    };
+    decision_problem(what, rows, Some(d), by)
+}
+
+/// Why the decision `what` says was made does not stand signed, if it does not (see
+/// [`problem`]).
+fn decision_problem(
+    what: Signed,
+    rows: &[AuditRow],
+    derived: Option<&Derived>,
+    by: &SignedBy,
+) -> Option<Integrity> {
+    // Rebound, so that it may borrow what is read here (the run a fork carried it from).
+    let mut what = what;
+    let status = what.decision;
+    let unsigned = |why: &str| Some(Integrity::Unattested(why.to_string()));
     let decision = derived.and_then(|d| d.decision.as_ref().map(|(_, _, id)| *id));
     let metadata = rows
         .iter()
         .filter(|r| Some(r.id) == decision && r.event_type == status)
         .filter_map(|r| serde_json::from_str::<serde_json::Value>(r.metadata.as_deref()?).ok())
-        .find(|m| m["instance"].as_i64().unwrap_or(1) == gate.instance);
+        .find(|m| m["instance"].as_i64().unwrap_or(1) == what.instance);
     let Some(metadata) = metadata else {
         return unsigned("not signed: its decision is not in its log");
     };
@@ -177,16 +224,13 @@ pub fn problem(
     } else {
         super::chain::VOTE_REJECT
     };
-    for principal in d
-        .counted
-        .iter()
-        .filter(|p| Some(p.as_str()) != gate.resolved_by.as_deref())
-    {
+    let decider = what.principal;
+    for principal in d.counted.iter().filter(|p| p.as_str() != decider) {
         let found = rows.iter().find_map(|r| {
             let m = serde_json::from_str::<serde_json::Value>(r.metadata.as_deref()?).ok()?;
             (r.event_type == vote
                 && r.principal.as_deref() == Some(principal.as_str())
-                && m["instance"].as_i64().unwrap_or(1) == gate.instance)
+                && m["instance"].as_i64().unwrap_or(1) == what.instance)
                 .then(|| (m, r.timestamp.clone().unwrap_or_default()))
         });
         let Some((m, time)) = found else {
@@ -276,6 +320,16 @@ pub fn check(report: &mut ChainReport, rows: &[AuditRow], gates: &[GateRow], by:
             report.gates.push((gate.id.clone(), p));
         }
     }
+    // The openings reopened gates superseded: what a wait on one of them answers with.
+    let mut earlier = Vec::new();
+    for (gate, d) in &report.derived {
+        for opening in &d.earlier {
+            if let Some(p) = opening_problem(gate, opening, rows, by) {
+                earlier.push((gate.clone(), opening.instance, p));
+            }
+        }
+    }
+    report.earlier.extend(earlier);
 }
 
 /// The signing key's file in the prose home of the user running `serve`.

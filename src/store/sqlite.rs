@@ -472,8 +472,12 @@ trait Statements {
     }
 }
 
+/// A binding's columns, and its own version: the newest `n` of its history (one seek of the
+/// history's index on name, scope and n).
 const BINDING_COLUMNS: &str = "b.name, b.execution_id, b.kind, b.value, b.source_statement, \
-                               b.created_at, b.updated_at, b.attachment_path, b.version";
+                               b.created_at, b.updated_at, b.attachment_path, b.version, \
+                               (SELECT MAX(h.n) FROM binding_history h WHERE h.name = b.name \
+                                  AND IFNULL(h.execution_id, -1) = IFNULL(b.execution_id, -1))";
 
 fn binding_row(r: &Row) -> rusqlite::Result<BindingRow> {
     Ok(BindingRow {
@@ -486,6 +490,7 @@ fn binding_row(r: &Row) -> rusqlite::Result<BindingRow> {
         updated_at: r.get(6)?,
         attachment_path: r.get(7)?,
         version: r.get(8)?,
+        own_version: r.get(9)?,
     })
 }
 
@@ -782,7 +787,7 @@ impl Store for SqliteStore {
                 |r| {
                     Ok(Found {
                         row: binding_row(r)?,
-                        depth: Some(r.get::<_, i64>(9)? as u64),
+                        depth: Some(r.get::<_, i64>(10)? as u64),
                     })
                 },
             )?;
@@ -849,6 +854,17 @@ impl Store for SqliteStore {
         self.opt(
             &format!("SELECT {GATE_COLUMNS} FROM gates WHERE id = ?1"),
             [id],
+            gate_row,
+        )
+    }
+
+    fn read_gate_opening(&mut self, id: &str, instance: i64) -> Result<Option<GateRow>> {
+        self.opt(
+            &format!(
+                "SELECT {} FROM gate_instances WHERE gate_id = ?1 AND instance = ?2",
+                super::dump::INSTANCE_COLUMNS
+            ),
+            params![id, instance],
             gate_row,
         )
     }

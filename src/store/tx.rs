@@ -68,6 +68,11 @@ pub trait Tx {
         name: &str,
         execution_id: Option<i64>,
     ) -> Result<Option<super::BindingHead>>;
+    /// The binding's own version in this scope: the newest `n` its history keeps (None: it
+    /// keeps none), read after [`Tx::binding_head`] in the same transaction, so that it is the
+    /// version of the row that read holds.
+    fn binding_own_version(&mut self, name: &str, execution_id: Option<i64>)
+        -> Result<Option<i64>>;
     /// The stored value of the binding of this name in this scope.
     fn binding_value(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<String>>;
     /// Inserts a binding, or replaces the one of its name in its scope, keeping that one's
@@ -78,7 +83,7 @@ pub trait Tx {
     /// `put_binding` as `principal`'s write, kept as the binding's next version by the same
     /// transaction: who wrote it, and for a `--append`/`--merge` step the step itself in
     /// place of the whole value (`delta`; the version's value left NULL). The binding's new
-    /// version number. prose-state keeps its own writes' versions: the schema's history
+    /// own version (its history's `n`, as `history` lists it). prose-state keeps its own writes' versions: the schema's history
     /// triggers keep raw writers' (whose `principal` stays NULL) and do not fire for
     /// prose-state's sessions, so no version is kept twice or attributed to another writer.
     fn put_binding_as(

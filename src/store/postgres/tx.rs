@@ -127,7 +127,7 @@ impl PgTx<'_> {
             upsert!(),
             "), kept AS (",
             keep_version!("written, "),
-            ") SELECT written.version FROM written, kept"
+            ") SELECT kept.n FROM written, kept"
         );
         let run = self.run()?;
         let value = text_value(b)?;
@@ -155,11 +155,11 @@ impl PgTx<'_> {
                 .opt_hot(REBIND, &p, false, |r| r.get::<_, i64>(0))?
                 .ok_or_else(|| anyhow!("the write of a binding kept no version"));
         }
-        let version = self
-            .opt_hot(UPSERT, &p[..9], copy, |r| r.get::<_, i64>(0))?
+        self.opt_hot(UPSERT, &p[..9], copy, |r| r.get::<_, i64>(0))?
             .ok_or_else(|| anyhow!("the upsert of a binding returned no row"))?;
-        self.opt_hot(VERSION, &p, copy, |_| ())?;
-        Ok(version)
+        // The binding's own version: the `n` its history keeps it as.
+        self.opt_hot(VERSION, &p, copy, |r| r.get::<_, i64>(0))?
+            .ok_or_else(|| anyhow!("the write of a binding kept no version"))
     }
 
     /// A run-scoped agent's version after prose-state wrote its row: kept when the agent is
@@ -316,6 +316,26 @@ impl Tx for PgTx<'_> {
             self.held = Some((name.to_string(), execution_id.unwrap_or(-1)));
         }
         Ok(head)
+    }
+
+    fn binding_own_version(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+    ) -> Result<Option<i64>> {
+        // After `binding_head`'s lock: every version of the row committed before is seen.
+        let run = self.run()?;
+        self.opt_typed(
+            "SELECT MAX(n) FROM openprose.binding_history
+             WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3",
+            &[
+                (&run, Type::TEXT),
+                (&name, Type::TEXT),
+                (&execution_id.unwrap_or(-1), Type::INT8),
+            ],
+            |r| r.get::<_, Option<i64>>(0),
+        )
+        .map(Option::flatten)
     }
 
     fn binding_value(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<String>> {

@@ -84,7 +84,7 @@ impl SqliteTx<'_> {
                 |r| r.get(0),
             )?,
         };
-        let version = self.one(
+        self.exec(
             "INSERT INTO bindings (name, execution_id, kind, value, source_statement,
                                    created_at, updated_at, attachment_path, version)
              VALUES (?1, ?2, ?3, CAST(?4 AS TEXT), ?5, ?6, ?7, ?8,
@@ -95,8 +95,7 @@ impl SqliteTx<'_> {
                  source_statement = excluded.source_statement,
                  attachment_path = excluded.attachment_path,
                  updated_at = excluded.updated_at,
-                 version = excluded.version
-             RETURNING version",
+                 version = excluded.version",
             params![
                 b.name,
                 b.execution_id,
@@ -107,8 +106,9 @@ impl SqliteTx<'_> {
                 b.updated_at,
                 b.attachment_path
             ],
-            |r| r.get::<_, i64>(0),
         )?;
+        // The binding's own version: the next of its history in its scope.
+        let version = newest.unwrap_or(0) + 1;
         self.exec(
             "INSERT INTO binding_history (name, execution_id, n, kind, value, delta,
                                           attachment_path, source_statement, written_at,
@@ -118,7 +118,7 @@ impl SqliteTx<'_> {
             params![
                 b.name,
                 b.execution_id,
-                newest.unwrap_or(0) + 1,
+                version,
                 b.kind,
                 b.value,
                 delta,
@@ -233,6 +233,27 @@ impl Tx for SqliteTx<'_> {
             .unwrap_or((None, None));
         self.seen.history_head = Some((name.to_string(), scope, newest));
         Ok(head)
+    }
+
+    fn binding_own_version(
+        &mut self,
+        name: &str,
+        execution_id: Option<i64>,
+    ) -> Result<Option<i64>> {
+        let scope = execution_id.unwrap_or(-1);
+        // Read with the head already, in this transaction.
+        if let Some((n, s, newest)) = &self.seen.history_head {
+            if n == name && *s == scope {
+                return Ok(*newest);
+            }
+        }
+        self.one(
+            "SELECT (SELECT n FROM binding_history
+                      WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2
+                      ORDER BY n DESC LIMIT 1)",
+            params![name, scope],
+            |r| r.get(0),
+        )
     }
 
     fn binding_value(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<String>> {
