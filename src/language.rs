@@ -166,7 +166,7 @@ pub const TABLE: &[Entry] = &[
         start: Some("executing"),
         frame: Frame::Yes,
         records: "`executing` ($CALL); its arguments `bind P --kind const --execution-id $CALL`; the body `--parent $CALL`; `--ends $CALL --status completed`",
-        binds: "its body's names live in its frame (one per call: recursion gets one each); `let x = do …` binds x in the caller's frame after the end",
+        binds: "its body's names live in its frame (one per call: recursion gets one each); `let x = do …` binds x in the caller's frame, then the end",
         resume: "the call is in `position.open`; continue after `after` inside it",
     },
     Entry {
@@ -265,7 +265,7 @@ pub const TABLE: &[Entry] = &[
         form: "items | map:",
         start: Some("started"),
         frame: Frame::Declares,
-        records: "as `for` (`item` bound `--local`); each result `bind RESULT --append V --key $LOOP-n`",
+        records: "as `for` (`item` bound `--local`); the result bound `[]` first, then each item `bind RESULT --append V --key $LOOP-n`",
         binds: "the result list in the enclosing frame",
         resume: "as `repeat`; an item appended before the crash is not appended again (same `--key`)",
     },
@@ -629,6 +629,14 @@ pub fn classify(text: &str) -> Option<Kind> {
         }
         _ => expression(t),
     }
+}
+
+/// The name a statement assigns (`name = ...`, the form of a named branch of a parallel), if
+/// it is one.
+pub fn assigned_name(text: &str) -> Option<&str> {
+    let (word, rest) = first_word(text);
+    let rest = rest.trim_start();
+    (identifier(word) && rest.starts_with('=') && !rest.starts_with("==")).then_some(word)
 }
 
 /// Whether a start record opens a frame: a block invocation or a branch (as `--construct`

@@ -29,6 +29,11 @@ on_both!(
     taken_branches_and_constructs_are_shown,
     a_binding_after_its_frames_last_record_is_unlogged,
     a_finished_run_with_an_open_construct_is_a_problem,
+    a_decided_race_skips_the_rest,
+    what_the_vm_binds_is_never_unlogged,
+    an_update_reaches_the_list_wherever_it_was_made,
+    a_named_branchs_result_is_read_after_the_join,
+    a_failure_goes_to_its_handler,
 );
 
 fn project(b: Backend) -> Option<(Project, Run)> {
@@ -246,22 +251,26 @@ fn ends_are_checked_and_land_once(b: Backend) {
 
 fn a_retry_survives_a_crash(b: Backend) {
     let Some((_p, run)) = project(b) else { return };
-    let meta = r#"{"attempt": 1, "max": 3, "backoff": "exponential"}"#;
-    append(
-        &run,
-        &[
-            "--index",
-            "4",
-            "--text",
-            "session \"Flaky\"",
-            "--status",
-            "failed",
-            "--error",
-            "HTTP 502",
-            "--metadata",
-            meta,
-        ],
-    );
+    // (retry: 2): up to two retries after the first attempt, attempts 1 to 3.
+    let failed = |attempt: i64| {
+        let meta = format!(r#"{{"attempt": {attempt}, "max": 2, "backoff": "exponential"}}"#);
+        append(
+            &run,
+            &[
+                "--index",
+                "4",
+                "--text",
+                "session \"Flaky\"",
+                "--status",
+                "failed",
+                "--error",
+                "HTTP 502",
+                "--metadata",
+                &meta,
+            ],
+        );
+    };
+    failed(1);
     // The VM died before appending `retry`: resume names the next attempt.
     let doc = resume(&run);
     let r = &doc["retries"][0];
@@ -269,6 +278,10 @@ fn a_retry_survives_a_crash(b: Backend) {
     assert_eq!(r["next_attempt"], 2);
     assert_eq!(r["backoff"], "exponential");
     assert_eq!(r["last_error"], "HTTP 502");
+    assert!(
+        doc["position"]["handler"].is_null(),
+        "a retry takes it: {doc}"
+    );
     let text = String::from_utf8(
         run.cmd()
             .arg("resume")
@@ -280,11 +293,9 @@ fn a_retry_survives_a_crash(b: Backend) {
     )
     .unwrap();
     assert!(
-        text.contains("attempt 1/3 failed → attempt 2 after exponential backoff"),
+        text.contains("attempt 1 of 3 failed → attempt 2 after exponential backoff"),
         "{text}"
     );
-    // The retry and its failure, then the last attempt fails too: inside a try:, its catch
-    // takes it; outside any, the program.
     append(
         &run,
         &[
@@ -295,10 +306,16 @@ fn a_retry_survives_a_crash(b: Backend) {
             "--status",
             "retry",
             "--metadata",
-            r#"{"attempt": 2, "max": 3}"#,
+            r#"{"attempt": 2, "max": 2}"#,
         ],
     );
     assert_eq!(resume(&run)["retries"][0]["state"], "running");
+    failed(2);
+    assert_eq!(
+        resume(&run)["retries"][0]["next_attempt"],
+        3,
+        "the language's retry: 2 is two retries"
+    );
     append(
         &run,
         &[
@@ -307,17 +324,24 @@ fn a_retry_survives_a_crash(b: Backend) {
             "--text",
             "session \"Flaky\"",
             "--status",
-            "failed",
-            "--error",
-            "HTTP 502",
+            "retry",
             "--metadata",
-            r#"{"attempt": 3, "max": 3}"#,
+            r#"{"attempt": 3, "max": 2}"#,
         ],
     );
+    failed(3);
+    // The last attempt failed, outside any try: the program takes it.
     let doc = resume(&run);
     assert_eq!(doc["retries"][0]["state"], "exhausted", "{doc}");
     assert!(
         doc["retries"][0]["handler"]
+            .as_str()
+            .unwrap()
+            .starts_with("the program"),
+        "{doc}"
+    );
+    assert!(
+        doc["position"]["handler"]
             .as_str()
             .unwrap()
             .starts_with("the program"),
@@ -341,7 +365,7 @@ fn a_retry_survives_a_crash(b: Backend) {
             "--parent",
             &try_.to_string(),
             "--metadata",
-            r#"{"attempt": 2, "max": 2}"#,
+            r#"{"attempt": 2, "max": 1}"#,
         ],
     );
     let doc = resume(&run);
@@ -927,4 +951,540 @@ fn the_language_through_mcp(b: Backend) {
     assert_eq!(value(&run, "a", None), "again");
     assert_eq!(value(&run, "acc", None), "[\"x\"]");
     assert!(open_ids(&resume(&run)).is_empty());
+}
+
+/// The outside literal VM's findings (H1): a `first` race decided before a crash is not run
+/// on; nor an `any` with its count, nor a `fail-fast` parallel with a failed branch.
+fn a_decided_race_skips_the_rest(b: Backend) {
+    let Some((_p, run)) = project(b) else { return };
+    let race = |meta: &str, ends: &[(&str, &str)]| {
+        let par = append(
+            &run,
+            &[
+                "--index",
+                "1",
+                "--text",
+                "parallel (\"first\"):",
+                "--status",
+                "started",
+                "--metadata",
+                meta,
+            ],
+        );
+        let id = serde_json::from_str::<Value>(meta).unwrap()["parallel_id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let mut branches = Vec::new();
+        for n in ["a", "b", "c"] {
+            let m = format!(r#"{{"parallel_id": "{id}", "branch": "{n}"}}"#);
+            branches.push((
+                n,
+                append(
+                    &run,
+                    &[
+                        "--index",
+                        "1",
+                        "--text",
+                        &format!("{n} = session \"{n}\""),
+                        "--status",
+                        "started",
+                        "--construct",
+                        "branch",
+                        "--parent",
+                        &par.to_string(),
+                        "--metadata",
+                        &m,
+                    ],
+                ),
+            ));
+        }
+        for (n, status) in ends {
+            let br = branches.iter().find(|(b, _)| b == n).unwrap().1;
+            end(&run, br, status);
+        }
+        let doc = resume(&run);
+        let p = doc["parallel"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["parallel_id"] == json!(id))
+            .unwrap()
+            .clone();
+        (par, branches, p, doc)
+    };
+    let (_, _, p, doc) = race(
+        r#"{"parallel_id": "p1", "branches": ["a", "b", "c"], "strategy": "first"}"#,
+        &[("b", "completed")],
+    );
+    assert_eq!(p["to_skip"], json!(["a", "c"]), "{doc}");
+    assert_eq!(p["outstanding"], json!([]), "{doc}");
+    assert!(p["decided"].as_str().unwrap().starts_with("first"), "{doc}");
+    // Only the one open parallel is listed: no branch reads as a parallel of its own.
+    assert_eq!(doc["parallel"].as_array().unwrap().len(), 1, "{doc}");
+    let text = String::from_utf8(
+        run.cmd()
+            .arg("resume")
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone(),
+    )
+    .unwrap();
+    assert!(
+        text.contains("end [a c] --status skipped, do not run them"),
+        "{text}"
+    );
+    // Branches open beside each other are not nested.
+    assert!(text.contains("also open: 1 a = session"), "{text}");
+    let (par, branches, _, _) = race(
+        r#"{"parallel_id": "p2", "branches": ["a", "b", "c"], "strategy": "any", "count": 2}"#,
+        &[("a", "completed")],
+    );
+    let doc = resume(&run);
+    let p = doc["parallel"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["parallel_id"] == "p2")
+        .unwrap()
+        .clone();
+    assert_eq!(p["outstanding"], json!(["b", "c"]), "one of two: {doc}");
+    end(&run, branches[2].1, "completed");
+    let doc = resume(&run);
+    let p = doc["parallel"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["parallel_id"] == "p2")
+        .unwrap()
+        .clone();
+    assert_eq!(p["to_skip"], json!(["b"]), "{doc}");
+    let _ = par;
+    let (_, _, p, doc) = race(
+        r#"{"parallel_id": "p3", "branches": ["a", "b", "c"]}"#,
+        &[("c", "failed")],
+    );
+    assert_eq!(
+        p["to_skip"],
+        json!(["a", "b"]),
+        "fail-fast by default: {doc}"
+    );
+    let (_, _, p, doc) = race(
+        r#"{"parallel_id": "p4", "branches": ["a", "b", "c"], "on_fail": "continue"}"#,
+        &[("c", "failed")],
+    );
+    assert_eq!(p["outstanding"], json!(["a", "b"]), "{doc}");
+}
+
+/// H2: what the VM binds itself (a block's arguments, a loop variable, `catch as err`) is no
+/// session's output: never `unlogged`. A block's arguments bound again after a crash with the
+/// same value are accepted; another value is still refused.
+fn what_the_vm_binds_is_never_unlogged(b: Backend) {
+    let Some((_p, run)) = project(b) else { return };
+    let call = append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "let r = do refine(draft, 3)",
+            "--status",
+            "executing",
+        ],
+    );
+    let c = call.to_string();
+    run.cmd()
+        .args([
+            "bind",
+            "draft",
+            "d0",
+            "--kind",
+            "const",
+            "--execution-id",
+            &c,
+        ])
+        .assert()
+        .success();
+    let lp = append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "let d = xs | reduce(acc, s):",
+            "--status",
+            "started",
+            "--parent",
+            &c,
+            "--metadata",
+            r#"{"loop_id": "r", "max": 2}"#,
+        ],
+    );
+    run.cmd()
+        .args([
+            "bind",
+            "acc",
+            "a",
+            "--local",
+            "--execution-id",
+            &lp.to_string(),
+        ])
+        .assert()
+        .success();
+    let doc = stdout_json(
+        &run.cmd()
+            .args(["--json", "resume", "--all"])
+            .assert()
+            .success(),
+    );
+    for b in doc["bindings"].as_array().unwrap() {
+        assert!(b.get("unlogged").is_none(), "{b}");
+    }
+    // The argument again, as a VM after a crash binds it: the same binding, no new version.
+    let before = run.snapshot();
+    let again = stdout_json(
+        &run.cmd()
+            .args([
+                "--json",
+                "bind",
+                "draft",
+                "d0",
+                "--kind",
+                "const",
+                "--execution-id",
+                &c,
+            ])
+            .assert()
+            .success(),
+    );
+    assert_eq!(again["version"], 1, "{again}");
+    assert_eq!(run.snapshot(), before);
+    let out = run
+        .cmd()
+        .args([
+            "bind",
+            "draft",
+            "d1",
+            "--kind",
+            "const",
+            "--execution-id",
+            &c,
+        ])
+        .assert();
+    assert_eq!(code(&out), 4, "{}", stderr(&out));
+    assert_eq!(run.snapshot(), before);
+    // A subagent's output inside the call, written after its last record, is.
+    append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "let better = session \"Improve\"",
+            "--status",
+            "completed",
+            "--parent",
+            &c,
+        ],
+    );
+    run.bind("better", "b1", Some(call));
+    let doc = resume(&run);
+    let better = doc["bindings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "better")
+        .unwrap()
+        .clone();
+    assert_eq!(better["unlogged"], true, "{doc}");
+}
+
+/// H3: the subagents of a `pmap`'s branches append to the one list the VM made, through the
+/// command line and through a subagent's MCP session pinned to its branch.
+fn an_update_reaches_the_list_wherever_it_was_made(b: Backend) {
+    use rmcp::model::CallToolRequestParams;
+    use rmcp::transport::TokioChildProcess;
+    use rmcp::ServiceExt;
+    let Some((p, run)) = project(b) else { return };
+    run.bind("critiques", "[]", None);
+    let par = append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "let critiques = papers | pmap:",
+            "--status",
+            "started",
+            "--metadata",
+            r#"{"parallel_id": "m", "branches": ["0", "1"]}"#,
+        ],
+    );
+    let branch = |n: &str| {
+        append(
+            &run,
+            &[
+                "--index",
+                "1",
+                "--text",
+                "session \"Critique\"",
+                "--status",
+                "started",
+                "--construct",
+                "branch",
+                "--parent",
+                &par.to_string(),
+                "--metadata",
+                &format!(r#"{{"parallel_id": "m", "branch": "{n}"}}"#),
+            ],
+        )
+    };
+    let (b0, b1) = (branch("0"), branch("1"));
+    run.cmd()
+        .args([
+            "bind",
+            "critiques",
+            "--append",
+            "\"on paper 0\"",
+            "--key",
+            &b0.to_string(),
+            "--execution-id",
+            &b0.to_string(),
+        ])
+        .assert()
+        .success();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut cmd = tokio::process::Command::new(BIN);
+        cmd.args([
+            "--run",
+            &run.id,
+            "mcp",
+            "--role",
+            "subagent",
+            "--agent",
+            "critic",
+            "--execution-id",
+            &b1.to_string(),
+        ])
+        .current_dir(p.root())
+        .env("HOME", test_home(p.root()))
+        .stderr(std::process::Stdio::null());
+        for var in CLEARED_ENV {
+            cmd.env_remove(var);
+        }
+        let client = ().serve(TokioChildProcess::new(cmd).unwrap()).await.unwrap();
+        for _ in 0..2 {
+            let Value::Object(args) =
+                json!({"name": "critiques", "append": "\"on paper 1\"", "key": b1.to_string()})
+            else {
+                panic!()
+            };
+            let r = client
+                .call_tool(CallToolRequestParams::new("bind").with_arguments(args))
+                .await
+                .unwrap();
+            assert_ne!(r.is_error, Some(true), "{:?}", r.content);
+        }
+        client.cancel().await.unwrap();
+    });
+    let list: Vec<String> = serde_json::from_str(&value(&run, "critiques", None)).unwrap();
+    assert_eq!(list, vec!["on paper 0", "on paper 1"]);
+    let count = count_rows(&p, &run, "bindings", "name = 'critiques'");
+    assert_eq!(count, 1, "one list, in the root");
+}
+
+/// H6: a named branch's result, bound at its branch's record (as `resume` shows it after a
+/// crash) or at the parallel's, is read after the join.
+fn a_named_branchs_result_is_read_after_the_join(b: Backend) {
+    let Some((_p, run)) = project(b) else { return };
+    let call = append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "do research(topic)",
+            "--status",
+            "executing",
+        ],
+    );
+    let par = append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "parallel:",
+            "--status",
+            "started",
+            "--parent",
+            &call.to_string(),
+            "--metadata",
+            r#"{"parallel_id": "p", "branches": ["policy", "tech"]}"#,
+        ],
+    );
+    let br = append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "policy = session: scout",
+            "--status",
+            "started",
+            "--construct",
+            "branch",
+            "--parent",
+            &par.to_string(),
+            "--metadata",
+            r#"{"parallel_id": "p", "branch": "policy"}"#,
+        ],
+    );
+    let out = stdout_json(
+        &run.cmd()
+            .args([
+                "--json",
+                "bind",
+                "policy",
+                "P",
+                "--execution-id",
+                &br.to_string(),
+            ])
+            .assert()
+            .success(),
+    );
+    assert_eq!(
+        out["execution_id"],
+        json!(call),
+        "the frame around the parallel: {out}"
+    );
+    // What the branch declares stays in it.
+    let out = stdout_json(
+        &run.cmd()
+            .args([
+                "--json",
+                "bind",
+                "notes",
+                "N",
+                "--execution-id",
+                &br.to_string(),
+            ])
+            .assert()
+            .success(),
+    );
+    assert_eq!(out["execution_id"], json!(br));
+    end(&run, br, "completed");
+    end(&run, par, "joined");
+    assert_eq!(value(&run, "policy", Some(call)), "P");
+}
+
+/// H7: a failure in a `try:` body goes to its catch, not to the statement after it; a failure
+/// inside a catch leaves its own `try:`.
+fn a_failure_goes_to_its_handler(b: Backend) {
+    let Some((_p, run)) = project(b) else { return };
+    let outer = append(
+        &run,
+        &["--index", "1", "--text", "try:", "--status", "started"],
+    );
+    let t = append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "try:",
+            "--status",
+            "started",
+            "--parent",
+            &outer.to_string(),
+        ],
+    );
+    append(
+        &run,
+        &[
+            "--index",
+            "2",
+            "--text",
+            "session \"Upload\"",
+            "--status",
+            "failed",
+            "--error",
+            "CDN 403",
+            "--parent",
+            &t.to_string(),
+        ],
+    );
+    let doc = resume(&run);
+    assert_eq!(
+        doc["position"]["handler"],
+        json!(format!("the catch of try: (record {t})")),
+        "{doc}"
+    );
+    let text = String::from_utf8(
+        run.cmd()
+            .arg("resume")
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone(),
+    )
+    .unwrap();
+    assert!(text.contains(&format!("failed: not the statement after it; the failure goes to the catch of try: (record {t})")), "{text}");
+    let catch = append(
+        &run,
+        &[
+            "--index",
+            "4",
+            "--text",
+            "catch as err:",
+            "--status",
+            "started",
+            "--parent",
+            &t.to_string(),
+        ],
+    );
+    append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "throw \"Upload failed\"",
+            "--status",
+            "failed",
+            "--error",
+            "Upload failed",
+            "--parent",
+            &catch.to_string(),
+        ],
+    );
+    let doc = resume(&run);
+    assert_eq!(
+        doc["position"]["handler"],
+        json!(format!("the catch of try: (record {outer})")),
+        "{doc}"
+    );
+    // Nothing failed last: no handler.
+    append(
+        &run,
+        &[
+            "--index",
+            "2",
+            "--text",
+            "session \"Log it\"",
+            "--status",
+            "completed",
+            "--parent",
+            &catch.to_string(),
+        ],
+    );
+    assert!(resume(&run)["position"]["handler"].is_null());
 }

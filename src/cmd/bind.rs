@@ -41,8 +41,8 @@ impl Render for Bound {
 
 impl BindArgs {
     /// Where the binding is written: the language's frame of `--execution-id` (the root
-    /// without one); with `--assign`, the binding `get` would read; with `--local`, the record
-    /// itself. A binding an older run already wrote between the record and its frame (in a
+    /// without one); with `--assign`, and for an update of a binding that exists, the binding
+    /// `get` would read; with `--local`, the record itself. A binding an older run already wrote between the record and its frame (in a
     /// loop's or a `try:`'s scope) is written where it is, so that reads keep finding it.
     fn scope(&self, store: &mut dyn Store) -> Result<Option<i64>> {
         let Some(at) = self.execution_id else {
@@ -55,7 +55,36 @@ impl BindArgs {
         if self.assign {
             return self.assigned(store, Some(at), found);
         }
-        let frame = crate::store::frame_of(store, at)?;
+        // An update (`--append`, `--merge`) changes the list or object `get` reads from
+        // here, wherever it was made: subagents of branches append to the one list.
+        if self.append.is_some() || self.merge.is_some() {
+            if let Some(f) = &found {
+                return Ok(f.row.execution_id);
+            }
+        }
+        let mut frame = crate::store::frame_of(store, at)?;
+        // A named branch's result (`a = session ...` in a parallel) is the parallel's: it is
+        // read after the join, in the frame around the parallel.
+        if let Some(f) = frame {
+            if let Some(r) = crate::store::record(store, f)? {
+                let named = r
+                    .statement_text
+                    .as_deref()
+                    .and_then(crate::language::assigned_name);
+                let m = r
+                    .metadata
+                    .as_deref()
+                    .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok());
+                let kind = crate::language::construct_of(r.statement_text.as_deref(), m.as_ref());
+                if kind == Some(crate::language::Kind::Branch) && named == Some(self.name.as_str())
+                {
+                    frame = match r.parent_id {
+                        Some(p) => crate::store::frame_of(store, p)?,
+                        None => None,
+                    };
+                }
+            }
+        }
         if let Some(e) = found.as_ref().and_then(|f| f.row.execution_id) {
             let chain = store.scope_chain(at)?;
             let below = chain.iter().take_while(|c| Some(**c) != frame);

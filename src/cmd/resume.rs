@@ -85,6 +85,11 @@ pub struct Position {
     pub after: Option<Event>,
     /// The latest record of all.
     pub last_event: Option<Event>,
+    /// When `after` is a failure no retry takes (a `throw`, a failed statement, a retry's
+    /// last attempt): what takes it instead of the statement after it, the catch of the
+    /// nearest `try:` whose body it is in, a parallel's `on-fail` policy, or the program.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handler: Option<String>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -94,9 +99,25 @@ pub struct Parallel {
     pub branches: Vec<String>,
     pub completed: Vec<String>,
     pub failed: Vec<String>,
-    /// Branches neither completed nor failed.
+    /// Branches neither completed nor failed, while the parallel still waits on them.
     pub outstanding: Vec<String>,
     pub joined: bool,
+    /// `all` (the default), `first`, or `any` (with `count`), as the start recorded it.
+    pub strategy: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub count: Option<i64>,
+    /// `fail-fast` (the default), `continue` or `ignore`.
+    pub on_fail: String,
+    /// Why it waits on no branch any more, though some are not ended: `first` or `any` has
+    /// its completions, or a `fail-fast` branch failed. Those branches are in `to_skip`: end
+    /// them `--status skipped`, do not run them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub decided: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub to_skip: Vec<String>,
+    /// Branches ended `skipped` (cut short by `first`, `any` or `fail-fast`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<String>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -360,6 +381,9 @@ impl Construct for Parallel {
             parallel_id,
             statement_index,
             branches: branch_list(m),
+            strategy: str_of(m, "strategy").unwrap_or_else(|| "all".into()),
+            count: m.get("count").and_then(Value::as_i64),
+            on_fail: str_of(m, "on_fail").unwrap_or_else(|| "fail-fast".into()),
             ..Default::default()
         }
     }
@@ -373,6 +397,7 @@ impl Construct for Parallel {
             let list = match status {
                 Some(S::Completed) => Some(&mut self.completed),
                 Some(S::Failed) => Some(&mut self.failed),
+                Some(S::Skipped) => Some(&mut self.skipped),
                 _ => None,
             };
             if let Some(list) = list {
@@ -387,12 +412,31 @@ impl Construct for Parallel {
     }
 
     fn finish(&mut self) -> bool {
-        self.outstanding = self
+        let not_ended: Vec<String> = self
             .branches
             .iter()
-            .filter(|b| !self.completed.contains(b) && !self.failed.contains(b))
+            .filter(|b| {
+                !self.completed.contains(b) && !self.failed.contains(b) && !self.skipped.contains(b)
+            })
             .cloned()
             .collect();
+        let done = self.completed.len() as i64;
+        self.decided = match self.strategy.as_str() {
+            "first" if done >= 1 => Some("first: a branch completed".to_string()),
+            "any" if done >= self.count.unwrap_or(1) => Some(format!(
+                "any: {done} of {} completed",
+                self.count.unwrap_or(1)
+            )),
+            _ if !self.failed.is_empty() && self.on_fail == "fail-fast" => {
+                Some("fail-fast: a branch failed, the parallel fails".to_string())
+            }
+            _ => None,
+        };
+        if self.decided.is_some() {
+            self.to_skip = not_ended;
+        } else {
+            self.outstanding = not_ended;
+        }
         !self.joined
     }
 }
@@ -457,9 +501,11 @@ fn retry_of(r: &ExecutionRow, last_error: Option<String>) -> Retry {
     let attempt = m.get("attempt").and_then(Value::as_i64);
     let max = m.get("max").and_then(Value::as_i64);
     let failed = r.status == Some(S::Failed);
+    // `max` is the program's `retry: N`: up to N retries after the first attempt, so
+    // attempts run from 1 to N + 1.
     let state = match (failed, attempt, max) {
         (false, _, _) => "running",
-        (true, Some(a), Some(m)) if a < m => "next",
+        (true, Some(a), Some(m)) if a <= m => "next",
         _ => "exhausted",
     };
     Retry {
@@ -480,35 +526,59 @@ fn retry_of(r: &ExecutionRow, last_error: Option<String>) -> Retry {
     }
 }
 
-/// What takes a failure at record `r`: the nearest open `try:` around it, a branch's
-/// parallel's `on-fail` policy, or the program.
-fn handler_of(store: &mut dyn Store, r: &ExecutionRow, open: &[Event]) -> Result<String> {
-    let mut at = r.parent_id;
+/// What takes a failure at record `r`: the catch of the nearest `try:` whose body it is in (a
+/// failure inside a `catch` or `finally` leaves its own `try:`), a branch's parallel's
+/// `on-fail` policy, or the program.
+fn handler_of(store: &mut dyn Store, r: &ExecutionRow) -> Result<String> {
+    use crate::language::Kind;
+    let mut left: Option<i64> = None;
+    let mut at = r.parent_id.filter(|p| *p < r.id);
     while let Some(id) = at {
-        let Some(p) = open.iter().find(|o| o.id == id) else {
-            // A start that has ended is not around it any more; go up through it.
-            at = crate::store::record(store, id)?.and_then(|p| p.parent_id.filter(|q| *q < id));
-            continue;
+        let Some(p) = crate::store::record(store, id)? else {
+            break;
         };
-        use crate::language::Kind;
-        match p.construct {
-            Some(Kind::Try) => return Ok(format!("the catch of try: (record {id})")),
+        let m = meta(&p);
+        let kind = crate::language::construct_of(p.statement_text.as_deref(), m.as_ref());
+        match kind {
+            Some(Kind::Catch | Kind::Finally) => left = p.parent_id,
+            Some(Kind::Try) if left != Some(id) => {
+                return Ok(format!("the catch of try: (record {id})"));
+            }
             Some(Kind::Branch) => {
-                let parallel = p.parent_id.and_then(|q| open.iter().find(|o| o.id == q));
-                let policy = parallel
-                    .and_then(|q| q.metadata.as_ref())
-                    .and_then(|m| str_of(m, "on_fail"))
-                    .unwrap_or_else(|| "fail-fast".into());
+                let policy = match p.parent_id {
+                    Some(q) => crate::store::record(store, q)?
+                        .and_then(|q| meta(&q))
+                        .and_then(|m| str_of(&m, "on_fail")),
+                    None => None,
+                }
+                .unwrap_or_else(|| "fail-fast".into());
                 return Ok(format!(
                     "the parallel's on-fail: {policy} (branch record {id})"
                 ));
             }
             _ => {}
         }
-        at = p.parent_id;
+        at = p.parent_id.filter(|q| *q < id);
     }
     Ok("the program: finish --status failed --error MSG".into())
 }
+
+/// What takes the failure `after` is, unless a retry does (attempts left).
+fn failure_handler(store: &mut dyn Store, after: &ExecutionRow) -> Result<Option<String>> {
+    if after.status != Some(S::Failed) {
+        return Ok(None);
+    }
+    let m = meta(after).unwrap_or(Value::Null);
+    let attempt = m.get("attempt").and_then(Value::as_i64);
+    let max = m.get("max").and_then(Value::as_i64);
+    if let (Some(a), Some(m)) = (attempt, max) {
+        if a <= m {
+            return Ok(None);
+        }
+    }
+    handler_of(store, after).map(Some)
+}
+
 /// The run's agents, then those of the project and user scopes given.
 fn all_agents(
     store: &mut dyn Store,
@@ -613,6 +683,16 @@ fn unlogged(store: &mut dyn Store, b: &crate::store::BindingRow, newest: i64) ->
     let Some(at) = span.rows.first().and_then(|r| r.at_record) else {
         return Ok(false);
     };
+    if let Some(x) = b.execution_id {
+        // A name bound at a record that is no frame (a loop variable, `catch as err`: the
+        // VM's own, with `--local`) is no session's output; nor is a block's argument, a
+        // const bound before anything inside its call.
+        if crate::store::frame_of(store, x)? != Some(x)
+            || (b.kind.as_deref() == Some("const") && at <= x)
+        {
+            return Ok(false);
+        }
+    }
     if at >= newest {
         return Ok(true);
     }
@@ -695,10 +775,7 @@ fn full(
         statements: statements.into_values().collect(),
         parallel: constructs(&rows),
         loops: constructs(&rows),
-        retries: {
-            let open = narrow_position(store)?.open;
-            outstanding_retries(store, &open)?
-        },
+        retries: outstanding_retries(store)?,
         bindings,
         agents,
         gates,
@@ -745,8 +822,21 @@ fn run_lines(w: &mut dyn Write, r: &RunPart, p: &Position) -> io::Result<()> {
         r.status,
         r.program_path.as_deref().unwrap_or("-")
     )?;
+    // The open starts around the current one are where it is; others (a sibling branch of a
+    // parallel) are open beside it.
+    let mut around = std::collections::HashSet::new();
+    let mut up = p.current.as_ref().and_then(|c| c.parent_id);
+    while let Some(id) = up {
+        around.insert(id);
+        up = p.open.iter().find(|o| o.id == id).and_then(|o| o.parent_id);
+    }
     for e in p.open.iter().take(p.open.len().saturating_sub(1)) {
-        writeln!(w, "in: {}", describe(e))?;
+        let word = if around.contains(&e.id) {
+            "in"
+        } else {
+            "also open"
+        };
+        writeln!(w, "{word}: {}", describe(e))?;
     }
     match &p.current {
         Some(e) => writeln!(w, "at: {}", describe(e))?,
@@ -756,6 +846,12 @@ fn run_lines(w: &mut dyn Write, r: &RunPart, p: &Position) -> io::Result<()> {
         Some(e) => writeln!(w, "after: {}", describe(e))?,
         None if p.current.is_some() => writeln!(w, "after: nothing done inside it yet")?,
         None => {}
+    }
+    if let Some(h) = &p.handler {
+        writeln!(
+            w,
+            "failed: not the statement after it; the failure goes to {h}"
+        )?;
     }
     if let Some(e) = &p.last_event {
         writeln!(w, "last: {}", describe(e))?;
@@ -772,6 +868,14 @@ fn construct_lines(
     for p in parallel {
         let state = if p.joined {
             "joined".to_string()
+        } else if let Some(why) = &p.decided {
+            match p.to_skip.is_empty() {
+                true => format!("decided ({why}): join it"),
+                false => format!(
+                    "decided ({why}): end [{}] --status skipped, do not run them",
+                    p.to_skip.join(" ")
+                ),
+            }
         } else if p.outstanding.is_empty() {
             "done".to_string()
         } else {
@@ -829,11 +933,11 @@ fn construct_lines(
         };
         writeln!(
             w,
-            "retry {} {}: attempt {}/{}{then}",
+            "retry {} {}: attempt {} of {}{then}",
             t.statement_index.unwrap_or_default(),
             one_line(t.statement_text.as_deref().unwrap_or(""), 40),
             t.attempt.map_or("?".into(), |a| a.to_string()),
-            t.max.map_or("?".into(), |m| m.to_string())
+            t.max.map_or("?".into(), |m| (m + 1).to_string())
         )?;
     }
     Ok(())
@@ -1105,11 +1209,12 @@ fn narrow_position(store: &mut dyn Store) -> Result<Position> {
         }
         before = page.last().map(|r| r.id);
     };
-    let after = direct
-        .iter()
-        .chain(named)
-        .max_by_key(|r| r.id)
-        .map(Event::from);
+    let after_row = direct.iter().chain(named).max_by_key(|r| r.id).cloned();
+    let handler = match &after_row {
+        Some(r) => failure_handler(store, r)?,
+        None => None,
+    };
+    let after = after_row.as_ref().map(Event::from);
     let last_event = store
         .executions_matching(&ExecQuery {
             newest_first: true,
@@ -1123,6 +1228,7 @@ fn narrow_position(store: &mut dyn Store) -> Result<Position> {
         open: open.into_iter().map(Event::from).collect(),
         after,
         last_event,
+        handler,
     })
 }
 
@@ -1138,6 +1244,10 @@ fn open_constructs(store: &mut dyn Store, open: &[Event]) -> Result<(Vec<Paralle
     let (mut parallel, mut loops) = (Vec::new(), Vec::new());
     for start in open {
         let Some(m) = &start.metadata else { continue };
+        // A branch's start carries its parallel's id: it is part of that parallel, not one.
+        if start.construct == Some(crate::language::Kind::Branch) || m.get("branch").is_some() {
+            continue;
+        }
         if let Some(id) = str_of(m, Parallel::ID) {
             parallel.extend(open_construct(store, start, id, m)?);
         } else if let Some(id) = str_of(m, Loop::ID) {
@@ -1173,7 +1283,7 @@ fn open_construct<T: Construct>(
 /// The statements with `(retry: N)` still in play: those whose latest record is `retry` (an
 /// attempt under way), or a `failed` record that carries its attempt (`{"attempt", "max"}`):
 /// the next attempt, or, after the last, what handles the failure.
-fn outstanding_retries(store: &mut dyn Store, open: &[Event]) -> Result<Vec<Retry>> {
+fn outstanding_retries(store: &mut dyn Store) -> Result<Vec<Retry>> {
     let mut all = store.executions_matching(&ExecQuery {
         only: Some(&["retry"]),
         ..Default::default()
@@ -1216,7 +1326,7 @@ fn outstanding_retries(store: &mut dyn Store, open: &[Event]) -> Result<Vec<Retr
             .and_then(|f| f.error_message.clone());
         let mut retry = retry_of(r, last_error);
         if retry.state == "exhausted" {
-            retry.handler = Some(handler_of(store, r, open)?);
+            retry.handler = Some(handler_of(store, r)?);
         }
         out.push(retry);
     }
@@ -1239,12 +1349,13 @@ fn brief(
     let full = narrow_position(store)?;
     let full_last = full.last_event.as_ref().map(|e| e.id);
     let (parallel, loops) = open_constructs(store, &full.open)?;
-    let retries = outstanding_retries(store, &full.open)?;
+    let retries = outstanding_retries(store)?;
     let position = Position {
         current: full.current.map(slim),
         open: full.open.into_iter().map(slim).collect(),
         after: full.after.map(slim),
         last_event: full.last_event.map(slim),
+        handler: full.handler,
     };
     let scope = position.current.as_ref().map(|e| e.id);
     // The nearest binding of each name, from the innermost scope up to the root.

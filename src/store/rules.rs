@@ -483,7 +483,23 @@ pub fn bind(
             }
         }
     }
-    if let Some((Some(kind), _, _)) = &existing {
+    if let Some((Some(kind), attached, _)) = &existing {
+        // The same const bound again with the same value (a block's arguments bound again
+        // after a crash) changes nothing: it is that binding, as it is.
+        if kind == "const"
+            && b.update.is_none()
+            && attached.is_none()
+            && b.attachment_path.is_none()
+        {
+            let current = tx.binding_value(b.name, b.execution_id)?;
+            if current.as_deref() == Some(b.value) && b.kind == "const" {
+                return Ok(BindOutcome {
+                    released: Vec::new(),
+                    written: current,
+                    version: tx.binding_own_version(b.name, b.execution_id)?,
+                });
+            }
+        }
         if kind == "const" {
             let scope = match b.execution_id {
                 Some(id) => format!("execution {id}"),
@@ -496,7 +512,7 @@ pub fn bind(
         }
     }
     // A keyed update already applied (a step run again after a crash) is not applied twice.
-    if let (Some(key), Some(_), Some(head)) = (b.key, b.update, &existing) {
+    if let (Some(key), Some(_), Some(_)) = (b.key, b.update, &existing) {
         let kept = tx.kept_versions(super::history::Kept::Bindings, b.name, b.execution_id)?;
         let carries = |r: &super::history::HistoryRow| {
             r.delta
@@ -509,7 +525,7 @@ pub fn bind(
             return Ok(BindOutcome {
                 released: Vec::new(),
                 written: current,
-                version: Some(head.2),
+                version: tx.binding_own_version(b.name, b.execution_id)?,
             });
         }
     }
