@@ -34,6 +34,7 @@ on_both!(
     an_update_reaches_the_list_wherever_it_was_made,
     a_named_branchs_result_is_read_after_the_join,
     a_failure_goes_to_its_handler,
+    a_rejections_reason_is_in_resume,
 );
 
 fn project(b: Backend) -> Option<(Project, Run)> {
@@ -1487,4 +1488,55 @@ fn a_failure_goes_to_its_handler(b: Backend) {
         ],
     );
     assert!(resume(&run)["position"]["handler"].is_null());
+}
+
+/// M7: a `retry` or `session` after a rejection works from its reason: `resume` gives it, from
+/// a gate whose row agrees with its sealed log.
+fn a_rejections_reason_is_in_resume(b: Backend) {
+    let Some((p, run)) = project(b) else { return };
+    run.cmd()
+        .args([
+            "gates",
+            "create",
+            "plan_review",
+            "--prompt",
+            "Accept the plan?",
+            "--allow",
+            "bob",
+            "--on-reject",
+            "retry revise",
+        ])
+        .assert()
+        .success();
+    p.cmd()
+        .args([
+            "reject",
+            &run.id,
+            "plan_review",
+            "--as",
+            "bob",
+            "--yes",
+            "--reason",
+            "Cut scope to two services",
+        ])
+        .assert()
+        .success();
+    let doc = resume(&run);
+    let g = &doc["gates"][0];
+    assert_eq!(g["reason"], "Cut scope to two services", "{doc}");
+    assert_eq!(g["next_step"]["action"], "retry");
+    let text = String::from_utf8(
+        run.cmd()
+            .arg("resume")
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone(),
+    )
+    .unwrap();
+    assert!(
+        text.contains("gate plan_review rejected (\"Cut scope to two services\")"),
+        "{text}"
+    );
 }

@@ -204,6 +204,10 @@ pub struct GateNext {
     pub on_reject: Option<String>,
     pub resolved_by: Option<String>,
     pub resolved_at: Option<String>,
+    /// The decision's comment or reason, as its sealed event has it (only for a gate whose
+    /// row agrees with its log): what a `retry` or a `session` after a rejection works from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     pub timeout_at: Option<String>,
     /// Where the gate stands against its audit log (as `gates show` reports it). A tampered
     /// gate's next step is `stop`, whatever its status says.
@@ -657,6 +661,10 @@ fn gate_nexts(
                 ),
                 _ => next_step(&g, instance),
             },
+            reason: g
+                .resolution_comment
+                .clone()
+                .filter(|_| IntegrityView::of(&report, &g.id).state == "attested"),
             id: g.id,
             status: g.status,
             on_reject: g.on_reject,
@@ -994,9 +1002,14 @@ fn gate_lines(w: &mut dyn Write, gates: &[GateNext]) -> io::Result<()> {
             .instance
             .map(|n| format!(" (instance {n})"))
             .unwrap_or_default();
+        let reason = g
+            .reason
+            .as_deref()
+            .map(|r| format!(" (\"{}\")", one_line(r, 80)))
+            .unwrap_or_default();
         writeln!(
             w,
-            "gate {} {}{instance}{integrity}{left}{progress} → {}{arg}",
+            "gate {} {}{reason}{instance}{integrity}{left}{progress} → {}{arg}",
             g.id, g.status, g.next_step.action
         )?;
     }
@@ -1377,6 +1390,7 @@ fn brief(
         .into_iter()
         .map(|mut g| {
             g.on_reject = slim_text(g.on_reject);
+            g.reason = slim_text(g.reason);
             g.next_step.argument = slim_text(g.next_step.argument);
             g.integrity.detail = slim_text(g.integrity.detail);
             g
