@@ -1536,7 +1536,7 @@ fn a_rejections_reason_is_in_resume(b: Backend) {
     )
     .unwrap();
     assert!(
-        text.contains("gate plan_review rejected (\"Cut scope to two services\")"),
+        text.contains("gate plan_review rejected (instance 1) → retry revise; reason: \"Cut scope to two services\""),
         "{text}"
     );
 }

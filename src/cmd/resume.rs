@@ -1005,11 +1005,11 @@ fn gate_lines(w: &mut dyn Write, gates: &[GateNext]) -> io::Result<()> {
         let reason = g
             .reason
             .as_deref()
-            .map(|r| format!(" (\"{}\")", one_line(r, 80)))
+            .map(|r| format!("; reason: \"{}\"", one_line(r, 80)))
             .unwrap_or_default();
         writeln!(
             w,
-            "gate {} {}{reason}{instance}{integrity}{left}{progress} → {}{arg}",
+            "gate {} {}{instance}{integrity}{left}{progress} → {}{arg}{reason}",
             g.id, g.status, g.next_step.action
         )?;
     }
