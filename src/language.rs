@@ -395,7 +395,7 @@ pub const TABLE: &[Entry] = &[
         form: "approve name: (prompt, allow, timeout, on_reject)",
         start: None,
         frame: Frame::No,
-        records: "`gates create` (it logs `approve`), `gates wait --instance N`, `completed`; rejected or timed out: its `on_reject` (`throw`: `failed --error MSG`)",
+        records: "`gates create` (it logs `approve`), `gates wait --instance N`, `completed`; rejected or timed out: `failed --error REASON`, then its `on_reject` (`retry`: the step again, then `--reopen`)",
         binds: "nothing",
         resume: "`gates` gives the instance and `next_step`",
     },
