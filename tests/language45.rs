@@ -35,6 +35,7 @@ on_both!(
     a_named_branchs_result_is_read_after_the_join,
     a_failure_goes_to_its_handler,
     a_rejections_reason_is_in_resume,
+    open_branches_go_on_from_their_own_records,
 );
 
 fn project(b: Backend) -> Option<(Project, Run)> {
@@ -377,11 +378,7 @@ fn a_retry_survives_a_crash(b: Backend) {
         .find(|r| r["statement_text"] == "session \"Other\"")
         .unwrap()
         .clone();
-    assert_eq!(
-        r["handler"],
-        json!(format!("the catch of try: (record {try_})")),
-        "{doc}"
-    );
+    assert!(r["handler"].as_str().unwrap().starts_with(&format!("the catch of try: (record {try_}); without a catch, its finally if it has one, then the program")), "{doc}");
     // Handled: a later record of the statement ends it.
     append(
         &run,
@@ -1387,9 +1384,15 @@ fn a_named_branchs_result_is_read_after_the_join(b: Backend) {
 }
 
 /// H7: a failure in a `try:` body goes to its catch, not to the statement after it; a failure
-/// inside a catch leaves its own `try:`.
+/// inside a catch leaves its own `try:` through its finally (round 2, H1 and H2), and so does
+/// a catch ended as failed; an exhausted retry whose failure a catch took is no longer listed.
 fn a_failure_goes_to_its_handler(b: Backend) {
     let Some((_p, run)) = project(b) else { return };
+    let handler = |run: &Run| {
+        resume(run)["position"]["handler"]
+            .as_str()
+            .map(str::to_string)
+    };
     let outer = append(
         &run,
         &["--index", "1", "--text", "try:", "--status", "started"],
@@ -1420,14 +1423,12 @@ fn a_failure_goes_to_its_handler(b: Backend) {
             "CDN 403",
             "--parent",
             &t.to_string(),
+            "--metadata",
+            r#"{"attempt": 3, "max": 2}"#,
         ],
     );
-    let doc = resume(&run);
-    assert_eq!(
-        doc["position"]["handler"],
-        json!(format!("the catch of try: (record {t})")),
-        "{doc}"
-    );
+    let catch_t = format!("the catch of try: (record {t}); without a catch, its finally if it has one, then the catch of try: (record {outer}); without a catch, its finally if it has one, then the program: finish --status failed --error MSG");
+    assert_eq!(handler(&run).as_deref(), Some(catch_t.as_str()));
     let text = String::from_utf8(
         run.cmd()
             .arg("resume")
@@ -1439,6 +1440,7 @@ fn a_failure_goes_to_its_handler(b: Backend) {
     )
     .unwrap();
     assert!(text.contains(&format!("failed: not the statement after it; the failure goes to the catch of try: (record {t})")), "{text}");
+    assert_eq!(resume(&run)["retries"].as_array().unwrap().len(), 1);
     let catch = append(
         &run,
         &[
@@ -1452,6 +1454,8 @@ fn a_failure_goes_to_its_handler(b: Backend) {
             &t.to_string(),
         ],
     );
+    // The catch began: the retry's failure was taken.
+    assert!(resume(&run)["retries"].as_array().unwrap().is_empty());
     append(
         &run,
         &[
@@ -1467,12 +1471,43 @@ fn a_failure_goes_to_its_handler(b: Backend) {
             &catch.to_string(),
         ],
     );
-    let doc = resume(&run);
-    assert_eq!(
-        doc["position"]["handler"],
-        json!(format!("the catch of try: (record {outer})")),
-        "{doc}"
+    let leaving = format!("the finally of try: (record {t}) if it has one, then the catch of try: (record {outer}); without a catch, its finally if it has one, then the program: finish --status failed --error MSG");
+    assert_eq!(handler(&run).as_deref(), Some(leaving.as_str()));
+    // The catch ended as failed: the same, never the catch that ran.
+    end(&run, catch, "failed");
+    assert_eq!(handler(&run).as_deref(), Some(leaving.as_str()));
+    // A failure in the finally leaves the try for the outer one.
+    let fin = append(
+        &run,
+        &[
+            "--index",
+            "5",
+            "--text",
+            "finally:",
+            "--status",
+            "started",
+            "--parent",
+            &t.to_string(),
+        ],
     );
+    append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "session \"Release\"",
+            "--status",
+            "failed",
+            "--error",
+            "lock",
+            "--parent",
+            &fin.to_string(),
+        ],
+    );
+    assert!(handler(&run)
+        .unwrap()
+        .starts_with(&format!("the catch of try: (record {outer})")));
     // Nothing failed last: no handler.
     append(
         &run,
@@ -1484,10 +1519,159 @@ fn a_failure_goes_to_its_handler(b: Backend) {
             "--status",
             "completed",
             "--parent",
-            &catch.to_string(),
+            &fin.to_string(),
         ],
     );
-    assert!(resume(&run)["position"]["handler"].is_null());
+    assert!(handler(&run).is_none());
+}
+
+/// Round 2, H4 and H5: each open branch goes on from its own last record (a failure there
+/// goes to the parallel's policy, not to a run again), and a named branch's result written
+/// before a crash is unlogged until its branch logs it, whatever the other branches log.
+fn open_branches_go_on_from_their_own_records(b: Backend) {
+    let Some((_p, run)) = project(b) else { return };
+    let par = append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "parallel (on-fail: \"continue\"):",
+            "--status",
+            "started",
+            "--metadata",
+            r#"{"parallel_id": "p", "branches": ["market", "policy", "tech"], "on_fail": "continue"}"#,
+        ],
+    );
+    let branch = |n: &str| {
+        append(
+            &run,
+            &[
+                "--index",
+                "1",
+                "--text",
+                &format!("{n} = session \"{n}\""),
+                "--status",
+                "started",
+                "--construct",
+                "branch",
+                "--parent",
+                &par.to_string(),
+                "--metadata",
+                &format!(r#"{{"parallel_id": "p", "branch": "{n}"}}"#),
+            ],
+        )
+    };
+    let (market, policy, tech) = (branch("market"), branch("policy"), branch("tech"));
+    append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "session \"policy\"",
+            "--status",
+            "failed",
+            "--error",
+            "timeout",
+            "--parent",
+            &policy.to_string(),
+        ],
+    );
+    // market's subagent wrote its result; then tech logged something of its own.
+    run.cmd()
+        .args(["bind", "market", "M", "--execution-id", &market.to_string()])
+        .assert()
+        .success();
+    append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "session \"tech\"",
+            "--status",
+            "completed",
+            "--parent",
+            &tech.to_string(),
+        ],
+    );
+    let doc = resume(&run);
+    let p = doc["parallel"][0].clone();
+    let policy_branch = p["open_branches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["branch"] == "policy")
+        .unwrap()
+        .clone();
+    assert_eq!(policy_branch["record"], json!(policy));
+    assert!(
+        policy_branch["after"].as_str().unwrap().contains("(failed"),
+        "{doc}"
+    );
+    assert_eq!(
+        policy_branch["handler"],
+        json!(format!(
+            "the parallel's on-fail: continue (branch record {policy})"
+        )),
+        "{doc}"
+    );
+    let market_branch = p["open_branches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["branch"] == "market")
+        .unwrap()
+        .clone();
+    assert!(market_branch["after"].is_null(), "{doc}");
+    let m = doc["bindings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "market")
+        .unwrap()
+        .clone();
+    assert_eq!(m["unlogged"], true, "{doc}");
+    let text = String::from_utf8(
+        run.cmd()
+            .arg("resume")
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone(),
+    )
+    .unwrap();
+    assert!(
+        text.contains(&format!(
+            "  branch policy (record {policy}): after 1 session \"policy\" (failed"
+        )),
+        "{text}"
+    );
+    // Logged inside its branch: no longer unlogged.
+    append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "market = session \"market\"",
+            "--status",
+            "completed",
+            "--parent",
+            &market.to_string(),
+        ],
+    );
+    let doc = resume(&run);
+    let m = doc["bindings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "market")
+        .unwrap()
+        .clone();
+    assert!(m.get("unlogged").is_none(), "{doc}");
 }
 
 /// M7: a `retry` or `session` after a rejection works from its reason: `resume` gives it, from

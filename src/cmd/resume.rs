@@ -118,6 +118,22 @@ pub struct Parallel {
     /// Branches ended `skipped` (cut short by `first`, `any` or `fail-fast`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<String>,
+    /// The branches started and not ended, each with what was done last inside it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub open_branches: Vec<OpenBranch>,
+}
+
+/// A branch started and not ended: where it goes on from.
+#[derive(Debug, Serialize)]
+pub struct OpenBranch {
+    pub branch: String,
+    /// Its start record (its frame, and the parent of what runs inside it).
+    pub record: i64,
+    /// The last thing done inside it; none yet when null.
+    pub after: Option<String>,
+    /// When that was a failure no retry takes: what takes it (the parallel's `on-fail`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handler: Option<String>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -530,23 +546,57 @@ fn retry_of(r: &ExecutionRow, last_error: Option<String>) -> Retry {
     }
 }
 
-/// What takes a failure at record `r`: the catch of the nearest `try:` whose body it is in (a
-/// failure inside a `catch` or `finally` leaves its own `try:`), a branch's parallel's
-/// `on-fail` policy, or the program.
+/// What takes a failure at record `r`, in words a VM acts on: the nearest `try:` whose body
+/// it is in takes it (its catch; without a catch, its finally, and the failure goes on); a
+/// failure inside a `catch` leaves its `try:` through that try's finally, if it has one; a
+/// failure inside a branch goes to its parallel's `on-fail` policy; else the program fails.
+/// The log does not say whether a `try:` has a catch or a finally (the program does), so
+/// both ways are named.
 fn handler_of(store: &mut dyn Store, r: &ExecutionRow) -> Result<String> {
     use crate::language::Kind;
-    let mut left: Option<i64> = None;
+    // An end of a catch or a finally that failed: the failure leaves that clause's try.
+    let ended = match ends_of(r) {
+        Some(start) => crate::store::record(store, start)?,
+        None => None,
+    };
+    let clause = ended.as_ref().and_then(|s| {
+        let k = crate::language::construct_of(s.statement_text.as_deref(), meta(s).as_ref());
+        matches!(k, Some(Kind::Catch | Kind::Finally)).then(|| (k, s.parent_id))
+    });
+    let (mut leaving, mut then_finally) = match clause {
+        Some((Some(Kind::Catch), t)) => (t, t),
+        Some((_, t)) => (t, None),
+        None => (None, None),
+    };
     let mut at = r.parent_id.filter(|p| *p < r.id);
     while let Some(id) = at {
         let Some(p) = crate::store::record(store, id)? else {
             break;
         };
-        let m = meta(&p);
-        let kind = crate::language::construct_of(p.statement_text.as_deref(), m.as_ref());
+        let kind = crate::language::construct_of(p.statement_text.as_deref(), meta(&p).as_ref());
         match kind {
-            Some(Kind::Catch | Kind::Finally) => left = p.parent_id,
-            Some(Kind::Try) if left != Some(id) => {
-                return Ok(format!("the catch of try: (record {id})"));
+            Some(Kind::Catch) => {
+                leaving = p.parent_id;
+                then_finally = p.parent_id;
+            }
+            Some(Kind::Finally) => {
+                leaving = p.parent_id;
+                then_finally = None;
+            }
+            Some(Kind::Try) if leaving == Some(id) => {
+                let outer = handler_above(store, &p)?;
+                return Ok(match then_finally {
+                    Some(t) if t == id => {
+                        format!("the finally of try: (record {id}) if it has one, then {outer}")
+                    }
+                    _ => outer,
+                });
+            }
+            Some(Kind::Try) => {
+                let outer = handler_above(store, &p)?;
+                return Ok(format!(
+                    "the catch of try: (record {id}); without a catch, its finally if it has one, then {outer}"
+                ));
             }
             Some(Kind::Branch) => {
                 let policy = match p.parent_id {
@@ -565,6 +615,16 @@ fn handler_of(store: &mut dyn Store, r: &ExecutionRow) -> Result<String> {
         at = p.parent_id.filter(|q| *q < id);
     }
     Ok("the program: finish --status failed --error MSG".into())
+}
+
+/// What takes a failure that leaves the start `p` (a `try:`).
+fn handler_above(store: &mut dyn Store, p: &ExecutionRow) -> Result<String> {
+    // As if the try: itself had failed where it stands.
+    let as_failed = ExecutionRow {
+        metadata: None,
+        ..p.clone()
+    };
+    handler_of(store, &as_failed)
 }
 
 /// What takes the failure `after` is, unless a retry does (attempts left).
@@ -679,7 +739,12 @@ fn gate_nexts(
 /// Whether binding `b` was written after the newest record of its frame (the records inside
 /// its frame's record, at any depth; every record for the root): no record was logged since.
 /// Looks at most at the 32 records that followed it.
-fn unlogged(store: &mut dyn Store, b: &crate::store::BindingRow, newest: i64) -> Result<bool> {
+fn unlogged(
+    store: &mut dyn Store,
+    b: &crate::store::BindingRow,
+    newest: i64,
+    open: &[Event],
+) -> Result<bool> {
     let span = store.binding_versions(
         &b.name,
         b.execution_id,
@@ -701,11 +766,20 @@ fn unlogged(store: &mut dyn Store, b: &crate::store::BindingRow, newest: i64) ->
             return Ok(false);
         }
     }
-    if at >= newest {
-        return Ok(true);
-    }
-    let Some(frame) = b.execution_id else {
-        return Ok(false);
+    // A named branch's result (`a = session ...`), its branch still open: logged only by a
+    // record inside that branch, whatever the other branches logged since.
+    let named_branch = open.iter().find(|o| {
+        o.construct == Some(crate::language::Kind::Branch)
+            && o.statement_text
+                .as_deref()
+                .and_then(crate::language::assigned_name)
+                == Some(b.name.as_str())
+    });
+    let frame = match (named_branch, b.execution_id) {
+        (Some(br), _) => br.id,
+        (None, _) if at >= newest => return Ok(true),
+        (None, Some(f)) => f,
+        (None, None) => return Ok(false),
     };
     let after = store.executions_matching(&ExecQuery {
         after: at,
@@ -758,9 +832,10 @@ fn full(
         .collect();
 
     let newest = rows.last().map_or(0, |r| r.id);
+    let open = narrow_position(store)?.open;
     let mut bindings = Vec::new();
     for b in store.bindings()? {
-        let late = unlogged(store, &b, newest)?;
+        let late = unlogged(store, &b, newest, &open)?;
         bindings.push(BindingInfo {
             unlogged: late,
             ..binding_info(store, run, b)
@@ -877,10 +952,15 @@ fn construct_lines(
         let state = if p.joined {
             "joined".to_string()
         } else if let Some(why) = &p.decided {
+            let then = if why.starts_with("fail-fast") {
+                "end the parallel --status failed"
+            } else {
+                "join it"
+            };
             match p.to_skip.is_empty() {
-                true => format!("decided ({why}): join it"),
+                true => format!("decided ({why}): {then}"),
                 false => format!(
-                    "decided ({why}): end [{}] --status skipped, do not run them",
+                    "decided ({why}): end [{}] --status skipped, do not run them; then {then}",
                     p.to_skip.join(" ")
                 ),
             }
@@ -897,6 +977,20 @@ fn construct_lines(
             p.completed.len(),
             p.branches.len()
         )?;
+        for b in &p.open_branches {
+            let then = b
+                .handler
+                .as_deref()
+                .map(|h| format!(" → the failure goes to {h}"))
+                .unwrap_or_default();
+            writeln!(
+                w,
+                "  branch {} (record {}): after {}{then}",
+                b.branch,
+                b.record,
+                b.after.as_deref().unwrap_or("nothing done inside it yet")
+            )?;
+        }
     }
     for l in loops {
         let state = if l.exited {
@@ -1262,12 +1356,52 @@ fn open_constructs(store: &mut dyn Store, open: &[Event]) -> Result<(Vec<Paralle
             continue;
         }
         if let Some(id) = str_of(m, Parallel::ID) {
-            parallel.extend(open_construct(store, start, id, m)?);
+            let mut found: Option<Parallel> = open_construct(store, start, id.clone(), m)?;
+            if let Some(p) = &mut found {
+                p.open_branches = open_branches(store, open, &id)?;
+            }
+            parallel.extend(found);
         } else if let Some(id) = str_of(m, Loop::ID) {
             loops.extend(open_construct(store, start, id, m)?);
         }
     }
     Ok((parallel, loops))
+}
+
+/// The branches of parallel `id` that are open (started, not ended), each with the last thing
+/// done inside it: after a crash, each goes on from its own `after`, and a failure in one
+/// goes to the parallel's `on-fail` policy, not to a run of its statement again.
+fn open_branches(store: &mut dyn Store, open: &[Event], id: &str) -> Result<Vec<OpenBranch>> {
+    let mut out = Vec::new();
+    for b in open {
+        let Some(m) = &b.metadata else { continue };
+        if str_of(m, Parallel::ID).as_deref() != Some(id) {
+            continue;
+        }
+        let Some(branch) = str_of(m, "branch") else {
+            continue;
+        };
+        let last = store.executions_matching(&ExecQuery {
+            after: b.id,
+            except: Some(STARTS),
+            parent: Some(Some(b.id)),
+            newest_first: true,
+            limit: Some(1),
+            ..Default::default()
+        })?;
+        let last = last.first();
+        let handler = match last {
+            Some(r) => failure_handler(store, r)?,
+            None => None,
+        };
+        out.push(OpenBranch {
+            branch: one_line(&branch, 60),
+            record: b.id,
+            after: last.map(|r| describe(&Event::from(r))),
+            handler,
+        });
+    }
+    Ok(out)
 }
 
 /// The construct `id` that the open record `start` (metadata `m`) begins, if it is still open.
@@ -1339,6 +1473,17 @@ fn outstanding_retries(store: &mut dyn Store) -> Result<Vec<Retry>> {
             .and_then(|f| f.error_message.clone());
         let mut retry = retry_of(r, last_error);
         if retry.state == "exhausted" {
+            // Once something follows it where it stands (a catch began, the try ended), its
+            // failure was taken: it is no longer outstanding.
+            let taken = store.executions_matching(&ExecQuery {
+                after: r.id,
+                parent: Some(r.parent_id),
+                limit: Some(1),
+                ..Default::default()
+            })?;
+            if !taken.is_empty() {
+                continue;
+            }
             retry.handler = Some(handler_of(store, r)?);
         }
         out.push(retry);
@@ -1361,6 +1506,7 @@ fn brief(
     let info = store.run_info()?;
     let full = narrow_position(store)?;
     let full_last = full.last_event.as_ref().map(|e| e.id);
+    let open_now = full.open.clone();
     let (parallel, loops) = open_constructs(store, &full.open)?;
     let retries = outstanding_retries(store)?;
     let position = Position {
@@ -1377,7 +1523,7 @@ fn brief(
     let mut page = Vec::new();
     let newest = full_last.unwrap_or(0);
     for b in visible.into_iter().take(limit) {
-        let late = unlogged(store, &b, newest)?;
+        let late = unlogged(store, &b, newest, &open_now)?;
         let mut b = binding_info(store, run, b);
         b.unlogged = late;
         b.attachment_path = slim_text(b.attachment_path.take());
