@@ -295,8 +295,8 @@ pub const TABLE: &[Entry] = &[
         form: "items | reduce(acc, item):",
         start: Some("started"),
         frame: Frame::Declares,
-        records: "as `for`, `acc` and `item` bound `--local`",
-        binds: "the final `acc` bound to the result in the enclosing frame",
+        records: "as `for`; each iteration `acc` (the result so far) and `item` bound `--local`, and the fold written to the result with `bind RESULT --assign`",
+        binds: "the result, bound in the enclosing frame before the loop (the first item, or the initial value); a fold written before a crash reads `unlogged`",
         resume: "as `repeat`",
     },
     Entry {

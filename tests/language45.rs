@@ -1724,3 +1724,83 @@ fn a_rejections_reason_is_in_resume(b: Backend) {
         "{text}"
     );
 }
+
+on_both!(a_fold_written_before_a_crash_is_unlogged);
+
+/// Round 2, H3: a `reduce`'s fold, written to its result with `--assign` before the VM logged
+/// it, reads `unlogged`, so the iteration is not run again; `acc` and the item, the VM's own
+/// `--local` names, do not.
+fn a_fold_written_before_a_crash_is_unlogged(b: Backend) {
+    let Some((_p, run)) = project(b) else { return };
+    run.bind("checksum", "eu", None);
+    let lp = append(
+        &run,
+        &[
+            "--index",
+            "2",
+            "--text",
+            "let checksum = regions | reduce(acc, r):",
+            "--status",
+            "started",
+            "--metadata",
+            r#"{"loop_id": "rd", "max": 2}"#,
+        ],
+    );
+    let l = lp.to_string();
+    let local = |name: &str, v: &str| {
+        run.cmd()
+            .args(["bind", name, v, "--local", "--execution-id", &l])
+            .assert()
+            .success();
+    };
+    local("acc", "eu");
+    local("r", "us");
+    run.cmd()
+        .args([
+            "bind",
+            "checksum",
+            "fold(eu,us)",
+            "--assign",
+            "--execution-id",
+            &l,
+        ])
+        .assert()
+        .success();
+    let unlogged = |doc: &Value, name: &str| {
+        doc["bindings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == name)
+            .map(|x| x["unlogged"] == json!(true))
+    };
+    let doc = stdout_json(
+        &run.cmd()
+            .args(["--json", "resume", "--all"])
+            .assert()
+            .success(),
+    );
+    assert_eq!(unlogged(&doc, "checksum"), Some(true), "{doc}");
+    assert_eq!(unlogged(&doc, "acc"), Some(false), "{doc}");
+    assert_eq!(unlogged(&doc, "r"), Some(false), "{doc}");
+    append(
+        &run,
+        &[
+            "--index",
+            "1",
+            "--text",
+            "session \"Fold\"",
+            "--status",
+            "completed",
+            "--parent",
+            &l,
+        ],
+    );
+    let doc = stdout_json(
+        &run.cmd()
+            .args(["--json", "resume", "--all"])
+            .assert()
+            .success(),
+    );
+    assert_eq!(unlogged(&doc, "checksum"), Some(false), "{doc}");
+}
