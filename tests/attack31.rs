@@ -1708,7 +1708,9 @@ fn holds_every_write_is_kept_once_whoever_wrote_it_property(b: Backend) {
         .and_then(|s| s.parse().ok())
         .unwrap_or(600);
     let mut rng = Rng(0x0031_0bee ^ pg as u64);
-    let mut newest_record = exec(&run, 1);
+    // The scope's record opens a frame (a block invocation): a binding made at a record that
+    // is no frame lives in its frame (issue 45).
+    let mut newest_record = run.exec(1, "do step(1)", "executing", None);
     let scope_record = newest_record;
     let mut bindings: std::collections::BTreeMap<(&str, i64), Vec<Kept>> = Default::default();
     let mut agent: Vec<Kept> = Vec::new();

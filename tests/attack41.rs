@@ -114,7 +114,8 @@ fn holds_prose_states_versions_match_a_raw_writers_for_the_same_change(backend: 
     let run = p.init();
     let mut raw = Raw::open(&run);
     run.exec(1, "s1", "completed", None);
-    let e2 = run.exec(2, "s2", "completed", None);
+    // A block invocation: its record is a frame, where a scoped binding lives (issue 45).
+    let e2 = run.exec(2, "do s2()", "executing", None);
     let as_alice = |args: &[&str]| {
         run.cmd()
             .env("PROSE_PRINCIPAL", "alice")
