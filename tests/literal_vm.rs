@@ -213,6 +213,7 @@ const TOOLS: &[(&[&str], &str, &[&str])] = &[
     (&["gates"], "gates_list", &[]),
     (&["bind"], "bind", &["name", "value"]),
     (&["resume"], "resume", &[]),
+    (&["finish"], "finish", &[]),
 ];
 
 /// The tools only a VM has: a subagent session must not list them (README, "Roles").
@@ -1284,6 +1285,9 @@ impl Vm<'_> {
             }
             Parallel(branches) => {
                 let pid = format!("p{at}");
+                // The shared list is made first.
+                let list = l.with(&["bind findings '[]'"]);
+                self.bind(&list, &["findings", "[]"], &[], &[]);
                 let start = l.with(&["PAR=$("]);
                 let all: Vec<String> = branches.iter().map(|b| format!("\"{b}\"")).collect();
                 let meta = format!(
@@ -1348,7 +1352,8 @@ impl Vm<'_> {
                 self.open(&text, id);
                 let var = l.with(&["bind i", "--local", "\"$LOOP\""]);
                 for i in 1..=*n {
-                    self.bind(&var, &["i", &i.to_string()], &[], &[]);
+                    // The variable counts from 0, the iterations from 1.
+                    self.bind(&var, &["i", &(i - 1).to_string()], &[], &[]);
                     self.play(body);
                     let doc = self.resume();
                     let l1 = doc["loops"]
@@ -1382,6 +1387,15 @@ impl Vm<'_> {
                     for x in &mut w {
                         if x == "deploy" || x == "review" {
                             *x = gate.to_string();
+                        }
+                    }
+                    // At the top level there is no innermost record: a guide line's
+                    // `--execution-id "$CALL"` is left out there.
+                    if scope.is_none() {
+                        if let Some(i) = w.iter().position(|x| x == "--execution-id") {
+                            if w.get(i + 1).is_some_and(|v| v.starts_with('$')) {
+                                w.drain(i..i + 2);
+                            }
                         }
                     }
                     // Inside a construct `gates create` takes `--execution-id` with the

@@ -25,6 +25,7 @@ mod init;
 mod interop;
 mod json_record;
 mod language45;
+mod language_property;
 mod lifecycle;
 mod literal_vm;
 mod live_connections;

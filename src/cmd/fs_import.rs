@@ -418,7 +418,8 @@ impl Log {
             let (_, record) = self.blocks[at];
             self.blocks.truncate(at);
             let parent = self.records[(record - 1) as usize].parent_id;
-            let extra = json!({ "execution_id": block });
+            // It names its start, as an end does (`exec-append --ends`).
+            let extra = json!({ "execution_id": block, "ends": record });
             (format!("#{block} done"), "completed", parent, extra, None)
         } else if let Some(why) = body.strip_prefix('✗') {
             let why = Some(why.trim().to_string());
@@ -575,6 +576,15 @@ fn read_bindings(
                 "started",
                 None,
                 json!({ "source": "bindings", "execution_id": block }),
+                None,
+            );
+            // It stands in for a scope that is over: ended, so that nothing reads as open.
+            log.push(
+                None,
+                format!("block #{block}"),
+                "completed",
+                None,
+                json!({ "source": "bindings", "execution_id": block, "ends": record }),
                 None,
             );
             log.block_records.insert(block, record);

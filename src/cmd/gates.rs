@@ -560,6 +560,24 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> R
     }
     let now = now();
     let allow = serde_json::to_string(&allow)?;
+    // A gate opened again is the same statement where it was: its index and scope are the
+    // previous opening's, unless given (a VM after a crash knows neither).
+    let (mut index, mut scope) = (args.index, args.execution_id);
+    if args.reopen && (index.is_none() || scope.is_none()) {
+        let before = store.read_gate(&args.gate_id)?.and_then(|g| g.execution_id);
+        if let Some(r) = before
+            .map(|e| crate::store::record(store, e))
+            .transpose()?
+            .flatten()
+        {
+            index = index.or(r.statement_index);
+            // Where inputs are looked up is sealed with the opening, and a row is only a
+            // row: a gate about inputs is given its scope, never handed one from its row.
+            if inputs.is_empty() {
+                scope = scope.or(r.parent_id);
+            }
+        }
+    }
     let outcome = store.create_gate(&crate::store::NewGate {
         id: &args.gate_id,
         prompt: &args.prompt,
@@ -568,8 +586,8 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> R
         timeout_at: timeout_at.as_deref(),
         on_reject: args.on_reject.as_deref(),
         metadata: args.metadata.as_deref(),
-        statement_index: args.index,
-        parent_execution: args.execution_id,
+        statement_index: index,
+        parent_execution: scope,
         prompt_hash: &sha256_tag(&args.prompt),
         inputs: &inputs,
         reopen: args.reopen,

@@ -85,11 +85,22 @@ pub struct Position {
     pub after: Option<Event>,
     /// The latest record of all.
     pub last_event: Option<Event>,
+    /// Inside a `catch`: the failure it caught (the record and its error), what `catch as
+    /// err` binds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub caught: Option<Caught>,
     /// When `after` is a failure no retry takes (a `throw`, a failed statement, a retry's
     /// last attempt): what takes it instead of the statement after it, the catch of the
     /// nearest `try:` whose body it is in, a parallel's `on-fail` policy, or the program.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handler: Option<String>,
+}
+
+/// The failure a `catch` caught.
+#[derive(Debug, Clone, Serialize)]
+pub struct Caught {
+    pub record: i64,
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -627,6 +638,36 @@ fn handler_above(store: &mut dyn Store, p: &ExecutionRow) -> Result<String> {
     handler_of(store, &as_failed)
 }
 
+/// The failure the innermost open `catch` caught: the newest failed record inside its `try:`
+/// before the catch began.
+fn caught_by(store: &mut dyn Store, open: &[&ExecutionRow]) -> Result<Option<Caught>> {
+    use crate::language::Kind;
+    let catch = open.iter().rev().find(|o| {
+        crate::language::construct_of(o.statement_text.as_deref(), meta(o).as_ref())
+            == Some(Kind::Catch)
+    });
+    let Some((catch, Some(t))) = catch.map(|c| (c, c.parent_id)) else {
+        return Ok(None);
+    };
+    let failed = store.executions_matching(&ExecQuery {
+        after: t,
+        before: Some(catch.id),
+        only: Some(&["failed"]),
+        newest_first: true,
+        limit: Some(16),
+        ..Default::default()
+    })?;
+    for f in failed {
+        if f.parent_id == Some(t) || store.scope_chain(f.id)?.contains(&t) {
+            return Ok(Some(Caught {
+                record: f.id,
+                error: f.error_message,
+            }));
+        }
+    }
+    Ok(None)
+}
+
 /// What takes the failure `after` is, unless a retry does (attempts left).
 fn failure_handler(store: &mut dyn Store, after: &ExecutionRow) -> Result<Option<String>> {
     if after.status != Some(S::Failed) {
@@ -753,7 +794,12 @@ fn unlogged(
             limit: 1,
         },
     )?;
-    let Some(at) = span.rows.first().and_then(|r| r.at_record) else {
+    // A version written before the run's first record has no record it follows: 0.
+    let Some(at) = span
+        .rows
+        .first()
+        .and_then(|r| r.at_record.or((!r.gap).then_some(0)))
+    else {
         return Ok(false);
     };
     if let Some(x) = b.execution_id {
@@ -929,6 +975,14 @@ fn run_lines(w: &mut dyn Write, r: &RunPart, p: &Position) -> io::Result<()> {
         Some(e) => writeln!(w, "after: {}", describe(e))?,
         None if p.current.is_some() => writeln!(w, "after: nothing done inside it yet")?,
         None => {}
+    }
+    if let Some(c) = &p.caught {
+        writeln!(
+            w,
+            "caught: {} (record {}): what `catch as err` binds",
+            one_line(c.error.as_deref().unwrap_or("(no error recorded)"), 120),
+            c.record
+        )?;
     }
     if let Some(h) = &p.handler {
         writeln!(
@@ -1322,6 +1376,7 @@ fn narrow_position(store: &mut dyn Store) -> Result<Position> {
         None => None,
     };
     let after = after_row.as_ref().map(Event::from);
+    let caught = caught_by(store, &open)?;
     let last_event = store
         .executions_matching(&ExecQuery {
             newest_first: true,
@@ -1336,6 +1391,7 @@ fn narrow_position(store: &mut dyn Store) -> Result<Position> {
         after,
         last_event,
         handler,
+        caught,
     })
 }
 
@@ -1515,6 +1571,10 @@ fn brief(
         after: full.after.map(slim),
         last_event: full.last_event.map(slim),
         handler: full.handler,
+        caught: full.caught.map(|c| Caught {
+            error: slim_text(c.error),
+            ..c
+        }),
     };
     let scope = position.current.as_ref().map(|e| e.id);
     // The nearest binding of each name, from the innermost scope up to the root.
