@@ -62,29 +62,7 @@ impl BindArgs {
                 return Ok(f.row.execution_id);
             }
         }
-        let mut frame = crate::store::frame_of(store, at)?;
-        // A named branch's result (`a = session ...` in a parallel) is the parallel's: it is
-        // read after the join, in the frame around the parallel.
-        if let Some(f) = frame {
-            if let Some(r) = crate::store::record(store, f)? {
-                let named = r
-                    .statement_text
-                    .as_deref()
-                    .and_then(crate::language::assigned_name);
-                let m = r
-                    .metadata
-                    .as_deref()
-                    .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok());
-                let kind = crate::language::construct_of(r.statement_text.as_deref(), m.as_ref());
-                if kind == Some(crate::language::Kind::Branch) && named == Some(self.name.as_str())
-                {
-                    frame = match r.parent_id {
-                        Some(p) => crate::store::frame_of(store, p)?,
-                        None => None,
-                    };
-                }
-            }
-        }
+        let frame = crate::store::frame_of(store, at, Some(&self.name))?;
         if let Some(e) = found.as_ref().and_then(|f| f.row.execution_id) {
             let chain = store.scope_chain(at)?;
             let below = chain.iter().take_while(|c| Some(**c) != frame);

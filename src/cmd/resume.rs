@@ -571,7 +571,7 @@ fn handler_of(store: &mut dyn Store, r: &ExecutionRow) -> Result<String> {
         None => None,
     };
     let clause = ended.as_ref().and_then(|s| {
-        let k = crate::language::construct_of(s.statement_text.as_deref(), meta(s).as_ref());
+        let k = s.construct();
         matches!(k, Some(Kind::Catch | Kind::Finally)).then(|| (k, s.parent_id))
     });
     let (mut leaving, mut then_finally) = match clause {
@@ -584,7 +584,7 @@ fn handler_of(store: &mut dyn Store, r: &ExecutionRow) -> Result<String> {
         let Some(p) = crate::store::record(store, id)? else {
             break;
         };
-        let kind = crate::language::construct_of(p.statement_text.as_deref(), meta(&p).as_ref());
+        let kind = p.construct();
         match kind {
             Some(Kind::Catch) => {
                 leaving = p.parent_id;
@@ -642,10 +642,10 @@ fn handler_above(store: &mut dyn Store, p: &ExecutionRow) -> Result<String> {
 /// before the catch began.
 fn caught_by(store: &mut dyn Store, open: &[&ExecutionRow]) -> Result<Option<Caught>> {
     use crate::language::Kind;
-    let catch = open.iter().rev().find(|o| {
-        crate::language::construct_of(o.statement_text.as_deref(), meta(o).as_ref())
-            == Some(Kind::Catch)
-    });
+    let catch = open
+        .iter()
+        .rev()
+        .find(|o| o.construct() == Some(Kind::Catch));
     let Some((catch, Some(t))) = catch.map(|c| (c, c.parent_id)) else {
         return Ok(None);
     };
@@ -806,7 +806,7 @@ fn unlogged(
         // A name bound at a record that is no frame (a loop variable, `catch as err`: the
         // VM's own, with `--local`) is no session's output; nor is a block's argument, a
         // const bound before anything inside its call.
-        if crate::store::frame_of(store, x)? != Some(x)
+        if crate::store::frame_of(store, x, None)? != Some(x)
             || (b.kind.as_deref() == Some("const") && at <= x)
         {
             return Ok(false);

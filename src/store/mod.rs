@@ -699,21 +699,40 @@ pub fn record(store: &mut dyn Store, id: i64) -> Result<Option<ExecutionRow>> {
         .pop())
 }
 
-/// The frame a binding made at record `id` lives in (`None`: the root): the nearest record,
-/// from `id` up its parents, that opens a frame ([`crate::language::is_frame`]).
-pub fn frame_of(store: &mut dyn Store, id: i64) -> Result<Option<i64>> {
+impl ExecutionRow {
+    /// What this record opens, if it is a start: [`crate::language::construct_of`] of its
+    /// text and metadata.
+    pub fn construct(&self) -> Option<crate::language::Kind> {
+        let m = self
+            .metadata
+            .as_deref()
+            .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok());
+        crate::language::construct_of(self.statement_text.as_deref(), m.as_ref())
+    }
+}
+
+/// The frame a binding named `name` made at record `id` lives in (`None`: the root): the
+/// nearest record, from `id` up its parents, that opens a frame
+/// ([`crate::language::is_frame`]). A branch whose statement assigns `name` (a named branch,
+/// `a = session ...`) is no frame for it: its result is read after the join.
+pub fn frame_of(store: &mut dyn Store, id: i64, name: Option<&str>) -> Result<Option<i64>> {
     let mut at = Some(id);
     while let Some(id) = at {
         let Some(r) = record(store, id)? else {
             return Ok(None);
         };
-        let m = r
-            .metadata
-            .as_deref()
-            .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok());
-        let kind = crate::language::construct_of(r.statement_text.as_deref(), m.as_ref());
+        let kind = r.construct();
         let status = r.status.as_ref().map(|s| s.as_str());
-        if STARTS.contains(&status.unwrap_or("")) && crate::language::is_frame(kind, status) {
+        let names_it = kind == Some(crate::language::Kind::Branch)
+            && name.is_some()
+            && r.statement_text
+                .as_deref()
+                .and_then(crate::language::assigned_name)
+                == name;
+        if STARTS.contains(&status.unwrap_or(""))
+            && crate::language::is_frame(kind, status)
+            && !names_it
+        {
             return Ok(Some(id));
         }
         // Parents come before their children (`exec-append` checks it); a raw row that
