@@ -19,6 +19,7 @@ mod request_limit;
 mod resources;
 mod schemas;
 mod tasks;
+mod wait;
 
 pub(crate) use crate::cli::McpRole as Role;
 use crate::cli::{Cli, Global, McpArgs};
@@ -319,7 +320,9 @@ const SEVERAL: &str = "gates";
 const SEVERAL_MAX: usize = 16;
 
 /// How long `gates_wait` may block a call: by default, and at most.
-const WAIT_DEFAULT: &str = "60s";
+/// The default stays under the 60 seconds a common client waits for an answer (the
+/// TypeScript SDK's default request timeout).
+const WAIT_DEFAULT: &str = "45s";
 const WAIT_MAX_SECONDS: i64 = 600;
 
 /// One argument of a tool: its property name, and how it goes back into argv.
@@ -489,8 +492,7 @@ fn tools(role: Role, run_pinned: bool, execution_pinned: bool) -> Vec<ToolSpec> 
                 if !p.hidden {
                     properties.insert(
                         p.property.clone(),
-                        json!({"type": "string", "description":
-                            "The run's id (default: the session's run: the server's --run, or the run `init` made)"}),
+                        json!({"type": "string", "description": "Run id (default: the session's run)"}),
                     );
                 }
                 params.push(p);
@@ -916,7 +918,13 @@ impl Server {
                     Value::Array(items) => items,
                     other => vec![other],
                 };
-                outcome.set(pages::list(items, field, cursor, limit));
+                let mut page = pages::list(items, field, cursor, limit);
+                // A row is an object, whose keys a JSON reader need not keep in order: the
+                // statement's column order is given beside the rows.
+                if let (Some(columns), Value::Object(page)) = (outcome.columns.take(), &mut page) {
+                    page.insert("columns".into(), json!(columns));
+                }
+                outcome.set(page);
             }
             Page::History => {
                 if let Value::Object(mut gate) = outcome.value.take() {
@@ -1102,6 +1110,10 @@ struct Outcome {
     value: Value,
     code: Code,
     warnings: Vec<String>,
+    /// The outcome in the command line's words, when it is not a plain success.
+    said: Option<String>,
+    /// A table's column names in the statement's order (`query`).
+    columns: Option<Vec<String>>,
 }
 
 impl Outcome {
@@ -1112,6 +1124,8 @@ impl Outcome {
             value,
             code: Code::Ok,
             warnings: Vec::new(),
+            said: None,
+            columns: None,
         }
     }
 
@@ -1133,11 +1147,25 @@ impl Sink for Json {
         let warnings = out.warnings();
         let mut text = Vec::new();
         crate::output::write_json(&mut text, &out)?;
+        let value = serde_json::to_value(&out)?;
+        let columns = out.columns();
+        // An outcome that is not a plain success (a gate rejected, timed out or still
+        // pending) is also said in words, as the command line says it.
+        let said = if code == Code::Ok {
+            None
+        } else {
+            let mut words = Vec::new();
+            out.text(&mut words, false)?;
+            let words = String::from_utf8_lossy(&words).trim().to_string();
+            (!words.is_empty()).then(|| crate::output::visible(&words).into_owned())
+        };
         Ok(Outcome {
             text: String::from_utf8_lossy(&text).into_owned(),
-            value: serde_json::to_value(&out)?,
+            value,
             code,
             warnings,
+            said,
+            columns,
         })
     }
 }
@@ -1188,19 +1216,29 @@ fn result(outcome: Result<Outcome>) -> CallToolResult {
             } else {
                 CallToolResult::structured(structured)
             };
-            // The text is the command line's JSON, byte for byte.
+            // The text is the command line's JSON, byte for byte; an outcome that is not a
+            // plain success is said in words after it (a host may show only the text).
             r.content = vec![ContentBlock::text(o.text.trim_end().to_string())];
+            if let Some(said) = o.said {
+                r.content
+                    .push(ContentBlock::text(format!("{}: {said}", class(o.code))));
+            }
             r.meta = Some(meta(o.code, &o.warnings));
             r
         }
         Err(e) => {
+            // A failure carries no structured content: a client checks structured content
+            // against the tool's output schema, which describes the tool's answer, and would
+            // fail the call without showing why. The message and its class are the text
+            // (JSON), and the class is in `_meta` as well.
             let code = crate::error::code_of(&e).unwrap_or(Code::Error);
             let message = format!("{e:#}").replace(['\n', '\r'], " ");
-            let mut r = CallToolResult::structured_error(json!({
+            let error = json!({
                 "error": message,
                 "exit_code": code as u8,
                 "class": class(code),
-            }));
+            });
+            let mut r = CallToolResult::error(vec![ContentBlock::text(error.to_string())]);
             r.meta = Some(meta(code, &[]));
             r
         }
@@ -1211,6 +1249,24 @@ fn result(outcome: Result<Outcome>) -> CallToolResult {
 struct Handler(Arc<Server>);
 
 impl ServerHandler for Handler {
+    /// The handshake of revisions up to 2025-11-25: the tasks extension (of 2026-07-28) is not
+    /// declared on a session negotiated below it, so that no client meets one revision's
+    /// shapes on another's session.
+    async fn initialize(
+        &self,
+        request: rmcp::model::InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::InitializeResult, ErrorData> {
+        context.peer.set_peer_info(request.clone());
+        let mut info = self.negotiate_initialize(&request)?;
+        if info.protocol_version < rmcp::model::ProtocolVersion::V_2026_07_28 {
+            if let Some(extensions) = info.capabilities.extensions.as_mut() {
+                extensions.remove(rmcp::model::TASKS_EXTENSION_ID);
+            }
+        }
+        Ok(info)
+    }
+
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
@@ -1379,6 +1435,11 @@ impl ServerHandler for Handler {
         // the tasks extension runs as a task.
         if tasks::wanted(&self.0.tools[index], &context) {
             return Ok(tasks::start(Arc::clone(&self.0), index, args, &context));
+        }
+        if self.0.tools[index].served.name == "gates_wait" {
+            return Ok(wait::plain(Arc::clone(&self.0), index, args, context)
+                .await
+                .into());
         }
         // The commands are blocking code, and the PostgreSQL client runs a runtime of its own:
         // each call runs on the blocking pool, never on the runtime's thread, so calls in

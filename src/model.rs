@@ -413,19 +413,28 @@ fn json_type(v: &serde_json::Value) -> &'static str {
 }
 
 /// Parses a gate duration: a positive number of `d`, `h`, `m`, `s` units in descending order,
-/// each at most once (`30s`, `4h`, `7d`, `2h30m`, `1d12h`). Returns seconds. Zero, negative,
-/// unitless, repeated or out-of-order units, and anything beyond 100 years are refused.
+/// each at most once (`30s`, `4h`, `7d`, `2h30m`, `1d12h`), or a whole number of seconds alone
+/// (`30`). Returns seconds. Zero, negative, a unitless number after units, repeated or
+/// out-of-order units, and anything beyond 100 years are refused.
 pub fn parse_duration(text: &str) -> Result<i64> {
     const MAX_SECONDS: i64 = 100 * 365 * 86_400;
     let bad = |why: &str| {
         Err(usage(format!(
-            "invalid duration ({why}; use e.g. 30s, 30m, 4h, 7d, 2h30m): {}",
+            "invalid duration ({why}; use e.g. 30 or 30s, 30m, 4h, 7d, 2h30m): {}",
             shown(text)
         )))
     };
     if text.is_empty() {
         return bad("empty");
     }
+    // A whole number alone is seconds (`30`, as `30s`).
+    let seconds_only;
+    let text = if text.bytes().all(|b| b.is_ascii_digit()) {
+        seconds_only = format!("{text}s");
+        seconds_only.as_str()
+    } else {
+        text
+    };
     let units = [('d', 86_400i64), ('h', 3_600), ('m', 60), ('s', 1)];
     let mut total: i64 = 0;
     let mut next_unit = 0; // index into units: each unit must come after the previous one
@@ -760,6 +769,8 @@ mod tests {
             ("2h30m", 9000),
             ("1d12h", 129600),
             ("1d2h3m4s", 93784),
+            ("30", 30),
+            ("90", 90),
         ] {
             assert_eq!(parse_duration(t).unwrap(), s, "{t}");
         }
@@ -770,7 +781,8 @@ mod tests {
             "-1h",
             "4x",
             "h",
-            "30",
+            "1h30",
+            "00",
             "1h2d",
             "1h1h",
             "99999999999999999999d",

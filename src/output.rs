@@ -20,6 +20,12 @@ pub trait Render: Serialize + Sized {
         Vec::new()
     }
 
+    /// The names of a table's columns in their order, where the output is rows of a table
+    /// (a `query`): kept beside the rows by a reader whose JSON objects lose key order.
+    fn columns(&self) -> Option<Vec<String>> {
+        None
+    }
+
     /// The exit code this output stands for (0 unless the command documents others).
     fn exit_code(&self) -> crate::error::Code {
         crate::error::Code::Ok

@@ -35,6 +35,10 @@ impl Render for Queried {
         )
     }
 
+    fn columns(&self) -> Option<Vec<String>> {
+        Some(self.0.columns.clone())
+    }
+
     /// JSON escapes its own; the table's cells are made visible by `table`.
     fn escapes_itself(&self) -> bool {
         true

@@ -84,7 +84,41 @@ fn gate() -> Value {
     )
 }
 
+/// A tool's output schema as it is listed: each top-level field with its type, and the
+/// fields always present. What a field holds is the tool's description's and `docs/mcp.md`'s
+/// to say: the list is read at every session's start, and its size is budgeted
+/// (`tests/mcp.rs`).
 pub fn output(tool: &str) -> Value {
+    listed(full(tool))
+}
+
+/// `schema` cut to its first level: a field's `type` (and `enum`) alone, a nested object or
+/// array only as its type.
+fn listed(schema: Value) -> Value {
+    let mut out = json!({"type": "object"});
+    if let Some(properties) = schema["properties"].as_object() {
+        let fields: serde_json::Map<String, Value> = properties
+            .iter()
+            .map(|(name, field)| {
+                let mut kept = serde_json::Map::new();
+                for key in ["type", "enum"] {
+                    if let Some(v) = field.get(key) {
+                        kept.insert(key.into(), v.clone());
+                    }
+                }
+                (name.clone(), Value::Object(kept))
+            })
+            .collect();
+        out["properties"] = Value::Object(fields);
+    }
+    if let Some(required) = schema.get("required") {
+        out["required"] = required.clone();
+    }
+    out
+}
+
+/// A tool's output schema in full: what the tests hold each result to.
+pub fn full(tool: &str) -> Value {
     match tool {
         "init" => object(
             json!({"run_id": {"type": "string"}, "dir": {"type": "string"}, "db": nullable("string"),
@@ -121,7 +155,15 @@ pub fn output(tool: &str) -> Value {
                    "status": {"type": "string"}, "parent_id": nullable("integer")}),
             &["id", "status"],
         ),
-        "query" => list("rows", json!({"type": "object"})),
+        "query" => {
+            let mut page = list("rows", json!({"type": "object"}));
+            page["properties"]["columns"] = json!({"type": "array", "items": {"type": "string"},
+                "description": "The statement's columns, in its order"});
+            if let Some(required) = page["required"].as_array_mut() {
+                required.push(json!("columns"));
+            }
+            page
+        }
         "gates_list" => list("gates", gate()),
         "gates_create" => gate(),
         "gates_wait" => {

@@ -138,11 +138,26 @@ impl Tasks {
 }
 
 /// Whether a call runs as a task: `gates_wait`, from a client that declared the extension.
+/// Only on a session of revision 2026-07-28 or later, the extension's: an older session's
+/// client gets no task of this shape, whatever it declares.
 pub(super) fn wanted(spec: &ToolSpec, context: &RequestContext<RoleServer>) -> bool {
     spec.served.name == "gates_wait"
         && context
+            .protocol_version()
+            .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28)
+        && context
             .client_capabilities()
             .is_some_and(|c| c.supports_tasks())
+}
+
+/// What the person asked to open a gate's page reads.
+pub(super) fn page_message(run: &str, gate: &str) -> String {
+    format!(
+        "Gate {} of run {} is waiting for a person's decision. Open the approval page to read \
+         it and decide it there, signed in. Answering here decides nothing.",
+        shown(gate),
+        shown(run)
+    )
 }
 
 /// Starts `gates_wait` as a task; a call the tool would refuse is answered at once, as the tool
@@ -191,7 +206,7 @@ pub(super) fn start(
 }
 
 /// "gate \"a\"" or "gates \"a\", \"b\"", each id as errors show it.
-fn gates_named(gates: &[String]) -> String {
+pub(super) fn gates_named(gates: &[String]) -> String {
     let ids: Vec<String> = gates.iter().map(|g| shown(g)).collect();
     match ids.as_slice() {
         [one] => format!("gate {one}"),
@@ -200,7 +215,7 @@ fn gates_named(gates: &[String]) -> String {
 }
 
 /// Aborts a spawned future when dropped: the asking ends with the task, however it ends.
-struct Aborting(tokio::task::JoinHandle<()>);
+pub(super) struct Aborting(pub(super) tokio::task::JoinHandle<()>);
 
 impl Drop for Aborting {
     fn drop(&mut self) {
@@ -209,7 +224,7 @@ impl Drop for Aborting {
 }
 
 /// The run and the gates a wait still waits for, after its last look.
-type Pending = Option<(String, Vec<String>)>;
+pub(super) type Pending = Option<(String, Vec<String>)>;
 
 /// The task: the tool's wait on the blocking pool, stoppable by `tasks/cancel`; the person
 /// asked to open the page meanwhile, when the client takes URL elicitation (`url_mode`).
@@ -251,7 +266,20 @@ async fn run(
         })
     };
     match select(waiting, Box::pin(ctx.cancelled())).await {
-        Either::Left((outcome, _)) => answer(outcome),
+        Either::Left((outcome, _)) => {
+            let answer = answer(outcome);
+            // The task's status says it ended, and how, no longer what it waited for.
+            if let Ok(r) = &answer {
+                let class = r
+                    .meta
+                    .as_ref()
+                    .and_then(|m| m.0.get("class"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("error");
+                ctx.set_status_message(format!("ended: {class}"));
+            }
+            answer
+        }
         Either::Right(((), waiting)) => {
             // Stopped: once `stop` returns the wait writes nothing (a write under way ends first).
             let stopping = Arc::clone(&stop);
@@ -314,13 +342,7 @@ async fn ask_to_open(ctx: TaskContext, mut pending: watch::Receiver<Pending>) {
                 let request = InputRequest::Elicitation(ElicitRequest::new(
                     ElicitRequestParams::UrlElicitationParams {
                         meta: None,
-                        message: format!(
-                            "Gate {} of run {} is waiting for a person's decision. Open the \
-                             approval page to read it and decide it there, signed in. Answering \
-                             here decides nothing.",
-                            shown(&gate),
-                            shown(&run)
-                        ),
+                        message: page_message(&run, &gate),
                         url,
                         elicitation_id: key.clone(),
                     },

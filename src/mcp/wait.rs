@@ -1,0 +1,170 @@
+//! `gates_wait` as a plain tool call (a client that runs it as no task): bounded, with
+//! progress notifications while it waits and, on a session that has them, the approval page
+//! offered through `elicitation/create`.
+//!
+//! **Progress.** A call whose request carries a `progressToken` is sent
+//! `notifications/progress` at once and then every [`PROGRESS_EVERY`] while the wait goes on,
+//! its `progress` the seconds waited and its `message` the gates still pending. A host that
+//! extends its request timeout on progress (the TypeScript SDK's `resetTimeoutOnProgress`)
+//! thereby waits as long as the call does; one that does not is still answered within the
+//! default bound (45 s, under the common 60-second client timeout).
+//!
+//! **The page.** On a session negotiated with an `initialize` handshake (revisions up to
+//! 2025-11-25), a client that declares URL-mode elicitation is sent `elicitation/create` (mode
+//! `url`) once per pending gate and call, naming the gate's page on the approval page
+//! (`PROSE_SERVE_URL`). As in a task, the answer decides nothing: only a decision committed by
+//! the page or the command line ends the wait. A 2026-07-28 session meets the page as a task's
+//! input request instead (see [`super::tasks`]).
+
+use super::tasks::{gates_named, Aborting, Pending};
+use super::{result, Server};
+use crate::cmd::gates::{stoppable, Stop};
+use crate::error::shown;
+use futures_util::future::{select, Either};
+use rmcp::model::{
+    CallToolResult, ElicitRequest, ElicitRequestParams, JsonObject, ProgressNotificationParam,
+    ProgressToken, ProtocolVersion, ServerRequest,
+};
+use rmcp::service::{Peer, RequestContext, RoleServer};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// How often a waiting call with a progress token is sent progress (and once at once): well
+/// under the 60 seconds after which a common client gives up on a request that shows none.
+pub(super) const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// [`PROGRESS_EVERY`], which a test build may shorten (`PROSE_STATE_TEST_PROGRESS_MS`); a
+/// release build takes no interval from outside.
+fn progress_every() -> Duration {
+    #[cfg(debug_assertions)]
+    if let Some(ms) = std::env::var("PROSE_STATE_TEST_PROGRESS_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|ms| *ms > 0)
+    {
+        return Duration::from_millis(ms);
+    }
+    PROGRESS_EVERY
+}
+
+/// Runs `gates_wait` (the tool `index`) as a plain call: the command's wait on the blocking
+/// pool, with progress and the page offered meanwhile; stopped, writing nothing more, when
+/// the client cancels the request.
+pub(super) async fn plain(
+    server: Arc<Server>,
+    index: usize,
+    args: JsonObject,
+    context: RequestContext<RoleServer>,
+) -> CallToolResult {
+    let token = context.meta.get_progress_token();
+    let handshake = context
+        .protocol_version()
+        .is_none_or(|v| v < ProtocolVersion::V_2026_07_28);
+    let url_mode = handshake
+        && context
+            .client_capabilities()
+            .and_then(|c| c.elicitation)
+            .is_some_and(|e| e.url.is_some());
+    let (looked, pending) = watch::channel::<Pending>(None);
+    let stop = Arc::new(Stop::new(move |run, gates| {
+        let now = Some((
+            run.to_string(),
+            gates.iter().map(|g| g.to_string()).collect(),
+        ));
+        looked.send_if_modified(|seen| {
+            let changed = *seen != now;
+            *seen = now;
+            changed
+        });
+    }));
+    let peer = context.peer.clone();
+    let _progress = token.map(|t| {
+        Aborting(tokio::spawn(progress(
+            peer.clone(),
+            t,
+            pending.clone(),
+            progress_every(),
+        )))
+    });
+    let _asking = url_mode.then(|| Aborting(tokio::spawn(ask_to_open(peer.clone(), pending))));
+    let waiting = {
+        let stop = Arc::clone(&stop);
+        tokio::task::spawn_blocking(move || {
+            stoppable(stop, || result(server.call(&server.tools[index], &args)))
+        })
+    };
+    match select(waiting, Box::pin(context.ct.cancelled())).await {
+        Either::Left((Ok(answer), _)) => answer,
+        Either::Left((Err(e), _)) => result(Err(anyhow::anyhow!("gates_wait failed: {e}"))),
+        // Cancelled: nothing more is written, and no answer is sent for a cancelled request.
+        Either::Right(((), waiting)) => {
+            let stopping = Arc::clone(&stop);
+            let _ = tokio::task::spawn_blocking(move || stopping.stop()).await;
+            drop(waiting);
+            result(Err(crate::error::usage("the request was cancelled")))
+        }
+    }
+}
+
+/// Sends progress at once and then every `every` until dropped: the seconds waited, and the
+/// gates the wait found pending at its last look.
+async fn progress(
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+    pending: watch::Receiver<Pending>,
+    every: Duration,
+) {
+    let start = Instant::now();
+    loop {
+        let message = match pending.borrow().clone() {
+            Some((run, gates)) => format!(
+                "waiting for {} of run {} to be decided",
+                gates_named(&gates),
+                shown(&run)
+            ),
+            None => "waiting for the gate to be decided".to_string(),
+        };
+        let waited = start.elapsed().as_millis() as f64 / 1000.0;
+        let note = ProgressNotificationParam::new(token.clone(), waited).with_message(message);
+        if peer.notify_progress(note).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// Asks the client, once per gate this call finds pending, to open the gate's page (none
+/// without `PROSE_SERVE_URL`). The answer decides nothing.
+async fn ask_to_open(peer: Peer<RoleServer>, mut pending: watch::Receiver<Pending>) {
+    let mut asked = HashSet::new();
+    let mut asking = tokio::task::JoinSet::new();
+    while pending.changed().await.is_ok() {
+        let Some((run, gates)) = pending.borrow_and_update().clone() else {
+            continue;
+        };
+        for gate in gates {
+            if !asked.insert(gate.clone()) {
+                continue;
+            }
+            let Some(url) = crate::services::notify::gate_page(&run, &gate) else {
+                continue;
+            };
+            let peer = peer.clone();
+            let message = super::tasks::page_message(&run, &gate);
+            let run = run.clone();
+            asking.spawn(async move {
+                let request = ElicitRequest::new(ElicitRequestParams::UrlElicitationParams {
+                    meta: None,
+                    message,
+                    url,
+                    elicitation_id: format!("page:{run}:{gate}"),
+                });
+                let _ = peer
+                    .send_request(ServerRequest::ElicitRequest(request))
+                    .await;
+            });
+        }
+    }
+}
