@@ -240,9 +240,16 @@ pub struct ForkArgs {
 
 #[derive(Debug, Args)]
 pub struct McpArgs {
-    /// The agent this server acts for: every call is made as the principal agent:NAME
+    /// The agent this server acts for: every call is made as the principal agent:NAME.
+    /// Without it a VM session acts as agent:vm, and a subagent session is anonymous
+    /// (agent:subagent), with no agent memory tools
     #[arg(long, value_name = "NAME")]
-    pub agent: String,
+    pub agent: Option<String>,
+    /// Where the session's agent keeps its memory, as the program's `persist:` says:
+    /// execution (persist: true, kept with the run), project, user. The agent tools' default
+    /// (a subagent session's only scope)
+    #[arg(long, value_enum, value_name = "SCOPE", requires = "agent")]
+    pub scope: Option<AgentScope>,
     /// The role the session plays, fixed for its life (required): vm (the VM's tools) or
     /// subagent (read, bind in its scope, its own agent's memory; no finish, init,
     /// exec_append or gates_create)
@@ -471,12 +478,17 @@ pub struct BindArgs {
     pub name: String,
 
     /// The value; `-`, or nothing with piped input, reads it from stdin
-    #[arg(conflicts_with_all = ["file", "append", "merge"])]
+    #[arg(conflicts_with_all = ["file", "append", "merge", "from"])]
     pub value: Option<String>,
 
     /// Read the value from this file
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", conflicts_with = "from")]
     pub file: Option<PathBuf>,
+
+    /// Copy the value of this binding, as `get` reads it from --execution-id (`let a = b`):
+    /// the value is not printed, and an attachment is copied whole
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["append", "merge"])]
+    pub from: Option<String>,
 
     /// Bind in the frame of this execution record (a block invocation or a branch; a record
     /// inside one binds in it; omitted: the root)

@@ -366,6 +366,10 @@ pub(crate) struct Server {
     agent: Principal,
     /// The agent's bare name: what agent tools act on when no name is given.
     agent_name: String,
+    /// Started without `--agent`: a VM's agent tools need a name; a subagent has none.
+    anonymous: bool,
+    /// `--scope`: where the session's agent keeps its memory (the agent tools' default).
+    scope: Option<crate::cli::AgentScope>,
     /// The global options every call is made with: the project root resolved at start-up,
     /// the busy timeout.
     root: Option<PathBuf>,
@@ -399,10 +403,6 @@ impl Server {
 pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
     // `--agent NAME` or `--agent agent:NAME`: a principal of the agent kind either way, its
     // name normalised and checked as every principal's is.
-    let given = Principal::parse(&args.agent, "--agent")?;
-    let name = given.as_str();
-    let agent_name = name.strip_prefix("agent:").unwrap_or(name).to_string();
-    let agent = Principal::parse(&format!("agent:{agent_name}"), "--agent")?;
     // The role is the operator's, never the model's: without it no session starts, so that
     // no configuration silently keeps or loses tools.
     let Some(role) = args.role else {
@@ -410,6 +410,17 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
             "mcp needs --role vm (the VM's tools) or --role subagent (read, bind in its scope, its own agent's memory)",
         ));
     };
+    // `--agent NAME` or `--agent agent:NAME`: a principal of the agent kind either way, its
+    // name normalised and checked as every principal's is. Without it, the role's name: a VM
+    // is `agent:vm`; a subagent is anonymous (`agent:subagent`) and has no memory of its own.
+    let anonymous = args.agent.is_none();
+    let given = Principal::parse(
+        args.agent.as_deref().unwrap_or(role.as_str()),
+        "--agent",
+    )?;
+    let name = given.as_str();
+    let agent_name = name.strip_prefix("agent:").unwrap_or(name).to_string();
+    let agent = Principal::parse(&format!("agent:{agent_name}"), "--agent")?;
     if role == Role::Vm && args.execution_id.is_some() {
         return Err(usage(
             "--execution-id pins a subagent session: a VM session (--role vm) takes none",
@@ -420,10 +431,12 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
     // Calls come one after another to the same run: its connection is kept between them.
     crate::store::keep_connections();
     let server = Handler(Arc::new(Server {
-        tools: tools(role, run_pinned, args.execution_id.is_some()),
+        tools: tools(role, run_pinned, args.execution_id.is_some(), anonymous),
         role,
         agent,
         agent_name,
+        anonymous,
+        scope: args.scope,
         root: ctx.root.clone(),
         busy_timeout: global.busy_timeout,
         run: std::sync::Mutex::new(ctx.run.clone()),
@@ -460,12 +473,14 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
 pub const MOST_CALLS_AT_ONCE: usize = 2048;
 
 /// The tools of a session of this role, read off the command line's definition.
-fn tools(role: Role, run_pinned: bool, execution_pinned: bool) -> Vec<ToolSpec> {
+fn tools(role: Role, run_pinned: bool, execution_pinned: bool, anonymous: bool) -> Vec<ToolSpec> {
     use clap::CommandFactory;
     let root = Cli::command();
     SERVED
         .iter()
         .filter(|served| served.roles.contains(&role))
+        // An anonymous subagent is no persistent agent: it has no memory to keep.
+        .filter(|served| !(anonymous && role == Role::Subagent && served.path[0] == "agent"))
         .map(|served| {
             let subagent = role == Role::Subagent;
             // What a subagent session does not choose: its run (when pinned), its execution
@@ -476,7 +491,8 @@ fn tools(role: Role, run_pinned: bool, execution_pinned: bool) -> Vec<ToolSpec> 
                         || (p.property == "execution_id"
                             && execution_pinned
                             && matches!(served.name, "bind" | "get" | "history"))
-                        || (served.path[0] == "agent" && matches!(p.property.as_str(), "name" | "home")))
+                        || (served.path[0] == "agent"
+                            && matches!(p.property.as_str(), "name" | "home" | "scope")))
             };
             let mut params = Vec::new();
             let mut takes_principal = false;
@@ -521,10 +537,13 @@ fn tools(role: Role, run_pinned: bool, execution_pinned: bool) -> Vec<ToolSpec> 
                     let mut p = param(arg, level + 1);
                     p.hidden = hidden(&p);
                     if !p.hidden {
-                        if leaf && arg.is_required_set() && !defaults_to_agent(served, &p) {
+                        if leaf
+                            && arg.is_required_set()
+                            && !(defaults_to_agent(served, &p) && !anonymous)
+                        {
                             required.push(Value::String(p.property.clone()));
                         }
-                        properties.insert(p.property.clone(), schema(arg, &p, served));
+                        properties.insert(p.property.clone(), schema(arg, &p, served, !anonymous));
                     }
                     params.push(p);
                 }
@@ -636,7 +655,8 @@ fn defaults_to_agent(served: &Served, p: &Param) -> bool {
     served.path[0] == "agent" && p.property == "name"
 }
 
-fn schema(arg: &clap::Arg, p: &Param, served: &Served) -> Value {
+/// `agent_default`: the session has an agent of its own, which agent tools act on by default.
+fn schema(arg: &clap::Arg, p: &Param, served: &Served, agent_default: bool) -> Value {
     let values: Vec<Value> = arg
         .get_possible_values()
         .iter()
@@ -656,7 +676,7 @@ fn schema(arg: &clap::Arg, p: &Param, served: &Served) -> Value {
         item
     };
     let mut help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
-    if defaults_to_agent(served, p) {
+    if defaults_to_agent(served, p) && agent_default {
         help.push_str(" (default: this server's agent)");
     }
     if served.name == "gates_wait" && p.property == "timeout" {
@@ -769,8 +789,10 @@ impl Server {
             argv.push(name.to_string());
             for p in spec.params.iter().filter(|p| p.level == level + 1) {
                 let value = named(p).cloned().or_else(|| {
-                    if defaults_to_agent(spec.served, p) {
+                    if defaults_to_agent(spec.served, p) && !self.anonymous {
                         Some(Value::String(self.agent_name.clone()))
+                    } else if spec.served.path[0] == "agent" && p.property == "scope" {
+                        self.scope.map(|s| Value::String(s.as_str().into()))
                     } else if p.hidden && p.property == "execution_id" {
                         self.execution_id.map(Value::from)
                     } else {

@@ -160,8 +160,23 @@ impl super::Run for BindArgs {
         let ((value, summary, bytes), mut file, blob) = if update.is_some() {
             ((String::new(), String::new(), 0), None, None)
         } else {
-            let (mut input, from_stdin) =
-                super::value_source(self.value.as_deref(), self.file.as_deref())?;
+            let (mut input, from_stdin) = match &self.from {
+                // `let a = b`: b as `get` reads it from here, never through the caller.
+                Some(from) => {
+                    check_name(from)?;
+                    let source = crate::cli::GetArgs {
+                        name: from.clone(),
+                        execution_id: self.execution_id,
+                        explain: false,
+                        offset: None,
+                        length: None,
+                        version: None,
+                        as_of: None,
+                    };
+                    (super::get::whole_value(&source, ctx)?, false)
+                }
+                None => super::value_source(self.value.as_deref(), self.file.as_deref())?,
+            };
             // A large value goes where the store keeps them: on a server, into the server (every
             // machine reads it); else a file in the run directory.
             let dest = if store.keeps_values() {

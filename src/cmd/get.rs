@@ -302,6 +302,19 @@ pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got>
     }
 }
 
+/// The whole value of the binding `args` names, as `get` prints it off a terminal (an
+/// attachment's bytes, not its summary), for copying it without printing it (`bind --from`).
+/// It is read in its own connection, which the reader may hold until it ends.
+pub fn whole_value(args: &GetArgs, ctx: &crate::context::Context) -> Result<Box<dyn Read>> {
+    let (paths, mut store) = ctx.the_run()?;
+    let mut got = run(args, &paths, store.as_mut())?;
+    Ok(match (got.blob.take(), got.content.take()) {
+        (Some(blob), _) => store.into_blob_reader(&blob)?,
+        (None, Some(content)) => content,
+        (None, None) => Box::new(io::Cursor::new(got.row.value.unwrap_or_default())),
+    })
+}
+
 crate::output::one_of!(
     /// A value, or with `--explain` the scope chain walked.
     Lookup {

@@ -79,10 +79,22 @@ impl GuideArgs {
             }
             (None, _) => text.to_string(),
         };
+        // Where the memory is, on this project's backend: a team's project agents are on its
+        // PostgreSQL server.
         let (agent_scope, agent_where) = match self.scope {
             AgentScope::Execution => ("", "the run"),
-            AgentScope::Project => (" --scope project", "the project (`.prose/agents.db`)"),
-            AgentScope::User => (" --scope user", "your user's home (`~/.prose/agents.db`)"),
+            AgentScope::Project if ctx.uses_postgres() => (
+                " --scope project",
+                "the project, on its PostgreSQL server (it outlives the run)",
+            ),
+            AgentScope::Project => (
+                " --scope project",
+                "the project (`.prose/agents.db`; it outlives the run)",
+            ),
+            AgentScope::User => (
+                " --scope user",
+                "your user's home (`~/.prose/agents.db`; it outlives the project)",
+            ),
         };
         let json = |s: &str| serde_json::Value::from(s).to_string();
         let name = self.name.as_deref();
@@ -95,7 +107,10 @@ impl GuideArgs {
             (Some(id), false) => format!(", \"execution_id\": {id}"),
             _ => String::new(),
         };
+        // A subagent's MCP session keeps its agent's memory where the session was started
+        // to (`mcp --scope`): its agent tools take no scope.
         let agent_scope_json = match self.scope {
+            _ if matches!(flavor, Flavor::Mcp { .. }) => "",
             AgentScope::Execution => "",
             AgentScope::Project => ", \"scope\": \"project\"",
             AgentScope::User => ", \"scope\": \"user\"",
@@ -137,7 +152,14 @@ impl GuideArgs {
             .replace("{{agent_where}}", agent_where)
             .replace("{{constructs}}", &crate::language::guide_table())
             .replace("{{version}}", env!("CARGO_PKG_VERSION"))
-            .replace("{{run}}", run.as_deref().unwrap_or("\"$PROSE_RUN\""))
+            .replace(
+                "{{run}}",
+                run.as_deref().unwrap_or(match flavor {
+                    Flavor::Shell => "\"$PROSE_RUN\"",
+                    // A session without a run names it in each call.
+                    Flavor::Mcp { .. } => "RUN_ID (the run the VM gave you: pass it as `run` in each call)",
+                }),
+            )
             .replace("{{scope}}", &scope)
             .replace("{{where}}", &place)
             .replace("{{name}}", &name.map_or("\"$NAME\"".into(), shell_word))

@@ -34,6 +34,7 @@ pub fn list(role: Role) -> Vec<Prompt> {
                 args.push(argument("name", "The binding the subagent writes"));
                 args.push(argument("assign", "true: the binding is an assignment (`x = ...`), written where the program declared it"));
                 args.push(argument("agent", "The persistent agent the subagent is (default: a subagent session's own agent)"));
+                args.push(argument("scope", "Where that agent's memory lives, as the program's persist: says: execution (persist: true), project, user (default: the session's --scope, else execution)"));
                 args.push(argument("via", "How the subagent reaches its state: mcp (its own subagent session's tools) or shell (command lines)"));
             }
             args.push(argument(
@@ -106,11 +107,39 @@ pub fn get(
             Some(Value::String(s)) if s == "false" || s.is_empty() => {}
             Some(_) => return Err(invalid("assign must be true or false".into())),
         }
-        let agent = match server.role {
-            Role::Subagent => Some(server.agent_name.clone()),
-            Role::Vm => given("agent")?,
+        // A subagent session is its own agent (none when anonymous), kept where the session
+        // keeps it; a VM names the agent and its scope.
+        if server.role == Role::Subagent {
+            let own = [
+                ("agent", (!server.anonymous).then(|| server.agent_name.clone())),
+                ("scope", server.scope.map(|s| s.as_str().to_string())),
+            ];
+            for (key, mine) in own {
+                if let Some(asked) = given(key)? {
+                    if mine.as_deref() != Some(asked.as_str()) {
+                        return Err(invalid(format!(
+                            "{key} is this subagent session's own ({}): the prompt cannot name another",
+                            mine.as_deref().unwrap_or("none")
+                        )));
+                    }
+                }
+            }
+        }
+        let (agent, scope) = match server.role {
+            Role::Subagent if server.anonymous => (None, None),
+            Role::Subagent => (
+                Some(server.agent_name.clone()),
+                server.scope.map(|s| s.as_str().to_string()),
+            ),
+            Role::Vm => (given("agent")?, given("scope")?),
         };
+        if scope.is_some() && agent.is_none() {
+            return Err(invalid(
+                "scope is where a persistent agent's memory lives: give agent too".into(),
+            ));
+        }
         argv.extend(agent.map(|agent| format!("--agent={agent}")));
+        argv.extend(scope.map(|scope| format!("--scope={scope}")));
     }
     let offset: usize = match given("offset")? {
         None => 0,
