@@ -34,6 +34,7 @@ mod lows43;
 mod mcp;
 mod mcp_resources;
 mod mcp_tasks;
+mod mcp_ts;
 mod nothing_lost;
 mod notify;
 mod operate;
