@@ -217,7 +217,10 @@ const SERVED: &[Served] = &[
         roles: VM_ONLY,
         skip: &["all"],
         about: "Everything a VM needs to continue the run after losing its context, within \
-                16 KiB: the run, the position, what is outstanding, the gates (each with the \
+                16 KiB. With no run (none named, none in the session), the project's unfinished \
+                runs: exactly one is answered as if named; several are listed (program, fork \
+                source, newest record): call again with `run`, which becomes the session's. \
+                The run, the position, what is outstanding, the gates (each with the \
                 `instance` to wait on and its `next_step`), `counts` of \
                 everything, and a page of the bindings visible from the current scope (at most \
                 `limit`, default 64): pass `next_cursor` as `cursor` for the next page (null \
@@ -414,10 +417,7 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
     // name normalised and checked as every principal's is. Without it, the role's name: a VM
     // is `agent:vm`; a subagent is anonymous (`agent:subagent`) and has no memory of its own.
     let anonymous = args.agent.is_none();
-    let given = Principal::parse(
-        args.agent.as_deref().unwrap_or(role.as_str()),
-        "--agent",
-    )?;
+    let given = Principal::parse(args.agent.as_deref().unwrap_or(role.as_str()), "--agent")?;
     let name = given.as_str();
     let agent_name = name.strip_prefix("agent:").unwrap_or(name).to_string();
     let agent = Principal::parse(&format!("agent:{agent_name}"), "--agent")?;
@@ -539,7 +539,7 @@ fn tools(role: Role, run_pinned: bool, execution_pinned: bool, anonymous: bool) 
                     if !p.hidden {
                         if leaf
                             && arg.is_required_set()
-                            && !(defaults_to_agent(served, &p) && !anonymous)
+                            && (anonymous || !defaults_to_agent(served, &p))
                         {
                             required.push(Value::String(p.property.clone()));
                         }
@@ -977,10 +977,16 @@ impl Server {
             }
             Page::Whole | Page::Log | Page::Value => {}
         }
-        // The run `init` made is the session's from now on.
-        if spec.served.name == "init" && outcome.code == Code::Ok {
-            if let Some(run) = outcome.value["run_id"].as_str() {
-                if let Ok(mut session) = self.run.lock() {
+        // The run `init` made is the session's from now on; so is the run a session without
+        // one resumes by name (a VM restarted after a crash).
+        let adopted = match spec.served.name {
+            "init" => outcome.value["run_id"].as_str(),
+            "resume" if client_run => outcome.value["run"]["id"].as_str(),
+            _ => None,
+        };
+        if let (Some(run), Code::Ok | Code::Stale) = (adopted, outcome.code) {
+            if let Ok(mut session) = self.run.lock() {
+                if spec.served.name == "init" || session.is_none() {
                     *session = Some(run.to_string());
                 }
             }

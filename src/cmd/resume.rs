@@ -8,7 +8,7 @@ use crate::run::RunPaths;
 use crate::store::{AgentRow, ExecQuery, ExecutionRow, GateRow, Store, ENDS, STARTS};
 use anyhow::Result;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, Write};
 
@@ -1270,8 +1270,163 @@ crate::output::one_of!(
     ResumeAnswer {
         Brief(Box<ResumeBrief>),
         All(Box<ResumeDoc>),
+        Runs(Box<Unfinished>),
     }
 );
+
+/// `resume` with no run named, when the project has several unfinished runs: each with what
+/// tells it apart, newest first. Nothing is recorded; the VM names the run it continues.
+#[derive(Debug, Serialize)]
+pub struct Unfinished {
+    /// No run was named.
+    pub run: Option<String>,
+    pub runs: Vec<Resumable>,
+    /// Unfinished runs past the ones listed.
+    pub more: usize,
+    pub next_step: &'static str,
+}
+
+/// An unfinished run (running or interrupted), as `resume` without a run lists it.
+#[derive(Debug, Serialize)]
+pub struct Resumable {
+    pub run_id: String,
+    pub status: Option<RunStatus>,
+    pub program: Option<String>,
+    pub started_at: Option<String>,
+    /// The run it was forked from, as its sealed genesis says: `run`, `record`, `at`.
+    pub forked_from: Option<Value>,
+    /// Its newest execution record: id, statement, status and time.
+    pub newest_record: Option<Event>,
+    pub pending_gates: i64,
+}
+
+/// How many unfinished runs `resume` without a run lists.
+const UNFINISHED_LISTED: usize = 20;
+
+const NAME_THE_RUN: &str =
+    "name the run to continue: prose-state resume --run RUN_ID (over MCP: resume with `run`)";
+
+impl Render for Unfinished {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        if self.runs.is_empty() {
+            return writeln!(
+                w,
+                "no unfinished run in this project: start one with prose-state init"
+            );
+        }
+        writeln!(w, "unfinished runs, newest first:")?;
+        for r in &self.runs {
+            let status = r.status.as_ref().map_or("-", |s| s.as_str());
+            let program = r.program.as_deref().unwrap_or("-");
+            writeln!(w, "- {} ({status}) {program}", r.run_id)?;
+            if let Some(f) = &r.forked_from {
+                writeln!(
+                    w,
+                    "  forked from {} at record {}",
+                    f["run"].as_str().unwrap_or("?"),
+                    f["record"]
+                )?;
+            }
+            match &r.newest_record {
+                Some(e) => writeln!(
+                    w,
+                    "  newest record {}: {} ({}) at {}",
+                    e.id,
+                    crate::output::one_line(e.statement_text.as_deref().unwrap_or(""), 60),
+                    e.status.as_ref().map_or("-", |s| s.as_str()),
+                    e.at.as_deref().unwrap_or("-")
+                )?,
+                None => writeln!(w, "  no record yet")?,
+            }
+            if r.pending_gates > 0 {
+                writeln!(w, "  pending gates: {}", r.pending_gates)?;
+            }
+        }
+        if self.more > 0 {
+            writeln!(w, "and {} more (prose-state runs)", self.more)?;
+        }
+        writeln!(w, "{}", self.next_step)
+    }
+}
+
+/// The project's unfinished runs, newest first: the one run's answer when there is exactly
+/// one (not recorded as a resume), else the list.
+fn unfinished(
+    ctx: &crate::context::Context,
+    args: &crate::cli::ResumeArgs,
+) -> Result<ResumeAnswer> {
+    let now = now();
+    let (runs, _) = super::listing::Listing::runs(
+        ctx,
+        &super::listing::RunQuery {
+            now: &now,
+            status: None,
+            since: None,
+            limit: u64::MAX,
+            scan: false,
+        },
+    )?;
+    let open: Vec<_> = runs
+        .into_iter()
+        .filter(|r| {
+            matches!(
+                r.run.status,
+                Some(RunStatus::Running) | Some(RunStatus::Interrupted)
+            )
+        })
+        .collect();
+    if let [one] = open.as_slice() {
+        if !args.all {
+            let (paths, mut store) = ctx.open_run(Some(&one.run.id))?;
+            let others = ctx.other_agents()?;
+            let limit = args.limit.map_or(DEFAULT_BINDINGS, |l| l as usize);
+            return Ok(ResumeAnswer::Brief(Box::new(brief(
+                &paths,
+                store.as_mut(),
+                others,
+                args.cursor.as_deref(),
+                limit,
+                &mut super::gates::LazyRoster::new(ctx),
+                false,
+            )?)));
+        }
+    }
+    let more = open.len().saturating_sub(UNFINISHED_LISTED);
+    let mut listed = Vec::new();
+    for r in open.into_iter().take(UNFINISHED_LISTED) {
+        let (forked_from, newest_record) = match ctx.open_run(Some(&r.run.id)) {
+            Ok((_, mut store)) => (
+                crate::store::forked_from(store.as_mut())
+                    .unwrap_or(None)
+                    .map(|f| json!({"run": f["run"], "record": f["record"], "at": f["at"]})),
+                store
+                    .executions_matching(&ExecQuery {
+                        newest_first: true,
+                        limit: Some(1),
+                        ..Default::default()
+                    })
+                    .ok()
+                    .and_then(|rows| rows.first().map(|row| slim(Event::from(row)))),
+            ),
+            Err(_) => (None, None),
+        };
+        listed.push(Resumable {
+            run_id: r.run.id,
+            status: r.run.status,
+            program: r.run.program_path,
+            started_at: r.run.started_at,
+            forked_from,
+            newest_record,
+            pending_gates: r.pending_gates,
+        });
+    }
+    Ok(ResumeAnswer::Runs(Box::new(Unfinished {
+        run: None,
+        runs: listed,
+        more,
+        next_step: NAME_THE_RUN,
+    })))
+}
 
 impl Render for ResumeBrief {
     fn exit_code(&self) -> crate::error::Code {
@@ -1556,9 +1711,20 @@ fn brief(
     cursor: Option<&str>,
     limit: usize,
     roster: &mut super::gates::LazyRoster,
+    record: bool,
 ) -> Result<ResumeBrief> {
     let now = now();
-    let resumed = store.record_resume(&now)?;
+    // A resume of a run no one named is an answer, not a resume: nothing is recorded.
+    let resumed = if record {
+        store.record_resume(&now)?
+    } else {
+        let status = store.run_info()?.status.unwrap_or(RunStatus::Running);
+        crate::store::Resumed {
+            previous_status: status.clone(),
+            status,
+            gates_logged: Vec::new(),
+        }
+    };
     let info = store.run_info()?;
     let full = narrow_position(store)?;
     let full_last = full.last_event.as_ref().map(|e| e.id);
@@ -1703,6 +1869,9 @@ fn brief(
 impl super::Run for crate::cli::ResumeArgs {
     type Output = ResumeAnswer;
     fn run(&self, ctx: &crate::context::Context) -> Result<ResumeAnswer> {
+        if ctx.run.is_none() {
+            return unfinished(ctx, self);
+        }
         let (paths, mut store) = ctx.the_run()?;
         // Project and user agents too, where their stores exist (never created here).
         let others = ctx.other_agents()?;
@@ -1719,6 +1888,7 @@ impl super::Run for crate::cli::ResumeArgs {
             self.cursor.as_deref(),
             limit,
             &mut super::gates::LazyRoster::new(ctx),
+            true,
         )?)))
     }
 }

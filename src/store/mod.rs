@@ -689,6 +689,25 @@ pub const STARTS: &[&str] = &["executing", "started"];
 pub const ENDS: &[&str] = &["completed", "failed", "skipped", "joined", "exited"];
 
 /// One execution record, by id.
+/// The run this run was forked from, as its sealed genesis records it (`forked_from`: run,
+/// record, time): None for a run not forked, or whose genesis this machine cannot attest.
+pub fn forked_from(store: &mut dyn Store) -> Result<Option<serde_json::Value>> {
+    let key = seal::key_for_reading()?;
+    Ok(store
+        .audit(&AuditFilter {
+            gate_id: Some(dump::RUN_EVENT),
+            principal: None,
+            since: None,
+        })?
+        .iter()
+        .filter(|r| r.gate_id == dump::RUN_EVENT && r.event_type == dump::GENESIS)
+        .find(|r| chain::self_state(r, key) == chain::RowState::Attested)
+        .and_then(|r| r.metadata.as_deref())
+        .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
+        .and_then(|m| m.get("forked_from").cloned())
+        .filter(|f| !f.is_null()))
+}
+
 pub fn record(store: &mut dyn Store, id: i64) -> Result<Option<ExecutionRow>> {
     Ok(store
         .executions_matching(&ExecQuery {
@@ -925,6 +944,25 @@ pub struct StoreStats {
     pub binding_inline_bytes: i64,
     /// The settings in force on this connection.
     pub settings: std::collections::BTreeMap<String, String>,
+    /// What the run keeps on a server (PostgreSQL; None on SQLite).
+    pub server: Option<ServerStats>,
+}
+
+/// What a run keeps on a PostgreSQL server, and how big the server's tables are.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ServerStats {
+    /// The values over the attachment threshold kept on the server (whole blobs:
+    /// `openprose.attachments` rows), and their bytes.
+    pub attachments: u64,
+    pub attachment_bytes: u64,
+    /// The run's rows as the server stores them (`pg_column_size` of each row, of every
+    /// table, its values' chunks included): its share of the tables below, without indexes.
+    pub row_bytes: u64,
+    /// Every run's: the openprose schema's tables with their indexes and TOAST
+    /// (`pg_total_relation_size`), and the whole database (`pg_database_size`); None when the
+    /// server would not say.
+    pub tables_bytes: Option<u64>,
+    pub database_bytes: Option<u64>,
 }
 
 /// The tables `stats` counts the rows of, on either backend.
