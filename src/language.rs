@@ -165,7 +165,7 @@ pub const TABLE: &[Entry] = &[
         form: "do name(args) / let x = do name(args)",
         start: Some("executing"),
         frame: Frame::Yes,
-        records: "`executing` ($CALL); its arguments `bind P --kind const --execution-id $CALL`; the body `--parent $CALL`; `--ends $CALL --status completed`",
+        records: "`executing` ($CALL); arguments `bind P --kind const --execution-id $CALL`; the body `--parent $CALL`; `--ends $CALL --status completed`",
         binds: "its body's names live in its frame (one per call: recursion gets one each); `let x = do …` binds x in the caller's frame, then the end",
         resume: "the call is in `position.open`; continue after `after` inside it",
     },
@@ -185,7 +185,7 @@ pub const TABLE: &[Entry] = &[
         form: "session … -> session …",
         start: Some("started"),
         frame: Frame::No,
-        records: "`started` ($ARROW); each session `completed --parent $ARROW`; `--ends $ARROW`",
+        records: "as `do:`, each session `completed` in it",
         binds: "the last session's result, in the enclosing frame",
         resume: "continue with the session after `after`",
     },
@@ -195,7 +195,7 @@ pub const TABLE: &[Entry] = &[
         form: "name(key: value)",
         start: Some("started"),
         frame: Frame::No,
-        records: "`started` ($PROG); its records `--parent $PROG`; `--ends $PROG`",
+        records: "as `do:`, the program's records in it",
         binds: "its names as `ALIAS.name` (`imports add` first)",
         resume: "as a block",
     },
@@ -215,7 +215,7 @@ pub const TABLE: &[Entry] = &[
         form: "a branch of parallel, parallel for or pmap",
         start: Some("started"),
         frame: Frame::Yes,
-        records: "`started --construct branch --parent $PAR` with `{\"parallel_id\", \"branch\"}` ($BR); its body `--parent $BR`; `--ends $BR` (`completed`, `failed`, or `skipped` when `first`/`any` stops it)",
+        records: "`started --construct branch --parent $PAR` with `{\"parallel_id\", \"branch\"}` ($BR); its body `--parent $BR`; `--ends $BR` (`completed`, `failed` or `skipped`)",
         binds: "what the branch declares (its `let`s, a `parallel for`'s variable) lives in its frame",
         resume: "an open branch is outstanding; continue it after `after` inside it",
     },
@@ -325,7 +325,7 @@ pub const TABLE: &[Entry] = &[
         form: "finally:",
         start: Some("started"),
         frame: Frame::No,
-        records: "`started --parent $TRY` ($FIN); its body `--parent $FIN`; `--ends $FIN`",
+        records: "as `do:`, started `--parent $TRY`",
         binds: "the enclosing frame",
         resume: "as a block",
     },
@@ -395,7 +395,7 @@ pub const TABLE: &[Entry] = &[
         form: "approve name: (prompt, allow, timeout, on_reject)",
         start: None,
         frame: Frame::No,
-        records: "`gates create` (it logs `approve`), `gates wait --instance N`, `completed`; rejected or timed out: `failed --error REASON`, then its `on_reject` (`retry`: the step again, then `--reopen`)",
+        records: "`gates create` (it logs `approve`), `gates wait --instance N`, `completed`; rejected or timed out: `failed --error REASON`, then `on_reject` (`retry`: the step again, then `--reopen`)",
         binds: "nothing",
         resume: "`gates` gives the instance and `next_step`",
     },
@@ -669,9 +669,37 @@ fn cell(text: &str) -> String {
     text.replace('|', "\\|")
 }
 
+/// A construct's records as the guide shows them: without its body's `--parent $X` and its
+/// plain `--ends $X`, which the guide says once for every construct.
+fn guide_records(records: &str) -> String {
+    let Some(var) = records
+        .split_once("($")
+        .and_then(|(_, r)| r.split_once(')'))
+        .map(|(v, _)| v)
+    else {
+        return records.to_string();
+    };
+    let mut out = records.to_string();
+    for generic in [
+        format!("; the body `--parent ${var}`"),
+        format!("; its body `--parent ${var}`"),
+        format!("; `--ends ${var}`"),
+    ] {
+        if let Some(at) = out.find(&generic) {
+            let rest = &out[at + generic.len()..];
+            // Only a whole item with nothing said of it: the next one starts, or the records end.
+            if rest.is_empty() || rest.starts_with(';') {
+                out.replace_range(at..at + generic.len(), "");
+            }
+        }
+    }
+    out
+}
+
 /// The guide's table of record shapes, from [`TABLE`]: the plain statements in one row, then
-/// one row per construct with records of its own (those that read "as …" another, and the
-/// bindings, are left to `docs/language.md` and the guide's own words).
+/// one row per construct with records of its own (those that read "as …" another, those that
+/// are a plain start, and the bindings, are left to `docs/language.md` and the guide's own
+/// words).
 pub fn guide_table() -> String {
     let mut out = String::from("| construct | records you append |\n|---|---|\n");
     let plain: Vec<String> = TABLE
@@ -684,7 +712,11 @@ pub fn guide_table() -> String {
         if e.records == STATEMENT || e.records.starts_with("as ") || e.records.starts_with("none") {
             continue;
         }
-        out.push_str(&format!("| `{}` | {} |\n", cell(e.form), cell(e.records)));
+        let records = guide_records(e.records);
+        if records.starts_with("`started` ($") && !records.contains(';') {
+            continue;
+        }
+        out.push_str(&format!("| `{}` | {} |\n", cell(e.form), cell(&records)));
     }
     out
 }
