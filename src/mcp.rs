@@ -83,58 +83,44 @@ const SERVED: &[Served] = &[
     },
     Served {
         about: "Write a binding (a named value) in the root or in the frame of `execution_id` \
-                (a block invocation or branch; a record inside one binds in it). `assign`: write \
-                the binding `get` reads (an assignment); `local`: at that record itself (a loop \
-                variable). `value` is stored exactly as given, `-` included; `file` reads \
-                a file on the server's machine. `append` and `merge` update a JSON array or object \
-                in one transaction (`key`: once per key); `if_version` writes only if the binding is at that version. \
-                A value over `attach_over` bytes is kept as an attachment, with `summary` as its \
-                one-line description.",
+                (a block invocation or branch; a record inside one binds in it). The value: \
+                `value` exactly as given, `file` on the server's machine, or `from` another \
+                binding; `append`/`merge` update a JSON array/object atomically. A large value \
+                is kept as an attachment, `summary` its description.",
         ..Served::new("bind", &["bind"], false)
     },
     Served {
         page: Page::Value,
-        about: "Read a binding, looked up from an execution's scope up to the root. The value \
-                comes in pages: `value` holds at most `length` bytes (default 16384, at most \
-                262144) from `offset`; `total_bytes` is the whole value's size, `next_offset` \
-                where the next page starts (null at the end) and `truncated` whether more \
-                follows. A large value's one-line summary is in `summary`, never in `value`. \
-                `explain` gives the scope chain walked instead. `version` reads an earlier \
-                version (numbers from `history`); `as_of` reads the binding as it stood when \
-                the execution record after `as_of` (a record id) was appended, or at a UTC time.",
+        about: "Read a binding, looked up from an execution's scope up to the root, in pages: \
+                `value` holds at most `length` bytes from `offset`, `total_bytes` the whole \
+                size, `next_offset` the next page (null at the end). A large value's summary is \
+                in `summary`. Read only what you need: `length` 0 gives the size alone.",
         ..Served::new("get", &["get"], true)
     },
     Served {
-        about: "List a binding's kept versions, newest first: each one's `version` number, \
-                when it was written, the execution record it followed (`after_record`), who \
-                wrote it (`by`, `unknown` for raw SQL), and the start of its value. At most \
-                `limit` (default 20, at most 100); pass `next_before` as `before` for older \
-                ones. Read one in full with `get` and its `version`.",
+        about: "List a binding's versions, newest first: `version`, time, `after_record`, \
+                `by` and the value's start. `next_before` as `before` pages back.",
         ..Served::new("history", &["history"], true)
     },
     Served {
         roles: VM_ONLY,
-        about: "Append one record to the run's execution log (append-only): the statement's \
-                `index`, `text` and `status`, its enclosing record as `parent`. `ends`: the start \
-                record this ends (its index, text and parent are taken; it lands once); \
-                `construct`: what a start opens when its text does not say (`branch`). A `key` \
-                makes a retried append land once. Returns the record's id.",
+        about: "Append one record to the run's execution log: `index`, `text`, `status`, \
+                `parent`; or `ends` a start (taking its index, text and parent; it lands once). \
+                A `key` makes a retried append land once. Returns the record's id.",
         ..Served::new("exec_append", &["exec-append"], false)
     },
     Served {
         page: Page::List("rows"),
-        about: "Run one read-only SQL statement on the run and get its rows (as `sqlite3 -json` \
-                gives them), in pages: at most `limit` rows (default 50, at most 500) and about \
-                32 KiB from row `cursor`; `next_cursor` continues (each page runs the statement \
-                again), `truncated` says more rows follow.",
+        about: "Run one read-only SQL statement on the run: its rows (as `sqlite3 -json`), \
+                `columns` in order, a page at a time (`next_cursor`).",
         ..Served::new("query", &["query"], true)
     },
     Served {
+        roles: VM_ONLY,
         page: Page::List("gates"),
         skip: &["pending", "limit"],
-        about: "List gates, read-only: the pending ones unless `status` says otherwise, of the \
-                session's run (of every run of the project when the session has none), oldest \
-                first. Paged: at most `limit` (default 50, at most 500) from `cursor`.",
+        about: "List gates, oldest first: pending unless `status` says otherwise, of the \
+                session's run (else every run of the project).",
         ..Served::new("gates_list", &["gates"], true)
     },
     Served {
@@ -148,39 +134,23 @@ const SERVED: &[Served] = &[
     Served {
         roles: VM_ONLY,
         page: Page::History,
-        about: "Show one gate in full with a page of its audit history, oldest first: at most \
-                `limit` events (default 50, at most 500) and about 32 KiB from event `cursor`. \
-                `history_total` counts the whole history, `next_cursor` continues (null at the \
-                end) and `truncated` says more events follow. Each call logs that this agent \
-                viewed the gate: one more event at the history's end.",
+        about: "Show one gate with a page of its audit history (`history_total` counts it \
+                all). Each call logs that this agent viewed the gate.",
         ..Served::new("gates_show", &["gates", "show"], false)
     },
     Served {
         roles: VM_ONLY,
-        about: "Wait for a gate to be decided: class ok (approved), rejected, timed_out, or \
-                still_pending when this call's `timeout` ran out (call again to go on waiting). \
-                To wait on several gates, give their ids as `gates` (instead of `gate`) with \
-                `all` (ok when every one is approved; fails as soon as one fails) or `any` (ok \
-                as soon as one is approved; fails only when all have failed): the result lists \
-                each settled gate's outcome (`gates`) and the ones not waited for \
-                (`not_settled`). A decision about inputs (`gates_create` with `inputs`) whose \
-                input changed since is class stale: open the gate again; one that stands is \
-                recorded as consumed by this call. With `instance` (as `gates_create` or \
-                `resume` gives it), a gate opened again since answers with that opening's own \
-                outcome (`superseded_by` names the newer instance). A client that declared MCP \
-                tasks gets this call as a task, with no default and no cap on `timeout` \
-                (without it, the task \
-                waits until the gate is decided or times out by its own deadline); while a gate \
-                is pending and the server knows the approval page (PROSE_SERVE_URL), a client \
-                that takes URL elicitation is asked once to open the gate's page, where a \
-                person decides it: an answer to that request decides nothing.",
+        about: "Wait for a person to decide a gate: class ok (approved), rejected, timed_out, \
+                stale (its inputs changed: open it again), or still_pending when `timeout` ran \
+                out (call again). Several: `gates` with `all` or `any`. `instance` (from \
+                gates_create or resume): that opening's own outcome. With a progressToken, \
+                progress is sent while it waits. See docs/mcp.md for tasks and the page.",
         ..Served::new("gates_wait", &["gates", "wait"], false)
     },
     Served {
         page: Page::Memory,
         about: "Read an agent's memory (this session's agent unless a VM names another), in \
-                pages: `memory` holds at most `length` bytes (default 16384, at most 262144) \
-                from `offset`, with `total_bytes`, `next_offset` and `truncated`.",
+                pages from `offset` (`next_offset`).",
         ..Served::new("agent_memory", &["agent", "memory"], true)
     },
     Served {
@@ -195,11 +165,12 @@ const SERVED: &[Served] = &[
     },
     Served {
         page: Page::List("agents"),
-        about: "List the persistent agents of a scope (`scope`: execution, the run's; project; \
-                user), with their segment counts and memory sizes. Paged by `cursor` and `limit`.",
+        about: "List the persistent agents of a `scope`, with their segment counts and memory \
+                sizes.",
         ..Served::new("agents_list", &["agent", "list"], true)
     },
     Served {
+        roles: VM_ONLY,
         page: Page::List("imports"),
         about: "List the run's import registry: each alias and where it came from. Paged by \
                 `cursor` and `limit`.",
@@ -216,16 +187,11 @@ const SERVED: &[Served] = &[
     Served {
         roles: VM_ONLY,
         skip: &["all"],
-        about: "Everything a VM needs to continue the run after losing its context, within \
-                16 KiB. With no run (none named, none in the session), the project's unfinished \
-                runs: exactly one is answered as if named; several are listed (program, fork \
-                source, newest record): call again with `run`, which becomes the session's. \
-                The run, the position, what is outstanding, the gates (each with the \
-                `instance` to wait on and its `next_step`), `counts` of \
-                everything, and a page of the bindings visible from the current scope (at most \
-                `limit`, default 64): pass `next_cursor` as `cursor` for the next page (null \
-                on the last). `truncated` says something besides the bindings was left out to \
-                stay within the bound. Records the resume.",
+        about: "Where the run stands, to continue it after losing your context (at most 16 \
+                KiB): position, open constructs, retries, gates with the `instance` to wait on \
+                and `next_step`, counts, and a page of visible bindings (`next_cursor`). \
+                Without a run: the project's unfinished runs (one: its answer), then call \
+                again with `run`, which becomes the session's.",
         ..Served::new("resume", &["resume"], false)
     },
     Served {
@@ -236,33 +202,25 @@ const SERVED: &[Served] = &[
     },
     Served {
         page: Page::Log,
-        about: "Read the run's execution log after event `since` (0: from the start), in pages \
-                of at most `limit` events (default 100, at most 1000) and about 32 KiB. Pass \
-                `next_since` as `since` to read on; `truncated` says more events are already \
-                there. It returns at once: call again to see new events.",
+        about: "Read the execution log after event `since` (0: from the start), a page at a \
+                time: `next_since` as `since` reads on.",
         ..Served::new("log_since", &["log"], true)
     },
     Served {
         roles: VM_ONLY,
         skip: &["all", "exit_code"],
-        about: "Compare two runs of the project, read-only (a fork and its source, or any two): \
-                the bindings (by name and scope, values by their content), the execution \
-                records (how many both logs begin with alike, then each run's own) and the \
-                gates that differ. Each list holds at most `limit` entries (default 20) and \
-                about 7 KiB, with counts of what was left out: pass `bindings.next_cursor` as \
-                `cursor` for the next bindings, or `name` for one name's; read a run's further \
-                records with `log_since` from its `next_since`.",
+        about: "Compare two runs (a fork and its source, or any two), read-only: the bindings \
+                that differ, the records both logs begin with alike then each run's own, the \
+                gates that differ. Lists are bounded: `bindings.next_cursor` as `cursor` \
+                continues; `log_since` reads further records.",
         ..Served::new("diff", &["diff"], true)
     },
     Served {
         roles: VM_ONLY,
-        about: "Make a new run whose state is this run's as of one execution record `at` (its \
-                id, as `log_since` shows it): the records up to it, every binding and agent \
-                memory as they stood when the next record was appended, and the gates opened by then (a decision made by then \
-                is carried and counts). `bind` replaces root-scope inputs at the fork point, as \
-                an array of `NAME=VALUE` strings: how a run is retried with a corrected input; \
-                a decision about a rebound input is then stale. The source is untouched. The \
-                new run does not become this session's run: name it as `run` in later calls.",
+        about: "Make a new run whose state is this run's as of record `at`: its records up \
+                to it, bindings, memory and gates as they stood (decisions carried). `bind` \
+                replaces root inputs (`NAME=VALUE`): how a run is retried with a corrected \
+                input. The source is untouched; the new run is not the session's.",
         ..Served::new("fork", &["fork"], false)
     },
 ];
@@ -286,25 +244,92 @@ impl Served {
 const DESCRIBED: &[(&str, &str, &str)] = &[
     ("bind", "value", "The value, stored exactly as given (`-` is the one character `-`)"),
     ("bind", "file", "Read the value from this file on the server's machine"),
-    ("bind", "if_version", "Write only if the binding is still at this version, its own (`get` shows it, `history` lists it; 0: the binding does not exist yet); otherwise class refused and nothing is written"),
+    ("bind", "if_version", "Write only at this version (0: unbound), else refused"),
+    ("bind", "append", "Append this (JSON, else a string) to the JSON array"),
+    ("bind", "merge", "Merge this JSON object in (RFC 7396)"),
+    ("bind", "key", "append/merge once per key"),
+    ("bind", "from", "Copy this binding's value (`let a = b`)"),
+    ("bind", "execution_id", "Bind in this record's frame (default: root)"),
+    ("bind", "local", "At the execution_id record itself (loop variable, `catch as err`)"),
+    ("bind", "assign", "Write the binding `get` reads from here (`x = ...`)"),
+    ("bind", "source", "The statement that made the value"),
+    ("bind", "summary", "One-line summary"),
+    ("bind", "kind", "A const is never rebound"),
+    ("bind", "name", "Binding name"),
+    ("get", "as_of", "Read it as it stood after this record id, or at this UTC time"),
+    ("get", "version", "Read this version (`history` lists them)"),
+    ("get", "execution_id", "Look up from this record's scope (default: the root)"),
+    ("history", "execution_id", "The binding seen from this record's scope (default: the root)"),
+    ("history", "before", "Only versions older than this one"),
+    ("exec_append", "key", "Idempotency key: sent again, appends nothing"),
+    ("exec_append", "ends", "The start record this ends"),
+    ("exec_append", "construct", "What a start opens if its text does not say"),
+    ("exec_append", "text", "Statement text"),
+    ("exec_append", "index", "Statement index in its body, from 1"),
+    ("exec_append", "parent", "The enclosing record's id"),
+    ("exec_append", "metadata", "A JSON object"),
+    ("init", "run_id", "The run's id (default: a new one)"),
+    ("gates_create", "gate_id", "Gate id (`approve GATE_ID:`)"),
+    ("gates_create", "prompt", "What the person decides"),
+    ("query", "sql", "One read-only SQL statement"),
+    ("query", "timeout", "Stop it after this long (30s)"),
+    ("gates_wait", "accept_carried_from", "Count a decision a fork this VM made carried from this run"),
+    ("gates_wait", "instance", "That opening's decision (from gates_create or resume)"),
+    ("init", "program", "The .prose program to keep with the run"),
+    ("gates_create", "escalate_to", "At the deadline, open the gate to this principal or group too, once (needs timeout)"),
+    ("gates_create", "escalate_timeout", "The deadline after an escalation (default: timeout again)"),
+    ("gates_create", "remind", "Remind this long before the deadline (needs timeout)"),
+    ("gates_create", "no_self_approve", "The run's starter and the gate's creator may not approve it"),
+    ("gates_create", "on_reject", "What the program does on rejection or timeout, as written"),
+    ("gates_create", "require", "Approvals needed, by distinct allowed principals"),
+    ("gates_create", "reopen", "Open a decided gate again: its next instance (retry, loops)"),
+    ("gates_create", "veto", "off: a rejection needs `require` rejections too"),
+    ("gates_create", "timeout", "Deadline from now (30s, 4h, 7d, 2h30m, or seconds)"),
+    ("gates_create", "execution_id", "The enclosing record: parent of the `approve` record"),
+    ("gates_create", "index", "The `approve` statement's index"),
+    ("gates_create", "metadata", "A JSON object"),
+    ("gates_wait", "require_signed", "Count only a decision the approval page signed"),
+    ("gates_wait", "key", "The page's key (ed25519:HEX) to check signatures with"),
+    ("gates_wait", "poll", "How often to look (default 1s; 30s when woken by commits)"),
+    ("gates_wait", "any", "Ok as soon as one is approved; fails when all failed"),
+    ("gates_wait", "all", "Ok when all are approved; fails as soon as one fails"),
+    ("gates_list", "expiring", "Only gates whose deadline is within this long"),
+    ("diff", "limit", "At most this many entries a list (default 20)"),
+    ("diff", "name", "Only the bindings of this name"),
+    ("fork", "at", "The record to fork at (its id, as `log_since` shows it)"),
+    ("fork", "backend", "Where the fork is kept (default: the project's)"),
+    ("init", "backend", "sqlite (a state.db) or postgres (the project's server)"),
+    ("runs_list", "since", "Only runs started since this time or within this duration (7d)"),
+    ("resume", "limit", "At most this many bindings (default 64)"),
+    ("resume", "cursor", "Bindings after this name: a previous answer's `next_cursor`"),
     ("agent_remember", "value", "The new memory, stored exactly as given"),
     ("agent_remember", "file", "Read the memory from this file on the server's machine"),
-    ("gates_create", "allow", "Principals who may decide, one an item; `user` admits anyone not `agent:...`"),
+    ("gates_create", "allow", "Principals who may decide (`user`: any person)"),
     ("get", "offset", "Where the page starts, in bytes (default 0)"),
-    ("get", "length", "At most this many bytes of the value (default 16384, at most 262144)"),
-    ("get", "explain", "Give the scope chain walked and where the binding was found, not the value"),
-    ("log_since", "since", "Only the events after this one (an event's `id`; 0: from the start)"),
-    ("fork", "bind", "Root-scope bindings to replace at the fork point, one `NAME=VALUE` an item"),
-    ("fork", "run_id", "The new run's id (default: a new one, returned as `run_id`)"),
-    ("gates_create", "inputs", "The bindings the decision is about, one name an item: their content is sealed with the decision, and a change before the decision is consumed makes it stale"),
+    ("get", "length", "At most this many bytes (default 16384, at most 262144)"),
+    ("get", "explain", "Give the scope chain walked, not the value"),
+    ("log_since", "since", "The events after this id (0: from the start)"),
+    ("fork", "bind", "Root inputs to replace, `NAME=VALUE` each"),
+    ("fork", "run_id", "The new run's id (default: a new one)"),
+    ("gates_create", "inputs", "Bindings the decision is about: a change before it is consumed makes it stale"),
     ("diff", "run_a", "The first run's id"),
-    ("diff", "run_b", "The second run's id, compared with the first: what only it has is `added`, what only the first has is `removed`"),
-    ("diff", "cursor", "The differing bindings from this one on: a previous answer's `bindings.next_cursor` (default 0)"),
+    ("diff", "run_b", "The second run's id: what only it has is `added`"),
+    ("diff", "cursor", "A previous answer's `bindings.next_cursor`"),
 ];
 
 /// Arguments no tool takes: the server decides where the project is, who acts and how the
 /// output is written; `log --follow` never ends, and `init --quiet` prints no JSON.
+/// Nor what is the operator's, not a model's: acting on a token file (the server acts for its
+/// agent), reading past the catalog, where large values go, counting an unattested decision,
+/// which backend holds a run of both.
 const NOT_SERVED: &[&str] = &[
+    "token_file",
+    "home",
+    "scan",
+    "attach_over",
+    "accept_unattested",
+    "backend_a",
+    "backend_b",
     "help",
     "version",
     "root",
@@ -508,7 +533,7 @@ fn tools(role: Role, run_pinned: bool, execution_pinned: bool, anonymous: bool) 
                 if !p.hidden {
                     properties.insert(
                         p.property.clone(),
-                        json!({"type": "string", "description": "Run id (default: the session's run)"}),
+                        json!({"type": "string"}),
                     );
                 }
                 params.push(p);
@@ -557,7 +582,7 @@ fn tools(role: Role, run_pinned: bool, execution_pinned: bool, anonymous: bool) 
                     SEVERAL.into(),
                     json!({"type": "array", "items": {"type": "string"}, "minItems": 1,
                            "maxItems": SEVERAL_MAX,
-                           "description": "Several gate ids (at most 16), instead of `gate`: give `all` or `any` too"}),
+                           "description": "Several gate ids instead of `gate`, with `all` or `any`"}),
                 );
                 required.retain(|r| r != "gate");
             }
@@ -592,16 +617,16 @@ fn tools(role: Role, run_pinned: bool, execution_pinned: bool, anonymous: bool) 
 fn paging(served: &Served) -> Vec<(&'static str, Value)> {
     let limit = |default: u64, max: u64, what: &str| {
         json!({"type": "integer", "minimum": 1, "maximum": max, "default": default,
-               "description": format!("At most this many {what} (default {default}, at most {max})")})
+               "description": format!("At most this many {what}")})
     };
     match served.page {
         Page::List(_) | Page::History => {
-            let (page, first, items) = match served.page {
-                Page::List(items) => ("page", "", items),
-                _ => ("history's page", " event", "history events"),
+            let items = match served.page {
+                Page::List(items) => items,
+                _ => "history events",
             };
-            let cursor = json!({"type": "integer", "minimum": 0, "default": 0, "description": format!(
-                "Where the {page} starts: a previous answer's `next_cursor` (0: the first{first})")});
+            let cursor = json!({"type": "integer", "minimum": 0, "default": 0,
+                                "description": "A previous answer's `next_cursor`"});
             let limit = limit(pages::LIST_DEFAULT, pages::LIST_MAX, items);
             vec![("cursor", cursor), ("limit", limit)]
         }
@@ -681,9 +706,7 @@ fn schema(arg: &clap::Arg, p: &Param, served: &Served, agent_default: bool) -> V
     }
     if served.name == "gates_wait" && p.property == "timeout" {
         help = format!(
-            "How long to wait: a duration (30s, 5m) or a whole number of seconds (default \
-             {WAIT_DEFAULT}, at most {}m; as a task, no default and no cap); exit class \
-             still_pending when it runs out",
+            "How long this call waits: 30s, 5m or seconds (default {WAIT_DEFAULT}, at most {}m)",
             WAIT_MAX_SECONDS / 60
         );
     }

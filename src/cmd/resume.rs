@@ -1300,8 +1300,9 @@ pub struct Resumable {
     pub pending_gates: i64,
 }
 
-/// How many unfinished runs `resume` without a run lists.
+/// How many unfinished runs `resume` without a run lists, and counts at most (of each status).
 const UNFINISHED_LISTED: usize = 20;
+const UNFINISHED_COUNTED: u64 = 10_000;
 
 const NAME_THE_RUN: &str =
     "name the run to continue: prose-state resume --run RUN_ID (over MCP: resume with `run`)";
@@ -1356,25 +1357,23 @@ fn unfinished(
     args: &crate::cli::ResumeArgs,
 ) -> Result<ResumeAnswer> {
     let now = now();
-    let (runs, _) = super::listing::Listing::runs(
-        ctx,
-        &super::listing::RunQuery {
-            now: &now,
-            status: None,
-            since: None,
-            limit: u64::MAX,
-            scan: false,
-        },
-    )?;
-    let open: Vec<_> = runs
-        .into_iter()
-        .filter(|r| {
-            matches!(
-                r.run.status,
-                Some(RunStatus::Running) | Some(RunStatus::Interrupted)
-            )
-        })
-        .collect();
+    // Each status asked of the catalog (a project may hold 100,000 finished runs).
+    let mut open = Vec::new();
+    for status in [RunStatus::Running, RunStatus::Interrupted] {
+        let (runs, _) = super::listing::Listing::runs(
+            ctx,
+            &super::listing::RunQuery {
+                now: &now,
+                status: Some(&status),
+                since: None,
+                limit: UNFINISHED_COUNTED,
+                scan: false,
+            },
+        )?;
+        open.extend(runs);
+    }
+    // Newest first, as `runs` lists them.
+    open.sort_by(|a, b| b.run.started_at.cmp(&a.run.started_at));
     if let [one] = open.as_slice() {
         if !args.all {
             let (paths, mut store) = ctx.open_run(Some(&one.run.id))?;

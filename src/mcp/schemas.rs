@@ -92,13 +92,18 @@ pub fn output(tool: &str) -> Value {
     listed(full(tool))
 }
 
-/// `schema` cut to its first level: a field's `type` (and `enum`) alone, a nested object or
-/// array only as its type.
+/// `schema` cut to the fields always present, each with its `type` (and `enum`) alone: a
+/// nested object or array only as its type.
 fn listed(schema: Value) -> Value {
     let mut out = json!({"type": "object"});
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
     if let Some(properties) = schema["properties"].as_object() {
         let fields: serde_json::Map<String, Value> = properties
             .iter()
+            .filter(|(name, _)| required.contains(&name.as_str()))
             .map(|(name, field)| {
                 let mut kept = serde_json::Map::new();
                 for key in ["type", "enum"] {
@@ -117,7 +122,7 @@ fn listed(schema: Value) -> Value {
     out
 }
 
-/// A tool's output schema in full: what the tests hold each result to.
+/// A tool's output schema in full, with what each field holds.
 pub fn full(tool: &str) -> Value {
     match tool {
         "init" => object(
@@ -245,7 +250,11 @@ pub fn full(tool: &str) -> Value {
                 &["id", "status"],
             ),
         ),
-        "resume" => object(json!({"run": {"type": "object"}}), &["run"]),
+        // Without a run named: `run` null and the unfinished `runs`.
+        "resume" => object(
+            json!({"run": {"type": ["object", "null"]}, "runs": {"type": "array"}}),
+            &["run"],
+        ),
         "finish" => object(
             json!({"run_id": {"type": "string"}, "status": {"type": "string"},
                    "previous_status": nullable("string")}),
