@@ -116,7 +116,7 @@ pub const TABLE: &[Entry] = &[
         start: None,
         frame: Frame::No,
         records: STATEMENT,
-        binds: "`bind x` in the innermost record's frame (the subagent, or you for `let a = b`: `get b | bind a -`)",
+        binds: "`bind x` in the innermost record's frame (the subagent, or you for `let a = b`: `bind a --from b`)",
         resume: "as a session",
     },
     Entry {
