@@ -62,7 +62,9 @@ fn init_creates_run_directory_db_and_run_row(b: Backend) {
         // The server, its password masked.
         Backend::Postgres => {
             let db = v["db"].as_str().unwrap();
-            assert!(db.starts_with("postgresql://postgres:***@"), "{db}");
+            // The tests' server trusts its connections: no password, so none masked.
+            assert!(db.starts_with("postgresql://postgres@"), "{db}");
+            assert!(!db.contains("***"), "{db}");
         }
     }
 
@@ -161,7 +163,7 @@ fn init_generates_spec_format_ids_and_human_text(b: Backend) {
         assert!(pg_run_row(&p, id).is_some());
         assert!(p.root().join(".prose/runs").join(id).is_dir());
         assert!(
-            out.contains("Database: postgresql://postgres:***@"),
+            out.contains("Database: postgresql://postgres@") && !out.contains("***"),
             "{out}"
         );
         return;

@@ -11,9 +11,12 @@ use postgres::Client;
 /// is allowed, showing never:
 /// 1. every `password` parameter's value (its name decoded as the driver decodes it, any
 ///    case) becomes `***`, up to the next `&`;
-/// 2. the userinfo, up to the last `@` left, becomes `user:***@`: a password holding an
-///    unencoded `/ ? @ : # %` is hidden whole, and the driver, which ends the userinfo at the
-///    first `@`, never sees more of a password than that;
+/// 2. the userinfo, up to the last `@` left, becomes `user:***@` when it holds a `:`: a
+///    password holding an unencoded `/ ? @ : # %` is hidden whole, and the driver, which ends
+///    the userinfo at the first `@`, never sees more of a password than that. A userinfo with
+///    no `:` has no password (the driver splits user from password at the first `:`, and
+///    reads no further than the userinfo), so `vm@host` is shown as it is, not as `vm:***@`,
+///    which would say there was a password;
 /// 3. whatever the driver itself reads as the password is hidden wherever it still appears.
 pub fn masked(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -24,7 +27,10 @@ pub fn masked(url: &str) -> String {
         Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
         None => (None, rest.as_str()),
     };
-    let user = userinfo.map(|u| format!("{}:***@", u.split([':', '/', '?']).next().unwrap_or("")));
+    let user = userinfo.map(|u| match u.contains(':') {
+        true => format!("{}:***@", u.split([':', '/', '?']).next().unwrap_or("")),
+        false => format!("{u}@"),
+    });
     let mut shown = format!("{scheme}://{}{after}", user.unwrap_or_default());
     if let Some(secret) = driver_password(url) {
         shown = shown.replace(&secret, "***");
@@ -227,8 +233,14 @@ mod tests {
             masked("postgresql://user:secret@host:5432/db?sslmode=require"),
             "postgresql://user:***@host:5432/db?sslmode=require"
         );
+        // No password, none masked: `user:***@` would say there was one.
         assert_eq!(
             masked("postgresql://user@host/db"),
+            "postgresql://user@host/db"
+        );
+        assert_eq!(masked("postgres://vm@host/db"), "postgres://vm@host/db");
+        assert_eq!(
+            masked("postgresql://user:@host/db"),
             "postgresql://user:***@host/db"
         );
         assert_eq!(
