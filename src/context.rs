@@ -346,11 +346,12 @@ impl Context {
     }
 
     /// Who writes, as a run's history records it (claimed, not proved): [`Context::principal`],
-    /// else `unknown`.
+    /// else the account the process runs as ([`account`]). Never `unknown`, which names a raw
+    /// writer.
     pub fn writer(&self, arg: &PrincipalArg) -> Result<String> {
         Ok(self
             .principal(arg)?
-            .map_or_else(|| "unknown".to_string(), |p| p.as_str().to_string()))
+            .map_or_else(account, |p| p.as_str().to_string()))
     }
 
     /// The principal a decision is taken as, and whether a token authenticated it
@@ -379,16 +380,14 @@ impl Context {
 
     /// Who starts a run or creates a gate, as it is recorded for separation of duties: the
     /// token's principal when there is a token (`--token-file`, else PROSE_TOKEN; one that is
-    /// not valid is refused), else [`Context::principal`], else `unknown`.
+    /// not valid is refused), else [`Context::writer`].
     pub fn actor(&self, arg: &PrincipalArg, token: &TokenArg) -> Result<String> {
         let has_token = token.token_file.is_some()
             || std::env::var("PROSE_TOKEN").is_ok_and(|t| !t.trim().is_empty());
         if has_token {
             return Ok(self.decider(arg, token, None)?.0.as_str().to_string());
         }
-        Ok(self
-            .principal(arg)?
-            .map_or_else(|| "unknown".to_string(), |p| p.as_str().to_string()))
+        self.writer(arg)
     }
 
     /// The project's principals: on its server when it has one, else `.prose/principals.db`
@@ -519,6 +518,29 @@ fn dotenv_value(path: &Path, key: &str) -> Result<Option<String>> {
         }
     }
     Ok(None)
+}
+
+/// The account this process runs as, as a principal, for a writer that names no one (no
+/// `--as`, PROSE_PRINCIPAL, USER or LOGNAME: a container, a cron job): its user name in
+/// `/etc/passwd` when that is in the principal grammar, else `uid:N`. The file is read rather
+/// than asked through `getpwuid`: the binary is linked statically, and glibc's lookup would
+/// load the system's NSS modules at run time, which a static binary must not. Only writes are
+/// attributed so; a decision still needs a name given (`Context::principal`).
+pub fn account() -> String {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    std::fs::read_to_string("/etc/passwd")
+        .ok()
+        .and_then(|passwd| {
+            passwd.lines().find_map(|line| {
+                let mut fields = line.split(':');
+                let name = fields.next()?;
+                let id = fields.nth(1)?;
+                (id.parse::<u32>().ok()? == uid).then(|| name.to_string())
+            })
+        })
+        .and_then(|name| Principal::parse(&name, "account name").ok())
+        .map_or_else(|| format!("uid:{uid}"), |p| p.as_str().to_string())
 }
 
 #[cfg(test)]

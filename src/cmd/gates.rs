@@ -519,9 +519,7 @@ pub fn quorum(args: &GateCreateArgs, ctx: &crate::context::Context) -> Result<Qu
         // only under separation of duties, where a token proves it.
         creator: Some(match separate {
             true => ctx.actor(&args.principal, &args.token)?,
-            false => ctx
-                .principal(&args.principal)?
-                .map_or_else(|| "unknown".to_string(), |p| p.as_str().to_string()),
+            false => ctx.writer(&args.principal)?,
         }),
         remind,
         escalate_to,
