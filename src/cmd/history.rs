@@ -178,12 +178,38 @@ pub fn scope_of(store: &mut dyn Store, name: &str, start: Option<i64>) -> Result
     walk(store, start)?
         .into_iter()
         .find(|s| kept.contains(s))
-        .ok_or_else(|| {
-            not_found(format!(
-                "binding has no history (it was never written here): {}",
-                shown(name)
-            ))
-        })
+        .ok_or_else(|| not_written_here(name, start, &kept))
+}
+
+/// Why a name has no history a lookup from `start` sees: never written anywhere, or written
+/// only in scopes off its way (then it names them, and the flag that reaches them).
+fn not_written_here(name: &str, start: Option<i64>, kept: &[Option<i64>]) -> anyhow::Error {
+    let mut scopes: Vec<i64> = kept.iter().flatten().copied().collect();
+    scopes.sort_unstable();
+    scopes.dedup();
+    let here = match start {
+        Some(id) => format!("from execution {id}"),
+        None => "in the root scope".to_string(),
+    };
+    if scopes.is_empty() {
+        return not_found(format!(
+            "binding has no history (it was never written here): {}",
+            shown(name)
+        ));
+    }
+    const SHOWN: usize = 5;
+    let mut ids: Vec<String> = scopes.iter().take(SHOWN).map(i64::to_string).collect();
+    if scopes.len() > SHOWN {
+        ids.push(format!("and {} more", scopes.len() - SHOWN));
+    }
+    not_found(format!(
+        "binding has no history visible {here}; it was written in the scope of execution{} {} \
+         (pass --execution-id {}): {}",
+        if scopes.len() == 1 { "" } else { "s" },
+        ids.join(", "),
+        scopes[0],
+        shown(name)
+    ))
 }
 
 /// Version `n` of the binding a lookup from `start` finds, as a bindings row.
