@@ -29,6 +29,9 @@ pub struct LogLine {
     pub narration: String,
     #[serde(skip)]
     mark: Mark,
+    /// How deep it is under `parent` (0 at the top level): the text is indented by it.
+    #[serde(skip)]
+    depth: usize,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -57,9 +60,11 @@ impl Render for LogLine {
             Some(p) if p != "unknown" => format!(" · {}", visible_line(p)),
             _ => String::new(),
         };
+        // Two spaces a level, at most 32 levels shown (deeper ones line up at the last).
+        let indent = "  ".repeat(self.depth.min(32));
         writeln!(
             w,
-            "{} {on}{}{off}{by}",
+            "{} {indent}{on}{}{off}{by}",
             visible_line(time),
             visible_line(&self.narration)
         )
@@ -82,13 +87,45 @@ pub struct Log {
     /// The loop each loop start record opened, by record id: its body's records name it as
     /// their parent.
     loop_of: HashMap<i64, String>,
+    /// Each record's depth under `parent` (0 at the top level), of the records shown and the
+    /// parents looked up.
+    depth_of: HashMap<i64, usize>,
 }
 
 impl Log {
     /// The events appended since the last call.
     pub fn next(&mut self, store: &mut dyn Store) -> Result<Vec<LogLine>> {
         let rows = store.executions_after(self.last_id)?;
-        Ok(rows.into_iter().map(|r| self.narrate(r)).collect())
+        let mut lines = Vec::with_capacity(rows.len());
+        for r in rows {
+            let depth = self.depth(store, &r)?;
+            let mut line = self.narrate(r);
+            line.depth = depth;
+            lines.push(line);
+        }
+        Ok(lines)
+    }
+
+    /// How deep `r` is: one below its parent. A parent not shown (before `--since`) is looked
+    /// up once, by its chain of parents.
+    fn depth(&mut self, store: &mut dyn Store, r: &ExecutionRow) -> Result<usize> {
+        let depth = match r.parent_id {
+            None => 0,
+            Some(p) => match self.depth_of.get(&p) {
+                Some(d) => d + 1,
+                None => {
+                    // Nearest first: the parent, its parent, ... up to the top level.
+                    let chain = store.scope_chain(p)?;
+                    let n = chain.len();
+                    for (i, id) in chain.into_iter().enumerate() {
+                        self.depth_of.insert(id, n - 1 - i);
+                    }
+                    n
+                }
+            },
+        };
+        self.depth_of.insert(r.id, depth);
+        Ok(depth)
     }
 
     /// A loop's `max`, or `?` while none was recorded.
@@ -189,6 +226,7 @@ impl Log {
             by: r.principal,
             narration,
             mark,
+            depth: 0,
         }
     }
 }
