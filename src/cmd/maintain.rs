@@ -4,7 +4,7 @@ use super::listing::Listing;
 use super::{over_runs, Run};
 use crate::context::Context;
 use crate::output::Render;
-use crate::store::{Checkpointed, Migration, RunStats};
+use crate::store::{Checkpointed, Migration, RunStats, ServerStats};
 use anyhow::Result;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -20,6 +20,9 @@ pub struct Totals {
     pub binding_inline_bytes: i64,
     pub attachment_files: u64,
     pub attachment_bytes: u64,
+    /// The server runs' figures summed (their values and rows), with the server's sizes;
+    /// null when no run is on a server.
+    pub server: Option<ServerStats>,
 }
 
 #[derive(Debug, Serialize)]
@@ -61,14 +64,30 @@ impl Render for Stats {
             }
         } else {
             kv(w, "runs", t.runs)?;
-            kv(w, "db bytes", t.db_bytes)?;
-            kv(w, "wal bytes", t.wal_bytes)?;
+            // Files' sizes, where there are files: a server's runs have none.
+            if self.runs.iter().any(|r| r.store.db_bytes.is_some()) || t.server.is_none() {
+                kv(w, "db bytes", t.db_bytes)?;
+                kv(w, "wal bytes", t.wal_bytes)?;
+            }
         }
         kv(w, "rows", counts(&t.tables))?;
         kv(w, "execution statuses", counts(&t.execution_status))?;
         kv(w, "binding bytes inline", t.binding_inline_bytes)?;
         let files = format!("{} files, {} bytes", t.attachment_files, t.attachment_bytes);
         kv(w, "attachments", files)?;
+        if let Some(s) = &t.server {
+            let values = format!(
+                "{} value{}, {} bytes",
+                s.attachments,
+                if s.attachments == 1 { "" } else { "s" },
+                s.attachment_bytes
+            );
+            kv(w, "server attachments", values)?;
+            kv(w, "server row bytes", s.row_bytes)?;
+            let size = |b: Option<u64>| b.map_or("-".to_string(), |b| b.to_string());
+            kv(w, "server tables bytes", size(s.tables_bytes))?;
+            kv(w, "server database bytes", size(s.database_bytes))?;
+        }
         if let [one] = self.runs.as_slice() {
             for (k, v) in &one.store.settings {
                 kv(w, k, v)?;
@@ -91,7 +110,9 @@ impl Render for Stats {
                     r.store.db_bytes.map_or("-".into(), |b| b.to_string()),
                     rows("execution"),
                     rows("bindings"),
-                    r.attachment_bytes.to_string(),
+                    // Files here, and values kept on the server.
+                    (r.attachment_bytes + r.store.server.map_or(0, |s| s.attachment_bytes))
+                        .to_string(),
                 ]
             })?;
         }
@@ -126,6 +147,15 @@ impl Run for crate::cli::StatsArgs {
             t.binding_inline_bytes += r.store.binding_inline_bytes;
             t.attachment_files += r.attachment_files;
             t.attachment_bytes += r.attachment_bytes;
+            if let Some(s) = &r.store.server {
+                let sum = t.server.get_or_insert_with(ServerStats::default);
+                sum.attachments += s.attachments;
+                sum.attachment_bytes += s.attachment_bytes;
+                sum.row_bytes += s.row_bytes;
+                // One server's sizes, the same for each of its runs.
+                sum.tables_bytes = sum.tables_bytes.max(s.tables_bytes);
+                sum.database_bytes = sum.database_bytes.max(s.database_bytes);
+            }
         }
         Ok(Stats {
             totals: t,

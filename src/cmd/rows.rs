@@ -5,7 +5,7 @@
 use crate::store::principals::PrincipalRow;
 use crate::store::{
     AgentRow, AuditRow, BindingRow, Checkpointed, GateRow, ImportRow, Migration, RunStats,
-    RunSummary,
+    RunSummary, ServerStats,
 };
 use serde::ser::{Serialize, SerializeStruct, Serializer};
 
@@ -77,6 +77,13 @@ as_written! { RunStats as "RunStats" {
     "execution_status": store.execution_status,
     "binding_inline_bytes": store.binding_inline_bytes, "settings": store.settings,
     "attachment_files": attachment_files, "attachment_bytes": attachment_bytes,
+    "server": store.server,
+} }
+
+// `stats`: what a run keeps on a PostgreSQL server (null on SQLite), and the server's sizes.
+as_written! { ServerStats as "ServerStats" {
+    "attachments": attachments, "attachment_bytes": attachment_bytes, "row_bytes": row_bytes,
+    "tables_bytes": tables_bytes, "database_bytes": database_bytes,
 } }
 
 // `principals list`: a principal, never its token's hash.

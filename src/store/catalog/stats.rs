@@ -32,6 +32,9 @@ struct KeptStore {
     execution_status: BTreeMap<String, i64>,
     binding_inline_bytes: i64,
     settings: BTreeMap<String, String>,
+    /// Kept for SQLite runs only, which keep nothing on a server.
+    #[serde(skip)]
+    server: Option<crate::store::ServerStats>,
 }
 
 fn sqlite() -> &'static str {

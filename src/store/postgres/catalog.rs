@@ -6,7 +6,7 @@ use super::{audit_row, gate_columns, gate_row, PgStore, Statements, AUDIT_SELECT
 use crate::model::RunStatus;
 use crate::store::{
     AuditFilter, AuditRow, Catalog, GateRow, RunFilter, RunInfo, RunStats, RunSummary,
-    ServerCatalog, Store, StoreStats, STATS_TABLES,
+    ServerCatalog, ServerStats, Store, StoreStats, STATS_TABLES,
 };
 use anyhow::Result;
 use postgres::types::ToSql;
@@ -20,8 +20,28 @@ impl PgStore {
             backend: "postgres",
             schema_version: self.version,
             tables: STATS_TABLES.iter().map(|t| (t.to_string(), 0)).collect(),
+            server: Some(ServerStats::default()),
             ..Default::default()
         }
+    }
+
+    /// The server's sizes, shared by every run on it: the openprose tables with their indexes
+    /// and TOAST, and the whole database. None for one the server does not give this role.
+    fn server_sizes(&mut self) -> (Option<u64>, Option<u64>) {
+        let tables = self.one(
+            "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)::bigint
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = 'openprose' AND c.relkind IN ('r', 'p')",
+            &[],
+            |r| r.get::<_, i64>(0),
+        );
+        let database = self.one("SELECT pg_database_size(current_database())", &[], |r| {
+            r.get::<_, i64>(0)
+        });
+        (
+            tables.ok().map(|b| b as u64),
+            database.ok().map(|b| b as u64),
+        )
     }
 
     /// The stats of every run of `runs` with a run row, by id: each figure one query grouped
@@ -48,55 +68,111 @@ impl PgStore {
             &filter,
             |r| r.get(0),
         )?;
+        let (tables_bytes, database_bytes) = self.server_sizes();
         let mut all: BTreeMap<String, StoreStats> = BTreeMap::new();
         for id in ids {
             let mut st = self.no_stats();
             st.settings = settings.clone();
+            st.server = Some(ServerStats {
+                tables_bytes,
+                database_bytes,
+                ..Default::default()
+            });
             all.insert(id, st);
         }
-        // Each figure: the table's key, what its rows are grouped by besides the run, what is
-        // summed, the table, and where it goes. Names and expressions are constants, never input.
-        type Put = fn(&mut StoreStats, String, i64);
-        let count: Put = |st, table, n| st.tables.extend([(table, n)]);
-        let status: Put = |st, status, n| st.execution_status.extend([(status, n)]);
-        let bytes: Put = |st, _, n| st.binding_inline_bytes = n;
+        // Each figure: the table's key, what its rows are grouped by besides the run, the two
+        // sums taken, the table, and where they go. Names and expressions are constants, never
+        // input. A row's size is as the server stores it (`pg_column_size` of the row); a
+        // value's chunks are counted by their data alone, which a whole row would fetch.
+        type Put = fn(&mut StoreStats, String, i64, i64);
+        let count: Put = |st, table, n, size| {
+            st.tables.extend([(table, n)]);
+            server_of(st).row_bytes += size as u64;
+        };
+        let status: Put = |st, status, n, _| st.execution_status.extend([(status, n)]);
+        let bytes: Put = |st, _, n, _| st.binding_inline_bytes = n;
+        let values: Put = |st, _, n, size| {
+            let server = server_of(st);
+            server.attachments = n as u64;
+            server.attachment_bytes = size as u64;
+        };
+        let rows_of: Put = |st, _, _, size| server_of(st).row_bytes += size as u64;
+        const ROW: &str = "COALESCE(SUM(pg_column_size(t.*)), 0)::bigint";
         let figures = STATS_TABLES.iter().map(|t| {
             let key = if *t == "run" { "id" } else { "run_id" };
-            (key, format!("'{t}'::text"), "COUNT(*)", *t, count)
+            (key, format!("'{t}'::text"), "COUNT(*)", ROW, *t, count)
         });
-        let figures = figures.chain([
-            (
-                "run_id",
-                "COALESCE(status, '?')".into(),
-                "COUNT(*)",
-                "execution",
-                status,
-            ),
-            (
-                "run_id",
-                "''::text".into(),
-                "COALESCE(SUM(octet_length(value)), 0)::bigint",
-                "bindings",
-                bytes,
-            ),
-        ]);
-        for (key, by, what, table, put) in figures {
+        let mut figures: Vec<_> = figures
+            .chain([
+                (
+                    "run_id",
+                    "COALESCE(status, '?')".into(),
+                    "COUNT(*)",
+                    "0::bigint",
+                    "execution",
+                    status,
+                ),
+                (
+                    "run_id",
+                    "''::text".into(),
+                    "COALESCE(SUM(octet_length(value)), 0)::bigint",
+                    "0::bigint",
+                    "bindings",
+                    bytes,
+                ),
+            ])
+            .collect();
+        // Values kept on the server (schema 4): their count and bytes, and their rows' sizes.
+        if self.version >= 4 {
+            figures.extend([
+                (
+                    "run_id",
+                    "''::text".into(),
+                    "0::bigint",
+                    ROW,
+                    "attachments",
+                    rows_of,
+                ),
+                (
+                    "run_id",
+                    "''::text".into(),
+                    "COUNT(*)",
+                    "COALESCE(SUM(bytes), 0)::bigint",
+                    "attachments",
+                    values,
+                ),
+                (
+                    "run_id",
+                    "''::text".into(),
+                    "0::bigint",
+                    "COALESCE(SUM(pg_column_size(t.data)), 0)::bigint",
+                    "attachment_chunks",
+                    rows_of,
+                ),
+            ]);
+        }
+        for (key, by, what, size, table, put) in figures {
             let sql = format!(
-                "SELECT {key}, {by}, {what} FROM openprose.{table}
+                "SELECT {key}, {by}, {what}, {size} FROM openprose.{table} t
                  WHERE ($1::text[] IS NULL OR {key} = ANY($1)) AND NOT {key} = ANY($2)
                  GROUP BY 1, 2"
             );
-            let rows: Vec<(Option<String>, String, i64)> =
-                self.all(&sql, &filter, |r| (r.get(0), r.get(1), r.get(2)))?;
-            for (id, by, n) in rows {
+            let rows: Vec<(Option<String>, String, i64, i64)> =
+                self.all(&sql, &filter, |r| (r.get(0), r.get(1), r.get(2), r.get(3)))?;
+            for (id, by, n, size) in rows {
                 if let Some(st) = id.and_then(|id| all.get_mut(&id)) {
-                    put(st, by, n);
+                    put(st, by, n, size);
                 }
             }
         }
         Ok(all)
     }
 }
+/// A run's server figures, made when the first is put.
+fn server_of(st: &mut StoreStats) -> &mut ServerStats {
+    st.server.get_or_insert_with(ServerStats::default)
+}
+
 impl Catalog for PgStore {
     fn stats_of(&mut self, runs: &RunFilter) -> Result<Vec<(String, RunStats)>> {
         Ok(self
