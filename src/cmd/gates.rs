@@ -1615,11 +1615,33 @@ fn pinned_key(ctx: &Context, given: Option<&str>) -> Result<ed25519_dalek::Verif
 }
 
 pub fn verify(args: &crate::cli::GateVerifyArgs, ctx: &Context) -> Result<Verified> {
+    verify_gates(args, &[], ctx)
+}
+
+/// `gates verify [[RUN] GATE]`: with no gate, every run's audit chain (of `--run`'s alone, when
+/// given) and every gate against its log. With a gate (`ids`: `[RUN] GATE`, the run by
+/// default `--run`, else PROSE_RUN), its run's chain, which is one for all the run's gates (a
+/// break anywhere is a break in the gate's history), and that gate alone against its log; a
+/// gate the run has neither as a row nor in its log is exit 3.
+pub fn verify_gates(
+    args: &crate::cli::GateVerifyArgs,
+    ids: &[String],
+    ctx: &Context,
+) -> Result<Verified> {
     let signed = args
         .signed
         .then(|| signed_by(ctx, args.key.as_deref(), args.accept_carried_from.clone()))
         .transpose()?;
-    let (chains, mut warnings) = Listing::chains(ctx, signed.as_ref())?;
+    let (chains, mut warnings) = match ids {
+        [] => Listing::chains(ctx, signed.as_ref())?,
+        [gate] => (one_gate(ctx, None, gate, signed.as_ref())?, Vec::new()),
+        [run, gate] => (one_gate(ctx, Some(run), gate, signed.as_ref())?, Vec::new()),
+        _ => {
+            return Err(crate::error::usage(
+                "gates verify takes at most a run and a gate: gates verify [[RUN] GATE]",
+            ))
+        }
+    };
     let mut runs = Vec::new();
     for mut c in chains {
         // The versions sealed decisions were made about, against the bindings' history.
@@ -1649,6 +1671,30 @@ pub fn verify(args: &crate::cli::GateVerifyArgs, ctx: &Context) -> Result<Verifi
         ));
     }
     Ok(Verified { runs, warnings })
+}
+
+/// The chain of `gate`'s run (`run`, else `--run`/PROSE_RUN), its gates narrowed to `gate`.
+fn one_gate(
+    ctx: &Context,
+    run: Option<&str>,
+    gate: &str,
+    signed: Option<&crate::store::signatures::SignedBy>,
+) -> Result<Vec<crate::cmd::listing::CheckedChain>> {
+    check_gate_id(gate)?;
+    let (paths, mut store) = ctx.open_run(run.or(ctx.run.as_deref()))?;
+    let run_id = store.run_info()?.id;
+    let mut report = store.verify_signed(signed)?;
+    if store.read_gate(gate)?.is_none() && !report.derived.contains_key(gate) {
+        return Err(gate_not_found(&run_id, gate));
+    }
+    report.gates.retain(|(g, _)| g == gate);
+    report.earlier.retain(|(g, ..)| g == gate);
+    report.derived.retain(|g, _| g == gate);
+    Ok(vec![crate::cmd::listing::CheckedChain {
+        run_id,
+        db: paths.db,
+        report,
+    }])
 }
 
 /// What `gates sweep` did.
