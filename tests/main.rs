@@ -42,6 +42,7 @@ mod pg_faults;
 mod principals;
 mod protocol;
 mod query;
+mod readers46;
 mod readme;
 mod schema;
 mod serve;
