@@ -472,6 +472,27 @@ const RULES: &[Rule] = &[
             (N(Digit, 0), Fixed("<SECS>")),
         ],
     },
+    Rule {
+        why: "stats on a server: the run's rows as stored (some hold measured times)",
+        pattern: &[
+            (Lit("\"row_bytes\":"), Kept),
+            (N(Digit, 0), Fixed("<SERVER_BYTES>")),
+        ],
+    },
+    Rule {
+        why: "stats on a server: the tables' sizes, pages as the server allotted them",
+        pattern: &[
+            (Lit("\"tables_bytes\":"), Kept),
+            (N(Digit, 0), Fixed("<SERVER_BYTES>")),
+        ],
+    },
+    Rule {
+        why: "stats on a server: the database's size",
+        pattern: &[
+            (Lit("\"database_bytes\":"), Kept),
+            (N(Digit, 0), Fixed("<SERVER_BYTES>")),
+        ],
+    },
 ];
 
 /// Rules for SQLite alone: the sizes of a run's database files, and the write-ahead log's
