@@ -124,7 +124,8 @@ pub enum Command {
     /// List the runs under the root, newest first
     Runs(RunsArgs),
     /// Where a run stands and what the VM does next, in at most 16 KiB (--all: everything),
-    /// and record the resume
+    /// and record the resume. With no run named: the project's unfinished runs (exactly
+    /// one: its answer), recording nothing
     Resume(ResumeArgs),
     /// The execution log, one line an event (JSON Lines with --json); --follow keeps printing
     Log(LogArgs),

@@ -834,10 +834,8 @@ fn a_subagent_session_has_only_its_tools(backend: Backend) {
                 "agent_segment",
                 "agents_list",
                 "bind",
-                "gates_list",
                 "get",
                 "history",
-                "imports_list",
                 "log_since",
                 "query"
             ]

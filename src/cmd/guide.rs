@@ -157,7 +157,9 @@ impl GuideArgs {
                 run.as_deref().unwrap_or(match flavor {
                     Flavor::Shell => "\"$PROSE_RUN\"",
                     // A session without a run names it in each call.
-                    Flavor::Mcp { .. } => "RUN_ID (the run the VM gave you: pass it as `run` in each call)",
+                    Flavor::Mcp { .. } => {
+                        "RUN_ID (the run the VM gave you: pass it as `run` in each call)"
+                    }
                 }),
             )
             .replace("{{scope}}", &scope)

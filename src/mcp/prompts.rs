@@ -111,7 +111,10 @@ pub fn get(
         // keeps it; a VM names the agent and its scope.
         if server.role == Role::Subagent {
             let own = [
-                ("agent", (!server.anonymous).then(|| server.agent_name.clone())),
+                (
+                    "agent",
+                    (!server.anonymous).then(|| server.agent_name.clone()),
+                ),
                 ("scope", server.scope.map(|s| s.as_str().to_string())),
             ];
             for (key, mine) in own {
