@@ -703,7 +703,8 @@ words! {
 /// Who is acting: `--as NAME`, else PROSE_PRINCIPAL, else the login name.
 #[derive(Debug, Args)]
 pub struct PrincipalArg {
-    /// Act as this principal (default: PROSE_PRINCIPAL, else the login name)
+    /// Act as this principal (default: PROSE_PRINCIPAL, else the login name; a write with
+    /// neither is recorded as the account it runs as)
     #[arg(long = "as", env = "PROSE_PRINCIPAL", value_name = "PRINCIPAL")]
     pub principal: Option<String>,
 }
@@ -781,7 +782,13 @@ pub struct GateSweepArgs {
 }
 
 #[derive(Debug, Args)]
+#[command(override_usage = "prose-state gates verify [OPTIONS] [[RUN] GATE]")]
 pub struct GateVerifyArgs {
+    /// [RUN] GATE: check one gate of the run (id, directory or state.db path; default:
+    /// --run, else PROSE_RUN): the run's chain and that gate against its log; exit 3 when
+    /// the run has no such gate
+    #[arg(value_name = "GATE", num_args = 0..=2)]
+    pub ids: Vec<String>,
     /// Also require every approval and rejection to carry a signature by the approval page's
     /// key the project pinned (`principals require --signed`): unsigned ones are unattested
     /// (exit 10), signatures that do not match tampered (exit 9)

@@ -17,6 +17,7 @@ on_both!(
     log_indents_records_by_their_depth,
     a_url_without_a_password_is_shown_without_a_mask,
     a_writer_with_no_login_name_is_its_account,
+    gates_verify_takes_a_gate_of_the_run,
 );
 
 /// The ```sql blocks of docs/database.md after the log queries' marker, as written.
@@ -831,9 +832,6 @@ fn a_writer_with_no_login_name_is_its_account(b: Backend) {
 
 /// `gates verify GATE` (and `gates verify RUN GATE`): the run's chain and that gate against
 /// its log, exit 0 when intact; a gate the run does not have is exit 3, nothing changed.
-/// Waits for `GateVerifyArgs` in src/cli.rs to take `[[RUN] GATE]` (see the report of issue
-/// 46); then it goes into `on_both!` above.
-#[allow(dead_code)]
 fn gates_verify_takes_a_gate_of_the_run(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();

@@ -1778,7 +1778,7 @@ impl Run for GatesArgs {
             }
             Some(GatesCommand::Wait(a)) => GatesOutput::Waited(wait(a, ctx)?),
             Some(GatesCommand::Audit(a)) => GatesOutput::Audit(audit(a, ctx)?),
-            Some(GatesCommand::Verify(a)) => GatesOutput::Verified(verify(a, ctx)?),
+            Some(GatesCommand::Verify(a)) => GatesOutput::Verified(verify_gates(a, &a.ids, ctx)?),
             Some(GatesCommand::Sweep(a)) => {
                 let (runs, done, warnings) = Listing::sweep(ctx, &now(), a.scan)?;
                 GatesOutput::Swept(SweptGates {
