@@ -39,6 +39,38 @@ pub struct Event {
     /// program's own.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub construct: Option<crate::language::Kind>,
+    /// For an `approve` record (its metadata names a gate): the gate as it stands now, which
+    /// the record's own status (written when the gate was opened) does not say.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gate_now: Option<GateNow>,
+}
+
+/// A gate's state now, beside the record that opened it.
+#[derive(Debug, Clone, Serialize)]
+pub struct GateNow {
+    pub status: crate::model::GateStatus,
+    pub instance: Option<i64>,
+}
+
+impl Position {
+    /// Each record of the position that opened a gate says how the gate stands now.
+    fn mark_gates(&mut self, gates: &[GateNext]) {
+        let events = self
+            .open
+            .iter_mut()
+            .chain(self.current.as_mut())
+            .chain(self.after.as_mut())
+            .chain(self.last_event.as_mut());
+        for e in events {
+            let named = e.metadata.as_ref().and_then(|m| str_of(m, "gate_id"));
+            if let Some(g) = named.and_then(|id| gates.iter().find(|g| g.id == id)) {
+                e.gate_now = Some(GateNow {
+                    status: g.status.clone(),
+                    instance: g.instance,
+                });
+            }
+        }
+    }
 }
 
 impl From<&ExecutionRow> for Event {
@@ -60,6 +92,7 @@ impl From<&ExecutionRow> for Event {
             at: r.at().map(str::to_string),
             metadata: m,
             by: r.principal.clone(),
+            gate_now: None,
         }
     }
 }
@@ -891,6 +924,8 @@ fn full(
     let agents = all_agents(store, other_agents)?;
 
     let gates = gate_nexts(store, &run.dir, &now, roster)?;
+    let mut position = narrow_position(store)?;
+    position.mark_gates(&gates);
 
     Ok(ResumeDoc {
         run: RunPart {
@@ -900,7 +935,7 @@ fn full(
             program_path: summary.run.program_path,
             error_message: summary.error_message,
         },
-        position: narrow_position(store)?,
+        position,
         statements: statements.into_values().collect(),
         parallel: constructs(&rows),
         loops: constructs(&rows),
@@ -935,7 +970,11 @@ fn describe(e: &Event) -> String {
             .filter(|p| *p != "unknown")
             .map(|p| format!(", by {}", one_line(p, 40)))
             .unwrap_or_default()
-    )
+    ) + &e
+        .gate_now
+        .as_ref()
+        .map(|g| format!("; the gate is now {}", g.status))
+        .unwrap_or_default()
 }
 
 fn run_lines(w: &mut dyn Write, r: &RunPart, p: &Position) -> io::Result<()> {
@@ -1775,6 +1814,8 @@ fn brief(
             _ => 1,
         },
     );
+    let mut position = position;
+    position.mark_gates(&gates);
     let counts = Counts {
         records: counted.records as usize,
         parallel: parallel.len(),
