@@ -219,8 +219,9 @@ fn failing_calls_are_readable_results(backend: Backend) {
 }
 
 /// Successful calls of most tools: the SDK validates each structured content against the
-/// tool's output schema, and it is the JSON of the text; `query`'s rows keep their columns in
-/// SELECT order (`SELECT 3 AS c, 1 AS a, 2 AS b` is c, a, b).
+/// tool's output schema, and it is the JSON of the text; `query` gives the statement's columns
+/// in SELECT order (`SELECT 3 AS c, 1 AS a, 2 AS b`: `columns` c, a, b), which a JSON client
+/// cannot read off a row's keys.
 fn successful_results_are_their_text(backend: Backend) {
     let Some((s, node, script)) = prepare(backend, "the TypeScript SDK result test") else {
         return;
@@ -231,8 +232,9 @@ fn successful_results_are_their_text(backend: Backend) {
 /// `gates_wait` for 6 s on a pending gate, with a progress token and a request timeout of
 /// 2.5 s reset by each progress notification (the server sends one every
 /// PROSE_STATE_TEST_PROGRESS_MS here): the call does not time out, at least two
-/// notifications arrive, and it ends `still_pending` (exit 7), an `isError` result whose text
-/// says the wait ran out. The default bound the tool states is under 60 s.
+/// notifications arrive, and it ends `still_pending` (exit 7): a result, not an error (the
+/// pending gate as its structured content), with a text that says the wait ran out. The
+/// default bound the tool states is under 60 s.
 fn a_wait_longer_than_the_request_timeout_reports_progress(backend: Backend) {
     let Some((s, node, script)) = prepare(backend, "the TypeScript SDK progress test") else {
         return;
