@@ -32,6 +32,7 @@ mod live_connections;
 mod live_page;
 mod lows43;
 mod mcp;
+mod mcp46;
 mod mcp_resources;
 mod mcp_tasks;
 mod mcp_ts;

@@ -1,0 +1,417 @@
+//! Issue 46, through the binary on both backends: durations that are a whole number of
+//! seconds; `resume` without a run (the unfinished runs, nothing recorded); `bind --from`
+//! (a copy that never passes through the caller); a persistent agent's MCP session keeping its
+//! memory where its `persist:` says, into the next run; MCP sessions as a host starts them
+//! (no `--agent`), failures a client can read (no structured content to break an output
+//! schema), a wait that ran out saying so, `query`'s columns in order, and no task shape of
+//! another revision on a handshake session.
+
+use crate::common::*;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
+    GetPromptRequestParams, Implementation,
+};
+use rmcp::service::RunningService;
+use rmcp::transport::TokioChildProcess;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{json, Value};
+
+on_both!(
+    durations_take_a_whole_number_of_seconds,
+    resume_without_a_run_lists_the_unfinished_runs_and_records_nothing,
+    bind_from_copies_a_binding_without_printing_it,
+    a_persistent_agents_session_keeps_its_memory_where_persist_says,
+    failures_are_readable_and_outcomes_said,
+);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A client (rmcp's, which negotiates 2025-11-25 with the `initialize` handshake) of
+/// `prose-state [--run RUN] mcp OPTIONS`, declaring the tasks extension when `tasks`.
+async fn session(
+    p: &Project,
+    run: Option<&Run>,
+    options: &[&str],
+    tasks: bool,
+) -> RunningService<RoleClient, ClientConfig> {
+    let mut cmd = tokio::process::Command::new(BIN);
+    if let Some(run) = run {
+        cmd.args(["--run", &run.id]);
+    }
+    cmd.arg("mcp")
+        .args(options)
+        .current_dir(p.root())
+        .env("HOME", test_home(p.root()))
+        .stderr(std::process::Stdio::null());
+    for var in CLEARED_ENV {
+        cmd.env_remove(var);
+    }
+    let capabilities = if tasks {
+        ClientCapabilities::builder().enable_tasks().build()
+    } else {
+        ClientCapabilities::default()
+    };
+    ClientConfig::new(capabilities, Implementation::new("mcp46", "0"))
+        .serve(TokioChildProcess::new(cmd).unwrap())
+        .await
+        .unwrap()
+}
+
+async fn call(
+    client: &RunningService<RoleClient, ClientConfig>,
+    tool: &str,
+    args: Value,
+) -> CallToolResult {
+    let Value::Object(args) = args else {
+        panic!("arguments are an object")
+    };
+    client
+        .call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(args))
+        .await
+        .unwrap()
+}
+
+fn class(r: &CallToolResult) -> String {
+    r.meta.as_ref().unwrap()["class"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn texts(r: &CallToolResult) -> Vec<String> {
+    r.content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect()
+}
+
+/// `--timeout 30` is 30 seconds, on `gates create` and `gates wait` alike, as over MCP; a
+/// number after units, or zero, is refused with nothing written.
+fn durations_take_a_whole_number_of_seconds(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let made = |id: &str, timeout: &str| {
+        stdout_json(
+            &run.cmd()
+                .args(["--json", "gates", "create", id, "--prompt", "Ship?"])
+                .args(["--timeout", timeout])
+                .assert()
+                .success(),
+        )
+    };
+    let plain = made("plain", "90");
+    let units = made("units", "1m30s");
+    assert_eq!(
+        plain["time_left_seconds"], units["time_left_seconds"],
+        "90 is 1m30s: {plain} {units}"
+    );
+    let wait = run
+        .cmd()
+        .args(["gates", "wait", "plain", "--timeout", "1"])
+        .assert()
+        .code(7);
+    assert!(stderr(&wait).is_empty() || !stderr(&wait).contains("invalid"));
+    let before = run.snapshot();
+    for bad in ["1m30", "0", "00", "-5", "1.5"] {
+        let refused = run
+            .cmd()
+            .args(["gates", "create", "other", "--prompt", "p"])
+            .arg(format!("--timeout={bad}"))
+            .assert()
+            .code(2);
+        let line = stderr(&refused);
+        assert!(
+            line.contains("duration") && line.trim().lines().count() == 1,
+            "{bad}: {line}"
+        );
+    }
+    assert_eq!(run.snapshot(), before, "a refused duration wrote nothing");
+}
+
+/// With no run named, `resume` lists the project's unfinished runs and what tells them apart
+/// (a fork names its source), or answers as the one run does; it records nothing, where
+/// `resume` of a named run records the resume.
+fn resume_without_a_run_lists_the_unfinished_runs_and_records_nothing(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let none = stdout_json(&p.cmd().args(["--json", "resume"]).assert().success());
+    assert_eq!(none["runs"], json!([]), "{none}");
+    let said = p.cmd().arg("resume").assert().success();
+    assert!(String::from_utf8_lossy(&said.get_output().stdout).contains("no unfinished run"));
+
+    // An interrupted run is unfinished: resumed by name, it runs again.
+    let first = p.init();
+    let record = first.exec(1, "session \"a\"", "completed", None);
+    first
+        .cmd()
+        .args(["finish", "--status", "interrupted", "--error", "lunch"])
+        .assert()
+        .success();
+    let before = first.snapshot();
+    let one = stdout_json(&p.cmd().args(["--json", "resume"]).assert().success());
+    assert_eq!(one["run"]["id"], first.id.as_str(), "{one}");
+    assert_eq!(one["run"]["status"], "interrupted", "{one}");
+    assert_eq!(one["position"]["after"]["id"], record);
+    assert_eq!(
+        first.snapshot(),
+        before,
+        "an unnamed resume records nothing"
+    );
+    let named = stdout_json(&first.cmd().args(["--json", "resume"]).assert().success());
+    assert_eq!(named["run"]["status"], "running");
+    assert_ne!(first.snapshot(), before, "a named resume is recorded");
+
+    // A finished run is not listed; a fork names its source.
+    let done = p.init();
+    done.cmd()
+        .args(["finish", "--status", "completed"])
+        .assert()
+        .success();
+    let fork = stdout_json(
+        &first
+            .cmd()
+            .args(["--json", "fork", "--at", &record.to_string()])
+            .assert()
+            .success(),
+    );
+    let fork_id = fork["run_id"].as_str().unwrap().to_string();
+    let before = (first.snapshot(), p.run(&fork_id).snapshot());
+    let several = stdout_json(&p.cmd().args(["--json", "resume"]).assert().success());
+    assert!(several["run"].is_null(), "{several}");
+    let runs = several["runs"].as_array().unwrap();
+    let ids: Vec<&str> = runs.iter().map(|r| r["run_id"].as_str().unwrap()).collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert!(ids.contains(&first.id.as_str()) && ids.contains(&fork_id.as_str()));
+    let forked = runs
+        .iter()
+        .find(|r| r["run_id"] == fork_id.as_str())
+        .unwrap();
+    assert_eq!(forked["forked_from"]["run"], first.id.as_str());
+    assert_eq!(forked["forked_from"]["record"], record);
+    assert_eq!(forked["newest_record"]["statement_text"], "session \"a\"");
+    assert!(several["next_step"].as_str().unwrap().contains("--run"));
+    assert_eq!(
+        (first.snapshot(), p.run(&fork_id).snapshot()),
+        before,
+        "a list records nothing"
+    );
+    let text = p.cmd().arg("resume").assert().success();
+    let text = String::from_utf8_lossy(&text.get_output().stdout).into_owned();
+    assert!(
+        text.contains(&format!("forked from {} at record {record}", first.id)),
+        "{text}"
+    );
+}
+
+/// `bind a --from b` copies b as `get b` reads it from the frame given, an attachment whole,
+/// and prints only where it went; a source that is not there, or given beside a value, is
+/// refused with nothing written.
+fn bind_from_copies_a_binding_without_printing_it(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let big: String = (0..30_000).map(|i| format!("{i:05}")).collect();
+    let file = p.write("big.txt", big.as_bytes());
+    run.cmd()
+        .args(["bind", "report", "--file"])
+        .arg(&file)
+        .assert()
+        .success();
+    let copied = run
+        .cmd()
+        .args(["bind", "copy", "--from", "report"])
+        .assert()
+        .success();
+    let out = String::from_utf8_lossy(&copied.get_output().stdout).into_owned();
+    assert!(!out.contains("00001"), "the value is not printed: {out}");
+    assert_eq!(run.get("copy", None), big.as_bytes());
+    // In a frame: the name as `get` reads it from there.
+    let call = run.exec(2, "do f(x)", "executing", None);
+    run.bind("x", "the frame's", Some(call));
+    run.bind("x", "the root's", None);
+    run.cmd()
+        .args([
+            "bind",
+            "y",
+            "--from",
+            "x",
+            "--execution-id",
+            &call.to_string(),
+        ])
+        .assert()
+        .success();
+    assert_eq!(run.get("y", Some(call)), b"the frame's");
+    let before = run.snapshot();
+    for (args, code) in [
+        (vec!["bind", "z", "--from", "nothing"], 3),
+        (vec!["bind", "z", "--from", "x", "a value"], 2),
+        (vec!["bind", "z", "--from", "x", "--append", "1"], 2),
+        (vec!["bind", "z", "--from", "no such"], 2),
+    ] {
+        let refused = run.cmd().args(&args).assert().code(code);
+        assert_eq!(stderr(&refused).trim().lines().count(), 1, "{args:?}");
+    }
+    assert_eq!(run.snapshot(), before, "a refused copy wrote nothing");
+}
+
+/// A subagent session started `--agent captain --scope project` keeps the captain's memory
+/// in the project (on a team's server, there), where the next run's session finds it; its
+/// prompt says so. A subagent session cannot have its prompt name another agent or scope.
+fn a_persistent_agents_session_keeps_its_memory_where_persist_says(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let next = p.init();
+    let options = [
+        "--role", "subagent", "--agent", "captain", "--scope", "project",
+    ];
+    runtime().block_on(async {
+        let s = session(&p, Some(&run), &options, false).await;
+        let r = call(&s, "agent_remember", json!({"value": "the reef is north"})).await;
+        assert_eq!(class(&r), "ok", "{r:?}");
+        let prompt = s
+            .get_prompt(GetPromptRequestParams::new("subagent"))
+            .await
+            .unwrap();
+        let text = serde_json::to_value(&prompt.messages[0].content).unwrap()["text"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let place = match b {
+            Backend::Sqlite => "`.prose/agents.db`",
+            Backend::Postgres => "PostgreSQL server",
+        };
+        assert!(
+            text.contains(place) && text.contains("outlives the run"),
+            "{text}"
+        );
+        // The agent tools take no scope here: the session's is the only one.
+        let r = call(&s, "agent_memory", json!({"scope": "execution"})).await;
+        assert_eq!(class(&r), "usage");
+        let mut asked = GetPromptRequestParams::new("subagent");
+        asked.arguments = Some(serde_json::from_value(json!({"scope": "user"})).unwrap());
+        assert!(
+            s.get_prompt(asked).await.is_err(),
+            "another scope is refused"
+        );
+        s.cancel().await.unwrap();
+        let s = session(&p, Some(&next), &options, false).await;
+        let r = call(&s, "agent_memory", json!({})).await;
+        assert_eq!(
+            r.structured_content.as_ref().unwrap()["memory"],
+            "the reef is north"
+        );
+        s.cancel().await.unwrap();
+    });
+    let memory = run
+        .cmd()
+        .args(["agent", "--scope", "project", "memory", "captain"])
+        .assert()
+        .success();
+    assert_eq!(memory.get_output().stdout, b"the reef is north");
+    // Not in the run's own (execution) scope.
+    run.cmd()
+        .args(["agent", "memory", "captain"])
+        .assert()
+        .code(3);
+}
+
+/// A VM session needs no `--agent`; a failed call carries no structured content (which a
+/// client checks against the output schema) and says why in its text and `_meta`; a wait
+/// that ran out says so in words; `query` gives its columns in order; a client that declares
+/// the tasks extension on a handshake session (2025-11-25) is offered no task: the server does
+/// not declare the extension, and `gates_wait` answers plainly, a whole-second string timeout
+/// taken. An anonymous subagent session has no memory tools, and its prompt offers none.
+fn failures_are_readable_and_outcomes_said(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "ship", "--prompt", "Ship?"])
+        .assert()
+        .success();
+    runtime().block_on(async {
+        let s = session(&p, Some(&run), &["--role", "vm"], true).await;
+        let info = s.peer_info().unwrap();
+        assert!(
+            !info.capabilities.supports_tasks(),
+            "no tasks extension on a 2025-11-25 session: {:?}",
+            info.capabilities
+        );
+        for (tool, args, want, code) in [
+            ("get", json!({"name": "missing"}), "not_found", 3),
+            (
+                "query",
+                json!({"sql": "CREATE TABLE t46 (x INTEGER)"}),
+                "refused",
+                4,
+            ),
+            ("bind", json!({"name": "x", "nonsense": 1}), "usage", 2),
+            (
+                "bind",
+                json!({"name": "x", "value": "1", "if_version": 7}),
+                "refused",
+                4,
+            ),
+        ] {
+            let r = call(&s, tool, args.clone()).await;
+            assert_eq!(r.is_error, Some(true), "{tool} {args}");
+            assert!(r.structured_content.is_none(), "{tool}: {r:?}");
+            let error: Value = serde_json::from_str(&texts(&r)[0]).unwrap();
+            assert_eq!(error["class"], want, "{tool} {args}: {error}");
+            assert_eq!(error["exit_code"], code);
+            assert_eq!(class(&r), want);
+            assert!(!error["error"].as_str().unwrap().is_empty());
+        }
+        let r = call(&s, "gates_wait", json!({"gate": "ship", "timeout": "1"})).await;
+        assert_eq!(class(&r), "still_pending", "{r:?}");
+        assert_ne!(r.is_error, Some(true));
+        let said = texts(&r);
+        assert!(
+            said.len() == 2 && said[1].starts_with("still_pending: ") && said[1].contains("ship"),
+            "{said:?}"
+        );
+        s.cancel().await.unwrap();
+
+        // On PostgreSQL `query` runs only as a role that can do nothing but read.
+        if let Some(url) = p.pg_url.clone() {
+            let reader = tokio::task::spawn_blocking(move || crate::common::pg::as_reader(&url))
+                .await
+                .unwrap();
+            p.write(
+                ".prose/.env",
+                format!("OPENPROSE_POSTGRES_URL={reader}\n").as_bytes(),
+            );
+        }
+        let s = session(&p, Some(&run), &["--role", "vm"], false).await;
+        let q = call(&s, "query", json!({"sql": "SELECT 3 AS c, 1 AS a, 2 AS b"})).await;
+        let q = q
+            .structured_content
+            .clone()
+            .unwrap_or_else(|| panic!("{:?}", texts(&q)));
+        assert_eq!(q["columns"], json!(["c", "a", "b"]), "{q}");
+        s.cancel().await.unwrap();
+
+        let s = session(&p, Some(&run), &["--role", "subagent"], false).await;
+        let tools: Vec<String> = s
+            .list_all_tools()
+            .await
+            .unwrap()
+            .iter()
+            .map(|t| t.name.to_string())
+            .collect();
+        assert!(!tools.iter().any(|t| t.starts_with("agent")), "{tools:?}");
+        let prompt = s
+            .get_prompt(GetPromptRequestParams::new("subagent"))
+            .await
+            .unwrap();
+        let text = format!("{:?}", prompt.messages);
+        assert!(
+            !text.contains("agent_memory") && text.contains(&run.id),
+            "{text}"
+        );
+        s.cancel().await.unwrap();
+    });
+}
