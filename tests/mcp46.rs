@@ -22,6 +22,7 @@ on_both!(
     bind_from_copies_a_binding_without_printing_it,
     a_persistent_agents_session_keeps_its_memory_where_persist_says,
     failures_are_readable_and_outcomes_said,
+    a_plain_wait_offers_the_page_by_url_elicitation,
 );
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -414,4 +415,81 @@ fn failures_are_readable_and_outcomes_said(b: Backend) {
         );
         s.cancel().await.unwrap();
     });
+}
+
+/// A client that takes URL elicitation and keeps what it was asked.
+#[derive(Clone, Default)]
+struct Asked(std::sync::Arc<std::sync::Mutex<Vec<rmcp::model::ElicitRequestParams>>>);
+
+impl rmcp::ClientHandler for Asked {
+    fn get_info(&self) -> ClientConfig {
+        let capabilities: ClientCapabilities =
+            serde_json::from_value(json!({"elicitation": {"url": {}}})).unwrap();
+        ClientConfig::new(capabilities, Implementation::new("mcp46-asked", "0"))
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        self.0.lock().unwrap().push(request);
+        Ok(rmcp::model::ElicitResult::new(
+            rmcp::model::ElicitationAction::Accept,
+        ))
+    }
+}
+
+/// On a handshake session (2025-11-25), a plain `gates_wait` on a pending gate sends a client
+/// that takes URL elicitation one `elicitation/create` naming the gate's approval page
+/// (`PROSE_SERVE_URL`); accepting it decides nothing: the wait still runs out pending.
+fn a_plain_wait_offers_the_page_by_url_elicitation(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "ship", "--prompt", "Ship?"])
+        .assert()
+        .success();
+    let asked = Asked::default();
+    runtime().block_on(async {
+        let mut cmd = tokio::process::Command::new(BIN);
+        cmd.args(["--run", &run.id, "mcp", "--role", "vm"])
+            .current_dir(p.root())
+            .env("HOME", test_home(p.root()))
+            .stderr(std::process::Stdio::null());
+        for var in CLEARED_ENV {
+            cmd.env_remove(var);
+        }
+        cmd.env("PROSE_SERVE_URL", "https://gates.example/");
+        let s = asked
+            .clone()
+            .serve(TokioChildProcess::new(cmd).unwrap())
+            .await
+            .unwrap();
+        let args = json!({"gate": "ship", "timeout": 2});
+        let Value::Object(args) = args else { panic!() };
+        let r = s
+            .call_tool(CallToolRequestParams::new("gates_wait").with_arguments(args))
+            .await
+            .unwrap();
+        assert_eq!(r.meta.as_ref().unwrap()["class"], "still_pending", "{r:?}");
+        s.cancel().await.unwrap();
+    });
+    let asked = asked.0.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    let asked = serde_json::to_value(&asked[0]).unwrap();
+    assert_eq!(asked["mode"], "url", "{asked}");
+    assert_eq!(
+        asked["url"],
+        format!("https://gates.example/runs/{}/gates/ship", run.id)
+    );
+    assert!(asked["message"]
+        .as_str()
+        .unwrap()
+        .contains("decides nothing"));
+    let (status, ..) = run.view().gate("ship");
+    assert_eq!(
+        status, "pending",
+        "an answer to the elicitation decides nothing"
+    );
 }
