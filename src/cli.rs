@@ -324,6 +324,9 @@ pub struct GuideArgs {
     /// The binding is an assignment (`x = ...`): written where the program declared it
     #[arg(long, requires = "name")]
     pub assign: bool,
+    /// The binding's kind, as the statement says: `output` for `output x = ...`
+    #[arg(long, value_enum, value_name = "KIND", requires = "name")]
+    pub kind: Option<Kind>,
     /// The persistent agent the subagent is (fills in its guide)
     #[arg(long, value_name = "NAME")]
     pub agent: Option<String>,
@@ -490,6 +493,12 @@ pub struct BindArgs {
     /// the value is not printed, and an attachment is copied whole
     #[arg(long, value_name = "NAME", conflicts_with_all = ["append", "merge"])]
     pub from: Option<String>,
+
+    /// Look --from up from this execution record instead (`let x = do f()`: the block's
+    /// result, read in its frame, bound in the caller's)
+    #[arg(long, value_name = "N", requires = "from", allow_hyphen_values = true,
+          value_parser = at_least(1))]
+    pub from_execution_id: Option<i64>,
 
     /// Bind in the frame of this execution record (a block invocation or a branch; a record
     /// inside one binds in it; omitted: the root)

@@ -125,9 +125,8 @@ const SERVED: &[Served] = &[
     },
     Served {
         roles: VM_ONLY,
-        about: "Open an approval gate (the language's `approve GATE_ID:`): a person decides it, \
-                never a tool. `allow` is an array of the principals who may decide (`user`: \
-                anyone not `agent:...`); `on_reject` is stored as given.",
+        about: "Open an approval gate (`approve GATE_ID:`): a person on `allow` decides it, \
+                never an agent or a tool.",
         ..Served::new("gates_create", &["gates", "create"], false)
     },
     // Showing a gate logs a `viewed` event: it writes.
@@ -159,8 +158,7 @@ const SERVED: &[Served] = &[
         ..Served::new("agent_remember", &["agent", "remember"], false)
     },
     Served {
-        about: "Append a segment (one invocation's record: its prompt and a summary of what it \
-                did) to an agent's log, and get its number.",
+        about: "Record a session of an agent (its prompt and what it did) in its log.",
         ..Served::new("agent_segment", &["agent", "segment"], false)
     },
     Served {
@@ -196,8 +194,7 @@ const SERVED: &[Served] = &[
     },
     Served {
         roles: VM_ONLY,
-        about: "Set the run's final status: completed (refused while a gate is pending) or \
-                failed with an `error`. A finished run takes no more writes.",
+        about: "Set the run's final status (completed: refused while a gate is pending).",
         ..Served::new("finish", &["finish"], false)
     },
     Served {
@@ -242,30 +239,87 @@ impl Served {
 /// Descriptions of arguments, written for a model calling a tool where the command line's
 /// help would mislead it (stdin, comma-separated lists, `--options`).
 const DESCRIBED: &[(&str, &str, &str)] = &[
-    ("bind", "value", "The value, stored exactly as given (`-` is the one character `-`)"),
-    ("bind", "file", "Read the value from this file on the server's machine"),
-    ("bind", "if_version", "Write only at this version (0: unbound), else refused"),
-    ("bind", "append", "Append this (JSON, else a string) to the JSON array"),
+    (
+        "bind",
+        "value",
+        "The value, stored exactly as given (`-` is the one character `-`)",
+    ),
+    (
+        "bind",
+        "file",
+        "Read the value from this file on the server's machine",
+    ),
+    (
+        "bind",
+        "if_version",
+        "Write only at this version (0: unbound), else refused",
+    ),
+    (
+        "bind",
+        "append",
+        "Append this (JSON, else a string) to the JSON array",
+    ),
     ("bind", "merge", "Merge this JSON object in (RFC 7396)"),
     ("bind", "key", "append/merge once per key"),
     ("bind", "from", "Copy this binding's value (`let a = b`)"),
-    ("bind", "execution_id", "Bind in this record's frame (default: root)"),
-    ("bind", "local", "At the execution_id record itself (loop variable, `catch as err`)"),
-    ("bind", "assign", "Write the binding `get` reads from here (`x = ...`)"),
+    (
+        "bind",
+        "from_execution_id",
+        "Look `from` up from this record (default: execution_id)",
+    ),
+    (
+        "bind",
+        "execution_id",
+        "Bind in this record's frame (default: root)",
+    ),
+    (
+        "bind",
+        "local",
+        "At the execution_id record itself (loop variable, `catch as err`)",
+    ),
+    (
+        "bind",
+        "assign",
+        "Write the binding `get` reads from here (`x = ...`)",
+    ),
     ("bind", "source", "The statement that made the value"),
     ("bind", "summary", "One-line summary"),
     ("bind", "kind", "A const is never rebound"),
     ("bind", "name", "Binding name"),
-    ("get", "as_of", "Read it as it stood after this record id, or at this UTC time"),
+    (
+        "get",
+        "as_of",
+        "Read it as it stood after this record id, or at this UTC time",
+    ),
     ("get", "version", "Read this version (`history` lists them)"),
-    ("get", "execution_id", "Look up from this record's scope (default: the root)"),
-    ("history", "execution_id", "The binding seen from this record's scope (default: the root)"),
+    (
+        "get",
+        "execution_id",
+        "Look up from this record's scope (default: the root)",
+    ),
+    (
+        "history",
+        "execution_id",
+        "The binding seen from this record's scope (default: the root)",
+    ),
     ("history", "before", "Only versions older than this one"),
-    ("exec_append", "key", "Idempotency key: sent again, appends nothing"),
+    (
+        "exec_append",
+        "key",
+        "Idempotency key: sent again, appends nothing",
+    ),
     ("exec_append", "ends", "The start record this ends"),
-    ("exec_append", "construct", "What a start opens if its text does not say"),
+    (
+        "exec_append",
+        "construct",
+        "What a start opens if its text does not say",
+    ),
     ("exec_append", "text", "Statement text"),
-    ("exec_append", "index", "Statement index in its body, from 1"),
+    (
+        "exec_append",
+        "index",
+        "Statement index in its body, from 1",
+    ),
     ("exec_append", "parent", "The enclosing record's id"),
     ("exec_append", "metadata", "A JSON object"),
     ("init", "run_id", "The run's id (default: a new one)"),
@@ -273,48 +327,184 @@ const DESCRIBED: &[(&str, &str, &str)] = &[
     ("gates_create", "prompt", "What the person decides"),
     ("query", "sql", "One read-only SQL statement"),
     ("query", "timeout", "Stop it after this long (30s)"),
-    ("gates_wait", "accept_carried_from", "Count a decision a fork this VM made carried from this run"),
-    ("gates_wait", "instance", "That opening's decision (from gates_create or resume)"),
+    (
+        "gates_wait",
+        "accept_carried_from",
+        "Count a decision a fork this VM made carried from this run",
+    ),
+    (
+        "gates_wait",
+        "instance",
+        "That opening's decision (from gates_create or resume)",
+    ),
     ("init", "program", "The .prose program to keep with the run"),
-    ("gates_create", "escalate_to", "At the deadline, open the gate to this principal or group too, once (needs timeout)"),
-    ("gates_create", "escalate_timeout", "The deadline after an escalation (default: timeout again)"),
-    ("gates_create", "remind", "Remind this long before the deadline (needs timeout)"),
-    ("gates_create", "no_self_approve", "The run's starter and the gate's creator may not approve it"),
-    ("gates_create", "on_reject", "What the program does on rejection or timeout, as written"),
-    ("gates_create", "require", "Approvals needed, by distinct allowed principals"),
-    ("gates_create", "reopen", "Open a decided gate again: its next instance (retry, loops)"),
-    ("gates_create", "veto", "off: a rejection needs `require` rejections too"),
-    ("gates_create", "timeout", "Deadline from now (30s, 4h, 7d, 2h30m, or seconds)"),
-    ("gates_create", "execution_id", "The enclosing record: parent of the `approve` record"),
+    (
+        "gates_create",
+        "escalate_to",
+        "At the deadline, open to this principal or group too",
+    ),
+    (
+        "gates_create",
+        "escalate_timeout",
+        "The deadline after an escalation (default: timeout again)",
+    ),
+    (
+        "gates_create",
+        "remind",
+        "Remind this long before the deadline (needs timeout)",
+    ),
+    (
+        "gates_create",
+        "no_self_approve",
+        "The run's starter and the gate's creator may not approve it",
+    ),
+    (
+        "gates_create",
+        "on_reject",
+        "What the program does on rejection or timeout, as written",
+    ),
+    (
+        "gates_create",
+        "require",
+        "Approvals needed, by distinct allowed principals",
+    ),
+    (
+        "gates_create",
+        "reopen",
+        "Open a decided gate again: its next instance (retry, loops)",
+    ),
+    (
+        "gates_create",
+        "veto",
+        "off: a rejection needs `require` rejections too",
+    ),
+    (
+        "gates_create",
+        "timeout",
+        "Deadline from now (30s, 4h, 7d, 2h30m, or seconds)",
+    ),
+    (
+        "gates_create",
+        "execution_id",
+        "The enclosing record: parent of the `approve` record",
+    ),
     ("gates_create", "index", "The `approve` statement's index"),
     ("gates_create", "metadata", "A JSON object"),
-    ("gates_wait", "require_signed", "Count only a decision the approval page signed"),
-    ("gates_wait", "key", "The page's key (ed25519:HEX) to check signatures with"),
-    ("gates_wait", "poll", "How often to look (default 1s; 30s when woken by commits)"),
-    ("gates_wait", "any", "Ok as soon as one is approved; fails when all failed"),
-    ("gates_wait", "all", "Ok when all are approved; fails as soon as one fails"),
-    ("gates_list", "expiring", "Only gates whose deadline is within this long"),
-    ("diff", "limit", "At most this many entries a list (default 20)"),
+    (
+        "gates_wait",
+        "require_signed",
+        "Count only a decision the approval page signed",
+    ),
+    (
+        "gates_wait",
+        "key",
+        "The page's key (ed25519:HEX) to check signatures with",
+    ),
+    (
+        "gates_wait",
+        "poll",
+        "How often to look (default 1s; 30s when woken by commits)",
+    ),
+    (
+        "gates_wait",
+        "any",
+        "Ok as soon as one is approved; fails when all failed",
+    ),
+    (
+        "gates_wait",
+        "all",
+        "Ok when all are approved; fails as soon as one fails",
+    ),
+    (
+        "gates_list",
+        "expiring",
+        "Only gates whose deadline is within this long",
+    ),
+    (
+        "diff",
+        "limit",
+        "At most this many entries a list (default 20)",
+    ),
     ("diff", "name", "Only the bindings of this name"),
-    ("fork", "at", "The record to fork at (its id, as `log_since` shows it)"),
-    ("fork", "backend", "Where the fork is kept (default: the project's)"),
-    ("init", "backend", "sqlite (a state.db) or postgres (the project's server)"),
-    ("runs_list", "since", "Only runs started since this time or within this duration (7d)"),
+    (
+        "fork",
+        "at",
+        "The record to fork at (its id, as `log_since` shows it)",
+    ),
+    (
+        "fork",
+        "backend",
+        "Where the fork is kept (default: the project's)",
+    ),
+    (
+        "init",
+        "backend",
+        "sqlite (a state.db) or postgres (the project's server)",
+    ),
+    (
+        "runs_list",
+        "since",
+        "Only runs started since this time or within this duration (7d)",
+    ),
     ("resume", "limit", "At most this many bindings (default 64)"),
-    ("resume", "cursor", "Bindings after this name: a previous answer's `next_cursor`"),
-    ("agent_remember", "value", "The new memory, stored exactly as given"),
-    ("agent_remember", "file", "Read the memory from this file on the server's machine"),
-    ("gates_create", "allow", "Principals who may decide (`user`: any person)"),
-    ("get", "offset", "Where the page starts, in bytes (default 0)"),
-    ("get", "length", "At most this many bytes (default 16384, at most 262144)"),
-    ("get", "explain", "Give the scope chain walked, not the value"),
-    ("log_since", "since", "The events after this id (0: from the start)"),
+    (
+        "resume",
+        "cursor",
+        "Bindings after this name: a previous answer's `next_cursor`",
+    ),
+    (
+        "agent_remember",
+        "value",
+        "The new memory, stored exactly as given",
+    ),
+    (
+        "agent_remember",
+        "file",
+        "Read the memory from this file on the server's machine",
+    ),
+    (
+        "gates_create",
+        "allow",
+        "Principals who may decide (`user`: any person)",
+    ),
+    (
+        "get",
+        "offset",
+        "Where the page starts, in bytes (default 0)",
+    ),
+    (
+        "get",
+        "length",
+        "At most this many bytes (default 16384, at most 262144)",
+    ),
+    (
+        "get",
+        "explain",
+        "Give the scope chain walked, not the value",
+    ),
+    (
+        "log_since",
+        "since",
+        "The events after this id (0: from the start)",
+    ),
     ("fork", "bind", "Root inputs to replace, `NAME=VALUE` each"),
     ("fork", "run_id", "The new run's id (default: a new one)"),
-    ("gates_create", "inputs", "Bindings the decision is about: a change before it is consumed makes it stale"),
+    (
+        "gates_create",
+        "inputs",
+        "Bindings the decision is about: a change before it is consumed makes it stale",
+    ),
     ("diff", "run_a", "The first run's id"),
-    ("diff", "run_b", "The second run's id: what only it has is `added`"),
-    ("diff", "cursor", "A previous answer's `bindings.next_cursor`"),
+    (
+        "diff",
+        "run_b",
+        "The second run's id: what only it has is `added`",
+    ),
+    (
+        "diff",
+        "cursor",
+        "A previous answer's `bindings.next_cursor`",
+    ),
 ];
 
 /// Arguments no tool takes: the server decides where the project is, who acts and how the
@@ -340,6 +530,9 @@ const NOT_SERVED: &[&str] = &[
     "poll_ms",
     "quiet",
 ];
+
+/// The kinds of binding a subagent session writes.
+const SUBAGENT_KINDS: [&str; 2] = ["let", "output"];
 
 /// `gates_wait`'s property for several gates (the command line's positionals with --all or
 /// --any).
@@ -552,10 +745,13 @@ fn tools(role: Role, run_pinned: bool, execution_pinned: bool, anonymous: bool) 
                     // its global ones (the agent scope) are.
                     // (`get --version V` takes a value: it is not clap's own --version flag.)
                     let own_version = id == "version" && arg.get_action().takes_values();
+                    // A subagent reads no file of the server's machine: its value is what it
+                    // passes (a file would hand it whatever the server may read).
                     if (NOT_SERVED.contains(&id) && !own_version)
                         || served.skip.contains(&id)
                         || arg.is_hide_set()
                         || (!leaf && !arg.is_global_set())
+                        || (subagent && id == "file")
                     {
                         continue;
                     }
@@ -575,6 +771,13 @@ fn tools(role: Role, run_pinned: bool, execution_pinned: bool, anonymous: bool) 
             }
             for (property, schema) in paging(served) {
                 properties.insert(property.into(), schema);
+            }
+            // A subagent writes a result (`let`, `output`); the program's inputs and consts are
+            // the VM's to bind (a const a subagent bound would block the VM's assignment).
+            if subagent && served.name == "bind" {
+                if let Some(kind) = properties.get_mut("kind") {
+                    kind["enum"] = json!(SUBAGENT_KINDS);
+                }
             }
             if served.name == "gates_wait" {
                 // One gate (`gate`), or several (`gates`) with `all` or `any`.
@@ -758,6 +961,16 @@ impl Server {
                 )));
             }
         }
+        if self.role == Role::Subagent && spec.served.name == "bind" {
+            if let Some(kind) = args.get("kind").and_then(Value::as_str) {
+                if !SUBAGENT_KINDS.contains(&kind) {
+                    return Err(usage(format!(
+                        "a subagent binds let or output, not {}: the program's inputs and consts are the VM's",
+                        crate::error::shown(kind)
+                    )));
+                }
+            }
+        }
         let numeric_wait;
         let args = if spec.served.name == "gates_wait" {
             numeric_wait = wait_timeout_in_words(args)?;
@@ -918,6 +1131,22 @@ impl Server {
 
     /// A call, `bounded` as a tool call is or not (a `gates_wait` task, see [`tasks`]).
     fn call_with(&self, spec: &ToolSpec, args: &JsonObject, bounded: bool) -> Result<Outcome> {
+        self.call_inner(spec, args, bounded).map_err(|e| {
+            // Told in this session's words: its run is the `run` argument, or the one `init`
+            // made or `resume` named.
+            if format!("{e:#}").starts_with("no run given") {
+                usage(if self.role == Role::Vm {
+                    "no run: pass `run` (call `resume` with `run` to continue one, or `init` to make one; either becomes the session's)"
+                } else {
+                    "no run: pass `run`, the run the VM gave you"
+                })
+            } else {
+                e
+            }
+        })
+    }
+
+    fn call_inner(&self, spec: &ToolSpec, args: &JsonObject, bounded: bool) -> Result<Outcome> {
         let argv = self.argv(spec, args, bounded)?;
         let cli = {
             let mut parser = spec

@@ -1850,12 +1850,13 @@ fn battery(script: &str) -> String {
 /// as a test: every one ends with `gates wait` not 0 and `gates verify` not "intact".
 #[test]
 fn the_batterys_reproductions_fail_closed() {
-    // 1. A pending gate "decided" in its row, reopened for an agent, approved by it.
+    // 1. A pending gate "decided" in its row, reopened for someone else, approved by them
+    // (an agent cannot be allowed at all).
     let said = battery(
         r#"$P gates create deploy --prompt "DROP PROD" --allow user >/dev/null
         sqlite3 $DB "UPDATE gates SET status='rejected', resolved_by='alice', resolved_at=datetime('now') WHERE id='deploy'"
-        $P gates create deploy --reopen --prompt "DROP PROD" --allow agent:x >/dev/null 2>&1; echo reopen=$?
-        $P approve deploy --as agent:x --yes >/dev/null 2>&1
+        $P gates create deploy --reopen --prompt "DROP PROD" --allow mallory >/dev/null 2>&1; echo reopen=$?
+        $P approve deploy --as mallory --yes >/dev/null 2>&1
         $P gates wait deploy --timeout 0 >/dev/null 2>&1; echo wait=$?"#,
     );
     assert!(
@@ -1863,15 +1864,15 @@ fn the_batterys_reproductions_fail_closed() {
         "{said}"
     );
 
-    // 1b. The deadline moved earlier by SQL, then the agent reopens for itself and approves.
+    // 1b. The deadline moved earlier by SQL, then the agent reopens it for an accomplice, who approves.
     // Since every deadline but the sealed one is tampering (issue 43), the gate is not timed
     // out by the row nor reopened: the VM waiting on the opening it made is told, not
     // approved.
     let said = battery(
         r#"$P gates create deploy --prompt "DROP PROD" --allow user >/dev/null
         sqlite3 $DB "UPDATE gates SET timeout_at='2000-01-01 00:00:00'"
-        $P gates create deploy --reopen --prompt "DROP PROD" --allow agent:x >/dev/null; echo reopen=$?
-        $P approve deploy --as agent:x --yes >/dev/null 2>&1
+        $P gates create deploy --reopen --prompt "DROP PROD" --allow mallory >/dev/null; echo reopen=$?
+        $P approve deploy --as mallory --yes >/dev/null 2>&1
         $P gates wait deploy --instance 1 --timeout 0 >/dev/null 2>&1; echo wait=$?"#,
     );
     assert!(
@@ -1943,7 +1944,7 @@ fn the_batterys_reproductions_fail_closed() {
     // 7. The gates table rebuilt with a case-insensitive id: `deploy` found `DEPLOY`.
     let said = battery(
         r#"$P gates create deploy --prompt "DROP PROD" --allow user >/dev/null
-        $P gates create DEPLOY --prompt noop --allow agent:x >/dev/null; $P approve DEPLOY --as agent:x --yes >/dev/null
+        $P gates create DEPLOY --prompt noop --allow mallory >/dev/null; $P approve DEPLOY --as mallory --yes >/dev/null
         sqlite3 $DB "PRAGMA foreign_keys=OFF; BEGIN; CREATE TABLE g2 (id TEXT COLLATE NOCASE, run_id TEXT, execution_id INTEGER, prompt TEXT, allow TEXT, timeout TEXT, timeout_at TEXT, on_reject TEXT, status TEXT, created_at TEXT, resolved_at TEXT, resolved_by TEXT, resolution_comment TEXT, metadata TEXT, instance INTEGER NOT NULL DEFAULT 1, remind_at TEXT);
           INSERT INTO g2 SELECT * FROM gates WHERE id='DEPLOY'; INSERT INTO g2 SELECT * FROM gates WHERE id='deploy'; DROP TABLE gates; ALTER TABLE g2 RENAME TO gates; COMMIT;"
         $P gates wait deploy --timeout 0 >/dev/null 2>&1; echo wait=$?
@@ -1959,7 +1960,7 @@ fn the_batterys_reproductions_fail_closed() {
     let said = battery(
         r#"$P gates create deploy --prompt "DROP PROD" --allow user >/dev/null
         sqlite3 $DB "UPDATE gates SET instance=2, allow='[\"agent:x\"]' WHERE id='deploy'"
-        $P approve deploy --as agent:x --yes >/dev/null 2>&1; echo approve=$?
+        $P approve deploy --as mallory --yes >/dev/null 2>&1; echo approve=$?
         sqlite3 $DB "SELECT count(*) FROM gate_audit_log WHERE event_type='approved'" | sed 's/^/approved=/'"#,
     );
     assert!(

@@ -23,6 +23,7 @@ on_both!(
     a_persistent_agents_session_keeps_its_memory_where_persist_says,
     failures_are_readable_and_outcomes_said,
     a_plain_wait_offers_the_page_by_url_elicitation,
+    what_an_outside_host_found,
 );
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -246,6 +247,20 @@ fn bind_from_copies_a_binding_without_printing_it(b: Backend) {
         .assert()
         .success();
     assert_eq!(run.get("y", Some(call)), b"the frame's");
+    // `let r = do f()`: the block's result, read in its frame, bound in the caller's.
+    run.bind("result", "from inside", Some(call));
+    run.cmd()
+        .args([
+            "bind",
+            "r",
+            "--from",
+            "result",
+            "--from-execution-id",
+            &call.to_string(),
+        ])
+        .assert()
+        .success();
+    assert_eq!(run.get("r", None), b"from inside");
     let before = run.snapshot();
     for (args, code) in [
         (vec!["bind", "z", "--from", "nothing"], 3),
@@ -492,4 +507,104 @@ fn a_plain_wait_offers_the_page_by_url_elicitation(b: Backend) {
         status, "pending",
         "an answer to the elicitation decides nothing"
     );
+}
+
+/// What an outside host found, closed: a subagent session reads no file of the server's
+/// machine and binds no input or const; no gate allows an agent (on the command line or over
+/// MCP); a VM session without a run is told to pass `run`; `guide subagent --kind output`
+/// has the subagent bind an output. Each refusal leaves the run as it was.
+fn what_an_outside_host_found(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let secret = p.write("secret.txt", b"not for agents");
+    let before = run.snapshot();
+    let refused = run
+        .cmd()
+        .args([
+            "gates",
+            "create",
+            "g",
+            "--prompt",
+            "p",
+            "--allow",
+            "alice,agent:vm",
+        ])
+        .assert()
+        .code(2);
+    assert!(
+        stderr(&refused).contains("agents never decide"),
+        "{}",
+        stderr(&refused)
+    );
+    runtime().block_on(async {
+        let s = session(
+            &p,
+            Some(&run),
+            &["--role", "subagent", "--agent", "w"],
+            false,
+        )
+        .await;
+        for tool in s.list_all_tools().await.unwrap() {
+            let props = tool.input_schema.get("properties").unwrap();
+            assert!(props.get("file").is_none(), "{} takes a file", tool.name);
+        }
+        for (tool, args) in [
+            (
+                "bind",
+                json!({"name": "x", "file": secret.to_str().unwrap()}),
+            ),
+            ("agent_remember", json!({"file": secret.to_str().unwrap()})),
+            ("bind", json!({"name": "x", "value": "1", "kind": "const"})),
+            ("bind", json!({"name": "x", "value": "1", "kind": "input"})),
+        ] {
+            let r = call(&s, tool, args.clone()).await;
+            assert_eq!(class(&r), "usage", "{tool} {args}: {r:?}");
+        }
+        s.cancel().await.unwrap();
+
+        let s = session(&p, None, &["--role", "vm"], false).await;
+        let r = call(
+            &s,
+            "gates_create",
+            json!({"run": run.id, "gate_id": "g", "prompt": "p", "allow": ["agent:vm"]}),
+        )
+        .await;
+        assert_eq!(class(&r), "usage", "{r:?}");
+        let r = call(&s, "get", json!({"name": "out"})).await;
+        let error: Value = serde_json::from_str(&texts(&r)[0]).unwrap();
+        assert!(
+            error["error"].as_str().unwrap().contains("pass `run`"),
+            "{error}"
+        );
+        let mut asked = GetPromptRequestParams::new("subagent");
+        asked.arguments =
+            Some(serde_json::from_value(json!({"name": "report", "kind": "output"})).unwrap());
+        let prompt = format!("{:?}", s.get_prompt(asked).await.unwrap().messages);
+        assert!(prompt.contains("--kind output"), "{prompt}");
+        s.cancel().await.unwrap();
+    });
+    assert_eq!(
+        run.snapshot(),
+        before,
+        "every refusal left the run as it was"
+    );
+    runtime().block_on(async {
+        let s = session(
+            &p,
+            Some(&run),
+            &["--role", "subagent", "--agent", "w"],
+            false,
+        )
+        .await;
+        let r = call(
+            &s,
+            "bind",
+            json!({"name": "out", "value": "1", "kind": "output"}),
+        )
+        .await;
+        assert_eq!(class(&r), "ok");
+        s.cancel().await.unwrap();
+    });
+    let (_, kind, ..) = run.view().binding("out", None).expect("the output binding");
+    assert_eq!(kind, "output");
 }

@@ -166,7 +166,7 @@ impl super::Run for BindArgs {
                     check_name(from)?;
                     let source = crate::cli::GetArgs {
                         name: from.clone(),
-                        execution_id: self.execution_id,
+                        execution_id: self.from_execution_id.or(self.execution_id),
                         explain: false,
                         offset: None,
                         length: None,

@@ -533,6 +533,14 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> R
     check_gate_id(&args.gate_id)?;
     crate::model::check_prompt(&args.prompt)?;
     let allow = crate::model::normalise_allow(&args.allow)?;
+    // A person decides a gate, never an agent: no allow list names one (`user` is anyone
+    // who is not `agent:...`).
+    if let Some(agent) = allow.iter().find(|a| a.starts_with("agent:")) {
+        return Err(usage(format!(
+            "--allow {}: agents never decide a gate; allow a person, a group, or user",
+            shown(agent)
+        )));
+    }
     if let Some(m) = &args.metadata {
         check_metadata(m)?;
     }

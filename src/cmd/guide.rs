@@ -141,6 +141,20 @@ impl GuideArgs {
                 },
             )
             .replace("{{assign}}", if self.assign { " --assign" } else { "" })
+            .replace(
+                "{{kind_json}}",
+                &self
+                    .kind
+                    .map(|k| format!(", \"kind\": \"{}\"", k.as_str()))
+                    .unwrap_or_default(),
+            )
+            .replace(
+                "{{kind}}",
+                &self
+                    .kind
+                    .map(|k| format!(" --kind {}", k.as_str()))
+                    .unwrap_or_default(),
+            )
             .replace("{{scope_json}}", &scope_json)
             .replace(
                 "{{agent_scope_first}}",

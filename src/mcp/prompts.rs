@@ -3,7 +3,7 @@
 //! session knows filled in: its run, its execution, its agent.
 
 use super::pages::PROMPT_BYTES;
-use super::{Role, Server};
+use super::{Role, Server, SUBAGENT_KINDS};
 use crate::cmd::guide::Flavor;
 use rmcp::model::{GetPromptResult, Prompt, PromptArgument, PromptMessage, Role as Speaker};
 use rmcp::ErrorData;
@@ -33,6 +33,7 @@ pub fn list(role: Role) -> Vec<Prompt> {
                 args.push(argument("execution_id", "The execution the subagent works in (default: the session's)"));
                 args.push(argument("name", "The binding the subagent writes"));
                 args.push(argument("assign", "true: the binding is an assignment (`x = ...`), written where the program declared it"));
+                args.push(argument("kind", "The binding's kind: output for `output x = ...` (let or output)"));
                 args.push(argument("agent", "The persistent agent the subagent is (default: a subagent session's own agent)"));
                 args.push(argument("scope", "Where that agent's memory lives, as the program's persist: says: execution (persist: true), project, user (default: the session's --scope, else execution)"));
                 args.push(argument("via", "How the subagent reaches its state: mcp (its own subagent session's tools) or shell (command lines)"));
@@ -100,6 +101,15 @@ pub fn get(
             .or(given("execution_id")?);
         argv.extend(execution.map(|id| format!("--execution-id={id}")));
         argv.extend(given("name")?.map(|binding| format!("--name={binding}")));
+        if let Some(kind) = given("kind")? {
+            if !SUBAGENT_KINDS.contains(&kind.as_str()) {
+                return Err(invalid(format!(
+                    "kind is let or output (a subagent's): {}",
+                    crate::error::shown(&kind)
+                )));
+            }
+            argv.push(format!("--kind={kind}"));
+        }
         match args.get("assign") {
             None | Some(Value::Null) | Some(Value::Bool(false)) => {}
             Some(Value::Bool(true)) => argv.push("--assign".into()),
