@@ -226,6 +226,23 @@ impl Drop for Aborting {
 /// The run and the gates a wait still waits for, after its last look.
 pub(super) type Pending = Option<(String, Vec<String>)>;
 
+/// What a wait's look found: the run, and the gates it still waits for.
+pub(super) fn looked_at(run: &str, gates: &[&str]) -> Pending {
+    Some((
+        run.to_string(),
+        gates.iter().map(|g| g.to_string()).collect(),
+    ))
+}
+
+/// Tells the watchers of a wait what its look found, if that changed.
+pub(super) fn tell(looked: &watch::Sender<Pending>, now: Pending) {
+    looked.send_if_modified(|seen| {
+        let changed = *seen != now;
+        *seen = now;
+        changed
+    });
+}
+
 /// The task: the tool's wait on the blocking pool, stoppable by `tasks/cancel`; the person
 /// asked to open the page meanwhile, when the client takes URL elicitation (`url_mode`).
 async fn run(
@@ -239,22 +256,9 @@ async fn run(
     let id = ctx.task_id().to_string();
     let registry = Arc::clone(&server);
     let stop = Arc::new(Stop::new(move |run, gates| {
-        registry.tasks.waiting().insert(
-            id.clone(),
-            Some((
-                run.to_string(),
-                gates.iter().map(|g| g.to_string()).collect(),
-            )),
-        );
-        let now = Some((
-            run.to_string(),
-            gates.iter().map(|g| g.to_string()).collect(),
-        ));
-        looked.send_if_modified(|seen| {
-            let changed = *seen != now;
-            *seen = now.clone();
-            changed
-        });
+        let now = looked_at(run, gates);
+        registry.tasks.waiting().insert(id.clone(), now.clone());
+        tell(&looked, now);
     }));
     let _asking = url_mode.then(|| Aborting(tokio::spawn(ask_to_open(ctx.clone(), pending))));
     let waiting = {

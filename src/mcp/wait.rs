@@ -16,7 +16,7 @@
 //! the page or the command line ends the wait. A 2026-07-28 session meets the page as a task's
 //! input request instead (see [`super::tasks`]).
 
-use super::tasks::{gates_named, Aborting, Pending};
+use super::tasks::{gates_named, looked_at, tell, Aborting, Pending};
 use super::{result, Server};
 use crate::cmd::gates::{stoppable, Stop};
 use crate::error::shown;
@@ -69,15 +69,7 @@ pub(super) async fn plain(
             .is_some_and(|e| e.url.is_some());
     let (looked, pending) = watch::channel::<Pending>(None);
     let stop = Arc::new(Stop::new(move |run, gates| {
-        let now = Some((
-            run.to_string(),
-            gates.iter().map(|g| g.to_string()).collect(),
-        ));
-        looked.send_if_modified(|seen| {
-            let changed = *seen != now;
-            *seen = now;
-            changed
-        });
+        tell(&looked, looked_at(run, gates))
     }));
     let peer = context.peer.clone();
     let _progress = token.map(|t| {
