@@ -13,12 +13,14 @@
 //! tool decides a gate (approve and reject are not served). Its stdin carries the protocol,
 //! so no command ever reads a value from it.
 
+mod dialect;
 mod pages;
 mod prompts;
 mod request_limit;
 mod resources;
 mod schemas;
 mod tasks;
+mod tasks_2025;
 mod wait;
 
 pub(crate) use crate::cli::McpRole as Role;
@@ -603,6 +605,8 @@ pub(crate) struct Server {
     execution_id: Option<i64>,
     /// `gates_wait` calls running as MCP tasks (see [`tasks`]).
     tasks: tasks::Tasks,
+    /// What the session speaks on the wire (revision 2025-11-25's tasks: [`dialect`]).
+    dialect: Arc<dialect::Dialect>,
 }
 
 impl Server {
@@ -648,6 +652,7 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
     cmd::stdin_carries_protocol();
     // Calls come one after another to the same run: its connection is kept between them.
     crate::store::keep_connections();
+    let dialect = Arc::new(dialect::Dialect::default());
     let server = Handler(Arc::new(Server {
         tools: tools(role, run_pinned, args.execution_id.is_some(), anonymous),
         role,
@@ -661,6 +666,7 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
         run_pinned,
         execution_id: args.execution_id,
         tasks: tasks::Tasks::default(),
+        dialect: Arc::clone(&dialect),
     }));
     // The runtime exists for this command alone: no other command starts one.
     // Each call runs on a blocking thread (`call_tool`), and a waiting `gates_wait` holds its
@@ -673,7 +679,10 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
     runtime.block_on(async move {
         let (stdin, stdout) = rmcp::transport::io::stdio_pipes();
         let service = server
-            .serve((request_limit::LimitedLines::new(stdin), stdout))
+            .serve((
+                request_limit::LimitedLines::new(stdin, Arc::clone(&dialect)),
+                dialect::Announcing::new(stdout, dialect),
+            ))
             .await
             .map_err(|e| anyhow::anyhow!("mcp: could not start: {e}"))?;
         service
@@ -1587,13 +1596,17 @@ impl ServerHandler for Handler {
         })
     }
 
-    /// The one request of our own: what an over-long request was replaced by (see
-    /// [`request_limit`]), answered with an error naming the limit.
+    /// The requests of our own: what an over-long request was replaced by (see
+    /// [`request_limit`]), answered with an error naming the limit; and a 2025-11-25 session's
+    /// task requests, renamed on their way in ([`dialect`], answered by [`tasks_2025`]).
     async fn on_custom_request(
         &self,
         request: rmcp::model::CustomRequest,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CustomResult, ErrorData> {
+        if let Some(method) = request.method.strip_prefix(dialect::PREFIX) {
+            return tasks_2025::answer(&self.0, method, request.params, context).await;
+        }
         if request.method == request_limit::TOO_LARGE_METHOD {
             let bytes = request
                 .params

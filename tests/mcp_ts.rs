@@ -190,7 +190,7 @@ on_both!(
     successful_results_are_their_text,
     a_wait_longer_than_the_request_timeout_reports_progress,
     gates_wait_takes_whole_seconds,
-    a_client_declaring_tasks_gets_plain_results,
+    tasks_come_in_the_form_of_the_session_s_revision,
     sessions_start_without_an_agent,
     lists_and_prompts_fit_their_budgets,
 );
@@ -260,9 +260,13 @@ fn gates_wait_takes_whole_seconds(backend: Backend) {
 }
 
 /// A client declaring the SDK's tasks capability (and, apart, the 2026-07-28 tasks extension
-/// too) on a session before 2026-07-28: `gates_wait` resolves to an ordinary CallToolResult,
-/// never the 2026-07-28 task shape, and the server's initialize declares no tasks extension.
-fn a_client_declaring_tasks_gets_plain_results(backend: Backend) {
+/// too) on a session before 2026-07-28 never meets the 2026-07-28 task shape, and a plain
+/// `gates_wait` resolves to an ordinary CallToolResult. On 2025-11-25 the revision's own tasks
+/// are served: `capabilities.tasks`, `gates_wait` alone with `execution.taskSupport`, a
+/// task-augmented call through the SDK's `callToolStream`, `tasks/get|result|list|cancel`
+/// (a person deciding on the command line meanwhile), the refusals, and the page offered by
+/// URL elicitation related to the task; before it, none of these.
+fn tasks_come_in_the_form_of_the_session_s_revision(backend: Backend) {
     let Some((s, node, script)) = prepare(backend, "the TypeScript SDK tasks test") else {
         return;
     };

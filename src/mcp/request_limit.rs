@@ -8,9 +8,14 @@
 //! id and the method [`TOO_LARGE_METHOD`], which the server answers with a JSON-RPC error
 //! naming the limit. The session goes on. A line whose id cannot be found (a notification, or
 //! not JSON) has no one to answer and is dropped, as the protocol has it.
+//!
+//! On a session of revision 2025-11-25, each line is also held until it ends and given to
+//! [`Dialect::rename`] (see [`super::dialect`]).
 
+use super::dialect::Dialect;
 use serde_json::Value;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, ReadBuf};
 
@@ -42,11 +47,17 @@ pub struct LimitedLines<R> {
     out: Vec<u8>,
     given: usize,
     scratch: Box<[u8]>,
+    dialect: Arc<Dialect>,
+    /// The current line is held until it ends (a 2025-11-25 session's, see the module).
+    holding: bool,
+    held: Vec<u8>,
 }
 
 impl<R> LimitedLines<R> {
-    pub fn new(inner: R) -> Self {
-        Self::with_limit(inner, MAX_REQUEST_BYTES)
+    pub fn new(inner: R, dialect: Arc<Dialect>) -> Self {
+        let mut lines = Self::with_limit(inner, MAX_REQUEST_BYTES);
+        lines.dialect = dialect;
+        lines
     }
 
     fn with_limit(inner: R, limit: usize) -> Self {
@@ -59,6 +70,9 @@ impl<R> LimitedLines<R> {
             out: Vec::new(),
             given: 0,
             scratch: vec![0; 64 * 1024].into_boxed_slice(),
+            dialect: Arc::default(),
+            holding: false,
+            held: Vec::new(),
         }
     }
 
@@ -68,11 +82,21 @@ impl<R> LimitedLines<R> {
             let newline = bytes.iter().position(|b| *b == b'\n');
             let segment = &bytes[..newline.unwrap_or(bytes.len())];
             self.scanner.feed(segment);
+            if self.line == 0 && !self.over {
+                self.holding = self.dialect.tasks_2025();
+            }
             if !self.over {
                 let room = (self.limit as u64).saturating_sub(self.line);
                 if (segment.len() as u64) <= room {
-                    self.out.extend_from_slice(segment);
+                    if self.holding {
+                        self.held.extend_from_slice(segment);
+                    } else {
+                        self.out.extend_from_slice(segment);
+                    }
                 } else {
+                    // An over-long line is given on as any other session's.
+                    self.holding = false;
+                    self.out.append(&mut self.held);
                     self.out.extend_from_slice(&segment[..room as usize]);
                     // A NUL is never valid JSON where it lands (in a string it is an
                     // unescaped control character, elsewhere a stray byte): rmcp cannot read
@@ -86,6 +110,14 @@ impl<R> LimitedLines<R> {
             if self.over {
                 self.answer_instead();
             } else {
+                if self.holding {
+                    let line = std::mem::take(&mut self.held);
+                    match self.dialect.rename(&line) {
+                        Some(renamed) => self.out.extend_from_slice(&renamed),
+                        None => self.out.extend_from_slice(&line),
+                    }
+                    self.holding = false;
+                }
                 self.out.push(b'\n');
             }
             self.line = 0;

@@ -68,6 +68,8 @@ pub(super) struct Tasks {
     /// Task id: the run and the gates its wait found pending at its last look (None until its
     /// first look).
     waiting: Mutex<HashMap<String, Waiting>>,
+    /// Every task's id, in the order they were started (for `tasks/list`, revision 2025-11-25).
+    started: Mutex<Vec<String>>,
 }
 
 type Waiting = Option<(String, Vec<String>)>;
@@ -75,6 +77,26 @@ type Waiting = Option<(String, Vec<String>)>;
 impl Tasks {
     pub(super) fn get(&self, id: &str) -> Result<GetTaskResult, ErrorData> {
         Ok(GetTaskResult::new(self.manager.get_task(id)?))
+    }
+
+    /// The task's state and, once it ended, its outcome.
+    pub(super) fn detailed(&self, id: &str) -> Result<rmcp::model::DetailedTask, ErrorData> {
+        self.manager.get_task(id)
+    }
+
+    fn started(&self, id: &str) {
+        self.started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(id.to_string());
+    }
+
+    /// The ids of the session's tasks, oldest first.
+    pub(super) fn ids(&self) -> Vec<String> {
+        self.started
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The client's answers to the task's input requests: handed to the request, which reads
@@ -171,10 +193,38 @@ pub(super) fn start(
     if let Err(e) = server.argv(&server.tools[index], &args, false) {
         return result(Err(e)).into();
     }
-    let url_mode = context
+    let asking = if context
         .client_capabilities()
         .and_then(|c| c.elicitation)
-        .is_some_and(|e| e.url.is_some());
+        .is_some_and(|e| e.url.is_some())
+    {
+        Asking::Input
+    } else {
+        Asking::No
+    };
+    CallToolResponse::Task(CreateTaskResult::new(spawn(server, index, args, asking)))
+}
+
+/// How a task offers the person the gate's page while it waits.
+pub(super) enum Asking {
+    /// Not at all: the client takes no URL elicitation.
+    No,
+    /// As the task's input request (the 2026-07-28 extension): the task is `input_required`
+    /// until the client answers.
+    Input,
+    /// As `elicitation/create` sent to the client, related to the task (revision 2025-11-25):
+    /// the task stays `working`, since the wait does not need the answer.
+    Elicit(rmcp::service::Peer<RoleServer>),
+}
+
+/// Spawns the wait of `gates_wait` (the tool `index`) as a task of the session, and gives its
+/// first state.
+pub(super) fn spawn(
+    server: Arc<Server>,
+    index: usize,
+    args: JsonObject,
+    asking: Asking,
+) -> rmcp::model::Task {
     let named: Vec<String> = match (args.get("gate"), args.get(SEVERAL)) {
         (Some(gate), _) => text(gate, "gate").into_iter().collect(),
         (None, Some(Value::Array(gates))) => {
@@ -194,7 +244,7 @@ pub(super) fn start(
         .with_status_message(format!("waiting for {} to be decided", gates_named(&named)));
     let waiter = Arc::clone(&server);
     let task = server.tasks.manager.spawn(options, move |ctx| {
-        Box::pin(run(waiter, index, args, url_mode, ctx))
+        Box::pin(run(waiter, index, args, asking, ctx))
     });
     // Not looked yet (its first look may have come first: then it stays as that look left it).
     server
@@ -202,7 +252,8 @@ pub(super) fn start(
         .waiting()
         .entry(task.task_id.clone())
         .or_insert(None);
-    CallToolResponse::Task(CreateTaskResult::new(task))
+    server.tasks.started(&task.task_id);
+    task
 }
 
 /// "gate \"a\"" or "gates \"a\", \"b\"", each id as errors show it.
@@ -249,7 +300,7 @@ async fn run(
     server: Arc<Server>,
     index: usize,
     args: JsonObject,
-    url_mode: bool,
+    asking: Asking,
     ctx: TaskContext,
 ) -> Result<CallToolResult, TaskExit> {
     let (looked, pending) = watch::channel::<Pending>(None);
@@ -260,7 +311,15 @@ async fn run(
         registry.tasks.waiting().insert(id.clone(), now.clone());
         tell(&looked, now);
     }));
-    let _asking = url_mode.then(|| Aborting(tokio::spawn(ask_to_open(ctx.clone(), pending))));
+    let _asking = match asking {
+        Asking::No => None,
+        Asking::Input => Some(Aborting(tokio::spawn(ask_to_open(ctx.clone(), pending)))),
+        Asking::Elicit(peer) => Some(Aborting(tokio::spawn(super::wait::ask_to_open(
+            peer,
+            pending,
+            Some(ctx.task_id().to_string()),
+        )))),
+    };
     let waiting = {
         let stop = Arc::clone(&stop);
         tokio::task::spawn_blocking(move || {

@@ -80,7 +80,8 @@ pub(super) async fn plain(
             progress_every(),
         )))
     });
-    let _asking = url_mode.then(|| Aborting(tokio::spawn(ask_to_open(peer.clone(), pending))));
+    let _asking =
+        url_mode.then(|| Aborting(tokio::spawn(ask_to_open(peer.clone(), pending, None))));
     let waiting = {
         let stop = Arc::clone(&stop);
         tokio::task::spawn_blocking(move || {
@@ -127,9 +128,13 @@ async fn progress(
     }
 }
 
-/// Asks the client, once per gate this call finds pending, to open the gate's page (none
-/// without `PROSE_SERVE_URL`). The answer decides nothing.
-async fn ask_to_open(peer: Peer<RoleServer>, mut pending: watch::Receiver<Pending>) {
+/// Asks the client, once per gate this call (or the 2025-11-25 task `task`) finds pending, to
+/// open the gate's page (none without `PROSE_SERVE_URL`). The answer decides nothing.
+pub(super) async fn ask_to_open(
+    peer: Peer<RoleServer>,
+    mut pending: watch::Receiver<Pending>,
+    task: Option<String>,
+) {
     let mut asked = HashSet::new();
     let mut asking = tokio::task::JoinSet::new();
     while pending.changed().await.is_ok() {
@@ -146,9 +151,18 @@ async fn ask_to_open(peer: Peer<RoleServer>, mut pending: watch::Receiver<Pendin
             let peer = peer.clone();
             let message = super::tasks::page_message(&run, &gate);
             let run = run.clone();
+            // A task's request says which task it is for (`io.modelcontextprotocol/related-task`).
+            let meta = task.as_ref().map(|id| {
+                let mut m = JsonObject::new();
+                m.insert(
+                    super::tasks_2025::RELATED_TASK.to_string(),
+                    serde_json::json!({ "taskId": id }),
+                );
+                rmcp::model::RequestMetaObject(rmcp::model::MetaObject(m))
+            });
             asking.spawn(async move {
                 let request = ElicitRequest::new(ElicitRequestParams::UrlElicitationParams {
-                    meta: None,
+                    meta,
                     message,
                     url,
                     elicitation_id: format!("page:{run}:{gate}"),
