@@ -247,9 +247,9 @@ pub struct McpArgs {
     #[arg(long, value_name = "NAME")]
     pub agent: Option<String>,
     /// Where the session's agent keeps its memory, as the program's `persist:` says:
-    /// execution (persist: true, kept with the run), project, user. The agent tools' default
-    /// (a subagent session's only scope)
-    #[arg(long, value_enum, value_name = "SCOPE", requires = "agent")]
+    /// execution (persist: true, kept with the run), project, user, or a path (PATH/agents.db
+    /// under the project root). The agent tools' default (a subagent session's only scope)
+    #[arg(long, value_parser = AgentScope::parse, value_name = "SCOPE", requires = "agent")]
     pub scope: Option<AgentScope>,
     /// The role the session plays, fixed for its life (required): vm (the VM's tools) or
     /// subagent (read, bind in its scope, its own agent's memory; no finish, init,
@@ -330,8 +330,8 @@ pub struct GuideArgs {
     /// The persistent agent the subagent is (fills in its guide)
     #[arg(long, value_name = "NAME")]
     pub agent: Option<String>,
-    /// Where that agent's memory lives: execution (persist: true), project, user
-    #[arg(long, value_enum, default_value_t = AgentScope::Execution, requires = "agent")]
+    /// Where that agent's memory lives: execution (persist: true), project, user, or a path
+    #[arg(long, value_parser = AgentScope::parse, default_value_t = AgentScope::Execution, requires = "agent")]
     pub scope: AgentScope,
 }
 
@@ -1155,21 +1155,99 @@ pub struct RequireArgs {
     pub key: Option<String>,
 }
 
-words! {
-    AgentScope {
-        /// The run's state.db (needs --run)
-        Execution => "execution",
-        /// <root>/.prose/agents.db
-        Project => "project",
-        /// ~/.prose/agents.db (PROSE_HOME overrides the home directory)
-        User => "user",
+/// Where a persistent agent's memory lives: the language's `persist:` values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentScope {
+    /// The run's state.db (needs --run): `persist: true`
+    Execution,
+    /// <root>/.prose/agents.db (or the project's PostgreSQL server): `persist: project`
+    Project,
+    /// ~/.prose/agents.db (PROSE_HOME overrides the home directory): `persist: user`
+    User,
+    /// `persist: "PATH"`: PATH/agents.db under the project root. The path is relative, has a
+    /// `/`, and never leaves the root (no `..`); kept as given, without a trailing `/`.
+    Path(String),
+}
+
+impl AgentScope {
+    /// The word, or the path, as `--scope` takes it.
+    pub fn as_str(&self) -> &str {
+        match self {
+            AgentScope::Execution => "execution",
+            AgentScope::Project => "project",
+            AgentScope::User => "user",
+            AgentScope::Path(path) => path,
+        }
+    }
+
+    /// The `scope` column's value: `custom` for a path, as the spec's schema has it.
+    pub fn column(&self) -> &'static str {
+        match self {
+            AgentScope::Execution => "execution",
+            AgentScope::Project => "project",
+            AgentScope::User => "user",
+            AgentScope::Path(_) => "custom",
+        }
+    }
+
+    /// `--scope`'s value: execution, project, user, or a path (see [`AgentScope::Path`]).
+    pub fn parse(value: &str) -> std::result::Result<Self, String> {
+        Ok(match value {
+            "execution" => AgentScope::Execution,
+            "project" => AgentScope::Project,
+            "user" => AgentScope::User,
+            path if path.contains('/') => {
+                let bad = |why: &str| {
+                    Err(format!(
+                        "{why}: {} (a path is relative to the project root, as `persist: \
+                         \".prose/custom/agent/\"` gives it)",
+                        crate::error::shown(path)
+                    ))
+                };
+                if path.chars().any(char::is_control) {
+                    return bad("a path has no control character");
+                }
+                let p = std::path::Path::new(path);
+                if p.is_absolute() {
+                    return bad("a scope's path is relative to the project root");
+                }
+                if p.components().any(|c| {
+                    !matches!(
+                        c,
+                        std::path::Component::Normal(_) | std::path::Component::CurDir
+                    )
+                }) {
+                    return bad("a scope's path stays inside the project root (no `..`)");
+                }
+                if !p
+                    .components()
+                    .any(|c| matches!(c, std::path::Component::Normal(_)))
+                {
+                    return bad("a scope's path names a directory");
+                }
+                AgentScope::Path(path.trim_end_matches('/').to_string())
+            }
+            other => {
+                return Err(format!(
+                    "scope is execution, project, user, or a path with a `/`: {}",
+                    crate::error::shown(other)
+                ))
+            }
+        })
+    }
+}
+
+impl std::fmt::Display for AgentScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
 #[derive(Debug, Args)]
 pub struct AgentArgs {
-    /// Where the agent's memory lives
-    #[arg(long, value_enum, default_value_t = AgentScope::Execution, global = true)]
+    /// Where the agent's memory lives: execution (persist: true), project, user, or a path
+    /// (persist: "PATH": PATH/agents.db under the project root)
+    #[arg(long, value_parser = AgentScope::parse, default_value_t = AgentScope::Execution, global = true)]
     pub scope: AgentScope,
 
     /// The home directory for user scope [default: $HOME]

@@ -282,7 +282,7 @@ impl Context {
     /// by the first write and never by a read: None when it does not exist yet.
     pub fn agent_store(
         &self,
-        scope: AgentScope,
+        scope: &AgentScope,
         home: Option<&Path>,
         writes: bool,
     ) -> Result<(Option<Box<dyn AgentStore>>, String)> {
@@ -303,6 +303,17 @@ impl Context {
                 })?;
                 run::user_agents_db(&home)
             }
+            // `persist: "PATH"`: under the project root (the path never leaves it, see
+            // `AgentScope::parse`), on either backend: a file of this machine.
+            AgentScope::Path(path) => {
+                let root = self.prose_dir.parent().unwrap_or(Path::new(""));
+                let dir = root.join(path);
+                if writes {
+                    std::fs::create_dir_all(&dir)
+                        .with_context(|| format!("creating {}", dir.display()))?;
+                }
+                dir.join("agents.db")
+            }
         };
         let location = db.display().to_string();
         if !writes && !db.is_file() {
@@ -318,7 +329,7 @@ impl Context {
     pub fn other_agents(&self) -> Result<Vec<(&'static str, Vec<crate::store::AgentRow>)>> {
         let mut others = Vec::new();
         for (scope, name) in [(AgentScope::Project, "project"), (AgentScope::User, "user")] {
-            let found = match self.agent_store(scope, None, false) {
+            let found = match self.agent_store(&scope, None, false) {
                 Ok((store, _)) => store,
                 // No home directory: there are no user agents to list.
                 Err(_) if scope == AgentScope::User => None,

@@ -84,11 +84,10 @@ const SERVED: &[Served] = &[
         ..Served::new("init", &["init"], false)
     },
     Served {
-        about: "Write a binding (a named value) in the root or in the frame of `execution_id` \
-                (a block invocation or branch; a record inside one binds in it). The value: \
-                `value` exactly as given, `file` on the server's machine, or `from` another \
-                binding; `append`/`merge` update a JSON array/object atomically. A large value \
-                is kept as an attachment, `summary` its description.",
+        about: "Write a binding in the root or in the frame of `execution_id` (a block call or \
+                branch; a record inside one binds in it). The value: `value` as given, `file` \
+                on the server's machine, or `from` a binding; `append`/`merge` update a JSON \
+                array/object atomically. A large value becomes an attachment.",
         ..Served::new("bind", &["bind"], false)
     },
     Served {
@@ -144,8 +143,7 @@ const SERVED: &[Served] = &[
         about: "Wait for a person to decide a gate: class ok (approved), rejected, timed_out, \
                 stale (its inputs changed: open it again), or still_pending when `timeout` ran \
                 out (call again). Several: `gates` with `all` or `any`. `instance` (from \
-                gates_create or resume): that opening's own outcome. With a progressToken, \
-                progress is sent while it waits. See docs/mcp.md for tasks and the page.",
+                gates_create or resume): that opening's own outcome.",
         ..Served::new("gates_wait", &["gates", "wait"], false)
     },
     Served {
@@ -175,6 +173,12 @@ const SERVED: &[Served] = &[
         about: "List the run's import registry: each alias and where it came from. Paged by \
                 `cursor` and `limit`.",
         ..Served::new("imports_list", &["imports"], true)
+    },
+    Served {
+        roles: VM_ONLY,
+        skip: &["inputs_schema", "outputs_schema"],
+        about: "Register a `use` import: `alias`, `source` (once; `replace` to change it).",
+        ..Served::new("imports_add", &["imports", "add"], false)
     },
     Served {
         roles: VM_ONLY,
@@ -237,6 +241,10 @@ impl Served {
         }
     }
 }
+
+/// An agent tool's `scope`, shorter than the command line's help (every byte is read at each
+/// session's start).
+const SCOPE: &str = "execution (persist: true), project, user, or a path";
 
 /// Descriptions of arguments, written for a model calling a tool where the command line's
 /// help would mislead it (stdin, comma-separated lists, `--options`).
@@ -328,6 +336,13 @@ const DESCRIBED: &[(&str, &str, &str)] = &[
     ("gates_create", "gate_id", "Gate id (`approve GATE_ID:`)"),
     ("gates_create", "prompt", "What the person decides"),
     ("query", "sql", "One read-only SQL statement"),
+    ("imports_add", "alias", "The `use` alias"),
+    ("agent_memory", "scope", SCOPE),
+    ("agent_remember", "scope", SCOPE),
+    ("agent_segment", "scope", SCOPE),
+    ("agents_list", "scope", SCOPE),
+    ("imports_add", "source", "The `use` source"),
+    ("imports_add", "replace", "Replace a different source"),
     ("query", "timeout", "Stop it after this long (30s)"),
     (
         "gates_wait",
@@ -649,6 +664,17 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
         ));
     }
     let run_pinned = role == Role::Subagent && ctx.run.is_some();
+    // A session pinned to an execution record that does not exist would refuse every bind in
+    // its scope: it does not start.
+    if let (true, Some(id)) = (run_pinned, args.execution_id) {
+        let (_, mut store) = ctx.the_run()?;
+        if !store.execution_exists(id)? {
+            return Err(crate::error::not_found(format!(
+                "execution not found: {id} (--execution-id names the record of the statement \
+                 the subagent runs for; the VM appends it before it starts the session)"
+            )));
+        }
+    }
     cmd::stdin_carries_protocol();
     // Calls come one after another to the same run: its connection is kept between them.
     crate::store::keep_connections();
@@ -659,7 +685,7 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
         agent,
         agent_name,
         anonymous,
-        scope: args.scope,
+        scope: args.scope.clone(),
         root: ctx.root.clone(),
         busy_timeout: global.busy_timeout,
         run: std::sync::Mutex::new(ctx.run.clone()),
@@ -803,10 +829,13 @@ fn tools(role: Role, run_pinned: bool, execution_pinned: bool, anonymous: bool) 
             if !required.is_empty() {
                 input["required"] = Value::Array(required);
             }
-            let mut annotations = ToolAnnotations::new().read_only(served.read_only);
-            if !served.read_only {
-                annotations = annotations.destructive(false);
-            }
+            // A hint's default is left out (readOnlyHint false): each byte is read at every
+            // session's start.
+            let annotations = if served.read_only {
+                ToolAnnotations::new().read_only(true)
+            } else {
+                ToolAnnotations::new().destructive(false)
+            };
             // A schema as rmcp holds it (each is an object).
             let object = |v| Arc::new(serde_json::from_value::<JsonObject>(v).unwrap_or_default());
             let tool = Tool::new(served.name, served.about, object(input))
@@ -1037,7 +1066,9 @@ impl Server {
                     if defaults_to_agent(spec.served, p) && !self.anonymous {
                         Some(Value::String(self.agent_name.clone()))
                     } else if spec.served.path[0] == "agent" && p.property == "scope" {
-                        self.scope.map(|s| Value::String(s.as_str().into()))
+                        self.scope
+                            .as_ref()
+                            .map(|s| Value::String(s.as_str().into()))
                     } else if p.hidden && p.property == "execution_id" {
                         self.execution_id.map(Value::from)
                     } else {

@@ -24,6 +24,8 @@ on_both!(
     failures_are_readable_and_outcomes_said,
     a_plain_wait_offers_the_page_by_url_elicitation,
     what_an_outside_host_found,
+    a_session_or_prompt_naming_what_does_not_exist_is_refused,
+    persist_path_keeps_memory_under_the_project_root,
 );
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -607,4 +609,161 @@ fn what_an_outside_host_found(b: Backend) {
     });
     let (_, kind, ..) = run.view().binding("out", None).expect("the output binding");
     assert_eq!(kind, "output");
+}
+
+/// A subagent session pinned to an execution record the run does not have does not start
+/// (exit 3, one line naming it), and a prompt naming a run that does not exist is refused;
+/// neither writes anything.
+fn a_session_or_prompt_naming_what_does_not_exist_is_refused(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.cmd()
+        .args([
+            "exec-append",
+            "--index",
+            "1",
+            "--text",
+            "x",
+            "--status",
+            "executing",
+        ])
+        .assert()
+        .success();
+    let before = run.snapshot();
+    let out = run
+        .cmd()
+        .args([
+            "mcp",
+            "--role",
+            "subagent",
+            "--agent",
+            "w",
+            "--execution-id",
+            "99",
+        ])
+        .write_stdin("")
+        .assert()
+        .code(3);
+    let said = stderr(&out);
+    assert!(
+        said.contains("execution not found: 99") && said.trim_end().lines().count() == 1,
+        "{said}"
+    );
+    runtime().block_on(async {
+        let s = session(&p, None, &["--role", "vm"], false).await;
+        let mut asked = GetPromptRequestParams::new("vm");
+        asked.arguments = Some(serde_json::from_value(json!({"run": "nope"})).unwrap());
+        let e = s.get_prompt(asked).await.unwrap_err().to_string();
+        assert!(e.contains("run:") && e.contains("nope"), "{e}");
+        let mut asked = GetPromptRequestParams::new("vm");
+        asked.arguments = Some(serde_json::from_value(json!({"run": run.id})).unwrap());
+        assert!(!s.get_prompt(asked).await.unwrap().messages.is_empty());
+        s.cancel().await.unwrap();
+    });
+    assert_eq!(run.snapshot(), before, "the refusals wrote nothing");
+    // The record the run has: the session starts and binds in its scope.
+    runtime().block_on(async {
+        let s = session(
+            &p,
+            Some(&run),
+            &["--role", "subagent", "--agent", "w", "--execution-id", "1"],
+            false,
+        )
+        .await;
+        let r = call(&s, "bind", json!({"name": "out", "value": "1"})).await;
+        assert_eq!(class(&r), "ok", "{r:?}");
+        s.cancel().await.unwrap();
+    });
+    run.view()
+        .binding("out", Some(1))
+        .expect("the binding in the record's scope");
+}
+
+/// `persist: "PATH"`: `--scope PATH` keeps the agent's memory in PATH/agents.db under the
+/// project root, on either backend (scope column `custom`, as the spec's schema has it), for
+/// `agent` on the shell and for a subagent session started with it, whose prompt says where.
+/// A path that leaves the root, an absolute path and a mistyped word are refused (exit 2),
+/// writing nothing; a read creates nothing.
+fn persist_path_keeps_memory_under_the_project_root(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let before = run.snapshot();
+    for bad in ["../outside", "/tmp/abs", "projct", ".prose/../../x", "./"] {
+        let out = run
+            .cmd()
+            .args(["agent", "--scope", bad, "remember", "cap", "v"])
+            .assert()
+            .code(2);
+        assert_eq!(stderr(&out).trim_end().lines().count(), 1, "{bad}");
+    }
+    run.cmd()
+        .args(["agent", "--scope", ".prose/custom/cap/", "memory", "cap"])
+        .assert()
+        .code(3);
+    assert!(
+        !p.root().join(".prose/custom").exists(),
+        "a read creates nothing"
+    );
+    assert!(!p.root().join("outside").exists());
+    assert_eq!(run.snapshot(), before);
+    let options = [
+        "--role",
+        "subagent",
+        "--agent",
+        "cap",
+        "--scope",
+        ".prose/custom/cap/",
+    ];
+    runtime().block_on(async {
+        let s = session(&p, Some(&run), &options, false).await;
+        let r = call(&s, "agent_remember", json!({"value": "north"})).await;
+        assert_eq!(class(&r), "ok", "{r:?}");
+        let prompt = s
+            .get_prompt(GetPromptRequestParams::new("subagent"))
+            .await
+            .unwrap();
+        let text = serde_json::to_value(&prompt.messages[0].content).unwrap()["text"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(text.contains("`.prose/custom/cap/agents.db`"), "{text}");
+        s.cancel().await.unwrap();
+    });
+    assert!(p.root().join(".prose/custom/cap/agents.db").is_file());
+    let memory = run
+        .cmd()
+        .args(["agent", "--scope", ".prose/custom/cap", "memory", "cap"])
+        .assert()
+        .success();
+    assert_eq!(memory.get_output().stdout, b"north");
+    let listed = run
+        .cmd()
+        .args(["--json", "agent", "--scope", "./.prose/custom/cap", "list"])
+        .assert()
+        .success();
+    let listed: Value = serde_json::from_slice(&listed.get_output().stdout).unwrap();
+    assert_eq!(listed[0]["scope"], "custom", "{listed}");
+    // Not in the run, nor the project's own agents.
+    assert_eq!(run.snapshot(), before, "the run is untouched");
+    run.cmd()
+        .args(["agent", "--scope", "project", "memory", "cap"])
+        .assert()
+        .code(3);
+    // The guide names it for a shell subagent too.
+    let guide = run
+        .cmd()
+        .args([
+            "guide",
+            "subagent",
+            "--name",
+            "x",
+            "--agent",
+            "cap",
+            "--scope",
+            ".prose/custom/cap/",
+        ])
+        .assert()
+        .success();
+    let guide = String::from_utf8_lossy(&guide.get_output().stdout).to_string();
+    assert!(guide.contains("--scope .prose/custom/cap"), "{guide}");
 }

@@ -190,8 +190,8 @@ impl super::Run for AgentArgs {
             self.command,
             AgentCommand::Remember { .. } | AgentCommand::Segment { .. }
         );
-        let scope = self.scope.as_str();
-        let (mut store, location) = ctx.agent_store(self.scope, self.home.as_deref(), writes)?;
+        let scope = self.scope.column();
+        let (mut store, location) = ctx.agent_store(&self.scope, self.home.as_deref(), writes)?;
         let opened = || anyhow::anyhow!("agents db was not opened");
         Ok(match &self.command {
             AgentCommand::Memory { name } => {

@@ -745,8 +745,8 @@ fn agents_outside_the_run(
     unmapped: &mut Vec<String>,
 ) -> Result<()> {
     for (scope, agents, segments) in found {
-        let what = scope.as_str();
-        let (store, _) = ctx.agent_store(scope, None, true)?;
+        let what = scope.column();
+        let (store, _) = ctx.agent_store(&scope, None, true)?;
         let Some(mut store) = store else { continue };
         let now = crate::model::now();
         for a in agents {

@@ -81,19 +81,23 @@ impl GuideArgs {
         };
         // Where the memory is, on this project's backend: a team's project agents are on its
         // PostgreSQL server.
-        let (agent_scope, agent_where) = match self.scope {
-            AgentScope::Execution => ("", "the run"),
+        let (agent_scope, agent_where) = match &self.scope {
+            AgentScope::Execution => (String::new(), "the run".to_string()),
             AgentScope::Project if ctx.uses_postgres() => (
-                " --scope project",
-                "the project, on its PostgreSQL server (it outlives the run)",
+                " --scope project".into(),
+                "the project, on its PostgreSQL server (it outlives the run)".into(),
             ),
             AgentScope::Project => (
-                " --scope project",
-                "the project (`.prose/agents.db`; it outlives the run)",
+                " --scope project".into(),
+                "the project (`.prose/agents.db`; it outlives the run)".into(),
             ),
             AgentScope::User => (
-                " --scope user",
-                "your user's home (`~/.prose/agents.db`; it outlives the project)",
+                " --scope user".into(),
+                "your user's home (`~/.prose/agents.db`; it outlives the project)".into(),
+            ),
+            AgentScope::Path(path) => (
+                format!(" --scope {}", shell_word(path)),
+                format!("`{path}/agents.db` in the project (it outlives the run)"),
             ),
         };
         let json = |s: &str| serde_json::Value::from(s).to_string();
@@ -109,11 +113,10 @@ impl GuideArgs {
         };
         // A subagent's MCP session keeps its agent's memory where the session was started
         // to (`mcp --scope`): its agent tools take no scope.
-        let agent_scope_json = match self.scope {
-            _ if matches!(flavor, Flavor::Mcp { .. }) => "",
-            AgentScope::Execution => "",
-            AgentScope::Project => ", \"scope\": \"project\"",
-            AgentScope::User => ", \"scope\": \"user\"",
+        let agent_scope_json = match &self.scope {
+            _ if matches!(flavor, Flavor::Mcp { .. }) => String::new(),
+            AgentScope::Execution => String::new(),
+            other => format!(", \"scope\": {}", json(other.as_str())),
         };
         let markdown = text
             .replace(
@@ -160,10 +163,10 @@ impl GuideArgs {
                 "{{agent_scope_first}}",
                 agent_scope_json.trim_start_matches(", "),
             )
-            .replace("{{agent_scope_json}}", agent_scope_json)
+            .replace("{{agent_scope_json}}", &agent_scope_json)
             .replace("{{name_json}}", &name.map_or(json("NAME"), json))
-            .replace("{{agent_scope}}", agent_scope)
-            .replace("{{agent_where}}", agent_where)
+            .replace("{{agent_scope}}", &agent_scope)
+            .replace("{{agent_where}}", &agent_where)
             .replace("{{constructs}}", &crate::language::guide_table())
             .replace("{{version}}", env!("CARGO_PKG_VERSION"))
             .replace(

@@ -35,7 +35,7 @@ pub fn list(role: Role) -> Vec<Prompt> {
                 args.push(argument("assign", "true: the binding is an assignment (`x = ...`), written where the program declared it"));
                 args.push(argument("kind", "The binding's kind: output for `output x = ...` (let or output)"));
                 args.push(argument("agent", "The persistent agent the subagent is (default: a subagent session's own agent)"));
-                args.push(argument("scope", "Where that agent's memory lives, as the program's persist: says: execution (persist: true), project, user (default: the session's --scope, else execution)"));
+                args.push(argument("scope", "Where that agent's memory lives, as the program's persist: says: execution (persist: true), project, user, or a path (default: the session's --scope, else execution)"));
                 args.push(argument("via", "How the subagent reaches its state: mcp (its own subagent session's tools) or shell (command lines)"));
             }
             args.push(argument(
@@ -125,7 +125,10 @@ pub fn get(
                     "agent",
                     (!server.anonymous).then(|| server.agent_name.clone()),
                 ),
-                ("scope", server.scope.map(|s| s.as_str().to_string())),
+                (
+                    "scope",
+                    server.scope.as_ref().map(|s| s.as_str().to_string()),
+                ),
             ];
             for (key, mine) in own {
                 if let Some(asked) = given(key)? {
@@ -142,7 +145,7 @@ pub fn get(
             Role::Subagent if server.anonymous => (None, None),
             Role::Subagent => (
                 Some(server.agent_name.clone()),
-                server.scope.map(|s| s.as_str().to_string()),
+                server.scope.as_ref().map(|s| s.as_str().to_string()),
             ),
             Role::Vm => (given("agent")?, given("scope")?),
         };
@@ -175,7 +178,12 @@ pub fn get(
     // A run the client names is a run id, never a path (as for the tools).
     let ctx = crate::context::Context::resolve(&cli.global);
     let ctx = if pinned_run.is_none() && given("run")?.is_some() {
-        ctx.run_ids_only()
+        let ctx = ctx.run_ids_only();
+        // A run the client names must be one: the guide would otherwise fill in a run that
+        // does not exist.
+        ctx.the_run()
+            .map_err(|e| invalid(format!("run: {e:#}").replace(['\n', '\r'], " ")))?;
+        ctx
     } else {
         ctx
     };
