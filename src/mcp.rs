@@ -622,6 +622,12 @@ pub(crate) struct Server {
     tasks: tasks::Tasks,
     /// What the session speaks on the wire (revision 2025-11-25's tasks: [`dialect`]).
     dialect: Arc<dialect::Dialect>,
+    /// The revision the session's `initialize` agreed on (None: no handshake yet, or none at
+    /// all, as a 2026-07-28 client has none).
+    negotiated: std::sync::OnceLock<rmcp::model::ProtocolVersion>,
+    /// The waits running (plain calls and tasks), and how many may ([`wait::WaitSlot`]).
+    waits: std::sync::atomic::AtomicUsize,
+    most_waits: usize,
 }
 
 impl Server {
@@ -678,7 +684,7 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
     cmd::stdin_carries_protocol();
     // Calls come one after another to the same run: its connection is kept between them.
     crate::store::keep_connections();
-    let dialect = Arc::new(dialect::Dialect::default());
+    let dialect = Arc::new(dialect::Dialect::new(role == Role::Vm));
     let server = Handler(Arc::new(Server {
         tools: tools(role, run_pinned, args.execution_id.is_some(), anonymous),
         role,
@@ -693,6 +699,9 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
         execution_id: args.execution_id,
         tasks: tasks::Tasks::default(),
         dialect: Arc::clone(&dialect),
+        negotiated: std::sync::OnceLock::new(),
+        waits: std::sync::atomic::AtomicUsize::new(0),
+        most_waits: wait::most_waits(),
     }));
     // The runtime exists for this command alone: no other command starts one.
     // Each call runs on a blocking thread (`call_tool`), and a waiting `gates_wait` holds its
@@ -1577,12 +1586,22 @@ impl ServerHandler for Handler {
         request: rmcp::model::InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::InitializeResult, ErrorData> {
+        // A session is opened once: a second handshake cannot change what the first agreed.
+        if self.0.negotiated.get().is_some() {
+            return Err(ErrorData::invalid_request(
+                "the session is already initialized: start a new session for another revision",
+                None,
+            ));
+        }
         context.peer.set_peer_info(request.clone());
         let mut info = self.negotiate_initialize(&request)?;
+        let _ = self.0.negotiated.set(info.protocol_version.clone());
         if info.protocol_version < rmcp::model::ProtocolVersion::V_2026_07_28 {
             if let Some(extensions) = info.capabilities.extensions.as_mut() {
                 extensions.remove(rmcp::model::TASKS_EXTENSION_ID);
             }
+            // An empty list of extensions is no field of the revision's.
+            info.capabilities.extensions.take_if(|e| e.is_empty());
         }
         Ok(info)
     }
@@ -1757,7 +1776,7 @@ impl ServerHandler for Handler {
         let args = request.arguments.unwrap_or_default();
         // Gates as MCP tasks (src/mcp/tasks.rs): `gates_wait` from a client that declared
         // the tasks extension runs as a task.
-        if tasks::wanted(&self.0.tools[index], &context) {
+        if tasks::wanted(&self.0, &self.0.tools[index], &context) {
             return Ok(tasks::start(Arc::clone(&self.0), index, args, &context));
         }
         if self.0.tools[index].served.name == "gates_wait" {
@@ -1782,16 +1801,18 @@ impl ServerHandler for Handler {
     async fn get_task(
         &self,
         request: rmcp::model::GetTaskParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::GetTaskResult, ErrorData> {
+        tasks::extension_only(&self.0, &context, "tasks/get")?;
         self.0.tasks.get(&request.task_id)
     }
 
     async fn update_task(
         &self,
         request: rmcp::model::UpdateTaskParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        tasks::extension_only(&self.0, &context, "tasks/update")?;
         self.0
             .tasks
             .update(&request.task_id, request.input_responses)
@@ -1800,8 +1821,9 @@ impl ServerHandler for Handler {
     async fn cancel_task(
         &self,
         request: rmcp::model::CancelTaskParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        tasks::extension_only(&self.0, &context, "tasks/cancel")?;
         self.0.tasks.cancel(&request.task_id)
     }
 }

@@ -35,6 +35,7 @@ mod mcp;
 mod mcp46;
 mod mcp_resources;
 mod mcp_tasks;
+mod mcp_tasks_2025;
 mod mcp_ts;
 mod nothing_lost;
 mod notify;

@@ -3,21 +3,25 @@
 //! rmcp 3.11 speaks tasks only as the 2026-07-28 extension has them. Revision 2025-11-25 has
 //! them in the base protocol, in shapes rmcp's types cannot carry: `capabilities.tasks` in the
 //! server's `initialize` answer, `execution.taskSupport` on a tool, `params.task` on a
-//! `tools/call`, and the methods `tasks/result` and `tasks/list`. So, on a session negotiated at
-//! 2025-11-25 (and on no other), the transport carries them:
+//! `tools/call`, and the methods `tasks/result` and `tasks/list`. So, on a session whose first
+//! `initialize` asks for 2025-11-25 (and on no other), the transport carries them:
 //!
+//! - **in** ([`Dialect::inbound`], called by [`super::request_limit::LimitedLines`] on each
+//!   line until the first `initialize`, and on each line of such a session): the
+//!   `initialize` marks the session; then `tools/list`, a `tools/call` carrying `task`, and
+//!   `tasks/get`, `tasks/result`, `tasks/list`, `tasks/cancel` reach the server under the
+//!   method [`PREFIX`] + their own, as requests of its own that rmcp hands over untouched, and
+//!   [`super::tasks_2025`] answers them in the revision's shapes. A message is read as JSON
+//!   reads it (`"tasks\/get"` is `tasks/get`), never by its spelling;
 //! - **out** ([`Announcing`]): the server's `initialize` answer, when it names 2025-11-25, gains
-//!   `capabilities.tasks` (listing, cancelling, and task-augmented `tools/call`), and the
-//!   session is marked as one of that revision;
-//! - **in** ([`Dialect::rename`], called by [`super::request_limit::LimitedLines`] on each line
-//!   of such a session): `tools/list`, a `tools/call` carrying `task`, and `tasks/get`,
-//!   `tasks/result`, `tasks/list`, `tasks/cancel` reach the server under the method
-//!   [`PREFIX`] + their own, as requests of its own that rmcp hands over untouched, and
-//!   [`super::tasks_2025`] answers them in the revision's shapes.
+//!   `capabilities.tasks` (listing, cancelling, and task-augmented `tools/call`), for a role
+//!   with a tool that runs as a task.
 //!
 //! Every other message, and every message of a session of another revision, passes unread.
 
+use serde::Deserialize;
 use serde_json::Value;
+use std::borrow::Cow;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -30,39 +34,85 @@ pub const PREFIX: &str = "prose-state/2025-11-25/";
 /// The revision whose tasks this module carries.
 pub const REVISION: &str = "2025-11-25";
 
-/// What the session speaks, as its `initialize` answer said.
-#[derive(Default)]
+/// What the session speaks, as its `initialize` request said.
 pub struct Dialect {
+    /// Whether the session's role has a tool that runs as a task (else no tasks are declared).
+    tasks: bool,
+    /// The session's first `initialize` has been read (later ones are refused by the server).
+    initialized: AtomicBool,
     tasks_2025: AtomicBool,
 }
 
+/// What a message is, read without keeping anything else of it: its method, whether its
+/// params carry `task`, and an `initialize`'s revision. Escapes are read as JSON reads them;
+/// a message with a key twice is none of these (rmcp does not read it either).
+#[derive(Deserialize)]
+struct Head<'a> {
+    #[serde(borrow, default)]
+    method: Option<Cow<'a, str>>,
+    #[serde(default)]
+    id: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    params: Option<Params<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Params<'a> {
+    #[serde(default)]
+    task: Option<serde::de::IgnoredAny>,
+    #[serde(borrow, default, rename = "protocolVersion")]
+    protocol_version: Option<Cow<'a, str>>,
+}
+
 impl Dialect {
-    /// Whether the session was negotiated at 2025-11-25.
+    /// The dialect of a session whose role has a task tool (`tasks`) or not.
+    pub fn new(tasks: bool) -> Self {
+        Dialect {
+            tasks,
+            initialized: AtomicBool::new(false),
+            tasks_2025: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the session was opened at 2025-11-25 (its first `initialize` asked for it).
     pub fn tasks_2025(&self) -> bool {
         self.tasks_2025.load(Ordering::Acquire)
     }
 
-    /// The line a request of a 2025-11-25 session reaches rmcp as: renamed if it is one of the
-    /// requests the module lists, else None (given on as it is).
-    pub fn rename(&self, line: &[u8]) -> Option<Vec<u8>> {
-        // Most lines are none of these: they are not parsed.
-        let named = |s: &[u8]| line.windows(s.len()).any(|w| w == s);
-        if !(named(b"\"tasks/")
-            || named(b"\"tools/list\"")
-            || (named(b"\"tools/call\"") && named(b"\"task\"")))
-        {
+    /// Whether each line is to be read ([`Dialect::inbound`]): until the first `initialize`,
+    /// and on a 2025-11-25 session.
+    pub fn reading(&self) -> bool {
+        !self.initialized.load(Ordering::Acquire) || self.tasks_2025()
+    }
+
+    /// A line from the client, read as the module says: the line rmcp is given in its place
+    /// (renamed), or None (given on as it is). The first `initialize` marks the session: a
+    /// client that asks for 2025-11-25 is answered with it, and requests it sends right after
+    /// (before reading the answer) are already read as that revision's.
+    pub fn inbound(&self, line: &[u8]) -> Option<Vec<u8>> {
+        let head: Head = serde_json::from_slice(line).ok()?;
+        let method = head.method.as_deref()?;
+        if method == "initialize" && !self.initialized.swap(true, Ordering::AcqRel) {
+            let asked = head
+                .params
+                .as_ref()
+                .and_then(|p| p.protocol_version.as_deref());
+            self.tasks_2025
+                .store(asked == Some(REVISION), Ordering::Release);
             return None;
         }
-        let mut message: Value = serde_json::from_slice(line).ok()?;
-        let method = message.get("method")?.as_str()?;
+        if !self.tasks_2025() || head.id.is_none() {
+            return None;
+        }
         let renamed = match method {
-            "tools/call" => message["params"].get("task").is_some(),
+            "tools/call" => head.params.as_ref().is_some_and(|p| p.task.is_some()),
             "tools/list" | "tasks/get" | "tasks/result" | "tasks/list" | "tasks/cancel" => true,
             _ => false,
         };
-        if !renamed || message.get("id").is_none() {
+        if !renamed {
             return None;
         }
+        let mut message: Value = serde_json::from_slice(line).ok()?;
         message["method"] = Value::String(format!("{PREFIX}{method}"));
         serde_json::to_vec(&message).ok()
     }
@@ -71,12 +121,14 @@ impl Dialect {
     fn announce(&self, line: &[u8]) -> Option<Vec<u8>> {
         let mut message: Value = serde_json::from_slice(line).ok()?;
         let result = message.get_mut("result")?.as_object_mut()?;
-        if result.get("protocolVersion")?.as_str()? != REVISION {
+        // Declared only where served: a session whose `initialize` asked for the revision (one
+        // that asked for a revision unknown here is answered with it, and served no tasks).
+        if result.get("protocolVersion")?.as_str()? != REVISION || !self.tasks || !self.tasks_2025()
+        {
             return None;
         }
         let capabilities = result.get_mut("capabilities")?.as_object_mut()?;
         capabilities.insert("tasks".into(), super::tasks_2025::capability());
-        self.tasks_2025.store(true, Ordering::Release);
         let mut line = serde_json::to_vec(&message).ok()?;
         line.push(b'\n');
         Some(line)
@@ -194,18 +246,31 @@ mod tests {
         serde_json::to_vec(&v).unwrap()
     }
 
+    fn initialize(d: &Dialect, revision: &str) {
+        assert_eq!(
+            d.inbound(&line(
+                json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                "params": {"protocolVersion": revision, "capabilities": {}}})
+            )),
+            None
+        );
+    }
+
     #[test]
-    fn only_a_2025_11_25_answer_gains_tasks_and_marks_the_session() {
-        for (revision, gains) in [
-            ("2025-11-25", true),
-            ("2025-06-18", false),
-            ("2026-07-28", false),
-            ("2024-11-05", false),
+    fn only_a_2025_11_25_answer_gains_tasks() {
+        for (revision, tasks, gains) in [
+            ("2025-11-25", true, true),
+            ("2025-11-25", false, false),
+            ("2025-06-18", true, false),
+            ("2026-07-28", true, false),
+            ("2024-11-05", true, false),
         ] {
             let answer = line(json!({"jsonrpc": "2.0", "id": 0, "result": {
                 "protocolVersion": revision, "capabilities": {"tools": {}},
                 "serverInfo": {"name": "x", "version": "1"}}}));
-            let mut w = Announcing::new(Vec::<u8>::new(), Arc::new(Dialect::default()));
+            let dialect = Dialect::new(tasks);
+            initialize(&dialect, revision);
+            let mut w = Announcing::new(Vec::<u8>::new(), Arc::new(dialect));
             // Written in pieces, as a writer may cut it, then a later message.
             for piece in answer.chunks(5) {
                 w.take(piece);
@@ -222,7 +287,6 @@ mod tests {
                 gains,
                 "{revision}"
             );
-            assert_eq!(w.dialect.tasks_2025(), gains, "{revision}");
             assert!(!w.watching);
             assert_eq!(lines[1]["method"], json!("x"));
         }
@@ -230,19 +294,30 @@ mod tests {
 
     #[test]
     fn the_revision_s_task_requests_are_renamed_and_nothing_else() {
-        let d = Dialect::default();
-        let renamed = |v: Value| {
-            d.rename(&line(v))
+        let d = Dialect::new(true);
+        let renamed = |v: &[u8]| {
+            d.inbound(v)
                 .map(|l| serde_json::from_slice::<Value>(&l).unwrap()["method"].clone())
         };
-        let call = |params: Value| json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": params});
+        let call = |params: Value| {
+            line(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": params}))
+        };
+        let task_call = call(json!({"name": "gates_wait", "task": {"ttl": 5}}));
+        // Before the handshake, and on another revision's session, nothing is renamed.
+        assert_eq!(renamed(&task_call), None);
+        assert!(d.reading());
+        initialize(&d, "2025-11-25");
+        assert!(d.tasks_2025() && d.reading());
+        // A second initialize changes nothing.
+        initialize(&d, "2025-06-18");
+        assert!(d.tasks_2025());
         assert_eq!(
-            renamed(call(json!({"name": "gates_wait", "task": {"ttl": 5}}))),
+            renamed(&task_call),
             Some(json!("prose-state/2025-11-25/tools/call"))
         );
         // "task" inside the arguments is no task.
         assert_eq!(
-            renamed(call(
+            renamed(&call(
                 json!({"name": "bind", "arguments": {"task": "x", "v": "tools/call"}})
             )),
             None
@@ -254,25 +329,49 @@ mod tests {
             "tasks/cancel",
             "tools/list",
         ] {
+            let plain = line(json!({"jsonrpc": "2.0", "id": "a", "method": m, "params": {}}));
+            assert_eq!(renamed(&plain), Some(json!(format!("{PREFIX}{m}"))), "{m}");
+            // The same message spelled with escapes is the same message.
+            let escaped = String::from_utf8(plain)
+                .unwrap()
+                .replace('/', "\\/")
+                .replace("tasks", "t\\u0061sks");
             assert_eq!(
-                renamed(json!({"jsonrpc": "2.0", "id": "a", "method": m, "params": {}})),
+                renamed(escaped.as_bytes()),
                 Some(json!(format!("{PREFIX}{m}"))),
-                "{m}"
+                "{escaped}"
             );
         }
-        // A notification has no one to answer; other methods and answers pass.
         assert_eq!(
-            renamed(json!({"jsonrpc": "2.0", "method": "tasks/get"})),
+            renamed(br#"{"jsonrpc":"2.0","id":3,"method":"tools\/call","params":{"name":"gates_wait","t\u0061sk":{}}}"#),
+            Some(json!("prose-state/2025-11-25/tools/call"))
+        );
+        // A notification has no one to answer; other methods, answers, and a message with a
+        // key twice pass as they are.
+        assert_eq!(
+            renamed(&line(json!({"jsonrpc": "2.0", "method": "tasks/get"}))),
             None
         );
         assert_eq!(
-            renamed(json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/update"})),
+            renamed(&line(
+                json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/update"})
+            )),
             None
         );
         assert_eq!(
-            renamed(json!({"jsonrpc": "2.0", "id": 1, "result": {"x": "tasks/get"}})),
+            renamed(&line(
+                json!({"jsonrpc": "2.0", "id": 1, "result": {"x": "tasks/get"}})
+            )),
             None
         );
-        assert_eq!(d.rename(b"not json \"tasks/get\""), None);
+        assert_eq!(
+            renamed(br#"{"jsonrpc":"2.0","id":1,"method":"ping","method":"tasks/get"}"#),
+            None
+        );
+        assert_eq!(d.inbound(b"not json \"tasks/get\""), None);
+        // Another revision's session reads no line after its initialize.
+        let other = Dialect::new(true);
+        initialize(&other, "2025-06-18");
+        assert!(!other.tasks_2025() && !other.reading());
     }
 }

@@ -9,8 +9,8 @@
 //! naming the limit. The session goes on. A line whose id cannot be found (a notification, or
 //! not JSON) has no one to answer and is dropped, as the protocol has it.
 //!
-//! On a session of revision 2025-11-25, each line is also held until it ends and given to
-//! [`Dialect::rename`] (see [`super::dialect`]).
+//! Until the first `initialize`, and on a session of revision 2025-11-25, each line is also held
+//! until it ends and given to [`Dialect::inbound`] (see [`super::dialect`]).
 
 use super::dialect::Dialect;
 use serde_json::Value;
@@ -70,7 +70,7 @@ impl<R> LimitedLines<R> {
             out: Vec::new(),
             given: 0,
             scratch: vec![0; 64 * 1024].into_boxed_slice(),
-            dialect: Arc::default(),
+            dialect: Arc::new(Dialect::new(false)),
             holding: false,
             held: Vec::new(),
         }
@@ -83,7 +83,7 @@ impl<R> LimitedLines<R> {
             let segment = &bytes[..newline.unwrap_or(bytes.len())];
             self.scanner.feed(segment);
             if self.line == 0 && !self.over {
-                self.holding = self.dialect.tasks_2025();
+                self.holding = self.dialect.reading();
             }
             if !self.over {
                 let room = (self.limit as u64).saturating_sub(self.line);
@@ -112,7 +112,7 @@ impl<R> LimitedLines<R> {
             } else {
                 if self.holding {
                     let line = std::mem::take(&mut self.held);
-                    match self.dialect.rename(&line) {
+                    match self.dialect.inbound(&line) {
                         Some(renamed) => self.out.extend_from_slice(&renamed),
                         None => self.out.extend_from_slice(&line),
                     }

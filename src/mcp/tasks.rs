@@ -76,12 +76,13 @@ type Waiting = Option<(String, Vec<String>)>;
 
 impl Tasks {
     pub(super) fn get(&self, id: &str) -> Result<GetTaskResult, ErrorData> {
-        Ok(GetTaskResult::new(self.manager.get_task(id)?))
+        Ok(GetTaskResult::new(self.detailed(id)?))
     }
 
-    /// The task's state and, once it ended, its outcome.
+    /// The task's state and, once it ended, its outcome; an unknown id is named as errors
+    /// show a value (quoted, escaped, cut short).
     pub(super) fn detailed(&self, id: &str) -> Result<rmcp::model::DetailedTask, ErrorData> {
-        self.manager.get_task(id)
+        self.manager.get_task(id).map_err(|_| unknown(id))
     }
 
     fn started(&self, id: &str) {
@@ -102,10 +103,12 @@ impl Tasks {
     /// The client's answers to the task's input requests: handed to the request, which reads
     /// nothing in them.
     pub(super) fn update(&self, id: &str, answers: InputResponses) -> Result<(), ErrorData> {
+        self.detailed(id)?;
         self.manager.update_task(id, answers)
     }
 
     pub(super) fn cancel(&self, id: &str) -> Result<(), ErrorData> {
+        self.detailed(id)?;
         self.manager.cancel_task(id)
     }
 
@@ -162,14 +165,45 @@ impl Tasks {
 /// Whether a call runs as a task: `gates_wait`, from a client that declared the extension.
 /// Only on a session of revision 2026-07-28 or later, the extension's: an older session's
 /// client gets no task of this shape, whatever it declares.
-pub(super) fn wanted(spec: &ToolSpec, context: &RequestContext<RoleServer>) -> bool {
+pub(super) fn wanted(
+    server: &Server,
+    spec: &ToolSpec,
+    context: &RequestContext<RoleServer>,
+) -> bool {
     spec.served.name == "gates_wait"
-        && context
-            .protocol_version()
+        && revision(server, context)
             .is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28)
         && context
             .client_capabilities()
             .is_some_and(|c| c.supports_tasks())
+}
+
+/// The session's revision: the one its `initialize` handshake agreed on, whatever a request's
+/// `_meta` says; without a handshake (a 2026-07-28 client), the request's own.
+pub(super) fn revision(
+    server: &Server,
+    context: &RequestContext<RoleServer>,
+) -> Option<rmcp::model::ProtocolVersion> {
+    match server.negotiated.get() {
+        Some(agreed) => Some(agreed.clone()),
+        None => context.protocol_version(),
+    }
+}
+
+/// The extension's methods exist on its revision's sessions alone.
+pub(super) fn extension_only(
+    server: &Server,
+    context: &RequestContext<RoleServer>,
+    method: &str,
+) -> Result<(), ErrorData> {
+    if revision(server, context).is_some_and(|v| v >= rmcp::model::ProtocolVersion::V_2026_07_28) {
+        return Ok(());
+    }
+    Err(ErrorData::new(
+        rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+        format!("no such method on this session's revision: {method}"),
+        None,
+    ))
 }
 
 /// What the person asked to open a gate's page reads.
@@ -232,19 +266,24 @@ pub(super) fn spawn(
         }
         _ => Vec::new(),
     };
-    // Tasks that ended leave the list of waits here (else it is pruned at a resource update).
-    server
-        .tasks
-        .waiting()
-        .retain(|id, _| !server.tasks.ended(id));
     let options = TaskOptions::new()
         // A person may take days; the gate's own deadline, not the task's, ends the wait.
         .with_ttl_ms(None)
         .with_poll_interval_ms(POLL_INTERVAL_MS)
         .with_status_message(format!("waiting for {} to be decided", gates_named(&named)));
     let waiter = Arc::clone(&server);
+    let slot = super::wait::WaitSlot::take(&server);
     let task = server.tasks.manager.spawn(options, move |ctx| {
-        Box::pin(run(waiter, index, args, asking, ctx))
+        Box::pin(async move {
+            match slot {
+                // The task ends with the refusal, as a call the tool refuses does.
+                Err(e) => {
+                    ctx.set_status_message("ended: busy");
+                    Ok(result(Err(e)))
+                }
+                Ok(_slot) => run(waiter, index, args, asking, ctx).await,
+            }
+        })
     });
     // Not looked yet (its first look may have come first: then it stays as that look left it).
     server
@@ -256,10 +295,16 @@ pub(super) fn spawn(
     task
 }
 
+/// The error for a task id the session does not have.
+fn unknown(id: &str) -> ErrorData {
+    ErrorData::invalid_params(format!("unknown task: {}", shown(id)), None)
+}
+
 /// "gate \"a\"" or "gates \"a\", \"b\"", each id as errors show it.
 pub(super) fn gates_named(gates: &[String]) -> String {
     let ids: Vec<String> = gates.iter().map(|g| shown(g)).collect();
     match ids.as_slice() {
+        [] => "the gate".to_string(),
         [one] => format!("gate {one}"),
         _ => format!("gates {}", ids.join(", ")),
     }
@@ -359,6 +404,7 @@ async fn run(
             if let Ok(Ok(Ok(outcome))) = tokio::time::timeout(grace, waiting).await {
                 return Ok(result(Ok(outcome)));
             }
+            ctx.set_status_message("cancelled: the wait stopped, and decided nothing");
             Err(TaskExit::Cancelled)
         }
     }

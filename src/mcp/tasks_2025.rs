@@ -135,9 +135,18 @@ fn call(
             None,
         ));
     }
-    if !params["task"].is_object() {
+    let Some(task) = params["task"].as_object() else {
         return Err(ErrorData::invalid_params(
             "task: an object is required",
+            None,
+        ));
+    };
+    if task
+        .get("ttl")
+        .is_some_and(|ttl| !ttl.is_null() && ttl.as_u64().is_none())
+    {
+        return Err(ErrorData::invalid_params(
+            "task.ttl: a whole number of milliseconds is required",
             None,
         ));
     }
@@ -165,12 +174,16 @@ fn call(
     Ok(json!({ "task": wire(&server.tasks.detailed(&task.task_id)?) }))
 }
 
-/// The task as the revision shapes it.
+/// The task as the revision shapes it. A task whose tool result is an error (`isError`) is
+/// `failed`, as the revision has it (the 2026-07-28 extension calls it `completed`); its
+/// `tasks/result` is that result.
 fn wire(task: &DetailedTask) -> Value {
     let t = &task.task;
+    let failed = matches!(&task.payload, TaskPayload::Completed { result }
+        if result.get("isError") == Some(&Value::Bool(true)));
     let mut v = json!({
         "taskId": t.task_id,
-        "status": t.status,
+        "status": if failed { json!("failed") } else { json!(t.status) },
         "createdAt": t.created_at,
         "lastUpdatedAt": t.last_updated_at,
         "ttl": t.ttl_ms,

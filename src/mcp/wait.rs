@@ -49,6 +49,72 @@ fn progress_every() -> Duration {
     PROGRESS_EVERY
 }
 
+/// Each wait of a session, plain or a task, holds open files while it sleeps (about four:
+/// its connection and what wakes it): a session runs at most as many at once as its limit on
+/// open files leaves room for, after [`FILES_KEPT`] for everything else. Past it, a wait is
+/// refused as busy (nothing written: retry when one ended), never let fail every other call
+/// for want of a file.
+pub(super) const FILES_A_WAIT: usize = 5;
+
+/// The open files kept for everything but the waits: the run's connection, the catalog,
+/// stdio, a bind's file.
+pub(super) const FILES_KEPT: usize = 64;
+
+/// How many waits the session may run at once: the process's limit on open files is raised
+/// to its hard limit (at most 65,536) first, as servers do, so the common soft limit of 1,024
+/// does not decide it.
+pub(super) fn most_waits() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given, which lives for the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return 16;
+    }
+    let wanted = limit.rlim_max.min(65_536);
+    if limit.rlim_cur < wanted {
+        let raised = libc::rlimit {
+            rlim_cur: wanted,
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: setrlimit reads the struct it is given, which lives for the call.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            limit.rlim_cur = wanted;
+        }
+    }
+    let files = usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX);
+    (files.saturating_sub(FILES_KEPT) / FILES_A_WAIT).clamp(1, super::MOST_CALLS_AT_ONCE)
+}
+
+/// One of the session's waits, given back when dropped.
+pub(super) struct WaitSlot(Arc<Server>);
+
+impl WaitSlot {
+    /// A wait's room, or the busy refusal naming the limit.
+    pub(super) fn take(server: &Arc<Server>) -> anyhow::Result<WaitSlot> {
+        use std::sync::atomic::Ordering;
+        let before = server.waits.fetch_add(1, Ordering::AcqRel);
+        if before >= server.most_waits {
+            server.waits.fetch_sub(1, Ordering::AcqRel);
+            return Err(crate::error::busy(format!(
+                "this session already runs {before} waits, as many as its limit on open files \
+                 allows: wait for several gates in one call (`gates` with `all` or `any`), or \
+                 retry when a wait has ended"
+            )));
+        }
+        Ok(WaitSlot(Arc::clone(server)))
+    }
+}
+
+impl Drop for WaitSlot {
+    fn drop(&mut self) {
+        self.0
+            .waits
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 /// Runs `gates_wait` (the tool `index`) as a plain call: the command's wait on the blocking
 /// pool, with progress and the page offered meanwhile; stopped, writing nothing more, when
 /// the client cancels the request.
@@ -58,10 +124,13 @@ pub(super) async fn plain(
     args: JsonObject,
     context: RequestContext<RoleServer>,
 ) -> CallToolResult {
+    let _slot = match WaitSlot::take(&server) {
+        Ok(slot) => slot,
+        Err(e) => return result(Err(e)),
+    };
     let token = context.meta.get_progress_token();
-    let handshake = context
-        .protocol_version()
-        .is_none_or(|v| v < ProtocolVersion::V_2026_07_28);
+    let handshake =
+        super::tasks::revision(&server, &context).is_none_or(|v| v < ProtocolVersion::V_2026_07_28);
     let url_mode = handshake
         && context
             .client_capabilities()
