@@ -47,7 +47,7 @@ fn become_server(name: &str) -> anyhow::Result<()> {
         .args(std::env::args_os().skip(1))
         .exec();
     Err(anyhow::anyhow!(
-        "could not start the server {} ({err}): it is installed with prose-state (cargo install --path .)",
+        "could not start the server {} ({err}): every install of prose-state puts it beside prose-state (README.md#install)",
         server.display()
     ))
 }

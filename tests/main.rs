@@ -21,6 +21,7 @@ mod fork;
 mod gates;
 mod guides;
 mod history;
+mod hosts;
 mod init;
 mod interop;
 mod json_record;
