@@ -35,6 +35,7 @@
 //! wait that thereby had its answer completes the task with it instead). The stopped wait's
 //! blocking thread ends at its next look: the next commit to the run, or the safety net.
 
+use super::wait::{gates_named, looked_at, page_message, revision, tell, Aborting, Pending};
 use super::{result, text, Outcome, Server, ToolSpec, SEVERAL};
 use crate::cmd::gates::{stoppable, Stop};
 use crate::error::shown;
@@ -178,18 +179,6 @@ pub(super) fn wanted(
             .is_some_and(|c| c.supports_tasks())
 }
 
-/// The session's revision: the one its `initialize` handshake agreed on, whatever a request's
-/// `_meta` says; without a handshake (a 2026-07-28 client), the request's own.
-pub(super) fn revision(
-    server: &Server,
-    context: &RequestContext<RoleServer>,
-) -> Option<rmcp::model::ProtocolVersion> {
-    match server.negotiated.get() {
-        Some(agreed) => Some(agreed.clone()),
-        None => context.protocol_version(),
-    }
-}
-
 /// The extension's methods exist on its revision's sessions alone.
 pub(super) fn extension_only(
     server: &Server,
@@ -204,16 +193,6 @@ pub(super) fn extension_only(
         format!("no such method on this session's revision: {method}"),
         None,
     ))
-}
-
-/// What the person asked to open a gate's page reads.
-pub(super) fn page_message(run: &str, gate: &str) -> String {
-    format!(
-        "Gate {} of run {} is waiting for a person's decision. Open the approval page to read \
-         it and decide it there, signed in. Answering here decides nothing.",
-        shown(gate),
-        shown(run)
-    )
 }
 
 /// Starts `gates_wait` as a task; a call the tool would refuse is answered at once, as the tool
@@ -298,45 +277,6 @@ pub(super) fn spawn(
 /// The error for a task id the session does not have.
 fn unknown(id: &str) -> ErrorData {
     ErrorData::invalid_params(format!("unknown task: {}", shown(id)), None)
-}
-
-/// "gate \"a\"" or "gates \"a\", \"b\"", each id as errors show it.
-pub(super) fn gates_named(gates: &[String]) -> String {
-    let ids: Vec<String> = gates.iter().map(|g| shown(g)).collect();
-    match ids.as_slice() {
-        [] => "the gate".to_string(),
-        [one] => format!("gate {one}"),
-        _ => format!("gates {}", ids.join(", ")),
-    }
-}
-
-/// Aborts a spawned future when dropped: the asking ends with the task, however it ends.
-pub(super) struct Aborting(pub(super) tokio::task::JoinHandle<()>);
-
-impl Drop for Aborting {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// The run and the gates a wait still waits for, after its last look.
-pub(super) type Pending = Option<(String, Vec<String>)>;
-
-/// What a wait's look found: the run, and the gates it still waits for.
-pub(super) fn looked_at(run: &str, gates: &[&str]) -> Pending {
-    Some((
-        run.to_string(),
-        gates.iter().map(|g| g.to_string()).collect(),
-    ))
-}
-
-/// Tells the watchers of a wait what its look found, if that changed.
-pub(super) fn tell(looked: &watch::Sender<Pending>, now: Pending) {
-    looked.send_if_modified(|seen| {
-        let changed = *seen != now;
-        *seen = now;
-        changed
-    });
 }
 
 /// The task: the tool's wait on the blocking pool, stoppable by `tasks/cancel`; the person

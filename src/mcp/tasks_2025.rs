@@ -26,6 +26,7 @@
 //! or at once from a `tasks/result` it is waiting on.
 
 use super::tasks::{Asking, POLL_INTERVAL_MS};
+use super::wait::RELATED_TASK;
 use super::Server;
 use crate::error::shown;
 use rmcp::model::{CustomResult, DetailedTask, ErrorCode, TaskPayload};
@@ -34,9 +35,6 @@ use rmcp::ErrorData;
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The `_meta` key that relates a message to a task.
-pub(super) const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
 
 /// The most tasks one `tasks/list` page gives.
 const PAGE: usize = 50;

@@ -16,7 +16,6 @@
 //! the page or the command line ends the wait. A 2026-07-28 session meets the page as a task's
 //! input request instead (see [`super::tasks`]).
 
-use super::tasks::{gates_named, looked_at, tell, Aborting, Pending};
 use super::{result, Server};
 use crate::cmd::gates::{stoppable, Stop};
 use crate::error::shown;
@@ -30,6 +29,70 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
+
+/// The `_meta` key that relates a message to a task.
+pub(super) const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+
+/// The session's revision: the one its `initialize` handshake agreed on, whatever a request's
+/// `_meta` says; without a handshake (a 2026-07-28 client), the request's own.
+pub(super) fn revision(
+    server: &Server,
+    context: &RequestContext<RoleServer>,
+) -> Option<rmcp::model::ProtocolVersion> {
+    match server.negotiated.get() {
+        Some(agreed) => Some(agreed.clone()),
+        None => context.protocol_version(),
+    }
+}
+
+/// What the person asked to open a gate's page reads.
+pub(super) fn page_message(run: &str, gate: &str) -> String {
+    format!(
+        "Gate {} of run {} is waiting for a person's decision. Open the approval page to read \
+         it and decide it there, signed in. Answering here decides nothing.",
+        shown(gate),
+        shown(run)
+    )
+}
+
+/// "gate \"a\"" or "gates \"a\", \"b\"", each id as errors show it.
+pub(super) fn gates_named(gates: &[String]) -> String {
+    let ids: Vec<String> = gates.iter().map(|g| shown(g)).collect();
+    match ids.as_slice() {
+        [] => "the gate".to_string(),
+        [one] => format!("gate {one}"),
+        _ => format!("gates {}", ids.join(", ")),
+    }
+}
+
+/// Aborts a spawned future when dropped: the asking ends with the task, however it ends.
+pub(super) struct Aborting(pub(super) tokio::task::JoinHandle<()>);
+
+impl Drop for Aborting {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The run and the gates a wait still waits for, after its last look.
+pub(super) type Pending = Option<(String, Vec<String>)>;
+
+/// What a wait's look found: the run, and the gates it still waits for.
+pub(super) fn looked_at(run: &str, gates: &[&str]) -> Pending {
+    Some((
+        run.to_string(),
+        gates.iter().map(|g| g.to_string()).collect(),
+    ))
+}
+
+/// Tells the watchers of a wait what its look found, if that changed.
+pub(super) fn tell(looked: &watch::Sender<Pending>, now: Pending) {
+    looked.send_if_modified(|seen| {
+        let changed = *seen != now;
+        *seen = now;
+        changed
+    });
+}
 
 /// How often a waiting call with a progress token is sent progress (and once at once): well
 /// under the 60 seconds after which a common client gives up on a request that shows none.
@@ -129,8 +192,7 @@ pub(super) async fn plain(
         Err(e) => return result(Err(e)),
     };
     let token = context.meta.get_progress_token();
-    let handshake =
-        super::tasks::revision(&server, &context).is_none_or(|v| v < ProtocolVersion::V_2026_07_28);
+    let handshake = revision(&server, &context).is_none_or(|v| v < ProtocolVersion::V_2026_07_28);
     let url_mode = handshake
         && context
             .client_capabilities()
@@ -218,13 +280,13 @@ pub(super) async fn ask_to_open(
                 continue;
             };
             let peer = peer.clone();
-            let message = super::tasks::page_message(&run, &gate);
+            let message = page_message(&run, &gate);
             let run = run.clone();
             // A task's request says which task it is for (`io.modelcontextprotocol/related-task`).
             let meta = task.as_ref().map(|id| {
                 let mut m = JsonObject::new();
                 m.insert(
-                    super::tasks_2025::RELATED_TASK.to_string(),
+                    RELATED_TASK.to_string(),
                     serde_json::json!({ "taskId": id }),
                 );
                 rmcp::model::RequestMetaObject(rmcp::model::MetaObject(m))
