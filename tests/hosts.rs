@@ -69,6 +69,22 @@ fn every_host_configuration_starts_and_lists_its_tools() {
     };
     let p = Project::new();
     let run = p.init();
+    // The records a pinned subagent session's `--execution-id` names (a session pinned to a
+    // record the run lacks does not start).
+    for index in 1..=4 {
+        run.cmd()
+            .args([
+                "exec-append",
+                "--index",
+                &index.to_string(),
+                "--text",
+                "s",
+                "--status",
+                "executing",
+            ])
+            .assert()
+            .success();
+    }
     let substitutions = serde_json::json!({
         "/path/to/project": p.root().to_str().unwrap(),
         "20261123-004507-3kmcew": run.id,
