@@ -17,13 +17,13 @@ from selenium.webdriver.support.ui import WebDriverWait
 # __pycache__ in the checkout.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.dont_write_bytecode = True
-from prose_browser import approve_shown, chromium, sign_in  # noqa: E402
+from prose_browser import approve_shown, chromium, sign_in, text_of  # noqa: E402
 
 base, token, gate = sys.argv[1:4]
 driver = chromium()
 try:
     sign_in(driver, base, token)
-    assert "Nothing is waiting" in driver.find_element(By.ID, "pending").text
+    assert "Nothing is waiting" in text_of(driver, "pending")
     # A mark on this page: still there when the gate shows up, so the page was not reloaded.
     driver.execute_script("window.__watching = true;")
     print("READY", flush=True)

@@ -30,7 +30,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 # __pycache__ in the checkout.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.dont_write_bytecode = True
-from prose_browser import chromium, sign_in  # noqa: E402
+from prose_browser import chromium, sign_in, text_of  # noqa: E402
 
 base, token, run, gate, other, mode = sys.argv[1:7]
 assert mode in ("events", "no-eventsource", "bound"), mode
@@ -88,7 +88,7 @@ try:
     prepare()
     driver.get("%s/runs/%s/gates/%s" % (base, run, gate))
     WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.ID, "approve"))
-    assert driver.find_element(By.ID, "status").text == "pending"
+    assert text_of(driver, "status") == "pending"
     WebDriverWait(driver, 20, poll_frequency=0.1).until(streams_settled)
     driver.execute_script("window.__mark = 'gate';")
     gate_window = driver.current_window_handle
@@ -108,7 +108,7 @@ try:
             )
         if shown is None:
             driver.switch_to.window(gate_window)
-            if driver.find_element(By.ID, "status").text != "pending":
+            if text_of(driver, "status") != "pending":
                 shown = time.monotonic() - decided
         if dropped is None:
             driver.switch_to.window(list_window)
@@ -122,8 +122,8 @@ try:
     assert not driver.find_elements(By.CSS_SELECTOR, "div.decide"), "forms still shown"
     assert not driver.find_elements(By.ID, "approve"), "the approve form still shown"
     assert not driver.find_elements(By.ID, "reject"), "the reject form still shown"
-    print("GATE_PAGE " + driver.find_element(By.ID, "status").text, flush=True)
-    print("NOTE " + driver.find_element(By.ID, "decided-elsewhere").text, flush=True)
+    print("GATE_PAGE " + text_of(driver, "status"), flush=True)
+    print("NOTE " + text_of(driver, "decided-elsewhere"), flush=True)
     print("SHOWN_AFTER %.3f s" % shown, flush=True)
 
     driver.switch_to.window(list_window)

@@ -4,6 +4,7 @@ token, approve a gate with a comment). Imported by the scripts, never run itself
 """
 
 from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -18,6 +19,24 @@ def chromium():
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
         options.add_argument(flag)
     return webdriver.Chrome(service=Service(executable_path="/usr/bin/chromedriver"), options=options)
+
+
+def text_of(driver, element_id, timeout=20):
+    """The text of the element ELEMENT_ID as it reads now. The page swaps what its stream
+    updates (the pending list, a gate's status), so an element found may be gone before its
+    text is read: it is found again until a read holds, never for a fixed moment."""
+
+    seen = []
+
+    def read(d):
+        try:
+            seen.append(d.find_element(By.ID, element_id).text)
+            return True
+        except (StaleElementReferenceException, NoSuchElementException):
+            return False
+
+    WebDriverWait(driver, timeout, poll_frequency=0.05).until(read)
+    return seen[-1]
 
 
 def enter_token(driver, token):
@@ -37,7 +56,7 @@ def approve_shown(driver, comment):
     """On a gate's page: waits for its approve form, prints PROMPT <the prompt as the page shows
     it>, approves with COMMENT, waits for the page to show the gate approved, and prints DONE."""
     WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.ID, "approve"))
-    print("PROMPT " + driver.find_element(By.ID, "prompt").text, flush=True)
+    print("PROMPT " + text_of(driver, "prompt"), flush=True)
     driver.find_element(By.ID, "approve-comment").send_keys(comment)
     driver.find_element(By.CSS_SELECTOR, "#approve button").click()
     WebDriverWait(driver, 20).until(

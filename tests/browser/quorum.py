@@ -17,7 +17,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 # __pycache__ in the checkout.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.dont_write_bytecode = True
-from prose_browser import chromium, sign_in  # noqa: E402
+from prose_browser import chromium, sign_in, text_of  # noqa: E402
 
 base, path, *tokens = sys.argv[1:]
 
@@ -33,15 +33,12 @@ for n, token in enumerate(tokens):
         if n + 1 < len(tokens):
             # Back on the gate's page: still pending, the vote counted, no form any more.
             WebDriverWait(driver, 20).until(lambda d: d.find_elements(By.ID, "voted"))
-            print("PROGRESS " + driver.find_element(By.ID, "progress").text, flush=True)
-            print("VOTED " + driver.find_element(By.ID, "voted").text, flush=True)
-            assert driver.find_element(By.ID, "status").text == "pending"
+            print("PROGRESS " + text_of(driver, "progress"), flush=True)
+            print("VOTED " + text_of(driver, "voted"), flush=True)
+            assert text_of(driver, "status") == "pending"
         else:
-            WebDriverWait(driver, 20).until(
-                lambda d: d.find_elements(By.ID, "status")
-                and d.find_element(By.ID, "status").text == "approved"
-            )
-            print("PROGRESS " + driver.find_element(By.ID, "progress").text, flush=True)
+            WebDriverWait(driver, 20).until(lambda d: text_of(d, "status") == "approved")
+            print("PROGRESS " + text_of(driver, "progress"), flush=True)
     finally:
         driver.quit()
 print("DONE", flush=True)
