@@ -1195,16 +1195,20 @@ impl Server {
         })
     }
 
-    fn call_inner(&self, spec: &ToolSpec, args: &JsonObject, bounded: bool) -> Result<Outcome> {
+    /// The call's command line, parsed: a call the command line would refuse as usage is
+    /// refused here, before anything runs.
+    fn parsed(&self, spec: &ToolSpec, args: &JsonObject, bounded: bool) -> Result<Cli> {
         let argv = self.argv(spec, args, bounded)?;
-        let cli = {
-            let mut parser = spec
-                .parser
-                .lock()
-                .map_err(|_| anyhow::anyhow!("a call failed while parsing"))?;
-            crate::parse::parse_with(&mut parser, argv.into_iter().map(Into::into).collect())
-                .map_err(crate::error::usage)?
-        };
+        let mut parser = spec
+            .parser
+            .lock()
+            .map_err(|_| anyhow::anyhow!("a call failed while parsing"))?;
+        crate::parse::parse_with(&mut parser, argv.into_iter().map(Into::into).collect())
+            .map_err(crate::error::usage)
+    }
+
+    fn call_inner(&self, spec: &ToolSpec, args: &JsonObject, bounded: bool) -> Result<Outcome> {
+        let cli = self.parsed(spec, args, bounded)?;
         let ctx = Context::resolve(&cli.global);
         // A run the client names is a run id of this project (or its server), never a path:
         // `diff` names two.

@@ -267,6 +267,40 @@ fn a_session_keeps_the_revision_its_handshake_agreed(b: Backend) {
     );
     let task = s.answer(&json!(2));
     assert!(task["result"]["task"]["taskId"].is_string(), "{task}");
+    // An initialize the server cannot answer (a fractional id) decides nothing: the next one,
+    // asking 2025-06-18, makes a session with no tasks, whose requests' `_meta` name no other
+    // revision.
+    let mut s = Raw::start(&run, None);
+    s.send(r#"{"jsonrpc":"2.0","id":1.5,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}"#);
+    let init = s.initialize("2025-06-18", json!({}));
+    assert_eq!(init["result"]["protocolVersion"], "2025-06-18", "{init}");
+    let r = s.request(
+        1,
+        "tools/call",
+        json!({"name": "gates_wait", "arguments": {"gate": "g"}, "task": {}}),
+    );
+    assert_eq!(
+        r["result"]["structuredContent"]["status"], "approved",
+        "{r}"
+    );
+    let listed = s.request(2, "tools/list", json!({"_meta": meta_2026}));
+    assert!(listed["result"].get("resultType").is_none(), "{listed}");
+    let listed = s.request(3, "tasks/list", json!({}));
+    assert_eq!(listed["error"]["code"], -32601, "{listed}");
+    // A byte order mark before the initialize is dropped: the session is 2025-11-25's.
+    let mut s = Raw::start(&run, None);
+    s.send(&format!(
+        "{}{}",
+        '\u{feff}',
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params":
+            {"protocolVersion": "2025-11-25", "capabilities": {},
+             "clientInfo": {"name": "raw", "version": "0"}}})
+    ));
+    let init = s.answer(&json!(0));
+    assert!(
+        init["result"]["capabilities"]["tasks"].is_object(),
+        "{init}"
+    );
     // A revision unknown here: answered with one the server has, no tasks declared or served.
     let mut s = Raw::start(&run, None);
     let init = s.initialize("1999-01-01", json!({}));

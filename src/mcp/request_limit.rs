@@ -9,11 +9,13 @@
 //! naming the limit. The session goes on. A line whose id cannot be found (a notification, or
 //! not JSON) has no one to answer and is dropped, as the protocol has it.
 //!
-//! Until the first `initialize`, and on a session of revision 2025-11-25, each line is also held
-//! until it ends and given to [`Dialect::inbound`] (see [`super::dialect`]).
+//! Each line is also held until it ends and given to [`Dialect::inbound`] (see
+//! [`super::dialect`]); after the handshake's `initialize`, nothing more is read until the
+//! server has answered it (at most [`HANDSHAKE_LIMIT`]).
 
 use super::dialect::Dialect;
 use serde_json::Value;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -22,6 +24,10 @@ use tokio::io::{AsyncRead, ReadBuf};
 /// The most bytes one request line may have (without its newline): below rmcp's own cap of
 /// 16 MiB, so that rmcp never drops a line unanswered.
 pub const MAX_REQUEST_BYTES: usize = 16_000_000;
+
+/// How long the reader waits for the server's answer to the handshake's `initialize` before it
+/// reads on anyway (an answer that never comes must not stall the session).
+pub const HANDSHAKE_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The method an over-long request is replaced by, answered with the error.
 pub const TOO_LARGE_METHOD: &str = "prose-state/request-too-large";
@@ -48,9 +54,11 @@ pub struct LimitedLines<R> {
     given: usize,
     scratch: Box<[u8]>,
     dialect: Arc<Dialect>,
-    /// The current line is held until it ends (a 2025-11-25 session's, see the module).
-    holding: bool,
     held: Vec<u8>,
+    /// Bytes read and not yet taken (what came after the handshake's `initialize`).
+    rest: Vec<u8>,
+    /// The safety net of a pause for the handshake's answer.
+    pause: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl<R> LimitedLines<R> {
@@ -71,31 +79,25 @@ impl<R> LimitedLines<R> {
             given: 0,
             scratch: vec![0; 64 * 1024].into_boxed_slice(),
             dialect: Arc::new(Dialect::new(false)),
-            holding: false,
             held: Vec::new(),
+            rest: Vec::new(),
+            pause: None,
         }
     }
 
-    /// Takes bytes read from stdin, putting what rmcp is to see in `out`.
+    /// Takes bytes read from stdin, putting what rmcp is to see in `out`; after the handshake's
+    /// `initialize`, the bytes after it are kept in `rest` for when it is answered.
     fn take(&mut self, mut bytes: &[u8]) {
         while !bytes.is_empty() {
             let newline = bytes.iter().position(|b| *b == b'\n');
             let segment = &bytes[..newline.unwrap_or(bytes.len())];
             self.scanner.feed(segment);
-            if self.line == 0 && !self.over {
-                self.holding = self.dialect.reading();
-            }
             if !self.over {
                 let room = (self.limit as u64).saturating_sub(self.line);
                 if (segment.len() as u64) <= room {
-                    if self.holding {
-                        self.held.extend_from_slice(segment);
-                    } else {
-                        self.out.extend_from_slice(segment);
-                    }
+                    self.held.extend_from_slice(segment);
                 } else {
-                    // An over-long line is given on as any other session's.
-                    self.holding = false;
+                    // An over-long line is given on as it is, up to the limit.
                     self.out.append(&mut self.held);
                     self.out.extend_from_slice(&segment[..room as usize]);
                     // A NUL is never valid JSON where it lands (in a string it is an
@@ -107,23 +109,25 @@ impl<R> LimitedLines<R> {
             }
             self.line += segment.len() as u64;
             let Some(at) = newline else { break };
+            let mut pause = false;
             if self.over {
                 self.answer_instead();
             } else {
-                if self.holding {
-                    let line = std::mem::take(&mut self.held);
-                    match self.dialect.inbound(&line) {
-                        Some(renamed) => self.out.extend_from_slice(&renamed),
-                        None => self.out.extend_from_slice(&line),
-                    }
-                    self.holding = false;
-                }
+                let line = std::mem::take(&mut self.held);
+                let read = self.dialect.inbound(&line);
+                self.out
+                    .extend_from_slice(read.line.as_deref().unwrap_or(&line));
                 self.out.push(b'\n');
+                pause = read.pause;
             }
             self.line = 0;
             self.over = false;
             self.scanner = IdScanner::default();
             bytes = &bytes[at + 1..];
+            if pause {
+                self.rest.extend_from_slice(bytes);
+                return;
+            }
         }
     }
 
@@ -164,6 +168,22 @@ impl<R: AsyncRead + Unpin> AsyncRead for LimitedLines<R> {
                     this.given = 0;
                 }
                 return Poll::Ready(Ok(()));
+            }
+            // The handshake's answer first: then the session is read as it agreed.
+            if this.dialect.paused(cx) {
+                let net = this
+                    .pause
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(HANDSHAKE_LIMIT)));
+                if net.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                this.dialect.give_up();
+            }
+            this.pause = None;
+            if !this.rest.is_empty() {
+                let rest = std::mem::take(&mut this.rest);
+                this.take(&rest);
+                continue;
             }
             let mut read = ReadBuf::new(&mut this.scratch);
             match Pin::new(&mut this.inner).poll_read(cx, &mut read) {

@@ -251,14 +251,24 @@ pub(super) fn spawn(
         .with_poll_interval_ms(POLL_INTERVAL_MS)
         .with_status_message(format!("waiting for {} to be decided", gates_named(&named)));
     let waiter = Arc::clone(&server);
-    let slot = super::wait::WaitSlot::take(&server);
+    // A call refused as usage holds no room: the task ends with the refusal.
+    let slot = server
+        .parsed(&server.tools[index], &args, false)
+        .and_then(|_| super::wait::WaitSlot::take(&server));
     let task = server.tasks.manager.spawn(options, move |ctx| {
         Box::pin(async move {
             match slot {
                 // The task ends with the refusal, as a call the tool refuses does.
                 Err(e) => {
-                    ctx.set_status_message("ended: busy");
-                    Ok(result(Err(e)))
+                    let refused = result(Err(e));
+                    let class = refused
+                        .meta
+                        .as_ref()
+                        .and_then(|m| m.0.get("class"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("error");
+                    ctx.set_status_message(format!("ended: {class}"));
+                    Ok(refused)
                 }
                 Ok(_slot) => run(waiter, index, args, asking, ctx).await,
             }

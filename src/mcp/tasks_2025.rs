@@ -139,10 +139,9 @@ fn call(
             None,
         ));
     };
-    if task
-        .get("ttl")
-        .is_some_and(|ttl| !ttl.is_null() && ttl.as_u64().is_none())
-    {
+    if task.get("ttl").is_some_and(|ttl| {
+        !ttl.is_null() && !ttl.as_f64().is_some_and(|t| t >= 0.0 && t.fract() == 0.0)
+    }) {
         return Err(ErrorData::invalid_params(
             "task.ttl: a whole number of milliseconds is required",
             None,
@@ -245,6 +244,7 @@ fn list(server: &Server, params: &Value) -> Result<Value, ErrorData> {
         None | Some(Value::Null) => 0,
         Some(c) => c
             .as_str()
+            .filter(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()))
             .and_then(|c| c.parse::<usize>().ok())
             .ok_or_else(|| ErrorData::invalid_params("cursor: not one this server gave", None))?,
     };

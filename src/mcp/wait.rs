@@ -161,9 +161,10 @@ impl WaitSlot {
         if before >= server.most_waits {
             server.waits.fetch_sub(1, Ordering::AcqRel);
             return Err(crate::error::busy(format!(
-                "this session already runs {before} waits, as many as its limit on open files \
+                "this session already runs {before} wait{}, as many as its limit on open files \
                  allows: wait for several gates in one call (`gates` with `all` or `any`), or \
-                 retry when a wait has ended"
+                 retry when a wait has ended",
+                if before == 1 { "" } else { "s" }
             )));
         }
         Ok(WaitSlot(Arc::clone(server)))
@@ -187,6 +188,10 @@ pub(super) async fn plain(
     args: JsonObject,
     context: RequestContext<RoleServer>,
 ) -> CallToolResult {
+    // A call refused as usage holds no room.
+    if let Err(e) = server.parsed(&server.tools[index], &args, true) {
+        return result(Err(e));
+    }
     let _slot = match WaitSlot::take(&server) {
         Ok(slot) => slot,
         Err(e) => return result(Err(e)),
