@@ -261,13 +261,7 @@ pub(super) fn spawn(
                 // The task ends with the refusal, as a call the tool refuses does.
                 Err(e) => {
                     let refused = result(Err(e));
-                    let class = refused
-                        .meta
-                        .as_ref()
-                        .and_then(|m| m.0.get("class"))
-                        .and_then(Value::as_str)
-                        .unwrap_or("error");
-                    ctx.set_status_message(format!("ended: {class}"));
+                    say_ended(&ctx, &refused);
                     Ok(refused)
                 }
                 Ok(_slot) => run(waiter, index, args, asking, ctx).await,
@@ -328,13 +322,7 @@ async fn run(
             let answer = answer(outcome);
             // The task's status says it ended, and how, no longer what it waited for.
             if let Ok(r) = &answer {
-                let class = r
-                    .meta
-                    .as_ref()
-                    .and_then(|m| m.0.get("class"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("error");
-                ctx.set_status_message(format!("ended: {class}"));
+                say_ended(&ctx, r);
             }
             answer
         }
@@ -358,6 +346,17 @@ async fn run(
             Err(TaskExit::Cancelled)
         }
     }
+}
+
+/// The task's status message once it has its result: how it ended (`ended: CLASS`).
+fn say_ended(ctx: &TaskContext, r: &CallToolResult) {
+    let class = r
+        .meta
+        .as_ref()
+        .and_then(|m| m.0.get("class"))
+        .and_then(Value::as_str)
+        .unwrap_or("error");
+    ctx.set_status_message(format!("ended: {class}"));
 }
 
 fn answer(
