@@ -9,6 +9,7 @@ pub mod effects;
 pub mod history;
 pub mod postgres;
 pub mod principals;
+pub mod rows;
 pub mod rules;
 pub mod seal;
 pub mod signatures;
@@ -106,6 +107,7 @@ pub mod sqlite_schema;
 pub mod tx;
 pub mod wake;
 
+pub use rows::{GateSelect, Rows};
 pub use tx::{Tx, TxKind};
 
 use crate::model::{ExecStatus, RunStatus};
@@ -603,7 +605,10 @@ pub trait AgentStore {
         self.begin(kind).map(tx::Txn::new)
     }
 
-    fn agent(&mut self, name: &str) -> Result<Option<AgentRow>>;
+    /// The agent of this name, with its count of segments.
+    fn agent(&mut self, name: &str) -> Result<Option<AgentRow>> {
+        Ok(self.agent_rows(Some(name))?.into_iter().next())
+    }
 
     /// Replaces the agent's memory, creating the agent if needed.
     fn remember(&mut self, name: &str, scope: &str, memory: &str, now: &str) -> Result<()> {
@@ -628,7 +633,7 @@ pub trait AgentStore {
     /// listed with no memory. Sorted here, by bytes, so both backends list in one order
     /// whatever the server's collation.
     fn agents(&mut self) -> Result<Vec<AgentRow>> {
-        let mut rows = self.agent_rows()?;
+        let mut rows = self.agent_rows(None)?;
         let known: std::collections::HashSet<String> =
             rows.iter().map(|r| r.name.clone()).collect();
         rows.extend(
@@ -640,8 +645,8 @@ pub trait AgentStore {
         Ok(rows)
     }
 
-    /// The agents rows, each with its count of segments.
-    fn agent_rows(&mut self) -> Result<Vec<AgentRow>>;
+    /// The agents rows (of this name only, when given), each with its count of segments.
+    fn agent_rows(&mut self, name: Option<&str>) -> Result<Vec<AgentRow>>;
 
     /// One row a name that has segments: no scope, no memory, the first and last segment's
     /// times as created and updated, and the count.
@@ -1015,7 +1020,7 @@ fn not_kept(blob: &str) -> anyhow::Error {
 }
 
 /// The operations every backend provides for one run.
-pub trait Store: AgentStore {
+pub trait Store: AgentStore + Rows {
     /// Where this run's state is, for messages: a state.db path, or the server's URL with the
     /// password masked.
     fn location(&self) -> String;
@@ -1048,9 +1053,6 @@ pub trait Store: AgentStore {
     ) -> Result<bool> {
         rules::release_attachment(self.txn(rules::RELEASE)?, attachment_path, remove)
     }
-
-    /// Whether any binding references this attachment path (one statement, no lock).
-    fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool>;
 
     /// Whether large values are kept in the store itself (`server:` attachments, every
     /// machine reads them) rather than as files in the run directory on one machine.
@@ -1149,16 +1151,15 @@ pub trait Store: AgentStore {
         rules::prune_history(self.txn(TxKind::Serial)?, keep, apply)
     }
 
-    /// Whether an execution row with this id exists.
-    fn execution_exists(&mut self, id: i64) -> Result<bool>;
-
     /// Every kept version of the binding of this name in exactly this scope (None: the
     /// root), oldest first.
     fn binding_history(
         &mut self,
         name: &str,
         execution_id: Option<i64>,
-    ) -> Result<Vec<history::HistoryRow>>;
+    ) -> Result<Vec<history::HistoryRow>> {
+        self.kept_versions(history::Kept::Bindings, name, execution_id)
+    }
 
     /// Some of the kept versions of the binding of this name in exactly this scope (see
     /// [`history::Versions`]), with the count and ends of all of them: reads those rows only.
@@ -1235,14 +1236,22 @@ pub trait Store: AgentStore {
 
     /// Gates of this run as stored, oldest first (by `created_at`, then id); `status` None
     /// means all.
-    fn read_gates(&mut self, status: Option<&crate::model::GateStatus>) -> Result<Vec<GateRow>>;
+    fn read_gates(&mut self, status: Option<&crate::model::GateStatus>) -> Result<Vec<GateRow>> {
+        let rows = self.gate_rows(GateSelect::Listed(status))?;
+        Ok(rows.into_iter().map(dump::GateRecord::into_row).collect())
+    }
 
     /// One gate as stored.
-    fn read_gate(&mut self, id: &str) -> Result<Option<GateRow>>;
+    fn read_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
+        Ok(self.gate_row(id)?.map(dump::GateRecord::into_row))
+    }
 
     /// An earlier opening of a gate, as `gate_instances` keeps it: a projection, compared with
     /// that opening's sealed events and never trusted (`chain::opening_integrity`).
-    fn read_gate_opening(&mut self, id: &str, instance: i64) -> Result<Option<GateRow>>;
+    fn read_gate_opening(&mut self, id: &str, instance: i64) -> Result<Option<GateRow>> {
+        let rows = self.gate_rows(GateSelect::Opening(id, instance))?;
+        Ok(rows.into_iter().next().map(dump::GateRecord::into_row))
+    }
 
     /// Gates of this run after the sweep.
     fn gates(
@@ -1282,9 +1291,6 @@ pub trait Store: AgentStore {
     fn refuse_attempt(&mut self, attempt: &Attempt) -> Result<bool> {
         rules::refuse_attempt(self.sealing(rules::GATE)?, attempt)
     }
-
-    /// The audit trail, oldest first.
-    fn audit(&mut self, filter: &AuditFilter) -> Result<Vec<AuditRow>>;
 
     /// Checks the audit log against its seals and this machine's anchor, and every gate
     /// against its log (`chain::check`). A read: nothing is written.

@@ -7,6 +7,7 @@
 //! (first decision wins, one audit chain per run), and `finish` take it `FOR UPDATE`.
 
 use super::dump::{Cells, GateRecord};
+use super::rows::{GateSelect, Rows};
 use super::tx::{Tx, TxKind};
 use super::{
     Access, AgentRow, AgentStore, AuditFilter, AuditRow, BindingRow, Checkpointed, ExecutionRow,
@@ -14,7 +15,7 @@ use super::{
     StoreStats,
 };
 use crate::error::{not_found, refused, shown, usage};
-use crate::model::{ExecStatus, GateStatus, RunStatus};
+use crate::model::{ExecStatus, RunStatus};
 use anyhow::{anyhow, Result};
 use postgres::error::SqlState;
 use postgres::types::{ToSql, Type};
@@ -420,6 +421,20 @@ trait Statements {
         })
     }
 
+    /// Every row a statement returns, its parameters' types given: one round trip, with no
+    /// statement prepared first.
+    fn all_typed<T>(
+        &mut self,
+        sql: &str,
+        p: &[(&(dyn ToSql + Sync), Type)],
+        f: impl FnMut(&Row) -> T,
+    ) -> Result<Vec<T>> {
+        self.on(|c| {
+            c.query_typed(sql, p)
+                .map(|rows| rows.iter().map(f).collect())
+        })
+    }
+
     /// Every row a statement returns.
     fn all<S: ?Sized + ToStatement, T>(
         &mut self,
@@ -619,6 +634,104 @@ impl<C: GenericClient> Statements for On<'_, C> {
     }
 }
 
+/// The gates rows `which` selects of run `run` (`Rows::gate_rows`), on a store or in a
+/// transaction (where `Due` locks the rows it reads), in one round trip.
+fn gate_rows(s: &mut impl Statements, run: &str, which: GateSelect<'_>) -> Result<Vec<GateRecord>> {
+    let run = run.to_string();
+    let (sql, id, number) = match which {
+        GateSelect::Listed(status) => {
+            let status = status.map(|s| s.as_str().to_string());
+            let sql = format!(
+                "{} WHERE run_id = $1 AND ($2::text IS NULL OR status = $2)
+                 ORDER BY created_at, id",
+                gate_select()
+            );
+            (sql, status, None)
+        }
+        GateSelect::Id(id) => (
+            format!("{} WHERE run_id = $1 AND id = $2", gate_select()),
+            Some(id.to_string()),
+            None,
+        ),
+        GateSelect::Opening(id, instance) => (
+            format!(
+                "SELECT {} FROM openprose.gate_instances g
+                  WHERE g.run_id = $1 AND g.gate_id = $2 AND g.instance = $3",
+                select_list(super::dump::INSTANCE_COLUMNS, "g.")
+            ),
+            Some(id.to_string()),
+            Some(instance),
+        ),
+        GateSelect::Due(now) => (
+            format!(
+                "{} WHERE run_id = $1 AND {DUE} ORDER BY created_at, id FOR UPDATE",
+                gate_select()
+            ),
+            Some(now.to_string()),
+            None,
+        ),
+    };
+    let mut p: Vec<(&(dyn ToSql + Sync), Type)> = vec![(&run, Type::TEXT), (&id, Type::TEXT)];
+    if let Some(n) = &number {
+        p.push((n, Type::INT8));
+    }
+    s.all_typed(&sql, &p, gate_record)
+}
+
+/// The audit rows of run `run` the filter selects, in id order.
+fn audit(s: &mut impl Statements, run: &str, f: &AuditFilter) -> Result<Vec<AuditRow>> {
+    s.all(
+        &format!(
+            "{AUDIT_SELECT} WHERE run_id = $1 AND ($2::text IS NULL OR gate_id = $2)
+               AND ($3::text IS NULL OR principal = $3)
+               AND ($4::text IS NULL OR timestamp >= ($4::text)::timestamptz)
+             ORDER BY id"
+        ),
+        &[&run, &f.gate_id, &f.principal, &f.since],
+        audit_row,
+    )
+}
+
+/// A store's and its transactions' reads, each one statement (`store::rows`).
+macro_rules! pg_rows {
+    ($t:ty) => {
+        impl Rows for $t {
+            fn gate_rows(&mut self, which: GateSelect<'_>) -> Result<Vec<GateRecord>> {
+                let run = self.run()?.to_string();
+                gate_rows(self, &run, which)
+            }
+
+            fn audit(&mut self, filter: &AuditFilter) -> Result<Vec<AuditRow>> {
+                let run = self.run()?.to_string();
+                audit(self, &run, filter)
+            }
+
+            fn execution_exists(&mut self, id: i64) -> Result<bool> {
+                let run = self.run()?.to_string();
+                execution_exists(self, &run, id)
+            }
+
+            fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
+                let run = self.run()?.to_string();
+                attachment_referenced(self, &run, attachment_path)
+            }
+
+            fn kept_versions(
+                &mut self,
+                kept: super::history::Kept,
+                name: &str,
+                execution_id: Option<i64>,
+            ) -> Result<Vec<super::history::HistoryRow>> {
+                let run = self.run()?.to_string();
+                kept_versions(self, kept, &run, name, execution_id)
+            }
+        }
+    };
+}
+
+pg_rows!(PgStore);
+pg_rows!(tx::PgTx<'_>);
+
 impl Statements for PgStore {
     type Client = Client;
     fn session(&mut self) -> (&mut Client, &str, u64) {
@@ -657,22 +770,20 @@ impl AgentStore for PgStore {
         Ok(Box::new(tx))
     }
 
-    fn agent(&mut self, name: &str) -> Result<Option<AgentRow>> {
+    fn agent_rows(&mut self, name: Option<&str>) -> Result<Vec<AgentRow>> {
         let run = self.run_id.clone();
-        self.opt(
-            agent_select!("WHERE a.run_id IS NOT DISTINCT FROM $1 AND a.name = $2"),
-            &[&run, &name],
-            agent_row,
-        )
-    }
-
-    fn agent_rows(&mut self) -> Result<Vec<AgentRow>> {
-        let run = self.run_id.clone();
-        self.all(
-            agent_select!("WHERE a.run_id IS NOT DISTINCT FROM $1"),
-            &[&run],
-            agent_row,
-        )
+        match name {
+            Some(name) => self.all(
+                agent_select!("WHERE a.run_id IS NOT DISTINCT FROM $1 AND a.name = $2"),
+                &[&run, &name],
+                agent_row,
+            ),
+            None => self.all(
+                agent_select!("WHERE a.run_id IS NOT DISTINCT FROM $1"),
+                &[&run],
+                agent_row,
+            ),
+        }
     }
 
     fn segment_agents(&mut self) -> Result<Vec<AgentRow>> {
@@ -725,16 +836,6 @@ impl Store for PgStore {
             self.run_id.as_deref().unwrap_or(""),
             self.shown_url
         )
-    }
-
-    fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
-        let run = self.run()?.to_string();
-        attachment_referenced(self, &run, attachment_path)
-    }
-
-    fn execution_exists(&mut self, id: i64) -> Result<bool> {
-        let run = self.run()?.to_string();
-        execution_exists(self, &run, id)
     }
 
     fn changes(&self) -> Box<dyn super::wake::Changes> {
@@ -795,21 +896,6 @@ impl Store for PgStore {
             first,
             last_n,
         })
-    }
-
-    fn binding_history(
-        &mut self,
-        name: &str,
-        execution_id: Option<i64>,
-    ) -> Result<Vec<super::history::HistoryRow>> {
-        let run = self.run()?.to_string();
-        kept_versions(
-            self,
-            super::history::Kept::Bindings,
-            &run,
-            name,
-            execution_id,
-        )
     }
 
     fn history_scopes(&mut self, name: &str) -> Result<Vec<Option<i64>>> {
@@ -905,62 +991,6 @@ impl Store for PgStore {
                 |r| r.get(0),
             )?
             .unwrap_or(false))
-    }
-
-    fn read_gates(&mut self, status: Option<&GateStatus>) -> Result<Vec<GateRow>> {
-        let run = self.run()?.to_string();
-        let status = status.map(GateStatus::as_str);
-        self.all(
-            &format!(
-                "{} WHERE run_id = $1 AND ($2::text IS NULL OR status = $2)
-                 ORDER BY created_at, id",
-                gate_select()
-            ),
-            &[&run, &status],
-            gate_row,
-        )
-    }
-
-    fn read_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
-        let run = self.run()?.to_string();
-        let id = id.to_string();
-        self.opt_typed(
-            &format!("{} WHERE run_id = $1 AND id = $2", gate_select()),
-            &[(&run, Type::TEXT), (&id, Type::TEXT)],
-            gate_row,
-        )
-    }
-
-    fn read_gate_opening(&mut self, id: &str, instance: i64) -> Result<Option<GateRow>> {
-        let run = self.run()?.to_string();
-        let id = id.to_string();
-        self.opt_typed(
-            &format!(
-                "SELECT {} FROM openprose.gate_instances g
-                  WHERE g.run_id = $1 AND g.gate_id = $2 AND g.instance = $3",
-                select_list(super::dump::INSTANCE_COLUMNS, "g.")
-            ),
-            &[
-                (&run, Type::TEXT),
-                (&id, Type::TEXT),
-                (&instance, Type::INT8),
-            ],
-            gate_row,
-        )
-    }
-
-    fn audit(&mut self, f: &AuditFilter) -> Result<Vec<AuditRow>> {
-        let run = self.run()?.to_string();
-        self.all(
-            &format!(
-                "{AUDIT_SELECT} WHERE run_id = $1 AND ($2::text IS NULL OR gate_id = $2)
-                   AND ($3::text IS NULL OR principal = $3)
-                   AND ($4::text IS NULL OR timestamp >= ($4::text)::timestamptz)
-                 ORDER BY id"
-            ),
-            &[&run, &f.gate_id, &f.principal, &f.since],
-            audit_row,
-        )
     }
 
     fn run_summary(&mut self, now: &str) -> Result<RunSummary> {

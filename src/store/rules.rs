@@ -242,7 +242,11 @@ impl Swept {
 ///   announced (`reminder`), once: what was announced is read from the sealed log, never from
 ///   the row's `remind_at`, which only says when to look.
 pub fn sweep(tx: &mut Txn<'_>, now: &str) -> Result<Swept> {
-    let due = tx.overdue_gates(now)?;
+    let due: Vec<super::GateRow> = tx
+        .gate_rows(super::GateSelect::Due(now))?
+        .into_iter()
+        .map(super::dump::GateRecord::into_row)
+        .collect();
     let mut swept = Swept::default();
     let run_id = if due.is_empty() {
         String::new()
@@ -565,7 +569,7 @@ pub fn bind(
                         updated_at: Some(b.now.to_string()),
                         attachment_path: None,
                     };
-                    tx.put_binding_as(&first, b.principal, None)?;
+                    tx.put_binding(&first, Some(b.principal), None)?;
                 }
                 delta = Some(step);
             } else {
@@ -594,7 +598,7 @@ pub fn bind(
         attachment_path: written.attachment_path.map(str::to_string),
     };
     let delta = delta.map(|d| d.to_string());
-    let version = tx.put_binding_as(&record, b.principal, delta.as_deref())?;
+    let version = tx.put_binding(&record, Some(b.principal), delta.as_deref())?;
     // The run's bound on versions kept (the project's default at `init`): once a binding
     // holds twice as many, the older ones go in this write's transaction, so that the bound
     // costs a cut now and then, not one at every write.
@@ -938,7 +942,7 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
     if existing.is_some() {
         // The opening that ends is kept, as it was, in `gate_instances`.
         let ended = tx
-            .gate_record(g.id)?
+            .gate_row(g.id)?
             .ok_or_else(|| anyhow!("gate vanished before it was opened again"))?;
         tx.put_gate(&ended, true)?;
         tx.reopen_gate(g, execution_id)?;
@@ -1379,7 +1383,11 @@ pub fn finish(
         )));
     }
     if *status == RunStatus::Completed {
-        let pending = tx.pending_gate_ids()?;
+        let pending: Vec<String> = tx
+            .gate_rows(super::GateSelect::Listed(Some(&GateStatus::Pending)))?
+            .into_iter()
+            .map(|g| g.id)
+            .collect();
         if !pending.is_empty() {
             return Err(refused(format!(
                 "run {id} has pending gates ({}); decide them first, or finish as failed or interrupted",
@@ -1479,14 +1487,24 @@ pub fn record_resume(mut tx: Txn<'_>, now: &str) -> Result<Resumed> {
     }
     sweep(&mut tx, now)?;
     let mut logged = Vec::new();
-    for g in tx.gates_for_resume()? {
-        let decided_since = g.last_decision.unwrap_or(0) > g.last_resumed.unwrap_or(0);
-        if g.status.is_pending() || decided_since {
+    for g in tx.gate_rows(super::GateSelect::Listed(None))? {
+        // The audit ids of its last `resumed` event and of its last decision.
+        let newest = |history: &[AuditRow], kinds: &[&str]| {
+            let of_kind = history
+                .iter()
+                .filter(|a| kinds.contains(&a.event_type.as_str()));
+            of_kind.map(|a| a.id).max().unwrap_or(0)
+        };
+        let history = tx.gate_history(&g.id)?;
+        let decided_since =
+            newest(&history, &["approved", "rejected", "timeout"]) > newest(&history, &["resumed"]);
+        let status = g.status.unwrap_or_else(|| GateStatus::parse(""));
+        if status.is_pending() || decided_since {
             append_audit(
                 &mut *tx,
                 &Event::system(&g.id, &run_id, "resumed", now),
                 serde_json::json!({
-                    "resume_source": "cli", "previous_status": g.status.as_str()
+                    "resume_source": "cli", "previous_status": status.as_str()
                 }),
             )?;
             logged.push(g.id);
@@ -1650,7 +1668,7 @@ pub fn restore(mut tx: Txn<'_>, r: &Restore) -> Result<()> {
             });
             b2.attachment_path = Some(new.clone());
         }
-        tx.put_binding(&b2)?;
+        tx.put_binding(&b2, None, None)?;
     }
     // Every version as the copy kept it (the bindings' writes above made their own); a copy
     // that carries none (made before history was kept) starts each binding's here.

@@ -7,13 +7,15 @@
 //! Every write transaction begins IMMEDIATE, so a writer takes the lock before it reads and
 //! never fails half-way with a lock upgrade error.
 
+use super::dump::GateRecord;
 use super::dump::RunDump;
+use super::rows::{GateSelect, Rows};
 use super::sqlite_schema::{self, Schema};
 use super::tx::{Tx, TxKind};
 use super::{
     Access, AgentRow, AgentStore, AuditFilter, AuditRow, BindingRow, Checkpointed, ExecutionRow,
-    Found, GateRow, ImportRow, Migration, NewRun, OpenOptions, QueryResult, RunInfo, RunSummary,
-    Store, StoreStats,
+    Found, ImportRow, Migration, NewRun, OpenOptions, QueryResult, RunInfo, RunSummary, Store,
+    StoreStats,
 };
 use crate::error::{not_found, refused, shown, usage};
 use crate::model::{ExecStatus, GateStatus};
@@ -26,7 +28,7 @@ use std::path::{Path, PathBuf};
 
 use super::dump::Cells;
 use super::sqlite_rows::gate_record;
-pub(super) use super::sqlite_rows::{db_error, gate_row, run_info_at, GATE_COLUMNS};
+pub(super) use super::sqlite_rows::{db_error, run_info_at, GATE_COLUMNS};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -587,6 +589,87 @@ fn import_row(r: &Row) -> rusqlite::Result<ImportRow> {
     Ok(ImportRow::read(r))
 }
 
+/// The gates rows `which` selects (`Rows::gate_rows`), on a store or in a transaction.
+fn gate_rows(s: &impl Statements, which: GateSelect<'_>) -> Result<Vec<GateRecord>> {
+    match which {
+        GateSelect::Listed(status) => s.all(
+            &format!(
+                "SELECT {GATE_COLUMNS} FROM gates WHERE ?1 IS NULL OR status = ?1
+                 ORDER BY created_at, id"
+            ),
+            [status.map(GateStatus::as_str)],
+            gate_record,
+        ),
+        GateSelect::Id(id) => s.all(
+            &format!("SELECT {GATE_COLUMNS} FROM gates WHERE id = ?1"),
+            [id],
+            gate_record,
+        ),
+        GateSelect::Opening(id, instance) => s.all(
+            &format!(
+                "SELECT {} FROM gate_instances WHERE gate_id = ?1 AND instance = ?2",
+                super::dump::INSTANCE_COLUMNS
+            ),
+            params![id, instance],
+            gate_record,
+        ),
+        GateSelect::Due(now) => s.all(
+            &format!("SELECT {GATE_COLUMNS} FROM gates WHERE {DUE} ORDER BY created_at, id"),
+            [now],
+            gate_record,
+        ),
+    }
+}
+
+/// The audit rows the filter selects, in id order.
+fn audit(s: &impl Statements, f: &AuditFilter) -> Result<Vec<AuditRow>> {
+    s.all(
+        &format!(
+            "SELECT {AUDIT_COLUMNS} FROM gate_audit_log
+             WHERE (?1 IS NULL OR gate_id = ?1) AND (?2 IS NULL OR principal = ?2)
+               AND (?3 IS NULL OR datetime(timestamp) >= datetime(?3))
+             ORDER BY id"
+        ),
+        params![f.gate_id, f.principal, f.since],
+        audit_row,
+    )
+}
+
+/// A store's and its transactions' reads, each one statement (`store::rows`).
+macro_rules! sqlite_rows {
+    ($t:ty) => {
+        impl Rows for $t {
+            fn gate_rows(&mut self, which: GateSelect<'_>) -> Result<Vec<GateRecord>> {
+                gate_rows(self, which)
+            }
+
+            fn audit(&mut self, filter: &AuditFilter) -> Result<Vec<AuditRow>> {
+                audit(self, filter)
+            }
+
+            fn execution_exists(&mut self, id: i64) -> Result<bool> {
+                execution_exists(self, id)
+            }
+
+            fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
+                attachment_referenced(self, attachment_path)
+            }
+
+            fn kept_versions(
+                &mut self,
+                kept: super::history::Kept,
+                name: &str,
+                execution_id: Option<i64>,
+            ) -> Result<Vec<super::history::HistoryRow>> {
+                kept_versions(self, kept, name, execution_id)
+            }
+        }
+    };
+}
+
+sqlite_rows!(SqliteStore);
+sqlite_rows!(SqliteTx<'_>);
+
 impl Statements for SqliteStore {
     fn conn(&self) -> &Connection {
         &self.conn
@@ -645,16 +728,15 @@ impl AgentStore for SqliteStore {
         }))
     }
 
-    fn agent(&mut self, name: &str) -> Result<Option<AgentRow>> {
-        self.opt(
-            &format!("{AGENT_SELECT} WHERE a.name = ?1"),
-            [name],
-            agent_row,
-        )
-    }
-
-    fn agent_rows(&mut self) -> Result<Vec<AgentRow>> {
-        self.all(AGENT_SELECT, [], agent_row)
+    fn agent_rows(&mut self, name: Option<&str>) -> Result<Vec<AgentRow>> {
+        match name {
+            Some(name) => self.all(
+                &format!("{AGENT_SELECT} WHERE a.name = ?1"),
+                [name],
+                agent_row,
+            ),
+            None => self.all(AGENT_SELECT, [], agent_row),
+        }
     }
 
     fn segment_agents(&mut self) -> Result<Vec<AgentRow>> {
@@ -691,24 +773,8 @@ impl Store for SqliteStore {
         )
     }
 
-    fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
-        attachment_referenced(self, attachment_path)
-    }
-
-    fn execution_exists(&mut self, id: i64) -> Result<bool> {
-        execution_exists(self, id)
-    }
-
     fn changes(&self) -> Box<dyn super::wake::Changes> {
         super::wake::watch(&self.path)
-    }
-
-    fn binding_history(
-        &mut self,
-        name: &str,
-        execution_id: Option<i64>,
-    ) -> Result<Vec<super::history::HistoryRow>> {
-        kept_versions(self, super::history::Kept::Bindings, name, execution_id)
     }
 
     fn binding_versions(
@@ -836,49 +902,6 @@ impl Store for SqliteStore {
             &format!("SELECT EXISTS (SELECT 1 FROM gates WHERE {DUE})"),
             [now],
             |r| r.get(0),
-        )
-    }
-
-    fn read_gates(&mut self, status: Option<&GateStatus>) -> Result<Vec<GateRow>> {
-        self.all(
-            &format!(
-                "SELECT {GATE_COLUMNS} FROM gates WHERE ?1 IS NULL OR status = ?1
-                 ORDER BY created_at, id"
-            ),
-            [status.map(GateStatus::as_str)],
-            gate_row,
-        )
-    }
-
-    fn read_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
-        self.opt(
-            &format!("SELECT {GATE_COLUMNS} FROM gates WHERE id = ?1"),
-            [id],
-            gate_row,
-        )
-    }
-
-    fn read_gate_opening(&mut self, id: &str, instance: i64) -> Result<Option<GateRow>> {
-        self.opt(
-            &format!(
-                "SELECT {} FROM gate_instances WHERE gate_id = ?1 AND instance = ?2",
-                super::dump::INSTANCE_COLUMNS
-            ),
-            params![id, instance],
-            gate_row,
-        )
-    }
-
-    fn audit(&mut self, f: &AuditFilter) -> Result<Vec<AuditRow>> {
-        self.all(
-            &format!(
-                "SELECT {AUDIT_COLUMNS} FROM gate_audit_log
-                 WHERE (?1 IS NULL OR gate_id = ?1) AND (?2 IS NULL OR principal = ?2)
-                   AND (?3 IS NULL OR datetime(timestamp) >= datetime(?3))
-                 ORDER BY id"
-            ),
-            params![f.gate_id, f.principal, f.since],
-            audit_row,
         )
     }
 

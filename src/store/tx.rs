@@ -39,19 +39,10 @@ pub type KeyedExecution = (
     Option<i64>,
 );
 
-/// What `resume` needs of a gate: its id and status, and the audit ids of its last `resumed`
-/// event and of its last decision (approved, rejected or timeout).
-pub struct GateResumeState {
-    pub id: String,
-    pub status: crate::model::GateStatus,
-    pub last_resumed: Option<i64>,
-    pub last_decision: Option<i64>,
-}
-
 /// One open transaction. Every method is one statement (or, where a dialect needs it, the
 /// few that make one step); none holds a rule. Each table has one INSERT (a `put_` method),
 /// used alike by the live rules and by `rules::restore`, which writes a copy of a run.
-pub trait Tx {
+pub trait Tx: super::Rows {
     // The run.
     /// The run's id and status; None where the store has no run (an agents.db, project agents
     /// on the server) or the run row is missing.
@@ -76,20 +67,17 @@ pub trait Tx {
     /// The stored value of the binding of this name in this scope.
     fn binding_value(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<String>>;
     /// Inserts a binding, or replaces the one of its name in its scope, keeping that one's
-    /// `created_at`, and keeps the write as the binding's next version (unattributed: a
-    /// copy's write).
-    fn put_binding(&mut self, binding: &BindingRecord) -> Result<()>;
-    fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool>;
-    /// `put_binding` as `principal`'s write, kept as the binding's next version by the same
-    /// transaction: who wrote it, and for a `--append`/`--merge` step the step itself in
-    /// place of the whole value (`delta`; the version's value left NULL). The binding's new
-    /// own version (its history's `n`, as `history` lists it). prose-state keeps its own writes' versions: the schema's history
+    /// `created_at`, and keeps the write as the binding's next version in the same
+    /// transaction: written by `principal` (None: a copy's write, unattributed), and for a
+    /// `--append`/`--merge` step the step itself in place of the whole value (`delta`; the
+    /// version's value left NULL). The binding's new own version (its history's `n`, as
+    /// `history` lists it). prose-state keeps its own writes' versions: the schema's history
     /// triggers keep raw writers' (whose `principal` stays NULL) and do not fire for
     /// prose-state's sessions, so no version is kept twice or attributed to another writer.
-    fn put_binding_as(
+    fn put_binding(
         &mut self,
         binding: &BindingRecord,
-        principal: &str,
+        principal: Option<&str>,
         delta: Option<&str>,
     ) -> Result<i64>;
     /// Points the binding of this name in this scope at another attachment: the same bytes
@@ -107,7 +95,6 @@ pub trait Tx {
     }
 
     // The execution log.
-    fn execution_exists(&mut self, id: i64) -> Result<bool>;
     fn keyed_execution(&mut self, key: &str) -> Result<Option<KeyedExecution>>;
     /// Appends a record (its `id` ignored), as `id` where the store keeps the ids it is given
     /// (`keeps_ids`), else numbered by the store. Its id; None when its idempotency key was
@@ -115,15 +102,10 @@ pub trait Tx {
     fn put_execution(&mut self, id: Option<i64>, record: &ExecRecord) -> Result<Option<i64>>;
 
     // Gates.
-    /// The gates row of this id as stored (what `gate_instances` keeps of an opening).
-    fn gate_record(&mut self, id: &str) -> Result<Option<GateRecord>>;
-    /// The same row as the rules read it.
+    /// The gates row of this id as the rules read it.
     fn load_gate(&mut self, id: &str) -> Result<Option<GateRow>> {
-        Ok(self.gate_record(id)?.map(GateRecord::into_row))
+        Ok(self.gate_row(id)?.map(GateRecord::into_row))
     }
-    /// Pending gates past their deadline (an unparseable deadline counts as passed), oldest
-    /// first, locked where the dialect locks rows.
-    fn overdue_gates(&mut self, now: &str) -> Result<Vec<GateRow>>;
     /// Inserts a gates row (`instance` false) or a gate_instances row (an earlier opening).
     fn put_gate(&mut self, gate: &GateRecord, instance: bool) -> Result<()>;
     /// Makes the gates row the gate's next instance: pending, with this gate's prompt, allow
@@ -146,8 +128,6 @@ pub trait Tx {
         widened: Option<(&str, &str)>,
         remind_at: Option<&str>,
     ) -> Result<()>;
-    fn pending_gate_ids(&mut self) -> Result<Vec<String>>;
-    fn gates_for_resume(&mut self) -> Result<Vec<GateResumeState>>;
 
     // The audit chain.
     /// The head of the run's audit chain: the sequence number of its newest sequenced row (0
@@ -160,7 +140,6 @@ pub trait Tx {
     /// happened, which its sealed metadata records (`after_record`).
     fn newest_record(&mut self) -> Result<Option<i64>>;
     fn insert_audit(&mut self, row: &AuditRow) -> Result<()>;
-    fn gate_history(&mut self, gate_id: &str) -> Result<Vec<AuditRow>>;
     /// The run's audit rows outside the sealed sequence, in id order (what a genesis seals).
     fn unsealed_audit(&mut self) -> Result<Vec<AuditRow>>;
     /// The newest sequenced audit row of the run (what this machine anchors).
@@ -189,14 +168,6 @@ pub trait Tx {
     /// Deletes every row of the run but its own row and its audit log (append-only), its
     /// values included (`import --replace`).
     fn clear_run(&mut self) -> Result<()>;
-    /// Every kept version of the binding (or agent) of this name in exactly this scope,
-    /// oldest first.
-    fn kept_versions(
-        &mut self,
-        kept: Kept,
-        name: &str,
-        execution_id: Option<i64>,
-    ) -> Result<Vec<super::history::HistoryRow>>;
     /// How many versions of the binding (or agent) of this name in exactly this scope are
     /// kept (what a write under a bound on versions counts, without reading them).
     fn versions_kept(&mut self, kept: Kept, name: &str, execution_id: Option<i64>) -> Result<i64>;

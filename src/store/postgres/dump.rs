@@ -2,7 +2,7 @@
 
 use super::{select_list, PgStore, Statements};
 use crate::store::dump::{Cells, RunDump, Table, TableSource};
-use crate::store::{AuditFilter, Store};
+use crate::store::{AuditFilter, Rows};
 use anyhow::Result;
 
 /// What the spec's server-only columns hold for the run, where it is not their default.

@@ -1,18 +1,15 @@
 //! A transaction on the server: the single statements the rules run in it, each with its
 //! row mapping (see `store::tx`).
 
-use super::{
-    attachment_referenced, audit_row, blobs, committed, execution_exists, gate_record, gate_row,
-    gate_select, import_row, kept_versions, map_err, Params, Statements, AUDIT_SELECT, DUE,
-};
+use super::{audit_row, blobs, committed, import_row, map_err, Params, Statements, AUDIT_SELECT};
 use crate::error::{not_found, refused, shown};
 use crate::model::{GateStatus, RunStatus};
 use crate::store::dump::{
     AgentRecord, BindingRecord, ExecRecord, GateRecord, RunRecord, SegmentRecord,
 };
 use crate::store::history::Kept;
-use crate::store::tx::{ChainTip, GateResumeState, KeyedExecution, Tx, TxKind};
-use crate::store::{AuditRow, GateRow, ImportRow, NewGate};
+use crate::store::tx::{ChainTip, KeyedExecution, Tx, TxKind};
+use crate::store::{AuditRow, ImportRow, NewGate};
 use anyhow::{anyhow, Result};
 use postgres::types::{ToSql, Type};
 use postgres::{Row, Transaction};
@@ -220,7 +217,7 @@ impl PgTx<'_> {
         self.opt(&stmt, &values, f)
     }
 
-    fn run(&self) -> Result<String> {
+    pub(super) fn run(&self) -> Result<String> {
         self.run_id
             .clone()
             .ok_or_else(|| anyhow!("no run selected for this postgres store"))
@@ -353,18 +350,13 @@ impl Tx for PgTx<'_> {
         .map(Option::flatten)
     }
 
-    fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
-        let run = self.run()?;
-        attachment_referenced(self, &run, attachment_path)
-    }
-
-    fn put_binding_as(
+    fn put_binding(
         &mut self,
-        b: &BindingRecord,
-        principal: &str,
+        binding: &BindingRecord,
+        principal: Option<&str>,
         delta: Option<&str>,
     ) -> Result<i64> {
-        self.write_binding(b, Some(principal), delta)
+        self.write_binding(binding, principal, delta)
     }
 
     fn set_attachment_path(
@@ -444,16 +436,6 @@ impl Tx for PgTx<'_> {
             )?;
         }
         Ok(())
-    }
-
-    fn kept_versions(
-        &mut self,
-        kept: Kept,
-        name: &str,
-        execution_id: Option<i64>,
-    ) -> Result<Vec<crate::store::history::HistoryRow>> {
-        let run = self.run()?;
-        kept_versions(self, kept, &run, name, execution_id)
     }
 
     fn versions_kept(&mut self, kept: Kept, name: &str, execution_id: Option<i64>) -> Result<i64> {
@@ -682,10 +664,6 @@ impl Tx for PgTx<'_> {
         )
     }
 
-    fn put_binding(&mut self, b: &BindingRecord) -> Result<()> {
-        self.write_binding(b, None, None).map(drop)
-    }
-
     fn put_gate(&mut self, g: &GateRecord, instance: bool) -> Result<()> {
         let sql = if instance {
             "INSERT INTO openprose.gate_instances (gate_id, instance, run_id, execution_id, prompt,
@@ -774,11 +752,6 @@ impl Tx for PgTx<'_> {
         )
     }
 
-    fn execution_exists(&mut self, id: i64) -> Result<bool> {
-        let run = self.run()?;
-        execution_exists(self, &run, id)
-    }
-
     fn keyed_execution(&mut self, key: &str) -> Result<Option<KeyedExecution>> {
         let run = self.run()?;
         self.opt(
@@ -786,27 +759,6 @@ impl Tx for PgTx<'_> {
              FROM openprose.execution WHERE run_id = $1 AND idempotency_key = $2",
             &[&run, &key],
             |r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)),
-        )
-    }
-
-    fn overdue_gates(&mut self, now: &str) -> Result<Vec<GateRow>> {
-        let run = self.run()?;
-        self.all(
-            &format!(
-                "{} WHERE run_id = $1 AND {DUE} ORDER BY created_at, id FOR UPDATE",
-                gate_select()
-            ),
-            &[&run, &now],
-            gate_row,
-        )
-    }
-
-    fn gate_record(&mut self, id: &str) -> Result<Option<GateRecord>> {
-        let run = self.run()?;
-        self.opt(
-            &format!("{} WHERE run_id = $1 AND id = $2", gate_select()),
-            &[&run, &id],
-            gate_record,
         )
     }
 
@@ -865,36 +817,6 @@ impl Tx for PgTx<'_> {
                  remind_at = ($5::text)::timestamptz
              WHERE run_id = $1 AND id = $2 AND status = 'pending'",
             &[&run, &id, &allow, &timeout_at, &remind_at],
-        )
-    }
-
-    fn pending_gate_ids(&mut self) -> Result<Vec<String>> {
-        let run = self.run()?;
-        self.all(
-            "SELECT id FROM openprose.gates WHERE run_id = $1 AND status = 'pending'
-             ORDER BY created_at, id",
-            &[&run],
-            |r| r.get(0),
-        )
-    }
-
-    fn gates_for_resume(&mut self) -> Result<Vec<GateResumeState>> {
-        let run = self.run()?;
-        self.all(
-            "SELECT g.id, g.status,
-               (SELECT MAX(a.id) FROM openprose.gate_audit_log a
-                 WHERE a.run_id = g.run_id AND a.gate_id = g.id AND a.event_type = 'resumed'),
-               (SELECT MAX(a.id) FROM openprose.gate_audit_log a
-                 WHERE a.run_id = g.run_id AND a.gate_id = g.id
-                   AND a.event_type IN ('approved', 'rejected', 'timeout'))
-             FROM openprose.gates g WHERE g.run_id = $1 ORDER BY g.created_at, g.id",
-            &[&run],
-            |r| GateResumeState {
-                id: r.get(0),
-                status: GateStatus::parse(r.get(1)),
-                last_resumed: r.get(2),
-                last_decision: r.get(3),
-            },
         )
     }
 
@@ -973,15 +895,6 @@ impl Tx for PgTx<'_> {
                     r.get(2),
                 )
             },
-        )
-    }
-
-    fn gate_history(&mut self, gate_id: &str) -> Result<Vec<AuditRow>> {
-        let run = self.run()?;
-        self.all(
-            &format!("{AUDIT_SELECT} WHERE run_id = $1 AND gate_id = $2 ORDER BY id"),
-            &[&run, &gate_id],
-            audit_row,
         )
     }
 

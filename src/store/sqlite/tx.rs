@@ -1,17 +1,14 @@
 //! A write transaction on a SQLite store: the single statements the rules run in it, each
 //! with its row mapping (see `store::tx`).
 
-use super::{
-    attachment_referenced, audit_row, db_error, execution_exists, gate_record, gate_row,
-    import_row, kept_versions, CommitWatch, Statements, AUDIT_COLUMNS, DUE, GATE_COLUMNS,
-};
+use super::{audit_row, db_error, import_row, CommitWatch, Statements, AUDIT_COLUMNS};
 use crate::model::{GateStatus, RunStatus};
 use crate::store::dump::{
     AgentRecord, BindingRecord, ExecRecord, GateRecord, RunRecord, SegmentRecord,
 };
 use crate::store::history::Kept;
-use crate::store::tx::{ChainTip, GateResumeState, KeyedExecution, Tx};
-use crate::store::{AuditRow, GateRow, ImportRow, NewGate};
+use crate::store::tx::{ChainTip, KeyedExecution, Tx};
+use crate::store::{AuditRow, ImportRow, NewGate};
 use anyhow::{anyhow, Result};
 use rusqlite::{params, Connection};
 use std::path::Path;
@@ -266,17 +263,13 @@ impl Tx for SqliteTx<'_> {
         .map(Option::flatten)
     }
 
-    fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {
-        attachment_referenced(self, attachment_path)
-    }
-
-    fn put_binding_as(
+    fn put_binding(
         &mut self,
         binding: &BindingRecord,
-        principal: &str,
+        principal: Option<&str>,
         delta: Option<&str>,
     ) -> Result<i64> {
-        self.write_binding(binding, Some(principal), delta)
+        self.write_binding(binding, principal, delta)
     }
 
     fn set_attachment_path(
@@ -294,32 +287,12 @@ impl Tx for SqliteTx<'_> {
         )
     }
 
-    fn execution_exists(&mut self, id: i64) -> Result<bool> {
-        execution_exists(self, id)
-    }
-
     fn keyed_execution(&mut self, key: &str) -> Result<Option<KeyedExecution>> {
         self.opt(
             "SELECT id, statement_index, statement_text, status, parent_id
              FROM execution WHERE idempotency_key = ?1",
             [key],
             |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
-        )
-    }
-
-    fn overdue_gates(&mut self, now: &str) -> Result<Vec<GateRow>> {
-        self.all(
-            &format!("SELECT {GATE_COLUMNS} FROM gates WHERE {DUE} ORDER BY created_at, id"),
-            [now],
-            gate_row,
-        )
-    }
-
-    fn gate_record(&mut self, id: &str) -> Result<Option<GateRecord>> {
-        self.opt(
-            &format!("SELECT {GATE_COLUMNS} FROM gates WHERE id = ?1"),
-            [id],
-            gate_record,
         )
     }
 
@@ -371,34 +344,6 @@ impl Tx for SqliteTx<'_> {
                  remind_at = ?4
              WHERE id = ?1 AND status = 'pending'",
             params![id, allow, timeout_at, remind_at],
-        )
-    }
-
-    fn pending_gate_ids(&mut self) -> Result<Vec<String>> {
-        self.all(
-            "SELECT id FROM gates WHERE status = 'pending' ORDER BY created_at, id",
-            [],
-            |r| r.get(0),
-        )
-    }
-
-    fn gates_for_resume(&mut self) -> Result<Vec<GateResumeState>> {
-        self.all(
-            "SELECT g.id, g.status,
-               (SELECT MAX(a.id) FROM gate_audit_log a
-                 WHERE a.gate_id = g.id AND a.event_type = 'resumed'),
-               (SELECT MAX(a.id) FROM gate_audit_log a
-                 WHERE a.gate_id = g.id AND a.event_type IN ('approved', 'rejected', 'timeout'))
-             FROM gates g ORDER BY g.created_at, g.id",
-            [],
-            |r| {
-                Ok(GateResumeState {
-                    id: r.get(0)?,
-                    status: GateStatus::parse(&r.get::<_, Option<String>>(1)?.unwrap_or_default()),
-                    last_resumed: r.get(2)?,
-                    last_decision: r.get(3)?,
-                })
-            },
         )
     }
 
@@ -472,14 +417,6 @@ impl Tx for SqliteTx<'_> {
         )
     }
 
-    fn gate_history(&mut self, gate_id: &str) -> Result<Vec<AuditRow>> {
-        self.all(
-            &format!("SELECT {AUDIT_COLUMNS} FROM gate_audit_log WHERE gate_id = ?1 ORDER BY id"),
-            [gate_id],
-            audit_row,
-        )
-    }
-
     fn import(&mut self, alias: &str) -> Result<Option<ImportRow>> {
         self.opt(
             "SELECT alias, source_url, fetched_at, inputs_schema, outputs_schema
@@ -549,15 +486,6 @@ impl Tx for SqliteTx<'_> {
     fn clear_run(&mut self) -> Result<()> {
         // A run's file is replaced whole (a new directory), never cleared in place.
         Err(anyhow!("a SQLite run is replaced by a new directory"))
-    }
-
-    fn kept_versions(
-        &mut self,
-        kept: Kept,
-        name: &str,
-        execution_id: Option<i64>,
-    ) -> Result<Vec<crate::store::history::HistoryRow>> {
-        kept_versions(self, kept, name, execution_id)
     }
 
     fn versions_kept(&mut self, kept: Kept, name: &str, execution_id: Option<i64>) -> Result<i64> {
@@ -748,10 +676,6 @@ impl Tx for SqliteTx<'_> {
             ],
         )?;
         Ok(Some(self.tx.last_insert_rowid()))
-    }
-
-    fn put_binding(&mut self, b: &BindingRecord) -> Result<()> {
-        self.write_binding(b, None, None).map(drop)
     }
 
     fn put_gate(&mut self, g: &GateRecord, instance: bool) -> Result<()> {

@@ -1,0 +1,60 @@
+//! The reads a backend makes alike in a transaction and outside one: each one statement over
+//! one table, returning that table's row. A store and each of its transactions implement
+//! [`Rows`], so that a read is declared once and the logic over it (`Store`'s defaults, the
+//! rules) is written once, above the backends.
+
+use super::dump::GateRecord;
+use super::history::{HistoryRow, Kept};
+use super::{AuditFilter, AuditRow};
+use crate::model::GateStatus;
+use anyhow::Result;
+
+/// Which gates rows a read wants.
+#[derive(Debug, Clone, Copy)]
+pub enum GateSelect<'a> {
+    /// The run's gates, oldest first (by `created_at`, then id); with a status, only those.
+    Listed(Option<&'a GateStatus>),
+    /// The gate stored under this id (as the table's key finds it: a caller that needs that
+    /// exact id compares, as `rules::load_exact` does).
+    Id(&'a str),
+    /// An earlier opening of a gate, as `gate_instances` keeps it: a projection, compared with
+    /// that opening's sealed events and never trusted (`chain::opening_integrity`).
+    Opening(&'a str, i64),
+    /// Pending gates with something due at this time (past their deadline, an unparseable
+    /// deadline counting as passed, or a reminder), oldest first; in a transaction, locked
+    /// where the dialect locks rows.
+    Due(&'a str),
+}
+
+/// The single-table reads a backend provides, in a transaction and outside one alike.
+pub trait Rows {
+    /// The gates rows `which` selects, as stored.
+    fn gate_rows(&mut self, which: GateSelect<'_>) -> Result<Vec<GateRecord>>;
+    /// The run's audit rows the filter selects, in id order.
+    fn audit(&mut self, filter: &AuditFilter) -> Result<Vec<AuditRow>>;
+    /// Whether the run has an execution record of this id.
+    fn execution_exists(&mut self, id: i64) -> Result<bool>;
+    /// Whether a binding, or a kept version of one, refers to this attachment.
+    fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool>;
+    /// Every kept version of the binding (or agent) of this name in exactly this scope (None:
+    /// the root), oldest first.
+    fn kept_versions(
+        &mut self,
+        kept: Kept,
+        name: &str,
+        execution_id: Option<i64>,
+    ) -> Result<Vec<HistoryRow>>;
+
+    /// The gates row stored under `id`, if any.
+    fn gate_row(&mut self, id: &str) -> Result<Option<GateRecord>> {
+        Ok(self.gate_rows(GateSelect::Id(id))?.into_iter().next())
+    }
+
+    /// A gate's audit history, oldest first.
+    fn gate_history(&mut self, gate_id: &str) -> Result<Vec<AuditRow>> {
+        self.audit(&AuditFilter {
+            gate_id: Some(gate_id),
+            ..AuditFilter::default()
+        })
+    }
+}
