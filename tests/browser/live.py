@@ -22,7 +22,7 @@ import os
 import sys
 import time
 
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
@@ -128,7 +128,19 @@ try:
 
     driver.switch_to.window(list_window)
     assert driver.execute_script("return window.__mark;") == "list", "the list was reloaded"
-    print("LIST " + " ".join(listed(driver) or ["?"]), flush=True)
+    # The list as it settles: read until a read holds that still shows the other gate (a read
+    # may meet the list mid-swap), never once; what it last read is printed either way.
+    last = []
+
+    def settled(d):
+        last.append(listed(d))
+        return last[-1] is not None and other in last[-1]
+
+    try:
+        WebDriverWait(driver, 20, poll_frequency=0.05).until(settled)
+    except TimeoutException:
+        pass
+    print("LIST " + " ".join(last[-1] or ["?"]), flush=True)
     print("DROPPED_AFTER %.3f s" % dropped, flush=True)
     # Still what the pages were told at first: the streams neither came back nor were needed.
     for handle in (gate_window, list_window):
