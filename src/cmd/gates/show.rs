@@ -1,0 +1,362 @@
+//! `gates` (the listing), `gates show` and `gates audit`: gates and their audit events, read
+//! and written as text.
+
+use super::view::{resolution, team_view, GateView, IntegrityView, LazyRoster};
+use super::{gate_not_found, in_future};
+use crate::cli::{GateAuditArgs, GateStatus, GatesListArgs};
+use crate::cmd::listing::{GateQuery, Listing};
+use crate::context::Context;
+use crate::error::Code;
+use crate::model::{check_gate_id, now, now_plus, parse_duration};
+use crate::output::{one_line, table, Render};
+use crate::store::{AuditFilter, AuditRow, Store};
+use anyhow::Result;
+use serde::Serialize;
+use std::io::{self, Write};
+
+#[derive(Debug, Serialize)]
+#[serde(transparent)]
+pub struct GateList {
+    pub gates: Vec<GateView>,
+    #[serde(skip)]
+    pub warnings: Vec<String>,
+}
+
+impl Render for GateList {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        if self.gates.is_empty() {
+            return writeln!(w, "no gates");
+        }
+        let mut header = [
+            "RUN",
+            "GATE",
+            "STATUS",
+            "CREATED",
+            "TIME LEFT",
+            "PROGRAM",
+            "PROMPT",
+        ]
+        .map(String::from)
+        .to_vec();
+        // The votes of team's gates, when the listing derived them (`--scan`).
+        let teams = self.gates.iter().any(|g| g.team.is_some());
+        if teams {
+            header.insert(6, "PROGRESS".into());
+        }
+        let rows: Vec<Vec<String>> = self
+            .gates
+            .iter()
+            .map(|g| {
+                vec![
+                    g.gate.run_id.clone().unwrap_or_default(),
+                    g.gate.id.clone(),
+                    match g.integrity.as_ref().map(|i| i.state) {
+                        Some(state @ ("tampered" | "unattested")) => {
+                            format!("{} ({})", g.gate.status, state.to_uppercase())
+                        }
+                        _ => g.gate.status.to_string(),
+                    },
+                    g.gate.created_at.clone().unwrap_or_default(),
+                    g.left(),
+                    g.program_path.clone().unwrap_or_else(|| "-".into()),
+                    one_line(&g.gate.prompt, 50),
+                ]
+            })
+            .zip(&self.gates)
+            .map(|(mut row, g)| {
+                if teams {
+                    let progress = g.team.as_ref().map_or("-".into(), |t| t.progress.clone());
+                    row.insert(6, progress);
+                }
+                row
+            })
+            .collect();
+        table(w, &header, &rows)
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.warnings.clone()
+    }
+
+    /// A listing read from the catalog vouches for nothing: it says so.
+    fn notes(&self) -> Vec<String> {
+        if self.gates.iter().any(|g| g.integrity.is_none()) {
+            vec!["listed from the catalog, not checked against the gates' sealed logs: `gates --scan`, `gates show` or `gates verify` checks them".into()]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
+    let now = now();
+    let horizon = args.expiring.as_deref().map(in_future).transpose()?;
+    let status = match (args.status, &horizon) {
+        (_, Some(_)) | (GateStatus::Pending, None) => Some("pending"),
+        (GateStatus::Approved, None) => Some("approved"),
+        (GateStatus::Rejected, None) => Some("rejected"),
+        (GateStatus::Timeout, None) => Some("timeout"),
+        (GateStatus::All, None) => None,
+    };
+    // The pending gates of the project's catalog and server: swept and listed in a few
+    // queries (only the runs with an overdue gate are opened). Gates of other statuses are
+    // listed from the server, and from every SQLite run visited.
+    let (found, warnings) = Listing::gates(
+        ctx,
+        &GateQuery {
+            status,
+            due_by: horizon.as_deref(),
+            limit: args.limit,
+            scan: args.scan,
+            now: &now,
+        },
+    )?;
+    // `--scan` checks every gate against its sealed log: the runs the server listed are opened
+    // and checked here (each once), as the SQLite runs were while they were read.
+    let mut found = found;
+    if args.scan {
+        let mut checked: std::collections::HashMap<String, std::sync::Arc<_>> = Default::default();
+        for f in found.iter_mut().filter(|f| f.checked.is_none()) {
+            let run = f.gate.run_id.clone().unwrap_or_default();
+            if !checked.contains_key(&run) {
+                let (_, mut store) = ctx.open_run(Some(&run))?;
+                checked.insert(run.clone(), std::sync::Arc::new(store.verify_audit()?));
+            }
+            f.checked = checked.get(&run).cloned();
+        }
+    }
+    let mut roster = LazyRoster::new(ctx);
+    let gates = found
+        .into_iter()
+        .map(|found| {
+            let integrity = found
+                .checked
+                .as_deref()
+                .map(|report| IntegrityView::of(report, &found.gate.id));
+            // Checked (`--scan`), a team's gate shows its votes and schedule as its sealed
+            // log derives them.
+            let g = &found.gate;
+            let team = match found
+                .checked
+                .as_deref()
+                .and_then(|report| report.derived.get(&g.id))
+            {
+                Some(d) => team_view(g, d, &now, &mut roster)?,
+                None => None,
+            };
+            Ok(GateView {
+                integrity,
+                team,
+                ..GateView::new(found.gate, found.program_path, &now)
+            })
+        })
+        .collect::<Result<_>>()?;
+    Ok(GateList { gates, warnings })
+}
+
+#[derive(Debug, Serialize)]
+pub struct GateShown {
+    #[serde(flatten)]
+    pub gate: GateView,
+    pub history: Vec<AuditRow>,
+    pub integrity: IntegrityView,
+    /// The bindings the decision is about, as they are now (`gates create --inputs`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<crate::services::inputs::InputNow>,
+    /// Why the decision no longer stands: an input changed after it and before the VM
+    /// consumed it (exit 11). Open the gate again (`gates create --reopen`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stale: Option<String>,
+}
+
+fn audit_table(w: &mut dyn Write, rows: &[AuditRow], with_run: bool) -> io::Result<()> {
+    let mut header = vec!["ID", "TIME", "EVENT", "PRINCIPAL", "COMMENT"];
+    if with_run {
+        header.splice(1..1, ["RUN", "GATE"]);
+    }
+    let header: Vec<String> = header.iter().map(|s| s.to_string()).collect();
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let mut v = vec![
+                r.id.to_string(),
+                r.timestamp.clone().unwrap_or_default(),
+                r.event_type.clone(),
+                r.principal.clone().unwrap_or_default(),
+                one_line(r.comment.as_deref().unwrap_or(""), 50),
+            ];
+            if with_run {
+                v.splice(1..1, [r.run_id.clone(), r.gate_id.clone()]);
+            }
+            v
+        })
+        .collect();
+    table(w, &header, &rows)
+}
+
+impl Render for GateShown {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        let g = &self.gate.gate;
+        writeln!(w, "Gate: {}", g.id)?;
+        writeln!(w, "Run: {}", g.run_id.as_deref().unwrap_or("-"))?;
+        if let Some(p) = &self.gate.program_path {
+            writeln!(w, "Program: {p}")?;
+        }
+        writeln!(w, "Status: {}", g.status)?;
+        writeln!(w, "Allow: {}", g.allow.join(", "))?;
+        if let Some(t) = &self.gate.team {
+            t.write(w)?;
+        }
+        writeln!(w, "Created: {}", g.created_at.as_deref().unwrap_or("-"))?;
+        match (&g.timeout, &g.timeout_at) {
+            (Some(t), Some(at)) if g.status.is_pending() => writeln!(
+                w,
+                "Timeout: {t} (deadline {at} UTC, {} left)",
+                self.gate.left()
+            )?,
+            (Some(t), Some(at)) => writeln!(w, "Timeout: {t} (deadline {at} UTC)")?,
+            _ => writeln!(w, "Timeout: none")?,
+        }
+        writeln!(
+            w,
+            "On reject: {}",
+            g.on_reject.as_deref().unwrap_or("throw")
+        )?;
+        if g.resolved_by.is_some() {
+            writeln!(w, "Resolved: {}", resolution(g))?;
+        }
+        if let Some(why) = &self.stale {
+            writeln!(w, "STALE: {why}: reopen it (gates create --reopen)")?;
+        }
+        writeln!(w, "Prompt:")?;
+        for line in g.prompt.lines() {
+            writeln!(w, "  {line}")?;
+        }
+        if !self.inputs.is_empty() {
+            writeln!(w, "Inputs:")?;
+            for i in &self.inputs {
+                match &i.digest {
+                    Some(_) => writeln!(
+                        w,
+                        "  {} ({} bytes): {}",
+                        i.name,
+                        i.bytes,
+                        one_line(&i.preview, 80)
+                    )?,
+                    None => writeln!(w, "  {}: (not bound)", i.name)?,
+                }
+            }
+        }
+        writeln!(w, "History:")?;
+        audit_table(w, &self.history, false)
+    }
+
+    /// 9 when the gate disagrees with its log, 10 when its decision is unattested, 11 when it
+    /// is stale.
+    fn exit_code(&self) -> Code {
+        self.integrity
+            .code(false)
+            .or(self.stale.as_ref().map(|_| Code::Stale))
+            .unwrap_or(Code::Ok)
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        let mut w = self.integrity.warnings(&self.gate.gate.id);
+        if let Some(why) = &self.stale {
+            w.push(format!(
+                "gate {}'s decision is stale: {why}",
+                self.gate.gate.id
+            ));
+        }
+        w
+    }
+}
+
+/// `gates show`, for a viewer through `client` (`cli`, `web`), as the audit log records it.
+pub fn show_to(
+    gate: &str,
+    viewer: Option<&str>,
+    client: &str,
+    store: &mut dyn Store,
+    run_dir: &std::path::Path,
+    roster: &mut LazyRoster,
+) -> Result<GateShown> {
+    check_gate_id(gate)?;
+    let now = now();
+    let run = store.run_info()?;
+    let (row, history) = store
+        .view_gate(gate, viewer, client, &now)?
+        .ok_or_else(|| gate_not_found(&run.id, gate))?;
+    let mut report = store.verify_audit()?;
+    // A decision about inputs stands on the versions it pinned: every reader says the same.
+    if report
+        .derived
+        .get(&row.id)
+        .is_some_and(|d| d.decided_inputs.is_some())
+    {
+        crate::services::inputs::check_sealed(store, run_dir, &mut report)?;
+    }
+    let team = match report.derived.get(&row.id) {
+        Some(d) => team_view(&row, d, &now, roster)?,
+        None => None,
+    };
+    let (stale, inputs) = match report.derived.get(&row.id) {
+        Some(d) => crate::services::inputs::stale(store, run_dir, d)?,
+        None => (None, Vec::new()),
+    };
+    Ok(GateShown {
+        inputs,
+        stale,
+        integrity: IntegrityView::of(&report, &row.id),
+        gate: GateView {
+            team,
+            ..GateView::new(row, run.program_path, &now)
+        },
+        history,
+    })
+}
+
+#[derive(Debug, Serialize)]
+#[serde(transparent)]
+pub struct AuditList {
+    pub rows: Vec<AuditRow>,
+    #[serde(skip)]
+    pub warnings: Vec<String>,
+}
+
+impl Render for AuditList {
+    fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
+        if self.rows.is_empty() {
+            return writeln!(w, "no audit events");
+        }
+        audit_table(w, &self.rows, true)
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.warnings.clone()
+    }
+}
+
+pub fn audit(args: &GateAuditArgs, ctx: &Context) -> Result<AuditList> {
+    if let Some(g) = &args.gate {
+        check_gate_id(g)?;
+    }
+    let since = args
+        .since
+        .as_deref()
+        .map(|d| parse_duration(d).map(|s| now_plus(-s)))
+        .transpose()?;
+    // The filter names a principal as decisions record it: normalised.
+    let principal = args
+        .principal
+        .as_deref()
+        .map(crate::model::Principal::normalise);
+    let filter = AuditFilter {
+        gate_id: args.gate.as_deref(),
+        principal: principal.as_deref(),
+        since: since.as_deref(),
+    };
+    // Runs on the project's server: one query; the others, one store at a time.
+    let (rows, warnings) = Listing::audits(ctx, &filter)?;
+    Ok(AuditList { rows, warnings })
+}

@@ -1,0 +1,616 @@
+//! `resume`'s answers, read from the store: everything (`--all`), the bounded answer, and the
+//! project's unfinished runs when no run is named; each gate's next step; the command.
+
+use super::frame::{constructs, narrow_position, open_constructs, outstanding_retries};
+use super::{
+    AgentInfo, BindingInfo, Caught, Counts, Event, GateNext, NextStep, Position, Resumable,
+    ResumeAnswer, ResumeBrief, ResumeDoc, RunPart, Unfinished, BOUND, DEFAULT_BINDINGS, TEXT,
+};
+use crate::cmd::gates::IntegrityView;
+use crate::model::{now, RunStatus};
+use crate::output::one_line;
+use crate::run::RunPaths;
+use crate::store::{AgentRow, ExecQuery, GateRow, Store};
+use anyhow::Result;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// The on_reject action as the language defines it: `throw ["msg"]` (the default),
+/// `retry [label]`, `continue`, `session "prompt"`, or a bare string meaning throw.
+pub fn on_reject_step(on_reject: Option<&str>) -> NextStep {
+    let text = on_reject.map(str::trim).unwrap_or("");
+    let arg = |rest: &str| {
+        let rest = rest.trim();
+        (!rest.is_empty()).then(|| rest.to_string())
+    };
+    let word = text.split_whitespace().next().unwrap_or("");
+    match word {
+        "" => step("throw", None),
+        "throw" => step("throw", arg(&text[5..])),
+        "retry" => step("retry", arg(&text[5..])),
+        "continue" if text == "continue" => step("continue", None),
+        "session" => step("session", arg(&text[7..])),
+        _ => step("throw", Some(text.to_string())),
+    }
+}
+
+fn step(action: &str, argument: Option<String>) -> NextStep {
+    NextStep {
+        action: action.into(),
+        argument,
+    }
+}
+
+/// The next step for a gate whose newest sealed opening is `instance`: a pending one is
+/// waited on as that opening.
+fn next_step(g: &GateRow, instance: Option<i64>) -> NextStep {
+    match g.status.as_str() {
+        "approved" => step("continue", None),
+        "pending" => step(
+            "wait",
+            Some(match instance {
+                Some(n) => format!("gates wait {} --instance {n}", g.id),
+                None => format!("gates wait {}", g.id),
+            }),
+        ),
+        _ => on_reject_step(g.on_reject.as_deref()),
+    }
+}
+
+/// The run's agents, then those of the project and user scopes given.
+fn all_agents(
+    store: &mut dyn Store,
+    other_agents: Vec<(&str, Vec<AgentRow>)>,
+) -> Result<Vec<AgentInfo>> {
+    let mut agents = Vec::new();
+    for (scope, rows) in std::iter::once(("execution", store.agents()?)).chain(other_agents) {
+        agents.extend(rows.into_iter().map(|a| AgentInfo {
+            memory_bytes: a.memory.as_ref().map(String::len),
+            name: a.name,
+            scope: a.scope.unwrap_or_else(|| scope.to_string()),
+            segments: a.segments,
+        }));
+    }
+    Ok(agents)
+}
+
+/// Every gate with its next step, checked against the audit log. A decision about inputs
+/// that changed before it was consumed is stale: its next step is `reopen`; one that stands
+/// is consumed by this report.
+fn gate_nexts(
+    store: &mut dyn Store,
+    run_dir: &std::path::Path,
+    now: &str,
+    roster: &mut crate::cmd::gates::LazyRoster,
+) -> Result<Vec<GateNext>> {
+    let gates = store.gates(None, now)?;
+    let mut report = store.verify_audit()?;
+    // A decision about inputs stands on the versions it pinned, before it is consumed here.
+    if report.derived.values().any(|d| d.decided_inputs.is_some()) {
+        crate::services::inputs::check_sealed(store, run_dir, &mut report)?;
+    }
+    let mut stale = std::collections::HashMap::new();
+    for g in &gates {
+        let Some(d) = report.derived.get(&g.id) else {
+            continue;
+        };
+        if IntegrityView::of(&report, &g.id).state != "attested" {
+            continue;
+        }
+        if let Some(why) = crate::services::inputs::settle(store, run_dir, g, d)? {
+            stale.insert(g.id.clone(), why);
+        }
+    }
+    gates
+        .into_iter()
+        .map(|g| {
+            // The opening to wait on is the sealed log's newest, never the row's.
+            let instance = report
+                .derived
+                .get(&g.id)
+                .map(|d| d.instance)
+                .filter(|n| *n > 0);
+            Ok(GateNext {
+            instance,
+            stale: stale.get(&g.id).cloned(),
+            integrity: IntegrityView::of(&report, &g.id),
+            progress: match report.derived.get(&g.id).filter(|_| g.status.is_pending()) {
+                Some(d) => crate::cmd::gates::team_view(&g, d, now, roster)?.map(|t| t.summary()),
+                None => None,
+            },
+            // A decision that does not stand is no decision: the VM stops, whatever the row
+            // says (a pending gate nothing sealed is still only waited on).
+            next_step: match IntegrityView::of(&report, &g.id) {
+                v if v.state == "tampered"
+                    || (v.state == "unattested" && !g.status.is_pending()) =>
+                {
+                    step("stop", v.detail)
+                }
+                _ if stale.contains_key(&g.id) => step(
+                    "reopen",
+                    Some(format!(
+                        "gates create {} --reopen (with its prompt, --allow and --inputs), then wait",
+                        g.id
+                    )),
+                ),
+                _ => next_step(&g, instance),
+            },
+            reason: g
+                .resolution_comment
+                .clone()
+                .filter(|_| IntegrityView::of(&report, &g.id).state == "attested"),
+            id: g.id,
+            status: g.status,
+            on_reject: g.on_reject,
+            resolved_by: g.resolved_by,
+            resolved_at: g.resolved_at,
+            timeout_at: g.timeout_at,
+        })
+        })
+        .collect()
+}
+
+/// Whether binding `b` was written after the newest record of its frame (the records inside
+/// its frame's record, at any depth; every record for the root): no record was logged since.
+/// Looks at most at the 32 records that followed it.
+fn unlogged(
+    store: &mut dyn Store,
+    b: &crate::store::BindingRow,
+    newest: i64,
+    open: &[Event],
+) -> Result<bool> {
+    let span = store.binding_versions(
+        &b.name,
+        b.execution_id,
+        crate::store::history::Versions::Page {
+            before: None,
+            limit: 1,
+        },
+    )?;
+    // A version written before the run's first record has no record it follows: 0.
+    let Some(at) = span
+        .rows
+        .first()
+        .and_then(|r| r.at_record.or((!r.gap).then_some(0)))
+    else {
+        return Ok(false);
+    };
+    if let Some(x) = b.execution_id {
+        // A name bound at a record that is no frame (a loop variable, `catch as err`: the
+        // VM's own, with `--local`) is no session's output; nor is a block's argument, a
+        // const bound before anything inside its call.
+        if crate::store::frame_of(store, x, None)? != Some(x)
+            || (b.kind.as_deref() == Some("const") && at <= x)
+        {
+            return Ok(false);
+        }
+    }
+    // A named branch's result (`a = session ...`), its branch still open: logged only by a
+    // record inside that branch, whatever the other branches logged since.
+    let named_branch = open.iter().find(|o| {
+        o.construct == Some(crate::language::Kind::Branch)
+            && o.statement_text
+                .as_deref()
+                .and_then(crate::language::assigned_name)
+                == Some(b.name.as_str())
+    });
+    let frame = match (named_branch, b.execution_id) {
+        (Some(br), _) => br.id,
+        (None, _) if at >= newest => return Ok(true),
+        (None, Some(f)) => f,
+        (None, None) => return Ok(false),
+    };
+    let after = store.executions_matching(&ExecQuery {
+        after: at,
+        limit: Some(32),
+        ..Default::default()
+    })?;
+    for r in &after {
+        if r.id == frame || store.scope_chain(r.id)?.contains(&frame) {
+            return Ok(false);
+        }
+    }
+    Ok(after.len() == 32).map(|full| !full)
+}
+
+fn binding_info(store: &mut dyn Store, run: &RunPaths, b: crate::store::BindingRow) -> BindingInfo {
+    let value = String::from_utf8_lossy(b.value.as_deref().unwrap_or_default()).into_owned();
+    let bytes = match &b.attachment_path {
+        Some(p) => crate::services::attach::stored_len(&mut *store, &run.dir, p).unwrap_or(0),
+        None => value.len() as u64,
+    };
+    BindingInfo {
+        unlogged: false,
+        scope: crate::cmd::get::scope_name(b.execution_id.is_some()),
+        first_line: one_line(&value, 100),
+        bytes,
+        name: b.name,
+        kind: b.kind,
+        execution_id: b.execution_id,
+        attachment_path: b.attachment_path,
+    }
+}
+
+/// `resume --all`: the full answer, from every record (the position and the retries are read
+/// as the bounded answer reads them: the same answer). `other_agents`: project- and
+/// user-scope agents, where their databases exist.
+fn full(
+    run: &RunPaths,
+    store: &mut dyn Store,
+    other_agents: Vec<(&str, Vec<AgentRow>)>,
+    roster: &mut crate::cmd::gates::LazyRoster,
+) -> Result<ResumeDoc> {
+    let now = now();
+    let resumed = store.record_resume(&now)?;
+    let summary = store.run_summary(&now)?;
+    let rows = store.executions()?;
+
+    let statements: BTreeMap<i64, Event> = rows
+        .iter()
+        .filter_map(|r| Some((r.statement_index?, Event::from(r))))
+        .collect();
+
+    let newest = rows.last().map_or(0, |r| r.id);
+    let open = narrow_position(store)?.open;
+    let mut bindings = Vec::new();
+    for b in store.bindings()? {
+        let late = unlogged(store, &b, newest, &open)?;
+        bindings.push(BindingInfo {
+            unlogged: late,
+            ..binding_info(store, run, b)
+        });
+    }
+
+    let agents = all_agents(store, other_agents)?;
+
+    let gates = gate_nexts(store, &run.dir, &now, roster)?;
+    let mut position = narrow_position(store)?;
+    position.mark_gates(&gates);
+
+    Ok(ResumeDoc {
+        run: RunPart {
+            id: summary.run.id,
+            status: resumed.status,
+            previous_status: resumed.previous_status,
+            program_path: summary.run.program_path,
+            error_message: summary.error_message,
+        },
+        position,
+        statements: statements.into_values().collect(),
+        parallel: constructs(&rows),
+        loops: constructs(&rows),
+        retries: outstanding_retries(store)?,
+        bindings,
+        agents,
+        gates,
+        gates_logged_resumed: resumed.gates_logged,
+    })
+}
+
+/// How many unfinished runs `resume` without a run lists, and counts at most (of each status).
+const UNFINISHED_LISTED: usize = 20;
+const UNFINISHED_COUNTED: u64 = 10_000;
+
+const NAME_THE_RUN: &str =
+    "name the run to continue: prose-state resume --run RUN_ID (over MCP: resume with `run`)";
+
+/// The project's unfinished runs, newest first: the one run's answer when there is exactly
+/// one (not recorded as a resume), else the list.
+fn unfinished(
+    ctx: &crate::context::Context,
+    args: &crate::cli::ResumeArgs,
+) -> Result<ResumeAnswer> {
+    let now = now();
+    // Each status asked of the catalog (a project may hold 100,000 finished runs).
+    let mut open = Vec::new();
+    for status in [RunStatus::Running, RunStatus::Interrupted] {
+        let (runs, _) = crate::cmd::listing::Listing::runs(
+            ctx,
+            &crate::cmd::listing::RunQuery {
+                now: &now,
+                status: Some(&status),
+                since: None,
+                limit: UNFINISHED_COUNTED,
+                scan: false,
+            },
+        )?;
+        open.extend(runs);
+    }
+    // Newest first, as `runs` lists them.
+    open.sort_by(|a, b| b.run.started_at.cmp(&a.run.started_at));
+    if let [one] = open.as_slice() {
+        if !args.all {
+            let (paths, mut store) = ctx.open_run(Some(&one.run.id))?;
+            let others = ctx.other_agents()?;
+            let limit = args.limit.map_or(DEFAULT_BINDINGS, |l| l as usize);
+            return Ok(ResumeAnswer::Brief(Box::new(brief(
+                &paths,
+                store.as_mut(),
+                others,
+                args.cursor.as_deref(),
+                limit,
+                &mut crate::cmd::gates::LazyRoster::new(ctx),
+                false,
+            )?)));
+        }
+    }
+    let more = open.len().saturating_sub(UNFINISHED_LISTED);
+    let mut listed = Vec::new();
+    for r in open.into_iter().take(UNFINISHED_LISTED) {
+        let (forked_from, newest_record) = match ctx.open_run(Some(&r.run.id)) {
+            Ok((_, mut store)) => (
+                crate::store::forked_from(store.as_mut())
+                    .unwrap_or(None)
+                    .map(|f| json!({"run": f["run"], "record": f["record"], "at": f["at"]})),
+                store
+                    .executions_matching(&ExecQuery {
+                        newest_first: true,
+                        limit: Some(1),
+                        ..Default::default()
+                    })
+                    .ok()
+                    .and_then(|rows| rows.first().map(|row| slim(Event::from(row)))),
+            ),
+            Err(_) => (None, None),
+        };
+        listed.push(Resumable {
+            run_id: r.run.id,
+            status: r.run.status,
+            program: r.run.program_path,
+            started_at: r.run.started_at,
+            forked_from,
+            newest_record,
+            pending_gates: r.pending_gates,
+        });
+    }
+    Ok(ResumeAnswer::Runs(Box::new(Unfinished {
+        run: None,
+        runs: listed,
+        more,
+        next_step: NAME_THE_RUN,
+    })))
+}
+
+fn slim(mut e: Event) -> Event {
+    e.statement_text = e.statement_text.map(|t| one_line(&t, TEXT));
+    if let Some(m) = &e.metadata {
+        let len = m.to_string().len();
+        if len > TEXT {
+            e.metadata = Some(Value::String(format!("({len} bytes: resume --all)")));
+        }
+    }
+    e
+}
+
+fn slim_text(t: Option<String>) -> Option<String> {
+    t.map(|t| one_line(&t, TEXT))
+}
+
+/// `resume` by default: read narrowly (see [`ResumeBrief`]), then cut to [`BOUND`] bytes.
+fn brief(
+    run: &RunPaths,
+    store: &mut dyn Store,
+    other_agents: Vec<(&str, Vec<AgentRow>)>,
+    cursor: Option<&str>,
+    limit: usize,
+    roster: &mut crate::cmd::gates::LazyRoster,
+    record: bool,
+) -> Result<ResumeBrief> {
+    let now = now();
+    // A resume of a run no one named is an answer, not a resume: nothing is recorded.
+    let resumed = if record {
+        store.record_resume(&now)?
+    } else {
+        let status = store.run_info()?.status.unwrap_or(RunStatus::Running);
+        crate::store::Resumed {
+            previous_status: status.clone(),
+            status,
+            gates_logged: Vec::new(),
+        }
+    };
+    let info = store.run_info()?;
+    let full = narrow_position(store)?;
+    let full_last = full.last_event.as_ref().map(|e| e.id);
+    let open_now = full.open.clone();
+    let (parallel, loops) = open_constructs(store, &full.open)?;
+    let retries = outstanding_retries(store)?;
+    let position = Position {
+        current: full.current.map(slim),
+        open: full.open.into_iter().map(slim).collect(),
+        after: full.after.map(slim),
+        last_event: full.last_event.map(slim),
+        handler: full.handler,
+        caught: full.caught.map(|c| Caught {
+            error: slim_text(c.error),
+            ..c
+        }),
+    };
+    let scope = position.current.as_ref().map(|e| e.id);
+    // The nearest binding of each name, from the innermost scope up to the root.
+    let (chain, visible) =
+        crate::cmd::get::nearest_bindings(store, scope, cursor, limit as i64 + 1)?;
+    let more = visible.len() > limit;
+    let mut page = Vec::new();
+    let newest = full_last.unwrap_or(0);
+    for b in visible.into_iter().take(limit) {
+        let late = unlogged(store, &b, newest, &open_now)?;
+        let mut b = binding_info(store, run, b);
+        b.unlogged = late;
+        b.attachment_path = slim_text(b.attachment_path.take());
+        page.push(b);
+    }
+    let counted = store.resume_counts(&chain)?;
+
+    let agents = all_agents(store, other_agents)?;
+    let mut gates: Vec<GateNext> = gate_nexts(store, &run.dir, &now, roster)?
+        .into_iter()
+        .map(|mut g| {
+            g.on_reject = slim_text(g.on_reject);
+            g.reason = slim_text(g.reason);
+            g.next_step.argument = slim_text(g.next_step.argument);
+            g.integrity.detail = slim_text(g.integrity.detail);
+            g
+        })
+        .collect();
+    // Pending first, then decided ones whose next step is not plain `continue`.
+    gates.sort_by_key(
+        |g| match (g.status.is_pending(), g.next_step.action.as_str()) {
+            (true, _) => 0,
+            (false, "continue") => 2,
+            _ => 1,
+        },
+    );
+    let mut position = position;
+    position.mark_gates(&gates);
+    let counts = Counts {
+        records: counted.records as usize,
+        parallel: parallel.len(),
+        loops: loops.len(),
+        retries: retries.len(),
+        bindings: counted.bindings as usize,
+        bindings_visible: counted.bindings_visible as usize,
+        agents: agents.len(),
+        gates: gates.len(),
+    };
+    let mut out = ResumeBrief {
+        run: RunPart {
+            id: info.id,
+            status: resumed.status,
+            previous_status: resumed.previous_status,
+            program_path: info.program_path,
+            error_message: slim_text(counted.error_message),
+        },
+        position,
+        parallel,
+        loops,
+        retries: retries
+            .into_iter()
+            .map(|mut r| {
+                r.statement_text = slim_text(r.statement_text);
+                r.last_error = slim_text(r.last_error);
+                r
+            })
+            .collect(),
+        gates,
+        scope,
+        next_cursor: None,
+        bindings: page,
+        agents,
+        counts,
+        truncated: false,
+        gates_logged_resumed: resumed.gates_logged,
+    };
+    out.gates_logged_resumed.truncate(32);
+    for p in &mut out.parallel {
+        for list in [
+            &mut p.branches,
+            &mut p.completed,
+            &mut p.failed,
+            &mut p.outstanding,
+        ] {
+            if list.len() > 32 {
+                list.truncate(32);
+                out.truncated = true;
+            }
+            for b in list.iter_mut() {
+                *b = one_line(b, 60);
+            }
+        }
+    }
+    // Within the bound: bindings go first (their cursor reaches them), then the least urgent
+    // of the rest, each counted in `counts`.
+    let mut cut_bindings = more;
+    while serde_json::to_vec(&out)?.len() > BOUND {
+        if out.bindings.pop().is_some() {
+            cut_bindings = true;
+        } else if out.agents.pop().is_some() {
+            out.truncated = true;
+        } else if out.gates.len() > 1 {
+            out.gates.pop();
+            out.truncated = true;
+        } else if out.retries.pop().is_some()
+            || out.loops.pop().is_some()
+            || out.parallel.pop().is_some()
+            || out.gates.pop().is_some()
+        {
+            out.truncated = true;
+        } else if out.position.open.len() > 1 {
+            // The outermost open constructs go; the innermost is `current`.
+            out.position.open.remove(0);
+            out.truncated = true;
+        } else {
+            break;
+        }
+    }
+    if cut_bindings {
+        out.next_cursor = out
+            .bindings
+            .last()
+            .map(|b| b.name.clone())
+            .or_else(|| cursor.map(str::to_string));
+    }
+    Ok(out)
+}
+
+impl crate::cmd::Run for crate::cli::ResumeArgs {
+    type Output = ResumeAnswer;
+    fn run(&self, ctx: &crate::context::Context) -> Result<ResumeAnswer> {
+        if ctx.run.is_none() {
+            return unfinished(ctx, self);
+        }
+        let (paths, mut store) = ctx.the_run()?;
+        // Project and user agents too, where their stores exist (never created here).
+        let others = ctx.other_agents()?;
+        if self.all {
+            let mut roster = crate::cmd::gates::LazyRoster::new(ctx);
+            let doc = full(&paths, store.as_mut(), others, &mut roster)?;
+            return Ok(ResumeAnswer::All(Box::new(doc)));
+        }
+        let limit = self.limit.map_or(DEFAULT_BINDINGS, |l| l as usize);
+        Ok(ResumeAnswer::Brief(Box::new(brief(
+            &paths,
+            store.as_mut(),
+            others,
+            self.cursor.as_deref(),
+            limit,
+            &mut crate::cmd::gates::LazyRoster::new(ctx),
+            true,
+        )?)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::on_reject_step;
+
+    #[test]
+    fn on_reject_actions() {
+        let s = |t: Option<&str>| {
+            let n = on_reject_step(t);
+            (n.action, n.argument)
+        };
+        assert_eq!(s(None), ("throw".into(), None));
+        assert_eq!(
+            s(Some("throw \"Deployment cancelled\"")),
+            ("throw".into(), Some("\"Deployment cancelled\"".into()))
+        );
+        assert_eq!(s(Some("throw")), ("throw".into(), None));
+        assert_eq!(
+            s(Some("retry draft")),
+            ("retry".into(), Some("draft".into()))
+        );
+        assert_eq!(s(Some("continue")), ("continue".into(), None));
+        assert_eq!(
+            s(Some("session \"Revise it\"")),
+            ("session".into(), Some("\"Revise it\"".into()))
+        );
+        assert_eq!(
+            s(Some("Deployment cancelled")),
+            ("throw".into(), Some("Deployment cancelled".into()))
+        );
+        assert_eq!(
+            s(Some("continue later")),
+            ("throw".into(), Some("continue later".into()))
+        );
+    }
+}

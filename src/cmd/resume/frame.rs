@@ -1,0 +1,600 @@
+//! Where a run stands, rebuilt from its records: the open constructs (its frames), the
+//! `parallel:` blocks and loops they carry, the retries outstanding, and what takes a failure.
+
+use super::render::describe;
+use super::{
+    branch_list, meta, str_of, Caught, Event, Loop, OpenBranch, Parallel, Position, Retry,
+};
+use crate::model::ExecStatus as S;
+use crate::output::one_line;
+use crate::store::{ExecQuery, ExecutionRow, Store, ENDS, STARTS};
+use anyhow::Result;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+
+type StatementKey = (Option<i64>, Option<String>, Option<i64>);
+
+fn key(r: &ExecutionRow) -> StatementKey {
+    (r.statement_index, r.statement_text.clone(), r.parent_id)
+}
+
+/// The starts a terminal record closes: the start it names as its parent when that start is
+/// the same statement (the older guide's block shape), else the latest open start with the
+/// same index, text and parent.
+/// Also gives, for each closing record of the older shape, the level it closes at (its
+/// start's parent), so that it counts where its start stood.
+fn open_starts(rows: &[ExecutionRow]) -> (Vec<&ExecutionRow>, HashMap<i64, Option<i64>>) {
+    let mut open: Vec<&ExecutionRow> = Vec::new();
+    let mut level: HashMap<i64, Option<i64>> = HashMap::new();
+    let same = |a: &ExecutionRow, b: &ExecutionRow| {
+        a.statement_index == b.statement_index && a.statement_text == b.statement_text
+    };
+    // Starts and ends as the narrow reads select them (`STARTS`, `ENDS`).
+    let among = |list: &[&str], r: &ExecutionRow| {
+        r.status
+            .as_ref()
+            .is_some_and(|s| list.contains(&s.as_str()))
+    };
+    for r in rows {
+        if among(STARTS, r) {
+            open.push(r);
+        } else if among(ENDS, r) {
+            // An end that names its start (`exec-append --ends`) closes exactly that start,
+            // and is never read by its text.
+            if let Some(start) = ends_of(r) {
+                if let Some(i) = open.iter().rposition(|o| o.id == start) {
+                    open.remove(i);
+                }
+                continue;
+            }
+            // An end of the guide's shape: the latest open start of the same statement at the
+            // same level. It comes first: a start cannot end while a start inside it is still
+            // open, so where the end also fits the older shape (its parent a start of the same
+            // statement, as in a recursive call), it ends the inner one.
+            let sibling = open.iter().rposition(|o| key(o) == key(r));
+            let named = r
+                .parent_id
+                .and_then(|p| open.iter().rposition(|o| o.id == p && same(o, r)));
+            let closed = match (sibling, named) {
+                (Some(s), Some(n)) if s > n => Some(s),
+                (_, Some(n)) => {
+                    level.insert(r.id, open[n].parent_id);
+                    Some(n)
+                }
+                (s, None) => s,
+            };
+            if let Some(i) = closed {
+                open.remove(i);
+            }
+        }
+    }
+    (open, level)
+}
+
+/// The start an end names (`exec-append --ends`), if it names one.
+fn ends_of(r: &ExecutionRow) -> Option<i64> {
+    meta(r)?.get("ends")?.as_i64()
+}
+
+/// A `parallel:` block or a loop, gathered from the records that carry its id.
+pub(super) trait Construct: Sized {
+    /// The metadata key that carries its id.
+    const ID: &'static str;
+    /// The statuses of the records that can change it (None: any).
+    const ONLY: Option<&'static [&'static str]>;
+    /// Begins it from the first record that carries its id (`m` its metadata).
+    fn new(id: String, statement_index: Option<i64>, m: &Value) -> Self;
+    /// Takes in one record that carries its id (`m` its metadata).
+    fn record(&mut self, r: &ExecutionRow, m: &Value);
+    /// Done reading: fills in what follows from the records, and says whether it is open.
+    fn finish(&mut self) -> bool;
+}
+
+impl Construct for Parallel {
+    const ID: &'static str = "parallel_id";
+    const ONLY: Option<&'static [&'static str]> = None;
+
+    fn new(parallel_id: String, statement_index: Option<i64>, m: &Value) -> Self {
+        Parallel {
+            parallel_id,
+            statement_index,
+            branches: branch_list(m),
+            strategy: str_of(m, "strategy").unwrap_or_else(|| "all".into()),
+            count: m.get("count").and_then(Value::as_i64),
+            on_fail: str_of(m, "on_fail").unwrap_or_else(|| "fail-fast".into()),
+            ..Default::default()
+        }
+    }
+
+    fn record(&mut self, r: &ExecutionRow, m: &Value) {
+        if m.get("branches").is_some() {
+            self.branches = branch_list(m);
+        }
+        let status = r.status.as_ref();
+        if let Some(branch) = str_of(m, "branch") {
+            let list = match status {
+                Some(S::Completed) => Some(&mut self.completed),
+                Some(S::Failed) => Some(&mut self.failed),
+                Some(S::Skipped) => Some(&mut self.skipped),
+                _ => None,
+            };
+            if let Some(list) = list {
+                if !list.contains(&branch) {
+                    list.push(branch);
+                }
+            }
+        }
+        if status == Some(&S::Joined) {
+            self.joined = true;
+        }
+    }
+
+    fn finish(&mut self) -> bool {
+        let not_ended: Vec<String> = self
+            .branches
+            .iter()
+            .filter(|b| {
+                !self.completed.contains(b) && !self.failed.contains(b) && !self.skipped.contains(b)
+            })
+            .cloned()
+            .collect();
+        let done = self.completed.len() as i64;
+        self.decided = match self.strategy.as_str() {
+            "first" if done >= 1 => Some("first: a branch completed".to_string()),
+            "any" if done >= self.count.unwrap_or(1) => Some(format!(
+                "any: {done} of {} completed",
+                self.count.unwrap_or(1)
+            )),
+            _ if !self.failed.is_empty() && self.on_fail == "fail-fast" => {
+                Some("fail-fast: a branch failed, the parallel fails".to_string())
+            }
+            _ => None,
+        };
+        if self.decided.is_some() {
+            self.to_skip = not_ended;
+        } else {
+            self.outstanding = not_ended;
+        }
+        !self.joined
+    }
+}
+
+impl Construct for Loop {
+    const ID: &'static str = "loop_id";
+    const ONLY: Option<&'static [&'static str]> = Some(&["iteration", "exited"]);
+
+    fn new(loop_id: String, statement_index: Option<i64>, m: &Value) -> Self {
+        Loop {
+            loop_id,
+            statement_index,
+            max: m.get("max").and_then(Value::as_i64),
+            ..Default::default()
+        }
+    }
+
+    fn record(&mut self, r: &ExecutionRow, m: &Value) {
+        // Only the loop's own records count iterations done: a body record that carries the
+        // loop's id is inside an iteration, not the end of one.
+        let done = matches!(r.status, Some(S::Iteration | S::Exited));
+        if let (true, Some(i)) = (done, m.get("iteration").and_then(Value::as_i64)) {
+            self.iteration = Some(self.iteration.map_or(i, |cur| cur.max(i)));
+        }
+        if let Some(max) = m.get("max").and_then(Value::as_i64) {
+            self.max = Some(max);
+        }
+        if r.status == Some(S::Exited) {
+            self.exited = true;
+            self.reason = str_of(m, "reason");
+        }
+    }
+
+    fn finish(&mut self) -> bool {
+        self.current = (!self.exited).then(|| self.iteration.unwrap_or(0) + 1);
+        !self.exited
+    }
+}
+
+/// Every construct of a kind in `rows`, by id.
+pub(super) fn constructs<T: Construct>(rows: &[ExecutionRow]) -> Vec<T> {
+    let mut by_id: BTreeMap<String, T> = BTreeMap::new();
+    for r in rows {
+        let Some(m) = meta(r) else { continue };
+        let Some(id) = str_of(&m, T::ID) else {
+            continue;
+        };
+        by_id
+            .entry(id.clone())
+            .or_insert_with(|| T::new(id, r.statement_index, &m))
+            .record(r, &m);
+    }
+    let mut all: Vec<T> = by_id.into_values().collect();
+    for c in &mut all {
+        c.finish();
+    }
+    all
+}
+
+fn retry_of(r: &ExecutionRow, last_error: Option<String>) -> Retry {
+    let m = meta(r).unwrap_or(Value::Null);
+    let attempt = m.get("attempt").and_then(Value::as_i64);
+    let max = m.get("max").and_then(Value::as_i64);
+    let failed = r.status == Some(S::Failed);
+    // `max` is the program's `retry: N`: up to N retries after the first attempt, so
+    // attempts run from 1 to N + 1.
+    let state = match (failed, attempt, max) {
+        (false, _, _) => "running",
+        (true, Some(a), Some(m)) if a <= m => "next",
+        _ => "exhausted",
+    };
+    Retry {
+        id: r.id,
+        statement_index: r.statement_index,
+        statement_text: r.statement_text.clone(),
+        attempt,
+        max,
+        last_error: if failed {
+            r.error_message.clone().or(last_error)
+        } else {
+            last_error
+        },
+        state,
+        next_attempt: (state == "next").then(|| attempt.unwrap_or(0) + 1),
+        backoff: str_of(&m, "backoff").filter(|_| state == "next"),
+        handler: None,
+    }
+}
+
+/// What takes a failure at record `r`, in words a VM acts on: the nearest `try:` whose body
+/// it is in takes it (its catch; without a catch, its finally, and the failure goes on); a
+/// failure inside a `catch` leaves its `try:` through that try's finally, if it has one; a
+/// failure inside a branch goes to its parallel's `on-fail` policy; else the program fails.
+/// The log does not say whether a `try:` has a catch or a finally (the program does), so
+/// both ways are named.
+fn handler_of(store: &mut dyn Store, r: &ExecutionRow) -> Result<String> {
+    use crate::language::Kind;
+    // An end of a catch or a finally that failed: the failure leaves that clause's try.
+    let ended = match ends_of(r) {
+        Some(start) => crate::store::record(store, start)?,
+        None => None,
+    };
+    let clause = ended.as_ref().and_then(|s| {
+        let k = s.construct();
+        matches!(k, Some(Kind::Catch | Kind::Finally)).then(|| (k, s.parent_id))
+    });
+    let (mut leaving, mut then_finally) = match clause {
+        Some((Some(Kind::Catch), t)) => (t, t),
+        Some((_, t)) => (t, None),
+        None => (None, None),
+    };
+    let mut at = r.parent_id.filter(|p| *p < r.id);
+    while let Some(id) = at {
+        let Some(p) = crate::store::record(store, id)? else {
+            break;
+        };
+        let kind = p.construct();
+        match kind {
+            Some(Kind::Catch) => {
+                leaving = p.parent_id;
+                then_finally = p.parent_id;
+            }
+            Some(Kind::Finally) => {
+                leaving = p.parent_id;
+                then_finally = None;
+            }
+            Some(Kind::Try) if leaving == Some(id) => {
+                let outer = handler_above(store, &p)?;
+                return Ok(match then_finally {
+                    Some(t) if t == id => {
+                        format!("the finally of try: (record {id}) if it has one, then {outer}")
+                    }
+                    _ => outer,
+                });
+            }
+            Some(Kind::Try) => {
+                let outer = handler_above(store, &p)?;
+                return Ok(format!(
+                    "the catch of try: (record {id}); without a catch, its finally if it has one, then {outer}"
+                ));
+            }
+            Some(Kind::Branch) => {
+                let policy = match p.parent_id {
+                    Some(q) => crate::store::record(store, q)?
+                        .and_then(|q| meta(&q))
+                        .and_then(|m| str_of(&m, "on_fail")),
+                    None => None,
+                }
+                .unwrap_or_else(|| "fail-fast".into());
+                return Ok(format!(
+                    "the parallel's on-fail: {policy} (branch record {id})"
+                ));
+            }
+            _ => {}
+        }
+        at = p.parent_id.filter(|q| *q < id);
+    }
+    Ok("the program: finish --status failed --error MSG".into())
+}
+
+/// What takes a failure that leaves the start `p` (a `try:`).
+fn handler_above(store: &mut dyn Store, p: &ExecutionRow) -> Result<String> {
+    // As if the try: itself had failed where it stands.
+    let as_failed = ExecutionRow {
+        metadata: None,
+        ..p.clone()
+    };
+    handler_of(store, &as_failed)
+}
+
+/// The failure the innermost open `catch` caught: the newest failed record inside its `try:`
+/// before the catch began.
+fn caught_by(store: &mut dyn Store, open: &[&ExecutionRow]) -> Result<Option<Caught>> {
+    use crate::language::Kind;
+    let catch = open
+        .iter()
+        .rev()
+        .find(|o| o.construct() == Some(Kind::Catch));
+    let Some((catch, Some(t))) = catch.map(|c| (c, c.parent_id)) else {
+        return Ok(None);
+    };
+    let failed = store.executions_matching(&ExecQuery {
+        after: t,
+        before: Some(catch.id),
+        only: Some(&["failed"]),
+        newest_first: true,
+        limit: Some(16),
+        ..Default::default()
+    })?;
+    for f in failed {
+        if f.parent_id == Some(t) || store.scope_chain(f.id)?.contains(&t) {
+            return Ok(Some(Caught {
+                record: f.id,
+                error: f.error_message,
+            }));
+        }
+    }
+    Ok(None)
+}
+
+/// What takes the failure `after` is, unless a retry does (attempts left).
+fn failure_handler(store: &mut dyn Store, after: &ExecutionRow) -> Result<Option<String>> {
+    if after.status != Some(S::Failed) {
+        return Ok(None);
+    }
+    let m = meta(after).unwrap_or(Value::Null);
+    let attempt = m.get("attempt").and_then(Value::as_i64);
+    let max = m.get("max").and_then(Value::as_i64);
+    if let (Some(a), Some(m)) = (attempt, max) {
+        if a <= m {
+            return Ok(None);
+        }
+    }
+    handler_of(store, after).map(Some)
+}
+
+/// The open constructs and where the VM continues, read narrowly: the start records, and
+/// only the end records of a statement some start has. An end of any other statement can
+/// close no start (both shapes need the same index and text), so `open_starts` over these
+/// rows is `open_starts` over the whole log.
+pub(super) fn narrow_position(store: &mut dyn Store) -> Result<Position> {
+    let mut rows = store.executions_matching(&ExecQuery {
+        only: Some(STARTS),
+        ..Default::default()
+    })?;
+    if !rows.is_empty() {
+        rows.extend(store.executions_matching(&ExecQuery {
+            only: Some(ENDS),
+            of_started_statements: true,
+            ..Default::default()
+        })?);
+        rows.sort_by_key(|r| r.id);
+    }
+    let (open, level) = open_starts(&rows);
+    let current = open.last().copied();
+    let scope = current.map(|c| c.id);
+    let from = current.map_or(0, |c| c.id);
+    // A completion of the older shape counts at its start's level.
+    let named = rows
+        .iter()
+        .filter(|r| r.id > from && level.get(&r.id) == Some(&scope))
+        .max_by_key(|r| r.id);
+    const PAGE: i64 = 32;
+    let mut before = None;
+    let direct = loop {
+        let page = store.executions_matching(&ExecQuery {
+            after: from,
+            before,
+            except: Some(STARTS),
+            parent: Some(scope),
+            newest_first: true,
+            limit: Some(PAGE),
+            ..Default::default()
+        })?;
+        let found = page
+            .iter()
+            .find(|r| level.get(&r.id).is_none_or(|l| *l == scope))
+            .cloned();
+        if found.is_some() || (page.len() as i64) < PAGE {
+            break found;
+        }
+        before = page.last().map(|r| r.id);
+    };
+    let after_row = direct.iter().chain(named).max_by_key(|r| r.id).cloned();
+    let handler = match &after_row {
+        Some(r) => failure_handler(store, r)?,
+        None => None,
+    };
+    let after = after_row.as_ref().map(Event::from);
+    let caught = caught_by(store, &open)?;
+    let last_event = store
+        .executions_matching(&ExecQuery {
+            newest_first: true,
+            limit: Some(1),
+            ..Default::default()
+        })?
+        .first()
+        .map(Event::from);
+    Ok(Position {
+        current: current.map(Event::from),
+        open: open.into_iter().map(Event::from).collect(),
+        after,
+        last_event,
+        handler,
+        caught,
+    })
+}
+
+/// The records that started a construct not ended yet, outermost first (what `doctor` checks
+/// of a finished run).
+pub(crate) fn open_records(store: &mut dyn Store) -> Result<Vec<Event>> {
+    Ok(narrow_position(store)?.open)
+}
+
+/// The `parallel:` blocks and loops still open (their start record is open), from the records
+/// written since they started.
+pub(super) fn open_constructs(
+    store: &mut dyn Store,
+    open: &[Event],
+) -> Result<(Vec<Parallel>, Vec<Loop>)> {
+    let (mut parallel, mut loops) = (Vec::new(), Vec::new());
+    for start in open {
+        let Some(m) = &start.metadata else { continue };
+        // A branch's start carries its parallel's id: it is part of that parallel, not one.
+        if start.construct == Some(crate::language::Kind::Branch) || m.get("branch").is_some() {
+            continue;
+        }
+        if let Some(id) = str_of(m, Parallel::ID) {
+            let mut found: Option<Parallel> = open_construct(store, start, id.clone(), m)?;
+            if let Some(p) = &mut found {
+                p.open_branches = open_branches(store, open, &id)?;
+            }
+            parallel.extend(found);
+        } else if let Some(id) = str_of(m, Loop::ID) {
+            loops.extend(open_construct(store, start, id, m)?);
+        }
+    }
+    Ok((parallel, loops))
+}
+
+/// The branches of parallel `id` that are open (started, not ended), each with the last thing
+/// done inside it: after a crash, each goes on from its own `after`, and a failure in one
+/// goes to the parallel's `on-fail` policy, not to a run of its statement again.
+fn open_branches(store: &mut dyn Store, open: &[Event], id: &str) -> Result<Vec<OpenBranch>> {
+    let mut out = Vec::new();
+    for b in open {
+        let Some(m) = &b.metadata else { continue };
+        if str_of(m, Parallel::ID).as_deref() != Some(id) {
+            continue;
+        }
+        let Some(branch) = str_of(m, "branch") else {
+            continue;
+        };
+        let last = store.executions_matching(&ExecQuery {
+            after: b.id,
+            except: Some(STARTS),
+            parent: Some(Some(b.id)),
+            newest_first: true,
+            limit: Some(1),
+            ..Default::default()
+        })?;
+        let last = last.first();
+        let handler = match last {
+            Some(r) => failure_handler(store, r)?,
+            None => None,
+        };
+        out.push(OpenBranch {
+            branch: one_line(&branch, 60),
+            record: b.id,
+            after: last.map(|r| describe(&Event::from(r))),
+            handler,
+        });
+    }
+    Ok(out)
+}
+
+/// The construct `id` that the open record `start` (metadata `m`) begins, if it is still open.
+fn open_construct<T: Construct>(
+    store: &mut dyn Store,
+    start: &Event,
+    id: String,
+    m: &Value,
+) -> Result<Option<T>> {
+    let mut c = T::new(id.clone(), start.statement_index, m);
+    let since = ExecQuery {
+        after: start.id,
+        only: T::ONLY,
+        with_metadata: true,
+        ..Default::default()
+    };
+    for r in &store.executions_matching(&since)? {
+        let Some(m) = meta(r) else { continue };
+        if str_of(&m, T::ID).as_deref() == Some(id.as_str()) {
+            c.record(r, &m);
+        }
+    }
+    Ok(c.finish().then_some(c))
+}
+
+/// The statements with `(retry: N)` still in play: those whose latest record is `retry` (an
+/// attempt under way), or a `failed` record that carries its attempt (`{"attempt", "max"}`):
+/// the next attempt, or, after the last, what handles the failure.
+pub(super) fn outstanding_retries(store: &mut dyn Store) -> Result<Vec<Retry>> {
+    let mut all = store.executions_matching(&ExecQuery {
+        only: Some(&["retry"]),
+        ..Default::default()
+    })?;
+    all.extend(
+        store
+            .executions_matching(&ExecQuery {
+                only: Some(&["failed"]),
+                with_metadata: true,
+                ..Default::default()
+            })?
+            .into_iter()
+            .filter(|r| meta(r).is_some_and(|m| m.get("attempt").is_some())),
+    );
+    all.sort_by_key(|r| r.id);
+    let mut latest: BTreeMap<StatementKey, &ExecutionRow> = BTreeMap::new();
+    for r in &all {
+        latest.insert(key(r), r);
+    }
+    let mut out = Vec::new();
+    for r in latest.into_values() {
+        let later = store.executions_matching(&ExecQuery {
+            after: r.id,
+            statement: Some(r.statement_index),
+            ..Default::default()
+        })?;
+        if later.iter().any(|l| key(l) == key(r)) {
+            continue;
+        }
+        let failures = store.executions_matching(&ExecQuery {
+            before: Some(r.id),
+            only: Some(&["failed"]),
+            statement: Some(r.statement_index),
+            newest_first: true,
+            ..Default::default()
+        })?;
+        let last_error = failures
+            .iter()
+            .find(|f| key(f) == key(r) && f.error_message.is_some())
+            .and_then(|f| f.error_message.clone());
+        let mut retry = retry_of(r, last_error);
+        if retry.state == "exhausted" {
+            // Once something follows it where it stands (a catch began, the try ended), its
+            // failure was taken: it is no longer outstanding.
+            let taken = store.executions_matching(&ExecQuery {
+                after: r.id,
+                parent: Some(r.parent_id),
+                limit: Some(1),
+                ..Default::default()
+            })?;
+            if !taken.is_empty() {
+                continue;
+            }
+            retry.handler = Some(handler_of(store, r)?);
+        }
+        out.push(retry);
+    }
+    out.sort_by_key(|r| r.id);
+    Ok(out)
+}
