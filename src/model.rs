@@ -1,28 +1,9 @@
 //! The domain's vocabulary, shared by commands and stores: binding kinds, execution statuses,
 //! the rules for names and run ids, and the one timestamp format.
 
-use crate::cli::Status;
 use crate::error::{shown, usage};
 use anyhow::Result;
 pub use chrono::Timelike;
-
-impl Status {
-    /// Whether the record marks something ending (its time goes to `completed_at`) rather
-    /// than beginning or waiting (its time goes to `started_at`). Every record prose-state
-    /// appends carries exactly one of the two, so an event's time is
-    /// `COALESCE(completed_at, started_at)`.
-    pub fn is_ending(self) -> bool {
-        matches!(
-            self,
-            Status::Completed
-                | Status::Failed
-                | Status::Skipped
-                | Status::Iteration
-                | Status::Joined
-                | Status::Exited
-        )
-    }
-}
 
 /// The longest binding name accepted: its attachment file name (`{name}__{execution_id}.md`)
 /// must stay under the 255-byte file name limit of common filesystems.
@@ -211,6 +192,21 @@ macro_rules! stored_status {
                 s.serialize_str(self.as_str())
             }
         }
+
+        /// The command line takes the known values only (`Other` is what raw SQL wrote).
+        impl clap::ValueEnum for $name {
+            fn value_variants<'a>() -> &'a [Self] {
+                const KNOWN: &[$name] = &[$($name::$variant,)*];
+                KNOWN
+            }
+
+            fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+                match self {
+                    $($name::$variant => Some(clap::builder::PossibleValue::new($text)),)*
+                    $name::Other(_) => None,
+                }
+            }
+        }
     };
 }
 
@@ -222,18 +218,6 @@ stored_status! {
         Completed => "completed",
         Failed => "failed",
         Interrupted => "interrupted",
-    }
-}
-
-impl From<crate::cli::RunStatus> for RunStatus {
-    fn from(s: crate::cli::RunStatus) -> Self {
-        RunStatus::parse(s.as_str())
-    }
-}
-
-impl From<crate::cli::FinalStatus> for RunStatus {
-    fn from(s: crate::cli::FinalStatus) -> Self {
-        RunStatus::parse(s.as_str())
     }
 }
 
@@ -278,9 +262,21 @@ stored_status! {
     }
 }
 
-impl From<Status> for ExecStatus {
-    fn from(s: Status) -> Self {
-        ExecStatus::parse(s.as_str())
+impl ExecStatus {
+    /// Whether the record marks something ending (its time goes to `completed_at`) rather
+    /// than beginning or waiting (its time goes to `started_at`). Every record prose-state
+    /// appends carries exactly one of the two, so an event's time is
+    /// `COALESCE(completed_at, started_at)`.
+    pub fn is_ending(&self) -> bool {
+        matches!(
+            self,
+            ExecStatus::Completed
+                | ExecStatus::Failed
+                | ExecStatus::Skipped
+                | ExecStatus::Iteration
+                | ExecStatus::Joined
+                | ExecStatus::Exited
+        )
     }
 }
 

@@ -19,8 +19,8 @@ pub struct GatesArgs {
 #[derive(Debug, Args)]
 pub struct GatesListArgs {
     /// Which gates to list
-    #[arg(long, value_enum, default_value_t = GateStatus::Pending)]
-    pub status: GateStatus,
+    #[arg(long, value_enum, default_value_t = GateFilter::Pending)]
+    pub status: GateFilter,
 
     /// The pending gates (the default; the spec's spelling `--pending` is accepted)
     #[arg(long, conflicts_with = "status")]
@@ -40,8 +40,9 @@ pub struct GatesListArgs {
     pub limit: Option<u64>,
 }
 
+/// Which gates a listing shows: those of one status (`model::GateStatus`), or all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum GateStatus {
+pub enum GateFilter {
     Pending,
     Approved,
     Rejected,

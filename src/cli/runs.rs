@@ -200,15 +200,6 @@ pub struct ResumeArgs {
     pub limit: Option<u32>,
 }
 
-words! {
-    RunStatus {
-        Running => "running",
-        Completed => "completed",
-        Failed => "failed",
-        Interrupted => "interrupted",
-    }
-}
-
 #[derive(Debug, Args)]
 pub struct StatsArgs {
     /// Open every run's own database rather than using the figures the project catalog
@@ -221,7 +212,7 @@ pub struct StatsArgs {
 pub struct RunsArgs {
     /// Only runs with this status
     #[arg(long, value_enum)]
-    pub status: Option<RunStatus>,
+    pub status: Option<crate::model::RunStatus>,
     /// At most this many runs
     #[arg(long, value_name = "N", default_value_t = 50, allow_hyphen_values = true,
           value_parser = clap::value_parser!(u64).range(1..=1_000_000))]

@@ -194,7 +194,7 @@ pub struct ExecAppendArgs {
 
     /// Record status
     #[arg(long, value_enum)]
-    pub status: Status,
+    pub status: crate::model::ExecStatus,
 
     /// Id of the enclosing execution record (for nested blocks)
     #[arg(long, value_name = "ID", allow_hyphen_values = true, value_parser = at_least(1))]
@@ -246,23 +246,6 @@ words! {
     }
 }
 
-words! {
-    /// Execution record statuses: the spec's schema comment plus the ones its append-only
-    /// examples write (started, iteration, joined, exited, retry).
-    Status {
-        Pending => "pending",
-        Executing => "executing",
-        Started => "started",
-        Completed => "completed",
-        Failed => "failed",
-        Skipped => "skipped",
-        Iteration => "iteration",
-        Joined => "joined",
-        Exited => "exited",
-        Retry => "retry",
-    }
-}
-
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct ImportsArgs {
@@ -295,10 +278,17 @@ pub struct ImportAddArgs {
 }
 
 words! {
+    /// The statuses a run may finish with (`model::RunStatus`'s ending ones).
     FinalStatus {
         Completed => "completed",
         Failed => "failed",
         Interrupted => "interrupted",
+    }
+}
+
+impl From<FinalStatus> for crate::model::RunStatus {
+    fn from(s: FinalStatus) -> Self {
+        crate::model::RunStatus::parse(s.as_str())
     }
 }
 

@@ -12,7 +12,7 @@ use std::io::{self, Write};
 pub struct Appended {
     pub id: i64,
     pub statement_index: i64,
-    pub status: &'static str,
+    pub status: crate::model::ExecStatus,
     pub parent_id: Option<i64>,
     pub at: String,
 }
@@ -44,7 +44,7 @@ fn start_of(store: &mut dyn crate::store::Store, args: &ExecAppendArgs, id: i64)
             "--ends {id} names a `{status}` record, not a start (`executing` or `started`): name the record that opened the construct"
         )));
     }
-    if !args.status.is_ending() || args.status == crate::cli::Status::Iteration {
+    if !args.status.is_ending() || args.status == crate::model::ExecStatus::Iteration {
         return Err(usage(format!(
             "--ends takes an ending status (completed, failed, skipped, joined, exited), not {}",
             args.status.as_str()
@@ -198,7 +198,7 @@ impl super::Run for ExecAppendArgs {
         Ok(Appended {
             id,
             statement_index: index,
-            status: self.status.as_str(),
+            status: self.status.clone(),
             parent_id: parent,
             at,
         })

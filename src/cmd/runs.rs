@@ -4,7 +4,7 @@ use super::listing::{Listing, RunQuery};
 use super::Run;
 use crate::cli::RunsArgs;
 use crate::context::Context;
-use crate::model::{now, RunStatus};
+use crate::model::now;
 use crate::output::{one_line, Render};
 use crate::store::RunSummary;
 use anyhow::Result;
@@ -53,7 +53,7 @@ impl Render for RunList {
 
 pub fn run(args: &RunsArgs, ctx: &Context) -> Result<RunList> {
     let now = now();
-    let want = args.status.map(RunStatus::from);
+    let want = args.status.clone();
     // A time, or a duration back from now.
     let since = match args.since.as_deref() {
         None => None,

@@ -54,7 +54,7 @@ fn pending_table(list: &crate::cmd::gates::GateList) -> Markup {
 async fn pending_list(app: &Arc<App>) -> Result<crate::cmd::gates::GateList> {
     blocking(app, |app| {
         let args = crate::cli::GatesListArgs {
-            status: crate::cli::GateStatus::Pending,
+            status: crate::cli::GateFilter::Pending,
             pending: true,
             expiring: None,
             scan: false,

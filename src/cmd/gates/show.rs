@@ -3,7 +3,7 @@
 
 use super::view::{resolution, team_view, GateView, IntegrityView, LazyRoster};
 use super::{gate_not_found, in_future};
-use crate::cli::{GateAuditArgs, GateStatus, GatesListArgs};
+use crate::cli::{GateAuditArgs, GateFilter, GatesListArgs};
 use crate::cmd::listing::{GateQuery, Listing};
 use crate::context::Context;
 use crate::error::Code;
@@ -92,11 +92,11 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
     let now = now();
     let horizon = args.expiring.as_deref().map(in_future).transpose()?;
     let status = match (args.status, &horizon) {
-        (_, Some(_)) | (GateStatus::Pending, None) => Some("pending"),
-        (GateStatus::Approved, None) => Some("approved"),
-        (GateStatus::Rejected, None) => Some("rejected"),
-        (GateStatus::Timeout, None) => Some("timeout"),
-        (GateStatus::All, None) => None,
+        (_, Some(_)) | (GateFilter::Pending, None) => Some("pending"),
+        (GateFilter::Approved, None) => Some("approved"),
+        (GateFilter::Rejected, None) => Some("rejected"),
+        (GateFilter::Timeout, None) => Some("timeout"),
+        (GateFilter::All, None) => None,
     };
     // The pending gates of the project's catalog and server: swept and listed in a few
     // queries (only the runs with an overdue gate are opened). Gates of other statuses are
