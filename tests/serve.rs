@@ -31,7 +31,54 @@ on_both!(
     slow_clients_are_timed_out_and_connections_capped,
     the_page_rederives_a_gate_before_it_offers_a_decision,
     a_gate_shows_the_nearest_binding_of_each_name_its_execution_sees,
+    a_live_status_says_what_the_sealed_log_says_not_an_edited_row,
 );
+
+/// What an open page asks at each change (its gate's status and who decided) is read through
+/// the one gate read (`store::gate_read`): a row edited by SQL to say a gate was approved by
+/// someone never makes the page say so, and a row put back to pending after a sealed decision
+/// does not hide who decided. Asking writes nothing.
+fn a_live_status_says_what_the_sealed_log_says_not_an_edited_row(b: Backend) {
+    let Some((p, run, alice)) = gate_g_for_alice(b, "Ship?") else {
+        return;
+    };
+    let s = Server::start(&p);
+    let cookie = s.login(&alice);
+    let status = |s: &Server| s.get(&format!("{}/status", gate_path(&run, "g")), Some(&cookie));
+    run.view().raw(
+        "UPDATE gates SET status = 'approved', resolved_by = 'mallory', resolved_at = '2026-01-01 00:00:00' WHERE id = 'g'",
+        "UPDATE openprose.gates SET status = 'approved', resolved_by = 'mallory', resolved_at = now() WHERE run_id = '$RUN' AND id = 'g'",
+    );
+    let before = run.view().events("g").len();
+    let r = status(&s);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("status pending\n"), "{}", r.body);
+    assert!(r.body.contains("decided_by \n"), "{}", r.body);
+    assert!(!r.body.contains("mallory"), "{}", r.body);
+    assert_eq!(
+        run.view().events("g").len(),
+        before,
+        "asking wrote an event"
+    );
+
+    // Put back, then decided for real, then the row put back to pending by SQL.
+    run.view().raw(
+        "UPDATE gates SET status = 'pending', resolved_by = NULL, resolved_at = NULL WHERE id = 'g'",
+        "UPDATE openprose.gates SET status = 'pending', resolved_by = NULL, resolved_at = NULL WHERE run_id = '$RUN' AND id = 'g'",
+    );
+    run.cmd()
+        .args(["approve", "g", "--as", "alice", "--yes"])
+        .assert()
+        .success();
+    run.view().raw(
+        "UPDATE gates SET status = 'pending', resolved_by = NULL, resolved_at = NULL WHERE id = 'g'",
+        "UPDATE openprose.gates SET status = 'pending', resolved_by = NULL, resolved_at = NULL WHERE run_id = '$RUN' AND id = 'g'",
+    );
+    let r = status(&s);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("status approved\n"), "{}", r.body);
+    assert!(r.body.contains("decided_by alice\n"), "{}", r.body);
+}
 
 /// The page re-derives a gate from its sealed log before it shows the decision form: a gate
 /// whose allow list was widened by SQL shows no form, and the form's POST, sent anyway by the

@@ -221,18 +221,23 @@ fn decide(
     reason_given(approve, comment, Some("--reason TEXT"))?;
     let now = now();
     let run_id = store.run_info()?.id;
-    let gate = store
-        .gate(gate_id, &now)?
+    let read = crate::store::gate_read::read(store.as_mut(), gate_id, &now)?
         .ok_or_else(|| gate_not_found(&run_id, gate_id))?;
+    let gate = &read.row;
     let mut book = ctx.principal_book(false)?;
     let roster = roster(book.as_mut().map(|b| b.as_mut() as &mut dyn PrincipalBook))?;
     let empty = crate::team::Roster::default();
+    // Who may decide, as the opening's sealed event has it (the row's, for a gate no sealed
+    // event opened).
+    let allow = match read.derived.instance {
+        0 => &gate.allow,
+        _ => &read.derived.allow,
+    };
     let admitted =
-        !crate::team::admitting(&gate.allow, &principal, roster.as_ref().unwrap_or(&empty))
-            .is_empty();
+        !crate::team::admitting(allow, &principal, roster.as_ref().unwrap_or(&empty)).is_empty();
     let action = if approve { "approve" } else { "reject" };
     // Ask only when the decision could be taken; otherwise let the store refuse (and log) it.
-    if gate.status.is_pending() && admitted && !yes {
+    if read.decision().0.is_pending() && admitted && !yes {
         if !crate::term::interactive() {
             return Err(usage(format!(
                 "{action} needs confirmation and stdin is not a terminal: pass --yes"

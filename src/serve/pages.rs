@@ -552,15 +552,16 @@ pub(super) async fn gate_status(
     let text = blocking(&app, move |app| {
         let (paths, mut store) = page_run(&app.ctx, &run)?;
         crate::model::check_gate_id(&gate)?;
-        let Some(row) = store.gate(&gate, &now())? else {
+        let Some(g) = crate::store::gate_read::read(store.as_mut(), &gate, &now())? else {
             return Err(crate::error::not_found("no such gate"));
         };
-        let d = crate::services::inputs::derived(store.as_mut(), &row)?;
-        let (stale, _) = crate::services::inputs::stale(store.as_mut(), &paths.dir, &d)?;
+        let (stale, _) = crate::services::inputs::stale(store.as_mut(), &paths.dir, &g.derived)?;
+        // As its sealed log has it where the row contradicts it (`GateRead::decision`).
+        let (status, by) = g.decision();
         Ok(format!(
             "status {}\ndecided_by {}\nstale {}\n",
-            row.status,
-            row.resolved_by.as_deref().map(visible).unwrap_or_default(),
+            status,
+            by.map(visible).unwrap_or_default(),
             stale.as_deref().map(visible).unwrap_or_default()
         ))
     })

@@ -45,11 +45,10 @@ pub fn decide(
     r: &Request,
 ) -> Result<std::result::Result<Decided, &'static str>> {
     let now = crate::model::now();
-    let (derived, inputs) = match store.gate(r.gate_id, &now)? {
-        Some(row) => {
-            let d = super::inputs::derived(store, &row)?;
-            let inputs = super::inputs::read_to_decide(store, run_dir, &d)?;
-            (d, inputs)
+    let (derived, inputs) = match crate::store::gate_read::read(store, r.gate_id, &now)? {
+        Some(g) => {
+            let inputs = super::inputs::read_to_decide(store, run_dir, &g.derived)?;
+            (g.derived, inputs)
         }
         None => Default::default(),
     };

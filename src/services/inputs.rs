@@ -3,7 +3,7 @@
 //! seals and a stale check compares.
 
 use crate::store::chain::{Derived, Pin};
-use crate::store::{AuditFilter, GateRow, Store};
+use crate::store::{GateRow, Store};
 use anyhow::Result;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -184,18 +184,6 @@ pub fn pins(inputs: &[InputNow]) -> BTreeMap<String, Pin> {
         .collect()
 }
 
-/// The gate as its own sealed events make it (what it is about, its decision, whether the
-/// decision was consumed), read from its log alone.
-pub fn derived(store: &mut dyn Store, gate: &GateRow) -> Result<Derived> {
-    let rows = store.audit(&AuditFilter {
-        gate_id: Some(&gate.id),
-        ..Default::default()
-    })?;
-    let run = store.run_info()?.id;
-    let key = crate::store::seal::key_for_reading()?;
-    Ok(crate::store::chain::gate_against_history(gate, &run, &rows, key).1)
-}
-
 /// What a consumption checks has not moved: each input's name, where it was found and at
 /// which version.
 pub fn positions(inputs: &[InputNow]) -> Vec<crate::store::InputAt> {
@@ -226,8 +214,10 @@ pub fn settle(
         }
         // An input moved between the read and the write: read it again. (Or another reader
         // consumed it first, or the run finished: then the next read says so.)
-        let fresh = derived(store, gate)?;
-        if fresh.consumed || fresh.decision.is_none() {
+        let Some(fresh) = crate::store::gate_read::read(store, &gate.id, &at)? else {
+            return Ok(None);
+        };
+        if fresh.derived.consumed || fresh.derived.decision.is_none() {
             return Ok(None);
         }
     }

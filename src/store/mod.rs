@@ -6,6 +6,7 @@ pub mod catalog;
 pub mod chain;
 pub mod dump;
 pub mod effects;
+pub mod gate_read;
 pub mod history;
 pub mod postgres;
 pub mod principals;

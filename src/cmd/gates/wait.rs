@@ -6,7 +6,7 @@ use super::verify::signed_by;
 use super::view::{resolution, team_view, GateView, IntegrityView, LazyRoster};
 use crate::cli::GateWaitArgs;
 use crate::context::Context;
-use crate::error::{shown, usage, Code};
+use crate::error::{usage, Code};
 use crate::model::{check_gate_id, now, parse_duration};
 use crate::output::Render;
 use crate::store::chain::{ChainReport, Integrity};
@@ -294,20 +294,16 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                 if settled[i].is_some() {
                     continue;
                 }
-                let gate = s
-                    .gate(id, &now)?
+                // The gate of exactly this id, against its sealed history: a row another id
+                // answers for (a collation changed by SQL) is refused as tampering.
+                let read = crate::store::gate_read::read(s, id, &now)?
                     .ok_or_else(|| gate_not_found(&run.id, id))?;
-                // The row another id answers for (a collation changed by SQL) is not this gate.
-                if gate.id != *id {
-                    return Err(crate::error::tampered(format!(
-                        "looking up gate {} found gate {}: the gates table was changed behind prose-state's back",
-                        shown(id),
-                        shown(&gate.id)
-                    )));
-                }
-                let reopened = args.instance.is_some_and(|w| gate.instance != w);
-                if !gate.status.is_pending() || out_of_time || reopened {
-                    ready.push((i, gate));
+                let reopened = args.instance.is_some_and(|w| read.row.instance != w);
+                // Settled: decided, or contradicting its log (never decidable, so never waited
+                // on), or out of time, or reopened.
+                let settles = !read.row.status.is_pending() || read.tampered();
+                if settles || out_of_time || reopened {
+                    ready.push((i, read.row));
                 }
             }
             if ready.is_empty() {
@@ -334,8 +330,8 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                     let tampered = matches!(report.gate(id), Integrity::Tampered(_))
                         || report.first_broken.is_some();
                     if settled[i].is_none() && tampered && !ready.iter().any(|(j, _)| *j == i) {
-                        if let Some(gate) = s.gate(id, &now)? {
-                            ready.push((i, gate));
+                        if let Some(read) = crate::store::gate_read::read(s, id, &now)? {
+                            ready.push((i, read.row));
                         }
                     }
                 }

@@ -1,0 +1,64 @@
+//! The one way a gate is read to be shown or acted on: what is due swept first, the row of
+//! exactly that id, its own sealed history, and what that history derives. A front end shows
+//! and acts on the derivation; the row is a projection, compared with it and never trusted.
+
+use super::chain::{self, Derived, Integrity};
+use super::{GateRow, Store};
+use crate::error::shown;
+use anyhow::Result;
+
+/// A gate as a reader may show or act on it.
+#[derive(Debug, Clone)]
+pub struct GateRead {
+    /// The gates row, as stored: a projection.
+    pub row: GateRow,
+    /// How the row stands against its sealed history.
+    pub integrity: Integrity,
+    /// The gate as its sealed events make it (`chain::Derived`): what a reader acts on.
+    pub derived: Derived,
+}
+
+impl GateRead {
+    /// Whether its row disagrees with its sealed history (or that history is broken).
+    pub fn tampered(&self) -> bool {
+        matches!(self.integrity, Integrity::Tampered(_))
+    }
+
+    /// Its status and who decided it, as a reader may state them: the row's where the row
+    /// agrees with its sealed history or nothing attests either (a gate raw SQL made and
+    /// decided, the spec's way); the sealed history's where the row contradicts it, so that
+    /// a row edited behind prose-state's back never says who decided.
+    pub fn decision(&self) -> (crate::model::GateStatus, Option<&str>) {
+        if self.tampered() {
+            let by = self.derived.decision.as_ref().map(|(_, by, _)| by.as_str());
+            return (self.derived.status(), by);
+        }
+        (self.row.status.clone(), self.row.resolved_by.as_deref())
+    }
+}
+
+/// Reads the gate stored under exactly `id`, after the sweep every gate operation runs first
+/// (`Store::gate`), checked against its own sealed history, with what that history derives. None when there is no such gate; a
+/// row another id answers for (a collation changed behind prose-state's back makes `deploy`
+/// find `DEPLOY`) is refused as tampering (exit 9).
+pub fn read(store: &mut dyn Store, id: &str, now: &str) -> Result<Option<GateRead>> {
+    let Some(row) = store.gate(id, now)? else {
+        return Ok(None);
+    };
+    if row.id != id {
+        return Err(crate::error::tampered(format!(
+            "looking up gate {} found gate {}: the gates table was changed behind prose-state's back",
+            shown(id),
+            shown(&row.id)
+        )));
+    }
+    let history = store.gate_history(id)?;
+    let run = store.run_info()?.id;
+    let key = super::seal::key_for_reading()?;
+    let (integrity, derived) = chain::gate_against_history(&row, &run, &history, key);
+    Ok(Some(GateRead {
+        row,
+        integrity,
+        derived,
+    }))
+}
