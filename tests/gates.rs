@@ -316,6 +316,14 @@ fn a_gate_past_its_deadline_fails_closed_with_no_sweeper(b: Backend) {
         .args(["gates", "wait", &run.id, "raw", "--timeout", "0"])
         .assert();
     assert_eq!(code(&a), 9);
+    // Nor is it waited on: no one can decide it, so a long wait answers 9 at once, not when
+    // its time runs out (killed after a minute, the wait would fail here).
+    let a = p
+        .cmd()
+        .args(["gates", "wait", &run.id, "raw", "--timeout", "1h"])
+        .timeout(std::time::Duration::from_secs(60))
+        .assert();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
     assert_eq!(run.view().gate("raw").0, "pending");
 }
 
