@@ -3,7 +3,7 @@
 use crate::error::refused;
 use crate::model::{GateStatus, RunStatus};
 use crate::store::tx::Txn;
-use crate::store::{AuditRow, Finished, ImportAdded, ImportRow, Resumed};
+use crate::store::{Finished, ImportAdded, ImportRow, Resumed};
 use anyhow::Result;
 
 use super::sweep::sweep;
@@ -99,17 +99,19 @@ pub fn record_resume(mut tx: Txn<'_>, now: &str) -> Result<Resumed> {
     }
     sweep(&mut tx, now)?;
     let mut logged = Vec::new();
+    // Each gate's newest `resumed` event and newest decision, by audit id: one read of the log.
+    let mut newest: std::collections::HashMap<String, (i64, i64)> = Default::default();
+    for a in tx.audit(&crate::store::AuditFilter::default())? {
+        let (resumed, decided) = newest.entry(a.gate_id).or_default();
+        match a.event_type.as_str() {
+            "resumed" => *resumed = (*resumed).max(a.id),
+            "approved" | "rejected" | "timeout" => *decided = (*decided).max(a.id),
+            _ => {}
+        }
+    }
     for g in tx.gate_rows(crate::store::GateSelect::Listed(None))? {
-        // The audit ids of its last `resumed` event and of its last decision.
-        let newest = |history: &[AuditRow], kinds: &[&str]| {
-            let of_kind = history
-                .iter()
-                .filter(|a| kinds.contains(&a.event_type.as_str()));
-            of_kind.map(|a| a.id).max().unwrap_or(0)
-        };
-        let history = tx.gate_history(&g.id)?;
-        let decided_since =
-            newest(&history, &["approved", "rejected", "timeout"]) > newest(&history, &["resumed"]);
+        let (resumed, decided) = newest.get(&g.id).copied().unwrap_or_default();
+        let decided_since = decided > resumed;
         let status = g.status.unwrap_or_else(|| GateStatus::parse(""));
         if status.is_pending() || decided_since {
             append_audit(
