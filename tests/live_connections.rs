@@ -34,12 +34,16 @@ async fn connect(p: &Project, run: &Run) -> (RunningService<RoleClient, ()>, u32
     (().serve(transport).await.unwrap(), pid)
 }
 
+/// One `gates_wait` call for `gate`. Its timeout is the longest a call may ask (600 s), past any run of this test on
+/// a loaded machine: the 200 decisions by the command line may take minutes there, and a
+/// call that timed out before its gate was decided would fail the test for the machine's
+/// speed, not for a lost wake (a missed wake is still caught by the 30 s look).
 fn wait_call(
     client: &std::sync::Arc<RunningService<RoleClient, ()>>,
     gate: &str,
 ) -> tokio::task::JoinHandle<CallToolResult> {
     let client = std::sync::Arc::clone(client);
-    let Value::Object(args) = json!({"gate": gate, "timeout": "300s"}) else {
+    let Value::Object(args) = json!({"gate": gate, "timeout": "600s"}) else {
         unreachable!()
     };
     tokio::spawn(async move {

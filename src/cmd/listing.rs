@@ -411,15 +411,23 @@ impl<'c> Listing<'c> {
                     .iter()
                     .map(|id| crate::store::seal::anchored(&place, id))
                     .collect();
+                // The gates and the logs in one snapshot: a decision committed between the
+                // two reads would otherwise show its row ahead of its sealed events.
+                let (gate_rows, audit_rows) = crate::store::consistent(server, |s| {
+                    Ok((
+                        s.gates_of(runs, None, None)?,
+                        s.audits_of(runs, &AuditFilter::default())?,
+                    ))
+                })?;
                 let mut gates: HashMap<String, Vec<GateRow>> = HashMap::new();
-                for (gate, _) in server.gates_of(runs, None, None)? {
+                for (gate, _) in gate_rows {
                     gates
                         .entry(gate.run_id.clone().unwrap_or_default())
                         .or_default()
                         .push(gate);
                 }
                 let mut audits: HashMap<String, Vec<AuditRow>> = HashMap::new();
-                for row in server.audits_of(runs, &AuditFilter::default())? {
+                for row in audit_rows {
                     audits.entry(row.run_id.clone()).or_default().push(row);
                 }
                 let key = crate::store::seal::key_for_reading()?;

@@ -51,7 +51,7 @@ pub trait Catalog {
 }
 
 /// What a server's tables answer beyond a catalog: every gate and every audit row.
-pub trait ServerCatalog: Catalog {
+pub trait ServerCatalog: Catalog + super::Snapshot {
     /// The gates of `runs`, of one status or all, each with its run's program path, oldest
     /// first; at most `limit`.
     fn gates_of(

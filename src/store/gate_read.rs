@@ -37,23 +37,30 @@ impl GateRead {
     }
 }
 
-/// Reads the gate stored under exactly `id`, after the sweep every gate operation runs first
-/// (`Store::gate`), checked against its own sealed history, with what that history derives. None when there is no such gate; a
+/// Reads the gate stored under exactly `id`, after the sweep every gate operation runs first,
+/// checked against its own sealed history, with what that history derives. The row and the
+/// history are read in one snapshot ([`super::consistent`]): a decision committed between two
+/// reads would show the row behind its log, as tampering. None when there is no such gate; a
 /// row another id answers for (a collation changed behind prose-state's back makes `deploy`
 /// find `DEPLOY`) is refused as tampering (exit 9).
 pub fn read(store: &mut dyn Store, id: &str, now: &str) -> Result<Option<GateRead>> {
-    let Some(row) = store.gate(id, now)? else {
+    store.sweep_timeouts(now)?;
+    let read = super::consistent(store, |s| {
+        let Some(row) = s.read_gate(id)? else {
+            return Ok(None);
+        };
+        if row.id != id {
+            return Err(crate::error::tampered(format!(
+                "looking up gate {} found gate {}: the gates table was changed behind prose-state's back",
+                shown(id),
+                shown(&row.id)
+            )));
+        }
+        Ok(Some((row, s.gate_history(id)?, s.run_info()?.id)))
+    })?;
+    let Some((row, history, run)) = read else {
         return Ok(None);
     };
-    if row.id != id {
-        return Err(crate::error::tampered(format!(
-            "looking up gate {} found gate {}: the gates table was changed behind prose-state's back",
-            shown(id),
-            shown(&row.id)
-        )));
-    }
-    let history = store.gate_history(id)?;
-    let run = store.run_info()?.id;
     let key = super::seal::key_for_reading()?;
     let (integrity, derived) = chain::gate_against_history(&row, &run, &history, key);
     Ok(Some(GateRead {

@@ -30,6 +30,25 @@ pub fn keeping() -> bool {
     KEEPING.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+/// Runs `reads` in one read-only snapshot of `store` ([`Snapshot::begin_read`]), ended however
+/// they go: reads compared with each other (a gate's row with its sealed log, the log with
+/// every gate) never straddle another writer's commit. In a snapshot already taken
+/// ([`Store::snapshot`]) they simply run in it.
+pub fn consistent<S: Snapshot + ?Sized, T>(
+    store: &mut S,
+    reads: impl FnOnce(&mut S) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let began = store.begin_read()?;
+    let out = reads(store);
+    if began {
+        let ended = store.end_read();
+        let out = out?;
+        ended?;
+        return Ok(out);
+    }
+    out
+}
+
 /// Connections kept for the next open, under a key saying what they may be used again for
 /// (SQLite: the file; PostgreSQL: the server). Only while [`keeping`]; at most `most` are
 /// kept, the newest.
@@ -120,7 +139,7 @@ pub use catalog_traits::{Catalog, RunFilter, ServerCatalog};
 pub use exec_log::{
     forked_from, frame_of, id_list, record, scope_list, ExecQuery, ResumeCounts, ENDS, STARTS,
 };
-pub use store_trait::{AgentStore, Store};
+pub use store_trait::{AgentStore, Snapshot, Store};
 pub use types::{
     run_stats, server_blob, AgentRow, Attempt, AuditFilter, AuditRow, BindOutcome, BindingHead,
     BindingRow, BlobInfo, Checkpointed, Created, Decided, Decision, ExecutionRow, Finished, Found,

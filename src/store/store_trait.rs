@@ -78,7 +78,21 @@ fn not_kept(blob: &str) -> anyhow::Error {
 }
 
 /// The operations every backend provides for one run.
-pub trait Store: AgentStore + Rows {
+/// Reads that must agree with each other, in one snapshot: a run's store, and a server's
+/// catalog reading many runs' gates and logs. Use [`super::consistent`], which ends the
+/// snapshot however the reads go.
+pub trait Snapshot {
+    /// Starts a read-only snapshot that the reads up to [`Snapshot::end_read`] all see, so
+    /// that reads compared with each other (a gate's row with its sealed log) never straddle
+    /// another writer's commit. False (and nothing started) when the store already reads in
+    /// one ([`Store::snapshot`]).
+    fn begin_read(&mut self) -> Result<bool>;
+
+    /// Ends the snapshot [`Snapshot::begin_read`] started.
+    fn end_read(&mut self) -> Result<()>;
+}
+
+pub trait Store: AgentStore + Rows + Snapshot {
     /// Where this run's state is, for messages: a state.db path, or the server's URL with the
     /// password masked.
     fn location(&self) -> String;
@@ -321,12 +335,6 @@ pub trait Store: AgentStore + Rows {
         self.read_gates(status)
     }
 
-    /// One gate after the sweep.
-    fn gate(&mut self, id: &str, now: &str) -> Result<Option<GateRow>> {
-        self.sweep_timeouts(now)?;
-        self.read_gate(id)
-    }
-
     /// One gate with its audit history, logging a `viewed` event by `viewer` through
     /// `client` (`cli`, `web`).
     fn view_gate(
@@ -367,8 +375,11 @@ pub trait Store: AgentStore + Rows {
         // committing and anchoring between the two reads looked like rows cut from the end.
         let run_id = self.run_info()?.id;
         let anchor = seal::anchored(&self.place(), &run_id);
-        let rows = self.audit(&AuditFilter::default())?;
-        let gates = self.read_gates(None)?;
+        // The log and the gates in one snapshot: a decision committed between the two reads
+        // would otherwise show its row ahead of (or behind) its sealed events, as tampering.
+        let (rows, gates) = super::consistent(self, |s| {
+            Ok((s.audit(&AuditFilter::default())?, s.read_gates(None)?))
+        })?;
         let key = seal::key_for_reading()?;
         let mut report = chain::check(&rows, &gates, Some(&run_id), key, anchor.as_ref());
         // What vouches for nothing: a run this machine saw broken, and one read where it must

@@ -538,3 +538,21 @@ impl Store for PgStore {
         })
     }
 }
+
+impl crate::store::Snapshot for PgStore {
+    fn begin_read(&mut self) -> Result<bool> {
+        if self.in_snapshot {
+            return Ok(false);
+        }
+        self.begin_snapshot()?;
+        Ok(true)
+    }
+
+    fn end_read(&mut self) -> Result<()> {
+        if self.in_snapshot {
+            self.client.batch_execute("COMMIT").map_err(self.err())?;
+            self.in_snapshot = false;
+        }
+        Ok(())
+    }
+}

@@ -526,3 +526,25 @@ impl Store for SqliteStore {
         Ok(())
     }
 }
+
+impl crate::store::Snapshot for SqliteStore {
+    fn begin_read(&mut self) -> Result<bool> {
+        if !self.conn.is_autocommit() {
+            return Ok(false);
+        }
+        // Its snapshot starts at its first read, made here.
+        self.conn
+            .execute_batch("BEGIN DEFERRED; SELECT COUNT(*) FROM run;")
+            .map_err(|e| self.error(e))?;
+        Ok(true)
+    }
+
+    fn end_read(&mut self) -> Result<()> {
+        if !self.conn.is_autocommit() {
+            self.conn
+                .execute_batch("COMMIT")
+                .map_err(|e| self.error(e))?;
+        }
+        Ok(())
+    }
+}
