@@ -14,6 +14,7 @@ pub mod mcp;
 mod model;
 pub mod output;
 pub mod parse;
+mod response;
 mod run;
 pub mod serve;
 mod services;

@@ -2,6 +2,7 @@
 
 mod common;
 
+mod answers;
 mod attack31;
 mod attack41;
 mod bad_input;

@@ -132,6 +132,13 @@ pub struct GateCreateArgs {
     #[arg(long, value_name = "NAME,NAME", value_delimiter = ',')]
     pub inputs: Vec<String>,
 
+    /// The answer an approval must give, as a JSON Schema (JSON, or @FILE holding it; at most
+    /// 16 KiB, 8 levels): type, properties, required, additionalProperties (false), enum,
+    /// const, minimum, maximum, minLength, maxLength, items, title, description, default.
+    /// Sealed with the gate; `approve --response` is checked against it
+    #[arg(long, value_name = "JSON|@FILE")]
+    pub response_schema: Option<String>,
+
     /// Deadline from now: 30s, 30m, 4h, 7d, 2h30m, 1d12h; past it the gate times out
     #[arg(long, value_name = "DUR")]
     pub timeout: Option<String>,
@@ -300,6 +307,11 @@ pub struct ApproveArgs {
     /// Why the gate is rejected (with --reject)
     #[arg(long, value_name = "TEXT", requires = "reject")]
     pub reason: Option<String>,
+    /// The answer, as JSON or @FILE holding it (at most 64 KiB, 16 levels deep), checked
+    /// against the gate's response schema and sealed with the decision; an approval needs
+    /// one when the gate was opened with --response-schema
+    #[arg(long, value_name = "JSON|@FILE")]
+    pub response: Option<String>,
     /// Decide without asking (required when stdin is not a terminal)
     #[arg(long, short = 'y')]
     pub yes: bool,
@@ -317,6 +329,11 @@ pub struct RejectArgs {
     /// Why the gate is rejected (required)
     #[arg(long, value_name = "TEXT")]
     pub reason: String,
+    /// The answer, as JSON or @FILE holding it (at most 64 KiB, 16 levels deep), checked
+    /// against the gate's response schema and sealed with the decision; optional on a
+    /// rejection
+    #[arg(long, value_name = "JSON|@FILE")]
+    pub response: Option<String>,
     /// Decide without asking (required when stdin is not a terminal)
     #[arg(long, short = 'y')]
     pub yes: bool,

@@ -212,6 +212,7 @@ fn decide(
     (arg, token, target): (&PrincipalArg, &TokenArg, &RunGate),
     approve: bool,
     comment: Option<&str>,
+    response: Option<&str>,
     yes: bool,
 ) -> Result<DecisionMade> {
     let (principal, authenticated) = decider(ctx, arg, token, target, approve)?;
@@ -219,6 +220,13 @@ fn decide(
     let gate_id = target.gate();
     check_gate_id(gate_id)?;
     reason_given(approve, comment, Some("--reason TEXT"))?;
+    let response = response
+        .map(|a| {
+            let what = "--response";
+            let text = crate::response::text_of(what, a, crate::response::ANSWER_MAX_BYTES)?;
+            crate::response::parse_answer(what, &text)
+        })
+        .transpose()?;
     let now = now();
     let run_id = store.run_info()?.id;
     let read = crate::store::gate_read::read(store.as_mut(), gate_id, &now)?
@@ -273,6 +281,7 @@ fn decide(
             instance: Some(gate.instance),
             shown_inputs: None,
             signer: None,
+            response: response.as_ref(),
             roster: &roster,
         },
     )?
@@ -289,7 +298,14 @@ impl super::Run for crate::cli::ApproveArgs {
             self.comment.as_deref()
         };
         let who = (&self.principal, &self.token, &self.target);
-        decide(ctx, who, !self.reject, comment, self.yes)
+        decide(
+            ctx,
+            who,
+            !self.reject,
+            comment,
+            self.response.as_deref(),
+            self.yes,
+        )
     }
 }
 
@@ -297,6 +313,13 @@ impl super::Run for crate::cli::RejectArgs {
     type Output = DecisionMade;
     fn run(&self, ctx: &Context) -> Result<DecisionMade> {
         let who = (&self.principal, &self.token, &self.target);
-        decide(ctx, who, false, Some(&self.reason), self.yes)
+        decide(
+            ctx,
+            who,
+            false,
+            Some(&self.reason),
+            self.response.as_deref(),
+            self.yes,
+        )
     }
 }

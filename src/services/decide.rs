@@ -30,6 +30,8 @@ pub struct Request<'a> {
     /// before this call (the page); None where they are read for the decision now.
     pub shown_inputs: Option<&'a str>,
     pub signer: Option<&'a dyn SignsDecisions>,
+    /// The answer given with the decision (`--response`), parsed; checked by the rule.
+    pub response: Option<&'a serde_json::Value>,
     /// The principals book's roster, or why its log cannot be trusted.
     pub roster: &'a std::result::Result<Roster, String>,
 }
@@ -83,6 +85,7 @@ pub fn decide(
         roster: r.roster,
         inputs: about_inputs.then_some(&digests),
         pins: about_inputs.then_some(&pins),
+        response: r.response,
     };
     Ok(Ok(store.decide_gate(&decision)?))
 }

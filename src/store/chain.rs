@@ -451,6 +451,11 @@ pub struct Derived {
     /// the root) and the binding's own version number there, as `history` lists it. None for
     /// decisions sealed before versions were pinned (their digest is found in any version).
     pub pinned: Option<std::collections::BTreeMap<String, Pin>>,
+    /// The response schema its `created` event seals (`gates create --response-schema`), and
+    /// the answer its decision seals with it (`approve --response`): a quorum's answer is
+    /// the deciding approval's (each vote's own stays in its vote event).
+    pub response_schema: Option<serde_json::Value>,
+    pub response: Option<serde_json::Value>,
     /// The openings before this one, oldest first, each as its own sealed events made it
     /// when the next opened (a decided opening is never changed by a later one): what a wait
     /// on an earlier instance answers with.
@@ -654,6 +659,8 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                     decided_at: None,
                     comment: None,
                     pinned: None,
+                    response_schema: m.get("response_schema").cloned(),
+                    response: None,
                     earlier,
                 };
             }
@@ -743,6 +750,7 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                 }
                 d.decided_at = r.timestamp.clone();
                 d.comment = r.comment.clone();
+                d.response = m.get("response").cloned();
                 d.decision = Some((GateStatus::parse(kind), by, r.id));
             }
             _ => {}

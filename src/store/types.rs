@@ -367,6 +367,9 @@ pub struct NewGate<'a> {
     pub prompt_hash: &'a str,
     /// The bindings a decision is about (`--inputs`), sealed in its `created` event.
     pub inputs: &'a [String],
+    /// The answer a decision must give, checked (`response::parse_schema`): sealed in the
+    /// `created` event.
+    pub response_schema: Option<&'a serde_json::Value>,
     pub now: &'a str,
     /// What the opening asks of its deciders. With separation of duties, its `creator` is
     /// who creates it; the rule adds the run's starter from the run's sealed genesis.
@@ -412,6 +415,9 @@ pub struct Decision<'a> {
     /// The version of each input, in its frame, that the decider was shown: sealed with the
     /// decision, so that `verify`, `gates wait` and `get --version` check that very version.
     pub pins: Option<&'a std::collections::BTreeMap<String, chain::Pin>>,
+    /// The answer given with the decision (`--response`), parsed: checked in the rule against
+    /// the schema the gate's `created` event seals, and sealed with the decision.
+    pub response: Option<&'a serde_json::Value>,
     /// Who is in which group and who is revoked, from the principals book's sealed log when
     /// the decision is taken; Err says why the log cannot be trusted (then no group admits
     /// anyone).

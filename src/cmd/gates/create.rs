@@ -187,6 +187,15 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> R
             inputs.len()
         )));
     }
+    let schema = args
+        .response_schema
+        .as_deref()
+        .map(|a| {
+            let what = "--response-schema";
+            let text = crate::response::text_of(what, a, crate::response::SCHEMA_MAX_BYTES)?;
+            crate::response::parse_schema(what, &text)
+        })
+        .transpose()?;
     let now = now();
     let allow = serde_json::to_string(&allow)?;
     // A gate opened again is the same statement where it was: its index and scope are the
@@ -219,6 +228,7 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> R
         parent_execution: scope,
         prompt_hash: &sha256_tag(&args.prompt),
         inputs: &inputs,
+        response_schema: schema.as_ref().map(|s| &s.value),
         reopen: args.reopen,
         now: &now,
         quorum: quorum.clone(),

@@ -1,7 +1,7 @@
 //! `gates` (the listing), `gates show` and `gates audit`: gates and their audit events, read
 //! and written as text.
 
-use super::view::{resolution, team_view, GateView, IntegrityView, LazyRoster};
+use super::view::{resolution, team_view, visible_json, GateView, IntegrityView, LazyRoster};
 use super::{gate_not_found, in_future};
 use crate::cli::{GateAuditArgs, GateFilter, GatesListArgs};
 use crate::cmd::listing::{GateQuery, Listing};
@@ -225,6 +225,12 @@ impl Render for GateShown {
         if g.resolved_by.is_some() {
             writeln!(w, "Resolved: {}", resolution(g))?;
         }
+        if let Some(r) = &self.gate.response {
+            writeln!(w, "Response: {}", visible_json(r))?;
+        }
+        if let Some(s) = &self.gate.response_schema {
+            writeln!(w, "Response schema: {}", visible_json(s))?;
+        }
         if let Some(why) = &self.stale {
             writeln!(w, "STALE: {why}: reopen it (gates create --reopen)")?;
         }
@@ -304,6 +310,7 @@ pub fn show_to(
         Some(d) => crate::services::inputs::stale(store, run_dir, d)?,
         None => (None, Vec::new()),
     };
+    let answered = report.derived.get(&row.id).cloned();
     Ok(GateShown {
         inputs,
         stale,
@@ -311,7 +318,8 @@ pub fn show_to(
         gate: GateView {
             team,
             ..GateView::new(row, run.program_path, &now)
-        },
+        }
+        .answered(answered.as_ref()),
         history,
     })
 }

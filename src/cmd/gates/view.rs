@@ -84,6 +84,12 @@ pub struct GateView {
     /// what it asks, and its votes so far.
     #[serde(flatten)]
     pub team: Option<TeamView>,
+    /// The answer the gate asks for (its sealed `--response-schema`), and the answer its
+    /// sealed decision gave: present when it has them, read from its log, never a row.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response_schema: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response: Option<serde_json::Value>,
 }
 
 /// What a team's gate asks of its deciders, and where its sealed votes stand.
@@ -213,6 +219,12 @@ impl TeamView {
     }
 }
 
+/// A JSON value on one line, as a terminal may show it: compact, with every control and
+/// invisible character escaped (JSON escapes only the control ones).
+pub(crate) fn visible_json(v: &serde_json::Value) -> String {
+    crate::output::visible_line(&v.to_string()).into_owned()
+}
+
 impl GateView {
     pub(super) fn new(gate: GateRow, program_path: Option<String>, now: &str) -> Self {
         let time_left_seconds = time_left(&gate, now);
@@ -222,6 +234,17 @@ impl GateView {
             time_left_seconds,
             integrity: None,
             team: None,
+            response_schema: None,
+            response: None,
+        }
+    }
+
+    /// With the answer its sealed log asks for and holds (`d`, the opening shown).
+    pub(super) fn answered(self, d: Option<&crate::store::chain::Derived>) -> Self {
+        GateView {
+            response_schema: d.and_then(|d| d.response_schema.clone()),
+            response: d.and_then(|d| d.response.clone()),
+            ..self
         }
     }
 

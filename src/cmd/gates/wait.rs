@@ -91,7 +91,13 @@ impl Render for GateWaited {
             .unwrap_or_default();
         match g.status.as_str() {
             "pending" => writeln!(w, "{}: still pending after {}s", g.id, self.waited_seconds),
-            _ => writeln!(w, "{}: {}{superseded}", g.id, resolution(g)),
+            _ => {
+                writeln!(w, "{}: {}{superseded}", g.id, resolution(g))?;
+                match &self.gate.response {
+                    Some(r) => writeln!(w, "response: {}", super::view::visible_json(r)),
+                    None => Ok(()),
+                }
+            }
         }
     }
 }
@@ -357,7 +363,8 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                             gate: GateView {
                                 team,
                                 ..GateView::new(row, run.program_path.clone(), &now)
-                            },
+                            }
+                            .answered(Some(&d)),
                             waited_seconds: start.elapsed().as_secs(),
                             superseded_by: Some(newest),
                             accept_unattested: args.accept_unattested,
@@ -387,13 +394,15 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                     }
                     _ => None,
                 };
+                let answered = report.derived.get(&gate.id).cloned();
                 settled[i] = Some(GateWaited {
                     stale,
                     integrity,
                     gate: GateView {
                         team,
                         ..GateView::new(gate, run.program_path.clone(), &now)
-                    },
+                    }
+                    .answered(answered.as_ref()),
                     waited_seconds: start.elapsed().as_secs(),
                     superseded_by: None,
                     accept_unattested: args.accept_unattested,

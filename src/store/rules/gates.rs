@@ -50,6 +50,7 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
             }
             let same = existing.prompt == g.prompt
                 && derived.inputs == g.inputs
+                && derived.response_schema.as_ref() == g.response_schema
                 && existing.allow == given
                 && existing.timeout.as_deref() == g.timeout
                 && existing.on_reject.as_deref() == g.on_reject
@@ -110,6 +111,9 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
         quorum.starter = Some(starter(&mut *tx)?);
     }
     quorum.record(&mut metadata);
+    if let Some(schema) = g.response_schema {
+        metadata["response_schema"] = schema.clone();
+    }
     if !g.inputs.is_empty() {
         metadata["inputs"] = g.inputs.into();
         // Where they are looked up from, sealed: a row's `execution_id` is only a row.
@@ -266,6 +270,9 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
         tx.commit()?;
         return Ok(outcome);
     }
+    // An answer fits the schema the opening sealed, or the decision is bad input: nothing
+    // written (not even the sweep above), no event.
+    crate::response::check_answer(derived.response_schema.as_ref(), d.response, d.approve)?;
     // A decision about inputs seals what they held as the decider saw them.
     let inputs = match (derived.inputs.is_empty(), d.inputs) {
         (true, _) => None,
@@ -314,6 +321,9 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
         (false, false) => crate::store::chain::VOTE_REJECT,
     };
     let mut metadata = decision_metadata(&gate, d, kind, inputs);
+    if let Some(answer) = d.response {
+        metadata["response"] = answer.clone();
+    }
     if let (Some(_), Some(pins)) = (inputs, d.pins) {
         metadata["pinned"] = serde_json::to_value(pins)?;
     }

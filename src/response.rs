@@ -1,0 +1,403 @@
+//! What a decision may answer: the response schema a gate asks for when it opens (`gates
+//! create --response-schema`), and the answer a decider gives with the decision (`approve
+//! --response`), checked against it. Both are sealed in the gate's audit events (its `created`
+//! event, the decision's), and read back from there, never from a row.
+//!
+//! A schema uses a small part of JSON Schema (draft 2020-12): the keywords of [`KEYWORDS`],
+//! no `$ref` and nothing else, so that what a person is asked for is plain and no schema
+//! reaches outside itself. It is validated by the `jsonschema` crate, built without remote or
+//! file retrieval.
+
+use crate::error::{shown, usage};
+use anyhow::Result;
+use serde::de::{DeserializeSeed, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+/// The keywords a response schema may use.
+pub const KEYWORDS: [&str; 14] = [
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "enum",
+    "const",
+    "minimum",
+    "maximum",
+    "minLength",
+    "maxLength",
+    "items",
+    "title",
+    "description",
+    "default",
+];
+
+/// The types a schema's `type` may name.
+const TYPES: [&str; 6] = ["object", "string", "number", "integer", "boolean", "array"];
+
+/// The largest schema, in bytes, and the most levels of schemas within schemas (`properties`,
+/// `items`) it may have, the outermost being one.
+pub const SCHEMA_MAX_BYTES: usize = 16 * 1024;
+pub const SCHEMA_MAX_LEVELS: usize = 8;
+
+/// The largest answer, in bytes, and the deepest it may nest (arrays and objects).
+pub const ANSWER_MAX_BYTES: usize = 64 * 1024;
+pub const ANSWER_MAX_DEPTH: usize = 16;
+
+/// A gate's response schema, checked: the JSON value, and its canonical text (keys sorted,
+/// no spaces), which is what its `created` event seals.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Schema {
+    pub value: Value,
+    pub text: String,
+}
+
+/// The text of an option given as JSON or as `@FILE` (a file holding it), read at most `max`
+/// bytes and one more (so that a longer one is refused whole, never cut); UTF-8 only.
+pub fn text_of(what: &str, arg: &str, max: usize) -> Result<String> {
+    let Some(path) = arg.strip_prefix('@') else {
+        return Ok(arg.to_string());
+    };
+    use std::io::Read;
+    let file = std::fs::File::open(path)
+        .map_err(|e| usage(format!("{what} @{}: cannot read it: {e}", shown(path))))?;
+    let mut bytes = Vec::new();
+    file.take(max as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| usage(format!("{what} @{}: cannot read it: {e}", shown(path))))?;
+    if bytes.len() > max {
+        return Err(usage(format!(
+            "{what} @{} is over {max} bytes",
+            shown(path)
+        )));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| usage(format!("{what} @{} is not UTF-8 text", shown(path))))
+}
+
+/// Reads and checks a response schema given as `what` (the option's name, for errors).
+pub fn parse_schema(what: &str, text: &str) -> Result<Schema> {
+    if text.len() > SCHEMA_MAX_BYTES {
+        return Err(usage(format!(
+            "{what} is {} bytes; a response schema is at most {SCHEMA_MAX_BYTES}",
+            text.len()
+        )));
+    }
+    // Its JSON nests two levels for each level of schema (`properties` then the property),
+    // with room for an `enum` or `default` value's own: the levels are counted after.
+    let value = strict_json(what, text, 4 * SCHEMA_MAX_LEVELS)?;
+    check_schema(what, &value, "", 1)?;
+    jsonschema::draft202012::new(&value)
+        .map_err(|e| usage(format!("{what} is not a valid JSON Schema: {}", clip(&e))))?;
+    let text = value.to_string();
+    Ok(Schema { value, text })
+}
+
+/// Reads an answer given as `what`: JSON of at most [`ANSWER_MAX_BYTES`], nested at most
+/// [`ANSWER_MAX_DEPTH`] deep, with no key twice in an object.
+pub fn parse_answer(what: &str, text: &str) -> Result<Value> {
+    if text.len() > ANSWER_MAX_BYTES {
+        return Err(usage(format!(
+            "{what} is {} bytes; an answer is at most {ANSWER_MAX_BYTES}",
+            text.len()
+        )));
+    }
+    strict_json(what, text, ANSWER_MAX_DEPTH)
+}
+
+/// Whether `answer` may go with a decision (`approve`: an approval) on a gate whose sealed
+/// schema is `schema`: a gate with a schema needs an answer to be approved, and takes one
+/// only if it fits; a gate without one takes none. The error names the first field that
+/// does not fit, by its JSON pointer.
+pub fn check_answer(schema: Option<&Value>, answer: Option<&Value>, approve: bool) -> Result<()> {
+    match (schema, answer) {
+        (None, None) => Ok(()),
+        (None, Some(_)) => Err(usage(
+            "--response given, but the gate asks for no response (it was opened without --response-schema)",
+        )),
+        (Some(_), None) if approve => Err(usage(
+            "the gate asks for a response: approve it with --response JSON (its schema is in `gates show`)",
+        )),
+        (Some(_), None) => Ok(()),
+        (Some(schema), Some(answer)) => {
+            let validator = jsonschema::draft202012::new(schema).map_err(|e| {
+                anyhow::anyhow!("the gate's sealed response schema does not compile: {e}")
+            })?;
+            let first = validator.iter_errors(answer).next().map(|e| {
+                let at = e.instance_path().as_str().to_string();
+                let at = if at.is_empty() { "/".to_string() } else { at };
+                format!(
+                    "--response does not fit the gate's response schema at {}: {}",
+                    shown(&at),
+                    clip(&e)
+                )
+            });
+            match first {
+                None => Ok(()),
+                Some(why) => Err(usage(why)),
+            }
+        }
+    }
+}
+
+/// An error's message, made safe to show on one line and short.
+fn clip(e: &dyn std::fmt::Display) -> String {
+    let message = e.to_string();
+    crate::error::clip(&shown(&message), 300)
+}
+
+/// Checks one schema (an object using only [`KEYWORDS`]) at `at` (a JSON pointer, for
+/// errors), `level` levels in, and the schemas within it.
+fn check_schema(what: &str, schema: &Value, at: &str, level: usize) -> Result<()> {
+    let place = if at.is_empty() { "/" } else { at };
+    let bad = |why: String| usage(format!("{what}: at {}: {why}", shown(place)));
+    if level > SCHEMA_MAX_LEVELS {
+        return Err(bad(format!(
+            "schemas nest at most {SCHEMA_MAX_LEVELS} levels deep"
+        )));
+    }
+    let Value::Object(map) = schema else {
+        return Err(bad("a schema is a JSON object".into()));
+    };
+    for (key, value) in map {
+        if !KEYWORDS.contains(&key.as_str()) {
+            return Err(bad(format!(
+                "{} is not a keyword a response schema may use (these are: {})",
+                shown(key),
+                KEYWORDS.join(", ")
+            )));
+        }
+        match key.as_str() {
+            "type" => {
+                let names: Vec<&Value> = match value {
+                    Value::Array(a) => a.iter().collect(),
+                    v => vec![v],
+                };
+                for n in names {
+                    if !n.as_str().is_some_and(|n| TYPES.contains(&n)) {
+                        return Err(bad(format!(
+                            "type is one of {} (or a list of them)",
+                            TYPES.join(", ")
+                        )));
+                    }
+                }
+            }
+            "properties" => {
+                let Value::Object(props) = value else {
+                    return Err(bad("properties is an object of schemas".into()));
+                };
+                for (name, sub) in props {
+                    check_text(what, "a property name", name)?;
+                    check_schema(what, sub, &format!("{at}/properties/{name}"), level + 1)?;
+                }
+            }
+            "items" => check_schema(what, value, &format!("{at}/items"), level + 1)?,
+            "additionalProperties" if value != &Value::Bool(false) => {
+                return Err(bad("additionalProperties may only be false".into()));
+            }
+            "title" | "description" => match value {
+                Value::String(s) => check_text(what, key, s)?,
+                _ => return Err(bad(format!("{key} is a string"))),
+            },
+            "enum" | "const" | "default" => check_texts(what, key, value)?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Checks every string in `value` (and every key) as text shown to a person.
+fn check_texts(what: &str, key: &str, value: &Value) -> Result<()> {
+    match value {
+        Value::String(s) => check_text(what, key, s),
+        Value::Array(a) => a.iter().try_for_each(|v| check_texts(what, key, v)),
+        Value::Object(m) => m.iter().try_for_each(|(k, v)| {
+            check_text(what, key, k)?;
+            check_texts(what, key, v)
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Text a schema shows a person (a title, a description, a choice): the prompt's rules,
+/// no control character but newline and tab, and no bidirectional embedding, override or
+/// isolate.
+fn check_text(what: &str, field: &str, text: &str) -> Result<()> {
+    let bad = text.chars().find(|&c| {
+        (c.is_control() && c != '\n' && c != '\t')
+            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    });
+    match bad {
+        Some(c) => Err(usage(format!(
+            "{what}: its {field} {} holds the character U+{:04X}, which would change what an approver sees",
+            shown(text),
+            c as u32
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Parses JSON text strictly: one value, no key twice in an object, nested at most `depth`
+/// deep (arrays and objects).
+fn strict_json(what: &str, text: &str, depth: usize) -> Result<Value> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let value = Strict {
+        left: depth,
+        max: depth,
+    }
+    .deserialize(&mut de)
+    .and_then(|v| de.end().map(|()| v))
+    .map_err(|e| usage(format!("{what} is not JSON as a response takes it: {e}")))?;
+    Ok(value)
+}
+
+/// A JSON value, read refusing a key given twice and nesting deeper than `left`.
+struct Strict {
+    left: usize,
+    /// The most levels it may nest, for the error.
+    max: usize,
+}
+
+impl<'de> DeserializeSeed<'de> for Strict {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl Strict {
+    fn inner<E: serde::de::Error>(&self) -> Result<Strict, E> {
+        match self.left {
+            0 => Err(E::custom(format!(
+                "it nests too deep (at most {} levels of arrays and objects)",
+                self.max
+            ))),
+            n => Ok(Strict {
+                left: n - 1,
+                max: self.max,
+            }),
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for Strict {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Value, E> {
+        serde_json::Number::from_f64(v)
+            .map(Value::Number)
+            .ok_or_else(|| E::custom("a number JSON cannot hold"))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element_seed(self.inner()?)? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if out.contains_key(&key) {
+                return Err(A::Error::custom(format!(
+                    "the key {} is given twice in one object",
+                    shown(&key)
+                )));
+            }
+            let v = map.next_value_seed(self.inner()?)?;
+            out.insert(key, v);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schemas_use_only_the_keywords_named() {
+        let ok = r#"{"type":"object","properties":{"size":{"type":"integer","minimum":1},
+            "tone":{"enum":["warm","dry"]},"tags":{"type":"array","items":{"type":"string"}}},
+            "required":["size"],"additionalProperties":false}"#;
+        let s = parse_schema("--response-schema", ok).unwrap();
+        assert!(s
+            .text
+            .starts_with(r#"{"additionalProperties":false,"properties""#));
+        for bad in [
+            r#"{"$ref":"http://example.com/s.json"}"#,
+            r##"{"type":"object","properties":{"a":{"$ref":"#"}}}"##,
+            r#"{"pattern":"a+"}"#,
+            r#"{"additionalProperties":true}"#,
+            r#"{"type":"null"}"#,
+            r#"{"minimum":"one"}"#,
+            r#"true"#,
+            r#"{"type":"string","type":"object"}"#,
+            "{\"title\":\"a\u{202e}b\"}",
+            "{\"enum\":[\"ok\",\"x\u{7}\"]}",
+        ] {
+            let e = parse_schema("--response-schema", bad).unwrap_err();
+            assert_eq!(
+                crate::error::code_of(&e),
+                Some(crate::error::Code::Usage),
+                "{bad}"
+            );
+        }
+        let mut deep = String::from(r#"{"type":"string"}"#);
+        for _ in 0..SCHEMA_MAX_LEVELS {
+            deep = format!(r#"{{"type":"object","properties":{{"a":{deep}}}}}"#);
+        }
+        assert!(parse_schema("s", &deep).is_err(), "nine levels");
+    }
+
+    #[test]
+    fn answers_are_checked_against_the_schema() {
+        let s = parse_schema(
+            "s",
+            r#"{"type":"object","properties":{"size":{"type":"integer","minimum":1}},"required":["size"]}"#,
+        )
+        .unwrap();
+        let good = parse_answer("a", r#"{"size": 3}"#).unwrap();
+        check_answer(Some(&s.value), Some(&good), true).unwrap();
+        let bad = parse_answer("a", r#"{"size": 0}"#).unwrap();
+        let e = check_answer(Some(&s.value), Some(&bad), true).unwrap_err();
+        assert!(e.to_string().contains("/size"), "{e}");
+        assert!(check_answer(Some(&s.value), None, true).is_err());
+        assert!(check_answer(Some(&s.value), None, false).is_ok());
+        assert!(check_answer(None, Some(&good), true).is_err());
+        assert!(parse_answer("a", r#"{"a":1,"a":2}"#).is_err());
+        assert!(parse_answer("a", &"[".repeat(17)).is_err());
+        assert!(parse_answer("a", &format!("{}{}", "[".repeat(16), "]".repeat(16))).is_ok());
+        assert!(parse_answer("a", "1 2").is_err());
+    }
+}
