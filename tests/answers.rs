@@ -9,6 +9,7 @@ on_both!(
     an_answer_is_checked_sealed_and_handed_back,
     bad_schemas_and_bad_answers_write_nothing,
     an_answer_edited_behind_the_tools_back_is_tampering,
+    the_vm_asks_for_an_answer_over_mcp,
 );
 
 const SCHEMA: &str = r#"{"type":"object","title":"Release size",
@@ -247,4 +248,81 @@ fn an_answer_edited_behind_the_tools_back_is_tampering(b: Backend) {
     assert_eq!(code(&a), 9, "{}", stderr(&a));
     let a = run.cmd().args(["gates", "verify"]).assert().failure();
     assert_eq!(code(&a), 9);
+}
+
+/// A VM's MCP session opens a gate with a response schema (given as itself: a `@FILE` is
+/// refused, the server reads no file for it) and `gates_wait` hands back the answer the
+/// person gave on the command line, in its structured content.
+fn the_vm_asks_for_an_answer_over_mcp(b: Backend) {
+    use rmcp::model::CallToolRequestParams;
+    use rmcp::ServiceExt;
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut cmd = tokio::process::Command::new(BIN);
+        cmd.args(["--run", &run.id, "mcp", "--role", "vm", "--agent", "vm"])
+            .current_dir(p.root())
+            .env("HOME", test_home(p.root()))
+            .stderr(std::process::Stdio::null());
+        for var in CLEARED_ENV {
+            cmd.env_remove(var);
+        }
+        let client = ()
+            .serve(rmcp::transport::TokioChildProcess::new(cmd).unwrap())
+            .await
+            .unwrap();
+        let call = |tool: &str, args: serde_json::Value| {
+            let serde_json::Value::Object(args) = args else {
+                unreachable!()
+            };
+            client.call_tool(CallToolRequestParams::new(tool.to_string()).with_arguments(args))
+        };
+        let listed = client.list_all_tools().await.unwrap();
+        let create = listed.iter().find(|t| t.name == "gates_create").unwrap();
+        assert!(
+            create.input_schema["properties"]
+                .get("response_schema")
+                .is_some(),
+            "{:?}",
+            create.input_schema
+        );
+        // The test's own reads of the database block: off the runtime's worker.
+        let snapshot = || tokio::task::block_in_place(|| run.snapshot());
+        let before = snapshot();
+        let r = call(
+            "gates_create",
+            serde_json::json!({"gate_id": "g", "prompt": "How big?", "response_schema": "@/etc/passwd"}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.is_error, Some(true), "{r:?}");
+        assert!(format!("{r:?}").contains("reads no file"), "{r:?}");
+        assert_eq!(snapshot(), before);
+        let r = call(
+            "gates_create",
+            serde_json::json!({"gate_id": "g", "prompt": "How big?", "response_schema": SCHEMA}),
+        )
+        .await
+        .unwrap();
+        assert_ne!(r.is_error, Some(true), "{r:?}");
+        tokio::task::block_in_place(|| {
+            run.cmd()
+                .args(["approve", "g", "--as", "alice", "-y", "--response", r#"{"size":4}"#])
+                .assert()
+                .success()
+        });
+        let r = call("gates_wait", serde_json::json!({"gate": "g"}))
+            .await
+            .unwrap();
+        let v = r.structured_content.clone().unwrap();
+        assert_eq!(v["status"], "approved", "{v}");
+        assert_eq!(v["response"], serde_json::json!({"size": 4}), "{v}");
+        assert_eq!(v["response_schema"]["required"], serde_json::json!(["size"]));
+        client.cancel().await.unwrap();
+    });
 }

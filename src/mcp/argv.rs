@@ -75,6 +75,17 @@ impl Server {
                 several.len()
             )));
         }
+        // A schema is given as itself: the server reads no file for it (`@FILE` is the
+        // command line's).
+        if spec.served.name == "gates_create" {
+            if let Some(Value::String(s)) = args.get("response_schema") {
+                if s.trim_start().starts_with('@') {
+                    return Err(usage(
+                        "response_schema is the schema's JSON itself: the server reads no file for it",
+                    ));
+                }
+            }
+        }
         let mode = |m: &str| args.get(m) == Some(&Value::Bool(true));
         if !several.is_empty() && !mode("all") && !mode("any") {
             return Err(usage("gates (several gate ids) needs all or any: true"));

@@ -368,6 +368,11 @@ pub(super) const DESCRIBED: &[(&str, &str, &str)] = &[
     ("gates_create", "index", "The `approve` statement's index"),
     ("gates_create", "metadata", "A JSON object"),
     (
+        "gates_create",
+        "response_schema",
+        "JSON Schema of the answer an approval must give",
+    ),
+    (
         "gates_wait",
         "require_signed",
         "Count only a decision the approval page signed",
