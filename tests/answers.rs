@@ -10,6 +10,7 @@ on_both!(
     bad_schemas_and_bad_answers_write_nothing,
     an_answer_edited_behind_the_tools_back_is_tampering,
     the_vm_asks_for_an_answer_over_mcp,
+    a_quorums_answers_are_each_kept_and_the_deciding_one_is_the_gates,
 );
 
 const SCHEMA: &str = r#"{"type":"object","title":"Release size",
@@ -325,4 +326,54 @@ fn the_vm_asks_for_an_answer_over_mcp(b: Backend) {
         assert_eq!(v["response_schema"]["required"], serde_json::json!(["size"]));
         client.cancel().await.unwrap();
     });
+}
+
+/// Two approvers of a gate that needs both answer differently: each answer is sealed with its
+/// own vote, `response` is the deciding approval's, and `responses` lists both with who gave
+/// them, so that neither answer is lost or wins unseen.
+fn a_quorums_answers_are_each_kept_and_the_deciding_one_is_the_gates(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let mut tokens = Vec::new();
+    for name in ["alice", "bob"] {
+        let a = p.cmd().args(["principals", "add", name]).assert().success();
+        tokens.push(
+            String::from_utf8(a.get_output().stdout.clone())
+                .unwrap()
+                .trim()
+                .to_string(),
+        );
+    }
+    run.cmd()
+        .args(["gates", "create", "t", "--prompt", "How many?"])
+        .args(["--allow", "alice,bob", "--require", "2"])
+        .args(["--response-schema", r#"{"type":"integer","minimum":1}"#])
+        .assert()
+        .success();
+    for (tok, answer) in tokens.iter().zip(["3", "5"]) {
+        run.cmd()
+            .env("PROSE_TOKEN", tok)
+            .args(["approve", "t", "-y", "--response", answer])
+            .assert()
+            .success();
+    }
+    let a = run
+        .cmd()
+        .args(["--json", "gates", "wait", "t"])
+        .assert()
+        .success();
+    let v = stdout_json(&a);
+    assert_eq!(v["status"], "approved", "{v}");
+    assert_eq!(v["response"], 5, "{v}");
+    assert_eq!(
+        v["responses"],
+        serde_json::json!([{"by": "alice", "response": 3}, {"by": "bob", "response": 5}]),
+        "{v}"
+    );
+    let a = run.cmd().args(["gates", "show", "t"]).assert().success();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).to_string();
+    assert!(
+        out.contains("Responses, vote by vote:\n  alice: 3\n  bob: 5\n"),
+        "{out}"
+    );
 }

@@ -456,6 +456,9 @@ pub struct Derived {
     /// the deciding approval's (each vote's own stays in its vote event).
     pub response_schema: Option<serde_json::Value>,
     pub response: Option<serde_json::Value>,
+    /// Every sealed answer of that opening, vote by vote and then the decision's, with who
+    /// gave it: a quorum's approvers may answer differently, and none is lost.
+    pub responses: Vec<(String, serde_json::Value)>,
     /// The openings before this one, oldest first, each as its own sealed events made it
     /// when the next opened (a decided opening is never changed by a later one): what a wait
     /// on an earlier instance answers with.
@@ -661,6 +664,7 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                     pinned: None,
                     response_schema: m.get("response_schema").cloned(),
                     response: None,
+                    responses: Vec::new(),
                     earlier,
                 };
             }
@@ -717,6 +721,9 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                         crate::error::shown(&by)
                     ));
                 }
+                if let Some(answer) = m.get("response") {
+                    d.responses.push((by, answer.clone()));
+                }
             }
             "approved" | "rejected" | "timeout" => {
                 if let Some((status, by, _)) = &d.decision {
@@ -751,6 +758,10 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                 d.decided_at = r.timestamp.clone();
                 d.comment = r.comment.clone();
                 d.response = m.get("response").cloned();
+                if let Some(answer) = &d.response {
+                    let by = r.principal.clone().unwrap_or_default();
+                    d.responses.push((by, answer.clone()));
+                }
                 d.decision = Some((GateStatus::parse(kind), by, r.id));
             }
             _ => {}

@@ -228,6 +228,12 @@ impl Render for GateShown {
         if let Some(r) = &self.gate.response {
             writeln!(w, "Response: {}", visible_json(r))?;
         }
+        if !self.gate.responses.is_empty() {
+            writeln!(w, "Responses, vote by vote:")?;
+            for a in &self.gate.responses {
+                writeln!(w, "  {}: {}", a.by, visible_json(&a.response))?;
+            }
+        }
         if let Some(s) = &self.gate.response_schema {
             writeln!(w, "Response schema: {}", visible_json(s))?;
         }

@@ -90,6 +90,17 @@ pub struct GateView {
     pub response_schema: Option<serde_json::Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub response: Option<serde_json::Value>,
+    /// A quorum's answers, each with who gave it (the votes', then the decision's), when
+    /// more than one was given: the gate's `response` is the deciding one's.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub responses: Vec<Answered>,
+}
+
+/// One decider's sealed answer.
+#[derive(Debug, Serialize)]
+pub struct Answered {
+    pub by: String,
+    pub response: serde_json::Value,
 }
 
 /// What a team's gate asks of its deciders, and where its sealed votes stand.
@@ -236,6 +247,7 @@ impl GateView {
             team: None,
             response_schema: None,
             response: None,
+            responses: Vec::new(),
         }
     }
 
@@ -244,6 +256,18 @@ impl GateView {
         GateView {
             response_schema: d.and_then(|d| d.response_schema.clone()),
             response: d.and_then(|d| d.response.clone()),
+            responses: d
+                .filter(|d| d.responses.len() > 1)
+                .map(|d| {
+                    d.responses
+                        .iter()
+                        .map(|(by, response)| Answered {
+                            by: by.clone(),
+                            response: response.clone(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
             ..self
         }
     }
