@@ -58,8 +58,22 @@ pub fn text_of(what: &str, arg: &str, max: usize) -> Result<String> {
         return Ok(arg.to_string());
     };
     use std::io::Read;
-    let file = std::fs::File::open(path)
+    // Opened without blocking (a FIFO with no writer would wait for one), then refused
+    // unless it is a regular file.
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
         .map_err(|e| usage(format!("{what} @{}: cannot read it: {e}", shown(path))))?;
+    // A FIFO or a device would block or never end: only a regular file is read.
+    let regular = file.metadata().map(|m| m.is_file()).unwrap_or(false);
+    if !regular {
+        return Err(usage(format!(
+            "{what} @{}: not a regular file",
+            shown(path)
+        )));
+    }
     let mut bytes = Vec::new();
     file.take(max as u64 + 1)
         .read_to_end(&mut bytes)
@@ -186,7 +200,7 @@ fn check_schema(what: &str, schema: &Value, at: &str, level: usize) -> Result<()
                     return Err(bad("properties is an object of schemas".into()));
                 };
                 for (name, sub) in props {
-                    check_text(what, "a property name", name)?;
+                    check_text(what, "property name", name)?;
                     check_schema(what, sub, &format!("{at}/properties/{name}"), level + 1)?;
                 }
             }
@@ -198,6 +212,9 @@ fn check_schema(what: &str, schema: &Value, at: &str, level: usize) -> Result<()
                 Value::String(s) => check_text(what, key, s)?,
                 _ => return Err(bad(format!("{key} is a string"))),
             },
+            "enum" if value.as_array().is_none_or(|a| a.is_empty()) => {
+                return Err(bad("enum is a non-empty list of the answers allowed".into()));
+            }
             "enum" | "const" | "default" => check_texts(what, key, value)?,
             _ => {}
         }
@@ -239,6 +256,12 @@ fn check_text(what: &str, field: &str, text: &str) -> Result<()> {
 /// Parses JSON text strictly: one value, no key twice in an object, nested at most `depth`
 /// deep (arrays and objects).
 fn strict_json(what: &str, text: &str, depth: usize) -> Result<Value> {
+    if let Some(n) = inexact_number(text) {
+        return Err(usage(format!(
+            "{what} holds the number {}, which cannot be kept exactly: at most {EXACT_DIGITS} significant digits, or a whole number within 64 bits",
+            shown(n)
+        )));
+    }
     let mut de = serde_json::Deserializer::from_str(text);
     let value = Strict {
         left: depth,
@@ -248,6 +271,64 @@ fn strict_json(what: &str, text: &str, depth: usize) -> Result<Value> {
     .and_then(|v| de.end().map(|()| v))
     .map_err(|e| usage(format!("{what} is not JSON as a response takes it: {e}")))?;
     Ok(value)
+}
+
+/// Significant digits a number other than a 64-bit whole one may have: every decimal of at
+/// most 15 digits is kept exactly as a double.
+const EXACT_DIGITS: usize = 15;
+
+/// The first number in the JSON text `text` that a double would not keep as written (so that
+/// an answer is never checked or sealed as another number than the one given): one with more
+/// than [`EXACT_DIGITS`] significant digits, unless it is a whole number within `i64`/`u64`.
+/// Strings are skipped; what is not JSON is left to the parser.
+fn inexact_number(text: &str) -> Option<&str> {
+    let bytes = text.as_bytes();
+    let (mut i, mut in_string, mut escaped) = (0, false, false);
+    while i < bytes.len() {
+        let c = bytes[i];
+        if in_string {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            i += 1;
+            continue;
+        }
+        if c == b'"' {
+            in_string = true;
+            i += 1;
+            continue;
+        }
+        if c == b'-' || c.is_ascii_digit() {
+            let start = i;
+            while i < bytes.len()
+                && matches!(bytes[i], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+            {
+                i += 1;
+            }
+            let token = &text[start..i];
+            let whole = token.parse::<i64>().is_ok() || token.parse::<u64>().is_ok();
+            let mantissa = token.split(['e', 'E']).next().unwrap_or("");
+            let digits = mantissa
+                .bytes()
+                .filter(u8::is_ascii_digit)
+                .skip_while(|d| *d == b'0')
+                .count();
+            // Trailing zeros of a fraction say nothing more (`1.50`).
+            let trailing = match mantissa.split_once('.') {
+                Some((_, frac)) => frac.bytes().rev().take_while(|d| *d == b'0').count(),
+                None => 0,
+            };
+            if !whole && digits.saturating_sub(trailing) > EXACT_DIGITS {
+                return Some(token);
+            }
+            continue;
+        }
+        i += 1;
+    }
+    None
 }
 
 /// A JSON value, read refusing a key given twice and nesting deeper than `left`.
@@ -399,5 +480,30 @@ mod tests {
         assert!(parse_answer("a", &"[".repeat(17)).is_err());
         assert!(parse_answer("a", &format!("{}{}", "[".repeat(16), "]".repeat(16))).is_ok());
         assert!(parse_answer("a", "1 2").is_err());
+        // Numbers are kept as given, or refused.
+        for inexact in [
+            "123456789012345678901234567889",
+            "1.0000000000000001",
+            "[1, 0.12345678901234567]",
+            "{\"a\": -98765432109876543210}",
+        ] {
+            let e = parse_answer("a", inexact).unwrap_err();
+            assert!(
+                e.to_string().contains("cannot be kept exactly"),
+                "{inexact}: {e}"
+            );
+        }
+        for exact in [
+            "18446744073709551615",
+            "-9223372036854775808",
+            "0.1",
+            "1.500000000000000000",
+            "1e2",
+            "[\"123456789012345678901234567889\"]",
+            "0.000000000000001",
+        ] {
+            parse_answer("a", exact).unwrap();
+        }
+        assert!(parse_schema("s", r#"{"enum":[]}"#).is_err());
     }
 }

@@ -158,6 +158,11 @@ fn bad_schemas_and_bad_answers_write_nothing(b: Backend) {
         (huge.as_str(), "at most 16384"),
         ("not json", "not JSON"),
         ("@/nonexistent/schema.json", "cannot read it"),
+        (r#"{"enum":[]}"#, "enum is a non-empty list"),
+        (
+            r#"{"minimum":123456789012345678901234567890}"#,
+            "cannot be kept exactly",
+        ),
     ] {
         let a = run
             .cmd()
@@ -187,6 +192,10 @@ fn bad_schemas_and_bad_answers_write_nothing(b: Backend) {
         (Some(nested.as_str()), "nests too deep"),
         (Some(big.as_str()), "at most 65536"),
         (Some("{\"size\":"), "not JSON"),
+        (
+            Some(r#"{"size":123456789012345678901234567889}"#),
+            "cannot be kept exactly",
+        ),
     ] {
         let mut cmd = run.cmd();
         cmd.args(["approve", "g", "--as", "alice", "-y"]);
@@ -209,6 +218,21 @@ fn bad_schemas_and_bad_answers_write_nothing(b: Backend) {
         .failure();
     assert_eq!(code(&a), 2);
     assert!(stderr(&a).contains("not UTF-8"), "{}", stderr(&a));
+    // A FIFO (or a device) would block or never end: refused, not read.
+    let fifo = p.root().join("answer.fifo");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let a = run
+        .cmd()
+        .args(["approve", "g", "--as", "alice", "-y", "--response"])
+        .arg(format!("@{}", fifo.display()))
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 2);
+    assert!(stderr(&a).contains("not a regular file"), "{}", stderr(&a));
     assert_eq!(run.snapshot(), before, "a refused answer wrote");
     assert_eq!(run.view().gate("g").0, "pending");
 }
@@ -350,13 +374,23 @@ fn a_quorums_answers_are_each_kept_and_the_deciding_one_is_the_gates(b: Backend)
         .args(["--response-schema", r#"{"type":"integer","minimum":1}"#])
         .assert()
         .success();
-    for (tok, answer) in tokens.iter().zip(["3", "5"]) {
+    let vote = |tok: &str, answer: &str| {
         run.cmd()
             .env("PROSE_TOKEN", tok)
             .args(["approve", "t", "-y", "--response", answer])
             .assert()
-            .success();
-    }
+    };
+    vote(&tokens[0], "3").success();
+    // Voting again with another answer is refused, and writes nothing; the same answer again
+    // is the vote already counted.
+    let before = run.snapshot();
+    let a = vote(&tokens[0], "4").failure();
+    assert_eq!(code(&a), 4, "{}", stderr(&a));
+    assert!(stderr(&a).contains("with another answer"), "{}", stderr(&a));
+    assert_eq!(run.snapshot(), before);
+    vote(&tokens[0], "3").success();
+    assert_eq!(run.snapshot(), before);
+    vote(&tokens[1], "5").success();
     let a = run
         .cmd()
         .args(["--json", "gates", "wait", "t"])

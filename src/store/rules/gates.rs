@@ -299,8 +299,21 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
         tally,
         already,
     };
-    // The same principal voting again counts once, and writes nothing.
+    // The same principal voting again counts once, and writes nothing; with another answer
+    // it is refused (exit 4), so that no answer is dropped unseen.
     if derived.tally.votes(d.approve).iter().any(|p| p == me) {
+        let earlier = derived
+            .responses
+            .iter()
+            .find(|(by, _)| by == me)
+            .map(|(_, answer)| answer);
+        if earlier != d.response {
+            return Err(crate::error::refused(format!(
+                "{} already voted on gate {} with another answer: a vote stands as it was given",
+                shown(me),
+                shown(d.gate_id)
+            )));
+        }
         let tally = recount(&gate, &derived, roster).0;
         tx.commit()?;
         return Ok(counted(gate, tally, true));
