@@ -156,6 +156,9 @@ pub struct Project {
     pub backend: Backend,
     /// For PostgreSQL: the URL of this project's own database.
     pub pg_url: Option<String>,
+    /// The database this project made, dropped with it (a test suite's hundreds of databases
+    /// would otherwise fill a small disk).
+    _owned: Option<pg::Dropped>,
 }
 
 impl Project {
@@ -167,6 +170,7 @@ impl Project {
                 .unwrap(),
             backend: Backend::Sqlite,
             pg_url: None,
+            _owned: None,
         }
     }
 
@@ -175,7 +179,9 @@ impl Project {
     pub fn on(backend: Backend) -> Option<Self> {
         let mut p = Project::new();
         if backend == Backend::Postgres {
-            p.use_server(&pg::fresh_database()?);
+            let url = pg::fresh_database()?;
+            p.use_server(&url);
+            p._owned = Some(pg::Dropped(url));
         }
         Some(p)
     }

@@ -60,6 +60,24 @@ pub fn fresh_database() -> Option<String> {
     Some(with_database(base, &name))
 }
 
+/// A test database that is dropped (its sessions ended first) when this goes out of scope.
+pub struct Dropped(pub String);
+
+impl Drop for Dropped {
+    fn drop(&mut self) {
+        let Ok(base) = server() else { return };
+        let Some(name) = self.0.split('?').next().and_then(|u| u.rsplit('/').next()) else {
+            return;
+        };
+        if !name.starts_with("t_") {
+            return;
+        }
+        if let Ok(mut c) = postgres::Client::connect(base, postgres::NoTls) {
+            let _ = c.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"));
+        }
+    }
+}
+
 /// The role `query` runs as in tests: it logs in (trusted, like every role but
 /// [`PASSWORD_ROLE`]) and may read the openprose schema, and holds none of the privileges
 /// `query` refuses (superuser, server files, server programs).
@@ -276,6 +294,11 @@ fn start_cluster() -> Result<String, String> {
             "fsync=off",
             "-c",
             "max_connections=200",
+            // The WAL is recycled early: each test's CREATE DATABASE logs a whole template.
+            "-c",
+            "max_wal_size=96MB",
+            "-c",
+            "min_wal_size=32MB",
         ]);
         if tls {
             c.args(["-c", "ssl=on", "-c"])
