@@ -52,8 +52,16 @@ pub fn fresh_database() -> Option<String> {
         }
     };
     let name = format!("t_{:016x}", rand::random::<u64>());
-    let mut client =
-        postgres::Client::connect(base, postgres::NoTls).expect("connect to test server");
+    let mut client = postgres::Client::connect(base, postgres::NoTls).unwrap_or_else(|e| {
+        // The server stopped while the tests went on: its own last words say why.
+        let log = std::fs::read_to_string(died_log()).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(15).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        panic!(
+            "connect to test server: {e}\nthe server's log ended:\n{}",
+            tail.join("\n")
+        )
+    });
     client
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .expect("create test database");
@@ -122,6 +130,11 @@ fn find_bin(name: &str) -> Option<PathBuf> {
         .rev()
         .map(|d| d.join(name))
         .find(|p| p.is_file())
+}
+
+/// Where the watchdog keeps the server's log when the server stopped before the tests did.
+fn died_log() -> PathBuf {
+    std::env::temp_dir().join(format!("prose-state-pg-{}-died.log", std::process::id()))
 }
 
 fn free_port() -> u16 {
@@ -318,10 +331,12 @@ fn start_cluster() -> Result<String, String> {
     let script = format!(
         "{server} >'{log}' 2>&1 & pg=$!; \
          while kill -0 {watch} 2>/dev/null && kill -0 $pg 2>/dev/null; do sleep 1; done; \
+         kill -0 {watch} 2>/dev/null && cp '{log}' '{died}'; \
          kill -INT $pg 2>/dev/null; wait $pg; rm -rf '{dir}' '{log}'",
         log = std::env::temp_dir()
             .join(format!("prose-state-pg-{}.log", std::process::id()))
             .display(),
+        died = died_log().display(),
         watch = std::process::id(),
         dir = dir.display(),
     );
