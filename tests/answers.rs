@@ -330,7 +330,8 @@ fn the_vm_asks_for_an_answer_over_mcp(b: Backend) {
         assert_eq!(snapshot(), before);
         let r = call(
             "gates_create",
-            serde_json::json!({"gate_id": "g", "prompt": "How big?", "response_schema": SCHEMA}),
+            serde_json::json!({"gate_id": "g", "prompt": "How big?", "response_schema": SCHEMA,
+                               "response_binding": "size_answer"}),
         )
         .await
         .unwrap();
@@ -348,6 +349,12 @@ fn the_vm_asks_for_an_answer_over_mcp(b: Backend) {
         assert_eq!(v["status"], "approved", "{v}");
         assert_eq!(v["response"], serde_json::json!({"size": 4}), "{v}");
         assert_eq!(v["response_schema"]["required"], serde_json::json!(["size"]));
+        // The answer is the binding the VM named, which the next statement reads.
+        assert_eq!(v["response_binding"]["name"], "size_answer", "{v}");
+        let r = call("get", serde_json::json!({"name": "size_answer"}))
+            .await
+            .unwrap();
+        assert!(format!("{r:?}").contains(r#"{\"size\":4}"#), "{r:?}");
         client.cancel().await.unwrap();
     });
 }

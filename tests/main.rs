@@ -48,6 +48,7 @@ mod protocol;
 mod query;
 mod readers46;
 mod readme;
+mod response_binding;
 mod schema;
 mod serve;
 mod small_lies;

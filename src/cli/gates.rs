@@ -139,6 +139,12 @@ pub struct GateCreateArgs {
     #[arg(long, value_name = "JSON|@FILE")]
     pub response_schema: Option<String>,
 
+    /// A binding in the gate's scope that the decision writes with its answer (needs
+    /// --response-schema): a version by the decider, on approval and on a rejection that
+    /// answers. Only a decision writes it: `bind` to it is refused
+    #[arg(long, value_name = "NAME", requires = "response_schema")]
+    pub response_binding: Option<String>,
+
     /// Deadline from now: 30s, 30m, 4h, 7d, 2h30m, 1d12h; past it the gate times out
     #[arg(long, value_name = "DUR")]
     pub timeout: Option<String>,

@@ -216,6 +216,15 @@ pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got>
             )?;
             checked = true;
         }
+        // A gate's response binding holds what its sealed decision answered.
+        if args.version.is_none() && args.as_of.is_none() && !checked {
+            crate::store::gate_read::check_response_binding(
+                store,
+                &args.name,
+                found.row.execution_id,
+            )?;
+            checked = true;
+        }
         let mut row = found.row;
         let rel = row.attachment_path.clone().filter(|r| !r.is_empty());
         let blob = rel.as_deref().and_then(server_blob).map(str::to_string);

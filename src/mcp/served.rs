@@ -373,6 +373,11 @@ pub(super) const DESCRIBED: &[(&str, &str, &str)] = &[
         "JSON Schema of the answer an approval must give",
     ),
     (
+        "gates_create",
+        "response_binding",
+        "Binding the decision writes the answer to; only it may",
+    ),
+    (
         "gates_wait",
         "require_signed",
         "Count only a decision the approval page signed",

@@ -456,6 +456,12 @@ pub struct Derived {
     /// the deciding approval's (each vote's own stays in its vote event).
     pub response_schema: Option<serde_json::Value>,
     pub response: Option<serde_json::Value>,
+    /// The binding the decision writes with its answer, and its scope (None: the root), as
+    /// the `created` event seals them (`gates create --response-binding`).
+    pub response_binding: Option<(String, Option<i64>)>,
+    /// The response binding's own version its decision wrote, as the decision seals it: the
+    /// newest of them is what the binding holds.
+    pub response_version: Option<i64>,
     /// Every sealed answer of that opening, vote by vote and then the decision's, with who
     /// gave it: a quorum's approvers may answer differently, and none is lost.
     pub responses: Vec<(String, serde_json::Value)>,
@@ -664,6 +670,10 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                     pinned: None,
                     response_schema: m.get("response_schema").cloned(),
                     response: None,
+                    response_binding: m["response_binding"]
+                        .as_str()
+                        .map(|n| (n.to_string(), m["response_scope"].as_i64())),
+                    response_version: None,
                     responses: Vec::new(),
                     earlier,
                 };
@@ -758,6 +768,7 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                 d.decided_at = r.timestamp.clone();
                 d.comment = r.comment.clone();
                 d.response = m.get("response").cloned();
+                d.response_version = m["response_version"].as_i64();
                 if let Some(answer) = &d.response {
                     let by = r.principal.clone().unwrap_or_default();
                     d.responses.push((by, answer.clone()));

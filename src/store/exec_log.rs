@@ -16,8 +16,7 @@ pub fn forked_from(store: &mut dyn Store) -> Result<Option<serde_json::Value>> {
     Ok(store
         .audit(&AuditFilter {
             gate_id: Some(dump::RUN_EVENT),
-            principal: None,
-            since: None,
+            ..AuditFilter::default()
         })?
         .iter()
         .filter(|r| r.gate_id == dump::RUN_EVENT && r.event_type == dump::GENESIS)

@@ -69,3 +69,65 @@ pub fn read(store: &mut dyn Store, id: &str, now: &str) -> Result<Option<GateRea
         derived,
     }))
 }
+
+/// Checks a response binding against the sealed log: when a gate's sealed opening names
+/// `name` in `scope` (None: the root) as the binding its decision writes, the binding holds
+/// the newest answer a sealed decision of such an opening gave, or it was changed behind
+/// prose-state's back (exit 9). Before any decision has answered, it holds what it held.
+/// The binding and the logs are read in one snapshot, so a decision committing beside the
+/// read is never taken for a change.
+pub fn check_response_binding(store: &mut dyn Store, name: &str, scope: Option<i64>) -> Result<()> {
+    // The common case, a binding no gate names, costs one narrow read.
+    if store.response_gates(name, scope)?.is_empty() {
+        return Ok(());
+    }
+    let (value, histories) = super::consistent(store, |s| {
+        let gates = s.response_gates(name, scope)?;
+        let value = s
+            .resolve(name, scope)?
+            .filter(|f| f.row.execution_id == scope)
+            .map(|f| f.row);
+        let mut histories = Vec::new();
+        for g in gates {
+            histories.push((g.clone(), s.gate_history(&g)?));
+        }
+        Ok((value, histories))
+    })?;
+    let key = super::seal::key_for_reading()?;
+    let mut newest: Option<(i64, String, serde_json::Value)> = None;
+    for (gate, history) in &histories {
+        let states: Vec<_> = history
+            .iter()
+            .map(|r| (r, chain::self_state(r, key)))
+            .collect();
+        let Ok(d) = chain::derive(&states) else {
+            continue;
+        };
+        for opening in d.earlier.iter().chain(std::iter::once(&d)) {
+            let names = opening.response_binding.as_ref() == Some(&(name.to_string(), scope));
+            if let (true, Some(answer), Some(version)) =
+                (names, &opening.response, opening.response_version)
+            {
+                if newest.as_ref().is_none_or(|(v, _, _)| version > *v) {
+                    newest = Some((version, gate.clone(), answer.clone()));
+                }
+            }
+        }
+    }
+    let Some((_, gate, answer)) = newest else {
+        return Ok(());
+    };
+    let held = value
+        .as_ref()
+        .filter(|r| r.attachment_path.is_none())
+        .and_then(|r| r.value.as_deref())
+        .and_then(|v| serde_json::from_slice::<serde_json::Value>(v).ok());
+    if held.as_ref() != Some(&answer) {
+        return Err(crate::error::tampered(format!(
+            "binding {} is not the answer gate {}'s sealed decision gave it: it was changed behind prose-state's back",
+            shown(name),
+            shown(&gate)
+        )));
+    }
+    Ok(())
+}

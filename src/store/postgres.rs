@@ -682,9 +682,18 @@ fn audit(s: &mut impl Statements, run: &str, f: &AuditFilter) -> Result<Vec<Audi
             "{AUDIT_SELECT} WHERE run_id = $1 AND ($2::text IS NULL OR gate_id = $2)
                AND ($3::text IS NULL OR principal = $3)
                AND ($4::text IS NULL OR timestamp >= ($4::text)::timestamptz)
+               AND ($5::text IS NULL OR event_type = $5)
+               AND ($6::text IS NULL OR strpos(metadata, $6) > 0)
              ORDER BY id"
         ),
-        &[&run, &f.gate_id, &f.principal, &f.since],
+        &[
+            &run,
+            &f.gate_id,
+            &f.principal,
+            &f.since,
+            &f.event,
+            &f.mentions,
+        ],
         audit_row,
     )
 }

@@ -50,6 +50,31 @@ pub trait Rows {
         Ok(self.gate_rows(GateSelect::Id(id))?.into_iter().next())
     }
 
+    /// The gates whose `created` events name this binding in this scope (None: the root) as
+    /// the binding their decision writes (`gates create --response-binding`), each once.
+    fn response_gates(&mut self, name: &str, execution_id: Option<i64>) -> Result<Vec<String>> {
+        let rows = self.audit(&AuditFilter {
+            event: Some("created"),
+            mentions: Some("\"response_binding\""),
+            ..AuditFilter::default()
+        })?;
+        let mut gates = Vec::new();
+        for r in rows {
+            let m: serde_json::Value = r
+                .metadata
+                .as_deref()
+                .and_then(|m| serde_json::from_str(m).ok())
+                .unwrap_or_default();
+            if m["response_binding"].as_str() == Some(name)
+                && m["response_scope"].as_i64() == execution_id
+                && !gates.contains(&r.gate_id)
+            {
+                gates.push(r.gate_id);
+            }
+        }
+        Ok(gates)
+    }
+
     /// A gate's audit history, oldest first.
     fn gate_history(&mut self, gate_id: &str) -> Result<Vec<AuditRow>> {
         self.audit(&AuditFilter {

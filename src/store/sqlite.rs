@@ -623,9 +623,11 @@ fn audit(s: &impl Statements, f: &AuditFilter) -> Result<Vec<AuditRow>> {
             "SELECT {AUDIT_COLUMNS} FROM gate_audit_log
              WHERE (?1 IS NULL OR gate_id = ?1) AND (?2 IS NULL OR principal = ?2)
                AND (?3 IS NULL OR datetime(timestamp) >= datetime(?3))
+               AND (?4 IS NULL OR event_type = ?4)
+               AND (?5 IS NULL OR instr(metadata, ?5) > 0)
              ORDER BY id"
         ),
-        params![f.gate_id, f.principal, f.since],
+        params![f.gate_id, f.principal, f.since, f.event, f.mentions],
         audit_row,
     )
 }

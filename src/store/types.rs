@@ -370,6 +370,9 @@ pub struct NewGate<'a> {
     /// The answer a decision must give, checked (`response::parse_schema`): sealed in the
     /// `created` event.
     pub response_schema: Option<&'a serde_json::Value>,
+    /// The binding its decision writes with the answer, in the gate's scope
+    /// (`parent_execution`): sealed in the `created` event.
+    pub response_binding: Option<&'a str>,
     pub now: &'a str,
     /// What the opening asks of its deciders. With separation of duties, its `creator` is
     /// who creates it; the rule adds the run's starter from the run's sealed genesis.
@@ -474,6 +477,10 @@ pub struct AuditFilter<'a> {
     pub principal: Option<&'a str>,
     /// Rows at or after this timestamp.
     pub since: Option<&'a str>,
+    /// Rows of this event type.
+    pub event: Option<&'a str>,
+    /// Rows whose metadata holds this text (a narrowing; the reader parses what it wants).
+    pub mentions: Option<&'a str>,
 }
 
 /// A persistent agent's row, with its segment count.

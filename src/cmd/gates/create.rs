@@ -196,6 +196,14 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> R
             crate::response::parse_schema(what, &text)
         })
         .transpose()?;
+    if let Some(name) = &args.response_binding {
+        crate::model::check_name(name).map_err(|e| usage(format!("--response-binding: {e:#}")))?;
+        if schema.is_none() {
+            return Err(usage(
+                "--response-binding needs --response-schema: the binding holds the answer it asks for",
+            ));
+        }
+    }
     let now = now();
     let allow = serde_json::to_string(&allow)?;
     // A gate opened again is the same statement where it was: its index and scope are the
@@ -211,7 +219,7 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> R
             index = index.or(r.statement_index);
             // Where inputs are looked up is sealed with the opening, and a row is only a
             // row: a gate about inputs is given its scope, never handed one from its row.
-            if inputs.is_empty() {
+            if inputs.is_empty() && args.response_binding.is_none() {
                 scope = scope.or(r.parent_id);
             }
         }
@@ -229,6 +237,7 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> R
         prompt_hash: &sha256_tag(&args.prompt),
         inputs: &inputs,
         response_schema: schema.as_ref().map(|s| &s.value),
+        response_binding: args.response_binding.as_deref(),
         reopen: args.reopen,
         now: &now,
         quorum: quorum.clone(),

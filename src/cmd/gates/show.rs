@@ -237,6 +237,14 @@ impl Render for GateShown {
         if let Some(s) = &self.gate.response_schema {
             writeln!(w, "Response schema: {}", visible_json(s))?;
         }
+        if let Some(b) = &self.gate.response_binding {
+            let scope = match b.execution_id {
+                Some(e) => format!("execution {e}"),
+                None => "the root scope".to_string(),
+            };
+            let name = crate::output::visible(&b.name);
+            writeln!(w, "Response binding: {name} (in {scope})")?;
+        }
         if let Some(why) = &self.stale {
             writeln!(w, "STALE: {why}: reopen it (gates create --reopen)")?;
         }
@@ -369,6 +377,7 @@ pub fn audit(args: &GateAuditArgs, ctx: &Context) -> Result<AuditList> {
         gate_id: args.gate.as_deref(),
         principal: principal.as_deref(),
         since: since.as_deref(),
+        ..AuditFilter::default()
     };
     // Runs on the project's server: one query; the others, one store at a time.
     let (rows, warnings) = Listing::audits(ctx, &filter)?;

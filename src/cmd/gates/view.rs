@@ -94,6 +94,17 @@ pub struct GateView {
     /// more than one was given: the gate's `response` is the deciding one's.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub responses: Vec<Answered>,
+    /// The binding its decision writes the answer into, as its opening seals it
+    /// (`--response-binding`): the program reads the answer there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response_binding: Option<ResponseBinding>,
+}
+
+/// Where a decision writes its answer: a binding's name and scope (null: the root).
+#[derive(Debug, Serialize)]
+pub struct ResponseBinding {
+    pub name: String,
+    pub execution_id: Option<i64>,
 }
 
 /// One decider's sealed answer.
@@ -248,6 +259,7 @@ impl GateView {
             response_schema: None,
             response: None,
             responses: Vec::new(),
+            response_binding: None,
         }
     }
 
@@ -268,6 +280,12 @@ impl GateView {
                         .collect()
                 })
                 .unwrap_or_default(),
+            response_binding: d.and_then(|d| d.response_binding.as_ref()).map(|(n, e)| {
+                ResponseBinding {
+                    name: n.clone(),
+                    execution_id: *e,
+                }
+            }),
             ..self
         }
     }

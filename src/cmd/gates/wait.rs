@@ -93,10 +93,13 @@ impl Render for GateWaited {
             "pending" => writeln!(w, "{}: still pending after {}s", g.id, self.waited_seconds),
             _ => {
                 writeln!(w, "{}: {}{superseded}", g.id, resolution(g))?;
-                match &self.gate.response {
-                    Some(r) => writeln!(w, "response: {}", super::view::visible_json(r)),
-                    None => Ok(()),
+                if let Some(r) = &self.gate.response {
+                    writeln!(w, "response: {}", super::view::visible_json(r))?;
+                    if let Some(b) = &self.gate.response_binding {
+                        writeln!(w, "written to binding: {}", crate::output::visible(&b.name))?;
+                    }
                 }
+                Ok(())
             }
         }
     }

@@ -326,9 +326,19 @@ impl ServerCatalog for PgStore {
                    AND ($3::text IS NULL OR gate_id = $3)
                    AND ($4::text IS NULL OR principal = $4)
                    AND ($5::text IS NULL OR timestamp >= ($5::text)::timestamptz)
+                   AND ($6::text IS NULL OR event_type = $6)
+                   AND ($7::text IS NULL OR strpos(metadata, $7) > 0)
                  ORDER BY run_id, id"
             ),
-            &[&runs.only, &runs.except, &f.gate_id, &f.principal, &f.since],
+            &[
+                &runs.only,
+                &runs.except,
+                &f.gate_id,
+                &f.principal,
+                &f.since,
+                &f.event,
+                &f.mentions,
+            ],
             audit_row,
         )
     }

@@ -17,7 +17,29 @@ pub fn bind(
     b: &NewBinding,
     publish: &mut dyn FnMut() -> Result<()>,
 ) -> Result<BindOutcome> {
-    ensure_open(&mut *tx)?;
+    let outcome = write(&mut tx, b, publish, None)?;
+    tx.commit()?;
+    Ok(outcome)
+}
+
+/// [`bind`] in a transaction the caller commits. A binding a gate's opening names as its
+/// response binding is written only by that gate's decision (`by_gate`), never by `bind`.
+pub(super) fn write(
+    tx: &mut Txn<'_>,
+    b: &NewBinding,
+    publish: &mut dyn FnMut() -> Result<()>,
+    by_gate: Option<&str>,
+) -> Result<BindOutcome> {
+    ensure_open(&mut **tx)?;
+    if by_gate.is_none() {
+        if let Some(gate) = tx.response_gates(b.name, b.execution_id)?.first() {
+            return Err(refused(format!(
+                "binding {} is the answer of gate {}: only a decision on it writes it",
+                shown(b.name),
+                shown(gate)
+            )));
+        }
+    }
     let existing = tx.binding_head(b.name, b.execution_id)?;
     // Compare-and-set on the binding's own version, as `history` numbers it (0: no binding of
     // the name in this scope). Versions are never renumbered (pruning keeps the newest), so
@@ -167,11 +189,17 @@ pub fn bind(
         let kind = crate::store::history::Kept::Bindings;
         if tx.versions_kept(kind, b.name, b.execution_id)? > 2 * keep {
             let rows = tx.kept_versions(kind, b.name, b.execution_id)?;
-            let gone = cut_to(&mut *tx, kind, b.name, b.execution_id, &rows, keep as usize)?;
+            let gone = cut_to(
+                &mut **tx,
+                kind,
+                b.name,
+                b.execution_id,
+                &rows,
+                keep as usize,
+            )?;
             released.extend(gone.iter().filter_map(|r| r.attachment_path.clone()));
         }
     }
-    tx.commit()?;
     let replaced_attachment = existing
         .and_then(|(_, old, _)| old)
         .filter(|old| Some(old.as_str()) != b.attachment_path);

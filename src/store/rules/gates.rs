@@ -51,6 +51,9 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
             let same = existing.prompt == g.prompt
                 && derived.inputs == g.inputs
                 && derived.response_schema.as_ref() == g.response_schema
+                && derived.response_binding
+                    == g.response_binding
+                        .map(|n| (n.to_string(), g.parent_execution))
                 && existing.allow == given
                 && existing.timeout.as_deref() == g.timeout
                 && existing.on_reject.as_deref() == g.on_reject
@@ -113,6 +116,19 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
     quorum.record(&mut metadata);
     if let Some(schema) = g.response_schema {
         metadata["response_schema"] = schema.clone();
+    }
+    if let Some(name) = g.response_binding {
+        // Only a decision writes it: a const in its scope never can be.
+        if let Some((Some(kind), _, _)) = tx.binding_head(name, g.parent_execution)? {
+            if kind == "const" {
+                return Err(refused(format!(
+                    "--response-binding {}: it is a const in the gate's scope, which no decision may write",
+                    shown(name)
+                )));
+            }
+        }
+        metadata["response_binding"] = name.into();
+        metadata["response_scope"] = g.parent_execution.into();
     }
     if !g.inputs.is_empty() {
         metadata["inputs"] = g.inputs.into();
@@ -336,6 +352,33 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
     let mut metadata = decision_metadata(&gate, d, kind, inputs);
     if let Some(answer) = d.response {
         metadata["response"] = answer.clone();
+    }
+    // The decision writes its answer into the gate's response binding, as a version by the
+    // decider, in its own transaction; its event seals which version that is.
+    if let (true, Some((name, scope)), Some(answer)) =
+        (resolves, &derived.response_binding, d.response)
+    {
+        let value = answer.to_string();
+        let statement = format!("approve {}:", d.gate_id);
+        let written = super::bind::write(
+            &mut tx,
+            &crate::store::NewBinding {
+                name,
+                execution_id: *scope,
+                kind: "let",
+                value: &value,
+                source_statement: Some(&statement),
+                attachment_path: None,
+                update: None,
+                if_version: None,
+                now: d.now,
+                principal: me,
+                key: None,
+            },
+            &mut || Ok(()),
+            Some(d.gate_id),
+        )?;
+        metadata["response_version"] = written.version.into();
     }
     if let (Some(_), Some(pins)) = (inputs, d.pins) {
         metadata["pinned"] = serde_json::to_value(pins)?;
