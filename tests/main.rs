@@ -15,6 +15,7 @@ mod contract;
 mod decision43;
 mod decisions;
 mod diff;
+mod edits;
 mod exec_append;
 mod faults;
 mod forgery;

@@ -112,6 +112,13 @@ fn the_answer_is_a_binding_only_a_decision_writes(b: Backend) {
         .assert()
         .success();
     assert_eq!(run.get("size", Some(block)), br#"{"size":2}"#);
+    // `resume` names the answer and where it is.
+    let a = run.cmd().args(["resume"]).assert();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).to_string();
+    assert!(
+        out.contains(r#"  answer: {"size":2} (in binding size)"#),
+        "{out}"
+    );
     open(&run, "g", block, true);
     run.cmd()
         .args(["reject", "g", "--as", "bob", "-y", "--reason", "no"])

@@ -318,6 +318,11 @@ pub struct ApproveArgs {
     /// one when the gate was opened with --response-schema
     #[arg(long, value_name = "JSON|@FILE")]
     pub response: Option<String>,
+    /// Approve with an edit of an input the gate is about (repeatable; VALUE or @FILE, at
+    /// most 1 MiB): a new version of that binding by you, in the decision's transaction, and
+    /// the decision is about the edited version
+    #[arg(long, value_name = "NAME=VALUE|@FILE", conflicts_with = "reject")]
+    pub edit: Vec<String>,
     /// Decide without asking (required when stdin is not a terminal)
     #[arg(long, short = 'y')]
     pub yes: bool,

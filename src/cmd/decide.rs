@@ -213,6 +213,7 @@ fn decide(
     approve: bool,
     comment: Option<&str>,
     response: Option<&str>,
+    edits: &[String],
     yes: bool,
 ) -> Result<DecisionMade> {
     let (principal, authenticated) = decider(ctx, arg, token, target, approve)?;
@@ -227,6 +228,7 @@ fn decide(
             crate::response::parse_answer(what, &text)
         })
         .transpose()?;
+    let edits = parse_edits(edits)?;
     let now = now();
     let run_id = store.run_info()?.id;
     let read = crate::store::gate_read::read(store.as_mut(), gate_id, &now)?
@@ -282,6 +284,7 @@ fn decide(
             shown_inputs: None,
             signer: None,
             response: response.as_ref(),
+            edits: &edits,
             roster: &roster,
         },
     )?
@@ -304,6 +307,7 @@ impl super::Run for crate::cli::ApproveArgs {
             !self.reject,
             comment,
             self.response.as_deref(),
+            &self.edit,
             self.yes,
         )
     }
@@ -319,7 +323,33 @@ impl super::Run for crate::cli::RejectArgs {
             false,
             Some(&self.reason),
             self.response.as_deref(),
+            &[],
             self.yes,
         )
     }
+}
+
+/// The largest value an `--edit` gives (a larger input is bound with `bind --file`).
+pub const EDIT_MAX_BYTES: usize = 1 << 20;
+
+/// `--edit NAME=VALUE|@FILE`, each: a binding name and its new value; a name edited twice is
+/// bad input.
+fn parse_edits(edits: &[String]) -> Result<Vec<(String, String)>> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for e in edits {
+        let Some((name, value)) = e.split_once('=') else {
+            return Err(usage(format!(
+                "--edit {}: expected NAME=VALUE or NAME=@FILE",
+                shown(e)
+            )));
+        };
+        crate::model::check_name(name).map_err(|err| usage(format!("--edit: {err:#}")))?;
+        if out.iter().any(|(n, _)| n == name) {
+            return Err(usage(format!("--edit names {} twice", shown(name))));
+        }
+        let what = format!("--edit {name}");
+        let value = crate::response::text_of(&what, value, EDIT_MAX_BYTES)?;
+        out.push((name.to_string(), value));
+    }
+    Ok(out)
 }

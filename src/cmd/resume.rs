@@ -286,6 +286,15 @@ pub struct GateNext {
     /// step is `reopen`, and `resume` exits 11.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stale: Option<String>,
+    /// The answer its sealed decision gave (`approve --response`), in one line of at most 200
+    /// characters, and the binding it was written to: read the whole with `get` or `gates
+    /// wait`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+    /// The approvals' edits of its inputs, one line each (`NAME by P: version A -> B (X -> Y
+    /// bytes)`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub edited: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]

@@ -178,6 +178,7 @@ pub(super) async fn decide(
                 // The page's form for a response schema is yet to come: a gate that asks for
                 // an answer is refused an approval here (the rule says why).
                 response: None,
+                edits: &[],
                 gate_id: &gate2,
                 approve,
                 principal: &who2,

@@ -32,6 +32,8 @@ pub struct Request<'a> {
     pub signer: Option<&'a dyn SignsDecisions>,
     /// The answer given with the decision (`--response`), parsed; checked by the rule.
     pub response: Option<&'a serde_json::Value>,
+    /// Edits of the gate's inputs an approval makes (`--edit NAME=VALUE`), checked by the rule.
+    pub edits: &'a [(String, String)],
     /// The principals book's roster, or why its log cannot be trusted.
     pub roster: &'a std::result::Result<Roster, String>,
 }
@@ -86,6 +88,7 @@ pub fn decide(
         inputs: about_inputs.then_some(&digests),
         pins: about_inputs.then_some(&pins),
         response: r.response,
+        edits: r.edits,
     };
     Ok(Ok(store.decide_gate(&decision)?))
 }

@@ -462,6 +462,11 @@ pub struct Derived {
     /// The response binding's own version its decision wrote, as the decision seals it: the
     /// newest of them is what the binding holds.
     pub response_version: Option<i64>,
+    /// The approvals' edits of the gate's inputs (`approve --edit`), vote by vote and then
+    /// the decision's, each with who made it: the input's name, its scope (`execution_id`),
+    /// the version edited (`from_version`, null: it was not bound) and the version written
+    /// (`version`), and the sizes before (`bytes_before`) and after (`bytes`).
+    pub edits: Vec<(String, serde_json::Value)>,
     /// Every sealed answer of that opening, vote by vote and then the decision's, with who
     /// gave it: a quorum's approvers may answer differently, and none is lost.
     pub responses: Vec<(String, serde_json::Value)>,
@@ -674,6 +679,7 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                         .as_str()
                         .map(|n| (n.to_string(), m["response_scope"].as_i64())),
                     response_version: None,
+                    edits: Vec::new(),
                     responses: Vec::new(),
                     earlier,
                 };
@@ -731,6 +737,9 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                         crate::error::shown(&by)
                     ));
                 }
+                for e in m["edits"].as_array().into_iter().flatten() {
+                    d.edits.push((by.clone(), e.clone()));
+                }
                 if let Some(answer) = m.get("response") {
                     d.responses.push((by, answer.clone()));
                 }
@@ -769,6 +778,9 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                 d.comment = r.comment.clone();
                 d.response = m.get("response").cloned();
                 d.response_version = m["response_version"].as_i64();
+                for e in m["edits"].as_array().into_iter().flatten() {
+                    d.edits.push((by.clone(), e.clone()));
+                }
                 if let Some(answer) = &d.response {
                     let by = r.principal.clone().unwrap_or_default();
                     d.responses.push((by, answer.clone()));

@@ -421,6 +421,10 @@ pub struct Decision<'a> {
     /// The answer given with the decision (`--response`), parsed: checked in the rule against
     /// the schema the gate's `created` event seals, and sealed with the decision.
     pub response: Option<&'a serde_json::Value>,
+    /// An approval's edits of the gate's inputs (`approve --edit NAME=VALUE`): each a new
+    /// version of that input by the decider, written in the decision's transaction, and the
+    /// decision sealed about the edited version.
+    pub edits: &'a [(String, String)],
     /// Who is in which group and who is revoked, from the principals book's sealed log when
     /// the decision is taken; Err says why the log cannot be trusted (then no group admits
     /// anyone).

@@ -237,6 +237,9 @@ impl Render for GateShown {
         if let Some(s) = &self.gate.response_schema {
             writeln!(w, "Response schema: {}", visible_json(s))?;
         }
+        for line in self.gate.edit_lines() {
+            writeln!(w, "Edited: {line}")?;
+        }
         if let Some(b) = &self.gate.response_binding {
             let scope = match b.execution_id {
                 Some(e) => format!("execution {e}"),

@@ -98,6 +98,10 @@ pub struct GateView {
     /// (`--response-binding`): the program reads the answer there.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub response_binding: Option<ResponseBinding>,
+    /// The approvals' edits of the gate's inputs, as their sealed events record them, each
+    /// with who made it (`by`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub edits: Vec<serde_json::Value>,
 }
 
 /// Where a decision writes its answer: a binding's name and scope (null: the root).
@@ -260,6 +264,7 @@ impl GateView {
             response: None,
             responses: Vec::new(),
             response_binding: None,
+            edits: Vec::new(),
         }
     }
 
@@ -286,8 +291,28 @@ impl GateView {
                     execution_id: *e,
                 }
             }),
+            edits: d
+                .map(|d| {
+                    d.edits
+                        .iter()
+                        .map(|(by, e)| {
+                            let mut e = e.clone();
+                            e["by"] = by.clone().into();
+                            e
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
             ..self
         }
+    }
+
+    /// Its edits, one line each (`edit_line`).
+    pub(super) fn edit_lines(&self) -> Vec<String> {
+        self.edits
+            .iter()
+            .map(|e| edit_line(e["by"].as_str().unwrap_or_default(), e))
+            .collect()
     }
 
     pub(super) fn left(&self) -> String {
@@ -363,5 +388,20 @@ pub(super) fn resolution(g: &GateRow) -> String {
             .as_deref()
             .map(|c| format!(": {c}"))
             .unwrap_or_default()
+    )
+}
+
+/// A sealed edit in one line: `NAME by P: version A -> B (X -> Y bytes)` (`-`: not bound
+/// before, or not kept inline).
+pub fn edit_line(by: &str, e: &serde_json::Value) -> String {
+    let num = |k: &str| e[k].as_i64().map_or("-".to_string(), |n| n.to_string());
+    format!(
+        "{} by {}: version {} -> {} ({} -> {} bytes)",
+        crate::output::visible(e["name"].as_str().unwrap_or_default()),
+        crate::output::visible(by),
+        num("from_version"),
+        num("version"),
+        num("bytes_before"),
+        num("bytes"),
     )
 }

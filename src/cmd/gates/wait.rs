@@ -93,6 +93,9 @@ impl Render for GateWaited {
             "pending" => writeln!(w, "{}: still pending after {}s", g.id, self.waited_seconds),
             _ => {
                 writeln!(w, "{}: {}{superseded}", g.id, resolution(g))?;
+                for line in self.gate.edit_lines() {
+                    writeln!(w, "edited: {line}")?;
+                }
                 if let Some(r) = &self.gate.response {
                     writeln!(w, "response: {}", super::view::visible_json(r))?;
                     if let Some(b) = &self.gate.response_binding {

@@ -110,7 +110,35 @@ fn gate_nexts(
                 .get(&g.id)
                 .map(|d| d.instance)
                 .filter(|n| *n > 0);
+            // What the sealed decision answered and edited, for a gate whose row agrees.
+            let sealed = report
+                .derived
+                .get(&g.id)
+                .filter(|_| IntegrityView::of(&report, &g.id).state == "attested");
+            let answer = sealed.and_then(|d| {
+                let r = d.response.as_ref()?;
+                let json = r.to_string();
+                let text = crate::output::visible(&json);
+                let mut line: String = text.chars().take(200).collect();
+                if line.len() < text.len() {
+                    line.push('…');
+                }
+                if let Some((name, _)) = &d.response_binding {
+                    line.push_str(&format!(" (in binding {})", crate::output::visible(name)));
+                }
+                Some(line)
+            });
+            let edited = sealed
+                .map(|d| {
+                    d.edits
+                        .iter()
+                        .map(|(by, e)| crate::cmd::gates::edit_line(by, e))
+                        .collect()
+                })
+                .unwrap_or_default();
             Ok(GateNext {
+            answer,
+            edited,
             instance,
             stale: stale.get(&g.id).cloned(),
             integrity: IntegrityView::of(&report, &g.id),

@@ -260,6 +260,12 @@ fn gate_lines(w: &mut dyn Write, gates: &[GateNext]) -> io::Result<()> {
             "gate {} {}{instance}{integrity}{left}{progress} → {}{arg}{reason}",
             g.id, g.status, g.next_step.action
         )?;
+        if let Some(a) = &g.answer {
+            writeln!(w, "  answer: {a}")?;
+        }
+        for e in &g.edited {
+            writeln!(w, "  edited: {e}")?;
+        }
     }
     Ok(())
 }

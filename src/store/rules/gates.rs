@@ -289,6 +289,7 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
     // An answer fits the schema the opening sealed, or the decision is bad input: nothing
     // written (not even the sweep above), no event.
     crate::response::check_answer(derived.response_schema.as_ref(), d.response, d.approve)?;
+    check_edits(d, &derived)?;
     // A decision about inputs seals what they held as the decider saw them.
     let inputs = match (derived.inputs.is_empty(), d.inputs) {
         (true, _) => None,
@@ -323,7 +324,7 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
             .iter()
             .find(|(by, _)| by == me)
             .map(|(_, answer)| answer);
-        if earlier != d.response {
+        if earlier != d.response || !d.edits.is_empty() {
             return Err(crate::error::refused(format!(
                 "{} already voted on gate {} with another answer: a vote stands as it was given",
                 shown(me),
@@ -349,7 +350,14 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
         (false, true) => crate::store::chain::VOTE_APPROVE,
         (false, false) => crate::store::chain::VOTE_REJECT,
     };
+    // An approval's edits are versions by the decider, and the decision is about them.
+    let edited = apply_edits(&mut tx, d, &derived, me)?;
+    let inputs = edited.as_ref().map(|e| &e.0).or(inputs);
+    let pins = edited.as_ref().map(|e| &e.1).or(d.pins);
     let mut metadata = decision_metadata(&gate, d, kind, inputs);
+    if let Some((_, _, sealed)) = &edited {
+        metadata["edits"] = sealed.clone();
+    }
     if let Some(answer) = d.response {
         metadata["response"] = answer.clone();
     }
@@ -380,7 +388,7 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
         )?;
         metadata["response_version"] = written.version.into();
     }
-    if let (Some(_), Some(pins)) = (inputs, d.pins) {
+    if let (Some(_), Some(pins)) = (inputs, pins) {
         metadata["pinned"] = serde_json::to_value(pins)?;
     }
     if q.is_team(&gate.allow) {
@@ -421,6 +429,106 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
     );
     tx.commit()?;
     Ok(Decided::Done(row))
+}
+
+/// Edits are an approval's, of the gate's inputs, each once: anything else is bad input.
+fn check_edits(d: &Decision, derived: &crate::store::chain::Derived) -> Result<()> {
+    if d.edits.is_empty() {
+        return Ok(());
+    }
+    if !d.approve {
+        return Err(crate::error::usage(
+            "only an approval edits the gate's inputs",
+        ));
+    }
+    for (name, _) in d.edits {
+        if !derived.inputs.contains(name) {
+            let about = match derived.inputs.is_empty() {
+                true => "it is about no inputs".to_string(),
+                false => format!("its inputs are {}", derived.inputs.join(", ")),
+            };
+            return Err(crate::error::usage(format!(
+                "--edit {}: gate {} is not about it ({about})",
+                shown(name),
+                shown(d.gate_id)
+            )));
+        }
+    }
+    Ok(())
+}
+
+type Edited = (
+    std::collections::BTreeMap<String, Option<String>>,
+    std::collections::BTreeMap<String, crate::store::chain::Pin>,
+    serde_json::Value,
+);
+
+/// Writes an approval's edits: each a new version of the input by the decider, in the scope
+/// and on top of the version the decider was shown (compare-and-set: an input changed since is
+/// refused, exit 4, so that two approvers' edits never both land unseen). The inputs' digests
+/// and pins as the decision seals them, with the edits, and what the edits were.
+fn apply_edits(
+    tx: &mut Txn<'_>,
+    d: &Decision,
+    derived: &crate::store::chain::Derived,
+    me: &str,
+) -> Result<Option<Edited>> {
+    if d.edits.is_empty() {
+        return Ok(None);
+    }
+    let mut digests = d.inputs.cloned().unwrap_or_default();
+    let mut pins = d.pins.cloned().unwrap_or_default();
+    let mut sealed = Vec::new();
+    let statement = format!("approve {}:", d.gate_id);
+    for (name, value) in d.edits {
+        let (scope, from) = match (pins.get(name), digests.get(name)) {
+            (Some(pin), _) => (pin.scope, Some(pin.version)),
+            (None, Some(Some(_))) => {
+                return Err(refused(format!(
+                    "input {} has no version in its history (`prose-state doctor --fix` starts it again): it cannot be edited",
+                    shown(name)
+                )))
+            }
+            (None, _) => (derived.inputs_scope, None),
+        };
+        let head = tx.binding_head(name, scope)?;
+        let kind = head
+            .as_ref()
+            .and_then(|h| h.0.clone())
+            .unwrap_or_else(|| "let".to_string());
+        let before = match &head {
+            Some((_, None, _)) => tx.binding_value(name, scope)?.map(|v| v.len()),
+            _ => None,
+        };
+        let written = super::bind::write(
+            tx,
+            &crate::store::NewBinding {
+                name,
+                execution_id: scope,
+                kind: &kind,
+                value,
+                source_statement: Some(&statement),
+                attachment_path: None,
+                update: None,
+                if_version: Some(from.unwrap_or(0)),
+                now: d.now,
+                principal: me,
+                key: None,
+            },
+            &mut || Ok(()),
+            None,
+        )?;
+        let version = written
+            .version
+            .ok_or_else(|| anyhow!("the edit of {} was not versioned", shown(name)))?;
+        digests.insert(name.clone(), Some(crate::model::sha256_tag(value)));
+        pins.insert(name.clone(), crate::store::chain::Pin { scope, version });
+        sealed.push(serde_json::json!({
+            "name": name, "execution_id": scope, "from_version": from, "version": version,
+            "bytes_before": before, "bytes": value.len(),
+        }));
+    }
+    Ok(Some((digests, pins, sealed.into())))
 }
 
 /// Why a decision may not be taken on this gate (its row contradicts its sealed events, it is

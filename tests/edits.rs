@@ -1,0 +1,208 @@
+//! Issue 49: approving with edits. `approve … --edit NAME=VALUE|@FILE` writes a new version of
+//! an input the gate is about, by the approver, in the decision's transaction, and the decision
+//! is sealed about the edited version: fresh, and a later rebind still makes it stale.
+
+use crate::common::*;
+
+on_both!(
+    an_approval_edits_an_input_and_is_about_the_edit,
+    edits_of_anything_else_write_nothing,
+    a_quorums_edits_are_each_kept_with_who_made_them,
+);
+
+fn open(run: &Run, gate: &str, require: Option<&str>) {
+    let mut c = run.cmd();
+    c.args([
+        "gates", "create", gate, "--prompt", "Publish?", "--inputs", "draft",
+    ])
+    .args(["--allow", "alice,bob"]);
+    if let Some(n) = require {
+        c.args(["--require", n]);
+    }
+    c.assert().success();
+}
+
+/// The edit is the input's newest version, written by the approver; `gates wait` and `gates
+/// show` say so, with the versions and sizes; the decision is fresh about it, and a rebind
+/// after it (before the VM consumed the decision) makes it stale (exit 11).
+fn an_approval_edits_an_input_and_is_about_the_edit(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.bind("draft", "hello world", None);
+    open(&run, "g", None);
+    let file = p.write("better.txt", b"hello, better world");
+    run.cmd()
+        .args(["approve", "g", "--as", "alice", "-y", "--edit"])
+        .arg(format!("draft=@{}", file.display()))
+        .assert()
+        .success();
+    assert_eq!(run.get("draft", None), b"hello, better world");
+    let a = run
+        .cmd()
+        .args(["--json", "history", "draft"])
+        .assert()
+        .success();
+    let h = stdout_json(&a).to_string();
+    assert!(h.contains("\"alice\""), "{h}");
+    let a = run
+        .cmd()
+        .args(["--json", "gates", "show", "g"])
+        .assert()
+        .success();
+    let v = stdout_json(&a);
+    let e = &v["edits"][0];
+    assert_eq!(e["name"], "draft", "{v}");
+    assert_eq!(e["by"], "alice", "{v}");
+    assert_eq!(
+        (e["from_version"].as_i64(), e["version"].as_i64()),
+        (Some(1), Some(2)),
+        "{v}"
+    );
+    assert_eq!(
+        (e["bytes_before"].as_i64(), e["bytes"].as_i64()),
+        (Some(11), Some(19)),
+        "{v}"
+    );
+    let a = run.cmd().args(["gates", "show", "g"]).assert().success();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).to_string();
+    assert!(
+        out.contains("Edited: draft by alice: version 1 -> 2 (11 -> 19 bytes)"),
+        "{out}"
+    );
+    // Rebound after the decision and before the VM read it: stale.
+    run.bind("draft", "changed again", None);
+    let a = run.cmd().args(["gates", "wait", "g"]).assert().failure();
+    assert_eq!(code(&a), 11, "{}", stderr(&a));
+    // Reopened and approved with an edit, then waited on: fresh, and it says what changed.
+    run.cmd()
+        .args([
+            "gates", "create", "g", "--prompt", "Publish?", "--inputs", "draft",
+        ])
+        .args(["--allow", "alice,bob", "--reopen"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["approve", "g", "--as", "bob", "-y", "--edit", "draft=final"])
+        .assert()
+        .success();
+    let a = run.cmd().args(["gates", "wait", "g"]).assert().success();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).to_string();
+    assert!(
+        out.contains("edited: draft by bob: version 3 -> 4 (13 -> 5 bytes)"),
+        "{out}"
+    );
+    assert_eq!(run.get("draft", None), b"final");
+    // `resume` says it too, for the VM that comes back.
+    let a = run.cmd().args(["resume"]).assert().success();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).to_string();
+    assert!(
+        out.contains("  edited: draft by bob: version 3 -> 4 (13 -> 5 bytes)"),
+        "{out}"
+    );
+}
+
+/// An edit of a binding the gate is not about, on a rejection, given twice, malformed, or of a
+/// const input is refused, and writes nothing.
+fn edits_of_anything_else_write_nothing(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.bind("draft", "v1", None);
+    run.bind("other", "o", None);
+    open(&run, "g", None);
+    let before = run.snapshot();
+    let cases: [(&[&str], i32, &str); 5] = [
+        (&["approve", "g", "--edit", "other=x"], 2, "is not about it"),
+        (&["approve", "g", "--edit", "draft"], 2, "NAME=VALUE"),
+        (
+            &["approve", "g", "--edit", "draft=a", "--edit", "draft=b"],
+            2,
+            "twice",
+        ),
+        (
+            &[
+                "approve", "g", "--reject", "--reason", "r", "--edit", "draft=a",
+            ],
+            2,
+            "--edit",
+        ),
+        (
+            &["approve", "g", "--edit", "draft=@/nonexistent/x"],
+            2,
+            "cannot read",
+        ),
+    ];
+    for (args, want, says) in cases {
+        let a = run
+            .cmd()
+            .args(args)
+            .args(["--as", "alice", "-y"])
+            .assert()
+            .failure();
+        assert_eq!(code(&a), want, "{args:?}: {}", stderr(&a));
+        assert!(stderr(&a).contains(says), "{args:?}: {}", stderr(&a));
+        assert_eq!(stderr(&a).lines().count(), 1, "{}", stderr(&a));
+        assert_eq!(run.snapshot(), before, "{args:?} wrote");
+    }
+    // A const input cannot be edited: refused (exit 4), nothing written.
+    run.cmd()
+        .args(["bind", "fixed", "1", "--kind", "const"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["gates", "create", "c", "--prompt", "p", "--inputs", "fixed"])
+        .assert()
+        .success();
+    let before = run.snapshot();
+    let a = run
+        .cmd()
+        .args(["approve", "c", "--as", "alice", "-y", "--edit", "fixed=2"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 4, "{}", stderr(&a));
+    assert_eq!(run.snapshot(), before);
+}
+
+/// Two approvals a gate needs, each editing the input: each edit is a version by its
+/// approver, on top of the one before (the second approver edits what the first left), both
+/// listed with who made them; a vote given again with an edit is refused (exit 4).
+fn a_quorums_edits_are_each_kept_with_who_made_them(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let mut tokens = Vec::new();
+    for name in ["alice", "bob"] {
+        let a = p.cmd().args(["principals", "add", name]).assert().success();
+        let token = String::from_utf8(a.get_output().stdout.clone()).unwrap();
+        tokens.push(token.trim().to_string());
+    }
+    run.bind("draft", "v1", None);
+    open(&run, "g", Some("2"));
+    let vote = |who: usize, edit: &str| {
+        run.cmd()
+            .env("PROSE_TOKEN", &tokens[who])
+            .args(["approve", "g", "-y", "--edit", edit])
+            .assert()
+    };
+    vote(0, "draft=alice's").success();
+    assert_eq!(run.get("draft", None), b"alice's");
+    let before = run.snapshot();
+    let a = vote(0, "draft=again").failure();
+    assert_eq!(code(&a), 4, "{}", stderr(&a));
+    assert_eq!(run.snapshot(), before);
+    vote(1, "draft=bob's").success();
+    assert_eq!(run.get("draft", None), b"bob's");
+    let a = run
+        .cmd()
+        .args(["--json", "gates", "wait", "g"])
+        .assert()
+        .success();
+    let v = stdout_json(&a);
+    let edits = v["edits"].as_array().unwrap();
+    assert_eq!(edits.len(), 2, "{v}");
+    assert_eq!(
+        (&edits[0]["by"], &edits[1]["by"]),
+        (&"alice".into(), &"bob".into())
+    );
+    assert_eq!(edits[0]["version"], 2, "{v}");
+    assert_eq!(edits[1]["from_version"], 2, "{v}");
+    assert_eq!(edits[1]["version"], 3, "{v}");
+}
