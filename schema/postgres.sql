@@ -375,6 +375,9 @@ CREATE INDEX IF NOT EXISTS idx_bindings_run_id ON openprose.bindings(run_id);
 CREATE INDEX IF NOT EXISTS idx_agent_segments_lookup ON openprose.agent_segments(agent_name, run_id);
 CREATE INDEX IF NOT EXISTS idx_gates_status ON openprose.gates(status);
 CREATE INDEX IF NOT EXISTS idx_gate_audit_run ON openprose.gate_audit_log(run_id, id);
+-- A run's openings (`created` events), found without reading its views and votes: a `bind`
+-- asks whether a gate names the binding as its response binding.
+CREATE INDEX IF NOT EXISTS idx_gate_audit_event ON openprose.gate_audit_log(run_id, event_type);
 -- (schema 6) what `resume` reads narrowly: records by status and by statement, bindings by
 -- scope and by name.
 CREATE INDEX IF NOT EXISTS idx_execution_run_status ON openprose.execution(run_id, status);

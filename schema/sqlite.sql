@@ -279,6 +279,9 @@ CREATE TABLE IF NOT EXISTS gate_audit_log (
 );
 CREATE INDEX IF NOT EXISTS idx_gate_audit_gate ON gate_audit_log(gate_id);
 CREATE INDEX IF NOT EXISTS idx_gate_audit_run ON gate_audit_log(run_id);
+-- The openings (`created` events) found without reading the views and votes beside them: a
+-- `bind` asks whether a gate names the binding as its response binding.
+CREATE INDEX IF NOT EXISTS idx_gate_audit_event ON gate_audit_log(event_type);
 CREATE UNIQUE INDEX IF NOT EXISTS idx_gate_audit_seq ON gate_audit_log(run_id, seq)
     WHERE seq IS NOT NULL;
 -- The chain's head and a row by its place, found by a lookup instead of a scan of the whole
