@@ -50,6 +50,7 @@ mod query;
 mod readers46;
 mod readme;
 mod response_binding;
+mod response_forgery;
 mod schema;
 mod serve;
 mod small_lies;

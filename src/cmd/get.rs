@@ -174,6 +174,13 @@ fn lookup(args: &GetArgs, store: &mut dyn Store) -> Result<(crate::store::Found,
         _ => Vec::new(),
     };
     let Some(found) = found else {
+        // A response binding a sealed decision wrote cannot be missing.
+        crate::store::gate_read::check_response_binding(
+            store,
+            &args.name,
+            args.execution_id,
+            None,
+        )?;
         return Err(not_found(format!(
             "binding not found (searched {}): {}",
             describe_chain(&chain),
@@ -221,7 +228,8 @@ pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got>
             crate::store::gate_read::check_response_binding(
                 store,
                 &args.name,
-                found.row.execution_id,
+                args.execution_id,
+                Some(found.row.execution_id),
             )?;
             checked = true;
         }

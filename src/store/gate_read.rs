@@ -70,64 +70,97 @@ pub fn read(store: &mut dyn Store, id: &str, now: &str) -> Result<Option<GateRea
     }))
 }
 
-/// Checks a response binding against the sealed log: when a gate's sealed opening names
-/// `name` in `scope` (None: the root) as the binding its decision writes, the binding holds
-/// the newest answer a sealed decision of such an opening gave, or it was changed behind
-/// prose-state's back (exit 9). Before any decision has answered, it holds what it held.
-/// The binding and the logs are read in one snapshot, so a decision committing beside the
-/// read is never taken for a change.
-pub fn check_response_binding(store: &mut dyn Store, name: &str, scope: Option<i64>) -> Result<()> {
-    // The common case, a binding no gate names, costs one narrow read.
-    if store.response_gates(name, scope)?.is_empty() {
+/// Checks a lookup of `name` from `start` (None: the root) against the sealed log, where a
+/// gate's sealed opening names a binding of that name as the one its decision writes: each
+/// such binding in the scopes the lookup passed through, up to and including the one it found
+/// the name in (`found`; None: not found, every scope), must hold exactly the bytes of the
+/// newest answer a sealed decision of such an opening wrote (by the version each sealed), or
+/// it was changed behind prose-state's back (exit 9): changed, moved, renamed or gone, so that
+/// an outer binding of the name is never read in its place. Before any decision has answered,
+/// it holds what it held. The bindings and the logs are read in one snapshot, so a decision
+/// committing beside the read is never taken for a change.
+pub fn check_response_binding(
+    store: &mut dyn Store,
+    name: &str,
+    start: Option<i64>,
+    found: Option<Option<i64>>,
+) -> Result<()> {
+    // The common case, a name no gate names, costs one narrow read.
+    let named = store.response_gates(name)?;
+    if named.is_empty() {
         return Ok(());
     }
-    let (value, histories) = super::consistent(store, |s| {
-        let gates = s.response_gates(name, scope)?;
-        let value = s
-            .resolve(name, scope)?
-            .filter(|f| f.row.execution_id == scope)
-            .map(|f| f.row);
-        let mut histories = Vec::new();
-        for g in gates {
-            histories.push((g.clone(), s.gate_history(&g)?));
+    let mut passed: Vec<Option<i64>> = match start {
+        Some(id) => store.scope_chain(id)?.into_iter().map(Some).collect(),
+        None => Vec::new(),
+    };
+    passed.push(None);
+    if let Some(at) = found {
+        if let Some(i) = passed.iter().position(|s| *s == at) {
+            passed.truncate(i + 1);
         }
-        Ok((value, histories))
-    })?;
+    }
+    let mut scopes: Vec<Option<i64>> = named.iter().map(|(_, s)| *s).collect();
+    scopes.retain(|s| passed.contains(s));
+    scopes.dedup();
+    if scopes.is_empty() {
+        return Ok(());
+    }
     let key = super::seal::key_for_reading()?;
-    let mut newest: Option<(i64, String, serde_json::Value)> = None;
-    for (gate, history) in &histories {
-        let states: Vec<_> = history
-            .iter()
-            .map(|r| (r, chain::self_state(r, key)))
-            .collect();
-        let Ok(d) = chain::derive(&states) else {
-            continue;
-        };
-        for opening in d.earlier.iter().chain(std::iter::once(&d)) {
-            let names = opening.response_binding.as_ref() == Some(&(name.to_string(), scope));
-            if let (true, Some(answer), Some(version)) =
-                (names, &opening.response, opening.response_version)
-            {
-                if newest.as_ref().is_none_or(|(v, _, _)| version > *v) {
-                    newest = Some((version, gate.clone(), answer.clone()));
+    for scope in scopes {
+        let (value, histories) = super::consistent(store, |s| {
+            let gates: Vec<String> = s
+                .response_gates(name)?
+                .into_iter()
+                .filter(|(_, at)| *at == scope)
+                .map(|(g, _)| g)
+                .collect();
+            let value = s
+                .resolve(name, scope)?
+                .filter(|f| f.row.execution_id == scope)
+                .map(|f| f.row);
+            let mut histories = Vec::new();
+            for g in gates {
+                histories.push((g.clone(), s.gate_history(&g)?));
+            }
+            Ok((value, histories))
+        })?;
+        let mut newest: Option<(i64, String, serde_json::Value)> = None;
+        for (gate, history) in &histories {
+            let states: Vec<_> = history
+                .iter()
+                .map(|r| (r, chain::self_state(r, key)))
+                .collect();
+            let Ok(d) = chain::derive(&states) else {
+                continue;
+            };
+            for opening in d.earlier.iter().chain(std::iter::once(&d)) {
+                let names = opening.response_binding.as_ref() == Some(&(name.to_string(), scope));
+                if let (true, Some(answer), Some(version)) =
+                    (names, &opening.response, opening.response_version)
+                {
+                    if newest.as_ref().is_none_or(|(v, _, _)| version > *v) {
+                        newest = Some((version, gate.clone(), answer.clone()));
+                    }
                 }
             }
         }
-    }
-    let Some((_, gate, answer)) = newest else {
-        return Ok(());
-    };
-    let held = value
-        .as_ref()
-        .filter(|r| r.attachment_path.is_none())
-        .and_then(|r| r.value.as_deref())
-        .and_then(|v| serde_json::from_slice::<serde_json::Value>(v).ok());
-    if held.as_ref() != Some(&answer) {
-        return Err(crate::error::tampered(format!(
-            "binding {} is not the answer gate {}'s sealed decision gave it: it was changed behind prose-state's back",
-            shown(name),
-            shown(&gate)
-        )));
+        let Some((_, gate, answer)) = newest else {
+            continue;
+        };
+        // Exactly the bytes the decision wrote (its answer as compact JSON), kept inline: the
+        // same JSON spelled otherwise was not written by the decision either.
+        let held = value
+            .as_ref()
+            .filter(|r| r.attachment_path.as_deref().is_none_or(str::is_empty))
+            .and_then(|r| r.value.as_deref());
+        if held != Some(answer.to_string().as_bytes()) {
+            return Err(crate::error::tampered(format!(
+                "binding {} is not the answer gate {}'s sealed decision gave it: it was changed behind prose-state's back",
+                shown(name),
+                shown(&gate)
+            )));
+        }
     }
     Ok(())
 }

@@ -50,9 +50,10 @@ pub trait Rows {
         Ok(self.gate_rows(GateSelect::Id(id))?.into_iter().next())
     }
 
-    /// The gates whose `created` events name this binding in this scope (None: the root) as
-    /// the binding their decision writes (`gates create --response-binding`), each once.
-    fn response_gates(&mut self, name: &str, execution_id: Option<i64>) -> Result<Vec<String>> {
+    /// The gates whose `created` events name a binding of this name as the binding their
+    /// decision writes (`gates create --response-binding`), each with that binding's scope
+    /// (None: the root), each pair once.
+    fn response_gates(&mut self, name: &str) -> Result<Vec<(String, Option<i64>)>> {
         let rows = self.audit(&AuditFilter {
             event: Some("created"),
             mentions: Some("\"response_binding\""),
@@ -65,11 +66,9 @@ pub trait Rows {
                 .as_deref()
                 .and_then(|m| serde_json::from_str(m).ok())
                 .unwrap_or_default();
-            if m["response_binding"].as_str() == Some(name)
-                && m["response_scope"].as_i64() == execution_id
-                && !gates.contains(&r.gate_id)
-            {
-                gates.push(r.gate_id);
+            let at = (r.gate_id, m["response_scope"].as_i64());
+            if m["response_binding"].as_str() == Some(name) && !gates.contains(&at) {
+                gates.push(at);
             }
         }
         Ok(gates)

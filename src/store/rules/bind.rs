@@ -32,7 +32,8 @@ pub(super) fn write(
 ) -> Result<BindOutcome> {
     ensure_open(&mut **tx)?;
     if by_gate.is_none() {
-        if let Some(gate) = tx.response_gates(b.name, b.execution_id)?.first() {
+        let gates = tx.response_gates(b.name)?;
+        if let Some((gate, _)) = gates.iter().find(|(_, s)| *s == b.execution_id) {
             return Err(refused(format!(
                 "binding {} is the answer of gate {}: only a decision on it writes it",
                 shown(b.name),

@@ -1,0 +1,252 @@
+//! Issue 49, as a property: no one who can write a run's database, without the audit key, can
+//! make the program read an answer, or an edit, that no sealed decision gave. A gate with a
+//! response binding is approved with an answer, and a gate about an input is approved with an
+//! edit, through the binary. Then each case applies a seeded random sequence of raw changes to
+//! the response binding's row (every column: its value spelled every way JSON allows, its
+//! scope, name, kind, attachment path and times) and to the edited input's value, and checks:
+//! - `get` of the response binding prints exactly the bytes the decision wrote, or exits 9;
+//! - `gates show` of the edited gate stands (exit 0) only while the input holds exactly the
+//!   edit's bytes, and is stale (exit 11) otherwise.
+//!
+//! Its first version found that a response binding moved to the root by SQL was read from
+//! there by a lookup from its own frame (seed 3): a lookup now checks every response binding
+//! it passes.
+//!
+//! `PROSE_RESPONSE_FORGERY_CASES=N` sets the number of cases per backend (default 40); a
+//! failure prints its seed, and `PROSE_RESPONSE_FORGERY_SEED=S` replays that case.
+
+use crate::common::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+on_both!(no_raw_write_puts_words_in_a_deciders_mouth);
+
+const ANSWER: &str = r#"{"note":"ok","size":3}"#;
+const EDIT: &str = "hello, better world";
+
+/// A spelling of JSON text near the answer: the answer itself, or the same JSON written
+/// otherwise (spaces, key order, number forms, escapes, a byte order mark, a newline), or
+/// another answer.
+fn spelling(rng: &mut StdRng) -> String {
+    let ws = |rng: &mut StdRng| [" ", "\n", "\t", "\r\n", ""][rng.random_range(0..5)].to_string();
+    let size = [
+        "3", "3.0", "3e0", "30e-1", "3E+0", "\"3\"", "4", "-3", "03", "3 ",
+    ][rng.random_range(0..10)];
+    let note = [
+        "\"ok\"",
+        "\"\\u006fk\"",
+        "\"OK\"",
+        "\"ok \"",
+        "\"o\\u006b\"",
+    ][rng.random_range(0..5)];
+    let key = ["\"size\"", "\"\\u0073ize\"", "\"Size\""][rng.random_range(0..3)];
+    match rng.random_range(0..8) {
+        0 => ANSWER.to_string(),
+        1 => format!(
+            "{{{}\"note\"{}:{}{note}{},{key}:{}{size}{}}}",
+            ws(rng),
+            ws(rng),
+            ws(rng),
+            ws(rng),
+            ws(rng),
+            ws(rng)
+        ),
+        2 => format!("{{{key}:{size},\"note\":{note}}}"),
+        3 => format!("\u{feff}{ANSWER}"),
+        4 => format!("{ANSWER}{}", ws(rng)),
+        5 => format!(
+            "{{\"note\":\"ok\",\"size\":3,\"extra\":{}}}",
+            rng.random_range(0..9)
+        ),
+        6 => ["", "null", "{}", "[]", "3"][rng.random_range(0..5)].to_string(),
+        _ => format!("{{\"note\":{note},\"size\":{size}}}"),
+    }
+}
+
+fn quoted(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// One raw change, as (SQLite, PostgreSQL) statements.
+fn change(rng: &mut StdRng, block: i64) -> (String, String) {
+    let (set, which) = match rng.random_range(0..9) {
+        0..=2 => (format!("value = {}", quoted(&spelling(rng))), "size"),
+        3 => (
+            ["execution_id = NULL", "execution_id = execution_id + 1"][rng.random_range(0..2)]
+                .to_string(),
+            "size",
+        ),
+        4 => (
+            ["name = 'Size'", "name = 'size '", "name = 'siz'"][rng.random_range(0..3)].to_string(),
+            "size",
+        ),
+        5 => (
+            [
+                "attachment_path = 'attachments/size.bin'",
+                "attachment_path = ''",
+            ][rng.random_range(0..2)]
+            .to_string(),
+            "size",
+        ),
+        6 => (
+            [
+                "kind = 'const'",
+                "kind = 'input'",
+                "source_statement = 'x'",
+                "updated_at = '2030-01-01 00:00:00'",
+            ][rng.random_range(0..4)]
+            .to_string(),
+            "size",
+        ),
+        _ => {
+            let v = [
+                EDIT,
+                "hello, better world ",
+                "hello world",
+                "Hello, better world",
+            ][rng.random_range(0..4)];
+            (format!("value = {}", quoted(v)), "draft")
+        }
+    };
+    let scope = match which {
+        "size" => format!("execution_id = {block}"),
+        _ => "execution_id IS NULL".to_string(),
+    };
+    (
+        format!("UPDATE bindings SET {set} WHERE name = '{which}' AND {scope}"),
+        format!(
+            "UPDATE openprose.bindings SET {set} WHERE run_id = '$RUN' AND name = '{which}' AND {scope}"
+        ),
+    )
+}
+
+/// The rows as the decisions left them, put back between cases.
+fn restore(run: &Run, block: i64) {
+    let size = format!(
+        "value = {}, execution_id = {block}, name = 'size', attachment_path = NULL, kind = 'let'",
+        quoted(ANSWER)
+    );
+    let find = format!(
+        "(name IN ('size', 'Size', 'size ', 'siz') AND (execution_id IS NULL OR execution_id >= {block}) AND kind IS DISTINCT FROM 'x' AND name <> 'draft')"
+    );
+    // Only one row of those names is the response binding's (the root has none of them).
+    run.view().raw(
+        &format!(
+            "UPDATE bindings SET {size} WHERE {};
+             UPDATE bindings SET value = {} WHERE name = 'draft' AND execution_id IS NULL",
+            find.replace("IS DISTINCT FROM", "IS NOT"),
+            quoted(EDIT)
+        ),
+        &format!(
+            "UPDATE openprose.bindings SET {size} WHERE run_id = '$RUN' AND {find};
+             UPDATE openprose.bindings SET value = {} WHERE run_id = '$RUN' AND name = 'draft' AND execution_id IS NULL",
+            quoted(EDIT)
+        ),
+    );
+}
+
+fn no_raw_write_puts_words_in_a_deciders_mouth(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let block = run.exec(1, "do review:", "executing", None);
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "How big?"])
+        .args([
+            "--response-schema",
+            r#"{"type":"object"}"#,
+            "--response-binding",
+            "size",
+        ])
+        .args(["--execution-id", &block.to_string()])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["approve", "g", "--as", "alice", "-y", "--response"])
+        .arg(r#"{ "note": "ok", "size": 3 }"#)
+        .assert()
+        .success();
+    run.bind("draft", "hello world", None);
+    run.cmd()
+        .args([
+            "gates", "create", "e", "--prompt", "Publish?", "--inputs", "draft",
+        ])
+        .assert()
+        .success();
+    run.cmd()
+        .args([
+            "approve",
+            "e",
+            "--as",
+            "bob",
+            "-y",
+            "--edit",
+            &format!("draft={EDIT}"),
+        ])
+        .assert()
+        .success();
+    // The decision wrote the answer as compact JSON.
+    assert_eq!(run.get("size", Some(block)), ANSWER.as_bytes());
+    let cases = std::env::var("PROSE_RESPONSE_FORGERY_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(40u64);
+    let seeds: Vec<u64> = match std::env::var("PROSE_RESPONSE_FORGERY_SEED") {
+        Ok(s) => vec![s.parse().unwrap()],
+        Err(_) => (0..cases).collect(),
+    };
+    let (mut caught, mut stood) = (0, 0);
+    for seed in seeds {
+        let mut rng = StdRng::seed_from_u64(seed);
+        for _ in 0..rng.random_range(1..=3) {
+            let (lite, pg) = change(&mut rng, block);
+            run.view().raw(&lite, &pg);
+        }
+        let fail = |why: String| {
+            panic!("{b:?}: seed {seed} (replay with PROSE_RESPONSE_FORGERY_SEED={seed}): {why}")
+        };
+        let a = run
+            .cmd()
+            .args(["get", "size", "--execution-id", &block.to_string()])
+            .assert();
+        let out = a.get_output().stdout.clone();
+        match code(&a) {
+            0 if out == ANSWER.as_bytes() => stood += 1,
+            9 => caught += 1,
+            other => fail(format!(
+                "get printed {:?} with exit {other}: {}",
+                String::from_utf8_lossy(&out),
+                stderr(&a)
+            )),
+        }
+        let held = match &run.pg_url {
+            Some(_) => None,
+            None => Some(
+                run.conn()
+                    .query_row(
+                        "SELECT value FROM bindings WHERE name = 'draft' AND execution_id IS NULL",
+                        [],
+                        |r| r.get::<_, String>(0),
+                    )
+                    .unwrap(),
+            ),
+        };
+        let a = run.cmd().args(["gates", "show", "e"]).assert();
+        match (code(&a), held.as_deref()) {
+            (0, Some(EDIT) | None) | (11, _) => {}
+            (c, h) => fail(format!(
+                "gates show e: exit {c} with draft {h:?}: {}",
+                stderr(&a)
+            )),
+        }
+        restore(&run, block);
+        assert_eq!(
+            run.get("size", Some(block)),
+            ANSWER.as_bytes(),
+            "seed {seed}: not restored"
+        );
+    }
+    // Both outcomes were reached: the property was exercised, not passed vacuously.
+    if std::env::var("PROSE_RESPONSE_FORGERY_SEED").is_err() {
+        assert!(caught > 0 && stood > 0, "caught {caught}, stood {stood}");
+    }
+}
