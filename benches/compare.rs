@@ -1602,6 +1602,64 @@ fn team_rows(root: &Path, rounds: usize, rows: &mut Vec<Row>) {
     }
 }
 
+/// An approval that gives an answer (checked against the gate's response schema, written to
+/// its response binding) and edits the input it is about, beside a plain approval of a gate
+/// about the same input, interleaved in one run. Issue 49's target: at most 10 % more.
+fn answer_rows(root: &Path, rounds: usize, rows: &mut Vec<Row>) {
+    let project = root.join("answers");
+    std::fs::create_dir_all(&project).unwrap();
+    init(&project, "answers");
+    let run = |args: &[&str]| {
+        let (d, ok) = timed(prose(&project, "answers").args(args));
+        assert!(ok, "{args:?}");
+        d
+    };
+    run(&["bind", "draft", "the first draft of the release notes"]);
+    let schema = r#"{"type":"object","properties":{"size":{"type":"integer","minimum":1},"tone":{"enum":["warm","dry"]}},"required":["size"]}"#;
+    let (mut plain, mut answered) = (Vec::new(), Vec::new());
+    for i in 0..rounds {
+        let (p, a) = (format!("plain{i}"), format!("answered{i}"));
+        run(&[
+            "gates", "create", &p, "--prompt", "Publish?", "--inputs", "draft",
+        ]);
+        run(&[
+            "gates",
+            "create",
+            &a,
+            "--prompt",
+            "Publish?",
+            "--inputs",
+            "draft",
+            "--response-schema",
+            schema,
+            "--response-binding",
+            &format!("size{i}"),
+        ]);
+        plain.push(run(&["approve", &p, "--yes", "--as", "alice"]));
+        answered.push(run(&[
+            "approve",
+            &a,
+            "--yes",
+            "--as",
+            "alice",
+            "--response",
+            r#"{"size":3,"tone":"dry"}"#,
+            "--edit",
+            &format!("draft=the release notes, edited ({i})"),
+        ]));
+    }
+    let (d, base) = (median(answered), median(plain));
+    let ratio = d.as_secs_f64() / base.as_secs_f64();
+    rows.push(Row {
+        what: format!("an approval with an answer (schema-checked, written to its response binding) and an edit of its input, median of {rounds}"),
+        ours: ms(d),
+        raw: format!("{} (a plain approval of a gate about the same input)", ms(base)),
+        ratio: format!("{ratio:.2}"),
+        target: "≤ 1.10".into(),
+        met: if ratio <= 1.10 { "yes" } else { "no" }.into(),
+    });
+}
+
 /// What one durable SQLite commit costs on this disk, in-process with nothing else around it:
 /// a connection kept open on a WAL database with `synchronous = FULL` (as prose-state's), one
 /// small INSERT a transaction, median of 200. This is the "one fsync" every durable write pays,
@@ -4281,6 +4339,10 @@ fn main() {
     if wanted("team") {
         eprintln!("team approvals…");
         team_rows(root, 60, &mut rows);
+    }
+    if wanted("answers") {
+        eprintln!("approvals with an answer and an edit…");
+        answer_rows(root, 60, &mut rows);
     }
     if wanted("big") {
         eprintln!("large value ({big_mb} MiB)…");

@@ -8,6 +8,7 @@ use crate::common::*;
 on_both!(
     the_answer_is_a_binding_only_a_decision_writes,
     a_response_binding_is_refused_where_no_decision_could_write_it,
+    what_an_outside_attack_found,
 );
 
 const SCHEMA: &str =
@@ -176,4 +177,159 @@ fn a_response_binding_is_refused_where_no_decision_could_write_it(b: Backend) {
         assert_eq!(stderr(&a).lines().count(), 1, "{}", stderr(&a));
         assert_eq!(run.snapshot(), before, "{args:?} wrote");
     }
+}
+
+/// What an outside attack on the first version found, each closed:
+/// - an edit of the decision's sealed event, or rows cut from the log's end with the gate row
+///   set back to pending, turned `get`'s check off: the log is now checked whole (exit 9);
+/// - `fork --bind` wrote the response binding: refused (exit 4), no run made;
+/// - a gate in a loop sealed the loop's record as the binding's scope, where `bind` does not
+///   write: the scope is now the language's frame, as `bind` resolves it, and a binding of the
+///   name below it (`--local`) is refused as well, since it would hide the answer.
+fn what_an_outside_attack_found(b: Backend) {
+    let schema = r#"{"type":"object"}"#;
+    // The sealed event edited, then the log cut and the gate row set back.
+    for attack in ["edit", "cut"] {
+        let Some(p) = Project::on(b) else { return };
+        let run = p.init();
+        run.cmd()
+            .args(["gates", "create", "g", "--prompt", "p"])
+            .args(["--response-schema", schema, "--response-binding", "ans"])
+            .assert()
+            .success();
+        run.cmd()
+            .args([
+                "approve",
+                "g",
+                "--as",
+                "alice",
+                "-y",
+                "--response",
+                r#"{"n":3}"#,
+            ])
+            .assert()
+            .success();
+        let forged = "UPDATE bindings SET value = '{\"n\":4}' WHERE name = 'ans'";
+        let forged_pg =
+            "UPDATE openprose.bindings SET value = '{\"n\":4}' WHERE run_id = '$RUN' AND name = 'ans'";
+        match attack {
+            "edit" => run.view().raw(
+                &format!(
+                    "DROP TRIGGER gate_audit_log_no_update;
+                     UPDATE gate_audit_log SET comment = 'x' WHERE event_type = 'approved'; {forged}"
+                ),
+                &format!(
+                    "ALTER TABLE openprose.gate_audit_log DISABLE TRIGGER gate_audit_log_append_only;
+                     UPDATE openprose.gate_audit_log SET comment = 'x'
+                      WHERE run_id = '$RUN' AND event_type = 'approved'; {forged_pg}"
+                ),
+            ),
+            _ => run.view().raw(
+                &format!(
+                    "DROP TRIGGER gate_audit_log_no_delete;
+                     DELETE FROM gate_audit_log WHERE gate_id = 'g' AND event_type <> 'created';
+                     UPDATE gates SET status = 'pending', resolved_by = NULL, resolved_at = NULL;
+                     {forged}"
+                ),
+                &format!(
+                    "ALTER TABLE openprose.gate_audit_log DISABLE TRIGGER gate_audit_log_append_only;
+                     DELETE FROM openprose.gate_audit_log
+                      WHERE run_id = '$RUN' AND gate_id = 'g' AND event_type <> 'created';
+                     UPDATE openprose.gates SET status = 'pending', resolved_by = NULL,
+                            resolved_at = NULL WHERE run_id = '$RUN';
+                     {forged_pg}"
+                ),
+            ),
+        }
+        let a = run.cmd().args(["get", "ans"]).assert().failure();
+        assert_eq!(code(&a), 9, "{attack}: {}", stderr(&a));
+    }
+    // A fork may not bind a gate's answer.
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.cmd()
+        .args([
+            "exec-append",
+            "--status",
+            "completed",
+            "--index",
+            "1",
+            "--text",
+            "session \"a\"",
+        ])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "p"])
+        .args(["--response-schema", schema, "--response-binding", "ans"])
+        .assert()
+        .success();
+    let before = run.snapshot();
+    let listed = || {
+        let a = p.cmd().args(["--json", "runs"]).assert().success();
+        String::from_utf8_lossy(&a.get_output().stdout).into_owned()
+    };
+    let runs_before = listed();
+    let a = run
+        .cmd()
+        .args(["fork", "--at", "2", "--bind", r#"ans={"n":99}"#])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 4, "{}", stderr(&a));
+    assert!(
+        stderr(&a).contains("only a decision on it writes"),
+        "{}",
+        stderr(&a)
+    );
+    assert_eq!(run.snapshot(), before);
+    assert_eq!(listed(), runs_before, "a fork was made");
+    // In a loop: the answer's scope is the loop's frame, and nothing below it hides it.
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let l = run.exec(1, "repeat 2:", "started", None);
+    let a = run
+        .cmd()
+        .args(["--json", "gates", "create", "g", "--prompt", "p"])
+        .args(["--response-schema", schema, "--response-binding", "ans"])
+        .args(["--execution-id", &l.to_string()])
+        .assert()
+        .success();
+    let v = stdout_json(&a);
+    assert_eq!(v["response_binding"]["name"], "ans", "{v}");
+    assert_eq!(
+        v["response_binding"]["execution_id"],
+        serde_json::Value::Null,
+        "{v}"
+    );
+    let before = run.snapshot();
+    for extra in [&[][..], &["--local"][..]] {
+        let a = run
+            .cmd()
+            .args([
+                "bind",
+                "ans",
+                r#"{"n":1}"#,
+                "--execution-id",
+                &l.to_string(),
+            ])
+            .args(extra)
+            .assert()
+            .failure();
+        assert_eq!(code(&a), 4, "{extra:?}: {}", stderr(&a));
+        assert_eq!(run.snapshot(), before, "{extra:?} wrote");
+    }
+    run.cmd()
+        .args([
+            "approve",
+            "g",
+            "--as",
+            "alice",
+            "-y",
+            "--response",
+            r#"{"n":2}"#,
+        ])
+        .assert()
+        .success();
+    assert_eq!(run.get("ans", None), br#"{"n":2}"#);
+    assert_eq!(run.get("ans", Some(l)), br#"{"n":2}"#);
 }

@@ -328,6 +328,18 @@ pub fn build(src: &RunDump, report: &ChainReport, plan: &Plan) -> Result<(RunDum
                 shown(&src.run.id)
             ))
         })?;
+        // A gate's response binding is written by its decisions only, in a fork too.
+        for opening in d.earlier.iter().chain(std::iter::once(&d)) {
+            if let Some((name, None)) = &opening.response_binding {
+                if plan.binds.iter().any(|(n, _)| n == name) {
+                    return Err(refused(format!(
+                        "--bind {}: it is the answer of gate {}, which only a decision on it writes",
+                        shown(name),
+                        shown(&g.id)
+                    )));
+                }
+            }
+        }
         // The opening that stood then, as it was recorded.
         let opening = if g.instance == d.instance {
             Some(g.clone())

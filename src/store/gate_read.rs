@@ -77,8 +77,9 @@ pub fn read(store: &mut dyn Store, id: &str, now: &str) -> Result<Option<GateRea
 /// newest answer a sealed decision of such an opening wrote (by the version each sealed), or
 /// it was changed behind prose-state's back (exit 9): changed, moved, renamed or gone, so that
 /// an outer binding of the name is never read in its place. Before any decision has answered,
-/// it holds what it held. The bindings and the logs are read in one snapshot, so a decision
-/// committing beside the read is never taken for a change.
+/// it holds what it held. The log is checked whole, as `gates verify` checks it: a log that
+/// is broken, or a gate naming the binding that disagrees with its log, vouches for no answer
+/// (exit 9).
 pub fn check_response_binding(
     store: &mut dyn Store,
     name: &str,
@@ -106,36 +107,51 @@ pub fn check_response_binding(
     if scopes.is_empty() {
         return Ok(());
     }
-    let key = super::seal::key_for_reading()?;
+    // The log as `gates verify` checks it (every seal, the chain, this machine's anchor, each
+    // gate's row against its events), then the bindings. A decision committing between the two
+    // reads shows the binding ahead of the log: looked at again, it agrees; a change stays.
+    let mut attempt = 0;
+    loop {
+        let report = store.verify_audit()?;
+        match answered_as_sealed(store, &report, name, &named, &scopes) {
+            Ok(()) => return Ok(()),
+            Err(_) if attempt < 2 && report.first_broken.is_none() => attempt += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Each response binding of `name` in `scopes` against the report's sealed decisions: a log
+/// that is broken, or a gate naming it that is tampered, vouches for no answer (exit 9).
+fn answered_as_sealed(
+    store: &mut dyn Store,
+    report: &chain::ChainReport,
+    name: &str,
+    named: &[(String, Option<i64>)],
+    scopes: &[Option<i64>],
+) -> Result<()> {
+    if let Some(b) = &report.first_broken {
+        return Err(crate::error::tampered(format!(
+            "binding {} is a gate's answer, and the run's audit log is broken ({}): run `prose-state gates verify`",
+            shown(name),
+            b.reason
+        )));
+    }
     for scope in scopes {
-        let (value, histories) = super::consistent(store, |s| {
-            let gates: Vec<String> = s
-                .response_gates(name)?
-                .into_iter()
-                .filter(|(_, at)| *at == scope)
-                .map(|(g, _)| g)
-                .collect();
-            let value = s
-                .resolve(name, scope)?
-                .filter(|f| f.row.execution_id == scope)
-                .map(|f| f.row);
-            let mut histories = Vec::new();
-            for g in gates {
-                histories.push((g.clone(), s.gate_history(&g)?));
-            }
-            Ok((value, histories))
-        })?;
         let mut newest: Option<(i64, String, serde_json::Value)> = None;
-        for (gate, history) in &histories {
-            let states: Vec<_> = history
-                .iter()
-                .map(|r| (r, chain::self_state(r, key)))
-                .collect();
-            let Ok(d) = chain::derive(&states) else {
+        for (gate, _) in named.iter().filter(|(_, at)| at == scope) {
+            if let Integrity::Tampered(why) = report.gate(gate) {
+                return Err(crate::error::tampered(format!(
+                    "binding {} is gate {}'s answer, and the gate disagrees with its sealed log: {why}",
+                    shown(name),
+                    shown(gate)
+                )));
+            }
+            let Some(d) = report.derived.get(gate) else {
                 continue;
             };
-            for opening in d.earlier.iter().chain(std::iter::once(&d)) {
-                let names = opening.response_binding.as_ref() == Some(&(name.to_string(), scope));
+            for opening in d.earlier.iter().chain(std::iter::once(d)) {
+                let names = opening.response_binding.as_ref() == Some(&(name.to_string(), *scope));
                 if let (true, Some(answer), Some(version)) =
                     (names, &opening.response, opening.response_version)
                 {
@@ -148,6 +164,10 @@ pub fn check_response_binding(
         let Some((_, gate, answer)) = newest else {
             continue;
         };
+        let value = store
+            .resolve(name, *scope)?
+            .filter(|f| f.row.execution_id == *scope)
+            .map(|f| f.row);
         // Exactly the bytes the decision wrote (its answer as compact JSON), kept inline: the
         // same JSON spelled otherwise was not written by the decision either.
         let held = value

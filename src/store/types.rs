@@ -370,9 +370,10 @@ pub struct NewGate<'a> {
     /// The answer a decision must give, checked (`response::parse_schema`): sealed in the
     /// `created` event.
     pub response_schema: Option<&'a serde_json::Value>,
-    /// The binding its decision writes with the answer, in the gate's scope
-    /// (`parent_execution`): sealed in the `created` event.
-    pub response_binding: Option<&'a str>,
+    /// The binding its decision writes with the answer, and its scope: the language's frame
+    /// of the gate's record, as `bind` would write there (None: the root). Sealed in the
+    /// `created` event.
+    pub response_binding: Option<(&'a str, Option<i64>)>,
     pub now: &'a str,
     /// What the opening asks of its deciders. With separation of duties, its `creator` is
     /// who creates it; the rule adds the run's starter from the run's sealed genesis.

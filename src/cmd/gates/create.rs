@@ -224,6 +224,18 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> R
             }
         }
     }
+    // The answer is written where `bind` from the gate's record writes: the language's frame.
+    let response_scope = match (&args.response_binding, scope) {
+        (Some(name), Some(at)) => {
+            if !store.execution_exists(at)? {
+                return Err(crate::error::not_found(format!(
+                    "execution not found: {at}"
+                )));
+            }
+            crate::store::frame_of(store, at, Some(name))?
+        }
+        _ => None,
+    };
     let outcome = store.create_gate(&crate::store::NewGate {
         id: &args.gate_id,
         prompt: &args.prompt,
@@ -237,7 +249,10 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> R
         prompt_hash: &sha256_tag(&args.prompt),
         inputs: &inputs,
         response_schema: schema.as_ref().map(|s| &s.value),
-        response_binding: args.response_binding.as_deref(),
+        response_binding: args
+            .response_binding
+            .as_deref()
+            .map(|n| (n, response_scope)),
         reopen: args.reopen,
         now: &now,
         quorum: quorum.clone(),
@@ -268,6 +283,13 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> R
         created,
         gate: GateView {
             team,
+            response_schema: schema.map(|s| s.value),
+            response_binding: args.response_binding.clone().map(|name| {
+                super::view::ResponseBinding {
+                    name,
+                    execution_id: response_scope,
+                }
+            }),
             ..GateView::new(g, program, &now)
         },
     })

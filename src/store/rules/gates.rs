@@ -51,9 +51,7 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
             let same = existing.prompt == g.prompt
                 && derived.inputs == g.inputs
                 && derived.response_schema.as_ref() == g.response_schema
-                && derived.response_binding
-                    == g.response_binding
-                        .map(|n| (n.to_string(), g.parent_execution))
+                && derived.response_binding == g.response_binding.map(|(n, s)| (n.to_string(), s))
                 && existing.allow == given
                 && existing.timeout.as_deref() == g.timeout
                 && existing.on_reject.as_deref() == g.on_reject
@@ -117,9 +115,9 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
     if let Some(schema) = g.response_schema {
         metadata["response_schema"] = schema.clone();
     }
-    if let Some(name) = g.response_binding {
+    if let Some((name, scope)) = g.response_binding {
         // Only a decision writes it: a const in its scope never can be.
-        if let Some((Some(kind), _, _)) = tx.binding_head(name, g.parent_execution)? {
+        if let Some((Some(kind), _, _)) = tx.binding_head(name, scope)? {
             if kind == "const" {
                 return Err(refused(format!(
                     "--response-binding {}: it is a const in the gate's scope, which no decision may write",
@@ -128,7 +126,7 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
             }
         }
         metadata["response_binding"] = name.into();
-        metadata["response_scope"] = g.parent_execution.into();
+        metadata["response_scope"] = scope.into();
     }
     if !g.inputs.is_empty() {
         metadata["inputs"] = g.inputs.into();
