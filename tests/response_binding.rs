@@ -185,7 +185,9 @@ fn a_response_binding_is_refused_where_no_decision_could_write_it(b: Backend) {
 /// - `fork --bind` wrote the response binding: refused (exit 4), no run made;
 /// - a gate in a loop sealed the loop's record as the binding's scope, where `bind` does not
 ///   write: the scope is now the language's frame, as `bind` resolves it, and a binding of the
-///   name below it (`--local`) is refused as well, since it would hide the answer.
+///   name below it (`--local`) is refused as well, since it would hide the answer;
+/// - a read of the past (`get --version`, `--as-of`) returned an edited version the decision
+///   wrote: it is checked against the sealed answer too.
 fn what_an_outside_attack_found(b: Backend) {
     let schema = r#"{"type":"object"}"#;
     // The sealed event edited, then the log cut and the gate row set back.
@@ -332,4 +334,22 @@ fn what_an_outside_attack_found(b: Backend) {
         .success();
     assert_eq!(run.get("ans", None), br#"{"n":2}"#);
     assert_eq!(run.get("ans", Some(l)), br#"{"n":2}"#);
+    // The version the decision wrote, read from history, is the answer as written, or exit 9.
+    let a = run
+        .cmd()
+        .args(["get", "ans", "--version", "1"])
+        .assert()
+        .success();
+    assert_eq!(a.get_output().stdout, br#"{"n":2}"#);
+    run.view().raw(
+        "UPDATE binding_history SET value = '{\"n\":5}' WHERE name = 'ans'",
+        "UPDATE openprose.binding_history SET value = '{\"n\":5}' WHERE run_id = '$RUN' AND name = 'ans'",
+    );
+    for args in [
+        &["--version", "1"][..],
+        &["--as-of", &(l + 1).to_string()][..],
+    ] {
+        let a = run.cmd().args(["get", "ans"]).args(args).assert().failure();
+        assert_eq!(code(&a), 9, "{args:?}: {}", stderr(&a));
+    }
 }

@@ -217,7 +217,21 @@ pub fn version(store: &mut dyn Store, name: &str, start: Option<i64>, n: i64) ->
     let scope = scope_of(store, name, start)?;
     let span = store.binding_versions(name, scope, history::Versions::Rebuilding(n))?;
     let row = history::version(&span, name, n)?;
+    answer_version(store, name, scope, n, &row)?;
     found(store, start, scope, row)
+}
+
+/// A version a gate's decision wrote as its answer is read only as that decision wrote it.
+fn answer_version(
+    store: &mut dyn Store,
+    name: &str,
+    scope: Option<i64>,
+    n: i64,
+    row: &crate::store::BindingRow,
+) -> Result<()> {
+    let inline = row.attachment_path.as_deref().is_none_or(str::is_empty);
+    let held = row.value.as_deref().filter(|_| inline);
+    crate::store::gate_read::check_answer_version(store, name, scope, n, held)
 }
 
 fn found(
@@ -273,6 +287,7 @@ pub fn as_of(store: &mut dyn Store, name: &str, start: Option<i64>, at: &AsOf) -
         match history::then(&rows, at) {
             Then::Stood(i) => {
                 let row = history::as_row(&rows, i)?;
+                answer_version(store, name, scope, rows[i].n, &row)?;
                 return found(store, start, scope, row);
             }
             Then::Absent => {}

@@ -184,3 +184,59 @@ fn answered_as_sealed(
     }
     Ok(())
 }
+
+/// Checks version `n` of binding `name` in `scope`, as a read of the past found it (`held`:
+/// its value's bytes, None when kept elsewhere): when a sealed decision wrote that version as
+/// its answer (`response_version`), it holds exactly those bytes, or it was changed behind
+/// prose-state's back (exit 9), as is a broken log or a naming gate at odds with its log.
+pub fn check_answer_version(
+    store: &mut dyn Store,
+    name: &str,
+    scope: Option<i64>,
+    n: i64,
+    held: Option<&[u8]>,
+) -> Result<()> {
+    let named: Vec<String> = store
+        .response_gates(name)?
+        .into_iter()
+        .filter(|(_, at)| *at == scope)
+        .map(|(g, _)| g)
+        .collect();
+    if named.is_empty() {
+        return Ok(());
+    }
+    let report = store.verify_audit()?;
+    if let Some(b) = &report.first_broken {
+        return Err(crate::error::tampered(format!(
+            "binding {} is a gate's answer, and the run's audit log is broken ({}): run `prose-state gates verify`",
+            shown(name),
+            b.reason
+        )));
+    }
+    for gate in &named {
+        if let Integrity::Tampered(why) = report.gate(gate) {
+            return Err(crate::error::tampered(format!(
+                "binding {} is gate {}'s answer, and the gate disagrees with its sealed log: {why}",
+                shown(name),
+                shown(gate)
+            )));
+        }
+        let Some(d) = report.derived.get(gate) else {
+            continue;
+        };
+        for opening in d.earlier.iter().chain(std::iter::once(d)) {
+            let wrote = opening.response_binding.as_ref() == Some(&(name.to_string(), scope))
+                && opening.response_version == Some(n);
+            if let (true, Some(answer)) = (wrote, &opening.response) {
+                if held != Some(answer.to_string().as_bytes()) {
+                    return Err(crate::error::tampered(format!(
+                        "version {n} of binding {} is not the answer gate {}'s sealed decision wrote: it was changed behind prose-state's back",
+                        shown(name),
+                        shown(gate)
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
