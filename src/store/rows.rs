@@ -54,9 +54,12 @@ pub trait Rows {
     /// decision writes (`gates create --response-binding`), each with that binding's scope
     /// (None: the root), each pair once.
     fn response_gates(&mut self, name: &str) -> Result<Vec<(String, Option<i64>)>> {
+        // The rule writes the metadata as compact JSON: the name's own member narrows the read
+        // to the openings that name it (any other spelling is no rule's, and no opening).
+        let member = format!("\"response_binding\":{}", serde_json::Value::from(name));
         let rows = self.audit(&AuditFilter {
             event: Some("created"),
-            mentions: Some("\"response_binding\""),
+            mentions: Some(&member),
             ..AuditFilter::default()
         })?;
         let mut gates = Vec::new();
