@@ -110,7 +110,10 @@ fn edits_of_anything_else_write_nothing(b: Backend) {
     run.bind("other", "o", None);
     open(&run, "g", None);
     let before = run.snapshot();
-    let cases: [(&[&str], i32, &str); 5] = [
+    let nul = p.write("nul.txt", b"a\0b");
+    let nul = format!("draft=@{}", nul.display());
+    let cases: [(&[&str], i32, &str); 6] = [
+        (&["approve", "g", "--edit", &nul], 2, "NUL"),
         (&["approve", "g", "--edit", "other=x"], 2, "is not about it"),
         (&["approve", "g", "--edit", "draft"], 2, "NAME=VALUE"),
         (

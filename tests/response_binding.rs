@@ -152,7 +152,19 @@ fn a_response_binding_is_refused_where_no_decision_could_write_it(b: Backend) {
         .assert()
         .success();
     let before = run.snapshot();
-    let cases: [(&[&str], i32, &str); 3] = [
+    let cases: [(&[&str], i32, &str); 4] = [
+        (
+            &[
+                "--inputs",
+                "size",
+                "--response-schema",
+                SCHEMA,
+                "--response-binding",
+                "size",
+            ],
+            2,
+            "one of --inputs",
+        ),
         (&["--response-binding", "size"], 2, "--response-schema"),
         (
             &["--response-schema", SCHEMA, "--response-binding", "no way"],

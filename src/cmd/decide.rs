@@ -349,6 +349,10 @@ fn parse_edits(edits: &[String]) -> Result<Vec<(String, String)>> {
         }
         let what = format!("--edit {name}");
         let value = crate::response::text_of(&what, value, EDIT_MAX_BYTES)?;
+        // Refused on every backend alike (PostgreSQL's text holds none).
+        if value.contains('\0') {
+            return Err(usage(format!("{what}: the value contains a NUL byte")));
+        }
         out.push((name.to_string(), value));
     }
     Ok(out)

@@ -203,6 +203,13 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> R
                 "--response-binding needs --response-schema: the binding holds the answer it asks for",
             ));
         }
+        // The decision would change an input it is about as it is taken: stale at once.
+        if inputs.contains(name) {
+            return Err(usage(format!(
+                "--response-binding {}: it is one of --inputs, which the decision is about; the answer goes to a binding of its own",
+                shown(name)
+            )));
+        }
     }
     let now = now();
     let allow = serde_json::to_string(&allow)?;

@@ -392,9 +392,14 @@ pub(super) fn resolution(g: &GateRow) -> String {
 }
 
 /// A sealed edit in one line: `NAME by P: version A -> B (X -> Y bytes)` (`-`: not bound
-/// before, or not kept inline).
+/// before; `?`: a size not known, the value edited being an attachment).
 pub fn edit_line(by: &str, e: &serde_json::Value) -> String {
-    let num = |k: &str| e[k].as_i64().map_or("-".to_string(), |n| n.to_string());
+    let unbound = e["from_version"].is_null();
+    let num = |k: &str| match e[k].as_i64() {
+        Some(n) => n.to_string(),
+        None if unbound || k != "bytes_before" => "-".to_string(),
+        None => "?".to_string(),
+    };
     format!(
         "{} by {}: version {} -> {} ({} -> {} bytes)",
         crate::output::visible(e["name"].as_str().unwrap_or_default()),

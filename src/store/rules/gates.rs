@@ -323,8 +323,12 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
             .find(|(by, _)| by == me)
             .map(|(_, answer)| answer);
         if earlier != d.response || !d.edits.is_empty() {
+            let with = match d.edits.is_empty() {
+                true => "with another answer",
+                false => "and a vote given again edits nothing",
+            };
             return Err(crate::error::refused(format!(
-                "{} already voted on gate {} with another answer: a vote stands as it was given",
+                "{} already voted on gate {} {with}: a vote stands as it was given",
                 shown(me),
                 shown(d.gate_id)
             )));
