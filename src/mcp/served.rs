@@ -87,7 +87,7 @@ pub(super) const SERVED: &[Served] = &[
     Served {
         roles: VM_ONLY,
         about: "Open an approval gate (`approve GATE_ID:`): a person on `allow` decides it, \
-                never an agent or a tool.",
+                never an agent.",
         ..Served::new("gates_create", &["gates", "create"], false)
     },
     // Showing a gate logs a `viewed` event: it writes.
@@ -348,7 +348,7 @@ pub(super) const DESCRIBED: &[(&str, &str, &str)] = &[
     (
         "gates_create",
         "reopen",
-        "Open a decided gate again: its next instance (retry, loops)",
+        "Open a decided gate again (its next instance)",
     ),
     (
         "gates_create",
@@ -363,19 +363,19 @@ pub(super) const DESCRIBED: &[(&str, &str, &str)] = &[
     (
         "gates_create",
         "execution_id",
-        "The enclosing record: parent of the `approve` record",
+        "The enclosing record (parent of `approve`)",
     ),
     ("gates_create", "index", "The `approve` statement's index"),
     ("gates_create", "metadata", "A JSON object"),
     (
         "gates_create",
         "response_schema",
-        "JSON Schema of the answer an approval must give",
+        "JSON Schema an approval's answer fits",
     ),
     (
         "gates_create",
         "response_binding",
-        "Binding the decision writes the answer to; only it may",
+        "Binding the answer goes to",
     ),
     (
         "gates_wait",
