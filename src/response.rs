@@ -153,6 +153,29 @@ pub fn check_answer(schema: Option<&Value>, answer: Option<&Value>, approve: boo
     }
 }
 
+/// Every place `answer` does not fit `schema`, each as the JSON pointer of the value it is
+/// about (a required property that is missing: that property's) and a short message: what
+/// the approval page shows beside its fields.
+pub fn answer_errors(schema: &Value, answer: &Value) -> Vec<(String, String)> {
+    let validator = match jsonschema::draft202012::new(schema) {
+        Ok(v) => v,
+        Err(e) => return vec![(String::new(), clip(&e))],
+    };
+    validator
+        .iter_errors(answer)
+        .map(|e| {
+            let mut at = e.instance_path().as_str().to_string();
+            if let jsonschema::error::ValidationErrorKind::Required {
+                property: Value::String(p),
+            } = e.kind()
+            {
+                at = format!("{at}/{}", p.replace('~', "~0").replace('/', "~1"));
+            }
+            (at, clip(&e))
+        })
+        .collect()
+}
+
 /// An error's message, made safe to show on one line and short.
 fn clip(e: &dyn std::fmt::Display) -> String {
     let message = e.to_string();

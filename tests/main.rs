@@ -43,6 +43,7 @@ mod mcp_ts;
 mod nothing_lost;
 mod notify;
 mod operate;
+mod page_answers;
 mod pg_faults;
 mod principals;
 mod protocol;

@@ -23,10 +23,12 @@
 //! field, against the prompt hash and the gate instance the page showed: the first decision
 //! wins across the web and the command line, and a refused one is audit-logged).
 
+mod answer;
 mod app;
 mod decide;
 mod error;
 mod form;
+mod gate;
 mod layout;
 mod limits;
 mod listen;
@@ -144,7 +146,7 @@ fn router(app: Arc<app::App>) -> Router {
         .route("/logout", post(signin::logout))
         .route("/runs", get(pages::runs_page))
         .route("/runs/{run}", get(pages::run_page))
-        .route("/runs/{run}/gates/{gate}", get(pages::gate_page))
+        .route("/runs/{run}/gates/{gate}", get(gate::gate_page))
         .route("/runs/{run}/gates/{gate}/decide", post(decide::decide))
         .route("/runs/{run}/events", get(pages::run_events))
         .route("/runs/{run}/gates/{gate}/status", get(pages::gate_status))

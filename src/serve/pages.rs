@@ -2,7 +2,6 @@
 //! visible from it and the decision forms), and a binding's whole value.
 
 use super::app::{blocking, page_run, App};
-use super::decide;
 use super::error::PageError;
 use super::layout::{enc, gate_link, layout, left, secured, visible, Page};
 use super::signin::SignedIn;
@@ -16,7 +15,7 @@ use maud::{html, Markup};
 use std::sync::Arc;
 
 /// Recent log entries shown on a gate's page.
-const RECENT: usize = 20;
+pub(super) const RECENT: usize = 20;
 /// The most records the run page shows (the newest).
 const RUN_LOG: usize = 500;
 /// A binding's value is shown up to this many bytes; the whole is a link away.
@@ -124,7 +123,7 @@ pub(super) async fn runs_page(
 }
 
 /// A table with a header of `heads`, and a row of `cells` for each of `items`.
-fn grid<T>(heads: &[&str], items: &[T], cells: impl Fn(&T) -> Markup) -> Markup {
+pub(super) fn grid<T>(heads: &[&str], items: &[T], cells: impl Fn(&T) -> Markup) -> Markup {
     html! {
         table {
             thead { tr { @for h in heads { th { (h) } } } }
@@ -133,7 +132,7 @@ fn grid<T>(heads: &[&str], items: &[T], cells: impl Fn(&T) -> Markup) -> Markup 
     }
 }
 
-fn log_table(rows: &[ExecutionRow]) -> Markup {
+pub(super) fn log_table(rows: &[ExecutionRow]) -> Markup {
     grid(&["#", "Statement", "Status", "At", "Parent"], rows, |e| {
         html! {
             td { (e.id) }
@@ -146,7 +145,7 @@ fn log_table(rows: &[ExecutionRow]) -> Markup {
 }
 
 /// The newest `n` records of the run's log, in order.
-fn newest(store: &mut dyn Store, n: usize) -> Result<Vec<ExecutionRow>> {
+pub(super) fn newest(store: &mut dyn Store, n: usize) -> Result<Vec<ExecutionRow>> {
     let mut log = store.executions_matching(&crate::store::ExecQuery {
         newest_first: true,
         limit: Some(n as i64),
@@ -197,173 +196,7 @@ pub(super) async fn run_page(
     )))
 }
 
-struct GateViewData {
-    shown: crate::cmd::gates::GateShown,
-    recent: Vec<ExecutionRow>,
-    bindings: Vec<BindingRow>,
-    /// Groups and revocations now (who may decide through a group).
-    roster: crate::team::Roster,
-}
-
-pub(super) async fn gate_page(
-    State(app): State<Arc<App>>,
-    Path((run, gate)): Path<(String, String)>,
-    user: SignedIn,
-) -> Result<Page, PageError> {
-    let viewer = user.principal.as_str().to_string();
-    let d = blocking(&app, move |app| {
-        let (paths, mut store) = page_run(&app.ctx, &run)?;
-        let shown = crate::cmd::gates::show_to(
-            &gate,
-            Some(&viewer),
-            "web",
-            store.as_mut(),
-            &paths.dir,
-            &mut crate::cmd::gates::LazyRoster::new(&app.ctx),
-        )?;
-        Ok(GateViewData {
-            recent: newest(store.as_mut(), RECENT)?,
-            // The bindings its execution sees (an execution that does not exist has no
-            // chain: the root alone); every root binding for a gate with no execution.
-            bindings: crate::cmd::get::nearest_bindings(
-                store.as_mut(),
-                shown.gate.gate.execution_id,
-                None,
-                i64::MAX,
-            )?
-            .1,
-            shown,
-            // A book whose log cannot be trusted admits no one through a group (the
-            // decision's own rule): the page offers no form on that account.
-            roster: app
-                .with_book(|b| crate::cmd::decide::roster(Some(b)))?
-                .unwrap_or_default(),
-        })
-    })
-    .await?;
-    Ok(Page(gate_markup(&app, &d, &user)))
-}
-
-fn gate_markup(app: &App, d: &GateViewData, user: &SignedIn) -> Markup {
-    let g = &d.shown.gate.gate;
-    let principal = &user.principal;
-    let run = g.run_id.as_deref().unwrap_or("");
-    let hash = crate::model::sha256_tag(&g.prompt);
-    let may = !crate::team::admitting(&g.allow, principal, &d.roster).is_empty();
-    let team = d.shown.gate.team.as_ref();
-    let me = principal.as_str().to_string();
-    let voted = team.is_some_and(|t| t.approvals.contains(&me) || t.rejections.contains(&me));
-    let duties = team.and_then(|t| t.separate_duties.as_ref());
-    let own = [
-        ("starter", "you started its run"),
-        ("creator", "you created it"),
-    ]
-    .into_iter()
-    .find(|(role, _)| duties.is_some_and(|s| s[role].as_str() == Some(me.as_str())))
-    .map(|(_, why)| why);
-    let utc = |t: Option<&str>| t.map_or_else(|| "-".to_string(), |t| format!("{t} UTC"));
-    layout(
-        &g.id,
-        Some((principal, &user.csrf)),
-        html! {
-            p { a href=(format!("/runs/{}", enc(run))) { "Run " (visible(run)) } }
-            h1 { "Gate " (visible(&g.id)) }
-            dl #facts data-events=(format!("/runs/{}/events", enc(run))) data-status=(format!("{}/status", gate_link(g))) {
-                dt { "Status" } dd #status { (g.status.to_string()) }
-                dt { "May decide" } dd {
-                    (visible(&g.allow.join(", ")))
-                    @if g.allow.iter().any(|a| a == "user") {
-                        " (user: any person, never an agent)"
-                    }
-                }
-                @if let Some(t) = team {
-                    dt { "Approvals" } dd #progress {
-                        (visible(&t.progress))
-                        @if !t.waiting_for.is_empty() { "; waiting for " (visible(&t.waiting_for.join(", "))) }
-                        @if t.veto { "; one rejection rejects it" }
-                    }
-                    @if let Some(e) = &t.escalation {
-                        dt { "Escalation" } dd #escalation {
-                            @let to = visible(e["to"].as_str().unwrap_or_default());
-                            @if e["escalated"] == true { "escalated to " (to) " at its first deadline" }
-                            @else if g.status.is_pending() { "to " (to) " at the deadline, instead of timing out" }
-                            @else { "to " (to) ", not reached" }
-                        }
-                    }
-                    @if let Some(at) = &t.next_reminder {
-                        dt { "Next reminder" } dd #reminder { (at) " UTC" }
-                    }
-                    @if let Some(s) = &t.separate_duties {
-                        dt { "Separation of duties" } dd {
-                            "neither " (visible(s["starter"].as_str().unwrap_or("the run's starter")))
-                            " (started the run) nor " (visible(s["creator"].as_str().unwrap_or("unknown")))
-                            " (created the gate) may approve"
-                        }
-                    }
-                }
-                dt { "On reject" } dd { (visible(g.on_reject.as_deref().unwrap_or("-"))) }
-                dt { "Deadline" } dd {
-                    (g.timeout_at.as_deref().map_or_else(|| "none".to_string(), |t| format!("{t} UTC")))
-                    @if g.status.is_pending() && g.timeout_at.is_some() {
-                        " (" span #countdown data-deadline=[g.timeout_at.as_deref()] { (left(d.shown.gate.time_left_seconds)) } " left)"
-                    }
-                }
-                dt { "Created" } dd { (utc(g.created_at.as_deref())) }
-                @if let Some(by) = &g.resolved_by {
-                    dt { "Decided by" } dd #decided-by { (visible(by)) " at " (utc(g.resolved_at.as_deref())) }
-                    dt { "Comment" } dd { (visible(g.resolution_comment.as_deref().unwrap_or("-"))) }
-                }
-                dt { "Audit" } dd { (d.shown.integrity.state) (d.shown.integrity.detail.as_deref().map(|x| format!(": {x}")).unwrap_or_default()) }
-            }
-            @if let Some(why) = &d.shown.stale {
-                p.note #stale { "This decision is stale: " (visible(why)) ". It no longer stands; the run opens the gate again." }
-            }
-            h2 { "Prompt" }
-            pre #prompt { (visible(&g.prompt)) }
-            p.hash { "SHA-256 of the prompt: " code #prompt-hash { (hash) } }
-            @if !d.shown.inputs.is_empty() {
-                h2 { "What this decision is about" }
-                (grid(&["Binding", "Bytes", "Value (its start)"], &d.shown.inputs, |i| html! {
-                    td { (visible(&i.name)) }
-                    td { (i.bytes) }
-                    td.input { @if i.digest.is_some() { (visible(&i.preview)) } @else { "not bound" } }
-                }))
-            }
-            h2 { "Bindings in scope" }
-            @if d.bindings.is_empty() { p { "None." } }
-            @for b in &d.bindings {
-                (binding_markup(run, b))
-            }
-            // What a reviewer must read comes first: the decision follows it.
-            @if g.status.is_pending() && d.shown.integrity.state == "tampered" {
-                // The gate as re-derived from its sealed log disagrees with its row: no form.
-                p.note #tampered { "This gate disagrees with its sealed log; it cannot be decided here." }
-            } @else if g.status.is_pending() {
-                @if !may {
-                    p.note { (principal.as_str()) " may not decide this gate." }
-                } @else if voted {
-                    p.note #voted { "You have already voted on this gate; your vote is counted (" (visible(team.map(|t| t.progress.as_str()).unwrap_or(""))) ")." }
-                } @else {
-                    @if let Some(why) = own {
-                        p.note #own { "You may not approve this gate: " (why) " (separation of duties). You may still reject it." }
-                    }
-                    (decide::forms(app, user, g, &d.shown.inputs))
-                }
-            }
-            h2 { "Recent log" }
-            (log_table(&d.recent))
-            h2 { "History" }
-            (grid(&["Event", "Principal", "Comment", "At"], &d.shown.history, |a| html! {
-                td { (visible(&a.event_type)) }
-                td { (visible(a.principal.as_deref().unwrap_or("-"))) }
-                td { (visible(a.comment.as_deref().unwrap_or("-"))) }
-                td { (utc(a.timestamp.as_deref())) }
-            }))
-        },
-    )
-}
-
-fn binding_markup(run: &str, b: &BindingRow) -> Markup {
+pub(super) fn binding_markup(run: &str, b: &BindingRow) -> Markup {
     let scope = b.execution_id.map_or("root".to_string(), |e| e.to_string());
     let link = format!("/runs/{}/bindings/{}/{}", enc(run), scope, enc(&b.name));
     html! {

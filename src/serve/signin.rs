@@ -22,6 +22,7 @@ use std::time::Instant;
 /// takes it is not called for a request without one: the answer is the sign-in page (401).
 /// A form's handler takes `Result<SignedIn, PageError>` and answers for it once its form is
 /// read, so that a form that is not one of the page's is 400 (413, 408) whoever sends it.
+#[derive(Clone)]
 pub(super) struct SignedIn {
     /// The session's id (a decision form is bound to it, `decide::view_tag`).
     pub session: String,

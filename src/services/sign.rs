@@ -91,7 +91,7 @@ impl SignsDecisions for Signer {
             "sig": crate::model::hex(&sig.to_bytes()),
         });
         if let Some(place) = &self.place {
-            signature["v"] = crate::store::signatures::PLACED.into();
+            signature["v"] = what.format().into();
             signature["place"] = place.as_str().into();
         }
         signature

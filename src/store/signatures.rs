@@ -33,10 +33,23 @@ pub struct Signed<'a> {
     /// a server and database), which a signature from this release names (`"v": 3`), so that a
     /// decision signed for one project stands in no other.
     pub place: Option<&'a str>,
+    /// The digest of the answer and edits the decision (or vote) carries (`answer_digest`),
+    /// for one that carries either: a signature over it is format v4.
+    pub answer: Option<&'a str>,
 }
 
 /// The signature format that names the project's place.
 pub const PLACED: i64 = 3;
+/// The signature format that also covers the decision's answer and edits.
+pub const ANSWERED: i64 = 4;
+
+/// What a signature covers of a decision's answer (`response`) and edits (`edits`), as its
+/// sealed metadata keeps them: None for a decision that carries neither.
+pub fn answer_digest(metadata: &serde_json::Value) -> Option<String> {
+    let (response, edits) = (&metadata["response"], &metadata["edits"]);
+    (!response.is_null() || !edits.is_null())
+        .then(|| crate::model::sha256_tag(&serde_json::json!([response, edits]).to_string()))
+}
 
 /// What a decision's signature is checked against (`gates wait --require-signed`, `gates
 /// verify --signed`).
@@ -57,12 +70,23 @@ pub fn inputs_digest(map: &std::collections::BTreeMap<String, Option<String>>) -
 }
 
 impl Signed<'_> {
-    /// The signed bytes: a JSON array, so that no field can run into the next. Only v3 is
-    /// made and checked (a signature without the place it names is unattested before its
-    /// bytes are read); with no place the array holds null there, which no check accepts.
+    /// The signature format this decision is signed in: v4 where it carries an answer or
+    /// edits, v3 otherwise.
+    pub fn format(&self) -> i64 {
+        if self.answer.is_some() {
+            ANSWERED
+        } else {
+            PLACED
+        }
+    }
+
+    /// The signed bytes: a JSON array, so that no field can run into the next. Only v3 and v4
+    /// are made and checked (a signature without the place it names is unattested before its
+    /// bytes are read); with no place the array holds null there, which no check accepts. v4
+    /// is v3 with the answer's digest after the place.
     pub fn message(&self) -> Vec<u8> {
-        serde_json::to_vec(&serde_json::json!([
-            "prose-state signed decision v3",
+        let mut fields = serde_json::json!([
+            format!("prose-state signed decision v{}", self.format()),
             self.run,
             self.gate,
             self.instance,
@@ -72,8 +96,11 @@ impl Signed<'_> {
             self.time,
             self.inputs,
             self.place,
-        ]))
-        .unwrap_or_default()
+        ]);
+        if let (Some(answer), Some(a)) = (self.answer, fields.as_array_mut()) {
+            a.push(answer.into());
+        }
+        serde_json::to_vec(&fields).unwrap_or_default()
     }
 
     /// What the decided `gate` row says was decided.
@@ -88,6 +115,7 @@ impl Signed<'_> {
             time: gate.resolved_at.as_deref()?,
             inputs: None,
             place: None,
+            answer: None,
         })
     }
 }
@@ -168,6 +196,7 @@ pub fn opening_problem(
         time,
         inputs: None,
         place: None,
+        answer: None,
     };
     decision_problem(what, rows, Some(d), by)
 }
@@ -214,6 +243,8 @@ fn decision_problem(
     .ok()
     .map(|m| inputs_digest(&m));
     what.inputs = inputs.as_deref();
+    let answer = answer_digest(&metadata);
+    what.answer = answer.as_deref();
     if let Some(p) = signature_problem(&metadata, &what, by) {
         return Some(p);
     }
@@ -242,11 +273,14 @@ fn decision_problem(
         >(m["inputs"].clone())
         .ok()
         .map(|m| inputs_digest(&m));
+        // And the answer and edits it gave.
+        let vote_answer = answer_digest(&m);
         let what = Signed {
             decision: vote,
             principal,
             time: &time,
             inputs: vote_inputs.as_deref(),
+            answer: vote_answer.as_deref(),
             ..what
         };
         if let Some(p) = signature_problem(&m, &what, by) {
@@ -277,8 +311,16 @@ fn signature_problem(
     }
     // A signature names the project it was made for; one from before signatures did could
     // stand in any project pinned to the same key.
-    if sig["v"].as_i64() != Some(PLACED) {
-        return unsigned("signed by a release before signatures named their project: decide it again on the page");
+    match sig["v"].as_i64() {
+        // A signature from before signatures covered answers does not vouch for one: the
+        // answer or edits were added to what was signed.
+        Some(PLACED) if what.answer.is_some() => {
+            return Some(Integrity::Tampered(
+                "its signature does not cover the answer or edits its decision records".into(),
+            ))
+        }
+        Some(PLACED | ANSWERED) => {}
+        _ => return unsigned("signed by a release before signatures named their project: decide it again on the page"),
     }
     let Some(place) = by.place.as_deref() else {
         return unsigned("this project has no id to check the signature's project against");
@@ -370,4 +412,73 @@ pub fn book_signature_valid(key: &VerifyingKey, hash: &str, seal: &str) -> bool 
         .and_then(|b| <[u8; 64]>::try_from(b).ok())
         .map(|b| Signature::from_bytes(&b))
         .is_some_and(|s| key.verify_strict(&book_message(hash), &s).is_ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ed25519_dalek::{Signer as _, SigningKey};
+
+    /// A v4 signature covers the answer and edits: another answer, none, or the v3 format
+    /// over an answer does not stand; without an answer the format is v3, as before.
+    #[test]
+    fn a_signature_covers_the_answer_and_edits() {
+        let key = SigningKey::from_bytes(&[7; 32]);
+        let by = SignedBy {
+            key: key.verifying_key(),
+            place: Some("project:p".into()),
+            accept_carried: None,
+        };
+        let metadata = serde_json::json!({"response": {"size": 3}, "edits": [{"name": "draft"}]});
+        let answer = answer_digest(&metadata).unwrap();
+        let what = Signed {
+            run: "r",
+            gate: "g",
+            instance: 1,
+            prompt_hash: "sha256:p",
+            decision: "approved",
+            principal: "alice",
+            time: "2026-11-29 10:00:00",
+            inputs: None,
+            place: Some("project:p"),
+            answer: Some(&answer),
+        };
+        let signed = |what: &Signed, v: i64| {
+            let mut m = metadata.clone();
+            m["signature"] = serde_json::json!({
+                "key": public_tag(&key.verifying_key()), "v": v, "place": "project:p",
+                "sig": crate::model::hex(&key.sign(&what.message()).to_bytes()),
+            });
+            m
+        };
+        assert_eq!(what.format(), ANSWERED);
+        assert!(signature_problem(&signed(&what, 4), &what, &by).is_none());
+        let other = answer_digest(&serde_json::json!({"response": {"size": 4}})).unwrap();
+        for changed in [
+            Signed {
+                answer: Some(&other),
+                ..what
+            },
+            Signed {
+                answer: None,
+                ..what
+            },
+        ] {
+            assert!(matches!(
+                signature_problem(&signed(&what, 4), &changed, &by),
+                Some(Integrity::Tampered(_))
+            ));
+        }
+        assert!(matches!(
+            signature_problem(&signed(&what, 3), &what, &by),
+            Some(Integrity::Tampered(_))
+        ));
+        let plain = Signed {
+            answer: None,
+            ..what
+        };
+        assert_eq!(plain.format(), PLACED);
+        assert!(signature_problem(&signed(&plain, 3), &plain, &by).is_none());
+        assert_eq!(answer_digest(&serde_json::json!({"client": "web"})), None);
+    }
 }

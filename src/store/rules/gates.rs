@@ -356,13 +356,8 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
     let edited = apply_edits(&mut tx, d, &derived, me)?;
     let inputs = edited.as_ref().map(|e| &e.0).or(inputs);
     let pins = edited.as_ref().map(|e| &e.1).or(d.pins);
-    let mut metadata = decision_metadata(&gate, d, kind, inputs);
-    if let Some((_, _, sealed)) = &edited {
-        metadata["edits"] = sealed.clone();
-    }
-    if let Some(answer) = d.response {
-        metadata["response"] = answer.clone();
-    }
+    let sealed_edits = edited.as_ref().map(|e| &e.2);
+    let mut metadata = decision_metadata(&gate, d, kind, inputs, sealed_edits);
     // The decision writes its answer into the gate's response binding, as a version by the
     // decider, in its own transaction; its event seals which version that is.
     if let (true, Some((name, scope)), Some(answer)) =
@@ -603,9 +598,18 @@ fn decision_metadata(
     d: &Decision,
     kind: &str,
     inputs: Option<&std::collections::BTreeMap<String, Option<String>>>,
+    edits: Option<&serde_json::Value>,
 ) -> serde_json::Value {
     let mut metadata = client_metadata(d.client, gate, d.authenticated);
     metadata["prompt_hash"] = d.prompt_hash.into();
+    // The answer and the edits it carries, which its signature covers.
+    if let Some(sealed) = edits {
+        metadata["edits"] = sealed.clone();
+    }
+    if let Some(answer) = d.response {
+        metadata["response"] = answer.clone();
+    }
+    let answer = crate::store::signatures::answer_digest(&metadata);
     let inputs_digest = inputs.map(crate::store::signatures::inputs_digest);
     if let Some(map) = inputs {
         metadata["inputs"] = serde_json::to_value(map).unwrap_or_default();
@@ -632,6 +636,7 @@ fn decision_metadata(
             time: d.now,
             inputs: inputs_digest.as_deref(),
             place: None,
+            answer: answer.as_deref(),
         });
     }
     metadata

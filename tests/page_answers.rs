@@ -1,0 +1,271 @@
+//! Issue 49 on the approval page: a gate's response schema is a form, checked on the server
+//! with each error beside its field; each input the decision is about can be edited, with a
+//! preview of the change before it is approved; the signature covers the answer and edits.
+
+use crate::common::*;
+use crate::serve::{add, decide, gate_path, hidden_fields, in_browser, pinned_key, Server};
+
+on_both!(an_answer_and_an_edit_are_given_on_the_page);
+
+const SCHEMA: &str = r#"{"type":"object","required":["verdict","risk"],"properties":{
+  "verdict":{"type":"string","title":"Verdict","maxLength":80,"description":"One line for the notes"},
+  "risk":{"enum":["low","medium","high"],"title":"Risk"},
+  "rollback":{"type":"boolean","title":"Rollback plan checked"},
+  "reviewers":{"type":"array","items":{"type":"string"}},
+  "limits":{"type":"object","properties":{
+    "max_minutes":{"type":"integer","minimum":1,"maximum":60,"default":15}}}}}"#;
+
+/// Opens gate `g`, about the input `draft`, asking for SCHEMA's answer into `verdict_out`.
+fn open(run: &Run) {
+    run.bind("draft", "Release notes\nv2 ships soon\n", None);
+    run.cmd()
+        .args([
+            "gates", "create", "g", "--prompt", "Ship v2?", "--inputs", "draft",
+        ])
+        .args([
+            "--response-schema",
+            SCHEMA,
+            "--response-binding",
+            "verdict_out",
+        ])
+        .assert()
+        .success();
+}
+
+/// Text in an attribute or element, as maud escaped it, read back.
+fn unescape(s: &str) -> String {
+    s.replace("&quot;", "\"")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&#39;", "'")
+        .replace("&amp;", "&")
+}
+
+/// The approve form's hidden fields, with these fields of the answer and edits.
+fn approval(page: &str, fields: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = hidden_fields(page, "approve")
+        .into_iter()
+        .map(|(k, v)| (k, unescape(&v)))
+        .collect();
+    out.extend(fields.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    out
+}
+
+fn post(s: &Server, cookie: &str, run: &Run, fields: &[(String, String)]) -> crate::serve::Reply {
+    let fields: Vec<(&str, &str)> = fields
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    decide(s, cookie, run, "g", &fields)
+}
+
+/// The form the schema makes, its errors beside the fields (nothing written), the preview of
+/// an edit (nothing written until it is confirmed, and a preview tag not the page's own shows
+/// the preview again), then the approval: the answer in the response binding, the edit a
+/// version by the approver, and a v4 signature `gates wait --require-signed` accepts.
+fn an_answer_and_an_edit_are_given_on_the_page(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let token = add(&p, "alice");
+    pinned_key(&p);
+    open(&run);
+    let s = Server::start(&p);
+    let cookie = s.login(&token);
+    let page = s.get(&gate_path(&run, "g"), Some(&cookie)).body;
+    for shown in [
+        r#"name="r/verdict""#,
+        r#"maxlength="80""#,
+        "One line for the notes",
+        r#"<option value="&quot;high&quot;">high</option>"#,
+        r#"type="checkbox" name="r/rollback""#,
+        r#"name="r/reviewers""#,
+        r#"name="r/limits/max_minutes" value="15""#,
+        "Default: 15",
+        r#"name="edit/draft""#,
+        "v2 ships soon",
+        "novalidate",
+    ] {
+        assert!(page.contains(shown), "{shown} not in {page}");
+    }
+    let before = run.snapshot();
+    // A number over its maximum and a required field left out: 400, each error beside its
+    // field, what was typed kept, nothing written.
+    let r = post(
+        &s,
+        &cookie,
+        &run,
+        &approval(
+            &page,
+            &[("r/verdict", "Ship it"), ("r/limits/max_minutes", "90")],
+        ),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(
+        r.body.contains("greater than the maximum of 60"),
+        "{}",
+        r.body
+    );
+    assert!(
+        r.body.contains(r#"name="r/verdict" value="Ship it""#),
+        "{}",
+        r.body
+    );
+    let risk = r.body.find(r#"name="r/risk""#).unwrap();
+    assert!(r.body[risk..].contains("required"), "{}", r.body);
+    assert_eq!(run.snapshot(), before, "a bad answer wrote");
+    // Not a number: beside it.
+    let r = post(
+        &s,
+        &cookie,
+        &run,
+        &approval(
+            &page,
+            &[
+                ("r/verdict", "x"),
+                ("r/risk", "\"low\""),
+                ("r/limits/max_minutes", "ten"),
+            ],
+        ),
+    );
+    assert_eq!(r.status, 400);
+    assert!(r.body.contains("not a number"), "{}", r.body);
+    // A field twice: 400 naming it.
+    for extra in [("csrf", "again"), ("r/verdict", "one"), ("edit/draft", "x")] {
+        let mut twice = approval(&page, &[extra]);
+        twice.push((extra.0.to_string(), extra.1.to_string()));
+        let r = post(&s, &cookie, &run, &twice);
+        assert_eq!(r.status, 400, "{extra:?}");
+        assert!(r.body.contains("is given twice"), "{}", r.body);
+        assert_eq!(run.snapshot(), before);
+    }
+    // A good answer with an edit: the preview, nothing written.
+    let good = [
+        ("r/verdict", "Ship it"),
+        ("r/risk", "\"high\""),
+        ("r/rollback", "true"),
+        ("r/reviewers", "ann\r\nbob"),
+        ("r/limits/max_minutes", "30"),
+        ("edit/draft", "Release notes\r\nv2 ships today\r\n"),
+    ];
+    let r = post(&s, &cookie, &run, &approval(&page, &good));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("Approve with these edits?"), "{}", r.body);
+    assert!(r.body.contains("- v2 ships soon"), "{}", r.body);
+    assert!(r.body.contains("+ v2 ships today"), "{}", r.body);
+    assert!(r.body.contains("28 bytes → 29 bytes"), "{}", r.body);
+    assert_eq!(run.snapshot(), before, "a preview wrote");
+    let confirm: Vec<(String, String)> = hidden_fields(&r.body, "confirm")
+        .into_iter()
+        .map(|(k, v)| (k, unescape(&v)))
+        .collect();
+    // A preview tag the page did not make: the preview again.
+    let forged: Vec<(String, String)> = confirm
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                if k == "preview" {
+                    "0".repeat(64)
+                } else {
+                    v.clone()
+                },
+            )
+        })
+        .collect();
+    let again = post(&s, &cookie, &run, &forged);
+    assert_eq!(again.status, 200);
+    assert!(again.body.contains("Approve with these edits?"));
+    assert_eq!(run.snapshot(), before);
+    // Confirmed: approved.
+    let r = post(&s, &cookie, &run, &confirm);
+    assert_eq!(r.status, 303, "{}", r.body);
+    drop(s);
+    let answer: serde_json::Value = serde_json::from_slice(&run.get("verdict_out", None)).unwrap();
+    assert_eq!(
+        answer,
+        serde_json::json!({"verdict": "Ship it", "risk": "high", "rollback": true,
+            "reviewers": ["ann", "bob"], "limits": {"max_minutes": 30}})
+    );
+    assert_eq!(run.get("draft", None), b"Release notes\nv2 ships today\n");
+    let history = run
+        .cmd()
+        .args(["history", "draft", "--json"])
+        .assert()
+        .success();
+    assert!(String::from_utf8_lossy(&history.get_output().stdout).contains("alice"));
+    let events = run.view().events("g");
+    let approved = events.iter().find(|e| e.0 == "approved").unwrap();
+    assert_eq!(approved.2["signature"]["v"], 4, "{}", approved.2);
+    assert_eq!(approved.2["edits"][0]["name"], "draft");
+    run.cmd()
+        .args(["gates", "wait", "g", "--require-signed"])
+        .assert()
+        .success();
+    // The gate's page shows the answer and the edit.
+    let s = Server::start(&p);
+    let cookie = s.login(&token);
+    let page = s.get(&gate_path(&run, "g"), Some(&cookie)).body;
+    assert!(
+        page.contains("answer-given") && page.contains("Ship it"),
+        "{page}"
+    );
+    assert!(
+        page.contains("draft by alice: version 1 -&gt; 2 (28 -&gt; 29 bytes)"),
+        "{page}"
+    );
+}
+
+/// A person fills a generated form, by keyboard, in Chromium: an error shows beside its
+/// field, an edit is previewed as a diff, and the approval is signed over the answer.
+#[test]
+fn a_person_answers_and_edits_in_a_real_browser() {
+    let Some(python) =
+        crate::common::test_python("the browser test", crate::common::Needs::Browser)
+    else {
+        return;
+    };
+    let p = Project::new();
+    let run = p.init();
+    let token = add(&p, "alice");
+    pinned_key(&p);
+    open(&run);
+    let s = Server::start(&p);
+    let (lines, err) = in_browser(
+        &python,
+        "answer.py",
+        &[
+            &format!("http://127.0.0.1:{}", s.port),
+            &token,
+            &gate_path(&run, "g"),
+        ],
+        std::process::Stdio::null(),
+        |_| {},
+    );
+    assert!(lines.contains(&"DONE".to_string()), "{lines:?}\n{err}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("ERROR ") && l.contains("maximum of 60")),
+        "{lines:?}"
+    );
+    assert!(
+        lines.contains(&"DIFF - v2 ships soon".to_string()),
+        "{lines:?}"
+    );
+    assert!(
+        lines.contains(&"DIFF + v2 ships today".to_string()),
+        "{lines:?}"
+    );
+    drop(s);
+    let answer: serde_json::Value = serde_json::from_slice(&run.get("verdict_out", None)).unwrap();
+    assert_eq!(
+        answer,
+        serde_json::json!({"verdict": "Ship it", "risk": "high", "rollback": true,
+            "reviewers": ["ann", "bob"], "limits": {"max_minutes": 30}})
+    );
+    assert_eq!(run.get("draft", None), b"Release notes\nv2 ships today\n");
+    run.cmd()
+        .args(["gates", "wait", "g", "--require-signed"])
+        .assert()
+        .success();
+}
