@@ -74,6 +74,14 @@ fn an_answer_is_checked_sealed_and_handed_back(b: Backend) {
         v["response_schema"]["required"],
         serde_json::json!(["size"])
     );
+    // The list checked against the sealed logs (`--scan`) carries the answer too.
+    let a = run
+        .cmd()
+        .args(["--json", "gates", "--status", "all", "--scan"])
+        .assert()
+        .success();
+    let listed = stdout_json(&a);
+    assert_eq!(listed[0]["response"]["size"], 3, "{listed}");
     let a = run.cmd().args(["gates", "wait", "g"]).assert().success();
     let out = String::from_utf8_lossy(&a.get_output().stdout).to_string();
     assert!(

@@ -144,10 +144,15 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
                 Some(d) => team_view(g, d, &now, &mut roster)?,
                 None => None,
             };
+            // Checked, it also carries its answer and edits as its sealed log holds them.
+            let derived = found
+                .checked
+                .as_deref()
+                .and_then(|report| report.derived.get(&found.gate.id));
             Ok(GateView {
                 integrity,
                 team,
-                ..GateView::new(found.gate, found.program_path, &now)
+                ..GateView::new(found.gate, found.program_path, &now).answered(derived)
             })
         })
         .collect::<Result<_>>()?;
