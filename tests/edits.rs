@@ -8,6 +8,7 @@ on_both!(
     an_approval_edits_an_input_and_is_about_the_edit,
     edits_of_anything_else_write_nothing,
     a_quorums_edits_are_each_kept_with_who_made_them,
+    approvers_racing_with_answers_and_edits_lose_none_unseen,
 );
 
 fn open(run: &Run, gate: &str, require: Option<&str>) {
@@ -208,4 +209,150 @@ fn a_quorums_edits_are_each_kept_with_who_made_them(b: Backend) {
     assert_eq!(edits[0]["version"], 2, "{v}");
     assert_eq!(edits[1]["from_version"], 2, "{v}");
     assert_eq!(edits[1]["version"], 3, "{v}");
+}
+
+/// Three approvers of a gate that needs two race, each with an answer of their own and an edit
+/// of the input, on the same moment (a barrier), round after round. Whatever the order, every
+/// approval that exited 0 is a counted vote whose answer is listed by its principal and whose
+/// edit is a version of the input written by that principal, on top of the one before
+/// (`from_version`), in the order the votes were sealed; every other exited 4 and left
+/// nothing; the binding holds the deciding vote's answer; the log verifies.
+fn approvers_racing_with_answers_and_edits_lose_none_unseen(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let names = ["alice", "bob", "carol"];
+    let tokens: Vec<String> = names
+        .iter()
+        .map(|name| {
+            let a = p.cmd().args(["principals", "add", name]).assert().success();
+            String::from_utf8(a.get_output().stdout.clone())
+                .unwrap()
+                .trim()
+                .to_string()
+        })
+        .collect();
+    for round in 0..4 {
+        let (gate, input, out) = (
+            format!("q{round}"),
+            format!("draft{round}"),
+            format!("n{round}"),
+        );
+        run.bind(&input, "v0", None);
+        run.cmd()
+            .args([
+                "gates", "create", &gate, "--prompt", "Publish?", "--inputs", &input,
+            ])
+            .args(["--allow", "alice,bob,carol", "--require", "2"])
+            .args([
+                "--response-schema",
+                r#"{"type":"integer"}"#,
+                "--response-binding",
+                &out,
+            ])
+            .assert()
+            .success();
+        let barrier = std::sync::Barrier::new(names.len());
+        let codes: Vec<i32> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..names.len())
+                .map(|i| {
+                    let (barrier, tokens, gate, input) = (&barrier, &tokens, &gate, &input);
+                    let run = &run;
+                    s.spawn(move || {
+                        let mut c = run.std_cmd();
+                        c.env("PROSE_TOKEN", &tokens[i])
+                            .args(["approve", gate, "-y", "--response", &i.to_string()])
+                            .args(["--edit", &format!("{input}=by {}", names[i])]);
+                        barrier.wait();
+                        c.output().unwrap().status.code().unwrap()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(
+            codes.iter().all(|c| *c == 0 || *c == 4),
+            "round {round}: {codes:?}"
+        );
+        let won: Vec<&str> = (0..names.len())
+            .filter(|i| codes[*i] == 0)
+            .map(|i| names[i])
+            .collect();
+        assert!(
+            !won.is_empty(),
+            "round {round}: no approval went through: {codes:?}"
+        );
+        let v = stdout_json(
+            &run.cmd()
+                .args(["--json", "gates", "show", &gate])
+                .assert()
+                .success(),
+        );
+        // Each approval that went through is an edit by its principal, in a chain.
+        let edits = v["edits"].as_array().unwrap();
+        assert_eq!(edits.len(), won.len(), "round {round}: {v}");
+        let mut from = 1;
+        for e in edits {
+            assert_eq!(e["from_version"], from, "round {round}: {v}");
+            from = e["version"].as_i64().unwrap();
+            let by = e["by"].as_str().unwrap();
+            assert!(
+                won.contains(&by),
+                "round {round}: {by} edited but exited 4: {v}"
+            );
+        }
+        let history = stdout_json(
+            &run.cmd()
+                .args(["--json", "history", &input])
+                .assert()
+                .success(),
+        );
+        let writers: Vec<&str> = history["versions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rev()
+            .skip(1)
+            .map(|h| h["by"].as_str().unwrap())
+            .collect();
+        let sealed: Vec<&str> = edits.iter().map(|e| e["by"].as_str().unwrap()).collect();
+        assert_eq!(
+            writers, sealed,
+            "round {round}: history and the sealed edits disagree"
+        );
+        let last = sealed.last().unwrap();
+        assert_eq!(run.get(&input, None), format!("by {last}").as_bytes());
+        // The answers: one per vote that counted, by its principal.
+        let answer_of = |who: &str| names.iter().position(|n| *n == who).unwrap();
+        if won.len() == 2 {
+            assert_eq!(v["status"], "approved", "round {round}: {v}");
+            let decider = v["resolved_by"].as_str().unwrap();
+            assert_eq!(v["response"], answer_of(decider), "round {round}: {v}");
+            let listed: Vec<(String, i64)> = v["responses"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    (
+                        r["by"].as_str().unwrap().to_string(),
+                        r["response"].as_i64().unwrap(),
+                    )
+                })
+                .collect();
+            let mut expected: Vec<(String, i64)> = won
+                .iter()
+                .map(|w| (w.to_string(), answer_of(w) as i64))
+                .collect();
+            let mut got = listed.clone();
+            expected.sort();
+            got.sort();
+            assert_eq!(got, expected, "round {round}: {v}");
+            assert_eq!(
+                run.get(&out, None),
+                answer_of(decider).to_string().as_bytes()
+            );
+        } else {
+            assert_eq!(v["status"], "pending", "round {round}: {v}");
+        }
+    }
+    run.cmd().args(["gates", "verify"]).assert().success();
 }
