@@ -9,6 +9,7 @@ on_both!(
     edits_of_anything_else_write_nothing,
     a_quorums_edits_are_each_kept_with_who_made_them,
     approvers_racing_with_answers_and_edits_lose_none_unseen,
+    history_says_who_wrote_a_decisions_versions_as_the_log_sealed_it,
 );
 
 fn open(run: &Run, gate: &str, require: Option<&str>) {
@@ -355,4 +356,64 @@ fn approvers_racing_with_answers_and_edits_lose_none_unseen(b: Backend) {
         }
     }
     run.cmd().args(["gates", "verify"]).assert().success();
+}
+
+/// The writer and size `history` shows of a version a decision wrote (an approver's edit, the
+/// decision's answer) are the sealed decision's: a history row changed to name another
+/// writer, or to hold other bytes, is exit 9; a version no decision wrote is not checked.
+fn history_says_who_wrote_a_decisions_versions_as_the_log_sealed_it(b: Backend) {
+    let cases = [
+        ("draft", "principal = 'mallory'"),
+        ("draft", "value = 'forged, longer'"),
+        ("out", "principal = 'mallory'"),
+        ("out", "value = '{\"n\":9}'"),
+    ];
+    for (name, change) in cases {
+        let Some(p) = Project::on(b) else { return };
+        let run = p.init();
+        run.bind("draft", "v1", None);
+        run.cmd()
+            .args([
+                "gates", "create", "g", "--prompt", "Publish?", "--inputs", "draft",
+            ])
+            .args([
+                "--response-schema",
+                r#"{"type":"object"}"#,
+                "--response-binding",
+                "out",
+            ])
+            .assert()
+            .success();
+        run.cmd()
+            .args([
+                "approve",
+                "g",
+                "--as",
+                "alice",
+                "-y",
+                "--response",
+                r#"{"n":1}"#,
+            ])
+            .args(["--edit", "draft=v2 by alice"])
+            .assert()
+            .success();
+        for n in ["draft", "out"] {
+            let h = stdout_json(&run.cmd().args(["--json", "history", n]).assert().success());
+            assert_eq!(h["versions"][0]["by"], "alice", "{h}");
+        }
+        run.view().raw(
+            &format!("UPDATE binding_history SET {change} WHERE name = '{name}' AND n = (SELECT MAX(n) FROM binding_history WHERE name = '{name}')"),
+            &format!("UPDATE openprose.binding_history SET {change} WHERE run_id = '$RUN' AND name = '{name}' AND n = (SELECT MAX(n) FROM openprose.binding_history WHERE run_id = '$RUN' AND name = '{name}')"),
+        );
+        let a = run.cmd().args(["history", name]).assert().failure();
+        assert_eq!(code(&a), 9, "{name} {change}: {}", stderr(&a));
+        assert!(
+            stderr(&a).contains("changed behind prose-state's back"),
+            "{}",
+            stderr(&a)
+        );
+        // The other binding's history still reads.
+        let other = if name == "draft" { "out" } else { "draft" };
+        run.cmd().args(["history", other]).assert().success();
+    }
 }

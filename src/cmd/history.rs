@@ -328,6 +328,8 @@ impl super::Run for HistoryArgs {
         let mut page: Vec<&HistoryRow> = span.rows.iter().collect();
         let more = page.len() > self.limit as usize;
         page.truncate(self.limit as usize);
+        // Who wrote a version a sealed decision wrote is the decision's to say.
+        crate::store::gate_read::check_writers(store, &self.name, scope, &page)?;
         Ok(History {
             name: self.name.clone(),
             execution_id: scope,

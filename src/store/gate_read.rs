@@ -240,3 +240,98 @@ pub fn check_answer_version(
     }
     Ok(())
 }
+
+/// Checks who history says wrote each of `rows` (versions of binding `name` in `scope`)
+/// against the sealed log: a version a sealed decision wrote (an approver's edit of a gate's
+/// input, a decision's answer into its response binding) must name the principal the decision
+/// sealed, and hold as many bytes as it sealed (an answer: exactly its bytes), or history was
+/// changed behind prose-state's back (exit 9), as is a broken log.
+pub fn check_writers(
+    store: &mut dyn Store,
+    name: &str,
+    scope: Option<i64>,
+    rows: &[&super::history::HistoryRow],
+) -> Result<()> {
+    // Only a binding some gate's sealed opening names (as an input or its response binding)
+    // can have a version a decision wrote: the openings narrow the read.
+    let member = serde_json::Value::from(name).to_string();
+    let naming = store.audit(&super::AuditFilter {
+        event: Some("created"),
+        mentions: Some(&member),
+        ..super::AuditFilter::default()
+    })?;
+    if naming.is_empty() || rows.is_empty() {
+        return Ok(());
+    }
+    let report = store.verify_audit()?;
+    if let Some(b) = &report.first_broken {
+        return Err(crate::error::tampered(format!(
+            "binding {} was written by a gate's decision, and the run's audit log is broken ({}): run `prose-state gates verify`",
+            shown(name),
+            b.reason
+        )));
+    }
+    // Version -> (the writer the log sealed, the gate, its bytes, the exact value if sealed).
+    let mut sealed: std::collections::HashMap<i64, (String, String, Option<i64>, Option<String>)> =
+        Default::default();
+    for (gate, d) in &report.derived {
+        for opening in d.earlier.iter().chain(std::iter::once(d)) {
+            for (by, e) in &opening.edits {
+                if e["name"].as_str() == Some(name) && e["execution_id"].as_i64() == scope {
+                    if let Some(v) = e["version"].as_i64() {
+                        sealed.insert(v, (by.clone(), gate.clone(), e["bytes"].as_i64(), None));
+                    }
+                }
+            }
+            if opening.response_binding.as_ref() == Some(&(name.to_string(), scope)) {
+                if let (Some(v), Some((_, by, _)), Some(answer)) = (
+                    opening.response_version,
+                    &opening.decision,
+                    &opening.response,
+                ) {
+                    let text = answer.to_string();
+                    let bytes = Some(text.len() as i64);
+                    sealed.insert(v, (by.clone(), gate.clone(), bytes, Some(text)));
+                }
+            }
+        }
+    }
+    for r in rows {
+        let Some((by, gate, bytes, exact)) = sealed.get(&r.n) else {
+            continue;
+        };
+        let held = r.value.as_deref();
+        let wrong = if r.principal.as_deref() != Some(by.as_str()) {
+            Some(format!(
+                "says {} wrote it, and gate {}'s sealed decision says {}",
+                shown(r.principal.as_deref().unwrap_or("no one")),
+                shown(gate),
+                shown(by)
+            ))
+        } else if let Some(text) = exact.as_ref().filter(|t| held != Some(t.as_bytes())) {
+            Some(format!(
+                "is not the answer gate {}'s sealed decision wrote ({} bytes)",
+                shown(gate),
+                text.len()
+            ))
+        } else if let (Some(n), Some(v)) = (bytes, held.filter(|_| r.attachment_path.is_none())) {
+            (v.len() as i64 != *n).then(|| {
+                format!(
+                    "holds {} bytes, and gate {}'s sealed decision wrote {n}",
+                    v.len(),
+                    shown(gate)
+                )
+            })
+        } else {
+            None
+        };
+        if let Some(why) = wrong {
+            return Err(crate::error::tampered(format!(
+                "version {} of binding {} {why}: its history was changed behind prose-state's back",
+                r.n,
+                shown(name)
+            )));
+        }
+    }
+    Ok(())
+}
