@@ -171,7 +171,8 @@ pub fn answer_errors(schema: &Value, answer: &Value) -> Vec<(String, String)> {
             {
                 at = format!("{at}/{}", p.replace('~', "~0").replace('/', "~1"));
             }
-            (at, clip(&e))
+            // Shown on the page beside its field, escaped there: not quoted for a line.
+            (at, crate::error::clip(&e.to_string(), 300))
         })
         .collect()
 }

@@ -363,6 +363,25 @@ fn the_vm_asks_for_an_answer_over_mcp(b: Backend) {
             .await
             .unwrap();
         assert!(format!("{r:?}").contains(r#"{\"size\":4}"#), "{r:?}");
+        // The gate's resource carries the answer too, as its sealed log holds it.
+        let read = client
+            .read_resource(rmcp::model::ReadResourceRequestParams::new(format!(
+                "prose://runs/{}/gates/g",
+                run.id
+            )))
+            .await
+            .unwrap();
+        let text = match &read.contents[0] {
+            rmcp::model::ResourceContents::TextResourceContents { text, .. } => text.clone(),
+            other => panic!("{other:?}"),
+        };
+        let gate: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(gate["response"], serde_json::json!({"size": 4}), "{gate}");
+        assert_eq!(gate["response_binding"]["name"], "size_answer", "{gate}");
+        assert_eq!(gate["integrity"]["state"], "attested", "{gate}");
+        // Still not an argument a model may pass.
+        let r = call("gates_list", serde_json::json!({"scan": true})).await;
+        assert!(format!("{r:?}").contains("unknown argument"), "{r:?}");
         client.cancel().await.unwrap();
     });
 }

@@ -41,6 +41,7 @@ on_both!(
     a_reopened_gate_rolled_back_is_tampered,
     the_allow_list_is_the_sealed_one,
     a_gate_opened_again_before_its_decision_is_tampered,
+    with_the_audit_key_an_answer_still_cannot_be_changed_under_a_signature,
 );
 
 /// A run sealed by the release before genesis events (schema 6, sealed rows from seq 1)
@@ -1967,4 +1968,157 @@ fn the_batterys_reproductions_fail_closed() {
         said.contains("approve=9") && said.contains("approved=0"),
         "{said}"
     );
+}
+
+/// Issue 49, with the audit key: whoever holds it can rewrite a sealed event and seal the log
+/// again, so only the page's signature stands between them and a decider's words. Answers and
+/// comments given on the page (one an answer of `null`, one a quorum's vote that no longer
+/// counts) are each changed in a sealed event, the log resealed from there and its anchor
+/// moved: the log verifies, and the gate is tampered under the signature (or, an approval
+/// stripped of the answer its opening asks for, by its log alone).
+fn with_the_audit_key_an_answer_still_cannot_be_changed_under_a_signature(b: Backend) {
+    use crate::serve::{add, decide, gate_path, hidden_fields, Server};
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let tokens: Vec<String> = ["alice", "bob", "carol"]
+        .iter()
+        .map(|n| add(&p, n))
+        .collect();
+    let create = |id: &str, schema: &str, extra: &[&str]| {
+        run.cmd()
+            .args(["gates", "create", id, "--prompt", &format!("{id}?")])
+            .args(["--response-schema", schema])
+            .args(extra)
+            .assert()
+            .success();
+    };
+    create(
+        "a",
+        r#"{"type":"object","properties":{"v":{"type":"string"}}}"#,
+        &[],
+    );
+    create("n", r#"{"enum":[null,"go"]}"#, &[]);
+    create(
+        "q",
+        r#"{"type":"integer"}"#,
+        &["--allow", "alice,bob,carol", "--require", "2"],
+    );
+    p.cmd()
+        .args(["principals", "require", "--signed"])
+        .assert()
+        .success();
+    let s = Server::start(&p);
+    let approve = |who: usize, gate: &str, answer: &[(&str, &str)], comment: &str| {
+        let cookie = s.login(&tokens[who]);
+        let page = s.get(&gate_path(&run, gate), Some(&cookie));
+        let mut fields: Vec<(String, String)> = hidden_fields(&page.body, "approve")
+            .into_iter()
+            .filter(|(k, _)| k != "comment")
+            .collect();
+        fields.extend(answer.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        fields.push(("comment".into(), comment.into()));
+        let fields: Vec<(&str, &str)> = fields
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let r = decide(&s, &cookie, &run, gate, &fields);
+        assert_eq!(r.status, 303, "{gate}: {}", r.body);
+    };
+    approve(0, "a", &[("r/v", "ok")], "fine");
+    approve(0, "n", &[("r", "null")], "");
+    approve(0, "q", &[("r", "1")], "mine");
+    p.cmd()
+        .args(["principals", "revoke", "alice"])
+        .assert()
+        .success();
+    approve(1, "q", &[("r", "2")], "");
+    approve(2, "q", &[("r", "3")], "");
+    drop(s);
+    let page_key = crate::serve::show_key(&p);
+    let place = place_of(&p);
+    let rows = audit_rows(&run);
+    let gates = gate_rows(&run, "gates");
+    let key = key(&run);
+    let tip = |rows: &[AuditRow]| {
+        let t = rows
+            .iter()
+            .filter(|r| r.seq.is_some())
+            .max_by_key(|r| r.seq)
+            .unwrap();
+        t::Anchor {
+            seq: t.seq.unwrap(),
+            hash: t.hash.clone().unwrap(),
+        }
+    };
+    let judge = |rows: &[AuditRow], gates: &[GateRow]| {
+        let mut report = t::check(rows, gates, Some(&run.id), Some(&key), Some(&tip(rows)));
+        assert!(
+            report.first_broken.is_none(),
+            "the log was resealed: {report:?}"
+        );
+        t::check_signed(&mut report, rows, gates, &page_key, &place).unwrap();
+        report
+    };
+    let report = judge(&rows, &gates);
+    for g in ["a", "n", "q"] {
+        assert_eq!(report.gate(g), t::Integrity::Attested, "{g} as decided");
+    }
+    type Change = fn(&mut serde_json::Value, &mut Option<String>);
+    let cases: [(&str, &str, &str, Change); 5] = [
+        ("a", "approved", "alice", |m, _| {
+            m.as_object_mut().unwrap().remove("response");
+        }),
+        ("a", "approved", "alice", |m, _| {
+            m["response"] = serde_json::json!({"v": "bad"})
+        }),
+        ("a", "approved", "alice", |_, c| {
+            *c = Some("not fine".into())
+        }),
+        ("n", "approved", "alice", |m, _| {
+            m.as_object_mut().unwrap().remove("response");
+        }),
+        ("q", "approval", "alice", |m, _| {
+            m["response"] = serde_json::json!(9)
+        }),
+    ];
+    for (gate, event, by, change) in cases {
+        let (mut r, mut g) = (rows.clone(), gates.clone());
+        let at = r
+            .iter()
+            .position(|x| {
+                x.gate_id == gate && x.event_type == event && x.principal.as_deref() == Some(by)
+            })
+            .unwrap_or_else(|| panic!("no {event} of {gate} by {by}"));
+        let mut m: serde_json::Value =
+            serde_json::from_str(r[at].metadata.as_deref().unwrap()).unwrap();
+        let mut comment = r[at].comment.clone();
+        change(&mut m, &mut comment);
+        r[at].metadata = Some(m.to_string());
+        if comment != r[at].comment {
+            // The gate's row says the same, so that only the signature can tell.
+            r[at].comment = comment.clone();
+            if let Some(row) = g.iter_mut().find(|x| x.id == gate) {
+                row.resolution_comment = comment;
+            }
+        }
+        // Sealed again with the key, from the changed row on, in the chain's order.
+        let mut order: Vec<usize> = (0..r.len()).filter(|i| r[*i].seq.is_some()).collect();
+        order.sort_by_key(|i| r[*i].seq);
+        let start = order.iter().position(|i| *i == at).unwrap();
+        for k in start..order.len() {
+            let i = order[k];
+            if k > start {
+                r[i].prev_hash = r[order[k - 1]].hash.clone();
+            }
+            let hash = r[i].chain_hash(r[i].prev_hash.as_deref().unwrap_or(""));
+            r[i].seal = Some(key.seal(&hash));
+            r[i].hash = Some(hash);
+        }
+        let report = judge(&r, &g);
+        assert!(
+            matches!(report.gate(gate), t::Integrity::Tampered(_)),
+            "{b:?}: {gate}'s {event} by {by} changed and resealed: {:?}",
+            report.gate(gate)
+        );
+    }
 }

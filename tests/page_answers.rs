@@ -5,7 +5,10 @@
 use crate::common::*;
 use crate::serve::{add, decide, gate_path, hidden_fields, in_browser, pinned_key, Server};
 
-on_both!(an_answer_and_an_edit_are_given_on_the_page);
+on_both!(
+    an_answer_and_an_edit_are_given_on_the_page,
+    what_the_page_refuses_and_what_it_keeps_exactly,
+);
 
 const SCHEMA: &str = r#"{"type":"object","required":["verdict","risk"],"properties":{
   "verdict":{"type":"string","title":"Verdict","maxLength":80,"description":"One line for the notes"},
@@ -268,4 +271,79 @@ fn a_person_answers_and_edits_in_a_real_browser() {
         .args(["gates", "wait", "g", "--require-signed"])
         .assert()
         .success();
+}
+
+/// Found by an outside attack on the page: a number that cannot be kept exactly is refused
+/// beside its field (never rounded); a field the form does not have, and an edit of an input
+/// the page did not offer, are 400; a comment changed after the preview is previewed again;
+/// an input whose lines end in CRLF keeps them when edited, and the preview's sizes are the
+/// stored bytes. Nothing is written by any refusal.
+fn what_the_page_refuses_and_what_it_keeps_exactly(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let token = add(&p, "alice");
+    run.bind("doc", "line1\r\nline2\r\nline3\r\n", None);
+    run.bind("big", &"x".repeat(20_000), None);
+    run.cmd()
+        .args([
+            "gates", "create", "g", "--prompt", "Ship?", "--inputs", "doc,big",
+        ])
+        .args([
+            "--response-schema",
+            r#"{"type":"object","properties":{"x":{"type":"number"}}}"#,
+        ])
+        .assert()
+        .success();
+    let s = Server::start(&p);
+    let cookie = s.login(&token);
+    let page = s.get(&gate_path(&run, "g"), Some(&cookie)).body;
+    assert!(page.contains(r#"name="edit/doc""#), "{page}");
+    assert!(
+        !page.contains(r#"name="edit/big""#),
+        "a 20,000-byte input is not offered"
+    );
+    let before = run.snapshot();
+    let r = post(
+        &s,
+        &cookie,
+        &run,
+        &approval(&page, &[("r/x", "0.12345678901234567890")]),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("cannot be kept exactly"), "{}", r.body);
+    for bad in [("r/nope", "1"), ("edit/big", "small")] {
+        let r = post(&s, &cookie, &run, &approval(&page, &[bad]));
+        assert_eq!(r.status, 400, "{bad:?}: {}", r.body);
+    }
+    assert_eq!(run.snapshot(), before, "a refusal wrote");
+    // A browser sends a text area's lines with CRLF; the value's own CRLF are kept.
+    let edit = ("edit/doc", "line1\r\nLINE2\r\nline3\r\n");
+    let r = post(&s, &cookie, &run, &approval(&page, &[("r/x", "1"), edit]));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.body.contains("21 bytes → 21 bytes"), "{}", r.body);
+    let confirm: Vec<(String, String)> = hidden_fields(&r.body, "confirm")
+        .into_iter()
+        .map(|(k, v)| (k, unescape(&v)))
+        .collect();
+    // The comment changed after the preview: previewed again.
+    let changed: Vec<(String, String)> = confirm
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                if k == "comment" {
+                    "another".into()
+                } else {
+                    v.clone()
+                },
+            )
+        })
+        .collect();
+    let again = post(&s, &cookie, &run, &changed);
+    assert_eq!(again.status, 200);
+    assert!(again.body.contains("Approve with these edits?"));
+    assert_eq!(run.snapshot(), before);
+    let r = post(&s, &cookie, &run, &confirm);
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(run.get("doc", None), b"line1\r\nLINE2\r\nline3\r\n");
 }

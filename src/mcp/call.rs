@@ -53,8 +53,31 @@ impl Server {
             .map_err(crate::error::usage)
     }
 
+    /// A `gates_list` call the server makes for itself (a gate's resource): each gate checked
+    /// against its sealed log (`gates --scan` of the session's run alone), so that it carries
+    /// its integrity, answer and edits. Not a tool's argument: a model does not read past the
+    /// catalog.
+    pub(super) fn call_checked_gates(&self, spec: &ToolSpec, args: &JsonObject) -> Result<Outcome> {
+        self.call_parsed(spec, args, true, |cli| {
+            if let crate::cli::Command::Gates(g) = &mut cli.command {
+                g.list.scan = true;
+            }
+        })
+    }
+
     fn call_inner(&self, spec: &ToolSpec, args: &JsonObject, bounded: bool) -> Result<Outcome> {
-        let cli = self.parsed(spec, args, bounded)?;
+        self.call_parsed(spec, args, bounded, |_| {})
+    }
+
+    fn call_parsed(
+        &self,
+        spec: &ToolSpec,
+        args: &JsonObject,
+        bounded: bool,
+        adjust: impl FnOnce(&mut Cli),
+    ) -> Result<Outcome> {
+        let mut cli = self.parsed(spec, args, bounded)?;
+        adjust(&mut cli);
         let ctx = Context::resolve(&cli.global);
         // A run the client names is a run id of this project (or its server), never a path:
         // `diff` names two.

@@ -49,7 +49,8 @@ enum What {
     },
     /// `.../gates{?status,cursor,limit}`: as `gates_list`, every status unless asked.
     Gates { query: Map<String, Value> },
-    /// `.../gates/{gate}`: one gate as `gates_list` lists it.
+    /// `.../gates/{gate}`: one gate as `gates_list` lists it, checked against its sealed log
+    /// (with its integrity, answer and edits).
     Gate { id: String },
     /// `.../log{?since,limit}`: the newest events, or the events after `since`.
     Log { query: Map<String, Value> },
@@ -393,7 +394,11 @@ fn allowed(server: &Server, uri: &Uri) -> Result<()> {
 }
 
 fn called(server: &Server, spec: &ToolSpec, args: &Map<String, Value>) -> Result<Value> {
-    let outcome = server.call(spec, args)?;
+    answered(spec, server.call(spec, args)?)
+}
+
+/// A call's JSON, where it answered ok.
+fn answered(spec: &ToolSpec, outcome: super::call::Outcome) -> Result<Value> {
     if outcome.code != Code::Ok {
         return Err(anyhow::anyhow!(
             "{} answered with class {}",
@@ -433,6 +438,7 @@ fn read(server: &Server, uri: &Uri) -> Result<Value> {
             called(server, spec, &args)
         }
         What::Gate { id } => {
+            // Checked against its sealed log, with its answer and edits (`call_checked_gates`).
             let spec = tool(server, "gates_list", uri)?;
             open(server, uri)?;
             args.insert("status".into(), json!("all"));
@@ -440,7 +446,7 @@ fn read(server: &Server, uri: &Uri) -> Result<Value> {
             let mut cursor = 0;
             loop {
                 args.insert("cursor".into(), json!(cursor));
-                let page = called(server, spec, &args)?;
+                let page = answered(spec, server.call_checked_gates(spec, &args)?)?;
                 let found = page["gates"]
                     .as_array()
                     .and_then(|gates| gates.iter().find(|g| g["id"] == json!(id)));

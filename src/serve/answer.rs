@@ -132,13 +132,35 @@ fn fill(schema: &Value, pointer: &str, value: Option<&Value>, out: &mut Fields) 
 /// The answer the posted `fields` give under `schema`, or the errors beside the fields that
 /// do not read (a number that is not one, JSON that does not parse). The answer is then
 /// checked against the schema by [`check`].
+#[cfg(test)]
 pub(super) fn answer_of(schema: &Value, fields: &Fields) -> Result<Option<Value>, Errors> {
-    let mut errors = Errors::new();
-    let answer = read(schema, "", true, fields, &mut errors);
+    let (answer, errors) = read_answer(schema, fields);
     if errors.is_empty() {
         Ok(answer)
     } else {
         Err(errors)
+    }
+}
+
+/// The answer the fields give, as far as they read, and the errors of those that do not.
+pub(super) fn read_answer(schema: &Value, fields: &Fields) -> (Option<Value>, Errors) {
+    let mut errors = Errors::new();
+    let answer = read(schema, "", true, fields, &mut errors);
+    (answer, errors)
+}
+
+/// Whether any field of the schema at `pointer` was given: a text typed, a box ticked (a
+/// constant is not given). An optional group none of whose fields was given is left out.
+fn given(schema: &Value, pointer: &str, fields: &Fields) -> bool {
+    match ask(schema) {
+        Ask::Fixed(_) => false,
+        Ask::Group(properties) => properties
+            .iter()
+            .any(|(p, s)| given(s, &below(pointer, p), fields)),
+        Ask::Boolean => fields.get(&name(pointer)).is_some_and(|v| v == "true"),
+        _ => fields
+            .get(&name(pointer))
+            .is_some_and(|v| !v.trim().is_empty()),
     }
 }
 
@@ -154,6 +176,7 @@ fn read(
     let posted = posted.as_deref().unwrap_or("");
     match ask(schema) {
         Ask::Fixed(c) => Some(c.clone()),
+        Ask::Group(_) if !required && !given(schema, pointer, fields) => None,
         Ask::Group(properties) => {
             let needed: Vec<&str> = schema["required"]
                 .as_array()
@@ -168,7 +191,7 @@ fn read(
                     object.insert(p.clone(), v);
                 }
             }
-            (required || !object.is_empty()).then_some(Value::Object(object))
+            Some(Value::Object(object))
         }
         Ask::Boolean => Some(Value::Bool(posted == "true")),
         _ if posted.is_empty() && !required => None,
@@ -183,8 +206,18 @@ fn read(
                 .collect(),
         )),
         Ask::Number { .. } if posted.trim().is_empty() => None,
-        Ask::Number { .. } => match serde_json::from_str::<serde_json::Number>(posted.trim()) {
-            Ok(n) => Some(Value::Number(n)),
+        // Read as `--response` reads a number: one that cannot be kept exactly is refused,
+        // never rounded.
+        Ask::Number { .. } => match crate::response::parse_answer("this field", posted.trim()) {
+            Ok(n @ Value::Number(_)) => Some(n),
+            Ok(_) => {
+                errors.insert(field, "not a number".into());
+                None
+            }
+            Err(e) if format!("{e:#}").contains("exactly") => {
+                errors.insert(field, format!("{e:#}"));
+                None
+            }
             Err(_) => {
                 errors.insert(field, "not a number".into());
                 None
@@ -414,6 +447,22 @@ mod tests {
         let errors = check(&schema, &json!({"n": 7}), &names(&schema));
         assert!(errors["r/title"].contains("required"), "{errors:?}");
         assert!(errors["r/n"].contains('3'), "{errors:?}");
+        // An optional group nothing was given in is left out, though its fields are required
+        // within it; a number that cannot be kept exactly is refused, never rounded.
+        let s = json!({"type": "object", "properties": {
+            "meta": {"type": "object", "required": ["name", "ok"],
+                     "properties": {"name": {"type": "string"}, "ok": {"type": "boolean"},
+                                    "k": {"const": 1}}},
+            "x": {"type": "number"}}});
+        assert_eq!(answer_of(&s, &Fields::new()).unwrap(), Some(json!({})));
+        let mut f = Fields::new();
+        f.insert("r/meta/ok".into(), "true".into());
+        assert_eq!(
+            answer_of(&s, &f).unwrap(),
+            Some(json!({"meta": {"name": "", "ok": true, "k": 1}}))
+        );
+        f.insert("r/x".into(), "0.12345678901234567890".into());
+        assert!(answer_of(&s, &f).unwrap_err()["r/x"].contains("exactly"));
         // CRLF from a browser's text area reads as LF.
         let s = json!({"type": "string"});
         let mut f = Fields::new();

@@ -193,9 +193,13 @@ fn preview_tag(key: &[u8; 32], session: &str, view: &str, digest: &str) -> Strin
     view_tag(key, [session, "preview", view, digest, ""])
 }
 
-/// What a preview covers: the answer and the edits.
-fn preview_digest(answer: Option<&serde_json::Value>, edits: &[(String, String)]) -> String {
-    sha256_tag(&serde_json::json!([answer, edits]).to_string())
+/// What a preview covers: the answer, the edits and the comment.
+fn preview_digest(
+    answer: Option<&serde_json::Value>,
+    edits: &[(String, String)],
+    comment: &str,
+) -> String {
+    sha256_tag(&serde_json::json!([answer, edits, comment]).to_string())
 }
 
 /// The preview of an approval's edits (and its answer), with the form that approves them as
@@ -412,23 +416,32 @@ pub(super) fn take(
     }
     let mut errors = Errors::new();
     let answer = match (&schema, approve) {
-        (Some(s), true) => match answer::answer_of(s, &form.answer) {
-            Ok(Some(a)) => {
-                errors.extend(answer::check(s, &a, &answer::names(s)));
-                Some(a)
+        (Some(s), true) => {
+            let names = answer::names(s);
+            if let Some(k) = form.answer.keys().find(|k| !names.contains(k)) {
+                return Err(crate::error::usage(format!(
+                    "{} is no field of this gate's answer",
+                    crate::error::shown(k)
+                )));
             }
-            Ok(None) => {
-                errors.insert(
-                    answer::name(""),
-                    "an approval of this gate needs an answer".into(),
-                );
-                None
+            // The fields that do not read are marked; the rest of the answer is still
+            // checked, so that every error is shown at once.
+            let (answer, unread) = answer::read_answer(s, &form.answer);
+            errors = unread;
+            match &answer {
+                Some(a) => {
+                    for (k, v) in answer::check(s, a, &names) {
+                        errors.entry(k).or_insert(v);
+                    }
+                }
+                None if errors.is_empty() => {
+                    let why = "an approval of this gate needs an answer";
+                    errors.insert(answer::name(""), why.into());
+                }
+                None => {}
             }
-            Err(e) => {
-                errors.extend(e);
-                None
-            }
-        },
+            answer
+        }
         (None, _) if !form.answer.is_empty() => {
             return Err(crate::error::usage("this gate asks for no answer"));
         }
@@ -444,12 +457,27 @@ pub(super) fn take(
                     crate::error::shown(name)
                 )));
             }
-            let value = lf(posted);
-            let before = now_values.get(name).map(|v| lf(v));
-            if value.contains('\0') {
+            // Only what the page offered (text of at most EDITABLE_BYTES, bound): a larger
+            // input or an attachment is edited on the command line.
+            let Some(before) = now_values.get(name) else {
+                return Err(crate::error::usage(format!(
+                    "edit/{}: the page does not edit this input (an attachment, unbound, or over {EDITABLE_BYTES} bytes): approve it with `--edit {}=@FILE`",
+                    crate::error::shown(name),
+                    crate::error::shown(name)
+                )));
+            };
+            if posted.contains('\0') {
                 errors.insert(format!("edit/{name}"), "contains a NUL byte".into());
-            } else if before.as_deref() != Some(value.as_str()) {
-                edits.push((name.clone(), before.unwrap_or_default(), value));
+            } else if lf(posted) != lf(before) {
+                // A value whose lines end in CRLF keeps them; any other reads as LF (how a
+                // browser sends a text area's lines is not what the value holds).
+                let crlf = before.contains("\r\n")
+                    && before.matches('\n').count() == before.matches("\r\n").count();
+                let after = match crlf {
+                    true => lf(posted).replace('\n', "\r\n"),
+                    false => lf(posted),
+                };
+                edits.push((name.clone(), before.clone(), after));
             }
         }
     }
@@ -471,7 +499,7 @@ pub(super) fn take(
         .iter()
         .map(|(n, _, after)| (n.clone(), after.clone()))
         .collect();
-    let digest = preview_digest(answer.as_ref(), &edit_pairs);
+    let digest = preview_digest(answer.as_ref(), &edit_pairs, &comment);
     let tag = preview_tag(&app.view_key, &user.session, &form.view, &digest);
     if !edits.is_empty() && !same(&form.preview, &tag) {
         return Ok(Posted::Preview(preview(

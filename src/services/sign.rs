@@ -84,14 +84,16 @@ impl SignsDecisions for Signer {
             place: self.place.as_deref(),
             ..*what
         };
-        let sig = self.key.sign(&what.message());
+        let sig = self
+            .key
+            .sign(&what.message(crate::store::signatures::ANSWERED));
         let mut signature = serde_json::json!({
             "alg": "ed25519",
             "key": self.public,
             "sig": crate::model::hex(&sig.to_bytes()),
         });
         if let Some(place) = &self.place {
-            signature["v"] = what.format().into();
+            signature["v"] = crate::store::signatures::ANSWERED.into();
             signature["place"] = place.as_str().into();
         }
         signature

@@ -737,6 +737,7 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                         crate::error::shown(&by)
                     ));
                 }
+                answer_asked(&d, &m, approve)?;
                 for e in m["edits"].as_array().into_iter().flatten() {
                     d.edits.push((by.clone(), e.clone()));
                 }
@@ -762,6 +763,7 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
                 } else {
                     let approve = kind == "approved";
                     vote_allowed(&d, r, &m, &by, approve)?;
+                    answer_asked(&d, &m, approve)?;
                     d.counted = counted(&d, &m, &by, approve)?;
                 }
                 if !d.inputs.is_empty() {
@@ -791,6 +793,21 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
         }
     }
     Ok(d)
+}
+
+/// A decision or vote answers as its opening asks: an approval of a gate with a response
+/// schema carries an answer (an answer of `null` is one), and a gate without one takes none.
+/// (What the answer is was checked against the schema by the rule that sealed it.)
+fn answer_asked(d: &Derived, m: &serde_json::Value, approve: bool) -> Result<(), String> {
+    match (&d.response_schema, m.get("response")) {
+        (Some(_), None) if approve => {
+            Err("its approval carries no answer, and its opening asks for one".into())
+        }
+        (None, Some(_)) => {
+            Err("its decision carries an answer its opening does not ask for".into())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The sealed events of a gate's schedule: its escalation (once, at its deadline) and each

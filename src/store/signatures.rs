@@ -34,20 +34,25 @@ pub struct Signed<'a> {
     /// decision signed for one project stands in no other.
     pub place: Option<&'a str>,
     /// The digest of the answer and edits the decision (or vote) carries (`answer_digest`),
-    /// for one that carries either: a signature over it is format v4.
+    /// for one that carries either.
     pub answer: Option<&'a str>,
+    /// The comment or reason the decision (or vote) was given with, as its sealed event keeps
+    /// it (covered from format v4 on).
+    pub comment: Option<&'a str>,
 }
 
 /// The signature format that names the project's place.
 pub const PLACED: i64 = 3;
-/// The signature format that also covers the decision's answer and edits.
+/// The signature format made now: v3's fields, and the decision's answer and edits and its
+/// comment.
 pub const ANSWERED: i64 = 4;
 
 /// What a signature covers of a decision's answer (`response`) and edits (`edits`), as its
 /// sealed metadata keeps them: None for a decision that carries neither.
 pub fn answer_digest(metadata: &serde_json::Value) -> Option<String> {
-    let (response, edits) = (&metadata["response"], &metadata["edits"]);
-    (!response.is_null() || !edits.is_null())
+    // An answer of `null` is an answer: present, it is covered.
+    let (response, edits) = (metadata.get("response"), metadata.get("edits"));
+    (response.is_some() || edits.is_some())
         .then(|| crate::model::sha256_tag(&serde_json::json!([response, edits]).to_string()))
 }
 
@@ -70,23 +75,14 @@ pub fn inputs_digest(map: &std::collections::BTreeMap<String, Option<String>>) -
 }
 
 impl Signed<'_> {
-    /// The signature format this decision is signed in: v4 where it carries an answer or
-    /// edits, v3 otherwise.
-    pub fn format(&self) -> i64 {
-        if self.answer.is_some() {
-            ANSWERED
-        } else {
-            PLACED
-        }
-    }
-
-    /// The signed bytes: a JSON array, so that no field can run into the next. Only v3 and v4
-    /// are made and checked (a signature without the place it names is unattested before its
-    /// bytes are read); with no place the array holds null there, which no check accepts. v4
-    /// is v3 with the answer's digest after the place.
-    pub fn message(&self) -> Vec<u8> {
+    /// The signed bytes, as signature format `v` makes them (the signer's is [`ANSWERED`]): a
+    /// JSON array, so that no field can run into the next. Only v3 and v4 are made and
+    /// checked (a signature without the place it names is unattested before its bytes are
+    /// read); with no place the array holds null there, which no check accepts. v4 is v3 with
+    /// the answer's digest and the comment after the place.
+    pub fn message(&self, v: i64) -> Vec<u8> {
         let mut fields = serde_json::json!([
-            format!("prose-state signed decision v{}", self.format()),
+            format!("prose-state signed decision v{v}"),
             self.run,
             self.gate,
             self.instance,
@@ -97,8 +93,9 @@ impl Signed<'_> {
             self.inputs,
             self.place,
         ]);
-        if let (Some(answer), Some(a)) = (self.answer, fields.as_array_mut()) {
-            a.push(answer.into());
+        if let (true, Some(a)) = (v >= ANSWERED, fields.as_array_mut()) {
+            a.push(self.answer.into());
+            a.push(self.comment.into());
         }
         serde_json::to_vec(&fields).unwrap_or_default()
     }
@@ -116,6 +113,7 @@ impl Signed<'_> {
             inputs: None,
             place: None,
             answer: None,
+            comment: None,
         })
     }
 }
@@ -197,6 +195,7 @@ pub fn opening_problem(
         inputs: None,
         place: None,
         answer: None,
+        comment: None,
     };
     decision_problem(what, rows, Some(d), by)
 }
@@ -214,12 +213,15 @@ fn decision_problem(
     let status = what.decision;
     let unsigned = |why: &str| Some(Integrity::Unattested(why.to_string()));
     let decision = derived.and_then(|d| d.decision.as_ref().map(|(_, _, id)| *id));
-    let metadata = rows
+    let found = rows
         .iter()
         .filter(|r| Some(r.id) == decision && r.event_type == status)
-        .filter_map(|r| serde_json::from_str::<serde_json::Value>(r.metadata.as_deref()?).ok())
-        .find(|m| m["instance"].as_i64().unwrap_or(1) == what.instance);
-    let Some(metadata) = metadata else {
+        .filter_map(|r| {
+            let m = serde_json::from_str::<serde_json::Value>(r.metadata.as_deref()?).ok()?;
+            Some((m, r.comment.as_deref()))
+        })
+        .find(|(m, _)| m["instance"].as_i64().unwrap_or(1) == what.instance);
+    let Some((metadata, comment)) = found else {
         return unsigned("not signed: its decision is not in its log");
     };
     // A decision a fork carried was signed in the run it was made in, which its sealed copy
@@ -245,6 +247,7 @@ fn decision_problem(
     what.inputs = inputs.as_deref();
     let answer = answer_digest(&metadata);
     what.answer = answer.as_deref();
+    what.comment = comment;
     if let Some(p) = signature_problem(&metadata, &what, by) {
         return Some(p);
     }
@@ -256,34 +259,56 @@ fn decision_problem(
         super::chain::VOTE_REJECT
     };
     let decider = what.principal;
+    // The opening's votes, each with its sealed metadata (of this gate: a run's other gates
+    // have votes by the same principals).
+    let votes: Vec<(&AuditRow, serde_json::Value)> = rows
+        .iter()
+        .filter(|r| r.gate_id == what.gate)
+        .filter(|r| {
+            r.event_type == super::chain::VOTE_APPROVE || r.event_type == super::chain::VOTE_REJECT
+        })
+        .filter_map(|r| Some((r, serde_json::from_str(r.metadata.as_deref()?).ok()?)))
+        .filter(|(_, m): &(_, serde_json::Value)| {
+            m["instance"].as_i64().unwrap_or(1) == what.instance
+        })
+        .collect();
     for principal in d.counted.iter().filter(|p| p.as_str() != decider) {
-        let found = rows.iter().find_map(|r| {
-            let m = serde_json::from_str::<serde_json::Value>(r.metadata.as_deref()?).ok()?;
-            (r.event_type == vote
-                && r.principal.as_deref() == Some(principal.as_str())
-                && m["instance"].as_i64().unwrap_or(1) == what.instance)
-                .then(|| (m, r.timestamp.clone().unwrap_or_default()))
-        });
-        let Some((m, time)) = found else {
+        let counted = votes
+            .iter()
+            .any(|(r, _)| r.event_type == vote && r.principal.as_deref() == Some(principal));
+        if !counted {
             return unsigned("not signed: a vote it counts is not in its log");
-        };
-        // Each vote signed the inputs as its voter saw them.
+        }
+    }
+    // Each vote is signed on its own, over the inputs as its voter saw them, its answer and
+    // edits and its comment: every vote the decision counts must be, and any other vote that
+    // carries a signature (one no longer counted is still shown, with its answer and edits)
+    // must stand too.
+    for (r, m) in &votes {
+        let principal = r.principal.as_deref().unwrap_or_default();
+        let counts = r.event_type == vote
+            && principal != decider
+            && d.counted.iter().any(|p| p == principal);
+        if !counts && m["signature"].is_null() {
+            continue;
+        }
         let vote_inputs = serde_json::from_value::<
             std::collections::BTreeMap<String, Option<String>>,
         >(m["inputs"].clone())
         .ok()
         .map(|m| inputs_digest(&m));
-        // And the answer and edits it gave.
-        let vote_answer = answer_digest(&m);
+        let vote_answer = answer_digest(m);
+        let time = r.timestamp.clone().unwrap_or_default();
         let what = Signed {
-            decision: vote,
+            decision: &r.event_type,
             principal,
             time: &time,
             inputs: vote_inputs.as_deref(),
             answer: vote_answer.as_deref(),
+            comment: r.comment.as_deref(),
             ..what
         };
-        if let Some(p) = signature_problem(&m, &what, by) {
+        if let Some(p) = signature_problem(m, &what, by) {
             return Some(p);
         }
     }
@@ -311,7 +336,7 @@ fn signature_problem(
     }
     // A signature names the project it was made for; one from before signatures did could
     // stand in any project pinned to the same key.
-    match sig["v"].as_i64() {
+    let v = match sig["v"].as_i64() {
         // A signature from before signatures covered answers does not vouch for one: the
         // answer or edits were added to what was signed.
         Some(PLACED) if what.answer.is_some() => {
@@ -319,9 +344,9 @@ fn signature_problem(
                 "its signature does not cover the answer or edits its decision records".into(),
             ))
         }
-        Some(PLACED | ANSWERED) => {}
+        Some(v @ (PLACED | ANSWERED)) => v,
         _ => return unsigned("signed by a release before signatures named their project: decide it again on the page"),
-    }
+    };
     let Some(place) = by.place.as_deref() else {
         return unsigned("this project has no id to check the signature's project against");
     };
@@ -341,7 +366,7 @@ fn signature_problem(
         .and_then(super::seal::hex_bytes)
         .and_then(|b| <[u8; 64]>::try_from(b).ok())
         .map(|b| Signature::from_bytes(&b))
-        .is_some_and(|s| pinned.verify(&what.message(), &s).is_ok());
+        .is_some_and(|s| pinned.verify(&what.message(v), &s).is_ok());
     if valid {
         None
     } else {
@@ -419,10 +444,11 @@ mod tests {
     use super::*;
     use ed25519_dalek::{Signer as _, SigningKey};
 
-    /// A v4 signature covers the answer and edits: another answer, none, or the v3 format
-    /// over an answer does not stand; without an answer the format is v3, as before.
+    /// A v4 signature covers the answer and edits and the comment: another answer, none, an
+    /// answer of `null` removed, another comment, or the v3 format over an answer does not
+    /// stand; v3 over a decision without an answer still does (one signed before v4).
     #[test]
-    fn a_signature_covers_the_answer_and_edits() {
+    fn a_signature_covers_the_answer_edits_and_comment() {
         let key = SigningKey::from_bytes(&[7; 32]);
         let by = SignedBy {
             key: key.verifying_key(),
@@ -442,17 +468,17 @@ mod tests {
             inputs: None,
             place: Some("project:p"),
             answer: Some(&answer),
+            comment: Some("fine"),
         };
         let signed = |what: &Signed, v: i64| {
             let mut m = metadata.clone();
             m["signature"] = serde_json::json!({
                 "key": public_tag(&key.verifying_key()), "v": v, "place": "project:p",
-                "sig": crate::model::hex(&key.sign(&what.message()).to_bytes()),
+                "sig": crate::model::hex(&key.sign(&what.message(v)).to_bytes()),
             });
             m
         };
-        assert_eq!(what.format(), ANSWERED);
-        assert!(signature_problem(&signed(&what, 4), &what, &by).is_none());
+        assert!(signature_problem(&signed(&what, ANSWERED), &what, &by).is_none());
         let other = answer_digest(&serde_json::json!({"response": {"size": 4}})).unwrap();
         for changed in [
             Signed {
@@ -463,22 +489,32 @@ mod tests {
                 answer: None,
                 ..what
             },
+            Signed {
+                comment: Some("not fine"),
+                ..what
+            },
+            Signed {
+                comment: None,
+                ..what
+            },
         ] {
             assert!(matches!(
-                signature_problem(&signed(&what, 4), &changed, &by),
+                signature_problem(&signed(&what, ANSWERED), &changed, &by),
                 Some(Integrity::Tampered(_))
             ));
         }
         assert!(matches!(
-            signature_problem(&signed(&what, 3), &what, &by),
+            signature_problem(&signed(&what, PLACED), &what, &by),
             Some(Integrity::Tampered(_))
         ));
         let plain = Signed {
             answer: None,
+            comment: None,
             ..what
         };
-        assert_eq!(plain.format(), PLACED);
-        assert!(signature_problem(&signed(&plain, 3), &plain, &by).is_none());
+        assert!(signature_problem(&signed(&plain, PLACED), &plain, &by).is_none());
         assert_eq!(answer_digest(&serde_json::json!({"client": "web"})), None);
+        // An answer of null is an answer.
+        assert!(answer_digest(&serde_json::json!({"response": null})).is_some());
     }
 }

@@ -637,6 +637,7 @@ fn decision_metadata(
             inputs: inputs_digest.as_deref(),
             place: None,
             answer: answer.as_deref(),
+            comment: d.comment,
         });
     }
     metadata
