@@ -4,6 +4,7 @@
 pub mod book_log;
 pub mod catalog;
 pub mod chain;
+mod derive;
 pub mod dump;
 pub mod effects;
 pub mod gate_read;
