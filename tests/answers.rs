@@ -338,7 +338,9 @@ fn the_vm_asks_for_an_answer_over_mcp(b: Backend) {
         assert_eq!(snapshot(), before);
         let r = call(
             "gates_create",
-            serde_json::json!({"gate_id": "g", "prompt": "How big?", "response_schema": SCHEMA,
+            // The schema as a JSON object, as a model writes it.
+            serde_json::json!({"gate_id": "g", "prompt": "How big?",
+                               "response_schema": serde_json::from_str::<serde_json::Value>(SCHEMA).unwrap(),
                                "response_binding": "size_answer"}),
         )
         .await
@@ -437,6 +439,13 @@ fn a_quorums_answers_are_each_kept_and_the_deciding_one_is_the_gates(b: Backend)
         v["responses"],
         serde_json::json!([{"by": "alice", "response": 3}, {"by": "bob", "response": 5}]),
         "{v}"
+    );
+    // The plain wait lists each vote's answer too.
+    let a = run.cmd().args(["gates", "wait", "t"]).assert().success();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).to_string();
+    assert!(
+        out.contains("response: 5\nresponse by alice: 3\nresponse by bob: 5\n"),
+        "{out}"
     );
     let a = run.cmd().args(["gates", "show", "t"]).assert().success();
     let out = String::from_utf8_lossy(&a.get_output().stdout).to_string();

@@ -10,6 +10,7 @@ on_both!(
     a_quorums_edits_are_each_kept_with_who_made_them,
     approvers_racing_with_answers_and_edits_lose_none_unseen,
     history_says_who_wrote_a_decisions_versions_as_the_log_sealed_it,
+    an_edit_changed_behind_the_tools_back_is_never_read,
 );
 
 fn open(run: &Run, gate: &str, require: Option<&str>) {
@@ -416,4 +417,64 @@ fn history_says_who_wrote_a_decisions_versions_as_the_log_sealed_it(b: Backend) 
         let other = if name == "draft" { "out" } else { "draft" };
         run.cmd().args(["history", other]).assert().success();
     }
+}
+
+/// Found by an outside VM played literally: the edited input, changed in place after the VM
+/// consumed the decision (its version left as it was), was read as the approver's edit. A read
+/// of a version a sealed decision was about holds what was decided (exit 9 otherwise); a
+/// program's own write after it is a new version, read as it is.
+fn an_edit_changed_behind_the_tools_back_is_never_read(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.bind("draft", "v1", None);
+    open(&run, "g", None);
+    run.cmd()
+        .args([
+            "approve",
+            "g",
+            "--as",
+            "alice",
+            "-y",
+            "--edit",
+            "draft=alice text",
+        ])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["gates", "wait", "g", "--timeout", "0"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["get", "draft"])
+        .assert()
+        .success()
+        .stdout("alice text");
+    // `resume` says the decision wrote it: no session's output to log.
+    let a = run.cmd().args(["resume"]).assert().success();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).to_string();
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("binding draft"))
+        .unwrap();
+    assert!(
+        line.contains("written by gate g's decision") && !line.contains("unlogged"),
+        "{out}"
+    );
+    // Changed in place, its version left as it was (the triggers that version a write off).
+    run.view().raw(
+        "DROP TRIGGER bindings_version_update; UPDATE bindings SET value = 'forged!!!!' WHERE name = 'draft'",
+        "ALTER TABLE openprose.bindings DISABLE TRIGGER USER;
+         UPDATE openprose.bindings SET value = 'forged!!!!' WHERE run_id = '$RUN' AND name = 'draft';
+         ALTER TABLE openprose.bindings ENABLE TRIGGER USER",
+    );
+    let a = run.cmd().args(["get", "draft"]).assert().failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
+    assert!(!String::from_utf8_lossy(&a.get_output().stdout).contains("forged"));
+    // The program's own write after the decision is read as it is.
+    run.bind("draft", "the program's next draft", None);
+    run.cmd()
+        .args(["get", "draft"])
+        .assert()
+        .success()
+        .stdout("the program's next draft");
 }

@@ -9,6 +9,7 @@ on_both!(
     the_answer_is_a_binding_only_a_decision_writes,
     a_response_binding_is_refused_where_no_decision_could_write_it,
     what_an_outside_attack_found,
+    an_answer_no_one_gave_is_never_read_in_its_place,
 );
 
 const SCHEMA: &str =
@@ -364,4 +365,121 @@ fn what_an_outside_attack_found(b: Backend) {
         let a = run.cmd().args(["get", "ans"]).args(args).assert().failure();
         assert_eq!(code(&a), 9, "{args:?}: {}", stderr(&a));
     }
+}
+
+/// Found by an outside VM played literally: a value already in the response binding's place
+/// would be read as the answer where no decision gives one (a timeout, a rejection without an
+/// answer), as would the same name in an outer scope; and a reopen that left out the schema,
+/// the binding or the quorum would be decided by less than the program counts on.
+fn an_answer_no_one_gave_is_never_read_in_its_place(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    // Bound before the gate names it: refused, nothing written.
+    run.bind("verdict", "{\"size\":1}", None);
+    let before = run.snapshot();
+    let a = run
+        .cmd()
+        .args(["gates", "create", "g", "--prompt", "How big?"])
+        .args(["--response-schema", SCHEMA, "--response-binding", "verdict"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 4, "{}", stderr(&a));
+    assert!(stderr(&a).contains("already bound"), "{}", stderr(&a));
+    assert_eq!(run.snapshot(), before);
+    // The same name around the gate's frame, and a rejection without an answer: a read from
+    // the frame is not found (3), never the outer value.
+    let block = run.exec(1, "do review:", "executing", None);
+    run.bind("size", "{\"size\":99}", None);
+    open(&run, "r", block, false);
+    run.cmd()
+        .args(["reject", "r", "--as", "alice", "--reason", "no", "-y"])
+        .assert()
+        .success();
+    let a = run
+        .cmd()
+        .args(["get", "size", "--execution-id", &block.to_string()])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 3, "{}", stderr(&a));
+    assert!(
+        stderr(&a).contains("no decision has answered it"),
+        "{}",
+        stderr(&a)
+    );
+    assert!(!String::from_utf8_lossy(&a.get_output().stdout).contains("99"));
+    // Read from the root, the root's own binding is what it is.
+    run.cmd().args(["get", "size"]).assert().success();
+    // Opened again, it asks for what it asked: leaving the schema and binding out is 2.
+    let before = run.snapshot();
+    let a = run
+        .cmd()
+        .args(["gates", "create", "r", "--reopen", "--prompt", "How big?"])
+        .args(["--execution-id", &block.to_string()])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 2, "{}", stderr(&a));
+    assert!(
+        stderr(&a).contains("--response-schema") && stderr(&a).contains("--response-binding size"),
+        "{}",
+        stderr(&a)
+    );
+    assert_eq!(run.snapshot(), before);
+    open(&run, "r", block, true);
+    run.cmd()
+        .args([
+            "approve",
+            "r",
+            "--as",
+            "alice",
+            "-y",
+            "--response",
+            "{\"size\":3}",
+        ])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["get", "size", "--execution-id", &block.to_string()])
+        .assert()
+        .success()
+        .stdout("{\"size\":3}");
+    // A quorum's reopen keeps its quorum.
+    run.cmd()
+        .args([
+            "gates",
+            "create",
+            "q",
+            "--prompt",
+            "Ship?",
+            "--allow",
+            "alice,bob",
+            "--require",
+            "2",
+        ])
+        .assert()
+        .success();
+    for who in ["alice", "bob"] {
+        let a = p.cmd().args(["principals", "add", who]).assert().success();
+        let token = String::from_utf8(a.get_output().stdout.clone()).unwrap();
+        run.cmd()
+            .env("PROSE_TOKEN", token.trim())
+            .args(["approve", "q", "-y"])
+            .assert()
+            .success();
+    }
+    let a = run
+        .cmd()
+        .args([
+            "gates",
+            "create",
+            "q",
+            "--reopen",
+            "--prompt",
+            "Ship?",
+            "--allow",
+            "alice,bob",
+        ])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 2, "{}", stderr(&a));
+    assert!(stderr(&a).contains("--require 2"), "{}", stderr(&a));
 }

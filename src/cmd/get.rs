@@ -231,6 +231,13 @@ pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got>
                 args.execution_id,
                 Some(found.row.execution_id),
             )?;
+            // The version a sealed decision was about (an approver's edit among them) holds
+            // what was decided.
+            if found.row.own_version.is_some() && store.is_gate_input(&args.name)? {
+                crate::services::inputs::check_decided_now(
+                    store, &run.dir, &args.name, &found.row,
+                )?;
+            }
             checked = true;
         }
         let mut row = found.row;

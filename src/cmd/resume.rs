@@ -238,6 +238,10 @@ pub struct BindingInfo {
     /// logged before the VM stopped. Log that statement's completion; do not run it again.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub unlogged: bool,
+    /// The gate whose decision wrote it (its answer, or an approver's edit): no session's
+    /// output, nothing to log.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by_gate: Option<String>,
 }
 
 #[derive(Debug, Serialize)]

@@ -120,12 +120,16 @@ impl Server {
                         None
                     }
                 });
-                let Some(value) = value else {
+                let Some(mut value) = value else {
                     if p.long.is_none() {
                         positionals.push(None);
                     }
                     continue;
                 };
+                // A schema passed as a JSON object (what a model writes) is its text.
+                if p.property == "response_schema" && value.is_object() {
+                    value = Value::String(value.to_string());
+                }
                 match (&p.long, p.kind) {
                     (None, _) => positionals.push(Some(text(&value, &p.property)?)),
                     (Some(long), Kind::Flag) => match value {

@@ -340,6 +340,55 @@ pub fn pinned_problem(
     })
 }
 
+/// Refuses (exit 9) to read binding `row` as it is now when its version is one a sealed
+/// decision pinned (an approver's edit, or the version a decision was about) and it no longer
+/// holds what was decided: changed in place, its version left as it was. A later version (a
+/// program's own write after the decision) is not a decided one.
+pub fn check_decided_now(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    name: &str,
+    row: &crate::store::BindingRow,
+) -> Result<()> {
+    let Some(n) = row.own_version else {
+        return Ok(());
+    };
+    let want = Pin {
+        scope: row.execution_id,
+        version: n,
+    };
+    let report = store.verify_audit()?;
+    let mut held = None;
+    for (gate, d) in &report.derived {
+        for opening in d.earlier.iter().chain(std::iter::once(d)) {
+            let pinned = opening.pinned.as_ref().and_then(|p| p.get(name));
+            let sealed = opening
+                .decided_inputs
+                .as_ref()
+                .and_then(|i| i.get(name))
+                .cloned()
+                .flatten();
+            let (Some(pin), Some(digest)) = (pinned, sealed) else {
+                continue;
+            };
+            if *pin != want {
+                continue;
+            }
+            if held.is_none() {
+                held = Some(digest_of(store, run_dir, name, row)?.0);
+            }
+            if held.as_deref() != Some(digest.as_str()) {
+                return Err(crate::error::tampered(format!(
+                    "binding {} holds version {n}, which gate {}'s decision sealed, and it no longer holds what was decided: it was changed behind prose-state's back",
+                    crate::error::shown(name),
+                    crate::error::shown(gate)
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Refuses (exit 9) to read version `n` of `name` in `scope` when a sealed decision pinned
 /// that version and it no longer holds what was decided.
 pub fn check_decided_version(

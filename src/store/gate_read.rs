@@ -114,11 +114,27 @@ pub fn check_response_binding(
     loop {
         let report = store.verify_audit()?;
         match answered_as_sealed(store, &report, name, &named, &scopes) {
-            Ok(()) => return Ok(()),
+            Ok(()) => break,
             Err(_) if attempt < 2 && report.first_broken.is_none() => attempt += 1,
             Err(e) => return Err(e),
         }
     }
+    // A response binding nearer than where the name was found holds no answer yet (no
+    // decision has answered, or one without an answer): the outer binding of the same name is
+    // not read in its place.
+    if let Some(at) = found {
+        let nearer = &passed[..passed.iter().position(|s| *s == at).unwrap_or(0)];
+        if let Some((gate, scope)) = named.iter().find(|(_, s)| nearer.contains(s)) {
+            let place = scope.map_or("the root".to_string(), |e| format!("execution {e}"));
+            return Err(crate::error::not_found(format!(
+                "binding {} in {place} is gate {}'s answer, and no decision has answered it: the {} of an outer scope is not read in its place",
+                shown(name),
+                shown(gate),
+                shown(name)
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Each response binding of `name` in `scopes` against the report's sealed decisions: a log
@@ -334,4 +350,37 @@ pub fn check_writers(
         }
     }
     Ok(())
+}
+
+/// Versions sealed decisions wrote: (binding, scope, version) -> the gate.
+pub type DecisionWrites = std::collections::HashMap<(String, Option<i64>, i64), String>;
+
+/// Which versions sealed decisions wrote, by (binding, scope, version): each an approver's
+/// edit or a decision's answer, with the gate whose decision wrote it (the log checked whole,
+/// as `gates verify` checks it; a gate that disagrees with its log vouches for none).
+pub fn decision_writes(store: &mut dyn Store) -> Result<DecisionWrites> {
+    let report = store.verify_audit()?;
+    let mut writes = std::collections::HashMap::new();
+    if report.first_broken.is_some() {
+        return Ok(writes);
+    }
+    for (gate, d) in &report.derived {
+        if matches!(report.gate(gate), Integrity::Tampered(_)) {
+            continue;
+        }
+        for opening in d.earlier.iter().chain(std::iter::once(d)) {
+            for (_, e) in &opening.edits {
+                if let (Some(name), Some(v)) = (e["name"].as_str(), e["version"].as_i64()) {
+                    let at = (name.to_string(), e["execution_id"].as_i64(), v);
+                    writes.insert(at, gate.clone());
+                }
+            }
+            if let (Some((name, scope)), Some(v)) =
+                (&opening.response_binding, opening.response_version)
+            {
+                writes.insert((name.clone(), *scope, v), gate.clone());
+            }
+        }
+    }
+    Ok(writes)
 }

@@ -77,6 +77,27 @@ pub trait Rows {
         Ok(gates)
     }
 
+    /// Whether some gate's sealed opening is about binding `name` (`gates create --inputs`):
+    /// one narrow read of the openings that mention it.
+    fn is_gate_input(&mut self, name: &str) -> Result<bool> {
+        let member = serde_json::Value::from(name).to_string();
+        let rows = self.audit(&AuditFilter {
+            event: Some("created"),
+            mentions: Some(&member),
+            ..AuditFilter::default()
+        })?;
+        Ok(rows.iter().any(|r| {
+            r.metadata
+                .as_deref()
+                .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
+                .is_some_and(|m| {
+                    m["inputs"]
+                        .as_array()
+                        .is_some_and(|i| i.iter().any(|n| n.as_str() == Some(name)))
+                })
+        }))
+    }
+
     /// A gate's audit history, oldest first.
     fn gate_history(&mut self, gate_id: &str) -> Result<Vec<AuditRow>> {
         self.audit(&AuditFilter {

@@ -74,7 +74,7 @@ impl Render for GateWaited {
         if let Some(why) = &self.stale {
             return writeln!(
                 w,
-                "{}: STALE, no decision stands ({}): {why}; open it again as it was created (gates create {} --reopen, with its prompt, --allow and --inputs)",
+                "{}: STALE, no decision stands ({}): {why}; open it again as it was created (gates create {} --reopen, with its prompt and every option it was created with: --allow, --inputs, --require, --response-schema, --response-binding)",
                 g.id,
                 resolution(g),
                 g.id
@@ -101,6 +101,12 @@ impl Render for GateWaited {
                     if let Some(b) = &self.gate.response_binding {
                         writeln!(w, "written to binding: {}", crate::output::visible(&b.name))?;
                     }
+                }
+                // A quorum's approvers may answer differently: each vote's answer, so that the
+                // deciding one is not taken for everyone's.
+                for a in &self.gate.responses {
+                    let answer = super::view::visible_json(&a.response);
+                    writeln!(w, "response by {}: {answer}", crate::output::visible(&a.by))?;
                 }
                 Ok(())
             }

@@ -13,7 +13,7 @@ use crate::run::RunPaths;
 use crate::store::{AgentRow, ExecQuery, GateRow, Store};
 use anyhow::Result;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// The on_reject action as the language defines it: `throw ["msg"]` (the default),
 /// `retry [label]`, `continue`, `session "prompt"`, or a bare string meaning throw.
@@ -157,7 +157,7 @@ fn gate_nexts(
                 _ if stale.contains_key(&g.id) => step(
                     "reopen",
                     Some(format!(
-                        "gates create {} --reopen (with its prompt, --allow and --inputs), then wait",
+                        "gates create {} --reopen (with its prompt and every option it was created with: --allow, --inputs, --require, --response-schema, --response-binding), then wait",
                         g.id
                     )),
                 ),
@@ -241,6 +241,33 @@ fn unlogged(
     Ok(after.len() == 32).map(|full| !full)
 }
 
+/// The gates whose sealed decisions wrote these bindings as they are now (an answer, an
+/// approver's edit), by name and scope: read from the log only where a binding says a
+/// decision wrote it (`approve GATE:`), and believed only where the log says so.
+fn written_by_gates(
+    store: &mut dyn Store,
+    rows: &[crate::store::BindingRow],
+) -> Result<HashMap<(String, Option<i64>), String>> {
+    let said = |b: &crate::store::BindingRow| {
+        b.source_statement
+            .as_deref()
+            .is_some_and(|s| s.starts_with("approve ") && s.ends_with(':'))
+    };
+    if !rows.iter().any(said) {
+        return Ok(HashMap::new());
+    }
+    let writes = crate::store::gate_read::decision_writes(store)?;
+    Ok(rows
+        .iter()
+        .filter(|b| said(b))
+        .filter_map(|b| {
+            let at = (b.name.clone(), b.execution_id, b.own_version?);
+            let gate = writes.get(&at)?;
+            Some(((b.name.clone(), b.execution_id), gate.clone()))
+        })
+        .collect())
+}
+
 fn binding_info(store: &mut dyn Store, run: &RunPaths, b: crate::store::BindingRow) -> BindingInfo {
     let value = String::from_utf8_lossy(b.value.as_deref().unwrap_or_default()).into_owned();
     let bytes = match &b.attachment_path {
@@ -249,6 +276,7 @@ fn binding_info(store: &mut dyn Store, run: &RunPaths, b: crate::store::BindingR
     };
     BindingInfo {
         unlogged: false,
+        by_gate: None,
         scope: crate::cmd::get::scope_name(b.execution_id.is_some()),
         first_line: one_line(&value, 100),
         bytes,
@@ -281,10 +309,15 @@ fn full(
     let newest = rows.last().map_or(0, |r| r.id);
     let open = narrow_position(store)?.open;
     let mut bindings = Vec::new();
-    for b in store.bindings()? {
-        let late = unlogged(store, &b, newest, &open)?;
+    let bound = store.bindings()?;
+    let by_gates = written_by_gates(store, &bound)?;
+    for b in bound {
+        // Written by a gate's decision: no session's output, nothing to log.
+        let by_gate = by_gates.get(&(b.name.clone(), b.execution_id)).cloned();
+        let late = by_gate.is_none() && unlogged(store, &b, newest, &open)?;
         bindings.push(BindingInfo {
             unlogged: late,
+            by_gate,
             ..binding_info(store, run, b)
         });
     }
@@ -460,10 +493,14 @@ fn brief(
     let more = visible.len() > limit;
     let mut page = Vec::new();
     let newest = full_last.unwrap_or(0);
-    for b in visible.into_iter().take(limit) {
-        let late = unlogged(store, &b, newest, &open_now)?;
+    let visible: Vec<_> = visible.into_iter().take(limit).collect();
+    let by_gates = written_by_gates(store, &visible)?;
+    for b in visible {
+        let by_gate = by_gates.get(&(b.name.clone(), b.execution_id)).cloned();
+        let late = by_gate.is_none() && unlogged(store, &b, newest, &open_now)?;
         let mut b = binding_info(store, run, b);
         b.unlogged = late;
+        b.by_gate = by_gate;
         b.attachment_path = slim_text(b.attachment_path.take());
         page.push(b);
     }

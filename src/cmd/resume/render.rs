@@ -204,12 +204,19 @@ fn binding_lines(w: &mut dyn Write, bindings: &[BindingInfo]) -> io::Result<()> 
         let scope = b
             .execution_id
             .map_or("root".into(), |e| format!("exec {e}"));
-        let att = match (b.attachment_path.is_some(), b.unlogged) {
+        let mut att = match (b.attachment_path.is_some(), b.unlogged) {
             (true, true) => ", attachment, unlogged",
             (true, false) => ", attachment",
             (false, true) => ", unlogged",
             (false, false) => "",
-        };
+        }
+        .to_string();
+        if let Some(g) = &b.by_gate {
+            att.push_str(&format!(
+                ", written by gate {}'s decision",
+                crate::output::visible_line(g)
+            ));
+        }
         writeln!(
             w,
             "binding {} ({}, {scope}, {} B{att}): {}",

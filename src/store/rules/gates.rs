@@ -23,8 +23,11 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
     // An existing gate is a safe retry or a conflict, unless it is decided and asked to
     // open again: then this is its next instance.
     let existing = load_exact(&mut *tx, g.id)?;
+    // The response binding its sealed openings named (a reopened gate answers into it again).
+    let mut answered_into = None;
     if let Some(existing) = &existing {
         let (tampered, derived) = disagreement(&mut *tx, existing)?;
+        answered_into = derived.response_binding.clone();
         // Opened again only when its sealed log says its opening was decided: a row set to
         // "decided" by SQL reopens nothing (the new opening could name anyone it likes).
         if let (Some(why), true) = (&tampered, g.reopen) {
@@ -32,6 +35,32 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
                 "gate {} disagrees with its sealed log ({why}): it is not opened again",
                 shown(g.id)
             )));
+        }
+        if g.reopen && !existing.status.is_pending() {
+            // Opened again, it asks for what it asked before: a reopen that leaves out the
+            // quorum, the inputs or the answer would be decided by less than the program
+            // counts on (one approver, no answer in the binding it reads next).
+            let q = &derived.quorum;
+            let mut dropped = Vec::new();
+            if q.require > 1 && g.quorum.require <= 1 {
+                dropped.push(format!("--require {}", q.require));
+            }
+            if !derived.inputs.is_empty() && g.inputs.is_empty() {
+                dropped.push(format!("--inputs {}", derived.inputs.join(",")));
+            }
+            if derived.response_schema.is_some() && g.response_schema.is_none() {
+                dropped.push("--response-schema".to_string());
+            }
+            if let (Some((name, _)), None) = (&derived.response_binding, g.response_binding) {
+                dropped.push(format!("--response-binding {name}"));
+            }
+            if !dropped.is_empty() {
+                return Err(crate::error::usage(format!(
+                    "gate {} is opened again as it was created: pass {} as its first opening did",
+                    shown(g.id),
+                    dropped.join(", ")
+                )));
+            }
         }
         if g.reopen && !existing.status.is_pending() && derived.decision.is_none() {
             return Err(refused(format!(
@@ -116,11 +145,19 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
         metadata["response_schema"] = schema.clone();
     }
     if let Some((name, scope)) = g.response_binding {
-        // Only a decision writes it: a const in its scope never can be.
-        if let Some((Some(kind), _, _)) = tx.binding_head(name, scope)? {
-            if kind == "const" {
+        // Only a decision writes it: a const in its scope never can be, and a value already
+        // there (not one an earlier opening of this gate answered into it) would be read as
+        // the answer where no decision gives one (a timeout, a rejection without an answer).
+        if let Some((kind, _, _)) = tx.binding_head(name, scope)? {
+            if kind.as_deref() == Some("const") {
                 return Err(refused(format!(
                     "--response-binding {}: it is a const in the gate's scope, which no decision may write",
+                    shown(name)
+                )));
+            }
+            if answered_into != Some((name.to_string(), scope)) {
+                return Err(refused(format!(
+                    "--response-binding {}: it is already bound in the gate's scope, and only a decision may write a gate's answer: name a new binding",
                     shown(name)
                 )));
             }
