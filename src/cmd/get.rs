@@ -225,15 +225,18 @@ pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got>
         }
         // A gate's response binding holds what its sealed decision answered.
         if args.version.is_none() && args.as_of.is_none() && !checked {
-            crate::store::gate_read::check_response_binding(
+            // One narrow read of the openings that name it says what is checked.
+            let naming = store.gates_naming(&args.name)?;
+            crate::store::gate_read::check_response_binding_named(
                 store,
                 &args.name,
                 args.execution_id,
                 Some(found.row.execution_id),
+                naming.response,
             )?;
             // The version a sealed decision was about (an approver's edit among them) holds
             // what was decided.
-            if found.row.own_version.is_some() && store.is_gate_input(&args.name)? {
+            if found.row.own_version.is_some() && naming.input {
                 crate::services::inputs::check_decided_now(
                     store, &run.dir, &args.name, &found.row,
                 )?;

@@ -88,6 +88,18 @@ pub fn check_response_binding(
 ) -> Result<()> {
     // The common case, a name no gate names, costs one narrow read.
     let named = store.response_gates(name)?;
+    check_response_binding_named(store, name, start, found, named)
+}
+
+/// [`check_response_binding`], with the gates that answer into `name` already read
+/// (`Rows::gates_naming`).
+pub fn check_response_binding_named(
+    store: &mut dyn Store,
+    name: &str,
+    start: Option<i64>,
+    found: Option<Option<i64>>,
+    named: Vec<(String, Option<i64>)>,
+) -> Result<()> {
     if named.is_empty() {
         return Ok(());
     }

@@ -26,6 +26,15 @@ pub enum GateSelect<'a> {
     Due(&'a str),
 }
 
+/// What the sealed openings of a run say of one binding (`Rows::gates_naming`).
+#[derive(Debug, Default)]
+pub struct Naming {
+    /// The gates that answer into it, each with the scope of its response binding.
+    pub response: Vec<(String, Option<i64>)>,
+    /// Whether some gate is about it (`--inputs`).
+    pub input: bool,
+}
+
 /// The single-table reads a backend provides, in a transaction and outside one alike.
 pub trait Rows {
     /// The gates rows `which` selects, as stored.
@@ -50,19 +59,19 @@ pub trait Rows {
         Ok(self.gate_rows(GateSelect::Id(id))?.into_iter().next())
     }
 
-    /// The gates whose `created` events name a binding of this name as the binding their
-    /// decision writes (`gates create --response-binding`), each with that binding's scope
-    /// (None: the root), each pair once.
-    fn response_gates(&mut self, name: &str) -> Result<Vec<(String, Option<i64>)>> {
-        // The rule writes the metadata as compact JSON: the name's own member narrows the read
-        // to the openings that name it (any other spelling is no rule's, and no opening).
-        let member = format!("\"response_binding\":{}", serde_json::Value::from(name));
+    /// The gates whose sealed openings name binding `name`, in one narrow read of the
+    /// openings that mention it: those that answer into it (`--response-binding`), each with
+    /// its scope, and whether any is about it (`--inputs`).
+    fn gates_naming(&mut self, name: &str) -> Result<Naming> {
+        // The rule writes the metadata as compact JSON: the name as a JSON string narrows the
+        // read to the openings that mention it (any other spelling is no rule's).
+        let member = serde_json::Value::from(name).to_string();
         let rows = self.audit(&AuditFilter {
             event: Some("created"),
             mentions: Some(&member),
             ..AuditFilter::default()
         })?;
-        let mut gates = Vec::new();
+        let mut naming = Naming::default();
         for r in rows {
             let m: serde_json::Value = r
                 .metadata
@@ -70,32 +79,22 @@ pub trait Rows {
                 .and_then(|m| serde_json::from_str(m).ok())
                 .unwrap_or_default();
             let at = (r.gate_id, m["response_scope"].as_i64());
-            if m["response_binding"].as_str() == Some(name) && !gates.contains(&at) {
-                gates.push(at);
+            if m["response_binding"].as_str() == Some(name) && !naming.response.contains(&at) {
+                naming.response.push(at);
+            }
+            if m["inputs"]
+                .as_array()
+                .is_some_and(|i| i.iter().any(|n| n.as_str() == Some(name)))
+            {
+                naming.input = true;
             }
         }
-        Ok(gates)
+        Ok(naming)
     }
 
-    /// Whether some gate's sealed opening is about binding `name` (`gates create --inputs`):
-    /// one narrow read of the openings that mention it.
-    fn is_gate_input(&mut self, name: &str) -> Result<bool> {
-        let member = serde_json::Value::from(name).to_string();
-        let rows = self.audit(&AuditFilter {
-            event: Some("created"),
-            mentions: Some(&member),
-            ..AuditFilter::default()
-        })?;
-        Ok(rows.iter().any(|r| {
-            r.metadata
-                .as_deref()
-                .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
-                .is_some_and(|m| {
-                    m["inputs"]
-                        .as_array()
-                        .is_some_and(|i| i.iter().any(|n| n.as_str() == Some(name)))
-                })
-        }))
+    /// The gates that answer into binding `name` (`--response-binding`), each with its scope.
+    fn response_gates(&mut self, name: &str) -> Result<Vec<(String, Option<i64>)>> {
+        Ok(self.gates_naming(name)?.response)
     }
 
     /// A gate's audit history, oldest first.
