@@ -42,10 +42,9 @@ impl Render for GateCreated {
             None => writeln!(w, "Deadline: none")?,
         }
         writeln!(w, "Execution ID: {}", g.execution_id.unwrap_or_default())?;
-        // The opening to wait for (`gates wait --instance N`), once there is more than one.
-        if g.instance > 1 {
-            writeln!(w, "Instance: {}", g.instance)?;
-        }
+        // The opening to wait for (`gates wait --instance N`), the first one too: the guide's
+        // wait names it.
+        writeln!(w, "Instance: {}", g.instance)?;
         Ok(())
     }
 }
