@@ -394,16 +394,10 @@ fn the_vm_asks_for_an_answer_over_mcp(b: Backend) {
 fn a_quorums_answers_are_each_kept_and_the_deciding_one_is_the_gates(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
-    let mut tokens = Vec::new();
-    for name in ["alice", "bob"] {
-        let a = p.cmd().args(["principals", "add", name]).assert().success();
-        tokens.push(
-            String::from_utf8(a.get_output().stdout.clone())
-                .unwrap()
-                .trim()
-                .to_string(),
-        );
-    }
+    let tokens: Vec<String> = ["alice", "bob"]
+        .iter()
+        .map(|n| crate::serve::add(&p, n))
+        .collect();
     run.cmd()
         .args(["gates", "create", "t", "--prompt", "How many?"])
         .args(["--allow", "alice,bob", "--require", "2"])

@@ -3,6 +3,7 @@
 //! is sealed about the edited version: fresh, and a later rebind still makes it stale.
 
 use crate::common::*;
+use crate::serve::add;
 
 on_both!(
     an_approval_edits_an_input_and_is_about_the_edit,
@@ -174,12 +175,7 @@ fn edits_of_anything_else_write_nothing(b: Backend) {
 fn a_quorums_edits_are_each_kept_with_who_made_them(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
-    let mut tokens = Vec::new();
-    for name in ["alice", "bob"] {
-        let a = p.cmd().args(["principals", "add", name]).assert().success();
-        let token = String::from_utf8(a.get_output().stdout.clone()).unwrap();
-        tokens.push(token.trim().to_string());
-    }
+    let tokens: Vec<String> = ["alice", "bob"].iter().map(|n| add(&p, n)).collect();
     run.bind("draft", "v1", None);
     open(&run, "g", Some("2"));
     let vote = |who: usize, edit: &str| {
@@ -223,16 +219,7 @@ fn approvers_racing_with_answers_and_edits_lose_none_unseen(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
     let names = ["alice", "bob", "carol"];
-    let tokens: Vec<String> = names
-        .iter()
-        .map(|name| {
-            let a = p.cmd().args(["principals", "add", name]).assert().success();
-            String::from_utf8(a.get_output().stdout.clone())
-                .unwrap()
-                .trim()
-                .to_string()
-        })
-        .collect();
+    let tokens: Vec<String> = names.iter().map(|n| add(&p, n)).collect();
     for round in 0..4 {
         let (gate, input, out) = (
             format!("q{round}"),

@@ -46,7 +46,13 @@ fn unescape(s: &str) -> String {
 
 /// The approve form's hidden fields, with these fields of the answer and edits.
 fn approval(page: &str, fields: &[(&str, &str)]) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = hidden_fields(page, "approve")
+    form_fields(page, "approve", fields)
+}
+
+/// The hidden fields of the page's form `form` (`approve`, or a preview's `confirm`),
+/// unescaped, with these fields added.
+fn form_fields(page: &str, form: &str, fields: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = hidden_fields(page, form)
         .into_iter()
         .map(|(k, v)| (k, unescape(&v)))
         .collect();
@@ -157,10 +163,7 @@ fn an_answer_and_an_edit_are_given_on_the_page(b: Backend) {
     assert!(r.body.contains("+ v2 ships today"), "{}", r.body);
     assert!(r.body.contains("28 bytes → 29 bytes"), "{}", r.body);
     assert_eq!(run.snapshot(), before, "a preview wrote");
-    let confirm: Vec<(String, String)> = hidden_fields(&r.body, "confirm")
-        .into_iter()
-        .map(|(k, v)| (k, unescape(&v)))
-        .collect();
+    let confirm = form_fields(&r.body, "confirm", &[]);
     // A preview tag the page did not make: the preview again.
     let forged: Vec<(String, String)> = confirm
         .iter()
@@ -321,10 +324,7 @@ fn what_the_page_refuses_and_what_it_keeps_exactly(b: Backend) {
     let r = post(&s, &cookie, &run, &approval(&page, &[("r/x", "1"), edit]));
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(r.body.contains("21 bytes → 21 bytes"), "{}", r.body);
-    let confirm: Vec<(String, String)> = hidden_fields(&r.body, "confirm")
-        .into_iter()
-        .map(|(k, v)| (k, unescape(&v)))
-        .collect();
+    let confirm = form_fields(&r.body, "confirm", &[]);
     // The comment changed after the preview: previewed again.
     let changed: Vec<(String, String)> = confirm
         .iter()

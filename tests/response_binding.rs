@@ -458,10 +458,8 @@ fn an_answer_no_one_gave_is_never_read_in_its_place(b: Backend) {
         .assert()
         .success();
     for who in ["alice", "bob"] {
-        let a = p.cmd().args(["principals", "add", who]).assert().success();
-        let token = String::from_utf8(a.get_output().stdout.clone()).unwrap();
         run.cmd()
-            .env("PROSE_TOKEN", token.trim())
+            .env("PROSE_TOKEN", crate::serve::add(&p, who))
             .args(["approve", "q", "-y"])
             .assert()
             .success();

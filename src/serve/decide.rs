@@ -560,15 +560,22 @@ pub(super) fn editable_values(
         return Ok(BTreeMap::new());
     }
     let rows = crate::cmd::get::nearest_bindings(store, scope, None, i64::MAX)?.1;
-    Ok(rows
-        .into_iter()
+    Ok(editable_of(&rows, inputs))
+}
+
+/// [`editable_values`] out of the bindings the gate's scope sees, already read.
+pub(super) fn editable_of(
+    rows: &[crate::store::BindingRow],
+    inputs: &[String],
+) -> BTreeMap<String, String> {
+    rows.iter()
         .filter(|b| inputs.contains(&b.name))
         .filter(|b| b.attachment_path.as_deref().is_none_or(str::is_empty))
         .filter_map(|b| {
-            let value = String::from_utf8(b.value?).ok()?;
-            (value.len() <= EDITABLE_BYTES).then_some((b.name, value))
+            let value = std::str::from_utf8(b.value.as_deref()?).ok()?;
+            (value.len() <= EDITABLE_BYTES).then(|| (b.name.clone(), value.to_string()))
         })
-        .collect())
+        .collect()
 }
 
 /// A decision as the page posts it: taken, refused, shown again with its errors, or shown

@@ -47,12 +47,13 @@ fn gate_view(app: &App, run: &str, gate: &str, viewer: &str) -> Result<GateViewD
     )?;
     let scope = shown.gate.gate.execution_id;
     let inputs: Vec<String> = shown.inputs.iter().map(|i| i.name.clone()).collect();
-    let editable = super::decide::editable_values(store.as_mut(), scope, &inputs)?;
+    // The bindings its execution sees (an execution that does not exist has no chain: the
+    // root alone); every root binding for a gate with no execution.
+    let bindings = crate::cmd::get::nearest_bindings(store.as_mut(), scope, None, i64::MAX)?.1;
+    let editable = super::decide::editable_of(&bindings, &inputs);
     Ok(GateViewData {
         recent: newest(store.as_mut(), RECENT)?,
-        // The bindings its execution sees (an execution that does not exist has no chain:
-        // the root alone); every root binding for a gate with no execution.
-        bindings: crate::cmd::get::nearest_bindings(store.as_mut(), scope, None, i64::MAX)?.1,
+        bindings,
         // In the order the gate names them.
         editable: inputs
             .iter()

@@ -359,34 +359,38 @@ pub fn check_decided_now(
     };
     let report = store.verify_audit()?;
     let mut held = None;
-    for (gate, d) in &report.derived {
-        for opening in d.earlier.iter().chain(std::iter::once(d)) {
-            let pinned = opening.pinned.as_ref().and_then(|p| p.get(name));
-            let sealed = opening
-                .decided_inputs
-                .as_ref()
-                .and_then(|i| i.get(name))
-                .cloned()
-                .flatten();
-            let (Some(pin), Some(digest)) = (pinned, sealed) else {
-                continue;
-            };
-            if *pin != want {
-                continue;
-            }
-            if held.is_none() {
-                held = Some(digest_of(store, run_dir, name, row)?.0);
-            }
-            if held.as_deref() != Some(digest.as_str()) {
-                return Err(crate::error::tampered(format!(
-                    "binding {} holds version {n}, which gate {}'s decision sealed, and it no longer holds what was decided: it was changed behind prose-state's back",
-                    crate::error::shown(name),
-                    crate::error::shown(gate)
-                )));
-            }
+    for (gate, digest) in decided_pins(&report, name, &want) {
+        if held.is_none() {
+            held = Some(digest_of(store, run_dir, name, row)?.0);
+        }
+        if held.as_deref() != Some(digest) {
+            return Err(crate::error::tampered(format!(
+                "binding {} holds version {n}, which gate {}'s decision sealed, and it no longer holds what was decided: it was changed behind prose-state's back",
+                crate::error::shown(name),
+                crate::error::shown(gate)
+            )));
         }
     }
     Ok(())
+}
+
+/// Each gate whose sealed decision, at any of its openings, pinned version `want` of `name`,
+/// with the digest it sealed for it: the one walk both checks of a decided version make.
+fn decided_pins<'a>(
+    report: &'a crate::store::chain::ChainReport,
+    name: &'a str,
+    want: &'a Pin,
+) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+    report.derived.iter().flat_map(move |(gate, d)| {
+        d.earlier
+            .iter()
+            .chain(std::iter::once(d))
+            .filter_map(move |opening| {
+                let pin = opening.pinned.as_ref()?.get(name)?;
+                let digest = opening.decided_inputs.as_ref()?.get(name)?.as_deref()?;
+                (pin == want).then_some((gate.as_str(), digest))
+            })
+    })
 }
 
 /// Refuses (exit 9) to read version `n` of `name` in `scope` when a sealed decision pinned
@@ -406,26 +410,16 @@ pub fn check_decided_version(
         ));
     }
     let want = Pin { scope, version: n };
-    for (gate, d) in &report.derived {
-        let pinned = d.pinned.as_ref().and_then(|p| p.get(name));
-        let sealed = d
-            .decided_inputs
-            .as_ref()
-            .and_then(|i| i.get(name))
-            .cloned()
-            .flatten();
-        let (Some(pin), Some(digest)) = (pinned, sealed) else {
-            continue;
-        };
-        if *pin != want {
-            continue;
-        }
+    let pins: Vec<(String, String)> = decided_pins(&report, name, &want)
+        .map(|(g, d)| (g.to_string(), d.to_string()))
+        .collect();
+    for (gate, digest) in pins {
         if let Some(crate::store::chain::Integrity::Tampered(why)) =
-            pinned_problem(store, run_dir, name, pin, &digest)?
+            pinned_problem(store, run_dir, name, &want, &digest)?
         {
             return Err(crate::error::tampered(format!(
                 "gate {} decided on this version, and {why}",
-                crate::error::shown(gate)
+                crate::error::shown(&gate)
             )));
         }
     }

@@ -300,36 +300,17 @@ pub fn check_writers(
         )));
     }
     // Version -> (the writer the log sealed, the gate, its bytes, the exact value if sealed).
-    let mut sealed: std::collections::HashMap<i64, (String, String, Option<i64>, Option<String>)> =
-        Default::default();
-    for (gate, d) in &report.derived {
-        for opening in d.earlier.iter().chain(std::iter::once(d)) {
-            for (by, e) in &opening.edits {
-                if e["name"].as_str() == Some(name) && e["execution_id"].as_i64() == scope {
-                    if let Some(v) = e["version"].as_i64() {
-                        sealed.insert(v, (by.clone(), gate.clone(), e["bytes"].as_i64(), None));
-                    }
-                }
-            }
-            if opening.response_binding.as_ref() == Some(&(name.to_string(), scope)) {
-                if let (Some(v), Some((_, by, _)), Some(answer)) = (
-                    opening.response_version,
-                    &opening.decision,
-                    &opening.response,
-                ) {
-                    let text = answer.to_string();
-                    let bytes = Some(text.len() as i64);
-                    sealed.insert(v, (by.clone(), gate.clone(), bytes, Some(text)));
-                }
-            }
-        }
-    }
+    let sealed: std::collections::HashMap<i64, _> = sealed_writes(&report)
+        .into_iter()
+        .filter(|w| w.name == name && w.scope == scope)
+        .filter_map(|w| Some((w.version, (w.by?, w.gate, w.bytes, w.exact))))
+        .collect();
     for r in rows {
         let Some((by, gate, bytes, exact)) = sealed.get(&r.n) else {
             continue;
         };
         let held = r.value.as_deref();
-        let wrong = if r.principal.as_deref() != Some(by.as_str()) {
+        let wrong = if r.principal.as_deref() != Some(*by) {
             Some(format!(
                 "says {} wrote it, and gate {}'s sealed decision says {}",
                 shown(r.principal.as_deref().unwrap_or("no one")),
@@ -376,23 +357,67 @@ pub fn decision_writes(store: &mut dyn Store) -> Result<DecisionWrites> {
     if report.first_broken.is_some() {
         return Ok(writes);
     }
-    for (gate, d) in &report.derived {
-        if matches!(report.gate(gate), Integrity::Tampered(_)) {
-            continue;
-        }
-        for opening in d.earlier.iter().chain(std::iter::once(d)) {
-            for (_, e) in &opening.edits {
-                if let (Some(name), Some(v)) = (e["name"].as_str(), e["version"].as_i64()) {
-                    let at = (name.to_string(), e["execution_id"].as_i64(), v);
-                    writes.insert(at, gate.clone());
-                }
-            }
-            if let (Some((name, scope)), Some(v)) =
-                (&opening.response_binding, opening.response_version)
-            {
-                writes.insert((name.clone(), *scope, v), gate.clone());
-            }
+    for w in sealed_writes(&report) {
+        if !matches!(report.gate(w.gate), Integrity::Tampered(_)) {
+            let at = (w.name.to_string(), w.scope, w.version);
+            writes.insert(at, w.gate.to_string());
         }
     }
     Ok(writes)
+}
+
+/// A version of a binding a sealed decision wrote: an approver's edit, or a gate's answer.
+struct SealedWrite<'a> {
+    gate: &'a str,
+    name: &'a str,
+    scope: Option<i64>,
+    version: i64,
+    /// Who the log says wrote it: the editor, or the decider of an answer the log holds.
+    by: Option<&'a str>,
+    /// Its size in bytes, when the log sealed one.
+    bytes: Option<i64>,
+    /// The exact value, when the log holds it (an answer).
+    exact: Option<String>,
+}
+
+/// Every version sealed decisions wrote, at every opening of every gate the report derived:
+/// the one walk the checks of who wrote a version and the reads of where one came from make.
+fn sealed_writes(report: &chain::ChainReport) -> Vec<SealedWrite<'_>> {
+    let mut out = Vec::new();
+    for (gate, d) in &report.derived {
+        for opening in d.earlier.iter().chain(std::iter::once(d)) {
+            for (by, e) in &opening.edits {
+                if let (Some(name), Some(version)) = (e["name"].as_str(), e["version"].as_i64()) {
+                    out.push(SealedWrite {
+                        gate,
+                        name,
+                        scope: e["execution_id"].as_i64(),
+                        version,
+                        by: Some(by),
+                        bytes: e["bytes"].as_i64(),
+                        exact: None,
+                    });
+                }
+            }
+            if let (Some((name, scope)), Some(version)) =
+                (&opening.response_binding, opening.response_version)
+            {
+                // An answer vouches for its writer and bytes only with its decision and answer.
+                let answered = match (&opening.decision, &opening.response) {
+                    (Some((_, by, _)), Some(answer)) => Some((by.as_str(), answer.to_string())),
+                    _ => None,
+                };
+                out.push(SealedWrite {
+                    gate,
+                    name,
+                    scope: *scope,
+                    version,
+                    by: answered.as_ref().map(|(by, _)| *by),
+                    bytes: answered.as_ref().map(|(_, t)| t.len() as i64),
+                    exact: answered.map(|(_, t)| t),
+                });
+            }
+        }
+    }
+    out
 }
