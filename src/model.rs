@@ -151,7 +151,7 @@ pub fn new_run_id() -> String {
     let suffix: String = (0..6)
         .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
         .collect();
-    format!("{}-{suffix}", chrono::Utc::now().format("%Y%m%d-%H%M%S"))
+    format!("{}-{suffix}", Timestamp::now().0.format("%Y%m%d-%H%M%S"))
 }
 
 /// A status column's vocabulary: the known values as variants, converted at the row
@@ -289,8 +289,9 @@ pub struct Timestamp(chrono::NaiveDateTime);
 impl Timestamp {
     const FORMAT: &'static str = "%Y-%m-%d %H:%M:%S";
 
+    /// The one clock of every time the tool writes or compares (the SQL never takes its own).
     pub fn now() -> Self {
-        Timestamp(chrono::Utc::now().naive_utc())
+        Timestamp(chrono::Utc::now().naive_utc() + test_clock::skew())
     }
 
     /// A timestamp in exactly the stored form.
@@ -321,6 +322,30 @@ impl Timestamp {
     /// Seconds from `earlier` to `self`.
     pub fn seconds_since(self, earlier: Timestamp) -> i64 {
         (self.0 - earlier.0).num_seconds()
+    }
+}
+
+/// The clock the tests set. Only a build with the `test-clock` feature has it, and only the
+/// test suite turns that on (through its dev-dependency on this package): there
+/// `PROSE_STATE_TEST_CLOCK=SECONDS` (`+90`, `-5`) moves [`Timestamp::now`] by that much, so a
+/// test steps past a deadline instead of sleeping to it. A release build has no such code: no
+/// caller can move its clock to approve after a deadline.
+mod test_clock {
+    /// The environment variable a test build reads.
+    #[cfg(feature = "test-clock")]
+    pub const VAR: &str = "PROSE_STATE_TEST_CLOCK";
+
+    #[cfg(feature = "test-clock")]
+    pub fn skew() -> chrono::Duration {
+        std::env::var(VAR)
+            .ok()
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .map_or_else(chrono::Duration::zero, chrono::Duration::seconds)
+    }
+
+    #[cfg(not(feature = "test-clock"))]
+    pub fn skew() -> chrono::Duration {
+        chrono::Duration::zero()
     }
 }
 

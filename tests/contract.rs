@@ -267,7 +267,7 @@ fn gate_lifecycle_and_fail_closed(b: Backend) {
         .args(["gates", "wait", &run.id, "deploy"])
         .assert()
         .success();
-    std::thread::sleep(std::time::Duration::from_millis(2100));
+    advance_clock(p.root(), 2);
     let a = p
         .cmd()
         .args(["approve", &run.id, "quick", "--yes", "--as", "raymond"])

@@ -268,7 +268,7 @@ fn a_gate_past_its_deadline_fails_closed_with_no_sweeper(b: Backend) {
         "quick",
         &["--timeout", "1s", "--on-reject", "continue"],
     );
-    std::thread::sleep(std::time::Duration::from_millis(2100));
+    advance_clock(p.root(), 2);
     // nothing has swept it: the row still says pending
     assert_eq!(run.view().gate("quick").0, "pending");
     let a = p
@@ -641,7 +641,7 @@ fn bad_gate_input_is_refused_and_changes_nothing(b: Backend) {
 fn listing_across_runs_oldest_first_with_filters(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let r1 = p.init();
-    std::thread::sleep(std::time::Duration::from_millis(1100));
+    advance_clock(p.root(), 1);
     let r2 = p.init();
     create(&r2, "later", &["--timeout", "30m"]);
     create(&r1, "soon", &["--timeout", "5m"]);

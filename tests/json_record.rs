@@ -198,7 +198,7 @@ impl<'a> Recorder<'a> {
     }
 
     /// Runs the binary in the project root with `args` (and `stdin`), in an environment of
-    /// its own: nothing of the caller's but PATH.
+    /// its own: nothing of the caller's but PATH (and the project's clock).
     fn run_with(&mut self, args: &[&str], stdin: Option<&[u8]>) -> Out {
         if let Some(ms) = std::env::var("PROSE_STATE_RECORD_PAUSE_MS")
             .ok()
@@ -210,6 +210,7 @@ impl<'a> Recorder<'a> {
         c.current_dir(self.p.root())
             .env_clear()
             .env("HOME", test_home(self.p.root()))
+            .envs(test_clock(self.p.root()))
             .env("USER", "recorder")
             .env("LOGNAME", "recorder")
             .env("TZ", "UTC")
@@ -1169,7 +1170,6 @@ fn script(r: &mut Recorder) {
         "--json", "--run", "side-q", "gates", "create", "brief", "--prompt", PROMPT_DEPLOY,
         "--timeout", "1s", "--on-reject", "continue",
     ]);
-    let opened = std::time::Instant::now();
 
     r.note("guides");
     r.run(&["--json", "guide"]);
@@ -1186,7 +1186,7 @@ fn script(r: &mut Recorder) {
     r.run(&["--json", "--busy-timeout", "x", "runs"]);
 
     // Past the deadline whatever the clock's second was when the gate was made.
-    std::thread::sleep(std::time::Duration::from_millis(2100).saturating_sub(opened.elapsed()));
+    advance_clock(r.p.root(), 2);
     r.run(&["--json", "--run", "side-q", "gates", "wait", "brief", "--timeout", "0"]);
     r.run(&["--json", "--run", "side-q", "gates", "show", "brief", "--as", "alice"]);
 

@@ -380,7 +380,7 @@ fn a_finished_run_is_read_only_and_keeps_its_status(b: Backend) {
 fn runs_lists_newest_first_with_status_and_pending_gates(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let old = p.init();
-    std::thread::sleep(std::time::Duration::from_millis(1100));
+    advance_clock(p.root(), 1);
     let new = p.init();
     new.cmd()
         .args(["gates", "create", "g", "--prompt", "p"])
@@ -615,7 +615,7 @@ fn resume_tells_a_vm_everything_it_needs(b: Backend) {
         ])
         .assert()
         .success();
-    std::thread::sleep(std::time::Duration::from_millis(2100));
+    advance_clock(p.root(), 2);
     run.cmd()
         .args([
             "finish",

@@ -449,7 +449,7 @@ fn waiting_on_several_gates_reports_each_and_the_most_serious(b: Backend) {
         .args(["reject", "b", "--yes", "--as", "alice", "--reason", "no"])
         .assert()
         .success();
-    std::thread::sleep(std::time::Duration::from_millis(2100));
+    advance_clock(p.root(), 2);
     let wait = |extra: &[&str]| {
         let a = run
             .cmd()
@@ -543,7 +543,6 @@ fn an_escalation_admits_its_group_only_after_the_deadline(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
     let bob = token(&p, "bob", &["--group", "oncall"]);
-    let started = std::time::Instant::now();
     let made = create(
         &run,
         "ship",
@@ -586,7 +585,7 @@ fn an_escalation_admits_its_group_only_after_the_deadline(b: Backend) {
     let before = run.before_refusal("ship");
     assert_eq!(decide(&run, "approve", "ship", &bob).0, 4);
     run.refused(&before, 1, "an unsealed escalation");
-    std::thread::sleep(std::time::Duration::from_millis(3500).saturating_sub(started.elapsed()));
+    advance_clock(p.root(), 4);
     let shown = run
         .cmd()
         .args(["gates", "show", "ship", "--json"])
@@ -712,7 +711,6 @@ fn reminders_and_escalations_are_checked_before_anything_is_written(b: Backend) 
 fn a_reader_that_cannot_vouch_leaves_an_escalation_to_one_that_can(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
-    let started = std::time::Instant::now();
     let made = [
         "--allow",
         "alice",
@@ -724,7 +722,7 @@ fn a_reader_that_cannot_vouch_leaves_an_escalation_to_one_that_can(b: Backend) {
         "1h",
     ];
     create(&run, "ship", &made);
-    std::thread::sleep(std::time::Duration::from_millis(2500).saturating_sub(started.elapsed()));
+    advance_clock(p.root(), 3);
     let elsewhere = p.root().join("elsewhere");
     std::fs::create_dir_all(&elsewhere).unwrap();
     let a = run

@@ -196,7 +196,7 @@ fn a_timed_out_gate_tells_one_time_and_iso_deadlines_show_time_left(b: Backend) 
         ])
         .assert()
         .success();
-    std::thread::sleep(std::time::Duration::from_millis(2100));
+    advance_clock(p.root(), 2);
     let a = run.cmd().args(["gates", "wait", "soon"]).assert().failure();
     assert_eq!(code(&a), 6);
     let (_, timeout_at) = run.view().gate_times("soon");
@@ -514,7 +514,7 @@ fn a_decided_gate_opens_again_as_its_next_instance(b: Backend) {
         ])
         .assert()
         .success();
-    std::thread::sleep(std::time::Duration::from_millis(2100));
+    advance_clock(p.root(), 2);
     assert_eq!(
         code(&run.cmd().args(["gates", "wait", "soon"]).assert().failure()),
         6

@@ -63,7 +63,7 @@ fn deliver(notices: Vec<Notice>) {
             let _ = writeln!(
                 log,
                 "{} on-gate {} run {} gate {}: could not start: {e:#}",
-                chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ"),
+                crate::model::now().replacen(' ', "T", 1) + "Z",
                 n.event.as_str(),
                 n.gate.run_id.as_deref().unwrap_or(""),
                 n.gate.id

@@ -97,7 +97,8 @@ pub fn mcp_client(p: &Project, python: &Path, script: &str) -> std::process::Com
             .join(script),
     )
     .current_dir(p.root())
-    .env("HOME", test_home(p.root()));
+    .env("HOME", test_home(p.root()))
+    .envs(test_clock(p.root()));
     for var in CLEARED_ENV {
         c.env_remove(var);
     }
@@ -110,6 +111,25 @@ pub fn test_home(root: &Path) -> PathBuf {
     root.join(".home")
 }
 
+/// The file in a project that holds how far its clock is ahead of real time, in seconds.
+const CLOCK_FILE: &str = ".test-clock";
+
+/// What the binary under test is told of the project's clock (`PROSE_STATE_TEST_CLOCK`, which
+/// only a test build reads; always set, so the caller's setting never reaches a test): real
+/// time until [`advance_clock`] moved it. Every command a test starts in the project, or in a
+/// run of it, sees the same time.
+pub fn test_clock(root: &Path) -> [(&'static str, String); 1] {
+    let skew = std::fs::read_to_string(root.join(CLOCK_FILE)).unwrap_or_else(|_| "0".into());
+    [("PROSE_STATE_TEST_CLOCK", skew.trim().to_string())]
+}
+
+/// Moves the clock of the project at `root` `seconds` ahead, for every command started after:
+/// a test steps past a deadline instead of sleeping to it.
+pub fn advance_clock(root: &Path, seconds: i64) {
+    let now: i64 = test_clock(root)[0].1.parse().unwrap();
+    std::fs::write(root.join(CLOCK_FILE), (now + seconds).to_string()).unwrap();
+}
+
 /// `sh -c SCRIPT` in `dir`, with [`CLEARED_ENV`] cleared, HOME set to the project's
 /// [`test_home`] and `$BIN` naming the binary.
 pub fn sh(dir: &Path, script: &str) -> std::process::Command {
@@ -118,7 +138,8 @@ pub fn sh(dir: &Path, script: &str) -> std::process::Command {
         .arg(script)
         .current_dir(dir)
         .env("BIN", BIN)
-        .env("HOME", test_home(dir));
+        .env("HOME", test_home(dir))
+        .envs(test_clock(dir));
     for var in CLEARED_ENV {
         c.env_remove(var);
     }
@@ -217,7 +238,8 @@ impl Project {
     pub fn cmd(&self) -> Command {
         let mut c = Command::new(BIN);
         c.current_dir(self.root())
-            .env("HOME", test_home(self.root()));
+            .env("HOME", test_home(self.root()))
+            .envs(test_clock(self.root()));
         for var in CLEARED_ENV {
             c.env_remove(var);
         }
@@ -228,7 +250,8 @@ impl Project {
     pub fn std_cmd(&self) -> std::process::Command {
         let mut c = std::process::Command::new(BIN);
         c.current_dir(self.root())
-            .env("HOME", test_home(self.root()));
+            .env("HOME", test_home(self.root()))
+            .envs(test_clock(self.root()));
         for var in CLEARED_ENV {
             c.env_remove(var);
         }
@@ -273,6 +296,98 @@ impl Project {
             root: self.root().to_path_buf(),
             pg_url: self.pg_url.clone(),
         }
+    }
+}
+
+/// A project's whole state at one moment, to go back to: its files (runs, the home with its
+/// audit key and anchors) and, on PostgreSQL, its database, kept as a template. A fixture
+/// built once through the binary then serves many cases, each from the same start.
+pub struct Snapshot {
+    files: TempDir,
+    /// The template database's name, dropped with the snapshot.
+    db: Option<String>,
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        if let (Some(db), Ok(base)) = (&self.db, pg::server()) {
+            if let Ok(mut c) = postgres::Client::connect(base, postgres::NoTls) {
+                let _ = c.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
+            }
+        }
+    }
+}
+
+/// Copies the tree `from` into the directory `to`, keeping each file's and directory's mode.
+fn copy_tree(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let meta = std::fs::symlink_metadata(&src).unwrap();
+        if meta.is_dir() {
+            std::fs::create_dir(&dst).unwrap();
+            copy_tree(&src, &dst);
+            std::fs::set_permissions(&dst, meta.permissions()).unwrap();
+        } else if meta.is_file() {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
+
+impl Project {
+    /// The project's state now (no command of it may be running).
+    pub fn snapshot(&self) -> Snapshot {
+        let files = tempfile::Builder::new()
+            .prefix("prose-state-snap")
+            .tempdir()
+            .unwrap();
+        copy_tree(self.root(), files.path());
+        let db = self.database_name().map(|name| {
+            let snap = format!("s_{:016x}", rand::random::<u64>());
+            self.admin()
+                .batch_execute(&format!(
+                    "CREATE DATABASE {snap} TEMPLATE {name} STRATEGY FILE_COPY"
+                ))
+                .expect("snapshot the test database");
+            snap
+        });
+        Snapshot { files, db }
+    }
+
+    /// Puts the project back as it was at `snap`: every file the commands since wrote or
+    /// removed, and the database.
+    pub fn restore(&self, snap: &Snapshot) {
+        for entry in std::fs::read_dir(self.root()).unwrap() {
+            let path = entry.unwrap().path();
+            if std::fs::symlink_metadata(&path).unwrap().is_dir() {
+                std::fs::remove_dir_all(&path).unwrap();
+            } else {
+                std::fs::remove_file(&path).unwrap();
+            }
+        }
+        copy_tree(snap.files.path(), self.root());
+        if let (Some(name), Some(snap)) = (self.database_name(), &snap.db) {
+            // Each alone: neither may run inside the implicit transaction of a batch.
+            let mut c = self.admin();
+            c.batch_execute(&format!("DROP DATABASE {name} WITH (FORCE)"))
+                .expect("drop the test database");
+            c.batch_execute(&format!(
+                "CREATE DATABASE {name} TEMPLATE {snap} STRATEGY FILE_COPY"
+            ))
+            .expect("restore the test database");
+        }
+    }
+
+    /// The name of this project's own PostgreSQL database.
+    fn database_name(&self) -> Option<String> {
+        let url = self.pg_url.as_ref()?;
+        let name = url.split('?').next()?.rsplit('/').next()?;
+        Some(name.to_string())
+    }
+
+    /// A connection to the server's maintenance database.
+    fn admin(&self) -> postgres::Client {
+        postgres::Client::connect(pg::server().unwrap(), postgres::NoTls).unwrap()
     }
 }
 
@@ -325,6 +440,7 @@ impl Run {
         let mut c = Command::new(BIN);
         c.current_dir(&self.root)
             .env("HOME", test_home(&self.root))
+            .envs(test_clock(&self.root))
             .args(["--run", &self.id]);
         for var in CLEARED_ENV {
             c.env_remove(var);
@@ -336,6 +452,7 @@ impl Run {
         let mut c = std::process::Command::new(BIN);
         c.current_dir(&self.root)
             .env("HOME", test_home(&self.root))
+            .envs(test_clock(&self.root))
             .args(["--run", &self.id]);
         for var in CLEARED_ENV {
             c.env_remove(var);
@@ -951,6 +1068,7 @@ pub fn on_terminal(p: &Project, command: &str, input: &str) -> Option<(i32, Stri
         .args(["-qec", command, "/dev/null"])
         .current_dir(p.root())
         .env("HOME", test_home(p.root()))
+        .envs(test_clock(p.root()))
         .env_remove("PROSE_PRINCIPAL")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())

@@ -77,7 +77,7 @@ impl PgTx<'_> {
     ) -> Result<i64> {
         // One parameter list for the three statements: $1 name, $2 run, $3 scope, $4 kind,
         // $5 value, $6 source statement, $7 created, $8 updated, $9 attachment (the upsert's),
-        // $10 step, $11 principal (the version's).
+        // $10 step, $11 principal (the version's), $12 now (the version's time).
         macro_rules! upsert {
             () => {
                 "INSERT INTO openprose.bindings (name, run_id, execution_id, kind, value,
@@ -104,7 +104,7 @@ impl PgTx<'_> {
                               WHERE h.run_id = $2 AND h.name = $1
                                 AND COALESCE(h.execution_id, -1) = COALESCE($3, -1)),
                             $4::text, CASE WHEN $10::text IS NULL THEN $5::text END, $10::text,
-                            $9::text, $6::text, now(),
+                            $9::text, $6::text, ($12::text)::timestamptz,
                             (SELECT CASE WHEN s.is_called THEN s.last_value END
                                FROM openprose.execution_id_seq s),
                             $11::text
@@ -134,7 +134,8 @@ impl PgTx<'_> {
             .held
             .as_ref()
             .is_some_and(|(n, s)| Some(n.as_str()) == b.name.as_deref() && *s == scope);
-        let p: [(&(dyn ToSql + Sync), Type); 11] = [
+        let now = crate::model::now();
+        let p: [(&(dyn ToSql + Sync), Type); 12] = [
             (&b.name, Type::TEXT),
             (&run, Type::TEXT),
             (&b.execution_id, Type::INT8),
@@ -146,6 +147,7 @@ impl PgTx<'_> {
             (&b.attachment_path, Type::TEXT),
             (&delta, Type::TEXT),
             (&principal, Type::TEXT),
+            (&now, Type::TEXT),
         ];
         if held && !copy {
             return self
@@ -169,7 +171,8 @@ impl PgTx<'_> {
         self.exec_prepared(
             "INSERT INTO openprose.agent_history (run_id, name, n, kind, value, written_at,
                  at_record)
-             SELECT a.run_id, a.name, COALESCE(h.n, 0) + 1, a.scope, a.memory, now(),
+             SELECT a.run_id, a.name, COALESCE(h.n, 0) + 1, a.scope, a.memory,
+                    ($3::text)::timestamptz,
                     (SELECT CASE WHEN s.is_called THEN s.last_value END
                        FROM openprose.execution_id_seq s)
                FROM openprose.agents a
@@ -179,7 +182,7 @@ impl PgTx<'_> {
               WHERE a.run_id = $1 AND a.name = $2
                 AND (h.n IS NULL OR h.deleted = 1 OR h.kind IS DISTINCT FROM a.scope
                      OR h.value IS DISTINCT FROM a.memory)",
-            &[&run, &name],
+            &[&run, &name, &crate::model::now()],
         )
     }
 

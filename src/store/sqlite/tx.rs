@@ -111,7 +111,7 @@ impl SqliteTx<'_> {
                                           attachment_path, source_statement, written_at,
                                           at_record, principal)
              VALUES (?1, ?2, ?3, ?4, CASE WHEN ?6 IS NULL THEN CAST(?5 AS TEXT) END, ?6, ?7, ?8,
-                     datetime('now'), (SELECT MAX(id) FROM execution), ?9)",
+                     ?10, (SELECT MAX(id) FROM execution), ?9)",
             params![
                 b.name,
                 b.execution_id,
@@ -121,7 +121,8 @@ impl SqliteTx<'_> {
                 delta,
                 b.attachment_path,
                 b.source_statement,
-                principal
+                principal,
+                crate::model::now()
             ],
         )?;
         Ok(version)
@@ -136,7 +137,7 @@ impl SqliteTx<'_> {
         }
         self.exec(
             "INSERT INTO agent_history (name, n, kind, value, written_at, at_record)
-             SELECT a.name, IFNULL(h.n, 0) + 1, a.scope, a.memory, datetime('now'),
+             SELECT a.name, IFNULL(h.n, 0) + 1, a.scope, a.memory, ?2,
                     (SELECT MAX(id) FROM execution)
                FROM agents a
                LEFT JOIN (SELECT n, kind, value, deleted FROM agent_history
@@ -144,7 +145,7 @@ impl SqliteTx<'_> {
               WHERE a.name = ?1
                 AND (h.n IS NULL OR h.deleted = 1 OR h.kind IS NOT a.scope
                      OR h.value IS NOT a.memory)",
-            [name],
+            params![name, crate::model::now()],
         )
     }
 }
