@@ -181,7 +181,9 @@ pub fn answer_errors(schema: &Value, answer: &Value) -> Vec<(String, String)> {
 }
 
 /// The validator of a response schema (see the module's note on the draft).
-fn validator(schema: &Value) -> Result<jsonschema::Validator, jsonschema::ValidationError<'static>> {
+fn validator(
+    schema: &Value,
+) -> Result<jsonschema::Validator, jsonschema::ValidationError<'static>> {
     jsonschema::draft7::new(schema)
 }
 

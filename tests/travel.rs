@@ -570,7 +570,8 @@ common::on_both!(large_values_stream_in_flat_memory);
 
 /// A run's content as the test itself reads it from the database, ids replaced by their
 /// place in the log: what must survive every move. Values are their bytes wherever they are
-/// kept; the audit log is its chain (sequence, events, hashes), `imported` events left out.
+/// kept; the audit log is its chain (sequence, events, hashes), the copies' bookkeeping
+/// (`imported` and `renumbered` events) left out.
 fn content(run: &common::Run) -> serde_json::Value {
     use serde_json::json;
     type Rows = Vec<Vec<Option<String>>>;
@@ -692,11 +693,11 @@ fn content(run: &common::Run) -> serde_json::Value {
     let audit = rows(
         "SELECT CAST(seq AS TEXT), gate_id, event_type, principal, comment, timestamp, metadata,
                 prev_hash, hash FROM gate_audit_log
-         WHERE NOT (gate_id = '' AND event_type = 'imported') ORDER BY id",
+         WHERE NOT (gate_id = '' AND event_type IN ('imported', 'renumbered')) ORDER BY id",
         &format!(
             "SELECT seq::text, gate_id, event_type, principal, comment, {}, metadata, prev_hash,
                     hash FROM openprose.gate_audit_log
-             WHERE run_id = $1 AND NOT (gate_id = '' AND event_type = 'imported') ORDER BY id",
+             WHERE run_id = $1 AND NOT (gate_id = '' AND event_type IN ('imported', 'renumbered')) ORDER BY id",
             ts("timestamp")
         ),
     );
@@ -2184,4 +2185,160 @@ fn a_copied_run_is_reidentified_by_import_under_a_new_id() {
         "the original is untouched"
     );
     run.cmd().args(["gates", "verify"]).assert().success();
+}
+
+/// A decision seals the frames of its inputs, its answer and its edits as execution ids, and a
+/// move to the server renumbers the run's log (another run holds its ids there). The import
+/// seals how it renumbered, and every read of those decisions follows it: the answer and the
+/// edit read back in the frame's new id, the gate stands, and nothing calls the run tampered.
+#[test]
+fn a_decisions_frames_survive_the_renumbering_of_a_move() {
+    let Some(server) = project(Backend::Postgres) else {
+        return;
+    };
+    // A run on the server first, so that the moved run's ids cannot stay as they were.
+    let other = server.init();
+    for i in 1..=5 {
+        other.exec(i, "x", "completed", None);
+    }
+    let home = project(Backend::Sqlite).unwrap();
+    let run = home.init();
+    let block = run.exec(1, "do review:", "executing", None);
+    let at = block.to_string();
+    run.cmd()
+        .args([
+            "bind",
+            "draft",
+            "v1",
+            "--kind",
+            "input",
+            "--execution-id",
+            &at,
+        ])
+        .assert()
+        .success();
+    run.cmd()
+        .args([
+            "gates", "create", "g", "--prompt", "Ship it?", "--inputs", "draft",
+        ])
+        .args([
+            "--response-schema",
+            r#"{"type":"object","properties":{"size":{"type":"integer"}},"required":["size"]}"#,
+        ])
+        .args(["--response-binding", "size", "--execution-id", &at])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["approve", "g", "--as", "alice", "-y"])
+        .args(["--response", r#"{"size":3}"#, "--edit", "draft=v2"])
+        .assert()
+        .success();
+    assert_eq!(run.get("size", Some(block)), br#"{"size":3}"#);
+    let e1 = home.root().join("e1");
+    run.cmd().args(["export", "-o"]).arg(&e1).assert().success();
+    let first = import(&server, &["--vouch", e1.to_str().unwrap()]);
+    assert_eq!(first["renumbered"], true, "{first}");
+    let moved = server.run(&run.id);
+    let id_in = |run: &str| -> i64 {
+        let mut c =
+            postgres::Client::connect(server.pg_url.as_deref().unwrap(), postgres::NoTls).unwrap();
+        c.query_one(
+            "SELECT id FROM openprose.execution WHERE run_id = $1 AND statement_text = 'do review:'",
+            &[&run],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let new_block = id_in(&run.id);
+    assert_ne!(new_block, block, "the move did not renumber");
+    moved.cmd().args(["gates", "verify"]).assert().success();
+    assert_eq!(moved.get("size", Some(new_block)), br#"{"size":3}"#);
+    assert_eq!(moved.get("draft", Some(new_block)), b"v2");
+    // Replaced by a later copy of the same history (a value rebound at home): the server's
+    // log keeps the first move's events, and the run reads through the second move alone.
+    run.bind("note", "later", None);
+    let e2 = home.root().join("e2");
+    run.cmd().args(["export", "-o"]).arg(&e2).assert().success();
+    let second = import(&server, &["--replace", "--vouch", e2.to_str().unwrap()]);
+    assert_eq!(second["replaced"], true, "{second}");
+    let new_block = id_in(&run.id);
+    assert_ne!(new_block, block);
+    let new_at = new_block.to_string();
+    moved.cmd().args(["gates", "verify"]).assert().success();
+    assert_eq!(moved.get("size", Some(new_block)), br#"{"size":3}"#);
+    assert_eq!(moved.get("draft", Some(new_block)), b"v2");
+    let a = moved
+        .cmd()
+        .args(["--json", "gates", "wait", "g", "--timeout", "0"])
+        .assert()
+        .success();
+    let v = stdout_json(&a);
+    assert_eq!(v["response_binding"]["execution_id"], new_block, "{v}");
+    assert_eq!(v["response"]["size"], 3, "{v}");
+    moved
+        .cmd()
+        .args(["history", "draft", "--execution-id", &new_at])
+        .assert()
+        .success();
+    moved
+        .cmd()
+        .args(["get", "draft", "--version", "2", "--execution-id", &new_at])
+        .assert()
+        .success();
+    let a = moved.cmd().args(["--json", "resume"]).assert().success();
+    let r = stdout_json(&a).to_string();
+    assert!(!r.contains("tampered"), "{r}");
+    // A fork of it, made on the server (renumbered once more), carries the decision with its
+    // frames, read through what the source's move sealed.
+    let newest: i64 = {
+        let mut c =
+            postgres::Client::connect(server.pg_url.as_deref().unwrap(), postgres::NoTls).unwrap();
+        c.query_one(
+            "SELECT max(id) FROM openprose.execution WHERE run_id = $1",
+            &[&run.id],
+        )
+        .unwrap()
+        .get(0)
+    };
+    let f = crate::fork::fork(&moved, &["--at", &newest.to_string()]);
+    assert_eq!(f["gates_decided"], serde_json::json!(["g"]), "{f}");
+    let forked = server.run(f["run_id"].as_str().unwrap());
+    let fork_block = id_in(&forked.id);
+    assert_ne!(fork_block, new_block, "the fork did not renumber");
+    forked.cmd().args(["gates", "verify"]).assert().success();
+    assert_eq!(forked.get("size", Some(fork_block)), br#"{"size":3}"#);
+    let a = forked
+        .cmd()
+        .args(["--json", "gates", "show", "g"])
+        .assert()
+        .success();
+    let v = stdout_json(&a);
+    assert_eq!(v["response_binding"]["execution_id"], fork_block, "{v}");
+    // It goes on: the gate reopened on the server answers into the same frame.
+    moved
+        .cmd()
+        .args([
+            "gates", "create", "g", "--prompt", "Ship it?", "--inputs", "draft", "--reopen",
+        ])
+        .args([
+            "--response-schema",
+            r#"{"type":"object","properties":{"size":{"type":"integer"}},"required":["size"]}"#,
+        ])
+        .args(["--response-binding", "size", "--execution-id", &new_at])
+        .assert()
+        .success();
+    moved
+        .cmd()
+        .args([
+            "approve",
+            "g",
+            "--as",
+            "alice",
+            "-y",
+            "--response",
+            r#"{"size":4}"#,
+        ])
+        .assert()
+        .success();
+    assert_eq!(moved.get("size", Some(new_block)), br#"{"size":4}"#);
 }

@@ -16,7 +16,7 @@
 //! (`forked_from`: run, record, time, the source's chain head).
 
 use crate::error::{not_found, refused, shown, usage};
-use crate::store::chain::{ChainReport, Integrity, RowState};
+use crate::store::chain::{for_each_scope, ChainReport, Integrity, Moves, RowState};
 use crate::store::dump::{
     AgentRecord, BindingRecord, GateRecord, RunDump, RunRecord, GENESIS, RUN_EVENT,
 };
@@ -63,12 +63,21 @@ pub struct Carried {
 /// (`carried.after_records`: how many preceded it): a fork holds those records first, in the
 /// same order, whatever its ids (PostgreSQL numbers a copy's records anew), so it is by the
 /// point when that many of this run's records are (`records_by_then`).
-fn by_point(r: &AuditRow, at: i64, records_by_then: usize, next_time: Option<&str>) -> bool {
-    let m: Value = r
+/// Its `after_record` is read in the run's numbering now (`moves`: a run moved to a store that
+/// renumbered it names its records by their old ids in the events sealed before).
+fn by_point(
+    r: &AuditRow,
+    at: i64,
+    records_by_then: usize,
+    next_time: Option<&str>,
+    moves: &Moves,
+) -> bool {
+    let mut m: Value = r
         .metadata
         .as_deref()
         .and_then(|m| serde_json::from_str(m).ok())
         .unwrap_or(Value::Null);
+    moves.renumber(r.seq, &mut m);
     if let Some(k) = m["carried"]["after_records"].as_u64() {
         return k as usize <= records_by_then;
     }
@@ -295,6 +304,8 @@ pub fn build(src: &RunDump, report: &ChainReport, plan: &Plan) -> Result<(RunDum
         seal: None,
     }];
     let attested = |r: &AuditRow| r.seq.is_some() && !report.unattested.contains(&r.id);
+    // How copies renumbered the source, from its events it attests (`chain::Moves`).
+    let moves = Moves::of(src.audit.iter().filter(|r| attested(r)));
     let mut gates = Vec::new();
     let mut gate_instances = Vec::new();
     let mut events: Vec<&AuditRow> = Vec::new();
@@ -308,7 +319,7 @@ pub fn build(src: &RunDump, report: &ChainReport, plan: &Plan) -> Result<(RunDum
         let then: Vec<&AuditRow> = mine
             .iter()
             .copied()
-            .take_while(|r| by_point(r, at, point + 1, next_time.as_deref()))
+            .take_while(|r| by_point(r, at, point + 1, next_time.as_deref(), &moves))
             .collect();
         if !then.iter().any(|r| r.event_type == "created") {
             continue;
@@ -321,7 +332,7 @@ pub fn build(src: &RunDump, report: &ChainReport, plan: &Plan) -> Result<(RunDum
         }
         let states: Vec<(&AuditRow, RowState)> =
             then.iter().map(|r| (*r, RowState::Attested)).collect();
-        let d = crate::store::chain::derive(&states).map_err(|why| {
+        let d = crate::store::chain::derive(&states, &moves).map_err(|why| {
             refused(format!(
                 "gate {} of run {} cannot be carried: {why}",
                 shown(&g.id),
@@ -401,8 +412,13 @@ pub fn build(src: &RunDump, report: &ChainReport, plan: &Plan) -> Result<(RunDum
         // A copy names the event it copies where that was made: a copy of a copy (a fork of
         // a fork) keeps what its source's copy names, so a signature made there still
         // verifies against that run, and it still knows how many records preceded it.
+        // The executions it names as they are in the source now (the source was renumbered
+        // since it was sealed): the fork reads them through `carried.moved`, sealed with it,
+        // and the event's own fields (its signature covers some) stay as they were.
+        let mut now = m.clone();
+        moves.renumber(r.seq, &mut now);
         if let Some(o) = m.as_object_mut().filter(|o| !o.contains_key("carried")) {
-            let after_records = o.get("after_record").map(|a| match a.as_i64() {
+            let after_records = now.get("after_record").map(|a| match a.as_i64() {
                 Some(a) => src.executions.iter().filter(|e| e.id <= a).count(),
                 None => 0,
             });
@@ -410,6 +426,25 @@ pub fn build(src: &RunDump, report: &ChainReport, plan: &Plan) -> Result<(RunDum
                 "carried".into(),
                 json!({"run": src.run.id, "seq": r.seq, "hash": r.hash, "after_records": after_records}),
             );
+        }
+        let (mut sealed, mut moved) = (Vec::new(), serde_json::Map::new());
+        for_each_scope(&mut m.clone(), &mut |id| {
+            sealed.push(id);
+            id
+        });
+        let mut i = 0;
+        for_each_scope(&mut now, &mut |id| {
+            if let Some(was) = sealed.get(i).filter(|was| **was != id) {
+                moved.insert(was.to_string(), id.into());
+            }
+            i += 1;
+            id
+        });
+        if let Some(c) = m.get_mut("carried").and_then(Value::as_object_mut) {
+            match moved.is_empty() {
+                true => c.remove("moved"),
+                false => c.insert("moved".into(), Value::Object(moved)),
+            };
         }
         audit.push(AuditRow {
             id: audit.len() as i64 + 1,

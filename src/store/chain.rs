@@ -14,8 +14,8 @@
 //!   anchored. Everything after the first break is broken too: nothing there can be trusted.
 
 pub use super::derive::{
-    derive, escalation, stale, Derived, Pin, RowState, CONSUMED, ESCALATED, REMINDER, VOTE_APPROVE,
-    VOTE_REJECT,
+    derive, escalation, for_each_scope, stale, Derived, Moves, Pin, RowState, CONSUMED, ESCALATED,
+    REMINDER, RENUMBERED, VOTE_APPROVE, VOTE_REJECT,
 };
 use super::seal::{Anchor, Key, SealCheck};
 use super::{AuditRow, GateRow};
@@ -134,6 +134,11 @@ pub fn check(
         }
     }
     report.unattested.sort_unstable();
+    // How copies renumbered the log, from their events this machine vouches for.
+    let moves = Moves::of(
+        rows.iter()
+            .filter(|r| states.get(&r.id).copied() == Some(RowState::Attested)),
+    );
     // Each gate's events, gathered in one pass over the log.
     let mut by_gate: HashMap<&str, Vec<(&AuditRow, RowState)>> = HashMap::new();
     for r in rows {
@@ -144,7 +149,7 @@ pub fn check(
     }
     for gate in gates {
         let events = by_gate.remove(gate.id.as_str()).unwrap_or_default();
-        let (integrity, derived) = gate_integrity(gate, &events);
+        let (integrity, derived) = gate_integrity(gate, &events, &moves);
         if integrity != Integrity::Attested {
             report.gates.push((gate.id.clone(), integrity));
         }
@@ -596,14 +601,18 @@ pub fn opening_integrity(
     }
 }
 
-fn gate_integrity(gate: &GateRow, events: &[(&AuditRow, RowState)]) -> (Integrity, Derived) {
+fn gate_integrity(
+    gate: &GateRow,
+    events: &[(&AuditRow, RowState)],
+    moves: &Moves,
+) -> (Integrity, Derived) {
     if events.iter().any(|(_, s)| *s == RowState::Broken) {
         return (
             Integrity::Tampered("its audit events are broken".into()),
             Derived::default(),
         );
     }
-    match derive(events) {
+    match derive(events, moves) {
         Ok(d) => (compare(gate, &d, events), d),
         Err(why) => (Integrity::Tampered(why), Derived::default()),
     }
@@ -627,15 +636,23 @@ pub fn self_state(r: &AuditRow, key: Option<&Key>) -> RowState {
     }
 }
 
-/// A gate checked against its own history by [`self_state`], with what its events derive.
-/// A sealed row that names another run (copied in from one, its seal genuine there) is broken
-/// here: a run's gates are derived from its own events alone.
+/// A gate checked against its own history by [`self_state`], with what its events derive
+/// (their execution ids read through the run's `moves`, its `renumbered` events, each of which
+/// counts only if it vouches for itself the same way). A sealed row that names another run
+/// (copied in from one, its seal genuine there) is broken here: a run's gates are derived from
+/// its own events alone.
 pub fn gate_against_history(
     gate: &GateRow,
     run_id: &str,
     history: &[AuditRow],
+    moves: &[AuditRow],
     key: Option<&Key>,
 ) -> (Integrity, Derived) {
+    let moves = Moves::of(
+        moves
+            .iter()
+            .filter(|r| r.run_id == run_id && self_state(r, key) == RowState::Attested),
+    );
     let events: Vec<(&AuditRow, RowState)> = history
         .iter()
         .map(|r| match self_state(r, key) {
@@ -643,7 +660,7 @@ pub fn gate_against_history(
             state => (r, state),
         })
         .collect();
-    gate_integrity(gate, &events)
+    gate_integrity(gate, &events, &moves)
 }
 
 fn instance_of(row: &AuditRow) -> i64 {

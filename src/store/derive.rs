@@ -171,7 +171,124 @@ impl Derived {
 /// that event allows is the decision. Sealed events that contradict each other (a decision
 /// by a principal not allowed, two decisions, a decision for another opening, openings out
 /// of order) can only come from a holder of the key: Err, with why.
-pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
+/// How copies renumbered the run's log, as the sealed `renumbered` events this machine vouches
+/// for say. A store that numbers execution ids itself (PostgreSQL) gives a run it takes in
+/// (`import`, `fork`) new ids, and each event sealed before then names executions by their old
+/// ones: the copy seals the old and new id of each execution the log names, in one `renumbered`
+/// event after the events it took in, and every derivation reads a sealed id through them, so
+/// that a decision's frames are the same executions after any number of moves. No row edit
+/// changes it: the map is in the sealed chain.
+#[derive(Debug, Clone, Default)]
+pub struct Moves(Vec<Move>);
+
+#[derive(Debug, Clone)]
+struct Move {
+    /// Where the `imported` event is in the chain.
+    seq: i64,
+    /// The newest event of the chain the import took in: the events it renumbered.
+    head: i64,
+    ids: std::collections::HashMap<i64, i64>,
+}
+
+pub use super::dump::RENUMBERED;
+
+impl Moves {
+    /// From the run's `renumbered` events this machine vouches for (the caller gives no
+    /// other). Only those in the line of the newest count: a copy that replaced a run (the
+    /// server's log keeps what it replaced) took in a chain without the moves after its head.
+    pub fn of<'a>(events: impl IntoIterator<Item = &'a AuditRow>) -> Moves {
+        let mut all: Vec<Move> = events
+            .into_iter()
+            .filter(|r| is_renumbering(r))
+            .filter_map(|r| {
+                let moved: serde_json::Value = serde_json::from_str(r.metadata.as_deref()?).ok()?;
+                let ids = moved["ids"]
+                    .as_object()?
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.parse().ok()?, v.as_i64()?)))
+                    .collect();
+                Some(Move {
+                    seq: r.seq?,
+                    head: moved["head"].as_i64()?,
+                    ids,
+                })
+            })
+            .collect();
+        all.sort_by_key(|m| m.seq);
+        let mut line = Vec::new();
+        let mut within = i64::MAX;
+        for m in all.into_iter().rev() {
+            if m.seq <= within {
+                within = m.head;
+                line.push(m);
+            }
+        }
+        line.reverse();
+        Moves(line)
+    }
+
+    /// Execution `id`, as an event sealed at `seq` names it, in the run's numbering now.
+    pub fn now(&self, seq: Option<i64>, id: i64) -> i64 {
+        let Some(seq) = seq else { return id };
+        self.0
+            .iter()
+            .filter(|m| seq <= m.head)
+            .fold(id, |id, m| m.ids.get(&id).copied().unwrap_or(id))
+    }
+
+    /// Sealed metadata (of an event at `seq`) with each execution id it names as it is now:
+    /// through the map a fork sealed with the event it carried (`carried.moved`: the ids as
+    /// its source had them then), then through the run's own moves.
+    pub fn renumber(&self, seq: Option<i64>, m: &mut serde_json::Value) {
+        let carried: std::collections::HashMap<i64, i64> = m["carried"]["moved"]
+            .as_object()
+            .map(|o| {
+                o.iter()
+                    .filter_map(|(k, v)| Some((k.parse().ok()?, v.as_i64()?)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !self.0.is_empty() || !carried.is_empty() {
+            for_each_scope(m, &mut |id| {
+                self.now(seq, carried.get(&id).copied().unwrap_or(id))
+            });
+        }
+    }
+}
+
+/// Whether a row is a run's `renumbered` event.
+pub fn is_renumbering(r: &AuditRow) -> bool {
+    r.gate_id.is_empty() && r.event_type == RENUMBERED
+}
+
+/// Each execution id a sealed event's metadata names, replaced by `f`'s: the newest record when
+/// it was written (`after_record`), the frames of a `created` event's inputs and response
+/// binding, and of a decision's (or vote's) pinned versions and edits. The one list of where
+/// the log names executions.
+pub fn for_each_scope(m: &mut serde_json::Value, f: &mut dyn FnMut(i64) -> i64) {
+    let mut at = |v: Option<&mut serde_json::Value>| {
+        if let Some(v) = v {
+            if let Some(id) = v.as_i64() {
+                *v = f(id).into();
+            }
+        }
+    };
+    at(m.get_mut("after_record"));
+    at(m.get_mut("inputs_scope"));
+    at(m.get_mut("response_scope"));
+    if let Some(pins) = m.get_mut("pinned").and_then(|p| p.as_object_mut()) {
+        for pin in pins.values_mut() {
+            at(pin.get_mut("scope"));
+        }
+    }
+    if let Some(edits) = m.get_mut("edits").and_then(|e| e.as_array_mut()) {
+        for e in edits {
+            at(e.get_mut("execution_id"));
+        }
+    }
+}
+
+pub fn derive(events: &[(&AuditRow, RowState)], moves: &Moves) -> Result<Derived, String> {
     let mut sealed: Vec<&AuditRow> = events
         .iter()
         .filter(|(_, s)| *s == RowState::Attested)
@@ -195,11 +312,12 @@ pub fn derive(events: &[(&AuditRow, RowState)]) -> Result<Derived, String> {
         ) {
             continue;
         }
-        let m: serde_json::Value = r
+        let mut m: serde_json::Value = r
             .metadata
             .as_deref()
             .and_then(|m| serde_json::from_str(m).ok())
             .unwrap_or_default();
+        moves.renumber(r.seq, &mut m);
         let instance = m
             .get("instance")
             .and_then(serde_json::Value::as_i64)

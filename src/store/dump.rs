@@ -24,6 +24,10 @@ pub const GENESIS: &str = "sealed";
 /// The event type recorded when a run is imported.
 pub const IMPORTED: &str = "imported";
 
+/// The run's event (gate id `""`) sealing how a copy renumbered its log (`chain::Moves`):
+/// `{"head": SEQ, "ids": {"OLD": NEW, ...}}`, `head` the newest event the copy took in.
+pub const RENUMBERED: &str = "renumbered";
+
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunRecord {
     pub id: String,
@@ -481,10 +485,12 @@ impl RunDump {
         }
     }
 
-    /// Whether an audit row records a copy of the run, or the sealing of this copy (left out
-    /// of the digest: a run imported from files gets its genesis here).
+    /// Whether an audit row records a copy of the run (its import, how it renumbered), or the
+    /// sealing of this copy (left out of the digest: a run imported from files gets its
+    /// genesis here).
     pub fn is_import_event(row: &AuditRow) -> bool {
-        row.gate_id == RUN_EVENT && (row.event_type == IMPORTED || row.event_type == GENESIS)
+        row.gate_id == RUN_EVENT
+            && [IMPORTED, RENUMBERED, GENESIS].contains(&row.event_type.as_str())
     }
 
     /// What makes two copies of a run the same run: sha256 over the content (see the module

@@ -56,13 +56,14 @@ pub fn read(store: &mut dyn Store, id: &str, now: &str) -> Result<Option<GateRea
                 shown(&row.id)
             )));
         }
-        Ok(Some((row, s.gate_history(id)?, s.run_info()?.id)))
+        let history = s.gate_history(id)?;
+        Ok(Some((row, history, s.moves_of_run()?, s.run_info()?.id)))
     })?;
-    let Some((row, history, run)) = read else {
+    let Some((row, history, moves, run)) = read else {
         return Ok(None);
     };
     let key = super::seal::key_for_reading()?;
-    let (integrity, derived) = chain::gate_against_history(&row, &run, &history, key);
+    let (integrity, derived) = chain::gate_against_history(&row, &run, &history, &moves, key);
     Ok(Some(GateRead {
         row,
         integrity,

@@ -97,6 +97,16 @@ pub trait Rows {
         Ok(self.gates_naming(name)?.response)
     }
 
+    /// The run's `renumbered` events, oldest first: how copies renumbered its log
+    /// (`chain::Moves`).
+    fn moves_of_run(&mut self) -> Result<Vec<AuditRow>> {
+        self.audit(&AuditFilter {
+            gate_id: Some(super::dump::RUN_EVENT),
+            event: Some(super::chain::RENUMBERED),
+            ..AuditFilter::default()
+        })
+    }
+
     /// A gate's audit history, oldest first.
     fn gate_history(&mut self, gate_id: &str) -> Result<Vec<AuditRow>> {
         self.audit(&AuditFilter {

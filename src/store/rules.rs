@@ -76,6 +76,7 @@ fn disagreement(
         gate,
         &run,
         &tx.gate_history(&gate.id)?,
+        &tx.moves_of_run()?,
         super::seal::key_for_reading()?,
     );
     let why = match integrity {

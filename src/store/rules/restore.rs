@@ -186,6 +186,9 @@ pub fn restore(mut tx: Txn<'_>, r: &Restore) -> Result<()> {
         }
         tx.insert_audit(&row2)?;
     }
+    if !keep {
+        seal_renumbering(&mut tx, d, &ids, r.now)?;
+    }
     // A copy carries no `remind_at` (only when to look): each pending gate's next reminder is
     // read again from its sealed log, as it stands here.
     for g in d
@@ -211,6 +214,52 @@ pub fn restore(mut tx: Txn<'_>, r: &Restore) -> Result<()> {
         append_audit(&mut *tx, &e, metadata.clone())?;
     }
     tx.commit()
+}
+
+/// Seals how a copy renumbered its log, when its sealed events name executions (the frames of
+/// a gate's inputs and answer, a decision's pinned versions and edits): one `renumbered` event
+/// after the events it took in, with the old and new id of each execution they name, as the
+/// copy's own `renumbered` events had made them (`chain::Moves`). An id kept as it was, or one
+/// the copy's log does not have (it names no execution here either), is left out; a copy that
+/// changed none writes no event.
+fn seal_renumbering(
+    tx: &mut Txn<'_>,
+    d: &crate::store::dump::RunDump,
+    ids: &std::collections::HashMap<i64, i64>,
+    now: &str,
+) -> Result<()> {
+    use crate::store::chain::{for_each_scope, Moves, RENUMBERED};
+    let moves = Moves::of(&d.audit);
+    let mut named = std::collections::BTreeMap::new();
+    for row in d.audit.iter().filter(|r| r.seq.is_some()) {
+        let Some(mut m) = row
+            .metadata
+            .as_deref()
+            .and_then(|m| serde_json::from_str::<serde_json::Value>(m).ok())
+        else {
+            continue;
+        };
+        moves.renumber(row.seq, &mut m);
+        for_each_scope(&mut m, &mut |then| {
+            if let Some(new) = ids.get(&then).filter(|new| **new != then) {
+                named.insert(then.to_string(), *new);
+            }
+            then
+        });
+    }
+    let Some(head) = d.audit.iter().filter_map(|r| r.seq).max() else {
+        return Ok(());
+    };
+    if named.is_empty() {
+        return Ok(());
+    }
+    let e = Event::system(crate::store::dump::RUN_EVENT, &d.run.id, RENUMBERED, now);
+    append_audit(
+        &mut **tx,
+        &e,
+        serde_json::json!({"head": head, "ids": named}),
+    )?;
+    Ok(())
 }
 
 /// Makes the schema's missing triggers again (doctor --fix) and, where a history's trigger
