@@ -12,6 +12,7 @@ on_both!(
     approvers_racing_with_answers_and_edits_lose_none_unseen,
     history_says_who_wrote_a_decisions_versions_as_the_log_sealed_it,
     an_edit_changed_behind_the_tools_back_is_never_read,
+    approvals_killed_mid_write_leave_all_of_a_decision_or_none,
 );
 
 fn open(run: &Run, gate: &str, require: Option<&str>) {
@@ -464,4 +465,105 @@ fn an_edit_changed_behind_the_tools_back_is_never_read(b: Backend) {
         .assert()
         .success()
         .stdout("the program's next draft");
+}
+
+/// `approve … --response … --edit …` SIGKILLed at random moments across its life, 40 times:
+/// afterwards each gate is decided with its answer in its response binding and its edit as the
+/// approver's version of the input, all three, or it is still pending with neither. The log
+/// verifies every time, and a decided gate is one `gates wait` accepts.
+fn approvals_killed_mid_write_leave_all_of_a_decision_or_none(b: Backend) {
+    use rand::Rng;
+    use std::time::{Duration, Instant};
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.bind("draft", "the first draft", None);
+    let schema =
+        r#"{"type":"object","properties":{"size":{"type":"integer"}},"required":["size"]}"#;
+    let open = |i: usize| {
+        run.cmd()
+            .args(["gates", "create", &format!("g{i}"), "--prompt", "Publish?"])
+            .args(["--inputs", "draft", "--response-schema", schema])
+            .args(["--response-binding", &format!("ans{i}")])
+            .assert()
+            .success();
+    };
+    let approve = |i: usize| {
+        let mut c = run.std_cmd();
+        c.args(["approve", &format!("g{i}"), "--as", "alice", "-y"])
+            .args(["--response", &format!(r#"{{"size":{i}}}"#)])
+            .args(["--edit", &format!("draft=edited by attempt {i}")])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        c
+    };
+    // How long one approval takes here, to spread the kills across its whole life (the
+    // estimate follows the machine: it shrinks when one finished before its kill).
+    open(0);
+    let t = Instant::now();
+    assert!(approve(0).status().unwrap().success());
+    let mut life = t.elapsed().as_micros().max(2_000) as f64;
+    let mut rng = rand::rng();
+    let (mut killed, mut finished) = (0, 0);
+    for i in 1..=40 {
+        open(i);
+        let mut child = approve(i).spawn().unwrap();
+        let upper = (life * 1.2) as u64;
+        std::thread::sleep(Duration::from_micros(rng.random_range(0..upper.max(1))));
+        let _ = child.kill();
+        if child.wait().unwrap().success() {
+            finished += 1;
+            life = (life * 0.85).max(1_000.0);
+        } else {
+            killed += 1;
+            life *= 1.05;
+        }
+        if let Some(url) = &run.pg_url {
+            pg::await_no_other_sessions(url);
+        }
+        let g = format!("g{i}");
+        let a = run
+            .cmd()
+            .args(["--json", "gates", "show", &g])
+            .assert()
+            .success();
+        let status = stdout_json(&a)["status"].as_str().unwrap().to_string();
+        let answer = run
+            .cmd()
+            .args(["get", &format!("ans{i}")])
+            .output()
+            .unwrap();
+        let edit = format!("edited by attempt {i}");
+        let h = run
+            .cmd()
+            .args(["--json", "history", "draft"])
+            .assert()
+            .success();
+        let versions = stdout_json(&h).to_string();
+        let edited = versions.contains(&edit);
+        match status.as_str() {
+            "approved" => {
+                assert_eq!(answer.status.code(), Some(0), "attempt {i}: no answer");
+                assert_eq!(answer.stdout, format!(r#"{{"size":{i}}}"#).into_bytes());
+                assert!(edited, "attempt {i}: approved without its edit: {versions}");
+                run.cmd()
+                    .args(["gates", "wait", &g, "--timeout", "0"])
+                    .assert()
+                    .success();
+            }
+            "pending" => {
+                assert_eq!(
+                    answer.status.code(),
+                    Some(3),
+                    "attempt {i}: an answer, no decision"
+                );
+                assert!(
+                    !edited,
+                    "attempt {i}: an edit without its decision: {versions}"
+                );
+            }
+            other => panic!("attempt {i}: gate {g} is {other}"),
+        }
+        run.cmd().args(["gates", "verify"]).assert().success();
+    }
+    assert!(killed >= 8, "killed {killed}, finished {finished}");
 }
