@@ -10,6 +10,7 @@ on_both!(
     a_response_binding_is_refused_where_no_decision_could_write_it,
     what_an_outside_attack_found,
     an_answer_no_one_gave_is_never_read_in_its_place,
+    no_write_goes_past_an_unanswered_response_binding,
 );
 
 const SCHEMA: &str =
@@ -480,4 +481,73 @@ fn an_answer_no_one_gave_is_never_read_in_its_place(b: Backend) {
         .failure();
     assert_eq!(code(&a), 2, "{}", stderr(&a));
     assert!(stderr(&a).contains("--require 2"), "{}", stderr(&a));
+}
+
+/// Before any decision, an assignment or update made from inside the gate's frame acts on no
+/// binding past its response binding (an outside battery found `--assign` and `--merge`
+/// writing the outer one): refused, exit 4, nothing written. After the decision they are
+/// refused as writes of the answer itself.
+fn no_write_goes_past_an_unanswered_response_binding(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let block = run.exec(1, "do review:", "executing", None);
+    let at = block.to_string();
+    run.bind("ans", r#"{"n":1}"#, None);
+    run.cmd()
+        .args([
+            "gates",
+            "create",
+            "g",
+            "--prompt",
+            "p",
+            "--execution-id",
+            &at,
+        ])
+        .args([
+            "--response-schema",
+            r#"{"type":"object"}"#,
+            "--response-binding",
+            "ans",
+        ])
+        .assert()
+        .success();
+    for round in ["before", "after"] {
+        for args in [
+            vec!["bind", "ans", r#"{"n":666}"#, "--assign"],
+            vec!["bind", "ans", "--merge", r#"{"m":1}"#],
+            vec!["bind", "ans", "--append", "2"],
+        ] {
+            let before = run.snapshot();
+            let a = run
+                .cmd()
+                .args(&args)
+                .args(["--execution-id", &at])
+                .assert()
+                .failure();
+            assert_eq!(code(&a), 4, "{round}: {args:?}: {}", stderr(&a));
+            assert_eq!(run.snapshot(), before, "{round}: {args:?} wrote");
+        }
+        assert_eq!(run.get("ans", None), br#"{"n":1}"#);
+        if round == "before" {
+            run.cmd()
+                .args([
+                    "approve",
+                    "g",
+                    "--as",
+                    "alice",
+                    "-y",
+                    "--response",
+                    r#"{"n":3}"#,
+                ])
+                .assert()
+                .success();
+        }
+    }
+    assert_eq!(run.get("ans", Some(block)), br#"{"n":3}"#);
+    // The outer binding is the program's own: from the root it is written as before.
+    run.cmd()
+        .args(["bind", "ans", r#"{"n":2}"#, "--assign"])
+        .assert()
+        .success();
+    assert_eq!(run.get("ans", None), br#"{"n":2}"#);
 }

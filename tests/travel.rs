@@ -2314,6 +2314,32 @@ fn a_decisions_frames_survive_the_renumbering_of_a_move() {
         .success();
     let v = stdout_json(&a);
     assert_eq!(v["response_binding"]["execution_id"], fork_block, "{v}");
+    // Still only a decision writes it there, and a value put in behind the tool's back is
+    // caught in the new frame (an outside battery found both missed after a move).
+    let before = moved.snapshot();
+    let a = moved
+        .cmd()
+        .args(["bind", "size", "{\"size\":9}", "--execution-id", &new_at])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 4, "{}", stderr(&a));
+    assert_eq!(moved.snapshot(), before);
+    moved.view().raw(
+        "",
+        "UPDATE openprose.bindings SET value = convert_to('{\"size\":666}', 'UTF8')
+          WHERE run_id = '$RUN' AND name = 'size'",
+    );
+    let a = moved
+        .cmd()
+        .args(["get", "size", "--execution-id", &new_at])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
+    moved.view().raw(
+        "",
+        "UPDATE openprose.bindings SET value = convert_to('{\"size\":3}', 'UTF8')
+          WHERE run_id = '$RUN' AND name = 'size'",
+    );
     // It goes on: the gate reopened on the server answers into the same frame.
     moved
         .cmd()

@@ -52,6 +52,9 @@ impl BindArgs {
             return Ok(Some(at));
         }
         let found = store.resolve(&self.name, Some(at))?;
+        if self.assign || self.append.is_some() || self.merge.is_some() {
+            self.not_past_an_answer(store, at, found.as_ref())?;
+        }
         if self.assign {
             return self.assigned(store, Some(at), found);
         }
@@ -71,6 +74,41 @@ impl BindArgs {
             }
         }
         Ok(frame)
+    }
+
+    /// An assignment or update from `at` acts on the binding `get` reads from there (`found`),
+    /// which is never one past a gate's response binding that no decision has answered yet
+    /// (refused, exit 4): the answer's place is the gate's, and `get` does not read past it.
+    fn not_past_an_answer(
+        &self,
+        store: &mut dyn Store,
+        at: i64,
+        found: Option<&crate::store::Found>,
+    ) -> Result<()> {
+        // Nothing found: nothing outer would be written (the write lands in a frame, where
+        // the rules of a response binding's own scope apply).
+        let Some(f) = found else {
+            return Ok(());
+        };
+        let named = store.response_gates(&self.name)?;
+        if named.is_empty() {
+            return Ok(());
+        }
+        let mut passed: Vec<Option<i64>> = store.scope_chain(at)?.into_iter().map(Some).collect();
+        passed.push(None);
+        let end = passed
+            .iter()
+            .position(|s| *s == f.row.execution_id)
+            .unwrap_or(passed.len());
+        match named.iter().find(|(_, s)| passed[..end].contains(s)) {
+            Some((gate, scope)) => Err(refused(format!(
+                "binding {} in {} is gate {}'s answer, and no decision has answered it: an outer binding is not written in its place",
+                shown(&self.name),
+                scope.map_or("the root".to_string(), |e| format!("execution {e}")),
+                shown(gate)
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// `--assign`: the scope of the binding `get` would read from `at`.

@@ -66,35 +66,15 @@ pub trait Rows {
         // The rule writes the metadata as compact JSON: the name as a JSON string narrows the
         // read to the openings that mention it (any other spelling is no rule's).
         let member = serde_json::Value::from(name).to_string();
-        let rows = self.audit(&AuditFilter {
-            event: Some("created"),
-            mentions: Some(&member),
-            ..AuditFilter::default()
-        })?;
-        let mut naming = Naming::default();
-        for r in rows {
-            let m: serde_json::Value = r
-                .metadata
-                .as_deref()
-                .and_then(|m| serde_json::from_str(m).ok())
-                .unwrap_or_default();
-            let at = (r.gate_id, m["response_scope"].as_i64());
-            if m["response_binding"].as_str() == Some(name) && !naming.response.contains(&at) {
-                naming.response.push(at);
-            }
-            if m["inputs"]
-                .as_array()
-                .is_some_and(|i| i.iter().any(|n| n.as_str() == Some(name)))
-            {
-                naming.input = true;
-            }
-        }
-        Ok(naming)
+        naming_in(self, name, &member)
     }
 
-    /// The gates that answer into binding `name` (`--response-binding`), each with its scope.
+    /// The gates that answer into binding `name` (`--response-binding`), each with its scope:
+    /// the openings read are only those whose compact JSON (as the rule writes it) names it as
+    /// their response binding, not every gate about an input of that name.
     fn response_gates(&mut self, name: &str) -> Result<Vec<(String, Option<i64>)>> {
-        Ok(self.gates_naming(name)?.response)
+        let member = format!("\"response_binding\":{}", serde_json::Value::from(name));
+        Ok(naming_in(self, name, &member)?.response)
     }
 
     /// The run's `renumbered` events, oldest first: how copies renumbered its log
@@ -114,4 +94,54 @@ pub trait Rows {
             ..AuditFilter::default()
         })
     }
+}
+
+/// [`Rows::gates_naming`] over the `created` events whose metadata holds `member`. Each
+/// response binding's scope is read as the run numbers its executions now: through the moves
+/// of the run this machine vouches for (`chain::Moves`; a run moved to a store that
+/// renumbered it seals its old ids), so that no lookup misses an answer in its new frame.
+fn naming_in<R: Rows + ?Sized>(rows: &mut R, name: &str, member: &str) -> Result<Naming> {
+    let found = rows.audit(&AuditFilter {
+        event: Some("created"),
+        mentions: Some(member),
+        ..AuditFilter::default()
+    })?;
+    let mut naming = Naming::default();
+    if found.is_empty() {
+        return Ok(naming);
+    }
+    let moves = trusted_moves(rows, &found[0].run_id)?;
+    for r in found {
+        let mut m: serde_json::Value = r
+            .metadata
+            .as_deref()
+            .and_then(|m| serde_json::from_str(m).ok())
+            .unwrap_or_default();
+        moves.renumber(r.seq, &mut m);
+        let at = (r.gate_id, m["response_scope"].as_i64());
+        if m["response_binding"].as_str() == Some(name) && !naming.response.contains(&at) {
+            naming.response.push(at);
+        }
+        if m["inputs"]
+            .as_array()
+            .is_some_and(|i| i.iter().any(|n| n.as_str() == Some(name)))
+        {
+            naming.input = true;
+        }
+    }
+    Ok(naming)
+}
+
+/// The moves of run `run` (its `renumbered` events) that vouch for themselves with this
+/// machine's key: one more narrow read, of the few rows a move writes.
+fn trusted_moves<R: Rows + ?Sized>(rows: &mut R, run: &str) -> Result<super::chain::Moves> {
+    use super::chain::{self_state, Moves, RowState};
+    let events = rows.moves_of_run()?;
+    if events.is_empty() {
+        return Ok(Moves::default());
+    }
+    let key = super::seal::key_for_reading()?;
+    Ok(Moves::of(events.iter().filter(|r| {
+        r.run_id == run && self_state(r, key) == RowState::Attested
+    })))
 }
