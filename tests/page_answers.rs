@@ -8,6 +8,7 @@ use crate::serve::{add, decide, gate_path, hidden_fields, in_browser, pinned_key
 on_both!(
     an_answer_and_an_edit_are_given_on_the_page,
     what_the_page_refuses_and_what_it_keeps_exactly,
+    bytes_that_are_not_text_and_fields_not_asked_are_refused,
 );
 
 const SCHEMA: &str = r#"{"type":"object","required":["verdict","risk"],"properties":{
@@ -346,4 +347,55 @@ fn what_the_page_refuses_and_what_it_keeps_exactly(b: Backend) {
     let r = post(&s, &cookie, &run, &confirm);
     assert_eq!(r.status, 303, "{}", r.body);
     assert_eq!(run.get("doc", None), b"line1\r\nLINE2\r\nline3\r\n");
+}
+
+/// What an outside battery found the page taking: a value whose percent-decoded bytes are not
+/// UTF-8 was read as U+FFFD into the sealed answer (and an edit), and a field for a `const`
+/// property, which the form shows but does not ask, was ignored. Both are 400 now, with
+/// nothing written.
+fn bytes_that_are_not_text_and_fields_not_asked_are_refused(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let token = add(&p, "alice");
+    run.bind("draft", "v1", None);
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "Ship?", "--inputs", "draft"])
+        .args([
+            "--response-schema",
+            r#"{"type":"object","properties":{"c":{"const":"fixed"},"s":{"type":"string"}},"required":["c"]}"#,
+            "--response-binding",
+            "ans",
+        ])
+        .assert()
+        .success();
+    let s = Server::start(&p);
+    let cookie = s.login(&token);
+    let page = s.get(&gate_path(&run, "g"), Some(&cookie)).body;
+    let before = run.snapshot();
+    let path = format!("{}/decide", gate_path(&run, "g"));
+    let kind = Some("application/x-www-form-urlencoded");
+    for raw in ["r%2Fs=%FF%FE", "edit%2Fdraft=caf%E9", "r%2F%FF=x"] {
+        let body = format!("{}&{raw}", crate::serve::form_body(&approval(&page, &[])));
+        let r = s.send("POST", &path, Some(&cookie), kind, &body);
+        assert_eq!(r.status, 400, "{raw}: {}", r.body);
+        assert!(r.body.contains("not UTF-8"), "{raw}: {}", r.body);
+        assert_eq!(run.snapshot(), before, "{raw} wrote");
+    }
+    let r = post(
+        &s,
+        &cookie,
+        &run,
+        &approval(&page, &[("r/c", "\"other\""), ("r/s", "hello")]),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(
+        r.body.contains("no field this gate's form asks for"),
+        "{}",
+        r.body
+    );
+    assert_eq!(run.snapshot(), before, "a field not asked wrote");
+    // The form as it is: approved, the constant in the answer.
+    let r = post(&s, &cookie, &run, &approval(&page, &[("r/s", "hello")]));
+    assert_eq!(r.status, 303, "{}", r.body);
+    assert_eq!(run.get("ans", None), br#"{"c":"fixed","s":"hello"}"#);
 }

@@ -170,7 +170,7 @@ pub(crate) fn urlencode(s: &str) -> String {
 }
 
 /// A form's fields, encoded as a browser posts them (`application/x-www-form-urlencoded`).
-fn form_body<K: AsRef<str>, V: AsRef<str>>(form: &[(K, V)]) -> String {
+pub(crate) fn form_body<K: AsRef<str>, V: AsRef<str>>(form: &[(K, V)]) -> String {
     form.iter()
         .map(|(k, v)| format!("{}={}", urlencode(k.as_ref()), urlencode(v.as_ref())))
         .collect::<Vec<_>>()
@@ -232,7 +232,7 @@ impl Server {
     }
 
     /// A request with this content type (none: no header) and body, as it is.
-    fn send(
+    pub(crate) fn send(
         &self,
         method: &str,
         path: &str,

@@ -275,6 +275,25 @@ pub(super) fn names(schema: &Value) -> Vec<String> {
     out
 }
 
+/// The names of the fields the schema's form asks for: those with an input (not a group, and
+/// not a constant, which is shown, not asked). A posted field of any other name is refused.
+pub(super) fn asked(schema: &Value) -> Vec<String> {
+    fn walk(schema: &Value, pointer: &str, out: &mut Vec<String>) {
+        match ask(schema) {
+            Ask::Fixed(_) => {}
+            Ask::Group(properties) => {
+                for (p, s) in properties {
+                    walk(s, &below(pointer, p), out);
+                }
+            }
+            _ => out.push(name(pointer)),
+        }
+    }
+    let mut out = Vec::new();
+    walk(schema, "", &mut out);
+    out
+}
+
 /// The form's fields for `schema`, filled with `fields`, with `errors` beside them.
 pub(super) fn form(schema: &Value, fields: &Fields, errors: &Errors) -> Markup {
     let mut n = 0;

@@ -417,10 +417,11 @@ pub(super) fn take(
     let mut errors = Errors::new();
     let answer = match (&schema, approve) {
         (Some(s), true) => {
-            let names = answer::names(s);
-            if let Some(k) = form.answer.keys().find(|k| !names.contains(k)) {
+            // Only the fields the form asks for: a constant is shown, not asked.
+            let (asked, names) = (answer::asked(s), answer::names(s));
+            if let Some(k) = form.answer.keys().find(|k| !asked.contains(k)) {
                 return Err(crate::error::usage(format!(
-                    "{} is no field of this gate's answer",
+                    "{} is no field this gate's form asks for",
                     crate::error::shown(k)
                 )));
             }
