@@ -313,7 +313,9 @@ const EXACT_DIGITS: usize = 15;
 
 /// The first number in the JSON text `text` that a double would not keep as written (so that
 /// an answer is never checked or sealed as another number than the one given): one with more
-/// than [`EXACT_DIGITS`] significant digits, unless it is a whole number within `i64`/`u64`.
+/// than [`EXACT_DIGITS`] significant digits, unless it is a whole number within `i64`/`u64`,
+/// and one outside the range of normal doubles (infinite, subnormal, or not zero but read as
+/// zero).
 /// Strings are skipped; what is not JSON is left to the parser.
 fn inexact_number(text: &str) -> Option<&str> {
     let bytes = text.as_bytes();
@@ -357,6 +359,16 @@ fn inexact_number(text: &str) -> Option<&str> {
             };
             if !whole && digits.saturating_sub(trailing) > EXACT_DIGITS {
                 return Some(token);
+            }
+            // Fifteen digits are exact only in the range of normal doubles: past it a number
+            // becomes infinite, or loses digits (a subnormal), or becomes zero.
+            if !whole {
+                if let Ok(v) = token.parse::<f64>() {
+                    let zero_given = digits == 0;
+                    if !v.is_finite() || (v == 0.0 && !zero_given) || (v != 0.0 && !v.is_normal()) {
+                        return Some(token);
+                    }
+                }
             }
             continue;
         }
@@ -535,9 +547,113 @@ mod tests {
             "1e2",
             "[\"123456789012345678901234567889\"]",
             "0.000000000000001",
+            "1e-307",
+            "0e-400",
+            "-0.0",
         ] {
             parse_answer("a", exact).unwrap();
         }
+        // Past the range of normal doubles (an outside battery found these sealed changed).
+        for inexact in [
+            "1e-400",
+            "-1e-400",
+            "4.9e-324",
+            "2.5e-324",
+            "1.23456789012345e-320",
+        ] {
+            let e = parse_answer("a", inexact).unwrap_err();
+            assert!(
+                e.to_string().contains("cannot be kept exactly"),
+                "{inexact}: {e}"
+            );
+        }
         assert!(parse_schema("s", r#"{"enum":[]}"#).is_err());
+    }
+
+    /// A decimal as (negative, significant digits, exponent of its last digit): two
+    /// spellings of one number give the same.
+    fn decimal(text: &str) -> (bool, String, i64) {
+        let (neg, t) = match text.strip_prefix('-') {
+            Some(t) => (true, t),
+            None => (false, text),
+        };
+        let (mantissa, exp) = match t.split_once(['e', 'E']) {
+            Some((m, e)) => (m, e.parse::<i64>().unwrap()),
+            None => (t, 0),
+        };
+        let (whole, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+        let mut digits = format!("{whole}{frac}");
+        let mut exp = exp - frac.len() as i64;
+        while digits.ends_with('0') && digits.len() > 1 {
+            digits.pop();
+            exp += 1;
+        }
+        let digits = digits.trim_start_matches('0').to_string();
+        if digits.is_empty() {
+            return (false, "0".into(), 0);
+        }
+        (neg, digits, exp)
+    }
+
+    /// Every number an answer may hold, generated over its definition (signs, 1 to 17
+    /// significant digits, a dot anywhere or none, exponents from -400 to 400): it is kept
+    /// exactly as the same decimal, or refused. Never sealed as another number.
+    #[test]
+    fn a_number_is_kept_exactly_or_refused() {
+        let mut seed: u64 = 0x5eed_0049;
+        let mut next = |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        let (mut kept, mut refused) = (0, 0);
+        for _ in 0..20_000 {
+            let len = 1 + next(17) as usize;
+            let mut digits: String = (0..len).map(|_| (b'0' + next(10) as u8) as char).collect();
+            if next(4) == 0 {
+                digits = format!("{}{}", &digits[..len - 1], "0");
+            }
+            let mut text = digits.clone();
+            if next(2) == 0 {
+                let at = next(len as u64 + 1) as usize;
+                let whole = digits[..at].trim_start_matches('0');
+                let whole = if whole.is_empty() { "0" } else { whole };
+                let frac = if at == len { "0" } else { &digits[at..] };
+                text = format!("{whole}.{frac}");
+            } else {
+                text = text.trim_start_matches('0').to_string();
+                if text.is_empty() {
+                    text = "0".into();
+                }
+            }
+            if next(2) == 0 {
+                text = format!("{text}e{}", next(801) as i64 - 400);
+            }
+            if next(3) == 0 {
+                text.insert(0, '-');
+            }
+            match parse_answer("a", &text) {
+                Ok(v) => {
+                    kept += 1;
+                    let given = decimal(&text);
+                    let sealed = decimal(&v.to_string());
+                    // -0 is kept as a zero.
+                    let zero = given.1 == "0" && sealed.1 == "0";
+                    assert!(zero || given == sealed, "{text} was kept as {v}");
+                }
+                Err(e) => {
+                    refused += 1;
+                    assert!(
+                        e.to_string().contains("cannot be kept exactly"),
+                        "{text}: {e}"
+                    );
+                }
+            }
+        }
+        assert!(
+            kept > 1_000 && refused > 1_000,
+            "kept {kept}, refused {refused}"
+        );
     }
 }
