@@ -11,6 +11,7 @@ on_both!(
     what_an_outside_attack_found,
     an_answer_no_one_gave_is_never_read_in_its_place,
     no_write_goes_past_an_unanswered_response_binding,
+    no_binding_below_the_answer_hides_it,
 );
 
 const SCHEMA: &str =
@@ -550,4 +551,83 @@ fn no_write_goes_past_an_unanswered_response_binding(b: Backend) {
         .assert()
         .success();
     assert_eq!(run.get("ans", None), br#"{"n":2}"#);
+}
+
+/// A binding of the answer's name below its scope hides the answer from there: no rule writes
+/// one once the gate is open, and the opening refuses a name already bound there. One put in
+/// behind prose-state's back (an outside battery inserted it at a record inside the gate's
+/// frame) is exit 9 from there, never read as the answer.
+fn no_binding_below_the_answer_hides_it(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let block = run.exec(1, "do review:", "executing", None);
+    let inner = run.exec(2, "if ready:", "executing", Some(block));
+    let nested = run.exec(3, "do check:", "executing", Some(block));
+    let schema = r#"{"type":"integer"}"#;
+    // Bound below first: the opening is refused, nothing written.
+    run.cmd()
+        .args(["bind", "taken", "1", "--execution-id", &nested.to_string()])
+        .assert()
+        .success();
+    let before = run.snapshot();
+    let a = run
+        .cmd()
+        .args([
+            "gates",
+            "create",
+            "t",
+            "--prompt",
+            "p",
+            "--execution-id",
+            &inner.to_string(),
+        ])
+        .args(["--response-schema", schema, "--response-binding", "taken"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 4, "{}", stderr(&a));
+    assert!(
+        stderr(&a).contains("would hide the answer"),
+        "{}",
+        stderr(&a)
+    );
+    assert_eq!(run.snapshot(), before);
+    // Opened in the block's record below it (`if ready:`), answered.
+    run.cmd()
+        .args([
+            "gates",
+            "create",
+            "g",
+            "--prompt",
+            "p",
+            "--execution-id",
+            &inner.to_string(),
+        ])
+        .args(["--response-schema", schema, "--response-binding", "ans"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["approve", "g", "--as", "alice", "-y", "--response", "5"])
+        .assert()
+        .success();
+    assert_eq!(run.get("ans", Some(inner)), b"5");
+    for (at, what) in [(inner, "the gate's record"), (nested, "a frame inside")] {
+        run.view().raw(
+            &format!(
+                "INSERT INTO bindings (name, execution_id, kind, value) VALUES ('ans', {at}, 'let', '7')"
+            ),
+            &format!(
+                "INSERT INTO openprose.bindings (name, run_id, execution_id, kind, value)
+                 VALUES ('ans', '$RUN', {at}, 'let', convert_to('7', 'UTF8'))"
+            ),
+        );
+        let a = run
+            .cmd()
+            .args(["get", "ans", "--execution-id", &at.to_string()])
+            .assert()
+            .failure();
+        assert_eq!(code(&a), 9, "{what}: {}", stderr(&a));
+        assert!(stderr(&a).contains("hides gate"), "{what}: {}", stderr(&a));
+    }
+    // From the block itself the answer reads as sealed.
+    assert_eq!(run.get("ans", Some(block)), b"5");
 }

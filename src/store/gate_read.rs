@@ -109,9 +109,29 @@ pub fn check_response_binding_named(
         None => Vec::new(),
     };
     passed.push(None);
+    let full = passed.clone();
     if let Some(at) = found {
         if let Some(i) = passed.iter().position(|s| *s == at) {
             passed.truncate(i + 1);
+        }
+    }
+    // A binding found below a response binding's scope hides the answer, and no rule writes
+    // one there once the gate is open (`bind` refuses it; the gate's opening refused one
+    // already there): it was put there behind prose-state's back.
+    if let Some(at) = found {
+        if let Some(i) = full.iter().position(|s| *s == at) {
+            if let Some((gate, scope)) = named
+                .iter()
+                .find(|(_, s)| *s != at && full[i..].contains(s))
+            {
+                let place = at.map_or("the root".to_string(), |e| format!("execution {e}"));
+                return Err(crate::error::tampered(format!(
+                    "binding {} in {place} hides gate {}'s answer in {}: no rule writes a binding of that name there, so it was written behind prose-state's back",
+                    shown(name),
+                    shown(gate),
+                    scope.map_or("the root".to_string(), |e| format!("execution {e}"))
+                )));
+            }
         }
     }
     let mut scopes: Vec<Option<i64>> = named.iter().map(|(_, s)| *s).collect();

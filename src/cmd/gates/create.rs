@@ -242,6 +242,29 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> R
         }
         _ => None,
     };
+    // Once it is open, no binding of the name is written below the answer's scope (`bind`
+    // refuses it: it would hide the answer): one already there would hide it the same way, and
+    // `get` takes any it finds there for one written behind prose-state's back.
+    if let Some(name) = &args.response_binding {
+        for s in store.history_scopes(name)?.into_iter().flatten() {
+            if Some(s) == response_scope {
+                continue;
+            }
+            let below = match response_scope {
+                None => true,
+                Some(r) => store.scope_chain(s)?.contains(&r),
+            };
+            let bound = store
+                .resolve(name, Some(s))?
+                .is_some_and(|f| f.row.execution_id == Some(s));
+            if below && bound {
+                return Err(crate::error::refused(format!(
+                    "--response-binding {}: it is bound in execution {s}, inside the answer's scope, where it would hide the answer: name another binding",
+                    crate::error::shown(name)
+                )));
+            }
+        }
+    }
     let outcome = store.create_gate(&crate::store::NewGate {
         id: &args.gate_id,
         prompt: &args.prompt,
