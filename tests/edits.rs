@@ -13,6 +13,7 @@ on_both!(
     history_says_who_wrote_a_decisions_versions_as_the_log_sealed_it,
     an_edit_changed_behind_the_tools_back_is_never_read,
     approvals_killed_mid_write_leave_all_of_a_decision_or_none,
+    a_history_that_does_not_rebuild_is_tampered,
 );
 
 fn open(run: &Run, gate: &str, require: Option<&str>) {
@@ -566,4 +567,40 @@ fn approvals_killed_mid_write_leave_all_of_a_decision_or_none(b: Backend) {
         run.cmd().args(["gates", "verify"]).assert().success();
     }
     assert!(killed >= 8, "killed {killed}, finished {finished}");
+}
+
+/// An edited version's history row made a step (`delta`) onto a base that is not JSON, behind
+/// the tool's back: no rule writes that, so every read of the version, the wait on the
+/// decision about it and `gates verify` say tampered (exit 9), not refused (an outside battery
+/// found exit 4, and `gates verify` failing with 1).
+fn a_history_that_does_not_rebuild_is_tampered(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.bind("draft", "draft v1", None);
+    open(&run, "g", None);
+    run.cmd()
+        .args([
+            "approve",
+            "g",
+            "--as",
+            "alice",
+            "-y",
+            "--edit",
+            "draft=alice's fix",
+        ])
+        .assert()
+        .success();
+    run.view().raw(
+        "UPDATE binding_history SET delta = '{\"merge\":{}}', value = NULL WHERE name = 'draft' AND n = 2",
+        "UPDATE openprose.binding_history SET delta = '{\"merge\":{}}', value = NULL
+          WHERE run_id = '$RUN' AND name = 'draft' AND n = 2",
+    );
+    for args in [
+        vec!["get", "draft", "--version", "2"],
+        vec!["gates", "wait", "g", "--timeout", "0"],
+        vec!["gates", "verify"],
+    ] {
+        let a = run.cmd().args(&args).assert().failure();
+        assert_eq!(code(&a), 9, "{args:?}: {}", stderr(&a));
+    }
 }

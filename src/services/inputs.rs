@@ -319,7 +319,15 @@ pub fn pinned_problem(
     digest: &str,
 ) -> Result<Option<crate::store::chain::Integrity>> {
     use crate::store::chain::Integrity;
-    let (kept, pruned) = digest_of_version(store, run_dir, name, pin)?;
+    // A version that cannot be rebuilt from its history was changed there: the decision on
+    // it does not stand (tampered), rather than the check failing.
+    let (kept, pruned) = match digest_of_version(store, run_dir, name, pin) {
+        Ok(found) => found,
+        Err(e) if crate::error::code_of(&e) == Some(crate::error::Code::Tampered) => {
+            return Ok(Some(Integrity::Tampered(format!("{e:#}"))));
+        }
+        Err(e) => return Err(e),
+    };
     Ok(match kept {
         Some(k) if k == digest => None,
         Some(_) => Some(Integrity::Tampered(format!(

@@ -167,11 +167,14 @@ pub fn value_at(rows: &[HistoryRow], i: usize) -> Result<Option<Vec<u8>>> {
     // times the value's length.
     let mut current: Option<serde_json::Value> = match &rows[base] {
         r if r.deleted => None,
+        // No rule writes a step onto a value that is not JSON, nor one that does not apply:
+        // a version that cannot be rebuilt was changed behind prose-state's back (exit 9).
         r => match r.value.as_deref() {
             None => None,
             Some(v) => Some(serde_json::from_slice(v).map_err(|_| {
-                refused(format!(
-                    "binding {} does not hold JSON, so it cannot be updated in place",
+                crate::error::tampered(format!(
+                    "version {} of binding {} is the base of a step and does not hold JSON: its history was changed behind prose-state's back",
+                    r.n,
                     shown(&r.name)
                 ))
             })?),
@@ -180,8 +183,8 @@ pub fn value_at(rows: &[HistoryRow], i: usize) -> Result<Option<Vec<u8>>> {
     for r in &rows[base + 1..=i] {
         let delta: serde_json::Value = serde_json::from_str(r.delta.as_deref().unwrap_or("null"))
             .map_err(|_| {
-            refused(format!(
-                "version {} of binding {} holds a step that is not JSON (changed behind prose-state's back?)",
+            crate::error::tampered(format!(
+                "version {} of binding {} holds a step that is not JSON: its history was changed behind prose-state's back",
                 r.n,
                 shown(&r.name)
             ))
@@ -190,14 +193,20 @@ pub fn value_at(rows: &[HistoryRow], i: usize) -> Result<Option<Vec<u8>>> {
             (Some(item), None) => super::Update::Append(item.clone()),
             (None, Some(patch)) => super::Update::Merge(patch.clone()),
             _ => {
-                return Err(refused(format!(
-                    "version {} of binding {} holds a step that is neither an append nor a merge",
+                return Err(crate::error::tampered(format!(
+                    "version {} of binding {} holds a step that is neither an append nor a merge: its history was changed behind prose-state's back",
                     r.n,
                     shown(&r.name)
                 )))
             }
         };
-        current = Some(apply_to(&update, current, &r.name)?);
+        current = Some(apply_to(&update, current, &r.name).map_err(|e| {
+            crate::error::tampered(format!(
+                "version {} of binding {} does not rebuild ({e:#}): its history was changed behind prose-state's back",
+                r.n,
+                shown(&r.name)
+            ))
+        })?);
     }
     Ok(current.map(|v| v.to_string().into_bytes()))
 }
