@@ -2367,4 +2367,43 @@ fn a_decisions_frames_survive_the_renumbering_of_a_move() {
         .assert()
         .success();
     assert_eq!(moved.get("size", Some(new_block)), br#"{"size":4}"#);
+    // The moves' rows unsealed (no key needed), then gone: the answer is still read only as
+    // sealed (a broken log vouches for none, exit 9), and never written by `bind` (a second
+    // outside round found both let through).
+    for change in [
+        "UPDATE openprose.gate_audit_log SET seal = NULL WHERE run_id = '$RUN' AND event_type = 'renumbered'",
+        "DELETE FROM openprose.gate_audit_log WHERE run_id = '$RUN' AND event_type = 'renumbered'",
+    ] {
+        moved.view().raw(
+            "",
+            &format!(
+                "ALTER TABLE openprose.gate_audit_log DISABLE TRIGGER USER; {change};
+                 ALTER TABLE openprose.gate_audit_log ENABLE TRIGGER USER"
+            ),
+        );
+        let a = moved
+            .cmd()
+            .args(["get", "size", "--execution-id", &new_at])
+            .assert()
+            .failure();
+        assert_eq!(code(&a), 9, "{change}: {}", stderr(&a));
+        for args in [
+            vec!["bind", "size", "{\"size\":9}"],
+            vec!["bind", "size", "{\"size\":9}", "--assign"],
+        ] {
+            let before = moved.snapshot();
+            let a = moved
+                .cmd()
+                .args(&args)
+                .args(["--execution-id", &new_at])
+                .assert()
+                .failure();
+            assert!(
+                matches!(code(&a), 4 | 9),
+                "{change}: {args:?}: {}",
+                stderr(&a)
+            );
+            assert_eq!(moved.snapshot(), before);
+        }
+    }
 }

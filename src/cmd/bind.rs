@@ -156,6 +156,18 @@ impl super::Run for BindArgs {
                 )));
             }
         }
+        // A name some gate answers into is written only where the log, checked whole, says
+        // it may be: with the log broken (a move's row unsealed or cut, say) the scopes it
+        // answers into cannot be told, and nothing of that name is written (exit 9).
+        if !store.response_gates(&self.name)?.is_empty() {
+            if let Some(b) = store.verify_audit()?.first_broken {
+                return Err(crate::error::tampered(format!(
+                    "binding {} is a gate's answer, and the run's audit log is broken ({}): nothing of that name is written (run `prose-state gates verify`)",
+                    shown(&self.name),
+                    b.reason
+                )));
+            }
+        }
         let scope = self.scope(store.as_mut())?;
         // A gate's answer is not hidden either: no binding of its name below its scope.
         if let Some(at) = scope {

@@ -104,6 +104,28 @@ pub fn check_response_binding_named(
     if named.is_empty() {
         return Ok(());
     }
+    // Some opening names it as a gate's answer: the log is checked whole first (a broken log
+    // vouches for no answer, exit 9), and the scopes its sealed openings answer into, read
+    // through its moves, join those the narrow read found.
+    let report = store.verify_audit()?;
+    if let Some(b) = &report.first_broken {
+        return Err(crate::error::tampered(format!(
+            "binding {} is a gate's answer, and the run's audit log is broken ({}): run `prose-state gates verify`",
+            shown(name),
+            b.reason
+        )));
+    }
+    let mut named = named;
+    for (gate, d) in &report.derived {
+        for opening in d.earlier.iter().chain(std::iter::once(d)) {
+            if let Some((n, scope)) = &opening.response_binding {
+                let at = (gate.clone(), *scope);
+                if n == name && !named.contains(&at) {
+                    named.push(at);
+                }
+            }
+        }
+    }
     let mut passed: Vec<Option<i64>> = match start {
         Some(id) => store.scope_chain(id)?.into_iter().map(Some).collect(),
         None => Vec::new(),

@@ -110,17 +110,29 @@ fn naming_in<R: Rows + ?Sized>(rows: &mut R, name: &str, member: &str) -> Result
     if found.is_empty() {
         return Ok(naming);
     }
-    let moves = trusted_moves(rows, &found[0].run_id)?;
+    // Every reading of the scope is kept: as sealed, through the moves this machine vouches
+    // for, and through any the rows hold. A move's row unsealed or deleted behind the tool's
+    // back then still leaves the scope the answer is in now among them, so no check of it is
+    // skipped and no write to it allowed (a scope too many costs a check that finds no
+    // answer there).
+    let (trusted, all) = moves_of(rows, &found[0].run_id)?;
     for r in found {
-        let mut m: serde_json::Value = r
+        let m: serde_json::Value = r
             .metadata
             .as_deref()
             .and_then(|m| serde_json::from_str(m).ok())
             .unwrap_or_default();
-        moves.renumber(r.seq, &mut m);
-        let at = (r.gate_id, m["response_scope"].as_i64());
-        if m["response_binding"].as_str() == Some(name) && !naming.response.contains(&at) {
-            naming.response.push(at);
+        if m["response_binding"].as_str() == Some(name) {
+            for moves in [None, Some(&trusted), Some(&all)] {
+                let mut m = m.clone();
+                if let Some(moves) = moves {
+                    moves.renumber(r.seq, &mut m);
+                }
+                let at = (r.gate_id.clone(), m["response_scope"].as_i64());
+                if !naming.response.contains(&at) {
+                    naming.response.push(at);
+                }
+            }
         }
         if m["inputs"]
             .as_array()
@@ -132,16 +144,24 @@ fn naming_in<R: Rows + ?Sized>(rows: &mut R, name: &str, member: &str) -> Result
     Ok(naming)
 }
 
-/// The moves of run `run` (its `renumbered` events) that vouch for themselves with this
-/// machine's key: one more narrow read, of the few rows a move writes.
-fn trusted_moves<R: Rows + ?Sized>(rows: &mut R, run: &str) -> Result<super::chain::Moves> {
+/// The moves of run `run` (its `renumbered` events): those that vouch for themselves with this
+/// machine's key, and all its rows hold. One more narrow read, of the few rows a move writes.
+fn moves_of<R: Rows + ?Sized>(
+    rows: &mut R,
+    run: &str,
+) -> Result<(super::chain::Moves, super::chain::Moves)> {
     use super::chain::{self_state, Moves, RowState};
     let events = rows.moves_of_run()?;
     if events.is_empty() {
-        return Ok(Moves::default());
+        return Ok(Default::default());
     }
     let key = super::seal::key_for_reading()?;
-    Ok(Moves::of(events.iter().filter(|r| {
-        r.run_id == run && self_state(r, key) == RowState::Attested
-    })))
+    let mine = events.iter().filter(|r| r.run_id == run);
+    Ok((
+        Moves::of(
+            mine.clone()
+                .filter(|r| self_state(r, key) == RowState::Attested),
+        ),
+        Moves::of(mine),
+    ))
 }
