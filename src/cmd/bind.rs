@@ -44,7 +44,7 @@ impl BindArgs {
     /// without one); with `--assign`, and for an update of a binding that exists, the binding
     /// `get` would read; with `--local`, the record itself. A binding an older run already wrote between the record and its frame (in a
     /// loop's or a `try:`'s scope) is written where it is, so that reads keep finding it.
-    fn scope(&self, store: &mut dyn Store) -> Result<Option<i64>> {
+    fn scope(&self, store: &mut dyn Store, named: &[(String, Option<i64>)]) -> Result<Option<i64>> {
         let Some(at) = self.execution_id else {
             return self.assigned(store, None, None);
         };
@@ -53,7 +53,7 @@ impl BindArgs {
         }
         let found = store.resolve(&self.name, Some(at))?;
         if self.assign || self.append.is_some() || self.merge.is_some() {
-            self.not_past_an_answer(store, at, found.as_ref())?;
+            self.not_past_an_answer(store, named, at, found.as_ref())?;
         }
         if self.assign {
             return self.assigned(store, Some(at), found);
@@ -82,6 +82,7 @@ impl BindArgs {
     fn not_past_an_answer(
         &self,
         store: &mut dyn Store,
+        named: &[(String, Option<i64>)],
         at: i64,
         found: Option<&crate::store::Found>,
     ) -> Result<()> {
@@ -90,7 +91,6 @@ impl BindArgs {
         let Some(f) = found else {
             return Ok(());
         };
-        let named = store.response_gates(&self.name)?;
         if named.is_empty() {
             return Ok(());
         }
@@ -159,7 +159,13 @@ impl super::Run for BindArgs {
         // A name some gate answers into is written only where the log, checked whole, says
         // it may be: with the log broken (a move's row unsealed or cut, say) the scopes it
         // answers into cannot be told, and nothing of that name is written (exit 9).
-        if !store.response_gates(&self.name)?.is_empty() {
+        // Read once, for a scoped write (one at the root is checked in the write's own
+        // transaction, and a root scope is never renumbered).
+        let named = match self.execution_id {
+            Some(_) => store.response_gates(&self.name)?,
+            None => Vec::new(),
+        };
+        if !named.is_empty() {
             if let Some(b) = store.verify_audit()?.first_broken {
                 return Err(crate::error::tampered(format!(
                     "binding {} is a gate's answer, and the run's audit log is broken ({}): nothing of that name is written (run `prose-state gates verify`)",
@@ -168,10 +174,10 @@ impl super::Run for BindArgs {
                 )));
             }
         }
-        let scope = self.scope(store.as_mut())?;
+        let scope = self.scope(store.as_mut(), &named)?;
         // A gate's answer is not hidden either: no binding of its name below its scope.
+        // (A scope is found only from an execution: `named` was read.)
         if let Some(at) = scope {
-            let named = store.response_gates(&self.name)?;
             if !named.is_empty() {
                 let chain = store.scope_chain(at)?;
                 let above = |s: &Option<i64>| s.is_none_or(|e| e != at && chain.contains(&e));

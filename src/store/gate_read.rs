@@ -165,12 +165,15 @@ pub fn check_response_binding_named(
     // The log as `gates verify` checks it (every seal, the chain, this machine's anchor, each
     // gate's row against its events), then the bindings. A decision committing between the two
     // reads shows the binding ahead of the log: looked at again, it agrees; a change stays.
-    let mut attempt = 0;
+    // The log already checked is the first look; a later one only after a disagreement.
+    let (mut attempt, mut report) = (0, report);
     loop {
-        let report = store.verify_audit()?;
         match answered_as_sealed(store, &report, name, &named, &scopes) {
             Ok(()) => break,
-            Err(_) if attempt < 2 && report.first_broken.is_none() => attempt += 1,
+            Err(_) if attempt < 2 && report.first_broken.is_none() => {
+                attempt += 1;
+                report = store.verify_audit()?;
+            }
             Err(e) => return Err(e),
         }
     }
