@@ -14,6 +14,7 @@ on_both!(
     an_edit_changed_behind_the_tools_back_is_never_read,
     approvals_killed_mid_write_leave_all_of_a_decision_or_none,
     a_history_that_does_not_rebuild_is_tampered,
+    a_decided_versions_steps_cut_or_renumbered_are_tampering,
 );
 
 fn open(run: &Run, gate: &str, require: Option<&str>) {
@@ -602,5 +603,51 @@ fn a_history_that_does_not_rebuild_is_tampered(b: Backend) {
     ] {
         let a = run.cmd().args(&args).assert().failure();
         assert_eq!(code(&a), 9, "{args:?}: {}", stderr(&a));
+    }
+}
+
+/// A decision pinned a version kept as steps (two merges onto a whole value): a step in the
+/// middle cut, or renumbered, behind the tool's back leaves the pinned version without its
+/// base. No rule makes a hole (a prune keeps its oldest version whole), so every read of it,
+/// the wait on the decision and `gates verify` say tampered (exit 9); an outside battery
+/// found exit 4 ("not kept") and 1. Nothing is written by any of them.
+fn a_decided_versions_steps_cut_or_renumbered_are_tampering(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.bind("draft", r#"{"a":1}"#, None);
+    for patch in [r#"{"b":2}"#, r#"{"c":3}"#] {
+        run.cmd()
+            .args(["bind", "draft", "--merge", patch])
+            .assert()
+            .success();
+    }
+    open(&run, "g", None);
+    run.cmd()
+        .args(["approve", "g", "--as", "alice", "-y"])
+        .assert()
+        .success();
+    let decided = p.snapshot();
+    for (sqlite, postgres) in [
+        (
+            "DELETE FROM binding_history WHERE name = 'draft' AND n = 2",
+            "DELETE FROM openprose.binding_history WHERE run_id = '$RUN' AND name = 'draft' AND n = 2",
+        ),
+        (
+            "UPDATE binding_history SET n = 9 WHERE name = 'draft' AND n = 2",
+            "UPDATE openprose.binding_history SET n = 9 WHERE run_id = '$RUN' AND name = 'draft' AND n = 2",
+        ),
+    ] {
+        p.restore(&decided);
+        run.view().raw(sqlite, postgres);
+        let before = run.snapshot();
+        for args in [
+            vec!["get", "draft", "--version", "3"],
+            vec!["gates", "wait", "g", "--timeout", "0"],
+            vec!["gates", "verify"],
+        ] {
+            let a = run.cmd().args(&args).assert().failure();
+            assert_eq!(code(&a), 9, "{sqlite}: {args:?}: {}", stderr(&a));
+        }
+        assert_eq!(run.snapshot(), before, "{sqlite}");
     }
 }

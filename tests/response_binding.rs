@@ -12,6 +12,7 @@ on_both!(
     an_answer_no_one_gave_is_never_read_in_its_place,
     no_write_goes_past_an_unanswered_response_binding,
     no_binding_below_the_answer_hides_it,
+    an_answers_history_holds_only_what_decisions_wrote,
 );
 
 const SCHEMA: &str =
@@ -620,14 +621,85 @@ fn no_binding_below_the_answer_hides_it(b: Backend) {
                  VALUES ('ans', '$RUN', {at}, 'let', convert_to('7', 'UTF8'))"
             ),
         );
-        let a = run
-            .cmd()
-            .args(["get", "ans", "--execution-id", &at.to_string()])
-            .assert()
-            .failure();
-        assert_eq!(code(&a), 9, "{what}: {}", stderr(&a));
-        assert!(stderr(&a).contains("hides gate"), "{what}: {}", stderr(&a));
+        // Read now, or as of a version or a time: the past reads vouch no more.
+        let at = at.to_string();
+        for past in [vec![], vec!["--version", "1"], vec!["--as-of", "2100-01-01 00:00:00"]] {
+            let a = run
+                .cmd()
+                .args(["get", "ans", "--execution-id", &at])
+                .args(&past)
+                .assert()
+                .failure();
+            assert_eq!(code(&a), 9, "{what} {past:?}: {}", stderr(&a));
+            assert!(
+                stderr(&a).contains("hides gate"),
+                "{what} {past:?}: {}",
+                stderr(&a)
+            );
+        }
     }
     // From the block itself the answer reads as sealed.
     assert_eq!(run.get("ans", Some(block)), b"5");
+}
+
+/// Only a decision writes a gate's response binding, so each version its history keeps is one
+/// a sealed decision wrote, under the number it sealed. A version renumbered (an outside
+/// battery moved `n` 1 to 2 and nothing noticed) or one added beside the answer behind the
+/// tool's back is tampering (exit 9) in every read: now, `--version`, `--as-of` and
+/// `history`; the reads write nothing.
+fn an_answers_history_holds_only_what_decisions_wrote(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "p"])
+        .args(["--response-schema", r#"{"type":"integer"}"#])
+        .args(["--response-binding", "ans"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["approve", "g", "--as", "alice", "-y", "--response", "5"])
+        .assert()
+        .success();
+    let answered = p.snapshot();
+    for (what, sqlite, postgres, version) in [
+        (
+            "renumbered",
+            "UPDATE binding_history SET n = 2 WHERE name = 'ans'",
+            "UPDATE openprose.binding_history SET n = 2 WHERE run_id = '$RUN' AND name = 'ans'",
+            "2",
+        ),
+        (
+            "a version added",
+            "INSERT INTO binding_history (name, execution_id, n, kind, value, written_at, principal)
+             SELECT name, execution_id, 2, kind, '6', written_at, principal FROM binding_history WHERE name = 'ans'",
+            "INSERT INTO openprose.binding_history (run_id, name, execution_id, n, kind, value, written_at, principal)
+             SELECT run_id, name, execution_id, 2, kind, convert_to('6', 'UTF8'), written_at, principal
+               FROM openprose.binding_history WHERE run_id = '$RUN' AND name = 'ans'",
+            "2",
+        ),
+    ] {
+        p.restore(&answered);
+        run.view().raw(sqlite, postgres);
+        let before = run.snapshot();
+        for args in [
+            vec!["get", "ans"],
+            vec!["get", "ans", "--version", version],
+            vec!["get", "ans", "--as-of", "2100-01-01 00:00:00"],
+            vec!["history", "ans"],
+        ] {
+            let a = run.cmd().args(&args).assert().failure();
+            assert_eq!(code(&a), 9, "{what}: {args:?}: {}", stderr(&a));
+        }
+        assert_eq!(run.snapshot(), before, "{what}");
+    }
+    // As the decision wrote it, every read agrees.
+    p.restore(&answered);
+    for args in [
+        vec!["get", "ans"],
+        vec!["get", "ans", "--version", "1"],
+        vec!["get", "ans", "--as-of", "2100-01-01 00:00:00"],
+    ] {
+        let a = run.cmd().args(&args).assert().success();
+        assert_eq!(a.get_output().stdout, b"5", "{args:?}");
+    }
 }

@@ -212,8 +212,19 @@ pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got>
     let mut checked = false;
     loop {
         let (found, _) = lookup(args, store)?;
-        // A version a sealed decision was about is read only as it was decided.
-        if let (Some(n), false) = (args.version, checked) {
+        // A read of the past: a version a sealed decision was about is read only as it was
+        // decided, and a name some gate answers into only where its answers vouch for it.
+        let past = args.version.or(args.as_of.as_ref().and(found.row.own_version));
+        if let (Some(n), false) = (past, checked) {
+            let naming = store.gates_naming(&args.name)?;
+            crate::store::gate_read::check_response_binding_named(
+                store,
+                &args.name,
+                args.execution_id,
+                Some(found.row.execution_id),
+                naming.response,
+                true,
+            )?;
             crate::services::inputs::check_decided_version(
                 store,
                 &run.dir,
@@ -233,6 +244,7 @@ pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got>
                 args.execution_id,
                 Some(found.row.execution_id),
                 naming.response,
+                false,
             )?;
             // The version a sealed decision was about (an approver's edit among them) holds
             // what was decided.

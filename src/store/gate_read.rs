@@ -89,17 +89,21 @@ pub fn check_response_binding(
 ) -> Result<()> {
     // The common case, a name no gate names, costs one narrow read.
     let named = store.response_gates(name)?;
-    check_response_binding_named(store, name, start, found, named)
+    check_response_binding_named(store, name, start, found, named, false)
 }
 
 /// [`check_response_binding`], with the gates that answer into `name` already read
-/// (`Rows::gates_naming`).
+/// (`Rows::gates_naming`). A read of the past (`past`: `get --version`, `--as-of`) is checked
+/// the same way, the answers as they stand included (a broken state vouches for no answer,
+/// then or now), except that an outer binding it found before any answer is what the name
+/// meant then.
 pub fn check_response_binding_named(
     store: &mut dyn Store,
     name: &str,
     start: Option<i64>,
     found: Option<Option<i64>>,
     named: Vec<(String, Option<i64>)>,
+    past: bool,
 ) -> Result<()> {
     if named.is_empty() {
         return Ok(());
@@ -180,7 +184,7 @@ pub fn check_response_binding_named(
     // A response binding nearer than where the name was found holds no answer yet (no
     // decision has answered, or one without an answer): the outer binding of the same name is
     // not read in its place.
-    if let Some(at) = found {
+    if let (Some(at), false) = (found, past) {
         let nearer = &passed[..passed.iter().position(|s| *s == at).unwrap_or(0)];
         if let Some((gate, scope)) = named.iter().find(|(_, s)| nearer.contains(s)) {
             let place = scope.map_or("the root".to_string(), |e| format!("execution {e}"));
@@ -235,13 +239,24 @@ fn answered_as_sealed(
                 }
             }
         }
-        let Some((_, gate, answer)) = newest else {
+        let Some((version, gate, answer)) = newest else {
             continue;
         };
         let value = store
             .resolve(name, *scope)?
             .filter(|f| f.row.execution_id == *scope)
             .map(|f| f.row);
+        // Its newest kept version is the one the decision sealed: a version renumbered, or
+        // one no decision wrote, was put in its history behind prose-state's back.
+        if let Some(kept) = value.as_ref().and_then(|r| r.own_version) {
+            if kept != version {
+                return Err(crate::error::tampered(format!(
+                    "binding {} is kept as version {kept}, and gate {}'s sealed decision wrote its answer as version {version}: its history was changed behind prose-state's back",
+                    shown(name),
+                    shown(&gate)
+                )));
+            }
+        }
         // Exactly the bytes the decision wrote (its answer as compact JSON), kept inline: the
         // same JSON spelled otherwise was not written by the decision either.
         let held = value
@@ -287,6 +302,8 @@ pub fn check_answer_version(
             b.reason
         )));
     }
+    // Whether a sealed opening answers into this scope, and whether one wrote version `n`.
+    let (mut answered_here, mut wrote_n) = (None, false);
     for gate in &named {
         if let Integrity::Tampered(why) = report.gate(gate) {
             return Err(crate::error::tampered(format!(
@@ -299,9 +316,15 @@ pub fn check_answer_version(
             continue;
         };
         for opening in d.earlier.iter().chain(std::iter::once(d)) {
-            let wrote = opening.response_binding.as_ref() == Some(&(name.to_string(), scope))
-                && opening.response_version == Some(n);
-            if let (true, Some(answer)) = (wrote, &opening.response) {
+            if opening.response_binding.as_ref() != Some(&(name.to_string(), scope)) {
+                continue;
+            }
+            answered_here = Some(gate);
+            if opening.response_version != Some(n) {
+                continue;
+            }
+            wrote_n = true;
+            if let Some(answer) = &opening.response {
                 if held != Some(answer.to_string().as_bytes()) {
                     return Err(crate::error::tampered(format!(
                         "version {n} of binding {} is not the answer gate {}'s sealed decision wrote: it was changed behind prose-state's back",
@@ -311,6 +334,16 @@ pub fn check_answer_version(
                 }
             }
         }
+    }
+    // Only a decision writes a gate's response binding (its opening refused one already
+    // there): a version no sealed decision wrote was put there, or renumbered, behind
+    // prose-state's back.
+    if let (Some(gate), false) = (answered_here, wrote_n) {
+        return Err(crate::error::tampered(format!(
+            "version {n} of binding {} is in gate {}'s answer, and no sealed decision wrote it: its history was changed behind prose-state's back",
+            shown(name),
+            shown(gate)
+        )));
     }
     Ok(())
 }
@@ -351,8 +384,24 @@ pub fn check_writers(
         .filter(|w| w.name == name && w.scope == scope)
         .filter_map(|w| Some((w.version, (w.by?, w.gate, w.bytes, w.exact))))
         .collect();
+    // A sealed opening that answers into this scope: only decisions write there.
+    let answers_here = report.derived.iter().find_map(|(gate, d)| {
+        d.earlier
+            .iter()
+            .chain(std::iter::once(d))
+            .any(|o| o.response_binding.as_ref() == Some(&(name.to_string(), scope)))
+            .then_some(gate)
+    });
     for r in rows {
         let Some((by, gate, bytes, exact)) = sealed.get(&r.n) else {
+            if let Some(gate) = answers_here {
+                return Err(crate::error::tampered(format!(
+                    "version {} of binding {} is in gate {}'s answer, and no sealed decision wrote it: its history was changed behind prose-state's back",
+                    r.n,
+                    shown(name),
+                    shown(gate)
+                )));
+            }
             continue;
         };
         let held = r.value.as_deref();

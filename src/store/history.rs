@@ -150,9 +150,11 @@ pub fn index_of(rows: &[HistoryRow], n: i64) -> Option<usize> {
 pub fn value_at(rows: &[HistoryRow], i: usize) -> Result<Option<Vec<u8>>> {
     let mut base = i;
     while rows[base].delta.is_some() {
+        // A prune keeps its oldest version whole, and versions are kept without a hole: a
+        // step whose base is not kept was cut or renumbered behind prose-state's back.
         if base == 0 || rows[base - 1].n != rows[base].n - 1 {
-            return Err(refused(format!(
-                "version {} of binding {} is kept as a step from version {}, which is not kept",
+            return Err(crate::error::tampered(format!(
+                "version {} of binding {} is kept as a step from version {}, which is not kept: its history was changed behind prose-state's back",
                 rows[i].n,
                 shown(&rows[i].name),
                 rows[base].n - 1
