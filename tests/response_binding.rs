@@ -623,7 +623,11 @@ fn no_binding_below_the_answer_hides_it(b: Backend) {
         );
         // Read now, or as of a version or a time: the past reads vouch no more.
         let at = at.to_string();
-        for past in [vec![], vec!["--version", "1"], vec!["--as-of", "2100-01-01 00:00:00"]] {
+        for past in [
+            vec![],
+            vec!["--version", "1"],
+            vec!["--as-of", "2100-01-01 00:00:00"],
+        ] {
             let a = run
                 .cmd()
                 .args(["get", "ans", "--execution-id", &at])

@@ -129,18 +129,28 @@ fn restore(run: &Run, block: i64) {
     let find = format!(
         "(name IN ('size', 'Size', 'size ', 'siz') AND (execution_id IS NULL OR execution_id >= {block}) AND kind IS DISTINCT FROM 'x' AND name <> 'draft')"
     );
+    // Each raw write left a version in history (its trigger's): an answer's history holds
+    // only what decisions wrote, so those go too.
+    let forged_versions = format!(
+        "DELETE FROM binding_history WHERE name IN ('Size', 'size ', 'siz')
+            OR (name = 'size' AND (n > 1 OR execution_id IS DISTINCT FROM {block}));"
+    );
     // Only one row of those names is the response binding's (the root has none of them).
     run.view().raw(
         &format!(
             "UPDATE bindings SET {size} WHERE {};
-             UPDATE bindings SET value = {} WHERE name = 'draft' AND execution_id IS NULL",
+             UPDATE bindings SET value = {} WHERE name = 'draft' AND execution_id IS NULL;
+             {}",
             find.replace("IS DISTINCT FROM", "IS NOT"),
-            quoted(EDIT)
+            quoted(EDIT),
+            forged_versions.replace("IS DISTINCT FROM", "IS NOT")
         ),
         &format!(
             "UPDATE openprose.bindings SET {size} WHERE run_id = '$RUN' AND {find};
-             UPDATE openprose.bindings SET value = {} WHERE run_id = '$RUN' AND name = 'draft' AND execution_id IS NULL",
-            quoted(EDIT)
+             UPDATE openprose.bindings SET value = {} WHERE run_id = '$RUN' AND name = 'draft' AND execution_id IS NULL;
+             {}",
+            quoted(EDIT),
+            forged_versions.replace("binding_history WHERE", "openprose.binding_history WHERE run_id = '$RUN' AND")
         ),
     );
 }

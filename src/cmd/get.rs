@@ -147,7 +147,29 @@ fn describe_chain(chain: &[i64]) -> String {
     parts.join(" → ")
 }
 
-fn lookup(args: &GetArgs, store: &mut dyn Store) -> Result<(crate::store::Found, Vec<i64>)> {
+/// A read of the past that found no version (gone, a deletion, not known then) of a name a
+/// sealed opening names: when its kept versions do not stand against the log, that is why
+/// (exit 9), not the absence.
+fn kept_or(
+    store: &mut dyn Store,
+    run_dir: &std::path::Path,
+    name: &str,
+    found: Result<crate::store::Found>,
+) -> Result<crate::store::Found> {
+    let Err(e) = found else { return found };
+    let naming = store.gates_naming(name)?;
+    if naming.input || !naming.response.is_empty() {
+        let report = store.verify_audit()?;
+        crate::services::inputs::check_kept(store, run_dir, name, &report)?;
+    }
+    Err(e)
+}
+
+fn lookup(
+    args: &GetArgs,
+    store: &mut dyn Store,
+    run_dir: &std::path::Path,
+) -> Result<(crate::store::Found, Vec<i64>)> {
     crate::model::check_name(&args.name)?;
     if let Some(id) = args.execution_id {
         if !store.execution_exists(id)? {
@@ -156,15 +178,13 @@ fn lookup(args: &GetArgs, store: &mut dyn Store) -> Result<(crate::store::Found,
     }
     // A version of the past, from the binding's history.
     if let Some(n) = args.version {
-        return Ok((
-            super::history::version(store, &args.name, args.execution_id, n)?,
-            Vec::new(),
-        ));
+        let found = super::history::version(store, &args.name, args.execution_id, n);
+        return Ok((kept_or(store, run_dir, &args.name, found)?, Vec::new()));
     }
     if let Some(at) = &args.as_of {
         let at = super::history::parse_as_of(store, at)?;
-        let found = super::history::as_of(store, &args.name, args.execution_id, &at)?;
-        return Ok((found, Vec::new()));
+        let found = super::history::as_of(store, &args.name, args.execution_id, &at);
+        return Ok((kept_or(store, run_dir, &args.name, found)?, Vec::new()));
     }
     let found = store.resolve(&args.name, args.execution_id)?;
     // The chain itself is walked again only when it is shown: to explain, or to say where a
@@ -190,8 +210,8 @@ fn lookup(args: &GetArgs, store: &mut dyn Store) -> Result<(crate::store::Found,
     Ok((found, chain))
 }
 
-pub fn explain(args: &GetArgs, store: &mut dyn Store) -> Result<Explained> {
-    let (found, chain) = lookup(args, store)?;
+pub fn explain(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Explained> {
+    let (found, chain) = lookup(args, store, &run.dir)?;
     Ok(Explained {
         name: args.name.clone(),
         start: args.execution_id,
@@ -211,10 +231,12 @@ pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got>
     let mut snapshot = false;
     let mut checked = false;
     loop {
-        let (found, _) = lookup(args, store)?;
+        let (found, _) = lookup(args, store, &run.dir)?;
         // A read of the past: a version a sealed decision was about is read only as it was
         // decided, and a name some gate answers into only where its answers vouch for it.
-        let past = args.version.or(args.as_of.as_ref().and(found.row.own_version));
+        let past = args
+            .version
+            .or(args.as_of.as_ref().and(found.row.own_version));
         if let (Some(n), false) = (past, checked) {
             let naming = store.gates_naming(&args.name)?;
             crate::store::gate_read::check_response_binding_named(
@@ -367,7 +389,7 @@ impl super::Run for GetArgs {
     fn run(&self, ctx: &crate::context::Context) -> Result<Lookup> {
         let (paths, mut store) = ctx.the_run()?;
         Ok(if self.explain {
-            Lookup::Explained(explain(self, store.as_mut())?)
+            Lookup::Explained(explain(self, &paths, store.as_mut())?)
         } else {
             let mut got = run(self, &paths, store.as_mut())?;
             // A value kept in the store streams from it, in the snapshot its row was read in.

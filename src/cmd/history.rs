@@ -312,9 +312,25 @@ pub fn as_of(store: &mut dyn Store, name: &str, start: Option<i64>, at: &AsOf) -
 impl super::Run for HistoryArgs {
     type Output = History;
     fn run(&self, ctx: &crate::context::Context) -> Result<History> {
-        let (_, mut store) = ctx.the_run()?;
+        let (run, mut store) = ctx.the_run()?;
         let store = store.as_mut();
         let scope = scope_of(store, &self.name, self.execution_id)?;
+        // A name a sealed opening names (a gate's input or answer): its kept versions are
+        // listed only as the sealed log vouches for them, and none from a scope that hides an
+        // answer.
+        let naming = store.gates_naming(&self.name)?;
+        if naming.input || !naming.response.is_empty() {
+            crate::store::gate_read::check_response_binding_named(
+                store,
+                &self.name,
+                self.execution_id,
+                Some(scope),
+                naming.response,
+                true,
+            )?;
+            let report = store.verify_audit()?;
+            crate::services::inputs::check_kept(store, &run.dir, &self.name, &report)?;
+        }
         // The page and one more (is there an older page?), newest first: no other version read.
         let span = store.binding_versions(
             &self.name,

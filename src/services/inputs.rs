@@ -246,6 +246,26 @@ pub fn check_sealed(
             findings.push((gate.clone(), why));
         }
     }
+    // The kept versions of every binding a sealed opening names, against what the log says
+    // of them: a gate whose input or answer has a changed history does not stand.
+    for name in crate::store::kept::names(report) {
+        let Some(why) = kept_problem(store, run_dir, &name, report)? else {
+            continue;
+        };
+        for (gate, d) in &report.derived {
+            let names_it = d.earlier.iter().chain(std::iter::once(d)).any(|o| {
+                o.inputs.contains(&name)
+                    || o.response_binding.as_ref().is_some_and(|(n, _)| *n == name)
+            });
+            let found = report.gates.iter().chain(&findings).any(|(g, _)| g == gate);
+            if names_it && !found {
+                findings.push((
+                    gate.clone(),
+                    crate::store::chain::Integrity::Tampered(why.clone()),
+                ));
+            }
+        }
+    }
     report.gates.extend(findings);
     Ok(())
 }
@@ -382,6 +402,55 @@ pub fn check_decided_now(
     Ok(())
 }
 
+/// Why the kept versions of binding `name` do not stand against what the report's sealed
+/// decisions say of them, if they do not (exit 9 then, for every reader): every field of each
+/// version a decision wrote, the numbering and records of each scope the log names, the
+/// answers' scopes holding only what decisions wrote (`store::kept`), and each pinned version
+/// holding what its decision sealed, so that no version of the past is rebuilt on a changed
+/// one.
+pub fn kept_problem(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    name: &str,
+    report: &crate::store::chain::ChainReport,
+) -> Result<Option<String>> {
+    use crate::store::kept;
+    for scope in kept::scopes(report, name) {
+        let rows = store.binding_history(name, scope)?;
+        if let Some(why) = kept::problem(report, name, scope, &rows) {
+            return Ok(Some(format!(
+                "{why}: its history was changed behind prose-state's back"
+            )));
+        }
+    }
+    for (gate, pin, digest) in kept::pins(report, name) {
+        if let Some(crate::store::chain::Integrity::Tampered(why)) =
+            pinned_problem(store, run_dir, name, pin, digest)?
+        {
+            return Ok(Some(format!(
+                "gate {} decided on version {} of {}, and {why}",
+                crate::error::shown(gate),
+                pin.version,
+                crate::error::shown(name)
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// [`kept_problem`] as a refusal (exit 9).
+pub fn check_kept(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    name: &str,
+    report: &crate::store::chain::ChainReport,
+) -> Result<()> {
+    match kept_problem(store, run_dir, name, report)? {
+        Some(why) => Err(crate::error::tampered(why)),
+        None => Ok(()),
+    }
+}
+
 /// Each gate whose sealed decision, at any of its openings, pinned version `want` of `name`,
 /// with the digest it sealed for it: the one walk both checks of a decided version make.
 fn decided_pins<'a>(
@@ -431,7 +500,9 @@ pub fn check_decided_version(
             )));
         }
     }
-    Ok(())
+    // The versions around it: a version of the past is rebuilt from its neighbours, and read
+    // by numbers, records and times that a changed row would move.
+    check_kept(store, run_dir, name, &report)
 }
 
 /// Whether the gate's decision no longer stands because an input changed (see

@@ -67,6 +67,26 @@ pub fn verify(d: &RunDump) -> Result<crate::store::chain::ChainReport> {
             shown(&d.run.id)
         )));
     }
+    // The kept versions of each binding a sealed opening names, as the log says of them: a
+    // changed history is not carried into a copy, where it would read as the copy's own.
+    use crate::store::kept;
+    for name in kept::names(&report) {
+        for scope in kept::scopes(&report, &name) {
+            let mut rows: Vec<_> = d
+                .history
+                .iter()
+                .filter(|h| h.name == name && h.execution_id == scope)
+                .cloned()
+                .collect();
+            rows.sort_by_key(|h| (h.n, h.seq));
+            if let Some(why) = kept::problem(&report, &name, scope, &rows) {
+                return Err(tampered(format!(
+                    "{why} (run {}): its history was changed behind prose-state's back; a copy that does not verify is not imported",
+                    shown(&d.run.id)
+                )));
+            }
+        }
+    }
     Ok(report)
 }
 

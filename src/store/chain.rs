@@ -14,8 +14,8 @@
 //!   anchored. Everything after the first break is broken too: nothing there can be trusted.
 
 pub use super::derive::{
-    derive, escalation, for_each_scope, stale, Derived, Moves, Pin, RowState, CONSUMED, ESCALATED,
-    REMINDER, RENUMBERED, VOTE_APPROVE, VOTE_REJECT,
+    derive, escalation, for_each_scope, stale, Derived, Moves, Pin, RowState, Written, CONSUMED,
+    ESCALATED, REMINDER, RENUMBERED, VOTE_APPROVE, VOTE_REJECT,
 };
 use super::seal::{Anchor, Key, SealCheck};
 use super::{AuditRow, GateRow};

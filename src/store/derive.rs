@@ -85,6 +85,11 @@ pub struct Derived {
     /// the version edited (`from_version`, null: it was not bound) and the version written
     /// (`version`), and the sizes before (`bytes_before`) and after (`bytes`).
     pub edits: Vec<(String, serde_json::Value)>,
+    /// When each of `edits` was written, by its event (in the same order): the event's time
+    /// and its newest record (`after_record`), which the edit's history row holds too.
+    pub edits_at: Vec<Written>,
+    /// When the decision was written, by its event: what its answer's history row holds.
+    pub decided: Option<Written>,
     /// Every sealed answer of that opening, vote by vote and then the decision's, with who
     /// gave it: a quorum's approvers may answer differently, and none is lost.
     pub responses: Vec<(String, serde_json::Value)>,
@@ -92,6 +97,14 @@ pub struct Derived {
     /// when the next opened (a decided opening is never changed by a later one): what a wait
     /// on an earlier instance answers with.
     pub earlier: Vec<Derived>,
+}
+
+/// When a sealed event was written: its time, and the newest execution record then
+/// (`after_record`), read through the run's moves.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Written {
+    pub at: Option<String>,
+    pub record: Option<i64>,
 }
 
 /// Where a decided input's version lives: its frame and its own version number there.
@@ -416,6 +429,8 @@ pub fn derive(events: &[(&AuditRow, RowState)], moves: &Moves) -> Result<Derived
                         .map(|n| (n.to_string(), m["response_scope"].as_i64())),
                     response_version: None,
                     edits: Vec::new(),
+                    edits_at: Vec::new(),
+                    decided: None,
                     responses: Vec::new(),
                     earlier,
                 };
@@ -474,8 +489,13 @@ pub fn derive(events: &[(&AuditRow, RowState)], moves: &Moves) -> Result<Derived
                     ));
                 }
                 answer_asked(&d, &m, approve)?;
+                let written = Written {
+                    at: r.timestamp.clone(),
+                    record: m["after_record"].as_i64(),
+                };
                 for e in m["edits"].as_array().into_iter().flatten() {
                     d.edits.push((by.clone(), e.clone()));
+                    d.edits_at.push(written.clone());
                 }
                 if let Some(answer) = m.get("response") {
                     d.responses.push((by, answer.clone()));
@@ -516,9 +536,15 @@ pub fn derive(events: &[(&AuditRow, RowState)], moves: &Moves) -> Result<Derived
                 d.comment = r.comment.clone();
                 d.response = m.get("response").cloned();
                 d.response_version = m["response_version"].as_i64();
+                let written = Written {
+                    at: r.timestamp.clone(),
+                    record: m["after_record"].as_i64(),
+                };
                 for e in m["edits"].as_array().into_iter().flatten() {
                     d.edits.push((by.clone(), e.clone()));
+                    d.edits_at.push(written.clone());
                 }
+                d.decided = Some(written);
                 if let Some(answer) = &d.response {
                     let by = r.principal.clone().unwrap_or_default();
                     d.responses.push((by, answer.clone()));

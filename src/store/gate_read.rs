@@ -462,26 +462,28 @@ pub fn decision_writes(store: &mut dyn Store) -> Result<DecisionWrites> {
 }
 
 /// A version of a binding a sealed decision wrote: an approver's edit, or a gate's answer.
-struct SealedWrite<'a> {
-    gate: &'a str,
-    name: &'a str,
-    scope: Option<i64>,
-    version: i64,
+pub(crate) struct SealedWrite<'a> {
+    pub gate: &'a str,
+    pub name: &'a str,
+    pub scope: Option<i64>,
+    pub version: i64,
     /// Who the log says wrote it: the editor, or the decider of an answer the log holds.
-    by: Option<&'a str>,
+    pub by: Option<&'a str>,
     /// Its size in bytes, when the log sealed one.
-    bytes: Option<i64>,
+    pub bytes: Option<i64>,
     /// The exact value, when the log holds it (an answer).
-    exact: Option<String>,
+    pub exact: Option<String>,
+    /// When its event was written: the time and newest record its history row holds.
+    pub written: Option<&'a chain::Written>,
 }
 
 /// Every version sealed decisions wrote, at every opening of every gate the report derived:
 /// the one walk the checks of who wrote a version and the reads of where one came from make.
-fn sealed_writes(report: &chain::ChainReport) -> Vec<SealedWrite<'_>> {
+pub(crate) fn sealed_writes(report: &chain::ChainReport) -> Vec<SealedWrite<'_>> {
     let mut out = Vec::new();
     for (gate, d) in &report.derived {
         for opening in d.earlier.iter().chain(std::iter::once(d)) {
-            for (by, e) in &opening.edits {
+            for (i, (by, e)) in opening.edits.iter().enumerate() {
                 if let (Some(name), Some(version)) = (e["name"].as_str(), e["version"].as_i64()) {
                     out.push(SealedWrite {
                         gate,
@@ -491,6 +493,7 @@ fn sealed_writes(report: &chain::ChainReport) -> Vec<SealedWrite<'_>> {
                         by: Some(by),
                         bytes: e["bytes"].as_i64(),
                         exact: None,
+                        written: opening.edits_at.get(i),
                     });
                 }
             }
@@ -510,6 +513,7 @@ fn sealed_writes(report: &chain::ChainReport) -> Vec<SealedWrite<'_>> {
                     by: answered.as_ref().map(|(by, _)| *by),
                     bytes: answered.as_ref().map(|(_, t)| t.len() as i64),
                     exact: answered.map(|(_, t)| t),
+                    written: opening.decided.as_ref(),
                 });
             }
         }

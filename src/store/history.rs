@@ -152,12 +152,12 @@ pub fn value_at(rows: &[HistoryRow], i: usize) -> Result<Option<Vec<u8>>> {
     while rows[base].delta.is_some() {
         // A prune keeps its oldest version whole, and versions are kept without a hole: a
         // step whose base is not kept was cut or renumbered behind prose-state's back.
-        if base == 0 || rows[base - 1].n != rows[base].n - 1 {
+        if base == 0 || Some(rows[base - 1].n) != rows[base].n.checked_sub(1) {
             return Err(crate::error::tampered(format!(
                 "version {} of binding {} is kept as a step from version {}, which is not kept: its history was changed behind prose-state's back",
                 rows[i].n,
                 shown(&rows[i].name),
-                rows[base].n - 1
+                rows[base].n.saturating_sub(1)
             )));
         }
         base -= 1;

@@ -9,6 +9,7 @@ pub mod dump;
 pub mod effects;
 pub mod gate_read;
 pub mod history;
+pub mod kept;
 pub mod postgres;
 pub mod principals;
 pub mod rows;

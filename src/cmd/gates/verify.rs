@@ -227,12 +227,9 @@ pub fn verify_gates(
     };
     let mut runs = Vec::new();
     for mut c in chains {
-        // The versions sealed decisions were made about, against the bindings' history.
-        if c.report
-            .derived
-            .values()
-            .any(|d| d.decided_inputs.is_some())
-        {
+        // The versions sealed decisions were made about or wrote, against the bindings'
+        // history.
+        if !crate::store::kept::names(&c.report).is_empty() {
             let dir =
                 c.db.parent()
                     .map_or_else(|| ctx.runs_dir().join(&c.run_id), |d| d.to_path_buf());
