@@ -692,6 +692,26 @@ fn a_faithful_rechain_matches_and_every_forged_one_is_caught(b: Backend) {
         .assert()
         .failure();
     assert_eq!(code(&a), 9, "ids went on, the cut stays visible");
+
+    // 5. The `consumed` event at the end cut: it moves the anchor like every sealed event
+    //    (an outside battery found it did not, and its cut went unseen and un-consumed the
+    //    decision), so the cut is found.
+    let consumed = p.init();
+    consumed.bind("doc", "v1", None);
+    gate(&consumed, "c", &["--inputs", "doc"]);
+    approve(&consumed, "c", "raymond");
+    consumed
+        .cmd()
+        .args(["gates", "wait", "c", "--timeout", "0"])
+        .assert()
+        .success();
+    behind_the_back(&consumed, "DELETE FROM $LOG WHERE event_type = 'consumed';");
+    let a = p
+        .cmd()
+        .args(["gates", "verify", "--run", &consumed.id])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
 }
 
 fn query_stops_at_its_time_limit(b: Backend) {

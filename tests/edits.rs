@@ -649,5 +649,8 @@ fn a_decided_versions_steps_cut_or_renumbered_are_tampering(b: Backend) {
             assert_eq!(code(&a), 9, "{sqlite}: {args:?}: {}", stderr(&a));
         }
         assert_eq!(run.snapshot(), before, "{sqlite}");
+        // `resume` says stop, and its exit says why (an outside battery found exit 0).
+        let a = run.cmd().args(["resume"]).assert().failure();
+        assert_eq!(code(&a), 9, "{sqlite}: resume: {}", stderr(&a));
     }
 }

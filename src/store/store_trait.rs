@@ -202,8 +202,10 @@ pub trait Store: AgentStore + Rows + Snapshot {
         chain: &[Option<i64>],
         now: &str,
     ) -> Result<bool> {
+        // A sealed event like any other: its commit moves the anchor, so that cutting it
+        // from the log's end is found.
         rules::consume(
-            self.txn(rules::GATE)?,
+            self.sealing(rules::GATE)?,
             gate_id,
             instance,
             inputs,

@@ -291,9 +291,12 @@ fn agent_lines(w: &mut dyn Write, agents: &[AgentInfo]) -> io::Result<()> {
     Ok(())
 }
 
-/// 11 when a gate's decision is stale (its next step is `reopen`).
+/// 9 when a gate disagrees with its sealed log (its next step is `stop`), else 11 when a
+/// gate's decision is stale (its next step is `reopen`).
 fn stale_code(gates: &[GateNext]) -> crate::error::Code {
-    if gates.iter().any(|g| g.stale.is_some()) {
+    if gates.iter().any(|g| g.integrity.state == "tampered") {
+        crate::error::Code::Tampered
+    } else if gates.iter().any(|g| g.stale.is_some()) {
         crate::error::Code::Stale
     } else {
         crate::error::Code::Ok
