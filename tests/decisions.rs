@@ -451,8 +451,9 @@ fn a_raw_decision_is_tampering_and_a_spec_decision_is_unattested(b: Backend) {
     assert_eq!(code_, 9, "{v}");
     assert_eq!(v[0]["verdict"], "broken");
     assert_eq!(v[0]["gates"][0]["gate"], "g");
-    // resume does not tell the VM to go on past it.
-    let a = run.cmd().args(["--json", "resume"]).assert().success();
+    // resume does not tell the VM to go on past it: its next step is stop, and it exits 9.
+    let a = run.cmd().args(["--json", "resume"]).assert().failure();
+    assert_eq!(code(&a), 9);
     let g = &stdout_json(&a)["gates"][0];
     assert_eq!(g["integrity"]["state"], "tampered", "{g}");
     assert_eq!(g["next_step"]["action"], "stop", "{g}");

@@ -696,6 +696,56 @@ fn an_answers_history_holds_only_what_decisions_wrote(b: Backend) {
         }
         assert_eq!(run.snapshot(), before, "{what}");
     }
+    // A field moved where no reader compares it as the check does: the time respelled (the
+    // same instant, another text: reads of the past compare the text), the answer marked as
+    // following versions not kept, and its version moved to scope -1 (which the root's key
+    // would read as the root's). An outside battery read each with exit 0 or 3.
+    for (what, sqlite, postgres) in [
+        (
+            "time respelled",
+            "UPDATE binding_history SET written_at = replace(written_at, ' ', 'T') WHERE name = 'ans'",
+            "UPDATE openprose.binding_history SET written_at = written_at + interval '1 second' WHERE run_id = '$RUN' AND name = 'ans'",
+        ),
+        (
+            "marked as after versions not kept",
+            "UPDATE binding_history SET gap = 1 WHERE name = 'ans'",
+            "UPDATE openprose.binding_history SET gap = 1 WHERE run_id = '$RUN' AND name = 'ans'",
+        ),
+        (
+            "moved to scope -1",
+            "UPDATE binding_history SET execution_id = -1 WHERE name = 'ans'",
+            "UPDATE openprose.binding_history SET execution_id = -1 WHERE run_id = '$RUN' AND name = 'ans'",
+        ),
+    ] {
+        p.restore(&answered);
+        run.view().raw(sqlite, postgres);
+        for args in [
+            vec!["get", "ans", "--version", "1"],
+            vec!["get", "ans", "--as-of", "2100-01-01 00:00:00"],
+            vec!["history", "ans"],
+            vec!["gates", "verify"],
+        ] {
+            let a = run.cmd().args(&args).assert().failure();
+            assert_eq!(code(&a), 9, "{what}: {args:?}: {}", stderr(&a));
+        }
+    }
+    // `doctor --fix` resuming history after its trigger was dropped restates the answer as a
+    // version of no writer (it cannot know what went unkept): that is no tampering, and every
+    // read still agrees (an outside battery found every read exit 9 after this repair).
+    if b == Backend::Sqlite {
+        p.restore(&answered);
+        run.view().raw("DROP TRIGGER binding_history_version;", "");
+        run.cmd().args(["doctor", "--fix"]).assert().success();
+        for args in [
+            vec!["get", "ans"],
+            vec!["get", "ans", "--version", "2"],
+            vec!["history", "ans"],
+            vec!["gates", "verify"],
+        ] {
+            let a = run.cmd().args(&args).assert();
+            assert_eq!(code(&a), 0, "after doctor --fix: {args:?}: {}", stderr(&a));
+        }
+    }
     // As the decision wrote it, every read agrees.
     p.restore(&answered);
     for args in [

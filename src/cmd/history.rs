@@ -314,7 +314,18 @@ impl super::Run for HistoryArgs {
     fn run(&self, ctx: &crate::context::Context) -> Result<History> {
         let (run, mut store) = ctx.the_run()?;
         let store = store.as_mut();
-        let scope = scope_of(store, &self.name, self.execution_id)?;
+        let scope = match scope_of(store, &self.name, self.execution_id) {
+            Ok(scope) => scope,
+            // No history here of a name a gate names: the log may say why (a version moved).
+            Err(e) => {
+                let naming = store.gates_naming(&self.name)?;
+                if naming.input || !naming.response.is_empty() {
+                    let report = store.verify_audit()?;
+                    crate::services::inputs::check_kept(store, &run.dir, &self.name, &report)?;
+                }
+                return Err(e);
+            }
+        };
         // A name a sealed opening names (a gate's input or answer): its kept versions are
         // listed only as the sealed log vouches for them, and none from a scope that hides an
         // answer.

@@ -238,16 +238,9 @@ pub fn check_sealed(
     report: &mut crate::store::chain::ChainReport,
 ) -> Result<()> {
     let mut findings = Vec::new();
-    for (gate, d) in &report.derived {
-        if d.decided_inputs.is_none() || report.gates.iter().any(|(g, _)| g == gate) {
-            continue;
-        }
-        if let Some(why) = sealed_problem(store, run_dir, d)? {
-            findings.push((gate.clone(), why));
-        }
-    }
     // The kept versions of every binding a sealed opening names, against what the log says
-    // of them: a gate whose input or answer has a changed history does not stand.
+    // of them: a gate whose input or answer has a changed history does not stand. First, so
+    // that a version moved out of its row (into a file, say) is found as such.
     for name in crate::store::kept::names(report) {
         let Some(why) = kept_problem(store, run_dir, &name, report)? else {
             continue;
@@ -264,6 +257,15 @@ pub fn check_sealed(
                     crate::store::chain::Integrity::Tampered(why.clone()),
                 ));
             }
+        }
+    }
+    for (gate, d) in &report.derived {
+        let found = report.gates.iter().chain(&findings).any(|(g, _)| g == gate);
+        if d.decided_inputs.is_none() || found {
+            continue;
+        }
+        if let Some(why) = sealed_problem(store, run_dir, d)? {
+            findings.push((gate.clone(), why));
         }
     }
     report.gates.extend(findings);
@@ -415,6 +417,18 @@ pub fn kept_problem(
     report: &crate::store::chain::ChainReport,
 ) -> Result<Option<String>> {
     use crate::store::kept;
+    // No execution has an id below 1: a version kept there was put there by hand (where the
+    // root's key, -1, would read it as the root's).
+    if let Some(Some(x)) = store
+        .history_scopes(name)?
+        .into_iter()
+        .find(|s| s.is_some_and(|x| x < 1))
+    {
+        return Ok(Some(format!(
+            "binding {} has versions kept in scope {x}, which is no execution",
+            crate::error::shown(name)
+        )));
+    }
     for scope in kept::scopes(report, name) {
         let rows = store.binding_history(name, scope)?;
         if let Some(why) = kept::problem(report, name, scope, &rows) {
@@ -486,6 +500,9 @@ pub fn check_decided_version(
             "the run's audit log does not verify (see `gates verify`): which versions its decisions were about cannot be told, so no past version is read",
         ));
     }
+    // The versions around it first: a version of the past is rebuilt from its neighbours,
+    // and read by numbers, records and times that a changed row would move.
+    check_kept(store, run_dir, name, &report)?;
     let want = Pin { scope, version: n };
     let pins: Vec<(String, String)> = decided_pins(&report, name, &want)
         .map(|(g, d)| (g.to_string(), d.to_string()))
@@ -500,9 +517,7 @@ pub fn check_decided_version(
             )));
         }
     }
-    // The versions around it: a version of the past is rebuilt from its neighbours, and read
-    // by numbers, records and times that a changed row would move.
-    check_kept(store, run_dir, name, &report)
+    Ok(())
 }
 
 /// Whether the gate's decision no longer stands because an input changed (see

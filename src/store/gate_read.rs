@@ -246,15 +246,19 @@ fn answered_as_sealed(
             .resolve(name, *scope)?
             .filter(|f| f.row.execution_id == *scope)
             .map(|f| f.row);
-        // Its newest kept version is the one the decision sealed: a version renumbered, or
-        // one no decision wrote, was put in its history behind prose-state's back.
-        if let Some(kept) = value.as_ref().and_then(|r| r.own_version) {
-            if kept != version {
-                return Err(crate::error::tampered(format!(
-                    "binding {} is kept as version {kept}, and gate {}'s sealed decision wrote its answer as version {version}: its history was changed behind prose-state's back",
-                    shown(name),
-                    shown(&gate)
-                )));
+        // Its newest kept version is the one the decision sealed, or one its history vouches
+        // for after it (`doctor --fix` restating it): a version renumbered, or one no decision
+        // wrote, was put in its history behind prose-state's back.
+        if let Some(row) = &value {
+            if row.own_version != Some(version) {
+                let rows = store.binding_history(name, *scope)?;
+                if let Some(why) = super::kept::problem(report, name, *scope, &rows) {
+                    return Err(crate::error::tampered(format!(
+                        "binding {} is gate {}'s answer, and {why}: its history was changed behind prose-state's back",
+                        shown(name),
+                        shown(&gate)
+                    )));
+                }
             }
         }
         // Exactly the bytes the decision wrote (its answer as compact JSON), kept inline: the
@@ -302,8 +306,8 @@ pub fn check_answer_version(
             b.reason
         )));
     }
-    // Whether a sealed opening answers into this scope, and whether one wrote version `n`.
-    let (mut answered_here, mut wrote_n) = (None, false);
+    // A version no sealed decision wrote there (nor `doctor --fix` restating the answer) is
+    // the whole history's to judge (`store::kept`, which every read of the past runs).
     for gate in &named {
         if let Integrity::Tampered(why) = report.gate(gate) {
             return Err(crate::error::tampered(format!(
@@ -316,15 +320,9 @@ pub fn check_answer_version(
             continue;
         };
         for opening in d.earlier.iter().chain(std::iter::once(d)) {
-            if opening.response_binding.as_ref() != Some(&(name.to_string(), scope)) {
-                continue;
-            }
-            answered_here = Some(gate);
-            if opening.response_version != Some(n) {
-                continue;
-            }
-            wrote_n = true;
-            if let Some(answer) = &opening.response {
+            let wrote = opening.response_binding.as_ref() == Some(&(name.to_string(), scope))
+                && opening.response_version == Some(n);
+            if let (true, Some(answer)) = (wrote, &opening.response) {
                 if held != Some(answer.to_string().as_bytes()) {
                     return Err(crate::error::tampered(format!(
                         "version {n} of binding {} is not the answer gate {}'s sealed decision wrote: it was changed behind prose-state's back",
@@ -334,16 +332,6 @@ pub fn check_answer_version(
                 }
             }
         }
-    }
-    // Only a decision writes a gate's response binding (its opening refused one already
-    // there): a version no sealed decision wrote was put there, or renumbered, behind
-    // prose-state's back.
-    if let (Some(gate), false) = (answered_here, wrote_n) {
-        return Err(crate::error::tampered(format!(
-            "version {n} of binding {} is in gate {}'s answer, and no sealed decision wrote it: its history was changed behind prose-state's back",
-            shown(name),
-            shown(gate)
-        )));
     }
     Ok(())
 }
@@ -384,24 +372,10 @@ pub fn check_writers(
         .filter(|w| w.name == name && w.scope == scope)
         .filter_map(|w| Some((w.version, (w.by?, w.gate, w.bytes, w.exact))))
         .collect();
-    // A sealed opening that answers into this scope: only decisions write there.
-    let answers_here = report.derived.iter().find_map(|(gate, d)| {
-        d.earlier
-            .iter()
-            .chain(std::iter::once(d))
-            .any(|o| o.response_binding.as_ref() == Some(&(name.to_string(), scope)))
-            .then_some(gate)
-    });
+    // (A version in an answer's scope that no decision wrote is `store::kept`'s to judge,
+    // which `history` runs first.)
     for r in rows {
         let Some((by, gate, bytes, exact)) = sealed.get(&r.n) else {
-            if let Some(gate) = answers_here {
-                return Err(crate::error::tampered(format!(
-                    "version {} of binding {} is in gate {}'s answer, and no sealed decision wrote it: its history was changed behind prose-state's back",
-                    r.n,
-                    shown(name),
-                    shown(gate)
-                )));
-            }
             continue;
         };
         let held = r.value.as_deref();

@@ -106,6 +106,16 @@ pub fn problem(
                 b.n
             ));
         }
+        // A version written with no record before it only while the run had none.
+        if let (Some(x), None) = (a.at_record, b.at_record) {
+            return Some(format!(
+                "version {} of binding {} in {} names no record, after version {} at record {x}: records do not go backwards",
+                b.n,
+                shown(name),
+                place(),
+                a.n
+            ));
+        }
         if let (Some(x), Some(y)) = (a.at_record, b.at_record) {
             if y < x {
                 return Some(format!(
@@ -117,16 +127,6 @@ pub fn problem(
                 ));
             }
         }
-    }
-    // Only the oldest kept version says older ones are not kept (a prune, a copy without
-    // them): a later one saying so would make reads of the past before it unknown.
-    if let Some(r) = rows.iter().skip(1).find(|r| r.gap) {
-        return Some(format!(
-            "version {} of binding {} in {} says older versions are not kept, and older ones are",
-            r.n,
-            shown(name),
-            place()
-        ));
     }
     // The oldest kept is version 1, or says older ones are not kept; and it is whole (a prune
     // writes the value of the version it keeps first).
@@ -171,6 +171,10 @@ pub fn problem(
         if r.deleted || r.delta.is_some() {
             return wrong("is kept as a deletion or a step, not the whole value".into());
         }
+        // It says older versions are not kept only as the oldest kept after a prune.
+        if r.gap && (rows.first().map(|f| f.n) != Some(r.n) || r.n == 1) {
+            return wrong("says older versions are not kept".into());
+        }
         // The statement a decision writes under, and the kind: an answer is a `let`, an edit
         // keeps the kind of the version it follows (a `let` where there is none).
         let statement = format!("approve {}:", w.gate);
@@ -210,12 +214,14 @@ pub fn problem(
                     r.at_record.map_or("none".to_string(), |n| n.to_string())
                 ));
             }
+            // The very text of its event's time: reads of the past compare times as stored.
             if let Some(at) = &written.at {
-                let same = r.written_at.as_deref().is_some_and(|t| same_time(t, at));
+                let same = r.written_at.as_deref() == Some(at.as_str());
                 if !(same || r.gap && r.written_at.is_none()) {
                     return wrong(format!(
-                        "says it was written at {}",
-                        shown(r.written_at.as_deref().unwrap_or("no time"))
+                        "says it was written at {}, not {}",
+                        shown(r.written_at.as_deref().unwrap_or("no time")),
+                        shown(at)
                     ));
                 }
             }
@@ -236,12 +242,25 @@ pub fn problem(
             }
         }
     }
-    // Only a decision writes a gate's answer: each version there is one a decision wrote.
+    // Only a decision writes a gate's answer: each version there is one a decision wrote, or
+    // `doctor --fix` restating the answer before it when it resumed history (no writer, marked
+    // as following writes that may not have been kept).
     if answer_scopes(report, name).contains(&scope) {
-        if let Some(r) = rows
-            .iter()
-            .find(|r| !writes.iter().any(|w| w.version == r.n))
-        {
+        let restates = |r: &HistoryRow| {
+            let answer = writes
+                .iter()
+                .filter(|w| w.version < r.n && w.exact.is_some())
+                .max_by_key(|w| w.version)
+                .and_then(|w| w.exact.as_deref());
+            r.gap
+                && r.principal.is_none()
+                && !r.deleted
+                && r.delta.is_none()
+                && r.attachment_path.as_deref().is_none_or(str::is_empty)
+                && answer.is_some_and(|a| r.value.as_deref() == Some(a.as_bytes()))
+        };
+        let unwritten = |r: &&HistoryRow| !writes.iter().any(|w| w.version == r.n) && !restates(r);
+        if let Some(r) = rows.iter().find(unwritten) {
             return Some(format!(
                 "version {} of binding {} in {} is in a gate's answer, and no sealed decision wrote it",
                 r.n,
@@ -251,16 +270,6 @@ pub fn problem(
         }
     }
     None
-}
-
-/// Whether two stored times are the same instant (each backend spells its own).
-fn same_time(a: &str, b: &str) -> bool {
-    use crate::model::Timestamp;
-    a == b
-        || matches!(
-            (Timestamp::parse_lenient(a), Timestamp::parse_lenient(b)),
-            (Some(x), Some(y)) if x == y
-        )
 }
 
 #[cfg(test)]
@@ -360,17 +369,20 @@ mod tests {
         out
     }
     fn times() -> Vec<(Option<String>, bool)> {
-        // (the value, whether it is the same instant as `T`)
+        // (the value, whether it is `T` as stored: reads of the past compare the text, so
+        // another spelling of the same instant is another time to them)
         vec![
             (None, false),
             (Some("garbage".into()), false),
             (Some("2026-11-29 22:10:29".into()), false),
             (Some("2020-01-01 00:00:00".into()), false),
             (Some("9999-12-31 23:59:59".into()), false),
-            (Some("2026-11-29T22:10:28".into()), true),
-            (Some("2026-11-29T22:10:28Z".into()), true),
-            (Some("2026-11-29 22:10:28.000".into()), true),
-            (Some("2026-11-29T23:10:28+01:00".into()), true),
+            (Some("2026-11-29T22:10:28".into()), false),
+            (Some("2026-11-29T22:10:28Z".into()), false),
+            (Some("2026-11-29 22:10:28.000".into()), false),
+            (Some("2026-11-29T23:10:28+01:00".into()), false),
+            (Some(" 2026-11-29 22:10:28".into()), false),
+            (Some("2461373.4239351852".into()), false),
             (Some(T.into()), true),
         ]
     }
@@ -391,7 +403,9 @@ mod tests {
         for v in ints(r.at_record) {
             let prev = i.checked_sub(1).and_then(|p| rows[p].at_record);
             let next = rows.get(i + 1).and_then(|n| n.at_record);
+            // Never backwards, and never none once a record was named.
             let order = matches!((prev, v), (Some(p), Some(v)) if v < p)
+                || matches!((prev, v), (Some(_), None))
                 || matches!((v, next), (Some(v), Some(n)) if n < v);
             let found = v != r.at_record && (is_sealed || order);
             push(
@@ -489,7 +503,9 @@ mod tests {
             );
         }
         for v in [false, true] {
-            // A decision's version is no deletion; only the oldest kept says older are not.
+            // A decision's version is no deletion, and says older are not kept only as the
+            // oldest kept after a prune (here: version 1, or not the oldest). Another version
+            // may say so (`doctor --fix` resuming history writes such a one).
             push(
                 format!("deleted={v}"),
                 HistoryRow {
@@ -504,7 +520,7 @@ mod tests {
                     gap: v,
                     ..r.clone()
                 },
-                v && i > 0,
+                v && is_sealed,
             );
         }
         for v in ints(Some(r.seq)) {
@@ -554,10 +570,40 @@ mod tests {
                 cases += 2;
             }
         }
-        // A version no decision wrote, in the answer's scope, after it or before it.
+        // A version no decision wrote, in the answer's scope: found, unless it is `doctor
+        // --fix` restating the answer (no writer, marked as after writes not kept).
         let mut more = ans.clone();
         more.push(row("ans", 2, Some("6"), None, 5));
         assert!(problem(&report, "ans", None, &more).is_some());
+        let mut resumed = row("ans", 2, Some(r#"{"count":3}"#), None, 5);
+        (resumed.gap, resumed.principal) = (true, None);
+        more[1] = resumed.clone();
+        assert_eq!(problem(&report, "ans", None, &more), None);
+        for changed in [
+            HistoryRow {
+                gap: false,
+                ..resumed.clone()
+            },
+            HistoryRow {
+                principal: Some("mallory".into()),
+                ..resumed.clone()
+            },
+            HistoryRow {
+                value: Some(b"6".to_vec()),
+                ..resumed.clone()
+            },
+            HistoryRow {
+                deleted: true,
+                ..resumed.clone()
+            },
+        ] {
+            more[1] = changed;
+            assert!(
+                problem(&report, "ans", None, &more).is_some(),
+                "{:?}",
+                more[1]
+            );
+        }
         assert!(cases > 400, "{cases}");
     }
 }

@@ -134,7 +134,8 @@ impl PgTx<'_> {
             .held
             .as_ref()
             .is_some_and(|(n, s)| Some(n.as_str()) == b.name.as_deref() && *s == scope);
-        let now = crate::model::now();
+        // The write's own time (the rule's), which its decision's event seals too.
+        let now = b.updated_at.clone().unwrap_or_else(crate::model::now);
         let p: [(&(dyn ToSql + Sync), Type); 12] = [
             (&b.name, Type::TEXT),
             (&run, Type::TEXT),

@@ -168,7 +168,10 @@ impl Store for SqliteStore {
 
     fn history_scopes(&mut self, name: &str) -> Result<Vec<Option<i64>>> {
         self.all(
-            "SELECT DISTINCT execution_id FROM binding_history WHERE name = ?1",
+            // A scope raw SQL wrote as other than an integer reads as 0, which is no
+            // execution's (the reader judges it), rather than failing the read.
+            "SELECT DISTINCT CASE typeof(execution_id) WHEN 'integer' THEN execution_id
+                    WHEN 'null' THEN NULL ELSE 0 END FROM binding_history WHERE name = ?1",
             [name],
             |r| r.get(0),
         )

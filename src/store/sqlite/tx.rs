@@ -122,7 +122,8 @@ impl SqliteTx<'_> {
                 b.attachment_path,
                 b.source_statement,
                 principal,
-                crate::model::now()
+                // The write's own time (the rule's), which its decision's event seals too.
+                b.updated_at.clone().unwrap_or_else(crate::model::now)
             ],
         )?;
         Ok(version)
