@@ -746,6 +746,21 @@ fn an_answers_history_holds_only_what_decisions_wrote(b: Backend) {
             assert_eq!(code(&a), 0, "after doctor --fix: {args:?}: {}", stderr(&a));
         }
     }
+    // The log cut at its end behind the tool's back, down to before the gate opened: no
+    // opening names the answer any more, and still it is neither overwritten nor read (an
+    // outside battery bound over it and read its own value with exit 0).
+    p.restore(&answered);
+    run.view().raw(
+        "DROP TRIGGER gate_audit_log_no_delete; DELETE FROM gate_audit_log WHERE seq >= 2;",
+        "ALTER TABLE openprose.gate_audit_log DISABLE TRIGGER gate_audit_log_append_only;
+         DELETE FROM openprose.gate_audit_log WHERE run_id = '$RUN' AND seq >= 2;",
+    );
+    let before = run.snapshot();
+    for args in [vec!["bind", "ans", "7"], vec!["get", "ans"]] {
+        let a = run.cmd().args(&args).assert().failure();
+        assert_eq!(code(&a), 9, "cut: {args:?}: {}", stderr(&a));
+    }
+    assert_eq!(run.snapshot(), before, "a refused bind writes nothing");
     // As the decision wrote it, every read agrees.
     p.restore(&answered);
     for args in [

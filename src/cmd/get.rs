@@ -260,6 +260,7 @@ pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got>
         if args.version.is_none() && args.as_of.is_none() && !checked {
             // One narrow read of the openings that name it says what is checked.
             let naming = store.gates_naming(&args.name)?;
+            let named_by_none = naming.response.is_empty() && !naming.input;
             crate::store::gate_read::check_response_binding_named(
                 store,
                 &args.name,
@@ -268,6 +269,26 @@ pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got>
                 naming.response,
                 false,
             )?;
+            // A value a decision wrote (its statement `approve G:`) that no opening names: the
+            // log holds G's opening, or rows were cut from its end and it vouches for nothing.
+            let decided = found.row.source_statement.as_deref();
+            if let (Some(gate), true) = (
+                decided.and_then(crate::store::rules::decided_by),
+                named_by_none,
+            ) {
+                let opened = store.audit(&crate::store::AuditFilter {
+                    gate_id: Some(gate),
+                    event: Some("created"),
+                    ..crate::store::AuditFilter::default()
+                })?;
+                if opened.is_empty() {
+                    return Err(crate::error::tampered(format!(
+                        "binding {} was written by gate {}'s decision, and the run's audit log holds no opening of that gate: rows were cut from the log behind prose-state's back (run `prose-state gates verify`)",
+                        shown(&args.name),
+                        shown(gate)
+                    )));
+                }
+            }
             // The version a sealed decision was about (an approver's edit among them) holds
             // what was decided.
             if found.row.own_version.is_some() && naming.input {

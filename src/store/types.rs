@@ -104,8 +104,9 @@ pub struct BlobInfo {
     pub in_upload: bool,
 }
 
-/// The head of a stored binding: kind, attachment path, version.
-pub type BindingHead = (Option<String>, Option<String>, i64);
+/// The head of a stored binding: kind, attachment path, version, and the statement that wrote
+/// it (a decision's is `approve GATE:`).
+pub type BindingHead = (Option<String>, Option<String>, i64, Option<String>);
 
 /// One execution record to append.
 #[derive(Debug)]

@@ -304,14 +304,14 @@ impl Tx for PgTx<'_> {
     ) -> Result<Option<crate::store::BindingHead>> {
         let run = self.run()?;
         let head = self.opt_typed(
-            "SELECT kind, attachment_path, version FROM openprose.bindings
+            "SELECT kind, attachment_path, version, source_statement FROM openprose.bindings
              WHERE run_id = $1 AND name = $2 AND COALESCE(execution_id, -1) = $3 FOR UPDATE",
             &[
                 (&run, Type::TEXT),
                 (&name, Type::TEXT),
                 (&execution_id.unwrap_or(-1), Type::INT8),
             ],
-            |r| (r.get(0), r.get(1), r.get(2)),
+            |r| (r.get(0), r.get(1), r.get(2), r.get(3)),
         )?;
         if head.is_some() {
             self.held = Some((name.to_string(), execution_id.unwrap_or(-1)));

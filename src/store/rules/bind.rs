@@ -9,6 +9,11 @@ use anyhow::Result;
 
 use super::ensure_open;
 
+/// The gate whose decision wrote a binding, from the statement it wrote under (`approve G:`).
+pub fn decided_by(statement: &str) -> Option<&str> {
+    statement.strip_prefix("approve ")?.strip_suffix(':')
+}
+
 /// Upserts a binding. A `const` is not rebound in its scope. `publish` puts the attachment
 /// file in place after the checks and before the row is written, so no committed row ever
 /// points at a file that is missing or partial.
@@ -42,6 +47,27 @@ pub(super) fn write(
         }
     }
     let existing = tx.binding_head(b.name, b.execution_id)?;
+    // What a decision wrote (its statement `approve G:`) is overwritten only while the log
+    // still holds G's opening: with it cut from the log's end, which gates answer into this
+    // binding cannot be told, and nothing is written over it (exit 9).
+    if let Some(gate) = existing
+        .as_ref()
+        .and_then(|h| h.3.as_deref())
+        .and_then(decided_by)
+    {
+        let opened = tx.audit(&crate::store::AuditFilter {
+            gate_id: Some(gate),
+            event: Some("created"),
+            ..crate::store::AuditFilter::default()
+        })?;
+        if opened.is_empty() {
+            return Err(crate::error::tampered(format!(
+                "binding {} was written by gate {}'s decision, and the run's audit log holds no opening of that gate: rows were cut from the log behind prose-state's back (run `prose-state gates verify`)",
+                shown(b.name),
+                shown(gate)
+            )));
+        }
+    }
     // Compare-and-set on the binding's own version, as `history` numbers it (0: no binding of
     // the name in this scope). Versions are never renumbered (pruning keeps the newest), so
     // a version once read is never seen again after a write.
@@ -66,7 +92,7 @@ pub(super) fn write(
             }
         }
     }
-    if let Some((Some(kind), attached, _)) = &existing {
+    if let Some((Some(kind), attached, _, _)) = &existing {
         // The same const bound again with the same value (a block's arguments bound again
         // after a crash) changes nothing: it is that binding, as it is.
         if kind == "const"
@@ -202,7 +228,7 @@ pub(super) fn write(
         }
     }
     let replaced_attachment = existing
-        .and_then(|(_, old, _)| old)
+        .and_then(|(_, old, _, _)| old)
         .filter(|old| Some(old.as_str()) != b.attachment_path);
     released.extend(replaced_attachment);
     released.sort();
@@ -343,7 +369,7 @@ pub fn relink(
     new: &str,
 ) -> Result<bool> {
     let moved = match tx.binding_head(name, execution_id)? {
-        Some((_, Some(path), _)) if path == old => {
+        Some((_, Some(path), _, _)) if path == old => {
             tx.set_attachment_path(name, execution_id, new)?;
             tx.relink_history(old, new)?;
             true

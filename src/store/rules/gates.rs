@@ -148,7 +148,7 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
         // Only a decision writes it: a const in its scope never can be, and a value already
         // there (not one an earlier opening of this gate answered into it) would be read as
         // the answer where no decision gives one (a timeout, a rejection without an answer).
-        if let Some((kind, _, _)) = tx.binding_head(name, scope)? {
+        if let Some((kind, _, _, _)) = tx.binding_head(name, scope)? {
             if kind.as_deref() == Some("const") {
                 return Err(refused(format!(
                     "--response-binding {}: it is a const in the gate's scope, which no decision may write",
@@ -531,7 +531,7 @@ fn apply_edits(
             .and_then(|h| h.0.clone())
             .unwrap_or_else(|| "let".to_string());
         let before = match &head {
-            Some((_, None, _)) => tx.binding_value(name, scope)?.map(|v| v.len()),
+            Some((_, None, _, _)) => tx.binding_value(name, scope)?.map(|v| v.len()),
             _ => None,
         };
         let written = super::bind::write(

@@ -214,7 +214,7 @@ impl Tx for SqliteTx<'_> {
         // finds in one seek.
         let (head, newest) = self
             .opt(
-                "SELECT b.kind, b.attachment_path, b.version, h.n
+                "SELECT b.kind, b.attachment_path, b.version, h.n, b.source_statement
                    FROM (SELECT (SELECT n FROM binding_history
                                   WHERE name = ?1 AND IFNULL(execution_id, -1) = ?2
                                   ORDER BY n DESC LIMIT 1) AS n) h
@@ -223,7 +223,12 @@ impl Tx for SqliteTx<'_> {
                 |r| {
                     let version: Option<i64> = r.get(2)?;
                     let head = match version {
-                        Some(v) => Some((r.get(0)?, r.get(1)?, v)),
+                        Some(v) => Some((
+                            r.get(0)?,
+                            r.get(1)?,
+                            v,
+                            r.get::<_, Option<String>>(4).ok().flatten(),
+                        )),
                         None => None,
                     };
                     Ok((head, r.get::<_, Option<i64>>(3)?))
