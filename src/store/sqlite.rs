@@ -618,22 +618,30 @@ fn gate_rows(s: &impl Statements, which: GateSelect<'_>) -> Result<Vec<GateRecor
 
 /// The audit rows the filter selects, in id order.
 fn audit(s: &impl Statements, f: &AuditFilter) -> Result<Vec<AuditRow>> {
-    // An event type is matched as itself, so that its index finds the rows (a `bind` asks
-    // for the `created` events of the run's gates, which are few beside its views).
-    let event = match f.event {
-        Some(_) => "event_type = ?4",
-        None => "?4 IS NULL",
+    // Only the filters given are in the statement, each matched as itself: an index finds
+    // the rows (a gate's, a `created` event's), and a process that prepares it once (every
+    // command) does not plan the ones it was not asked for.
+    let mut wheres = Vec::new();
+    let mut values: Vec<&str> = Vec::new();
+    for (given, test) in [
+        (f.gate_id, "gate_id = ?"),
+        (f.principal, "principal = ?"),
+        (f.since, "datetime(timestamp) >= datetime(?)"),
+        (f.event, "event_type = ?"),
+        (f.mentions, "instr(metadata, ?) > 0"),
+    ] {
+        if let Some(v) = given {
+            wheres.push(test);
+            values.push(v);
+        }
+    }
+    let filter = match wheres.is_empty() {
+        true => String::new(),
+        false => format!("WHERE {}", wheres.join(" AND ")),
     };
     s.all(
-        &format!(
-            "SELECT {AUDIT_COLUMNS} FROM gate_audit_log
-             WHERE (?1 IS NULL OR gate_id = ?1) AND (?2 IS NULL OR principal = ?2)
-               AND (?3 IS NULL OR datetime(timestamp) >= datetime(?3))
-               AND {event}
-               AND (?5 IS NULL OR instr(metadata, ?5) > 0)
-             ORDER BY id"
-        ),
-        params![f.gate_id, f.principal, f.since, f.event, f.mentions],
+        &format!("SELECT {AUDIT_COLUMNS} FROM gate_audit_log {filter} ORDER BY id"),
+        rusqlite::params_from_iter(values),
         audit_row,
     )
 }

@@ -22,20 +22,36 @@ pub fn bind(
     b: &NewBinding,
     publish: &mut dyn FnMut() -> Result<()>,
 ) -> Result<BindOutcome> {
-    let outcome = write(&mut tx, b, publish, None)?;
+    let outcome = write(&mut tx, b, publish, Writer::Bind)?;
     tx.commit()?;
     Ok(outcome)
 }
 
+/// Who writes a binding: `bind`, or a decision in its own transaction (which found the run
+/// open already): an approver's edit of an input, or the answer into its response binding.
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum Writer<'a> {
+    Bind,
+    Edit,
+    Answer(&'a str),
+}
+
 /// [`bind`] in a transaction the caller commits. A binding a gate's opening names as its
-/// response binding is written only by that gate's decision (`by_gate`), never by `bind`.
+/// response binding is written only by that gate's decision (`Writer::Answer`), never by
+/// `bind` nor by an edit.
 pub(super) fn write(
     tx: &mut Txn<'_>,
     b: &NewBinding,
     publish: &mut dyn FnMut() -> Result<()>,
-    by_gate: Option<&str>,
+    writer: Writer<'_>,
 ) -> Result<BindOutcome> {
-    ensure_open(&mut **tx)?;
+    if writer == Writer::Bind {
+        ensure_open(&mut **tx)?;
+    }
+    let by_gate = match writer {
+        Writer::Answer(gate) => Some(gate),
+        _ => None,
+    };
     if by_gate.is_none() {
         let gates = tx.response_gates(b.name)?;
         if let Some((gate, _)) = gates.iter().find(|(_, s)| *s == b.execution_id) {

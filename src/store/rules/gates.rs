@@ -418,7 +418,7 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
                 key: None,
             },
             &mut || Ok(()),
-            Some(d.gate_id),
+            super::bind::Writer::Answer(d.gate_id),
         )?;
         metadata["response_version"] = written.version.into();
     }
@@ -550,7 +550,7 @@ fn apply_edits(
                 key: None,
             },
             &mut || Ok(()),
-            None,
+            super::bind::Writer::Edit,
         )?;
         let version = written
             .version
