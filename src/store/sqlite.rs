@@ -424,13 +424,13 @@ trait Statements {
         sql: &str,
         f: impl FnOnce(&mut rusqlite::Statement) -> rusqlite::Result<T>,
     ) -> Result<T> {
+        // Cached on its connection in every process: a command that runs one statement twice
+        // (a decision reads a binding's head for its edit, then its write does) plans it
+        // once, and planning is most of what a short command's statements cost.
         let c = self.conn();
-        let done = if pool::enabled() {
-            c.prepare_cached(sql).and_then(|mut s| f(&mut s))
-        } else {
-            c.prepare(sql).and_then(|mut s| f(&mut s))
-        };
-        done.map_err(|e| self.error(e))
+        c.prepare_cached(sql)
+            .and_then(|mut s| f(&mut s))
+            .map_err(|e| self.error(e))
     }
 
     /// Runs a statement that returns no rows.
