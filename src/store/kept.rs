@@ -36,7 +36,7 @@ pub fn scopes(report: &ChainReport, name: &str) -> Vec<Option<i64>> {
             out.push(s);
         }
     };
-    for w in super::gate_read::sealed_writes(report) {
+    for w in sealed_writes(report) {
         if w.name == name {
             add(w.scope);
         }
@@ -142,7 +142,7 @@ pub fn problem(
         }
     }
     let pruned_below = rows.first().filter(|r| r.gap).map_or(1, |r| r.n);
-    let writes: Vec<_> = super::gate_read::sealed_writes(report)
+    let writes: Vec<_> = sealed_writes(report)
         .into_iter()
         .filter(|w| w.name == name && w.scope == scope)
         .collect();
@@ -270,6 +270,66 @@ pub fn problem(
         }
     }
     None
+}
+
+/// A version of a binding a sealed decision wrote: an approver's edit, or a gate's answer.
+pub(crate) struct SealedWrite<'a> {
+    pub gate: &'a str,
+    pub name: &'a str,
+    pub scope: Option<i64>,
+    pub version: i64,
+    /// Who the log says wrote it: the editor, or the decider of an answer the log holds.
+    pub by: Option<&'a str>,
+    /// Its size in bytes, when the log sealed one.
+    pub bytes: Option<i64>,
+    /// The exact value, when the log holds it (an answer).
+    pub exact: Option<String>,
+    /// When its event was written: the time and newest record its history row holds.
+    pub written: Option<&'a super::chain::Written>,
+}
+
+/// Every version sealed decisions wrote, at every opening of every gate the report derived:
+/// the one walk the checks of who wrote a version and the reads of where one came from make.
+pub(crate) fn sealed_writes(report: &ChainReport) -> Vec<SealedWrite<'_>> {
+    let mut out = Vec::new();
+    for (gate, d) in &report.derived {
+        for opening in d.earlier.iter().chain(std::iter::once(d)) {
+            for (i, (by, e)) in opening.edits.iter().enumerate() {
+                if let (Some(name), Some(version)) = (e["name"].as_str(), e["version"].as_i64()) {
+                    out.push(SealedWrite {
+                        gate,
+                        name,
+                        scope: e["execution_id"].as_i64(),
+                        version,
+                        by: Some(by),
+                        bytes: e["bytes"].as_i64(),
+                        exact: None,
+                        written: opening.edits_at.get(i),
+                    });
+                }
+            }
+            if let (Some((name, scope)), Some(version)) =
+                (&opening.response_binding, opening.response_version)
+            {
+                // An answer vouches for its writer and bytes only with its decision and answer.
+                let answered = match (&opening.decision, &opening.response) {
+                    (Some((_, by, _)), Some(answer)) => Some((by.as_str(), answer.to_string())),
+                    _ => None,
+                };
+                out.push(SealedWrite {
+                    gate,
+                    name,
+                    scope: *scope,
+                    version,
+                    by: answered.as_ref().map(|(by, _)| *by),
+                    bytes: answered.as_ref().map(|(_, t)| t.len() as i64),
+                    exact: answered.map(|(_, t)| t),
+                    written: opening.decided.as_ref(),
+                });
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
