@@ -205,18 +205,41 @@ fn open_db(prose: &Path, busy: Duration, create: bool) -> Result<Option<Connecti
     }
 }
 
+/// Whether `e` is SQLite's saying the file is not a database, or a damaged one.
 fn is_corrupt(e: &anyhow::Error) -> bool {
+    use rusqlite::ErrorCode::{DatabaseCorrupt, NotADatabase};
+    sqlite_code(e).is_some_and(|c| matches!(c, NotADatabase | DatabaseCorrupt))
+}
+
+/// Whether `e` is SQLite's saying another connection holds the lock.
+fn is_busy(e: &anyhow::Error) -> bool {
+    use rusqlite::ErrorCode::{DatabaseBusy, DatabaseLocked};
+    sqlite_code(e).is_some_and(|c| matches!(c, DatabaseBusy | DatabaseLocked))
+}
+
+fn sqlite_code(e: &anyhow::Error) -> Option<rusqlite::ErrorCode> {
     e.downcast_ref::<rusqlite::Error>()
         .and_then(rusqlite::Error::sqlite_error_code)
-        .is_some_and(|c| {
-            matches!(
-                c,
-                rusqlite::ErrorCode::NotADatabase | rusqlite::ErrorCode::DatabaseCorrupt
-            )
-        })
 }
 
 fn try_open(path: &Path, busy: Duration, create: bool) -> Result<Option<Connection>> {
+    // Making the catalog changes its journal mode, and SQLite answers "locked" at once, not
+    // after the busy timeout, to a connection that would wait for another doing the same: the
+    // whole open is tried again, within the timeout, until the maker has finished.
+    let until = std::time::Instant::now() + busy;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match try_open_once(path, busy, create) {
+            Err(e) if is_busy(&e) && std::time::Instant::now() < until => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            opened => return opened,
+        }
+    }
+}
+
+fn try_open_once(path: &Path, busy: Duration, create: bool) -> Result<Option<Connection>> {
     let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     if create {
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
@@ -515,6 +538,33 @@ fn forget(c: &Connection, id: &str) -> rusqlite::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    /// Processes that find no catalog make it at once: each opens it, none is told it is
+    /// locked (changing the journal mode is a lock SQLite will not wait for).
+    #[test]
+    fn many_openers_of_a_new_catalog_all_get_it() {
+        for round in 0..30 {
+            let dir = tempfile::tempdir().unwrap();
+            let prose = dir.path().join(".prose");
+            std::fs::create_dir_all(prose.join("runs")).unwrap();
+            let start = std::sync::Barrier::new(12);
+            std::thread::scope(|s| {
+                let opened: Vec<_> = (0..12)
+                    .map(|_| {
+                        s.spawn(|| {
+                            start.wait();
+                            super::open_db(&prose, super::Duration::from_secs(10), true)
+                                .map(|c| c.is_some())
+                        })
+                    })
+                    .collect();
+                for o in opened {
+                    let o = o.join().unwrap();
+                    assert!(matches!(o, Ok(true)), "round {round}: {o:?}");
+                }
+            });
+        }
+    }
+
     /// Above the threshold the work is shared among threads; every item is mapped once, and
     /// the results come back in the items' order, as below it.
     #[test]
