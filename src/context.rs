@@ -34,6 +34,11 @@ pub struct Context {
     /// `--run` came from a client that may name only a run id of this project (MCP): never a
     /// directory or a state.db path.
     run_ids_only: bool,
+    /// The process's stdin carries a protocol (the MCP server): no value is ever read from it,
+    /// and a VALUE of `-` is the one-character value it spells.
+    stdin_is_protocol: bool,
+    /// What may stop the wait this context runs (an MCP task its client cancels).
+    stop: Option<std::sync::Arc<Stop>>,
 }
 
 impl Context {
@@ -60,7 +65,31 @@ impl Context {
             prose_dir,
             pg_url: OnceLock::new(),
             run_ids_only: false,
+            stdin_is_protocol: false,
+            stop: None,
         }
+    }
+
+    /// The process's stdin carries a protocol (the MCP server's): no value is read from it.
+    pub fn stdin_is_protocol(mut self) -> Self {
+        self.stdin_is_protocol = true;
+        self
+    }
+
+    /// Whether stdin carries a protocol, and no value may be read from it.
+    pub fn reads_no_stdin(&self) -> bool {
+        self.stdin_is_protocol
+    }
+
+    /// A wait run in this context can be stopped by `stop` (see [`Stop`]).
+    pub fn stoppable_by(mut self, stop: Option<std::sync::Arc<Stop>>) -> Self {
+        self.stop = stop;
+        self
+    }
+
+    /// What may stop a wait run in this context.
+    pub fn stop(&self) -> Option<std::sync::Arc<Stop>> {
+        self.stop.clone()
     }
 
     /// The run comes from a client (an MCP call) that may name only a run id of this project
@@ -552,6 +581,61 @@ pub fn account() -> String {
         })
         .and_then(|name| Principal::parse(&name, "account name").ok())
         .map_or_else(|| format!("uid:{uid}"), |p| p.as_str().to_string())
+}
+
+/// A wait another thread may stop (an MCP task its client cancelled), and told of as it goes:
+/// the waiting thread asks before each look, and holds [`Stop::permit`] while it writes what a
+/// look settled (a decision about inputs, consumed), so that once [`Stop::stop`] has returned
+/// the wait writes nothing. After each look that leaves it waiting, `on_pending` is given the
+/// run's id and the gates it still waits for.
+pub struct Stop {
+    /// Whether the wait was stopped; whether it wrote.
+    state: std::sync::Mutex<(bool, bool)>,
+    on_pending: Box<OnPending>,
+}
+
+/// Told the run's id and the gates a wait still waits for, after a look.
+type OnPending = dyn Fn(&str, &[&str]) + Send + Sync;
+
+impl Stop {
+    pub fn new(on_pending: impl Fn(&str, &[&str]) + Send + Sync + 'static) -> Self {
+        Stop {
+            state: std::sync::Mutex::new((false, false)),
+            on_pending: Box::new(on_pending),
+        }
+    }
+
+    /// Stops the wait: once this returns, it writes nothing more (a write in progress is
+    /// waited for). True when it had written (settled a look) before.
+    pub fn stop(&self) -> bool {
+        match self.state.lock() {
+            Ok(mut state) => {
+                state.0 = true;
+                state.1
+            }
+            Err(_) => false,
+        }
+    }
+
+    pub fn stopped(&self) -> bool {
+        self.state.lock().map(|s| s.0).unwrap_or(true)
+    }
+
+    /// Leave to write, held while writing; an error once the wait was stopped.
+    pub fn permit(&self) -> Result<std::sync::MutexGuard<'_, (bool, bool)>> {
+        match self.state.lock() {
+            Ok(mut state) if !state.0 => {
+                state.1 = true;
+                Ok(state)
+            }
+            _ => Err(anyhow::anyhow!("the wait was stopped: nothing was written")),
+        }
+    }
+
+    /// Tells whoever waits on the wait the run's id and the gates it still waits for.
+    pub fn tell(&self, run: &str, gates: &[&str]) {
+        (self.on_pending)(run, gates)
+    }
 }
 
 #[cfg(test)]

@@ -41,7 +41,6 @@ use served::{SEVERAL, SUBAGENT_KINDS};
 use tools::{tools, ToolSpec};
 
 use crate::cli::{Global, McpArgs};
-use crate::cmd;
 use crate::context::Context;
 use crate::error::usage;
 use crate::model::Principal;
@@ -87,6 +86,8 @@ pub(crate) struct Server {
     /// The waits running (plain calls and tasks), and how many may ([`wait::WaitSlot`]).
     waits: std::sync::atomic::AtomicUsize,
     most_waits: usize,
+    /// The session's resource subscriptions ([`resources`]).
+    subscriptions: resources::Subscriptions,
 }
 
 impl Server {
@@ -140,7 +141,6 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
             )));
         }
     }
-    cmd::stdin_carries_protocol();
     // Calls come one after another to the same run: its connection is kept between them.
     crate::store::keep_connections();
     let dialect = Arc::new(dialect::Dialect::new(role == Role::Vm));
@@ -161,6 +161,7 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
         negotiated: std::sync::OnceLock::new(),
         waits: std::sync::atomic::AtomicUsize::new(0),
         most_waits: wait::most_waits(),
+        subscriptions: Default::default(),
     }));
     // The runtime exists for this command alone: no other command starts one.
     // Each call runs on a blocking thread (`call_tool`), and a waiting `gates_wait` holds its
@@ -371,7 +372,7 @@ impl ServerHandler for Handler {
         request: rmcp::model::UnsubscribeRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        resources::unsubscribe(&request.uri);
+        resources::unsubscribe(&self.0, &request.uri);
         Ok(())
     }
 

@@ -199,7 +199,7 @@ impl super::Run for AgentArgs {
             }
             AgentCommand::List => AgentOutput::List(list(store.as_mut())?),
             AgentCommand::Remember { name, value, file } => {
-                let input = super::value_source(value.as_deref(), file.as_deref())?;
+                let input = super::value_source(ctx, value.as_deref(), file.as_deref())?;
                 let store = store.as_deref_mut().ok_or_else(opened)?;
                 AgentOutput::Remembered(remember(name, scope, input, &location, store)?)
             }

@@ -246,7 +246,7 @@ impl super::Run for BindArgs {
                     };
                     (super::get::whole_value(&source, ctx)?, false)
                 }
-                None => super::value_source(self.value.as_deref(), self.file.as_deref())?,
+                None => super::value_source(ctx, self.value.as_deref(), self.file.as_deref())?,
             };
             // A large value goes where the store keeps them: on a server, into the server (every
             // machine reads it); else a file in the run directory.

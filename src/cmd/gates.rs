@@ -14,7 +14,7 @@ pub use create::{create, quorum, GateCreated};
 pub use show::{audit, list, show_to, AuditList, GateList, GateShown};
 pub use verify::{verify, verify_gates, Broken, GateProblem, RunChain, Verified};
 pub use view::{edit_line, team_view, GateView, IntegrityView, LazyRoster, TeamView};
-pub use wait::{stoppable, wait, GateWaited, SeveralWaited, Stop, WaitOutput};
+pub use wait::{wait, GateWaited, SeveralWaited, WaitOutput};
 
 use super::listing::Listing;
 use super::Run;

@@ -71,14 +71,6 @@ pub fn dispatch<S: Sink>(command: &Command, ctx: &Context, sink: &mut S) -> Opti
     ))
 }
 
-/// Set by the MCP server, whose stdin carries the protocol: no value is ever read from it, and
-/// a VALUE of `-` is then the one-character value it spells.
-static STDIN_IS_PROTOCOL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-pub fn stdin_carries_protocol() {
-    STDIN_IS_PROTOCOL.store(true, std::sync::atomic::Ordering::SeqCst);
-}
-
 /// A command: it takes its own args and the resolved context, and returns a value that main
 /// renders as text or JSON, with the exit code that value stands for.
 pub trait Run {
@@ -89,9 +81,14 @@ pub trait Run {
 /// Where a value comes from: `--file PATH`, the VALUE argument, or stdin (`-`, or no VALUE
 /// with piped input). Nothing at all, on a terminal, is a usage error. The flag says the value
 /// comes from stdin, where an input that ends before its first byte means no value was given
-/// (`/dev/null`, an empty pipe): an intentionally empty value is VALUE `""`.
-pub fn value_source(value: Option<&str>, file: Option<&Path>) -> Result<(Box<dyn Read>, bool)> {
-    let protocol = STDIN_IS_PROTOCOL.load(std::sync::atomic::Ordering::SeqCst);
+/// (`/dev/null`, an empty pipe): an intentionally empty value is VALUE `""`. A context whose
+/// stdin carries a protocol (the MCP server's) never reads it, and `-` is then the value `-`.
+pub fn value_source(
+    ctx: &Context,
+    value: Option<&str>,
+    file: Option<&Path>,
+) -> Result<(Box<dyn Read>, bool)> {
+    let protocol = ctx.reads_no_stdin();
     let reader: Box<dyn Read> = match (file, value) {
         (Some(path), _) => return value_from_file(path),
         (None, Some("-")) if !protocol => Box::new(io::stdin().lock()),

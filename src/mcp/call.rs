@@ -6,27 +6,30 @@ use super::tools::{paging, ToolSpec};
 use super::{pages, Role, Server};
 use crate::cli::Cli;
 use crate::cmd::{self, Run, Sink};
-use crate::context::Context;
+use crate::context::{Context, Stop};
 use crate::error::{usage, Code};
 use crate::output::Render;
 use anyhow::Result;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, MetaObject};
 use serde_json::{json, Map, Value};
+use std::sync::Arc;
 
 impl Server {
     /// Runs one call: its argv parsed by clap, the command run as it runs on its own.
     pub(super) fn call(&self, spec: &ToolSpec, args: &JsonObject) -> Result<Outcome> {
-        self.call_with(spec, args, true)
+        self.call_with(spec, args, true, None)
     }
 
-    /// A call, `bounded` as a tool call is or not (a `gates_wait` task, see [`tasks`]).
+    /// A call, `bounded` as a tool call is or not (a `gates_wait` task, see [`tasks`]), its
+    /// wait stopped by `stop` if given.
     pub(super) fn call_with(
         &self,
         spec: &ToolSpec,
         args: &JsonObject,
         bounded: bool,
+        stop: Option<Arc<Stop>>,
     ) -> Result<Outcome> {
-        self.call_inner(spec, args, bounded).map_err(|e| {
+        self.call_parsed(spec, args, bounded, stop, |_| {}).map_err(|e| {
             // Told in this session's words: its run is the `run` argument, or the one `init`
             // made or `resume` named.
             if format!("{e:#}").starts_with("no run given") {
@@ -58,15 +61,11 @@ impl Server {
     /// its integrity, answer and edits. Not a tool's argument: a model does not read past the
     /// catalog.
     pub(super) fn call_checked_gates(&self, spec: &ToolSpec, args: &JsonObject) -> Result<Outcome> {
-        self.call_parsed(spec, args, true, |cli| {
+        self.call_parsed(spec, args, true, None, |cli| {
             if let crate::cli::Command::Gates(g) = &mut cli.command {
                 g.list.scan = true;
             }
         })
-    }
-
-    fn call_inner(&self, spec: &ToolSpec, args: &JsonObject, bounded: bool) -> Result<Outcome> {
-        self.call_parsed(spec, args, bounded, |_| {})
     }
 
     fn call_parsed(
@@ -74,11 +73,14 @@ impl Server {
         spec: &ToolSpec,
         args: &JsonObject,
         bounded: bool,
+        stop: Option<Arc<Stop>>,
         adjust: impl FnOnce(&mut Cli),
     ) -> Result<Outcome> {
         let mut cli = self.parsed(spec, args, bounded)?;
         adjust(&mut cli);
-        let ctx = Context::resolve(&cli.global);
+        let ctx = Context::resolve(&cli.global)
+            .stdin_is_protocol()
+            .stoppable_by(stop);
         // A run the client names is a run id of this project (or its server), never a path:
         // `diff` names two.
         let client_run = spec.served.name == "diff"

@@ -25,7 +25,7 @@ use rmcp::service::{Peer, RoleServer, SubscriptionContext, SubscriptionSink};
 use rmcp::ErrorData;
 use serde_json::{json, Map, Value};
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 /// Every resource URI starts so: `prose://runs/{run}`, then what of the run.
 pub const PREFIX: &str = "prose://runs/";
@@ -544,7 +544,7 @@ fn open(
         json: true,
         busy_timeout: server.busy_timeout,
     };
-    let ctx = crate::context::Context::resolve(&global);
+    let ctx = crate::context::Context::resolve(&global).stdin_is_protocol();
     let ctx = if pinned.is_some() {
         ctx
     } else {
@@ -618,6 +618,10 @@ struct Sub {
     last: Option<u64>,
 }
 
+/// A session's subscriptions, and the threads that watch their runs.
+#[derive(Default)]
+pub struct Subscriptions(Mutex<State>);
+
 #[derive(Default)]
 struct State {
     subs: Vec<Sub>,
@@ -628,13 +632,12 @@ struct State {
     next_stream: u64,
 }
 
-fn state() -> &'static Mutex<State> {
-    static STATE: OnceLock<Mutex<State>> = OnceLock::new();
-    STATE.get_or_init(Default::default)
-}
-
-fn lock() -> std::sync::MutexGuard<'static, State> {
-    state().lock().unwrap_or_else(|e| e.into_inner())
+fn lock(server: &Server) -> std::sync::MutexGuard<'_, State> {
+    server
+        .subscriptions
+        .0
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
 }
 
 /// What a read gave, as a digest: a busy store tells nothing (None); a field that only the
@@ -677,7 +680,7 @@ fn register(
     // The waiter is made before the first read, so that no commit after it is missed.
     let mut waiters = HashMap::new();
     for (_, uri) in &uris {
-        if !waiters.contains_key(&uri.run) && !lock().watched.contains(&uri.run) {
+        if !waiters.contains_key(&uri.run) && !lock(server).watched.contains(&uri.run) {
             let (_, store) = open(server, uri)?;
             waiters.insert(uri.run.clone(), store.changes());
         }
@@ -699,7 +702,7 @@ fn register(
     let mut start = Vec::new();
     let mut touched = Vec::new();
     {
-        let mut st = lock();
+        let mut st = lock(server);
         // A `resources/subscribe` checked the bound before its first read: checked again
         // here, where it takes its place (a listen stream's places were taken when accepted).
         if stream.is_none() {
@@ -733,7 +736,7 @@ fn register(
 /// Reads again the session's subscriptions to `run` (only `uri`'s, when given), one read a
 /// URI, and sends an update for each whose read changed.
 fn look(server: &Server, runtime: &tokio::runtime::Handle, run: &str, uri: Option<&str>) {
-    let mine: Vec<(String, Uri)> = lock()
+    let mine: Vec<(String, Uri)> = lock(server)
         .subs
         .iter()
         .filter(|s| s.parsed.run == run && uri.is_none_or(|u| s.uri == u))
@@ -746,7 +749,7 @@ fn look(server: &Server, runtime: &tokio::runtime::Handle, run: &str, uri: Optio
     }
     let mut send = Vec::new();
     {
-        let mut st = lock();
+        let mut st = lock(server);
         for sub in st.subs.iter_mut().filter(|s| s.parsed.run == run) {
             if let Some(Some(d)) = now.get(&sub.uri) {
                 if sub.last != Some(*d) {
@@ -802,6 +805,7 @@ fn watch(
     changes: Option<Box<dyn crate::store::wake::Changes>>,
 ) {
     let name = run.clone();
+    let held = Arc::clone(&server);
     let spawned = std::thread::Builder::new()
         .name("prose-subscribe".into())
         .spawn(move || {
@@ -825,7 +829,7 @@ fn watch(
                 );
                 changes.wait(every);
                 {
-                    let mut st = lock();
+                    let mut st = lock(&server);
                     if !st.subs.iter().any(|s| s.parsed.run == run) {
                         st.watched.remove(&run);
                         return;
@@ -837,7 +841,7 @@ fn watch(
     // A thread that could not be started leaves its run unwatched: the next subscription to
     // it tries again.
     if spawned.is_err() {
-        lock().watched.remove(&name);
+        lock(&held).watched.remove(&name);
     }
 }
 
@@ -860,7 +864,7 @@ pub async fn subscribe(
         let parsed = parse(&uri)?;
         allowed(&server, &parsed)?;
         {
-            let st = lock();
+            let st = lock(&server);
             if st.subs.iter().any(|s| s.stream.is_none() && s.uri == uri) {
                 return Ok(());
             }
@@ -881,8 +885,8 @@ pub async fn subscribe(
 }
 
 /// `resources/unsubscribe`: a URI not subscribed to is no error.
-pub fn unsubscribe(uri: &str) {
-    lock()
+pub fn unsubscribe(server: &Server, uri: &str) {
+    lock(server)
         .subs
         .retain(|s| !(s.stream.is_none() && s.uri == uri));
 }
@@ -891,7 +895,7 @@ pub fn unsubscribe(uri: &str) {
 /// this session may read, and that fit within the session's bound, in the order asked (a
 /// URI asked twice counts once). The rest are left out of the acknowledgment.
 pub fn accept(server: &Server, requested: &SubscriptionFilter) -> SubscriptionFilter {
-    let mut st = lock();
+    let mut st = lock(server);
     let mut room = MAX_SUBSCRIPTIONS.saturating_sub(st.subs.len() + st.reserved);
     let mut uris: Vec<String> = Vec::new();
     for uri in requested.resource_subscriptions.iter().flatten() {
@@ -935,7 +939,7 @@ pub async fn listen(server: Arc<Server>, context: SubscriptionContext) -> Result
     }
     let accepted = uris.clone();
     let stream = {
-        let mut st = lock();
+        let mut st = lock(&server);
         st.reserved = st.reserved.saturating_sub(uris.len());
         st.next_stream += 1;
         st.next_stream
@@ -954,7 +958,7 @@ pub async fn listen(server: Arc<Server>, context: SubscriptionContext) -> Result
         .await
     };
     if let Err(e) = registered {
-        lock().subs.retain(|s| s.stream != Some(stream));
+        lock(&server).subs.retain(|s| s.stream != Some(stream));
         return Err(e);
     }
     // The acknowledgment went out before the first reads: what committed in between is not
@@ -965,7 +969,7 @@ pub async fn listen(server: Arc<Server>, context: SubscriptionContext) -> Result
         }
     }
     context.cancelled().await;
-    lock().subs.retain(|s| s.stream != Some(stream));
+    lock(&server).subs.retain(|s| s.stream != Some(stream));
     Ok(())
 }
 

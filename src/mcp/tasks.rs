@@ -37,7 +37,7 @@
 
 use super::wait::{gates_named, looked_at, page_message, revision, tell, Aborting, Pending};
 use super::{result, text, Outcome, Server, ToolSpec, SEVERAL};
-use crate::cmd::gates::{stoppable, Stop};
+use crate::context::Stop;
 use crate::error::shown;
 use futures_util::future::{select, Either};
 use rmcp::model::{
@@ -312,9 +312,7 @@ async fn run(
     let waiting = {
         let stop = Arc::clone(&stop);
         tokio::task::spawn_blocking(move || {
-            stoppable(stop, || {
-                server.call_with(&server.tools[index], &args, false)
-            })
+            server.call_with(&server.tools[index], &args, false, Some(stop))
         })
     };
     match select(waiting, Box::pin(ctx.cancelled())).await {

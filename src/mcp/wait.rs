@@ -17,7 +17,7 @@
 //! input request instead (see [`super::tasks`]).
 
 use super::{result, Server};
-use crate::cmd::gates::{stoppable, Stop};
+use crate::context::Stop;
 use crate::error::shown;
 use futures_util::future::{select, Either};
 use rmcp::model::{
@@ -221,7 +221,7 @@ pub(super) async fn plain(
     let waiting = {
         let stop = Arc::clone(&stop);
         tokio::task::spawn_blocking(move || {
-            stoppable(stop, || result(server.call(&server.tools[index], &args)))
+            result(server.call_with(&server.tools[index], &args, true, Some(stop)))
         })
     };
     match select(waiting, Box::pin(context.ct.cancelled())).await {

@@ -91,10 +91,31 @@ impl Drop for Turn {
     }
 }
 
+/// How this process hears of changes. One per process by nature, the one static here: every
+/// waiter of the process shares one file watch (one inotify instance) and one listening
+/// connection per server, whichever store or context it came through, and the turns bound
+/// the process's looks as a whole. Two would hear each change twice and bound nothing.
+struct Wake {
+    /// The looks under way, and the signal that one ended.
+    looks: (Mutex<usize>, Condvar),
+    /// The listening connections, by server URL.
+    pg_hubs: Mutex<HashMap<String, Arc<Hub>>>,
+    /// The file watch, made at its first use (None: the platform gives none).
+    files: OnceLock<Option<FileWatch>>,
+}
+
+fn wake() -> &'static Wake {
+    static WAKE: OnceLock<Wake> = OnceLock::new();
+    WAKE.get_or_init(|| Wake {
+        looks: (Mutex::new(0), Condvar::new()),
+        pg_hubs: Mutex::default(),
+        files: OnceLock::new(),
+    })
+}
+
 /// The looks under way in this process, and the signal that one ended.
 fn looks() -> &'static (Mutex<usize>, Condvar) {
-    static LOOKS: OnceLock<(Mutex<usize>, Condvar)> = OnceLock::new();
-    LOOKS.get_or_init(|| (Mutex::new(0), Condvar::new()))
+    &wake().looks
 }
 
 /// Whether wake-ups are turned off (`PROSE_STATE_WAKE=poll`): every waiter polls.
@@ -231,8 +252,7 @@ impl Changes for Waiter {
 
 /// The process's listening connections, by server URL.
 fn pg_hubs() -> &'static Mutex<HashMap<String, Arc<Hub>>> {
-    static HUBS: OnceLock<Mutex<HashMap<String, Arc<Hub>>>> = OnceLock::new();
-    HUBS.get_or_init(Default::default)
+    &wake().pg_hubs
 }
 
 /// The key every change of a server's runs also bumps: what a waiter on any run waits on.
@@ -322,8 +342,8 @@ struct FileWatch {
 }
 
 fn file_watch() -> Option<&'static FileWatch> {
-    static WATCH: OnceLock<Option<FileWatch>> = OnceLock::new();
-    WATCH
+    wake()
+        .files
         .get_or_init(|| {
             let hub = Hub::new();
             let heard = hub.clone();

@@ -161,75 +161,6 @@ fn superseded(
     Ok((integrity, stale, row))
 }
 
-/// A wait another thread may stop (an MCP task its client cancelled), and told of as it goes:
-/// the waiting thread asks before each look, and holds [`Stop::permit`] while it writes what a
-/// look settled (a decision about inputs, consumed), so that once [`Stop::stop`] has returned
-/// the wait writes nothing. After each look that leaves it waiting, `on_pending` is given the
-/// run's id and the gates it still waits for.
-pub struct Stop {
-    /// Whether the wait was stopped; whether it wrote.
-    state: std::sync::Mutex<(bool, bool)>,
-    on_pending: Box<OnPending>,
-}
-
-/// Told the run's id and the gates a wait still waits for, after a look.
-type OnPending = dyn Fn(&str, &[&str]) + Send + Sync;
-
-impl Stop {
-    pub fn new(on_pending: impl Fn(&str, &[&str]) + Send + Sync + 'static) -> Self {
-        Stop {
-            state: std::sync::Mutex::new((false, false)),
-            on_pending: Box::new(on_pending),
-        }
-    }
-
-    /// Stops the wait: once this returns, it writes nothing more (a write in progress is
-    /// waited for). True when it had written (settled a look) before.
-    pub fn stop(&self) -> bool {
-        match self.state.lock() {
-            Ok(mut state) => {
-                state.0 = true;
-                state.1
-            }
-            Err(_) => false,
-        }
-    }
-
-    fn stopped(&self) -> bool {
-        self.state.lock().map(|s| s.0).unwrap_or(true)
-    }
-
-    /// Leave to write, held while writing; an error once the wait was stopped.
-    fn permit(&self) -> Result<std::sync::MutexGuard<'_, (bool, bool)>> {
-        match self.state.lock() {
-            Ok(mut state) if !state.0 => {
-                state.1 = true;
-                Ok(state)
-            }
-            _ => Err(anyhow::anyhow!("the wait was stopped: nothing was written")),
-        }
-    }
-}
-
-thread_local! {
-    /// The [`Stop`] of the wait this thread runs, if another thread may stop it.
-    static STOP: std::cell::RefCell<Option<std::sync::Arc<Stop>>> = const { std::cell::RefCell::new(None) };
-}
-
-/// Runs `f` (a `gates wait`) on this thread so that `stop` can stop it.
-pub fn stoppable<T>(stop: std::sync::Arc<Stop>, f: impl FnOnce() -> T) -> T {
-    /// Takes the stop off the thread however `f` ends (a pool's thread runs other calls next).
-    struct Unset;
-    impl Drop for Unset {
-        fn drop(&mut self) {
-            STOP.with(|s| *s.borrow_mut() = None);
-        }
-    }
-    STOP.with(|s| *s.borrow_mut() = Some(stop));
-    let _unset = Unset;
-    f()
-}
-
 /// Waits for a gate to be decided. Each look is a short statement on a store opened by
 /// `open`; a look that fails with a conflict or a lost connection (exit 75: a server
 /// restarting, an outage) is retried on a new connection at the next poll, so the wait
@@ -283,7 +214,7 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
     let mut run_dir = std::path::PathBuf::new();
     let mut run: Option<crate::store::RunInfo> = None;
     let mut settled: Vec<Option<GateWaited>> = gates.iter().map(|_| None).collect();
-    let stop = STOP.with(|s| s.borrow().clone());
+    let stop = ctx.stop();
     loop {
         if stop.as_ref().is_some_and(|s| s.stopped()) {
             return Err(anyhow::anyhow!("the wait was stopped"));
@@ -458,7 +389,7 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                         .filter(|(_, s)| s.is_none())
                         .map(|(g, _)| *g)
                         .collect();
-                    (stop.on_pending)(&run.id, &pending);
+                    stop.tell(&run.id, &pending);
                 }
             }
             Err(e) if crate::error::code_of(&e) == Some(Code::Busy) && !out_of_time => {
