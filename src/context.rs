@@ -11,7 +11,7 @@ use crate::run::{self, RunPaths};
 use crate::store::postgres::PgStore;
 use crate::store::principals::{LocalBook, PrincipalBook};
 use crate::store::sqlite::SqliteStore;
-use crate::store::{AgentStore, Backend, NewRun, OpenOptions, Store};
+use crate::store::{AgentStore, Backend, NewRun, OpenOptions, Store, Wiring};
 use anyhow::{Context as _, Result};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -42,17 +42,49 @@ pub struct Context {
 }
 
 impl Context {
+    /// The context of a command: the process's wiring made for it (see [`Self::resolve_in`]).
     pub fn resolve(g: &Global) -> Self {
+        Self::wired(g, |w| w)
+    }
+
+    /// The context of a long-lived process whose calls come one after another to the same
+    /// runs (the MCP server): its wiring keeps their connections between calls.
+    pub fn resolve_keeping(g: &Global) -> Self {
+        Self::wired(g, Wiring::keeping)
+    }
+
+    /// The process's wiring, made once where it starts: commits announced to the project's
+    /// hook (`notify`), and each run's commits watched by the project catalog.
+    fn wired(g: &Global, shape: impl FnOnce(Wiring) -> Wiring) -> Self {
         let root = g.root.clone().or_else(discover_root);
         let runs_dir = run::runs_dir(root.as_deref());
         let prose_dir = runs_dir
             .parent()
             .map_or_else(|| PathBuf::from(".prose"), Path::to_path_buf);
+        let wiring = Wiring::new()
+            .announcing(crate::services::notify::announcer(&prose_dir))
+            .watching(crate::store::catalog::watch);
+        Self::at(g, root, runs_dir, prose_dir, shape(wiring).leak())
+    }
+
+    /// The context of one call in a process already wired (each MCP call, with the server's).
+    pub fn resolve_in(g: &Global, wiring: &'static Wiring) -> Self {
+        let root = g.root.clone().or_else(discover_root);
+        let runs_dir = run::runs_dir(root.as_deref());
+        let prose_dir = runs_dir
+            .parent()
+            .map_or_else(|| PathBuf::from(".prose"), Path::to_path_buf);
+        Self::at(g, root, runs_dir, prose_dir, wiring)
+    }
+
+    fn at(
+        g: &Global,
+        root: Option<PathBuf>,
+        runs_dir: PathBuf,
+        prose_dir: PathBuf,
+        wiring: &'static Wiring,
+    ) -> Self {
         let from_env = || std::env::var("PROSE_RUN").ok().filter(|r| !r.is_empty());
-        // Where a committed gate change is announced (`notify`).
-        crate::services::notify::set_project(&prose_dir);
-        // What keeps the project catalog up to date with each run's commits.
-        crate::store::sqlite::watch_commits(crate::store::catalog::watch);
         Context {
             root,
             run: g.run.clone().or_else(from_env),
@@ -60,6 +92,7 @@ impl Context {
             json: g.json,
             opts: OpenOptions {
                 busy_timeout: Duration::from_millis(g.busy_timeout),
+                wiring,
             },
             runs_dir,
             prose_dir,
@@ -436,7 +469,7 @@ impl Context {
         if self.uses_postgres() {
             return Ok(Some(Box::new(self.project_server()?)));
         }
-        let book = LocalBook::open(&self.prose_dir, create)?;
+        let book = LocalBook::open(&self.prose_dir, create, self.opts.wiring)?;
         Ok(book.map(|b| Box::new(b) as Box<dyn PrincipalBook>))
     }
 

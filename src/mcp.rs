@@ -88,6 +88,9 @@ pub(crate) struct Server {
     most_waits: usize,
     /// The session's resource subscriptions ([`resources`]).
     subscriptions: resources::Subscriptions,
+    /// What the process carries to the stores its calls open: made keeping connections
+    /// (`Context::resolve_keeping`), since calls come one after another to the same runs.
+    wiring: &'static crate::store::Wiring,
 }
 
 impl Server {
@@ -141,8 +144,6 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
             )));
         }
     }
-    // Calls come one after another to the same run: its connection is kept between them.
-    crate::store::keep_connections();
     let dialect = Arc::new(dialect::Dialect::new(role == Role::Vm));
     let server = Handler(Arc::new(Server {
         tools: tools(role, run_pinned, args.execution_id.is_some(), anonymous),
@@ -162,6 +163,7 @@ pub fn serve(args: &McpArgs, global: &Global, ctx: &Context) -> Result<()> {
         waits: std::sync::atomic::AtomicUsize::new(0),
         most_waits: wait::most_waits(),
         subscriptions: Default::default(),
+        wiring: ctx.opts.wiring,
     }));
     // The runtime exists for this command alone: no other command starts one.
     // Each call runs on a blocking thread (`call_tool`), and a waiting `gates_wait` holds its

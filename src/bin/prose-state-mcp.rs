@@ -18,7 +18,7 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(2);
     };
-    let ctx = Context::resolve(&cli.global);
+    let ctx = Context::resolve_keeping(&cli.global);
     ExitCode::from(finish(
         prose_state::mcp::serve(args, &cli.global, &ctx).map(|()| prose_state::output::Nothing),
         false,

@@ -211,7 +211,7 @@ pub fn checked<'a>(
         ))
     })?;
     dump.check_names()?;
-    let report = transfer::verify(&dump)?;
+    let report = transfer::verify(&dump, src.wiring())?;
     let digest = transfer::digest(src, src_dir, &dump)?;
     Ok(Incoming {
         label: src_dir.display().to_string(),

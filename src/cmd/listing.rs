@@ -430,7 +430,7 @@ impl<'c> Listing<'c> {
                 for row in audit_rows {
                     audits.entry(row.run_id.clone()).or_default().push(row);
                 }
-                let key = crate::store::seal::key_for_reading()?;
+                let key = ctx.opts.wiring.key_for_reading()?;
                 let mut chains = Vec::new();
                 for (id, anchor) in ids.into_iter().zip(anchors) {
                     let rows = audits.get(&id).map_or(&[][..], Vec::as_slice);

@@ -375,7 +375,7 @@ impl super::Run for PrincipalsArgs {
                 let authorize = signed
                     .as_deref()
                     .filter(|k| before.pinned.is_none() && !before.authorized.contains(*k));
-                if let (Some(_), None) = (authorize, crate::store::seal::key_for_reading()?) {
+                if let (Some(_), None) = (authorize, ctx.opts.wiring.key_for_reading()?) {
                     return Err(refused(format!(
                         "the signing key {} is not authorized yet: the holder of the project's audit key authorizes it first (`prose-state principals require --signed --key {}`, run as the project's user), then its holder pins it with this command",
                         signed.as_deref().unwrap_or_default(),

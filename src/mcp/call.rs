@@ -78,7 +78,7 @@ impl Server {
     ) -> Result<Outcome> {
         let mut cli = self.parsed(spec, args, bounded)?;
         adjust(&mut cli);
-        let ctx = Context::resolve(&cli.global)
+        let ctx = Context::resolve_in(&cli.global, self.wiring)
             .stdin_is_protocol()
             .stoppable_by(stop);
         // A run the client names is a run id of this project (or its server), never a path:

@@ -176,7 +176,7 @@ pub fn get(
         return Err(ErrorData::internal_error("not the guide command", None));
     };
     // A run the client names is a run id, never a path (as for the tools).
-    let ctx = crate::context::Context::resolve(&cli.global).stdin_is_protocol();
+    let ctx = crate::context::Context::resolve_in(&cli.global, server.wiring).stdin_is_protocol();
     let ctx = if pinned_run.is_none() && given("run")?.is_some() {
         let ctx = ctx.run_ids_only();
         // A run the client names must be one: the guide would otherwise fill in a run that

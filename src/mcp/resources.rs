@@ -544,7 +544,7 @@ fn open(
         json: true,
         busy_timeout: server.busy_timeout,
     };
-    let ctx = crate::context::Context::resolve(&global).stdin_is_protocol();
+    let ctx = crate::context::Context::resolve_in(&global, server.wiring).stdin_is_protocol();
     let ctx = if pinned.is_some() {
         ctx
     } else {

@@ -231,7 +231,9 @@ mod timing {
     #[test]
     fn every_token_costs_one_argon2_check_whatever_its_name() {
         let dir = tempfile::tempdir().unwrap();
-        let mut book = LocalBook::open(dir.path(), true).unwrap().unwrap();
+        let mut book = LocalBook::open(dir.path(), true, crate::store::Wiring::new().leak())
+            .unwrap()
+            .unwrap();
         let alice = Principal::parse("alice", "test").unwrap();
         let (token, row) = issue(&alice, "2026-01-01 00:00:00").unwrap();
         assert!(book.add_principal(&row).unwrap());

@@ -15,11 +15,7 @@
 use crate::store::effects::Notice;
 use std::ffi::OsString;
 use std::io::{Seek, Write};
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-
-/// The project's `.prose/` directory, where the hook and its log are (set by `Context`).
-static PROJECT: Mutex<Option<PathBuf>> = Mutex::new(None);
+use std::path::Path;
 
 /// The environment the hook does not inherit: credentials of this process's own.
 const SECRET_ENV: &[&str] = &[
@@ -34,24 +30,20 @@ pub const HOOK_FILE: &str = "hooks/on-gate";
 /// Its log, under `.prose/`.
 pub const LOG_FILE: &str = "hooks/on-gate.log";
 
-/// Names the project whose hook runs (`.prose/`), and has the store hand this module what its
-/// commits cause.
-pub fn set_project(prose_dir: &Path) {
-    if let Ok(mut p) = PROJECT.lock() {
-        *p = Some(prose_dir.to_path_buf());
-    }
-    crate::store::effects::install(deliver);
+/// What announces a commit's notices to the hook of the project whose `.prose/` is
+/// `prose_dir` (`Context` wires it into the stores it opens).
+pub fn announcer(prose_dir: &Path) -> impl Fn(Vec<Notice>) + Send + Sync + 'static {
+    let prose = prose_dir.to_path_buf();
+    move |notices| deliver(&prose, notices)
 }
 
 /// Sends what a transaction just committed (the store calls it, once the commit is durable:
 /// see `store::effects`).
-fn deliver(notices: Vec<Notice>) {
+fn deliver(prose: &Path, notices: Vec<Notice>) {
     if notices.is_empty() {
         return;
     }
-    let Some(prose) = PROJECT.lock().ok().and_then(|p| p.clone()) else {
-        return;
-    };
+    let prose = prose.to_path_buf();
     // The hook runs in the project's root: its path, and the log's, must not depend on ours.
     let prose = std::path::absolute(&prose).unwrap_or(prose);
     let Some(command) = hook(&prose) else { return };

@@ -44,9 +44,12 @@ pub fn read(src: &mut dyn Store) -> Result<RunDump> {
 /// seal that claims this machine's key and does not match, or a gate its log contradicts.
 /// Rows sealed with another machine's key are not refused: they come as they are, unattested
 /// here, unless the import vouches for them (`--vouch`), which its event records.
-pub fn verify(d: &RunDump) -> Result<crate::store::chain::ChainReport> {
+pub fn verify(
+    d: &RunDump,
+    wiring: &crate::store::Wiring,
+) -> Result<crate::store::chain::ChainReport> {
     let gates: Vec<_> = d.gates.iter().map(|g| g.row(&d.run.id)).collect();
-    let key = crate::store::seal::key_for_reading()?;
+    let key = wiring.key_for_reading()?;
     let report = crate::store::chain::check(&d.audit, &gates, Some(&d.run.id), key, None);
     if let Some(b) = &report.first_broken {
         return Err(tampered(format!(

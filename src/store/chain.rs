@@ -684,7 +684,7 @@ pub(crate) fn anchor_move(tx: &mut dyn super::Tx, place: String) -> Option<Box<d
             return Some(Box::new(move || crate::output::warn(&why)));
         }
     };
-    let key = super::seal::key_for_reading().ok()??;
+    let key = tx.wiring().key_for_reading().ok()??;
     if key.check(&hash, seal.as_deref()) != SealCheck::Valid {
         return None;
     }

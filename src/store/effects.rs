@@ -1,10 +1,9 @@
 //! What a commit causes beyond its rows: gate notices. The rules add them to the transaction
-//! they write (`tx::Txn`); once it commits, they are handed to the one handler the process
-//! installed (`notify`, installed by `Context`). The store knows no notifier: it only says
-//! what was committed.
+//! they write (`tx::Txn`); once it commits, they are handed to what the process's wiring
+//! announces them with (`notify`, wired by `Context`). The store knows no notifier: it only
+//! says what was committed.
 
 use super::GateRow;
-use std::sync::OnceLock;
 
 /// What happened to a gate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,19 +35,4 @@ impl Event {
 pub struct Notice {
     pub event: Event,
     pub gate: GateRow,
-}
-
-/// Who is told of committed notices (none installed: they are dropped).
-static HANDLER: OnceLock<fn(Vec<Notice>)> = OnceLock::new();
-
-/// Installs the process's handler of committed notices (the first one stays).
-pub fn install(handler: fn(Vec<Notice>)) {
-    let _ = HANDLER.set(handler);
-}
-
-/// Hands over what a transaction that just committed caused (`tx::Txn::commit`).
-pub(crate) fn deliver(notices: Vec<Notice>) {
-    if let (false, Some(handler)) = (notices.is_empty(), HANDLER.get()) {
-        handler(notices);
-    }
 }

@@ -1,7 +1,7 @@
 //! Reads of the execution log over any [`Store`]: a record by id, the frame it lives in,
 //! the narrow [`ExecQuery`] both backends run, and the run a fork came from.
 
-use super::{chain, dump, seal, AuditFilter, ExecutionRow, Store};
+use super::{chain, dump, AuditFilter, ExecutionRow, Store};
 use anyhow::Result;
 
 /// The statuses that open a construct, and those that close one (`resume`'s record shapes).
@@ -12,7 +12,7 @@ pub const ENDS: &[&str] = &["completed", "failed", "skipped", "joined", "exited"
 /// The run this run was forked from, as its sealed genesis records it (`forked_from`: run,
 /// record, time): None for a run not forked, or whose genesis this machine cannot attest.
 pub fn forked_from(store: &mut dyn Store) -> Result<Option<serde_json::Value>> {
-    let key = seal::key_for_reading()?;
+    let key = store.wiring().key_for_reading()?;
     Ok(store
         .audit(&AuditFilter {
             gate_id: Some(dump::RUN_EVENT),

@@ -62,7 +62,7 @@ pub fn read(store: &mut dyn Store, id: &str, now: &str) -> Result<Option<GateRea
     let Some((row, history, moves, run)) = read else {
         return Ok(None);
     };
-    let key = super::seal::key_for_reading()?;
+    let key = store.wiring().key_for_reading()?;
     let (integrity, derived) = chain::gate_against_history(&row, &run, &history, &moves, key);
     Ok(Some(GateRead {
         row,

@@ -19,19 +19,6 @@ pub mod signatures;
 pub mod sqlite;
 mod sqlite_rows;
 
-/// Whether stores keep their connections for the next open (a long-lived process, the MCP
-/// server); a command, which opens a store once, never does.
-static KEEPING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Keeps connections from now on (SQLite: per file; PostgreSQL: per server URL).
-pub fn keep_connections() {
-    KEEPING.store(true, std::sync::atomic::Ordering::SeqCst);
-}
-
-pub fn keeping() -> bool {
-    KEEPING.load(std::sync::atomic::Ordering::Relaxed)
-}
-
 /// Runs `reads` in one read-only snapshot of `store` ([`Snapshot::begin_read`]), ended however
 /// they go: reads compared with each other (a gate's row with its sealed log, the log with
 /// every gate) never straddle another writer's commit. In a snapshot already taken
@@ -52,8 +39,8 @@ pub fn consistent<S: Snapshot + ?Sized, T>(
 }
 
 /// Connections kept for the next open, under a key saying what they may be used again for
-/// (SQLite: the file; PostgreSQL: the server). Only while [`keeping`]; at most `most` are
-/// kept, the newest.
+/// (SQLite: the file; PostgreSQL: the server), in a process whose [`Wiring`] keeps them; at
+/// most `most` are kept, the newest.
 pub struct Kept<C> {
     kept: std::sync::Mutex<Vec<(String, C)>>,
     most: usize,
@@ -69,20 +56,20 @@ impl<C> Kept<C> {
 
     /// A kept connection under `key`, if any; the kept ones `stale` names are closed first.
     pub fn take(&self, key: &str, stale: impl Fn(&str, &C) -> bool) -> Option<C> {
-        if !keeping() {
-            return None;
-        }
         let mut kept = self.kept.lock().ok()?;
         kept.retain(|(k, c)| !stale(k, c));
         let at = kept.iter().rposition(|(k, _)| k == key)?;
         Some(kept.swap_remove(at).1)
     }
 
-    /// Keeps a connection (while [`keeping`]; otherwise it is closed).
+    /// How many are kept.
+    #[cfg(test)]
+    pub fn count(&self) -> usize {
+        self.kept.lock().map_or(0, |k| k.len())
+    }
+
+    /// Keeps a connection.
     pub fn give(&self, key: String, conn: C) {
-        if !keeping() {
-            return;
-        }
         if let Ok(mut kept) = self.kept.lock() {
             if kept.len() >= self.most {
                 kept.remove(0);
@@ -128,6 +115,9 @@ impl<C> std::ops::DerefMut for Held<C> {
 pub mod sqlite_schema;
 pub mod tx;
 pub mod wake;
+mod wiring;
+
+pub use wiring::Wiring;
 
 pub use rows::{GateSelect, Rows};
 pub use tx::{Tx, TxKind};

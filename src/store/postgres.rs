@@ -93,6 +93,8 @@ macro_rules! agent_select {
 mod store_impl;
 
 pub struct PgStore {
+    /// What the process carries to its stores (kept connections, the audit key, …).
+    pub(super) wiring: &'static super::Wiring,
     /// Taken by `Drop`: a long-lived process keeps it for the next open.
     client: super::Held<Client>,
     /// The server's URL: which kept connections this one may be used again as. Never shown.
@@ -135,7 +137,10 @@ impl PgStore {
     fn connect(url: &str, run: Option<&str>, opts: OpenOptions) -> Result<(Self, bool)> {
         let shown_url = masked(url);
         let busy_ms = opts.busy_timeout.as_millis() as u64;
-        let kept = pool::take(url);
+        let kept = opts
+            .wiring
+            .pools()
+            .and_then(|p| p.postgres.take(url, |_, c| c.0.is_closed()));
         let was_kept = kept.is_some();
         let (client, kept_statements) = match kept {
             Some(kept) => kept,
@@ -156,6 +161,7 @@ impl PgStore {
             in_snapshot: false,
             ran_foreign_sql: false,
             kept_statements,
+            wiring: opts.wiring,
         };
         // Every open sets the session up again (time zone, lock timeout), kept or not.
         let started = store.start();
@@ -731,6 +737,10 @@ macro_rules! pg_rows {
                 let run = self.run()?.to_string();
                 kept_versions(self, kept, &run, name, execution_id)
             }
+
+            fn wiring(&self) -> &'static super::Wiring {
+                self.wiring
+            }
         }
     };
 }
@@ -754,7 +764,8 @@ impl Drop for PgStore {
         // dropped) but a snapshot, ended here with any upload lock, and every open sets the
         // session up again. A session that cannot be put back in order is not kept, nor one
         // that ran the caller's SQL (`query`).
-        if super::keeping() && !client.is_closed() && !self.ran_foreign_sql {
+        let pools = self.wiring.pools();
+        if let (Some(pools), false, false) = (pools, client.is_closed(), self.ran_foreign_sql) {
             let mut clean = Ok(());
             if self.in_snapshot {
                 clean = client.batch_execute("ROLLBACK");
@@ -763,7 +774,8 @@ impl Drop for PgStore {
                 clean = client.batch_execute("SELECT pg_advisory_unlock_all()");
             }
             if clean.is_ok() {
-                pool::give(&self.url, client, std::mem::take(&mut self.kept_statements));
+                let prepared = std::mem::take(&mut self.kept_statements);
+                pools.postgres.give(self.url.clone(), (client, prepared));
             }
         }
     }
@@ -776,47 +788,6 @@ fn lost(e: &postgres::Error) -> bool {
     match e.code() {
         Some(c) => c.code().starts_with("08") || c.code().starts_with("57P"),
         None => e.is_closed() || e.as_db_error().is_none(),
-    }
-}
-
-/// Server connections kept for the next open in a long-lived process (the MCP server), by
-/// URL: a connection (and its TLS session) costs several round trips, most of a small call.
-///
-/// The URL is the whole key: the user, password, host, database, TLS (`sslmode`) and any
-/// session options it carries (`options=-c search_path=...`) are all in it, and no other
-/// setting makes a session (the busy timeout is set by every open, see `start`). What a
-/// session carries from one user to the next is what `Drop` and `start` put in order: no
-/// transaction (a `Transaction` rolls back when dropped; a snapshot is rolled back), no
-/// session advisory lock (an upload's are released), the settings `start` sets at every open
-/// (time zone, lock timeout, messages); settings a transaction sets are local to it, and the
-/// only statements left prepared are prose-state's own, kept with the session (a bind's
-/// write, planned once a session instead of at every call; the driver names them, and closes
-/// any other when it drops; the typed statements are unnamed). A session that ran SQL of the caller's (`query`), which a
-/// read-only transaction does not stop taking a session advisory lock or preparing a
-/// statement by name, is closed instead. LISTEN is never sent on them: the listening
-/// connection is one of its own (`listening_client`), never kept here.
-mod pool {
-    use super::Prepared;
-    use postgres::Client;
-
-    /// At most this many kept, over all URLs, the newest: the number of waiters' looks a
-    /// process runs at once ([`crate::store::wake::LOOKS_AT_ONCE`]), so that waiters woken
-    /// together take kept connections instead of opening new ones, and enough for the MCP
-    /// server's calls in flight at once on a machine of a few cores; few enough that a
-    /// process holds at most that many idle sessions of a server whose `max_connections`
-    /// (100 by default) many processes share.
-    const MOST: usize = crate::store::wake::LOOKS_AT_ONCE;
-
-    static KEPT: crate::store::Kept<(Client, Prepared)> = crate::store::Kept::new(MOST);
-
-    /// A kept connection to this server, if any, with the statements prepared on it; those
-    /// the server has closed are dropped.
-    pub fn take(url: &str) -> Option<(Client, Prepared)> {
-        KEPT.take(url, |_, c| c.0.is_closed())
-    }
-
-    pub fn give(url: &str, client: Client, prepared: Prepared) {
-        KEPT.give(url.to_string(), (client, prepared));
     }
 }
 

@@ -65,6 +65,8 @@ pub trait PrincipalBook: Send {
     /// open connection (a book removed by hand would go on authenticating), so it is opened
     /// again each time.
     fn keep_open(&self) -> bool;
+    /// What the process carries to its stores: the audit key the log is sealed with.
+    fn wiring(&self) -> &'static super::Wiring;
 }
 
 /// How a store runs the book's statements: `{p}` stands before each table's name (a server's
@@ -84,6 +86,8 @@ pub(crate) trait BookStatements: Send {
     fn keep(&self) -> bool;
     /// See [`PrincipalBook::identity`].
     fn place_identity(&mut self, create: bool) -> Result<Option<String>>;
+    /// See [`PrincipalBook::wiring`].
+    fn wiring(&self) -> &'static super::Wiring;
 }
 
 const SELECT: &str = "SELECT name, kind, token_hash, created_at, revoked_at FROM {p}principals";
@@ -169,6 +173,10 @@ impl<B: BookStatements> PrincipalBook for B {
 
     fn book_place(&self) -> String {
         self.place()
+    }
+
+    fn wiring(&self) -> &'static super::Wiring {
+        BookStatements::wiring(self)
     }
 
     fn path_place(&self) -> String {
@@ -309,7 +317,7 @@ fn read_log(
     let rows = book.book_log()?;
     let key = match rows.is_empty() {
         true => None,
-        false => super::seal::key_for_reading()?,
+        false => book.wiring().key_for_reading()?,
     };
     let trusted = super::signatures::own_public;
     let state = match judge(
@@ -496,7 +504,7 @@ pub fn record(
             },
             None => Voucher::Audit(match audit {
                 Some(k) => k,
-                None => audit.insert(super::seal::key_for_writing()?),
+                None => audit.insert(book.wiring().key_for_writing()?),
             }),
         };
         if c.event == super::book_log::POLICY && c.grp == Some(super::book_log::SIGNED_KEY) {
@@ -533,12 +541,17 @@ const BOOK_ANCHOR: &str = "principals-book";
 pub struct LocalBook {
     conn: Connection,
     path: PathBuf,
+    wiring: &'static super::Wiring,
 }
 
 impl LocalBook {
     /// Opens the book of the project whose `.prose/` is `prose`. A read of a project with no
     /// book yet gets None; the first write (`create`) makes it, readable by its owner alone.
-    pub fn open(prose: &Path, create: bool) -> Result<Option<Self>> {
+    pub fn open(
+        prose: &Path,
+        create: bool,
+        wiring: &'static super::Wiring,
+    ) -> Result<Option<Self>> {
         let path = prose.join(BOOK_FILE);
         match std::fs::symlink_metadata(&path) {
             Ok(m) if m.file_type().is_symlink() => {
@@ -580,7 +593,7 @@ impl LocalBook {
             ))
             .with_context(|| format!("could not set up {}", path.display()))?;
         }
-        Ok(Some(LocalBook { conn, path }))
+        Ok(Some(LocalBook { conn, path, wiring }))
     }
 }
 
@@ -621,6 +634,10 @@ impl BookStatements for LocalBook {
 
     fn keep(&self) -> bool {
         false
+    }
+
+    fn wiring(&self) -> &'static super::Wiring {
+        self.wiring
     }
 
     fn place_identity(&mut self, create: bool) -> Result<Option<String>> {

@@ -53,6 +53,8 @@ pub trait Rows {
         name: &str,
         execution_id: Option<i64>,
     ) -> Result<Vec<HistoryRow>>;
+    /// What the process carries to its stores: the audit key among it.
+    fn wiring(&self) -> &'static super::Wiring;
 
     /// The gates row stored under `id`, if any.
     fn gate_row(&mut self, id: &str) -> Result<Option<GateRecord>> {
@@ -155,7 +157,7 @@ fn moves_of<R: Rows + ?Sized>(
     if events.is_empty() {
         return Ok(Default::default());
     }
-    let key = super::seal::key_for_reading()?;
+    let key = rows.wiring().key_for_reading()?;
     let mine = events.iter().filter(|r| r.run_id == run);
     Ok((
         Moves::of(

@@ -77,7 +77,7 @@ fn disagreement(
         &run,
         &tx.gate_history(&gate.id)?,
         &tx.moves_of_run()?,
-        super::seal::key_for_reading()?,
+        tx.wiring().key_for_reading()?,
     );
     let why = match integrity {
         super::chain::Integrity::Tampered(why) => Some(why),
@@ -157,7 +157,7 @@ pub fn append_audit(
         seal: None,
     };
     let hash = row.chain_hash(&prev);
-    row.seal = Some(super::seal::key_for_writing()?.seal(&hash));
+    row.seal = Some(tx.wiring().key_for_writing()?.seal(&hash));
     row.hash = Some(hash);
     tx.insert_audit(&row)?;
     Ok(row)
@@ -211,7 +211,7 @@ fn is_team_opening(row: &AuditRow) -> bool {
 /// (a run sealed before this was recorded, or at its first sealed write) or is not sealed
 /// with this machine's key.
 fn starter(tx: &mut dyn Tx) -> Result<String> {
-    let key = super::seal::key_for_reading()?;
+    let key = tx.wiring().key_for_reading()?;
     Ok(tx
         .gate_history(super::dump::RUN_EVENT)?
         .iter()

@@ -16,9 +16,8 @@ use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
-use std::sync::OnceLock;
 
-const KEY_FILE: &str = "audit.key";
+pub(super) const KEY_FILE: &str = "audit.key";
 const ANCHORS_DIR: &str = "anchors";
 const SEAL_PREFIX: &str = "hmac-sha256:";
 
@@ -50,7 +49,7 @@ pub enum SealCheck {
 }
 
 impl Key {
-    fn from_bytes(bytes: Vec<u8>) -> Key {
+    pub(super) fn from_bytes(bytes: Vec<u8>) -> Key {
         let id = crate::model::hex(&Sha256::digest(
             [b"prose-state audit key id\0", &bytes[..]].concat(),
         ))[..16]
@@ -96,35 +95,6 @@ pub fn hex_bytes(text: &str) -> Option<Vec<u8>> {
         .step_by(2)
         .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
         .collect()
-}
-
-/// The key once read or made (a key that does not exist yet is looked for again).
-static KEY: OnceLock<Key> = OnceLock::new();
-
-/// The key, to seal with: read, or created on first use (mode 0600, in a 0700 directory).
-pub fn key_for_writing() -> Result<&'static Key> {
-    if let Some(k) = KEY.get() {
-        return Ok(k);
-    }
-    let home = prose_home().ok_or_else(|| {
-        anyhow!("no home for the audit key: set PROSE_HOME or HOME (gate events are sealed with a key kept there)")
-    })?;
-    let key = match read_key(&home)? {
-        Some(k) => k,
-        None => Key::from_bytes(create_secret(&home, KEY_FILE, "the audit key")?),
-    };
-    Ok(KEY.get_or_init(|| key))
-}
-
-/// The key, to verify with: None when this user has none (nothing is created by a read).
-pub fn key_for_reading() -> Result<Option<&'static Key>> {
-    if let Some(k) = KEY.get() {
-        return Ok(Some(k));
-    }
-    let Some(home) = prose_home() else {
-        return Ok(None);
-    };
-    Ok(read_key(&home)?.map(|key| KEY.get_or_init(|| key)))
 }
 
 /// Options that open a file readable by its owner alone, never through a symlink: what the

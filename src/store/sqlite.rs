@@ -23,8 +23,8 @@ use std::path::{Path, PathBuf};
 use super::dump::Cells;
 use super::sqlite_rows::gate_record;
 pub(super) use super::sqlite_rows::{db_error, run_info_at, GATE_COLUMNS};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 /// What watches a run's commits from outside its database (the project catalog).
 pub trait CommitWatch {
@@ -35,19 +35,12 @@ pub trait CommitWatch {
     fn after_commit(&mut self);
 }
 
-/// Makes the watcher of a run's state.db, given its path and busy timeout (None: nothing
-/// watches it).
-pub type Watcher = fn(&Path, std::time::Duration) -> Option<Box<dyn CommitWatch>>;
-
-static WATCHER: OnceLock<Watcher> = OnceLock::new();
+/// Makes the watcher of a run's state.db, given its path and the options it was opened with
+/// (None: nothing watches it).
+pub type Watcher = fn(&Path, OpenOptions) -> Option<Box<dyn CommitWatch>>;
 
 /// The tables whose changes a watcher hears of: the facts the project catalog keeps.
 const WATCHED: &[&str] = &["run", "gates"];
-
-/// Installs the process's watcher of runs' commits (the first one stays).
-pub fn watch_commits(watcher: Watcher) {
-    let _ = WATCHER.set(watcher);
-}
 
 /// How large a command lets the write-ahead log grow before it folds it in at close: small,
 /// since every command's first open reads the whole log (about 64 pages).
@@ -92,6 +85,8 @@ pub const AGENTS: Schema = Schema {
 };
 
 pub struct SqliteStore {
+    /// What the process carries to its stores (kept connections, the audit key, …).
+    pub(super) wiring: &'static super::Wiring,
     /// Taken by `Drop`: a long-lived process keeps it for the next open.
     conn: super::Held<Connection>,
     /// Whether the connection may be kept for the next open of the same file: it was opened
@@ -199,7 +194,7 @@ impl SqliteStore {
             .map_err(|e| store.error(e))?;
         store
             .conn
-            .execute_batch(if super::keeping() {
+            .execute_batch(if opts.wiring.keeps() {
                 "PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;
                      PRAGMA journal_size_limit = 1048576;"
             } else {
@@ -224,6 +219,7 @@ impl SqliteStore {
             watch: None,
             touched: Arc::default(),
             writes_refused: None,
+            wiring: opts.wiring,
         };
         store
             .conn
@@ -269,14 +265,14 @@ impl SqliteStore {
             Ok(m) if m.is_file() => m,
             _ => return Err(not_found(format!("state db not found: {}", path.display()))),
         };
-        let mut store = match pool::take(path, &file) {
+        let mut store = match pool::take(opts.wiring, path, &file) {
             // Its pragmas were set when it was opened, and last for the connection.
             Some(conn) => Self::over(conn, path, opts)?,
             None => Self::connect(path, opts, false)?,
         };
         // Read again on a kept connection too: another process may have upgraded the file.
         store.check_schema()?;
-        store.poolable = pool::enabled() && store.access == Access::Current;
+        store.poolable = opts.wiring.keeps() && store.access == Access::Current;
         Ok(store)
     }
 
@@ -674,6 +670,10 @@ macro_rules! sqlite_rows {
             ) -> Result<Vec<super::history::HistoryRow>> {
                 kept_versions(self, kept, name, execution_id)
             }
+
+            fn wiring(&self) -> &'static super::Wiring {
+                self.wiring
+            }
         }
     };
 }
@@ -699,7 +699,7 @@ impl Drop for SqliteStore {
         // A connection in a transaction (an error left it open) is closed, which rolls it
         // back; so is one whose settings a command changed.
         if self.poolable && conn.is_autocommit() {
-            pool::give(&self.path, conn);
+            pool::give(self.wiring, &self.path, conn);
             return;
         }
         // A command's last act on a log grown past LOG_MOST: fold it in and truncate it (see
@@ -717,33 +717,23 @@ impl Drop for SqliteStore {
         // Nothing durable waits on a close: every commit was synced, the log is not
         // checkpointed at a close (`connect`), and the locks go with the process. A command
         // that opens many stores (`doctor`, a listing) closes the rest as they go.
-        if !super::keeping()
-            && conn.is_autocommit()
-            && LEFT_TO_EXIT.fetch_add(1, Ordering::Relaxed) < LEFT_MOST
-        {
+        if conn.is_autocommit() && self.wiring.leave_to_exit() {
             std::mem::forget(conn);
         }
     }
 }
 
-/// How many connections a command leaves to its exit (see `Drop for SqliteStore`).
-const LEFT_MOST: usize = 4;
-static LEFT_TO_EXIT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// Connections kept for the next open of the same state.db, in a long-lived process (the MCP
-/// server): opening one parses the whole schema, which is most of what a small `get` costs.
-/// A kept connection is used again only for the very same file (its path, device and inode:
-/// a run directory removed and made again under the same id is another file, and the kept
-/// connection, which holds the old inode open so that its number cannot be reused, is
-/// closed instead).
-pub mod pool {
+/// Connections kept for the next open of the same state.db, where the process's wiring keeps
+/// them (the MCP server's: see `Wiring::keeping`): opening one parses the whole schema, which
+/// is most of what a small `get` costs. A kept connection is used again only for the very same file
+/// (its path, device and inode: a run directory removed and made again under the same id is
+/// another file, and the kept connection, which holds the old inode open so that its number
+/// cannot be reused, is closed instead).
+mod pool {
+    use crate::store::Wiring;
     use rusqlite::Connection;
     use std::os::unix::fs::MetadataExt;
     use std::path::Path;
-
-    static KEPT: crate::store::Kept<Connection> = crate::store::Kept::new(32);
-
-    pub use crate::store::keeping as enabled;
 
     /// The key of a file: its path, then its identity.
     fn key(path: &Path, file: &std::fs::Metadata) -> (String, String) {
@@ -753,14 +743,15 @@ pub mod pool {
     }
 
     /// A kept connection to this file, if any; those to a file since replaced are closed.
-    pub fn take(path: &Path, file: &std::fs::Metadata) -> Option<Connection> {
+    pub fn take(wiring: &Wiring, path: &Path, file: &std::fs::Metadata) -> Option<Connection> {
+        let kept = &wiring.pools()?.sqlite;
         let (path, id) = key(path, file);
-        KEPT.take(&id, |k, _| k.starts_with(&path) && k != id)
+        kept.take(&id, |k, _| k.starts_with(&path) && k != id)
     }
 
-    pub fn give(path: &Path, conn: Connection) {
-        if let Ok(file) = std::fs::metadata(path) {
-            KEPT.give(key(path, &file).1, conn);
+    pub fn give(wiring: &Wiring, path: &Path, conn: Connection) {
+        if let (Some(pools), Ok(file)) = (wiring.pools(), std::fs::metadata(path)) {
+            pools.sqlite.give(key(path, &file).1, conn);
         }
     }
 }

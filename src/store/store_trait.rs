@@ -382,7 +382,7 @@ pub trait Store: AgentStore + Rows + Snapshot {
         let (rows, gates) = super::consistent(self, |s| {
             Ok((s.audit(&AuditFilter::default())?, s.read_gates(None)?))
         })?;
-        let key = seal::key_for_reading()?;
+        let key = self.wiring().key_for_reading()?;
         let mut report = chain::check(&rows, &gates, Some(&run_id), key, anchor.as_ref());
         // What vouches for nothing: a run this machine saw broken, and one read where it must
         // not be written (a copy, a symlinked database), whose anchor is not its own.

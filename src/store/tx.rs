@@ -257,8 +257,9 @@ impl<'a> Txn<'a> {
             .anchor
             .take()
             .and_then(|place| super::chain::anchor_move(&mut *self.tx, place));
+        let wiring = self.tx.wiring();
         self.tx.commit()?;
-        super::effects::deliver(self.notices);
+        wiring.deliver(self.notices);
         if let Some(move_anchor) = anchor {
             move_anchor();
         }

@@ -14,6 +14,8 @@ use std::time::Duration;
 pub struct OpenOptions {
     /// How long a writer waits for another writer's lock before giving up (exit 75).
     pub busy_timeout: Duration,
+    /// What the process carries to its stores (see [`super::Wiring`]).
+    pub wiring: &'static super::Wiring,
 }
 
 /// The `run` row written by `init`.

@@ -409,7 +409,7 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
         // its own; so does a command's (it keeps none: each look would connect anew), and a
         // SQLite wait, which has no server connection to give back (its file watch and
         // `data_version` confirmation are the waker's, not the store's).
-        if waker.how() == "listen" && crate::store::keeping() {
+        if waker.how() == "listen" && ctx.opts.wiring.keeps() {
             store = None;
         }
         drop(turn);

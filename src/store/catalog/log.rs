@@ -91,7 +91,7 @@ pub(super) fn mark_stale(prose: &Path) {
 struct Watch {
     prose: PathBuf,
     run: String,
-    busy: Duration,
+    opts: OpenOptions,
     pending: Option<(Ticket, Option<Facts>)>,
 }
 
@@ -147,10 +147,7 @@ impl Watch {
         }
         if let Ok(size) = append(&self.prose, &line) {
             if size > FOLD_AT {
-                let opts = OpenOptions {
-                    busy_timeout: self.busy,
-                };
-                if let Ok(Some(mut c)) = ProjectCatalog::open(&self.prose.join("runs"), opts) {
+                if let Ok(Some(mut c)) = ProjectCatalog::open(&self.prose.join("runs"), self.opts) {
                     let _ = c.fold();
                 }
             }
@@ -181,15 +178,14 @@ impl crate::store::sqlite::CommitWatch for Watch {
     }
 }
 
-/// The catalog's watcher of a run's state.db (installed by `Context`), if the run is a
-/// project's.
-pub fn watch(db: &Path, busy: Duration) -> Option<Box<dyn crate::store::sqlite::CommitWatch>> {
+/// The catalog's watcher of a run's state.db (wired by `Context`), if the run is a project's.
+pub fn watch(db: &Path, opts: OpenOptions) -> Option<Box<dyn crate::store::sqlite::CommitWatch>> {
     let (prose, run) = of_state_db(db)?;
     let pending = None;
     Some(Box::new(Watch {
         prose,
         run,
-        busy,
+        opts,
         pending,
     }))
 }

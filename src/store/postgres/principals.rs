@@ -42,6 +42,10 @@ impl BookStatements for PgStore {
         true
     }
 
+    fn wiring(&self) -> &'static crate::store::Wiring {
+        self.wiring
+    }
+
     /// The server (its `system_identifier`, made by `initdb`) and the database's name: a book
     /// copied into another database, or restored onto another server, is not bound there.
     fn place_identity(&mut self, _create: bool) -> Result<Option<String>> {

@@ -27,6 +27,7 @@ impl AgentStore for PgStore {
             shown_url,
             busy_ms,
             kept_statements,
+            wiring,
             ..
         } = self;
         let tx = client
@@ -41,7 +42,8 @@ impl AgentStore for PgStore {
             busy_ms: *busy_ms,
             prepared: std::collections::HashMap::new(),
             held: None,
-            kept: crate::store::keeping().then_some(kept_statements),
+            kept: wiring.keeps().then_some(kept_statements),
+            wiring,
         };
         if let Some(id) = run_id.as_deref() {
             tx.lock_run(id, kind)?;

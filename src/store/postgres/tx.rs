@@ -39,6 +39,7 @@ pub struct PgTx<'a> {
     /// makes again and again is planned once (a one-shot command's statements are typed and
     /// unnamed instead, one round trip each).
     pub(super) kept: Option<&'a mut super::Prepared>,
+    pub(super) wiring: &'static crate::store::Wiring,
 }
 
 impl PgTx<'_> {

@@ -151,10 +151,8 @@ pub fn restore(mut tx: Txn<'_>, r: &Restore) -> Result<()> {
     for i in &d.imports {
         tx.put_import(i)?;
     }
-    let key = r
-        .reseal
-        .then(crate::store::seal::key_for_writing)
-        .transpose()?;
+    let wiring = tx.wiring();
+    let key = r.reseal.then(|| wiring.key_for_writing()).transpose()?;
     for row in &d.audit {
         if !keep && row.seq.is_none() && row.hash.is_some() {
             return Err(refused(format!(

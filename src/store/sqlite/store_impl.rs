@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 
 use super::{
     agent_row, binding_row, db_error, dump, import_row, run_info_at, tx, SqliteStore, SqliteTx,
-    Statements, AGENT_SELECT, BINDING_COLUMNS, CHAIN, DUE, OVERDUE, STATE, WATCHED, WATCHER,
+    Statements, AGENT_SELECT, BINDING_COLUMNS, CHAIN, DUE, OVERDUE, STATE, WATCHED,
 };
 
 impl AgentStore for SqliteStore {
@@ -25,12 +25,11 @@ impl AgentStore for SqliteStore {
         self.prepare_write()?;
         let is_state = std::ptr::eq(self.schema, &STATE);
         if is_state && self.watch.is_none() {
-            self.watch = WATCHER.get().and_then(|w| {
-                w(
-                    &self.path,
-                    std::time::Duration::from_millis(self.busy_ms as u64),
-                )
-            });
+            let opts = crate::store::OpenOptions {
+                busy_timeout: std::time::Duration::from_millis(self.busy_ms as u64),
+                wiring: self.wiring,
+            };
+            self.watch = self.wiring.watcher().and_then(|w| w(&self.path, opts));
         }
         // Which statements a watcher must hear of is said once, by the tables they change.
         self.touched.store(false, Ordering::Relaxed);
@@ -52,6 +51,7 @@ impl AgentStore for SqliteStore {
             busy_ms,
             watch,
             touched,
+            wiring,
             ..
         } = self;
         let tx = conn
@@ -65,6 +65,7 @@ impl AgentStore for SqliteStore {
             watch: watch.as_mut(),
             touched,
             seen: Default::default(),
+            wiring,
         }))
     }
 

@@ -29,6 +29,7 @@ pub struct SqliteTx<'a> {
     /// What this transaction's reads already learned, for the writes after them (a bind's
     /// statements are few, and each one a process prepares costs it).
     pub(super) seen: Seen,
+    pub(super) wiring: &'static crate::store::Wiring,
 }
 
 /// Reads a bind makes once, kept for the statements that follow them in its transaction.
