@@ -388,7 +388,8 @@ pub fn into_dir(
     )?;
     // The chain is anchored where the run now is.
     let mut store = ctx.open(&paths)?;
-    crate::store::seal::forget(&store.place(), &id);
+    let home = ctx.opts.wiring.home();
+    crate::store::seal::forget(home.as_deref(), &store.place(), &id);
     store.anchor_chain();
     Ok(())
 }
@@ -399,7 +400,8 @@ pub fn into_dir(
 /// a reopened gate would go back to an approved opening, a rejection would be cut off, and
 /// the anchor that would catch it is forgotten by the import.
 fn refuse_rollback(have: &mut dyn Store, id: &str, dump: &RunDump) -> Result<()> {
-    let Some(a) = crate::store::seal::anchored(&have.place(), id) else {
+    let home = have.wiring().home();
+    let Some(a) = crate::store::seal::anchored(home.as_deref(), &have.place(), id) else {
         return Ok(());
     };
     let in_copy = |seq: i64, hash: Option<&str>| {

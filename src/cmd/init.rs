@@ -116,7 +116,8 @@ pub fn run(args: &InitArgs, ctx: &Context) -> Result<Initialized> {
     // An anchor left by an earlier run of this id at this place (pruned, then the id used
     // again) would say rows were cut from this new run's log: forgotten.
     if let Ok(store) = ctx.open(&paths) {
-        crate::store::seal::forget(&store.place(), &paths.id);
+        let home = ctx.opts.wiring.home();
+        crate::store::seal::forget(home.as_deref(), &store.place(), &paths.id);
     }
     let location = if matches!(args.backend, BackendArg::Sqlite) {
         paths.db.display().to_string()
@@ -182,7 +183,7 @@ fn build(
     // Sealed from its first row, its genesis, so that no row can later pass for one from
     // before the chain. Without a home for the audit key (no PROSE_HOME or HOME) the run is
     // made unsealed and sealed at its first gate event, which needs the key anyway.
-    if crate::store::seal::prose_home().is_some() {
+    if ctx.opts.wiring.home().is_some() {
         created.seal_run(&now(), Some(starter))?;
     }
     // The schema is most of a new run's pages: folded into the file now, so that the first

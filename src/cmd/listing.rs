@@ -407,9 +407,10 @@ impl<'c> Listing<'c> {
                 let ids = server.ids_of(runs)?;
                 // Each anchor before the logs (see `Store::verify_audit`).
                 let place = server.catalog_place();
+                let home = ctx.opts.wiring.home();
                 let anchors: Vec<_> = ids
                     .iter()
-                    .map(|id| crate::store::seal::anchored(&place, id))
+                    .map(|id| crate::store::seal::anchored(home.as_deref(), &place, id))
                     .collect();
                 // The gates and the logs in one snapshot: a decision committed between the
                 // two reads would otherwise show its row ahead of its sealed events.

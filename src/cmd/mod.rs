@@ -90,7 +90,7 @@ pub fn value_source(
 ) -> Result<(Box<dyn Read>, bool)> {
     let protocol = ctx.reads_no_stdin();
     let reader: Box<dyn Read> = match (file, value) {
-        (Some(path), _) => return value_from_file(path),
+        (Some(path), _) => return value_from_file(ctx, path),
         (None, Some("-")) if !protocol => Box::new(io::stdin().lock()),
         (None, Some(value)) => Box::new(io::Cursor::new(value.as_bytes().to_vec())),
         (None, None) if protocol => return Err(usage("no value given: give value or file")),
@@ -105,7 +105,7 @@ pub fn value_source(
 }
 
 /// The value of `--file PATH`.
-fn value_from_file(path: &Path) -> Result<(Box<dyn Read>, bool)> {
+fn value_from_file(ctx: &Context, path: &Path) -> Result<(Box<dyn Read>, bool)> {
     if path.is_dir() {
         return Err(usage(format!("--file is a directory: {}", path.display())));
     }
@@ -116,7 +116,7 @@ fn value_from_file(path: &Path) -> Result<(Box<dyn Read>, bool)> {
     // The user's prose directory holds the audit key, the page's signing key and the anchors:
     // no value is ever read from there (an agent's `bind --file ~/.prose/audit.key` would put
     // the key where every agent reads it). Checked on the file opened, whatever links led to it.
-    if let Some(home) = crate::store::seal::prose_home().and_then(|h| h.canonicalize().ok()) {
+    if let Some(home) = ctx.opts.wiring.home().and_then(|h| h.canonicalize().ok()) {
         use std::os::fd::AsRawFd;
         let opened = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
             .or_else(|_| path.canonicalize())

@@ -30,15 +30,16 @@ pub struct Signer {
 }
 
 impl Signer {
-    /// The key of the user running this process: read, or made on first use.
-    pub fn load_or_create() -> Result<Signer> {
-        let home = crate::store::seal::prose_home().ok_or_else(|| {
+    /// The key in the user's prose directory `home` (`Wiring::home`): read, or made on first
+    /// use.
+    pub fn load_or_create(home: Option<&std::path::Path>) -> Result<Signer> {
+        let home = home.ok_or_else(|| {
             anyhow!("no home for the signing key: set PROSE_HOME or HOME (serve signs decisions with a key kept there)")
         })?;
         let what = "the signing key";
-        let bytes = match crate::store::seal::read_secret(&home, KEY_FILE, what)? {
+        let bytes = match crate::store::seal::read_secret(home, KEY_FILE, what)? {
             Some(b) => b,
-            None => crate::store::seal::create_secret(&home, KEY_FILE, what)?,
+            None => crate::store::seal::create_secret(home, KEY_FILE, what)?,
         };
         let secret: [u8; 32] = bytes[..32]
             .try_into()
@@ -54,13 +55,13 @@ impl Signer {
 }
 
 impl Signer {
-    /// The key of the user running this process, if it has one (nothing is made).
-    pub fn load() -> Result<Option<Signer>> {
-        let Some(home) = crate::store::seal::prose_home() else {
+    /// The key in the user's prose directory `home`, if it has one (nothing is made).
+    pub fn load(home: Option<&std::path::Path>) -> Result<Option<Signer>> {
+        let Some(home) = home else {
             return Ok(None);
         };
-        match crate::store::seal::read_secret(&home, KEY_FILE, "the signing key")? {
-            Some(_) => Signer::load_or_create().map(Some),
+        match crate::store::seal::read_secret(home, KEY_FILE, "the signing key")? {
+            Some(_) => Signer::load_or_create(Some(home)).map(Some),
             None => Ok(None),
         }
     }

@@ -691,17 +691,18 @@ pub(crate) fn anchor_move(tx: &mut dyn super::Tx, place: String) -> Option<Box<d
     // Anchored under the run's own id (a row's `run_id` is what a writer of the database
     // chose), as `verify_signed` reads it.
     let (run_id, _) = tx.run_row().ok()??;
+    let home = tx.wiring().home();
     // Never past a break: if the row this machine anchored is gone or changed, the anchor
     // stays where it is, and the break is remembered outside the run, so that a log put
     // back afterwards still fails verification here.
-    if let Some(old) = super::seal::anchored(&place, &run_id) {
+    if let Some(old) = super::seal::anchored(home.as_deref(), &place, &run_id) {
         if old.seq < seq && tx.audit_at_seq(old.seq).ok().flatten().flatten() != Some(old.hash) {
             return Some(Box::new(move || {
                 let why = format!(
                     "this machine saw the row it anchored (seq {}) changed or gone",
                     old.seq
                 );
-                let _ = super::seal::mark_broken(&place, &run_id, &why);
+                let _ = super::seal::mark_broken(home.as_deref(), &place, &run_id, &why);
                 crate::output::warn(
                     "the audit log no longer holds the row this machine anchored: run `prose-state gates verify`",
                 );
@@ -709,7 +710,8 @@ pub(crate) fn anchor_move(tx: &mut dyn super::Tx, place: String) -> Option<Box<d
         }
     }
     Some(Box::new(move || {
-        if let Err(e) = super::seal::anchor(&place, &run_id, &Anchor { seq, hash }) {
+        let head = Anchor { seq, hash };
+        if let Err(e) = super::seal::anchor(home.as_deref(), &place, &run_id, &head) {
             crate::output::warn(&format!("could not anchor the audit chain: {e:#}"));
         }
     }))

@@ -310,8 +310,11 @@ fn read_log(
     // The anchor before the log: an anchor is moved only after the rows it names commit, so
     // the log read after it holds them. Read the other way round, a writer appending and
     // anchoring between the two reads would look like rows cut from the end.
+    let home = book.wiring().home();
     let anchor = match binding {
-        Binding::Here(_) | Binding::Pinning(_) => super::seal::anchored(place, BOOK_ANCHOR),
+        Binding::Here(_) | Binding::Pinning(_) => {
+            super::seal::anchored(home.as_deref(), place, BOOK_ANCHOR)
+        }
         Binding::Rebinding => None,
     };
     let rows = book.book_log()?;
@@ -319,7 +322,7 @@ fn read_log(
         true => None,
         false => book.wiring().key_for_reading()?,
     };
-    let trusted = super::signatures::own_public;
+    let trusted = || super::signatures::own_public(home.as_deref());
     let state = match judge(
         &rows,
         &book.principals()?,
@@ -339,7 +342,7 @@ fn read_log(
                 seq: *seq,
                 hash: hash.clone(),
             };
-            let _ = super::seal::anchor(place, BOOK_ANCHOR, &head);
+            let _ = super::seal::anchor(home.as_deref(), place, BOOK_ANCHOR, &head);
         }
     }
     Ok(Ok(state))
@@ -513,8 +516,9 @@ pub fn record(
         plan.push((c, by));
     }
     rows(book)?;
+    let home = book.wiring().home();
     if rebind {
-        super::seal::forget_anchor(&place, BOOK_ANCHOR);
+        super::seal::forget_anchor(home.as_deref(), &place, BOOK_ANCHOR);
     }
     for (c, by) in plan {
         book.append_book(c, by)?;
@@ -525,7 +529,7 @@ pub fn record(
             seq: tip.seq,
             hash: tip.hash,
         };
-        if let Err(e) = super::seal::anchor(&place, BOOK_ANCHOR, &head) {
+        if let Err(e) = super::seal::anchor(home.as_deref(), &place, BOOK_ANCHOR, &head) {
             crate::output::warn(&format!(
                 "could not anchor the principals book's log: {e:#}"
             ));

@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use std::fs;
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 pub(super) const KEY_FILE: &str = "audit.key";
 const ANCHORS_DIR: &str = "anchors";
@@ -204,29 +204,31 @@ pub struct Anchor {
 
 /// Where a run's anchor is kept: named by a hash of where the run's state is (a state.db's
 /// canonical path, or the server and database) and its id.
-fn anchor_path(place: &str, run_id: &str) -> Option<PathBuf> {
+/// `home` is the user's prose directory (`Wiring::home`).
+fn anchor_path(home: Option<&Path>, place: &str, run_id: &str) -> Option<PathBuf> {
     let name = crate::model::hex(&Sha256::digest(format!("{place}\n{run_id}").as_bytes()));
-    Some(prose_home()?.join(ANCHORS_DIR).join(&name[..32]))
+    Some(home?.join(ANCHORS_DIR).join(&name[..32]))
 }
 
 /// Forgets an anchor: for a chain that begins anew at its place (a principals book made where
 /// none was), which no earlier anchor speaks for.
-pub fn forget_anchor(place: &str, run_id: &str) {
-    if let Some(path) = anchor_path(place, run_id) {
+pub fn forget_anchor(home: Option<&Path>, place: &str, run_id: &str) {
+    if let Some(path) = anchor_path(home, place, run_id) {
         let _ = fs::remove_file(&path);
     }
 }
 
 /// The anchor of a run's chain on this machine, if any.
-pub fn anchored(place: &str, run_id: &str) -> Option<Anchor> {
-    let text = fs::read_to_string(anchor_path(place, run_id)?).ok()?;
+pub fn anchored(home: Option<&Path>, place: &str, run_id: &str) -> Option<Anchor> {
+    let text = fs::read_to_string(anchor_path(home, place, run_id)?).ok()?;
     serde_json::from_str(&text).ok()
 }
 
 /// Moves a run's anchor forward to `head` (never back: a concurrent writer may have anchored
 /// a newer row). Under an exclusive lock on the anchor file.
-pub fn anchor(place: &str, run_id: &str, head: &Anchor) -> Result<()> {
-    let path = anchor_path(place, run_id).ok_or_else(|| anyhow!("no prose home for anchors"))?;
+pub fn anchor(home: Option<&Path>, place: &str, run_id: &str, head: &Anchor) -> Result<()> {
+    let path =
+        anchor_path(home, place, run_id).ok_or_else(|| anyhow!("no prose home for anchors"))?;
     private_dir(path.parent().expect("anchors have a directory"))?;
     let mut file = owner_only()
         .read(true)
@@ -255,8 +257,8 @@ pub fn anchor(place: &str, run_id: &str, head: &Anchor) -> Result<()> {
 }
 
 /// Forgets a run's anchor (a new run made under an id and place that held one before).
-pub fn forget(place: &str, run_id: &str) {
-    if let Some(path) = anchor_path(place, run_id) {
+pub fn forget(home: Option<&Path>, place: &str, run_id: &str) {
+    if let Some(path) = anchor_path(home, place, run_id) {
         let _ = fs::remove_file(&path);
         let _ = fs::remove_file(path.with_extension("broken"));
     }
@@ -264,8 +266,8 @@ pub fn forget(place: &str, run_id: &str) {
 
 /// Records, outside the run, that this machine saw the row it anchored changed or gone: a
 /// log put back afterwards (the row restored, later rows cut) still fails verification here.
-pub fn mark_broken(place: &str, run_id: &str, why: &str) -> Result<()> {
-    let path = anchor_path(place, run_id)
+pub fn mark_broken(home: Option<&Path>, place: &str, run_id: &str, why: &str) -> Result<()> {
+    let path = anchor_path(home, place, run_id)
         .ok_or_else(|| anyhow!("no prose home for anchors"))?
         .with_extension("broken");
     private_dir(path.parent().expect("anchors have a directory"))?;
@@ -279,8 +281,8 @@ pub fn mark_broken(place: &str, run_id: &str, why: &str) -> Result<()> {
 }
 
 /// What this machine once saw broken in a run's log ([`mark_broken`]), if anything.
-pub fn seen_broken(place: &str, run_id: &str) -> Option<String> {
-    fs::read_to_string(anchor_path(place, run_id)?.with_extension("broken")).ok()
+pub fn seen_broken(home: Option<&Path>, place: &str, run_id: &str) -> Option<String> {
+    fs::read_to_string(anchor_path(home, place, run_id)?.with_extension("broken")).ok()
 }
 
 #[cfg(test)]

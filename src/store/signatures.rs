@@ -402,11 +402,10 @@ pub fn check(report: &mut ChainReport, rows: &[AuditRow], gates: &[GateRow], by:
 /// The signing key's file in the prose home of the user running `serve`.
 pub const KEY_FILE: &str = "serve-signing.key";
 
-/// The public key (`ed25519:HEX`) of this user's serve key, if it has one (nothing is made,
-/// nothing refused: a key that cannot be read is none).
-pub fn own_public() -> Option<String> {
-    let home = super::seal::prose_home()?;
-    let bytes = super::seal::read_secret(&home, KEY_FILE, "the signing key").ok()??;
+/// The public key (`ed25519:HEX`) of the serve key in the user's prose directory `home`, if
+/// it has one (nothing is made, nothing refused: a key that cannot be read is none).
+pub fn own_public(home: Option<&std::path::Path>) -> Option<String> {
+    let bytes = super::seal::read_secret(home?, KEY_FILE, "the signing key").ok()??;
     let secret: [u8; 32] = bytes.get(..32)?.try_into().ok()?;
     Some(public_tag(
         &ed25519_dalek::SigningKey::from_bytes(&secret).verifying_key(),

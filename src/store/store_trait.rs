@@ -376,7 +376,8 @@ pub trait Store: AgentStore + Rows + Snapshot {
         // log read after it holds every row it names. Read the other way round, a writer
         // committing and anchoring between the two reads looked like rows cut from the end.
         let run_id = self.run_info()?.id;
-        let anchor = seal::anchored(&self.place(), &run_id);
+        let home = self.wiring().home();
+        let anchor = seal::anchored(home.as_deref(), &self.place(), &run_id);
         // The log and the gates in one snapshot: a decision committed between the two reads
         // would otherwise show its row ahead of (or behind) its sealed events, as tampering.
         let (rows, gates) = super::consistent(self, |s| {
@@ -386,7 +387,7 @@ pub trait Store: AgentStore + Rows + Snapshot {
         let mut report = chain::check(&rows, &gates, Some(&run_id), key, anchor.as_ref());
         // What vouches for nothing: a run this machine saw broken, and one read where it must
         // not be written (a copy, a symlinked database), whose anchor is not its own.
-        let doubt = seal::seen_broken(&self.place(), &run_id).or_else(|| {
+        let doubt = seal::seen_broken(home.as_deref(), &self.place(), &run_id).or_else(|| {
             self.containment()
                 .map(|why| format!("not verified here: {why}"))
         });

@@ -16,6 +16,7 @@ use super::seal::Key;
 use super::sqlite::Watcher;
 use super::Kept;
 use anyhow::{anyhow, Result};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
@@ -30,6 +31,7 @@ pub struct Wiring {
     kept: Option<Pools>,
     left_to_exit: AtomicUsize,
     key: OnceLock<Key>,
+    home: Option<PathBuf>,
 }
 
 /// Told what a transaction caused, once its commit is durable.
@@ -101,6 +103,20 @@ impl Wiring {
         self
     }
 
+    /// The user's prose directory (the audit key, the anchors) is `home`, not the one the
+    /// environment names (`$PROSE_HOME/.prose`, else `~/.prose`): what a test in the same
+    /// process as others gives each of its users.
+    pub fn at_home(mut self, home: PathBuf) -> Self {
+        self.home = Some(home);
+        self
+    }
+
+    /// The user's prose directory: where the audit key, the anchors and the page's signing key
+    /// are.
+    pub fn home(&self) -> Option<PathBuf> {
+        self.home.clone().or_else(super::seal::prose_home)
+    }
+
     /// The wiring, for the rest of the process.
     pub fn leak(self) -> &'static Wiring {
         Box::leak(Box::new(self))
@@ -139,7 +155,7 @@ impl Wiring {
         if let Some(k) = self.key.get() {
             return Ok(k);
         }
-        let home = super::seal::prose_home().ok_or_else(|| {
+        let home = self.home().ok_or_else(|| {
             anyhow!("no home for the audit key: set PROSE_HOME or HOME (gate events are sealed with a key kept there)")
         })?;
         let key = match super::seal::read_key(&home)? {
@@ -159,7 +175,7 @@ impl Wiring {
         if let Some(k) = self.key.get() {
             return Ok(Some(k));
         }
-        let Some(home) = super::seal::prose_home() else {
+        let Some(home) = self.home() else {
             return Ok(None);
         };
         Ok(super::seal::read_key(&home)?.map(|key| self.key.get_or_init(|| key)))
