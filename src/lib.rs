@@ -30,6 +30,15 @@ pub mod testing {
     pub use crate::store::chain::{check, ChainReport, Derived, Integrity};
     pub use crate::store::seal::{read_key, Anchor, Key};
     pub use crate::store::{AuditRow, GateRow};
+    /// The store's rules, for the in-process tier (tests/store_tier.rs): a run's store opened
+    /// through a `Context` wired for one test, and its rules called as the commands call them.
+    pub mod store {
+        pub use crate::model::{sha256_tag, Principal};
+        pub use crate::store::effects::Event;
+        pub use crate::store::gate_read;
+        pub use crate::store::{AuditFilter, Created, Decided, Decision, NewGate, Store, Wiring};
+        pub use crate::team::Quorum;
+    }
     /// The principals book's log and how it is judged (tests/book_forgery.rs).
     pub mod book {
         pub use crate::store::book_log::{replay, sealed, BookEvent, BookState, Change, Voucher};

@@ -55,6 +55,7 @@ mod response_forgery;
 mod schema;
 mod serve;
 mod small_lies;
+mod store_tier;
 mod team;
 mod travel;
 mod vm_day;

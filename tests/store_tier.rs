@@ -1,0 +1,263 @@
+//! The in-process tier: the store's rules run against both backends in this process, with no
+//! binary started, each test with a wiring of its own (its own home for the audit key and the
+//! anchors, its own notices). What only a process shows (commands, exit codes, JSON, MCP, the
+//! page) stays in the binary tier.
+
+use crate::common::{on_both, Backend, Project};
+use prose_state::cli::{BackendArg, Global, InitArgs, PrincipalArg, TokenArg};
+use prose_state::context::Context;
+use prose_state::testing::store::{
+    gate_read, sha256_tag, AuditFilter, Created, Decided, Decision, Event, NewGate, Principal,
+    Quorum, Store, Wiring,
+};
+use prose_state::testing::GateStatus;
+use std::sync::{Arc, Mutex};
+
+const T0: &str = "2026-01-01 00:00:00";
+
+/// A run on `b`, made in-process, with what its commits announced.
+struct Tier {
+    p: Project,
+    ctx: Context,
+    heard: Arc<Mutex<Vec<(Event, String)>>>,
+}
+
+impl Tier {
+    fn on(b: Backend) -> Option<Tier> {
+        let p = Project::on(b)?;
+        let heard: Arc<Mutex<Vec<(Event, String)>>> = Arc::default();
+        let told = Arc::clone(&heard);
+        let wiring = Wiring::new()
+            .at_home(p.root().join("home/.prose"))
+            .announcing(move |notices| {
+                let mut told = told.lock().unwrap();
+                told.extend(notices.into_iter().map(|n| (n.event, n.gate.id)));
+            })
+            .leak();
+        let global = |run: Option<String>| Global {
+            root: Some(p.root().to_path_buf()),
+            run,
+            json: true,
+            busy_timeout: 5_000,
+        };
+        let init = InitArgs {
+            program: None,
+            run_id: None,
+            backend: match b {
+                Backend::Sqlite => BackendArg::Sqlite,
+                Backend::Postgres => BackendArg::Postgres,
+            },
+            quiet: true,
+            principal: PrincipalArg {
+                principal: Some("vm".into()),
+            },
+            token: TokenArg { token_file: None },
+        };
+        let made = prose_state::cmd::init::run(&init, &Context::resolve_in(&global(None), wiring))
+            .unwrap();
+        let ctx = Context::resolve_in(&global(Some(made.run_id)), wiring);
+        Some(Tier { p, ctx, heard })
+    }
+
+    fn store(&self) -> Box<dyn Store> {
+        self.ctx.the_run().unwrap().1
+    }
+
+    fn open(&self, id: &str, allow: &str, timeout_at: Option<&str>) -> Created {
+        self.open_asking(id, allow, timeout_at, Quorum::default())
+    }
+
+    fn open_asking(
+        &self,
+        id: &str,
+        allow: &str,
+        timeout_at: Option<&str>,
+        quorum: Quorum,
+    ) -> Created {
+        let prompt = format!("Ship {id}?");
+        self.store()
+            .create_gate(&NewGate {
+                id,
+                prompt: &prompt,
+                allow,
+                timeout: timeout_at.map(|_| "1h"),
+                timeout_at,
+                on_reject: None,
+                metadata: None,
+                reopen: false,
+                statement_index: None,
+                parent_execution: None,
+                prompt_hash: &sha256_tag(&prompt),
+                inputs: &[],
+                response_schema: None,
+                response_binding: None,
+                now: T0,
+                quorum,
+            })
+            .unwrap()
+    }
+
+    fn decide(&self, id: &str, who: &str, approve: bool, now: &str) -> Decided {
+        self.decide_as(id, who, false, approve, now)
+    }
+
+    /// A decision by `who`, authenticated (a token, or the page) or only claimed.
+    fn decide_as(
+        &self,
+        id: &str,
+        who: &str,
+        authenticated: bool,
+        approve: bool,
+        now: &str,
+    ) -> Decided {
+        let prompt = format!("Ship {id}?");
+        let principal = Principal::parse(who, "test").unwrap();
+        let roster = Ok(Default::default());
+        self.store()
+            .decide_gate(&Decision {
+                gate_id: id,
+                approve,
+                principal: &principal,
+                authenticated,
+                client: "cli",
+                comment: None,
+                prompt_hash: &sha256_tag(&prompt),
+                instance: None,
+                now,
+                signer: None,
+                inputs: None,
+                pins: None,
+                response: None,
+                edits: &[],
+                roster: &roster,
+            })
+            .unwrap()
+    }
+
+    /// The gate as a reader acts on it: its status and decider, and whether its row stands
+    /// against its sealed log.
+    fn read(&self, id: &str, now: &str) -> (GateStatus, Option<String>, bool) {
+        let read = gate_read::read(self.store().as_mut(), id, now)
+            .unwrap()
+            .unwrap();
+        let (status, by) = read.decision();
+        (status, by.map(str::to_string), read.tampered())
+    }
+
+    fn events(&self, id: &str) -> Vec<String> {
+        let filter = AuditFilter {
+            gate_id: Some(id),
+            ..AuditFilter::default()
+        };
+        let rows = self.store().audit(&filter).unwrap();
+        rows.into_iter().map(|r| r.event_type).collect()
+    }
+
+    fn heard(&self) -> Vec<(Event, String)> {
+        self.heard.lock().unwrap().clone()
+    }
+}
+
+/// The first decision decides; a second one finds it decided, changes nothing and is logged;
+/// the derivation says who decided; the commit that decided is announced once.
+fn the_first_decision_decides_and_a_second_is_only_logged(b: Backend) {
+    let Some(t) = Tier::on(b) else { return };
+    assert!(matches!(
+        t.open("ship", r#"["alice","bob"]"#, None),
+        Created::New(_)
+    ));
+    assert!(matches!(
+        t.decide("ship", "alice", true, T0),
+        Decided::Done(_)
+    ));
+    let before = t.events("ship");
+    assert!(matches!(
+        t.decide("ship", "bob", false, T0),
+        Decided::AlreadyResolved(_)
+    ));
+    assert_eq!(
+        t.read("ship", T0),
+        (GateStatus::Approved, Some("alice".into()), false)
+    );
+    let after = t.events("ship");
+    assert_eq!(after.len(), before.len() + 1, "{after:?}");
+    assert_eq!(
+        t.heard(),
+        [
+            (Event::Opened, "ship".to_string()),
+            (Event::Approved, "ship".to_string())
+        ]
+    );
+    // Sealed with the key in the test's own home, and anchored there.
+    let home = t.p.root().join("home/.prose");
+    assert!(home.join("audit.key").is_file());
+    assert!(std::fs::read_dir(home.join("anchors")).unwrap().count() > 0);
+}
+
+/// A quorum of two: one approval is counted, the same approver again counts once, a claim
+/// that no token backs counts for nothing, and a second approver decides the gate.
+fn a_quorum_counts_each_authenticated_approver_once(b: Backend) {
+    let Some(t) = Tier::on(b) else { return };
+    let two = Quorum {
+        require: 2,
+        ..Quorum::default()
+    };
+    t.open_asking("ship", r#"["alice","bob","carol"]"#, None, two);
+    assert!(matches!(
+        t.decide_as("ship", "alice", true, true, T0),
+        Decided::Counted { already: false, .. }
+    ));
+    assert!(matches!(
+        t.decide_as("ship", "alice", true, true, T0),
+        Decided::Counted { already: true, .. }
+    ));
+    assert!(matches!(
+        t.decide_as("ship", "carol", false, true, T0),
+        Decided::NotAuthenticated(_)
+    ));
+    assert_eq!(t.read("ship", T0), (GateStatus::Pending, None, false));
+    assert!(matches!(
+        t.decide_as("ship", "bob", true, true, T0),
+        Decided::Done(_)
+    ));
+    let (status, _, tampered) = t.read("ship", T0);
+    assert_eq!((status, tampered), (GateStatus::Approved, false));
+}
+
+/// A principal the allow list does not name decides nothing: the gate stays pending, and the
+/// attempt is logged.
+fn one_not_allowed_decides_nothing(b: Backend) {
+    let Some(t) = Tier::on(b) else { return };
+    t.open("ship", r#"["alice"]"#, None);
+    let before = t.events("ship");
+    assert!(matches!(
+        t.decide("ship", "mallory", true, T0),
+        Decided::NotAllowed(_)
+    ));
+    assert_eq!(t.read("ship", T0), (GateStatus::Pending, None, false));
+    assert_eq!(t.events("ship").len(), before.len() + 1);
+}
+
+/// A deadline passes at the sweep of the first reader after it, at the time that reader
+/// gives: before it the gate is pending; after it, timed out, and a decision finds it so.
+fn a_deadline_passes_at_the_time_given(b: Backend) {
+    let Some(t) = Tier::on(b) else { return };
+    t.open("ship", r#"["alice"]"#, Some("2026-01-01 01:00:00"));
+    assert_eq!(
+        t.read("ship", "2026-01-01 00:59:59"),
+        (GateStatus::Pending, None, false)
+    );
+    assert_eq!(t.read("ship", "2026-01-01 01:00:01").0, GateStatus::Timeout);
+    assert!(matches!(
+        t.decide("ship", "alice", true, "2026-01-01 01:00:02"),
+        Decided::AlreadyResolved(_)
+    ));
+    assert_eq!(t.read("ship", "2026-01-01 02:00:00").0, GateStatus::Timeout);
+}
+
+on_both!(
+    the_first_decision_decides_and_a_second_is_only_logged,
+    a_quorum_counts_each_authenticated_approver_once,
+    one_not_allowed_decides_nothing,
+    a_deadline_passes_at_the_time_given,
+);
