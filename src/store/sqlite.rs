@@ -153,6 +153,10 @@ impl SqliteStore {
         let conn = Connection::open_with_flags(path, flags)
             .map_err(|e| db_error(e, path, busy_ms))
             .with_context(|| format!("could not open state db: {}", path.display()))?;
+        // Room for every statement one command runs (a decision with an answer and an edit
+        // runs about 25): with rusqlite's 16, the least recently used were evicted and
+        // planned again within the same command.
+        conn.set_prepared_statement_cache_capacity(STATEMENTS_KEPT);
         let store = Self::over(conn, path, opts)?;
         // The write-ahead log stays when the last connection closes: every command is a
         // process of its own, and each was the last to close, so each checkpointed and
@@ -404,12 +408,14 @@ mod tx;
 
 pub use tx::SqliteTx;
 
+/// How many planned statements a connection keeps (see `Statements::prepared`).
+const STATEMENTS_KEPT: usize = 64;
+
 /// How a SQLite store and its transactions run a statement: each helper is one statement, its
-/// parameters and its row mapper, and maps the driver's error once, here (`db_error`). In a
-/// long-lived process (the MCP server, whose connections are kept) a statement goes through
-/// the connection's statement cache, so that it is compiled once rather than on every call; a
-/// command, which opens a state.db once, prepares it plainly (a cached statement is compiled
-/// as persistent, which costs more when it is used only once).
+/// parameters and its row mapper, and maps the driver's error once, here (`db_error`). Every
+/// statement goes through the connection's statement cache, so that it is planned once per
+/// connection: once per command, and once per kept connection in a long-lived process (the
+/// MCP server) rather than on every call.
 trait Statements {
     fn conn(&self) -> &Connection;
     fn error(&self, e: rusqlite::Error) -> anyhow::Error;
