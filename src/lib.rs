@@ -36,7 +36,9 @@ pub mod testing {
         pub use crate::model::{sha256_tag, Principal};
         pub use crate::store::effects::Event;
         pub use crate::store::gate_read;
-        pub use crate::store::{AuditFilter, Created, Decided, Decision, NewGate, Store, Wiring};
+        pub use crate::store::{
+            AuditFilter, Created, Decided, Decision, NewBinding, NewGate, Store, Wiring,
+        };
         pub use crate::team::Quorum;
     }
     /// The principals book's log and how it is judged (tests/book_forgery.rs).

@@ -7,8 +7,8 @@ use crate::common::{on_both, Backend, Project};
 use prose_state::cli::{BackendArg, Global, InitArgs, PrincipalArg, TokenArg};
 use prose_state::context::Context;
 use prose_state::testing::store::{
-    gate_read, sha256_tag, AuditFilter, Created, Decided, Decision, Event, NewGate, Principal,
-    Quorum, Store, Wiring,
+    gate_read, sha256_tag, AuditFilter, Created, Decided, Decision, Event, NewBinding, NewGate,
+    Principal, Quorum, Store, Wiring,
 };
 use prose_state::testing::GateStatus;
 use std::sync::{Arc, Mutex};
@@ -144,6 +144,35 @@ impl Tier {
         (status, by.map(str::to_string), read.tampered())
     }
 
+    /// Whether the gate's sealed log says its decision was consumed.
+    fn consumed(&self, id: &str, now: &str) -> bool {
+        let read = gate_read::read(self.store().as_mut(), id, now)
+            .unwrap()
+            .unwrap();
+        read.derived.consumed
+    }
+
+    /// Binds `name` at the root (compare-and-set on `if_version` when given).
+    fn bind(&self, name: &str, value: &str, if_version: Option<i64>) -> anyhow::Result<i64> {
+        let written = self.store().bind(
+            &NewBinding {
+                name,
+                execution_id: None,
+                kind: "let",
+                value,
+                source_statement: None,
+                attachment_path: None,
+                update: None,
+                if_version,
+                now: T0,
+                principal: "agent:writer",
+                key: None,
+            },
+            &mut || Ok(()),
+        )?;
+        Ok(written.version.unwrap())
+    }
+
     fn events(&self, id: &str) -> Vec<String> {
         let filter = AuditFilter {
             gate_id: Some(id),
@@ -255,9 +284,95 @@ fn a_deadline_passes_at_the_time_given(b: Backend) {
     assert_eq!(t.read("ship", "2026-01-01 02:00:00").0, GateStatus::Timeout);
 }
 
+/// A reminder falls due before the deadline and an escalation at it, each announced once
+/// however many sweeps pass; the escalated gate times out at its new deadline.
+fn sweeps_announce_a_reminder_and_an_escalation_once(b: Backend) {
+    let Some(t) = Tier::on(b) else { return };
+    let schedule = Quorum {
+        remind: vec![1800],
+        escalate_to: Some("bob".into()),
+        escalate_after: Some(3600),
+        ..Quorum::default()
+    };
+    t.open_asking(
+        "ship",
+        r#"["alice"]"#,
+        Some("2026-01-01 01:00:00"),
+        schedule,
+    );
+    let sweep = |now: &str| {
+        let s = t.store().sweep_timeouts(now).unwrap();
+        (s.reminders, s.escalated, s.timed_out)
+    };
+    assert_eq!(sweep("2026-01-01 00:29:59"), (0, 0, 0));
+    assert_eq!(sweep("2026-01-01 00:30:01"), (1, 0, 0));
+    assert_eq!(sweep("2026-01-01 00:30:02"), (0, 0, 0));
+    assert_eq!(sweep("2026-01-01 01:00:01"), (0, 1, 0));
+    assert_eq!(sweep("2026-01-01 01:00:02"), (0, 0, 0));
+    assert_eq!(t.read("ship", "2026-01-01 01:00:03").0, GateStatus::Pending);
+    assert_eq!(sweep("2026-01-01 02:00:02"), (0, 0, 1));
+    assert_eq!(t.read("ship", "2026-01-01 02:00:03").0, GateStatus::Timeout);
+    let heard: Vec<Event> = t.heard().into_iter().map(|(e, _)| e).collect();
+    assert_eq!(
+        heard,
+        [
+            Event::Opened,
+            Event::Reminder,
+            Event::Escalated,
+            Event::TimedOut
+        ]
+    );
+}
+
+/// A decision is consumed once: the first consumption seals it, a second finds it consumed
+/// and writes nothing, and the derivation says so.
+fn a_decision_is_consumed_once(b: Backend) {
+    let Some(t) = Tier::on(b) else { return };
+    t.open("ship", r#"["alice"]"#, None);
+    t.decide("ship", "alice", true, T0);
+    assert!(!t.consumed("ship", T0));
+    let consume = || {
+        t.store()
+            .consume_decision("ship", 1, &[], &[], "2026-01-01 00:00:05")
+            .unwrap()
+    };
+    assert!(consume());
+    let events = t.events("ship");
+    assert!(!consume());
+    assert_eq!(
+        t.events("ship"),
+        events,
+        "a second consumption writes nothing"
+    );
+    assert!(t.consumed("ship", T0));
+}
+
+/// A binding keeps each version it was written at, numbered from 1; a compare-and-set on a
+/// version no longer the newest writes nothing.
+fn a_binding_keeps_its_versions_and_a_stale_compare_and_set_writes_nothing(b: Backend) {
+    let Some(t) = Tier::on(b) else { return };
+    assert_eq!(t.bind("draft", "one", None).unwrap(), 1);
+    assert_eq!(t.bind("draft", "two", Some(1)).unwrap(), 2);
+    let versions = || {
+        let rows = t.store().binding_history("draft", None).unwrap();
+        rows.into_iter()
+            .map(|r| (r.n, r.principal, r.written_at))
+            .collect::<Vec<_>>()
+    };
+    let before = versions();
+    let who = Some("agent:writer".to_string());
+    let at = Some(T0.to_string());
+    assert_eq!(before, [(1, who.clone(), at.clone()), (2, who, at)]);
+    assert!(t.bind("draft", "three", Some(1)).is_err());
+    assert_eq!(versions(), before);
+}
+
 on_both!(
     the_first_decision_decides_and_a_second_is_only_logged,
     a_quorum_counts_each_authenticated_approver_once,
     one_not_allowed_decides_nothing,
     a_deadline_passes_at_the_time_given,
+    sweeps_announce_a_reminder_and_an_escalation_once,
+    a_decision_is_consumed_once,
+    a_binding_keeps_its_versions_and_a_stale_compare_and_set_writes_nothing,
 );
