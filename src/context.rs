@@ -42,9 +42,10 @@ pub struct Context {
 }
 
 impl Context {
-    /// The context of a command: the process's wiring made for it (see [`Self::resolve_in`]).
+    /// The context of a command (or the page): the process's wiring made for it (see
+    /// [`Self::resolve_in`]).
     pub fn resolve(g: &Global) -> Self {
-        Self::wired(g, |w| w)
+        Self::wired(g, Wiring::ending_soon)
     }
 
     /// The context of a long-lived process whose calls come one after another to the same

@@ -29,6 +29,8 @@ pub struct Wiring {
     notices: Option<Box<Announce>>,
     watcher: Option<Watcher>,
     kept: Option<Pools>,
+    /// A command's: it leaves its first few connections to its exit (see `leave_to_exit`).
+    ends_soon: bool,
     left_to_exit: AtomicUsize,
     key: OnceLock<Key>,
     home: Option<PathBuf>,
@@ -117,6 +119,14 @@ impl Wiring {
         self.home.clone().or_else(super::seal::prose_home)
     }
 
+    /// The process is a command, which ends once its work is done: it leaves its first few
+    /// connections to its exit, which frees what they hold at once, rather than close them
+    /// one by one (see `Drop for SqliteStore`).
+    pub fn ending_soon(mut self) -> Self {
+        self.ends_soon = true;
+        self
+    }
+
     /// The wiring, for the rest of the process.
     pub fn leak(self) -> &'static Wiring {
         Box::leak(Box::new(self))
@@ -143,10 +153,12 @@ impl Wiring {
         self.kept.as_ref()
     }
 
-    /// Whether a command may leave one more connection to its exit rather than close it (a
-    /// process that keeps connections never does: it lives on).
+    /// Whether the process may leave one more connection to its exit rather than close it:
+    /// only a command's ([`Self::ending_soon`]), and never one that keeps connections.
     pub(super) fn leave_to_exit(&self) -> bool {
-        !self.keeps() && self.left_to_exit.fetch_add(1, Ordering::Relaxed) < LEFT_MOST
+        self.ends_soon
+            && !self.keeps()
+            && self.left_to_exit.fetch_add(1, Ordering::Relaxed) < LEFT_MOST
     }
 
     /// The audit key, to seal with: read, or created on first use (mode 0600, in a 0700
