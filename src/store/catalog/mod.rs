@@ -225,14 +225,21 @@ fn sqlite_code(e: &anyhow::Error) -> Option<rusqlite::ErrorCode> {
 fn try_open(path: &Path, busy: Duration, create: bool) -> Result<Option<Connection>> {
     // Making the catalog changes its journal mode, and SQLite answers "locked" at once, not
     // after the busy timeout, to a connection that would wait for another doing the same: the
-    // whole open is tried again, within the timeout, until the maker has finished.
+    // whole open is tried again until the maker has finished, each try waiting only what is
+    // left of the timeout, so that the open as a whole waits no longer than it.
     let until = std::time::Instant::now() + busy;
     let mut pause = Duration::from_millis(1);
     loop {
-        match try_open_once(path, busy, create) {
-            Err(e) if is_busy(&e) && std::time::Instant::now() < until => {
-                std::thread::sleep(pause);
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        match try_open_once(path, left, create) {
+            Err(e) if is_busy(&e) && !left.is_zero() => {
+                std::thread::sleep(pause.min(left));
                 pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            // What the caller does with it next waits the whole timeout again.
+            Ok(Some(c)) => {
+                c.busy_timeout(busy)?;
+                return Ok(Some(c));
             }
             opened => return opened,
         }
