@@ -34,8 +34,12 @@ pub mod testing {
     /// through a `Context` wired for one test, and its rules called as the commands call them.
     pub mod store {
         pub use crate::model::{sha256_tag, Principal};
+        /// The principals book's rules: tokens issued and revoked through its sealed log.
+        pub use crate::services::auth::{authenticate, issue};
+        pub use crate::store::book_log::{ADD, REVOKE};
         pub use crate::store::effects::Event;
         pub use crate::store::gate_read;
+        pub use crate::store::principals::{record, PrincipalBook};
         pub use crate::store::{
             AuditFilter, Created, Decided, Decision, NewBinding, NewGate, Store, Wiring,
         };

@@ -367,6 +367,66 @@ fn a_binding_keeps_its_versions_and_a_stale_compare_and_set_writes_nothing(b: Ba
     assert_eq!(versions(), before);
 }
 
+/// A token is one the book's sealed log issued: issued, it authenticates; revoked, it does
+/// not; a principal's row added behind the log's back authenticates nothing, and the refusal
+/// changes nothing.
+fn a_token_is_one_the_books_log_issued(b: Backend) {
+    use prose_state::testing::book::Change;
+    use prose_state::testing::store::{authenticate, issue, record, PrincipalBook, ADD, REVOKE};
+    let Some(t) = Tier::on(b) else { return };
+    let mut book = t.ctx.principal_book(true).unwrap().unwrap();
+    let change = |event, principal, value| Change {
+        event,
+        principal,
+        grp: None,
+        value,
+        actor: Some("admin"),
+        at: T0,
+    };
+    let alice = Principal::parse("alice", "test").unwrap();
+    let (token, row) = issue(&alice, T0).unwrap();
+    let digest = sha256_tag(&row.token_hash);
+    let add = [change(ADD, Some("alice"), Some(digest.as_str()))];
+    record(
+        book.as_mut(),
+        &add,
+        None,
+        false,
+        &mut |b: &mut dyn PrincipalBook| b.add_principal(&row).map(drop),
+    )
+    .unwrap();
+    assert_eq!(
+        authenticate(book.as_mut(), &token).unwrap().as_str(),
+        "alice"
+    );
+    // Mallory's row, written straight into the book: its log never issued it.
+    let mallory = Principal::parse("mallory", "test").unwrap();
+    let (forged, row) = issue(&mallory, T0).unwrap();
+    assert!(book.add_principal(&row).unwrap());
+    let log = book.book_log().unwrap().len();
+    assert!(authenticate(book.as_mut(), &forged).is_err());
+    assert_eq!(
+        book.book_log().unwrap().len(),
+        log,
+        "a refusal writes nothing"
+    );
+    // The refusal is mallory's alone: the log is whole, and alice's token still counts.
+    assert_eq!(
+        authenticate(book.as_mut(), &token).unwrap().as_str(),
+        "alice"
+    );
+    let revoke = [change(REVOKE, Some("alice"), None)];
+    record(
+        book.as_mut(),
+        &revoke,
+        None,
+        false,
+        &mut |b: &mut dyn PrincipalBook| b.revoke_principal("alice", T0).map(drop),
+    )
+    .unwrap();
+    assert!(authenticate(book.as_mut(), &token).is_err());
+}
+
 on_both!(
     the_first_decision_decides_and_a_second_is_only_logged,
     a_quorum_counts_each_authenticated_approver_once,
@@ -375,4 +435,5 @@ on_both!(
     sweeps_announce_a_reminder_and_an_escalation_once,
     a_decision_is_consumed_once,
     a_binding_keeps_its_versions_and_a_stale_compare_and_set_writes_nothing,
+    a_token_is_one_the_books_log_issued,
 );
