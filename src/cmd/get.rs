@@ -271,23 +271,9 @@ pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got>
             )?;
             // A value a decision wrote (its statement `approve G:`) that no opening names: the
             // log holds G's opening, or rows were cut from its end and it vouches for nothing.
-            let decided = found.row.source_statement.as_deref();
-            if let (Some(gate), true) = (
-                decided.and_then(crate::store::rules::decided_by),
-                named_by_none,
-            ) {
-                let opened = store.audit(&crate::store::AuditFilter {
-                    gate_id: Some(gate),
-                    event: Some("created"),
-                    ..crate::store::AuditFilter::default()
-                })?;
-                if opened.is_empty() {
-                    return Err(crate::error::tampered(format!(
-                        "binding {} was written by gate {}'s decision, and the run's audit log holds no opening of that gate: rows were cut from the log behind prose-state's back (run `prose-state gates verify`)",
-                        shown(&args.name),
-                        shown(gate)
-                    )));
-                }
+            if let (Some(statement), true) = (found.row.source_statement.as_deref(), named_by_none)
+            {
+                crate::store::rules::decision_opening_kept(store, &args.name, statement)?;
             }
             // The version a sealed decision was about (an approver's edit among them) holds
             // what was decided.

@@ -112,13 +112,7 @@ pub fn check_response_binding_named(
     // vouches for no answer, exit 9), and the scopes its sealed openings answer into, read
     // through its moves, join those the narrow read found.
     let report = store.verify_audit()?;
-    if let Some(b) = &report.first_broken {
-        return Err(crate::error::tampered(format!(
-            "binding {} is a gate's answer, and the run's audit log is broken ({}): run `prose-state gates verify`",
-            shown(name),
-            b.reason
-        )));
-    }
+    log_whole(&report, name, "is a gate's answer")?;
     let mut named = named;
     for (gate, d) in &report.derived {
         for opening in d.earlier.iter().chain(std::iter::once(d)) {
@@ -208,13 +202,7 @@ fn answered_as_sealed(
     named: &[(String, Option<i64>)],
     scopes: &[Option<i64>],
 ) -> Result<()> {
-    if let Some(b) = &report.first_broken {
-        return Err(crate::error::tampered(format!(
-            "binding {} is a gate's answer, and the run's audit log is broken ({}): run `prose-state gates verify`",
-            shown(name),
-            b.reason
-        )));
-    }
+    log_whole(report, name, "is a gate's answer")?;
     for scope in scopes {
         let mut newest: Option<(i64, String, serde_json::Value)> = None;
         for (gate, _) in named.iter().filter(|(_, at)| at == scope) {
@@ -299,13 +287,7 @@ pub fn check_answer_version(
         return Ok(());
     }
     let report = store.verify_audit()?;
-    if let Some(b) = &report.first_broken {
-        return Err(crate::error::tampered(format!(
-            "binding {} is a gate's answer, and the run's audit log is broken ({}): run `prose-state gates verify`",
-            shown(name),
-            b.reason
-        )));
-    }
+    log_whole(&report, name, "is a gate's answer")?;
     // A version no sealed decision wrote there (nor `doctor --fix` restating the answer) is
     // the whole history's to judge (`store::kept`, which every read of the past runs).
     for gate in &named {
@@ -359,13 +341,7 @@ pub fn check_writers(
         return Ok(());
     }
     let report = store.verify_audit()?;
-    if let Some(b) = &report.first_broken {
-        return Err(crate::error::tampered(format!(
-            "binding {} was written by a gate's decision, and the run's audit log is broken ({}): run `prose-state gates verify`",
-            shown(name),
-            b.reason
-        )));
-    }
+    log_whole(&report, name, "was written by a gate's decision")?;
     // Version -> (the writer the log sealed, the gate, its bytes, the exact value if sealed).
     let sealed: std::collections::HashMap<i64, _> = super::kept::sealed_writes(&report)
         .into_iter()
@@ -433,4 +409,16 @@ pub fn decision_writes(store: &mut dyn Store) -> Result<DecisionWrites> {
         }
     }
     Ok(writes)
+}
+
+/// A broken log vouches for no answer (exit 9): `name` `is` what makes that matter.
+fn log_whole(report: &chain::ChainReport, name: &str, is: &str) -> Result<()> {
+    match &report.first_broken {
+        Some(b) => Err(crate::error::tampered(format!(
+            "binding {} {is}, and the run's audit log is broken ({}): run `prose-state gates verify`",
+            shown(name),
+            b.reason
+        ))),
+        None => Ok(()),
+    }
 }

@@ -18,7 +18,9 @@ mod run;
 mod sweep;
 
 pub use agents::{append_segment, remember};
-pub use bind::{bind, decided_by, prune_history, release_attachment, relink, HistoryPruned};
+pub use bind::{
+    bind, decision_opening_kept, prune_history, release_attachment, relink, HistoryPruned,
+};
 pub use executions::append_execution;
 pub use gates::{consume, create_gate, decide_gate, refuse_attempt, standing_tally, view_gate};
 pub use restore::{restore, restore_triggers, Restore};

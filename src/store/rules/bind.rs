@@ -14,6 +14,32 @@ pub fn decided_by(statement: &str) -> Option<&str> {
     statement.strip_prefix("approve ")?.strip_suffix(':')
 }
 
+/// What a decision wrote (under `statement`, `approve G:`) stands only while the log still
+/// holds G's opening: with it cut from the log's end, which gates answer into the binding
+/// cannot be told, and it vouches for nothing (exit 9). A binding no decision wrote passes.
+pub fn decision_opening_kept<R: crate::store::Rows + ?Sized>(
+    rows: &mut R,
+    name: &str,
+    statement: &str,
+) -> Result<()> {
+    let Some(gate) = decided_by(statement) else {
+        return Ok(());
+    };
+    let opened = rows.audit(&crate::store::AuditFilter {
+        gate_id: Some(gate),
+        event: Some("created"),
+        ..crate::store::AuditFilter::default()
+    })?;
+    if opened.is_empty() {
+        return Err(crate::error::tampered(format!(
+            "binding {} was written by gate {}'s decision, and the run's audit log holds no opening of that gate: rows were cut from the log behind prose-state's back (run `prose-state gates verify`)",
+            shown(name),
+            shown(gate)
+        )));
+    }
+    Ok(())
+}
+
 /// Upserts a binding. A `const` is not rebound in its scope. `publish` puts the attachment
 /// file in place after the checks and before the row is written, so no committed row ever
 /// points at a file that is missing or partial.
@@ -66,23 +92,8 @@ pub(super) fn write(
     // What a decision wrote (its statement `approve G:`) is overwritten only while the log
     // still holds G's opening: with it cut from the log's end, which gates answer into this
     // binding cannot be told, and nothing is written over it (exit 9).
-    if let Some(gate) = existing
-        .as_ref()
-        .and_then(|h| h.3.as_deref())
-        .and_then(decided_by)
-    {
-        let opened = tx.audit(&crate::store::AuditFilter {
-            gate_id: Some(gate),
-            event: Some("created"),
-            ..crate::store::AuditFilter::default()
-        })?;
-        if opened.is_empty() {
-            return Err(crate::error::tampered(format!(
-                "binding {} was written by gate {}'s decision, and the run's audit log holds no opening of that gate: rows were cut from the log behind prose-state's back (run `prose-state gates verify`)",
-                shown(b.name),
-                shown(gate)
-            )));
-        }
+    if let Some(statement) = existing.as_ref().and_then(|h| h.3.as_deref()) {
+        decision_opening_kept(&mut **tx, b.name, statement)?;
     }
     // Compare-and-set on the binding's own version, as `history` numbers it (0: no binding of
     // the name in this scope). Versions are never renumbered (pruning keeps the newest), so
