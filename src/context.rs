@@ -57,11 +57,7 @@ impl Context {
     /// The process's wiring, made once where it starts: commits announced to the project's
     /// hook (`notify`), and each run's commits watched by the project catalog.
     fn wired(g: &Global, shape: impl FnOnce(Wiring) -> Wiring) -> Self {
-        let root = g.root.clone().or_else(discover_root);
-        let runs_dir = run::runs_dir(root.as_deref());
-        let prose_dir = runs_dir
-            .parent()
-            .map_or_else(|| PathBuf::from(".prose"), Path::to_path_buf);
+        let (root, runs_dir, prose_dir) = places(g);
         let wiring = Wiring::new()
             .announcing(crate::services::notify::announcer(&prose_dir))
             .watching(crate::store::catalog::watch);
@@ -70,11 +66,7 @@ impl Context {
 
     /// The context of one call in a process already wired (each MCP call, with the server's).
     pub fn resolve_in(g: &Global, wiring: &'static Wiring) -> Self {
-        let root = g.root.clone().or_else(discover_root);
-        let runs_dir = run::runs_dir(root.as_deref());
-        let prose_dir = runs_dir
-            .parent()
-            .map_or_else(|| PathBuf::from(".prose"), Path::to_path_buf);
+        let (root, runs_dir, prose_dir) = places(g);
         Self::at(g, root, runs_dir, prose_dir, wiring)
     }
 
@@ -514,6 +506,17 @@ pub fn copy_refusal(dir: &Path, recorded: &str) -> String {
         shown(recorded),
         dir.display()
     )
+}
+
+/// The project root (given, or found from the working directory), its runs directory and its
+/// `.prose` directory.
+fn places(g: &Global) -> (Option<PathBuf>, PathBuf, PathBuf) {
+    let root = g.root.clone().or_else(discover_root);
+    let runs_dir = run::runs_dir(root.as_deref());
+    let prose_dir = runs_dir
+        .parent()
+        .map_or_else(|| PathBuf::from(".prose"), Path::to_path_buf);
+    (root, runs_dir, prose_dir)
 }
 
 /// The project root when none is given: the nearest directory, from the current one up,

@@ -86,7 +86,8 @@ pub const AGENTS: Schema = Schema {
 
 pub struct SqliteStore {
     /// What the process carries to its stores (kept connections, the audit key, …).
-    pub(super) wiring: &'static super::Wiring,
+    /// How it was opened (its busy timeout, its process's wiring), kept whole.
+    pub(super) opts: OpenOptions,
     /// Taken by `Drop`: a long-lived process keeps it for the next open.
     conn: super::Held<Connection>,
     /// Whether the connection may be kept for the next open of the same file: it was opened
@@ -94,7 +95,6 @@ pub struct SqliteStore {
     /// query_only and an authorizer; an older file's read shims are temporary views).
     poolable: bool,
     path: PathBuf,
-    busy_ms: u128,
     schema: &'static Schema,
     /// What this build may do with the file (see `sqlite_schema`).
     access: Access,
@@ -143,6 +143,15 @@ pub fn configure() {
 }
 
 impl SqliteStore {
+    /// The busy timeout in milliseconds, as errors name it.
+    fn busy_ms(&self) -> u128 {
+        self.opts.busy_timeout.as_millis()
+    }
+
+    fn wiring_of(&self) -> &'static super::Wiring {
+        self.opts.wiring
+    }
+
     fn connect(path: &Path, opts: OpenOptions, create: bool) -> Result<Self> {
         configure();
         let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -216,14 +225,13 @@ impl SqliteStore {
             conn: super::Held::new(conn),
             poolable: false,
             path: path.to_path_buf(),
-            busy_ms: opts.busy_timeout.as_millis(),
             schema: &STATE,
             access: Access::Current,
             version: SCHEMA_VERSION,
             watch: None,
             touched: Arc::default(),
             writes_refused: None,
-            wiring: opts.wiring,
+            opts,
         };
         store
             .conn
@@ -236,7 +244,8 @@ impl SqliteStore {
     pub fn create(path: &Path, run: &NewRun, opts: OpenOptions) -> Result<Self> {
         let mut store = Self::connect(path, opts, true)?;
         store.set_wal()?;
-        let err = |e| db_error(e, path, store.busy_ms);
+        let busy_ms = store.busy_ms();
+        let err = |e| db_error(e, path, busy_ms);
         let tx = store
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -357,7 +366,7 @@ impl SqliteStore {
         }
         let version = sqlite_schema::decode(stamp).version;
         let path = self.path.clone();
-        let busy_ms = self.busy_ms;
+        let busy_ms = self.busy_ms();
         let err = |e| db_error(e, &path, busy_ms);
         self.access = sqlite_schema::check(&self.conn, self.schema, &self.path, &err)?;
         self.version = version;
@@ -370,7 +379,7 @@ impl SqliteStore {
 
     fn upgrade(&mut self, allow_rebuild: bool) -> Result<()> {
         let path = self.path.clone();
-        let busy_ms = self.busy_ms;
+        let busy_ms = self.busy_ms();
         let err = |e| db_error(e, &path, busy_ms);
         sqlite_schema::upgrade(&mut self.conn, self.schema, &path, &err, allow_rebuild)?;
         self.access = Access::Current;
@@ -678,7 +687,7 @@ macro_rules! sqlite_rows {
             }
 
             fn wiring(&self) -> &'static super::Wiring {
-                self.wiring
+                self.wiring_of()
             }
         }
     };
@@ -693,7 +702,7 @@ impl Statements for SqliteStore {
     }
 
     fn error(&self, e: rusqlite::Error) -> anyhow::Error {
-        db_error(e, &self.path, self.busy_ms)
+        db_error(e, &self.path, self.busy_ms())
     }
 }
 
@@ -705,7 +714,7 @@ impl Drop for SqliteStore {
         // A connection in a transaction (an error left it open) is closed, which rolls it
         // back; so is one whose settings a command changed.
         if self.poolable && conn.is_autocommit() {
-            pool::give(self.wiring, &self.path, conn);
+            pool::give(self.opts.wiring, &self.path, conn);
             return;
         }
         // A command's last act on a log grown past LOG_MOST: fold it in and truncate it (see
@@ -723,7 +732,7 @@ impl Drop for SqliteStore {
         // Nothing durable waits on a close: every commit was synced, the log is not
         // checkpointed at a close (`connect`), and the locks go with the process. A command
         // that opens many stores (`doctor`, a listing) closes the rest as they go.
-        if conn.is_autocommit() && self.wiring.leave_to_exit() {
+        if conn.is_autocommit() && self.opts.wiring.leave_to_exit() {
             std::mem::forget(conn);
         }
     }

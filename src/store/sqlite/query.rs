@@ -20,6 +20,7 @@ impl SqliteStore {
         // The shape first, with no authorizer: more than one statement, or SQL that does
         // not parse, is a usage error (exit 2) whatever the statements would do. Preparing
         // runs nothing.
+        let (path, busy_ms) = (self.path.clone(), self.busy_ms());
         let invalid = |e: rusqlite::Error| match e {
             rusqlite::Error::MultipleStatement => usage("query takes exactly one SQL statement"),
             // SQLite itself refuses some functions (load_extension) when preparing.
@@ -35,7 +36,7 @@ impl SqliteStore {
             rusqlite::Error::SqliteFailure(f, Some(msg)) if f.code == ErrorCode::Unknown => {
                 usage(format!("invalid SQL ({msg}): {}", shown(sql)))
             }
-            other => db_error(other, &self.path, self.busy_ms),
+            other => db_error(other, &path, busy_ms),
         };
         // The guards below change this connection for good: it is never kept.
         self.poolable = false;
@@ -131,7 +132,7 @@ impl SqliteStore {
                 "a value over {} bytes",
                 crate::store::QUERY_MOST_BYTES
             )),
-            _ => db_error(e, &self.path, self.busy_ms),
+            _ => db_error(e, &self.path, self.busy_ms()),
         };
         let mut budget = crate::store::QueryBudget::new(&columns, start, limit);
         let mut rows = stmt.query([]).map_err(stopped)?;

@@ -25,11 +25,11 @@ impl AgentStore for SqliteStore {
         self.prepare_write()?;
         let is_state = std::ptr::eq(self.schema, &STATE);
         if is_state && self.watch.is_none() {
-            let opts = crate::store::OpenOptions {
-                busy_timeout: std::time::Duration::from_millis(self.busy_ms as u64),
-                wiring: self.wiring,
-            };
-            self.watch = self.wiring.watcher().and_then(|w| w(&self.path, opts));
+            self.watch = self
+                .opts
+                .wiring
+                .watcher()
+                .and_then(|w| w(&self.path, self.opts));
         }
         // Which statements a watcher must hear of is said once, by the tables they change.
         self.touched.store(false, Ordering::Relaxed);
@@ -45,27 +45,27 @@ impl AgentStore for SqliteStore {
                 ))
                 .map_err(|e| self.error(e))?;
         }
+        let busy_ms = self.busy_ms();
         let SqliteStore {
             conn,
             path,
-            busy_ms,
             watch,
             touched,
-            wiring,
+            opts,
             ..
         } = self;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| db_error(e, path, *busy_ms))?;
+            .map_err(|e| db_error(e, path, busy_ms))?;
         Ok(Box::new(SqliteTx {
             tx,
             path,
-            busy_ms: *busy_ms,
+            busy_ms,
             is_state,
             watch: watch.as_mut(),
             touched,
             seen: Default::default(),
-            wiring,
+            wiring: opts.wiring,
         }))
     }
 

@@ -42,6 +42,12 @@ pub(super) struct Seen {
     history_head: Option<(String, i64, Option<i64>)>,
 }
 
+impl SqliteTx<'_> {
+    pub(super) fn wiring_of(&self) -> &'static crate::store::Wiring {
+        self.wiring
+    }
+}
+
 impl Statements for SqliteTx<'_> {
     fn conn(&self) -> &Connection {
         &self.tx
