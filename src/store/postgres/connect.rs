@@ -119,23 +119,113 @@ pub(super) fn connect_error(e: &postgres::Error, url: &str, shown_url: &str) -> 
 }
 
 /// Connects with TLS unless the URL says `sslmode=disable`: TLS through rustls, verifying the
-/// server against the system's trusted roots (loaded only here, when a connection needs them).
+/// server against the system's trusted roots (see [`tls`]).
 pub(super) fn connect_client(url: &str) -> Result<Client, postgres::Error> {
-    let disabled = url
-        .split_once('?')
-        .is_some_and(|(_, q)| q.split('&').any(|kv| kv == "sslmode=disable"));
-    if disabled {
+    if tls_disabled(url) {
         return Client::connect(url, postgres::NoTls);
     }
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    Client::connect(url, tokio_postgres_rustls::MakeRustlsConnect::new(tls()))
+}
+
+/// Whether the URL says `sslmode=disable`.
+pub(super) fn tls_disabled(url: &str) -> bool {
+    url.split_once('?')
+        .is_some_and(|(_, q)| q.split('&').any(|kv| kv == "sslmode=disable"))
+}
+
+/// The client's TLS: the server's certificate verified against the system's trusted roots,
+/// read when there is a certificate to verify. A server that answers the default
+/// `sslmode=prefer` without TLS costs no read of the roots (about 300 files and their
+/// parsing, at every command).
+pub(super) fn tls() -> rustls::ClientConfig {
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
+    let verifier = RootsWhenAsked {
+        provider: provider.clone(),
+        webpki: std::sync::OnceLock::new(),
+    };
+    rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .expect("ring supports the default TLS versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Client::connect(url, tokio_postgres_rustls::MakeRustlsConnect::new(config))
+        .dangerous()
+        .with_custom_certificate_verifier(std::sync::Arc::new(verifier))
+        .with_no_client_auth()
+}
+
+/// rustls's own verifier over the system's roots, made at the first certificate it is asked
+/// about; the handshake's signatures are checked as that verifier checks them.
+#[derive(Debug)]
+struct RootsWhenAsked {
+    provider: std::sync::Arc<rustls::crypto::CryptoProvider>,
+    webpki: std::sync::OnceLock<Option<std::sync::Arc<rustls::client::WebPkiServerVerifier>>>,
+}
+
+impl rustls::client::danger::ServerCertVerifier for RootsWhenAsked {
+    fn verify_server_cert(
+        &self,
+        end_entity: &rustls::pki_types::CertificateDer<'_>,
+        intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        server_name: &rustls::pki_types::ServerName<'_>,
+        ocsp_response: &[u8],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        let webpki = self.webpki.get_or_init(|| {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+            rustls::client::WebPkiServerVerifier::builder_with_provider(
+                std::sync::Arc::new(roots),
+                self.provider.clone(),
+            )
+            .build()
+            .ok()
+        });
+        match webpki {
+            Some(webpki) => webpki.verify_server_cert(
+                end_entity,
+                intermediates,
+                server_name,
+                ocsp_response,
+                now,
+            ),
+            // No trusted root at all: no certificate is trusted.
+            None => Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::UnknownIssuer,
+            )),
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
 }
 
 pub(super) fn map_err(e: postgres::Error, shown_url: &str, busy_ms: u64) -> anyhow::Error {

@@ -447,21 +447,12 @@ fn vetting_client(url: &str, trees: Arc<Mutex<Vec<String>>>) -> Result<Client, p
             }
         }
     });
-    let disabled = url
-        .split_once('?')
-        .is_some_and(|(_, q)| q.split('&').any(|kv| kv == "sslmode=disable"));
-    if disabled {
+    if super::connect::tls_disabled(url) {
         return config.connect(postgres::NoTls);
     }
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default TLS versions")
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls))
+    config.connect(tokio_postgres_rustls::MakeRustlsConnect::new(
+        super::connect::tls(),
+    ))
 }
 
 /// The roles a `query` session could act as that it must not: every role reachable by
