@@ -52,6 +52,86 @@ pub mod testing {
         pub use crate::store::signatures::{book_message, SignsBook};
     }
 
+    /// Commands run in the test's own process, as the binary runs them with `--json`: for a
+    /// property test whose point is a rule (a wait's derivation after raw SQL, say), where a
+    /// process per step would cost more than the rule. What only a process shows (its exit,
+    /// its streams, its environment) stays with the binary.
+    pub mod commands {
+        use crate::cmd::{Run, Sink};
+        use crate::context::Context;
+        use crate::output::Render;
+        use crate::store::Wiring;
+        use std::path::Path;
+
+        /// A command's outcome: its exit code, and its `--json` document (or its error's line).
+        #[derive(Debug)]
+        pub struct Ran {
+            pub code: u8,
+            pub json: serde_json::Value,
+            pub error: Option<String>,
+        }
+
+        /// The wiring a command of the project at `root` is given (its commits announced to
+        /// the project's hook, its runs watched by the catalog), with `home` as the user's
+        /// prose directory (the audit key, the anchors): made once per project. It keeps
+        /// connections between commands, as the MCP server's does.
+        pub fn wiring(root: &Path, home: &Path) -> &'static Wiring {
+            Wiring::new()
+                .announcing(crate::services::notify::announcer(&root.join(".prose")))
+                .watching(crate::store::catalog::watch)
+                .at_home(home.to_path_buf())
+                .keeping()
+                .leak()
+        }
+
+        /// `prose-state --json --root ROOT ARGS…` run in this process with `wiring`. A
+        /// command that reads standard input or follows a log is not for here.
+        pub fn run(root: &Path, args: &[&str], wiring: &'static Wiring) -> Ran {
+            use clap::Parser;
+            let root_flag = format!("--root={}", root.display());
+            let argv = ["prose-state", "--json", root_flag.as_str()]
+                .into_iter()
+                .chain(args.iter().copied());
+            let cli = match crate::cli::Cli::try_parse_from(argv) {
+                Ok(cli) => cli,
+                Err(e) => return failed(2, e.to_string()),
+            };
+            let ctx = Context::resolve_in(&cli.global, wiring).stdin_is_protocol();
+            match crate::cmd::dispatch(&cli.command, &ctx, &mut Taken) {
+                Some(ran) => ran,
+                None => failed(2, "not a command run here".into()),
+            }
+        }
+
+        fn failed(code: u8, error: String) -> Ran {
+            Ran {
+                code,
+                json: serde_json::Value::Null,
+                error: Some(error),
+            }
+        }
+
+        struct Taken;
+
+        impl Sink for Taken {
+            type Out = Ran;
+            fn take<R: Run>(&mut self, command: &R, ctx: &Context) -> Ran {
+                match command.run(ctx) {
+                    Ok(out) => Ran {
+                        code: out.exit_code() as u8,
+                        json: serde_json::to_value(&out).unwrap_or_default(),
+                        error: None,
+                    },
+                    Err(e) => {
+                        let code =
+                            crate::error::code_of(&e).unwrap_or(crate::error::Code::Error) as u8;
+                        failed(code, format!("{e:#}"))
+                    }
+                }
+            }
+        }
+    }
+
     /// [`check`]'s report, with every approval and rejection checked for a signature by the
     /// page's public key (`ed25519:HEX`) for the project at `place`, as `gates verify
     /// --signed` checks them.

@@ -1542,6 +1542,10 @@ fn raw_mutation(
     }
 }
 
+/// Raw SQL over a fixture built through the binary, then the tool's decisions, waits, reads
+/// and verification run in this process (`Run::here`: the commands as the binary runs them,
+/// without a process per step); `a_raw_decision_below_the_chain_is_never_a_decision` and the
+/// rest keep the same judgements through the binary.
 fn no_raw_sql_makes_gates_wait_accept_a_decision(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let cases = count("PROSE_FORGERY_BINARY_CASES", 100);
@@ -1599,17 +1603,13 @@ fn no_raw_sql_makes_gates_wait_accept_a_decision(b: Backend) {
         if rng.random_bool(0.8) {
             let g = focus.clone();
             let by = *pick(&mut rng, &["alice", "agent:sbot", "agent:sbot", "mallory"]);
-            let decided = run
-                .cmd()
-                .args(["approve", &g, "--as", by, "--yes"])
-                .output()
-                .unwrap();
+            let decided = run.here(&["approve", &g, "--as", by, "--yes"]).code;
             let really_pending = match g.as_str() {
                 "pending" => Some(1),
                 "reopened" => Some(2),
                 _ => None,
             };
-            if let (Some(0), Some(instance)) = (decided.status.code(), really_pending) {
+            if let (0, Some(instance)) = (decided, really_pending) {
                 if !by.starts_with("agent:") {
                     truth.insert(g.clone(), (instance, by.to_string()));
                 }
@@ -1618,13 +1618,9 @@ fn no_raw_sql_makes_gates_wait_accept_a_decision(b: Backend) {
         }
         let now = gate_rows(&run, "gates");
         for g in &now {
-            let out = run
-                .cmd()
-                .args(["gates", "wait", &g.id, "--timeout", "0", "--json"])
-                .output()
-                .unwrap();
-            if out.status.code() == Some(0) {
-                let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let out = run.here(&["gates", "wait", &g.id, "--timeout", "0"]);
+            if out.code == 0 {
+                let v = out.json;
                 let by = v["resolved_by"].as_str().unwrap_or_default().to_string();
                 assert_eq!(
                     truth.get(&g.id),
@@ -1676,31 +1672,19 @@ fn no_raw_sql_makes_gates_wait_accept_a_decision(b: Backend) {
             }
         }
         // The decided version of the input reads as decided, or not at all (exit 9).
-        let got = run
-            .cmd()
-            .args(["get", "topic", "--version", "1"])
-            .output()
-            .unwrap();
-        if got.status.code() == Some(0) {
+        let got = run.here(&["get", "topic", "--version", "1"]);
+        if got.code == 0 {
             assert_eq!(
-                String::from_utf8_lossy(&got.stdout),
-                "good",
+                got.json["value"], "good",
                 "{b:?}: seed {seed}: the decided version reads otherwise after: {sql}"
             );
         } else {
-            assert_eq!(got.status.code(), Some(9), "{b:?}: seed {seed}: {sql}");
+            assert_eq!(got.code, 9, "{b:?}: seed {seed}: {sql}: {got:?}");
         }
         if changed || sql.contains("binding_history") {
-            let code = run
-                .cmd()
-                .args(["gates", "verify"])
-                .output()
-                .unwrap()
-                .status
-                .code();
+            let code = run.here(&["gates", "verify"]).code;
             assert_eq!(
-                code,
-                Some(9),
+                code, 9,
                 "{b:?}: seed {seed}: verify did not find a changed sealed row after: {sql}"
             );
         }

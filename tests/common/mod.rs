@@ -357,6 +357,9 @@ impl Project {
     /// Puts the project back as it was at `snap`: every file the commands since wrote or
     /// removed, and the database.
     pub fn restore(&self, snap: &Snapshot) {
+        // In-process commands start again with a wiring of their own: the connections the
+        // last one kept were to what is replaced here.
+        wirings().remove(self.root());
         for entry in std::fs::read_dir(self.root()).unwrap() {
             let path = entry.unwrap().path();
             if std::fs::symlink_metadata(&path).unwrap().is_dir() {
@@ -434,7 +437,40 @@ pub struct Before {
     gate: String,
 }
 
+type Wirings = std::collections::HashMap<PathBuf, &'static prose_state::testing::store::Wiring>;
+
+/// The wirings in-process commands use, one per project (as a process makes one), until the
+/// project is restored from a snapshot: a wiring keeps its connections, and a restore replaces
+/// the files and the database they were to.
+fn wirings() -> std::sync::MutexGuard<'static, Wirings> {
+    static WIRINGS: std::sync::OnceLock<std::sync::Mutex<Wirings>> = std::sync::OnceLock::new();
+    WIRINGS.get_or_init(Default::default).lock().unwrap()
+}
+
+/// The wiring of the project at `root`: its home is the one the binary's commands see.
+fn wiring_of(root: &Path) -> &'static prose_state::testing::store::Wiring {
+    wirings().entry(root.to_path_buf()).or_insert_with(|| {
+        prose_state::testing::commands::wiring(root, &test_home(root).join(".prose"))
+    })
+}
+
 impl Run {
+    /// `prose-state --json --run ID ARGS…` run in the test's own process (see
+    /// `prose_state::testing::commands`): for a property whose point is a rule, not the
+    /// process. It reads no stdin and sees no moved clock, so a project whose clock moved
+    /// refuses it.
+    pub fn here(&self, args: &[&str]) -> prose_state::testing::commands::Ran {
+        assert!(
+            !self.root.join(CLOCK_FILE).exists(),
+            "a command run in-process does not see the project's moved clock"
+        );
+        let run = format!("--run={}", self.id);
+        let args: Vec<&str> = std::iter::once(run.as_str())
+            .chain(args.iter().copied())
+            .collect();
+        prose_state::testing::commands::run(&self.root, &args, wiring_of(&self.root))
+    }
+
     /// The binary with `--run ID` in the project root.
     pub fn cmd(&self) -> Command {
         let mut c = Command::new(BIN);
