@@ -175,7 +175,7 @@ fn change_book(
     changes: &[Change],
     mut rows: impl FnMut(&mut dyn PrincipalBook) -> Result<()>,
 ) -> Result<()> {
-    let signer = Signer::load(book.wiring().home().as_deref())?;
+    let signer = Signer::load(book.wiring())?;
     record(book, changes, signer_of(&signer), false, &mut rows)
 }
 
@@ -355,11 +355,9 @@ impl super::Run for PrincipalsArgs {
                 let signed = match (&r.key, r.signed) {
                     (_, false) => None,
                     (Some(k), true) => Some(public_tag(&parse_public(k)?)),
-                    (None, true) => {
-                        Some(Signer::load_or_create(ctx.opts.wiring.home().as_deref())?.public)
-                    }
+                    (None, true) => Some(Signer::load_or_create(ctx.opts.wiring)?.public),
                 };
-                let signer = Signer::load(ctx.opts.wiring.home().as_deref())?;
+                let signer = Signer::load(ctx.opts.wiring)?;
                 // About to pin its own key: read as the key's holder reads a book it will
                 // vouch for.
                 let before = match signer.as_ref().zip(signed.as_deref()) {
@@ -437,7 +435,7 @@ impl super::Run for PrincipalsArgs {
             Some(PrincipalsCommand::Rebind) => {
                 let mut book = book.expect("made for a write");
                 let here = book.identity(true)?;
-                let signer = Signer::load(ctx.opts.wiring.home().as_deref())?;
+                let signer = Signer::load(ctx.opts.wiring)?;
                 let bound_before = match crate::store::principals::book_state(book.as_mut())? {
                     Ok(s) => s.bound,
                     Err(_) => None,

@@ -52,7 +52,7 @@ const SCRIPT: &str = include_str!("app.js");
 
 /// Runs the server until it is killed.
 pub fn serve(args: &ServeArgs, _global: &Global, ctx: Context) -> Result<()> {
-    let signer = crate::services::sign::Signer::load_or_create(ctx.opts.wiring.home().as_deref())?;
+    let signer = crate::services::sign::Signer::load_or_create(ctx.opts.wiring)?;
     if args.show_key {
         println!("{}", signer.public);
         return Ok(());

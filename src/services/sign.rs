@@ -30,20 +30,34 @@ pub struct Signer {
 }
 
 impl Signer {
-    /// The key in the user's prose directory `home` (`Wiring::home`): read, or made on first
-    /// use.
-    pub fn load_or_create(home: Option<&std::path::Path>) -> Result<Signer> {
-        let home = home.ok_or_else(|| {
+    /// The key in the user's prose directory (`Wiring::home`): read, or made on first use.
+    pub fn load_or_create(wiring: &crate::store::Wiring) -> Result<Signer> {
+        let home = wiring.home().ok_or_else(|| {
             anyhow!("no home for the signing key: set PROSE_HOME or HOME (serve signs decisions with a key kept there)")
         })?;
         let what = "the signing key";
-        let bytes = match crate::store::seal::read_secret(home, KEY_FILE, what)? {
+        let bytes = match crate::store::seal::read_secret(&home, KEY_FILE, what)? {
             Some(b) => b,
-            None => crate::store::seal::create_secret(home, KEY_FILE, what)?,
+            None => crate::store::seal::create_secret(&home, KEY_FILE, what)?,
         };
-        let secret: [u8; 32] = bytes[..32]
-            .try_into()
-            .map_err(|_| anyhow!("{what} is not 32 bytes"))?;
+        Signer::from_secret(&bytes)
+    }
+
+    /// The key in the user's prose directory, if it has one (nothing is made).
+    pub fn load(wiring: &crate::store::Wiring) -> Result<Option<Signer>> {
+        let Some(home) = wiring.home() else {
+            return Ok(None);
+        };
+        crate::store::seal::read_secret(&home, KEY_FILE, "the signing key")?
+            .map(|bytes| Signer::from_secret(&bytes))
+            .transpose()
+    }
+
+    fn from_secret(bytes: &[u8]) -> Result<Signer> {
+        let secret: [u8; 32] = bytes
+            .get(..32)
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| anyhow!("the signing key is not 32 bytes"))?;
         let key = SigningKey::from_bytes(&secret);
         let public = public_tag(&key.verifying_key());
         Ok(Signer {
@@ -51,19 +65,6 @@ impl Signer {
             public,
             place: None,
         })
-    }
-}
-
-impl Signer {
-    /// The key in the user's prose directory `home`, if it has one (nothing is made).
-    pub fn load(home: Option<&std::path::Path>) -> Result<Option<Signer>> {
-        let Some(home) = home else {
-            return Ok(None);
-        };
-        match crate::store::seal::read_secret(home, KEY_FILE, "the signing key")? {
-            Some(_) => Signer::load_or_create(Some(home)).map(Some),
-            None => Ok(None),
-        }
     }
 }
 
