@@ -71,6 +71,19 @@ pub(super) fn write(
     publish: &mut dyn FnMut() -> Result<()>,
     writer: Writer<'_>,
 ) -> Result<BindOutcome> {
+    let existing = tx.binding_head(b.name, b.execution_id)?;
+    write_over(tx, b, publish, writer, existing)
+}
+
+/// [`write`], over the binding's head as this transaction already read it (an edit reads it
+/// for the kind it keeps).
+pub(super) fn write_over(
+    tx: &mut Txn<'_>,
+    b: &NewBinding,
+    publish: &mut dyn FnMut() -> Result<()>,
+    writer: Writer<'_>,
+    existing: Option<crate::store::BindingHead>,
+) -> Result<BindOutcome> {
     if writer == Writer::Bind {
         ensure_open(&mut **tx)?;
     }
@@ -88,7 +101,6 @@ pub(super) fn write(
             )));
         }
     }
-    let existing = tx.binding_head(b.name, b.execution_id)?;
     // What a decision wrote (its statement `approve G:`) is overwritten only while the log
     // still holds G's opening: with it cut from the log's end, which gates answer into this
     // binding cannot be told, and nothing is written over it (exit 9).

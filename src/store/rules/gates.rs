@@ -534,7 +534,7 @@ fn apply_edits(
             Some((_, None, _, _)) => tx.binding_value(name, scope)?.map(|v| v.len()),
             _ => None,
         };
-        let written = super::bind::write(
+        let written = super::bind::write_over(
             tx,
             &crate::store::NewBinding {
                 name,
@@ -551,6 +551,7 @@ fn apply_edits(
             },
             &mut || Ok(()),
             super::bind::Writer::Edit,
+            head,
         )?;
         let version = written
             .version
