@@ -117,10 +117,14 @@ pub mod testing {
             type Out = Ran;
             fn take<R: Run>(&mut self, command: &R, ctx: &Context) -> Ran {
                 match command.run(ctx) {
-                    Ok(out) => Ran {
-                        code: out.exit_code() as u8,
-                        json: serde_json::to_value(&out).unwrap_or_default(),
-                        error: None,
+                    Ok(out) => match serde_json::to_value(&out) {
+                        Ok(json) => Ran {
+                            code: out.exit_code() as u8,
+                            json,
+                            error: None,
+                        },
+                        // The binary would fail to write it: exit 1, as it would.
+                        Err(e) => failed(crate::error::Code::Error as u8, e.to_string()),
                     },
                     Err(e) => {
                         let code =

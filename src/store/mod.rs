@@ -68,6 +68,13 @@ impl<C> Kept<C> {
         self.kept.lock().map_or(0, |k| k.len())
     }
 
+    /// Closes every kept connection.
+    pub fn clear(&self) {
+        if let Ok(mut kept) = self.kept.lock() {
+            kept.clear();
+        }
+    }
+
     /// Keeps a connection.
     pub fn give(&self, key: String, conn: C) {
         if let Ok(mut kept) = self.kept.lock() {

@@ -105,6 +105,15 @@ impl Wiring {
         self
     }
 
+    /// Closes every connection it keeps: for one who is about to replace the files and the
+    /// databases they are to (a test restoring a snapshot).
+    pub fn let_go(&self) {
+        if let Some(pools) = &self.kept {
+            pools.sqlite.clear();
+            pools.postgres.clear();
+        }
+    }
+
     /// The user's prose directory (the audit key, the anchors) is `home`, not the one the
     /// environment names (`$PROSE_HOME/.prose`, else `~/.prose`): what a test in the same
     /// process as others gives each of its users.

@@ -357,9 +357,10 @@ impl Project {
     /// Puts the project back as it was at `snap`: every file the commands since wrote or
     /// removed, and the database.
     pub fn restore(&self, snap: &Snapshot) {
-        // In-process commands start again with a wiring of their own: the connections the
-        // last one kept were to what is replaced here.
-        wirings().remove(self.root());
+        // The connections in-process commands kept were to what is replaced here.
+        if let Some(wiring) = wirings().get(self.root()) {
+            wiring.let_go();
+        }
         for entry in std::fs::read_dir(self.root()).unwrap() {
             let path = entry.unwrap().path();
             if std::fs::symlink_metadata(&path).unwrap().is_dir() {
@@ -439,9 +440,9 @@ pub struct Before {
 
 type Wirings = std::collections::HashMap<PathBuf, &'static prose_state::testing::store::Wiring>;
 
-/// The wirings in-process commands use, one per project (as a process makes one), until the
-/// project is restored from a snapshot: a wiring keeps its connections, and a restore replaces
-/// the files and the database they were to.
+/// The wirings in-process commands use, one per project (as a process makes one). A wiring
+/// keeps its connections; a restore from a snapshot closes them (`Wiring::let_go`) before it
+/// replaces the files and the database they were to.
 fn wirings() -> std::sync::MutexGuard<'static, Wirings> {
     static WIRINGS: std::sync::OnceLock<std::sync::Mutex<Wirings>> = std::sync::OnceLock::new();
     WIRINGS.get_or_init(Default::default).lock().unwrap()
@@ -464,6 +465,14 @@ impl Run {
             !self.root.join(CLOCK_FILE).exists(),
             "a command run in-process does not see the project's moved clock"
         );
+        // A command in this process reads this process's environment, which no spawner
+        // clears: a caller's setting that would change what it does stops the test instead.
+        for var in CLEARED_ENV.iter().chain(&["PROSE_STATE_TEST_CLOCK"]) {
+            assert!(
+                std::env::var_os(var).is_none(),
+                "{var} is set in the test's environment: a command run in-process would see it (unset it)"
+            );
+        }
         let run = format!("--run={}", self.id);
         let args: Vec<&str> = std::iter::once(run.as_str())
             .chain(args.iter().copied())

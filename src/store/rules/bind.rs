@@ -71,18 +71,18 @@ pub(super) fn write(
     publish: &mut dyn FnMut() -> Result<()>,
     writer: Writer<'_>,
 ) -> Result<BindOutcome> {
-    let existing = tx.binding_head(b.name, b.execution_id)?;
-    write_over(tx, b, publish, writer, existing)
+    write_over(tx, b, publish, writer, None)
 }
 
-/// [`write`], over the binding's head as this transaction already read it (an edit reads it
-/// for the kind it keeps).
+/// [`write`], over the binding's head as this transaction already read it, if it did (an edit
+/// reads it for the kind it keeps). A head not given is read after the refusals that need
+/// none, as a bind's always was: a refused bind waits for no row lock.
 pub(super) fn write_over(
     tx: &mut Txn<'_>,
     b: &NewBinding,
     publish: &mut dyn FnMut() -> Result<()>,
     writer: Writer<'_>,
-    existing: Option<crate::store::BindingHead>,
+    read: Option<Option<crate::store::BindingHead>>,
 ) -> Result<BindOutcome> {
     if writer == Writer::Bind {
         ensure_open(&mut **tx)?;
@@ -101,6 +101,10 @@ pub(super) fn write_over(
             )));
         }
     }
+    let existing = match read {
+        Some(head) => head,
+        None => tx.binding_head(b.name, b.execution_id)?,
+    };
     // What a decision wrote (its statement `approve G:`) is overwritten only while the log
     // still holds G's opening: with it cut from the log's end, which gates answer into this
     // binding cannot be told, and nothing is written over it (exit 9).

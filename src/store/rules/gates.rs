@@ -551,7 +551,7 @@ fn apply_edits(
             },
             &mut || Ok(()),
             super::bind::Writer::Edit,
-            head,
+            Some(head),
         )?;
         let version = written
             .version
