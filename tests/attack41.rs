@@ -418,15 +418,22 @@ fn holds_prose_state_writers_racing_a_raw_writer_number_every_version_once(backe
     run.bind("x", "[]", None);
     const WRITERS: usize = 4;
     const EACH: usize = 5;
-    // The raw writer writes until every prose-state writer is done: its writes fall between
-    // theirs, whatever the machine's speed.
+    // The raw writer writes once before any prose-state writer starts, then on until every
+    // one is done: its writes fall between theirs whatever the machine's speed, and however
+    // unfairly SQLite's busy waits share the lock (a waiting writer can be passed over by
+    // every other one).
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let raw_thread = {
         let mut raw = Raw::open(&run);
+        raw.write(
+            "UPDATE bindings SET value = '[\"raw0\"]' WHERE name = 'x'",
+            "UPDATE openprose.bindings SET value = '[\"raw0\"]'
+              WHERE run_id = '$RUN' AND name = 'x'",
+        );
         let done = done.clone();
         std::thread::spawn(move || {
-            let mut i = 0;
-            while !done.load(std::sync::atomic::Ordering::SeqCst) || i == 0 {
+            let mut i = 1;
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
                 raw.write(
                     &format!("UPDATE bindings SET value = '[\"raw{i}\"]' WHERE name = 'x'"),
                     &format!(
