@@ -12,6 +12,7 @@
 --   * (schema 7) indexes for `resume`'s narrow reads.
 --   * (schema 10) binding_history, every version of every binding, kept by triggers; who
 --     wrote each execution record (execution.principal).
+--   * (schema 11) an index of the gates' openings by the binding they answer into.
 --
 -- Every statement is idempotent (IF NOT EXISTS): the same text creates a new database and
 -- completes an older one during the forward upgrade (src/store/sqlite_schema.rs), which runs
@@ -282,6 +283,14 @@ CREATE INDEX IF NOT EXISTS idx_gate_audit_run ON gate_audit_log(run_id);
 -- The openings (`created` events) found without reading the views and votes beside them: a
 -- `bind` asks whether a gate names the binding as its response binding.
 CREATE INDEX IF NOT EXISTS idx_gate_audit_event ON gate_audit_log(event_type);
+-- The openings that answer into a binding (`--response-binding`), found by the name alone: a
+-- `bind` or `get` of any name asks whether some gate answers into it, and the run's openings
+-- grow with its gates (schema 11). Only openings whose metadata is JSON are indexed, so a row
+-- a raw writer spoiled fails no write. (Writing this table needs SQLite's JSON functions,
+-- built in since 3.38.)
+CREATE INDEX IF NOT EXISTS idx_gate_audit_answers
+    ON gate_audit_log(json_extract(metadata, '$.response_binding'))
+    WHERE event_type = 'created' AND json_valid(metadata);
 CREATE UNIQUE INDEX IF NOT EXISTS idx_gate_audit_seq ON gate_audit_log(run_id, seq)
     WHERE seq IS NOT NULL;
 -- The chain's head and a row by its place, found by a lookup instead of a scan of the whole

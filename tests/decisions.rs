@@ -782,7 +782,7 @@ fn verify_over_all_runs_fails_when_one_cannot_be_read() {
     gate(&good, "g", &[]);
     let bad = p.init();
     bad.conn()
-        .execute_batch("PRAGMA user_version = 11")
+        .execute_batch("PRAGMA user_version = 99")
         .unwrap();
     let a = p
         .cmd()

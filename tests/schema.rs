@@ -71,7 +71,7 @@ fn an_older_database_is_upgraded_forward_keeping_user_data() {
     let version: i64 = c
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 1_010_010, "schema 10, readers 1, writers 10");
+    assert_eq!(version, 1_010_011, "schema 11, readers 1, writers 10");
     let mode: String = c
         .query_row("PRAGMA journal_mode", [], |r| r.get(0))
         .unwrap();
@@ -177,7 +177,7 @@ fn a_newer_database_is_refused_byte_for_byte_unchanged() {
     {
         let c = rusqlite::Connection::open(&run.db).unwrap();
         // A bare newer version: from no release that says what it asks, so it asks for itself.
-        c.pragma_update(None, "user_version", 11).unwrap();
+        c.pragma_update(None, "user_version", 12).unwrap();
     }
     let bytes = std::fs::read(&run.db).unwrap();
     for args in [
@@ -198,7 +198,7 @@ fn a_newer_database_is_refused_byte_for_byte_unchanged() {
         assert_eq!(code(&a), 4, "{args:?}");
         let err = stderr(&a);
         assert!(
-            err.contains("schema version 11, which needs prose-state schema 11 or later to read"),
+            err.contains("schema version 12, which needs prose-state schema 12 or later to read"),
             "{err}"
         );
         assert_eq!(std::fs::read(&run.db).unwrap(), bytes, "{args:?}");
@@ -359,7 +359,7 @@ fn every_raw_shape_upgrades_with_every_default_of_the_embedded_schema() {
             );
             let a = run.cmd().args(["migrate"]).assert().success();
             let plan = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
-            assert!(plan.contains("would migrate schema 0 -> 10"), "{plan}");
+            assert!(plan.contains("would migrate schema 0 -> 11"), "{plan}");
             assert!(plan.contains("rebuild table bindings to add"), "{plan}");
             assert!(plan.contains("created_at, updated_at"), "{plan}");
             assert!(
@@ -373,7 +373,7 @@ fn every_raw_shape_upgrades_with_every_default_of_the_embedded_schema() {
                 .success();
             let v = stdout_json(&a);
             assert_eq!(v[0]["applied"], true);
-            assert_eq!(v[0]["to"], 10);
+            assert_eq!(v[0]["to"], 11);
         }
         run.bind("after_upgrade", "written", None);
         let got = column_defs(&run.db);
@@ -385,7 +385,7 @@ fn every_raw_shape_upgrades_with_every_default_of_the_embedded_schema() {
         let v: i64 = c
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(v, 1_010_010, "{fixture}");
+        assert_eq!(v, 1_010_011, "{fixture}");
         let mode: String = c
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .unwrap();
@@ -468,9 +468,9 @@ fn every_raw_shape_upgrades_with_every_default_of_the_embedded_schema() {
 fn a_newer_database_is_used_as_far_as_its_stamp_allows() {
     let p = Project::new();
     for (version, min_reader, min_writer, reads, writes) in [
-        (11, 1, 2, true, true),
-        (11, 1, 11, true, false),
-        (12, 12, 12, false, false),
+        (12, 1, 2, true, true),
+        (12, 1, 12, true, false),
+        (13, 13, 13, false, false),
     ] {
         let run = p.init();
         run.bind("keep", "me", None);
@@ -520,7 +520,7 @@ fn migrate_on_a_current_run_has_nothing_to_do() {
     let before = run.snapshot();
     let a = run.cmd().args(["migrate", "--yes"]).assert().success();
     let out = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
-    assert!(out.contains("schema 10, nothing to do"), "{out}");
+    assert!(out.contains("schema 11, nothing to do"), "{out}");
     assert_eq!(run.snapshot(), before);
 }
 
@@ -645,7 +645,7 @@ fn a_schema_5_run_gains_the_audit_index_on_its_first_write() {
     run.cmd().args(["gates", "verify"]).assert().success();
     let a = run.cmd().args(["migrate"]).assert().success();
     let plan = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
-    assert!(plan.contains("would migrate schema 5 -> 10"), "{plan}");
+    assert!(plan.contains("would migrate schema 5 -> 11"), "{plan}");
     assert!(
         plan.contains("create index idx_gate_audit_seq_alone on gate_audit_log"),
         "{plan}"
@@ -659,7 +659,7 @@ fn a_schema_5_run_gains_the_audit_index_on_its_first_write() {
     let version: i64 = c
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 1_010_010);
+    assert_eq!(version, 1_010_011);
     assert_eq!(index(&c), 1, "the first write added the index");
     run.cmd().args(["gates", "verify"]).assert().success();
     let rows: i64 = c
@@ -691,7 +691,7 @@ fn a_schema_6_run_gains_the_resume_indexes_on_its_first_write() {
     }
     let a = run.cmd().args(["migrate"]).assert().success();
     let plan = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
-    assert!(plan.contains("would migrate schema 6 -> 10"), "{plan}");
+    assert!(plan.contains("would migrate schema 6 -> 11"), "{plan}");
     for n in names {
         assert!(plan.contains(&format!("create index {n}")), "{plan}");
     }
@@ -703,7 +703,7 @@ fn a_schema_6_run_gains_the_resume_indexes_on_its_first_write() {
     let version: i64 = c
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(version, 1_010_010, "resume records itself: a write");
+    assert_eq!(version, 1_010_011, "resume records itself: a write");
     for n in names {
         let found: i64 = c
             .query_row(
@@ -714,4 +714,86 @@ fn a_schema_6_run_gains_the_resume_indexes_on_its_first_write() {
             .unwrap();
         assert_eq!(found, 1, "{n}");
     }
+}
+
+/// A run written by a schema-10 build (without the index of openings by the binding they
+/// answer into): a gate's answer stays its decision's alone before and after the first write
+/// adds the index, and an opening whose metadata a raw writer spoiled fails no write.
+#[test]
+fn a_schema_10_run_gains_the_answers_index_and_keeps_every_answer_its_own() {
+    let p = Project::new();
+    let run = p.init();
+    let schema = r#"{"type":"object","properties":{"size":{"type":"integer"}}}"#;
+    let open = |gate: &str, into: &str| {
+        run.cmd()
+            .args(["gates", "create", gate, "--prompt", "Size?"])
+            .args(["--response-schema", schema, "--response-binding", into])
+            .assert()
+            .success();
+    };
+    open("before", "size_before");
+    {
+        let c = run.conn();
+        c.execute_batch("DROP INDEX idx_gate_audit_answers; PRAGMA user_version = 1010010;")
+            .unwrap();
+    }
+    let index = |c: &rusqlite::Connection| -> i64 {
+        c.query_row(
+            "SELECT COUNT(*) FROM sqlite_master WHERE name = 'idx_gate_audit_answers'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    let a = run.cmd().args(["migrate"]).assert().success();
+    let plan = String::from_utf8_lossy(&a.get_output().stdout).into_owned();
+    assert!(plan.contains("would migrate schema 10 -> 11"), "{plan}");
+    assert!(
+        plan.contains("create index idx_gate_audit_answers on gate_audit_log"),
+        "{plan}"
+    );
+    // Without the index, the answer's name is still only a decision's to write.
+    let a = run
+        .cmd()
+        .args(["bind", "size_before", "7"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 4, "{}", stderr(&a));
+    let written = |c: &rusqlite::Connection, name: &str| -> i64 {
+        c.query_row(
+            "SELECT (SELECT COUNT(*) FROM bindings WHERE name = ?1)
+                  + (SELECT COUNT(*) FROM binding_history WHERE name = ?1)",
+            [name],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    assert_eq!(written(&run.conn(), "size_before"), 0);
+    // A write upgrades it (the refused bind's open already did); a spoiled opening a raw
+    // writer adds is not indexed and fails nothing.
+    run.bind("other", "1", None);
+    let c = run.conn();
+    let version: i64 = c
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 1_010_011);
+    assert_eq!(index(&c), 1, "the first write added the index");
+    c.execute_batch(
+        "INSERT INTO gate_audit_log (gate_id, run_id, event_type, metadata)
+         SELECT 'spoiled', id, 'created', '{\"response_binding\":' FROM run",
+    )
+    .unwrap();
+    open("after", "size_after");
+    for name in ["size_before", "size_after"] {
+        let a = run.cmd().args(["bind", name, "7"]).assert().failure();
+        assert_eq!(code(&a), 4, "{name}: {}", stderr(&a));
+        assert_eq!(written(&c, name), 0, "{name}");
+    }
+    run.bind("other", "2", None);
+    run.cmd()
+        .args(["approve", "after", "--as", "alice", "--yes"])
+        .args(["--response", r#"{"size":3}"#])
+        .assert()
+        .success();
+    assert_eq!(run.get("size_after", None), br#"{"size":3}"#);
 }

@@ -422,15 +422,15 @@ fn a_run_with_a_teams_gate_is_stamped_for_readers_that_know_quorums() {
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap()
     };
-    assert_eq!(stamp(&run), 1_010_010);
+    assert_eq!(stamp(&run), 1_010_011);
     create(&run, "plain", &[]);
     assert_eq!(
         stamp(&run),
-        1_010_010,
+        1_010_011,
         "a single-approver gate asks nothing new"
     );
     create(&run, "team", &["--require", "2"]);
-    assert_eq!(stamp(&run), 9_010_010);
+    assert_eq!(stamp(&run), 9_010_011);
     run.cmd().args(["gates", "verify"]).assert().success();
 }
 

@@ -683,6 +683,7 @@ fn gate_rows(s: &mut impl Statements, run: &str, which: GateSelect<'_>) -> Resul
 
 /// The audit rows of run `run` the filter selects, in id order.
 fn audit(s: &mut impl Statements, run: &str, f: &AuditFilter) -> Result<Vec<AuditRow>> {
+    let answers_into = f.answers_member();
     s.all(
         &format!(
             "{AUDIT_SELECT} WHERE run_id = $1 AND ($2::text IS NULL OR gate_id = $2)
@@ -690,6 +691,7 @@ fn audit(s: &mut impl Statements, run: &str, f: &AuditFilter) -> Result<Vec<Audi
                AND ($4::text IS NULL OR timestamp >= ($4::text)::timestamptz)
                AND ($5::text IS NULL OR event_type = $5)
                AND ($6::text IS NULL OR strpos(metadata, $6) > 0)
+               AND ($7::text IS NULL OR (event_type = 'created' AND strpos(metadata, $7) > 0))
              ORDER BY id"
         ),
         &[
@@ -699,6 +701,9 @@ fn audit(s: &mut impl Statements, run: &str, f: &AuditFilter) -> Result<Vec<Audi
             &f.since,
             &f.event,
             &f.mentions,
+            // The member as the rule writes it in compact JSON: a narrowing of the run's
+            // openings, which the reader parses and checks.
+            &answers_into,
         ],
         audit_row,
     )

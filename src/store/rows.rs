@@ -68,15 +68,27 @@ pub trait Rows {
         // The rule writes the metadata as compact JSON: the name as a JSON string narrows the
         // read to the openings that mention it (any other spelling is no rule's).
         let member = serde_json::Value::from(name).to_string();
-        naming_in(self, name, &member)
+        naming_in(
+            self,
+            name,
+            &AuditFilter {
+                event: Some("created"),
+                mentions: Some(&member),
+                ..AuditFilter::default()
+            },
+        )
     }
 
     /// The gates that answer into binding `name` (`--response-binding`), each with its scope:
     /// the openings read are only those whose compact JSON (as the rule writes it) names it as
     /// their response binding, not every gate about an input of that name.
     fn response_gates(&mut self, name: &str) -> Result<Vec<(String, Option<i64>)>> {
-        let member = format!("\"response_binding\":{}", serde_json::Value::from(name));
-        Ok(naming_in(self, name, &member)?.response)
+        let openings = AuditFilter {
+            event: Some("created"),
+            answers_into: Some(name),
+            ..AuditFilter::default()
+        };
+        Ok(naming_in(self, name, &openings)?.response)
     }
 
     /// The run's `renumbered` events, oldest first: how copies renumbered its log
@@ -98,16 +110,12 @@ pub trait Rows {
     }
 }
 
-/// [`Rows::gates_naming`] over the `created` events whose metadata holds `member`. Each
+/// [`Rows::gates_naming`] over the `created` events `openings` selects. Each
 /// response binding's scope is read as the run numbers its executions now: through the moves
 /// of the run this machine vouches for (`chain::Moves`; a run moved to a store that
 /// renumbered it seals its old ids), so that no lookup misses an answer in its new frame.
-fn naming_in<R: Rows + ?Sized>(rows: &mut R, name: &str, member: &str) -> Result<Naming> {
-    let found = rows.audit(&AuditFilter {
-        event: Some("created"),
-        mentions: Some(member),
-        ..AuditFilter::default()
-    })?;
+fn naming_in<R: Rows + ?Sized>(rows: &mut R, name: &str, openings: &AuditFilter) -> Result<Naming> {
+    let found = rows.audit(openings)?;
     let mut naming = Naming::default();
     if found.is_empty() {
         return Ok(naming);

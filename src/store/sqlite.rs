@@ -47,7 +47,7 @@ const WATCHED: &[&str] = &["run", "gates"];
 const LOG_MOST: u64 = 256 * 1024;
 
 /// The version stamped in a state.db's `PRAGMA user_version` by this build.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// The same for agents.db (project and user agent memory).
 pub const AGENTS_SCHEMA_VERSION: i64 = 1;
@@ -629,6 +629,12 @@ fn gate_rows(s: &impl Statements, which: GateSelect<'_>) -> Result<Vec<GateRecor
 
 /// The audit rows the filter selects, in id order.
 fn audit(s: &impl Statements, f: &AuditFilter) -> Result<Vec<AuditRow>> {
+    let (sql, values) = audit_select(f);
+    s.all(&sql, rusqlite::params_from_iter(values), audit_row)
+}
+
+/// The statement that reads the audit rows `f` selects, and its parameters in order.
+fn audit_select<'a>(f: &AuditFilter<'a>) -> (String, Vec<&'a str>) {
     // Only the filters given are in the statement, each matched as itself: an index finds
     // the rows (a gate's, a `created` event's), and a process that prepares it once (every
     // command) does not plan the ones it was not asked for.
@@ -640,6 +646,13 @@ fn audit(s: &impl Statements, f: &AuditFilter) -> Result<Vec<AuditRow>> {
         (f.since, "datetime(timestamp) >= datetime(?)"),
         (f.event, "event_type = ?"),
         (f.mentions, "instr(metadata, ?) > 0"),
+        // Word for word the terms of `idx_gate_audit_answers` (schema 11), which SQLite then
+        // reads instead of every opening; an older file without it scans, with the same rows.
+        (
+            f.answers_into,
+            "event_type = 'created' AND json_valid(metadata) \
+             AND json_extract(metadata, '$.response_binding') = ?",
+        ),
     ] {
         if let Some(v) = given {
             wheres.push(test);
@@ -650,10 +663,9 @@ fn audit(s: &impl Statements, f: &AuditFilter) -> Result<Vec<AuditRow>> {
         true => String::new(),
         false => format!("WHERE {}", wheres.join(" AND ")),
     };
-    s.all(
-        &format!("SELECT {AUDIT_COLUMNS} FROM gate_audit_log {filter} ORDER BY id"),
-        rusqlite::params_from_iter(values),
-        audit_row,
+    (
+        format!("SELECT {AUDIT_COLUMNS} FROM gate_audit_log {filter} ORDER BY id"),
+        values,
     )
 }
 
@@ -768,5 +780,35 @@ mod pool {
         if let (Some(pools), Ok(file)) = (wiring.pools(), std::fs::metadata(path)) {
             pools.sqlite.give(key(path, &file).1, conn);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The question every `bind` asks (does some gate answer into this name?) is a lookup in
+    /// `idx_gate_audit_answers`, not a read of every opening, asked as the rule asks it.
+    #[test]
+    fn the_openings_that_answer_into_a_name_are_found_by_the_index() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(STATE.sql).unwrap();
+        let (sql, values) = audit_select(&AuditFilter {
+            event: Some("created"),
+            answers_into: Some("verdict"),
+            ..AuditFilter::default()
+        });
+        let mut plan = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let steps: Vec<String> = plan
+            .query_map(rusqlite::params_from_iter(values), |r| r.get(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert!(
+            steps
+                .iter()
+                .any(|s| s.contains("USING INDEX idx_gate_audit_answers")),
+            "{steps:?}"
+        );
     }
 }

@@ -489,6 +489,20 @@ pub struct AuditFilter<'a> {
     pub event: Option<&'a str>,
     /// Rows whose metadata holds this text (a narrowing; the reader parses what it wants).
     pub mentions: Option<&'a str>,
+    /// `created` events whose metadata names this binding as the gate's response binding
+    /// (`--response-binding`): an indexed narrowing on SQLite (schema 11), so that a `bind`
+    /// does not read every opening of the run to learn that no gate answers into its name.
+    /// The reader parses and checks what it finds, as with `mentions`.
+    pub answers_into: Option<&'a str>,
+}
+
+impl AuditFilter<'_> {
+    /// `answers_into` as the text an opening's compact JSON holds (as the rule writes it):
+    /// the narrowing of a backend that matches text, not an index.
+    pub fn answers_member(&self) -> Option<String> {
+        self.answers_into
+            .map(|name| format!("\"response_binding\":{}", serde_json::Value::from(name)))
+    }
 }
 
 /// A persistent agent's row, with its segment count.

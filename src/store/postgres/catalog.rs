@@ -328,6 +328,7 @@ impl ServerCatalog for PgStore {
                    AND ($5::text IS NULL OR timestamp >= ($5::text)::timestamptz)
                    AND ($6::text IS NULL OR event_type = $6)
                    AND ($7::text IS NULL OR strpos(metadata, $7) > 0)
+                   AND ($8::text IS NULL OR (event_type = 'created' AND strpos(metadata, $8) > 0))
                  ORDER BY run_id, id"
             ),
             &[
@@ -338,6 +339,7 @@ impl ServerCatalog for PgStore {
                 &f.since,
                 &f.event,
                 &f.mentions,
+                &f.answers_member(),
             ],
             audit_row,
         )
