@@ -56,8 +56,8 @@ pub fn read(store: &mut dyn Store, id: &str, now: &str) -> Result<Option<GateRea
                 shown(&row.id)
             )));
         }
-        let history = s.gate_history(id)?;
-        Ok(Some((row, history, s.moves_of_run()?, s.run_info()?.id)))
+        let (history, moves) = s.gate_history_and_moves(id)?;
+        Ok(Some((row, history, moves, s.run_info()?.id)))
     })?;
     let Some((row, history, moves, run)) = read else {
         return Ok(None);

@@ -6,7 +6,7 @@
 //! each other) and check it is not finished; gate operations, which must be serialised
 //! (first decision wins, one audit chain per run), and `finish` take it `FOR UPDATE`.
 
-use super::dump::{Cells, GateRecord};
+use super::dump::{Cells, GateRecord, RENUMBERED, RUN_EVENT};
 use super::rows::{GateSelect, Rows};
 use super::{Access, AuditFilter, AuditRow, BindingRow, GateRow, ImportRow, NewRun, OpenOptions};
 use crate::error::{not_found, refused, shown};
@@ -686,7 +686,9 @@ fn audit(s: &mut impl Statements, run: &str, f: &AuditFilter) -> Result<Vec<Audi
     let answers_into = f.answers_member();
     s.all(
         &format!(
-            "{AUDIT_SELECT} WHERE run_id = $1 AND ($2::text IS NULL OR gate_id = $2)
+            "{AUDIT_SELECT} WHERE run_id = $1
+               AND ($2::text IS NULL OR gate_id = $2
+                    OR ($8 AND gate_id = '{RUN_EVENT}' AND event_type = '{RENUMBERED}'))
                AND ($3::text IS NULL OR principal = $3)
                AND ($4::text IS NULL OR timestamp >= ($4::text)::timestamptz)
                AND ($5::text IS NULL OR event_type = $5)
@@ -704,6 +706,7 @@ fn audit(s: &mut impl Statements, run: &str, f: &AuditFilter) -> Result<Vec<Audi
             // The member as the rule writes it in compact JSON: a narrowing of the run's
             // openings, which the reader parses and checks.
             &answers_into,
+            &f.with_moves,
         ],
         audit_row,
     )

@@ -108,6 +108,18 @@ pub trait Rows {
             ..AuditFilter::default()
         })
     }
+
+    /// A gate's audit history and the run's moves ([`Rows::moves_of_run`]), each oldest
+    /// first, in one read: what a gate is judged against.
+    fn gate_history_and_moves(&mut self, gate_id: &str) -> Result<(Vec<AuditRow>, Vec<AuditRow>)> {
+        let rows = self.audit(&AuditFilter {
+            gate_id: Some(gate_id),
+            with_moves: true,
+            ..AuditFilter::default()
+        })?;
+        // No gate is named as the run's own events are (an empty id).
+        Ok(rows.into_iter().partition(|r| r.gate_id == gate_id))
+    }
 }
 
 /// [`Rows::gates_naming`] over the `created` events `openings` selects. Each

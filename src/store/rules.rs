@@ -74,11 +74,12 @@ fn disagreement(
     gate: &super::GateRow,
 ) -> Result<(Option<String>, super::chain::Derived)> {
     let run = run_of(tx)?.0;
+    let (history, moves) = tx.gate_history_and_moves(&gate.id)?;
     let (integrity, derived) = super::chain::gate_against_history(
         gate,
         &run,
-        &tx.gate_history(&gate.id)?,
-        &tx.moves_of_run()?,
+        &history,
+        &moves,
         tx.wiring().key_for_reading()?,
     );
     let why = match integrity {

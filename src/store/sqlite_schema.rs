@@ -550,9 +550,9 @@ mod tests {
     fn stamps_round_trip() {
         use super::decode;
         let s = decode(super::super::sqlite::STATE.stamp());
-        assert_eq!((s.version, s.min_reader, s.min_writer), (10, 1, 10));
+        assert_eq!((s.version, s.min_reader, s.min_writer), (11, 1, 10));
         let s = decode(super::super::sqlite::TEAM.stamp());
-        assert_eq!((s.version, s.min_reader, s.min_writer), (10, 9, 10));
+        assert_eq!((s.version, s.min_reader, s.min_writer), (11, 9, 10));
         for old in 0..=3 {
             let s = decode(old);
             assert_eq!((s.version, s.min_reader, s.min_writer), (old, 0, 0));

@@ -494,6 +494,9 @@ pub struct AuditFilter<'a> {
     /// does not read every opening of the run to learn that no gate answers into its name.
     /// The reader parses and checks what it finds, as with `mentions`.
     pub answers_into: Option<&'a str>,
+    /// With `gate_id`: the run's moves (its `renumbered` events) besides that gate's rows, in
+    /// the same read, as a gate's history is judged with them.
+    pub with_moves: bool,
 }
 
 impl AuditFilter<'_> {

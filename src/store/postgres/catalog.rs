@@ -4,6 +4,7 @@
 
 use super::{audit_row, gate_columns, gate_row, PgStore, Statements, AUDIT_SELECT, DUE};
 use crate::model::RunStatus;
+use crate::store::dump::{RENUMBERED, RUN_EVENT};
 use crate::store::{
     AuditFilter, AuditRow, Catalog, GateRow, RunFilter, RunInfo, RunStats, RunSummary,
     ServerCatalog, ServerStats, Store, StoreStats, STATS_TABLES,
@@ -323,7 +324,8 @@ impl ServerCatalog for PgStore {
             &format!(
                 "{AUDIT_SELECT}
                  WHERE ($1::text[] IS NULL OR run_id = ANY($1)) AND NOT run_id = ANY($2)
-                   AND ($3::text IS NULL OR gate_id = $3)
+                   AND ($3::text IS NULL OR gate_id = $3
+                        OR ($9 AND gate_id = '{RUN_EVENT}' AND event_type = '{RENUMBERED}'))
                    AND ($4::text IS NULL OR principal = $4)
                    AND ($5::text IS NULL OR timestamp >= ($5::text)::timestamptz)
                    AND ($6::text IS NULL OR event_type = $6)
@@ -340,6 +342,7 @@ impl ServerCatalog for PgStore {
                 &f.event,
                 &f.mentions,
                 &f.answers_member(),
+                &f.with_moves,
             ],
             audit_row,
         )
