@@ -38,25 +38,14 @@ fn the_answer_is_a_binding_only_a_decision_writes(b: Backend) {
     let block = run.exec(1, "do review:", "executing", None);
     open(&run, "g", block, false);
     // Before the decision: no binding, and no one else may make it.
-    let before = run.snapshot();
+    let block_id = block.to_string();
     for args in [
         vec!["bind", "size", "{\"size\":1}"],
         vec!["bind", "size", "--append", "1"],
         vec!["bind", "size", "{\"size\":1}", "--kind", "const"],
     ] {
-        let a = run
-            .cmd()
-            .args(&args)
-            .args(["--execution-id", &block.to_string()])
-            .assert()
-            .failure();
-        assert_eq!(code(&a), 4, "{args:?}: {}", stderr(&a));
-        assert!(
-            stderr(&a).contains("only a decision on it writes it"),
-            "{}",
-            stderr(&a)
-        );
-        assert_eq!(run.snapshot(), before, "{args:?} wrote");
+        let args = [&args[..], &["--execution-id", &block_id]].concat();
+        run.refuses(&args, 4, "only a decision on it writes it");
     }
     // The same name in another frame is another binding: free to write.
     run.bind("size", "other", None);
@@ -155,7 +144,6 @@ fn a_response_binding_is_refused_where_no_decision_could_write_it(b: Backend) {
         .args(["bind", "fixed", "1", "--kind", "const"])
         .assert()
         .success();
-    let before = run.snapshot();
     let cases: [(&[&str], i32, &str); 4] = [
         (
             &[
@@ -182,16 +170,8 @@ fn a_response_binding_is_refused_where_no_decision_could_write_it(b: Backend) {
         ),
     ];
     for (args, want, says) in cases {
-        let a = run
-            .cmd()
-            .args(["gates", "create", "g", "--prompt", "p"])
-            .args(args)
-            .assert()
-            .failure();
-        assert_eq!(code(&a), want, "{args:?}: {}", stderr(&a));
-        assert!(stderr(&a).contains(says), "{args:?}: {}", stderr(&a));
-        assert_eq!(stderr(&a).lines().count(), 1, "{}", stderr(&a));
-        assert_eq!(run.snapshot(), before, "{args:?} wrote");
+        let args = [&["gates", "create", "g", "--prompt", "p"], args].concat();
+        run.refuses(&args, want, says);
     }
 }
 
@@ -684,17 +664,14 @@ fn an_answers_history_holds_only_what_decisions_wrote(b: Backend) {
     ] {
         p.restore(&answered);
         run.view().raw(sqlite, postgres);
-        let before = run.snapshot();
         for args in [
             vec!["get", "ans"],
             vec!["get", "ans", "--version", version],
             vec!["get", "ans", "--as-of", "2100-01-01 00:00:00"],
             vec!["history", "ans"],
         ] {
-            let a = run.cmd().args(&args).assert().failure();
-            assert_eq!(code(&a), 9, "{what}: {args:?}: {}", stderr(&a));
+            run.refuses(&args, 9, "");
         }
-        assert_eq!(run.snapshot(), before, "{what}");
     }
     // A field moved where no reader compares it as the check does: the time respelled (the
     // same instant, another text: reads of the past compare the text), the answer marked as
@@ -755,12 +732,9 @@ fn an_answers_history_holds_only_what_decisions_wrote(b: Backend) {
         "ALTER TABLE openprose.gate_audit_log DISABLE TRIGGER gate_audit_log_append_only;
          DELETE FROM openprose.gate_audit_log WHERE run_id = '$RUN' AND seq >= 2;",
     );
-    let before = run.snapshot();
     for args in [vec!["bind", "ans", "7"], vec!["get", "ans"]] {
-        let a = run.cmd().args(&args).assert().failure();
-        assert_eq!(code(&a), 9, "cut: {args:?}: {}", stderr(&a));
+        run.refuses(&args, 9, "");
     }
-    assert_eq!(run.snapshot(), before, "a refused bind writes nothing");
     // As the decision wrote it, every read agrees.
     p.restore(&answered);
     for args in [

@@ -593,6 +593,20 @@ impl Run {
         out
     }
 
+    /// Runs `args` (the binary, in the run's project), which must be refused with exit `code`
+    /// in one line that says `says`, and leave the run exactly as it was: what every refusal
+    /// test checks, after a write behind the tool's back or of bad input. Returns the line.
+    pub fn refuses(&self, args: &[&str], code: i32, says: &str) -> String {
+        let before = self.snapshot();
+        let a = self.cmd().args(args).assert().failure();
+        let err = stderr(&a);
+        assert_eq!(crate::common::code(&a), code, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert_eq!(self.snapshot(), before, "{args:?} changed the run");
+        err
+    }
+
     /// What a decision about to be refused is checked against (see [`Run::refused`]).
     pub fn before_refusal(&self, gate: &str) -> Before {
         Before {
