@@ -664,6 +664,8 @@ fn an_answers_history_holds_only_what_decisions_wrote(b: Backend) {
     ] {
         p.restore(&answered);
         run.view().raw(sqlite, postgres);
+        // The case, shown with a failure below.
+        eprintln!("case: {what}");
         for args in [
             vec!["get", "ans"],
             vec!["get", "ans", "--version", version],
