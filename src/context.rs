@@ -41,6 +41,15 @@ pub struct Context {
     stop: Option<std::sync::Arc<Stop>>,
 }
 
+/// The wiring of a process that works in the project whose prose directory is `prose_dir`:
+/// its commits announced to the project's hook (`notify`), and each run's commits watched by
+/// the project catalog. The caller shapes it further (keeping, a home) and leaks it.
+pub fn project_wiring(prose_dir: &Path) -> Wiring {
+    Wiring::new()
+        .announcing(crate::services::notify::announcer(prose_dir))
+        .watching(crate::store::catalog::watch)
+}
+
 impl Context {
     /// The context of a command (or the page): the process's wiring made for it (see
     /// [`Self::resolve_in`]).
@@ -58,9 +67,7 @@ impl Context {
     /// hook (`notify`), and each run's commits watched by the project catalog.
     fn wired(g: &Global, shape: impl FnOnce(Wiring) -> Wiring) -> Self {
         let (root, runs_dir, prose_dir) = places(g);
-        let wiring = Wiring::new()
-            .announcing(crate::services::notify::announcer(&prose_dir))
-            .watching(crate::store::catalog::watch);
+        let wiring = project_wiring(&prose_dir);
         Self::at(g, root, runs_dir, prose_dir, shape(wiring).leak())
     }
 

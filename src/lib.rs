@@ -57,9 +57,8 @@ pub mod testing {
     /// process per step would cost more than the rule. What only a process shows (its exit,
     /// its streams, its environment) stays with the binary.
     pub mod commands {
-        use crate::cmd::{Run, Sink};
+        use crate::cmd::outcome::Json;
         use crate::context::Context;
-        use crate::output::Render;
         use crate::store::Wiring;
         use std::path::Path;
 
@@ -71,21 +70,20 @@ pub mod testing {
             pub error: Option<String>,
         }
 
-        /// The wiring a command of the project at `root` is given (its commits announced to
-        /// the project's hook, its runs watched by the catalog), with `home` as the user's
-        /// prose directory (the audit key, the anchors): made once per project. It keeps
-        /// connections between commands, as the MCP server's does.
+        /// The wiring a command of the project at `root` is given (as the binary wires it:
+        /// [`crate::context::project_wiring`]), with `home` as the user's prose directory (the
+        /// audit key, the anchors): made once per project. It keeps connections between
+        /// commands, as the MCP server's does.
         pub fn wiring(root: &Path, home: &Path) -> &'static Wiring {
-            Wiring::new()
-                .announcing(crate::services::notify::announcer(&root.join(".prose")))
-                .watching(crate::store::catalog::watch)
+            crate::context::project_wiring(&root.join(".prose"))
                 .at_home(home.to_path_buf())
                 .keeping()
                 .leak()
         }
 
-        /// `prose-state --json --root ROOT ARGS…` run in this process with `wiring`. A
-        /// command that reads standard input or follows a log is not for here.
+        /// `prose-state --json --root ROOT ARGS…` run in this process with `wiring`, its
+        /// output taken as the MCP server takes it. A command that reads standard input or
+        /// follows a log is not for here.
         pub fn run(root: &Path, args: &[&str], wiring: &'static Wiring) -> Ran {
             use clap::Parser;
             let root_flag = format!("--root={}", root.display());
@@ -97,8 +95,17 @@ pub mod testing {
                 Err(e) => return failed(2, e.to_string()),
             };
             let ctx = Context::resolve_in(&cli.global, wiring).stdin_is_protocol();
-            match crate::cmd::dispatch(&cli.command, &ctx, &mut Taken) {
-                Some(ran) => ran,
+            match crate::cmd::dispatch(&cli.command, &ctx, &mut Json) {
+                Some(Ok(out)) => Ran {
+                    code: out.code as u8,
+                    json: out.value,
+                    error: None,
+                },
+                Some(Err(e)) => {
+                    // A command's error, or the binary failing to write its JSON: exit 1.
+                    let code = crate::error::code_of(&e).unwrap_or(crate::error::Code::Error);
+                    failed(code as u8, format!("{e:#}"))
+                }
                 None => failed(2, "not a command run here".into()),
             }
         }
@@ -108,30 +115,6 @@ pub mod testing {
                 code,
                 json: serde_json::Value::Null,
                 error: Some(error),
-            }
-        }
-
-        struct Taken;
-
-        impl Sink for Taken {
-            type Out = Ran;
-            fn take<R: Run>(&mut self, command: &R, ctx: &Context) -> Ran {
-                match command.run(ctx) {
-                    Ok(out) => match serde_json::to_value(&out) {
-                        Ok(json) => Ran {
-                            code: out.exit_code() as u8,
-                            json,
-                            error: None,
-                        },
-                        // The binary would fail to write it: exit 1, as it would.
-                        Err(e) => failed(crate::error::Code::Error as u8, e.to_string()),
-                    },
-                    Err(e) => {
-                        let code =
-                            crate::error::code_of(&e).unwrap_or(crate::error::Code::Error) as u8;
-                        failed(code, format!("{e:#}"))
-                    }
-                }
             }
         }
     }

@@ -35,8 +35,9 @@ pub(crate) use crate::cli::McpRole as Role;
 pub use call::class;
 
 // What the other submodules (tasks, wait, resources, prompts) reach as `super::...`.
+use crate::cmd::outcome::Outcome;
 use argv::text;
-use call::{count_arg, result, Outcome};
+use call::{count_arg, result};
 use served::{SEVERAL, SUBAGENT_KINDS};
 use tools::{tools, ToolSpec};
 

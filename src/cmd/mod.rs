@@ -22,6 +22,7 @@ pub mod init;
 pub mod listing;
 pub mod log;
 pub mod maintain;
+pub mod outcome;
 pub mod principals;
 pub mod prune;
 pub mod query;

@@ -5,10 +5,10 @@ use super::served::Page;
 use super::tools::{paging, ToolSpec};
 use super::{pages, Role, Server};
 use crate::cli::Cli;
-use crate::cmd::{self, Run, Sink};
+use crate::cmd::outcome::{Json, Outcome};
+use crate::cmd::{self, Run};
 use crate::context::{Context, Stop};
 use crate::error::{usage, Code};
-use crate::output::Render;
 use anyhow::Result;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, MetaObject};
 use serde_json::{json, Map, Value};
@@ -275,72 +275,6 @@ fn value_page(args: &crate::cli::GetArgs, ctx: &Context) -> Result<Outcome> {
     let part = got.row.value.unwrap_or_default();
     pages::put_part(&mut out, "value", &part, got.offset.unwrap_or(0), got.bytes);
     Ok(Outcome::of(Value::Object(out)))
-}
-
-/// What a command gave: the JSON the command line prints, as text and as a value.
-pub(super) struct Outcome {
-    text: String,
-    pub(super) value: Value,
-    pub(super) code: Code,
-    warnings: Vec<String>,
-    /// The outcome in the command line's words, when it is not a plain success.
-    said: Option<String>,
-    /// A table's column names in the statement's order (`query`).
-    columns: Option<Vec<String>>,
-}
-
-impl Outcome {
-    /// An answer the server shaped (a page): its text is its JSON.
-    fn of(value: Value) -> Self {
-        Outcome {
-            text: value.to_string(),
-            value,
-            code: Code::Ok,
-            warnings: Vec::new(),
-            said: None,
-            columns: None,
-        }
-    }
-
-    /// The answer replaced by its page, text and value alike.
-    fn set(&mut self, value: Value) {
-        self.text = value.to_string();
-        self.value = value;
-    }
-}
-
-/// Takes a command's output as the JSON `--json` prints.
-struct Json;
-
-impl Sink for Json {
-    type Out = Result<Outcome>;
-    fn take<R: Run>(&mut self, command: &R, ctx: &Context) -> Result<Outcome> {
-        let out = command.run(ctx)?;
-        let code = out.exit_code();
-        let warnings = out.warnings();
-        let mut text = Vec::new();
-        crate::output::write_json(&mut text, &out)?;
-        let value = serde_json::to_value(&out)?;
-        let columns = out.columns();
-        // An outcome that is not a plain success (a gate rejected, timed out or still
-        // pending) is also said in words, as the command line says it.
-        let said = if code == Code::Ok {
-            None
-        } else {
-            let mut words = Vec::new();
-            out.text(&mut words, false)?;
-            let words = String::from_utf8_lossy(&words).trim().to_string();
-            (!words.is_empty()).then(|| crate::output::visible(&words).into_owned())
-        };
-        Ok(Outcome {
-            text: String::from_utf8_lossy(&text).into_owned(),
-            value,
-            code,
-            warnings,
-            said,
-            columns,
-        })
-    }
 }
 
 /// The exit-code class a result or error carries, by the command line's exit code.

@@ -398,7 +398,7 @@ fn called(server: &Server, spec: &ToolSpec, args: &Map<String, Value>) -> Result
 }
 
 /// A call's JSON, where it answered ok.
-fn answered(spec: &ToolSpec, outcome: super::call::Outcome) -> Result<Value> {
+fn answered(spec: &ToolSpec, outcome: crate::cmd::outcome::Outcome) -> Result<Value> {
     if outcome.code != Code::Ok {
         return Err(anyhow::anyhow!(
             "{} answered with class {}",
