@@ -13,6 +13,7 @@ on_both!(
     no_write_goes_past_an_unanswered_response_binding,
     no_binding_below_the_answer_hides_it,
     an_answers_history_holds_only_what_decisions_wrote,
+    no_spelling_of_the_log_hides_an_answer,
 );
 
 const SCHEMA: &str =
@@ -747,4 +748,61 @@ fn an_answers_history_holds_only_what_decisions_wrote(b: Backend) {
         let a = run.cmd().args(&args).assert().success();
         assert_eq!(a.get_output().stdout, b"5", "{args:?}");
     }
+}
+
+/// The log's rows name a binding in JSON, which can spell one name many ways: a gate's rows
+/// rewritten behind the tool's back to spell its answer's name with an escape (`"\u0061ns"`
+/// is `"ans"`), with the answer's value forged beside them (an outside probe read it with exit
+/// 0), are found all the same: every read of the name refuses (exit 9), a bind is refused as
+/// it always is (exit 4), and none writes anything. As the decision wrote it, the answer
+/// reads.
+fn no_spelling_of_the_log_hides_an_answer(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "p"])
+        .args(["--response-schema", r#"{"type":"integer"}"#])
+        .args(["--response-binding", "ans"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["approve", "g", "--as", "alice", "-y", "--response", "5"])
+        .assert()
+        .success();
+    let answered = p.snapshot();
+    for (what, respelled) in [
+        ("the name escaped", r#""\u0061ns""#),
+        ("every letter escaped", r#""\u0061\u006e\u0073""#),
+    ] {
+        p.restore(&answered);
+        run.view().raw(
+            &format!(
+                "DROP TRIGGER gate_audit_log_no_update;
+                 UPDATE gate_audit_log SET metadata = replace(metadata, '\"ans\"', '{respelled}')
+                  WHERE gate_id = 'g';
+                 UPDATE bindings SET value = '7' WHERE name = 'ans';"
+            ),
+            &format!(
+                "ALTER TABLE openprose.gate_audit_log DISABLE TRIGGER gate_audit_log_append_only;
+                 UPDATE openprose.gate_audit_log
+                    SET metadata = replace(metadata, '\"ans\"', '{respelled}')
+                  WHERE run_id = '$RUN' AND gate_id = 'g';
+                 UPDATE openprose.bindings SET value = convert_to('7', 'UTF8')
+                  WHERE run_id = '$RUN' AND name = 'ans';"
+            ),
+        );
+        // The case, shown with a failure below.
+        eprintln!("case: {what}");
+        for (args, code) in [
+            (vec!["get", "ans"], 9),
+            (vec!["get", "ans", "--version", "1"], 9),
+            (vec!["get", "ans", "--as-of", "2100-01-01 00:00:00"], 9),
+            (vec!["bind", "ans", "8"], 4),
+        ] {
+            run.refuses(&args, code, "");
+        }
+    }
+    p.restore(&answered);
+    let a = run.cmd().args(["get", "ans"]).assert().success();
+    assert_eq!(a.get_output().stdout, b"5");
 }

@@ -692,8 +692,9 @@ fn audit(s: &mut impl Statements, run: &str, f: &AuditFilter) -> Result<Vec<Audi
                AND ($3::text IS NULL OR principal = $3)
                AND ($4::text IS NULL OR timestamp >= ($4::text)::timestamptz)
                AND ($5::text IS NULL OR event_type = $5)
-               AND ($6::text IS NULL OR strpos(metadata, $6) > 0)
-               AND ($7::text IS NULL OR (event_type = 'created' AND strpos(metadata, $7) > 0))
+               AND ($6::text IS NULL OR strpos(metadata, $6) > 0 OR strpos(metadata, '\\u') > 0)
+               AND ($7::text IS NULL OR (event_type = 'created'
+                    AND (strpos(metadata, $7) > 0 OR strpos(metadata, '\\u') > 0)))
              ORDER BY id"
         ),
         &[
@@ -703,8 +704,8 @@ fn audit(s: &mut impl Statements, run: &str, f: &AuditFilter) -> Result<Vec<Audi
             &f.since,
             &f.event,
             &f.mentions,
-            // The member as the rule writes it in compact JSON: a narrowing of the run's
-            // openings, which the reader parses and checks.
+            // The name as a JSON string: a narrowing of the run's openings, which the reader
+            // parses and checks.
             &answers_into,
             &f.with_moves,
         ],

@@ -656,7 +656,10 @@ fn audit_select<'a>(f: &AuditFilter<'a>) -> (String, Vec<&'a str>) {
         (f.principal, "principal = ?"),
         (f.since, "datetime(timestamp) >= datetime(?)"),
         (f.event, "event_type = ?"),
-        (f.mentions, "instr(metadata, ?) > 0"),
+        (
+            f.mentions,
+            "(instr(metadata, ?) > 0 OR instr(metadata, '\\u') > 0)",
+        ),
         // Word for word the terms of `idx_gate_audit_answers` (schema 11), which SQLite then
         // reads instead of every opening; an older file without it scans, with the same rows.
         (

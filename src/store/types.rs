@@ -487,7 +487,11 @@ pub struct AuditFilter<'a> {
     pub since: Option<&'a str>,
     /// Rows of this event type.
     pub event: Option<&'a str>,
-    /// Rows whose metadata holds this text (a narrowing; the reader parses what it wants).
+    /// Rows whose metadata holds this text (a narrowing; the reader parses what it wants),
+    /// and every row whose metadata spells something with a JSON `\u` escape: prose-state's
+    /// own compact JSON spells no name, key or value so (no such text takes control
+    /// characters), so only a row changed behind its back does, and it may spell the text
+    /// another way (`"\u0061ns"` is `"ans"`) that must not hide it from the reader.
     pub mentions: Option<&'a str>,
     /// `created` events whose metadata names this binding as the gate's response binding
     /// (`--response-binding`): an indexed narrowing on SQLite (schema 11), so that a `bind`
@@ -500,11 +504,12 @@ pub struct AuditFilter<'a> {
 }
 
 impl AuditFilter<'_> {
-    /// `answers_into` as the text an opening's compact JSON holds (as the rule writes it):
-    /// the narrowing of a backend that matches text, not an index.
+    /// `answers_into` as the text an opening names it with (the name as a JSON string), for a
+    /// backend that narrows by text, not by an index: read with every row that spells
+    /// something with a `\u` escape (see `mentions`), so that no spelling hides an opening.
     pub fn answers_member(&self) -> Option<String> {
         self.answers_into
-            .map(|name| format!("\"response_binding\":{}", serde_json::Value::from(name)))
+            .map(|name| serde_json::Value::from(name).to_string())
     }
 }
 
