@@ -14,6 +14,7 @@ on_both!(
     no_binding_below_the_answer_hides_it,
     an_answers_history_holds_only_what_decisions_wrote,
     no_spelling_of_the_log_hides_an_answer,
+    no_change_to_an_opening_hides_its_answer,
 );
 
 const SCHEMA: &str =
@@ -801,6 +802,92 @@ fn no_spelling_of_the_log_hides_an_answer(b: Backend) {
         ] {
             run.refuses(&args, code, "");
         }
+    }
+    p.restore(&answered);
+    let a = run.cmd().args(["get", "ans"]).assert().success();
+    assert_eq!(a.get_output().stdout, b"5");
+}
+
+/// An outside battery hid a gate from the lookup by its answer's name without touching the
+/// answer's row: the opening changed to name another binding, its key renamed, a duplicate key,
+/// its JSON spoiled, or (PostgreSQL) the text search the lookup runs replaced by a function of
+/// the attacker's own. The value forged beside it was read with exit 0 and a bind wrote over
+/// it. A decision's write is judged by the gate's own sealed openings as well: every read is
+/// exit 9, and so is the bind, which writes nothing.
+fn no_change_to_an_opening_hides_its_answer(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "p"])
+        .args(["--response-schema", r#"{"type":"integer"}"#])
+        .args(["--response-binding", "ans"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["approve", "g", "--as", "alice", "-y", "--response", "5"])
+        .assert()
+        .success();
+    let answered = p.snapshot();
+    let forge_sqlite = "UPDATE bindings SET value = '7' WHERE name = 'ans';";
+    let forge_pg = "UPDATE openprose.bindings SET value = convert_to('7', 'UTF8')
+                     WHERE run_id = '$RUN' AND name = 'ans';";
+    let member = r#""response_binding":"ans""#;
+    for (what, to) in [
+        ("another binding named", r#""response_binding":"anx""#),
+        ("the key renamed", r#""Response_binding":"ans""#),
+        (
+            "a duplicate key after",
+            r#""response_binding":"ans","response_binding":"x""#,
+        ),
+        (
+            "a duplicate key before",
+            r#""response_binding":"x","response_binding":"ans""#,
+        ),
+        ("the JSON spoiled", r#""response_binding":"ans",,"#),
+    ] {
+        p.restore(&answered);
+        run.view().raw(
+            &format!(
+                "DROP TRIGGER gate_audit_log_no_update;
+                 UPDATE gate_audit_log SET metadata = replace(metadata, '{member}', '{to}')
+                  WHERE event_type = 'created';
+                 {forge_sqlite}"
+            ),
+            &format!(
+                "ALTER TABLE openprose.gate_audit_log DISABLE TRIGGER gate_audit_log_append_only;
+                 UPDATE openprose.gate_audit_log
+                    SET metadata = replace(metadata, '{member}', '{to}')
+                  WHERE run_id = '$RUN' AND event_type = 'created';
+                 {forge_pg}"
+            ),
+        );
+        // The case, shown with a failure below.
+        eprintln!("case: {what}");
+        run.refuses(&["get", "ans"], 9, "");
+        // Refused as an answer's (exit 4) where the lookup still finds the gate, else as a
+        // changed log (exit 9): never written.
+        let before = run.snapshot();
+        let a = run.cmd().args(["bind", "ans", "8"]).assert().failure();
+        assert!(matches!(code(&a), 4 | 9), "{what}: {}", stderr(&a));
+        assert_eq!(run.snapshot(), before, "{what}: the bind wrote");
+    }
+    if b == Backend::Postgres {
+        p.restore(&answered);
+        run.view().raw(
+            "",
+            &format!(
+                "CREATE DOMAIN public.jtext AS text;
+                 ALTER TABLE openprose.gate_audit_log ALTER COLUMN metadata TYPE public.jtext;
+                 CREATE FUNCTION public.strpos(public.jtext, text) RETURNS int LANGUAGE sql
+                   IMMUTABLE AS $f$ SELECT 0 $f$;
+                 {forge_pg}"
+            ),
+        );
+        eprintln!("case: the text search replaced");
+        for args in [vec!["get", "ans"], vec!["get", "ans", "--version", "1"]] {
+            run.refuses(&args, 9, "");
+        }
+        run.refuses(&["bind", "ans", "8"], 4, "only a decision");
     }
     p.restore(&answered);
     let a = run.cmd().args(["get", "ans"]).assert().success();

@@ -271,9 +271,15 @@ pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got>
             )?;
             // A value a decision wrote (its statement `approve G:`) that no opening names: the
             // log holds G's opening, or rows were cut from its end and it vouches for nothing.
+            // And an opening that names it, which the narrowing by its name did not find, was
+            // hidden from it (exit 9).
             if let (Some(statement), true) = (found.row.source_statement.as_deref(), named_by_none)
             {
-                crate::store::rules::decision_opening_kept(store, &args.name, statement)?;
+                let names =
+                    crate::store::rules::decision_opening_kept(store, &args.name, statement)?;
+                if names != crate::store::rules::OpeningNames::NoDecision {
+                    return Err(crate::store::rules::narrowing_misled(&args.name));
+                }
             }
             // The version a sealed decision was about (an approver's edit among them) holds
             // what was decided.

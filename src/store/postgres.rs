@@ -692,9 +692,9 @@ fn audit(s: &mut impl Statements, run: &str, f: &AuditFilter) -> Result<Vec<Audi
                AND ($3::text IS NULL OR principal = $3)
                AND ($4::text IS NULL OR timestamp >= ($4::text)::timestamptz)
                AND ($5::text IS NULL OR event_type = $5)
-               AND ($6::text IS NULL OR strpos(metadata, $6) > 0 OR strpos(metadata, '\\u') > 0)
+               AND ($6::text IS NULL OR pg_catalog.strpos(metadata::text, $6) > 0 OR pg_catalog.strpos(metadata::text, '\\u') > 0)
                AND ($7::text IS NULL OR (event_type = 'created'
-                    AND (strpos(metadata, $7) > 0 OR strpos(metadata, '\\u') > 0)))
+                    AND (pg_catalog.strpos(metadata::text, $7) > 0 OR pg_catalog.strpos(metadata::text, '\\u') > 0)))
              ORDER BY id"
         ),
         &[

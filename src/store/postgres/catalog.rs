@@ -329,9 +329,9 @@ impl ServerCatalog for PgStore {
                    AND ($4::text IS NULL OR principal = $4)
                    AND ($5::text IS NULL OR timestamp >= ($5::text)::timestamptz)
                    AND ($6::text IS NULL OR event_type = $6)
-                   AND ($7::text IS NULL OR strpos(metadata, $7) > 0 OR strpos(metadata, '\\u') > 0)
+                   AND ($7::text IS NULL OR pg_catalog.strpos(metadata::text, $7) > 0 OR pg_catalog.strpos(metadata::text, '\\u') > 0)
                    AND ($8::text IS NULL OR (event_type = 'created'
-                    AND (strpos(metadata, $8) > 0 OR strpos(metadata, '\\u') > 0)))
+                    AND (pg_catalog.strpos(metadata::text, $8) > 0 OR pg_catalog.strpos(metadata::text, '\\u') > 0)))
                  ORDER BY run_id, id"
             ),
             &[

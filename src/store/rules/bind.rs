@@ -14,30 +14,78 @@ pub fn decided_by(statement: &str) -> Option<&str> {
     statement.strip_prefix("approve ")?.strip_suffix(':')
 }
 
+/// How a gate's sealed openings name a binding a decision of it wrote.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum OpeningNames {
+    /// The binding was not written by a decision (its statement is not `approve G:`).
+    NoDecision,
+    /// An opening of G answers into it (`--response-binding`).
+    Answer,
+    /// An opening of G is about it (`--inputs`): its approver may have edited it.
+    Input,
+}
+
 /// What a decision wrote (under `statement`, `approve G:`) stands only while the log still
-/// holds G's opening: with it cut from the log's end, which gates answer into the binding
-/// cannot be told, and it vouches for nothing (exit 9). A binding no decision wrote passes.
+/// holds G's openings as they were sealed, one of them naming the binding (as its answer or
+/// an input its approver may edit): with them cut from the log's end, or changed behind the
+/// tool's back so that they no longer name it, which gates answer into the binding cannot be
+/// told, and it vouches for nothing (exit 9). Says how they name it; a caller whose narrowing
+/// of the log by the name found no such opening was misled (see `Rows::gates_naming`).
 pub fn decision_opening_kept<R: crate::store::Rows + ?Sized>(
     rows: &mut R,
     name: &str,
     statement: &str,
-) -> Result<()> {
+) -> Result<OpeningNames> {
+    use crate::store::chain::{self_state, RowState};
     let Some(gate) = decided_by(statement) else {
-        return Ok(());
+        return Ok(OpeningNames::NoDecision);
     };
     let opened = rows.audit(&crate::store::AuditFilter {
         gate_id: Some(gate),
         event: Some("created"),
         ..crate::store::AuditFilter::default()
     })?;
-    if opened.is_empty() {
-        return Err(crate::error::tampered(format!(
-            "binding {} was written by gate {}'s decision, and the run's audit log holds no opening of that gate: rows were cut from the log behind prose-state's back (run `prose-state gates verify`)",
+    let broken = || {
+        crate::error::tampered(format!(
+            "binding {} was written by gate {}'s decision, and the run's audit log holds no opening of that gate that names it as sealed: rows were cut from the log or changed behind prose-state's back (run `prose-state gates verify`)",
             shown(name),
             shown(gate)
-        )));
+        ))
+    };
+    let key = rows.wiring().key_for_reading()?;
+    if opened
+        .iter()
+        .any(|r| self_state(r, key) == RowState::Broken)
+    {
+        return Err(broken());
     }
-    Ok(())
+    let mut names = None;
+    for r in &opened {
+        let m: serde_json::Value = r
+            .metadata
+            .as_deref()
+            .and_then(|m| serde_json::from_str(m).ok())
+            .unwrap_or_default();
+        if m["response_binding"].as_str() == Some(name) {
+            names = Some(OpeningNames::Answer);
+        } else if m["inputs"]
+            .as_array()
+            .is_some_and(|i| i.iter().any(|n| n.as_str() == Some(name)))
+        {
+            names = names.or(Some(OpeningNames::Input));
+        }
+    }
+    names.ok_or_else(broken)
+}
+
+/// The narrowing of the log by a binding's name found no gate answering into it, yet the
+/// decision that wrote it answered into it: the log or the database was changed so that the
+/// narrowing misses it (exit 9).
+pub fn narrowing_misled(name: &str) -> anyhow::Error {
+    crate::error::tampered(format!(
+        "binding {} is a gate's answer by its sealed opening, but the log read by its name does not say so: the database was changed behind prose-state's back (run `prose-state gates verify`)",
+        shown(name)
+    ))
 }
 
 /// Upserts a binding. A `const` is not rebound in its scope. `publish` puts the attachment
@@ -91,15 +139,16 @@ pub(super) fn write_over(
         Writer::Answer(gate) => Some(gate),
         _ => None,
     };
-    if by_gate.is_none() {
-        let gates = tx.response_gates(b.name)?;
-        if let Some((gate, _)) = gates.iter().find(|(_, s)| *s == b.execution_id) {
-            return Err(refused(format!(
-                "binding {} is the answer of gate {}: only a decision on it writes it",
-                shown(b.name),
-                shown(gate)
-            )));
-        }
+    let gates = match by_gate {
+        None => tx.response_gates(b.name)?,
+        Some(_) => Vec::new(),
+    };
+    if let Some((gate, _)) = gates.iter().find(|(_, s)| *s == b.execution_id) {
+        return Err(refused(format!(
+            "binding {} is the answer of gate {}: only a decision on it writes it",
+            shown(b.name),
+            shown(gate)
+        )));
     }
     let existing = match read {
         Some(head) => head,
@@ -109,7 +158,10 @@ pub(super) fn write_over(
     // still holds G's opening: with it cut from the log's end, which gates answer into this
     // binding cannot be told, and nothing is written over it (exit 9).
     if let Some(statement) = existing.as_ref().and_then(|h| h.3.as_deref()) {
-        decision_opening_kept(&mut **tx, b.name, statement)?;
+        let names = decision_opening_kept(&mut **tx, b.name, statement)?;
+        if by_gate.is_none() && names == OpeningNames::Answer && gates.is_empty() {
+            return Err(narrowing_misled(b.name));
+        }
     }
     // Compare-and-set on the binding's own version, as `history` numbers it (0: no binding of
     // the name in this scope). Versions are never renumbered (pruning keeps the newest), so
