@@ -15,6 +15,7 @@ on_both!(
     approvals_killed_mid_write_leave_all_of_a_decision_or_none,
     a_history_that_does_not_rebuild_is_tampered,
     a_decided_versions_steps_cut_or_renumbered_are_tampering,
+    an_opening_renamed_hides_no_edit,
 );
 
 fn open(run: &Run, gate: &str, require: Option<&str>) {
@@ -639,5 +640,49 @@ fn a_decided_versions_steps_cut_or_renumbered_are_tampering(b: Backend) {
         // `resume` says stop, and its exit says why (an outside battery found exit 0).
         let a = run.cmd().args(["resume"]).assert().failure();
         assert_eq!(code(&a), 9, "{sqlite}: resume: {}", stderr(&a));
+    }
+}
+
+/// An outside battery forged an approver's edit (the value and its kept version) and renamed
+/// the input in the gate's opening, so that no lookup by the input's name found the gate:
+/// `get` and `history` showed the forged version as the approver's with exit 0. A version a
+/// decision wrote is judged by its gate's own sealed openings too: both are exit 9.
+fn an_opening_renamed_hides_no_edit(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.bind("draft", "v1", None);
+    open(&run, "g", None);
+    run.cmd()
+        .args([
+            "approve",
+            "g",
+            "--as",
+            "alice",
+            "-y",
+            "--edit",
+            "draft=final",
+        ])
+        .assert()
+        .success();
+    run.view().raw(
+        "DROP TRIGGER gate_audit_log_no_update;
+         DROP TRIGGER bindings_version_update;
+         DROP TRIGGER binding_history_version;
+         UPDATE gate_audit_log SET metadata = replace(metadata, '\"inputs\":[\"draft\"]',
+           '\"inputs\":[\"drafx\"]') WHERE event_type = 'created';
+         UPDATE bindings SET value = 'FORGE' WHERE name = 'draft';
+         UPDATE binding_history SET value = 'FORGE' WHERE name = 'draft' AND n = 2;",
+        "ALTER TABLE openprose.gate_audit_log DISABLE TRIGGER gate_audit_log_append_only;
+         ALTER TABLE openprose.bindings DISABLE TRIGGER USER;
+         UPDATE openprose.gate_audit_log SET metadata = replace(metadata,
+           '\"inputs\":[\"draft\"]', '\"inputs\":[\"drafx\"]')
+          WHERE run_id = '$RUN' AND event_type = 'created';
+         UPDATE openprose.bindings SET value = convert_to('FORGE', 'UTF8')
+          WHERE run_id = '$RUN' AND name = 'draft';
+         UPDATE openprose.binding_history SET value = convert_to('FORGE', 'UTF8')
+          WHERE run_id = '$RUN' AND name = 'draft' AND n = 2;",
+    );
+    for args in [vec!["get", "draft"], vec!["history", "draft"]] {
+        run.refuses(&args, 9, "");
     }
 }

@@ -337,7 +337,22 @@ pub fn check_writers(
         mentions: Some(&member),
         ..super::AuditFilter::default()
     })?;
-    if naming.is_empty() || rows.is_empty() {
+    if naming.is_empty() {
+        // No opening the narrowing found names it, so no version is a decision's: one whose
+        // statement says a decision of G wrote it is judged by G's own sealed openings, which
+        // name it only if the narrowing was misled (exit 9).
+        let mut judged = std::collections::BTreeSet::new();
+        for statement in rows.iter().filter_map(|r| r.source_statement.as_deref()) {
+            if judged.insert(statement)
+                && super::rules::decision_opening_kept(store, name, statement)?
+                    != super::rules::OpeningNames::NoDecision
+            {
+                return Err(super::rules::narrowing_misled(name));
+            }
+        }
+        return Ok(());
+    }
+    if rows.is_empty() {
         return Ok(());
     }
     let report = store.verify_audit()?;
