@@ -16,6 +16,7 @@ on_both!(
     a_history_that_does_not_rebuild_is_tampered,
     a_decided_versions_steps_cut_or_renumbered_are_tampering,
     an_opening_renamed_hides_no_edit,
+    a_forged_edit_is_never_read_from_a_broken_log,
 );
 
 fn open(run: &Run, gate: &str, require: Option<&str>) {
@@ -684,5 +685,74 @@ fn an_opening_renamed_hides_no_edit(b: Backend) {
     );
     for args in [vec!["get", "draft"], vec!["history", "draft"]] {
         run.refuses(&args, 9, "");
+    }
+}
+
+/// A second outside round forged an approver's edit (the value and its kept version) and
+/// then cut the decision's row from the log's end, or changed it: a broken log no longer said
+/// which version was decided, and `get` read the forged edit with exit 0. An input some gate is
+/// about is read only from a log that verifies whole: exit 9, now and in the past.
+fn a_forged_edit_is_never_read_from_a_broken_log(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.bind("draft", "v1", None);
+    open(&run, "g", None);
+    run.cmd()
+        .args([
+            "approve",
+            "g",
+            "--as",
+            "alice",
+            "-y",
+            "--edit",
+            "draft=final",
+        ])
+        .assert()
+        .success();
+    let decided = p.snapshot();
+    for (what, sqlite, postgres) in [
+        (
+            "the decision cut",
+            "DROP TRIGGER gate_audit_log_no_delete;
+             DELETE FROM gate_audit_log WHERE event_type = 'approved';",
+            "DELETE FROM openprose.gate_audit_log
+              WHERE run_id = '$RUN' AND event_type = 'approved';",
+        ),
+        (
+            "the decision changed",
+            "DROP TRIGGER gate_audit_log_no_update;
+             UPDATE gate_audit_log SET comment = 'x' WHERE event_type = 'approved';",
+            "UPDATE openprose.gate_audit_log SET comment = 'x'
+              WHERE run_id = '$RUN' AND event_type = 'approved';",
+        ),
+    ] {
+        p.restore(&decided);
+        run.view().raw(
+            &format!(
+                "DROP TRIGGER bindings_version_update;
+                 DROP TRIGGER binding_history_version;
+                 UPDATE bindings SET value = 'FORGE' WHERE name = 'draft';
+                 UPDATE binding_history SET value = 'FORGE' WHERE name = 'draft' AND n = 2;
+                 {sqlite}"
+            ),
+            &format!(
+                "ALTER TABLE openprose.gate_audit_log DISABLE TRIGGER USER;
+                 ALTER TABLE openprose.bindings DISABLE TRIGGER USER;
+                 UPDATE openprose.bindings SET value = convert_to('FORGE', 'UTF8')
+                  WHERE run_id = '$RUN' AND name = 'draft';
+                 UPDATE openprose.binding_history SET value = convert_to('FORGE', 'UTF8')
+                  WHERE run_id = '$RUN' AND name = 'draft' AND n = 2;
+                 {postgres}"
+            ),
+        );
+        // The case, shown with a failure below.
+        eprintln!("case: {what}");
+        for args in [
+            vec!["get", "draft"],
+            vec!["get", "draft", "--version", "2"],
+            vec!["get", "draft", "--as-of", "2100-01-01 00:00:00"],
+        ] {
+            run.refuses(&args, 9, "");
+        }
     }
 }

@@ -15,6 +15,7 @@ on_both!(
     an_answers_history_holds_only_what_decisions_wrote,
     no_spelling_of_the_log_hides_an_answer,
     no_change_to_an_opening_hides_its_answer,
+    an_opening_that_makes_its_answer_an_input_hides_nothing,
 );
 
 const SCHEMA: &str =
@@ -892,4 +893,50 @@ fn no_change_to_an_opening_hides_its_answer(b: Backend) {
     p.restore(&answered);
     let a = run.cmd().args(["get", "ans"]).assert().success();
     assert_eq!(a.get_output().stdout, b"5");
+}
+
+/// A second outside round kept the answer's statement (`approve g:`) and changed the gate's
+/// opening to list the answer among its inputs instead, so that the lookup found an opening
+/// naming it (as an input) and checked nothing: the forged value read with exit 0. A value a
+/// decision wrote is judged by its gate's own openings whatever the lookup found: exit 9.
+fn an_opening_that_makes_its_answer_an_input_hides_nothing(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "p"])
+        .args(["--response-schema", r#"{"type":"integer"}"#])
+        .args(["--response-binding", "ans"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["approve", "g", "--as", "alice", "-y", "--response", "5"])
+        .assert()
+        .success();
+    let (answer, none) = (
+        r#""response_binding":"ans""#,
+        r#""inputs":["ans"],"response_binding":null"#,
+    );
+    run.view().raw(
+        &format!(
+            "DROP TRIGGER gate_audit_log_no_update;
+             DROP TRIGGER bindings_version_update;
+             DROP TRIGGER binding_history_version;
+             UPDATE gate_audit_log
+                SET metadata = replace(metadata, '{answer}', '{none}')
+              WHERE event_type = 'created';
+             UPDATE bindings SET value = '7' WHERE name = 'ans';"
+        ),
+        &format!(
+            "ALTER TABLE openprose.gate_audit_log DISABLE TRIGGER USER;
+             ALTER TABLE openprose.bindings DISABLE TRIGGER USER;
+             UPDATE openprose.gate_audit_log
+                SET metadata = replace(metadata, '{answer}', '{none}')
+              WHERE run_id = '$RUN' AND event_type = 'created';
+             UPDATE openprose.bindings SET value = convert_to('7', 'UTF8')
+              WHERE run_id = '$RUN' AND name = 'ans';"
+        ),
+    );
+    let metadata = run.view().events("g")[0].2.clone();
+    assert_eq!(metadata["inputs"], serde_json::json!(["ans"]), "{metadata}");
+    run.refuses(&["get", "ans"], 9, "");
 }

@@ -239,6 +239,10 @@ pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got>
             .or(args.as_of.as_ref().and(found.row.own_version));
         if let (Some(n), false) = (past, checked) {
             let naming = store.gates_naming(&args.name)?;
+            // An input some gate is about is read in the past only while the log is whole.
+            if naming.input {
+                crate::services::inputs::check_log_whole(store, &args.name)?;
+            }
             crate::store::gate_read::check_response_binding_named(
                 store,
                 &args.name,
@@ -273,11 +277,12 @@ pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got>
             // log holds G's opening, or rows were cut from its end and it vouches for nothing.
             // And an opening that names it, which the narrowing by its name did not find, was
             // hidden from it (exit 9).
-            if let (Some(statement), true) = (found.row.source_statement.as_deref(), named_by_none)
-            {
+            // A value a decision wrote is judged by its gate's own openings even where the
+            // narrowing found some opening naming it (another one, forged, may be what it found).
+            if let Some(statement) = found.row.source_statement.as_deref() {
                 let names =
                     crate::store::rules::decision_opening_kept(store, &args.name, statement)?;
-                if names != crate::store::rules::OpeningNames::NoDecision {
+                if named_by_none && names != crate::store::rules::OpeningNames::NoDecision {
                     return Err(crate::store::rules::narrowing_misled(&args.name));
                 }
             }

@@ -427,7 +427,7 @@ pub fn decision_writes(store: &mut dyn Store) -> Result<DecisionWrites> {
 }
 
 /// A broken log vouches for no answer (exit 9): `name` `is` what makes that matter.
-fn log_whole(report: &chain::ChainReport, name: &str, is: &str) -> Result<()> {
+pub fn log_whole(report: &chain::ChainReport, name: &str, is: &str) -> Result<()> {
     match &report.first_broken {
         Some(b) => Err(crate::error::tampered(format!(
             "binding {} {is}, and the run's audit log is broken ({}): run `prose-state gates verify`",
