@@ -19,6 +19,41 @@ on_both!(
     a_forged_edit_is_never_read_from_a_broken_log,
 );
 
+/// A run whose input `draft` gate `g` was about, edited to `final` by alice's approval.
+fn edited(p: &Project) -> Run {
+    let run = p.init();
+    run.bind("draft", "v1", None);
+    open(&run, "g", None);
+    run.cmd()
+        .args([
+            "approve",
+            "g",
+            "--as",
+            "alice",
+            "-y",
+            "--edit",
+            "draft=final",
+        ])
+        .assert()
+        .success();
+    run
+}
+
+/// The edit of `draft` (its value and its kept version 2) forged behind the tool's back, with
+/// the version triggers out of the way: (SQLite, PostgreSQL).
+const FORGE_EDIT: (&str, &str) = (
+    "DROP TRIGGER bindings_version_update;
+     DROP TRIGGER binding_history_version;
+     UPDATE bindings SET value = 'FORGE' WHERE name = 'draft';
+     UPDATE binding_history SET value = 'FORGE' WHERE name = 'draft' AND n = 2;",
+    "ALTER TABLE openprose.gate_audit_log DISABLE TRIGGER USER;
+     ALTER TABLE openprose.bindings DISABLE TRIGGER USER;
+     UPDATE openprose.bindings SET value = convert_to('FORGE', 'UTF8')
+      WHERE run_id = '$RUN' AND name = 'draft';
+     UPDATE openprose.binding_history SET value = convert_to('FORGE', 'UTF8')
+      WHERE run_id = '$RUN' AND name = 'draft' AND n = 2;",
+);
+
 fn open(run: &Run, gate: &str, require: Option<&str>) {
     let mut c = run.cmd();
     c.args([
@@ -650,38 +685,22 @@ fn a_decided_versions_steps_cut_or_renumbered_are_tampering(b: Backend) {
 /// decision wrote is judged by its gate's own sealed openings too: both are exit 9.
 fn an_opening_renamed_hides_no_edit(b: Backend) {
     let Some(p) = Project::on(b) else { return };
-    let run = p.init();
-    run.bind("draft", "v1", None);
-    open(&run, "g", None);
-    run.cmd()
-        .args([
-            "approve",
-            "g",
-            "--as",
-            "alice",
-            "-y",
-            "--edit",
-            "draft=final",
-        ])
-        .assert()
-        .success();
+    let run = edited(&p);
+    let (from, to) = (r#""inputs":["draft"]"#, r#""inputs":["drafx"]"#);
     run.view().raw(
-        "DROP TRIGGER gate_audit_log_no_update;
-         DROP TRIGGER bindings_version_update;
-         DROP TRIGGER binding_history_version;
-         UPDATE gate_audit_log SET metadata = replace(metadata, '\"inputs\":[\"draft\"]',
-           '\"inputs\":[\"drafx\"]') WHERE event_type = 'created';
-         UPDATE bindings SET value = 'FORGE' WHERE name = 'draft';
-         UPDATE binding_history SET value = 'FORGE' WHERE name = 'draft' AND n = 2;",
-        "ALTER TABLE openprose.gate_audit_log DISABLE TRIGGER gate_audit_log_append_only;
-         ALTER TABLE openprose.bindings DISABLE TRIGGER USER;
-         UPDATE openprose.gate_audit_log SET metadata = replace(metadata,
-           '\"inputs\":[\"draft\"]', '\"inputs\":[\"drafx\"]')
-          WHERE run_id = '$RUN' AND event_type = 'created';
-         UPDATE openprose.bindings SET value = convert_to('FORGE', 'UTF8')
-          WHERE run_id = '$RUN' AND name = 'draft';
-         UPDATE openprose.binding_history SET value = convert_to('FORGE', 'UTF8')
-          WHERE run_id = '$RUN' AND name = 'draft' AND n = 2;",
+        &format!(
+            "DROP TRIGGER gate_audit_log_no_update;
+             UPDATE gate_audit_log SET metadata = replace(metadata, '{from}', '{to}')
+              WHERE event_type = 'created';
+             {}",
+            FORGE_EDIT.0
+        ),
+        &format!(
+            "{}
+             UPDATE openprose.gate_audit_log SET metadata = replace(metadata, '{from}', '{to}')
+              WHERE run_id = '$RUN' AND event_type = 'created';",
+            FORGE_EDIT.1
+        ),
     );
     for args in [vec!["get", "draft"], vec!["history", "draft"]] {
         run.refuses(&args, 9, "");
@@ -694,21 +713,7 @@ fn an_opening_renamed_hides_no_edit(b: Backend) {
 /// about is read only from a log that verifies whole: exit 9, now and in the past.
 fn a_forged_edit_is_never_read_from_a_broken_log(b: Backend) {
     let Some(p) = Project::on(b) else { return };
-    let run = p.init();
-    run.bind("draft", "v1", None);
-    open(&run, "g", None);
-    run.cmd()
-        .args([
-            "approve",
-            "g",
-            "--as",
-            "alice",
-            "-y",
-            "--edit",
-            "draft=final",
-        ])
-        .assert()
-        .success();
+    let run = edited(&p);
     let decided = p.snapshot();
     for (what, sqlite, postgres) in [
         (
@@ -728,22 +733,8 @@ fn a_forged_edit_is_never_read_from_a_broken_log(b: Backend) {
     ] {
         p.restore(&decided);
         run.view().raw(
-            &format!(
-                "DROP TRIGGER bindings_version_update;
-                 DROP TRIGGER binding_history_version;
-                 UPDATE bindings SET value = 'FORGE' WHERE name = 'draft';
-                 UPDATE binding_history SET value = 'FORGE' WHERE name = 'draft' AND n = 2;
-                 {sqlite}"
-            ),
-            &format!(
-                "ALTER TABLE openprose.gate_audit_log DISABLE TRIGGER USER;
-                 ALTER TABLE openprose.bindings DISABLE TRIGGER USER;
-                 UPDATE openprose.bindings SET value = convert_to('FORGE', 'UTF8')
-                  WHERE run_id = '$RUN' AND name = 'draft';
-                 UPDATE openprose.binding_history SET value = convert_to('FORGE', 'UTF8')
-                  WHERE run_id = '$RUN' AND name = 'draft' AND n = 2;
-                 {postgres}"
-            ),
+            &format!("{}\n{sqlite}", FORGE_EDIT.0),
+            &format!("{}\n{postgres}", FORGE_EDIT.1),
         );
         // The case, shown with a failure below.
         eprintln!("case: {what}");

@@ -18,6 +18,20 @@ on_both!(
     an_opening_that_makes_its_answer_an_input_hides_nothing,
 );
 
+/// Gate `g` opened to answer into `ans` (an integer), and answered 5 by alice.
+fn answered(run: &Run) {
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "p"])
+        .args(["--response-schema", r#"{"type":"integer"}"#])
+        .args(["--response-binding", "ans"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["approve", "g", "--as", "alice", "-y", "--response", "5"])
+        .assert()
+        .success();
+}
+
 const SCHEMA: &str =
     r#"{"type":"object","properties":{"size":{"type":"integer"}},"required":["size"]}"#;
 
@@ -637,16 +651,7 @@ fn no_binding_below_the_answer_hides_it(b: Backend) {
 fn an_answers_history_holds_only_what_decisions_wrote(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
-    run.cmd()
-        .args(["gates", "create", "g", "--prompt", "p"])
-        .args(["--response-schema", r#"{"type":"integer"}"#])
-        .args(["--response-binding", "ans"])
-        .assert()
-        .success();
-    run.cmd()
-        .args(["approve", "g", "--as", "alice", "-y", "--response", "5"])
-        .assert()
-        .success();
+    answered(&run);
     let answered = p.snapshot();
     for (what, sqlite, postgres, version) in [
         (
@@ -761,16 +766,7 @@ fn an_answers_history_holds_only_what_decisions_wrote(b: Backend) {
 fn no_spelling_of_the_log_hides_an_answer(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
-    run.cmd()
-        .args(["gates", "create", "g", "--prompt", "p"])
-        .args(["--response-schema", r#"{"type":"integer"}"#])
-        .args(["--response-binding", "ans"])
-        .assert()
-        .success();
-    run.cmd()
-        .args(["approve", "g", "--as", "alice", "-y", "--response", "5"])
-        .assert()
-        .success();
+    answered(&run);
     let answered = p.snapshot();
     for (what, respelled) in [
         ("the name escaped", r#""\u0061ns""#),
@@ -818,16 +814,7 @@ fn no_spelling_of_the_log_hides_an_answer(b: Backend) {
 fn no_change_to_an_opening_hides_its_answer(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
-    run.cmd()
-        .args(["gates", "create", "g", "--prompt", "p"])
-        .args(["--response-schema", r#"{"type":"integer"}"#])
-        .args(["--response-binding", "ans"])
-        .assert()
-        .success();
-    run.cmd()
-        .args(["approve", "g", "--as", "alice", "-y", "--response", "5"])
-        .assert()
-        .success();
+    answered(&run);
     let answered = p.snapshot();
     let forge_sqlite = "UPDATE bindings SET value = '7' WHERE name = 'ans';";
     let forge_pg = "UPDATE openprose.bindings SET value = convert_to('7', 'UTF8')
@@ -902,16 +889,7 @@ fn no_change_to_an_opening_hides_its_answer(b: Backend) {
 fn an_opening_that_makes_its_answer_an_input_hides_nothing(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
-    run.cmd()
-        .args(["gates", "create", "g", "--prompt", "p"])
-        .args(["--response-schema", r#"{"type":"integer"}"#])
-        .args(["--response-binding", "ans"])
-        .assert()
-        .success();
-    run.cmd()
-        .args(["approve", "g", "--as", "alice", "-y", "--response", "5"])
-        .assert()
-        .success();
+    answered(&run);
     let (answer, none) = (
         r#""response_binding":"ans""#,
         r#""inputs":["ans"],"response_binding":null"#,

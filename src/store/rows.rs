@@ -139,11 +139,7 @@ fn naming_in<R: Rows + ?Sized>(rows: &mut R, name: &str, openings: &AuditFilter)
     // answer there).
     let (trusted, all) = moves_of(rows, &found[0].run_id)?;
     for r in found {
-        let m: serde_json::Value = r
-            .metadata
-            .as_deref()
-            .and_then(|m| serde_json::from_str(m).ok())
-            .unwrap_or_default();
+        let m = opening_metadata(&r);
         if m["response_binding"].as_str() == Some(name) {
             for moves in [None, Some(&trusted), Some(&all)] {
                 let mut m = m.clone();
@@ -156,14 +152,26 @@ fn naming_in<R: Rows + ?Sized>(rows: &mut R, name: &str, openings: &AuditFilter)
                 }
             }
         }
-        if m["inputs"]
-            .as_array()
-            .is_some_and(|i| i.iter().any(|n| n.as_str() == Some(name)))
-        {
+        if names_as_input(&m, name) {
             naming.input = true;
         }
     }
     Ok(naming)
+}
+
+/// An opening's metadata as parsed (Null when it does not parse: it then names nothing).
+pub(crate) fn opening_metadata(r: &AuditRow) -> serde_json::Value {
+    r.metadata
+        .as_deref()
+        .and_then(|m| serde_json::from_str(m).ok())
+        .unwrap_or_default()
+}
+
+/// Whether an opening's metadata lists binding `name` among the gate's inputs.
+pub(crate) fn names_as_input(m: &serde_json::Value, name: &str) -> bool {
+    m["inputs"]
+        .as_array()
+        .is_some_and(|i| i.iter().any(|n| n.as_str() == Some(name)))
 }
 
 /// The moves of run `run` (its `renumbered` events): those that vouch for themselves with this

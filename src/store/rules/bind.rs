@@ -61,17 +61,10 @@ pub fn decision_opening_kept<R: crate::store::Rows + ?Sized>(
     }
     let mut names = None;
     for r in &opened {
-        let m: serde_json::Value = r
-            .metadata
-            .as_deref()
-            .and_then(|m| serde_json::from_str(m).ok())
-            .unwrap_or_default();
+        let m = crate::store::rows::opening_metadata(r);
         if m["response_binding"].as_str() == Some(name) {
             names = Some(OpeningNames::Answer);
-        } else if m["inputs"]
-            .as_array()
-            .is_some_and(|i| i.iter().any(|n| n.as_str() == Some(name)))
-        {
+        } else if crate::store::rows::names_as_input(&m, name) {
             names = names.or(Some(OpeningNames::Input));
         }
     }
