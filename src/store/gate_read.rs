@@ -331,10 +331,10 @@ pub fn check_writers(
 ) -> Result<()> {
     // Only a binding some gate's sealed opening names (as an input or its response binding)
     // can have a version a decision wrote: the openings narrow the read.
-    let member = serde_json::Value::from(name).to_string();
+    let [member, escaped] = super::spellings(name);
     let naming = store.audit(&super::AuditFilter {
         event: Some("created"),
-        mentions: Some(&member),
+        mentions: Some(&[&member, &escaped]),
         ..super::AuditFilter::default()
     })?;
     if naming.is_empty() {

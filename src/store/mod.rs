@@ -140,11 +140,11 @@ pub use exec_log::{
 };
 pub use store_trait::{AgentStore, Snapshot, Store};
 pub use types::{
-    run_stats, server_blob, AgentRow, Attempt, AuditFilter, AuditRow, BindOutcome, BindingHead,
-    BindingRow, BlobInfo, Checkpointed, Created, Decided, Decision, ExecutionRow, Finished, Found,
-    GateRow, ImportAdded, ImportRow, InputAt, NewBinding, NewExecution, NewGate, NewRun,
-    OpenOptions, QueryResult, Resumed, RunInfo, RunStats, RunSummary, ServerStats, StoreStats,
-    Update, Upload, QUERY_MOST_BYTES, SERVER_PREFIX, STATS_TABLES,
+    run_stats, server_blob, spellings, AgentRow, Attempt, AuditFilter, AuditRow, BindOutcome,
+    BindingHead, BindingRow, BlobInfo, Checkpointed, Created, Decided, Decision, ExecutionRow,
+    Finished, Found, GateRow, ImportAdded, ImportRow, InputAt, NewBinding, NewExecution, NewGate,
+    NewRun, OpenOptions, QueryResult, Resumed, RunInfo, RunStats, RunSummary, ServerStats,
+    StoreStats, Update, Upload, QUERY_MOST_BYTES, SERVER_PREFIX, STATS_TABLES,
 };
 pub(crate) use types::{too_large, QueryBudget};
 

@@ -683,7 +683,7 @@ fn gate_rows(s: &mut impl Statements, run: &str, which: GateSelect<'_>) -> Resul
 
 /// The audit rows of run `run` the filter selects, in id order.
 fn audit(s: &mut impl Statements, run: &str, f: &AuditFilter) -> Result<Vec<AuditRow>> {
-    let answers_into = f.answers_member();
+    let answers_into = f.answers_spellings();
     s.all(
         &format!(
             "{AUDIT_SELECT} WHERE run_id = $1
@@ -692,9 +692,10 @@ fn audit(s: &mut impl Statements, run: &str, f: &AuditFilter) -> Result<Vec<Audi
                AND ($3::text IS NULL OR principal = $3)
                AND ($4::text IS NULL OR timestamp >= ($4::text)::timestamptz)
                AND ($5::text IS NULL OR event_type = $5)
-               AND ($6::text IS NULL OR pg_catalog.strpos(metadata::text, $6) > 0 OR pg_catalog.strpos(metadata::text, '\\u') > 0)
-               AND ($7::text IS NULL OR (event_type = 'created'
-                    AND (pg_catalog.strpos(metadata::text, $7) > 0 OR pg_catalog.strpos(metadata::text, '\\u') > 0)))
+               AND ($6::text[] IS NULL
+                    OR EXISTS (SELECT 1 FROM unnest($6::text[]) t WHERE pg_catalog.strpos(metadata::text, t) > 0))
+               AND ($7::text[] IS NULL OR (event_type = 'created'
+                    AND EXISTS (SELECT 1 FROM unnest($7::text[]) t WHERE pg_catalog.strpos(metadata::text, t) > 0)))
              ORDER BY id"
         ),
         &[
@@ -704,8 +705,8 @@ fn audit(s: &mut impl Statements, run: &str, f: &AuditFilter) -> Result<Vec<Audi
             &f.since,
             &f.event,
             &f.mentions,
-            // The name as a JSON string: a narrowing of the run's openings, which the reader
-            // parses and checks.
+            // The name's spellings: a narrowing of the run's openings, which the reader parses
+            // and checks.
             &answers_into,
             &f.with_moves,
         ],

@@ -67,13 +67,13 @@ pub trait Rows {
     fn gates_naming(&mut self, name: &str) -> Result<Naming> {
         // The rule writes the metadata as compact JSON: the name as a JSON string narrows the
         // read to the openings that mention it (any other spelling is no rule's).
-        let member = serde_json::Value::from(name).to_string();
+        let [member, escaped] = super::spellings(name);
         naming_in(
             self,
             name,
             &AuditFilter {
                 event: Some("created"),
-                mentions: Some(&member),
+                mentions: Some(&[&member, &escaped]),
                 ..AuditFilter::default()
             },
         )

@@ -652,14 +652,17 @@ fn audit_select<'a>(f: &AuditFilter<'a>) -> (String, Vec<&'a str>) {
             values.extend([gate, super::dump::RUN_EVENT, super::dump::RENUMBERED]);
         }
     }
+    let any_of: String;
+    if let Some(texts) = f.mentions.filter(|t| !t.is_empty()) {
+        let each = vec!["instr(metadata, ?) > 0"; texts.len()];
+        any_of = format!("({})", each.join(" OR "));
+        wheres.push(&any_of);
+        values.extend(texts.iter().copied());
+    }
     for (given, test) in [
         (f.principal, "principal = ?"),
         (f.since, "datetime(timestamp) >= datetime(?)"),
         (f.event, "event_type = ?"),
-        (
-            f.mentions,
-            "(instr(metadata, ?) > 0 OR instr(metadata, '\\u') > 0)",
-        ),
         // Word for word the terms of `idx_gate_audit_answers` (schema 11), which SQLite then
         // reads instead of every opening; an older file without it scans, with the same rows.
         (

@@ -487,12 +487,9 @@ pub struct AuditFilter<'a> {
     pub since: Option<&'a str>,
     /// Rows of this event type.
     pub event: Option<&'a str>,
-    /// Rows whose metadata holds this text (a narrowing; the reader parses what it wants),
-    /// and every row whose metadata spells something with a JSON `\u` escape: prose-state's
-    /// own compact JSON spells no name, key or value so (no such text takes control
-    /// characters), so only a row changed behind its back does, and it may spell the text
-    /// another way (`"\u0061ns"` is `"ans"`) that must not hide it from the reader.
-    pub mentions: Option<&'a str>,
+    /// Rows whose metadata holds any of these texts (a narrowing; the reader parses what it
+    /// wants). See [`spellings`] for what a name is looked for as.
+    pub mentions: Option<&'a [&'a str]>,
     /// `created` events whose metadata names this binding as the gate's response binding
     /// (`--response-binding`): an indexed narrowing on SQLite (schema 11), so that a `bind`
     /// does not read every opening of the run to learn that no gate answers into its name.
@@ -503,13 +500,21 @@ pub struct AuditFilter<'a> {
     pub with_moves: bool,
 }
 
+/// The texts a row that names binding `name` holds one of: the name as a JSON string, as
+/// prose-state's compact JSON writes it, or a JSON `\u` escape. A name is letters, digits,
+/// `_`, `.` and `-`, so an escape is its only other spelling in JSON, and prose-state's own
+/// rows spell nothing so (no text they seal takes control characters): only a row changed
+/// behind its back does, and it may spell the name another way (`"\u0061ns"` is `"ans"`)
+/// that must not hide it from the reader.
+pub fn spellings(name: &str) -> [String; 2] {
+    [serde_json::Value::from(name).to_string(), "\\u".to_string()]
+}
+
 impl AuditFilter<'_> {
-    /// `answers_into` as the text an opening names it with (the name as a JSON string), for a
-    /// backend that narrows by text, not by an index: read with every row that spells
-    /// something with a `\u` escape (see `mentions`), so that no spelling hides an opening.
-    pub fn answers_member(&self) -> Option<String> {
-        self.answers_into
-            .map(|name| serde_json::Value::from(name).to_string())
+    /// `answers_into` as the texts to look for ([`spellings`]), for a backend that narrows by
+    /// text, not by an index.
+    pub fn answers_spellings(&self) -> Option<Vec<String>> {
+        self.answers_into.map(|name| spellings(name).to_vec())
     }
 }
 

@@ -329,9 +329,10 @@ impl ServerCatalog for PgStore {
                    AND ($4::text IS NULL OR principal = $4)
                    AND ($5::text IS NULL OR timestamp >= ($5::text)::timestamptz)
                    AND ($6::text IS NULL OR event_type = $6)
-                   AND ($7::text IS NULL OR pg_catalog.strpos(metadata::text, $7) > 0 OR pg_catalog.strpos(metadata::text, '\\u') > 0)
-                   AND ($8::text IS NULL OR (event_type = 'created'
-                    AND (pg_catalog.strpos(metadata::text, $8) > 0 OR pg_catalog.strpos(metadata::text, '\\u') > 0)))
+                   AND ($7::text[] IS NULL
+                    OR EXISTS (SELECT 1 FROM unnest($7::text[]) t WHERE pg_catalog.strpos(metadata::text, t) > 0))
+                   AND ($8::text[] IS NULL OR (event_type = 'created'
+                    AND EXISTS (SELECT 1 FROM unnest($8::text[]) t WHERE pg_catalog.strpos(metadata::text, t) > 0)))
                  ORDER BY run_id, id"
             ),
             &[
@@ -342,7 +343,7 @@ impl ServerCatalog for PgStore {
                 &f.since,
                 &f.event,
                 &f.mentions,
-                &f.answers_member(),
+                &f.answers_spellings(),
                 &f.with_moves,
             ],
             audit_row,
