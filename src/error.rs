@@ -76,6 +76,7 @@ constructors! {
     refused => Refused,
     unknown => Unknown,
     tampered => Tampered,
+    unattested => Unattested,
     timed_out => TimedOut,
     busy => Busy,
 }

@@ -623,6 +623,7 @@ fn no_change_to_a_book_admits_what_its_log_does_not(b: Backend) {
         Anchor {
             seq: t.seq,
             hash: t.hash.clone(),
+            named: None,
         }
     };
     let vocabulary = Vocabulary::of(&[&signed, &unsigned, &other_signed, &other_unsigned]);

@@ -1310,6 +1310,7 @@ fn no_mutation_of_the_rows_makes_a_decision_stand(b: Backend) {
     let anchor = t::Anchor {
         seq: tip.seq.unwrap(),
         hash: tip.hash.clone().unwrap(),
+        named: None,
     };
     // As built, every gate stands as it was decided; signed, only the page's decision.
     let report = t::check(&rows, &gates, Some(&run.id), Some(&key), Some(&anchor));
@@ -2038,6 +2039,7 @@ fn with_the_audit_key_an_answer_still_cannot_be_changed_under_a_signature(b: Bac
         t::Anchor {
             seq: t.seq.unwrap(),
             hash: t.hash.clone().unwrap(),
+            named: None,
         }
     };
     let judge = |rows: &[AuditRow], gates: &[GateRow]| {

@@ -16,6 +16,8 @@ on_both!(
     no_spelling_of_the_log_hides_an_answer,
     no_change_to_an_opening_hides_its_answer,
     an_opening_that_makes_its_answer_an_input_hides_nothing,
+    the_value_checked_is_the_value_printed,
+    a_machine_without_the_key_vouches_for_no_answer,
 );
 
 /// Gate `g` opened to answer into `ans` (an integer), and answered 5 by alice.
@@ -917,4 +919,129 @@ fn an_opening_that_makes_its_answer_an_input_hides_nothing(b: Backend) {
     let metadata = run.view().events("g")[0].2.clone();
     assert_eq!(metadata["inputs"], serde_json::json!(["ans"]), "{metadata}");
     run.refuses(&["get", "ans"], 9, "");
+}
+
+/// helper-31's break 3: `get` once checked one read of the binding and printed another. A view
+/// put in place of the bindings table answers a forged value on some reads (SQLite: at random;
+/// PostgreSQL: a session's first read of it, every time): the value printed is the very row
+/// checked, so the forged one is refused (exit 9) and never printed with exit 0.
+fn the_value_checked_is_the_value_printed(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    answered(&run);
+    run.view().raw(
+        "ALTER TABLE bindings RENAME TO bindings_real;
+         CREATE VIEW bindings AS SELECT name, execution_id, kind,
+           CASE WHEN name = 'ans' AND (random() & 1) = 0 THEN '7' ELSE value END AS value,
+           source_statement, created_at, updated_at, attachment_path, version
+           FROM bindings_real;",
+        "CREATE FUNCTION public.first_read() RETURNS boolean VOLATILE LANGUAGE plpgsql AS $f$
+         DECLARE n int := coalesce(nullif(current_setting('atk.n', true), ''), '0')::int;
+         BEGIN PERFORM set_config('atk.n', (n + 1)::text, false); RETURN n = 0; END $f$;
+         ALTER TABLE openprose.bindings RENAME TO bindings_real;
+         CREATE VIEW openprose.bindings AS SELECT name, run_id, execution_id, kind,
+           CASE WHEN name = 'ans' AND public.first_read() THEN '7' ELSE value END AS value,
+           source_statement, created_at, updated_at, attachment_path, metadata, version
+           FROM openprose.bindings_real;",
+    );
+    let mut refused = 0;
+    for _ in 0..24 {
+        let a = run.cmd().args(["get", "ans"]).assert();
+        match (code(&a), a.get_output().stdout.as_slice()) {
+            (0, b"5") => {}
+            (9, _) => refused += 1,
+            (c, out) => panic!(
+                "get ans printed {:?} with exit {c}: {}",
+                String::from_utf8_lossy(out),
+                stderr(&a)
+            ),
+        }
+    }
+    // PostgreSQL's view lies at each call's first read, so the case was met every time. (On
+    // SQLite, where it lies at random, a read that printed 7 with exit 0 before the fix did so
+    // in about half the calls: 24 calls without one are 2^-24 likely.)
+    if b == Backend::Postgres {
+        assert_eq!(refused, 24, "the view's lie was not caught each time");
+    }
+}
+
+/// helper-31's break 1: on a machine without the audit key (or with another one), nothing
+/// sealed can be checked, so a forged answer or approver's edit cannot be told from a true one:
+/// `get` and `history` of a name a gate's opening names say so (exit 10), as `gates show` and
+/// `gates wait` do, whether or not the value was forged; and `gates show` there makes no key
+/// and logs nothing.
+fn a_machine_without_the_key_vouches_for_no_answer(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.bind("doc", "v1", None);
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "p"])
+        .args(["--response-schema", r#"{"type":"integer"}"#])
+        .args(["--response-binding", "ans", "--inputs", "doc"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["approve", "g", "--as", "alice", "-y", "--response", "5"])
+        .args(["--edit", "doc=v2"])
+        .assert()
+        .success();
+    run.bind("plain", "free", None);
+    let bare = tempfile::tempdir().unwrap();
+    let keyless = |args: &[&str]| {
+        let mut c = run.cmd();
+        c.env("HOME", bare.path()).args(args);
+        c
+    };
+    for forged in [false, true] {
+        if forged {
+            run.view().raw(
+                "DROP TRIGGER bindings_version_update;
+                 DROP TRIGGER binding_history_version;
+                 UPDATE bindings SET value = '7' WHERE name = 'ans';
+                 UPDATE binding_history SET value = '7' WHERE name = 'ans';
+                 UPDATE bindings SET value = 'FORGE' WHERE name = 'doc';
+                 UPDATE binding_history SET value = 'FORGE' WHERE name = 'doc' AND n = 2;",
+                "ALTER TABLE openprose.bindings DISABLE TRIGGER USER;
+                 UPDATE openprose.bindings SET value = '7'
+                  WHERE run_id = '$RUN' AND name = 'ans';
+                 UPDATE openprose.binding_history SET value = '7'
+                  WHERE run_id = '$RUN' AND name = 'ans';
+                 UPDATE openprose.bindings SET value = 'FORGE'
+                  WHERE run_id = '$RUN' AND name = 'doc';
+                 UPDATE openprose.binding_history SET value = 'FORGE'
+                  WHERE run_id = '$RUN' AND name = 'doc' AND n = 2;",
+            );
+        }
+        let before = run.snapshot();
+        for args in [
+            vec!["get", "ans"],
+            vec!["get", "ans", "--version", "1"],
+            vec!["get", "ans", "--as-of", "2100-01-01 00:00:00"],
+            vec!["history", "ans"],
+            vec!["get", "doc"],
+            vec!["get", "doc", "--version", "2"],
+            vec!["history", "doc"],
+        ] {
+            let a = keyless(&args).assert();
+            assert_eq!(code(&a), 10, "forged {forged}: {args:?}: {}", stderr(&a));
+            assert!(a.get_output().stdout.is_empty(), "{args:?} printed");
+            assert!(
+                stderr(&a).contains("cannot be vouched for here"),
+                "{args:?}: {}",
+                stderr(&a)
+            );
+            assert_eq!(stderr(&a).lines().count(), 1, "{}", stderr(&a));
+        }
+        // A name no opening names is read as ever.
+        let a = keyless(&["get", "plain"]).assert().success();
+        assert_eq!(a.get_output().stdout, b"free");
+        // A look at the gate there is unattested (exit 10), makes no key, and logs nothing.
+        let a = keyless(&["gates", "show", "g"]).assert();
+        assert_eq!(code(&a), 10, "{}", stderr(&a));
+        assert!(!bare.path().join(".prose").join("audit.key").exists());
+        assert_eq!(run.snapshot(), before, "a keyless read wrote");
+    }
+    // With the key, the forged values are refused as changed (exit 9).
+    run.refuses(&["get", "ans"], 9, "");
+    run.refuses(&["get", "doc"], 9, "");
 }

@@ -19,7 +19,10 @@ use crate::common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-on_both!(no_raw_write_puts_words_in_a_deciders_mouth);
+on_both!(
+    no_raw_write_puts_words_in_a_deciders_mouth,
+    no_raw_write_hides_what_a_decision_wrote
+);
 
 const ANSWER: &str = r#"{"note":"ok","size":3}"#;
 const EDIT: &str = "hello, better world";
@@ -155,18 +158,14 @@ fn restore(run: &Run, block: i64) {
     );
 }
 
-fn no_raw_write_puts_words_in_a_deciders_mouth(b: Backend) {
-    let Some(p) = Project::on(b) else { return };
-    let run = p.init();
+/// Gate `g`, in a block, answered by alice into `size`; gate `e`, about `draft`, approved by
+/// bob with an edit. The block's execution id.
+fn decided(run: &Run) -> i64 {
     let block = run.exec(1, "do review:", "executing", None);
     run.cmd()
         .args(["gates", "create", "g", "--prompt", "How big?"])
-        .args([
-            "--response-schema",
-            r#"{"type":"object"}"#,
-            "--response-binding",
-            "size",
-        ])
+        .args(["--response-schema", r#"{"type":"object"}"#])
+        .args(["--response-binding", "size"])
         .args(["--execution-id", &block.to_string()])
         .assert()
         .success();
@@ -183,17 +182,17 @@ fn no_raw_write_puts_words_in_a_deciders_mouth(b: Backend) {
         .assert()
         .success();
     run.cmd()
-        .args([
-            "approve",
-            "e",
-            "--as",
-            "bob",
-            "-y",
-            "--edit",
-            &format!("draft={EDIT}"),
-        ])
+        .args(["approve", "e", "--as", "bob", "-y"])
+        .args(["--edit", &format!("draft={EDIT}")])
         .assert()
         .success();
+    block
+}
+
+fn no_raw_write_puts_words_in_a_deciders_mouth(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let block = decided(&run);
     // The decision wrote the answer as compact JSON.
     assert_eq!(run.get("size", Some(block)), ANSWER.as_bytes());
     let cases = std::env::var("PROSE_RESPONSE_FORGERY_CASES")
@@ -258,5 +257,198 @@ fn no_raw_write_puts_words_in_a_deciders_mouth(b: Backend) {
     // Both outcomes were reached: the property was exercised, not passed vacuously.
     if std::env::var("PROSE_RESPONSE_FORGERY_SEED").is_err() {
         assert!(caught > 0 && stood > 0, "caught {caught}, stood {stood}");
+    }
+}
+
+/// A JSON member `"key":value` spelled as a raw write might respell it to hide it from a
+/// reader: the key or the value changed, escaped, cased or padded, the member doubled or
+/// dropped, from the grammar of a JSON member rather than a list of known attacks.
+fn member(rng: &mut StdRng, key: &str, value: &str) -> String {
+    // A `\u` escape of one of its characters, or another case, or a space, or nothing.
+    let respell = |rng: &mut StdRng, text: &str| -> String {
+        let chars: Vec<char> = text.chars().collect();
+        let i = rng.random_range(0..chars.len());
+        match rng.random_range(0..5) {
+            0 => text.to_string(),
+            1 => chars
+                .iter()
+                .enumerate()
+                .map(|(j, c)| match j == i {
+                    true => format!("\\u{:04x}", *c as u32),
+                    false => c.to_string(),
+                })
+                .collect(),
+            2 => text.to_uppercase(),
+            3 => format!("{text} "),
+            _ => chars
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .map(|(_, c)| *c)
+                .collect(),
+        }
+    };
+    let k = format!("\"{}\"", respell(rng, key));
+    let v = match value.strip_prefix('[') {
+        // An array of names: emptied, its one name respelled, as a string, or with another.
+        Some(inner) => {
+            let name = inner.trim_end_matches(']').trim_matches('"');
+            match rng.random_range(0..4) {
+                0 => "[]".to_string(),
+                1 => format!("[\"{}\"]", respell(rng, name)),
+                2 => format!("\"{name}\""),
+                _ => format!("[\"x\",\"{}\"]", respell(rng, name)),
+            }
+        }
+        None => {
+            let name = value.trim_matches('"');
+            match rng.random_range(0..4) {
+                0 => "null".to_string(),
+                1 => format!("[\"{name}\"]"),
+                _ => format!("\"{}\"", respell(rng, name)),
+            }
+        }
+    };
+    match rng.random_range(0..5) {
+        0 => format!("{k}:{v},\"{key}\":{value}"),
+        1 => format!("\"{key}\":{value},{k}:{v}"),
+        2 => format!("\"x\":{v}"),
+        _ => format!("{k}:{v}"),
+    }
+}
+
+/// One raw change that could hide a decision's product from the lookup that protects it, as
+/// (SQLite, PostgreSQL) statements, the append-only and version triggers dropped first: an
+/// opening's member naming the binding respelled ([`member`]), an opening deleted, or the
+/// statement the value says it was written under cleared or respelled; with the value itself
+/// forged more often than not.
+fn hiding(rng: &mut StdRng, block: i64) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let (gate, key, value) = match rng.random_range(0..2) {
+        0 => ("g", "response_binding", "\"size\""),
+        _ => ("e", "inputs", "[\"draft\"]"),
+    };
+    let opening = format!("gate_id = '{gate}' AND event_type = 'created'");
+    match rng.random_range(0..4) {
+        0 => out.push((
+            format!("DELETE FROM gate_audit_log WHERE {opening}"),
+            format!("DELETE FROM openprose.gate_audit_log WHERE run_id = '$RUN' AND {opening}"),
+        )),
+        1 => {}
+        _ => {
+            let from = format!("\"{key}\":{value}");
+            let to = member(rng, key, value);
+            let set = format!("metadata = replace(metadata, '{from}', {})", quoted(&to));
+            out.push((
+                format!("UPDATE gate_audit_log SET {set} WHERE {opening}"),
+                format!(
+                    "UPDATE openprose.gate_audit_log SET {set} WHERE run_id = '$RUN' AND {opening}"
+                ),
+            ));
+        }
+    }
+    let (name, scope, forged) = match gate {
+        "g" => (
+            "size",
+            format!("execution_id = {block}"),
+            r#"{"note":"ok","size":4}"#,
+        ),
+        _ => (
+            "draft",
+            "execution_id IS NULL".to_string(),
+            "hello, forged world",
+        ),
+    };
+    let mut sets = Vec::new();
+    if rng.random_bool(0.7) {
+        sets.push(format!("value = {}", quoted(forged)));
+    }
+    match rng.random_range(0..4) {
+        0 => sets.push("source_statement = NULL".to_string()),
+        1 => sets.push(format!("source_statement = 'APPROVE {gate}:'")),
+        2 => sets.push(format!("source_statement = 'approve {gate} :'")),
+        _ => {}
+    }
+    if !sets.is_empty() {
+        let set = sets.join(", ");
+        let which = format!("name = '{name}' AND {scope}");
+        out.push((
+            format!(
+                "UPDATE bindings SET {set} WHERE {which};
+                 UPDATE binding_history SET {set} WHERE {which} AND n = (SELECT MAX(n) FROM binding_history WHERE {which})"
+            ),
+            format!(
+                "UPDATE openprose.bindings SET {set} WHERE run_id = '$RUN' AND {which};
+                 UPDATE openprose.binding_history SET {set} WHERE run_id = '$RUN' AND {which}
+                    AND n = (SELECT MAX(n) FROM openprose.binding_history WHERE run_id = '$RUN' AND {which})"
+            ),
+        ));
+    }
+    out
+}
+
+/// Issue 49, the lookup's side: whatever raw SQL does to hide an opening from the narrow read
+/// of the log by a binding's name (respelling the member that names it, deleting the opening,
+/// clearing the statement the value says it was written under), `get` prints what a sealed
+/// decision wrote (its answer, its approver's edit) or refuses (exit 9): never a forged value
+/// with exit 0. What names a binding is told from the sealed log and this machine's anchor.
+fn no_raw_write_hides_what_a_decision_wrote(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let block = decided(&run);
+    let decided = p.snapshot();
+    let cases = std::env::var("PROSE_RESPONSE_FORGERY_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(16u64);
+    let seeds: Vec<u64> = match std::env::var("PROSE_RESPONSE_FORGERY_SEED") {
+        Ok(s) => vec![s.parse().unwrap()],
+        Err(_) => (0..cases).collect(),
+    };
+    let mut caught = 0;
+    for seed in seeds {
+        let mut rng = StdRng::seed_from_u64(seed);
+        run.view().raw(
+            "DROP TRIGGER gate_audit_log_no_update;
+             DROP TRIGGER gate_audit_log_no_delete;
+             DROP TRIGGER bindings_version_update;
+             DROP TRIGGER binding_history_version;",
+            "ALTER TABLE openprose.gate_audit_log DISABLE TRIGGER USER;
+             ALTER TABLE openprose.bindings DISABLE TRIGGER USER;
+             ALTER TABLE openprose.binding_history DISABLE TRIGGER USER;",
+        );
+        let mut applied = Vec::new();
+        for _ in 0..rng.random_range(1..=2) {
+            for (lite, pg) in hiding(&mut rng, block) {
+                run.view().raw(&lite, &pg);
+                applied.push(lite);
+            }
+        }
+        let fail = |why: String| {
+            panic!(
+                "{b:?}: seed {seed} (replay with PROSE_RESPONSE_FORGERY_SEED={seed}), after {applied:?}: {why}"
+            )
+        };
+        let block_id = block.to_string();
+        for (args, want) in [
+            (vec!["get", "size", "--execution-id", &block_id], ANSWER),
+            (vec!["get", "draft"], EDIT),
+        ] {
+            let a = run.cmd().args(&args).assert();
+            let out = a.get_output().stdout.clone();
+            match code(&a) {
+                0 if out == want.as_bytes() => {}
+                9 => caught += 1,
+                other => fail(format!(
+                    "{args:?} printed {:?} with exit {other}: {}",
+                    String::from_utf8_lossy(&out),
+                    stderr(&a)
+                )),
+            }
+        }
+        p.restore(&decided);
+    }
+    if std::env::var("PROSE_RESPONSE_FORGERY_SEED").is_err() {
+        assert!(caught > 0, "no case was caught");
     }
 }

@@ -157,7 +157,7 @@ fn kept_or(
     found: Result<crate::store::Found>,
 ) -> Result<crate::store::Found> {
     let Err(e) = found else { return found };
-    let naming = store.gates_naming(name)?;
+    let naming = store.naming(name)?;
     if naming.input || !naming.response.is_empty() {
         let report = store.verify_audit()?;
         crate::services::inputs::check_kept(store, run_dir, name, &report)?;
@@ -223,77 +223,93 @@ pub fn explain(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<
     })
 }
 
+/// What a value found must stand against before it is printed: a version a sealed decision
+/// was about is read only as it was decided, and a name some gate answers into only where its
+/// answers vouch for it. `found` is the very row printed.
+fn check_found(
+    args: &GetArgs,
+    run: &RunPaths,
+    store: &mut dyn Store,
+    found: &crate::store::Found,
+) -> Result<()> {
+    let naming = store.naming(&args.name)?;
+    if naming.input || !naming.response.is_empty() {
+        let report = store.verify_audit()?;
+        crate::store::gate_read::check_vouched(&report, &args.name, &naming)?;
+    }
+    // A read of the past (of a version the history keeps).
+    let past = args
+        .version
+        .or(args.as_of.as_ref().and(found.row.own_version));
+    if past.is_none() && (args.version.is_some() || args.as_of.is_some()) {
+        return Ok(());
+    }
+    // An input some gate is about is read in the past only while the log is whole.
+    if past.is_some() && naming.input {
+        crate::services::inputs::check_log_whole(store, &args.name)?;
+    }
+    // A gate's response binding holds what its sealed decision answered.
+    let named_by_none = naming.response.is_empty() && !naming.input;
+    crate::store::gate_read::check_response_binding_named(
+        store,
+        &args.name,
+        args.execution_id,
+        Some(found.row.execution_id),
+        naming.response,
+        past.is_some(),
+        past.is_none().then_some(&found.row),
+    )?;
+    if let Some(n) = past {
+        return crate::services::inputs::check_decided_version(
+            store,
+            &run.dir,
+            &args.name,
+            found.row.execution_id,
+            n,
+        );
+    }
+    // A value a decision wrote (its statement `approve G:`) is judged by its gate's own
+    // openings, whatever the narrowing found (another opening, forged, may be what it found):
+    // cut from the log's end, or changed so that none names it, it vouches for nothing; and
+    // one that names it which the narrowing by its name did not find was hidden from it.
+    if let Some(statement) = found.row.source_statement.as_deref() {
+        let names = crate::store::rules::decision_opening_kept(store, &args.name, statement)?;
+        if named_by_none && names != crate::store::rules::OpeningNames::NoDecision {
+            return Err(crate::store::rules::narrowing_misled(&args.name));
+        }
+    }
+    // The version a sealed decision was about (an approver's edit among them) holds what was
+    // decided.
+    if found.row.own_version.is_some() && naming.input {
+        crate::services::inputs::check_decided_now(store, &run.dir, &args.name, &found.row)?;
+    }
+    Ok(())
+}
+
 pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got> {
     // A rebind commits its new file and then removes the previous one: a row read just
     // before may name a file already gone. The lookup is then made again, a few times. A
     // value kept in the store is read in one snapshot with its row instead: never gone.
     let mut tries = 0;
     let mut snapshot = false;
-    let mut checked = false;
+    // A check that failed because a write committed between the lookup and the log's read (a
+    // decision's answer: the row printed is then older than what the log holds) is made again
+    // on a new lookup, when that finds a newer version, a few times. The same version read
+    // otherwise is no write's: refused. Every row printed is the very one checked.
+    let mut races = 0;
     loop {
         let (found, _) = lookup(args, store, &run.dir)?;
-        // A read of the past: a version a sealed decision was about is read only as it was
-        // decided, and a name some gate answers into only where its answers vouch for it.
-        let past = args
-            .version
-            .or(args.as_of.as_ref().and(found.row.own_version));
-        if let (Some(n), false) = (past, checked) {
-            let naming = store.gates_naming(&args.name)?;
-            // An input some gate is about is read in the past only while the log is whole.
-            if naming.input {
-                crate::services::inputs::check_log_whole(store, &args.name)?;
-            }
-            crate::store::gate_read::check_response_binding_named(
-                store,
-                &args.name,
-                args.execution_id,
-                Some(found.row.execution_id),
-                naming.response,
-                true,
-            )?;
-            crate::services::inputs::check_decided_version(
-                store,
-                &run.dir,
-                &args.name,
-                found.row.execution_id,
-                n,
-            )?;
-            checked = true;
-        }
-        // A gate's response binding holds what its sealed decision answered.
-        if args.version.is_none() && args.as_of.is_none() && !checked {
-            // One narrow read of the openings that name it says what is checked.
-            let naming = store.gates_naming(&args.name)?;
-            let named_by_none = naming.response.is_empty() && !naming.input;
-            crate::store::gate_read::check_response_binding_named(
-                store,
-                &args.name,
-                args.execution_id,
-                Some(found.row.execution_id),
-                naming.response,
-                false,
-            )?;
-            // A value a decision wrote (its statement `approve G:`) that no opening names: the
-            // log holds G's opening, or rows were cut from its end and it vouches for nothing.
-            // And an opening that names it, which the narrowing by its name did not find, was
-            // hidden from it (exit 9).
-            // A value a decision wrote is judged by its gate's own openings even where the
-            // narrowing found some opening naming it (another one, forged, may be what it found).
-            if let Some(statement) = found.row.source_statement.as_deref() {
-                let names =
-                    crate::store::rules::decision_opening_kept(store, &args.name, statement)?;
-                if named_by_none && names != crate::store::rules::OpeningNames::NoDecision {
-                    return Err(crate::store::rules::narrowing_misled(&args.name));
+        if let Err(e) = check_found(args, run, store, &found) {
+            let tampered = crate::error::code_of(&e) == Some(crate::error::Code::Tampered);
+            if tampered && races < 2 && args.version.is_none() && args.as_of.is_none() {
+                let again = store.resolve(&args.name, args.execution_id)?;
+                let written = |f: &crate::store::Found| (f.row.execution_id, f.row.own_version);
+                if again.is_some_and(|a| written(&a) != written(&found)) {
+                    races += 1;
+                    continue;
                 }
             }
-            // The version a sealed decision was about (an approver's edit among them) holds
-            // what was decided.
-            if found.row.own_version.is_some() && naming.input {
-                crate::services::inputs::check_decided_now(
-                    store, &run.dir, &args.name, &found.row,
-                )?;
-            }
-            checked = true;
+            return Err(e);
         }
         let mut row = found.row;
         let rel = row.attachment_path.clone().filter(|r| !r.is_empty());

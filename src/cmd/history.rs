@@ -318,7 +318,7 @@ impl super::Run for HistoryArgs {
             Ok(scope) => scope,
             // No history here of a name a gate names: the log may say why (a version moved).
             Err(e) => {
-                let naming = store.gates_naming(&self.name)?;
+                let naming = store.naming(&self.name)?;
                 if naming.input || !naming.response.is_empty() {
                     let report = store.verify_audit()?;
                     crate::services::inputs::check_kept(store, &run.dir, &self.name, &report)?;
@@ -329,8 +329,10 @@ impl super::Run for HistoryArgs {
         // A name a sealed opening names (a gate's input or answer): its kept versions are
         // listed only as the sealed log vouches for them, and none from a scope that hides an
         // answer.
-        let naming = store.gates_naming(&self.name)?;
+        let naming = store.naming(&self.name)?;
         if naming.input || !naming.response.is_empty() {
+            let report = store.verify_audit()?;
+            crate::store::gate_read::check_vouched(&report, &self.name, &naming)?;
             crate::store::gate_read::check_response_binding_named(
                 store,
                 &self.name,
@@ -338,6 +340,7 @@ impl super::Run for HistoryArgs {
                 Some(scope),
                 naming.response,
                 true,
+                None,
             )?;
             let report = store.verify_audit()?;
             crate::services::inputs::check_kept(store, &run.dir, &self.name, &report)?;

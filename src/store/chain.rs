@@ -671,6 +671,62 @@ fn instance_of(row: &AuditRow) -> i64 {
         .unwrap_or(1)
 }
 
+/// The bindings the openings among `rows` name (each one's response binding and inputs):
+/// the rows of a run's sealed chain after `from` (this machine's anchor; None: the whole
+/// chain), which must follow it and each other in sequence, each matching its hash and its
+/// predecessor, and sealed (with this machine's key where it holds one; a row another key
+/// sealed, or any when it holds none, counts as read). What names a binding is then told from
+/// the sealed log and this machine's anchor, never from a narrowing of rows raw SQL can
+/// change; a row missing, changed or forged is why not (Err).
+pub fn names_after(
+    rows: &[AuditRow],
+    from: Option<&Anchor>,
+    key: Option<&Key>,
+) -> Result<std::collections::BTreeSet<String>, String> {
+    let mut sequenced: Vec<&AuditRow> = rows.iter().filter(|r| r.seq.is_some()).collect();
+    sequenced.sort_by_key(|r| (r.seq, r.id));
+    let first = from.map_or(1, |a| a.seq + 1);
+    let mut prev = from.map(|a| a.hash.clone());
+    let mut named = std::collections::BTreeSet::new();
+    for (expected, row) in (first..).zip(sequenced) {
+        let seq = row.seq.unwrap_or_default();
+        if seq != expected {
+            return Err(if seq < expected {
+                format!("seq {seq} appears twice")
+            } else {
+                format!("seq {expected} is missing: rows were deleted")
+            });
+        }
+        let hash = row.hash.clone().unwrap_or_default();
+        // The first row of the whole chain follows the older, unsealed one, if any: its link
+        // is `check`'s to judge; its own content and seal are judged here.
+        let link = prev
+            .clone()
+            .unwrap_or_else(|| row.prev_hash.clone().unwrap_or_default());
+        if let Some(why) = link_problem(row, &link, &hash) {
+            return Err(format!("at seq {seq}: {why}"));
+        }
+        if let Some(SealCheck::Invalid | SealCheck::Missing) =
+            key.map(|k| k.check(&hash, row.seal.as_deref()))
+        {
+            return Err(format!("at seq {seq}: its seal does not match"));
+        }
+        if row.event_type == "created" {
+            let m = row.metadata_json();
+            if let Some(answer) = m["response_binding"].as_str() {
+                named.insert(answer.to_string());
+            }
+            for input in m["inputs"].as_array().into_iter().flatten() {
+                if let Some(input) = input.as_str() {
+                    named.insert(input.to_string());
+                }
+            }
+        }
+        prev = Some(hash);
+    }
+    Ok(named)
+}
+
 /// What moving this machine's anchor of a run's chain comes to, once the transaction `tx`
 /// that sealed events commits: to the run's newest row, when that row is sealed with this
 /// machine's key; None when it stays. Read in the transaction, done after its commit
@@ -695,7 +751,8 @@ pub(crate) fn anchor_move(tx: &mut dyn super::Tx, place: String) -> Option<Box<d
     // Never past a break: if the row this machine anchored is gone or changed, the anchor
     // stays where it is, and the break is remembered outside the run, so that a log put
     // back afterwards still fails verification here.
-    if let Some(old) = super::seal::anchored(home.as_deref(), &place, &run_id) {
+    let old = super::seal::anchored(home.as_deref(), &place, &run_id);
+    if let Some(old) = old.clone() {
         if old.seq < seq && tx.audit_at_seq(old.seq).ok().flatten().flatten() != Some(old.hash) {
             return Some(Box::new(move || {
                 let why = format!(
@@ -709,8 +766,35 @@ pub(crate) fn anchor_move(tx: &mut dyn super::Tx, place: String) -> Option<Box<d
             }));
         }
     }
+    // What the openings name, up to the new head: the old anchor's names (its row found in
+    // place above) and those of the rows after it, read and checked here. A chain after the
+    // anchor that does not hold together moves nothing: the break is `gates verify`'s to name.
+    let base = old.filter(|a| a.seq <= seq && a.named.is_some());
+    let after = crate::store::AuditFilter {
+        after_seq: Some(base.as_ref().map_or(0, |a| a.seq)),
+        ..crate::store::AuditFilter::default()
+    };
+    let rows = match tx.audit(&after) {
+        Ok(rows) => rows,
+        Err(e) => {
+            let why = format!("could not read the audit chain to anchor it: {e:#}");
+            return Some(Box::new(move || crate::output::warn(&why)));
+        }
+    };
+    let mut named = match names_after(&rows, base.as_ref(), Some(key)) {
+        Ok(named) => named,
+        Err(why) => {
+            let why = format!("the audit chain was not anchored: {why}");
+            return Some(Box::new(move || crate::output::warn(&why)));
+        }
+    };
+    named.extend(base.and_then(|a| a.named).unwrap_or_default());
     Some(Box::new(move || {
-        let head = Anchor { seq, hash };
+        let head = Anchor {
+            seq,
+            hash,
+            named: Some(named),
+        };
         if let Err(e) = super::seal::anchor(home.as_deref(), &place, &run_id, &head) {
             crate::output::warn(&format!("could not anchor the audit chain: {e:#}"));
         }

@@ -87,9 +87,9 @@ pub fn check_response_binding(
     start: Option<i64>,
     found: Option<Option<i64>>,
 ) -> Result<()> {
-    // The common case, a name no gate names, costs one narrow read.
-    let named = store.response_gates(name)?;
-    check_response_binding_named(store, name, start, found, named, false)
+    // The common case, a name no gate names, costs one narrow read and the check of it.
+    let named = store.naming(name)?.response;
+    check_response_binding_named(store, name, start, found, named, false, None)
 }
 
 /// [`check_response_binding`], with the gates that answer into `name` already read
@@ -104,6 +104,7 @@ pub fn check_response_binding_named(
     found: Option<Option<i64>>,
     named: Vec<(String, Option<i64>)>,
     past: bool,
+    printed: Option<&crate::store::BindingRow>,
 ) -> Result<()> {
     if named.is_empty() {
         return Ok(());
@@ -166,7 +167,7 @@ pub fn check_response_binding_named(
     // The log already checked is the first look; a later one only after a disagreement.
     let (mut attempt, mut report) = (0, report);
     loop {
-        match answered_as_sealed(store, &report, name, &named, &scopes) {
+        match answered_as_sealed(store, &report, name, &named, &scopes, printed) {
             Ok(()) => break,
             Err(_) if attempt < 2 && report.first_broken.is_none() => {
                 attempt += 1;
@@ -201,6 +202,7 @@ fn answered_as_sealed(
     name: &str,
     named: &[(String, Option<i64>)],
     scopes: &[Option<i64>],
+    printed: Option<&crate::store::BindingRow>,
 ) -> Result<()> {
     log_whole(report, name, "is a gate's answer")?;
     for scope in scopes {
@@ -230,10 +232,15 @@ fn answered_as_sealed(
         let Some((version, gate, answer)) = newest else {
             continue;
         };
-        let value = store
-            .resolve(name, *scope)?
-            .filter(|f| f.row.execution_id == *scope)
-            .map(|f| f.row);
+        // The row the reader prints is the one checked, never a second read of it: a view in
+        // place of the table, or a writer racing the reader, could make the two differ.
+        let value = match printed.filter(|r| r.execution_id == *scope) {
+            Some(row) => Some(row.clone()),
+            None => store
+                .resolve(name, *scope)?
+                .filter(|f| f.row.execution_id == *scope)
+                .map(|f| f.row),
+        };
         // Its newest kept version is the one the decision sealed, or one its history vouches
         // for after it (`doctor --fix` restating it): a version renumbered, or one no decision
         // wrote, was put in its history behind prose-state's back.
@@ -278,7 +285,8 @@ pub fn check_answer_version(
     held: Option<&[u8]>,
 ) -> Result<()> {
     let named: Vec<String> = store
-        .response_gates(name)?
+        .naming(name)?
+        .response
         .into_iter()
         .filter(|(_, at)| *at == scope)
         .map(|(g, _)| g)
@@ -424,6 +432,40 @@ pub fn decision_writes(store: &mut dyn Store) -> Result<DecisionWrites> {
         }
     }
     Ok(writes)
+}
+
+/// A binding some sealed opening names (`naming`: a gate's answer, or an input a gate is
+/// about) is read only where this machine can vouch for the gates naming it: with no audit
+/// key, or with one that did not seal their events, a decision (and the answer or edit it
+/// wrote) cannot be told from a forgery, as `gates show` and `gates wait` say (exit 10).
+pub fn check_vouched(
+    report: &chain::ChainReport,
+    name: &str,
+    naming: &crate::store::rows::Naming,
+) -> Result<()> {
+    // A broken log is the later checks' to name (exit 9).
+    if report.first_broken.is_some() {
+        return Ok(());
+    }
+    let gates = naming.response.iter().map(|(g, _)| g).chain(&naming.about);
+    let unvouched = |why: &str| {
+        crate::error::unattested(format!(
+            "binding {} is named by a gate's opening, and {why}: what its decisions wrote cannot be vouched for here (give this machine the team's audit key)",
+            shown(name)
+        ))
+    };
+    if report.key_missing {
+        return Err(unvouched("this machine holds no audit key"));
+    }
+    for gate in gates {
+        if let Integrity::Unattested(why) = report.gate(gate) {
+            return Err(unvouched(&format!(
+                "gate {} is unattested ({why})",
+                shown(gate)
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A broken log vouches for no answer (exit 9): `name` `is` what makes that matter.

@@ -696,6 +696,7 @@ fn audit(s: &mut impl Statements, run: &str, f: &AuditFilter) -> Result<Vec<Audi
                     OR EXISTS (SELECT 1 FROM unnest($6::text[]) t WHERE pg_catalog.strpos(metadata::text, t) > 0))
                AND ($7::text[] IS NULL OR (event_type = 'created'
                     AND EXISTS (SELECT 1 FROM unnest($7::text[]) t WHERE pg_catalog.strpos(metadata::text, t) > 0)))
+               AND ($9::int8 IS NULL OR seq > $9)
              ORDER BY id"
         ),
         &[
@@ -709,6 +710,7 @@ fn audit(s: &mut impl Statements, run: &str, f: &AuditFilter) -> Result<Vec<Audi
             // and checks.
             &answers_into,
             &f.with_moves,
+            &f.after_seq,
         ],
         audit_row,
     )

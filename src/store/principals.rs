@@ -341,6 +341,7 @@ fn read_log(
             let head = super::seal::Anchor {
                 seq: *seq,
                 hash: hash.clone(),
+                named: None,
             };
             let _ = super::seal::anchor(home.as_deref(), place, BOOK_ANCHOR, &head);
         }
@@ -528,6 +529,7 @@ pub fn record(
         let head = super::seal::Anchor {
             seq: tip.seq,
             hash: tip.hash,
+            named: None,
         };
         if let Err(e) = super::seal::anchor(home.as_deref(), &place, BOOK_ANCHOR, &head) {
             crate::output::warn(&format!(

@@ -33,6 +33,8 @@ pub struct Naming {
     pub response: Vec<(String, Option<i64>)>,
     /// Whether some gate is about it (`--inputs`).
     pub input: bool,
+    /// The gates about it.
+    pub about: Vec<String>,
 }
 
 /// The single-table reads a backend provides, in a transaction and outside one alike.
@@ -139,7 +141,7 @@ fn naming_in<R: Rows + ?Sized>(rows: &mut R, name: &str, openings: &AuditFilter)
     // answer there).
     let (trusted, all) = moves_of(rows, &found[0].run_id)?;
     for r in found {
-        let m = opening_metadata(&r);
+        let m = r.metadata_json();
         if m["response_binding"].as_str() == Some(name) {
             for moves in [None, Some(&trusted), Some(&all)] {
                 let mut m = m.clone();
@@ -154,17 +156,12 @@ fn naming_in<R: Rows + ?Sized>(rows: &mut R, name: &str, openings: &AuditFilter)
         }
         if names_as_input(&m, name) {
             naming.input = true;
+            if !naming.about.contains(&r.gate_id) {
+                naming.about.push(r.gate_id.clone());
+            }
         }
     }
     Ok(naming)
-}
-
-/// An opening's metadata as parsed (Null when it does not parse: it then names nothing).
-pub(crate) fn opening_metadata(r: &AuditRow) -> serde_json::Value {
-    r.metadata
-        .as_deref()
-        .and_then(|m| serde_json::from_str(m).ok())
-        .unwrap_or_default()
 }
 
 /// Whether an opening's metadata lists binding `name` among the gate's inputs.

@@ -200,6 +200,12 @@ pub fn create_secret(home: &std::path::Path, file: &str, what: &str) -> Result<V
 pub struct Anchor {
     pub seq: i64,
     pub hash: String,
+    /// The bindings the run's openings up to `seq` name (each one's response binding and
+    /// inputs), as this machine read them sealed (`chain::names_after`): what a reader asks
+    /// before it trusts a narrowing of rows raw SQL can change. None in an anchor written
+    /// before it was kept, and in the principals book's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub named: Option<std::collections::BTreeSet<String>>,
 }
 
 /// Where a run's anchor is kept: named by a hash of where the run's state is (a state.db's

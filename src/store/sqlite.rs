@@ -634,13 +634,13 @@ fn audit(s: &impl Statements, f: &AuditFilter) -> Result<Vec<AuditRow>> {
 }
 
 /// The statement that reads the audit rows `f` selects, and its parameters in order.
-fn audit_select<'a>(f: &AuditFilter<'a>) -> (String, Vec<&'a str>) {
+fn audit_select<'a>(f: &'a AuditFilter<'a>) -> (String, Vec<&'a dyn rusqlite::ToSql>) {
     // Only the filters given are in the statement, each matched as itself: an index finds
     // the rows (a gate's, a `created` event's), and a process that prepares it once (every
     // command) does not plan the ones it was not asked for.
     let mut wheres = Vec::new();
-    let mut values: Vec<&str> = Vec::new();
-    match (f.gate_id, f.with_moves) {
+    let mut values: Vec<&'a dyn rusqlite::ToSql> = Vec::new();
+    match (&f.gate_id, f.with_moves) {
         (None, _) => {}
         (Some(gate), false) => {
             wheres.push("gate_id = ?");
@@ -649,7 +649,11 @@ fn audit_select<'a>(f: &AuditFilter<'a>) -> (String, Vec<&'a str>) {
         // Each side of the OR is a lookup in `idx_gate_audit_gate`.
         (Some(gate), true) => {
             wheres.push("(gate_id = ? OR (gate_id = ? AND event_type = ?))");
-            values.extend([gate, super::dump::RUN_EVENT, super::dump::RENUMBERED]);
+            values.extend([
+                gate as &dyn rusqlite::ToSql,
+                &super::dump::RUN_EVENT,
+                &super::dump::RENUMBERED,
+            ]);
         }
     }
     let any_of: String;
@@ -657,16 +661,16 @@ fn audit_select<'a>(f: &AuditFilter<'a>) -> (String, Vec<&'a str>) {
         let each = vec!["instr(metadata, ?) > 0"; texts.len()];
         any_of = format!("({})", each.join(" OR "));
         wheres.push(&any_of);
-        values.extend(texts.iter().copied());
+        values.extend(texts.iter().map(|t| t as &dyn rusqlite::ToSql));
     }
     for (given, test) in [
-        (f.principal, "principal = ?"),
-        (f.since, "datetime(timestamp) >= datetime(?)"),
-        (f.event, "event_type = ?"),
+        (&f.principal, "principal = ?"),
+        (&f.since, "datetime(timestamp) >= datetime(?)"),
+        (&f.event, "event_type = ?"),
         // Word for word the terms of `idx_gate_audit_answers` (schema 11), which SQLite then
         // reads instead of every opening; an older file without it scans, with the same rows.
         (
-            f.answers_into,
+            &f.answers_into,
             "event_type = 'created' AND json_valid(metadata) \
              AND json_extract(metadata, '$.response_binding') = ?",
         ),
@@ -675,6 +679,10 @@ fn audit_select<'a>(f: &AuditFilter<'a>) -> (String, Vec<&'a str>) {
             wheres.push(test);
             values.push(v);
         }
+    }
+    if let Some(seq) = &f.after_seq {
+        wheres.push("seq > ?");
+        values.push(seq);
     }
     let filter = match wheres.is_empty() {
         true => String::new(),

@@ -360,6 +360,49 @@ pub trait Store: AgentStore + Rows + Snapshot {
         rules::refuse_attempt(self.sealing(rules::GATE)?, attempt)
     }
 
+    /// The gates whose sealed openings name binding `name`. Whether any does is told from the
+    /// sealed log itself, never from a narrowing of rows raw SQL can change: the names this
+    /// machine's anchor of the run's chain holds (those its openings name, up to the anchored
+    /// row) and those of the rows after it, read in sequence and checked
+    /// (`chain::names_after`); a chain after the anchor that does not hold together names what
+    /// cannot be told (exit 9). Only then are the openings naming it read
+    /// ([`super::Rows::gates_naming`]'s narrow read), which must find them: one that does not
+    /// was misled behind prose-state's back (exit 9).
+    fn naming(&mut self, name: &str) -> Result<super::rows::Naming> {
+        let run_id = self.run_info()?.id;
+        let home = self.wiring().home();
+        let anchor =
+            seal::anchored(home.as_deref(), &self.place(), &run_id).filter(|a| a.named.is_some());
+        let anchored = anchor
+            .as_ref()
+            .and_then(|a| a.named.as_ref())
+            .is_some_and(|n| n.contains(name));
+        let named = anchored
+            || {
+                let rows = self.audit(&AuditFilter {
+                    after_seq: Some(anchor.as_ref().map_or(0, |a| a.seq)),
+                    ..AuditFilter::default()
+                })?;
+                let key = self.wiring().key_for_reading()?;
+                chain::names_after(&rows, anchor.as_ref(), key)
+                .map_err(|why| {
+                    crate::error::tampered(format!(
+                        "the run's audit log does not hold together ({why}): which gates name binding {} cannot be told (run `prose-state gates verify`)",
+                        crate::error::shown(name)
+                    ))
+                })?
+                .contains(name)
+            };
+        if !named {
+            return Ok(super::rows::Naming::default());
+        }
+        let naming = self.gates_naming(name)?;
+        if !naming.input && naming.response.is_empty() {
+            return Err(rules::narrowing_misled(name));
+        }
+        Ok(naming)
+    }
+
     /// Checks the audit log against its seals and this machine's anchor, and every gate
     /// against its log (`chain::check`). A read: nothing is written.
     fn verify_audit(&mut self) -> Result<chain::ChainReport> {

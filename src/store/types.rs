@@ -315,6 +315,14 @@ pub struct AuditRow {
 }
 
 impl AuditRow {
+    /// Its metadata as parsed (Null when it does not parse: an opening's then names nothing).
+    pub fn metadata_json(&self) -> serde_json::Value {
+        self.metadata
+            .as_deref()
+            .and_then(|m| serde_json::from_str(m).ok())
+            .unwrap_or_default()
+    }
+
     /// The row's chain hash: sha256 over a canonical JSON array of the previous hash and every
     /// content column. Backend-neutral, so both stores chain identically. A row with a
     /// sequence number (schema 5) hashes that instead of its database id, so a run keeps its
@@ -498,6 +506,9 @@ pub struct AuditFilter<'a> {
     /// With `gate_id`: the run's moves (its `renumbered` events) besides that gate's rows, in
     /// the same read, as a gate's history is judged with them.
     pub with_moves: bool,
+    /// Rows of the sealed chain after this sequence number (those a machine's anchor does not
+    /// cover yet: `chain::names_after`).
+    pub after_seq: Option<i64>,
 }
 
 /// The texts a row that names binding `name` holds one of: the name as a JSON string, as

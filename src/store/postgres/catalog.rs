@@ -333,6 +333,7 @@ impl ServerCatalog for PgStore {
                     OR EXISTS (SELECT 1 FROM unnest($7::text[]) t WHERE pg_catalog.strpos(metadata::text, t) > 0))
                    AND ($8::text[] IS NULL OR (event_type = 'created'
                     AND EXISTS (SELECT 1 FROM unnest($8::text[]) t WHERE pg_catalog.strpos(metadata::text, t) > 0)))
+                   AND ($10::int8 IS NULL OR seq > $10)
                  ORDER BY run_id, id"
             ),
             &[
@@ -345,6 +346,7 @@ impl ServerCatalog for PgStore {
                 &f.mentions,
                 &f.answers_spellings(),
                 &f.with_moves,
+                &f.after_seq,
             ],
             audit_row,
         )

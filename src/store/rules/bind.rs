@@ -61,7 +61,7 @@ pub fn decision_opening_kept<R: crate::store::Rows + ?Sized>(
     }
     let mut names = None;
     for r in &opened {
-        let m = crate::store::rows::opening_metadata(r);
+        let m = r.metadata_json();
         if m["response_binding"].as_str() == Some(name) {
             names = Some(OpeningNames::Answer);
         } else if crate::store::rows::names_as_input(&m, name) {

@@ -221,7 +221,8 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
     Ok(Created::New(row))
 }
 
-/// One gate with its audit history, logging a `viewed` event by `viewer`.
+/// One gate with its audit history, logging a `viewed` event by `viewer` where this machine
+/// holds an audit key.
 pub fn view_gate(
     mut tx: Txn<'_>,
     id: &str,
@@ -234,12 +235,16 @@ pub fn view_gate(
         tx.commit()?;
         return Ok(None);
     };
-    let run_id = run_of(&mut *tx)?.0;
-    append_audit(
-        &mut *tx,
-        &Event::system(id, &run_id, "viewed", now).by(viewer, None),
-        serde_json::json!({"client": client}),
-    )?;
+    // A look is logged where this machine holds an audit key; one without makes none for it
+    // (a key made here would seal rows no teammate can check).
+    if tx.wiring().key_for_reading()?.is_some() {
+        let run_id = run_of(&mut *tx)?.0;
+        append_audit(
+            &mut *tx,
+            &Event::system(id, &run_id, "viewed", now).by(viewer, None),
+            serde_json::json!({"client": client}),
+        )?;
+    }
     let history = tx.gate_history(id)?;
     tx.commit()?;
     Ok(Some((gate, history)))
