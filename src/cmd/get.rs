@@ -233,9 +233,13 @@ fn check_found(
     found: &crate::store::Found,
 ) -> Result<()> {
     let naming = store.naming(&args.name)?;
-    if naming.input || !naming.response.is_empty() {
-        let report = store.verify_audit()?;
-        crate::store::gate_read::check_vouched(&report, &args.name, &naming)?;
+    // A name some opening names: the log, checked whole once, must vouch for it here.
+    let report = match naming.input || !naming.response.is_empty() {
+        true => Some(store.verify_audit()?),
+        false => None,
+    };
+    if let Some(report) = &report {
+        crate::store::gate_read::check_vouched(report, &args.name, &naming)?;
     }
     // A read of the past (of a version the history keeps).
     let past = args
@@ -245,19 +249,23 @@ fn check_found(
         return Ok(());
     }
     // An input some gate is about is read in the past only while the log is whole.
-    if past.is_some() && naming.input {
-        crate::services::inputs::check_log_whole(store, &args.name)?;
+    if let (Some(_), true, Some(report)) = (past, naming.input, &report) {
+        crate::store::gate_read::log_whole(report, &args.name, "is an input a gate decided on")?;
     }
     // A gate's response binding holds what its sealed decision answered.
     let named_by_none = naming.response.is_empty() && !naming.input;
+    let read = match past {
+        Some(_) => crate::store::gate_read::Read::Past,
+        None => crate::store::gate_read::Read::Now(Some(&found.row)),
+    };
     crate::store::gate_read::check_response_binding_named(
         store,
         &args.name,
         args.execution_id,
         Some(found.row.execution_id),
         naming.response,
-        past.is_some(),
-        past.is_none().then_some(&found.row),
+        read,
+        report.as_ref(),
     )?;
     if let Some(n) = past {
         return crate::services::inputs::check_decided_version(
@@ -280,8 +288,10 @@ fn check_found(
     }
     // The version a sealed decision was about (an approver's edit among them) holds what was
     // decided.
-    if found.row.own_version.is_some() && naming.input {
-        crate::services::inputs::check_decided_now(store, &run.dir, &args.name, &found.row)?;
+    if let (Some(report), true) = (&report, found.row.own_version.is_some() && naming.input) {
+        crate::services::inputs::check_decided_now(
+            store, &run.dir, &args.name, &found.row, report,
+        )?;
     }
     Ok(())
 }

@@ -339,10 +339,9 @@ impl super::Run for HistoryArgs {
                 self.execution_id,
                 Some(scope),
                 naming.response,
-                true,
-                None,
+                crate::store::gate_read::Read::Past,
+                Some(&report),
             )?;
-            let report = store.verify_audit()?;
             crate::services::inputs::check_kept(store, &run.dir, &self.name, &report)?;
         }
         // The page and one more (is there an older page?), newest first: no other version read.

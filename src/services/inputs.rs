@@ -370,15 +370,8 @@ pub fn pinned_problem(
     })
 }
 
-/// An input some gate is about is read only while the run's audit log verifies whole: a
-/// broken log cannot say which of its versions were decided (exit 9).
-pub fn check_log_whole(store: &mut dyn Store, name: &str) -> Result<()> {
-    let report = store.verify_audit()?;
-    crate::store::gate_read::log_whole(&report, name, "is an input a gate decided on")
-}
-
-/// Refuses (exit 9) to read binding `row` as it is now when its version is one a sealed
-/// decision pinned (an approver's edit, or the version a decision was about) and it no longer
+/// Refuses (exit 9) to read binding `row` as it is now (against `report`, the run's log as
+/// checked whole) when its version is one a sealed decision pinned (an approver's edit, or the version a decision was about) and it no longer
 /// holds what was decided: changed in place, its version left as it was. A later version (a
 /// program's own write after the decision) is not a decided one. A broken log vouches for no
 /// version (exit 9).
@@ -387,6 +380,7 @@ pub fn check_decided_now(
     run_dir: &Path,
     name: &str,
     row: &crate::store::BindingRow,
+    report: &crate::store::chain::ChainReport,
 ) -> Result<()> {
     let Some(n) = row.own_version else {
         return Ok(());
@@ -395,11 +389,10 @@ pub fn check_decided_now(
         scope: row.execution_id,
         version: n,
     };
-    let report = store.verify_audit()?;
     // A log that does not verify cannot say what was decided: it vouches for no version.
-    crate::store::gate_read::log_whole(&report, name, "is an input a gate decided on")?;
+    crate::store::gate_read::log_whole(report, name, "is an input a gate decided on")?;
     let mut held = None;
-    for (gate, digest) in decided_pins(&report, name, &want) {
+    for (gate, digest) in decided_pins(report, name, &want) {
         if held.is_none() {
             held = Some(digest_of(store, run_dir, name, row)?.0);
         }

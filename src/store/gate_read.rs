@@ -89,31 +89,51 @@ pub fn check_response_binding(
 ) -> Result<()> {
     // The common case, a name no gate names, costs one narrow read and the check of it.
     let named = store.naming(name)?.response;
-    check_response_binding_named(store, name, start, found, named, false, None)
+    check_response_binding_named(store, name, start, found, named, Read::Now(None), None)
+}
+
+/// How a name is read: as it is now (with the very row to be printed, when the caller holds
+/// it: that row is what is checked), or in the past (`get --version`, `--as-of`, `history`).
+#[derive(Clone, Copy)]
+pub enum Read<'a> {
+    Now(Option<&'a crate::store::BindingRow>),
+    Past,
 }
 
 /// [`check_response_binding`], with the gates that answer into `name` already read
 /// (`Rows::gates_naming`). A read of the past (`past`: `get --version`, `--as-of`) is checked
 /// the same way, the answers as they stand included (a broken state vouches for no answer,
 /// then or now), except that an outer binding it found before any answer is what the name
-/// meant then.
+/// meant then. `checked`: the log as the caller already checked it (`Store::verify_audit`),
+/// read here otherwise.
 pub fn check_response_binding_named(
     store: &mut dyn Store,
     name: &str,
     start: Option<i64>,
     found: Option<Option<i64>>,
     named: Vec<(String, Option<i64>)>,
-    past: bool,
-    printed: Option<&crate::store::BindingRow>,
+    read: Read<'_>,
+    checked: Option<&chain::ChainReport>,
 ) -> Result<()> {
     if named.is_empty() {
         return Ok(());
     }
+    let (past, printed) = match read {
+        Read::Past => (true, None),
+        Read::Now(printed) => (false, printed),
+    };
     // Some opening names it as a gate's answer: the log is checked whole first (a broken log
     // vouches for no answer, exit 9), and the scopes its sealed openings answer into, read
     // through its moves, join those the narrow read found.
-    let report = store.verify_audit()?;
-    log_whole(&report, name, "is a gate's answer")?;
+    let verified;
+    let report = match checked {
+        Some(report) => report,
+        None => {
+            verified = store.verify_audit()?;
+            &verified
+        }
+    };
+    log_whole(report, name, "is a gate's answer")?;
     let mut named = named;
     for (gate, d) in &report.derived {
         for opening in d.earlier.iter().chain(std::iter::once(d)) {
@@ -165,13 +185,14 @@ pub fn check_response_binding_named(
     // gate's row against its events), then the bindings. A decision committing between the two
     // reads shows the binding ahead of the log: looked at again, it agrees; a change stays.
     // The log already checked is the first look; a later one only after a disagreement.
-    let (mut attempt, mut report) = (0, report);
+    let (mut attempt, mut again) = (0, None);
     loop {
-        match answered_as_sealed(store, &report, name, &named, &scopes, printed) {
+        let report = again.as_ref().unwrap_or(report);
+        match answered_as_sealed(store, report, name, &named, &scopes, printed) {
             Ok(()) => break,
             Err(_) if attempt < 2 && report.first_broken.is_none() => {
                 attempt += 1;
-                report = store.verify_audit()?;
+                again = Some(store.verify_audit()?);
             }
             Err(e) => return Err(e),
         }

@@ -266,6 +266,11 @@ pub trait Store: AgentStore + Rows + Snapshot {
     /// The run's own row.
     fn run_info(&mut self) -> Result<RunInfo>;
 
+    /// The run's id, as its row holds it (a backend that knows it without a read says so).
+    fn run_id(&mut self) -> Result<String> {
+        Ok(self.run_info()?.id)
+    }
+
     /// Whether any pending gate is past its deadline (a read, so that a sweep with nothing
     /// to do takes no write lock).
     fn any_overdue(&mut self, now: &str) -> Result<bool>;
@@ -369,7 +374,7 @@ pub trait Store: AgentStore + Rows + Snapshot {
     /// ([`super::Rows::gates_naming`]'s narrow read), which must find them: one that does not
     /// was misled behind prose-state's back (exit 9).
     fn naming(&mut self, name: &str) -> Result<super::rows::Naming> {
-        let run_id = self.run_info()?.id;
+        let run_id = self.run_id()?;
         let home = self.wiring().home();
         let anchor =
             seal::anchored(home.as_deref(), &self.place(), &run_id).filter(|a| a.named.is_some());

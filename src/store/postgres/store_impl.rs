@@ -235,6 +235,10 @@ impl Store for PgStore {
         self.sandboxed_query(sql, limit)
     }
 
+    fn run_id(&mut self) -> Result<String> {
+        Ok(self.run()?.to_string())
+    }
+
     fn run_info(&mut self) -> Result<RunInfo> {
         let run = self.run()?.to_string();
         self.opt(
