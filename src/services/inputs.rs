@@ -212,8 +212,13 @@ pub fn settle(
         if store.consume_decision(&gate.id, d.instance, &positions(&now), &walked, &at)? {
             return Ok(None);
         }
+        // A finished run takes no more writes: the decision, standing as just read, is handed
+        // over with no consumption recorded (nothing the VM does in it can follow anyway).
+        if store.run_info()?.status.is_some_and(|s| s.is_finished()) {
+            return Ok(None);
+        }
         // An input moved between the read and the write: read it again. (Or another reader
-        // consumed it first, or the run finished: then the next read says so.)
+        // consumed it first: then the next read says so.)
         let Some(fresh) = crate::store::gate_read::read(store, &gate.id, &at)? else {
             return Ok(None);
         };

@@ -251,20 +251,27 @@ impl PgStore {
     /// The session settings, the schema version and whether the run exists, in one statement.
     /// `openprose.writer` tells the history triggers that this session keeps its own writes'
     /// versions (schema 12): they fire for other writers only.
+    ///
+    /// The session finds names in `pg_catalog` alone (`search_path`), whatever the database or
+    /// the role sets: a writer of the database who puts a schema of its own ahead of it (an
+    /// operator `>` or `=` of its own, a function of a built-in's name) changes what no
+    /// statement of prose-state means. Every table is named with its schema. This statement,
+    /// parsed before it sets the path, names each function and operator with its schema too.
     fn start(&mut self) -> Result<(Option<i32>, bool), postgres::Error> {
         let busy = self.busy_ms.to_string();
         let run = self.run_id.clone().unwrap_or_default();
         let row = self.client.query_typed(
-            "SELECT set_config('TimeZone', 'UTC', false),
-                    set_config('openprose.writer', 'prose-state', false),
-                    set_config('lock_timeout', $1, false),
-                    set_config('client_min_messages', 'warning', false),
-                    (SELECT max(version) FROM openprose.schema_version),
-                    EXISTS (SELECT 1 FROM openprose.run WHERE id = $2)",
+            "SELECT pg_catalog.set_config('search_path', 'pg_catalog', false),
+                    pg_catalog.set_config('TimeZone', 'UTC', false),
+                    pg_catalog.set_config('openprose.writer', 'prose-state', false),
+                    pg_catalog.set_config('lock_timeout', $1, false),
+                    pg_catalog.set_config('client_min_messages', 'warning', false),
+                    (SELECT pg_catalog.max(version) FROM openprose.schema_version),
+                    EXISTS (SELECT 1 FROM openprose.run WHERE id OPERATOR(pg_catalog.=) $2)",
             &[(&busy, Type::TEXT), (&run, Type::TEXT)],
         )?;
         let row = &row[0];
-        Ok((row.get(4), row.get(5)))
+        Ok((row.get(5), row.get(6)))
     }
 
     /// Creates the openprose schema, or brings it up to this build's version, under an

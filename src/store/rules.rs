@@ -145,6 +145,12 @@ pub fn append_audit(
         genesis(tx, e.run_id, e.now, None)?;
         (seq, prev) = tx.chain_head()?;
     }
+    // A log whose last row claims the last number there is was numbered behind the tool's back.
+    let next = seq.checked_add(1).ok_or_else(|| {
+        crate::error::tampered(format!(
+            "the run's audit log ends at seq {seq}, a number no log reaches: it was changed behind prose-state's back (run `prose-state gates verify`)"
+        ))
+    })?;
     let id = tx.next_audit_id()?;
     let mut row = AuditRow {
         id,
@@ -157,7 +163,7 @@ pub fn append_audit(
         metadata: Some(metadata.to_string()),
         prev_hash: Some(prev.clone()),
         hash: None,
-        seq: Some(seq + 1),
+        seq: Some(next),
         seal: None,
     };
     let hash = row.chain_hash(&prev);

@@ -76,7 +76,7 @@ pub fn decision_opening_kept<R: crate::store::Rows + ?Sized>(
 /// narrowing misses it (exit 9).
 pub fn narrowing_misled(name: &str) -> anyhow::Error {
     crate::error::tampered(format!(
-        "binding {} is a gate's answer by its sealed opening, but the log read by its name does not say so: the database was changed behind prose-state's back (run `prose-state gates verify`)",
+        "binding {} is named by a gate's sealed opening (its answer, or an input), but the log read by its name does not say so: the database was changed behind prose-state's back (run `prose-state gates verify`)",
         shown(name)
     ))
 }
@@ -126,6 +126,15 @@ pub(super) fn write_over(
     read: Option<Option<crate::store::BindingHead>>,
 ) -> Result<BindOutcome> {
     if writer == Writer::Bind {
+        // `approve G:` is the statement a gate's decision writes under: what says a value is a
+        // decision's answer or its approver's edit is not a bind's to claim.
+        if let Some(gate) = b.source_statement.and_then(decided_by) {
+            return Err(crate::error::usage(format!(
+                "--source {} is the statement gate {}'s decision writes under: a bind does not claim it",
+                shown(b.source_statement.unwrap_or_default()),
+                shown(gate)
+            )));
+        }
         ensure_open(&mut **tx)?;
     }
     let by_gate = match writer {
