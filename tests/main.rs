@@ -5,6 +5,7 @@ mod common;
 mod answers;
 mod attack31;
 mod attack32;
+mod attack33;
 mod attack41;
 mod bad_input;
 mod bind_get;

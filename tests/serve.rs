@@ -2298,7 +2298,10 @@ pub(crate) fn connections_held(pid: u32, port: u16) -> usize {
             Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
         })
         .collect();
-    let mut held = 0;
+    // Each socket once, by its inode: a read of the table while connections change state can
+    // meet a socket twice (the kernel walks a hash table the changes move entries in), which
+    // counted once "5 connections held" under load.
+    let mut held = std::collections::HashSet::new();
     for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
         let Ok(text) = std::fs::read_to_string(table) else {
             continue;
@@ -2310,11 +2313,11 @@ pub(crate) fn connections_held(pid: u32, port: u16) -> usize {
                 .map(|(_, p)| u16::from_str_radix(p, 16));
             // State 01: established.
             if local_port == Some(Ok(port)) && cols[3] == "01" && inodes.contains(cols[9]) {
-                held += 1;
+                held.insert(cols[9].to_string());
             }
         }
     }
-    held
+    held.len()
 }
 
 /// Reads a connection to its end: the server closed it (a timeout error means it did not).

@@ -261,6 +261,25 @@ impl Side {
             .into_iter()
             .map(|b| (b.blob, (b.bytes, b.sha256)))
             .collect();
+        // Each value a sealed opening names stands against its run's log as `get` checks it
+        // (a forged answer or edit is exit 9, not a difference), checked before the snapshot
+        // (the log is checked against this machine's anchor, which a snapshot taken before it
+        // was read would not hold yet); what the snapshot then shows of them must be exactly
+        // what was checked, or the run changed while it was read (read again).
+        let checked = crate::services::inputs::settled(store.as_mut(), |s, names| {
+            let named: Vec<BindingRow> = match names.is_empty() {
+                true => Vec::new(),
+                false => s
+                    .bindings()?
+                    .into_iter()
+                    .filter(|b| names.contains(&b.name))
+                    .collect(),
+            };
+            for b in &named {
+                crate::services::inputs::check_read_now(s, &paths.dir, names, b.execution_id, b)?;
+            }
+            Ok(named)
+        })?;
         store.snapshot()?;
         let run_id = store.run_info()?.id;
         let records = store.executions()?;
@@ -270,6 +289,18 @@ impl Side {
             .map(|(i, r)| (r.id, i + 1))
             .collect();
         let bindings = store.bindings()?;
+        let shown = |b: &&BindingRow| {
+            checked
+                .iter()
+                .any(|c| c.name == b.name && c.execution_id == b.execution_id)
+        };
+        let same = bindings.iter().filter(shown).count() == checked.len()
+            && bindings.iter().filter(shown).all(|b| checked.contains(b));
+        if !same {
+            return Err(crate::error::busy(
+                "a binding some gate names changed while the run was read: read it again",
+            ));
+        }
         let gates = store.read_gates(None)?;
         Ok(Side {
             paths,
@@ -685,7 +716,13 @@ impl super::Run for DiffArgs {
             let mut b = Side::read(ctx, &self.run_b, self.backend_b)?;
             match compare(self, &mut a, &mut b) {
                 // A value replaced after its run's snapshot was taken: both read again.
-                Err(e) if transfer::value_gone(&e) && tries + 1 < TRIES => tries += 1,
+                Err(e)
+                    if (transfer::value_gone(&e)
+                        || crate::error::code_of(&e) == Some(crate::error::Code::Busy))
+                        && tries + 1 < TRIES =>
+                {
+                    tries += 1
+                }
                 done => return done,
             }
         }

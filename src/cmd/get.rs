@@ -231,69 +231,54 @@ fn check_found(
     run: &RunPaths,
     store: &mut dyn Store,
     found: &crate::store::Found,
+    names: &std::collections::BTreeSet<String>,
 ) -> Result<()> {
-    let naming = store.naming(&args.name)?;
-    // A name some opening names: the log, checked whole once, must vouch for it here.
-    let report = match naming.input || !naming.response.is_empty() {
-        true => Some(store.verify_audit()?),
-        false => None,
-    };
-    if let Some(report) = &report {
-        crate::store::gate_read::check_vouched(report, &args.name, &naming)?;
-    }
     // A read of the past (of a version the history keeps).
     let past = args
         .version
         .or(args.as_of.as_ref().and(found.row.own_version));
-    if past.is_none() && (args.version.is_some() || args.as_of.is_some()) {
-        return Ok(());
-    }
-    // An input some gate is about is read in the past only while the log is whole.
-    if let (Some(_), true, Some(report)) = (past, naming.input, &report) {
-        crate::store::gate_read::log_whole(report, &args.name, "is an input a gate decided on")?;
-    }
-    // A gate's response binding holds what its sealed decision answered.
-    let named_by_none = naming.response.is_empty() && !naming.input;
-    let read = match past {
-        Some(_) => crate::store::gate_read::Read::Past,
-        None => crate::store::gate_read::Read::Now(Some(&found.row)),
-    };
-    crate::store::gate_read::check_response_binding_named(
-        store,
-        &args.name,
-        args.execution_id,
-        Some(found.row.execution_id),
-        naming.response,
-        read,
-        report.as_ref(),
-    )?;
-    if let Some(n) = past {
-        return crate::services::inputs::check_decided_version(
+    let Some(n) = past else {
+        if args.version.is_some() || args.as_of.is_some() {
+            return Ok(());
+        }
+        return crate::services::inputs::check_read_now(
             store,
             &run.dir,
-            &args.name,
-            found.row.execution_id,
-            n,
+            names,
+            args.execution_id,
+            &found.row,
         );
-    }
-    // A value a decision wrote (its statement `approve G:`) is judged by its gate's own
-    // openings, whatever the narrowing found (another opening, forged, may be what it found):
-    // cut from the log's end, or changed so that none names it, it vouches for nothing; and
-    // one that names it which the narrowing by its name did not find was hidden from it.
-    if let Some(statement) = found.row.source_statement.as_deref() {
-        let names = crate::store::rules::decision_opening_kept(store, &args.name, statement)?;
-        if named_by_none && names != crate::store::rules::OpeningNames::NoDecision {
-            return Err(crate::store::rules::narrowing_misled(&args.name));
+    };
+    let naming = store.naming_among(names, &args.name)?;
+    if naming.input || !naming.response.is_empty() {
+        // A name some opening names: the log, checked whole once, must vouch for it here; an
+        // input some gate is about is read in the past only while the log is whole.
+        let report = store.verify_audit()?;
+        crate::store::gate_read::check_vouched(&report, &args.name, &naming)?;
+        if naming.input {
+            crate::store::gate_read::log_whole(
+                &report,
+                &args.name,
+                "is an input a gate decided on",
+            )?;
         }
-    }
-    // The version a sealed decision was about (an approver's edit among them) holds what was
-    // decided.
-    if let (Some(report), true) = (&report, found.row.own_version.is_some() && naming.input) {
-        crate::services::inputs::check_decided_now(
-            store, &run.dir, &args.name, &found.row, report,
+        crate::store::gate_read::check_response_binding_named(
+            store,
+            &args.name,
+            args.execution_id,
+            Some(found.row.execution_id),
+            naming.response,
+            crate::store::gate_read::Read::Past,
+            Some(&report),
         )?;
     }
-    Ok(())
+    crate::services::inputs::check_decided_version(
+        store,
+        &run.dir,
+        &args.name,
+        found.row.execution_id,
+        n,
+    )
 }
 
 pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got> {
@@ -302,25 +287,13 @@ pub fn run(args: &GetArgs, run: &RunPaths, store: &mut dyn Store) -> Result<Got>
     // value kept in the store is read in one snapshot with its row instead: never gone.
     let mut tries = 0;
     let mut snapshot = false;
-    // A check that failed because a write committed between the lookup and the log's read (a
-    // decision's answer: the row printed is then older than what the log holds) is made again
-    // on a new lookup, when that finds a newer version, a few times. The same version read
-    // otherwise is no write's: refused. Every row printed is the very one checked.
-    let mut races = 0;
     loop {
-        let (found, _) = lookup(args, store, &run.dir)?;
-        if let Err(e) = check_found(args, run, store, &found) {
-            let tampered = crate::error::code_of(&e) == Some(crate::error::Code::Tampered);
-            if tampered && races < 2 && args.version.is_none() && args.as_of.is_none() {
-                let again = store.resolve(&args.name, args.execution_id)?;
-                let written = |f: &crate::store::Found| (f.row.execution_id, f.row.own_version);
-                if again.is_some_and(|a| written(&a) != written(&found)) {
-                    races += 1;
-                    continue;
-                }
-            }
-            return Err(e);
-        }
+        // The lookup and its checks, read again when a decision committed beside them; the
+        // row printed is the very one checked.
+        let found = crate::services::inputs::settled(store, |s, names| {
+            let (found, _) = lookup(args, s, &run.dir)?;
+            check_found(args, run, s, &found, names).map(|()| found)
+        })?;
         let mut row = found.row;
         let rel = row.attachment_path.clone().filter(|r| !r.is_empty());
         let blob = rel.as_deref().and_then(server_blob).map(str::to_string);

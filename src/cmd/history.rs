@@ -313,7 +313,18 @@ impl super::Run for HistoryArgs {
     type Output = History;
     fn run(&self, ctx: &crate::context::Context) -> Result<History> {
         let (run, mut store) = ctx.the_run()?;
-        let store = store.as_mut();
+        // Read again when a decision committed beside the read made the versions and the log
+        // disagree.
+        crate::services::inputs::settled(store.as_mut(), |store, _| self.read(&run, store))
+    }
+}
+
+impl HistoryArgs {
+    fn read(
+        &self,
+        run: &crate::run::RunPaths,
+        store: &mut dyn crate::store::Store,
+    ) -> Result<History> {
         let scope = match scope_of(store, &self.name, self.execution_id) {
             Ok(scope) => scope,
             // No history here of a name a gate names: the log may say why (a version moved).

@@ -375,6 +375,107 @@ pub fn pinned_problem(
     })
 }
 
+/// Runs `read` (a lookup and the checks of what it found against the sealed log, given the
+/// run's [`Store::sealed_names`]) and, when it says the log was tampered with (exit 9) while the
+/// log grew (a decision committed beside it: the log, the bindings and this machine's anchor
+/// were then read at different moments), runs it again, three times at most. Nothing else is
+/// read again: a disagreement the log's growth does not explain stands.
+pub fn settled<T>(
+    store: &mut dyn Store,
+    mut read: impl FnMut(&mut dyn Store, &std::collections::BTreeSet<String>) -> Result<T>,
+) -> Result<T> {
+    let (mut names, mut newest) = store.sealed_names_at()?;
+    let mut tries = 0;
+    loop {
+        match read(store, &names) {
+            Err(e)
+                if tries < 3 && crate::error::code_of(&e) == Some(crate::error::Code::Tampered) =>
+            {
+                let (now, grown) = store.sealed_names_at()?;
+                if grown == newest {
+                    return Err(e);
+                }
+                (names, newest) = (now, grown);
+                tries += 1;
+            }
+            done => return done,
+        }
+    }
+}
+
+/// What binding `row` (of `name`, found by a lookup from `start`), read as it is now, must
+/// stand against before anything shows or acts on it: the very row shown is checked. A name no
+/// sealed opening names costs the check of that (`Store::naming`). One some opening names is
+/// read only where this machine can vouch for the gates naming it (exit 10), from a log that
+/// verifies whole (exit 9); as a gate's answer it holds exactly what the newest sealed
+/// decision answered, in the scope the gate answers into; a value that says a decision wrote
+/// it (`approve G:`) is judged by G's own openings; and a version a decision pinned (an
+/// approver's edit among them) holds what was decided. `names`: the run's
+/// [`Store::sealed_names`]. `get`, `resume` and `diff` read by it.
+pub fn check_read_now(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    names: &std::collections::BTreeSet<String>,
+    start: Option<i64>,
+    row: &crate::store::BindingRow,
+) -> Result<()> {
+    use crate::store::gate_read::{self, Read};
+    use crate::store::rules::{self, OpeningNames};
+    let name = row.name.as_str();
+    let naming = store.naming_among(names, name)?;
+    let report = match naming.input || !naming.response.is_empty() {
+        true => Some(store.verify_audit()?),
+        false => None,
+    };
+    if let Some(report) = &report {
+        gate_read::check_vouched(report, name, &naming)?;
+    }
+    let named_by_none = naming.response.is_empty() && !naming.input;
+    let answers_here = |gate: &str| {
+        naming
+            .response
+            .iter()
+            .any(|(g, at)| g == gate && *at == row.execution_id)
+    };
+    // A value a decision wrote (its statement `approve G:`) is judged by its gate's own
+    // openings, whatever the narrowing found (another opening, forged, may be what it found):
+    // cut from the log's end, or changed so that none names it, it vouches for nothing; one
+    // that names it which the narrowing by its name did not find was hidden from it; and as
+    // G's answer it stands only in the scope G answers into (a frame re-parented behind the
+    // tool's back may lead a lookup to another scope's binding that claims to be it).
+    if let Some(statement) = row.source_statement.as_deref() {
+        let names = rules::decision_opening_kept(store, name, statement)?;
+        if named_by_none && names != OpeningNames::NoDecision {
+            return Err(rules::narrowing_misled(name));
+        }
+        let gate = rules::decided_by(statement).unwrap_or_default();
+        if names == OpeningNames::Answer && !answers_here(gate) {
+            return Err(crate::error::tampered(format!(
+                "binding {} in {} says gate {}'s decision wrote it, and that gate answers into no binding of that name there: it was written behind prose-state's back",
+                crate::error::shown(name),
+                row.execution_id
+                    .map_or("the root".to_string(), |e| format!("execution {e}")),
+                crate::error::shown(gate)
+            )));
+        }
+    }
+    gate_read::check_response_binding_named(
+        store,
+        name,
+        start,
+        Some(row.execution_id),
+        naming.response.clone(),
+        Read::Now(Some(row)),
+        report.as_ref(),
+    )?;
+    // The version a sealed decision was about (an approver's edit among them) holds what was
+    // decided.
+    if let (Some(report), true) = (&report, row.own_version.is_some() && naming.input) {
+        check_decided_now(store, run_dir, name, row, report)?;
+    }
+    Ok(())
+}
+
 /// Refuses (exit 9) to read binding `row` as it is now (against `report`, the run's log as
 /// checked whole) when its version is one a sealed decision pinned (an approver's edit, or the version a decision was about) and it no longer
 /// holds what was decided: changed in place, its version left as it was. A later version (a

@@ -752,8 +752,29 @@ pub(crate) fn anchor_move(tx: &mut dyn super::Tx, place: String) -> Option<Box<d
     // stays where it is, and the break is remembered outside the run, so that a log put
     // back afterwards still fails verification here.
     let old = super::seal::anchored(home.as_deref(), &place, &run_id);
-    if let Some(old) = old.clone() {
-        if old.seq < seq && tx.audit_at_seq(old.seq).ok().flatten().flatten() != Some(old.hash) {
+    // What the openings name, up to the new head: the old anchor's names and those of the
+    // rows after it, read and checked here, in one read with the row the old anchor names (the
+    // whole chain when there is no anchor, or one from before the names were kept). A chain
+    // after the anchor that does not hold together moves nothing: the break is `gates
+    // verify`'s to name.
+    let base = old.clone().filter(|a| a.seq <= seq && a.named.is_some());
+    let after = crate::store::AuditFilter {
+        after_seq: Some(base.as_ref().map_or(0, |a| a.seq - 1)),
+        ..crate::store::AuditFilter::default()
+    };
+    let mut rows = match tx.audit(&after) {
+        Ok(rows) => rows,
+        Err(e) => {
+            let why = format!("could not read the audit chain to anchor it: {e:#}");
+            return Some(Box::new(move || crate::output::warn(&why)));
+        }
+    };
+    // Never past a break: if the row this machine anchored is gone or changed, the anchor
+    // stays where it is, and the break is remembered outside the run, so that a log put
+    // back afterwards still fails verification here.
+    if let Some(old) = old.filter(|a| a.seq < seq) {
+        let held = rows.iter().find(|r| r.seq == Some(old.seq));
+        if held.and_then(|r| r.hash.as_deref()) != Some(old.hash.as_str()) {
             return Some(Box::new(move || {
                 let why = format!(
                     "this machine saw the row it anchored (seq {}) changed or gone",
@@ -766,21 +787,9 @@ pub(crate) fn anchor_move(tx: &mut dyn super::Tx, place: String) -> Option<Box<d
             }));
         }
     }
-    // What the openings name, up to the new head: the old anchor's names (its row found in
-    // place above) and those of the rows after it, read and checked here. A chain after the
-    // anchor that does not hold together moves nothing: the break is `gates verify`'s to name.
-    let base = old.filter(|a| a.seq <= seq && a.named.is_some());
-    let after = crate::store::AuditFilter {
-        after_seq: Some(base.as_ref().map_or(0, |a| a.seq)),
-        ..crate::store::AuditFilter::default()
-    };
-    let rows = match tx.audit(&after) {
-        Ok(rows) => rows,
-        Err(e) => {
-            let why = format!("could not read the audit chain to anchor it: {e:#}");
-            return Some(Box::new(move || crate::output::warn(&why)));
-        }
-    };
+    if let Some(a) = &base {
+        rows.retain(|r| r.seq.is_some_and(|s| s > a.seq));
+    }
     let mut named = match names_after(&rows, base.as_ref(), Some(key)) {
         Ok(named) => named,
         Err(why) => {

@@ -19,8 +19,8 @@ mod sweep;
 
 pub use agents::{append_segment, remember};
 pub use bind::{
-    bind, decision_opening_kept, narrowing_misled, prune_history, release_attachment, relink,
-    HistoryPruned, OpeningNames,
+    bind, decided_by, decision_opening_kept, narrowing_misled, prune_history, release_attachment,
+    relink, HistoryPruned, OpeningNames,
 };
 pub use executions::append_execution;
 pub use gates::{consume, create_gate, decide_gate, refuse_attempt, standing_tally, view_gate};

@@ -365,40 +365,56 @@ pub trait Store: AgentStore + Rows + Snapshot {
         rules::refuse_attempt(self.sealing(rules::GATE)?, attempt)
     }
 
-    /// The gates whose sealed openings name binding `name`. Whether any does is told from the
-    /// sealed log itself, never from a narrowing of rows raw SQL can change: the names this
-    /// machine's anchor of the run's chain holds (those its openings name, up to the anchored
-    /// row) and those of the rows after it, read in sequence and checked
-    /// (`chain::names_after`); a chain after the anchor that does not hold together names what
-    /// cannot be told (exit 9). Only then are the openings naming it read
-    /// ([`super::Rows::gates_naming`]'s narrow read), which must find them: one that does not
-    /// was misled behind prose-state's back (exit 9).
-    fn naming(&mut self, name: &str) -> Result<super::rows::Naming> {
+    /// The bindings the run's sealed openings name (each one's response binding and inputs),
+    /// told from the sealed log itself, never from a narrowing of rows raw SQL can change: the
+    /// names this machine's anchor of the run's chain holds (those its openings name, up to the
+    /// anchored row) and those of the rows after it, read in sequence and checked
+    /// (`chain::names_after`). A chain after the anchor that does not hold together names what
+    /// cannot be told (exit 9).
+    fn sealed_names(&mut self) -> Result<std::collections::BTreeSet<String>> {
+        Ok(self.sealed_names_at()?.0)
+    }
+
+    /// [`Store::sealed_names`], and the sequence number of the newest row of the run's chain
+    /// read: a reader whose check of the log failed while this number moved (a decision
+    /// committed beside it) reads again (`services::inputs::settled`).
+    fn sealed_names_at(&mut self) -> Result<(std::collections::BTreeSet<String>, i64)> {
         let run_id = self.run_id()?;
         let home = self.wiring().home();
         let anchor =
             seal::anchored(home.as_deref(), &self.place(), &run_id).filter(|a| a.named.is_some());
-        let anchored = anchor
-            .as_ref()
-            .and_then(|a| a.named.as_ref())
-            .is_some_and(|n| n.contains(name));
-        let named = anchored
-            || {
-                let rows = self.audit(&AuditFilter {
-                    after_seq: Some(anchor.as_ref().map_or(0, |a| a.seq)),
-                    ..AuditFilter::default()
-                })?;
-                let key = self.wiring().key_for_reading()?;
-                chain::names_after(&rows, anchor.as_ref(), key)
-                .map_err(|why| {
-                    crate::error::tampered(format!(
-                        "the run's audit log does not hold together ({why}): which gates name binding {} cannot be told (run `prose-state gates verify`)",
-                        crate::error::shown(name)
-                    ))
-                })?
-                .contains(name)
-            };
-        if !named {
+        let rows = self.audit(&AuditFilter {
+            after_seq: Some(anchor.as_ref().map_or(0, |a| a.seq)),
+            ..AuditFilter::default()
+        })?;
+        let key = self.wiring().key_for_reading()?;
+        let mut named = chain::names_after(&rows, anchor.as_ref(), key).map_err(|why| {
+            crate::error::tampered(format!(
+                "the run's audit log does not hold together ({why}): which bindings its gates name cannot be told (run `prose-state gates verify`)"
+            ))
+        })?;
+        let newest = rows.iter().filter_map(|r| r.seq).max();
+        let anchored = anchor.as_ref().map_or(0, |a| a.seq);
+        named.extend(anchor.and_then(|a| a.named).unwrap_or_default());
+        Ok((named, newest.unwrap_or(anchored).max(anchored)))
+    }
+
+    /// The gates whose sealed openings name binding `name`. Whether any does is told by
+    /// [`Store::sealed_names`]; only then are the openings naming it read
+    /// ([`super::Rows::gates_naming`]'s narrow read), which must find them: one that does not
+    /// was misled behind prose-state's back (exit 9).
+    fn naming(&mut self, name: &str) -> Result<super::rows::Naming> {
+        let names = self.sealed_names()?;
+        self.naming_among(&names, name)
+    }
+
+    /// [`Store::naming`], with [`Store::sealed_names`] already read.
+    fn naming_among(
+        &mut self,
+        names: &std::collections::BTreeSet<String>,
+        name: &str,
+    ) -> Result<super::rows::Naming> {
+        if !names.contains(name) {
             return Ok(super::rows::Naming::default());
         }
         let naming = self.gates_naming(name)?;

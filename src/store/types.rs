@@ -130,7 +130,7 @@ pub struct NewExecution<'a> {
 
 /// A bindings row as stored. Rows written by raw SQL may hold NULLs anywhere and a value
 /// that is not valid UTF-8, so the value is kept as bytes.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct BindingRow {
     pub name: String,
     pub execution_id: Option<i64>,

@@ -84,11 +84,25 @@ fn gate_nexts(
     roster: &mut crate::cmd::gates::LazyRoster,
 ) -> Result<Vec<GateNext>> {
     let gates = store.gates(None, now)?;
-    let mut report = store.verify_audit()?;
-    // A decision about inputs stands on the versions it pinned, before it is consumed here.
-    if report.derived.values().any(|d| d.decided_inputs.is_some()) {
-        crate::services::inputs::check_sealed(store, run_dir, &mut report)?;
-    }
+    // The log and the versions its decisions pinned, read again when they disagree while the
+    // log grew (a decision committed beside the read), three times at most.
+    let (_, mut newest) = store.sealed_names_at()?;
+    let mut tries = 0;
+    let report = loop {
+        let mut report = store.verify_audit()?;
+        // A decision about inputs stands on the versions it pinned, before it is consumed here.
+        if report.derived.values().any(|d| d.decided_inputs.is_some()) {
+            crate::services::inputs::check_sealed(store, run_dir, &mut report)?;
+        }
+        if !report.is_broken() || tries == 3 {
+            break report;
+        }
+        let (_, grown) = store.sealed_names_at()?;
+        if grown == newest {
+            break report;
+        }
+        (newest, tries) = (grown, tries + 1);
+    };
     let mut stale = std::collections::HashMap::new();
     for g in &gates {
         let Some(d) = report.derived.get(&g.id) else {
@@ -487,9 +501,22 @@ fn brief(
         }),
     };
     let scope = position.current.as_ref().map(|e| e.id);
-    // The nearest binding of each name, from the innermost scope up to the root.
-    let (chain, visible) =
-        crate::cmd::get::nearest_bindings(store, scope, cursor, limit as i64 + 1)?;
+    // The nearest binding of each name, from the innermost scope up to the root; each value
+    // shown that a sealed opening names stands against the log as `get` checks it (a forged
+    // answer or edit is exit 9 here too, or 10 where the machine cannot vouch), read in one
+    // read again with it when a decision committed beside the read.
+    let (chain, visible) = crate::services::inputs::settled(store, |store, named| {
+        let (chain, visible) =
+            crate::cmd::get::nearest_bindings(store, scope, cursor, limit as i64 + 1)?;
+        for b in visible
+            .iter()
+            .take(limit)
+            .filter(|b| named.contains(&b.name))
+        {
+            crate::services::inputs::check_read_now(store, &run.dir, named, scope, b)?;
+        }
+        Ok((chain, visible))
+    })?;
     let more = visible.len() > limit;
     let mut page = Vec::new();
     let newest = full_last.unwrap_or(0);
