@@ -1,7 +1,8 @@
 //! What a second outside attack on the merged binary found (helper-33, which had not seen the
 //! tests), each closed: `diff` and `resume` showed a forged answer or edit with exit 0 (on a
 //! machine with the key, and one without); a frame re-parented behind the tool's back led a
-//! lookup to an outer binding claiming to be a decision's answer.
+//! lookup to an outer binding claiming to be a decision's answer; a pending gate whose row
+//! was rewritten as approved vanished from the checked list of pending gates.
 
 use crate::common::*;
 
@@ -9,6 +10,7 @@ on_both!(
     diff_shows_no_forged_answer_or_edit,
     resume_shows_no_forged_answer_or_edit,
     a_claimed_answer_outside_its_gates_frame_is_refused,
+    a_pending_gate_rewritten_as_decided_stays_in_the_checked_list,
 );
 
 /// Gate `G` opened to answer into `ans` and about `doc`, approved by alice with the answer 5
@@ -135,5 +137,51 @@ fn a_claimed_answer_outside_its_gates_frame_is_refused(b: Backend) {
         vec!["--json", "get", "fa", "--execution-id", &inner_id],
     ] {
         run.refuses(&args, 9, "");
+    }
+}
+
+/// A pending gate whose row is rewritten as approved (an unsealed `approved` row beside it):
+/// `gates --scan` lists the pending gates by their sealed logs, so it is still listed, marked
+/// (unattested: no decision stands), and wherever its row's claim is listed, marked too.
+fn a_pending_gate_rewritten_as_decided_stays_in_the_checked_list(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "Z", "--prompt", "P"])
+        .assert()
+        .success();
+    run.view().raw(
+        "INSERT INTO gate_audit_log (gate_id, run_id, event_type, principal, metadata)
+         SELECT 'Z', id, 'approved', 'mallory', '{\"instance\":1}' FROM run;
+         UPDATE gates SET status = 'approved', resolved_by = 'mallory' WHERE id = 'Z';",
+        "INSERT INTO openprose.gate_audit_log (gate_id, run_id, event_type, principal, metadata)
+         VALUES ('Z', '$RUN', 'approved', 'mallory', '{\"instance\":1}');
+         UPDATE openprose.gates SET status = 'approved', resolved_by = 'mallory'
+          WHERE run_id = '$RUN' AND id = 'Z';",
+    );
+    let listed = |args: &[&str]| {
+        let a = p
+            .cmd()
+            .args(["--json", "gates", "--scan"])
+            .args(args)
+            .assert()
+            .success();
+        let v = stdout_json(&a);
+        let gates = v
+            .as_array()
+            .cloned()
+            .or_else(|| v["gates"].as_array().cloned());
+        gates.unwrap_or_default()
+    };
+    let pending = listed(&[]);
+    let z: Vec<_> = pending.iter().filter(|g| g["id"] == "Z").collect();
+    assert_eq!(z.len(), 1, "{pending:?}");
+    assert_ne!(z[0]["integrity"]["state"], "attested", "{}", z[0]);
+    // Under the status its row claims too, marked: never as an attested approval.
+    for g in listed(&["--status", "approved"]) {
+        assert!(
+            g["id"] != "Z" || g["integrity"]["state"] != "attested",
+            "{g}"
+        );
     }
 }

@@ -101,12 +101,17 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
     // The pending gates of the project's catalog and server: swept and listed in a few
     // queries (only the runs with an overdue gate are opened). Gates of other statuses are
     // listed from the server, and from every SQLite run visited.
+    // Checked (`--scan`), a gate is listed by the status its sealed log gives it, a gate at odds
+    // with its log under every status, and one whose decision nothing here attests under both
+    // its sealed status and its row's: a row rewritten behind the tool's back hides no gate
+    // from the list. So every gate is read, and filtered once checked.
+    let by_log = args.scan && horizon.is_none() && status.is_some();
     let (found, warnings) = Listing::gates(
         ctx,
         &GateQuery {
-            status,
+            status: if by_log { None } else { status },
             due_by: horizon.as_deref(),
-            limit: args.limit,
+            limit: if by_log { None } else { args.limit },
             scan: args.scan,
             now: &now,
         },
@@ -123,6 +128,25 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
                 checked.insert(run.clone(), std::sync::Arc::new(store.verify_audit()?));
             }
             f.checked = checked.get(&run).cloned();
+        }
+    }
+    if let (true, Some(wanted)) = (by_log, status) {
+        use crate::store::chain::Integrity;
+        found.retain(|f| {
+            let Some(report) = f.checked.as_deref() else {
+                return f.gate.status.as_str() == wanted;
+            };
+            match (report.gate(&f.gate.id), report.derived.get(&f.gate.id)) {
+                (Integrity::Tampered(_), _) => true,
+                (Integrity::Attested, Some(d)) => d.status().as_str() == wanted,
+                // A decision nothing here attests: under the status its sealed events give it
+                // (no decision stands) and under the one its row claims, marked so.
+                (_, Some(d)) => d.status().as_str() == wanted || f.gate.status.as_str() == wanted,
+                _ => f.gate.status.as_str() == wanted,
+            }
+        });
+        if let Some(n) = args.limit {
+            found.truncate(n as usize);
         }
     }
     let mut roster = LazyRoster::new(ctx);
