@@ -6,6 +6,7 @@ mod answers;
 mod attack31;
 mod attack32;
 mod attack33;
+mod attack34;
 mod attack41;
 mod bad_input;
 mod bind_get;

@@ -334,7 +334,13 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
                 problem("stale run", why, fixed);
             }
         }
-        let chain = store.verify_audit()?;
+        let mut chain = store.verify_audit()?;
+        // The values bindings its sealed openings name hold now, as `get` reads them.
+        if chain.first_broken.is_none() {
+            for (name, why) in crate::services::inputs::check_values(store, &run.dir, &mut chain)? {
+                problem("tampered binding", format!("binding {name}: {why}"), false);
+            }
+        }
         if let Some(b) = &chain.first_broken {
             let at = if b.id > 0 {
                 format!("broken at row {}", b.id)

@@ -496,12 +496,19 @@ fn read(server: &Server, uri: &Uri) -> Result<Value> {
                 json!({"minimum": 1, "maximum": pages::LIST_MAX, "default": pages::LIST_DEFAULT});
             let limit = count_arg(query, "limit", &bound)?;
             let (paths, mut store) = open(server, uri)?;
-            let rows = match server.execution_id {
-                Some(e) => {
-                    crate::cmd::get::nearest_bindings(store.as_mut(), Some(e), None, i64::MAX)?.1
-                }
-                None => store.bindings()?,
-            };
+            // Each value a sealed opening names is checked as `get` checks it.
+            let start = server.execution_id.map(Some);
+            let rows = crate::services::inputs::checked_bindings(
+                store.as_mut(),
+                &paths.dir,
+                start,
+                |s| {
+                    Ok(match server.execution_id {
+                        Some(e) => crate::cmd::get::nearest_bindings(s, Some(e), None, i64::MAX)?.1,
+                        None => s.bindings()?,
+                    })
+                },
+            )?;
             let items = rows
                 .into_iter()
                 .map(|b| {

@@ -49,7 +49,12 @@ fn gate_view(app: &App, run: &str, gate: &str, viewer: &str) -> Result<GateViewD
     let inputs: Vec<String> = shown.inputs.iter().map(|i| i.name.clone()).collect();
     // The bindings its execution sees (an execution that does not exist has no chain: the
     // root alone); every root binding for a gate with no execution.
-    let bindings = crate::cmd::get::nearest_bindings(store.as_mut(), scope, None, i64::MAX)?.1;
+    // Each value a sealed opening names is checked as `get` checks it (a forged answer or edit
+    // is refused, 409, never shown).
+    let bindings =
+        crate::services::inputs::checked_bindings(store.as_mut(), &paths.dir, Some(scope), |s| {
+            Ok(crate::cmd::get::nearest_bindings(s, scope, None, i64::MAX)?.1)
+        })?;
     let editable = super::decide::editable_of(&bindings, &inputs);
     Ok(GateViewData {
         recent: newest(store.as_mut(), RECENT)?,

@@ -277,6 +277,59 @@ pub fn check_sealed(
     Ok(())
 }
 
+/// The values bindings the report's sealed openings name hold now, each checked as `get`
+/// checks it (`check_read_now`): those that do not stand (a value changed in place behind the
+/// tool's back, its history left as the decision wrote it), by name, with why. Each gate
+/// naming one is marked tampered in the report. What `gates verify` and `doctor` report.
+pub fn check_values(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    report: &mut crate::store::chain::ChainReport,
+) -> Result<Vec<(String, String)>> {
+    use crate::error::{code_of, Code};
+    let names = crate::store::kept::names(report);
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut problems = Vec::new();
+    for b in store.bindings()?.iter().filter(|b| names.contains(&b.name)) {
+        match check_read_now(store, run_dir, &names, b.execution_id, b) {
+            Ok(()) => {}
+            Err(e) if code_of(&e) == Some(Code::Tampered) => {
+                problems.push((b.name.clone(), format!("{e:#}")))
+            }
+            // What this machine cannot vouch for is reported as such elsewhere.
+            Err(e) if code_of(&e) == Some(Code::Unattested) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    for (name, why) in &problems {
+        let naming: Vec<String> = report
+            .derived
+            .iter()
+            .filter(|(_, d)| {
+                d.earlier.iter().chain(std::iter::once(*d)).any(|o| {
+                    o.inputs.contains(name)
+                        || o.response_binding.as_ref().is_some_and(|(n, _)| n == name)
+                })
+            })
+            .map(|(g, _)| g.clone())
+            .collect();
+        for gate in naming {
+            let tampered = report.gates.iter().any(|(g, i)| {
+                *g == gate && matches!(i, crate::store::chain::Integrity::Tampered(_))
+            });
+            if !tampered {
+                report.gates.retain(|(g, _)| *g != gate);
+                report
+                    .gates
+                    .push((gate, crate::store::chain::Integrity::Tampered(why.clone())));
+            }
+        }
+    }
+    Ok(problems)
+}
+
 /// Why one opening's sealed decision about inputs (`d`: the newest opening of a gate, or an
 /// earlier one) does not stand against the bindings' history, if it does not (see
 /// [`check_sealed`]).
@@ -401,6 +454,26 @@ pub fn settled<T>(
             done => return done,
         }
     }
+}
+
+/// The bindings a listing shows (`read`: the rows it reads), each value a sealed opening names
+/// checked as `get` checks it (`check_read_now`: a forged answer or edit is exit 9, or 10 where
+/// this machine cannot vouch), read again when a decision committed beside the read. `start`:
+/// the scope the listing looks from, or None for each row's own scope. What resume, the gate's
+/// page and the MCP bindings resource show.
+pub fn checked_bindings(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    start: Option<Option<i64>>,
+    mut read: impl FnMut(&mut dyn Store) -> Result<Vec<crate::store::BindingRow>>,
+) -> Result<Vec<crate::store::BindingRow>> {
+    settled(store, |s, names| {
+        let rows = read(s)?;
+        for b in rows.iter().filter(|b| names.contains(&b.name)) {
+            check_read_now(s, run_dir, names, start.unwrap_or(b.execution_id), b)?;
+        }
+        Ok(rows)
+    })
 }
 
 /// What binding `row` (of `name`, found by a lookup from `start`), read as it is now, must
@@ -640,5 +713,26 @@ pub fn stale(
         return Ok((None, Vec::new()));
     }
     let now = read(store, run_dir, d)?;
+    // The very version the decision pinned, holding other bytes, was changed in place behind
+    // the tool's back: that is tampering (exit 9), not an input that moved on (stale).
+    if let (Some(pinned), Some(decided)) = (&d.pinned, &d.decided_inputs) {
+        for i in &now {
+            let Some(pin) = pinned.get(&i.name) else {
+                continue;
+            };
+            if decided.get(&i.name) == Some(&i.digest) {
+                continue;
+            }
+            let held_pinned = store.resolve(&i.name, d.inputs_scope)?.is_some_and(|f| {
+                f.row.execution_id == pin.scope && f.row.own_version == Some(pin.version)
+            });
+            if held_pinned {
+                return Err(crate::error::tampered(format!(
+                    "input {} holds the version the decision sealed, and it no longer holds what was decided: it was changed behind prose-state's back",
+                    crate::error::shown(&i.name)
+                )));
+            }
+        }
+    }
     Ok((crate::store::chain::stale(d, &digests(&now)), now))
 }

@@ -733,31 +733,18 @@ pub fn names_after(
 /// (`tx::Txn::commit`), so that an anchor never names a row a reader cannot see yet. An
 /// anchor that cannot be written costs a warning, never the committed write.
 pub(crate) fn anchor_move(tx: &mut dyn super::Tx, place: String) -> Option<Box<dyn FnOnce()>> {
-    let (seq, hash, seal) = match tx.chain_tip() {
-        Ok(tip) => tip?,
-        Err(e) => {
-            let why = format!("could not read the audit chain's head: {e:#}");
-            return Some(Box::new(move || crate::output::warn(&why)));
-        }
-    };
     let key = tx.wiring().key_for_reading().ok()??;
-    if key.check(&hash, seal.as_deref()) != SealCheck::Valid {
-        return None;
-    }
     // Anchored under the run's own id (a row's `run_id` is what a writer of the database
     // chose), as `verify_signed` reads it.
     let (run_id, _) = tx.run_row().ok()??;
     let home = tx.wiring().home();
-    // Never past a break: if the row this machine anchored is gone or changed, the anchor
-    // stays where it is, and the break is remembered outside the run, so that a log put
-    // back afterwards still fails verification here.
     let old = super::seal::anchored(home.as_deref(), &place, &run_id);
-    // What the openings name, up to the new head: the old anchor's names and those of the
-    // rows after it, read and checked here, in one read with the row the old anchor names (the
-    // whole chain when there is no anchor, or one from before the names were kept). A chain
-    // after the anchor that does not hold together moves nothing: the break is `gates
-    // verify`'s to name.
-    let base = old.clone().filter(|a| a.seq <= seq && a.named.is_some());
+    // One read: the row the old anchor names and every row after it, up to the new head (the
+    // whole chain when there is no anchor, or one from before the names were kept). What the
+    // openings name, up to the new head, is the old anchor's names and those of the rows
+    // after it, checked here. A chain after the anchor that does not hold together moves
+    // nothing: the break is `gates verify`'s to name.
+    let base = old.clone().filter(|a| a.named.is_some());
     let after = crate::store::AuditFilter {
         after_seq: Some(base.as_ref().map_or(0, |a| a.seq - 1)),
         ..crate::store::AuditFilter::default()
@@ -769,6 +756,16 @@ pub(crate) fn anchor_move(tx: &mut dyn super::Tx, place: String) -> Option<Box<d
             return Some(Box::new(move || crate::output::warn(&why)));
         }
     };
+    // The head: the newest row of the sequence, when this machine's key sealed it.
+    let head = rows
+        .iter()
+        .filter(|r| r.seq.is_some())
+        .max_by_key(|r| r.seq)?;
+    let (seq, hash) = (head.seq?, head.hash.clone()?);
+    if key.check(&hash, head.seal.as_deref()) != SealCheck::Valid {
+        return None;
+    }
+    let base = base.filter(|a| a.seq <= seq);
     // Never past a break: if the row this machine anchored is gone or changed, the anchor
     // stays where it is, and the break is remembered outside the run, so that a log put
     // back afterwards still fails verification here.

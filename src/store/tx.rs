@@ -27,9 +27,6 @@ pub enum TxKind {
     Import,
 }
 
-/// The newest sequenced audit row of a run: its seq, hash and seal.
-pub type ChainTip = (i64, String, Option<String>);
-
 /// An execution record stored under an idempotency key: id, index, text, status, parent.
 pub type KeyedExecution = (
     i64,
@@ -142,8 +139,6 @@ pub trait Tx: super::Rows {
     fn insert_audit(&mut self, row: &AuditRow) -> Result<()>;
     /// The run's audit rows outside the sealed sequence, in id order (what a genesis seals).
     fn unsealed_audit(&mut self) -> Result<Vec<AuditRow>>;
-    /// The newest sequenced audit row of the run (what this machine anchors).
-    fn chain_tip(&mut self) -> Result<Option<ChainTip>>;
 
     // Imports.
     fn import(&mut self, alias: &str) -> Result<Option<ImportRow>>;

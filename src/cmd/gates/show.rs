@@ -139,9 +139,13 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
             match (report.gate(&f.gate.id), report.derived.get(&f.gate.id)) {
                 (Integrity::Tampered(_), _) => true,
                 (Integrity::Attested, Some(d)) => d.status().as_str() == wanted,
-                // A decision nothing here attests: under the status its sealed events give it
-                // (no decision stands) and under the one its row claims, marked so.
-                (_, Some(d)) => d.status().as_str() == wanted || f.gate.status.as_str() == wanted,
+                // A decision nothing here attests, of a gate opened by a sealed event: under the
+                // status its sealed events give it (no decision stands) and under the one its
+                // row claims, marked so. One with no sealed opening (the spec's own SQL): as
+                // its row says, marked.
+                (_, Some(d)) if d.instance > 0 => {
+                    d.status().as_str() == wanted || f.gate.status.as_str() == wanted
+                }
                 _ => f.gate.status.as_str() == wanted,
             }
         });

@@ -234,8 +234,11 @@ pub fn verify_gates(
                 c.db.parent()
                     .map_or_else(|| ctx.runs_dir().join(&c.run_id), |d| d.to_path_buf());
             let paths = crate::run::RunPaths::in_dir(dir);
+            // And the values they hold now, as `get` reads them.
             let checked = ctx.open(&paths).and_then(|mut store| {
-                crate::services::inputs::check_sealed(store.as_mut(), &paths.dir, &mut c.report)
+                crate::services::inputs::check_sealed(store.as_mut(), &paths.dir, &mut c.report)?;
+                crate::services::inputs::check_values(store.as_mut(), &paths.dir, &mut c.report)
+                    .map(|_| ())
             });
             if let Err(e) = checked {
                 warnings.push(format!(

@@ -505,17 +505,12 @@ fn brief(
     // shown that a sealed opening names stands against the log as `get` checks it (a forged
     // answer or edit is exit 9 here too, or 10 where the machine cannot vouch), read in one
     // read again with it when a decision committed beside the read.
-    let (chain, visible) = crate::services::inputs::settled(store, |store, named| {
-        let (chain, visible) =
-            crate::cmd::get::nearest_bindings(store, scope, cursor, limit as i64 + 1)?;
-        for b in visible
-            .iter()
-            .take(limit)
-            .filter(|b| named.contains(&b.name))
-        {
-            crate::services::inputs::check_read_now(store, &run.dir, named, scope, b)?;
-        }
-        Ok((chain, visible))
+    let mut chain = Vec::new();
+    let visible = crate::services::inputs::checked_bindings(store, &run.dir, Some(scope), |s| {
+        let (walked, visible) =
+            crate::cmd::get::nearest_bindings(s, scope, cursor, limit as i64 + 1)?;
+        chain = walked;
+        Ok(visible)
     })?;
     let more = visible.len() > limit;
     let mut page = Vec::new();

@@ -8,7 +8,7 @@ use crate::store::dump::{
     AgentRecord, BindingRecord, ExecRecord, GateRecord, RunRecord, SegmentRecord,
 };
 use crate::store::history::Kept;
-use crate::store::tx::{ChainTip, KeyedExecution, Tx, TxKind};
+use crate::store::tx::{KeyedExecution, Tx, TxKind};
 use crate::store::{AuditRow, ImportRow, NewGate};
 use anyhow::{anyhow, Result};
 use postgres::types::{ToSql, Type};
@@ -884,22 +884,6 @@ impl Tx for PgTx<'_> {
             &format!("{AUDIT_SELECT} WHERE run_id = $1 AND seq IS NULL ORDER BY id"),
             &[&run],
             audit_row,
-        )
-    }
-
-    fn chain_tip(&mut self) -> Result<Option<ChainTip>> {
-        let run = self.run()?;
-        self.opt(
-            "SELECT seq, hash, seal FROM openprose.gate_audit_log
-              WHERE run_id = $1 AND seq IS NOT NULL ORDER BY seq DESC LIMIT 1",
-            &[&run],
-            |r| {
-                (
-                    r.get(0),
-                    r.get::<_, Option<String>>(1).unwrap_or_default(),
-                    r.get(2),
-                )
-            },
         )
     }
 

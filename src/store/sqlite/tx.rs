@@ -7,7 +7,7 @@ use crate::store::dump::{
     AgentRecord, BindingRecord, ExecRecord, GateRecord, RunRecord, SegmentRecord,
 };
 use crate::store::history::Kept;
-use crate::store::tx::{ChainTip, KeyedExecution, Tx};
+use crate::store::tx::{KeyedExecution, Tx};
 use crate::store::{AuditRow, ImportRow, NewGate};
 use anyhow::{anyhow, Result};
 use rusqlite::{params, Connection};
@@ -413,21 +413,6 @@ impl Tx for SqliteTx<'_> {
             &format!("SELECT {AUDIT_COLUMNS} FROM gate_audit_log WHERE seq IS NULL ORDER BY id"),
             [],
             audit_row,
-        )
-    }
-
-    fn chain_tip(&mut self) -> Result<Option<ChainTip>> {
-        self.opt(
-            "SELECT seq, hash, seal FROM gate_audit_log WHERE seq IS NOT NULL
-              ORDER BY seq DESC LIMIT 1",
-            [],
-            |r| {
-                Ok((
-                    r.get(0)?,
-                    r.get::<_, Option<String>>(1)?.unwrap_or_default(),
-                    r.get(2)?,
-                ))
-            },
         )
     }
 
