@@ -11,21 +11,9 @@ on_both!(
     a_decided_gate_of_a_finished_run_is_read,
 );
 
-/// Gate `G` opened to answer into `ans` and about `doc`, approved by alice with the answer 5
-/// and `doc` edited.
+/// [`answered_and_edited`], as the decision left it.
 fn decided(run: &Run) {
-    run.bind("doc", "orig", None);
-    run.cmd()
-        .args(["gates", "create", "G", "--prompt", "P"])
-        .args(["--response-schema", r#"{"type":"integer"}"#])
-        .args(["--response-binding", "ans", "--inputs", "doc"])
-        .assert()
-        .success();
-    run.cmd()
-        .args(["approve", "G", "--as", "alice", "-y", "--response", "5"])
-        .args(["--edit", "doc=edited"])
-        .assert()
-        .success();
+    answered_and_edited(run, &[]);
 }
 
 /// A database writer's own `>` operators (bigint and integer, always false), and the

@@ -13,21 +13,9 @@ on_both!(
     a_pending_gate_rewritten_as_decided_stays_in_the_checked_list,
 );
 
-/// Gate `G` opened to answer into `ans` and about `doc`, approved by alice with the answer 5
-/// and `doc` edited; the VM then waited on it (consuming the decision).
+/// [`answered_and_edited`], and the VM then waited on it (consuming the decision).
 fn decided(run: &Run) {
-    run.bind("doc", "orig", None);
-    run.cmd()
-        .args(["gates", "create", "G", "--prompt", "P"])
-        .args(["--response-schema", r#"{"type":"integer"}"#])
-        .args(["--response-binding", "ans", "--inputs", "doc"])
-        .assert()
-        .success();
-    run.cmd()
-        .args(["approve", "G", "--as", "alice", "-y", "--response", "5"])
-        .args(["--edit", "doc=edited"])
-        .assert()
-        .success();
+    answered_and_edited(run, &[]);
     run.cmd().args(["gates", "wait", "G"]).assert().success();
 }
 

@@ -12,24 +12,6 @@ on_both!(
     an_edit_changed_in_place_is_tampered_not_stale,
 );
 
-/// Gate `G` opened to answer into `ans` and about `doc`, approved by alice with the answer 5
-/// and `doc` edited.
-fn decided(run: &Run, approver: &str) {
-    run.bind("doc", "orig", None);
-    run.cmd()
-        .args(["gates", "create", "G", "--prompt", "P"])
-        .args(["--response-schema", r#"{"type":"integer"}"#])
-        .args(["--response-binding", "ans", "--inputs", "doc"])
-        .args(["--allow", approver])
-        .assert()
-        .success();
-    run.cmd()
-        .args(["approve", "G", "--as", approver, "-y", "--response", "5"])
-        .args(["--edit", "doc=edited"])
-        .assert()
-        .success();
-}
-
 /// `ans` and `doc` changed in place, their versions and history left as the decision wrote
 /// them, the triggers back as they were: (SQLite, PostgreSQL).
 const IN_PLACE: (&str, &str) = (
@@ -48,7 +30,7 @@ fn the_mcp_bindings_resource_shows_no_forged_answer(b: Backend) {
     use rmcp::ServiceExt;
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
-    decided(&run, "alice");
+    answered_and_edited(&run, &["--allow", "alice"]);
     run.view().raw(IN_PLACE.0, IN_PLACE.1);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -93,7 +75,7 @@ fn the_gate_page_shows_no_forged_answer_or_edit(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
     let token = add(&p, "alice");
-    decided(&run, "alice");
+    answered_and_edited(&run, &["--allow", "alice"]);
     let s = Server::start(&p);
     let cookie = s.login(&token);
     let page = s.get(&gate_path(&run, "G"), Some(&cookie));
@@ -110,7 +92,7 @@ fn the_gate_page_shows_no_forged_answer_or_edit(b: Backend) {
 fn an_edit_changed_in_place_is_tampered_not_stale(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
-    decided(&run, "alice");
+    answered_and_edited(&run, &["--allow", "alice"]);
     run.view().raw(
         "DROP TRIGGER bindings_version_update;
          UPDATE bindings SET value = 'evil' WHERE name = 'doc';",

@@ -251,10 +251,7 @@ pub fn check_sealed(
             continue;
         };
         for (gate, d) in &report.derived {
-            let names_it = d.earlier.iter().chain(std::iter::once(d)).any(|o| {
-                o.inputs.contains(&name)
-                    || o.response_binding.as_ref().is_some_and(|(n, _)| *n == name)
-            });
+            let names_it = opening_names(d, &name);
             let found = report.gates.iter().chain(&findings).any(|(g, _)| g == gate);
             if names_it && !found {
                 findings.push((
@@ -307,12 +304,7 @@ pub fn check_values(
         let naming: Vec<String> = report
             .derived
             .iter()
-            .filter(|(_, d)| {
-                d.earlier.iter().chain(std::iter::once(*d)).any(|o| {
-                    o.inputs.contains(name)
-                        || o.response_binding.as_ref().is_some_and(|(n, _)| n == name)
-                })
-            })
+            .filter(|(_, d)| opening_names(d, name))
             .map(|(g, _)| g.clone())
             .collect();
         for gate in naming {
@@ -328,6 +320,15 @@ pub fn check_values(
         }
     }
     Ok(problems)
+}
+
+/// Whether any opening of a gate (`d`, its earlier ones too) names binding `name`, as an input
+/// or as its answer.
+fn opening_names(d: &Derived, name: &str) -> bool {
+    d.earlier.iter().chain(std::iter::once(d)).any(|o| {
+        o.inputs.iter().any(|i| i == name)
+            || o.response_binding.as_ref().is_some_and(|(n, _)| n == name)
+    })
 }
 
 /// Why one opening's sealed decision about inputs (`d`: the newest opening of a gate, or an

@@ -1195,3 +1195,21 @@ pub fn run_documented(dir: &Path, doc: &str, marker: &str, quiet: bool) -> Strin
     );
     printed
 }
+
+/// Gate `G` opened to answer into `ans` (an integer) and about `doc` (bound `orig` first),
+/// with `extra` options, approved by alice with the answer 5 and `doc` edited to `edited`.
+pub fn answered_and_edited(run: &Run, extra: &[&str]) {
+    run.bind("doc", "orig", None);
+    run.cmd()
+        .args(["gates", "create", "G", "--prompt", "P"])
+        .args(["--response-schema", r#"{"type":"integer"}"#])
+        .args(["--response-binding", "ans", "--inputs", "doc"])
+        .args(extra)
+        .assert()
+        .success();
+    run.cmd()
+        .args(["approve", "G", "--as", "alice", "-y", "--response", "5"])
+        .args(["--edit", "doc=edited"])
+        .assert()
+        .success();
+}
