@@ -7,6 +7,7 @@ mod attack31;
 mod attack32;
 mod attack33;
 mod attack34;
+mod attack35;
 mod attack41;
 mod bad_input;
 mod bind_get;

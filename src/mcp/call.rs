@@ -56,18 +56,6 @@ impl Server {
             .map_err(crate::error::usage)
     }
 
-    /// A `gates_list` call the server makes for itself (a gate's resource): each gate checked
-    /// against its sealed log (`gates --scan` of the session's run alone), so that it carries
-    /// its integrity, answer and edits. Not a tool's argument: a model does not read past the
-    /// catalog.
-    pub(super) fn call_checked_gates(&self, spec: &ToolSpec, args: &JsonObject) -> Result<Outcome> {
-        self.call_parsed(spec, args, true, None, |cli| {
-            if let crate::cli::Command::Gates(g) = &mut cli.command {
-                g.list.scan = true;
-            }
-        })
-    }
-
     fn call_parsed(
         &self,
         spec: &ToolSpec,

@@ -74,7 +74,7 @@ pub(super) async fn pending_page(
         Some((&user.principal, &user.csrf)),
         html! {
             h1 { "Pending gates" }
-            p.note { "Oldest first. This list follows every change as it is committed." }
+            p.note { "Oldest first. This list follows every change as it is committed. It is read from the project's catalog, for finding: a gate's page and its run's page check it against its sealed log." }
             div #live data-src="/pending" data-events="/events" { (pending_table(&list)) }
         },
     )))
@@ -165,7 +165,15 @@ pub(super) async fn run_page(
         let info = store.run_info()?;
         // One more than shown, to know whether any were left out.
         let log = newest(store.as_mut(), RUN_LOG + 1)?;
-        Ok((info, log, store.gates(None, &now())?))
+        // Each gate as its run's sealed log has it: the rows first, then the log checked,
+        // so that a row rewritten behind prose-state's back is caught by the check.
+        let gates = store.gates(None, &now())?;
+        let report = store.verify_audit()?;
+        let gates: Vec<_> = gates
+            .into_iter()
+            .map(|g| crate::store::gate_read::listed(g, &report))
+            .collect();
+        Ok((info, log, gates))
     })
     .await?;
     Ok(Page(layout(
@@ -180,11 +188,15 @@ pub(super) async fn run_page(
                 dt { "Updated" } dd { (info.updated_at.as_deref().unwrap_or("-")) }
             }
             h2 { "Gates" }
-            (grid(&["Gate", "Status", "Decided by", "Prompt"], &gates, |g| html! {
-                td { a href=(gate_link(g)) { (visible(&g.id)) } }
-                td { (g.status.to_string()) }
-                td { (visible(g.resolved_by.as_deref().unwrap_or("-"))) }
-                td { (visible(&crate::output::one_line(&g.prompt, 80))) }
+            (grid(&["Gate", "Status", "Decided by", "Audit", "Prompt"], &gates, |g| {
+                let (status, by) = g.decision();
+                html! {
+                    td { a href=(gate_link(&g.row)) { (visible(&g.row.id)) } }
+                    td { (status.to_string()) }
+                    td { (visible(by.unwrap_or("-"))) }
+                    td { (integrity_cell(&g.integrity)) }
+                    td { (visible(&crate::output::one_line(&g.row.prompt, 80))) }
+                }
             }))
             h2 { "Execution log" }
             @if log.len() > RUN_LOG {
@@ -194,6 +206,17 @@ pub(super) async fn run_page(
             (log_table(&log[log.len().saturating_sub(RUN_LOG)..]))
         },
     )))
+}
+
+/// Where a gate stands against its sealed log, in a listing's cell: what is not attested
+/// says why.
+fn integrity_cell(i: &crate::store::chain::Integrity) -> Markup {
+    use crate::store::chain::Integrity;
+    match i {
+        Integrity::Attested => html! { "attested" },
+        Integrity::Unattested(why) => html! { strong { "unattested" } ": " (visible(why)) },
+        Integrity::Tampered(why) => html! { strong.tampered { "TAMPERED" } ": " (visible(why)) },
+    }
 }
 
 pub(super) fn binding_markup(run: &str, b: &BindingRow) -> Markup {

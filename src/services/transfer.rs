@@ -88,9 +88,69 @@ pub fn verify(
                     shown(&d.run.id)
                 )));
             }
+            if let Some(why) = current_problem(d, &name, scope, &rows)? {
+                return Err(tampered(format!(
+                    "{why} (run {}); a copy that does not verify is not imported",
+                    shown(&d.run.id)
+                )));
+            }
         }
     }
     Ok(report)
+}
+
+/// Why the copy's current value of binding `name` in `scope` is not its newest kept version
+/// (`rows`, that scope's whole history, checked), if it is not: a value changed in place behind
+/// prose-state's back, its history left as written, would otherwise come in as the copy's own.
+fn current_problem(
+    d: &RunDump,
+    name: &str,
+    scope: Option<i64>,
+    rows: &[crate::store::history::HistoryRow],
+) -> Result<Option<String>> {
+    let Some(newest) = rows.len().checked_sub(1) else {
+        return Ok(None);
+    };
+    let now = d
+        .bindings
+        .iter()
+        .find(|b| b.name.as_deref() == Some(name) && b.execution_id == scope);
+    let place = scope.map_or("the root".to_string(), |e| format!("execution {e}"));
+    let kept = crate::store::history::as_row(rows, newest)?;
+    let same_value = |a: &Option<Vec<u8>>, b: &Option<Vec<u8>>| match (a, b) {
+        (Some(a), Some(b)) if a != b => {
+            // The same JSON, written by two writers' serialisers, is the same value.
+            let parse = |v: &[u8]| serde_json::from_slice::<serde_json::Value>(v).ok();
+            parse(a).is_some_and(|a| Some(a) == parse(b))
+        }
+        (a, b) => a == b,
+    };
+    let why = match now {
+        None if rows[newest].deleted => return Ok(None),
+        None => format!(
+            "binding {} in {place} is gone, and its history's newest version {} holds a value",
+            shown(name),
+            kept.own_version.unwrap_or_default()
+        ),
+        Some(_) if rows[newest].deleted => format!(
+            "binding {} in {place} holds a value, and its history's newest version deleted it",
+            shown(name)
+        ),
+        Some(b)
+            if !same_value(&b.value, &kept.value)
+                || b.attachment_path != kept.attachment_path
+                || b.kind != kept.kind
+                || b.source_statement != kept.source_statement =>
+        {
+            format!(
+                "binding {} in {place} is not its history's newest version {}: it was changed in place behind prose-state's back",
+                shown(name),
+                kept.own_version.unwrap_or_default()
+            )
+        }
+        Some(_) => return Ok(None),
+    };
+    Ok(Some(why))
 }
 
 /// A value kept in a store, read in order through the store's own range reads (in its

@@ -71,6 +71,23 @@ pub fn read(store: &mut dyn Store, id: &str, now: &str) -> Result<Option<GateRea
     }))
 }
 
+/// A gate a listing read, as its run's checked log (`Store::verify_audit`) has it: a broken
+/// log taints every gate of the run. What a listing shows of one run's gates: never its row's
+/// word where the log contradicts it (`GateRead::decision`).
+pub fn listed(row: GateRow, report: &chain::ChainReport) -> GateRead {
+    let integrity = match (report.gate(&row.id), &report.first_broken) {
+        (Integrity::Tampered(d), _) => Integrity::Tampered(d),
+        (_, Some(b)) => Integrity::Tampered(format!("the run's audit log is broken: {}", b.reason)),
+        (other, None) => other,
+    };
+    let derived = report.derived.get(&row.id).cloned().unwrap_or_default();
+    GateRead {
+        row,
+        integrity,
+        derived,
+    }
+}
+
 /// Checks a lookup of `name` from `start` (None: the root) against the sealed log, where a
 /// gate's sealed opening names a binding of that name as the one its decision writes: each
 /// such binding in the scopes the lookup passed through, up to and including the one it found

@@ -943,6 +943,47 @@ impl View<'_> {
         }
     }
 
+    /// The columns of one of the run's tables, with their declared types, as the database's
+    /// own catalog lists them.
+    pub fn columns(&self, table: &str) -> Vec<(String, String)> {
+        match self.pg() {
+            Some(mut c) => c
+                .query(
+                    "SELECT column_name::text, data_type::text FROM information_schema.columns
+                     WHERE table_schema = 'openprose' AND table_name = $1 ORDER BY ordinal_position",
+                    &[&table],
+                )
+                .unwrap()
+                .iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect(),
+            None => {
+                let c = self.run.conn();
+                let mut st = c
+                    .prepare("SELECT name, type FROM pragma_table_info(?1) ORDER BY cid")
+                    .unwrap();
+                st.query_map([table], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .unwrap()
+                    .map(Result::unwrap)
+                    .collect()
+            }
+        }
+    }
+
+    /// [`View::raw`], or why the database refused it (a constraint of its own).
+    pub fn try_raw(&self, sqlite: &str, postgres: &str) -> Result<(), String> {
+        match self.pg() {
+            Some(mut c) => c
+                .batch_execute(&postgres.replace("$RUN", &self.run.id))
+                .map_err(|e| format!("{e:?}")),
+            None => self
+                .run
+                .conn()
+                .execute_batch(sqlite)
+                .map_err(|e| e.to_string()),
+        }
+    }
+
     /// Runs a write behind the tool's back, in each backend's dialect.
     pub fn raw(&self, sqlite: &str, postgres: &str) {
         match self.pg() {

@@ -105,7 +105,9 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
     // with its log under every status, and one whose decision nothing here attests under both
     // its sealed status and its row's: a row rewritten behind the tool's back hides no gate
     // from the list. So every gate is read, and filtered once checked.
-    let by_log = args.scan && horizon.is_none() && status.is_some();
+    // A listing of one run (`--run`, an MCP session's run) is checked too: one read of its log.
+    let check = args.scan || ctx.run_flag().is_some();
+    let by_log = check && horizon.is_none() && status.is_some();
     let (found, warnings) = Listing::gates(
         ctx,
         &GateQuery {
@@ -113,13 +115,14 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
             due_by: horizon.as_deref(),
             limit: if by_log { None } else { args.limit },
             scan: args.scan,
+            check,
             now: &now,
         },
     )?;
     // `--scan` checks every gate against its sealed log: the runs the server listed are opened
     // and checked here (each once), as the SQLite runs were while they were read.
     let mut found = found;
-    if args.scan {
+    if check {
         let mut checked: std::collections::HashMap<String, std::sync::Arc<_>> = Default::default();
         for f in found.iter_mut().filter(|f| f.checked.is_none()) {
             let run = f.gate.run_id.clone().unwrap_or_default();
@@ -202,10 +205,13 @@ pub struct GateShown {
     pub stale: Option<String>,
 }
 
-fn audit_table(w: &mut dyn Write, rows: &[AuditRow], with_run: bool) -> io::Result<()> {
+/// The audit table; with `seals`, the run and gate of each row, and what its own seal says.
+fn audit_table(w: &mut dyn Write, rows: &[AuditRow], seals: Option<&[&str]>) -> io::Result<()> {
+    let with_run = seals.is_some();
     let mut header = vec!["ID", "TIME", "EVENT", "PRINCIPAL", "COMMENT"];
     if with_run {
         header.splice(1..1, ["RUN", "GATE"]);
+        header.push("SEAL");
     }
     let header: Vec<String> = header.iter().map(|s| s.to_string()).collect();
     let rows: Vec<Vec<String>> = rows
@@ -220,6 +226,13 @@ fn audit_table(w: &mut dyn Write, rows: &[AuditRow], with_run: bool) -> io::Resu
             ];
             if with_run {
                 v.splice(1..1, [r.run_id.clone(), r.gate_id.clone()]);
+            }
+            v
+        })
+        .zip(0..)
+        .map(|(mut v, i)| {
+            if let Some(seals) = seals {
+                v.push(seals[i].to_uppercase());
             }
             v
         })
@@ -304,7 +317,7 @@ impl Render for GateShown {
             }
         }
         writeln!(w, "History:")?;
-        audit_table(w, &self.history, false)
+        audit_table(w, &self.history, None)
     }
 
     /// 9 when the gate disagrees with its log, 10 when its decision is unattested, 11 when it
@@ -377,9 +390,20 @@ pub fn show_to(
 #[derive(Debug, Serialize)]
 #[serde(transparent)]
 pub struct AuditList {
-    pub rows: Vec<AuditRow>,
+    pub rows: Vec<AuditShown>,
     #[serde(skip)]
     pub warnings: Vec<String>,
+}
+
+/// An audit event as `gates audit` lists it: the row, and what its own seal says of it.
+#[derive(Debug, Serialize)]
+pub struct AuditShown {
+    #[serde(flatten)]
+    pub row: AuditRow,
+    /// `attested` (its hash matches its content and this machine's seal matches its hash),
+    /// `unattested` (no seal, another machine's, or no key here: nothing vouches for it) or
+    /// `broken` (its hash or its seal does not match: changed behind prose-state's back).
+    pub sealed: &'static str,
 }
 
 impl Render for AuditList {
@@ -387,11 +411,22 @@ impl Render for AuditList {
         if self.rows.is_empty() {
             return writeln!(w, "no audit events");
         }
-        audit_table(w, &self.rows, true)
+        let (rows, seals): (Vec<AuditRow>, Vec<&str>) =
+            self.rows.into_iter().map(|r| (r.row, r.sealed)).unzip();
+        audit_table(w, &rows, Some(&seals))
     }
 
     fn warnings(&self) -> Vec<String> {
         self.warnings.clone()
+    }
+
+    /// Each row vouches for itself alone: a row removed between two is found by `gates verify`.
+    fn notes(&self) -> Vec<String> {
+        if self.rows.iter().any(|r| r.sealed != "attested") {
+            vec!["SEAL says what each row's own seal vouches for; `gates verify` checks each run's log whole".into()]
+        } else {
+            Vec::new()
+        }
     }
 }
 
@@ -417,5 +452,18 @@ pub fn audit(args: &GateAuditArgs, ctx: &Context) -> Result<AuditList> {
     };
     // Runs on the project's server: one query; the others, one store at a time.
     let (rows, warnings) = Listing::audits(ctx, &filter)?;
+    let key = ctx.opts.wiring.key_for_reading()?;
+    let rows = rows
+        .into_iter()
+        .map(|row| {
+            use crate::store::chain::{self_state, RowState};
+            let sealed = match self_state(&row, key) {
+                RowState::Attested => "attested",
+                RowState::Broken => "broken",
+                RowState::Unattested | RowState::Legacy => "unattested",
+            };
+            AuditShown { row, sealed }
+        })
+        .collect();
     Ok(AuditList { rows, warnings })
 }
