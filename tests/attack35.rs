@@ -14,6 +14,12 @@ on_both!(
     the_run_page_shows_the_sealed_decision_and_the_tampering,
     an_import_refuses_a_copy_whose_answer_was_forged,
     gates_audit_marks_each_row_by_its_own_seal,
+    a_listing_and_doctor_check_what_gates_verify_checks,
+    a_gate_no_sealed_event_opened_is_listed_unsealed,
+    a_deleted_gate_row_hides_no_gate,
+    a_forged_edit_with_its_history_is_neither_forked_nor_imported,
+    a_rewritten_earlier_opening_is_found_and_not_imported,
+    a_sweep_never_decides_an_opening_its_log_decided,
 );
 
 /// Pending `P` (allow alice, a deadline, on_reject, metadata), approved `A` (a comment),
@@ -400,4 +406,276 @@ fn gates_audit_marks_each_row_by_its_own_seal(b: Backend) {
     let bob = out.lines().find(|l| l.contains("bob")).unwrap();
     assert!(bob.trim_end().ends_with("UNATTESTED"), "{out}");
     assert!(stderr(&a).contains("gates verify"), "{}", stderr(&a));
+}
+
+// helper-35 (the merged binary, no tests seen): 8 breaks.
+
+/// The answer changed in place, or who wrote its version: `gates verify` says tampered, and so
+/// do a listing of the run, the page's run view and `doctor`, which check the run as it does.
+fn a_listing_and_doctor_check_what_gates_verify_checks(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    answered_and_edited(&run, &["--allow", "alice"]);
+    let snap = p.snapshot();
+    for (sqlite, postgres) in [
+        (
+            "DROP TRIGGER bindings_version_update;
+             UPDATE bindings SET value = '6' WHERE name = 'ans';",
+            "ALTER TABLE openprose.bindings DISABLE TRIGGER USER;
+             UPDATE openprose.bindings SET value = '6' WHERE run_id = '$RUN' AND name = 'ans';
+             ALTER TABLE openprose.bindings ENABLE TRIGGER USER;",
+        ),
+        (
+            "UPDATE binding_history SET principal = 'bob' WHERE name = 'ans';",
+            "ALTER TABLE openprose.binding_history DISABLE TRIGGER USER;
+             UPDATE openprose.binding_history SET principal = 'bob' WHERE run_id = '$RUN' AND name = 'ans';
+             ALTER TABLE openprose.binding_history ENABLE TRIGGER USER;",
+        ),
+    ] {
+        run.view().raw(sqlite, postgres);
+        let a = run.cmd().args(["gates", "verify"]).assert().failure();
+        assert_eq!(code(&a), 9, "{sqlite}: {}", stderr(&a));
+        let gates = listing(&run, "all").unwrap();
+        let g = gates.iter().find(|g| g["id"] == "G").unwrap();
+        assert_eq!(g["integrity"]["state"], "tampered", "{sqlite}: {g}");
+        let a = run.cmd().args(["doctor"]).assert().failure();
+        let out = String::from_utf8_lossy(&a.get_output().stdout).to_string();
+        assert!(out.contains("tampered"), "{sqlite}: {out}");
+        p.restore(&snap);
+    }
+}
+
+/// A pending gate no sealed event opened (a row inserted behind prose-state's back) is
+/// `unsealed` in a listing, never `attested`; it is still waited on as pending.
+fn a_gate_no_sealed_event_opened_is_listed_unsealed(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    three_gates(&run);
+    run.view().raw(
+        "INSERT INTO gates (id, run_id, prompt, status) VALUES ('U', (SELECT id FROM run), 'inserted', 'pending')",
+        "INSERT INTO openprose.gates (id, run_id, prompt, status) VALUES ('U', '$RUN', 'inserted', 'pending')",
+    );
+    let gates = listing(&run, "all").unwrap();
+    let u = gates.iter().find(|g| g["id"] == "U").unwrap();
+    assert_eq!(u["integrity"]["state"], "unsealed", "{u}");
+    let a = run.cmd().args(["gates"]).assert().success();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).to_string();
+    assert!(out.contains("pending (UNSEALED)"), "{out}");
+    let a = run
+        .cmd()
+        .args(["gates", "wait", "U", "--timeout", "0"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 7, "{}", stderr(&a));
+}
+
+/// A gate row deleted behind prose-state's back: still listed (from its sealed log, marked
+/// tampered, under every status), and `gates show` and `gates wait` say tampered (9), not
+/// "no such gate" (3).
+fn a_deleted_gate_row_hides_no_gate(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    three_gates(&run);
+    run.view().raw(
+        "DELETE FROM gates WHERE id = 'A'",
+        "DELETE FROM openprose.gates WHERE run_id = '$RUN' AND id = 'A'",
+    );
+    for status in ["all", "approved", "pending"] {
+        let gates = listing(&run, status).unwrap();
+        let a = gates.iter().find(|g| g["id"] == "A");
+        assert!(a.is_some(), "{status}: {gates:?}");
+        assert_eq!(a.unwrap()["integrity"]["state"], "tampered", "{status}");
+    }
+    for args in [
+        vec!["gates", "show", "A"],
+        vec!["gates", "wait", "A", "--timeout", "0"],
+    ] {
+        let a = run.cmd().args(&args).assert().failure();
+        assert_eq!(code(&a), 9, "{args:?}: {}", stderr(&a));
+    }
+    let a = run.cmd().args(["gates", "show", "nope"]).assert().failure();
+    assert_eq!(code(&a), 3, "{}", stderr(&a));
+}
+
+/// The edited input forged in place with its kept version rewritten to agree: `fork` and
+/// `import` (of an export so forged) refuse it (9), as `gates verify` does, writing nothing.
+fn a_forged_edit_with_its_history_is_neither_forked_nor_imported(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    answered_and_edited(&run, &["--allow", "alice"]);
+    let out = p.root().join("copy");
+    run.cmd()
+        .args(["export", "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+    let copy = rusqlite::Connection::open(out.join("state.db")).unwrap();
+    copy.execute_batch(
+        "DROP TRIGGER bindings_version_update;
+         UPDATE bindings SET value = 'evil' WHERE name = 'doc';
+         UPDATE binding_history SET value = 'evil' WHERE name = 'doc' AND n = 2;",
+    )
+    .unwrap();
+    drop(copy);
+    let a = run
+        .cmd()
+        .args(["import", "--run-id", "copy-1", "--vouch"])
+        .arg(&out)
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
+    let a = p
+        .cmd()
+        .args(["--run", "copy-1", "get", "doc"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 3, "{}", stderr(&a));
+    run.view().raw(
+        "DROP TRIGGER bindings_version_update;
+         UPDATE bindings SET value = 'evil' WHERE name = 'doc';
+         UPDATE binding_history SET value = 'evil' WHERE name = 'doc' AND n = 2;",
+        "ALTER TABLE openprose.bindings DISABLE TRIGGER USER;
+         ALTER TABLE openprose.binding_history DISABLE TRIGGER USER;
+         UPDATE openprose.bindings SET value = 'evil' WHERE run_id = '$RUN' AND name = 'doc';
+         UPDATE openprose.binding_history SET value = 'evil' WHERE run_id = '$RUN' AND name = 'doc' AND n = 2;
+         ALTER TABLE openprose.bindings ENABLE TRIGGER USER;
+         ALTER TABLE openprose.binding_history ENABLE TRIGGER USER;",
+    );
+    let at = run.view().last_execution_id().to_string();
+    let a = run
+        .cmd()
+        .args(["fork", "--at", &at, "--run-id", "f1"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
+    let a = p
+        .cmd()
+        .args(["--run", "f1", "get", "doc"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 3, "{}", stderr(&a));
+}
+
+/// An earlier opening's row in `gate_instances` rewritten (a rejection turned into bob's
+/// approval): `gates verify` and `doctor` find it, and an import of a copy so rewritten is
+/// refused, as `gates wait --instance 1` refuses it.
+fn a_rewritten_earlier_opening_is_found_and_not_imported(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.cmd()
+        .args([
+            "gates",
+            "create",
+            "X",
+            "--prompt",
+            "x",
+            "--allow",
+            "alice,carol",
+        ])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["reject", "X", "--as", "carol", "-y", "--reason", "no"])
+        .assert()
+        .success();
+    run.cmd()
+        .args([
+            "gates",
+            "create",
+            "X",
+            "--prompt",
+            "x",
+            "--allow",
+            "alice,carol",
+            "--reopen",
+        ])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["approve", "X", "--as", "alice", "-y"])
+        .assert()
+        .success();
+    run.cmd().args(["gates", "verify"]).assert().success();
+    let out = p.root().join("copy");
+    run.cmd()
+        .args(["export", "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+    const REWRITE: &str = "UPDATE gate_instances SET status = 'approved', resolved_by = 'bob', resolution_comment = NULL WHERE gate_id = 'X' AND instance = 1";
+    let copy = rusqlite::Connection::open(out.join("state.db")).unwrap();
+    copy.execute_batch(REWRITE).unwrap();
+    drop(copy);
+    let a = run
+        .cmd()
+        .args(["import", "--run-id", "copy-1", "--vouch"])
+        .arg(&out)
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
+    run.view().raw(
+        REWRITE,
+        "UPDATE openprose.gate_instances SET status = 'approved', resolved_by = 'bob', resolution_comment = NULL
+         WHERE run_id = '$RUN' AND gate_id = 'X' AND instance = 1",
+    );
+    let a = run
+        .cmd()
+        .args(["gates", "wait", "X", "--instance", "1", "--timeout", "0"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
+    let a = run.cmd().args(["gates", "verify"]).assert().failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
+    let a = run.cmd().args(["doctor"]).assert().failure();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).to_string();
+    assert!(out.contains("tampered gate"), "{out}");
+}
+
+/// A gate timed out, its row then set back to pending behind prose-state's back: the sweep
+/// decides nothing again (no second sealed `timeout`), so that putting the row back makes the
+/// run whole again.
+fn a_sweep_never_decides_an_opening_its_log_decided(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "T", "--prompt", "t", "--timeout", "1m"])
+        .assert()
+        .success();
+    advance_clock(p.root(), 120);
+    let a = run
+        .cmd()
+        .args(["gates", "wait", "T", "--timeout", "0"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 6, "{}", stderr(&a));
+    let row = run.view().gate("T");
+    const PENDING: (&str, &str) = (
+        "UPDATE gates SET status = 'pending', resolved_at = NULL, resolved_by = NULL WHERE id = 'T'",
+        "UPDATE openprose.gates SET status = 'pending', resolved_at = NULL, resolved_by = NULL
+         WHERE run_id = '$RUN' AND id = 'T'",
+    );
+    run.view().raw(PENDING.0, PENDING.1);
+    let before = run.view().events("T").len();
+    run.cmd().args(["gates", "sweep"]).assert().success();
+    assert_eq!(
+        run.view().events("T").len(),
+        before,
+        "the sweep wrote on a decided opening"
+    );
+    // The row put back as it was: whole again.
+    let (sqlite, postgres) = (
+        format!(
+            "UPDATE gates SET status = 'timeout', resolved_at = '{}', resolved_by = '{}' WHERE id = 'T'",
+            row.3.clone().unwrap(),
+            row.1.clone().unwrap()
+        ),
+        format!(
+            "UPDATE openprose.gates SET status = 'timeout', resolved_at = '{}+00', resolved_by = '{}'
+             WHERE run_id = '$RUN' AND id = 'T'",
+            row.3.clone().unwrap(),
+            row.1.clone().unwrap()
+        ),
+    );
+    run.view().raw(&sqlite, &postgres);
+    run.cmd().args(["gates", "verify"]).assert().success();
 }

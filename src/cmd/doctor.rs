@@ -334,12 +334,11 @@ pub fn run(req: &DoctorArgs, runs: &[RunPaths], ctx: &Context) -> Result<Diagnos
                 problem("stale run", why, fixed);
             }
         }
-        let mut chain = store.verify_audit()?;
-        // The values bindings its sealed openings name hold now, as `get` reads them.
-        if chain.first_broken.is_none() {
-            for (name, why) in crate::services::inputs::check_values(store, &run.dir, &mut chain)? {
-                problem("tampered binding", format!("binding {name}: {why}"), false);
-            }
+        // As `gates verify` checks it: the log, the versions its sealed openings name, and the
+        // values those bindings hold now, as `get` reads them.
+        let (chain, values) = crate::services::inputs::verify_run(store, &run.dir, None)?;
+        for (name, why) in values {
+            problem("tampered binding", format!("binding {name}: {why}"), false);
         }
         if let Some(b) = &chain.first_broken {
             let at = if b.id > 0 {

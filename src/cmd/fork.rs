@@ -93,7 +93,7 @@ impl super::Run for ForkArgs {
         let dump = transfer::read(src.as_mut())?;
         dump.check_names()?;
         // The source's own chain, checked: what a fork carries is only what it attests.
-        let report = transfer::verify(&dump, ctx.opts.wiring)?;
+        let report = crate::services::inputs::verify_copy(&dump, src.as_mut(), &paths.dir)?;
         let now = crate::model::now();
         let (copy, carried) = fork::build(
             &dump,

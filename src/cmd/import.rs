@@ -211,7 +211,7 @@ pub fn checked<'a>(
         ))
     })?;
     dump.check_names()?;
-    let report = transfer::verify(&dump, src.wiring())?;
+    let report = crate::services::inputs::verify_copy(&dump, src, src_dir)?;
     let digest = transfer::digest(src, src_dir, &dump)?;
     Ok(Incoming {
         label: src_dir.display().to_string(),

@@ -307,7 +307,11 @@ impl<'c> Listing<'c> {
             |run, store| {
                 let program = store.run_info()?.program_path;
                 // With `scan`, each gate is checked against its sealed log (the run read whole).
-                let checked = (q.scan || q.check).then(|| store.verify_audit().map(Arc::new));
+                // As `gates verify` checks it: the log, and the bindings its openings name.
+                let checked = (q.scan || q.check).then(|| {
+                    crate::services::inputs::verify_run(store, &run.dir, None)
+                        .map(|(report, _)| Arc::new(report))
+                });
                 let checked = checked.transpose()?;
                 let gates = store.gates(q.status.map(GateStatus::parse).as_ref(), q.now)?;
                 Ok(gates

@@ -48,7 +48,9 @@ impl Sink for Json {
     fn take<R: Run>(&mut self, command: &R, ctx: &Context) -> Result<Outcome> {
         let out = command.run(ctx)?;
         let code = out.exit_code();
-        let warnings = out.warnings();
+        // A note (a listing unchecked) travels with the warnings: an MCP client sees both.
+        let mut warnings = out.warnings();
+        warnings.extend(out.notes());
         let mut text = Vec::new();
         crate::output::write_json(&mut text, &out)?;
         let value = serde_json::to_value(&out)?;

@@ -49,6 +49,15 @@ impl Render for RunList {
     fn warnings(&self) -> Vec<String> {
         self.warnings.clone()
     }
+
+    /// The pending counts are the gates rows', unchecked: it says so.
+    fn notes(&self) -> Vec<String> {
+        if self.runs.iter().any(|r| r.pending_gates > 0) {
+            vec!["pending gates are counted from the gates' rows, not checked against their sealed logs: `gates --run RUN` checks one run".into()]
+        } else {
+            Vec::new()
+        }
+    }
 }
 
 pub fn run(args: &RunsArgs, ctx: &Context) -> Result<RunList> {

@@ -203,7 +203,7 @@ pub fn full(tool: &str) -> Value {
             p["truncated"] =
                 json!({"type": "boolean", "description": "Whether more events follow this page"});
             p["integrity"] = object(
-                json!({"state": {"type": "string", "enum": ["attested", "unattested", "tampered"]},
+                json!({"state": {"type": "string", "enum": ["attested", "unsealed", "unattested", "tampered"]},
                        "detail": nullable("string")}),
                 &["state"],
             );

@@ -81,7 +81,8 @@ pub(super) const SERVED: &[Served] = &[
         page: Page::List("gates"),
         skip: &["pending", "limit"],
         about: "List gates, oldest first: pending unless `status` says otherwise, of the \
-                session's run (else every run of the project).",
+                session's run, each checked (`integrity`); else every run of the project, \
+                unchecked.",
         ..Served::new("gates_list", &["gates"], true)
     },
     Served {

@@ -161,18 +161,26 @@ pub(super) async fn run_page(
     user: SignedIn,
 ) -> Result<Page, PageError> {
     let (info, log, gates) = blocking(&app, move |app| {
-        let (_, mut store) = page_run(&app.ctx, &run)?;
+        let (paths, mut store) = page_run(&app.ctx, &run)?;
         let info = store.run_info()?;
         // One more than shown, to know whether any were left out.
         let log = newest(store.as_mut(), RUN_LOG + 1)?;
-        // Each gate as its run's sealed log has it: the rows first, then the log checked,
-        // so that a row rewritten behind prose-state's back is caught by the check.
+        // Each gate as its run's sealed log has it: the rows first, then the run checked as
+        // `gates verify` checks it, so that a row rewritten behind prose-state's back is
+        // caught by the check.
         let gates = store.gates(None, &now())?;
-        let report = store.verify_audit()?;
-        let gates: Vec<_> = gates
+        let (report, _) = crate::services::inputs::verify_run(store.as_mut(), &paths.dir, None)?;
+        let mut gates: Vec<_> = gates
             .into_iter()
             .map(|g| crate::store::gate_read::listed(g, &report))
             .collect();
+        // A gate its sealed log opened whose row is gone: shown from its log, marked.
+        for (id, d) in &report.derived {
+            if d.instance > 0 && !gates.iter().any(|g| g.row.id == *id) {
+                let row = crate::store::gate_read::gone_row(id, d);
+                gates.push(crate::store::gate_read::listed(row, &report));
+            }
+        }
         Ok((info, log, gates))
     })
     .await?;
@@ -194,7 +202,7 @@ pub(super) async fn run_page(
                     td { a href=(gate_link(&g.row)) { (visible(&g.row.id)) } }
                     td { (status.to_string()) }
                     td { (visible(by.unwrap_or("-"))) }
-                    td { (integrity_cell(&g.integrity)) }
+                    td { (integrity_cell(&g.integrity, g.derived.instance > 0)) }
                     td { (visible(&crate::output::one_line(&g.row.prompt, 80))) }
                 }
             }))
@@ -210,10 +218,13 @@ pub(super) async fn run_page(
 
 /// Where a gate stands against its sealed log, in a listing's cell: what is not attested
 /// says why.
-fn integrity_cell(i: &crate::store::chain::Integrity) -> Markup {
+fn integrity_cell(i: &crate::store::chain::Integrity, sealed: bool) -> Markup {
     use crate::store::chain::Integrity;
     match i {
-        Integrity::Attested => html! { "attested" },
+        Integrity::Attested if sealed => html! { "attested" },
+        Integrity::Attested => {
+            html! { strong { "unsealed" } ": no sealed event opened it; nothing vouches for it" }
+        }
         Integrity::Unattested(why) => html! { strong { "unattested" } ": " (visible(why)) },
         Integrity::Tampered(why) => html! { strong.tampered { "TAMPERED" } ": " (visible(why)) },
     }

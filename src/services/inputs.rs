@@ -274,6 +274,73 @@ pub fn check_sealed(
     Ok(())
 }
 
+/// [`super::transfer::verify`], and the versions the copy's sealed decisions were made about or wrote, read
+/// from `src` (the store the copy was read from, whose directory is `src_dir`), against what
+/// those decisions sealed (`inputs::check_sealed`, as `gates verify` checks them): a history
+/// rewritten to agree with a forged value is refused too (exit 9).
+pub fn verify_copy(
+    d: &crate::store::dump::RunDump,
+    src: &mut dyn Store,
+    src_dir: &Path,
+) -> Result<crate::store::chain::ChainReport> {
+    let mut report = super::transfer::verify(d, src.wiring())?;
+    if crate::store::kept::names(&report).is_empty() {
+        return Ok(report);
+    }
+    check_sealed(src, src_dir, &mut report)?;
+    if let Some((gate, crate::store::chain::Integrity::Tampered(why))) = report
+        .gates
+        .iter()
+        .find(|(_, i)| matches!(i, crate::store::chain::Integrity::Tampered(_)))
+    {
+        return Err(crate::error::tampered(format!(
+            "gate {} of run {}: {why}; a copy that does not verify is not taken",
+            crate::error::shown(gate),
+            crate::error::shown(&d.run.id)
+        )));
+    }
+    Ok(report)
+}
+
+/// A run's whole check, as `gates verify` makes it and every reader that vouches for a run's
+/// gates together shows it (a listing of one run, the page's run view, `doctor`): its log
+/// ([`Store::verify_signed`]), then, when its sealed openings name bindings, their kept
+/// versions against what the decisions sealed ([`check_sealed`]) and the values they hold now
+/// ([`check_values`]). What those find marks the gates naming them tampered; the values found
+/// changed are returned by name, with why.
+pub fn verify_run(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    signed: Option<&crate::store::signatures::SignedBy>,
+) -> Result<(crate::store::chain::ChainReport, Vec<(String, String)>)> {
+    let mut report = store.verify_signed(signed)?;
+    let values = check_run(store, run_dir, &mut report)?;
+    Ok((report, values))
+}
+
+/// What [`verify_run`] checks past the log, for a report of it already made: the rows
+/// `gate_instances` keeps of earlier openings (as `gates wait --instance` reads them), then the
+/// bindings the sealed openings name. Nothing more when the log is broken (every gate is then).
+pub fn check_run(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    report: &mut crate::store::chain::ChainReport,
+) -> Result<Vec<(String, String)>> {
+    if report.first_broken.is_some() {
+        return Ok(Vec::new());
+    }
+    let earlier = crate::store::gate_read::earlier_openings(report, |gate, instance| {
+        let rows = store.gate_rows(crate::store::GateSelect::Opening(gate, instance))?;
+        Ok(rows.into_iter().next().map(|r| r.into_row()))
+    })?;
+    report.gates.extend(earlier);
+    if crate::store::kept::names(report).is_empty() {
+        return Ok(Vec::new());
+    }
+    check_sealed(store, run_dir, report)?;
+    check_values(store, run_dir, report)
+}
+
 /// The values bindings the report's sealed openings name hold now, each checked as `get`
 /// checks it (`check_read_now`): those that do not stand (a value changed in place behind the
 /// tool's back, its history left as the decision wrote it), by name, with why. Each gate

@@ -53,19 +53,33 @@ pub fn verify(
     let report = crate::store::chain::check(&d.audit, &gates, Some(&d.run.id), key, None);
     if let Some(b) = &report.first_broken {
         return Err(tampered(format!(
-            "the audit chain of run {} does not verify (broken at row {}: {}); a copy that does not verify is not imported",
+            "the audit chain of run {} does not verify (broken at row {}: {}); a copy that does not verify is not taken",
             shown(&d.run.id),
             b.id,
             b.reason
         )));
     }
-    if let Some((gate, why)) = report
+    if let Some((gate, crate::store::chain::Integrity::Tampered(why))) = report
         .gates
         .iter()
         .find(|(_, i)| matches!(i, crate::store::chain::Integrity::Tampered(_)))
     {
         return Err(tampered(format!(
-            "gate {} of run {} disagrees with its audit log ({why:?}); a copy that does not verify is not imported",
+            "gate {} of run {} disagrees with its audit log ({why}); a copy that does not verify is not taken",
+            shown(gate),
+            shown(&d.run.id)
+        )));
+    }
+    // The rows gate_instances keeps of earlier openings, against their sealed events.
+    let earlier = crate::store::gate_read::earlier_openings(&report, |gate, instance| {
+        Ok(d.gate_instances
+            .iter()
+            .map(|g| g.row(&d.run.id))
+            .find(|r| r.id == gate && r.instance == instance))
+    })?;
+    if let Some((gate, crate::store::chain::Integrity::Tampered(why))) = earlier.first() {
+        return Err(tampered(format!(
+            "gate {} of run {}: {why}; a copy that does not verify is not taken",
             shown(gate),
             shown(&d.run.id)
         )));
@@ -84,13 +98,13 @@ pub fn verify(
             rows.sort_by_key(|h| (h.n, h.seq));
             if let Some(why) = kept::problem(&report, &name, scope, &rows) {
                 return Err(tampered(format!(
-                    "{why} (run {}): its history was changed behind prose-state's back; a copy that does not verify is not imported",
+                    "{why} (run {}): its history was changed behind prose-state's back; a copy that does not verify is not taken",
                     shown(&d.run.id)
                 )));
             }
             if let Some(why) = current_problem(d, &name, scope, &rows)? {
                 return Err(tampered(format!(
-                    "{why} (run {}); a copy that does not verify is not imported",
+                    "{why} (run {}); a copy that does not verify is not taken",
                     shown(&d.run.id)
                 )));
             }
@@ -139,8 +153,7 @@ fn current_problem(
         Some(b)
             if !same_value(&b.value, &kept.value)
                 || b.attachment_path != kept.attachment_path
-                || b.kind != kept.kind
-                || b.source_statement != kept.source_statement =>
+                || b.kind != kept.kind =>
         {
             format!(
                 "binding {} in {place} is not its history's newest version {}: it was changed in place behind prose-state's back",

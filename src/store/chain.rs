@@ -168,6 +168,10 @@ pub fn check(
         .collect();
     gone.sort_unstable();
     for id in gone {
+        // What its log says of it, for a listing to show it by (marked, never left out).
+        if let Ok(d) = derive(&by_gate[id], &moves) {
+            report.derived.insert(id.to_string(), d);
+        }
         report.gates.push((
             id.to_string(),
             Integrity::Tampered("its sealed log opened it, but its gates row is gone".into()),

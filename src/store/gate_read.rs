@@ -47,7 +47,10 @@ pub fn read(store: &mut dyn Store, id: &str, now: &str) -> Result<Option<GateRea
     store.sweep_timeouts(now)?;
     let read = super::consistent(store, |s| {
         let Some(row) = s.read_gate(id)? else {
-            return Ok(None);
+            return match gone(s, id)? {
+                Some(e) => Err(e),
+                None => Ok(None),
+            };
         };
         if row.id != id {
             return Err(crate::error::tampered(format!(
@@ -69,6 +72,75 @@ pub fn read(store: &mut dyn Store, id: &str, now: &str) -> Result<Option<GateRea
         integrity,
         derived,
     }))
+}
+
+/// Why gate `id`, which no row holds, cannot be read: its sealed log opened it (a `created`
+/// event that vouches for itself under this machine's key) and its row is gone, deleted behind
+/// prose-state's back (exit 9). None when nothing sealed opened it: there is no such gate.
+pub fn gone(store: &mut dyn Store, id: &str) -> Result<Option<anyhow::Error>> {
+    let history = store.gate_history(id)?;
+    let key = store.wiring().key_for_reading()?;
+    let opened = history.iter().any(|r| {
+        r.gate_id == id
+            && r.event_type == "created"
+            && chain::self_state(r, key) == super::derive::RowState::Attested
+    });
+    Ok(opened.then(|| {
+        crate::error::tampered(format!(
+            "gate {} was opened by its sealed log, and its gates row is gone: it was deleted behind prose-state's back",
+            shown(id)
+        ))
+    }))
+}
+
+/// Every earlier opening (superseded by a reopen) of the report's gates against the row
+/// `gate_instances` keeps of it (`row_of(gate, instance)`), as `gates wait --instance` judges
+/// it (`chain::opening_integrity`): the gates whose earlier opening does not stand, with why,
+/// for gates the report has no finding for yet. A projection rewritten behind prose-state's
+/// back (a rejection turned into an approval, a decider renamed, a row deleted) is found.
+pub fn earlier_openings(
+    report: &chain::ChainReport,
+    mut row_of: impl FnMut(&str, i64) -> Result<Option<GateRow>>,
+) -> Result<Vec<(String, Integrity)>> {
+    let mut found = Vec::new();
+    for (gate, d) in &report.derived {
+        if report.gates.iter().any(|(g, _)| g == gate) {
+            continue;
+        }
+        for opening in &d.earlier {
+            let row = row_of(gate, opening.instance)?;
+            if let Integrity::Tampered(why) =
+                chain::opening_integrity(report, gate, row.as_ref(), opening)
+            {
+                found.push((gate.clone(), Integrity::Tampered(why)));
+                break;
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// The row a listing shows for gate `id`, whose sealed log (`d`) opened it and whose row is
+/// gone: what the log says of it, its prompt unknown (the log keeps its hash). Listed marked
+/// tampered, never left out.
+pub fn gone_row(id: &str, d: &Derived) -> GateRow {
+    GateRow {
+        id: id.to_string(),
+        run_id: Some(d.run_id.clone()),
+        execution_id: None,
+        prompt: String::new(),
+        allow: d.allow.clone(),
+        timeout: d.timeout.clone().flatten(),
+        timeout_at: d.timeout_at.clone().flatten(),
+        on_reject: d.on_reject.clone().flatten(),
+        status: d.status(),
+        created_at: d.created_at.clone(),
+        resolved_at: d.decision.as_ref().and(d.decided_at.clone()),
+        resolved_by: d.decision.as_ref().map(|(_, by, _)| by.clone()),
+        resolution_comment: d.decision.as_ref().and(d.comment.clone()),
+        metadata: None,
+        instance: d.instance,
+    }
 }
 
 /// A gate a listing read, as its run's checked log (`Store::verify_audit`) has it: a broken

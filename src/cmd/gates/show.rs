@@ -51,7 +51,7 @@ impl Render for GateList {
                     g.gate.run_id.clone().unwrap_or_default(),
                     g.gate.id.clone(),
                     match g.integrity.as_ref().map(|i| i.state) {
-                        Some(state @ ("tampered" | "unattested")) => {
+                        Some(state @ ("tampered" | "unattested" | "unsealed")) => {
                             format!("{} ({})", g.gate.status, state.to_uppercase())
                         }
                         _ => g.gate.status.to_string(),
@@ -123,15 +123,59 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
     // and checked here (each once), as the SQLite runs were while they were read.
     let mut found = found;
     if check {
-        let mut checked: std::collections::HashMap<String, std::sync::Arc<_>> = Default::default();
-        for f in found.iter_mut().filter(|f| f.checked.is_none()) {
+        use crate::cmd::listing::ListedGate;
+        use std::sync::Arc;
+        let mut checked: std::collections::HashMap<String, Arc<_>> = Default::default();
+        let open_checked = |run: &str| -> Result<Arc<crate::store::chain::ChainReport>> {
+            let (paths, mut store) = ctx.open_run(Some(run))?;
+            let (report, _) =
+                crate::services::inputs::verify_run(store.as_mut(), &paths.dir, None)?;
+            Ok(Arc::new(report))
+        };
+        for f in found.iter_mut() {
             let run = f.gate.run_id.clone().unwrap_or_default();
-            if !checked.contains_key(&run) {
-                let (_, mut store) = ctx.open_run(Some(&run))?;
-                checked.insert(run.clone(), std::sync::Arc::new(store.verify_audit()?));
+            match &f.checked {
+                Some(report) => {
+                    checked.entry(run).or_insert_with(|| report.clone());
+                }
+                None => {
+                    if !checked.contains_key(&run) {
+                        checked.insert(run.clone(), open_checked(&run)?);
+                    }
+                    f.checked = checked.get(&run).cloned();
+                }
             }
-            f.checked = checked.get(&run).cloned();
         }
+        // The run a listing of one run names is checked even when no row of it was found.
+        if let Some(run) = ctx.run_flag() {
+            let id = ctx.locate(Some(run))?.id;
+            if !checked.contains_key(&id) {
+                checked.insert(id.clone(), open_checked(&id)?);
+            }
+        }
+        // A gate its sealed log opened whose row is gone is listed, marked, from its log: a
+        // row deleted behind prose-state's back hides no gate.
+        for (run, report) in &checked {
+            for (gate, d) in &report.derived {
+                let listed = found
+                    .iter()
+                    .any(|f| f.gate.id == *gate && f.gate.run_id.as_deref() == Some(run));
+                if listed || d.instance == 0 {
+                    continue;
+                }
+                let mut row = crate::store::gate_read::gone_row(gate, d);
+                row.run_id = Some(run.clone());
+                found.push(ListedGate {
+                    gate: row,
+                    program_path: found
+                        .iter()
+                        .find(|f| f.gate.run_id.as_deref() == Some(run))
+                        .and_then(|f| f.program_path.clone()),
+                    checked: Some(report.clone()),
+                });
+            }
+        }
+        found.sort_by(|a, b| a.gate.created_at.cmp(&b.gate.created_at));
     }
     if let (true, Some(wanted)) = (by_log, status) {
         use crate::store::chain::Integrity;
@@ -353,9 +397,10 @@ pub fn show_to(
     check_gate_id(gate)?;
     let now = now();
     let run = store.run_info()?;
-    let (row, history) = store
-        .view_gate(gate, viewer, client, &now)?
-        .ok_or_else(|| gate_not_found(&run.id, gate))?;
+    let Some((row, history)) = store.view_gate(gate, viewer, client, &now)? else {
+        return Err(crate::store::gate_read::gone(store, gate)?
+            .unwrap_or_else(|| gate_not_found(&run.id, gate)));
+    };
     let mut report = store.verify_audit()?;
     // A decision about inputs stands on the versions it pinned: every reader says the same.
     if report

@@ -52,8 +52,12 @@ pub struct GateProblem {
 
 impl RunChain {
     fn new(run_id: String, db: String, report: ChainReport) -> Self {
-        let verdict = if report.is_broken() {
+        // Broken: the log itself; tampered: the log whole, and a gate or a binding it names
+        // at odds with it.
+        let verdict = if report.first_broken.is_some() {
             "broken"
+        } else if report.is_broken() {
+            "tampered"
         } else if report.is_unattested() {
             "unattested"
         } else {
@@ -108,7 +112,7 @@ impl Render for Verified {
     /// with its log; else 1 when a run could not be read; else 10 when anything is unattested.
     fn exit_code(&self) -> Code {
         let any = |v: &str| self.runs.iter().any(|r| r.verdict == v);
-        if any("broken") {
+        if any("broken") || any("tampered") {
             Code::Tampered
         } else if !self.warnings.is_empty() {
             Code::Error
@@ -227,17 +231,17 @@ pub fn verify_gates(
     };
     let mut runs = Vec::new();
     for mut c in chains {
-        // The versions sealed decisions were made about or wrote, against the bindings'
-        // history.
-        if !crate::store::kept::names(&c.report).is_empty() {
+        // The rows gate_instances keeps of earlier openings; the versions sealed decisions
+        // were made about or wrote, against the bindings' history; and the values they hold
+        // now, as `get` reads them (`inputs::check_run`).
+        let earlier = c.report.derived.values().any(|d| !d.earlier.is_empty());
+        if earlier || !crate::store::kept::names(&c.report).is_empty() {
             let dir =
                 c.db.parent()
                     .map_or_else(|| ctx.runs_dir().join(&c.run_id), |d| d.to_path_buf());
             let paths = crate::run::RunPaths::in_dir(dir);
-            // And the values they hold now, as `get` reads them.
             let checked = ctx.open(&paths).and_then(|mut store| {
-                crate::services::inputs::check_sealed(store.as_mut(), &paths.dir, &mut c.report)?;
-                crate::services::inputs::check_values(store.as_mut(), &paths.dir, &mut c.report)
+                crate::services::inputs::check_run(store.as_mut(), &paths.dir, &mut c.report)
                     .map(|_| ())
             });
             if let Err(e) = checked {

@@ -327,15 +327,26 @@ impl GateView {
 /// Where a gate stands against its audit log, as outputs show it.
 #[derive(Debug, Clone, Serialize)]
 pub struct IntegrityView {
-    /// `attested`, `unattested` or `tampered`.
+    /// `attested`, `unsealed` (pending, opened by no sealed event), `unattested` or
+    /// `tampered`.
     pub state: &'static str,
     pub detail: Option<String>,
 }
 
 impl IntegrityView {
     /// The gate's standing in a run's report; any break in the run's log taints every gate.
+    /// A pending gate nothing sealed opened (made with the spec's own SQL, or a row inserted
+    /// behind prose-state's back) claims nothing, and nothing vouches for it: `unsealed`, never
+    /// `attested`. It is waited on as pending; any decision of it is unattested (exit 10).
     pub fn of(report: &ChainReport, gate: &str) -> Self {
+        let sealed = report.derived.get(gate).is_some_and(|d| d.instance > 0);
         match report.gate(gate) {
+            Integrity::Attested if !sealed && report.first_broken.is_none() => IntegrityView {
+                state: "unsealed",
+                detail: Some(
+                    "no sealed created event opened it (made by another tool, or inserted behind prose-state's back): nothing vouches for it".into(),
+                ),
+            },
             Integrity::Tampered(d) => Self::from(Integrity::Tampered(d)),
             _ if report.first_broken.is_some() => IntegrityView {
                 state: "tampered",
@@ -361,6 +372,7 @@ impl IntegrityView {
         match self.state {
             "tampered" => vec![format!("gate {gate} is TAMPERED: {detail}")],
             "unattested" => vec![format!("gate {gate} is unattested: {detail}")],
+            "unsealed" => vec![format!("gate {gate} is unsealed: {detail}")],
             _ => Vec::new(),
         }
     }

@@ -103,7 +103,10 @@ pub fn sweep(tx: &mut Txn<'_>, now: &str) -> Result<Swept> {
             (Some(sealed), true) => sealed.clone(),
             _ => gate.timeout_at.clone(),
         };
-        if passed(deadline.as_deref()) {
+        // An opening its sealed log already decided is never decided again, whatever its row
+        // says (a row set back to pending behind prose-state's back): left as it is, tampered.
+        let decided = sealed_opening && d.decision.is_some();
+        if passed(deadline.as_deref()) && !decided {
             let at = deadline
                 .as_deref()
                 .and_then(crate::model::canonical_time)
