@@ -70,14 +70,15 @@ pub fn emit<T: Render>(value: T, json: bool) -> io::Result<()> {
     let stdout = io::stdout();
     let tty = stdout.is_terminal();
     let mut w = BufWriter::with_capacity(256 * 1024, stdout.lock());
-    // What a reader must know of the output (a listing unchecked), on stderr in either form.
-    for note in value.notes() {
-        let _ = writeln!(io::stderr().lock(), "{}", visible_line(&note));
-    }
     if json {
         write_json(&mut w, &value)?;
         w.write_all(b"\n")?;
     } else {
+        // What a reader must know of the output (a listing unchecked): in JSON, its fields say
+        // it (a gate listed unchecked has no `integrity`).
+        for note in value.notes() {
+            let _ = writeln!(io::stderr().lock(), "{}", visible_line(&note));
+        }
         if value.escapes_itself() {
             value.text(&mut w, tty)?;
         } else {

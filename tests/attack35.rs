@@ -20,6 +20,7 @@ on_both!(
     a_forged_edit_with_its_history_is_neither_forked_nor_imported,
     a_rewritten_earlier_opening_is_found_and_not_imported,
     a_sweep_never_decides_an_opening_its_log_decided,
+    expiring_goes_by_the_sealed_deadline,
 );
 
 /// Pending `P` (allow alice, a deadline, on_reject, metadata), approved `A` (a comment),
@@ -678,4 +679,52 @@ fn a_sweep_never_decides_an_opening_its_log_decided(b: Backend) {
     );
     run.view().raw(&sqlite, &postgres);
     run.cmd().args(["gates", "verify"]).assert().success();
+}
+
+/// `--expiring` of one run goes by the deadline a gate's sealed log gives it: the pending gate
+/// whose row's deadline was moved a year on is still listed as expiring (marked), and one whose
+/// row's deadline was brought near while its sealed one is far is not.
+fn expiring_goes_by_the_sealed_deadline(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    three_gates(&run);
+    run.cmd()
+        .args([
+            "gates",
+            "create",
+            "F",
+            "--prompt",
+            "far",
+            "--timeout",
+            "10d",
+        ])
+        .assert()
+        .success();
+    run.view().raw(
+        "UPDATE gates SET timeout_at = '2027-12-01 00:00:00' WHERE id = 'P';
+         UPDATE gates SET timeout_at = datetime('now', '+1 hour') WHERE id = 'F';",
+        "UPDATE openprose.gates SET timeout_at = '2027-12-01 00:00:00+00' WHERE run_id = '$RUN' AND id = 'P';
+         UPDATE openprose.gates SET timeout_at = now() + interval '1 hour' WHERE run_id = '$RUN' AND id = 'F';",
+    );
+    let a = run
+        .cmd()
+        .args(["--json", "gates", "--expiring", "2d"])
+        .assert()
+        .success();
+    let gates = stdout_json(&a);
+    let ids: Vec<&str> = gates
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&"P"), "{gates}");
+    assert!(!ids.contains(&"F"), "{gates}");
+    let p_gate = gates
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["id"] == "P")
+        .unwrap();
+    assert_eq!(p_gate["integrity"]["state"], "tampered", "{p_gate}");
 }

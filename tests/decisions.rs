@@ -449,7 +449,7 @@ fn a_raw_decision_is_tampering_and_a_spec_decision_is_unattested(b: Backend) {
     assert_eq!(stdout_json(&a)["integrity"]["state"], "tampered");
     let (code_, v) = verify_code(&p);
     assert_eq!(code_, 9, "{v}");
-    assert_eq!(v[0]["verdict"], "broken");
+    assert_eq!(v[0]["verdict"], "tampered");
     assert_eq!(v[0]["gates"][0]["gate"], "g");
     // resume does not tell the VM to go on past it: its next step is stop, and it exits 9.
     let a = run.cmd().args(["--json", "resume"]).assert().failure();

@@ -80,9 +80,8 @@ pub(super) const SERVED: &[Served] = &[
         roles: VM_ONLY,
         page: Page::List("gates"),
         skip: &["pending", "limit"],
-        about: "List gates, oldest first: pending unless `status` says otherwise, of the \
-                session's run, each checked (`integrity`); else every run of the project, \
-                unchecked.",
+        about: "Gates, oldest first, pending unless `status` says: the session run's, \
+                checked (`integrity`), else every run's, unchecked.",
         ..Served::new("gates_list", &["gates"], true)
     },
     Served {

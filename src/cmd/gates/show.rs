@@ -107,12 +107,13 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
     // from the list. So every gate is read, and filtered once checked.
     // A listing of one run (`--run`, an MCP session's run) is checked too: one read of its log.
     let check = args.scan || ctx.run_flag().is_some();
-    let by_log = check && horizon.is_none() && status.is_some();
+    // `--expiring` too: by the deadline its sealed log gives a gate, never its row's.
+    let by_log = check && status.is_some();
     let (found, warnings) = Listing::gates(
         ctx,
         &GateQuery {
             status: if by_log { None } else { status },
-            due_by: horizon.as_deref(),
+            due_by: if by_log { None } else { horizon.as_deref() },
             limit: if by_log { None } else { args.limit },
             scan: args.scan,
             check,
@@ -196,6 +197,21 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
                 _ => f.gate.status.as_str() == wanted,
             }
         });
+        if let Some(by) = horizon.as_deref() {
+            found.retain(|f| {
+                // The sealed deadline of a sealed opening; the row's only where none is sealed.
+                let sealed = f
+                    .checked
+                    .as_deref()
+                    .and_then(|r| r.derived.get(&f.gate.id))
+                    .filter(|d| d.instance > 0 && d.instance == f.gate.instance)
+                    .and_then(|d| d.timeout_at.clone());
+                let deadline = sealed.unwrap_or_else(|| f.gate.timeout_at.clone());
+                deadline.is_some_and(|at| {
+                    crate::model::seconds_between(by, &at).is_some_and(|s| s <= 0)
+                })
+            });
+        }
         if let Some(n) = args.limit {
             found.truncate(n as usize);
         }
