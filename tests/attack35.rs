@@ -21,6 +21,7 @@ on_both!(
     a_rewritten_earlier_opening_is_found_and_not_imported,
     a_sweep_never_decides_an_opening_its_log_decided,
     expiring_goes_by_the_sealed_deadline,
+    a_raw_version_claiming_an_approvers_edit_is_refused,
 );
 
 /// Pending `P` (allow alice, a deadline, on_reject, metadata), approved `A` (a comment),
@@ -496,6 +497,43 @@ fn a_deleted_gate_row_hides_no_gate(b: Backend) {
     }
     let a = run.cmd().args(["gates", "show", "nope"]).assert().failure();
     assert_eq!(code(&a), 3, "{}", stderr(&a));
+    // resume shows it from its log, its next step stop, and exits 9.
+    let a = run.cmd().args(["--json", "resume"]).assert().failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
+    let v = stdout_json(&a);
+    let g = v["gates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["id"] == "A")
+        .cloned();
+    assert!(g.is_some(), "{v}");
+    assert_eq!(g.unwrap()["next_step"]["action"], "stop", "{v}");
+}
+
+/// An edited input changed by raw SQL whose trigger versions the write and copies the edit's
+/// statement (`approve G:`): version 3 claims to be the approver's edit, which G's sealed
+/// decision wrote as version 2. `get`, `resume` refuse it (9); a later `bind` of the program's
+/// own is read as it is.
+fn a_raw_version_claiming_an_approvers_edit_is_refused(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    answered_and_edited(&run, &["--allow", "alice"]);
+    run.cmd()
+        .args(["gates", "wait", "G", "--timeout", "0"])
+        .assert()
+        .success();
+    run.view().raw(
+        "UPDATE bindings SET value = 'evil' WHERE name = 'doc'",
+        "UPDATE openprose.bindings SET value = 'evil' WHERE run_id = '$RUN' AND name = 'doc'",
+    );
+    for args in [vec!["get", "doc"], vec!["resume"]] {
+        let a = run.cmd().args(&args).assert().failure();
+        assert_eq!(code(&a), 9, "{args:?}: {}", stderr(&a));
+        assert!(!String::from_utf8_lossy(&a.get_output().stdout).contains("evil"));
+    }
+    run.bind("doc", "mine", None);
+    assert_eq!(run.get("doc", None), b"mine");
 }
 
 /// The edited input forged in place with its kept version rewritten to agree: `fork` and

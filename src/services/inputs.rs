@@ -590,6 +590,28 @@ pub fn check_read_now(
             return Err(rules::narrowing_misled(name));
         }
         let gate = rules::decided_by(statement).unwrap_or_default();
+        // As an approver's edit of an input G is about, it is a version G's sealed decision
+        // (or vote) wrote: a later version claiming the statement (raw SQL whose trigger copied
+        // it, say) is passed off as the approver's.
+        if let (OpeningNames::Input, Some(report)) = (names, &report) {
+            let edited = report.derived.get(gate).is_some_and(|d| {
+                d.earlier.iter().chain(std::iter::once(d)).any(|o| {
+                    o.edits.iter().any(|(_, e)| {
+                        e["name"].as_str() == Some(name)
+                            && e["execution_id"].as_i64() == row.execution_id
+                            && e["version"].as_i64() == row.own_version
+                    })
+                })
+            });
+            if !edited {
+                return Err(crate::error::tampered(format!(
+                    "binding {} holds version {} and says gate {}'s decision wrote it, and no sealed decision of that gate wrote that version: it was written behind prose-state's back",
+                    crate::error::shown(name),
+                    row.own_version.map_or("-".to_string(), |n| n.to_string()),
+                    crate::error::shown(gate)
+                )));
+            }
+        }
         if names == OpeningNames::Answer && !answers_here(gate) {
             return Err(crate::error::tampered(format!(
                 "binding {} in {} says gate {}'s decision wrote it, and that gate answers into no binding of that name there: it was written behind prose-state's back",

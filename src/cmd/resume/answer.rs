@@ -103,6 +103,14 @@ fn gate_nexts(
         }
         (newest, tries) = (grown, tries + 1);
     };
+    // A gate its sealed log opened whose row is gone is shown from its log, tampered (its
+    // next step is stop): a row deleted behind prose-state's back hides no gate from the VM.
+    let mut gates = gates;
+    for (id, d) in &report.derived {
+        if d.instance > 0 && !gates.iter().any(|g| g.id == *id) {
+            gates.push(crate::store::gate_read::gone_row(id, d));
+        }
+    }
     let mut stale = std::collections::HashMap::new();
     for g in &gates {
         let Some(d) = report.derived.get(&g.id) else {
