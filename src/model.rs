@@ -349,6 +349,22 @@ mod test_clock {
     }
 }
 
+/// A fault the tests inject, in a build with the `test-clock` feature only (as the clock the
+/// tests set): with `PROSE_STATE_TEST_DIE_AFTER_COMMIT` set, a writer dies (abort, as a kill
+/// would stop it: nothing after runs) right after its commit, before what the commit causes
+/// (the anchor's move, notices). A release build has no such code.
+pub mod test_faults {
+    #[cfg(feature = "test-clock")]
+    pub fn after_commit() {
+        if std::env::var_os("PROSE_STATE_TEST_DIE_AFTER_COMMIT").is_some() {
+            std::process::abort();
+        }
+    }
+
+    #[cfg(not(feature = "test-clock"))]
+    pub fn after_commit() {}
+}
+
 impl std::fmt::Display for Timestamp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}", self.0.format(Self::FORMAT))

@@ -1,9 +1,13 @@
-//! What helper-34 left open, closed: a listing of one run's gates (`gates --run R`, MCP
-//! `gates_list` in a session's run, `prose://runs/R/gates`, the page's run view) showed a
-//! `gates` row rewritten behind prose-state's back as the decision it claims ("approved by
-//! bob"), and left a pending gate so rewritten out of the pending list. A listing of one run is
-//! now checked against that run's sealed log: every gate marked where its row and its log
-//! disagree, listed by the status its log gives it.
+//! What helper-34 left open, and what helper-35 (the merged binary, no tests seen) found,
+//! closed. A listing of one run's gates (`gates --run R`, MCP `gates_list` in a session's run,
+//! `prose://runs/R/gates`, the page's run view) showed a `gates` row rewritten behind
+//! prose-state's back as the decision it claims, and left a pending gate so rewritten out of
+//! the pending list: a listing of one run, the page's run view and `doctor` now check the run
+//! as `gates verify` does (its log, earlier openings' rows, the bindings its sealed openings
+//! name), list a gate whose row is gone from its log, and call a pending gate no sealed event
+//! opened `unsealed`. `import` and `fork` refuse a copy whose answer, edit, decided version or
+//! earlier opening was changed; the sweep never decides an opening twice; `gates audit` marks
+//! each row by its own seal; a raw version claiming an approver's edit is refused.
 
 use crate::common::*;
 use crate::serve::{add, Server};
@@ -22,6 +26,12 @@ on_both!(
     a_sweep_never_decides_an_opening_its_log_decided,
     expiring_goes_by_the_sealed_deadline,
     a_raw_version_claiming_an_approvers_edit_is_refused,
+    a_writer_killed_between_its_commit_and_the_anchor_s_move,
+    a_bind_passed_off_as_an_approvers_edit_in_history_is_refused,
+    a_binding_claiming_a_decision_no_opening_names_is_refused_by_every_reader,
+    a_pending_gates_input_changed_in_place_is_never_decided_on,
+    a_decision_with_no_event_is_tampered_without_the_key_too,
+    a_reopen_written_only_into_the_row_is_tampered,
 );
 
 /// Pending `P` (allow alice, a deadline, on_reject, metadata), approved `A` (a comment),
@@ -765,4 +775,264 @@ fn expiring_goes_by_the_sealed_deadline(b: Backend) {
         .find(|g| g["id"] == "P")
         .unwrap();
     assert_eq!(p_gate["integrity"]["state"], "tampered", "{p_gate}");
+}
+
+/// A writer killed between its commit and the anchor's move (the fault the test build injects:
+/// it aborts there): the approval stands, every reader reads it without a false alarm (the
+/// rows after the anchor are checked), the next write moves the anchor past it, and a forged
+/// answer written while the anchor lagged is still refused.
+fn a_writer_killed_between_its_commit_and_the_anchor_s_move(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.bind("doc", "orig", None);
+    run.cmd()
+        .args(["gates", "create", "G", "--prompt", "P"])
+        .args(["--response-schema", r#"{"type":"integer"}"#])
+        .args(["--response-binding", "ans", "--inputs", "doc"])
+        .assert()
+        .success();
+    let a = run
+        .cmd()
+        .env("PROSE_STATE_TEST_DIE_AFTER_COMMIT", "1")
+        .args(["approve", "G", "--as", "alice", "-y", "--response", "5"])
+        .args(["--edit", "doc=edited"])
+        .assert()
+        .failure();
+    assert!(
+        a.get_output().status.code().is_none(),
+        "it was not killed: {}",
+        stderr(&a)
+    );
+    assert_eq!(run.get("ans", None), b"5");
+    assert_eq!(run.get("doc", None), b"edited");
+    for args in [
+        vec!["gates", "show", "G"],
+        vec!["history", "ans"],
+        vec!["gates", "verify"],
+        vec!["resume"],
+        vec!["gates", "wait", "G", "--timeout", "0"],
+    ] {
+        let a = run.cmd().args(&args).assert();
+        assert_eq!(code(&a), 0, "{args:?}: {}", stderr(&a));
+    }
+    // A forged answer while the anchor lags: refused all the same.
+    let snap = p.snapshot();
+    run.view().raw(
+        "DROP TRIGGER bindings_version_update;
+         UPDATE bindings SET value = '6' WHERE name = 'ans';",
+        "ALTER TABLE openprose.bindings DISABLE TRIGGER USER;
+         UPDATE openprose.bindings SET value = '6' WHERE run_id = '$RUN' AND name = 'ans';
+         ALTER TABLE openprose.bindings ENABLE TRIGGER USER;",
+    );
+    let a = run.cmd().args(["get", "ans"]).assert().failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
+    p.restore(&snap);
+    // The next sealing write moves the anchor past it.
+    run.cmd()
+        .args(["gates", "create", "H", "--prompt", "Q"])
+        .assert()
+        .success();
+    run.cmd().args(["gates", "verify"]).assert().success();
+}
+
+// helper-36 (the merged binary, no tests seen): 6 breaks.
+
+/// A version the program bound, its writer and statement rewritten in the history to pass it
+/// off as the approver's edit: `history`, `get --version` and `gates verify` refuse it (9).
+fn a_bind_passed_off_as_an_approvers_edit_in_history_is_refused(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    answered_and_edited(&run, &["--allow", "alice"]);
+    run.cmd()
+        .args(["gates", "wait", "G", "--timeout", "0"])
+        .assert()
+        .success();
+    run.bind("doc", "program v3", None);
+    run.view().raw(
+        "UPDATE binding_history SET principal = 'alice', source_statement = 'approve G:'
+         WHERE name = 'doc' AND n = 3",
+        "ALTER TABLE openprose.binding_history DISABLE TRIGGER USER;
+         UPDATE openprose.binding_history SET principal = 'alice', source_statement = 'approve G:'
+          WHERE run_id = '$RUN' AND name = 'doc' AND n = 3;
+         ALTER TABLE openprose.binding_history ENABLE TRIGGER USER;",
+    );
+    for args in [
+        vec!["history", "doc"],
+        vec!["get", "doc", "--version", "3"],
+        vec!["gates", "verify"],
+    ] {
+        let a = run.cmd().args(&args).assert().failure();
+        assert_eq!(code(&a), 9, "{args:?}: {}", stderr(&a));
+    }
+}
+
+/// A binding inserted under a name no opening names, claiming gate G's decision wrote it:
+/// `resume` and `diff` refuse it (9), as `get` does; `doctor` reports it.
+fn a_binding_claiming_a_decision_no_opening_names_is_refused_by_every_reader(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    answered_and_edited(&run, &["--allow", "alice"]);
+    let at = run.view().last_execution_id().to_string();
+    run.cmd()
+        .args(["fork", "--at", &at, "--run-id", "f1"])
+        .assert()
+        .success();
+    run.view().raw(
+        "INSERT INTO bindings (name, kind, value, source_statement) VALUES ('budget', 'let', '1000000', 'approve G:')",
+        "INSERT INTO openprose.bindings (run_id, name, kind, value, source_statement)
+         VALUES ('$RUN', 'budget', 'let', '1000000', 'approve G:')",
+    );
+    for args in [vec!["get", "budget"], vec!["resume"]] {
+        let a = run.cmd().args(&args).assert().failure();
+        assert_eq!(code(&a), 9, "{args:?}: {}", stderr(&a));
+    }
+    let a = p.cmd().args(["diff", "f1", &run.id]).assert().failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
+    assert!(!String::from_utf8_lossy(&a.get_output().stdout).contains("1000000"));
+    let a = run.cmd().args(["doctor"]).assert().failure();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).to_string();
+    assert!(out.contains("tampered binding"), "{out}");
+}
+
+/// The input of a gate still pending changed in place (its history left as it was): the gate
+/// is shown tampered, `approve` refuses it (9) and writes no decision, and a copy so changed
+/// is neither imported nor forked.
+fn a_pending_gates_input_changed_in_place_is_never_decided_on(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.bind("topic", "t1", None);
+    run.cmd()
+        .args([
+            "gates", "create", "gp", "--prompt", "p", "--inputs", "topic",
+        ])
+        .assert()
+        .success();
+    let out = p.root().join("copy");
+    run.cmd()
+        .args(["export", "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+    let copy = rusqlite::Connection::open(out.join("state.db")).unwrap();
+    copy.execute_batch(
+        "DROP TRIGGER bindings_version_update;
+         UPDATE bindings SET value = 'evil' WHERE name = 'topic';",
+    )
+    .unwrap();
+    drop(copy);
+    let a = run
+        .cmd()
+        .args(["import", "--run-id", "copy-1", "--vouch"])
+        .arg(&out)
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
+    run.view().raw(
+        "DROP TRIGGER bindings_version_update;
+         UPDATE bindings SET value = 'evil' WHERE name = 'topic';",
+        "ALTER TABLE openprose.bindings DISABLE TRIGGER USER;
+         UPDATE openprose.bindings SET value = 'evil' WHERE run_id = '$RUN' AND name = 'topic';
+         ALTER TABLE openprose.bindings ENABLE TRIGGER USER;",
+    );
+    let a = run.cmd().args(["gates", "show", "gp"]).assert().failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
+    let before = run.view().events("gp").len();
+    let a = run
+        .cmd()
+        .args(["approve", "gp", "--as", "alice", "-y"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
+    let events = run.view().events("gp");
+    assert!(
+        events[before..].iter().all(|e| e.0 != "approved"),
+        "a decision was written: {events:?}"
+    );
+    assert_eq!(run.view().gate("gp").0, "pending");
+    let gates = listing(&run, "all").unwrap();
+    let g = gates.iter().find(|g| g["id"] == "gp").unwrap();
+    assert_eq!(g["integrity"]["state"], "tampered", "{g}");
+    let at = run.view().last_execution_id().to_string();
+    let a = run
+        .cmd()
+        .args(["fork", "--at", &at, "--run-id", "f1"])
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
+}
+
+/// A bare `UPDATE gates` decision (no decision event at all) is tampered on a machine without
+/// the key too: `gates wait --accept-unattested` there exits 9, not 0.
+fn a_decision_with_no_event_is_tampered_without_the_key_too(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "gp", "--prompt", "p"])
+        .assert()
+        .success();
+    run.view().raw(
+        "UPDATE gates SET status = 'approved', resolved_by = 'bob', resolved_at = '2026-01-01 00:00:00' WHERE id = 'gp'",
+        "UPDATE openprose.gates SET status = 'approved', resolved_by = 'bob', resolved_at = now()
+         WHERE run_id = '$RUN' AND id = 'gp'",
+    );
+    let keyless = tempfile::tempdir().unwrap();
+    for home in [test_home(p.root()), keyless.path().to_path_buf()] {
+        let a = run
+            .cmd()
+            .env("HOME", &home)
+            .args([
+                "gates",
+                "wait",
+                "gp",
+                "--timeout",
+                "0",
+                "--accept-unattested",
+            ])
+            .assert()
+            .failure();
+        assert_eq!(code(&a), 9, "{}: {}", home.display(), stderr(&a));
+    }
+}
+
+/// A rejected gate moved by raw SQL to a second opening no event made (`instance = 2`,
+/// pending): tampered (9) from every reader, never waited on as pending; `--instance 1` still
+/// answers with that opening's sealed rejection.
+fn a_reopen_written_only_into_the_row_is_tampered(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "gx", "--prompt", "p"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["reject", "gx", "--as", "carol", "-y", "--reason", "no"])
+        .assert()
+        .success();
+    run.view().raw(
+        "INSERT INTO gate_instances (gate_id, instance, run_id, execution_id, prompt, allow, timeout, timeout_at, on_reject, status, created_at, resolved_at, resolved_by, resolution_comment, metadata)
+           SELECT id, instance, run_id, execution_id, prompt, allow, timeout, timeout_at, on_reject, status, created_at, resolved_at, resolved_by, resolution_comment, metadata FROM gates WHERE id = 'gx';
+         UPDATE gates SET instance = 2, status = 'pending', resolved_at = NULL, resolved_by = NULL,
+                          resolution_comment = NULL WHERE id = 'gx';",
+        "INSERT INTO openprose.gate_instances (gate_id, instance, run_id, execution_id, prompt, allow, timeout, timeout_at, on_reject, status, created_at, resolved_at, resolved_by, resolution_comment, metadata)
+           SELECT id, instance, run_id, execution_id, prompt, allow, timeout, timeout_at, on_reject, status, created_at, resolved_at, resolved_by, resolution_comment, metadata FROM openprose.gates WHERE run_id = '$RUN' AND id = 'gx';
+         UPDATE openprose.gates SET instance = 2, status = 'pending', resolved_at = NULL,
+                resolved_by = NULL, resolution_comment = NULL WHERE run_id = '$RUN' AND id = 'gx';",
+    );
+    for args in [
+        vec![
+            "gates",
+            "wait",
+            "gx",
+            "--timeout",
+            "0",
+            "--accept-unattested",
+        ],
+        vec!["gates", "verify"],
+    ] {
+        let a = run.cmd().args(&args).assert().failure();
+        assert_eq!(code(&a), 9, "{args:?}: {}", stderr(&a));
+    }
+    let gates = listing(&run, "all").unwrap();
+    let g = gates.iter().find(|g| g["id"] == "gx").unwrap();
+    assert_eq!(g["integrity"]["state"], "tampered", "{g}");
 }

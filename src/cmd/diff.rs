@@ -267,14 +267,12 @@ impl Side {
         // was read would not hold yet); what the snapshot then shows of them must be exactly
         // what was checked, or the run changed while it was read (read again).
         let checked = crate::services::inputs::settled(store.as_mut(), |s, names| {
-            let named: Vec<BindingRow> = match names.is_empty() {
-                true => Vec::new(),
-                false => s
-                    .bindings()?
-                    .into_iter()
-                    .filter(|b| names.contains(&b.name))
-                    .collect(),
-            };
+            // And every binding that says a decision wrote it, whatever its name.
+            let named: Vec<BindingRow> = s
+                .bindings()?
+                .into_iter()
+                .filter(|b| names.contains(&b.name) || crate::services::inputs::claims_decision(b))
+                .collect();
             for b in &named {
                 crate::services::inputs::check_read_now(s, &paths.dir, names, b.execution_id, b)?;
             }

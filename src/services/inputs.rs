@@ -142,6 +142,9 @@ fn read_for(
             continue;
         };
         let row = found.row;
+        // What a person decides on is what the history keeps: a value changed in place is
+        // neither shown nor decided on.
+        check_current(store, name, &row)?;
         let text = String::from_utf8_lossy(row.value.as_deref().unwrap_or_default()).into_owned();
         let (digest, bytes) = digest_of(store, run_dir, name, &row)?;
         let pin = if pin_versions {
@@ -356,7 +359,11 @@ pub fn check_values(
         return Ok(Vec::new());
     }
     let mut problems = Vec::new();
-    for b in store.bindings()?.iter().filter(|b| names.contains(&b.name)) {
+    for b in store
+        .bindings()?
+        .iter()
+        .filter(|b| names.contains(&b.name) || claims_decision(b))
+    {
         match check_read_now(store, run_dir, &names, b.execution_id, b) {
             Ok(()) => {}
             Err(e) if code_of(&e) == Some(Code::Tampered) => {
@@ -387,6 +394,53 @@ pub fn check_values(
         }
     }
     Ok(problems)
+}
+
+/// Refuses (exit 9) binding `row` (of `name`) when it is not its history's newest version,
+/// the one its `own_version` says it is: a value (or file, or kind) changed in place behind
+/// prose-state's back, or that version rewritten in the history. A row whose history keeps
+/// nothing (written before history was kept) is not judged here.
+pub fn check_current(
+    store: &mut dyn Store,
+    name: &str,
+    row: &crate::store::BindingRow,
+) -> Result<()> {
+    use crate::store::history;
+    let Some(n) = row.own_version else {
+        return Ok(());
+    };
+    let changed = || {
+        crate::error::tampered(format!(
+            "binding {} in {} is not version {n} of its history, which it says it is: it was changed in place behind prose-state's back",
+            crate::error::shown(name),
+            row.execution_id
+                .map_or("the root".to_string(), |e| format!("execution {e}"))
+        ))
+    };
+    let span = store.binding_versions(name, row.execution_id, history::Versions::Rebuilding(n))?;
+    let Ok(kept) = history::version(&span, name, n) else {
+        return Err(changed());
+    };
+    let same_value = match (&row.value, &kept.value) {
+        (Some(a), Some(b)) if a != b => {
+            // The same JSON, written by two serialisers (a step rebuilt), is the same value.
+            let parse = |v: &[u8]| serde_json::from_slice::<serde_json::Value>(v).ok();
+            parse(a).is_some_and(|a| Some(a) == parse(b))
+        }
+        (a, b) => a == b,
+    };
+    if !same_value || row.attachment_path != kept.attachment_path || row.kind != kept.kind {
+        return Err(changed());
+    }
+    Ok(())
+}
+
+/// Whether a binding's statement says a gate's decision wrote it (`approve G:`).
+pub fn claims_decision(b: &crate::store::BindingRow) -> bool {
+    b.source_statement
+        .as_deref()
+        .and_then(crate::store::rules::decided_by)
+        .is_some()
 }
 
 /// Whether any opening of a gate (`d`, its earlier ones too) names binding `name`, as an input
@@ -537,7 +591,13 @@ pub fn checked_bindings(
 ) -> Result<Vec<crate::store::BindingRow>> {
     settled(store, |s, names| {
         let rows = read(s)?;
-        for b in rows.iter().filter(|b| names.contains(&b.name)) {
+        // Every row a sealed opening names, and every row that says a decision wrote it
+        // (`approve G:`), whatever its name: one no opening of G names is refused, as `get`
+        // refuses it.
+        for b in rows
+            .iter()
+            .filter(|b| names.contains(&b.name) || claims_decision(b))
+        {
             check_read_now(s, run_dir, names, start.unwrap_or(b.execution_id), b)?;
         }
         Ok(rows)
@@ -570,6 +630,8 @@ pub fn check_read_now(
     };
     if let Some(report) = &report {
         gate_read::check_vouched(report, name, &naming)?;
+        // A name a sealed opening names is what its history keeps.
+        check_current(store, name, row)?;
     }
     let named_by_none = naming.response.is_empty() && !naming.input;
     let answers_here = |gate: &str| {

@@ -102,12 +102,36 @@ pub fn verify(
                     shown(&d.run.id)
                 )));
             }
-            if let Some(why) = current_problem(d, &name, scope, &rows)? {
-                return Err(tampered(format!(
-                    "{why} (run {}); a copy that does not verify is not taken",
-                    shown(&d.run.id)
-                )));
-            }
+        }
+    }
+    // Every binding is its history's newest version (where its history keeps any), whatever
+    // names it: a value changed in place, or its history rewritten, would come in as the
+    // copy's own (an input of a gate still pending, say, on which a person would then decide).
+    let mut scopes: Vec<(&str, Option<i64>)> = d
+        .history
+        .iter()
+        .map(|h| (h.name.as_str(), h.execution_id))
+        .chain(
+            d.bindings
+                .iter()
+                .filter_map(|b| Some((b.name.as_deref()?, b.execution_id))),
+        )
+        .collect();
+    scopes.sort_unstable();
+    scopes.dedup();
+    for (name, scope) in scopes {
+        let mut rows: Vec<_> = d
+            .history
+            .iter()
+            .filter(|h| h.name == name && h.execution_id == scope)
+            .cloned()
+            .collect();
+        rows.sort_by_key(|h| (h.n, h.seq));
+        if let Some(why) = current_problem(d, name, scope, &rows)? {
+            return Err(tampered(format!(
+                "{why} (run {}); a copy that does not verify is not taken",
+                shown(&d.run.id)
+            )));
         }
     }
     Ok(report)

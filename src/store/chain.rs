@@ -451,10 +451,30 @@ pub fn compare(gate: &GateRow, d: &Derived, events: &[(&AuditRow, RowState)]) ->
         return Integrity::Attested;
     }
     if d.instance == 0 {
-        return Integrity::Unattested(
-            "it has no sealed created event (made by another tool, or before the run was sealed): nothing vouches for it"
-                .into(),
-        );
+        // Decided: by an event nothing here attests (the spec's own SQL, another machine's
+        // seal), unattested; by no event at all (a bare UPDATE), made up.
+        let (st, by) = (status.as_str(), resolved_by.as_deref().unwrap_or(""));
+        let explained = events.iter().any(|(r, s)| {
+            *s != RowState::Broken
+                && r.event_type == st
+                && r.principal.as_deref() == Some(by)
+                && instance_of(r) == *instance
+        });
+        if let GateStatus::Other(s) = status {
+            return Integrity::Tampered(format!("its status {s:?} is none a gate can have"));
+        }
+        if !explained {
+            return Integrity::Tampered(format!(
+                "it is {st} by {}, but its log has no {st} event by them",
+                crate::error::shown(by)
+            ));
+        }
+        let opened = events.iter().any(|(r, _)| r.event_type == "created");
+        return Integrity::Unattested(if opened {
+            "its created event cannot be checked here (sealed on another machine, or no audit key here): nothing vouches for it".into()
+        } else {
+            "it has no sealed created event (made by another tool, or before the run was sealed): nothing vouches for it".into()
+        });
     }
     if *instance < d.instance {
         return Integrity::Tampered(format!(
@@ -463,6 +483,17 @@ pub fn compare(gate: &GateRow, d: &Derived, events: &[(&AuditRow, RowState)]) ->
         ));
     }
     if *instance > d.instance {
+        // An opening some event made that nothing here attests (a teammate's key): unattested.
+        // One no event made at all: a reopen written only into the row.
+        let opened = events.iter().any(|(r, s)| {
+            *s != RowState::Broken && r.event_type == "created" && instance_of(r) == *instance
+        });
+        if !opened {
+            return Integrity::Tampered(format!(
+                "its row is instance {instance}, but its log opened no such instance (newest sealed: {})",
+                d.instance
+            ));
+        }
         return Integrity::Unattested(format!(
             "its instance {instance} has no sealed created event"
         ));

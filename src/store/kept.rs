@@ -242,6 +242,28 @@ pub fn problem(
             }
         }
     }
+    // A version that says a decision wrote it (its statement `approve G:`) is one a sealed
+    // decision of G wrote: a version a program or raw SQL wrote, its statement or writer
+    // rewritten to pass it off as an approver's edit or an answer, is not. (`doctor --fix`
+    // restating an answer writes no writer, and is judged below.)
+    let claimed = |r: &&HistoryRow| {
+        let gate = r
+            .source_statement
+            .as_deref()
+            .and_then(|s| s.strip_prefix("approve "))
+            .and_then(|s| s.strip_suffix(':'));
+        let restated = r.gap && r.principal.is_none();
+        gate.is_some_and(|g| !restated && !writes.iter().any(|w| w.version == r.n && w.gate == g))
+    };
+    if let Some(r) = rows.iter().find(claimed) {
+        return Some(format!(
+            "version {} of binding {} in {} says {} wrote it, and no sealed decision of that gate wrote that version",
+            r.n,
+            shown(name),
+            place(),
+            shown(r.source_statement.as_deref().unwrap_or_default())
+        ));
+    }
     // Only a decision writes a gate's answer: each version there is one a decision wrote, or
     // `doctor --fix` restating the answer before it when it resumed history (no writer, marked
     // as following writes that may not have been kept).

@@ -254,6 +254,7 @@ impl<'a> Txn<'a> {
             .and_then(|place| super::chain::anchor_move(&mut *self.tx, place));
         let wiring = self.tx.wiring();
         self.tx.commit()?;
+        crate::model::test_faults::after_commit();
         wiring.deliver(self.notices);
         if let Some(move_anchor) = anchor {
             move_anchor();
