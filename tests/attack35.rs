@@ -32,6 +32,7 @@ on_both!(
     a_pending_gates_input_changed_in_place_is_never_decided_on,
     a_decision_with_no_event_is_tampered_without_the_key_too,
     a_reopen_written_only_into_the_row_is_tampered,
+    a_bind_claims_no_spelling_of_a_decisions_statement,
 );
 
 /// Pending `P` (allow alice, a deadline, on_reject, metadata), approved `A` (a comment),
@@ -1035,4 +1036,32 @@ fn a_reopen_written_only_into_the_row_is_tampered(b: Backend) {
     let gates = listing(&run, "all").unwrap();
     let g = gates.iter().find(|g| g["id"] == "gx").unwrap();
     assert_eq!(g["integrity"]["state"], "tampered", "{g}");
+}
+
+/// `bind --source` claims no spelling a reader might take for a decision's statement:
+/// padded, cased or followed by another line, it is refused (exit 2) as `approve G:` is, and
+/// nothing is written; a statement that only begins so is the program's own.
+fn a_bind_claims_no_spelling_of_a_decisions_statement(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let before = run.snapshot();
+    for source in [
+        " approve G:",
+        "Approve G:",
+        "approve G: ",
+        "APPROVE G:\nmore",
+        "approve g:\t",
+    ] {
+        let a = run
+            .cmd()
+            .args(["bind", "x", "1", "--source", source])
+            .assert()
+            .failure();
+        assert_eq!(code(&a), 2, "{source:?}: {}", stderr(&a));
+    }
+    assert_eq!(run.snapshot(), before);
+    run.cmd()
+        .args(["bind", "x", "1", "--source", "approve G: the plan"])
+        .assert()
+        .success();
 }

@@ -418,14 +418,9 @@ pub fn show_to(
             .unwrap_or_else(|| gate_not_found(&run.id, gate)));
     };
     let mut report = store.verify_audit()?;
-    // A decision about inputs stands on the versions it pinned: every reader says the same.
-    if report
-        .derived
-        .get(&row.id)
-        .is_some_and(|d| d.decided_inputs.is_some())
-    {
-        crate::services::inputs::check_sealed(store, run_dir, &mut report)?;
-    }
+    // As `gates verify` checks the run: a decision about inputs stands on the versions it
+    // pinned, and the bindings its openings name are what their history keeps.
+    crate::services::inputs::check_run(store, run_dir, &mut report)?;
     let team = match report.derived.get(&row.id) {
         Some(d) => team_view(&row, d, &now, roster)?,
         None => None,

@@ -128,11 +128,17 @@ pub(super) fn write_over(
     if writer == Writer::Bind {
         // `approve G:` is the statement a gate's decision writes under: what says a value is a
         // decision's answer or its approver's edit is not a bind's to claim.
-        if let Some(gate) = b.source_statement.and_then(decided_by) {
+        // Any spelling a reader might take for it too (padded, cased, a line after it).
+        let looks = b.source_statement.map(|s| s.trim().to_lowercase());
+        let looks = looks
+            .as_deref()
+            .and_then(|s| s.lines().next())
+            .map(str::trim_end);
+        if let Some(gate) = looks.and_then(decided_by) {
             return Err(crate::error::usage(format!(
-                "--source {} is the statement gate {}'s decision writes under: a bind does not claim it",
+                "--source {} reads as the statement gate {}'s decision writes under (`approve G:`): a bind does not claim it",
                 shown(b.source_statement.unwrap_or_default()),
-                shown(gate)
+                shown(gate.trim())
             )));
         }
         ensure_open(&mut **tx)?;
