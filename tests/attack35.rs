@@ -33,6 +33,10 @@ on_both!(
     a_decision_with_no_event_is_tampered_without_the_key_too,
     a_reopen_written_only_into_the_row_is_tampered,
     a_bind_claims_no_spelling_of_a_decisions_statement,
+    reading_a_run_while_a_gate_is_reopened_and_answered_raises_no_alarm,
+    two_approvers_voting_at_once_with_an_edit_leave_no_stale_decision,
+    a_fork_without_a_gate_carries_its_answer_as_a_plain_value,
+    a_claim_under_a_new_name_is_found_by_verify_and_refused_by_every_read,
 );
 
 /// Pending `P` (allow alice, a deadline, on_reject, metadata), approved `A` (a comment),
@@ -1064,4 +1068,186 @@ fn a_bind_claims_no_spelling_of_a_decisions_statement(b: Backend) {
         .args(["bind", "x", "1", "--source", "approve G: the plan"])
         .assert()
         .success();
+}
+
+// helper-37 (the merged binary, no tests seen, hunting false alarms): 5 breaks.
+
+/// A gate reopened and answered in a loop while `gates verify`, `doctor`, `gates show` and a
+/// listing of the run read it: none of them reports tampering (each reads again when its
+/// finding coincides with the log growing).
+fn reading_a_run_while_a_gate_is_reopened_and_answered_raises_no_alarm(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let create = |reopen: bool| {
+        let mut c = run.cmd();
+        c.args(["gates", "create", "g", "--prompt", "p"])
+            .args(["--response-schema", r#"{"type":"integer"}"#])
+            .args(["--response-binding", "ans"]);
+        if reopen {
+            c.arg("--reopen");
+        }
+        c.assert().success();
+    };
+    create(false);
+    run.cmd()
+        .args(["approve", "g", "--as", "bob", "-y", "--response", "0"])
+        .assert()
+        .success();
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            for i in 1..=8 {
+                create(true);
+                run.cmd()
+                    .args([
+                        "approve",
+                        "g",
+                        "--as",
+                        "bob",
+                        "-y",
+                        "--response",
+                        &i.to_string(),
+                    ])
+                    .assert()
+                    .success();
+            }
+        });
+        let mut reads = 0;
+        while !writer.is_finished() || reads < 4 {
+            for args in [
+                vec!["gates", "verify"],
+                vec!["doctor"],
+                vec!["gates", "show", "g"],
+            ] {
+                let a = run.cmd().args(&args).assert();
+                assert!(
+                    !matches!(code(&a), 9..=11) && (code(&a) == 0 || args[0] == "doctor"),
+                    "{args:?}: {}{}",
+                    String::from_utf8_lossy(&a.get_output().stdout),
+                    stderr(&a)
+                );
+            }
+            let gates = listing(&run, "all").unwrap();
+            for g in &gates {
+                assert_eq!(g["integrity"]["state"], "attested", "{g}");
+            }
+            reads += 1;
+        }
+        writer.join().unwrap();
+    });
+}
+
+/// Two approvers of a two-approval gate vote at once, one editing its input: the deciding
+/// vote seals the input as the edit left it (it reads again when the edit committed beside
+/// it), so the decision stands: never stale (11).
+fn two_approvers_voting_at_once_with_an_edit_leave_no_stale_decision(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let alice = crate::serve::add(&p, "alice");
+    let carol = crate::serve::add(&p, "carol");
+    run.bind("x", "x0", None);
+    for i in 0..6 {
+        let gate = format!("q{i}");
+        run.cmd()
+            .args(["gates", "create", &gate, "--prompt", "p", "--inputs", "x"])
+            .args(["--allow", "alice,carol", "--require", "2"])
+            .assert()
+            .success();
+        std::thread::scope(|s| {
+            let a = s.spawn(|| {
+                run.cmd()
+                    .env("PROSE_TOKEN", &alice)
+                    .args(["approve", &gate, "--yes", "--edit", &format!("x=a{i}")])
+                    .assert()
+                    .success();
+            });
+            run.cmd()
+                .env("PROSE_TOKEN", &carol)
+                .args(["approve", &gate, "--yes"])
+                .assert()
+                .success();
+            a.join().unwrap();
+        });
+        let a = run
+            .cmd()
+            .args(["gates", "wait", &gate, "--timeout", "0"])
+            .assert();
+        assert_eq!(code(&a), 0, "{gate}: {}", stderr(&a));
+    }
+}
+
+/// A fork that does not carry a gate (its log not attested there after a prune) carries what
+/// that gate's decision wrote as plain values: its reads stand (no claim of a decision the fork
+/// does not hold), and the fork verifies.
+fn a_fork_without_a_gate_carries_its_answer_as_a_plain_value(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.bind("x", "x0", None);
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "p", "--inputs", "x"])
+        .args(["--response-schema", r#"{"type":"integer"}"#])
+        .args(["--response-binding", "ans"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["approve", "g", "--as", "bob", "-y", "--response", "7"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["gates", "wait", "g", "--timeout", "0"])
+        .assert()
+        .success();
+    run.bind("x", "x1", None);
+    run.bind("x", "x2", None);
+    run.cmd()
+        .args(["prune", "--history", "1", "--yes"])
+        .assert()
+        .success();
+    let at = run.view().last_execution_id().to_string();
+    let a = run
+        .cmd()
+        .args(["fork", "--at", &at, "--run-id", "fa"])
+        .assert()
+        .success();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).to_string();
+    assert!(out.contains("not carried"), "{out}");
+    let fa = p.run("fa");
+    assert_eq!(fa.get("ans", None), b"7");
+    fa.cmd().args(["resume"]).assert().success();
+    fa.cmd().args(["gates", "verify"]).assert().success();
+}
+
+/// A binding inserted under a name no opening names, claiming gate g's decision wrote it:
+/// its version is refused by `get --version` (9), `gates verify` finds it (9), and a copy
+/// holding it is not imported.
+fn a_claim_under_a_new_name_is_found_by_verify_and_refused_by_every_read(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    answered_and_edited(&run, &["--allow", "alice"]);
+    run.view().raw(
+        "INSERT OR REPLACE INTO bindings (name, execution_id, kind, value, source_statement)
+         VALUES ('evil', NULL, 'let', 'rm -rf /', 'approve G:')",
+        "INSERT INTO openprose.bindings (run_id, name, kind, value, source_statement)
+         VALUES ('$RUN', 'evil', 'let', 'rm -rf /', 'approve G:')",
+    );
+    for args in [
+        vec!["get", "evil", "--version", "1"],
+        vec!["gates", "verify"],
+    ] {
+        let a = run.cmd().args(&args).assert().failure();
+        assert_eq!(code(&a), 9, "{args:?}: {}", stderr(&a));
+        assert!(!String::from_utf8_lossy(&a.get_output().stdout).contains("rm -rf"));
+    }
+    let out = p.root().join("copy");
+    run.cmd()
+        .args(["export", "-o"])
+        .arg(&out)
+        .assert()
+        .success();
+    let a = run
+        .cmd()
+        .args(["import", "--run-id", "copy-1", "--vouch"])
+        .arg(&out)
+        .assert()
+        .failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
 }

@@ -48,6 +48,27 @@ pub fn decide(
     run_dir: &Path,
     r: &Request,
 ) -> Result<std::result::Result<Decided, &'static str>> {
+    // An input that moved between the read and the decision's transaction (another
+    // approver's edit committing beside it): read again, a few times.
+    let mut tries = 0;
+    loop {
+        match decide_once(store, run_dir, r) {
+            Err(e) if tries < 3 && is_inputs_moved(&e) => tries += 1,
+            done => return done,
+        }
+    }
+}
+
+fn is_inputs_moved(e: &anyhow::Error) -> bool {
+    crate::error::code_of(e) == Some(crate::error::Code::Busy)
+        && e.to_string() == crate::store::rules::INPUTS_MOVED
+}
+
+fn decide_once(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    r: &Request,
+) -> Result<std::result::Result<Decided, &'static str>> {
     let now = crate::model::now();
     let (derived, inputs) = match crate::store::gate_read::read(store, r.gate_id, &now)? {
         Some(g) => {

@@ -464,6 +464,27 @@ pub fn build(src: &RunDump, report: &ChainReport, plan: &Plan) -> Result<(RunDum
         r.hash = Some(hash.clone());
         prev = hash;
     }
+    // What a gate the fork does not carry wrote (its answer, its approver's edits) comes as
+    // plain values: a claim that a decision wrote them (`approve G:`) would name a decision the
+    // fork does not hold, and every read of them would refuse it.
+    let uncarried = |statement: &Option<String>| {
+        statement
+            .as_deref()
+            .and_then(crate::store::rules::decided_by)
+            .is_some_and(|g| !carried.gates_decided.iter().any(|c| c == g))
+    };
+    for b in bindings
+        .iter_mut()
+        .filter(|b| uncarried(&b.source_statement))
+    {
+        b.source_statement = None;
+    }
+    for h in history
+        .iter_mut()
+        .filter(|h| uncarried(&h.source_statement))
+    {
+        h.source_statement = None;
+    }
     let fork = RunDump {
         run: RunRecord {
             id: plan.new_id.to_string(),

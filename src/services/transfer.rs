@@ -104,6 +104,30 @@ pub fn verify(
             }
         }
     }
+    // A kept version of any name that says a decision wrote it (`approve G:`) is one a sealed
+    // decision of G wrote (or `doctor --fix` restating an answer: no writer, after a gap).
+    let writes = crate::store::kept::sealed_writes(&report);
+    for h in &d.history {
+        let Some(gate) = h
+            .source_statement
+            .as_deref()
+            .and_then(crate::store::rules::decided_by)
+        else {
+            continue;
+        };
+        let sealed = writes.iter().any(|w| {
+            w.gate == gate && w.name == h.name && w.scope == h.execution_id && w.version == h.n
+        });
+        if !(sealed || h.gap && h.principal.is_none()) {
+            return Err(tampered(format!(
+                "version {} of binding {} says gate {}'s decision wrote it, and no sealed decision of that gate wrote that version (run {}); a copy that does not verify is not taken",
+                h.n,
+                shown(&h.name),
+                shown(gate),
+                shown(&d.run.id)
+            )));
+        }
+    }
     // Every binding is its history's newest version (where its history keeps any), whatever
     // names it: a value changed in place, or its history rewritten, would come in as the
     // copy's own (an input of a gate still pending, say, on which a person would then decide).

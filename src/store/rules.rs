@@ -23,7 +23,9 @@ pub use bind::{
     relink, HistoryPruned, OpeningNames,
 };
 pub use executions::append_execution;
-pub use gates::{consume, create_gate, decide_gate, refuse_attempt, standing_tally, view_gate};
+pub use gates::{
+    consume, create_gate, decide_gate, refuse_attempt, standing_tally, view_gate, INPUTS_MOVED,
+};
 pub use restore::{restore, restore_triggers, Restore};
 pub use run::{add_import, finish, record_resume};
 pub use sweep::{next_reminder_of, sweep, Swept};

@@ -417,10 +417,10 @@ pub fn show_to(
         return Err(crate::store::gate_read::gone(store, gate)?
             .unwrap_or_else(|| gate_not_found(&run.id, gate)));
     };
-    let mut report = store.verify_audit()?;
     // As `gates verify` checks the run: a decision about inputs stands on the versions it
-    // pinned, and the bindings its openings name are what their history keeps.
-    crate::services::inputs::check_run(store, run_dir, &mut report)?;
+    // pinned, and the bindings its openings name are what their history keeps (read again
+    // when a decision committed beside the check).
+    let (report, _) = crate::services::inputs::verify_run(store, run_dir, None)?;
     let team = match report.derived.get(&row.id) {
         Some(d) => team_view(&row, d, &now, roster)?,
         None => None,

@@ -229,6 +229,8 @@ pub fn verify_gates(
             ))
         }
     };
+    // One gate asked for: a run checked again is narrowed to it as before.
+    let one = !ids.is_empty();
     let mut runs = Vec::new();
     for mut c in chains {
         // The rows gate_instances keeps of earlier openings; the versions sealed decisions
@@ -241,8 +243,28 @@ pub fn verify_gates(
                     .map_or_else(|| ctx.runs_dir().join(&c.run_id), |d| d.to_path_buf());
             let paths = crate::run::RunPaths::in_dir(dir);
             let checked = ctx.open(&paths).and_then(|mut store| {
-                crate::services::inputs::check_run(store.as_mut(), &paths.dir, &mut c.report)
-                    .map(|_| ())
+                let mut report = std::mem::take(&mut c.report);
+                let values =
+                    crate::services::inputs::check_run(store.as_mut(), &paths.dir, &mut report)?;
+                // A finding while decisions commit beside the check: the run checked again
+                // (`verify_run` reads again while the log grows), narrowed as before.
+                if report.is_broken() || !values.is_empty() {
+                    let gates: Option<Vec<String>> =
+                        one.then(|| report.derived.keys().cloned().collect());
+                    let (mut again, _) = crate::services::inputs::verify_run(
+                        store.as_mut(),
+                        &paths.dir,
+                        signed.as_ref(),
+                    )?;
+                    if let Some(keep) = gates {
+                        again.gates.retain(|(g, _)| keep.contains(g));
+                        again.earlier.retain(|(g, ..)| keep.contains(g));
+                        again.derived.retain(|g, _| keep.contains(g));
+                    }
+                    report = again;
+                }
+                c.report = report;
+                Ok(())
             });
             if let Err(e) = checked {
                 warnings.push(format!(

@@ -129,12 +129,16 @@ pub(super) fn write_over(
         // `approve G:` is the statement a gate's decision writes under: what says a value is a
         // decision's answer or its approver's edit is not a bind's to claim.
         // Any spelling a reader might take for it too (padded, cased, a line after it).
-        let looks = b.source_statement.map(|s| s.trim().to_lowercase());
-        let looks = looks
-            .as_deref()
-            .and_then(|s| s.lines().next())
+        let first = b
+            .source_statement
+            .and_then(|s| s.trim().lines().next())
             .map(str::trim_end);
-        if let Some(gate) = looks.and_then(decided_by) {
+        let looks = first.map(str::to_lowercase);
+        if looks.as_deref().and_then(decided_by).is_some() {
+            // The gate as written: between `approve ` and the colon.
+            let gate = first
+                .and_then(|f| f.get(8..f.len().saturating_sub(1)))
+                .unwrap_or_default();
             return Err(crate::error::usage(format!(
                 "--source {} reads as the statement gate {}'s decision writes under (`approve G:`): a bind does not claim it",
                 shown(b.source_statement.unwrap_or_default()),

@@ -276,6 +276,11 @@ pub fn refuse_attempt(mut tx: Txn<'_>, a: &crate::store::Attempt) -> Result<bool
 /// Approves or rejects a pending gate. Of concurrent decisions exactly one wins: each runs
 /// serialised, and only a gate still pending, allowing the principal, with the prompt the
 /// decider was shown, is decided; every refusal is audit-logged.
+/// A decision's inputs moved between their read and its transaction (exit 75 when it stays
+/// so: a retry may clear it). `services::decide` reads them again and retries.
+pub const INPUTS_MOVED: &str =
+    "an input of the gate changed while the decision was being taken: try again";
+
 pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
     sweep(&mut tx, d.now)?;
     ensure_open(&mut *tx)?;
@@ -349,6 +354,16 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
             ))
         }
     };
+    // What was read for the decision is what the inputs hold now, in this transaction: a
+    // vote (an approver's edit) or a write committed since the read would otherwise be sealed
+    // as not seen, and the decision stale at once. The caller reads again and retries.
+    if let (Some(_), Some(pins)) = (inputs, d.pins) {
+        for (name, pin) in pins {
+            if tx.binding_own_version(name, pin.scope)? != Some(pin.version) {
+                return Err(crate::error::busy(INPUTS_MOVED));
+            }
+        }
+    }
     let me = d.principal.as_str();
     let counted = |gate, tally, already| Decided::Counted {
         gate,
