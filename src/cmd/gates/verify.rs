@@ -243,27 +243,29 @@ pub fn verify_gates(
                     .map_or_else(|| ctx.runs_dir().join(&c.run_id), |d| d.to_path_buf());
             let paths = crate::run::RunPaths::in_dir(dir);
             let checked = ctx.open(&paths).and_then(|mut store| {
-                let mut report = std::mem::take(&mut c.report);
                 let values =
-                    crate::services::inputs::check_run(store.as_mut(), &paths.dir, &mut report)?;
-                // A finding while decisions commit beside the check: the run checked again
-                // (`verify_run` reads again while the log grows), narrowed as before.
-                if report.is_broken() || !values.is_empty() {
-                    let gates: Option<Vec<String>> =
-                        one.then(|| report.derived.keys().cloned().collect());
-                    let (mut again, _) = crate::services::inputs::verify_run(
+                    crate::services::inputs::check_run(store.as_mut(), &paths.dir, &mut c.report)?;
+                // A finding while decisions commit beside the check (the log itself whole):
+                // the run checked again (`verify_run` reads again while the log grows),
+                // narrowed as before. Where that fails, what was found stands.
+                let raced =
+                    c.report.first_broken.is_none() && (c.report.is_broken() || !values.is_empty());
+                if raced {
+                    let keep: Option<Vec<String>> =
+                        one.then(|| c.report.derived.keys().cloned().collect());
+                    if let Ok((mut again, _)) = crate::services::inputs::verify_run(
                         store.as_mut(),
                         &paths.dir,
                         signed.as_ref(),
-                    )?;
-                    if let Some(keep) = gates {
-                        again.gates.retain(|(g, _)| keep.contains(g));
-                        again.earlier.retain(|(g, ..)| keep.contains(g));
-                        again.derived.retain(|g, _| keep.contains(g));
+                    ) {
+                        if let Some(keep) = keep {
+                            again.gates.retain(|(g, _)| keep.contains(g));
+                            again.earlier.retain(|(g, ..)| keep.contains(g));
+                            again.derived.retain(|g, _| keep.contains(g));
+                        }
+                        c.report = again;
                     }
-                    report = again;
                 }
-                c.report = report;
                 Ok(())
             });
             if let Err(e) = checked {
