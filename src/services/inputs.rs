@@ -884,8 +884,9 @@ pub fn check_decided_version(
         if let Some(gate) = gate {
             let sealed = crate::store::kept::sealed_writes(&report)
                 .iter()
-                .any(|w| w.gate == gate && w.name == name && w.scope == scope && w.version == n);
-            if !(sealed || r.gap && r.principal.is_none()) {
+                .any(|w| w.gate == gate && w.name == name && w.version == n);
+            let attested = report.derived.get(gate).is_some_and(|g| g.instance > 0);
+            if attested && !(sealed || r.gap && r.principal.is_none()) {
                 return Err(crate::error::tampered(format!(
                     "version {n} of binding {} says gate {}'s decision wrote it, and no sealed decision of that gate wrote that version: it was written behind prose-state's back",
                     crate::error::shown(name),

@@ -89,13 +89,7 @@ pub fn verify(
     use crate::store::kept;
     for name in kept::names(&report) {
         for scope in kept::scopes(&report, &name) {
-            let mut rows: Vec<_> = d
-                .history
-                .iter()
-                .filter(|h| h.name == name && h.execution_id == scope)
-                .cloned()
-                .collect();
-            rows.sort_by_key(|h| (h.n, h.seq));
+            let rows = kept_rows(d, &name, scope);
             if let Some(why) = kept::problem(&report, &name, scope, &rows) {
                 return Err(tampered(format!(
                     "{why} (run {}): its history was changed behind prose-state's back; a copy that does not verify is not taken",
@@ -115,10 +109,15 @@ pub fn verify(
         else {
             continue;
         };
-        let sealed = writes.iter().any(|w| {
-            w.gate == gate && w.name == h.name && w.scope == h.execution_id && w.version == h.n
-        });
-        if !(sealed || h.gap && h.principal.is_none()) {
+        // (Its scope is checked by `kept::problem` where a sealed opening names it: a moved
+        // run's frames are renumbered, and the log maps them.)
+        let sealed = writes
+            .iter()
+            .any(|w| w.gate == gate && w.name == h.name && w.version == h.n);
+        // A gate whose opening nothing here attests (sealed on another machine) vouches for
+        // nothing either way: its claims are read as unattested (10) in the copy.
+        let attested = report.derived.get(gate).is_some_and(|g| g.instance > 0);
+        if attested && !(sealed || h.gap && h.principal.is_none()) {
             return Err(tampered(format!(
                 "version {} of binding {} says gate {}'s decision wrote it, and no sealed decision of that gate wrote that version (run {}); a copy that does not verify is not taken",
                 h.n,
@@ -144,13 +143,7 @@ pub fn verify(
     scopes.sort_unstable();
     scopes.dedup();
     for (name, scope) in scopes {
-        let mut rows: Vec<_> = d
-            .history
-            .iter()
-            .filter(|h| h.name == name && h.execution_id == scope)
-            .cloned()
-            .collect();
-        rows.sort_by_key(|h| (h.n, h.seq));
+        let rows = kept_rows(d, name, scope);
         if let Some(why) = current_problem(d, name, scope, &rows)? {
             return Err(tampered(format!(
                 "{why} (run {}); a copy that does not verify is not taken",
@@ -159,6 +152,22 @@ pub fn verify(
         }
     }
     Ok(report)
+}
+
+/// The copy's kept versions of binding `name` in `scope`, in order.
+fn kept_rows(
+    d: &RunDump,
+    name: &str,
+    scope: Option<i64>,
+) -> Vec<crate::store::history::HistoryRow> {
+    let mut rows: Vec<_> = d
+        .history
+        .iter()
+        .filter(|h| h.name == name && h.execution_id == scope)
+        .cloned()
+        .collect();
+    rows.sort_by_key(|h| (h.n, h.seq));
+    rows
 }
 
 /// Why the copy's current value of binding `name` in `scope` is not its newest kept version

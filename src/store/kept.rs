@@ -253,7 +253,12 @@ pub fn problem(
             .and_then(|s| s.strip_prefix("approve "))
             .and_then(|s| s.strip_suffix(':'));
         let restated = r.gap && r.principal.is_none();
-        gate.is_some_and(|g| !restated && !writes.iter().any(|w| w.version == r.n && w.gate == g))
+        // Only where this machine attests the gate's opening: sealed elsewhere, it vouches
+        // for nothing either way (read as unattested, 10).
+        let attested = |g: &str| report.derived.get(g).is_some_and(|d| d.instance > 0);
+        gate.is_some_and(|g| {
+            attested(g) && !restated && !writes.iter().any(|w| w.version == r.n && w.gate == g)
+        })
     };
     if let Some(r) = rows.iter().find(claimed) {
         return Some(format!(

@@ -141,23 +141,7 @@ fn superseded(
         Some(_) => None,
     };
     // Its row, as `compare` found it; gone, the opening as its events make it (tampered).
-    let row = row.unwrap_or_else(|| GateRow {
-        id: gate.to_string(),
-        run_id: Some(d.run_id.clone()),
-        execution_id: None,
-        prompt: String::new(),
-        allow: d.allow.clone(),
-        timeout: d.timeout.clone().flatten(),
-        timeout_at: d.timeout_at.clone().flatten(),
-        on_reject: d.on_reject.clone().flatten(),
-        status: d.status(),
-        created_at: d.created_at.clone(),
-        resolved_at: d.decided_at.clone(),
-        resolved_by: d.decision.as_ref().map(|(_, by, _)| by.clone()),
-        resolution_comment: d.comment.clone(),
-        metadata: None,
-        instance: d.instance,
-    });
+    let row = row.unwrap_or_else(|| crate::store::gate_read::gone_row(gate, d));
     Ok((integrity, stale, row))
 }
 
