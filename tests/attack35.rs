@@ -333,26 +333,14 @@ fn an_import_refuses_a_copy_whose_answer_was_forged(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
     answered_and_edited(&run, &["--allow", "alice"]);
-    let out = p.root().join("copy");
-    run.cmd()
-        .args(["export", "-o"])
-        .arg(&out)
-        .assert()
-        .success();
-    let copy = rusqlite::Connection::open(out.join("state.db")).unwrap();
-    copy.execute_batch(
+    let out = forged_export(
+        &p,
+        &run,
         "DROP TRIGGER bindings_version_update;
          UPDATE bindings SET value = '6' WHERE name = 'ans';",
-    )
-    .unwrap();
-    drop(copy);
+    );
     let before = run.snapshot();
-    let a = run
-        .cmd()
-        .args(["import", "--run-id", "copy-1", "--vouch"])
-        .arg(&out)
-        .assert()
-        .failure();
+    let a = import_as_copy_1(&run, &out).failure();
     assert_eq!(code(&a), 9, "{}", stderr(&a));
     assert_eq!(stderr(&a).trim().lines().count(), 1, "{}", stderr(&a));
     assert!(stderr(&a).contains("ans"), "{}", stderr(&a));
@@ -557,26 +545,14 @@ fn a_forged_edit_with_its_history_is_neither_forked_nor_imported(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
     answered_and_edited(&run, &["--allow", "alice"]);
-    let out = p.root().join("copy");
-    run.cmd()
-        .args(["export", "-o"])
-        .arg(&out)
-        .assert()
-        .success();
-    let copy = rusqlite::Connection::open(out.join("state.db")).unwrap();
-    copy.execute_batch(
+    let out = forged_export(
+        &p,
+        &run,
         "DROP TRIGGER bindings_version_update;
          UPDATE bindings SET value = 'evil' WHERE name = 'doc';
          UPDATE binding_history SET value = 'evil' WHERE name = 'doc' AND n = 2;",
-    )
-    .unwrap();
-    drop(copy);
-    let a = run
-        .cmd()
-        .args(["import", "--run-id", "copy-1", "--vouch"])
-        .arg(&out)
-        .assert()
-        .failure();
+    );
+    let a = import_as_copy_1(&run, &out).failure();
     assert_eq!(code(&a), 9, "{}", stderr(&a));
     let a = p
         .cmd()
@@ -650,22 +626,9 @@ fn a_rewritten_earlier_opening_is_found_and_not_imported(b: Backend) {
         .assert()
         .success();
     run.cmd().args(["gates", "verify"]).assert().success();
-    let out = p.root().join("copy");
-    run.cmd()
-        .args(["export", "-o"])
-        .arg(&out)
-        .assert()
-        .success();
     const REWRITE: &str = "UPDATE gate_instances SET status = 'approved', resolved_by = 'bob', resolution_comment = NULL WHERE gate_id = 'X' AND instance = 1";
-    let copy = rusqlite::Connection::open(out.join("state.db")).unwrap();
-    copy.execute_batch(REWRITE).unwrap();
-    drop(copy);
-    let a = run
-        .cmd()
-        .args(["import", "--run-id", "copy-1", "--vouch"])
-        .arg(&out)
-        .assert()
-        .failure();
+    let out = forged_export(&p, &run, REWRITE);
+    let a = import_as_copy_1(&run, &out).failure();
     assert_eq!(code(&a), 9, "{}", stderr(&a));
     run.view().raw(
         REWRITE,
@@ -912,25 +875,13 @@ fn a_pending_gates_input_changed_in_place_is_never_decided_on(b: Backend) {
         ])
         .assert()
         .success();
-    let out = p.root().join("copy");
-    run.cmd()
-        .args(["export", "-o"])
-        .arg(&out)
-        .assert()
-        .success();
-    let copy = rusqlite::Connection::open(out.join("state.db")).unwrap();
-    copy.execute_batch(
+    let out = forged_export(
+        &p,
+        &run,
         "DROP TRIGGER bindings_version_update;
          UPDATE bindings SET value = 'evil' WHERE name = 'topic';",
-    )
-    .unwrap();
-    drop(copy);
-    let a = run
-        .cmd()
-        .args(["import", "--run-id", "copy-1", "--vouch"])
-        .arg(&out)
-        .assert()
-        .failure();
+    );
+    let a = import_as_copy_1(&run, &out).failure();
     assert_eq!(code(&a), 9, "{}", stderr(&a));
     run.view().raw(
         "DROP TRIGGER bindings_version_update;
@@ -1237,17 +1188,31 @@ fn a_claim_under_a_new_name_is_found_by_verify_and_refused_by_every_read(b: Back
         assert_eq!(code(&a), 9, "{args:?}: {}", stderr(&a));
         assert!(!String::from_utf8_lossy(&a.get_output().stdout).contains("rm -rf"));
     }
+    let out = forged_export(&p, &run, "");
+    let a = import_as_copy_1(&run, &out).failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
+}
+
+/// The run exported into the project's `copy/`, then `sqlite` run on the copy's database
+/// behind the tool's back (nothing when empty).
+fn forged_export(p: &Project, run: &Run, sqlite: &str) -> std::path::PathBuf {
     let out = p.root().join("copy");
     run.cmd()
         .args(["export", "-o"])
         .arg(&out)
         .assert()
         .success();
-    let a = run
-        .cmd()
+    if !sqlite.is_empty() {
+        let copy = rusqlite::Connection::open(out.join("state.db")).unwrap();
+        copy.execute_batch(sqlite).unwrap();
+    }
+    out
+}
+
+/// `import --run-id copy-1 --vouch` of the copy at `out`, into the run's project.
+fn import_as_copy_1(run: &Run, out: &std::path::Path) -> assert_cmd::assert::Assert {
+    run.cmd()
         .args(["import", "--run-id", "copy-1", "--vouch"])
-        .arg(&out)
+        .arg(out)
         .assert()
-        .failure();
-    assert_eq!(code(&a), 9, "{}", stderr(&a));
 }
