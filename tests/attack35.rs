@@ -37,6 +37,7 @@ on_both!(
     two_approvers_voting_at_once_with_an_edit_leave_no_stale_decision,
     a_fork_without_a_gate_carries_its_answer_as_a_plain_value,
     a_claim_under_a_new_name_is_found_by_verify_and_refused_by_every_read,
+    the_version_an_edit_replaced_is_sealed_with_its_digest,
 );
 
 /// Pending `P` (allow alice, a deadline, on_reject, metadata), approved `A` (a comment),
@@ -1195,6 +1196,40 @@ fn a_claim_under_a_new_name_is_found_by_verify_and_refused_by_every_read(b: Back
 
 /// The run exported into the project's `copy/`, then `sqlite` run on the copy's database
 /// behind the tool's back (nothing when empty).
+/// The version an approver's edit replaced (`orig`, version 1, which no decision pinned)
+/// rewritten in history to other bytes of the same size: the edit sealed its digest, so
+/// `gates verify`, `doctor` and `get --version 1` find it (9), and `history` does not show it.
+fn the_version_an_edit_replaced_is_sealed_with_its_digest(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    answered_and_edited(&run, &["--allow", "alice"]);
+    let shown = stdout_json(&run.cmd().args(["gates", "show", "G", "--json"]).assert());
+    assert_eq!(shown["edits"][0]["from_version"], 1, "{shown}");
+    run.cmd().args(["gates", "verify"]).assert().success();
+    let a = run.cmd().args(["get", "doc", "--version", "1"]).assert();
+    assert_eq!(a.success().get_output().stdout, b"orig");
+    run.view().raw(
+        "UPDATE binding_history SET value = 'fake' WHERE name = 'doc' AND n = 1",
+        "ALTER TABLE openprose.binding_history DISABLE TRIGGER USER;
+         UPDATE openprose.binding_history SET value = 'fake'
+          WHERE run_id = '$RUN' AND name = 'doc' AND n = 1;
+         ALTER TABLE openprose.binding_history ENABLE TRIGGER USER;",
+    );
+    for args in [
+        vec!["gates", "verify"],
+        vec!["get", "doc", "--version", "1"],
+        vec!["history", "doc"],
+    ] {
+        let a = run.cmd().args(&args).assert().failure();
+        assert_eq!(code(&a), 9, "{args:?}: {}", stderr(&a));
+        let out = String::from_utf8_lossy(&a.get_output().stdout).to_string();
+        assert!(!out.contains("fake"), "{args:?}: {out}");
+    }
+    let a = run.cmd().args(["doctor"]).assert().failure();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).to_string();
+    assert!(out.contains("tampered"), "{out}");
+}
+
 fn forged_export(p: &Project, run: &Run, sqlite: &str) -> std::path::PathBuf {
     let out = p.root().join("copy");
     run.cmd()

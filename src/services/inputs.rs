@@ -808,7 +808,7 @@ pub fn kept_problem(
     }
     for (gate, pin, digest) in kept::pins(report, name) {
         if let Some(crate::store::chain::Integrity::Tampered(why)) =
-            pinned_problem(store, run_dir, name, pin, digest)?
+            pinned_problem(store, run_dir, name, &pin, digest)?
         {
             return Ok(Some(format!(
                 "gate {} decided on version {} of {}, and {why}",
@@ -834,23 +834,19 @@ pub fn check_kept(
     }
 }
 
-/// Each gate whose sealed decision, at any of its openings, pinned version `want` of `name`,
-/// with the digest it sealed for it: the one walk both checks of a decided version make.
+/// Each gate whose sealed decision, at any of its openings, vouches for version `want` of
+/// `name` (pinned it, or its edit replaced it), with the digest it sealed for it: the one walk
+/// both checks of a decided version make.
 fn decided_pins<'a>(
     report: &'a crate::store::chain::ChainReport,
-    name: &'a str,
-    want: &'a Pin,
-) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
-    report.derived.iter().flat_map(move |(gate, d)| {
-        d.earlier
-            .iter()
-            .chain(std::iter::once(d))
-            .filter_map(move |opening| {
-                let pin = opening.pinned.as_ref()?.get(name)?;
-                let digest = opening.decided_inputs.as_ref()?.get(name)?.as_deref()?;
-                (pin == want).then_some((gate.as_str(), digest))
-            })
-    })
+    name: &str,
+    want: &Pin,
+) -> Vec<(&'a str, &'a str)> {
+    crate::store::kept::pins(report, name)
+        .into_iter()
+        .filter(|(_, pin, _)| pin == want)
+        .map(|(gate, _, digest)| (gate, digest))
+        .collect()
 }
 
 /// Refuses (exit 9) to read version `n` of `name` in `scope` when a sealed decision pinned
@@ -897,6 +893,7 @@ pub fn check_decided_version(
     }
     let want = Pin { scope, version: n };
     let pins: Vec<(String, String)> = decided_pins(&report, name, &want)
+        .into_iter()
         .map(|(g, d)| (g.to_string(), d.to_string()))
         .collect();
     for (gate, digest) in pins {

@@ -50,8 +50,11 @@ pub fn scopes(report: &ChainReport, name: &str) -> Vec<Option<i64>> {
     out
 }
 
-/// Each version of `name` a sealed decision pinned, with the gate and the digest it sealed.
-pub fn pins<'a>(report: &'a ChainReport, name: &'a str) -> Vec<(&'a str, &'a Pin, &'a str)> {
+/// Each version of `name` a sealed decision vouches for, with the gate and the digest it
+/// sealed: the versions a decision pinned (was about), and the versions an approver's edit
+/// replaced (`from_version`, with the `digest_before` the edit sealed), so that no version a
+/// decision was shown is rewritten unseen.
+pub fn pins<'a>(report: &'a ChainReport, name: &str) -> Vec<(&'a str, Pin, &'a str)> {
     let mut out = Vec::new();
     for (gate, d) in &report.derived {
         for opening in d.earlier.iter().chain(std::iter::once(d)) {
@@ -62,7 +65,15 @@ pub fn pins<'a>(report: &'a ChainReport, name: &'a str) -> Vec<(&'a str, &'a Pin
                 .and_then(|i| i.get(name))
                 .and_then(|d| d.as_deref());
             if let (Some(pin), Some(digest)) = (pin, digest) {
-                out.push((gate.as_str(), pin, digest));
+                out.push((gate.as_str(), pin.clone(), digest));
+            }
+            for (_, e) in &opening.edits {
+                let replaced = (e["name"].as_str() == Some(name))
+                    .then(|| (e["from_version"].as_i64(), e["digest_before"].as_str()));
+                if let Some((Some(version), Some(digest))) = replaced {
+                    let scope = e["execution_id"].as_i64();
+                    out.push((gate.as_str(), Pin { scope, version }, digest));
+                }
             }
         }
     }

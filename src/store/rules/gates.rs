@@ -576,12 +576,20 @@ fn apply_edits(
         let version = written
             .version
             .ok_or_else(|| anyhow!("the edit of {} was not versioned", shown(name)))?;
+        // What the version replaced held, as the decider was shown it (its digest, which the
+        // decision otherwise seals only for the edited version): sealed, so that the version
+        // the edit replaced cannot be rewritten in history unseen.
+        let before_digest = from.and(digests.get(name).cloned().flatten());
         digests.insert(name.clone(), Some(crate::model::sha256_tag(value)));
         pins.insert(name.clone(), crate::store::chain::Pin { scope, version });
-        sealed.push(serde_json::json!({
+        let mut edit = serde_json::json!({
             "name": name, "execution_id": scope, "from_version": from, "version": version,
             "bytes_before": before, "bytes": value.len(),
-        }));
+        });
+        if let Some(digest) = before_digest {
+            edit["digest_before"] = digest.into();
+        }
+        sealed.push(edit);
     }
     Ok(Some((digests, pins, sealed.into())))
 }
