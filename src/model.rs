@@ -689,8 +689,13 @@ pub fn principal_allowed(allow: &[String], principal: &Principal) -> bool {
 
 /// `sha256:` and the hex digest of `text`.
 pub fn sha256_tag(text: &str) -> String {
+    sha256_tag_bytes(text.as_bytes())
+}
+
+/// [`sha256_tag`] of bytes.
+pub fn sha256_tag_bytes(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
-    format!("sha256:{}", hex(&Sha256::digest(text.as_bytes())))
+    format!("sha256:{}", hex(&Sha256::digest(bytes)))
 }
 
 pub fn hex(bytes: &[u8]) -> String {

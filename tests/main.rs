@@ -8,6 +8,7 @@ mod attack32;
 mod attack33;
 mod attack34;
 mod attack35;
+mod attack38;
 mod attack41;
 mod bad_input;
 mod bind_get;

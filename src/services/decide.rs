@@ -72,6 +72,14 @@ fn decide_once(
     let now = crate::model::now();
     let (derived, inputs) = match crate::store::gate_read::read(store, r.gate_id, &now)? {
         Some(g) => {
+            // What its openings name (its inputs, its answer's binding) stands as `gates
+            // verify` checks it, or no one decides on it (exit 9, nothing written).
+            if let Some(why) = super::inputs::gate_problem(store, run_dir, &g.derived)? {
+                return Err(crate::error::tampered(format!(
+                    "gate {}: {why}; no decision is taken on it",
+                    crate::error::shown(r.gate_id)
+                )));
+            }
             let inputs = super::inputs::read_to_decide(store, run_dir, &g.derived)?;
             (g.derived, inputs)
         }

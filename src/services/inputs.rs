@@ -80,20 +80,20 @@ fn version_holding(
     Ok(None)
 }
 
-/// The digest of version `n` of `name` in `scope`, as its history keeps it: Ok(None) when
-/// that version is not kept (pruned, or from before history), and whether versions before
-/// the oldest kept one were pruned.
-pub fn digest_of_version(
+/// The digest of version `pin` of `name`, as its scope's history (`rows`: all of it, as read)
+/// keeps it: Ok(None) when that version is not kept (pruned, or from before history), and
+/// whether versions before the oldest kept one were pruned.
+fn digest_in(
     store: &mut dyn Store,
     run_dir: &Path,
     name: &str,
     pin: &Pin,
+    rows: &[crate::store::history::HistoryRow],
 ) -> Result<(Option<String>, bool)> {
-    let rows = store.binding_history(name, pin.scope)?;
     let pruned = rows.first().is_some_and(|r| r.gap);
     match rows.iter().position(|r| r.n == pin.version && !r.deleted) {
         Some(i) => {
-            let row = crate::store::history::as_row(&rows, i)?;
+            let row = crate::store::history::as_row(rows, i)?;
             Ok((Some(digest_of(store, run_dir, name, &row)?.0), pruned))
         }
         None => Ok((None, pruned)),
@@ -388,7 +388,7 @@ pub fn check_values(
         .iter()
         .filter(|b| names.contains(&b.name) || claims_decision(b))
     {
-        match check_read_now(store, run_dir, &names, b.execution_id, b) {
+        match check_read_in(store, run_dir, &names, b.execution_id, b, Some(report)) {
             Ok(()) => {}
             Err(e) if code_of(&e) == Some(Code::Tampered) => {
                 if let Some(g) = b
@@ -555,10 +555,23 @@ pub fn pinned_problem(
     pin: &Pin,
     digest: &str,
 ) -> Result<Option<crate::store::chain::Integrity>> {
+    let rows = store.binding_history(name, pin.scope)?;
+    pinned_problem_in(store, run_dir, name, pin, digest, &rows)
+}
+
+/// [`pinned_problem`], from the pin's scope's history as already read (`rows`: all of it).
+fn pinned_problem_in(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    name: &str,
+    pin: &Pin,
+    digest: &str,
+    rows: &[crate::store::history::HistoryRow],
+) -> Result<Option<crate::store::chain::Integrity>> {
     use crate::store::chain::Integrity;
     // A version that cannot be rebuilt from its history was changed there: the decision on
     // it does not stand (tampered), rather than the check failing.
-    let (kept, pruned) = match digest_of_version(store, run_dir, name, pin) {
+    let (kept, pruned) = match digest_in(store, run_dir, name, pin, rows) {
         Ok(found) => found,
         Err(e) if crate::error::code_of(&e) == Some(crate::error::Code::Tampered) => {
             return Ok(Some(Integrity::Tampered(format!("{e:#}"))));
@@ -655,13 +668,31 @@ pub fn check_read_now(
     start: Option<i64>,
     row: &crate::store::BindingRow,
 ) -> Result<()> {
+    check_read_in(store, run_dir, names, start, row, None)
+}
+
+/// [`check_read_now`], against the log as the caller already checked it (`checked`: its
+/// [`Store::verify_audit`]), read here otherwise: a whole-run check reads it once.
+fn check_read_in(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    names: &std::collections::BTreeSet<String>,
+    start: Option<i64>,
+    row: &crate::store::BindingRow,
+    checked: Option<&crate::store::chain::ChainReport>,
+) -> Result<()> {
     use crate::store::gate_read::{self, Read};
     use crate::store::rules::{self, OpeningNames};
     let name = row.name.as_str();
     let naming = store.naming_among(names, name)?;
-    let report = match naming.input || !naming.response.is_empty() {
-        true => Some(store.verify_audit()?),
-        false => None,
+    let verified;
+    let report = match (naming.input || !naming.response.is_empty(), checked) {
+        (false, _) => None,
+        (true, Some(report)) => Some(report),
+        (true, None) => {
+            verified = store.verify_audit()?;
+            Some(&verified)
+        }
     };
     if let Some(report) = &report {
         gate_read::check_vouched(report, name, &naming)?;
@@ -691,16 +722,36 @@ pub fn check_read_now(
         // (or vote) wrote: a later version claiming the statement (raw SQL whose trigger copied
         // it, say) is passed off as the approver's.
         if let (OpeningNames::Input, Some(report)) = (names, &report) {
-            let edited = report.derived.get(gate).is_some_and(|d| {
-                d.earlier.iter().chain(std::iter::once(d)).any(|o| {
-                    o.edits.iter().any(|(_, e)| {
-                        e["name"].as_str() == Some(name)
-                            && e["execution_id"].as_i64() == row.execution_id
-                            && e["version"].as_i64() == row.own_version
-                    })
-                })
-            });
-            if !edited {
+            // The sealed edit (of a decision or a vote) that wrote the very version held, and
+            // the row holds what it sealed of it: its digest (its size, sealed before digests).
+            let held = row.value.as_deref().unwrap_or_default();
+            let edit = crate::store::kept::sealed_writes(report)
+                .into_iter()
+                .find(|w| {
+                    w.gate == gate
+                        && w.name == name
+                        && w.scope == row.execution_id
+                        && Some(w.version) == row.own_version
+                        && w.exact.is_none()
+                });
+            if let Some(w) = &edit {
+                let inline = row.attachment_path.as_deref().is_none_or(str::is_empty);
+                let same = match (w.digest, w.bytes) {
+                    _ if !inline => false,
+                    (Some(d), _) => crate::model::sha256_tag_bytes(held) == d,
+                    (None, Some(n)) => held.len() as i64 == n,
+                    (None, None) => true,
+                };
+                if !same {
+                    return Err(crate::error::tampered(format!(
+                        "binding {} holds version {} of gate {}'s sealed edit, and not what the edit sealed: it was changed behind prose-state's back",
+                        crate::error::shown(name),
+                        w.version,
+                        crate::error::shown(gate)
+                    )));
+                }
+            }
+            if edit.is_none() {
                 return Err(crate::error::tampered(format!(
                     "binding {} holds version {} and says gate {}'s decision wrote it, and no sealed decision of that gate wrote that version: it was written behind prose-state's back",
                     crate::error::shown(name),
@@ -726,7 +777,7 @@ pub fn check_read_now(
         Some(row.execution_id),
         naming.response.clone(),
         Read::Now(Some(row)),
-        report.as_ref(),
+        report,
     )?;
     // The version a sealed decision was about (an approver's edit among them) holds what was
     // decided.
@@ -773,6 +824,62 @@ pub fn check_decided_now(
     Ok(())
 }
 
+/// Why gate `d` (as its own sealed history derives it) may not be acted on for what the
+/// bindings its openings name hold, if it may not: their kept versions and the values they
+/// hold now, checked as `gates verify` checks them (`kept_problem`, and `check_read_now` for
+/// each row of those names). A pending gate's forged answer, or a vote's edit rewritten, is
+/// found before anyone waits on it or decides it. None when its openings name no binding.
+pub fn gate_problem(store: &mut dyn Store, run_dir: &Path, d: &Derived) -> Result<Option<String>> {
+    use crate::error::{code_of, Code};
+    let mut names: Vec<&str> = Vec::new();
+    for o in d.earlier.iter().chain(std::iter::once(d)) {
+        let answer = o.response_binding.as_ref().map(|(n, _)| n.as_str());
+        for n in o.inputs.iter().map(String::as_str).chain(answer) {
+            if !names.contains(&n) {
+                names.push(n);
+            }
+        }
+    }
+    if names.is_empty() {
+        return Ok(None);
+    }
+    // The log, the history and the values are read at different moments: a vote committing
+    // between them (another approver's edit) can make them disagree with nothing tampered. A
+    // finding made while the log's newest row moved is looked for again, three times at most.
+    let newest_row = |store: &mut dyn Store| store.sealed_names_at().ok().map(|(_, n)| n);
+    let mut tries = 0;
+    loop {
+        let newest = newest_row(store);
+        let found = (|| -> Result<Option<String>> {
+            let report = store.verify_audit()?;
+            for name in &names {
+                if let Some(why) = kept_problem(store, run_dir, name, &report)? {
+                    return Ok(Some(why));
+                }
+            }
+            let sealed = crate::store::kept::names(&report);
+            for b in store
+                .bindings()?
+                .iter()
+                .filter(|b| names.contains(&b.name.as_str()))
+            {
+                match check_read_in(store, run_dir, &sealed, b.execution_id, b, Some(&report)) {
+                    Err(e) if code_of(&e) == Some(Code::Tampered) => {
+                        return Ok(Some(format!("{e:#}")))
+                    }
+                    Err(e) if code_of(&e) == Some(Code::Unattested) => {}
+                    other => other?,
+                }
+            }
+            Ok(None)
+        })()?;
+        if found.is_none() || tries == 3 || newest.is_none() || newest_row(store) == newest {
+            return Ok(found);
+        }
+        tries += 1;
+    }
+}
+
 /// Why the kept versions of binding `name` do not stand against what the report's sealed
 /// decisions say of them, if they do not (exit 9 then, for every reader): every field of each
 /// version a decision wrote, the numbering and records of each scope the log names, the
@@ -788,27 +895,48 @@ pub fn kept_problem(
     use crate::store::kept;
     // No execution has an id below 1: a version kept there was put there by hand (where the
     // root's key, -1, would read it as the root's).
-    if let Some(Some(x)) = store
-        .history_scopes(name)?
-        .into_iter()
-        .find(|s| s.is_some_and(|x| x < 1))
-    {
+    let kept_in = store.history_scopes(name)?;
+    if let Some(Some(x)) = kept_in.iter().find(|s| s.is_some_and(|x| x < 1)) {
         return Ok(Some(format!(
             "binding {} has versions kept in scope {x}, which is no execution",
             crate::error::shown(name)
         )));
     }
-    for scope in kept::scopes(report, name) {
+    // The scopes the log says something of, checked whole; every other scope a version of
+    // the name is kept in, for versions claiming a decision no sealed decision made.
+    let sealed = kept::scopes(report, name);
+    let mut scopes = sealed.clone();
+    for s in kept_in {
+        if !scopes.contains(&s) {
+            scopes.push(s);
+        }
+    }
+    // Each scope's history read once: the pinned versions below are rebuilt from it.
+    let mut read = Vec::new();
+    for scope in scopes {
         let rows = store.binding_history(name, scope)?;
-        if let Some(why) = kept::problem(report, name, scope, &rows) {
+        let why = match sealed.contains(&scope) {
+            true => kept::problem(report, name, scope, &rows),
+            false => kept::claim_problem(report, name, scope, &rows),
+        };
+        if let Some(why) = why {
             return Ok(Some(format!(
                 "{why}: its history was changed behind prose-state's back"
             )));
         }
+        read.push((scope, rows));
     }
     for (gate, pin, digest) in kept::pins(report, name) {
+        let fetched;
+        let rows = match read.iter().find(|(s, _)| *s == pin.scope) {
+            Some((_, rows)) => rows,
+            None => {
+                fetched = store.binding_history(name, pin.scope)?;
+                &fetched
+            }
+        };
         if let Some(crate::store::chain::Integrity::Tampered(why)) =
-            pinned_problem(store, run_dir, name, &pin, digest)?
+            pinned_problem_in(store, run_dir, name, &pin, digest, rows)?
         {
             return Ok(Some(format!(
                 "gate {} decided on version {} of {}, and {why}",

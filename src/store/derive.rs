@@ -83,8 +83,9 @@ pub struct Derived {
     /// The approvals' edits of the gate's inputs (`approve --edit`), vote by vote and then
     /// the decision's, each with who made it: the input's name, its scope (`execution_id`),
     /// the version edited (`from_version`, null: it was not bound) and the version written
-    /// (`version`), the sizes before (`bytes_before`) and after (`bytes`), and the digest of
-    /// the version edited (`digest_before`, as the decider was shown it).
+    /// (`version`), the sizes before (`bytes_before`) and after (`bytes`), and the digests of
+    /// the value written (`digest`) and of the version edited (`digest_before`, as the decider
+    /// was shown it).
     pub edits: Vec<(String, serde_json::Value)>,
     /// When each of `edits` was written, by its event (in the same order): the event's time
     /// and its newest record (`after_record`), which the edit's history row holds too.

@@ -339,9 +339,6 @@ fn answered_as_sealed(
                 }
             }
         }
-        let Some((version, gate, answer)) = newest else {
-            continue;
-        };
         // The row the reader prints is the one checked, never a second read of it: a view in
         // place of the table, or a writer racing the reader, could make the two differ.
         let value = match printed.filter(|r| r.execution_id == *scope) {
@@ -350,6 +347,20 @@ fn answered_as_sealed(
                 .resolve(name, *scope)?
                 .filter(|f| f.row.execution_id == *scope)
                 .map(|f| f.row),
+        };
+        let Some((version, gate, answer)) = newest else {
+            // No sealed decision has answered into this scope (the gate is pending, was
+            // rejected without an answer, or a quorum has votes only), and the opening refused
+            // a binding already there: one held there now was put there behind prose-state's
+            // back.
+            if let (Some(_), Some((gate, _))) = (&value, named.iter().find(|(_, at)| at == scope)) {
+                return Err(crate::error::tampered(format!(
+                    "binding {} is gate {}'s answer, and no sealed decision has answered into it: it was written behind prose-state's back",
+                    shown(name),
+                    shown(gate)
+                )));
+            }
+            continue;
         };
         // Its newest kept version is the one the decision sealed, or one its history vouches
         // for after it (`doctor --fix` restating it): a version renumbered, or one no decision

@@ -252,33 +252,14 @@ pub fn problem(
                 return wrong(format!("holds {} bytes, not {n}", v.len()));
             }
         }
+        if let (Some(d), Some(v)) = (w.digest, held) {
+            if crate::model::sha256_tag_bytes(v) != d {
+                return wrong("does not hold what its decision sealed (its digest)".into());
+            }
+        }
     }
-    // A version that says a decision wrote it (its statement `approve G:`) is one a sealed
-    // decision of G wrote: a version a program or raw SQL wrote, its statement or writer
-    // rewritten to pass it off as an approver's edit or an answer, is not. (`doctor --fix`
-    // restating an answer writes no writer, and is judged below.)
-    let claimed = |r: &&HistoryRow| {
-        let gate = r
-            .source_statement
-            .as_deref()
-            .and_then(|s| s.strip_prefix("approve "))
-            .and_then(|s| s.strip_suffix(':'));
-        let restated = r.gap && r.principal.is_none();
-        // Only where this machine attests the gate's opening: sealed elsewhere, it vouches
-        // for nothing either way (read as unattested, 10).
-        let attested = |g: &str| report.derived.get(g).is_some_and(|d| d.instance > 0);
-        gate.is_some_and(|g| {
-            attested(g) && !restated && !writes.iter().any(|w| w.version == r.n && w.gate == g)
-        })
-    };
-    if let Some(r) = rows.iter().find(claimed) {
-        return Some(format!(
-            "version {} of binding {} in {} says {} wrote it, and no sealed decision of that gate wrote that version",
-            r.n,
-            shown(name),
-            place(),
-            shown(r.source_statement.as_deref().unwrap_or_default())
-        ));
+    if let Some(why) = claim_problem(report, name, scope, rows) {
+        return Some(why);
     }
     // Only a decision writes a gate's answer: each version there is one a decision wrote, or
     // `doctor --fix` restating the answer before it when it resumed history (no writer, marked
@@ -310,6 +291,64 @@ pub fn problem(
     None
 }
 
+/// Why a kept version of `name` in `scope` (any scope, whether or not the sealed log says
+/// anything of it) says a decision wrote it (its statement `approve G:`) and no sealed decision
+/// of G wrote it, if one does: a version a program or raw SQL wrote, its statement or writer
+/// rewritten to pass it off as an approver's edit or an answer. Judged only where this machine
+/// attests G's opening. (`doctor --fix` restating an answer writes no writer: judged by
+/// [`problem`].)
+pub fn claim_problem(
+    report: &ChainReport,
+    name: &str,
+    scope: Option<i64>,
+    rows: &[HistoryRow],
+) -> Option<String> {
+    let place = || scope.map_or("the root".to_string(), |e| format!("execution {e}"));
+    let writes: Vec<_> = sealed_writes(report)
+        .into_iter()
+        .filter(|w| w.name == name && w.scope == scope)
+        .collect();
+    let claimed = |r: &&HistoryRow| {
+        let gate = r
+            .source_statement
+            .as_deref()
+            .and_then(|s| s.strip_prefix("approve "))
+            .and_then(|s| s.strip_suffix(':'));
+        // `doctor --fix` starting a history again restates the value there (no writer, marked
+        // as following versions not kept): a restatement of G's is of a version G's sealed
+        // decision wrote before it, holding what that decision sealed of it.
+        let restates = |g: &str| {
+            r.gap
+                && r.principal.is_none()
+                && writes.iter().any(|w| {
+                    let held = r.value.as_deref();
+                    w.gate == g
+                        && w.version < r.n
+                        && match (&w.exact, w.bytes) {
+                            (Some(text), _) => held == Some(text.as_bytes()),
+                            (None, Some(n)) => held.is_some_and(|v| v.len() as i64 == n),
+                            (None, None) => false,
+                        }
+                })
+        };
+        // Only where this machine attests the gate's opening: sealed elsewhere, it vouches
+        // for nothing either way (read as unattested, 10).
+        let attested = |g: &str| report.derived.get(g).is_some_and(|d| d.instance > 0);
+        gate.is_some_and(|g| {
+            attested(g) && !restates(g) && !writes.iter().any(|w| w.version == r.n && w.gate == g)
+        })
+    };
+    rows.iter().find(claimed).map(|r| {
+        format!(
+            "version {} of binding {} in {} says {} wrote it, and no sealed decision of that gate wrote that version",
+            r.n,
+            shown(name),
+            place(),
+            shown(r.source_statement.as_deref().unwrap_or_default())
+        )
+    })
+}
+
 /// A version of a binding a sealed decision wrote: an approver's edit, or a gate's answer.
 pub(crate) struct SealedWrite<'a> {
     pub gate: &'a str,
@@ -320,6 +359,8 @@ pub(crate) struct SealedWrite<'a> {
     pub by: Option<&'a str>,
     /// Its size in bytes, when the log sealed one.
     pub bytes: Option<i64>,
+    /// The digest of its value (`sha256:…`), when the log sealed one (an edit's `digest`).
+    pub digest: Option<&'a str>,
     /// The exact value, when the log holds it (an answer).
     pub exact: Option<String>,
     /// When its event was written: the time and newest record its history row holds.
@@ -341,6 +382,7 @@ pub(crate) fn sealed_writes(report: &ChainReport) -> Vec<SealedWrite<'_>> {
                         version,
                         by: Some(by),
                         bytes: e["bytes"].as_i64(),
+                        digest: e["digest"].as_str(),
                         exact: None,
                         written: opening.edits_at.get(i),
                     });
@@ -361,6 +403,7 @@ pub(crate) fn sealed_writes(report: &ChainReport) -> Vec<SealedWrite<'_>> {
                     version,
                     by: answered.as_ref().map(|(by, _)| *by),
                     bytes: answered.as_ref().map(|(_, t)| t.len() as i64),
+                    digest: None,
                     exact: answered.map(|(_, t)| t),
                     written: opening.decided.as_ref(),
                 });
@@ -419,7 +462,8 @@ mod tests {
             response_version: Some(1),
             edits: vec![(
                 "alice".into(),
-                json!({"name": "draft", "execution_id": null, "from_version": 3, "version": 4, "bytes": 7}),
+                json!({"name": "draft", "execution_id": null, "from_version": 3, "version": 4, "bytes": 7,
+                       "digest": crate::model::sha256_tag(r#"{"a":9}"#)}),
             )],
             edits_at: vec![at],
             ..Derived::default()
@@ -561,11 +605,10 @@ mod tests {
         }
         for v in texts(r.value.as_deref().map(|v| std::str::from_utf8(v).unwrap())) {
             let bytes = v.as_ref().map(|v| v.as_bytes().to_vec());
-            // An answer is its bytes; an edit its size (its digest is the pin's to check).
+            // An answer is its bytes; an edit its digest: any other value is found.
             let found = is_sealed
                 && match rows[i].value.as_deref() {
-                    Some(b) if b == br#"{"count":3}"# => bytes.as_deref() != Some(b),
-                    Some(b) => bytes.as_ref().is_none_or(|x| x.len() != b.len()),
+                    Some(b) => bytes.as_deref() != Some(b),
                     None => false,
                 };
             push(

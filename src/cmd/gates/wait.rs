@@ -223,6 +223,7 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
             }
             let run = run.clone().context("run")?;
             let mut ready = Vec::new();
+            let mut found: Vec<(String, String)> = Vec::new();
             for (i, id) in gates.iter().enumerate() {
                 if settled[i].is_some() {
                     continue;
@@ -232,6 +233,17 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                 let read = crate::store::gate_read::read(s, id, &now)?
                     .ok_or_else(|| gate_not_found(&run.id, id))?;
                 let reopened = args.instance.is_some_and(|w| read.row.instance != w);
+                // A pending gate whose named bindings do not stand as `gates verify` checks
+                // them (a forged answer, a vote's edit rewritten) is settled as tampered now.
+                if read.row.status.is_pending() && !read.tampered() {
+                    if let Some(why) =
+                        crate::services::inputs::gate_problem(s, &run_dir, &read.derived)?
+                    {
+                        found.push((id.to_string(), why));
+                        ready.push((i, read.row));
+                        continue;
+                    }
+                }
                 // Settled: decided, or contradicting its log (never decidable, so never waited
                 // on), or out of time, or reopened.
                 let settles = !read.row.status.is_pending() || read.tampered();
@@ -255,6 +267,12 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
             });
             if about_inputs {
                 crate::services::inputs::check_sealed(s, &run_dir, &mut report)?;
+            }
+            for (gate, why) in found {
+                if !matches!(report.gate(&gate), Integrity::Tampered(_)) {
+                    report.gates.retain(|(g, _)| *g != gate);
+                    report.gates.push((gate, Integrity::Tampered(why)));
+                }
             }
             // Waiting on several, a gate tampered with is settled as such now, even pending:
             // the wait never returns past it.

@@ -580,11 +580,12 @@ fn apply_edits(
         // decision otherwise seals only for the edited version): sealed, so that the version
         // the edit replaced cannot be rewritten in history unseen.
         let before_digest = from.and(digests.get(name).cloned().flatten());
-        digests.insert(name.clone(), Some(crate::model::sha256_tag(value)));
+        let digest = crate::model::sha256_tag(value);
+        digests.insert(name.clone(), Some(digest.clone()));
         pins.insert(name.clone(), crate::store::chain::Pin { scope, version });
         let mut edit = serde_json::json!({
             "name": name, "execution_id": scope, "from_version": from, "version": version,
-            "bytes_before": before, "bytes": value.len(),
+            "bytes_before": before, "bytes": value.len(), "digest": digest,
         });
         if let Some(digest) = before_digest {
             edit["digest_before"] = digest.into();
