@@ -466,12 +466,19 @@ pub fn build(src: &RunDump, report: &ChainReport, plan: &Plan) -> Result<(RunDum
     }
     // What a gate the fork does not carry wrote (its answer, its approver's edits) comes as
     // plain values: a claim that a decision wrote them (`approve G:`) would name a decision the
-    // fork does not hold, and every read of them would refuse it.
+    // fork does not hold, and every read of them would refuse it. A gate carried pending keeps
+    // the claims of its votes' edits made by the point, whose events it carries.
     let uncarried = |statement: &Option<String>| {
         statement
             .as_deref()
             .and_then(crate::store::rules::decided_by)
-            .is_some_and(|g| !carried.gates_decided.iter().any(|c| c == g))
+            .is_some_and(|g| {
+                !carried
+                    .gates_decided
+                    .iter()
+                    .chain(&carried.gates_pending)
+                    .any(|c| c == g)
+            })
     };
     for b in bindings
         .iter_mut()

@@ -405,6 +405,34 @@ pub fn check_values(
             Err(e) => return Err(e),
         }
     }
+    // Each scope a sealed decision answered into holds a binding of that name (its newest
+    // answer, which the rows above were checked against): one deleted, or renamed away, is
+    // gone behind prose-state's back. (`get` of it says so too.)
+    let mut answered: Vec<(String, Option<i64>)> = Vec::new();
+    for d in report.derived.values() {
+        for o in d.earlier.iter().chain(std::iter::once(d)) {
+            if let (Some((name, scope)), Some(_)) = (&o.response_binding, o.response_version) {
+                if !answered.contains(&(name.clone(), *scope)) {
+                    answered.push((name.clone(), *scope));
+                }
+            }
+        }
+    }
+    for (name, scope) in answered {
+        let held = store
+            .resolve(&name, scope)?
+            .is_some_and(|f| f.row.execution_id == scope);
+        if !held && !problems.iter().any(|(n, _)| *n == name) {
+            problems.push((
+                name.clone(),
+                format!(
+                    "binding {} in {}, a gate's sealed answer, is gone: it was deleted or renamed behind prose-state's back",
+                    crate::error::shown(&name),
+                    scope.map_or("the root".to_string(), |e| format!("execution {e}"))
+                ),
+            ));
+        }
+    }
     for (name, why) in &problems {
         // The gates naming it, and the gate it claims wrote it (a binding no opening names
         // passed off as a decision's is that gate's record tampered with).
@@ -696,8 +724,10 @@ fn check_read_in(
     };
     if let Some(report) = &report {
         gate_read::check_vouched(report, name, &naming)?;
-        // A name a sealed opening names is what its history keeps.
+        // A name a sealed opening names is what its history keeps, and that history stands
+        // as `gates verify` checks it: no reader shows what the verification refuses.
         check_current(store, name, row)?;
+        check_kept(store, run_dir, name, report)?;
     }
     let named_by_none = naming.response.is_empty() && !naming.input;
     let answers_here = |gate: &str| {
@@ -751,7 +781,19 @@ fn check_read_in(
                     )));
                 }
             }
-            if edit.is_none() {
+            // `doctor --fix` restating G's edit (starting the history again) is G's value.
+            let restated = edit.is_none() && {
+                let n = row.own_version;
+                let rows = store.binding_history(name, row.execution_id)?;
+                let writes: Vec<_> = crate::store::kept::sealed_writes(report)
+                    .into_iter()
+                    .filter(|w| w.name == name && w.scope == row.execution_id)
+                    .collect();
+                rows.iter()
+                    .find(|r| Some(r.n) == n)
+                    .is_some_and(|r| crate::store::kept::restates(&writes, r, gate))
+            };
+            if edit.is_none() && !restated {
                 return Err(crate::error::tampered(format!(
                     "binding {} holds version {} and says gate {}'s decision wrote it, and no sealed decision of that gate wrote that version: it was written behind prose-state's back",
                     crate::error::shown(name),
@@ -925,6 +967,25 @@ pub fn kept_problem(
             )));
         }
         read.push((scope, rows));
+    }
+    // Each value of the name held now is its history's newest version: a version before it
+    // rewritten (a step rebuilt on it no longer gives it), or a decision's version deleted and
+    // the value put back, is found by every reader that checks the name, not only by `get`.
+    for (scope, rows) in &read {
+        if rows.is_empty() {
+            continue;
+        }
+        let held = store
+            .resolve(name, *scope)?
+            .filter(|f| f.row.execution_id == *scope);
+        if let Some(found) = held {
+            if let Err(e) = check_current(store, name, &found.row) {
+                if crate::error::code_of(&e) == Some(crate::error::Code::Tampered) {
+                    return Ok(Some(format!("{e:#}")));
+                }
+                return Err(e);
+            }
+        }
     }
     for (gate, pin, digest) in kept::pins(report, name) {
         let fetched;

@@ -69,6 +69,9 @@ pub struct Derived {
     /// the root) and the binding's own version number there, as `history` lists it. None for
     /// decisions sealed before versions were pinned (their digest is found in any version).
     pub pinned: Option<std::collections::BTreeMap<String, Pin>>,
+    /// Each quorum vote's pinned versions of the inputs, with the digests it sealed of them
+    /// (as a decision's `pinned` and `decided_inputs`): what the voter was shown.
+    pub voted: Vec<VotedPins>,
     /// The response schema its `created` event seals (`gates create --response-schema`), and
     /// the answer its decision seals with it (`approve --response`): a quorum's answer is
     /// the deciding approval's (each vote's own stays in its vote event).
@@ -108,6 +111,12 @@ pub struct Written {
     pub at: Option<String>,
     pub record: Option<i64>,
 }
+
+/// A vote's pinned versions and the digests it sealed of them.
+pub type VotedPins = (
+    std::collections::BTreeMap<String, Pin>,
+    std::collections::BTreeMap<String, Option<String>>,
+);
 
 /// Where a decided input's version lives: its frame and its own version number there.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -424,6 +433,7 @@ pub fn derive(events: &[(&AuditRow, RowState)], moves: &Moves) -> Result<Derived
                     decided_at: None,
                     comment: None,
                     pinned: None,
+                    voted: Vec::new(),
                     response_schema: m.get("response_schema").cloned(),
                     response: None,
                     response_binding: m["response_binding"]
@@ -498,6 +508,13 @@ pub fn derive(events: &[(&AuditRow, RowState)], moves: &Moves) -> Result<Derived
                 for e in m["edits"].as_array().into_iter().flatten() {
                     d.edits.push((by.clone(), e.clone()));
                     d.edits_at.push(written.clone());
+                }
+                if !d.inputs.is_empty() {
+                    let pins = serde_json::from_value(m["pinned"].clone());
+                    let digests = serde_json::from_value(m["inputs"].clone());
+                    if let (Ok(pins), Ok(digests)) = (pins, digests) {
+                        d.voted.push((pins, digests));
+                    }
                 }
                 if let Some(answer) = m.get("response") {
                     d.responses.push((by, answer.clone()));

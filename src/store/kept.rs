@@ -51,7 +51,7 @@ pub fn scopes(report: &ChainReport, name: &str) -> Vec<Option<i64>> {
 }
 
 /// Each version of `name` a sealed decision vouches for, with the gate and the digest it
-/// sealed: the versions a decision pinned (was about), and the versions an approver's edit
+/// sealed: the versions a decision or a quorum vote pinned (was about), and the versions an approver's edit
 /// replaced (`from_version`, with the `digest_before` the edit sealed), so that no version a
 /// decision was shown is rewritten unseen.
 pub fn pins<'a>(report: &'a ChainReport, name: &str) -> Vec<(&'a str, Pin, &'a str)> {
@@ -66,6 +66,13 @@ pub fn pins<'a>(report: &'a ChainReport, name: &str) -> Vec<(&'a str, Pin, &'a s
                 .and_then(|d| d.as_deref());
             if let (Some(pin), Some(digest)) = (pin, digest) {
                 out.push((gate.as_str(), pin.clone(), digest));
+            }
+            // What each quorum vote was shown: its pinned versions hold what it sealed.
+            for (pins, digests) in &opening.voted {
+                let digest = digests.get(name).and_then(|d| d.as_deref());
+                if let (Some(pin), Some(digest)) = (pins.get(name), digest) {
+                    out.push((gate.as_str(), pin.clone(), digest));
+                }
             }
             for (_, e) in &opening.edits {
                 let replaced = (e["name"].as_str() == Some(name))
@@ -314,23 +321,7 @@ pub fn claim_problem(
             .as_deref()
             .and_then(|s| s.strip_prefix("approve "))
             .and_then(|s| s.strip_suffix(':'));
-        // `doctor --fix` starting a history again restates the value there (no writer, marked
-        // as following versions not kept): a restatement of G's is of a version G's sealed
-        // decision wrote before it, holding what that decision sealed of it.
-        let restates = |g: &str| {
-            r.gap
-                && r.principal.is_none()
-                && writes.iter().any(|w| {
-                    let held = r.value.as_deref();
-                    w.gate == g
-                        && w.version < r.n
-                        && match (&w.exact, w.bytes) {
-                            (Some(text), _) => held == Some(text.as_bytes()),
-                            (None, Some(n)) => held.is_some_and(|v| v.len() as i64 == n),
-                            (None, None) => false,
-                        }
-                })
-        };
+        let restates = |g: &str| restates(&writes, r, g);
         // Only where this machine attests the gate's opening: sealed elsewhere, it vouches
         // for nothing either way (read as unattested, 10).
         let attested = |g: &str| report.derived.get(g).is_some_and(|d| d.instance > 0);
@@ -349,8 +340,32 @@ pub fn claim_problem(
     })
 }
 
+/// Whether history row `r` is `doctor --fix` starting a history again with a value gate
+/// `g`'s decision wrote (no writer, marked as following versions not kept): a restatement of
+/// a version of `writes` (the sealed writes of its name and scope) G wrote before it, holding
+/// what that decision sealed of it (the answer, the edit's digest, else its size).
+pub fn restates(writes: &[SealedWrite<'_>], r: &HistoryRow, g: &str) -> bool {
+    let held = r.value.as_deref();
+    r.gap
+        && r.principal.is_none()
+        && !r.deleted
+        && r.delta.is_none()
+        && writes.iter().any(|w| {
+            w.gate == g
+                && w.version < r.n
+                && match (&w.exact, w.digest, w.bytes) {
+                    (Some(text), _, _) => held == Some(text.as_bytes()),
+                    (None, Some(d), _) => {
+                        held.is_some_and(|v| crate::model::sha256_tag_bytes(v) == d)
+                    }
+                    (None, None, Some(n)) => held.is_some_and(|v| v.len() as i64 == n),
+                    (None, None, None) => false,
+                }
+        })
+}
+
 /// A version of a binding a sealed decision wrote: an approver's edit, or a gate's answer.
-pub(crate) struct SealedWrite<'a> {
+pub struct SealedWrite<'a> {
     pub gate: &'a str,
     pub name: &'a str,
     pub scope: Option<i64>,
@@ -369,7 +384,7 @@ pub(crate) struct SealedWrite<'a> {
 
 /// Every version sealed decisions wrote, at every opening of every gate the report derived:
 /// the one walk the checks of who wrote a version and the reads of where one came from make.
-pub(crate) fn sealed_writes(report: &ChainReport) -> Vec<SealedWrite<'_>> {
+pub fn sealed_writes(report: &ChainReport) -> Vec<SealedWrite<'_>> {
     let mut out = Vec::new();
     for (gate, d) in &report.derived {
         for opening in d.earlier.iter().chain(std::iter::once(d)) {

@@ -258,15 +258,21 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
             let _permit = stop.as_ref().map(|s| s.permit()).transpose()?;
             // A decision counts only if its log attests it.
             let mut report = s.verify_signed(signed.as_ref())?;
-            // A decision about inputs stands on the very versions it pinned.
-            let about_inputs = ready.iter().any(|(_, g)| {
-                report
-                    .derived
-                    .get(&g.id)
-                    .is_some_and(|d| d.decided_inputs.is_some())
+            // A gate whose openings name bindings stands only as `gates verify` checks the
+            // run: the versions its decisions pinned or wrote, and the values held now (an
+            // answer deleted or renamed, an edited input changed in place). Made again when
+            // a finding coincides with the log growing (a decision committed beside it).
+            let names_any = ready.iter().any(|(_, g)| {
+                report.derived.get(&g.id).is_some_and(|d| {
+                    d.earlier
+                        .iter()
+                        .chain(std::iter::once(d))
+                        .any(|o| !o.inputs.is_empty() || o.response_binding.is_some())
+                })
             });
-            if about_inputs {
-                crate::services::inputs::check_sealed(s, &run_dir, &mut report)?;
+            if names_any {
+                let (r, _) = crate::services::inputs::verify_run(s, &run_dir, signed.as_ref())?;
+                report = r;
             }
             for (gate, why) in found {
                 if !matches!(report.gate(&gate), Integrity::Tampered(_)) {

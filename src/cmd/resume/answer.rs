@@ -84,25 +84,10 @@ fn gate_nexts(
     roster: &mut crate::cmd::gates::LazyRoster,
 ) -> Result<Vec<GateNext>> {
     let gates = store.gates(None, now)?;
-    // The log and the versions its decisions pinned, read again when they disagree while the
-    // log grew (a decision committed beside the read), three times at most.
-    let (_, mut newest) = store.sealed_names_at()?;
-    let mut tries = 0;
-    let report = loop {
-        let mut report = store.verify_audit()?;
-        // A decision about inputs stands on the versions it pinned, before it is consumed here.
-        if report.derived.values().any(|d| d.decided_inputs.is_some()) {
-            crate::services::inputs::check_sealed(store, run_dir, &mut report)?;
-        }
-        if !report.is_broken() || tries == 3 {
-            break report;
-        }
-        let (_, grown) = store.sealed_names_at()?;
-        if grown == newest {
-            break report;
-        }
-        (newest, tries) = (grown, tries + 1);
-    };
+    // The run checked as `gates verify` checks it (its log, earlier openings, the versions
+    // and values of the bindings its openings name), read again when a finding coincides with
+    // the log growing: no gate is said to stand that the verification refuses.
+    let (report, _) = crate::services::inputs::verify_run(store, run_dir, None)?;
     // A gate its sealed log opened whose row is gone is shown from its log, tampered (its
     // next step is stop): a row deleted behind prose-state's back hides no gate from the VM.
     let mut gates = gates;
