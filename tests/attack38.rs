@@ -7,7 +7,9 @@
 //! quorum vote's pinned version rewritten in place was decided on, an approver's erased edit
 //! read back as the old value, a deleted answer passed `gates verify`, `resume` and `gates
 //! wait`, `export` carried a run `gates verify` refuses; and two false alarms (a fork taken
-//! during a quorum with a vote's edit, `doctor --fix` restating an approver's edit).
+//! during a quorum with a vote's edit, `doctor --fix` restating an approver's edit). Then what
+//! helper-40 found: `diff` compared a gate row forged as approved, and a deleted answer, as
+//! differences (exit 0); `resume` stated a tampered gate's status as its row claimed it.
 
 use crate::common::*;
 use crate::serve::add;
@@ -22,6 +24,8 @@ on_both!(
     a_version_under_a_step_rewritten_is_read_by_no_reader_of_the_past_nor_exported,
     a_fork_during_a_quorum_with_a_vote_s_edit_stands,
     doctor_fix_restating_an_approver_s_edit_raises_no_alarm,
+    diff_compares_no_run_gates_verify_refuses,
+    resume_states_a_tampered_gate_as_its_log_makes_it,
 );
 
 /// Raw SQL on the run: `sqlite` (triggers dropped where it says) or `postgres` with every
@@ -428,4 +432,86 @@ fn a_pending_gate_whose_vote_edit_was_rewritten_is_neither_waited_on_nor_decided
         .failure();
     assert_eq!(code(&a), 9, "{}", stderr(&a));
     assert_eq!(run.snapshot(), before, "a refused approval wrote something");
+}
+
+/// A pending gate's row rewritten as approved by alice, and (in another run) an answer's row
+/// deleted: `diff` of either run is 9, as `gates verify` is, not a difference.
+fn diff_compares_no_run_gates_verify_refuses(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "G", "--prompt", "P"])
+        .args(["--response-schema", r#"{"type":"integer"}"#])
+        .args(["--response-binding", "ans"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["gates", "create", "H", "--prompt", "P"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["approve", "G", "--as", "alice", "-y", "--response", "5"])
+        .assert()
+        .success();
+    let at = run.view().last_execution_id().to_string();
+    run.cmd()
+        .args(["fork", "--at", &at, "--run-id", "f1"])
+        .assert()
+        .success();
+    let diff = |a: &str, b: &str| p.cmd().args(["diff", a, b]).assert();
+    diff(&run.id, "f1").success();
+    let snap = p.snapshot();
+    for (sqlite, postgres) in [
+        (
+            "UPDATE gates SET status = 'approved', resolved_by = 'alice' WHERE id = 'H'",
+            "UPDATE openprose.gates SET status = 'approved', resolved_by = 'alice'
+              WHERE run_id = '$RUN' AND id = 'H';",
+        ),
+        (
+            "DELETE FROM bindings WHERE name = 'ans';
+             DELETE FROM binding_history WHERE name = 'ans' AND deleted = 1;",
+            "DELETE FROM openprose.bindings WHERE run_id = '$RUN' AND name = 'ans';",
+        ),
+    ] {
+        raw(&run, sqlite, postgres);
+        refused(&run, &["gates", "verify"]);
+        for (x, y) in [
+            (&run.id[..], "f1"),
+            ("f1", &run.id[..]),
+            (&run.id[..], &run.id[..]),
+        ] {
+            let a = diff(x, y).failure();
+            assert_eq!(code(&a), 9, "{sqlite}: diff {x} {y}: {}", stderr(&a));
+        }
+        p.restore(&snap);
+    }
+}
+
+/// A pending gate's row rewritten as approved by alice: `resume` is 9 and says the gate is
+/// pending, decided by no one (its sealed log), in its JSON and its text alike.
+fn resume_states_a_tampered_gate_as_its_log_makes_it(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "H", "--prompt", "P"])
+        .assert()
+        .success();
+    raw(
+        &run,
+        "UPDATE gates SET status = 'approved', resolved_by = 'alice' WHERE id = 'H'",
+        "UPDATE openprose.gates SET status = 'approved', resolved_by = 'alice'
+          WHERE run_id = '$RUN' AND id = 'H';",
+    );
+    let a = run.cmd().args(["resume", "--json"]).assert().failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
+    let v = stdout_json(&a);
+    let gate = v["gates"]
+        .as_array()
+        .and_then(|g| g.iter().find(|g| g["id"] == "H"))
+        .unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(gate["status"], "pending", "{gate}");
+    assert!(gate["resolved_by"].is_null(), "{gate}");
+    let a = run.cmd().args(["resume"]).assert().failure();
+    let out = String::from_utf8_lossy(&a.get_output().stdout).to_string();
+    assert!(!out.contains("now approved"), "{out}");
 }

@@ -52,6 +52,13 @@ impl Render for Imported {
                 "Run unchanged: {} (already here with the same content)",
                 self.run_id
             )?;
+            if self.sealed_elsewhere > 0 {
+                writeln!(
+                    w,
+                    "Audit: {} rows sealed on another machine, not vouched for by this import (nothing was written): to vouch for them, import the copy under a new id with --run-id NEW --vouch",
+                    self.sealed_elsewhere
+                )?;
+            }
         } else {
             let how = if self.replaced {
                 "replaced"
@@ -67,7 +74,7 @@ impl Render for Imported {
                 let how = if self.vouched {
                     "vouched for and sealed here"
                 } else {
-                    "kept as they came: their decisions are unattested here (import --vouch to vouch for them)"
+                    "kept as they came: their decisions are unattested here (to vouch for them, import the copy again with --vouch under a new id: --run-id NEW --vouch)"
                 };
                 let n = self.sealed_elsewhere;
                 writeln!(w, "Audit: {n} rows sealed on another machine, {how}")?;
@@ -291,7 +298,9 @@ fn already_here(
 ) -> Result<bool> {
     let here = transfer::read(have)?;
     if transfer::digest(have, dir, &here)? == c.digest {
+        // Nothing written: nothing vouched for either, whatever was asked.
         out.unchanged = true;
+        out.vouched = false;
         return Ok(true);
     }
     if !replace {

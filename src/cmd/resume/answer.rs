@@ -108,6 +108,7 @@ fn gate_nexts(
             stale.insert(g.id.clone(), why);
         }
     }
+    let tampered = |id: &str| IntegrityView::of(&report, id).state == "tampered";
     gates
         .into_iter()
         .map(|g| {
@@ -174,10 +175,19 @@ fn gate_nexts(
                 .resolution_comment
                 .clone()
                 .filter(|_| IntegrityView::of(&report, &g.id).state == "attested"),
+            // A gate at odds with its log is stated as its sealed log makes it, never as its
+            // row claims (what the position's records say of it too).
+            status: match (tampered(&g.id), report.derived.get(&g.id)) {
+                (true, Some(d)) => d.status(),
+                _ => g.status,
+            },
+            resolved_by: match (tampered(&g.id), report.derived.get(&g.id)) {
+                (true, Some(d)) => d.decision.as_ref().map(|(_, by, _)| by.clone()),
+                (true, None) => None,
+                (false, _) => g.resolved_by,
+            },
             id: g.id,
-            status: g.status,
             on_reject: g.on_reject,
-            resolved_by: g.resolved_by,
             resolved_at: g.resolved_at,
             timeout_at: g.timeout_at,
         })
