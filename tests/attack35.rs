@@ -1180,9 +1180,15 @@ fn a_claim_under_a_new_name_is_found_by_verify_and_refused_by_every_read(b: Back
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
     answered_and_edited(&run, &["--allow", "alice"]);
-    run.view().raw(
+    let forge =
         "INSERT OR REPLACE INTO bindings (name, execution_id, kind, value, source_statement)
-         VALUES ('evil', NULL, 'let', 'rm -rf /', 'approve G:')",
+         VALUES ('evil', NULL, 'let', 'rm -rf /', 'approve G:')";
+    // An export of the run as it stands, forged afterwards: `import` refuses it.
+    let out = forged_export(&p, &run, forge);
+    let a = import_as_copy_1(&run, &out).failure();
+    assert_eq!(code(&a), 9, "{}", stderr(&a));
+    run.view().raw(
+        forge,
         "INSERT INTO openprose.bindings (run_id, name, kind, value, source_statement)
          VALUES ('$RUN', 'evil', 'let', 'rm -rf /', 'approve G:')",
     );
@@ -1194,13 +1200,17 @@ fn a_claim_under_a_new_name_is_found_by_verify_and_refused_by_every_read(b: Back
         assert_eq!(code(&a), 9, "{args:?}: {}", stderr(&a));
         assert!(!String::from_utf8_lossy(&a.get_output().stdout).contains("rm -rf"));
     }
-    let out = forged_export(&p, &run, "");
-    let a = import_as_copy_1(&run, &out).failure();
+    // The forged run itself is not exported (`export` checks it as `gates verify` does).
+    let a = run
+        .cmd()
+        .args(["export", "-o"])
+        .arg(p.root().join("copy2"))
+        .assert()
+        .failure();
     assert_eq!(code(&a), 9, "{}", stderr(&a));
+    assert!(!p.root().join("copy2").exists());
 }
 
-/// The run exported into the project's `copy/`, then `sqlite` run on the copy's database
-/// behind the tool's back (nothing when empty).
 /// The version an approver's edit replaced (`orig`, version 1, which no decision pinned)
 /// rewritten in history to other bytes of the same size: the edit sealed its digest, so
 /// `gates verify`, `doctor` and `get --version 1` find it (9), and `history` does not show it.
@@ -1235,6 +1245,8 @@ fn the_version_an_edit_replaced_is_sealed_with_its_digest(b: Backend) {
     assert!(out.contains("tampered"), "{out}");
 }
 
+/// The run exported into the project's `copy/`, then `sqlite` run on the copy's database
+/// behind the tool's back (nothing when empty).
 fn forged_export(p: &Project, run: &Run, sqlite: &str) -> std::path::PathBuf {
     let out = p.root().join("copy");
     run.cmd()

@@ -894,17 +894,20 @@ pub fn gate_problem(store: &mut dyn Store, run_dir: &Path, d: &Derived) -> Resul
         let newest = newest_row(store);
         let found = (|| -> Result<Option<String>> {
             let report = store.verify_audit()?;
-            for name in &names {
+            // A name held now is checked whole with its row (`check_read_in` checks its kept
+            // versions); one held nowhere, by its kept versions alone.
+            let rows: Vec<_> = store
+                .bindings()?
+                .into_iter()
+                .filter(|b| names.contains(&b.name.as_str()))
+                .collect();
+            for name in names.iter().filter(|n| !rows.iter().any(|b| b.name == **n)) {
                 if let Some(why) = kept_problem(store, run_dir, name, &report)? {
                     return Ok(Some(why));
                 }
             }
             let sealed = crate::store::kept::names(&report);
-            for b in store
-                .bindings()?
-                .iter()
-                .filter(|b| names.contains(&b.name.as_str()))
-            {
+            for b in &rows {
                 match check_read_in(store, run_dir, &sealed, b.execution_id, b, Some(&report)) {
                     Err(e) if code_of(&e) == Some(Code::Tampered) => {
                         return Ok(Some(format!("{e:#}")))
