@@ -252,7 +252,10 @@ pub fn problem(
         }
         if let Some(text) = &w.exact {
             if held != Some(text.as_bytes()) {
-                return wrong(format!("does not hold the {} bytes", text.len()));
+                return wrong(format!(
+                    "does not hold the answer its decision wrote (its {} bytes)",
+                    text.len()
+                ));
             }
         } else if let (Some(n), Some(v)) = (w.bytes, held) {
             if v.len() as i64 != n {
