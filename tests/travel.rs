@@ -2324,22 +2324,19 @@ fn a_decisions_frames_survive_the_renumbering_of_a_move() {
         .failure();
     assert_eq!(code(&a), 4, "{}", stderr(&a));
     assert_eq!(moved.snapshot(), before);
-    moved.view().raw(
+    // A value put in behind the tool's back is caught in the fork's frame (the fork, so that
+    // the moved run goes on untouched below).
+    forked.view().raw(
         "",
         "UPDATE openprose.bindings SET value = convert_to('{\"size\":666}', 'UTF8')
           WHERE run_id = '$RUN' AND name = 'size'",
     );
-    let a = moved
+    let a = forked
         .cmd()
-        .args(["get", "size", "--execution-id", &new_at])
+        .args(["get", "size", "--execution-id", &fork_block.to_string()])
         .assert()
         .failure();
     assert_eq!(code(&a), 9, "{}", stderr(&a));
-    moved.view().raw(
-        "",
-        "UPDATE openprose.bindings SET value = convert_to('{\"size\":3}', 'UTF8')
-          WHERE run_id = '$RUN' AND name = 'size'",
-    );
     // It goes on: the gate reopened on the server answers into the same frame.
     moved
         .cmd()
