@@ -268,18 +268,12 @@ impl Side {
         // what was checked, or the run changed while it was read (read again).
         // The run as `gates verify` checks it: a run it refuses (a gate's row at odds with its
         // log, a decision's value gone or changed) is not compared, as no reader shows it.
-        let (report, _) = crate::services::inputs::verify_run(store.as_mut(), &paths.dir, None)?;
-        if let Some((gate, crate::store::chain::Integrity::Tampered(why))) = report
-            .gates
-            .iter()
-            .find(|(_, i)| matches!(i, crate::store::chain::Integrity::Tampered(_)))
-        {
-            return Err(crate::error::tampered(format!(
-                "gate {} of run {}: {why}; a run that does not verify is not compared (see `gates verify`)",
-                crate::error::shown(gate),
-                crate::error::shown(&paths.id)
-            )));
-        }
+        crate::services::inputs::refuse_tampered(
+            store.as_mut(),
+            &paths.dir,
+            &paths.id,
+            "not compared",
+        )?;
         let checked = crate::services::inputs::settled(store.as_mut(), |s, names| {
             // And every binding that says a decision wrote it, whatever its name.
             let named: Vec<BindingRow> = s

@@ -67,18 +67,12 @@ pub fn copy_out(
     };
     // The run checked as `gates verify` checks it: a gate it finds tampered (its row, or what
     // its openings name: a version rewritten, a value changed in place) is not carried out.
-    let (report, _) = crate::services::inputs::verify_run(store.as_mut(), &paths.dir, None)?;
-    if let Some((gate, crate::store::chain::Integrity::Tampered(why))) = report
-        .gates
-        .iter()
-        .find(|(_, i)| matches!(i, crate::store::chain::Integrity::Tampered(_)))
-    {
-        return Err(crate::error::tampered(format!(
-            "gate {} of run {}: {why}; a run that does not verify is not exported (see `gates verify`)",
-            shown(gate),
-            shown(&paths.id)
-        )));
-    }
+    crate::services::inputs::refuse_tampered(
+        store.as_mut(),
+        &paths.dir,
+        &paths.id,
+        "not exported",
+    )?;
     let mut tries = 0;
     loop {
         // One snapshot of the run: rows and values as they were at one moment, however many

@@ -307,6 +307,29 @@ pub fn verify_copy(
     Ok(report)
 }
 
+/// Refuses (exit 9) a run [`verify_run`] finds a gate of tampered: what `export` and `diff`
+/// do not carry out or compare (`not`: "not exported", say).
+pub fn refuse_tampered(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    run_id: &str,
+    not: &str,
+) -> Result<()> {
+    let (report, _) = verify_run(store, run_dir, None)?;
+    if let Some((gate, crate::store::chain::Integrity::Tampered(why))) = report
+        .gates
+        .iter()
+        .find(|(_, i)| matches!(i, crate::store::chain::Integrity::Tampered(_)))
+    {
+        return Err(crate::error::tampered(format!(
+            "gate {} of run {}: {why}; a run that does not verify is {not} (see `gates verify`)",
+            crate::error::shown(gate),
+            crate::error::shown(run_id)
+        )));
+    }
+    Ok(())
+}
+
 /// A run's whole check, as `gates verify` makes it and every reader that vouches for a run's
 /// gates together shows it (a listing of one run, the page's run view, `doctor`): its log
 /// ([`Store::verify_signed`]), then, when its sealed openings name bindings, their kept
