@@ -1373,7 +1373,8 @@ fn no_mutation_of_the_rows_makes_a_decision_stand(b: Backend) {
             panic!("{b:?}: seed {seed} (replay with PROSE_FORGERY_SEED={seed}): {why}");
         }
         // As `gates wait --require-signed` sees it: only the page's own decision may stand.
-        let mut signed = t::check(&r, &g, Some(&run.id), Some(&key), Some(&anchor));
+        // (The same check of the same rows, then their signatures.)
+        let mut signed = report;
         t::check_signed(&mut signed, &r, &g, &page_key, &place).unwrap();
         if let Some(why) = violation_of(&signed, &g, &signed_truth, &truth, changed) {
             panic!("{b:?}: seed {seed} (replay with PROSE_FORGERY_SEED={seed}), signed: {why}");
