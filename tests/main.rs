@@ -27,6 +27,7 @@ mod forgery;
 mod fork;
 mod gates;
 mod guides;
+mod helper41;
 mod history;
 mod hosts;
 mod init;

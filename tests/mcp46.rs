@@ -4,7 +4,8 @@
 //! memory where its `persist:` says, into the next run; MCP sessions as a host starts them
 //! (no `--agent`), failures a client can read (no structured content to break an output
 //! schema), a wait that ran out saying so, `query`'s columns in order, and no task shape of
-//! another revision on a handshake session.
+//! another revision on a handshake session. Then what helper-41 found in a subagent session
+//! inside a gate's frame.
 
 use crate::common::*;
 use rmcp::model::{
@@ -26,6 +27,7 @@ on_both!(
     what_an_outside_host_found,
     a_session_or_prompt_naming_what_does_not_exist_is_refused,
     persist_path_keeps_memory_under_the_project_root,
+    a_subagent_inside_an_unanswered_frame_lists_what_it_sees,
 );
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -766,4 +768,70 @@ fn persist_path_keeps_memory_under_the_project_root(b: Backend) {
         .success();
     let guide = String::from_utf8_lossy(&guide.get_output().stdout).to_string();
     assert!(guide.contains("--scope .prose/custom/cap"), "{guide}");
+}
+
+/// What helper-41 found over MCP, in a subagent session held to a record inside a gate's
+/// frame (the gate answers into `ans` there; the root binds `ans` too): the bindings resource
+/// lists what that record sees, the outer `ans` left out, where it failed whole; and the
+/// subagent prompt naming another execution is refused, where it was answered for the
+/// session's own.
+fn a_subagent_inside_an_unanswered_frame_lists_what_it_sees(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let frame = run.exec(1, "do blk", "executing", None);
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "p"])
+        .args(["--response-schema", r#"{"type":"string"}"#])
+        .args(["--response-binding", "ans", "--execution-id"])
+        .arg(frame.to_string())
+        .assert()
+        .success();
+    let inner = run.exec(2, "inner", "executing", Some(frame));
+    run.bind("other", "v", None);
+    run.bind("ans", "\"outer\"", None);
+    let before = run.snapshot();
+    let inner_id = inner.to_string();
+    let options = [
+        "--role",
+        "subagent",
+        "--agent",
+        "bot",
+        "--execution-id",
+        &inner_id,
+    ];
+    runtime().block_on(async {
+        let s = session(&p, Some(&run), &options, false).await;
+        let read = s
+            .read_resource(rmcp::model::ReadResourceRequestParams::new(format!(
+                "prose://runs/{}/bindings",
+                run.id
+            )))
+            .await
+            .unwrap();
+        let text = match &read.contents[0] {
+            rmcp::model::ResourceContents::TextResourceContents { text, .. } => text.clone(),
+            other => panic!("{other:?}"),
+        };
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let names: Vec<&str> = v["bindings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|b| b["name"].as_str())
+            .collect();
+        assert_eq!(names, ["other"], "{v}");
+        let mut asked = GetPromptRequestParams::new("subagent");
+        asked.arguments =
+            Some(serde_json::from_value(json!({"execution_id": frame.to_string()})).unwrap());
+        let e = s.get_prompt(asked).await.unwrap_err().to_string();
+        assert!(
+            e.contains("execution_id is this subagent session's own"),
+            "{e}"
+        );
+        let mut asked = GetPromptRequestParams::new("subagent");
+        asked.arguments = Some(serde_json::from_value(json!({"execution_id": inner_id})).unwrap());
+        assert!(!s.get_prompt(asked).await.unwrap().messages.is_empty());
+        s.cancel().await.unwrap();
+    });
+    assert_eq!(run.snapshot(), before, "reads wrote nothing");
 }

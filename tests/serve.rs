@@ -52,8 +52,9 @@ fn a_live_status_says_what_the_sealed_log_says_not_an_edited_row(b: Backend) {
     let before = run.view().events("g").len();
     let r = status(&s);
     assert_eq!(r.status, 200, "{}", r.body);
-    assert!(r.body.contains("status pending\n"), "{}", r.body);
+    assert!(r.body.contains("status pending (TAMPERED)\n"), "{}", r.body);
     assert!(r.body.contains("decided_by \n"), "{}", r.body);
+    assert!(r.body.contains("integrity tampered\n"), "{}", r.body);
     assert!(!r.body.contains("mallory"), "{}", r.body);
     assert_eq!(
         run.view().events("g").len(),
@@ -76,8 +77,13 @@ fn a_live_status_says_what_the_sealed_log_says_not_an_edited_row(b: Backend) {
     );
     let r = status(&s);
     assert_eq!(r.status, 200, "{}", r.body);
-    assert!(r.body.contains("status approved\n"), "{}", r.body);
+    assert!(
+        r.body.contains("status approved (TAMPERED)\n"),
+        "{}",
+        r.body
+    );
     assert!(r.body.contains("decided_by alice\n"), "{}", r.body);
+    assert!(r.body.contains("integrity tampered\n"), "{}", r.body);
 }
 
 /// The page re-derives a gate from its sealed log before it shows the decision form: a gate
@@ -570,7 +576,7 @@ fn a_signed_decision_about_inputs_is_carried_into_a_fork(b: Backend) {
     run.bind("topic", "cooking", None);
     let before = run.before_refusal("review");
     let r = post_as_shown(&s, &cookie, &run, "review", &page.body);
-    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(r.status, 409, "{}", r.body);
     run.refused(
         &before,
         1,

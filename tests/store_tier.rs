@@ -202,7 +202,7 @@ fn the_first_decision_decides_and_a_second_is_only_logged(b: Backend) {
     let before = t.events("ship");
     assert!(matches!(
         t.decide("ship", "bob", false, T0),
-        Decided::AlreadyResolved(_)
+        Decided::AlreadyResolved(_, false)
     ));
     assert_eq!(
         t.read("ship", T0),
@@ -279,7 +279,7 @@ fn a_deadline_passes_at_the_time_given(b: Backend) {
     assert_eq!(t.read("ship", "2026-01-01 01:00:01").0, GateStatus::Timeout);
     assert!(matches!(
         t.decide("ship", "alice", true, "2026-01-01 01:00:02"),
-        Decided::AlreadyResolved(_)
+        Decided::AlreadyResolved(_, false)
     ));
     assert_eq!(t.read("ship", "2026-01-01 02:00:00").0, GateStatus::Timeout);
 }

@@ -235,7 +235,8 @@ fn a_timed_out_gate_tells_one_time_and_iso_deadlines_show_time_left(b: Backend) 
             "UPDATE openprose.gates SET timeout_at = '{iso}' WHERE run_id = '$RUN' AND id = 'iso'"
         ),
     );
-    let a = run.cmd().args(["--json", "gates"]).assert().success();
+    // The project's listing (the catalog's copy of the rows, vouching for nothing) reads it.
+    let a = p.cmd().args(["--json", "gates"]).assert().success();
     let v = stdout_json(&a);
     let left = v
         .as_array()
@@ -245,6 +246,19 @@ fn a_timed_out_gate_tells_one_time_and_iso_deadlines_show_time_left(b: Backend) 
         .unwrap()["time_left_seconds"]
         .as_i64();
     assert!(left.is_some_and(|s| (3000..=3600).contains(&s)), "{v}");
+    // The run's own listing checks the gate against its sealed log: the deadline the log
+    // gives it (two hours), marked tampered, never the row's.
+    let a = run.cmd().args(["--json", "gates"]).assert().success();
+    let v = stdout_json(&a);
+    let g = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["id"] == "iso")
+        .unwrap();
+    assert_eq!(g["integrity"]["state"], "tampered", "{v}");
+    let left = g["time_left_seconds"].as_i64();
+    assert!(left.is_some_and(|s| (6600..=7200).contains(&s)), "{v}");
 }
 
 /// Now plus some hours, in ISO 8601 with `T` and `Z`.

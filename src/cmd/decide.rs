@@ -123,9 +123,16 @@ pub fn outcome(
             g.id
         )),
         Decided::NotFound => gate_not_found(run_id, gate),
-        Decided::AlreadyResolved(g) => refused(format!(
+        Decided::AlreadyResolved(g, false) => refused(format!(
             "{}; this attempt was logged",
             resolved_by(&g)
+        )),
+        // Not "already approved by alice": nothing here attests that anyone decided.
+        Decided::AlreadyResolved(g, true) => refused(format!(
+            "gate {} is {} only in its row (by {}), by no sealed decision: written outside prose-state (the spec's own SQL, or another tool), which nothing here attests, and `gates wait` says so (exit 10); it is not decided again (open a gate under a new id to ask again); this attempt was logged",
+            g.id,
+            g.status,
+            shown(g.resolved_by.as_deref().unwrap_or("-"))
         )),
         Decided::NotAllowed(g) => refused(format!(
             "principal {} may not decide gate {} (allow: {}); this attempt was logged",

@@ -250,6 +250,10 @@ fn check_found(
         );
     };
     let naming = store.naming_among(names, &args.name)?;
+    let point = match &args.as_of {
+        Some(at) => Some(super::history::parse_as_of(store, at)?),
+        None => None,
+    };
     if naming.input || !naming.response.is_empty() {
         // A name some opening names: the log, checked whole once, must vouch for it here; an
         // input some gate is about is read in the past only while the log is whole.
@@ -268,7 +272,7 @@ fn check_found(
             args.execution_id,
             Some(found.row.execution_id),
             naming.response,
-            crate::store::gate_read::Read::Past,
+            crate::store::gate_read::Read::Past(point.as_ref()),
             Some(&report),
         )?;
     }

@@ -350,7 +350,7 @@ impl HistoryArgs {
                 self.execution_id,
                 Some(scope),
                 naming.response,
-                crate::store::gate_read::Read::Past,
+                crate::store::gate_read::Read::Past(None),
                 Some(&report),
             )?;
             crate::services::inputs::check_kept(store, &run.dir, &self.name, &report)?;

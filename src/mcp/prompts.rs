@@ -95,10 +95,17 @@ pub fn get(
     argv.push("guide".into());
     argv.push(name.into());
     if name == "subagent" {
-        let execution = server
-            .execution_id
-            .map(|id| id.to_string())
-            .or(given("execution_id")?);
+        // A session pinned to an execution is that execution's: naming another is refused,
+        // never silently replaced.
+        let asked = given("execution_id")?;
+        if let (Some(mine), Some(asked)) = (server.execution_id, &asked) {
+            if asked.trim() != mine.to_string() {
+                return Err(invalid(format!(
+                    "execution_id is this subagent session's own ({mine}): the prompt cannot name another"
+                )));
+            }
+        }
+        let execution = server.execution_id.map(|id| id.to_string()).or(asked);
         argv.extend(execution.map(|id| format!("--execution-id={id}")));
         argv.extend(given("name")?.map(|binding| format!("--name={binding}")));
         if let Some(kind) = given("kind")? {

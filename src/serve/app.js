@@ -46,14 +46,22 @@
         const status = document.getElementById("status");
         if (status && got.status && status.textContent !== got.status) {
           status.textContent = got.status;
-          if (got.status !== "pending") {
+          // A row changed behind prose-state's back, or a decision nothing here attests: not
+          // a decision this page may call one.
+          const unproven = got.integrity === "tampered" || got.integrity === "unattested";
+          if (got.status !== "pending" || unproven) {
             for (const form of document.querySelectorAll("div.decide")) form.remove();
-            const note = document.createElement("p");
+            const note = document.getElementById("decided-elsewhere") || document.createElement("p");
             note.className = "note";
             note.id = "decided-elsewhere";
-            note.textContent = "Decided" + (got.decided_by ? " by " + got.decided_by : "") +
-              " while this page was open; reload it for the whole history.";
+            note.textContent = unproven
+              ? "Changed while this page was open, in a way nothing here attests (" + got.integrity +
+                "): no decision is shown as made; reload it for the audit."
+              : "Decided" + (got.decided_by ? " by " + got.decided_by : "") +
+                " while this page was open; reload it for the whole history.";
             status.closest("dl").after(note);
+            const audit = document.getElementById("audit");
+            if (audit && unproven) audit.textContent = got.integrity + ": reload the page for why";
           }
         }
       } catch (e) { /* the next change asks again */ } finally { asking = false; }

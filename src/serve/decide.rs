@@ -336,6 +336,9 @@ pub(super) enum Posted {
     Preview(Markup),
     /// Taken by the decision service, or refused by its rules.
     Decided(Box<Decided>),
+    /// What the decision is about changed since the page showed it (as a prompt changed
+    /// since, a conflict): why.
+    Changed(String),
 }
 
 /// Takes a posted decision, as the signed-in principal (never a form field), through the
@@ -544,7 +547,7 @@ pub(super) fn take(
     )?;
     Ok(match decided {
         Ok(d) => Posted::Decided(Box::new(d)),
-        Err(reason) => Posted::Refused(format!(
+        Err(reason) => Posted::Changed(format!(
             "{reason}: reload the gate's page; this attempt was logged"
         )),
     })
@@ -607,6 +610,7 @@ pub(super) async fn decide(
     let decided = match posted {
         // Refused by the page itself (a CSRF token or a form it did not show).
         Posted::Refused(refused) => return Err(PageError::new(StatusCode::FORBIDDEN, refused)),
+        Posted::Changed(why) => return Err(PageError::new(StatusCode::CONFLICT, why)),
         Posted::Preview(body) => {
             let body = layout("Confirm", Some((&principal, &header_csrf)), body);
             return Ok(page(StatusCode::OK, body));

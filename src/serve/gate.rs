@@ -4,7 +4,7 @@
 use super::app::{blocking, page_run, App};
 use super::decide;
 use super::error::PageError;
-use super::layout::{enc, gate_link, layout, left, visible, Page};
+use super::layout::{enc, gate_link, layout, left, status_shown, visible, Page};
 use super::pages::{binding_markup, grid, log_table, newest, RECENT};
 use super::signin::SignedIn;
 use crate::store::{BindingRow, ExecutionRow};
@@ -98,7 +98,7 @@ fn gate_markup(app: &App, d: &GateViewData, user: &SignedIn) -> Markup {
             p { a href=(format!("/runs/{}", enc(run))) { "Run " (visible(run)) } }
             h1 { "Gate " (visible(&g.id)) }
             dl #facts data-events=(format!("/runs/{}/events", enc(run))) data-status=(format!("{}/status", gate_link(g))) {
-                dt { "Status" } dd #status { (g.status.to_string()) }
+                dt { "Status" } dd #status { (status_shown(&g.status, d.shown.integrity.state)) }
                 dt { "May decide" } dd {
                     (visible(&g.allow.join(", ")))
                     @if g.allow.iter().any(|a| a == "user") {
@@ -139,7 +139,10 @@ fn gate_markup(app: &App, d: &GateViewData, user: &SignedIn) -> Markup {
                 }
                 dt { "Created" } dd { (utc(g.created_at.as_deref())) }
                 @if let Some(by) = &g.resolved_by {
-                    dt { "Decided by" } dd #decided-by { (visible(by)) " at " (utc(g.resolved_at.as_deref())) }
+                    dt { "Decided by" } dd #decided-by {
+                        (visible(by)) " at " (utc(g.resolved_at.as_deref()))
+                        @if d.shown.integrity.state == "unattested" { " (in its row only: nothing here attests it)" }
+                    }
                     dt { "Comment" } dd { (visible(g.resolution_comment.as_deref().unwrap_or("-"))) }
                 }
                 @if let Some(a) = &d.shown.gate.response {
@@ -155,7 +158,7 @@ fn gate_markup(app: &App, d: &GateViewData, user: &SignedIn) -> Markup {
                         }
                     }
                 }
-                dt { "Audit" } dd { (d.shown.integrity.state) (d.shown.integrity.detail.as_deref().map(|x| format!(": {x}")).unwrap_or_default()) }
+                dt { "Audit" } dd #audit { (d.shown.integrity.state) (d.shown.integrity.detail.as_deref().map(|x| format!(": {x}")).unwrap_or_default()) }
             }
             @if let Some(why) = &d.shown.stale {
                 p.note #stale { "This decision is stale: " (visible(why)) ". It no longer stands; the run opens the gate again." }
@@ -177,7 +180,9 @@ fn gate_markup(app: &App, d: &GateViewData, user: &SignedIn) -> Markup {
                 (binding_markup(run, b))
             }
             // What a reviewer must read comes first: the decision follows it.
-            @if g.status.is_pending() && d.shown.integrity.state == "tampered" {
+            @if !g.status.is_pending() && d.shown.integrity.state == "unattested" {
+                p.note #unattested { "No decision of this gate is attested here: its row's was written outside prose-state (the spec's own SQL, another tool, another machine's key), and the run's VM is told so (gates wait exits 10). It cannot be decided here." }
+            } @else if g.status.is_pending() && d.shown.integrity.state == "tampered" {
                 // The gate as re-derived from its sealed log disagrees with its row: no form.
                 p.note #tampered { "This gate disagrees with its sealed log; it cannot be decided here." }
             } @else if g.status.is_pending() {

@@ -137,3 +137,12 @@ pub(super) fn left(seconds: Option<i64>) -> String {
         None => "no deadline".into(),
     }
 }
+
+/// A gate's status as the page shows it (and its live status says it): marked where nothing
+/// here attests it or its row is at odds with its sealed log.
+pub(super) fn status_shown(status: &crate::model::GateStatus, integrity: &str) -> String {
+    match integrity {
+        "tampered" | "unattested" => format!("{status} ({})", integrity.to_uppercase()),
+        _ => status.to_string(),
+    }
+}

@@ -409,8 +409,9 @@ fn event_stream(
 
 /// What may change on a gate's page while it is open, read without writing anything (a view
 /// is not logged: this is what the page's script asks at each `change` event): the status, who
-/// decided, and whether the decision is stale. Plain text lines `status`, `decided_by`,
-/// `stale`.
+/// decided, whether the decision is stale, and how the gate stands against its sealed log.
+/// Plain text lines `status` (as the page shows it, marked), `decided_by`, `stale`,
+/// `integrity` (`attested`, `unsealed`, `unattested` or `tampered`).
 pub(super) async fn gate_status(
     State(app): State<Arc<App>>,
     Path((run, gate)): Path<(String, String)>,
@@ -425,9 +426,15 @@ pub(super) async fn gate_status(
         let (stale, _) = crate::services::inputs::stale(store.as_mut(), &paths.dir, &g.derived)?;
         // As its sealed log has it where the row contradicts it (`GateRead::decision`).
         let (status, by) = g.decision();
+        let integrity = match &g.integrity {
+            crate::store::chain::Integrity::Tampered(_) => "tampered",
+            crate::store::chain::Integrity::Unattested(_) => "unattested",
+            _ if g.derived.instance == 0 => "unsealed",
+            _ => "attested",
+        };
         Ok(format!(
-            "status {}\ndecided_by {}\nstale {}\n",
-            status,
+            "status {}\ndecided_by {}\nstale {}\nintegrity {integrity}\n",
+            super::layout::status_shown(&status, integrity),
             by.map(visible).unwrap_or_default(),
             stale.as_deref().map(visible).unwrap_or_default()
         ))

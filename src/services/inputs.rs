@@ -692,14 +692,21 @@ pub fn checked_bindings(
         let rows = read(s)?;
         // Every row a sealed opening names, and every row that says a decision wrote it
         // (`approve G:`), whatever its name: one no opening of G names is refused, as `get`
-        // refuses it.
-        for b in rows
-            .iter()
-            .filter(|b| names.contains(&b.name) || claims_decision(b))
-        {
-            check_read_now(s, run_dir, names, start.unwrap_or(b.execution_id), b)?;
+        // refuses it. An outer binding found where a gate's answer is still to come is not
+        // visible from here (`get` of it is exit 3): left out, the rest listed.
+        let mut visible = Vec::with_capacity(rows.len());
+        for b in rows {
+            if names.contains(&b.name) || claims_decision(&b) {
+                match check_read_now(s, run_dir, names, start.unwrap_or(b.execution_id), &b) {
+                    Err(e) if crate::error::code_of(&e) == Some(crate::error::Code::NotFound) => {
+                        continue
+                    }
+                    other => other?,
+                }
+            }
+            visible.push(b);
         }
-        Ok(rows)
+        Ok(visible)
     })
 }
 

@@ -143,6 +143,37 @@ pub fn gone_row(id: &str, d: &Derived) -> GateRow {
     }
 }
 
+/// What a reader shows of a gate whose row contradicts its sealed log (`integrity` tampered):
+/// every field its sealed opening records, as that opening has it (the status, who decided,
+/// when and why, the allow list, the deadline), never the row's; the row's own where nothing
+/// sealed opened the gate, or for what the log does not record (the prompt, whose digest it
+/// seals, the metadata, and the run it is kept in). The gate marked tampered beside it says
+/// the rest.
+pub fn shown_row(row: GateRow, integrity: &Integrity, d: &Derived) -> GateRow {
+    if !matches!(integrity, Integrity::Tampered(_)) || d.instance == 0 {
+        return row;
+    }
+    let sealed = gone_row(&row.id, d);
+    GateRow {
+        timeout: d.timeout.clone().map_or(row.timeout, |_| sealed.timeout),
+        timeout_at: d
+            .timeout_at
+            .clone()
+            .map_or(row.timeout_at, |_| sealed.timeout_at),
+        on_reject: d
+            .on_reject
+            .clone()
+            .map_or(row.on_reject, |_| sealed.on_reject),
+        // Where the row lives, which a listing groups it by (a copy made by hand names the
+        // run it was copied from in its sealed events).
+        run_id: row.run_id,
+        prompt: row.prompt,
+        metadata: row.metadata,
+        execution_id: row.execution_id,
+        ..sealed
+    }
+}
+
 /// A gate a listing read, as its run's checked log (`Store::verify_audit`) has it: a broken
 /// log taints every gate of the run. What a listing shows of one run's gates: never its row's
 /// word where the log contradicts it (`GateRead::decision`).
@@ -182,18 +213,20 @@ pub fn check_response_binding(
 }
 
 /// How a name is read: as it is now (with the very row to be printed, when the caller holds
-/// it: that row is what is checked), or in the past (`get --version`, `--as-of`, `history`).
+/// it: that row is what is checked), or in the past: the versions of the binding the name
+/// finds now (`get --version`, `history`: None), or what it found at a point of the run
+/// (`get --as-of`: that point).
 #[derive(Clone, Copy)]
 pub enum Read<'a> {
     Now(Option<&'a crate::store::BindingRow>),
-    Past,
+    Past(Option<&'a super::history::AsOf>),
 }
 
 /// [`check_response_binding`], with the gates that answer into `name` already read
-/// (`Rows::gates_naming`). A read of the past (`past`: `get --version`, `--as-of`) is checked
-/// the same way, the answers as they stand included (a broken state vouches for no answer,
-/// then or now), except that an outer binding it found before any answer is what the name
-/// meant then. `checked`: the log as the caller already checked it (`Store::verify_audit`),
+/// (`Rows::gates_naming`). A read of the past (`get --version`, `--as-of`, `history`) is
+/// checked the same way, the answers as they stand included (a broken state vouches for no
+/// answer, then or now), except that an outer binding `--as-of` found at a point before the
+/// gate's opening is what the name meant then. `checked`: the log as the caller already checked it (`Store::verify_audit`),
 /// read here otherwise.
 pub fn check_response_binding_named(
     store: &mut dyn Store,
@@ -207,9 +240,9 @@ pub fn check_response_binding_named(
     if named.is_empty() {
         return Ok(());
     }
-    let (past, printed) = match read {
-        Read::Past => (true, None),
-        Read::Now(printed) => (false, printed),
+    let (as_of, printed) = match read {
+        Read::Past(at) => (at, None),
+        Read::Now(printed) => (None, printed),
     };
     // Some opening names it as a gate's answer: the log is checked whole first (a broken log
     // vouches for no answer, exit 9), and the scopes its sealed openings answer into, read
@@ -286,15 +319,34 @@ pub fn check_response_binding_named(
             Err(e) => return Err(e),
         }
     }
-    // A response binding nearer than where the name was found holds no answer yet (no
-    // decision has answered, or one without an answer): the outer binding of the same name is
-    // not read in its place.
-    if let (Some(at), false) = (found, past) {
+    // A response binding nearer than where the name was found holds no answer (no decision
+    // has answered, or one without an answer; at `--as-of`'s point, none had yet): the outer
+    // binding of the same name is not read in its place. Only a point before the opening
+    // reads past it: the outer binding is what the name meant then.
+    if let Some(at) = found {
         let nearer = &passed[..passed.iter().position(|s| *s == at).unwrap_or(0)];
-        if let Some((gate, scope)) = named.iter().find(|(_, s)| nearer.contains(s)) {
+        let opened_by = |gate: &str, scope: Option<i64>| {
+            let Some(point) = as_of else { return true };
+            let Some(d) = report.derived.get(gate) else {
+                return true;
+            };
+            d.earlier
+                .iter()
+                .chain(std::iter::once(d))
+                .filter(|o| o.response_binding.as_ref() == Some(&(name.to_string(), scope)))
+                .any(|o| opened_then(o, scope, point))
+        };
+        if let Some((gate, scope)) = named
+            .iter()
+            .find(|(g, s)| nearer.contains(s) && opened_by(g, *s))
+        {
             let place = scope.map_or("the root".to_string(), |e| format!("execution {e}"));
+            let (has, then) = match as_of {
+                Some(point) => ("had", format!(" at {point}")),
+                None => ("has", String::new()),
+            };
             return Err(crate::error::not_found(format!(
-                "binding {} in {place} is gate {}'s answer, and no decision has answered it: the {} of an outer scope is not read in its place",
+                "binding {} in {place} is gate {}'s answer, and no decision {has} answered it{then}: the {} of an outer scope is not read in its place",
                 shown(name),
                 shown(gate),
                 shown(name)
@@ -302,6 +354,21 @@ pub fn check_response_binding_named(
         }
     }
     Ok(())
+}
+
+/// Whether an opening answering into `scope` (its frame) stood at `point`: its `created`
+/// event written by then. A point given as a record counts from the frame's own record (the
+/// gate is opened inside it): a point inside the frame before the gate opened is read as
+/// after, so that no outer value is ever read in an answer's place.
+fn opened_then(opening: &Derived, scope: Option<i64>, point: &super::history::AsOf) -> bool {
+    use super::history::AsOf;
+    match point {
+        AsOf::Record(r) => scope.is_none_or(|frame| frame <= *r),
+        AsOf::Time(t) => opening
+            .created_at
+            .as_deref()
+            .is_none_or(|created| created <= t.as_str()),
+    }
 }
 
 /// Each response binding of `name` in `scopes` against the report's sealed decisions: a log

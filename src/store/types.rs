@@ -465,8 +465,10 @@ pub struct Attempt<'a> {
 pub enum Decided {
     Done(GateRow),
     NotFound,
-    /// Someone decided first (or the deadline passed); the attempt was audit-logged.
-    AlreadyResolved(GateRow),
+    /// Someone decided first (or the deadline passed); the attempt was audit-logged. `true`:
+    /// only its row says so, no sealed decision of its opening stands (the spec's own SQL,
+    /// another tool): nothing here attests that decision.
+    AlreadyResolved(GateRow, bool),
     /// The principal is not in the allow list; the attempt was audit-logged.
     NotAllowed(GateRow),
     /// The prompt changed, or the gate was reopened, after it was shown; the attempt was

@@ -220,30 +220,27 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
     let gates = found
         .into_iter()
         .map(|found| {
-            let integrity = found
-                .checked
-                .as_deref()
-                .map(|report| IntegrityView::of(report, &found.gate.id));
-            // Checked (`--scan`), a team's gate shows its votes and schedule as its sealed
-            // log derives them.
-            let g = &found.gate;
-            let team = match found
-                .checked
-                .as_deref()
-                .and_then(|report| report.derived.get(&g.id))
-            {
-                Some(d) => team_view(g, d, &now, &mut roster)?,
+            let checked = found.checked.as_deref();
+            let integrity = checked.map(|report| IntegrityView::of(report, &found.gate.id));
+            // Checked (`--scan`, one run), a gate is shown as its sealed log has it where its
+            // row is at odds with the log (marked), with its answer and edits as the log holds
+            // them, and a team's gate with its votes and schedule as the log derives them.
+            let derived = checked.and_then(|report| report.derived.get(&found.gate.id));
+            let row = match checked {
+                Some(report) => {
+                    let read = crate::store::gate_read::listed(found.gate, report);
+                    crate::store::gate_read::shown_row(read.row, &read.integrity, &read.derived)
+                }
+                None => found.gate,
+            };
+            let team = match derived {
+                Some(d) => team_view(&row, d, &now, &mut roster)?,
                 None => None,
             };
-            // Checked, it also carries its answer and edits as its sealed log holds them.
-            let derived = found
-                .checked
-                .as_deref()
-                .and_then(|report| report.derived.get(&found.gate.id));
             Ok(GateView {
                 integrity,
                 team,
-                ..GateView::new(found.gate, found.program_path, &now).answered(derived)
+                ..GateView::new(row, found.program_path, &now).answered(derived)
             })
         })
         .collect::<Result<_>>()?;
@@ -421,6 +418,9 @@ pub fn show_to(
     // pinned, and the bindings its openings name are what their history keeps (read again
     // when a decision committed beside the check).
     let (report, _) = crate::services::inputs::verify_run(store, run_dir, None)?;
+    // A row at odds with its sealed log is shown as the log has it, marked.
+    let read = crate::store::gate_read::listed(row, &report);
+    let row = crate::store::gate_read::shown_row(read.row, &read.integrity, &read.derived);
     let team = match report.derived.get(&row.id) {
         Some(d) => team_view(&row, d, &now, roster)?,
         None => None,

@@ -31,6 +31,10 @@ pub struct GateWaited {
     pub superseded_by: Option<i64>,
     #[serde(skip)]
     pub accept_unattested: bool,
+    /// The status its row claims, which a decision that does not stand is told by ("approved
+    /// in its row"); what is shown and acted on is the sealed log's.
+    #[serde(skip)]
+    pub row_status: crate::model::GateStatus,
 }
 
 impl Render for GateWaited {
@@ -68,7 +72,7 @@ impl Render for GateWaited {
             return writeln!(
                 w,
                 "{}: {word}, no decision stands ({} in its row): {detail}",
-                g.id, g.status
+                g.id, self.row_status
             );
         }
         if let Some(why) = &self.stale {
@@ -309,6 +313,7 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                             superseded(s, &run_dir, &report, &gate.id, &d, args.accept_unattested)?;
                         let team = team_view(&row, &d, &now, &mut LazyRoster::new(ctx))?;
                         settled[i] = Some(GateWaited {
+                            row_status: row.status.clone(),
                             stale,
                             integrity,
                             gate: GateView {
@@ -332,6 +337,12 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                         ));
                     }
                 }
+                // A row at odds with its sealed log is shown as the log has it (marked).
+                let row_status = gate.status.clone();
+                let gate = {
+                    let read = crate::store::gate_read::listed(gate, &report);
+                    crate::store::gate_read::shown_row(read.row, &read.integrity, &read.derived)
+                };
                 let team = match report.derived.get(&gate.id) {
                     Some(d) => team_view(&gate, d, &now, &mut LazyRoster::new(ctx))?,
                     None => None,
@@ -347,6 +358,7 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                 };
                 let answered = report.derived.get(&gate.id).cloned();
                 settled[i] = Some(GateWaited {
+                    row_status,
                     stale,
                     integrity,
                     gate: GateView {

@@ -317,7 +317,7 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
     let via = crate::team::admitting(&gate.allow, d.principal, roster);
     // A claim on a team's gate is told that it does not count, before whether it is allowed.
     let claim = q.needs_authentication(&gate.allow) && !d.authenticated;
-    let refused = refusal(&gate, d, tampered, claim || !via.is_empty())
+    let refused = refusal(&gate, d, &derived, tampered, claim || !via.is_empty())
         .or_else(|| team_refusal(&gate, d, &derived));
     if let Some((outcome, reason)) = refused {
         let mut metadata = refused_metadata(d.client, &gate, d.authenticated, d.approve, &reason);
@@ -602,6 +602,7 @@ fn apply_edits(
 fn refusal(
     gate: &crate::store::GateRow,
     d: &Decision,
+    d_open: &crate::store::chain::Derived,
     tampered: Option<String>,
     admitted: bool,
 ) -> Option<(Decided, String)> {
@@ -610,9 +611,12 @@ fn refusal(
         let reason = format!("the gate disagrees with its sealed log: {t}");
         (Decided::Tampered(g, reason.clone()), reason)
     } else if !gate.status.is_pending() {
+        // Decided in its row alone, by no sealed event of its opening.
+        let unattested = d_open.decision.is_none();
+        let only = if unattested { " in its row only" } else { "" };
         (
-            Decided::AlreadyResolved(g),
-            format!("already {}", gate.status),
+            Decided::AlreadyResolved(g, unattested),
+            format!("already {}{only}", gate.status),
         )
     } else if let Some(shown) = d.instance.filter(|i| *i != gate.instance) {
         let reason = format!(
