@@ -110,7 +110,8 @@ fn listing(run: &Run, status: &str) -> Result<Vec<serde_json::Value>, i32> {
 /// (text extended, a number or a time moved by one, NULL given a value), and the values
 /// rotated among the three gates (each given the next one's, a status or decider another gate
 /// legitimately has). After each, a listing of the one run shows each gate exactly as before,
-/// or marks it tampered or unattested: never a changed row unmarked. And the pending listing
+/// or marks it tampered or unattested: never a changed row unmarked, and one marked tampered
+/// still shows every field its sealed log records as before. And the pending listing
 /// still lists the pending gate: a row rewritten to a decision hides nothing. A listing that
 /// refuses outright says tampered (exit 9).
 fn no_column_of_a_gates_row_changes_a_listing_unmarked(b: Backend) {
@@ -162,6 +163,16 @@ fn no_column_of_a_gates_row_changes_a_listing_unmarked(b: Backend) {
                             "{case}: gate {id} listed unmarked as {g}, before {}",
                             before[id]
                         );
+                        // Marked tampered, it is still shown as its sealed log has it: every
+                        // field the log records as it was, never the row's word.
+                        if state == "tampered" {
+                            for field in SEALED_FIELDS {
+                                assert_eq!(
+                                    g[field], before[id][field],
+                                    "{case}: gate {id}'s {field} shown from its rewritten row: {g}"
+                                );
+                            }
+                        }
                     }
                 }
             }
@@ -180,6 +191,21 @@ fn no_column_of_a_gates_row_changes_a_listing_unmarked(b: Backend) {
         "{cases} made, {refused} refused by the database"
     );
 }
+
+/// What a gate's sealed log records of its row: a reader shows a tampered gate's as the log
+/// has them (`gate_read::shown_row`).
+const SEALED_FIELDS: [&str; 10] = [
+    "status",
+    "resolved_by",
+    "resolved_at",
+    "resolution_comment",
+    "allow",
+    "timeout",
+    "timeout_at",
+    "on_reject",
+    "created_at",
+    "instance",
+];
 
 /// A column's value changed a little, in each backend's dialect, for every gate of the run.
 fn perturbation(column: &str, ty: &str) -> (String, String) {
