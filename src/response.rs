@@ -253,6 +253,20 @@ fn check_schema(what: &str, schema: &Value, at: &str, level: usize) -> Result<()
             _ => {}
         }
     }
+    // Bounds no answer can meet would make the gate one no person can approve.
+    for (low, high) in [("minimum", "maximum"), ("minLength", "maxLength")] {
+        if let (Some(l), Some(h)) = (
+            map.get(low).and_then(Value::as_f64),
+            map.get(high).and_then(Value::as_f64),
+        ) {
+            if l > h {
+                return Err(bad(format!(
+                    "{low} {} is above {high} {}: no answer could fit",
+                    map[low], map[high]
+                )));
+            }
+        }
+    }
     Ok(())
 }
 
@@ -492,6 +506,8 @@ mod tests {
             r#"{"type":"string","type":"object"}"#,
             "{\"title\":\"a\u{202e}b\"}",
             "{\"enum\":[\"ok\",\"x\u{7}\"]}",
+            r#"{"type":"integer","minimum":2,"maximum":1}"#,
+            r#"{"type":"object","properties":{"s":{"type":"string","minLength":3,"maxLength":2}}}"#,
         ] {
             let e = parse_schema("--response-schema", bad).unwrap_err();
             assert_eq!(
@@ -505,6 +521,8 @@ mod tests {
             deep = format!(r#"{{"type":"object","properties":{{"a":{deep}}}}}"#);
         }
         assert!(parse_schema("s", &deep).is_err(), "nine levels");
+        // Bounds that meet are an answer's to fit.
+        assert!(parse_schema("s", r#"{"type":"integer","minimum":1,"maximum":1}"#).is_ok());
     }
 
     #[test]

@@ -1730,6 +1730,24 @@ fn an_import_raises_no_rows_trust_by_itself(b: Backend) {
     let v = imported(&dest, &[], &e);
     assert_eq!(v["vouched"], false, "{v}");
     assert!(v["sealed_elsewhere"].as_u64().unwrap() >= 3, "{v}");
+    // Each decision a person vouching would make count is named, with the key its seal names
+    // (which this machine cannot check: another machine's, or one made up).
+    let named = v["decisions_sealed_elsewhere"].to_string();
+    assert!(
+        named.contains("approved deploy by alice at ") && named.contains("sealed under key "),
+        "{v}"
+    );
+    // A machine with no audit key yet counts every sealed row as sealed elsewhere.
+    if let Some(keyless) = Project::on(b) {
+        let v = imported(&keyless, &[], &e);
+        assert!(v["sealed_elsewhere"].as_u64().unwrap() >= 3, "{v}");
+        assert!(
+            v["decisions_sealed_elsewhere"]
+                .to_string()
+                .contains("approved deploy"),
+            "{v}"
+        );
+    }
     let landed = dest.run(&run.id);
     let (code, said) = wait0(&landed, "deploy");
     assert_eq!(code, 10, "{said}");

@@ -5,7 +5,11 @@
 //! decision nothing attests; a read of the past from inside a gate's frame passed the frame
 //! before any answer; a listing of the bindings visible from there failed whole; a subagent's
 //! prompt naming another execution was answered for its own; and a decision about inputs that
-//! changed since the page showed them was 403, not 409 (tests/serve.rs).
+//! changed since the page showed them was 403, not 409 (tests/serve.rs). Then what helper-42
+//! found: `gates wait --instance N` showed a rewritten earlier opening's row; the page's live
+//! status said `attested` of a gate the page and `gates verify` call tampered (an earlier
+//! opening's row rewritten, an answer forged before any decision); `resume` showed a tampered
+//! gate's decision time, deadline and `on_reject` from its row.
 
 use crate::common::*;
 use crate::serve::{add, gate_path, Server};
@@ -14,6 +18,9 @@ on_both!(
     a_decision_only_its_row_makes_is_shown_as_unattested_and_not_told_as_made,
     a_tampered_gate_is_shown_everywhere_as_its_log_has_it,
     a_read_of_the_past_from_inside_an_unanswered_frame_stops_there,
+    an_earlier_opening_rewritten_is_shown_as_its_log_has_it,
+    the_live_status_checks_the_run_as_the_page_does,
+    resume_shows_every_field_of_a_tampered_gate_from_its_log,
 );
 
 /// The spec's own SQL decides a pending gate (its `UPDATE gates` and an unsealed audit row).
@@ -217,4 +224,147 @@ fn a_read_of_the_past_from_inside_an_unanswered_frame_stops_there(b: Backend) {
     assert_eq!(page.status, 200, "{}", page.body);
     assert!(page.body.contains("other"), "{}", page.body);
     assert!(!page.body.contains("deploy-everything"), "{}", page.body);
+}
+
+/// Gate g rejected by alice ("no1"), opened again; the row `gate_instances` keeps of its first
+/// opening rewritten as approved by bob: `gates wait --instance 1` is 9 and shows the opening
+/// as its sealed log has it (rejected by alice, "no1"), and its words say what the row claims.
+fn an_earlier_opening_rewritten_is_shown_as_its_log_has_it(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "Go?"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["reject", "g", "--as", "alice", "-y", "--reason", "no1"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "Go?", "--reopen"])
+        .assert()
+        .success();
+    run.view().raw(
+        "UPDATE gate_instances SET status = 'approved', resolved_by = 'bob', resolution_comment = 'LGTM' WHERE gate_id = 'g' AND instance = 1",
+        "UPDATE openprose.gate_instances SET status = 'approved', resolved_by = 'bob', resolution_comment = 'LGTM' WHERE run_id = '$RUN' AND gate_id = 'g' AND instance = 1",
+    );
+    let before = run.snapshot();
+    let a = run
+        .cmd()
+        .args([
+            "--json",
+            "gates",
+            "wait",
+            "g",
+            "--instance",
+            "1",
+            "--timeout",
+            "0",
+        ])
+        .assert()
+        .code(9);
+    let v = stdout_json(&a);
+    assert_eq!(v["status"], "rejected", "{v}");
+    assert_eq!(v["resolved_by"], "alice", "{v}");
+    assert_eq!(v["resolution_comment"], "no1", "{v}");
+    assert_eq!(v["integrity"]["state"], "tampered", "{v}");
+    let a = run
+        .cmd()
+        .args(["gates", "wait", "g", "--instance", "1", "--timeout", "0"])
+        .assert()
+        .code(9);
+    let out = String::from_utf8_lossy(&a.get_output().stdout).to_string();
+    assert!(out.contains("(approved in its row)"), "{out}");
+    assert!(!out.contains("LGTM"), "{out}");
+    assert_eq!(
+        run.snapshot(),
+        before,
+        "a wait on a tampered opening wrote something"
+    );
+}
+
+/// The page's live status checks the run as the gate's page does: an earlier opening's row
+/// rewritten, or an answer forged into a pending gate's response binding, is `tampered` there
+/// too (and marked in its status), never `attested`.
+fn the_live_status_checks_the_run_as_the_page_does(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let alice = add(&p, "alice");
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "Go?"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["reject", "g", "--as", "alice", "-y", "--reason", "no1"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "Go?", "--reopen"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["gates", "create", "h", "--prompt", "Which?"])
+        .args(["--response-schema", r#"{"type":"string"}"#])
+        .args(["--response-binding", "ans"])
+        .assert()
+        .success();
+    let s = Server::start(&p);
+    let cookie = s.login(&alice);
+    let live = |g: &str| {
+        s.get(&format!("{}/status", gate_path(&run, g)), Some(&cookie))
+            .body
+    };
+    assert!(live("g").contains("integrity attested\n"), "{}", live("g"));
+    assert!(live("h").contains("integrity attested\n"), "{}", live("h"));
+    run.view().raw(
+        "UPDATE gate_instances SET resolution_comment = 'fine' WHERE gate_id = 'g' AND instance = 1;
+         INSERT INTO bindings (name, execution_id, kind, value) VALUES ('ans', NULL, 'let', '\"FORGED\"')",
+        "UPDATE openprose.gate_instances SET resolution_comment = 'fine' WHERE run_id = '$RUN' AND gate_id = 'g' AND instance = 1;
+         INSERT INTO openprose.bindings (run_id, name, execution_id, kind, value) VALUES ('$RUN', 'ans', NULL, 'let', '\"FORGED\"')",
+    );
+    for g in ["g", "h"] {
+        let body = live(g);
+        assert!(
+            body.contains("status pending (TAMPERED)\n") && body.contains("integrity tampered\n"),
+            "{g}: {body}"
+        );
+    }
+}
+
+/// A pending gate about to be shown by `resume`, its row rewritten: decided by bob at a time
+/// of the row's, its deadline and `on_reject` changed. `resume --json` states it as its sealed
+/// log has it: pending, decided by no one at no time, the sealed deadline and `on_reject`.
+fn resume_shows_every_field_of_a_tampered_gate_from_its_log(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "Go?", "--timeout", "1h"])
+        .args(["--on-reject", "throw \"x\""])
+        .assert()
+        .success();
+    let sealed = run
+        .cmd()
+        .args(["--json", "gates", "show", "g"])
+        .assert()
+        .success();
+    let sealed = stdout_json(&sealed);
+    run.view().raw(
+        "UPDATE gates SET status = 'approved', resolved_by = 'bob', resolved_at = '2001-01-01 00:00:00', timeout_at = '2099-01-01 00:00:00', on_reject = 'retry' WHERE id = 'g'",
+        "UPDATE openprose.gates SET status = 'approved', resolved_by = 'bob', resolved_at = '2001-01-01 00:00:00', timeout_at = '2099-01-01 00:00:00', on_reject = 'retry' WHERE run_id = '$RUN' AND id = 'g'",
+    );
+    let a = run.cmd().args(["--json", "resume"]).assert();
+    let v = stdout_json(&a);
+    let g = v["gates"]
+        .as_array()
+        .and_then(|gs| gs.iter().find(|g| g["id"] == "g"))
+        .cloned()
+        .unwrap_or_else(|| panic!("g not in resume: {v}"));
+    assert_eq!(g["status"], "pending", "{g}");
+    assert!(
+        g["resolved_by"].is_null() && g["resolved_at"].is_null(),
+        "{g}"
+    );
+    assert_eq!(g["timeout_at"], sealed["timeout_at"], "{g}");
+    assert_eq!(g["on_reject"], sealed["on_reject"], "{g}");
+    assert_eq!(g["next_step"]["action"], "stop", "{g}");
 }

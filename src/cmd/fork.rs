@@ -135,6 +135,7 @@ impl super::Run for ForkArgs {
             rows: incoming.dump.counts(),
             sealed_elsewhere: 0,
             vouched: false,
+            decisions_sealed_elsewhere: Vec::new(),
             digest: digest.clone(),
             not_carried: Vec::new(),
             unmapped: Vec::new(),

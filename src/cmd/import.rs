@@ -36,6 +36,11 @@ pub struct Imported {
     pub sealed_elsewhere: usize,
     /// Whether this import vouched for them (`--vouch`).
     pub vouched: bool,
+    /// The decisions among them (approvals, rejections, votes, timeouts), each as
+    /// "approved g1 by bob at TIME, sealed under key KEYID": what a person vouching makes
+    /// count here, which this machine cannot check (another machine's key, or one made up).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub decisions_sealed_elsewhere: Vec<String>,
     /// The content digest: the same for every copy of the same run.
     pub digest: String,
     /// What the source held that the destination has no column for.
@@ -78,6 +83,9 @@ impl Render for Imported {
                 };
                 let n = self.sealed_elsewhere;
                 writeln!(w, "Audit: {n} rows sealed on another machine, {how}")?;
+                for d in &self.decisions_sealed_elsewhere {
+                    writeln!(w, "Sealed elsewhere: {}", crate::output::visible(d))?;
+                }
             }
         }
         for n in &self.not_carried {
@@ -271,6 +279,7 @@ pub fn land(mut c: Incoming, args: &ImportArgs, ctx: &Context) -> Result<Importe
         rows: c.dump.counts(),
         sealed_elsewhere: c.report.other_key,
         vouched: args.vouch,
+        decisions_sealed_elsewhere: decisions_sealed_elsewhere(&c),
         digest: c.digest.clone(),
         not_carried: if postgres {
             Vec::new()
@@ -285,6 +294,33 @@ pub fn land(mut c: Incoming, args: &ImportArgs, ctx: &Context) -> Result<Importe
         into_dir(&mut c, args.replace, ctx, &how, &mut out)?;
     }
     Ok(out)
+}
+
+/// The decisions among the copy's rows sealed under a key this machine does not check with
+/// (its report's unattested rows that carry a seal), each in words with the key id its seal
+/// names: what `--vouch` would make count, shown whether it is given or not.
+fn decisions_sealed_elsewhere(c: &Incoming) -> Vec<String> {
+    const DECISIONS: [&str; 5] = ["approved", "rejected", "approval", "rejection", "timeout"];
+    c.dump
+        .audit
+        .iter()
+        .filter(|r| r.seal.is_some() && c.report.unattested.contains(&r.id))
+        .filter(|r| DECISIONS.contains(&r.event_type.as_str()))
+        .map(|r| {
+            let key = r
+                .seal
+                .as_deref()
+                .and_then(|s| s.split(':').nth(1))
+                .unwrap_or("?");
+            format!(
+                "{} {} by {} at {}, sealed under key {key}",
+                r.event_type,
+                r.gate_id,
+                r.principal.as_deref().unwrap_or("-"),
+                r.timestamp.as_deref().unwrap_or("-")
+            )
+        })
+        .collect()
 }
 
 /// Whether the run already here (`have`, its directory `dir`) is the copy's: then nothing is

@@ -198,10 +198,18 @@ pub(super) async fn run_page(
             h2 { "Gates" }
             (grid(&["Gate", "Status", "Decided by", "Audit", "Prompt"], &gates, |g| {
                 let (status, by) = g.decision();
+                // A decision nothing here attests is marked where it is stated, not only in
+                // the Audit column.
+                let state = match &g.integrity {
+                    crate::store::chain::Integrity::Tampered(_) => "tampered",
+                    crate::store::chain::Integrity::Unattested(_) => "unattested",
+                    _ => "attested",
+                };
+                let only_row = state == "unattested" && by.is_some();
                 html! {
                     td { a href=(gate_link(&g.row)) { (visible(&g.row.id)) } }
-                    td { (status.to_string()) }
-                    td { (visible(by.unwrap_or("-"))) }
+                    td { (super::layout::status_shown(&status, state)) }
+                    td { (visible(by.unwrap_or("-"))) @if only_row { " (in its row only)" } }
                     td { (integrity_cell(&g.integrity, g.derived.instance > 0)) }
                     td { (visible(&crate::output::one_line(&g.row.prompt, 80))) }
                 }
@@ -424,18 +432,17 @@ pub(super) async fn gate_status(
             return Err(crate::error::not_found("no such gate"));
         };
         let (stale, _) = crate::services::inputs::stale(store.as_mut(), &paths.dir, &g.derived)?;
-        // As its sealed log has it where the row contradicts it (`GateRead::decision`).
-        let (status, by) = g.decision();
-        let integrity = match &g.integrity {
-            crate::store::chain::Integrity::Tampered(_) => "tampered",
-            crate::store::chain::Integrity::Unattested(_) => "unattested",
-            _ if g.derived.instance == 0 => "unsealed",
-            _ => "attested",
-        };
+        // The run checked as the gate's page checks it (`gates verify`: its log, its earlier
+        // openings' rows, the bindings its openings name), and the gate shown as its sealed
+        // log has it where its row contradicts it.
+        let (report, _) = crate::services::inputs::verify_run(store.as_mut(), &paths.dir, None)?;
+        let integrity = crate::cmd::gates::IntegrityView::of(&report, &gate).state;
+        let read = crate::store::gate_read::listed(g.row, &report);
+        let row = crate::store::gate_read::shown_row(read.row, &read.integrity, &read.derived);
         Ok(format!(
             "status {}\ndecided_by {}\nstale {}\nintegrity {integrity}\n",
-            super::layout::status_shown(&status, integrity),
-            by.map(visible).unwrap_or_default(),
+            super::layout::status_shown(&row.status, integrity),
+            row.resolved_by.as_deref().map(visible).unwrap_or_default(),
             stale.as_deref().map(visible).unwrap_or_default()
         ))
     })

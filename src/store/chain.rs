@@ -337,6 +337,10 @@ fn row_states(
         let state = match key.map(|k| k.check(&hash, row.seal.as_deref())) {
             None => {
                 report.key_missing = true;
+                // With no key here, a sealed row was sealed on another machine.
+                if row.seal.is_some() {
+                    report.other_key += 1;
+                }
                 RowState::Unattested
             }
             Some(SealCheck::Valid) => RowState::Attested,

@@ -150,7 +150,16 @@ pub fn gone_row(id: &str, d: &Derived) -> GateRow {
 /// seals, the metadata, and the run it is kept in). The gate marked tampered beside it says
 /// the rest.
 pub fn shown_row(row: GateRow, integrity: &Integrity, d: &Derived) -> GateRow {
-    if !matches!(integrity, Integrity::Tampered(_)) || d.instance == 0 {
+    if !matches!(integrity, Integrity::Tampered(_)) {
+        return row;
+    }
+    sealed_view(row, d)
+}
+
+/// [`shown_row`] of a gate known to be tampered with: its row, every field its sealed opening
+/// `d` records taken from `d` (the row as it is where nothing sealed opened it).
+pub fn sealed_view(row: GateRow, d: &Derived) -> GateRow {
+    if d.instance == 0 {
         return row;
     }
     let sealed = gone_row(&row.id, d);

@@ -305,7 +305,14 @@ impl Render for GateShown {
         if let Some(p) = &self.gate.program_path {
             writeln!(w, "Program: {p}")?;
         }
-        writeln!(w, "Status: {}", g.status)?;
+        // Marked on stdout too where nothing here attests it or its row is at odds with its
+        // sealed log (the status shown is then the log's).
+        match self.integrity.state {
+            state @ ("tampered" | "unattested") => {
+                writeln!(w, "Status: {} ({})", g.status, state.to_uppercase())?
+            }
+            _ => writeln!(w, "Status: {}", g.status)?,
+        }
         writeln!(w, "Allow: {}", g.allow.join(", "))?;
         if let Some(t) = &self.gate.team {
             t.write(w)?;

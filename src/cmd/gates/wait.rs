@@ -7,7 +7,7 @@ use super::view::{resolution, team_view, GateView, IntegrityView, LazyRoster};
 use crate::cli::GateWaitArgs;
 use crate::context::Context;
 use crate::error::{usage, Code};
-use crate::model::{check_gate_id, now, parse_duration};
+use crate::model::{check_gate_id, now, parse_duration, GateStatus};
 use crate::output::Render;
 use crate::store::chain::{ChainReport, Integrity};
 use crate::store::{GateRow, Store};
@@ -131,22 +131,30 @@ fn superseded(
     gate: &str,
     d: &crate::store::chain::Derived,
     accept_unattested: bool,
-) -> Result<(IntegrityView, Option<String>, GateRow)> {
+) -> Result<(IntegrityView, Option<String>, GateRow, GateStatus)> {
     let row = store.read_gate_opening(gate, d.instance)?;
+    // What its row claims, which a decision that does not stand is told by.
+    let claimed = row
+        .as_ref()
+        .map_or_else(|| d.status(), |r| r.status.clone());
     let mut found = crate::store::chain::opening_integrity(report, gate, row.as_ref(), d);
     if found == Integrity::Attested {
         if let Some(why) = crate::services::inputs::sealed_problem(store, run_dir, d)? {
             found = why;
         }
     }
+    // Its row, as `compare` found it; gone, the opening as its events make it (tampered);
+    // at odds with them, shown as they have it.
+    let row = match row {
+        Some(row) => crate::store::gate_read::shown_row(row, &found, d),
+        None => crate::store::gate_read::gone_row(gate, d),
+    };
     let integrity = IntegrityView::from(found);
     let stale = match integrity.code(accept_unattested) {
         None => crate::services::inputs::stale(store, run_dir, d)?.0,
         Some(_) => None,
     };
-    // Its row, as `compare` found it; gone, the opening as its events make it (tampered).
-    let row = row.unwrap_or_else(|| crate::store::gate_read::gone_row(gate, d));
-    Ok((integrity, stale, row))
+    Ok((integrity, stale, row, claimed))
 }
 
 /// Waits for a gate to be decided. Each look is a short statement on a store opened by
@@ -228,6 +236,8 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
             let run = run.clone().context("run")?;
             let mut ready = Vec::new();
             let mut found: Vec<(String, String)> = Vec::new();
+            // Whether a gate settling names bindings (by its own sealed history).
+            let mut naming = false;
             for (i, id) in gates.iter().enumerate() {
                 if settled[i].is_some() {
                     continue;
@@ -245,6 +255,7 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                     {
                         found.push((id.to_string(), why));
                         ready.push((i, read.row));
+                        naming |= names_bindings(&read.derived);
                         continue;
                     }
                 }
@@ -252,6 +263,7 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                 // on), or out of time, or reopened.
                 let settles = !read.row.status.is_pending() || read.tampered();
                 if settles || out_of_time || reopened {
+                    naming |= names_bindings(&read.derived);
                     ready.push((i, read.row));
                 }
             }
@@ -260,24 +272,29 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
             }
             // A stopped wait writes nothing: the settling below holds the leave to.
             let _permit = stop.as_ref().map(|s| s.permit()).transpose()?;
-            // A decision counts only if its log attests it.
-            let mut report = s.verify_signed(signed.as_ref())?;
-            // A gate whose openings name bindings stands only as `gates verify` checks the
-            // run: the versions its decisions pinned or wrote, and the values held now (an
-            // answer deleted or renamed, an edited input changed in place). Made again when
-            // a finding coincides with the log growing (a decision committed beside it).
-            let names_any = ready.iter().any(|(_, g)| {
-                report.derived.get(&g.id).is_some_and(|d| {
-                    d.earlier
-                        .iter()
-                        .chain(std::iter::once(d))
-                        .any(|o| !o.inputs.is_empty() || o.response_binding.is_some())
-                })
-            });
-            if names_any {
-                let (r, _) = crate::services::inputs::verify_run(s, &run_dir, signed.as_ref())?;
-                report = r;
-            }
+            // A decision counts only if its log attests it. A gate whose openings name
+            // bindings stands only as `gates verify` checks the run: the versions its
+            // decisions pinned or wrote, and the values held now (an answer deleted or
+            // renamed, an edited input changed in place), made again when a finding coincides
+            // with the log growing (a decision committed beside it). The log is read once for
+            // both where the gate's own history names bindings; where only the whole log's
+            // derivation does, it is checked again as the run.
+            let verify_run = |s: &mut dyn Store| {
+                crate::services::inputs::verify_run(s, &run_dir, signed.as_ref()).map(|r| r.0)
+            };
+            let mut report = if naming {
+                verify_run(s)?
+            } else {
+                let report = s.verify_signed(signed.as_ref())?;
+                let names_any = ready
+                    .iter()
+                    .any(|(_, g)| report.derived.get(&g.id).is_some_and(names_bindings));
+                if names_any {
+                    verify_run(s)?
+                } else {
+                    report
+                }
+            };
             for (gate, why) in found {
                 if !matches!(report.gate(&gate), Integrity::Tampered(_)) {
                     report.gates.retain(|(g, _)| *g != gate);
@@ -309,11 +326,11 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                         .and_then(|d| d.opening(want))
                         .cloned();
                     if let Some(d) = earlier {
-                        let (integrity, stale, row) =
+                        let (integrity, stale, row, claimed) =
                             superseded(s, &run_dir, &report, &gate.id, &d, args.accept_unattested)?;
                         let team = team_view(&row, &d, &now, &mut LazyRoster::new(ctx))?;
                         settled[i] = Some(GateWaited {
-                            row_status: row.status.clone(),
+                            row_status: claimed,
                             stale,
                             integrity,
                             gate: GateView {
@@ -514,3 +531,12 @@ crate::output::one_of!(
         Several(SeveralWaited),
     }
 );
+
+/// Whether any opening of a gate (its earlier ones too) names bindings: inputs its decision
+/// is about, or a binding its decision answers into.
+fn names_bindings(d: &crate::store::chain::Derived) -> bool {
+    d.earlier
+        .iter()
+        .chain(std::iter::once(d))
+        .any(|o| !o.inputs.is_empty() || o.response_binding.is_some())
+}

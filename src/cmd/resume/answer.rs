@@ -112,6 +112,13 @@ fn gate_nexts(
     gates
         .into_iter()
         .map(|g| {
+            // A gate at odds with its log is stated as its sealed log makes it, never as its
+            // row claims, in every field the log records (what the position's records say of
+            // it too).
+            let g = match report.derived.get(&g.id) {
+                Some(d) if tampered(&g.id) => crate::store::gate_read::sealed_view(g, d),
+                _ => g,
+            };
             // The opening to wait on is the sealed log's newest, never the row's.
             let instance = report
                 .derived
@@ -175,17 +182,11 @@ fn gate_nexts(
                 .resolution_comment
                 .clone()
                 .filter(|_| IntegrityView::of(&report, &g.id).state == "attested"),
-            // A gate at odds with its log is stated as its sealed log makes it, never as its
-            // row claims (what the position's records say of it too).
-            status: match (tampered(&g.id), report.derived.get(&g.id)) {
-                (true, Some(d)) => d.status(),
-                _ => g.status,
-            },
-            resolved_by: match (tampered(&g.id), report.derived.get(&g.id)) {
-                (true, Some(d)) => d.decision.as_ref().map(|(_, by, _)| by.clone()),
-                (true, None) => None,
-                (false, _) => g.resolved_by,
-            },
+            status: g.status,
+            // Tampered with and opened by nothing sealed: no one decided it.
+            resolved_by: g.resolved_by.filter(|_| {
+                !tampered(&g.id) || report.derived.get(&g.id).is_some_and(|d| d.instance > 0)
+            }),
             id: g.id,
             on_reject: g.on_reject,
             resolved_at: g.resolved_at,
