@@ -15,6 +15,7 @@ use crate::common::*;
 use crate::serve::{approve_as_shown, gate_path, post_as_shown, Server};
 
 on_both!(
+    a_row_the_log_did_not_issue_is_said_by_principals_and_doctor,
     a_token_is_one_the_sealed_log_issued,
     a_book_log_cut_at_its_end_admits_no_one,
     a_signed_book_is_out_of_an_agents_reach,
@@ -1089,4 +1090,54 @@ fn signed_mode_as_documented_passes_a_page_decision(b: Backend) {
         .args(["principals", "list"])
         .assert()
         .success();
+}
+
+/// A principal's row inserted behind prose-state's back (helper-42): its token is refused, and
+/// `principals` and `doctor` say so (`not_issued` in JSON, a warning, a problem), where the
+/// row was listed like an issued one and `doctor` said healthy.
+fn a_row_the_log_did_not_issue_is_said_by_principals_and_doctor(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    p.init();
+    issue(&p, "alice", &[]);
+    let listed = p.cmd().args(["--json", "principals"]).assert().success();
+    assert!(
+        stdout_json(&listed).get("not_issued").is_none(),
+        "alice was issued"
+    );
+    p.cmd().args(["doctor"]).assert().success();
+    book_sql(
+        &p,
+        "INSERT INTO principals (name, kind, token_hash, created_at)
+         SELECT 'eve', kind, token_hash, created_at FROM principals WHERE name = 'alice'",
+        "INSERT INTO openprose.principals (name, kind, token_hash, created_at)
+         SELECT 'eve', kind, token_hash, created_at FROM openprose.principals WHERE name = 'alice'",
+    );
+    let listed = p.cmd().args(["--json", "principals"]).assert().success();
+    let v = stdout_json(&listed);
+    let not: Vec<&str> = v["not_issued"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{v}"))
+        .iter()
+        .filter_map(|n| n["name"].as_str())
+        .collect();
+    assert_eq!(not, ["eve"], "{v}");
+    assert!(
+        stderr(&listed).contains("principal \"eve\" was not issued"),
+        "{}",
+        stderr(&listed)
+    );
+    let doctor = p.cmd().args(["doctor"]).assert().failure();
+    assert!(
+        stdout_or_err(&doctor).contains("principal \"eve\""),
+        "{}",
+        stdout_or_err(&doctor)
+    );
+}
+
+fn stdout_or_err(a: &assert_cmd::assert::Assert) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&a.get_output().stdout),
+        stderr(a)
+    )
 }

@@ -21,6 +21,7 @@ on_both!(
     an_earlier_opening_rewritten_is_shown_as_its_log_has_it,
     the_live_status_checks_the_run_as_the_page_does,
     resume_shows_every_field_of_a_tampered_gate_from_its_log,
+    no_guide_tells_a_subagent_to_write_a_gates_answer,
 );
 
 /// The spec's own SQL decides a pending gate (its `UPDATE gates` and an unsealed audit row).
@@ -367,4 +368,38 @@ fn resume_shows_every_field_of_a_tampered_gate_from_its_log(b: Backend) {
     assert_eq!(g["timeout_at"], sealed["timeout_at"], "{g}");
     assert_eq!(g["on_reject"], sealed["on_reject"], "{g}");
     assert_eq!(g["next_step"]["action"], "stop", "{g}");
+}
+
+/// `guide subagent --name ans` for a record inside a gate's frame where the gate answers into
+/// `ans` (helper-42): refused (4, one line), as the subagent's `bind` would be; for the root,
+/// outside the frame, the guide is given.
+fn no_guide_tells_a_subagent_to_write_a_gates_answer(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let frame = run.exec(1, "do blk", "executing", None);
+    run.cmd()
+        .args(["gates", "create", "g", "--prompt", "Which?"])
+        .args(["--response-schema", r#"{"type":"string"}"#])
+        .args(["--response-binding", "ans", "--execution-id"])
+        .arg(frame.to_string())
+        .assert()
+        .success();
+    let inner = run.exec(2, "inner", "executing", Some(frame)).to_string();
+    let err = run.refuses(
+        &[
+            "guide",
+            "subagent",
+            "--name",
+            "ans",
+            "--execution-id",
+            &inner,
+        ],
+        4,
+        "is gate \"g\"'s answer binding",
+    );
+    assert!(err.contains("another binding"), "{err}");
+    run.cmd()
+        .args(["guide", "subagent", "--name", "ans"])
+        .assert()
+        .success();
 }

@@ -474,9 +474,17 @@ fn book_problems(ctx: &Context) -> Result<Vec<Problem>> {
             "not bound to this project (made before books were bound): its next change binds it, or `prose-state principals rebind`".into(),
         ));
     }
-    if let Some(why) = state.unchecked {
+    if let Some(why) = &state.unchecked {
         found.push(problem(format!(
             "{why}: its tokens and groups are read as its log chains, which holds against no one who can write the book; pin the approval page's key (`prose-state principals require --signed`, as the approver)"
+        )));
+    }
+    // A live row the log did not issue (inserted, re-issued or un-revoked behind
+    // prose-state's back): its token is refused, and the row is said.
+    for (name, why) in crate::store::principals::not_issued(&state, &book.principals()?) {
+        found.push(problem(format!(
+            "principal {}: {why}; its token is refused",
+            crate::error::shown(&name)
         )));
     }
     Ok(found)

@@ -70,6 +70,33 @@ impl GuideArgs {
         for name in self.name.iter().chain(&self.agent) {
             crate::model::check_name(name)?;
         }
+        // A binding some gate answers into, from where the subagent would write it: only that
+        // gate's decision writes it there (its `bind` would be refused, exit 4), so no guide
+        // tells a subagent to write it.
+        // (A guide is text: a run it cannot open is only filled in.)
+        let store = match (self.who, self.name.as_deref(), ctx.run.as_deref()) {
+            (GuideFor::Subagent, Some(name), Some(run)) => {
+                ctx.open_run(Some(run)).ok().map(|(_, s)| (name, s))
+            }
+            _ => None,
+        };
+        if let Some((name, mut store)) = store {
+            let naming = store.naming(name)?;
+            if !naming.response.is_empty() {
+                let mut passed: Vec<Option<i64>> = match self.execution_id {
+                    Some(id) => store.scope_chain(id)?.into_iter().map(Some).collect(),
+                    None => Vec::new(),
+                };
+                passed.push(None);
+                if let Some((gate, _)) = naming.response.iter().find(|(_, s)| passed.contains(s)) {
+                    return Err(crate::error::refused(format!(
+                        "{} is gate {}'s answer binding from {place}: only its decision writes it (a subagent's bind of it is refused, exit 4); give the subagent another binding",
+                        crate::error::shown(name),
+                        crate::error::shown(gate)
+                    )));
+                }
+            }
+        }
         // The persistent agent's part is there only for a persistent agent.
         let text = match (text.split_once("{{#agent}}\n"), &self.agent) {
             (Some((before, rest)), agent) => {

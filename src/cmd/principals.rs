@@ -19,6 +19,16 @@ pub struct PrincipalList {
     pub signed_key: Option<String>,
     /// As listed (`cmd::rows`): never its token, nor the token's hash.
     pub principals: Vec<PrincipalRow>,
+    /// The listed rows the book's sealed log did not issue (written behind prose-state's
+    /// back): name and why. Their tokens are refused.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_issued: Vec<NotIssued>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct NotIssued {
+    pub name: String,
+    pub why: String,
 }
 
 /// What the project requires of a decision, as `principals` says it.
@@ -37,6 +47,19 @@ fn policy(w: &mut dyn Write, require: Option<bool>, signed_key: Option<&str>) ->
 }
 
 impl Render for PrincipalList {
+    fn warnings(&self) -> Vec<String> {
+        self.not_issued
+            .iter()
+            .map(|n| {
+                format!(
+                    "principal {} was not issued by the book's sealed log ({}): its token is refused",
+                    shown(&n.name),
+                    n.why
+                )
+            })
+            .collect()
+    }
+
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
         policy(w, Some(self.require), self.signed_key.as_deref())?;
         if self.principals.is_empty() {
@@ -216,22 +239,28 @@ fn list(book: Option<&mut (dyn PrincipalBook + 'static)>) -> Result<PrincipalLis
     };
     // The rows are listed even when the log cannot be trusted, so that it can be put right;
     // what the project requires is the log's, and then unknown.
-    let (require, signed_key) = match crate::store::principals::book_state(book)? {
-        Ok(_) => (
+    let principals = book.principals()?;
+    let (require, signed_key, not_issued) = match crate::store::principals::book_state(book)? {
+        Ok(state) => (
             crate::services::auth::required(book)?,
             sign::pinned(book)?.map(|k| public_tag(&k)),
+            crate::store::principals::not_issued(&state, &principals)
+                .into_iter()
+                .map(|(name, why)| NotIssued { name, why })
+                .collect(),
         ),
         Err(why) => {
             crate::output::warn(&format!(
                 "{why}: no token is accepted until it is put right"
             ));
-            (true, None)
+            (true, None, Vec::new())
         }
     };
     Ok(PrincipalList {
         require,
         signed_key,
-        principals: book.principals()?,
+        principals,
+        not_issued,
     })
 }
 

@@ -394,6 +394,24 @@ pub enum Unissued {
     NotIssued(String),
 }
 
+/// The live rows of the book (not revoked in their row) that are no token its log issued,
+/// each with why: what `principals` and `doctor` say of a row written behind prose-state's
+/// back.
+pub fn not_issued(state: &BookState, rows: &[PrincipalRow]) -> Vec<(String, String)> {
+    rows.iter()
+        .filter(|r| r.revoked_at.is_none())
+        .filter_map(|r| {
+            let why = match unissued(state, r)? {
+                Unissued::OtherHash => {
+                    "its token's hash is not the one the book's sealed log issued".to_string()
+                }
+                Unissued::NotIssued(why) => why,
+            };
+            Some((r.name.clone(), why))
+        })
+        .collect()
+}
+
 /// Why the book's row `row` is no token the log (`state`) issued, if it is not: the log must
 /// have issued that principal a token with this hash's digest, and not revoked it. (Whether
 /// a secret matches the hash is the caller's one Argon2 check.)
