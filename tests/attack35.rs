@@ -350,7 +350,8 @@ fn the_run_page_shows_the_sealed_decision_and_the_tampering(b: Backend) {
         .find(|r| r.contains(">P</a>"))
         .unwrap_or_default()
         .to_string();
-    assert!(row.contains("<td>pending</td>"), "{row}");
+    // The sealed status, marked where it is stated (helper-42).
+    assert!(row.contains("<td>pending (TAMPERED)</td>"), "{row}");
 }
 
 /// A copy whose answer and edit were changed in place (their history left as the decision
