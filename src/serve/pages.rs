@@ -437,8 +437,7 @@ pub(super) async fn gate_status(
         // log has it where its row contradicts it.
         let (report, _) = crate::services::inputs::verify_run(store.as_mut(), &paths.dir, None)?;
         let integrity = crate::cmd::gates::IntegrityView::of(&report, &gate).state;
-        let read = crate::store::gate_read::listed(g.row, &report);
-        let row = crate::store::gate_read::shown_row(read.row, &read.integrity, &read.derived);
+        let row = crate::store::gate_read::shown_in(g.row, &report);
         Ok(format!(
             "status {}\ndecided_by {}\nstale {}\nintegrity {integrity}\n",
             super::layout::status_shown(&row.status, integrity),

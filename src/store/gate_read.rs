@@ -164,15 +164,22 @@ pub fn sealed_view(row: GateRow, d: &Derived) -> GateRow {
     }
     let sealed = gone_row(&row.id, d);
     GateRow {
-        timeout: d.timeout.clone().map_or(row.timeout, |_| sealed.timeout),
-        timeout_at: d
-            .timeout_at
-            .clone()
-            .map_or(row.timeout_at, |_| sealed.timeout_at),
-        on_reject: d
-            .on_reject
-            .clone()
-            .map_or(row.on_reject, |_| sealed.on_reject),
+        // Recorded by its created event (events before that release did not): the log's.
+        timeout: if d.timeout.is_some() {
+            sealed.timeout
+        } else {
+            row.timeout
+        },
+        timeout_at: if d.timeout_at.is_some() {
+            sealed.timeout_at
+        } else {
+            row.timeout_at
+        },
+        on_reject: if d.on_reject.is_some() {
+            sealed.on_reject
+        } else {
+            row.on_reject
+        },
         // Where the row lives, which a listing groups it by (a copy made by hand names the
         // run it was copied from in its sealed events).
         run_id: row.run_id,
@@ -181,6 +188,13 @@ pub fn sealed_view(row: GateRow, d: &Derived) -> GateRow {
         execution_id: row.execution_id,
         ..sealed
     }
+}
+
+/// What a reader of one run's checked log (`report`) shows of a gate's row: [`shown_row`] of
+/// it as [`listed`] judges it.
+pub fn shown_in(row: GateRow, report: &chain::ChainReport) -> GateRow {
+    let read = listed(row, report);
+    shown_row(read.row, &read.integrity, &read.derived)
 }
 
 /// A gate a listing read, as its run's checked log (`Store::verify_audit`) has it: a broken

@@ -227,10 +227,7 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
             // them, and a team's gate with its votes and schedule as the log derives them.
             let derived = checked.and_then(|report| report.derived.get(&found.gate.id));
             let row = match checked {
-                Some(report) => {
-                    let read = crate::store::gate_read::listed(found.gate, report);
-                    crate::store::gate_read::shown_row(read.row, &read.integrity, &read.derived)
-                }
+                Some(report) => crate::store::gate_read::shown_in(found.gate, report),
                 None => found.gate,
             };
             let team = match derived {
@@ -426,8 +423,7 @@ pub fn show_to(
     // when a decision committed beside the check).
     let (report, _) = crate::services::inputs::verify_run(store, run_dir, None)?;
     // A row at odds with its sealed log is shown as the log has it, marked.
-    let read = crate::store::gate_read::listed(row, &report);
-    let row = crate::store::gate_read::shown_row(read.row, &read.integrity, &read.derived);
+    let row = crate::store::gate_read::shown_in(row, &report);
     let team = match report.derived.get(&row.id) {
         Some(d) => team_view(&row, d, &now, roster)?,
         None => None,

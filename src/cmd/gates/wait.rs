@@ -356,10 +356,7 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                 }
                 // A row at odds with its sealed log is shown as the log has it (marked).
                 let row_status = gate.status.clone();
-                let gate = {
-                    let read = crate::store::gate_read::listed(gate, &report);
-                    crate::store::gate_read::shown_row(read.row, &read.integrity, &read.derived)
-                };
+                let gate = crate::store::gate_read::shown_in(gate, &report);
                 let team = match report.derived.get(&gate.id) {
                     Some(d) => team_view(&gate, d, &now, &mut LazyRoster::new(ctx))?,
                     None => None,
