@@ -32,7 +32,7 @@ use crate::error::{not_found, refused, shown};
 use crate::model::PathName;
 use crate::services::transfer;
 use crate::store::dump::{
-    AgentRecord, BindingRecord, ExecRecord, ImportRecord, RunDump, RunRecord, SegmentRecord,
+    AgentRecord, BindingRecord, ImportRecord, RunDump, RunRecord, SegmentRecord,
 };
 use crate::store::sqlite::SqliteStore;
 use anyhow::{Context as _, Result};
@@ -304,7 +304,7 @@ fn read_run(dir: &Path, unmapped: &mut Vec<String>) -> Result<RunDump> {
 /// The execution log being read from `state.md`.
 #[derive(Default)]
 struct Log {
-    records: Vec<ExecRecord>,
+    records: Vec<crate::store::ExecutionRow>,
     /// Open blocks, innermost last: (the block's own ID, its record's id).
     blocks: Vec<(i64, i64)>,
     /// Every block's record, by its ID.
@@ -330,11 +330,11 @@ impl Log {
         let id = self.records.len() as i64 + 1;
         let parent = parent.or_else(|| self.blocks.last().map(|(_, r)| *r));
         let done = matches!(status, "completed" | "failed" | "joined" | "exited");
-        self.records.push(ExecRecord {
+        self.records.push(crate::store::ExecutionRow {
             id,
             statement_index: index,
             statement_text: Some(text),
-            status: Some(status.to_string()),
+            status: Some(crate::model::ExecStatus::parse(status)),
             started_at: (!done).then(|| self.at.clone()),
             completed_at: done.then(|| self.at.clone()),
             error_message: error,

@@ -40,23 +40,6 @@ pub struct RunRecord {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct ExecRecord {
-    pub id: i64,
-    pub statement_index: Option<i64>,
-    pub statement_text: Option<String>,
-    pub status: Option<String>,
-    pub started_at: Option<String>,
-    pub completed_at: Option<String>,
-    pub error_message: Option<String>,
-    pub parent_id: Option<i64>,
-    /// JSON; a server stores it as jsonb, so it is compared as JSON.
-    pub metadata: Option<String>,
-    pub idempotency_key: Option<String>,
-    /// Who appended it (schema 10); None for a raw writer.
-    pub principal: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
 pub struct BindingRecord {
     pub name: Option<String>,
     pub execution_id: Option<i64>,
@@ -184,7 +167,7 @@ impl GateRecord {
 pub struct RunDump {
     pub run: RunRecord,
     /// Oldest first (by id).
-    pub executions: Vec<ExecRecord>,
+    pub executions: Vec<super::ExecutionRow>,
     pub bindings: Vec<BindingRecord>,
     pub agents: Vec<AgentRecord>,
     pub segments: Vec<SegmentRecord>,
@@ -241,6 +224,10 @@ pub const INSTANCE_COLUMNS: &str = "gate_id, run_id, execution_id, prompt, allow
 pub const GATE_COLUMNS: &str = "id, run_id, execution_id, prompt, allow, timeout, timeout_at, \
     on_reject, status, created_at, resolved_at, resolved_by, resolution_comment, metadata, instance";
 
+/// The execution table's columns, in [`super::ExecutionRow::read`]'s order.
+pub const EXECUTION_COLUMNS: &str = "id, statement_index, statement_text, status, started_at, \
+    completed_at, error_message, parent_id, metadata, idempotency_key, principal";
+
 /// The tables a copy of a run reads (its audit log aside), in [`RunDump::read`]'s order.
 pub const TABLES: [Table; 10] = [
     Table {
@@ -251,8 +238,7 @@ pub const TABLES: [Table; 10] = [
     Table {
         name: "execution",
         order: "id",
-        columns: "id, statement_index, statement_text, status, started_at, completed_at, \
-            error_message, parent_id, metadata, idempotency_key, principal",
+        columns: EXECUTION_COLUMNS,
     },
     Table {
         name: "bindings",
@@ -313,24 +299,6 @@ impl RunRecord {
             updated_at: c.text(4),
             status: c.text(5),
             error_message: c.text(6),
-        }
-    }
-}
-
-impl ExecRecord {
-    pub fn read(c: &dyn Cells) -> Self {
-        ExecRecord {
-            id: c.int(0).unwrap_or_default(),
-            statement_index: c.int(1),
-            statement_text: c.text(2),
-            status: c.text(3),
-            started_at: c.text(4),
-            completed_at: c.text(5),
-            error_message: c.text(6),
-            parent_id: c.int(7),
-            metadata: c.text(8),
-            idempotency_key: c.text(9),
-            principal: c.text(10),
         }
     }
 }
@@ -408,7 +376,7 @@ impl RunDump {
                 .into_iter()
                 .next()
                 .unwrap_or_default(),
-            executions: s.rows(executions, ExecRecord::read)?,
+            executions: s.rows(executions, super::ExecutionRow::read)?,
             bindings: s.rows(bindings, BindingRecord::read)?,
             agents: s.rows(agents, AgentRecord::read)?,
             segments: s.rows(segments, SegmentRecord::read)?,

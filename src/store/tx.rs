@@ -4,7 +4,7 @@
 //! `FOR UPDATE`) and maps its driver's errors once, in its implementation of this trait. The
 //! rules themselves (`rules.rs`) are written once, above it.
 
-use super::dump::{AgentRecord, BindingRecord, ExecRecord, GateRecord, RunRecord, SegmentRecord};
+use super::dump::{AgentRecord, BindingRecord, GateRecord, RunRecord, SegmentRecord};
 use super::effects::{Event, Notice};
 use super::history::Kept;
 use super::{AuditRow, GateRow, ImportRow, NewGate};
@@ -96,7 +96,11 @@ pub trait Tx: super::Rows {
     /// Appends a record (its `id` ignored), as `id` where the store keeps the ids it is given
     /// (`keeps_ids`), else numbered by the store. Its id; None when its idempotency key was
     /// taken meanwhile by another writer.
-    fn put_execution(&mut self, id: Option<i64>, record: &ExecRecord) -> Result<Option<i64>>;
+    fn put_execution(
+        &mut self,
+        id: Option<i64>,
+        record: &super::ExecutionRow,
+    ) -> Result<Option<i64>>;
 
     // Gates.
     /// The gates row of this id as the rules read it.

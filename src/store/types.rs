@@ -565,8 +565,10 @@ pub enum ImportAdded {
     Conflict(ImportRow),
 }
 
-/// An execution row as stored (raw SQL may leave any column NULL).
-#[derive(Debug, Clone)]
+/// An execution row as stored (raw SQL may leave any column NULL): the one shape of the table,
+/// read by every reader, written by appends, dumps and restores alike. A status raw SQL wrote
+/// that is none of the vocabulary reads as `ExecStatus::Other`, never fails the read.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ExecutionRow {
     pub id: i64,
     pub statement_index: Option<i64>,
@@ -576,12 +578,32 @@ pub struct ExecutionRow {
     pub completed_at: Option<String>,
     pub error_message: Option<String>,
     pub parent_id: Option<i64>,
+    /// JSON; a server stores it as jsonb, so it is compared as JSON.
     pub metadata: Option<String>,
+    /// The key a retried append lands once under (`exec-append --key`).
+    pub idempotency_key: Option<String>,
     /// Who appended it (schema 10); None for a raw writer, or a record from before.
     pub principal: Option<String>,
 }
 
 impl ExecutionRow {
+    /// The row from `EXECUTION_COLUMNS`' cells, as a dump and every reader read it.
+    pub fn read(c: &dyn super::dump::Cells) -> Self {
+        ExecutionRow {
+            id: c.int(0).unwrap_or_default(),
+            statement_index: c.int(1),
+            statement_text: c.text(2),
+            status: c.text(3).as_deref().map(ExecStatus::parse),
+            started_at: c.text(4),
+            completed_at: c.text(5),
+            error_message: c.text(6),
+            parent_id: c.int(7),
+            metadata: c.text(8),
+            idempotency_key: c.text(9),
+            principal: c.text(10),
+        }
+    }
+
     /// What this record opens, if it is a start: [`crate::language::construct_of`] of its
     /// text and metadata.
     pub fn construct(&self) -> Option<crate::language::Kind> {

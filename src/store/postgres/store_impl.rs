@@ -319,6 +319,12 @@ impl Store for PgStore {
         let (tail, params) = q.sql("run_id = $1 AND ", true, |i| format!("${}", i + 2));
         let mut args: Vec<&(dyn ToSql + Sync)> = vec![&run];
         args.extend(params.iter().map(|p| p as &(dyn ToSql + Sync)));
+        // A server of schema 1 has no key column yet, and a read never upgrades it.
+        let key = if self.version >= 2 {
+            "idempotency_key"
+        } else {
+            "NULL::text"
+        };
         self.all(
             &format!(
                 concat!(
@@ -326,8 +332,9 @@ impl Store for PgStore {
                     ts!("started_at"),
                     ", ",
                     ts!("completed_at"),
-                    ", error_message, parent_id, metadata::text, principal FROM openprose.execution {}"
+                    ", error_message, parent_id, metadata::text, {}, principal FROM openprose.execution {}"
                 ),
+                key,
                 tail
             ),
             &args,
@@ -341,7 +348,8 @@ impl Store for PgStore {
                 error_message: r.get(6),
                 parent_id: r.get(7),
                 metadata: r.get(8),
-                principal: r.get(9),
+                idempotency_key: r.get(9),
+                principal: r.get(10),
             },
         )
     }

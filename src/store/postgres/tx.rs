@@ -4,9 +4,7 @@
 use super::{audit_row, blobs, committed, import_row, map_err, Params, Statements, AUDIT_SELECT};
 use crate::error::{not_found, refused, shown};
 use crate::model::{GateStatus, RunStatus};
-use crate::store::dump::{
-    AgentRecord, BindingRecord, ExecRecord, GateRecord, RunRecord, SegmentRecord,
-};
+use crate::store::dump::{AgentRecord, BindingRecord, GateRecord, RunRecord, SegmentRecord};
 use crate::store::history::Kept;
 use crate::store::tx::{KeyedExecution, Tx, TxKind};
 use crate::store::{AuditRow, ImportRow, NewGate};
@@ -637,7 +635,11 @@ impl Tx for PgTx<'_> {
         )
     }
 
-    fn put_execution(&mut self, _id: Option<i64>, e: &ExecRecord) -> Result<Option<i64>> {
+    fn put_execution(
+        &mut self,
+        _id: Option<i64>,
+        e: &crate::store::ExecutionRow,
+    ) -> Result<Option<i64>> {
         let run = self.run()?;
         // Writers of a run are not serialised: a concurrent insert with the same key waits
         // for the first to commit, then does nothing.
@@ -656,7 +658,7 @@ impl Tx for PgTx<'_> {
                 &run,
                 &e.statement_index,
                 &e.statement_text,
-                &e.status,
+                &e.status.as_ref().map(|s| s.as_str()),
                 &e.started_at,
                 &e.completed_at,
                 &e.error_message,

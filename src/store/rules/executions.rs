@@ -1,8 +1,8 @@
 //! Executions: appending one record, a keyed retry appending nothing.
 
 use crate::error::{not_found, refused, shown};
-use crate::store::dump::ExecRecord;
 use crate::store::tx::Txn;
+use crate::store::ExecutionRow;
 use crate::store::NewExecution;
 use anyhow::{anyhow, Result};
 
@@ -61,13 +61,13 @@ fn keyed_retry(
 }
 
 /// The row a live append writes (the store gives it its id).
-pub(super) fn exec_record(rec: &NewExecution) -> ExecRecord {
+pub(super) fn exec_record(rec: &NewExecution) -> ExecutionRow {
     let text = |t: Option<&str>| t.map(str::to_string);
-    ExecRecord {
+    ExecutionRow {
         id: 0,
         statement_index: rec.statement_index,
         statement_text: Some(rec.statement_text.to_string()),
-        status: Some(rec.status.to_string()),
+        status: Some(crate::model::ExecStatus::parse(rec.status)),
         started_at: text(rec.started_at),
         completed_at: text(rec.completed_at),
         error_message: text(rec.error_message),

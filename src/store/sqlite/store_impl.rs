@@ -2,7 +2,6 @@
 //! reads and upkeep outside one.
 
 use crate::error::{refused, shown, usage};
-use crate::model::ExecStatus;
 use crate::store::dump::{Cells, RunDump};
 use crate::store::sqlite_schema;
 use crate::store::tx::{Tx, TxKind};
@@ -281,27 +280,12 @@ impl Store for SqliteStore {
         let (tail, params) = q.sql("", false, |i| format!("?{}", i + 1));
         self.all(
             &format!(
-                "SELECT id, statement_index, statement_text, status, started_at, completed_at,
-                        error_message, parent_id, metadata, principal FROM execution {tail}"
+                "SELECT {} FROM execution {tail}",
+                crate::store::dump::EXECUTION_COLUMNS
             ),
             rusqlite::params_from_iter(params),
-            |r| {
-                Ok(ExecutionRow {
-                    id: r.get(0)?,
-                    statement_index: r.get(1)?,
-                    statement_text: r.get(2)?,
-                    status: r
-                        .get::<_, Option<String>>(3)?
-                        .as_deref()
-                        .map(ExecStatus::parse),
-                    started_at: r.get(4)?,
-                    completed_at: r.get(5)?,
-                    error_message: r.get(6)?,
-                    parent_id: r.get(7)?,
-                    metadata: r.get(8)?,
-                    principal: r.get(9)?,
-                })
-            },
+            // Read as a dump reads it: a cell raw SQL gave another type never fails the read.
+            |r| Ok(ExecutionRow::read(r)),
         )
     }
 

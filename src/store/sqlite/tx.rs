@@ -3,9 +3,7 @@
 
 use super::{audit_row, db_error, import_row, CommitWatch, Statements, AUDIT_COLUMNS};
 use crate::model::{GateStatus, RunStatus};
-use crate::store::dump::{
-    AgentRecord, BindingRecord, ExecRecord, GateRecord, RunRecord, SegmentRecord,
-};
+use crate::store::dump::{AgentRecord, BindingRecord, GateRecord, RunRecord, SegmentRecord};
 use crate::store::history::Kept;
 use crate::store::tx::{KeyedExecution, Tx};
 use crate::store::{AuditRow, ImportRow, NewGate};
@@ -653,7 +651,11 @@ impl Tx for SqliteTx<'_> {
         self.exec(current, [now])
     }
 
-    fn put_execution(&mut self, id: Option<i64>, e: &ExecRecord) -> Result<Option<i64>> {
+    fn put_execution(
+        &mut self,
+        id: Option<i64>,
+        e: &crate::store::ExecutionRow,
+    ) -> Result<Option<i64>> {
         // Writers are serialised here, so a key looked up absent stays absent.
         self.exec(
             "INSERT INTO execution (id, statement_index, statement_text, status, started_at,
@@ -664,7 +666,7 @@ impl Tx for SqliteTx<'_> {
                 id,
                 e.statement_index,
                 e.statement_text,
-                e.status,
+                e.status.as_ref().map(|s| s.as_str()),
                 e.started_at,
                 e.completed_at,
                 e.error_message,
