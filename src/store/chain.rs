@@ -33,6 +33,17 @@ pub enum Integrity {
     Tampered(String),
 }
 
+impl Integrity {
+    /// Its word, as every reader states it: `attested`, `unattested` or `tampered`.
+    pub fn state(&self) -> &'static str {
+        match self {
+            Integrity::Attested => "attested",
+            Integrity::Unattested(_) => "unattested",
+            Integrity::Tampered(_) => "tampered",
+        }
+    }
+}
+
 /// The first row that does not match, and why.
 #[derive(Debug, Clone)]
 pub struct BrokenLink {

@@ -67,14 +67,13 @@ impl RunChain {
             .gates
             .iter()
             .map(|(gate, i)| {
-                let (state, detail) = match i {
-                    Integrity::Tampered(d) => ("tampered", d.clone()),
-                    Integrity::Unattested(d) => ("unattested", d.clone()),
-                    Integrity::Attested => ("attested", String::new()),
+                let detail = match i {
+                    Integrity::Tampered(d) | Integrity::Unattested(d) => d.clone(),
+                    Integrity::Attested => String::new(),
                 };
                 GateProblem {
                     gate: gate.clone(),
-                    state,
+                    state: i.state(),
                     detail,
                 }
             })

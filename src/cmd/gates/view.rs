@@ -380,10 +380,10 @@ impl IntegrityView {
 
 impl From<Integrity> for IntegrityView {
     fn from(i: Integrity) -> Self {
-        let (state, detail) = match i {
-            Integrity::Tampered(d) => ("tampered", Some(d)),
-            Integrity::Unattested(d) => ("unattested", Some(d)),
-            Integrity::Attested => ("attested", None),
+        let state = i.state();
+        let detail = match i {
+            Integrity::Tampered(d) | Integrity::Unattested(d) => Some(d),
+            Integrity::Attested => None,
         };
         IntegrityView { state, detail }
     }
