@@ -396,7 +396,7 @@ pub const TABLE: &[Entry] = &[
         start: None,
         frame: Frame::No,
         records: "`gates create` (it logs `approve`), `gates wait --instance N`, `completed`; rejected or timed out: `failed --error REASON`, then `on_reject` (`retry`: the step again, then `--reopen`)",
-        binds: "nothing",
+        binds: "nothing; with `--response-binding NAME`, the decision binds NAME in the enclosing frame",
         resume: "`gates` gives the instance and `next_step`",
     },
     Entry {
@@ -571,6 +571,24 @@ fn pipe_op(e: &str) -> Option<Kind> {
         }
     }
     None
+}
+
+/// The gate an `approve NAME:` record's text names (what `gates create` logs, and the VM's
+/// `completed` or `failed` record of the statement).
+/// Read as the statement's first line, its comment cut, the colon optional: `approve g:`,
+/// `approve g: # why`, `approve g` and the statement with its property lines all name `g`.
+pub fn approved_gate(text: &str) -> Option<&str> {
+    if classify(text) != Some(Kind::Approve) {
+        return None;
+    }
+    let first = text.trim_start().lines().next()?;
+    let first = first.split('#').next()?.trim();
+    let rest = first.strip_prefix("approve")?;
+    if !rest.starts_with(char::is_whitespace) {
+        return None;
+    }
+    let name = rest.trim();
+    Some(name.strip_suffix(':').unwrap_or(name).trim()).filter(|n| !n.is_empty())
 }
 
 /// The statement form of a record's text, by the grammar's leading keyword. A binding whose

@@ -543,6 +543,7 @@ pub fn is_invisible(c: char) -> bool {
         | '\u{200b}'..='\u{200f}'      // zero-width space, joiners, LRM, RLM
         | '\u{2028}'..='\u{202e}'      // line/paragraph separators, bidi embeddings, overrides
         | '\u{2060}'..='\u{206f}'      // word joiner, invisible operators, bidi isolates
+        | '\u{2800}'                   // Braille pattern blank, shown as a space
         | '\u{3164}' | '\u{ffa0}'      // Hangul fillers
         | '\u{fe00}'..='\u{fe0f}'      // variation selectors
         | '\u{feff}'                   // zero-width no-break space (BOM)

@@ -114,6 +114,13 @@ pub fn visible(text: &str) -> std::borrow::Cow<'_, str> {
     visible_keeping(text, &['\n', '\t'])
 }
 
+/// Whether a text area shows `text` as it is stored: no character [`visible`] escapes but a
+/// line end (a browser sends a text area's lines as CRLF, so a CR before a newline is kept).
+pub fn shown_as_is_in_a_text_area(text: &str) -> bool {
+    !any_hidden(text, |c| is_hidden(c) && !['\n', '\t', '\r'].contains(&c))
+        && !text.replace("\r\n", "").contains('\r')
+}
+
 /// [`visible`] for one line of output: newlines and tabs are escaped too.
 pub fn visible_line(text: &str) -> std::borrow::Cow<'_, str> {
     visible_keeping(text, &[])
@@ -301,4 +308,29 @@ pub fn url_segment(s: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every character: a text area shows it as it is exactly when [`visible`] keeps it, but
+    /// a CR, kept only before a newline.
+    #[test]
+    fn a_text_area_is_offered_only_what_it_shows_as_stored() {
+        for c in (0..=0x10FFFF).filter_map(char::from_u32) {
+            let text = format!("a{c}b");
+            let kept = matches!(visible(&text), std::borrow::Cow::Borrowed(_));
+            assert_eq!(
+                shown_as_is_in_a_text_area(&text),
+                kept,
+                "U+{:04X}",
+                c as u32
+            );
+        }
+        assert!(shown_as_is_in_a_text_area("one\r\ntwo\r\n\tthree\n"));
+        assert!(!shown_as_is_in_a_text_area("one\rtwo"));
+        assert!(!shown_as_is_in_a_text_area("one\r"));
+        assert!(!shown_as_is_in_a_text_area("account \u{202e}9876\u{202c}"));
+    }
 }

@@ -253,6 +253,30 @@ fn check_schema(what: &str, schema: &Value, at: &str, level: usize) -> Result<()
             _ => {}
         }
     }
+    // What a person tells apart on the page: two choices, or two properties of one object,
+    // that read alike once whitespace is laid out (runs collapsed, ends trimmed) would let
+    // them pick one thinking it the other.
+    let texts: Vec<&str> = match (map.get("enum"), map.get("properties")) {
+        (Some(Value::Array(a)), _) => a.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    let names: Vec<&str> = match map.get("properties") {
+        Some(Value::Object(p)) => p.keys().map(String::as_str).collect(),
+        None | Some(_) => Vec::new(),
+    };
+    for (list, what_they_are) in [(texts, "choices"), (names, "property names")] {
+        let mut seen: std::collections::HashMap<String, &str> = Default::default();
+        for t in list {
+            let read = t.split_whitespace().collect::<Vec<_>>().join(" ");
+            if let Some(first) = seen.insert(read, t) {
+                return Err(bad(format!(
+                    "the {what_they_are} {} and {} read alike on the approval page (whitespace is laid out there): make them differ in what a person reads",
+                    shown(first),
+                    shown(t)
+                )));
+            }
+        }
+    }
     // Bounds no answer can meet would make the gate one no person can approve.
     for (low, high) in [("minimum", "maximum"), ("minLength", "maxLength")] {
         if let (Some(l), Some(h)) = (

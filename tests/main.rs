@@ -28,6 +28,7 @@ mod fork;
 mod gates;
 mod guides;
 mod helper41;
+mod helper43;
 mod history;
 mod hosts;
 mod init;

@@ -9,6 +9,7 @@ on_both!(
     an_answer_and_an_edit_are_given_on_the_page,
     what_the_page_refuses_and_what_it_keeps_exactly,
     bytes_that_are_not_text_and_fields_not_asked_are_refused,
+    no_text_area_shows_an_input_other_than_it_is_stored,
 );
 
 const SCHEMA: &str = r#"{"type":"object","required":["verdict","risk"],"properties":{
@@ -398,4 +399,79 @@ fn bytes_that_are_not_text_and_fields_not_asked_are_refused(b: Backend) {
     let r = post(&s, &cookie, &run, &approval(&page, &[("r/s", "hello")]));
     assert_eq!(r.status, 303, "{}", r.body);
     assert_eq!(run.get("ans", None), br#"{"c":"fixed","s":"hello"}"#);
+}
+
+/// Found by helper-43: an input holding a bidi override was put, as it is, in the edit box
+/// (Chromium showed `account: 2345-6789` for `9876-5432`), the only place the page showed
+/// that part of it; its "whole value" link served the same bytes for the browser to lay out.
+/// Now an input holding any character the page shows escaped is not offered for editing (the
+/// page says so and how to edit it on the command line), an edit of it posted anyway is 400
+/// and writes nothing, and the whole value is served escaped.
+fn no_text_area_shows_an_input_other_than_it_is_stored(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let token = add(&p, "alice");
+    let tricky = "Send the refund to account: \u{202e}9876-5432\u{202c} (verified)\n";
+    run.bind("payee", tricky, None);
+    run.bind("memo", "plain text\r\nwith CRLF\r\n", None);
+    run.cmd()
+        .args([
+            "gates",
+            "create",
+            "g",
+            "--prompt",
+            "Refund?",
+            "--inputs",
+            "payee,memo",
+        ])
+        .assert()
+        .success();
+    let s = Server::start(&p);
+    let cookie = s.login(&token);
+    let page = s.get(&gate_path(&run, "g"), Some(&cookie)).body;
+    assert!(
+        !page.contains('\u{202e}'),
+        "a raw override on the page: {page}"
+    );
+    assert!(!page.contains(r#"name="edit/payee""#), "{page}");
+    assert!(page.contains(r#"name="edit/memo""#), "{page}");
+    let note = page
+        .split(r#"id="not-editable""#)
+        .nth(1)
+        .and_then(|r| r.split("</p>").next())
+        .unwrap_or_else(|| panic!("no note of what is not editable: {page}"));
+    assert!(
+        note.contains("<code>payee</code>") && !note.contains("memo"),
+        "{note}"
+    );
+    assert!(
+        note.contains("prose-state approve g --edit NAME=@FILE"),
+        "{note}"
+    );
+    let before = run.snapshot();
+    let r = post(
+        &s,
+        &cookie,
+        &run,
+        &approval(&page, &[("edit/payee", "Send the refund to account: 1")]),
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("the page shows escaped"), "{}", r.body);
+    assert_eq!(run.snapshot(), before, "a refusal wrote");
+    let whole = s.get(
+        &format!("/runs/{}/bindings/root/payee", run.id),
+        Some(&cookie),
+    );
+    assert_eq!(whole.status, 200);
+    assert_eq!(
+        whole.body,
+        "Send the refund to account: \\u{202e}9876-5432\\u{202c} (verified)\n"
+    );
+    // The command line edits it, and `gates show` says it escaped.
+    let shown = run.cmd().args(["gates", "show", "g"]).assert().success();
+    let out = String::from_utf8_lossy(&shown.get_output().stdout).to_string();
+    assert!(
+        out.contains("    Send the refund to account: \\u{202e}9876-5432\\u{202c} (verified)"),
+        "{out}"
+    );
 }

@@ -129,7 +129,9 @@ fn the_answer_is_a_binding_only_a_decision_writes(b: Backend) {
     let a = run.cmd().args(["resume"]).assert();
     let out = String::from_utf8_lossy(&a.get_output().stdout).to_string();
     assert!(
-        out.contains(r#"  answer: {"size":2} (in binding size)"#),
+        out.contains(&format!(
+            r#"  answer: {{"size":2}} (in binding size, in the frame of execution {block}: seen from inside it, `get size --execution-id {block}`)"#
+        )),
         "{out}"
     );
     open(&run, "g", block, true);

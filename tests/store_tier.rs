@@ -97,6 +97,30 @@ impl Tier {
             .unwrap()
     }
 
+    /// Opens `id` asking for an integer answer into binding `into` at the root.
+    fn open_answering(&self, id: &str, into: &str, reopen: bool) -> anyhow::Result<Created> {
+        let prompt = format!("Ship {id}?");
+        let schema = serde_json::json!({"type": "integer"});
+        self.store().create_gate(&NewGate {
+            id,
+            prompt: &prompt,
+            allow: r#"["user"]"#,
+            timeout: None,
+            timeout_at: None,
+            on_reject: None,
+            metadata: None,
+            reopen,
+            statement_index: None,
+            parent_execution: None,
+            prompt_hash: &sha256_tag(&prompt),
+            inputs: &[],
+            response_schema: Some(&schema),
+            response_binding: Some((into, None)),
+            now: T0,
+            quorum: Quorum::default(),
+        })
+    }
+
     fn decide(&self, id: &str, who: &str, approve: bool, now: &str) -> Decided {
         self.decide_as(id, who, false, approve, now)
     }
@@ -427,7 +451,42 @@ fn a_token_is_one_the_books_log_issued(b: Backend) {
     assert!(authenticate(book.as_mut(), &token).is_err());
 }
 
+/// One binding holds one gate's answer in a scope: a second gate opened to answer into it
+/// there is refused, writing nothing (its opening, its record, its row); the first gate,
+/// opened again, answers into it again.
+fn a_binding_holds_one_gates_answer_in_a_scope(b: Backend) {
+    let Some(t) = Tier::on(b) else { return };
+    assert!(matches!(
+        t.open_answering("a", "ans", false).unwrap(),
+        Created::New(_)
+    ));
+    let everything = AuditFilter::default();
+    let before = t.store().audit(&everything).unwrap().len();
+    let records = t.store().executions().unwrap().len();
+    let err = t.open_answering("b", "ans", false).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("gate \"a\" already answers into it")
+            || err.to_string().contains("gate a already answers into it"),
+        "{err:#}"
+    );
+    assert_eq!(t.store().audit(&everything).unwrap().len(), before);
+    assert_eq!(t.store().executions().unwrap().len(), records);
+    assert!(t.store().read_gate("b").unwrap().is_none());
+    // Another binding, and the same gate again, are opened.
+    assert!(matches!(
+        t.open_answering("b", "other", false).unwrap(),
+        Created::New(_)
+    ));
+    t.decide("a", "alice", false, T0);
+    assert!(matches!(
+        t.open_answering("a", "ans", true).unwrap(),
+        Created::New(_)
+    ));
+}
+
 on_both!(
+    a_binding_holds_one_gates_answer_in_a_scope,
     the_first_decision_decides_and_a_second_is_only_logged,
     a_quorum_counts_each_authenticated_approver_once,
     one_not_allowed_decides_nothing,

@@ -2324,19 +2324,30 @@ fn a_decisions_frames_survive_the_renumbering_of_a_move() {
         .failure();
     assert_eq!(code(&a), 4, "{}", stderr(&a));
     assert_eq!(moved.snapshot(), before);
-    // A value put in behind the tool's back is caught in the fork's frame (the fork, so that
-    // the moved run goes on untouched below).
-    forked.view().raw(
-        "",
-        "UPDATE openprose.bindings SET value = convert_to('{\"size\":666}', 'UTF8')
-          WHERE run_id = '$RUN' AND name = 'size'",
-    );
+    // A value put in behind the tool's back, its table's triggers off, is caught in the fork's
+    // frame (the fork, so that the moved run goes on untouched below); put back byte for byte,
+    // it reads again. (A stop once saw it still refused after a restore: that restore wrote
+    // `convert_to(…)`, a bytea, which PostgreSQL stores in a text column as its hex spelling.)
+    let in_place = |value: &str| {
+        forked.view().raw(
+            "",
+            &format!(
+                "ALTER TABLE openprose.bindings DISABLE TRIGGER USER;
+                 UPDATE openprose.bindings SET value = '{value}'
+                  WHERE run_id = '$RUN' AND name = 'size';
+                 ALTER TABLE openprose.bindings ENABLE TRIGGER USER"
+            ),
+        )
+    };
+    in_place(r#"{"size":666}"#);
     let a = forked
         .cmd()
         .args(["get", "size", "--execution-id", &fork_block.to_string()])
         .assert()
         .failure();
     assert_eq!(code(&a), 9, "{}", stderr(&a));
+    in_place(r#"{"size":3}"#);
+    assert_eq!(forked.get("size", Some(fork_block)), br#"{"size":3}"#);
     // It goes on: the gate reopened on the server answers into the same frame.
     moved
         .cmd()

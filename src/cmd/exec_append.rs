@@ -118,6 +118,36 @@ fn start_of(store: &mut dyn crate::store::Store, args: &ExecAppendArgs, id: i64)
     })
 }
 
+/// Refuses (4) `approve G:` logged `completed` while G is pending, or after its rejection or
+/// timeout: a VM that did would go on as if a person had approved (the guide's record of a
+/// rejection is `failed`). Judged by the gate's sealed log; a gate nothing sealed opened, or
+/// one tampered with, is left to the checks that read it.
+fn approval_logged(store: &mut dyn crate::store::Store, text: &str) -> Result<()> {
+    let Some(gate) = crate::language::approved_gate(text) else {
+        return Ok(());
+    };
+    if crate::model::check_gate_id(gate).is_err() {
+        return Ok(());
+    }
+    let Some(read) = crate::store::gate_read::read(store, gate, &now())? else {
+        return Ok(());
+    };
+    let status = read.derived.status();
+    if read.tampered() || read.derived.instance == 0 || status == crate::model::GateStatus::Approved
+    {
+        return Ok(());
+    }
+    Err(crate::error::refused(format!(
+        "`approve {}:` is not logged completed while its gate is {status}: {}",
+        crate::output::visible_line(gate),
+        if status.is_pending() {
+            "wait for the decision (gates wait) first"
+        } else {
+            "a rejection or a timeout is logged `failed --error REASON`, then its on_reject"
+        }
+    )))
+}
+
 impl super::Run for ExecAppendArgs {
     type Output = Appended;
     fn run(&self, ctx: &crate::context::Context) -> Result<Appended> {
@@ -177,6 +207,9 @@ impl super::Run for ExecAppendArgs {
         } else {
             Some(Value::Object(metadata).to_string())
         };
+        if self.status == crate::model::ExecStatus::Completed {
+            approval_logged(store.as_mut(), &text)?;
+        }
         let at = now();
         let (started_at, completed_at) = if self.status.is_ending() {
             (None, Some(at.as_str()))

@@ -63,10 +63,13 @@ impl GuideArgs {
         // The subagent's block comes filled in with what the VM knows: the run and the
         // execution it spawned the subagent for. What is not given stays a shell variable.
         let run = ctx.run.as_deref().map(shell_word);
-        let (scope, place) = match self.execution_id {
+        let (scope, mut place) = match self.execution_id {
             Some(id) => (format!(" --execution-id {id}"), format!("execution {id}")),
             None => (String::new(), "the root scope".to_string()),
         };
+        // Where its binding lands: the language's frame around that execution (an `if` or a
+        // loop's record is none: a binding made there lives in the frame around it).
+        let mut lands = place.clone();
         for name in self.name.iter().chain(&self.agent) {
             crate::model::check_name(name)?;
         }
@@ -74,13 +77,23 @@ impl GuideArgs {
         // gate's decision writes it there (its `bind` would be refused, exit 4), so no guide
         // tells a subagent to write it.
         // (A guide is text: a run it cannot open is only filled in.)
-        let store = match (self.who, self.name.as_deref(), ctx.run.as_deref()) {
-            (GuideFor::Subagent, Some(name), Some(run)) => {
-                ctx.open_run(Some(run)).ok().map(|(_, s)| (name, s))
-            }
+        let mut store = match (self.who, ctx.run.as_deref()) {
+            (GuideFor::Subagent, Some(run)) => ctx.open_run(Some(run)).ok().map(|(_, s)| s),
             _ => None,
         };
-        if let Some((name, mut store)) = store {
+        if let (Some(store), Some(id)) = (store.as_mut(), self.execution_id) {
+            if store.execution_exists(id)? {
+                let frame = crate::store::frame_of(store.as_mut(), id, self.name.as_deref())?;
+                if frame != Some(id) {
+                    lands = match frame {
+                        Some(f) => format!("the frame of execution {f}"),
+                        None => "the root scope".to_string(),
+                    };
+                    place = format!("execution {id} (what you bind there lands in {lands})");
+                }
+            }
+        }
+        if let (Some(name), Some(mut store)) = (self.name.as_deref(), store) {
             let naming = store.naming(name)?;
             if !naming.response.is_empty() {
                 let mut passed: Vec<Option<i64>> = match self.execution_id {
@@ -208,6 +221,7 @@ impl GuideArgs {
             )
             .replace("{{scope}}", &scope)
             .replace("{{where}}", &place)
+            .replace("{{lands}}", &lands)
             .replace("{{name}}", &name.map_or("\"$NAME\"".into(), shell_word))
             .replace("{{agent}}", &agent);
         Ok(Guide {

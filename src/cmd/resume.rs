@@ -9,7 +9,6 @@ mod answer;
 mod frame;
 mod render;
 
-pub use answer::on_reject_step;
 pub(super) use frame::open_records;
 
 use super::gates::IntegrityView;
@@ -133,6 +132,20 @@ pub struct Position {
     /// nearest `try:` whose body it is in, a parallel's `on-fail` policy, or the program.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handler: Option<String>,
+    /// When `after` is an `approve` record failed on its gate's rejection or timeout, and the
+    /// gate's sealed `on_reject` is not `throw`: the gate and that `on_reject`, which takes
+    /// the failure instead of any handler; the gate's `next_step` says what to do. Never set
+    /// beside `handler`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub on_reject: Option<GateTakes>,
+}
+
+/// A failed `approve` record that its gate's `on_reject` takes ([`Position::on_reject`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct GateTakes {
+    pub gate: String,
+    /// As sealed when the gate opened: `continue`, `retry STEP`, `session …`.
+    pub on_reject: String,
 }
 
 /// The failure a `catch` caught.
@@ -184,6 +197,10 @@ pub struct OpenBranch {
     /// When that was a failure no retry takes: what takes it (the parallel's `on-fail`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handler: Option<String>,
+    /// The innermost construct still open inside it (a block call, a loop, a `try:`): the
+    /// branch goes on inside that, after what was done there, not from `after`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inside: Option<String>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -416,4 +433,30 @@ pub struct Resumable {
     /// Its newest execution record: id, statement, status and time.
     pub newest_record: Option<Event>,
     pub pending_gates: i64,
+}
+
+/// The on_reject action as the language defines it: `throw ["msg"]` (the default),
+/// `retry [label]`, `continue`, `session "prompt"`, or a bare string meaning throw.
+pub fn on_reject_step(on_reject: Option<&str>) -> NextStep {
+    let text = on_reject.map(str::trim).unwrap_or("");
+    let arg = |rest: &str| {
+        let rest = rest.trim();
+        (!rest.is_empty()).then(|| rest.to_string())
+    };
+    let word = text.split_whitespace().next().unwrap_or("");
+    match word {
+        "" => step("throw", None),
+        "throw" => step("throw", arg(&text[5..])),
+        "retry" => step("retry", arg(&text[5..])),
+        "continue" if text == "continue" => step("continue", None),
+        "session" => step("session", arg(&text[7..])),
+        _ => step("throw", Some(text.to_string())),
+    }
+}
+
+pub(super) fn step(action: &str, argument: Option<String>) -> NextStep {
+    NextStep {
+        action: action.into(),
+        argument,
+    }
 }

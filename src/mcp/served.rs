@@ -45,9 +45,8 @@ pub(super) const SERVED: &[Served] = &[
     },
     Served {
         about: "Write a binding in the root or in the frame of `execution_id` (a block call or \
-                branch; a record inside one binds in it). The value: `value` as given, `file` \
-                on the server's machine, or `from` a binding; `append`/`merge` update a JSON \
-                array/object atomically. A large value becomes an attachment.",
+                branch; a record inside one binds in it). The value: `value` as given, or `from` \
+                a binding; `append`/`merge` update a JSON array/object atomically. A large value becomes an attachment.",
         ..Served::new("bind", &["bind"], false)
     },
     Served {

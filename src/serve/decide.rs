@@ -83,9 +83,27 @@ pub(super) fn forms(
         .map(|(k, v)| (k.to_string(), v.to_string()))
     };
     let principal = &user.principal;
+    // Each input the page does not offer for editing, said: it is edited on the command line.
+    let kept: Vec<&str> = inputs
+        .iter()
+        .map(|i| i.name.as_str())
+        .filter(|n| !editable.iter().any(|(e, _)| e == n))
+        .collect();
     html! {
         div.decide {
             (approve_form(&action, &hidden("approve"), principal, schema, editable, &Filled::default()))
+            @if !kept.is_empty() {
+                p.hint #not-editable {
+                    "Not editable on this page (an attachment, unbound, over " (EDITABLE_BYTES / 1024)
+                    " KiB, or holding characters this page shows escaped): "
+                    @for (i, n) in kept.iter().enumerate() {
+                        @if i > 0 { ", " }
+                        code { (visible(n)) }
+                    }
+                    ". To edit one, approve on the command line: "
+                    code { "prose-state approve " (visible(&g.id)) " --edit NAME=@FILE" }
+                }
+            }
             form #reject method="post" action=(action) {
                 @for (k, v) in hidden("reject") { input type="hidden" name=(k) value=(v); }
                 label for="reject-reason" { "Reason (required)" }
@@ -465,7 +483,7 @@ pub(super) fn take(
             // input or an attachment is edited on the command line.
             let Some(before) = now_values.get(name) else {
                 return Err(crate::error::usage(format!(
-                    "edit/{}: the page does not edit this input (an attachment, unbound, or over {EDITABLE_BYTES} bytes): approve it with `--edit {}=@FILE`",
+                    "edit/{}: the page does not edit this input (an attachment, unbound, over {EDITABLE_BYTES} bytes, or holding characters the page shows escaped): approve it with `--edit {}=@FILE`",
                     crate::error::shown(name),
                     crate::error::shown(name)
                 )));
@@ -554,7 +572,9 @@ pub(super) fn take(
 }
 
 /// The values of the gate's inputs the page offers for editing, by name: each bound as text
-/// (not an attachment) in the gate's scope, of at most [`EDITABLE_BYTES`].
+/// (not an attachment) in the gate's scope, of at most [`EDITABLE_BYTES`], holding no
+/// character the page shows escaped (a text area shows its text as it is: a bidi override
+/// there would show the person other text than the one stored).
 pub(super) fn editable_values(
     store: &mut dyn crate::store::Store,
     scope: Option<i64>,
@@ -577,7 +597,8 @@ pub(super) fn editable_of(
         .filter(|b| b.attachment_path.as_deref().is_none_or(str::is_empty))
         .filter_map(|b| {
             let value = std::str::from_utf8(b.value.as_deref()?).ok()?;
-            (value.len() <= EDITABLE_BYTES).then(|| (b.name.clone(), value.to_string()))
+            (value.len() <= EDITABLE_BYTES && crate::output::shown_as_is_in_a_text_area(value))
+                .then(|| (b.name.clone(), value.to_string()))
         })
         .collect()
 }

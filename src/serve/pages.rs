@@ -200,11 +200,7 @@ pub(super) async fn run_page(
                 let (status, by) = g.decision();
                 // A decision nothing here attests is marked where it is stated, not only in
                 // the Audit column.
-                let state = match &g.integrity {
-                    crate::store::chain::Integrity::Tampered(_) => "tampered",
-                    crate::store::chain::Integrity::Unattested(_) => "unattested",
-                    _ => "attested",
-                };
+                let state = g.integrity.state();
                 let only_row = state == "unattested" && by.is_some();
                 html! {
                     td { a href=(gate_link(&g.row)) { (visible(&g.row.id)) } }
@@ -262,7 +258,10 @@ pub(super) fn binding_markup(run: &str, b: &BindingRow) -> Markup {
     }
 }
 
-/// A binding's whole value, as plain text that a browser never runs or renders.
+/// A binding's whole value, as plain text that a browser never runs or renders, its hidden
+/// characters escaped as on every page (`\u{202e}`): a browser would otherwise lay a bidi
+/// override out, and show the person other text than the one stored. Its exact bytes are
+/// `prose-state get`'s.
 pub(super) async fn binding_value(
     State(app): State<Arc<App>>,
     Path((run, execution, name)): Path<(String, String, String)>,
@@ -292,7 +291,8 @@ pub(super) async fn binding_value(
             as_of: None,
         };
         let got = crate::cmd::get::run(&args, &paths, store.as_mut())?;
-        Ok(got.row.value.unwrap_or_default())
+        let value = got.row.value.unwrap_or_default();
+        Ok(visible(&String::from_utf8_lossy(&value)))
     })
     .await?;
     let mut r =

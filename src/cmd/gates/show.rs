@@ -8,7 +8,7 @@ use crate::cmd::listing::{GateQuery, Listing};
 use crate::context::Context;
 use crate::error::Code;
 use crate::model::{check_gate_id, now, now_plus, parse_duration};
-use crate::output::{one_line, table, Render};
+use crate::output::{one_line, table, visible_line, Render};
 use crate::store::{AuditFilter, AuditRow, Store};
 use anyhow::Result;
 use serde::Serialize;
@@ -360,20 +360,33 @@ impl Render for GateShown {
         }
         writeln!(w, "Prompt:")?;
         for line in g.prompt.lines() {
-            writeln!(w, "  {line}")?;
+            writeln!(w, "  {}", visible_line(line))?;
         }
         if !self.inputs.is_empty() {
             writeln!(w, "Inputs:")?;
             for i in &self.inputs {
+                // What a person decides on, line by line (its start, escaped), and where the
+                // whole is read when it is longer.
                 match &i.digest {
-                    Some(_) => writeln!(
-                        w,
-                        "  {} ({} bytes): {}",
-                        i.name,
-                        i.bytes,
-                        one_line(&i.preview, 80)
-                    )?,
-                    None => writeln!(w, "  {}: (not bound)", i.name)?,
+                    Some(_) => {
+                        writeln!(w, "  {} ({} bytes):", visible_line(&i.name), i.bytes)?;
+                        for line in i.preview.lines() {
+                            writeln!(w, "    {}", visible_line(line))?;
+                        }
+                        if i.preview.ends_with('…') {
+                            let scope = match i.at {
+                                Some((Some(e), _)) => format!(" --execution-id {e}"),
+                                _ => String::new(),
+                            };
+                            writeln!(
+                                w,
+                                "    (the whole: prose-state get {} --run {}{scope})",
+                                visible_line(&i.name),
+                                visible_line(g.run_id.as_deref().unwrap_or("RUN"))
+                            )?;
+                        }
+                    }
+                    None => writeln!(w, "  {}: (not bound)", visible_line(&i.name))?,
                 }
             }
         }

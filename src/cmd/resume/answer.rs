@@ -2,6 +2,7 @@
 //! project's unfinished runs when no run is named; each gate's next step; the command.
 
 use super::frame::{constructs, narrow_position, open_constructs, outstanding_retries};
+use super::{on_reject_step, step};
 use super::{
     AgentInfo, BindingInfo, Caught, Counts, Event, GateNext, NextStep, Position, Resumable,
     ResumeAnswer, ResumeBrief, ResumeDoc, RunPart, Unfinished, BOUND, DEFAULT_BINDINGS, TEXT,
@@ -14,32 +15,6 @@ use crate::store::{AgentRow, ExecQuery, GateRow, Store};
 use anyhow::Result;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
-
-/// The on_reject action as the language defines it: `throw ["msg"]` (the default),
-/// `retry [label]`, `continue`, `session "prompt"`, or a bare string meaning throw.
-pub fn on_reject_step(on_reject: Option<&str>) -> NextStep {
-    let text = on_reject.map(str::trim).unwrap_or("");
-    let arg = |rest: &str| {
-        let rest = rest.trim();
-        (!rest.is_empty()).then(|| rest.to_string())
-    };
-    let word = text.split_whitespace().next().unwrap_or("");
-    match word {
-        "" => step("throw", None),
-        "throw" => step("throw", arg(&text[5..])),
-        "retry" => step("retry", arg(&text[5..])),
-        "continue" if text == "continue" => step("continue", None),
-        "session" => step("session", arg(&text[7..])),
-        _ => step("throw", Some(text.to_string())),
-    }
-}
-
-fn step(action: &str, argument: Option<String>) -> NextStep {
-    NextStep {
-        action: action.into(),
-        argument,
-    }
-}
 
 /// The next step for a gate whose newest sealed opening is `instance`: a pending one is
 /// waited on as that opening.
@@ -138,8 +113,17 @@ fn gate_nexts(
                 if line.len() < text.len() {
                     line.push('…');
                 }
-                if let Some((name, _)) = &d.response_binding {
-                    line.push_str(&format!(" (in binding {})", crate::output::visible(name)));
+                // Its frame said: an answer in a block's or a branch's frame is not seen
+                // from outside it (the next statement there reads it; a VM after the join
+                // does not).
+                if let Some((name, scope)) = &d.response_binding {
+                    let name = crate::output::visible(name);
+                    line.push_str(&match scope {
+                        None => format!(" (in binding {name}, in the root)"),
+                        Some(e) => format!(
+                            " (in binding {name}, in the frame of execution {e}: seen from inside it, `get {name} --execution-id {e}`)"
+                        ),
+                    });
                 }
                 Some(line)
             });
@@ -499,6 +483,7 @@ fn brief(
         after: full.after.map(slim),
         last_event: full.last_event.map(slim),
         handler: full.handler,
+        on_reject: full.on_reject,
         caught: full.caught.map(|c| Caught {
             error: slim_text(c.error),
             ..c
@@ -672,7 +657,7 @@ impl crate::cmd::Run for crate::cli::ResumeArgs {
 
 #[cfg(test)]
 mod tests {
-    use super::on_reject_step;
+    use crate::cmd::resume::on_reject_step;
 
     #[test]
     fn on_reject_actions() {

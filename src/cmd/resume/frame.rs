@@ -3,7 +3,8 @@
 
 use super::render::describe;
 use super::{
-    branch_list, meta, str_of, Caught, Event, Loop, OpenBranch, Parallel, Position, Retry,
+    branch_list, meta, str_of, Caught, Event, GateTakes, Loop, OpenBranch, Parallel, Position,
+    Retry,
 };
 use crate::model::ExecStatus as S;
 use crate::output::one_line;
@@ -355,7 +356,58 @@ fn caught_by(store: &mut dyn Store, open: &[&ExecutionRow]) -> Result<Option<Cau
     Ok(None)
 }
 
-/// What takes the failure `after` is, unless a retry does (attempts left).
+/// The `on_reject` that takes the failure `after` is, when it is an `approve` record failed
+/// on its gate's rejection or timeout (the guide's record) and the gate's sealed `on_reject`
+/// is not `throw`: `continue`, `retry STEP` or `session …`, what the gate's `next_step`
+/// says. A failure a gate's `throw` raises (its default) goes to a handler as any other.
+/// Read from the gate's sealed log only: a row says nothing here.
+fn taken_by_gate(store: &mut dyn Store, after: &ExecutionRow) -> Result<Option<GateTakes>> {
+    let text = after.statement_text.as_deref().unwrap_or("");
+    let named = crate::language::approved_gate(text);
+    if after.status != Some(S::Failed) || named.is_none() {
+        return Ok(None);
+    }
+    let id = meta(after)
+        .and_then(|m| str_of(&m, "gate_id"))
+        .or(named.map(str::to_string));
+    let Some(id) = id.filter(|id| crate::model::check_gate_id(id).is_ok()) else {
+        return Ok(None);
+    };
+    let Some(read) = crate::store::gate_read::read(store, &id, &crate::model::now())? else {
+        return Ok(None);
+    };
+    let d = &read.derived;
+    if read.tampered()
+        || d.instance == 0
+        || !matches!(
+            d.status(),
+            crate::model::GateStatus::Rejected | crate::model::GateStatus::Timeout
+        )
+    {
+        return Ok(None);
+    }
+    let on_reject = d.on_reject.clone().flatten();
+    let step = super::on_reject_step(on_reject.as_deref());
+    Ok((step.action != "throw").then(|| GateTakes {
+        gate: id,
+        on_reject: on_reject.unwrap_or_default().trim().to_string(),
+    }))
+}
+
+/// What takes the failure `after` is: its gate's `on_reject` ([`taken_by_gate`]), else a
+/// handler ([`failure_handler`]); never both. The gate is read once.
+fn failure_of(
+    store: &mut dyn Store,
+    after: &ExecutionRow,
+) -> Result<(Option<String>, Option<GateTakes>)> {
+    Ok(match taken_by_gate(store, after)? {
+        Some(taken) => (None, Some(taken)),
+        None => (failure_handler(store, after)?, None),
+    })
+}
+
+/// What takes the failure `after` is, unless a retry does (attempts left); a failed `approve`
+/// its gate's `on_reject` takes is [`failure_of`]'s.
 fn failure_handler(store: &mut dyn Store, after: &ExecutionRow) -> Result<Option<String>> {
     if after.status != Some(S::Failed) {
         return Ok(None);
@@ -419,9 +471,9 @@ pub(super) fn narrow_position(store: &mut dyn Store) -> Result<Position> {
         before = page.last().map(|r| r.id);
     };
     let after_row = direct.iter().chain(named).max_by_key(|r| r.id).cloned();
-    let handler = match &after_row {
-        Some(r) => failure_handler(store, r)?,
-        None => None,
+    let (handler, on_reject) = match &after_row {
+        Some(r) => failure_of(store, r)?,
+        None => (None, None),
     };
     let after = after_row.as_ref().map(Event::from);
     let caught = caught_by(store, &open)?;
@@ -439,6 +491,7 @@ pub(super) fn narrow_position(store: &mut dyn Store) -> Result<Position> {
         after,
         last_event,
         handler,
+        on_reject,
         caught,
     })
 }
@@ -498,14 +551,25 @@ fn open_branches(store: &mut dyn Store, open: &[Event], id: &str) -> Result<Vec<
         })?;
         let last = last.first();
         let handler = match last {
-            Some(r) => failure_handler(store, r)?,
+            Some(r) => failure_of(store, r)?.0,
             None => None,
         };
+        // The innermost construct still open inside it (a block call, a loop, a try): where
+        // the branch goes on, with what was done there (`position` when it is the innermost).
+        let mut inner: Vec<i64> = vec![b.id];
+        let mut deepest = None;
+        for o in open.iter().filter(|o| o.id > b.id) {
+            if o.parent_id.is_some_and(|p| inner.contains(&p)) {
+                inner.push(o.id);
+                deepest = Some(o);
+            }
+        }
         out.push(OpenBranch {
             branch: one_line(&branch, 60),
             record: b.id,
             after: last.map(|r| describe(&Event::from(r))),
             handler,
+            inside: deepest.map(|o| format!("{} (record {}): go on inside it", describe(o), o.id)),
         });
     }
     Ok(out)

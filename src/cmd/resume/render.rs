@@ -5,7 +5,7 @@ use super::{
     ResumeDoc, Retry, RunPart, Unfinished, BOUND,
 };
 use crate::model::{now, ExecStatus as S};
-use crate::output::{human_duration, one_line, Render};
+use crate::output::{human_duration, one_line, visible_line, Render};
 use std::io::{self, Write};
 
 pub(super) fn describe(e: &Event) -> String {
@@ -34,7 +34,15 @@ pub(super) fn describe(e: &Event) -> String {
     ) + &e
         .gate_now
         .as_ref()
-        .map(|g| format!("; the gate is now {}", g.status))
+        .map(|g| {
+            // What the VM logs of the statement now, as the construct table says.
+            let then = match g.status {
+                crate::model::GateStatus::Approved => ": log it `completed`, then go on",
+                crate::model::GateStatus::Pending => "",
+                _ => ": log it `failed --error REASON`, then its on_reject",
+            };
+            format!("; the gate is now {}{then}", g.status)
+        })
         .unwrap_or_default()
 }
 
@@ -90,6 +98,14 @@ fn run_lines(w: &mut dyn Write, r: &RunPart, p: &Position) -> io::Result<()> {
             "failed: not the statement after it; the failure goes to {h}"
         )?;
     }
+    if let Some(o) = &p.on_reject {
+        writeln!(
+            w,
+            "failed on gate {}'s decision: its on_reject `{}` takes it, not a catch (the gate's next step below)",
+            visible_line(&o.gate),
+            visible_line(&o.on_reject)
+        )?;
+    }
     if let Some(e) = &p.last_event {
         writeln!(w, "last: {}", describe(e))?;
     }
@@ -137,13 +153,20 @@ fn construct_lines(
                 .as_deref()
                 .map(|h| format!(" → the failure goes to {h}"))
                 .unwrap_or_default();
-            writeln!(
-                w,
-                "  branch {} (record {}): after {}{then}",
-                b.branch,
-                b.record,
-                b.after.as_deref().unwrap_or("nothing done inside it yet")
-            )?;
+            match &b.inside {
+                Some(inside) => writeln!(
+                    w,
+                    "  branch {} (record {}): inside {inside}",
+                    b.branch, b.record
+                )?,
+                None => writeln!(
+                    w,
+                    "  branch {} (record {}): after {}{then}",
+                    b.branch,
+                    b.record,
+                    b.after.as_deref().unwrap_or("nothing done inside it yet")
+                )?,
+            }
         }
     }
     for l in loops {
@@ -257,10 +280,15 @@ fn gate_lines(w: &mut dyn Write, gates: &[GateNext]) -> io::Result<()> {
             .instance
             .map(|n| format!(" (instance {n})"))
             .unwrap_or_default();
+        // An approval's words are its comment; a rejection's, its reason.
+        let label = match g.status {
+            crate::model::GateStatus::Approved => "comment",
+            _ => "reason",
+        };
         let reason = g
             .reason
             .as_deref()
-            .map(|r| format!("; reason: \"{}\"", one_line(r, 80)))
+            .map(|r| format!("; {label}: \"{}\"", one_line(r, 80)))
             .unwrap_or_default();
         writeln!(
             w,

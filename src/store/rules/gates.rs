@@ -162,6 +162,20 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
                 )));
             }
         }
+        // No other gate answers into it in this scope: one binding would hold two gates'
+        // answers, each read as its own gate's. (`gates create` refuses the rest of the
+        // answer's line of frames before this transaction; this holds against a race.)
+        if let Some((other, _)) = tx
+            .response_gates(name)?
+            .into_iter()
+            .find(|(other, at)| other != g.id && *at == scope)
+        {
+            return Err(refused(format!(
+                "--response-binding {}: gate {} already answers into it in the gate's scope: name another binding",
+                shown(name),
+                shown(&other)
+            )));
+        }
         metadata["response_binding"] = name.into();
         metadata["response_scope"] = scope.into();
     }
