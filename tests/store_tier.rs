@@ -7,8 +7,8 @@ use crate::common::{on_both, Backend, Project};
 use prose_state::cli::{BackendArg, Global, InitArgs, PrincipalArg, TokenArg};
 use prose_state::context::Context;
 use prose_state::testing::store::{
-    gate_read, sha256_tag, AuditFilter, Created, Decided, Decision, Event, NewBinding, NewGate,
-    Principal, Quorum, Store, Wiring,
+    gate_read, sha256_tag, AuditFilter, Created, Decided, Decision, Event, NewBinding,
+    NewExecution, NewGate, Principal, Quorum, Store, Wiring,
 };
 use prose_state::testing::GateStatus;
 use std::sync::{Arc, Mutex};
@@ -99,6 +99,57 @@ impl Tier {
 
     /// Opens `id` asking for an integer answer into binding `into` at the root.
     fn open_answering(&self, id: &str, into: &str, reopen: bool) -> anyhow::Result<Created> {
+        self.open_answering_in(id, into, None, reopen)
+    }
+
+    /// Appends a block call's record inside `parent` (None: at the top): a frame.
+    fn block(&self, parent: Option<i64>) -> i64 {
+        self.store()
+            .append_execution(&NewExecution {
+                statement_index: Some(1),
+                statement_text: "do review()",
+                status: "executing",
+                started_at: Some(T0),
+                completed_at: None,
+                error_message: None,
+                parent_id: parent,
+                metadata: None,
+                idempotency_key: None,
+                principal: "vm",
+            })
+            .unwrap()
+    }
+
+    /// Binds `name` in exactly `scope` (None: the root).
+    fn bind_in(&self, name: &str, scope: Option<i64>) -> anyhow::Result<()> {
+        self.store().bind(
+            &NewBinding {
+                name,
+                execution_id: scope,
+                kind: "let",
+                value: "1",
+                source_statement: None,
+                attachment_path: None,
+                update: None,
+                if_version: None,
+                now: T0,
+                principal: "agent:writer",
+                key: None,
+            },
+            &mut || Ok(()),
+        )?;
+        Ok(())
+    }
+
+    /// Opens `id` in `scope` (None: the root) asking for an integer answer into binding
+    /// `into` there.
+    fn open_answering_in(
+        &self,
+        id: &str,
+        into: &str,
+        scope: Option<i64>,
+        reopen: bool,
+    ) -> anyhow::Result<Created> {
         let prompt = format!("Ship {id}?");
         let schema = serde_json::json!({"type": "integer"});
         self.store().create_gate(&NewGate {
@@ -111,11 +162,11 @@ impl Tier {
             metadata: None,
             reopen,
             statement_index: None,
-            parent_execution: None,
+            parent_execution: scope,
             prompt_hash: &sha256_tag(&prompt),
             inputs: &[],
             response_schema: Some(&schema),
-            response_binding: Some((into, None)),
+            response_binding: Some((into, scope)),
             now: T0,
             quorum: Quorum::default(),
         })
@@ -485,7 +536,77 @@ fn a_binding_holds_one_gates_answer_in_a_scope(b: Backend) {
     ));
 }
 
+/// What the database holds of a run: its audit rows, execution records and bindings, counted.
+fn counts(t: &Tier) -> (usize, usize, usize) {
+    let s = &mut *t.store();
+    (
+        s.audit(&AuditFilter::default()).unwrap().len(),
+        s.executions().unwrap().len(),
+        s.bindings().unwrap().len(),
+    )
+}
+
+/// A gate's answer owns its line of frames, checked by the rules in their own transactions
+/// (which a gate's opening is serialised with), so that no concurrent `bind` or opening slips
+/// between a command's check and its write: whichever comes first, the other is refused and
+/// writes nothing. Off the line (a sibling frame), both stand.
+fn an_answer_owns_its_line_of_frames_in_the_rules(b: Backend) {
+    let Some(t) = Tier::on(b) else { return };
+    let outer = t.block(None);
+    let inner = t.block(Some(outer));
+    let sibling = t.block(None);
+    let refused = |what: anyhow::Result<()>, says: &str, before: (usize, usize, usize)| {
+        let err = what.unwrap_err();
+        assert!(err.to_string().contains(says), "{says}: {err:#}");
+        assert_eq!(counts(&t), before, "{says}: a refusal wrote nothing");
+    };
+    let open = |id: &str, into: &str, at: Option<i64>| {
+        t.open_answering_in(id, into, at, false).map(|_| ())
+    };
+
+    // A binding below first: a gate answering into its name above it is refused.
+    t.bind_in("seen", Some(inner)).unwrap();
+    for at in [None, Some(outer)] {
+        refused(
+            open("g", "seen", at),
+            &format!("bound in execution {inner}"),
+            counts(&t),
+        );
+    }
+    assert!(t.store().read_gate("g").unwrap().is_none());
+    // In the binding's own scope it is refused as already bound; off its line, it opens.
+    refused(
+        open("g", "seen", Some(inner)),
+        "already bound in the gate's scope",
+        counts(&t),
+    );
+    open("g", "seen", Some(sibling)).unwrap();
+
+    // The answer first: a binding of its name below it is refused, at every depth.
+    open("h", "ans", Some(outer)).unwrap();
+    refused(
+        t.bind_in("ans", Some(inner)),
+        "in a scope around this one",
+        counts(&t),
+    );
+    refused(
+        t.bind_in("ans", Some(outer)),
+        "only a decision on it writes it",
+        counts(&t),
+    );
+    // Another gate answering into it on the line, above or below, is refused; beside, opened.
+    for (id, at) in [("i", None), ("j", Some(inner))] {
+        refused(open(id, "ans", at), "already answers into it", counts(&t));
+        assert!(t.store().read_gate(id).unwrap().is_none());
+    }
+    // A binding beside it hides nothing, nor does an answer below that binding.
+    t.bind_in("ans", Some(sibling)).unwrap();
+    let beside = t.block(Some(sibling));
+    open("k", "ans", Some(beside)).unwrap();
+}
+
 on_both!(
+    an_answer_owns_its_line_of_frames_in_the_rules,
     a_binding_holds_one_gates_answer_in_a_scope,
     the_first_decision_decides_and_a_second_is_only_logged,
     a_quorum_counts_each_authenticated_approver_once,

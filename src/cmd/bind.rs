@@ -175,21 +175,8 @@ impl super::Run for BindArgs {
             }
         }
         let scope = self.scope(store.as_mut(), &named)?;
-        // A gate's answer is not hidden either: no binding of its name below its scope.
-        // (A scope is found only from an execution: `named` was read.)
-        if let Some(at) = scope {
-            if !named.is_empty() {
-                let chain = store.scope_chain(at)?;
-                let above = |s: &Option<i64>| s.is_none_or(|e| e != at && chain.contains(&e));
-                if let Some((gate, _)) = named.iter().find(|(_, s)| above(s)) {
-                    return Err(crate::error::refused(format!(
-                        "binding {} is the answer of gate {} in a scope around this one: a binding of that name here would hide it",
-                        shown(&self.name),
-                        shown(gate)
-                    )));
-                }
-            }
-        }
+        // Nor is a gate's answer hidden below its scope: the rule checks that in its
+        // transaction (`rules::bind`).
 
         // An update computes its value in the store, from the stored one: nothing is read here.
         let update = match (&self.append, &self.merge) {

@@ -618,6 +618,24 @@ fn kept_versions(
     )
 }
 
+/// The scope chain from `id` up to the topmost execution, nearest first.
+fn scope_chain(s: &mut impl Statements, run_id: &str, id: i64) -> Result<Vec<i64>> {
+    s.all(
+        &format!("{CHAIN} SELECT id FROM chain ORDER BY depth"),
+        &[&id, &run_id, &crate::store::MAX_SCOPE_DEPTH],
+        |r| r.get(0),
+    )
+}
+
+/// The scopes a binding of this name is bound in now (None: the root).
+fn bound_scopes(s: &mut impl Statements, run_id: &str, name: &str) -> Result<Vec<Option<i64>>> {
+    s.all(
+        "SELECT execution_id FROM openprose.bindings WHERE run_id = $1 AND name = $2",
+        &[&run_id, &name],
+        |r| r.get(0),
+    )
+}
+
 fn execution_exists(s: &mut impl Statements, run_id: &str, id: i64) -> Result<bool> {
     s.one(
         "SELECT EXISTS (SELECT 1 FROM openprose.execution WHERE id = $1 AND run_id = $2)",
@@ -740,6 +758,16 @@ macro_rules! pg_rows {
             fn execution_exists(&mut self, id: i64) -> Result<bool> {
                 let run = self.run()?.to_string();
                 execution_exists(self, &run, id)
+            }
+
+            fn scope_chain(&mut self, execution_id: i64) -> Result<Vec<i64>> {
+                let run = self.run()?.to_string();
+                scope_chain(self, &run, execution_id)
+            }
+
+            fn bound_scopes(&mut self, name: &str) -> Result<Vec<Option<i64>>> {
+                let run = self.run()?.to_string();
+                bound_scopes(self, &run, name)
             }
 
             fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {

@@ -45,6 +45,11 @@ pub trait Rows {
     fn audit(&mut self, filter: &AuditFilter) -> Result<Vec<AuditRow>>;
     /// Whether the run has an execution record of this id.
     fn execution_exists(&mut self, id: i64) -> Result<bool>;
+    /// The scope chain from `execution_id` up to the topmost execution, nearest first (empty
+    /// for no such record).
+    fn scope_chain(&mut self, execution_id: i64) -> Result<Vec<i64>>;
+    /// The scopes a binding of this name is bound in now (None: the root).
+    fn bound_scopes(&mut self, name: &str) -> Result<Vec<Option<i64>>>;
     /// Whether a binding, or a kept version of one, refers to this attachment.
     fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool>;
     /// Every kept version of the binding (or agent) of this name in exactly this scope (None:

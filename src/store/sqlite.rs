@@ -569,6 +569,26 @@ fn kept_versions(
     )
 }
 
+/// The scope chain from `id` up to the topmost execution, nearest first.
+fn scope_chain(s: &impl Statements, id: i64) -> Result<Vec<i64>> {
+    s.all(
+        &format!("{CHAIN} SELECT id FROM chain ORDER BY depth"),
+        params![id, crate::store::MAX_SCOPE_DEPTH],
+        |r| r.get(0),
+    )
+}
+
+/// The scopes a binding of this name is bound in now (None: the root).
+fn bound_scopes(s: &impl Statements, name: &str) -> Result<Vec<Option<i64>>> {
+    s.all(
+        // A scope raw SQL wrote as other than an integer reads as 0, which is no execution's.
+        "SELECT CASE typeof(execution_id) WHEN 'integer' THEN execution_id
+                WHEN 'null' THEN NULL ELSE 0 END FROM bindings WHERE name = ?1",
+        [name],
+        |r| r.get(0),
+    )
+}
+
 fn execution_exists(s: &impl Statements, id: i64) -> Result<bool> {
     s.one(
         "SELECT EXISTS (SELECT 1 FROM execution WHERE id = ?1)",
@@ -708,6 +728,14 @@ macro_rules! sqlite_rows {
 
             fn execution_exists(&mut self, id: i64) -> Result<bool> {
                 execution_exists(self, id)
+            }
+
+            fn scope_chain(&mut self, execution_id: i64) -> Result<Vec<i64>> {
+                scope_chain(self, execution_id)
+            }
+
+            fn bound_scopes(&mut self, name: &str) -> Result<Vec<Option<i64>>> {
+                bound_scopes(self, name)
             }
 
             fn attachment_referenced(&mut self, attachment_path: &str) -> Result<bool> {

@@ -251,9 +251,6 @@ pub trait Store: AgentStore + Rows + Snapshot {
     /// first, root scope last), or in the root scope alone when it is `None`.
     fn resolve(&mut self, name: &str, execution_id: Option<i64>) -> Result<Option<Found>>;
 
-    /// The scope chain from `execution_id` up to the topmost execution, nearest first.
-    fn scope_chain(&mut self, execution_id: i64) -> Result<Vec<i64>>;
-
     /// Appends one execution record and returns its id (`rules::append_execution`).
     fn append_execution(&mut self, record: &NewExecution) -> Result<i64> {
         rules::append_execution(self.txn(rules::EXECUTION)?, record)

@@ -242,67 +242,8 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> R
         }
         _ => None,
     };
-    // Once it is open, no binding of the name is written below the answer's scope (`bind`
-    // refuses it: it would hide the answer): one already there would hide it the same way, and
-    // `get` takes any it finds there for one written behind prose-state's back.
-    if let Some(name) = &args.response_binding {
-        for s in store.history_scopes(name)?.into_iter().flatten() {
-            if Some(s) == response_scope {
-                continue;
-            }
-            let below = match response_scope {
-                None => true,
-                Some(r) => store.scope_chain(s)?.contains(&r),
-            };
-            let bound = store
-                .resolve(name, Some(s))?
-                .is_some_and(|f| f.row.execution_id == Some(s));
-            if below && bound {
-                return Err(crate::error::refused(format!(
-                    "--response-binding {}: it is bound in execution {s}, inside the answer's scope, where it would hide the answer: name another binding",
-                    crate::error::shown(name)
-                )));
-            }
-        }
-    }
-    // Nor does another gate answer into it on the answer's line of frames: in the same
-    // scope, two decisions would be read from one binding, each as its own gate's; above or
-    // below it, one answer would hide the other, and the log would call the run tampered.
-    // (The rule refuses the same scope again in its transaction, against a race.)
-    // The same gate opened again answers where it answered before, or in a frame off that
-    // line (a sibling: a loop's next call); never above or below its earlier answer.
-    if let Some(name) = &args.response_binding {
-        let answering = store.response_gates(name)?;
-        let again_here = answering
-            .iter()
-            .any(|(g, at)| *g == args.gate_id && *at == response_scope);
-        for (other, at) in answering {
-            if other == args.gate_id && again_here {
-                continue;
-            }
-            // A scope only a copy's old numbering names (a moved run) is no frame here.
-            if let Some(a) = at {
-                if !store.execution_exists(a)? {
-                    continue;
-                }
-            }
-            let on_line = match (at, response_scope) {
-                (a, b) if a == b => other != args.gate_id,
-                (None, _) | (_, None) => true,
-                (Some(a), Some(b)) => {
-                    store.scope_chain(a)?.contains(&b) || store.scope_chain(b)?.contains(&a)
-                }
-            };
-            if on_line {
-                let place = at.map_or("the root".to_string(), |a| format!("execution {a}"));
-                return Err(crate::error::refused(format!(
-                    "--response-binding {}: gate {} already answers into it, in {place}, on this answer's line of frames, where one gate's answer would be read as the other's or hide it: name another binding",
-                    crate::error::shown(name),
-                    crate::error::shown(&other)
-                )));
-            }
-        }
-    }
+    // Nothing else claims the answer's line of frames: the rule checks it in its transaction
+    // (`rules::gates::answer_line_free`).
     let outcome = store.create_gate(&crate::store::NewGate {
         id: &args.gate_id,
         prompt: &args.prompt,

@@ -222,15 +222,6 @@ impl Store for PgStore {
         )
     }
 
-    fn scope_chain(&mut self, execution_id: i64) -> Result<Vec<i64>> {
-        let run = self.run()?.to_string();
-        self.all(
-            &format!("{CHAIN} SELECT id FROM chain ORDER BY depth"),
-            &[&execution_id, &run, &crate::store::MAX_SCOPE_DEPTH],
-            |r| r.get(0),
-        )
-    }
-
     fn query_readonly(&mut self, sql: &str, limit: std::time::Duration) -> Result<QueryResult> {
         self.sandboxed_query(sql, limit)
     }

@@ -162,6 +162,19 @@ pub(super) fn write_over(
             shown(gate)
         )));
     }
+    // Nor is a gate's answer hidden: no binding of its name below its scope. Read in this
+    // transaction, which a gate's opening is serialised with, so neither slips past the other.
+    if let (Some(at), false) = (b.execution_id, gates.is_empty()) {
+        let chain = tx.scope_chain(at)?;
+        let above = |s: &Option<i64>| s.is_none_or(|e| e != at && chain.contains(&e));
+        if let Some((gate, _)) = gates.iter().find(|(_, s)| above(s)) {
+            return Err(refused(format!(
+                "binding {} is the answer of gate {} in a scope around this one: a binding of that name here would hide it",
+                shown(b.name),
+                shown(gate)
+            )));
+        }
+    }
     let existing = match read {
         Some(head) => head,
         None => tx.binding_head(b.name, b.execution_id)?,

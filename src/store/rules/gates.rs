@@ -15,6 +15,65 @@ use super::{
     append_audit, disagreement, ensure_open, finished, load_exact, run_of, starter, Event,
 };
 
+/// Gate `id`'s answer goes into binding `name` in `scope` only where nothing else claims that
+/// line of frames, read in the opening's own transaction (so that no concurrent opening or
+/// bind slips between a check and the write):
+/// - no binding of the name is bound below the scope: it would hide the answer, and `get`
+///   takes one it finds there for one written behind prose-state's back (`bind` refuses the
+///   same write once the gate is open);
+/// - no other gate answers into it on the line: in the same scope two decisions would be
+///   read from one binding, each as its own gate's; above or below, one answer would hide the
+///   other and the log would call the run tampered. The same gate opened again answers where
+///   it answered before, or off that line (a sibling frame: a loop's next call).
+fn answer_line_free<T: crate::store::Rows + ?Sized>(
+    tx: &mut T,
+    id: &str,
+    name: &str,
+    scope: Option<i64>,
+) -> Result<()> {
+    let below = |tx: &mut T, s: i64, of: Option<i64>| -> Result<bool> {
+        Ok(match of {
+            None => true,
+            Some(r) => s != r && tx.scope_chain(s)?.contains(&r),
+        })
+    };
+    for s in tx.bound_scopes(name)?.into_iter().flatten() {
+        if Some(s) != scope && below(tx, s, scope)? {
+            return Err(refused(format!(
+                "--response-binding {}: it is bound in execution {s}, inside the answer's scope, where it would hide the answer: name another binding",
+                shown(name)
+            )));
+        }
+    }
+    let answering = tx.response_gates(name)?;
+    let again_here = answering.iter().any(|(g, at)| g == id && *at == scope);
+    for (other, at) in answering {
+        if other == id && again_here {
+            continue;
+        }
+        // A scope only a copy's old numbering names (a moved run) is no frame here.
+        if let Some(a) = at {
+            if !tx.execution_exists(a)? {
+                continue;
+            }
+        }
+        let on_line = match (at, scope) {
+            (a, b) if a == b => other != id,
+            (None, _) | (_, None) => true,
+            (Some(a), Some(b)) => below(tx, a, Some(b))? || below(tx, b, Some(a))?,
+        };
+        if on_line {
+            let place = at.map_or("the root".to_string(), |a| format!("execution {a}"));
+            return Err(refused(format!(
+                "--response-binding {}: gate {} already answers into it, in {place}, on this answer's line of frames, where one gate's answer would be read as the other's or hide it: name another binding",
+                shown(name),
+                shown(&other)
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Creates a gate, with its `approve GATE:` execution record and its `created` audit event.
 /// The same call again on a pending gate is a safe retry; any other use of the id conflicts.
 pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
@@ -162,20 +221,7 @@ pub fn create_gate(mut tx: Txn<'_>, g: &NewGate) -> Result<Created> {
                 )));
             }
         }
-        // No other gate answers into it in this scope: one binding would hold two gates'
-        // answers, each read as its own gate's. (`gates create` refuses the rest of the
-        // answer's line of frames before this transaction; this holds against a race.)
-        if let Some((other, _)) = tx
-            .response_gates(name)?
-            .into_iter()
-            .find(|(other, at)| other != g.id && *at == scope)
-        {
-            return Err(refused(format!(
-                "--response-binding {}: gate {} already answers into it in the gate's scope: name another binding",
-                shown(name),
-                shown(&other)
-            )));
-        }
+        answer_line_free(&mut *tx, g.id, name, scope)?;
         metadata["response_binding"] = name.into();
         metadata["response_scope"] = scope.into();
     }

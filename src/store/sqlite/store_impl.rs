@@ -219,14 +219,6 @@ impl Store for SqliteStore {
         )
     }
 
-    fn scope_chain(&mut self, execution_id: i64) -> Result<Vec<i64>> {
-        self.all(
-            &format!("{CHAIN} SELECT id FROM chain ORDER BY depth"),
-            params![execution_id, crate::store::MAX_SCOPE_DEPTH],
-            |r| r.get(0),
-        )
-    }
-
     fn query_readonly(&mut self, sql: &str, limit: std::time::Duration) -> Result<QueryResult> {
         self.sandboxed_query(sql, limit)
     }
