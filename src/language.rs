@@ -573,6 +573,24 @@ fn pipe_op(e: &str) -> Option<Kind> {
     None
 }
 
+/// The actions an `approve` statement's `on_reject` names; anything else is a message thrown.
+pub const ON_REJECT_ACTIONS: [&str; 4] = ["throw", "retry", "continue", "session"];
+
+/// The action an `on_reject` reads like but does not name: its first word a letter off one,
+/// two letters swapped, or one in another case (`retyr draft`, `Continue`, `throw:`). Such a
+/// text would be thrown as a message, which no program meant. None for an action as written,
+/// a quoted message, or a first word like no action.
+pub fn on_reject_near_miss(text: &str) -> Option<&'static str> {
+    let word = text.split_whitespace().next()?;
+    if ON_REJECT_ACTIONS.contains(&word) || word.starts_with(['"', '\'']) {
+        return None;
+    }
+    let lower = word.to_lowercase();
+    ON_REJECT_ACTIONS
+        .into_iter()
+        .find(|a| strsim::osa_distance(&lower, a) <= 1)
+}
+
 /// The gate an `approve NAME:` record's text names (what `gates create` logs, and the VM's
 /// `completed` or `failed` record of the statement).
 /// Read as the statement's first line, its comment cut, the colon optional: `approve g:`,
@@ -765,6 +783,72 @@ pub fn docs_table() -> String {
 
 #[cfg(test)]
 mod tests {
+    /// Every one-letter edit of an action (a deletion, an insertion, a substitution, two
+    /// letters swapped) and every other case of it reads as that action misspelled; the
+    /// action as written, a quoted message, and words far from every action do not.
+    #[test]
+    fn an_on_reject_a_letter_off_an_action_is_caught() {
+        use super::{on_reject_near_miss, ON_REJECT_ACTIONS};
+        let letters: Vec<char> = ('a'..='z').chain([':', '-', '_']).collect();
+        for action in ON_REJECT_ACTIONS {
+            let chars: Vec<char> = action.chars().collect();
+            let mut edits = vec![
+                action.to_uppercase(),
+                format!("{}{}", chars[0].to_uppercase(), &action[1..]),
+            ];
+            for i in 0..=chars.len() {
+                for c in &letters {
+                    let mut v = chars.clone();
+                    v.insert(i, *c);
+                    edits.push(v.into_iter().collect());
+                }
+                if i < chars.len() {
+                    let mut v = chars.clone();
+                    v.remove(i);
+                    edits.push(v.into_iter().collect());
+                    for c in &letters {
+                        let mut v = chars.clone();
+                        v[i] = *c;
+                        edits.push(v.into_iter().collect());
+                    }
+                }
+                if i + 1 < chars.len() {
+                    let mut v = chars.clone();
+                    v.swap(i, i + 1);
+                    edits.push(v.into_iter().collect());
+                }
+            }
+            for edit in edits.iter().filter(|e| *e != action) {
+                let found = on_reject_near_miss(&format!("{edit} label"));
+                // An edit of one action can be another action, or a letter off it.
+                assert!(found.is_some(), "{edit}");
+                if found != Some(action) {
+                    let other = found.unwrap();
+                    assert!(
+                        strsim::osa_distance(&edit.to_lowercase(), other) <= 1,
+                        "{edit}"
+                    );
+                }
+            }
+            assert_eq!(on_reject_near_miss(action), None);
+            assert_eq!(on_reject_near_miss(&format!("{action} \"why\"")), None);
+            assert_eq!(on_reject_near_miss(&format!("\"{action}\"")), None);
+            assert_eq!(
+                on_reject_near_miss(&format!("'{edit}'", edit = action.to_uppercase())),
+                None
+            );
+        }
+        for far in [
+            "Deployment cancelled",
+            "no",
+            "three strikes",
+            "\"retyr\"",
+            "  ",
+        ] {
+            assert_eq!(on_reject_near_miss(far), None, "{far}");
+        }
+    }
+
     use super::*;
 
     /// Every rule of the grammar that is a statement form (the alternatives of `statement`, the

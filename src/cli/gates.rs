@@ -150,7 +150,8 @@ pub struct GateCreateArgs {
     pub timeout: Option<String>,
 
     /// What the program does on rejection or timeout, stored as given: throw ["msg"],
-    /// retry [label], continue, session "prompt", or a bare string (throw)
+    /// retry [label], continue, session "prompt", or a bare string (throw); a first word a
+    /// letter off an action is refused
     #[arg(long, value_name = "ACTION")]
     pub on_reject: Option<String>,
 

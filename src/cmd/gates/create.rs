@@ -170,6 +170,13 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> R
         if a.trim().is_empty() {
             return Err(usage("--on-reject is empty"));
         }
+        if let Some(action) = crate::language::on_reject_near_miss(a) {
+            return Err(usage(format!(
+                "--on-reject {}: it reads like `{action}` but is not it, so the gate would throw it as a message: write `{action}` as the language does, or quote the message ('{}')",
+                shown(a),
+                serde_json::Value::from(a.trim())
+            )));
+        }
     }
     let timeout_at = args.timeout.as_deref().map(in_future).transpose()?;
     let mut inputs = args.inputs.clone();
