@@ -92,6 +92,16 @@ fn a_quorum_counts_each_principal_once_and_resolves_at_n(b: Backend) {
         7,
         "one approval of three decides nothing"
     );
+    // A plain wait says where the votes stand, as `gates show` does.
+    let a = run
+        .cmd()
+        .args(["gates", "wait", "deploy", "--timeout", "0"])
+        .assert()
+        .code(7);
+    assert_eq!(
+        String::from_utf8_lossy(&a.get_output().stdout),
+        "deploy: still pending after 0s (1 of 3 approvals: alice; waiting for user)\n"
+    );
     // A listing that reads the sealed logs (`--scan`) shows the votes; one from the catalog
     // vouches for nothing and shows none.
     let listed = stdout_json(

@@ -94,7 +94,22 @@ impl Render for GateWaited {
             })
             .unwrap_or_default();
         match g.status.as_str() {
-            "pending" => writeln!(w, "{}: still pending after {}s", g.id, self.waited_seconds),
+            "pending" => {
+                // A team's gate says where its votes stand, as `gates show` does.
+                let votes = match &self.gate.team {
+                    Some(t) if t.require > 1 || !t.waiting_for.is_empty() => format!(
+                        " ({}; waiting for {})",
+                        t.progress,
+                        crate::output::visible(&t.waiting_for.join(", "))
+                    ),
+                    _ => String::new(),
+                };
+                writeln!(
+                    w,
+                    "{}: still pending after {}s{votes}",
+                    g.id, self.waited_seconds
+                )
+            }
             _ => {
                 writeln!(w, "{}: {}{superseded}", g.id, resolution(g))?;
                 for line in self.gate.edit_lines() {
