@@ -577,18 +577,117 @@ fn pipe_op(e: &str) -> Option<Kind> {
 pub const ON_REJECT_ACTIONS: [&str; 4] = ["throw", "retry", "continue", "session"];
 
 /// The action an `on_reject` reads like but does not name: its first word a letter off one,
-/// two letters swapped, or one in another case (`retyr draft`, `Continue`, `throw:`). Such a
+/// two letters swapped, or one in another case (`retyr draft`, `Continue`, `Throw:`). Such a
 /// text would be thrown as a message, which no program meant. None for an action as written,
 /// a quoted message, or a first word like no action.
 pub fn on_reject_near_miss(text: &str) -> Option<&'static str> {
-    let word = text.split_whitespace().next()?;
-    if ON_REJECT_ACTIONS.contains(&word) || word.starts_with(['"', '\'']) {
+    let text = text.trim_start();
+    let word = &text[..text
+        .find(|c: char| c.is_whitespace() || c == ':' || c == '"')
+        .unwrap_or(text.len())];
+    if word.is_empty() || ON_REJECT_ACTIONS.contains(&word) || word.starts_with('\'') {
         return None;
     }
     let lower = word.to_lowercase();
     ON_REJECT_ACTIONS
         .into_iter()
         .find(|a| strsim::osa_distance(&lower, a) <= 1)
+}
+
+/// Whether `text` is an `on_reject` the language writes: `throw` or `throw "message"`,
+/// `retry` or `retry LABEL`, `continue`, `session "prompt"`, `session: AGENT` or
+/// `session NAME: AGENT`, or a `"message"` alone (thrown). On one line, its strings the
+/// language's (`"…"` with the escapes `\\`, `\"`, `\n`, `\t`, `\{`, `\}`). Says what is
+/// wrong where it is not.
+pub fn check_on_reject(text: &str) -> std::result::Result<(), String> {
+    if let Some(c) = text.chars().find(|c| c.is_control()) {
+        return Err(format!(
+            "it holds a control character ({}): it is one line, a newline in its string written \\n",
+            c.escape_debug()
+        ));
+    }
+    let t = text.trim();
+    if t.starts_with('"') {
+        return string_alone(t);
+    }
+    if let Some(action) = on_reject_near_miss(t) {
+        return Err(format!(
+            "it reads like `{action}` but is not it, so the gate would throw it as a message: write `{action}` as the language does, or quote the message"
+        ));
+    }
+    let end = t
+        .find(|c: char| c.is_whitespace() || c == ':' || c == '"')
+        .unwrap_or(t.len());
+    let (word, rest) = (&t[..end], t[end..].trim_start());
+    match word {
+        "throw" if rest.is_empty() => Ok(()),
+        "throw" => string_alone(rest),
+        "retry" if rest.is_empty() || is_identifier(rest) => Ok(()),
+        "retry" => Err(format!(
+            "`retry` takes a label, one name, not {}",
+            serde_json::Value::from(rest)
+        )),
+        "continue" if rest.is_empty() => Ok(()),
+        "continue" => Err("`continue` takes nothing after it".into()),
+        "session" if rest.starts_with('"') => string_alone(rest),
+        "session" => {
+            // `session: AGENT` or `session NAME: AGENT`, as the language's session statement.
+            let (name, agent) = rest.split_once(':').unwrap_or(("", rest));
+            let name = name.trim();
+            if rest.contains(':')
+                && (name.is_empty() || is_identifier(name))
+                && is_identifier(agent.trim())
+            {
+                Ok(())
+            } else {
+                Err("`session` takes a \"prompt\", `: AGENT` or `NAME: AGENT`".into())
+            }
+        }
+        _ => Err("it is none of the language's actions, nor a \"message\" in quotes".into()),
+    }
+}
+
+/// A name the language writes: a letter or `_`, then letters, digits, `_` or `-`.
+fn is_identifier(text: &str) -> bool {
+    let mut chars = text.chars();
+    chars.next().is_some_and(|c| c.is_alphabetic() || c == '_')
+        && chars.all(|c| c.is_alphanumeric() || c == '_' || c == '-')
+}
+
+/// Whether `text` is one string literal of the language, and nothing after it.
+fn string_alone(text: &str) -> std::result::Result<(), String> {
+    let mut chars = text.char_indices();
+    if chars.next().map(|(_, c)| c) != Some('"') {
+        return Err(format!(
+            "{} is not a \"string\"",
+            serde_json::Value::from(text)
+        ));
+    }
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' => match chars.next().map(|(_, c)| c) {
+                Some('\\' | '"' | 'n' | 't' | '{' | '}') => {}
+                other => {
+                    return Err(format!(
+                        "its string has an unknown escape \\{} (the language's: \\\\, \\\", \\n, \\t, \\{{, \\}})",
+                        other.map(String::from).unwrap_or_default()
+                    ))
+                }
+            },
+            '"' => {
+                let after = text[i + 1..].trim();
+                return match after.is_empty() {
+                    true => Ok(()),
+                    false => Err(format!(
+                        "after its string comes {}",
+                        serde_json::Value::from(after)
+                    )),
+                };
+            }
+            _ => {}
+        }
+    }
+    Err("its string is not closed with a \"".into())
 }
 
 /// The gate an `approve NAME:` record's text names (what `gates create` logs, and the VM's
@@ -783,13 +882,85 @@ pub fn docs_table() -> String {
 
 #[cfg(test)]
 mod tests {
+    /// Every form of the grammar's `on_reject`, its strings drawn from every character class
+    /// and every escape, is accepted; each is then broken the ways a string or a form can be
+    /// (an unknown escape, an unclosed string, a token after it, a control character, an
+    /// argument an action does not take), and each break is refused.
+    #[test]
+    fn an_on_reject_is_checked_against_the_grammar() {
+        use super::check_on_reject;
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(49);
+        let pieces = [
+            "a", "Z", " ", "é", "漢", "🚀", "'", "#", ":", "{", "}", ",", "!", "\\\\", "\\\"",
+            "\\n", "\\t", "\\{", "\\}", "throw", "retry",
+        ];
+        let idents = ["draft", "_x", "step-2", "Étape", "a1"];
+        let string = |rng: &mut rand::rngs::StdRng| {
+            let n = rng.random_range(0..8);
+            let body: String = (0..n)
+                .map(|_| pieces[rng.random_range(0..pieces.len())])
+                .collect();
+            format!("\"{body}\"")
+        };
+        for _ in 0..400 {
+            let s = string(&mut rng);
+            let id = idents[rng.random_range(0..idents.len())];
+            let forms = [
+                "throw".to_string(),
+                format!("throw {s}"),
+                "retry".to_string(),
+                format!("retry {id}"),
+                "continue".to_string(),
+                format!("session {s}"),
+                format!("session: {id}"),
+                format!("session {id}: {id}"),
+                s.clone(),
+            ];
+            for form in &forms {
+                let padded = format!("  {form} ");
+                assert_eq!(check_on_reject(&padded), Ok(()), "{padded}");
+            }
+            // Broken strings, wherever a string stands.
+            let body = &s[1..s.len() - 1];
+            for bad in [
+                format!("\"{body}\\q\""),
+                format!("\"{body}"),
+                format!("{s} trailing"),
+                format!("{s} {s}"),
+                format!("\"{body}\n\""),
+                format!("\"{body}\u{7}\""),
+            ] {
+                for form in [
+                    bad.clone(),
+                    format!("throw {bad}"),
+                    format!("session {bad}"),
+                ] {
+                    assert!(check_on_reject(&form).is_err(), "{form}");
+                }
+            }
+            for bad in [
+                format!("continue {id}"),
+                format!("retry {id} {id}"),
+                format!("retry {s}"),
+                "session".to_string(),
+                format!("session {id}"),
+                format!("session: {s}"),
+                format!("{id} later"),
+                format!("throw {id}"),
+            ] {
+                assert!(check_on_reject(&bad).is_err(), "{bad}");
+            }
+        }
+    }
+
     /// Every one-letter edit of an action (a deletion, an insertion, a substitution, two
     /// letters swapped) and every other case of it reads as that action misspelled; the
     /// action as written, a quoted message, and words far from every action do not.
     #[test]
     fn an_on_reject_a_letter_off_an_action_is_caught() {
         use super::{on_reject_near_miss, ON_REJECT_ACTIONS};
-        let letters: Vec<char> = ('a'..='z').chain([':', '-', '_']).collect();
+        let letters: Vec<char> = ('a'..='z').chain(['-', '_']).collect();
         for action in ON_REJECT_ACTIONS {
             let chars: Vec<char> = action.chars().collect();
             let mut edits = vec![

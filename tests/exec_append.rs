@@ -1,6 +1,7 @@
 use crate::common::*;
 
 on_both!(
+    a_construct_ends_after_everything_inside_it,
     every_status_of_the_append_only_vocabulary_is_accepted,
     bad_records_are_refused_and_nothing_is_written,
 );
@@ -228,4 +229,108 @@ fn bad_records_are_refused_and_nothing_is_written(b: Backend) {
         .failure();
     assert_eq!(code(&a), 2);
     assert_eq!(run.snapshot(), before);
+}
+
+/// helper-48: a failure leaves the constructs between it and its `try:` ended, innermost
+/// first. A `catch` started, or a construct ended, while a start inside is still open is
+/// refused (exit 4, nothing written), naming what to end; an end given again with another
+/// `--error` is refused, not dropped; and `resume`'s `caught` is the failure that says why,
+/// not the end of a construct it left.
+fn a_construct_ends_after_everything_inside_it(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let t = run.exec(1, "try:", "started", None);
+    let (t_s, call) = (
+        t.to_string(),
+        run.exec(1, "do attempt()", "executing", Some(t)),
+    );
+    let inner = run.exec(1, "if **x**:", "started", Some(call));
+    let failed = run
+        .cmd()
+        .args([
+            "exec-append",
+            "--index",
+            "1",
+            "--text",
+            "throw \"boom\"",
+            "--status",
+            "failed",
+        ])
+        .args(["--error", "boom", "--parent", &inner.to_string()])
+        .assert()
+        .success();
+    let failed: i64 = String::from_utf8_lossy(&failed.get_output().stdout)
+        .trim()
+        .parse()
+        .unwrap();
+    let catch = [
+        "exec-append",
+        "--index",
+        "2",
+        "--text",
+        "catch as err:",
+        "--status",
+        "started",
+        "--parent",
+        &t_s,
+        "--key",
+        "catch-1",
+    ];
+    run.refuses(
+        &catch,
+        4,
+        &format!("record {inner} (if **x**:) inside try record {t} is open"),
+    );
+    let end = |id: i64, extra: &[&str]| {
+        let mut args = vec![
+            "exec-append".to_string(),
+            "--ends".into(),
+            id.to_string(),
+            "--status".into(),
+            "failed".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    };
+    let args = end(call, &[]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run.refuses(
+        &args,
+        4,
+        &format!("record {call} cannot end while record {inner} (if **x**:) inside it is open"),
+    );
+    // Innermost first: the `if`, then the call; then the catch starts.
+    for id in [inner, call] {
+        let args = end(id, &[]);
+        run.cmd().args(&args).assert().success();
+    }
+    // The same end again is its id; with another --error it is refused, not dropped.
+    let args = end(call, &[]);
+    run.cmd().args(&args).assert().success();
+    let args = end(call, &["--error", "other"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run.refuses(
+        &args,
+        4,
+        &format!("record {call} was already ended by record"),
+    );
+    let c = run.cmd().args(catch).assert().success();
+    let c = String::from_utf8_lossy(&c.get_output().stdout)
+        .trim()
+        .to_string();
+    // The failure caught is the throw, not the call's end that passed it on.
+    let doc = stdout_json(&run.cmd().args(["--json", "resume"]).assert().success());
+    assert_eq!(doc["position"]["caught"]["record"], failed, "{doc}");
+    assert_eq!(doc["position"]["caught"]["error"], "boom", "{doc}");
+    // The catch started again (after a crash) is its own start, not the try's body.
+    let again = run.cmd().args(catch).assert().success();
+    assert_eq!(String::from_utf8_lossy(&again.get_output().stdout).trim(), c);
+    run.cmd()
+        .args(["exec-append", "--ends", &c, "--status", "completed"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["exec-append", "--ends", &t_s, "--status", "completed"])
+        .assert()
+        .success();
 }

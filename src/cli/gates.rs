@@ -149,9 +149,8 @@ pub struct GateCreateArgs {
     #[arg(long, value_name = "DUR")]
     pub timeout: Option<String>,
 
-    /// What the program does on rejection or timeout, stored as given: throw ["msg"],
-    /// retry [label], continue, session "prompt", or a bare string (throw); a first word a
-    /// letter off an action is refused
+    /// What the program does on rejection or timeout, as the language writes it: throw
+    /// ["msg"], retry [label], continue, session "prompt", or a "message" alone (throw)
     #[arg(long, value_name = "ACTION")]
     pub on_reject: Option<String>,
 

@@ -101,14 +101,39 @@ fn start_of(store: &mut dyn crate::store::Store, args: &ExecAppendArgs, id: i64)
             .as_deref()
             .and_then(|m| serde_json::from_str::<Value>(m).ok())
             .and_then(|m| m.get("ends").and_then(Value::as_i64));
-        let same = e.status.as_ref().map(|s| s.as_str()) == Some(args.status.as_str());
+        let same = e.status.as_ref().map(|s| s.as_str()) == Some(args.status.as_str())
+            && e.error_message == args.error;
         if named == Some(id) && !same {
+            let error = e
+                .error_message
+                .as_deref()
+                .map(|m| format!(", --error {}", shown(m)))
+                .unwrap_or_default();
             return Err(refused(format!(
-                "record {id} was already ended by record {} ({})",
+                "record {id} was already ended by record {} ({}{error})",
                 e.id,
                 e.status.as_ref().map_or("?", |s| s.as_str())
             )));
         }
+        if named == Some(id) {
+            // The same end again: its id, whatever is open now.
+            return Ok(Start {
+                index,
+                text,
+                parent: r.parent_id,
+                metadata,
+            });
+        }
+    }
+    // A construct ends after everything inside it: a start still open in its body ends
+    // first, so that no reader finds the run inside a construct that has ended.
+    if let Some(o) = super::resume::open_inside(store, id)?.pop() {
+        return Err(refused(format!(
+            "record {id} cannot end while record {} ({}) inside it is open: end that first (exec-append --ends {} --status failed where the failure leaves it, skipped where it is abandoned, completed where it is done)",
+            o.id,
+            crate::output::one_line(o.statement_text.as_deref().unwrap_or(""), 60),
+            o.id
+        )));
     }
     Ok(Start {
         index,
@@ -145,6 +170,41 @@ fn approval_logged(store: &mut dyn crate::store::Store, text: &str) -> Result<()
         } else {
             "a rejection or a timeout is logged `failed --error REASON`, then its on_reject"
         }
+    )))
+}
+
+/// Refuses (4) a `catch` or `finally` started while a start inside its `try:` (the parent
+/// given) is still open: a failure reaches its handler only after it has left everything in
+/// the try's body, each construct it left ended `failed`. So no reader finds the run both
+/// inside the body and in its handler.
+fn handler_after_its_body(
+    store: &mut dyn crate::store::Store,
+    text: &str,
+    metadata: Option<&str>,
+    parent: Option<i64>,
+) -> Result<()> {
+    use crate::language::Kind;
+    let metadata = metadata.and_then(|m| serde_json::from_str::<Value>(m).ok());
+    let kind = crate::language::construct_of(Some(text), metadata.as_ref());
+    let (Some(Kind::Catch | Kind::Finally), Some(t)) = (kind, parent) else {
+        return Ok(());
+    };
+    // A handler of this try already started (this start again, after a crash) is not its
+    // body.
+    let mut body = super::resume::open_inside(store, t)?
+        .into_iter()
+        .filter(|o| {
+            o.parent_id != Some(t) || !matches!(o.construct, Some(Kind::Catch | Kind::Finally))
+        });
+    let Some(o) = body.next_back() else {
+        return Ok(());
+    };
+    Err(refused(format!(
+        "{} starts only after the failure has left the try's body, and record {} ({}) inside try record {t} is open: end it first (exec-append --ends {} --status failed)",
+        crate::output::one_line(text, 40),
+        o.id,
+        crate::output::one_line(o.statement_text.as_deref().unwrap_or(""), 60),
+        o.id
     )))
 }
 
@@ -209,6 +269,9 @@ impl super::Run for ExecAppendArgs {
         };
         if self.status == crate::model::ExecStatus::Completed {
             approval_logged(store.as_mut(), &text)?;
+        }
+        if STARTS.contains(&self.status.as_str()) {
+            handler_after_its_body(store.as_mut(), &text, metadata.as_deref(), parent)?;
         }
         let at = now();
         let (started_at, completed_at) = if self.status.is_ending() {

@@ -9,7 +9,7 @@ mod answer;
 mod frame;
 mod render;
 
-pub(super) use frame::open_records;
+pub(super) use frame::{open_inside, open_records};
 
 use super::gates::IntegrityView;
 use crate::model::{ExecStatus as S, RunStatus};
@@ -436,7 +436,8 @@ pub struct Resumable {
 }
 
 /// The on_reject action as the language defines it: `throw ["msg"]` (the default),
-/// `retry [label]`, `continue`, `session "prompt"`, or a bare string meaning throw.
+/// `retry [label]`, `continue`, `session "prompt"`, or a `"message"` alone meaning throw
+/// (read as tolerantly as it was stored: a value `gates create` checked before, or raw SQL's).
 pub fn on_reject_step(on_reject: Option<&str>) -> NextStep {
     let text = on_reject.map(str::trim).unwrap_or("");
     let arg = |rest: &str| {

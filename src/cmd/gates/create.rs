@@ -170,11 +170,10 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> R
         if a.trim().is_empty() {
             return Err(usage("--on-reject is empty"));
         }
-        if let Some(action) = crate::language::on_reject_near_miss(a) {
+        if let Err(why) = crate::language::check_on_reject(a) {
             return Err(usage(format!(
-                "--on-reject {}: it reads like `{action}` but is not it, so the gate would throw it as a message: write `{action}` as the language does, or quote the message ('{}')",
-                shown(a),
-                serde_json::Value::from(a.trim())
+                "--on-reject {}: {why}; the language's on_reject is throw [\"message\"], retry [LABEL], continue, session \"prompt\", or a \"message\" alone",
+                shown(a)
             )));
         }
     }

@@ -345,15 +345,22 @@ fn caught_by(store: &mut dyn Store, open: &[&ExecutionRow]) -> Result<Option<Cau
         limit: Some(16),
         ..Default::default()
     })?;
+    // The failure the catch takes is the newest that says why: the end of a construct the
+    // failure left (`--ends N --status failed`, no error of its own) only passes it on.
+    let mut passed_on = None;
     for f in failed {
         if f.parent_id == Some(t) || store.scope_chain(f.id)?.contains(&t) {
-            return Ok(Some(Caught {
+            let caught = Caught {
                 record: f.id,
-                error: f.error_message,
-            }));
+                error: f.error_message.clone(),
+            };
+            if f.error_message.is_some() || ends_of(&f).is_none() {
+                return Ok(Some(caught));
+            }
+            passed_on.get_or_insert(caught);
         }
     }
-    Ok(None)
+    Ok(passed_on)
 }
 
 /// The `on_reject` that takes the failure `after` is, when it is an `approve` record failed
@@ -494,6 +501,39 @@ pub(super) fn narrow_position(store: &mut dyn Store) -> Result<Position> {
         on_reject,
         caught,
     })
+}
+
+/// The starts still open inside start `id` (its body, at any depth), outermost first, as the
+/// run's records read (`open_starts`): what must end before `id` can (`exec-append --ends`).
+pub(crate) fn open_inside(store: &mut dyn Store, id: i64) -> Result<Vec<Event>> {
+    let mut rows = store.executions_matching(&ExecQuery {
+        only: Some(STARTS),
+        ..Default::default()
+    })?;
+    rows.extend(store.executions_matching(&ExecQuery {
+        only: Some(ENDS),
+        of_started_statements: true,
+        ..Default::default()
+    })?);
+    rows.sort_by_key(|r| r.id);
+    let parent: HashMap<i64, Option<i64>> = rows.iter().map(|r| (r.id, r.parent_id)).collect();
+    let (open, _) = open_starts(&rows);
+    let inside = |mut at: Option<i64>| {
+        // A chain of parents is as long as the log at most; a loop in it (raw SQL) ends.
+        for _ in 0..=rows.len() {
+            match at {
+                Some(p) if p == id => return true,
+                Some(p) => at = parent.get(&p).copied().flatten(),
+                None => return false,
+            }
+        }
+        false
+    };
+    Ok(open
+        .iter()
+        .filter(|o| o.id != id && inside(o.parent_id))
+        .map(|o| Event::from(*o))
+        .collect())
 }
 
 /// The records that started a construct not ended yet, outermost first (what `doctor` checks
