@@ -235,7 +235,7 @@ pub const TABLE: &[Entry] = &[
         form: "repeat N (as i):",
         start: Some("started"),
         frame: Frame::Declares,
-        records: "`started` ($LOOP) with `{\"loop_id\", \"max\"}`; each iteration: `bind i N --local`, the body, `iteration` with `{\"iteration\": n}`, all `--parent $LOOP`; `--ends $LOOP --status exited` with `{\"reason\"}`",
+        records: "`started` ($LOOP) with `{\"loop_id\", \"max\"}`; each iteration: `bind i N --local`, the body, `iteration` with `{\"iteration\": n}`, all `--parent $LOOP`; `--ends $LOOP --status exited` with `{\"reason\": \"max\"}` (a condition met: `\"condition_satisfied\"`)",
         binds: "the body's names: the enclosing frame (readable after); `i` only inside",
         resume: "`loops` gives the iteration in progress; continue after `after` inside it",
     },
@@ -255,7 +255,7 @@ pub const TABLE: &[Entry] = &[
         form: "loop until|while **…** (max: N) (as i):",
         start: Some("started"),
         frame: Frame::Declares,
-        records: "as `repeat`; the condition is judged before each iteration; `exited` with `{\"reason\": \"condition_satisfied\"|\"max\"}`",
+        records: "as `repeat`; the condition is judged before each iteration (the VM spec; the language reference says after each: either way, the body never runs past `max`)",
         binds: "as `repeat`: an assignment in the body (`x = …`) is `bind x --assign`, read by the condition",
         resume: "as `repeat`",
     },
@@ -305,7 +305,7 @@ pub const TABLE: &[Entry] = &[
         form: "try:",
         start: Some("started"),
         frame: Frame::No,
-        records: "`started` ($TRY); the body `--parent $TRY`, a failure `failed --error`; `catch`, `finally`; `--ends $TRY` (`failed` if the error leaves it)",
+        records: "`started` ($TRY); the body `--parent $TRY`, a failure `failed --error`, then each construct it leaves `--ends ID --status failed`, innermost first; `catch`, `finally`; `--ends $TRY` (`failed` if the error leaves it)",
         binds: "the enclosing frame",
         resume: "a `failed` record inside it with no `catch` after: run the catch",
     },
@@ -395,7 +395,7 @@ pub const TABLE: &[Entry] = &[
         form: "approve name: (prompt, allow, timeout, on_reject)",
         start: None,
         frame: Frame::No,
-        records: "`gates create` (it logs `approve`), `gates wait --instance N`, `completed`; rejected or timed out: `failed --error REASON`, then `on_reject` (`retry`: the step again, then `--reopen`)",
+        records: "`gates create` (it logs `approve`), `gates wait --instance N`, `completed`; rejected or timed out: `failed --error REASON`, then `on_reject` (`throw \"msg\"` raises msg; `retry`: the step again, then `--reopen`)",
         binds: "nothing; with `--response-binding NAME`, the decision binds NAME in the enclosing frame",
         resume: "`gates` gives the instance and `next_step`",
     },
@@ -654,6 +654,26 @@ fn is_identifier(text: &str) -> bool {
         && chars.all(|c| c.is_alphanumeric() || c == '_' || c == '-')
 }
 
+/// The value of one string literal of the language (`"a\\nb"`: a, a newline, b); None where
+/// `text` is not one (`string_alone` says why).
+pub fn string_value(text: &str) -> Option<String> {
+    let text = text.trim();
+    string_alone(text).ok()?;
+    let mut out = String::new();
+    let mut chars = text[1..text.len() - 1].chars();
+    while let Some(c) = chars.next() {
+        out.push(match (c, c == '\\') {
+            (_, true) => match chars.next()? {
+                'n' => '\n',
+                't' => '\t',
+                other => other,
+            },
+            (c, false) => c,
+        });
+    }
+    Some(out)
+}
+
 /// Whether `text` is one string literal of the language, and nothing after it.
 fn string_alone(text: &str) -> std::result::Result<(), String> {
     let mut chars = text.char_indices();
@@ -851,7 +871,24 @@ pub fn guide_table() -> String {
         if records.starts_with("`started` ($") && !records.contains(';') {
             continue;
         }
-        out.push_str(&format!("| `{}` | {} |\n", cell(e.form), cell(&records)));
+        // The forms logged as this one (`as `repeat``: `for`, `loop until`) share its row: a
+        // reference names its keyword (`repeat`), or a block's with its colon (`parallel:`).
+        let keyword = e.form.split([' ', '(']).next().unwrap_or_default();
+        let names =
+            |r: &str| r == keyword || (e.form.ends_with(':') && r.trim_end_matches(':') == keyword);
+        let mut forms = vec![format!("`{}`", cell(e.form))];
+        forms.extend(
+            TABLE
+                .iter()
+                .filter(|o| {
+                    o.records
+                        .strip_prefix("as `")
+                        .and_then(|r| r.split('`').next())
+                        .is_some_and(names)
+                })
+                .map(|o| format!("`{}`", cell(o.form))),
+        );
+        out.push_str(&format!("| {} | {} |\n", forms.join(", "), cell(&records)));
     }
     out
 }
@@ -1009,6 +1046,13 @@ mod tests {
                 None
             );
         }
+        use super::string_value;
+        assert_eq!(
+            string_value(r#" "a\nb\t\"c\\ \{x\} é" "#).as_deref(),
+            Some("a\nb\t\"c\\ {x} é")
+        );
+        assert_eq!(string_value(r#""a\q""#), None);
+        assert_eq!(string_value("x"), None);
         for far in [
             "Deployment cancelled",
             "no",

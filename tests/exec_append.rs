@@ -2,6 +2,7 @@ use crate::common::*;
 
 on_both!(
     a_construct_ends_after_everything_inside_it,
+    a_gates_throw_is_what_its_catch_binds,
     every_status_of_the_append_only_vocabulary_is_accepted,
     bad_records_are_refused_and_nothing_is_written,
 );
@@ -324,7 +325,10 @@ fn a_construct_ends_after_everything_inside_it(b: Backend) {
     assert_eq!(doc["position"]["caught"]["error"], "boom", "{doc}");
     // The catch started again (after a crash) is its own start, not the try's body.
     let again = run.cmd().args(catch).assert().success();
-    assert_eq!(String::from_utf8_lossy(&again.get_output().stdout).trim(), c);
+    assert_eq!(
+        String::from_utf8_lossy(&again.get_output().stdout).trim(),
+        c
+    );
     run.cmd()
         .args(["exec-append", "--ends", &c, "--status", "completed"])
         .assert()
@@ -333,4 +337,76 @@ fn a_construct_ends_after_everything_inside_it(b: Backend) {
         .args(["exec-append", "--ends", &t_s, "--status", "completed"])
         .assert()
         .success();
+}
+
+/// helper-48 f04: a gate rejected under `on_reject: throw "msg"` raises msg: `resume`'s
+/// `caught` (what `catch as err` binds) is the message its sealed opening throws, not the
+/// person's reason (the record's and the gate's), and not the end of the call it left.
+fn a_gates_throw_is_what_its_catch_binds(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let t = run.exec(2, "try:", "started", None);
+    let call = run.exec(1, "do attempt()", "executing", Some(t));
+    let (t_s, call_s) = (t.to_string(), call.to_string());
+    run.cmd()
+        .args([
+            "gates",
+            "create",
+            "deploy",
+            "--index",
+            "1",
+            "--execution-id",
+            &call_s,
+        ])
+        .args(["--prompt", "Deploy?", "--allow", "carol"])
+        .args(["--on-reject", r#"throw "Deploy \"now\" rejected""#])
+        .assert()
+        .success();
+    run.cmd()
+        .args([
+            "reject",
+            "deploy",
+            "--as",
+            "carol",
+            "-y",
+            "--reason",
+            "Too risky",
+        ])
+        .assert()
+        .success();
+    run.cmd()
+        .args([
+            "exec-append",
+            "--index",
+            "1",
+            "--text",
+            "approve deploy:",
+            "--status",
+            "failed",
+        ])
+        .args(["--error", "Too risky", "--parent", &call_s])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["exec-append", "--ends", &call_s, "--status", "failed"])
+        .assert()
+        .success();
+    run.cmd()
+        .args([
+            "exec-append",
+            "--index",
+            "2",
+            "--text",
+            "catch as err:",
+            "--status",
+            "started",
+        ])
+        .args(["--parent", &t_s])
+        .assert()
+        .success();
+    let doc = stdout_json(&run.cmd().args(["--json", "resume"]).assert().success());
+    assert_eq!(
+        doc["position"]["caught"]["error"], r#"Deploy "now" rejected"#,
+        "{doc}"
+    );
 }

@@ -261,8 +261,8 @@ fn the_guides_use_only_the_languages_on_reject_actions() {
     assert!(seen >= 2);
     assert!(!vm.contains("--on-reject stop"));
     assert!(
-        vm.contains("A bare string"),
-        "the guide says what a bare string means"
+        vm.contains("A `\"message\"` alone is a `throw` of it"),
+        "the guide says what a message alone means"
     );
     // The spec logs on completion: no statement is logged at its start.
     assert!(!vm.contains("when a statement starts"));

@@ -352,7 +352,7 @@ fn caught_by(store: &mut dyn Store, open: &[&ExecutionRow]) -> Result<Option<Cau
         if f.parent_id == Some(t) || store.scope_chain(f.id)?.contains(&t) {
             let caught = Caught {
                 record: f.id,
-                error: f.error_message.clone(),
+                error: thrown_by_gate(store, &f)?.or_else(|| f.error_message.clone()),
             };
             if f.error_message.is_some() || ends_of(&f).is_none() {
                 return Ok(Some(caught));
@@ -361,6 +361,35 @@ fn caught_by(store: &mut dyn Store, open: &[&ExecutionRow]) -> Result<Option<Cau
         }
     }
     Ok(passed_on)
+}
+
+/// The message a gate's `on_reject: throw "msg"` raises, when `failed` is its `approve`
+/// record failed on its rejection or timeout: what `catch as err` binds (the person's reason
+/// is the record's error, and the gate's). From the gate's sealed log only.
+fn thrown_by_gate(store: &mut dyn Store, failed: &ExecutionRow) -> Result<Option<String>> {
+    let text = failed.statement_text.as_deref().unwrap_or("");
+    let Some(id) = crate::language::approved_gate(text) else {
+        return Ok(None);
+    };
+    if crate::model::check_gate_id(id).is_err() {
+        return Ok(None);
+    }
+    let Some(read) = crate::store::gate_read::read(store, id, &crate::model::now())? else {
+        return Ok(None);
+    };
+    let failed_on_it = matches!(
+        read.derived.status(),
+        crate::model::GateStatus::Rejected | crate::model::GateStatus::Timeout
+    );
+    if read.tampered() || read.derived.instance == 0 || !failed_on_it {
+        return Ok(None);
+    }
+    let on_reject = read.derived.on_reject.clone().flatten();
+    let step = super::on_reject_step(on_reject.as_deref());
+    Ok(match (step.action.as_str(), step.argument) {
+        ("throw", Some(arg)) => crate::language::string_value(&arg).or(Some(arg)),
+        _ => None,
+    })
 }
 
 /// The `on_reject` that takes the failure `after` is, when it is an `approve` record failed
