@@ -724,8 +724,9 @@ pub fn approved_gate(text: &str) -> Option<&str> {
     if !rest.starts_with(char::is_whitespace) {
         return None;
     }
-    let name = rest.trim();
-    Some(name.strip_suffix(':').unwrap_or(name).trim()).filter(|n| !n.is_empty())
+    // The name ends at its colon (no gate id holds one): `approve g: (prompt, allow)` is g's.
+    let name = rest.split(':').next().unwrap_or_default().trim();
+    Some(name).filter(|n| !n.is_empty())
 }
 
 /// The statement form of a record's text, by the grammar's leading keyword. A binding whose

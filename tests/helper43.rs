@@ -438,8 +438,8 @@ fn a_gate_opened_again_answers_on_no_other_line(b: Backend) {
 }
 
 /// Found by helper-45: `approve g: # why`, `approve g` and the statement with its property
-/// lines were logged `completed` while g was pending. Every spelling of the statement is held
-/// to the gate's decision.
+/// lines were logged `completed` while g was pending; helper-47: `Approve g:` and `approve g:
+/// (prompt, allow)`. Every spelling of the statement is held to the gate's decision.
 fn no_spelling_of_an_approve_statement_logs_it_completed_early(b: Backend) {
     let Some(p) = Project::on(b) else { return };
     let run = p.init();
@@ -447,13 +447,27 @@ fn no_spelling_of_an_approve_statement_logs_it_completed_early(b: Backend) {
         .args(["gates", "create", "g", "--prompt", "Go?", "--index", "1"])
         .assert()
         .success();
-    for text in [
-        "approve g:",
-        "approve g: # deploy",
-        "approve g",
-        "  approve g:\n  prompt: \"deploy?\"",
-        "approve\tg:",
-    ] {
+    // helper-47: `Approve g:` and `approve g: (prompt, allow)` too. Every case of the
+    // keyword, with every tail the statement's first line can have, leading space or not.
+    let (cases, tails) = (
+        ["approve", "Approve", "APPROVE", "aPpRoVe"],
+        [
+            ":",
+            "",
+            ": # deploy",
+            ": (prompt, allow)",
+            ":\n  prompt: \"deploy?\"",
+            " :",
+        ],
+    );
+    let spellings = cases.iter().enumerate().flat_map(|(i, word)| {
+        tails.iter().enumerate().map(move |(j, tail)| {
+            let (lead, gap) = (["", "  "][(i + j) % 2], [" ", "\t", "  "][(i + j) % 3]);
+            format!("{lead}{word}{gap}g{tail}")
+        })
+    });
+    for text in spellings {
+        let text = text.as_str();
         let before = run.snapshot();
         let a = run
             .cmd()

@@ -29,6 +29,7 @@ mod gates;
 mod guides;
 mod helper41;
 mod helper43;
+mod helper47;
 mod history;
 mod hosts;
 mod init;

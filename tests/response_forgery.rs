@@ -125,10 +125,16 @@ fn change(rng: &mut StdRng, block: i64) -> (String, String) {
 
 /// The rows as the decisions left them, put back between cases.
 fn restore(run: &Run, block: i64) {
-    let size = format!(
-        "value = {}, execution_id = {block}, name = 'size', attachment_path = NULL, kind = 'let'",
-        quoted(ANSWER)
-    );
+    // The statement and time the decision wrote it with too: a row is its version's whole.
+    let size = |history: &str, run: &str| {
+        format!(
+            "value = {}, execution_id = {block}, name = 'size', attachment_path = NULL, kind = 'let',
+             source_statement = 'approve g:',
+             updated_at = (SELECT h.written_at FROM {history} h WHERE {run} h.name = 'size'
+                             AND h.n = 1 AND h.execution_id = {block})",
+            quoted(ANSWER)
+        )
+    };
     let find = format!(
         "(name IN ('size', 'Size', 'size ', 'siz') AND (execution_id IS NULL OR execution_id >= {block}) AND kind IS DISTINCT FROM 'x' AND name <> 'draft')"
     );
@@ -142,17 +148,19 @@ fn restore(run: &Run, block: i64) {
     // Only one row of those names is the response binding's (the root has none of them).
     run.view().raw(
         &format!(
-            "UPDATE bindings SET {size} WHERE {};
+            "UPDATE bindings SET {} WHERE {};
              UPDATE bindings SET value = {} WHERE name = 'draft' AND execution_id IS NULL;
              {}",
+            size("binding_history", ""),
             find.replace("IS DISTINCT FROM", "IS NOT"),
             quoted(EDIT),
             forged_versions.replace("IS DISTINCT FROM", "IS NOT")
         ),
         &format!(
-            "UPDATE openprose.bindings SET {size} WHERE run_id = '$RUN' AND {find};
+            "UPDATE openprose.bindings SET {} WHERE run_id = '$RUN' AND {find};
              UPDATE openprose.bindings SET value = {} WHERE run_id = '$RUN' AND name = 'draft' AND execution_id IS NULL;
              {}",
+            size("openprose.binding_history", "h.run_id = '$RUN' AND"),
             quoted(EDIT),
             forged_versions.replace("binding_history WHERE", "openprose.binding_history WHERE run_id = '$RUN' AND")
         ),

@@ -148,7 +148,13 @@ fn start_of(store: &mut dyn crate::store::Store, args: &ExecAppendArgs, id: i64)
 /// rejection is `failed`). Judged by the gate's sealed log; a gate nothing sealed opened, or
 /// one tampered with, is left to the checks that read it.
 fn approval_logged(store: &mut dyn crate::store::Store, text: &str) -> Result<()> {
-    let Some(gate) = crate::language::approved_gate(text) else {
+    // Read as tolerantly as a reader might: the keyword in any case (`Approve g:`).
+    let t = text.trim_start();
+    let text = match t.get(..7) {
+        Some(word) if word.eq_ignore_ascii_case("approve") => format!("approve{}", &t[7..]),
+        _ => text.to_string(),
+    };
+    let Some(gate) = crate::language::approved_gate(&text) else {
         return Ok(());
     };
     if crate::model::check_gate_id(gate).is_err() {

@@ -67,7 +67,12 @@ impl Position {
             .chain(self.after.as_mut())
             .chain(self.last_event.as_mut());
         for e in events {
-            let named = e.metadata.as_ref().and_then(|m| str_of(m, "gate_id"));
+            // The gate the statement names, as the VM reads it: a record's metadata is a row
+            // anyone may rewrite, and naming another gate there changes nothing.
+            let named = e
+                .statement_text
+                .as_deref()
+                .and_then(crate::language::approved_gate);
             if let Some(g) = named.and_then(|id| gates.iter().find(|g| g.id == id)) {
                 e.gate_now = Some(GateNow {
                     status: g.status.clone(),
@@ -295,6 +300,11 @@ pub struct GateNext {
     /// row agrees with its log): what a `retry` or a `session` after a rejection works from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Under `retry`: the newest record logged in the gate's frame after its `approve`
+    /// record failed, when there is one. The step ran again since: open the gate again now
+    /// (`gates create G --reopen`), rather than run the step once more.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retried_since: Option<i64>,
     pub timeout_at: Option<String>,
     /// Where the gate stands against its audit log (as `gates show` reports it). A tampered
     /// gate's next step is `stop`, whatever its status says.

@@ -200,11 +200,12 @@ fn gate_markup(app: &App, d: &GateViewData, user: &SignedIn) -> Markup {
             h2 { "Recent log" }
             (log_table(&d.recent))
             h2 { "History" }
-            (grid(&["Event", "Principal", "Comment", "At"], &d.shown.history, |a| html! {
-                td { (visible(&a.event_type)) }
-                td { (visible(a.principal.as_deref().unwrap_or("-"))) }
-                td { (visible(a.comment.as_deref().unwrap_or("-"))) }
-                td { (utc(a.timestamp.as_deref())) }
+            (grid(&["Event", "Principal", "Comment", "At"], &d.shown.history, |e| html! {
+                // An event its own seal does not vouch for is marked, never shown as the gate's.
+                td { (visible(&e.row.event_type)) @if let Some(s) = e.sealed { " " strong.tampered { "(" (s.to_uppercase()) ")" } } }
+                td { (visible(e.row.principal.as_deref().unwrap_or("-"))) }
+                td { (visible(e.row.comment.as_deref().unwrap_or("-"))) }
+                td { (utc(e.row.timestamp.as_deref())) }
             }))
         },
     )

@@ -215,7 +215,8 @@ pub fn build(src: &RunDump, report: &ChainReport, plan: &Plan) -> Result<(RunDum
             execution_id: None,
             kind: Some(kind.clone()),
             value: Some(value.as_bytes().to_vec()),
-            source_statement: None,
+            // The row is its newest version whole: the statement its history records too.
+            source_statement: Some(format!("fork --bind {name}")),
             created_at: Some(plan.now.to_string()),
             updated_at: Some(plan.now.to_string()),
             attachment_path: None,

@@ -515,7 +515,15 @@ pub fn check_current(
         }
         (a, b) => a == b,
     };
-    if !same_value || row.attachment_path != kept.attachment_path || row.kind != kept.kind {
+    // Every field a reader shows of the row is its version's: the time it was written and
+    // the statement that wrote it too (what `get --json` shows of an answer, say).
+    let same_time = kept.updated_at.is_none() || row.updated_at == kept.updated_at;
+    if !same_value
+        || row.attachment_path != kept.attachment_path
+        || row.kind != kept.kind
+        || !same_time
+        || row.source_statement != kept.source_statement
+    {
         return Err(changed());
     }
     Ok(())

@@ -244,11 +244,22 @@ pub fn list(args: &GatesListArgs, ctx: &Context) -> Result<GateList> {
     Ok(GateList { gates, warnings })
 }
 
+/// An event of a gate's history as `gates show` lists it: the row, and where its own seal
+/// does not vouch for it, what the seal says (`unattested`, `broken`; see [`seal_word`]): an
+/// event only a row makes (the spec's own SQL, say) is never shown as the gate's own.
+#[derive(Debug, Serialize)]
+pub struct ShownEvent {
+    #[serde(flatten)]
+    pub row: AuditRow,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sealed: Option<&'static str>,
+}
+
 #[derive(Debug, Serialize)]
 pub struct GateShown {
     #[serde(flatten)]
     pub gate: GateView,
-    pub history: Vec<AuditRow>,
+    pub history: Vec<ShownEvent>,
     pub integrity: IntegrityView,
     /// The bindings the decision is about, as they are now (`gates create --inputs`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -259,12 +270,31 @@ pub struct GateShown {
     pub stale: Option<String>,
 }
 
-/// The audit table; with `seals`, the run and gate of each row, and what its own seal says.
-fn audit_table(w: &mut dyn Write, rows: &[AuditRow], seals: Option<&[&str]>) -> io::Result<()> {
-    let with_run = seals.is_some();
+/// What a row's own seal says of it, as `gates audit` and `gates show` state it: `attested`
+/// (its hash matches its content and this machine's seal its hash), `unattested` (no seal,
+/// another machine's, or no key here) or `broken` (changed behind prose-state's back).
+pub(super) fn seal_word(row: &AuditRow, key: Option<&crate::store::seal::Key>) -> &'static str {
+    use crate::store::chain::{self_state, RowState};
+    match self_state(row, key) {
+        RowState::Attested => "attested",
+        RowState::Broken => "broken",
+        RowState::Unattested | RowState::Legacy => "unattested",
+    }
+}
+
+/// The audit table; `with_run`: the run and gate of each row; with `seals`, what each row's
+/// own seal says.
+fn audit_table(
+    w: &mut dyn Write,
+    rows: &[AuditRow],
+    seals: Option<&[&str]>,
+    with_run: bool,
+) -> io::Result<()> {
     let mut header = vec!["ID", "TIME", "EVENT", "PRINCIPAL", "COMMENT"];
     if with_run {
         header.splice(1..1, ["RUN", "GATE"]);
+    }
+    if seals.is_some() {
         header.push("SEAL");
     }
     let header: Vec<String> = header.iter().map(|s| s.to_string()).collect();
@@ -391,7 +421,15 @@ impl Render for GateShown {
             }
         }
         writeln!(w, "History:")?;
-        audit_table(w, &self.history, None)
+        // A SEAL column where some event's own seal does not vouch for it.
+        let seals: Vec<&str> = self
+            .history
+            .iter()
+            .map(|e| e.sealed.unwrap_or("attested"))
+            .collect();
+        let marked = self.history.iter().any(|e| e.sealed.is_some());
+        let rows: Vec<AuditRow> = self.history.into_iter().map(|e| e.row).collect();
+        audit_table(w, &rows, marked.then_some(&seals[..]), false)
     }
 
     /// 9 when the gate disagrees with its log, 10 when its decision is unattested, 11 when it
@@ -455,7 +493,16 @@ pub fn show_to(
             ..GateView::new(row, run.program_path, &now)
         }
         .answered(answered.as_ref()),
-        history,
+        history: {
+            let key = store.wiring().key_for_reading()?;
+            history
+                .into_iter()
+                .map(|row| ShownEvent {
+                    sealed: Some(seal_word(&row, key)).filter(|s| *s != "attested"),
+                    row,
+                })
+                .collect()
+        },
     })
 }
 
@@ -485,7 +532,7 @@ impl Render for AuditList {
         }
         let (rows, seals): (Vec<AuditRow>, Vec<&str>) =
             self.rows.into_iter().map(|r| (r.row, r.sealed)).unzip();
-        audit_table(w, &rows, Some(&seals))
+        audit_table(w, &rows, Some(&seals), true)
     }
 
     fn warnings(&self) -> Vec<String> {
@@ -528,12 +575,7 @@ pub fn audit(args: &GateAuditArgs, ctx: &Context) -> Result<AuditList> {
     let rows = rows
         .into_iter()
         .map(|row| {
-            use crate::store::chain::{self_state, RowState};
-            let sealed = match self_state(&row, key) {
-                RowState::Attested => "attested",
-                RowState::Broken => "broken",
-                RowState::Unattested | RowState::Legacy => "unattested",
-            };
+            let sealed = seal_word(&row, key);
             AuditShown { row, sealed }
         })
         .collect();

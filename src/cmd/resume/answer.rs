@@ -135,19 +135,7 @@ fn gate_nexts(
                         .collect()
                 })
                 .unwrap_or_default();
-            Ok(GateNext {
-            answer,
-            edited,
-            instance,
-            stale: stale.get(&g.id).cloned(),
-            integrity: IntegrityView::of(&report, &g.id),
-            progress: match report.derived.get(&g.id).filter(|_| g.status.is_pending()) {
-                Some(d) => crate::cmd::gates::team_view(&g, d, now, roster)?.map(|t| t.summary()),
-                None => None,
-            },
-            // A decision that does not stand is no decision: the VM stops, whatever the row
-            // says (a pending gate nothing sealed is still only waited on).
-            next_step: match IntegrityView::of(&report, &g.id) {
+            let next_step = match IntegrityView::of(&report, &g.id) {
                 v if v.state == "tampered"
                     || (v.state == "unattested" && !g.status.is_pending()) =>
                 {
@@ -161,7 +149,25 @@ fn gate_nexts(
                     )),
                 ),
                 _ => next_step(&g, instance),
+            };
+            let retried_since = match next_step.action.as_str() {
+                "retry" => retried_since(store, &g.id)?,
+                _ => None,
+            };
+            Ok(GateNext {
+            retried_since,
+            answer,
+            edited,
+            instance,
+            stale: stale.get(&g.id).cloned(),
+            integrity: IntegrityView::of(&report, &g.id),
+            progress: match report.derived.get(&g.id).filter(|_| g.status.is_pending()) {
+                Some(d) => crate::cmd::gates::team_view(&g, d, now, roster)?.map(|t| t.summary()),
+                None => None,
             },
+            // A decision that does not stand is no decision: the VM stops, whatever the row
+            // says (a pending gate nothing sealed is still only waited on).
+            next_step,
             reason: g
                 .resolution_comment
                 .clone()
@@ -178,6 +184,35 @@ fn gate_nexts(
         })
         })
         .collect()
+}
+
+/// The newest record logged in gate `id`'s frame after its `approve` record failed (its
+/// statement's newest record, `failed`, logged after the opening `gates create` appended), if
+/// any: the step its `retry` runs again ran.
+fn retried_since(store: &mut dyn Store, id: &str) -> Result<Option<i64>> {
+    let records = store.executions_matching(&ExecQuery {
+        only: Some(&["failed", "pending"]),
+        newest_first: true,
+        ..Default::default()
+    })?;
+    let newest = records.iter().find(|r| {
+        r.statement_text
+            .as_deref()
+            .and_then(crate::language::approved_gate)
+            == Some(id)
+    });
+    // Its newest opening not logged failed yet: nothing was retried for it.
+    let Some(f) = newest.filter(|r| r.status == Some(crate::model::ExecStatus::Failed)) else {
+        return Ok(None);
+    };
+    let since = store.executions_matching(&ExecQuery {
+        after: f.id,
+        parent: Some(f.parent_id),
+        newest_first: true,
+        limit: Some(1),
+        ..Default::default()
+    })?;
+    Ok(since.first().map(|r| r.id))
 }
 
 /// Whether binding `b` was written after the newest record of its frame (the records inside

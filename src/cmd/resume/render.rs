@@ -290,9 +290,18 @@ fn gate_lines(w: &mut dyn Write, gates: &[GateNext]) -> io::Result<()> {
             .as_deref()
             .map(|r| format!("; {label}: \"{}\"", one_line(r, 80)))
             .unwrap_or_default();
+        let retried = g
+            .retried_since
+            .map(|r| {
+                format!(
+                    "; the step ran again since (record {r}): open the gate again now (gates create {} --reopen)",
+                    g.id
+                )
+            })
+            .unwrap_or_default();
         writeln!(
             w,
-            "gate {} {}{instance}{integrity}{left}{progress} → {}{arg}{reason}",
+            "gate {} {}{instance}{integrity}{left}{progress} → {}{arg}{reason}{retried}",
             g.id, g.status, g.next_step.action
         )?;
         if let Some(a) = &g.answer {
