@@ -6,6 +6,14 @@
 //! wrote as the gate's history; an answer binding's time and statement rewritten (its trigger
 //! off) were shown by `get` as the decision's.
 //!
+//! helper-49: the same, with the record's text rewritten too, and with an approval only the
+//! spec's SQL wrote; `exec-append` logged `approve G:` failed while G was approved, which
+//! `resume` then gave as the error caught.
+//!
+//! helper-50: `resume` told the VM to log a rejection already logged (on the VM's own failed
+//! record); a failure a `finally` ran on was lost after the finally ended (resume said to go
+//! on, and the try ended `completed`).
+//!
 //! helper-48: after a rejection under `retry`, with the step run again and the VM crashed
 //! before `--reopen`, `resume` said both "continue after the step" and "retry the step".
 
@@ -16,6 +24,9 @@ on_both!(
     gates_show_marks_an_event_its_seal_does_not_vouch_for,
     an_answers_row_is_its_version_whole,
     resume_says_a_retried_step_ran,
+    a_gates_record_says_how_its_sealed_opening_stands,
+    an_approve_statement_fails_only_on_a_rejection,
+    a_failure_a_finally_ran_on_goes_on,
 );
 
 /// A pending gate is never said to be decided because a record's metadata (a row anyone may
@@ -227,4 +238,223 @@ fn resume_says_a_retried_step_ran(b: Backend) {
         .assert()
         .success();
     assert!(retried(&run).is_null());
+}
+
+/// `gate_now` is said of the record a gate's sealed opening appended, as that gate stands by
+/// its sealed log: not of another gate its rewritten text and metadata name; not as decided
+/// by a decision nothing attests (its next step is then stop, and the record says so); and
+/// never on the VM's own record of the statement, which is logged already.
+fn a_gates_record_says_how_its_sealed_opening_stands(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    for g in ["g1", "g2"] {
+        run.cmd()
+            .args(["gates", "create", g, "--prompt", "Go?", "--index", "1"])
+            .assert()
+            .success();
+    }
+    run.cmd()
+        .args(["approve", "g1", "-y", "--as", "bob"])
+        .assert()
+        .success();
+    run.view().raw(
+        r#"UPDATE execution SET statement_text = 'approve g1:', metadata = '{"gate_id":"g1"}'
+            WHERE statement_text = 'approve g2:'"#,
+        r#"UPDATE openprose.execution SET statement_text = 'approve g1:',
+                  metadata = '{"gate_id":"g1"}'
+            WHERE run_id = '$RUN' AND statement_text = 'approve g2:'"#,
+    );
+    let doc = stdout_json(&run.cmd().args(["--json", "resume"]).assert().success());
+    assert_eq!(
+        doc["position"]["after"]["gate_now"]["status"], "pending",
+        "{doc}"
+    );
+
+    // An approval only a row and an unsealed event make: the record says to stop.
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "h", "--prompt", "Go?", "--index", "1"])
+        .assert()
+        .success();
+    let unsealed = |table: &str| {
+        format!(
+            "UPDATE {table}gates SET status = 'approved', resolved_by = 'bob' WHERE id = 'h';
+             INSERT INTO {table}gate_audit_log (gate_id, run_id, event_type, principal, timestamp, metadata)
+             VALUES ('h', '{}', 'approved', 'bob', '2026-01-01 09:00:00', '{{\"instance\":1}}')",
+            run.id
+        )
+    };
+    run.view().raw(&unsealed(""), &unsealed("openprose."));
+    let doc = stdout_json(&run.cmd().args(["--json", "resume"]).assert());
+    let now = &doc["position"]["after"]["gate_now"];
+    assert!(now["stop"].is_string(), "{doc}");
+    let out = run.cmd().arg("resume").assert();
+    let out = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    assert!(out.contains("no decision stands"), "{out}");
+    assert!(!out.contains("log it `completed`"), "{out}");
+
+    // The VM's own failed record of a rejected gate says nothing more to log.
+    let run = p.init();
+    run.cmd()
+        .args(["gates", "create", "r", "--prompt", "Go?", "--index", "1"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["reject", "r", "-y", "--as", "bob", "--reason", "no"])
+        .assert()
+        .success();
+    run.cmd()
+        .args([
+            "exec-append",
+            "--index",
+            "1",
+            "--text",
+            "approve r:",
+            "--status",
+            "failed",
+        ])
+        .args(["--error", "no"])
+        .assert()
+        .success();
+    let doc = stdout_json(&run.cmd().args(["--json", "resume"]).assert().success());
+    assert_eq!(doc["position"]["after"]["status"], "failed", "{doc}");
+    assert!(doc["position"]["after"].get("gate_now").is_none(), "{doc}");
+}
+
+/// `approve G:` is logged `failed` only after G's rejection or timeout: while G is pending
+/// or approved it is refused (exit 4, nothing written), in every spelling.
+fn an_approve_statement_fails_only_on_a_rejection(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    for g in ["p", "a", "r"] {
+        run.cmd()
+            .args(["gates", "create", g, "--prompt", "Go?", "--index", "1"])
+            .assert()
+            .success();
+    }
+    run.cmd()
+        .args(["approve", "a", "-y", "--as", "bob"])
+        .assert()
+        .success();
+    run.cmd()
+        .args(["reject", "r", "-y", "--as", "bob", "--reason", "no"])
+        .assert()
+        .success();
+    for text in [
+        "approve p:",
+        "Approve p: # x",
+        "approve a:",
+        "APPROVE a: (prompt)",
+    ] {
+        let args = [
+            "exec-append",
+            "--index",
+            "1",
+            "--text",
+            text,
+            "--status",
+            "failed",
+            "--error",
+            "rejected by bob",
+        ];
+        run.refuses(
+            &args,
+            4,
+            "is logged failed only after its gate's rejection or timeout",
+        );
+    }
+    run.cmd()
+        .args([
+            "exec-append",
+            "--index",
+            "1",
+            "--text",
+            "approve r:",
+            "--status",
+            "failed",
+        ])
+        .args(["--error", "no"])
+        .assert()
+        .success();
+}
+
+/// A failure a `finally` ran on (its catch ended failed, or no catch) goes on from the try
+/// once the finally ends: `resume` names what takes it, and the try cannot end `completed`
+/// (exit 4, nothing written); ended `failed`, the failure goes on. A try whose catch handled
+/// the failure, or whose failure a retry took, ends `completed`.
+fn a_failure_a_finally_ran_on_goes_on(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    let outer = run.exec(1, "try:", "started", None);
+    let inner = run.exec(1, "try:", "started", Some(outer));
+    run.cmd()
+        .args([
+            "exec-append",
+            "--index",
+            "1",
+            "--text",
+            "throw \"boom\"",
+            "--status",
+            "failed",
+        ])
+        .args(["--error", "boom", "--parent", &inner.to_string()])
+        .assert()
+        .success();
+    let catch = run.exec(2, "catch as err:", "started", Some(inner));
+    run.cmd()
+        .args([
+            "exec-append",
+            "--index",
+            "1",
+            "--text",
+            "throw",
+            "--status",
+            "failed",
+        ])
+        .args(["--error", "boom", "--parent", &catch.to_string()])
+        .assert()
+        .success();
+    let end = |id: i64, status: &str| {
+        run.cmd()
+            .args(["exec-append", "--ends", &id.to_string(), "--status", status])
+            .assert()
+    };
+    end(catch, "failed").success();
+    let fin = run.exec(3, "finally:", "started", Some(inner));
+    end(fin, "completed").success();
+    let doc = stdout_json(&run.cmd().args(["--json", "resume"]).assert().success());
+    let handler = doc["position"]["handler"].as_str().unwrap_or_default();
+    assert!(
+        handler.starts_with(&format!("the catch of try: (record {outer})")),
+        "{doc}"
+    );
+    let i = inner.to_string();
+    run.refuses(
+        &["exec-append", "--ends", &i, "--status", "completed"],
+        4,
+        "is left by a failure",
+    );
+    end(inner, "failed").success();
+    // A catch that handled it: the try ends completed.
+    let outer_catch = run.exec(2, "catch as err:", "started", Some(outer));
+    end(outer_catch, "completed").success();
+    end(outer, "completed").success();
+    // A failure a retry took, in a try with no catch: completed too.
+    let t = run.exec(1, "try:", "started", None);
+    run.cmd()
+        .args([
+            "exec-append",
+            "--index",
+            "1",
+            "--text",
+            "session \"Flaky\"",
+            "--status",
+            "failed",
+        ])
+        .args(["--error", "502", "--parent", &t.to_string()])
+        .args(["--metadata", r#"{"attempt": 1, "max": 2}"#])
+        .assert()
+        .success();
+    run.exec(1, "session \"Flaky\"", "completed", Some(t));
+    end(t, "completed").success();
 }

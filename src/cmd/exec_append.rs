@@ -125,6 +125,16 @@ fn start_of(store: &mut dyn crate::store::Store, args: &ExecAppendArgs, id: i64)
             });
         }
     }
+    // A failure that leaves a `try:` (its catch ended failed, or its body failed with no
+    // catch) leaves it failed: ended `completed`, the failure would be lost.
+    if args.status == crate::model::ExecStatus::Completed
+        && r.construct() == Some(crate::language::Kind::Try)
+        && super::resume::failure_escapes(store, id, None)?
+    {
+        return Err(refused(format!(
+            "try: record {id} is left by a failure (its catch ended failed, or its body failed with no catch): end it --status failed, and the failure goes on to what takes it there (resume's position.handler)"
+        )));
+    }
     // A construct ends after everything inside it: a start still open in its body ends
     // first, so that no reader finds the run inside a construct that has ended.
     if let Some(o) = super::resume::open_inside(store, id)?.pop() {
@@ -145,9 +155,19 @@ fn start_of(store: &mut dyn crate::store::Store, args: &ExecAppendArgs, id: i64)
 
 /// Refuses (4) `approve G:` logged `completed` while G is pending, or after its rejection or
 /// timeout: a VM that did would go on as if a person had approved (the guide's record of a
-/// rejection is `failed`). Judged by the gate's sealed log; a gate nothing sealed opened, or
-/// one tampered with, is left to the checks that read it.
-fn approval_logged(store: &mut dyn crate::store::Store, text: &str) -> Result<()> {
+/// rejection is `failed`); and logged `failed` while G is pending or approved: its failure
+/// would be read as a rejection no one made (`resume`'s `caught`). Judged by the gate's
+/// sealed log; a gate nothing sealed opened, or one tampered with, is left to the checks that
+/// read it.
+fn approval_logged(
+    store: &mut dyn crate::store::Store,
+    text: &str,
+    status: &crate::model::ExecStatus,
+) -> Result<()> {
+    use crate::model::{ExecStatus, GateStatus};
+    if !matches!(status, ExecStatus::Completed | ExecStatus::Failed) {
+        return Ok(());
+    }
     // Read as tolerantly as a reader might: the keyword in any case (`Approve g:`).
     let t = text.trim_start();
     let text = match t.get(..7) {
@@ -163,9 +183,26 @@ fn approval_logged(store: &mut dyn crate::store::Store, text: &str) -> Result<()
     let Some(read) = crate::store::gate_read::read(store, gate, &now())? else {
         return Ok(());
     };
-    let status = read.derived.status();
-    if read.tampered() || read.derived.instance == 0 || status == crate::model::GateStatus::Approved
-    {
+    let gate_status = read.derived.status();
+    if read.tampered() || read.derived.instance == 0 {
+        return Ok(());
+    }
+    if *status == ExecStatus::Failed {
+        return match gate_status {
+            GateStatus::Rejected | GateStatus::Timeout => Ok(()),
+            other => Err(crate::error::refused(format!(
+                "`approve {}:` is logged failed only after its gate's rejection or timeout, and it is {other}: {}",
+                crate::output::visible_line(gate),
+                if other.is_pending() {
+                    "wait for the decision (gates wait) first"
+                } else {
+                    "an approval is logged `completed`"
+                }
+            ))),
+        };
+    }
+    let status = gate_status;
+    if status == GateStatus::Approved {
         return Ok(());
     }
     Err(crate::error::refused(format!(
@@ -273,9 +310,7 @@ impl super::Run for ExecAppendArgs {
         } else {
             Some(Value::Object(metadata).to_string())
         };
-        if self.status == crate::model::ExecStatus::Completed {
-            approval_logged(store.as_mut(), &text)?;
-        }
+        approval_logged(store.as_mut(), &text, &self.status)?;
         if STARTS.contains(&self.status.as_str()) {
             handler_after_its_body(store.as_mut(), &text, metadata.as_deref(), parent)?;
         }

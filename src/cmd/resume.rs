@@ -9,7 +9,7 @@ mod answer;
 mod frame;
 mod render;
 
-pub(super) use frame::{open_inside, open_records};
+pub(super) use frame::{failure_escapes, open_inside, open_records};
 
 use super::gates::IntegrityView;
 use crate::model::{ExecStatus as S, RunStatus};
@@ -55,10 +55,18 @@ pub struct Event {
 pub struct GateNow {
     pub status: crate::model::GateStatus,
     pub instance: Option<i64>,
+    /// Set where its decision does not stand (tampered, or nothing attests it): why, and the
+    /// gate's next step is `stop`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop: Option<String>,
 }
 
 impl Position {
-    /// Each record of the position that opened a gate says how the gate stands now.
+    /// Each record of the position that opened a gate (`pending`, as `gates create` appends
+    /// it) says how that gate stands now: the gate whose sealed opening appended it, else
+    /// (an opening from before openings sealed it) the one its statement names. Never a gate
+    /// a rewritten text or metadata names, and never on the VM's own `completed` or `failed`
+    /// record of the statement, which is logged already.
     fn mark_gates(&mut self, gates: &[GateNext]) {
         let events = self
             .open
@@ -67,16 +75,28 @@ impl Position {
             .chain(self.after.as_mut())
             .chain(self.last_event.as_mut());
         for e in events {
-            // The gate the statement names, as the VM reads it: a record's metadata is a row
-            // anyone may rewrite, and naming another gate there changes nothing.
+            if e.status != Some(S::Pending) {
+                continue;
+            }
+            let claimed = gates.iter().find(|g| g.opened_records.contains(&e.id));
             let named = e
                 .statement_text
                 .as_deref()
                 .and_then(crate::language::approved_gate);
-            if let Some(g) = named.and_then(|id| gates.iter().find(|g| g.id == id)) {
+            let unclaimed = |g: &&GateNext| g.opened_records.is_empty();
+            let gate = claimed.or_else(|| {
+                named.and_then(|id| gates.iter().filter(unclaimed).find(|g| g.id == id))
+            });
+            if let Some(g) = gate {
                 e.gate_now = Some(GateNow {
                     status: g.status.clone(),
                     instance: g.instance,
+                    stop: (g.next_step.action == "stop").then(|| {
+                        g.next_step
+                            .argument
+                            .clone()
+                            .unwrap_or_else(|| g.integrity.state.to_uppercase())
+                    }),
                 });
             }
         }
@@ -305,6 +325,9 @@ pub struct GateNext {
     /// (`gates create G --reopen`), rather than run the step once more.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retried_since: Option<i64>,
+    /// The records its sealed openings appended (`approve G:`, pending), oldest first.
+    #[serde(skip)]
+    pub opened_records: Vec<i64>,
     pub timeout_at: Option<String>,
     /// Where the gate stands against its audit log (as `gates show` reports it). A tampered
     /// gate's next step is `stop`, whatever its status says.

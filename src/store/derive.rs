@@ -57,6 +57,9 @@ pub struct Derived {
     /// The run its `created` event names, and when that event opened it.
     pub run_id: String,
     pub created_at: Option<String>,
+    /// The execution record this opening appended (`approve G:`, pending): the run's newest
+    /// record when its `created` event was sealed (`after_record`, read through the moves).
+    pub opened_record: Option<i64>,
     /// What its `created` event recorded of the rest of the row, from this release on (None:
     /// not recorded, so the row's value is shown as the row's): the timeout as given and the
     /// digest of its metadata (None inside: no metadata).
@@ -426,6 +429,7 @@ pub fn derive(events: &[(&AuditRow, RowState)], moves: &Moves) -> Result<Derived
                     consumed: false,
                     run_id: r.run_id.clone(),
                     created_at: r.timestamp.clone(),
+                    opened_record: m["after_record"].as_i64(),
                     timeout: m.get("timeout").map(|v| v.as_str().map(str::to_string)),
                     metadata_hash: m
                         .get("metadata_hash")

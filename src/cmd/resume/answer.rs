@@ -154,7 +154,19 @@ fn gate_nexts(
                 "retry" => retried_since(store, &g.id)?,
                 _ => None,
             };
+            let opened_records = report
+                .derived
+                .get(&g.id)
+                .map(|d| {
+                    d.earlier
+                        .iter()
+                        .chain(std::iter::once(d))
+                        .filter_map(|o| o.opened_record)
+                        .collect()
+                })
+                .unwrap_or_default();
             Ok(GateNext {
+            opened_records,
             retried_since,
             answer,
             edited,

@@ -316,6 +316,68 @@ fn handler_of(store: &mut dyn Store, r: &ExecutionRow) -> Result<String> {
     Ok("the program: finish --status failed --error MSG".into())
 }
 
+/// What takes the failure a `finally` ran on, when `after` is that finally's end
+/// (`completed`) on a failure's way out of its try: its catch ended `failed` (a rethrow), or
+/// its body failed and it has no catch. The failure goes on from the try, not to the
+/// statement after it.
+fn after_finally(store: &mut dyn Store, after: &ExecutionRow) -> Result<Option<String>> {
+    use crate::language::Kind;
+    let Some(start) = ends_of(after) else {
+        return Ok(None);
+    };
+    let Some(f) = crate::store::record(store, start)? else {
+        return Ok(None);
+    };
+    let Some(t) = f.parent_id.filter(|_| f.construct() == Some(Kind::Finally)) else {
+        return Ok(None);
+    };
+    let Some(try_row) = crate::store::record(store, t)? else {
+        return Ok(None);
+    };
+    if !failure_escapes(store, t, Some(f.id))? {
+        return Ok(None);
+    }
+    Ok(Some(format!(
+        "{} (the failure the finally of try: (record {t}) ran on goes on)",
+        handler_above(store, &try_row)?
+    )))
+}
+
+/// Whether a failure leaves `try:` record `t` (its records before `before`): its catch
+/// ended `failed` (a rethrow, or a failure inside it), or, with no catch, its body failed.
+pub(crate) fn failure_escapes(store: &mut dyn Store, t: i64, before: Option<i64>) -> Result<bool> {
+    use crate::language::Kind;
+    let inside = store.executions_matching(&ExecQuery {
+        after: t,
+        before,
+        parent: Some(Some(t)),
+        ..Default::default()
+    })?;
+    let started = |r: &ExecutionRow| {
+        r.status
+            .as_ref()
+            .is_some_and(|s| STARTS.contains(&s.as_str()))
+    };
+    let catch = inside
+        .iter()
+        .find(|r| started(r) && r.construct() == Some(Kind::Catch));
+    let failed = |r: &&ExecutionRow| r.status == Some(S::Failed);
+    if let Some(c) = catch {
+        return Ok(inside
+            .iter()
+            .filter(failed)
+            .any(|e| ends_of(e) == Some(c.id)));
+    }
+    // No catch: a failure of its body that goes to a handler (not one a retry or its gate's
+    // `on_reject` takes) leaves it.
+    for e in inside.iter().filter(failed) {
+        if failure_of(store, e)?.0.is_some() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// What takes a failure that leaves the start `p` (a `try:`).
 fn handler_above(store: &mut dyn Store, p: &ExecutionRow) -> Result<String> {
     // As if the try: itself had failed where it stands.
@@ -445,6 +507,9 @@ fn failure_of(
 /// What takes the failure `after` is, unless a retry does (attempts left); a failed `approve`
 /// its gate's `on_reject` takes is [`failure_of`]'s.
 fn failure_handler(store: &mut dyn Store, after: &ExecutionRow) -> Result<Option<String>> {
+    if after.status == Some(S::Completed) {
+        return after_finally(store, after);
+    }
     if after.status != Some(S::Failed) {
         return Ok(None);
     }

@@ -35,6 +35,14 @@ pub(super) fn describe(e: &Event) -> String {
         .gate_now
         .as_ref()
         .map(|g| {
+            // A decision that does not stand is no decision: stop, as its next step says.
+            if let Some(why) = &g.stop {
+                return format!(
+                    "; the gate is {} in its row, and no decision stands ({}): stop, tell the user",
+                    g.status,
+                    one_line(why, 120)
+                );
+            }
             // What the VM logs of the statement now, as the construct table says.
             let then = match g.status {
                 crate::model::GateStatus::Approved => ": log it `completed`, then go on",
