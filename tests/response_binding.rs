@@ -152,7 +152,13 @@ fn the_answer_is_a_binding_only_a_decision_writes(b: Backend) {
         .assert()
         .failure();
     assert_eq!(code(&a), 9, "{}", stderr(&a));
-    assert!(stderr(&a).contains("sealed decision"), "{}", stderr(&a));
+    // As the decision's answer, or (where the table's trigger recorded the write as a version
+    // of its own, at the server's time) as a row that is not its version.
+    assert!(
+        stderr(&a).contains("sealed decision") || stderr(&a).contains("changed in place"),
+        "{}",
+        stderr(&a)
+    );
 }
 
 /// Without a schema there is no answer to hold (exit 2); a name that is no binding name is

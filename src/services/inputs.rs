@@ -517,7 +517,10 @@ pub fn check_current(
     };
     // Every field a reader shows of the row is its version's: the time it was written and
     // the statement that wrote it too (what `get --json` shows of an answer, say).
-    let same_time = kept.updated_at.is_none() || row.updated_at == kept.updated_at;
+    // A version `doctor --fix` restated when it resumed the history (marked as following
+    // versions not kept) was recorded then, not when the row was written.
+    let restated = span.rows.iter().any(|r| r.n == n && r.gap);
+    let same_time = restated || kept.updated_at.is_none() || row.updated_at == kept.updated_at;
     if !same_value
         || row.attachment_path != kept.attachment_path
         || row.kind != kept.kind
