@@ -359,6 +359,19 @@ pub fn wait(args: &GateWaitArgs, ctx: &Context) -> Result<WaitOutput> {
                         });
                         continue;
                     }
+                    // An opening not made yet (a VM that crashed before its `--reopen`) is
+                    // the caller's mistake, not the log's: the log's end is anchored, and
+                    // `gates verify` would find one cut from it.
+                    if want > newest
+                        && report.first_broken.is_none()
+                        && !matches!(report.gate(&gate.id), Integrity::Tampered(_))
+                    {
+                        return Err(crate::error::not_found(format!(
+                            "gate {} has no opening {want} yet: its sealed log's newest is instance {newest} (`gates create {} --reopen` opens the next; `--instance {newest}` waits on that one)",
+                            crate::error::shown(&gate.id),
+                            gate.id
+                        )));
+                    }
                     if newest != want && !matches!(report.gate(&gate.id), Integrity::Tampered(_)) {
                         report.gates.retain(|(g, _)| g != &gate.id);
                         report.gates.push((
