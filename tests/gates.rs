@@ -1081,7 +1081,11 @@ fn a_reopened_gate_answers_each_instance_with_its_own_outcome(b: Backend) {
         .assert()
         .failure();
     assert_eq!(code(&a), 3, "{}", stderr(&a));
-    assert!(stderr(&a).contains("has no opening 3 yet"), "{}", stderr(&a));
+    assert!(
+        stderr(&a).contains("has no opening 3 yet"),
+        "{}",
+        stderr(&a)
+    );
     run.cmd().args(["gates", "verify"]).assert().success();
     assert_eq!(run.snapshot(), before, "a wait changed the run");
 

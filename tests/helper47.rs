@@ -27,6 +27,7 @@ on_both!(
     a_gates_record_says_how_its_sealed_opening_stands,
     an_approve_statement_fails_only_on_a_rejection,
     a_failure_a_finally_ran_on_goes_on,
+    diff_marks_a_decision_nothing_attests,
 );
 
 /// A pending gate is never said to be decided because a record's metadata (a row anyone may
@@ -457,4 +458,38 @@ fn a_failure_a_finally_ran_on_goes_on(b: Backend) {
         .success();
     run.exec(1, "session \"Flaky\"", "completed", Some(t));
     end(t, "completed").success();
+}
+
+/// helper-49 f05: `diff` showed an approval only the spec's SQL wrote (a row and an unsealed
+/// event) as a decision: it is marked, in text and JSON, as every listing of a run marks it.
+fn diff_marks_a_decision_nothing_attests(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let a = p.init();
+    let other = p.init();
+    a.cmd()
+        .args(["gates", "create", "g", "--prompt", "Go?"])
+        .assert()
+        .success();
+    let unsealed = |table: &str| {
+        format!(
+            "UPDATE {table}gates SET status = 'approved', resolved_by = 'mallory' WHERE id = 'g';
+             INSERT INTO {table}gate_audit_log (gate_id, run_id, event_type, principal, timestamp, metadata)
+             VALUES ('g', '{}', 'approved', 'mallory', '2026-01-01 09:00:00', '{{\"instance\":1}}')",
+            a.id
+        )
+    };
+    a.view().raw(&unsealed(""), &unsealed("openprose."));
+    let out = p.cmd().args(["diff", &a.id, &other.id]).assert().success();
+    let out = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    assert!(out.contains("approved (UNATTESTED) by mallory"), "{out}");
+    let doc = stdout_json(
+        &p.cmd()
+            .args(["--json", "diff", &a.id, &other.id])
+            .assert()
+            .success(),
+    );
+    assert_eq!(
+        doc["gates"]["shown"][0]["a"]["integrity"], "unattested",
+        "{doc}"
+    );
 }

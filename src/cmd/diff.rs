@@ -196,6 +196,13 @@ pub struct GateSide {
     pub resolved_by: Option<String>,
     /// Which opening of the gate it is.
     pub instance: i64,
+    /// `unattested` where nothing attests its decision (a tampered run is not compared).
+    #[serde(skip_serializing_if = "is_attested")]
+    pub integrity: &'static str,
+}
+
+fn is_attested(state: &&'static str) -> bool {
+    *state == "attested"
 }
 
 /// A run as read: its rows, in one snapshot, and where its values are.
@@ -209,6 +216,8 @@ struct Side {
     place: HashMap<i64, usize>,
     bindings: Vec<BindingRow>,
     gates: Vec<GateRow>,
+    /// Each gate's integrity, as `gates verify` checked the run.
+    integrity: std::collections::HashMap<String, &'static str>,
     /// The server's whole blobs of the run: length and sha256.
     blobs: HashMap<String, (Option<i64>, Option<String>)>,
 }
@@ -268,7 +277,7 @@ impl Side {
         // what was checked, or the run changed while it was read (read again).
         // The run as `gates verify` checks it: a run it refuses (a gate's row at odds with its
         // log, a decision's value gone or changed) is not compared, as no reader shows it.
-        crate::services::inputs::refuse_tampered(
+        let report = crate::services::inputs::checked_untampered(
             store.as_mut(),
             &paths.dir,
             &paths.id,
@@ -307,8 +316,18 @@ impl Side {
                 "a binding some gate names changed while the run was read: read it again",
             ));
         }
+        // A decision nothing attests (a row and an event only the spec's SQL wrote) is shown
+        // marked, as every listing of a run shows it.
         let gates = store.read_gates(None)?;
+        let integrity = gates
+            .iter()
+            .map(|g| {
+                let state = crate::cmd::gates::IntegrityView::of(&report, &g.id).state;
+                (g.id.clone(), state)
+            })
+            .collect();
         Ok(Side {
+            integrity,
             paths,
             backend,
             store,
@@ -504,11 +523,12 @@ fn tail(side: &Side, common: usize, bound: &Bound) -> Result<Tail> {
     })
 }
 
-fn gate_side(g: &GateRow) -> GateSide {
+fn gate_side(side: &Side, g: &GateRow) -> GateSide {
     GateSide {
         status: g.status.as_str().to_string(),
         resolved_by: g.resolved_by.as_deref().map(clip),
         instance: g.instance,
+        integrity: side.integrity.get(&g.id).copied().unwrap_or("attested"),
     }
 }
 
@@ -665,8 +685,8 @@ fn compare(args: &DiffArgs, a: &mut Side, b: &mut Side) -> Result<Diffed> {
             change,
             id: clip(id),
             differs,
-            a: pair.0.map(gate_side),
-            b: pair.1.map(gate_side),
+            a: pair.0.map(|g| gate_side(a, g)),
+            b: pair.1.map(|g| gate_side(b, g)),
         });
     }
     let gate_count = |c: Change| gate_diffs.iter().filter(|d| d.change == c).count();
@@ -788,7 +808,15 @@ fn gate_text(g: &GateSide) -> String {
         .as_deref()
         .map(|p| format!(" by {}", visible_line(p)))
         .unwrap_or_default();
-    format!("{}{by} (opening {})", visible_line(&g.status), g.instance)
+    let mark = match g.integrity {
+        "attested" => String::new(),
+        other => format!(" ({})", other.to_uppercase()),
+    };
+    format!(
+        "{}{mark}{by} (opening {})",
+        visible_line(&g.status),
+        g.instance
+    )
 }
 
 fn record_text(r: &RecordEntry) -> String {

@@ -315,6 +315,16 @@ pub fn refuse_tampered(
     run_id: &str,
     not: &str,
 ) -> Result<()> {
+    checked_untampered(store, run_dir, run_id, not).map(|_| ())
+}
+
+/// [`refuse_tampered`], answering with the run's check (what each gate's integrity is).
+pub fn checked_untampered(
+    store: &mut dyn Store,
+    run_dir: &Path,
+    run_id: &str,
+    not: &str,
+) -> Result<crate::store::chain::ChainReport> {
     let (report, _) = verify_run(store, run_dir, None)?;
     if let Some((gate, crate::store::chain::Integrity::Tampered(why))) = report
         .gates
@@ -327,7 +337,7 @@ pub fn refuse_tampered(
             crate::error::shown(run_id)
         )));
     }
-    Ok(())
+    Ok(report)
 }
 
 /// A run's whole check, as `gates verify` makes it and every reader that vouches for a run's
