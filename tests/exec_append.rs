@@ -277,6 +277,13 @@ fn a_construct_ends_after_everything_inside_it(b: Backend) {
         "--key",
         "catch-1",
     ];
+    // resume names what the failure leaves, innermost first, before its catch.
+    let doc = stdout_json(&run.cmd().args(["--json", "resume"]).assert().success());
+    assert_eq!(
+        doc["position"]["leaves"],
+        serde_json::json!([inner, call]),
+        "{doc}"
+    );
     run.refuses(
         &catch,
         4,

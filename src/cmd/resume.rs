@@ -157,6 +157,11 @@ pub struct Position {
     /// nearest `try:` whose body it is in, a parallel's `on-fail` policy, or the program.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub handler: Option<String>,
+    /// With `handler`: the open constructs the failure leaves before it, innermost first,
+    /// each ended `--status failed` before the handler starts (`exec-append` refuses a catch
+    /// while one is open).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub leaves: Vec<i64>,
     /// When `after` is an `approve` record failed on its gate's rejection or timeout, and the
     /// gate's sealed `on_reject` is not `throw`: the gate and that `on_reject`, which takes
     /// the failure instead of any handler; the gate's `next_step` says what to do. Never set

@@ -530,6 +530,7 @@ fn brief(
         after: full.after.map(slim),
         last_event: full.last_event.map(slim),
         handler: full.handler,
+        leaves: full.leaves,
         on_reject: full.on_reject,
         caught: full.caught.map(|c| Caught {
             error: slim_text(c.error),

@@ -576,6 +576,20 @@ pub(super) fn narrow_position(store: &mut dyn Store) -> Result<Position> {
         Some(r) => failure_of(store, r)?,
         None => (None, None),
     };
+    // What the failure leaves before its handler: the open constructs around it, innermost
+    // first, up to the `try:` or branch whose handler takes it (or all, for the program).
+    let mut leaves = Vec::new();
+    if handler.is_some() {
+        use crate::language::Kind;
+        let mut at = after_row.as_ref().and_then(|r| r.parent_id);
+        while let Some(o) = at.and_then(|id| open.iter().find(|o| o.id == id)) {
+            if matches!(o.construct(), Some(Kind::Try | Kind::Branch)) {
+                break;
+            }
+            leaves.push(o.id);
+            at = o.parent_id;
+        }
+    }
     let after = after_row.as_ref().map(Event::from);
     let caught = caught_by(store, &open)?;
     let last_event = store
@@ -592,6 +606,7 @@ pub(super) fn narrow_position(store: &mut dyn Store) -> Result<Position> {
         after,
         last_event,
         handler,
+        leaves,
         on_reject,
         caught,
     })

@@ -101,9 +101,25 @@ fn run_lines(w: &mut dyn Write, r: &RunPart, p: &Position) -> io::Result<()> {
         )?;
     }
     if let Some(h) = &p.handler {
+        let leaves: Vec<String> = p
+            .leaves
+            .iter()
+            .map(|id| {
+                let text = p.open.iter().find(|o| o.id == *id);
+                let text = text.and_then(|o| o.statement_text.as_deref()).unwrap_or("");
+                format!("record {id} ({})", one_line(text, 40))
+            })
+            .collect();
+        let first = match leaves.is_empty() {
+            true => String::new(),
+            false => format!(
+                "; first end what it leaves, innermost first (exec-append --ends ID --status failed): {}",
+                leaves.join(", ")
+            ),
+        };
         writeln!(
             w,
-            "failed: not the statement after it; the failure goes to {h}"
+            "failed: not the statement after it; the failure goes to {h}{first}"
         )?;
     }
     if let Some(o) = &p.on_reject {
