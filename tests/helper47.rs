@@ -320,6 +320,12 @@ fn a_gates_record_says_how_its_sealed_opening_stands(b: Backend) {
     let doc = stdout_json(&run.cmd().args(["--json", "resume"]).assert().success());
     assert_eq!(doc["position"]["after"]["status"], "failed", "{doc}");
     assert!(doc["position"]["after"].get("gate_now").is_none(), "{doc}");
+    // Its throw is that record (helper-50 f02): the gate says it was taken, not to throw again.
+    let failed = doc["position"]["after"]["id"].clone();
+    assert_eq!(doc["gates"][0]["logged_failed"], failed, "{doc}");
+    let out = run.cmd().arg("resume").assert().success();
+    let out = String::from_utf8_lossy(&out.get_output().stdout).to_string();
+    assert!(out.contains("taken there, not again"), "{out}");
 }
 
 /// `approve G:` is logged `failed` only after G's rejection or timeout: while G is pending

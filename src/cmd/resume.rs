@@ -330,6 +330,11 @@ pub struct GateNext {
     /// (`gates create G --reopen`), rather than run the step once more.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retried_since: Option<i64>,
+    /// Rejected or timed out under `throw` or `continue`: the VM's record of its statement
+    /// logged `failed` after its newest opening, when there is one. That record is its
+    /// `on_reject`, taken; the position says where the run went on (not thrown again).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logged_failed: Option<i64>,
     /// The records its sealed openings appended (`approve G:`, pending), oldest first.
     #[serde(skip)]
     pub opened_records: Vec<i64>,

@@ -154,6 +154,19 @@ fn gate_nexts(
                 "retry" => retried_since(store, &g.id)?,
                 _ => None,
             };
+            // A rejection or timeout the VM logged under `throw` or `continue`: that record
+            // is its on_reject, taken (a `retry` or `session` still runs its step after it).
+            let logged_failed = match next_step.action.as_str() {
+                "throw" | "continue"
+                    if matches!(
+                        g.status,
+                        crate::model::GateStatus::Rejected | crate::model::GateStatus::Timeout
+                    ) =>
+                {
+                    logged_failed(store, &g.id)?.map(|r| r.id)
+                }
+                _ => None,
+            };
             let opened_records = report
                 .derived
                 .get(&g.id)
@@ -166,6 +179,7 @@ fn gate_nexts(
                 })
                 .unwrap_or_default();
             Ok(GateNext {
+            logged_failed,
             opened_records,
             retried_since,
             answer,
@@ -202,6 +216,23 @@ fn gate_nexts(
 /// statement's newest record, `failed`, logged after the opening `gates create` appended), if
 /// any: the step its `retry` runs again ran.
 fn retried_since(store: &mut dyn Store, id: &str) -> Result<Option<i64>> {
+    let Some(f) = logged_failed(store, id)? else {
+        return Ok(None);
+    };
+    let since = store.executions_matching(&ExecQuery {
+        after: f.id,
+        parent: Some(f.parent_id),
+        newest_first: true,
+        limit: Some(1),
+        ..Default::default()
+    })?;
+    Ok(since.first().map(|r| r.id))
+}
+
+/// The VM's record of gate `id`'s statement logged `failed` after its newest opening (the
+/// guide's record of a rejection or timeout), if it was logged: its `on_reject` was taken
+/// there, and the position says where the run went on.
+fn logged_failed(store: &mut dyn Store, id: &str) -> Result<Option<crate::store::ExecutionRow>> {
     let records = store.executions_matching(&ExecQuery {
         only: Some(&["failed", "pending"]),
         newest_first: true,
@@ -213,18 +244,10 @@ fn retried_since(store: &mut dyn Store, id: &str) -> Result<Option<i64>> {
             .and_then(crate::language::approved_gate)
             == Some(id)
     });
-    // Its newest opening not logged failed yet: nothing was retried for it.
-    let Some(f) = newest.filter(|r| r.status == Some(crate::model::ExecStatus::Failed)) else {
-        return Ok(None);
-    };
-    let since = store.executions_matching(&ExecQuery {
-        after: f.id,
-        parent: Some(f.parent_id),
-        newest_first: true,
-        limit: Some(1),
-        ..Default::default()
-    })?;
-    Ok(since.first().map(|r| r.id))
+    // Its newest opening not logged failed yet: nothing was taken for it.
+    Ok(newest
+        .filter(|r| r.status == Some(crate::model::ExecStatus::Failed))
+        .cloned())
 }
 
 /// Whether binding `b` was written after the newest record of its frame (the records inside

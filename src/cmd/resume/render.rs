@@ -314,6 +314,10 @@ fn gate_lines(w: &mut dyn Write, gates: &[GateNext]) -> io::Result<()> {
             .as_deref()
             .map(|r| format!("; {label}: \"{}\"", one_line(r, 80)))
             .unwrap_or_default();
+        let taken = g
+            .logged_failed
+            .map(|r| format!("; logged failed (record {r}): taken there, not again"))
+            .unwrap_or_default();
         let retried = g
             .retried_since
             .map(|r| {
@@ -325,7 +329,7 @@ fn gate_lines(w: &mut dyn Write, gates: &[GateNext]) -> io::Result<()> {
             .unwrap_or_default();
         writeln!(
             w,
-            "gate {} {}{instance}{integrity}{left}{progress} → {}{arg}{reason}{retried}",
+            "gate {} {}{instance}{integrity}{left}{progress} → {}{arg}{reason}{taken}{retried}",
             g.id, g.status, g.next_step.action
         )?;
         if let Some(a) = &g.answer {
