@@ -330,7 +330,7 @@ fn the_subagent_guide_says_where_its_binding_lands(b: Backend) {
         let text = String::from_utf8_lossy(&a.get_output().stdout).to_string();
         assert!(
             text.contains(&format!(
-                "- Scope: execution {at} (what you bind there lands in {lands})"
+                "- Scope: execution {at} (out bound there lands in {lands})"
             )),
             "{text}"
         );

@@ -89,7 +89,13 @@ impl GuideArgs {
                         Some(f) => format!("the frame of execution {f}"),
                         None => "the root scope".to_string(),
                     };
-                    place = format!("execution {id} (what you bind there lands in {lands})");
+                    // Said of the binding it is given: a branch's own `let`s stay in the
+                    // branch, where its named result lands at the parallel.
+                    let what = match self.name.as_deref() {
+                        Some(n) => format!("{n} bound there"),
+                        None => "what you bind there".to_string(),
+                    };
+                    place = format!("execution {id} ({what} lands in {lands})");
                 }
             }
         }
