@@ -433,25 +433,35 @@ fn thrown_by_gate(store: &mut dyn Store, failed: &ExecutionRow) -> Result<Option
     let Some(id) = crate::language::approved_gate(text) else {
         return Ok(None);
     };
+    let Some(on_reject) = sealed_rejection(store, id)? else {
+        return Ok(None);
+    };
+    let step = super::on_reject_step(on_reject.as_deref());
+    Ok(match (step.action.as_str(), step.argument) {
+        ("throw", Some(arg)) => crate::language::string_value(&arg).or(Some(arg)),
+        _ => None,
+    })
+}
+
+/// Gate `id`'s sealed `on_reject` (None inside: none given), when its sealed log says it was
+/// rejected or timed out and stands (not tampered, opened by a sealed event): what a failed
+/// `approve` record of it was taken by. None otherwise.
+fn sealed_rejection(store: &mut dyn Store, id: &str) -> Result<Option<Option<String>>> {
     if crate::model::check_gate_id(id).is_err() {
         return Ok(None);
     }
     let Some(read) = crate::store::gate_read::read(store, id, &crate::model::now())? else {
         return Ok(None);
     };
+    let d = &read.derived;
     let failed_on_it = matches!(
-        read.derived.status(),
+        d.status(),
         crate::model::GateStatus::Rejected | crate::model::GateStatus::Timeout
     );
-    if read.tampered() || read.derived.instance == 0 || !failed_on_it {
+    if read.tampered() || d.instance == 0 || !failed_on_it {
         return Ok(None);
     }
-    let on_reject = read.derived.on_reject.clone().flatten();
-    let step = super::on_reject_step(on_reject.as_deref());
-    Ok(match (step.action.as_str(), step.argument) {
-        ("throw", Some(arg)) => crate::language::string_value(&arg).or(Some(arg)),
-        _ => None,
-    })
+    Ok(Some(d.on_reject.clone().flatten()))
 }
 
 /// The `on_reject` that takes the failure `after` is, when it is an `approve` record failed
@@ -468,23 +478,12 @@ fn taken_by_gate(store: &mut dyn Store, after: &ExecutionRow) -> Result<Option<G
     let id = meta(after)
         .and_then(|m| str_of(&m, "gate_id"))
         .or(named.map(str::to_string));
-    let Some(id) = id.filter(|id| crate::model::check_gate_id(id).is_ok()) else {
+    let Some(id) = id else {
         return Ok(None);
     };
-    let Some(read) = crate::store::gate_read::read(store, &id, &crate::model::now())? else {
+    let Some(on_reject) = sealed_rejection(store, &id)? else {
         return Ok(None);
     };
-    let d = &read.derived;
-    if read.tampered()
-        || d.instance == 0
-        || !matches!(
-            d.status(),
-            crate::model::GateStatus::Rejected | crate::model::GateStatus::Timeout
-        )
-    {
-        return Ok(None);
-    }
-    let on_reject = d.on_reject.clone().flatten();
     let step = super::on_reject_step(on_reject.as_deref());
     Ok((step.action != "throw").then(|| GateTakes {
         gate: id,
@@ -524,11 +523,10 @@ fn failure_handler(store: &mut dyn Store, after: &ExecutionRow) -> Result<Option
     handler_of(store, after).map(Some)
 }
 
-/// The open constructs and where the VM continues, read narrowly: the start records, and
-/// only the end records of a statement some start has. An end of any other statement can
-/// close no start (both shapes need the same index and text), so `open_starts` over these
-/// rows is `open_starts` over the whole log.
-pub(super) fn narrow_position(store: &mut dyn Store) -> Result<Position> {
+/// The start records, and the end records of a statement some start has, in id order: all
+/// `open_starts` needs (an end of any other statement closes no start). No ends are read
+/// where no start is.
+fn starts_and_ends(store: &mut dyn Store) -> Result<Vec<ExecutionRow>> {
     let mut rows = store.executions_matching(&ExecQuery {
         only: Some(STARTS),
         ..Default::default()
@@ -541,6 +539,15 @@ pub(super) fn narrow_position(store: &mut dyn Store) -> Result<Position> {
         })?);
         rows.sort_by_key(|r| r.id);
     }
+    Ok(rows)
+}
+
+/// The open constructs and where the VM continues, read narrowly: the start records, and
+/// only the end records of a statement some start has. An end of any other statement can
+/// close no start (both shapes need the same index and text), so `open_starts` over these
+/// rows is `open_starts` over the whole log.
+pub(super) fn narrow_position(store: &mut dyn Store) -> Result<Position> {
+    let rows = starts_and_ends(store)?;
     let (open, level) = open_starts(&rows);
     let current = open.last().copied();
     let scope = current.map(|c| c.id);
@@ -615,16 +622,7 @@ pub(super) fn narrow_position(store: &mut dyn Store) -> Result<Position> {
 /// The starts still open inside start `id` (its body, at any depth), outermost first, as the
 /// run's records read (`open_starts`): what must end before `id` can (`exec-append --ends`).
 pub(crate) fn open_inside(store: &mut dyn Store, id: i64) -> Result<Vec<Event>> {
-    let mut rows = store.executions_matching(&ExecQuery {
-        only: Some(STARTS),
-        ..Default::default()
-    })?;
-    rows.extend(store.executions_matching(&ExecQuery {
-        only: Some(ENDS),
-        of_started_statements: true,
-        ..Default::default()
-    })?);
-    rows.sort_by_key(|r| r.id);
+    let rows = starts_and_ends(store)?;
     let parent: HashMap<i64, Option<i64>> = rows.iter().map(|r| (r.id, r.parent_id)).collect();
     let (open, _) = open_starts(&rows);
     let inside = |mut at: Option<i64>| {
