@@ -30,6 +30,7 @@ mod guides;
 mod helper41;
 mod helper43;
 mod helper47;
+mod helper51;
 mod history;
 mod hosts;
 mod init;

@@ -48,6 +48,7 @@ impl BindArgs {
         let Some(at) = self.execution_id else {
             return self.assigned(store, None, None);
         };
+        super::resume::not_after_its_end(store, at, "a binding")?;
         if self.local {
             return Ok(Some(at));
         }

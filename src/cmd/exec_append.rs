@@ -251,6 +251,67 @@ fn handler_after_its_body(
     )))
 }
 
+/// Refuses (4) a record inside a construct that has ended (`parent`, or the start it is
+/// inside), and one in a `try:`'s body once its handler began: a body record after its
+/// `catch` or `finally` started, a `catch` after its `finally` did. Otherwise a reader would
+/// find the run inside the body and in its handler at once. The record again under its
+/// `--key` (a step run again after a crash) is the rules' to answer.
+fn inside_an_open_construct(
+    store: &mut dyn crate::store::Store,
+    text: &str,
+    index: i64,
+    metadata: Option<&str>,
+    parent: i64,
+    key: Option<&str>,
+) -> Result<()> {
+    use crate::language::Kind;
+    let refusal = (|| -> Result<Option<anyhow::Error>> {
+        if let Err(e) = super::resume::not_after_its_end(store, parent, "a record") {
+            return Ok(Some(e));
+        }
+        let Some(p) = crate::store::record(store, parent)? else {
+            return Ok(None);
+        };
+        // The older shape's end of the try itself is its own statement under it.
+        let its_end = p.statement_index == Some(index) && p.statement_text.as_deref() == Some(text);
+        if p.construct() != Some(Kind::Try) || its_end {
+            return Ok(None);
+        }
+        let metadata = metadata.and_then(|m| serde_json::from_str::<Value>(m).ok());
+        let kind = crate::language::construct_of(Some(text), metadata.as_ref());
+        let handlers = store.executions_matching(&ExecQuery {
+            after: parent,
+            parent: Some(Some(parent)),
+            only: Some(STARTS),
+            ..Default::default()
+        })?;
+        let after = |k: Kind| handlers.iter().find(|h| h.construct() == Some(k));
+        let began = match kind {
+            Some(Kind::Finally) => None,
+            Some(Kind::Catch) => after(Kind::Finally),
+            _ => after(Kind::Catch).or_else(|| after(Kind::Finally)),
+        };
+        Ok(began.map(|h| {
+            refused(format!(
+                "{} comes before {} in try: record {parent}, and that began at record {}: nothing is appended to what a handler follows",
+                crate::output::one_line(text, 40),
+                crate::output::one_line(h.statement_text.as_deref().unwrap_or(""), 40),
+                h.id
+            ))
+        }))
+    })()?;
+    let Some(refusal) = refusal else {
+        return Ok(());
+    };
+    if let Some(key) = key {
+        let mut tx = store.begin(crate::store::TxKind::Write)?;
+        if tx.keyed_execution(key)?.is_some() {
+            return Ok(());
+        }
+    }
+    Err(refusal)
+}
+
 impl super::Run for ExecAppendArgs {
     type Output = Appended;
     fn run(&self, ctx: &crate::context::Context) -> Result<Appended> {
@@ -313,6 +374,16 @@ impl super::Run for ExecAppendArgs {
         approval_logged(store.as_mut(), &text, &self.status)?;
         if STARTS.contains(&self.status.as_str()) {
             handler_after_its_body(store.as_mut(), &text, metadata.as_deref(), parent)?;
+        }
+        if let (None, Some(p)) = (self.ends, parent) {
+            inside_an_open_construct(
+                store.as_mut(),
+                &text,
+                index,
+                metadata.as_deref(),
+                p,
+                key.as_deref(),
+            )?;
         }
         let at = now();
         let (started_at, completed_at) = if self.status.is_ending() {

@@ -205,7 +205,9 @@ impl Log {
             });
             format!("{idx}→ {text} ↻ {attempt}/{max}")
         } else if str_of(&m, "gate_id").is_some() && status == S::Pending {
-            format!("⏸ {text} waiting")
+            // An event, true whenever it is read: the gate opened here. Its decision is the
+            // VM's record of the statement, later in the log.
+            format!("⏸ {text} opened")
         } else if let Some(lid) = r.parent_id.and_then(|p| self.loop_of.get(&p)) {
             // A record of a loop's body (parented on the loop's start): its iteration.
             let done = self.loop_done.get(lid).copied().unwrap_or(0);

@@ -9,7 +9,7 @@ mod answer;
 mod frame;
 mod render;
 
-pub(super) use frame::{failure_escapes, open_inside, open_records};
+pub(super) use frame::{failure_escapes, not_after_its_end, open_inside, open_records};
 
 use super::gates::IntegrityView;
 use crate::model::{ExecStatus as S, RunStatus};
@@ -149,7 +149,8 @@ pub struct Position {
     /// The latest record of all.
     pub last_event: Option<Event>,
     /// Inside a `catch`: the failure it caught (the record and its error), what `catch as
-    /// err` binds.
+    /// err` binds. With a failure on its way to a `try:`'s handler (`handler`), that failure:
+    /// what the catch binds next.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub caught: Option<Caught>,
     /// When `after` is a failure no retry takes (a `throw`, a failed statement, a retry's

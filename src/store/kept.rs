@@ -322,8 +322,7 @@ pub fn claim_problem(
         let gate = r
             .source_statement
             .as_deref()
-            .and_then(|s| s.strip_prefix("approve "))
-            .and_then(|s| s.strip_suffix(':'));
+            .and_then(super::rules::decided_by);
         let restates = |g: &str| restates(&writes, r, g);
         // Only where this machine attests the gate's opening: sealed elsewhere, it vouches
         // for nothing either way (read as unattested, 10).

@@ -1101,6 +1101,10 @@ pub fn code(a: &assert_cmd::assert::Assert) -> i32 {
     a.get_output().status.code().unwrap_or(-1)
 }
 
+pub fn stdout_text(a: &assert_cmd::assert::Assert) -> String {
+    String::from_utf8_lossy(&a.get_output().stdout).into_owned()
+}
+
 pub fn stderr(a: &assert_cmd::assert::Assert) -> String {
     String::from_utf8_lossy(&a.get_output().stderr).into_owned()
 }

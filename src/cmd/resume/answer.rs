@@ -381,7 +381,8 @@ fn full(
     let newest = rows.last().map_or(0, |r| r.id);
     let open = narrow_position(store)?.open;
     let mut bindings = Vec::new();
-    let bound = store.bindings()?;
+    // Each value shown stands against the log as `get` checks it, as the bounded answer's do.
+    let bound = crate::services::inputs::checked_bindings(store, &run.dir, None, |s| s.bindings())?;
     let by_gates = written_by_gates(store, &bound)?;
     for b in bound {
         // Written by a gate's decision: no session's output, nothing to log.

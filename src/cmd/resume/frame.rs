@@ -25,8 +25,22 @@ fn key(r: &ExecutionRow) -> StatementKey {
 /// Also gives, for each closing record of the older shape, the level it closes at (its
 /// start's parent), so that it counts where its start stood.
 fn open_starts(rows: &[ExecutionRow]) -> (Vec<&ExecutionRow>, HashMap<i64, Option<i64>>) {
+    let (open, level, _) = open_and_closed(rows);
+    (open, level)
+}
+
+/// [`open_starts`], with the end record that closed each start that closed.
+#[allow(clippy::type_complexity)]
+fn open_and_closed(
+    rows: &[ExecutionRow],
+) -> (
+    Vec<&ExecutionRow>,
+    HashMap<i64, Option<i64>>,
+    HashMap<i64, &ExecutionRow>,
+) {
     let mut open: Vec<&ExecutionRow> = Vec::new();
     let mut level: HashMap<i64, Option<i64>> = HashMap::new();
+    let mut closed_by: HashMap<i64, &ExecutionRow> = HashMap::new();
     let same = |a: &ExecutionRow, b: &ExecutionRow| {
         a.statement_index == b.statement_index && a.statement_text == b.statement_text
     };
@@ -44,7 +58,7 @@ fn open_starts(rows: &[ExecutionRow]) -> (Vec<&ExecutionRow>, HashMap<i64, Optio
             // and is never read by its text.
             if let Some(start) = ends_of(r) {
                 if let Some(i) = open.iter().rposition(|o| o.id == start) {
-                    open.remove(i);
+                    closed_by.insert(open.remove(i).id, r);
                 }
                 continue;
             }
@@ -65,11 +79,54 @@ fn open_starts(rows: &[ExecutionRow]) -> (Vec<&ExecutionRow>, HashMap<i64, Optio
                 (s, None) => s,
             };
             if let Some(i) = closed {
-                open.remove(i);
+                closed_by.insert(open.remove(i).id, r);
             }
         }
     }
-    (open, level)
+    (open, level, closed_by)
+}
+
+/// The start record nearest `id` (`id` itself, else up its parents), and the record that
+/// ended it if it has ended. An end closes only a start of its own statement, so this reads
+/// that statement's records from the start on, not the log.
+pub(crate) fn enclosing_start(
+    store: &mut dyn Store,
+    id: i64,
+) -> Result<Option<(ExecutionRow, Option<ExecutionRow>)>> {
+    let mut at = Some(id);
+    let start = loop {
+        let Some(r) = at
+            .map(|i| crate::store::record(store, i))
+            .transpose()?
+            .flatten()
+        else {
+            return Ok(None);
+        };
+        if r.status
+            .as_ref()
+            .is_some_and(|s| STARTS.contains(&s.as_str()))
+        {
+            break r;
+        }
+        // Parents come before their children; a raw row pointing forward ends the walk.
+        at = r.parent_id.filter(|p| *p < r.id);
+    };
+    let rows: Vec<ExecutionRow> = store
+        .executions_matching(&ExecQuery {
+            after: start.id - 1,
+            statement: Some(start.statement_index),
+            ..Default::default()
+        })?
+        .into_iter()
+        .filter(|r| {
+            r.status
+                .as_ref()
+                .is_some_and(|s| STARTS.contains(&s.as_str()) || ENDS.contains(&s.as_str()))
+        })
+        .collect();
+    let (_, _, closed_by) = open_and_closed(&rows);
+    let end = closed_by.get(&start.id).map(|e| (*e).clone());
+    Ok(Some((start, end)))
 }
 
 /// The start an end names (`exec-append --ends`), if it names one.
@@ -399,9 +456,15 @@ fn caught_by(store: &mut dyn Store, open: &[&ExecutionRow]) -> Result<Option<Cau
     let Some((catch, Some(t))) = catch.map(|c| (c, c.parent_id)) else {
         return Ok(None);
     };
+    caught_in(store, t, Some(catch.id))
+}
+
+/// The failure a catch of `try:` record `t` takes: the newest failed record inside it (before
+/// `before`, where its catch began) that says why.
+fn caught_in(store: &mut dyn Store, t: i64, before: Option<i64>) -> Result<Option<Caught>> {
     let failed = store.executions_matching(&ExecQuery {
         after: t,
-        before: Some(catch.id),
+        before,
         only: Some(&["failed"]),
         newest_first: true,
         limit: Some(16),
@@ -586,11 +649,13 @@ pub(super) fn narrow_position(store: &mut dyn Store) -> Result<Position> {
     // What the failure leaves before its handler: the open constructs around it, innermost
     // first, up to the `try:` or branch whose handler takes it (or all, for the program).
     let mut leaves = Vec::new();
+    let mut takes = None;
     if handler.is_some() {
         use crate::language::Kind;
         let mut at = after_row.as_ref().and_then(|r| r.parent_id);
         while let Some(o) = at.and_then(|id| open.iter().find(|o| o.id == id)) {
             if matches!(o.construct(), Some(Kind::Try | Kind::Branch)) {
+                takes = Some(*o);
                 break;
             }
             leaves.push(o.id);
@@ -598,7 +663,14 @@ pub(super) fn narrow_position(store: &mut dyn Store) -> Result<Position> {
         }
     }
     let after = after_row.as_ref().map(Event::from);
-    let caught = caught_by(store, &open)?;
+    // A failure on its way to a `try:`'s handler is what its `catch as err` binds next, not
+    // what an outer catch the run is still in caught.
+    let caught = match takes {
+        Some(t) if t.construct() == Some(crate::language::Kind::Try) => {
+            caught_in(store, t.id, None)?
+        }
+        _ => caught_by(store, &open)?,
+    };
     let last_event = store
         .executions_matching(&ExecQuery {
             newest_first: true,
@@ -808,4 +880,25 @@ pub(super) fn outstanding_retries(store: &mut dyn Store) -> Result<Vec<Retry>> {
     }
     out.sort_by_key(|r| r.id);
     Ok(out)
+}
+
+/// Refuses (4) a write into a construct that has ended (`id`, or the start it is inside):
+/// `what` would land where no reader finds the run any more, as an abandoned (`skipped`)
+/// branch's late result would. Everything inside a construct is written before its end.
+pub(crate) fn not_after_its_end(store: &mut dyn Store, id: i64, what: &str) -> Result<()> {
+    let Some((start, Some(end))) = enclosing_start(store, id)? else {
+        return Ok(());
+    };
+    let status = end.status.as_ref().map_or("?", |s| s.as_str());
+    Err(crate::error::refused(format!(
+        "record {} ({}) has ended (record {}, {status}): {what} inside it is written before its end{}",
+        start.id,
+        one_line(start.statement_text.as_deref().unwrap_or(""), 60),
+        end.id,
+        if status == "skipped" {
+            ", and a skipped construct writes nothing"
+        } else {
+            ""
+        }
+    )))
 }
