@@ -433,10 +433,11 @@ fn a_copy_on_the_other_backend_is_the_same_run() {
         "local"
     );
     let run = p.run("local");
-    let e1 = run.exec(1, "let a = session", "executing", None);
+    // A call still open on both copies: the server's copy binds in its frame below.
+    let e1 = run.exec(1, "do f()", "executing", None);
     run.bind("a", "value", Some(e1));
     bind_stdin(&run, "big", &big(4));
-    run.exec(1, "let a = session", "completed", None);
+    run.exec(1, "let a = session", "completed", Some(e1));
     gate(&run, "ship");
     approve(&run, "ship");
     let copy = p.root().join("copy");

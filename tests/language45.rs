@@ -943,7 +943,12 @@ fn the_language_through_mcp(b: Backend) {
         let (err, _, meta) = call("bind", json!({"name": "nowhere", "value": "v", "assign": true})).await;
         assert!(err);
         assert_eq!(meta.unwrap()["exit_code"], 3);
-        call("bind", json!({"name": "a", "value": "again", "assign": true, "execution_id": par})).await;
+        // The parallel has ended: nothing binds inside it any more (exit 4); from the root
+        // the assignment writes where `a` was declared.
+        let (err, _, meta) = call("bind", json!({"name": "a", "value": "again", "assign": true, "execution_id": par})).await;
+        assert!(err);
+        assert_eq!(meta.unwrap()["exit_code"], 4);
+        call("bind", json!({"name": "a", "value": "again", "assign": true})).await;
         client.cancel().await.unwrap();
     });
     assert_eq!(value(&run, "a", None), "again");
