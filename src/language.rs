@@ -714,13 +714,16 @@ fn string_alone(text: &str) -> std::result::Result<(), String> {
 /// `completed` or `failed` record of the statement).
 /// Read as the statement's first line, its comment cut, the colon optional: `approve g:`,
 /// `approve g: # why`, `approve g` and the statement with its property lines all name `g`.
+/// The keyword is read in any case (`Approve g:`): every reader of the log (`resume`, the
+/// checks `exec-append` makes) is as tolerant as the most careless VM, so that no spelling of
+/// the statement names a gate for one reader and none for another.
 pub fn approved_gate(text: &str) -> Option<&str> {
-    if classify(text) != Some(Kind::Approve) {
-        return None;
-    }
     let first = text.trim_start().lines().next()?;
     let first = first.split('#').next()?.trim();
-    let rest = first.strip_prefix("approve")?;
+    let rest = first
+        .get(..7)
+        .filter(|w| w.eq_ignore_ascii_case("approve"))
+        .map(|_| &first[7..])?;
     if !rest.starts_with(char::is_whitespace) {
         return None;
     }

@@ -168,13 +168,7 @@ fn approval_logged(
     if !matches!(status, ExecStatus::Completed | ExecStatus::Failed) {
         return Ok(());
     }
-    // Read as tolerantly as a reader might: the keyword in any case (`Approve g:`).
-    let t = text.trim_start();
-    let text = match t.get(..7) {
-        Some(word) if word.eq_ignore_ascii_case("approve") => format!("approve{}", &t[7..]),
-        _ => text.to_string(),
-    };
-    let Some(gate) = crate::language::approved_gate(&text) else {
+    let Some(gate) = crate::language::approved_gate(text) else {
         return Ok(());
     };
     if crate::model::check_gate_id(gate).is_err() {

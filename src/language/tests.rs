@@ -290,3 +290,42 @@ fn frames_are_invocations_and_branches() {
     assert!(is_frame(None, Some("executing")));
     assert!(!is_frame(None, Some("started")));
 }
+
+/// The gate an `approve` statement names, for the keyword in every one of its 128 cases and
+/// every shape a record's text takes (colon or none, a comment, the property lines); and no
+/// gate for a text whose first word only starts like the keyword, or a statement of another
+/// form.
+#[test]
+fn an_approve_statement_names_its_gate_in_any_case() {
+    use super::approved_gate;
+    for mask in 0..128u32 {
+        let word: String = "approve"
+            .chars()
+            .enumerate()
+            .map(|(i, c)| {
+                if mask & (1 << i) != 0 {
+                    c.to_ascii_uppercase()
+                } else {
+                    c
+                }
+            })
+            .collect();
+        for text in [
+            format!("{word} g:"),
+            format!("  {word} g"),
+            format!("{word}\tg: # why"),
+            format!("{word} g: (prompt)\n  prompt: \"x: y\""),
+        ] {
+            assert_eq!(approved_gate(&text), Some("g"), "{text:?}");
+        }
+        for text in [
+            format!("{word}d g:"),
+            format!("{word}:"),
+            format!("# {word} g:"),
+            format!("let x = {word} g:"),
+            format!("{word} :"),
+        ] {
+            assert_eq!(approved_gate(&text), None, "{text:?}");
+        }
+    }
+}

@@ -11,7 +11,7 @@ use crate::cmd::gates::IntegrityView;
 use crate::model::{now, RunStatus};
 use crate::output::one_line;
 use crate::run::RunPaths;
-use crate::store::{AgentRow, ExecQuery, GateRow, Store};
+use crate::store::{AgentRow, ExecQuery, ExecutionRow, GateRow, Store};
 use anyhow::Result;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
@@ -84,6 +84,9 @@ fn gate_nexts(
         }
     }
     let tampered = |id: &str| IntegrityView::of(&report, id).state == "tampered";
+    // Each gate's newest `approve` record failed or pending, from one read of the log shared
+    // by every gate that needs it (read only if one does).
+    let mut approve_records: Option<HashMap<String, ExecutionRow>> = None;
     gates
         .into_iter()
         .map(|g| {
@@ -151,7 +154,7 @@ fn gate_nexts(
                 _ => next_step(&g, instance),
             };
             let retried_since = match next_step.action.as_str() {
-                "retry" => retried_since(store, &g.id)?,
+                "retry" => retried_since(store, &mut approve_records, &g.id)?,
                 _ => None,
             };
             // A rejection or timeout the VM logged under `throw` or `continue`: that record
@@ -163,7 +166,7 @@ fn gate_nexts(
                         crate::model::GateStatus::Rejected | crate::model::GateStatus::Timeout
                     ) =>
                 {
-                    logged_failed(store, &g.id)?.map(|r| r.id)
+                    logged_failed(store, &mut approve_records, &g.id)?.map(|r| r.id)
                 }
                 _ => None,
             };
@@ -215,8 +218,12 @@ fn gate_nexts(
 /// The newest record logged in gate `id`'s frame after its `approve` record failed (its
 /// statement's newest record, `failed`, logged after the opening `gates create` appended), if
 /// any: the step its `retry` runs again ran.
-fn retried_since(store: &mut dyn Store, id: &str) -> Result<Option<i64>> {
-    let Some(f) = logged_failed(store, id)? else {
+fn retried_since(
+    store: &mut dyn Store,
+    records: &mut Option<HashMap<String, ExecutionRow>>,
+    id: &str,
+) -> Result<Option<i64>> {
+    let Some(f) = logged_failed(store, records, id)? else {
         return Ok(None);
     };
     let since = store.executions_matching(&ExecQuery {
@@ -231,21 +238,34 @@ fn retried_since(store: &mut dyn Store, id: &str) -> Result<Option<i64>> {
 
 /// The VM's record of gate `id`'s statement logged `failed` after its newest opening (the
 /// guide's record of a rejection or timeout), if it was logged: its `on_reject` was taken
-/// there, and the position says where the run went on.
-fn logged_failed(store: &mut dyn Store, id: &str) -> Result<Option<crate::store::ExecutionRow>> {
-    let records = store.executions_matching(&ExecQuery {
-        only: Some(&["failed", "pending"]),
-        newest_first: true,
-        ..Default::default()
-    })?;
-    let newest = records.iter().find(|r| {
-        r.statement_text
-            .as_deref()
-            .and_then(crate::language::approved_gate)
-            == Some(id)
-    });
+/// there, and the position says where the run went on. `records`: every gate's newest
+/// `approve` record failed or pending, read once for all gates.
+fn logged_failed(
+    store: &mut dyn Store,
+    records: &mut Option<HashMap<String, ExecutionRow>>,
+    id: &str,
+) -> Result<Option<ExecutionRow>> {
+    if records.is_none() {
+        let mut newest = HashMap::new();
+        for r in store.executions_matching(&ExecQuery {
+            only: Some(&["failed", "pending"]),
+            newest_first: true,
+            ..Default::default()
+        })? {
+            if let Some(g) = r
+                .statement_text
+                .as_deref()
+                .and_then(crate::language::approved_gate)
+            {
+                newest.entry(g.to_string()).or_insert_with(|| r.clone());
+            }
+        }
+        *records = Some(newest);
+    }
     // Its newest opening not logged failed yet: nothing was taken for it.
-    Ok(newest
+    Ok(records
+        .as_ref()
+        .and_then(|m| m.get(id))
         .filter(|r| r.status == Some(crate::model::ExecStatus::Failed))
         .cloned())
 }

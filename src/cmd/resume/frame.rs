@@ -589,13 +589,16 @@ fn failure_handler(store: &mut dyn Store, after: &ExecutionRow) -> Result<Option
 /// The start records, and the end records of a statement some start has, in id order: all
 /// `open_starts` needs (an end of any other statement closes no start). No ends are read
 /// where no start is.
-fn starts_and_ends(store: &mut dyn Store) -> Result<Vec<ExecutionRow>> {
+/// `after`: only the records after it (0: all).
+fn starts_and_ends(store: &mut dyn Store, after: i64) -> Result<Vec<ExecutionRow>> {
     let mut rows = store.executions_matching(&ExecQuery {
+        after,
         only: Some(STARTS),
         ..Default::default()
     })?;
     if !rows.is_empty() {
         rows.extend(store.executions_matching(&ExecQuery {
+            after,
             only: Some(ENDS),
             of_started_statements: true,
             ..Default::default()
@@ -610,7 +613,7 @@ fn starts_and_ends(store: &mut dyn Store) -> Result<Vec<ExecutionRow>> {
 /// close no start (both shapes need the same index and text), so `open_starts` over these
 /// rows is `open_starts` over the whole log.
 pub(super) fn narrow_position(store: &mut dyn Store) -> Result<Position> {
-    let rows = starts_and_ends(store)?;
+    let rows = starts_and_ends(store, 0)?;
     let (open, level) = open_starts(&rows);
     let current = open.last().copied();
     let scope = current.map(|c| c.id);
@@ -693,8 +696,11 @@ pub(super) fn narrow_position(store: &mut dyn Store) -> Result<Position> {
 
 /// The starts still open inside start `id` (its body, at any depth), outermost first, as the
 /// run's records read (`open_starts`): what must end before `id` can (`exec-append --ends`).
+/// Only the records from `id` on are read: everything inside it comes after it, and an end
+/// closes a start of its own parent's children, or the start it names or is under, so the
+/// records before `id` close nothing inside it.
 pub(crate) fn open_inside(store: &mut dyn Store, id: i64) -> Result<Vec<Event>> {
-    let rows = starts_and_ends(store)?;
+    let rows = starts_and_ends(store, id - 1)?;
     let parent: HashMap<i64, Option<i64>> = rows.iter().map(|r| (r.id, r.parent_id)).collect();
     let (open, _) = open_starts(&rows);
     let inside = |mut at: Option<i64>| {
