@@ -395,7 +395,7 @@ pub const TABLE: &[Entry] = &[
         form: "approve name: (prompt, allow, timeout, on_reject)",
         start: None,
         frame: Frame::No,
-        records: "`gates create` (it logs `approve`), `gates wait --instance N`, `completed`; rejected or timed out: `failed --error REASON`, then `on_reject` (`throw \"msg\"` raises msg; `retry`: the step again, then `--reopen`)",
+        records: "`gates create` (it logs `approve`), `gates wait --instance N`, `completed`; rejected or timed out: `failed --error REASON`, then `on_reject` (`throw \"msg\"` raises msg; `retry`: the step again, then `--reopen`; `session`: logged at the gate's index)",
         binds: "nothing; with `--response-binding NAME`, the decision binds NAME in the enclosing frame",
         resume: "`gates` gives the instance and `next_step`",
     },

@@ -424,13 +424,16 @@ pub fn check_prompt(prompt: &str) -> Result<()> {
 
 /// Checks that metadata is a JSON object; returns it unchanged (stored as given).
 pub fn check_metadata(text: &str) -> Result<()> {
-    match serde_json::from_str::<serde_json::Value>(text) {
+    match crate::response::unique_keys(text) {
         Ok(serde_json::Value::Object(_)) => Ok(()),
         Ok(other) => Err(usage(format!(
             "invalid --metadata (must be a JSON object, got {}): {}",
             json_type(&other),
             shown(text)
         ))),
+        Err(e) if e.contains("given twice") => {
+            Err(usage(format!("invalid --metadata ({e}): {}", shown(text))))
+        }
         Err(e) => Err(usage(format!(
             "invalid --metadata (not JSON: {e}): {}",
             shown(text)

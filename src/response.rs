@@ -289,9 +289,92 @@ fn check_schema(what: &str, schema: &Value, at: &str, level: usize) -> Result<()
                     map[low], map[high]
                 )));
             }
+            // A whole number only: one must lie between them.
+            if map.get("type") == Some(&Value::from("integer")) && l.ceil() > h.floor() {
+                return Err(bad(format!(
+                    "no integer lies between minimum {} and maximum {}: no answer could fit",
+                    map[low], map[high]
+                )));
+            }
+        }
+    }
+    // A required property an object may not have.
+    if let (Some(Value::Array(required)), Some(Value::Bool(false))) =
+        (map.get("required"), map.get("additionalProperties"))
+    {
+        let props = map.get("properties").and_then(Value::as_object);
+        for r in required {
+            let name = r.as_str().unwrap_or_default();
+            if !props.is_some_and(|p| p.contains_key(name)) {
+                return Err(bad(format!(
+                    "{} is required, and additionalProperties is false with no such property: no answer could fit",
+                    shown(name)
+                )));
+            }
+        }
+    }
+    // Two choices that are one value (JSON Schema's equality: `1` and `1.0` are one number).
+    if let Some(Value::Array(choices)) = map.get("enum") {
+        for (i, a) in choices.iter().enumerate() {
+            if let Some(b) = choices[..i].iter().find(|b| same_value(a, b)) {
+                return Err(bad(format!(
+                    "the choices {b} and {a} are the same value: give each once"
+                )));
+            }
+        }
+    }
+    // Each choice, the `const` and the `default` fit the rest of the schema: a choice that
+    // cannot, the page would offer and the answer's check refuse; a default, fill in wrong.
+    let rest: serde_json::Map<String, Value> = map
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "enum" | "const" | "default"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let given = |k: &str| match map.get(k) {
+        Some(Value::Array(a)) if k == "enum" => a.iter().collect::<Vec<_>>(),
+        Some(v) => vec![v],
+        None => Vec::new(),
+    };
+    for key in ["enum", "const", "default"] {
+        let values = given(key);
+        if values.is_empty() {
+            continue;
+        }
+        let Ok(v) = validator(&Value::Object(rest.clone())) else {
+            // The whole schema's compile error is reported after.
+            return Ok(());
+        };
+        for value in values {
+            if let Some(e) = v.iter_errors(value).next() {
+                return Err(bad(format!(
+                    "{key} {} does not fit the schema's own rules ({}): no answer could be it",
+                    crate::error::clip(&shown(&value.to_string()), 80),
+                    clip(&e)
+                )));
+            }
         }
     }
     Ok(())
+}
+
+/// JSON Schema's equality of two values: numbers by their value (`1` is `1.0`), arrays and
+/// objects member by member.
+fn same_value(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => match (x.as_f64(), y.as_f64()) {
+            (Some(x), Some(y)) => x == y,
+            _ => x == y,
+        },
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same_value(a, b))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| same_value(v, w)))
+        }
+        _ => a == b,
+    }
 }
 
 /// Checks every string in `value` (and every key) as text shown to a person.
@@ -343,6 +426,20 @@ fn strict_json(what: &str, text: &str, depth: usize) -> Result<Value> {
     .and_then(|v| de.end().map(|()| v))
     .map_err(|e| usage(format!("{what} is not JSON as a response takes it: {e}")))?;
     Ok(value)
+}
+
+/// Parses JSON text refusing a key given twice in an object (what `--metadata` takes): a
+/// document whose readers would each pick their own of two values is no document. `Err`
+/// holds the parser's words.
+pub fn unique_keys(text: &str) -> std::result::Result<Value, String> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    Strict {
+        left: 128,
+        max: 128,
+    }
+    .deserialize(&mut de)
+    .and_then(|v| de.end().map(|()| v))
+    .map_err(|e| e.to_string())
 }
 
 /// Significant digits a number other than a 64-bit whole one may have: every decimal of at
@@ -509,6 +606,89 @@ impl<'de> Visitor<'de> for Strict {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether `v` is of JSON Schema type `t` (the oracle, written from the definition).
+    fn of_type(t: &str, v: &Value) -> bool {
+        match (t, v) {
+            ("object", Value::Object(_)) | ("array", Value::Array(_)) => true,
+            ("string", Value::String(_)) | ("boolean", Value::Bool(_)) => true,
+            ("number", Value::Number(_)) => true,
+            ("integer", Value::Number(n)) => n.as_f64().is_some_and(|f| f.fract() == 0.0),
+            _ => false,
+        }
+    }
+
+    /// For every type and a value of every JSON kind, a schema of that type whose `enum`,
+    /// `const` or `default` is the value is accepted exactly when the value is of the type:
+    /// no gate opens that no answer could approve, and none that could is refused.
+    #[test]
+    fn a_choice_a_const_or_a_default_fits_its_schema() {
+        let values = [
+            "null",
+            "true",
+            "0",
+            "1",
+            "1.0",
+            "1.5",
+            "-3",
+            "\"s\"",
+            "\"\"",
+            "[]",
+            "[1]",
+            "{}",
+            "{\"a\":1}",
+        ];
+        for t in TYPES {
+            for v in values {
+                let value: Value = serde_json::from_str(v).unwrap();
+                for (key, given) in [
+                    ("enum", format!("[{v}]")),
+                    ("const", v.into()),
+                    ("default", v.into()),
+                ] {
+                    let text = format!(r#"{{"type":"{t}","{key}":{given}}}"#);
+                    let got = parse_schema("s", &text).is_ok();
+                    assert_eq!(got, of_type(t, &value), "{text}");
+                }
+            }
+        }
+    }
+
+    /// An integer schema's bounds, every pair of a grid of whole and fractional numbers: it
+    /// opens exactly when a whole number lies between them (found by counting).
+    #[test]
+    fn integer_bounds_hold_a_whole_number() {
+        let grid: Vec<f64> = (-8..=8).map(|i| i as f64 / 4.0).collect();
+        for &lo in &grid {
+            for &hi in &grid {
+                let text = format!(r#"{{"type":"integer","minimum":{lo:?},"maximum":{hi:?}}}"#);
+                let some = (-3..=3).any(|n| (n as f64) >= lo && (n as f64) <= hi);
+                assert_eq!(parse_schema("s", &text).is_ok(), some, "{text}");
+            }
+        }
+    }
+
+    /// Choices that are one value under JSON Schema's equality are refused; choices that
+    /// differ are not.
+    #[test]
+    fn choices_are_distinct_values() {
+        for (choices, ok) in [
+            ("[1, 1.0]", false),
+            ("[0, -0]", false),
+            ("[[1], [1.0]]", false),
+            ("[{\"a\": 1}, {\"a\": 1.0}]", false),
+            ("[1, \"1\"]", true),
+            ("[1, 2]", true),
+            ("[true, 1]", true),
+        ] {
+            let text = format!(r#"{{"enum":{choices}}}"#);
+            assert_eq!(parse_schema("s", &text).is_ok(), ok, "{text}");
+        }
+        let unreachable = r#"{"type":"object","required":["x"],"additionalProperties":false}"#;
+        assert!(parse_schema("s", unreachable).is_err());
+        let reachable = r#"{"type":"object","properties":{"x":{}},"required":["x"],"additionalProperties":false}"#;
+        assert!(parse_schema("s", reachable).is_ok());
+    }
 
     #[test]
     fn schemas_use_only_the_keywords_named() {

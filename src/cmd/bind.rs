@@ -49,6 +49,7 @@ impl BindArgs {
             return self.assigned(store, None, None);
         };
         super::resume::not_after_its_end(store, at, "a binding")?;
+        super::resume::not_an_abandoned_result(store, at, &self.name)?;
         if self.local {
             return Ok(Some(at));
         }

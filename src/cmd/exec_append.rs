@@ -165,17 +165,30 @@ fn approval_logged(
     status: &crate::model::ExecStatus,
 ) -> Result<()> {
     use crate::model::{ExecStatus, GateStatus};
-    if !matches!(status, ExecStatus::Completed | ExecStatus::Failed) {
-        return Ok(());
-    }
     let Some(gate) = crate::language::approved_gate(text) else {
         return Ok(());
     };
-    if crate::model::check_gate_id(gate).is_err() {
-        return Ok(());
+    // The statement's record is its outcome: `completed` (approved) or `failed` (rejected or
+    // timed out); its opening (`pending`) is `gates create`'s own.
+    if !matches!(status, ExecStatus::Completed | ExecStatus::Failed) {
+        return Err(usage(format!(
+            "`approve {}:` is logged `completed` once its gate is approved, or `failed` once it is rejected or timed out, not `{}` (`gates create` logs its opening)",
+            crate::output::visible_line(gate),
+            status.as_str()
+        )));
+    }
+    if let Err(e) = crate::model::check_gate_id(gate) {
+        return Err(usage(format!(
+            "{} names no gate: {e:#}",
+            crate::output::one_line(text, 60)
+        )));
     }
     let Some(read) = crate::store::gate_read::read(store, gate, &now())? else {
-        return Ok(());
+        return Err(crate::error::refused(format!(
+            "`approve {}:` is logged after its gate's decision, and no gate {} was opened in this run: `gates create` it first",
+            crate::output::visible_line(gate),
+            shown(gate)
+        )));
     };
     let gate_status = read.derived.status();
     if read.tampered() || read.derived.instance == 0 {
@@ -226,18 +239,23 @@ fn handler_after_its_body(
     let (Some(Kind::Catch | Kind::Finally), Some(t)) = (kind, parent) else {
         return Ok(());
     };
-    // A handler of this try already started (this start again, after a crash) is not its
-    // body.
+    // The same handler already started (this start again, after a crash) is not what it
+    // follows; an open `catch` is, for its `finally`.
     let mut body = super::resume::open_inside(store, t)?
         .into_iter()
-        .filter(|o| {
-            o.parent_id != Some(t) || !matches!(o.construct, Some(Kind::Catch | Kind::Finally))
-        });
+        .filter(|o| o.parent_id != Some(t) || o.construct != kind);
     let Some(o) = body.next_back() else {
         return Ok(());
     };
+    let (what, end) = match o.construct {
+        Some(Kind::Catch) if o.parent_id == Some(t) => (
+            "its catch has ended",
+            "completed, or failed where the failure leaves it",
+        ),
+        _ => ("the failure has left the try's body", "failed"),
+    };
     Err(refused(format!(
-        "{} starts only after the failure has left the try's body, and record {} ({}) inside try record {t} is open: end it first (exec-append --ends {} --status failed)",
+        "{} starts only after {what}, and record {} ({}) inside try record {t} is open: end it first (exec-append --ends {} --status {end})",
         crate::output::one_line(text, 40),
         o.id,
         crate::output::one_line(o.statement_text.as_deref().unwrap_or(""), 60),
@@ -266,6 +284,13 @@ fn inside_an_open_construct(
         let Some(p) = crate::store::record(store, parent)? else {
             return Ok(None);
         };
+        let status = p.status.as_ref().map_or("", |s| s.as_str());
+        if !STARTS.contains(&status) {
+            return Ok(Some(refused(format!(
+                "--parent {parent} names a `{status}` record ({}), not a start: records are appended inside a construct's start (`started` or `executing`)",
+                crate::output::one_line(p.statement_text.as_deref().unwrap_or(""), 40)
+            ))));
+        }
         // The older shape's end of the try itself is its own statement under it.
         let its_end = p.statement_index == Some(index) && p.statement_text.as_deref() == Some(text);
         if p.construct() != Some(Kind::Try) || its_end {
@@ -320,6 +345,26 @@ impl super::Run for ExecAppendArgs {
             },
             None => serde_json::Map::new(),
         };
+        // A retry's count: whole numbers from 1, `(retry: N)` being attempts 1 to N + 1 (a
+        // loop's `max` is its own).
+        let count = |k: &str| metadata.get(k).map(|v| v.as_u64().filter(|n| *n >= 1));
+        let retry = metadata.contains_key("attempt");
+        for k in ["attempt", "max"].into_iter().filter(|_| retry) {
+            if let Some(None) = count(k) {
+                return Err(usage(format!(
+                    "--metadata \"{k}\" is a whole number from 1, not {}",
+                    metadata[k]
+                )));
+            }
+        }
+        if let (Some(Some(a)), Some(Some(m))) = (count("attempt"), count("max")) {
+            if a > m + 1 {
+                return Err(usage(format!(
+                    "--metadata \"attempt\": {a} is past \"max\": {m} (`(retry: {m})` is attempts 1 to {})",
+                    m + 1
+                )));
+            }
+        }
         for k in ["ends", "construct"] {
             if metadata.contains_key(k) {
                 return Err(usage(format!(

@@ -9,7 +9,9 @@ mod answer;
 mod frame;
 mod render;
 
-pub(super) use frame::{failure_escapes, not_after_its_end, open_inside, open_records};
+pub(super) use frame::{
+    failure_escapes, not_after_its_end, not_an_abandoned_result, open_inside, open_records,
+};
 
 use super::gates::IntegrityView;
 use crate::model::{ExecStatus as S, RunStatus};
@@ -150,7 +152,8 @@ pub struct Position {
     pub last_event: Option<Event>,
     /// Inside a `catch`: the failure it caught (the record and its error), what `catch as
     /// err` binds. With a failure on its way to a `try:`'s handler (`handler`), that failure:
-    /// what the catch binds next.
+    /// what the catch binds next; on its way to the program's end, the message the run fails
+    /// with (a gate's `throw "msg"`, not the person's reason).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub caught: Option<Caught>,
     /// When `after` is a failure no retry takes (a `throw`, a failed statement, a retry's
@@ -298,6 +301,11 @@ pub struct AgentInfo {
     pub scope: String,
     pub segments: i64,
     pub memory_bytes: Option<usize>,
+    /// Its newest segment (of this run's memory) was appended after the run's newest record:
+    /// its session ran and the statement was not logged before the VM stopped. Log that
+    /// statement's completion; do not run the session again.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unlogged: bool,
 }
 
 /// What the VM does next about a gate.
@@ -328,7 +336,8 @@ pub struct GateNext {
     pub reason: Option<String>,
     /// Under `retry`: the newest record logged in the gate's frame after its `approve`
     /// record failed, when there is one. The step ran again since: open the gate again now
-    /// (`gates create G --reopen`), rather than run the step once more.
+    /// (`gates create G --reopen`), rather than run the step once more. Under `session`: the
+    /// same record is the session's: it ran, go on after it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retried_since: Option<i64>,
     /// Rejected or timed out under `throw` or `continue`: the VM's record of its statement

@@ -82,6 +82,8 @@ macro_rules! agent_select {
             ", ",
             ts!("a.updated_at"),
             ", (SELECT COUNT(*) FROM openprose.agent_segments s
+                WHERE s.agent_name = a.name AND s.run_id IS NOT DISTINCT FROM a.run_id),
+               (SELECT MAX(s.at_record) FROM openprose.agent_segments s
                 WHERE s.agent_name = a.name AND s.run_id IS NOT DISTINCT FROM a.run_id)
              FROM openprose.agents a ",
             $where

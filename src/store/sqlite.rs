@@ -598,7 +598,8 @@ fn execution_exists(s: &impl Statements, id: i64) -> Result<bool> {
 }
 
 const AGENT_SELECT: &str = "SELECT a.name, a.scope, a.memory, a.created_at, a.updated_at,
-        (SELECT COUNT(*) FROM agent_segments s WHERE s.agent_name = a.name) FROM agents a";
+        (SELECT COUNT(*) FROM agent_segments s WHERE s.agent_name = a.name),
+        (SELECT MAX(at_record) FROM agent_segments s WHERE s.agent_name = a.name) FROM agents a";
 
 fn agent_row(r: &Row) -> rusqlite::Result<AgentRow> {
     Ok(AgentRow {
@@ -608,6 +609,7 @@ fn agent_row(r: &Row) -> rusqlite::Result<AgentRow> {
         created_at: r.get(3)?,
         updated_at: r.get(4)?,
         segments: r.get(5)?,
+        last_segment_at_record: r.get(6)?,
     })
 }
 

@@ -543,6 +543,9 @@ pub struct AgentRow {
     pub created_at: Option<String>,
     pub updated_at: Option<String>,
     pub segments: i64,
+    /// The newest execution record when its newest segment was appended: a segment no record
+    /// followed is a session that ran and was not logged (`resume`).
+    pub last_segment_at_record: Option<i64>,
 }
 
 /// An imports row.

@@ -33,18 +33,31 @@ fn next_step(g: &GateRow, instance: Option<i64>) -> NextStep {
 }
 
 /// The run's agents, then those of the project and user scopes given.
+/// `newest`: the run's newest record (0: none), against which the run's own agents' newest
+/// segments are read as logged or not.
 fn all_agents(
     store: &mut dyn Store,
     other_agents: Vec<(&str, Vec<AgentRow>)>,
+    newest: i64,
 ) -> Result<Vec<AgentInfo>> {
     let mut agents = Vec::new();
-    for (scope, rows) in std::iter::once(("execution", store.agents()?)).chain(other_agents) {
-        agents.extend(rows.into_iter().map(|a| AgentInfo {
+    let own = store.agents()?;
+    let own = own.into_iter().map(|a| {
+        // No record when it was appended (none yet) is record 0.
+        let unlogged = a.segments > 0 && a.last_segment_at_record.unwrap_or(0) >= newest;
+        (a, unlogged)
+    });
+    let others = other_agents
+        .into_iter()
+        .flat_map(|(scope, rows)| rows.into_iter().map(move |a| ((scope, a), false)));
+    for ((scope, a), unlogged) in own.map(|(a, u)| (("execution", a), u)).chain(others) {
+        agents.push(AgentInfo {
+            unlogged,
             memory_bytes: a.memory.as_ref().map(String::len),
             name: a.name,
             scope: a.scope.unwrap_or_else(|| scope.to_string()),
             segments: a.segments,
-        }));
+        });
     }
     Ok(agents)
 }
@@ -153,8 +166,9 @@ fn gate_nexts(
                 ),
                 _ => next_step(&g, instance),
             };
+            // `retry`: the step ran again since; `session`: the session ran.
             let retried_since = match next_step.action.as_str() {
-                "retry" => retried_since(store, &mut approve_records, &g.id)?,
+                "retry" | "session" => retried_since(store, &mut approve_records, &g.id)?,
                 _ => None,
             };
             // A rejection or timeout the VM logged under `throw` or `continue`: that record
@@ -415,7 +429,7 @@ fn full(
         });
     }
 
-    let agents = all_agents(store, other_agents)?;
+    let agents = all_agents(store, other_agents, newest)?;
 
     let gates = gate_nexts(store, &run.dir, &now, roster)?;
     let mut position = narrow_position(store)?;
@@ -609,7 +623,7 @@ fn brief(
     }
     let counted = store.resume_counts(&chain)?;
 
-    let agents = all_agents(store, other_agents)?;
+    let agents = all_agents(store, other_agents, newest)?;
     let mut gates: Vec<GateNext> = gate_nexts(store, &run.dir, &now, roster)?
         .into_iter()
         .map(|mut g| {

@@ -67,9 +67,12 @@ fn open_and_closed(
             // open, so where the end also fits the older shape (its parent a start of the same
             // statement, as in a recursive call), it ends the inner one.
             let sibling = open.iter().rposition(|o| key(o) == key(r));
-            let named = r
-                .parent_id
-                .and_then(|p| open.iter().rposition(|o| o.id == p && same(o, r)));
+            // A start this version wrote with `--construct` is ended only by `--ends`: a
+            // statement of its body with its own text (a branch's one session) is its body.
+            let named = r.parent_id.and_then(|p| {
+                open.iter()
+                    .rposition(|o| o.id == p && same(o, r) && !has_construct(o))
+            });
             let closed = match (sibling, named) {
                 (Some(s), Some(n)) if s > n => Some(s),
                 (_, Some(n)) => {
@@ -127,6 +130,11 @@ pub(crate) fn enclosing_start(
     let (_, _, closed_by) = open_and_closed(&rows);
     let end = closed_by.get(&start.id).map(|e| (*e).clone());
     Ok(Some((start, end)))
+}
+
+/// Whether a start says what it opens in its metadata (`exec-append --construct`).
+fn has_construct(r: &ExecutionRow) -> bool {
+    meta(r).is_some_and(|m| m.get("construct").is_some())
 }
 
 /// The start an end names (`exec-append --ends`), if it names one.
@@ -668,9 +676,20 @@ pub(super) fn narrow_position(store: &mut dyn Store) -> Result<Position> {
     let after = after_row.as_ref().map(Event::from);
     // A failure on its way to a `try:`'s handler is what its `catch as err` binds next, not
     // what an outer catch the run is still in caught.
-    let caught = match takes {
-        Some(t) if t.construct() == Some(crate::language::Kind::Try) => {
+    let caught = match (takes, &after_row) {
+        (Some(t), _) if t.construct() == Some(crate::language::Kind::Try) => {
             caught_in(store, t.id, None)?
+        }
+        // On its way to the program's end: the message the run fails with, a gate's `throw`
+        // message before the person's reason.
+        (None, Some(f)) if handler.is_some() && f.status == Some(S::Failed) => {
+            match thrown_by_gate(store, f)?.or_else(|| f.error_message.clone()) {
+                Some(error) => Some(Caught {
+                    record: f.id,
+                    error: Some(error),
+                }),
+                None => caught_by(store, &open)?,
+            }
         }
         _ => caught_by(store, &open)?,
     };
@@ -907,4 +926,48 @@ pub(crate) fn not_after_its_end(store: &mut dyn Store, id: i64, what: &str) -> R
             ""
         }
     )))
+}
+
+/// Refuses (4) the result of a branch that was abandoned: a bind of `name` at a `parallel:`
+/// start (`at`, where a named branch's result is bound) when the branch of the parallel that
+/// assigns `name` (`name = session ...`) has ended `skipped`. Its session's late answer is
+/// not the program's: the race was decided without it.
+pub(crate) fn not_an_abandoned_result(store: &mut dyn Store, at: i64, name: &str) -> Result<()> {
+    use crate::language::Kind;
+    let Some(p) = crate::store::record(store, at)? else {
+        return Ok(());
+    };
+    if p.construct() != Some(Kind::Parallel) {
+        return Ok(());
+    }
+    let under = store.executions_matching(&ExecQuery {
+        after: at,
+        parent: Some(Some(at)),
+        ..Default::default()
+    })?;
+    let branch = under.iter().find(|r| {
+        r.status
+            .as_ref()
+            .is_some_and(|s| STARTS.contains(&s.as_str()))
+            && r.construct() == Some(Kind::Branch)
+            && r.statement_text
+                .as_deref()
+                .and_then(crate::language::assigned_name)
+                == Some(name)
+    });
+    let Some(b) = branch else {
+        return Ok(());
+    };
+    let skipped = under
+        .iter()
+        .find(|e| ends_of(e) == Some(b.id) && e.status == Some(S::Skipped));
+    match skipped {
+        Some(e) => Err(crate::error::refused(format!(
+            "branch record {} ({}) was skipped at record {}: an abandoned branch's result is not bound",
+            b.id,
+            one_line(b.statement_text.as_deref().unwrap_or(""), 60),
+            e.id
+        ))),
+        None => Ok(()),
+    }
 }

@@ -93,11 +93,20 @@ fn run_lines(w: &mut dyn Write, r: &RunPart, p: &Position) -> io::Result<()> {
         None => {}
     }
     if let Some(c) = &p.caught {
+        let program = p
+            .handler
+            .as_deref()
+            .is_some_and(|h| h.starts_with("the program"));
         writeln!(
             w,
-            "caught: {} (record {}): what `catch as err` binds",
+            "caught: {} (record {}): {}",
             one_line(c.error.as_deref().unwrap_or("(no error recorded)"), 120),
-            c.record
+            c.record,
+            if program {
+                "the MSG the run fails with"
+            } else {
+                "what `catch as err` binds"
+            }
         )?;
     }
     if let Some(h) = &p.handler {
@@ -320,11 +329,12 @@ fn gate_lines(w: &mut dyn Write, gates: &[GateNext]) -> io::Result<()> {
             .unwrap_or_default();
         let retried = g
             .retried_since
-            .map(|r| {
-                format!(
+            .map(|r| match g.next_step.action.as_str() {
+                "session" => format!("; the session ran (record {r}): go on after it, not again"),
+                _ => format!(
                     "; the step ran again since (record {r}): open the gate again now (gates create {} --reopen)",
                     g.id
-                )
+                ),
             })
             .unwrap_or_default();
         writeln!(
@@ -346,11 +356,16 @@ fn agent_lines(w: &mut dyn Write, agents: &[AgentInfo]) -> io::Result<()> {
     for a in agents {
         writeln!(
             w,
-            "agent {} ({}, {} segments, memory {})",
+            "agent {} ({}, {} segments, memory {}){}",
             a.name,
             a.scope,
             a.segments,
-            a.memory_bytes.map_or("none".into(), |b| format!("{b} B"))
+            a.memory_bytes.map_or("none".into(), |b| format!("{b} B")),
+            if a.unlogged {
+                ", unlogged: its newest segment came after the last record, so its session ran; log that statement, do not run it again"
+            } else {
+                ""
+            }
         )?;
     }
     Ok(())

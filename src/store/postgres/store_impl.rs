@@ -75,7 +75,7 @@ impl AgentStore for PgStore {
                 ts!("MIN(s.timestamp)"),
                 ", ",
                 ts!("MAX(s.timestamp)"),
-                ", COUNT(*) FROM openprose.agent_segments s
+                ", COUNT(*), MAX(s.at_record) FROM openprose.agent_segments s
                   WHERE s.run_id IS NOT DISTINCT FROM $1 AND s.agent_name IS NOT NULL
                   GROUP BY s.agent_name"
             ),
@@ -93,6 +93,7 @@ fn agent_row(r: &Row) -> AgentRow {
         created_at: r.get(3),
         updated_at: r.get(4),
         segments: r.get(5),
+        last_segment_at_record: r.get(6),
     }
 }
 

@@ -81,7 +81,8 @@ impl AgentStore for SqliteStore {
 
     fn segment_agents(&mut self) -> Result<Vec<AgentRow>> {
         self.all(
-            "SELECT agent_name, NULL, NULL, MIN(timestamp), MAX(timestamp), COUNT(*)
+            "SELECT agent_name, NULL, NULL, MIN(timestamp), MAX(timestamp), COUNT(*),
+                    MAX(at_record)
                FROM agent_segments WHERE agent_name IS NOT NULL GROUP BY agent_name",
             [],
             agent_row,
