@@ -240,10 +240,15 @@ fn handler_after_its_body(
         return Ok(());
     };
     // The same handler already started (this start again, after a crash) is not what it
-    // follows; an open `catch` is, for its `finally`.
+    // follows; an open `catch` is, for its `finally`. A `catch` after its `finally` is
+    // refused as such (`inside_an_open_construct`).
     let mut body = super::resume::open_inside(store, t)?
         .into_iter()
-        .filter(|o| o.parent_id != Some(t) || o.construct != kind);
+        .filter(|o| {
+            o.parent_id != Some(t)
+                || !(o.construct == kind
+                    || (kind == Some(Kind::Catch) && o.construct == Some(Kind::Finally)))
+        });
     let Some(o) = body.next_back() else {
         return Ok(());
     };
