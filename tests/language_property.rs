@@ -2926,7 +2926,12 @@ fn resume_places_a_reopened_gate_at_its_statement(b: Backend) {
             ("--index", "2".to_string()),
             ("--on-reject", "retry draft".to_string()),
         ];
-        let argv = with_positionals(fill(&line, &set, &vars), &["review"]);
+        let mut argv = with_positionals(fill(&line, &set, &vars), &["review"]);
+        // The guide's line opens its gate where the VM is; inside a call, the call's record
+        // (the prose beside the line says to pass the innermost record).
+        if !argv.iter().any(|a| a == "--execution-id") {
+            argv.extend(["--execution-id".to_string(), call.to_string()]);
+        }
         run.cmd().args(&argv).assert().success();
         let doc = lit.resume();
         let after = &doc["position"]["after"];

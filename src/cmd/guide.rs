@@ -228,6 +228,13 @@ impl GuideArgs {
             .replace("{{scope}}", &scope)
             .replace("{{where}}", &place)
             .replace("{{lands}}", &lands)
+            .replace(
+                "{{name_line}}",
+                &name.map_or(
+                    "none named (your statement binds nothing; below, $NAME stands for a name the VM gives you)".into(),
+                    shell_word,
+                ),
+            )
             .replace("{{name}}", &name.map_or("\"$NAME\"".into(), shell_word))
             .replace("{{agent}}", &agent);
         Ok(Guide {

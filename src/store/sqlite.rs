@@ -109,6 +109,14 @@ pub struct SqliteStore {
     writes_refused: Option<String>,
 }
 
+impl SqliteStore {
+    /// Whether its agents' segments say which record they followed (`at_record`): a run's
+    /// database from schema 10 on; never agents.db, whose memory outlives runs.
+    fn segments_follow_records(&self) -> bool {
+        !std::ptr::eq(self.schema, &AGENTS) && self.version >= 10
+    }
+}
+
 /// Whether a SQLite file has any schema object, read only (for telling a run an init left
 /// half-made from one to keep). A file that is not SQLite counts as having some: it is not
 /// ours to remove.
@@ -600,6 +608,10 @@ fn execution_exists(s: &impl Statements, id: i64) -> Result<bool> {
 const AGENT_SELECT: &str = "SELECT a.name, a.scope, a.memory, a.created_at, a.updated_at,
         (SELECT COUNT(*) FROM agent_segments s WHERE s.agent_name = a.name),
         (SELECT MAX(at_record) FROM agent_segments s WHERE s.agent_name = a.name) FROM agents a";
+
+/// The same of agents.db (project and user memory), whose segments follow no run's records.
+const AGENT_SELECT_PROJECT: &str = "SELECT a.name, a.scope, a.memory, a.created_at, a.updated_at,
+        (SELECT COUNT(*) FROM agent_segments s WHERE s.agent_name = a.name), NULL FROM agents a";
 
 fn agent_row(r: &Row) -> rusqlite::Result<AgentRow> {
     Ok(AgentRow {

@@ -109,7 +109,8 @@ fn run_lines(w: &mut dyn Write, r: &RunPart, p: &Position) -> io::Result<()> {
             }
         )?;
     }
-    if let Some(h) = &p.handler {
+    // A finished run takes no more steps: what would take a failure is not said.
+    if let Some(h) = p.handler.as_ref().filter(|_| !r.status.is_finished()) {
         let leaves: Vec<String> = p
             .leaves
             .iter()
@@ -285,7 +286,10 @@ fn binding_lines(w: &mut dyn Write, bindings: &[BindingInfo]) -> io::Result<()> 
     Ok(())
 }
 
-fn gate_lines(w: &mut dyn Write, gates: &[GateNext]) -> io::Result<()> {
+/// `ran_unlogged`: a binding or an agent's session is `unlogged` (it ran and was not logged):
+/// a `retry` not yet run again says to log that first, so that a step that ran is not run
+/// twice.
+fn gate_lines(w: &mut dyn Write, gates: &[GateNext], ran_unlogged: bool) -> io::Result<()> {
     for g in gates {
         let arg = g
             .next_step
@@ -337,6 +341,10 @@ fn gate_lines(w: &mut dyn Write, gates: &[GateNext]) -> io::Result<()> {
                 ),
             })
             .unwrap_or_default();
+        let retried = match (g.next_step.action.as_str(), g.retried_since) {
+            ("retry", None) if ran_unlogged => "; an unlogged session below may be the step run again: log its statement first (the step is not run twice), then resume again".to_string(),
+            _ => retried,
+        };
         writeln!(
             w,
             "gate {} {}{instance}{integrity}{left}{progress} → {}{arg}{reason}{taken}{retried}",
@@ -409,7 +417,9 @@ impl Render for ResumeDoc {
         construct_lines(w, &self.parallel, &self.loops, &self.retries)?;
         binding_lines(w, &self.bindings)?;
         agent_lines(w, &self.agents)?;
-        gate_lines(w, &self.gates)
+        let ran =
+            self.bindings.iter().any(|b| b.unlogged) || self.agents.iter().any(|a| a.unlogged);
+        gate_lines(w, &self.gates, ran)
     }
 }
 
@@ -464,7 +474,9 @@ impl Render for ResumeBrief {
     fn text(self, w: &mut dyn Write, _tty: bool) -> io::Result<()> {
         run_lines(w, &self.run, &self.position)?;
         construct_lines(w, &self.parallel, &self.loops, &self.retries)?;
-        gate_lines(w, &self.gates)?;
+        let ran =
+            self.bindings.iter().any(|b| b.unlogged) || self.agents.iter().any(|a| a.unlogged);
+        gate_lines(w, &self.gates, ran)?;
         binding_lines(w, &self.bindings)?;
         agent_lines(w, &self.agents)?;
         let c = &self.counts;

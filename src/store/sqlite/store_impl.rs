@@ -16,7 +16,8 @@ use std::sync::atomic::Ordering;
 
 use super::{
     agent_row, binding_row, db_error, dump, import_row, run_info_at, tx, SqliteStore, SqliteTx,
-    Statements, AGENT_SELECT, BINDING_COLUMNS, CHAIN, DUE, OVERDUE, STATE, WATCHED,
+    Statements, AGENT_SELECT, AGENT_SELECT_PROJECT, BINDING_COLUMNS, CHAIN, DUE, OVERDUE, STATE,
+    WATCHED,
 };
 
 impl AgentStore for SqliteStore {
@@ -69,21 +70,26 @@ impl AgentStore for SqliteStore {
     }
 
     fn agent_rows(&mut self, name: Option<&str>) -> Result<Vec<AgentRow>> {
+        let select = match self.segments_follow_records() {
+            true => AGENT_SELECT,
+            false => AGENT_SELECT_PROJECT,
+        };
         match name {
-            Some(name) => self.all(
-                &format!("{AGENT_SELECT} WHERE a.name = ?1"),
-                [name],
-                agent_row,
-            ),
-            None => self.all(AGENT_SELECT, [], agent_row),
+            Some(name) => self.all(&format!("{select} WHERE a.name = ?1"), [name], agent_row),
+            None => self.all(select, [], agent_row),
         }
     }
 
     fn segment_agents(&mut self) -> Result<Vec<AgentRow>> {
+        let at_record = match self.segments_follow_records() {
+            true => "MAX(at_record)",
+            false => "NULL",
+        };
         self.all(
-            "SELECT agent_name, NULL, NULL, MIN(timestamp), MAX(timestamp), COUNT(*),
-                    MAX(at_record)
-               FROM agent_segments WHERE agent_name IS NOT NULL GROUP BY agent_name",
+            &format!(
+                "SELECT agent_name, NULL, NULL, MIN(timestamp), MAX(timestamp), COUNT(*), {at_record}
+                   FROM agent_segments WHERE agent_name IS NOT NULL GROUP BY agent_name"
+            ),
             [],
             agent_row,
         )
