@@ -256,10 +256,15 @@ fn check_schema(what: &str, schema: &Value, at: &str, level: usize) -> Result<()
     // What a person tells apart on the page: two choices, or two properties of one object,
     // that read alike once whitespace is laid out (runs collapsed, ends trimmed) would let
     // them pick one thinking it the other.
-    let texts: Vec<&str> = match (map.get("enum"), map.get("properties")) {
-        (Some(Value::Array(a)), _) => a.iter().filter_map(Value::as_str).collect(),
+    // A choice reads as its text, or, not a string, as its JSON (`"true"` and `true` read alike).
+    let labels: Vec<String> = match map.get("enum") {
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+            .collect(),
         _ => Vec::new(),
     };
+    let texts: Vec<&str> = labels.iter().map(String::as_str).collect();
     let names: Vec<&str> = match map.get("properties") {
         Some(Value::Object(p)) => p.keys().map(String::as_str).collect(),
         None | Some(_) => Vec::new(),
@@ -677,7 +682,9 @@ mod tests {
             ("[0, -0]", false),
             ("[[1], [1.0]]", false),
             ("[{\"a\": 1}, {\"a\": 1.0}]", false),
-            ("[1, \"1\"]", true),
+            ("[1, \"1\"]", false),
+            ("[\"true\", true]", false),
+            ("[\"null\", null]", false),
             ("[1, 2]", true),
             ("[true, 1]", true),
         ] {

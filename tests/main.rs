@@ -31,6 +31,7 @@ mod helper41;
 mod helper43;
 mod helper47;
 mod helper51;
+mod helper53;
 mod history;
 mod hosts;
 mod init;

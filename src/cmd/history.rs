@@ -341,6 +341,7 @@ impl HistoryArgs {
         // listed only as the sealed log vouches for them, and none from a scope that hides an
         // answer.
         let naming = store.naming(&self.name)?;
+        let named_by_none = naming.response.is_empty() && !naming.input;
         if naming.input || !naming.response.is_empty() {
             let report = store.verify_audit()?;
             crate::store::gate_read::check_vouched(&report, &self.name, &naming)?;
@@ -370,6 +371,17 @@ impl HistoryArgs {
         page.truncate(self.limit as usize);
         // Who wrote a version a sealed decision wrote is the decision's to say.
         crate::store::gate_read::check_writers(store, &self.name, scope, &page)?;
+        // A version that says a decision wrote it stands only where its gate's sealed openings
+        // name the binding, as `get` judges the value (exit 9 where none does).
+        for r in &page {
+            if let Some(statement) = r.source_statement.as_deref() {
+                let names =
+                    crate::store::rules::decision_opening_kept(store, &self.name, statement)?;
+                if named_by_none && names != crate::store::rules::OpeningNames::NoDecision {
+                    return Err(crate::store::rules::narrowing_misled(&self.name));
+                }
+            }
+        }
         Ok(History {
             name: self.name.clone(),
             execution_id: scope,

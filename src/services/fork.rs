@@ -310,6 +310,7 @@ pub fn build(src: &RunDump, report: &ChainReport, plan: &Plan) -> Result<(RunDum
     let mut gates = Vec::new();
     let mut gate_instances = Vec::new();
     let mut events: Vec<&AuditRow> = Vec::new();
+    let mut own_but_degraded: Vec<String> = Vec::new();
     for g in &src.gates {
         let mut mine: Vec<&AuditRow> = src
             .audit
@@ -329,6 +330,11 @@ pub fn build(src: &RunDump, report: &ChainReport, plan: &Plan) -> Result<(RunDum
             matches!(report.gate(&g.id), Integrity::Attested) && then.iter().all(|r| attested(r));
         if !trusted {
             carried.gates_not_carried.push(g.id.clone());
+            // Its events sealed here, the gate only degraded since (its kept versions pruned):
+            // what its decisions wrote is this machine's own, carried as plain values below.
+            if then.iter().all(|r| attested(r)) {
+                own_but_degraded.push(g.id.clone());
+            }
             continue;
         }
         let states: Vec<(&AuditRow, RowState)> =
@@ -481,6 +487,38 @@ pub fn build(src: &RunDump, report: &ChainReport, plan: &Plan) -> Result<(RunDum
                     .any(|c| c == g)
             })
     };
+    // But a value a decision wrote whose events this machine does not attest (sealed on
+    // another machine, or written by raw SQL) is not carried as a plain value either: it
+    // would read in the fork as any session's, its writer the approver named, with nothing
+    // left to check it against. The fork is refused (10), as `get` of it is. (A gate whose
+    // events were sealed here, degraded since by a prune, wrote this machine's own values.)
+    let foreign = |statement: &Option<String>| {
+        uncarried(statement)
+            && statement
+                .as_deref()
+                .and_then(crate::store::rules::decided_by)
+                .is_some_and(|g| !own_but_degraded.iter().any(|o| o == g))
+    };
+    let claimed = bindings
+        .iter()
+        .map(|b| (b.name.as_deref().unwrap_or_default(), &b.source_statement))
+        .chain(
+            history
+                .iter()
+                .map(|h| (h.name.as_str(), &h.source_statement)),
+        )
+        .find(|(_, s)| foreign(s));
+    if let Some((name, statement)) = claimed {
+        let gate = statement
+            .as_deref()
+            .and_then(crate::store::rules::decided_by)
+            .unwrap_or_default();
+        return Err(crate::error::unattested(format!(
+            "binding {} was written by gate {}'s decision, whose log this machine does not attest (sealed elsewhere, or never sealed): a fork would carry it as a plain value; fork at a record before that decision, or vouch for the copy first (`import --vouch`)",
+            shown(name),
+            shown(gate)
+        )));
+    }
     for b in bindings
         .iter_mut()
         .filter(|b| uncarried(&b.source_statement))

@@ -392,10 +392,15 @@ pub fn check_run(
         Ok(rows.into_iter().next().map(|r| r.into_row()))
     })?;
     report.gates.extend(earlier);
-    if crate::store::kept::names(report).is_empty() {
+    // With no gate at all, no binding's claim that a decision wrote it can stand or be
+    // checked: `get` refuses each (`check_read_now`). With gates, every claim is checked here
+    // too, whether or not an opening names a binding.
+    if report.derived.is_empty() && report.gates.is_empty() {
         return Ok(Vec::new());
     }
-    check_sealed(store, run_dir, report)?;
+    if !crate::store::kept::names(report).is_empty() {
+        check_sealed(store, run_dir, report)?;
+    }
     check_values(store, run_dir, report)
 }
 
@@ -410,16 +415,27 @@ pub fn check_values(
 ) -> Result<Vec<(String, String)>> {
     use crate::error::{code_of, Code};
     let names = crate::store::kept::names(report);
-    if names.is_empty() {
-        return Ok(Vec::new());
-    }
     let mut problems = Vec::new();
     // The gate a binding that claims a decision names (`approve G:`), by binding name.
     let mut claimed: Vec<(String, String)> = Vec::new();
+    // A claim of a gate this machine cannot vouch for is that gate's unattested state,
+    // reported as such (10), not a tampered binding.
+    let vouched = |b: &crate::store::BindingRow| {
+        let gate = b
+            .source_statement
+            .as_deref()
+            .and_then(crate::store::rules::decided_by);
+        gate.is_some_and(|g| {
+            !matches!(
+                report.gate(g),
+                crate::store::chain::Integrity::Unattested(_)
+            )
+        })
+    };
     for b in store
         .bindings()?
         .iter()
-        .filter(|b| names.contains(&b.name) || claims_decision(b))
+        .filter(|b| names.contains(&b.name) || (claims_decision(b) && vouched(b)))
     {
         match check_read_in(store, run_dir, &names, b.execution_id, b, Some(report)) {
             Ok(()) => {}
@@ -530,7 +546,11 @@ pub fn check_current(
     // A version `doctor --fix` restated when it resumed the history (marked as following
     // versions not kept) was recorded then, not when the row was written.
     let restated = span.rows.iter().any(|r| r.n == n && r.gap);
-    let same_time = restated || kept.updated_at.is_none() || row.updated_at == kept.updated_at;
+    // A raw writer's version (no writer recorded) is stamped by its trigger's clock, in its own
+    // second: its time says nothing of the row's (the spec's own UPDATE leaves `updated_at`).
+    let raw = span.rows.iter().any(|r| r.n == n && r.principal.is_none());
+    let same_time =
+        restated || raw || kept.updated_at.is_none() || row.updated_at == kept.updated_at;
     if !same_value
         || row.attachment_path != kept.attachment_path
         || row.kind != kept.kind

@@ -235,8 +235,8 @@ pub fn verify_gates(
         // The rows gate_instances keeps of earlier openings; the versions sealed decisions
         // were made about or wrote, against the bindings' history; and the values they hold
         // now, as `get` reads them (`inputs::check_run`).
-        let earlier = c.report.derived.values().any(|d| !d.earlier.is_empty());
-        if earlier || !crate::store::kept::names(&c.report).is_empty() {
+        // Any gate: a binding of any name that claims a decision is checked as `get` checks it.
+        if !c.report.derived.is_empty() {
             let dir =
                 c.db.parent()
                     .map_or_else(|| ctx.runs_dir().join(&c.run_id), |d| d.to_path_buf());
