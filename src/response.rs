@@ -328,13 +328,9 @@ fn check_schema(what: &str, schema: &Value, at: &str, level: usize) -> Result<()
             }
         }
     }
-    // Each choice, the `const` and the `default` fit the rest of the schema: a choice that
-    // cannot, the page would offer and the answer's check refuse; a default, fill in wrong.
-    let rest: serde_json::Map<String, Value> = map
-        .iter()
-        .filter(|(k, _)| !matches!(k.as_str(), "enum" | "const" | "default"))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    // Each choice, the `const` and the `default` fit the rest of the schema (each other
+    // included: a `const` outside the `enum`): a choice that cannot, the page would offer and
+    // the answer's check refuse; a default, fill in wrong.
     let given = |k: &str| match map.get(k) {
         Some(Value::Array(a)) if k == "enum" => a.iter().collect::<Vec<_>>(),
         Some(v) => vec![v],
@@ -345,7 +341,12 @@ fn check_schema(what: &str, schema: &Value, at: &str, level: usize) -> Result<()
         if values.is_empty() {
             continue;
         }
-        let Ok(v) = validator(&Value::Object(rest.clone())) else {
+        let rest: serde_json::Map<String, Value> = map
+            .iter()
+            .filter(|(k, _)| k.as_str() != key && k.as_str() != "default")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let Ok(v) = validator(&Value::Object(rest)) else {
             // The whole schema's compile error is reported after.
             return Ok(());
         };
@@ -691,6 +692,16 @@ mod tests {
             let text = format!(r#"{{"enum":{choices}}}"#);
             assert_eq!(parse_schema("s", &text).is_ok(), ok, "{text}");
         }
+        for disjoint in [
+            r#"{"type":"string","enum":["a"],"const":"b"}"#,
+            r#"{"const":"a","enum":["b"]}"#,
+            r#"{"properties":{"a":{"enum":["x"],"const":"y"}}}"#,
+        ] {
+            assert!(parse_schema("s", disjoint).is_err(), "{disjoint}");
+        }
+        // A choice the `const` excludes is one the page would offer and no answer could be.
+        assert!(parse_schema("s", r#"{"enum":["a","b"],"const":"a"}"#).is_err());
+        assert!(parse_schema("s", r#"{"enum":["a"],"const":"a"}"#).is_ok());
         let unreachable = r#"{"type":"object","required":["x"],"additionalProperties":false}"#;
         assert!(parse_schema("s", unreachable).is_err());
         let reachable = r#"{"type":"object","properties":{"x":{}},"required":["x"],"additionalProperties":false}"#;

@@ -614,6 +614,22 @@ fn a_finally_follows_its_catch(b: Backend) {
         4,
         &format!("finally: starts only after its catch has ended, and record {c}"),
     );
+    let again = [
+        "exec-append",
+        "--index",
+        "2",
+        "--text",
+        "catch as err:",
+        "--status",
+        "started",
+        "--parent",
+        &ts,
+    ];
+    run.refuses(
+        &again,
+        4,
+        &format!("try: record {t} already has its catch as err: (record {c})"),
+    );
     run.exec(1, "session \"b\"", "completed", Some(c));
     run.cmd()
         .args([
@@ -625,7 +641,12 @@ fn a_finally_follows_its_catch(b: Backend) {
         ])
         .assert()
         .success();
-    run.exec(3, "finally:", "started", Some(t));
+    let f = run.exec(3, "finally:", "started", Some(t));
+    run.refuses(
+        &fin,
+        4,
+        &format!("try: record {t} already has its finally: (record {f})"),
+    );
 }
 
 /// `--metadata` with a key given twice (at any depth) is bad input (exit 2), as a response is;

@@ -310,16 +310,24 @@ fn inside_an_open_construct(
             ..Default::default()
         })?;
         let after = |k: Kind| handlers.iter().find(|h| h.construct() == Some(k));
+        // A try has one catch and one finally: a second of either is refused as what it
+        // follows (the same start again under its `--key` is a retry, answered below).
         let began = match kind {
-            Some(Kind::Finally) => None,
-            Some(Kind::Catch) => after(Kind::Finally),
+            Some(Kind::Finally) => after(Kind::Finally),
+            Some(Kind::Catch) => after(Kind::Finally).or_else(|| after(Kind::Catch)),
             _ => after(Kind::Catch).or_else(|| after(Kind::Finally)),
         };
         Ok(began.map(|h| {
+            let handler = crate::output::one_line(h.statement_text.as_deref().unwrap_or(""), 40);
+            if h.construct() == kind {
+                return refused(format!(
+                    "try: record {parent} already has its {handler} (record {}): a try has one",
+                    h.id
+                ));
+            }
             refused(format!(
-                "{} comes before {} in try: record {parent}, and that began at record {}: nothing is appended to what a handler follows",
+                "{} comes before {handler} in try: record {parent}, and that began at record {}: nothing is appended to what a handler follows",
                 crate::output::one_line(text, 40),
-                crate::output::one_line(h.statement_text.as_deref().unwrap_or(""), 40),
                 h.id
             ))
         }))
