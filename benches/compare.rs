@@ -403,6 +403,100 @@ fn deep_chain(root: &Path, depth: i64, calls: usize, rows: &mut Vec<Row>) {
     });
 }
 
+/// Writes inside a loop that has run long: `exec-append --parent LOOP` and `bind
+/// --execution-id LOOP` under a loop start followed by `iterations` iteration records, against
+/// the same under a loop with none (each call checks the loop has not ended, reading the
+/// starts and ends of its statement).
+fn long_loop(root: &Path, iterations: usize, calls: usize, rows: &mut Vec<Row>) {
+    let text = "loop until **done** (max: 1000000) as i:";
+    let start = |id: &str| -> (PathBuf, String) {
+        let db = init(root, id);
+        let out = prose(root, id)
+            .args([
+                "exec-append",
+                "--index",
+                "10",
+                "--text",
+                text,
+                "--status",
+                "started",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        (
+            db,
+            String::from_utf8(out.stdout).unwrap().trim().to_string(),
+        )
+    };
+    let (_, empty) = start("loop-empty");
+    let (db, long) = start("loop-long");
+    let ok = sqlite3(
+        &db,
+        &format!(
+            "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < {iterations}) \
+             INSERT INTO execution (statement_index, statement_text, status, parent_id, metadata) \
+             SELECT 10, '{text}', 'iteration', {long}, json_object('iteration', n) FROM c;"
+        ),
+        &[],
+    )
+    .status()
+    .unwrap()
+    .success();
+    assert!(ok);
+    let append = |run: &str, at: &str| {
+        timed(prose(root, run).args([
+            "exec-append",
+            "--index",
+            "1",
+            "--text",
+            "draft = session \"Improve\"",
+            "--status",
+            "completed",
+            "--parent",
+            at,
+        ]))
+    };
+    let bind = |run: &str, at: &str, i: usize| {
+        timed(prose(root, run).args(["bind", &format!("d{i}"), "v", "--execution-id", at]))
+    };
+    let (mut a_long, mut a_empty, mut b_long, mut b_empty) = (vec![], vec![], vec![], vec![]);
+    for i in 0..calls {
+        for (run, at, out) in [
+            ("loop-long", &long, &mut a_long),
+            ("loop-empty", &empty, &mut a_empty),
+        ] {
+            let (d, ok) = append(run, at);
+            assert!(ok);
+            out.push(d);
+        }
+        for (run, at, out) in [
+            ("loop-long", &long, &mut b_long),
+            ("loop-empty", &empty, &mut b_empty),
+        ] {
+            let (d, ok) = bind(run, at, i);
+            assert!(ok);
+            out.push(d);
+        }
+    }
+    for (what, ours, floor) in [
+        ("exec-append --parent", a_long, a_empty),
+        ("bind --execution-id", b_long, b_empty),
+    ] {
+        let (ours, floor) = (median(ours), median(floor));
+        rows.push(Row {
+            what: format!(
+                "`{what}` under a loop start with {iterations} iteration records, median of {calls}"
+            ),
+            ours: ms(ours),
+            raw: format!("{} (under a loop with none)", ms(floor)),
+            ratio: format!("{:.2}", ours.as_secs_f64() / floor.as_secs_f64()),
+            target: "(reported)".into(),
+            met: String::new(),
+        });
+    }
+}
+
 /// Spawns `cmd`, feeds it `feed_bytes` on stdin (if any) and drains its stdout; returns
 /// (wall time, peak resident KiB, exit success, stdout bytes).
 // The child is reaped by wait4, not Child::wait, to get its rusage.
@@ -4329,6 +4423,10 @@ fn main() {
     if wanted("chain") {
         eprintln!("deep scope chain…");
         deep_chain(root, 10_000, 100, &mut rows);
+    }
+    if wanted("loop") {
+        eprintln!("writes inside a long loop…");
+        long_loop(root, 200_000, 50, &mut rows);
     }
     if wanted("gates") {
         eprintln!("gates across 1000 runs…");

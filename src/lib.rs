@@ -41,8 +41,8 @@ pub mod testing {
         pub use crate::store::gate_read;
         pub use crate::store::principals::{record, PrincipalBook};
         pub use crate::store::{
-            AuditFilter, Created, Decided, Decision, NewBinding, NewExecution, NewGate, Store,
-            Wiring,
+            AuditFilter, Authority, Created, Decided, Decision, NewBinding, NewExecution, NewGate,
+            Store, Wiring,
         };
         pub use crate::team::Quorum;
     }

@@ -363,6 +363,31 @@ pub mod test_faults {
 
     #[cfg(not(feature = "test-clock"))]
     pub fn after_commit() {}
+
+    /// With `PROSE_STATE_TEST_HOLD_DECISION=DIR` set, a decision stops after its front end's
+    /// checks, before its transaction: it writes `DIR/held`, and goes on once `DIR/go`
+    /// exists (its text, if any, the test clock's new skew in seconds), as a decision waiting
+    /// for another writer's lock would. A test revokes a token or passes a deadline meanwhile.
+    #[cfg(feature = "test-clock")]
+    pub fn before_decision() {
+        let Some(dir) = std::env::var_os("PROSE_STATE_TEST_HOLD_DECISION") else {
+            return;
+        };
+        let dir = std::path::PathBuf::from(dir);
+        let _ = std::fs::write(dir.join("held"), "");
+        for _ in 0..12_000 {
+            if let Ok(skew) = std::fs::read_to_string(dir.join("go")) {
+                if !skew.trim().is_empty() {
+                    std::env::set_var(super::test_clock::VAR, skew.trim());
+                }
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    #[cfg(not(feature = "test-clock"))]
+    pub fn before_decision() {}
 }
 
 impl std::fmt::Display for Timestamp {

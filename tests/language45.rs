@@ -856,6 +856,35 @@ fn a_binding_after_its_frames_last_record_is_unlogged(b: Backend) {
         ],
     );
     assert!(!unlogged(&resume(&run), "s"));
+    // A list the branches of a `parallel for` append to, each keyed by its branch: unlogged,
+    // resume says whose append came last, in JSON and in text.
+    for (key, item) in [("41", "\"x\""), ("42", "\"y\"")] {
+        run.cmd()
+            .args(["bind", "found", "--append", item, "--key", key])
+            .assert()
+            .success();
+    }
+    let doc = resume(&run);
+    let found = doc["bindings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "found")
+        .unwrap()
+        .clone();
+    assert_eq!(found["unlogged"], json!(true), "{doc}");
+    assert_eq!(found["unlogged_key"], json!("42"), "{doc}");
+    let text = stdout_text(&run.cmd().arg("resume").assert().success());
+    assert!(
+        text.contains("unlogged (its newest update keyed 42)"),
+        "{text}"
+    );
+    // A plain write has no key to name.
+    assert!(doc["bindings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|x| x["name"] == "found" || x.get("unlogged_key").is_none()));
 }
 
 fn a_finished_run_with_an_open_construct_is_a_problem(b: Backend) {

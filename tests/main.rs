@@ -32,6 +32,7 @@ mod helper43;
 mod helper47;
 mod helper51;
 mod helper53;
+mod helper55;
 mod history;
 mod hosts;
 mod init;

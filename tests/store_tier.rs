@@ -187,24 +187,31 @@ impl Tier {
     ) -> Decided {
         let prompt = format!("Ship {id}?");
         let principal = Principal::parse(who, "test").unwrap();
-        let roster = Ok(Default::default());
+        // A decision is taken at the clock's time once it holds the run's lock, never at a
+        // time its caller gives: `now` only says when the test means it (the clock reads
+        // later, as the deadline tests need).
+        let _ = now;
+        let authority = || {
+            Ok(prose_state::testing::store::Authority {
+                authenticated,
+                roster: Ok(Default::default()),
+            })
+        };
         self.store()
             .decide_gate(&Decision {
                 gate_id: id,
                 approve,
                 principal: &principal,
-                authenticated,
                 client: "cli",
                 comment: None,
                 prompt_hash: &sha256_tag(&prompt),
                 instance: None,
-                now,
                 signer: None,
                 inputs: None,
                 pins: None,
                 response: None,
                 edits: &[],
-                roster: &roster,
+                authority: &authority,
             })
             .unwrap()
     }

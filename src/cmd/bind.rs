@@ -48,8 +48,10 @@ impl BindArgs {
         let Some(at) = self.execution_id else {
             return self.assigned(store, None, None);
         };
-        super::resume::not_after_its_end(store, at, "a binding")?;
-        super::resume::not_an_abandoned_result(store, at, &self.name)?;
+        if let Some(r) = crate::store::record(store, at)? {
+            super::resume::not_after_its_end(store, &r, "a binding")?;
+            super::resume::not_an_abandoned_result(store, &r, &self.name)?;
+        }
         if self.local {
             return Ok(Some(at));
         }

@@ -273,6 +273,23 @@ fn decide(
             )));
         }
     }
+    // Who decides is asked again by the rule once the decision holds the run's write lock: a
+    // token revoked while it waited (another writer holding the lock) no longer decides.
+    let authority = || -> Result<crate::store::Authority> {
+        let (again, authenticated) = ctx.decider(arg, token, page(ctx, target))?;
+        if again != principal {
+            return Err(refused(format!(
+                "the token now names {}, not {}: decide again",
+                again.as_str(),
+                principal.as_str()
+            )));
+        }
+        let mut book = ctx.principal_book(false)?;
+        Ok(crate::store::Authority {
+            authenticated,
+            roster: self::roster(book.as_mut().map(|b| b.as_mut() as &mut dyn PrincipalBook))?,
+        })
+    };
     // What the decision is about is read with it, as it is now (what a person at a terminal
     // was just shown), on the one path every front end decides through.
     let decided = crate::services::decide::decide(
@@ -292,7 +309,7 @@ fn decide(
             signer: None,
             response: response.as_ref(),
             edits: &edits,
-            roster: &roster,
+            authority: &authority,
         },
     )?
     .map_err(|why| refused(format!("{why}; this attempt was logged")))?;

@@ -283,12 +283,12 @@ fn inside_an_open_construct(
 ) -> Result<()> {
     use crate::language::Kind;
     let refusal = (|| -> Result<Option<anyhow::Error>> {
-        if let Err(e) = super::resume::not_after_its_end(store, parent, "a record") {
-            return Ok(Some(e));
-        }
         let Some(p) = crate::store::record(store, parent)? else {
             return Ok(None);
         };
+        if let Err(e) = super::resume::not_after_its_end(store, &p, "a record") {
+            return Ok(Some(e));
+        }
         let status = p.status.as_ref().map_or("", |s| s.as_str());
         if !STARTS.contains(&status) {
             return Ok(Some(refused(format!(

@@ -106,10 +106,12 @@ impl Run for GatesArgs {
             }
             Some(GatesCommand::Show(a)) => {
                 let (paths, mut store) = ctx.open_run(a.target.run().or(ctx.run.as_deref()))?;
-                let viewer = ctx.principal(&a.principal)?;
+                // Who looked, named as a history names its writer (claimed, not proved):
+                // `--as`, PROSE_PRINCIPAL, the login name, else the account it runs as.
+                let viewer = ctx.writer(&a.principal)?;
                 GatesOutput::Shown(show_to(
                     a.target.gate(),
-                    viewer.as_ref().map(|v| v.as_str()),
+                    Some(&viewer),
                     "cli",
                     store.as_mut(),
                     &paths.dir,

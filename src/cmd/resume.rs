@@ -235,6 +235,11 @@ pub struct OpenBranch {
     /// branch goes on inside that, after what was done there, not from `after`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inside: Option<String>,
+    /// The binding its session's result went into after its last record (its named result,
+    /// or a `--key`ed append with its record's id): the session ran; log its completion, do
+    /// not run it again. Such a branch is never in `to_skip`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivered: Option<String>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -289,6 +294,11 @@ pub struct BindingInfo {
     /// logged before the VM stopped. Log that statement's completion; do not run it again.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub unlogged: bool,
+    /// Unlogged, the `--key` of its newest `--append`/`--merge`: in a `parallel for` whose
+    /// branches append to one list with their own record's id as key, the branch whose
+    /// session ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unlogged_key: Option<String>,
     /// The gate whose decision wrote it (its answer, or an approver's edit): no session's
     /// output, nothing to log.
     #[serde(skip_serializing_if = "Option::is_none")]

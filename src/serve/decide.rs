@@ -534,7 +534,20 @@ pub(super) fn take(
             &tag,
         )));
     }
-    let roster = app.with_book(|b| crate::cmd::decide::roster(Some(b)))?;
+    // Asked again by the rule once the decision holds the run's write lock: the session's
+    // token still live (not revoked or reissued while the decision waited), the roster as
+    // the book says it then.
+    let authority = || -> anyhow::Result<crate::store::Authority> {
+        if !super::signin::token_live(app, who.as_str(), &user.token_hash)? {
+            return Err(crate::error::refused(
+                "the session's token was revoked or replaced before the decision was taken: sign in again",
+            ));
+        }
+        Ok(crate::store::Authority {
+            authenticated: true,
+            roster: app.with_book(|b| crate::cmd::decide::roster(Some(b)))?,
+        })
+    };
     // The page signs only for a project whose sealed book is pinned to its key: a book that
     // is not (made anew, cut, or never pinned) is one whoever can write it controls, and a
     // signature would vouch for it.
@@ -560,7 +573,7 @@ pub(super) fn take(
             instance: shown,
             shown_inputs: Some(&form.inputs_hash),
             signer: signs.then_some(&app.signer as _),
-            roster: &roster,
+            authority: &authority,
         },
     )?;
     Ok(match decided {

@@ -29,6 +29,8 @@ pub(super) struct SignedIn {
     pub principal: Principal,
     /// The session's CSRF token, which every form must carry.
     pub csrf: String,
+    /// The token hash the session was opened with (asked again when a decision is taken).
+    pub token_hash: String,
 }
 
 impl FromRequestParts<Arc<App>> for SignedIn {
@@ -52,21 +54,8 @@ pub(super) async fn still_signed_in(app: &Arc<App>, id: &str) -> Result<SignedIn
 /// otherwise it is ended.
 async fn checked(app: &Arc<App>, id: String, found: Found) -> Result<SignedIn, PageError> {
     let name = found.principal.as_str().to_string();
-    let hash = found.token_hash;
-    let live = blocking(app, move |app| {
-        app.with_book(|book| {
-            // The token as the book's sealed log says it now: a row un-revoked or re-hashed
-            // behind the tool's back, or a log broken, cut or bound elsewhere, ends the
-            // session as a revocation does.
-            let Ok(state) = crate::store::principals::book_state(book)? else {
-                return Ok(false);
-            };
-            Ok(book.principal(&name)?.is_some_and(|row| {
-                row.token_hash == hash && crate::store::principals::unissued(&state, &row).is_none()
-            }))
-        })
-    })
-    .await;
+    let hash = found.token_hash.clone();
+    let live = blocking(app, move |app| token_live(app, &name, &hash)).await;
     // A book gone (removed by hand) authenticates nobody: the session ends, as on
     // revocation.
     let live = match live {
@@ -82,6 +71,21 @@ async fn checked(app: &Arc<App>, id: String, found: Found) -> Result<SignedIn, P
         session: id,
         principal: found.principal,
         csrf: found.csrf,
+        token_hash: found.token_hash,
+    })
+}
+
+/// Whether `name`'s token is still the one hashed `hash`, as the book's sealed log says it
+/// now: a row un-revoked or re-hashed behind the tool's back, or a log broken, cut or bound
+/// elsewhere, is not live, as a revocation is not.
+pub(super) fn token_live(app: &App, name: &str, hash: &str) -> anyhow::Result<bool> {
+    app.with_book(|book| {
+        let Ok(state) = crate::store::principals::book_state(book)? else {
+            return Ok(false);
+        };
+        Ok(book.principal(name)?.is_some_and(|row| {
+            row.token_hash == hash && crate::store::principals::unissued(&state, &row).is_none()
+        }))
     })
 }
 

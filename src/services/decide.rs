@@ -8,7 +8,6 @@
 use crate::model::Principal;
 use crate::store::signatures::SignsDecisions;
 use crate::store::{Decided, Decision, Store};
-use crate::team::Roster;
 use anyhow::Result;
 use std::path::Path;
 
@@ -34,8 +33,9 @@ pub struct Request<'a> {
     pub response: Option<&'a serde_json::Value>,
     /// Edits of the gate's inputs an approval makes (`--edit NAME=VALUE`), checked by the rule.
     pub edits: &'a [(String, String)],
-    /// The principals book's roster, or why its log cannot be trusted.
-    pub roster: &'a std::result::Result<Roster, String>,
+    /// Who decides as the principals book says it, asked again by the rule once the decision
+    /// holds the run's write lock (`Decision::authority`).
+    pub authority: &'a dyn Fn() -> Result<crate::store::Authority>,
 }
 
 /// Why a decision was refused before it reached the gate (logged on the gate).
@@ -106,18 +106,17 @@ fn decide_once(
         gate_id: r.gate_id,
         approve: r.approve,
         principal: r.principal,
-        authenticated: r.authenticated,
         client: r.client,
         comment: r.comment,
         prompt_hash: r.prompt_hash,
         instance: r.instance,
-        now: &crate::model::now(),
         signer: r.signer,
-        roster: r.roster,
+        authority: r.authority,
         inputs: about_inputs.then_some(&digests),
         pins: about_inputs.then_some(&pins),
         response: r.response,
         edits: r.edits,
     };
+    crate::model::test_faults::before_decision();
     Ok(Ok(store.decide_gate(&decision)?))
 }

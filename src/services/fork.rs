@@ -475,30 +475,20 @@ pub fn build(src: &RunDump, report: &ChainReport, plan: &Plan) -> Result<(RunDum
     // plain values: a claim that a decision wrote them (`approve G:`) would name a decision the
     // fork does not hold, and every read of them would refuse it. A gate carried pending keeps
     // the claims of its votes' edits made by the point, whose events it carries.
-    let uncarried = |statement: &Option<String>| {
-        statement
-            .as_deref()
-            .and_then(crate::store::rules::decided_by)
-            .is_some_and(|g| {
-                !carried
-                    .gates_decided
-                    .iter()
-                    .chain(&carried.gates_pending)
-                    .any(|c| c == g)
-            })
+    let uncarried = |statement: &Option<String>| -> Option<String> {
+        let g = crate::store::rules::decided_by(statement.as_deref()?)?;
+        let kept = carried
+            .gates_decided
+            .iter()
+            .chain(&carried.gates_pending)
+            .any(|c| c == g);
+        (!kept).then(|| g.to_string())
     };
     // But a value a decision wrote whose events this machine does not attest (sealed on
     // another machine, or written by raw SQL) is not carried as a plain value either: it
     // would read in the fork as any session's, its writer the approver named, with nothing
     // left to check it against. The fork is refused (10), as `get` of it is. (A gate whose
     // events were sealed here, degraded since by a prune, wrote this machine's own values.)
-    let foreign = |statement: &Option<String>| {
-        uncarried(statement)
-            && statement
-                .as_deref()
-                .and_then(crate::store::rules::decided_by)
-                .is_some_and(|g| !own_but_degraded.iter().any(|o| o == g))
-    };
     let claimed = bindings
         .iter()
         .map(|b| (b.name.as_deref().unwrap_or_default(), &b.source_statement))
@@ -507,27 +497,27 @@ pub fn build(src: &RunDump, report: &ChainReport, plan: &Plan) -> Result<(RunDum
                 .iter()
                 .map(|h| (h.name.as_str(), &h.source_statement)),
         )
-        .find(|(_, s)| foreign(s));
-    if let Some((name, statement)) = claimed {
-        let gate = statement
-            .as_deref()
-            .and_then(crate::store::rules::decided_by)
-            .unwrap_or_default();
+        .find_map(|(name, s)| {
+            uncarried(s)
+                .filter(|g| !own_but_degraded.iter().any(|o| o == g))
+                .map(|g| (name, g))
+        });
+    if let Some((name, gate)) = claimed {
         return Err(crate::error::unattested(format!(
             "binding {} was written by gate {}'s decision, whose log this machine does not attest (sealed elsewhere, or never sealed): a fork would carry it as a plain value; fork at a record before that decision, or vouch for the copy first (`import --vouch`)",
             shown(name),
-            shown(gate)
+            shown(&gate)
         )));
     }
     for b in bindings
         .iter_mut()
-        .filter(|b| uncarried(&b.source_statement))
+        .filter(|b| uncarried(&b.source_statement).is_some())
     {
         b.source_statement = None;
     }
     for h in history
         .iter_mut()
-        .filter(|h| uncarried(&h.source_statement))
+        .filter(|h| uncarried(&h.source_statement).is_some())
     {
         h.source_statement = None;
     }

@@ -7,6 +7,16 @@ use anyhow::Result;
 /// The statuses that open a construct, and those that close one (`resume`'s record shapes).
 pub const STARTS: &[&str] = &["executing", "started"];
 pub const ENDS: &[&str] = &["completed", "failed", "skipped", "joined", "exited"];
+/// Both, for a read of what can open or close a construct.
+pub const STARTS_AND_ENDS: &[&str] = &[
+    "executing",
+    "started",
+    "completed",
+    "failed",
+    "skipped",
+    "joined",
+    "exited",
+];
 
 /// One execution record, by id.
 /// The run this run was forked from, as its sealed genesis records it (`forked_from`: run,

@@ -137,14 +137,16 @@ mod types;
 pub use catalog_traits::{Catalog, RunFilter, ServerCatalog};
 pub use exec_log::{
     forked_from, frame_of, id_list, record, scope_list, ExecQuery, ResumeCounts, ENDS, STARTS,
+    STARTS_AND_ENDS,
 };
 pub use store_trait::{AgentStore, Snapshot, Store};
 pub use types::{
-    run_stats, server_blob, spellings, AgentRow, Attempt, AuditFilter, AuditRow, BindOutcome,
-    BindingHead, BindingRow, BlobInfo, Checkpointed, Created, Decided, Decision, ExecutionRow,
-    Finished, Found, GateRow, ImportAdded, ImportRow, InputAt, NewBinding, NewExecution, NewGate,
-    NewRun, OpenOptions, QueryResult, Resumed, RunInfo, RunStats, RunSummary, ServerStats,
-    StoreStats, Update, Upload, QUERY_MOST_BYTES, SERVER_PREFIX, STATS_TABLES,
+    run_stats, server_blob, spellings, AgentRow, Attempt, AuditFilter, AuditRow, Authority,
+    BindOutcome, BindingHead, BindingRow, BlobInfo, Checkpointed, Created, Decided, Decision,
+    ExecutionRow, Finished, Found, GateRow, ImportAdded, ImportRow, InputAt, NewBinding,
+    NewExecution, NewGate, NewRun, OpenOptions, QueryResult, Resumed, RunInfo, RunStats,
+    RunSummary, ServerStats, StoreStats, Update, Upload, QUERY_MOST_BYTES, SERVER_PREFIX,
+    STATS_TABLES,
 };
 pub(crate) use types::{too_large, QueryBudget};
 

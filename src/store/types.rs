@@ -408,13 +408,10 @@ pub enum Created {
 pub type InputAt = (String, Option<(Option<i64>, i64)>);
 
 /// An approve or reject.
-#[derive(Debug)]
 pub struct Decision<'a> {
     pub gate_id: &'a str,
     pub approve: bool,
     pub principal: &'a crate::model::Principal,
-    /// Whether a token authenticated the principal (`auth`).
-    pub authenticated: bool,
     /// Where the decision was taken: `cli` or `web` (recorded with it).
     pub client: &'a str,
     pub comment: Option<&'a str>,
@@ -423,7 +420,6 @@ pub struct Decision<'a> {
     /// The gate instance the decider was shown: another (the gate reopened since, even with
     /// the same prompt) is refused. None: whichever instance is there.
     pub instance: Option<i64>,
-    pub now: &'a str,
     /// The approval page's key, which signs the decision (`sign`); None on the command line.
     pub signer: Option<&'a dyn signatures::SignsDecisions>,
     /// The content digest of each of the gate's inputs as the decider was shown them (read
@@ -440,10 +436,20 @@ pub struct Decision<'a> {
     /// version of that input by the decider, written in the decision's transaction, and the
     /// decision sealed about the edited version.
     pub edits: &'a [(String, String)],
-    /// Who is in which group and who is revoked, from the principals book's sealed log when
-    /// the decision is taken; Err says why the log cannot be trusted (then no group admits
-    /// anyone).
-    pub roster: &'a std::result::Result<crate::team::Roster, String>,
+    /// Who decides, as the principals book says it: asked by the rule once the decision holds
+    /// the run's write lock, so that a token revoked, or a group changed, while it waited for
+    /// the lock is seen (the decision's time is read then too). An Err refused or tampered
+    /// (the token revoked since) is logged as a refusal.
+    pub authority: &'a dyn Fn() -> anyhow::Result<Authority>,
+}
+
+/// Who decides, when the decision is taken.
+pub struct Authority {
+    /// Whether a token authenticated the principal (`auth`).
+    pub authenticated: bool,
+    /// Who is in which group and who is revoked, from the principals book's sealed log; Err
+    /// says why the log cannot be trusted (then no group admits anyone).
+    pub roster: std::result::Result<crate::team::Roster, String>,
 }
 
 /// A decision refused before it reached the gate (see `rules::refuse_attempt`).

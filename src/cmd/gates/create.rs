@@ -238,8 +238,13 @@ pub fn create(args: &GateCreateArgs, store: &mut dyn Store, quorum: Quorum) -> R
     }
     // A gate is opened inside a construct before its end; the same opening again (a retry)
     // is the rules' to answer.
-    if let Some(at) = args.execution_id {
-        if let Err(e) = crate::cmd::resume::not_after_its_end(store, at, "a gate") {
+    if let Some(at) = args
+        .execution_id
+        .map(|e| crate::store::record(store, e))
+        .transpose()?
+        .flatten()
+    {
+        if let Err(e) = crate::cmd::resume::not_after_its_end(store, &at, "a gate") {
             if args.reopen || store.read_gate(&args.gate_id)?.is_none() {
                 return Err(e);
             }

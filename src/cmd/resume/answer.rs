@@ -286,28 +286,44 @@ fn logged_failed(
 
 /// Whether binding `b` was written after the newest record of its frame (the records inside
 /// its frame's record, at any depth; every record for the root): no record was logged since.
-/// Looks at most at the 32 records that followed it.
+/// Looks at most at the 32 records that followed it. With branches open, also which of them
+/// delivered into it and logged nothing since: a named branch's result (`a = session ...`),
+/// or a keyed `--append`/`--merge` whose key is the branch's record (`--key "$BRANCH"`).
 fn unlogged(
     store: &mut dyn Store,
     b: &crate::store::BindingRow,
     newest: i64,
     open: &[Event],
-) -> Result<bool> {
+) -> Result<Late> {
+    let branches: Vec<&Event> = open
+        .iter()
+        .filter(|o| o.construct == Some(crate::language::Kind::Branch))
+        .collect();
+    // The newest version, and as many before it as branches are open: each may have appended.
     let span = store.binding_versions(
         &b.name,
         b.execution_id,
         crate::store::history::Versions::Page {
             before: None,
-            limit: 1,
+            limit: 1 + branches.len().min(63) as i64,
         },
     )?;
+    let key_of = |r: &crate::store::history::HistoryRow| {
+        r.delta
+            .as_deref()
+            .and_then(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+            .and_then(|d| d.get("key")?.as_str().map(String::from))
+    };
+    let mut late = Late::default();
     // A version written before the run's first record has no record it follows: 0.
-    let Some(at) = span
-        .rows
-        .first()
-        .and_then(|r| r.at_record.or((!r.gap).then_some(0)))
+    let Some(newest_version) = span.rows.first() else {
+        return Ok(late);
+    };
+    let Some(at) = newest_version
+        .at_record
+        .or((!newest_version.gap).then_some(0))
     else {
-        return Ok(false);
+        return Ok(late);
     };
     if let Some(x) = b.execution_id {
         // A name bound at a record that is no frame (a loop variable, `catch as err`: the
@@ -316,24 +332,54 @@ fn unlogged(
         if crate::store::frame_of(store, x, None)? != Some(x)
             || (b.kind.as_deref() == Some("const") && at <= x)
         {
-            return Ok(false);
+            return Ok(late);
         }
     }
     // A named branch's result (`a = session ...`), its branch still open: logged only by a
     // record inside that branch, whatever the other branches logged since.
-    let named_branch = open.iter().find(|o| {
-        o.construct == Some(crate::language::Kind::Branch)
-            && o.statement_text
-                .as_deref()
-                .and_then(crate::language::assigned_name)
-                == Some(b.name.as_str())
+    let named_branch = branches.iter().find(|o| {
+        o.statement_text
+            .as_deref()
+            .and_then(crate::language::assigned_name)
+            == Some(b.name.as_str())
     });
+    let key = key_of(newest_version);
     let frame = match (named_branch, b.execution_id) {
-        (Some(br), _) => br.id,
-        (None, _) if at >= newest => return Ok(true),
-        (None, Some(f)) => f,
-        (None, None) => return Ok(false),
+        (Some(br), _) => Some(br.id),
+        (None, _) if at >= newest => {
+            late.newest = Some(key.clone());
+            None
+        }
+        (None, Some(f)) => Some(f),
+        (None, None) => None,
     };
+    if let Some(frame) = frame {
+        if nothing_logged_in(store, frame, at)? {
+            late.newest = Some(key.clone());
+            if let Some(br) = named_branch {
+                late.delivered.push(br.id);
+            }
+        }
+    }
+    // The branches whose keyed update landed with nothing logged inside them since.
+    for r in &span.rows {
+        let (Some(k), Some(at)) = (key_of(r), r.at_record) else {
+            continue;
+        };
+        let Some(br) = branches.iter().find(|o| o.id.to_string() == k) else {
+            continue;
+        };
+        if !late.delivered.contains(&br.id) && nothing_logged_in(store, br.id, at)? {
+            late.delivered.push(br.id);
+            late.newest.get_or_insert(Some(k));
+        }
+    }
+    Ok(late)
+}
+
+/// Whether no record inside `frame` (at any depth) followed record `at`, among the 32 records
+/// that followed it.
+fn nothing_logged_in(store: &mut dyn Store, frame: i64, at: i64) -> Result<bool> {
     let after = store.executions_matching(&ExecQuery {
         after: at,
         limit: Some(32),
@@ -344,7 +390,41 @@ fn unlogged(
             return Ok(false);
         }
     }
-    Ok(after.len() == 32).map(|full| !full)
+    Ok(after.len() < 32)
+}
+
+/// An unlogged binding: `newest`, with the `--key` of its newest `--append`/`--merge` if it
+/// had one (`Some(None)`: unlogged, no key; `None`: logged); `delivered`, the open branches
+/// whose result it holds and which logged nothing since (their session ran: log its
+/// completion, do not run it again, and do not skip it).
+#[derive(Default)]
+struct Late {
+    newest: Option<Option<String>>,
+    delivered: Vec<i64>,
+}
+
+/// Marks each open branch that delivered into a binding and logged nothing since (`delivered`:
+/// its record -> the binding) with that binding, and keeps it off `to_skip`: its session ran,
+/// so it is logged, not run again, and not skipped as if it had not.
+fn not_skipping(
+    mut parallel: Vec<super::Parallel>,
+    open: &[Event],
+    delivered: &BTreeMap<i64, String>,
+) -> Vec<super::Parallel> {
+    for p in &mut parallel {
+        for b in &mut p.open_branches {
+            b.delivered = delivered.get(&b.record).cloned();
+        }
+        let names: Vec<String> = open
+            .iter()
+            .filter(|o| delivered.contains_key(&o.id))
+            .filter_map(|o| o.metadata.as_ref())
+            .filter(|m| m.get("parallel_id").and_then(Value::as_str) == Some(&p.parallel_id))
+            .filter_map(|m| m.get("branch").and_then(Value::as_str).map(String::from))
+            .collect();
+        p.to_skip.retain(|b| !names.contains(b));
+    }
+    parallel
 }
 
 /// The gates whose sealed decisions wrote these bindings as they are now (an answer, an
@@ -382,6 +462,7 @@ fn binding_info(store: &mut dyn Store, run: &RunPaths, b: crate::store::BindingR
     };
     BindingInfo {
         unlogged: false,
+        unlogged_key: None,
         by_gate: None,
         scope: crate::cmd::get::scope_name(b.execution_id.is_some()),
         first_line: one_line(&value, 100),
@@ -418,12 +499,18 @@ fn full(
     // Each value shown stands against the log as `get` checks it, as the bounded answer's do.
     let bound = crate::services::inputs::checked_bindings(store, &run.dir, None, |s| s.bindings())?;
     let by_gates = written_by_gates(store, &bound)?;
+    let mut delivered = BTreeMap::new();
     for b in bound {
         // Written by a gate's decision: no session's output, nothing to log.
         let by_gate = by_gates.get(&(b.name.clone(), b.execution_id)).cloned();
-        let late = by_gate.is_none() && unlogged(store, &b, newest, &open)?;
+        let late = match by_gate {
+            None => unlogged(store, &b, newest, &open)?,
+            Some(_) => Late::default(),
+        };
+        delivered.extend(late.delivered.iter().map(|d| (*d, b.name.clone())));
         bindings.push(BindingInfo {
-            unlogged: late,
+            unlogged: late.newest.is_some(),
+            unlogged_key: late.newest.flatten(),
             by_gate,
             ..binding_info(store, run, b)
         });
@@ -445,7 +532,7 @@ fn full(
         },
         position,
         statements: statements.into_values().collect(),
-        parallel: constructs(&rows),
+        parallel: not_skipping(constructs(&rows), &open, &delivered),
         loops: constructs(&rows),
         retries: outstanding_retries(store)?,
         bindings,
@@ -612,11 +699,17 @@ fn brief(
     let newest = full_last.unwrap_or(0);
     let visible: Vec<_> = visible.into_iter().take(limit).collect();
     let by_gates = written_by_gates(store, &visible)?;
+    let mut delivered = BTreeMap::new();
     for b in visible {
         let by_gate = by_gates.get(&(b.name.clone(), b.execution_id)).cloned();
-        let late = by_gate.is_none() && unlogged(store, &b, newest, &open_now)?;
+        let late = match by_gate {
+            None => unlogged(store, &b, newest, &open_now)?,
+            Some(_) => Late::default(),
+        };
+        delivered.extend(late.delivered.iter().map(|d| (*d, b.name.clone())));
         let mut b = binding_info(store, run, b);
-        b.unlogged = late;
+        b.unlogged = late.newest.is_some();
+        b.unlogged_key = late.newest.flatten();
         b.by_gate = by_gate;
         b.attachment_path = slim_text(b.attachment_path.take());
         page.push(b);
@@ -663,7 +756,7 @@ fn brief(
             error_message: slim_text(counted.error_message),
         },
         position,
-        parallel,
+        parallel: not_skipping(parallel, &open_now, &delivered),
         loops,
         retries: retries
             .into_iter()

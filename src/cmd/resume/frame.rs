@@ -8,7 +8,7 @@ use super::{
 };
 use crate::model::ExecStatus as S;
 use crate::output::one_line;
-use crate::store::{ExecQuery, ExecutionRow, Store, ENDS, STARTS};
+use crate::store::{ExecQuery, ExecutionRow, Store, ENDS, STARTS, STARTS_AND_ENDS};
 use anyhow::Result;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -89,20 +89,16 @@ fn open_and_closed(
     (open, level, closed_by)
 }
 
-/// The start record nearest `id` (`id` itself, else up its parents), and the record that
-/// ended it if it has ended. An end closes only a start of its own statement, so this reads
-/// that statement's records from the start on, not the log.
-pub(crate) fn enclosing_start(
+/// The start record nearest `first` (`first` itself, else up its parents), and the record
+/// that ended it if it has ended. An end closes only a start of its own statement, so this
+/// reads that statement's starts and ends from the start on, not the log.
+fn enclosing_start(
     store: &mut dyn Store,
-    id: i64,
+    first: &ExecutionRow,
 ) -> Result<Option<(ExecutionRow, Option<ExecutionRow>)>> {
-    let mut at = Some(id);
+    let mut next = Some(first.clone());
     let start = loop {
-        let Some(r) = at
-            .map(|i| crate::store::record(store, i))
-            .transpose()?
-            .flatten()
-        else {
+        let Some(r) = next else {
             return Ok(None);
         };
         if r.status
@@ -112,21 +108,19 @@ pub(crate) fn enclosing_start(
             break r;
         }
         // Parents come before their children; a raw row pointing forward ends the walk.
-        at = r.parent_id.filter(|p| *p < r.id);
+        next = match r.parent_id.filter(|p| *p < r.id) {
+            Some(p) => crate::store::record(store, p)?,
+            None => None,
+        };
     };
-    let rows: Vec<ExecutionRow> = store
-        .executions_matching(&ExecQuery {
-            after: start.id - 1,
-            statement: Some(start.statement_index),
-            ..Default::default()
-        })?
-        .into_iter()
-        .filter(|r| {
-            r.status
-                .as_ref()
-                .is_some_and(|s| STARTS.contains(&s.as_str()) || ENDS.contains(&s.as_str()))
-        })
-        .collect();
+    // Only a start or an end can open or close anything: a loop's `iteration` records share
+    // its statement and are left in the database.
+    let rows = store.executions_matching(&ExecQuery {
+        after: start.id - 1,
+        statement: Some(start.statement_index),
+        only: Some(STARTS_AND_ENDS),
+        ..Default::default()
+    })?;
     let (_, _, closed_by) = open_and_closed(&rows);
     let end = closed_by.get(&start.id).map(|e| (*e).clone());
     Ok(Some((start, end)))
@@ -814,6 +808,7 @@ fn open_branches(store: &mut dyn Store, open: &[Event], id: &str) -> Result<Vec<
             after: last.map(|r| describe(&Event::from(r))),
             handler,
             inside: deepest.map(|o| format!("{} (record {}): go on inside it", describe(o), o.id)),
+            delivered: None,
         });
     }
     Ok(out)
@@ -910,8 +905,12 @@ pub(super) fn outstanding_retries(store: &mut dyn Store) -> Result<Vec<Retry>> {
 /// Refuses (4) a write into a construct that has ended (`id`, or the start it is inside):
 /// `what` would land where no reader finds the run any more, as an abandoned (`skipped`)
 /// branch's late result would. Everything inside a construct is written before its end.
-pub(crate) fn not_after_its_end(store: &mut dyn Store, id: i64, what: &str) -> Result<()> {
-    let Some((start, Some(end))) = enclosing_start(store, id)? else {
+pub(crate) fn not_after_its_end(
+    store: &mut dyn Store,
+    at: &ExecutionRow,
+    what: &str,
+) -> Result<()> {
+    let Some((start, Some(end))) = enclosing_start(store, at)? else {
         return Ok(());
     };
     let status = end.status.as_ref().map_or("?", |s| s.as_str());
@@ -932,17 +931,18 @@ pub(crate) fn not_after_its_end(store: &mut dyn Store, id: i64, what: &str) -> R
 /// start (`at`, where a named branch's result is bound) when the branch of the parallel that
 /// assigns `name` (`name = session ...`) has ended `skipped`. Its session's late answer is
 /// not the program's: the race was decided without it.
-pub(crate) fn not_an_abandoned_result(store: &mut dyn Store, at: i64, name: &str) -> Result<()> {
+pub(crate) fn not_an_abandoned_result(
+    store: &mut dyn Store,
+    p: &ExecutionRow,
+    name: &str,
+) -> Result<()> {
     use crate::language::Kind;
-    let Some(p) = crate::store::record(store, at)? else {
-        return Ok(());
-    };
     if p.construct() != Some(Kind::Parallel) {
         return Ok(());
     }
     let under = store.executions_matching(&ExecQuery {
-        after: at,
-        parent: Some(Some(at)),
+        after: p.id,
+        parent: Some(Some(p.id)),
         ..Default::default()
     })?;
     let branch = under.iter().find(|r| {

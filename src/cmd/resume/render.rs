@@ -156,10 +156,21 @@ fn construct_lines(
         let state = if p.joined {
             "joined".to_string()
         } else if let Some(why) = &p.decided {
-            let then = if why.starts_with("fail-fast") {
+            let end = if why.starts_with("fail-fast") {
                 "end the parallel --status failed"
             } else {
                 "join it"
+            };
+            // A branch whose session ran and was not logged is logged before the end.
+            let ran: Vec<&str> = p
+                .open_branches
+                .iter()
+                .filter(|b| b.delivered.is_some())
+                .map(|b| b.branch.as_str())
+                .collect();
+            let then = match ran.is_empty() {
+                true => end.to_string(),
+                false => format!("log [{}] completed, then {end}", ran.join(" ")),
             };
             match p.to_skip.is_empty() {
                 true => format!("decided ({why}): {then}"),
@@ -187,6 +198,16 @@ fn construct_lines(
                 .as_deref()
                 .map(|h| format!(" → the failure goes to {h}"))
                 .unwrap_or_default();
+            if let Some(name) = &b.delivered {
+                writeln!(
+                    w,
+                    "  branch {} (record {}): its result went into {} after its last record: its session ran; log its completion, do not run it again",
+                    b.branch,
+                    b.record,
+                    crate::output::visible_line(name)
+                )?;
+                continue;
+            }
             match &b.inside {
                 Some(inside) => writeln!(
                     w,
@@ -268,6 +289,12 @@ fn binding_lines(w: &mut dyn Write, bindings: &[BindingInfo]) -> io::Result<()> 
             (false, false) => "",
         }
         .to_string();
+        if let Some(k) = &b.unlogged_key {
+            att.push_str(&format!(
+                " (its newest update keyed {})",
+                crate::output::visible_line(k)
+            ));
+        }
         if let Some(g) = &b.by_gate {
             att.push_str(&format!(
                 ", written by gate {}'s decision",

@@ -341,8 +341,66 @@ pub fn refuse_attempt(mut tx: Txn<'_>, a: &crate::store::Attempt) -> Result<bool
 pub const INPUTS_MOVED: &str =
     "an input of the gate changed while the decision was being taken: try again";
 
-pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
-    sweep(&mut tx, d.now)?;
+/// A decision as it is taken: holding the run's write lock, at the time read then, by whom
+/// the principals book says then.
+struct Taken<'a> {
+    d: &'a Decision<'a>,
+    now: String,
+    authenticated: bool,
+    roster: std::result::Result<crate::team::Roster, String>,
+}
+
+impl<'a> std::ops::Deref for Taken<'a> {
+    type Target = Decision<'a>;
+    fn deref(&self) -> &Decision<'a> {
+        self.d
+    }
+}
+
+pub fn decide_gate(mut tx: Txn<'_>, asked: &Decision) -> Result<Decided> {
+    // The transaction holds the run's write lock: a decision that waited for it (another
+    // writer holding it) is taken now, as the book says now. A deadline that passed, or a
+    // token revoked, while it waited is seen: the sealed order of events is the real one.
+    let now = crate::model::now();
+    let authority = (asked.authority)();
+    let Some(gate) = load_exact(&mut *tx, asked.gate_id)? else {
+        tx.commit()?;
+        return Ok(Decided::NotFound);
+    };
+    let authority = match authority {
+        Ok(a) => a,
+        Err(e)
+            if matches!(
+                crate::error::code_of(&e),
+                Some(crate::error::Code::Refused | crate::error::Code::Tampered)
+            ) =>
+        {
+            let run_id = run_of(&mut *tx)?.0;
+            let reason = format!("{e:#}");
+            let mut metadata = refused_metadata(asked.client, &gate, false, asked.approve, &reason);
+            metadata["prompt_hash"] = asked.prompt_hash.into();
+            let ev = Event::system(asked.gate_id, &run_id, "refused", &now);
+            append_audit(
+                &mut *tx,
+                &ev.by(Some(asked.principal.as_str()), asked.comment),
+                metadata,
+            )?;
+            tx.commit()?;
+            let logged = format!("{reason}; this attempt was logged");
+            return Err(match crate::error::code_of(&e) {
+                Some(crate::error::Code::Tampered) => crate::error::tampered(logged),
+                _ => crate::error::refused(logged),
+            });
+        }
+        Err(e) => return Err(e),
+    };
+    let d = &Taken {
+        d: asked,
+        now,
+        authenticated: authority.authenticated,
+        roster: authority.roster,
+    };
+    sweep(&mut tx, &d.now)?;
     ensure_open(&mut *tx)?;
     let Some(gate) = load_exact(&mut *tx, d.gate_id)? else {
         tx.commit()?;
@@ -354,17 +412,17 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
     // Too late by the sealed deadline (which the sweep above finds through the row, to the
     // second): timed out now, as the sweep would, and the decision refused as late.
     let mut gate = gate;
-    if tampered.is_none() && gate.status.is_pending() && sealed_deadline_passed(&derived, d.now) {
+    if tampered.is_none() && gate.status.is_pending() && sealed_deadline_passed(&derived, &d.now) {
         let deadline = derived.timeout_at.clone().flatten().unwrap_or_default();
         let at = crate::model::canonical_time(&deadline).unwrap_or_else(|| d.now.to_string());
-        time_out_at(&mut tx, &gate, &run_id, d.now, at)?;
+        time_out_at(&mut tx, &gate, &run_id, &d.now, at)?;
         gate = load_exact(&mut *tx, d.gate_id)?
             .ok_or_else(|| anyhow!("gate vanished while it timed out"))?;
         (tampered, derived) = disagreement(&mut *tx, &gate)?;
     }
     let q = &derived.quorum;
     let empty = crate::team::Roster::default();
-    let roster = match d.roster {
+    let roster = match &d.roster {
         Ok(r) => r,
         Err(why) => {
             // A book whose log cannot be trusted admits no one through a group.
@@ -382,7 +440,7 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
     if let Some((outcome, reason)) = refused {
         let mut metadata = refused_metadata(d.client, &gate, d.authenticated, d.approve, &reason);
         metadata["prompt_hash"] = d.prompt_hash.into();
-        let e = Event::system(d.gate_id, &run_id, "refused", d.now);
+        let e = Event::system(d.gate_id, &run_id, "refused", &d.now);
         append_audit(
             &mut *tx,
             &e.by(Some(d.principal.as_str()), d.comment),
@@ -493,7 +551,7 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
                 attachment_path: None,
                 update: None,
                 if_version: None,
-                now: d.now,
+                now: &d.now,
                 principal: me,
                 key: None,
             },
@@ -523,13 +581,13 @@ pub fn decide_gate(mut tx: Txn<'_>, d: &Decision) -> Result<Decided> {
         }
     }
     // The audit event is written before the gates row changes, in the same transaction.
-    let e = Event::system(d.gate_id, &run_id, kind, d.now);
+    let e = Event::system(d.gate_id, &run_id, kind, &d.now);
     append_audit(&mut *tx, &e.by(Some(me), d.comment), metadata)?;
     if !resolves {
         tx.commit()?;
         return Ok(counted(gate, tally, false));
     }
-    tx.resolve_gate(d.gate_id, &status, me, d.comment, d.now)?;
+    tx.resolve_gate(d.gate_id, &status, me, d.comment, &d.now)?;
     let row = tx
         .load_gate(d.gate_id)?
         .ok_or_else(|| anyhow!("gate vanished during decision"))?;
@@ -583,7 +641,7 @@ type Edited = (
 /// and pins as the decision seals them, with the edits, and what the edits were.
 fn apply_edits(
     tx: &mut Txn<'_>,
-    d: &Decision,
+    d: &Taken,
     derived: &crate::store::chain::Derived,
     me: &str,
 ) -> Result<Option<Edited>> {
@@ -625,7 +683,7 @@ fn apply_edits(
                 attachment_path: None,
                 update: None,
                 if_version: Some(from.unwrap_or(0)),
-                now: d.now,
+                now: &d.now,
                 principal: me,
                 key: None,
             },
@@ -726,7 +784,7 @@ fn refused_metadata(
 /// (`kind` names which: what a signature signs).
 fn decision_metadata(
     gate: &crate::store::GateRow,
-    d: &Decision,
+    d: &Taken,
     kind: &str,
     inputs: Option<&std::collections::BTreeMap<String, Option<String>>>,
     edits: Option<&serde_json::Value>,
@@ -749,7 +807,7 @@ fn decision_metadata(
         if let Some(s) = gate
             .created_at
             .as_deref()
-            .and_then(|c| crate::model::seconds_between(c, d.now))
+            .and_then(|c| crate::model::seconds_between(c, &d.now))
         {
             metadata["approval_time_seconds"] = s.into();
         }
@@ -764,7 +822,7 @@ fn decision_metadata(
             prompt_hash: d.prompt_hash,
             decision: kind,
             principal: d.principal.as_str(),
-            time: d.now,
+            time: &d.now,
             inputs: inputs_digest.as_deref(),
             place: None,
             answer: answer.as_deref(),
@@ -779,7 +837,7 @@ fn decision_metadata(
 /// creator under separation of duties, a vote changed without a veto.
 fn team_refusal(
     gate: &crate::store::GateRow,
-    d: &Decision,
+    d: &Taken,
     derived: &crate::store::chain::Derived,
 ) -> Option<(Decided, String)> {
     let q = &derived.quorum;
