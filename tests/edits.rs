@@ -191,8 +191,8 @@ fn edits_of_anything_else_write_nothing(b: Backend) {
         .success();
     run.refuses(
         &["approve", "c", "--as", "alice", "-y", "--edit", "fixed=2"],
-        4,
-        "const",
+        2,
+        "is a const",
     );
 }
 

@@ -33,6 +33,7 @@ mod helper47;
 mod helper51;
 mod helper53;
 mod helper55;
+mod helper56;
 mod history;
 mod hosts;
 mod init;

@@ -94,7 +94,7 @@ pub(super) fn forms(
             (approve_form(&action, &hidden("approve"), principal, schema, editable, &Filled::default()))
             @if !kept.is_empty() {
                 p.hint #not-editable {
-                    "Not editable on this page (an attachment, unbound, over " (EDITABLE_BYTES / 1024)
+                    "Not editable on this page (a const, an attachment, unbound, over " (EDITABLE_BYTES / 1024)
                     " KiB, or holding characters this page shows escaped): "
                     @for (i, n) in kept.iter().enumerate() {
                         @if i > 0 { ", " }
@@ -607,6 +607,8 @@ pub(super) fn editable_of(
 ) -> BTreeMap<String, String> {
     rows.iter()
         .filter(|b| inputs.contains(&b.name))
+        // A const (a block's argument) is bound once: no edit rebinds it.
+        .filter(|b| b.kind.as_deref() != Some("const"))
         .filter(|b| b.attachment_path.as_deref().is_none_or(str::is_empty))
         .filter_map(|b| {
             let value = std::str::from_utf8(b.value.as_deref()?).ok()?;

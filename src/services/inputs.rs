@@ -454,6 +454,9 @@ pub fn check_values(
             }
             // What this machine cannot vouch for is reported as such elsewhere.
             Err(e) if code_of(&e) == Some(Code::Unattested) => {}
+            // An answer no decision of the standing opening gave (the gate opened again since
+            // it answered) is no answer to read, and nothing changed behind the tool's back.
+            Err(e) if code_of(&e) == Some(Code::NotFound) => {}
             Err(e) => return Err(e),
         }
     }
@@ -924,7 +927,7 @@ pub fn gate_problem(store: &mut dyn Store, run_dir: &Path, d: &Derived) -> Resul
                     Err(e) if code_of(&e) == Some(Code::Tampered) => {
                         return Ok(Some(format!("{e:#}")))
                     }
-                    Err(e) if code_of(&e) == Some(Code::Unattested) => {}
+                    Err(e) if matches!(code_of(&e), Some(Code::Unattested | Code::NotFound)) => {}
                     other => other?,
                 }
             }

@@ -342,6 +342,37 @@ pub fn check_response_binding_named(
             Err(e) => return Err(e),
         }
     }
+    // A gate opened again since its answer (a `retry`, a loop's next pass) has not answered
+    // the opening that stands: the earlier answer is its history's (`history`, `get
+    // --version`), not what the name holds now.
+    if let (Some(at), Read::Now(_)) = (found, read) {
+        for (gate, _) in named.iter().filter(|(_, s)| *s == at) {
+            let Some(d) = report.derived.get(gate) else {
+                continue;
+            };
+            let openings: Vec<&Derived> = d
+                .earlier
+                .iter()
+                .chain(std::iter::once(d))
+                .filter(|o| o.response_binding.as_ref() == Some(&(name.to_string(), at)))
+                .collect();
+            let answered = openings
+                .iter()
+                .rposition(|o| o.response.is_some() && o.response_version.is_some());
+            if let Some(a) = answered.filter(|a| *a + 1 < openings.len()) {
+                let now = openings[openings.len() - 1];
+                return Err(crate::error::not_found(format!(
+                    "binding {} is gate {}'s answer, and the gate was opened again (instance {}) after instance {} answered: no decision has answered instance {} (the earlier answer is in `history {}`)",
+                    shown(name),
+                    shown(gate),
+                    now.instance,
+                    openings[a].instance,
+                    now.instance,
+                    shown(name)
+                )));
+            }
+        }
+    }
     // A response binding nearer than where the name was found holds no answer (no decision
     // has answered, or one without an answer; at `--as-of`'s point, none had yet): the outer
     // binding of the same name is not read in its place. Only a point before the opening

@@ -335,6 +335,20 @@ fn unlogged(
             return Ok(late);
         }
     }
+    // A construct's result the VM binds itself before it ends the construct (`let x = do
+    // f()`: bound in the caller's frame `--from` the call's, then the call ended) is no
+    // session's output: resume says to end the construct, not to log a session.
+    // (Bound outside it: a frame inside the construct, or its own, comes after its start.)
+    // (A block's call: a loop's, a reduce's, result is its folds', each logged as a statement.)
+    let own_result = open.iter().any(|o| {
+        o.construct != Some(crate::language::Kind::Branch)
+            && crate::language::is_frame(o.construct, o.status.as_ref().map(|s| s.as_str()))
+            && b.execution_id.is_none_or(|e| e < o.id)
+            && o.statement_text.as_deref().and_then(result_name) == Some(b.name.as_str())
+    });
+    if own_result {
+        return Ok(late);
+    }
     // A named branch's result (`a = session ...`), its branch still open: logged only by a
     // record inside that branch, whatever the other branches logged since.
     let named_branch = branches.iter().find(|o| {
@@ -375,6 +389,16 @@ fn unlogged(
         }
     }
     Ok(late)
+}
+
+/// The name a statement binds its result to: `x = ...`, `let x = ...`, `const x = ...`.
+fn result_name(text: &str) -> Option<&str> {
+    let t = text.trim_start();
+    let t = ["let ", "const "]
+        .iter()
+        .find_map(|k| t.strip_prefix(k))
+        .unwrap_or(t);
+    crate::language::assigned_name(t)
 }
 
 /// Whether no record inside `frame` (at any depth) followed record `at`, among the 32 records

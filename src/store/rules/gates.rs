@@ -668,6 +668,14 @@ fn apply_edits(
             .as_ref()
             .and_then(|h| h.0.clone())
             .unwrap_or_else(|| "let".to_string());
+        if kind == "const" {
+            return Err(crate::error::usage(format!(
+                "--edit {}: gate {}'s input {} is a const (a block's argument, bound once), which no edit rebinds: approve without editing it, or reject it with a reason",
+                shown(name),
+                shown(d.gate_id),
+                shown(name)
+            )));
+        }
         let before = match &head {
             Some((_, None, _, _)) => tx.binding_value(name, scope)?.map(|v| v.len()),
             _ => None,
