@@ -139,7 +139,13 @@ fn the_answer_is_a_binding_only_a_decision_writes(b: Backend) {
         .args(["reject", "g", "--as", "bob", "-y", "--reason", "no"])
         .assert()
         .success();
-    assert_eq!(run.get("size", Some(block)), br#"{"size":2}"#);
+    // The binding keeps the earlier answer (its history's newest), and it is not this
+    // opening's: `get` says no decision answered the opening that stands (3).
+    run.refuses(
+        &["get", "size", "--execution-id", &block.to_string()],
+        3,
+        "opened again (instance 3) after instance 2 answered",
+    );
     // A value put in behind prose-state's back is not the sealed answer: exit 9.
     run.view().raw(
         "UPDATE bindings SET value = '{\"size\":200}' WHERE name = 'size' AND execution_id IS NOT NULL",
