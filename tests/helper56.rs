@@ -235,8 +235,32 @@ fn a_reopened_gates_answer_is_not_the_new_openings(b: Backend) {
         .success();
     let got = run.cmd().args(["get", "verdict"]).assert().success();
     assert_eq!(stdout_text(&got).trim(), r#"{"score":2}"#);
-    run.exec(1, "approve review:", "failed", None);
+    let failed = run.exec(1, "approve review:", "failed", None);
     open(&["--reopen"]);
+    // Read as it stood before the reopening, the answer is the name's; after it, it is not
+    // (helper-57 f01), and `diff` leaves it out as `get` does (f02).
+    // (The reopening logs its own record, after `failed`.)
+    let got = run
+        .cmd()
+        .args(["get", "verdict", "--as-of", &failed.to_string()])
+        .assert()
+        .success();
+    assert_eq!(stdout_text(&got).trim(), r#"{"score":2}"#);
+    run.refuses(
+        &["get", "verdict", "--as-of", &(failed + 1).to_string()],
+        3,
+        "opened again (instance 2)",
+    );
+    let other = p.init();
+    let d = run
+        .cmd()
+        .args(["--json", "diff", &run.id, &other.id, "--name", "verdict"])
+        .assert();
+    let said = stdout_text(&d);
+    assert!(
+        said.contains("bindings") && !said.contains("score"),
+        "{said}"
+    );
     // Pending, then rejected without an answer: instance 1's answer is not instance 2's.
     for decided in [false, true] {
         if decided {

@@ -283,29 +283,37 @@ impl Side {
             &paths.id,
             "not compared",
         )?;
-        let checked = crate::services::inputs::settled(store.as_mut(), |s, names| {
-            // And every binding that says a decision wrote it, whatever its name.
-            let named: Vec<BindingRow> = s
-                .bindings()?
-                .into_iter()
-                .filter(|b| names.contains(&b.name) || crate::services::inputs::claims_decision(b))
-                .collect();
-            for b in &named {
-                // An answer the gate's standing opening has not given (opened again since)
-                // is still the row compared; only a forgery stops the comparison.
-                match crate::services::inputs::check_read_now(
-                    s,
-                    &paths.dir,
-                    names,
-                    b.execution_id,
-                    b,
-                ) {
-                    Err(e) if crate::error::code_of(&e) == Some(crate::error::Code::NotFound) => {}
-                    other => other?,
+        let (checked, unanswered) =
+            crate::services::inputs::settled(store.as_mut(), |s, names| {
+                // And every binding that says a decision wrote it, whatever its name.
+                let named: Vec<BindingRow> = s
+                    .bindings()?
+                    .into_iter()
+                    .filter(|b| {
+                        names.contains(&b.name) || crate::services::inputs::claims_decision(b)
+                    })
+                    .collect();
+                let mut unanswered = Vec::new();
+                for b in &named {
+                    // An answer the gate's standing opening has not given (opened again since) is
+                    // no value of the run now, as `get` and `resume` read it: left out.
+                    match crate::services::inputs::check_read_now(
+                        s,
+                        &paths.dir,
+                        names,
+                        b.execution_id,
+                        b,
+                    ) {
+                        Err(e)
+                            if crate::error::code_of(&e) == Some(crate::error::Code::NotFound) =>
+                        {
+                            unanswered.push((b.name.clone(), b.execution_id))
+                        }
+                        other => other?,
+                    }
                 }
-            }
-            Ok(named)
-        })?;
+                Ok((named, unanswered))
+            })?;
         store.snapshot()?;
         let run_id = store.run_info()?.id;
         let records = store.executions()?;
@@ -327,6 +335,10 @@ impl Side {
                 "a binding some gate names changed while the run was read: read it again",
             ));
         }
+        let bindings: Vec<BindingRow> = bindings
+            .into_iter()
+            .filter(|b| !unanswered.contains(&(b.name.clone(), b.execution_id)))
+            .collect();
         // A decision nothing attests (a row and an event only the spec's SQL wrote) is shown
         // marked, as every listing of a run shows it.
         let gates = store.read_gates(None)?;

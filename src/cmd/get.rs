@@ -275,6 +275,15 @@ fn check_found(
             crate::store::gate_read::Read::Past(point.as_ref()),
             Some(&report),
         )?;
+        if let Some(point) = &point {
+            crate::store::gate_read::check_standing_at(
+                &report,
+                &args.name,
+                found.row.execution_id,
+                n,
+                point,
+            )?;
+        }
     }
     crate::services::inputs::check_decided_version(
         store,

@@ -410,6 +410,45 @@ pub fn check_response_binding_named(
     Ok(())
 }
 
+/// Refuses (3) version `n` of response binding `name` in `scope`, read as it stood at
+/// `point` (`get --as-of`), when it is the answer of a gate's opening that a later opening of
+/// the gate, made by then, stood after: at that point the answer was no longer the name's.
+pub fn check_standing_at(
+    report: &chain::ChainReport,
+    name: &str,
+    scope: Option<i64>,
+    n: i64,
+    point: &super::history::AsOf,
+) -> Result<()> {
+    use super::history::AsOf;
+    let made_by = |o: &Derived| match point {
+        AsOf::Record(r) => o.opened_record.is_none_or(|a| a <= *r),
+        AsOf::Time(t) => o.created_at.as_deref().is_none_or(|c| c <= t.as_str()),
+    };
+    for (gate, d) in &report.derived {
+        let openings: Vec<&Derived> = d
+            .earlier
+            .iter()
+            .chain(std::iter::once(d))
+            .filter(|o| o.response_binding.as_ref() == Some(&(name.to_string(), scope)))
+            .collect();
+        let Some(k) = openings.iter().position(|o| o.response_version == Some(n)) else {
+            continue;
+        };
+        if let Some(later) = openings[k + 1..].iter().rev().find(|o| made_by(o)) {
+            return Err(crate::error::not_found(format!(
+                "binding {} is gate {}'s answer, and at {point} the gate had been opened again (instance {}) after instance {} answered: no decision had answered instance {} then",
+                shown(name),
+                shown(gate),
+                later.instance,
+                openings[k].instance,
+                later.instance
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Whether an opening answering into `scope` (its frame) stood at `point`: its `created`
 /// event written by then. A point given as a record counts from the frame's own record (the
 /// gate is opened inside it): a point inside the frame before the gate opened is read as
