@@ -23,6 +23,7 @@ on_both!(
     the_vms_own_bind_of_a_calls_result_is_not_unlogged,
     a_const_input_is_not_edited,
     a_look_without_a_login_name_is_the_accounts,
+    a_branchs_own_item_is_not_unlogged,
 );
 
 /// `exec-append ARGS`: the new record's id.
@@ -468,4 +469,86 @@ fn a_look_without_a_login_name_is_the_accounts(b: Backend) {
         .expect("a look is logged");
     let who = viewed.1.clone().expect("a viewer is named");
     assert!(!who.is_empty() && who != "unknown", "{who}");
+}
+
+/// helper-58 f01: a `pmap` branch's `item`, bound `--kind const` by the VM after another
+/// branch logged, before its own session ran, is no session's output: never `unlogged`.
+fn a_branchs_own_item_is_not_unlogged(b: Backend) {
+    let Some(p) = Project::on(b) else { return };
+    let run = p.init();
+    run.bind("out", "[]", None);
+    let (_, ids) = parallel(
+        &run,
+        "all",
+        &[["0", "session \"Do it\""], ["1", "session \"Do it\""]],
+    );
+    let (b0, b1) = (ids[0].to_string(), ids[1].to_string());
+    run.cmd()
+        .args([
+            "bind",
+            "item",
+            "\"a\"",
+            "--kind",
+            "const",
+            "--execution-id",
+            &b0,
+        ])
+        .assert()
+        .success();
+    run.cmd()
+        .args([
+            "bind",
+            "out",
+            "--append",
+            "\"A\"",
+            "--key",
+            &b0,
+            "--execution-id",
+            &b0,
+        ])
+        .assert()
+        .success();
+    append(&run, &["--ends", &b0, "--status", "completed"]);
+    run.cmd()
+        .args([
+            "bind",
+            "item",
+            "\"b\"",
+            "--kind",
+            "const",
+            "--execution-id",
+            &b1,
+        ])
+        .assert()
+        .success();
+    let doc = stdout_json(
+        &run.cmd()
+            .args(["--json", "resume", "--all"])
+            .assert()
+            .success(),
+    );
+    let items: Vec<&Value> = doc["bindings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["name"] == "item")
+        .collect();
+    assert_eq!(items.len(), 2, "{doc}");
+    assert!(items.iter().all(|x| x.get("unlogged").is_none()), "{doc}");
+    // A session's output bound in the branch after its last record still is.
+    run.bind("note", "late", Some(ids[1]));
+    let doc = stdout_json(
+        &run.cmd()
+            .args(["--json", "resume", "--all"])
+            .assert()
+            .success(),
+    );
+    let note = doc["bindings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "note")
+        .unwrap()
+        .clone();
+    assert_eq!(note["unlogged"], true, "{doc}");
 }

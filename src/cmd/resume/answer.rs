@@ -334,6 +334,21 @@ fn unlogged(
         {
             return Ok(late);
         }
+        // A const bound in its frame before anything was logged inside it (a branch's
+        // `item`, while other branches logged) is the VM's argument too.
+        if b.kind.as_deref() == Some("const")
+            && store
+                .executions_matching(&ExecQuery {
+                    after: x,
+                    before: Some(at + 1),
+                    parent: Some(Some(x)),
+                    limit: Some(1),
+                    ..Default::default()
+                })?
+                .is_empty()
+        {
+            return Ok(late);
+        }
     }
     // A construct's result the VM binds itself before it ends the construct (`let x = do
     // f()`: bound in the caller's frame `--from` the call's, then the call ended) is no
